@@ -1,0 +1,259 @@
+"""The ``partitioner`` command line.
+
+Exit codes (DESIGN.md): 0 -- a plan; 1 -- no plan (infeasible, or the method
+found none); 2 -- bad input (the message on stderr names the file and field).
+Nothing here is imported by the library.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .plan import Evaluation, PlanError, SolveResult, evaluate, load_plan
+from .problem import OBJECTIVES, Problem, ProblemError, load_problem
+from .solvers import SolverError, methods, solve
+
+app = typer.Typer(
+    name="partitioner",
+    help="Optimal pipeline and mesh parallelism plans for heterogeneous multimodal training.",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    no_args_is_help=True,
+)
+# Wide enough for the stage table when piped (rich defaults to 80 columns off a terminal).
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
+err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 150)
+
+EXIT_OK, EXIT_NO_PLAN, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+def guarded(fn: Callable) -> Callable:
+    """Turn the library's input errors into exit code 2 with one line on stderr."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
+        except (ProblemError, SolverError) as e:
+            err.print(f"error: {e}", markup=False)
+            raise typer.Exit(EXIT_BAD_INPUT)
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            raise typer.Exit(130)
+
+    return wrapper
+
+
+def parse_options(pairs: Optional[List[str]]) -> dict[str, Any]:
+    """``--option key=value`` pairs; values are parsed as JSON when they can be."""
+    options: dict[str, Any] = {}
+    for pair in pairs or []:
+        if "=" not in pair:
+            raise SolverError(f"--option expects key=value, got {pair!r}")
+        key, raw = pair.split("=", 1)
+        try:
+            options[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            options[key] = raw
+    return options
+
+
+def check_choice(value: Optional[str], choices: tuple[str, ...], flag: str) -> None:
+    if value is not None and value not in choices:
+        raise SolverError(f"{flag}: must be one of {', '.join(choices)}, got {value!r}")
+
+
+def print_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def stage_table(problem: Problem, ev: Evaluation, title: str = "") -> Table:
+    """The stage table: layers, GPUs, nodes, layout, F/B/t, memory; the bottleneck marked."""
+    table = Table(title=title or None, title_justify="left", caption="* bottleneck stage", caption_justify="left")
+    for col, justify in (
+        ("", "left"),
+        ("stage", "right"),
+        ("layers", "left"),
+        ("GPUs", "right"),
+        ("node(s)", "left"),
+        ("dp x tp", "left"),
+        ("F ms", "right"),
+        ("B ms", "right"),
+        ("t ms", "right"),
+        ("memory GiB", "right"),
+    ):
+        table.add_column(col, justify=justify)
+    worst = ev.bottleneck_stage
+    cap = problem.cluster.gpu_memory_bytes
+    for s in ev.stages:
+        first, last = problem.layers[s.first_layer], problem.layers[s.last_layer]
+        names = first.name if s.first_layer == s.last_layer else f"{first.name} .. {last.name}"
+        layers = f"{s.first_layer}-{s.last_layer} ({names})" if s.first_layer != s.last_layer else f"{s.first_layer} ({names})"
+        nodes = ",".join(map(str, s.nodes))
+        mark = "*" if s.index == worst else ""
+        table.add_row(
+            mark,
+            str(s.index),
+            layers,
+            str(s.devices),
+            nodes,
+            f"{s.layout.dp} x {s.layout.tp}",
+            f"{s.fwd_ms:.3f}",
+            f"{s.bwd_ms:.3f}",
+            f"[bold]{s.time_ms:.3f}[/bold]" if mark else f"{s.time_ms:.3f}",
+            f"{s.memory_bytes / 2**30:.2f} / {cap / 2**30:.0f}",
+        )
+    return table
+
+
+def print_result(problem: Problem, result: SolveResult) -> None:
+    head = f"{problem.name}: {result.method} -> {result.status}"
+    if result.value is not None:
+        head += f", {result.objective} = {result.value:.6g} ms"
+        if result.bound is not None and result.status != "optimal":
+            head += f" (bound {result.bound:.6g}, gap {100 * (result.gap or 0):.2f} %)"
+    head += f"  [{result.solve_seconds:.2f} s]"
+    out.print(head, markup=False)
+    if result.evaluation is not None:
+        ev = result.evaluation
+        out.print(stage_table(problem, ev))
+        out.print(
+            f"bottleneck {ev.bottleneck_ms:.3f} ms, 1F1B iteration estimate {ev.iteration_ms:.3f} ms "
+            f"(m = {problem.microbatches})",
+            markup=False,
+        )
+        sim = result.extra.get("simulation")
+        if sim:
+            out.print(
+                f"simulated 1F1B makespan {sim['makespan_ms']:.3f} ms, bubble {100 * sim['bubble_ratio']:.1f} %, "
+                f"memory {'fits' if sim['fits_memory'] else 'DOES NOT FIT'}",
+                markup=False,
+            )
+    if result.message:
+        (err if result.plan is None else out).print(result.message, markup=False)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+@app.command("solve")
+@guarded
+def solve_cmd(
+    problem_path: Path = typer.Argument(..., metavar="PROBLEM", help="Problem file (JSON or YAML, format v1)."),
+    method: str = typer.Option("cpsat", "--method", "-m", help="cpsat | milp | dp | brute | greedy | uniform | balanced"),
+    objective: Optional[str] = typer.Option(None, "--objective", help="bottleneck | iteration (default: the problem's)"),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds for the search."),
+    seed: int = typer.Option(0, "--seed", help="Random seed (CP-SAT)."),
+    option: Optional[List[str]] = typer.Option(None, "--option", "-o", help="Method option key=value (repeatable)."),
+    validate: bool = typer.Option(True, "--validate/--no-validate", help="Replay the plan in the 1F1B simulator."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (result format v1)."),
+) -> None:
+    """Find the best plan for PROBLEM."""
+    check_choice(method, methods(), "--method")
+    check_choice(objective, OBJECTIVES, "--objective")
+    problem = load_problem(problem_path)
+    result = solve(
+        problem, method, objective=objective, time_limit=time_limit, seed=seed, options=parse_options(option), validate=validate
+    )
+    if as_json:
+        print_json(result.to_dict())
+        if result.plan is None and result.message:
+            err.print(result.message, markup=False)
+    else:
+        print_result(problem, result)
+    raise typer.Exit(EXIT_OK if result.plan is not None else EXIT_NO_PLAN)
+
+
+@app.command("validate")
+@guarded
+def validate_cmd(
+    problem_path: Path = typer.Argument(..., metavar="PROBLEM"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Check that PROBLEM follows format v1 (exit 0) or say which field is wrong (exit 2)."""
+    problem = load_problem(problem_path)
+    summary = {
+        "valid": True,
+        "name": problem.name,
+        "layers": problem.num_layers,
+        "devices": problem.num_devices,
+        "nodes": problem.cluster.nodes,
+        "gpus_per_node": problem.cluster.gpus_per_node,
+        "layouts": [lay.key for lay in problem.layouts()],
+        "stages": {"min": problem.stages.min, "max": problem.stages.max},
+        "microbatches": problem.microbatches,
+        "objective": problem.objective,
+    }
+    if as_json:
+        print_json(summary)
+    else:
+        out.print(
+            f"{problem_path}: valid v1 problem '{problem.name}': {problem.num_layers} layers, "
+            f"{problem.cluster.nodes} x {problem.cluster.gpus_per_node} GPUs, layouts "
+            f"{', '.join(summary['layouts'])}, {problem.stages.min}..{problem.stages.max} stages, "
+            f"m = {problem.microbatches}, objective {problem.objective}",
+            markup=False,
+        )
+
+
+@app.command("evaluate")
+@guarded
+def evaluate_cmd(
+    problem_path: Path = typer.Argument(..., metavar="PROBLEM"),
+    plan_path: Path = typer.Argument(..., metavar="RESULT", help="A result or plan file."),
+    objective: Optional[str] = typer.Option(None, "--objective"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Check a plan against the validity rules and report its times (exit 1 if it breaks a rule)."""
+    check_choice(objective, OBJECTIVES, "--objective")
+    problem = load_problem(problem_path)
+    plan = load_plan(str(plan_path))
+    try:
+        ev = evaluate(problem, plan, objective)
+    except PlanError as e:
+        if as_json:
+            print_json({"valid": False, "rule": e.rule, "stage": e.stage, "message": str(e)})
+        err.print(f"{plan_path}: invalid plan: {e}", markup=False)
+        raise typer.Exit(EXIT_NO_PLAN)
+    if as_json:
+        print_json(
+            {
+                "valid": True,
+                "objective": ev.objective,
+                "value": ev.value,
+                "bottleneck_ms": ev.bottleneck_ms,
+                "iteration_ms": ev.iteration_ms,
+                "transfers_ms": list(ev.transfers_ms),
+                "plan": plan.to_dict(ev),
+            }
+        )
+    else:
+        out.print(stage_table(problem, ev, title=f"{problem.name}: {plan_path}"))
+        out.print(
+            f"{ev.objective} = {ev.value:.6g} ms (bottleneck {ev.bottleneck_ms:.3f} ms, "
+            f"iteration {ev.iteration_ms:.3f} ms)",
+            markup=False,
+        )
+
+
+def main() -> None:
+    """Console-script entry point: never a traceback for the user."""
+    try:
+        app()
+    except SystemExit:
+        raise
+    except Exception as e:  # a bug: say so briefly, exit 3
+        err.print(f"internal error: {type(e).__name__}: {e} (please report it with the input files)", markup=False)
+        sys.exit(EXIT_INTERNAL)

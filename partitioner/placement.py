@@ -1,0 +1,230 @@
+"""Placing stages on nodes: from "which adjacent stages share a node" to device ids.
+
+On the default cluster graph a plan's times depend on its placement only
+through the *links*: the adjacent stage pairs that lie inside one same node
+(their transfer runs at NVLink speed). A maximal chain of linked stages is a
+*run*; runs must fit in a node, and all runs must pack exactly into the nodes
+left over by the multi-node stages. This module decides whether a link
+pattern can be realised and builds the ``device_ids``.
+
+Two readings of a link pattern:
+
+* ``exact=False`` -- the linked pairs must share a node; other adjacent
+  pairs may share one too (they only get faster when NVLink is the faster
+  link).
+* ``exact=True`` -- additionally, unlinked adjacent in-node pairs must sit on
+  different nodes (needed when ``intra_node_GBps < inter_node_GBps``).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Sequence
+
+from .problem import Cluster
+
+__all__ = [
+    "runs_of",
+    "pack_runs",
+    "node_assignment_ids",
+    "contiguous_node_assignment",
+    "links_of_assignment",
+    "size_sequences",
+]
+
+Assignment = list  # per stage: an int (the node of an in-node stage) or a tuple of whole nodes
+
+
+def runs_of(sizes: Sequence[int], links: Sequence[bool]) -> list[list[int]]:
+    """Split stage indices into runs: maximal chains joined by links."""
+    runs: list[list[int]] = [[0]]
+    for p in range(1, len(sizes)):
+        if links[p - 1]:
+            runs[-1].append(p)
+        else:
+            runs.append([p])
+    return runs
+
+
+def pack_runs(cluster: Cluster, sizes: Sequence[int], links: Sequence[bool], exact: bool = False) -> Assignment | None:
+    """A node assignment realising ``links``, or None if there is none.
+
+    Parameters
+    ----------
+    cluster : Cluster
+    sizes : sequence of int
+        Stage sizes (allowed sizes summing to the device count).
+    links : sequence of bool
+        ``links[p]``: stages ``p`` and ``p + 1`` share a node.
+    exact : bool
+        Also forbid unlinked adjacent stages from sharing a node.
+
+    Returns
+    -------
+    list or None
+        Per stage, the node of an in-node stage or the tuple of nodes of a
+        multi-node stage.
+    """
+    G = cluster.gpus_per_node
+    if sum(sizes) != cluster.num_devices or len(links) != len(sizes) - 1:
+        return None
+    runs = runs_of(sizes, links)
+    run_size = []
+    for run in runs:
+        if len(run) > 1 and any(sizes[p] >= G for p in run):
+            return None  # a full-node or multi-node stage cannot share its node
+        total = sum(sizes[p] for p in run)
+        if sizes[run[0]] <= G and total > G:
+            return None
+        run_size.append(total)
+    in_node = [i for i, run in enumerate(runs) if sizes[run[0]] <= G]
+    whole_nodes = sum(sizes[runs[i][0]] // G for i in range(len(runs)) if i not in set(in_node))
+    bins = cluster.nodes - whole_nodes
+    # conflicts: consecutive in-node runs may not share a bin in exact mode
+    conflict = set()
+    if exact:
+        for i in range(len(runs) - 1):
+            if sizes[runs[i][-1]] < G and sizes[runs[i + 1][0]] < G:
+                conflict.add((i, i + 1))
+    bin_of = _pack([run_size[i] for i in in_node], in_node, bins, G, conflict)
+    if bin_of is None:
+        return None
+    # number nodes in order of first use by a stage: bins and multi-node stages alike
+    assignment: Assignment = [None] * len(sizes)
+    label: dict[int, int] = {}
+    next_node = 0
+    for i, run in enumerate(runs):
+        if i in bin_of:
+            b = bin_of[i]
+            if b not in label:
+                label[b] = next_node
+                next_node += 1
+            for p in run:
+                assignment[p] = label[b]
+        else:
+            k = sizes[run[0]] // G
+            assignment[run[0]] = tuple(range(next_node, next_node + k))
+            next_node += k
+    return assignment
+
+
+def _pack(items: list[int], ids: list[int], bins: int, capacity: int, conflict: set) -> dict[int, int] | None:
+    """Exact bin packing: every bin filled to ``capacity``; returns item id -> bin."""
+    if sum(items) != bins * capacity:
+        return None
+    order = sorted(range(len(items)), key=lambda j: -items[j])
+    residual = [capacity] * bins
+    where: dict[int, int] = {}
+    neighbours: dict[int, set[int]] = {}
+    for a, b in conflict:
+        neighbours.setdefault(a, set()).add(b)
+        neighbours.setdefault(b, set()).add(a)
+    failed: set[tuple] = set()
+
+    def search(k: int) -> bool:
+        if k == len(order):
+            return True
+        key = (k, tuple(residual)) if not conflict else None
+        if key is not None and key in failed:
+            return False
+        j = order[k]
+        tried = set()
+        for b in range(bins):
+            r = residual[b]
+            if r < items[j] or (not conflict and r in tried):
+                continue
+            if any(where.get(o) == b for o in neighbours.get(ids[j], ())):
+                continue
+            tried.add(r)
+            residual[b] -= items[j]
+            where[ids[j]] = b
+            if search(k + 1):
+                return True
+            residual[b] += items[j]
+            del where[ids[j]]
+        if key is not None:
+            failed.add(key)
+        return False
+
+    return dict(where) if search(0) else None
+
+
+def node_assignment_ids(cluster: Cluster, sizes: Sequence[int], assignment: Assignment) -> list[tuple[int, ...]]:
+    """Device ids per stage from a node assignment; in-node stages fill their node in stage order."""
+    G = cluster.gpus_per_node
+    used = [0] * cluster.nodes
+    ids: list[tuple[int, ...]] = []
+    for size, where in zip(sizes, assignment):
+        if isinstance(where, tuple):
+            ids.append(tuple(d for n in where for d in range(n * G, (n + 1) * G)))
+        else:
+            start = where * G + used[where]
+            ids.append(tuple(range(start, start + size)))
+            used[where] += size
+            if used[where] > G:
+                raise ValueError(f"node {where} over-filled")
+    return ids
+
+
+def contiguous_node_assignment(cluster: Cluster, sizes: Sequence[int]) -> Assignment | None:
+    """First-fit in stage order: each in-node stage goes to the first node with room.
+
+    Returns None when first-fit does not fill every node exactly.
+    """
+    G = cluster.gpus_per_node
+    used: list[int] = []  # fill of the bins opened so far
+    bins_total = cluster.nodes - sum(s // G for s in sizes if s > G)
+    assignment: Assignment = []
+    opened = 0
+    next_node = 0
+    labels: list = []
+    for s in sizes:
+        if s > G:
+            labels.append(("multi", s // G))
+            continue
+        for b in range(len(used)):
+            if used[b] + s <= G:
+                used[b] += s
+                labels.append(("bin", b))
+                break
+        else:
+            if opened == bins_total:
+                return None
+            used.append(s)
+            labels.append(("bin", opened))
+            opened += 1
+    if any(u != G for u in used) or opened != bins_total:
+        return None
+    bin_node: dict[int, int] = {}
+    for kind, value in labels:
+        if kind == "multi":
+            assignment.append(tuple(range(next_node, next_node + value)))
+            next_node += value
+        else:
+            if value not in bin_node:
+                bin_node[value] = next_node
+                next_node += 1
+            assignment.append(bin_node[value])
+    return assignment
+
+
+def links_of_assignment(sizes: Sequence[int], assignment: Assignment) -> tuple[bool, ...]:
+    """Which adjacent pairs share a node under ``assignment``."""
+    out = []
+    for p in range(len(sizes) - 1):
+        a, b = assignment[p], assignment[p + 1]
+        out.append(not isinstance(a, tuple) and not isinstance(b, tuple) and a == b)
+    return tuple(out)
+
+
+@lru_cache(maxsize=None)
+def size_sequences(allowed: tuple[int, ...], total: int, count: int) -> tuple[tuple[int, ...], ...]:
+    """All sequences of ``count`` allowed sizes summing to ``total`` (for small enumerations)."""
+    if count == 0:
+        return ((),) if total == 0 else ()
+    out = []
+    for s in allowed:
+        if s > total - (count - 1):
+            break
+        for rest in size_sequences(allowed, total - s, count - 1):
+            out.append((s,) + rest)
+    return tuple(out)

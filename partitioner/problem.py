@@ -1,0 +1,571 @@
+"""Problem format v1: the model, the cluster and the training setup a plan is made for.
+
+A problem is loaded from JSON or YAML (:func:`load_problem`) or built from a
+dict (:meth:`Problem.from_dict`). Loading validates everything and raises one
+exception type, :class:`ProblemError`, whose message names the source and the
+field path, e.g. ``p.json: layers[3].costs.dp2tp1.fwd_ms: must be >= 0, got -1``.
+Units: times in ms, sizes in bytes, bandwidth in GB/s (1e9 B/s).
+
+The format is specified in ``DESIGN.md`` ("Problem format v1"). Everything a
+solver needs is a frozen dataclass here; nothing in this module knows about
+solvers, plans or the CLI.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Iterator, Mapping
+
+import yaml
+
+__all__ = [
+    "FORMAT_VERSION",
+    "OBJECTIVES",
+    "ProblemError",
+    "Layout",
+    "LayerCost",
+    "Layer",
+    "Topology",
+    "Cluster",
+    "Training",
+    "StageBounds",
+    "Problem",
+    "load_problem",
+    "dump_problem",
+    "read_document",
+]
+
+FORMAT_VERSION = 1
+OBJECTIVES = ("bottleneck", "iteration")
+_LAYOUT_KEY = re.compile(r"^dp([1-9][0-9]*)tp([1-9][0-9]*)$")
+
+
+class ProblemError(ValueError):
+    """A problem that does not follow format v1.
+
+    The message reads ``SOURCE: FIELD.PATH: what is wrong``; ``source``,
+    ``path`` and ``reason`` are also kept as attributes.
+    """
+
+    def __init__(self, reason: str, *, path: str = "", source: str | None = None):
+        self.reason = reason
+        self.path = path
+        self.source = source
+        parts = [p for p in (source, path) if p]
+        super().__init__(": ".join(parts + [reason]))
+
+    def with_source(self, source: str) -> "ProblemError":
+        return ProblemError(self.reason, path=self.path, source=source)
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True, order=True)
+class Layout:
+    """A (data-parallel, tensor-parallel) layout of one stage: ``dp * tp`` devices."""
+
+    dp: int
+    tp: int
+
+    @property
+    def devices(self) -> int:
+        return self.dp * self.tp
+
+    @property
+    def key(self) -> str:
+        return f"dp{self.dp}tp{self.tp}"
+
+    @classmethod
+    def parse(cls, key: str) -> "Layout":
+        match = _LAYOUT_KEY.match(key) if isinstance(key, str) else None
+        if not match:
+            raise ValueError(f"layout key must look like dp<int>tp<int> (e.g. dp2tp4), got {key!r}")
+        return cls(int(match.group(1)), int(match.group(2)))
+
+    def __str__(self) -> str:
+        return self.key
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """What one layer costs per microbatch in one layout, on each device of the stage."""
+
+    fwd_ms: float
+    bwd_ms: float
+    weight_bytes: int
+    act_bytes: int
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer in execution order, with a cost entry per layout it can run in."""
+
+    name: str
+    module: str
+    out_bytes: int
+    costs: Mapping[Layout, LayerCost]
+
+    def cost(self, layout: Layout) -> LayerCost | None:
+        return self.costs.get(layout)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A user-supplied cluster graph: undirected edges ``(u, v, GBps)``.
+
+    GPUs are the integers ``0..N-1``; any other vertex (a switch, a NIC) is a
+    string. The bandwidth between two device sets is the max-flow between
+    them on this graph (see :mod:`partitioner.topology`).
+    """
+
+    edges: tuple[tuple[int | str, int | str, float], ...]
+
+
+@dataclass(frozen=True)
+class Cluster:
+    nodes: int
+    gpus_per_node: int
+    gpu_memory_bytes: int
+    intra_node_GBps: float
+    inter_node_GBps: float
+    topology: Topology | None = None
+
+    @property
+    def num_devices(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def node_of(self, device: int) -> int:
+        return device // self.gpus_per_node
+
+    def allowed_sizes(self) -> tuple[int, ...]:
+        """Stage sizes rule 3 allows: powers of two dividing ``gpus_per_node``,
+        ``gpus_per_node`` itself, and ``k * gpus_per_node`` for ``k = 2..nodes``."""
+        g = self.gpus_per_node
+        sizes = {1 << i for i in range(g.bit_length()) if g % (1 << i) == 0}
+        sizes.add(g)
+        sizes.update(k * g for k in range(2, self.nodes + 1))
+        return tuple(sorted(sizes))
+
+    def allows(self, layout: Layout) -> bool:
+        return layout.tp <= self.gpus_per_node and layout.devices in self.allowed_sizes()
+
+
+@dataclass(frozen=True)
+class Training:
+    microbatches: int
+    objective: str = "bottleneck"
+
+
+@dataclass(frozen=True)
+class StageBounds:
+    min: int
+    max: int
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A validated v1 problem. Build it with :meth:`from_dict` or :func:`load_problem`."""
+
+    name: str
+    cluster: Cluster
+    training: Training
+    stages: StageBounds
+    layers: tuple[Layer, ...]
+    meta: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    source: str | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def num_devices(self) -> int:
+        return self.cluster.num_devices
+
+    @property
+    def microbatches(self) -> int:
+        return self.training.microbatches
+
+    @property
+    def objective(self) -> str:
+        return self.training.objective
+
+    def layouts(self) -> tuple[Layout, ...]:
+        """Every layout some layer can run in, sorted by (devices, tp)."""
+        found = {lay for layer in self.layers for lay in layer.costs}
+        return tuple(sorted(found, key=lambda l: (l.devices, l.tp)))
+
+    @classmethod
+    def from_dict(cls, data: Any, *, source: str | None = None) -> "Problem":
+        try:
+            return _parse_problem(data, source)
+        except ProblemError as err:
+            raise err if err.source or source is None else err.with_source(source)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The v1 document; ``Problem.from_dict(p.to_dict()) == p``."""
+        c = self.cluster
+        cluster: dict[str, Any] = {
+            "nodes": c.nodes,
+            "gpus_per_node": c.gpus_per_node,
+            "gpu_memory_bytes": c.gpu_memory_bytes,
+            "intra_node_GBps": c.intra_node_GBps,
+            "inter_node_GBps": c.inter_node_GBps,
+        }
+        if c.topology is not None:
+            cluster["topology"] = {"edges": [list(e) for e in c.topology.edges]}
+        doc: dict[str, Any] = {
+            "version": FORMAT_VERSION,
+            "name": self.name,
+            "cluster": cluster,
+            "training": {"microbatches": self.training.microbatches, "objective": self.training.objective},
+            "stages": {"min": self.stages.min, "max": self.stages.max},
+            "layers": [
+                {
+                    "name": layer.name,
+                    "module": layer.module,
+                    "out_bytes": layer.out_bytes,
+                    "costs": {
+                        lay.key: {
+                            "fwd_ms": cost.fwd_ms,
+                            "bwd_ms": cost.bwd_ms,
+                            "weight_bytes": cost.weight_bytes,
+                            "act_bytes": cost.act_bytes,
+                        }
+                        for lay, cost in layer.costs.items()
+                    },
+                }
+                for layer in self.layers
+            ],
+        }
+        if self.meta:
+            doc["meta"] = _plain(self.meta)
+        return doc
+
+
+def _plain(value: Any) -> Any:
+    """Mapping proxies and tuples back to dicts and lists (for JSON/YAML dumps)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: _frozen(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+# --------------------------------------------------------------------------- reading files
+
+
+def read_document(path: str | Path) -> Any:
+    """Parse a JSON or YAML file (by suffix; unknown suffixes try JSON, then YAML).
+
+    Raises :class:`ProblemError` naming the file when it cannot be read or parsed.
+    """
+    path = Path(path)
+    name = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ProblemError("file not found", source=name) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ProblemError(f"cannot read file: {err}", source=name) from None
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        return _parse_json(text, name)
+    if suffix in (".yaml", ".yml"):
+        return _parse_yaml(text, name)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return _parse_yaml(text, name, what="JSON or YAML")
+
+
+def _parse_json(text: str, name: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ProblemError(f"not valid JSON: line {err.lineno} column {err.colno}: {err.msg}", source=name) from None
+
+
+def _parse_yaml(text: str, name: str, what: str = "YAML") -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ProblemError(f"not valid {what}: {where}{problem}", source=name) from None
+
+
+def load_problem(path: str | Path) -> Problem:
+    """Load and validate a v1 problem from a JSON or YAML file."""
+    data = read_document(path)
+    return Problem.from_dict(data, source=str(path))
+
+
+def dump_problem(problem: Problem, path: str | Path) -> None:
+    """Write ``problem`` as JSON (``.json``) or YAML (``.yaml``/``.yml``)."""
+    path = Path(path)
+    doc = problem.to_dict()
+    if path.suffix.lower() in (".yaml", ".yml"):
+        path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    else:
+        path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- validation
+
+
+class _Node:
+    """A value in the document together with its field path, for error messages."""
+
+    def __init__(self, value: Any, path: str):
+        self.value = value
+        self.path = path
+
+    def fail(self, reason: str) -> ProblemError:
+        return ProblemError(reason, path=self.path)
+
+    def child(self, key: str | int) -> "_Node":
+        if isinstance(key, int):
+            return _Node(self.value[key], f"{self.path}[{key}]")
+        return _Node(self.value[key], f"{self.path}.{key}" if self.path else key)
+
+    # -- shapes
+    def mapping(self, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> "_Node":
+        if not isinstance(self.value, Mapping):
+            raise self.fail(f"must be an object, got {_describe(self.value)}")
+        for key in required:
+            if key not in self.value:
+                where = f"{self.path}.{key}" if self.path else key
+                raise ProblemError("is missing", path=where)
+        unknown = [k for k in self.value if k not in required and k not in optional]
+        if unknown:
+            allowed = ", ".join(required + optional)
+            raise self.fail(f"unknown field {unknown[0]!r} (allowed: {allowed})")
+        return self
+
+    def items(self) -> Iterator[tuple[str, "_Node"]]:
+        for key in self.value:
+            if not isinstance(key, str):
+                raise self.fail(f"keys must be strings, got {key!r}")
+            yield key, self.child(key)
+
+    def elements(self) -> Iterator["_Node"]:
+        if not isinstance(self.value, list):
+            raise self.fail(f"must be a list, got {_describe(self.value)}")
+        for i in range(len(self.value)):
+            yield self.child(i)
+
+    # -- scalars
+    def string(self) -> str:
+        if not isinstance(self.value, str):
+            raise self.fail(f"must be a string, got {_describe(self.value)}")
+        return self.value
+
+    def number(self, *, minimum: float | None = None, positive: bool = False) -> float:
+        v = self.value
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise self.fail(f"must be a number, got {_describe(v)}")
+        if not math.isfinite(v):
+            raise self.fail(f"must be finite, got {v}")
+        if positive and v <= 0:
+            raise self.fail(f"must be > 0, got {_num(v)}")
+        if minimum is not None and v < minimum:
+            raise self.fail(f"must be >= {_num(minimum)}, got {_num(v)}")
+        return float(v)
+
+    def integer(self, *, minimum: int | None = None) -> int:
+        v = self.value
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise self.fail(f"must be an integer, got {_describe(v)}")
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                raise self.fail(f"must be finite, got {v}")
+            if not v.is_integer():
+                raise self.fail(f"must be an integer, got {v}")
+            v = int(v)
+        if minimum is not None and v < minimum:
+            raise self.fail(f"must be >= {minimum}, got {v}")
+        return v
+
+
+def _num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else repr(v)
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, str):
+        return f"string {value!r}" if len(value) <= 40 else "a string"
+    if isinstance(value, (int, float)):
+        return f"number {value}"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
+
+
+def _parse_problem(data: Any, source: str | None) -> Problem:
+    root = _Node(data, "")
+    if not isinstance(data, Mapping):
+        raise ProblemError(f"the document must be an object (a mapping), got {_describe(data)}")
+    if "version" not in data:
+        raise ProblemError("is missing (this reader knows format version 1)", path="version")
+    version = root.child("version")
+    if isinstance(version.value, bool) or version.value != FORMAT_VERSION:
+        raise version.fail(f"unknown format version {version.value!r}; this reader knows version {FORMAT_VERSION}")
+    root.mapping(("version", "cluster", "training", "layers"), ("name", "stages", "meta"))
+
+    name = root.child("name").string() if "name" in data else (Path(source).stem if source else "problem")
+    cluster = _parse_cluster(root.child("cluster"))
+    training = _parse_training(root.child("training"))
+    layers = _parse_layers(root.child("layers"), cluster)
+    stages = _parse_stages(root.child("stages") if "stages" in data else None, len(layers), cluster.num_devices)
+    meta: Mapping[str, Any] = MappingProxyType({})
+    if "meta" in data:
+        node = root.child("meta")
+        if not isinstance(node.value, Mapping):
+            raise node.fail(f"must be an object, got {_describe(node.value)}")
+        meta = _frozen(dict(node.value))
+    return Problem(name=name, cluster=cluster, training=training, stages=stages, layers=layers, meta=meta, source=source)
+
+
+def _parse_cluster(node: _Node) -> Cluster:
+    node.mapping(
+        ("nodes", "gpus_per_node", "gpu_memory_bytes", "intra_node_GBps", "inter_node_GBps"), ("topology",)
+    )
+    nodes = node.child("nodes").integer(minimum=1)
+    gpus = node.child("gpus_per_node").integer(minimum=1)
+    memory = node.child("gpu_memory_bytes").integer(minimum=1)
+    intra = node.child("intra_node_GBps").number(positive=True)
+    inter = node.child("inter_node_GBps").number(positive=True)
+    topology = _parse_topology(node.child("topology"), nodes * gpus) if "topology" in node.value else None
+    return Cluster(nodes, gpus, memory, intra, inter, topology)
+
+
+def _parse_topology(node: _Node, num_devices: int) -> Topology:
+    node.mapping(("edges",))
+    edges = []
+    seen_gpus: set[int] = set()
+    for edge in node.child("edges").elements():
+        if not isinstance(edge.value, list) or len(edge.value) != 3:
+            raise edge.fail("must be a list [u, v, GBps]")
+        ends = []
+        for i in (0, 1):
+            end = edge.child(i)
+            v = end.value
+            if isinstance(v, bool) or not isinstance(v, (int, str)):
+                raise end.fail(f"must be a GPU id (integer) or a vertex name (string), got {_describe(v)}")
+            if isinstance(v, int):
+                if not 0 <= v < num_devices:
+                    raise end.fail(f"GPU id must be in 0..{num_devices - 1}, got {v}")
+                seen_gpus.add(v)
+            ends.append(v)
+        if ends[0] == ends[1]:
+            raise edge.fail("an edge must join two different vertices")
+        edges.append((ends[0], ends[1], edge.child(2).number(positive=True)))
+    if not edges:
+        raise node.child("edges").fail("must list at least one edge")
+    missing = sorted(set(range(num_devices)) - seen_gpus)
+    if missing:
+        raise node.child("edges").fail(f"GPU {missing[0]} is on no edge; every GPU 0..{num_devices - 1} must be connected")
+    import networkx as nx  # local: only user topologies need the connectivity check here
+
+    graph = nx.Graph()
+    graph.add_edges_from((u, v) for u, v, _ in edges)
+    if not nx.is_connected(graph):
+        raise node.child("edges").fail("the graph is not connected")
+    return Topology(tuple(edges))
+
+
+def _parse_training(node: _Node) -> Training:
+    node.mapping(("microbatches",), ("objective",))
+    microbatches = node.child("microbatches").integer(minimum=1)
+    objective = "bottleneck"
+    if "objective" in node.value:
+        obj = node.child("objective")
+        objective = obj.string()
+        if objective not in OBJECTIVES:
+            raise obj.fail(f"must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    return Training(microbatches, objective)
+
+
+def _parse_layers(node: _Node, cluster: Cluster) -> tuple[Layer, ...]:
+    layers = []
+    for i, lnode in enumerate(node.elements()):
+        lnode.mapping(("costs",), ("name", "module", "out_bytes"))
+        name = lnode.child("name").string() if "name" in lnode.value else f"layer{i}"
+        module = lnode.child("module").string() if "module" in lnode.value else "layer"
+        out_bytes = lnode.child("out_bytes").integer(minimum=0) if "out_bytes" in lnode.value else 0
+        costs_node = lnode.child("costs")
+        if not isinstance(costs_node.value, Mapping):
+            raise costs_node.fail(f"must be an object keyed by layout (dp<int>tp<int>), got {_describe(costs_node.value)}")
+        costs: dict[Layout, LayerCost] = {}
+        for key, cnode in costs_node.items():
+            try:
+                layout = Layout.parse(key)
+            except ValueError as err:
+                raise cnode.fail(str(err)) from None
+            if layout.tp > cluster.gpus_per_node:
+                raise cnode.fail(f"tp={layout.tp} exceeds gpus_per_node={cluster.gpus_per_node}")
+            if layout.devices not in cluster.allowed_sizes():
+                raise cnode.fail(
+                    f"dp*tp={layout.devices} is not an allowed stage size on this cluster "
+                    f"(allowed: {', '.join(map(str, cluster.allowed_sizes()))})"
+                )
+            if layout in costs:
+                raise cnode.fail("duplicate layout")
+            cnode.mapping(("fwd_ms", "bwd_ms", "weight_bytes", "act_bytes"))
+            costs[layout] = LayerCost(
+                fwd_ms=cnode.child("fwd_ms").number(minimum=0),
+                bwd_ms=cnode.child("bwd_ms").number(minimum=0),
+                weight_bytes=cnode.child("weight_bytes").integer(minimum=0),
+                act_bytes=cnode.child("act_bytes").integer(minimum=0),
+            )
+        if not costs:
+            raise costs_node.fail(
+                "no layout usable on this cluster: give at least one dp<int>tp<int> entry "
+                f"with dp*tp in {{{', '.join(map(str, cluster.allowed_sizes()))}}}"
+            )
+        layers.append(Layer(name, module, out_bytes, MappingProxyType(costs)))
+    if not layers:
+        raise node.fail("must list at least one layer")
+    return tuple(layers)
+
+
+def _parse_stages(node: _Node | None, num_layers: int, num_devices: int) -> StageBounds:
+    limit = min(num_layers, num_devices)
+    if node is None:
+        return StageBounds(1, limit)
+    if isinstance(node.value, Mapping):
+        node.mapping((), ("min", "max"))
+        lo = node.child("min").integer(minimum=1) if "min" in node.value else 1
+        hi = node.child("max").integer(minimum=1) if "max" in node.value else limit
+        if "max" in node.value and hi > limit:
+            raise node.child("max").fail(f"must be <= min(layers, devices) = {limit}, got {hi}")
+        if lo > limit:
+            raise node.child("min").fail(f"must be <= min(layers, devices) = {limit}, got {lo}")
+        if lo > hi:
+            raise node.fail(f"min ({lo}) must be <= max ({hi})")
+        return StageBounds(lo, hi)
+    count = node.integer(minimum=1)
+    if count > limit:
+        raise node.fail(f"must be <= min(layers, devices) = {limit}, got {count}")
+    return StageBounds(count, count)

@@ -1,0 +1,29 @@
+"""Solvers: one module per method, one registry, one entry point :func:`solve`.
+
+Methods: ``cpsat`` (OR-Tools CP-SAT), ``milp`` (PuLP + HiGHS/CBC), ``dp``
+(exact dynamic programming), ``brute`` (exhaustive oracle), and the
+baselines ``greedy``, ``uniform`` and ``balanced``.
+"""
+from __future__ import annotations
+
+import importlib
+
+from .base import Candidate, SolveRequest, SolverError, methods, register, solve
+
+__all__ = ["solve", "methods", "register", "SolveRequest", "Candidate", "SolverError"]
+
+# Method modules, imported on first use so that `import partitioner` stays light.
+_METHOD_MODULES = ("cpsat", "milp", "dp", "brute", "greedy", "baselines")
+
+
+def _import_methods() -> None:
+    for name in _METHOD_MODULES:
+        try:
+            importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as err:
+            if err.name != f"{__name__}.{name}":
+                raise
+
+
+_import_methods()
+_load_all = True

@@ -1,0 +1,81 @@
+"""Why a problem has no valid plan, in words a person can act on.
+
+The exact solvers prove infeasibility; this module finds the simplest
+reason that holds, checked in order:
+
+1. no stage count P in the bounds has P allowed sizes summing to N;
+2. some layer cannot fit in memory in any layout even with one stashed
+   microbatch (and layer 0, which always has min(m, P_min) stashed);
+3. otherwise the exact search's own conclusion (memory along every split).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from ..problem import Problem
+
+__all__ = ["feasible_stage_counts", "explain_infeasible", "quick_infeasibility"]
+
+
+def feasible_stage_counts(problem: Problem) -> list[int]:
+    """Stage counts P within the bounds (and <= layers) for which P allowed sizes sum to N."""
+    sizes = problem.cluster.allowed_sizes()
+    hi = min(problem.stages.max, problem.num_layers)
+    counts = _counts(sizes, problem.num_devices, hi)
+    return [p for p in range(problem.stages.min, hi + 1) if p in counts]
+
+
+@lru_cache(maxsize=256)
+def _counts(sizes: tuple[int, ...], total: int, max_parts: int) -> frozenset[int]:
+    # reach[s]: set of part counts that sum to s (bitmask over counts)
+    reach = [0] * (total + 1)
+    reach[0] = 1
+    mask = (1 << (max_parts + 1)) - 1
+    for s in range(1, total + 1):
+        bits = 0
+        for d in sizes:
+            if d > s:
+                break
+            bits |= reach[s - d] << 1
+        reach[s] = bits & mask
+    return frozenset(p for p in range(max_parts + 1) if reach[total] >> p & 1)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def quick_infeasibility(problem: Problem) -> str | None:
+    """A reason the problem is certainly infeasible, found without searching, or None."""
+    counts = feasible_stage_counts(problem)
+    if not counts:
+        sizes = ", ".join(map(str, problem.cluster.allowed_sizes()))
+        return (
+            f"no stage count P in {problem.stages.min}..{min(problem.stages.max, problem.num_layers)} "
+            f"has P allowed stage sizes ({sizes}) summing to the {problem.num_devices} devices"
+        )
+    capacity = problem.cluster.gpu_memory_bytes
+    m = problem.microbatches
+    for i, layer in enumerate(problem.layers):
+        stash = min(m, min(counts)) if i == 0 else 1
+        need, where = min((c.weight_bytes + stash * c.act_bytes, lay.key) for lay, c in layer.costs.items())
+        if need > capacity:
+            held = f"{stash} stashed microbatch" + ("es" if stash > 1 else "")
+            return (
+                f"layer {i} ({layer.name}) needs at least {_gib(need)} in any layout "
+                f"(smallest: {where}, weights + {held}) > {_gib(capacity)} per GPU"
+            )
+    return None
+
+
+def explain_infeasible(problem: Problem) -> str:
+    """The reason to report once an exact search found no valid plan."""
+    quick = quick_infeasibility(problem)
+    if quick:
+        return quick
+    counts = feasible_stage_counts(problem)
+    return (
+        f"no valid plan: for every stage count in {counts[0]}..{counts[-1]} that can use all "
+        f"{problem.num_devices} devices, some stage exceeds {_gib(problem.cluster.gpu_memory_bytes)} "
+        f"per GPU (weights + 1F1B stash of min(m, P-p) microbatches) or lacks a cost entry for its layout"
+    )

@@ -1,0 +1,159 @@
+"""``greedy``: seed lesson 16's layer rebalancing, generalised to meshes and layouts.
+
+Lesson 16 gives the heavy first (vision) and last (action) stages fewer
+layers so every stage takes about as long. The rule here, for each stage
+count P the problem allows:
+
+1. **Work per layer** ``w_i``: the least device-milliseconds of layer i over
+   its layouts (``min_l devices(l) * (fwd + bwd)``), an estimate of its cost
+   independent of the mesh it ends up on.
+2. **Cuts**: contiguous balancing of the work into P stages -- the smallest
+   threshold T such that filling stages left to right, each up to T, needs
+   at most P stages (bisection over T), then the last stages are split until
+   there are exactly P.
+3. **Sizes**: every stage starts with 1 device; devices are then added one
+   allowed step at a time (1 -> 2 -> 4 -> ... -> G -> 2G -> ...) to the stage
+   whose estimated time ``work / devices`` is largest, as long as the step fits
+   in the devices left; the sizes must end up summing to N, otherwise this P
+   is skipped.
+4. **Layouts**: each stage takes its fastest layout of that size that fits in
+   memory with its 1F1B stash ``min(m, P - p)``.
+5. **Placement**: first fit in stage order (adjacent small stages share nodes).
+
+Every P that yields a valid plan is evaluated and the best is returned, with
+status ``feasible`` (never ``optimal``: nothing is proven). When no P works,
+the result is ``infeasible`` with the reason the greedy plan failed --
+which does not prove the problem infeasible.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..plan import Plan, PlanError, Stage, evaluate
+from ..placement import contiguous_node_assignment, node_assignment_ids, pack_runs
+from ..problem import Problem
+from .base import Candidate, SolveRequest, register
+from .feasibility import feasible_stage_counts, quick_infeasibility
+from .tables import CostTables
+
+__all__ = ["solve_greedy", "balance_cuts", "layer_work", "grow_sizes"]
+
+
+@register("greedy")
+def solve_greedy(problem: Problem, request: SolveRequest) -> Candidate:
+    if problem.cluster.topology is not None:
+        return Candidate("error", message="greedy: custom cluster topologies are not supported by the solvers yet")
+    reason = quick_infeasibility(problem)
+    if reason:
+        return Candidate("infeasible", message=reason)
+    tables = CostTables(problem)
+    work = layer_work(problem)
+    best = None
+    failures: list[str] = []
+    for P in feasible_stage_counts(problem):
+        cuts = balance_cuts(work, P)
+        stage_work = [float(work[a : b + 1].sum()) for a, b in cuts]
+        sizes = grow_sizes(stage_work, problem.cluster.allowed_sizes(), problem.num_devices)
+        if sizes is None:
+            failures.append(f"P={P}: no allowed sizes sum to {problem.num_devices}")
+            continue
+        plan, why = _build(problem, tables, cuts, sizes)
+        if plan is None:
+            failures.append(f"P={P}: {why}")
+            continue
+        value = evaluate(problem, plan, request.objective).value
+        if best is None or value < best[0]:
+            best = (value, plan)
+    if best is None:
+        detail = failures[0] if len(failures) == 1 else f"{failures[0]} (and {len(failures) - 1} more stage counts)"
+        return Candidate("infeasible", message=f"greedy found no plan that fits: {detail}")
+    return Candidate("feasible", best[1])
+
+
+def layer_work(problem: Problem) -> np.ndarray:
+    """``min over layouts of devices * (fwd + bwd)`` per layer (device-ms)."""
+    return np.array(
+        [min(lay.devices * (c.fwd_ms + c.bwd_ms) for lay, c in layer.costs.items()) for layer in problem.layers]
+    )
+
+
+def balance_cuts(work: np.ndarray, parts: int) -> list[tuple[int, int]]:
+    """Contiguous ``(first, last)`` ranges, exactly ``parts`` of them, balancing ``work``."""
+    n = len(work)
+    if not 1 <= parts <= n:
+        raise ValueError(f"cannot cut {n} layers into {parts} stages")
+
+    def fill(threshold: float) -> list[int]:
+        starts, acc = [0], 0.0
+        for i, w in enumerate(work):
+            if acc + w > threshold and i > starts[-1]:
+                starts.append(i)
+                acc = 0.0
+            acc += w
+        return starts
+
+    lo, hi = float(work.max()), float(work.sum())
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if len(fill(mid)) <= parts:
+            hi = mid
+        else:
+            lo = mid
+    starts = fill(hi)
+    # too few stages: split the longest-working stage that has more than one layer
+    while len(starts) < parts:
+        bounds = starts + [n]
+        ranges = [(bounds[k], bounds[k + 1]) for k in range(len(starts))]
+        k = max((k for k, (a, b) in enumerate(ranges) if b - a > 1), key=lambda k: work[ranges[k][0] : ranges[k][1]].sum())
+        a, b = ranges[k]
+        half, acc, cut = work[a:b].sum() / 2, 0.0, a + 1
+        for i in range(a, b - 1):
+            acc += work[i]
+            cut = i + 1
+            if acc >= half:
+                break
+        starts.insert(k + 1, cut)
+    bounds = starts + [n]
+    return [(bounds[k], bounds[k + 1] - 1) for k in range(parts)]
+
+
+def grow_sizes(stage_work: list[float], allowed: tuple[int, ...], total: int) -> list[int] | None:
+    """Start every stage at 1 device; give the next allowed step to the slowest stage that fits."""
+    sizes = [1] * len(stage_work)
+    left = total - len(sizes)
+    if left < 0:
+        return None
+    following = {a: b for a, b in zip(allowed, allowed[1:])}
+    while left > 0:
+        order = sorted(range(len(sizes)), key=lambda p: -stage_work[p] / sizes[p])
+        for p in order:
+            nxt = following.get(sizes[p])
+            if nxt is not None and nxt - sizes[p] <= left:
+                left -= nxt - sizes[p]
+                sizes[p] = nxt
+                break
+        else:
+            return None
+    return sizes
+
+
+def _build(problem: Problem, tables: CostTables, cuts, sizes) -> tuple[Plan | None, str]:
+    P, m = len(cuts), problem.microbatches
+    stages = []
+    for p, ((a, b), d) in enumerate(zip(cuts, sizes)):
+        choice = tables.best(a, b, d, min(m, P - p))
+        if choice is None:
+            return None, f"stage {p} (layers {a}..{b}) fits in no {d}-device layout"
+        stages.append((a, b, d, choice.layout))
+    assignment = contiguous_node_assignment(problem.cluster, sizes) or pack_runs(
+        problem.cluster, sizes, [False] * (P - 1)
+    )
+    if assignment is None:
+        return None, "the sizes cannot be placed on the nodes"
+    ids = node_assignment_ids(problem.cluster, sizes, assignment)
+    plan = Plan(tuple(Stage(a, b, d, lay.dp, lay.tp, ids[p]) for p, (a, b, d, lay) in enumerate(stages)))
+    try:
+        evaluate(problem, plan)
+    except PlanError as err:  # pragma: no cover - construction above follows the rules
+        return None, str(err)
+    return plan, ""
