@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 from ..plan import Plan, PlanError, SolveResult, evaluate
 from ..problem import OBJECTIVES, Problem
 
-__all__ = ["SolveRequest", "Candidate", "register", "methods", "solve", "SolverError", "REL_TOL"]
+__all__ = ["SolveRequest", "Candidate", "register", "methods", "method_options", "solve", "SolverError", "REL_TOL"]
 
 # Relative tolerance under which two objective values are the same optimum.
 REL_TOL = 1e-9
@@ -71,6 +71,14 @@ def methods() -> tuple[str, ...]:
     from . import _load_all  # noqa: F401  (imports every method module once)
 
     return tuple(_REGISTRY)
+
+
+def method_options(method: str) -> frozenset[str]:
+    """The option names ``method`` declared when it registered (what ``options=`` may hold)."""
+    methods()
+    if method not in _OPTIONS:
+        raise SolverError(f"unknown method {method!r}; choose one of {', '.join(_REGISTRY)}")
+    return _OPTIONS[method]
 
 
 def solve(
