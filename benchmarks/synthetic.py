@@ -1,0 +1,193 @@
+"""Seeded synthetic VLA-shaped problems for solver benchmarks.
+
+:func:`synthetic_problem` draws a v1 problem shaped like a vision-language-
+action model: a vision encoder (cheap weights, large activations, poor
+tensor-parallel efficiency), a projector, a language backbone (heavy
+weights) and an action head (heavy compute at the tail), on a cluster of
+``nodes x gpus_per_node`` GPUs with every layout the cluster allows (or a
+chosen few). Memory is set from the footprint of the model so that it binds:
+``gpu_memory_bytes = headroom x (weights + m x activations) / N``, the
+perfectly sharded footprint times a headroom factor -- plans that replicate
+weights over many data-parallel ranks do not fit.
+
+The same arguments and seed always give the same problem (and so the same
+batch key). Nothing here is a measured profile: it is a family of
+realistic-looking, hard-enough instances for timing and comparing solvers.
+
+Usage::
+
+    from benchmarks.synthetic import synthetic_problem
+    problem = synthetic_problem(layers=64, nodes=4, gpus_per_node=8, seed=3)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from partitioner.problem import Cluster, Layout, Problem
+
+__all__ = ["ModuleShape", "MODULES", "synthetic_problem", "layout_keys", "write_problems"]
+
+GB = 10**9
+
+
+@dataclass(frozen=True)
+class ModuleShape:
+    """Per-layer scales of one module, before noise (on one GPU, one microbatch)."""
+
+    name: str
+    share: float  # fraction of the layers
+    fwd_ms: float
+    weight_bytes: float
+    act_bytes: float
+    out_bytes: float
+    tp_overhead: float  # time lost per extra tensor-parallel rank (small GEMMs scale badly)
+
+
+# Shapes loosely after a ViT-L vision tower, a 7B LLaMA-style backbone and a
+# diffusion action head (weights with Adam states at 16 B/param).
+MODULES = (
+    ModuleShape("vision", 0.25, 3.0, 0.25 * GB, 1.6 * GB, 40e6, 0.30),
+    ModuleShape("projector", 0.0, 1.0, 0.10 * GB, 0.2 * GB, 60e6, 0.15),  # exactly one layer
+    ModuleShape("llm", 0.60, 6.0, 3.2 * GB, 0.8 * GB, 30e6, 0.08),
+    ModuleShape("action", 0.15, 9.0, 0.6 * GB, 0.4 * GB, 10e6, 0.12),
+)
+
+
+def layout_keys(nodes: int, gpus_per_node: int, layouts: int | Sequence[str] | None = None) -> list[Layout]:
+    """The layouts to give each layer.
+
+    ``None``: every (dp, tp) the cluster allows; an int ``k``: for every
+    allowed stage size, the ``k`` layouts with the smallest tp; a sequence
+    of keys (``"dp2tp4"``): exactly those.
+    """
+    cluster = Cluster(nodes, gpus_per_node, 1, 1.0, 1.0)
+    if layouts is not None and not isinstance(layouts, int):
+        return [Layout.parse(k) for k in layouts]
+    chosen = []
+    for d in cluster.allowed_sizes():
+        options = [Layout(d // tp, tp) for tp in range(1, min(d, gpus_per_node) + 1) if d % tp == 0 and tp & (tp - 1) == 0]
+        chosen.extend(options if layouts is None else options[: max(1, layouts)])
+    return chosen
+
+
+def _module_of_layers(layers: int) -> list[ModuleShape]:
+    vision, projector, llm, action = MODULES
+    if layers < 4:
+        return [llm] * layers
+    n_vision = max(1, round(vision.share * layers))
+    n_action = max(1, round(action.share * layers))
+    n_llm = layers - n_vision - n_action - 1
+    if n_llm < 1:
+        n_vision -= 1
+        n_llm += 1
+    return [vision] * n_vision + [projector] + [llm] * n_llm + [action] * n_action
+
+
+def synthetic_problem(
+    layers: int = 64,
+    nodes: int = 4,
+    gpus_per_node: int = 8,
+    layouts: int | Sequence[str] | None = None,
+    transfers: bool = True,
+    *,
+    seed: int = 0,
+    microbatches: int = 8,
+    headroom: float = 1.25,
+    noise: float = 0.15,
+    objective: str = "iteration",
+    name: str | None = None,
+) -> Problem:
+    """A seeded VLA-shaped v1 problem (see the module docstring).
+
+    Parameters
+    ----------
+    layers, nodes, gpus_per_node : int
+    layouts : int, sequence of str or None
+        See :func:`layout_keys`.
+    transfers : bool
+        ``False`` sets every ``out_bytes`` to 0 (free stage boundaries).
+    seed : int
+    microbatches : int
+    headroom : float
+        GPU memory as a multiple of the perfectly sharded footprint; smaller is tighter.
+    noise : float
+        Relative spread of the per-layer scales (log-normal).
+    objective : {"iteration", "bottleneck"}
+    """
+    if layers < 1 or nodes < 1 or gpus_per_node < 1:
+        raise ValueError("layers, nodes and gpus_per_node must be >= 1")
+    rng = np.random.default_rng([seed, layers, nodes, gpus_per_node, int(transfers)])
+    lays = layout_keys(nodes, gpus_per_node, layouts)
+    shapes = _module_of_layers(layers)
+
+    def draw(scale: float) -> float:
+        return float(scale * rng.lognormal(0.0, noise))
+
+    docs = []
+    total_weight = total_act = 0.0
+    counters: dict[str, int] = {}
+    for shape in shapes:
+        fwd1, weight, act, out = draw(shape.fwd_ms), draw(shape.weight_bytes), draw(shape.act_bytes), draw(shape.out_bytes)
+        bwd_ratio = 2.0 * float(rng.uniform(0.9, 1.1))
+        total_weight += weight
+        total_act += act
+        costs = {}
+        for lay in lays:
+            # data parallelism splits the microbatch; tensor parallelism splits the GEMMs but
+            # loses efficiency per extra rank; a fixed per-layer overhead bounds the speed-up
+            efficiency = 1.0 / (1.0 + shape.tp_overhead * (lay.tp - 1))
+            fwd = fwd1 / (lay.dp * lay.tp * efficiency) + 0.02
+            costs[lay.key] = {
+                "fwd_ms": round(fwd, 4),
+                "bwd_ms": round(fwd * bwd_ratio, 4),
+                "weight_bytes": int(weight / lay.tp),
+                "act_bytes": int(act / lay.devices),
+            }
+        k = counters.get(shape.name, 0)
+        counters[shape.name] = k + 1
+        docs.append(
+            {"name": f"{shape.name}.{k}", "module": shape.name, "out_bytes": int(out) if transfers else 0, "costs": costs}
+        )
+    n = nodes * gpus_per_node
+    memory = int(headroom * (total_weight + microbatches * total_act) / n)
+    doc = {
+        "version": 1,
+        "name": name or f"synthetic-L{layers}-{nodes}x{gpus_per_node}-s{seed}",
+        "cluster": {
+            "nodes": nodes,
+            "gpus_per_node": gpus_per_node,
+            "gpu_memory_bytes": memory,
+            "intra_node_GBps": 300.0,
+            "inter_node_GBps": 25.0,
+        },
+        "training": {"microbatches": microbatches, "objective": objective},
+        "layers": docs,
+        "meta": {
+            "generator": "benchmarks.synthetic",
+            "seed": seed,
+            "layouts": [lay.key for lay in lays],
+            "transfers": transfers,
+            "headroom": headroom,
+        },
+    }
+    return Problem.from_dict(doc)
+
+
+def write_problems(directory, count: int, *, first_seed: int = 0, suffix: str = ".json", **kwargs) -> list:
+    """Write ``count`` problems with seeds ``first_seed ..`` into ``directory``; return the paths."""
+    from pathlib import Path
+
+    from partitioner.problem import dump_problem
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for seed in range(first_seed, first_seed + count):
+        problem = synthetic_problem(seed=seed, **kwargs)
+        path = directory / f"{problem.name}{suffix}"
+        dump_problem(problem, path)
+        paths.append(path)
+    return paths
