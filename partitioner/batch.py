@@ -537,9 +537,12 @@ class ResultsFile:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         created = not self.path.exists()
-        self._file = open(self.path, "a+b")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "a+b")
+        except OSError as err:
+            raise SweepError(f"cannot open the results file: {err.strerror or err}", source=str(self.path)) from None
         try:
             _lock(self._file, self.path)
             self._file.seek(0)

@@ -372,11 +372,18 @@ def compare_cmd(
         raise SolverError(f"--tol must be >= 0, got {tol}")
     comparison = compare_file(results_path, tol=tol)
     if profile is not None:
-        plot_profile(comparison, profile)
+        try:
+            profile.parent.mkdir(parents=True, exist_ok=True)
+            plot_profile(comparison, profile)
+        except OSError as e:
+            raise ProblemError(f"cannot write the profile: {e.strerror or e}", source=str(profile)) from None
     if markdown is not None:
         image = os.path.relpath(profile, markdown.parent) if profile is not None else None
-        markdown.parent.mkdir(parents=True, exist_ok=True)
-        markdown.write_text(to_markdown(comparison, profile_image=image), encoding="utf-8")
+        try:
+            markdown.parent.mkdir(parents=True, exist_ok=True)
+            markdown.write_text(to_markdown(comparison, profile_image=image), encoding="utf-8")
+        except OSError as e:
+            raise ProblemError(f"cannot write: {e.strerror or e}", source=str(markdown)) from None
     if as_json:
         print_json(comparison.to_dict())
         return
