@@ -314,14 +314,18 @@ def simulate_cmd(
     sim = simulate(problem, plan, schedule, evaluation=ev)
     written = []
     title = f"{problem.name}: {plan_path.name}"
-    if gantt_path is not None:
-        from .viz import save_gantt
+    try:
+        if gantt_path is not None:
+            from .viz import save_gantt
 
-        written.append(("Gantt chart", save_gantt(sim, gantt_path, title)))
-    if trace_path is not None:
-        from .viz import write_trace
+            written.append(("Gantt chart", save_gantt(sim, gantt_path, title)))
+        if trace_path is not None:
+            from .viz import write_trace
 
-        written.append(("Chrome trace", write_trace(sim, trace_path, title)))
+            written.append(("Chrome trace", write_trace(sim, trace_path, title)))
+    except OSError as e:  # an unwritable output path is the user's input
+        err.print(f"error: cannot write {e.filename or ''}: {e.strerror or e}", markup=False)
+        raise typer.Exit(EXIT_BAD_INPUT)
     if as_json:
         print_json(sim.to_dict())
     else:

@@ -21,7 +21,12 @@ group 0, tensor ranks 0-3) sits on ``devices[r]`` and holds the block
 
 of the global tensor. The destination is lesson 15's layout: batch split
 over dp_d, feature dimension split over tp_d, ready for the projector's
-first GEMM on each tensor rank (the lesson calls it column-parallel).
+first GEMM on each tensor rank (the lesson calls it column-parallel). Note
+that a GEMM ``X W`` whose input X is split along its inner dimension D is,
+in Megatron-LM's terms, *row*-parallel: rank t multiplies its slice by the
+rows ``W[t*D/tp:(t+1)*D/tp, :]`` and the partial products are summed by an
+all-reduce (or reduce-scatter). A column-parallel projector instead needs
+the full D features on every tensor rank, tp times the bytes received here.
 
 The *source* holds the same kind of blocks: batch split over dp_s and, when
 tp_s > 1, the feature dimension split over tp_s -- every element lives on

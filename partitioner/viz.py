@@ -65,15 +65,9 @@ def gantt(sim: Simulation, title: str | None = None, *, width: float = 12.0):
     height = 0.8
     # the row's grey band is the idle time that the boxes leave uncovered
     ax.barh(range(P), [span] * P, left=0, height=height, color=IDLE_COLOR, edgecolor="none", zorder=1)
-    pts_per_ms = (width * 72 * 0.8) / span if span > 0 else 0.0  # rough width of 1 ms on the page
     for op in sim.timeline:
         color = FORWARD_COLOR if op.kind == "F" else BACKWARD_COLOR
         ax.barh(op.stage, op.duration, left=op.start, height=height, color=color, edgecolor="white", linewidth=0.6, zorder=2)
-        text = str(op.microbatch)
-        if op.duration * pts_per_ms >= 7 * len(text) + 2:  # only when the number fits in the box
-            fontsize = min(9.0, op.duration * pts_per_ms / (0.75 * len(text) + 0.5))
-            ax.text(op.start + op.duration / 2, op.stage, text, ha="center", va="center",
-                    color="white", fontsize=fontsize, zorder=3)
     ax.set_yticks(range(P), _labels(sim))
     ax.set_ylim(P - 0.5, -0.5)  # stage 0 on top
     ax.set_xlim(0, span if span > 0 else 1.0)
@@ -91,7 +85,22 @@ def gantt(sim: Simulation, title: str | None = None, *, width: float = 12.0):
         handles.append(Patch(color=BACKWARD_COLOR, label="backward"))
     handles.append(Patch(color=IDLE_COLOR, label="idle"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    _number_boxes(fig, ax, sim)
     return fig
+
+
+def _number_boxes(fig, ax, sim: Simulation) -> None:
+    """Write the microbatch number in every box wide enough to hold it."""
+    fig.draw_without_rendering()  # settle the layout to learn how wide 1 ms is on the page
+    x0, x1 = ax.get_xlim()
+    pts_per_ms = ax.get_window_extent().width * 72.0 / fig.dpi / (x1 - x0)
+    for op in sim.timeline:
+        text = str(op.microbatch)
+        # a digit is about 0.6 em wide; keep a little margin on both sides
+        fontsize = min(9.0, op.duration * pts_per_ms / (0.62 * len(text) + 0.5))
+        if fontsize >= 5.5:
+            ax.text(op.start + op.duration / 2, op.stage, text, ha="center", va="center",
+                    color="white", fontsize=fontsize, zorder=3)
 
 
 def save_gantt(sim: Simulation, path: str | Path, title: str | None = None, *, dpi: int = 150) -> Path:

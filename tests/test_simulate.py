@@ -335,6 +335,8 @@ def test_cli_exit_codes(tmp_path, cli, examples):
     assert r.returncode == 2 and "missing.json" in r.stderr
     r = cli("simulate", problem, plan, "--gantt", tmp_path / "g.bmp")
     assert r.returncode == 2 and "g.bmp" in r.stderr
+    r = cli("simulate", problem, plan, "--trace", tmp_path / "no-such-dir" / "t.json")
+    assert r.returncode == 2 and "cannot write" in r.stderr
     infeasible = write(tmp_path / "res.json", {"status": "infeasible", "plan": None})
     r = cli("simulate", problem, infeasible)
     assert r.returncode == 2 and "plan" in r.stderr
