@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -224,7 +225,7 @@ def stage_order(schedule: str, stage: int, num_stages: int, microbatches: int) -
 def _check_times(name: str, values: Sequence[float]) -> tuple[float, ...]:
     out = []
     for p, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0:
             raise ValueError(f"{name}[{p}] must be a finite number >= 0, got {v!r}")
         out.append(float(v))
     return tuple(out)
@@ -266,7 +267,7 @@ def simulate_times(
     bwd = _check_times("bwd_ms", bwd_ms) if bwd_ms is not None else (0.0,) * P
     if len(bwd) != P:
         raise ValueError(f"fwd_ms has {P} stages but bwd_ms has {len(bwd)}")
-    if isinstance(microbatches, bool) or not isinstance(microbatches, int) or microbatches < 1:
+    if isinstance(microbatches, bool) or not isinstance(microbatches, numbers.Integral) or microbatches < 1:
         raise ValueError(f"microbatches must be an integer >= 1, got {microbatches!r}")
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
@@ -278,6 +279,7 @@ def simulate_times(
     if stage_labels is not None and len(stage_labels) != P:
         raise ValueError(f"stage_labels has {len(stage_labels)} entries for {P} stages")
 
+    microbatches = int(microbatches)
     orders = [stage_order(schedule, p, P, microbatches) for p in range(P)]
     timeline = _run(orders, fwd, bwd)
     return Simulation(
