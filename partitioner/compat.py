@@ -80,7 +80,7 @@ class AsymmetricPipelineScheduler:
         The exact solver :meth:`solve_optimal_layer_partition` uses.
     """
 
-    def __init__(self, method: str = "brute"):
+    def __init__(self, method: str = "dp"):
         self.method = method
 
     def simulate_1f1b_execution(self, stage_latencies: Sequence[float], num_microbatches: int) -> tuple[float, float]:

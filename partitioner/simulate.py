@@ -147,16 +147,15 @@ class Simulation:
         """``(time, microbatches held)`` after every change on ``stage``.
 
         A microbatch is held from the start of its forward to the end of its
-        backward (``forward`` schedule: to the end of its forward).
+        backward. DESIGN counts in-flight microbatches as forwards done minus
+        backwards done, so in the ``forward`` schedule (no backwards) a stage
+        ends up holding all m.
         """
         held, out = 0, []
         for op in self.ops(stage):
             if op.kind == "F":
                 held += 1
                 out.append((op.start, held))
-                if self.schedule == "forward":
-                    held -= 1
-                    out.append((op.end, held))
             else:
                 held -= 1
                 out.append((op.end, held))
