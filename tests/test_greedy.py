@@ -40,3 +40,28 @@ def test_balance_cuts_gives_exactly_the_stage_count():
 def test_grow_sizes_uses_every_device():
     assert sum(grow_sizes([5.0, 1.0, 1.0], (1, 2, 4, 8, 16), 16)) == 16
     assert grow_sizes([1.0] * 3, (1, 2, 4), 2) is None
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_problems())
+def test_uniform_and_balanced_are_ordered_and_never_beat_the_optimum(problem):
+    optimum = solve(problem, "dp")
+    uniform = solve(problem, "uniform")
+    balanced = solve(problem, "balanced")
+    for r in (uniform, balanced):
+        assert r.status in ("feasible", "infeasible"), r.message
+        if r.status == "feasible":
+            assert optimum.status == "optimal" and r.value >= optimum.value * (1 - 1e-9)
+    # balanced optimizes the cuts (and placement) within uniform's meshes and layouts
+    if uniform.status == "feasible":
+        assert balanced.status == "feasible" and balanced.value <= uniform.value * (1 + 1e-9)
+
+
+def test_uniform_is_megatrons_split(examples):
+    problem = load_problem(examples / "seed_lesson16.json")
+    r = solve(problem, "uniform")
+    assert r.status == "feasible"
+    assert r.plan.layers_per_stage() == [9, 9, 8, 8]  # 34 layers on 4 stages, remainder first
+    assert r.value == pytest.approx(16 + 8 * 2.0)  # stage 0: the vit and 8 llm layers
+    b = solve(problem, "balanced")
+    assert b.value == 22.0  # one layout (dp1tp1) already allows the optimal cuts here
