@@ -261,13 +261,17 @@ def _automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_fixed
 class DPModel:
     """Tables and recursions for one problem (see the module docstring)."""
 
-    def __init__(self, problem: Problem):
+    def __init__(self, problem: Problem, layouts: tuple | None = None, stage_counts: tuple[int, int] | None = None):
+        """``layouts`` restricts the layouts stages may use (and so their sizes);
+        ``stage_counts`` overrides the problem's stage bounds."""
         self.problem = problem
         cluster = problem.cluster
         self.L, self.N, self.G = problem.num_layers, cluster.num_devices, cluster.gpus_per_node
         self.m = problem.microbatches
-        self.sizes = cluster.allowed_sizes()
-        self.layouts = problem.layouts()
+        self.layouts = problem.layouts() if layouts is None else tuple(layouts)
+        usable = {lay.devices for lay in self.layouts}
+        self.sizes = tuple(d for d in cluster.allowed_sizes() if d in usable)
+        self.stage_counts = stage_counts or (problem.stages.min, problem.stages.max)
         self._layer_tables()
         self._levels()
 
@@ -312,7 +316,7 @@ class DPModel:
 
     def _levels(self) -> None:
         """Stage-count levels: exact counts below ``K``; level ``K`` is "K or more" when unbounded."""
-        P_lo, P_hi = self.problem.stages.min, self.problem.stages.max
+        P_lo, P_hi = self.stage_counts
         # if no layout's fit depends on the stash within 1..m, the stash does not matter
         relevant = self.smax[self.smax >= 1]
         stash_matters = bool(np.any(relevant < self.m))
