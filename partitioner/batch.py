@@ -366,6 +366,7 @@ class Job:
     seed: int
     options: Mapping[str, Any]
     document: Mapping[str, Any] = field(repr=False, compare=False)  # Problem.to_dict()
+    grid: Mapping[str, Any] | None = None  # the preset grid point it was built from, if any
 
     @property
     def label(self) -> str:
@@ -382,6 +383,7 @@ def make_jobs(
     time_limit: float | None = None,
     seed: int = 0,
     options: Mapping[str, Mapping[str, Any]] | None = None,
+    grid: Mapping[str, Any] | None = None,
 ) -> list[Job]:
     """The jobs for one problem, one per method (the problem's own objective by default)."""
     document = problem.to_dict()
@@ -391,7 +393,7 @@ def make_jobs(
     for method in methods:
         opts = dict((options or {}).get(method, {}))
         key = job_key(digest, method, objective, time_limit, seed, opts)
-        jobs.append(Job(key, name, digest, method, objective, time_limit, seed, opts, document))
+        jobs.append(Job(key, name, digest, method, objective, time_limit, seed, opts, document, grid))
     return jobs
 
 
@@ -446,7 +448,7 @@ def expand(sweep: Sweep) -> Expansion:
             except (ProblemError, ValueError, KeyError) as err:
                 failed.extend(_unbuilt_records(sweep, point, objective, err))
                 continue
-            jobs.extend(make_jobs(problem, point.name, sweep.methods, **settings))
+            jobs.extend(make_jobs(problem, point.name, sweep.methods, grid=point.to_dict(), **settings))
     unique: dict[str, Job] = {}
     for job in jobs:
         unique.setdefault(job.key, job)
@@ -460,7 +462,7 @@ def _unbuilt_records(sweep: Sweep, point: GridPoint, objective: str, err: Except
     for method in sweep.methods:
         opts = dict(sweep.options.get(method, {}))
         job = Job(job_key(digest, method, objective, sweep.time_limit, sweep.seed, opts), point.name, digest,
-                  method, objective, sweep.time_limit, sweep.seed, opts, {})
+                  method, objective, sweep.time_limit, sweep.seed, opts, {}, point.to_dict())
         message = f"the cost model could not build this grid point: {type(err).__name__}: {err}"
         records.append(_failure_record(job, opts, "error", message, 0.0, _local_info()))
     return records
@@ -593,6 +595,8 @@ def _lock(handle: Any, path: Path) -> None:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         raise SweepError("is being written by another running sweep (it holds the file lock)", source=str(path)) from None
+    except OSError:  # a file system without locks (some NFS mounts): go on unlocked
+        pass
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -656,7 +660,7 @@ def run_job(payload: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _prepare_worker(imports: Sequence[str], threads: int) -> None:
+def _prepare_worker(imports: Sequence[str]) -> None:
     registered_methods()
     for module in imports:
         importlib.import_module(module)
@@ -675,12 +679,12 @@ def _watch_parent() -> None:
     threading.Thread(target=watch, name="watch-parent", daemon=True).start()
 
 
-def _process_worker(conn: Any, imports: Sequence[str], threads: int) -> None:
+def _process_worker(conn: Any, imports: Sequence[str]) -> None:
     """A local worker: announce readiness, then solve jobs until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _watch_parent()
     try:
-        _prepare_worker(imports, threads)
+        _prepare_worker(imports)
     except BaseException as err:
         conn.send(("fatal", f"worker setup failed: {type(err).__name__}: {err}"))
         return
@@ -716,12 +720,12 @@ class _ProcessPool:
         return available_cores()
 
     def configure(self, imports: Sequence[str], threads: int) -> None:
-        self._imports, self._threads = tuple(imports), threads
+        self._imports = tuple(imports)  # threads reach the jobs as a method option, not a process setting
 
     def start(self, slot: int) -> None:
         parent_end, child_end = self._ctx.Pipe(duplex=True)
         proc = self._ctx.Process(
-            target=_process_worker, args=(child_end, self._imports, self._threads), name=f"partitioner-batch-{slot}",
+            target=_process_worker, args=(child_end, self._imports), name=f"partitioner-batch-{slot}",
             daemon=True,
         )
         proc.start()
@@ -797,9 +801,9 @@ def _exit_description(code: int | None) -> str:
 class _RayWorker:
     """The Ray actor behind one worker slot (decorated with ``ray.remote`` at run time)."""
 
-    def __init__(self, imports: Sequence[str], threads: int):
+    def __init__(self, imports: Sequence[str]):
         try:
-            _prepare_worker(imports, threads)
+            _prepare_worker(imports)
             self._setup_error = None
         except BaseException as err:
             self._setup_error = f"worker setup failed: {type(err).__name__}: {err}"
@@ -843,11 +847,12 @@ class _RayPool:
         return max(1, int(self._ray.cluster_resources().get("CPU", 1)))
 
     def configure(self, imports: Sequence[str], threads: int) -> None:
+        # each actor reserves the CPUs its jobs may use, so Ray does not oversubscribe a node
         self._cls = self._ray.remote(num_cpus=threads, max_restarts=0, max_task_retries=0)(_RayWorker)
-        self._imports, self._threads = tuple(imports), threads
+        self._imports = tuple(imports)
 
     def start(self, slot: int) -> None:
-        actor = self._cls.remote(self._imports, self._threads)
+        actor = self._cls.remote(self._imports)
         self._actors[slot] = actor
         self._refs[actor.ready.remote()] = slot
 
@@ -939,6 +944,7 @@ def _base_record(job: Job, options: Mapping[str, Any]) -> dict[str, Any]:
         "objective": job.objective,
         "time_limit": job.time_limit,
         "seed": job.seed,
+        **({"grid": dict(job.grid)} if job.grid is not None else {}),
     }
 
 
