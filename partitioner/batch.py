@@ -832,13 +832,17 @@ class _RayPool:
         if not ray.is_initialized():
             import logging
 
-            ray.init(
-                address=address,
-                runtime_env=_ray_runtime_env(address),
-                include_dashboard=False,
-                log_to_driver=False,
-                logging_level=logging.WARNING,
-            )
+            try:
+                ray.init(
+                    address=address,
+                    runtime_env=_ray_runtime_env(address),
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    logging_level=logging.WARNING,
+                )
+            except Exception as err:  # unreachable address, refused authentication, ...
+                where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+                raise SweepError(f"cannot connect to {where}: {type(err).__name__}: {_first_line(err)}") from None
             self._owns = True
         self._actors: dict[int, Any] = {}
         self._refs: dict[Any, int] = {}
