@@ -461,18 +461,19 @@ class DPModel:
         base = cbs[valid][:, None] + X[bs][:, pair_co]  # (nb, pairs)
         Hs = Hi[bs + 1][:, :, : self.N + 1 - d]  # suffix devices D' -> D = D' + d
         zn_u = pair_zn[zn_starts]
+        # one column per distinct incoming transfer time (often far fewer than categories)
         values, where = np.unique(xin_a, return_inverse=True)
-        for u, v in enumerate(values):
-            t = base + v
-            ok = t <= lim
-            if mode == "minmax":
-                val = np.where(ok[:, :, None], np.maximum(t[:, :, None], Hs), INF).min(axis=0)
-            else:
-                val = np.where(ok[:, :, None], t[:, :, None] + Hs, INF).min(axis=0)
-            per_state = np.minimum.reduceat(val, zn_starts, axis=0)  # (states, D')
-            cs = np.flatnonzero(where == u)
-            cur = V[a, level][np.ix_(zn_u, cs, np.arange(d, self.N + 1))]
-            V[a, level][np.ix_(zn_u, cs, np.arange(d, self.N + 1))] = np.minimum(cur, per_state[:, None, :])
+        t = base[:, :, None] + values[None, None, :]  # (nb, pairs, values)
+        if mode == "minmax":
+            val = np.maximum(t[..., None], Hs[:, :, None, :])
+        else:
+            val = t[..., None] + Hs[:, :, None, :]
+        if math.isfinite(lim):
+            val = np.where((t <= lim)[..., None], val, INF)
+        val = val.min(axis=0)  # (pairs, values, D')
+        per_state = np.minimum.reduceat(val, zn_starts, axis=0)[:, where, :]  # (states, categories, D')
+        target = V[a, level, zn_u, :, d:]
+        V[a, level, zn_u, :, d:] = np.minimum(target, per_state)
 
     # ---------------------------------------------------------------- answers
     def _final(self, V, auto) -> tuple[float, tuple | None]:
