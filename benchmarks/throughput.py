@@ -69,8 +69,13 @@ def machine() -> dict[str, Any]:
         memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
     except (ValueError, OSError, AttributeError):
         memory_gb = None
+    try:
+        load = [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        load = None
     return {
         "cpu": cpu,
+        "load_average": load,  # 1, 5, 15 min: other work on the machine slows every figure
         "cores": available_cores(),
         "memory_gb": round(memory_gb, 1) if memory_gb else None,
         "platform": platform.platform(),
@@ -96,6 +101,7 @@ def run_throughput(
     work_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Run the throughput benchmark; return the report document (see the module docstring)."""
+    host = machine()  # before the run: the load average then says what else was running
     available = methods()
     method_list = [m for m in (method_list or DEFAULT_METHODS) if m in available]
     if not method_list:
@@ -147,7 +153,7 @@ def run_throughput(
         )
     return {
         "benchmark": "throughput",
-        "machine": machine(),
+        "machine": host,
         "cores": cores,
         "problems": {
             "count": count,
@@ -179,7 +185,8 @@ def to_markdown(doc: dict[str, Any]) -> str:
         + (f", {m['memory_gb']} GB RAM" if m.get("memory_gb") else "")
         + f"), {m['platform']}, Python {m['python']}, partitioner {m['partitioner']}"
         + (f" (commit {m['commit']})" if m.get("commit") else "")
-        + ".",
+        + "."
+        + (f" Load average before the run: {' / '.join(map(str, m['load_average']))} (1 / 5 / 15 min)." if m.get("load_average") else ""),
         "",
         f"Problems: {p['count']} seeded synthetic VLA-shaped problems ({p['generator']}), "
         f"{p['layers']} layers on {p['nodes']} x {p['gpus_per_node']} GPUs, {len(p['layouts'])} layouts per layer, "

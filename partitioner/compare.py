@@ -14,8 +14,10 @@ some method said ``infeasible``, and *unknown* otherwise.
 Per method the summary counts jobs, plans found (``solved``), proven
 optima, infeasibility claims that agree with the other methods (no plan
 found by anyone) and those that do not, errors and timeouts; the mean and
-max gap over its solved jobs; the geometric-mean time (the solver's own
-``solve_seconds``, or the wall time of a failed job, each floored at 1 us);
+max gap over its solved jobs; the geometric-mean time over all its jobs (the
+solver's own ``solve_seconds``; a job that ended in ``error`` or ``timeout``
+is charged the time limit when there was one, the usual penalty; each time
+floored at 1 us);
 and *wins*: instances where it reached the best known value fastest (ties
 share the win). *Conflicts* flag results no correct method can produce: a
 proven optimum worse than another method's plan, or a lower bound above a
@@ -41,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .batch import latest_records, read_results
+from .batch import FAILED, latest_records, read_results
 from .problem import ProblemError
 
 __all__ = [
@@ -169,6 +171,14 @@ def _seconds(record: Mapping[str, Any]) -> float:
     return max(MIN_SECONDS, float(seconds or 0.0))
 
 
+def _charged_seconds(record: Mapping[str, Any], seconds: float) -> float:
+    """The time a job counts for in the mean: a failed job is charged its time limit, if it had one."""
+    limit = record.get("time_limit")
+    if record.get("status") in FAILED and limit:
+        return max(seconds, float(limit))
+    return seconds
+
+
 def _gap(value: float, best: float, tol: float) -> float:
     scale = abs(best) if best != 0 else 1.0
     gap = (value - best) / scale
@@ -211,6 +221,7 @@ def compare(records: Iterable[Mapping[str, Any]], *, tol: float = DEFAULT_TOL, s
     rows: list[ProblemRow] = []
     conflicts: list[dict[str, Any]] = []
     per_method: dict[str, list[tuple[Entry, str]]] = defaultdict(list)  # (entry, verdict)
+    charged: dict[str, list[float]] = defaultdict(list)
     wins: dict[str, int] = defaultdict(int)
     conflict_count: dict[str, int] = defaultdict(int)
     for ident, by_label in instances.items():
@@ -232,6 +243,7 @@ def compare(records: Iterable[Mapping[str, Any]], *, tol: float = DEFAULT_TOL, s
             entry = Entry(status, value, bound, gap, _seconds(r), str(r.get("message") or ""))
             entries[label] = entry
             per_method[label].append((entry, verdict))
+            charged[label].append(_charged_seconds(r, entry.seconds))
             if best is not None:
                 limit = best + tol * max(1.0, abs(best))
                 what = None
@@ -267,7 +279,7 @@ def compare(records: Iterable[Mapping[str, Any]], *, tol: float = DEFAULT_TOL, s
     for label in labels:
         items = per_method[label]
         gaps = [e.gap for e, _ in items if e.gap is not None]
-        times = [e.seconds for e, _ in items]
+        times = charged[label]
         methods[label] = MethodStats(
             jobs=len(items),
             solved=sum(e.solved for e, _ in items),
@@ -455,7 +467,8 @@ def to_markdown(comparison: Comparison, *, title: str = "Solver comparison", pro
     parts += [
         "",
         "*solved*: a plan was found; *gap*: (value - best known) / best known, over solved jobs, "
-        f"0 within a relative {comparison.tol:g}; *geomean time*: geometric mean of solve times over all jobs; "
+        f"0 within a relative {comparison.tol:g}; *geomean time*: geometric mean of solve times over all jobs "
+        "(an error or timeout counts at the time limit); "
         "*wins*: instances where the method reached the best known value fastest; *conflicts*: a proven "
         "optimum or a bound contradicted by another method's plan.",
     ]

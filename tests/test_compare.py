@@ -34,7 +34,7 @@ def test_gaps_wins_and_statuses_follow_the_definitions():
         # p1: exact reaches 10 in 2 s, greedy 12 in 0.01 s, milp times out
         rec("p1", "dp", "optimal", 10.0, 10.0, seconds=2.0),
         rec("p1", "greedy", "feasible", 12.0, seconds=0.01),
-        rec("p1", "milp", "timeout", seconds=8.0),
+        rec("p1", "milp", "timeout", seconds=8.0, time_limit=10.0),  # charged its time limit
         # p2: greedy reaches the optimum fastest; milp only a feasible plan with a bound
         rec("p2", "dp", "optimal", 4.0, 4.0, seconds=0.5),
         rec("p2", "greedy", "feasible", 4.0, seconds=0.25),
@@ -53,7 +53,7 @@ def test_gaps_wins_and_statuses_follow_the_definitions():
     assert (milp.solved, milp.errors, milp.timeouts, milp.wins) == (1, 1, 1, 0)
     assert milp.mean_gap == pytest.approx(0.25)
     assert dp.geomean_seconds == pytest.approx((2.0 * 0.5 * 0.1) ** (1 / 3))
-    assert milp.geomean_seconds == pytest.approx((8.0 * 4.0 * 0.1) ** (1 / 3))
+    assert milp.geomean_seconds == pytest.approx((10.0 * 4.0 * 0.1) ** (1 / 3))
 
     rows = {row.problem: row for row in c.problems}
     assert (rows["p1"].best_value, rows["p1"].verdict) == (10.0, "feasible")
