@@ -425,20 +425,13 @@ def expand(sweep: Sweep) -> Expansion:
             raise SweepError(str(err), path=f"problems[{i}]", source=sweep.source) from None
         jobs.extend(make_jobs(problem, entry, sweep.methods, **settings))
     if sweep.grid:
-        try:
-            from .costs import build_problem
-        except ImportError as err:
-            raise SweepError(
-                f"a grid needs the cost model (partitioner.costs), which cannot be imported: {err}",
-                path="grid",
-                source=sweep.source,
-            ) from None
+        build_problem = _grid_builder(sweep)
         for point in sweep.grid:
             objective = sweep.objective or "iteration"
             try:
                 problem = build_problem(
-                    point.model,
-                    point.cluster,
+                    _preset(sweep, point.model),
+                    _preset(sweep, point.cluster),
                     nodes=point.nodes,
                     global_batch=point.global_batch,
                     microbatches=point.microbatches,
@@ -453,6 +446,38 @@ def expand(sweep: Sweep) -> Expansion:
     for job in jobs:
         unique.setdefault(job.key, job)
     return Expansion(tuple(unique.values()), tuple(failed), len(jobs) - len(unique))
+
+
+def _preset(sweep: Sweep, name: str) -> str:
+    """A preset name as is; a model/cluster file relative to the sweep file, like problem files."""
+    if name.lower().endswith((".yaml", ".yml", ".json")):
+        return str(sweep.problem_path(name))
+    return name
+
+
+def _grid_builder(sweep: Sweep) -> Callable[..., Problem]:
+    """The cost model's ``build_problem``, after checking every model and cluster name of the grid once.
+
+    A misspelt preset is an error in the sweep (exit 2), not a column of failed jobs.
+    """
+    try:
+        from . import costs
+    except ImportError as err:
+        raise SweepError(
+            f"a grid needs the cost model (partitioner.costs), which cannot be imported: {err}",
+            path="grid",
+            source=sweep.source,
+        ) from None
+    for field_name, loader_name in (("model", "load_model"), ("cluster", "load_cluster")):
+        loader = getattr(costs, loader_name, None)
+        if loader is None:
+            continue
+        for name in dict.fromkeys(getattr(point, field_name) for point in sweep.grid):
+            try:
+                loader(_preset(sweep, name))
+            except ProblemError as err:
+                raise SweepError(f"{field_name} {name!r}: {err}", path="grid", source=sweep.source) from None
+    return costs.build_problem
 
 
 def _unbuilt_records(sweep: Sweep, point: GridPoint, objective: str, err: Exception) -> list[dict[str, Any]]:
