@@ -1066,7 +1066,12 @@ def _schedule(
                 slot.job, slot.options, slot.started = job, _runtime_options(job, threads), now
                 if job.time_limit is not None:
                     slot.deadline = now + job.time_limit + (_default_grace(job.time_limit) if grace is None else grace)
-                pool.send(i, _payload(job, slot.options))
+                try:
+                    pool.send(i, _payload(job, slot.options))
+                except (OSError, ValueError):  # the worker died while idle: its death event restarts it
+                    pending.appendleft(job)
+                    release(i)
+                    slot.ready = False
         deadlines = [s.deadline for s in slots.values() if s.deadline is not None]
         timeout = min([1.0] + [max(0.0, d - now) for d in deadlines])
         for i, kind, data in pool.wait(timeout):
