@@ -660,11 +660,11 @@ def run_job(payload: Mapping[str, Any]) -> dict[str, Any]:
     """Solve one job's payload; never raises (an exception becomes an ``error`` result).
 
     Returns ``{"result": SolveResult.to_dict() or None, "error": message or None,
-    "traceback": ..., "wall_seconds", "version", "host", "worker"}``.
+    "traceback": ..., "wall_seconds", "cpu_seconds", "version", "host", "worker"}``.
     """
     from .solvers import solve
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     out: dict[str, Any] = {"result": None, "error": None}
     try:
         problem = Problem.from_dict(payload["problem"])
@@ -681,6 +681,7 @@ def run_job(payload: Mapping[str, Any]) -> dict[str, Any]:
         out["error"] = f"{type(err).__name__}: {err}"
         out["traceback"] = "".join(traceback.format_exception(type(err), err, err.__traceback__)[-8:])
     out["wall_seconds"] = time.perf_counter() - start
+    out["cpu_seconds"] = time.process_time() - cpu_start  # every thread of the worker: load-independent cost
     out.update(_local_info())
     return out
 
@@ -983,6 +984,7 @@ def _finish_record(record: dict[str, Any], job: Job, info: Mapping[str, Any], wa
         host=info.get("host"),
         worker=info.get("worker"),
         wall_seconds=wall,
+        cpu_seconds=info.get("cpu_seconds"),
         finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         problem_hash=job.problem_hash,
     )
