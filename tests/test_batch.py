@@ -32,7 +32,7 @@ from partitioner.batch import (
 from partitioner.problem import ProblemError, dump_problem
 
 REQUIRED = ("key", "problem", "method", "options", "status", "value", "bound", "gap", "solve_seconds", "plan",
-            "message", "version", "host", "worker", "wall_seconds")
+            "message", "version", "host", "worker", "wall_seconds", "cpu_seconds")
 
 
 def write_sweep(path: Path, **doc) -> Path:
@@ -408,3 +408,4 @@ def test_ray_backend_without_ray_says_how_to_get_it(tmp_path, monkeypatch):
     sweep = write_sweep(tmp_path / "sweep.yaml", problems=[str(EXAMPLES / "vla_toy_2x4.json")], methods=["greedy"])
     with pytest.raises(SweepError, match=r"pip install 'partitioner\[ray\]'"):
         run_sweep(sweep, tmp_path / "r.jsonl", backend="ray")
+
