@@ -19,8 +19,9 @@ per replica and microbatch:
   the weight gradients, and a frozen *first* module runs no backward at all;
   full recompute adds one forward [2]_.
 * **time** = FLOPs / tp / (peak x efficiency) + tensor-parallel
-  collectives. Efficiency is ``efficiency_max * w / (w + gemm_half_width) *
-  T / (T + gemm_half_tokens)`` with ``w = hidden / tp`` the per-GPU GEMM
+  collectives. Efficiency is ``efficiency_max * H(w, gemm_half_width) *
+  H(T, gemm_half_tokens)`` with ``H(x, x50) = x^k / (x^k + x50^k)``
+  (``k = efficiency_exponent``), ``w = hidden / tp`` the per-GPU GEMM
   width and ``T`` the tokens of the GEMM: narrow or short GEMMs leave tensor
   cores idle (tile and wave quantization [6]_; seed lesson 15 Q1). Each
   transformer block does 2 all-reduces forward and 2 backward (or the
@@ -160,6 +161,9 @@ class CostOptions:
         256-wide GEMMs that starve the tensor cores [6]_).
     gemm_half_tokens : float
         Tokens per GEMM (the M dimension) at which efficiency halves.
+    efficiency_exponent : float
+        Steepness ``k`` of the fall-off: with 2, a GEMM twice as wide as
+        ``gemm_half_width`` runs at 80 % of ``efficiency_max``, half as wide at 20 %.
     collective_latency_us : float
         Fixed cost of one NCCL collective inside a node (launch plus
         synchronization), microseconds.
@@ -194,8 +198,9 @@ class CostOptions:
     optimizer_bytes_per_param: float = 12.0
     frozen_bytes_per_param: float = 2.0
     efficiency_max: float = 0.70
-    gemm_half_width: float = 384.0
+    gemm_half_width: float = 256.0
     gemm_half_tokens: float = 128.0
+    efficiency_exponent: float = 2.0
     collective_latency_us: float = 20.0
     nvlink_efficiency: float = 0.8
     flash_backward_factor: float = 2.5
@@ -274,7 +279,8 @@ class Piece:
     tokens: int
     width: int
     heads: int = 1
-    attn_pairs: float = 0.0
+    attn_pairs: float = 0.0  # query-key pairs computed (the causal half for causal attention)
+    score_entries: float = 0.0  # score-matrix entries per head stored without flash attention (masked ones too)
     allreduces: int = 0  # forward collectives over tokens x width (as many again in backward)
     dense_act: tuple[float, float] = (0.0, 0.0)  # (replicated without SP, always sharded) bytes per sample
     tp_dims: tuple[int, ...] = ()  # dimensions tp must divide
@@ -311,7 +317,8 @@ def _attn_flops(spec: ModuleSpec, pairs: float) -> float:
 
 
 def _block_piece(
-    spec: ModuleSpec, name: str, tokens: int, pairs: float, extra_params: int = 0, extra_flops: float = 0.0, passes: int = 1
+    spec: ModuleSpec, name: str, tokens: int, pairs: float, extra_params: int = 0, extra_flops: float = 0.0, passes: int = 1,
+    scores: float | None = None,
 ) -> Piece:
     return Piece(
         name=name,
@@ -324,6 +331,7 @@ def _block_piece(
         width=spec.hidden,
         heads=spec.heads,
         attn_pairs=pairs,
+        score_entries=pairs if scores is None else scores,
         allreduces=2,
         tp_dims=(spec.heads, spec.hidden, spec.ffn),
         frozen=spec.frozen,
@@ -427,7 +435,8 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
             for i in range(spec.layers):
                 last = i == spec.layers - 1
                 extra_p = parts["post"] if last and not spec.lm_head else 0
-                pieces = [_block_piece(spec, f"{spec.name}.{i}", s_llm, pairs, extra_p)]
+                s_all = s_llm + (expert.tokens if expert is not None else 0)
+                pieces = [_block_piece(spec, f"{spec.name}.{i}", s_llm, pairs, extra_p, scores=float(s_llm * s_all))]
                 fq = _fqn(spec, "block", i) + (_fqn(spec, "post")[:1] if last and not spec.lm_head else ())
                 out = s_llm * h * BF16_BYTES
                 if expert is not None:
@@ -439,7 +448,7 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
                         io += 2.0 * s_e * (expert.action_dim * expert.hidden + 2 * expert.hidden * expert.hidden + expert.hidden**2)
                     if last:
                         io += 2.0 * s_e * expert.hidden * expert.action_dim
-                    pieces.append(_block_piece(expert, f"{expert.name}.{i}", s_e, e_pairs, e_extra, io))
+                    pieces.append(_block_piece(expert, f"{expert.name}.{i}", s_e, e_pairs, e_extra, io, scores=float(s_e * s_all)))
                     fq += (_fqn(expert, "pre") if i == 0 else ()) + _fqn(expert, "block", i) + (_fqn(expert, "post") if last else ())
                     out += s_e * expert.hidden * BF16_BYTES
                 layers.append(PipelineLayer(f"{spec.name}.{i}", spec.name if expert is None else f"{spec.name}+{expert.name}", "decoder", tuple(pieces), out, fq))
@@ -501,8 +510,9 @@ def block_activation_bytes(s: float, b: float, h: float, a: float, t: int, *, pa
     """Activation bytes one transformer block stores per microbatch (Korthikanti et al. [2]_).
 
     ``s`` tokens, ``b`` samples, width ``h``, ``a`` heads, tensor-parallel
-    degree ``t``; ``pairs`` query-key pairs per sample (``s**2`` for full
-    self-attention: the ``5 a s / h`` term is ``5 a b pairs / (s b h)``).
+    degree ``t``; ``pairs`` score-matrix entries per head and sample
+    (``s**2`` for self-attention, causal or not: the masked half is stored
+    too), so the ``5 a s / h`` term is ``5 a b pairs / (s b h)``.
     """
     pairs = s * s if pairs is None else pairs
     if recompute == "full":
@@ -516,7 +526,12 @@ def block_activation_bytes(s: float, b: float, h: float, a: float, t: int, *, pa
 
 def efficiency(width: float, tokens: float, opts: CostOptions) -> float:
     """Fraction of peak a GEMM of per-GPU ``width`` over ``tokens`` rows reaches."""
-    return opts.efficiency_max * width / (width + opts.gemm_half_width) * tokens / (tokens + opts.gemm_half_tokens)
+    k = opts.efficiency_exponent
+
+    def hill(x: float, half: float) -> float:
+        return 1.0 if half <= 0 else x**k / (x**k + half**k)
+
+    return opts.efficiency_max * hill(width, opts.gemm_half_width) * hill(tokens, opts.gemm_half_tokens)
 
 
 def allreduce_ms(nbytes: float, ranks: int, GBps: float, opts: CostOptions, link_efficiency: float | None = None) -> float:
@@ -560,7 +575,7 @@ def layer_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: Cl
     flop_per_ms = cluster.peak_tflops * 1e9
     fwd = bwd = 0.0
     weight = act = 0.0
-    for p in layout_pieces(layer):
+    for p in layer.pieces:
         rows = b * p.tokens * p.passes
         rate = flop_per_ms * efficiency(p.width / t, rows, opts)
         f_gemm = b * p.gemm_flops / t / rate
@@ -585,7 +600,7 @@ def layer_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: Cl
             continue  # runs under no_grad: nothing kept for a backward pass
         if p.kind == "block":
             act += p.passes * block_activation_bytes(
-                p.tokens, b, p.width, p.heads, t, pairs=p.attn_pairs, flash_attention=opts.flash_attention,
+                p.tokens, b, p.width, p.heads, t, pairs=p.score_entries, flash_attention=opts.flash_attention,
                 sequence_parallel=opts.sequence_parallel, recompute=opts.recompute,
             )
         else:
@@ -594,10 +609,6 @@ def layer_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: Cl
     trainable = sum(p.params for p in layer.pieces if not p.frozen)
     bwd += (1.0 - opts.grad_sync_overlap) * grad_sync_ms(trainable, layout, cluster, opts) / microbatches
     return _Cost(fwd, bwd, int(math.ceil(weight)), int(math.ceil(act)))
-
-
-def layout_pieces(layer: PipelineLayer) -> tuple[Piece, ...]:
-    return layer.pieces
 
 
 def layouts_for(layer: PipelineLayer, cluster_layouts: Sequence[Layout], microbatch: int, opts: CostOptions) -> list[Layout]:
