@@ -248,6 +248,98 @@ def evaluate_cmd(
         )
 
 
+# --------------------------------------------------------------------------- simulate
+
+
+def simulation_table(problem: Problem, sim: Any, ev: Evaluation) -> Table:
+    """Per stage: F, B, busy and idle time, peak in-flight microbatches and peak memory."""
+    table = Table(title_justify="left")
+    for col, justify in (
+        ("stage", "right"),
+        ("layers", "left"),
+        ("GPUs", "right"),
+        ("dp x tp", "left"),
+        ("F ms", "right"),
+        ("B ms", "right"),
+        ("busy ms", "right"),
+        ("idle ms", "right"),
+        ("in-flight", "right"),
+        ("peak memory GiB", "right"),
+    ):
+        table.add_column(col, justify=justify)
+    cap = problem.cluster.gpu_memory_bytes
+    peak = sim.peak_memory_bytes
+    for s, busy, idle, inflight, mem in zip(ev.stages, sim.busy_ms, sim.idle_ms, sim.peak_inflight, peak):
+        layers = f"{s.first_layer}" if s.first_layer == s.last_layer else f"{s.first_layer}-{s.last_layer}"
+        table.add_row(
+            str(s.index),
+            layers,
+            str(s.devices),
+            f"{s.layout.dp} x {s.layout.tp}",
+            f"{s.fwd_ms:.3f}",
+            f"{s.bwd_ms:.3f}" if sim.schedule != "forward" else "-",
+            f"{busy:.3f}",
+            f"{idle:.3f}",
+            str(inflight),
+            f"{mem / 2**30:.2f} / {cap / 2**30:.0f}",
+        )
+    return table
+
+
+@app.command("simulate")
+@guarded
+def simulate_cmd(
+    problem_path: Path = typer.Argument(..., metavar="PROBLEM", help="Problem file (JSON or YAML, format v1)."),
+    plan_path: Path = typer.Argument(..., metavar="RESULT_OR_PLAN", help="A result or plan file."),
+    schedule: str = typer.Option("1f1b", "--schedule", "-s", help="1f1b | gpipe | forward"),
+    as_json: bool = typer.Option(False, "--json", help="Print makespan, bubble, peak in-flight and memory as JSON."),
+    gantt_path: Optional[Path] = typer.Option(None, "--gantt", help="Write a Gantt chart (.png, .svg or .pdf)."),
+    trace_path: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome-trace JSON (opens in Perfetto)."),
+) -> None:
+    """Replay a plan for one iteration (exit 1 if it breaks a validity rule)."""
+    from .simulate import SCHEDULES, simulate
+
+    check_choice(schedule, SCHEDULES, "--schedule")
+    if gantt_path is not None:
+        from .viz import IMAGE_FORMATS
+
+        check_choice(gantt_path.suffix.lower().lstrip("."), IMAGE_FORMATS, f"--gantt {gantt_path}: suffix")
+    problem = load_problem(problem_path)
+    plan = load_plan(str(plan_path))
+    try:
+        ev = evaluate(problem, plan)
+    except PlanError as e:
+        err.print(f"{plan_path}: invalid plan: {e}", markup=False)
+        raise typer.Exit(EXIT_NO_PLAN)
+    sim = simulate(problem, plan, schedule, evaluation=ev)
+    written = []
+    title = f"{problem.name}: {plan_path.name}"
+    try:
+        if gantt_path is not None:
+            from .viz import save_gantt
+
+            written.append(("Gantt chart", save_gantt(sim, gantt_path, title)))
+        if trace_path is not None:
+            from .viz import write_trace
+
+            written.append(("Chrome trace", write_trace(sim, trace_path, title)))
+    except OSError as e:  # an unwritable output path is the user's input
+        err.print(f"error: cannot write {e.filename or ''}: {e.strerror or e}", markup=False)
+        raise typer.Exit(EXIT_BAD_INPUT)
+    if as_json:
+        print_json(sim.to_dict())
+    else:
+        out.print(simulation_table(problem, sim, ev))
+        out.print(
+            f"{schedule}, m = {sim.microbatches}: makespan {sim.makespan_ms:.3f} ms, "
+            f"bubble {100 * sim.bubble_ratio:.1f} % (1F1B iteration estimate {ev.iteration_ms:.3f} ms, "
+            f"bottleneck {ev.bottleneck_ms:.3f} ms)",
+            markup=False,
+        )
+    for what, path in written:
+        (err if as_json else out).print(f"wrote {what} {path}", markup=False)
+
+
 # --------------------------------------------------------------------------- presets, plan, export
 
 
@@ -380,11 +472,11 @@ def plan_cmd(
 
 
 def _write_gantt(problem: Problem, result: SolveResult, path: Path) -> None:
-    try:
-        from .viz import gantt as draw_gantt  # type: ignore[attr-defined]
-    except ImportError:
-        raise SolverError("--gantt needs partitioner.viz, which this installation does not have") from None
-    draw_gantt(problem, result.plan, path)
+    from .simulate import simulate
+    from .viz import save_gantt
+
+    sim = simulate(problem, result.plan, "1f1b", evaluation=result.evaluation)
+    save_gantt(sim, path, title=f"{problem.name}: {result.method}")
 
 
 @app.command("export")

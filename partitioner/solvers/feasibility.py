@@ -13,6 +13,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ..problem import Problem
+from ..units import format_bytes
 
 __all__ = ["feasible_stage_counts", "explain_infeasible", "quick_infeasibility"]
 
@@ -41,8 +42,6 @@ def _counts(sizes: tuple[int, ...], total: int, max_parts: int) -> frozenset[int
     return frozenset(p for p in range(max_parts + 1) if reach[total] >> p & 1)
 
 
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB"
 
 
 def quick_infeasibility(problem: Problem) -> str | None:
@@ -62,8 +61,8 @@ def quick_infeasibility(problem: Problem) -> str | None:
         if need > capacity:
             held = f"{stash} stashed microbatch" + ("es" if stash > 1 else "")
             return (
-                f"layer {i} ({layer.name}) needs at least {_gib(need)} in any layout "
-                f"(smallest: {where}, weights + {held}) > {_gib(capacity)} per GPU"
+                f"layer {i} ({layer.name}) needs at least {format_bytes(need)} in any layout "
+                f"(smallest: {where}, weights + {held}) > {format_bytes(capacity)} per GPU"
             )
     return None
 
@@ -76,6 +75,6 @@ def explain_infeasible(problem: Problem) -> str:
     counts = feasible_stage_counts(problem)
     return (
         f"no valid plan: for every stage count in {counts[0]}..{counts[-1]} that can use all "
-        f"{problem.num_devices} devices, some stage exceeds {_gib(problem.cluster.gpu_memory_bytes)} "
+        f"{problem.num_devices} devices, some stage exceeds {format_bytes(problem.cluster.gpu_memory_bytes)} "
         f"per GPU (weights + 1F1B stash of min(m, P-p) microbatches) or lacks a cost entry for its layout"
     )
