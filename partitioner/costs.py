@@ -682,6 +682,7 @@ def build_problem(
     options: Mapping[str, Any] | CostOptions | None = None,
     objective: str = "iteration",
     profile: str | Path | Sequence[Mapping[str, Any]] | None = None,
+    max_stages: int | None = None,
 ) -> Problem:
     """A v1 problem for training ``model`` on ``nodes`` nodes of ``cluster``.
 
@@ -699,6 +700,8 @@ def build_problem(
     objective : {"iteration", "bottleneck"}
     profile : path or records, optional
         Profiled per-layer times replacing the analytic ones (:func:`apply_profile`).
+    max_stages : int, optional
+        Upper bound on the number of stages (default: min(layers, GPUs)).
 
     Returns
     -------
@@ -774,6 +777,10 @@ def build_problem(
         "layers": doc_layers,
         "meta": meta,
     }
+    if max_stages is not None:
+        if isinstance(max_stages, bool) or not isinstance(max_stages, int) or max_stages < 1:
+            raise ProblemError(f"must be a positive integer, got {max_stages!r}", path="max_stages")
+        doc["stages"] = {"min": 1, "max": min(max_stages, len(doc_layers), nodes * cl.gpus_per_node)}
     if profile is not None:
         records = load_profile(profile) if isinstance(profile, (str, Path)) else list(profile)
         doc = _apply_profile_doc(doc, records, source=str(profile) if isinstance(profile, (str, Path)) else "profile")

@@ -192,7 +192,9 @@ def plan_model(
     profile: Any = None,
     seed: int = 0,
     simulate: bool = True,
-) -> SolveResult:
+    auto_solves: int = 2,
+    max_stages: int | None = None,
+) -> "ModelPlan":
     """Plan the training of a model preset on a cluster preset.
 
     Parameters
@@ -201,7 +203,9 @@ def plan_model(
         Preset names, YAML paths or spec objects.
     nodes, global_batch : int
     microbatches : int or "auto"
-        ``auto`` tries every divisor of the global batch and keeps the plan
+        ``auto`` screens every divisor m of the global batch with the
+        baseline and the ``greedy`` heuristic (both fast), solves the
+        ``auto_solves`` most promising m with ``method``, and keeps the plan
         with the shortest iteration.
     method : str
         A registered solver (``dp`` by default; ``greedy``, ``cpsat``, ...).
@@ -213,11 +217,15 @@ def plan_model(
     profile : path or records, optional
         Profiled per-layer times.
     simulate : bool
-        Replay the plans in the 1F1B simulator when it is available.
+        Replay the plans in the 1F1B simulator (iteration time = makespan).
+    auto_solves : int
+        How many screened microbatch counts ``auto`` solves with ``method``.
+    max_stages : int, optional
+        Upper bound on the pipeline depth (default: the format's min(layers, GPUs)).
 
     Returns
     -------
-    SolveResult
+    ModelPlan
         Result format v1 plus ``baseline`` (``method``, ``value``, ``plan``,
         ``microbatches``, ``iteration_ms``), ``throughput`` (``iteration_ms``,
         ``tokens_per_s``, ``mfu``), ``microbatches``, ``speedup`` and
@@ -235,30 +243,56 @@ def plan_model(
     else:
         raise ProblemError(f"must be a positive integer or 'auto', got {microbatches!r}", path="microbatches")
 
-    tried: list[dict[str, Any]] = []
-    best: dict[str, Any] | None = None
-    best_base: dict[str, Any] | None = None
+    def build(m: int) -> Problem:
+        return build_problem(spec, cl, nodes=nodes, global_batch=global_batch, microbatches=m, options=options,
+                             objective=objective, profile=profile, max_stages=max_stages)
+
+    # screen: every candidate m gets its baseline (and, for auto, a greedy plan)
+    screened: list[dict[str, Any]] = []
     skipped: list[str] = []
     for m in candidates:
         try:
-            problem = build_problem(spec, cl, nodes=nodes, global_batch=global_batch, microbatches=m, options=options,
-                                    objective=objective, profile=profile)
+            problem = build(m)
         except ProblemError as err:
             if len(candidates) == 1:
                 raise
             skipped.append(f"m={m}: {err.reason}")
             continue
         base = megatron_baseline(problem, objective)
-        warm = base[0] if base else None
-        result = solve(problem, method, objective=objective, time_limit=time_limit, seed=seed, warm_start=warm)
-        entry = _finish_candidate(problem, result, base, simulate)
-        tried.append({"microbatches": m, "value": entry["result"].value, "iteration_ms": entry["iteration_ms"]})
-        if entry["result"].plan is not None and (best is None or entry["iteration_ms"] < best["iteration_ms"]):
-            best = entry
-        if base is not None and (best_base is None or entry["base_iteration_ms"] < best_base["base_iteration_ms"]):
-            best_base = entry
+        entry: dict[str, Any] = {"m": m, "problem": problem, "base": base, "screen": math.inf}
+        if base is not None:
+            entry["base_sim"] = simulate_plan(problem, base[0], base[1]) if simulate else None
+            entry["base_iteration_ms"] = _iteration_ms(entry["base_sim"], base[1])[0]
+            entry["screen"] = entry["base_iteration_ms"]
+        if len(candidates) > 1 and method != "greedy":
+            quick = solve(problem, "greedy", objective=objective)
+            if quick.plan is not None:
+                entry["screen"] = min(entry["screen"], quick.evaluation.iteration_ms)
+        screened.append(entry)
+    if len(candidates) > 1:
+        order = sorted((e for e in screened if math.isfinite(e["screen"])), key=lambda e: e["screen"])
+        chosen = order[: max(1, auto_solves)] if method != "greedy" else order
+    else:
+        chosen = screened
+
+    best: dict[str, Any] | None = None
+    last: SolveResult | None = None
+    for entry in chosen:
+        result = solve(entry["problem"], method, objective=objective, time_limit=time_limit, seed=seed,
+                       warm_start=entry["base"][0] if entry["base"] else None)
+        last = result
+        done = _finish_candidate(entry["problem"], result, entry["base"], simulate)
+        entry.update(solved=True, value=done["result"].value, iteration_ms=done["iteration_ms"])
+        if done["result"].plan is not None and (best is None or done["iteration_ms"] < best["iteration_ms"]):
+            best = done
+    tried = [
+        {"microbatches": e["m"], "screen_ms": _finite(e["screen"]), "solved": bool(e.get("solved")),
+         "value": e.get("value"), "iteration_ms": _finite(e.get("iteration_ms", math.inf))}
+        for e in screened
+    ]
+    with_base = [e for e in screened if e["base"] is not None]
+    best_base = min(with_base, key=lambda e: e["base_iteration_ms"]) if with_base else None
     if best is None:
-        last = entry["result"] if tried else None
         reason = (last.message if last is not None and last.message else "") or "; ".join(skipped[:3]) or "no plan fits"
         return ModelPlan(
             status="infeasible",
@@ -268,6 +302,10 @@ def plan_model(
             extra={"microbatches_tried": tried, "baseline": {"method": BASELINE_METHOD, "value": None, "plan": None}},
         )
     return _assemble(best, best_base, tried, method, spec, cl)
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
 
 
 def _finish_candidate(problem: Problem, result: SolveResult, base: tuple[Plan, Evaluation] | None, simulate: bool) -> dict[str, Any]:
@@ -293,18 +331,28 @@ def _finish_candidate(problem: Problem, result: SolveResult, base: tuple[Plan, E
             )
     sim = simulate_plan(problem, result.plan, result.evaluation) if (simulate and result.plan is not None) else None
     it, src = _iteration_ms(sim, result.evaluation) if result.evaluation is not None else (math.inf, "none")
-    entry: dict[str, Any] = {"problem": problem, "result": result, "sim": sim, "iteration_ms": it, "iteration_source": src}
-    if base is not None:
-        b_sim = simulate_plan(problem, base[0], base[1]) if simulate else None
-        b_it, _ = _iteration_ms(b_sim, base[1])
-        entry.update(base=base, base_sim=b_sim, base_iteration_ms=b_it)
-    else:
-        entry.update(base=None, base_sim=None, base_iteration_ms=math.inf)
-    return entry
+    return {"problem": problem, "result": result, "sim": sim, "iteration_ms": it, "iteration_source": src}
 
 
 def _assemble(best: dict[str, Any], best_base: dict[str, Any] | None, tried: list, method: str,
               spec: ModelSpec, cl: ClusterSpec) -> SolveResult:
+    messages: list[str] = []
+    if best_base is not None and best_base["base_iteration_ms"] < best["iteration_ms"] * (1 - 1e-9):
+        # the baseline at another microbatch count is faster than the best plan found: keep it
+        b_plan, b_ev = best_base["base"]
+        r = best["result"]
+        messages.append(
+            f"{r.method} at m={best['problem'].microbatches} ({best['iteration_ms']:.6g} ms) is slower than the "
+            f"{BASELINE_METHOD} baseline at m={best_base['problem'].microbatches}: kept the baseline plan"
+        )
+        best = {
+            "problem": best_base["problem"],
+            "result": SolveResult(status="feasible", method=r.method, objective=r.objective, value=b_ev.value,
+                                  solve_seconds=r.solve_seconds, plan=b_plan, evaluation=b_ev),
+            "sim": best_base.get("base_sim"),
+            "iteration_ms": best_base["base_iteration_ms"],
+            "iteration_source": _iteration_ms(best_base.get("base_sim"), b_ev)[1],
+        }
     problem: Problem = best["problem"]
     result: SolveResult = best["result"]
     extra = dict(result.extra)
@@ -313,10 +361,11 @@ def _assemble(best: dict[str, Any], best_base: dict[str, Any] | None, tried: lis
     tput = throughput(problem, result.evaluation, best["iteration_ms"])
     tput["iteration_source"] = best["iteration_source"]
     extra["throughput"] = tput
-    messages = [result.message] if result.message else []
+    if result.message:
+        messages.insert(0, result.message)
     if best_base is not None:
         b_plan, b_ev = best_base["base"]
-        b_problem: Problem = best_base["problem"]
+        b_problem = best_base["problem"]
         b_tput = throughput(b_problem, b_ev, best_base["base_iteration_ms"])
         extra["baseline"] = {
             "method": BASELINE_METHOD,
@@ -329,11 +378,6 @@ def _assemble(best: dict[str, Any], best_base: dict[str, Any] | None, tried: lis
         if best_base["base_sim"] is not None:
             extra["baseline"]["simulation"] = best_base["base_sim"]
         extra["speedup"] = b_tput["iteration_ms"] / tput["iteration_ms"] if tput["iteration_ms"] > 0 else None
-        if b_tput["iteration_ms"] < tput["iteration_ms"]:
-            # only possible when the simulator and the objective disagree across microbatch counts
-            messages.append(
-                f"note: the baseline at m={b_problem.microbatches} simulates faster than this plan at m={problem.microbatches}"
-            )
     else:
         extra["baseline"] = {"method": BASELINE_METHOD, "value": None, "plan": None, "message": "no Megatron-style uniform plan fits in memory"}
         extra["speedup"] = None
