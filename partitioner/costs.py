@@ -80,7 +80,7 @@ from __future__ import annotations
 import csv
 import fnmatch
 import math
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -360,14 +360,14 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
         modules = [replace(m, text_tokens=opts.text_tokens) if m.kind == "llm" else m for m in modules]
     model = replace(model, modules=tuple(modules))
 
+    if model.image_tokens and model.llm is None:
+        raise ProblemError(f"model {model.name}: a projector without a language model is not supported")
     vits = [m for m in modules if m.kind == "vit"]
     expert = next((m for m in modules if m.kind == "action_expert"), None)
     layers: list[PipelineLayer] = []
-    image_tokens = model.image_tokens
-    llm = model.llm
     s_llm = model.llm_tokens
 
-    for k, spec in enumerate(modules):
+    for spec in modules:
         parts = module_layer_params(spec)
         if spec.kind == "vit":
             tpi, n = spec.tokens_per_image, spec.images
@@ -497,8 +497,6 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
                 trainable_seen = True
             pieces.append(replace(piece, backward=trainable_seen or not piece.frozen))
         result.append(replace(layer, pieces=tuple(pieces)))
-    if image_tokens and llm is None:
-        raise ProblemError(f"model {model.name}: a projector without a language model is not supported")
     return result
 
 

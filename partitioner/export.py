@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .plan import Plan, SolveResult
@@ -331,6 +331,12 @@ def _megatron(stages: list[_Stage], ctx: Mapping[str, Any]) -> Export:
             f"the action head has its own stage(s) {[s.index for s in action]}: not part of Megatron's decoder "
             "layout; run it as a separate module (MIMO grid 'action') or fold it into the last decoder stage"
         )
+    if any(str(h).find("+") >= 0 for h in ctx.get("fused_modules", ())):
+        notes.append(
+            "each decoder layer also holds the action expert's layer ("
+            + ", ".join(sorted(set(ctx["fused_modules"])))
+            + ": attention shared at every layer); Megatron's GPT layout has no such layer type, the cuts apply to both"
+        )
     snippet = " \\\n    ".join(flags) if flags else "# (no Megatron-LM flags express this plan)"
     if "mimo_module_parallelisms" in settings:
         snippet += "\n# MIMO-style per-module grid (Megatron Bridge ModuleParallelismConfig fields):\n# " + json.dumps(
@@ -419,6 +425,8 @@ def export_plan(plan: Plan, hints: Sequence[Mapping[str, Any]], target: str, **c
     """
     if target not in _EXPORTERS:
         raise ProblemError(f"unknown export target {target!r} (targets: {', '.join(TARGETS)})", path="--to")
+    context = dict(context)
+    context.setdefault("fused_modules", tuple(str(h.get("module", "")) for h in hints if "+" in str(h.get("module", ""))))
     return _EXPORTERS[target](_stages(plan, hints), context)
 
 

@@ -271,6 +271,8 @@ def plan_model(
         screened.append(entry)
     if len(candidates) > 1:
         order = sorted((e for e in screened if math.isfinite(e["screen"])), key=lambda e: e["screen"])
+        if not order:  # neither the baseline nor greedy fits anywhere: let the method try the smallest microbatches
+            order = sorted(screened, key=lambda e: -e["m"])
         chosen = order[: max(1, auto_solves)] if method != "greedy" else order
     else:
         chosen = screened
