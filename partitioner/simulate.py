@@ -32,10 +32,10 @@ Reported figures:
 * bubble ratio: ``1 - m * sum_p (F_p + B_p) / (P * makespan)`` (``forward``:
   ``1 - m * sum_p F_p / (P * makespan)``), the idle share of the P stages;
 * peak in-flight microbatches per stage: the most microbatches whose
-  activations the stage holds at once. A microbatch is held from the start
-  of its forward to the end of its backward (``forward``: to the end of its
-  forward, since no backward needs it), so 1F1B gives min(m, P-p), GPipe m
-  and ``forward`` 1;
+  activations the stage holds at once, DESIGN's "forwards done minus
+  backwards done". A microbatch is held from the start of its forward to the
+  end of its backward, so 1F1B gives min(m, P-p) and GPipe m; ``forward``
+  frees nothing and also gives m (the flow shop models time, not memory);
 * peak memory per stage: ``weights + peak in-flight * activations``.
 
 For P equal stages the 1F1B and GPipe makespans are ``(m + P - 1)(F + B)``

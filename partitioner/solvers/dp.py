@@ -70,7 +70,6 @@ References
 """
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from dataclasses import dataclass
@@ -81,6 +80,7 @@ from ..placement import contiguous_node_assignment, node_assignment_ids, pack_ru
 from ..plan import Plan, Stage
 from ..problem import Problem
 from .base import Candidate, SolveRequest, register
+from .dp_compute import ComputeOnlyDP
 from .feasibility import explain_infeasible, quick_infeasibility
 
 __all__ = ["solve_dp", "DPModel"]
@@ -296,6 +296,7 @@ class DPModel:
             return np.concatenate([np.zeros((nl, 1), x.dtype), np.cumsum(x, axis=1)], axis=1)
 
         tp, wp, ap, mp = pre(time_), pre(weight), pre(act), pre(missing)
+        self.time_prefix = tp
         # C[j, a, b]: compute of layers a..b in layout j; smax[j, a, b]: the largest stash that fits
         self.C = tp[:, None, 1:] - tp[:, :L, None]
         W = wp[:, None, 1:] - wp[:, :L, None]
@@ -460,18 +461,19 @@ class DPModel:
         base = cbs[valid][:, None] + X[bs][:, pair_co]  # (nb, pairs)
         Hs = Hi[bs + 1][:, :, : self.N + 1 - d]  # suffix devices D' -> D = D' + d
         zn_u = pair_zn[zn_starts]
+        # one column per distinct incoming transfer time (often far fewer than categories)
         values, where = np.unique(xin_a, return_inverse=True)
-        for u, v in enumerate(values):
-            t = base + v
-            ok = t <= lim
-            if mode == "minmax":
-                val = np.where(ok[:, :, None], np.maximum(t[:, :, None], Hs), INF).min(axis=0)
-            else:
-                val = np.where(ok[:, :, None], t[:, :, None] + Hs, INF).min(axis=0)
-            per_state = np.minimum.reduceat(val, zn_starts, axis=0)  # (states, D')
-            cs = np.flatnonzero(where == u)
-            cur = V[a, level][np.ix_(zn_u, cs, np.arange(d, self.N + 1))]
-            V[a, level][np.ix_(zn_u, cs, np.arange(d, self.N + 1))] = np.minimum(cur, per_state[:, None, :])
+        t = base[:, :, None] + values[None, None, :]  # (nb, pairs, values)
+        if mode == "minmax":
+            val = np.maximum(t[..., None], Hs[:, :, None, :])
+        else:
+            val = t[..., None] + Hs[:, :, None, :]
+        if math.isfinite(lim):
+            val = np.where((t <= lim)[..., None], val, INF)
+        val = val.min(axis=0)  # (pairs, values, D')
+        per_state = np.minimum.reduceat(val, zn_starts, axis=0)[:, where, :]  # (states, categories, D')
+        target = V[a, level, zn_u, :, d:]
+        V[a, level, zn_u, :, d:] = np.minimum(target, per_state)
 
     # ---------------------------------------------------------------- answers
     def _final(self, V, auto) -> tuple[float, tuple | None]:
@@ -556,6 +558,8 @@ class DPModel:
     # ---------------------------------------------------------------- objectives
     def optimize(self, objective: str, kind: str, deadline, budget) -> _Outcome:
         self._budget = budget
+        if kind == "none":
+            return self._compute_only(objective, deadline)
         auto = self._automaton_for(kind)
         X = self._transfer_table(auto)
         stats = {"placement": kind, "states": len(auto.states), "categories": len(auto.categories), "levels": self.K}
@@ -568,6 +572,16 @@ class DPModel:
             stats["recursions"] = 1
             return _Outcome("optimal", self.place(stages, links, kind), value, stats)
         return self._iteration(auto, X, kind, deadline, stats)
+
+    def _compute_only(self, objective: str, deadline) -> _Outcome:
+        """No transfers anywhere: range-query recursions (:mod:`.dp_compute`)."""
+        fast = ComputeOnlyDP(self, deadline)
+        found = fast.bottleneck() if objective == "bottleneck" else fast.iteration()
+        stats = {"placement": "none", "levels": self.K, "recursions": fast.calls}
+        if found is None:
+            return _Outcome("infeasible", stats=stats)
+        value, stages = found
+        return _Outcome("optimal", self.place(stages, [], "none"), value, stats)
 
     def _iteration(self, auto, X, kind, deadline, stats) -> _Outcome:
         m = self.m
@@ -594,24 +608,17 @@ class DPModel:
             f_lo, M_lo, plan_lo = minsum(lowest_max)
             if plan_lo is not None and f_lo + (m - 1) * M_lo < best[0]:
                 best = (f_lo + (m - 1) * M_lo, plan_lo)
-            # intervals [lo, hi] of the threshold with minsum(hi) known
-            heap = [(free_sum + (m - 1) * lowest_max, lowest_max, free_max, free_sum)]
-            while heap:
-                bound, lo, hi, f_hi = heapq.heappop(heap)
-                if bound >= best[0] * (1 - 1e-9) or hi - lo <= 1e-9 * max(1.0, hi):
-                    continue
-                mid = (lo + hi) / 2
-                f_mid, M_mid, plan_mid = minsum(mid)
-                if plan_mid is None:  # cannot happen above the lowest bottleneck, but stay safe
-                    heapq.heappush(heap, (f_hi + (m - 1) * mid, mid, hi, f_hi))
-                    continue
-                g = f_mid + (m - 1) * M_mid
-                if g < best[0]:
-                    best = (g, plan_mid)
-                # minsum is constant on [M_mid, mid]; below M_mid it is at least f_mid
-                heapq.heappush(heap, (f_mid + (m - 1) * lo, lo, M_mid, f_mid))
-                heapq.heappush(heap, (f_hi + (m - 1) * mid, mid, hi, f_hi))
-                # the interval [M_mid, mid] is settled: its best is at M_mid (already counted)
+            # walk the (sum, max) Pareto points down from the free optimum (see dp_compute.iteration)
+            f, M = free_sum, free_max
+            while f + (m - 1) * lowest_max < best[0] * (1 - 1e-12):
+                ceiling = min(M * (1 - 4e-12), (best[0] - f) / (m - 1))
+                if ceiling < lowest_max * (1 - 1e-12):
+                    break
+                f, M, plan = minsum(ceiling)
+                if plan is None:
+                    break
+                if f + (m - 1) * M < best[0]:
+                    best = (f + (m - 1) * M, plan)
         stats["recursions"] = calls
         stages, links, _ = best[1]
         return _Outcome("optimal", self.place(stages, links, kind), best[0], stats)
