@@ -325,6 +325,11 @@ def _megatron(stages: list[_Stage], ctx: Mapping[str, Any]) -> Export:
             "the vision encoder runs on the first pipeline stage with the first decoder layers "
             "(Megatron LLaVA default: --encoder-pipeline-model-parallel-size 0)"
         )
+    if any("action" in s.roles for s in llm):
+        notes.append(
+            "the action head runs after the decoder layers on the last language-model stage: it is not a layer type of "
+            "Megatron's layout; attach it as the model's post-process (output) module"
+        )
     if action:
         expressible = False if len({(s.dp, s.tp) for s in action}) > 1 else expressible
         notes.append(
