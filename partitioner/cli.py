@@ -427,6 +427,7 @@ def plan_cmd(
     method: str = typer.Option("dp", "--method", "-m", help="Solver (dp, cpsat, milp, brute, greedy, ...)."),
     objective: str = typer.Option("iteration", "--objective", help="iteration | bottleneck"),
     time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds per solve."),
+    max_stages: Optional[int] = typer.Option(None, "--max-stages", help="Upper bound on the pipeline depth (faster solves)."),
     cost_option: Optional[List[str]] = typer.Option(None, "--cost-option", "-c", help="Cost-model option key=value (repeatable)."),
     profile: Optional[Path] = typer.Option(None, "--profile", help="Profiled per-layer times (CSV or JSON)."),
     save_problem: Optional[Path] = typer.Option(None, "--save-problem", help="Write the v1 problem of the plan here."),
@@ -447,11 +448,11 @@ def plan_cmd(
             raise SolverError(f"--microbatches: must be a positive integer or 'auto', got {microbatches!r}")
     else:
         mb = "auto"
-    if nodes < 1 or global_batch < 1:
-        raise SolverError("--nodes and --global-batch must be positive integers")
+    if nodes < 1 or global_batch < 1 or (max_stages is not None and max_stages < 1):
+        raise SolverError("--nodes, --global-batch and --max-stages must be positive integers")
     result = plan_model(
         model, cluster, nodes=nodes, global_batch=global_batch, microbatches=mb, method=method, objective=objective,
-        time_limit=time_limit, options=parse_options(cost_option), profile=profile,
+        time_limit=time_limit, options=parse_options(cost_option), profile=profile, max_stages=max_stages,
     )
     problem = result.problem
     if save_problem is not None and problem is not None:
