@@ -145,3 +145,19 @@ def test_acceptance_pi0_two_dgx_h100():
     assert doc["simulation"]["fits_memory"]
     assert 0.2 <= doc["throughput"]["mfu"] <= 0.7
     assert doc["speedup"] >= 1.0
+
+
+def test_max_stages_and_cost_options_reach_the_problem(tmp_path):
+    r = plan_model("seed-vla-8gpu", "dgx-h100", nodes=1, global_batch=32, microbatches=8, method="greedy", max_stages=2,
+                   options={"recompute": "full"})
+    assert r.problem.stages.max == 2 and r.plan.num_stages <= 2
+    assert r.problem.meta["options"]["recompute"] == "full"
+    proc = run_cli("plan", "--model", "seed-vla-8gpu", "--cluster", "dgx-h100", "--nodes", "1", "--global-batch", "32",
+                   "--microbatches", "8", "--method", "greedy", "-c", "recompute=full", "-c", "freeze=vision", "--json",
+                   "--save-problem", str(tmp_path / "p.yaml"))
+    assert proc.returncode == 0, proc.stderr
+    meta = load_problem(tmp_path / "p.yaml").meta
+    assert meta["options"]["recompute"] == "full" and meta["options"]["freeze"] == ["vision"]
+    proc = run_cli("plan", "--model", "seed-vla-8gpu", "--cluster", "dgx-h100", "--nodes", "1", "--global-batch", "32",
+                   "--microbatches", "8", "--method", "greedy", "-c", "flash=1")
+    assert proc.returncode == 2 and "unknown cost option 'flash'" in proc.stderr
