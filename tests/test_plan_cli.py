@@ -157,7 +157,7 @@ def test_max_stages_and_cost_options_reach_the_problem(tmp_path):
                    "--save-problem", str(tmp_path / "p.yaml"))
     assert proc.returncode == 0, proc.stderr
     meta = load_problem(tmp_path / "p.yaml").meta
-    assert meta["options"]["recompute"] == "full" and meta["options"]["freeze"] == ["vision"]
+    assert meta["options"]["recompute"] == "full" and list(meta["options"]["freeze"]) == ["vision"]
     proc = run_cli("plan", "--model", "seed-vla-8gpu", "--cluster", "dgx-h100", "--nodes", "1", "--global-batch", "32",
                    "--microbatches", "8", "--method", "greedy", "-c", "flash=1")
     assert proc.returncode == 2 and "unknown cost option 'flash'" in proc.stderr
