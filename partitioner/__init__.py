@@ -14,6 +14,7 @@ from .plan import Evaluation, Plan, PlanError, SolveResult, Stage, evaluate, loa
 from .problem import Cluster, Layer, LayerCost, Layout, Problem, ProblemError, StageBounds, Training, dump_problem, load_problem
 from .simulate import simulate
 from .solvers import SolverError, methods, solve
+from .planning import plan_model
 
 __version__ = "0.1.0"
 
@@ -37,6 +38,7 @@ __all__ = [
     "load_plan",
     "load_problem",
     "methods",
+    "plan_model",
     "simulate",
     "solve",
 ]
