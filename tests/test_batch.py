@@ -209,7 +209,7 @@ def _proc_state(pid: int) -> str | None:
 def test_sigkill_midway_then_resume_finishes_every_job_once(tmp_path):
     """Acceptance: kill -9 a running sweep, run it again, get every (problem, method) exactly once."""
     names = write_synthetic(tmp_path / "probs", 16, layers=12, nodes=2, gpus_per_node=4, layouts=2)
-    sweep = write_sweep(tmp_path / "sweep.yaml", problems=names, methods=["brute", "greedy"])
+    sweep = write_sweep(tmp_path / "sweep.yaml", problems=names, methods=["brute", "dp"])
     out = tmp_path / "results.jsonl"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     cmd = [sys.executable, "-m", "partitioner", "batch", str(sweep), "--out", str(out), "--workers", "2"]
@@ -244,10 +244,13 @@ def test_sigkill_midway_then_resume_finishes_every_job_once(tmp_path):
     assert summary["skipped"] == len(before) and summary["ran"] == 32 - len(before)
     assert summary["dropped_bytes"] == len('{"key": "half-writ')
     records = lines_of(out)  # every line parses
-    assert Counter((r["problem"], r["method"]) for r in records) == Counter((n, m) for n in names for m in ("brute", "greedy"))
+    assert Counter((r["problem"], r["method"]) for r in records) == Counter((n, m) for n in names for m in ("brute", "dp"))
     assert len({r["key"] for r in records}) == 32
     assert not [r for r in records if r["status"] in ("error", "timeout")]
-    assert {r["status"] for r in records if r["method"] == "brute"} == {"optimal"}
+    assert {r["status"] for r in records} == {"optimal"}
+    value = {(r["problem"], r["method"]): r["value"] for r in records}
+    for name in names:  # the runs before and after the kill agree with each other
+        assert value[name, "dp"] == pytest.approx(value[name, "brute"], rel=1e-9)
 
 
 PLUGIN = '''
@@ -409,3 +412,36 @@ def test_ray_backend_without_ray_says_how_to_get_it(tmp_path, monkeypatch):
     with pytest.raises(SweepError, match=r"pip install 'partitioner\[ray\]'"):
         run_sweep(sweep, tmp_path / "r.jsonl", backend="ray")
 
+
+# --------------------------------------------------------------------------- grids over the cost model's presets
+
+
+def test_grid_sweep_builds_presets_records_unbuildable_points_and_resumes(tmp_path):
+    from partitioner.costs import build_problem
+
+    grid = {"model": ["openvla-7b"], "cluster": "dgx-h100", "nodes": [1, 2], "global_batch": [64, 250], "microbatches": 8}
+    sweep = write_sweep(tmp_path / "sweep.yaml", grid=grid, methods=["greedy"], time_limit=120)
+    out = tmp_path / "results.jsonl"
+    proc = run_cli("batch", sweep, "--out", out, "--json")
+    assert proc.returncode == 0, proc.stderr
+    records = {r["problem"]: r for r in lines_of(out)}
+    assert set(records) == {f"openvla-7b/dgx-h100/n{n}/gb{b}/m8" for n in (1, 2) for b in (64, 250)}
+    for nodes in (1, 2):
+        r = records[f"openvla-7b/dgx-h100/n{nodes}/gb64/m8"]
+        problem = build_problem("openvla-7b", "dgx-h100", nodes=nodes, global_batch=64, microbatches=8)
+        direct = solve(problem, "greedy")
+        assert r["grid"] == {"model": "openvla-7b", "cluster": "dgx-h100", "nodes": nodes, "global_batch": 64,
+                             "microbatches": 8}
+        assert r["problem_hash"] == problem_hash(problem) and r["objective"] == "iteration"
+        assert (r["status"], r["value"]) == (direct.status, pytest.approx(direct.value))
+        # 250 samples do not split into 8 microbatches: the cost model says so, the sweep goes on
+        bad = records[f"openvla-7b/dgx-h100/n{nodes}/gb250/m8"]
+        assert bad["status"] == "error" and "not divisible" in bad["message"]
+    again = run_cli("batch", sweep, "--out", out, "--json")
+    assert json.loads(again.stdout)["ran"] == 0
+
+    grid["model"] = ["openvla-7b", "openvla-8b"]
+    typo = write_sweep(tmp_path / "typo.yaml", grid=grid, methods=["greedy"])
+    proc = run_cli("batch", typo, "--out", tmp_path / "typo.jsonl")
+    assert proc.returncode == 2
+    assert "typo.yaml: grid: model 'openvla-8b': unknown model" in proc.stderr
