@@ -316,20 +316,22 @@ class DPModel:
         self.out_bytes = ob
 
     def _levels(self) -> None:
-        """Stage-count levels: exact counts below ``K``; level ``K`` is "K or more" when unbounded."""
+        """Stage-count levels: exact counts below ``K``; level ``K`` is "K or more" when unbounded.
+
+        A stash of s fits a stage exactly when s <= smax for its layout and
+        layers. Past the largest smax below m, every stash up to m fits the
+        same stages, so stage counts from ``m_eff`` on behave alike.
+        """
         P_lo, P_hi = self.stage_counts
-        # if no layout's fit depends on the stash within 1..m, the stash does not matter
-        relevant = self.smax[self.smax >= 1]
-        stash_matters = bool(np.any(relevant < self.m))
-        m_eff = self.m if stash_matters else 1
+        below = self.smax[(self.smax >= 1) & (self.smax < self.m)]
+        m_eff = int(below.max()) + 1 if below.size else 1
         unbounded = P_hi >= min(self.L, self.N)
         if unbounded and max(m_eff, P_lo) < P_hi:
             self.K, self.bucket = max(m_eff, P_lo), True
         else:
             self.K, self.bucket = P_hi, False
-        self.stash_of_level = [0] + [min(self.m, k) for k in range(1, self.K + 1)]
-        if not stash_matters:
-            self.stash_of_level = [0] + [1] * self.K
+        # a stash of min(m, k) fits the same stages as min(m_eff, k): use the smaller, equivalent one
+        self.stash_of_level = [0] + [min(m_eff, k) for k in range(1, self.K + 1)]
         self.P_lo, self.P_hi = P_lo, P_hi
 
     def natural_placement(self) -> str:
@@ -602,7 +604,8 @@ class DPModel:
             return _Outcome("infeasible")
         best = (free_sum + (m - 1) * free_max, free)
         if m > 1:
-            V = self.recursion(auto, X, "minmax", INF, deadline)
+            # the free optimum's slowest stage bounds the lowest bottleneck: prune slower stages
+            V = self.recursion(auto, X, "minmax", free_max, deadline)
             calls += 1
             lowest_max, _ = self._final(V, auto)
             f_lo, M_lo, plan_lo = minsum(lowest_max)
