@@ -162,20 +162,25 @@ class Automaton:
     accept: np.ndarray  # states a whole pipeline may start in
     categories: tuple  # (min size index, link) ; link None = no transfer model
     trans: dict
+    incoming: dict  # size index -> category ranges [(lo, hi)] a stage of that size can receive
 
 
 def _automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_fixed: bool | None) -> Automaton:
     n = len(sizes)
     if kind == "none":
         trans = {i: (np.array([0]), np.array([0]), np.array([0])) for i in range(n)}
-        return Automaton(kind, ("any",), np.array([-1]), {i: 0 for i in range(n)}, np.array([True]), ((0, None),), trans)
+        incoming = {i: [(0, 1)] for i in range(n)}
+        return Automaton(kind, ("any",), np.array([-1]), {i: 0 for i in range(n)}, np.array([True]), ((0, None),), trans, incoming)
     if kind == "size":
         cats = tuple((j, link_fixed) for j in range(n))
         trans = {
             i: (np.arange(n), np.full(n, i), np.array([min(i, ip) for ip in range(n)])) for i in range(n)
         }
-        return Automaton(kind, tuple(range(n)), np.arange(n), {i: i for i in range(n)}, np.ones(n, bool), cats, trans)
+        incoming = {i: [(0, i + 1)] for i in range(n)}
+        return Automaton(kind, tuple(range(n)), np.arange(n), {i: i for i in range(n)}, np.ones(n, bool), cats, trans, incoming)
     cats = tuple((j, False) for j in range(n)) + tuple((j, True) for j in range(n) if sizes[j] < G)
+    # categories are ordered (j, unlinked) for all j, then (j, linked) for in-node j: both ranges are prefixes
+    incoming = {i: [(0, i + 1)] + ([(n, n + i + 1)] if sizes[i] < G else []) for i in range(n)}
     cat_index = {c: k for k, c in enumerate(cats)}
     if kind == "run":
         states = [(i, u) for i in range(n) for u in range(1, G + 1) if (u >= sizes[i] if sizes[i] < G else u == G)]
@@ -252,6 +257,7 @@ def _automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_fixed
         np.array([accept(z) for z in order]),
         cats,
         trans,
+        incoming,
     )
 
 
@@ -316,20 +322,22 @@ class DPModel:
         self.out_bytes = ob
 
     def _levels(self) -> None:
-        """Stage-count levels: exact counts below ``K``; level ``K`` is "K or more" when unbounded."""
+        """Stage-count levels: exact counts below ``K``; level ``K`` is "K or more" when unbounded.
+
+        A stash of s fits a stage exactly when s <= smax for its layout and
+        layers. Past the largest smax below m, every stash up to m fits the
+        same stages, so stage counts from ``m_eff`` on behave alike.
+        """
         P_lo, P_hi = self.stage_counts
-        # if no layout's fit depends on the stash within 1..m, the stash does not matter
-        relevant = self.smax[self.smax >= 1]
-        stash_matters = bool(np.any(relevant < self.m))
-        m_eff = self.m if stash_matters else 1
+        below = self.smax[(self.smax >= 1) & (self.smax < self.m)]
+        m_eff = int(below.max()) + 1 if below.size else 1
         unbounded = P_hi >= min(self.L, self.N)
         if unbounded and max(m_eff, P_lo) < P_hi:
             self.K, self.bucket = max(m_eff, P_lo), True
         else:
             self.K, self.bucket = P_hi, False
-        self.stash_of_level = [0] + [min(self.m, k) for k in range(1, self.K + 1)]
-        if not stash_matters:
-            self.stash_of_level = [0] + [1] * self.K
+        # a stash of min(m, k) fits the same stages as min(m_eff, k): use the smaller, equivalent one
+        self.stash_of_level = [0] + [min(m_eff, k) for k in range(1, self.K + 1)]
         self.P_lo, self.P_hi = P_lo, P_hi
 
     def natural_placement(self) -> str:
@@ -461,8 +469,10 @@ class DPModel:
         base = cbs[valid][:, None] + X[bs][:, pair_co]  # (nb, pairs)
         Hs = Hi[bs + 1][:, :, : self.N + 1 - d]  # suffix devices D' -> D = D' + d
         zn_u = pair_zn[zn_starts]
-        # one column per distinct incoming transfer time (often far fewer than categories)
-        values, where = np.unique(xin_a, return_inverse=True)
+        # only the incoming categories a stage of this size can have: min(previous size, d) <= d
+        cats = auto.incoming[i]
+        xs = np.concatenate([xin_a[lo:hi] for lo, hi in cats])
+        values, where = np.unique(xs, return_inverse=True)  # distinct incoming transfer times
         t = base[:, :, None] + values[None, None, :]  # (nb, pairs, values)
         if mode == "minmax":
             val = np.maximum(t[..., None], Hs[:, :, None, :])
@@ -472,8 +482,11 @@ class DPModel:
             val = np.where((t <= lim)[..., None], val, INF)
         val = val.min(axis=0)  # (pairs, values, D')
         per_state = np.minimum.reduceat(val, zn_starts, axis=0)[:, where, :]  # (states, categories, D')
-        target = V[a, level, zn_u, :, d:]
-        V[a, level, zn_u, :, d:] = np.minimum(target, per_state)
+        offset = 0
+        for lo, hi in cats:
+            block = per_state[:, offset : offset + hi - lo]
+            V[a, level, zn_u, lo:hi, d:] = np.minimum(V[a, level, zn_u, lo:hi, d:], block)
+            offset += hi - lo
 
     # ---------------------------------------------------------------- answers
     def _final(self, V, auto) -> tuple[float, tuple | None]:
@@ -602,7 +615,8 @@ class DPModel:
             return _Outcome("infeasible")
         best = (free_sum + (m - 1) * free_max, free)
         if m > 1:
-            V = self.recursion(auto, X, "minmax", INF, deadline)
+            # the free optimum's slowest stage bounds the lowest bottleneck: prune slower stages
+            V = self.recursion(auto, X, "minmax", free_max, deadline)
             calls += 1
             lowest_max, _ = self._final(V, auto)
             f_lo, M_lo, plan_lo = minsum(lowest_max)
