@@ -33,11 +33,12 @@ replaced; a job still running ``time_limit + grace`` seconds after it
 started is killed, recorded as ``timeout``, and its worker replaced. The
 sweep always goes on.
 
-CP-SAT threads: with W workers on C cores each job may use ``max(1, C // W)``
-threads; methods that declare the ``num_workers`` option receive it (unless
-the sweep sets it), so the machine is not oversubscribed. That runtime
-option is recorded in the result but is not part of the key, so a sweep may
-be resumed with a different ``--workers``.
+Solver threads: with W workers on C cores each job may use ``max(1, C // W)``
+threads; methods that declare a thread option (``num_workers`` for CP-SAT,
+``threads`` for the MILP; :data:`THREAD_OPTIONS`) receive it unless the
+sweep sets it, so the machine is not oversubscribed. That runtime option is
+recorded in the result but is not part of the key, so a sweep may be
+resumed with a different ``--workers``.
 """
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ __all__ = [
     "BACKENDS",
     "FAILED",
     "GRID_KEYS",
-    "THREAD_OPTION",
+    "THREAD_OPTIONS",
     "SweepError",
     "GridPoint",
     "Sweep",
@@ -94,7 +95,8 @@ __all__ = [
 BACKENDS = ("local", "ray")
 FAILED = ("error", "timeout")  # statuses a job ends with when it produced no answer of its own
 GRID_KEYS = ("model", "cluster", "nodes", "global_batch", "microbatches")
-THREAD_OPTION = "num_workers"  # the option through which a method takes its thread count
+# Options through which a method takes its thread count: CP-SAT's num_workers, the MILP's threads.
+THREAD_OPTIONS = ("num_workers", "threads")
 _SWEEP_FIELDS = ("problems", "grid", "methods", "objective", "time_limit", "seed", "options", "imports", "name")
 _GLOB_CHARS = frozenset("*?[")
 
@@ -1017,8 +1019,10 @@ def _result_record(job: Job, options: Mapping[str, Any], out: Mapping[str, Any])
 
 def _runtime_options(job: Job, threads: int) -> dict[str, Any]:
     options = dict(job.options)
-    if THREAD_OPTION in method_options(job.method) and THREAD_OPTION not in options:
-        options[THREAD_OPTION] = threads
+    declared = method_options(job.method)
+    for name in THREAD_OPTIONS:
+        if name in declared and name not in options:
+            options[name] = threads
     return options
 
 

@@ -282,6 +282,12 @@ def hang(problem, request):
 def threads(problem, request):
     found = solve_greedy(problem, request)
     return Candidate(found.status, found.plan, message=f"num_workers={request.option('num_workers', None)}")
+
+
+@register("threads2", options=("threads", "hint"))
+def threads2(problem, request):
+    found = solve_greedy(problem, request)
+    return Candidate(found.status, found.plan, message=f"threads={request.option('threads', None)}")
 '''
 
 
@@ -336,7 +342,7 @@ def test_thread_budget_goes_to_methods_that_declare_it(plugin_env):
     tmp_path = plugin_env
     sweep = write_sweep(
         tmp_path / "sweep.yaml", problems=[str(EXAMPLES / "vla_toy_2x4.json"), str(EXAMPLES / "seed_lesson16.json")],
-        methods=["threads", "greedy"], imports=["batch_test_methods"],
+        methods=["threads", "threads2", "greedy"], imports=["batch_test_methods"],
     )
     one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
     assert run_cli("batch", sweep, "--out", one, "--workers", "1").returncode == 0
@@ -347,6 +353,9 @@ def test_thread_budget_goes_to_methods_that_declare_it(plugin_env):
             if r["method"] == "threads":
                 assert r["options"] == {"num_workers": max(1, cores // workers)}
                 assert r["message"] == f"num_workers={max(1, cores // workers)}"
+            elif r["method"] == "threads2":
+                assert r["options"] == {"threads": max(1, cores // workers)}
+                assert r["message"] == f"threads={max(1, cores // workers)}"
             else:
                 assert r["options"] == {}  # greedy declares no thread option: none is passed
     # the thread count is a runtime setting, not part of what was solved
