@@ -82,6 +82,7 @@ from ..problem import Problem
 from .base import Candidate, SolveRequest, register
 from .dp_compute import ComputeOnlyDP
 from .feasibility import explain_infeasible, quick_infeasibility
+from .tables import CostTables
 
 __all__ = ["solve_dp", "DPModel"]
 
@@ -284,24 +285,8 @@ class DPModel:
     # ---------------------------------------------------------------- tables
     def _layer_tables(self) -> None:
         p, L = self.problem, self.L
-        nl = len(self.layouts)
-        time_ = np.zeros((nl, L))
-        weight = np.zeros((nl, L), dtype=np.int64)
-        act = np.zeros((nl, L), dtype=np.int64)
-        missing = np.zeros((nl, L), dtype=np.int64)
-        for j, lay in enumerate(self.layouts):
-            for i, layer in enumerate(p.layers):
-                c = layer.cost(lay)
-                if c is None:
-                    missing[j, i] = 1
-                else:
-                    time_[j, i] = c.fwd_ms + c.bwd_ms
-                    weight[j, i], act[j, i] = c.weight_bytes, c.act_bytes
-
-        def pre(x):
-            return np.concatenate([np.zeros((nl, 1), x.dtype), np.cumsum(x, axis=1)], axis=1)
-
-        tp, wp, ap, mp = pre(time_), pre(weight), pre(act), pre(missing)
+        tables = CostTables(p, self.layouts)
+        tp, wp, ap, mp = tables.time_prefix, tables.weight_prefix, tables.act_prefix, tables.missing_prefix
         self.time_prefix = tp
         # C[j, a, b]: compute of layers a..b in layout j; smax[j, a, b]: the largest stash that fits
         self.C = tp[:, None, 1:] - tp[:, :L, None]
@@ -317,9 +302,8 @@ class DPModel:
         self.smax = np.where(tri[None], smax, -1)
         self.C = np.where(tri[None], self.C, INF)
         self.layouts_of_size = [[j for j, lay in enumerate(self.layouts) if lay.devices == d] for d in self.sizes]
-        ob = np.array([layer.out_bytes for layer in p.layers], dtype=np.float64)
-        ob[-1] = 0.0
-        self.out_bytes = ob
+        self.out_bytes = tables.out_bytes.copy()
+        self.out_bytes[-1] = 0.0
 
     def _levels(self) -> None:
         """Stage-count levels: exact counts below ``K``; level ``K`` is "K or more" when unbounded.
