@@ -462,10 +462,11 @@ def plan_cmd(
         mb = "auto"
     if nodes < 1 or global_batch < 1 or (max_stages is not None and max_stages < 1):
         raise SolverError("--nodes, --global-batch and --max-stages must be positive integers")
-    result = plan_model(
-        model, cluster, nodes=nodes, global_batch=global_batch, microbatches=mb, method=method, objective=objective,
-        time_limit=time_limit, options=parse_options(cost_option), profile=profile, max_stages=max_stages,
-    )
+    with working(f"planning {model} on {nodes} x {cluster} with {method}"):
+        result = plan_model(
+            model, cluster, nodes=nodes, global_batch=global_batch, microbatches=mb, method=method, objective=objective,
+            time_limit=time_limit, options=parse_options(cost_option), profile=profile, max_stages=max_stages,
+        )
     problem = result.problem
     if save_problem is not None and problem is not None:
         from .problem import dump_problem
