@@ -279,6 +279,7 @@ class DPModel:
         usable = {lay.devices for lay in self.layouts}
         self.sizes = tuple(d for d in cluster.allowed_sizes() if d in usable)
         self.stage_counts = stage_counts or (problem.stages.min, problem.stages.max)
+        self._matrices: dict[tuple[int, int], np.ndarray] = {}
         self._layer_tables()
         self._levels()
 
@@ -352,11 +353,19 @@ class DPModel:
 
     def best_compute(self, a: int, i: int, stash: int) -> np.ndarray:
         """Over b = a..L-1: the fastest compute of layers a..b on size index i that fits with ``stash``."""
-        out = np.full(self.L - a, INF)
-        for j in self.layouts_of_size[i]:
-            ok = self.smax[j, a, a:] >= stash
-            out = np.where(ok, np.minimum(out, self.C[j, a, a:]), out)
-        return out
+        return self.compute_matrix(i, stash)[a, a:]
+
+    def compute_matrix(self, i: int, stash: int) -> np.ndarray:
+        """best[a, b]: the fastest fitting compute of layers a..b on size index i (inf if none)."""
+        key = (i, stash)
+        found = self._matrices.get(key)
+        if found is None:
+            found = np.full((self.L, self.L), INF)
+            for j in self.layouts_of_size[i]:
+                found = np.where(self.smax[j] >= stash, np.minimum(found, self.C[j]), found)
+            if len(self._matrices) * self.L * self.L * 8 < 2**28:  # keep at most 256 MiB of them
+                self._matrices[key] = found
+        return found
 
     def best_layout(self, a: int, b: int, i: int, stash: int):
         best = None
@@ -383,7 +392,11 @@ class DPModel:
             )
         V = np.full((L + 1, K + 1, Z, C, N + 1), INF)
         xin = np.vstack([np.zeros((1, C)), X[:-1]])  # xin[a, c]: transfer into a stage starting at a
-        groups = {i: self._pairs(auto, i) for i in range(len(self.sizes))}
+        groups = {}
+        for i in range(len(self.sizes)):
+            pairs = self._pairs(auto, i)
+            groups[i] = pairs + (X[:, pairs[4]],)  # the outgoing transfer of every pair, per boundary
+        self._incoming_cache: dict = {}
         lim = limit * (1 + _TIE) if math.isfinite(limit) else INF
         for level in range(1, K + 1):
             stash = self.stash_of_level[level]
@@ -421,7 +434,7 @@ class DPModel:
         """H[i][pos, pair, D] = min over transitions in the pair of V[pos, level, zp, co, D]."""
         out = cache if cache is not None else {}
         positions = slice(None) if from_position is None else slice(from_position, from_position + 1)
-        for i, (zp, co, starts, pair_zn, pair_co, zn_starts) in groups.items():
+        for i, (zp, co, starts, *_) in groups.items():
             gathered = V[positions, level][:, zp, co, :]  # (pos, transitions, D)
             reduced = np.minimum.reduceat(gathered, starts, axis=1)
             if from_position is None:
@@ -440,8 +453,16 @@ class DPModel:
         z = auto.init[i]
         V[a, 1, z, :, d] = np.minimum(V[a, 1, z, :, d], t)
 
+    def _incoming(self, auto, a: int, i: int, xin_a: np.ndarray):
+        """Distinct incoming transfer times of a size-i stage starting at a, and their categories."""
+        key = (a, i)
+        if key not in self._incoming_cache:
+            xs = np.concatenate([xin_a[lo:hi] for lo, hi in auto.incoming[i]])
+            self._incoming_cache[key] = np.unique(xs, return_inverse=True)
+        return self._incoming_cache[key]
+
     def _stage(self, V, auto, group, Hi, a, level, i, d, cb, X, xin_a, mode, lim) -> None:
-        zp, co, starts, pair_zn, pair_co, zn_starts = group
+        zp, co, starts, pair_zn, pair_co, zn_starts, X_pairs = group
         bmax = self.L - level  # leave at least one layer per later stage
         if bmax < a:
             return
@@ -450,13 +471,12 @@ class DPModel:
         if valid.size == 0:
             return
         bs = a + valid
-        base = cbs[valid][:, None] + X[bs][:, pair_co]  # (nb, pairs)
+        base = cbs[valid][:, None] + X_pairs[bs]  # (nb, pairs)
         Hs = Hi[bs + 1][:, :, : self.N + 1 - d]  # suffix devices D' -> D = D' + d
         zn_u = pair_zn[zn_starts]
         # only the incoming categories a stage of this size can have: min(previous size, d) <= d
         cats = auto.incoming[i]
-        xs = np.concatenate([xin_a[lo:hi] for lo, hi in cats])
-        values, where = np.unique(xs, return_inverse=True)  # distinct incoming transfer times
+        values, where = self._incoming(auto, a, i, xin_a)
         t = base[:, :, None] + values[None, None, :]  # (nb, pairs, values)
         if mode == "minmax":
             val = np.maximum(t[..., None], Hs[:, :, None, :])
