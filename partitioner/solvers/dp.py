@@ -70,6 +70,7 @@ References
 """
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass
@@ -505,28 +506,60 @@ class DPModel:
                 best, arg = float(vals[z]), (level, z)
         return best, arg
 
-    def reconstruct(self, V, auto, X, mode, lim, level, z):
-        """Walk the tables forward from the pipeline's first stage; returns stages, links and times."""
+    def _final_states(self, V, auto, value: float) -> list[tuple[int, int]]:
+        """Every (level, first-stage state) whose pipeline reaches ``value``."""
+        out = []
+        for level in range(1, self.K + 1):
+            if (self.P_lo <= level <= self.P_hi) or (self.bucket and level == self.K):
+                out += [(level, int(z)) for z in np.flatnonzero(auto.accept) if _same(float(V[0, level, z, 0, self.N]), value)]
+        return out
+
+    def reconstructions(self, V, auto, X, mode, lim, level, z):
+        """Every optimal plan in the tables, as (stages, links, times), unlinked boundaries first.
+
+        Depth first: plans that share their first stages come together. Used
+        when the first plan's runs do not pack into the nodes: a plan with
+        the same value and fewer links usually does.
+        """
         lim = lim * (1 + _TIE) if math.isfinite(lim) else INF
         xin = np.vstack([np.zeros((1, len(auto.categories))), X[:-1]])
-        a, c, D = 0, 0, self.N
-        target = V[0, level, z, c, D]
-        stages, links, times = [], [], []
-        while True:
+
+        def linked(choice) -> bool:
+            return choice[4] is not None and bool(auto.categories[choice[4]][1])
+
+        optimum = V[0, level, z, 0, self.N]
+
+        def fits(value: float, target: float) -> bool:
+            # min-max: any choice that keeps every stage within the optimum is optimal;
+            # min-sum: the remaining sum must be exactly the table's
+            if mode == "minmax":
+                return value <= optimum * (1 + 1e-12)
+            return _same(value, target)
+
+        def walk(a, level, z, c, D, target):
             stash = self.stash_of_level[level]
-            choices = self._choices(V, auto, X, xin, mode, lim, a, level, z, c, D)
-            found = next((ch for ch in choices if _same(ch[-1], target)), None)
-            if found is None:
-                raise RuntimeError("dp: reconstruction lost the optimum")
-            b, i, src, zpp, coo, t, _ = found
-            stages.append((a, b, self.sizes[i], self.best_layout(a, b, i, stash)))
-            times.append(t)
-            if src is None:  # the last stage
-                return stages, links, times
-            links.append(bool(auto.categories[coo][1]))
-            D -= self.sizes[i]
-            target = V[b + 1, src, zpp, coo, D]
-            a, level, z, c = b + 1, src, zpp, coo
+            matches = [ch for ch in self._choices(V, auto, X, xin, mode, lim, a, level, z, c, D) if fits(ch[-1], target)]
+            for b, i, src, zpp, coo, t, _ in sorted(matches, key=linked):
+                stage = (a, b, self.sizes[i], self.best_layout(a, b, i, stash))
+                if src is None:
+                    yield [stage], [], [t]
+                    continue
+                d = self.sizes[i]
+                for stages, links, times in walk(b + 1, src, zpp, coo, D - d, V[b + 1, src, zpp, coo, D - d]):
+                    yield [stage] + stages, [bool(auto.categories[coo][1])] + links, [t] + times
+
+        yield from walk(0, level, z, 0, self.N, optimum)
+
+    def placed_optimum(self, V, auto, X, mode, lim, value, kind, tries: int = 5000):
+        """The first optimal plan in the tables whose runs pack into the nodes, with its stage times."""
+        plans = itertools.chain.from_iterable(
+            self.reconstructions(V, auto, X, mode, lim, level, z) for level, z in self._final_states(V, auto, value)
+        )
+        for stages, links, times in itertools.islice(plans, tries):
+            plan = self.place(stages, links, kind)
+            if plan is not None:
+                return plan, times
+        return None, None
 
     def _choices(self, V, auto, X, xin, mode, lim, a, level, z, c, D):
         """Every way the state (a, level, z, c, D) can start: (b, size, source level, z', c', t, value)."""
@@ -578,9 +611,9 @@ class DPModel:
             value, arg = self._final(V, auto)
             if arg is None:
                 return _Outcome("infeasible")
-            stages, links, _ = self.reconstruct(V, auto, X, "minmax", INF, *arg)
             stats["recursions"] = 1
-            return _Outcome("optimal", self.place(stages, links, kind), value, stats)
+            plan, _ = self.placed_optimum(V, auto, X, "minmax", INF, value, kind)
+            return _Outcome("optimal", plan, value, stats)
         return self._iteration(auto, X, kind, deadline, stats)
 
     def _compute_only(self, objective: str, deadline) -> _Outcome:
@@ -604,8 +637,8 @@ class DPModel:
             total, arg = self._final(V, auto)
             if arg is None:
                 return INF, None, None
-            stages, links, times = self.reconstruct(V, auto, X, "minsum", limit, *arg)
-            return total, max(times), (stages, links, times)
+            stages, links, times = next(self.reconstructions(V, auto, X, "minsum", limit, *arg))
+            return total, max(times), (stages, links, times, limit)
 
         free_sum, free_max, free = minsum(INF)
         if free is None:
@@ -631,8 +664,21 @@ class DPModel:
                 if f + (m - 1) * M < best[0]:
                     best = (f + (m - 1) * M, plan)
         stats["recursions"] = calls
-        stages, links, _ = best[1]
-        return _Outcome("optimal", self.place(stages, links, kind), best[0], stats)
+        stages, links, _, limit = best[1]
+        plan = self.place(stages, links, kind)
+        if plan is None:
+            # the runs do not pack: look among the other plans with the same least sum at that threshold
+            V = self.recursion(auto, X, "minsum", limit, deadline)
+            total, _ = self._final(V, auto)
+            plans = itertools.chain.from_iterable(
+                self.reconstructions(V, auto, X, "minsum", limit, level, z) for level, z in self._final_states(V, auto, total)
+            )
+            for stages, links, times in itertools.islice(plans, 5000):
+                if _same(total + (m - 1) * max(times), best[0]):
+                    plan = self.place(stages, links, kind)
+                    if plan is not None:
+                        break
+        return _Outcome("optimal", plan, best[0], stats)
 
 
 def _same(x: float, y: float) -> bool:
