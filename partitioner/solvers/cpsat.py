@@ -2,31 +2,49 @@
 
 Decisions, per slot ``j`` (stage ``P - 1 - j``, see :mod:`.slotmodel`):
 
-* ``active[j]`` (``active[0]`` true, non-increasing; ``P = sum(active)``
-  takes one of the feasible stage counts) and ``start[j] = c_j``, strictly
-  below ``c_{j-1}`` on an active slot, 0 on the first stage and beyond;
-* ``use[j][l]``: exactly one layout on an active slot; the devices sum to N;
-* ``node[j][k]`` for a small slot, when the placement matters: each node
-  holds small stages of exactly ``gpus_per_node`` devices or none
-  (``load`` variables), nodes numbered in order of first use by slot
-  index (symmetry breaking); ``link[j]`` is true exactly when slots
-  ``j + 1`` and ``j`` sit on one node.
+* ``before[i][j] = [s_i >= j]``: the order encoding of the layer -> slot
+  map, non-increasing in ``i`` and in ``j``, with ``s`` stepping down by at
+  most 1 from layer to layer and ``s_i <= L - 1 - i``; slot ``j`` is active
+  when ``before[0][j]``, the stage count ``P = 1 + sum_j before[0][j]`` is one
+  of the feasible counts, and layer ``i`` is in slot ``j`` when
+  ``x_ij = before[i][j] - before[i][j+1]`` is 1;
+* ``use[j][l]``: one layout per active slot (``size[j][s]`` channels its
+  device count); the devices sum to N;
+* when the placement matters, ``node[j][k]`` puts a small slot on node
+  ``k``: a node holds small slots of exactly ``gpus_per_node`` devices or
+  none, nodes are numbered in order of first use by slot index (symmetry
+  breaking), and ``link[j]`` is true exactly when slots ``j + 1`` and ``j``
+  share a node.
 
 Times, in integer units (:func:`.slotmodel.integer_times`):
 
-* compute of slot ``j`` = ``prefix[l][c_{j-1}] - prefix[l][c_j]`` for its
-  layout ``l``, two ``AddElement`` over the flattened (layout, layer) prefix table;
-* memory and cost-entry rules: ``c_{j-1} <= reach[l, stash_j][c_j]`` (an element);
-* the transfer into slot ``j`` from slot ``j + 1``: an element over
-  (boundary layer, smaller stage size, link kind);
-* ``t_j = compute_j + x_j + x_{j-1}``, ``T >= t_j``; ``bottleneck``
+* ``compute_j >= sum_i tau[l][i] x_ij`` when slot ``j`` uses layout ``l``
+  (``tau`` are differences of rounded prefix sums, so a stage's compute is
+  off by at most one unit), and the redundant ``d compute_j >= sum_i
+  work_i x_ij`` for a slot of ``d`` devices (``work_i`` = the least
+  device-units of layer ``i``), which lets the LP see the device budget;
+* memory and cost entries: the clauses ``use[j][l] and c_j <= a  =>
+  c_{j-1} <= reach[l, stash_j][a]`` (:mod:`.slotmodel`);
+* ``x_j >= send[c_j][s][h]`` for the transfer into slot ``j`` whenever the
+  smaller of slots ``j`` and ``j + 1`` has at most ``sizes[s]`` devices
+  and the link is of kind ``h`` (sends only shrink with more devices);
+* ``t_j = compute_j + x_j + x_{j-1}``, ``T = max_j t_j``; ``bottleneck``
   minimises T, ``iteration`` minimises ``sum t_j + (m - 1) T``.
 
-The greedy plan (or the caller's ``warm_start``) is given as a hint. The
-returned value is recomputed exactly by :func:`~partitioner.plan.evaluate`;
-the bound is converted back to ms conservatively
-(:func:`.slotmodel.conservative_bound`). Deterministic for a fixed seed with
-``num_workers=1``.
+Lower-bounding constraints (``>=``) suffice: both objectives are
+non-decreasing in every stage time, so a minimiser sets each time to its
+value where it matters, and every returned plan is re-evaluated exactly.
+
+The greedy plan (or the caller's ``warm_start``) is given as a complete
+hint, and its objective as an upper bound. The bound is converted back to
+ms conservatively (:func:`.slotmodel.conservative_bound`). Deterministic for
+a fixed seed with ``num_workers=1``.
+
+CP-SAT 9.15 presolve has known bugs that certify wrong optima or
+infeasibility (or-tools issues #5274, #5293); on this model they showed up
+as wrong "optimal" values. The defaults therefore switch off the two
+presolve steps involved (``presolve_inclusion_work_limit=0``,
+``cp_model_probing_level=0``); ``options={"parameters": ...}`` overrides them.
 
 Options
 -------
@@ -38,6 +56,8 @@ resolution : float
     Target relative accuracy of the integer time scale (default 1e-8).
 log : bool
     Print CP-SAT's search log.
+parameters : dict
+    Further CP-SAT parameters by name (``SatParameters`` fields).
 
 References
 ----------
@@ -48,7 +68,8 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from ortools.sat.python import cp_model
 
@@ -68,16 +89,13 @@ from .slotmodel import (
     slot_data,
 )
 
-__all__ = ["solve_cpsat", "build_model", "CpVars"]
+__all__ = ["solve_cpsat", "build_model", "hint_values", "read_decisions", "CpVars", "SAFE_PARAMETERS"]
 
-_STATUS = {
-    cp_model.OPTIMAL: "optimal",
-    cp_model.FEASIBLE: "feasible",
-    cp_model.INFEASIBLE: "infeasible",
-}
+# Presolve steps switched off by default (see the module docstring).
+SAFE_PARAMETERS = {"presolve_inclusion_work_limit": 0, "cp_model_probing_level": 0}
 
 
-@register("cpsat", options=("num_workers", "hint", "resolution", "log"))
+@register("cpsat", options=("num_workers", "hint", "resolution", "log", "parameters"))
 def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     start = time.perf_counter()
     if problem.cluster.topology is not None:
@@ -89,78 +107,90 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     times = integer_times(data, float(request.option("resolution", RESOLUTION)))
     model, var = build_model(data, times)
 
-    hint_plan, hint_source, extra = None, None, {}
-    if request.warm_start is not None:
-        hint_plan, why = _valid(problem, request.warm_start)
-        hint_source = "warm_start" if hint_plan is not None else None
-        if why:
-            extra["warm_start"] = f"ignored: {why}"
-    elif request.option("hint", True):
-        from .greedy import solve_greedy
-
-        greedy = solve_greedy(problem, request)
-        if greedy.plan is not None:
-            hint_plan, hint_source = greedy.plan, "greedy"
-    if hint_plan is not None:
-        decisions = decisions_of_plan(data, hint_plan)
-        if decisions is not None:
-            add_hint(model, var, data, decisions)
-        else:
-            hint_source = None
+    extra: dict[str, Any] = {}
+    hint_plan, hint_source = _hint_plan(problem, request, extra)
+    decisions = decisions_of_plan(data, hint_plan) if hint_plan is not None else None
+    if decisions is None:
+        hint_plan = hint_source = None
+    else:
+        values = hint_values(var, data, times, decisions)
+        for v, value in values.items():
+            model.add_hint(v, value)
+        # the hinted plan is feasible, so the optimum is no worse than it
+        model.add(var.objective <= _objective_units(var, values, data))
 
     solver = cp_model.CpSolver()
     params = solver.parameters
     params.random_seed = int(request.seed)
     params.num_workers = int(request.option("num_workers", os.cpu_count() or 1))
     params.log_search_progress = bool(request.option("log", False))
-    # The model's objective is only accurate to `error` units (integer_times):
-    # closing the last units of gap would prove nothing about the contract.
+    # the model's objective is only accurate to `error` units (integer_times):
+    # closing the last units of gap would prove nothing about the contract
     params.absolute_gap_limit = float(times.error)
     params.relative_gap_limit = 0.0
+    for key, value in {**SAFE_PARAMETERS, **dict(request.option("parameters", {}))}.items():
+        setattr(params, key, value)
     if request.time_limit is not None:
         params.max_time_in_seconds = max(0.0, request.time_limit - (time.perf_counter() - start))
     code = solver.solve(model)
 
-    extra.update(
-        {
-            "cpsat": {
-                "status": solver.status_name(code),
-                "wall_seconds": solver.wall_time,
-                "branches": solver.num_branches,
-                "conflicts": solver.num_conflicts,
-                "num_workers": params.num_workers,
-                "hint": hint_source,
-            },
-            "time_unit_ms": 1.0 / times.scale,
-            "model_error_ms": times.error / times.scale,
-        }
-    )
+    extra["cpsat"] = {
+        "status": solver.status_name(code),
+        "wall_seconds": solver.wall_time,
+        "branches": solver.num_branches,
+        "conflicts": solver.num_conflicts,
+        "num_workers": params.num_workers,
+        "hint": hint_source,
+    }
+    extra["time_unit_ms"] = 1.0 / times.scale
+    extra["model_error_ms"] = times.error / times.scale
+    return _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, extra)
+
+
+def _hint_plan(problem: Problem, request: SolveRequest, extra: dict) -> tuple[Plan | None, str | None]:
+    """The caller's warm start if valid, else the greedy plan (unless ``hint=False``)."""
+    if request.warm_start is not None:
+        try:
+            evaluate(problem, request.warm_start)
+        except PlanError as err:
+            extra["warm_start"] = f"ignored: {err}"
+        else:
+            return request.warm_start.with_device_ids(), "warm_start"
+    if request.option("hint", True):
+        from .greedy import solve_greedy
+
+        greedy = solve_greedy(problem, request)
+        if greedy.plan is not None:
+            return greedy.plan, "greedy"
+    return None, None
+
+
+def _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, extra) -> Candidate:
+    """Turn the solver's answer into a candidate (plan, proven bound, message)."""
     analytic = data.lower_bound()
     if code == cp_model.INFEASIBLE:
+        if hint_plan is not None:  # cannot happen for a correct solver: the hint is a solution
+            return Candidate("error", message="cpsat: internal error, the solver rejected a valid plan", extra=extra)
         return Candidate("infeasible", message=explain_infeasible(problem), extra=extra)
+    bound = analytic
+    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
+        bound = conservative_bound(solver.best_objective_bound, times, analytic)
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         plan = plan_of_decisions(data, read_decisions(solver, var, data))
-        bound = conservative_bound(solver.best_objective_bound, times, analytic)
-        message = "" if code == cp_model.OPTIMAL else "cpsat: time limit reached before optimality was proven"
-        return Candidate(_STATUS[code], plan, bound, message, extra)
+        if hint_plan is not None and _value(problem, hint_plan, data) < _value(problem, plan, data):
+            plan = hint_plan  # equal in the integer model, better after exact re-evaluation
+        status = "optimal" if code == cp_model.OPTIMAL else "feasible"
+        message = "" if status == "optimal" else "cpsat: time limit reached before optimality was proven"
+        return Candidate(status, plan, bound, message, extra)
     if code == cp_model.UNKNOWN and hint_plan is not None:
-        bound = analytic
-        if solver.best_objective_bound > -float("inf"):
-            bound = conservative_bound(solver.best_objective_bound, times, analytic)
-        return Candidate(
-            "feasible", hint_plan, bound, f"cpsat: time limit reached; returning the {hint_source} plan", extra
-        )
+        return Candidate("feasible", hint_plan, bound, f"cpsat: time limit reached; returning the {hint_source} plan", extra)
     if code == cp_model.UNKNOWN:
         return Candidate("error", message="cpsat: time limit reached before any plan was found", extra=extra)
     return Candidate("error", message=f"cpsat: internal error, solver status {solver.status_name(code)}", extra=extra)
 
 
-def _valid(problem: Problem, plan: Plan) -> tuple[Plan | None, str]:
-    try:
-        evaluate(problem, plan)
-    except PlanError as err:
-        return None, str(err)
-    return plan.with_device_ids(), ""
+def _value(problem: Problem, plan: Plan, data: SlotData) -> float:
+    return evaluate(problem, plan, data.objective).value
 
 
 # --------------------------------------------------------------------------- model
@@ -168,156 +198,189 @@ def _valid(problem: Problem, plan: Plan) -> tuple[Plan | None, str]:
 
 @dataclass
 class CpVars:
-    """The model's variables (lists indexed by slot; ``None`` where absent)."""
+    """The model's variables, indexed by slot (empty lists where not modelled).
 
-    active: list
-    start: list
-    use: list  # use[j][l]
-    layout: list
+    ``before[i][j]`` holds the ints 1 (``j = 0``) and 0 (``j = J`` or
+    ``j > L - 1 - i``) where the value is fixed.
+    """
+
+    before: list
+    use: list
+    size: list
+    at_most: list  # at_most[j][s]: slot j has at most sizes[s] devices (transfers only)
     compute: list
-    send: list  # x_j: into slot j from slot j+1, j < J-1
-    stage: list  # t_j
-    bottleneck: cp_model.IntVar
-    node: list  # node[j][k] (placement only)
-    link: list  # link[j] (placement only)
-    objective: object
+    send: list  # x_j: into slot j from slot j + 1, j < J - 1
+    stage: list
+    bottleneck: Any
+    node: list
+    load: list
+    full: list
+    shared: list
+    link: list
+    objective: Any
 
 
 def build_model(data: SlotData, times: IntegerTimes) -> tuple[cp_model.CpModel, CpVars]:
     """The CP-SAT model of ``data`` with times in ``times`` units."""
     model = cp_model.CpModel()
     J, L, m = data.slots, data.num_layers, data.microbatches
-    N, G = data.problem.num_devices, data.gpus_per_node
-    nl = len(data.layouts)
+    N = data.problem.num_devices
+    nl, ns = len(data.layouts), len(data.sizes)
 
-    # stage count and cut points
-    active = [model.new_bool_var(f"active{j}") for j in range(J)]
-    model.add(active[0] == 1)
-    for j in range(J - 1):
-        model.add_implication(active[j + 1], active[j])
-    model.add_linear_expression_in_domain(sum(active), cp_model.Domain.from_values(data.counts))
-    start = [model.new_int_var(0, max(0, L - 1 - j), f"start{j}") for j in range(J)]
-    end = [L] + start[:-1]  # c_{j-1}: one past the last layer of slot j
-    for j in range(J):
-        model.add(start[j] + 1 <= end[j]).only_enforce_if(active[j])
-        if j + 1 < J:
-            model.add(start[j] == 0).only_enforce_if(~active[j + 1])
-    model.add(start[J - 1] == 0)
+    # order encoding of the layer -> slot map
+    before = [
+        [1] + [model.new_bool_var(f"ge{i}_{j}") if j <= L - 1 - i else 0 for j in range(1, J)] + [0] for i in range(L)
+    ]
+    for i in range(L):
+        for j in range(1, J):
+            _implies(model, before[i][j + 1], before[i][j])
+            if i + 1 < L:
+                _implies(model, before[i + 1][j], before[i][j])  # s is non-increasing
+                _implies(model, before[i][j + 1], before[i + 1][j])  # ... by steps of at most 1
+    active = [before[0][j] for j in range(J)]
+    if J > 1:
+        model.add_linear_expression_in_domain(sum(active), cp_model.Domain.from_values(data.counts))
+    members = [[(i, before[i][j] - before[i][j + 1]) for i in range(L - j)] for j in range(J)]
 
-    # one layout per active slot; devices sum to N
+    # one layout per active slot; sizes; devices sum to N
     use = [[model.new_bool_var(f"use{j}_{k}") for k in range(nl)] for j in range(J)]
-    layout = [model.new_int_var(0, nl - 1, f"layout{j}") for j in range(J)]
+    size = [[model.new_bool_var(f"size{j}_{s}") for s in range(ns)] for j in range(J)]
     for j in range(J):
         model.add(sum(use[j]) == active[j])
-        model.add(layout[j] == sum(k * use[j][k] for k in range(nl)))
-    model.add(sum(data.layouts[k].devices * use[j][k] for j in range(J) for k in range(nl)) == N)
+        for s in range(ns):
+            model.add(size[j][s] == sum(use[j][k] for k in range(nl) if data.size_index[k] == s))
+    model.add(sum(d * size[j][s] for j in range(J) for s, d in enumerate(data.sizes)) == N)
 
-    # compute: prefix[l][c_{j-1}] - prefix[l][c_j] for the slot's layout l; the
-    # elements share their index c_j, so CP-SAT encodes each c_j once
-    compute = []
+    # compute
+    tau = [[b - a for a, b in zip(row, row[1:])] for row in times.time_prefix]
+    present = [[data.problem.layers[i].cost(lay) is not None for i in range(L)] for lay in data.layouts]
+    work = [min(data.layouts[k].devices * tau[k][i] for k in range(nl) if present[k][i]) for i in range(L)]
     top_compute = max(max(row[-1] for row in times.time_prefix), 0)
-    at = [[None] * nl for _ in range(J)]
-    for j in range(J):
-        for k in range(nl):
-            table = times.time_prefix[k]
-            at[j][k] = model.new_int_var(min(table), max(table), f"prefix{j}_{k}")
-            model.add_element(start[j], table, at[j][k])
+    compute = []
     for j in range(J):
         c = model.new_int_var(0, top_compute, f"compute{j}")
         for k in range(nl):
-            end_value = times.time_prefix[k][L] if j == 0 else at[j - 1][k]
-            model.add(c == end_value - at[j][k]).only_enforce_if(use[j][k])
-        model.add(c == 0).only_enforce_if(~active[j])
+            model.add(c >= sum(tau[k][i] * x for i, x in members[j] if tau[k][i])).only_enforce_if(use[j][k])
+        for s, d in enumerate(data.sizes):
+            model.add(d * c >= sum(work[i] * x for i, x in members[j] if work[i])).only_enforce_if(size[j][s])
         compute.append(c)
 
-    # memory and cost entries: the slot ends within reach of its start
+    # memory and cost entries: use[j][l] and c_j <= a  =>  c_{j-1} <= reach[a];
+    # c_j <= a is "layer a is not before slot j", c_{j-1} <= r "layer r is not in slot >= j"
     for j in range(J):
         for k in range(nl):
-            table = [int(v) for v in data.reach_of(k, j)]
-            if min(table[: L - j]) >= L:  # reaches the end from every start: no constraint
-                continue
-            reach = model.new_int_var(0, L, f"reach{j}_{k}")
-            model.add_element(start[j], table, reach)
-            model.add(end[j] <= reach).only_enforce_if(use[j][k])
+            reach = data.reach_of(k, j)
+            for a in range(L - j):
+                r = int(reach[a])
+                if r >= L or (a + 1 < L - j and reach[a + 1] == r):
+                    continue  # no limit, or implied by the clause for a + 1
+                _clause(model, [_not(use[j][k]), before[a][j + 1], _not(before[r][j])])
 
-    # placement: small slots on nodes, links between adjacent slots
-    node, link = [], []
+    node, load, full, shared, link = [], [], [], [], []
     if data.placement:
-        node, link = _placement(model, data, use, active)
+        node, load, full, shared, link = _placement(model, data, use)
 
-    # transfers into slot j from slot j+1
-    send = []
+    send, at_most = [], []
     if data.transfers:
-        S, H = len(data.sizes), len(data.bandwidths)
-        table = [int(v) for v in times.send.reshape(-1)]
-        size_code = [sum((data.size_index[k] + 1) * use[j][k] for k in range(nl)) for j in range(J)]
-        for j in range(J - 1):
-            smaller = model.new_int_var(0, S, f"smaller{j}")
-            a = model.new_int_var(0, S, f"size_code{j}")
-            b = model.new_int_var(0, S, f"size_code_prev{j}")
-            model.add(a == size_code[j])
-            model.add(b == size_code[j + 1])
-            model.add_min_equality(smaller, [a, b])
-            index = (start[j] * (S + 1) + smaller) * H + (link[j] if data.placement else 0)
-            x = model.new_int_var(0, max(table), f"send{j}")
-            model.add_element(index, table, x)
-            send.append(x)
+        send, at_most = _transfers(model, data, times, before, size, link)
 
     # stage times and the objective
-    top = top_compute + 2 * (max(times.send.reshape(-1)) if data.transfers else 0)
+    top = top_compute + 2 * (int(times.send.max()) if data.transfers else 0)
     stage = []
     for j in range(J):
         t = model.new_int_var(0, top, f"time{j}")
         terms = [compute[j]]
-        if data.transfers:
+        if send:
             if j > 0:
                 terms.append(send[j - 1])
             if j < J - 1:
                 terms.append(send[j])
         model.add(t == sum(terms))
         stage.append(t)
+    # T >= S * (analytic bound) - 2: each stage time is off by at most 2 units
     floor_units = max(0, int(times.scale * _bottleneck_floor(data)) - 2)
     bottleneck = model.new_int_var(min(floor_units, top), top, "bottleneck")
     model.add_max_equality(bottleneck, stage)
-    if data.objective == "bottleneck":
-        objective = bottleneck
-    else:
-        objective = sum(stage) + (m - 1) * bottleneck
+    objective = bottleneck if data.objective == "bottleneck" else sum(stage) + (m - 1) * bottleneck
     model.minimize(objective)
-    return model, CpVars(active, start, use, layout, compute, send, stage, bottleneck, node, link, objective)
+    return model, CpVars(
+        before, use, size, at_most, compute, send, stage, bottleneck, node, load, full, shared, link, objective
+    )
+
+
+def _not(literal):
+    return 1 - literal if isinstance(literal, int) else ~literal
+
+
+def _clause(model: cp_model.CpModel, literals: list) -> None:
+    """Add ``or(literals)``, folding the fixed ones (ints 0/1)."""
+    if any(isinstance(v, int) and v == 1 for v in literals):
+        return
+    rest = [v for v in literals if not isinstance(v, int)]
+    model.add_bool_or(rest)
+
+
+def _implies(model: cp_model.CpModel, a, b) -> None:
+    _clause(model, [_not(a), b])
 
 
 def _bottleneck_floor(data: SlotData) -> float:
-    """The analytic lower bound on the slowest stage (ms), used as a redundant bound on T."""
-    from dataclasses import replace
-
+    """The analytic lower bound on the slowest stage (ms), nudged down."""
     return replace(data, objective="bottleneck").lower_bound() * (1 - 1e-12)
 
 
-def _placement(model: cp_model.CpModel, data: SlotData, use: list, active: list) -> tuple[list, list]:
-    J, G, nl = data.slots, data.gpus_per_node, len(data.layouts)
-    # a shared node holds at least two small stages (each at most G/2 devices)
-    bins = min(data.problem.cluster.nodes, J // 2)
-    small = [[k for k in range(nl) if data.small(k)] for _ in range(J)]
-    node = []
-    loads: list[list] = [[] for _ in range(bins)]
+def _transfers(model, data: SlotData, times: IntegerTimes, before: list, size: list, link: list) -> tuple[list, list]:
+    J, L, ns = data.slots, data.num_layers, len(data.sizes)
+    kinds = [(0, None)] if not data.placement else [(0, False), (1, True)]
+    at_most = [[model.new_bool_var(f"at_most{j}_{s}") for s in range(ns)] for j in range(J)]
     for j in range(J):
-        # first-use numbering: slot j can only open node <= j
+        for s in range(ns):
+            model.add(at_most[j][s] == sum(size[j][: s + 1]))
+    top = int(times.send.max())
+    send = []
+    for j in range(J - 1):
+        x = model.new_int_var(0, top, f"send{j}")
+        for s in range(ns):
+            for h, linked in kinds:
+                table = times.send[:, s + 1, h]
+                # send[c_j] written with [c_j >= i] = before[i - 1][j + 1]
+                expr = sum(int(table[i] - table[i - 1]) * before[i - 1][j + 1] for i in range(1, L) if table[i] != table[i - 1])
+                if isinstance(expr, int) and expr <= 0:
+                    continue
+                condition = [] if linked is None else [link[j] if linked else ~link[j]]
+                for side in (j, j + 1):
+                    model.add(x >= expr).only_enforce_if([at_most[side][s], *condition])
+        send.append(x)
+    return send, at_most
+
+
+def _placement(model: cp_model.CpModel, data: SlotData, use: list) -> tuple[list, list, list, list, list]:
+    J, G, nl = data.slots, data.gpus_per_node, len(data.layouts)
+    # a shared node holds at least two small slots (each of at most G/2 devices)
+    bins = min(data.problem.cluster.nodes, J // 2)
+    small = [k for k in range(nl) if data.small(k)]
+    node, load = [], []
+    for j in range(J):
+        # first-use numbering: slot j can open at most node j
         row = [model.new_bool_var(f"node{j}_{k}") for k in range(min(j + 1, bins))]
         node.append(row)
-        model.add(sum(row) == sum(use[j][k] for k in small[j]))
-        devices = sum(data.layouts[k].devices * use[j][k] for k in small[j])
+        model.add(sum(row) == sum(use[j][k] for k in small))
+        devices = sum(data.layouts[k].devices * use[j][k] for k in small)
+        shares = []
         for k, on in enumerate(row):
             share = model.new_int_var(0, G // 2, f"load{j}_{k}")
             model.add(share == devices).only_enforce_if(on)
             model.add(share == 0).only_enforce_if(~on)
-            loads[k].append(share)
-            if k > 0:  # node k is opened after node k-1
+            shares.append(share)
+            if k > 0:  # node k is opened by a later slot than node k - 1
                 model.add_bool_or([node[i][k - 1] for i in range(j) if k - 1 < len(node[i])]).only_enforce_if(on)
+        load.append(shares)
+    full = []
     for k in range(bins):
-        full = model.new_bool_var(f"full{k}")
-        model.add(sum(loads[k]) == G * full)
-    link = []
+        f = model.new_bool_var(f"full{k}")
+        model.add(sum(load[j][k] for j in range(J) if k < len(load[j])) == G * f)
+        full.append(f)
+    shared, link = [], []
     for j in range(J - 1):
         both = []
         for k in range(min(len(node[j]), len(node[j + 1]))):
@@ -328,40 +391,82 @@ def _placement(model: cp_model.CpModel, data: SlotData, use: list, active: list)
             both.append(w)
         h = model.new_bool_var(f"link{j}")
         model.add(h == sum(both))
+        shared.append(both)
         link.append(h)
-    return node, link
+    return node, load, full, shared, link
 
 
 # --------------------------------------------------------------------------- hints and solutions
 
 
-def add_hint(model: cp_model.CpModel, var: CpVars, data: SlotData, d: SlotDecisions) -> None:
-    """Hint the decisions of a plan (the solver completes the rest)."""
-    J = data.slots
+def hint_values(var: CpVars, data: SlotData, times: IntegerTimes, d: SlotDecisions) -> dict:
+    """The value of every variable of the model under the decisions ``d``."""
+    J, L = data.slots, data.num_layers
+    out: dict = {}
+    slot_of = [0] * L
+    for j in range(d.stages):
+        for i in range(d.starts[j], L if j == 0 else d.starts[j - 1]):
+            slot_of[i] = j
+    for i in range(L):
+        for j in range(1, J):
+            out[var.before[i][j]] = int(slot_of[i] >= j)
+    size_of = [data.size_index[k] if k >= 0 else -1 for k in d.layout]
     for j in range(J):
-        model.add_hint(var.active[j], j < d.stages)
-        model.add_hint(var.start[j], d.starts[j])
         for k in range(len(data.layouts)):
-            model.add_hint(var.use[j][k], d.layout[j] == k)
-        model.add_hint(var.layout[j], max(d.layout[j], 0))
-        if var.node:
-            for k, on in enumerate(var.node[j]):
-                model.add_hint(on, d.node[j] == k)
-    for j, h in enumerate(var.link):
-        model.add_hint(h, d.link[j])
+            out[var.use[j][k]] = int(d.layout[j] == k)
+        for s in range(len(data.sizes)):
+            out[var.size[j][s]] = int(size_of[j] == s)
+        for s, v in enumerate(var.at_most[j] if var.at_most else ()):
+            out[v] = int(0 <= size_of[j] <= s)
+    for j, row in enumerate(var.node):
+        for k, on in enumerate(row):
+            out[on] = int(d.node[j] == k)
+            out[var.load[j][k]] = data.layouts[d.layout[j]].devices if d.node[j] == k else 0
+    for k, f in enumerate(var.full):
+        out[f] = int(k in d.node)
+    for j, both in enumerate(var.shared):
+        for k, w in enumerate(both):
+            out[w] = int(d.node[j] == k and d.node[j + 1] == k)
+        out[var.link[j]] = int(d.link[j])
+    compute = [0] * J
+    for j in range(d.stages):
+        row = times.time_prefix[d.layout[j]]
+        compute[j] = row[L if j == 0 else d.starts[j - 1]] - row[d.starts[j]]
+    send = [0] * len(var.send)
+    for j in range(len(var.send)):
+        if j + 1 < d.stages:
+            s = min(size_of[j], size_of[j + 1]) + 1
+            send[j] = int(times.send[d.starts[j], s, int(d.link[j]) if data.placement else 0])
+    for j in range(J):
+        out[var.compute[j]] = compute[j]
+        out[var.stage[j]] = compute[j] + (send[j - 1] if send and j > 0 else 0) + (send[j] if send and j < J - 1 else 0)
+    for j, x in enumerate(var.send):
+        out[x] = send[j]
+    out[var.bottleneck] = max(out[t] for t in var.stage)
+    return {v: value for v, value in out.items() if not isinstance(v, int)}
+
+
+def _objective_units(var: CpVars, values: dict, data: SlotData) -> int:
+    stages = [values[t] for t in var.stage]
+    if data.objective == "bottleneck":
+        return max(stages)
+    return sum(stages) + (data.microbatches - 1) * max(stages)
 
 
 def read_decisions(solver: cp_model.CpSolver, var: CpVars, data: SlotData) -> SlotDecisions:
-    J = data.slots
-    P = sum(int(solver.boolean_value(a)) for a in var.active)
-    starts = tuple(int(solver.value(s)) if j < P else 0 for j, s in enumerate(var.start))
-    layout = tuple(
-        next(k for k, u in enumerate(var.use[j]) if solver.boolean_value(u)) if j < P else -1 for j in range(J)
-    )
+    """The decisions of the solver's solution."""
+    J, L = data.slots, data.num_layers
+
+    def on(v) -> bool:
+        return bool(v) if isinstance(v, int) else bool(solver.boolean_value(v))
+
+    P = sum(on(var.before[0][j]) for j in range(J))
+    starts = tuple(sum(on(var.before[i][j + 1]) for i in range(L)) if j < P else 0 for j in range(J))
+    layout = tuple(next(k for k, u in enumerate(var.use[j]) if on(u)) if j < P else -1 for j in range(J))
     node = [-1] * J
     for j, row in enumerate(var.node):
-        for k, on in enumerate(row):
-            if solver.boolean_value(on):
+        for k, v in enumerate(row):
+            if on(v):
                 node[j] = k
-    link = tuple(bool(solver.boolean_value(h)) for h in var.link) or tuple(False for _ in range(J - 1))
+    link = tuple(node[j] >= 0 and node[j] == node[j + 1] for j in range(J - 1))
     return SlotDecisions(P, starts, layout, tuple(node), link)
