@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from .plan import Evaluation, Plan, PlanError, SolveResult, Stage, evaluate, load_plan
 from .problem import Cluster, Layer, LayerCost, Layout, Problem, ProblemError, StageBounds, Training, dump_problem, load_problem
+from .simulate import simulate
 from .solvers import SolverError, methods, solve
+from .planning import plan_model
 
 __version__ = "0.1.0"
 
@@ -36,5 +38,7 @@ __all__ = [
     "load_plan",
     "load_problem",
     "methods",
+    "plan_model",
+    "simulate",
     "solve",
 ]

@@ -248,6 +248,265 @@ def evaluate_cmd(
         )
 
 
+# --------------------------------------------------------------------------- simulate
+
+
+def simulation_table(problem: Problem, sim: Any, ev: Evaluation) -> Table:
+    """Per stage: F, B, busy and idle time, peak in-flight microbatches and peak memory."""
+    table = Table(title_justify="left")
+    for col, justify in (
+        ("stage", "right"),
+        ("layers", "left"),
+        ("GPUs", "right"),
+        ("dp x tp", "left"),
+        ("F ms", "right"),
+        ("B ms", "right"),
+        ("busy ms", "right"),
+        ("idle ms", "right"),
+        ("in-flight", "right"),
+        ("peak memory GiB", "right"),
+    ):
+        table.add_column(col, justify=justify)
+    cap = problem.cluster.gpu_memory_bytes
+    peak = sim.peak_memory_bytes
+    for s, busy, idle, inflight, mem in zip(ev.stages, sim.busy_ms, sim.idle_ms, sim.peak_inflight, peak):
+        layers = f"{s.first_layer}" if s.first_layer == s.last_layer else f"{s.first_layer}-{s.last_layer}"
+        table.add_row(
+            str(s.index),
+            layers,
+            str(s.devices),
+            f"{s.layout.dp} x {s.layout.tp}",
+            f"{s.fwd_ms:.3f}",
+            f"{s.bwd_ms:.3f}" if sim.schedule != "forward" else "-",
+            f"{busy:.3f}",
+            f"{idle:.3f}",
+            str(inflight),
+            f"{mem / 2**30:.2f} / {cap / 2**30:.0f}",
+        )
+    return table
+
+
+@app.command("simulate")
+@guarded
+def simulate_cmd(
+    problem_path: Path = typer.Argument(..., metavar="PROBLEM", help="Problem file (JSON or YAML, format v1)."),
+    plan_path: Path = typer.Argument(..., metavar="RESULT_OR_PLAN", help="A result or plan file."),
+    schedule: str = typer.Option("1f1b", "--schedule", "-s", help="1f1b | gpipe | forward"),
+    as_json: bool = typer.Option(False, "--json", help="Print makespan, bubble, peak in-flight and memory as JSON."),
+    gantt_path: Optional[Path] = typer.Option(None, "--gantt", help="Write a Gantt chart (.png, .svg or .pdf)."),
+    trace_path: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome-trace JSON (opens in Perfetto)."),
+) -> None:
+    """Replay a plan for one iteration (exit 1 if it breaks a validity rule)."""
+    from .simulate import SCHEDULES, simulate
+
+    check_choice(schedule, SCHEDULES, "--schedule")
+    if gantt_path is not None:
+        from .viz import IMAGE_FORMATS
+
+        check_choice(gantt_path.suffix.lower().lstrip("."), IMAGE_FORMATS, f"--gantt {gantt_path}: suffix")
+    problem = load_problem(problem_path)
+    plan = load_plan(str(plan_path))
+    try:
+        ev = evaluate(problem, plan)
+    except PlanError as e:
+        err.print(f"{plan_path}: invalid plan: {e}", markup=False)
+        raise typer.Exit(EXIT_NO_PLAN)
+    sim = simulate(problem, plan, schedule, evaluation=ev)
+    written = []
+    title = f"{problem.name}: {plan_path.name}"
+    try:
+        if gantt_path is not None:
+            from .viz import save_gantt
+
+            written.append(("Gantt chart", save_gantt(sim, gantt_path, title)))
+        if trace_path is not None:
+            from .viz import write_trace
+
+            written.append(("Chrome trace", write_trace(sim, trace_path, title)))
+    except OSError as e:  # an unwritable output path is the user's input
+        err.print(f"error: cannot write {e.filename or ''}: {e.strerror or e}", markup=False)
+        raise typer.Exit(EXIT_BAD_INPUT)
+    if as_json:
+        print_json(sim.to_dict())
+    else:
+        out.print(simulation_table(problem, sim, ev))
+        out.print(
+            f"{schedule}, m = {sim.microbatches}: makespan {sim.makespan_ms:.3f} ms, "
+            f"bubble {100 * sim.bubble_ratio:.1f} % (1F1B iteration estimate {ev.iteration_ms:.3f} ms, "
+            f"bottleneck {ev.bottleneck_ms:.3f} ms)",
+            markup=False,
+        )
+    for what, path in written:
+        (err if as_json else out).print(f"wrote {what} {path}", markup=False)
+
+
+# --------------------------------------------------------------------------- presets, plan, export
+
+
+@app.command("models")
+@guarded
+def models_cmd(as_json: bool = typer.Option(False, "--json", help="Print the presets as JSON.")) -> None:
+    """List the model presets with their parameter counts."""
+    from .presets import list_models, load_model
+
+    specs = [load_model(name) for name in list_models()]
+    if as_json:
+        print_json([spec.summary() for spec in specs])
+        return
+    table = Table(title="model presets", title_justify="left")
+    for col, justify in (("name", "left"), ("params", "right"), ("modules (layers, params)", "left"), ("LLM tokens", "right")):
+        table.add_column(col, justify=justify)
+    for spec in specs:
+        mods = ", ".join(f"{m['name']} {m['kind']} ({m['layers']}, {m['params'] / 1e9:.3g} B)" for m in spec.summary()["modules"])
+        table.add_row(spec.name, f"{spec.params / 1e9:.3g} B", mods, str(spec.llm_tokens))
+    out.print(table)
+
+
+@app.command("clusters")
+@guarded
+def clusters_cmd(as_json: bool = typer.Option(False, "--json", help="Print the presets as JSON.")) -> None:
+    """List the cluster presets (one GPU node each)."""
+    from .presets import list_clusters, load_cluster
+
+    specs = [load_cluster(name) for name in list_clusters()]
+    if as_json:
+        print_json([spec.summary() for spec in specs])
+        return
+    table = Table(title="cluster presets (per node)", title_justify="left")
+    for col in ("name", "GPU", "GPUs/node", "memory GiB", "bf16 TFLOPS", "NVLink GB/s", "network GB/s"):
+        table.add_column(col, justify="left" if col in ("name", "GPU") else "right")
+    for c in specs:
+        table.add_row(c.name, c.gpu, str(c.gpus_per_node), f"{c.gpu_memory_bytes / 2**30:.1f}", f"{c.peak_tflops:g}",
+                      f"{c.intra_node_GBps:g}", f"{c.inter_node_GBps:g}")
+    out.print(table)
+
+
+def _plan_summary(problem: Problem, result: SolveResult) -> None:
+    doc = result.to_dict()
+    tput, base = doc.get("throughput") or {}, doc.get("baseline") or {}
+    out.print(
+        f"{doc.get('model')} on {problem.cluster.nodes} x {problem.cluster.gpus_per_node} GPUs ({doc.get('cluster')}), "
+        f"global batch {doc.get('global_batch')}, m = {problem.microbatches}: {result.method} -> {result.status}, "
+        f"{result.objective} = {result.value:.6g} ms  [{result.solve_seconds:.2f} s]",
+        markup=False,
+    )
+    out.print(stage_table(problem, result.evaluation))
+    src = "1F1B simulator" if tput.get("iteration_source") == "simulator" else "1F1B estimate"
+    out.print(
+        f"iteration {tput['iteration_ms']:.1f} ms ({src}), {tput['tokens_per_s']:.4g} tokens/s, MFU {100 * tput['mfu']:.1f} %",
+        markup=False,
+    )
+    if base.get("plan"):
+        stages = base["plan"]["stages"]
+        shape = f"{len(stages)} stage(s) of dp {stages[0]['dp']} x tp {stages[0]['tp']}"
+        out.print(
+            f"baseline {base['method']} ({shape}, m = {base['microbatches']}): iteration {base['iteration_ms']:.1f} ms, "
+            f"MFU {100 * base['throughput']['mfu']:.1f} % -> speed-up {doc['speedup']:.3f}x",
+            markup=False,
+        )
+    else:
+        out.print("baseline megatron-uniform: no uniform plan fits in memory", markup=False)
+    if result.message:
+        out.print(result.message, markup=False)
+    from .export import TARGETS, export_result
+
+    for target in TARGETS:
+        out.print(f"\n[bold]{target}[/bold]")
+        sys.stdout.flush()
+        sys.stdout.write(export_result(result, target, problem).text())  # unwrapped: meant to be pasted
+
+
+@app.command("plan")
+@guarded
+def plan_cmd(
+    model: str = typer.Option(..., "--model", help="Model preset name or YAML / config.json path (see `partitioner models`)."),
+    cluster: str = typer.Option(..., "--cluster", help="Cluster preset name or YAML path (see `partitioner clusters`)."),
+    nodes: int = typer.Option(..., "--nodes", help="Number of nodes."),
+    global_batch: int = typer.Option(..., "--global-batch", help="Samples per iteration."),
+    microbatches: str = typer.Option("auto", "--microbatches", help="Microbatches per iteration, or 'auto' (divisors of the batch)."),
+    method: str = typer.Option("dp", "--method", "-m", help="Solver (dp, cpsat, milp, brute, greedy, ...)."),
+    objective: str = typer.Option("iteration", "--objective", help="iteration | bottleneck"),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds per solve."),
+    max_stages: Optional[int] = typer.Option(None, "--max-stages", help="Upper bound on the pipeline depth (faster solves)."),
+    cost_option: Optional[List[str]] = typer.Option(None, "--cost-option", "-c", help="Cost-model option key=value (repeatable)."),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="Profiled per-layer times (CSV or JSON)."),
+    save_problem: Optional[Path] = typer.Option(None, "--save-problem", help="Write the v1 problem of the plan here."),
+    gantt: Optional[Path] = typer.Option(None, "--gantt", help="Write a Gantt chart of the plan (PNG/SVG)."),
+    as_json: bool = typer.Option(False, "--json", help="Print result format v1 plus baseline and throughput."),
+) -> None:
+    """Plan a model preset on a cluster preset: stages, meshes, speed-up over Megatron's default, export settings."""
+    from .planning import plan_model
+
+    check_choice(method, methods(), "--method")
+    check_choice(objective, OBJECTIVES, "--objective")
+    if microbatches != "auto":
+        try:
+            mb: int | str = int(microbatches)
+        except ValueError:
+            raise SolverError(f"--microbatches: must be a positive integer or 'auto', got {microbatches!r}") from None
+        if mb < 1:
+            raise SolverError(f"--microbatches: must be a positive integer or 'auto', got {microbatches!r}")
+    else:
+        mb = "auto"
+    if nodes < 1 or global_batch < 1 or (max_stages is not None and max_stages < 1):
+        raise SolverError("--nodes, --global-batch and --max-stages must be positive integers")
+    result = plan_model(
+        model, cluster, nodes=nodes, global_batch=global_batch, microbatches=mb, method=method, objective=objective,
+        time_limit=time_limit, options=parse_options(cost_option), profile=profile, max_stages=max_stages,
+    )
+    problem = result.problem
+    if save_problem is not None and problem is not None:
+        from .problem import dump_problem
+
+        dump_problem(problem, save_problem)
+    if gantt is not None and result.plan is not None:
+        _write_gantt(problem, result, gantt)
+    if as_json:
+        print_json(result.to_dict())
+        if result.plan is None and result.message:
+            err.print(result.message, markup=False)
+    elif result.plan is None:
+        err.print(f"{model}: {result.status}: {result.message}", markup=False)
+    else:
+        _plan_summary(problem, result)
+    raise typer.Exit(EXIT_OK if result.plan is not None else EXIT_NO_PLAN)
+
+
+def _write_gantt(problem: Problem, result: SolveResult, path: Path) -> None:
+    from .simulate import simulate
+    from .viz import save_gantt
+
+    sim = simulate(problem, result.plan, "1f1b", evaluation=result.evaluation)
+    save_gantt(sim, path, title=f"{problem.name}: {result.method}")
+
+
+@app.command("export")
+@guarded
+def export_cmd(
+    result_path: Path = typer.Argument(..., metavar="RESULT", help="A result file (`partitioner plan --json` output)."),
+    to: str = typer.Option(..., "--to", help="megatron | torchtitan | deepspeed"),
+    problem_path: Optional[Path] = typer.Option(None, "--problem", help="The problem the result solves (for results of `solve`)."),
+    as_json: bool = typer.Option(False, "--json", help="Print settings, snippet and notes as JSON."),
+) -> None:
+    """Turn a plan into Megatron-LM, torchtitan or DeepSpeed settings."""
+    from .export import TARGETS, export_result
+    from .problem import read_document
+
+    check_choice(to, TARGETS, "--to")
+    doc = read_document(result_path)
+    if not isinstance(doc, dict):
+        raise ProblemError("a result must be an object", source=str(result_path))
+    problem = load_problem(problem_path) if problem_path is not None else None
+    try:
+        exported = export_result(doc, to, problem)
+    except ProblemError as e:
+        raise e if e.source else e.with_source(str(result_path))
+    if as_json:
+        print_json(exported.to_dict())
+    else:
+        sys.stdout.write(exported.text())
+
+
 def main() -> None:
     """Console-script entry point: never a traceback for the user."""
     try:

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from .problem import Layout, Problem, ProblemError, read_document
 from .topology import bandwidth, default_bandwidth, transfer_ms
+from .units import format_bytes
 
 __all__ = [
     "STATUSES",
@@ -393,8 +394,8 @@ def evaluate(problem: Problem, plan: Plan, objective: str | None = None) -> Eval
         if e.memory_bytes > capacity:
             raise PlanError(
                 6,
-                f"needs {_gib(e.memory_bytes)} (weights {_gib(e.weight_bytes)} + {e.stash} x activations "
-                f"{_gib(e.act_bytes)}) > {_gib(capacity)} per GPU",
+                f"needs {format_bytes(e.memory_bytes)} (weights {format_bytes(e.weight_bytes)} + {e.stash} x activations "
+                f"{format_bytes(e.act_bytes)}) > {format_bytes(capacity)} per GPU",
                 e.index,
             )
     return Evaluation(tuple(evals), tuple(transfers), m, objective)
@@ -410,8 +411,6 @@ def _boundary_bandwidth(problem: Problem, a: Sequence[int], b: Sequence[int]) ->
     return default_bandwidth(cluster, len(a), len(b), same_node)
 
 
-def _gib(nbytes: float) -> str:
-    return f"{nbytes / 2**30:.2f} GiB"
 
 
 # --------------------------------------------------------------------------- solver result

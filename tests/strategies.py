@@ -28,9 +28,15 @@ def small_problems(draw, max_layers: int = 7, objectives=("bottleneck", "iterati
     n_layers = draw(st.integers(1, max_layers))
     all_layouts = layouts_for(nodes, gpus)
     scale = draw(st.sampled_from([0.0, 1.0, 1.0, 1.0]))  # sometimes free transfers
+    shared = draw(
+        st.one_of(st.just(all_layouts), st.lists(st.sampled_from(all_layouts), min_size=1, max_size=len(all_layouts), unique=True))
+    )
     layers = []
     for i in range(n_layers):
-        chosen = draw(st.lists(st.sampled_from(all_layouts), min_size=1, max_size=len(all_layouts), unique=True))
+        if draw(st.integers(0, 9)) < 7:  # most layers share the model-wide layouts, like real cost tables
+            chosen = shared
+        else:
+            chosen = draw(st.lists(st.sampled_from(all_layouts), min_size=1, max_size=len(all_layouts), unique=True))
         base = draw(st.integers(1, 40))
         costs = {}
         for dp, tp in chosen:
@@ -41,8 +47,8 @@ def small_problems(draw, max_layers: int = 7, objectives=("bottleneck", "iterati
             costs[f"dp{dp}tp{tp}"] = {
                 "fwd_ms": fwd,
                 "bwd_ms": round(fwd * draw(st.floats(0.0, 2.5)), 3),
-                "weight_bytes": draw(st.integers(0, 60)) // tp,
-                "act_bytes": draw(st.integers(0, 30)) // d,
+                "weight_bytes": draw(st.integers(0, 40)) // tp,
+                "act_bytes": draw(st.integers(0, 12)) // d,
             }
         layers.append(
             {
@@ -62,7 +68,7 @@ def small_problems(draw, max_layers: int = 7, objectives=("bottleneck", "iterati
         "cluster": {
             "nodes": nodes,
             "gpus_per_node": gpus,
-            "gpu_memory_bytes": draw(st.integers(20, 250)),
+            "gpu_memory_bytes": draw(st.integers(25, 300)),
             "intra_node_GBps": draw(st.sampled_from([1.0, 2.0, 8.0])) * 1e-3,
             "inter_node_GBps": draw(st.sampled_from([0.5, 1.0, 4.0])) * 1e-3,
         },

@@ -13,6 +13,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ..problem import Problem
+from ..units import format_bytes
 
 __all__ = ["feasible_stage_counts", "explain_infeasible", "quick_infeasibility"]
 
@@ -41,8 +42,6 @@ def _counts(sizes: tuple[int, ...], total: int, max_parts: int) -> frozenset[int
     return frozenset(p for p in range(max_parts + 1) if reach[total] >> p & 1)
 
 
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB"
 
 
 def quick_infeasibility(problem: Problem) -> str | None:
@@ -62,20 +61,47 @@ def quick_infeasibility(problem: Problem) -> str | None:
         if need > capacity:
             held = f"{stash} stashed microbatch" + ("es" if stash > 1 else "")
             return (
-                f"layer {i} ({layer.name}) needs at least {_gib(need)} in any layout "
-                f"(smallest: {where}, weights + {held}) > {_gib(capacity)} per GPU"
+                f"layer {i} ({layer.name}) needs at least {format_bytes(need)} in any layout "
+                f"(smallest: {where}, weights + {held}) > {format_bytes(capacity)} per GPU"
             )
     return None
 
 
 def explain_infeasible(problem: Problem) -> str:
-    """The reason to report once an exact search found no valid plan."""
+    """The reason to report once an exact search found no valid plan.
+
+    Beyond :func:`quick_infeasibility`, it re-solves with unlimited memory:
+    if a plan then exists, memory is what rules every plan out, and the
+    message names how much the fastest such plan needs; otherwise the
+    layers' layouts cannot form stages that use every device.
+    """
     quick = quick_infeasibility(problem)
     if quick:
         return quick
     counts = feasible_stage_counts(problem)
+    relaxed = _without_memory_limit(problem)
+    from ..plan import evaluate  # local: feasibility is imported by the solvers' base
+    from .dp import DPModel
+
+    model = DPModel(relaxed)
+    outcome = model.optimize("bottleneck", model.natural_placement(), None, 2**31)
+    if outcome.status == "optimal" and outcome.plan is not None:
+        ev = evaluate(relaxed, outcome.plan)
+        worst = max(ev.stages, key=lambda s: s.memory_bytes)
+        return (
+            f"no valid plan fits in {format_bytes(problem.cluster.gpu_memory_bytes)} per GPU: with unlimited memory "
+            f"the fastest plan ({len(ev.stages)} stages) needs {format_bytes(worst.memory_bytes)} on stage "
+            f"{worst.index} (weights {format_bytes(worst.weight_bytes)} + {worst.stash} stashed microbatches x "
+            f"{format_bytes(worst.act_bytes)}); add GPUs, memory, or fewer microbatches in flight"
+        )
     return (
-        f"no valid plan: for every stage count in {counts[0]}..{counts[-1]} that can use all "
-        f"{problem.num_devices} devices, some stage exceeds {_gib(problem.cluster.gpu_memory_bytes)} "
-        f"per GPU (weights + 1F1B stash of min(m, P-p) microbatches) or lacks a cost entry for its layout"
+        f"no valid plan even with unlimited memory: with {counts[0]}..{counts[-1]} stages, no cut of the "
+        f"{problem.num_layers} layers into stages whose layers all have a cost entry for one shared layout "
+        f"uses exactly the {problem.num_devices} devices; check the layouts listed per layer"
     )
+
+
+def _without_memory_limit(problem: Problem) -> Problem:
+    from dataclasses import replace
+
+    return replace(problem, cluster=replace(problem.cluster, gpu_memory_bytes=2**62))

@@ -27,9 +27,11 @@ which does not prove the problem infeasible.
 """
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 
-from ..plan import Plan, PlanError, Stage, evaluate
+from ..plan import Plan, Stage, objective_value
 from ..placement import contiguous_node_assignment, node_assignment_ids, pack_runs
 from ..problem import Problem
 from .base import Candidate, SolveRequest, register
@@ -61,7 +63,7 @@ def solve_greedy(problem: Problem, request: SolveRequest) -> Candidate:
         if plan is None:
             failures.append(f"P={P}: {why}")
             continue
-        value = evaluate(problem, plan, request.objective).value
+        value = _value(problem, tables, plan, request.objective)
         if best is None or value < best[0]:
             best = (value, plan)
     if best is None:
@@ -88,6 +90,8 @@ def balance_cuts(work: np.ndarray, parts: int) -> list[tuple[int, int]]:
         for i, w in enumerate(work):
             if acc + w > threshold and i > starts[-1]:
                 starts.append(i)
+                if len(starts) > parts:
+                    return starts  # already too many: the threshold is too low
                 acc = 0.0
             acc += w
         return starts
@@ -100,19 +104,20 @@ def balance_cuts(work: np.ndarray, parts: int) -> list[tuple[int, int]]:
         else:
             lo = mid
     starts = fill(hi)
-    # too few stages: split the longest-working stage that has more than one layer
+    # too few stages: split the stage with the most work (and more than one layer) near its middle
+    prefix = np.concatenate([[0.0], np.cumsum(work)])
+    bounds = starts + [n]
+    ranges = [(-(prefix[b] - prefix[a]), a, b) for a, b in zip(bounds, bounds[1:]) if b - a > 1]
+    heapq.heapify(ranges)
     while len(starts) < parts:
-        bounds = starts + [n]
-        ranges = [(bounds[k], bounds[k + 1]) for k in range(len(starts))]
-        k = max((k for k, (a, b) in enumerate(ranges) if b - a > 1), key=lambda k: work[ranges[k][0] : ranges[k][1]].sum())
-        a, b = ranges[k]
-        half, acc, cut = work[a:b].sum() / 2, 0.0, a + 1
-        for i in range(a, b - 1):
-            acc += work[i]
-            cut = i + 1
-            if acc >= half:
-                break
-        starts.insert(k + 1, cut)
+        _, a, b = heapq.heappop(ranges)
+        middle = (prefix[a] + prefix[b]) / 2
+        cut = min(max(int(np.searchsorted(prefix, middle, side="left")), a + 1), b - 1)
+        starts.append(cut)
+        for lo, hi in ((a, cut), (cut, b)):
+            if hi - lo > 1:
+                heapq.heappush(ranges, (-(prefix[hi] - prefix[lo]), lo, hi))
+    starts.sort()
     bounds = starts + [n]
     return [(bounds[k], bounds[k + 1] - 1) for k in range(parts)]
 
@@ -124,17 +129,41 @@ def grow_sizes(stage_work: list[float], allowed: tuple[int, ...], total: int) ->
     if left < 0:
         return None
     following = {a: b for a, b in zip(allowed, allowed[1:])}
+    heap = [(-w, p) for p, w in enumerate(stage_work)]  # slowest first: -work / size
+    heapq.heapify(heap)
     while left > 0:
-        order = sorted(range(len(sizes)), key=lambda p: -stage_work[p] / sizes[p])
-        for p in order:
+        skipped = []
+        while heap:
+            key, p = heapq.heappop(heap)
             nxt = following.get(sizes[p])
             if nxt is not None and nxt - sizes[p] <= left:
                 left -= nxt - sizes[p]
                 sizes[p] = nxt
+                heapq.heappush(heap, (-stage_work[p] / nxt, p))
                 break
+            skipped.append((key, p))
         else:
             return None
+        for item in skipped:
+            heapq.heappush(heap, item)
     return sizes
+
+
+def _value(problem: Problem, tables: CostTables, plan: Plan, objective: str) -> float:
+    """The objective from the cost tables (the chosen plan is re-evaluated exactly by ``solve``)."""
+    stages = plan.stages
+    cluster = problem.cluster
+    times = []
+    for p, s in enumerate(stages):
+        t = tables.compute_ms(s.first_layer, s.last_layer, tables.layouts.index(s.layout))
+        for q in (p - 1, p):
+            if 0 <= q < len(stages) - 1:
+                a, b = stages[q], stages[q + 1]
+                na = {cluster.node_of(d) for d in a.device_ids}
+                same = len(na) == 1 and na == {cluster.node_of(d) for d in b.device_ids}
+                t += tables.transfer(a.last_layer, a.devices, b.devices, same)
+        times.append(t)
+    return objective_value(objective, times, problem.microbatches)
 
 
 def _build(problem: Problem, tables: CostTables, cuts, sizes) -> tuple[Plan | None, str]:
@@ -151,9 +180,4 @@ def _build(problem: Problem, tables: CostTables, cuts, sizes) -> tuple[Plan | No
     if assignment is None:
         return None, "the sizes cannot be placed on the nodes"
     ids = node_assignment_ids(problem.cluster, sizes, assignment)
-    plan = Plan(tuple(Stage(a, b, d, lay.dp, lay.tp, ids[p]) for p, (a, b, d, lay) in enumerate(stages)))
-    try:
-        evaluate(problem, plan)
-    except PlanError as err:  # pragma: no cover - construction above follows the rules
-        return None, str(err)
-    return plan, ""
+    return Plan(tuple(Stage(a, b, d, lay.dp, lay.tp, ids[p]) for p, (a, b, d, lay) in enumerate(stages))), ""

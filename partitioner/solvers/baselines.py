@@ -1,0 +1,111 @@
+"""Baselines a person could apply by hand: ``uniform`` (Megatron-style) and ``balanced``.
+
+Both use *equal submeshes and one layout for every stage*, as tools without
+heterogeneous meshes do: a layout of d devices gives P = N / d stages.
+
+* ``uniform`` -- Megatron-LM's default split: L // P layers per stage, the
+  first L % P stages one more; placement in stage order.
+* ``balanced`` -- the same meshes, but the layer cuts (and the placement of
+  the stages on nodes) chosen optimally by the exact DP restricted to that
+  layout: the best a tool without heterogeneous meshes can do.
+
+Each tries every layout that all layers support and whose stage count the
+problem allows, and returns the best. Neither claims ``optimal``: it is
+optimal only within its restricted family.
+"""
+from __future__ import annotations
+
+import time
+
+from ..placement import contiguous_node_assignment, node_assignment_ids
+from ..plan import Plan, PlanError, Stage, evaluate
+from ..problem import Layout, Problem
+from .base import Candidate, SolveRequest, register
+from .dp import DPModel, _OutOfTime, _TooLarge
+
+__all__ = ["solve_uniform", "solve_balanced", "uniform_layouts", "uniform_plan"]
+
+
+def uniform_layouts(problem: Problem) -> list[Layout]:
+    """Layouts every layer supports whose stage count N / d the stage bounds allow."""
+    common = set(problem.layers[0].costs)
+    for layer in problem.layers[1:]:
+        common &= set(layer.costs)
+    out = []
+    for lay in sorted(common, key=lambda l: (l.devices, l.tp)):
+        P = problem.num_devices // lay.devices
+        if problem.num_devices % lay.devices == 0 and problem.stages.min <= P <= min(problem.stages.max, problem.num_layers):
+            out.append(lay)
+    return out
+
+
+def uniform_plan(problem: Problem, layout: Layout) -> Plan:
+    """Megatron's split for one layout: equal meshes, L // P layers each, remainder first."""
+    P = problem.num_devices // layout.devices
+    base, extra = divmod(problem.num_layers, P)
+    sizes = [layout.devices] * P
+    ids = node_assignment_ids(problem.cluster, sizes, contiguous_node_assignment(problem.cluster, sizes))
+    stages, start = [], 0
+    for p in range(P):
+        count = base + (1 if p < extra else 0)
+        stages.append(Stage(start, start + count - 1, layout.devices, layout.dp, layout.tp, ids[p]))
+        start += count
+    return Plan(tuple(stages))
+
+
+def _no_layout(problem: Problem, method: str) -> Candidate:
+    return Candidate(
+        "infeasible",
+        message=(
+            f"{method}: no single layout is supported by every layer with a stage count N/d "
+            f"inside the bounds {problem.stages.min}..{problem.stages.max}"
+        ),
+    )
+
+
+@register("uniform")
+def solve_uniform(problem: Problem, request: SolveRequest) -> Candidate:
+    layouts = uniform_layouts(problem)
+    if not layouts:
+        return _no_layout(problem, "uniform")
+    best, failures = None, []
+    for lay in layouts:
+        plan = uniform_plan(problem, lay)
+        try:
+            value = evaluate(problem, plan, request.objective).value
+        except PlanError as err:
+            failures.append(f"{lay.key}: {err}")
+            continue
+        if best is None or value < best[0]:
+            best = (value, plan)
+    if best is None:
+        return Candidate("infeasible", message=f"uniform: no layout fits; {failures[0]}")
+    return Candidate("feasible", best[1])
+
+
+@register("balanced")
+def solve_balanced(problem: Problem, request: SolveRequest) -> Candidate:
+    if problem.cluster.topology is not None:
+        return Candidate("error", message="balanced: custom cluster topologies are not supported by the solvers yet")
+    layouts = uniform_layouts(problem)
+    if not layouts:
+        return _no_layout(problem, "balanced")
+    deadline = request.deadline(time.perf_counter())
+    best = None
+    for lay in layouts:
+        P = problem.num_devices // lay.devices
+        model = DPModel(problem, layouts=(lay,), stage_counts=(P, P))
+        try:
+            outcome = model.optimize(request.objective, model.natural_placement(), deadline, 2**31)
+            if outcome.status == "optimal" and outcome.plan is None:
+                outcome = model.optimize(request.objective, "bins", deadline, 2**31)
+        except (_TooLarge, _OutOfTime):
+            continue
+        if outcome.status != "optimal" or outcome.plan is None:
+            continue
+        value = evaluate(problem, outcome.plan, request.objective).value
+        if best is None or value < best[0]:
+            best = (value, outcome.plan)
+    if best is None:
+        return Candidate("infeasible", message="balanced: no single-layout plan fits in memory")
+    return Candidate("feasible", best[1])

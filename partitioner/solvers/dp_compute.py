@@ -1,0 +1,385 @@
+"""The DP when no boundary carries bytes: stage time = compute, state (layer, stages, devices).
+
+Without transfers a stage's time is ``C_l(a, b) = T_l[b + 1] - T_l[a]`` for its
+layout ``l`` (prefix sums ``T_l``), and the layers ``b`` it may end at form a
+range ``[a, e_l(a)]``: memory (with the stage's stash) and a time threshold
+both only get harder as the stage grows. So one recursion step is a
+*range query*, vectorised over the first layer ``a`` and the devices ``D``:
+
+* threshold feasibility -- "is some suffix reachable from a b in the range":
+  a range OR, by prefix counts;
+* least sum of stage times under a threshold -- ``min_b (T_l[b+1] + V[b+1, D - d]) - T_l[a]``:
+  a range minimum, by a sparse table [1]_.
+
+The bottleneck optimum is the smallest candidate stage time (one of the
+``C_l(a, b)``) that is feasible, found by binary search over the sorted
+candidates; the iteration objective walks the Pareto points of (sum of stage
+times, largest stage time) downwards, thresholds snapped to candidates.
+
+Complexity per recursion: ``O(K * n_layouts * L * N * log L)`` for the least
+sum, ``O(K * n_layouts * L * N)`` for feasibility (K stage levels, L layers,
+N devices); memory ``O(K * L * N)``.
+
+References
+----------
+.. [1] M. A. Bender and M. Farach-Colton, "The LCA Problem Revisited",
+   LATIN 2000 (sparse tables for range-minimum queries).
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+__all__ = ["ComputeOnlyDP"]
+
+INF = math.inf
+
+
+class ComputeOnlyDP:
+    """Exact recursions for a :class:`~partitioner.solvers.dp.DPModel` whose transfers are all zero."""
+
+    def __init__(self, model, deadline: float | None):
+        self.model = model
+        self.deadline = deadline
+        L = model.L
+        self.L, self.N, self.K = L, model.N, model.K
+        self.prefix = model.time_prefix  # stage time = prefix difference, here and in the walk back
+        self.devices = np.array([lay.devices for lay in model.layouts])
+        self._mem_end: dict[tuple[int, int], np.ndarray] = {}
+        self.calls = 0
+
+    # ------------------------------------------------------------------ ranges
+    def mem_end(self, j: int, stash: int) -> np.ndarray:
+        """Per first layer a: the last layer b a stage in layout j can end at and fit (a - 1 if none)."""
+        key = (j, stash)
+        if key not in self._mem_end:
+            ok = self.model.smax[j] >= stash  # (a, b), a prefix of b for each a
+            count = ok.sum(axis=1)
+            self._mem_end[key] = np.arange(self.L) + count - 1
+        return self._mem_end[key]
+
+    def ends(self, j: int, level: int, limit: float) -> np.ndarray:
+        """Per a: the last layer of the stage's range (memory, threshold, room for later stages)."""
+        stash = self.model.stash_of_level[level]
+        end = np.minimum(self.mem_end(j, stash), self.L - level)
+        if math.isfinite(limit):
+            T = self.prefix[j]
+            # largest b with T[b+1] - T[a] <= limit: the same comparison the walk back makes
+            hi = np.searchsorted(T, T[:-1] + limit * (1 + 1e-12), side="right") - 2
+            end = np.minimum(end, hi)
+        return end
+
+    def time_of(self, j: int, a: int, b: int) -> float:
+        return float(self.prefix[j, b + 1] - self.prefix[j, a])
+
+    def _check_time(self) -> None:
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            from .dp import _OutOfTime
+
+            raise _OutOfTime
+
+    # ------------------------------------------------------------------ recursions
+    def feasible_table(self, limit: float) -> list[np.ndarray]:
+        """R[level][a, D]: a suffix from a with ``level`` stages and D devices, every stage <= limit."""
+        L, N, K = self.L, self.N, self.K
+        R = [np.zeros((L + 1, N + 1), bool) for _ in range(K + 1)]
+        R[0][L, 0] = True
+        for level in range(1, K + 1):
+            self._check_time()
+            self._fill(R, level, limit, boolean=True)
+        return R
+
+    def minsum_table(self, limit: float) -> list[np.ndarray]:
+        """V[level][a, D]: least sum of stage times of such a suffix (inf if none)."""
+        L, N, K = self.L, self.N, self.K
+        V = [np.full((L + 1, N + 1), INF) for _ in range(K + 1)]
+        V[0][L, 0] = 0.0
+        for level in range(1, K + 1):
+            self._check_time()
+            self._fill(V, level, limit, boolean=False)
+        return V
+
+    def _fill(self, V, level: int, limit: float, boolean: bool) -> None:
+        m = self.model
+        src = V[level - 1]
+        ends = {j: self.ends(j, level, limit) for j in range(len(m.layouts))}
+        if boolean:
+            # all layouts of one size reach any b up to the furthest end: one range per size
+            counts = np.concatenate([np.zeros((1, self.N + 1), np.int64), np.cumsum(src[1:], axis=0, dtype=np.int64)])
+            for d, js in self._by_size().items():
+                end = np.max([ends[j] for j in js], axis=0)
+                a_idx = np.flatnonzero(end >= np.arange(self.L))
+                if a_idx.size:
+                    # positions b + 1 in [a + 1, e + 1] of src
+                    hit = (counts[end[a_idx] + 1] - counts[a_idx]) > 0
+                    V[level][a_idx, d:] |= hit[:, : self.N + 1 - d]
+        else:
+            for j in range(len(m.layouts)):
+                a_idx = np.flatnonzero(ends[j] >= np.arange(self.L))
+                if a_idx.size:
+                    self._min_from(V[level], src, j, a_idx, ends[j][a_idx])
+        if m.bucket and level == self.K:
+            self._bucket_self(V[level], ends, boolean)
+
+    def _by_size(self) -> dict[int, list[int]]:
+        groups: dict[int, list[int]] = {}
+        for j, d in enumerate(self.devices):
+            groups.setdefault(int(d), []).append(j)
+        return groups
+
+    def _min_from(self, out, src, j, a_idx, e_idx) -> None:
+        """out[a, D] = min over b in [a, e(a)] of C_j(a, b) + src[b + 1, D - d]."""
+        d = int(self.devices[j])
+        width = self.N + 1 - d
+        T = self.prefix[j]
+        Y = T[1:, None] + src[1:, :width]  # Y[b] = T[b+1] + src[b+1]
+        cand = _range_min(Y, a_idx, e_idx, int((e_idx - a_idx).max()) + 1) - T[a_idx, None]
+        np.minimum(out[a_idx, d:], cand, out=cand)
+        out[a_idx, d:] = cand
+
+    def _bucket_self(self, cur, ends, boolean) -> None:
+        """The "K or more stages" level also extends itself: walk a downwards."""
+        L, N = self.L, self.N
+        J = len(self.model.layouts)
+        E = np.array([ends[j] for j in range(J)])  # (J, L)
+        if boolean:
+            by_size = {d: E[js].max(axis=0) for d, js in self._by_size().items()}
+            suffix = np.zeros((L + 2, N + 1), np.int64)  # suffix[p]: count of cur[q] for q >= p
+            for a in range(L - 1, -1, -1):
+                suffix[a + 1] = suffix[a + 2] + cur[a + 1]
+                for d, end in by_size.items():
+                    e = end[a]
+                    if e >= a:
+                        cur[a, d:] |= ((suffix[a + 1] - suffix[e + 2]) > 0)[: N + 1 - d]
+            return
+        tree = _LayoutSegmentTree(J, L, N + 1)
+        rows = np.arange(J)
+        for a in range(L - 1, -1, -1):
+            if a % 32 == 0:
+                self._check_time()
+            # row b = a: T_j[a + 1] + cur[a + 1] for every layout
+            tree.update(a, self.prefix[:, a + 1, None] + cur[a + 1][None, :])
+            live = E[:, a] >= a
+            if not live.any():
+                continue
+            best = tree.query(a, np.where(live, E[:, a], a - 1)) - self.prefix[:, a, None]
+            for j in rows[live]:
+                d = int(self.devices[j])
+                np.minimum(cur[a, d:], best[j, : N + 1 - d], out=cur[a, d:])
+
+    # ------------------------------------------------------------------ answers
+    def final(self, table, boolean: bool):
+        """(value or feasibility, level) at a = 0, D = N over the allowed stage counts."""
+        m = self.model
+        best, arg = (False if boolean else INF), None
+        for level in range(1, self.K + 1):
+            if not ((m.P_lo <= level <= m.P_hi) or (m.bucket and level == self.K)):
+                continue
+            v = table[level][0, self.N]
+            if boolean and v:
+                return True, level
+            if not boolean and v < best:
+                best, arg = float(v), level
+        return best, arg
+
+    def walk(self, V, level: int, limit: float):
+        """Stages ``(a, b, size, layout)`` and their times, following the least-sum table."""
+        m = self.model
+        a, D = 0, self.N
+        target = V[level][0, D]
+        stages, times = [], []
+        while a < self.L:
+            found = None
+            sources = [level - 1] + ([level] if m.bucket and level == self.K else [])
+            for j, lay in enumerate(m.layouts):
+                d = int(self.devices[j])
+                if d > D:
+                    continue
+                e = self.ends(j, level, limit)[a]
+                T = self.prefix[j]
+                for b in range(a, e + 1):
+                    for src in sources:
+                        if src == 0 and (b != self.L - 1 or D != d):
+                            continue
+                        rest = V[src][b + 1, D - d]
+                        if not math.isfinite(rest):
+                            continue
+                        if (T[b + 1] + rest) - T[a] == target or _close(T[b + 1] + rest - T[a], target):
+                            found = (b, j, src)
+                            break
+                    if found:
+                        break
+                if found:
+                    break
+            if found is None:
+                raise RuntimeError("dp: reconstruction lost the optimum")
+            b, j, src = found
+            stages.append((a, b, int(self.devices[j]), m.layouts[j]))
+            times.append(self.time_of(j, a, b))
+            target = V[src][b + 1, D - int(self.devices[j])]
+            a, D, level = b + 1, D - int(self.devices[j]), src
+        return stages, times
+
+    def candidates(self) -> np.ndarray:
+        """Every possible stage time, sorted: C_l(a, b) over layouts and ranges that fit with stash 1."""
+        vals = []
+        for j in range(len(self.model.layouts)):
+            T = self.prefix[j]
+            diff = T[None, 1:] - T[:-1, None]
+            ok = self.model.smax[j] >= 1
+            vals.append(diff[ok])
+        return np.unique(np.concatenate(vals)) if vals else np.array([])
+
+    # ------------------------------------------------------------------ objectives
+    def minsum(self, limit: float):
+        self.calls += 1
+        V = self.minsum_table(limit)
+        total, level = self.final(V, boolean=False)
+        if level is None:
+            return INF, None, None
+        stages, times = self.walk(V, level, limit)
+        return total, max(times), stages
+
+    def lower_bound(self) -> float:
+        """A bottleneck no plan beats: the slowest single layer, and the total work over N."""
+        m = self.model
+        single = np.diagonal(m.C, axis1=1, axis2=2)  # (layouts, L): one layer alone
+        fits = np.diagonal(m.smax, axis1=1, axis2=2) >= 1
+        alone = np.where(fits, single, INF).min(axis=0)
+        work = np.where(fits, single * self.devices[:, None], INF).min(axis=0)
+        if not np.all(np.isfinite(alone)):
+            return INF
+        return float(max(alone.max(), work.sum() / self.N))
+
+    def lowest_bottleneck(self, cand: np.ndarray, known_feasible: float | None = None) -> float | None:
+        """The smallest candidate stage time at which a valid plan exists (binary search)."""
+        lo = int(np.searchsorted(cand, self.lower_bound() * (1 - 1e-12)))
+        if known_feasible is None:
+            hi = len(cand) - 1
+            if hi < lo:
+                return None
+            self.calls += 1
+            if not self.final(self.feasible_table(float(cand[hi])), True)[0]:
+                return None
+        else:
+            hi = int(np.searchsorted(cand, known_feasible * (1 - 1e-12)))
+            hi = min(hi, len(cand) - 1)
+        lo = min(lo, hi)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            self.calls += 1
+            if self.final(self.feasible_table(float(cand[mid])), True)[0]:
+                hi = mid
+            else:
+                lo = mid + 1
+        return float(cand[lo])
+
+    def bottleneck(self):
+        cand = self.candidates()
+        best = self.lowest_bottleneck(cand)
+        if best is None:
+            return None
+        total, worst, stages = self.minsum(best)  # among bottleneck-optimal plans, the least total time
+        return worst, stages
+
+    def iteration(self):
+        """Least ``sum t + (m - 1) max t``: walk the (sum, max) Pareto points downwards from the free optimum.
+
+        ``minsum(T)`` is a non-increasing step function; its steps are the
+        Pareto points. Starting from the least sum without threshold, each
+        step asks for the least sum with every stage strictly faster than the
+        last plan's slowest one. It stops once even the lowest bottleneck
+        cannot make up for the growing sum.
+        """
+        m = self.model.m
+        free_sum, free_max, free = self.minsum(INF)
+        if free is None:
+            return None
+        best = (free_sum + (m - 1) * free_max, free)
+        if m == 1:
+            return best
+        cand = self.candidates()
+        low = self.lowest_bottleneck(cand, known_feasible=free_max)
+        f_low, M_low, plan_low = self.minsum(low)  # the other end: often best when m is large
+        if f_low + (m - 1) * M_low < best[0]:
+            best = (f_low + (m - 1) * M_low, plan_low)
+        f, M = free_sum, free_max
+        while f + (m - 1) * low < best[0] * (1 - 1e-12):
+            # a plan slower than M has sum >= f, so it can win only if its max is under (best - f) / (m - 1)
+            ceiling = min(M * (1 - 2e-12), (best[0] - f) / (m - 1))
+            below = int(np.searchsorted(cand, ceiling, side="right")) - 1
+            if below < 0 or cand[below] < low * (1 - 1e-12):
+                break
+            f, M, plan = self.minsum(float(cand[below]))
+            if plan is None:
+                break
+            if f + (m - 1) * M < best[0]:
+                best = (f + (m - 1) * M, plan)
+        return best
+
+
+def _close(x: float, y: float) -> bool:
+    return math.isfinite(x) and math.isfinite(y) and abs(x - y) <= 1e-12 * max(1.0, abs(x), abs(y))
+
+
+def _range_min(Y: np.ndarray, starts: np.ndarray, ends: np.ndarray, longest: int) -> np.ndarray:
+    """min over rows starts[i]..ends[i] (inclusive) of Y for every i; a sparse table up to ``longest`` rows."""
+    n = Y.shape[0]
+    levels = [Y]
+    span = 1
+    while span * 2 <= min(n, longest):
+        prev = levels[-1]
+        levels.append(np.minimum(prev[: n - 2 * span + 1], prev[span : n - span + 1]))
+        span *= 2
+    length = ends - starts + 1
+    k = np.floor(np.log2(length)).astype(int)
+    out = np.empty((len(starts), Y.shape[1]))
+    for level in np.unique(k):
+        sel = k == level
+        tab = levels[level]
+        out[sel] = np.minimum(tab[starts[sel]], tab[ends[sel] - (1 << level) + 1])
+    return out
+
+
+class _LayoutSegmentTree:
+    """Range minima over rows, one segment tree per layout, all layouts updated and queried at once.
+
+    ``query(lo, hi)`` takes one ``lo`` and a ``hi`` per layout (empty when hi < lo).
+    """
+
+    def __init__(self, layouts: int, rows: int, width: int):
+        size = 1
+        while size < rows:
+            size *= 2
+        self.size = size
+        self.tree = np.full((layouts, 2 * size, width), INF)
+        self.index = np.arange(layouts)
+
+    def update(self, row: int, values: np.ndarray) -> None:
+        pos = row + self.size
+        self.tree[:, pos] = values
+        pos //= 2
+        while pos >= 1:
+            np.minimum(self.tree[:, 2 * pos], self.tree[:, 2 * pos + 1], out=self.tree[:, pos])
+            pos //= 2
+
+    def query(self, lo: int, hi: np.ndarray) -> np.ndarray:
+        t = self.tree
+        res = np.full((t.shape[0], t.shape[2]), INF)
+        left = lo + self.size
+        right = hi + 1 + self.size  # exclusive, per layout
+        while True:
+            active = left < right
+            if not active.any():
+                return res
+            if left & 1:
+                res[active] = np.minimum(res[active], t[active, left])
+                left += 1
+            odd = active & (right % 2 == 1) & (left <= right - 1)
+            if odd.any():
+                right = np.where(odd, right - 1, right)
+                res[odd] = np.minimum(res[odd], t[self.index[odd], right[odd]])
+            left //= 2
+            right //= 2

@@ -1,0 +1,291 @@
+"""The analytical cost model: FLOPs, activations (Korthikanti), weights, layouts, boundaries, profiles."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from partitioner.costs import (
+    CostOptions,
+    block_activation_bytes,
+    build_problem,
+    forward_flops,
+    model_flops_per_sample,
+    model_layers,
+)
+from partitioner.plan import Plan, Stage, evaluate
+from partitioner.presets import ModelSpec, load_model, module_params
+from partitioner.problem import Layout, Problem, ProblemError
+
+NO_FUSED = {"flash_attention": False, "sequence_parallel": False}
+
+
+def llama2_only(tokens: int) -> ModelSpec:
+    llm = load_model("llava-1.5-7b").module("llm")
+    from dataclasses import replace
+
+    return ModelSpec(name="llama-2-7b", modules=(replace(llm, text_tokens=tokens),))
+
+
+def layer_index(problem: Problem, name: str) -> int:
+    return [layer.name for layer in problem.layers].index(name)
+
+
+def meta_params(problem: Problem, name: str) -> int:
+    return next(h["params"] for h in problem.meta["layers"] if h["name"] == name)
+
+
+# --------------------------------------------------------------------------- FLOPs
+
+
+def test_llama2_forward_flops_per_token_hand_formula():
+    s = 4096
+    spec = llama2_only(s)
+    h, f, L, V = 4096, 11008, 32, 32000
+    per_token = forward_flops(model_layers(spec)) / s
+    # matmuls: QKV + output (4 h^2), gated MLP (3 h f), LM head (h V), 2 FLOPs per multiply-add;
+    # attention scores and values over the causal half: 4 h (s + 1) / 2 per token and layer
+    hand = L * (2 * (4 * h * h + 3 * h * f) + 4 * h * (s + 1) / 2) + 2 * h * V
+    assert per_token == pytest.approx(hand, rel=1e-12)
+    # Kaplan et al.: C_forward ~ 2 N + 2 n_layer n_ctx d_attn (N without the embedding lookup's table)
+    N = spec.params
+    kaplan = 2 * (N - V * h) + 2 * L * s * h
+    assert per_token == pytest.approx(kaplan, rel=0.001)
+    assert per_token == pytest.approx(2 * N + 2 * L * s * h, rel=0.03)
+
+
+def test_model_flops_frozen_prefix_counts_forward_only():
+    layers = model_layers(load_model("llava-1.5-7b"))
+    vision = [layer for layer in layers if layer.role == "vision"]
+    rest = [layer for layer in layers if layer.role != "vision"]
+    assert model_flops_per_sample(vision) == pytest.approx(forward_flops(vision))
+    assert model_flops_per_sample(rest) == pytest.approx(3 * forward_flops(rest))
+    trained = model_layers(load_model("llava-1.5-7b"), CostOptions(train=("vision",)))
+    assert model_flops_per_sample(trained) == pytest.approx(3 * forward_flops(trained))
+
+
+def test_vision_attention_is_bidirectional_and_per_image():
+    layers = model_layers(load_model("pi0"))
+    v = layers[0].pieces[0]
+    assert v.tokens == 3 * 256 and v.attn_pairs == 3 * 256 * 256
+    llm = next(layer for layer in layers if layer.name == "llm.0")
+    gemma, expert = llm.pieces
+    assert gemma.attn_pairs == 816 * 816  # PaliGemma prefix: bidirectional
+    assert expert.attn_pairs == 51 * (816 + 51)  # the action tokens attend to everything
+    assert llm.module == "llm+action_expert"
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def test_activation_bytes_korthikanti_formulas():
+    s, b, h, a = 2048, 4, 4096, 32
+    assert block_activation_bytes(s, b, h, a, 1) == s * b * h * (34 + 5 * a * s / h)
+    for t in (2, 4, 8):
+        assert block_activation_bytes(s, b, h, a, t, flash_attention=True, sequence_parallel=True) == pytest.approx(s * b * h * 34 / t)
+        assert block_activation_bytes(s, b, h, a, t) == pytest.approx(s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
+        assert block_activation_bytes(s, b, h, a, t, sequence_parallel=True) == pytest.approx(s * b * h / t * (34 + 5 * a * s / h))
+        assert block_activation_bytes(s, b, h, a, t, recompute="selective", sequence_parallel=True) == pytest.approx(s * b * h * 34 / t)
+        assert block_activation_bytes(s, b, h, a, t, recompute="full", sequence_parallel=True) == pytest.approx(2 * s * b * h / t)
+
+
+def test_problem_activation_and_weight_bytes_of_an_llm_layer():
+    # llava-1.5-7b: s = 576 image + 1472 text tokens, h = 4096, a = 32; microbatch 8 / dp
+    common = dict(nodes=1, global_batch=64, microbatches=8)
+    plain = build_problem("llava-1.5-7b", "dgx-h100", options=NO_FUSED, **common)
+    fused = build_problem("llava-1.5-7b", "dgx-h100", **common)
+    i = layer_index(plain, "llm.5")
+    s, h, a, mb = 2048, 4096, 32, 8
+    for lay in (Layout(1, 1), Layout(2, 1), Layout(8, 1)):
+        b = mb // lay.dp
+        assert plain.layers[i].costs[lay].act_bytes == int(s * b * h * (34 + 5 * a * s / h))
+    for lay in (Layout(1, 2), Layout(2, 4), Layout(1, 8)):
+        b = mb // lay.dp
+        assert fused.layers[i].costs[lay].act_bytes == pytest.approx(s * b * h * 34 / lay.tp, abs=1)
+    params = meta_params(plain, "llm.5")
+    assert params == 4 * h * h + 3 * h * 11008 + 2 * h
+    for lay, cost in plain.layers[i].costs.items():
+        assert cost.weight_bytes == pytest.approx(16 * params / lay.tp, abs=1)
+
+
+def test_zero1_divides_the_optimizer_bytes_by_dp():
+    p = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"zero1": True})
+    i = layer_index(p, "llm.5")
+    params = meta_params(p, "llm.5")
+    for lay, cost in p.layers[i].costs.items():
+        assert cost.weight_bytes == pytest.approx((4 + 12 / lay.dp) * params / lay.tp, abs=1)
+
+
+def test_frozen_first_module_has_no_backward_and_no_activations():
+    p = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8)
+    for layer in p.layers:
+        if layer.module == "vision":
+            params = meta_params(p, layer.name)
+            for lay, c in layer.costs.items():
+                assert c.bwd_ms == 0 and c.act_bytes == 0 and c.fwd_ms > 0
+                assert c.weight_bytes == pytest.approx(2 * params / lay.tp, abs=1)
+        elif layer.name != "llm.embed":  # a lookup: no matmul, and no collective at tp 1
+            assert all(c.bwd_ms > 0 for c in layer.costs.values())
+    trained = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"train": ["vision"]})
+    assert all(c.bwd_ms > 0 and c.act_bytes > 0 for c in trained.layers[0].costs.values())
+
+
+def test_frozen_middle_module_passes_gradients_without_weight_gradients():
+    opts = {"freeze": ["llm"], "grad_sync_overlap": 1.0}
+    frozen = build_problem("openvla-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options=opts)
+    trained = build_problem("openvla-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"grad_sync_overlap": 1.0})
+    i = layer_index(frozen, "llm.3")
+    lay = Layout(8, 1)
+    f, t = frozen.layers[i].costs[lay], trained.layers[i].costs[lay]
+    assert f.fwd_ms == pytest.approx(t.fwd_ms)
+    assert 0 < f.bwd_ms < t.bwd_ms  # input gradients only
+    assert f.act_bytes == t.act_bytes > 0  # the vision encoder before it still needs the gradient
+    assert f.weight_bytes * 8 == pytest.approx(t.weight_bytes, rel=1e-6)
+
+
+def test_full_recompute_trades_memory_for_time():
+    none = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8)
+    full = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"recompute": "full"})
+    i = layer_index(none, "llm.0")
+    for lay in none.layers[i].costs:
+        a, b = none.layers[i].costs[lay], full.layers[i].costs[lay]
+        assert b.act_bytes < a.act_bytes and b.bwd_ms > a.bwd_ms
+        assert b.act_bytes == pytest.approx(2 * 2048 * (8 // lay.dp) * 4096 / lay.tp, abs=1)
+
+
+# --------------------------------------------------------------------------- time model
+
+
+def test_tensor_parallel_starves_a_narrow_vit():
+    # seed lesson 15 Q1: TP=4 on a 1024-wide ViT is slower than running four replicas
+    p = build_problem("seed-vla-8gpu", "dgx-h100", nodes=1, global_batch=64, microbatches=8)
+    v = p.layers[layer_index(p, "vision.3")]
+    tp4, dp4 = v.costs[Layout(1, 4)], v.costs[Layout(4, 1)]
+    vit_ratio = (tp4.fwd_ms + tp4.bwd_ms) / (dp4.fwd_ms + dp4.bwd_ms)
+    assert vit_ratio > 2.5
+    # a 4096-wide LLM layer loses much less to TP (its per-GPU GEMMs stay 1024 wide)
+    llm = p.layers[layer_index(p, "llm.3")]
+    l4, ld = llm.costs[Layout(1, 4)], llm.costs[Layout(4, 1)]
+    assert vit_ratio > 2 * (l4.fwd_ms + l4.bwd_ms) / (ld.fwd_ms + ld.bwd_ms)
+
+
+def test_time_is_flops_over_peak_times_efficiency():
+    opts = {"efficiency_max": 1.0, "gemm_half_width": 0.0, "gemm_half_tokens": 0.0, "grad_sync_overlap": 1.0}
+    p = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=8, microbatches=8, options=opts)
+    spec = load_model("llava-1.5-7b")
+    layers = model_layers(spec)
+    k = [layer.name for layer in layers].index("llm.0")
+    flops = forward_flops([layers[k]])
+    c = p.layers[k].costs[Layout(1, 1)]
+    assert c.fwd_ms == pytest.approx(flops / (989.4e12) * 1e3, rel=1e-9)
+    assert c.bwd_ms == pytest.approx(c.fwd_ms * (2 * layers[k].pieces[0].gemm_flops + 2.5 * layers[k].pieces[0].attn_flops) / flops, rel=1e-9)
+
+
+# --------------------------------------------------------------------------- layouts and boundaries
+
+
+def test_only_layouts_the_cluster_allows_and_the_model_divides():
+    p = build_problem("qwen2-vl-7b", "dgx-a100-80g", nodes=2, global_batch=256, microbatches=8)
+    allowed = p.cluster.allowed_sizes()
+    for layer in p.layers:
+        for lay in layer.costs:
+            assert lay.devices in allowed and lay.tp <= 8 and 32 % lay.dp == 0
+    assert all(lay.tp <= 4 for lay in p.layers[layer_index(p, "llm.0")].costs)  # 28 heads
+    assert any(lay.tp == 8 for lay in p.layers[layer_index(p, "vision.0")].costs)  # 16 heads
+    intern = build_problem("internvl-1.5-26b", "dgx-h100", nodes=2, global_batch=64, microbatches=8)
+    assert {lay.tp for lay in intern.layers[0].costs} == {1}  # 25 heads
+    tiny = build_problem("pi0", "dgx-h100", nodes=1, global_batch=8, microbatches=8)
+    assert all(lay.dp == 1 for layer in tiny.layers for lay in layer.costs)
+
+
+def test_boundary_tensors():
+    p = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8)
+    mb = 8
+    assert p.layers[layer_index(p, "vision.23")].out_bytes == mb * 576 * 1024 * 2
+    assert p.layers[layer_index(p, "projector")].out_bytes == mb * 576 * 4096 * 2
+    assert p.layers[layer_index(p, "llm.0")].out_bytes == mb * 2048 * 4096 * 2
+    # lesson 15: cutting before the projector sends D_V, not the 4x larger D_L
+    assert p.layers[layer_index(p, "vision.23")].out_bytes * 4 == p.layers[layer_index(p, "projector")].out_bytes
+    pi0 = build_problem("pi0", "dgx-h100", nodes=1, global_batch=64, microbatches=8)
+    assert pi0.layers[layer_index(pi0, "llm.3")].out_bytes == mb * (816 * 2048 + 51 * 1024) * 2
+    ovla = build_problem("openvla-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8)
+    # a cut inside DINOv2 also carries the image for SigLIP; inside SigLIP, the DINOv2 features
+    assert ovla.layers[layer_index(ovla, "vision_dino.3")].out_bytes == mb * (261 * 1024 + 3 * 224 * 224) * 2
+    assert ovla.layers[layer_index(ovla, "vision_siglip.3")].out_bytes == mb * (256 * 1152 + 256 * 1024) * 2
+
+
+def test_problem_round_trips_and_carries_meta():
+    p = build_problem("pi0", "dgx-h100", nodes=2, global_batch=1024, microbatches=16)
+    assert Problem.from_dict(json.loads(json.dumps(p.to_dict()))) == p
+    meta = p.meta
+    assert meta["model"] == "pi0" and meta["global_batch"] == 1024 and meta["microbatch_size"] == 64
+    assert meta["model_flops_per_iteration"] == pytest.approx(1024 * model_flops_per_sample(model_layers(load_model("pi0"))))
+    assert len(meta["layers"]) == p.num_layers
+    assert meta["layers"][layer_index(p, "llm.0")]["fqns"][0].endswith("language_model.model.layers.0")
+    assert p.cluster.gpu_memory_bytes == 85520809984 - 2 * 2**30
+    assert p.objective == "iteration"
+
+
+def test_uniform_plan_of_a_built_problem_evaluates():
+    p = build_problem("seed-vla-8gpu", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"zero1": True})
+    plan = Plan((Stage(0, p.num_layers - 1, 8, 8, 1),))
+    ev = evaluate(p, plan)
+    assert ev.stages[0].weight_bytes == sum(layer.costs[Layout(8, 1)].weight_bytes for layer in p.layers)
+
+
+def test_bad_inputs_are_problem_errors():
+    with pytest.raises(ProblemError, match="microbatches"):
+        build_problem("pi0", "dgx-h100", nodes=1, global_batch=100, microbatches=8)
+    with pytest.raises(ProblemError, match="unknown cost option 'flash'"):
+        build_problem("pi0", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"flash": True})
+    with pytest.raises(ProblemError, match="recompute"):
+        CostOptions.from_mapping({"recompute": "some"})
+    with pytest.raises(ProblemError, match="no module 'encoder'"):
+        build_problem("pi0", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"freeze": ["encoder"]})
+    with pytest.raises(ProblemError, match="nodes"):
+        build_problem("pi0", "dgx-h100", nodes=0, global_batch=64, microbatches=8)
+
+
+# --------------------------------------------------------------------------- profiled times
+
+
+def test_profiled_times_from_csv_and_json(tmp_path):
+    csv_path = tmp_path / "prof.csv"
+    csv_path.write_text("layer,layout,fwd_ms,bwd_ms\nllm.*,dp8tp1,1.5,3.0\nvision.0,*,0.25,0.5\n")
+    p = build_problem("seed-vla-8gpu", "dgx-h100", nodes=1, global_batch=64, microbatches=8, profile=csv_path)
+    base = build_problem("seed-vla-8gpu", "dgx-h100", nodes=1, global_batch=64, microbatches=8)
+    for layer, ref in zip(p.layers, base.layers):
+        for lay, c in layer.costs.items():
+            r = ref.costs[lay]
+            if layer.name.startswith("llm.") and lay == Layout(8, 1):  # the pattern llm.* takes llm.embed too
+                assert (c.fwd_ms, c.bwd_ms) == (1.5, 3.0)
+            elif layer.name == "vision.0":
+                assert (c.fwd_ms, c.bwd_ms) == (0.25, 0.5)
+            else:
+                assert (c.fwd_ms, c.bwd_ms) == (r.fwd_ms, r.bwd_ms)
+            assert (c.weight_bytes, c.act_bytes) == (r.weight_bytes, r.act_bytes)
+    assert p.meta["profiled_entries"] == 33 + len(base.layers[0].costs)
+    json_path = tmp_path / "prof.json"
+    json_path.write_text(json.dumps({"layers": [{"layer": "projector", "layout": "dp1tp1", "fwd_ms": 9, "bwd_ms": 9}]}))
+    from partitioner.costs import apply_profile
+
+    q = apply_profile(base, json_path)
+    assert q.layers[layer_index(q, "projector")].costs[Layout(1, 1)].fwd_ms == 9
+    json_path.write_text(json.dumps([{"layer": "nope.*", "layout": "dp1tp1", "fwd_ms": 1, "bwd_ms": 1}]))
+    with pytest.raises(ProblemError, match=r"prof.json: \[0\].layer"):
+        apply_profile(base, json_path)
+    json_path.write_text(json.dumps([{"layer": "vision.0", "layout": "dp3tp1", "fwd_ms": 1, "bwd_ms": 1}]))
+    with pytest.raises(ProblemError, match="no layout dp3tp1"):
+        apply_profile(base, json_path)
+    csv_path.write_text("layer,layout,fwd_ms,bwd_ms\nvision.0,dp1tp1,fast,1\n")
+    with pytest.raises(ProblemError, match="fwd_ms"):
+        apply_profile(base, csv_path)
+
+
+def test_hf_config_builds_a_problem(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_attention_heads": 32,
+                               "num_hidden_layers": 22, "num_key_value_heads": 4, "vocab_size": 32000}))
+    p = build_problem(str(cfg), "dgx-h100", nodes=1, global_batch=32, microbatches=4)
+    assert [layer.name for layer in p.layers][:2] == ["llm.embed", "llm.0"] and p.layers[-1].name == "llm.head"
+    assert p.meta["params"] == module_params(load_model(str(cfg)).modules[0])

@@ -1,0 +1,108 @@
+"""Gantt chart and Chrome trace of a simulation."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from partitioner import load_problem, simulate, solve
+from partitioner.simulate import simulate_times
+from partitioner.viz import chrome_trace, gantt, save_gantt, write_trace
+
+
+def png_size(path):
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG file"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_gantt_draws_every_op_with_its_microbatch():
+    sim = simulate_times([2.0] * 3, [4.0] * 3, 4, "1f1b")
+    fig = gantt(sim, "equal stages")
+    ax = fig.axes[0]
+    # one grey idle band per stage behind one box per op
+    assert len(ax.patches) == sim.num_stages + len(sim.timeline)
+    colors = {tuple(p.get_facecolor()) for p in ax.patches[sim.num_stages :]}
+    assert len(colors) == 2  # forward and backward
+    numbers = sorted(t.get_text() for t in ax.texts)
+    assert numbers == sorted(str(op.microbatch) for op in sim.timeline)
+    assert f"makespan {sim.makespan_ms:.2f} ms" in ax.get_title(loc="left")
+    assert f"bubble {100 * sim.bubble_ratio:.1f} %" in ax.get_title(loc="left")
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["stage 0", "stage 1", "stage 2"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["forward", "backward", "idle"]
+
+
+def test_gantt_skips_numbers_that_do_not_fit():
+    sim = simulate_times([100.0, 0.01], [100.0, 0.01], 2, "1f1b")
+    ax = gantt(sim).axes[0]
+    assert 0 < len(ax.texts) < len(sim.timeline)
+
+
+def test_save_png_svg(tmp_path):
+    sim = simulate_times([1.0, 2.0], [2.0, 4.0], 3, "gpipe")
+    w, h = png_size(save_gantt(sim, tmp_path / "g.png"))
+    assert w > 600 and h > 150
+    svg = save_gantt(sim, tmp_path / "g.svg").read_text()
+    assert "<svg" in svg
+    with pytest.raises(ValueError, match="suffix"):
+        save_gantt(sim, tmp_path / "g.gif")
+
+
+def test_chrome_trace_fields(examples):
+    problem = load_problem(examples / "vla_toy_2x4.json")
+    plan = solve(problem, "brute").plan
+    sim = simulate(problem, plan)
+    doc = json.loads(json.dumps(chrome_trace(sim)))
+    events = doc["traceEvents"]
+    ops = [e for e in events if e["ph"] == "X"]
+    assert len(ops) == len(sim.timeline)
+    for e, op in zip(ops, sim.timeline):
+        assert e["tid"] == op.stage
+        assert e["name"] == f"{op.kind}{op.microbatch}"
+        assert e["ts"] == pytest.approx(op.start * 1000)  # microseconds
+        assert e["dur"] == pytest.approx(op.duration * 1000)
+    meta = [e for e in events if e["ph"] == "M"]
+    assert [e["args"]["name"] for e in meta if e["name"] == "process_name"]
+    threads = {e["tid"]: e["args"]["name"] for e in meta if e["name"] == "thread_name"}
+    assert sorted(threads) == list(range(plan.num_stages))
+    counters = [e for e in events if e["ph"] == "C"]
+    for p in range(plan.num_stages):
+        series = [(e["ts"], e["args"]["bytes"]) for e in counters if e["name"] == f"memory stage {p}"]
+        assert max(v for _, v in series) == sim.peak_memory_bytes[p]
+        # weights from the start; stage 0 begins F0 at once, the others wait for it
+        assert series[0] == (0.0, sim.weight_bytes[p] + (sim.act_bytes[p] if p == 0 else 0))
+        assert len({t for t, _ in series}) == len(series)  # one value per instant
+
+
+def test_chrome_trace_without_memory_counts_microbatches():
+    sim = simulate_times([1.0, 1.0], [1.0, 1.0], 3, "1f1b")
+    counters = [e for e in chrome_trace(sim)["traceEvents"] if e["ph"] == "C"]
+    assert {e["name"] for e in counters} == {"in-flight stage 0", "in-flight stage 1"}
+    assert max(e["args"]["microbatches"] for e in counters if e["name"] == "in-flight stage 0") == 2
+
+
+def test_cli_gantt_and_trace(tmp_path, cli, examples):
+    problem = examples / "vla_toy_2x4.json"
+    r = cli("solve", problem, "--method", "brute", "--json")
+    assert r.returncode == 0, r.stderr
+    result = tmp_path / "result.json"
+    result.write_text(r.stdout)
+    r = cli("simulate", problem, result, "--gantt", tmp_path / "g.png", "--trace", tmp_path / "t.json")
+    assert r.returncode == 0, r.stderr
+    assert "wrote Gantt chart" in r.stdout and "wrote Chrome trace" in r.stdout
+    w, h = png_size(tmp_path / "g.png")
+    assert w > 1000 and h > 400
+    doc = json.loads((tmp_path / "t.json").read_text())
+    phases = {e["ph"] for e in doc["traceEvents"]}
+    assert {"X", "M", "C"} <= phases
+    assert all({"ts", "dur", "pid", "tid"} <= set(e) for e in doc["traceEvents"] if e["ph"] == "X")
+    # with --json the file notices go to stderr and stdout stays JSON
+    r = cli("simulate", problem, result, "--json", "--trace", tmp_path / "t2.json")
+    assert r.returncode == 0 and json.loads(r.stdout)["makespan_ms"] > 0
+    assert "wrote Chrome trace" in r.stderr
+
+
+def test_write_trace_round_trips(tmp_path):
+    sim = simulate_times([1.0, 2.0], [1.0, 2.0], 2, "1f1b")
+    path = write_trace(sim, tmp_path / "t.json", "toy")
+    assert json.loads(path.read_text()) == json.loads(json.dumps(chrome_trace(sim, "toy")))
