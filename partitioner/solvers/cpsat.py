@@ -40,11 +40,21 @@ hint, and its objective as an upper bound. The bound is converted back to
 ms conservatively (:func:`.slotmodel.conservative_bound`). Deterministic for
 a fixed seed with ``num_workers=1``.
 
-CP-SAT 9.15 presolve has known bugs that certify wrong optima or
-infeasibility (or-tools issues #5274, #5293); on this model they showed up
-as wrong "optimal" values. The defaults therefore switch off the two
-presolve steps involved (``presolve_inclusion_work_limit=0``,
-``cp_model_probing_level=0``); ``options={"parameters": ...}`` overrides them.
+Reach: on the 4 x 8 GPU benchmark family (``tests/test_cpsat.py``) CP-SAT
+proves optimality within seconds up to about 24 layers; from 32 layers on
+it usually finds the optimum but cannot close the gap in a minute, because
+the LP relaxation of the slot model only sees the analytic bound (total
+work / N): what makes extra stages or wide tensor parallelism costly shows
+only once stage sizes are fixed. Use ``dp`` for large problems and
+``cpsat`` to cross-check it.
+
+CP-SAT's presolve is switched off by default. On this model the presolve of
+OR-Tools 9.15 certified wrong optima and wrong infeasibility on a few
+random problems out of a thousand (cross-checked against ``brute`` and
+``dp``; compare or-tools issues #5274 and #5293); switching off single
+presolve steps (probing, inclusion detection, symmetry) did not remove all
+of them, and the search without presolve was never wrong in the same
+trials. ``options={"parameters": {"cp_model_presolve": True}}`` turns it back on.
 
 Options
 -------
@@ -53,7 +63,7 @@ num_workers : int
 hint : bool
     Give the greedy plan as a hint when no ``warm_start`` is given (default True).
 resolution : float
-    Target relative accuracy of the integer time scale (default 1e-8).
+    Target relative accuracy of the integer time scale (default 1e-7).
 log : bool
     Print CP-SAT's search log.
 parameters : dict
@@ -73,9 +83,9 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from ..plan import Plan, PlanError, evaluate
+from ..plan import Plan, evaluate
 from ..problem import Problem
-from .base import Candidate, SolveRequest, register
+from .base import Candidate, SolveRequest, SolverError, register
 from .feasibility import explain_infeasible, quick_infeasibility
 from .slotmodel import (
     RESOLUTION,
@@ -84,15 +94,17 @@ from .slotmodel import (
     SlotDecisions,
     conservative_bound,
     decisions_of_plan,
+    int_option,
     integer_times,
     plan_of_decisions,
     slot_data,
+    starting_plan,
 )
 
 __all__ = ["solve_cpsat", "build_model", "hint_values", "read_decisions", "CpVars", "SAFE_PARAMETERS"]
 
-# Presolve steps switched off by default (see the module docstring).
-SAFE_PARAMETERS = {"presolve_inclusion_work_limit": 0, "cp_model_probing_level": 0}
+# Solver parameters applied before the caller's (see the module docstring).
+SAFE_PARAMETERS = {"cp_model_presolve": False}
 
 
 @register("cpsat", options=("num_workers", "hint", "resolution", "log", "parameters"))
@@ -104,11 +116,14 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     if reason:
         return Candidate("infeasible", message=reason)
     data = slot_data(problem, request.objective)
-    times = integer_times(data, float(request.option("resolution", RESOLUTION)))
+    resolution = request.option("resolution", RESOLUTION)
+    if isinstance(resolution, bool) or not isinstance(resolution, (int, float)) or not 0 < resolution < 1:
+        raise SolverError(f"cpsat: option resolution must be a number in (0, 1), got {resolution!r}")
+    times = integer_times(data, float(resolution))
     model, var = build_model(data, times)
 
     extra: dict[str, Any] = {}
-    hint_plan, hint_source = _hint_plan(problem, request, extra)
+    hint_plan, hint_source = starting_plan(problem, request, extra)
     decisions = decisions_of_plan(data, hint_plan) if hint_plan is not None else None
     if decisions is None:
         hint_plan = hint_source = None
@@ -122,14 +137,20 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     solver = cp_model.CpSolver()
     params = solver.parameters
     params.random_seed = int(request.seed)
-    params.num_workers = int(request.option("num_workers", os.cpu_count() or 1))
+    params.num_workers = int_option(request, "cpsat", "num_workers", os.cpu_count() or 1)
     params.log_search_progress = bool(request.option("log", False))
     # the model's objective is only accurate to `error` units (integer_times):
     # closing the last units of gap would prove nothing about the contract
     params.absolute_gap_limit = float(times.error)
     params.relative_gap_limit = 0.0
-    for key, value in {**SAFE_PARAMETERS, **dict(request.option("parameters", {}))}.items():
-        setattr(params, key, value)
+    extra_parameters = request.option("parameters", {})
+    if not isinstance(extra_parameters, dict):
+        raise SolverError(f"cpsat: option parameters must be a mapping of CP-SAT parameters, got {extra_parameters!r}")
+    for key, value in {**SAFE_PARAMETERS, **extra_parameters}.items():
+        try:
+            setattr(params, key, value)
+        except (AttributeError, TypeError, ValueError) as err:
+            raise SolverError(f"cpsat: bad CP-SAT parameter {key}={value!r}: {err}") from None
     if request.time_limit is not None:
         params.max_time_in_seconds = max(0.0, request.time_limit - (time.perf_counter() - start))
     code = solver.solve(model)
@@ -145,24 +166,6 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     extra["time_unit_ms"] = 1.0 / times.scale
     extra["model_error_ms"] = times.error / times.scale
     return _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, extra)
-
-
-def _hint_plan(problem: Problem, request: SolveRequest, extra: dict) -> tuple[Plan | None, str | None]:
-    """The caller's warm start if valid, else the greedy plan (unless ``hint=False``)."""
-    if request.warm_start is not None:
-        try:
-            evaluate(problem, request.warm_start)
-        except PlanError as err:
-            extra["warm_start"] = f"ignored: {err}"
-        else:
-            return request.warm_start.with_device_ids(), "warm_start"
-    if request.option("hint", True):
-        from .greedy import solve_greedy
-
-        greedy = solve_greedy(problem, request)
-        if greedy.plan is not None:
-            return greedy.plan, "greedy"
-    return None, None
 
 
 def _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, extra) -> Candidate:

@@ -52,17 +52,26 @@ import os
 import re
 import sys
 import tempfile
-from contextlib import contextmanager
 import time
-from dataclasses import dataclass
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 
 import pulp
 
-from ..plan import Plan, PlanError, evaluate
+from ..plan import PlanError, evaluate
 from ..problem import Problem
-from .base import Candidate, SolveRequest, register
+from .base import Candidate, SolveRequest, SolverError, register
 from .feasibility import explain_infeasible, quick_infeasibility
-from .slotmodel import SlotData, SlotDecisions, decisions_of_plan, plan_of_decisions, slot_data
+from .slotmodel import (
+    SlotData,
+    SlotDecisions,
+    decisions_of_plan,
+    int_option,
+    plan_of_decisions,
+    slot_data,
+    starting_plan,
+)
 
 __all__ = ["solve_milp", "build_milp", "MilpVars", "BACKENDS"]
 
@@ -77,30 +86,22 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
     start = time.perf_counter()
     backend = str(request.option("backend", "highs")).lower()
     if backend not in BACKENDS:
-        return Candidate("error", message=f"milp: unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        raise SolverError(f"milp: unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    threads = int_option(request, "milp", "threads", 1)
     if problem.cluster.topology is not None:
         return Candidate("error", message="milp: custom cluster topologies are not supported by the solvers yet")
     reason = quick_infeasibility(problem)
     if reason:
         return Candidate("infeasible", message=reason)
     data = slot_data(problem, request.objective)
-    lp, var = build_milp(data)
+    with _pulp_quiet():
+        lp, var = build_milp(data)
 
-    hint_plan, hint_source, extra = None, None, {}
-    if request.warm_start is not None:
-        hint_plan, why = _valid(problem, request.warm_start)
-        hint_source = "warm_start" if hint_plan is not None else None
-        if why:
-            extra["warm_start"] = f"ignored: {why}"
-    elif request.option("hint", True):
-        from .greedy import solve_greedy
-
-        greedy = solve_greedy(problem, request)
-        if greedy.plan is not None:
-            hint_plan, hint_source = greedy.plan, "greedy"
+    extra: dict = {}
+    hint_plan, hint_source = starting_plan(problem, request, extra)
     decisions = decisions_of_plan(data, hint_plan) if hint_plan is not None else None
     if decisions is None:
-        hint_source = None
+        hint_plan = hint_source = None
     else:
         for v, value in start_values(var, data, decisions).items():
             v.setInitialValue(value)
@@ -108,15 +109,18 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
     limit = None
     if request.time_limit is not None:
         limit = max(1e-3, request.time_limit - (time.perf_counter() - start))
-    threads = int(request.option("threads", 1))
     log = bool(request.option("log", False))
     run = _solve_highs if backend == "highs" else _solve_cbc
-    outcome = run(lp, limit, threads, log, hint_source is not None)
+    with _pulp_quiet():
+        outcome = run(lp, limit, threads, log, hint_source is not None)
     extra["milp"] = {"backend": backend, "status": outcome.status_text, "hint": hint_source, "threads": threads}
 
     analytic = data.lower_bound()
     bound = _conservative(outcome.bound, analytic)
     if outcome.status == "infeasible":
+        if hint_plan is not None:  # cannot happen for a correct solver: the start is a solution
+            return Candidate("feasible", hint_plan, analytic, f"milp: {backend} claimed infeasibility against a "
+                             f"valid start; returning the {hint_source} plan", extra)
         return Candidate("infeasible", message=explain_infeasible(problem), extra=extra)
     if outcome.has_solution:
         plan = plan_of_decisions(data, read_decisions(var, data))
@@ -128,20 +132,14 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
                 return Candidate("error", message=f"milp: the {backend} solution is not a valid plan: {err}", extra=extra)
             return Candidate("feasible", hint_plan, bound, f"milp: {backend} returned an invalid plan ({err}); "
                              f"returning the {hint_source} plan", extra)
+        if hint_plan is not None and evaluate(problem, hint_plan, data.objective).value < evaluate(problem, plan, data.objective).value:
+            plan = hint_plan  # the backend's tolerances let it stop at a plan no better than the start
         status = "optimal" if outcome.status == "optimal" else "feasible"
         message = "" if status == "optimal" else f"milp: {backend} stopped ({outcome.status_text}) before optimality was proven"
         return Candidate(status, plan, bound, message, extra)
     if hint_plan is not None:
         return Candidate("feasible", hint_plan, bound, f"milp: {backend} found no plan in time; returning the {hint_source} plan", extra)
     return Candidate("error", message=f"milp: {backend} found no plan ({outcome.status_text})", extra=extra)
-
-
-def _valid(problem: Problem, plan: Plan) -> tuple[Plan | None, str]:
-    try:
-        evaluate(problem, plan)
-    except PlanError as err:
-        return None, str(err)
-    return plan.with_device_ids(), ""
 
 
 def _conservative(dual_bound: float | None, analytic: float) -> float:
@@ -284,8 +282,6 @@ def build_milp(data: SlotData) -> tuple[pulp.LpProblem, MilpVars]:
 
 
 def _bottleneck_floor(data: SlotData) -> float:
-    from dataclasses import replace
-
     return replace(data, objective="bottleneck").lower_bound() * (1 - 1e-12)
 
 
@@ -446,6 +442,14 @@ class _HighsWithStart(pulp.HiGHS):
 
 
 @contextmanager
+def _pulp_quiet():
+    """Hide PuLP 3's deprecation notices about its 4.0 API (the pinned range is < 4)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"pulp(\.|$)")
+        yield
+
+
+@contextmanager
 def _quiet_stdout():
     """Silence the process's file descriptor 1 (C++ output included)."""
     sys.stdout.flush()
@@ -491,6 +495,7 @@ def _solve_highs(lp: pulp.LpProblem, limit: float | None, threads: int, log: boo
 def _solve_cbc(lp: pulp.LpProblem, limit: float | None, threads: int, log: bool, use_start: bool) -> _Outcome:
     fd, path = tempfile.mkstemp(prefix="partitioner-cbc-", suffix=".log")
     os.close(fd)
+    failure = None
     try:
         solver = pulp.PULP_CBC_CMD(
             msg=False,
@@ -502,20 +507,31 @@ def _solve_cbc(lp: pulp.LpProblem, limit: float | None, threads: int, log: bool,
             logPath=path,
             options=[f"integerTolerance {_TOLERANCE}", f"primalTolerance {_TOLERANCE}", "randomCbcSeed 1"],
         )
-        code = lp.solve(solver)
+        try:
+            code = lp.solve(solver)
+        except pulp.PulpSolverError as err:
+            failure = str(err)
         with open(path, encoding="utf-8", errors="replace") as f:
             text_log = f.read()
     finally:
         os.unlink(path)
     if log:
         print(text_log)
+    if failure is not None:  # e.g. the time limit ended CBC while it read the start
+        tail = " | ".join(line.strip() for line in text_log.strip().splitlines()[-3:])
+        return _Outcome("none", f"cbc failed: {tail or failure}", None, False)
     result = re.search(r"^Result - (.*)$", text_log, re.MULTILINE)
     text = result.group(1).strip() if result else pulp.LpStatus[code]
     bound = _cbc_number(text_log, "Lower bound")
     if lp.sol_status == pulp.LpSolutionOptimal:
         return _Outcome("optimal", text, _cbc_number(text_log, "Objective value"), True)
     if code == pulp.LpStatusInfeasible or lp.sol_status == pulp.LpSolutionInfeasible:
-        return _Outcome("infeasible", text, None, False)
+        # CBC says "LP relaxation infeasible or too expensive" when the time
+        # limit ends its root processing: only a run that ended early proves it
+        wall = _cbc_number(text_log, r"Time \(Wallclock seconds\)")
+        if limit is None or (wall is not None and wall < 0.9 * limit):
+            return _Outcome("infeasible", text, None, False)
+        return _Outcome("none", f"{text} (at the time limit)", None, False)
     has_solution = lp.sol_status == pulp.LpSolutionIntegerFeasible
     return _Outcome("feasible" if has_solution else "none", text, bound, has_solution)
 

@@ -29,8 +29,8 @@ solvers, no rounding can admit an over-capacity plan or exclude a fitting one).
 Placement
 ---------
 Times depend on the placement only through which adjacent stages share a
-node (DESIGN.md, "Times"), and only when some boundary carries bytes and
-the two bandwidths differ. Otherwise the placement is not modelled: any
+node (DESIGN.md, "Times"), and only when some boundary carries bytes, the
+two bandwidths differ and some layout is smaller than a node. Otherwise the placement is not modelled: any
 allowed sizes summing to N can be packed (in-node sizes are powers of two
 dividing ``gpus_per_node``, or ``gpus_per_node`` itself, so first-fit
 decreasing fills the nodes exactly) and :func:`~partitioner.placement.pack_runs`
@@ -47,8 +47,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..placement import node_assignment_ids, pack_runs
-from ..plan import Plan, Stage
+from ..plan import Plan, PlanError, Stage, evaluate
 from ..problem import Layout, Problem
+from .base import SolveRequest, SolverError
 from .feasibility import feasible_stage_counts
 
 __all__ = [
@@ -60,12 +61,14 @@ __all__ = [
     "plan_of_decisions",
     "integer_times",
     "conservative_bound",
+    "starting_plan",
+    "int_option",
     "RESOLUTION",
 ]
 
 # Target relative accuracy of the integer time scale of CP-SAT: the plan it
 # proves optimal is within this fraction of the true optimum (see integer_times).
-RESOLUTION = 1e-8
+RESOLUTION = 1e-7
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,38 @@ def _reach(weight: np.ndarray, act: np.ndarray, missing: np.ndarray, stash: int,
 # --------------------------------------------------------------------------- decisions <-> plans
 
 
+def int_option(request: SolveRequest, method: str, name: str, default: int, minimum: int = 1) -> int:
+    """An integer option, or :class:`~partitioner.solvers.SolverError` naming it."""
+    value = request.option(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise SolverError(f"{method}: option {name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def starting_plan(problem: Problem, request: SolveRequest, notes: dict) -> tuple[Plan | None, str | None]:
+    """The plan to start from, and where it came from.
+
+    The caller's ``warm_start`` when it is valid (an invalid one is noted in
+    ``notes["warm_start"]`` and skipped), else the greedy plan unless the
+    ``hint`` option is false, else None.
+    """
+    if request.warm_start is not None:
+        try:
+            evaluate(problem, request.warm_start)
+        except PlanError as err:
+            notes["warm_start"] = f"ignored: {err}"
+        else:
+            return request.warm_start.with_device_ids(), "warm_start"
+    if request.option("hint", True):
+        from .greedy import solve_greedy  # local: greedy is a sibling method module
+
+        greedy = solve_greedy(problem, request)
+        if greedy.plan is not None:
+            return greedy.plan, "greedy"
+    return None, None
+
+
+
 @dataclass(frozen=True)
 class SlotDecisions:
     """A plan in the model's terms.
@@ -369,10 +404,12 @@ def integer_times(data: SlotData, resolution: float = RESOLUTION) -> IntegerTime
     error = 2 if data.objective == "bottleneck" else 2 * (J + m - 1)
     lower = data.lower_bound()
     stages = 1 if data.objective == "bottleneck" else J + m - 1
-    upper = max(stages * data.upper_stage_ms(), 1e-300)
-    cap = 2.0**50 / upper
-    scale = 3 * error / (resolution * lower) if lower > 0 else cap
-    scale = min(scale, cap)
+    upper = stages * data.upper_stage_ms()
+    if upper <= 0:  # every time is zero: any unit is exact
+        scale = 1.0
+    else:
+        cap = 2.0**50 / upper
+        scale = min(3 * error / (resolution * lower), cap) if lower > 0 else cap
     prefix = [[int(round(scale * v)) for v in row] for row in data.time_prefix]
     L, S = data.num_layers, len(data.sizes)
     bws = data.bandwidths
