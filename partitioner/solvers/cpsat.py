@@ -186,7 +186,8 @@ def _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, 
         message = "" if status == "optimal" else "cpsat: time limit reached before optimality was proven"
         return Candidate(status, plan, bound, message, extra)
     if code == cp_model.UNKNOWN and hint_plan is not None:
-        return Candidate("feasible", hint_plan, bound, f"cpsat: time limit reached; returning the {hint_source} plan", extra)
+        message = f"cpsat: time limit reached; returning the {hint_source} plan"
+        return Candidate("feasible", hint_plan, bound, message, extra)
     if code == cp_model.UNKNOWN:
         return Candidate("error", message="cpsat: time limit reached before any plan was found", extra=extra)
     return Candidate("error", message=f"cpsat: internal error, solver status {solver.status_name(code)}", extra=extra)
@@ -347,7 +348,8 @@ def _transfers(model, data: SlotData, times: IntegerTimes, before: list, size: l
             for h, linked in kinds:
                 table = times.send[:, s + 1, h]
                 # send[c_j] written with [c_j >= i] = before[i - 1][j + 1]
-                expr = sum(int(table[i] - table[i - 1]) * before[i - 1][j + 1] for i in range(1, L) if table[i] != table[i - 1])
+                steps = [(int(table[i] - table[i - 1]), before[i - 1][j + 1]) for i in range(1, L) if table[i] != table[i - 1]]
+                expr = sum(step * literal for step, literal in steps)
                 if isinstance(expr, int) and expr <= 0:
                     continue
                 condition = [] if linked is None else [link[j] if linked else ~link[j]]

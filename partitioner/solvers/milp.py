@@ -115,31 +115,37 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
         outcome = run(lp, limit, threads, log, hint_source is not None)
     extra["milp"] = {"backend": backend, "status": outcome.status_text, "hint": hint_source, "threads": threads}
 
+    return _candidate(problem, data, backend, outcome, var, hint_plan, hint_source, extra)
+
+
+def _candidate(problem, data, backend, outcome, var, hint_plan, hint_source, extra) -> Candidate:
+    """Turn the backend's answer into a candidate (plan, proven bound, message)."""
     analytic = data.lower_bound()
     bound = _conservative(outcome.bound, analytic)
     if outcome.status == "infeasible":
         if hint_plan is not None:  # cannot happen for a correct solver: the start is a solution
-            return Candidate("feasible", hint_plan, analytic, f"milp: {backend} claimed infeasibility against a "
-                             f"valid start; returning the {hint_source} plan", extra)
+            message = f"milp: {backend} claimed infeasibility against a valid start; returning the {hint_source} plan"
+            return Candidate("feasible", hint_plan, analytic, message, extra)
         return Candidate("infeasible", message=explain_infeasible(problem), extra=extra)
-    if outcome.has_solution:
-        plan = plan_of_decisions(data, read_decisions(var, data))
-        try:
-            evaluate(problem, plan)
-        except PlanError as err:
-            # a tolerance artefact of the backend; the warm start (if any) is still valid
-            if hint_plan is None:
-                return Candidate("error", message=f"milp: the {backend} solution is not a valid plan: {err}", extra=extra)
-            return Candidate("feasible", hint_plan, bound, f"milp: {backend} returned an invalid plan ({err}); "
-                             f"returning the {hint_source} plan", extra)
-        if hint_plan is not None and evaluate(problem, hint_plan, data.objective).value < evaluate(problem, plan, data.objective).value:
-            plan = hint_plan  # the backend's tolerances let it stop at a plan no better than the start
-        status = "optimal" if outcome.status == "optimal" else "feasible"
-        message = "" if status == "optimal" else f"milp: {backend} stopped ({outcome.status_text}) before optimality was proven"
-        return Candidate(status, plan, bound, message, extra)
-    if hint_plan is not None:
-        return Candidate("feasible", hint_plan, bound, f"milp: {backend} found no plan in time; returning the {hint_source} plan", extra)
-    return Candidate("error", message=f"milp: {backend} found no plan ({outcome.status_text})", extra=extra)
+    if not outcome.has_solution:
+        if hint_plan is not None:
+            message = f"milp: {backend} found no plan in time; returning the {hint_source} plan"
+            return Candidate("feasible", hint_plan, bound, message, extra)
+        return Candidate("error", message=f"milp: {backend} found no plan ({outcome.status_text})", extra=extra)
+    plan = plan_of_decisions(data, read_decisions(var, data))
+    try:
+        value = evaluate(problem, plan, data.objective).value
+    except PlanError as err:  # a tolerance artefact of the backend
+        if hint_plan is None:
+            return Candidate("error", message=f"milp: the {backend} solution is not a valid plan: {err}", extra=extra)
+        message = f"milp: {backend} returned an invalid plan ({err}); returning the {hint_source} plan"
+        return Candidate("feasible", hint_plan, bound, message, extra)
+    if hint_plan is not None and evaluate(problem, hint_plan, data.objective).value < value:
+        plan = hint_plan  # the backend's tolerances let it stop at a plan no better than the start
+    if outcome.status == "optimal":
+        return Candidate("optimal", plan, bound, "", extra)
+    message = f"milp: {backend} stopped ({outcome.status_text}) before optimality was proven"
+    return Candidate("feasible", plan, bound, message, extra)
 
 
 def _conservative(dual_bound: float | None, analytic: float) -> float:
@@ -241,7 +247,9 @@ def build_milp(data: SlotData) -> tuple[pulp.LpProblem, MilpVars]:
     send = []
     if data.transfers:
         bws = data.bandwidths
-        at_most = [[pulp.lpSum(use[j][k] for k in range(nl) if data.size_index[k] <= s) for s in range(ns)] for j in range(J)]
+        at_most = [
+            [pulp.lpSum(use[j][k] for k in range(nl) if data.size_index[k] <= s) for s in range(ns)] for j in range(J)
+        ]
         for j in range(J - 1):
             x = pulp.LpVariable(f"send_{j}", lowBound=0)
             # [c_j = c] = before[c-1][j+1] - before[c][j+1]
