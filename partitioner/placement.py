@@ -27,7 +27,7 @@ __all__ = [
     "pack_runs",
     "node_assignment_ids",
     "contiguous_node_assignment",
-    "links_of_assignment",
+    "label_nodes",
     "size_sequences",
 ]
 
@@ -88,22 +88,32 @@ def pack_runs(cluster: Cluster, sizes: Sequence[int], links: Sequence[bool], exa
     bin_of = _pack([run_size[i] for i in in_node], in_node, bins, G, conflict)
     if bin_of is None:
         return None
-    # number nodes in order of first use by a stage: bins and multi-node stages alike
-    assignment: Assignment = [None] * len(sizes)
-    label: dict[int, int] = {}
-    next_node = 0
+    stage_bin = [None] * len(sizes)
     for i, run in enumerate(runs):
-        if i in bin_of:
-            b = bin_of[i]
-            if b not in label:
-                label[b] = next_node
-                next_node += 1
-            for p in run:
-                assignment[p] = label[b]
-        else:
-            k = sizes[run[0]] // G
-            assignment[run[0]] = tuple(range(next_node, next_node + k))
+        for p in run:
+            stage_bin[p] = bin_of.get(i)
+    return label_nodes(sizes, stage_bin, G)
+
+
+def label_nodes(sizes: Sequence[int], stage_bin: Sequence, gpus_per_node: int) -> Assignment:
+    """Turn abstract bins into node numbers, in order of first use by a stage.
+
+    ``stage_bin[p]`` names the bin (node) of an in-node stage; multi-node
+    stages (``sizes[p] > gpus_per_node``) take the next whole nodes.
+    """
+    assignment: Assignment = []
+    names: dict = {}
+    next_node = 0
+    for size, b in zip(sizes, stage_bin):
+        if size > gpus_per_node:
+            k = size // gpus_per_node
+            assignment.append(tuple(range(next_node, next_node + k)))
             next_node += k
+        else:
+            if b not in names:
+                names[b] = next_node
+                next_node += 1
+            assignment.append(names[b])
     return assignment
 
 
@@ -173,47 +183,24 @@ def contiguous_node_assignment(cluster: Cluster, sizes: Sequence[int]) -> Assign
     G = cluster.gpus_per_node
     used: list[int] = []  # fill of the bins opened so far
     bins_total = cluster.nodes - sum(s // G for s in sizes if s > G)
-    assignment: Assignment = []
-    opened = 0
-    next_node = 0
-    labels: list = []
+    stage_bin: list = []
     for s in sizes:
         if s > G:
-            labels.append(("multi", s // G))
+            stage_bin.append(None)
             continue
         for b in range(len(used)):
             if used[b] + s <= G:
                 used[b] += s
-                labels.append(("bin", b))
+                stage_bin.append(b)
                 break
         else:
-            if opened == bins_total:
+            if len(used) == bins_total:
                 return None
             used.append(s)
-            labels.append(("bin", opened))
-            opened += 1
-    if any(u != G for u in used) or opened != bins_total:
+            stage_bin.append(len(used) - 1)
+    if any(u != G for u in used) or len(used) != bins_total:
         return None
-    bin_node: dict[int, int] = {}
-    for kind, value in labels:
-        if kind == "multi":
-            assignment.append(tuple(range(next_node, next_node + value)))
-            next_node += value
-        else:
-            if value not in bin_node:
-                bin_node[value] = next_node
-                next_node += 1
-            assignment.append(bin_node[value])
-    return assignment
-
-
-def links_of_assignment(sizes: Sequence[int], assignment: Assignment) -> tuple[bool, ...]:
-    """Which adjacent pairs share a node under ``assignment``."""
-    out = []
-    for p in range(len(sizes) - 1):
-        a, b = assignment[p], assignment[p + 1]
-        out.append(not isinstance(a, tuple) and not isinstance(b, tuple) and a == b)
-    return tuple(out)
+    return label_nodes(sizes, stage_bin, G)
 
 
 @lru_cache(maxsize=None)

@@ -26,7 +26,7 @@ from functools import lru_cache
 from math import comb
 
 from ..plan import Plan, Stage, objective_value
-from ..placement import node_assignment_ids, size_sequences
+from ..placement import label_nodes, node_assignment_ids, size_sequences
 from ..problem import Cluster, Problem
 from .base import Candidate, SolveRequest, register
 from .feasibility import explain_infeasible, feasible_stage_counts
@@ -120,7 +120,7 @@ def _patterns(nodes: int, G: int, sizes: tuple[int, ...]) -> tuple:
     def rec(p: int) -> None:
         if p == P:
             if len(fill) == bins and all(f == G for f in fill):
-                assignment = _relabel(sizes, label, G)
+                assignment = label_nodes(sizes, label, G)
                 links = tuple(
                     sizes[q] <= G and sizes[q + 1] <= G and label[q] == label[q + 1] for q in range(P - 1)
                 )
@@ -145,21 +145,3 @@ def _patterns(nodes: int, G: int, sizes: tuple[int, ...]) -> tuple:
 
     rec(0)
     return tuple(found.items())
-
-
-def _relabel(sizes: tuple[int, ...], label: list, G: int) -> list:
-    """Give nodes numbers in order of first use, multi-node stages included."""
-    out: list = []
-    names: dict[int, int] = {}
-    nxt = 0
-    for s, b in zip(sizes, label):
-        if s > G:
-            k = s // G
-            out.append(tuple(range(nxt, nxt + k)))
-            nxt += k
-        else:
-            if b not in names:
-                names[b] = nxt
-                nxt += 1
-            out.append(names[b])
-    return out

@@ -82,6 +82,7 @@ from ..problem import Problem
 from .base import Candidate, SolveRequest, register
 from .dp_compute import ComputeOnlyDP
 from .feasibility import explain_infeasible, quick_infeasibility
+from .tables import CostTables
 
 __all__ = ["solve_dp", "DPModel"]
 
@@ -284,24 +285,8 @@ class DPModel:
     # ---------------------------------------------------------------- tables
     def _layer_tables(self) -> None:
         p, L = self.problem, self.L
-        nl = len(self.layouts)
-        time_ = np.zeros((nl, L))
-        weight = np.zeros((nl, L), dtype=np.int64)
-        act = np.zeros((nl, L), dtype=np.int64)
-        missing = np.zeros((nl, L), dtype=np.int64)
-        for j, lay in enumerate(self.layouts):
-            for i, layer in enumerate(p.layers):
-                c = layer.cost(lay)
-                if c is None:
-                    missing[j, i] = 1
-                else:
-                    time_[j, i] = c.fwd_ms + c.bwd_ms
-                    weight[j, i], act[j, i] = c.weight_bytes, c.act_bytes
-
-        def pre(x):
-            return np.concatenate([np.zeros((nl, 1), x.dtype), np.cumsum(x, axis=1)], axis=1)
-
-        tp, wp, ap, mp = pre(time_), pre(weight), pre(act), pre(missing)
+        tables = CostTables(p, self.layouts)
+        tp, wp, ap, mp = tables.time_prefix, tables.weight_prefix, tables.act_prefix, tables.missing_prefix
         self.time_prefix = tp
         # C[j, a, b]: compute of layers a..b in layout j; smax[j, a, b]: the largest stash that fits
         self.C = tp[:, None, 1:] - tp[:, :L, None]
@@ -317,9 +302,8 @@ class DPModel:
         self.smax = np.where(tri[None], smax, -1)
         self.C = np.where(tri[None], self.C, INF)
         self.layouts_of_size = [[j for j, lay in enumerate(self.layouts) if lay.devices == d] for d in self.sizes]
-        ob = np.array([layer.out_bytes for layer in p.layers], dtype=np.float64)
-        ob[-1] = 0.0
-        self.out_bytes = ob
+        self.out_bytes = tables.out_bytes.copy()
+        self.out_bytes[-1] = 0.0
 
     def _levels(self) -> None:
         """Stage-count levels: exact counts below ``K``; level ``K`` is "K or more" when unbounded.
@@ -502,58 +486,51 @@ class DPModel:
         return best, arg
 
     def reconstruct(self, V, auto, X, mode, lim, level, z):
-        """Walk the tables forward from the pipeline's first stage; returns stages and links."""
+        """Walk the tables forward from the pipeline's first stage; returns stages, links and times."""
         lim = lim * (1 + _TIE) if math.isfinite(lim) else INF
+        xin = np.vstack([np.zeros((1, len(auto.categories))), X[:-1]])
         a, c, D = 0, 0, self.N
         target = V[0, level, z, c, D]
         stages, links, times = [], [], []
-        xin = np.vstack([np.zeros((1, len(auto.categories))), X[:-1]])
         while True:
             stash = self.stash_of_level[level]
-            found = None
-            for i, d in enumerate(self.sizes):
-                if d > D or (auto.size_of[z] >= 0 and auto.size_of[z] != i):
-                    continue
-                cb = self.best_compute(a, i, stash)
-                if level == 1 and auto.init[i] == z and D == d and math.isfinite(cb[-1]):
-                    t = cb[-1] + xin[a, c]
-                    if t <= lim and _same(t, target):
-                        found = (self.L - 1, i, None, None, None, t)
-                        break
-                zp, zn, co = auto.trans[i]
-                sel = zn == z
-                sources = [s for s in [level - 1] + ([level] if self.bucket and level == self.K else []) if s >= 1]
-                for b in range(a, self.L - level + 1):
-                    if not math.isfinite(cb[b - a]) or cb[b - a] > lim:
-                        continue
-                    for src in sources:
-                        for zpp, coo in zip(zp[sel], co[sel]):
-                            t = cb[b - a] + X[b, coo] + xin[a, c]
-                            if t > lim:
-                                continue
-                            rest = V[b + 1, src, zpp, coo, D - d]
-                            value = max(t, rest) if mode == "minmax" else t + rest
-                            if _same(value, target):
-                                found = (b, i, src, int(zpp), int(coo), t)
-                                break
-                        if found:
-                            break
-                    if found:
-                        break
-                if found:
-                    break
+            choices = self._choices(V, auto, X, xin, mode, lim, a, level, z, c, D)
+            found = next((ch for ch in choices if _same(ch[-1], target)), None)
             if found is None:
                 raise RuntimeError("dp: reconstruction lost the optimum")
-            b, i, src, zpp, coo, t = found
-            lay = self.best_layout(a, b, i, stash)
-            stages.append((a, b, self.sizes[i], lay))
+            b, i, src, zpp, coo, t, _ = found
+            stages.append((a, b, self.sizes[i], self.best_layout(a, b, i, stash)))
             times.append(t)
-            if src is None:
-                break
+            if src is None:  # the last stage
+                return stages, links, times
             links.append(bool(auto.categories[coo][1]))
-            target = V[b + 1, src, zpp, coo, D - self.sizes[i]]
-            a, level, z, c, D = b + 1, src, zpp, coo, D - self.sizes[i]
-        return stages, links, times
+            D -= self.sizes[i]
+            target = V[b + 1, src, zpp, coo, D]
+            a, level, z, c = b + 1, src, zpp, coo
+
+    def _choices(self, V, auto, X, xin, mode, lim, a, level, z, c, D):
+        """Every way the state (a, level, z, c, D) can start: (b, size, source level, z', c', t, value)."""
+        stash = self.stash_of_level[level]
+        sources = [s for s in [level - 1] + ([level] if self.bucket and level == self.K else []) if s >= 1]
+        for i, d in enumerate(self.sizes):
+            if d > D or (auto.size_of[z] >= 0 and auto.size_of[z] != i):
+                continue
+            cb = self.best_compute(a, i, stash)
+            if level == 1 and auto.init[i] == z and D == d and math.isfinite(cb[-1]):
+                t = cb[-1] + xin[a, c]
+                if t <= lim:
+                    yield self.L - 1, i, None, None, None, t, t
+            zp, zn, co = auto.trans[i]
+            sel = zn == z
+            for b in range(a, self.L - level + 1):
+                if not math.isfinite(cb[b - a]) or cb[b - a] > lim:
+                    continue
+                for src in sources:
+                    for zpp, coo in zip(zp[sel], co[sel]):
+                        t = cb[b - a] + X[b, coo] + xin[a, c]
+                        if t <= lim:
+                            rest = V[b + 1, src, zpp, coo, D - d]
+                            yield b, i, src, int(zpp), int(coo), t, (max(t, rest) if mode == "minmax" else t + rest)
 
     def place(self, stages, links, kind: str) -> Plan | None:
         cluster = self.problem.cluster

@@ -191,36 +191,33 @@ class ComputeOnlyDP:
         target = V[level][0, D]
         stages, times = [], []
         while a < self.L:
-            found = None
-            sources = [level - 1] + ([level] if m.bucket and level == self.K else [])
-            for j, lay in enumerate(m.layouts):
-                d = int(self.devices[j])
-                if d > D:
-                    continue
-                e = self.ends(j, level, limit)[a]
-                T = self.prefix[j]
-                for b in range(a, e + 1):
-                    for src in sources:
-                        if src == 0 and (b != self.L - 1 or D != d):
-                            continue
-                        rest = V[src][b + 1, D - d]
-                        if not math.isfinite(rest):
-                            continue
-                        if (T[b + 1] + rest) - T[a] == target or _close(T[b + 1] + rest - T[a], target):
-                            found = (b, j, src)
-                            break
-                    if found:
-                        break
-                if found:
-                    break
+            found = next((ch for ch in self._choices(V, level, limit, a, D) if _close(ch[-1], target)), None)
             if found is None:
                 raise RuntimeError("dp: reconstruction lost the optimum")
-            b, j, src = found
-            stages.append((a, b, int(self.devices[j]), m.layouts[j]))
+            b, j, src, _ = found
+            d = int(self.devices[j])
+            stages.append((a, b, d, m.layouts[j]))
             times.append(self.time_of(j, a, b))
-            target = V[src][b + 1, D - int(self.devices[j])]
-            a, D, level = b + 1, D - int(self.devices[j]), src
+            target = V[src][b + 1, D - d]
+            a, D, level = b + 1, D - d, src
         return stages, times
+
+    def _choices(self, V, level, limit, a, D):
+        """Every way a suffix (a, level, D) can start: (b, layout, source level, value)."""
+        m = self.model
+        sources = [level - 1] + ([level] if m.bucket and level == self.K else [])
+        for j in range(len(m.layouts)):
+            d = int(self.devices[j])
+            if d > D:
+                continue
+            T = self.prefix[j]
+            for b in range(a, self.ends(j, level, limit)[a] + 1):
+                for src in sources:
+                    if src == 0 and (b != self.L - 1 or D != d):
+                        continue
+                    rest = V[src][b + 1, D - d]
+                    if math.isfinite(rest):
+                        yield b, j, src, (T[b + 1] + rest) - T[a]
 
     def candidates(self) -> np.ndarray:
         """Every possible stage time, sorted: C_l(a, b) over layouts and ranges that fit with stash 1."""
@@ -321,7 +318,7 @@ class ComputeOnlyDP:
 
 
 def _close(x: float, y: float) -> bool:
-    return math.isfinite(x) and math.isfinite(y) and abs(x - y) <= 1e-12 * max(1.0, abs(x), abs(y))
+    return x == y or (math.isfinite(x) and math.isfinite(y) and abs(x - y) <= 1e-12 * max(1.0, abs(x), abs(y)))
 
 
 def _range_min(Y: np.ndarray, starts: np.ndarray, ends: np.ndarray, longest: int) -> np.ndarray:

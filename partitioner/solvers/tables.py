@@ -8,7 +8,6 @@ prefix sums here. Memory is kept in exact integers so that every solver and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
@@ -25,7 +24,7 @@ class StageChoice:
 
 
 class CostTables:
-    """Prefix sums of every layer's costs, one row per layout of the problem.
+    """Prefix sums of every layer's costs, one row per layout of the problem (or of ``layouts``).
 
     Attributes
     ----------
@@ -34,9 +33,9 @@ class CostTables:
         The cluster's allowed stage sizes.
     """
 
-    def __init__(self, problem: Problem):
+    def __init__(self, problem: Problem, layouts: tuple[Layout, ...] | None = None):
         self.problem = problem
-        self.layouts = problem.layouts()
+        self.layouts = problem.layouts() if layouts is None else tuple(layouts)
         self.sizes = problem.cluster.allowed_sizes()
         L = problem.num_layers
         n = len(self.layouts)
@@ -96,14 +95,3 @@ class CostTables:
         c = self.problem.cluster
         bw = c.intra_node_GBps if same_node else c.inter_node_GBps
         return transfer_ms(self.problem.layers[last_layer].out_bytes, min(size_a, size_b) * bw)
-
-    # ------------------------------------------------------------------ array queries
-    @cached_property
-    def layer_min_memory(self) -> np.ndarray:
-        """Per layer and stash s (index s-1): the least ``weight + s * act`` over its layouts."""
-        m = self.problem.microbatches
-        out = np.full((self.problem.num_layers, m), np.iinfo(np.int64).max, dtype=np.int64)
-        for layer_index, layer in enumerate(self.problem.layers):
-            for c in layer.costs.values():
-                out[layer_index] = np.minimum(out[layer_index], c.weight_bytes + np.arange(1, m + 1) * c.act_bytes)
-        return out

@@ -1,0 +1,238 @@
+"""Solver benchmark: value and time of every method as layers, GPUs and layouts grow.
+
+Seeded synthetic VLA-shaped problems (:mod:`benchmarks.synthetic`) are solved
+by each method with a time limit; the results go to
+``benchmarks/results/solvers.md`` (tables), ``solvers.json`` (raw records)
+and ``solvers.png`` (time against size). The issue-3 targets are measured
+too: 64 layers on 4 x 8 GPUs without transfers (iteration objective), and
+256 layers on 256 GPUs.
+
+Run from the repository root::
+
+    python -m benchmarks.solvers            # the full sweep
+    python -m benchmarks.solvers --quick    # a smaller sweep, for a smoke test
+
+Times are wall-clock seconds of one ``solve`` call in this process (CP-SAT
+with as many workers as cores); the machine is stated in the report.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script or module from a checkout
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.synthetic import synthetic_problem  # noqa: E402
+from partitioner import __version__, solve  # noqa: E402
+from partitioner.solvers import methods as registered_methods  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+DEFAULT_METHODS = ("dp", "cpsat", "milp", "greedy", "balanced", "uniform")
+
+
+@dataclass(frozen=True)
+class Point:
+    sweep: str  # "layers", "gpus", "layouts", "target"
+    layers: int
+    nodes: int
+    gpus_per_node: int = 8
+    layouts: int | None = None  # None: every layout the cluster allows
+    transfers: bool = True
+    objective: str = "iteration"
+    microbatches: int = 8
+
+    @property
+    def label(self) -> str:
+        lay = "all" if self.layouts is None else str(self.layouts)
+        return (
+            f"L={self.layers} N={self.nodes * self.gpus_per_node} layouts={lay} "
+            f"{'transfers' if self.transfers else 'no transfers'} {self.objective}"
+        )
+
+    def problem(self, seed: int = 0):
+        return synthetic_problem(
+            self.layers,
+            self.nodes,
+            self.gpus_per_node,
+            self.layouts,
+            self.transfers,
+            seed=seed,
+            microbatches=self.microbatches,
+            objective=self.objective,
+        )
+
+
+def sweep(quick: bool) -> list[Point]:
+    layers = (16, 32, 64) if quick else (16, 32, 64, 128, 256)
+    nodes = (1, 2, 4) if quick else (1, 2, 4, 8, 16, 32)
+    layouts = (1, 2) if quick else (1, 2, 3, None)
+    points = [Point("layers", L, 4) for L in layers]
+    points += [Point("gpus", 64, n) for n in nodes]
+    points += [Point("layouts", 64, 4, layouts=k) for k in layouts]
+    points += [Point("target", 64, 4, transfers=False)]
+    if not quick:
+        points += [
+            Point("target", 256, 32, transfers=False, objective="bottleneck"),
+            Point("target", 256, 32, transfers=False, objective="iteration"),
+            Point("target", 256, 32, transfers=True, objective="bottleneck"),
+        ]
+    return points
+
+
+def run_point(point: Point, methods: list[str], time_limit: float, seed: int) -> list[dict]:
+    problem = point.problem(seed)
+    records = []
+    for method in methods:
+        options = {"num_workers": os.cpu_count() or 1} if method == "cpsat" else None
+        # the exact DP and the baselines have no search to stop early; give the DP a longer leash
+        limit = time_limit * 10 if method == "dp" else time_limit
+        start, cpu = time.perf_counter(), time.process_time()
+        try:
+            result = solve(problem, method, time_limit=limit, options=options)
+            status, value, bound, message = result.status, result.value, result.bound, result.message
+        except Exception as err:  # a benchmark records failures instead of stopping
+            status, value, bound, message = "error", None, None, f"{type(err).__name__}: {err}"
+        records.append(
+            {
+                "sweep": point.sweep,
+                "label": point.label,
+                "layers": point.layers,
+                "gpus": point.nodes * point.gpus_per_node,
+                "layouts": point.layouts,
+                "transfers": point.transfers,
+                "objective": point.objective,
+                "method": method,
+                "status": status,
+                "value": value,
+                "bound": bound,
+                "seconds": time.perf_counter() - start,
+                "cpu_seconds": time.process_time() - cpu,
+                "message": message[:200],
+            }
+        )
+        print(f"{point.label:60s} {method:9s} {status:10s} {value if value is None else round(value, 4)!s:>12} "
+              f"{records[-1]['seconds']:8.2f} s", flush=True)
+    best = min((r["value"] for r in records if r["value"] is not None), default=None)
+    for r in records:
+        r["gap_to_best"] = None if best is None or r["value"] is None else (r["value"] - best) / best
+    return records
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
+
+
+def write_report(records: list[dict], methods: list[str], time_limit: float, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "solvers.json").write_text(json.dumps(records, indent=1) + "\n")
+    lines = [
+        "# Solver benchmark",
+        "",
+        f"Generated by `python -m benchmarks.solvers` on {date.today().isoformat()}, partitioner {__version__}.",
+        f"Machine: {machine()}.",
+        f"Time limit per solve: {time_limit:g} s ({time_limit * 10:g} s for `dp`); CP-SAT with one worker per core.",
+        "Problems: seeded synthetic VLA-shaped problems (`benchmarks/synthetic.py`, seed 0): vision, projector,",
+        "LLM and action modules, memory set so that it binds. `gap` is the value's excess over the best value",
+        "any method found on that problem; `status` *optimal* means proven.",
+        "",
+    ]
+    for sweep_name, title in (
+        ("layers", "Layers grow (4 nodes x 8 GPUs, every layout, transfers, iteration objective)"),
+        ("gpus", "GPUs grow (64 layers, every layout, transfers, iteration objective)"),
+        ("layouts", "Layouts per stage size grow (64 layers, 4 x 8 GPUs)"),
+        ("target", "Issue-3 targets"),
+    ):
+        rows = [r for r in records if r["sweep"] == sweep_name]
+        if not rows:
+            continue
+        lines += [f"## {title}", "", "| problem | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
+        for label in dict.fromkeys(r["label"] for r in rows):
+            cells = []
+            for m in methods:
+                r = next((x for x in rows if x["label"] == label and x["method"] == m), None)
+                cells.append("" if r is None else _cell(r))
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += [
+        "Each cell: status, seconds, and the gap to the best value found (0 = best).",
+        "",
+        "![solver time against problem size](solvers.png)",
+        "",
+    ]
+    (out / "solvers.md").write_text("\n".join(lines))
+    _plot(records, methods, out / "solvers.png")
+
+
+def _cell(r: dict) -> str:
+    if r["value"] is None:
+        return f"{r['status']} ({r['seconds']:.1f} s)"
+    gap = r["gap_to_best"] or 0.0
+    return f"{r['status']} {r['seconds']:.2f} s, gap {100 * gap:.2f} %"
+
+
+def _plot(records: list[dict], methods: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for ax, (sweep_name, key, xlabel) in zip(
+        axes, (("layers", "layers", "layers"), ("gpus", "gpus", "GPUs"), ("layouts", "layouts", "layouts per size"))
+    ):
+        rows = [r for r in records if r["sweep"] == sweep_name]
+        for m in methods:
+            pts = [(r[key] if r[key] is not None else 5, r["seconds"]) for r in rows if r["method"] == m and r["value"] is not None]
+            if pts:
+                xs, ys = zip(*sorted(pts))
+                ax.plot(xs, ys, marker="o", label=m)
+        ax.set_xlabel(xlabel + (" (5 = all)" if sweep_name == "layouts" else ""))
+        ax.set_ylabel("seconds")
+        ax.set_yscale("log")
+        if sweep_name != "layouts":
+            ax.set_xscale("log", base=2)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.set_title(f"time as {xlabel} grow")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smaller sweep")
+    parser.add_argument("--methods", default=",".join(DEFAULT_METHODS))
+    parser.add_argument("--time-limit", type=float, default=60.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    known = set(registered_methods())
+    methods = [m for m in args.methods.split(",") if m in known]
+    records = []
+    for point in sweep(args.quick):
+        records += run_point(point, methods, args.time_limit, args.seed)
+    write_report(records, methods, args.time_limit, args.out)
+    print(f"wrote {args.out / 'solvers.md'}")
+
+
+if __name__ == "__main__":
+    main()
