@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..placement import node_assignment_ids, pack_runs
+from ..placement import label_nodes, node_assignment_ids, pack_runs
 from ..plan import Plan, PlanError, Stage, evaluate
 from ..problem import Layout, Problem
 from .base import SolveRequest, SolverError
@@ -337,20 +337,10 @@ def plan_of_decisions(data: SlotData, decisions: SlotDecisions) -> Plan:
 
 
 def _assignment_from_nodes(data: SlotData, decisions: SlotDecisions, sizes: list[int]) -> list:
-    """Node assignment: small stages on their labelled nodes, whole-node stages on the rest."""
+    """Node assignment: small stages on their labelled nodes, every other stage on nodes of its own."""
     P, G = decisions.stages, data.gpus_per_node
-    bins = 1 + max((decisions.node[j] for j in range(P)), default=-1)
-    assignment: list = []
-    next_node = bins
-    for p in range(P):
-        j = P - 1 - p
-        if sizes[p] < G:
-            assignment.append(decisions.node[j])
-        else:
-            k = sizes[p] // G
-            assignment.append(tuple(range(next_node, next_node + k)))
-            next_node += k
-    return assignment
+    bins = [decisions.node[P - 1 - p] if sizes[p] < G else ("own", p) for p in range(P)]
+    return label_nodes(sizes, bins, G)
 
 
 # --------------------------------------------------------------------------- integer times (CP-SAT)
