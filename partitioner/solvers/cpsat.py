@@ -65,7 +65,7 @@ hint : bool
 resolution : float
     Target relative accuracy of the integer time scale (default 1e-7).
 log : bool
-    Print CP-SAT's search log.
+    Print CP-SAT's search log (on stderr).
 parameters : dict
     Further CP-SAT parameters by name (``SatParameters`` fields).
 
@@ -77,6 +77,7 @@ References
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -138,7 +139,10 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     params = solver.parameters
     params.random_seed = int(request.seed)
     params.num_workers = int_option(request, "cpsat", "num_workers", os.cpu_count() or 1)
-    params.log_search_progress = bool(request.option("log", False))
+    if request.option("log", False):  # to stderr: stdout carries the CLI's --json result
+        params.log_search_progress = True
+        params.log_to_stdout = False
+        solver.log_callback = lambda line: print(line, file=sys.stderr)
     # the model's objective is only accurate to `error` units (integer_times):
     # closing the last units of gap would prove nothing about the contract
     params.absolute_gap_limit = float(times.error)

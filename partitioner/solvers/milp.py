@@ -35,7 +35,7 @@ threads : int
 hint : bool
     Start from the greedy plan when no ``warm_start`` is given (default True).
 log : bool
-    Print the solver's log.
+    Print the solver's log (CBC's on stderr; HiGHS writes its own to stdout).
 
 References
 ----------
@@ -524,7 +524,7 @@ def _solve_cbc(lp: pulp.LpProblem, limit: float | None, threads: int, log: bool,
     finally:
         os.unlink(path)
     if log:
-        print(text_log)
+        print(text_log, file=sys.stderr)
     if failure is not None:  # e.g. the time limit ended CBC while it read the start
         tail = " | ".join(line.strip() for line in text_log.strip().splitlines()[-3:])
         return _Outcome("none", f"cbc failed: {tail or failure}", None, False)
