@@ -6,6 +6,7 @@ Nothing here is imported by the library.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
@@ -70,6 +71,16 @@ def parse_options(pairs: Optional[List[str]]) -> dict[str, Any]:
 def check_choice(value: Optional[str], choices: tuple[str, ...], flag: str) -> None:
     if value is not None and value not in choices:
         raise SolverError(f"{flag}: must be one of {', '.join(choices)}, got {value!r}")
+
+
+@contextlib.contextmanager
+def working(what: str):
+    """A spinner on stderr while a long call runs (only on a terminal)."""
+    if err.is_terminal:
+        with err.status(what + " ..."):
+            yield
+    else:
+        yield
 
 
 def print_json(doc: Any) -> None:
@@ -164,9 +175,10 @@ def solve_cmd(
     check_choice(method, methods(), "--method")
     check_choice(objective, OBJECTIVES, "--objective")
     problem = load_problem(problem_path)
-    result = solve(
-        problem, method, objective=objective, time_limit=time_limit, seed=seed, options=parse_options(option), validate=validate
-    )
+    with working(f"solving {problem.name} with {method}"):
+        result = solve(
+            problem, method, objective=objective, time_limit=time_limit, seed=seed, options=parse_options(option), validate=validate
+        )
     if as_json:
         print_json(result.to_dict())
         if result.plan is None and result.message:
@@ -607,10 +619,11 @@ def plan_cmd(
         mb = "auto"
     if nodes < 1 or global_batch < 1 or (max_stages is not None and max_stages < 1):
         raise SolverError("--nodes, --global-batch and --max-stages must be positive integers")
-    result = plan_model(
-        model, cluster, nodes=nodes, global_batch=global_batch, microbatches=mb, method=method, objective=objective,
-        time_limit=time_limit, options=parse_options(cost_option), profile=profile, max_stages=max_stages,
-    )
+    with working(f"planning {model} on {nodes} x {cluster} with {method}"):
+        result = plan_model(
+            model, cluster, nodes=nodes, global_batch=global_batch, microbatches=mb, method=method, objective=objective,
+            time_limit=time_limit, options=parse_options(cost_option), profile=profile, max_stages=max_stages,
+        )
     problem = result.problem
     if save_problem is not None and problem is not None:
         from .problem import dump_problem

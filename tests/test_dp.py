@@ -92,3 +92,16 @@ def test_planted_optimum(layers, nodes):
     r = solve(problem, "dp", objective="bottleneck")
     assert r.status == "optimal"
     assert r.value == pytest.approx(optimum, rel=1e-9)
+
+
+def test_other_optimal_link_patterns_are_tried_before_the_exact_automaton():
+    # OpenVLA on 2 x 8 A100s: the first relaxed optimum links runs of 6, 4 and 6 GPUs (they do not pack
+    # into two nodes), but another plan with the same bottleneck and fewer links does
+    from partitioner.costs import build_problem
+
+    problem = build_problem("openvla-7b", "dgx-a100-80g", nodes=2, global_batch=512, microbatches=16)
+    r = solve(problem, "dp", objective="bottleneck")
+    exact = solve(problem, "dp", objective="bottleneck", options={"placement": "bins"})
+    assert r.status == exact.status == "optimal"
+    assert r.extra["dp"]["placement"] == "run"
+    assert r.value == pytest.approx(exact.value, rel=1e-12)

@@ -70,6 +70,7 @@ References
 """
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass
@@ -279,6 +280,7 @@ class DPModel:
         usable = {lay.devices for lay in self.layouts}
         self.sizes = tuple(d for d in cluster.allowed_sizes() if d in usable)
         self.stage_counts = stage_counts or (problem.stages.min, problem.stages.max)
+        self._matrices: dict[tuple[int, int], np.ndarray] = {}
         self._layer_tables()
         self._levels()
 
@@ -352,11 +354,19 @@ class DPModel:
 
     def best_compute(self, a: int, i: int, stash: int) -> np.ndarray:
         """Over b = a..L-1: the fastest compute of layers a..b on size index i that fits with ``stash``."""
-        out = np.full(self.L - a, INF)
-        for j in self.layouts_of_size[i]:
-            ok = self.smax[j, a, a:] >= stash
-            out = np.where(ok, np.minimum(out, self.C[j, a, a:]), out)
-        return out
+        return self.compute_matrix(i, stash)[a, a:]
+
+    def compute_matrix(self, i: int, stash: int) -> np.ndarray:
+        """best[a, b]: the fastest fitting compute of layers a..b on size index i (inf if none)."""
+        key = (i, stash)
+        found = self._matrices.get(key)
+        if found is None:
+            found = np.full((self.L, self.L), INF)
+            for j in self.layouts_of_size[i]:
+                found = np.where(self.smax[j] >= stash, np.minimum(found, self.C[j]), found)
+            if len(self._matrices) * self.L * self.L * 8 < 2**28:  # keep at most 256 MiB of them
+                self._matrices[key] = found
+        return found
 
     def best_layout(self, a: int, b: int, i: int, stash: int):
         best = None
@@ -383,7 +393,11 @@ class DPModel:
             )
         V = np.full((L + 1, K + 1, Z, C, N + 1), INF)
         xin = np.vstack([np.zeros((1, C)), X[:-1]])  # xin[a, c]: transfer into a stage starting at a
-        groups = {i: self._pairs(auto, i) for i in range(len(self.sizes))}
+        groups = {}
+        for i in range(len(self.sizes)):
+            pairs = self._pairs(auto, i)
+            groups[i] = pairs + (X[:, pairs[4]],)  # the outgoing transfer of every pair, per boundary
+        self._incoming_cache: dict = {}
         lim = limit * (1 + _TIE) if math.isfinite(limit) else INF
         for level in range(1, K + 1):
             stash = self.stash_of_level[level]
@@ -421,7 +435,7 @@ class DPModel:
         """H[i][pos, pair, D] = min over transitions in the pair of V[pos, level, zp, co, D]."""
         out = cache if cache is not None else {}
         positions = slice(None) if from_position is None else slice(from_position, from_position + 1)
-        for i, (zp, co, starts, pair_zn, pair_co, zn_starts) in groups.items():
+        for i, (zp, co, starts, *_) in groups.items():
             gathered = V[positions, level][:, zp, co, :]  # (pos, transitions, D)
             reduced = np.minimum.reduceat(gathered, starts, axis=1)
             if from_position is None:
@@ -440,8 +454,16 @@ class DPModel:
         z = auto.init[i]
         V[a, 1, z, :, d] = np.minimum(V[a, 1, z, :, d], t)
 
+    def _incoming(self, auto, a: int, i: int, xin_a: np.ndarray):
+        """Distinct incoming transfer times of a size-i stage starting at a, and their categories."""
+        key = (a, i)
+        if key not in self._incoming_cache:
+            xs = np.concatenate([xin_a[lo:hi] for lo, hi in auto.incoming[i]])
+            self._incoming_cache[key] = np.unique(xs, return_inverse=True)
+        return self._incoming_cache[key]
+
     def _stage(self, V, auto, group, Hi, a, level, i, d, cb, X, xin_a, mode, lim) -> None:
-        zp, co, starts, pair_zn, pair_co, zn_starts = group
+        zp, co, starts, pair_zn, pair_co, zn_starts, X_pairs = group
         bmax = self.L - level  # leave at least one layer per later stage
         if bmax < a:
             return
@@ -450,13 +472,12 @@ class DPModel:
         if valid.size == 0:
             return
         bs = a + valid
-        base = cbs[valid][:, None] + X[bs][:, pair_co]  # (nb, pairs)
+        base = cbs[valid][:, None] + X_pairs[bs]  # (nb, pairs)
         Hs = Hi[bs + 1][:, :, : self.N + 1 - d]  # suffix devices D' -> D = D' + d
         zn_u = pair_zn[zn_starts]
         # only the incoming categories a stage of this size can have: min(previous size, d) <= d
         cats = auto.incoming[i]
-        xs = np.concatenate([xin_a[lo:hi] for lo, hi in cats])
-        values, where = np.unique(xs, return_inverse=True)  # distinct incoming transfer times
+        values, where = self._incoming(auto, a, i, xin_a)
         t = base[:, :, None] + values[None, None, :]  # (nb, pairs, values)
         if mode == "minmax":
             val = np.maximum(t[..., None], Hs[:, :, None, :])
@@ -485,28 +506,60 @@ class DPModel:
                 best, arg = float(vals[z]), (level, z)
         return best, arg
 
-    def reconstruct(self, V, auto, X, mode, lim, level, z):
-        """Walk the tables forward from the pipeline's first stage; returns stages, links and times."""
+    def _final_states(self, V, auto, value: float) -> list[tuple[int, int]]:
+        """Every (level, first-stage state) whose pipeline reaches ``value``."""
+        out = []
+        for level in range(1, self.K + 1):
+            if (self.P_lo <= level <= self.P_hi) or (self.bucket and level == self.K):
+                out += [(level, int(z)) for z in np.flatnonzero(auto.accept) if _same(float(V[0, level, z, 0, self.N]), value)]
+        return out
+
+    def reconstructions(self, V, auto, X, mode, lim, level, z):
+        """Every optimal plan in the tables, as (stages, links, times), unlinked boundaries first.
+
+        Depth first: plans that share their first stages come together. Used
+        when the first plan's runs do not pack into the nodes: a plan with
+        the same value and fewer links usually does.
+        """
         lim = lim * (1 + _TIE) if math.isfinite(lim) else INF
         xin = np.vstack([np.zeros((1, len(auto.categories))), X[:-1]])
-        a, c, D = 0, 0, self.N
-        target = V[0, level, z, c, D]
-        stages, links, times = [], [], []
-        while True:
+
+        def linked(choice) -> bool:
+            return choice[4] is not None and bool(auto.categories[choice[4]][1])
+
+        optimum = V[0, level, z, 0, self.N]
+
+        def fits(value: float, target: float) -> bool:
+            # min-max: any choice that keeps every stage within the optimum is optimal;
+            # min-sum: the remaining sum must be exactly the table's
+            if mode == "minmax":
+                return value <= optimum * (1 + 1e-12)
+            return _same(value, target)
+
+        def walk(a, level, z, c, D, target):
             stash = self.stash_of_level[level]
-            choices = self._choices(V, auto, X, xin, mode, lim, a, level, z, c, D)
-            found = next((ch for ch in choices if _same(ch[-1], target)), None)
-            if found is None:
-                raise RuntimeError("dp: reconstruction lost the optimum")
-            b, i, src, zpp, coo, t, _ = found
-            stages.append((a, b, self.sizes[i], self.best_layout(a, b, i, stash)))
-            times.append(t)
-            if src is None:  # the last stage
-                return stages, links, times
-            links.append(bool(auto.categories[coo][1]))
-            D -= self.sizes[i]
-            target = V[b + 1, src, zpp, coo, D]
-            a, level, z, c = b + 1, src, zpp, coo
+            matches = [ch for ch in self._choices(V, auto, X, xin, mode, lim, a, level, z, c, D) if fits(ch[-1], target)]
+            for b, i, src, zpp, coo, t, _ in sorted(matches, key=linked):
+                stage = (a, b, self.sizes[i], self.best_layout(a, b, i, stash))
+                if src is None:
+                    yield [stage], [], [t]
+                    continue
+                d = self.sizes[i]
+                for stages, links, times in walk(b + 1, src, zpp, coo, D - d, V[b + 1, src, zpp, coo, D - d]):
+                    yield [stage] + stages, [bool(auto.categories[coo][1])] + links, [t] + times
+
+        yield from walk(0, level, z, 0, self.N, optimum)
+
+    def placed_optimum(self, V, auto, X, mode, lim, value, kind, tries: int = 5000):
+        """The first optimal plan in the tables whose runs pack into the nodes, with its stage times."""
+        plans = itertools.chain.from_iterable(
+            self.reconstructions(V, auto, X, mode, lim, level, z) for level, z in self._final_states(V, auto, value)
+        )
+        for stages, links, times in itertools.islice(plans, tries):
+            plan = self.place(stages, links, kind)
+            if plan is not None:
+                return plan, times
+        return None, None
 
     def _choices(self, V, auto, X, xin, mode, lim, a, level, z, c, D):
         """Every way the state (a, level, z, c, D) can start: (b, size, source level, z', c', t, value)."""
@@ -558,9 +611,9 @@ class DPModel:
             value, arg = self._final(V, auto)
             if arg is None:
                 return _Outcome("infeasible")
-            stages, links, _ = self.reconstruct(V, auto, X, "minmax", INF, *arg)
             stats["recursions"] = 1
-            return _Outcome("optimal", self.place(stages, links, kind), value, stats)
+            plan, _ = self.placed_optimum(V, auto, X, "minmax", INF, value, kind)
+            return _Outcome("optimal", plan, value, stats)
         return self._iteration(auto, X, kind, deadline, stats)
 
     def _compute_only(self, objective: str, deadline) -> _Outcome:
@@ -584,8 +637,8 @@ class DPModel:
             total, arg = self._final(V, auto)
             if arg is None:
                 return INF, None, None
-            stages, links, times = self.reconstruct(V, auto, X, "minsum", limit, *arg)
-            return total, max(times), (stages, links, times)
+            stages, links, times = next(self.reconstructions(V, auto, X, "minsum", limit, *arg))
+            return total, max(times), (stages, links, times, limit)
 
         free_sum, free_max, free = minsum(INF)
         if free is None:
@@ -611,8 +664,21 @@ class DPModel:
                 if f + (m - 1) * M < best[0]:
                     best = (f + (m - 1) * M, plan)
         stats["recursions"] = calls
-        stages, links, _ = best[1]
-        return _Outcome("optimal", self.place(stages, links, kind), best[0], stats)
+        stages, links, _, limit = best[1]
+        plan = self.place(stages, links, kind)
+        if plan is None:
+            # the runs do not pack: look among the other plans with the same least sum at that threshold
+            V = self.recursion(auto, X, "minsum", limit, deadline)
+            total, _ = self._final(V, auto)
+            plans = itertools.chain.from_iterable(
+                self.reconstructions(V, auto, X, "minsum", limit, level, z) for level, z in self._final_states(V, auto, total)
+            )
+            for stages, links, times in itertools.islice(plans, 5000):
+                if _same(total + (m - 1) * max(times), best[0]):
+                    plan = self.place(stages, links, kind)
+                    if plan is not None:
+                        break
+        return _Outcome("optimal", plan, best[0], stats)
 
 
 def _same(x: float, y: float) -> bool:

@@ -1,0 +1,483 @@
+"""``cpsat``: the exact slot model (:mod:`.slotmodel`) solved by OR-Tools CP-SAT.
+
+Decisions, per slot ``j`` (stage ``P - 1 - j``, see :mod:`.slotmodel`):
+
+* ``before[i][j] = [s_i >= j]``: the order encoding of the layer -> slot
+  map, non-increasing in ``i`` and in ``j``, with ``s`` stepping down by at
+  most 1 from layer to layer and ``s_i <= L - 1 - i``; slot ``j`` is active
+  when ``before[0][j]``, the stage count ``P = 1 + sum_j before[0][j]`` is one
+  of the feasible counts, and layer ``i`` is in slot ``j`` when
+  ``x_ij = before[i][j] - before[i][j+1]`` is 1;
+* ``use[j][l]``: one layout per active slot (``size[j][s]`` channels its
+  device count); the devices sum to N;
+* when the placement matters, ``node[j][k]`` puts a small slot on node
+  ``k``: a node holds small slots of exactly ``gpus_per_node`` devices or
+  none, nodes are numbered in order of first use by slot index (symmetry
+  breaking), and ``link[j]`` is true exactly when slots ``j + 1`` and ``j``
+  share a node.
+
+Times, in integer units (:func:`.slotmodel.integer_times`):
+
+* ``compute_j >= sum_i tau[l][i] x_ij`` when slot ``j`` uses layout ``l``
+  (``tau`` are differences of rounded prefix sums, so a stage's compute is
+  off by at most one unit), and the redundant ``d compute_j >= sum_i
+  work_i x_ij`` for a slot of ``d`` devices (``work_i`` = the least
+  device-units of layer ``i``), which lets the LP see the device budget;
+* memory and cost entries: the clauses ``use[j][l] and c_j <= a  =>
+  c_{j-1} <= reach[l, stash_j][a]`` (:mod:`.slotmodel`);
+* ``x_j >= send[c_j][s][h]`` for the transfer between slots ``j + 1`` and
+  ``j`` whenever the smaller of the two has at most ``sizes[s]`` devices
+  and the link is of kind ``h`` (sends only shrink with more devices);
+* ``t_j = compute_j + x_j + x_{j-1}``, ``T = max_j t_j``; ``bottleneck``
+  minimises T, ``iteration`` minimises ``sum t_j + (m - 1) T``.
+
+Lower-bounding constraints (``>=``) suffice: both objectives are
+non-decreasing in every stage time, so a minimiser sets each time to its
+value where it matters, and every returned plan is re-evaluated exactly.
+
+The greedy plan (or the caller's ``warm_start``) is given as a complete
+hint, and its objective as an upper bound. The bound is converted back to
+ms conservatively (:func:`.slotmodel.conservative_bound`). Deterministic for
+a fixed seed with ``num_workers=1``.
+
+Reach: on the 4 x 8 GPU benchmark family (``tests/test_cpsat.py``) CP-SAT
+proves optimality within seconds up to about 24 layers; from 32 layers on
+it often finds the optimum quickly but does not close the gap within
+minutes, because the LP relaxation of the slot model sees little more than
+the analytic bound (total work / N): what makes extra stages or wide tensor
+parallelism costly shows only once the stage sizes are fixed. Use ``dp``
+for large problems and ``cpsat`` to cross-check it.
+
+CP-SAT's presolve is switched off by default. With it, OR-Tools 9.15
+certified wrong optima and wrong infeasibility on this model -- about one
+random small problem in a thousand (cross-checked against ``brute``), and
+some 8-16 layer benchmark problems ("optimal" plans beaten by the same
+model solved without presolve); compare or-tools
+issues #5274 and #5293. Switching off single presolve steps (probing,
+inclusion detection, symmetry) did not remove every case; without presolve
+the answers agreed with ``brute`` on 7,000 random problems.
+``options={"parameters": {"cp_model_presolve": True}}`` turns it back on.
+
+Options
+-------
+num_workers : int
+    CP-SAT search workers (default: the machine's cores).
+hint : bool
+    Give the greedy plan as a hint when no ``warm_start`` is given (default True).
+resolution : float
+    Target relative accuracy of the integer time scale (default 1e-7).
+log : bool
+    Print CP-SAT's search log (on stderr).
+parameters : dict
+    Further CP-SAT parameters by name (``SatParameters`` fields).
+
+References
+----------
+.. [1] L. Perron and F. Didier, "CP-SAT", Google OR-Tools v9
+   (https://developers.google.com/optimization), 2024.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ortools.sat.python import cp_model
+
+from ..plan import Plan, evaluate
+from ..problem import Problem
+from .base import Candidate, SolveRequest, SolverError, register
+from .feasibility import explain_infeasible, quick_infeasibility
+from .slotmodel import (
+    RESOLUTION,
+    IntegerTimes,
+    SlotData,
+    SlotDecisions,
+    conservative_bound,
+    decisions_of_plan,
+    int_option,
+    integer_times,
+    plan_of_decisions,
+    slot_data,
+    starting_plan,
+)
+
+__all__ = ["solve_cpsat", "build_model", "hint_values", "read_decisions", "CpVars", "SAFE_PARAMETERS"]
+
+# Solver parameters applied before the caller's (see the module docstring).
+SAFE_PARAMETERS = {"cp_model_presolve": False}
+
+
+@register("cpsat", options=("num_workers", "hint", "resolution", "log", "parameters"))
+def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
+    start = time.perf_counter()
+    if problem.cluster.topology is not None:
+        return Candidate("error", message="cpsat: custom cluster topologies are not supported by the solvers yet")
+    reason = quick_infeasibility(problem)
+    if reason:
+        return Candidate("infeasible", message=reason)
+    data = slot_data(problem, request.objective)
+    resolution = request.option("resolution", RESOLUTION)
+    if isinstance(resolution, bool) or not isinstance(resolution, (int, float)) or not 0 < resolution < 1:
+        raise SolverError(f"cpsat: option resolution must be a number in (0, 1), got {resolution!r}")
+    times = integer_times(data, float(resolution))
+    model, var = build_model(data, times)
+
+    extra: dict[str, Any] = {}
+    hint_plan, hint_source = starting_plan(problem, request, extra)
+    decisions = decisions_of_plan(data, hint_plan) if hint_plan is not None else None
+    if decisions is None:
+        hint_plan = hint_source = None
+    else:
+        values = hint_values(var, data, times, decisions)
+        for v, value in values.items():
+            model.add_hint(v, value)
+        # the hinted plan is feasible, so the optimum is no worse than it
+        model.add(var.objective <= _objective_units(var, values, data))
+
+    solver = cp_model.CpSolver()
+    params = solver.parameters
+    params.random_seed = int(request.seed)
+    params.num_workers = int_option(request, "cpsat", "num_workers", os.cpu_count() or 1)
+    if request.option("log", False):  # to stderr: stdout carries the CLI's --json result
+        params.log_search_progress = True
+        params.log_to_stdout = False
+        solver.log_callback = lambda line: print(line, file=sys.stderr)
+    # the model's objective is only accurate to `error` units (integer_times):
+    # closing the last units of gap would prove nothing about the contract
+    params.absolute_gap_limit = float(times.error)
+    params.relative_gap_limit = 0.0
+    extra_parameters = request.option("parameters", {})
+    if not isinstance(extra_parameters, dict):
+        raise SolverError(f"cpsat: option parameters must be a mapping of CP-SAT parameters, got {extra_parameters!r}")
+    for key, value in {**SAFE_PARAMETERS, **extra_parameters}.items():
+        try:
+            setattr(params, key, value)
+        except (AttributeError, TypeError, ValueError) as err:
+            raise SolverError(f"cpsat: bad CP-SAT parameter {key}={value!r}: {err}") from None
+    if request.time_limit is not None:
+        params.max_time_in_seconds = max(0.0, request.time_limit - (time.perf_counter() - start))
+    code = solver.solve(model)
+
+    extra["cpsat"] = {
+        "status": solver.status_name(code),
+        "wall_seconds": solver.wall_time,
+        "branches": solver.num_branches,
+        "conflicts": solver.num_conflicts,
+        "num_workers": params.num_workers,
+        "hint": hint_source,
+    }
+    extra["time_unit_ms"] = 1.0 / times.scale
+    extra["model_error_ms"] = times.error / times.scale
+    return _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, extra)
+
+
+def _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, extra) -> Candidate:
+    """Turn the solver's answer into a candidate (plan, proven bound, message)."""
+    analytic = data.lower_bound()
+    if code == cp_model.INFEASIBLE:
+        if hint_plan is not None:  # cannot happen for a correct solver: the hint is a solution
+            return Candidate("error", message="cpsat: internal error, the solver rejected a valid plan", extra=extra)
+        return Candidate("infeasible", message=explain_infeasible(problem), extra=extra)
+    bound = analytic
+    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
+        bound = conservative_bound(solver.best_objective_bound, times, analytic)
+    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        plan = plan_of_decisions(data, read_decisions(solver, var, data))
+        if hint_plan is not None and _value(problem, hint_plan, data) < _value(problem, plan, data):
+            plan = hint_plan  # equal in the integer model, better after exact re-evaluation
+        status = "optimal" if code == cp_model.OPTIMAL else "feasible"
+        message = "" if status == "optimal" else "cpsat: time limit reached before optimality was proven"
+        return Candidate(status, plan, bound, message, extra)
+    if code == cp_model.UNKNOWN and hint_plan is not None:
+        message = f"cpsat: time limit reached; returning the {hint_source} plan"
+        return Candidate("feasible", hint_plan, bound, message, extra)
+    if code == cp_model.UNKNOWN:
+        return Candidate("error", message="cpsat: time limit reached before any plan was found", extra=extra)
+    return Candidate("error", message=f"cpsat: internal error, solver status {solver.status_name(code)}", extra=extra)
+
+
+def _value(problem: Problem, plan: Plan, data: SlotData) -> float:
+    return evaluate(problem, plan, data.objective).value
+
+
+# --------------------------------------------------------------------------- model
+
+
+@dataclass
+class CpVars:
+    """The model's variables, indexed by slot (empty lists where not modelled).
+
+    ``before[i][j]`` holds the ints 1 (``j = 0``) and 0 (``j = J`` or
+    ``j > L - 1 - i``) where the value is fixed.
+    """
+
+    before: list
+    use: list
+    size: list
+    at_most: list  # at_most[j][s]: slot j has at most sizes[s] devices (transfers only)
+    compute: list
+    send: list  # x_j: into slot j from slot j + 1, j < J - 1
+    stage: list
+    bottleneck: Any
+    node: list
+    load: list
+    full: list
+    shared: list
+    link: list
+    objective: Any
+
+
+def build_model(data: SlotData, times: IntegerTimes) -> tuple[cp_model.CpModel, CpVars]:
+    """The CP-SAT model of ``data`` with times in ``times`` units."""
+    model = cp_model.CpModel()
+    J, L, m = data.slots, data.num_layers, data.microbatches
+    N = data.problem.num_devices
+    nl, ns = len(data.layouts), len(data.sizes)
+
+    # order encoding of the layer -> slot map
+    before = [
+        [1] + [model.new_bool_var(f"ge{i}_{j}") if j <= L - 1 - i else 0 for j in range(1, J)] + [0] for i in range(L)
+    ]
+    for i in range(L):
+        for j in range(1, J):
+            _implies(model, before[i][j + 1], before[i][j])
+            if i + 1 < L:
+                _implies(model, before[i + 1][j], before[i][j])  # s is non-increasing
+                _implies(model, before[i][j + 1], before[i + 1][j])  # ... by steps of at most 1
+    active = [before[0][j] for j in range(J)]
+    if J > 1:
+        model.add_linear_expression_in_domain(sum(active), cp_model.Domain.from_values(data.counts))
+    members = [[(i, before[i][j] - before[i][j + 1]) for i in range(L - j)] for j in range(J)]
+
+    # one layout per active slot; sizes; devices sum to N
+    use = [[model.new_bool_var(f"use{j}_{k}") for k in range(nl)] for j in range(J)]
+    size = [[model.new_bool_var(f"size{j}_{s}") for s in range(ns)] for j in range(J)]
+    for j in range(J):
+        model.add(sum(use[j]) == active[j])
+        for s in range(ns):
+            model.add(size[j][s] == sum(use[j][k] for k in range(nl) if data.size_index[k] == s))
+    model.add(sum(d * size[j][s] for j in range(J) for s, d in enumerate(data.sizes)) == N)
+
+    # compute
+    tau = [[b - a for a, b in zip(row, row[1:])] for row in times.time_prefix]
+    present = [[data.problem.layers[i].cost(lay) is not None for i in range(L)] for lay in data.layouts]
+    work = [min(data.layouts[k].devices * tau[k][i] for k in range(nl) if present[k][i]) for i in range(L)]
+    top_compute = max(max(row[-1] for row in times.time_prefix), 0)
+    compute = []
+    for j in range(J):
+        c = model.new_int_var(0, top_compute, f"compute{j}")
+        for k in range(nl):
+            model.add(c >= sum(tau[k][i] * x for i, x in members[j] if tau[k][i])).only_enforce_if(use[j][k])
+        for s, d in enumerate(data.sizes):
+            model.add(d * c >= sum(work[i] * x for i, x in members[j] if work[i])).only_enforce_if(size[j][s])
+        compute.append(c)
+
+    # memory and cost entries: use[j][l] and c_j <= a  =>  c_{j-1} <= reach[a];
+    # c_j <= a is "layer a is not before slot j", c_{j-1} <= r "layer r is not in slot >= j"
+    for j in range(J):
+        for k in range(nl):
+            reach = data.reach_of(k, j)
+            for a in range(L - j):
+                r = int(reach[a])
+                if r >= L or (a + 1 < L - j and reach[a + 1] == r):
+                    continue  # no limit, or implied by the clause for a + 1
+                _clause(model, [_not(use[j][k]), before[a][j + 1], _not(before[r][j])])
+
+    node, load, full, shared, link = [], [], [], [], []
+    if data.placement:
+        node, load, full, shared, link = _placement(model, data, use)
+
+    send, at_most = [], []
+    if data.transfers:
+        send, at_most = _transfers(model, data, times, before, size, link)
+
+    # stage times and the objective
+    top = top_compute + 2 * (int(times.send.max()) if data.transfers else 0)
+    stage = []
+    for j in range(J):
+        t = model.new_int_var(0, top, f"time{j}")
+        terms = [compute[j]]
+        if send:
+            if j > 0:
+                terms.append(send[j - 1])
+            if j < J - 1:
+                terms.append(send[j])
+        model.add(t == sum(terms))
+        stage.append(t)
+    # T >= S * (analytic bound) - 2: each stage time is off by at most 2 units
+    floor_units = max(0, int(times.scale * _bottleneck_floor(data)) - 2)
+    bottleneck = model.new_int_var(min(floor_units, top), top, "bottleneck")
+    model.add_max_equality(bottleneck, stage)
+    objective = bottleneck if data.objective == "bottleneck" else sum(stage) + (m - 1) * bottleneck
+    model.minimize(objective)
+    return model, CpVars(
+        before, use, size, at_most, compute, send, stage, bottleneck, node, load, full, shared, link, objective
+    )
+
+
+def _not(literal):
+    return 1 - literal if isinstance(literal, int) else ~literal
+
+
+def _clause(model: cp_model.CpModel, literals: list) -> None:
+    """Add ``or(literals)``, folding the fixed ones (ints 0/1)."""
+    if any(isinstance(v, int) and v == 1 for v in literals):
+        return
+    rest = [v for v in literals if not isinstance(v, int)]
+    model.add_bool_or(rest)
+
+
+def _implies(model: cp_model.CpModel, a, b) -> None:
+    _clause(model, [_not(a), b])
+
+
+def _bottleneck_floor(data: SlotData) -> float:
+    """The analytic lower bound on the slowest stage (ms), nudged down."""
+    return replace(data, objective="bottleneck").lower_bound() * (1 - 1e-12)
+
+
+def _transfers(model, data: SlotData, times: IntegerTimes, before: list, size: list, link: list) -> tuple[list, list]:
+    J, L, ns = data.slots, data.num_layers, len(data.sizes)
+    kinds = [(0, None)] if not data.placement else [(0, False), (1, True)]
+    at_most = [[model.new_bool_var(f"at_most{j}_{s}") for s in range(ns)] for j in range(J)]
+    for j in range(J):
+        for s in range(ns):
+            model.add(at_most[j][s] == sum(size[j][: s + 1]))
+    top = int(times.send.max())
+    send = []
+    for j in range(J - 1):
+        x = model.new_int_var(0, top, f"send{j}")
+        for s in range(ns):
+            for h, linked in kinds:
+                table = times.send[:, s + 1, h]
+                # send[c_j] written with [c_j >= i] = before[i - 1][j + 1]
+                steps = [(int(table[i] - table[i - 1]), before[i - 1][j + 1]) for i in range(1, L) if table[i] != table[i - 1]]
+                expr = sum(step * literal for step, literal in steps)
+                if isinstance(expr, int) and expr <= 0:
+                    continue
+                condition = [] if linked is None else [link[j] if linked else ~link[j]]
+                for side in (j, j + 1):
+                    model.add(x >= expr).only_enforce_if([at_most[side][s], *condition])
+        send.append(x)
+    return send, at_most
+
+
+def _placement(model: cp_model.CpModel, data: SlotData, use: list) -> tuple[list, list, list, list, list]:
+    J, G, nl = data.slots, data.gpus_per_node, len(data.layouts)
+    # a shared node holds at least two small slots (each of at most G/2 devices)
+    bins = min(data.problem.cluster.nodes, J // 2)
+    small = [k for k in range(nl) if data.small(k)]
+    node, load = [], []
+    for j in range(J):
+        # first-use numbering: slot j can open at most node j
+        row = [model.new_bool_var(f"node{j}_{k}") for k in range(min(j + 1, bins))]
+        node.append(row)
+        model.add(sum(row) == sum(use[j][k] for k in small))
+        devices = sum(data.layouts[k].devices * use[j][k] for k in small)
+        shares = []
+        for k, on in enumerate(row):
+            share = model.new_int_var(0, G // 2, f"load{j}_{k}")
+            model.add(share == devices).only_enforce_if(on)
+            model.add(share == 0).only_enforce_if(~on)
+            shares.append(share)
+            if k > 0:  # node k is opened by a later slot than node k - 1
+                model.add_bool_or([node[i][k - 1] for i in range(j) if k - 1 < len(node[i])]).only_enforce_if(on)
+        load.append(shares)
+    full = []
+    for k in range(bins):
+        f = model.new_bool_var(f"full{k}")
+        model.add(sum(load[j][k] for j in range(J) if k < len(load[j])) == G * f)
+        full.append(f)
+    shared, link = [], []
+    for j in range(J - 1):
+        both = []
+        for k in range(min(len(node[j]), len(node[j + 1]))):
+            w = model.new_bool_var(f"shared{j}_{k}")
+            model.add_implication(w, node[j][k])
+            model.add_implication(w, node[j + 1][k])
+            model.add_bool_or([~node[j][k], ~node[j + 1][k], w])
+            both.append(w)
+        h = model.new_bool_var(f"link{j}")
+        model.add(h == sum(both))
+        shared.append(both)
+        link.append(h)
+    return node, load, full, shared, link
+
+
+# --------------------------------------------------------------------------- hints and solutions
+
+
+def hint_values(var: CpVars, data: SlotData, times: IntegerTimes, d: SlotDecisions) -> dict:
+    """The value of every variable of the model under the decisions ``d``."""
+    J, L = data.slots, data.num_layers
+    out: dict = {}
+    slot_of = [0] * L
+    for j in range(d.stages):
+        for i in range(d.starts[j], L if j == 0 else d.starts[j - 1]):
+            slot_of[i] = j
+    for i in range(L):
+        for j in range(1, J):
+            out[var.before[i][j]] = int(slot_of[i] >= j)
+    size_of = [data.size_index[k] if k >= 0 else -1 for k in d.layout]
+    for j in range(J):
+        for k in range(len(data.layouts)):
+            out[var.use[j][k]] = int(d.layout[j] == k)
+        for s in range(len(data.sizes)):
+            out[var.size[j][s]] = int(size_of[j] == s)
+        for s, v in enumerate(var.at_most[j] if var.at_most else ()):
+            out[v] = int(0 <= size_of[j] <= s)
+    for j, row in enumerate(var.node):
+        for k, on in enumerate(row):
+            out[on] = int(d.node[j] == k)
+            out[var.load[j][k]] = data.layouts[d.layout[j]].devices if d.node[j] == k else 0
+    for k, f in enumerate(var.full):
+        out[f] = int(k in d.node)
+    for j, both in enumerate(var.shared):
+        for k, w in enumerate(both):
+            out[w] = int(d.node[j] == k and d.node[j + 1] == k)
+        out[var.link[j]] = int(d.link[j])
+    compute = [0] * J
+    for j in range(d.stages):
+        row = times.time_prefix[d.layout[j]]
+        compute[j] = row[L if j == 0 else d.starts[j - 1]] - row[d.starts[j]]
+    send = [0] * len(var.send)
+    for j in range(len(var.send)):
+        if j + 1 < d.stages:
+            s = min(size_of[j], size_of[j + 1]) + 1
+            send[j] = int(times.send[d.starts[j], s, int(d.link[j]) if data.placement else 0])
+    for j in range(J):
+        out[var.compute[j]] = compute[j]
+        out[var.stage[j]] = compute[j] + (send[j - 1] if send and j > 0 else 0) + (send[j] if send and j < J - 1 else 0)
+    for j, x in enumerate(var.send):
+        out[x] = send[j]
+    out[var.bottleneck] = max(out[t] for t in var.stage)
+    return {v: value for v, value in out.items() if not isinstance(v, int)}
+
+
+def _objective_units(var: CpVars, values: dict, data: SlotData) -> int:
+    stages = [values[t] for t in var.stage]
+    if data.objective == "bottleneck":
+        return max(stages)
+    return sum(stages) + (data.microbatches - 1) * max(stages)
+
+
+def read_decisions(solver: cp_model.CpSolver, var: CpVars, data: SlotData) -> SlotDecisions:
+    """The decisions of the solver's solution."""
+    J, L = data.slots, data.num_layers
+
+    def on(v) -> bool:
+        return bool(v) if isinstance(v, int) else bool(solver.boolean_value(v))
+
+    P = sum(on(var.before[0][j]) for j in range(J))
+    starts = tuple(sum(on(var.before[i][j + 1]) for i in range(L)) if j < P else 0 for j in range(J))
+    layout = tuple(next(k for k, u in enumerate(var.use[j]) if on(u)) if j < P else -1 for j in range(J))
+    node = [-1] * J
+    for j, row in enumerate(var.node):
+        for k, v in enumerate(row):
+            if on(v):
+                node[j] = k
+    link = tuple(node[j] >= 0 and node[j] == node[j + 1] for j in range(J - 1))
+    return SlotDecisions(P, starts, layout, tuple(node), link)

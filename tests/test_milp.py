@@ -1,0 +1,143 @@
+"""milp (PuLP on HiGHS and CBC): agreement with brute and dp, exactness of the
+linearised model, examples, infeasibility, time limits, planted optimum."""
+from __future__ import annotations
+
+import json
+
+import pulp
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from partitioner import PlanError, Problem, SolverError, evaluate, load_problem, solve
+from partitioner.plan import Plan, Stage
+from partitioner.solvers.feasibility import explain_infeasible
+from partitioner.solvers.milp import build_milp, start_values
+from partitioner.solvers.slotmodel import decisions_of_plan, slot_data
+from strategies import random_plans, small_problems
+from test_cpsat import memory_bound_infeasible, planted_problem, vla_like_problem
+
+REL = 1e-6
+CBC = {"backend": "cbc"}
+
+
+def agree(problem: Problem, objective: str, options: dict | None = None) -> None:
+    oracle = solve(problem, "brute", objective=objective)
+    dp = solve(problem, "dp", objective=objective)
+    result = solve(problem, "milp", objective=objective, options=options)
+    assert (oracle.status == "infeasible") == (dp.status == "infeasible") == (result.status == "infeasible"), (
+        oracle.message,
+        result.message,
+    )
+    if oracle.status == "infeasible":
+        assert result.plan is None and result.message
+        return
+    assert result.status == "optimal", result.message
+    assert result.value == pytest.approx(oracle.value, rel=REL)
+    assert dp.value == pytest.approx(oracle.value, rel=REL)
+    assert evaluate(problem, result.plan, objective).value == result.value
+    assert result.bound <= result.value
+    assert result.gap <= REL
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_problems(objectives=("bottleneck",)))
+def test_highs_matches_brute_and_dp_bottleneck(problem):
+    agree(problem, "bottleneck")
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_problems(objectives=("iteration",)))
+def test_highs_matches_brute_and_dp_iteration(problem):
+    agree(problem, "iteration")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_problems())
+def test_cbc_matches_brute_and_dp(problem):
+    agree(problem, problem.objective, CBC)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # PuLP 3 announcing its 4.0 API
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(st.data(), small_problems())
+def test_every_valid_plan_is_a_solution_of_the_milp_at_its_cost(data, problem):
+    """Completeness: pinning the decisions to any valid plan is feasible and costs what evaluate says."""
+    plan = data.draw(random_plans(problem))
+    assume(plan is not None)
+    try:
+        true_value = evaluate(problem, plan).value
+    except PlanError:
+        assume(False)
+    slots = slot_data(problem, problem.objective)
+    lp, var = build_milp(slots)
+    values = start_values(var, slots, decisions_of_plan(slots, plan.with_device_ids()))
+    for v, value in values.items():
+        if v.cat == pulp.LpInteger:  # pin the decisions (binaries), let the times follow
+            v.lowBound = v.upBound = value
+    lp.solve(pulp.HiGHS(msg=False))
+    assert pulp.LpStatus[lp.status] == "Optimal"
+    assert pulp.value(lp.objective) == pytest.approx(true_value, rel=1e-7, abs=1e-9)
+
+
+def test_shared_examples_on_both_backends(examples):
+    lesson = load_problem(examples / "seed_lesson16.json")
+    toy = load_problem(examples / "vla_toy_2x4.json")
+    for options in ({}, CBC):
+        r = solve(lesson, "milp", options=options)
+        assert r.status == "optimal" and r.value == pytest.approx(22.0, rel=1e-12)
+        r = solve(toy, "milp", options=options)
+        assert r.status == "optimal" and r.value == pytest.approx(256.21445621333334, rel=1e-12)
+        assert r.bound <= r.value and r.gap < 1e-6
+
+
+def test_infeasible_problems_say_why():
+    problem = memory_bound_infeasible()
+    for options in ({}, CBC):
+        result = solve(problem, "milp", options=options)
+        assert result.status == "infeasible" and result.plan is None
+        assert result.message == explain_infeasible(problem)
+
+
+@pytest.mark.parametrize("options", [{}, CBC], ids=["highs", "cbc"])
+def test_time_limit_gives_a_feasible_plan_a_bound_and_a_gap(options):
+    problem = vla_like_problem(64, 4, 8, seed=0)
+    greedy = solve(problem, "greedy")
+    result = solve(problem, "milp", time_limit=3.0, options=options)
+    assert result.status == "feasible", result.message
+    assert result.bound is not None and 0 < result.bound <= result.value
+    assert result.gap is not None and 0 < result.gap < 1
+    assert result.value <= greedy.value  # started from the greedy plan
+    evaluate(problem, result.plan)
+
+
+def test_planted_optimum():
+    problem, optimum = planted_problem(30, 4, [8, 16, 8])
+    result = solve(problem, "milp")
+    assert result.status == "optimal" and result.value == pytest.approx(optimum, rel=REL)
+
+
+def test_warm_start_unknown_backend_and_topology(examples):
+    toy = load_problem(examples / "vla_toy_2x4.json")
+    best = solve(toy, "brute")
+    used = solve(toy, "milp", warm_start=best)
+    assert used.extra["milp"]["hint"] == "warm_start"
+    assert used.value == pytest.approx(best.value, rel=REL)
+    ignored = solve(toy, "milp", warm_start=Plan((Stage(0, toy.num_layers - 1, 3, 3, 1),)))
+    assert ignored.extra["warm_start"].startswith("ignored: rule")
+    with pytest.raises(SolverError, match="backend"):
+        solve(toy, "milp", options={"backend": "gurobi"})
+    doc = toy.to_dict()
+    doc["cluster"]["topology"] = {"edges": [[i, i + 1, 10.0] for i in range(7)]}
+    refused = solve(Problem.from_dict(doc), "milp")
+    assert refused.status == "error" and "custom cluster topologies" in refused.message
+
+
+def test_cli_json_is_not_polluted_by_the_solver(cli, examples):
+    for backend in ("highs", "cbc"):
+        out = cli("solve", examples / "seed_lesson16.json", "--method", "milp", "--json", "-o", f"backend={backend}")
+        assert out.returncode == 0, out.stderr
+        doc = json.loads(out.stdout)
+        assert doc["status"] == "optimal" and doc["value"] == pytest.approx(22.0, rel=1e-12)
+    out = cli("solve", examples / "seed_lesson16.json", "--method", "milp", "-o", "backend=gurobi")
+    assert out.returncode == 2 and "unknown backend" in out.stderr
