@@ -10,6 +10,7 @@ import yaml
 from benchmarks.synthetic import synthetic_problem
 from conftest import EXAMPLES, run_cli
 from partitioner import load_problem, methods
+from partitioner.batch import available_cores
 from partitioner.compare import compare, performance_profile, to_markdown
 from partitioner.problem import Problem, ProblemError, dump_problem
 
@@ -128,7 +129,7 @@ def _small_problems(tmp_path):
     return paths
 
 
-EXACT = ("dp", "brute")  # cpsat joins once it is on main
+EXACT = ("cpsat", "milp", "dp", "brute")
 
 
 def test_compare_json_on_a_real_sweep_shows_zero_gap_for_exact_methods(tmp_path):
@@ -140,6 +141,10 @@ def test_compare_json_on_a_real_sweep_shows_zero_gap_for_exact_methods(tmp_path)
     out = tmp_path / "results.jsonl"
     proc = run_cli("batch", sweep, "--out", out, "--workers", "2")
     assert proc.returncode == 0, proc.stderr
+    threads = max(1, available_cores() // 2)  # two workers share the cores
+    for record in map(json.loads, out.read_text().splitlines()):
+        expected = {"cpsat": {"num_workers": threads}, "milp": {"threads": threads}}.get(record["method"], {})
+        assert record["options"] == expected
 
     md, png = tmp_path / "report" / "compare.md", tmp_path / "report" / "profile.png"
     proc = run_cli("compare", out, "--json", "--markdown", md, "--profile", png)
