@@ -168,6 +168,7 @@ def run_throughput(
             "nodes": nodes,
             "gpus_per_node": gpus_per_node,
             "layouts": list(problems[0].meta["layouts"]) if problems else [],
+            "layouts_per_size": layouts,
             "transfers": transfers,
             "objective": objective,
             "microbatches": problems[0].microbatches if problems else None,
@@ -225,7 +226,9 @@ def to_markdown(doc: dict[str, Any]) -> str:
         "",
         "Reproduce: `python -m benchmarks.throughput "
         + f"--count {p['count']} --layers {p['layers']} --nodes {p['nodes']} --gpus-per-node {p['gpus_per_node']} "
-        + f"--methods {','.join(doc['methods'])}`",
+        + (f"--layouts {p['layouts_per_size']} " if p.get("layouts_per_size") else "")
+        + ("" if p["transfers"] else "--no-transfers ")
+        + f"--objective {p['objective']} --time-limit {p['time_limit']:g} --methods {','.join(doc['methods'])}`",
         "",
     ]
     return "\n".join(lines)

@@ -244,18 +244,10 @@ def compare(records: Iterable[Mapping[str, Any]], *, tol: float = DEFAULT_TOL, s
             entries[label] = entry
             per_method[label].append((entry, verdict))
             charged[label].append(_charged_seconds(r, entry.seconds))
-            if best is not None:
-                limit = best + tol * max(1.0, abs(best))
-                what = None
-                if status == "optimal" and value is not None and value > limit:
-                    what = f"claims optimal {value:.9g} but a plan of {best:.9g} exists"
-                elif bound is not None and bound > limit:
-                    what = f"lower bound {bound:.9g} is above a plan of {best:.9g}"
-                elif status == "infeasible" and _claims_proof(r):
-                    what = f"claims infeasible but a plan of {best:.9g} exists"
-                if what:
-                    conflict_count[label] += 1
-                    conflicts.append({"problem": display[ident], "objective": ident[1], "method": label, "conflict": what})
+            what = _conflict(entry, r, best, tol) if best is not None else None
+            if what:
+                conflict_count[label] += 1
+                conflicts.append({"problem": display[ident], "objective": ident[1], "method": label, "conflict": what})
         if best is not None:
             reached = [(e.seconds, label) for label, e in entries.items() if e.gap == 0.0]
             fastest = min(s for s, _ in reached)
@@ -275,27 +267,42 @@ def compare(records: Iterable[Mapping[str, Any]], *, tol: float = DEFAULT_TOL, s
         )
     rows.sort(key=lambda row: (row.problem, row.objective))
 
-    methods = {}
-    for label in labels:
-        items = per_method[label]
-        gaps = [e.gap for e, _ in items if e.gap is not None]
-        times = charged[label]
-        methods[label] = MethodStats(
-            jobs=len(items),
-            solved=sum(e.solved for e, _ in items),
-            optimal=sum(e.status == "optimal" for e, _ in items),
-            infeasible=sum(e.status == "infeasible" for e, _ in items),
-            infeasible_agreed=sum(e.status == "infeasible" and v == "infeasible" for e, v in items),
-            infeasible_disputed=sum(e.status == "infeasible" and v == "feasible" for e, v in items),
-            errors=sum(e.status == "error" for e, _ in items),
-            timeouts=sum(e.status == "timeout" for e, _ in items),
-            mean_gap=sum(gaps) / len(gaps) if gaps else None,
-            max_gap=max(gaps) if gaps else None,
-            geomean_seconds=math.exp(sum(math.log(t) for t in times) / len(times)) if times else None,
-            wins=wins[label],
-            conflicts=conflict_count[label],
-        )
+    methods = {
+        label: _method_stats(per_method[label], charged[label], wins[label], conflict_count[label]) for label in labels
+    }
     return Comparison(methods, tuple(rows), tuple(conflicts), tol, source)
+
+
+def _conflict(entry: Entry, record: Mapping[str, Any], best: float, tol: float) -> str | None:
+    """What is impossible about a result, given that a plan of value ``best`` exists; None if nothing."""
+    limit = best + tol * max(1.0, abs(best))
+    if entry.status == "optimal" and entry.value is not None and entry.value > limit:
+        return f"claims optimal {entry.value:.9g} but a plan of {best:.9g} exists"
+    if entry.bound is not None and entry.bound > limit:
+        return f"lower bound {entry.bound:.9g} is above a plan of {best:.9g}"
+    if entry.status == "infeasible" and _claims_proof(record):
+        return f"claims infeasible but a plan of {best:.9g} exists"
+    return None
+
+
+def _method_stats(items: Sequence[tuple[Entry, str]], times: Sequence[float], wins: int, conflicts: int) -> MethodStats:
+    """One method's summary from its (entry, instance verdict) pairs and its charged times."""
+    gaps = [e.gap for e, _ in items if e.gap is not None]
+    return MethodStats(
+        jobs=len(items),
+        solved=sum(e.solved for e, _ in items),
+        optimal=sum(e.status == "optimal" for e, _ in items),
+        infeasible=sum(e.status == "infeasible" for e, _ in items),
+        infeasible_agreed=sum(e.status == "infeasible" and v == "infeasible" for e, v in items),
+        infeasible_disputed=sum(e.status == "infeasible" and v == "feasible" for e, v in items),
+        errors=sum(e.status == "error" for e, _ in items),
+        timeouts=sum(e.status == "timeout" for e, _ in items),
+        mean_gap=sum(gaps) / len(gaps) if gaps else None,
+        max_gap=max(gaps) if gaps else None,
+        geomean_seconds=math.exp(sum(math.log(t) for t in times) / len(times)) if times else None,
+        wins=wins,
+        conflicts=conflicts,
+    )
 
 
 def _claims_proof(record: Mapping[str, Any]) -> bool:
