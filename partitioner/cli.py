@@ -163,7 +163,9 @@ def print_result(problem: Problem, result: SolveResult) -> None:
 @guarded
 def solve_cmd(
     problem_path: Path = typer.Argument(..., metavar="PROBLEM", help="Problem file (JSON or YAML, format v1)."),
-    method: str = typer.Option("cpsat", "--method", "-m", help="cpsat | milp | dp | brute | greedy | uniform | balanced"),
+    method: str = typer.Option(
+        "dp", "--method", "-m", help="dp (exact, the default) | cpsat | milp | brute | greedy | uniform | balanced"
+    ),
     objective: Optional[str] = typer.Option(None, "--objective", help="bottleneck | iteration (default: the problem's)"),
     time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds for the search."),
     seed: int = typer.Option(0, "--seed", help="Random seed (CP-SAT)."),
