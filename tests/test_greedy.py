@@ -37,6 +37,18 @@ def test_balance_cuts_gives_exactly_the_stage_count():
         assert all(b + 1 == a for (_, b), (a, _) in zip(cuts, cuts[1:]))
 
 
+def test_balance_cuts_covers_every_layer_despite_rounding():
+    # sequential and pairwise sums of these works differ in the last bit: all layers must still be cut
+    from benchmarks.synthetic import synthetic_problem
+    from partitioner.solvers.greedy import layer_work
+
+    for seed in range(12):
+        work = layer_work(synthetic_problem(layers=12, nodes=2, gpus_per_node=4, layouts=2, seed=seed))
+        for parts in range(1, 13):
+            cuts = balance_cuts(work, parts)
+            assert len(cuts) == parts and cuts[0][0] == 0 and cuts[-1][1] == 11
+
+
 def test_grow_sizes_uses_every_device():
     assert sum(grow_sizes([5.0, 1.0, 1.0], (1, 2, 4, 8, 16), 16)) == 16
     assert grow_sizes([1.0] * 3, (1, 2, 4), 2) is None

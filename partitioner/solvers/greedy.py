@@ -96,7 +96,8 @@ def balance_cuts(work: np.ndarray, parts: int) -> list[tuple[int, int]]:
             acc += w
         return starts
 
-    lo, hi = float(work.max()), float(work.sum())
+    # numpy sums pairwise, fill() sequentially: widen the top so that it surely fits in one stage
+    lo, hi = float(work.max()), float(work.sum()) * (1 + 1e-9) + 1e-12
     for _ in range(60):
         mid = (lo + hi) / 2
         if len(fill(mid)) <= parts:

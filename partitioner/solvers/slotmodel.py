@@ -267,7 +267,12 @@ def starting_plan(problem: Problem, request: SolveRequest, notes: dict) -> tuple
 
         greedy = solve_greedy(problem, request)
         if greedy.plan is not None:
-            return greedy.plan, "greedy"
+            try:
+                evaluate(problem, greedy.plan)
+            except PlanError as err:  # a baseline bug must not take the exact solver down
+                notes["hint"] = f"greedy plan ignored: {err}"
+            else:
+                return greedy.plan, "greedy"
     return None, None
 
 
