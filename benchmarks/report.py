@@ -1,0 +1,273 @@
+"""Regenerate ``benchmarks/results/REPORT.md``: the project's benchmark report.
+
+One command, from the repository root::
+
+    python -m benchmarks.report           # everything (about an hour on 2 cores)
+    python -m benchmarks.report --quick   # small versions of every part, for a smoke test
+    python -m benchmarks.report --reuse   # rebuild the report from the result files already there
+
+Parts, each also runnable on its own:
+
+1. **Solver time scaling** -- :mod:`benchmarks.solvers` (layers, GPUs and layouts grow; the issue-3 targets).
+2. **Batch throughput** -- :mod:`benchmarks.throughput` (64-layer problems per hour per core).
+3. **Solver quality on the presets** -- a ``partitioner batch`` sweep over model presets x clusters x
+   batch sizes, every method, compared with :mod:`partitioner.compare` (table and performance profile).
+4. **Plan quality** -- for every VLA/VLM preset, :func:`partitioner.plan_model` against the Megatron-style
+   baseline, predicted (1F1B estimate) and simulated.
+
+The report states the machine, the date and the commit it was made on.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import solvers as solver_bench  # noqa: E402
+from benchmarks import throughput as throughput_bench  # noqa: E402
+from partitioner import __version__, plan_model  # noqa: E402
+from partitioner.batch import load_sweep, expand, run_jobs  # noqa: E402
+from partitioner.compare import compare_file, plot_profile, to_markdown  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+
+# Plan-quality cases: every VLA/VLM preset on a cluster that holds it, with a realistic batch.
+PLAN_CASES = (
+    ("openvla-7b", "dgx-a100-80g", 8, 2048),
+    ("pi0", "dgx-h100", 2, 1024),
+    ("seed-vla-8gpu", "dgx-a100-80g", 1, 256),
+    ("llava-1.5-7b", "dgx-h100", 4, 1024),
+    ("llava-1.5-13b", "dgx-a100-80g", 4, 1024),
+    ("qwen2-vl-7b", "dgx-h100", 4, 1024),
+    ("internvl-1.5-26b", "dgx-h200", 8, 1024),
+    ("qwen2-vl-72b", "dgx-h200", 16, 1024),
+)
+QUICK_PLAN_CASES = PLAN_CASES[1:3]
+
+PRESET_GRID = {
+    "model": ["openvla-7b", "pi0", "llava-1.5-7b", "qwen2-vl-7b"],
+    "cluster": ["dgx-a100-80g", "dgx-h100"],
+    "nodes": [1, 2],
+    "global_batch": [256, 1024],
+    "microbatches": [16],
+}
+QUICK_PRESET_GRID = {"model": ["pi0"], "cluster": ["dgx-h100"], "nodes": [1], "global_batch": [256], "microbatches": [8]}
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return "unknown"
+
+
+def preset_quality(out: Path, quick: bool, time_limit: float) -> Path:
+    """Part 3: the batch sweep over presets (resumable) and its comparison."""
+    grid = QUICK_PRESET_GRID if quick else PRESET_GRID
+    methods = ["dp", "greedy", "balanced", "uniform"] if quick else ["dp", "cpsat", "milp", "greedy", "balanced", "uniform"]
+    sweep_file = out / "presets_sweep.yaml"
+    sweep_file.write_text(
+        "# written by benchmarks/report.py\n"
+        + json.dumps({"grid": grid, "methods": methods, "objective": "iteration", "time_limit": time_limit}, indent=1)
+        + "\n"
+    )
+    results = out / "presets.jsonl"
+    expansion = expand(load_sweep(sweep_file))
+    run_jobs(expansion.jobs, results, prefailed=expansion.failed)
+    comparison = compare_file(results)
+    plot_profile(comparison, out / "presets_profile.png", title="Performance profile: presets x clusters x batch sizes")
+    (out / "presets_compare.md").write_text(
+        to_markdown(comparison, title="Solver quality on the model presets", profile_image="presets_profile.png")
+    )
+    return results
+
+
+def plan_quality(out: Path, quick: bool) -> list[dict]:
+    """Part 4: every VLA/VLM preset planned and compared with the Megatron-style baseline."""
+    rows = []
+    for model, cluster, nodes, batch in QUICK_PLAN_CASES if quick else PLAN_CASES:
+        start = time.perf_counter()
+        result = plan_model(model, cluster, nodes=nodes, global_batch=batch)
+        seconds = time.perf_counter() - start
+        doc = result.to_dict()
+        base = doc.get("baseline") or {}
+        row = {
+            "model": model,
+            "cluster": cluster,
+            "nodes": nodes,
+            "global_batch": batch,
+            "status": doc["status"],
+            "message": doc.get("message", ""),
+            "seconds": seconds,
+            "stages": len(doc["plan"]["stages"]) if doc.get("plan") else None,
+            "meshes": [f"{s['devices']}:{s['dp']}x{s['tp']}" for s in doc["plan"]["stages"]] if doc.get("plan") else [],
+            "microbatches": doc.get("microbatches"),
+            "predicted_ms": doc.get("value"),
+            "simulated_ms": (doc.get("simulation") or {}).get("makespan_ms"),
+            "baseline_predicted_ms": base.get("value"),
+            "baseline_simulated_ms": (base.get("simulation") or {}).get("makespan_ms"),
+            "baseline_microbatches": base.get("microbatches"),
+            "speedup": doc.get("speedup"),
+            "mfu": (doc.get("throughput") or {}).get("mfu"),
+            "baseline_mfu": (base.get("throughput") or {}).get("mfu"),
+            "fits_memory": (doc.get("simulation") or {}).get("fits_memory"),
+        }
+        rows.append(row)
+        print(f"{model:18s} {cluster:13s} x{nodes:<3d} speed-up {row['speedup']}  ({seconds:.1f} s)", flush=True)
+    (out / "plans.json").write_text(json.dumps(rows, indent=1) + "\n")
+    _plot_plans(rows, out / "plans.png")
+    return rows
+
+
+def _plot_plans(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if r["simulated_ms"] and r["baseline_simulated_ms"]]
+    if not ok:
+        return
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(ok)), 4))
+    xs = range(len(ok))
+    ax.bar([x - 0.2 for x in xs], [r["baseline_simulated_ms"] / 1000 for r in ok], 0.4, label="Megatron-style baseline")
+    ax.bar([x + 0.2 for x in xs], [r["simulated_ms"] / 1000 for r in ok], 0.4, label="partitioner plan")
+    ax.set_xticks(list(xs), [f"{r['model']}\n{r['nodes']}x{r['cluster']}" for r in ok], fontsize=7)
+    ax.set_ylabel("simulated 1F1B iteration (s)")
+    ax.legend()
+    ax.set_title("Iteration time: planned vs Megatron-style baseline (simulated)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _fmt(x, digits=1, scale=1.0, suffix=""):
+    return "" if x is None else f"{x * scale:,.{digits}f}{suffix}"
+
+
+def write_report(out: Path, quick: bool) -> Path:
+    solvers = json.loads((out / "solvers.json").read_text()) if (out / "solvers.json").exists() else []
+    throughput = json.loads((out / "throughput.json").read_text()) if (out / "throughput.json").exists() else {}
+    plans = json.loads((out / "plans.json").read_text()) if (out / "plans.json").exists() else []
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "# partitioner benchmark report",
+        "",
+        f"Made by `python -m benchmarks.report{' --quick' if quick else ''}` on {now}, partitioner {__version__} "
+        f"(commit {commit()}).",
+        f"Machine: {solver_bench.machine()}. Every figure below was measured on this machine; times are wall-clock "
+        "unless said otherwise.",
+        "",
+        "## Targets (issue 3 and 6)",
+        "",
+        "| target | measured | met |",
+        "|---|---|---|",
+    ]
+    for label, method, limit in (
+        ("L=64 N=32 layouts=all no transfers iteration", "dp", 1.0),
+        ("L=64 N=32 layouts=all no transfers iteration", "cpsat", 10.0),
+        ("L=256 N=256 layouts=all no transfers bottleneck", "dp", 10.0),
+        ("L=256 N=256 layouts=all no transfers iteration", "dp", 10.0),
+        ("L=256 N=256 layouts=all transfers bottleneck", "dp", 10.0),
+    ):
+        r = next((x for x in solvers if x["label"] == label and x["method"] == method), None)
+        if r is None:
+            continue
+        proven = r["status"] == "optimal"
+        met = proven and r["seconds"] <= limit
+        gap = ""
+        if not proven and r.get("bound") is not None and r.get("value"):
+            gap = f", gap {100 * (r['value'] - r['bound']) / r['value']:.1f} %"
+        lines.append(
+            f"| {method} on {label}: proven optimum in <= {limit:g} s | {r['status']} in {r['seconds']:.2f} s{gap} | "
+            f"{'yes' if met else 'no'} |"
+        )
+    dp_rate = (throughput.get("methods") or {}).get("dp")
+    if dp_rate:
+        rate = dp_rate.get("problems_per_hour_per_core")
+        lines.append(f"| batch: >= 1,000 64-layer problems / hour / core (dp) | {_fmt(rate, 0)} | {'yes' if rate and rate >= 1000 else 'no'} |")
+    lines += [
+        "",
+        "## 1. Solver time scaling",
+        "",
+        "Full tables: [solvers.md](solvers.md).",
+        "",
+        "![solver time against problem size](solvers.png)",
+        "",
+        "## 2. Batch throughput",
+        "",
+        "Full table: [throughput.md](throughput.md).",
+        "",
+    ]
+    if throughput:
+        lines += ["| method | problems/hour/core | problems/CPU-hour | statuses |", "|---|---|---|---|"]
+        for name, m in throughput.get("methods", {}).items():
+            statuses = ", ".join(f"{k} {v}" for k, v in sorted(m.get("statuses", {}).items()))
+            lines.append(
+                f"| {name} | {_fmt(m.get('problems_per_hour_per_core'), 0)} | "
+                f"{_fmt(m.get('problems_per_cpu_hour'), 0)} | {statuses} |"
+            )
+        lines.append("")
+    lines += [
+        "## 3. Solver quality over presets x clusters x batch sizes",
+        "",
+        "Per-method summary, per-problem table and performance profile: [presets_compare.md](presets_compare.md).",
+        "",
+        "![performance profile](presets_profile.png)",
+        "",
+        "## 4. Plan quality: planned iteration time vs the Megatron-style baseline",
+        "",
+        "The baseline is what Megatron-LM / torchtitan give by default: vision encoder on stage 0, decoder layers",
+        "split evenly, one (dp, tp) layout for every stage -- the best such plan over stage counts, layouts and",
+        "microbatch counts. *predicted* is the 1F1B iteration estimate the solver optimizes; *simulated* replays",
+        "the plan in the 1F1B simulator. Speed-up = baseline / plan, simulated.",
+        "",
+        "| model | cluster | plan: stages (GPUs:dp x tp) | m | predicted ms | simulated ms | baseline predicted / simulated ms | speed-up | MFU plan / baseline | planning time |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in plans:
+        lines.append(
+            f"| {r['model']} | {r['nodes']} x {r['cluster']} | {' '.join(r['meshes']) or r['status']} | {r['microbatches']} | "
+            f"{_fmt(r['predicted_ms'])} | {_fmt(r['simulated_ms'])} | {_fmt(r['baseline_predicted_ms'])} / "
+            f"{_fmt(r['baseline_simulated_ms'])} | {_fmt(r['speedup'], 3, suffix=' x')} | "
+            f"{_fmt(r['mfu'], 1, 100, ' %')} / {_fmt(r['baseline_mfu'], 1, 100, ' %')} | {r['seconds']:.0f} s |"
+        )
+    lines += ["", "![planned vs baseline](plans.png)", ""]
+    path = out / "REPORT.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small versions of every part")
+    parser.add_argument("--reuse", action="store_true", help="only rebuild REPORT.md from existing results")
+    parser.add_argument("--time-limit", type=float, default=30.0, help="per solve, for the limited methods")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    if not args.reuse:
+        quick = ["--quick"] if args.quick else []
+        solver_bench.main(quick + ["--time-limit", str(args.time_limit), "--out", str(out)])
+        throughput_bench.main(
+            (["--count", "2", "--methods", "dp,greedy"] if args.quick else ["--count", "16"])
+            + ["--time-limit", str(args.time_limit), "--out", str(out)]
+        )
+        preset_quality(out, args.quick, args.time_limit)
+        plan_quality(out, args.quick)
+    print(f"wrote {write_report(out, args.quick)}")
+
+
+if __name__ == "__main__":
+    main()
