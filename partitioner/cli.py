@@ -262,163 +262,6 @@ def evaluate_cmd(
         )
 
 
-# --------------------------------------------------------------------------- batch
-
-
-@app.command("batch")
-@guarded
-def batch_cmd(
-    sweep_path: Path = typer.Argument(..., metavar="SWEEP", help="Sweep file (YAML or JSON): problems/grid, methods, ..."),
-    out_path: Path = typer.Option(..., "--out", help="Results file (JSON lines); an existing one is resumed."),
-    workers: Optional[int] = typer.Option(None, "--workers", "-w", help="Concurrent jobs (default: the cores)."),
-    backend: str = typer.Option("local", "--backend", help="local | ray"),
-    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (default: a local Ray instance)."),
-    grace: Optional[float] = typer.Option(
-        None, "--grace", help="Seconds a job may overrun its time limit before it is killed (default 5 + 10 %)."
-    ),
-    retry_failed: bool = typer.Option(False, "--retry-failed", help="Run again the jobs recorded as error or timeout."),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
-    as_json: bool = typer.Option(False, "--json", help="Print the run summary as JSON."),
-) -> None:
-    """Solve every problem of SWEEP with every method, appending one JSON line per job to --out."""
-    from .batch import BACKENDS, load_sweep, run_sweep
-
-    check_choice(backend, BACKENDS, "--backend")
-    sweep = load_sweep(sweep_path)
-    bar = _SweepProgress(enabled=progress)
-    with bar:
-        summary = run_sweep(
-            sweep,
-            out_path,
-            workers=workers,
-            backend=backend,
-            address=address,
-            grace=grace,
-            retry_failed=retry_failed,
-            on_start=bar.start,
-            on_record=bar.advance,
-        )
-    if as_json:
-        print_json({name: getattr(summary, name) for name in summary.__dataclass_fields__})
-        return
-    counts = ", ".join(f"{status} {n}" for status, n in sorted(summary.statuses.items())) or "nothing to do"
-    line = f"{summary.out}: ran {summary.ran} of {summary.total} jobs ({counts}) in {summary.seconds:.1f} s"
-    if summary.ran:
-        line += f" on {summary.workers} {summary.backend} worker(s) x {summary.threads} thread(s)"
-    if summary.skipped:
-        line += f"; {summary.skipped} already done"
-    out.print(line, markup=False)
-    if summary.dropped_bytes:
-        err.print(f"note: cut a half-written last line ({summary.dropped_bytes} bytes) from {summary.out}", markup=False)
-    if summary.duplicates:
-        err.print(f"note: {summary.duplicates} duplicate job(s) (same problem content and settings) ran once", markup=False)
-
-
-class _SweepProgress:
-    """A rich progress bar on stderr: done / total, jobs per second, ETA, failures so far."""
-
-    def __init__(self, enabled: bool):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        self.enabled = enabled
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]}"),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            TextColumn("{task.fields[failed]}"),
-            console=err,
-            disable=not enabled,
-        )
-        self.task = None
-        self.ran = 0
-        self.failed: dict[str, int] = {}
-        self.t0 = 0.0
-
-    def __enter__(self) -> "_SweepProgress":
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.progress.__exit__(*exc)
-
-    def start(self, total: int, done: int) -> None:
-        import time
-
-        self.t0 = time.monotonic()
-        self.task = self.progress.add_task("sweep", total=total, completed=done, rate="", failed="")
-
-    def advance(self, record: Any) -> None:
-        import time
-
-        self.ran += 1
-        if record["status"] in ("error", "timeout"):
-            self.failed[record["status"]] = self.failed.get(record["status"], 0) + 1
-        elapsed = max(time.monotonic() - self.t0, 1e-9)
-        rate = self.ran / elapsed
-        rate_text = f"{rate:.2f} jobs/s" if rate >= 0.1 else f"{60 * rate:.2f} jobs/min"
-        failed = ", ".join(f"{n} {status}" for status, n in sorted(self.failed.items()))
-        self.progress.update(self.task, advance=1, rate=rate_text, failed=failed)
-
-
-# --------------------------------------------------------------------------- compare
-
-
-@app.command("compare")
-@guarded
-def compare_cmd(
-    results_path: Path = typer.Argument(..., metavar="RESULTS", help="A batch results file (JSON lines)."),
-    as_json: bool = typer.Option(False, "--json", help="Print {methods: {...}, problems: [...]} as JSON."),
-    markdown: Optional[Path] = typer.Option(None, "--markdown", help="Write the tables as Markdown to FILE."),
-    profile: Optional[Path] = typer.Option(None, "--profile", help="Draw the performance profile to FILE.png."),
-    tol: float = typer.Option(1e-9, "--tol", help="Relative tolerance under which two values are equal."),
-    per_problem: bool = typer.Option(True, "--per-problem/--no-per-problem", help="Print the per-problem table."),
-) -> None:
-    """Compare the methods of a batch: solved, optimal, gaps, times, wins, performance profile."""
-    import os
-
-    from .compare import SUMMARY_COLUMNS, compare_file, plot_profile, problem_rows, summary_rows, to_markdown
-
-    if not tol >= 0:
-        raise SolverError(f"--tol must be >= 0, got {tol}")
-    comparison = compare_file(results_path, tol=tol)
-    if profile is not None:
-        try:
-            profile.parent.mkdir(parents=True, exist_ok=True)
-            plot_profile(comparison, profile)
-        except OSError as e:
-            raise ProblemError(f"cannot write the profile: {e.strerror or e}", source=str(profile)) from None
-    if markdown is not None:
-        image = os.path.relpath(profile, markdown.parent) if profile is not None else None
-        try:
-            markdown.parent.mkdir(parents=True, exist_ok=True)
-            markdown.write_text(to_markdown(comparison, profile_image=image), encoding="utf-8")
-        except OSError as e:
-            raise ProblemError(f"cannot write: {e.strerror or e}", source=str(markdown)) from None
-    if as_json:
-        print_json(comparison.to_dict())
-        return
-    table = Table(title=f"{results_path}: {len(comparison.problems)} instances", title_justify="left")
-    for i, (_, head) in enumerate(SUMMARY_COLUMNS):
-        table.add_column(head, justify="left" if i == 0 else "right")
-    for row in summary_rows(comparison):
-        table.add_row(*row)
-    out.print(table)
-    for c in comparison.conflicts:
-        out.print(f"conflict: {c['problem']} ({c['objective']}), {c['method']}: {c['conflict']}", markup=False)
-    if per_problem:
-        header, rows = problem_rows(comparison)
-        ptable = Table(title="per problem", title_justify="left")
-        for i, head in enumerate(header):
-            ptable.add_column(head, justify="left" if i < 2 else "right")
-        for row in rows:
-            ptable.add_row(*row)
-        out.print(ptable)
-
-
 # --------------------------------------------------------------------------- simulate
 
 
@@ -677,6 +520,163 @@ def export_cmd(
         print_json(exported.to_dict())
     else:
         sys.stdout.write(exported.text())
+
+
+# --------------------------------------------------------------------------- batch
+
+
+@app.command("batch")
+@guarded
+def batch_cmd(
+    sweep_path: Path = typer.Argument(..., metavar="SWEEP", help="Sweep file (YAML or JSON): problems/grid, methods, ..."),
+    out_path: Path = typer.Option(..., "--out", help="Results file (JSON lines); an existing one is resumed."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-w", help="Concurrent jobs (default: the cores)."),
+    backend: str = typer.Option("local", "--backend", help="local | ray"),
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (default: a local Ray instance)."),
+    grace: Optional[float] = typer.Option(
+        None, "--grace", help="Seconds a job may overrun its time limit before it is killed (default 5 + 10 %)."
+    ),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Run again the jobs recorded as error or timeout."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
+    as_json: bool = typer.Option(False, "--json", help="Print the run summary as JSON."),
+) -> None:
+    """Solve every problem of SWEEP with every method, appending one JSON line per job to --out."""
+    from .batch import BACKENDS, load_sweep, run_sweep
+
+    check_choice(backend, BACKENDS, "--backend")
+    sweep = load_sweep(sweep_path)
+    bar = _SweepProgress(enabled=progress)
+    with bar:
+        summary = run_sweep(
+            sweep,
+            out_path,
+            workers=workers,
+            backend=backend,
+            address=address,
+            grace=grace,
+            retry_failed=retry_failed,
+            on_start=bar.start,
+            on_record=bar.advance,
+        )
+    if as_json:
+        print_json({name: getattr(summary, name) for name in summary.__dataclass_fields__})
+        return
+    counts = ", ".join(f"{status} {n}" for status, n in sorted(summary.statuses.items())) or "nothing to do"
+    line = f"{summary.out}: ran {summary.ran} of {summary.total} jobs ({counts}) in {summary.seconds:.1f} s"
+    if summary.ran:
+        line += f" on {summary.workers} {summary.backend} worker(s) x {summary.threads} thread(s)"
+    if summary.skipped:
+        line += f"; {summary.skipped} already done"
+    out.print(line, markup=False)
+    if summary.dropped_bytes:
+        err.print(f"note: cut a half-written last line ({summary.dropped_bytes} bytes) from {summary.out}", markup=False)
+    if summary.duplicates:
+        err.print(f"note: {summary.duplicates} duplicate job(s) (same problem content and settings) ran once", markup=False)
+
+
+class _SweepProgress:
+    """A rich progress bar on stderr: done / total, jobs per second, ETA, failures so far."""
+
+    def __init__(self, enabled: bool):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self.enabled = enabled
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[failed]}"),
+            console=err,
+            disable=not enabled,
+        )
+        self.task = None
+        self.ran = 0
+        self.failed: dict[str, int] = {}
+        self.t0 = 0.0
+
+    def __enter__(self) -> "_SweepProgress":
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    def start(self, total: int, done: int) -> None:
+        import time
+
+        self.t0 = time.monotonic()
+        self.task = self.progress.add_task("sweep", total=total, completed=done, rate="", failed="")
+
+    def advance(self, record: Any) -> None:
+        import time
+
+        self.ran += 1
+        if record["status"] in ("error", "timeout"):
+            self.failed[record["status"]] = self.failed.get(record["status"], 0) + 1
+        elapsed = max(time.monotonic() - self.t0, 1e-9)
+        rate = self.ran / elapsed
+        rate_text = f"{rate:.2f} jobs/s" if rate >= 0.1 else f"{60 * rate:.2f} jobs/min"
+        failed = ", ".join(f"{n} {status}" for status, n in sorted(self.failed.items()))
+        self.progress.update(self.task, advance=1, rate=rate_text, failed=failed)
+
+
+# --------------------------------------------------------------------------- compare
+
+
+@app.command("compare")
+@guarded
+def compare_cmd(
+    results_path: Path = typer.Argument(..., metavar="RESULTS", help="A batch results file (JSON lines)."),
+    as_json: bool = typer.Option(False, "--json", help="Print {methods: {...}, problems: [...]} as JSON."),
+    markdown: Optional[Path] = typer.Option(None, "--markdown", help="Write the tables as Markdown to FILE."),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="Draw the performance profile to FILE.png."),
+    tol: float = typer.Option(1e-9, "--tol", help="Relative tolerance under which two values are equal."),
+    per_problem: bool = typer.Option(True, "--per-problem/--no-per-problem", help="Print the per-problem table."),
+) -> None:
+    """Compare the methods of a batch: solved, optimal, gaps, times, wins, performance profile."""
+    import os
+
+    from .compare import SUMMARY_COLUMNS, compare_file, plot_profile, problem_rows, summary_rows, to_markdown
+
+    if not tol >= 0:
+        raise SolverError(f"--tol must be >= 0, got {tol}")
+    comparison = compare_file(results_path, tol=tol)
+    if profile is not None:
+        try:
+            profile.parent.mkdir(parents=True, exist_ok=True)
+            plot_profile(comparison, profile)
+        except OSError as e:
+            raise ProblemError(f"cannot write the profile: {e.strerror or e}", source=str(profile)) from None
+    if markdown is not None:
+        image = os.path.relpath(profile, markdown.parent) if profile is not None else None
+        try:
+            markdown.parent.mkdir(parents=True, exist_ok=True)
+            markdown.write_text(to_markdown(comparison, profile_image=image), encoding="utf-8")
+        except OSError as e:
+            raise ProblemError(f"cannot write: {e.strerror or e}", source=str(markdown)) from None
+    if as_json:
+        print_json(comparison.to_dict())
+        return
+    table = Table(title=f"{results_path}: {len(comparison.problems)} instances", title_justify="left")
+    for i, (_, head) in enumerate(SUMMARY_COLUMNS):
+        table.add_column(head, justify="left" if i == 0 else "right")
+    for row in summary_rows(comparison):
+        table.add_row(*row)
+    out.print(table)
+    for c in comparison.conflicts:
+        out.print(f"conflict: {c['problem']} ({c['objective']}), {c['method']}: {c['conflict']}", markup=False)
+    if per_problem:
+        header, rows = problem_rows(comparison)
+        ptable = Table(title="per problem", title_justify="left")
+        for i, head in enumerate(header):
+            ptable.add_column(head, justify="left" if i < 2 else "right")
+        for row in rows:
+            ptable.add_row(*row)
+        out.print(ptable)
 
 
 def main() -> None:
