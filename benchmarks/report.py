@@ -21,9 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -62,13 +59,6 @@ PRESET_GRID = {
     "microbatches": [16],
 }
 QUICK_PRESET_GRID = {"model": ["pi0"], "cluster": ["dgx-h100"], "nodes": [1], "global_batch": [256], "microbatches": [8]}
-
-
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return "unknown"
 
 
 def preset_quality(out: Path, quick: bool, time_limit: float) -> Path:
@@ -164,7 +154,7 @@ def write_report(out: Path, quick: bool) -> Path:
         "# partitioner benchmark report",
         "",
         f"Made by `python -m benchmarks.report{' --quick' if quick else ''}` on {now}, partitioner {__version__} "
-        f"(commit {commit()}).",
+        f"(commit {throughput_bench.machine()['commit'] or 'unknown'}).",
         f"Machine: {solver_bench.machine()}. Every figure below was measured on this machine; times are wall-clock "
         "unless said otherwise.",
         "",

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import platform
 import sys
 import time
 from dataclasses import dataclass
@@ -129,15 +127,12 @@ def run_point(point: Point, methods: list[str], time_limit: float, seed: int) ->
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
+    """One line: CPU, cores, memory, Python, OS (from :func:`benchmarks.throughput.machine`)."""
+    from benchmarks.throughput import machine as details
+
+    m = details()
+    memory = f", {m['memory_gb']:.0f} GB RAM" if m.get("memory_gb") else ""
+    return f"{m['cpu']}, {os.cpu_count()} cores{memory}, Python {m['python']}, {m['platform']}"
 
 
 def write_report(records: list[dict], methods: list[str], time_limit: float, out: Path) -> None:

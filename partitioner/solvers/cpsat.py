@@ -277,14 +277,8 @@ def build_model(data: SlotData, times: IntegerTimes) -> tuple[cp_model.CpModel, 
 
     # memory and cost entries: use[j][l] and c_j <= a  =>  c_{j-1} <= reach[a];
     # c_j <= a is "layer a is not before slot j", c_{j-1} <= r "layer r is not in slot >= j"
-    for j in range(J):
-        for k in range(nl):
-            reach = data.reach_of(k, j)
-            for a in range(L - j):
-                r = int(reach[a])
-                if r >= L or (a + 1 < L - j and reach[a + 1] == r):
-                    continue  # no limit, or implied by the clause for a + 1
-                _clause(model, [_not(use[j][k]), before[a][j + 1], _not(before[r][j])])
+    for j, k, a, r in data.memory_rules():
+        _clause(model, [_not(use[j][k]), before[a][j + 1], _not(before[r][j])])
 
     node, load, full, shared, link = [], [], [], [], []
     if data.placement:

@@ -185,7 +185,6 @@ def _automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_fixed
     incoming = {i: [(0, i + 1)] + ([(n, n + i + 1)] if sizes[i] < G else []) for i in range(n)}
     cat_index = {c: k for k, c in enumerate(cats)}
     if kind == "run":
-        states = [(i, u) for i in range(n) for u in range(1, G + 1) if (u >= sizes[i] if sizes[i] < G else u == G)]
 
         def initial(i: int):
             return (i, sizes[i] if sizes[i] < G else G)

@@ -231,14 +231,8 @@ def build_milp(data: SlotData) -> tuple[pulp.LpProblem, MilpVars]:
         compute.append(c)
 
     # memory and cost entries (the clauses of cpsat)
-    for j in range(J):
-        for k in range(nl):
-            reach = data.reach_of(k, j)
-            for a in range(L - j):
-                r = int(reach[a])
-                if r >= L or (a + 1 < L - j and reach[a + 1] == r):
-                    continue
-                lp += use[j][k] - before[a][j + 1] + before[r][j] <= 1
+    for j, k, a, r in data.memory_rules():
+        lp += use[j][k] - before[a][j + 1] + before[r][j] <= 1
 
     node, shared, load, full, link = [], [], [], [], []
     if data.placement:

@@ -142,6 +142,23 @@ class SlotData:
     def reach_of(self, layout_index: int, slot: int) -> np.ndarray:
         return self.reach[layout_index, self.stash[slot] - 1]
 
+    def memory_rules(self):
+        """The memory and cost-entry rules both models state, as ``(j, k, a, r)``:
+        if slot j uses layout k and starts at or before layer a, it ends by layer r.
+
+        Only the rules that bind are yielded: none where the layout reaches the
+        last layer, and none implied by the rule for ``a + 1``.
+        """
+        L = self.num_layers
+        for j in range(self.slots):
+            for k in range(len(self.layouts)):
+                reach = self.reach_of(k, j)
+                for a in range(L - j):
+                    r = int(reach[a])
+                    if r >= L or (a + 1 < L - j and reach[a + 1] == r):
+                        continue
+                    yield j, k, a, r
+
     def lower_bound(self) -> float:
         """A lower bound on the objective (ms) from the layer costs alone.
 
@@ -321,7 +338,7 @@ def decisions_of_plan(data: SlotData, plan: Plan) -> SlotDecisions | None:
 
 def plan_of_decisions(data: SlotData, decisions: SlotDecisions) -> Plan:
     """The plan (with device ids) the model's decisions describe."""
-    P, L, G = decisions.stages, data.num_layers, data.gpus_per_node
+    P, L = decisions.stages, data.num_layers
     cluster = data.problem.cluster
     stages = []
     for p in range(P):
