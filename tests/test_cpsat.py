@@ -25,6 +25,7 @@ from partitioner.plan import Plan, Stage
 from partitioner.solvers.cpsat import SAFE_PARAMETERS, build_model, hint_values
 from partitioner.solvers.feasibility import explain_infeasible
 from partitioner.solvers.slotmodel import decisions_of_plan, integer_times, plan_of_decisions, slot_data
+from checks import check_plan
 from strategies import random_plans, small_problems
 
 REL = 1e-6
@@ -164,6 +165,8 @@ def agree(problem: Problem, objective: str, seed: int = 0) -> None:
     assert result.value == pytest.approx(oracle.value, rel=REL)
     assert dp.value == pytest.approx(oracle.value, rel=REL)
     assert evaluate(problem, result.plan, objective).value == result.value
+    check_plan(problem, result)
+    check_plan(problem, dp)
     assert result.bound <= result.value
     assert result.gap <= REL
 

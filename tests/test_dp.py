@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, given, settings
 
 from partitioner import Problem, load_problem, solve
 from partitioner.solvers.dp import DPModel
+from checks import check_plan
 from strategies import small_problems
 
 REL = 1e-6
@@ -19,6 +20,8 @@ def agree(problem, objective, options=None):
     if oracle.status == "optimal":
         assert result.value == pytest.approx(oracle.value, rel=REL)
         assert result.bound == pytest.approx(result.value, rel=REL)
+        check_plan(problem, result)
+        check_plan(problem, oracle)
     else:
         assert result.message
     return result

@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, given, settings
 
 from partitioner import load_problem, solve
 from partitioner.solvers.greedy import balance_cuts, grow_sizes
+from checks import check_plan
 from strategies import small_problems
 
 import numpy as np
@@ -20,6 +21,7 @@ def test_greedy_is_valid_and_never_beats_the_optimum(problem):
     if greedy.status == "feasible":
         assert oracle.status == "optimal"
         assert greedy.value >= oracle.value * (1 - 1e-9)
+        check_plan(problem, greedy)
     else:
         assert greedy.message
 
@@ -64,6 +66,7 @@ def test_uniform_and_balanced_are_ordered_and_never_beat_the_optimum(problem):
         assert r.status in ("feasible", "infeasible"), r.message
         if r.status == "feasible":
             assert optimum.status == "optimal" and r.value >= optimum.value * (1 - 1e-9)
+            check_plan(problem, r)
     # balanced optimizes the cuts (and placement) within uniform's meshes and layouts
     if uniform.status == "feasible":
         assert balanced.status == "feasible" and balanced.value <= uniform.value * (1 + 1e-9)

@@ -14,6 +14,7 @@ from partitioner.plan import Plan, Stage
 from partitioner.solvers.feasibility import explain_infeasible
 from partitioner.solvers.milp import build_milp, start_values
 from partitioner.solvers.slotmodel import decisions_of_plan, slot_data
+from checks import check_plan
 from strategies import random_plans, small_problems
 from test_cpsat import memory_bound_infeasible, planted_problem, vla_like_problem
 
@@ -36,6 +37,8 @@ def agree(problem: Problem, objective: str, options: dict | None = None) -> None
     assert result.value == pytest.approx(oracle.value, rel=REL)
     assert dp.value == pytest.approx(oracle.value, rel=REL)
     assert evaluate(problem, result.plan, objective).value == result.value
+    check_plan(problem, result)
+    check_plan(problem, dp)
     assert result.bound <= result.value
     assert result.gap <= REL
 
