@@ -5,6 +5,7 @@ One command, from the repository root::
     python -m benchmarks.report           # everything (about an hour on 2 cores)
     python -m benchmarks.report --quick   # small versions of every part, for a smoke test
     python -m benchmarks.report --reuse   # rebuild the report from the result files already there
+    python -m benchmarks.report --parts throughput,plans   # re-measure some parts, keep the others
 
 Parts, each also runnable on its own:
 
@@ -37,6 +38,7 @@ from partitioner.batch import load_sweep, expand, run_jobs  # noqa: E402
 from partitioner.compare import compare_file, plot_profile, to_markdown  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
+PARTS = ("solvers", "throughput", "presets", "plans")
 
 # Plan-quality cases: every VLA/VLM preset on a cluster that holds it, with a realistic batch.
 PLAN_CASES = (
@@ -244,18 +246,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reuse", action="store_true", help="only rebuild REPORT.md from existing results")
     parser.add_argument("--time-limit", type=float, default=30.0, help="per solve, for the limited methods")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help=f"comma-separated subset of {', '.join(PARTS)} to (re)measure"
+    )
     args = parser.parse_args(argv)
+    parts = {part.strip() for part in args.parts.split(",") if part.strip()}
+    if parts - set(PARTS):
+        parser.error(f"unknown part(s) {', '.join(sorted(parts - set(PARTS)))}; choose from {', '.join(PARTS)}")
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     if not args.reuse:
         quick = ["--quick"] if args.quick else []
-        solver_bench.main(quick + ["--time-limit", str(args.time_limit), "--out", str(out)])
-        throughput_bench.main(
-            (["--count", "2", "--methods", "dp,greedy"] if args.quick else ["--count", "16"])
-            + ["--time-limit", str(args.time_limit), "--out", str(out)]
-        )
-        preset_quality(out, args.quick, args.time_limit)
-        plan_quality(out, args.quick)
+        if "solvers" in parts:
+            solver_bench.main(quick + ["--time-limit", str(args.time_limit), "--out", str(out)])
+        if "throughput" in parts:
+            throughput_bench.main(
+                (["--count", "2", "--methods", "dp,greedy"] if args.quick else ["--count", "16"])
+                + ["--time-limit", str(args.time_limit), "--out", str(out)]
+            )
+        if "presets" in parts:
+            preset_quality(out, args.quick, args.time_limit)
+        if "plans" in parts:
+            plan_quality(out, args.quick)
     print(f"wrote {write_report(out, args.quick)}")
 
 

@@ -80,3 +80,10 @@ def test_uniform_is_megatrons_split(examples):
     assert r.value == pytest.approx(16 + 8 * 2.0)  # stage 0: the vit and 8 llm layers
     b = solve(problem, "balanced")
     assert b.value == 22.0  # one layout (dp1tp1) already allows the optimal cuts here
+
+
+def test_balanced_out_of_time_is_an_error_not_infeasible(examples):
+    # a deadline that has passed before the first recursion step: nothing is proven infeasible
+    r = solve(load_problem(examples / "seed_lesson16.json"), "balanced", time_limit=1e-9)
+    assert r.status == "error"
+    assert "time limit" in r.message

@@ -91,7 +91,7 @@ def solve_balanced(problem: Problem, request: SolveRequest) -> Candidate:
     if not layouts:
         return _no_layout(problem, "balanced")
     deadline = request.deadline(time.perf_counter())
-    best = None
+    best, unfinished = None, []
     for lay in layouts:
         P = problem.num_devices // lay.devices
         model = DPModel(problem, layouts=(lay,), stage_counts=(P, P))
@@ -99,13 +99,20 @@ def solve_balanced(problem: Problem, request: SolveRequest) -> Candidate:
             outcome = model.optimize(request.objective, model.natural_placement(), deadline, 2**31)
             if outcome.status == "optimal" and outcome.plan is None:
                 outcome = model.optimize(request.objective, "bins", deadline, 2**31)
-        except (_TooLarge, _OutOfTime):
+        except _OutOfTime:
+            unfinished.append(f"{lay.key}: time limit reached")
+            continue
+        except _TooLarge as err:
+            unfinished.append(f"{lay.key}: {err}")
             continue
         if outcome.status != "optimal" or outcome.plan is None:
             continue
         value = evaluate(problem, outcome.plan, request.objective).value
         if best is None or value < best[0]:
             best = (value, outcome.plan)
+    if best is None and unfinished:
+        # some layout was not searched to the end: "infeasible" would be a claim we cannot back
+        return Candidate("error", message="balanced: no plan found; layouts not searched to the end: " + "; ".join(unfinished))
     if best is None:
         return Candidate("infeasible", message="balanced: no single-layout plan fits in memory")
     return Candidate("feasible", best[1])
