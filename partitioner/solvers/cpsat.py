@@ -96,6 +96,7 @@ from .slotmodel import (
     SlotData,
     SlotDecisions,
     conservative_bound,
+    decisions_from_values,
     decisions_of_plan,
     int_option,
     integer_times,
@@ -460,18 +461,4 @@ def _objective_units(var: CpVars, values: dict, data: SlotData) -> int:
 
 def read_decisions(solver: cp_model.CpSolver, var: CpVars, data: SlotData) -> SlotDecisions:
     """The decisions of the solver's solution."""
-    J, L = data.slots, data.num_layers
-
-    def on(v) -> bool:
-        return bool(v) if isinstance(v, int) else bool(solver.boolean_value(v))
-
-    P = sum(on(var.before[0][j]) for j in range(J))
-    starts = tuple(sum(on(var.before[i][j + 1]) for i in range(L)) if j < P else 0 for j in range(J))
-    layout = tuple(next(k for k, u in enumerate(var.use[j]) if on(u)) if j < P else -1 for j in range(J))
-    node = [-1] * J
-    for j, row in enumerate(var.node):
-        for k, v in enumerate(row):
-            if on(v):
-                node[j] = k
-    link = tuple(node[j] >= 0 and node[j] == node[j + 1] for j in range(J - 1))
-    return SlotDecisions(P, starts, layout, tuple(node), link)
+    return decisions_from_values(data, var, lambda v: bool(v) if isinstance(v, int) else bool(solver.boolean_value(v)))

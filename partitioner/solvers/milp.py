@@ -66,6 +66,7 @@ from .feasibility import explain_infeasible, quick_infeasibility
 from .slotmodel import (
     SlotData,
     SlotDecisions,
+    decisions_from_values,
     decisions_of_plan,
     int_option,
     plan_of_decisions,
@@ -387,21 +388,8 @@ def start_values(var: MilpVars, data: SlotData, d: SlotDecisions) -> dict:
 
 
 def read_decisions(var: MilpVars, data: SlotData) -> SlotDecisions:
-    J, L = data.slots, data.num_layers
-
-    def on(v) -> bool:
-        return v if isinstance(v, int) else (v.varValue or 0.0) > 0.5
-
-    P = sum(int(on(var.before[0][j])) for j in range(J))
-    starts = tuple(sum(int(on(var.before[i][j + 1])) for i in range(L)) if j < P else 0 for j in range(J))
-    layout = tuple(next(k for k, u in enumerate(var.use[j]) if on(u)) if j < P else -1 for j in range(J))
-    node = [-1] * J
-    for j, row in enumerate(var.node):
-        for k, v in enumerate(row):
-            if on(v):
-                node[j] = k
-    link = tuple(node[j] >= 0 and node[j] == node[j + 1] for j in range(J - 1))
-    return SlotDecisions(P, starts, layout, tuple(node), link)
+    """The decisions of the MILP's solution (a binary is on above 0.5)."""
+    return decisions_from_values(data, var, lambda v: v if isinstance(v, int) else (v.varValue or 0.0) > 0.5)
 
 
 # --------------------------------------------------------------------------- backends

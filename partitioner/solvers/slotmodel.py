@@ -53,6 +53,7 @@ from .base import SolveRequest, SolverError
 from .feasibility import feasible_stage_counts
 
 __all__ = [
+    "decisions_from_values",
     "SlotData",
     "SlotDecisions",
     "IntegerTimes",
@@ -334,6 +335,26 @@ def decisions_of_plan(data: SlotData, plan: Plan) -> SlotDecisions | None:
             node[j] = labels.setdefault(n, len(labels))
     link = tuple(node[j] >= 0 and node[j] == node[j + 1] for j in range(J - 1))
     return SlotDecisions(P, tuple(starts), tuple(layout), tuple(node), link)
+
+
+def decisions_from_values(data: SlotData, var, on) -> SlotDecisions:
+    """Read a solution of either model (CP-SAT or MILP) back into slot decisions.
+
+    ``var`` has the shared decision variables ``before``, ``use`` and
+    ``node``; ``on(v)`` says whether the 0/1 variable (or constant) ``v`` is
+    one in the solution.
+    """
+    J, L = data.slots, data.num_layers
+    P = sum(int(on(var.before[0][j])) for j in range(J))
+    starts = tuple(sum(int(on(var.before[i][j + 1])) for i in range(L)) if j < P else 0 for j in range(J))
+    layout = tuple(next(k for k, u in enumerate(var.use[j]) if on(u)) if j < P else -1 for j in range(J))
+    node = [-1] * J
+    for j, row in enumerate(var.node):
+        for k, v in enumerate(row):
+            if on(v):
+                node[j] = k
+    link = tuple(node[j] >= 0 and node[j] == node[j + 1] for j in range(J - 1))
+    return SlotDecisions(P, starts, layout, tuple(node), link)
 
 
 def plan_of_decisions(data: SlotData, decisions: SlotDecisions) -> Plan:
