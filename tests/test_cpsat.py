@@ -259,7 +259,9 @@ def test_time_limit_gives_a_feasible_plan_a_bound_and_a_gap():
     evaluate(problem, result.plan)
 
 
-@pytest.mark.parametrize("layers,nodes,sizes", [(30, 4, [8, 16, 8]), (60, 8, [8, 16, 24, 16])])
+@pytest.mark.parametrize(
+    "layers,nodes,sizes", [(30, 4, [8, 16, 8]), (60, 8, [8, 16, 24, 16]), (120, 16, [32, 32, 32, 32])]
+)
 def test_planted_optimum(layers, nodes, sizes):
     problem, optimum = planted_problem(layers, nodes, sizes)
     result = solve(problem, "cpsat", options={**CPSAT, "hint": False})  # found without help
