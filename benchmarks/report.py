@@ -34,8 +34,8 @@ if str(ROOT) not in sys.path:
 from benchmarks import solvers as solver_bench  # noqa: E402
 from benchmarks import throughput as throughput_bench  # noqa: E402
 from partitioner import __version__, plan_model  # noqa: E402
-from partitioner.batch import load_sweep, expand, run_jobs  # noqa: E402
-from partitioner.compare import compare_file, plot_profile, to_markdown  # noqa: E402
+from partitioner.batch import expand, load_sweep, read_results, run_jobs  # noqa: E402
+from partitioner.compare import compare, plot_profile, to_markdown  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 PARTS = ("solvers", "throughput", "presets", "plans")
@@ -76,7 +76,8 @@ def preset_quality(out: Path, quick: bool, time_limit: float) -> Path:
     results = out / "presets.jsonl"
     expansion = expand(load_sweep(sweep_file))
     run_jobs(expansion.jobs, results, prefailed=expansion.failed)
-    comparison = compare_file(results)
+    shown = results.relative_to(ROOT) if results.is_relative_to(ROOT) else results
+    comparison = compare(read_results(results), source=str(shown))
     plot_profile(comparison, out / "presets_profile.png", title="Performance profile: presets x clusters x batch sizes")
     (out / "presets_compare.md").write_text(
         to_markdown(comparison, title="Solver quality on the model presets", profile_image="presets_profile.png")
@@ -109,6 +110,7 @@ def plan_quality(out: Path, quick: bool) -> list[dict]:
             "baseline_predicted_ms": base.get("value"),
             "baseline_simulated_ms": (base.get("simulation") or {}).get("makespan_ms"),
             "baseline_microbatches": base.get("microbatches"),
+            "baseline_message": base.get("message", ""),
             "speedup": doc.get("speedup"),
             "mfu": (doc.get("throughput") or {}).get("mfu"),
             "baseline_mfu": (base.get("throughput") or {}).get("mfu"),
@@ -147,6 +149,31 @@ def _fmt(x, digits=1, scale=1.0, suffix=""):
     return "" if x is None else f"{x * scale:,.{digits}f}{suffix}"
 
 
+# Why a target is missed, as analysed (cProfile, CP-SAT logs) when this report was written.
+LIMITS = {
+    "cpsat": (
+        "the slot model's LP relaxation sees little more than total work / N, so the proven bound stays "
+        "near it while the incumbent is already the optimum; presolve is off (OR-Tools #5274, #5293)"
+    ),
+    "dp": (
+        "the iteration objective walks the (sum, max) Pareto points: one min-sum recursion per point, "
+        "about 1 s each at this size, 21 points on this instance (cProfile)"
+    ),
+}
+
+
+def _limit(method: str, record: dict) -> str:
+    if record["status"] == "error":
+        return record.get("message", "")
+    return LIMITS.get(method, "")
+
+
+def _speedup_cell(row: dict) -> str:
+    if row["speedup"] is not None:
+        return _fmt(row["speedup"], 3, suffix=" x")
+    return f"no baseline: {row.get('baseline_message') or 'none found'}"
+
+
 def write_report(out: Path, quick: bool) -> Path:
     solvers = json.loads((out / "solvers.json").read_text()) if (out / "solvers.json").exists() else []
     throughput = json.loads((out / "throughput.json").read_text()) if (out / "throughput.json").exists() else {}
@@ -162,8 +189,8 @@ def write_report(out: Path, quick: bool) -> Path:
         "",
         "## Targets (issue 3 and 6)",
         "",
-        "| target | measured | met |",
-        "|---|---|---|",
+        "| target | measured | met | what limits it |",
+        "|---|---|---|---|",
     ]
     for label, method, limit in (
         ("L=64 N=32 layouts=all no transfers iteration", "dp", 1.0),
@@ -182,12 +209,15 @@ def write_report(out: Path, quick: bool) -> Path:
             gap = f", gap {100 * (r['value'] - r['bound']) / r['value']:.1f} %"
         lines.append(
             f"| {method} on {label}: proven optimum in <= {limit:g} s | {r['status']} in {r['seconds']:.2f} s{gap} | "
-            f"{'yes' if met else 'no'} |"
+            f"{'yes' if met else 'no'} | {'' if met else _limit(method, r)} |"
         )
     dp_rate = (throughput.get("methods") or {}).get("dp")
     if dp_rate:
         rate = dp_rate.get("problems_per_hour_per_core")
-        lines.append(f"| batch: >= 1,000 64-layer problems / hour / core (dp) | {_fmt(rate, 0)} | {'yes' if rate and rate >= 1000 else 'no'} |")
+        lines.append(
+            f"| batch: >= 1,000 64-layer problems / hour / core (dp) | {_fmt(rate, 0)} | "
+            f"{'yes' if rate and rate >= 1000 else 'no'} | |"
+        )
     lines += [
         "",
         "## 1. Solver time scaling",
@@ -231,7 +261,7 @@ def write_report(out: Path, quick: bool) -> Path:
         lines.append(
             f"| {r['model']} | {r['nodes']} x {r['cluster']} | {' '.join(r['meshes']) or r['status']} | {r['microbatches']} | "
             f"{_fmt(r['predicted_ms'])} | {_fmt(r['simulated_ms'])} | {_fmt(r['baseline_predicted_ms'])} / "
-            f"{_fmt(r['baseline_simulated_ms'])} | {_fmt(r['speedup'], 3, suffix=' x')} | "
+            f"{_fmt(r['baseline_simulated_ms'])} | {_speedup_cell(r)} | "
             f"{_fmt(r['mfu'], 1, 100, ' %')} / {_fmt(r['baseline_mfu'], 1, 100, ' %')} | {r['seconds']:.0f} s |"
         )
     lines += ["", "![planned vs baseline](plans.png)", ""]
