@@ -137,11 +137,17 @@ def test_infeasible_when_nothing_fits():
     assert json.loads(proc.stdout)["status"] == "infeasible"
 
 
-def test_acceptance_pi0_two_dgx_h100():
-    proc = run_cli("plan", "--model", "pi0", "--cluster", "dgx-h100", "--nodes", "2", "--global-batch", "1024", "--json")
+@pytest.mark.parametrize(
+    "model,cluster,nodes,batch",
+    [("pi0", "dgx-h100", 2, 1024), ("openvla-7b", "dgx-a100-80g", 8, 2048)],
+)
+def test_acceptance_plans(model, cluster, nodes, batch):
+    proc = run_cli(
+        "plan", "--model", model, "--cluster", cluster, "--nodes", str(nodes), "--global-batch", str(batch), "--json"
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    check_result(doc, 16)
+    check_result(doc, 8 * nodes)
     assert doc["simulation"]["fits_memory"]
     assert 0.2 <= doc["throughput"]["mfu"] <= 0.7
     assert doc["speedup"] >= 1.0
