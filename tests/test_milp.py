@@ -144,3 +144,11 @@ def test_cli_json_is_not_polluted_by_the_solver(cli, examples):
         assert doc["status"] == "optimal" and doc["value"] == pytest.approx(22.0, rel=1e-12)
     out = cli("solve", examples / "seed_lesson16.json", "--method", "milp", "-o", "backend=gurobi")
     assert out.returncode == 2 and "unknown backend" in out.stderr
+
+
+@pytest.mark.parametrize("method", ["milp", "cpsat"])
+def test_time_limit_covers_building_the_model(examples, method):
+    # building a large slot model takes minutes; the time limit must stop it, not only the search
+    r = solve(load_problem(examples / "seed_lesson16.json"), method, time_limit=1e-6)
+    assert r.status == "error"
+    assert "while building the model" in r.message

@@ -96,6 +96,9 @@ from .slotmodel import (
     SlotData,
     SlotDecisions,
     conservative_bound,
+    BuildTimeout,
+    build_guard,
+    build_timeout_message,
     decisions_from_values,
     decisions_of_plan,
     int_option,
@@ -124,7 +127,10 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     if isinstance(resolution, bool) or not isinstance(resolution, (int, float)) or not 0 < resolution < 1:
         raise SolverError(f"cpsat: option resolution must be a number in (0, 1), got {resolution!r}")
     times = integer_times(data, float(resolution))
-    model, var = build_model(data, times)
+    try:
+        model, var = build_model(data, times, build_guard(request.deadline(start)))
+    except BuildTimeout:
+        return Candidate("error", message=build_timeout_message("cpsat", data))
 
     extra: dict[str, Any] = {}
     hint_plan, hint_source = starting_plan(problem, request, extra)
@@ -231,8 +237,9 @@ class CpVars:
     objective: Any
 
 
-def build_model(data: SlotData, times: IntegerTimes) -> tuple[cp_model.CpModel, CpVars]:
-    """The CP-SAT model of ``data`` with times in ``times`` units."""
+def build_model(data: SlotData, times: IntegerTimes, check=None) -> tuple[cp_model.CpModel, CpVars]:
+    """The CP-SAT model of ``data`` with times in ``times`` units; ``check()`` is called as it grows."""
+    check = check or (lambda: None)
     model = cp_model.CpModel()
     J, L, m = data.slots, data.num_layers, data.microbatches
     N = data.problem.num_devices
@@ -243,6 +250,7 @@ def build_model(data: SlotData, times: IntegerTimes) -> tuple[cp_model.CpModel, 
         [1] + [model.new_bool_var(f"ge{i}_{j}") if j <= L - 1 - i else 0 for j in range(1, J)] + [0] for i in range(L)
     ]
     for i in range(L):
+        check()
         for j in range(1, J):
             _implies(model, before[i][j + 1], before[i][j])
             if i + 1 < L:
@@ -269,6 +277,7 @@ def build_model(data: SlotData, times: IntegerTimes) -> tuple[cp_model.CpModel, 
     top_compute = max(max(row[-1] for row in times.time_prefix), 0)
     compute = []
     for j in range(J):
+        check()
         c = model.new_int_var(0, top_compute, f"compute{j}")
         for k in range(nl):
             model.add(c >= sum(tau[k][i] * x for i, x in members[j] if tau[k][i])).only_enforce_if(use[j][k])
@@ -278,7 +287,9 @@ def build_model(data: SlotData, times: IntegerTimes) -> tuple[cp_model.CpModel, 
 
     # memory and cost entries: use[j][l] and c_j <= a  =>  c_{j-1} <= reach[a];
     # c_j <= a is "layer a is not before slot j", c_{j-1} <= r "layer r is not in slot >= j"
-    for j, k, a, r in data.memory_rules():
+    for count, (j, k, a, r) in enumerate(data.memory_rules()):
+        if count % 4096 == 0:
+            check()
         _clause(model, [_not(use[j][k]), before[a][j + 1], _not(before[r][j])])
 
     node, load, full, shared, link = [], [], [], [], []
@@ -287,7 +298,7 @@ def build_model(data: SlotData, times: IntegerTimes) -> tuple[cp_model.CpModel, 
 
     send, at_most = [], []
     if data.transfers:
-        send, at_most = _transfers(model, data, times, before, size, link)
+        send, at_most = _transfers(model, data, times, before, size, link, check)
 
     # stage times and the objective
     top = top_compute + 2 * (int(times.send.max()) if data.transfers else 0)
@@ -334,7 +345,9 @@ def _bottleneck_floor(data: SlotData) -> float:
     return replace(data, objective="bottleneck").lower_bound() * (1 - 1e-12)
 
 
-def _transfers(model, data: SlotData, times: IntegerTimes, before: list, size: list, link: list) -> tuple[list, list]:
+def _transfers(
+    model, data: SlotData, times: IntegerTimes, before: list, size: list, link: list, check=lambda: None
+) -> tuple[list, list]:
     J, L, ns = data.slots, data.num_layers, len(data.sizes)
     kinds = [(0, None)] if not data.placement else [(0, False), (1, True)]
     at_most = [[model.new_bool_var(f"at_most{j}_{s}") for s in range(ns)] for j in range(J)]
@@ -344,6 +357,7 @@ def _transfers(model, data: SlotData, times: IntegerTimes, before: list, size: l
     top = int(times.send.max())
     send = []
     for j in range(J - 1):
+        check()
         x = model.new_int_var(0, top, f"send{j}")
         for s in range(ns):
             for h, linked in kinds:

@@ -66,6 +66,9 @@ from .feasibility import explain_infeasible, quick_infeasibility
 from .slotmodel import (
     SlotData,
     SlotDecisions,
+    BuildTimeout,
+    build_guard,
+    build_timeout_message,
     decisions_from_values,
     decisions_of_plan,
     int_option,
@@ -95,8 +98,11 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
     if reason:
         return Candidate("infeasible", message=reason)
     data = slot_data(problem, request.objective)
-    with _pulp_quiet():
-        lp, var = build_milp(data)
+    try:
+        with _pulp_quiet():
+            lp, var = build_milp(data, build_guard(request.deadline(start)))
+    except BuildTimeout:
+        return Candidate("error", message=build_timeout_message("milp", data))
 
     extra: dict = {}
     hint_plan, hint_source = starting_plan(problem, request, extra)
@@ -175,8 +181,9 @@ class MilpVars:
     link: list
 
 
-def build_milp(data: SlotData) -> tuple[pulp.LpProblem, MilpVars]:
-    """The MILP of ``data`` (times in ms)."""
+def build_milp(data: SlotData, check=None) -> tuple[pulp.LpProblem, MilpVars]:
+    """The MILP of ``data`` (times in ms); ``check()`` is called as it grows."""
+    check = check or (lambda: None)
     lp = pulp.LpProblem("partitioner", pulp.LpMinimize)
     J, L, m = data.slots, data.num_layers, data.microbatches
     N = data.problem.num_devices
@@ -189,6 +196,7 @@ def build_milp(data: SlotData) -> tuple[pulp.LpProblem, MilpVars]:
         for i in range(L)
     ]
     for i in range(L):
+        check()
         for j in range(1, J):
             if isinstance(before[i][j], int):
                 continue
@@ -215,6 +223,7 @@ def build_milp(data: SlotData) -> tuple[pulp.LpProblem, MilpVars]:
     z: dict = {}
     compute = []
     for j in range(J):
+        check()
         terms = []
         for i in range(L - j):
             shares = []
@@ -232,7 +241,9 @@ def build_milp(data: SlotData) -> tuple[pulp.LpProblem, MilpVars]:
         compute.append(c)
 
     # memory and cost entries (the clauses of cpsat)
-    for j, k, a, r in data.memory_rules():
+    for count, (j, k, a, r) in enumerate(data.memory_rules()):
+        if count % 4096 == 0:
+            check()
         lp += use[j][k] - before[a][j + 1] + before[r][j] <= 1
 
     node, shared, load, full, link = [], [], [], [], []
@@ -246,6 +257,7 @@ def build_milp(data: SlotData) -> tuple[pulp.LpProblem, MilpVars]:
             [pulp.lpSum(use[j][k] for k in range(nl) if data.size_index[k] <= s) for s in range(ns)] for j in range(J)
         ]
         for j in range(J - 1):
+            check()
             x = pulp.LpVariable(f"send_{j}", lowBound=0)
             # [c_j = c] = before[c-1][j+1] - before[c][j+1]
             at = [None] + [before[c - 1][j + 1] - before[c][j + 1] for c in range(1, L)]
