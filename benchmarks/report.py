@@ -153,7 +153,8 @@ def _fmt(x, digits=1, scale=1.0, suffix=""):
 LIMITS = {
     "cpsat": (
         "the slot model's LP relaxation sees little more than total work / N, so the proven bound stays "
-        "near it while the incumbent is already the optimum; presolve is off (OR-Tools #5274, #5293)"
+        "near it while the incumbent is already the optimum; turning presolve back on (it is off for "
+        "OR-Tools #5274, #5293) leaves the same bound after 30 s"
     ),
     "dp": (
         "the iteration objective walks the (sum, max) Pareto points with one min-sum recursion per point: "
