@@ -104,3 +104,18 @@ def random_plans(draw, problem: Problem) -> Plan | None:
         lay = draw(st.sampled_from(sorted(common)))
         stages.append(Stage(a, b, sizes[p], lay.dp, lay.tp, ids[p]))
     return Plan(tuple(stages))
+
+
+def draw_valid_plan(data, problem: Problem) -> tuple[Plan, float]:
+    """Draw a plan that passes every validity rule and its objective value; rejects the example otherwise."""
+    from hypothesis import assume
+
+    from partitioner.plan import PlanError, evaluate
+
+    plan = data.draw(random_plans(problem))
+    assume(plan is not None)
+    try:
+        return plan, evaluate(problem, plan).value
+    except PlanError:
+        assume(False)
+        raise  # unreachable: assume(False) rejects the example

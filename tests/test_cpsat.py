@@ -16,17 +16,17 @@ import sys
 import time
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 
-from partitioner import Cluster, PlanError, Problem, SolverError, evaluate, load_problem, solve
+from partitioner import Cluster, Problem, SolverError, evaluate, load_problem, solve
 from partitioner.plan import Plan, Stage
 from partitioner.solvers.cpsat import SAFE_PARAMETERS, build_model, hint_values
 from partitioner.solvers.feasibility import explain_infeasible
 from partitioner.solvers.slotmodel import decisions_of_plan, integer_times, plan_of_decisions, slot_data
 from checks import check_plan
-from strategies import random_plans, small_problems
+from strategies import draw_valid_plan, small_problems
 
 REL = 1e-6
 CPSAT = {"num_workers": 1}
@@ -198,12 +198,7 @@ def test_cpsat_without_a_hint_matches_brute(problem):
 @given(st.data(), small_problems())
 def test_every_valid_plan_is_a_solution_of_the_model_at_its_cost(data, problem):
     """Completeness: fixing the model to any valid plan is feasible and costs what evaluate says."""
-    plan = data.draw(random_plans(problem))
-    assume(plan is not None)
-    try:
-        true_value = evaluate(problem, plan).value
-    except PlanError:
-        assume(False)
+    plan, true_value = draw_valid_plan(data, problem)
     slots = slot_data(problem, problem.objective)
     times = integer_times(slots)
     decisions = decisions_of_plan(slots, plan.with_device_ids())

@@ -6,16 +6,16 @@ import json
 
 import pulp
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from partitioner import PlanError, Problem, SolverError, evaluate, load_problem, solve
+from partitioner import Problem, SolverError, evaluate, load_problem, solve
 from partitioner.plan import Plan, Stage
 from partitioner.solvers.feasibility import explain_infeasible
 from partitioner.solvers.milp import build_milp, start_values
 from partitioner.solvers.slotmodel import decisions_of_plan, slot_data
 from checks import check_plan
-from strategies import random_plans, small_problems
+from strategies import draw_valid_plan, small_problems
 from test_cpsat import memory_bound_infeasible, planted_problem, vla_like_problem
 
 REL = 1e-6
@@ -66,12 +66,7 @@ def test_cbc_matches_brute_and_dp(problem):
 @given(st.data(), small_problems())
 def test_every_valid_plan_is_a_solution_of_the_milp_at_its_cost(data, problem):
     """Completeness: pinning the decisions to any valid plan is feasible and costs what evaluate says."""
-    plan = data.draw(random_plans(problem))
-    assume(plan is not None)
-    try:
-        true_value = evaluate(problem, plan).value
-    except PlanError:
-        assume(False)
+    plan, true_value = draw_valid_plan(data, problem)
     slots = slot_data(problem, problem.objective)
     lp, var = build_milp(slots)
     values = start_values(var, slots, decisions_of_plan(slots, plan.with_device_ids()))
