@@ -92,13 +92,13 @@ from .base import Candidate, SolveRequest, SolverError, register
 from .feasibility import explain_infeasible, quick_infeasibility
 from .slotmodel import (
     RESOLUTION,
+    BuildTimeout,
     IntegerTimes,
     SlotData,
     SlotDecisions,
-    conservative_bound,
-    BuildTimeout,
     build_guard,
     build_timeout_message,
+    conservative_bound,
     decisions_from_values,
     decisions_of_plan,
     int_option,

@@ -64,9 +64,9 @@ from ..problem import Problem
 from .base import Candidate, SolveRequest, SolverError, register
 from .feasibility import explain_infeasible, quick_infeasibility
 from .slotmodel import (
+    BuildTimeout,
     SlotData,
     SlotDecisions,
-    BuildTimeout,
     build_guard,
     build_timeout_message,
     decisions_from_values,

@@ -41,9 +41,8 @@ stages summing exactly to ``gpus_per_node`` or none; stages of
 """
 from __future__ import annotations
 
-import time
-
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
