@@ -34,8 +34,8 @@ if str(ROOT) not in sys.path:
 from benchmarks import solvers as solver_bench  # noqa: E402
 from benchmarks import throughput as throughput_bench  # noqa: E402
 from partitioner import __version__, plan_model  # noqa: E402
-from partitioner.batch import expand, load_sweep, read_results, run_jobs  # noqa: E402
-from partitioner.compare import compare, plot_profile, to_markdown  # noqa: E402
+from partitioner.batch import expand, load_sweep, run_jobs  # noqa: E402
+from partitioner.compare import compare_file, plot_profile, to_markdown  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 PARTS = ("solvers", "throughput", "presets", "plans")
@@ -77,7 +77,7 @@ def preset_quality(out: Path, quick: bool, time_limit: float) -> Path:
     expansion = expand(load_sweep(sweep_file))
     run_jobs(expansion.jobs, results, prefailed=expansion.failed)
     shown = results.relative_to(ROOT) if results.is_relative_to(ROOT) else results
-    comparison = compare(read_results(results), source=str(shown))
+    comparison = compare_file(results, source=str(shown))
     plot_profile(comparison, out / "presets_profile.png", title="Performance profile: presets x clusters x batch sizes")
     (out / "presets_compare.md").write_text(
         to_markdown(comparison, title="Solver quality on the model presets", profile_image="presets_profile.png")

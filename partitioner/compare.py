@@ -314,9 +314,9 @@ def _claims_proof(record: Mapping[str, Any]) -> bool:
     return str(record.get("method")) in EXACT_METHODS
 
 
-def compare_file(path: str | Path, *, tol: float = DEFAULT_TOL) -> Comparison:
-    """:func:`compare` the records of a results file."""
-    return compare(read_results(path), tol=tol, source=str(path))
+def compare_file(path: str | Path, *, tol: float = DEFAULT_TOL, source: str | None = None) -> Comparison:
+    """:func:`compare` the records of a results file; ``source`` names it in reports (default: ``path``)."""
+    return compare(read_results(path), tol=tol, source=str(path) if source is None else source)
 
 
 # --------------------------------------------------------------------------- performance profile
