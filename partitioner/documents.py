@@ -1,0 +1,288 @@
+"""Reading JSON and YAML documents safely: bounded size, strict values, no duplicate keys.
+
+Every file the package reads (problems, plans, results, sweeps, presets,
+profiles) goes through :func:`read_document`, and every document handed to
+the API as a dict through :func:`check_document`. The contract:
+
+* the file is at most :data:`~partitioner.limits.MAX_FILE_BYTES` and UTF-8;
+* it parses as strict JSON (``.json``), YAML (``.yaml``/``.yml``), or either;
+  an object (mapping) may not name a key twice (JSON and YAML alike: silently
+  keeping the last would hide a typo);
+* the parsed document holds only JSON values (objects with string keys,
+  lists, strings, finite numbers, booleans, null), nested at most
+  :data:`~partitioner.limits.MAX_DEPTH` deep, at most
+  :data:`~partitioner.limits.MAX_VALUES` values counted after expanding YAML
+  aliases (so an alias bomb is refused without being expanded), no cycles,
+  strings of at most :data:`~partitioner.limits.MAX_STRING` characters and
+  integers of magnitude at most :data:`~partitioner.limits.MAX_INT`.
+
+Anything else raises :class:`~partitioner.problem.ProblemError` naming the
+file and, where it applies, the field path (``meta.notes[3]``). The field
+semantics (what a problem's ``fwd_ms`` may be) are the loaders' business;
+this module only guarantees that what they receive is a small, finite,
+acyclic JSON value.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import yaml
+
+from .limits import MAX_DEPTH, MAX_FILE_BYTES, MAX_INT, MAX_STRING, MAX_VALUES
+
+__all__ = ["read_document", "parse_text", "check_document"]
+
+
+def _error(reason: str, *, path: str = "", source: str | None = None) -> Exception:
+    from .problem import ProblemError  # local: problem imports this module
+
+    return ProblemError(reason, path=path, source=source)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def read_document(path: str | Path) -> Any:
+    """Parse a JSON or YAML file (by suffix; unknown suffixes try JSON, then YAML) and check it.
+
+    Raises :class:`~partitioner.problem.ProblemError` naming the file when it
+    cannot be read, is too large, does not parse, or breaks the document
+    rules of this module.
+    """
+    path = Path(path)
+    name = str(path)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise _error("file not found", source=name) from None
+    except OSError as err:
+        raise _error(f"cannot read file: {err.strerror or err}", source=name) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise _error(f"file is larger than the {MAX_FILE_BYTES // 2**20} MiB a document may have", source=name)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise _error(f"cannot read file: not UTF-8 text (byte {err.start})", source=name) from None
+    del raw
+    data = parse_text(text, name, path.suffix.lower())
+    check_document(data, source=name)
+    return data
+
+
+def parse_text(text: str, name: str, suffix: str = "") -> Any:
+    """Parse ``text`` as JSON (``.json``), YAML (``.yaml``/``.yml``) or, otherwise, JSON then YAML."""
+    if suffix == ".json":
+        return _parse_json(text, name)
+    if suffix in (".yaml", ".yml"):
+        return _parse_yaml(text, name)
+    try:
+        return _parse_json(text, name)
+    except _JSONSyntax:
+        return _parse_yaml(text, name, what="JSON or YAML")
+
+
+class _JSONSyntax(Exception):
+    """Internal: the text is not JSON (the caller may try YAML)."""
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
+def _parse_json(text: str, name: str) -> Any:
+    try:
+        return json.loads(text, object_pairs_hook=_unique_pairs)
+    except json.JSONDecodeError as err:
+        error = _error(f"not valid JSON: line {err.lineno} column {err.colno}: {err.msg}", source=name)
+        raise error from _JSONSyntax()
+    except _DuplicateKey as err:
+        raise _error(f"duplicate key {_short(err.key)} in one object (each key may appear once)", source=name) from None
+    except RecursionError:
+        raise _error(f"nested too deeply (at most {MAX_DEPTH} levels of objects and lists)", source=name) from None
+    except MemoryError:
+        raise _error("too large to load in memory", source=name) from None
+    except ValueError as err:  # e.g. an integer literal with thousands of digits
+        raise _error(f"not valid JSON: {_first_line(err)}", source=name) from None
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses a key named twice in one mapping."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict:
+        if isinstance(node, yaml.MappingNode):
+            seen: set = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # `<<: *base` merges; explicit keys may override merged ones
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    duplicate = key in seen
+                    seen.add(key)
+                except TypeError:
+                    continue  # unhashable: the base class reports it
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"duplicate key {_short(key)} (each key may appear once)",
+                        key_node.start_mark,
+                    )
+        return super().construct_mapping(node, deep=deep)
+
+
+def _parse_yaml(text: str, name: str, what: str = "YAML") -> Any:
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(err, "problem", None) or _first_line(err)
+        raise _error(f"not valid {what}: {where}{problem}", source=name) from None
+    except RecursionError:
+        raise _error(f"nested too deeply (at most {MAX_DEPTH} levels of mappings and lists)", source=name) from None
+    except MemoryError:
+        raise _error("too large to load in memory", source=name) from None
+    except ValueError as err:  # e.g. an integer literal with thousands of digits
+        raise _error(f"not valid {what}: {_first_line(err)}", source=name) from None
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return _short(lines[0] if lines else type(err).__name__, quote=False)
+
+
+def _short(value: Any, limit: int = 60, quote: bool = True) -> str:
+    text = repr(value) if quote else str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --------------------------------------------------------------------------- values
+
+
+def check_document(data: Any, *, source: str | None = None) -> None:
+    """Raise :class:`~partitioner.problem.ProblemError` unless ``data`` is a small, finite, acyclic JSON value.
+
+    The walk is iterative (no recursion, whatever the depth) and visits each
+    distinct object and list once: a YAML alias used many times is counted
+    as often as it is used (so :data:`~partitioner.limits.MAX_VALUES` bounds
+    the expanded size) but walked only once.
+    """
+    if not _is_container(data):
+        _check_leaf(data, lambda: "", source)
+        return
+    done: dict[int, tuple[int, int]] = {}  # id -> (values, depth) of a finished container
+    active: set[int] = {id(data)}
+    # frame: [container, iterator of (key, child), values so far, deepest child depth, current key]
+    stack: list[list[Any]] = [[data, _children(data), 1, 0, None]]
+
+    def where() -> str:
+        return _path(frame[4] for frame in stack)
+
+    while stack:
+        frame = stack[-1]
+        pushed = False
+        for key, child in frame[1]:
+            frame[4] = key
+            if isinstance(key, str):
+                if len(key) > MAX_STRING:
+                    raise _error(f"a key of {len(key)} characters is longer than the {MAX_STRING} allowed", path=_path(f[4] for f in stack[:-1]), source=source)
+            elif isinstance(frame[0], Mapping):
+                raise _error(f"keys must be strings, got {_short(key)}", path=_path(f[4] for f in stack[:-1]), source=source)
+            if _is_container(child):
+                cid = id(child)
+                if cid in done:
+                    values, depth = done[cid]
+                    frame[2] += values
+                    frame[3] = max(frame[3], depth)
+                    if frame[2] > MAX_VALUES:
+                        raise _too_many(where(), source)
+                    continue
+                if cid in active:
+                    raise _error("refers to itself (a recursive YAML alias)", path=where(), source=source)
+                if len(stack) >= MAX_DEPTH:
+                    raise _error(f"nested too deeply (at most {MAX_DEPTH} levels of objects and lists)", path=where(), source=source)
+                active.add(cid)
+                stack.append([child, _children(child), 1, 0, None])
+                pushed = True
+                break
+            _check_leaf(child, where, source)
+            frame[2] += 1
+            if frame[2] > MAX_VALUES:
+                raise _too_many(where(), source)
+        if pushed:
+            continue
+        stack.pop()
+        obj, values, depth = frame[0], frame[2], frame[3] + 1
+        active.discard(id(obj))
+        done[id(obj)] = (values, depth)
+        if stack:
+            parent = stack[-1]
+            parent[2] += values
+            parent[3] = max(parent[3], depth)
+            if parent[2] > MAX_VALUES:
+                raise _too_many(where(), source)
+
+
+def _is_container(value: Any) -> bool:
+    kind = type(value)
+    return kind is dict or kind is list or isinstance(value, (Mapping, list, tuple))
+
+
+def _children(container: Any) -> Iterator[tuple[Any, Any]]:
+    return iter(container.items()) if isinstance(container, Mapping) else enumerate(container)
+
+
+def _path(keys: Iterator[Any]) -> str:
+    out = ""
+    for key in keys:
+        if key is None:
+            break
+        if isinstance(key, int):
+            out += f"[{key}]"
+        else:
+            out += f".{key}" if out else str(key)
+    return out
+
+
+def _too_many(path: str, source: str | None) -> Exception:
+    return _error(
+        f"the document holds more than {MAX_VALUES} values (YAML aliases counted as expanded)", path=path, source=source
+    )
+
+
+def _check_leaf(value: Any, where: Any, source: str | None) -> None:
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _error(f"must be finite (strict JSON has no NaN or Infinity), got {value}", path=where(), source=source)
+    elif isinstance(value, int):
+        if not -MAX_INT <= value <= MAX_INT:
+            raise _error(f"an integer of {value.bit_length()} bits is out of range (|n| <= 2^63 - 1)", path=where(), source=source)
+    elif isinstance(value, str):
+        if len(value) > MAX_STRING:
+            raise _error(f"a string of {len(value)} characters is longer than the {MAX_STRING} allowed", path=where(), source=source)
+    else:
+        raise _error(
+            f"a {type(value).__name__} value is not allowed (only JSON values: objects, lists, strings, numbers, "
+            "booleans, null; quote dates and the like)",
+            path=where(),
+            source=source,
+        )
