@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from .costs import CostOptions, build_problem
+from .limits import MAX_NODES
 from .plan import Evaluation, Plan, PlanError, SolveResult, Stage, evaluate
 from .presets import ClusterSpec, ModelSpec, load_cluster, load_model
 from .problem import OBJECTIVES, Problem, ProblemError
@@ -178,6 +179,12 @@ def microbatch_candidates(global_batch: int, limit: int | None = None) -> list[i
     return [m for m in divs if limit is None or m <= limit]
 
 
+def _check_count(value: Any, name: str, maximum: int) -> None:
+    """An argument that must be an integer in 1..maximum (the API door; ranges in partitioner.limits)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise ProblemError(f"must be an integer in 1..{maximum}, got {value!r}", path=name)
+
+
 def plan_model(
     model: str | ModelSpec,
     cluster: str | ClusterSpec,
@@ -234,6 +241,7 @@ def plan_model(
     if objective not in OBJECTIVES:
         raise SolverError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
     spec, cl = load_model(model), load_cluster(cluster)
+    _check_count(nodes, "nodes", MAX_NODES)
     if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
         raise ProblemError(f"must be a positive integer, got {global_batch!r}", path="global_batch")
     if microbatches == "auto":

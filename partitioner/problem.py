@@ -59,6 +59,7 @@ __all__ = [
     "StageBounds",
     "Problem",
     "load_problem",
+    "as_problem",
     "dump_problem",
     "read_document",
 ]
@@ -407,6 +408,25 @@ def load_problem(path: str | Path) -> Problem:
     """
     data = read_document(path)
     return Problem.from_dict(data, source=str(path), _checked=True)
+
+
+def as_problem(value: Any, *, what: str = "problem") -> Problem:
+    """What the API accepts as a problem: a :class:`Problem`, a problem document (a mapping), or a file path.
+
+    Raises
+    ------
+    ProblemError
+        When ``value`` is none of these (saying what was expected), or is not a valid problem.
+    """
+    if isinstance(value, Problem):
+        return value
+    if isinstance(value, Mapping):
+        return Problem.from_dict(value)
+    if isinstance(value, (str, Path)):
+        return load_problem(value)
+    raise ProblemError(
+        f"expected a Problem, a problem document (dict) or the path of a problem file, got {_describe(value)}", path=what
+    )
 
 
 def dump_problem(problem: Problem, path: str | Path) -> None:

@@ -59,8 +59,9 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .plan import Evaluation, Plan, evaluate
-from .problem import Problem
+from .limits import MAX_REPLAY_OPS
+from .plan import Evaluation, Plan, as_plan, evaluate
+from .problem import Problem, ProblemError, as_problem
 
 __all__ = [
     "SCHEDULES",
@@ -378,9 +379,22 @@ def simulate(problem: Problem, plan: Plan, schedule: str = "1f1b", *, evaluation
     ------
     partitioner.plan.PlanError
         When the plan breaks a validity rule.
+    partitioner.problem.ProblemError
+        When ``problem`` or ``plan`` is not of an accepted kind (a Problem, a
+        dict or a path; a Plan, a result, a dict or a path), or the replay
+        would exceed :data:`~partitioner.limits.MAX_REPLAY_OPS` operations.
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
+    problem, plan = as_problem(problem), as_plan(plan)
+    ops = 2 * problem.microbatches * plan.num_stages
+    if ops > MAX_REPLAY_OPS:
+        raise ProblemError(
+            f"replaying {problem.microbatches} microbatches on {plan.num_stages} stages takes {ops} operations, "
+            f"more than the {MAX_REPLAY_OPS} the simulator runs (see the resource limits in the README)",
+            path="training.microbatches",
+            source=problem.source,
+        )
     ev = evaluation if evaluation is not None else evaluate(problem, plan)
     return simulate_times(
         [s.fwd_ms for s in ev.stages],
