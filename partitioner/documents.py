@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -56,6 +57,9 @@ def read_document(path: str | Path) -> Any:
     name = str(path)
     try:
         with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size  # 0 for pipes and devices: then the read is bounded
+            if size > MAX_FILE_BYTES:
+                raise _error(f"file is larger than the {MAX_FILE_BYTES // 2**20} MiB a document may have", source=name)
             raw = f.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise _error("file not found", source=name) from None
