@@ -70,12 +70,21 @@ def _module_level(body: list[ast.stmt]) -> list[ast.stmt]:
     out: list[ast.stmt] = []
     for node in body:
         out.append(node)
-        if isinstance(node, (ast.If, ast.Try, ast.With)):
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            out.extend(_module_level(node.orelse))  # the body never runs on import
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
             for field in ("body", "orelse", "finalbody"):
                 out.extend(_module_level(getattr(node, field, []) or []))
             for handler in getattr(node, "handlers", []):
                 out.extend(_module_level(handler.body))
     return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    """``if TYPE_CHECKING:`` or ``if typing.TYPE_CHECKING:``."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _graph(module_level: bool) -> dict[str, set[str]]:
