@@ -23,7 +23,7 @@ from .jobs import Job
 from .local_pool import ProcessPool
 from .ray_pool import RayPool
 from .records import FAILED
-from .scheduler import schedule
+from .scheduler import Pool, schedule
 from .store import ResultsFile
 from .sweep import Sweep, expand, load_sweep
 
@@ -49,7 +49,7 @@ class SweepSummary:
     duplicates: int = 0  # jobs listed twice (same problem content, method and settings)
 
 
-def _make_pool(backend: str, address: str | None) -> Any:
+def _make_pool(backend: str, address: str | None) -> Pool:
     if backend == "local":
         if address:
             raise SweepError("--address is for the ray backend")

@@ -57,6 +57,7 @@ class Pool(Protocol):
 
 
 def _runtime_options(job: Job, threads: int) -> dict[str, Any]:
+    """The job's options plus ``threads`` for each thread option its method declares and the sweep left unset."""
     options = dict(job.options)
     declared = method_options(job.method)
     for name in THREAD_OPTIONS:
@@ -82,7 +83,7 @@ def _default_grace(time_limit: float) -> float:
 
 
 def schedule(
-    pool: Any, jobs: Sequence[Job], size: int, threads: int, grace: float | None
+    pool: Pool, jobs: Sequence[Job], size: int, threads: int, grace: float | None
 ) -> Iterator[dict[str, Any]]:
     """Run ``jobs`` on ``size`` worker slots of ``pool``; yield one record per job as it ends."""
     pending = deque(jobs)
