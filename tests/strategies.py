@@ -65,26 +65,32 @@ def small_problems(draw, max_layers: int = 7, objectives=("bottleneck", "iterati
                 "costs": costs,
             }
         )
-    limit = min(n_layers, nodes * gpus)
+    return Problem.from_dict(_document(draw, 1, nodes, gpus, layers, (25, 300), objectives))
+
+
+def _document(draw, version: int, nodes: int, gpus: int, layers: list, memory: tuple[int, int], objectives, **extra) -> dict:
+    """The problem document around ``layers``: stage bounds, memory, bandwidths, m and objective drawn."""
+    limit = min(len(layers), nodes * gpus)
     lo = draw(st.integers(1, limit))
     hi = draw(st.integers(lo, limit))
     stages = draw(st.sampled_from([None, {"min": lo, "max": hi}, lo]))
     doc = {
-        "version": 1,
-        "name": "random",
+        "version": version,
+        "name": "random" if version == 1 else f"random-v{version}",
         "cluster": {
             "nodes": nodes,
             "gpus_per_node": gpus,
-            "gpu_memory_bytes": draw(st.integers(25, 300)),
+            "gpu_memory_bytes": draw(st.integers(*memory)),
             "intra_node_GBps": draw(st.sampled_from([1.0, 2.0, 8.0])) * 1e-3,
             "inter_node_GBps": draw(st.sampled_from([0.5, 1.0, 4.0])) * 1e-3,
         },
         "training": {"microbatches": draw(st.integers(1, 8)), "objective": draw(st.sampled_from(objectives))},
+        **extra,
         "layers": layers,
     }
     if stages is not None:
         doc["stages"] = stages
-    return Problem.from_dict(doc)
+    return doc
 
 
 VARIANTS = {
@@ -152,27 +158,8 @@ def small_v2_problems(draw, max_layers: int = 7, objectives=("bottleneck", "iter
             {"name": f"{module_of[i]}.{i}", "module": module_of[i],
              "out_bytes": int(draw(st.integers(0, 4000)) * scale), "costs": costs}
         )
-    limit = min(n_layers, nodes * gpus)
-    lo = draw(st.integers(1, limit))
-    hi = draw(st.integers(lo, limit))
-    stages = draw(st.sampled_from([None, {"min": lo, "max": hi}, lo]))
-    doc = {
-        "version": 2,
-        "name": "random-v2",
-        "cluster": {
-            "nodes": nodes,
-            "gpus_per_node": gpus,
-            "gpu_memory_bytes": draw(st.integers(15, 160)),
-            "intra_node_GBps": draw(st.sampled_from([1.0, 2.0, 8.0])) * 1e-3,
-            "inter_node_GBps": draw(st.sampled_from([0.5, 1.0, 4.0])) * 1e-3,
-        },
-        "training": {"microbatches": draw(st.integers(1, 8)), "objective": draw(st.sampled_from(objectives))},
-        "variants": {v: VARIANTS[v] for v in variant_names},
-        "layers": layers,
-    }
-    if stages is not None:
-        doc["stages"] = stages
-    return Problem.from_dict(doc)
+    variants = {v: VARIANTS[v] for v in variant_names}
+    return Problem.from_dict(_document(draw, 2, nodes, gpus, layers, (15, 160), objectives, variants=variants))
 
 
 @st.composite

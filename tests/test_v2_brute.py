@@ -9,15 +9,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from partitioner import evaluate, load_problem, solve
+from partitioner import load_problem, solve
 from partitioner.placement import size_sequences
-from partitioner.plan import PlanError
 from partitioner.problem import Layout, Problem
 from partitioner.reshard import stage_reshard_ms
 from partitioner.solvers.brute import best_stage_configs, count_size_sequences, segment_candidates
 from partitioner.solvers.tables import CostTables
-from checks import check_plan
-from strategies import random_plans, small_problems, small_v2_problems
+from checks import check_no_random_plan_beats, check_plan
+from strategies import small_problems, small_v2_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 REL = 1e-9
@@ -91,17 +90,7 @@ def test_brute_v2_is_never_beaten_by_a_random_valid_plan(data, problem):
             assert len(stage.configs) == len(stage.segments)
     else:
         assert result.message
-    for _ in range(8):
-        plan = data.draw(random_plans(problem))
-        if plan is None:
-            continue
-        try:
-            value = evaluate(problem, plan).value
-        except PlanError as err:
-            assert err.rule == 6, err  # random_plans satisfies rules 1-5 by construction
-            continue
-        assert result.status == "optimal", "a valid plan exists, so brute must find one"
-        assert value >= result.value * (1 - REL)
+    check_no_random_plan_beats(data, problem, result, tries=8, rel=REL)
 
 
 def _v1_brute_reference(problem: Problem, objective: str) -> float | None:
