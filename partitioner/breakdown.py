@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from .plan import Evaluation
 from .problem import Problem
 
-__all__ = ["StagePart", "stage_parts", "backward_order"]
+__all__ = ["StagePart", "stage_parts", "backward_order", "config_cell"]
 
 
 @dataclass(frozen=True)
@@ -68,3 +68,19 @@ def backward_order(parts: tuple[StagePart, ...]) -> tuple[StagePart, ...]:
     """The parts in the order the backward runs them: segments reversed, the send last."""
     body = [p for p in parts if p.kind != "send"]
     return tuple(reversed(body)) + tuple(p for p in parts if p.kind == "send")
+
+
+def config_cell(problem: Problem, stage) -> str:
+    """A stage's configs for a table cell: ``8 x 1`` (v1), ``8 x 1 zero3`` with a variant,
+    and one ``module dp x tp [variant]`` line per segment when the segments' configs differ.
+
+    ``stage`` is a :class:`~partitioner.plan.StageEvaluation`.
+    """
+    configs = tuple(stage.configs) or (stage.layout,)
+
+    def one(config) -> str:
+        return f"{config.dp} x {config.tp}" + (f" {config.variant}" if config.variant else "")
+
+    if len(set(configs)) == 1:
+        return one(configs[0])
+    return "\n".join(f"{problem.layers[a].module} {one(c)}" for (a, _), c in zip(stage.segments, configs))

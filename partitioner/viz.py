@@ -15,7 +15,9 @@
   metadata, every op a complete event (``ph: "X"``, ``ts``/``dur`` in
   microseconds) and, per stage, a counter track (``ph: "C"``) of the memory
   held (bytes; the held microbatch count when the simulation has no memory
-  figures).
+  figures). A stage with several segments (format v2) also has its segments
+  and reshards as complete events nested inside each op (category
+  ``segment`` / ``reshard``).
 
 matplotlib is used through :class:`matplotlib.figure.Figure` directly, so no
 pyplot state or interactive backend is touched.
@@ -201,6 +203,7 @@ def chrome_trace(sim: Simulation, title: str | None = None) -> dict[str, Any]:
     for p, label in enumerate(_labels(sim)):
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": p, "args": {"name": label}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": p, "args": {"sort_index": p}})
+    split = _split_stages(sim)
     for op in sim.timeline:
         events.append(
             {
@@ -214,6 +217,23 @@ def chrome_trace(sim: Simulation, title: str | None = None) -> dict[str, Any]:
                 "args": {"stage": op.stage, "microbatch": op.microbatch, "ms": op.duration},
             }
         )
+        if op.stage in split and op.kind in ("F", "B"):
+            # a stage with several segments: its segments and reshards as slices nested in the op
+            for part, left, width in _part_spans(op, split[op.stage]):
+                if part.kind == "send" or width <= 0:
+                    continue
+                events.append(
+                    {
+                        "ph": "X",
+                        "name": part.label,
+                        "cat": part.kind,
+                        "pid": pid,
+                        "tid": op.stage,
+                        "ts": left * US_PER_MS,
+                        "dur": width * US_PER_MS,
+                        "args": {"stage": op.stage, "microbatch": op.microbatch, "ms": width},
+                    }
+                )
     has_memory = sim.weight_bytes is not None and sim.act_bytes is not None
     for p in range(sim.num_stages):
         if has_memory:

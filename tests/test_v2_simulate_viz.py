@@ -105,3 +105,33 @@ def test_lesson15_gantt_png(tmp_path):
     p, plan = _lesson15()
     path = save_gantt(simulate(p, plan), tmp_path / "l15.png", "lesson 15")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_chrome_trace_nests_segments_and_reshards_in_split_ops():
+    import json
+
+    from partitioner.viz import chrome_trace
+
+    p, plan = _lesson15()
+    sim = simulate(p, plan)
+    doc = json.loads(json.dumps(chrome_trace(sim)))
+    ops = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] in ("forward", "backward")]
+    nested = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] in ("segment", "reshard")]
+    assert len(ops) == len(sim.timeline)
+    assert len(nested) == 3 * len(ops)  # vision, reshard, llm in every op
+    for op in ops:
+        inside = [e for e in nested if e["args"]["microbatch"] == op["args"]["microbatch"]
+                  and op["ts"] - 1e-6 <= e["ts"] and e["ts"] + e["dur"] <= op["ts"] + op["dur"] + 1e-6]
+        assert len(inside) >= 3
+        names = [e["name"] for e in sorted(inside, key=lambda e: e["ts"])]
+        if op["cat"] == "forward":
+            assert names[:3] == ["vision dp8tp1", "reshard dp8tp1 -> dp2tp4", "llm dp2tp4"]
+
+
+def test_config_cell_names_each_segment():
+    from partitioner.breakdown import config_cell
+
+    p, plan = _lesson15()
+    assert config_cell(p, evaluate(p, plan).stages[0]) == "vision 8 x 1\nllm 2 x 4"
+    one = Plan((Stage(0, 6, 8, 2, 4),)).with_device_ids()
+    assert config_cell(p, evaluate(p, one).stages[0]) == "2 x 4"
