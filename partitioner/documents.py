@@ -34,7 +34,7 @@ import yaml
 
 from .limits import MAX_DEPTH, MAX_FILE_BYTES, MAX_INT, MAX_STRING, MAX_VALUES
 
-__all__ = ["read_document", "parse_text", "check_document"]
+__all__ = ["read_document", "parse_text", "check_document", "strict_json_value"]
 
 
 def _error(reason: str, *, path: str = "", source: str | None = None) -> Exception:
@@ -247,6 +247,27 @@ def check_document(data: Any, *, source: str | None = None) -> None:
 def _is_container(value: Any) -> bool:
     kind = type(value)
     return kind is dict or kind is list or isinstance(value, (Mapping, list, tuple))
+
+
+def strict_json_value(value: Any) -> Any:
+    """A copy of ``value`` that ``json.dumps(..., allow_nan=False)`` accepts: non-finite floats become None.
+
+    Mappings become dicts, tuples lists, numpy scalars Python numbers; other
+    values are returned as they are (the encoder's ``default`` handles them).
+    Used by every ``--json`` output and every results line, so a consumer with
+    a strict JSON parser can always read them.
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (str, int, bool)) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return {k: strict_json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json_value(v) for v in value]
+    if hasattr(value, "item") and hasattr(value, "dtype"):  # numpy scalars
+        return strict_json_value(value.item())
+    return value
 
 
 def _children(container: Any) -> Iterator[tuple[Any, Any]]:
