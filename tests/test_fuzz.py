@@ -477,3 +477,68 @@ def test_dp_under_a_short_limit_on_an_86_layer_model_returns_a_plan():
     if result.status == "optimal":
         assert result.value <= greedy.value * (1 + REL_TOL)
     evaluate(problem, result.plan)
+
+
+# --------------------------------------------------------------------------- 3/4. environment and output contract
+
+_FSIZE_RUNNER = textwrap.dedent(
+    """
+    import resource, runpy, signal, sys
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, like a full disk
+    limit = int(sys.argv[1])
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    sys.argv = ["partitioner", *sys.argv[2:]]
+    runpy.run_module("partitioner", run_name="__main__")
+    """
+)
+
+
+def _sweep(tmp_path: Path) -> Path:
+    examples = ROOT / "examples"
+    problems = [str(examples / name) for name in ("vla_toy_2x4.json", "seed_lesson16.json", "seed_lesson15_colocated.json")]
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps({"problems": problems, "methods": ["greedy", "uniform"]}))
+    return path
+
+
+def test_a_full_disk_during_batch_is_one_line_naming_the_file_and_the_resume_loses_nothing(tmp_path):
+    sweep, out = _sweep(tmp_path), tmp_path / "out.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    args = ["batch", str(sweep), "--out", str(out), "--workers", "1", "--no-progress"]
+    full = subprocess.run([sys.executable, "-c", _FSIZE_RUNNER, "1500", *args], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert_input_error(full.returncode, full.stderr, str(out), "cannot write a record")
+    assert out.stat().st_size <= 1500
+    resumed = subprocess.run([sys.executable, "-m", "partitioner", *args, "--json"], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert resumed.returncode == 0, resumed.stderr
+    summary = strict_json(resumed.stdout)
+    assert summary["dropped_bytes"] > 0  # the half-written line of the failed write was cut
+    records = [strict_json(line) for line in out.read_text().splitlines()]
+    assert len(records) == len({r["key"] for r in records}) == 6
+
+
+def test_stdout_holds_only_the_json_while_a_sweep_runs(tmp_path):
+    code = textwrap.dedent(
+        """
+        import os, subprocess, sys
+        from partitioner.cli.common import stdout_to_stderr
+        with stdout_to_stderr():
+            print("noise from python")
+            os.write(1, b"noise on fd 1\\n")
+            subprocess.run([sys.executable, "-c", "print('noise from a child process')"])
+        print('{"ok": true}')
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert strict_json(proc.stdout) == {"ok": True}
+    assert proc.stderr.count("noise") == 3
+
+
+def test_batch_json_is_pure_strict_json(tmp_path):
+    sweep, out = _sweep(tmp_path), tmp_path / "out.jsonl"
+    code, stdout, stderr, _, _ = run_cli(tmp_path, "batch", str(sweep), "--out", str(out), "--workers", "1", "--json")
+    assert code == 0, stderr
+    summary = strict_json(stdout)
+    assert summary["total"] == 6 and summary["ran"] == 6
+    for line in out.read_text().splitlines():
+        strict_json(line)
