@@ -542,3 +542,28 @@ def test_batch_json_is_pure_strict_json(tmp_path):
     assert summary["total"] == 6 and summary["ran"] == 6
     for line in out.read_text().splitlines():
         strict_json(line)
+
+
+# --------------------------------------------------------------------------- 5. installing from a read-only checkout
+
+
+def test_building_the_package_writes_nothing_into_the_source_tree(tmp_path):
+    source = tmp_path / "src"
+    tracked = subprocess.run(["git", "ls-files", "-z"], capture_output=True, cwd=ROOT, check=True).stdout.decode().split("\0")
+    for name in filter(None, tracked):
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            (source / name).write_bytes((ROOT / name).read_bytes())
+    before = sorted(str(p.relative_to(source)) for p in source.rglob("*"))
+    args = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "-q", "-w", str(tmp_path / "wheels"), str(source)]
+    try:
+        import wheel  # noqa: F401  (then the installed setuptools can build without an isolated environment)
+
+        args.insert(4, "--no-build-isolation")
+    except ImportError:
+        pass
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=600, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    after = sorted(str(p.relative_to(source)) for p in source.rglob("*"))
+    assert after == before, sorted(set(after) - set(before))[:10]
+    assert list((tmp_path / "wheels").glob("partitioner-*.whl"))
