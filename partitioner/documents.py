@@ -186,67 +186,80 @@ def check_document(data: Any, *, source: str | None = None) -> None:
     The walk is iterative (no recursion, whatever the depth) and visits each
     distinct object and list once: a YAML alias used many times is counted
     as often as it is used (so :data:`~partitioner.limits.MAX_VALUES` bounds
-    the expanded size) but walked only once.
+    the expanded size) but walked only once. Values are counted as nodes: a
+    container is one value plus its contents.
     """
     if not _is_container(data):
         _check_leaf(data, lambda: "", source)
         return
-    done: dict[int, tuple[int, int]] = {}  # id -> (values, depth) of a finished container
+    done: dict[int, int] = {}  # id -> values of a finished container
     active: set[int] = {id(data)}
-    # frame: [container, iterator of (key, child), values so far, deepest child depth, current key]
-    stack: list[list[Any]] = [[data, _children(data), 1, 0, None]]
+    # frame: [container, iterator of (key, child), values so far, key of the child being walked]
+    stack: list[list[Any]] = [[data, _children(data), 1 + len(data), None]]
+    if len(data) >= MAX_VALUES:
+        raise _too_many("", source)
+    float_, int_, str_, dict_, list_ = float, int, str, dict, list  # locals: this loop sees every value
 
-    def where() -> str:
-        return _path(frame[4] for frame in stack)
+    def where(key: Any = None) -> str:
+        """The path of the top container (``key`` None) or of its child ``key``."""
+        parents = [f[3] for f in stack[:-1]]
+        return _path(parents + [key] if key is not None else parents)
 
     while stack:
         frame = stack[-1]
+        is_map = type(frame[0]) is dict_ or isinstance(frame[0], Mapping)
         pushed = False
         for key, child in frame[1]:
-            frame[4] = key
-            if isinstance(key, str):
+            if is_map:
+                if type(key) is not str_:
+                    raise _error(f"keys must be strings, got {_short(key)}", path=where(), source=source)
                 if len(key) > MAX_STRING:
-                    raise _error(f"a key of {len(key)} characters is longer than the {MAX_STRING} allowed", path=_path(f[4] for f in stack[:-1]), source=source)
-            elif isinstance(frame[0], Mapping):
-                raise _error(f"keys must be strings, got {_short(key)}", path=_path(f[4] for f in stack[:-1]), source=source)
-            if _is_container(child):
+                    raise _error(f"a key of {len(key)} characters is longer than the {MAX_STRING} allowed", path=where(), source=source)
+            kind = type(child)
+            if kind is float_:
+                if child - child != 0.0:  # inf - inf and nan - nan are nan
+                    _check_leaf(child, lambda: where(key), source)
+                continue
+            if kind is str_:
+                if len(child) > MAX_STRING:
+                    _check_leaf(child, lambda: where(key), source)
+                continue
+            if kind is int_:
+                if not -MAX_INT <= child <= MAX_INT:
+                    _check_leaf(child, lambda: where(key), source)
+                continue
+            if child is None or kind is bool:
+                continue
+            if kind is dict_ or kind is list_ or _is_container(child):
                 cid = id(child)
                 if cid in done:
-                    values, depth = done[cid]
-                    frame[2] += values
-                    frame[3] = max(frame[3], depth)
+                    frame[2] += done[cid] - 1
                     if frame[2] > MAX_VALUES:
-                        raise _too_many(where(), source)
+                        raise _too_many(where(key), source)
                     continue
                 if cid in active:
-                    raise _error("refers to itself (a recursive YAML alias)", path=where(), source=source)
+                    raise _error("refers to itself (a recursive YAML alias)", path=where(key), source=source)
                 if len(stack) >= MAX_DEPTH:
-                    raise _error(f"nested too deeply (at most {MAX_DEPTH} levels of objects and lists)", path=where(), source=source)
+                    raise _error(f"nested too deeply (at most {MAX_DEPTH} levels of objects and lists)", path=where(key), source=source)
+                if frame[2] + len(child) > MAX_VALUES:
+                    raise _too_many(where(key), source)
+                frame[3] = key
                 active.add(cid)
-                stack.append([child, _children(child), 1, 0, None])
+                stack.append([child, _children(child), 1 + len(child), None])
                 pushed = True
                 break
-            _check_leaf(child, where, source)
-            frame[2] += 1
-            if frame[2] > MAX_VALUES:
-                raise _too_many(where(), source)
+            _check_leaf(child, lambda: where(key), source)
         if pushed:
             continue
         stack.pop()
-        obj, values, depth = frame[0], frame[2], frame[3] + 1
-        active.discard(id(obj))
-        done[id(obj)] = (values, depth)
+        values = frame[2]
+        active.discard(id(frame[0]))
+        done[id(frame[0])] = values
         if stack:
             parent = stack[-1]
-            parent[2] += values
-            parent[3] = max(parent[3], depth)
+            parent[2] += values - 1
             if parent[2] > MAX_VALUES:
                 raise _too_many(where(), source)
-
-
-def _is_container(value: Any) -> bool:
-    kind = type(value)
-    return kind is dict or kind is list or isinstance(value, (Mapping, list, tuple))
 
 
 def strict_json_value(value: Any) -> Any:
@@ -270,11 +283,16 @@ def strict_json_value(value: Any) -> Any:
     return value
 
 
+def _is_container(value: Any) -> bool:
+    kind = type(value)
+    return kind is dict or kind is list or isinstance(value, (Mapping, list, tuple))
+
+
 def _children(container: Any) -> Iterator[tuple[Any, Any]]:
     return iter(container.items()) if isinstance(container, Mapping) else enumerate(container)
 
 
-def _path(keys: Iterator[Any]) -> str:
+def _path(keys: Any) -> str:
     out = ""
     for key in keys:
         if key is None:
