@@ -118,12 +118,8 @@ def _parse_json(text: str, name: str) -> Any:
         raise error from _JSONSyntax()
     except _DuplicateKey as err:
         raise _error(f"duplicate key {_short(err.key)} in one object (each key may appear once)", source=name) from None
-    except RecursionError:
-        raise _error(f"nested too deeply (at most {MAX_DEPTH} levels of objects and lists)", source=name) from None
-    except MemoryError:
-        raise _error("too large to load in memory", source=name) from None
-    except ValueError as err:  # e.g. an integer literal with thousands of digits
-        raise _error(f"not valid JSON: {_first_line(err)}", source=name) from None
+    except (RecursionError, MemoryError, ValueError) as err:
+        raise _parser_failure(err, name, "JSON") from None
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -159,12 +155,17 @@ def _parse_yaml(text: str, name: str, what: str = "YAML") -> Any:
         where = f"line {mark.line + 1} column {mark.column + 1}: " if mark is not None else ""
         problem = getattr(err, "problem", None) or _first_line(err)
         raise _error(f"not valid {what}: {where}{problem}", source=name) from None
-    except RecursionError:
-        raise _error(f"nested too deeply (at most {MAX_DEPTH} levels of mappings and lists)", source=name) from None
-    except MemoryError:
-        raise _error("too large to load in memory", source=name) from None
-    except ValueError as err:  # e.g. an integer literal with thousands of digits
-        raise _error(f"not valid {what}: {_first_line(err)}", source=name) from None
+    except (RecursionError, MemoryError, ValueError) as err:
+        raise _parser_failure(err, name, what) from None
+
+
+def _parser_failure(err: BaseException, name: str, what: str) -> Exception:
+    """The input error for a parser that gave up: too deep, too large, or a value it cannot hold."""
+    if isinstance(err, RecursionError):
+        return _error(f"nested too deeply (at most {MAX_DEPTH} levels of objects and lists)", source=name)
+    if isinstance(err, MemoryError):
+        return _error("too large to load in memory", source=name)
+    return _error(f"not valid {what}: {_first_line(err)}", source=name)  # e.g. an integer of thousands of digits
 
 
 def _first_line(err: BaseException) -> str:
