@@ -567,3 +567,40 @@ def test_building_the_package_writes_nothing_into_the_source_tree(tmp_path):
     after = sorted(str(p.relative_to(source)) for p in source.rglob("*"))
     assert after == before, sorted(set(after) - set(before))[:10]
     assert list((tmp_path / "wheels").glob("partitioner-*.whl"))
+
+
+def test_the_readme_states_the_limits_the_code_enforces():
+    from partitioner import limits
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Accepted ranges and resource limits") :]
+    section = section[: section.index("\n## ", 5)]
+    stated = {
+        "MAX_TIME_MS": "1e9 ms",
+        "MAX_BYTES": "2^50",
+        "MAX_TOTAL_BYTES": "2^53",
+        "MIN_GBPS": "1e-6",
+        "MAX_GBPS": "1e6 GB/s",
+        "MAX_NODES": "..= 1024",
+        "MAX_GPUS_PER_NODE": "..= 1024",
+        "MAX_DEVICES": "..= 16384",
+        "MAX_LAYERS": "1 ..= 100 000",
+        "MAX_MICROBATCHES": "..= 100 000",
+        "MAX_VIRTUAL_STAGES": "..= 1024",
+        "MAX_EDGES": "..= 1 000 000",
+        "MAX_FILE_BYTES": "256 MiB",
+        "MAX_DEPTH": "..= 64 levels",
+        "MAX_VALUES": "2^24 values",
+        "MAX_STRING": "..= 4096 characters",
+        "SOLVE_REPLAY_OPS": "200 000 operations",
+        "MAX_REPLAY_OPS": "1 000 000 operations",
+    }
+    values = {
+        "MAX_TIME_MS": 1e9, "MAX_BYTES": 2**50, "MAX_TOTAL_BYTES": 2**53, "MIN_GBPS": 1e-6, "MAX_GBPS": 1e6,
+        "MAX_NODES": 1024, "MAX_GPUS_PER_NODE": 1024, "MAX_DEVICES": 16384, "MAX_LAYERS": 100_000,
+        "MAX_MICROBATCHES": 100_000, "MAX_VIRTUAL_STAGES": 1024, "MAX_EDGES": 1_000_000, "MAX_FILE_BYTES": 256 * 2**20,
+        "MAX_DEPTH": 64, "MAX_VALUES": 2**24, "MAX_STRING": 4096, "SOLVE_REPLAY_OPS": 200_000, "MAX_REPLAY_OPS": 1_000_000,
+    }
+    for name, words in stated.items():
+        assert getattr(limits, name) == values[name], f"{name} changed: update the README's limits section"
+        assert words in section, f"README does not state {name} ({words!r})"
