@@ -443,23 +443,36 @@ def dump_problem(problem: Problem, path: str | Path) -> None:
 
 
 class _Node:
-    """A value in the document together with its field path, for error messages."""
+    """A value in the document together with its field path, for error messages.
 
-    def __init__(self, value: Any, path: str):
+    The path is spelled out only when asked for (an error, a nested message):
+    a large problem has millions of nodes and almost never needs one.
+    """
+
+    __slots__ = ("value", "_path", "_parent", "_key")
+
+    def __init__(self, value: Any, path: str | None, parent: "_Node | None" = None, key: str | int | None = None):
         self.value = value
-        self.path = path
+        self._path = path
+        self._parent = parent
+        self._key = key
+
+    @property
+    def path(self) -> str:
+        if self._path is None:
+            base, key = self._parent.path, self._key
+            self._path = f"{base}[{key}]" if isinstance(key, int) else (f"{base}.{key}" if base else key)
+        return self._path
 
     def fail(self, reason: str) -> ProblemError:
         return ProblemError(reason, path=self.path)
 
     def child(self, key: str | int) -> "_Node":
-        if isinstance(key, int):
-            return _Node(self.value[key], f"{self.path}[{key}]")
-        return _Node(self.value[key], f"{self.path}.{key}" if self.path else key)
+        return _Node(self.value[key], None, self, key)
 
     # -- shapes
     def mapping(self, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> "_Node":
-        if not isinstance(self.value, Mapping):
+        if type(self.value) is not dict and not isinstance(self.value, Mapping):
             raise self.fail(f"must be an object, got {_describe(self.value)}")
         for key in required:
             if key not in self.value:
@@ -708,36 +721,22 @@ def _parse_layers(node: _Node, cluster: Cluster, version: int = 1, variants: Map
         raise node.fail(f"has {len(node.value)} layers, more than the {MAX_LAYERS} accepted (see the accepted ranges in the README)")
     layers = []
     totals: dict[Layout, list[int]] = {}  # per config: Σ weight_bytes, Σ act_bytes so far
+    configs: dict[str, Layout] = {}  # cost key -> its checked config
     for i, lnode in enumerate(node.elements()):
         lnode.mapping(("costs",), ("name", "module", "out_bytes"))
         name = lnode.child("name").string() if "name" in lnode.value else f"layer{i}"
         module = lnode.child("module").string() if "module" in lnode.value else "layer"
         out_bytes = lnode.child("out_bytes").integer(minimum=0, maximum=MAX_BYTES) if "out_bytes" in lnode.value else 0
         costs_node = lnode.child("costs")
-        if not isinstance(costs_node.value, Mapping):
+        if type(costs_node.value) is not dict and not isinstance(costs_node.value, Mapping):
             raise costs_node.fail(
                 f"must be an object keyed by config (dp<int>tp<int>[/variant]), got {_describe(costs_node.value)}"
             )
         costs: dict[Layout, LayerCost] = {}
         for key, cnode in costs_node.items():
-            try:
-                layout = Layout.parse(key)
-            except ValueError as err:
-                raise cnode.fail(str(err)) from None
-            if layout.variant and version < 2:
-                raise cnode.fail(f"variant {layout.variant!r} in a cost key needs format version 2 (set version: 2)")
-            if layout.variant and variants is not None and layout.variant not in variants:
-                raise cnode.fail(
-                    f"variant {layout.variant!r} is not listed in the top-level 'variants' "
-                    f"(listed: {', '.join(sorted(variants)) or 'none'})"
-                )
-            if layout.tp > cluster.gpus_per_node:
-                raise cnode.fail(f"tp={layout.tp} exceeds gpus_per_node={cluster.gpus_per_node}")
-            if not cluster.allows_size(layout.devices):
-                raise cnode.fail(
-                    f"dp*tp={layout.devices} is not an allowed stage size on this cluster "
-                    f"(allowed: {cluster.describe_sizes()})"
-                )
+            layout = configs.get(key)
+            if layout is None:  # each distinct key is checked once, where it first appears
+                layout = configs[key] = _parse_config(key, cnode, cluster, version, variants)
             if layout in costs:
                 raise cnode.fail("duplicate config")
             cost = costs[layout] = _parse_cost(cnode)
@@ -753,7 +752,53 @@ def _parse_layers(node: _Node, cluster: Cluster, version: int = 1, variants: Map
     return tuple(layers)
 
 
+def _parse_config(
+    key: str, cnode: _Node, cluster: Cluster, version: int, variants: Mapping[str, str] | None
+) -> Layout:
+    """The config a cost key names, checked against the format version, the variants and the cluster."""
+    try:
+        layout = Layout.parse(key)
+    except ValueError as err:
+        raise cnode.fail(str(err)) from None
+    if layout.variant and version < 2:
+        raise cnode.fail(f"variant {layout.variant!r} in a cost key needs format version 2 (set version: 2)")
+    if layout.variant and variants is not None and layout.variant not in variants:
+        raise cnode.fail(
+            f"variant {layout.variant!r} is not listed in the top-level 'variants' "
+            f"(listed: {', '.join(sorted(variants)) or 'none'})"
+        )
+    if layout.tp > cluster.gpus_per_node:
+        raise cnode.fail(f"tp={layout.tp} exceeds gpus_per_node={cluster.gpus_per_node}")
+    if not cluster.allows_size(layout.devices):
+        raise cnode.fail(
+            f"dp*tp={layout.devices} is not an allowed stage size on this cluster (allowed: {cluster.describe_sizes()})"
+        )
+    return layout
+
+
+_PLAIN_COST = frozenset(("fwd_ms", "bwd_ms", "weight_bytes", "act_bytes"))
+
+
 def _parse_cost(cnode: _Node) -> LayerCost:
+    v = cnode.value
+    if type(v) is dict and len(v) == 4 and v.keys() == _PLAIN_COST:
+        # fast path, the common entry with every value plainly in range; anything else is checked below
+        fwd, bwd, w, a = v["fwd_ms"], v["bwd_ms"], v["weight_bytes"], v["act_bytes"]
+        if (
+            type(fwd) in (float, int)
+            and type(bwd) in (float, int)
+            and type(w) is int
+            and type(a) is int
+            and 0 <= fwd <= MAX_TIME_MS
+            and 0 <= bwd <= MAX_TIME_MS
+            and 0 <= w <= MAX_BYTES
+            and 0 <= a <= MAX_BYTES
+        ):
+            return LayerCost(float(fwd), float(bwd), w, a)
+    return _parse_cost_checked(cnode)
+
+
+def _parse_cost_checked(cnode: _Node) -> LayerCost:
     cnode.mapping(("fwd_ms", "bwd_ms", "weight_bytes", "act_bytes"), ("bwd_input_ms", "bwd_weight_ms"))
     fwd = cnode.child("fwd_ms").number(minimum=0, maximum=MAX_TIME_MS)
     bwd = cnode.child("bwd_ms").number(minimum=0, maximum=MAX_TIME_MS)
