@@ -196,7 +196,7 @@ def check_time_limit(time_limit: Any) -> float | None:
         raise SolverError(f"time limit must be a number of seconds, got {time_limit!r}")
     value = float(time_limit)
     if not math.isfinite(value) or value <= 0:
-        raise SolverError(f"time limit must be a finite number of seconds > 0, got {time_limit!r}")
+        raise SolverError(f"time limit must be > 0 seconds and finite, got {time_limit!r}")
     return value
 
 
