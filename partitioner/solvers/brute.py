@@ -177,14 +177,16 @@ def solve_brute(problem: Problem, request: SolveRequest) -> Candidate:
     start = time.perf_counter()
     deadline = request.deadline(start)
     counts = feasible_stage_counts(problem)
-    work = enumeration_size(problem, counts)
     limit = int(request.option("max_combinations", DEFAULT_MAX_COMBINATIONS))
+    # every feasible P has at least one size sequence: the cuts alone bound the work from below
+    lower = max((comb(problem.num_layers - 1, P - 1) for P in counts), default=0)
+    work = lower if lower > limit else enumeration_size(problem, counts)
     if work > limit:
         return Candidate(
             "error",
             message=(
-                f"brute: {work:,} cut x size combinations exceed the limit of {limit:,} "
-                f"(option max_combinations); use dp or cpsat for a problem this size"
+                f"brute: {'at least ' if work == lower else ''}{work:,} cut x size combinations exceed the "
+                f"limit of {limit:,} (option max_combinations); use dp or cpsat for a problem this size"
             ),
         )
     allowed = problem.cluster.allowed_sizes()
