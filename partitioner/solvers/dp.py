@@ -82,6 +82,7 @@ from ..plan import Plan, Stage
 from ..problem import Problem
 from .base import Candidate, SolveRequest, register
 from .dp_compute import ComputeOnlyDP
+from .dp_stage import StageCosts
 from .feasibility import explain_infeasible, quick_infeasibility
 from .tables import CostTables
 
@@ -119,14 +120,51 @@ def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
             # the relaxed optimum's runs did not pack: solve with the exact placement automaton
             outcome = model.optimize(request.objective, "bins", deadline, budget)
     except _TooLarge as err:
-        return Candidate("error", message=f"dp: {err}")
+        return _cut_short(problem, request, model, f"dp: {err}")
     except _OutOfTime:
-        return Candidate("error", message="dp: time limit reached before the recursion finished")
+        return _cut_short(problem, request, model, "dp: time limit reached before the recursion finished")
     if outcome.status == "infeasible":
         return Candidate("infeasible", message=explain_infeasible(problem))
     if outcome.plan is None:
         return Candidate("error", message="dp: internal error: the optimum could not be placed")
     return Candidate(outcome.status, outcome.plan, bound=outcome.bound, extra={"dp": outcome.stats})
+
+
+def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel", reason: str) -> Candidate:
+    """The best known plan when the search cannot finish: the DP's own best so far or the greedy
+    plan, whichever is better, ``feasible`` with the best proven lower bound; ``error`` if neither exists."""
+    from ..plan import PlanError, evaluate
+    from .greedy import solve_greedy
+
+    found = []
+    known = getattr(model, "best_known", None)
+    if known is not None:
+        found.append(("dp", known[1]))
+    greedy = solve_greedy(problem, SolveRequest(request.objective))
+    if greedy.plan is not None:
+        found.append(("greedy", greedy.plan))
+    best = None
+    for source, plan in found:
+        try:
+            value = evaluate(problem, plan, request.objective).value
+        except PlanError:
+            continue
+        if best is None or value < best[0]:
+            best = (value, source, plan)
+    if best is None:
+        return Candidate("error", message=f"{reason}; no valid plan known")
+    bounds = [b for b in (getattr(model, "proven_bound", None),) if b is not None]
+    bounds.append(model.analytic_bound(request.objective))
+    bound = max(bounds) * (1 - 1e-9) if bounds and all(math.isfinite(b) for b in bounds) else None
+    if bound is not None:
+        bound = min(bound, best[0])
+    return Candidate(
+        "feasible",
+        best[2],
+        bound=bound,
+        message=f"{reason}; returning the best known plan ({best[1]})",
+        extra={"dp": {"cut_short": reason, "plan_from": best[1]}},
+    )
 
 
 class _TooLarge(Exception):
@@ -280,48 +318,63 @@ class DPModel:
         self.sizes = tuple(d for d in cluster.allowed_sizes() if d in usable)
         self.stage_counts = stage_counts or (problem.stages.min, problem.stages.max)
         self._matrices: dict[tuple[int, int], np.ndarray] = {}
+        self._budget = _MEMORY_BUDGET_BYTES
         self._layer_tables()
-        self._levels()
+        self.K = None  # set by prepare()
 
     # ---------------------------------------------------------------- tables
     def _layer_tables(self) -> None:
-        p, L = self.problem, self.L
-        tables = CostTables(p, self.layouts)
-        tp, wp, ap, mp = tables.time_prefix, tables.weight_prefix, tables.act_prefix, tables.missing_prefix
-        self.time_prefix = tp
-        # C[j, a, b]: compute of layers a..b in layout j; smax[j, a, b]: the largest stash that fits
-        self.C = tp[:, None, 1:] - tp[:, :L, None]
-        W = wp[:, None, 1:] - wp[:, :L, None]
-        A = ap[:, None, 1:] - ap[:, :L, None]
-        miss = (mp[:, None, 1:] - mp[:, :L, None]) > 0
-        cap = p.cluster.gpu_memory_bytes
-        big = np.int64(1 << 40)
-        with np.errstate(divide="ignore"):
-            smax = np.where(A > 0, (cap - W) // np.maximum(A, 1), np.where(W <= cap, big, -1))
-        smax = np.where((W > cap) | miss, -1, smax)
-        tri = np.triu(np.ones((L, L), bool))
-        self.smax = np.where(tri[None], smax, -1)
-        self.C = np.where(tri[None], self.C, INF)
-        self.layouts_of_size = [[j for j, lay in enumerate(self.layouts) if lay.devices == d] for d in self.sizes]
-        self.out_bytes = tables.out_bytes.copy()
-        self.out_bytes[-1] = 0.0
+        """Per-layer arrays only (O(configs x L)); stage tables are built per (size, stash) on demand."""
+        self.costs = StageCosts(self.problem, self.layouts, self.sizes)
+        self.time_prefix = CostTables(self.problem, self.layouts).time_prefix  # the range-query fast path's
+        self.layouts_of_size = self.costs.of_size
+        self.out_bytes = self.costs.out_bytes.copy()
+        if self.L:
+            self.out_bytes[-1] = 0.0
 
-    def _levels(self) -> None:
+    def check_budget(self, need: float, what: str) -> None:
+        """Refuse before allocating: ``need`` bytes against the memory budget."""
+        if need > self._budget:
+            raise _TooLarge(
+                f"{what} would need {need / 2**30:.1f} GiB (limit {self._budget / 2**30:.1f} GiB, "
+                "option memory_budget_gb); use cpsat for this problem"
+            )
+
+    def _levels(self, deadline: float | None = None) -> None:
         """Stage-count levels: exact counts below ``K``; level ``K`` is "K or more" when unbounded.
 
-        A stash of s fits a stage exactly when s <= smax for its layout and
-        layers. Past the largest smax below m, every stash up to m fits the
-        same stages, so stage counts from ``m_eff`` on behave alike.
+        The stage choice at stash s is non-increasingly permissive in s, so the
+        stashes s whose stage tables equal those of stash m form an interval
+        [m_eff, m]: past m_eff every stash up to m gives the same stage times,
+        and stage counts from ``m_eff`` on behave alike. Single-segment
+        stages compare the sets of (config, a, b) that fit (the v1 rule);
+        otherwise the stage tables themselves are compared.
         """
         P_lo, P_hi = self.stage_counts
-        below = self.smax[(self.smax >= 1) & (self.smax < self.m)]
-        m_eff = int(below.max()) + 1 if below.size else 1
+        m = self.m
+        if self.costs.single_segment:
+
+            def same(s: int) -> bool:
+                return all(np.array_equal(self.costs.fit_end(j, s), self.costs.fit_end(j, m)) for j in range(len(self.layouts)))
+
+        else:
+
+            def same(s: int) -> bool:
+                if deadline is not None and time.perf_counter() > deadline:
+                    raise _OutOfTime
+                return all(np.array_equal(self.compute_matrix(i, s), self.compute_matrix(i, m)) for i in range(len(self.sizes)))
+
+        m_eff = m
+        for s in range(1, min(m, P_hi) + 1):
+            if same(s):
+                m_eff = s
+                break
         unbounded = P_hi >= min(self.L, self.N)
         if unbounded and max(m_eff, P_lo) < P_hi:
             self.K, self.bucket = max(m_eff, P_lo), True
         else:
             self.K, self.bucket = P_hi, False
-        # a stash of min(m, k) fits the same stages as min(m_eff, k): use the smaller, equivalent one
+        # a stash of min(m, k) gives the same stage times as min(m_eff, k): use the smaller, equivalent one
         self.stash_of_level = [0] + [min(m_eff, k) for k in range(1, self.K + 1)]
         self.P_lo, self.P_hi = P_lo, P_hi
 
@@ -356,23 +409,22 @@ class DPModel:
         return self.compute_matrix(i, stash)[a, a:]
 
     def compute_matrix(self, i: int, stash: int) -> np.ndarray:
-        """best[a, b]: the fastest fitting compute of layers a..b on size index i (inf if none)."""
+        """best[a, b]: the fastest fitting compute of layers a..b on size index i (inf if none);
+        see :mod:`.dp_stage` for the rule with segments and reshards."""
         key = (i, stash)
         found = self._matrices.get(key)
         if found is None:
-            found = np.full((self.L, self.L), INF)
-            for j in self.layouts_of_size[i]:
-                found = np.where(self.smax[j] >= stash, np.minimum(found, self.C[j]), found)
+            found = self.costs.matrix(i, stash)
             if len(self._matrices) * self.L * self.L * 8 < 2**28:  # keep at most 256 MiB of them
                 self._matrices[key] = found
         return found
 
-    def best_layout(self, a: int, b: int, i: int, stash: int):
-        best = None
-        for j in self.layouts_of_size[i]:
-            if self.smax[j, a, b] >= stash and (best is None or self.C[j, a, b] < self.C[best, a, b]):
-                best = j
-        return self.layouts[best]
+    def stage_configs(self, a: int, b: int, i: int, stash: int) -> tuple:
+        """The per-segment configs of the fastest fitting stage a..b on size index i."""
+        found = self.costs.configs(a, b, i, stash)
+        if found is None:
+            raise RuntimeError(f"dp: internal error: no configs fit stage {a}..{b} on {self.sizes[i]} devices")
+        return found[0]
 
     # ---------------------------------------------------------------- recursion
     def recursion(self, auto: Automaton, X: np.ndarray, mode: str, limit: float, deadline: float | None) -> np.ndarray:
@@ -536,10 +588,9 @@ class DPModel:
             return _same(value, target)
 
         def walk(a, level, z, c, D, target):
-            stash = self.stash_of_level[level]
             matches = [ch for ch in self._choices(V, auto, X, xin, mode, lim, a, level, z, c, D) if fits(ch[-1], target)]
             for b, i, src, zpp, coo, t, _ in sorted(matches, key=linked):
-                stage = (a, b, self.sizes[i], self.best_layout(a, b, i, stash))
+                stage = (a, b, self.sizes[i], i)
                 if src is None:
                     yield [stage], [], [t]
                     continue
@@ -595,16 +646,37 @@ class DPModel:
         if assignment is None:
             return None
         ids = node_assignment_ids(cluster, sizes, assignment)
-        return Plan(tuple(Stage(a, b, d, lay.dp, lay.tp, ids[p]) for p, (a, b, d, lay) in enumerate(stages)))
+        P = len(stages)
+        # configs at each stage's true stash min(m, P - p): the same stage time as the level's (see _levels)
+        return Plan(
+            tuple(
+                Stage.from_configs(a, b, d, self.stage_configs(a, b, i, min(self.m, P - p)), ids[p])
+                for p, (a, b, d, i) in enumerate(stages)
+            )
+        )
 
     # ---------------------------------------------------------------- objectives
+    def prepare(self, deadline: float | None = None) -> None:
+        """Check the budget for the stage tables, then fix the stage-count levels."""
+        self.check_budget(6.0 * 8 * self.L * self.L, f"the stage tables of {self.L} layers")
+        if self.K is None:
+            self._levels(deadline)
+
     def optimize(self, objective: str, kind: str, deadline, budget) -> _Outcome:
         self._budget = budget
+        self.best_known = None  # (value, plan): the best valid plan met so far, for a run cut short
+        self.proven_bound = None  # a lower bound on the optimum proven so far
+        self.prepare(deadline)
+        refusal = None
         if kind == "none":
-            return self._compute_only(objective, deadline)
+            refusal = self.fast_path_refusal()
+            if refusal is None:
+                return self._compute_only(objective, deadline)
         auto = self._automaton_for(kind)
         X = self._transfer_table(auto)
         stats = {"placement": kind, "states": len(auto.states), "categories": len(auto.categories), "levels": self.K}
+        if refusal:
+            stats["general_recursion"] = refusal
         if objective == "bottleneck":
             V = self.recursion(auto, X, "minmax", INF, deadline)
             value, arg = self._final(V, auto)
@@ -614,6 +686,61 @@ class DPModel:
             plan, _ = self.placed_optimum(V, auto, X, "minmax", INF, value, kind)
             return _Outcome("optimal", plan, value, stats)
         return self._iteration(auto, X, kind, deadline, stats)
+
+    def fast_path_refusal(self) -> str | None:
+        """Why the range-query recursions of :mod:`.dp_compute` do not apply here, or None.
+
+        They need a stage's time to be a difference of one config's prefix
+        sums: true when every stage has one config
+        (:attr:`.StageCosts.single_segment`), and accurate only while the
+        prefix sums' rounding, at most about ``L * eps * max|prefix|``, is
+        negligible (1e-11) against the least possible stage time: one huge
+        layer time (a 1e18 "never" sentinel) would otherwise wipe out the
+        digits of every stage after it. Otherwise the general recursion
+        runs on forward sums (:mod:`.dp_stage`).
+        """
+        if not self.costs.single_segment:
+            return "stages can span segments with different configs"
+        magnitude = float(np.max(np.abs(self.time_prefix))) if self.time_prefix.size else 0.0
+        if magnitude == 0.0:
+            return None
+        floor = self.layer_floor()[0]
+        error = 4.0 * (self.L + 1) * np.finfo(float).eps * magnitude
+        if not (error <= 1e-11 * floor):
+            return f"prefix sums up to {magnitude:.3g} ms would round away stage times near {floor:.3g} ms"
+        return None
+
+    def layer_floor(self) -> tuple[float, float, float]:
+        """(slowest layer's least time, least total work over N, sum of least layer times) over the
+        configs each layer fits in alone with one stashed microbatch: a bottleneck no plan beats is
+        the larger of the first two (reshards and transfers only add; a stage's time times its
+        devices is at least its layers' least work)."""
+        costs = self.costs
+        J = len(self.layouts)
+        if J == 0 or self.L == 0:
+            return INF, INF, INF
+        idx = np.arange(self.L)
+        fits = np.array([costs.fit_end(j, 1) >= idx for j in range(J)])
+        devices = np.array([lay.devices for lay in self.layouts], dtype=float)[:, None]
+        alone = np.where(fits, costs.time, INF).min(axis=0)
+        work = np.where(fits, costs.time * devices, INF).min(axis=0)
+        if not np.all(np.isfinite(alone)):
+            return INF, INF, INF
+        return float(alone.max()), float(work.sum() / self.N), float(alone.sum())
+
+    def analytic_bound(self, objective: str) -> float:
+        """A lower bound on the objective from :meth:`layer_floor` (valid for every plan)."""
+        slowest, work, total = self.layer_floor()
+        worst = max(slowest, work)
+        return worst if objective == "bottleneck" else total + (self.m - 1) * worst
+
+    def note(self, stages, links, kind: str, value: float) -> None:
+        """Remember a valid plan met on the way (returned if the time limit cuts the search short)."""
+        if self.best_known is not None and self.best_known[0] <= value:
+            return
+        plan = self.place(stages, links, kind)
+        if plan is not None:
+            self.best_known = (value, plan)
 
     def _compute_only(self, objective: str, deadline) -> _Outcome:
         """No transfers anywhere: range-query recursions (:mod:`.dp_compute`)."""
@@ -643,14 +770,18 @@ class DPModel:
         if free is None:
             return _Outcome("infeasible")
         best = (free_sum + (m - 1) * free_max, free)
+        self.note(free[0], free[1], kind, best[0])
         if m > 1:
             # the free optimum's slowest stage bounds the lowest bottleneck: prune slower stages
             V = self.recursion(auto, X, "minmax", free_max, deadline)
             calls += 1
             lowest_max, _ = self._final(V, auto)
+            # every plan has sum >= free_sum and max >= lowest_max
+            self.proven_bound = free_sum + (m - 1) * lowest_max
             f_lo, M_lo, plan_lo = minsum(lowest_max)
             if plan_lo is not None and f_lo + (m - 1) * M_lo < best[0]:
                 best = (f_lo + (m - 1) * M_lo, plan_lo)
+                self.note(plan_lo[0], plan_lo[1], kind, best[0])
             # walk the (sum, max) Pareto points down from the free optimum (see dp_compute.iteration)
             f, M = free_sum, free_max
             while f + (m - 1) * lowest_max < best[0] * (1 - 1e-12):
@@ -662,6 +793,7 @@ class DPModel:
                     break
                 if f + (m - 1) * M < best[0]:
                     best = (f + (m - 1) * M, plan)
+                    self.note(plan[0], plan[1], kind, best[0])
         stats["recursions"] = calls
         stages, links, _, limit = best[1]
         plan = self.place(stages, links, kind)
