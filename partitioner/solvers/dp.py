@@ -611,8 +611,9 @@ class DPModel:
         They need a stage's time to be a difference of one config's prefix
         sums: true when every stage has one config
         (:attr:`.StageCosts.single_segment`), and accurate only while the
-        prefix sums' rounding, at most about ``L * eps * max|prefix|``, is
-        negligible (1e-11) against the least possible stage time: one huge
+        prefix sums' rounding, about ``L * eps * max|prefix|`` per stage time
+        and at most ``(P + m - 1)`` of them in the objective, is negligible
+        (1e-10) against ``m`` times the least possible bottleneck: one huge
         layer time (a 1e18 "never" sentinel) would otherwise wipe out the
         digits of every stage after it. Otherwise the general recursion
         runs on forward sums (:mod:`.dp_stage`).
@@ -622,9 +623,11 @@ class DPModel:
         magnitude = float(np.max(np.abs(self.time_prefix))) if self.time_prefix.size else 0.0
         if magnitude == 0.0:
             return None
-        floor = self.layer_floor()[0]
-        error = 4.0 * (self.L + 1) * np.finfo(float).eps * magnitude
-        if not (error <= 1e-11 * floor):
+        slowest, work, _ = self.layer_floor()
+        floor = max(slowest, work)  # no plan's slowest stage is faster
+        # rounding of one stage time, and its weight in the objective relative to m x the bottleneck
+        error = 4.0 * (self.L + 1) * np.finfo(float).eps * magnitude * (1.0 + self.stage_counts[1] / self.m)
+        if not (error <= 1e-10 * floor):
             return f"prefix sums up to {magnitude:.3g} ms would round away stage times near {floor:.3g} ms"
         return None
 
