@@ -1,9 +1,10 @@
 """The exact DP on format v2: per-segment configs, variants, intra-stage reshards; and its limits.
 
-The oracle here is deliberately naive: every plan (stage count, cuts, sizes,
+Two oracles: ``brute`` (the project's, on ``strategies.small_v2_problems``)
+and one deliberately naive here: every plan (stage count, cuts, sizes,
 placement pattern, one config per segment of every stage) is built and
-priced by :func:`partitioner.plan.evaluate` itself, so nothing of the DP's
-reasoning (frontiers, "fastest fitting configs per stage") is reused.
+priced by :func:`partitioner.plan.evaluate` itself, so nothing of any
+solver's reasoning (frontiers, "fastest fitting configs per stage") is reused.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from partitioner.solvers.dp import DPModel
 from partitioner.solvers.dp_stage import StageCosts
 from partitioner.solvers.feasibility import feasible_stage_counts
 from checks import check_plan
+from strategies import small_v2_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 REL = 1e-6
@@ -133,6 +135,38 @@ def oracle(problem: Problem, objective: str, cap: int = 200_000) -> float | None
     return best
 
 
+def agree_brute(problem: Problem, objective: str, options=None):
+    oracle_result = solve(problem, "brute", objective=objective)
+    assert oracle_result.status in ("optimal", "infeasible"), oracle_result.message
+    result = solve(problem, "dp", objective=objective, options=options)
+    assert result.status in ("optimal", "infeasible"), result.message
+    assert (oracle_result.status == "infeasible") == (result.status == "infeasible"), (oracle_result.message, result.message)
+    if result.status == "optimal":
+        assert result.value == pytest.approx(oracle_result.value, rel=REL)
+        assert result.bound == pytest.approx(result.value, rel=REL)
+        check_plan(problem, result)
+    else:
+        assert result.message
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_v2_problems(objectives=("bottleneck",)))
+def test_dp_v2_matches_brute_bottleneck(problem):
+    agree_brute(problem, "bottleneck")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_v2_problems(objectives=("iteration",)))
+def test_dp_v2_matches_brute_iteration(problem):
+    agree_brute(problem, "iteration")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_v2_problems())
+def test_dp_v2_exact_placement_automaton_matches_brute(problem):
+    agree_brute(problem, problem.objective, {"placement": "bins"})
+
+
 def agree(problem: Problem, objective: str, options=None):
     expected = oracle(problem, objective)
     result = solve(problem, "dp", objective=objective, options=options)
@@ -149,19 +183,19 @@ def agree(problem: Problem, objective: str, options=None):
     return result
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(small_v2(objectives=("bottleneck",)))
 def test_dp_v2_matches_exhaustive_bottleneck(problem):
     agree(problem, "bottleneck")
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(small_v2(objectives=("iteration",)))
 def test_dp_v2_matches_exhaustive_iteration(problem):
     agree(problem, "iteration")
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(small_v2())
 def test_dp_v2_exact_placement_automaton_matches_exhaustive(problem):
     agree(problem, problem.objective, {"placement": "bins"})
@@ -191,7 +225,7 @@ def stage_best(problem: Problem, a: int, b: int, d: int, stash: int) -> float:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(small_v2(max_layers=7), st.integers(1, 6))
+@given(st.one_of(small_v2(max_layers=7), small_v2_problems()), st.integers(1, 6))
 def test_stage_table_is_the_least_time_over_segment_configs(problem, stash):
     sizes = tuple(sorted({lay.devices for lay in problem.layouts()}))
     costs = StageCosts(problem, problem.layouts(), sizes)
