@@ -25,9 +25,33 @@ of ``minsum(T) + (m - 1) T``; ``minsum`` is a non-increasing step function of
 ``minsum(hi) + (m - 1) lo`` on ``[lo, hi]``) finds it after a few recursions,
 like Alpa's enumeration of the largest stage latency [1]_ but with pruning.
 
-Choosing a stage's layout is no part of the state: for a fixed cut, size and
-neighbours, the fastest layout that fits (with its stash) is best, because
-both objectives are non-decreasing in every stage time.
+Choosing a stage's configs is no part of the state: for a fixed cut, size
+and neighbours, the fastest configs that fit (with the stage's stash) are
+best, because the transfers depend only on cuts, sizes and placement and
+both objectives are non-decreasing in every stage time. In format v2 a stage
+has one config per module segment, memory couples the segments and reshards
+couple adjacent ones: :mod:`.dp_stage` computes that per-(a, b, size, stash)
+minimum exactly (Pareto frontiers of (time, memory) per mesh, combined
+left to right) and its configs for the walk back; in v1 (one segment) it is
+the fastest fitting layout as before. Plans get each stage's configs at its
+true stash ``min(m, P - p)`` and device ids in the canonical form (ids
+grouped by node, ascending; the reshard times assume it).
+
+Stage-count levels. The stage tables at stash s only lose options as s
+grows, so the stashes whose tables equal those at m form an interval
+``[m_eff, m]``; levels from ``m_eff`` on share one table (:meth:`DPModel._levels`).
+
+No transfers. When no boundary carries bytes the range-query recursions of
+:mod:`.dp_compute` run instead -- when a stage's time is a difference of one
+config's prefix sums (v1, one module, or one config per size) and those
+prefix sums cannot cancel a stage's digits (:meth:`DPModel.fast_path_refusal`);
+otherwise the general recursion below runs with no placement states.
+
+Limits. The memory budget (option ``memory_budget_gb``) is checked before
+any table of size ``L^2`` or larger is built; a search stopped by the budget
+or the time limit hands its best valid plan so far and its best proven bound
+to :mod:`.dp_method`, which returns it (or the greedy plan, if better) as
+``feasible``.
 
 Placement
 ---------
@@ -53,6 +77,7 @@ into the nodes the multi-node stages leave. The placement state ``z`` is:
 
 Complexity
 ----------
+Stage tables: one ``L x L`` table per (size, stash) level, see :mod:`.dp_stage`.
 With L layers, N devices, S allowed sizes, K = max(m, P_min) stage levels
 (at most P_max), Z placement states and C categories, one recursion costs
 ``O(K * L^2 * S * (pairs) * C' * N)`` numpy element operations, where
