@@ -109,7 +109,6 @@ from .dp_compute import ComputeOnlyDP
 from .dp_stage import StageCosts
 from .errors import OutOfTime as _OutOfTime
 from .errors import TooLarge as _TooLarge
-from .tables import CostTables
 
 __all__ = ["DPModel"]
 
@@ -269,7 +268,10 @@ class DPModel:
     def _layer_tables(self) -> None:
         """Per-layer arrays only (O(configs x L)); stage tables are built per (size, stash) on demand."""
         self.costs = StageCosts(self.problem, self.layouts, self.sizes)
-        self.time_prefix = CostTables(self.problem, self.layouts).time_prefix  # the range-query fast path's
+        # the range-query fast path's prefix sums, accumulated in extended precision where the platform has it
+        J = len(self.layouts)
+        acc = np.cumsum(self.costs.time.astype(np.longdouble), axis=1)
+        self.time_prefix = np.hstack([np.zeros((J, 1)), acc.astype(np.float64)])
         self.layouts_of_size = self.costs.of_size
         self.out_bytes = self.costs.out_bytes.copy()
         if self.L:
@@ -636,9 +638,10 @@ class DPModel:
         They need a stage's time to be a difference of one config's prefix
         sums: true when every stage has one config
         (:attr:`.StageCosts.single_segment`), and accurate only while the
-        prefix sums' rounding, about ``L * eps * max|prefix|`` per stage time
-        and at most ``(P + m - 1)`` of them in the objective, is negligible
-        (1e-10) against ``m`` times the least possible bottleneck: one huge
+        prefix sums' rounding (accumulated in extended precision, then rounded
+        once: about ``2 * eps * max|prefix|`` per stage time, ``P + m - 1``
+        of them in the objective) is negligible (1e-10) against ``m`` times
+        the least possible bottleneck: one huge
         layer time (a 1e18 "never" sentinel) would otherwise wipe out the
         digits of every stage after it. Otherwise the general recursion
         runs on forward sums (:mod:`.dp_stage`).
@@ -650,8 +653,10 @@ class DPModel:
             return None
         slowest, work, _ = self.layer_floor()
         floor = max(slowest, work)  # no plan's slowest stage is faster
-        # rounding of one stage time, and its weight in the objective relative to m x the bottleneck
-        error = 4.0 * (self.L + 1) * np.finfo(float).eps * magnitude * (1.0 + self.stage_counts[1] / self.m)
+        # a prefix entry is off by at most (L eps_acc + eps / 2) max|prefix|, a stage time by twice that;
+        # the objective adds at most P + m - 1 of them, against a value of at least m x floor
+        per_stage = 2.0 * (self.L * float(np.finfo(np.longdouble).eps) + float(np.finfo(float).eps)) * magnitude
+        error = per_stage * (1.0 + self.stage_counts[1] / self.m)
         if not (error <= 1e-10 * floor):
             return f"prefix sums up to {magnitude:.3g} ms would round away stage times near {floor:.3g} ms"
         return None
