@@ -14,7 +14,6 @@ import math
 import tracemalloc
 from pathlib import Path
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
