@@ -78,10 +78,11 @@ References
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ortools.sat.python import cp_model
@@ -103,8 +104,10 @@ from .slotmodel import (
     decisions_of_plan,
     int_option,
     integer_times,
+    model_size_refusal,
     plan_of_decisions,
     slot_data,
+    stage_ceiling_ms,
     starting_plan,
 )
 
@@ -122,27 +125,35 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     reason = quick_infeasibility(problem)
     if reason:
         return Candidate("infeasible", message=reason)
-    data = slot_data(problem, request.objective)
     resolution = request.option("resolution", RESOLUTION)
     if isinstance(resolution, bool) or not isinstance(resolution, (int, float)) or not 0 < resolution < 1:
         raise SolverError(f"cpsat: option resolution must be a number in (0, 1), got {resolution!r}")
-    times = integer_times(data, float(resolution))
-    try:
-        model, var = build_model(data, times, build_guard(request.deadline(start)))
-    except BuildTimeout:
-        return Candidate("error", message=build_timeout_message("cpsat", data))
-
+    check = build_guard(request.deadline(start))
+    refusal = model_size_refusal("cpsat", problem, request, start)
+    if refusal:
+        return Candidate("error", message=refusal)
     extra: dict[str, Any] = {}
-    hint_plan, hint_source = starting_plan(problem, request, extra)
-    decisions = decisions_of_plan(data, hint_plan) if hint_plan is not None else None
-    if decisions is None:
-        hint_plan = hint_source = None
-    else:
-        values = hint_values(var, data, times, decisions)
-        for v, value in values.items():
-            model.add_hint(v, value)
-        # the hinted plan is feasible, so the optimum is no worse than it
-        model.add(var.objective <= _objective_units(var, values, data))
+    try:
+        data = slot_data(problem, request.objective, check)
+        hint_plan, hint_source = starting_plan(problem, request, extra, check)
+        decisions = decisions_of_plan(data, hint_plan) if hint_plan is not None else None
+        if decisions is None:
+            hint_plan = hint_source = None
+        ceiling = None
+        if hint_plan is not None:
+            ceiling = stage_ceiling_ms(data.objective, _value(problem, hint_plan, data), data.microbatches)
+        times = integer_times(data, float(resolution), ceiling, check)
+        model, var = build_model(data, times, check)
+        if decisions is not None:
+            values = hint_values(var, data, times, decisions)
+            for v, value in values.items():
+                model.add_hint(v, value)
+            # the hinted plan is feasible, so the optimum is no worse than it
+            model.add(var.objective <= _objective_units(var, values, data))
+    except BuildTimeout:
+        return Candidate("error", message=build_timeout_message("cpsat", problem))
+    except ModelRangeError as err:
+        return Candidate("error", message=str(err))
 
     solver = cp_model.CpSolver()
     params = solver.parameters
@@ -178,11 +189,16 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     }
     extra["time_unit_ms"] = 1.0 / times.scale
     extra["model_error_ms"] = times.error / times.scale
-    return _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, extra)
+    return _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, extra, float(resolution))
 
 
-def _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, extra) -> Candidate:
-    """Turn the solver's answer into a candidate (plan, proven bound, message)."""
+def _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, extra, resolution=RESOLUTION) -> Candidate:
+    """Turn the solver's answer into a candidate (plan, proven bound, message).
+
+    "optimal" is claimed only when the proven bound is within ``resolution``
+    of the plan's exact value: CP-SAT's OPTIMAL is about the integer model,
+    whose unit may be coarser than that when the times span too wide a range.
+    """
     analytic = data.lower_bound()
     if code == cp_model.INFEASIBLE:
         if hint_plan is not None:  # cannot happen for a correct solver: the hint is a solution
@@ -190,13 +206,23 @@ def _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, 
         return Candidate("infeasible", message=explain_infeasible(problem), extra=extra)
     bound = analytic
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
-        bound = conservative_bound(solver.best_objective_bound, times, analytic)
+        bound = conservative_bound(solver.best_objective_bound, times, analytic, data.num_layers)
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         plan = plan_of_decisions(data, read_decisions(solver, var, data))
-        if hint_plan is not None and _value(problem, hint_plan, data) < _value(problem, plan, data):
-            plan = hint_plan  # equal in the integer model, better after exact re-evaluation
+        value = _value(problem, plan, data)
+        if hint_plan is not None:
+            hinted = _value(problem, hint_plan, data)
+            if hinted < value:
+                plan, value = hint_plan, hinted  # equal in the integer model, better after exact re-evaluation
         status = "optimal" if code == cp_model.OPTIMAL else "feasible"
         message = "" if status == "optimal" else "cpsat: time limit reached before optimality was proven"
+        if status == "optimal" and value - bound > resolution * value:
+            status = "feasible"
+            message = (
+                f"cpsat: the integer time unit ({1 / times.scale:.3g} ms, forced by times from "
+                f"{analytic:.6g} ms up to {data.upper_stage_ms():.6g} ms per stage) cannot prove "
+                f"optimality to {resolution:g}; the gap is the proven one (use dp for an exact answer)"
+            )
         return Candidate(status, plan, bound, message, extra)
     if code == cp_model.UNKNOWN and hint_plan is not None:
         message = f"cpsat: time limit reached; returning the {hint_source} plan"
@@ -218,11 +244,12 @@ class CpVars:
     """The model's variables, indexed by slot (empty lists where not modelled).
 
     ``before[i][j]`` holds the ints 1 (``j = 0``) and 0 (``j = J`` or
-    ``j > L - 1 - i``) where the value is fixed.
+    ``j > L - 1 - i``) where the value is fixed; ``use[j][g][k]`` holds 0
+    where slot ``j`` cannot cover group ``g`` in layout ``k``.
     """
 
     before: list
-    use: list
+    use: list  # use[j][g][k]: slot j runs its segment of group g in layout k
     size: list
     at_most: list  # at_most[j][s]: slot j has at most sizes[s] devices (transfers only)
     compute: list
@@ -235,6 +262,19 @@ class CpVars:
     shared: list
     link: list
     objective: Any
+    segment: dict = field(default_factory=dict)  # (j, g) -> compute of the segment (several groups)
+    memory: dict = field(default_factory=dict)  # (j, g) -> bytes (in memory units) of the segment
+    pair: dict = field(default_factory=dict)  # (j, g) -> {(mu, nu): w}, the meshes across boundary g
+    reshard: list = field(default_factory=list)  # per slot: units of its reshards (forward + backward)
+
+
+def _minus(a, b):
+    """``a - b`` for literals or the ints 0/1, folded when both are ints."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a - b
+    if isinstance(b, int):
+        return a if b == 0 else a - b
+    return a - b if not isinstance(a, int) or a else -b
 
 
 def build_model(data: SlotData, times: IntegerTimes, check=None) -> tuple[cp_model.CpModel, CpVars]:
@@ -244,6 +284,7 @@ def build_model(data: SlotData, times: IntegerTimes, check=None) -> tuple[cp_mod
     J, L, m = data.slots, data.num_layers, data.microbatches
     N = data.problem.num_devices
     nl, ns = len(data.layouts), len(data.sizes)
+    n_groups = len(data.groups)
 
     # order encoding of the layer -> slot map
     before = [
@@ -261,51 +302,91 @@ def build_model(data: SlotData, times: IntegerTimes, check=None) -> tuple[cp_mod
         model.add_linear_expression_in_domain(sum(active), cp_model.Domain.from_values(data.counts))
     members = [[(i, before[i][j] - before[i][j + 1]) for i in range(L - j)] for j in range(J)]
 
-    # one layout per active slot; sizes; devices sum to N
-    use = [[model.new_bool_var(f"use{j}_{k}") for k in range(nl)] for j in range(J)]
+    # one layout per segment (per slot and group it covers), one size per active slot; devices sum to N
+    group_configs = [set(data.group_configs(g)) for g in range(n_groups)]
+    cover = [[_minus(before[a][j], before[b][j + 1]) for a, b in data.groups] for j in range(J)]
+    use = [
+        [
+            [model.new_bool_var(f"use{j}_{g}_{k}") if k in group_configs[g] and not _zero(cover[j][g]) else 0 for k in range(nl)]
+            for g in range(n_groups)
+        ]
+        for j in range(J)
+    ]
     size = [[model.new_bool_var(f"size{j}_{s}") for s in range(ns)] for j in range(J)]
     for j in range(J):
-        model.add(sum(use[j]) == active[j])
-        for s in range(ns):
-            model.add(size[j][s] == sum(use[j][k] for k in range(nl) if data.size_index[k] == s))
+        for g in range(n_groups):
+            if not _zero(cover[j][g]):
+                model.add(sum(use[j][g]) == cover[j][g])
+        if n_groups == 1:
+            for s in range(ns):
+                model.add(size[j][s] == sum(use[j][0][k] for k in range(nl) if data.size_index[k] == s))
+        else:
+            model.add(sum(size[j]) == active[j])
+            for g in range(n_groups):
+                for s in range(ns):
+                    same = [use[j][g][k] for k in range(nl) if data.size_index[k] == s and not isinstance(use[j][g][k], int)]
+                    if same:
+                        model.add(sum(same) <= size[j][s])
     model.add(sum(d * size[j][s] for j in range(J) for s, d in enumerate(data.sizes)) == N)
 
     # compute
-    tau = [[b - a for a, b in zip(row, row[1:])] for row in times.time_prefix]
-    present = [[data.problem.layers[i].cost(lay) is not None for i in range(L)] for lay in data.layouts]
+    tau = times.tau
+    present = data.present
     work = [min(data.layouts[k].devices * tau[k][i] for k in range(nl) if present[k][i]) for i in range(L)]
-    top_compute = max(max(row[-1] for row in times.time_prefix), 0)
-    compute = []
+    top = times.top
+    compute, segment = [], {}
     for j in range(J):
         check()
-        c = model.new_int_var(0, top_compute, f"compute{j}")
-        for k in range(nl):
-            model.add(c >= sum(tau[k][i] * x for i, x in members[j] if tau[k][i])).only_enforce_if(use[j][k])
+        c = model.new_int_var(0, top, f"compute{j}")
+        if n_groups == 1:
+            for k in range(nl):
+                if not isinstance(use[j][0][k], int):
+                    model.add(c >= sum(tau[k][i] * x for i, x in members[j] if tau[k][i])).only_enforce_if(use[j][0][k])
+        else:
+            parts = []
+            for g, (a, b) in enumerate(data.groups):
+                if _zero(cover[j][g]):
+                    continue
+                cg = model.new_int_var(0, top, f"compute{j}_{g}")
+                for k in range(nl):
+                    if not isinstance(use[j][g][k], int):
+                        terms = [tau[k][i] * x for i, x in members[j][a : b + 1] if tau[k][i]]
+                        model.add(cg >= sum(terms)).only_enforce_if(use[j][g][k])
+                segment[j, g] = cg
+                parts.append(cg)
+            model.add(c == sum(parts))
         for s, d in enumerate(data.sizes):
             model.add(d * c >= sum(work[i] * x for i, x in members[j] if work[i])).only_enforce_if(size[j][s])
         compute.append(c)
 
-    # memory and cost entries: use[j][l] and c_j <= a  =>  c_{j-1} <= reach[a];
-    # c_j <= a is "layer a is not before slot j", c_{j-1} <= r "layer r is not in slot >= j"
-    for count, (j, k, a, r) in enumerate(data.memory_rules()):
-        if count % 4096 == 0:
-            check()
-        _clause(model, [_not(use[j][k]), before[a][j + 1], _not(before[r][j])])
+    memory = {}
+    if n_groups == 1:
+        # memory and cost entries: use[j][l] and c_j <= a  =>  c_{j-1} <= reach[a];
+        # c_j <= a is "layer a is not before slot j", c_{j-1} <= r "layer r is not in slot >= j"
+        for count, (j, k, a, r) in enumerate(data.memory_rules()):
+            if count % 4096 == 0:
+                check()
+            _clause(model, [_not(use[j][0][k]), before[a][j + 1], _not(before[r][j])])
+    else:
+        memory = _segment_memory(model, data, members, cover, use, check)
+
+    pair, reshard = _reshards(model, data, times, before, use, check) if n_groups > 1 else ({}, [0] * J)
 
     node, load, full, shared, link = [], [], [], [], []
     if data.placement:
-        node, load, full, shared, link = _placement(model, data, use)
+        node, load, full, shared, link = _placement(model, data, size)
 
     send, at_most = [], []
     if data.transfers:
         send, at_most = _transfers(model, data, times, before, size, link, check)
 
     # stage times and the objective
-    top = top_compute + 2 * (int(times.send.max()) if data.transfers else 0)
     stage = []
     for j in range(J):
         t = model.new_int_var(0, top, f"time{j}")
         terms = [compute[j]]
+        if not isinstance(reshard[j], int):
+            terms.append(reshard[j])
         if send:
             if j > 0:
                 terms.append(send[j - 1])
@@ -313,15 +394,98 @@ def build_model(data: SlotData, times: IntegerTimes, check=None) -> tuple[cp_mod
                 terms.append(send[j])
         model.add(t == sum(terms))
         stage.append(t)
-    # T >= S * (analytic bound) - 2: each stage time is off by at most 2 units
-    floor_units = max(0, int(times.scale * _bottleneck_floor(data)) - 2)
+    # T >= S * (analytic bound) - stage error: each stage time is off by at most that
+    floor_units = max(0, int(times.scale * _bottleneck_floor(data) - times.stage_error) - 1)
     bottleneck = model.new_int_var(min(floor_units, top), top, "bottleneck")
     model.add_max_equality(bottleneck, stage)
     objective = bottleneck if data.objective == "bottleneck" else sum(stage) + (m - 1) * bottleneck
     model.minimize(objective)
     return model, CpVars(
-        before, use, size, at_most, compute, send, stage, bottleneck, node, load, full, shared, link, objective
+        before, use, size, at_most, compute, send, stage, bottleneck, node, load, full, shared, link, objective,
+        segment, memory, pair, reshard,
     )
+
+
+def _zero(value) -> bool:
+    return isinstance(value, int) and value == 0
+
+
+def memory_units(data: SlotData) -> int:
+    """The gcd of every byte count and the capacity: memory is counted in these units, exactly."""
+    unit = data.problem.cluster.gpu_memory_bytes
+    for row in (*data.weight, *data.act):
+        for v in row:
+            unit = math.gcd(unit, v)
+            if unit == 1:
+                return 1
+    return max(unit, 1)
+
+
+def _segment_memory(model, data: SlotData, members, cover, use, check) -> dict:
+    """Several groups: sum over segments of (weight + stash x act) in each segment's layout <= capacity."""
+    J, nl = data.slots, len(data.layouts)
+    unit = memory_units(data)
+    capacity = data.problem.cluster.gpu_memory_bytes // unit
+    limit = capacity + 1  # a layer that alone exceeds the GPU, or lacks the layout
+    if 2 * (data.num_layers + 1) * limit >= 2**62:
+        raise ModelRangeError(
+            f"cpsat: memory sizes too large for the 64-bit integer model ({data.num_layers} layers x "
+            f"{data.problem.cluster.gpu_memory_bytes} bytes); use dp"
+        )
+    memory = {}
+    for j in range(J):
+        check()
+        parts = []
+        for g, (a, b) in enumerate(data.groups):
+            if _zero(cover[j][g]):
+                continue
+            mg = model.new_int_var(0, capacity, f"memory{j}_{g}")
+            for k in range(nl):
+                if isinstance(use[j][g][k], int):
+                    continue
+                terms = [min(data.memory(k, i, j) // unit if data.present[k][i] else limit, limit) * x for i, x in members[j][a : b + 1]]
+                model.add(mg >= sum(terms)).only_enforce_if(use[j][g][k])
+            memory[j, g] = mg
+            parts.append(mg)
+        if len(parts) > 1:
+            model.add(sum(parts) <= capacity)
+    return memory
+
+
+def _reshards(model, data: SlotData, times: IntegerTimes, before, use, check) -> tuple[dict, list]:
+    """Boundary g inside slot j: one w per mesh pair, on exactly the pair used; the slot pays its units."""
+    J, nl = data.slots, len(data.layouts)
+    pair: dict = {}
+    reshard: list = [0] * J
+    for j in range(J):
+        check()
+        terms = []
+        for g in range(len(data.groups) - 1):
+            units = times.reshard[g]
+            if not any(units.values()):
+                continue
+            last = data.groups[g][1]
+            inside = _minus(before[last + 1][j], before[last][j + 1])
+            if _zero(inside):
+                continue
+            pairs = data.mesh_pairs(g)
+            w = {p: model.new_bool_var(f"pair{j}_{g}_{p[0]}_{p[1]}") for p in pairs}
+            for side, (h, pos) in enumerate(((g, 0), (g + 1, 1))):
+                for mu in {p[pos] for p in pairs}:
+                    uses = [use[j][h][k] for k in range(nl) if data.mesh_index[k] == mu and not isinstance(use[j][h][k], int)]
+                    model.add(sum(w[p] for p in pairs if p[pos] == mu) <= sum(uses))
+            model.add(sum(w.values()) == inside)
+            pair[j, g] = w
+            terms += [units[p] * v for p, v in w.items() if units.get(p, 0)]
+        if terms:
+            r = model.new_int_var(0, times.top, f"reshard{j}")
+            model.add(r == sum(terms))
+            reshard[j] = r
+    return pair, reshard
+
+
+class ModelRangeError(Exception):
+    """The problem's numbers exceed what the integer model can carry exactly."""
 
 
 def _not(literal):
@@ -374,18 +538,18 @@ def _transfers(
     return send, at_most
 
 
-def _placement(model: cp_model.CpModel, data: SlotData, use: list) -> tuple[list, list, list, list, list]:
-    J, G, nl = data.slots, data.gpus_per_node, len(data.layouts)
+def _placement(model: cp_model.CpModel, data: SlotData, size: list) -> tuple[list, list, list, list, list]:
+    J, G = data.slots, data.gpus_per_node
     # a shared node holds at least two small slots (each of at most G/2 devices)
     bins = min(data.problem.cluster.nodes, J // 2)
-    small = [k for k in range(nl) if data.small(k)]
+    small = [s for s, d in enumerate(data.sizes) if d < G]
     node, load = [], []
     for j in range(J):
         # first-use numbering: slot j can open at most node j
         row = [model.new_bool_var(f"node{j}_{k}") for k in range(min(j + 1, bins))]
         node.append(row)
-        model.add(sum(row) == sum(use[j][k] for k in small))
-        devices = sum(data.layouts[k].devices * use[j][k] for k in small)
+        model.add(sum(row) == sum(size[j][s] for s in small))
+        devices = sum(data.sizes[s] * size[j][s] for s in small)
         shares = []
         for k, on in enumerate(row):
             share = model.new_int_var(0, G // 2, f"load{j}_{k}")
@@ -423,17 +587,19 @@ def hint_values(var: CpVars, data: SlotData, times: IntegerTimes, d: SlotDecisio
     """The value of every variable of the model under the decisions ``d``."""
     J, L = data.slots, data.num_layers
     out: dict = {}
+    ends = d.ends(data)
     slot_of = [0] * L
     for j in range(d.stages):
-        for i in range(d.starts[j], L if j == 0 else d.starts[j - 1]):
+        for i in range(d.starts[j], ends[j]):
             slot_of[i] = j
     for i in range(L):
         for j in range(1, J):
             out[var.before[i][j]] = int(slot_of[i] >= j)
     size_of = [data.size_index[k] if k >= 0 else -1 for k in d.layout]
     for j in range(J):
-        for k in range(len(data.layouts)):
-            out[var.use[j][k]] = int(d.layout[j] == k)
+        for g, row in enumerate(var.use[j]):
+            for k, v in enumerate(row):
+                out[v] = int(j < d.stages and d.configs[j][g] == k)
         for s in range(len(data.sizes)):
             out[var.size[j][s]] = int(size_of[j] == s)
         for s, v in enumerate(var.at_most[j] if var.at_most else ()):
@@ -448,10 +614,25 @@ def hint_values(var: CpVars, data: SlotData, times: IntegerTimes, d: SlotDecisio
         for k, w in enumerate(both):
             out[w] = int(d.node[j] == k and d.node[j + 1] == k)
         out[var.link[j]] = int(d.link[j])
-    compute = [0] * J
+    compute, reshard = [0] * J, [0] * J
+    unit = memory_units(data) if var.memory else 1
     for j in range(d.stages):
-        row = times.time_prefix[d.layout[j]]
-        compute[j] = row[L if j == 0 else d.starts[j - 1]] - row[d.starts[j]]
+        for g, (a, b) in enumerate(data.groups):
+            lo, hi = max(a, d.starts[j]), min(b + 1, ends[j])
+            k = d.configs[j][g]
+            value = times.time_prefix[k][hi] - times.time_prefix[k][lo] if lo < hi else 0
+            compute[j] += value
+            if (j, g) in var.segment:
+                out[var.segment[j, g]] = value
+            if (j, g) in var.memory:
+                out[var.memory[j, g]] = sum(data.memory(k, i, j) for i in range(lo, hi)) // unit if lo < hi else 0
+    for (j, g), w in var.pair.items():
+        first, second = d.configs[j][g], d.configs[j][g + 1] if j < d.stages else -1
+        used = (data.mesh_index[first], data.mesh_index[second]) if j < d.stages and first >= 0 and second >= 0 else None
+        for p, v in w.items():
+            out[v] = int(p == used)
+        if used is not None:
+            reshard[j] += times.reshard[g].get(used, 0)
     send = [0] * len(var.send)
     for j in range(len(var.send)):
         if j + 1 < d.stages:
@@ -459,7 +640,10 @@ def hint_values(var: CpVars, data: SlotData, times: IntegerTimes, d: SlotDecisio
             send[j] = int(times.send[d.starts[j], s, int(d.link[j]) if data.placement else 0])
     for j in range(J):
         out[var.compute[j]] = compute[j]
-        out[var.stage[j]] = compute[j] + (send[j - 1] if send and j > 0 else 0) + (send[j] if send and j < J - 1 else 0)
+        if not isinstance(var.reshard[j], int):
+            out[var.reshard[j]] = reshard[j]
+        sends = (send[j - 1] if send and j > 0 else 0) + (send[j] if send and j < J - 1 else 0)
+        out[var.stage[j]] = compute[j] + reshard[j] + sends
     for j, x in enumerate(var.send):
         out[x] = send[j]
     out[var.bottleneck] = max(out[t] for t in var.stage)

@@ -55,7 +55,7 @@ import tempfile
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import pulp
 
@@ -72,8 +72,10 @@ from .slotmodel import (
     decisions_from_values,
     decisions_of_plan,
     int_option,
+    model_size_refusal,
     plan_of_decisions,
     slot_data,
+    stage_ceiling_ms,
     starting_plan,
 )
 
@@ -97,21 +99,28 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
     reason = quick_infeasibility(problem)
     if reason:
         return Candidate("infeasible", message=reason)
-    data = slot_data(problem, request.objective)
-    try:
-        with _pulp_quiet():
-            lp, var = build_milp(data, build_guard(request.deadline(start)))
-    except BuildTimeout:
-        return Candidate("error", message=build_timeout_message("milp", data))
-
+    check = build_guard(request.deadline(start))
+    refusal = model_size_refusal("milp", problem, request, start)
+    if refusal:
+        return Candidate("error", message=refusal)
     extra: dict = {}
-    hint_plan, hint_source = starting_plan(problem, request, extra)
-    decisions = decisions_of_plan(data, hint_plan) if hint_plan is not None else None
-    if decisions is None:
-        hint_plan = hint_source = None
-    else:
-        for v, value in start_values(var, data, decisions).items():
-            v.setInitialValue(value)
+    try:
+        data = slot_data(problem, request.objective, check)
+        hint_plan, hint_source = starting_plan(problem, request, extra, check)
+        decisions = decisions_of_plan(data, hint_plan) if hint_plan is not None else None
+        if decisions is None:
+            hint_plan = hint_source = None
+        ceiling = None
+        if hint_plan is not None:
+            value = evaluate(problem, hint_plan, data.objective).value
+            ceiling = stage_ceiling_ms(data.objective, value, data.microbatches)
+        with _pulp_quiet():
+            lp, var = build_milp(data, check, ceiling)
+        if decisions is not None:
+            for v, value in start_values(var, data, decisions, ceiling).items():
+                v.setInitialValue(value)
+    except BuildTimeout:
+        return Candidate("error", message=build_timeout_message("milp", problem))
 
     limit = None
     if request.time_limit is not None:
@@ -168,7 +177,7 @@ def _conservative(dual_bound: float | None, analytic: float) -> float:
 @dataclass
 class MilpVars:
     before: list  # before[i][j] (j = 0..J), a variable or the constants 0/1
-    use: list
+    use: list  # use[j][g][k], a binary or the constant 0
     z: dict  # (i, j, l) -> share of layer i computed in slot j in layout l
     compute: list
     send: list
@@ -179,15 +188,30 @@ class MilpVars:
     load: list  # load[j][k]: devices slot j puts on node k
     full: list
     link: list
+    size: list = field(default_factory=list)  # size[j][s] (several groups only)
+    pair: dict = field(default_factory=dict)  # (j, g) -> {(mu, nu): w}
+    reshard: list = field(default_factory=list)  # per slot: ms of its reshards (forward + backward)
 
 
-def build_milp(data: SlotData, check=None) -> tuple[pulp.LpProblem, MilpVars]:
-    """The MILP of ``data`` (times in ms); ``check()`` is called as it grows."""
+def _capped(value: float, cap: float | None) -> float:
+    return value if cap is None or value <= cap else cap
+
+
+def build_milp(data: SlotData, check=None, ceiling_ms: float | None = None) -> tuple[pulp.LpProblem, MilpVars]:
+    """The MILP of ``data`` (times in ms); ``check()`` is called as it grows.
+
+    ``ceiling_ms``: no stage of the plans of interest is slower (the hint's
+    :func:`~.slotmodel.stage_ceiling_ms`); times above twice it are capped
+    there, which keeps sentinel costs (``fwd_ms: 1e15``) out of the
+    coefficients without changing any plan that could beat the hint.
+    """
     check = check or (lambda: None)
+    cap = 2 * ceiling_ms if ceiling_ms is not None and math.isfinite(ceiling_ms) and ceiling_ms > 0 else None
     lp = pulp.LpProblem("partitioner", pulp.LpMinimize)
     J, L, m = data.slots, data.num_layers, data.microbatches
     N = data.problem.num_devices
     nl, ns = len(data.layouts), len(data.sizes)
+    n_groups = len(data.groups)
     binary = pulp.LpBinary
 
     # order encoding; before[i][0] = 1, before[i][J] = 0, and s_i <= L - 1 - i
@@ -212,16 +236,47 @@ def build_milp(data: SlotData, check=None) -> tuple[pulp.LpProblem, MilpVars]:
         lp += active[p_min - 1] == 1
     member = [[before[i][j] - before[i][j + 1] for i in range(L)] for j in range(J)]
 
-    use = [[pulp.LpVariable(f"use_{j}_{k}", cat=binary) for k in range(nl)] for j in range(J)]
+    # one layout per segment; several groups: one size per slot, shared by its segments
+    group_configs = [set(data.group_configs(g)) for g in range(n_groups)]
+    cover = [[before[a][j] - before[b][j + 1] for a, b in data.groups] for j in range(J)]
+    reachable = [[not (isinstance(before[a][j], int) and before[a][j] == 0) for a, _ in data.groups] for j in range(J)]
+    use = [
+        [
+            [pulp.LpVariable(f"use_{j}_{g}_{k}", cat=binary) if k in group_configs[g] and reachable[j][g] else 0 for k in range(nl)]
+            for g in range(n_groups)
+        ]
+        for j in range(J)
+    ]
+    size: list = []
     for j in range(J):
-        lp += pulp.lpSum(use[j]) == active[j]
-    lp += pulp.lpSum(data.layouts[k].devices * use[j][k] for j in range(J) for k in range(nl)) == N
+        for g in range(n_groups):
+            if reachable[j][g]:
+                lp += pulp.lpSum(use[j][g]) == cover[j][g]
+    if n_groups == 1:
+        lp += pulp.lpSum(data.layouts[k].devices * use[j][0][k] for j in range(J) for k in range(nl)) == N
+        slot_size = [[pulp.lpSum(use[j][0][k] for k in range(nl) if data.size_index[k] == s) for s in range(ns)] for j in range(J)]
+    else:
+        size = [[pulp.LpVariable(f"size_{j}_{s}", cat=binary) for s in range(ns)] for j in range(J)]
+        for j in range(J):
+            lp += pulp.lpSum(size[j]) == active[j]
+            for g in range(n_groups):
+                for s in range(ns):
+                    same = [use[j][g][k] for k in range(nl) if data.size_index[k] == s and not isinstance(use[j][g][k], int)]
+                    if same:
+                        lp += pulp.lpSum(same) <= size[j][s]
+        lp += pulp.lpSum(d * size[j][s] for j in range(J) for s, d in enumerate(data.sizes)) == N
+        slot_size = size
 
     # compute, exact through the layer/slot/layout shares z
-    times = [[c.fwd_ms + c.bwd_ms if (c := layer.cost(lay)) is not None else None for lay in data.layouts]
+    group_of = [0] * L
+    for g, (a, b) in enumerate(data.groups):
+        group_of[a : b + 1] = [g] * (b - a + 1)
+    times = [[_capped(c.fwd_ms + c.bwd_ms, cap) if (c := layer.cost(lay)) is not None else None for lay in data.layouts]
              for layer in data.problem.layers]
+    capacity = data.problem.cluster.gpu_memory_bytes
     z: dict = {}
     compute = []
+    memory_rows: list[list] = [[] for _ in range(J)]
     for j in range(J):
         check()
         terms = []
@@ -232,30 +287,41 @@ def build_milp(data: SlotData, check=None) -> tuple[pulp.LpProblem, MilpVars]:
                     continue
                 v = pulp.LpVariable(f"z_{i}_{j}_{k}", lowBound=0)
                 z[i, j, k] = v
-                lp += v <= use[j][k]
+                lp += v <= use[j][group_of[i]][k]
                 shares.append(v)
                 terms.append(times[i][k] * v)
+                if n_groups > 1:
+                    need = data.memory(k, i, j)
+                    if need > capacity:
+                        v.upBound = 0
+                    elif need:
+                        memory_rows[j].append(need * v)
             lp += pulp.lpSum(shares) == member[j][i]
         c = pulp.LpVariable(f"compute_{j}", lowBound=0)
         lp += c == pulp.lpSum(terms)
         compute.append(c)
 
-    # memory and cost entries (the clauses of cpsat)
-    for count, (j, k, a, r) in enumerate(data.memory_rules()):
-        if count % 4096 == 0:
-            check()
-        lp += use[j][k] - before[a][j + 1] + before[r][j] <= 1
+    if n_groups == 1:
+        # memory and cost entries (the clauses of cpsat)
+        for count, (j, k, a, r) in enumerate(data.memory_rules()):
+            if count % 4096 == 0:
+                check()
+            lp += use[j][0][k] - before[a][j + 1] + before[r][j] <= 1
+    else:
+        for j in range(J):
+            if memory_rows[j]:
+                lp += pulp.lpSum(memory_rows[j]) <= capacity
+
+    pair, reshard = _reshards(lp, data, before, use, cap, check) if n_groups > 1 else ({}, [0] * J)
 
     node, shared, load, full, link = [], [], [], [], []
     if data.placement:
-        node, shared, load, full, link = _placement(lp, data, use)
+        node, shared, load, full, link = _placement(lp, data, slot_size)
 
     send = []
     if data.transfers:
         bws = data.bandwidths
-        at_most = [
-            [pulp.lpSum(use[j][k] for k in range(nl) if data.size_index[k] <= s) for s in range(ns)] for j in range(J)
-        ]
+        at_most = [[pulp.lpSum(slot_size[j][: s + 1]) for s in range(ns)] for j in range(J)]
         for j in range(J - 1):
             check()
             x = pulp.LpVariable(f"send_{j}", lowBound=0)
@@ -263,7 +329,7 @@ def build_milp(data: SlotData, check=None) -> tuple[pulp.LpProblem, MilpVars]:
             at = [None] + [before[c - 1][j + 1] - before[c][j + 1] for c in range(1, L)]
             for s, d in enumerate(data.sizes):
                 for h, bw in enumerate(bws):
-                    table = [0.0] + [data.send_mb[c - 1] / (d * bw) for c in range(1, L)]
+                    table = [0.0] + [_capped(data.send_mb[c - 1] / (d * bw), cap) for c in range(1, L)]
                     big = max(table)
                     if big == 0:
                         continue
@@ -281,6 +347,8 @@ def build_milp(data: SlotData, check=None) -> tuple[pulp.LpProblem, MilpVars]:
     for j in range(J):
         t = pulp.LpVariable(f"time_{j}", lowBound=0)
         terms = [compute[j]]
+        if not isinstance(reshard[j], int):
+            terms.append(reshard[j])
         if send:
             if j > 0:
                 terms.append(send[j - 1])
@@ -293,24 +361,56 @@ def build_milp(data: SlotData, check=None) -> tuple[pulp.LpProblem, MilpVars]:
         lp += bottleneck
     else:
         lp += pulp.lpSum(stage) + (m - 1) * bottleneck
-    return lp, MilpVars(before, use, z, compute, send, stage, bottleneck, node, shared, load, full, link)
+    return lp, MilpVars(before, use, z, compute, send, stage, bottleneck, node, shared, load, full, link, size, pair, reshard)
+
+
+def _reshards(lp: pulp.LpProblem, data: SlotData, before, use, cap, check) -> tuple[dict, list]:
+    """Boundary g inside slot j: a transport of weight ``inside`` between the two segments' meshes."""
+    J, nl = data.slots, len(data.layouts)
+    pair: dict = {}
+    reshard: list = [0] * J
+    for j in range(J):
+        check()
+        terms = []
+        for g in range(len(data.groups) - 1):
+            table = data.reshard_ms[g]
+            if not table:
+                continue
+            last = data.groups[g][1]
+            if isinstance(before[last + 1][j], int) and before[last + 1][j] == 0:
+                continue
+            inside = before[last + 1][j] - before[last][j + 1]
+            pairs = data.mesh_pairs(g)
+            w = {p: pulp.LpVariable(f"pair_{j}_{g}_{p[0]}_{p[1]}", lowBound=0, upBound=1) for p in pairs}
+            for h, pos in ((g, 0), (g + 1, 1)):
+                for mu in {p[pos] for p in pairs}:
+                    uses = [use[j][h][k] for k in range(nl) if data.mesh_index[k] == mu and not isinstance(use[j][h][k], int)]
+                    lp += pulp.lpSum(w[p] for p in pairs if p[pos] == mu) <= pulp.lpSum(uses)
+            lp += pulp.lpSum(w.values()) == inside
+            pair[j, g] = w
+            terms += [_capped(2 * table[p], cap) * v for p, v in w.items() if p in table]
+        if terms:
+            r = pulp.LpVariable(f"reshard_{j}", lowBound=0)
+            lp += r == pulp.lpSum(terms)
+            reshard[j] = r
+    return pair, reshard
 
 
 def _bottleneck_floor(data: SlotData) -> float:
     return replace(data, objective="bottleneck").lower_bound() * (1 - 1e-12)
 
 
-def _placement(lp: pulp.LpProblem, data: SlotData, use: list) -> tuple[list, list, list, list, list]:
-    J, G, nl = data.slots, data.gpus_per_node, len(data.layouts)
+def _placement(lp: pulp.LpProblem, data: SlotData, slot_size: list) -> tuple[list, list, list, list, list]:
+    J, G = data.slots, data.gpus_per_node
     bins = min(data.problem.cluster.nodes, J // 2)
-    small = [k for k in range(nl) if data.small(k)]
+    small = [s for s, d in enumerate(data.sizes) if d < G]
     half = G // 2
     node, load = [], []
     for j in range(J):
         row = [pulp.LpVariable(f"node_{j}_{k}", cat=pulp.LpBinary) for k in range(min(j + 1, bins))]
         node.append(row)
-        lp += pulp.lpSum(row) == pulp.lpSum(use[j][k] for k in small)
-        devices = pulp.lpSum(data.layouts[k].devices * use[j][k] for k in small)
+        lp += pulp.lpSum(row) == pulp.lpSum(slot_size[j][s] for s in small)
+        devices = pulp.lpSum(data.sizes[s] * slot_size[j][s] for s in small)
         shares = []
         for k, on in enumerate(row):
             e = pulp.LpVariable(f"load_{j}_{k}", lowBound=0, upBound=half)
@@ -345,43 +445,62 @@ def _placement(lp: pulp.LpProblem, data: SlotData, use: list) -> tuple[list, lis
 # --------------------------------------------------------------------------- start values and solutions
 
 
-def start_values(var: MilpVars, data: SlotData, d: SlotDecisions) -> dict:
+def start_values(var: MilpVars, data: SlotData, d: SlotDecisions, ceiling_ms: float | None = None) -> dict:
     """Every variable's value under the decisions ``d`` (a MIP start)."""
+    cap = 2 * ceiling_ms if ceiling_ms is not None and math.isfinite(ceiling_ms) and ceiling_ms > 0 else None
     J, L = data.slots, data.num_layers
     out: dict = {}
+    ends = d.ends(data)
     slot_of = [0] * L
     for j in range(d.stages):
-        end = L if j == 0 else d.starts[j - 1]
-        for i in range(d.starts[j], end):
+        for i in range(d.starts[j], ends[j]):
             slot_of[i] = j
+    group_of = [0] * L
+    for g, (a, b) in enumerate(data.groups):
+        group_of[a : b + 1] = [g] * (b - a + 1)
+    config_of = [d.configs[slot_of[i]][group_of[i]] for i in range(L)]
     for i in range(L):
         for j in range(1, J):
             if not isinstance(var.before[i][j], int):
                 out[var.before[i][j]] = int(slot_of[i] >= j)
     for j in range(J):
-        for k in range(len(data.layouts)):
-            out[var.use[j][k]] = int(d.layout[j] == k)
+        for g, row in enumerate(var.use[j]):
+            for k, v in enumerate(row):
+                if not isinstance(v, int):
+                    out[v] = int(j < d.stages and d.configs[j][g] == k)
+        for s, v in enumerate(var.size[j] if var.size else ()):
+            out[v] = int(j < d.stages and data.size_index[d.layout[j]] == s)
     for (i, j, k), v in var.z.items():
-        out[v] = int(j < d.stages and slot_of[i] == j and d.layout[j] == k)
+        out[v] = int(j < d.stages and slot_of[i] == j and config_of[i] == k)
     times = [0.0] * J
-    for j in range(d.stages):
-        end = L if j == 0 else d.starts[j - 1]
-        lay = data.layouts[d.layout[j]]
-        times[j] = sum(c.fwd_ms + c.bwd_ms for c in (data.problem.layers[i].cost(lay) for i in range(d.starts[j], end)))
+    for i in range(L):
+        cost = data.problem.layers[i].cost(data.layouts[config_of[i]])
+        times[slot_of[i]] += _capped(cost.fwd_ms + cost.bwd_ms, cap)
     for j, c in enumerate(var.compute):
         out[c] = times[j]
+    reshard = [0.0] * J
+    for (j, g), w in var.pair.items():
+        first, second = (d.configs[j][g], d.configs[j][g + 1]) if j < d.stages else (-1, -1)
+        used = (data.mesh_index[first], data.mesh_index[second]) if first >= 0 and second >= 0 else None
+        for p, v in w.items():
+            out[v] = int(p == used)
+        if used is not None and used in data.reshard_ms[g]:
+            reshard[j] += _capped(2 * data.reshard_ms[g][used], cap)
+    for j, r in enumerate(var.reshard):
+        if not isinstance(r, int):
+            out[r] = reshard[j]
     sends = []
     for j, x in enumerate(var.send):
         value = 0.0
         if j + 1 < d.stages:
             smaller = min(data.layouts[d.layout[j]].devices, data.layouts[d.layout[j + 1]].devices)
             bw = data.bandwidths[int(d.link[j])] if data.placement else data.bandwidths[0]
-            value = data.send_mb[d.starts[j] - 1] / (smaller * bw)
+            value = _capped(data.send_mb[d.starts[j] - 1] / (smaller * bw), cap)
         out[x] = value
         sends.append(value)
     stage = []
     for j, t in enumerate(var.stage):
-        value = times[j] + (sends[j - 1] if sends and j > 0 else 0.0) + (sends[j] if sends and j < J - 1 else 0.0)
+        value = times[j] + reshard[j] + (sends[j - 1] if sends and j > 0 else 0.0) + (sends[j] if sends and j < J - 1 else 0.0)
         out[t] = value
         stage.append(value)
     out[var.bottleneck] = max(max(stage), var.bottleneck.lowBound or 0.0)
