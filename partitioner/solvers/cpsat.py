@@ -90,7 +90,7 @@ from ortools.sat.python import cp_model
 from ..plan import Plan, evaluate
 from ..problem import Problem
 from .base import Candidate, SolveRequest, SolverError, register
-from .feasibility import explain_infeasible, quick_infeasibility
+from .feasibility import quick_infeasibility
 from .slotmodel import (
     RESOLUTION,
     BuildTimeout,
@@ -98,10 +98,11 @@ from .slotmodel import (
     SlotData,
     SlotDecisions,
     build_guard,
-    build_timeout_message,
+    build_timeout_candidate,
     conservative_bound,
     decisions_from_values,
     decisions_of_plan,
+    infeasible_message,
     int_option,
     integer_times,
     model_size_refusal,
@@ -133,6 +134,7 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     if refusal:
         return Candidate("error", message=refusal)
     extra: dict[str, Any] = {}
+    hint_plan = hint_source = None
     try:
         data = slot_data(problem, request.objective, check)
         hint_plan, hint_source = starting_plan(problem, request, extra, check)
@@ -151,7 +153,7 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
             # the hinted plan is feasible, so the optimum is no worse than it
             model.add(var.objective <= _objective_units(var, values, data))
     except BuildTimeout:
-        return Candidate("error", message=build_timeout_message("cpsat", problem))
+        return build_timeout_candidate("cpsat", problem, request, hint_plan, hint_source, extra)
     except ModelRangeError as err:
         return Candidate("error", message=str(err))
 
@@ -203,7 +205,7 @@ def _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, 
     if code == cp_model.INFEASIBLE:
         if hint_plan is not None:  # cannot happen for a correct solver: the hint is a solution
             return Candidate("error", message="cpsat: internal error, the solver rejected a valid plan", extra=extra)
-        return Candidate("infeasible", message=explain_infeasible(problem), extra=extra)
+        return Candidate("infeasible", message=infeasible_message(problem), extra=extra)
     bound = analytic
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
         bound = conservative_bound(solver.best_objective_bound, times, analytic, data.num_layers)

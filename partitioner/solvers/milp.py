@@ -62,15 +62,16 @@ import pulp
 from ..plan import PlanError, evaluate
 from ..problem import Problem
 from .base import Candidate, SolveRequest, SolverError, register
-from .feasibility import explain_infeasible, quick_infeasibility
+from .feasibility import quick_infeasibility
 from .slotmodel import (
     BuildTimeout,
     SlotData,
     SlotDecisions,
     build_guard,
-    build_timeout_message,
+    build_timeout_candidate,
     decisions_from_values,
     decisions_of_plan,
+    infeasible_message,
     int_option,
     model_size_refusal,
     plan_of_decisions,
@@ -104,6 +105,7 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
     if refusal:
         return Candidate("error", message=refusal)
     extra: dict = {}
+    hint_plan = hint_source = None
     try:
         data = slot_data(problem, request.objective, check)
         hint_plan, hint_source = starting_plan(problem, request, extra, check)
@@ -120,7 +122,7 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
             for v, value in start_values(var, data, decisions, ceiling).items():
                 v.setInitialValue(value)
     except BuildTimeout:
-        return Candidate("error", message=build_timeout_message("milp", problem))
+        return build_timeout_candidate("milp", problem, request, hint_plan, hint_source, extra)
 
     limit = None
     if request.time_limit is not None:
@@ -142,7 +144,7 @@ def _candidate(problem, data, backend, outcome, var, hint_plan, hint_source, ext
         if hint_plan is not None:  # cannot happen for a correct solver: the start is a solution
             message = f"milp: {backend} claimed infeasibility against a valid start; returning the {hint_source} plan"
             return Candidate("feasible", hint_plan, analytic, message, extra)
-        return Candidate("infeasible", message=explain_infeasible(problem), extra=extra)
+        return Candidate("infeasible", message=infeasible_message(problem), extra=extra)
     if not outcome.has_solution:
         if hint_plan is not None:
             message = f"milp: {backend} found no plan in time; returning the {hint_source} plan"

@@ -75,15 +75,17 @@ from ..placement import label_nodes, node_assignment_ids, pack_runs
 from ..plan import Plan, PlanError, Stage, evaluate
 from ..problem import Layout, Problem
 from ..reshard import stage_reshard_ms
-from .base import SolveRequest, SolverError
-from .feasibility import feasible_stage_counts
+from .base import Candidate, SolveRequest, SolverError
+from .feasibility import explain_infeasible, feasible_stage_counts
 
 __all__ = [
     "BuildTimeout",
     "build_guard",
     "build_timeout_message",
+    "build_timeout_candidate",
     "model_size_refusal",
     "model_cells",
+    "infeasible_message",
     "decisions_from_values",
     "SlotData",
     "SlotDecisions",
@@ -242,15 +244,7 @@ class SlotData:
         least m times the bottleneck and at least the sum of fastest layer
         times plus (m - 1) bottlenecks. (Reshards and sends only add.)
         """
-        fastest, work = [], 0.0
-        for layer in self.problem.layers:
-            fastest.append(min(c.fwd_ms + c.bwd_ms for c in layer.costs.values()))
-            work += min(lay.devices * (c.fwd_ms + c.bwd_ms) for lay, c in layer.costs.items())
-        bottleneck = max(max(fastest), work / self.problem.num_devices)
-        if self.objective == "bottleneck":
-            return bottleneck
-        m = self.microbatches
-        return max(m * bottleneck, sum(fastest) + (m - 1) * bottleneck)
+        return _analytic_bound(self.problem, self.objective, nudge=False)
 
     def upper_stage_ms(self) -> float:
         """An upper bound on any stage time (ms): all layers in the slowest layout,
@@ -389,7 +383,11 @@ def starting_plan(problem: Problem, request: SolveRequest, notes: dict, check=No
             check()
         from .greedy import solve_greedy  # local: greedy is a sibling method module
 
-        greedy = solve_greedy(problem, request)
+        try:
+            greedy = solve_greedy(problem, request)
+        except Exception as err:  # noqa: BLE001 - a baseline bug must not take the exact solver down
+            notes["hint"] = f"greedy failed: {type(err).__name__}: {err}"
+            return None, None
         if greedy.plan is not None:
             try:
                 evaluate(problem, greedy.plan)
@@ -485,6 +483,14 @@ def decisions_from_values(data: SlotData, var, on) -> SlotDecisions:
     return SlotDecisions(P, starts, layout, tuple(node), link, configs)
 
 
+def infeasible_message(problem: Problem) -> str:
+    """:func:`~.feasibility.explain_infeasible`, or a plain statement if explaining fails."""
+    try:
+        return explain_infeasible(problem)
+    except Exception as err:  # noqa: BLE001 - the proof stands; only the explanation is missing
+        return f"no valid plan exists (proven by exact search; explaining why failed: {type(err).__name__}: {err})"
+
+
 class BuildTimeout(Exception):
     """The time limit ran out while a model was being built."""
 
@@ -510,37 +516,61 @@ def build_timeout_message(method: str, problem: Problem) -> str:
     )
 
 
-# Seconds per order-encoding variable (layer x slot) it takes to build each
-# model, measured on the 2-core reference machine with margin (benchmarks/).
-BUILD_SECONDS_PER_CELL = {"cpsat": 4e-5, "milp": 1.5e-4}
+def build_timeout_candidate(method: str, problem: Problem, request: SolveRequest, plan, source, extra) -> Candidate:
+    """The answer when the limit ran out before the search: the starting plan if there is one
+    (``feasible``, with the analytic bound), else an error."""
+    message = build_timeout_message(method, problem)
+    if plan is None:
+        return Candidate("error", message=message, extra=extra)
+    bound = _analytic_bound(problem, request.objective)
+    return Candidate("feasible", plan, bound, f"{message}; returning the {source} plan", extra)
 
 
-def model_cells(problem: Problem) -> int:
-    """Layer x slot cells of the order encoding, an upper bound from the stage bounds alone (cheap)."""
+def _analytic_bound(problem: Problem, objective: str, nudge: bool = True) -> float:
+    """:meth:`SlotData.lower_bound` without building the tables (nudged down unless ``nudge`` is false)."""
+    fastest, work = [], 0.0
+    for layer in problem.layers:
+        fastest.append(min(c.fwd_ms + c.bwd_ms for c in layer.costs.values()))
+        work += min(lay.devices * (c.fwd_ms + c.bwd_ms) for lay, c in layer.costs.items())
+    bottleneck = max(max(fastest), work / problem.num_devices)
+    m = problem.microbatches
+    value = bottleneck if objective == "bottleneck" else max(m * bottleneck, sum(fastest) + (m - 1) * bottleneck)
+    return max(0.0, value * (1 - 1e-12)) if nudge else value
+
+
+# Seconds per (layer, slot, config) cell to build each model: the rate on an
+# idle core of the reference machine, halved, so that a refusal is never
+# premature (under load the builds are 2-5x slower, and build_guard stops them).
+BUILD_SECONDS_PER_CELL = {"cpsat": 1e-5, "milp": 4e-5}
+
+
+def model_cells(problem: Problem) -> tuple[int, int]:
+    """``(slots, cells)``: an upper bound on the slot count from the stage bounds alone, and the
+    (layer, slot, config) cells of the order encoding times the configs (cheap to compute)."""
     L = problem.num_layers
     J = max(1, min(problem.stages.max, L, problem.num_devices))
-    return J * L - J * (J - 1) // 2
+    configs = len({lay for layer in problem.layers for lay in layer.costs})
+    return J, (J * L - J * (J - 1) // 2) * configs
 
 
 def model_size_refusal(method: str, problem: Problem, request: SolveRequest, start: float) -> str | None:
     """A message refusing a problem whose model cannot be built within the time limit, else None.
 
-    The estimate is the order encoding's cell count times the measured build
-    rate (:data:`BUILD_SECONDS_PER_CELL`); the model grows at least that fast
-    with layouts, groups and placement, so a refusal is never premature. A
-    build that still runs over is stopped by :func:`build_guard`.
+    The estimate is the cell count (:func:`model_cells`) times an optimistic
+    build rate (:data:`BUILD_SECONDS_PER_CELL`): the model has at least
+    that many terms. A build that still runs over is stopped by :func:`build_guard`.
     """
     if request.time_limit is None:
         return None
-    cells = model_cells(problem)
+    slots, cells = model_cells(problem)
     estimate = cells * BUILD_SECONDS_PER_CELL[method]
     left = request.time_limit - (time.perf_counter() - start)
     if estimate <= left:
         return None
     return (
         f"{method}: the time limit would run out while building the model ({problem.num_layers} layers x up to "
-        f"{max(1, min(problem.stages.max, problem.num_layers, problem.num_devices))} stage slots, {cells} layer-slot cells: "
-        f"about {estimate:.3g} s to build, {max(left, 0.0):.3g} s left); raise --time-limit or use dp"
+        f"{slots} stage slots x {cells // max(1, slots * problem.num_layers - slots * (slots - 1) // 2)} configs: "
+        f"at least {estimate:.3g} s to build, {max(left, 0.0):.3g} s left); raise --time-limit or use dp"
     )
 
 
