@@ -50,6 +50,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -86,6 +87,17 @@ BACKENDS = ("highs", "cbc")
 # Relative margin taken off a backend's dual bound for its feasibility tolerances.
 BOUND_MARGIN = 1e-7
 _TOLERANCE = 1e-9
+# Reserve for reading a solution back: a share of the time it took to hand the model to the
+# backend (reading back and PuLP's bookkeeping take about half of it, measured) plus a
+# constant (HiGHS stops up to ~0.3 s after its limit).
+READBACK_SHARE = 0.6
+READBACK_SECONDS = 0.3
+# Seconds past the deadline after which a still-running CBC process is killed.
+CBC_GRACE = 0.5
+# Without a hint, times above this multiple of the analytic bound are capped (time_cap).
+CAP_FACTOR = 1e6
+# "optimal" needs the plan's exact value within this of the proven bound.
+OPTIMAL_GAP = 1e-6
 
 
 @register("milp", options=("backend", "threads", "hint", "log"))
@@ -124,13 +136,11 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
     except BuildTimeout:
         return build_timeout_candidate("milp", problem, request, hint_plan, hint_source, extra)
 
-    limit = None
-    if request.time_limit is not None:
-        limit = max(1e-3, request.time_limit - (time.perf_counter() - start))
+    deadline = request.deadline(start)
     log = bool(request.option("log", False))
     run = _solve_highs if backend == "highs" else _solve_cbc
     with _pulp_quiet():
-        outcome = run(lp, limit, threads, log, hint_source is not None)
+        outcome = run(lp, deadline, threads, log, hint_source is not None)
     extra["milp"] = {"backend": backend, "status": outcome.status_text, "hint": hint_source, "threads": threads}
 
     return _candidate(problem, data, backend, outcome, var, hint_plan, hint_source, extra)
@@ -158,10 +168,18 @@ def _candidate(problem, data, backend, outcome, var, hint_plan, hint_source, ext
             return Candidate("error", message=f"milp: the {backend} solution is not a valid plan: {err}", extra=extra)
         message = f"milp: {backend} returned an invalid plan ({err}); returning the {hint_source} plan"
         return Candidate("feasible", hint_plan, bound, message, extra)
-    if hint_plan is not None and evaluate(problem, hint_plan, data.objective).value < value:
-        plan = hint_plan  # the backend's tolerances let it stop at a plan no better than the start
+    if hint_plan is not None:
+        hinted = evaluate(problem, hint_plan, data.objective).value
+        if hinted < value:  # the backend's tolerances let it stop at a plan no better than the start
+            plan, value = hint_plan, hinted
     if outcome.status == "optimal":
-        return Candidate("optimal", plan, bound, "", extra)
+        if value - bound <= OPTIMAL_GAP * value:
+            return Candidate("optimal", plan, bound, "", extra)
+        message = (
+            f"milp: {backend} proved its model optimal, but the plan's exact value {value:.9g} exceeds the proven "
+            f"bound {bound:.9g} by more than {OPTIMAL_GAP:g} (capped or tolerance-limited times); reported as feasible"
+        )
+        return Candidate("feasible", plan, bound, message, extra)
     message = f"milp: {backend} stopped ({outcome.status_text}) before optimality was proven"
     return Candidate("feasible", plan, bound, message, extra)
 
@@ -195,8 +213,24 @@ class MilpVars:
     reshard: list = field(default_factory=list)  # per slot: ms of its reshards (forward + backward)
 
 
-def _capped(value: float, cap: float | None) -> float:
-    return value if cap is None or value <= cap else cap
+def time_cap(data: SlotData, ceiling_ms: float | None) -> float:
+    """The largest time coefficient the MILP states; larger times are capped there.
+
+    Capping only lowers the model's times, so the model's value of a plan is
+    never above its true value and the backend's dual bound stays a valid
+    bound on the true optimum; a solution whose true value exceeds the
+    model's is not claimed optimal (:func:`_candidate`). With the hint's
+    stage ceiling the cap, twice the ceiling, changes no plan that could beat
+    the hint; without one, :data:`CAP_FACTOR` times the analytic bound keeps
+    sentinel costs (``fwd_ms: 1e15``) out of the backend's numerics.
+    """
+    if ceiling_ms is not None and math.isfinite(ceiling_ms) and ceiling_ms > 0:
+        return 2 * ceiling_ms
+    return max(CAP_FACTOR * data.lower_bound(), 1.0)
+
+
+def _capped(value: float, cap: float) -> float:
+    return value if value <= cap else cap
 
 
 def build_milp(data: SlotData, check=None, ceiling_ms: float | None = None) -> tuple[pulp.LpProblem, MilpVars]:
@@ -208,7 +242,7 @@ def build_milp(data: SlotData, check=None, ceiling_ms: float | None = None) -> t
     coefficients without changing any plan that could beat the hint.
     """
     check = check or (lambda: None)
-    cap = 2 * ceiling_ms if ceiling_ms is not None and math.isfinite(ceiling_ms) and ceiling_ms > 0 else None
+    cap = time_cap(data, ceiling_ms)
     lp = pulp.LpProblem("partitioner", pulp.LpMinimize)
     J, L, m = data.slots, data.num_layers, data.microbatches
     N = data.problem.num_devices
@@ -449,7 +483,7 @@ def _placement(lp: pulp.LpProblem, data: SlotData, slot_size: list) -> tuple[lis
 
 def start_values(var: MilpVars, data: SlotData, d: SlotDecisions, ceiling_ms: float | None = None) -> dict:
     """Every variable's value under the decisions ``d`` (a MIP start)."""
-    cap = 2 * ceiling_ms if ceiling_ms is not None and math.isfinite(ceiling_ms) and ceiling_ms > 0 else None
+    cap = time_cap(data, ceiling_ms)
     J, L = data.slots, data.num_layers
     out: dict = {}
     ends = d.ends(data)
@@ -539,9 +573,10 @@ class _Outcome:
 class _HighsWithStart(pulp.HiGHS):
     """PuLP's highspy interface, passing the variables' initial values as a MIP start."""
 
-    def __init__(self, *args, use_start: bool = False, **kwargs):
+    def __init__(self, *args, use_start: bool = False, deadline: float | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.use_start = use_start
+        self.deadline = deadline
 
     def createAndConfigureSolver(self, lp):  # noqa: N802 (PuLP's name)
         # highspy prints a banner on stdout when the first Highs object is made;
@@ -553,7 +588,23 @@ class _HighsWithStart(pulp.HiGHS):
             super().createAndConfigureSolver(lp)
 
     def buildSolverModel(self, lp):  # noqa: N802 (PuLP's name)
+        began = time.perf_counter()
         super().buildSolverModel(lp)
+        if self.deadline is not None:
+            # HiGHS's own clock starts now: give it what is left of the caller's limit after
+            # handing the model over, less a reserve for reading the solution back
+            now = time.perf_counter()
+            reserve = READBACK_SHARE * (now - began) + READBACK_SECONDS
+            stop = self.deadline - reserve
+            lp.solverModel.setOptionValue("time_limit", max(1e-3, stop - now))
+            # HiGHS checks its clock only now and then (a root LP can run seconds past the limit
+            # on a loaded machine); its interrupt callbacks are polled during every solve phase
+            def interrupt(event) -> None:
+                if time.perf_counter() > stop:
+                    event.interrupt()
+
+            for hook in (lp.solverModel.cbSimplexInterrupt, lp.solverModel.cbIpmInterrupt, lp.solverModel.cbMipInterrupt):
+                hook += interrupt
         if self.use_start:
             import highspy
 
@@ -587,7 +638,7 @@ def _quiet_stdout():
         os.close(devnull)
 
 
-def _solve_highs(lp: pulp.LpProblem, limit: float | None, threads: int, log: bool, use_start: bool) -> _Outcome:
+def _solve_highs(lp: pulp.LpProblem, deadline: float | None, threads: int, log: bool, use_start: bool) -> _Outcome:
     import highspy
 
     solver = _HighsWithStart(
@@ -595,19 +646,23 @@ def _solve_highs(lp: pulp.LpProblem, limit: float | None, threads: int, log: boo
         gapRel=0.0,
         gapAbs=0.0,
         threads=threads,
-        timeLimit=limit,
         use_start=use_start,
+        deadline=deadline,
         mip_feasibility_tolerance=_TOLERANCE,
         primal_feasibility_tolerance=_TOLERANCE,
         random_seed=0,
     )
-    lp.solve(solver)
+    try:
+        lp.solve(solver)
+    except (IndexError, pulp.PulpSolverError) as err:  # PuLP reading back a model HiGHS rejected
+        return _Outcome("none", f"highs failed: {type(err).__name__}: {err}", None, False)
     h = lp.solverModel
     status = h.getModelStatus()
     info = h.getInfo()
     has_solution = info.primal_solution_status == 2  # kSolutionStatusFeasible
     text = h.modelStatusToString(status)
-    bound = info.mip_dual_bound if has_solution or status == highspy.HighsModelStatus.kTimeLimit else None
+    stopped = status in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kInterrupt)
+    bound = info.mip_dual_bound if has_solution or stopped else None
     if status == highspy.HighsModelStatus.kOptimal:
         return _Outcome("optimal", text, bound, has_solution)
     if status in (highspy.HighsModelStatus.kInfeasible,):
@@ -615,25 +670,90 @@ def _solve_highs(lp: pulp.LpProblem, limit: float | None, threads: int, log: boo
     return _Outcome("feasible" if has_solution else "none", text, bound, has_solution)
 
 
-def _solve_cbc(lp: pulp.LpProblem, limit: float | None, threads: int, log: bool, use_start: bool) -> _Outcome:
+class _CbcTimeout(Exception):
+    """CBC was still running past the deadline and was stopped."""
+
+
+class _CbcByDeadline(pulp.PULP_CBC_CMD):
+    """PuLP's CBC command, held to a deadline.
+
+    Its ``-sec`` limit is what is left of the deadline once the model file is
+    written, less a reserve for reading the solution back; and since CBC
+    checks its clock only between phases (its root LP and the MIP start alone
+    can take seconds on a loaded machine), the process is killed
+    :data:`CBC_GRACE` seconds past the deadline. Otherwise it runs as PuLP's
+    ``solve_CBC`` does (MPS model, MIP start, solution file).
+    """
+
+    def __init__(self, *args, deadline: float | None = None, log_path: str, **kwargs):
+        self.deadline = deadline
+        self.log_path = log_path
+        self.began = time.perf_counter()
+        super().__init__(*args, **kwargs)
+
+    def remaining(self) -> float:
+        now = time.perf_counter()
+        reserve = READBACK_SHARE * (now - self.began) + READBACK_SECONDS
+        return max(0.01, round(self.deadline - now - reserve, 2))
+
+    def solve_CBC(self, lp, use_mps=True):  # noqa: N802 (PuLP's name)
+        mps, sol, mst = self.create_tmp_files(lp.name, "mps", "sol", "mst")
+        try:
+            variables, var_names, con_names, _ = lp.writeMPS(mps, rename=1)
+            args = [self.path, mps]
+            if self.optionsDict.get("warmStart", False):
+                self.writesol(mst, lp, variables, var_names, con_names)
+                args += ["-mips", mst]
+            if self.deadline is not None:
+                args += ["-sec", str(self.remaining())]
+            for option in self.options + self.getOptions():
+                args += ("-" + option).split()
+            args += ["-solve", "-printingOptions", "all", "-solution", sol]
+            wait = None if self.deadline is None else max(0.0, self.deadline - time.perf_counter()) + CBC_GRACE
+            with open(self.log_path, "w", encoding="utf-8") as pipe:
+                process = subprocess.Popen(args, stdout=pipe, stderr=pipe, stdin=subprocess.DEVNULL)
+                try:
+                    code = process.wait(timeout=wait)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+                    raise _CbcTimeout from None
+            if code != 0 or not os.path.exists(sol):
+                raise pulp.PulpSolverError(f"cbc exited with code {code}")
+            status, values, reduced, prices, slacks, sol_status = self.readsol_MPS(sol, lp, variables, var_names, con_names)
+            lp.assignVarsVals(values)
+            lp.assignVarsDj(reduced)
+            lp.assignConsPi(prices)
+            lp.assignConsSlack(slacks, activity=True)
+            lp.assignStatus(status, sol_status)
+            return status
+        finally:
+            self.delete_tmp_files(mps, sol, mst)
+
+
+def _solve_cbc(lp: pulp.LpProblem, deadline: float | None, threads: int, log: bool, use_start: bool) -> _Outcome:
     fd, path = tempfile.mkstemp(prefix="partitioner-cbc-", suffix=".log")
     os.close(fd)
     failure = None
+    limit = None if deadline is None else max(0.0, deadline - time.perf_counter())
     try:
-        solver = pulp.PULP_CBC_CMD(
+        solver = _CbcByDeadline(
             msg=False,
             gapRel=0.0,
             gapAbs=0.0,
-            timeLimit=limit,
+            deadline=deadline,
+            log_path=path,
             threads=threads,
             warmStart=use_start,
-            logPath=path,
+            timeMode="elapsed",  # wall, not CPU, seconds: on a loaded machine CPU time lags the clock
             options=[f"integerTolerance {_TOLERANCE}", f"primalTolerance {_TOLERANCE}", "randomCbcSeed 1"],
         )
         try:
             code = lp.solve(solver)
         except pulp.PulpSolverError as err:
             failure = str(err)
+        except _CbcTimeout:
+            failure = "stopped at the time limit"
         with open(path, encoding="utf-8", errors="replace") as f:
             text_log = f.read()
     finally:
