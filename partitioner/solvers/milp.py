@@ -34,6 +34,10 @@ threads : int
     Solver threads (default 1, which keeps runs reproducible).
 hint : bool
     Start from the greedy plan when no ``warm_start`` is given (default True).
+presolve : bool
+    Run HiGHS's presolve (default False: HiGHS 1.16's presolve certified wrong
+    optima -- and wrong infeasibility -- on format-v2 slot models that brute,
+    CBC and HiGHS without presolve solve correctly; CBC always presolves).
 log : bool
     Print the solver's log (CBC's on stderr; HiGHS writes its own to stdout).
 
@@ -100,7 +104,7 @@ CAP_FACTOR = 1e6
 OPTIMAL_GAP = 1e-6
 
 
-@register("milp", options=("backend", "threads", "hint", "log"))
+@register("milp", options=("backend", "threads", "hint", "log", "presolve"))
 def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
     start = time.perf_counter()
     backend = str(request.option("backend", "highs")).lower()
@@ -140,7 +144,10 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
     log = bool(request.option("log", False))
     run = _solve_highs if backend == "highs" else _solve_cbc
     with _pulp_quiet():
-        outcome = run(lp, deadline, threads, log, hint_source is not None)
+        if backend == "highs":
+            outcome = run(lp, deadline, threads, log, hint_source is not None, bool(request.option("presolve", False)))
+        else:
+            outcome = run(lp, deadline, threads, log, hint_source is not None)
     extra["milp"] = {"backend": backend, "status": outcome.status_text, "hint": hint_source, "threads": threads}
 
     return _candidate(problem, data, backend, outcome, var, hint_plan, hint_source, extra)
@@ -638,7 +645,9 @@ def _quiet_stdout():
         os.close(devnull)
 
 
-def _solve_highs(lp: pulp.LpProblem, deadline: float | None, threads: int, log: bool, use_start: bool) -> _Outcome:
+def _solve_highs(
+    lp: pulp.LpProblem, deadline: float | None, threads: int, log: bool, use_start: bool, presolve: bool = False
+) -> _Outcome:
     import highspy
 
     solver = _HighsWithStart(
@@ -651,6 +660,7 @@ def _solve_highs(lp: pulp.LpProblem, deadline: float | None, threads: int, log: 
         mip_feasibility_tolerance=_TOLERANCE,
         primal_feasibility_tolerance=_TOLERANCE,
         random_seed=0,
+        presolve="on" if presolve else "off",
     )
     try:
         lp.solve(solver)

@@ -247,9 +247,13 @@ class SlotData:
         return _analytic_bound(self.problem, self.objective, nudge=False)
 
     def upper_stage_ms(self) -> float:
-        """An upper bound on any stage time (ms): all layers in the slowest layout,
-        every reshard at its largest, plus two sends."""
-        compute = float(self.time_prefix[:, -1].max())
+        """An upper bound on any stage time (ms): all layers in the slowest layout (several
+        groups: every layer in its slowest config), every reshard at its largest, plus two sends."""
+        if self.multi:
+            compute = math.fsum(max(c.fwd_ms + c.bwd_ms for c in layer.costs.values()) for layer in self.problem.layers)
+        else:
+            compute = float(self.time_prefix[:, -1].max())
+        compute *= 1 + (self.num_layers + 2) * 2.0**-52  # float sums may sit that far below the exact ones
         sends = 2.0 * float(self.send_mb.max()) / (self.sizes[0] * min(self.bandwidths)) if self.transfers else 0.0
         reshards = 2.0 * sum(max(r.values(), default=0.0) for r in self.reshard_ms)
         return compute + sends + reshards
