@@ -96,6 +96,9 @@ _TOLERANCE = 1e-9
 # constant (HiGHS stops up to ~0.3 s after its limit).
 READBACK_SHARE = 0.6
 READBACK_SECONDS = 0.3
+# Time to hand a built model to the backend, as a share of the time it took to build (measured
+# 0.45 for highspy and 0.5 for CBC's MPS file on the 40-layer benchmark).
+HANDOVER_SHARE = 0.5
 # Seconds past the deadline after which a still-running CBC process is killed.
 CBC_GRACE = 0.5
 # Without a hint, times above this multiple of the analytic bound are capped (time_cap).
@@ -132,15 +135,21 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
         if hint_plan is not None:
             value = evaluate(problem, hint_plan, data.objective).value
             ceiling = stage_ceiling_ms(data.objective, value, data.microbatches)
+        began = time.perf_counter()
         with _pulp_quiet():
             lp, var = build_milp(data, check, ceiling)
+        built = time.perf_counter() - began
         if decisions is not None:
             for v, value in start_values(var, data, decisions, ceiling).items():
                 v.setInitialValue(value)
+        # handing the model to the backend (highspy calls, or an MPS file for CBC) and reading
+        # the answer back take a share of the build time: no point starting what cannot finish
+        deadline = request.deadline(start)
+        if deadline is not None and deadline - time.perf_counter() < HANDOVER_SHARE * built * (1 + READBACK_SHARE) + READBACK_SECONDS:
+            raise BuildTimeout
     except BuildTimeout:
         return build_timeout_candidate("milp", problem, request, hint_plan, hint_source, extra)
 
-    deadline = request.deadline(start)
     log = bool(request.option("log", False))
     run = _solve_highs if backend == "highs" else _solve_cbc
     with _pulp_quiet():
