@@ -8,8 +8,11 @@ Decisions, per slot ``j`` (stage ``P - 1 - j``, see :mod:`.slotmodel`):
   when ``before[0][j]``, the stage count ``P = 1 + sum_j before[0][j]`` is one
   of the feasible counts, and layer ``i`` is in slot ``j`` when
   ``x_ij = before[i][j] - before[i][j+1]`` is 1;
-* ``use[j][l]``: one layout per active slot (``size[j][s]`` channels its
-  device count); the devices sum to N;
+* ``use[j][g][l]``: one layout per segment -- per slot ``j`` and group
+  (module run) ``g`` it covers, ``sum_l use[j][g][l] = cover[j][g]`` (see
+  :mod:`.slotmodel`); ``size[j][s]``: one size per active slot, every
+  segment's layout of that size; the devices sum to N. With one group
+  (every v1 problem) ``size`` is channelled from ``use[j][0]``;
 * when the placement matters, ``node[j][k]`` puts a small slot on node
   ``k``: a node holds small slots of exactly ``gpus_per_node`` devices or
   none, nodes are numbered in order of first use by slot index (symmetry
@@ -19,26 +22,45 @@ Decisions, per slot ``j`` (stage ``P - 1 - j``, see :mod:`.slotmodel`):
 Times, in integer units (:func:`.slotmodel.integer_times`):
 
 * ``compute_j >= sum_i tau[l][i] x_ij`` when slot ``j`` uses layout ``l``
-  (``tau`` are differences of rounded prefix sums, so a stage's compute is
-  off by at most one unit), and the redundant ``d compute_j >= sum_i
-  work_i x_ij`` for a slot of ``d`` devices (``work_i`` = the least
-  device-units of layer ``i``), which lets the LP see the device budget;
-* memory and cost entries: the clauses ``use[j][l] and c_j <= a  =>
-  c_{j-1} <= reach[l, stash_j][a]`` (:mod:`.slotmodel`);
+  (several groups: ``compute_j = sum_g compute_jg`` with ``compute_jg >=
+  sum_{i in g} tau[l][i] x_ij`` when ``use[j][g][l]``; ``tau`` are
+  differences of exactly rounded prefix sums, so a segment's compute is off
+  by at most one unit), and the redundant ``d compute_j >= sum_i work_i
+  x_ij`` for a slot of ``d`` devices (``work_i`` = the least device-units of
+  layer ``i``), which lets the LP see the device budget;
+* memory and cost entries: one group, the clauses ``use[j][0][l] and c_j <= a
+  =>  c_{j-1} <= reach[l, stash_j][a]``; several groups, ``memory_jg >=
+  sum_{i in g} (weight + stash_j act)[i, l] x_ij`` when ``use[j][g][l]`` and
+  ``sum_g memory_jg <= capacity``, in bytes divided by their gcd (exact; a
+  missing entry counts capacity + 1);
+* reshards (several groups): per slot and group boundary, a 0/1 ``w`` per
+  same-size mesh pair, 1 exactly on the pair the slot's two segments use
+  (:mod:`.slotmodel`); ``reshard_j = sum 2 r w`` in units;
 * ``x_j >= send[c_j][s][h]`` for the transfer between slots ``j + 1`` and
   ``j`` whenever the smaller of the two has at most ``sizes[s]`` devices
   and the link is of kind ``h`` (sends only shrink with more devices);
-* ``t_j = compute_j + x_j + x_{j-1}``, ``T = max_j t_j``; ``bottleneck``
-  minimises T, ``iteration`` minimises ``sum t_j + (m - 1) T``.
+* ``t_j = compute_j + reshard_j + x_j + x_{j-1}``, ``T = max_j t_j``;
+  ``bottleneck`` minimises T, ``iteration`` minimises ``sum t_j + (m - 1) T``.
 
 Lower-bounding constraints (``>=``) suffice: both objectives are
 non-decreasing in every stage time, so a minimiser sets each time to its
 value where it matters, and every returned plan is re-evaluated exactly.
 
 The greedy plan (or the caller's ``warm_start``) is given as a complete
-hint, and its objective as an upper bound. The bound is converted back to
-ms conservatively (:func:`.slotmodel.conservative_bound`). Deterministic for
-a fixed seed with ``num_workers=1``.
+hint, and its objective as an upper bound; its stage ceiling
+(:func:`.slotmodel.stage_ceiling_ms`) caps every time coefficient, so a
+sentinel cost (``fwd_ms: 1e18``) costs neither range nor resolution. The
+bound is converted back to ms conservatively
+(:func:`.slotmodel.conservative_bound`), and "optimal" is claimed only when
+that bound is within the resolution of the plan's exact value (when the
+times span too wide a range for the integer unit, the answer is
+``feasible`` with the proven gap). Deterministic for a fixed seed with
+``num_workers=1``.
+
+Time limit: it covers building the tables, the greedy hint and the model
+(a model too large to build in the time left is refused at once,
+:func:`.slotmodel.model_size_refusal`; a build cut short returns the hint as
+``feasible``), and CP-SAT gets what is left.
 
 Reach: on the 4 x 8 GPU benchmark family (``tests/test_cpsat.py``) CP-SAT
 proves optimality within seconds up to about 24 layers; from 32 layers on

@@ -8,18 +8,44 @@ linearised, with times kept in floating-point ms (no integer scaling):
   map), non-increasing in ``i`` and ``j`` with ``s`` stepping by at most 1;
   ``active_j = before[0][j]``; slot ``j`` holds layer ``i`` when
   ``x_ij = before[i][j] - before[i][j+1]`` is 1;
-* ``use[j][l]`` (binary): one layout per active slot; the devices sum to N;
+* ``use[j][g][l]`` (binary): one layout per segment, i.e. per slot ``j``
+  and group (module run) ``g`` it covers (``sum_l use[j][g][l] =
+  cover[j][g]``, :mod:`.slotmodel`); several groups: ``size[j][s]``, one
+  size per active slot shared by its segments; the devices sum to N;
 * compute ``sum_{i,l} (fwd + bwd)_{il} z_ijl`` with continuous
-  ``z_ijl`` (``sum_l z_ijl = x_ij``, ``z_ijl <= use_jl``, no ``z`` for a
-  missing cost entry), which is exact at integer ``x``, ``use``;
-* memory and cost entries: the clauses ``use_jl and c_j <= a  =>  c_{j-1} <= reach[a]``;
+  ``z_ijl`` (``sum_l z_ijl = x_ij``, ``z_ijl <= use[j][g(i)][l]``, no ``z``
+  for a missing cost entry), which is exact at integer ``x``, ``use``;
+* memory and cost entries: one group, the clauses ``use_j0l and c_j <= a  =>
+  c_{j-1} <= reach[a]``; several groups, ``sum_{i,l} (weight + stash_j
+  act)_{il} z_ijl <= capacity`` (``z`` fixed at 0 where one layer alone
+  does not fit);
+* reshards (several groups): per slot and group boundary a transport
+  ``w[mu, nu] >= 0`` between the two segments' meshes, row sums
+  ``<= mesh use``, total ``inside[j][g]``: exactly the pair used at integer
+  ``use``; ``reshard_j = sum 2 r w``;
 * transfers ``x_j >= send[c_j][s][h] - M (...)`` whenever the smaller of
   the two stages has at most ``sizes[s]`` devices and the link is of kind ``h``;
 * placement (when it matters): small slots on nodes filled exactly, nodes
   opened in order of first use, ``link_j`` = the two slots share a node;
-* ``t_j = compute_j + x_j + x_{j-1} <= T``; ``bottleneck`` minimises T,
-  ``iteration`` ``sum t_j + (m - 1) T``.
+* ``t_j = compute_j + reshard_j + x_j + x_{j-1} <= T``; ``bottleneck``
+  minimises T, ``iteration`` ``sum t_j + (m - 1) T``.
 
+Time coefficients above a cap (:func:`time_cap`: twice the hint's stage
+ceiling, else 1e6 x the analytic bound) are capped: sentinel costs stay out
+of the backends' numerics, the dual bound stays valid (capping only lowers
+times), and a plan whose exact value exceeds the proven bound by more than
+1e-6 is reported ``feasible``, not ``optimal``.
+
+Time limit: it covers building (refused at once when the model cannot be
+built in the time left; a build cut short returns the hint), handing the
+model to the backend (skipped when it cannot finish), the backend's run
+(HiGHS: the time left after the hand-over, plus an interrupt callback; CBC:
+the time left when its command is made, in wall-clock seconds, and a kill
+half a second past the deadline) and reading the answer back.
+
+HiGHS runs without presolve by default (option ``presolve``): HiGHS 1.16's
+presolve certified wrong optima and wrong infeasibility on format-v2 slot
+models (found against ``brute``; CBC and HiGHS without presolve were right).
 Both backends run with a zero relative and absolute MIP gap and tightened
 feasibility tolerances, so that "optimal" is optimal up to floating-point
 tolerance; the reported bound is the backend's dual bound less a relative
