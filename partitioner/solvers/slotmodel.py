@@ -66,45 +66,27 @@ stages summing exactly to ``gpus_per_node`` or none; stages of
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..placement import label_nodes, node_assignment_ids, pack_runs
-from ..plan import Plan, PlanError, Stage, evaluate
+from ..plan import Plan, PlanError, Stage
 from ..problem import Layout, Problem
 from ..reshard import stage_reshard_ms
-from .base import Candidate, SolveRequest, SolverError
-from .feasibility import explain_infeasible, feasible_stage_counts
+from .feasibility import feasible_stage_counts
+from .slotrun import analytic_bound
+from .slottimes import integer_times  # re-exported: the integer scale of this model (CP-SAT)
 
 __all__ = [
-    "BuildTimeout",
-    "build_guard",
-    "build_timeout_message",
-    "build_timeout_candidate",
-    "model_size_refusal",
-    "model_cells",
-    "infeasible_message",
-    "decisions_from_values",
     "SlotData",
     "SlotDecisions",
-    "IntegerTimes",
     "slot_data",
     "decisions_of_plan",
+    "decisions_from_values",
     "plan_of_decisions",
     "integer_times",
-    "conservative_bound",
-    "starting_plan",
-    "int_option",
-    "stage_ceiling_ms",
-    "RESOLUTION",
-    "UNIT_CAP",
 ]
-
-# Target relative accuracy of the integer time scale of CP-SAT: the plan it
-# proves optimal is within this fraction of the true optimum (see integer_times).
-RESOLUTION = 1e-7
 
 
 @dataclass(frozen=True)
@@ -244,7 +226,7 @@ class SlotData:
         least m times the bottleneck and at least the sum of fastest layer
         times plus (m - 1) bottlenecks. (Reshards and sends only add.)
         """
-        return _analytic_bound(self.problem, self.objective, nudge=False)
+        return analytic_bound(self.problem, self.objective, nudge=False)
 
     def upper_stage_ms(self) -> float:
         """An upper bound on any stage time (ms): all layers in the slowest layout (several
@@ -359,50 +341,6 @@ def _reach(weight, act, present, stash: int, capacity: int) -> np.ndarray:
 # --------------------------------------------------------------------------- decisions <-> plans
 
 
-def int_option(request: SolveRequest, method: str, name: str, default: int, minimum: int = 1) -> int:
-    """An integer option, or :class:`~partitioner.solvers.SolverError` naming it."""
-    value = request.option(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise SolverError(f"{method}: option {name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def starting_plan(problem: Problem, request: SolveRequest, notes: dict, check=None) -> tuple[Plan | None, str | None]:
-    """The plan to start from, and where it came from.
-
-    The caller's ``warm_start`` when it is valid (an invalid one is noted in
-    ``notes["warm_start"]`` and skipped), else the greedy plan unless the
-    ``hint`` option is false, else None. ``check()`` is called before the
-    greedy run (it may raise :class:`BuildTimeout`).
-    """
-    if request.warm_start is not None:
-        try:
-            evaluate(problem, request.warm_start)
-        except PlanError as err:
-            notes["warm_start"] = f"ignored: {err}"
-        else:
-            return request.warm_start.with_device_ids(), "warm_start"
-    if request.option("hint", True):
-        if check is not None:
-            check()
-        from .greedy import solve_greedy  # local: greedy is a sibling method module
-
-        try:
-            greedy = solve_greedy(problem, request)
-        except Exception as err:  # noqa: BLE001 - a baseline bug must not take the exact solver down
-            notes["hint"] = f"greedy failed: {type(err).__name__}: {err}"
-            return None, None
-        if greedy.plan is not None:
-            try:
-                evaluate(problem, greedy.plan)
-            except PlanError as err:  # a baseline bug must not take the exact solver down
-                notes["hint"] = f"greedy plan ignored: {err}"
-            else:
-                return greedy.plan, "greedy"
-    return None, None
-
-
-
 @dataclass(frozen=True)
 class SlotDecisions:
     """A plan in the model's terms.
@@ -487,97 +425,6 @@ def decisions_from_values(data: SlotData, var, on) -> SlotDecisions:
     return SlotDecisions(P, starts, layout, tuple(node), link, configs)
 
 
-def infeasible_message(problem: Problem) -> str:
-    """:func:`~.feasibility.explain_infeasible`, or a plain statement if explaining fails."""
-    try:
-        return explain_infeasible(problem)
-    except Exception as err:  # noqa: BLE001 - the proof stands; only the explanation is missing
-        return f"no valid plan exists (proven by exact search; explaining why failed: {type(err).__name__}: {err})"
-
-
-class BuildTimeout(Exception):
-    """The time limit ran out while a model was being built."""
-
-
-def build_guard(deadline: float | None):
-    """A check to call inside long model-building loops: raises :class:`BuildTimeout` past ``deadline``.
-
-    Building the slot model of a large problem takes minutes (256 layers on
-    256 GPUs: about 20 s in CP-SAT, minutes in PuLP); a time limit covers it.
-    """
-
-    def check() -> None:
-        if deadline is not None and time.perf_counter() > deadline:
-            raise BuildTimeout
-
-    return check
-
-
-def build_timeout_message(method: str, problem: Problem) -> str:
-    return (
-        f"{method}: the time limit ran out while building the model ({problem.num_layers} layers, "
-        f"{len(problem.layouts())} configs); raise --time-limit or use dp"
-    )
-
-
-def build_timeout_candidate(method: str, problem: Problem, request: SolveRequest, plan, source, extra) -> Candidate:
-    """The answer when the limit ran out before the search: the starting plan if there is one
-    (``feasible``, with the analytic bound), else an error."""
-    message = build_timeout_message(method, problem)
-    if plan is None:
-        return Candidate("error", message=message, extra=extra)
-    bound = _analytic_bound(problem, request.objective)
-    return Candidate("feasible", plan, bound, f"{message}; returning the {source} plan", extra)
-
-
-def _analytic_bound(problem: Problem, objective: str, nudge: bool = True) -> float:
-    """:meth:`SlotData.lower_bound` without building the tables (nudged down unless ``nudge`` is false)."""
-    fastest, work = [], 0.0
-    for layer in problem.layers:
-        fastest.append(min(c.fwd_ms + c.bwd_ms for c in layer.costs.values()))
-        work += min(lay.devices * (c.fwd_ms + c.bwd_ms) for lay, c in layer.costs.items())
-    bottleneck = max(max(fastest), work / problem.num_devices)
-    m = problem.microbatches
-    value = bottleneck if objective == "bottleneck" else max(m * bottleneck, sum(fastest) + (m - 1) * bottleneck)
-    return max(0.0, value * (1 - 1e-12)) if nudge else value
-
-
-# Seconds per (layer, slot, config) cell to build each model: the rate on an
-# idle core of the reference machine, halved, so that a refusal is never
-# premature (under load the builds are 2-5x slower, and build_guard stops them).
-BUILD_SECONDS_PER_CELL = {"cpsat": 1e-5, "milp": 4e-5}
-
-
-def model_cells(problem: Problem) -> tuple[int, int]:
-    """``(slots, cells)``: an upper bound on the slot count from the stage bounds alone, and the
-    (layer, slot, config) cells of the order encoding times the configs (cheap to compute)."""
-    L = problem.num_layers
-    J = max(1, min(problem.stages.max, L, problem.num_devices))
-    configs = len({lay for layer in problem.layers for lay in layer.costs})
-    return J, (J * L - J * (J - 1) // 2) * configs
-
-
-def model_size_refusal(method: str, problem: Problem, request: SolveRequest, start: float) -> str | None:
-    """A message refusing a problem whose model cannot be built within the time limit, else None.
-
-    The estimate is the cell count (:func:`model_cells`) times an optimistic
-    build rate (:data:`BUILD_SECONDS_PER_CELL`): the model has at least
-    that many terms. A build that still runs over is stopped by :func:`build_guard`.
-    """
-    if request.time_limit is None:
-        return None
-    slots, cells = model_cells(problem)
-    estimate = cells * BUILD_SECONDS_PER_CELL[method]
-    left = request.time_limit - (time.perf_counter() - start)
-    if estimate <= left:
-        return None
-    return (
-        f"{method}: the time limit would run out while building the model ({problem.num_layers} layers x up to "
-        f"{slots} stage slots x {cells // max(1, slots * problem.num_layers - slots * (slots - 1) // 2)} configs: "
-        f"at least {estimate:.3g} s to build, {max(left, 0.0):.3g} s left); raise --time-limit or use dp"
-    )
-
-
 def plan_of_decisions(data: SlotData, decisions: SlotDecisions) -> Plan:
     """The plan (with device ids) the model's decisions describe."""
     P, L = decisions.stages, data.num_layers
@@ -607,200 +454,3 @@ def _assignment_from_nodes(data: SlotData, decisions: SlotDecisions, sizes: list
     P, G = decisions.stages, data.gpus_per_node
     bins = [decisions.node[P - 1 - p] if sizes[p] < G else ("own", p) for p in range(P)]
     return label_nodes(sizes, bins, G)
-
-
-# --------------------------------------------------------------------------- integer times (CP-SAT)
-
-# Largest objective, in units, the integer model is built for: far inside
-# CP-SAT's 64-bit range, and every time is then carried by a double to within
-# a small fraction of a unit (see integer_times).
-UNIT_CAP = 2.0**50
-_EPS = 2.0**-52
-
-
-@dataclass(frozen=True)
-class IntegerTimes:
-    """Times in integer units of ``1 / scale`` ms, for CP-SAT.
-
-    Attributes
-    ----------
-    scale : float
-        Units per millisecond.
-    time_prefix : list of list of int
-        Per layout, ``scale`` x the exact prefix sums of ``fwd_ms + bwd_ms``,
-        rounded to the nearest unit (the sums are formed in exact rational
-        arithmetic, so no cancellation: a 1e18 ms layer does not wipe out the
-        ones after it). A segment's compute is a difference of two of them,
-        off by at most 1 unit.
-    tau : list of list of int
-        Per layout and layer: the difference of consecutive ``time_prefix``
-        entries, capped at ``top + 1`` (a layer that alone exceeds the
-        ceiling can never be in a plan the model keeps).
-    send : ndarray of int, shape (L + 1, sizes + 1, link kinds)
-        ``send[c, s, h]``: the transfer into a slot starting at layer ``c``
-        (so after layer ``c - 1``) when the smaller of the two stages has
-        ``sizes[s - 1]`` devices and the link is kind ``h`` (see
-        :attr:`SlotData.bandwidths`); 0 when ``c == 0`` or ``s == 0`` (no
-        boundary), capped at ``top + 1``.
-    reshard : tuple of dict
-        Per group boundary, ``{(mu, nu): units}`` of the forward plus the
-        backward reshard ``2 r`` (:attr:`SlotData.reshard_ms`), capped at ``top + 1``.
-    top : int
-        The largest stage time (units) the model allows: a plan with a
-        slower stage is not modelled. Without a ceiling it is the largest
-        possible stage time; with one (the hint's, see :func:`stage_ceiling_ms`)
-        only plans that can beat the hint are kept.
-    stage_error : float
-        Most units by which a stage time of the model can differ from
-        ``scale`` x its true time: 1 per segment (two rounded prefixes), and
-        ``1/2 + delta`` per send and reshard term (rounding, plus ``delta``
-        for the double precision of the term), so ``2 + 2 delta`` for a
-        one-segment stage.
-    error : float
-        The same for the objective: ``stage_error`` for ``bottleneck``,
-        ``(J + m - 1) stage_error`` for ``iteration``.
-    exact : bool
-        The scale meets the requested resolution (False when the objective's
-        range forced a coarser unit; the bound stays valid, but it may not
-        prove optimality to the resolution).
-    """
-
-    scale: float
-    time_prefix: list[list[int]]
-    tau: list[list[int]]
-    send: np.ndarray
-    reshard: tuple[dict, ...]
-    top: int
-    stage_error: float
-    error: float
-    exact: bool
-
-
-def stage_ceiling_ms(objective: str, value: float, microbatches: int) -> float:
-    """The slowest stage a plan can have and still not be worse than a plan of objective ``value``.
-
-    ``bottleneck`` is the slowest stage; ``iteration`` = sum + (m - 1) max >= m max.
-    """
-    return value if objective == "bottleneck" else value / microbatches
-
-
-def integer_times(data: SlotData, resolution: float = RESOLUTION, ceiling_ms: float | None = None, check=None) -> IntegerTimes:
-    """Scale every time to integers -- the one place CP-SAT's resolution is chosen.
-
-    CP-SAT needs integer coefficients. Each quantity is rounded to the
-    nearest unit, so the model's objective of any plan is within ``error``
-    units of the truth, and a plan the solver proves optimal (with an
-    absolute gap limit of ``error`` units) is within ``3 * error`` units of
-    the true optimum. The unit is chosen so that this is at most
-    ``resolution`` times the analytic lower bound of the objective
-    (:meth:`SlotData.lower_bound`), hence at most ``resolution`` relative to
-    the true optimum -- unless the objective's upper bound would exceed
-    :data:`UNIT_CAP` units, where the scale is capped and ``exact`` is
-    False (the bound reported through :func:`conservative_bound` stays valid
-    either way; ``cpsat`` then does not claim optimality unless the bound
-    proves it).
-
-    ``ceiling_ms`` (optional): no stage of the plans of interest is slower
-    (:func:`stage_ceiling_ms` of a known plan). Times above it are capped, so
-    that sentinel costs (``fwd_ms: 1e12``) neither blow up the range nor
-    cost resolution.
-
-    Consequence: two plans whose true objectives differ by less than about
-    ``resolution`` (relative) can look equal, or swapped, to the solver, so
-    ``cpsat`` may return a plan up to that fraction worse than the best one;
-    with the default 1e-7 it agrees with the exact methods to 1e-6.
-    """
-    check = check or (lambda: None)
-    J, m, L = data.slots, data.microbatches, data.num_layers
-    groups = max(1, len(data.groups))
-    # a first pass with delta = 1/1024, then delta from the actual magnitudes
-    stage_error = groups + (groups + 1) * (0.5 + 2.0**-10)
-    count = 1 if data.objective == "bottleneck" else J + m - 1
-    lower = data.lower_bound()
-    upper_stage = data.upper_stage_ms()
-    if ceiling_ms is not None and math.isfinite(ceiling_ms):
-        upper_stage = min(upper_stage, ceiling_ms)
-    upper = count * upper_stage
-    if upper <= 0:  # every time is zero (or the ceiling is): any unit is exact
-        scale, exact = 1.0, True
-    else:
-        cap = UNIT_CAP / upper
-        wanted = 3 * count * stage_error / (resolution * lower) if lower > 0 else math.inf
-        scale, exact = (wanted, True) if wanted <= cap else (cap, False)
-    top_units = scale * upper_stage + stage_error + 1
-    delta = max(2.0**-10, 4 * _EPS * top_units)
-    stage_error = groups + (groups + 1) * (0.5 + delta)
-    top = int(math.ceil(top_units + 2 * delta + 1))
-    prefix = _exact_prefixes(data, scale, check)
-    tau = [[min(b - a, top + 1) for a, b in zip(row, row[1:])] for row in prefix]
-    bws = data.bandwidths
-    S = len(data.sizes)
-    send = np.zeros((L + 1, S + 1, len(bws)), dtype=np.int64)
-    if data.transfers:
-        for c in range(1, L):
-            if c % 4096 == 0:
-                check()
-            mb = data.send_mb[c - 1]
-            if mb == 0:
-                continue
-            for s, d in enumerate(data.sizes, start=1):
-                for h, bw in enumerate(bws):
-                    send[c, s, h] = _units(scale, mb / (d * bw), top)
-    reshard = tuple({pair: _units(scale, 2 * r, top) for pair, r in table.items()} for table in data.reshard_ms)
-    return IntegerTimes(scale, prefix, tau, send, reshard, top, stage_error, count * stage_error, exact)
-
-
-def _units(scale: float, ms: float, top: int) -> int:
-    """``round(scale * ms)``, capped at ``top + 1``."""
-    value = scale * ms
-    return top + 1 if not value < top + 1 else int(round(value))
-
-
-def _exact_prefixes(data: SlotData, scale: float, check) -> list[list[int]]:
-    """Per layout, ``round(scale * sum of (fwd + bwd) over layers < i)`` for i = 0..L, exactly.
-
-    Every double is a rational with a power-of-two denominator; the sums are
-    formed in integers over a common denominator, then scaled and rounded
-    once (half up).
-    """
-    problem = data.problem
-    index = {lay: k for k, lay in enumerate(data.layouts)}
-    n, L = len(data.layouts), data.num_layers
-    parts: list[list[tuple[int, int]]] = [[(0, 1)] * L for _ in range(n)]
-    shift = 0
-    for i, layer in enumerate(problem.layers):
-        if i % 1024 == 0:
-            check()
-        for lay, c in layer.costs.items():
-            fn, fd = c.fwd_ms.as_integer_ratio() if isinstance(c.fwd_ms, float) else (int(c.fwd_ms), 1)
-            bn, bd = c.bwd_ms.as_integer_ratio() if isinstance(c.bwd_ms, float) else (int(c.bwd_ms), 1)
-            parts[index[lay]][i] = (fn * bd + bn * fd, fd * bd)
-            shift = max(shift, (fd * bd).bit_length() - 1)
-    den = 1 << shift
-    sn, sd = float(scale).as_integer_ratio()
-    out = []
-    for k in range(n):
-        check()
-        total = 0
-        row = [0]
-        for num, d in parts[k]:
-            total += num * (den // d)
-            row.append((2 * total * sn + den * sd) // (2 * den * sd))
-        out.append(row)
-    return out
-
-
-def conservative_bound(units: float, times: IntegerTimes, analytic: float, layers: int = 0) -> float:
-    """A proven lower bound (ms) from a bound on the integer model's objective.
-
-    Any plan's true objective is at least (model objective - error) / scale,
-    so the true optimum is at least ``(units - error) / scale``; the result
-    is nudged down (relative ``(layers + 16) 2**-52``: the float sums of
-    :func:`~partitioner.plan.evaluate` may sit that far below the exact
-    ones) and never below the analytic bound (itself nudged down).
-    """
-    best = max((units - times.error) / times.scale, analytic)
-    best *= 1 - (layers + 16) * _EPS
-    for _ in range(4):
-        best = math.nextafter(best, -math.inf)
-    return max(best, 0.0)
