@@ -11,7 +11,8 @@ import time
 import pytest
 
 from partitioner import Problem, evaluate, load_problem, solve
-from partitioner.solvers.slotmodel import UNIT_CAP, integer_times, slot_data
+from partitioner.solvers.slotmodel import slot_data
+from partitioner.solvers.slottimes import UNIT_CAP, integer_times
 from checks import check_plan
 from test_cpsat import vla_like_problem
 

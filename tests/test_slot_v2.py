@@ -1,24 +1,19 @@
 """Format v2 in the slot model (``cpsat`` and ``milp``): one config per
 (stage, module run), reshards between a stage's segments, variants, memory
-across segments; agreement with an exhaustive oracle on random small v2
+across segments; agreement with ``brute`` on random small v2
 problems, completeness of both models, lesson 15."""
 from __future__ import annotations
 
-import itertools
-
-import pulp
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ortools.sat.python import cp_model
 
 from partitioner import Problem, evaluate, load_problem, solve
 from partitioner.problem import Layout
-from partitioner.solvers.cpsat import SAFE_PARAMETERS, build_model, hint_values
-from partitioner.solvers.milp import build_milp, start_values
-from partitioner.solvers.slotmodel import decisions_of_plan, integer_times, plan_of_decisions, slot_data
 from checks import check_plan
 from strategies import draw_valid_plan, small_problems, small_v2_problems
+from test_cpsat import assert_plan_is_a_model_solution as cpsat_model_holds
+from test_milp import assert_plan_is_a_model_solution as milp_model_holds
 
 REL = 1e-6
 CPSAT = {"num_workers": 1}
@@ -81,46 +76,22 @@ def test_a_one_module_v2_problem_is_its_v1_twin(problem):
             assert v2.value == pytest.approx(v1.value, rel=REL)
 
 
-# --------------------------------------------------------------------------- completeness of both models
+# --------------------------------------------------------------------------- completeness of both models (every valid v2 plan is a solution at its cost)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.data(), small_v2_problems())
 def test_every_valid_v2_plan_is_a_cpsat_solution_at_its_cost(data, problem):
-    """Fixing the CP-SAT model to any valid v2 plan is feasible and costs what evaluate says."""
     plan, true_value = draw_valid_plan(data, problem)
-    slots = slot_data(problem, problem.objective)
-    times = integer_times(slots)
-    decisions = decisions_of_plan(slots, plan.with_device_ids())
-    assert decisions is not None
-    assert evaluate(problem, plan_of_decisions(slots, decisions)).value == pytest.approx(true_value, rel=1e-12)
-    model, var = build_model(slots, times)
-    for v, value in hint_values(var, slots, times, decisions).items():
-        model.add_hint(v, value)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.fix_variables_to_their_hinted_value = True
-    for key, value in SAFE_PARAMETERS.items():
-        setattr(solver.parameters, key, value)
-    assert solver.solve(model) == cp_model.OPTIMAL
-    assert abs(solver.objective_value - times.scale * true_value) <= times.error
+    cpsat_model_holds(problem, plan, true_value)
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # PuLP 3 announcing its 4.0 API
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.data(), small_v2_problems())
 def test_every_valid_v2_plan_is_a_milp_solution_at_its_cost(data, problem):
-    """Pinning the MILP's decisions to any valid v2 plan is feasible and costs what evaluate says."""
     plan, true_value = draw_valid_plan(data, problem)
-    slots = slot_data(problem, problem.objective)
-    lp, var = build_milp(slots)
-    values = start_values(var, slots, decisions_of_plan(slots, plan.with_device_ids()))
-    for v, value in values.items():
-        if v.cat == pulp.LpInteger:  # pin the decisions (binaries), let the times follow
-            v.lowBound = v.upBound = value
-    lp.solve(pulp.HiGHS(msg=False))
-    assert pulp.LpStatus[lp.status] == "Optimal"
-    assert pulp.value(lp.objective) == pytest.approx(true_value, rel=1e-7, abs=1e-9)
+    milp_model_holds(problem, plan, true_value)
 
 
 # --------------------------------------------------------------------------- lesson 15

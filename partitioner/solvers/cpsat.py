@@ -112,7 +112,7 @@ from ..problem import Problem
 from .base import Candidate, SolveRequest, SolverError, register
 from .cpsat_model import ModelRangeError, build_model, hint_values, objective_units, read_decisions
 from .feasibility import quick_infeasibility
-from .slotmodel import SlotData, decisions_of_plan, plan_of_decisions, slot_data
+from .slotmodel import SlotData, SlotStart, plan_of_decisions, slot_start
 from .slotrun import (
     BuildTimeout,
     build_guard,
@@ -122,7 +122,7 @@ from .slotrun import (
     model_size_refusal,
     starting_plan,
 )
-from .slottimes import RESOLUTION, conservative_bound, integer_times, stage_ceiling_ms
+from .slottimes import RESOLUTION, conservative_bound, integer_times
 
 __all__ = ["solve_cpsat", "build_model", "hint_values", "read_decisions", "SAFE_PARAMETERS"]
 
@@ -147,17 +147,11 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     if refusal:
         return Candidate("error", message=refusal)
     extra: dict[str, Any] = {}
-    hint_plan = hint_source = None
+    begun = SlotStart()
     try:
-        data = slot_data(problem, request.objective, check)
-        hint_plan, hint_source = starting_plan(problem, request, extra, check)
-        decisions = decisions_of_plan(data, hint_plan) if hint_plan is not None else None
-        if decisions is None:
-            hint_plan = hint_source = None
-        ceiling = None
-        if hint_plan is not None:
-            ceiling = stage_ceiling_ms(data.objective, _value(problem, hint_plan, data), data.microbatches)
-        times = integer_times(data, float(resolution), ceiling, check)
+        begun = slot_start(problem, request, extra, check, begun)
+        data, hint_plan, hint_source, decisions = begun.data, begun.plan, begun.source, begun.decisions
+        times = integer_times(data, float(resolution), begun.ceiling_ms, check)
         model, var = build_model(data, times, check)
         if decisions is not None:
             values = hint_values(var, data, times, decisions)
@@ -166,7 +160,7 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
             # the hinted plan is feasible, so the optimum is no worse than it
             model.add(var.objective <= objective_units(var, values, data))
     except BuildTimeout:
-        return build_timeout_candidate("cpsat", problem, request, hint_plan, hint_source, extra)
+        return build_timeout_candidate("cpsat", problem, request, begun.plan, begun.source, extra)
     except ModelRangeError as err:
         return Candidate("error", message=str(err))
 

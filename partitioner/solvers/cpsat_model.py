@@ -11,7 +11,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from .slotmodel import SlotData, SlotDecisions, decisions_from_values
+from .slotmodel import SlotData, SlotDecisions, decisions_from_values, stage_terms
 from .slottimes import IntegerTimes
 
 __all__ = ["CpVars", "build_model", "hint_values", "objective_units", "read_decisions", "ModelRangeError"]
@@ -162,15 +162,7 @@ def build_model(data: SlotData, times: IntegerTimes, check=None) -> tuple[cp_mod
     stage = []
     for j in range(J):
         t = model.new_int_var(0, top, f"time{j}")
-        terms = [compute[j]]
-        if not isinstance(reshard[j], int):
-            terms.append(reshard[j])
-        if send:
-            if j > 0:
-                terms.append(send[j - 1])
-            if j < J - 1:
-                terms.append(send[j])
-        model.add(t == sum(terms))
+        model.add(t == sum(stage_terms(j, compute, reshard, send)))
         stage.append(t)
     # T >= S * (analytic bound) - stage error: each stage time is off by at most that
     floor_units = max(0, int(times.scale * _bottleneck_floor(data) - times.stage_error) - 1)

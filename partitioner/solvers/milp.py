@@ -86,7 +86,7 @@ from .base import Candidate, SolveRequest, SolverError, register
 from .feasibility import quick_infeasibility
 from .milp_backends import READBACK_SECONDS, READBACK_SHARE, pulp_quiet, solve_cbc, solve_highs
 from .milp_model import build_milp, read_decisions, start_values
-from .slotmodel import decisions_of_plan, plan_of_decisions, slot_data
+from .slotmodel import SlotStart, plan_of_decisions, slot_start
 from .slotrun import (
     BuildTimeout,
     build_guard,
@@ -96,7 +96,6 @@ from .slotrun import (
     model_size_refusal,
     starting_plan,
 )
-from .slottimes import stage_ceiling_ms
 
 __all__ = ["solve_milp", "build_milp", "start_values", "BACKENDS"]
 
@@ -127,23 +126,16 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
     if refusal:
         return Candidate("error", message=refusal)
     extra: dict = {}
-    hint_plan = hint_source = None
+    begun = SlotStart()
     try:
-        data = slot_data(problem, request.objective, check)
-        hint_plan, hint_source = starting_plan(problem, request, extra, check)
-        decisions = decisions_of_plan(data, hint_plan) if hint_plan is not None else None
-        if decisions is None:
-            hint_plan = hint_source = None
-        ceiling = None
-        if hint_plan is not None:
-            value = evaluate(problem, hint_plan, data.objective).value
-            ceiling = stage_ceiling_ms(data.objective, value, data.microbatches)
+        begun = slot_start(problem, request, extra, check, begun)
+        data, hint_plan, hint_source, decisions = begun.data, begun.plan, begun.source, begun.decisions
         began = time.perf_counter()
         with pulp_quiet():
-            lp, var = build_milp(data, check, ceiling)
+            lp, var = build_milp(data, check, begun.ceiling_ms)
         built = time.perf_counter() - began
         if decisions is not None:
-            for v, value in start_values(var, data, decisions, ceiling).items():
+            for v, value in start_values(var, data, decisions, begun.ceiling_ms).items():
                 v.setInitialValue(value)
         # handing the model to the backend (highspy calls, or an MPS file for CBC) and reading
         # the answer back take a share of the build time: no point starting what cannot finish
@@ -151,7 +143,7 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
         if deadline is not None and deadline - time.perf_counter() < HANDOVER_SHARE * built * (1 + READBACK_SHARE) + READBACK_SECONDS:
             raise BuildTimeout
     except BuildTimeout:
-        return build_timeout_candidate("milp", problem, request, hint_plan, hint_source, extra)
+        return build_timeout_candidate("milp", problem, request, begun.plan, begun.source, extra)
 
     log = bool(request.option("log", False))
     run = solve_highs if backend == "highs" else solve_cbc

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 
 import pulp
 
-from .slotmodel import SlotData, SlotDecisions, decisions_from_values
+from .slotmodel import SlotData, SlotDecisions, decisions_from_values, stage_terms
 
 __all__ = ["MilpVars", "build_milp", "start_values", "read_decisions", "time_cap", "CAP_FACTOR"]
 
@@ -206,15 +206,7 @@ def build_milp(data: SlotData, check=None, ceiling_ms: float | None = None) -> t
     bottleneck = pulp.LpVariable("bottleneck", lowBound=_bottleneck_floor(data))
     for j in range(J):
         t = pulp.LpVariable(f"time_{j}", lowBound=0)
-        terms = [compute[j]]
-        if not isinstance(reshard[j], int):
-            terms.append(reshard[j])
-        if send:
-            if j > 0:
-                terms.append(send[j - 1])
-            if j < J - 1:
-                terms.append(send[j])
-        lp += t == pulp.lpSum(terms)
+        lp += t == pulp.lpSum(stage_terms(j, compute, reshard, send))
         lp += bottleneck >= t
         stage.append(t)
     if data.objective == "bottleneck":

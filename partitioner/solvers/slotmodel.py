@@ -71,12 +71,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..placement import label_nodes, node_assignment_ids, pack_runs
-from ..plan import Plan, PlanError, Stage
+from ..plan import Plan, PlanError, Stage, evaluate
 from ..problem import Layout, Problem
 from ..reshard import stage_reshard_ms
 from .feasibility import feasible_stage_counts
-from .slotrun import analytic_bound
+from .base import SolveRequest
+from .slotrun import analytic_bound, starting_plan
 from .slottimes import integer_times  # re-exported: the integer scale of this model (CP-SAT)
+from .slottimes import stage_ceiling_ms
 
 __all__ = [
     "SlotData",
@@ -86,6 +88,9 @@ __all__ = [
     "decisions_from_values",
     "plan_of_decisions",
     "integer_times",
+    "SlotStart",
+    "slot_start",
+    "stage_terms",
 ]
 
 
@@ -454,3 +459,44 @@ def _assignment_from_nodes(data: SlotData, decisions: SlotDecisions, sizes: list
     P, G = decisions.stages, data.gpus_per_node
     bins = [decisions.node[P - 1 - p] if sizes[p] < G else ("own", p) for p in range(P)]
     return label_nodes(sizes, bins, G)
+
+
+# --------------------------------------------------------------------------- shared by both models
+
+
+@dataclass
+class SlotStart:
+    """The tables, the starting plan (hint) in the model's terms, and its stage ceiling."""
+
+    data: SlotData | None = None
+    plan: Plan | None = None
+    source: str | None = None
+    decisions: SlotDecisions | None = None
+    ceiling_ms: float | None = None
+
+
+def slot_start(problem: Problem, request: SolveRequest, notes: dict, check, start: SlotStart) -> SlotStart:
+    """Fill ``start`` (so that a :class:`~.slotrun.BuildTimeout` raised midway leaves what is known):
+    the tables, the starting plan (:func:`~.slotrun.starting_plan`) when it fits the slots, and
+    its stage ceiling (:func:`~.slottimes.stage_ceiling_ms`)."""
+    start.data = slot_data(problem, request.objective, check)
+    plan, source = starting_plan(problem, request, notes, check)
+    decisions = decisions_of_plan(start.data, plan) if plan is not None else None
+    if decisions is not None:
+        start.plan, start.source, start.decisions = plan, source, decisions
+        value = evaluate(problem, plan, request.objective).value
+        start.ceiling_ms = stage_ceiling_ms(request.objective, value, problem.microbatches)
+    return start
+
+
+def stage_terms(j: int, compute: list, reshard: list, send: list) -> list:
+    """The terms of slot j's time: its compute, its reshards (when modelled) and its two sends."""
+    terms = [compute[j]]
+    if not isinstance(reshard[j], int):
+        terms.append(reshard[j])
+    if send:
+        if j > 0:
+            terms.append(send[j - 1])
+        if j < len(compute) - 1:
+            terms.append(send[j])
+    return terms
