@@ -88,6 +88,8 @@ class ModuleSpec:
     norm: str = "layernorm"  # layernorm (weight + bias) | rmsnorm (weight)
     layerscale: bool = False
     qk_norm: bool = False
+    activation: str = "gelu"  # MLP activation: gelu | gelu_tanh | silu | quick_gelu (x * sigmoid(1.702 x))
+    dropout: bool = False  # trained with dropout (attention and residual): masks are kept
     final_norm: bool = True
     # vit
     patch: int = 14
@@ -397,8 +399,8 @@ _INT_FIELDS = {
     "temporal_patch", "extra_tokens", "output_tokens", "in_dim", "tokens", "pre_norm_dim", "vocab", "text_tokens",
     "action_dim", "state_dim", "cond_tokens", "cond_dim", "passes",
 }  # fmt: skip
-_BOOL_FIELDS = {"gated", "bias", "qkv_bias", "layerscale", "qk_norm", "final_norm", "pre_norm", "tie_embeddings", "lm_head", "frozen"}
-_CHOICES = {"norm": ("layernorm", "rmsnorm"), "pos_embed": ("learned", "none"), "attention": ("causal", "prefix", "bidirectional")}
+_BOOL_FIELDS = {"gated", "bias", "qkv_bias", "layerscale", "qk_norm", "dropout", "final_norm", "pre_norm", "tie_embeddings", "lm_head", "frozen"}
+_CHOICES = {"activation": ("gelu", "gelu_tanh", "silu", "quick_gelu"), "norm": ("layernorm", "rmsnorm"), "pos_embed": ("learned", "none"), "attention": ("causal", "prefix", "bidirectional")}
 _REQUIRED = {
     "vit": ("layers", "hidden", "heads", "ffn", "patch", "image_size"),
     "projector": ("in_dim", "dims", "tokens"),

@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from partitioner.costs import (
+    BlockShape,
     CostOptions,
     block_activation_bytes,
+    block_activation_terms,
     build_problem,
     forward_flops,
     model_flops_per_sample,
@@ -78,30 +81,70 @@ def test_vision_attention_is_bidirectional_and_per_image():
 # --------------------------------------------------------------------------- memory
 
 
-def test_activation_bytes_korthikanti_formulas():
-    s, b, h, a = 2048, 4, 4096, 32
-    assert block_activation_bytes(s, b, h, a, 1) == s * b * h * (34 + 5 * a * s / h)
+def test_gpt3_block_counted_from_its_shapes_is_korthikanti():
+    # Korthikanti et al. Sec. 4.1: 34 s b h + 5 a s^2 b per GPT-3 block, s b h (10 + 24/t + 5as/(ht)) with TP,
+    # all / t with sequence parallelism; the count here is the same code every preset block goes through
+    s, b, h, a = 2048, 4, 12288, 96
+    gpt3 = BlockShape.gpt3(s, h, a)
+    assert block_activation_bytes(gpt3, b) == s * b * h * (34 + 5 * a * s / h)
+    terms = block_activation_terms(gpt3, b)
+    assert terms["scores"] == 5 * a * s * s * b and terms["mlp"] == 16 * s * b * h and terms["norm_inputs"] == 4 * s * b * h
+    lse = 4 * a * s * b  # flash attention keeps the fp32 log-sum-exp instead of the score matrix
     for t in (2, 4, 8):
-        assert block_activation_bytes(s, b, h, a, t, flash_attention=True, sequence_parallel=True) == pytest.approx(s * b * h * 34 / t)
-        assert block_activation_bytes(s, b, h, a, t) == pytest.approx(s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
-        assert block_activation_bytes(s, b, h, a, t, sequence_parallel=True) == pytest.approx(s * b * h / t * (34 + 5 * a * s / h))
-        assert block_activation_bytes(s, b, h, a, t, recompute="selective", sequence_parallel=True) == pytest.approx(s * b * h * 34 / t)
-        assert block_activation_bytes(s, b, h, a, t, recompute="full", sequence_parallel=True) == pytest.approx(2 * s * b * h / t)
+        assert block_activation_bytes(gpt3, b, t) == pytest.approx(s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
+        assert block_activation_bytes(gpt3, b, t, sequence_parallel=True) == pytest.approx(s * b * h / t * (34 + 5 * a * s / h))
+        assert block_activation_bytes(gpt3, b, t, flash_attention=True, sequence_parallel=True) == pytest.approx((s * b * h * 34 + lse) / t)
+        assert block_activation_bytes(gpt3, b, t, recompute="selective", sequence_parallel=True) == pytest.approx(s * b * h * 34 / t)
+        assert block_activation_bytes(gpt3, b, t, recompute="full", sequence_parallel=True) == pytest.approx(2 * s * b * h / t)
+
+
+@pytest.mark.parametrize(
+    "name, shape, per_sbh",
+    [
+        # the counts with fused norms and a flash core (norms 4, QKV input 2, Q/K/V, output 2, MLP input 2, MLP)
+        ("gemma-2b", BlockShape(1, 2048, 8, 1, 256, 16384, gated=True, norm="rmsnorm"), 4 + 2 + 2 + 0.5 + 2 + 2 + 64),
+        ("qwen2-7b", BlockShape(1, 3584, 28, 4, 128, 18944, gated=True, norm="rmsnorm"), 4 + 2 + 2 + 2 * 2 * 512 / 3584 + 2 + 2 + 8 * 18944 / 3584),
+        ("llama-2-7b", BlockShape(1, 4096, 32, 32, 128, 11008, gated=True, norm="rmsnorm"), 37.5),
+        ("clip-l", BlockShape(1, 1024, 16, 16, 64, 4096, activation="quick_gelu"), 4 + 2 + 6 + 2 + 2 + 3 * 8),
+        ("dinov2-l", BlockShape(1, 1024, 16, 16, 64, 4096, layerscale=True), 4 + 2 + 6 + 2 + 4 + 2 + 16),
+    ],
+)
+def test_block_activations_from_shapes(name, shape, per_sbh):
+    s, b = 4096, 2
+    lse = 4 * shape.heads * s * b
+    got = block_activation_bytes(replace(shape, tokens=s), b, flash_attention=True)
+    assert got == pytest.approx(s * b * shape.hidden * per_sbh + lse, rel=1e-12), name
+
+
+def test_unfused_rmsnorm_keeps_three_times_its_input_and_gqa_heads_replicate():
+    llama = BlockShape(1000, 4096, 32, 32, 128, 11008, gated=True, norm="rmsnorm")
+    fused = block_activation_terms(llama, 1, flash_attention=True)
+    eager = block_activation_terms(llama, 1, flash_attention=True, fused_norm=False)
+    assert eager["norm_inputs"] == 3 * fused["norm_inputs"] and eager["mlp"] == fused["mlp"]
+    clip = BlockShape(1000, 1024, 16, 16, 64, 4096)  # LayerNorm is always one fused op
+    assert block_activation_terms(clip, 1, fused_norm=False) == block_activation_terms(clip, 1)
+    gemma = BlockShape(1000, 2048, 8, 1, 256, 16384, gated=True, norm="rmsnorm")  # one KV head: replicated over tp
+    for t in (1, 2, 8):
+        terms = block_activation_terms(gemma, 1, t, flash_attention=True)
+        assert terms["k"] == terms["v"] == 2 * 1000 * 256
+        assert terms["q"] == 2 * 1000 * 2048 / t
 
 
 def test_problem_activation_and_weight_bytes_of_an_llm_layer():
-    # llava-1.5-7b: s = 576 image + 1472 text tokens, h = 4096, a = 32; microbatch 8 / dp
+    # llava-1.5-7b: s = 576 image + 1472 text tokens, h = 4096, a = 32, gated MLP 11008; microbatch 8 / dp
     common = dict(nodes=1, global_batch=64, microbatches=8)
     plain = build_problem("llava-1.5-7b", "dgx-h100", options=NO_FUSED, **common)
     fused = build_problem("llava-1.5-7b", "dgx-h100", **common)
     i = layer_index(plain, "llm.5")
-    s, h, a, mb = 2048, 4096, 32, 8
+    s, h, a, f, mb = 2048, 4096, 32, 11008, 8
     for lay in (Layout(1, 1), Layout(2, 1), Layout(8, 1)):
         b = mb // lay.dp
-        assert plain.layers[i].costs[lay].act_bytes == int(s * b * h * (34 + 5 * a * s / h))
+        # norms 4, QKV input 2, Q K V 6, softmax output 2 a s / h (no dropout), output 2, MLP input 2, 4 x ffn
+        assert plain.layers[i].costs[lay].act_bytes == int(s * b * h * (16 + 2 * a * s / h + 8 * f / h))
     for lay in (Layout(1, 2), Layout(2, 4), Layout(1, 8)):
         b = mb // lay.dp
-        assert fused.layers[i].costs[lay].act_bytes == pytest.approx(s * b * h * 34 / lay.tp, abs=1)
+        want = (s * b * h * (16 + 8 * f / h) + 4 * a * s * b) / lay.tp
+        assert fused.layers[i].costs[lay].act_bytes == pytest.approx(want, abs=1)
     params = meta_params(plain, "llm.5")
     assert params == 4 * h * h + 3 * h * 11008 + 2 * h
     for lay, cost in plain.layers[i].costs.items():

@@ -74,10 +74,10 @@ def layer_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: Cl
             weight += p.params * per_param / t
         if not p.backward:
             continue  # runs under no_grad: nothing kept for a backward pass
-        if p.kind == "block":
+        if p.shape is not None:
             act += p.passes * block_activation_bytes(
-                p.tokens, b, p.width, p.heads, t, pairs=p.score_entries, flash_attention=opts.flash_attention,
-                sequence_parallel=opts.sequence_parallel, recompute=opts.recompute,
+                p.shape, b, t, flash_attention=opts.flash_attention, sequence_parallel=opts.sequence_parallel,
+                recompute=opts.recompute, fused_norm=opts.fused_norm,
             )
         else:
             replicated, sharded = p.dense_act

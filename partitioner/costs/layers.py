@@ -17,9 +17,10 @@ from ..presets import ModelSpec, ModuleSpec, module_layer_params
 from ..problem import ProblemError
 from .flops import attn_flops as _attn_flops
 from .flops import block_gemm_flops as _block_gemm_flops
+from .memory import BlockShape
 from .options import BF16_BYTES, CostOptions
 
-__all__ = ["Piece", "PipelineLayer", "model_layers"]
+__all__ = ["Piece", "PipelineLayer", "model_layers", "block_shape"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Piece:
     frozen: bool = False
     backward: bool = True  # False: a frozen module with nothing trainable before it
     passes: int = 1
+    shape: BlockShape | None = None  # a block's dimensions (its activations)
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,26 @@ def _block_piece(
         tp_dims=(spec.heads, spec.hidden, spec.ffn),
         frozen=spec.frozen,
         passes=passes,
+        shape=block_shape(spec, tokens, pairs if scores is None else scores),
+    )
+
+
+def block_shape(spec: ModuleSpec, tokens: float, score_entries: float | None = None) -> BlockShape:
+    """The :class:`~.memory.BlockShape` of one block of ``spec`` over ``tokens`` tokens per sample."""
+    return BlockShape(
+        tokens=tokens,
+        hidden=spec.hidden,
+        heads=spec.heads,
+        kv_heads=spec.n_kv_heads,
+        head_dim=spec.d_head,
+        ffn=spec.ffn,
+        gated=spec.gated,
+        norm=spec.norm,
+        activation=spec.activation,
+        layerscale=spec.layerscale,
+        qk_norm=spec.qk_norm,
+        dropout=spec.dropout,
+        score_entries=score_entries,
     )
 
 

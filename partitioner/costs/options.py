@@ -45,6 +45,11 @@ class CostOptions:
     sequence_parallel : bool
         Megatron sequence parallelism: norms and dropouts sharded over tp,
         so every activation is divided by tp [2]_.
+    fused_norm : bool
+        Norms run as fused kernels that keep only their input (Apex,
+        Transformer Engine, Megatron-LM). False: transformers' eager
+        RMSNorm, which also keeps its fp32 upcast and bf16 output
+        (:mod:`partitioner.costs.memory`).
     recompute : {"none", "selective", "full"}
         Activation recomputation [2]_: selective drops the score-matrix
         term (recomputing the attention core in backward); full keeps only
@@ -100,6 +105,7 @@ class CostOptions:
 
     flash_attention: bool = True
     sequence_parallel: bool = True
+    fused_norm: bool = True
     recompute: str = "none"
     zero1: bool = False
     bytes_per_param: float = 16.0
