@@ -89,6 +89,7 @@ class ModuleSpec:
     layerscale: bool = False
     qk_norm: bool = False
     activation: str = "gelu"  # MLP activation: gelu | gelu_tanh | silu | quick_gelu (x * sigmoid(1.702 x))
+    fused_qkv: bool = False  # one QKV projection (its output stays alive through V's view when Q, K are rotated)
     dropout: bool = False  # trained with dropout (attention and residual): masks are kept
     final_norm: bool = True
     # vit
@@ -399,7 +400,7 @@ _INT_FIELDS = {
     "temporal_patch", "extra_tokens", "output_tokens", "in_dim", "tokens", "pre_norm_dim", "vocab", "text_tokens",
     "action_dim", "state_dim", "cond_tokens", "cond_dim", "passes",
 }  # fmt: skip
-_BOOL_FIELDS = {"gated", "bias", "qkv_bias", "layerscale", "qk_norm", "dropout", "final_norm", "pre_norm", "tie_embeddings", "lm_head", "frozen"}
+_BOOL_FIELDS = {"gated", "bias", "qkv_bias", "layerscale", "qk_norm", "dropout", "fused_qkv", "final_norm", "pre_norm", "tie_embeddings", "lm_head", "frozen"}
 _CHOICES = {"activation": ("gelu", "gelu_tanh", "silu", "quick_gelu"), "norm": ("layernorm", "rmsnorm"), "pos_embed": ("learned", "none"), "attention": ("causal", "prefix", "bidirectional")}
 _REQUIRED = {
     "vit": ("layers", "hidden", "heads", "ffn", "patch", "image_size"),

@@ -332,3 +332,13 @@ def test_hf_config_builds_a_problem(tmp_path):
     p = build_problem(str(cfg), "dgx-h100", nodes=1, global_batch=32, microbatches=4)
     assert [layer.name for layer in p.layers][:2] == ["llm.embed", "llm.0"] and p.layers[-1].name == "llm.head"
     assert p.meta["params"] == module_params(load_model(str(cfg)).modules[0])
+
+
+def test_fused_rotary_qkv_keeps_its_whole_projection_output():
+    # Qwen2-VL's ViT: one qkv Linear, rotary Q and K become new tensors, V stays a view of the projection output
+    vit = model_layers(load_model("qwen2-vl-7b"))[0].pieces[0].shape
+    assert vit.fused_qkv and vit.rotary
+    terms = block_activation_terms(vit, 1, flash_attention=True)
+    assert terms["qkv_retained"] == 2 * vit.tokens * 1280 * 2
+    clip = model_layers(load_model("llava-1.5-7b"))[0].pieces[0].shape  # learned positions: Q, K, V are the views
+    assert "qkv_retained" not in block_activation_terms(replace(clip, fused_qkv=True), 1)

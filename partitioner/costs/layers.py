@@ -110,6 +110,8 @@ def block_shape(spec: ModuleSpec, tokens: float, score_entries: float | None = N
         layerscale=spec.layerscale,
         qk_norm=spec.qk_norm,
         dropout=spec.dropout,
+        fused_qkv=spec.fused_qkv,
+        rotary=spec.kind != "vit" or spec.pos_embed == "none",
         score_entries=score_entries,
     )
 

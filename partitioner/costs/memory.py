@@ -16,6 +16,10 @@ term                    bytes                                  with tp
 ``norm_inputs``         2 norms x 2sbh (the input of each)     SP
 ``qkv_input``           2sbh (the first norm's output)         SP
 ``q``, ``k``, ``v``     2sbad, 2sbkd, 2sbkd                    / t [*]_
+``qkv_retained``        2sb(a+k)d: a fused QKV projection      / t
+                        with rotary embeddings (rotated Q, K
+                        are new tensors; V, a view, keeps the
+                        whole projection output alive)
 ``qk_norm_inputs``      2sbad + 2sbkd (QK-norm models)         / t
 ``scores``              no flash: softmax 2as'b, +dropout      / t
                         mask as'b and output 2as'b
@@ -94,6 +98,10 @@ class BlockShape:
     activation : str
         The MLP activation (``quick_gelu`` keeps two tensors, others one).
     layerscale, qk_norm, dropout : bool
+    fused_qkv : bool
+        One QKV projection whose output V is a view of.
+    rotary : bool
+        Rotary position embeddings applied to Q and K.
     score_entries : float or None
         Score-matrix entries per head and sample (default ``tokens**2``).
     """
@@ -110,6 +118,8 @@ class BlockShape:
     layerscale: bool = False
     qk_norm: bool = False
     dropout: bool = False
+    fused_qkv: bool = False
+    rotary: bool = False
     score_entries: float | None = None
 
     @classmethod
@@ -146,6 +156,8 @@ def block_activation_terms(
         "k": BF16 * s * b * kv * d,
         "v": BF16 * s * b * kv * d,
     }
+    if block.fused_qkv and block.rotary:
+        terms["qkv_retained"] = BF16 * s * b * (a / t + kv) * d
     if block.qk_norm:
         terms["qk_norm_inputs"] = norm_keep * s * b * (a / t + kv) * d
     entries = s * s if block.score_entries is None else block.score_entries
