@@ -21,7 +21,8 @@ from ..placement import contiguous_node_assignment, node_assignment_ids
 from ..plan import Plan, PlanError, Stage, evaluate
 from ..problem import Layout, Problem
 from .base import Candidate, SolveRequest, register
-from .dp import DPModel, _OutOfTime, _TooLarge
+from .dp import DPModel
+from .errors import OutOfTime, TooLarge
 
 __all__ = ["solve_uniform", "solve_balanced", "uniform_layouts", "uniform_plan"]
 
@@ -99,10 +100,10 @@ def solve_balanced(problem: Problem, request: SolveRequest) -> Candidate:
             outcome = model.optimize(request.objective, model.natural_placement(), deadline, 2**31)
             if outcome.status == "optimal" and outcome.plan is None:
                 outcome = model.optimize(request.objective, "bins", deadline, 2**31)
-        except _OutOfTime:
+        except OutOfTime:
             unfinished.append(f"{lay.key}: time limit reached")
             continue
-        except _TooLarge as err:
+        except TooLarge as err:
             unfinished.append(f"{lay.key}: {err}")
             continue
         if outcome.status != "optimal" or outcome.plan is None:

@@ -10,10 +10,13 @@ reason that holds, checked in order:
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
+from ..plan import evaluate
 from ..problem import Problem
 from ..units import format_bytes
+from .dp import DPModel
 
 __all__ = ["feasible_stage_counts", "explain_infeasible", "quick_infeasibility"]
 
@@ -80,9 +83,6 @@ def explain_infeasible(problem: Problem) -> str:
         return quick
     counts = feasible_stage_counts(problem)
     relaxed = _without_memory_limit(problem)
-    from ..plan import evaluate  # local: feasibility is imported by the solvers' base
-    from .dp import DPModel
-
     model = DPModel(relaxed)
     outcome = model.optimize("bottleneck", model.natural_placement(), None, 2**31)
     if outcome.status == "optimal" and outcome.plan is not None:
@@ -102,6 +102,4 @@ def explain_infeasible(problem: Problem) -> str:
 
 
 def _without_memory_limit(problem: Problem) -> Problem:
-    from dataclasses import replace
-
     return replace(problem, cluster=replace(problem.cluster, gpu_memory_bytes=2**62))
