@@ -148,7 +148,8 @@ def test_problem_activation_and_weight_bytes_of_an_llm_layer():
     params = meta_params(plain, "llm.5")
     assert params == 4 * h * h + 3 * h * 11008 + 2 * h
     for lay, cost in plain.layers[i].costs.items():
-        assert cost.weight_bytes == pytest.approx(16 * params / lay.tp, abs=1)
+        if not lay.variant:  # the plain key: ZeRO-0, no recompute
+            assert cost.weight_bytes == pytest.approx(16 * params / lay.tp, abs=1)
 
 
 def test_zero1_divides_the_optimizer_bytes_by_dp():
@@ -166,7 +167,8 @@ def test_frozen_first_module_has_no_backward_and_no_activations():
             params = meta_params(p, layer.name)
             for lay, c in layer.costs.items():
                 assert c.bwd_ms == 0 and c.act_bytes == 0 and c.fwd_ms > 0
-                assert c.weight_bytes == pytest.approx(2 * params / lay.tp, abs=1)
+                shards = lay.dp if lay.variant.startswith("zero3") else 1  # FSDP shards frozen weights too
+                assert c.weight_bytes == pytest.approx(2 * params / lay.tp / shards, abs=1)
         elif layer.name != "llm.embed":  # a lookup: no matmul, and no collective at tp 1
             assert all(c.bwd_ms > 0 for c in layer.costs.values())
     trained = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"train": ["vision"]})
@@ -187,13 +189,16 @@ def test_frozen_middle_module_passes_gradients_without_weight_gradients():
 
 
 def test_full_recompute_trades_memory_for_time():
-    none = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8)
+    none = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"variants": "all"})
     full = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"recompute": "full"})
+    assert full.version == 1 and not full.variants  # a fixed knob: one setting for every layer
     i = layer_index(none, "llm.0")
-    for lay in none.layers[i].costs:
+    for lay in full.layers[i].costs:
         a, b = none.layers[i].costs[lay], full.layers[i].costs[lay]
         assert b.act_bytes < a.act_bytes and b.bwd_ms > a.bwd_ms
         assert b.act_bytes == pytest.approx(2 * 2048 * (8 // lay.dp) * 4096 / lay.tp, abs=1)
+        # the variant the default (v2) problem offers is the same entry
+        assert none.layers[i].costs[Layout(lay.dp, lay.tp, "recompute-full")] == b
 
 
 # --------------------------------------------------------------------------- time model
@@ -299,15 +304,18 @@ def test_profiled_times_from_csv_and_json(tmp_path):
     base = build_problem("seed-vla-8gpu", "dgx-h100", nodes=1, global_batch=64, microbatches=8)
     for layer, ref in zip(p.layers, base.layers):
         for lay, c in layer.costs.items():
-            r = ref.costs[lay]
-            if layer.name.startswith("llm.") and lay == Layout(8, 1):  # the pattern llm.* takes llm.embed too
-                assert (c.fwd_ms, c.bwd_ms) == (1.5, 3.0)
+            r, r_plain = ref.costs[lay], ref.costs[Layout(lay.dp, lay.tp)]
+            shift = (r.fwd_ms - r_plain.fwd_ms, r.bwd_ms - r_plain.bwd_ms)  # a variant keeps its modelled difference
+            if layer.name.startswith("llm.") and lay.mesh == (8, 1):  # the pattern llm.* takes llm.embed too
+                assert (c.fwd_ms, c.bwd_ms) == pytest.approx((1.5 + shift[0], 3.0 + shift[1]))
             elif layer.name == "vision.0":
-                assert (c.fwd_ms, c.bwd_ms) == (0.25, 0.5)
+                assert (c.fwd_ms, c.bwd_ms) == pytest.approx((0.25 + shift[0], 0.5 + shift[1]))
             else:
                 assert (c.fwd_ms, c.bwd_ms) == (r.fwd_ms, r.bwd_ms)
             assert (c.weight_bytes, c.act_bytes) == (r.weight_bytes, r.act_bytes)
-    assert p.meta["profiled_entries"] == 33 + len(base.layers[0].costs)
+            b_in, b_w = c.split()
+            assert b_in + b_w == pytest.approx(c.bwd_ms, rel=1e-12)
+    assert p.meta["profiled_entries"] == 33 + sum(not lay.variant for lay in base.layers[0].costs)
     json_path = tmp_path / "prof.json"
     json_path.write_text(json.dumps({"layers": [{"layer": "projector", "layout": "dp1tp1", "fwd_ms": 9, "bwd_ms": 9}]}))
     from partitioner.costs import apply_profile
@@ -342,3 +350,66 @@ def test_fused_rotary_qkv_keeps_its_whole_projection_output():
     assert terms["qkv_retained"] == 2 * vit.tokens * 1280 * 2
     clip = model_layers(load_model("llava-1.5-7b"))[0].pieces[0].shape  # learned positions: Q, K, V are the views
     assert "qkv_retained" not in block_activation_terms(replace(clip, fused_qkv=True), 1)
+
+
+# --------------------------------------------------------------------------- memory-knob variants (format v2)
+
+
+def test_variants_make_a_v2_problem_with_documented_names():
+    v1 = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8)
+    v2 = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"variants": "all"})
+    assert v1.version == 1 and not v1.variants
+    assert v2.version == 2
+    # flash attention keeps no score matrix: selective recompute would equal no recompute and is left out
+    assert set(v2.variants) == {"zero1", "zero3", "recompute-full", "zero1+recompute-full", "zero3+recompute-full"}
+    assert "FSDP" in v2.variants["zero3"]
+    for layer, plain in zip(v2.layers, v1.layers):
+        assert {lay for lay in layer.costs if not lay.variant} == set(plain.costs)
+        for lay, cost in plain.costs.items():
+            assert layer.costs[lay] == cost  # the plain key is the v1 entry: ZeRO-0, no recompute
+        for lay in layer.costs:
+            assert lay.dp > 1 or not lay.variant.startswith("zero")  # ZeRO needs replicas
+    assert Problem.from_dict(json.loads(json.dumps(v2.to_dict()))) == v2
+    no_flash = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8,
+                             options={"variants": "all", "flash_attention": False})
+    assert "recompute-selective" in no_flash.variants and "zero3+recompute-selective" in no_flash.variants
+    only = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"variants": "zero3"})
+    assert set(only.variants) == {"zero3"}
+    with pytest.raises(ProblemError, match="options.variants"):
+        build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"variants": "zero2"})
+
+
+def test_zero_variants_shard_weights_and_zero3_pays_gathers_per_microbatch():
+    opts = {"variants": "all", "zero3_overlap": 0.0}
+    p = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options=opts)
+    i = layer_index(p, "llm.5")
+    params = meta_params(p, "llm.5")
+    costs = p.layers[i].costs
+    for dp, tp in ((8, 1), (2, 4), (4, 2)):
+        plain, z1, z3 = (costs[Layout(dp, tp, v)] for v in ("", "zero1", "zero3"))
+        assert z1.weight_bytes == pytest.approx((4 + 12 / dp) * params / tp, abs=1)
+        assert z3.weight_bytes == pytest.approx(16 * params / tp / dp, abs=1)
+        assert z1.act_bytes == z3.act_bytes == plain.act_bytes
+        # ring all-gather of the bf16 tp shard over dp, NVLink at 80 %: forward once, backward again + reduce-scatter
+        gather = 20e-3 + (dp - 1) / dp * 2 * params / tp / (0.8 * 450 * 1e6)
+        assert z3.fwd_ms == pytest.approx(plain.fwd_ms + gather, rel=1e-9)
+        sync = (1 - 0.5) * (20e-3 + 2 * (dp - 1) / dp * 2 * params / tp / (0.8 * 450 * 1e6)) / 8  # the plain all-reduce
+        assert z3.bwd_ms == pytest.approx(plain.bwd_ms - sync + 2 * gather, rel=1e-9)
+        b_in, b_w = z3.split()
+        assert b_in + b_w == pytest.approx(z3.bwd_ms, rel=1e-12) and b_w > 0
+    kept = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8,
+                         options={**opts, "zero3_keep_gathered": True})
+    a, b = kept.layers[i].costs[Layout(8, 1, "zero3")], costs[Layout(8, 1, "zero3")]
+    assert a.fwd_ms < b.fwd_ms and a.bwd_ms < b.bwd_ms
+    assert a.weight_bytes == pytest.approx(b.weight_bytes + 2 * params, abs=2)
+
+
+def test_a_plan_may_pick_a_variant_per_stage():
+    from partitioner.plan import Plan, Stage, evaluate
+
+    p = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"variants": "all"})
+    cut = layer_index(p, "llm.15")
+    plan = Plan((Stage(0, cut, 4, 4, 1, variant="recompute-full"), Stage(cut + 1, p.num_layers - 1, 4, 2, 2, variant="zero1")))
+    ev = evaluate(p, plan.with_device_ids())
+    first = sum(layer.costs[Layout(4, 1, "recompute-full")].weight_bytes for layer in p.layers[: cut + 1])
+    assert ev.stages[0].weight_bytes == first
