@@ -377,9 +377,11 @@ def plan_model(
         Upper bound on the pipeline depth (default: the format's min(layers, GPUs)).
     knob_solves : {"fast", "all"}
         Which uniform knob settings ``method`` solves before the per-segment
-        choice (:func:`refine_knobs`): ``fast`` the ZeRO-1 ones (ZeRO-1
-        costs no time and saves memory, so they dominate ZeRO-0), and the
-        rest only when those find no plan; ``all`` every setting.
+        choice (:func:`refine_knobs`): ``fast`` the first with a plan in
+        :data:`ESCALATION` order (ZeRO-1, which costs no time and only saves
+        memory, then recompute, then ZeRO-3); ``all`` every setting, keeping
+        the best (slower, and better when a setting that adds time allows
+        better cuts).
 
     Returns
     -------
@@ -434,7 +436,7 @@ def plan_model(
             entry["bases"][name] = {"plan": found[0], "ev": found[1], "sim": sim, "iteration_ms": it}
             entry["screen"] = min(entry["screen"], it)
         if len(candidates) > 1 and method != "greedy":
-            for variant, proj in _projections(problem, "fast")[:1]:
+            for variant, proj in _projections(problem, "escalate")[:1]:
                 quick = solve(proj, "greedy", objective=objective)
                 if quick.plan is not None:
                     entry["screen"] = min(entry["screen"], quick.evaluation.iteration_ms)
@@ -485,25 +487,24 @@ _NO_FIT = {
 }
 
 
-# Uniform knob settings solved first: ZeRO-1 costs no time over ZeRO-0 in this model and only saves
-# memory, so its projections dominate the ZeRO-0 ones; ZeRO-3 trades time for memory and is solved
-# when neither ZeRO-1 setting has a plan (knob_solves="all" solves every setting).
-FAST_SETTINGS = ("zero1", "zero1+recompute-full", "zero1+recompute-selective")
+# Uniform knob settings in the order "fast" solves them, stopping at the first that has a plan:
+# ZeRO-1 costs no time over ZeRO-0 in this model and only saves memory (its projection dominates
+# ZeRO-0's); recompute and ZeRO-3 add time to save memory. knob_solves="all" solves every setting.
+ESCALATION = ("zero1", "zero1+recompute-selective", "zero1+recompute-full", "zero3", "zero3+recompute-selective",
+              "zero3+recompute-full")
 
 
 def _projections(problem: Problem, which: str = "all") -> list[tuple[str, Problem]]:
     """(variant, v1 problem) for the uniform knob settings of ``problem`` (just the problem for v1).
 
-    ``which``: ``all`` (every setting), ``fast`` (the ZeRO-1 settings), ``rest`` (the others).
+    ``which``: ``all`` (every setting), ``escalate`` (the :data:`ESCALATION`
+    order, then the remaining settings).
     """
     if problem.version < 2 or not problem.variants:
-        return [("", problem)] if which != "rest" else []
+        return [("", problem)]
     settings = ["", *problem.variants]
-    if which == "fast":
-        settings = [v for v in settings if v in FAST_SETTINGS] or [""]
-    elif which == "rest":
-        fast = [v for v in settings if v in FAST_SETTINGS]
-        settings = [v for v in settings if v not in fast] if fast else []
+    if which == "escalate":
+        settings = [v for v in ESCALATION if v in settings] + [v for v in settings if v not in ESCALATION]
     out = []
     for v in settings:
         proj = uniform_projection(problem, v)
@@ -520,29 +521,25 @@ def _solve_with_knobs(entry: dict[str, Any], method: str, objective: str, time_l
     best: tuple[float, SolveResult] | None = None
     last: SolveResult | None = None
     messages: list[str] = []
-    rounds = [_projections(problem)] if knob_solves == "all" else [_projections(problem, "fast"), None]
-    for k, settings in enumerate(rounds):
-        if settings is None:  # the ZeRO-1 settings found nothing: try the others
-            if best is not None:
-                break
-            settings = _projections(problem, "rest")
-        for variant, proj in settings:
-            warm = None
-            if megatron is not None and all(s.variant == variant_at(problem, s.dp, variant) for s in megatron["plan"].stages):
-                warm = Plan(tuple(replace(s, variant="") for s in megatron["plan"].stages))
-            result = solve(proj, method, objective=objective, time_limit=time_limit, seed=seed, warm_start=warm)
-            last = result
-            if result.plan is None:
-                if result.message:
-                    messages.append(f"{variant or 'plain'}: {result.message}")
-                continue
-            lifted = Plan(tuple(replace(s, variant=variant_at(problem, s.dp, variant), configs=None) for s in result.plan.stages))
-            refined = refine_knobs(problem, lifted, objective)
-            if refined is None:
-                continue
-            value = refined[1].value
-            if best is None or value < best[0]:
-                best = (value, replace(result, value=value, plan=refined[0], evaluation=refined[1]))
+    for variant, proj in _projections(problem, "all" if knob_solves == "all" else "escalate"):
+        if knob_solves == "fast" and best is not None:
+            break  # the first setting with a plan; its knobs are then refined per segment
+        warm = None
+        if megatron is not None and all(s.variant == variant_at(problem, s.dp, variant) for s in megatron["plan"].stages):
+            warm = Plan(tuple(replace(s, variant="") for s in megatron["plan"].stages))
+        result = solve(proj, method, objective=objective, time_limit=time_limit, seed=seed, warm_start=warm)
+        last = result
+        if result.plan is None:
+            if result.message:
+                messages.append(f"{variant or 'plain'}: {result.message}")
+            continue
+        lifted = Plan(tuple(replace(s, variant=variant_at(problem, s.dp, variant), configs=None) for s in result.plan.stages))
+        refined = refine_knobs(problem, lifted, objective)
+        if refined is None:
+            continue
+        value = refined[1].value
+        if best is None or value < best[0]:
+            best = (value, replace(result, value=value, plan=refined[0], evaluation=refined[1]))
     kept = _fastest_baseline(entry)
     if best is None and kept is None:
         fail = SolveResult(status="infeasible" if last is None or last.status != "error" else "error", method=method,
@@ -563,7 +560,7 @@ def _solve_with_knobs(entry: dict[str, Any], method: str, objective: str, time_l
                 "iteration_source": src, "last": last}
     result = best[1]
     if problem.version >= 2 and problem.variants:
-        note = (f"{method} solved each uniform knob setting (a bound for those only); knobs then chosen per segment")
+        note = f"{method} solved uniform knob settings (knob_solves={knob_solves}); knobs then chosen per segment"
         result = replace(result, status="feasible" if result.status == "optimal" else result.status, bound=None,
                          message="; ".join(filter(None, [result.message, note])))
     done = _finish_candidate(problem, result, None, simulate)
