@@ -80,9 +80,12 @@ def layer_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: Cl
         fwd += f_gemm + f_attn + comm
         if p.backward:
             attn_factor = opts.flash_backward_factor if opts.flash_attention else 2.0
-            b_in += f_gemm + attn_factor * f_attn + comm
+            g = f_gemm if p.bwd_gemm_flops is None else b * p.bwd_gemm_flops / t / rate
+            a = f_attn if p.bwd_attn_flops is None else b * p.bwd_attn_flops / t / rate
+            skip = 0.0 if p.needs_input_grad else b * p.input_gemm_flops / t / rate
+            b_in += g - skip + attn_factor * a + comm
             if not p.frozen:
-                b_w += f_gemm
+                b_w += g
             if knobs.recompute == "full":
                 b_in += f_gemm + f_attn + comm
             elif knobs.recompute == "selective" and not opts.flash_attention:
