@@ -418,3 +418,12 @@ def test_a_plan_may_pick_a_variant_per_stage():
     ev = evaluate(p, plan.with_device_ids())
     first = sum(layer.costs[Layout(4, 1, "recompute-full")].weight_bytes for layer in p.layers[: cut + 1])
     assert ev.stages[0].weight_bytes == first
+
+
+def test_video_clip_frames_attend_jointly():
+    # Qwen2-VL on a 32-frame clip: temporal patch 2 -> 16 groups of 1024 patches in one attention
+    video = model_layers(load_model("qwen2-vl-7b-video"))[0].pieces[0]
+    image = model_layers(load_model("qwen2-vl-7b"))[0].pieces[0]
+    assert video.tokens == 16 * image.tokens == 16384
+    assert video.attn_pairs == 16384**2 == 256 * image.attn_pairs
+    assert video.gemm_flops == pytest.approx(16 * image.gemm_flops)

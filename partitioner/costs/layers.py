@@ -182,8 +182,8 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
         if spec.kind == "vit":
             tpi, n = spec.tokens_per_image, spec.images
             tokens = n * tpi
-            pairs = float(n * tpi * tpi)  # bidirectional, per image
-            patch_flops = 2.0 * n * spec.patches_per_image * spec.channels * spec.temporal_patch * spec.patch**2 * spec.hidden
+            pairs = float(n * tpi * tpi)  # bidirectional, per image (or video clip)
+            patch_flops = 2.0 * n * spec.patches_per_clip * spec.channels * spec.temporal_patch * spec.patch**2 * spec.hidden
             # what travels with this encoder's state: the image for the encoders still to run,
             # the outputs of the encoders already run (fused backbones such as OpenVLA's)
             later = [v for v in vits if vits.index(v) > vits.index(spec)]
@@ -191,7 +191,7 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
             carry = 0.0
             if later:
                 carry += n * spec.channels * spec.image_size**2 * BF16_BYTES
-            carry += sum(v.images * (v.output_tokens or v.patches_per_image) * v.hidden * BF16_BYTES for v in earlier)
+            carry += sum(v.images * (v.output_tokens or v.patches_per_clip) * v.hidden * BF16_BYTES for v in earlier)
             used = spec.layers + 1 + spec.feature_layer  # blocks whose output reaches the features (-1: all)
             for i in range(spec.layers):
                 extra_p = (parts["pre"] if i == 0 else 0) + (parts["post"] if i == spec.layers - 1 else 0)
@@ -205,7 +205,7 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
                 fq = (_fqn(spec, "pre") if i == 0 else ()) + _fqn(spec, "block", i) + (_fqn(spec, "post") if i == spec.layers - 1 else ())
                 out = tokens * spec.hidden * BF16_BYTES + carry
                 if i == spec.layers - 1:
-                    out = n * (spec.output_tokens or spec.patches_per_image) * spec.hidden * BF16_BYTES + carry
+                    out = n * (spec.output_tokens or spec.patches_per_clip) * spec.hidden * BF16_BYTES + carry
                 layers.append(PipelineLayer(f"{spec.name}.{i}", spec.name, "vision", (piece,), out, fq))
         elif spec.kind == "projector":
             t = spec.tokens

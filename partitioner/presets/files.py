@@ -111,7 +111,7 @@ def load_cluster(name_or_path: str | os.PathLike | ClusterSpec) -> ClusterSpec:
 
 _INT_FIELDS = {
     "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "patch", "image_size", "images", "channels",
-    "temporal_patch", "extra_tokens", "output_tokens", "pos_tokens", "in_dim", "tokens", "pre_norm_dim", "vocab", "text_tokens",
+    "temporal_patch", "frames", "extra_tokens", "output_tokens", "pos_tokens", "in_dim", "tokens", "pre_norm_dim", "vocab", "text_tokens",
     "action_dim", "state_dim", "cond_tokens", "cond_dim", "passes",
 }  # fmt: skip
 _BOOL_FIELDS = {"gated", "bias", "qkv_bias", "patch_bias", "pool_head", "layerscale", "qk_norm", "dropout", "fused_qkv", "final_norm", "pre_norm", "tie_embeddings", "lm_head", "frozen"}
@@ -182,6 +182,8 @@ def _module_from_dict(data: Any, path: str, source: str | None) -> ModuleSpec:
             raise _fail(f"heads {spec.heads} must be a multiple of kv_heads {spec.n_kv_heads}", f"{path}.kv_heads", source)
     if kind == "vit" and -spec.feature_layer > spec.layers:
         raise _fail(f"{spec.feature_layer} is before the first of {spec.layers} blocks", f"{path}.feature_layer", source)
+    if kind == "vit" and spec.frames > 1 and spec.frames % spec.temporal_patch:
+        raise _fail(f"frames {spec.frames} is not a multiple of temporal_patch {spec.temporal_patch}", f"{path}.frames", source)
     if kind == "vit" and spec.image_size % spec.patch:
         raise _fail(f"image_size {spec.image_size} is not a multiple of patch {spec.patch}", f"{path}.image_size", source)
     return spec

@@ -36,7 +36,8 @@ class ModuleSpec:
 
     * ``vit`` -- a vision transformer: ``layers, hidden, heads, ffn``; images
       of ``image_size`` px cut in ``patch`` px patches (``temporal_patch``
-      frames per patch for video-capable encoders), ``images`` per sample,
+      frames per patch for video-capable encoders), ``images`` per sample
+      (video clips of ``frames`` frames, whose patches attend jointly),
       ``extra_tokens`` (class and register tokens); bidirectional attention.
     * ``projector`` -- an MLP ``in_dim -> dims[0] -> ... -> dims[-1]`` over
       ``tokens`` tokens per sample (optionally a norm of ``pre_norm_dim``).
@@ -77,6 +78,7 @@ class ModuleSpec:
     images: int = 1
     channels: int = 3
     temporal_patch: int = 1
+    frames: int = 1  # frames per video clip (``images`` then counts clips): frames / temporal_patch patch groups
     extra_tokens: int = 0
     pos_embed: str = "learned"  # learned | none (rotary)
     pre_norm: bool = False  # a norm before the first block (CLIP)
@@ -130,9 +132,14 @@ class ModuleSpec:
         return (self.image_size // self.patch) ** 2
 
     @property
+    def patches_per_clip(self) -> int:
+        """Patch tokens of one image, or of one video clip of ``frames`` frames (``temporal_patch`` frames per patch)."""
+        return self.patches_per_image * max(1, self.frames // self.temporal_patch)
+
+    @property
     def tokens_per_image(self) -> int:
-        """Tokens a vision encoder's attention sees per image."""
-        return self.patches_per_image + self.extra_tokens
+        """Tokens a vision encoder's attention sees per image (or clip: its frames attend jointly)."""
+        return self.patches_per_clip + self.extra_tokens
 
     @property
     def out_dim(self) -> int:
