@@ -16,10 +16,13 @@ import importlib.util
 import pkgutil
 from pathlib import Path
 
+import pytest
+
 import partitioner
 
 ROOT = "partitioner"
 CLI = "partitioner.cli"
+PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 
 
 def _modules() -> dict[str, Path]:
@@ -143,3 +146,11 @@ def test_the_core_never_imports_the_cli():
     }
     offenders = {name: deps for name, deps in offenders.items() if deps}
     assert not offenders, f"the core imports the CLI: {offenders}"
+
+
+def test_every_subpackage_is_installed():
+    """``pip install .`` ships only the packages pyproject.toml lists: a new package must be listed."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11 (the package supports 3.10)
+    listed = set(tomllib.loads(PYPROJECT.read_text())["tool"]["setuptools"]["packages"])
+    found = {ROOT} | {info.name for info in pkgutil.walk_packages(partitioner.__path__, prefix=f"{ROOT}.") if info.ispkg}
+    assert found <= listed, f"not in pyproject.toml's [tool.setuptools] packages: {sorted(found - listed)}"
