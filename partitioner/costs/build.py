@@ -71,7 +71,7 @@ def build_problem(
     profile: str | Path | Sequence[Mapping[str, Any]] | None = None,
     max_stages: int | None = None,
 ) -> Problem:
-    """A v1 problem for training ``model`` on ``nodes`` nodes of ``cluster``.
+    """A problem for training ``model`` on ``nodes`` nodes of ``cluster`` (format v1, or v2 with ``variants``).
 
     Parameters
     ----------
