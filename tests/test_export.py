@@ -91,7 +91,8 @@ def test_uniform_llm_layout_string_parses_back_to_the_layer_counts(seed_problem,
     flat = [c for s in stages for c in s]
     assert flat[0] == "E" and flat[-1] == "L" and flat.count("E") == flat.count("L") == 1
     assert core == {"num_layers": 32, "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 4,
-                    "pipeline_model_parallel_layout": core["pipeline_model_parallel_layout"], "sequence_parallel": False}
+                    "pipeline_model_parallel_layout": core["pipeline_model_parallel_layout"], "sequence_parallel": False,
+                    "bf16": True}
     assert f'--pipeline-model-parallel-layout "{core["pipeline_model_parallel_layout"]}"' in exp.snippet
     # m = 64 / (2 x dp 2) = 16 = the plan's m
     assert "--micro-batch-size 2" in exp.snippet and "--global-batch-size 64" in exp.snippet

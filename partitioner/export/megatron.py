@@ -188,6 +188,7 @@ def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[
         "pipeline_model_parallel_size": len(llm),
         "pipeline_model_parallel_layout": text,
         "sequence_parallel": tp > 1 and bool(ctx.get("sequence_parallel", True)),
+        "bf16": True,  # the cost model's bf16 activations; Megatron-LM derives pipeline_dtype from --bf16
     }
     settings: dict[str, Any] = {"path": "megatron-lm", "transformer_config": core, "data_parallel_size": dp}
     flags = [
@@ -195,6 +196,7 @@ def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[
         f"--tensor-model-parallel-size {tp}",
         f"--pipeline-model-parallel-size {len(llm)}",
         f'--pipeline-model-parallel-layout "{text}"',
+        "--bf16",
     ]
     if core["sequence_parallel"]:
         flags.append("--sequence-parallel")

@@ -191,7 +191,7 @@ def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export
         notes.append("no global batch or microbatch count given: set training.local_batch_size and "
                      "parallelism.pipeline_parallel_microbatch_size so that their ratio is m")
     cfg = {"parallelism": parallelism, "training": training} if training else {"parallelism": parallelism}
-    base = str(ctx.get("torchtitan_base") or "torchtitan.models.qwen3_5.config_registry.qwen35_9b")
+    base = str(ctx.get("torchtitan_base") or "torchtitan.models.llama3.config_registry.llama3_8b")
     settings = {"config": cfg, "overrides": _overrides(cfg), "module_fqns_per_model_part": parts, "fqn_map": fqn_map}
     world = len(stages) * dp * tp
     snippet = (
@@ -202,6 +202,7 @@ def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export
         + _registry_function(cfg, base)
     )
     notes.append(
+        "the config_registry function starts from " + base + "(): replace it with your model's config function; "
         "module names follow torchtitan's own models (vision_encoder, tok_embeddings, layers.<k>, norm, lm_head); other "
         "modules are top-level children named by their Hugging Face FQN with '.' -> '_' (fqn_map lists them): the "
         "model's forward must skip the children a stage does not hold (torchtitan sets them to None)"

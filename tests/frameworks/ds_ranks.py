@@ -21,9 +21,13 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import queue as queues
 import sys
+import time
+from datetime import timedelta
 
 os.environ["DS_ACCELERATOR"] = "cpu"
+os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo on localhost only
 
 import deepspeed  # noqa: E402
 import deepspeed.comm.torch as ds_torch_comm  # noqa: E402
@@ -36,7 +40,7 @@ ds_torch_comm.build_shm_op = lambda: None
 def _rank(rank: int, world: int, port: int, jobs: list[dict], queue) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), LOCAL_SIZE=str(world))
-    deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
+    deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False, timeout=timedelta(minutes=10))
     real = topology.PipeModelDataParallelTopology
     out = []
     for job in jobs:
@@ -53,6 +57,7 @@ def _rank(rank: int, world: int, port: int, jobs: list[dict], queue) -> None:
         out.append({"id": job["id"], "rank": rank, "stage": model.stage_id, "start": model._local_start,
                     "stop": model._local_stop, "built": len(model.forward_funcs), "parts": list(model.parts), "asked": asked})
         topology.PipeModelDataParallelTopology = real
+    deepspeed.comm.barrier()  # no rank leaves while another still builds groups with it
     queue.put(out)
 
 
@@ -64,7 +69,16 @@ def main() -> None:
     procs = [ctx.Process(target=_rank, args=(r, world, port, jobs, queue)) for r in range(world)]
     for p in procs:
         p.start()
-    results = [queue.get(timeout=600) for _ in procs]
+    results: list[list[dict]] = []
+    deadline = time.monotonic() + 900
+    while len(results) < world:  # a rank that dies ends the run at once, not after a time-out
+        try:
+            results.append(queue.get(timeout=2))
+        except queues.Empty:
+            if any(p.exitcode not in (None, 0) for p in procs) or time.monotonic() > deadline:
+                for p in procs:
+                    p.kill()
+                sys.exit(f"ranks ended {[p.exitcode for p in procs]} with {len(results)} of {world} results")
     for p in procs:
         p.join(timeout=60)
     codes = [p.exitcode for p in procs]

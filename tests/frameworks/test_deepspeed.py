@@ -21,7 +21,7 @@ import pytest
 
 from partitioner.export import export_result
 
-from .conftest import NOT_INSTALLED, PLANS, planned
+from tests.frameworks.plans import NOT_INSTALLED, PLANS, planned
 
 pytest.importorskip("deepspeed", reason=NOT_INSTALLED)
 
@@ -49,7 +49,7 @@ def ranks(exports, tmp_path_factory):
     path.write_text(json.dumps(jobs))
     proc = subprocess.run([sys.executable, str(HELPER), str(path), str(world), str(_free_port())],
                           capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stderr[:4000] + "\n...\n" + proc.stderr[-2000:]
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
     assert doc["exitcodes"] == [0] * world, proc.stderr[-3000:]
     out: dict[str, list[dict]] = {}

@@ -24,9 +24,10 @@ import pytest
 
 from partitioner.export import export_result
 
-from .conftest import NOT_INSTALLED, PLANS, planned
+from tests.frameworks.plans import NOT_INSTALLED, PLANS, planned
 
 pytest.importorskip("megatron.core", reason=NOT_INSTALLED)
+import torch  # noqa: E402
 from megatron.core.transformer import TransformerConfig  # noqa: E402
 from megatron.core.transformer.enums import LayerType  # noqa: E402
 
@@ -39,8 +40,10 @@ def _decoder_counts(result, stages):
 
 
 def _config(core: dict) -> TransformerConfig:
+    """``TransformerConfig`` as Megatron-LM builds it from the flags (``--bf16`` sets ``pipeline_dtype``)."""
     tp = core["tensor_model_parallel_size"]
-    return TransformerConfig(hidden_size=64 * tp, num_attention_heads=4 * tp, **core)
+    dtype = torch.bfloat16 if core.get("bf16") else torch.float32
+    return TransformerConfig(hidden_size=64 * tp, num_attention_heads=4 * tp, pipeline_dtype=dtype, **core)
 
 
 def _check_layout(result, core: dict, llm_stages) -> None:
@@ -101,5 +104,5 @@ def _bridge_finalize(grid: dict, world: int) -> None:
 def test_layout_validator_rejects_a_layout_that_misses_the_plan():
     """The check can fail: megatron-core refuses a layout whose decoder count differs from num_layers."""
     with pytest.raises(AssertionError, match="num_layers"):
-        TransformerConfig(num_layers=8, hidden_size=64, num_attention_heads=4, pipeline_model_parallel_size=2,
-                          pipeline_model_parallel_layout="Et*4|t*3L")
+        _config({"num_layers": 8, "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 2,
+                 "pipeline_model_parallel_layout": "Et*4|t*3L", "bf16": True})

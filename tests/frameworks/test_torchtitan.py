@@ -4,7 +4,7 @@ For every plan of the tier whose torchtitan export is expressible:
 
 * ``ConfigManager.parse_args`` (torchtitan's CLI: ``--module``/``--config``
   plus ``--section.key`` overrides) on the exported overrides, starting
-  from torchtitan's own ``qwen3_5`` config, and on the exported
+  from torchtitan's own ``llama3`` debug config, and on the exported
   ``config_registry`` function written as a package: the parsed
   ``Trainer.Config`` holds the plan's pipeline degree, mesh, stage FQNs
   and a batch whose microbatch count is the plan's m (torchtitan's
@@ -28,7 +28,7 @@ import pytest
 
 from partitioner.export import export_result
 
-from .conftest import NOT_INSTALLED, PLANS, planned
+from tests.frameworks.plans import NOT_INSTALLED, PLANS, planned
 
 pytest.importorskip("torchtitan", reason=NOT_INSTALLED)
 import torch  # noqa: E402
@@ -111,9 +111,9 @@ def test_torchtitan_export_parses_and_splits_or_says_why(case, pp_mesh, tmp_path
         assert exp.reasons and "module_fqns_per_model_part" not in exp.settings
         return
     m = result.problem.microbatches
-    # 1. torchtitan's CLI: the exported overrides on torchtitan's own qwen3_5 config
+    # 1. torchtitan's CLI: the exported overrides on torchtitan's own llama3 debug config
     overrides = [tok for line in exp.settings["overrides"] for tok in line.split(" ")]
-    _check_config(_parse(["--module", "qwen3_5", "--config", "qwen35_9b", *overrides]), exp.settings, m)
+    _check_config(_parse(["--module", "llama3", "--config", "llama3_debugmodel", *overrides]), exp.settings, m)
     # 2. the exported config_registry function, as a package torchtitan imports by --module
     pkg = tmp_path / "planned_job"
     pkg.mkdir()
@@ -147,7 +147,7 @@ def test_split_drops_nested_hugging_face_names(pp_mesh):
 def test_config_manager_rejects_an_unknown_override():
     """The check can fail: torchtitan's CLI refuses options it does not know (the 0.2 TOML flag among them)."""
     with pytest.raises(SystemExit):
-        _parse(["--module", "qwen3_5", "--config", "qwen35_9b", "--job.config_file", "x.toml"])
+        _parse(["--module", "llama3", "--config", "llama3_debugmodel", "--job.config_file", "x.toml"])
 
 
 def test_snippet_launches_a_module_torchtitan_has():

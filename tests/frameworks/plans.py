@@ -12,8 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
-
 from partitioner import plan_model
 
 NOT_INSTALLED = "the frameworks extra is not installed (pip install -e '.[frameworks]')"
@@ -60,6 +58,23 @@ def planned(case_id: str):
     return _CACHE[case_id]
 
 
-@pytest.fixture(params=PLAN_IDS)
-def plan_case(request):
-    return request.param
+
+
+def _short(reasons) -> str:
+    return "; ".join(r.split(":")[0] if len(r) > 90 else r for r in reasons)
+
+
+if __name__ == "__main__":  # python -m tests.frameworks.plans: the plan x framework table of the README
+    from partitioner.export import TARGETS, export_result
+
+    print("| plan (`" + "partitioner plan ...`) | stages (dp x tp) | " + " | ".join(TARGETS) + " |")
+    print("|---|---|" + "---|" * len(TARGETS))
+    for case in PLANS:
+        result = planned(case.id)
+        shape = ", ".join(f"{s.dp}x{s.tp}" for s in result.plan.stages)
+        cells = []
+        for target in TARGETS:
+            exp = export_result(result, target)
+            path = exp.settings.get("path")
+            cells.append(("runs" + (f" ({path})" if path else "")) if exp.expressible else "not expressible: " + _short(exp.reasons))
+        print(f"| {case.id}: `{case.command().replace('partitioner plan ', '')}` | {shape} | " + " | ".join(cells) + " |")
