@@ -61,7 +61,14 @@ def planned(case_id: str):
 
 
 def _short(reasons) -> str:
-    return "; ".join(r.split(":")[0] if len(r) > 90 else r for r in reasons)
+    """The reasons without their parenthesized details, each cut at 120 characters."""
+    import re
+
+    out = []
+    for r in reasons:
+        r = re.sub(r" \([^()]*\)", "", r)
+        out.append(r if len(r) <= 120 else r[:117] + "...")
+    return "; ".join(out)
 
 
 if __name__ == "__main__":  # python -m tests.frameworks.plans: the plan x framework table of the README
