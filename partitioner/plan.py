@@ -1,11 +1,19 @@
-"""Plans, their evaluation against the v1 contract, and the solver result.
+"""Plans, their evaluation against the v1/v2 contract, and the solver result.
 
 A :class:`Plan` is a list of :class:`Stage` objects. :func:`evaluate` checks
 the six validity rules of ``DESIGN.md`` in order and either raises
 :class:`PlanError` naming the rule and the stage, or returns an
-:class:`Evaluation` with every stage's forward/backward time (sends
-included), memory and the objective. Every solver's value is recomputed
-here, so this module is the single definition of what a plan costs.
+:class:`Evaluation` with every stage's forward/backward time (sends and,
+in format v2, intra-stage reshards included), memory and the objective.
+Every solver's value is recomputed here, so this module is the single
+definition of what a plan costs.
+
+Format v2 (``DESIGN.md``, "Problem format v2"): a stage has one config
+(dp, tp, variant) per *segment* (:meth:`~partitioner.problem.Problem.segments`);
+between two segments whose (dp, tp) differ the stage pays the reshard time
+r of :func:`partitioner.reshard.segment_reshard_ms` in its forward and in
+its backward. A stage without ``configs`` uses its ``dp``/``tp``/``variant``
+for every segment (the v1 shorthand).
 """
 from __future__ import annotations
 
@@ -14,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from .problem import Layout, Problem, ProblemError, read_document
+from .reshard import segment_reshard_ms
 from .topology import bandwidth, default_bandwidth, transfer_ms
 from .units import format_bytes
 
@@ -57,8 +66,11 @@ class PlanError(ValueError):
 
 @dataclass(frozen=True)
 class Stage:
-    """Layers ``first_layer..last_layer`` (inclusive) on ``devices`` GPUs in layout (dp, tp).
+    """Layers ``first_layer..last_layer`` (inclusive) on ``devices`` GPUs.
 
+    ``dp``, ``tp`` and ``variant`` give one config for the whole stage (v1,
+    and the v2 shorthand); ``configs``, when given, holds one config per
+    segment (format v2) and ``dp``/``tp``/``variant`` then repeat the first.
     ``device_ids`` may be None, meaning contiguous ids in stage order.
     """
 
@@ -68,18 +80,52 @@ class Stage:
     dp: int
     tp: int
     device_ids: tuple[int, ...] | None = None
+    variant: str = ""
+    configs: tuple[Layout, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.configs is not None:
+            object.__setattr__(self, "configs", tuple(self.configs))
+
+    @classmethod
+    def from_configs(
+        cls, first_layer: int, last_layer: int, devices: int, configs, device_ids: tuple[int, ...] | None = None
+    ) -> "Stage":
+        """A stage with one config per segment; ``configs`` collapses to the shorthand when all are equal."""
+        configs = tuple(configs)
+        if not configs:
+            raise ValueError("a stage needs at least one config")
+        head = configs[0]
+        uniform = all(c == head for c in configs)
+        return cls(first_layer, last_layer, devices, head.dp, head.tp, device_ids, head.variant, None if uniform else configs)
 
     @property
     def layout(self) -> Layout:
-        return Layout(self.dp, self.tp)
+        """The stage's config (the first segment's when segments differ)."""
+        return Layout(self.dp, self.tp, self.variant)
 
     @property
     def layers(self) -> range:
         return range(self.first_layer, self.last_layer + 1)
 
-    def layout_for(self, layer: int) -> Layout:
-        """The layout ``layer`` runs in. v1: one layout per stage; v2 will map modules to layouts."""
-        return self.layout
+    def segment_configs(self, problem: Problem) -> list[tuple[tuple[int, int], Layout]]:
+        """``((first, last), config)`` for every segment of the stage in ``problem``.
+
+        Raises
+        ------
+        PlanError
+            Rule 5 when ``configs`` does not hold one config per segment.
+        """
+        segments = problem.segments(self.first_layer, self.last_layer)
+        if self.configs is None:
+            return [(seg, self.layout) for seg in segments]
+        if len(self.configs) != len(segments):
+            raise PlanError(
+                5,
+                f"has {len(self.configs)} configs for its {len(segments)} segment(s) "
+                + ("(format version 1: one layout per stage)" if problem.version < 2 else "(one per run of same-module layers)"),
+            )
+        return list(zip(segments, self.configs))
 
 
 @dataclass(frozen=True)
@@ -115,20 +161,27 @@ class Plan:
         return [s.last_layer - s.first_layer + 1 for s in self.stages]
 
     def to_dict(self, evaluation: "Evaluation | None" = None) -> dict[str, Any]:
+        """The plan document. With an evaluation of a v2 problem every stage carries
+        ``configs`` and ``reshard_ms`` (result format v2)."""
         stages = []
         ids = self.device_ids()
+        v2 = evaluation is not None and evaluation.version >= 2
         for p, s in enumerate(self.stages):
-            entry: dict[str, Any] = {
-                "first_layer": s.first_layer,
-                "last_layer": s.last_layer,
-                "devices": s.devices,
-                "dp": s.dp,
-                "tp": s.tp,
-                "device_ids": list(ids[p]),
-            }
+            configs = evaluation.stages[p].configs if evaluation is not None else s.configs
+            uniform = configs is None or all(c == configs[0] for c in configs)
+            entry: dict[str, Any] = {"first_layer": s.first_layer, "last_layer": s.last_layer, "devices": s.devices}
+            if uniform:
+                entry.update(dp=s.dp, tp=s.tp)
+                if s.variant:
+                    entry["variant"] = s.variant
+            if configs is not None and (v2 or not uniform):
+                entry["configs"] = [_config_doc(c) for c in configs]
+            entry["device_ids"] = list(ids[p])
             if evaluation is not None:
                 ev = evaluation.stages[p]
                 entry.update(time_ms=ev.time_ms, fwd_ms=ev.fwd_ms, bwd_ms=ev.bwd_ms, memory_bytes=ev.memory_bytes)
+                if v2:
+                    entry["reshard_ms"] = ev.reshard_ms
             stages.append(entry)
         return {"stages": stages}
 
@@ -154,8 +207,10 @@ class Plan:
             where = f"{path or 'stages'}[{i}]"
             if not isinstance(entry, Mapping):
                 raise ProblemError("must be an object", path=where, source=source)
+            configs = _configs_field(entry.get("configs"), f"{where}.configs", source)
+            required = ("first_layer", "last_layer", "devices") + (("dp", "tp") if configs is None else ())
             values = {}
-            for key in ("first_layer", "last_layer", "devices", "dp", "tp"):
+            for key in required:
                 if key not in entry:
                     raise ProblemError("is missing", path=f"{where}.{key}", source=source)
                 values[key] = _int_field(entry[key], f"{where}.{key}", source)
@@ -164,7 +219,11 @@ class Plan:
                 if not isinstance(ids, list):
                     raise ProblemError("must be a list of device ids", path=f"{where}.device_ids", source=source)
                 ids = tuple(_int_field(v, f"{where}.device_ids[{j}]", source) for j, v in enumerate(ids))
-            stages.append(Stage(device_ids=ids, **values))
+            if configs is not None:
+                stages.append(Stage.from_configs(values["first_layer"], values["last_layer"], values["devices"], configs, ids))
+            else:
+                variant = _variant_field(entry.get("variant", ""), f"{where}.variant", source)
+                stages.append(Stage(device_ids=ids, variant=variant, **values))
         return cls(tuple(stages))
 
 
@@ -178,6 +237,47 @@ def _int_field(value: Any, path: str, source: str | None) -> int:
             return int(value)
         raise ProblemError(f"must be an integer, got {value!r}", path=path, source=source)
     return value
+
+
+def _config_doc(config: Layout) -> dict[str, Any]:
+    doc: dict[str, Any] = {"dp": config.dp, "tp": config.tp}
+    if config.variant:
+        doc["variant"] = config.variant
+    return doc
+
+
+def _variant_field(value: Any, path: str, source: str | None) -> str:
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, str):
+        raise ProblemError(f"must be a string, got {value!r}", path=path, source=source)
+    try:
+        return Layout.parse(f"dp1tp1/{value}").variant
+    except ValueError:
+        raise ProblemError(f"not a variant name (lowercase letters, digits and _ . + -): {value!r}", path=path, source=source) from None
+
+
+def _configs_field(value: Any, path: str, source: str | None) -> tuple[Layout, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value:
+        raise ProblemError("must be a non-empty list of {dp, tp, variant}", path=path, source=source)
+    out = []
+    for j, item in enumerate(value):
+        where = f"{path}[{j}]"
+        if not isinstance(item, Mapping):
+            raise ProblemError("must be an object {dp, tp, variant}", path=where, source=source)
+        for key in ("dp", "tp"):
+            if key not in item:
+                raise ProblemError("is missing", path=f"{where}.{key}", source=source)
+        out.append(
+            Layout(
+                _int_field(item["dp"], f"{where}.dp", source),
+                _int_field(item["tp"], f"{where}.tp", source),
+                _variant_field(item.get("variant", ""), f"{where}.variant", source),
+            )
+        )
+    return tuple(out)
 
 
 def load_plan(path: str) -> Plan:
@@ -204,14 +304,22 @@ class StageEvaluation:
     weight_bytes: int
     act_bytes: int
     stash: int  # min(m, P - p) microbatches of activations held by 1F1B
+    configs: tuple[Layout, ...] = ()  # one per segment
+    segments: tuple[tuple[int, int], ...] = ()
+    reshards_ms: tuple[float, ...] = ()  # r between segments s and s+1 (format v2)
+
+    @property
+    def reshard_ms(self) -> float:
+        """Σ r: the intra-stage reshards, paid in the forward and again in the backward."""
+        return sum(self.reshards_ms)
 
     @property
     def fwd_ms(self) -> float:
-        return self.compute_fwd_ms + self.send_fwd_ms
+        return self.compute_fwd_ms + self.reshard_ms + self.send_fwd_ms
 
     @property
     def bwd_ms(self) -> float:
-        return self.compute_bwd_ms + self.send_bwd_ms
+        return self.compute_bwd_ms + self.reshard_ms + self.send_bwd_ms
 
     @property
     def time_ms(self) -> float:
@@ -228,6 +336,7 @@ class Evaluation:
     transfers_ms: tuple[float, ...]  # x_0 .. x_{P-2}
     microbatches: int
     objective: str
+    version: int = 1
 
     @property
     def times_ms(self) -> list[float]:
@@ -343,16 +452,22 @@ def evaluate(problem: Problem, plan: Plan, objective: str | None = None) -> Eval
             raise PlanError(4, f"a {s.devices}-device stage must take whole nodes, got devices {sorted(dev)}", p)
     # (ids are disjoint, in range and sum to N, so they cover 0..N-1)
 
-    # rule 5: layout
+    # rule 5: layout (v2: one config per segment)
+    assigned = []
     for p, s in enumerate(stages):
-        if s.dp < 1 or s.tp < 1 or s.dp * s.tp != s.devices:
-            raise PlanError(5, f"dp*tp = {s.dp}*{s.tp} must equal its {s.devices} devices", p)
-        if s.tp > G:
-            raise PlanError(5, f"tp={s.tp} exceeds gpus_per_node={G}", p)
-        for i in s.layers:
-            lay = s.layout_for(i)
-            if problem.layers[i].cost(lay) is None:
-                raise PlanError(5, f"layer {i} ({problem.layers[i].name}) has no cost entry {lay.key}", p)
+        try:
+            pairs = s.segment_configs(problem)
+        except PlanError as err:
+            raise PlanError(5, err.reason, p) from None
+        for (a, b), lay in pairs:
+            if lay.dp < 1 or lay.tp < 1 or lay.dp * lay.tp != s.devices:
+                raise PlanError(5, f"dp*tp = {lay.dp}*{lay.tp} must equal its {s.devices} devices", p)
+            if lay.tp > G:
+                raise PlanError(5, f"tp={lay.tp} exceeds gpus_per_node={G}", p)
+            for i in range(a, b + 1):
+                if problem.layers[i].cost(lay) is None:
+                    raise PlanError(5, f"layer {i} ({problem.layers[i].name}) has no cost entry {lay.key}", p)
+        assigned.append(pairs)
 
     # times and memory
     transfers = []
@@ -363,12 +478,17 @@ def evaluate(problem: Problem, plan: Plan, objective: str | None = None) -> Eval
     for p, s in enumerate(stages):
         fwd = bwd = 0.0
         weight = act = 0
-        for i in s.layers:
-            c = problem.layers[i].cost(s.layout_for(i))
-            fwd += c.fwd_ms
-            bwd += c.bwd_ms
-            weight += c.weight_bytes
-            act += c.act_bytes
+        for (a, b), lay in assigned[p]:
+            for i in range(a, b + 1):
+                c = problem.layers[i].cost(lay)
+                fwd += c.fwd_ms
+                bwd += c.bwd_ms
+                weight += c.weight_bytes
+                act += c.act_bytes
+        reshards = tuple(
+            segment_reshard_ms(problem.layers[b].out_bytes, lay, nxt, ids[p], cluster)
+            for ((_, b), lay), (_, nxt) in zip(assigned[p], assigned[p][1:])
+        )
         evals.append(
             StageEvaluation(
                 index=p,
@@ -385,6 +505,9 @@ def evaluate(problem: Problem, plan: Plan, objective: str | None = None) -> Eval
                 weight_bytes=weight,
                 act_bytes=act,
                 stash=min(m, P - p),
+                configs=tuple(lay for _, lay in assigned[p]),
+                segments=tuple(seg for seg, _ in assigned[p]),
+                reshards_ms=reshards,
             )
         )
 
@@ -398,7 +521,7 @@ def evaluate(problem: Problem, plan: Plan, objective: str | None = None) -> Eval
                 f"{format_bytes(e.act_bytes)}) > {format_bytes(capacity)} per GPU",
                 e.index,
             )
-    return Evaluation(tuple(evals), tuple(transfers), m, objective)
+    return Evaluation(tuple(evals), tuple(transfers), m, objective, problem.version)
 
 
 def _boundary_bandwidth(problem: Problem, a: Sequence[int], b: Sequence[int]) -> float:
@@ -434,6 +557,7 @@ class SolveResult:
     plan: Plan | None = None
     evaluation: Evaluation | None = field(default=None, compare=False, repr=False)
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    version: int = 1  # the problem's format version; 2 adds configs and reshard_ms to every stage
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -464,6 +588,8 @@ class SolveResult:
             "message": self.message,
             "plan": self.plan.to_dict(self.evaluation) if self.plan is not None else None,
         }
+        if self.version >= 2:
+            doc = {"version": self.version, **doc}
         for key, value in self.extra.items():
             doc.setdefault(key, value)
         return doc
@@ -478,7 +604,7 @@ class SolveResult:
         if data["status"] not in STATUSES:
             raise ProblemError(f"must be one of {', '.join(STATUSES)}", path="status", source=source)
         plan = Plan.from_dict(data, source=source) if data.get("plan") is not None else None
-        known = {"status", "method", "objective", "value", "bound", "gap", "solve_seconds", "message", "plan"}
+        known = {"status", "method", "objective", "value", "bound", "gap", "solve_seconds", "message", "plan", "version"}
         return cls(
             status=data["status"],
             method=str(data["method"]),
@@ -489,6 +615,7 @@ class SolveResult:
             message=str(data.get("message") or ""),
             plan=plan,
             extra={k: v for k, v in data.items() if k not in known},
+            version=data.get("version") if data.get("version") in (1, 2) else 1,
         )
 
 

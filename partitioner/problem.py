@@ -1,4 +1,4 @@
-"""Problem format v1: the model, the cluster and the training setup a plan is made for.
+"""Problem formats v1 and v2: the model, the cluster and the training setup a plan is made for.
 
 A problem is loaded from JSON or YAML (:func:`load_problem`) or built from a
 dict (:meth:`Problem.from_dict`). Loading validates everything and raises one
@@ -6,9 +6,14 @@ exception type, :class:`ProblemError`, whose message names the source and the
 field path, e.g. ``p.json: layers[3].costs.dp2tp1.fwd_ms: must be >= 0, got -1``.
 Units: times in ms, sizes in bytes, bandwidth in GB/s (1e9 B/s).
 
-The format is specified in ``DESIGN.md`` ("Problem format v1"). Everything a
-solver needs is a frozen dataclass here; nothing in this module knows about
-solvers, plans or the CLI.
+The formats are specified in ``DESIGN.md`` ("Problem format v1", "Problem
+format v2", "Schedules"). Version 2 adds *variants* to the cost keys
+(``dp2tp4/zero3``: a config is (dp, tp, variant)) and *segments*: in a
+version-2 problem each maximal run of same-``module`` layers inside a stage
+has its own config (:meth:`Problem.segments`). A version-1 problem keeps one
+config per stage, so no v1 answer changes. Everything a solver needs is a
+frozen dataclass here; nothing in this module knows about solvers, plans or
+the CLI.
 """
 from __future__ import annotations
 
@@ -24,9 +29,12 @@ import yaml
 
 __all__ = [
     "FORMAT_VERSION",
+    "FORMAT_VERSIONS",
     "OBJECTIVES",
+    "SCHEDULES",
     "ProblemError",
     "Layout",
+    "Config",
     "LayerCost",
     "Layer",
     "Topology",
@@ -39,9 +47,13 @@ __all__ = [
     "read_document",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # the version a document without v2 features is written as
+FORMAT_VERSIONS = (1, 2)
 OBJECTIVES = ("bottleneck", "iteration")
-_LAYOUT_KEY = re.compile(r"^dp([1-9][0-9]*)tp([1-9][0-9]*)$")
+SCHEDULES = ("1f1b", "zb-h1", "interleaved", "gpipe")
+_VARIANT = r"[a-z0-9][a-z0-9_.+-]*"
+_LAYOUT_KEY = re.compile(r"^dp([1-9][0-9]*)tp([1-9][0-9]*)(?:/(" + _VARIANT + r"))?$")
+_VARIANT_NAME = re.compile(r"^" + _VARIANT + r"$")
 
 
 class ProblemError(ValueError):
@@ -67,38 +79,69 @@ class ProblemError(ValueError):
 
 @dataclass(frozen=True, order=True)
 class Layout:
-    """A (data-parallel, tensor-parallel) layout of one stage: ``dp * tp`` devices."""
+    """A config of one stage segment: (data-parallel, tensor-parallel) on ``dp * tp`` devices,
+    and a memory-knob ``variant`` (format v2; ``""`` is the plain key).
+
+    The variant is opaque to the solvers: the cost entry's numbers say what it
+    costs. Two configs with the same :attr:`mesh` need no reshard between them.
+    """
 
     dp: int
     tp: int
+    variant: str = ""
 
     @property
     def devices(self) -> int:
         return self.dp * self.tp
 
     @property
+    def mesh(self) -> tuple[int, int]:
+        """``(dp, tp)``: what the tensor layout depends on (not the variant)."""
+        return (self.dp, self.tp)
+
+    @property
     def key(self) -> str:
-        return f"dp{self.dp}tp{self.tp}"
+        base = f"dp{self.dp}tp{self.tp}"
+        return f"{base}/{self.variant}" if self.variant else base
 
     @classmethod
     def parse(cls, key: str) -> "Layout":
         match = _LAYOUT_KEY.match(key) if isinstance(key, str) else None
         if not match:
-            raise ValueError(f"layout key must look like dp<int>tp<int> (e.g. dp2tp4), got {key!r}")
-        return cls(int(match.group(1)), int(match.group(2)))
+            raise ValueError(
+                "cost key must look like dp<int>tp<int> or dp<int>tp<int>/<variant> "
+                f"(variant: lowercase letters, digits and _ . + -; e.g. dp2tp4, dp8tp1/zero3), got {key!r}"
+            )
+        return cls(int(match.group(1)), int(match.group(2)), match.group(3) or "")
 
     def __str__(self) -> str:
         return self.key
 
 
+Config = Layout
+
+
 @dataclass(frozen=True)
 class LayerCost:
-    """What one layer costs per microbatch in one layout, on each device of the stage."""
+    """What one layer costs per microbatch in one config, on each device of the stage.
+
+    ``bwd_input_ms`` and ``bwd_weight_ms`` (optional, summing to ``bwd_ms``)
+    split the backward into B (input gradient) and W (weight gradient) for the
+    zero-bubble schedule; :meth:`split` gives an even split when they are absent.
+    """
 
     fwd_ms: float
     bwd_ms: float
     weight_bytes: int
     act_bytes: int
+    bwd_input_ms: float | None = None
+    bwd_weight_ms: float | None = None
+
+    def split(self) -> tuple[float, float]:
+        """``(B, W)``: the backward's input- and weight-gradient parts (even split if not given)."""
+        if self.bwd_input_ms is None or self.bwd_weight_ms is None:
+            return self.bwd_ms / 2, self.bwd_ms / 2
+        return self.bwd_input_ms, self.bwd_weight_ms
 
 
 @dataclass(frozen=True)
@@ -159,6 +202,8 @@ class Cluster:
 class Training:
     microbatches: int
     objective: str = "bottleneck"
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
 
 
 @dataclass(frozen=True)
@@ -178,6 +223,8 @@ class Problem:
     layers: tuple[Layer, ...]
     meta: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     source: str | None = field(default=None, compare=False, repr=False)
+    version: int = 1
+    variants: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def num_layers(self) -> int:
@@ -196,9 +243,32 @@ class Problem:
         return self.training.objective
 
     def layouts(self) -> tuple[Layout, ...]:
-        """Every layout some layer can run in, sorted by (devices, tp)."""
+        """Every config some layer can run in, sorted by (devices, tp, variant)."""
         found = {lay for layer in self.layers for lay in layer.costs}
-        return tuple(sorted(found, key=lambda l: (l.devices, l.tp)))
+        return tuple(sorted(found, key=lambda l: (l.devices, l.tp, l.variant)))
+
+    configs = layouts
+
+    @property
+    def has_variants(self) -> bool:
+        return any(lay.variant for lay in self.layouts())
+
+    def segments(self, first: int, last: int) -> tuple[tuple[int, int], ...]:
+        """The segments of a stage of layers ``first..last`` (inclusive).
+
+        Version 2: the maximal runs of consecutive layers with the same
+        ``module``, in order. Version 1: the whole stage (one layout per stage).
+        """
+        if self.version < 2:
+            return ((first, last),)
+        out = []
+        start = first
+        for i in range(first + 1, last + 1):
+            if self.layers[i].module != self.layers[i - 1].module:
+                out.append((start, i - 1))
+                start = i
+        out.append((start, last))
+        return tuple(out)
 
     @classmethod
     def from_dict(cls, data: Any, *, source: str | None = None) -> "Problem":
@@ -219,33 +289,45 @@ class Problem:
         }
         if c.topology is not None:
             cluster["topology"] = {"edges": [list(e) for e in c.topology.edges]}
+        training: dict[str, Any] = {"microbatches": self.training.microbatches, "objective": self.training.objective}
+        if self.training.schedule != "1f1b":
+            training["schedule"] = self.training.schedule
+        if self.training.virtual_stages != 1:
+            training["virtual_stages"] = self.training.virtual_stages
         doc: dict[str, Any] = {
-            "version": FORMAT_VERSION,
+            "version": self.version,
             "name": self.name,
             "cluster": cluster,
-            "training": {"microbatches": self.training.microbatches, "objective": self.training.objective},
+            "training": training,
             "stages": {"min": self.stages.min, "max": self.stages.max},
             "layers": [
                 {
                     "name": layer.name,
                     "module": layer.module,
                     "out_bytes": layer.out_bytes,
-                    "costs": {
-                        lay.key: {
-                            "fwd_ms": cost.fwd_ms,
-                            "bwd_ms": cost.bwd_ms,
-                            "weight_bytes": cost.weight_bytes,
-                            "act_bytes": cost.act_bytes,
-                        }
-                        for lay, cost in layer.costs.items()
-                    },
+                    "costs": {lay.key: _cost_doc(cost) for lay, cost in layer.costs.items()},
                 }
                 for layer in self.layers
             ],
         }
+        if self.variants:
+            doc["variants"] = dict(self.variants)
         if self.meta:
             doc["meta"] = _plain(self.meta)
         return doc
+
+
+def _cost_doc(cost: LayerCost) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "fwd_ms": cost.fwd_ms,
+        "bwd_ms": cost.bwd_ms,
+        "weight_bytes": cost.weight_bytes,
+        "act_bytes": cost.act_bytes,
+    }
+    if cost.bwd_input_ms is not None and cost.bwd_weight_ms is not None:
+        doc["bwd_input_ms"] = cost.bwd_input_ms
+        doc["bwd_weight_ms"] = cost.bwd_weight_ms
+    return doc
 
 
 def _plain(value: Any) -> Any:
@@ -427,24 +509,66 @@ def _parse_problem(data: Any, source: str | None) -> Problem:
     if not isinstance(data, Mapping):
         raise ProblemError(f"the document must be an object (a mapping), got {_describe(data)}")
     if "version" not in data:
-        raise ProblemError("is missing (this reader knows format version 1)", path="version")
-    version = root.child("version")
-    if isinstance(version.value, bool) or version.value != FORMAT_VERSION:
-        raise version.fail(f"unknown format version {version.value!r}; this reader knows version {FORMAT_VERSION}")
-    root.mapping(("version", "cluster", "training", "layers"), ("name", "stages", "meta"))
+        raise ProblemError("is missing (this reader knows format versions 1 and 2)", path="version")
+    version_node = root.child("version")
+    if isinstance(version_node.value, bool) or version_node.value not in FORMAT_VERSIONS:
+        raise version_node.fail(
+            f"unknown format version {version_node.value!r}; this reader knows versions "
+            + " and ".join(map(str, FORMAT_VERSIONS))
+        )
+    version = int(version_node.value)
+    optional = ("name", "stages", "meta") + (("variants",) if version >= 2 else ())
+    if version < 2 and "variants" in data:
+        raise root.child("variants").fail("variants need format version 2 (set version: 2)")
+    root.mapping(("version", "cluster", "training", "layers"), optional)
 
     name = root.child("name").string() if "name" in data else (Path(source).stem if source else "problem")
     cluster = _parse_cluster(root.child("cluster"))
     training = _parse_training(root.child("training"))
-    layers = _parse_layers(root.child("layers"), cluster)
+    variants = _parse_variants(root.child("variants")) if "variants" in data else None
+    layers = _parse_layers(root.child("layers"), cluster, version, variants)
     stages = _parse_stages(root.child("stages") if "stages" in data else None, len(layers), cluster.num_devices)
+    _check_schedule(training, stages, root)
     meta: Mapping[str, Any] = MappingProxyType({})
     if "meta" in data:
         node = root.child("meta")
         if not isinstance(node.value, Mapping):
             raise node.fail(f"must be an object, got {_describe(node.value)}")
         meta = _frozen(dict(node.value))
-    return Problem(name=name, cluster=cluster, training=training, stages=stages, layers=layers, meta=meta, source=source)
+    return Problem(
+        name=name,
+        cluster=cluster,
+        training=training,
+        stages=stages,
+        layers=layers,
+        meta=meta,
+        source=source,
+        version=version,
+        variants=MappingProxyType(dict(variants or {})),
+    )
+
+
+def _parse_variants(node: _Node) -> dict[str, str]:
+    if not isinstance(node.value, Mapping):
+        raise node.fail(f"must be an object {{variant name: one-line description}}, got {_describe(node.value)}")
+    out = {}
+    for key, child in node.items():
+        if not _VARIANT_NAME.match(key):
+            raise child.fail(f"variant name must match {_VARIANT} (lowercase letters, digits and _ . + -), got {key!r}")
+        out[key] = child.string()
+    return out
+
+
+def _check_schedule(training: Training, stages: StageBounds, root: _Node) -> None:
+    """Cross-field rules of ``training.schedule`` (DESIGN.md, "Schedules")."""
+    if training.schedule != "interleaved":
+        return
+    if stages.min == stages.max and training.microbatches % stages.min:
+        raise ProblemError(
+            f"the interleaved schedule needs microbatches to be a multiple of the {stages.min} pipeline "
+            f"stage groups, got {training.microbatches}",
+            path="training.microbatches",
+        )
 
 
 def _parse_cluster(node: _Node) -> Cluster:
@@ -496,7 +620,7 @@ def _parse_topology(node: _Node, num_devices: int) -> Topology:
 
 
 def _parse_training(node: _Node) -> Training:
-    node.mapping(("microbatches",), ("objective",))
+    node.mapping(("microbatches",), ("objective", "schedule", "virtual_stages"))
     microbatches = node.child("microbatches").integer(minimum=1)
     objective = "bottleneck"
     if "objective" in node.value:
@@ -504,10 +628,27 @@ def _parse_training(node: _Node) -> Training:
         objective = obj.string()
         if objective not in OBJECTIVES:
             raise obj.fail(f"must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
-    return Training(microbatches, objective)
+    schedule = "1f1b"
+    if "schedule" in node.value:
+        sched = node.child("schedule")
+        schedule = sched.string()
+        if schedule not in SCHEDULES:
+            raise sched.fail(f"must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    virtual = 1
+    if "virtual_stages" in node.value:
+        vnode = node.child("virtual_stages")
+        virtual = vnode.integer(minimum=1)
+        if schedule != "interleaved" and virtual != 1:
+            raise vnode.fail(f"virtual stages are for schedule 'interleaved' only (schedule is {schedule!r})")
+    if schedule == "interleaved":
+        if "virtual_stages" not in node.value:
+            raise ProblemError("is missing: the interleaved schedule needs virtual_stages >= 2", path=f"{node.path}.virtual_stages")
+        if virtual < 2:
+            raise node.child("virtual_stages").fail(f"the interleaved schedule needs virtual_stages >= 2, got {virtual}")
+    return Training(microbatches, objective, schedule, virtual)
 
 
-def _parse_layers(node: _Node, cluster: Cluster) -> tuple[Layer, ...]:
+def _parse_layers(node: _Node, cluster: Cluster, version: int = 1, variants: Mapping[str, str] | None = None) -> tuple[Layer, ...]:
     layers = []
     for i, lnode in enumerate(node.elements()):
         lnode.mapping(("costs",), ("name", "module", "out_bytes"))
@@ -516,13 +657,22 @@ def _parse_layers(node: _Node, cluster: Cluster) -> tuple[Layer, ...]:
         out_bytes = lnode.child("out_bytes").integer(minimum=0) if "out_bytes" in lnode.value else 0
         costs_node = lnode.child("costs")
         if not isinstance(costs_node.value, Mapping):
-            raise costs_node.fail(f"must be an object keyed by layout (dp<int>tp<int>), got {_describe(costs_node.value)}")
+            raise costs_node.fail(
+                f"must be an object keyed by config (dp<int>tp<int>[/variant]), got {_describe(costs_node.value)}"
+            )
         costs: dict[Layout, LayerCost] = {}
         for key, cnode in costs_node.items():
             try:
                 layout = Layout.parse(key)
             except ValueError as err:
                 raise cnode.fail(str(err)) from None
+            if layout.variant and version < 2:
+                raise cnode.fail(f"variant {layout.variant!r} in a cost key needs format version 2 (set version: 2)")
+            if layout.variant and variants is not None and layout.variant not in variants:
+                raise cnode.fail(
+                    f"variant {layout.variant!r} is not listed in the top-level 'variants' "
+                    f"(listed: {', '.join(sorted(variants)) or 'none'})"
+                )
             if layout.tp > cluster.gpus_per_node:
                 raise cnode.fail(f"tp={layout.tp} exceeds gpus_per_node={cluster.gpus_per_node}")
             if layout.devices not in cluster.allowed_sizes():
@@ -531,14 +681,8 @@ def _parse_layers(node: _Node, cluster: Cluster) -> tuple[Layer, ...]:
                     f"(allowed: {', '.join(map(str, cluster.allowed_sizes()))})"
                 )
             if layout in costs:
-                raise cnode.fail("duplicate layout")
-            cnode.mapping(("fwd_ms", "bwd_ms", "weight_bytes", "act_bytes"))
-            costs[layout] = LayerCost(
-                fwd_ms=cnode.child("fwd_ms").number(minimum=0),
-                bwd_ms=cnode.child("bwd_ms").number(minimum=0),
-                weight_bytes=cnode.child("weight_bytes").integer(minimum=0),
-                act_bytes=cnode.child("act_bytes").integer(minimum=0),
-            )
+                raise cnode.fail("duplicate config")
+            costs[layout] = _parse_cost(cnode)
         if not costs:
             raise costs_node.fail(
                 "no layout usable on this cluster: give at least one dp<int>tp<int> entry "
@@ -548,6 +692,32 @@ def _parse_layers(node: _Node, cluster: Cluster) -> tuple[Layer, ...]:
     if not layers:
         raise node.fail("must list at least one layer")
     return tuple(layers)
+
+
+def _parse_cost(cnode: _Node) -> LayerCost:
+    cnode.mapping(("fwd_ms", "bwd_ms", "weight_bytes", "act_bytes"), ("bwd_input_ms", "bwd_weight_ms"))
+    fwd = cnode.child("fwd_ms").number(minimum=0)
+    bwd = cnode.child("bwd_ms").number(minimum=0)
+    split_b = split_w = None
+    given = [k for k in ("bwd_input_ms", "bwd_weight_ms") if k in cnode.value]
+    if len(given) == 1:
+        other = "bwd_weight_ms" if given[0] == "bwd_input_ms" else "bwd_input_ms"
+        raise ProblemError(f"is missing: {given[0]} is given, so {other} must be too", path=f"{cnode.path}.{other}")
+    if given:
+        split_b = cnode.child("bwd_input_ms").number(minimum=0)
+        split_w = cnode.child("bwd_weight_ms").number(minimum=0)
+        if not math.isclose(split_b + split_w, bwd, rel_tol=1e-9, abs_tol=1e-12):
+            raise cnode.child("bwd_weight_ms").fail(
+                f"bwd_input_ms + bwd_weight_ms = {_num(split_b + split_w)} must equal bwd_ms = {_num(bwd)}"
+            )
+    return LayerCost(
+        fwd_ms=fwd,
+        bwd_ms=bwd,
+        weight_bytes=cnode.child("weight_bytes").integer(minimum=0),
+        act_bytes=cnode.child("act_bytes").integer(minimum=0),
+        bwd_input_ms=split_b,
+        bwd_weight_ms=split_w,
+    )
 
 
 def _parse_stages(node: _Node | None, num_layers: int, num_devices: int) -> StageBounds:

@@ -76,8 +76,10 @@ References
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -94,6 +96,8 @@ __all__ = [
     "execute_forward",
     "execute_backward",
     "lesson15_volume",
+    "segment_reshard_ms",
+    "stage_reshard_ms",
 ]
 
 
@@ -337,3 +341,77 @@ def execute_forward(plan: ReshardPlan, shards: Sequence[np.ndarray]) -> list[np.
 def execute_backward(plan: ReshardPlan, grads: Sequence[np.ndarray]) -> list[np.ndarray]:
     """The transpose: destination ranks' gradient blocks back to the source ranks that sent them."""
     return _run(plan.transpose(), grads)
+
+
+# --------------------------------------------------------------------------- segments inside a stage (format v2)
+
+
+def segment_reshard_ms(out_bytes: float, source, dest, device_ids: Sequence[int], cluster: Cluster) -> float:
+    """The reshard time r between two segments of one stage (DESIGN.md, "Times v2").
+
+    The last layer of the first segment hands ``out_bytes`` (the whole
+    microbatch's tensor) from config ``source`` to config ``dest`` on the
+    stage's own ``device_ids``: rank ``r`` of either layout sits on
+    ``device_ids[r]``. r is the busiest port of that exchange (NVLink in/out at
+    ``intra_node_GBps`` inside a node, NIC in/out at ``inter_node_GBps`` between
+    nodes), the same fluid model as :func:`reshard_time_ms` on the default
+    graph. Configs with the same ``(dp, tp)`` (a change of variant only) cost 0.
+
+    Parameters
+    ----------
+    out_bytes : float
+    source, dest : partitioner.problem.Layout
+        Anything with ``dp`` and ``tp``; ``dp * tp == len(device_ids)``.
+    device_ids : sequence of int
+    cluster : Cluster
+
+    Returns
+    -------
+    float
+        Milliseconds, paid once in the forward and once in the backward.
+    """
+    if (source.dp, source.tp) == (dest.dp, dest.tp) or out_bytes == 0:
+        return 0.0
+    pattern = _node_pattern([cluster.node_of(d) for d in device_ids])
+    nvlink, nic, total = _port_elements((source.dp, source.tp), (dest.dp, dest.tp), pattern)
+    unit = out_bytes / total  # bytes of one element of the model tensor below
+    return max(transfer_ms(nvlink * unit, cluster.intra_node_GBps), transfer_ms(nic * unit, cluster.inter_node_GBps))
+
+
+def stage_reshard_ms(out_bytes: float, source, dest, devices: int, cluster: Cluster) -> float:
+    """:func:`segment_reshard_ms` for the placement the solvers emit.
+
+    Solvers give a stage ids grouped by node in ascending order (a stage of
+    at most ``gpus_per_node`` devices inside one node, a larger one whole
+    nodes), so rank ``r`` sits on the stage's node ``r // gpus_per_node``:
+    ids ``0 .. devices - 1`` have that pattern.
+    """
+    return segment_reshard_ms(out_bytes, source, dest, range(devices), cluster)
+
+
+def _node_pattern(nodes: Sequence[int]) -> tuple[int, ...]:
+    """Nodes renumbered by first appearance: the reshard time depends only on which ranks share one."""
+    seen: dict[int, int] = {}
+    return tuple(seen.setdefault(n, len(seen)) for n in nodes)
+
+
+@lru_cache(maxsize=4096)
+def _port_elements(source: tuple[int, int], dest: tuple[int, int], pattern: tuple[int, ...]) -> tuple[int, int, int]:
+    """Busiest NVLink port, busiest NIC port and total, in elements of a model tensor.
+
+    The model tensor is [lcm(dp_s, dp_d), 1, lcm(tp_s, tp_d)]: every block of
+    both layouts is a whole number of its elements, so the element counts
+    scale exactly to any ``out_bytes``.
+    """
+    B = math.lcm(source[0], dest[0])
+    D = math.lcm(source[1], dest[1])
+    devices = tuple(range(len(pattern)))
+    plan = plan_reshard((B, 1, D), Sharding(*source, devices), Sharding(*dest, devices), dtype_bytes=1)
+    load: dict[tuple[int, str], int] = defaultdict(int)
+    for (src, dst), count in plan.traffic().items():
+        link = "nvlink" if pattern[src] == pattern[dst] else "nic"
+        load[(src, link + "-out")] += count
+        load[(dst, link + "-in")] += count
+    nvlink = max((c for (_, port), c in load.items() if port.startswith("nvlink")), default=0)
+    nic = max((c for (_, port), c in load.items() if port.startswith("nic")), default=0)
+    return nvlink, nic, B * D

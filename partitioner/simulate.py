@@ -56,9 +56,10 @@ from __future__ import annotations
 import heapq
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
+from .breakdown import stage_parts
 from .plan import Evaluation, Plan, evaluate
 from .problem import Problem
 
@@ -109,6 +110,8 @@ class Simulation:
     weight_bytes: tuple[int, ...] | None = None
     act_bytes: tuple[int, ...] | None = None
     stage_labels: tuple[str, ...] | None = None
+    # per stage, what its ops are made of (segments, reshards, send): set by simulate() for pictures
+    stage_parts: tuple | None = field(default=None, compare=False)
 
     @property
     def num_stages(self) -> int:
@@ -352,10 +355,14 @@ def _run(orders: list[list[tuple[str, int]]], fwd: tuple[float, ...], bwd: tuple
 
 
 def _label(problem: Problem, ev_stage: Any) -> str:
+    """``stage p: layers a-b (modules), d GPU config``; with several configs, one ``module config`` per segment."""
     s = ev_stage
     layers = f"{s.first_layer}" if s.first_layer == s.last_layer else f"{s.first_layer}-{s.last_layer}"
+    if len(set(s.configs)) > 1:
+        parts = ", ".join(f"{problem.layers[a].module} {c.key}" for (a, _), c in zip(s.segments, s.configs))
+        return f"stage {s.index}: layers {layers}, {s.devices} GPU: {parts}"
     names = {problem.layers[i].module for i in range(s.first_layer, s.last_layer + 1)}
-    return f"stage {s.index}: layers {layers} ({'+'.join(sorted(names))}), {s.devices} GPU dp{s.layout.dp}tp{s.layout.tp}"
+    return f"stage {s.index}: layers {layers} ({'+'.join(sorted(names))}), {s.devices} GPU {s.layout.key}"
 
 
 def simulate(problem: Problem, plan: Plan, schedule: str = "1f1b", *, evaluation: Evaluation | None = None) -> Simulation:
@@ -382,7 +389,8 @@ def simulate(problem: Problem, plan: Plan, schedule: str = "1f1b", *, evaluation
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
     ev = evaluation if evaluation is not None else evaluate(problem, plan)
-    return simulate_times(
+    # F_p and B_p are evaluate's: compute, the v2 intra-stage reshards and the sends
+    sim = simulate_times(
         [s.fwd_ms for s in ev.stages],
         [s.bwd_ms for s in ev.stages],
         problem.microbatches,
@@ -391,6 +399,7 @@ def simulate(problem: Problem, plan: Plan, schedule: str = "1f1b", *, evaluation
         act_bytes=[s.act_bytes for s in ev.stages],
         stage_labels=[_label(problem, s) for s in ev.stages],
     )
+    return replace(sim, stage_parts=stage_parts(problem, ev))
 
 
 def replay_check(problem: Problem, plan: Plan, evaluation: Evaluation) -> dict[str, Any]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -53,29 +52,8 @@ def vision_stage_plan(problem, vision=(4, 4, 1), llm=(2, 1, 2)):
     return Plan((Stage(0, p, *vision), Stage(p + 1, e, *llm), Stage(e + 1, problem.num_layers - 1, *llm)))
 
 
-@dataclass(frozen=True)
-class _V2Stage:
-    """A format-v2 stage (per-segment configs) until ``plan.Stage`` gains ``configs`` on main."""
-
-    first_layer: int
-    last_layer: int
-    devices: int
-    configs: tuple
-    device_ids: tuple | None = None
-
-    @property
-    def dp(self):
-        return self.configs[0].dp
-
-    @property
-    def tp(self):
-        return self.configs[0].tp
-
-
 def v2_stage(first, last, devices, configs):
-    if hasattr(Stage, "from_configs"):
-        return Stage.from_configs(first, last, devices, tuple(configs))
-    return _V2Stage(first, last, devices, tuple(configs))
+    return Stage.from_configs(first, last, devices, tuple(configs))
 
 
 # --------------------------------------------------------------------------- Megatron
@@ -259,7 +237,7 @@ def test_two_layouts_on_part_of_the_world_are_not_expressible(seed_problem, hint
     meg = export_plan(plan, hints, "megatron", global_batch=G, microbatches=M)
     assert not meg.expressible and any("colocated" in r for r in meg.reasons)
     with pytest.raises(ProblemError, match="module segments"):
-        export_plan(Plan((v2_stage(0, e, 4, [Layout(4, 1)] * 2), Stage(e + 1, seed_problem.num_layers - 1, 4, 1, 4))), hints, "megatron")
+        export_plan(Plan((v2_stage(0, e, 4, [Layout(4, 1), Layout(1, 4)]), Stage(e + 1, seed_problem.num_layers - 1, 4, 1, 4))), hints, "megatron")
 
 
 # --------------------------------------------------------------------------- results and the CLI
@@ -302,3 +280,9 @@ def test_export_cli_exit_codes(tmp_path, seed_problem):
     assert proc.returncode == 1 and "not expressible in deepspeed" in proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["expressible"] is False and doc["reasons"]
+
+
+def test_variants_are_named_in_a_note(seed_problem, hints):
+    plan = Plan(tuple(Stage(s.first_layer, s.last_layer, s.devices, s.dp, s.tp, variant="zero1") for s in uniform_llm_plan(seed_problem).stages))
+    exp = export_plan(plan, hints, "deepspeed", global_batch=G, microbatches=M)
+    assert exp.expressible and any("stage 0: zero1" in n for n in exp.notes)

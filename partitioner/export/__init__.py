@@ -19,6 +19,7 @@ The layer roles and FQNs come from the cost model (``export_hints`` in a
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 from ..plan import Plan, SolveResult
@@ -56,7 +57,14 @@ def export_plan(plan: Plan, hints: Sequence[Mapping[str, Any]], target: str, **c
     """
     if target not in _EXPORTERS:
         raise ProblemError(f"unknown export target {target!r} (targets: {', '.join(TARGETS)})", path="--to")
-    return _EXPORTERS[target](stage_views(plan, hints), dict(context))
+    stages = stage_views(plan, hints)
+    exported = _EXPORTERS[target](stages, dict(context))
+    variants = sorted({(s.index, g.variant) for s in stages for g in s.segments if g.variant})
+    if variants and exported.expressible:
+        note = ("the plan's variants (" + ", ".join(f"stage {i}: {v}" for i, v in variants)
+                + ") are memory options (ZeRO stage, recompute) the export does not set: set the framework's matching options")
+        exported = replace(exported, notes=(*exported.notes, note))
+    return exported
 
 
 def export_result(result: SolveResult | Mapping[str, Any], target: str, problem: Problem | None = None) -> Export:

@@ -155,6 +155,7 @@ def finish(
             solve_seconds=seconds,
             message=candidate.message or ("no plan found" if candidate.status != "infeasible" else ""),
             extra=dict(candidate.extra),
+            version=problem.version,
         )
     plan = candidate.plan.with_device_ids()
     try:
@@ -166,6 +167,7 @@ def finish(
             objective=objective,
             solve_seconds=seconds,
             message=f"internal error: {method} returned an invalid plan: {err}",
+            version=problem.version,
         )
     value = ev.value
     bound = candidate.bound
@@ -188,4 +190,5 @@ def finish(
         plan=plan,
         evaluation=ev,
         extra=extra,
+        version=problem.version,
     )
