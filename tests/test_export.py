@@ -286,3 +286,12 @@ def test_variants_are_named_in_a_note(seed_problem, hints):
     plan = Plan(tuple(Stage(s.first_layer, s.last_layer, s.devices, s.dp, s.tp, variant="zero1") for s in uniform_llm_plan(seed_problem).stages))
     exp = export_plan(plan, hints, "deepspeed", global_batch=G, microbatches=M)
     assert exp.expressible and any("stage 0: zero1" in n for n in exp.notes)
+
+
+def test_stages_out_of_rank_order_get_a_placement_note(seed_problem, hints):
+    plan = uniform_llm_plan(seed_problem)
+    swapped = Plan(tuple(Stage(s.first_layer, s.last_layer, 2, 2, 1, ids) for s, ids in
+                         zip(plan.stages, [(2, 3), (0, 1), (4, 5), (6, 7)])))
+    assert not any("rank order" in n for n in export_plan(plan, hints, "torchtitan", global_batch=G, microbatches=M).notes)
+    exp = export_plan(swapped, hints, "torchtitan", global_batch=G, microbatches=M)
+    assert exp.expressible and any("not in rank order" in n and "0: 2..3" in n for n in exp.notes)

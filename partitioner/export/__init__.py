@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 
 from ..plan import Plan, SolveResult
 from ..problem import Problem, ProblemError
-from .common import Export, hints_from_problem, stage_views
+from .common import Export, hints_from_problem, placement_note, stage_views
 from .deepspeed import export_deepspeed
 from .megatron import export_megatron, megatron_layout, mimo_grid, parse_megatron_layout
 from .torchtitan import export_torchtitan, torchtitan_names
@@ -64,6 +64,9 @@ def export_plan(plan: Plan, hints: Sequence[Mapping[str, Any]], target: str, **c
         note = ("the plan's variants (" + ", ".join(f"stage {i}: {v}" for i, v in variants)
                 + ") are memory options (ZeRO stage, recompute) the export does not set: set the framework's matching options")
         exported = replace(exported, notes=(*exported.notes, note))
+    where = placement_note(stages)
+    if where and exported.expressible and exported.settings.get("path") != "mimo":
+        exported = replace(exported, notes=(*exported.notes, where))
     return exported
 
 

@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 from ..plan import Plan
 from ..problem import Problem, ProblemError
 
-__all__ = ["Export", "StageView", "Segment", "hints_from_problem", "stage_views", "per_replica_microbatch", "LLM_ROLES"]
+__all__ = ["Export", "StageView", "Segment", "hints_from_problem", "stage_views", "per_replica_microbatch", "placement_note", "LLM_ROLES"]
 
 LLM_ROLES = ("embedding", "decoder", "loss")
 
@@ -221,3 +221,18 @@ def per_replica_microbatch(global_batch: int | None, microbatches: int | None, d
             f"so no per-replica microbatch size gives m = {microbatches}"
         )
     return mb // dp, None
+
+
+def placement_note(stages: Sequence[StageView]) -> str | None:
+    """A note when the plan's GPUs are not rank order (stage 0 on ranks 0.., stage 1 next, ...), else None.
+
+    Megatron, torchtitan and DeepSpeed all give pipeline stage s the
+    consecutive global ranks after stage s-1's; the plan's transfer times
+    assume its own ``device_ids``.
+    """
+    ids = [d for s in stages for d in sorted(s.device_ids)]
+    if ids == list(range(len(ids))):
+        return None
+    return ("the plan places stages on GPUs " + ", ".join(f"{s.index}: {min(s.device_ids)}..{max(s.device_ids)}" for s in stages)
+            + ", not in rank order: map global ranks to GPUs so that stage s gets its planned GPUs (the frameworks give "
+            "stage s the ranks after stage s-1's)")
