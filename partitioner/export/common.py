@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 from ..plan import Plan
 from ..problem import Problem, ProblemError
 
-__all__ = ["Export", "StageView", "Segment", "hints_from_problem", "stage_views", "per_replica_microbatch", "placement_note", "LLM_ROLES"]
+__all__ = ["Export", "StageView", "Segment", "hints_from_problem", "stage_views", "per_replica_microbatch", "placement_note", "layout_reasons", "LLM_ROLES"]
 
 LLM_ROLES = ("embedding", "decoder", "loss")
 
@@ -236,3 +236,13 @@ def placement_note(stages: Sequence[StageView]) -> str | None:
     return ("the plan places stages on GPUs " + ", ".join(f"{s.index}: {min(s.device_ids)}..{max(s.device_ids)}" for s in stages)
             + ", not in rank order: map global ranks to GPUs so that stage s gets its planned GPUs (the frameworks give "
             "stage s the ranks after stage s-1's)")
+
+
+def layout_reasons(stages: Sequence[StageView], rule: str) -> list[str]:
+    """Why ``stages`` cannot share one (dp, tp), in a framework whose ``rule`` is one layout for all of them."""
+    mixed = [s for s in stages if not s.uniform]
+    if mixed:
+        return ["stage(s) " + ", ".join(f"{s.index} ({s.describe_layouts()})" for s in mixed) + f" run two layouts on the same GPUs: {rule}"]
+    if len(set().union(*(s.layouts for s in stages))) > 1:
+        return ["the stages use different layouts (" + ", ".join(f"stage {s.index}: {s.describe_layouts()}" for s in stages) + f"): {rule}"]
+    return []

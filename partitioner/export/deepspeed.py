@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .common import Export, StageView, per_replica_microbatch
+from .common import Export, StageView, layout_reasons, per_replica_microbatch
 
 __all__ = ["export_deepspeed", "CHECKED_WITH"]
 
@@ -31,19 +31,8 @@ def export_deepspeed(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
     """``PipelineModule`` subclass with the planned boundaries, topology and batch config, or the reasons it cannot."""
     parts = [s.first for s in stages] + [stages[-1].last + 1]
     names = [n for s in stages for n in s.names]
-    reasons: list[str] = []
-    mixed = [s for s in stages if not s.uniform]
-    if mixed:
-        reasons.append(
-            "stage(s) " + ", ".join(f"{s.index} ({s.describe_layouts()})" for s in mixed)
-            + " run two layouts on the same GPUs: DeepSpeed gives every layer of a stage one model/data-parallel degree"
-        )
-    layouts = set().union(*(s.layouts for s in stages))
-    if len(layouts) > 1 and not mixed:
-        reasons.append(
-            "DeepSpeed's PipeModelDataParallelTopology gives every stage the same model- and data-parallel degree; this "
-            "plan's stages use " + ", ".join(f"stage {s.index}: {s.describe_layouts()}" for s in stages)
-        )
+    reasons = layout_reasons(stages, "DeepSpeed's PipeModelDataParallelTopology gives every stage, and every layer of a "
+                                     "stage, the same model- and data-parallel degree")
     b = None
     if not reasons:
         b, why = per_replica_microbatch(ctx.get("global_batch"), ctx.get("microbatches"), stages[0].dp)

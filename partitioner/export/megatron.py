@@ -38,7 +38,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from .common import Export, StageView, per_replica_microbatch
+from .common import Export, StageView, layout_reasons, per_replica_microbatch
 
 __all__ = ["export_megatron", "megatron_layout", "parse_megatron_layout", "mimo_grid", "CHECKED_WITH"]
 
@@ -160,19 +160,8 @@ def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[
             f"stage(s) {[s.index for s in post]} run only the action head: Megatron-LM's pipeline layout has no layer "
             "type for it (fold it into the last decoder stage)"
         )
-    mixed = [s for s in llm if not s.uniform]
-    if mixed:
-        reasons.append(
-            "stage(s) " + ", ".join(f"{s.index} ({s.describe_layouts()})" for s in mixed)
-            + " run two layouts on the same GPUs: Megatron-LM gives every layer of a stage one TP and DP"
-        )
+    reasons += layout_reasons(llm, "Megatron-LM gives every pipeline stage, and every layer of a stage, the same TP and DP")
     layout = _one_layout(llm)
-    if layout is None and not mixed:
-        reasons.append(
-            "the language-model stages use different layouts ("
-            + ", ".join(f"stage {s.index}: {s.describe_layouts()}" for s in llm)
-            + "): Megatron-LM gives every pipeline stage the same TP and DP"
-        )
     if reasons or layout is None:
         return {}, [], [], reasons
     dp, tp = layout

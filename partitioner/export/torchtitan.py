@@ -45,7 +45,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from .common import Export, StageView, per_replica_microbatch
+from .common import Export, StageView, layout_reasons, per_replica_microbatch
 
 __all__ = ["export_torchtitan", "torchtitan_names", "CHECKED_WITH", "SCHEDULES"]
 
@@ -96,19 +96,7 @@ def torchtitan_names(stages: Sequence[StageView]) -> tuple[list[list[str]], dict
 
 
 def _reasons(stages: Sequence[StageView], ctx: Mapping[str, Any]) -> list[str]:
-    reasons = []
-    mixed = [s for s in stages if not s.uniform]
-    if mixed:
-        reasons.append(
-            "stage(s) " + ", ".join(f"{s.index} ({s.describe_layouts()})" for s in mixed)
-            + " run two layouts on the same GPUs: torchtitan builds one pp x dp x tp mesh, one layout for every module"
-        )
-    layouts = set().union(*(s.layouts for s in stages))
-    if len(layouts) > 1 and not mixed:
-        reasons.append(
-            "the stages use different layouts (" + ", ".join(f"stage {s.index}: {s.describe_layouts()}" for s in stages)
-            + "): torchtitan builds one pp x dp x tp mesh, so every stage has the same layout"
-        )
+    reasons = layout_reasons(stages, "torchtitan builds one pp x dp x tp mesh, so every stage and every module has the same layout")
     emb = [s.index for s in stages if "embedding" in s.roles]
     vis = [s.index for s in stages if any(r in _VISION for r in s.roles)]
     if vis and (not emb or set(vis) != {emb[0]}):

@@ -9,6 +9,7 @@ extra (``pip install -e '.[frameworks]'``); without it they skip, saying so.
 """
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +59,13 @@ def planned(case_id: str):
     return _CACHE[case_id]
 
 
+
+
+def free_port() -> int:
+    """A free TCP port on localhost (for a gloo rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _short(reasons) -> str:

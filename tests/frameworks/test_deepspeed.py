@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,17 +20,11 @@ import pytest
 
 from partitioner.export import export_result
 
-from tests.frameworks.plans import NOT_INSTALLED, PLANS, planned
+from tests.frameworks.plans import NOT_INSTALLED, PLANS, free_port, planned
 
 pytest.importorskip("deepspeed", reason=NOT_INSTALLED)
 
 HELPER = Path(__file__).with_name("ds_ranks.py")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +40,7 @@ def ranks(exports, tmp_path_factory):
     world = math.lcm(*(exports[j["id"]].settings["num_stages"] for j in jobs))
     path = tmp_path_factory.mktemp("ds") / "jobs.json"
     path.write_text(json.dumps(jobs))
-    proc = subprocess.run([sys.executable, str(HELPER), str(path), str(world), str(_free_port())],
+    proc = subprocess.run([sys.executable, str(HELPER), str(path), str(world), str(free_port())],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[:4000] + "\n...\n" + proc.stderr[-2000:]
     doc = json.loads(proc.stdout.strip().splitlines()[-1])

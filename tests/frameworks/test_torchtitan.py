@@ -21,14 +21,13 @@ A plan that is not expressible must say why.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 
 import pytest
 
 from partitioner.export import export_result
 
-from tests.frameworks.plans import NOT_INSTALLED, PLANS, planned
+from tests.frameworks.plans import NOT_INSTALLED, PLANS, free_port, planned
 
 pytest.importorskip("torchtitan", reason=NOT_INSTALLED)
 import torch  # noqa: E402
@@ -66,17 +65,11 @@ def _kept(chunk: nn.Module) -> list[str]:
     return [m.tt_name for m in chunk.modules() if hasattr(m, "tt_name")]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def pp_mesh():
     from torch.distributed.device_mesh import init_device_mesh
 
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(_free_port())
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(free_port())
     dist.init_process_group("gloo", rank=0, world_size=1)
     try:
         yield init_device_mesh("cpu", (1,), mesh_dim_names=("pp",))
