@@ -315,8 +315,8 @@ def export_megatron(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
                       ("this plan has no language-model stage; Megatron's pipeline layout describes decoder stages",), CHECKED_WITH)
     settings, flags, notes, lm_reasons = _megatron_lm(stages, ctx)
     if not lm_reasons:
-        env = "CUDA_DEVICE_MAX_CONNECTIONS=1 " if "env" in settings else ""
-        snippet = f"# {env}torchrun ... pretrain_gpt.py (or pretrain_vlm.py) \\\n    " + " \\\n    ".join(flags)
+        env = "export CUDA_DEVICE_MAX_CONNECTIONS=1\n" if "env" in settings else ""
+        snippet = env + "torchrun $DISTRIBUTED_ARGS pretrain_gpt.py $MODEL_ARGS \\\n    " + " \\\n    ".join(flags)
         return Export("megatron", settings, snippet, tuple(notes), True, (), CHECKED_WITH)
     world = sum(s.devices for s in stages)
     grid, mimo_reasons = mimo_grid(stages, world)

@@ -183,8 +183,8 @@ def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export
     settings = {"config": cfg, "overrides": _overrides(cfg), "module_fqns_per_model_part": parts, "fqn_map": fqn_map}
     world = len(stages) * dp * tp
     snippet = (
-        f"# torchrun --nproc_per_node <GPUs per node> --nnodes <{world} GPUs / per node> -m torchtitan.train "
-        "--module <your model> --config <its config> \\\n    "
+        f"# {world} GPUs: torchrun with --nnodes x --nproc_per_node = {world}\n"
+        'torchrun $DISTRIBUTED_ARGS -m torchtitan.train --module "$MODEL_MODULE" --config "$MODEL_CONFIG" \\\n    '
         + " \\\n    ".join(settings["overrides"])
         + "\n\n# or, as a config_registry function:\n"
         + _registry_function(cfg, base)
