@@ -8,6 +8,12 @@
   heuristic.
 * :class:`CrossMeshTensorResharder` (lesson 15): ``forward_reshard`` and
   ``backward_reshard`` run the transfer plan of :mod:`partitioner.reshard`.
+  Its colocated case is one format-v2 stage with two segments
+  (``DESIGN.md``, "Problem format v2"): :meth:`~CrossMeshTensorResharder.stage`
+  builds that stage (vision config, then language config) for
+  :func:`partitioner.evaluate` and the solvers' results, and
+  :meth:`~CrossMeshTensorResharder.reshard_ms` is the reshard time r the
+  stage pays (the same busiest-port model, one implementation).
 
 The lessons' check scripts run unchanged against these classes
 (``tests/seed_checks/``).
@@ -18,8 +24,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .problem import Problem, ProblemError
-from .reshard import ReshardPlan, Sharding, execute_backward, execute_forward, plan_reshard
+from .plan import Stage
+from .problem import Cluster, Layout, Problem, ProblemError
+from .reshard import ReshardPlan, Sharding, execute_backward, execute_forward, plan_reshard, segment_reshard_ms
 from .simulate import simulate_times
 from .solvers import solve
 
@@ -153,6 +160,36 @@ class CrossMeshTensorResharder:
     def plan(self, batch: int, seq: int, width: int, dtype_bytes: int = 2) -> ReshardPlan:
         """The forward transfer plan for a global [batch, seq, width] tensor."""
         return plan_reshard((batch, seq, width), self.vision, self.language, dtype_bytes)
+
+    @property
+    def configs(self) -> tuple[Layout, Layout]:
+        """The two segments' configs: vision ``dp{dp_v}tp{tp_v}``, then language ``dp{dp_l}tp{tp_l}``."""
+        return Layout(self.dp_v, self.tp_v), Layout(self.dp_l, self.tp_l)
+
+    def _colocated_devices(self) -> tuple[int, ...]:
+        if self.vision.devices != self.language.devices:
+            raise ValueError(
+                "the meshes are not colocated (vision_devices != language_devices): that is two pipeline "
+                "stages with a send between them, not one stage with two segments"
+            )
+        return self.vision.devices
+
+    def stage(self, first_layer: int, last_layer: int, variants: tuple[str, str] = ("", "")) -> Stage:
+        """The colocated meshes as one format-v2 stage of layers ``first_layer..last_layer``.
+
+        The stage's layers must form two segments in the problem it is
+        evaluated in (the vision layers, then the language layers); rank r of
+        both meshes sits on ``device_ids[r]``, as in this class.
+        """
+        devices = self._colocated_devices()
+        vision, language = (Layout(c.dp, c.tp, v) for c, v in zip(self.configs, variants))
+        return Stage.from_configs(first_layer, last_layer, self.num_gpus, (vision, language), devices)
+
+    def reshard_ms(self, batch: int, seq: int, width: int, cluster: Cluster, dtype_bytes: int = 2) -> float:
+        """r for a [batch, seq, width] tensor on ``cluster``: what the v2 stage pays in forward and in backward."""
+        devices = self._colocated_devices()
+        vision, language = self.configs
+        return segment_reshard_ms(batch * seq * width * dtype_bytes, vision, language, devices, cluster)
 
     def forward_reshard(self, v_tensors: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Vision ranks' [B_v, S, D_v/tp_v] blocks -> language ranks' [B/dp_l, S, D_v/tp_l] blocks."""

@@ -56,9 +56,10 @@ from __future__ import annotations
 import heapq
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
+from .breakdown import stage_parts
 from .plan import Evaluation, Plan, evaluate
 from .problem import Problem
 from .schedules import SCHEDULES, SPLIT_BACKWARD, check_shape, device_order
@@ -126,6 +127,8 @@ class Simulation:
     stage_labels: tuple[str, ...] | None = None
     wgrad_ms: tuple[float, ...] | None = None
     virtual_stages: int = 1
+    # per stage (chunk), what its ops are made of (segments, reshards, send): set by simulate() for pictures
+    stage_parts: tuple | None = field(default=None, compare=False)
 
     @property
     def num_chunks(self) -> int:
@@ -425,10 +428,14 @@ def _run(orders: list[list[tuple[str, int, int]]], durations: dict[str, tuple[fl
 
 
 def _label(problem: Problem, ev_stage: Any) -> str:
+    """``stage p: layers a-b (modules), d GPU config``; with several configs, one ``module config`` per segment."""
     s = ev_stage
     layers = f"{s.first_layer}" if s.first_layer == s.last_layer else f"{s.first_layer}-{s.last_layer}"
+    if len(set(s.configs)) > 1:
+        parts = ", ".join(f"{problem.layers[a].module} {c.key}" for (a, _), c in zip(s.segments, s.configs))
+        return f"stage {s.index}: layers {layers}, {s.devices} GPU: {parts}"
     names = {problem.layers[i].module for i in range(s.first_layer, s.last_layer + 1)}
-    return f"stage {s.index}: layers {layers} ({'+'.join(sorted(names))}), {s.devices} GPU dp{s.layout.dp}tp{s.layout.tp}"
+    return f"stage {s.index}: layers {layers} ({'+'.join(sorted(names))}), {s.devices} GPU {s.layout.key}"
 
 
 def _group_label(problem: Problem, chunks: Sequence[Any]) -> str:
@@ -437,7 +444,7 @@ def _group_label(problem: Problem, chunks: Sequence[Any]) -> str:
     parts = [f"{c.first_layer}" if c.first_layer == c.last_layer else f"{c.first_layer}-{c.last_layer}" for c in chunks]
     return (
         f"group {head.index}: chunks {', '.join(str(c.index) for c in chunks)} (layers {', '.join(parts)}), "
-        f"{head.devices} GPU dp{head.layout.dp}tp{head.layout.tp}"
+        f"{head.devices} GPU {head.layout.key}"
     )
 
 
@@ -484,7 +491,8 @@ def simulate(
     labels = (
         [_group_label(problem, ev.stages[g::P]) for g in range(P)] if v > 1 else [_label(problem, s) for s in ev.stages]
     )
-    return simulate_times(
+    # F_p and B_p are evaluate's: compute, the v2 intra-stage reshards and the sends
+    sim = simulate_times(
         [s.fwd_ms for s in ev.stages],
         [s.bwd_ms for s in ev.stages],
         problem.microbatches,
@@ -495,6 +503,7 @@ def simulate(
         act_bytes=[s.act_bytes for s in ev.stages],
         stage_labels=labels,
     )
+    return replace(sim, stage_parts=stage_parts(problem, ev))
 
 
 def replay_check(problem: Problem, plan: Plan, evaluation: Evaluation) -> dict[str, Any]:

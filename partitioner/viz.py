@@ -7,6 +7,11 @@
   device's v chunks are told apart by shade (its first chunk darkest) and
   the legend names them. :func:`save_gantt` writes it as PNG, SVG or PDF
   (by suffix).
+  A stage with several segments in different configs (format v2) has its
+  boxes split into sub-bars (:mod:`partitioner.breakdown`): the segments in
+  alternating shades of the op's colour, the reshards between them hatched,
+  in the order the op runs them (the backward reversed); its row label names
+  each segment's module and config.
 * :func:`chrome_trace` builds the Trace Event Format document [1]_ that
   ``chrome://tracing`` and Perfetto (ui.perfetto.dev) open: one process
   ``pipeline``, one thread (track) per stage named by ``thread_name``
@@ -15,7 +20,9 @@
   named ``F3``, ``B3``, ``W3``, with `` c5`` for chunk 5 under
   ``interleaved``) and, per stage, a counter track (``ph: "C"``) of the memory
   held (bytes; the held microbatch count when the simulation has no memory
-  figures).
+  figures). A stage with several segments (format v2) also has its segments
+  and reshards as complete events nested inside each op (category
+  ``segment`` / ``reshard``).
 
 matplotlib is used through :class:`matplotlib.figure.Figure` directly, so no
 pyplot state or interactive backend is touched.
@@ -40,6 +47,7 @@ FORWARD_COLOR = "#4C72B0"
 BACKWARD_COLOR = "#DD8452"
 WEIGHT_GRAD_COLOR = "#55A868"
 IDLE_COLOR = "#E6E6E6"
+RESHARD_COLOR = "#6B6B6B"
 US_PER_MS = 1000.0
 
 
@@ -71,8 +79,12 @@ def gantt(sim: Simulation, title: str | None = None, *, width: float = 12.0):
     height = 0.8
     # the row's grey band is the idle time that the boxes leave uncovered
     ax.barh(range(P), [span] * P, left=0, height=height, color=IDLE_COLOR, edgecolor="none", zorder=1)
+    split = _split_stages(sim)
     for op in sim.timeline:
-        ax.barh(op.stage, op.duration, left=op.start, height=height, color=_op_color(sim, op), edgecolor="white", linewidth=0.6, zorder=2)
+        color = _op_color(sim, op)
+        ax.barh(op.stage, op.duration, left=op.start, height=height, color=color, edgecolor="white", linewidth=0.6, zorder=2)
+        if _chunk(op) in split and op.kind in ("F", "B"):
+            _draw_parts(ax, op, split[_chunk(op)], color, height)
     ax.set_yticks(range(P), _labels(sim))
     ax.set_ylim(P - 0.5, -0.5)  # stage 0 on top
     ax.set_xlim(0, span if span > 0 else 1.0)
@@ -86,33 +98,40 @@ def gantt(sim: Simulation, title: str | None = None, *, width: float = 12.0):
     )
     ax.set_title(f"{title}\n{summary}" if title else summary, loc="left")
     handles = [Patch(color=color, label=label) for label, color in _legend(sim)]
+    if split:
+        handles.append(Patch(color=_tint(FORWARD_COLOR), label="2nd, 4th, ... segment"))
+    if any(part.kind == "reshard" and part.fwd_ms > 0 for parts in split.values() for part in parts):
+        handles.append(Patch(facecolor="white", edgecolor=RESHARD_COLOR, hatch="////", label="reshard"))
     handles.append(Patch(color=IDLE_COLOR, label="idle"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     _number_boxes(fig, ax, sim)
     return fig
 
 
+def _chunk(op: Op) -> int:
+    """The stage (chunk, under ``interleaved``) whose parts ``op`` runs."""
+    return op.chunk if op.chunk is not None else op.stage
+
+
 def _local_chunk(sim: Simulation, op: Op) -> int:
     """Which of its device's v chunks ``op`` runs (0 for the first)."""
-    return (op.chunk // sim.num_stages) if op.chunk is not None else 0
+    return _chunk(op) // sim.num_stages
 
 
-def _shade(color: str, local_chunk: int, virtual_stages: int) -> str:
+def _shade(color: str, local_chunk: int, virtual_stages: int):
     """``color`` mixed towards white for later chunks of a device (the first keeps it)."""
     if virtual_stages <= 1 or local_chunk == 0:
         return color
-    mix = 0.55 * local_chunk / (virtual_stages - 1)
-    rgb = [int(color[i : i + 2], 16) for i in (1, 3, 5)]
-    return "#" + "".join(f"{round(c + (255 - c) * mix):02X}" for c in rgb)
+    return _tint(color, 0.55 * local_chunk / (virtual_stages - 1))
 
 
-def _op_color(sim: Simulation, op: Op) -> str:
+def _op_color(sim: Simulation, op: Op):
     base = {"F": FORWARD_COLOR, "B": BACKWARD_COLOR, "W": WEIGHT_GRAD_COLOR}[op.kind]
     return _shade(base, _local_chunk(sim, op), sim.virtual_stages)
 
 
-def _legend(sim: Simulation) -> list[tuple[str, str]]:
-    """``(label, colour)`` of every kind of box the chart can hold."""
+def _legend(sim: Simulation) -> list[tuple[str, Any]]:
+    """``(label, colour)`` of every kind of op box the chart can hold."""
     kinds = [("forward", FORWARD_COLOR)]
     if sim.schedule == "zb-h1":
         kinds += [("backward (input grad)", BACKWARD_COLOR), ("weight grad", WEIGHT_GRAD_COLOR)]
@@ -127,18 +146,83 @@ def _legend(sim: Simulation) -> list[tuple[str, str]]:
     ]
 
 
+def _split_stages(sim: Simulation) -> dict[int, tuple]:
+    """The stages (chunks) whose boxes get sub-bars: those with more than one segment."""
+    if not sim.stage_parts:
+        return {}
+    return {
+        p: parts
+        for p, parts in enumerate(sim.stage_parts)
+        if sum(1 for part in parts if part.kind == "segment") > 1
+    }
+
+
+def _draw_parts(ax, op, parts, color: str, height: float) -> None:
+    """Overlay ``op``'s segments (alternating shades) and hatched reshards, scaled to the op's duration.
+
+    The parts are drawn in the order the op runs them; their lengths are the
+    stage's F_p (or B_p) pieces scaled to the op's duration, so a schedule
+    that stretches or splits an op still shows the proportions.
+    """
+    # shade by the segment's place in the stage (forward order), so a segment looks the same in F and B
+    position = {id(part): k for k, part in enumerate(p for p in parts if p.kind == "segment")}
+    for part, left, width in _part_spans(op, parts):
+        if part.kind == "segment":
+            shade = color if position[id(part)] % 2 == 0 else _tint(color)
+            ax.barh(op.stage, width, left=left, height=height, color=shade, edgecolor="white", linewidth=0.4, zorder=2.1)
+        elif part.kind == "reshard" and width > 0:
+            ax.barh(op.stage, width, left=left, height=height, color="white", edgecolor=RESHARD_COLOR,
+                    hatch="////", linewidth=0.4, zorder=2.2)
+
+
+def _part_spans(op, parts) -> list[tuple]:
+    """``(part, left, width)`` for the parts of ``op`` in the order it runs them, scaled to its duration."""
+    from .breakdown import backward_order
+
+    forward = op.kind == "F"
+    ordered = parts if forward else backward_order(parts)
+    lengths = [part.fwd_ms if forward else part.bwd_ms for part in ordered]
+    total = sum(lengths)
+    if total <= 0 or op.duration <= 0:
+        return []
+    out, left = [], op.start
+    for part, length in zip(ordered, lengths):
+        width = length * op.duration / total
+        out.append((part, left, width))
+        left += width
+    return out
+
+
+def _number_spot(op, split: dict) -> tuple[float, float]:
+    """Where the microbatch number goes: ``(centre, room)``; in a split box, the longest segment."""
+    if _chunk(op) in split and op.kind in ("F", "B"):
+        spans = [(width, left) for part, left, width in _part_spans(op, split[_chunk(op)]) if part.kind == "segment"]
+        if spans:
+            width, left = max(spans)
+            return left + width / 2, width
+    return op.start + op.duration / 2, op.duration
+
+
+def _tint(color: str, amount: float = 0.4) -> tuple[float, float, float]:
+    """``color`` mixed with white: the shade of every second segment."""
+    from matplotlib.colors import to_rgb
+
+    return tuple(c + (1.0 - c) * amount for c in to_rgb(color))
+
+
 def _number_boxes(fig, ax, sim: Simulation) -> None:
     """Write the microbatch number in every box wide enough to hold it."""
     fig.draw_without_rendering()  # settle the layout to learn how wide 1 ms is on the page
     x0, x1 = ax.get_xlim()
     pts_per_ms = ax.get_window_extent().width * 72.0 / fig.dpi / (x1 - x0)
+    split = _split_stages(sim)
     for op in sim.timeline:
         text = str(op.microbatch)
+        centre, room = _number_spot(op, split)
         # a digit is about 0.6 em wide; keep a little margin on both sides
-        fontsize = min(9.0, op.duration * pts_per_ms / (0.62 * len(text) + 0.5))
+        fontsize = min(9.0, room * pts_per_ms / (0.62 * len(text) + 0.5))
         if fontsize >= 5.5:
-            ax.text(op.start + op.duration / 2, op.stage, text, ha="center", va="center",
-                    color="white", fontsize=fontsize, zorder=3)
+            ax.text(centre, op.stage, text, ha="center", va="center", color="white", fontsize=fontsize, zorder=3)
 
 
 def save_gantt(sim: Simulation, path: str | Path, title: str | None = None, *, dpi: int = 150) -> Path:
@@ -161,8 +245,26 @@ def chrome_trace(sim: Simulation, title: str | None = None) -> dict[str, Any]:
     for p, label in enumerate(_labels(sim)):
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": p, "args": {"name": label}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": p, "args": {"sort_index": p}})
+    split = _split_stages(sim)
     for op in sim.timeline:
         events.append(_trace_op(sim, op, pid))
+        if _chunk(op) in split and op.kind in ("F", "B"):
+            # a stage with several segments: its segments and reshards as slices nested in the op
+            for part, left, width in _part_spans(op, split[_chunk(op)]):
+                if part.kind == "send" or width <= 0:
+                    continue
+                events.append(
+                    {
+                        "ph": "X",
+                        "name": part.label,
+                        "cat": part.kind,
+                        "pid": pid,
+                        "tid": op.stage,
+                        "ts": left * US_PER_MS,
+                        "dur": width * US_PER_MS,
+                        "args": {"stage": op.stage, "microbatch": op.microbatch, "ms": width},
+                    }
+                )
     has_memory = sim.weight_bytes is not None and sim.act_bytes is not None
     for p in range(sim.num_stages):
         if has_memory:

@@ -24,3 +24,24 @@ def check_plan(problem: Problem, result: SolveResult) -> None:
     assert all(peak <= problem.cluster.gpu_memory_bytes for peak in sim.peak_memory_bytes)
     times = ev.times_ms
     assert m * max(times) * (1 - 1e-9) <= sim.makespan_ms <= m * sum(times) * (1 + 1e-9)
+
+
+def check_no_random_plan_beats(data, problem: Problem, result: SolveResult, tries: int = 5, rel: float = 1e-9) -> None:
+    """Draw ``tries`` random plans (rules 1-5 by construction); none that is valid beats ``result``.
+
+    A valid draw also proves the problem feasible, so ``result`` must then be optimal.
+    """
+    from partitioner.plan import PlanError
+    from strategies import random_plans
+
+    for _ in range(tries):
+        plan = data.draw(random_plans(problem))
+        if plan is None:
+            continue
+        try:
+            value = evaluate(problem, plan).value
+        except PlanError as err:
+            assert err.rule == 6, err  # random_plans satisfies rules 1-5 by construction
+            continue
+        assert result.status == "optimal", "a valid plan exists, so the exact method must find one"
+        assert value >= result.value * (1 - rel)

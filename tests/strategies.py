@@ -1,9 +1,16 @@
-"""Hypothesis strategies: random small v1 problems and random valid plans for them.
+"""Hypothesis strategies: random small v1 and v2 problems and random valid plans for them.
 
 Small means at most 7 layers and 8 GPUs on 1-4 nodes, so that ``brute`` can
 serve as the oracle. Costs, memory pressure, transfer sizes, bandwidths
 (NVLink sometimes *slower* than the network), layouts per layer, stage
 bounds and both objectives are all drawn.
+
+:func:`small_v2_problems` adds format v2: 2-4 modules in runs (so stages
+have several segments, each with its own config and reshards between
+them), memory-knob variants ``zero3`` (weights / dp, slower) and
+``recompute-full`` (activations cut, a forward added to the backward), and
+memory tight enough that variants and tp decide what fits.
+:func:`random_plans` draws one config per segment, so it serves both formats.
 """
 from __future__ import annotations
 
@@ -58,31 +65,110 @@ def small_problems(draw, max_layers: int = 7, objectives=("bottleneck", "iterati
                 "costs": costs,
             }
         )
-    limit = min(n_layers, nodes * gpus)
+    return Problem.from_dict(_document(draw, 1, nodes, gpus, layers, (25, 300), objectives))
+
+
+def _document(draw, version: int, nodes: int, gpus: int, layers: list, memory: tuple[int, int], objectives, **extra) -> dict:
+    """The problem document around ``layers``: stage bounds, memory, bandwidths, m and objective drawn."""
+    limit = min(len(layers), nodes * gpus)
     lo = draw(st.integers(1, limit))
     hi = draw(st.integers(lo, limit))
     stages = draw(st.sampled_from([None, {"min": lo, "max": hi}, lo]))
     doc = {
-        "version": 1,
-        "name": "random",
+        "version": version,
+        "name": "random" if version == 1 else f"random-v{version}",
         "cluster": {
             "nodes": nodes,
             "gpus_per_node": gpus,
-            "gpu_memory_bytes": draw(st.integers(25, 300)),
+            "gpu_memory_bytes": draw(st.integers(*memory)),
             "intra_node_GBps": draw(st.sampled_from([1.0, 2.0, 8.0])) * 1e-3,
             "inter_node_GBps": draw(st.sampled_from([0.5, 1.0, 4.0])) * 1e-3,
         },
         "training": {"microbatches": draw(st.integers(1, 8)), "objective": draw(st.sampled_from(objectives))},
+        **extra,
         "layers": layers,
     }
     if stages is not None:
         doc["stages"] = stages
-    return Problem.from_dict(doc)
+    return doc
+
+
+VARIANTS = {
+    "zero3": "weights, gradients and optimizer states sharded over dp; all-gathers added to fwd/bwd",
+    "recompute-full": "keeps block inputs only; one more forward in the backward",
+}
+MODULES = ("vision", "projector", "llm", "action")
+
+
+@st.composite
+def small_v2_problems(draw, max_layers: int = 7, objectives=("bottleneck", "iteration")) -> Problem:
+    """A random format-v2 problem: modules in runs, variants, tight memory, transfers and reshards.
+
+    Every module has its own model-wide configs (a few layers draw their own
+    subset, so a config may be missing on part of a segment). A variant entry
+    derives from its plain entry the way the cost model's knobs do:
+    ``zero3`` divides weight bytes by dp and adds time, ``recompute-full``
+    cuts activation bytes and adds a forward to the backward. Memory is drawn
+    around what a stage needs, so that variants and tp matter.
+    """
+    nodes, gpus = draw(st.sampled_from(SHAPES))
+    n_layers = draw(st.integers(2, max_layers))
+    n_runs = draw(st.integers(2, min(4, n_layers)))
+    starts = sorted(draw(st.lists(st.integers(1, n_layers - 1), min_size=n_runs - 1, max_size=n_runs - 1, unique=True)))
+    names: list[str] = []
+    for _ in range(n_runs):  # adjacent runs differ; a module may come back (vision, llm, vision)
+        names.append(draw(st.sampled_from([m for m in MODULES if not names or m != names[-1]])))
+    bounds = [0, *starts, n_layers]
+    module_of = [names[r] for r in range(n_runs) for _ in range(bounds[r], bounds[r + 1])]
+    all_layouts = layouts_for(nodes, gpus)
+    scale = draw(st.sampled_from([0.0, 1.0, 1.0, 1.0]))  # sometimes free transfers and reshards
+    variant_names = draw(st.sampled_from([(), ("zero3",), ("recompute-full",), ("zero3", "recompute-full")]))
+    some = st.lists(st.sampled_from(all_layouts), min_size=1, max_size=len(all_layouts), unique=True)
+    shared = {name: draw(st.one_of(st.just(all_layouts), some)) for name in sorted(set(names))}
+    # modules differ in size (a small vision tower, a big language model), so their best configs differ
+    heft = {name: (draw(st.integers(0, 60)), draw(st.integers(0, 16))) for name in sorted(set(names))}
+    layers = []
+    for i in range(n_layers):
+        chosen = shared[module_of[i]] if draw(st.integers(0, 9)) < 9 else draw(some)
+        max_weight, max_act = heft[module_of[i]]
+        base = draw(st.integers(1, 40))
+        costs = {}
+        for dp, tp in chosen:
+            d = dp * tp
+            fwd = round(base / (draw(st.floats(0.3, 1.2)) * d), 3)
+            bwd = round(fwd * draw(st.floats(0.0, 2.5)), 3)
+            weight = draw(st.integers(0, max_weight)) // tp
+            act = draw(st.integers(0, max_act)) // d
+            key = f"dp{dp}tp{tp}"
+            if draw(st.integers(0, 9)) < 9:  # now and then only variant entries for a config
+                costs[key] = {"fwd_ms": fwd, "bwd_ms": bwd, "weight_bytes": weight, "act_bytes": act}
+            for v in variant_names:
+                if not draw(st.booleans()):
+                    continue
+                if v == "zero3":
+                    extra = round(draw(st.floats(0.0, 1.0)) * fwd, 3)
+                    costs[f"{key}/{v}"] = {"fwd_ms": round(fwd + extra, 3), "bwd_ms": round(bwd + extra, 3),
+                                           "weight_bytes": weight // dp, "act_bytes": act}
+                else:
+                    costs[f"{key}/{v}"] = {"fwd_ms": fwd, "bwd_ms": round(bwd + fwd, 3),
+                                           "weight_bytes": weight, "act_bytes": act // draw(st.integers(2, 8))}
+        if not costs:
+            costs[f"dp{chosen[0][0]}tp{chosen[0][1]}"] = {"fwd_ms": 1.0, "bwd_ms": 1.0, "weight_bytes": 0, "act_bytes": 0}
+        layers.append(
+            {"name": f"{module_of[i]}.{i}", "module": module_of[i],
+             "out_bytes": int(draw(st.integers(0, 4000)) * scale), "costs": costs}
+        )
+    variants = {v: VARIANTS[v] for v in variant_names}
+    return Problem.from_dict(_document(draw, 2, nodes, gpus, layers, (15, 160), objectives, variants=variants))
 
 
 @st.composite
 def random_plans(draw, problem: Problem) -> Plan | None:
-    """A random plan satisfying rules 1-5 (memory, rule 6, is not enforced); None if the draw fails."""
+    """A random plan satisfying rules 1-5 (memory, rule 6, is not enforced); None if the draw fails.
+
+    Every segment of a stage (:meth:`Problem.segments`; one per stage in v1)
+    draws its own config among those all its layers have at the stage's size.
+    """
     cluster = problem.cluster
     L, N = problem.num_layers, problem.num_devices
     P = draw(st.integers(problem.stages.min, min(problem.stages.max, L)))
@@ -97,12 +183,15 @@ def random_plans(draw, problem: Problem) -> Plan | None:
     ids = node_assignment_ids(cluster, sizes, assignment)
     stages = []
     for p in range(P):
-        a, b = bounds[p], bounds[p + 1] - 1
-        common = set.intersection(*({lay for lay in problem.layers[i].costs if lay.devices == sizes[p]} for i in range(a, b + 1)))
-        if not common:
-            return None
-        lay = draw(st.sampled_from(sorted(common)))
-        stages.append(Stage(a, b, sizes[p], lay.dp, lay.tp, ids[p]))
+        configs = []
+        for a, b in problem.segments(bounds[p], bounds[p + 1] - 1):
+            common = set.intersection(
+                *({lay for lay in problem.layers[i].costs if lay.devices == sizes[p]} for i in range(a, b + 1))
+            )
+            if not common:
+                return None
+            configs.append(draw(st.sampled_from(sorted(common))))
+        stages.append(Stage.from_configs(bounds[p], bounds[p + 1] - 1, sizes[p], configs, ids[p]))
     return Plan(tuple(stages))
 
 

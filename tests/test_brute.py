@@ -6,8 +6,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from partitioner import load_problem, solve
-from partitioner.plan import PlanError, evaluate
-from strategies import random_plans, small_problems
+from partitioner.plan import evaluate
+from checks import check_no_random_plan_beats
+from strategies import small_problems
 
 REL = 1e-9
 
@@ -22,17 +23,7 @@ def test_brute_equals_evaluate_and_no_random_plan_beats_it(data, problem):
         assert result.bound == result.value and result.gap == 0.0
     else:
         assert result.message
-    for _ in range(5):
-        plan = data.draw(random_plans(problem))
-        if plan is None:
-            continue
-        try:
-            value = evaluate(problem, plan).value
-        except PlanError as err:
-            assert err.rule == 6, err  # random_plans satisfies rules 1-5 by construction
-            continue
-        assert result.status == "optimal", "a valid plan exists, so brute must find one"
-        assert value >= result.value * (1 - REL)
+    check_no_random_plan_beats(data, problem, result, tries=5, rel=REL)
 
 
 def test_shared_examples(examples):

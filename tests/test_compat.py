@@ -136,3 +136,32 @@ def test_resharder_rejects_wrong_inputs():
         r.forward_reshard([np.zeros((1, 4, 8))] * 7)
     with pytest.raises(ValueError, match="one per language rank"):
         r.backward_reshard([np.zeros((4, 8))] * 8)
+
+
+def test_resharder_is_the_lesson15_v2_stage_and_its_reshard():
+    """The colocated meshes are one v2 stage (vision dp8tp1, language dp2tp4); r is the busiest port."""
+    from partitioner import evaluate, solve
+    from partitioner.plan import Plan
+    from partitioner.problem import Layout
+    from partitioner.reshard import reshard_time_ms
+
+    problem = load_problem(ROOT / "examples" / "seed_lesson15_colocated.json")
+    r = CrossMeshTensorResharder()
+    stage = r.stage(0, problem.num_layers - 1)
+    assert stage.configs == (Layout(8, 1), Layout(2, 4)) and stage.device_ids == tuple(range(8))
+    ev = evaluate(problem, Plan((stage,)))
+    # the exact optimum of the example (brute, tests/test_v2_brute.py) is this stage
+    assert ev.value == pytest.approx(solve(problem, "brute").value, rel=1e-12)
+    # r from the class equals the stage's reshard and the explicit transfer plan's busiest port
+    B, S, D = 16, 256, 12288  # 16 x 256 x 12288 x 2 B = the example's vision out_bytes
+    assert B * S * D * 2 == problem.layers[2].out_bytes
+    expect = reshard_time_ms(r.plan(B, S, D), problem.cluster)
+    assert r.reshard_ms(B, S, D, problem.cluster) == pytest.approx(expect, rel=1e-12)
+    assert ev.stages[0].reshard_ms == pytest.approx(expect, rel=1e-12)
+    assert r.stage(0, 6, ("zero3", "")).configs == (Layout(8, 1, "zero3"), Layout(2, 4))
+
+
+def test_resharder_stage_needs_colocated_meshes():
+    r = CrossMeshTensorResharder(vision_devices=range(8), language_devices=range(8, 16))
+    with pytest.raises(ValueError, match="not colocated"):
+        r.stage(0, 6)

@@ -13,7 +13,7 @@ from .base import Candidate, SolveRequest, SolverError, methods, register, solve
 __all__ = ["solve", "methods", "register", "SolveRequest", "Candidate", "SolverError"]
 
 # Method modules, imported on first use so that `import partitioner` stays light.
-_METHOD_MODULES = ("cpsat", "milp", "dp", "brute", "greedy", "baselines")
+_METHOD_MODULES = ("cpsat", "milp", "dp_method", "brute", "greedy", "baselines")
 
 
 def _import_methods() -> None:

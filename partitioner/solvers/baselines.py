@@ -12,27 +12,36 @@ heterogeneous meshes do: a layout of d devices gives P = N / d stages.
 Each tries every layout that all layers support and whose stage count the
 problem allows, and returns the best. Neither claims ``optimal``: it is
 optimal only within its restricted family.
+
+Format v2: both stay what Megatron-LM does -- one config for the whole model,
+so no stage has segments in different configs and no reshard is paid. A
+config is a layout with its variant (Megatron-LM's recompute and
+distributed-optimizer flags are global), so each tries every config all
+layers share, variants included, and keeps the best; ``balanced`` thereby
+picks the variant as well as the cuts.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from ..placement import contiguous_node_assignment, node_assignment_ids
 from ..plan import Plan, PlanError, Stage, evaluate
 from ..problem import Layout, Problem
 from .base import Candidate, SolveRequest, register
-from .dp import DPModel, _OutOfTime, _TooLarge
+from .dp import DPModel
+from .errors import OutOfTime, TooLarge
 
 __all__ = ["solve_uniform", "solve_balanced", "uniform_layouts", "uniform_plan"]
 
 
 def uniform_layouts(problem: Problem) -> list[Layout]:
-    """Layouts every layer supports whose stage count N / d the stage bounds allow."""
+    """Configs (layouts with their variant) every layer supports whose stage count N / d the bounds allow."""
     common = set(problem.layers[0].costs)
     for layer in problem.layers[1:]:
         common &= set(layer.costs)
     out = []
-    for lay in sorted(common, key=lambda l: (l.devices, l.tp)):
+    for lay in sorted(common, key=lambda l: (l.devices, l.tp, l.variant)):
         P = problem.num_devices // lay.devices
         if problem.num_devices % lay.devices == 0 and problem.stages.min <= P <= min(problem.stages.max, problem.num_layers):
             out.append(lay)
@@ -48,7 +57,7 @@ def uniform_plan(problem: Problem, layout: Layout) -> Plan:
     stages, start = [], 0
     for p in range(P):
         count = base + (1 if p < extra else 0)
-        stages.append(Stage(start, start + count - 1, layout.devices, layout.dp, layout.tp, ids[p]))
+        stages.append(Stage(start, start + count - 1, layout.devices, layout.dp, layout.tp, ids[p], layout.variant))
         start += count
     return Plan(tuple(stages))
 
@@ -83,6 +92,13 @@ def solve_uniform(problem: Problem, request: SolveRequest) -> Candidate:
     return Candidate("feasible", best[1])
 
 
+def _with_config(plan: Plan, config: Layout) -> Plan:
+    """``plan`` with every stage in ``config`` (the DP restricted to one config returns its cuts and placement)."""
+    return Plan(
+        tuple(replace(s, dp=config.dp, tp=config.tp, variant=config.variant, configs=None) for s in plan.stages)
+    )
+
+
 @register("balanced")
 def solve_balanced(problem: Problem, request: SolveRequest) -> Candidate:
     if problem.cluster.topology is not None:
@@ -99,17 +115,18 @@ def solve_balanced(problem: Problem, request: SolveRequest) -> Candidate:
             outcome = model.optimize(request.objective, model.natural_placement(), deadline, 2**31)
             if outcome.status == "optimal" and outcome.plan is None:
                 outcome = model.optimize(request.objective, "bins", deadline, 2**31)
-        except _OutOfTime:
+        except OutOfTime:
             unfinished.append(f"{lay.key}: time limit reached")
             continue
-        except _TooLarge as err:
+        except TooLarge as err:
             unfinished.append(f"{lay.key}: {err}")
             continue
         if outcome.status != "optimal" or outcome.plan is None:
             continue
-        value = evaluate(problem, outcome.plan, request.objective).value
+        plan = _with_config(outcome.plan, lay)
+        value = evaluate(problem, plan, request.objective).value
         if best is None or value < best[0]:
-            best = (value, outcome.plan)
+            best = (value, plan)
     if best is None and unfinished:
         # some layout was not searched to the end: "infeasible" would be a claim we cannot back
         return Candidate("error", message="balanced: no plan found; layouts not searched to the end: " + "; ".join(unfinished))

@@ -8,33 +8,166 @@ assignments are canonical "first use" labelings) and grouped by the link
 pattern they produce, since on the default cluster graph a plan's times
 depend on the placement only through which adjacent stages share a node.
 
-Layouts: for a fixed cut, size sequence and placement, a stage's layout
-changes only its own compute time and memory, and both objectives are
-non-decreasing in every stage time, so the product over layouts is
-searched stage by stage (the fastest layout that fits each stage) without
-losing the optimum.
+Configs (format v2, ``DESIGN.md`` "Problem format v2"): for every stage the
+search enumerates explicitly every tuple of per-segment configs
+(``itertools.product`` over each segment's configs: dp * tp = the stage
+size, tp <= gpus_per_node, the cost key present on every layer of the
+segment). A tuple costs
 
-The search refuses problems whose enumeration exceeds ``max_combinations``
-(option, default 2,000,000 cut x size combinations): roughly up to 12 layers
-on 16 GPUs. The best plan is re-checked by :func:`~partitioner.plan.evaluate`.
+    Σ (fwd_ms + bwd_ms) + 2 Σ r        memory Σ weight_bytes + stash · Σ act_bytes
+
+with r the reshard between adjacent segments whose (dp, tp) differ
+(:func:`~partitioner.reshard.stage_reshard_ms`, paid in the forward and in
+the backward). r is computed for the canonical placement -- the stage's
+device ids grouped by node, ranks in id order -- which is exactly the form
+of the ``device_ids`` this solver emits, so :func:`~partitioner.plan.evaluate`
+sees the same r. A version-1 problem has one segment per stage, so this is
+v1's "one layout per stage".
+
+Why stage by stage: for a fixed cut, size sequence and placement, a stage's
+config tuple changes only its own compute-plus-reshard time and its own
+memory (the transfers x_p depend on out_bytes, sizes and links, not on
+configs), the stages' choices do not interact, and both objectives are
+non-decreasing in every stage time. So taking, for each stage, the fastest
+tuple that fits is optimal over the full product of all stages' tuples;
+ties go to the first tuple in config order (devices, tp, variant).
+
+The search refuses problems whose cut x size enumeration exceeds
+``max_combinations`` (option, default 2,000,000): roughly up to 12 layers
+on 16 GPUs. The count is computed in closed form (binomials times a count
+of size sequences by dynamic programming), never by listing the sequences.
+The best plan is re-checked by :func:`~partitioner.plan.evaluate`.
 """
 from __future__ import annotations
 
 import itertools
 import time
+from dataclasses import dataclass
 from functools import lru_cache
 from math import comb
 
 from ..plan import Plan, Stage, objective_value
 from ..placement import label_nodes, node_assignment_ids, size_sequences
-from ..problem import Cluster, Problem
+from ..problem import Cluster, Layout, Problem
+from ..reshard import stage_reshard_ms
 from .base import Candidate, SolveRequest, register
 from .feasibility import explain_infeasible, feasible_stage_counts
 from .tables import CostTables
 
-__all__ = ["solve_brute", "DEFAULT_MAX_COMBINATIONS", "placement_patterns"]
+__all__ = [
+    "solve_brute",
+    "DEFAULT_MAX_COMBINATIONS",
+    "placement_patterns",
+    "count_size_sequences",
+    "enumeration_size",
+    "StageConfigs",
+    "segment_candidates",
+    "best_stage_configs",
+]
 
 DEFAULT_MAX_COMBINATIONS = 2_000_000
+
+
+@dataclass(frozen=True)
+class StageConfigs:
+    """A stage's chosen configs (one per segment) and its time without transfers.
+
+    ``compute_ms`` is Σ (fwd_ms + bwd_ms) over the stage's layers plus twice
+    ``reshard_ms`` (Σ r, paid in the forward and in the backward).
+    """
+
+    configs: tuple[Layout, ...]
+    compute_ms: float
+    reshard_ms: float
+    memory_bytes: int
+
+
+def segment_candidates(problem: Problem, first: int, last: int, size: int) -> list[Layout]:
+    """The configs a segment ``first..last`` may take on a ``size``-device stage (rule 5), in config order."""
+    G = problem.cluster.gpus_per_node
+    return [
+        lay
+        for lay in problem.layouts()
+        if lay.devices == size and lay.tp <= G and all(lay in problem.layers[i].costs for i in range(first, last + 1))
+    ]
+
+
+def best_stage_configs(problem: Problem, first: int, last: int, size: int, stash: int) -> StageConfigs | None:
+    """The fastest per-segment config tuple of stage ``first..last`` on ``size`` devices that fits.
+
+    Every tuple of ``itertools.product`` over the segments' candidates is
+    costed from the raw cost entries (no tables) and checked against the GPU
+    memory with ``stash`` microbatches of activations; None when none fits.
+    """
+    segments = problem.segments(first, last)
+    candidates = [segment_candidates(problem, a, b, size) for a, b in segments]
+    capacity = problem.cluster.gpu_memory_bytes
+    best: StageConfigs | None = None
+    for combo in itertools.product(*candidates):
+        compute = 0.0
+        weight = act = 0
+        for (a, b), lay in zip(segments, combo):
+            for i in range(a, b + 1):
+                c = problem.layers[i].costs[lay]
+                compute += c.fwd_ms + c.bwd_ms
+                weight += c.weight_bytes
+                act += c.act_bytes
+        memory = weight + stash * act
+        if memory > capacity:
+            continue
+        reshard = sum(
+            stage_reshard_ms(problem.layers[b].out_bytes, lay, nxt, size, problem.cluster)
+            for (_, b), lay, nxt in zip(segments, combo, combo[1:])
+        )
+        total = compute + 2 * reshard
+        if best is None or total < best.compute_ms:
+            best = StageConfigs(tuple(combo), total, reshard, memory)
+    return best
+
+
+def count_size_sequences(allowed: tuple[int, ...], total: int, count: int) -> int:
+    """How many sequences of ``count`` allowed sizes sum to ``total``, by dynamic programming.
+
+    Equals ``len(size_sequences(allowed, total, count))`` without listing them.
+    """
+    if count < 0:
+        return 0
+    return _sequence_counts(allowed, total, count)[count]
+
+
+def _sequence_counts(allowed: tuple[int, ...], total: int, max_count: int) -> list[int]:
+    """``out[k]`` = number of sequences of k allowed sizes summing to ``total``, for k = 0..max_count.
+
+    One pass of O(max_count * total * len(allowed)) integer additions.
+    """
+    allowed = sorted(allowed)
+    out = []
+    ways = [1] + [0] * total  # ways[t]: sequences of the current length k summing to t
+    for k in range(max_count + 1):
+        out.append(ways[total])
+        if k == max_count:
+            break
+        nxt = [0] * (total + 1)
+        for t, w in enumerate(ways):
+            if w:
+                for s in allowed:
+                    if t + s > total:
+                        break
+                    nxt[t + s] += w
+        ways = nxt
+    return out
+
+
+def enumeration_size(problem: Problem, counts) -> int:
+    """Cut x size combinations the search visits for the stage counts ``counts``:
+    Σ_P C(L-1, P-1) · #(size sequences of length P summing to N), in closed form."""
+    counts = list(counts)
+    if not counts:
+        return 0
+    allowed = tuple(sorted(problem.cluster.allowed_sizes()))
+    seqs = _sequence_counts(allowed, problem.num_devices, max(counts))
+    L = problem.num_layers
+    return sum(comb(L - 1, P - 1) * seqs[P] for P in counts)
 
 
 @register("brute", options=("max_combinations",))
@@ -44,9 +177,7 @@ def solve_brute(problem: Problem, request: SolveRequest) -> Candidate:
     start = time.perf_counter()
     deadline = request.deadline(start)
     counts = feasible_stage_counts(problem)
-    allowed = problem.cluster.allowed_sizes()
-    N, L = problem.num_devices, problem.num_layers
-    work = sum(comb(L - 1, P - 1) * len(size_sequences(allowed, N, P)) for P in counts)
+    work = enumeration_size(problem, counts)
     limit = int(request.option("max_combinations", DEFAULT_MAX_COMBINATIONS))
     if work > limit:
         return Candidate(
@@ -56,8 +187,18 @@ def solve_brute(problem: Problem, request: SolveRequest) -> Candidate:
                 f"(option max_combinations); use dp or cpsat for a problem this size"
             ),
         )
-    tables = CostTables(problem)
+    allowed = problem.cluster.allowed_sizes()
+    N, L = problem.num_devices, problem.num_layers
+    tables = CostTables(problem)  # transfer times only
     m = problem.microbatches
+    stage_cache: dict[tuple[int, int, int, int], StageConfigs | None] = {}
+
+    def choose(a: int, b: int, size: int, stash: int) -> StageConfigs | None:
+        key = (a, b, size, stash)
+        if key not in stage_cache:
+            stage_cache[key] = best_stage_configs(problem, a, b, size, stash)
+        return stage_cache[key]
+
     best_value, best_plan = float("inf"), None
     timed_out = False
     for P in counts:
@@ -68,7 +209,7 @@ def solve_brute(problem: Problem, request: SolveRequest) -> Candidate:
                     timed_out = True
                     break
                 bounds = (0,) + cuts + (L,)
-                choices = [tables.best(bounds[p], bounds[p + 1] - 1, sizes[p], min(m, P - p)) for p in range(P)]
+                choices = [choose(bounds[p], bounds[p + 1] - 1, sizes[p], min(m, P - p)) for p in range(P)]
                 if any(c is None for c in choices):
                     continue
                 for links, assignment in patterns.items():
@@ -83,10 +224,12 @@ def solve_brute(problem: Problem, request: SolveRequest) -> Candidate:
                     value = objective_value(request.objective, times, m)
                     if value < best_value:
                         best_value = value
+                        # in-node stages get consecutive ids in one node, larger ones whole
+                        # nodes in order: the canonical placement the reshard times assume
                         ids = node_assignment_ids(problem.cluster, sizes, assignment)
                         best_plan = Plan(
                             tuple(
-                                Stage(bounds[p], bounds[p + 1] - 1, sizes[p], choices[p].layout.dp, choices[p].layout.tp, ids[p])
+                                Stage.from_configs(bounds[p], bounds[p + 1] - 1, sizes[p], choices[p].configs, ids[p])
                                 for p in range(P)
                             )
                         )

@@ -80,61 +80,15 @@ import numpy as np
 from ..placement import contiguous_node_assignment, node_assignment_ids, pack_runs
 from ..plan import Plan, Stage
 from ..problem import Problem
-from .base import Candidate, SolveRequest, register
 from .dp_compute import ComputeOnlyDP
-from .feasibility import explain_infeasible, quick_infeasibility
+from .errors import OutOfTime as _OutOfTime
+from .errors import TooLarge as _TooLarge
 from .tables import CostTables
 
-__all__ = ["solve_dp", "DPModel"]
+__all__ = ["DPModel"]
 
 INF = math.inf
 _TIE = 1e-12  # relative slack when comparing a stage time with a threshold
-_MEMORY_BUDGET_BYTES = 3 * 2**30
-
-
-# --------------------------------------------------------------------------- entry point
-
-
-@register("dp", options=("placement", "memory_budget_gb"))
-def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
-    """Exact DP. Options: ``placement`` ("auto" | "bins") forces the exact
-    placement automaton; ``memory_budget_gb`` caps the DP tables (default 3)."""
-    if problem.cluster.topology is not None:
-        return Candidate("error", message="dp: custom cluster topologies are not supported by the solvers yet")
-    reason = quick_infeasibility(problem)
-    if reason:
-        return Candidate("infeasible", message=reason)
-    start = time.perf_counter()
-    deadline = request.deadline(start)
-    budget = float(request.option("memory_budget_gb", _MEMORY_BUDGET_BYTES / 2**30)) * 2**30
-    forced = request.option("placement", "auto")
-    if forced not in ("auto", "bins"):
-        return Candidate("error", message=f"dp: option placement must be 'auto' or 'bins', got {forced!r}")
-
-    model = DPModel(problem)
-    mode = "bins" if forced == "bins" else model.natural_placement()
-    try:
-        outcome = model.optimize(request.objective, mode, deadline, budget)
-        if outcome.status == "optimal" and outcome.plan is None and mode == "run":
-            # the relaxed optimum's runs did not pack: solve with the exact placement automaton
-            outcome = model.optimize(request.objective, "bins", deadline, budget)
-    except _TooLarge as err:
-        return Candidate("error", message=f"dp: {err}")
-    except _OutOfTime:
-        return Candidate("error", message="dp: time limit reached before the recursion finished")
-    if outcome.status == "infeasible":
-        return Candidate("infeasible", message=explain_infeasible(problem))
-    if outcome.plan is None:
-        return Candidate("error", message="dp: internal error: the optimum could not be placed")
-    return Candidate(outcome.status, outcome.plan, bound=outcome.bound, extra={"dp": outcome.stats})
-
-
-class _TooLarge(Exception):
-    pass
-
-
-class _OutOfTime(Exception):
-    pass
 
 
 @dataclass

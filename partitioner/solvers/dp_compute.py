@@ -32,6 +32,8 @@ import time
 
 import numpy as np
 
+from .errors import OutOfTime
+
 __all__ = ["ComputeOnlyDP"]
 
 INF = math.inf
@@ -76,9 +78,7 @@ class ComputeOnlyDP:
 
     def _check_time(self) -> None:
         if self.deadline is not None and time.perf_counter() > self.deadline:
-            from .dp import _OutOfTime
-
-            raise _OutOfTime
+            raise OutOfTime
 
     # ------------------------------------------------------------------ recursions
     def feasible_table(self, limit: float) -> list[np.ndarray]:

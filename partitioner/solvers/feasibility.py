@@ -10,10 +10,13 @@ reason that holds, checked in order:
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
+from ..plan import PlanError, evaluate
 from ..problem import Problem
 from ..units import format_bytes
+from .dp import DPModel
 
 __all__ = ["feasible_stage_counts", "explain_infeasible", "quick_infeasibility"]
 
@@ -80,13 +83,20 @@ def explain_infeasible(problem: Problem) -> str:
         return quick
     counts = feasible_stage_counts(problem)
     relaxed = _without_memory_limit(problem)
-    from ..plan import evaluate  # local: feasibility is imported by the solvers' base
-    from .dp import DPModel
-
     model = DPModel(relaxed)
     outcome = model.optimize("bottleneck", model.natural_placement(), None, 2**31)
+    ev = None
     if outcome.status == "optimal" and outcome.plan is not None:
-        ev = evaluate(relaxed, outcome.plan)
+        try:
+            ev = evaluate(relaxed, outcome.plan)
+        except PlanError:
+            # the explanation must never break the solver that proved infeasibility (a dp
+            # without format v2's per-segment configs would land here): say only what is known
+            return (
+                f"no valid plan: the exact search found no plan that fits in "
+                f"{format_bytes(problem.cluster.gpu_memory_bytes)} per GPU with {counts[0]}..{counts[-1]} stages"
+            )
+    if ev is not None:
         worst = max(ev.stages, key=lambda s: s.memory_bytes)
         return (
             f"no valid plan fits in {format_bytes(problem.cluster.gpu_memory_bytes)} per GPU: with unlimited memory "
@@ -102,6 +112,4 @@ def explain_infeasible(problem: Problem) -> str:
 
 
 def _without_memory_limit(problem: Problem) -> Problem:
-    from dataclasses import replace
-
     return replace(problem, cluster=replace(problem.cluster, gpu_memory_bytes=2**62))

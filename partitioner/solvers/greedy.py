@@ -16,8 +16,10 @@ count P the problem allows:
    whose estimated time ``work / devices`` is largest, as long as the step fits
    in the devices left; the sizes must end up summing to N, otherwise this P
    is skipped.
-4. **Layouts**: each stage takes its fastest layout of that size that fits in
-   memory with its 1F1B stash ``min(m, P - p)``.
+4. **Configs**: each stage takes its fastest configs of that size that fit in
+   memory with its 1F1B stash ``min(m, P - p)`` -- one layout per stage in
+   format v1, one config per segment with the reshards between them in v2
+   (:meth:`~partitioner.solvers.tables.CostTables.best_stage`).
 5. **Placement**: first fit in stage order (adjacent small stages share nodes).
 
 Every P that yields a valid plan is evaluated and the best is returned, with
@@ -59,11 +61,11 @@ def solve_greedy(problem: Problem, request: SolveRequest) -> Candidate:
         if sizes is None:
             failures.append(f"P={P}: no allowed sizes sum to {problem.num_devices}")
             continue
-        plan, why = _build(problem, tables, cuts, sizes)
+        plan, why, compute = _build(problem, tables, cuts, sizes)
         if plan is None:
             failures.append(f"P={P}: {why}")
             continue
-        value = _value(problem, tables, plan, request.objective)
+        value = _value(problem, tables, plan, compute, request.objective)
         if best is None or value < best[0]:
             best = (value, plan)
     if best is None:
@@ -150,13 +152,16 @@ def grow_sizes(stage_work: list[float], allowed: tuple[int, ...], total: int) ->
     return sizes
 
 
-def _value(problem: Problem, tables: CostTables, plan: Plan, objective: str) -> float:
-    """The objective from the cost tables (the chosen plan is re-evaluated exactly by ``solve``)."""
+def _value(problem: Problem, tables: CostTables, plan: Plan, compute: list[float], objective: str) -> float:
+    """The objective from the stages' ``compute`` (with reshards) and the tables' transfers.
+
+    The chosen plan is re-evaluated exactly by ``solve``.
+    """
     stages = plan.stages
     cluster = problem.cluster
     times = []
     for p, s in enumerate(stages):
-        t = tables.compute_ms(s.first_layer, s.last_layer, tables.layouts.index(s.layout))
+        t = compute[p]
         for q in (p - 1, p):
             if 0 <= q < len(stages) - 1:
                 a, b = stages[q], stages[q + 1]
@@ -167,18 +172,22 @@ def _value(problem: Problem, tables: CostTables, plan: Plan, objective: str) -> 
     return objective_value(objective, times, problem.microbatches)
 
 
-def _build(problem: Problem, tables: CostTables, cuts, sizes) -> tuple[Plan | None, str]:
+def _build(problem: Problem, tables: CostTables, cuts, sizes) -> tuple[Plan | None, str, list[float]]:
+    """The plan for ``cuts`` and ``sizes`` with each stage's fastest fitting configs, and their compute times."""
     P, m = len(cuts), problem.microbatches
     stages = []
     for p, ((a, b), d) in enumerate(zip(cuts, sizes)):
-        choice = tables.best(a, b, d, min(m, P - p))
+        choice = tables.best_stage(a, b, d, min(m, P - p))
         if choice is None:
-            return None, f"stage {p} (layers {a}..{b}) fits in no {d}-device layout"
-        stages.append((a, b, d, choice.layout))
+            return None, f"stage {p} (layers {a}..{b}) fits in no {d}-device layout", []
+        stages.append((a, b, d, choice))
     assignment = contiguous_node_assignment(problem.cluster, sizes) or pack_runs(
         problem.cluster, sizes, [False] * (P - 1)
     )
     if assignment is None:
-        return None, "the sizes cannot be placed on the nodes"
+        return None, "the sizes cannot be placed on the nodes", []
+    # node_assignment_ids gives the canonical placement (ids grouped by node, ranks in id order)
+    # that best_stage's reshard times assume
     ids = node_assignment_ids(problem.cluster, sizes, assignment)
-    return Plan(tuple(Stage(a, b, d, lay.dp, lay.tp, ids[p]) for p, (a, b, d, lay) in enumerate(stages))), ""
+    plan = Plan(tuple(Stage.from_configs(a, b, d, ch.configs, ids[p]) for p, (a, b, d, ch) in enumerate(stages)))
+    return plan, "", [ch.compute_ms for _, _, _, ch in stages]

@@ -4,6 +4,15 @@ A stage of layers ``a..b`` in layout ``l`` costs ``sum(fwd + bwd)`` of its
 layers and needs ``sum(weight) + stash * sum(act)`` bytes; both come from
 prefix sums here. Memory is kept in exact integers so that every solver and
 :func:`partitioner.plan.evaluate` agree on what fits.
+
+Format v2 (:meth:`CostTables.best_stage`): a stage has one config per
+segment; its time is Σ (fwd + bwd) + 2 Σ r with r the reshard between
+adjacent segments whose (dp, tp) differ, at the canonical placement
+(:func:`partitioner.reshard.stage_reshard_ms`), and its memory sums every
+segment's own entries. Memory couples the segments and reshards couple
+neighbours, so the fastest tuple that fits is found exactly by a pass over
+the segments keeping, per config of the last segment, the Pareto frontier
+of (time, memory) over the choices so far.
 """
 from __future__ import annotations
 
@@ -12,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..problem import Layout, Problem
+from ..reshard import stage_reshard_ms
 from ..topology import transfer_ms
 
 __all__ = ["CostTables", "StageChoice"]
@@ -19,8 +29,16 @@ __all__ = ["CostTables", "StageChoice"]
 
 @dataclass(frozen=True)
 class StageChoice:
+    """A stage's config choice: ``layout`` (the first segment's), ``compute_ms`` with its reshards.
+
+    ``configs`` holds one config per segment (``(layout,)`` for a one-segment
+    stage) and ``reshard_ms`` is Σ r, counted twice in ``compute_ms``.
+    """
+
     layout: Layout
     compute_ms: float
+    configs: tuple[Layout, ...] = ()
+    reshard_ms: float = 0.0
 
 
 class CostTables:
@@ -60,6 +78,7 @@ class CostTables:
         self.layouts_of_size = {d: [j for j, lay in enumerate(self.layouts) if lay.devices == d] for d in self.sizes}
         self.out_bytes = np.array([layer.out_bytes for layer in problem.layers], dtype=np.float64)
         self._best: dict[tuple[int, int, int, int], StageChoice | None] = {}
+        self._best_stage: dict[tuple[int, int, int, int], StageChoice | None] = {}
 
     # ------------------------------------------------------------------ scalar queries
     def compute_ms(self, a: int, b: int, j: int) -> float:
@@ -90,8 +109,67 @@ class CostTables:
             self._best[key] = choice
         return self._best[key]
 
+    def best_stage(self, a: int, b: int, size: int, stash: int) -> StageChoice | None:
+        """The fastest per-segment configs of ``size`` devices for layers ``a..b`` that fit with ``stash``.
+
+        One segment (always in format v1): :meth:`best`. Several: exact over
+        the product of the segments' configs -- a pass over the segments keeps,
+        for each config of the segment reached, the Pareto frontier of
+        (time so far incl. reshards, bytes so far), pruned to what fits; the
+        minimum time at the end is the product's minimum, as every dropped
+        partial choice is dominated by a kept one with the same last config
+        (time and bytes only add up from there).
+        """
+        segments = self.problem.segments(a, b)
+        if len(segments) == 1:
+            choice = self.best(a, b, size, stash)
+            return None if choice is None else StageChoice(choice.layout, choice.compute_ms, (choice.layout,), 0.0)
+        key = (a, b, size, stash)
+        if key in self._best_stage:
+            return self._best_stage[key]
+        capacity = self.problem.cluster.gpu_memory_bytes
+        cluster = self.problem.cluster
+        # frontier: config index of the last segment -> [(time, bytes, reshard, configs)]
+        frontier: dict[int, list[tuple[float, int, float, tuple[int, ...]]]] = {-1: [(0.0, 0, 0.0, ())]}
+        prev_last = None
+        for s, t in segments:
+            nxt: dict[int, list] = {}
+            for j in self.layouts_of_size.get(size, ()):
+                if self.missing_prefix[j, t + 1] != self.missing_prefix[j, s]:
+                    continue
+                time = self.compute_ms(s, t, j)
+                need = int(self.weight_prefix[j, t + 1] - self.weight_prefix[j, s]) + stash * int(
+                    self.act_prefix[j, t + 1] - self.act_prefix[j, s]
+                )
+                lay = self.layouts[j]
+                found = []
+                for i, entries in frontier.items():
+                    r = 0.0 if i < 0 else stage_reshard_ms(self.out_bytes[prev_last], self.layouts[i], lay, size, cluster)
+                    for t0, m0, r0, path in entries:
+                        if m0 + need <= capacity:
+                            found.append((t0 + time + 2 * r, m0 + need, r0 + r, path + (j,)))
+                if found:
+                    nxt[j] = _pareto(found)
+            if not nxt:
+                self._best_stage[key] = None
+                return None
+            frontier, prev_last = nxt, t
+        t_best, _, r_best, path = min((e for entries in frontier.values() for e in entries), key=lambda e: (e[0], e[3]))
+        configs = tuple(self.layouts[j] for j in path)
+        self._best_stage[key] = StageChoice(configs[0], t_best, configs, r_best)
+        return self._best_stage[key]
+
     def transfer(self, last_layer: int, size_a: int, size_b: int, same_node: bool) -> float:
         """x_p for a boundary after ``last_layer`` between stages of the given sizes (default graph)."""
         c = self.problem.cluster
         bw = c.intra_node_GBps if same_node else c.inter_node_GBps
         return transfer_ms(self.problem.layers[last_layer].out_bytes, min(size_a, size_b) * bw)
+
+
+def _pareto(entries: list) -> list:
+    """The entries not dominated in (time, bytes): sorted by time, each kept one needs fewer bytes."""
+    out = []
+    for e in sorted(entries, key=lambda e: (e[0], e[1], e[3])):
+        if not out or e[1] < out[-1][1]:
+            out.append(e)
+    return out

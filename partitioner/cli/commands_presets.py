@@ -1,0 +1,140 @@
+"""The commands on model and cluster presets: ``models``, ``clusters``, ``plan`` and ``export``.
+
+``plan`` builds a problem from a model and a cluster preset (:mod:`partitioner.planning`),
+solves it and prints the plan with its throughput, the Megatron baseline and the
+settings of every export target; ``export`` turns a saved result into one target's
+settings. Exit codes as in :mod:`.common`; output through :mod:`.render`.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..plan import SolveResult
+from ..problem import OBJECTIVES, Problem, ProblemError, load_problem
+from ..solvers import SolverError, methods
+from .common import EXIT_NO_PLAN, EXIT_OK, app, check_choice, err, guarded, parse_options, working
+from .render import print_clusters, print_json, print_models, print_plan_summary
+
+__all__ = ["models_cmd", "clusters_cmd", "plan_cmd", "export_cmd"]
+
+
+@app.command("models")
+@guarded
+def models_cmd(as_json: bool = typer.Option(False, "--json", help="Print the presets as JSON.")) -> None:
+    """List the model presets with their parameter counts."""
+    from ..presets import list_models, load_model
+
+    specs = [load_model(name) for name in list_models()]
+    if as_json:
+        print_json([spec.summary() for spec in specs])
+        return
+    print_models(specs)
+
+
+@app.command("clusters")
+@guarded
+def clusters_cmd(as_json: bool = typer.Option(False, "--json", help="Print the presets as JSON.")) -> None:
+    """List the cluster presets (one GPU node each)."""
+    from ..presets import list_clusters, load_cluster
+
+    specs = [load_cluster(name) for name in list_clusters()]
+    if as_json:
+        print_json([spec.summary() for spec in specs])
+        return
+    print_clusters(specs)
+
+
+@app.command("plan")
+@guarded
+def plan_cmd(
+    model: str = typer.Option(..., "--model", help="Model preset name or YAML / config.json path (see `partitioner models`)."),
+    cluster: str = typer.Option(..., "--cluster", help="Cluster preset name or YAML path (see `partitioner clusters`)."),
+    nodes: int = typer.Option(..., "--nodes", help="Number of nodes."),
+    global_batch: int = typer.Option(..., "--global-batch", help="Samples per iteration."),
+    microbatches: str = typer.Option("auto", "--microbatches", help="Microbatches per iteration, or 'auto' (divisors of the batch)."),
+    method: str = typer.Option("dp", "--method", "-m", help="Solver (dp, cpsat, milp, brute, greedy, ...)."),
+    objective: str = typer.Option("iteration", "--objective", help="iteration | bottleneck"),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds per solve."),
+    max_stages: Optional[int] = typer.Option(None, "--max-stages", help="Upper bound on the pipeline depth (faster solves)."),
+    cost_option: Optional[List[str]] = typer.Option(None, "--cost-option", "-c", help="Cost-model option key=value (repeatable)."),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="Profiled per-layer times (CSV or JSON)."),
+    save_problem: Optional[Path] = typer.Option(None, "--save-problem", help="Write the v1 problem of the plan here."),
+    gantt: Optional[Path] = typer.Option(None, "--gantt", help="Write a Gantt chart of the plan (PNG/SVG)."),
+    as_json: bool = typer.Option(False, "--json", help="Print result format v1 plus baseline and throughput."),
+) -> None:
+    """Plan a model preset on a cluster preset: stages, meshes, speed-up over Megatron's default, export settings."""
+    from ..planning import plan_model
+
+    check_choice(method, methods(), "--method")
+    check_choice(objective, OBJECTIVES, "--objective")
+    if microbatches != "auto":
+        try:
+            mb: int | str = int(microbatches)
+        except ValueError:
+            raise SolverError(f"--microbatches: must be a positive integer or 'auto', got {microbatches!r}") from None
+        if mb < 1:
+            raise SolverError(f"--microbatches: must be a positive integer or 'auto', got {microbatches!r}")
+    else:
+        mb = "auto"
+    if nodes < 1 or global_batch < 1 or (max_stages is not None and max_stages < 1):
+        raise SolverError("--nodes, --global-batch and --max-stages must be positive integers")
+    with working(f"planning {model} on {nodes} x {cluster} with {method}"):
+        result = plan_model(
+            model, cluster, nodes=nodes, global_batch=global_batch, microbatches=mb, method=method, objective=objective,
+            time_limit=time_limit, options=parse_options(cost_option), profile=profile, max_stages=max_stages,
+        )
+    problem = result.problem
+    if save_problem is not None and problem is not None:
+        from ..problem import dump_problem
+
+        dump_problem(problem, save_problem)
+    if gantt is not None and result.plan is not None:
+        _write_gantt(problem, result, gantt)
+    if as_json:
+        print_json(result.to_dict())
+        if result.plan is None and result.message:
+            err.print(result.message, markup=False)
+    elif result.plan is None:
+        err.print(f"{model}: {result.status}: {result.message}", markup=False)
+    else:
+        print_plan_summary(problem, result)
+    raise typer.Exit(EXIT_OK if result.plan is not None else EXIT_NO_PLAN)
+
+
+def _write_gantt(problem: Problem, result: SolveResult, path: Path) -> None:
+    from ..simulate import simulate
+    from ..viz import save_gantt
+
+    sim = simulate(problem, result.plan, "1f1b", evaluation=result.evaluation)
+    save_gantt(sim, path, title=f"{problem.name}: {result.method}")
+
+
+@app.command("export")
+@guarded
+def export_cmd(
+    result_path: Path = typer.Argument(..., metavar="RESULT", help="A result file (`partitioner plan --json` output)."),
+    to: str = typer.Option(..., "--to", help="megatron | torchtitan | deepspeed"),
+    problem_path: Optional[Path] = typer.Option(None, "--problem", help="The problem the result solves (for results of `solve`)."),
+    as_json: bool = typer.Option(False, "--json", help="Print settings, snippet and notes as JSON."),
+) -> None:
+    """Turn a plan into Megatron-LM, torchtitan or DeepSpeed settings."""
+    from ..export import TARGETS, export_result
+    from ..problem import read_document
+
+    check_choice(to, TARGETS, "--to")
+    doc = read_document(result_path)
+    if not isinstance(doc, dict):
+        raise ProblemError("a result must be an object", source=str(result_path))
+    problem = load_problem(problem_path) if problem_path is not None else None
+    try:
+        exported = export_result(doc, to, problem)
+    except ProblemError as e:
+        raise e if e.source else e.with_source(str(result_path))
+    if as_json:
+        print_json(exported.to_dict())
+    else:
+        sys.stdout.write(exported.text())

@@ -1,0 +1,311 @@
+"""How the commands show what they computed: rich tables, one-line summaries, JSON on stdout.
+
+Nothing here loads a file, solves or chooses an exit code: each function
+formats and prints a result a command already has. Tables and summaries go to
+stdout (``out``); messages about a missing plan and notes go to stderr
+(``err``). :func:`print_json` writes the document of every ``--json`` flag,
+indented by two spaces, on stdout. :class:`SweepProgress` is the progress bar
+of ``partitioner batch`` on stderr.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from ..plan import Evaluation, SolveResult
+from ..problem import Problem
+from .common import err, out
+
+__all__ = [
+    "print_json", "stage_table", "print_result", "print_validation", "print_evaluation", "simulation_table",
+    "print_simulation", "print_models", "print_clusters", "print_plan_summary", "print_batch_summary",
+    "SweepProgress", "print_comparison",
+]
+
+
+def print_json(doc: Any) -> None:
+    """``doc`` as JSON indented by two spaces, one newline at the end, on stdout."""
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+
+
+def stage_table(problem: Problem, ev: Evaluation, title: str = "") -> Table:
+    """The stage table: layers, GPUs, nodes, layout, F/B/t, memory; the bottleneck marked."""
+    table = Table(title=title or None, title_justify="left", caption="* bottleneck stage", caption_justify="left")
+    for col, justify in (
+        ("", "left"),
+        ("stage", "right"),
+        ("layers", "left"),
+        ("GPUs", "right"),
+        ("node(s)", "left"),
+        ("dp x tp", "left"),
+        ("F ms", "right"),
+        ("B ms", "right"),
+        ("t ms", "right"),
+        ("memory GiB", "right"),
+    ):
+        table.add_column(col, justify=justify)
+    worst = ev.bottleneck_stage
+    cap = problem.cluster.gpu_memory_bytes
+    for s in ev.stages:
+        first, last = problem.layers[s.first_layer], problem.layers[s.last_layer]
+        names = first.name if s.first_layer == s.last_layer else f"{first.name} .. {last.name}"
+        layers = f"{s.first_layer}-{s.last_layer} ({names})" if s.first_layer != s.last_layer else f"{s.first_layer} ({names})"
+        nodes = ",".join(map(str, s.nodes))
+        mark = "*" if s.index == worst else ""
+        table.add_row(
+            mark,
+            str(s.index),
+            layers,
+            str(s.devices),
+            nodes,
+            f"{s.layout.dp} x {s.layout.tp}",
+            f"{s.fwd_ms:.3f}",
+            f"{s.bwd_ms:.3f}",
+            f"[bold]{s.time_ms:.3f}[/bold]" if mark else f"{s.time_ms:.3f}",
+            f"{s.memory_bytes / 2**30:.2f} / {cap / 2**30:.0f}",
+        )
+    return table
+
+
+def print_result(problem: Problem, result: SolveResult) -> None:
+    """What ``partitioner solve`` prints: a head line, the stage table, the times and the message."""
+    head = f"{problem.name}: {result.method} -> {result.status}"
+    if result.value is not None:
+        head += f", {result.objective} = {result.value:.6g} ms"
+        if result.bound is not None and result.status != "optimal":
+            head += f" (bound {result.bound:.6g}, gap {100 * (result.gap or 0):.2f} %)"
+    head += f"  [{result.solve_seconds:.2f} s]"
+    out.print(head, markup=False)
+    if result.evaluation is not None:
+        ev = result.evaluation
+        out.print(stage_table(problem, ev))
+        out.print(
+            f"bottleneck {ev.bottleneck_ms:.3f} ms, 1F1B iteration estimate {ev.iteration_ms:.3f} ms "
+            f"(m = {problem.microbatches})",
+            markup=False,
+        )
+        sim = result.extra.get("simulation")
+        if sim:
+            out.print(
+                f"simulated 1F1B makespan {sim['makespan_ms']:.3f} ms, bubble {100 * sim['bubble_ratio']:.1f} %, "
+                f"memory {'fits' if sim['fits_memory'] else 'DOES NOT FIT'}",
+                markup=False,
+            )
+    if result.message:
+        (err if result.plan is None else out).print(result.message, markup=False)
+
+
+def print_validation(problem_path: Path, problem: Problem, layouts: list[str]) -> None:
+    """The one line ``partitioner validate`` prints for a valid problem."""
+    out.print(
+        f"{problem_path}: valid v1 problem '{problem.name}': {problem.num_layers} layers, "
+        f"{problem.cluster.nodes} x {problem.cluster.gpus_per_node} GPUs, layouts "
+        f"{', '.join(layouts)}, {problem.stages.min}..{problem.stages.max} stages, "
+        f"m = {problem.microbatches}, objective {problem.objective}",
+        markup=False,
+    )
+
+
+def print_evaluation(problem: Problem, ev: Evaluation, plan_path: Path) -> None:
+    """The stage table of an evaluated plan and its objective value."""
+    out.print(stage_table(problem, ev, title=f"{problem.name}: {plan_path}"))
+    out.print(
+        f"{ev.objective} = {ev.value:.6g} ms (bottleneck {ev.bottleneck_ms:.3f} ms, "
+        f"iteration {ev.iteration_ms:.3f} ms)",
+        markup=False,
+    )
+
+
+def simulation_table(problem: Problem, sim: Any, ev: Evaluation) -> Table:
+    """Per stage: F, B, busy and idle time, peak in-flight microbatches and peak memory."""
+    table = Table(title_justify="left")
+    for col, justify in (
+        ("stage", "right"),
+        ("layers", "left"),
+        ("GPUs", "right"),
+        ("dp x tp", "left"),
+        ("F ms", "right"),
+        ("B ms", "right"),
+        ("busy ms", "right"),
+        ("idle ms", "right"),
+        ("in-flight", "right"),
+        ("peak memory GiB", "right"),
+    ):
+        table.add_column(col, justify=justify)
+    cap = problem.cluster.gpu_memory_bytes
+    peak = sim.peak_memory_bytes
+    for s, busy, idle, inflight, mem in zip(ev.stages, sim.busy_ms, sim.idle_ms, sim.peak_inflight, peak):
+        layers = f"{s.first_layer}" if s.first_layer == s.last_layer else f"{s.first_layer}-{s.last_layer}"
+        table.add_row(
+            str(s.index),
+            layers,
+            str(s.devices),
+            f"{s.layout.dp} x {s.layout.tp}",
+            f"{s.fwd_ms:.3f}",
+            f"{s.bwd_ms:.3f}" if sim.schedule != "forward" else "-",
+            f"{busy:.3f}",
+            f"{idle:.3f}",
+            str(inflight),
+            f"{mem / 2**30:.2f} / {cap / 2**30:.0f}",
+        )
+    return table
+
+
+def print_simulation(problem: Problem, sim: Any, ev: Evaluation, schedule: str) -> None:
+    """The per-stage simulation table and the makespan / bubble line."""
+    out.print(simulation_table(problem, sim, ev))
+    out.print(
+        f"{schedule}, m = {sim.microbatches}: makespan {sim.makespan_ms:.3f} ms, "
+        f"bubble {100 * sim.bubble_ratio:.1f} % (1F1B iteration estimate {ev.iteration_ms:.3f} ms, "
+        f"bottleneck {ev.bottleneck_ms:.3f} ms)",
+        markup=False,
+    )
+
+
+def print_models(specs: list[Any]) -> None:
+    """The table of model presets."""
+    table = Table(title="model presets", title_justify="left")
+    for col, justify in (("name", "left"), ("params", "right"), ("modules (layers, params)", "left"), ("LLM tokens", "right")):
+        table.add_column(col, justify=justify)
+    for spec in specs:
+        mods = ", ".join(f"{m['name']} {m['kind']} ({m['layers']}, {m['params'] / 1e9:.3g} B)" for m in spec.summary()["modules"])
+        table.add_row(spec.name, f"{spec.params / 1e9:.3g} B", mods, str(spec.llm_tokens))
+    out.print(table)
+
+
+def print_clusters(specs: list[Any]) -> None:
+    """The table of cluster presets (one node each)."""
+    table = Table(title="cluster presets (per node)", title_justify="left")
+    for col in ("name", "GPU", "GPUs/node", "memory GiB", "bf16 TFLOPS", "NVLink GB/s", "network GB/s"):
+        table.add_column(col, justify="left" if col in ("name", "GPU") else "right")
+    for c in specs:
+        table.add_row(c.name, c.gpu, str(c.gpus_per_node), f"{c.gpu_memory_bytes / 2**30:.1f}", f"{c.peak_tflops:g}",
+                      f"{c.intra_node_GBps:g}", f"{c.inter_node_GBps:g}")
+    out.print(table)
+
+
+def print_plan_summary(problem: Problem, result: SolveResult) -> None:
+    """What ``partitioner plan`` prints: the plan, its throughput, the baseline and the export settings."""
+    doc = result.to_dict()
+    tput, base = doc.get("throughput") or {}, doc.get("baseline") or {}
+    out.print(
+        f"{doc.get('model')} on {problem.cluster.nodes} x {problem.cluster.gpus_per_node} GPUs ({doc.get('cluster')}), "
+        f"global batch {doc.get('global_batch')}, m = {problem.microbatches}: {result.method} -> {result.status}, "
+        f"{result.objective} = {result.value:.6g} ms  [{result.solve_seconds:.2f} s]",
+        markup=False,
+    )
+    out.print(stage_table(problem, result.evaluation))
+    src = "1F1B simulator" if tput.get("iteration_source") == "simulator" else "1F1B estimate"
+    out.print(
+        f"iteration {tput['iteration_ms']:.1f} ms ({src}), {tput['tokens_per_s']:.4g} tokens/s, MFU {100 * tput['mfu']:.1f} %",
+        markup=False,
+    )
+    if base.get("plan"):
+        stages = base["plan"]["stages"]
+        shape = f"{len(stages)} stage(s) of dp {stages[0]['dp']} x tp {stages[0]['tp']}"
+        out.print(
+            f"baseline {base['method']} ({shape}, m = {base['microbatches']}): iteration {base['iteration_ms']:.1f} ms, "
+            f"MFU {100 * base['throughput']['mfu']:.1f} % -> speed-up {doc['speedup']:.3f}x",
+            markup=False,
+        )
+    else:
+        out.print("baseline megatron-uniform: no uniform plan fits in memory", markup=False)
+    if result.message:
+        out.print(result.message, markup=False)
+    from ..export import TARGETS, export_result
+
+    for target in TARGETS:
+        out.print(f"\n[bold]{target}[/bold]")
+        sys.stdout.flush()
+        sys.stdout.write(export_result(result, target, problem).text())  # unwrapped: meant to be pasted
+
+
+def print_batch_summary(summary: Any) -> None:
+    """The line a finished sweep prints, and notes on stderr about repaired or repeated jobs."""
+    counts = ", ".join(f"{status} {n}" for status, n in sorted(summary.statuses.items())) or "nothing to do"
+    line = f"{summary.out}: ran {summary.ran} of {summary.total} jobs ({counts}) in {summary.seconds:.1f} s"
+    if summary.ran:
+        line += f" on {summary.workers} {summary.backend} worker(s) x {summary.threads} thread(s)"
+    if summary.skipped:
+        line += f"; {summary.skipped} already done"
+    out.print(line, markup=False)
+    if summary.dropped_bytes:
+        err.print(f"note: cut a half-written last line ({summary.dropped_bytes} bytes) from {summary.out}", markup=False)
+    if summary.duplicates:
+        err.print(f"note: {summary.duplicates} duplicate job(s) (same problem content and settings) ran once", markup=False)
+
+
+class SweepProgress:
+    """A rich progress bar on stderr: done / total, jobs per second, ETA, failures so far."""
+
+    def __init__(self, enabled: bool):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self.enabled = enabled
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[failed]}"),
+            console=err,
+            disable=not enabled,
+        )
+        self.task = None
+        self.ran = 0
+        self.failed: dict[str, int] = {}
+        self.t0 = 0.0
+
+    def __enter__(self) -> "SweepProgress":
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    def start(self, total: int, done: int) -> None:
+        import time
+
+        self.t0 = time.monotonic()
+        self.task = self.progress.add_task("sweep", total=total, completed=done, rate="", failed="")
+
+    def advance(self, record: Any) -> None:
+        import time
+
+        self.ran += 1
+        if record["status"] in ("error", "timeout"):
+            self.failed[record["status"]] = self.failed.get(record["status"], 0) + 1
+        elapsed = max(time.monotonic() - self.t0, 1e-9)
+        rate = self.ran / elapsed
+        rate_text = f"{rate:.2f} jobs/s" if rate >= 0.1 else f"{60 * rate:.2f} jobs/min"
+        failed = ", ".join(f"{n} {status}" for status, n in sorted(self.failed.items()))
+        self.progress.update(self.task, advance=1, rate=rate_text, failed=failed)
+
+
+def print_comparison(comparison: Any, results_path: Path, per_problem: bool) -> None:
+    """The summary table of a comparison, its conflicts, and (optionally) the per-problem table."""
+    from ..compare import SUMMARY_COLUMNS, problem_rows, summary_rows
+
+    table = Table(title=f"{results_path}: {len(comparison.problems)} instances", title_justify="left")
+    for i, (_, head) in enumerate(SUMMARY_COLUMNS):
+        table.add_column(head, justify="left" if i == 0 else "right")
+    for row in summary_rows(comparison):
+        table.add_row(*row)
+    out.print(table)
+    for c in comparison.conflicts:
+        out.print(f"conflict: {c['problem']} ({c['objective']}), {c['method']}: {c['conflict']}", markup=False)
+    if per_problem:
+        header, rows = problem_rows(comparison)
+        ptable = Table(title="per problem", title_justify="left")
+        for i, head in enumerate(header):
+            ptable.add_column(head, justify="left" if i < 2 else "right")
+        for row in rows:
+            ptable.add_row(*row)
+        out.print(ptable)

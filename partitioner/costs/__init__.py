@@ -1,0 +1,118 @@
+"""Analytical cost model: a model spec + a cluster + a training setup -> a problem.
+
+The package, one job per module: :mod:`.options` (every constant),
+:mod:`.layers` (model -> pipeline layers), :mod:`.flops` (FLOPs and GEMM
+efficiency), :mod:`.memory` (activation bytes), :mod:`.comm` (collectives),
+:mod:`.entry` (one layer in one layout), :mod:`.build` (the problem),
+:mod:`.profile` (profiled times). Every public name is re-exported here.
+
+:func:`build_problem` cuts a model (:mod:`partitioner.presets`) into
+pipeline layers -- one per transformer block, plus the projector, the token
+embedding and the LM head -- and fills, for every layout (dp, tp) the
+cluster allows, the forward and backward time, the weight and activation
+bytes per GPU, and the tensor each layer hands on.
+
+The model, per layer and layout, with ``b = (global_batch / m) / dp`` samples
+per replica and microbatch:
+
+* **FLOPs** from the matmul shapes: QKV with grouped-query heads, attention
+  scores and values (``4 * heads * head_dim`` per query-key pair; every
+  pair for vision encoders, the causal half for the LLM, PaliGemma's prefix
+  pattern for pi0), output projection, plain or gated MLP, the projector,
+  the LM head; 2 FLOPs per multiply-add [1]_. Backward = 2 x forward for
+  the weighted matmuls (input and weight gradients), the attention core
+  ``flash_backward_factor`` x with flash attention [5]_; frozen modules skip
+  the weight gradients, and a frozen *first* module runs no backward at all;
+  full recompute adds one forward [2]_.
+* **time** = FLOPs / tp / (peak x efficiency) + tensor-parallel
+  collectives. Efficiency is ``efficiency_max * H(w, gemm_half_width) *
+  H(T, gemm_half_tokens)`` with ``H(x, x50) = x^k / (x^k + x50^k)``
+  (``k = efficiency_exponent``), ``w = hidden / tp`` the per-GPU GEMM
+  width and ``T`` the tokens of the GEMM: narrow or short GEMMs leave tensor
+  cores idle (tile and wave quantization [6]_; seed lesson 15 Q1). Each
+  transformer block does 2 all-reduces forward and 2 backward (or the
+  same volume as all-gather + reduce-scatter with sequence parallelism)
+  [3]_, each costing ``collective_latency_us + 2 (tp-1)/tp * bytes /
+  (nvlink_efficiency * intra_node_GBps)`` (ring all-reduce [7]_).
+* **memory**: weights, gradients and Adam states at 16 B/param (bf16 weight
+  and gradient, fp32 master, momentum, variance [4]_), divided by tp; with
+  ``zero1`` the 12 optimizer bytes are also divided by dp; frozen weights
+  keep 2 B/param. Activations per block and microbatch follow Korthikanti
+  et al. [2]_: ``s b h (10 + 24/t + 5 a s / (h t))`` bytes with TP,
+  ``s b h (34 + 5 a s / h) / t`` with sequence parallelism; the ``5 a s / h``
+  term (softmax and dropout of the score matrix) vanishes with flash
+  attention or selective recompute; full recompute keeps only the block
+  input ``2 s b h`` (``/ t`` with sequence parallelism).
+* **boundaries**: a layer's ``out_bytes`` is the bf16 tensor the next layer
+  needs, for the whole microbatch (the vision hidden state, the projected
+  image tokens, the LLM hidden state; pi0 carries both the prefix and the
+  action-expert state).
+
+* **data-parallel gradient sync**: once per iteration each stage
+  all-reduces the bf16 gradients of its trainable weights over its dp
+  replicas (NVLink inside a node, the network across nodes); the part not
+  hidden behind the backward pass (``1 - grad_sync_overlap`` [9]_) is
+  spread over the ``m`` microbatches' backward times, so that the 1F1B
+  iteration estimate carries it once.
+
+Not modelled: pipeline-send overlap, the optimizer step, stragglers.
+
+Every constant is a field of :class:`CostOptions`.
+
+References
+----------
+.. [1] J. Kaplan et al., "Scaling Laws for Neural Language Models",
+   arXiv:2001.08361 (2020), Table 1: C_forward = 2N + 2 n_layer n_ctx d_attn.
+.. [2] V. Korthikanti et al., "Reducing Activation Recomputation in Large
+   Transformer Models", MLSys 2023, arXiv:2205.05198, Sections 4-5.
+.. [3] M. Shoeybi et al., "Megatron-LM: Training Multi-Billion Parameter
+   Language Models Using Model Parallelism", arXiv:1909.08053 (2019).
+.. [4] S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
+   Trillion Parameter Models", SC 2020 (2 + 2 + 12 bytes per parameter).
+.. [5] T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism
+   and Work Partitioning", arXiv:2307.08691 (2023): the backward pass runs
+   5 matmuls of the attention core against 2 forward.
+.. [6] NVIDIA, "Matrix Multiplication Background User's Guide", Deep
+   Learning Performance documentation (tile and wave quantization).
+.. [7] R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective
+   Communication Operations in MPICH", IJHPCA 19(1), 2005.
+.. [8] A. Chowdhery et al., "PaLM", arXiv:2204.02311 (2022), Appendix B:
+   model FLOPs utilization.
+.. [9] S. Li et al., "PyTorch Distributed: Experiences on Accelerating Data
+   Parallel Training", VLDB 2020 (bucketed all-reduce overlapping backward).
+"""
+from __future__ import annotations
+
+from ..presets import list_clusters, list_models, load_cluster, load_model
+from .build import build_problem, cluster_layouts, layouts_for
+from .comm import allreduce_ms, grad_sync_ms
+from .entry import layer_cost
+from .flops import efficiency, forward_flops, model_flops_per_sample
+from .layers import Piece, PipelineLayer, model_layers
+from .memory import block_activation_bytes
+from .options import BF16_BYTES, CostOptions
+from .profile import apply_profile, load_profile
+
+__all__ = [
+    "CostOptions",
+    "Piece",
+    "PipelineLayer",
+    "build_problem",
+    "model_layers",
+    "layer_cost",
+    "layouts_for",
+    "cluster_layouts",
+    "block_activation_bytes",
+    "efficiency",
+    "allreduce_ms",
+    "grad_sync_ms",
+    "forward_flops",
+    "model_flops_per_sample",
+    "apply_profile",
+    "load_profile",
+    "load_model",
+    "load_cluster",
+    "list_models",
+    "list_clusters",
+    "BF16_BYTES",
+]

@@ -1,0 +1,174 @@
+"""From a model, a cluster and a training setup to a problem.
+
+Contract: :func:`build_problem` validates its inputs (a
+:class:`~partitioner.problem.ProblemError` naming the field otherwise),
+cuts the model into layers (:func:`~.layers.model_layers`), offers each
+layer every layout the cluster allows and the layer divides
+(:func:`cluster_layouts`, :func:`layouts_for`), fills one cost entry per
+layout (:func:`~.entry.layer_cost`) and returns the
+:class:`~partitioner.problem.Problem` with ``meta`` (model, batch, FLOPs,
+peak, per-layer export hints). Profiled times replace the analytic ones
+when given (:mod:`.profile`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..presets import ModelSpec, ClusterSpec, load_cluster, load_model
+from ..problem import OBJECTIVES, Layout, Problem, ProblemError
+from .entry import layer_cost
+from .flops import forward_flops, model_flops_per_sample
+from .layers import PipelineLayer, model_layers
+from .options import CostOptions
+from .profile import _apply_profile_doc, load_profile
+
+__all__ = ["build_problem", "cluster_layouts", "layouts_for"]
+
+
+def layouts_for(layer: PipelineLayer, cluster_layouts: Sequence[Layout], microbatch: int, opts: CostOptions) -> list[Layout]:
+    """The layouts ``layer`` can run in: tp divides its heads and widths, dp divides the microbatch."""
+    out = []
+    for lay in cluster_layouts:
+        if microbatch % lay.dp:
+            continue
+        if opts.max_tp is not None and lay.tp > opts.max_tp:
+            continue
+        if any(d % lay.tp for p in layer.pieces for d in p.tp_dims):
+            continue
+        out.append(lay)
+    return out
+
+
+def cluster_layouts(gpus_per_node: int, nodes: int) -> list[Layout]:
+    """Every (dp, tp) whose size rule 3 allows, tp a power of two within a node."""
+    from ..problem import Cluster
+
+    cluster = Cluster(nodes, gpus_per_node, 1, 1.0, 1.0)
+    out = []
+    for d in cluster.allowed_sizes():
+        tp = 1
+        while tp <= min(d, gpus_per_node):
+            if d % tp == 0:
+                lay = Layout(d // tp, tp)
+                if cluster.allows(lay):
+                    out.append(lay)
+            tp *= 2
+    return out
+
+
+
+def build_problem(
+    model: str | ModelSpec,
+    cluster: str | ClusterSpec,
+    *,
+    nodes: int,
+    global_batch: int,
+    microbatches: int,
+    options: Mapping[str, Any] | CostOptions | None = None,
+    objective: str = "iteration",
+    profile: str | Path | Sequence[Mapping[str, Any]] | None = None,
+    max_stages: int | None = None,
+) -> Problem:
+    """A v1 problem for training ``model`` on ``nodes`` nodes of ``cluster``.
+
+    Parameters
+    ----------
+    model, cluster : str or spec
+        A preset name, a YAML/``config.json`` path, or a spec object.
+    nodes : int
+        Nodes of the cluster to use.
+    global_batch : int
+        Samples per iteration; each of the ``microbatches`` microbatches holds
+        ``global_batch / microbatches`` samples, split over each stage's dp.
+    options : mapping or CostOptions, optional
+        Cost-model options (:class:`CostOptions`).
+    objective : {"iteration", "bottleneck"}
+    profile : path or records, optional
+        Profiled per-layer times replacing the analytic ones (:func:`apply_profile`).
+    max_stages : int, optional
+        Upper bound on the number of stages (default: min(layers, GPUs)).
+
+    Returns
+    -------
+    Problem
+        One cost entry per allowed layout; ``meta`` carries the model name,
+        batch, FLOPs per iteration, peak FLOPs and per-layer export hints.
+    """
+    spec = load_model(model)
+    cl = load_cluster(cluster)
+    opts = CostOptions.from_mapping(options)
+    for name, value in (("nodes", nodes), ("global_batch", global_batch), ("microbatches", microbatches)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ProblemError(f"must be a positive integer, got {value!r}", path=name)
+    if global_batch % microbatches:
+        raise ProblemError(
+            f"global batch {global_batch} is not divisible into {microbatches} microbatches", path="microbatches"
+        )
+    if objective not in OBJECTIVES:
+        raise ProblemError(f"must be one of {', '.join(OBJECTIVES)}, got {objective!r}", path="objective")
+    mb = global_batch // microbatches
+    layers = model_layers(spec, opts)
+    all_layouts = cluster_layouts(cl.gpus_per_node, nodes)
+    memory = cl.gpu_memory_bytes - opts.memory_reserve_bytes
+    if memory <= 0:
+        raise ProblemError("memory_reserve_bytes leaves no GPU memory", path="options.memory_reserve_bytes")
+
+    doc_layers = []
+    for layer in layers:
+        allowed = layouts_for(layer, all_layouts, mb, opts)
+        if not allowed:
+            raise ProblemError(
+                f"layer {layer.name} has no usable layout: dp must divide the microbatch of {mb} samples "
+                f"and tp its heads and widths",
+                path="microbatches",
+            )
+        costs = {}
+        for lay in allowed:
+            c = layer_cost(layer, lay, mb / lay.dp, cl, opts, microbatches)
+            costs[lay.key] = {"fwd_ms": c.fwd_ms, "bwd_ms": c.bwd_ms, "weight_bytes": c.weight_bytes, "act_bytes": c.act_bytes}
+        doc_layers.append(
+            {"name": layer.name, "module": layer.module, "out_bytes": int(round(mb * layer.out_bytes_per_sample)), "costs": costs}
+        )
+    flops_sample = model_flops_per_sample(layers)
+    meta = {
+        "generator": "partitioner.costs",
+        "model": spec.name,
+        "cluster": cl.name,
+        "nodes": nodes,
+        "global_batch": global_batch,
+        "microbatch_size": mb,
+        "llm_tokens_per_sample": spec.llm_tokens,
+        "model_flops_per_iteration": flops_sample * global_batch,
+        "forward_flops_per_sample": forward_flops(layers),
+        "peak_flops_per_gpu": cl.peak_tflops * 1e12,
+        "params": spec.params,
+        "options": opts.to_dict(),
+        "layers": [
+            {"name": layer.name, "module": layer.module, "role": layer.role, "params": layer.params, "fqns": list(layer.fqns)}
+            for layer in layers
+        ],
+    }
+    doc = {
+        "version": 1,
+        "name": f"{spec.name}-{cl.name}-{nodes}n-b{global_batch}-m{microbatches}",
+        "cluster": {
+            "nodes": nodes,
+            "gpus_per_node": cl.gpus_per_node,
+            "gpu_memory_bytes": int(memory),
+            "intra_node_GBps": cl.intra_node_GBps,
+            "inter_node_GBps": cl.inter_node_GBps,
+        },
+        "training": {"microbatches": microbatches, "objective": objective},
+        "layers": doc_layers,
+        "meta": meta,
+    }
+    if max_stages is not None:
+        if isinstance(max_stages, bool) or not isinstance(max_stages, int) or max_stages < 1:
+            raise ProblemError(f"must be a positive integer, got {max_stages!r}", path="max_stages")
+        doc["stages"] = {"min": 1, "max": min(max_stages, len(doc_layers), nodes * cl.gpus_per_node)}
+    if profile is not None:
+        records = load_profile(profile) if isinstance(profile, (str, Path)) else list(profile)
+        doc = _apply_profile_doc(doc, records, source=str(profile) if isinstance(profile, (str, Path)) else "profile")
+    return Problem.from_dict(doc)
+

@@ -1,0 +1,254 @@
+"""A model spec cut into pipeline layers, each a list of per-sample matmul pieces.
+
+Contract: :func:`model_layers` turns a :class:`~partitioner.presets.ModelSpec`
+into :class:`PipelineLayer` s in execution order -- one per transformer
+block, plus the projector, the token embedding and the LM head (pi0 fuses
+LLM block i with action-expert block i). Each layer holds
+:class:`Piece` s with the per-sample forward FLOPs, parameters, token and
+width of its matmuls, what its activations are counted from, and the bf16
+tensor (per sample) the next layer needs. Layouts, batch sizes and times
+are not known here (:mod:`.entry` and :mod:`.build` add them).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..presets import ModelSpec, ModuleSpec, module_layer_params
+from ..problem import ProblemError
+from .flops import attn_flops as _attn_flops
+from .flops import block_gemm_flops as _block_gemm_flops
+from .options import BF16_BYTES, CostOptions
+
+__all__ = ["Piece", "PipelineLayer", "model_layers"]
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One matmul group inside a pipeline layer, per training sample.
+
+    ``gemm_flops`` are the forward FLOPs of weighted matmuls, ``attn_flops``
+    those of the attention core (scores and values). A ``block`` piece has
+    Korthikanti activations over ``tokens x width`` with ``heads`` heads and
+    ``attn_pairs`` query-key pairs; a ``dense`` piece stores
+    ``dense_act`` bytes per sample (split into the part sequence
+    parallelism shards and the part tp shards anyway).
+    """
+
+    name: str
+    module: str
+    kind: str  # block | dense
+    gemm_flops: float
+    attn_flops: float
+    params: int
+    tokens: int
+    width: int
+    heads: int = 1
+    attn_pairs: float = 0.0  # query-key pairs computed (the causal half for causal attention)
+    score_entries: float = 0.0  # score-matrix entries per head stored without flash attention (masked ones too)
+    allreduces: int = 0  # forward collectives over tokens x width (as many again in backward)
+    dense_act: tuple[float, float] = (0.0, 0.0)  # (replicated without SP, always sharded) bytes per sample
+    tp_dims: tuple[int, ...] = ()  # dimensions tp must divide
+    frozen: bool = False
+    backward: bool = True  # False: a frozen module with nothing trainable before it
+    passes: int = 1
+
+
+@dataclass(frozen=True)
+class PipelineLayer:
+    """One problem layer: its pieces, the bf16 tensor it hands on (per sample) and export hints."""
+
+    name: str
+    module: str
+    role: str  # vision | projector | embedding | decoder | loss | action
+    pieces: tuple[Piece, ...]
+    out_bytes_per_sample: float
+    fqns: tuple[str, ...] = ()
+
+    @property
+    def params(self) -> int:
+        return sum(p.params for p in self.pieces)
+
+
+def _block_piece(
+    spec: ModuleSpec, name: str, tokens: int, pairs: float, extra_params: int = 0, extra_flops: float = 0.0, passes: int = 1,
+    scores: float | None = None,
+) -> Piece:
+    return Piece(
+        name=name,
+        module=spec.name,
+        kind="block",
+        gemm_flops=passes * (_block_gemm_flops(spec, tokens) + extra_flops),
+        attn_flops=passes * _attn_flops(spec, pairs),
+        params=module_layer_params(spec)["block"] + extra_params,
+        tokens=tokens,
+        width=spec.hidden,
+        heads=spec.heads,
+        attn_pairs=pairs,
+        score_entries=pairs if scores is None else scores,
+        allreduces=2,
+        tp_dims=(spec.heads, spec.hidden, spec.ffn),
+        frozen=spec.frozen,
+        passes=passes,
+    )
+
+
+def _fqn(spec: ModuleSpec, part: str, i: int | None = None) -> tuple[str, ...]:
+    value = spec.fqn.get(part) if spec.fqn else None
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value.format(i=i),) if i is not None else (value,)
+    return tuple(str(v) for v in value)
+
+
+def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[PipelineLayer]:
+    """Cut ``model`` into pipeline layers, in execution order, with per-sample pieces."""
+    opts = options or CostOptions()
+    frozen = {m.name: (m.frozen or m.name in opts.freeze) and m.name not in opts.train for m in model.modules}
+    modules = [replace(m, frozen=frozen[m.name]) for m in model.modules]
+    for name in (*opts.freeze, *opts.train):
+        if name not in frozen:
+            raise ProblemError(f"model {model.name} has no module {name!r} (modules: {', '.join(frozen)})", path="options.freeze")
+    if opts.text_tokens is not None:
+        modules = [replace(m, text_tokens=opts.text_tokens) if m.kind == "llm" else m for m in modules]
+    model = replace(model, modules=tuple(modules))
+
+    if model.image_tokens and model.llm is None:
+        raise ProblemError(f"model {model.name}: a projector without a language model is not supported")
+    vits = [m for m in modules if m.kind == "vit"]
+    expert = next((m for m in modules if m.kind == "action_expert"), None)
+    layers: list[PipelineLayer] = []
+    s_llm = model.llm_tokens
+
+    for spec in modules:
+        parts = module_layer_params(spec)
+        if spec.kind == "vit":
+            tpi, n = spec.tokens_per_image, spec.images
+            tokens = n * tpi
+            pairs = float(n * tpi * tpi)  # bidirectional, per image
+            patch_flops = 2.0 * n * spec.patches_per_image * spec.channels * spec.temporal_patch * spec.patch**2 * spec.hidden
+            # what travels with this encoder's state: the image for the encoders still to run,
+            # the outputs of the encoders already run (fused backbones such as OpenVLA's)
+            later = [v for v in vits if vits.index(v) > vits.index(spec)]
+            earlier = [v for v in vits if vits.index(v) < vits.index(spec)]
+            carry = 0.0
+            if later:
+                carry += n * spec.channels * spec.image_size**2 * BF16_BYTES
+            carry += sum(v.images * (v.output_tokens or v.patches_per_image) * v.hidden * BF16_BYTES for v in earlier)
+            for i in range(spec.layers):
+                extra_p = (parts["pre"] if i == 0 else 0) + (parts["post"] if i == spec.layers - 1 else 0)
+                piece = _block_piece(spec, f"{spec.name}.{i}", tokens, pairs, extra_p, patch_flops if i == 0 else 0.0)
+                fq = (_fqn(spec, "pre") if i == 0 else ()) + _fqn(spec, "block", i) + (_fqn(spec, "post") if i == spec.layers - 1 else ())
+                out = tokens * spec.hidden * BF16_BYTES + carry
+                if i == spec.layers - 1:
+                    out = n * (spec.output_tokens or spec.patches_per_image) * spec.hidden * BF16_BYTES + carry
+                layers.append(PipelineLayer(f"{spec.name}.{i}", spec.name, "vision", (piece,), out, fq))
+        elif spec.kind == "projector":
+            t = spec.tokens
+            dims = (spec.in_dim, *spec.dims)
+            gemm = 2.0 * t * sum(a * b for a, b in zip(dims, dims[1:]))
+            # stored per linear: its input; per activation function: its input (as Korthikanti's MLP term)
+            sharded = sum(2 * BF16_BYTES * t * d for d in spec.dims[:-1])
+            replicated = BF16_BYTES * t * spec.in_dim + (BF16_BYTES * t * spec.pre_norm_dim if spec.pre_norm_dim else 0)
+            piece = Piece(
+                name=spec.name,
+                module=spec.name,
+                kind="dense",
+                gemm_flops=gemm,
+                attn_flops=0.0,
+                params=parts["pre"],
+                tokens=t,
+                width=min(dims),
+                allreduces=max(1, len(spec.dims) // 2),
+                dense_act=(replicated, sharded),
+                tp_dims=tuple(spec.dims),
+                frozen=spec.frozen,
+            )
+            layers.append(PipelineLayer(spec.name, spec.name, "projector", (piece,), t * spec.out_dim * BF16_BYTES, _fqn(spec, "pre")))
+        elif spec.kind == "llm":
+            h = spec.hidden
+            embed = Piece(
+                name=f"{spec.name}.embed",
+                module=spec.name,
+                kind="dense",
+                gemm_flops=0.0,
+                attn_flops=0.0,
+                params=parts["pre"],
+                tokens=s_llm,
+                width=h,
+                allreduces=1,  # vocab-parallel embedding
+                frozen=spec.frozen,
+            )
+            layers.append(PipelineLayer(f"{spec.name}.embed", spec.name, "embedding", (embed,), s_llm * h * BF16_BYTES, _fqn(spec, "pre")[:1]))
+            if spec.attention == "causal":
+                pairs = s_llm * (s_llm + 1) / 2.0
+            else:  # prefix (PaliGemma) or bidirectional: every prefix pair
+                pairs = float(s_llm * s_llm)
+            e_parts = module_layer_params(expert) if expert else None
+            for i in range(spec.layers):
+                last = i == spec.layers - 1
+                extra_p = parts["post"] if last and not spec.lm_head else 0
+                s_all = s_llm + (expert.tokens if expert is not None else 0)
+                pieces = [_block_piece(spec, f"{spec.name}.{i}", s_llm, pairs, extra_p, scores=float(s_llm * s_all))]
+                fq = _fqn(spec, "block", i) + (_fqn(spec, "post")[:1] if last and not spec.lm_head else ())
+                out = s_llm * h * BF16_BYTES
+                if expert is not None:
+                    s_e = expert.tokens
+                    e_pairs = float(s_e * (s_llm + s_e))  # the suffix attends to the prefix and to itself
+                    e_extra = (e_parts["pre"] if i == 0 else 0) + (e_parts["post"] if last else 0)
+                    io = 0.0
+                    if i == 0:
+                        io += 2.0 * s_e * (expert.action_dim * expert.hidden + 2 * expert.hidden * expert.hidden + expert.hidden**2)
+                    if last:
+                        io += 2.0 * s_e * expert.hidden * expert.action_dim
+                    pieces.append(_block_piece(expert, f"{expert.name}.{i}", s_e, e_pairs, e_extra, io, scores=float(s_e * s_all)))
+                    fq += (_fqn(expert, "pre") if i == 0 else ()) + _fqn(expert, "block", i) + (_fqn(expert, "post") if last else ())
+                    out += s_e * expert.hidden * BF16_BYTES
+                layers.append(PipelineLayer(f"{spec.name}.{i}", spec.name if expert is None else f"{spec.name}+{expert.name}", "decoder", tuple(pieces), out, fq))
+            if spec.lm_head:
+                V = spec.vocab
+                head_params = parts["post"] + (V * h if spec.tie_embeddings else 0)  # a tied head keeps its own copy
+                head = Piece(
+                    name=f"{spec.name}.head",
+                    module=spec.name,
+                    kind="dense",
+                    gemm_flops=2.0 * s_llm * h * V,
+                    attn_flops=0.0,
+                    params=head_params,
+                    tokens=s_llm,
+                    width=h,
+                    allreduces=1,
+                    # Korthikanti Sec. 4.3: the output norm and projection inputs, fp32 logits for the loss
+                    dense_act=(BF16_BYTES * s_llm * h, 4.0 * s_llm * V),
+                    frozen=spec.frozen,
+                )
+                layers.append(PipelineLayer(f"{spec.name}.head", spec.name, "loss", (head,), 0.0, _fqn(spec, "post")))
+        elif spec.kind == "action_head":
+            t = spec.tokens + spec.cond_tokens
+            pairs = float(t * t)
+            for i in range(spec.layers):
+                last = i == spec.layers - 1
+                extra_p = (parts["pre"] if i == 0 else 0) + (parts["post"] if last else 0)
+                extra_f = 0.0
+                if i == 0:
+                    extra_f += 2.0 * (spec.cond_tokens * spec.cond_dim * spec.hidden + spec.tokens * spec.action_dim * spec.hidden)
+                if last:
+                    extra_f += 2.0 * spec.tokens * spec.hidden * spec.action_dim
+                piece = _block_piece(spec, f"{spec.name}.{i}", t, pairs, extra_p, extra_f, passes=spec.passes)
+                fq = (_fqn(spec, "pre") if i == 0 else ()) + _fqn(spec, "block", i) + (_fqn(spec, "post") if last else ())
+                out = 0.0 if last else spec.passes * t * spec.hidden * BF16_BYTES
+                layers.append(PipelineLayer(f"{spec.name}.{i}", spec.name, "action", (piece,), out, fq))
+        elif spec.kind == "action_expert":
+            continue  # fused into the llm's layers above
+    # frozen modules with nothing trainable before them run no backward at all
+    trainable_seen = False
+    result = []
+    for layer in layers:
+        pieces = []
+        for piece in layer.pieces:
+            if not piece.frozen:
+                trainable_seen = True
+            pieces.append(replace(piece, backward=trainable_seen or not piece.frozen))
+        result.append(replace(layer, pieces=tuple(pieces)))
+    return result
+

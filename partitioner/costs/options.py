@@ -1,0 +1,164 @@
+"""The cost model's options: every constant and knob, named and documented.
+
+Contract: :class:`CostOptions` is a frozen dataclass; each field is one
+constant (with its source) or one modelling choice.
+:meth:`CostOptions.from_mapping` validates a mapping (the CLI's
+``--cost-option key=value``) and raises
+:class:`~partitioner.problem.ProblemError` naming ``options.<key>`` for an
+unknown key or a bad value; :meth:`CostOptions.to_dict` is its inverse (the
+problem's ``meta.options``). Nothing here computes a cost.
+
+References
+----------
+.. [2] V. Korthikanti et al., "Reducing Activation Recomputation in Large
+   Transformer Models", MLSys 2023, arXiv:2205.05198, Sections 4-5.
+.. [4] S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
+   Trillion Parameter Models", SC 2020 (2 + 2 + 12 bytes per parameter).
+.. [5] T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism
+   and Work Partitioning", arXiv:2307.08691 (2023).
+.. [6] NVIDIA, "Matrix Multiplication Background User's Guide", Deep
+   Learning Performance documentation (tile and wave quantization).
+.. [9] S. Li et al., "PyTorch Distributed: Experiences on Accelerating Data
+   Parallel Training", VLDB 2020 (bucketed all-reduce overlapping backward).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping
+
+from ..problem import ProblemError
+
+__all__ = ["BF16_BYTES", "CostOptions"]
+
+BF16_BYTES = 2
+
+
+@dataclass(frozen=True)
+class CostOptions:
+    """The knobs and constants of the cost model; each one is documented here.
+
+    Parameters
+    ----------
+    flash_attention : bool
+        Fused attention: no score matrix is stored (drops Korthikanti's
+        ``5as/h`` term) and the backward recomputes it (``flash_backward_factor``).
+    sequence_parallel : bool
+        Megatron sequence parallelism: norms and dropouts sharded over tp,
+        so every activation is divided by tp [2]_.
+    recompute : {"none", "selective", "full"}
+        Activation recomputation [2]_: selective drops the score-matrix
+        term (recomputing the attention core in backward); full keeps only
+        each block's input and replays the forward in backward.
+    zero1 : bool
+        Shard the 12 optimizer bytes per parameter over dp (ZeRO stage 1 [4]_).
+    bytes_per_param : float
+        Trainable-weight memory per parameter: bf16 weight (2) + bf16
+        gradient (2) + fp32 master weight, Adam momentum and variance (12) [4]_.
+    optimizer_bytes_per_param : float
+        The part of ``bytes_per_param`` ZeRO-1 shards.
+    frozen_bytes_per_param : float
+        A frozen weight: bf16 only.
+    efficiency_max : float
+        Fraction of the dense bf16 peak a large, wide GEMM reaches. 0.70 is
+        in line with the 50-60 % model FLOPs utilization reported for large
+        Megatron runs on A100 (Narayanan et al., SC 2021) once pipeline
+        bubbles and communication are added; calibrate with profiled times.
+    gemm_half_width : float
+        Per-GPU GEMM width ``hidden / tp`` at which efficiency is half of
+        ``efficiency_max`` (seed lesson 15 Q1: a 1024-wide ViT at TP=4 gives
+        256-wide GEMMs that starve the tensor cores [6]_).
+    gemm_half_tokens : float
+        Tokens per GEMM (the M dimension) at which efficiency halves.
+    efficiency_exponent : float
+        Steepness ``k`` of the fall-off: with 2, a GEMM twice as wide as
+        ``gemm_half_width`` runs at 80 % of ``efficiency_max``, half as wide at 20 %.
+    collective_latency_us : float
+        Fixed cost of one NCCL collective inside a node (launch plus
+        synchronization), microseconds.
+    nvlink_efficiency : float
+        Fraction of ``intra_node_GBps`` a ring all-reduce achieves as bus
+        bandwidth.
+    flash_backward_factor : float
+        Backward/forward FLOPs of the attention core with flash attention
+        (2.5: five matmuls against two [5]_); 2 without.
+    grad_bytes_per_param : float
+        Bytes per trainable parameter in the data-parallel gradient all-reduce (bf16).
+    grad_sync_overlap : float
+        Fraction of the data-parallel gradient all-reduce hidden behind the
+        backward pass (bucketed overlap [9]_, Megatron ``--overlap-grad-reduce``);
+        a modelling choice: 0 exposes it all, 1 hides it all.
+    memory_reserve_bytes : int
+        Subtracted from each GPU's memory for the CUDA context, NCCL buffers
+        and allocator fragmentation (a choice, not a measurement).
+    freeze, train : tuple of str
+        Module names to freeze, or to train although the preset freezes them.
+    text_tokens : int or None
+        Overrides the LLM's text tokens per sample.
+    max_tp : int or None
+        Largest tensor-parallel degree to offer.
+    """
+
+    flash_attention: bool = True
+    sequence_parallel: bool = True
+    recompute: str = "none"
+    zero1: bool = False
+    bytes_per_param: float = 16.0
+    optimizer_bytes_per_param: float = 12.0
+    frozen_bytes_per_param: float = 2.0
+    efficiency_max: float = 0.70
+    gemm_half_width: float = 256.0
+    gemm_half_tokens: float = 128.0
+    efficiency_exponent: float = 2.0
+    collective_latency_us: float = 20.0
+    nvlink_efficiency: float = 0.8
+    flash_backward_factor: float = 2.5
+    grad_bytes_per_param: float = 2.0
+    grad_sync_overlap: float = 0.5
+    memory_reserve_bytes: int = 2 * 2**30
+    freeze: tuple[str, ...] = ()
+    train: tuple[str, ...] = ()
+    text_tokens: int | None = None
+    max_tp: int | None = None
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any] | "CostOptions" | None) -> "CostOptions":
+        """Options from a mapping (e.g. CLI ``--cost-option key=value``); unknown keys are an error."""
+        if options is None:
+            return cls()
+        if isinstance(options, CostOptions):
+            return options
+        known = {f.name: f for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for key, value in options.items():
+            if key not in known:
+                raise ProblemError(f"unknown cost option {key!r} (options: {', '.join(known)})", path=f"options.{key}")
+            default = getattr(cls(), key)
+            where = f"options.{key}"
+            if isinstance(default, bool):
+                if not isinstance(value, bool):
+                    raise ProblemError(f"must be true or false, got {value!r}", path=where)
+            elif isinstance(default, tuple):
+                if isinstance(value, str):
+                    value = tuple(v for v in value.split(",") if v)
+                if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+                    raise ProblemError("must be a list of module names", path=where)
+                value = tuple(value)
+            elif key == "recompute":
+                if value not in ("none", "selective", "full"):
+                    raise ProblemError(f"must be none, selective or full, got {value!r}", path=where)
+            elif key in ("text_tokens", "max_tp"):
+                if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                    raise ProblemError(f"must be a positive integer, got {value!r}", path=where)
+            else:
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                    raise ProblemError(f"must be a non-negative number, got {value!r}", path=where)
+                if key in ("efficiency_max", "nvlink_efficiency") and not 0 < value <= 1:
+                    raise ProblemError(f"must be in (0, 1], got {value!r}", path=where)
+                if key == "grad_sync_overlap" and not 0 <= value <= 1:
+                    raise ProblemError(f"must be in [0, 1], got {value!r}", path=where)
+            values[key] = value
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
