@@ -7,8 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from checks import check_no_random_plan_beats
+from partitioner import Plan, PlanError, Problem, Stage, evaluate, load_problem, simulate, solve
 from partitioner.schedules import device_order, estimate, peak_activation_bytes, stash
-from partitioner.simulate import simulate_times
+from partitioner.simulate import replay_check, simulate_times
+from strategies import small_v2_problems
 
 # --------------------------------------------------------------------------- an independent replay
 
@@ -362,3 +365,159 @@ def test_estimate_against_simulation_on_random_heterogeneous_stages():
 if __name__ == "__main__":  # pragma: no cover - measurement for the report
     for name, (lo, hi) in sorted(ratio_ranges(cases=4000).items()):
         print(f"{name:12s} estimate / simulation {lo:.3f} .. {hi:.3f}")
+
+
+# --------------------------------------------------------------------------- plans: zb-h1
+
+
+def with_schedule(problem, schedule, shares=None, **training):
+    """``problem`` under ``schedule``; ``shares`` (one per layer) split each backward into B and W."""
+    doc = problem.to_dict()
+    doc["training"] = {**doc["training"], "schedule": schedule, **training}
+    if shares is not None:
+        for layer, share in zip(doc["layers"], shares):
+            for cost in layer["costs"].values():
+                cost["bwd_weight_ms"] = cost["bwd_ms"] * share
+                cost["bwd_input_ms"] = cost["bwd_ms"] - cost["bwd_weight_ms"]
+    return Problem.from_dict(doc)
+
+
+def test_zbh1_plan_replays_with_the_layers_weight_gradients(examples):
+    base = load_problem(examples / "vla_toy_2x4.json")
+    problem = with_schedule(base, "zb-h1", [0.25] * base.num_layers)
+    plan = solve(base, "brute").plan
+    ev = evaluate(problem, plan)
+    assert [s.wgrad_ms for s in ev.stages] == pytest.approx([s.compute_bwd_ms * 0.25 for s in ev.stages])
+    sim = simulate(problem, plan)  # the problem's schedule by default
+    assert sim.schedule == "zb-h1"
+    assert sim.wgrad_ms == pytest.approx(tuple(s.wgrad_ms for s in ev.stages))
+    assert list(sim.peak_memory_bytes) == ev.peak_memory_bytes  # the 1F1B stash
+    one = simulate(problem, plan, "1f1b")
+    assert sim.makespan_ms <= one.makespan_ms + 1e-9
+    assert ev.iteration_ms == pytest.approx(
+        estimate("zb-h1", ev.times_ms, problem.microbatches, wgrad=[s.wgrad_ms for s in ev.stages])
+    )
+    assert replay_check(problem, plan, ev)["schedule"] == "zb-h1"
+    # no split given: an even one (LayerCost.split)
+    even = evaluate(with_schedule(base, "zb-h1"), plan)
+    assert [s.wgrad_ms for s in even.stages] == pytest.approx([s.compute_bwd_ms / 2 for s in even.stages])
+
+
+def pareto_case():
+    """Stage 1 can run a 'fast' config (t 1.9, W 0) or 'alt' (t 2.0, W 1.5): ZB-H1 prefers 'alt'."""
+    def cost(fwd, b_in, b_w):
+        return {"fwd_ms": fwd, "bwd_ms": b_in + b_w, "bwd_input_ms": b_in, "bwd_weight_ms": b_w, "weight_bytes": 1, "act_bytes": 1}
+
+    return {
+        "version": 2,
+        "name": "pareto",
+        "cluster": {"nodes": 1, "gpus_per_node": 2, "gpu_memory_bytes": 100, "intra_node_GBps": 1.0, "inter_node_GBps": 1.0},
+        "training": {"microbatches": 4, "objective": "iteration", "schedule": "zb-h1"},
+        "stages": 2,
+        "layers": [
+            {"name": "a", "module": "a", "out_bytes": 0, "costs": {"dp1tp1": cost(5.0, 2.5, 2.5)}},
+            {"name": "b", "module": "b", "out_bytes": 0, "costs": {"dp1tp1": cost(1.0, 0.9, 0.0), "dp1tp1/alt": cost(0.5, 0.0, 1.5)}},
+        ],
+    }
+
+
+def test_brute_zbh1_keeps_the_pareto_configs():
+    problem = Problem.from_dict(pareto_case())
+    result = solve(problem, "brute")
+    assert result.status == "optimal"
+    assert result.plan.stages[1].variant == "alt"  # not the fastest config of its stage
+    # u = (7.5, 0.5), W = (2.5, 1.5), k = m - P + 1 = 3: 8 + max(3 * 7.5 + 3 * 2.5, 3 * 0.5 + 3 * 1.5)
+    assert result.value == pytest.approx(38.0)
+    one = solve(Problem.from_dict({**pareto_case(), "training": {"microbatches": 4, "objective": "iteration"}}), "brute")
+    assert one.plan.stages[1].variant == ""  # 1F1B: the fastest config
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_brute_zbh1_is_optimal_against_random_plans(data):
+    base = data.draw(small_v2_problems(max_layers=5, objectives=("iteration",)))
+    shares = data.draw(st.lists(st.floats(0.0, 1.0), min_size=base.num_layers, max_size=base.num_layers))
+    problem = with_schedule(base, "zb-h1", shares)
+    result = solve(problem, "brute")
+    if result.status == "error":  # too large an enumeration for the oracle
+        return
+    if result.ok:
+        ev = evaluate(problem, result.plan)
+        assert result.value == pytest.approx(ev.value, rel=1e-12)
+        sim = simulate(problem, result.plan)
+        assert all(b <= problem.cluster.gpu_memory_bytes for b in sim.peak_memory_bytes)
+    check_no_random_plan_beats(data, problem, result, tries=8)
+
+
+# --------------------------------------------------------------------------- plans: interleaved
+
+
+def interleaved_problem(P=2, v=2, m=4, layers=8, memory=10**6, out_bytes=0):
+    cost = {"fwd_ms": 1.0, "bwd_ms": 2.0, "weight_bytes": 100, "act_bytes": 10}
+    return Problem.from_dict(
+        {
+            "version": 2,
+            "name": "interleaved",
+            "cluster": {"nodes": 1, "gpus_per_node": 2 * P, "gpu_memory_bytes": memory, "intra_node_GBps": 1.0, "inter_node_GBps": 1.0},
+            "training": {"microbatches": m, "objective": "iteration", "schedule": "interleaved", "virtual_stages": v},
+            "stages": P,
+            "layers": [
+                {"name": f"l{i}", "module": "llm", "out_bytes": out_bytes, "costs": {"dp2tp1": cost, "dp1tp2": {**cost, "fwd_ms": 1.5}}}
+                for i in range(layers)
+            ],
+        }
+    )
+
+
+def chunk_plan(P=2, v=2, layers=8, ids=True, layouts=None):
+    per = layers // (P * v)
+    stages = []
+    for c in range(P * v):
+        dp, tp = (layouts or {}).get(c, (2, 1))
+        stages.append(Stage(c * per, c * per + per - 1, 2, dp, tp, (2 * (c % P), 2 * (c % P) + 1) if ids else None))
+    return Plan(tuple(stages))
+
+
+def test_interleaved_plan_evaluates_and_replays():
+    P, v, m = 2, 2, 4
+    problem = interleaved_problem(P, v, m, out_bytes=4000)
+    plan = chunk_plan(P, v)
+    ev = evaluate(problem, plan)
+    assert ev.schedule == "interleaved" and ev.virtual_stages == v and len(ev.stages) == P * v
+    # chunk c sends to chunk c + 1 on the other group: 4000 B over 2 x 1 GB/s NVLink = 0.002 ms
+    assert ev.transfers_ms == pytest.approx((0.002,) * 3)
+    assert [s.fwd_ms for s in ev.stages] == pytest.approx([2.002, 2.002, 2.002, 2.0])
+    assert ev.group_times_ms == pytest.approx([sum(ev.times_ms[0::2]), sum(ev.times_ms[1::2])])
+    assert ev.bottleneck_ms == max(ev.group_times_ms)
+    sim = simulate(problem, plan, evaluation=ev)
+    assert sim.schedule == "interleaved" and sim.num_stages == P
+    assert list(sim.peak_memory_bytes) == ev.peak_memory_bytes  # rule 6 is what the replay holds
+    held = [peak_activation_bytes("interleaved", g, P, m, [s.act_bytes for s in ev.stages], v) for g in range(P)]
+    assert ev.peak_memory_bytes == [2 * 200 + h for h in held]
+    assert ev.iteration_ms == pytest.approx(estimate("interleaved", ev.times_ms, m, virtual_stages=v))
+    # the same plan without device ids: groups take contiguous ids
+    assert evaluate(problem, chunk_plan(P, v, ids=False)).times_ms == pytest.approx(ev.times_ms)
+    with pytest.raises(ValueError, match="interleaved"):
+        simulate(problem, plan, "1f1b", evaluation=ev)
+
+
+@pytest.mark.parametrize(
+    "plan,rule,match",
+    [
+        (chunk_plan(2, 2, layouts={2: (1, 2)}), 5, "share its layout"),
+        (Plan(chunk_plan().stages[:3] + (Stage(6, 7, 2, 2, 1, (0, 1)),)), 4, "devices of its group"),
+        (Plan(chunk_plan().stages[:2] + (Stage(4, 7, 2, 2, 1, (0, 1)),)), 1, "multiple of the 2 virtual"),
+        (Plan((Stage(0, 3, 4, 4, 1), Stage(4, 7, 4, 4, 1))), 1, "outside the allowed"),
+    ],
+)
+def test_interleaved_plan_rules(plan, rule, match):
+    with pytest.raises(PlanError, match=match) as err:
+        evaluate(interleaved_problem(), plan)
+    assert err.value.rule == rule
+
+
+def test_interleaved_group_memory_rule():
+    problem = interleaved_problem(memory=2 * 200 + 50)  # group 0 holds 5 chunk-microbatches of 20 B at its peak (warm-up 2(P-1) + (v-1)P = 4, plus one)
+    with pytest.raises(PlanError, match="group 0") as err:
+        evaluate(problem, chunk_plan())
+    assert err.value.rule == 6
