@@ -10,7 +10,7 @@ reports a plan worse than the baseline: if the method returns a worse plan
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from .costs import CostOptions, build_problem
@@ -194,6 +194,7 @@ def plan_model(
     simulate: bool = True,
     auto_solves: int = 2,
     max_stages: int | None = None,
+    schedules: bool = True,
 ) -> "ModelPlan":
     """Plan the training of a model preset on a cluster preset.
 
@@ -222,6 +223,10 @@ def plan_model(
         How many screened microbatch counts ``auto`` solves with ``method``.
     max_stages : int, optional
         Upper bound on the pipeline depth (default: the format's min(layers, GPUs)).
+    schedules : bool
+        With ``simulate``, also replay the kept plan under every schedule and
+        the uniform split under interleaved 1F1B (``extra["schedules"]``,
+        :func:`partitioner.schedule_search.compare_schedules`).
 
     Returns
     -------
@@ -303,7 +308,13 @@ def plan_model(
             message=f"no plan found: {reason}",
             extra={"microbatches_tried": tried, "baseline": {"method": BASELINE_METHOD, "value": None, "plan": None}},
         )
-    return _assemble(best, best_base, tried, method, spec, cl)
+    result = _assemble(best, best_base, tried, method, spec, cl)
+    if schedules and simulate and result.plan is not None:
+        from .schedule_search import compare_schedules
+
+        base_plan = best_base["base"][0] if best_base is not None else None
+        result = replace(result, extra={**result.extra, "schedules": compare_schedules(result.problem, result.plan, baseline=base_plan)})
+    return result
 
 
 def _finite(x: float | None) -> float | None:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from checks import check_no_random_plan_beats
 from partitioner import Plan, PlanError, Problem, Stage, evaluate, load_problem, simulate, solve
+from partitioner.schedule_search import compare_schedules
 from partitioner.schedules import device_order, estimate, peak_activation_bytes, stash
 from partitioner.simulate import replay_check, simulate_times
 from strategies import small_v2_problems
@@ -521,3 +522,43 @@ def test_interleaved_group_memory_rule():
     with pytest.raises(PlanError, match="group 0") as err:
         evaluate(problem, chunk_plan())
     assert err.value.rule == 6
+
+
+# --------------------------------------------------------------------------- choosing the schedule by simulation
+
+
+def test_compare_schedules_replays_every_schedule():
+    P, m = 2, 4
+    # 4 layers of 100 B weights and 10 B activations a stage: 1F1B holds 2 microbatches (480 B), GPipe 4 (560 B)
+    base = interleaved_problem(P, 2, m, memory=500)
+    problem = with_schedule(base, "1f1b", [0.4] * base.num_layers, virtual_stages=1)
+    plan = Plan(tuple(Stage(4 * p, 4 * p + 3, 2, 2, 1, (2 * p, 2 * p + 1)) for p in range(P)))
+    out = compare_schedules(problem, plan)
+    rows = {(r["schedule"], r["virtual_stages"]): r for r in out["rows"]}
+    assert set(rows) == {("1f1b", 1), ("zb-h1", 1), ("gpipe", 1), ("interleaved", 2), ("interleaved", 3), ("interleaved", 4)}
+    assert rows[("zb-h1", 1)]["iteration_ms"] < rows[("1f1b", 1)]["iteration_ms"]
+    assert rows[("1f1b", 1)]["iteration_ms"] == pytest.approx(simulate(problem, plan).makespan_ms)
+    assert not rows[("gpipe", 1)]["ok"] and "rule 6" in rows[("gpipe", 1)]["reason"]
+    assert rows[("interleaved", 2)]["ok"] and rows[("interleaved", 2)]["stages"] == 4
+    # Megatron's interleaved uniform split beats plain 1F1B here: 8 equal layers, bubble (P-1)(F+B)/v
+    assert rows[("interleaved", 4)]["iteration_ms"] == pytest.approx(m * 12 + (P - 1) * 12 / 4)
+    ok = [r for r in out["rows"] if r["ok"]]
+    assert [r["iteration_ms"] for r in ok] == sorted(r["iteration_ms"] for r in ok)
+    assert out["best"]["schedule"] == ok[0]["schedule"] and out["best"]["plan"]["stages"]
+
+
+def test_plan_model_reports_every_schedule_of_the_kept_plan():
+    from partitioner.planning import plan_model
+
+    r = plan_model("seed-vla-8gpu", "dgx-h100", nodes=1, global_batch=32, microbatches=8, method="greedy")
+    out = r.extra["schedules"]
+    rows = {(row["schedule"], row["virtual_stages"]): row for row in out["rows"]}
+    assert rows[("1f1b", 1)]["iteration_ms"] == pytest.approx(r.extra["throughput"]["iteration_ms"])
+    assert ("zb-h1", 1) in rows and any(s == "interleaved" for s, _ in rows)
+    best = out["best"]
+    assert best["iteration_ms"] == min(row["iteration_ms"] for row in out["rows"] if row["ok"])
+    plan = Plan.from_dict(best["plan"])
+    problem = with_schedule(r.problem, best["schedule"], virtual_stages=best["virtual_stages"])
+    assert simulate(problem, plan).makespan_ms == pytest.approx(best["iteration_ms"])
+    off = plan_model("seed-vla-8gpu", "dgx-h100", nodes=1, global_batch=32, microbatches=8, method="greedy", schedules=False)
+    assert "schedules" not in off.extra
