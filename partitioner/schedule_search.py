@@ -1,17 +1,18 @@
 """Which pipeline schedule runs a plan fastest: every schedule replayed, the best kept.
 
-:func:`compare_schedules` takes a problem and a (non-interleaved) plan and
-replays it in the simulator under ``1f1b``, ``zb-h1`` and ``gpipe`` (the
-same stages; each schedule's own memory rule, so GPipe's stash of m may not
-fit), and under ``interleaved`` the plan a Megatron-LM user would run with
-virtual stages: the uniform split of :func:`partitioner.planning.megatron_baseline`
-cut into P·v chunks (vision and projector on chunk 0, the head on the last
-chunk, decoder layers even), on the groups and layout of the plan when its
-stages are equal, of the best uniform baseline otherwise, for v = 2, 3, 4
-where m is a multiple of P. Every row says the simulated iteration (the
-makespan), the bubble, the peak memory and, for a schedule that cannot run
-the plan, why. The schedules are compared by simulation, not by their
-estimates (``DESIGN.md``: ``plan`` picks the schedule by simulation).
+:func:`compare_schedules` takes a problem, a (non-interleaved) plan and the
+Megatron-style uniform baseline, and replays both in the simulator under
+``1f1b``, ``zb-h1`` and ``gpipe`` (the same stages; each schedule's own
+memory rule, so GPipe's stash of m may not fit), and under ``interleaved``
+the plan a Megatron-LM user would run with virtual stages: the baseline's
+uniform split (:func:`partitioner.planning.megatron_baseline`; vision and
+projector on chunk 0, the head on the last chunk, decoder layers even) cut
+into P·v chunks on the baseline's groups and layout, for v = 2, 3, 4 where
+m is a multiple of P. Every row says the simulated iteration (the
+makespan), the schedule's estimate, the bubble, the peak memory and, for a
+schedule that cannot run the plan, why. The schedules are compared by
+simulation, not by their estimates (``DESIGN.md``: ``plan`` picks the
+schedule by simulation).
 """
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def _row(problem: Problem, plan: Plan, schedule: str, v: int, source: str) -> di
     }
 
 
-def _group_shape(problem: Problem, plan: Plan) -> tuple[int, int, int, int] | None:
+def _group_shape(plan: Plan) -> tuple[int, int, int, int] | None:
     """``(P, devices, dp, tp)`` when every stage of ``plan`` has the same size and one layout."""
     first = plan.stages[0]
     if all(s.devices == first.devices and s.configs is None and (s.dp, s.tp) == (first.dp, first.tp) for s in plan.stages):
@@ -82,7 +83,7 @@ def compare_schedules(
     baseline: Plan | None = None,
     virtual: Sequence[int] = (2, 3, 4),
 ) -> dict[str, Any]:
-    """Replay ``plan`` under every schedule (and an interleaved uniform split); the best first.
+    """Replay ``plan`` and the Megatron-style ``baseline`` under every schedule; the best first.
 
     Parameters
     ----------
@@ -91,40 +92,48 @@ def compare_schedules(
     plan : Plan
         A plan of P stages (not chunks).
     baseline : Plan, optional
-        The Megatron-style uniform plan whose groups and layout the
-        interleaved rows use when ``plan``'s stages are not all equal.
+        The uniform plan a Megatron-LM user runs (equal stages, one layout);
+        replayed under every schedule, and cut into P·v chunks for
+        ``interleaved`` (without a baseline, ``plan`` is cut when its stages
+        are equal).
     virtual : sequence of int
         The v tried for ``interleaved``.
 
     Returns
     -------
     dict
-        ``rows`` (one per schedule and v, sorted by simulated iteration,
-        those that cannot run last, each without its ``plan``) and ``best``
-        (the fastest row, with its ``plan`` as a plan document, or None).
+        ``rows`` (one per plan, schedule and v: ``plan_source`` "plan" or
+        "baseline", sorted by simulated iteration, those that cannot run
+        last, without their plans), ``best`` (the fastest row, with its
+        ``plan`` as a plan document, or None) and ``best_baseline`` (the
+        fastest baseline row, likewise).
     """
     rows = [_row(problem, plan, s, 1, "plan") for s in PLAIN_SCHEDULES]
-    shape = _group_shape(problem, plan) or (_group_shape(problem, baseline) if baseline is not None else None)
-    source = "plan" if _group_shape(problem, plan) else "baseline"
+    uniform, source = (baseline, "baseline") if baseline is not None else (plan, "plan")
+    if baseline is not None:
+        rows += [_row(problem, baseline, s, 1, "baseline") for s in PLAIN_SCHEDULES]
+    shape = _group_shape(uniform)
     if shape is not None:
         P, devices, dp, tp = shape
-        for v in virtual:
-            if v < 2:
-                continue
-            if problem.microbatches % P:
-                rows.append({"schedule": "interleaved", "virtual_stages": v, "plan_source": source, "ok": False,
-                             "reason": f"microbatches ({problem.microbatches}) not a multiple of the {P} groups"})
-                continue
+        for v in (v for v in virtual if v >= 2):
+            head = {"schedule": "interleaved", "virtual_stages": v, "plan_source": source}
             chunks = interleaved_uniform_plan(problem, P, v, devices, dp, tp)
-            if chunks is None:
-                rows.append({"schedule": "interleaved", "virtual_stages": v, "plan_source": source, "ok": False,
-                             "reason": f"fewer decoder layers than the {P * v} chunks"})
-                continue
-            rows.append(_row(problem, chunks, "interleaved", v, f"uniform split of the {source}'s groups"))
+            if problem.microbatches % P:
+                rows.append({**head, "ok": False, "reason": f"microbatches ({problem.microbatches}) not a multiple of the {P} groups"})
+            elif chunks is None:
+                rows.append({**head, "ok": False, "reason": f"fewer decoder layers than the {P * v} chunks"})
+            else:
+                rows.append(_row(problem, chunks, "interleaved", v, source))
     rows.sort(key=lambda r: (not r["ok"], r.get("iteration_ms", 0.0)))
-    best = rows[0] if rows and rows[0]["ok"] else None
-    out_rows = [{k: v for k, v in r.items() if k != "plan"} for r in rows]
+
+    def public(row: dict[str, Any] | None) -> dict[str, Any] | None:
+        if row is None:
+            return None
+        return {**{k: v for k, v in row.items() if k != "plan"}, "plan": row["plan"].to_dict()}
+
+    ok = [r for r in rows if r["ok"]]
     return {
-        "rows": out_rows,
-        "best": None if best is None else {**{k: v for k, v in best.items() if k != "plan"}, "plan": best["plan"].to_dict()},
+        "rows": [{k: v for k, v in r.items() if k != "plan"} for r in rows],
+        "best": public(ok[0] if ok else None),
+        "best_baseline": public(next((r for r in ok if r["plan_source"] == "baseline"), None)),
     }

@@ -552,13 +552,18 @@ def test_plan_model_reports_every_schedule_of_the_kept_plan():
 
     r = plan_model("seed-vla-8gpu", "dgx-h100", nodes=1, global_batch=32, microbatches=8, method="greedy")
     out = r.extra["schedules"]
-    rows = {(row["schedule"], row["virtual_stages"]): row for row in out["rows"]}
-    assert rows[("1f1b", 1)]["iteration_ms"] == pytest.approx(r.extra["throughput"]["iteration_ms"])
-    assert ("zb-h1", 1) in rows and any(s == "interleaved" for s, _ in rows)
-    best = out["best"]
-    assert best["iteration_ms"] == min(row["iteration_ms"] for row in out["rows"] if row["ok"])
-    plan = Plan.from_dict(best["plan"])
-    problem = with_schedule(r.problem, best["schedule"], virtual_stages=best["virtual_stages"])
-    assert simulate(problem, plan).makespan_ms == pytest.approx(best["iteration_ms"])
+    rows = {(row["plan_source"], row["schedule"], row["virtual_stages"]): row for row in out["rows"]}
+    assert rows[("plan", "1f1b", 1)]["iteration_ms"] == pytest.approx(r.extra["throughput"]["iteration_ms"])
+    assert rows[("baseline", "1f1b", 1)]["iteration_ms"] == pytest.approx(r.extra["baseline"]["iteration_ms"])
+    assert ("plan", "zb-h1", 1) in rows and ("baseline", "zb-h1", 1) in rows
+    assert {v for src, s, v in rows if s == "interleaved"} == {2, 3, 4}
+    assert all(src == "baseline" for src, s, _ in rows if s == "interleaved")  # Megatron's interleaved uniform split
+    for key in ("best", "best_baseline"):
+        best = out[key]
+        pool = [row for row in out["rows"] if row["ok"] and (key == "best" or row["plan_source"] == "baseline")]
+        assert best["iteration_ms"] == min(row["iteration_ms"] for row in pool)
+        plan = Plan.from_dict(best["plan"])
+        problem = with_schedule(r.problem, best["schedule"], virtual_stages=best["virtual_stages"])
+        assert simulate(problem, plan).makespan_ms == pytest.approx(best["iteration_ms"])
     off = plan_model("seed-vla-8gpu", "dgx-h100", nodes=1, global_batch=32, microbatches=8, method="greedy", schedules=False)
     assert "schedules" not in off.extra
