@@ -459,14 +459,7 @@ def evaluate(problem: Problem, plan: Plan, objective: str | None = None) -> Eval
 
     # times and memory
     transfers = [_transfer_ms(problem, stages[p].last_layer, ids[p], ids[p + 1]) for p in range(P - 1)]
-    stashes = stash(problem.training.schedule, P, m)
-    evals = [
-        _stage_evaluation(
-            problem, p, s, assigned[p], ids[p],
-            transfers[p] if p < P - 1 else 0.0, transfers[p - 1] if p > 0 else 0.0, stashes[p],
-        )
-        for p, s in enumerate(stages)
-    ]
+    evals = _stage_evaluations(problem, stages, assigned, ids, transfers, stash(problem.training.schedule, P, m))
 
     # rule 6: memory, the schedule's stash included
     capacity = problem.cluster.gpu_memory_bytes
@@ -567,6 +560,25 @@ def _transfer_ms(problem: Problem, last_layer: int, src: Sequence[int], dst: Seq
     return transfer_ms(nbytes, _boundary_bandwidth(problem, src, dst)) if nbytes else 0.0
 
 
+def _stage_evaluations(
+    problem: Problem,
+    stages: Sequence[Stage],
+    assigned: Sequence[Sequence[tuple[tuple[int, int], Layout]]],
+    ids: Sequence[Sequence[int]],
+    transfers: Sequence[float],
+    stashes: Sequence[int],
+) -> list[StageEvaluation]:
+    """Every stage's evaluation; stage p sends ``transfers[p]`` forward and receives ``transfers[p - 1]`` back."""
+    last = len(stages) - 1
+    return [
+        _stage_evaluation(
+            problem, p, s, assigned[p], ids[p],
+            transfers[p] if p < last else 0.0, transfers[p - 1] if p > 0 else 0.0, stashes[p],
+        )
+        for p, s in enumerate(stages)
+    ]
+
+
 def _stage_evaluation(
     problem: Problem,
     p: int,
@@ -658,15 +670,7 @@ def evaluate_interleaved(problem: Problem, plan: Plan, objective: str | None = N
         _transfer_ms(problem, stages[c].last_layer, chunk_ids[c], chunk_ids[c + 1]) if c % P != (c + 1) % P else 0.0
         for c in range(len(stages) - 1)
     ]
-    stashes = stash("interleaved", P, m, v)
-    C = len(stages)
-    evals = [
-        _stage_evaluation(
-            problem, c, s, assigned[c], chunk_ids[c],
-            transfers[c] if c < C - 1 else 0.0, transfers[c - 1] if c > 0 else 0.0, stashes[c],
-        )
-        for c, s in enumerate(stages)
-    ]
+    evals = _stage_evaluations(problem, stages, assigned, chunk_ids, transfers, stash("interleaved", P, m, v))
     capacity = problem.cluster.gpu_memory_bytes
     memory = []
     for g in range(P):
