@@ -567,3 +567,17 @@ def test_plan_model_reports_every_schedule_of_the_kept_plan():
         assert simulate(problem, plan).makespan_ms == pytest.approx(best["iteration_ms"])
     off = plan_model("seed-vla-8gpu", "dgx-h100", nodes=1, global_batch=32, microbatches=8, method="greedy", schedules=False)
     assert "schedules" not in off.extra
+
+
+def test_schedules_benchmark_table():
+    from benchmarks.schedules import to_markdown
+
+    rows = [
+        {"plan_source": "plan", "schedule": "zb-h1", "virtual_stages": 1, "ok": True, "iteration_ms": 90.0,
+         "estimate_ms": 91.0, "bubble_ratio": 0.05, "peak_memory_bytes": 2**31},
+        {"plan_source": "baseline", "schedule": "gpipe", "virtual_stages": 1, "ok": False, "reason": "rule 6 (memory)"},
+    ]
+    text = to_markdown([{"model": "m", "cluster": "c", "nodes": 1, "global_batch": 8, "microbatches": 4, "status": "optimal",
+                         "rows": rows}], "greedy")
+    assert "| plan | zb-h1 | 1 | 90.0 | 91.0 | 5.0 | 2.0 |" in text
+    assert "| baseline | gpipe | 1 | does not run: rule 6 (memory) | | | |" in text
