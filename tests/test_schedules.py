@@ -352,7 +352,7 @@ def ratio_ranges(seed=0, cases=1200):
 
 
 def test_estimate_against_simulation_on_random_heterogeneous_stages():
-    """The measured ranges (README/report); run ``python tests/test_schedules.py`` to print them."""
+    """The measured ranges (DESIGN.md, the report): ``PYTHONPATH=. python tests/test_schedules.py`` prints them."""
     ranges = ratio_ranges()
     lo, hi = ranges["1f1b"]
     assert 1.0 - 1e-9 <= lo and hi <= 1.25  # Alpa's estimate never undershoots the 1F1B replay
