@@ -67,7 +67,7 @@ def to_markdown(entries: list[dict], method: str) -> str:
             if row["ok"]:
                 lines.append(
                     f"| {row['plan_source']} | {row['schedule']} | {row['virtual_stages']} | {row['iteration_ms']:.1f} | "
-                    f"{row['estimate_ms']:.1f} | {100 * row['bubble_ratio']:.1f} | {row['peak_memory_bytes'] / 2**30:.1f} |"
+                    f"{row['estimate_ms']:.1f} | {100 * max(row['bubble_ratio'], 0.0):.1f} | {row['peak_memory_bytes'] / 2**30:.1f} |"
                 )
             else:
                 lines.append(f"| {row['plan_source']} | {row['schedule']} | {row['virtual_stages']} | does not run: {row['reason']} | | | |")

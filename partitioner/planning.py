@@ -312,7 +312,9 @@ def plan_model(
     if schedules and simulate and result.plan is not None:
         from .schedule_search import compare_schedules
 
-        base_plan = best_base["base"][0] if best_base is not None else None
+        # the baseline at the kept plan's m (cost entries, and so layouts, depend on m)
+        same_m = next((e["base"] for e in screened if e["m"] == result.problem.microbatches and e["base"]), None)
+        base_plan = same_m[0] if same_m is not None else None
         result = replace(result, extra={**result.extra, "schedules": compare_schedules(result.problem, result.plan, baseline=base_plan)})
     return result
 
