@@ -102,7 +102,7 @@ def test_lesson15_colocated_meshes(examples, method, options):
     """One 8-GPU stage: vision at dp 8 x tp 1, then language at dp 2 x tp 4, with the reshard between."""
     problem = load_problem(examples / "seed_lesson15_colocated.json")
     result = solve(problem, method, options=options)
-    assert result.status == "optimal", result.message
+    assert result.status == "optimal", (result.message, result.extra)
     assert result.value == pytest.approx(16.36371456, rel=1e-12)
     (stage,) = result.plan.stages
     assert stage.configs == (Layout(8, 1), Layout(2, 4))
