@@ -13,6 +13,7 @@ from partitioner.problem import Layout
 from checks import check_plan
 from strategies import draw_valid_plan, small_problems, small_v2_problems
 from test_cpsat import assert_plan_is_a_model_solution as cpsat_model_holds
+from test_cpsat import vla_like_problem
 from test_milp import assert_plan_is_a_model_solution as milp_model_holds
 
 REL = 1e-6
@@ -102,7 +103,7 @@ def test_lesson15_colocated_meshes(examples, method, options):
     """One 8-GPU stage: vision at dp 8 x tp 1, then language at dp 2 x tp 4, with the reshard between."""
     problem = load_problem(examples / "seed_lesson15_colocated.json")
     result = solve(problem, method, options=options)
-    assert result.status == "optimal", result.message
+    assert result.status == "optimal", (result.message, result.extra)
     assert result.value == pytest.approx(16.36371456, rel=1e-12)
     (stage,) = result.plan.stages
     assert stage.configs == (Layout(8, 1), Layout(2, 4))
@@ -110,3 +111,18 @@ def test_lesson15_colocated_meshes(examples, method, options):
     out = problem.layers[ev.segments[0][1]].out_bytes
     assert ev.reshard_ms == pytest.approx(out * 3 / 32 / (problem.cluster.intra_node_GBps * 1e6), rel=1e-12)
     check_plan(problem, result)
+
+
+def test_cpsat_v2_on_a_vla_problem_agrees_with_dp_and_is_deterministic():
+    """16 layers in four module runs on 2 x 8 GPUs: beyond brute, checked against dp; same plan twice."""
+    doc = vla_like_problem(16, 2, 8, seed=3, objective="bottleneck").to_dict()
+    doc["version"] = 2
+    problem = Problem.from_dict(doc)
+    assert len(problem.segments(0, problem.num_layers - 1)) == 4
+    exact = solve(problem, "dp")
+    first = solve(problem, "cpsat", seed=7, options=CPSAT)
+    second = solve(problem, "cpsat", seed=7, options=CPSAT)
+    assert exact.status == first.status == "optimal", first.message
+    assert first.value == pytest.approx(exact.value, rel=REL)
+    assert first.plan == second.plan and first.value == second.value
+    check_plan(problem, first)

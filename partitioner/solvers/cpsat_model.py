@@ -11,7 +11,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from .slotmodel import SlotData, SlotDecisions, decisions_from_values, stage_terms
+from .slotmodel import SlotData, SlotDecisions, decisions_from_values, reshard_sites, stage_terms
 from .slottimes import IntegerTimes
 
 __all__ = ["CpVars", "build_model", "hint_values", "objective_units", "read_decisions", "ModelRangeError"]
@@ -223,34 +223,23 @@ def _segment_memory(model, data: SlotData, members, cover, use, check) -> dict:
 
 
 def _reshards(model, data: SlotData, times: IntegerTimes, before, use, check) -> tuple[dict, list]:
-    """Boundary g inside slot j: one w per mesh pair, on exactly the pair used; the slot pays its units."""
-    J, nl = data.slots, len(data.layouts)
+    """Boundary g inside slot j: one 0/1 w per mesh pair, 1 on exactly the pair used; the slot pays its units."""
     pair: dict = {}
-    reshard: list = [0] * J
-    for j in range(J):
+    terms: dict = {}
+    for j, g, plus, minus, pairs, margins in reshard_sites(data, before, use):
         check()
-        terms = []
-        for g in range(len(data.groups) - 1):
-            units = times.reshard[g]
-            if not any(units.values()):
-                continue
-            last = data.groups[g][1]
-            inside = _minus(before[last + 1][j], before[last][j + 1])
-            if _zero(inside):
-                continue
-            pairs = data.mesh_pairs(g)
-            w = {p: model.new_bool_var(f"pair{j}_{g}_{p[0]}_{p[1]}") for p in pairs}
-            for side, (h, pos) in enumerate(((g, 0), (g + 1, 1))):
-                for mu in {p[pos] for p in pairs}:
-                    uses = [use[j][h][k] for k in range(nl) if data.mesh_index[k] == mu and not isinstance(use[j][h][k], int)]
-                    model.add(sum(w[p] for p in pairs if p[pos] == mu) <= sum(uses))
-            model.add(sum(w.values()) == inside)
-            pair[j, g] = w
-            terms += [units[p] * v for p, v in w.items() if units.get(p, 0)]
-        if terms:
-            r = model.new_int_var(0, times.top, f"reshard{j}")
-            model.add(r == sum(terms))
-            reshard[j] = r
+        w = {p: model.new_bool_var(f"pair{j}_{g}_{p[0]}_{p[1]}") for p in pairs}
+        for some, uses in margins:
+            model.add(sum(w[p] for p in some) <= sum(uses))
+        model.add(sum(w.values()) == _minus(plus, minus))
+        pair[j, g] = w
+        units = times.reshard[g]
+        terms.setdefault(j, []).extend(units[p] * v for p, v in w.items() if units.get(p, 0))
+    reshard: list = [0] * data.slots
+    for j, parts in terms.items():
+        if parts:
+            reshard[j] = model.new_int_var(0, times.top, f"reshard{j}")
+            model.add(reshard[j] == sum(parts))
     return pair, reshard
 
 
@@ -358,10 +347,7 @@ def hint_values(var: CpVars, data: SlotData, times: IntegerTimes, d: SlotDecisio
     J, L = data.slots, data.num_layers
     out: dict = {}
     ends = d.ends(data)
-    slot_of = [0] * L
-    for j in range(d.stages):
-        for i in range(d.starts[j], ends[j]):
-            slot_of[i] = j
+    slot_of = d.slot_of(data)
     for i in range(L):
         for j in range(1, J):
             out[var.before[i][j]] = int(slot_of[i] >= j)

@@ -50,6 +50,12 @@ class _HighsWithStart(pulp.HiGHS):
         self.deadline = deadline
 
     def createAndConfigureSolver(self, lp):  # noqa: N802 (PuLP's name)
+        # HiGHS keeps one process-wide thread scheduler: once some earlier solve in this
+        # process started it with another thread count, run() fails ("scheduler has already
+        # been initialized"); resetting it first makes the threads option hold
+        import highspy
+
+        highspy.Highs.resetGlobalScheduler(True)
         # highspy prints a banner on stdout when the first Highs object is made;
         # keep stdout clean (the CLI's --json output goes there) unless logging
         if self.msg:

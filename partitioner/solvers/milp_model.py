@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 
 import pulp
 
-from .slotmodel import SlotData, SlotDecisions, decisions_from_values, stage_terms
+from .slotmodel import SlotData, SlotDecisions, decisions_from_values, reshard_sites, stage_terms
 
 __all__ = ["MilpVars", "build_milp", "start_values", "read_decisions", "time_cap", "CAP_FACTOR"]
 
@@ -154,8 +154,8 @@ def build_milp(data: SlotData, check=None, ceiling_ms: float | None = None) -> t
                     need = data.memory(k, i, j)
                     if need > capacity:
                         v.upBound = 0
-                    elif need:
-                        memory_rows[j].append(need * v)
+                    elif need:  # as a share of the GPU: bytes are ~1e10, the tolerances absolute
+                        memory_rows[j].append(need / capacity * v)
             lp += pulp.lpSum(shares) == member[j][i]
         c = pulp.LpVariable(f"compute_{j}", lowBound=0)
         lp += c == pulp.lpSum(terms)
@@ -170,7 +170,7 @@ def build_milp(data: SlotData, check=None, ceiling_ms: float | None = None) -> t
     else:
         for j in range(J):
             if memory_rows[j]:
-                lp += pulp.lpSum(memory_rows[j]) <= capacity
+                lp += pulp.lpSum(memory_rows[j]) <= 1
 
     pair, reshard = _reshards(lp, data, before, use, cap, check) if n_groups > 1 else ({}, [0] * J)
 
@@ -218,33 +218,22 @@ def build_milp(data: SlotData, check=None, ceiling_ms: float | None = None) -> t
 
 def _reshards(lp: pulp.LpProblem, data: SlotData, before, use, cap, check) -> tuple[dict, list]:
     """Boundary g inside slot j: a transport of weight ``inside`` between the two segments' meshes."""
-    J, nl = data.slots, len(data.layouts)
     pair: dict = {}
-    reshard: list = [0] * J
-    for j in range(J):
+    terms: dict = {}
+    for j, g, plus, minus, pairs, margins in reshard_sites(data, before, use):
         check()
-        terms = []
-        for g in range(len(data.groups) - 1):
-            table = data.reshard_ms[g]
-            if not table:
-                continue
-            last = data.groups[g][1]
-            if isinstance(before[last + 1][j], int) and before[last + 1][j] == 0:
-                continue
-            inside = before[last + 1][j] - before[last][j + 1]
-            pairs = data.mesh_pairs(g)
-            w = {p: pulp.LpVariable(f"pair_{j}_{g}_{p[0]}_{p[1]}", lowBound=0, upBound=1) for p in pairs}
-            for h, pos in ((g, 0), (g + 1, 1)):
-                for mu in {p[pos] for p in pairs}:
-                    uses = [use[j][h][k] for k in range(nl) if data.mesh_index[k] == mu and not isinstance(use[j][h][k], int)]
-                    lp += pulp.lpSum(w[p] for p in pairs if p[pos] == mu) <= pulp.lpSum(uses)
-            lp += pulp.lpSum(w.values()) == inside
-            pair[j, g] = w
-            terms += [_capped(2 * table[p], cap) * v for p, v in w.items() if p in table]
-        if terms:
-            r = pulp.LpVariable(f"reshard_{j}", lowBound=0)
-            lp += r == pulp.lpSum(terms)
-            reshard[j] = r
+        w = {p: pulp.LpVariable(f"pair_{j}_{g}_{p[0]}_{p[1]}", lowBound=0, upBound=1) for p in pairs}
+        for some, uses in margins:
+            lp += pulp.lpSum(w[p] for p in some) <= pulp.lpSum(uses)
+        lp += pulp.lpSum(w.values()) == plus - minus
+        pair[j, g] = w
+        table = data.reshard_ms[g]
+        terms.setdefault(j, []).extend(_capped(2 * table[p], cap) * v for p, v in w.items() if p in table)
+    reshard: list = [0] * data.slots
+    for j, parts in terms.items():
+        if parts:
+            reshard[j] = pulp.LpVariable(f"reshard_{j}", lowBound=0)
+            lp += reshard[j] == pulp.lpSum(parts)
     return pair, reshard
 
 
@@ -303,10 +292,7 @@ def start_values(var: MilpVars, data: SlotData, d: SlotDecisions, ceiling_ms: fl
     J, L = data.slots, data.num_layers
     out: dict = {}
     ends = d.ends(data)
-    slot_of = [0] * L
-    for j in range(d.stages):
-        for i in range(d.starts[j], ends[j]):
-            slot_of[i] = j
+    slot_of = d.slot_of(data)
     group_of = [0] * L
     for g, (a, b) in enumerate(data.groups):
         group_of[a : b + 1] = [g] * (b - a + 1)

@@ -91,6 +91,7 @@ __all__ = [
     "SlotStart",
     "slot_start",
     "stage_terms",
+    "reshard_sites",
 ]
 
 
@@ -366,6 +367,13 @@ class SlotDecisions:
     link: tuple[bool, ...]
     configs: tuple[tuple[int, ...], ...] = ()
 
+    def slot_of(self, data: "SlotData") -> list[int]:
+        """The slot of every layer."""
+        ends, out = self.ends(data), [0] * data.num_layers
+        for j in range(self.stages):
+            out[self.starts[j] : ends[j]] = [j] * (ends[j] - self.starts[j])
+        return out
+
     def ends(self, data: "SlotData") -> list[int]:
         """One past the last layer of each slot (0 for inactive slots)."""
         return [(data.num_layers if j == 0 else self.starts[j - 1]) if j < self.stages else 0 for j in range(len(self.starts))]
@@ -500,3 +508,30 @@ def stage_terms(j: int, compute: list, reshard: list, send: list) -> list:
         if j < len(compute) - 1:
             terms.append(send[j])
     return terms
+
+
+def reshard_sites(data: SlotData, before: list, use: list):
+    """Every slot ``j`` and group boundary ``g`` (with some reshard > 0) that slot j can hold.
+
+    Yields ``(j, g, plus, minus, pairs, margins)``: the boundary is inside slot j
+    exactly when ``plus - minus`` is 1 (``before[B+1][j] - before[B][j+1]``, B the
+    last layer of g); ``pairs`` are the same-size mesh pairs across it; each margin
+    ``(pairs, uses)`` says the pairs sharing one mesh on one side weigh at most the
+    ``use`` literals of that mesh on that side (a transport whose total is ``inside``).
+    """
+    nl = len(data.layouts)
+    for j in range(data.slots):
+        for g in range(len(data.groups) - 1):
+            if not data.reshard_ms[g]:
+                continue
+            last = data.groups[g][1]
+            plus, minus = before[last + 1][j], before[last][j + 1]
+            if isinstance(plus, int) and plus == 0:
+                continue
+            pairs = data.mesh_pairs(g)
+            margins = []
+            for side, pos in ((g, 0), (g + 1, 1)):
+                for mu in sorted({p[pos] for p in pairs}):
+                    uses = [use[j][side][k] for k in range(nl) if data.mesh_index[k] == mu and not isinstance(use[j][side][k], int)]
+                    margins.append(([p for p in pairs if p[pos] == mu], uses))
+            yield j, g, plus, minus, pairs, margins
