@@ -6,7 +6,7 @@ import json
 import pytest
 import yaml
 
-from partitioner import load_problem, solve
+from partitioner import __version__, load_problem, solve
 from partitioner.compare import compare
 
 LESSON15 = "seed_lesson15_colocated.json"
@@ -44,8 +44,6 @@ def test_batch_and_compare_take_v2_problems(cli, examples, tmp_path):
     assert records["brute"]["plan"]["stages"][0]["configs"] == [{"dp": 8, "tp": 1}, {"dp": 2, "tp": 4}]
     # the result format survives next to the package version
     assert all(r["format_version"] == 2 for r in records.values())
-    from partitioner import __version__
-
     assert all(r["version"] == __version__ for r in records.values())
     proc = cli("compare", out, "--json")
     assert proc.returncode == 0, proc.stderr
