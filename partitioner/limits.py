@@ -12,13 +12,10 @@ README.md ("Accepted ranges and resource limits") states them for users.
 Why these numbers
 -----------------
 * A stage's compute time is a sum of at most :data:`MAX_LAYERS` entries of at
-  most :data:`MAX_TIME_MS` (forward plus backward), so every total and every
-  objective (also ``(m - 1)`` times the bottleneck) stays far inside the
-  double range, and a "never use this config" sentinel of 1e18 ms still
-  fits: the solvers sum stage times without prefix cancellation
-  (compensated range sums, :mod:`partitioner.solvers.tables`; dp's extended
-  precision; the slot models' scaled units), so the value of a stage is
-  accurate to its own size, not to the largest layer before it.
+  most :data:`MAX_TIME_MS` (forward plus backward), so every total stays
+  below 2e14 ms, where doubles still resolve 1/32 ms and the solvers'
+  compensated range sums (:mod:`partitioner.solvers.tables`) are exact to
+  far below the objective's relative tolerance.
 * Byte counts are at most :data:`MAX_BYTES` (1 PiB) per entry and, per
   config, the sum over all layers of ``weight_bytes`` (and of ``act_bytes``)
   is at most :data:`MAX_TOTAL_BYTES` (2^53): int64 prefix sums and their
@@ -64,7 +61,7 @@ MAX_STRING = 4096  # characters in any string (names, keys, meta)
 MAX_INT = 2**63 - 1  # |integer| anywhere in a document (field bounds below are tighter)
 
 # -- problem fields
-MAX_TIME_MS = 1e18  # per cost entry: fwd_ms, bwd_ms, bwd_input_ms, bwd_weight_ms (a "never use" sentinel still fits)
+MAX_TIME_MS = 1e9  # per cost entry: fwd_ms, bwd_ms, bwd_input_ms, bwd_weight_ms (about 11.6 days)
 MAX_BYTES = 2**50  # per entry: gpu_memory_bytes, weight_bytes, act_bytes, out_bytes (1 PiB)
 MAX_TOTAL_BYTES = 2**53  # per config: the sum over layers of weight_bytes, and of act_bytes
 MIN_GBPS = 1e-6  # bandwidths (intra_node_GBps, inter_node_GBps, topology edges): 1 kB/s ...

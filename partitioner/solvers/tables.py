@@ -21,10 +21,9 @@ difference of two double-doubles, taken with TwoSum again
 (:func:`range_sum`), so it is accurate to about one rounding of the *range's*
 own sum, not of the prefix: a single huge layer no longer wipes out the
 small layers after it (the cancellation a plain prefix difference suffers;
-issue 15). Each ``lo`` step is exactly what the float running sum dropped
-(a small layer after a huge one), so ``lo`` stays of the size of those
-small layers and its own roundings are far below the objective's relative
-tolerance within the input ranges of :mod:`partitioner.limits`.
+issue 15). The input ranges of :mod:`partitioner.limits` keep every prefix
+below 2e14 ms, so the accumulated ``lo`` terms are themselves exact to far
+below the objective's relative tolerance.
 
 References
 ----------
