@@ -347,6 +347,7 @@ def plan_model(
     auto_solves: int = 2,
     max_stages: int | None = None,
     knob_solves: str = "fast",
+    schedules: bool = True,
 ) -> "ModelPlan":
     """Plan the training of a model preset on a cluster preset.
 
@@ -383,6 +384,10 @@ def plan_model(
         memory, then recompute, then ZeRO-3); ``all`` every setting, keeping
         the best (slower, and better when a setting that adds time allows
         better cuts).
+    schedules : bool
+        With ``simulate``, also replay the kept plan under every schedule and
+        the uniform split under interleaved 1F1B (``extra["schedules"]``,
+        :func:`partitioner.schedule_search.compare_schedules`).
 
     Returns
     -------
@@ -479,7 +484,16 @@ def plan_model(
             extra={"microbatches_tried": tried, "baseline": {"method": None, "value": None, "plan": None},
                    "baselines": {name: {"value": None, "plan": None, "message": _NO_FIT[name]} for name in BASELINES}},
         )
-    return _assemble(best, bests, tried, method, spec, cl)
+    result = _assemble(best, bests, tried, method, spec, cl)
+    if schedules and simulate and result.plan is not None:
+        from .schedule_search import compare_schedules
+
+        # the Megatron-style baseline at the kept plan's m (cost entries, and so layouts, depend on m)
+        base_plan = next((e["bases"][BASELINE_METHOD]["plan"] for e in screened
+                          if e["m"] == result.problem.microbatches and BASELINE_METHOD in e["bases"]), None)
+        schedules_doc = compare_schedules(result.problem, result.plan, baseline=base_plan)
+        result = replace(result, extra={**result.extra, "schedules": schedules_doc})
+    return result
 
 
 _NO_FIT = {

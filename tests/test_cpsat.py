@@ -199,6 +199,11 @@ def test_cpsat_without_a_hint_matches_brute(problem):
 def test_every_valid_plan_is_a_solution_of_the_model_at_its_cost(data, problem):
     """Completeness: fixing the model to any valid plan is feasible and costs what evaluate says."""
     plan, true_value = draw_valid_plan(data, problem)
+    assert_plan_is_a_model_solution(problem, plan, true_value)
+
+
+def assert_plan_is_a_model_solution(problem: Problem, plan: Plan, true_value: float) -> None:
+    """Fixing the CP-SAT model to the valid ``plan`` is feasible and costs ``true_value`` (within the unit's error)."""
     slots = slot_data(problem, problem.objective)
     times = integer_times(slots)
     decisions = decisions_of_plan(slots, plan.with_device_ids())

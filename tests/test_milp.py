@@ -67,6 +67,11 @@ def test_cbc_matches_brute_and_dp(problem):
 def test_every_valid_plan_is_a_solution_of_the_milp_at_its_cost(data, problem):
     """Completeness: pinning the decisions to any valid plan is feasible and costs what evaluate says."""
     plan, true_value = draw_valid_plan(data, problem)
+    assert_plan_is_a_model_solution(problem, plan, true_value)
+
+
+def assert_plan_is_a_model_solution(problem: Problem, plan: Plan, true_value: float) -> None:
+    """Pinning the MILP's decisions to the valid ``plan`` is feasible and costs ``true_value``."""
     slots = slot_data(problem, problem.objective)
     lp, var = build_milp(slots)
     values = start_values(var, slots, decisions_of_plan(slots, plan.with_device_ids()))

@@ -8,8 +8,11 @@ Decisions, per slot ``j`` (stage ``P - 1 - j``, see :mod:`.slotmodel`):
   when ``before[0][j]``, the stage count ``P = 1 + sum_j before[0][j]`` is one
   of the feasible counts, and layer ``i`` is in slot ``j`` when
   ``x_ij = before[i][j] - before[i][j+1]`` is 1;
-* ``use[j][l]``: one layout per active slot (``size[j][s]`` channels its
-  device count); the devices sum to N;
+* ``use[j][g][l]``: one layout per segment -- per slot ``j`` and group
+  (module run) ``g`` it covers, ``sum_l use[j][g][l] = cover[j][g]`` (see
+  :mod:`.slotmodel`); ``size[j][s]``: one size per active slot, every
+  segment's layout of that size; the devices sum to N. With one group
+  (every v1 problem) ``size`` is channelled from ``use[j][0]``;
 * when the placement matters, ``node[j][k]`` puts a small slot on node
   ``k``: a node holds small slots of exactly ``gpus_per_node`` devices or
   none, nodes are numbered in order of first use by slot index (symmetry
@@ -19,26 +22,45 @@ Decisions, per slot ``j`` (stage ``P - 1 - j``, see :mod:`.slotmodel`):
 Times, in integer units (:func:`.slotmodel.integer_times`):
 
 * ``compute_j >= sum_i tau[l][i] x_ij`` when slot ``j`` uses layout ``l``
-  (``tau`` are differences of rounded prefix sums, so a stage's compute is
-  off by at most one unit), and the redundant ``d compute_j >= sum_i
-  work_i x_ij`` for a slot of ``d`` devices (``work_i`` = the least
-  device-units of layer ``i``), which lets the LP see the device budget;
-* memory and cost entries: the clauses ``use[j][l] and c_j <= a  =>
-  c_{j-1} <= reach[l, stash_j][a]`` (:mod:`.slotmodel`);
+  (several groups: ``compute_j = sum_g compute_jg`` with ``compute_jg >=
+  sum_{i in g} tau[l][i] x_ij`` when ``use[j][g][l]``; ``tau`` are
+  differences of exactly rounded prefix sums, so a segment's compute is off
+  by at most one unit), and the redundant ``d compute_j >= sum_i work_i
+  x_ij`` for a slot of ``d`` devices (``work_i`` = the least device-units of
+  layer ``i``), which lets the LP see the device budget;
+* memory and cost entries: one group, the clauses ``use[j][0][l] and c_j <= a
+  =>  c_{j-1} <= reach[l, stash_j][a]``; several groups, ``memory_jg >=
+  sum_{i in g} (weight + stash_j act)[i, l] x_ij`` when ``use[j][g][l]`` and
+  ``sum_g memory_jg <= capacity``, in bytes divided by their gcd (exact; a
+  missing entry counts capacity + 1);
+* reshards (several groups): per slot and group boundary, a 0/1 ``w`` per
+  same-size mesh pair, 1 exactly on the pair the slot's two segments use
+  (:mod:`.slotmodel`); ``reshard_j = sum 2 r w`` in units;
 * ``x_j >= send[c_j][s][h]`` for the transfer between slots ``j + 1`` and
   ``j`` whenever the smaller of the two has at most ``sizes[s]`` devices
   and the link is of kind ``h`` (sends only shrink with more devices);
-* ``t_j = compute_j + x_j + x_{j-1}``, ``T = max_j t_j``; ``bottleneck``
-  minimises T, ``iteration`` minimises ``sum t_j + (m - 1) T``.
+* ``t_j = compute_j + reshard_j + x_j + x_{j-1}``, ``T = max_j t_j``;
+  ``bottleneck`` minimises T, ``iteration`` minimises ``sum t_j + (m - 1) T``.
 
 Lower-bounding constraints (``>=``) suffice: both objectives are
 non-decreasing in every stage time, so a minimiser sets each time to its
 value where it matters, and every returned plan is re-evaluated exactly.
 
 The greedy plan (or the caller's ``warm_start``) is given as a complete
-hint, and its objective as an upper bound. The bound is converted back to
-ms conservatively (:func:`.slotmodel.conservative_bound`). Deterministic for
-a fixed seed with ``num_workers=1``.
+hint, and its objective as an upper bound; its stage ceiling
+(:func:`.slotmodel.stage_ceiling_ms`) caps every time coefficient, so a
+sentinel cost (``fwd_ms: 1e18``) costs neither range nor resolution. The
+bound is converted back to ms conservatively
+(:func:`.slotmodel.conservative_bound`), and "optimal" is claimed only when
+that bound is within the resolution of the plan's exact value (when the
+times span too wide a range for the integer unit, the answer is
+``feasible`` with the proven gap). Deterministic for a fixed seed with
+``num_workers=1``.
+
+Time limit: it covers building the tables, the greedy hint and the model
+(a model too large to build in the time left is refused at once,
+:func:`.slotmodel.model_size_refusal`; a build cut short returns the hint as
+``feasible``), and CP-SAT gets what is left.
 
 Reach: on the 4 x 8 GPU benchmark family (``tests/test_cpsat.py``) CP-SAT
 proves optimality within seconds up to about 24 layers; from 32 layers on
@@ -81,7 +103,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass, replace
 from typing import Any
 
 from ortools.sat.python import cp_model
@@ -89,26 +110,22 @@ from ortools.sat.python import cp_model
 from ..plan import Plan, evaluate
 from ..problem import Problem
 from .base import Candidate, SolveRequest, SolverError, register
-from .feasibility import explain_infeasible, quick_infeasibility
-from .slotmodel import (
-    RESOLUTION,
+from .cpsat_model import ModelRangeError, build_model, hint_values, objective_units, read_decisions
+from .feasibility import quick_infeasibility
+from .slotmodel import SlotData, SlotStart, plan_of_decisions, slot_start
+from .slotrun import (
     BuildTimeout,
-    IntegerTimes,
-    SlotData,
-    SlotDecisions,
     build_guard,
-    build_timeout_message,
-    conservative_bound,
-    decisions_from_values,
-    decisions_of_plan,
+    build_timeout_candidate,
+    infeasible_message,
     int_option,
-    integer_times,
-    plan_of_decisions,
-    slot_data,
+    model_size_refusal,
     starting_plan,
 )
+from .slottimes import RESOLUTION, conservative_bound, integer_times
 
-__all__ = ["solve_cpsat", "build_model", "hint_values", "read_decisions", "CpVars", "SAFE_PARAMETERS"]
+__all__ = ["solve_cpsat", "build_model", "hint_values", "read_decisions", "SAFE_PARAMETERS"]
+
 
 # Solver parameters applied before the caller's (see the module docstring).
 SAFE_PARAMETERS = {"cp_model_presolve": False}
@@ -122,27 +139,30 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     reason = quick_infeasibility(problem)
     if reason:
         return Candidate("infeasible", message=reason)
-    data = slot_data(problem, request.objective)
     resolution = request.option("resolution", RESOLUTION)
     if isinstance(resolution, bool) or not isinstance(resolution, (int, float)) or not 0 < resolution < 1:
         raise SolverError(f"cpsat: option resolution must be a number in (0, 1), got {resolution!r}")
-    times = integer_times(data, float(resolution))
-    try:
-        model, var = build_model(data, times, build_guard(request.deadline(start)))
-    except BuildTimeout:
-        return Candidate("error", message=build_timeout_message("cpsat", data))
-
+    check = build_guard(request.deadline(start))
+    refusal = model_size_refusal("cpsat", problem, request, start)
+    if refusal:
+        return Candidate("error", message=refusal)
     extra: dict[str, Any] = {}
-    hint_plan, hint_source = starting_plan(problem, request, extra)
-    decisions = decisions_of_plan(data, hint_plan) if hint_plan is not None else None
-    if decisions is None:
-        hint_plan = hint_source = None
-    else:
-        values = hint_values(var, data, times, decisions)
-        for v, value in values.items():
-            model.add_hint(v, value)
-        # the hinted plan is feasible, so the optimum is no worse than it
-        model.add(var.objective <= _objective_units(var, values, data))
+    begun = SlotStart()
+    try:
+        begun = slot_start(problem, request, extra, check, begun)
+        data, hint_plan, hint_source, decisions = begun.data, begun.plan, begun.source, begun.decisions
+        times = integer_times(data, float(resolution), begun.ceiling_ms, check)
+        model, var = build_model(data, times, check)
+        if decisions is not None:
+            values = hint_values(var, data, times, decisions)
+            for v, value in values.items():
+                model.add_hint(v, value)
+            # the hinted plan is feasible, so the optimum is no worse than it
+            model.add(var.objective <= objective_units(var, values, data))
+    except BuildTimeout:
+        return build_timeout_candidate("cpsat", problem, request, begun.plan, begun.source, extra)
+    except ModelRangeError as err:
+        return Candidate("error", message=str(err))
 
     solver = cp_model.CpSolver()
     params = solver.parameters
@@ -178,25 +198,40 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     }
     extra["time_unit_ms"] = 1.0 / times.scale
     extra["model_error_ms"] = times.error / times.scale
-    return _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, extra)
+    return _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, extra, float(resolution))
 
 
-def _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, extra) -> Candidate:
-    """Turn the solver's answer into a candidate (plan, proven bound, message)."""
+def _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, extra, resolution=RESOLUTION) -> Candidate:
+    """Turn the solver's answer into a candidate (plan, proven bound, message).
+
+    "optimal" is claimed only when the proven bound is within ``resolution``
+    of the plan's exact value: CP-SAT's OPTIMAL is about the integer model,
+    whose unit may be coarser than that when the times span too wide a range.
+    """
     analytic = data.lower_bound()
     if code == cp_model.INFEASIBLE:
         if hint_plan is not None:  # cannot happen for a correct solver: the hint is a solution
             return Candidate("error", message="cpsat: internal error, the solver rejected a valid plan", extra=extra)
-        return Candidate("infeasible", message=explain_infeasible(problem), extra=extra)
+        return Candidate("infeasible", message=infeasible_message(problem), extra=extra)
     bound = analytic
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
-        bound = conservative_bound(solver.best_objective_bound, times, analytic)
+        bound = conservative_bound(solver.best_objective_bound, times, analytic, data.num_layers)
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         plan = plan_of_decisions(data, read_decisions(solver, var, data))
-        if hint_plan is not None and _value(problem, hint_plan, data) < _value(problem, plan, data):
-            plan = hint_plan  # equal in the integer model, better after exact re-evaluation
+        value = _value(problem, plan, data)
+        if hint_plan is not None:
+            hinted = _value(problem, hint_plan, data)
+            if hinted < value:
+                plan, value = hint_plan, hinted  # equal in the integer model, better after exact re-evaluation
         status = "optimal" if code == cp_model.OPTIMAL else "feasible"
         message = "" if status == "optimal" else "cpsat: time limit reached before optimality was proven"
+        if status == "optimal" and value - bound > resolution * value:
+            status = "feasible"
+            message = (
+                f"cpsat: the integer time unit ({1 / times.scale:.3g} ms, forced by times from "
+                f"{analytic:.6g} ms up to {data.upper_stage_ms():.6g} ms per stage) cannot prove "
+                f"optimality to {resolution:g}; the gap is the proven one (use dp for an exact answer)"
+            )
         return Candidate(status, plan, bound, message, extra)
     if code == cp_model.UNKNOWN and hint_plan is not None:
         message = f"cpsat: time limit reached; returning the {hint_source} plan"
@@ -208,271 +243,3 @@ def _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, 
 
 def _value(problem: Problem, plan: Plan, data: SlotData) -> float:
     return evaluate(problem, plan, data.objective).value
-
-
-# --------------------------------------------------------------------------- model
-
-
-@dataclass
-class CpVars:
-    """The model's variables, indexed by slot (empty lists where not modelled).
-
-    ``before[i][j]`` holds the ints 1 (``j = 0``) and 0 (``j = J`` or
-    ``j > L - 1 - i``) where the value is fixed.
-    """
-
-    before: list
-    use: list
-    size: list
-    at_most: list  # at_most[j][s]: slot j has at most sizes[s] devices (transfers only)
-    compute: list
-    send: list  # x_j: into slot j from slot j + 1, j < J - 1
-    stage: list
-    bottleneck: Any
-    node: list
-    load: list
-    full: list
-    shared: list
-    link: list
-    objective: Any
-
-
-def build_model(data: SlotData, times: IntegerTimes, check=None) -> tuple[cp_model.CpModel, CpVars]:
-    """The CP-SAT model of ``data`` with times in ``times`` units; ``check()`` is called as it grows."""
-    check = check or (lambda: None)
-    model = cp_model.CpModel()
-    J, L, m = data.slots, data.num_layers, data.microbatches
-    N = data.problem.num_devices
-    nl, ns = len(data.layouts), len(data.sizes)
-
-    # order encoding of the layer -> slot map
-    before = [
-        [1] + [model.new_bool_var(f"ge{i}_{j}") if j <= L - 1 - i else 0 for j in range(1, J)] + [0] for i in range(L)
-    ]
-    for i in range(L):
-        check()
-        for j in range(1, J):
-            _implies(model, before[i][j + 1], before[i][j])
-            if i + 1 < L:
-                _implies(model, before[i + 1][j], before[i][j])  # s is non-increasing
-                _implies(model, before[i][j + 1], before[i + 1][j])  # ... by steps of at most 1
-    active = [before[0][j] for j in range(J)]
-    if J > 1:
-        model.add_linear_expression_in_domain(sum(active), cp_model.Domain.from_values(data.counts))
-    members = [[(i, before[i][j] - before[i][j + 1]) for i in range(L - j)] for j in range(J)]
-
-    # one layout per active slot; sizes; devices sum to N
-    use = [[model.new_bool_var(f"use{j}_{k}") for k in range(nl)] for j in range(J)]
-    size = [[model.new_bool_var(f"size{j}_{s}") for s in range(ns)] for j in range(J)]
-    for j in range(J):
-        model.add(sum(use[j]) == active[j])
-        for s in range(ns):
-            model.add(size[j][s] == sum(use[j][k] for k in range(nl) if data.size_index[k] == s))
-    model.add(sum(d * size[j][s] for j in range(J) for s, d in enumerate(data.sizes)) == N)
-
-    # compute
-    tau = [[b - a for a, b in zip(row, row[1:])] for row in times.time_prefix]
-    present = [[data.problem.layers[i].cost(lay) is not None for i in range(L)] for lay in data.layouts]
-    work = [min(data.layouts[k].devices * tau[k][i] for k in range(nl) if present[k][i]) for i in range(L)]
-    top_compute = max(max(row[-1] for row in times.time_prefix), 0)
-    compute = []
-    for j in range(J):
-        check()
-        c = model.new_int_var(0, top_compute, f"compute{j}")
-        for k in range(nl):
-            model.add(c >= sum(tau[k][i] * x for i, x in members[j] if tau[k][i])).only_enforce_if(use[j][k])
-        for s, d in enumerate(data.sizes):
-            model.add(d * c >= sum(work[i] * x for i, x in members[j] if work[i])).only_enforce_if(size[j][s])
-        compute.append(c)
-
-    # memory and cost entries: use[j][l] and c_j <= a  =>  c_{j-1} <= reach[a];
-    # c_j <= a is "layer a is not before slot j", c_{j-1} <= r "layer r is not in slot >= j"
-    for count, (j, k, a, r) in enumerate(data.memory_rules()):
-        if count % 4096 == 0:
-            check()
-        _clause(model, [_not(use[j][k]), before[a][j + 1], _not(before[r][j])])
-
-    node, load, full, shared, link = [], [], [], [], []
-    if data.placement:
-        node, load, full, shared, link = _placement(model, data, use)
-
-    send, at_most = [], []
-    if data.transfers:
-        send, at_most = _transfers(model, data, times, before, size, link, check)
-
-    # stage times and the objective
-    top = top_compute + 2 * (int(times.send.max()) if data.transfers else 0)
-    stage = []
-    for j in range(J):
-        t = model.new_int_var(0, top, f"time{j}")
-        terms = [compute[j]]
-        if send:
-            if j > 0:
-                terms.append(send[j - 1])
-            if j < J - 1:
-                terms.append(send[j])
-        model.add(t == sum(terms))
-        stage.append(t)
-    # T >= S * (analytic bound) - 2: each stage time is off by at most 2 units
-    floor_units = max(0, int(times.scale * _bottleneck_floor(data)) - 2)
-    bottleneck = model.new_int_var(min(floor_units, top), top, "bottleneck")
-    model.add_max_equality(bottleneck, stage)
-    objective = bottleneck if data.objective == "bottleneck" else sum(stage) + (m - 1) * bottleneck
-    model.minimize(objective)
-    return model, CpVars(
-        before, use, size, at_most, compute, send, stage, bottleneck, node, load, full, shared, link, objective
-    )
-
-
-def _not(literal):
-    return 1 - literal if isinstance(literal, int) else ~literal
-
-
-def _clause(model: cp_model.CpModel, literals: list) -> None:
-    """Add ``or(literals)``, folding the fixed ones (ints 0/1)."""
-    if any(isinstance(v, int) and v == 1 for v in literals):
-        return
-    rest = [v for v in literals if not isinstance(v, int)]
-    model.add_bool_or(rest)
-
-
-def _implies(model: cp_model.CpModel, a, b) -> None:
-    _clause(model, [_not(a), b])
-
-
-def _bottleneck_floor(data: SlotData) -> float:
-    """The analytic lower bound on the slowest stage (ms), nudged down."""
-    return replace(data, objective="bottleneck").lower_bound() * (1 - 1e-12)
-
-
-def _transfers(
-    model, data: SlotData, times: IntegerTimes, before: list, size: list, link: list, check=lambda: None
-) -> tuple[list, list]:
-    J, L, ns = data.slots, data.num_layers, len(data.sizes)
-    kinds = [(0, None)] if not data.placement else [(0, False), (1, True)]
-    at_most = [[model.new_bool_var(f"at_most{j}_{s}") for s in range(ns)] for j in range(J)]
-    for j in range(J):
-        for s in range(ns):
-            model.add(at_most[j][s] == sum(size[j][: s + 1]))
-    top = int(times.send.max())
-    send = []
-    for j in range(J - 1):
-        check()
-        x = model.new_int_var(0, top, f"send{j}")
-        for s in range(ns):
-            for h, linked in kinds:
-                table = times.send[:, s + 1, h]
-                # send[c_j] written with [c_j >= i] = before[i - 1][j + 1]
-                steps = [(int(table[i] - table[i - 1]), before[i - 1][j + 1]) for i in range(1, L) if table[i] != table[i - 1]]
-                expr = sum(step * literal for step, literal in steps)
-                if isinstance(expr, int) and expr <= 0:
-                    continue
-                condition = [] if linked is None else [link[j] if linked else ~link[j]]
-                for side in (j, j + 1):
-                    model.add(x >= expr).only_enforce_if([at_most[side][s], *condition])
-        send.append(x)
-    return send, at_most
-
-
-def _placement(model: cp_model.CpModel, data: SlotData, use: list) -> tuple[list, list, list, list, list]:
-    J, G, nl = data.slots, data.gpus_per_node, len(data.layouts)
-    # a shared node holds at least two small slots (each of at most G/2 devices)
-    bins = min(data.problem.cluster.nodes, J // 2)
-    small = [k for k in range(nl) if data.small(k)]
-    node, load = [], []
-    for j in range(J):
-        # first-use numbering: slot j can open at most node j
-        row = [model.new_bool_var(f"node{j}_{k}") for k in range(min(j + 1, bins))]
-        node.append(row)
-        model.add(sum(row) == sum(use[j][k] for k in small))
-        devices = sum(data.layouts[k].devices * use[j][k] for k in small)
-        shares = []
-        for k, on in enumerate(row):
-            share = model.new_int_var(0, G // 2, f"load{j}_{k}")
-            model.add(share == devices).only_enforce_if(on)
-            model.add(share == 0).only_enforce_if(~on)
-            shares.append(share)
-            if k > 0:  # node k is opened by a later slot than node k - 1
-                model.add_bool_or([node[i][k - 1] for i in range(j) if k - 1 < len(node[i])]).only_enforce_if(on)
-        load.append(shares)
-    full = []
-    for k in range(bins):
-        f = model.new_bool_var(f"full{k}")
-        model.add(sum(load[j][k] for j in range(J) if k < len(load[j])) == G * f)
-        full.append(f)
-    shared, link = [], []
-    for j in range(J - 1):
-        both = []
-        for k in range(min(len(node[j]), len(node[j + 1]))):
-            w = model.new_bool_var(f"shared{j}_{k}")
-            model.add_implication(w, node[j][k])
-            model.add_implication(w, node[j + 1][k])
-            model.add_bool_or([~node[j][k], ~node[j + 1][k], w])
-            both.append(w)
-        h = model.new_bool_var(f"link{j}")
-        model.add(h == sum(both))
-        shared.append(both)
-        link.append(h)
-    return node, load, full, shared, link
-
-
-# --------------------------------------------------------------------------- hints and solutions
-
-
-def hint_values(var: CpVars, data: SlotData, times: IntegerTimes, d: SlotDecisions) -> dict:
-    """The value of every variable of the model under the decisions ``d``."""
-    J, L = data.slots, data.num_layers
-    out: dict = {}
-    slot_of = [0] * L
-    for j in range(d.stages):
-        for i in range(d.starts[j], L if j == 0 else d.starts[j - 1]):
-            slot_of[i] = j
-    for i in range(L):
-        for j in range(1, J):
-            out[var.before[i][j]] = int(slot_of[i] >= j)
-    size_of = [data.size_index[k] if k >= 0 else -1 for k in d.layout]
-    for j in range(J):
-        for k in range(len(data.layouts)):
-            out[var.use[j][k]] = int(d.layout[j] == k)
-        for s in range(len(data.sizes)):
-            out[var.size[j][s]] = int(size_of[j] == s)
-        for s, v in enumerate(var.at_most[j] if var.at_most else ()):
-            out[v] = int(0 <= size_of[j] <= s)
-    for j, row in enumerate(var.node):
-        for k, on in enumerate(row):
-            out[on] = int(d.node[j] == k)
-            out[var.load[j][k]] = data.layouts[d.layout[j]].devices if d.node[j] == k else 0
-    for k, f in enumerate(var.full):
-        out[f] = int(k in d.node)
-    for j, both in enumerate(var.shared):
-        for k, w in enumerate(both):
-            out[w] = int(d.node[j] == k and d.node[j + 1] == k)
-        out[var.link[j]] = int(d.link[j])
-    compute = [0] * J
-    for j in range(d.stages):
-        row = times.time_prefix[d.layout[j]]
-        compute[j] = row[L if j == 0 else d.starts[j - 1]] - row[d.starts[j]]
-    send = [0] * len(var.send)
-    for j in range(len(var.send)):
-        if j + 1 < d.stages:
-            s = min(size_of[j], size_of[j + 1]) + 1
-            send[j] = int(times.send[d.starts[j], s, int(d.link[j]) if data.placement else 0])
-    for j in range(J):
-        out[var.compute[j]] = compute[j]
-        out[var.stage[j]] = compute[j] + (send[j - 1] if send and j > 0 else 0) + (send[j] if send and j < J - 1 else 0)
-    for j, x in enumerate(var.send):
-        out[x] = send[j]
-    out[var.bottleneck] = max(out[t] for t in var.stage)
-    return {v: value for v, value in out.items() if not isinstance(v, int)}
-
-
-def _objective_units(var: CpVars, values: dict, data: SlotData) -> int:
-    stages = [values[t] for t in var.stage]
-    if data.objective == "bottleneck":
-        return max(stages)
-    return sum(stages) + (data.microbatches - 1) * max(stages)
-
-
-def read_decisions(solver: cp_model.CpSolver, var: CpVars, data: SlotData) -> SlotDecisions:
-    """The decisions of the solver's solution."""
-    return decisions_from_values(data, var, lambda v: bool(v) if isinstance(v, int) else bool(solver.boolean_value(v)))

@@ -8,18 +8,44 @@ linearised, with times kept in floating-point ms (no integer scaling):
   map), non-increasing in ``i`` and ``j`` with ``s`` stepping by at most 1;
   ``active_j = before[0][j]``; slot ``j`` holds layer ``i`` when
   ``x_ij = before[i][j] - before[i][j+1]`` is 1;
-* ``use[j][l]`` (binary): one layout per active slot; the devices sum to N;
+* ``use[j][g][l]`` (binary): one layout per segment, i.e. per slot ``j``
+  and group (module run) ``g`` it covers (``sum_l use[j][g][l] =
+  cover[j][g]``, :mod:`.slotmodel`); several groups: ``size[j][s]``, one
+  size per active slot shared by its segments; the devices sum to N;
 * compute ``sum_{i,l} (fwd + bwd)_{il} z_ijl`` with continuous
-  ``z_ijl`` (``sum_l z_ijl = x_ij``, ``z_ijl <= use_jl``, no ``z`` for a
-  missing cost entry), which is exact at integer ``x``, ``use``;
-* memory and cost entries: the clauses ``use_jl and c_j <= a  =>  c_{j-1} <= reach[a]``;
+  ``z_ijl`` (``sum_l z_ijl = x_ij``, ``z_ijl <= use[j][g(i)][l]``, no ``z``
+  for a missing cost entry), which is exact at integer ``x``, ``use``;
+* memory and cost entries: one group, the clauses ``use_j0l and c_j <= a  =>
+  c_{j-1} <= reach[a]``; several groups, ``sum_{i,l} (weight + stash_j
+  act)_{il} z_ijl <= capacity`` (``z`` fixed at 0 where one layer alone
+  does not fit);
+* reshards (several groups): per slot and group boundary a transport
+  ``w[mu, nu] >= 0`` between the two segments' meshes, row sums
+  ``<= mesh use``, total ``inside[j][g]``: exactly the pair used at integer
+  ``use``; ``reshard_j = sum 2 r w``;
 * transfers ``x_j >= send[c_j][s][h] - M (...)`` whenever the smaller of
   the two stages has at most ``sizes[s]`` devices and the link is of kind ``h``;
 * placement (when it matters): small slots on nodes filled exactly, nodes
   opened in order of first use, ``link_j`` = the two slots share a node;
-* ``t_j = compute_j + x_j + x_{j-1} <= T``; ``bottleneck`` minimises T,
-  ``iteration`` ``sum t_j + (m - 1) T``.
+* ``t_j = compute_j + reshard_j + x_j + x_{j-1} <= T``; ``bottleneck``
+  minimises T, ``iteration`` ``sum t_j + (m - 1) T``.
 
+Time coefficients above a cap (:func:`.milp_model.time_cap`: twice the hint's stage
+ceiling, else 1e6 x the analytic bound) are capped: sentinel costs stay out
+of the backends' numerics, the dual bound stays valid (capping only lowers
+times), and a plan whose exact value exceeds the proven bound by more than
+1e-6 is reported ``feasible``, not ``optimal``.
+
+Time limit: it covers building (refused at once when the model cannot be
+built in the time left; a build cut short returns the hint), handing the
+model to the backend (skipped when it cannot finish), the backend's run
+(HiGHS: the time left after the hand-over, plus an interrupt callback; CBC:
+the time left when its command is made, in wall-clock seconds, and a kill
+half a second past the deadline) and reading the answer back.
+
+HiGHS runs without presolve by default (option ``presolve``): HiGHS 1.16's
+presolve certified wrong optima and wrong infeasibility on format-v2 slot
+models (found against ``brute``; CBC and HiGHS without presolve were right).
 Both backends run with a zero relative and absolute MIP gap and tightened
 feasibility tolerances, so that "optimal" is optimal up to floating-point
 tolerance; the reported bound is the backend's dual bound less a relative
@@ -34,6 +60,10 @@ threads : int
     Solver threads (default 1, which keeps runs reproducible).
 hint : bool
     Start from the greedy plan when no ``warm_start`` is given (default True).
+presolve : bool
+    Run HiGHS's presolve (default False: HiGHS 1.16's presolve certified wrong
+    optima -- and wrong infeasibility -- on format-v2 slot models that brute,
+    CBC and HiGHS without presolve solve correctly; CBC always presolves).
 log : bool
     Print the solver's log (CBC's on stderr; HiGHS writes its own to stdout).
 
@@ -48,44 +78,38 @@ References
 from __future__ import annotations
 
 import math
-import os
-import re
-import sys
-import tempfile
 import time
-import warnings
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
-
-import pulp
 
 from ..plan import PlanError, evaluate
 from ..problem import Problem
 from .base import Candidate, SolveRequest, SolverError, register
-from .feasibility import explain_infeasible, quick_infeasibility
-from .slotmodel import (
+from .feasibility import quick_infeasibility
+from .milp_backends import READBACK_SECONDS, READBACK_SHARE, pulp_quiet, solve_cbc, solve_highs
+from .milp_model import build_milp, read_decisions, start_values
+from .slotmodel import SlotStart, plan_of_decisions, slot_start
+from .slotrun import (
     BuildTimeout,
-    SlotData,
-    SlotDecisions,
     build_guard,
-    build_timeout_message,
-    decisions_from_values,
-    decisions_of_plan,
+    build_timeout_candidate,
+    infeasible_message,
     int_option,
-    plan_of_decisions,
-    slot_data,
+    model_size_refusal,
     starting_plan,
 )
 
-__all__ = ["solve_milp", "build_milp", "MilpVars", "BACKENDS"]
+__all__ = ["solve_milp", "build_milp", "start_values", "BACKENDS"]
 
 BACKENDS = ("highs", "cbc")
 # Relative margin taken off a backend's dual bound for its feasibility tolerances.
 BOUND_MARGIN = 1e-7
-_TOLERANCE = 1e-9
+# Time to hand a built model to the backend, as a share of the time it took to build (measured
+# 0.45 for highspy and 0.5 for CBC's MPS file on the 40-layer benchmark).
+HANDOVER_SHARE = 0.5
+# "optimal" needs the plan's exact value within this of the proven bound.
+OPTIMAL_GAP = 1e-6
 
 
-@register("milp", options=("backend", "threads", "hint", "log"))
+@register("milp", options=("backend", "threads", "hint", "log", "presolve"))
 def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
     start = time.perf_counter()
     backend = str(request.option("backend", "highs")).lower()
@@ -97,29 +121,37 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
     reason = quick_infeasibility(problem)
     if reason:
         return Candidate("infeasible", message=reason)
-    data = slot_data(problem, request.objective)
-    try:
-        with _pulp_quiet():
-            lp, var = build_milp(data, build_guard(request.deadline(start)))
-    except BuildTimeout:
-        return Candidate("error", message=build_timeout_message("milp", data))
-
+    check = build_guard(request.deadline(start))
+    refusal = model_size_refusal("milp", problem, request, start)
+    if refusal:
+        return Candidate("error", message=refusal)
     extra: dict = {}
-    hint_plan, hint_source = starting_plan(problem, request, extra)
-    decisions = decisions_of_plan(data, hint_plan) if hint_plan is not None else None
-    if decisions is None:
-        hint_plan = hint_source = None
-    else:
-        for v, value in start_values(var, data, decisions).items():
-            v.setInitialValue(value)
+    begun = SlotStart()
+    try:
+        begun = slot_start(problem, request, extra, check, begun)
+        data, hint_plan, hint_source, decisions = begun.data, begun.plan, begun.source, begun.decisions
+        began = time.perf_counter()
+        with pulp_quiet():
+            lp, var = build_milp(data, check, begun.ceiling_ms)
+        built = time.perf_counter() - began
+        if decisions is not None:
+            for v, value in start_values(var, data, decisions, begun.ceiling_ms).items():
+                v.setInitialValue(value)
+        # handing the model to the backend (highspy calls, or an MPS file for CBC) and reading
+        # the answer back take a share of the build time: no point starting what cannot finish
+        deadline = request.deadline(start)
+        if deadline is not None and deadline - time.perf_counter() < HANDOVER_SHARE * built * (1 + READBACK_SHARE) + READBACK_SECONDS:
+            raise BuildTimeout
+    except BuildTimeout:
+        return build_timeout_candidate("milp", problem, request, begun.plan, begun.source, extra)
 
-    limit = None
-    if request.time_limit is not None:
-        limit = max(1e-3, request.time_limit - (time.perf_counter() - start))
     log = bool(request.option("log", False))
-    run = _solve_highs if backend == "highs" else _solve_cbc
-    with _pulp_quiet():
-        outcome = run(lp, limit, threads, log, hint_source is not None)
+    run = solve_highs if backend == "highs" else solve_cbc
+    with pulp_quiet():
+        if backend == "highs":
+            outcome = run(lp, deadline, threads, log, hint_source is not None, bool(request.option("presolve", False)))
+        else:
+            outcome = run(lp, deadline, threads, log, hint_source is not None)
     extra["milp"] = {"backend": backend, "status": outcome.status_text, "hint": hint_source, "threads": threads}
 
     return _candidate(problem, data, backend, outcome, var, hint_plan, hint_source, extra)
@@ -133,7 +165,7 @@ def _candidate(problem, data, backend, outcome, var, hint_plan, hint_source, ext
         if hint_plan is not None:  # cannot happen for a correct solver: the start is a solution
             message = f"milp: {backend} claimed infeasibility against a valid start; returning the {hint_source} plan"
             return Candidate("feasible", hint_plan, analytic, message, extra)
-        return Candidate("infeasible", message=explain_infeasible(problem), extra=extra)
+        return Candidate("infeasible", message=infeasible_message(problem), extra=extra)
     if not outcome.has_solution:
         if hint_plan is not None:
             message = f"milp: {backend} found no plan in time; returning the {hint_source} plan"
@@ -147,10 +179,18 @@ def _candidate(problem, data, backend, outcome, var, hint_plan, hint_source, ext
             return Candidate("error", message=f"milp: the {backend} solution is not a valid plan: {err}", extra=extra)
         message = f"milp: {backend} returned an invalid plan ({err}); returning the {hint_source} plan"
         return Candidate("feasible", hint_plan, bound, message, extra)
-    if hint_plan is not None and evaluate(problem, hint_plan, data.objective).value < value:
-        plan = hint_plan  # the backend's tolerances let it stop at a plan no better than the start
+    if hint_plan is not None:
+        hinted = evaluate(problem, hint_plan, data.objective).value
+        if hinted < value:  # the backend's tolerances let it stop at a plan no better than the start
+            plan, value = hint_plan, hinted
     if outcome.status == "optimal":
-        return Candidate("optimal", plan, bound, "", extra)
+        if value - bound <= OPTIMAL_GAP * value:
+            return Candidate("optimal", plan, bound, "", extra)
+        message = (
+            f"milp: {backend} proved its model optimal, but the plan's exact value {value:.9g} exceeds the proven "
+            f"bound {bound:.9g} by more than {OPTIMAL_GAP:g} (capped or tolerance-limited times); reported as feasible"
+        )
+        return Candidate("feasible", plan, bound, message, extra)
     message = f"milp: {backend} stopped ({outcome.status_text}) before optimality was proven"
     return Candidate("feasible", plan, bound, message, extra)
 
@@ -160,384 +200,3 @@ def _conservative(dual_bound: float | None, analytic: float) -> float:
     if dual_bound is not None and math.isfinite(dual_bound):
         best = max(best, dual_bound - BOUND_MARGIN * max(abs(dual_bound), 1.0))
     return max(best, 0.0)
-
-
-# --------------------------------------------------------------------------- model
-
-
-@dataclass
-class MilpVars:
-    before: list  # before[i][j] (j = 0..J), a variable or the constants 0/1
-    use: list
-    z: dict  # (i, j, l) -> share of layer i computed in slot j in layout l
-    compute: list
-    send: list
-    stage: list
-    bottleneck: pulp.LpVariable
-    node: list
-    shared: list  # shared[j][k]: slots j+1 and j both on node k
-    load: list  # load[j][k]: devices slot j puts on node k
-    full: list
-    link: list
-
-
-def build_milp(data: SlotData, check=None) -> tuple[pulp.LpProblem, MilpVars]:
-    """The MILP of ``data`` (times in ms); ``check()`` is called as it grows."""
-    check = check or (lambda: None)
-    lp = pulp.LpProblem("partitioner", pulp.LpMinimize)
-    J, L, m = data.slots, data.num_layers, data.microbatches
-    N = data.problem.num_devices
-    nl, ns = len(data.layouts), len(data.sizes)
-    binary = pulp.LpBinary
-
-    # order encoding; before[i][0] = 1, before[i][J] = 0, and s_i <= L - 1 - i
-    before = [
-        [1] + [pulp.LpVariable(f"ge_{i}_{j}", cat=binary) if j <= L - 1 - i else 0 for j in range(1, J)] + [0]
-        for i in range(L)
-    ]
-    for i in range(L):
-        check()
-        for j in range(1, J):
-            if isinstance(before[i][j], int):
-                continue
-            if not isinstance(before[i][j + 1], int):
-                lp += before[i][j + 1] <= before[i][j]
-            if i + 1 < L:
-                if not isinstance(before[i + 1][j], int):
-                    lp += before[i + 1][j] <= before[i][j]
-                lp += before[i][j + 1] <= before[i + 1][j]
-    active = [before[0][j] for j in range(J)]
-    p_min = min(data.counts)
-    if p_min > 1:
-        lp += active[p_min - 1] == 1
-    member = [[before[i][j] - before[i][j + 1] for i in range(L)] for j in range(J)]
-
-    use = [[pulp.LpVariable(f"use_{j}_{k}", cat=binary) for k in range(nl)] for j in range(J)]
-    for j in range(J):
-        lp += pulp.lpSum(use[j]) == active[j]
-    lp += pulp.lpSum(data.layouts[k].devices * use[j][k] for j in range(J) for k in range(nl)) == N
-
-    # compute, exact through the layer/slot/layout shares z
-    times = [[c.fwd_ms + c.bwd_ms if (c := layer.cost(lay)) is not None else None for lay in data.layouts]
-             for layer in data.problem.layers]
-    z: dict = {}
-    compute = []
-    for j in range(J):
-        check()
-        terms = []
-        for i in range(L - j):
-            shares = []
-            for k in range(nl):
-                if times[i][k] is None:
-                    continue
-                v = pulp.LpVariable(f"z_{i}_{j}_{k}", lowBound=0)
-                z[i, j, k] = v
-                lp += v <= use[j][k]
-                shares.append(v)
-                terms.append(times[i][k] * v)
-            lp += pulp.lpSum(shares) == member[j][i]
-        c = pulp.LpVariable(f"compute_{j}", lowBound=0)
-        lp += c == pulp.lpSum(terms)
-        compute.append(c)
-
-    # memory and cost entries (the clauses of cpsat)
-    for count, (j, k, a, r) in enumerate(data.memory_rules()):
-        if count % 4096 == 0:
-            check()
-        lp += use[j][k] - before[a][j + 1] + before[r][j] <= 1
-
-    node, shared, load, full, link = [], [], [], [], []
-    if data.placement:
-        node, shared, load, full, link = _placement(lp, data, use)
-
-    send = []
-    if data.transfers:
-        bws = data.bandwidths
-        at_most = [
-            [pulp.lpSum(use[j][k] for k in range(nl) if data.size_index[k] <= s) for s in range(ns)] for j in range(J)
-        ]
-        for j in range(J - 1):
-            check()
-            x = pulp.LpVariable(f"send_{j}", lowBound=0)
-            # [c_j = c] = before[c-1][j+1] - before[c][j+1]
-            at = [None] + [before[c - 1][j + 1] - before[c][j + 1] for c in range(1, L)]
-            for s, d in enumerate(data.sizes):
-                for h, bw in enumerate(bws):
-                    table = [0.0] + [data.send_mb[c - 1] / (d * bw) for c in range(1, L)]
-                    big = max(table)
-                    if big == 0:
-                        continue
-                    expr = pulp.lpSum(table[c] * at[c] for c in range(1, L) if table[c])
-                    if data.placement:
-                        slack = (1 - link[j]) if h == 1 else link[j]
-                    else:
-                        slack = 0
-                    for side in (j, j + 1):
-                        lp += x >= expr - big * (1 - at_most[side][s]) - big * slack
-            send.append(x)
-
-    stage = []
-    bottleneck = pulp.LpVariable("bottleneck", lowBound=_bottleneck_floor(data))
-    for j in range(J):
-        t = pulp.LpVariable(f"time_{j}", lowBound=0)
-        terms = [compute[j]]
-        if send:
-            if j > 0:
-                terms.append(send[j - 1])
-            if j < J - 1:
-                terms.append(send[j])
-        lp += t == pulp.lpSum(terms)
-        lp += bottleneck >= t
-        stage.append(t)
-    if data.objective == "bottleneck":
-        lp += bottleneck
-    else:
-        lp += pulp.lpSum(stage) + (m - 1) * bottleneck
-    return lp, MilpVars(before, use, z, compute, send, stage, bottleneck, node, shared, load, full, link)
-
-
-def _bottleneck_floor(data: SlotData) -> float:
-    return replace(data, objective="bottleneck").lower_bound() * (1 - 1e-12)
-
-
-def _placement(lp: pulp.LpProblem, data: SlotData, use: list) -> tuple[list, list, list, list, list]:
-    J, G, nl = data.slots, data.gpus_per_node, len(data.layouts)
-    bins = min(data.problem.cluster.nodes, J // 2)
-    small = [k for k in range(nl) if data.small(k)]
-    half = G // 2
-    node, load = [], []
-    for j in range(J):
-        row = [pulp.LpVariable(f"node_{j}_{k}", cat=pulp.LpBinary) for k in range(min(j + 1, bins))]
-        node.append(row)
-        lp += pulp.lpSum(row) == pulp.lpSum(use[j][k] for k in small)
-        devices = pulp.lpSum(data.layouts[k].devices * use[j][k] for k in small)
-        shares = []
-        for k, on in enumerate(row):
-            e = pulp.LpVariable(f"load_{j}_{k}", lowBound=0, upBound=half)
-            lp += e <= half * on
-            lp += e <= devices
-            lp += e >= devices - half * (1 - on)
-            shares.append(e)
-            if k > 0:
-                lp += on <= pulp.lpSum(node[i][k - 1] for i in range(j) if k - 1 < len(node[i]))
-        load.append(shares)
-    full = []
-    for k in range(bins):
-        f = pulp.LpVariable(f"full_{k}", cat=pulp.LpBinary)
-        lp += pulp.lpSum(load[j][k] for j in range(J) if k < len(load[j])) == G * f
-        full.append(f)
-    shared, link = [], []
-    for j in range(J - 1):
-        both = []
-        for k in range(min(len(node[j]), len(node[j + 1]))):
-            w = pulp.LpVariable(f"shared_{j}_{k}", lowBound=0, upBound=1)
-            lp += w <= node[j][k]
-            lp += w <= node[j + 1][k]
-            lp += w >= node[j][k] + node[j + 1][k] - 1
-            both.append(w)
-        h = pulp.LpVariable(f"link_{j}", lowBound=0, upBound=1)
-        lp += h == pulp.lpSum(both)
-        shared.append(both)
-        link.append(h)
-    return node, shared, load, full, link
-
-
-# --------------------------------------------------------------------------- start values and solutions
-
-
-def start_values(var: MilpVars, data: SlotData, d: SlotDecisions) -> dict:
-    """Every variable's value under the decisions ``d`` (a MIP start)."""
-    J, L = data.slots, data.num_layers
-    out: dict = {}
-    slot_of = [0] * L
-    for j in range(d.stages):
-        end = L if j == 0 else d.starts[j - 1]
-        for i in range(d.starts[j], end):
-            slot_of[i] = j
-    for i in range(L):
-        for j in range(1, J):
-            if not isinstance(var.before[i][j], int):
-                out[var.before[i][j]] = int(slot_of[i] >= j)
-    for j in range(J):
-        for k in range(len(data.layouts)):
-            out[var.use[j][k]] = int(d.layout[j] == k)
-    for (i, j, k), v in var.z.items():
-        out[v] = int(j < d.stages and slot_of[i] == j and d.layout[j] == k)
-    times = [0.0] * J
-    for j in range(d.stages):
-        end = L if j == 0 else d.starts[j - 1]
-        lay = data.layouts[d.layout[j]]
-        times[j] = sum(c.fwd_ms + c.bwd_ms for c in (data.problem.layers[i].cost(lay) for i in range(d.starts[j], end)))
-    for j, c in enumerate(var.compute):
-        out[c] = times[j]
-    sends = []
-    for j, x in enumerate(var.send):
-        value = 0.0
-        if j + 1 < d.stages:
-            smaller = min(data.layouts[d.layout[j]].devices, data.layouts[d.layout[j + 1]].devices)
-            bw = data.bandwidths[int(d.link[j])] if data.placement else data.bandwidths[0]
-            value = data.send_mb[d.starts[j] - 1] / (smaller * bw)
-        out[x] = value
-        sends.append(value)
-    stage = []
-    for j, t in enumerate(var.stage):
-        value = times[j] + (sends[j - 1] if sends and j > 0 else 0.0) + (sends[j] if sends and j < J - 1 else 0.0)
-        out[t] = value
-        stage.append(value)
-    out[var.bottleneck] = max(max(stage), var.bottleneck.lowBound or 0.0)
-    for j, row in enumerate(var.node):
-        for k, on in enumerate(row):
-            out[on] = int(d.node[j] == k)
-            devices = data.layouts[d.layout[j]].devices if d.layout[j] >= 0 else 0
-            out[var.load[j][k]] = devices if d.node[j] == k else 0
-    for k, f in enumerate(var.full):
-        out[f] = int(any(d.node[j] == k for j in range(J)))
-    for j, both in enumerate(var.shared):
-        for k, w in enumerate(both):
-            out[w] = int(d.node[j] == k and d.node[j + 1] == k)
-        out[var.link[j]] = int(d.link[j])
-    return out
-
-
-def read_decisions(var: MilpVars, data: SlotData) -> SlotDecisions:
-    """The decisions of the MILP's solution (a binary is on above 0.5)."""
-    return decisions_from_values(data, var, lambda v: v if isinstance(v, int) else (v.varValue or 0.0) > 0.5)
-
-
-# --------------------------------------------------------------------------- backends
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    status: str  # optimal | feasible | infeasible | none
-    status_text: str
-    bound: float | None
-    has_solution: bool
-
-
-class _HighsWithStart(pulp.HiGHS):
-    """PuLP's highspy interface, passing the variables' initial values as a MIP start."""
-
-    def __init__(self, *args, use_start: bool = False, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.use_start = use_start
-
-    def createAndConfigureSolver(self, lp):  # noqa: N802 (PuLP's name)
-        # highspy prints a banner on stdout when the first Highs object is made;
-        # keep stdout clean (the CLI's --json output goes there) unless logging
-        if self.msg:
-            super().createAndConfigureSolver(lp)
-            return
-        with _quiet_stdout():
-            super().createAndConfigureSolver(lp)
-
-    def buildSolverModel(self, lp):  # noqa: N802 (PuLP's name)
-        super().buildSolverModel(lp)
-        if self.use_start:
-            import highspy
-
-            variables = lp.variables()
-            solution = highspy.HighsSolution()
-            solution.col_value = [float(v.varValue) if v.varValue is not None else 0.0 for v in variables]
-            solution.value_valid = True
-            lp.solverModel.setSolution(solution)
-
-
-@contextmanager
-def _pulp_quiet():
-    """Hide PuLP 3's deprecation notices about its 4.0 API (the pinned range is < 4)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"pulp(\.|$)")
-        yield
-
-
-@contextmanager
-def _quiet_stdout():
-    """Silence the process's file descriptor 1 (C++ output included)."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 1)
-        yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(devnull)
-
-
-def _solve_highs(lp: pulp.LpProblem, limit: float | None, threads: int, log: bool, use_start: bool) -> _Outcome:
-    import highspy
-
-    solver = _HighsWithStart(
-        msg=log,
-        gapRel=0.0,
-        gapAbs=0.0,
-        threads=threads,
-        timeLimit=limit,
-        use_start=use_start,
-        mip_feasibility_tolerance=_TOLERANCE,
-        primal_feasibility_tolerance=_TOLERANCE,
-        random_seed=0,
-    )
-    lp.solve(solver)
-    h = lp.solverModel
-    status = h.getModelStatus()
-    info = h.getInfo()
-    has_solution = info.primal_solution_status == 2  # kSolutionStatusFeasible
-    text = h.modelStatusToString(status)
-    bound = info.mip_dual_bound if has_solution or status == highspy.HighsModelStatus.kTimeLimit else None
-    if status == highspy.HighsModelStatus.kOptimal:
-        return _Outcome("optimal", text, bound, has_solution)
-    if status in (highspy.HighsModelStatus.kInfeasible,):
-        return _Outcome("infeasible", text, None, False)
-    return _Outcome("feasible" if has_solution else "none", text, bound, has_solution)
-
-
-def _solve_cbc(lp: pulp.LpProblem, limit: float | None, threads: int, log: bool, use_start: bool) -> _Outcome:
-    fd, path = tempfile.mkstemp(prefix="partitioner-cbc-", suffix=".log")
-    os.close(fd)
-    failure = None
-    try:
-        solver = pulp.PULP_CBC_CMD(
-            msg=False,
-            gapRel=0.0,
-            gapAbs=0.0,
-            timeLimit=limit,
-            threads=threads,
-            warmStart=use_start,
-            logPath=path,
-            options=[f"integerTolerance {_TOLERANCE}", f"primalTolerance {_TOLERANCE}", "randomCbcSeed 1"],
-        )
-        try:
-            code = lp.solve(solver)
-        except pulp.PulpSolverError as err:
-            failure = str(err)
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text_log = f.read()
-    finally:
-        os.unlink(path)
-    if log:
-        print(text_log, file=sys.stderr)
-    if failure is not None:  # e.g. the time limit ended CBC while it read the start
-        tail = " | ".join(line.strip() for line in text_log.strip().splitlines()[-3:])
-        return _Outcome("none", f"cbc failed: {tail or failure}", None, False)
-    result = re.search(r"^Result - (.*)$", text_log, re.MULTILINE)
-    text = result.group(1).strip() if result else pulp.LpStatus[code]
-    bound = _cbc_number(text_log, "Lower bound")
-    if lp.sol_status == pulp.LpSolutionOptimal:
-        return _Outcome("optimal", text, _cbc_number(text_log, "Objective value"), True)
-    if code == pulp.LpStatusInfeasible or lp.sol_status == pulp.LpSolutionInfeasible:
-        # CBC says "LP relaxation infeasible or too expensive" when the time
-        # limit ends its root processing: only a run that ended early proves it
-        wall = _cbc_number(text_log, r"Time \(Wallclock seconds\)")
-        if limit is None or (wall is not None and wall < 0.9 * limit):
-            return _Outcome("infeasible", text, None, False)
-        return _Outcome("none", f"{text} (at the time limit)", None, False)
-    has_solution = lp.sol_status == pulp.LpSolutionIntegerFeasible
-    return _Outcome("feasible" if has_solution else "none", text, bound, has_solution)
-
-
-def _cbc_number(text: str, label: str) -> float | None:
-    found = re.search(rf"^{label}:\s*([-+0-9.eE]+)", text, re.MULTILINE)
-    return float(found.group(1)) if found else None

@@ -26,6 +26,30 @@ every added layer (all sizes are >= 0) and a layer without a cost entry for
 computed here in exact integer arithmetic (no byte counts reach the
 solvers, no rounding can admit an over-capacity plan or exclude a fitting one).
 
+Segments and reshards (format v2)
+---------------------------------
+The *groups* are the problem's module runs (:meth:`Problem.segments` of the
+whole model; a version-1 problem has one group, the whole model). A stage's
+segments are its intersections with the groups, so a slot chooses one config
+per (slot, group) it covers: ``use[j][g][k]``, all of the slot's size. Slot
+``j`` covers group ``g = [A, B]`` exactly when ``s_A >= j >= s_B``, i.e.
+``cover[j][g] = before[A][j] - before[B][j+1]`` (linear, since
+``before[B][j+1] <= before[A][j]``), and it holds the boundary between
+groups ``g`` and ``g + 1`` when it covers both:
+``inside[j][g] = before[B+1][j] - before[B][j+1]`` with ``B`` the last layer
+of ``g``. The reshard there depends only on the two configs' meshes
+``(dp, tp)``: with ``mesh[j][g][mu] = sum of use[j][g][k]`` over the configs
+of mesh ``mu``, a 0/1 (MILP: continuous) ``w[j][g][mu, nu]`` per same-size
+mesh pair with row sums ``<= mesh[j][g][mu]``, column sums
+``<= mesh[j][g+1][nu]`` and total ``inside[j][g]`` is 1 exactly on the pair the
+slot uses, and the slot's forward and backward each pay
+``sum r[g][mu, nu] w[j][g][mu, nu]`` (``r`` from
+:func:`~partitioner.reshard.stage_reshard_ms`, the canonical placement the
+solvers emit). With one group (every v1 problem) memory is the reach table
+below; with several, a slot's memory couples its segments and is the linear
+``sum_i (weight + stash_j act)[i, k(i)] <= capacity`` in exact integers (a
+missing cost entry counts as ``capacity + 1``).
+
 Placement
 ---------
 Times depend on the placement only through which adjacent stages share a
@@ -42,7 +66,6 @@ stages summing exactly to ``gpus_per_node`` or none; stages of
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,30 +73,26 @@ import numpy as np
 from ..placement import label_nodes, node_assignment_ids, pack_runs
 from ..plan import Plan, PlanError, Stage, evaluate
 from ..problem import Layout, Problem
-from .base import SolveRequest, SolverError
+from ..reshard import stage_reshard_ms
 from .feasibility import feasible_stage_counts
+from .base import SolveRequest
+from .slotrun import analytic_bound, starting_plan
+from .slottimes import integer_times  # re-exported: the integer scale of this model (CP-SAT)
+from .slottimes import stage_ceiling_ms
 
 __all__ = [
-    "BuildTimeout",
-    "build_guard",
-    "build_timeout_message",
-    "decisions_from_values",
     "SlotData",
     "SlotDecisions",
-    "IntegerTimes",
     "slot_data",
     "decisions_of_plan",
+    "decisions_from_values",
     "plan_of_decisions",
     "integer_times",
-    "conservative_bound",
-    "starting_plan",
-    "int_option",
-    "RESOLUTION",
+    "SlotStart",
+    "slot_start",
+    "stage_terms",
+    "reshard_sites",
 ]
-
-# Target relative accuracy of the integer time scale of CP-SAT: the plan it
-# proves optimal is within this fraction of the true optimum (see integer_times).
-RESOLUTION = 1e-7
 
 
 @dataclass(frozen=True)
@@ -87,7 +106,7 @@ class SlotData:
     counts : tuple of int
         The feasible stage counts P (within the bounds, with allowed sizes summing to N).
     layouts : tuple of Layout
-        The layouts some layer has, ordered by (devices, tp).
+        The configs some layer has, ordered by (devices, tp, variant).
     sizes : tuple of int
         The distinct device counts of ``layouts``, ascending.
     size_index : tuple of int
@@ -99,13 +118,22 @@ class SlotData:
     reach : ndarray, shape (layouts, stash values, L)
         ``reach[l, s - 1, a]``: one past the last layer a stage that starts at
         ``a`` may hold in layout ``l`` with stash ``s`` (``a`` when even layer
-        ``a`` alone does not fit or lacks the layout).
+        ``a`` alone does not fit or lacks the layout). One group only (empty otherwise).
     send_mb : ndarray, shape (L,)
         ``out_bytes / 1e6`` per layer (so that ms = MB / (devices x GB/s)).
     transfers : bool
         Some stage boundary can carry bytes.
     placement : bool
         Links change times: transfers exist, the bandwidths differ, and small stages exist.
+    groups : tuple of (int, int)
+        The module runs (first, last) whose segments get their own config (one in v1).
+    meshes : tuple of (int, int)
+        The distinct ``(dp, tp)`` of ``layouts``; ``mesh_index`` maps a layout to its mesh.
+    reshard_ms : tuple of dict
+        Per group boundary ``g`` (between groups g and g + 1): ``{(mu, nu): r}``
+        for every ordered pair of distinct same-size meshes with ``r > 0`` ms.
+    weight, act : list of list of int
+        Per layout, per layer: the cost entry's bytes (0 where missing; ``present`` says which).
     """
 
     problem: Problem
@@ -121,6 +149,13 @@ class SlotData:
     send_mb: np.ndarray
     transfers: bool
     placement: bool
+    groups: tuple[tuple[int, int], ...] = ()
+    meshes: tuple[tuple[int, int], ...] = ()
+    mesh_index: tuple[int, ...] = ()
+    reshard_ms: tuple[dict, ...] = ()
+    present: tuple[tuple[bool, ...], ...] = ()
+    weight: tuple[tuple[int, ...], ...] = ()
+    act: tuple[tuple[int, ...], ...] = ()
 
     @property
     def num_layers(self) -> int:
@@ -135,6 +170,11 @@ class SlotData:
         return self.problem.cluster.gpus_per_node
 
     @property
+    def multi(self) -> bool:
+        """Several groups: per-segment configs, reshards and linear memory (format v2)."""
+        return len(self.groups) > 1
+
+    @property
     def bandwidths(self) -> tuple[float, ...]:
         """GB/s per link kind: (inter, intra) when placement is modelled, else (inter,)."""
         c = self.problem.cluster
@@ -144,11 +184,29 @@ class SlotData:
         """A stage in this layout shares its node (fewer devices than a node)."""
         return self.layouts[layout_index].devices < self.gpus_per_node
 
+    def group_configs(self, g: int) -> list[int]:
+        """The layouts some layer of group ``g`` has (a segment of ``g`` may only use these)."""
+        a, b = self.groups[g]
+        return [k for k in range(len(self.layouts)) if any(self.present[k][a : b + 1])]
+
+    def mesh_pairs(self, g: int) -> list[tuple[int, int]]:
+        """The ordered same-size mesh pairs a slot can have across group boundary ``g``."""
+        first = {self.mesh_index[k] for k in self.group_configs(g)}
+        second = {self.mesh_index[k] for k in self.group_configs(g + 1)}
+        size = {mu: self.meshes[mu][0] * self.meshes[mu][1] for mu in first | second}
+        return [(mu, nu) for mu in sorted(first) for nu in sorted(second) if size[mu] == size[nu]]
+
+    def memory(self, k: int, i: int, slot: int) -> int:
+        """Bytes layer ``i`` holds in layout ``k`` on slot ``slot`` (its stash); capacity + 1 if missing."""
+        if not self.present[k][i]:
+            return self.problem.cluster.gpu_memory_bytes + 1
+        return self.weight[k][i] + self.stash[slot] * self.act[k][i]
+
     def reach_of(self, layout_index: int, slot: int) -> np.ndarray:
         return self.reach[layout_index, self.stash[slot] - 1]
 
     def memory_rules(self):
-        """The memory and cost-entry rules both models state, as ``(j, k, a, r)``:
+        """The memory and cost-entry rules both models state (one group), as ``(j, k, a, r)``:
         if slot j uses layout k and starts at or before layer a, it ends by layer r.
 
         Only the rules that bind are yielded: none where the layout reaches the
@@ -172,27 +230,29 @@ class SlotData:
         divided by ``d``; with the devices summing to N the slowest stage takes
         at least (total least device-ms) / N. The iteration objective is at
         least m times the bottleneck and at least the sum of fastest layer
-        times plus (m - 1) bottlenecks.
+        times plus (m - 1) bottlenecks. (Reshards and sends only add.)
         """
-        fastest, work = [], 0.0
-        for layer in self.problem.layers:
-            fastest.append(min(c.fwd_ms + c.bwd_ms for c in layer.costs.values()))
-            work += min(lay.devices * (c.fwd_ms + c.bwd_ms) for lay, c in layer.costs.items())
-        bottleneck = max(max(fastest), work / self.problem.num_devices)
-        if self.objective == "bottleneck":
-            return bottleneck
-        m = self.microbatches
-        return max(m * bottleneck, sum(fastest) + (m - 1) * bottleneck)
+        return analytic_bound(self.problem, self.objective, nudge=False)
 
     def upper_stage_ms(self) -> float:
-        """An upper bound on any stage time (ms): all layers in the slowest layout plus two sends."""
-        compute = float(self.time_prefix[:, -1].max())
+        """An upper bound on any stage time (ms): all layers in the slowest layout (several
+        groups: every layer in its slowest config), every reshard at its largest, plus two sends."""
+        if self.multi:
+            compute = math.fsum(max(c.fwd_ms + c.bwd_ms for c in layer.costs.values()) for layer in self.problem.layers)
+        else:
+            compute = float(self.time_prefix[:, -1].max())
+        compute *= 1 + (self.num_layers + 2) * 2.0**-52  # float sums may sit that far below the exact ones
         sends = 2.0 * float(self.send_mb.max()) / (self.sizes[0] * min(self.bandwidths)) if self.transfers else 0.0
-        return compute + sends
+        reshards = 2.0 * sum(max(r.values(), default=0.0) for r in self.reshard_ms)
+        return compute + sends + reshards
 
 
-def slot_data(problem: Problem, objective: str) -> SlotData:
-    """Precompute the slot model's tables for ``problem`` (default cluster graph only)."""
+def slot_data(problem: Problem, objective: str, check=None) -> SlotData:
+    """Precompute the slot model's tables for ``problem`` (default cluster graph only).
+
+    ``check()`` (see :func:`build_guard`) is called as the tables grow.
+    """
+    check = check or (lambda: None)
     if problem.cluster.topology is not None:
         raise ValueError("the slot model needs the default cluster graph")
     counts = tuple(feasible_stage_counts(problem))
@@ -201,30 +261,48 @@ def slot_data(problem: Problem, objective: str) -> SlotData:
     L, m = problem.num_layers, problem.microbatches
     J = max(counts) if counts else 1
     n = len(layouts)
+    groups = problem.segments(0, L - 1)
     time = np.zeros((n, L))
-    weight = np.zeros((n, L), dtype=object)
-    act = np.zeros((n, L), dtype=object)
-    missing = np.zeros((n, L), dtype=bool)
-    for k, lay in enumerate(layouts):
-        for i, layer in enumerate(problem.layers):
-            c = layer.cost(lay)
-            if c is None:
-                missing[k, i] = True
-            else:
-                time[k, i] = c.fwd_ms + c.bwd_ms
-                weight[k, i] = c.weight_bytes
-                act[k, i] = c.act_bytes
+    weight = [[0] * L for _ in range(n)]
+    act = [[0] * L for _ in range(n)]
+    present = [[False] * L for _ in range(n)]
+    index = {lay: k for k, lay in enumerate(layouts)}
+    for i, layer in enumerate(problem.layers):
+        if i % 1024 == 0:
+            check()
+        for lay, c in layer.costs.items():
+            k = index[lay]
+            present[k][i] = True
+            time[k, i] = c.fwd_ms + c.bwd_ms
+            weight[k][i] = c.weight_bytes
+            act[k][i] = c.act_bytes
     prefix = np.hstack([np.zeros((n, 1)), np.cumsum(time, axis=1)])
-    n_stash = min(m, J)
-    reach = np.zeros((n, n_stash, L), dtype=np.int64)
     capacity = problem.cluster.gpu_memory_bytes
-    for k in range(n):
-        for s in range(1, n_stash + 1):
-            reach[k, s - 1] = _reach(weight[k], act[k], missing[k], s, capacity)
+    if len(groups) == 1:
+        n_stash = min(m, J)
+        reach = np.zeros((n, n_stash, L), dtype=np.int64)
+        for k in range(n):
+            for s in range(1, n_stash + 1):
+                check()
+                reach[k, s - 1] = _reach(weight[k], act[k], present[k], s, capacity)
+    else:
+        reach = np.zeros((n, 0, L), dtype=np.int64)
     send = np.array([layer.out_bytes for layer in problem.layers], dtype=float) / 1e6
     transfers = bool(L > 1 and send[:-1].max() > 0)
     c = problem.cluster
     placement = transfers and c.intra_node_GBps != c.inter_node_GBps and sizes[0] < c.gpus_per_node
+    meshes = tuple(sorted({lay.mesh for lay in layouts}, key=lambda mu: (mu[0] * mu[1], mu[1])))
+    reshards = []
+    for _, last in groups[:-1]:
+        out = problem.layers[last].out_bytes
+        table = {}
+        for mu in meshes:
+            for nu in meshes:
+                if mu != nu and mu[0] * mu[1] == nu[0] * nu[1]:
+                    r = stage_reshard_ms(out, Layout(*mu), Layout(*nu), mu[0] * mu[1], c)
+                    if r > 0:
+                        table[meshes.index(mu), meshes.index(nu)] = r
+        reshards.append(table)
     return SlotData(
         problem=problem,
         objective=objective,
@@ -239,10 +317,17 @@ def slot_data(problem: Problem, objective: str) -> SlotData:
         send_mb=send,
         transfers=transfers,
         placement=placement,
+        groups=tuple(groups),
+        meshes=meshes,
+        mesh_index=tuple(meshes.index(lay.mesh) for lay in layouts),
+        reshard_ms=tuple(reshards),
+        present=tuple(map(tuple, present)),
+        weight=tuple(map(tuple, weight)),
+        act=tuple(map(tuple, act)),
     )
 
 
-def _reach(weight: np.ndarray, act: np.ndarray, missing: np.ndarray, stash: int, capacity: int) -> np.ndarray:
+def _reach(weight, act, present, stash: int, capacity: int) -> np.ndarray:
     """Per start ``a``: the largest ``b`` with layers ``a..b-1`` present and fitting (exact ints)."""
     L = len(weight)
     out = np.zeros(L, dtype=np.int64)
@@ -250,7 +335,7 @@ def _reach(weight: np.ndarray, act: np.ndarray, missing: np.ndarray, stash: int,
     for a in range(L):
         if b < a:
             b, used = a, 0
-        while b < L and not missing[b] and used + weight[b] + stash * act[b] <= capacity:
+        while b < L and present[b] and used + weight[b] + stash * act[b] <= capacity:
             used += weight[b] + stash * act[b]
             b += 1
         out[a] = b
@@ -262,52 +347,17 @@ def _reach(weight: np.ndarray, act: np.ndarray, missing: np.ndarray, stash: int,
 # --------------------------------------------------------------------------- decisions <-> plans
 
 
-def int_option(request: SolveRequest, method: str, name: str, default: int, minimum: int = 1) -> int:
-    """An integer option, or :class:`~partitioner.solvers.SolverError` naming it."""
-    value = request.option(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise SolverError(f"{method}: option {name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def starting_plan(problem: Problem, request: SolveRequest, notes: dict) -> tuple[Plan | None, str | None]:
-    """The plan to start from, and where it came from.
-
-    The caller's ``warm_start`` when it is valid (an invalid one is noted in
-    ``notes["warm_start"]`` and skipped), else the greedy plan unless the
-    ``hint`` option is false, else None.
-    """
-    if request.warm_start is not None:
-        try:
-            evaluate(problem, request.warm_start)
-        except PlanError as err:
-            notes["warm_start"] = f"ignored: {err}"
-        else:
-            return request.warm_start.with_device_ids(), "warm_start"
-    if request.option("hint", True):
-        from .greedy import solve_greedy  # local: greedy is a sibling method module
-
-        greedy = solve_greedy(problem, request)
-        if greedy.plan is not None:
-            try:
-                evaluate(problem, greedy.plan)
-            except PlanError as err:  # a baseline bug must not take the exact solver down
-                notes["hint"] = f"greedy plan ignored: {err}"
-            else:
-                return greedy.plan, "greedy"
-    return None, None
-
-
-
 @dataclass(frozen=True)
 class SlotDecisions:
     """A plan in the model's terms.
 
     ``starts[j]`` is ``c_j`` (first layer of slot j, 0 for inactive slots),
-    ``layout[j]`` the layout index of slot j (-1 inactive), ``node[j]`` the
-    node label of a small slot (-1 otherwise), labelled in order of first
-    use by slot index, and ``link[j]`` whether slots ``j + 1`` and ``j``
-    share a node.
+    ``configs[j][g]`` the layout index slot j uses for its segment of group
+    ``g`` (-1 where it does not cover ``g``), ``layout[j]`` the layout of its
+    first segment (-1 inactive; all of a slot's layouts have one size),
+    ``node[j]`` the node label of a small slot (-1 otherwise), labelled in
+    order of first use by slot index, and ``link[j]`` whether slots
+    ``j + 1`` and ``j`` share a node.
     """
 
     stages: int
@@ -315,6 +365,18 @@ class SlotDecisions:
     layout: tuple[int, ...]
     node: tuple[int, ...]
     link: tuple[bool, ...]
+    configs: tuple[tuple[int, ...], ...] = ()
+
+    def slot_of(self, data: "SlotData") -> list[int]:
+        """The slot of every layer."""
+        ends, out = self.ends(data), [0] * data.num_layers
+        for j in range(self.stages):
+            out[self.starts[j] : ends[j]] = [j] * (ends[j] - self.starts[j])
+        return out
+
+    def ends(self, data: "SlotData") -> list[int]:
+        """One past the last layer of each slot (0 for inactive slots)."""
+        return [(data.num_layers if j == 0 else self.starts[j - 1]) if j < self.stages else 0 for j in range(len(self.starts))]
 
 
 def decisions_of_plan(data: SlotData, plan: Plan) -> SlotDecisions | None:
@@ -323,7 +385,10 @@ def decisions_of_plan(data: SlotData, plan: Plan) -> SlotDecisions | None:
     if P > J:
         return None
     G = data.gpus_per_node
+    n_groups = len(data.groups)
+    group_of = _group_of(data)
     starts, layout, node = [0] * J, [-1] * J, [-1] * J
+    configs = [[-1] * n_groups for _ in range(J)]
     ids = plan.device_ids()
     labels: dict[int, int] = {}
     for j in range(P):  # slot order: first use by slot index
@@ -331,73 +396,60 @@ def decisions_of_plan(data: SlotData, plan: Plan) -> SlotDecisions | None:
         stage = plan.stages[p]
         starts[j] = stage.first_layer
         try:
-            layout[j] = data.layouts.index(stage.layout)
-        except ValueError:
+            for (a, _), config in stage.segment_configs(data.problem):
+                configs[j][group_of[a]] = data.layouts.index(config)
+        except (ValueError, PlanError):
             return None
+        layout[j] = next(k for k in configs[j] if k >= 0)
         if stage.devices < G:
             n = ids[p][0] // G
             node[j] = labels.setdefault(n, len(labels))
     link = tuple(node[j] >= 0 and node[j] == node[j + 1] for j in range(J - 1))
-    return SlotDecisions(P, tuple(starts), tuple(layout), tuple(node), link)
+    return SlotDecisions(P, tuple(starts), tuple(layout), tuple(node), link, tuple(map(tuple, configs)))
+
+
+def _group_of(data: SlotData) -> list[int]:
+    out = [0] * data.num_layers
+    for g, (a, b) in enumerate(data.groups):
+        out[a : b + 1] = [g] * (b - a + 1)
+    return out
 
 
 def decisions_from_values(data: SlotData, var, on) -> SlotDecisions:
     """Read a solution of either model (CP-SAT or MILP) back into slot decisions.
 
-    ``var`` has the shared decision variables ``before``, ``use`` and
-    ``node``; ``on(v)`` says whether the 0/1 variable (or constant) ``v`` is
-    one in the solution.
+    ``var`` has the shared decision variables ``before``, ``use`` (per slot,
+    group and layout) and ``node``; ``on(v)`` says whether the 0/1 variable
+    (or constant) ``v`` is one in the solution.
     """
     J, L = data.slots, data.num_layers
     P = sum(int(on(var.before[0][j])) for j in range(J))
     starts = tuple(sum(int(on(var.before[i][j + 1])) for i in range(L)) if j < P else 0 for j in range(J))
-    layout = tuple(next(k for k, u in enumerate(var.use[j]) if on(u)) if j < P else -1 for j in range(J))
+    configs = tuple(
+        tuple(next((k for k, u in enumerate(row) if on(u)), -1) if j < P else -1 for row in var.use[j]) for j in range(J)
+    )
+    layout = tuple(next((k for k in configs[j] if k >= 0), -1) for j in range(J))
     node = [-1] * J
     for j, row in enumerate(var.node):
         for k, v in enumerate(row):
             if on(v):
                 node[j] = k
     link = tuple(node[j] >= 0 and node[j] == node[j + 1] for j in range(J - 1))
-    return SlotDecisions(P, starts, layout, tuple(node), link)
-
-
-class BuildTimeout(Exception):
-    """The time limit ran out while a model was being built."""
-
-
-def build_guard(deadline: float | None):
-    """A check to call inside long model-building loops: raises :class:`BuildTimeout` past ``deadline``.
-
-    Building the slot model of a large problem takes minutes (256 layers on
-    256 GPUs: about 20 s in CP-SAT, minutes in PuLP); a time limit covers it.
-    """
-
-    def check() -> None:
-        if deadline is not None and time.perf_counter() > deadline:
-            raise BuildTimeout
-
-    return check
-
-
-def build_timeout_message(method: str, data: SlotData) -> str:
-    return (
-        f"{method}: the time limit ran out while building the model ({data.num_layers} layers, "
-        f"{data.slots} stage slots, {len(data.layouts)} layouts); raise --time-limit or use dp"
-    )
+    return SlotDecisions(P, starts, layout, tuple(node), link, configs)
 
 
 def plan_of_decisions(data: SlotData, decisions: SlotDecisions) -> Plan:
     """The plan (with device ids) the model's decisions describe."""
     P, L = decisions.stages, data.num_layers
     cluster = data.problem.cluster
+    ends = decisions.ends(data)
     stages = []
     for p in range(P):
         j = P - 1 - p
-        first = decisions.starts[j]
-        last = (decisions.starts[j - 1] if j > 0 else L) - 1
-        lay = data.layouts[decisions.layout[j]]
-        stages.append((first, last, lay))
-    sizes = [lay.devices for _, _, lay in stages]
+        first, last = decisions.starts[j], ends[j] - 1
+        configs = [data.layouts[k] for k in decisions.configs[j] if k >= 0]
+        stages.append((first, last, configs))
+    sizes = [configs[0].devices for _, _, configs in stages]
     if data.placement:
         assignment = _assignment_from_nodes(data, decisions, sizes)
     else:
@@ -405,7 +457,9 @@ def plan_of_decisions(data: SlotData, decisions: SlotDecisions) -> Plan:
         if assignment is None:  # pragma: no cover - sizes dividing G always pack (module docstring)
             raise RuntimeError(f"cannot place stage sizes {sizes}")
     ids = node_assignment_ids(cluster, sizes, assignment)
-    return Plan(tuple(Stage(a, b, lay.devices, lay.dp, lay.tp, ids[p]) for p, (a, b, lay) in enumerate(stages)))
+    return Plan(
+        tuple(Stage.from_configs(a, b, configs[0].devices, configs, ids[p]) for p, (a, b, configs) in enumerate(stages))
+    )
 
 
 def _assignment_from_nodes(data: SlotData, decisions: SlotDecisions, sizes: list[int]) -> list:
@@ -415,90 +469,69 @@ def _assignment_from_nodes(data: SlotData, decisions: SlotDecisions, sizes: list
     return label_nodes(sizes, bins, G)
 
 
-# --------------------------------------------------------------------------- integer times (CP-SAT)
+# --------------------------------------------------------------------------- shared by both models
 
 
-@dataclass(frozen=True)
-class IntegerTimes:
-    """Times in integer units of ``1 / scale`` ms, for CP-SAT.
+@dataclass
+class SlotStart:
+    """The tables, the starting plan (hint) in the model's terms, and its stage ceiling."""
 
-    Attributes
-    ----------
-    scale : float
-        Units per millisecond.
-    time_prefix : list of list of int
-        ``round(scale * time_prefix)`` per layout: a stage's compute is a
-        difference of two rounded prefix sums, off by at most 1 unit.
-    send : ndarray of int, shape (L + 1, sizes + 1, link kinds)
-        ``send[c, s, h]``: the transfer into a slot starting at layer ``c``
-        (so after layer ``c - 1``) when the smaller of the two stages has
-        ``sizes[s - 1]`` devices and the link is kind ``h`` (see
-        :attr:`SlotData.bandwidths`); 0 when ``c == 0`` or ``s == 0`` (no
-        boundary). Each entry is off by at most 1/2 unit.
-    error : int
-        Most units by which the model's objective of any plan can differ
-        from ``scale`` x its true objective: 2 per stage time (1 compute,
-        1/2 per transfer), hence 2 for ``bottleneck`` and
-        ``2 (J + m - 1)`` for ``iteration``.
+    data: SlotData | None = None
+    plan: Plan | None = None
+    source: str | None = None
+    decisions: SlotDecisions | None = None
+    ceiling_ms: float | None = None
+
+
+def slot_start(problem: Problem, request: SolveRequest, notes: dict, check, start: SlotStart) -> SlotStart:
+    """Fill ``start`` (so that a :class:`~.slotrun.BuildTimeout` raised midway leaves what is known):
+    the tables, the starting plan (:func:`~.slotrun.starting_plan`) when it fits the slots, and
+    its stage ceiling (:func:`~.slottimes.stage_ceiling_ms`)."""
+    start.data = slot_data(problem, request.objective, check)
+    plan, source = starting_plan(problem, request, notes, check)
+    decisions = decisions_of_plan(start.data, plan) if plan is not None else None
+    if decisions is not None:
+        start.plan, start.source, start.decisions = plan, source, decisions
+        value = evaluate(problem, plan, request.objective).value
+        start.ceiling_ms = stage_ceiling_ms(request.objective, value, problem.microbatches)
+    return start
+
+
+def stage_terms(j: int, compute: list, reshard: list, send: list) -> list:
+    """The terms of slot j's time: its compute, its reshards (when modelled) and its two sends."""
+    terms = [compute[j]]
+    if not isinstance(reshard[j], int):
+        terms.append(reshard[j])
+    if send:
+        if j > 0:
+            terms.append(send[j - 1])
+        if j < len(compute) - 1:
+            terms.append(send[j])
+    return terms
+
+
+def reshard_sites(data: SlotData, before: list, use: list):
+    """Every slot ``j`` and group boundary ``g`` (with some reshard > 0) that slot j can hold.
+
+    Yields ``(j, g, plus, minus, pairs, margins)``: the boundary is inside slot j
+    exactly when ``plus - minus`` is 1 (``before[B+1][j] - before[B][j+1]``, B the
+    last layer of g); ``pairs`` are the same-size mesh pairs across it; each margin
+    ``(pairs, uses)`` says the pairs sharing one mesh on one side weigh at most the
+    ``use`` literals of that mesh on that side (a transport whose total is ``inside``).
     """
-
-    scale: float
-    time_prefix: list[list[int]]
-    send: np.ndarray
-    error: int
-
-
-def integer_times(data: SlotData, resolution: float = RESOLUTION) -> IntegerTimes:
-    """Scale every time to integers -- the one place CP-SAT's resolution is chosen.
-
-    CP-SAT needs integer coefficients. Each quantity is rounded to the
-    nearest unit, so the model's objective of any plan is within ``error``
-    units of the truth, and a plan the solver proves optimal (with an
-    absolute gap limit of ``error`` units) is within ``3 * error`` units of
-    the true optimum. The unit is chosen so that this is at most
-    ``resolution`` times the analytic lower bound of the objective
-    (:meth:`SlotData.lower_bound`), hence at most ``resolution`` relative to
-    the true optimum -- unless the objective's upper bound would exceed
-    2**50 units, where the scale is capped (the bound reported through
-    :func:`conservative_bound` stays valid either way).
-
-    Consequence: two plans whose true objectives differ by less than about
-    ``resolution`` (relative) can look equal, or swapped, to the solver, so
-    ``cpsat`` may return a plan up to that fraction worse than the best one;
-    with the default 1e-7 it agrees with the exact methods to 1e-6.
-    """
-    J, m = data.slots, data.microbatches
-    error = 2 if data.objective == "bottleneck" else 2 * (J + m - 1)
-    lower = data.lower_bound()
-    stages = 1 if data.objective == "bottleneck" else J + m - 1
-    upper = stages * data.upper_stage_ms()
-    if upper <= 0:  # every time is zero: any unit is exact
-        scale = 1.0
-    else:
-        cap = 2.0**50 / upper
-        scale = min(3 * error / (resolution * lower), cap) if lower > 0 else cap
-    prefix = [[int(round(scale * v)) for v in row] for row in data.time_prefix]
-    L, S = data.num_layers, len(data.sizes)
-    bws = data.bandwidths
-    send = np.zeros((L + 1, S + 1, len(bws)), dtype=np.int64)
-    if data.transfers:
-        for c in range(1, L):
-            mb = data.send_mb[c - 1]
-            for s, d in enumerate(data.sizes, start=1):
-                for h, bw in enumerate(bws):
-                    send[c, s, h] = int(round(scale * mb / (d * bw)))
-    return IntegerTimes(scale, prefix, send, error)
-
-
-def conservative_bound(units: float, times: IntegerTimes, analytic: float) -> float:
-    """A proven lower bound (ms) from a bound on the integer model's objective.
-
-    Any plan's true objective is at least (model objective - error) / scale,
-    so the true optimum is at least ``(units - error) / scale``; the result
-    is nudged down a few ulps against float rounding and never below the
-    analytic bound (itself nudged down).
-    """
-    best = max((units - times.error) / times.scale, analytic)
-    for _ in range(4):
-        best = math.nextafter(best, -math.inf)
-    return max(best, 0.0)
+    nl = len(data.layouts)
+    for j in range(data.slots):
+        for g in range(len(data.groups) - 1):
+            if not data.reshard_ms[g]:
+                continue
+            last = data.groups[g][1]
+            plus, minus = before[last + 1][j], before[last][j + 1]
+            if isinstance(plus, int) and plus == 0:
+                continue
+            pairs = data.mesh_pairs(g)
+            margins = []
+            for side, pos in ((g, 0), (g + 1, 1)):
+                for mu in sorted({p[pos] for p in pairs}):
+                    uses = [use[j][side][k] for k in range(nl) if data.mesh_index[k] == mu and not isinstance(use[j][side][k], int)]
+                    margins.append(([p for p in pairs if p[pos] == mu], uses))
+            yield j, g, plus, minus, pairs, margins

@@ -1,0 +1,264 @@
+"""The MILP backends behind ``milp``: HiGHS through highspy and CBC as a command, both held
+to the caller's deadline, with a MIP start and quiet standard output.
+
+HiGHS gets what is left of the deadline once PuLP has handed it the model, less a
+reserve for reading the answer back, plus an interrupt callback (it checks its
+clock only now and then). CBC gets the time left when its command line is made,
+in wall-clock seconds, and is killed :data:`CBC_GRACE` seconds past the deadline
+(its root LP and MIP start run seconds past the limit on a loaded machine).
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import pulp
+
+__all__ = ["Outcome", "solve_highs", "solve_cbc", "pulp_quiet", "READBACK_SHARE", "READBACK_SECONDS", "CBC_GRACE"]
+
+_TOLERANCE = 1e-9
+# Reserve for reading a solution back: a share of the time it took to hand the model to the
+# backend (reading back and PuLP's bookkeeping take about half of it, measured) plus a
+# constant (HiGHS stops up to ~0.3 s after its limit).
+READBACK_SHARE = 0.6
+READBACK_SECONDS = 0.3
+# Seconds past the deadline after which a still-running CBC process is killed.
+CBC_GRACE = 0.5
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # optimal | feasible | infeasible | none
+    status_text: str
+    bound: float | None
+    has_solution: bool
+
+
+class _HighsWithStart(pulp.HiGHS):
+    """PuLP's highspy interface, passing the variables' initial values as a MIP start."""
+
+    def __init__(self, *args, use_start: bool = False, deadline: float | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.use_start = use_start
+        self.deadline = deadline
+
+    def createAndConfigureSolver(self, lp):  # noqa: N802 (PuLP's name)
+        # HiGHS keeps one process-wide thread scheduler: once some earlier solve in this
+        # process started it with another thread count, run() fails ("scheduler has already
+        # been initialized"); resetting it first makes the threads option hold
+        import highspy
+
+        highspy.Highs.resetGlobalScheduler(True)
+        # highspy prints a banner on stdout when the first Highs object is made;
+        # keep stdout clean (the CLI's --json output goes there) unless logging
+        if self.msg:
+            super().createAndConfigureSolver(lp)
+            return
+        with _quiet_stdout():
+            super().createAndConfigureSolver(lp)
+
+    def buildSolverModel(self, lp):  # noqa: N802 (PuLP's name)
+        began = time.perf_counter()
+        super().buildSolverModel(lp)
+        if self.deadline is not None:
+            # HiGHS's own clock starts now: give it what is left of the caller's limit after
+            # handing the model over, less a reserve for reading the solution back
+            now = time.perf_counter()
+            reserve = READBACK_SHARE * (now - began) + READBACK_SECONDS
+            stop = self.deadline - reserve
+            lp.solverModel.setOptionValue("time_limit", max(1e-3, stop - now))
+            # HiGHS checks its clock only now and then (a root LP can run seconds past the limit
+            # on a loaded machine); its interrupt callbacks are polled during every solve phase
+            def interrupt(event) -> None:
+                if time.perf_counter() > stop:
+                    event.interrupt()
+
+            for hook in (lp.solverModel.cbSimplexInterrupt, lp.solverModel.cbIpmInterrupt, lp.solverModel.cbMipInterrupt):
+                hook += interrupt
+        if self.use_start:
+            import highspy
+
+            variables = lp.variables()
+            solution = highspy.HighsSolution()
+            solution.col_value = [float(v.varValue) if v.varValue is not None else 0.0 for v in variables]
+            solution.value_valid = True
+            lp.solverModel.setSolution(solution)
+
+
+@contextmanager
+def pulp_quiet():
+    """Hide PuLP 3's deprecation notices about its 4.0 API (the pinned range is < 4)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"pulp(\.|$)")
+        yield
+
+
+@contextmanager
+def _quiet_stdout():
+    """Silence the process's file descriptor 1 (C++ output included)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+
+
+def solve_highs(
+    lp: pulp.LpProblem, deadline: float | None, threads: int, log: bool, use_start: bool, presolve: bool = False
+) -> Outcome:
+    import highspy
+
+    solver = _HighsWithStart(
+        msg=log,
+        gapRel=0.0,
+        gapAbs=0.0,
+        threads=threads,
+        use_start=use_start,
+        deadline=deadline,
+        mip_feasibility_tolerance=_TOLERANCE,
+        primal_feasibility_tolerance=_TOLERANCE,
+        random_seed=0,
+        presolve="on" if presolve else "off",
+    )
+    try:
+        lp.solve(solver)
+    except (IndexError, pulp.PulpSolverError) as err:  # PuLP reading back a model HiGHS rejected
+        return Outcome("none", f"highs failed: {type(err).__name__}: {err}", None, False)
+    h = lp.solverModel
+    status = h.getModelStatus()
+    info = h.getInfo()
+    has_solution = info.primal_solution_status == 2  # kSolutionStatusFeasible
+    text = h.modelStatusToString(status)
+    stopped = status in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kInterrupt)
+    bound = info.mip_dual_bound if has_solution or stopped else None
+    if status == highspy.HighsModelStatus.kOptimal:
+        return Outcome("optimal", text, bound, has_solution)
+    if status in (highspy.HighsModelStatus.kInfeasible,):
+        return Outcome("infeasible", text, None, False)
+    return Outcome("feasible" if has_solution else "none", text, bound, has_solution)
+
+
+class _CbcTimeout(Exception):
+    """CBC was still running past the deadline and was stopped."""
+
+
+class _CbcByDeadline(pulp.PULP_CBC_CMD):
+    """PuLP's CBC command, held to a deadline.
+
+    Its ``-sec`` limit is what is left of the deadline once the model file is
+    written, less a reserve for reading the solution back; and since CBC
+    checks its clock only between phases (its root LP and the MIP start alone
+    can take seconds on a loaded machine), the process is killed
+    :data:`CBC_GRACE` seconds past the deadline. Otherwise it runs as PuLP's
+    ``solve_CBC`` does (MPS model, MIP start, solution file).
+    """
+
+    def __init__(self, *args, deadline: float | None = None, log_path: str, **kwargs):
+        self.deadline = deadline
+        self.log_path = log_path
+        self.began = time.perf_counter()
+        super().__init__(*args, **kwargs)
+
+    def remaining(self) -> float:
+        now = time.perf_counter()
+        reserve = READBACK_SHARE * (now - self.began) + READBACK_SECONDS
+        return max(0.01, round(self.deadline - now - reserve, 2))
+
+    def solve_CBC(self, lp, use_mps=True):  # noqa: N802 (PuLP's name)
+        mps, sol, mst = self.create_tmp_files(lp.name, "mps", "sol", "mst")
+        try:
+            variables, var_names, con_names, _ = lp.writeMPS(mps, rename=1)
+            args = [self.path, mps]
+            if self.optionsDict.get("warmStart", False):
+                self.writesol(mst, lp, variables, var_names, con_names)
+                args += ["-mips", mst]
+            if self.deadline is not None:
+                args += ["-sec", str(self.remaining())]
+            for option in self.options + self.getOptions():
+                args += ("-" + option).split()
+            args += ["-solve", "-printingOptions", "all", "-solution", sol]
+            wait = None if self.deadline is None else max(0.0, self.deadline - time.perf_counter()) + CBC_GRACE
+            with open(self.log_path, "w", encoding="utf-8") as pipe:
+                process = subprocess.Popen(args, stdout=pipe, stderr=pipe, stdin=subprocess.DEVNULL)
+                try:
+                    code = process.wait(timeout=wait)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+                    raise _CbcTimeout from None
+            if code != 0 or not os.path.exists(sol):
+                raise pulp.PulpSolverError(f"cbc exited with code {code}")
+            status, values, reduced, prices, slacks, sol_status = self.readsol_MPS(sol, lp, variables, var_names, con_names)
+            lp.assignVarsVals(values)
+            lp.assignVarsDj(reduced)
+            lp.assignConsPi(prices)
+            lp.assignConsSlack(slacks, activity=True)
+            lp.assignStatus(status, sol_status)
+            return status
+        finally:
+            self.delete_tmp_files(mps, sol, mst)
+
+
+def solve_cbc(lp: pulp.LpProblem, deadline: float | None, threads: int, log: bool, use_start: bool) -> Outcome:
+    fd, path = tempfile.mkstemp(prefix="partitioner-cbc-", suffix=".log")
+    os.close(fd)
+    failure = None
+    limit = None if deadline is None else max(0.0, deadline - time.perf_counter())
+    try:
+        solver = _CbcByDeadline(
+            msg=False,
+            gapRel=0.0,
+            gapAbs=0.0,
+            deadline=deadline,
+            log_path=path,
+            threads=threads,
+            warmStart=use_start,
+            timeMode="elapsed",  # wall, not CPU, seconds: on a loaded machine CPU time lags the clock
+            options=[f"integerTolerance {_TOLERANCE}", f"primalTolerance {_TOLERANCE}", "randomCbcSeed 1"],
+        )
+        try:
+            code = lp.solve(solver)
+        except pulp.PulpSolverError as err:
+            failure = str(err)
+        except _CbcTimeout:
+            failure = "stopped at the time limit"
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text_log = f.read()
+    finally:
+        os.unlink(path)
+    if log:
+        print(text_log, file=sys.stderr)
+    if failure is not None:  # e.g. the time limit ended CBC while it read the start
+        tail = " | ".join(line.strip() for line in text_log.strip().splitlines()[-3:])
+        return Outcome("none", f"cbc failed: {tail or failure}", None, False)
+    result = re.search(r"^Result - (.*)$", text_log, re.MULTILINE)
+    text = result.group(1).strip() if result else pulp.LpStatus[code]
+    bound = _cbc_number(text_log, "Lower bound")
+    if lp.sol_status == pulp.LpSolutionOptimal:
+        return Outcome("optimal", text, _cbc_number(text_log, "Objective value"), True)
+    if code == pulp.LpStatusInfeasible or lp.sol_status == pulp.LpSolutionInfeasible:
+        # CBC says "LP relaxation infeasible or too expensive" when the time
+        # limit ends its root processing: only a run that ended early proves it
+        wall = _cbc_number(text_log, r"Time \(Wallclock seconds\)")
+        if limit is None or (wall is not None and wall < 0.9 * limit):
+            return Outcome("infeasible", text, None, False)
+        return Outcome("none", f"{text} (at the time limit)", None, False)
+    has_solution = lp.sol_status == pulp.LpSolutionIntegerFeasible
+    return Outcome("feasible" if has_solution else "none", text, bound, has_solution)
+
+
+def _cbc_number(text: str, label: str) -> float | None:
+    found = re.search(rf"^{label}:\s*([-+0-9.eE]+)", text, re.MULTILINE)
+    return float(found.group(1)) if found else None
