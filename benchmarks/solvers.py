@@ -11,6 +11,7 @@ Run from the repository root::
 
     python -m benchmarks.solvers            # the full sweep
     python -m benchmarks.solvers --quick    # a smaller sweep, for a smoke test
+    python -m benchmarks.solvers --sweeps v2 --methods dp,greedy,balanced --out benchmarks/results/v2
 
 Times are wall-clock seconds of one ``solve`` call in this process (CP-SAT
 with as many workers as cores); the machine is stated in the report.
@@ -30,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script or module from a checkout
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.synthetic import synthetic_problem  # noqa: E402
+from benchmarks.synthetic import synthetic_problem, synthetic_v2_problem  # noqa: E402
 from partitioner import __version__, solve  # noqa: E402
 from partitioner.solvers import methods as registered_methods  # noqa: E402
 
@@ -48,6 +49,7 @@ class Point:
     transfers: bool = True
     objective: str = "iteration"
     microbatches: int = 8
+    version: int = 1  # 2: the v2 twin (3 variants, one config per module segment)
 
     @property
     def label(self) -> str:
@@ -55,10 +57,12 @@ class Point:
         return (
             f"L={self.layers} N={self.nodes * self.gpus_per_node} layouts={lay} "
             f"{'transfers' if self.transfers else 'no transfers'} {self.objective}"
+            + (" v2 (3 variants, per-segment configs)" if self.version == 2 else "")
         )
 
     def problem(self, seed: int = 0):
-        return synthetic_problem(
+        generate = synthetic_v2_problem if self.version == 2 else synthetic_problem
+        return generate(
             self.layers,
             self.nodes,
             self.gpus_per_node,
@@ -78,6 +82,13 @@ def sweep(quick: bool) -> list[Point]:
     points += [Point("gpus", 64, n) for n in nodes]
     points += [Point("layouts", 64, 4, layouts=k) for k in layouts]
     points += [Point("target", 64, 4, transfers=False)]
+    # format v2 against v1 on the same problem (issue 10): 64 layers, 4 x 8 GPUs, 4 modules, 3 variants
+    points += [
+        Point("v2", 64, 4, transfers=transfers, objective=objective, version=version)
+        for transfers in (True, False)
+        for objective in ("iteration", "bottleneck")
+        for version in (1, 2)
+    ]
     if not quick:
         points += [
             Point("target", 256, 32, transfers=False, objective="bottleneck"),
@@ -109,6 +120,7 @@ def run_point(point: Point, methods: list[str], time_limit: float, seed: int) ->
                 "layouts": point.layouts,
                 "transfers": point.transfers,
                 "objective": point.objective,
+                "version": point.version,
                 "method": method,
                 "status": status,
                 "value": value,
@@ -154,6 +166,7 @@ def write_report(records: list[dict], methods: list[str], time_limit: float, out
         ("gpus", "GPUs grow (64 layers, every layout, transfers, iteration objective)"),
         ("layouts", "Layouts per stage size grow (64 layers, 4 x 8 GPUs)"),
         ("target", "Issue-3 targets"),
+        ("v2", "Format v2 against v1 on the same problem (64 layers, 4 x 8 GPUs, 4 modules; v2 adds 3 variants and per-segment configs)"),
     ):
         rows = [r for r in records if r["sweep"] == sweep_name]
         if not rows:
@@ -166,6 +179,7 @@ def write_report(records: list[dict], methods: list[str], time_limit: float, out
                 cells.append("" if r is None else _cell(r))
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
         lines.append("")
+    lines += _v2_against_v1(records)
     lines += [
         "Each cell: status, seconds, and the gap to the best value found (0 = best).",
         "",
@@ -174,6 +188,40 @@ def write_report(records: list[dict], methods: list[str], time_limit: float, out
     ]
     (out / "solvers.md").write_text("\n".join(lines))
     _plot(records, methods, out / "solvers.png")
+
+
+def _v2_against_v1(records: list[dict]) -> list[str]:
+    """dp's optimum and time on each v2 problem next to its v1 twin (what the wider plan space buys and costs)."""
+    rows = [r for r in records if r["sweep"] == "v2" and r["method"] == "dp"]
+    pairs = []
+    for r2 in (r for r in rows if r.get("version") == 2):
+        twin = next(
+            (r for r in rows if r.get("version") == 1 and (r["transfers"], r["objective"]) == (r2["transfers"], r2["objective"])),
+            None,
+        )
+        if twin is not None:
+            pairs.append((twin, r2))
+    if not pairs:
+        return []
+    lines = [
+        "### dp: v2 against v1 on the same problem",
+        "",
+        "| problem | v1 value | v2 value | v2 / v1 | v1 s (cpu) | v2 s (cpu) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r1, r2 in pairs:
+        ratio = r2["value"] / r1["value"] if r1["value"] and r2["value"] else None
+        lines.append(
+            f"| {'transfers' if r1['transfers'] else 'no transfers'} {r1['objective']} "
+            f"| {_num(r1['value'])} ({r1['status']}) | {_num(r2['value'])} ({r2['status']}) "
+            f"| {'' if ratio is None else f'{ratio:.3f}'} "
+            f"| {r1['seconds']:.2f} ({r1['cpu_seconds']:.2f}) | {r2['seconds']:.2f} ({r2['cpu_seconds']:.2f}) |"
+        )
+    return lines + [""]
+
+
+def _num(value) -> str:
+    return "-" if value is None else f"{value:.4f}"
 
 
 def _cell(r: dict) -> str:
@@ -219,11 +267,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--time-limit", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--sweeps", default=None, help="comma-separated sweeps to run (layers, gpus, layouts, target, v2); default all")
     args = parser.parse_args(argv)
     known = set(registered_methods())
     methods = [m for m in args.methods.split(",") if m in known]
     records = []
+    chosen = None if args.sweeps is None else set(args.sweeps.split(","))
     for point in sweep(args.quick):
+        if chosen is not None and point.sweep not in chosen:
+            continue
         records += run_point(point, methods, args.time_limit, args.seed)
     write_report(records, methods, args.time_limit, args.out)
     print(f"wrote {args.out / 'solvers.md'}")

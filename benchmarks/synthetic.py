@@ -28,7 +28,7 @@ import numpy as np
 
 from partitioner.problem import Cluster, Layout, Problem
 
-__all__ = ["ModuleShape", "MODULES", "synthetic_problem", "layout_keys", "write_problems"]
+__all__ = ["ModuleShape", "MODULES", "VARIANTS", "synthetic_problem", "synthetic_v2_problem", "layout_keys", "write_problems"]
 
 GB = 10**9
 
@@ -173,6 +173,51 @@ def synthetic_problem(
             "headroom": headroom,
         },
     }
+    return Problem.from_dict(doc)
+
+
+# Memory knobs of the v2 twin (format v2 variants), as the cost model words them.
+VARIANTS = {
+    "recompute": "full activation recompute: keeps block inputs only, the backward runs the forward again",
+    "zero1": "ZeRO-1: optimizer states (12 of the 16 bytes per parameter) sharded over the dp ranks",
+}
+
+
+def synthetic_v2_problem(
+    layers: int = 64,
+    nodes: int = 4,
+    gpus_per_node: int = 8,
+    layouts: int | Sequence[str] | None = None,
+    transfers: bool = True,
+    **kwargs,
+) -> Problem:
+    """The format-v2 twin of :func:`synthetic_problem` with the same arguments: the same layers,
+    modules and plain configs, plus two variants per config (:data:`VARIANTS`), so 3 variants.
+
+    ``recompute`` keeps 15 % of the activations and adds a forward to the
+    backward; ``zero1`` keeps 4 + 12 / dp of the 16 bytes per parameter and
+    adds 3 % to the step for its gathers. Stages may give each module segment
+    its own config.
+    """
+    base = synthetic_problem(layers, nodes, gpus_per_node, layouts, transfers, **kwargs)
+    doc = base.to_dict()
+    doc["version"] = 2
+    doc["name"] = base.name + "-v2"
+    doc["variants"] = dict(VARIANTS)
+    for layer in doc["layers"]:
+        extra = {}
+        for key, c in layer["costs"].items():
+            dp = Layout.parse(key).dp
+            extra[f"{key}/recompute"] = {
+                **c, "bwd_ms": round(c["bwd_ms"] + c["fwd_ms"], 4), "act_bytes": int(c["act_bytes"] * 0.15)
+            }
+            extra[f"{key}/zero1"] = {
+                **c,
+                "fwd_ms": round(c["fwd_ms"] * 1.03, 4),
+                "bwd_ms": round(c["bwd_ms"] * 1.03, 4),
+                "weight_bytes": int(c["weight_bytes"] * (4 + 12 / dp) / 16),
+            }
+        layer["costs"].update(extra)
     return Problem.from_dict(doc)
 
 

@@ -1,46 +1,45 @@
 """Discrete-event replay of one training iteration of a pipeline plan.
 
-Each stage p runs a forward op F(p, j) and a backward op B(p, j) for every
-microbatch j = 0..m-1, with the durations F_p and B_p of DESIGN.md (compute
-plus the sends, as :func:`partitioner.plan.evaluate` defines them). The
-dependencies are those of pipeline parallelism:
+Each stage (chunk) c runs a forward op F(c, j) and a backward op B(c, j)
+for every microbatch j = 0..m-1, with the durations F_c and B_c of
+DESIGN.md (compute plus the sends, as :func:`partitioner.plan.evaluate`
+defines them). Under ``zb-h1`` the backward is split into B(c, j), the
+input gradient (B_c - W_c), and W(c, j), the weight gradient (W_c). Under
+``interleaved`` the P·v chunks run on P device groups, chunk c on group
+c mod P. The dependencies are those of pipeline parallelism:
 
-* F(p, j) after F(p-1, j)  (the activations arrive from the previous stage);
-* B(p, j) after B(p+1, j)  (the gradients arrive from the next stage); on the
-  last stage B(P-1, j) after its own F(P-1, j).
+* F(c, j) after F(c-1, j)  (the activations arrive from the previous chunk);
+* B(c, j) after B(c+1, j)  (the gradients arrive from the next chunk); on the
+  last chunk B(c, j) after its own F(c, j);
+* W(c, j) after B(c, j).
 
-Every stage runs its ops one at a time in a fixed order given by the
-schedule, and an op starts as soon as its stage is free and its dependency
-has ended (DESIGN.md, "1F1B simulator semantics"):
+Every device runs its ops one at a time in the fixed order of
+:func:`partitioner.schedules.device_order` (1F1B, GPipe, forward, ZB-H1,
+Megatron-LM's interleaved 1F1B; the module documents each and its source),
+and an op starts as soon as its device is free and its dependency has ended
+(DESIGN.md, "1F1B simulator semantics"). The ``forward`` schedule is the flow
+shop of seed lesson 16 (``simulate_1f1b_execution``); B_c is ignored.
 
-``1f1b``
-    w = min(P-p-1, m) warm-up forwards, then alternate one forward and one
-    backward until the forwards run out, then the remaining backwards
-    (PipeDream-Flush / Megatron-LM's non-interleaved schedule [1]_, [2]_).
-``gpipe``
-    all forwards, then all backwards [3]_. The backwards run in *reverse*
-    microbatch order (m-1 first), as in GPipe's figure 2: the last
-    microbatch is the one whose forward the last stage has just finished.
-    For equal stages the makespan is the same as in order.
-``forward``
-    forwards only, every stage taking the microbatches in order: the flow
-    shop of seed lesson 16 (``simulate_1f1b_execution``); B_p is ignored.
-
-Reported figures:
+Reported figures (per device, the timeline's rows):
 
 * makespan: the end of the last op;
-* bubble ratio: ``1 - m * sum_p (F_p + B_p) / (P * makespan)`` (``forward``:
-  ``1 - m * sum_p F_p / (P * makespan)``), the idle share of the P stages;
-* peak in-flight microbatches per stage: the most microbatches whose
-  activations the stage holds at once, DESIGN's "forwards done minus
-  backwards done". A microbatch is held from the start of its forward to the
-  end of its backward, so 1F1B gives min(m, P-p) and GPipe m; ``forward``
-  frees nothing and also gives m (the flow shop models time, not memory);
-* peak memory per stage: ``weights + peak in-flight * activations``.
+* bubble ratio: ``1 - sum busy / (P * makespan)``, the idle share of the P
+  devices (busy = m·sum(F + B) of the device's chunks; ``forward``: m·sum F);
+* peak in-flight microbatches: the most microbatches whose activations the
+  device holds at once, summed over its chunks. A microbatch is held on a
+  chunk from the start of its forward to the end of its backward (the B op;
+  under ``zb-h1`` the W's still pending are counted apart, as
+  ``peak_pending_weight_grads``). 1F1B and ZB-H1 give min(m, P-p), GPipe
+  m; ``forward`` frees nothing and also gives m (the flow shop models time,
+  not memory);
+* peak memory: the device's weights plus the largest held activations over
+  time, ``max_t sum_c held_c(t) * act_c``.
 
-For P equal stages the 1F1B and GPipe makespans are ``(m + P - 1)(F + B)``
-and the bubble ``(P - 1) / (m + P - 1)``; the tests check these closed forms
-and, on random stage times, the bounds ``max_p m t_p <= makespan <= m sum_p t_p``.
+For P equal stages the 1F1B and GPipe makespans are ``(m + P - 1)(F + B)``;
+ZB-H1's is ``m(F + B + W) + (P - 1)(F + B - W)`` when m >= P and W <= min(F, B)
+(here B is the input-gradient part); interleaved with equal chunks F/v, B/v gives
+``m(F + B) + (P - 1)(F + B)/v``. The tests check these closed forms and, on
+random times, the bounds that hold for every schedule.
 
 References
 ----------
@@ -50,6 +49,7 @@ References
    GPU clusters using Megatron-LM", SC 2021.
 .. [3] Y. Huang et al., "GPipe: efficient training of giant neural networks
    using pipeline parallelism", NeurIPS 2019.
+.. [4] P. Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024.
 """
 from __future__ import annotations
 
@@ -62,44 +62,59 @@ from typing import Any, Sequence
 from .breakdown import stage_parts
 from .plan import Evaluation, Plan, evaluate
 from .problem import Problem
+from .schedules import SCHEDULES, SPLIT_BACKWARD, check_shape, device_order
 
 __all__ = [
     "SCHEDULES",
     "Op",
     "Simulation",
-    "stage_order",
+    "device_order",
     "simulate_times",
     "simulate",
     "replay_check",
 ]
 
-SCHEDULES = ("1f1b", "gpipe", "forward")
+KINDS = {"F": "forward", "B": "backward", "W": "weight gradient"}
 
 
 @dataclass(frozen=True)
 class Op:
-    """One op of the timeline: ``kind`` is ``"F"`` (forward) or ``"B"`` (backward); times in ms."""
+    """One op of the timeline on device row ``stage``.
+
+    ``kind`` is ``"F"`` (forward), ``"B"`` (backward; its input-gradient part
+    under ``zb-h1``) or ``"W"`` (weight gradient); ``chunk`` is the model
+    chunk in pipeline order (the stage itself unless the schedule is
+    ``interleaved``). Times in ms.
+    """
 
     stage: int
     kind: str
     microbatch: int
     start: float
     end: float
+    chunk: int | None = None
 
     @property
     def duration(self) -> float:
         return self.end - self.start
 
     def to_dict(self) -> dict[str, Any]:
-        return {"stage": self.stage, "op": self.kind, "microbatch": self.microbatch, "start": self.start, "end": self.end}
+        doc = {"stage": self.stage, "op": self.kind, "microbatch": self.microbatch, "start": self.start, "end": self.end}
+        if self.chunk is not None:
+            doc["chunk"] = self.chunk
+        return doc
 
 
 @dataclass(frozen=True)
 class Simulation:
     """The replay of one iteration: timeline and the figures derived from it.
 
-    ``weight_bytes`` and ``act_bytes`` (per stage) are known when the
-    simulation comes from a plan; then ``peak_memory_bytes`` is reported.
+    ``fwd_ms``, ``bwd_ms``, ``wgrad_ms``, ``weight_bytes`` and ``act_bytes``
+    are per chunk (per stage unless ``virtual_stages`` > 1); the figures are
+    per device row. ``bwd_ms`` is the whole backward and ``wgrad_ms`` (zb-h1)
+    its weight-gradient part. ``weight_bytes`` and ``act_bytes`` are known
+    when the simulation comes from a plan; then ``peak_memory_bytes`` is
+    reported.
     """
 
     schedule: str
@@ -110,12 +125,23 @@ class Simulation:
     weight_bytes: tuple[int, ...] | None = None
     act_bytes: tuple[int, ...] | None = None
     stage_labels: tuple[str, ...] | None = None
-    # per stage, what its ops are made of (segments, reshards, send): set by simulate() for pictures
+    wgrad_ms: tuple[float, ...] | None = None
+    virtual_stages: int = 1
+    # per stage (chunk), what its ops are made of (segments, reshards, send): set by simulate() for pictures
     stage_parts: tuple | None = field(default=None, compare=False)
 
     @property
-    def num_stages(self) -> int:
+    def num_chunks(self) -> int:
         return len(self.fwd_ms)
+
+    @property
+    def num_stages(self) -> int:
+        """Device rows: P (the chunks over the virtual stages)."""
+        return len(self.fwd_ms) // self.virtual_stages
+
+    def chunks(self, stage: int) -> range:
+        """The chunks that run on device row ``stage``."""
+        return range(stage, self.num_chunks, self.num_stages)
 
     @property
     def makespan_ms(self) -> float:
@@ -135,7 +161,7 @@ class Simulation:
 
     @property
     def bubble_ratio(self) -> float:
-        """``1 - m * sum_p t_p / (P * makespan)`` with t_p = F_p + B_p (``forward``: F_p)."""
+        """``1 - sum busy / (P * makespan)``: m·sum(F + B) of work per device (``forward``: m·sum F)."""
         span = self.makespan_ms
         if span <= 0:
             return 0.0
@@ -143,43 +169,75 @@ class Simulation:
         return 1.0 - self.microbatches * sum(per_mb) / (self.num_stages * span)
 
     def ops(self, stage: int) -> list[Op]:
-        """The ops of one stage in the order they ran (the timeline lists ops in start order)."""
+        """The ops of one device row in the order they ran (the timeline lists ops in start order)."""
         return [op for op in self.timeline if op.stage == stage]
 
+    def _held(self, stage: int) -> list[tuple[float, dict[int, int]]]:
+        """``(time, held microbatches per chunk)`` after every change on ``stage``."""
+        held = {c: 0 for c in self.chunks(stage)}
+        out = []
+        for op in self.ops(stage):
+            c = op.chunk if op.chunk is not None else op.stage
+            if op.kind == "F":
+                held[c] += 1
+                out.append((op.start, dict(held)))
+            elif op.kind == "B":
+                held[c] -= 1
+                out.append((op.end, dict(held)))
+        return out
+
     def inflight_profile(self, stage: int) -> list[tuple[float, int]]:
-        """``(time, microbatches held)`` after every change on ``stage``.
+        """``(time, microbatches held)`` after every change on ``stage``, summed over its chunks.
 
         A microbatch is held from the start of its forward to the end of its
         backward. DESIGN counts in-flight microbatches as forwards done minus
         backwards done, so in the ``forward`` schedule (no backwards) a stage
         ends up holding all m.
         """
-        held, out = 0, []
-        for op in self.ops(stage):
-            if op.kind == "F":
-                held += 1
-                out.append((op.start, held))
-            else:
-                held -= 1
-                out.append((op.end, held))
-        return out
+        return [(t, sum(h.values())) for t, h in self._held(stage)]
 
     @property
     def peak_inflight(self) -> tuple[int, ...]:
         return tuple(max((n for _, n in self.inflight_profile(p)), default=0) for p in range(self.num_stages))
 
+    @property
+    def peak_inflight_chunks(self) -> tuple[int, ...]:
+        """Per chunk: the most microbatches it holds at once (:func:`partitioner.schedules.stash`)."""
+        peak = [0] * self.num_chunks
+        for p in range(self.num_stages):
+            for _, held in self._held(p):
+                for c, n in held.items():
+                    peak[c] = max(peak[c], n)
+        return tuple(peak)
+
+    @property
+    def peak_pending_weight_grads(self) -> tuple[int, ...]:
+        """Per device: the most microbatches whose B has ended and W has not (0 unless ``zb-h1``)."""
+        out = []
+        for p in range(self.num_stages):
+            pending = peak = 0
+            for op in self.ops(p):
+                if self.schedule in SPLIT_BACKWARD and op.kind == "B":
+                    pending += 1
+                    peak = max(peak, pending)
+                elif op.kind == "W":
+                    pending -= 1
+            out.append(peak)
+        return tuple(out)
+
     def memory_profile(self, stage: int) -> list[tuple[float, int]]:
-        """``(time, bytes)`` on ``stage``: weights plus held microbatches times activations."""
+        """``(time, bytes)`` on ``stage``: its chunks' weights plus held microbatches times activations."""
         if self.weight_bytes is None or self.act_bytes is None:
             raise ValueError("this simulation has no memory figures (simulate a plan, or pass weight_bytes/act_bytes)")
-        w, a = self.weight_bytes[stage], self.act_bytes[stage]
-        return [(0.0, w)] + [(t, w + n * a) for t, n in self.inflight_profile(stage)]
+        chunks = self.chunks(stage)
+        w = sum(self.weight_bytes[c] for c in chunks)
+        return [(0.0, w)] + [(t, w + sum(n * self.act_bytes[c] for c, n in held.items())) for t, held in self._held(stage)]
 
     @property
     def peak_memory_bytes(self) -> tuple[int, ...] | None:
         if self.weight_bytes is None or self.act_bytes is None:
             return None
-        return tuple(w + n * a for w, n, a in zip(self.weight_bytes, self.peak_inflight, self.act_bytes))
+        return tuple(max(b for _, b in self.memory_profile(p)) for p in range(self.num_stages))
 
     def to_dict(self, timeline: bool = False) -> dict[str, Any]:
         """The ``simulate --json`` document; ``timeline=True`` adds every op."""
@@ -195,30 +253,15 @@ class Simulation:
             "fwd_ms": list(self.fwd_ms),
             "bwd_ms": list(self.bwd_ms),
         }
+        if self.schedule in SPLIT_BACKWARD:
+            doc["wgrad_ms"] = list(self.wgrad_ms or ())
+            doc["peak_pending_weight_grads"] = list(self.peak_pending_weight_grads)
+        if self.virtual_stages > 1:
+            doc["virtual_stages"] = self.virtual_stages
+            doc["peak_inflight_chunks"] = list(self.peak_inflight_chunks)
         if timeline:
             doc["timeline"] = [op.to_dict() for op in self.timeline]
         return doc
-
-
-# --------------------------------------------------------------------------- schedules
-
-
-def stage_order(schedule: str, stage: int, num_stages: int, microbatches: int) -> list[tuple[str, int]]:
-    """The order of ``(kind, microbatch)`` ops that ``stage`` runs under ``schedule``."""
-    m, P, p = microbatches, num_stages, stage
-    forwards = [("F", j) for j in range(m)]
-    if schedule == "forward":
-        return forwards
-    if schedule == "gpipe":
-        return forwards + [("B", j) for j in reversed(range(m))]
-    if schedule == "1f1b":
-        warmup = min(P - p - 1, m)
-        order = forwards[:warmup]
-        for j in range(m - warmup):  # steady state: one forward, one backward
-            order += [("F", warmup + j), ("B", j)]
-        order += [("B", j) for j in range(m - warmup, m)]  # cool-down
-        return order
-    raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
 
 
 # --------------------------------------------------------------------------- the event loop
@@ -239,51 +282,78 @@ def simulate_times(
     microbatches: int = 1,
     schedule: str = "1f1b",
     *,
+    wgrad_ms: Sequence[float] | None = None,
+    virtual_stages: int = 1,
     weight_bytes: Sequence[int] | None = None,
     act_bytes: Sequence[int] | None = None,
     stage_labels: Sequence[str] | None = None,
 ) -> Simulation:
-    """Simulate one iteration from raw per-stage times.
+    """Simulate one iteration from raw per-stage (per-chunk) times.
 
     Parameters
     ----------
     fwd_ms, bwd_ms : sequence of float
-        F_p and B_p per microbatch (ms), sends included. ``bwd_ms`` may be
-        omitted for the ``forward`` schedule (and is zero otherwise).
+        F_c and B_c per microbatch (ms), sends included, one per stage, or per
+        chunk in pipeline order under ``interleaved`` (P·v entries). ``bwd_ms``
+        is the whole backward; it may be omitted for the ``forward`` schedule
+        (and is zero otherwise).
     microbatches : int
-        m >= 1.
-    schedule : {"1f1b", "gpipe", "forward"}
+        m >= 1 (a multiple of P under ``interleaved``).
+    schedule : {"1f1b", "zb-h1", "interleaved", "gpipe", "forward"}
+    wgrad_ms : sequence of float, optional
+        W_c <= B_c, the weight-gradient part of the backward, run as its own
+        op under ``zb-h1``; an even split (B_c / 2) when omitted, as in the
+        problem format. Other schedules run the whole backward as one op.
+    virtual_stages : int
+        v (>= 2 for ``interleaved``, 1 otherwise).
     weight_bytes, act_bytes : sequence of int, optional
-        Per stage, for the peak-memory figures.
+        Per stage (chunk), for the peak-memory figures.
     stage_labels : sequence of str, optional
-        Names for the pictures.
+        Names of the P device rows for the pictures.
 
     Returns
     -------
     Simulation
     """
     fwd = _check_times("fwd_ms", fwd_ms)
-    P = len(fwd)
-    if P == 0:
+    C = len(fwd)
+    if C == 0:
         raise ValueError("need at least one stage")
-    bwd = _check_times("bwd_ms", bwd_ms) if bwd_ms is not None else (0.0,) * P
-    if len(bwd) != P:
-        raise ValueError(f"fwd_ms has {P} stages but bwd_ms has {len(bwd)}")
+    bwd = _check_times("bwd_ms", bwd_ms) if bwd_ms is not None else (0.0,) * C
+    if len(bwd) != C:
+        raise ValueError(f"fwd_ms has {C} stages but bwd_ms has {len(bwd)}")
     if isinstance(microbatches, bool) or not isinstance(microbatches, numbers.Integral) or microbatches < 1:
         raise ValueError(f"microbatches must be an integer >= 1, got {microbatches!r}")
+    if isinstance(virtual_stages, bool) or not isinstance(virtual_stages, numbers.Integral) or virtual_stages < 1:
+        raise ValueError(f"virtual_stages must be an integer >= 1, got {virtual_stages!r}")
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
+    v = int(virtual_stages)
+    if C % v:
+        raise ValueError(f"{C} chunks do not split into {v} virtual stages per device")
+    P, microbatches = C // v, int(microbatches)
+    check_shape(schedule, P, microbatches, v)
+    wgrad = None
+    if schedule in SPLIT_BACKWARD:
+        wgrad = _check_times("wgrad_ms", wgrad_ms) if wgrad_ms is not None else tuple(b / 2 for b in bwd)
+        if len(wgrad) != C:
+            raise ValueError(f"fwd_ms has {C} stages but wgrad_ms has {len(wgrad)}")
+        for c, (w, b) in enumerate(zip(wgrad, bwd)):
+            if w > b * (1 + 1e-12):
+                raise ValueError(f"wgrad_ms[{c}] = {w} exceeds the whole backward bwd_ms[{c}] = {b}")
     memory = []
     for name, values in (("weight_bytes", weight_bytes), ("act_bytes", act_bytes)):
-        if values is not None and len(values) != P:
-            raise ValueError(f"{name} has {len(values)} entries for {P} stages")
-        memory.append(tuple(int(v) for v in values) if values is not None else None)
+        if values is not None and len(values) != C:
+            raise ValueError(f"{name} has {len(values)} entries for {C} stages")
+        memory.append(tuple(int(x) for x in values) if values is not None else None)
     if stage_labels is not None and len(stage_labels) != P:
         raise ValueError(f"stage_labels has {len(stage_labels)} entries for {P} stages")
 
-    microbatches = int(microbatches)
-    orders = [stage_order(schedule, p, P, microbatches) for p in range(P)]
-    timeline = _run(orders, fwd, bwd)
+    durations = {"F": fwd, "B": bwd if wgrad is None else tuple(max(0.0, b - w) for b, w in zip(bwd, wgrad))}
+    if wgrad is not None:
+        durations["W"] = wgrad
+    orders = [device_order(schedule, p, P, microbatches, v) for p in range(P)]
+    timeline = _run(orders, durations, C)
     return Simulation(
         schedule=schedule,
         microbatches=microbatches,
@@ -293,30 +363,34 @@ def simulate_times(
         weight_bytes=memory[0],
         act_bytes=memory[1],
         stage_labels=tuple(stage_labels) if stage_labels is not None else None,
+        wgrad_ms=wgrad,
+        virtual_stages=v,
     )
 
 
-def _dependency(kind: str, stage: int, microbatch: int, num_stages: int) -> tuple[str, int, int] | None:
-    """The op that must end before ``(kind, stage, microbatch)`` may start (None: none)."""
+def _dependency(kind: str, chunk: int, microbatch: int, num_chunks: int) -> tuple[str, int, int] | None:
+    """The op that must end before ``(kind, chunk, microbatch)`` may start (None: none)."""
     if kind == "F":
-        return ("F", stage - 1, microbatch) if stage > 0 else None
-    if stage < num_stages - 1:
-        return ("B", stage + 1, microbatch)
-    return ("F", stage, microbatch)
+        return ("F", chunk - 1, microbatch) if chunk > 0 else None
+    if kind == "W":
+        return ("B", chunk, microbatch)
+    if chunk < num_chunks - 1:
+        return ("B", chunk + 1, microbatch)
+    return ("F", chunk, microbatch)
 
 
-def _run(orders: list[list[tuple[str, int]]], fwd: tuple[float, ...], bwd: tuple[float, ...]) -> tuple[Op, ...]:
+def _run(orders: list[list[tuple[str, int, int]]], durations: dict[str, tuple[float, ...]], num_chunks: int) -> tuple[Op, ...]:
     """Event loop: pop op completions in time order; after each, start whatever became ready.
 
-    At a completion time ``t`` a stage that is idle and whose next op's
+    At a completion time ``t`` a device that is idle and whose next op's
     dependency has ended starts that op at ``t``; since completions are
-    processed in time order, ``t`` is exactly max(stage free, dependency end).
+    processed in time order, ``t`` is exactly max(device free, dependency end).
     """
     P = len(orders)
     ended: dict[tuple[str, int, int], float] = {}
     position = [0] * P
     running = [False] * P
-    events: list[tuple[float, int, int, str, int]] = []  # (end, seq, stage, kind, microbatch)
+    events: list[tuple[float, int, int, str, int, int]] = []  # (end, seq, device, kind, chunk, microbatch)
     timeline: list[Op] = []
     seq = 0
 
@@ -324,27 +398,26 @@ def _run(orders: list[list[tuple[str, int]]], fwd: tuple[float, ...], bwd: tuple
         nonlocal seq
         if running[p] or position[p] == len(orders[p]):
             return
-        kind, j = orders[p][position[p]]
-        dep = _dependency(kind, p, j, P)
+        kind, c, j = orders[p][position[p]]
+        dep = _dependency(kind, c, j, num_chunks)
         if dep is not None and dep not in ended:
             return  # retried when the dependency ends
-        duration = fwd[p] if kind == "F" else bwd[p]
+        duration = durations[kind][c]
         running[p] = True
         position[p] += 1
-        timeline.append(Op(p, kind, j, now, now + duration))
-        heapq.heappush(events, (now + duration, seq, p, kind, j))
+        timeline.append(Op(p, kind, j, now, now + duration, c))
+        heapq.heappush(events, (now + duration, seq, p, kind, c, j))
         seq += 1
 
     for p in range(P):
         try_start(p, 0.0)
     while events:
-        now, _, p, kind, j = heapq.heappop(events)
-        ended[(kind, p, j)] = now
+        now, _, p, kind, c, j = heapq.heappop(events)
+        ended[(kind, c, j)] = now
         running[p] = False
-        # the stage itself, and the neighbours whose next op may wait on this one
-        for q in (p, p + 1, p - 1):
-            if 0 <= q < P:
-                try_start(q, now)
+        # the device itself, and the devices of the neighbouring chunks whose next op may wait on this one
+        for q in dict.fromkeys((p, (c + 1) % P, (c - 1) % P)):
+            try_start(q, now)
     stuck = [p for p in range(P) if position[p] < len(orders[p])]
     if stuck:  # cannot happen for the built-in schedules; guards custom orders
         raise RuntimeError(f"the schedule deadlocks: stages {stuck} never finish")
@@ -365,45 +438,76 @@ def _label(problem: Problem, ev_stage: Any) -> str:
     return f"stage {s.index}: layers {layers} ({'+'.join(sorted(names))}), {s.devices} GPU {s.layout.key}"
 
 
-def simulate(problem: Problem, plan: Plan, schedule: str = "1f1b", *, evaluation: Evaluation | None = None) -> Simulation:
+def _group_label(problem: Problem, chunks: Sequence[Any]) -> str:
+    """A device group's row under ``interleaved``: its chunks and their layers."""
+    head = chunks[0]
+    parts = [f"{c.first_layer}" if c.first_layer == c.last_layer else f"{c.first_layer}-{c.last_layer}" for c in chunks]
+    return (
+        f"group {head.index}: chunks {', '.join(str(c.index) for c in chunks)} (layers {', '.join(parts)}), "
+        f"{head.devices} GPU {head.layout.key}"
+    )
+
+
+def simulate(
+    problem: Problem, plan: Plan, schedule: str | None = None, *, evaluation: Evaluation | None = None
+) -> Simulation:
     """Replay ``plan`` for one iteration of ``problem``.
 
     Parameters
     ----------
     problem : Problem
     plan : Plan
-    schedule : {"1f1b", "gpipe", "forward"}
+    schedule : {"1f1b", "zb-h1", "interleaved", "gpipe", "forward"}, optional
+        Defaults to the problem's ``training.schedule``. A plan of an
+        ``interleaved`` problem (P·v chunks) replays under ``interleaved``
+        only; any other plan under any schedule but ``interleaved``.
     evaluation : Evaluation, optional
         ``evaluate(problem, plan)`` if already computed.
 
     Returns
     -------
     Simulation
-        With per-stage memory figures (weights and activations from the plan).
+        With per-device memory figures (weights and activations from the
+        plan); under ``zb-h1`` W_p is the stage's weight-gradient compute
+        (:meth:`partitioner.problem.LayerCost.split`).
 
     Raises
     ------
     partitioner.plan.PlanError
         When the plan breaks a validity rule.
+    ValueError
+        For a schedule the plan cannot run.
     """
+    schedule = schedule or problem.training.schedule
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
     ev = evaluation if evaluation is not None else evaluate(problem, plan)
+    v = ev.virtual_stages
+    if (schedule == "interleaved") != (v > 1):
+        if v > 1:
+            raise ValueError(f"this plan has {len(ev.stages)} chunks on {len(ev.stages) // v} device groups: it replays under 'interleaved' only")
+        raise ValueError("the interleaved schedule replays a plan of an interleaved problem (training.virtual_stages >= 2)")
+    P = len(ev.stages) // v
+    labels = (
+        [_group_label(problem, ev.stages[g::P]) for g in range(P)] if v > 1 else [_label(problem, s) for s in ev.stages]
+    )
     # F_p and B_p are evaluate's: compute, the v2 intra-stage reshards and the sends
     sim = simulate_times(
         [s.fwd_ms for s in ev.stages],
         [s.bwd_ms for s in ev.stages],
         problem.microbatches,
         schedule,
+        wgrad_ms=[s.wgrad_ms for s in ev.stages] if schedule in SPLIT_BACKWARD else None,
+        virtual_stages=v,
         weight_bytes=[s.weight_bytes for s in ev.stages],
         act_bytes=[s.act_bytes for s in ev.stages],
-        stage_labels=[_label(problem, s) for s in ev.stages],
+        stage_labels=labels,
     )
     return replace(sim, stage_parts=stage_parts(problem, ev))
 
 
 def replay_check(problem: Problem, plan: Plan, evaluation: Evaluation) -> dict[str, Any]:
-    """What ``solve(..., validate=True)`` attaches: the 1F1B replay of a solver's plan.
+    """What ``solve(..., validate=True)`` attaches: the replay of a solver's plan under the problem's schedule.
 
     Returns
     -------
@@ -411,10 +515,11 @@ def replay_check(problem: Problem, plan: Plan, evaluation: Evaluation) -> dict[s
         ``schedule``, ``makespan_ms``, ``bubble_ratio``, ``busy_ms``,
         ``peak_inflight``, ``peak_memory_bytes``, ``fits_memory`` (every
         stage's simulated peak within ``gpu_memory_bytes``) and
-        ``iteration_estimate_ms`` (the plan's Alpa-style estimate, to read
-        beside the simulated makespan).
+        ``iteration_estimate_ms`` (the schedule's estimate the solvers
+        optimise, 1F1B's the Alpa-style one, to read beside the simulated
+        makespan).
     """
-    sim = simulate(problem, plan, "1f1b", evaluation=evaluation)
+    sim = simulate(problem, plan, evaluation=evaluation)
     peak = list(sim.peak_memory_bytes or ())
     capacity = problem.cluster.gpu_memory_bytes
     return {

@@ -1,9 +1,12 @@
 """Pictures of a simulated iteration: a Gantt chart and a Chrome-trace JSON.
 
-* :func:`gantt` draws one row per stage (stage 0 on top), forwards and
-  backwards in two colours with the microbatch number in each box, idle
-  time as the grey band behind them, and the makespan and bubble in the
-  title. :func:`save_gantt` writes it as PNG, SVG or PDF (by suffix).
+* :func:`gantt` draws one row per stage (device group; stage 0 on top),
+  forwards, backwards and (``zb-h1``) weight-gradient ops in three colours
+  with the microbatch number in each box, idle time as the grey band behind
+  them, and the makespan and bubble in the title. Under ``interleaved`` a
+  device's v chunks are told apart by shade (its first chunk darkest) and
+  the legend names them. :func:`save_gantt` writes it as PNG, SVG or PDF
+  (by suffix).
   A stage with several segments in different configs (format v2) has its
   boxes split into sub-bars (:mod:`partitioner.breakdown`): the segments in
   alternating shades of the op's colour, the reshards between them hatched,
@@ -13,7 +16,9 @@
   ``chrome://tracing`` and Perfetto (ui.perfetto.dev) open: one process
   ``pipeline``, one thread (track) per stage named by ``thread_name``
   metadata, every op a complete event (``ph: "X"``, ``ts``/``dur`` in
-  microseconds) and, per stage, a counter track (``ph: "C"``) of the memory
+  microseconds; category ``forward``, ``backward`` or ``weight-gradient``,
+  named ``F3``, ``B3``, ``W3``, with `` c5`` for chunk 5 under
+  ``interleaved``) and, per stage, a counter track (``ph: "C"``) of the memory
   held (bytes; the held microbatch count when the simulation has no memory
   figures). A stage with several segments (format v2) also has its segments
   and reshards as complete events nested inside each op (category
@@ -33,13 +38,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .simulate import Simulation
+from .simulate import Op, Simulation
 
 __all__ = ["gantt", "save_gantt", "chrome_trace", "write_trace", "IMAGE_FORMATS"]
 
 IMAGE_FORMATS = ("png", "svg", "pdf")
 FORWARD_COLOR = "#4C72B0"
 BACKWARD_COLOR = "#DD8452"
+WEIGHT_GRAD_COLOR = "#55A868"
 IDLE_COLOR = "#E6E6E6"
 RESHARD_COLOR = "#6B6B6B"
 US_PER_MS = 1000.0
@@ -75,10 +81,10 @@ def gantt(sim: Simulation, title: str | None = None, *, width: float = 12.0):
     ax.barh(range(P), [span] * P, left=0, height=height, color=IDLE_COLOR, edgecolor="none", zorder=1)
     split = _split_stages(sim)
     for op in sim.timeline:
-        color = FORWARD_COLOR if op.kind == "F" else BACKWARD_COLOR
+        color = _op_color(sim, op)
         ax.barh(op.stage, op.duration, left=op.start, height=height, color=color, edgecolor="white", linewidth=0.6, zorder=2)
-        if op.stage in split and op.kind in ("F", "B"):
-            _draw_parts(ax, op, split[op.stage], color, height)
+        if _chunk(op) in split and op.kind in ("F", "B"):
+            _draw_parts(ax, op, split[_chunk(op)], color, height)
     ax.set_yticks(range(P), _labels(sim))
     ax.set_ylim(P - 0.5, -0.5)  # stage 0 on top
     ax.set_xlim(0, span if span > 0 else 1.0)
@@ -91,9 +97,7 @@ def gantt(sim: Simulation, title: str | None = None, *, width: float = 12.0):
         f"bubble {100 * sim.bubble_ratio:.1f} %"
     )
     ax.set_title(f"{title}\n{summary}" if title else summary, loc="left")
-    handles = [Patch(color=FORWARD_COLOR, label="forward")]
-    if sim.schedule != "forward":
-        handles.append(Patch(color=BACKWARD_COLOR, label="backward"))
+    handles = [Patch(color=color, label=label) for label, color in _legend(sim)]
     if split:
         handles.append(Patch(color=_tint(FORWARD_COLOR), label="2nd, 4th, ... segment"))
     if any(part.kind == "reshard" and part.fwd_ms > 0 for parts in split.values() for part in parts):
@@ -104,8 +108,46 @@ def gantt(sim: Simulation, title: str | None = None, *, width: float = 12.0):
     return fig
 
 
+def _chunk(op: Op) -> int:
+    """The stage (chunk, under ``interleaved``) whose parts ``op`` runs."""
+    return op.chunk if op.chunk is not None else op.stage
+
+
+def _local_chunk(sim: Simulation, op: Op) -> int:
+    """Which of its device's v chunks ``op`` runs (0 for the first)."""
+    return _chunk(op) // sim.num_stages
+
+
+def _shade(color: str, local_chunk: int, virtual_stages: int):
+    """``color`` mixed towards white for later chunks of a device (the first keeps it)."""
+    if virtual_stages <= 1 or local_chunk == 0:
+        return color
+    return _tint(color, 0.55 * local_chunk / (virtual_stages - 1))
+
+
+def _op_color(sim: Simulation, op: Op):
+    base = {"F": FORWARD_COLOR, "B": BACKWARD_COLOR, "W": WEIGHT_GRAD_COLOR}[op.kind]
+    return _shade(base, _local_chunk(sim, op), sim.virtual_stages)
+
+
+def _legend(sim: Simulation) -> list[tuple[str, Any]]:
+    """``(label, colour)`` of every kind of op box the chart can hold."""
+    kinds = [("forward", FORWARD_COLOR)]
+    if sim.schedule == "zb-h1":
+        kinds += [("backward (input grad)", BACKWARD_COLOR), ("weight grad", WEIGHT_GRAD_COLOR)]
+    elif sim.schedule != "forward":
+        kinds.append(("backward", BACKWARD_COLOR))
+    if sim.virtual_stages <= 1:
+        return kinds
+    return [
+        (f"{label}, chunk {k + 1}/{sim.virtual_stages}", _shade(color, k, sim.virtual_stages))
+        for label, color in kinds
+        for k in range(sim.virtual_stages)
+    ]
+
+
 def _split_stages(sim: Simulation) -> dict[int, tuple]:
-    """The stages whose boxes get sub-bars: those with more than one segment."""
+    """The stages (chunks) whose boxes get sub-bars: those with more than one segment."""
     if not sim.stage_parts:
         return {}
     return {
@@ -153,8 +195,8 @@ def _part_spans(op, parts) -> list[tuple]:
 
 def _number_spot(op, split: dict) -> tuple[float, float]:
     """Where the microbatch number goes: ``(centre, room)``; in a split box, the longest segment."""
-    if op.stage in split and op.kind in ("F", "B"):
-        spans = [(width, left) for part, left, width in _part_spans(op, split[op.stage]) if part.kind == "segment"]
+    if _chunk(op) in split and op.kind in ("F", "B"):
+        spans = [(width, left) for part, left, width in _part_spans(op, split[_chunk(op)]) if part.kind == "segment"]
         if spans:
             width, left = max(spans)
             return left + width / 2, width
@@ -205,21 +247,10 @@ def chrome_trace(sim: Simulation, title: str | None = None) -> dict[str, Any]:
         events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": p, "args": {"sort_index": p}})
     split = _split_stages(sim)
     for op in sim.timeline:
-        events.append(
-            {
-                "ph": "X",
-                "name": f"{op.kind}{op.microbatch}",
-                "cat": "forward" if op.kind == "F" else "backward",
-                "pid": pid,
-                "tid": op.stage,
-                "ts": op.start * US_PER_MS,
-                "dur": op.duration * US_PER_MS,
-                "args": {"stage": op.stage, "microbatch": op.microbatch, "ms": op.duration},
-            }
-        )
-        if op.stage in split and op.kind in ("F", "B"):
+        events.append(_trace_op(sim, op, pid))
+        if _chunk(op) in split and op.kind in ("F", "B"):
             # a stage with several segments: its segments and reshards as slices nested in the op
-            for part, left, width in _part_spans(op, split[op.stage]):
+            for part, left, width in _part_spans(op, split[_chunk(op)]):
                 if part.kind == "send" or width <= 0:
                     continue
                 events.append(
@@ -252,7 +283,26 @@ def chrome_trace(sim: Simulation, title: str | None = None) -> dict[str, Any]:
             "microbatches": sim.microbatches,
             "makespan_ms": sim.makespan_ms,
             "bubble_ratio": sim.bubble_ratio,
+            "virtual_stages": sim.virtual_stages,
         },
+    }
+
+
+def _trace_op(sim: Simulation, op: Op, pid: int) -> dict[str, Any]:
+    """One op as a complete event; B and W (and chunks) apart."""
+    chunked = sim.virtual_stages > 1
+    args: dict[str, Any] = {"stage": op.stage, "microbatch": op.microbatch, "ms": op.duration}
+    if chunked:
+        args["chunk"] = op.chunk
+    return {
+        "ph": "X",
+        "name": f"{op.kind}{op.microbatch}" + (f" c{op.chunk}" if chunked else ""),
+        "cat": {"F": "forward", "B": "backward", "W": "weight-gradient"}[op.kind],
+        "pid": pid,
+        "tid": op.stage,
+        "ts": op.start * US_PER_MS,
+        "dur": op.duration * US_PER_MS,
+        "args": args,
     }
 
 

@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from partitioner.costs import (
+    BlockShape,
     CostOptions,
     block_activation_bytes,
+    block_activation_terms,
     build_problem,
     forward_flops,
     model_flops_per_sample,
@@ -59,9 +62,14 @@ def test_model_flops_frozen_prefix_counts_forward_only():
     vision = [layer for layer in layers if layer.role == "vision"]
     rest = [layer for layer in layers if layer.role != "vision"]
     assert model_flops_per_sample(vision) == pytest.approx(forward_flops(vision))
-    assert model_flops_per_sample(rest) == pytest.approx(3 * forward_flops(rest))
+    # 3 x forward, less the input gradient of the projector's first linear (nothing before it needs one)
+    first = 2 * 576 * 1024 * 4096
+    assert model_flops_per_sample(rest) == pytest.approx(3 * forward_flops(rest) - first)
     trained = model_layers(load_model("llava-1.5-7b"), CostOptions(train=("vision",)))
-    assert model_flops_per_sample(trained) == pytest.approx(3 * forward_flops(trained))
+    # the last CLIP block runs but feeds nothing (feature layer -2); the patch embedding's input is the image
+    dead = forward_flops(trained[23:24])
+    patch = trained[0].pieces[0].input_gemm_flops
+    assert model_flops_per_sample(trained) == pytest.approx(3 * forward_flops(trained) - 2 * dead - patch)
 
 
 def test_vision_attention_is_bidirectional_and_per_image():
@@ -78,34 +86,75 @@ def test_vision_attention_is_bidirectional_and_per_image():
 # --------------------------------------------------------------------------- memory
 
 
-def test_activation_bytes_korthikanti_formulas():
-    s, b, h, a = 2048, 4, 4096, 32
-    assert block_activation_bytes(s, b, h, a, 1) == s * b * h * (34 + 5 * a * s / h)
+def test_gpt3_block_counted_from_its_shapes_is_korthikanti():
+    # Korthikanti et al. Sec. 4.1: 34 s b h + 5 a s^2 b per GPT-3 block, s b h (10 + 24/t + 5as/(ht)) with TP,
+    # all / t with sequence parallelism; the count here is the same code every preset block goes through
+    s, b, h, a = 2048, 4, 12288, 96
+    gpt3 = BlockShape.gpt3(s, h, a)
+    assert block_activation_bytes(gpt3, b) == s * b * h * (34 + 5 * a * s / h)
+    terms = block_activation_terms(gpt3, b)
+    assert terms["scores"] == 5 * a * s * s * b and terms["mlp"] == 16 * s * b * h and terms["norm_inputs"] == 4 * s * b * h
+    lse = 4 * a * s * b  # flash attention keeps the fp32 log-sum-exp instead of the score matrix
     for t in (2, 4, 8):
-        assert block_activation_bytes(s, b, h, a, t, flash_attention=True, sequence_parallel=True) == pytest.approx(s * b * h * 34 / t)
-        assert block_activation_bytes(s, b, h, a, t) == pytest.approx(s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
-        assert block_activation_bytes(s, b, h, a, t, sequence_parallel=True) == pytest.approx(s * b * h / t * (34 + 5 * a * s / h))
-        assert block_activation_bytes(s, b, h, a, t, recompute="selective", sequence_parallel=True) == pytest.approx(s * b * h * 34 / t)
-        assert block_activation_bytes(s, b, h, a, t, recompute="full", sequence_parallel=True) == pytest.approx(2 * s * b * h / t)
+        assert block_activation_bytes(gpt3, b, t) == pytest.approx(s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
+        assert block_activation_bytes(gpt3, b, t, sequence_parallel=True) == pytest.approx(s * b * h / t * (34 + 5 * a * s / h))
+        assert block_activation_bytes(gpt3, b, t, flash_attention=True, sequence_parallel=True) == pytest.approx((s * b * h * 34 + lse) / t)
+        assert block_activation_bytes(gpt3, b, t, recompute="selective", sequence_parallel=True) == pytest.approx(s * b * h * 34 / t)
+        assert block_activation_bytes(gpt3, b, t, recompute="full", sequence_parallel=True) == pytest.approx(2 * s * b * h / t)
+
+
+@pytest.mark.parametrize(
+    "name, shape, per_sbh",
+    [
+        # the counts with fused norms and a flash core (norms 4, QKV input 2, Q/K/V, output 2, MLP input 2, MLP)
+        ("gemma-2b", BlockShape(1, 2048, 8, 1, 256, 16384, gated=True, norm="rmsnorm"), 4 + 2 + 2 + 0.5 + 2 + 2 + 64),
+        ("qwen2-7b", BlockShape(1, 3584, 28, 4, 128, 18944, gated=True, norm="rmsnorm"), 4 + 2 + 2 + 2 * 2 * 512 / 3584 + 2 + 2 + 8 * 18944 / 3584),
+        ("llama-2-7b", BlockShape(1, 4096, 32, 32, 128, 11008, gated=True, norm="rmsnorm"), 37.5),
+        ("clip-l", BlockShape(1, 1024, 16, 16, 64, 4096, activation="quick_gelu"), 4 + 2 + 6 + 2 + 2 + 3 * 8),
+        ("dinov2-l", BlockShape(1, 1024, 16, 16, 64, 4096, layerscale=True), 4 + 2 + 6 + 2 + 4 + 2 + 16),
+    ],
+)
+def test_block_activations_from_shapes(name, shape, per_sbh):
+    s, b = 4096, 2
+    lse = 4 * shape.heads * s * b
+    got = block_activation_bytes(replace(shape, tokens=s), b, flash_attention=True)
+    assert got == pytest.approx(s * b * shape.hidden * per_sbh + lse, rel=1e-12), name
+
+
+def test_unfused_rmsnorm_keeps_three_times_its_input_and_gqa_heads_replicate():
+    llama = BlockShape(1000, 4096, 32, 32, 128, 11008, gated=True, norm="rmsnorm")
+    fused = block_activation_terms(llama, 1, flash_attention=True)
+    eager = block_activation_terms(llama, 1, flash_attention=True, fused_norm=False)
+    assert eager["norm_inputs"] == 3 * fused["norm_inputs"] and eager["mlp"] == fused["mlp"]
+    clip = BlockShape(1000, 1024, 16, 16, 64, 4096)  # LayerNorm is always one fused op
+    assert block_activation_terms(clip, 1, fused_norm=False) == block_activation_terms(clip, 1)
+    gemma = BlockShape(1000, 2048, 8, 1, 256, 16384, gated=True, norm="rmsnorm")  # one KV head: replicated over tp
+    for t in (1, 2, 8):
+        terms = block_activation_terms(gemma, 1, t, flash_attention=True)
+        assert terms["k"] == terms["v"] == 2 * 1000 * 256
+        assert terms["q"] == 2 * 1000 * 2048 / t
 
 
 def test_problem_activation_and_weight_bytes_of_an_llm_layer():
-    # llava-1.5-7b: s = 576 image + 1472 text tokens, h = 4096, a = 32; microbatch 8 / dp
+    # llava-1.5-7b: s = 576 image + 1472 text tokens, h = 4096, a = 32, gated MLP 11008; microbatch 8 / dp
     common = dict(nodes=1, global_batch=64, microbatches=8)
     plain = build_problem("llava-1.5-7b", "dgx-h100", options=NO_FUSED, **common)
     fused = build_problem("llava-1.5-7b", "dgx-h100", **common)
     i = layer_index(plain, "llm.5")
-    s, h, a, mb = 2048, 4096, 32, 8
+    s, h, a, f, mb = 2048, 4096, 32, 11008, 8
     for lay in (Layout(1, 1), Layout(2, 1), Layout(8, 1)):
         b = mb // lay.dp
-        assert plain.layers[i].costs[lay].act_bytes == int(s * b * h * (34 + 5 * a * s / h))
+        # norms 4, QKV input 2, Q K V 6, softmax output 2 a s / h (no dropout), output 2, MLP input 2, 4 x ffn
+        assert plain.layers[i].costs[lay].act_bytes == int(s * b * h * (16 + 2 * a * s / h + 8 * f / h))
     for lay in (Layout(1, 2), Layout(2, 4), Layout(1, 8)):
         b = mb // lay.dp
-        assert fused.layers[i].costs[lay].act_bytes == pytest.approx(s * b * h * 34 / lay.tp, abs=1)
+        want = (s * b * h * (16 + 8 * f / h) + 4 * a * s * b) / lay.tp
+        assert fused.layers[i].costs[lay].act_bytes == pytest.approx(want, abs=1)
     params = meta_params(plain, "llm.5")
     assert params == 4 * h * h + 3 * h * 11008 + 2 * h
     for lay, cost in plain.layers[i].costs.items():
-        assert cost.weight_bytes == pytest.approx(16 * params / lay.tp, abs=1)
+        if not lay.variant:  # the plain key: ZeRO-0, no recompute
+            assert cost.weight_bytes == pytest.approx(16 * params / lay.tp, abs=1)
 
 
 def test_zero1_divides_the_optimizer_bytes_by_dp():
@@ -123,7 +172,8 @@ def test_frozen_first_module_has_no_backward_and_no_activations():
             params = meta_params(p, layer.name)
             for lay, c in layer.costs.items():
                 assert c.bwd_ms == 0 and c.act_bytes == 0 and c.fwd_ms > 0
-                assert c.weight_bytes == pytest.approx(2 * params / lay.tp, abs=1)
+                shards = lay.dp if lay.variant.startswith("zero3") else 1  # FSDP shards frozen weights too
+                assert c.weight_bytes == pytest.approx(2 * params / lay.tp / shards, abs=1)
         elif layer.name != "llm.embed":  # a lookup: no matmul, and no collective at tp 1
             assert all(c.bwd_ms > 0 for c in layer.costs.values())
     trained = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"train": ["vision"]})
@@ -144,13 +194,16 @@ def test_frozen_middle_module_passes_gradients_without_weight_gradients():
 
 
 def test_full_recompute_trades_memory_for_time():
-    none = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8)
+    none = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"variants": "all"})
     full = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"recompute": "full"})
+    assert full.version == 1 and not full.variants  # a fixed knob: one setting for every layer
     i = layer_index(none, "llm.0")
-    for lay in none.layers[i].costs:
+    for lay in full.layers[i].costs:
         a, b = none.layers[i].costs[lay], full.layers[i].costs[lay]
         assert b.act_bytes < a.act_bytes and b.bwd_ms > a.bwd_ms
         assert b.act_bytes == pytest.approx(2 * 2048 * (8 // lay.dp) * 4096 / lay.tp, abs=1)
+        # the variant the default (v2) problem offers is the same entry
+        assert none.layers[i].costs[Layout(lay.dp, lay.tp, "recompute-full")] == b
 
 
 # --------------------------------------------------------------------------- time model
@@ -256,15 +309,18 @@ def test_profiled_times_from_csv_and_json(tmp_path):
     base = build_problem("seed-vla-8gpu", "dgx-h100", nodes=1, global_batch=64, microbatches=8)
     for layer, ref in zip(p.layers, base.layers):
         for lay, c in layer.costs.items():
-            r = ref.costs[lay]
-            if layer.name.startswith("llm.") and lay == Layout(8, 1):  # the pattern llm.* takes llm.embed too
-                assert (c.fwd_ms, c.bwd_ms) == (1.5, 3.0)
+            r, r_plain = ref.costs[lay], ref.costs[Layout(lay.dp, lay.tp)]
+            shift = (r.fwd_ms - r_plain.fwd_ms, r.bwd_ms - r_plain.bwd_ms)  # a variant keeps its modelled difference
+            if layer.name.startswith("llm.") and lay.mesh == (8, 1):  # the pattern llm.* takes llm.embed too
+                assert (c.fwd_ms, c.bwd_ms) == pytest.approx((1.5 + shift[0], 3.0 + shift[1]))
             elif layer.name == "vision.0":
-                assert (c.fwd_ms, c.bwd_ms) == (0.25, 0.5)
+                assert (c.fwd_ms, c.bwd_ms) == pytest.approx((0.25 + shift[0], 0.5 + shift[1]))
             else:
                 assert (c.fwd_ms, c.bwd_ms) == (r.fwd_ms, r.bwd_ms)
             assert (c.weight_bytes, c.act_bytes) == (r.weight_bytes, r.act_bytes)
-    assert p.meta["profiled_entries"] == 33 + len(base.layers[0].costs)
+            b_in, b_w = c.split()
+            assert b_in + b_w == pytest.approx(c.bwd_ms, rel=1e-12)
+    assert p.meta["profiled_entries"] == 33 + sum(not lay.variant for lay in base.layers[0].costs)
     json_path = tmp_path / "prof.json"
     json_path.write_text(json.dumps({"layers": [{"layer": "projector", "layout": "dp1tp1", "fwd_ms": 9, "bwd_ms": 9}]}))
     from partitioner.costs import apply_profile
@@ -289,3 +345,85 @@ def test_hf_config_builds_a_problem(tmp_path):
     p = build_problem(str(cfg), "dgx-h100", nodes=1, global_batch=32, microbatches=4)
     assert [layer.name for layer in p.layers][:2] == ["llm.embed", "llm.0"] and p.layers[-1].name == "llm.head"
     assert p.meta["params"] == module_params(load_model(str(cfg)).modules[0])
+
+
+def test_fused_rotary_qkv_keeps_its_whole_projection_output():
+    # Qwen2-VL's ViT: one qkv Linear, rotary Q and K become new tensors, V stays a view of the projection output
+    vit = model_layers(load_model("qwen2-vl-7b"))[0].pieces[0].shape
+    assert vit.fused_qkv and vit.rotary
+    terms = block_activation_terms(vit, 1, flash_attention=True)
+    assert terms["qkv_retained"] == 2 * vit.tokens * 1280 * 2
+    clip = model_layers(load_model("llava-1.5-7b"))[0].pieces[0].shape  # learned positions: Q, K, V are the views
+    assert "qkv_retained" not in block_activation_terms(replace(clip, fused_qkv=True), 1)
+
+
+# --------------------------------------------------------------------------- memory-knob variants (format v2)
+
+
+def test_variants_make_a_v2_problem_with_documented_names():
+    v1 = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8)
+    v2 = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"variants": "all"})
+    assert v1.version == 1 and not v1.variants
+    assert v2.version == 2
+    # flash attention keeps no score matrix: selective recompute would equal no recompute and is left out
+    assert set(v2.variants) == {"zero1", "zero3", "recompute-full", "zero1+recompute-full", "zero3+recompute-full"}
+    assert "FSDP" in v2.variants["zero3"]
+    for layer, plain in zip(v2.layers, v1.layers):
+        assert {lay for lay in layer.costs if not lay.variant} == set(plain.costs)
+        for lay, cost in plain.costs.items():
+            assert layer.costs[lay] == cost  # the plain key is the v1 entry: ZeRO-0, no recompute
+        for lay in layer.costs:
+            assert lay.dp > 1 or not lay.variant.startswith("zero")  # ZeRO needs replicas
+    assert Problem.from_dict(json.loads(json.dumps(v2.to_dict()))) == v2
+    no_flash = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8,
+                             options={"variants": "all", "flash_attention": False})
+    assert "recompute-selective" in no_flash.variants and "zero3+recompute-selective" in no_flash.variants
+    only = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"variants": "zero3"})
+    assert set(only.variants) == {"zero3"}
+    with pytest.raises(ProblemError, match="options.variants"):
+        build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"variants": "zero2"})
+
+
+def test_zero_variants_shard_weights_and_zero3_pays_gathers_per_microbatch():
+    opts = {"variants": "all", "zero3_overlap": 0.0}
+    p = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options=opts)
+    i = layer_index(p, "llm.5")
+    params = meta_params(p, "llm.5")
+    costs = p.layers[i].costs
+    for dp, tp in ((8, 1), (2, 4), (4, 2)):
+        plain, z1, z3 = (costs[Layout(dp, tp, v)] for v in ("", "zero1", "zero3"))
+        assert z1.weight_bytes == pytest.approx((4 + 12 / dp) * params / tp, abs=1)
+        assert z3.weight_bytes == pytest.approx(16 * params / tp / dp, abs=1)
+        assert z1.act_bytes == z3.act_bytes == plain.act_bytes
+        # ring all-gather of the bf16 tp shard over dp, NVLink at 80 %: forward once, backward again + reduce-scatter
+        gather = 20e-3 + (dp - 1) / dp * 2 * params / tp / (0.8 * 450 * 1e6)
+        assert z3.fwd_ms == pytest.approx(plain.fwd_ms + gather, rel=1e-9)
+        sync = (1 - 0.5) * (20e-3 + 2 * (dp - 1) / dp * 2 * params / tp / (0.8 * 450 * 1e6)) / 8  # the plain all-reduce
+        assert z3.bwd_ms == pytest.approx(plain.bwd_ms - sync + 2 * gather, rel=1e-9)
+        b_in, b_w = z3.split()
+        assert b_in + b_w == pytest.approx(z3.bwd_ms, rel=1e-12) and b_w > 0
+    kept = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8,
+                         options={**opts, "zero3_keep_gathered": True})
+    a, b = kept.layers[i].costs[Layout(8, 1, "zero3")], costs[Layout(8, 1, "zero3")]
+    assert a.fwd_ms < b.fwd_ms and a.bwd_ms < b.bwd_ms
+    assert a.weight_bytes == pytest.approx(b.weight_bytes + 2 * params, abs=2)
+
+
+def test_a_plan_may_pick_a_variant_per_stage():
+    from partitioner.plan import Plan, Stage, evaluate
+
+    p = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"variants": "all"})
+    cut = layer_index(p, "llm.15")
+    plan = Plan((Stage(0, cut, 4, 4, 1, variant="recompute-full"), Stage(cut + 1, p.num_layers - 1, 4, 2, 2, variant="zero1")))
+    ev = evaluate(p, plan.with_device_ids())
+    first = sum(layer.costs[Layout(4, 1, "recompute-full")].weight_bytes for layer in p.layers[: cut + 1])
+    assert ev.stages[0].weight_bytes == first
+
+
+def test_video_clip_frames_attend_jointly():
+    # Qwen2-VL on a 32-frame clip: temporal patch 2 -> 16 groups of 1024 patches in one attention
+    video = model_layers(load_model("qwen2-vl-7b-video"))[0].pieces[0]
+    image = model_layers(load_model("qwen2-vl-7b"))[0].pieces[0]
+    assert video.tokens == 16 * image.tokens == 16384
+    assert video.attn_pairs == 16384**2 == 256 * image.attn_pairs
+    assert video.gemm_flops == pytest.approx(16 * image.gemm_flops)

@@ -1,7 +1,12 @@
-"""Export of plans to Megatron-LM, torchtitan and DeepSpeed settings."""
+"""Export of plans to Megatron, torchtitan and DeepSpeed settings (no framework installed needed).
+
+The framework tier (``tests/frameworks/``) runs the same exports through the frameworks' own code.
+"""
 from __future__ import annotations
 
+import ast
 import json
+import re
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -9,22 +14,28 @@ from hypothesis import given, settings, strategies as st
 from partitioner.costs import build_problem
 from partitioner.export import export_plan, export_result, hints_from_problem, megatron_layout, parse_megatron_layout
 from partitioner.plan import Plan, SolveResult, Stage, evaluate
-from partitioner.problem import ProblemError
+from partitioner.problem import Layout, ProblemError
 from tests.conftest import run_cli
+
+G, M = 64, 16  # the seed problem's global batch and microbatches: 4 samples per microbatch
 
 
 @pytest.fixture(scope="module")
 def seed_problem():
-    # seed toy on one node: 25 vision+projector layers, embed, 32 decoder layers, 6 action layers
-    return build_problem("seed-vla-8gpu", "dgx-h100", nodes=1, global_batch=64, microbatches=16, options={"zero1": True})
+    # seed toy on one node: 24 vision layers, projector, embed, 32 decoder layers, 6 action layers
+    return build_problem("seed-vla-8gpu", "dgx-h100", nodes=1, global_batch=G, microbatches=M, options={"zero1": True})
+
+
+@pytest.fixture(scope="module")
+def hints(seed_problem):
+    return hints_from_problem(seed_problem)
 
 
 def index(problem, name):
     return [layer.name for layer in problem.layers].index(name)
 
 
-def decoder_counts(problem, plan):
-    hints = hints_from_problem(problem)
+def decoder_counts(hints, plan):
     return [sum(hints[i]["role"] == "decoder" for i in s.layers) for s in plan.stages]
 
 
@@ -35,29 +46,50 @@ def uniform_llm_plan(problem):
     return Plan(tuple(Stage(a, b, 2, 2, 1) for a, b in cuts))
 
 
-def test_uniform_llm_layout_string_parses_back_to_the_layer_counts(seed_problem):
+def vision_stage_plan(problem, vision=(4, 4, 1), llm=(2, 1, 2)):
+    """Vision + projector on their own stage, then two language stages (the action head on the last)."""
+    p, e = index(problem, "projector"), index(problem, "llm.15")
+    return Plan((Stage(0, p, *vision), Stage(p + 1, e, *llm), Stage(e + 1, problem.num_layers - 1, *llm)))
+
+
+def v2_stage(first, last, devices, configs):
+    return Stage.from_configs(first, last, devices, tuple(configs))
+
+
+# --------------------------------------------------------------------------- Megatron
+
+
+def test_uniform_llm_layout_string_parses_back_to_the_layer_counts(seed_problem, hints):
     plan = uniform_llm_plan(seed_problem)
-    exp = export_plan(plan, hints_from_problem(seed_problem), "megatron", microbatch_size=8, global_batch=64)
-    assert exp.expressible
-    layout = exp.settings["pipeline_model_parallel_layout"]
-    stages = parse_megatron_layout(layout)
-    assert [s.count("t") for s in stages] == decoder_counts(seed_problem, plan) == [8, 8, 8, 8]
+    exp = export_plan(plan, hints, "megatron", global_batch=G, microbatches=M)
+    assert exp.expressible and not exp.reasons and exp.settings["path"] == "megatron-lm"
+    core = exp.settings["transformer_config"]
+    stages = parse_megatron_layout(core["pipeline_model_parallel_layout"])
+    assert [s.count("t") for s in stages] == decoder_counts(hints, plan) == [8, 8, 8, 8]
     flat = [c for s in stages for c in s]
     assert flat[0] == "E" and flat[-1] == "L" and flat.count("E") == flat.count("L") == 1
-    assert exp.settings["tensor_model_parallel_size"] == 1 and exp.settings["pipeline_model_parallel_size"] == 4
-    assert f'--pipeline-model-parallel-layout "{layout}"' in exp.snippet
-    assert "--micro-batch-size 4" in exp.snippet  # 8 samples per microbatch over dp 2
-    assert any("action head" in n or "no LM loss" in n for n in exp.notes)
+    assert core == {"num_layers": 32, "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 4,
+                    "pipeline_model_parallel_layout": core["pipeline_model_parallel_layout"], "sequence_parallel": False,
+                    "bf16": True}
+    assert f'--pipeline-model-parallel-layout "{core["pipeline_model_parallel_layout"]}"' in exp.snippet
+    # m = 64 / (2 x dp 2) = 16 = the plan's m
+    assert "--micro-batch-size 2" in exp.snippet and "--global-batch-size 64" in exp.snippet
+    assert exp.settings["training"] == {"micro_batch_size": 2, "global_batch_size": 64, "microbatches": 16}
+    assert any("no LM loss" in n for n in exp.notes) and any("pipeline_model_parallel_layout = None" in n for n in exp.notes)
+    assert "--encoder-" not in exp.snippet and "CUDA_DEVICE_MAX_CONNECTIONS" not in exp.snippet
+    assert "megatron-core 0.16.1" in exp.checked_with
 
 
-def test_uneven_cuts_round_trip(seed_problem):
+def test_uneven_cuts_round_trip_and_tp_notes(seed_problem, hints):
     e = index(seed_problem, "llm.0")
     cuts = [(0, e + 2), (e + 3, e + 12), (e + 13, e + 25), (e + 26, seed_problem.num_layers - 1)]
     plan = Plan(tuple(Stage(a, b, 2, 1, 2) for a, b in cuts))
-    exp = export_plan(plan, hints_from_problem(seed_problem), "megatron")
-    stages = parse_megatron_layout(exp.settings["pipeline_model_parallel_layout"])
-    assert [s.count("t") for s in stages] == decoder_counts(seed_problem, plan) == [3, 10, 13, 6]
+    exp = export_plan(plan, hints, "megatron", global_batch=G, microbatches=M)
+    stages = parse_megatron_layout(exp.settings["transformer_config"]["pipeline_model_parallel_layout"])
+    assert [s.count("t") for s in stages] == decoder_counts(hints, plan) == [3, 10, 13, 6]
     assert "--sequence-parallel" in exp.snippet and "--tensor-model-parallel-size 2" in exp.snippet
+    assert exp.settings["env"] == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} and "CUDA_DEVICE_MAX_CONNECTIONS=1" in exp.snippet
+    assert "--micro-batch-size 4" in exp.snippet  # dp 1
 
 
 @settings(max_examples=60, deadline=None)
@@ -75,55 +107,140 @@ def test_parse_rejects_unknown_symbols():
     assert parse_megatron_layout("Et*3|(tt|)*2,m|L") == [list("Ettt"), list("tt"), list("tt"), ["m"], ["L"]]
 
 
-def test_separate_vision_mesh_gives_encoder_grid_flags(seed_problem):
-    p = index(seed_problem, "projector")
-    e = index(seed_problem, "llm.15")
-    plan = Plan((Stage(0, p, 2, 2, 1), Stage(p + 1, e, 4, 2, 2), Stage(e + 1, seed_problem.num_layers - 1, 2, 2, 1)))
-    exp = export_plan(plan, hints_from_problem(seed_problem), "megatron")
-    # the language stages differ in layout here, so check the vision grid only
-    grid = exp.settings["mimo_module_parallelisms"]
-    assert grid["vision"] == {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1, "data_parallel_size": 2, "rank_offset": 0}
-    assert not exp.expressible and any("different layouts" in n for n in exp.notes)
+def test_microbatch_that_does_not_split_over_dp_is_not_expressible(seed_problem, hints):
+    # 4 samples per microbatch over dp 8: no per-replica micro batch gives m = 16
+    plan = Plan((Stage(0, seed_problem.num_layers - 1, 8, 8, 1),))
+    for target in ("megatron", "torchtitan", "deepspeed"):
+        exp = export_plan(plan, hints, target, global_batch=G, microbatches=M)
+        assert not exp.expressible and any("does not split over dp 8" in r for r in exp.reasons), target
+        assert "--micro-batch-size" not in exp.snippet and "local_batch_size" not in exp.snippet
 
 
-def test_vision_mesh_with_decoder_dp_uses_megatron_encoder_flags(seed_problem):
-    p = index(seed_problem, "projector")
-    e = index(seed_problem, "llm.15")
-    plan = Plan((Stage(0, p, 2, 2, 1), Stage(p + 1, e, 4, 2, 2), Stage(e + 1, seed_problem.num_layers - 1, 4, 2, 2)))
-    exp = export_plan(plan, hints_from_problem(seed_problem), "megatron")
-    assert exp.expressible
-    assert "--encoder-pipeline-model-parallel-size 1" in exp.snippet
-    assert "--encoder-tensor-model-parallel-size 1" in exp.snippet
-    assert exp.settings["mimo_module_parallelisms"]["language"]["rank_offset"] == 2
-    stages = parse_megatron_layout(exp.settings["pipeline_model_parallel_layout"])
-    assert [s.count("t") for s in stages] == [16, 16]
+def test_vision_stage_gives_a_heterogeneous_mimo_grid_that_tiles_the_world(seed_problem, hints):
+    plan = vision_stage_plan(seed_problem)
+    exp = export_plan(plan, hints, "megatron", global_batch=G, microbatches=M)
+    assert exp.expressible and exp.settings["path"] == "mimo", exp.reasons
+    grid = exp.settings["mimo"]
+    assert grid["llm_module_name"] == "llm" and grid["deployment_mode"] == "heterogeneous"
+    mods = grid["module_parallelisms"]
+    assert mods["vision"] == {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1, "data_parallel_size": 4, "rank_offset": 0}
+    assert mods["llm"] == {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2, "data_parallel_size": 1, "rank_offset": 4}
+    assert "--encoder-" not in exp.snippet and "encoder_" not in json.dumps(exp.settings)
+    compile(exp.snippet, "<mimo>", "exec")
+    layout = parse_megatron_layout(exp.settings["llm_transformer_config"]["pipeline_model_parallel_layout"])
+    assert [s.count("t") for s in layout] == [16, 16]
+    assert any("Megatron-LM flags cannot run it" in n and "removed" in n for n in exp.notes)
 
 
-def test_vision_dp_different_from_language_needs_the_mimo_grid(seed_problem):
-    p = index(seed_problem, "projector")
-    plan = Plan((Stage(0, p, 4, 4, 1), Stage(p + 1, seed_problem.num_layers - 1, 4, 1, 4)))
-    exp = export_plan(plan, hints_from_problem(seed_problem), "megatron")
-    assert "--encoder-pipeline-model-parallel-size" not in exp.snippet
-    grid = exp.settings["mimo_module_parallelisms"]
-    assert grid["vision"]["data_parallel_size"] == 4 and grid["language"]["tensor_model_parallel_size"] == 4
-    assert any("MIMO" in n for n in exp.notes)
+def test_mimo_grid_needs_one_layout_per_module_and_consecutive_ranks(seed_problem, hints):
+    p, e = index(seed_problem, "projector"), index(seed_problem, "llm.15")
+    n = seed_problem.num_layers - 1
+    mixed = Plan((Stage(0, p, 4, 4, 1), Stage(p + 1, e, 2, 1, 2), Stage(e + 1, n, 2, 2, 1)))
+    exp = export_plan(mixed, hints, "megatron", global_batch=G, microbatches=M)
+    assert not exp.expressible and exp.settings["path"] is None
+    assert any(r.startswith("MIMO: MIMO module 'llm'") and "one layout" in r for r in exp.reasons)
+    assert any(r.startswith("Megatron-LM:") for r in exp.reasons)
+    # the language stages interleaved with the vision stage's GPUs: no rank_offset describes them
+    scattered = Plan((Stage(0, p, 4, 4, 1, (0, 1, 4, 5)), Stage(p + 1, e, 2, 1, 2, (2, 3)), Stage(e + 1, n, 2, 1, 2, (6, 7))))
+    exp = export_plan(scattered, hints, "megatron", global_batch=G, microbatches=M)
+    assert not exp.expressible and any("consecutive ranks" in r for r in exp.reasons)
 
 
-def test_torchtitan_and_deepspeed(seed_problem):
+def test_action_only_stage_is_not_expressible_in_megatron(seed_problem, hints):
+    a = index(seed_problem, "action_head.0")
+    plan = Plan((Stage(0, a - 1, 4, 2, 2), Stage(a, seed_problem.num_layers - 1, 4, 2, 2)))
+    exp = export_plan(plan, hints, "megatron", global_batch=G, microbatches=M)
+    assert not exp.expressible and any("action head" in r for r in exp.reasons)
+    assert any(r.startswith("MIMO:") and "action head" in r for r in exp.reasons)
+
+
+# --------------------------------------------------------------------------- torchtitan
+
+
+def _top_level_or_entry(name):
+    return re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.\d+)?", name) is not None
+
+
+def test_torchtitan_names_are_top_level_children_its_split_keeps(seed_problem, hints):
     plan = uniform_llm_plan(seed_problem)
-    hints = hints_from_problem(seed_problem)
-    tt = export_plan(plan, hints, "torchtitan", microbatch_size=8)
+    tt = export_plan(plan, hints, "torchtitan", global_batch=G, microbatches=M)
+    assert tt.expressible and "torchtitan 0.3.0" in tt.checked_with
     parts = tt.settings["module_fqns_per_model_part"]
-    assert len(parts) == 4 and [f for part in parts for f in part] == [f for h in hints for f in h["fqns"]]
-    assert parts[1][0] == "llm.layers.8" and tt.settings["tensor_parallel_degree"] == 1
-    assert "module_fqns_per_model_part = [" in tt.snippet and tt.expressible
-    ds = export_plan(plan, hints, "deepspeed")
-    assert ds.settings["parts"] == [s.first_layer for s in plan.stages] + [seed_problem.num_layers]
-    assert "PipeModelDataParallelTopology(num_pp=4, num_mp=1, num_dp=2)" in ds.snippet
+    names = [n for part in parts for n in part]
+    assert len(names) == len(set(names)) and all(_top_level_or_entry(n) for n in names)
+    assert parts[0][:3] == ["vision_encoder", "tok_embeddings", "layers.0"] and parts[1][0] == "layers.8"
+    assert [sum(n.startswith("layers.") for n in part) for part in parts] == decoder_counts(hints, plan)
+    # every Hugging Face module of the preset stands behind exactly one torchtitan name
+    sources = [f for fs in tt.settings["fqn_map"].values() for f in fs]
+    assert sorted(sources) == sorted({f for h in hints for f in h["fqns"]})
+    cfg = tt.settings["config"]
+    assert cfg["parallelism"]["pipeline_parallel_degree"] == 4 and cfg["parallelism"]["data_parallel_shard_degree"] == 2
+    # torchtitan's m = local_batch_size / microbatch size = (64 / dp 2) / 2 = 16
+    assert cfg["training"]["local_batch_size"] // cfg["parallelism"]["pipeline_parallel_microbatch_size"] == M
+    assert cfg["training"]["disable_cuda_graphs"] is True
+    assert "--parallelism.module_fqns_per_model_part vision_encoder,tok_embeddings,layers.0," in tt.snippet
+    compile(tt.snippet.split("# or, as a config_registry function:\n", 1)[1], "<config_registry>", "exec")
+
+
+def test_torchtitan_rejects_vision_off_the_embedding_stage_and_mixed_layouts(seed_problem, hints):
+    plan = vision_stage_plan(seed_problem, vision=(4, 2, 2), llm=(2, 1, 2))
+    tt = export_plan(plan, hints, "torchtitan", global_batch=G, microbatches=M)
+    assert not tt.expressible and any("vision_encoder, whole" in r for r in tt.reasons)
+    assert "module_fqns_per_model_part" not in tt.snippet
+    inside = Plan((Stage(0, 11, 4, 4, 1), Stage(12, seed_problem.num_layers - 1, 4, 4, 1)))
+    tt = export_plan(inside, hints, "torchtitan", global_batch=G, microbatches=M)
+    assert not tt.expressible and any("inside the vision encoder" in r for r in tt.reasons)
     mixed = Plan((Stage(0, 30, 4, 4, 1), Stage(31, seed_problem.num_layers - 1, 4, 1, 4)))
     for target in ("torchtitan", "deepspeed"):
-        exp = export_plan(mixed, hints, target)
-        assert not exp.expressible and any("same" in n for n in exp.notes)
+        exp = export_plan(mixed, hints, target, global_batch=G, microbatches=M)
+        assert not exp.expressible and any("same" in r for r in exp.reasons), target
+
+
+# --------------------------------------------------------------------------- DeepSpeed
+
+
+def test_deepspeed_snippets_are_valid_python(seed_problem, hints):
+    plan = uniform_llm_plan(seed_problem)
+    ds = export_plan(plan, hints, "deepspeed", global_batch=G, microbatches=M)
+    assert ds.expressible and ds.settings["parts"] == [s.first_layer for s in plan.stages] + [seed_problem.num_layers]
+    assert "PipeModelDataParallelTopology(num_pp=4, num_mp=1, num_dp=2)" in ds.snippet
+    assert ds.settings["ds_config"] == {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 16}
+    ast.parse(ds.snippet)
+    mixed = Plan((Stage(0, 30, 4, 4, 1), Stage(31, seed_problem.num_layers - 1, 4, 1, 4)))
+    ds = export_plan(mixed, hints, "deepspeed", global_batch=G, microbatches=M)
+    assert not ds.expressible
+    ast.parse(ds.snippet)
+    compile(ds.text(), "<text>", "exec")  # the paste-ready text is Python too: reasons and notes are comments
+
+
+# --------------------------------------------------------------------------- format v2: per-segment configs
+
+
+def test_a_stage_with_two_layouts_is_colocated_mimo_and_nothing_else(seed_problem, hints):
+    # seed lesson 15 on one 8-GPU stage: vision dp 8, projector + language + action dp 2 x tp 4
+    lang = Layout(2, 4)
+    plan = Plan((v2_stage(0, seed_problem.num_layers - 1, 8, [Layout(8, 1), lang, lang, lang]),))
+    meg = export_plan(plan, hints, "megatron", global_batch=G, microbatches=8)  # 8 samples: one per vision replica
+    assert meg.expressible and meg.settings["mimo"]["deployment_mode"] == "colocated", meg.reasons
+    mods = meg.settings["mimo"]["module_parallelisms"]
+    assert mods["vision"]["data_parallel_size"] == 8 and mods["llm"]["tensor_model_parallel_size"] == 4
+    assert all(m["rank_offset"] == 0 for m in mods.values())
+    assert any("two layouts" in n for n in meg.notes)
+    for target in ("torchtitan", "deepspeed"):
+        exp = export_plan(plan, hints, target, global_batch=G, microbatches=8)
+        assert not exp.expressible and any("two layouts on the same GPUs" in r for r in exp.reasons), target
+
+
+def test_two_layouts_on_part_of_the_world_are_not_expressible(seed_problem, hints):
+    e = index(seed_problem, "llm.15")
+    plan = Plan((v2_stage(0, e, 4, [Layout(4, 1), Layout(1, 4), Layout(1, 4)]), Stage(e + 1, seed_problem.num_layers - 1, 4, 1, 4)))
+    meg = export_plan(plan, hints, "megatron", global_batch=G, microbatches=M)
+    assert not meg.expressible and any("colocated" in r for r in meg.reasons)
+    with pytest.raises(ProblemError, match="module segments"):
+        export_plan(Plan((v2_stage(0, e, 4, [Layout(4, 1), Layout(1, 4)]), Stage(e + 1, seed_problem.num_layers - 1, 4, 1, 4))), hints, "megatron")
+
+
+# --------------------------------------------------------------------------- results and the CLI
 
 
 def test_export_result_needs_hints():
@@ -137,20 +254,44 @@ def test_export_result_needs_hints():
         export_plan(Plan.from_dict(doc), [{"name": "a", "role": "decoder"}, {"name": "b", "role": "decoder"}], "colossal")
 
 
-def test_export_cli_on_a_solve_result_with_problem(tmp_path, seed_problem):
+def test_export_cli_exit_codes(tmp_path, seed_problem):
     from partitioner.problem import dump_problem
 
     prob_path = tmp_path / "p.json"
     dump_problem(seed_problem, prob_path)
-    plan = uniform_llm_plan(seed_problem)
-    ev = evaluate(seed_problem, plan)
-    res = SolveResult("feasible", "hand", "iteration", value=ev.value, plan=plan.with_device_ids(), evaluation=ev)
-    res_path = tmp_path / "r.json"
-    res_path.write_text(json.dumps(res.to_dict()))
-    proc = run_cli("export", str(res_path), "--to", "megatron", "--problem", str(prob_path))
+
+    def write(plan, name):
+        ev = evaluate(seed_problem, plan)
+        res = SolveResult("feasible", "hand", "iteration", value=ev.value, plan=plan.with_device_ids(), evaluation=ev)
+        path = tmp_path / name
+        path.write_text(json.dumps(res.to_dict()))
+        return path
+
+    good = write(uniform_llm_plan(seed_problem), "r.json")
+    proc = run_cli("export", str(good), "--to", "megatron", "--problem", str(prob_path))
     assert proc.returncode == 0, proc.stderr
-    assert "--pipeline-model-parallel-layout" in proc.stdout
-    proc = run_cli("export", str(res_path), "--to", "megatron")
+    assert "--pipeline-model-parallel-layout" in proc.stdout and "--micro-batch-size 2" in proc.stdout
+    proc = run_cli("export", str(good), "--to", "megatron")
     assert proc.returncode == 2 and "export_hints" in proc.stderr and "r.json" in proc.stderr
-    proc = run_cli("export", str(res_path), "--to", "fsdp", "--problem", str(prob_path))
+    proc = run_cli("export", str(good), "--to", "fsdp", "--problem", str(prob_path))
     assert proc.returncode == 2 and "--to" in proc.stderr
+    mixed = write(Plan((Stage(0, 30, 4, 4, 1), Stage(31, seed_problem.num_layers - 1, 4, 1, 4))), "mixed.json")
+    proc = run_cli("export", str(mixed), "--to", "deepspeed", "--problem", str(prob_path), "--json")
+    assert proc.returncode == 1 and "not expressible in deepspeed" in proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["expressible"] is False and doc["reasons"]
+
+
+def test_variants_are_named_in_a_note(seed_problem, hints):
+    plan = Plan(tuple(Stage(s.first_layer, s.last_layer, s.devices, s.dp, s.tp, variant="zero1") for s in uniform_llm_plan(seed_problem).stages))
+    exp = export_plan(plan, hints, "deepspeed", global_batch=G, microbatches=M)
+    assert exp.expressible and any("stage 0: zero1" in n for n in exp.notes)
+
+
+def test_stages_out_of_rank_order_get_a_placement_note(seed_problem, hints):
+    plan = uniform_llm_plan(seed_problem)
+    swapped = Plan(tuple(Stage(s.first_layer, s.last_layer, 2, 2, 1, ids) for s, ids in
+                         zip(plan.stages, [(2, 3), (0, 1), (4, 5), (6, 7)])))
+    assert not any("rank order" in n for n in export_plan(plan, hints, "torchtitan", global_batch=G, microbatches=M).notes)
+    exp = export_plan(swapped, hints, "torchtitan", global_batch=G, microbatches=M)
+    assert exp.expressible and any("not in rank order" in n and "0: 2..3" in n for n in exp.notes)

@@ -8,7 +8,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from partitioner import Plan, PlanError, Problem, Stage, evaluate, load_plan, load_problem, simulate, solve
-from partitioner.simulate import SCHEDULES, replay_check, simulate_times
+from partitioner.simulate import replay_check, simulate_times
 from strategies import random_plans, small_problems
 
 # --------------------------------------------------------------------------- an independent replay
@@ -131,6 +131,7 @@ def test_bad_inputs(args, match):
 # --------------------------------------------------------------------------- property tests
 
 times = st.floats(0.0, 50.0, allow_nan=False, allow_infinity=False)
+SCHEDULES = ("1f1b", "gpipe", "forward")  # zb-h1 and interleaved: tests/test_schedules.py
 
 
 @settings(max_examples=150, deadline=None)

@@ -41,6 +41,11 @@ def test_batch_and_compare_take_v2_problems(cli, examples, tmp_path):
     assert proc.returncode == 0, proc.stderr
     records = {r["method"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert records["brute"]["plan"]["stages"][0]["configs"] == [{"dp": 8, "tp": 1}, {"dp": 2, "tp": 4}]
+    # the result format survives next to the package version
+    assert all(r["format_version"] == 2 for r in records.values())
+    from partitioner import __version__
+
+    assert all(r["version"] == __version__ for r in records.values())
     proc = cli("compare", out, "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
@@ -64,3 +69,26 @@ def test_compare_flags_a_v1_only_optimum_on_a_v2_problem(examples):
     comparison = compare(records)
     assert comparison.methods["dp"].conflicts == 1 and comparison.methods["brute"].conflicts == 0
     assert "claims optimal" in comparison.conflicts[0]["conflict"]
+
+
+def test_stage_tables_show_each_segments_config_and_the_reshard(cli, examples, tmp_path):
+    proc = cli("solve", examples / LESSON15, "--method", "brute")
+    assert proc.returncode == 0, proc.stderr
+    assert "vision 8 x 1" in proc.stdout and "llm 2 x 4" in proc.stdout
+    assert "reshard ms" in proc.stdout and "0.031" in proc.stdout
+    result = tmp_path / "r.json"
+    result.write_text(cli("solve", examples / LESSON15, "--method", "brute", "--json").stdout)
+    gantt = tmp_path / "g.png"
+    sim = cli("simulate", examples / LESSON15, result, "--gantt", gantt)
+    assert sim.returncode == 0, sim.stderr
+    assert "vision 8 x 1" in sim.stdout and "llm 2 x 4" in sim.stdout
+    assert gantt.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    valid = cli("validate", examples / LESSON15)
+    assert valid.returncode == 0 and "valid v2 problem" in valid.stdout
+
+
+def test_v1_stage_table_is_unchanged(cli, examples):
+    proc = cli("solve", examples / "vla_toy_2x4.json", "--method", "brute")
+    assert proc.returncode == 0, proc.stderr
+    assert "reshard" not in proc.stdout and "dp x tp" in proc.stdout and "2 x 1" in proc.stdout
+    assert "valid v1 problem" in cli("validate", examples / "vla_toy_2x4.json").stdout

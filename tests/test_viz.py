@@ -106,3 +106,35 @@ def test_write_trace_round_trips(tmp_path):
     sim = simulate_times([1.0, 2.0], [1.0, 2.0], 2, "1f1b")
     path = write_trace(sim, tmp_path / "t.json", "toy")
     assert json.loads(path.read_text()) == json.loads(json.dumps(chrome_trace(sim, "toy")))
+
+
+def test_gantt_and_trace_show_weight_gradients_apart():
+    sim = simulate_times([2.0] * 3, [4.0] * 3, 4, "zb-h1", wgrad_ms=[1.5] * 3)
+    ax = gantt(sim).axes[0]
+    assert len(ax.patches) == sim.num_stages + len(sim.timeline)
+    colors = {tuple(p.get_facecolor()) for p in ax.patches[sim.num_stages :]}
+    assert len(colors) == 3  # forward, input gradient, weight gradient
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["forward", "backward (input grad)", "weight grad", "idle"]
+    ops = [e for e in chrome_trace(sim)["traceEvents"] if e["ph"] == "X"]
+    assert {e["cat"] for e in ops} == {"forward", "backward", "weight-gradient"}
+    w = [e for e in ops if e["cat"] == "weight-gradient"]
+    assert len(w) == 3 * 4 and all(e["name"].startswith("W") and e["dur"] == 1500.0 for e in w)
+    assert all(e["dur"] == 2500.0 for e in ops if e["cat"] == "backward")  # B = 4 - 1.5
+
+
+def test_gantt_and_trace_show_chunks_apart():
+    P, v, m = 2, 2, 4
+    sim = simulate_times([1.0] * (P * v), [2.0] * (P * v), m, "interleaved", virtual_stages=v)
+    ax = gantt(sim).axes[0]
+    assert len(ax.patches) == P + len(sim.timeline)  # one row per device group
+    colors = {tuple(p.get_facecolor()) for p in ax.patches[P:]}
+    assert len(colors) == 2 * v  # forward and backward, one shade per chunk of a device
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "forward, chunk 1/2", "forward, chunk 2/2", "backward, chunk 1/2", "backward, chunk 2/2", "idle"
+    ]
+    doc = chrome_trace(sim)
+    ops = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert {e["tid"] for e in ops} == {0, 1}
+    assert {(e["tid"], e["args"]["chunk"]) for e in ops} == {(0, 0), (0, 2), (1, 1), (1, 3)}
+    assert all(e["name"].endswith(f" c{e['args']['chunk']}") for e in ops)
+    assert doc["otherData"]["virtual_stages"] == v

@@ -4,7 +4,9 @@ Every record has the job's identity (``key``, ``problem``, ``method``,
 ``label``, ``options`` -- the options the job ran with, thread count included
 --, ``objective``, ``time_limit``, ``seed``, and ``grid`` for a grid point),
 the outcome (``status``, ``value``, ``bound``, ``gap``, ``solve_seconds``,
-``message``, ``plan`` and any further fields of ``SolveResult.to_dict()``),
+``message``, ``plan`` and any further fields of ``SolveResult.to_dict()``;
+the result format's ``version``, 2 for a format-v2 problem, is kept as
+``format_version`` since ``version`` names the package),
 and where and how long it ran (``version``, ``host``, ``worker``,
 ``wall_seconds``, ``cpu_seconds``, ``finished_at``, ``problem_hash``).
 
@@ -82,6 +84,8 @@ def result_record(job: Job, options: Mapping[str, Any], out: Mapping[str, Any]) 
     result = dict(out["result"])
     for name in ("status", "value", "bound", "gap", "solve_seconds", "message", "plan"):
         record[name] = result.pop(name, None)
+    if "version" in result:  # the result format (v2 results say so); "version" of a record is the package's
+        record["format_version"] = result.pop("version")
     for name, value in result.items():
         record.setdefault(name, value)
     return _finish_record(record, job, out, wall)

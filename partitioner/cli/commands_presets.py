@@ -121,7 +121,7 @@ def export_cmd(
     problem_path: Optional[Path] = typer.Option(None, "--problem", help="The problem the result solves (for results of `solve`)."),
     as_json: bool = typer.Option(False, "--json", help="Print settings, snippet and notes as JSON."),
 ) -> None:
-    """Turn a plan into Megatron-LM, torchtitan or DeepSpeed settings."""
+    """Turn a plan into Megatron, torchtitan or DeepSpeed settings; exit 1 when the framework cannot express it."""
     from ..export import TARGETS, export_result
     from ..problem import read_document
 
@@ -138,3 +138,6 @@ def export_cmd(
         print_json(exported.to_dict())
     else:
         sys.stdout.write(exported.text())
+    if not exported.expressible:
+        err.print(f"{result_path}: not expressible in {to}: " + "; ".join(exported.reasons), markup=False)
+        raise typer.Exit(EXIT_NO_PLAN)

@@ -24,7 +24,7 @@ __all__ = ["solve_cmd", "validate_cmd", "evaluate_cmd", "simulate_cmd"]
 @app.command("solve")
 @guarded
 def solve_cmd(
-    problem_path: Path = typer.Argument(..., metavar="PROBLEM", help="Problem file (JSON or YAML, format v1)."),
+    problem_path: Path = typer.Argument(..., metavar="PROBLEM", help="Problem file (JSON or YAML, format v1 or v2)."),
     method: str = typer.Option(
         "dp", "--method", "-m", help="dp (exact, the default) | cpsat | milp | brute | greedy | uniform | balanced"
     ),
@@ -33,7 +33,7 @@ def solve_cmd(
     seed: int = typer.Option(0, "--seed", help="Random seed (CP-SAT)."),
     option: Optional[List[str]] = typer.Option(None, "--option", "-o", help="Method option key=value (repeatable)."),
     validate: bool = typer.Option(True, "--validate/--no-validate", help="Replay the plan in the 1F1B simulator."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (result format v1)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (result format v1, or v2 for a v2 problem)."),
 ) -> None:
     """Find the best plan for PROBLEM."""
     check_choice(method, methods(), "--method")
@@ -58,10 +58,11 @@ def validate_cmd(
     problem_path: Path = typer.Argument(..., metavar="PROBLEM"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Check that PROBLEM follows format v1 (exit 0) or say which field is wrong (exit 2)."""
+    """Check that PROBLEM follows format v1 or v2 (exit 0) or say which field is wrong (exit 2)."""
     problem = load_problem(problem_path)
     summary = {
         "valid": True,
+        "version": problem.version,
         "name": problem.name,
         "layers": problem.num_layers,
         "devices": problem.num_devices,
@@ -116,7 +117,7 @@ def evaluate_cmd(
 @app.command("simulate")
 @guarded
 def simulate_cmd(
-    problem_path: Path = typer.Argument(..., metavar="PROBLEM", help="Problem file (JSON or YAML, format v1)."),
+    problem_path: Path = typer.Argument(..., metavar="PROBLEM", help="Problem file (JSON or YAML, format v1 or v2)."),
     plan_path: Path = typer.Argument(..., metavar="RESULT_OR_PLAN", help="A result or plan file."),
     schedule: str = typer.Option("1f1b", "--schedule", "-s", help="1f1b | gpipe | forward"),
     as_json: bool = typer.Option(False, "--json", help="Print makespan, bubble, peak in-flight and memory as JSON."),

@@ -16,6 +16,7 @@ from typing import Any
 
 from rich.table import Table
 
+from ..breakdown import config_cell
 from ..plan import Evaluation, SolveResult
 from ..problem import Problem
 from .common import err, out
@@ -33,9 +34,15 @@ def print_json(doc: Any) -> None:
 
 
 def stage_table(problem: Problem, ev: Evaluation, title: str = "") -> Table:
-    """The stage table: layers, GPUs, nodes, layout, F/B/t, memory; the bottleneck marked."""
+    """The stage table: layers, GPUs, nodes, layout, F/B/t, memory; the bottleneck marked.
+
+    Format v2: the ``dp x tp`` cell has one ``module dp x tp [variant]`` line per
+    segment when the segments' configs differ, and a ``reshard ms`` column
+    gives Σ r (in F and again in B).
+    """
+    v2 = problem.version >= 2
     table = Table(title=title or None, title_justify="left", caption="* bottleneck stage", caption_justify="left")
-    for col, justify in (
+    columns = [
         ("", "left"),
         ("stage", "right"),
         ("layers", "left"),
@@ -46,7 +53,10 @@ def stage_table(problem: Problem, ev: Evaluation, title: str = "") -> Table:
         ("B ms", "right"),
         ("t ms", "right"),
         ("memory GiB", "right"),
-    ):
+    ]
+    if v2:
+        columns.insert(6, ("reshard ms", "right"))
+    for col, justify in columns:
         table.add_column(col, justify=justify)
     worst = ev.bottleneck_stage
     cap = problem.cluster.gpu_memory_bytes
@@ -56,18 +66,21 @@ def stage_table(problem: Problem, ev: Evaluation, title: str = "") -> Table:
         layers = f"{s.first_layer}-{s.last_layer} ({names})" if s.first_layer != s.last_layer else f"{s.first_layer} ({names})"
         nodes = ",".join(map(str, s.nodes))
         mark = "*" if s.index == worst else ""
-        table.add_row(
+        cells = [
             mark,
             str(s.index),
             layers,
             str(s.devices),
             nodes,
-            f"{s.layout.dp} x {s.layout.tp}",
+            config_cell(problem, s),
             f"{s.fwd_ms:.3f}",
             f"{s.bwd_ms:.3f}",
             f"[bold]{s.time_ms:.3f}[/bold]" if mark else f"{s.time_ms:.3f}",
             f"{s.memory_bytes / 2**30:.2f} / {cap / 2**30:.0f}",
-        )
+        ]
+        if v2:
+            cells.insert(6, f"{s.reshard_ms:.3f}")
+        table.add_row(*cells)
     return table
 
 
@@ -102,7 +115,7 @@ def print_result(problem: Problem, result: SolveResult) -> None:
 def print_validation(problem_path: Path, problem: Problem, layouts: list[str]) -> None:
     """The one line ``partitioner validate`` prints for a valid problem."""
     out.print(
-        f"{problem_path}: valid v1 problem '{problem.name}': {problem.num_layers} layers, "
+        f"{problem_path}: valid v{problem.version} problem '{problem.name}': {problem.num_layers} layers, "
         f"{problem.cluster.nodes} x {problem.cluster.gpus_per_node} GPUs, layouts "
         f"{', '.join(layouts)}, {problem.stages.min}..{problem.stages.max} stages, "
         f"m = {problem.microbatches}, objective {problem.objective}",
@@ -121,7 +134,7 @@ def print_evaluation(problem: Problem, ev: Evaluation, plan_path: Path) -> None:
 
 
 def simulation_table(problem: Problem, sim: Any, ev: Evaluation) -> Table:
-    """Per stage: F, B, busy and idle time, peak in-flight microbatches and peak memory."""
+    """Per stage: configs, F, B (reshards and sends included), busy and idle time, peak in-flight and memory."""
     table = Table(title_justify="left")
     for col, justify in (
         ("stage", "right"),
@@ -144,7 +157,7 @@ def simulation_table(problem: Problem, sim: Any, ev: Evaluation) -> Table:
             str(s.index),
             layers,
             str(s.devices),
-            f"{s.layout.dp} x {s.layout.tp}",
+            config_cell(problem, s),
             f"{s.fwd_ms:.3f}",
             f"{s.bwd_ms:.3f}" if sim.schedule != "forward" else "-",
             f"{busy:.3f}",

@@ -3,7 +3,8 @@
 The package, one job per module: :mod:`.options` (every constant),
 :mod:`.layers` (model -> pipeline layers), :mod:`.flops` (FLOPs and GEMM
 efficiency), :mod:`.memory` (activation bytes), :mod:`.comm` (collectives),
-:mod:`.entry` (one layer in one layout), :mod:`.build` (the problem),
+:mod:`.entry` (one layer in one layout), :mod:`.variants` (the memory
+knobs as format-v2 variants), :mod:`.build` (the problem),
 :mod:`.profile` (profiled times). Every public name is re-exported here.
 
 :func:`build_problem` cuts a model (:mod:`partitioner.presets`) into
@@ -37,12 +38,27 @@ per replica and microbatch:
 * **memory**: weights, gradients and Adam states at 16 B/param (bf16 weight
   and gradient, fp32 master, momentum, variance [4]_), divided by tp; with
   ``zero1`` the 12 optimizer bytes are also divided by dp; frozen weights
-  keep 2 B/param. Activations per block and microbatch follow Korthikanti
-  et al. [2]_: ``s b h (10 + 24/t + 5 a s / (h t))`` bytes with TP,
-  ``s b h (34 + 5 a s / h) / t`` with sequence parallelism; the ``5 a s / h``
-  term (softmax and dropout of the score matrix) vanishes with flash
-  attention or selective recompute; full recompute keeps only the block
+  keep 2 B/param. Activations per block and microbatch are counted from
+  the block's own shapes (:mod:`.memory`): norm inputs, the QKV input,
+  Q/K/V with grouped-query heads and head_dim, the attention output (plus
+  the score matrix without flash attention), the MLP input and its
+  intermediates (4 tensors of width ffn for a gated MLP), layer scale,
+  QK-norm and dropout masks where the model has them. For the GPT-3 block
+  this is Korthikanti et al.'s ``s b h (34 + 5 a s / h)`` [2]_; Gemma-2B's
+  block keeps 76.5 s b h. ÷ tp with sequence parallelism; selective
+  recompute drops the score matrix; full recompute keeps only the block
   input ``2 s b h`` (``/ t`` with sequence parallelism).
+* **memory knobs** (format v2, option ``variants``): per layout, ZeRO 0/1/3
+  x recompute none/selective/full as variant keys (``dp8tp1/zero3``);
+  ZeRO-3 (FSDP full shard) divides weights, gradients and optimizer states
+  by dp and pays a parameter all-gather in forward and backward and a
+  gradient reduce-scatter per microbatch (``zero3_overlap`` hidden);
+  every entry splits its backward into B (input gradients) and W (weight
+  gradients, gradient sync).
+* **work a real run skips** (:mod:`.layers`): no backward for a frozen
+  prefix, no input gradient for the first trainable module, forward only
+  for vision blocks after the feature layer, pi0's last prefix layer
+  backpropagates through K and V only.
 * **boundaries**: a layer's ``out_bytes`` is the bf16 tensor the next layer
   needs, for the whole microbatch (the vision hidden state, the projected
   image tokens, the LLM hidden state; pi0 carries both the prefix and the
@@ -89,9 +105,10 @@ from .comm import allreduce_ms, grad_sync_ms
 from .entry import layer_cost
 from .flops import efficiency, forward_flops, model_flops_per_sample
 from .layers import Piece, PipelineLayer, model_layers
-from .memory import block_activation_bytes
+from .memory import BlockShape, block_activation_bytes, block_activation_terms
 from .options import BF16_BYTES, CostOptions
 from .profile import apply_profile, load_profile
+from .variants import ALL_VARIANTS, Knobs, parse_variant
 
 __all__ = [
     "CostOptions",
@@ -103,6 +120,8 @@ __all__ = [
     "layouts_for",
     "cluster_layouts",
     "block_activation_bytes",
+    "block_activation_terms",
+    "BlockShape",
     "efficiency",
     "allreduce_ms",
     "grad_sync_ms",
@@ -115,4 +134,7 @@ __all__ = [
     "list_models",
     "list_clusters",
     "BF16_BYTES",
+    "ALL_VARIANTS",
+    "Knobs",
+    "parse_variant",
 ]

@@ -21,6 +21,7 @@ from .entry import layer_cost
 from .flops import forward_flops, model_flops_per_sample
 from .layers import PipelineLayer, model_layers
 from .options import CostOptions
+from .variants import applies, describe, variant_knobs
 from .profile import _apply_profile_doc, load_profile
 
 __all__ = ["build_problem", "cluster_layouts", "layouts_for"]
@@ -70,7 +71,7 @@ def build_problem(
     profile: str | Path | Sequence[Mapping[str, Any]] | None = None,
     max_stages: int | None = None,
 ) -> Problem:
-    """A v1 problem for training ``model`` on ``nodes`` nodes of ``cluster``.
+    """A problem for training ``model`` on ``nodes`` nodes of ``cluster`` (format v1, or v2 with ``variants``).
 
     Parameters
     ----------
@@ -109,6 +110,7 @@ def build_problem(
         raise ProblemError(f"must be one of {', '.join(OBJECTIVES)}, got {objective!r}", path="objective")
     mb = global_batch // microbatches
     layers = model_layers(spec, opts)
+    knob_list = variant_knobs(opts.variants, flash_attention=opts.flash_attention)
     all_layouts = cluster_layouts(cl.gpus_per_node, nodes)
     memory = cl.gpu_memory_bytes - opts.memory_reserve_bytes
     if memory <= 0:
@@ -125,8 +127,11 @@ def build_problem(
             )
         costs = {}
         for lay in allowed:
-            c = layer_cost(layer, lay, mb / lay.dp, cl, opts, microbatches)
-            costs[lay.key] = {"fwd_ms": c.fwd_ms, "bwd_ms": c.bwd_ms, "weight_bytes": c.weight_bytes, "act_bytes": c.act_bytes}
+            for kn in knob_list or [None]:
+                if kn is not None and not applies(kn, lay.dp):
+                    continue
+                config = Layout(lay.dp, lay.tp, kn.name if kn is not None else "")
+                costs[config.key] = layer_cost(layer, lay, mb / lay.dp, cl, opts, microbatches, kn).to_dict()
         doc_layers.append(
             {"name": layer.name, "module": layer.module, "out_bytes": int(round(mb * layer.out_bytes_per_sample)), "costs": costs}
         )
@@ -150,7 +155,7 @@ def build_problem(
         ],
     }
     doc = {
-        "version": 1,
+        "version": 1 if knob_list is None else 2,
         "name": f"{spec.name}-{cl.name}-{nodes}n-b{global_batch}-m{microbatches}",
         "cluster": {
             "nodes": nodes,
@@ -163,6 +168,8 @@ def build_problem(
         "layers": doc_layers,
         "meta": meta,
     }
+    if knob_list is not None:
+        doc["variants"] = {kn.name: describe(kn) for kn in knob_list if kn.name}
     if max_stages is not None:
         if isinstance(max_stages, bool) or not isinstance(max_stages, int) or max_stages < 1:
             raise ProblemError(f"must be a positive integer, got {max_stages!r}", path="max_stages")

@@ -2,14 +2,19 @@
 
 Contract: :func:`allreduce_ms` is one ring all-reduce [7]_ of ``nbytes``
 over ``ranks`` GPUs (a latency plus ``2 (r-1)/r * bytes`` over the link's
-effective bandwidth); :func:`grad_sync_ms` is the per-iteration gradient
-all-reduce of a stage's trainable weights over its dp replicas (NVLink
-inside a node, the network across nodes). Times in ms.
+effective bandwidth), :func:`allgather_ms` an all-gather or reduce-scatter
+(``(r-1)/r * bytes``); :func:`grad_sync_ms` is the per-iteration gradient
+all-reduce of a stage's trainable weights over its dp replicas and
+:func:`shard_gather_ms` one ZeRO-3 parameter all-gather (or gradient
+reduce-scatter) of a layer's weights [10]_ (NVLink inside a node, the
+network across nodes). Times in ms.
 
 References
 ----------
 .. [7] R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective
    Communication Operations in MPICH", IJHPCA 19(1), 2005.
+.. [10] Y. Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded
+   Data Parallel", VLDB 2023.
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ from ..presets import ClusterSpec
 from ..problem import Layout
 from .options import CostOptions
 
-__all__ = ["allreduce_ms", "grad_sync_ms"]
+__all__ = ["allreduce_ms", "allgather_ms", "grad_sync_ms", "shard_gather_ms"]
 
 
 def allreduce_ms(nbytes: float, ranks: int, GBps: float, opts: CostOptions, link_efficiency: float | None = None) -> float:
@@ -29,6 +34,37 @@ def allreduce_ms(nbytes: float, ranks: int, GBps: float, opts: CostOptions, link
     return opts.collective_latency_us * 1e-3 + volume / (eff * GBps * 1e6)
 
 
+def allgather_ms(nbytes: float, ranks: int, GBps: float, opts: CostOptions, link_efficiency: float | None = None) -> float:
+    """One ring all-gather (or reduce-scatter) whose full result is ``nbytes``, in ms [7]_.
+
+    Each rank sends and receives ``(r-1)/r * nbytes``: half an all-reduce.
+    """
+    if ranks <= 1:
+        return 0.0
+    eff = opts.nvlink_efficiency if link_efficiency is None else link_efficiency
+    volume = (ranks - 1) / ranks * nbytes
+    return opts.collective_latency_us * 1e-3 + volume / (eff * GBps * 1e6)
+
+
+def _dp_link(layout: Layout, cluster: ClusterSpec, opts: CostOptions) -> tuple[float, float]:
+    """(GBps, efficiency) of the data-parallel group: NVLink inside one node, else each GPU's NIC."""
+    inside = layout.devices <= cluster.gpus_per_node
+    if inside:
+        return cluster.intra_node_GBps, opts.nvlink_efficiency
+    return cluster.inter_node_GBps, 1.0
+
+
+def shard_gather_ms(params: float, layout: Layout, cluster: ClusterSpec, opts: CostOptions) -> float:
+    """One ZeRO-3 all-gather of ``params`` bf16 parameters (their tp shard) over the dp group, in ms.
+
+    A gradient reduce-scatter of the same parameters costs the same [7]_.
+    """
+    if layout.dp <= 1 or params <= 0:
+        return 0.0
+    bw, eff = _dp_link(layout, cluster, opts)
+    return allgather_ms(params / layout.tp * opts.grad_bytes_per_param, layout.dp, bw, opts, link_efficiency=eff)
+
+
 def grad_sync_ms(trainable_params: float, layout: Layout, cluster: ClusterSpec, opts: CostOptions) -> float:
     """The data-parallel gradient all-reduce of a stage's ``trainable_params``, once per iteration.
 
@@ -36,8 +72,7 @@ def grad_sync_ms(trainable_params: float, layout: Layout, cluster: ClusterSpec, 
     """
     if layout.dp <= 1 or trainable_params <= 0:
         return 0.0
-    inside = layout.devices <= cluster.gpus_per_node
-    bw = cluster.intra_node_GBps if inside else cluster.inter_node_GBps
+    bw, eff = _dp_link(layout, cluster, opts)
     nbytes = trainable_params / layout.tp * opts.grad_bytes_per_param
-    return allreduce_ms(nbytes, layout.dp, bw, opts, link_efficiency=opts.nvlink_efficiency if inside else 1.0)
+    return allreduce_ms(nbytes, layout.dp, bw, opts, link_efficiency=eff)
 

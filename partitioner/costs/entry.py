@@ -6,7 +6,9 @@ microbatch, the forward and backward ms (FLOPs over the efficient rate plus
 tensor-parallel collectives; backward 2x the weighted matmuls, the
 attention core ``flash_backward_factor`` x, recompute on top, the exposed
 part of the gradient sync spread over the microbatches) and the weight and
-activation bytes (format v1's ``fwd_ms, bwd_ms, weight_bytes, act_bytes``).
+activation bytes (format v1's ``fwd_ms, bwd_ms, weight_bytes, act_bytes``,
+and v2's ``bwd_input_ms, bwd_weight_ms``) under one memory-knob setting
+(:class:`~.variants.Knobs`: ZeRO 0/1/3, recompute none/selective/full).
 
 References
 ----------
@@ -23,33 +25,51 @@ from dataclasses import dataclass
 
 from ..presets import ClusterSpec
 from ..problem import Layout
-from .comm import allreduce_ms, grad_sync_ms
+from .comm import allreduce_ms, grad_sync_ms, shard_gather_ms
 from .flops import efficiency
 from .layers import PipelineLayer
 from .memory import block_activation_bytes
 from .options import BF16_BYTES, CostOptions
+from .variants import Knobs
 
-__all__ = ["layer_cost"]
+__all__ = ["EntryCost", "layer_cost"]
 
 
 @dataclass(frozen=True)
-class _Cost:
+class EntryCost:
+    """One cost entry (format v2 fields); ``bwd_ms = bwd_input_ms + bwd_weight_ms``."""
+
     fwd_ms: float
     bwd_ms: float
+    bwd_input_ms: float
+    bwd_weight_ms: float
     weight_bytes: int
     act_bytes: int
 
+    def to_dict(self) -> dict[str, float | int]:
+        return {"fwd_ms": self.fwd_ms, "bwd_ms": self.bwd_ms, "bwd_input_ms": self.bwd_input_ms,
+                "bwd_weight_ms": self.bwd_weight_ms, "weight_bytes": self.weight_bytes, "act_bytes": self.act_bytes}
+
 
 def layer_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: ClusterSpec, opts: CostOptions,
-               microbatches: int = 1) -> _Cost:
+               microbatches: int = 1, knobs: Knobs | None = None) -> EntryCost:
     """Time and memory of ``layer`` per microbatch on each GPU of a ``layout`` stage.
 
     ``samples`` is the per-replica microbatch ``(global_batch / m) / dp``;
-    ``microbatches`` (m) spreads the per-iteration gradient sync.
+    ``microbatches`` (m) spreads the per-iteration gradient sync; ``knobs``
+    is the memory-knob setting (default: the options' ``zero1`` and
+    ``recompute``).
+
+    The backward splits into B (input gradients: the input-gradient GEMMs,
+    the attention core's backward, tensor-parallel collectives, recompute,
+    ZeRO-3's re-gather) and W (weight-gradient GEMMs, the exposed gradient
+    sync or ZeRO-3 reduce-scatter).
     """
+    if knobs is None:
+        knobs = Knobs(1 if opts.zero1 else 0, opts.recompute)
     t, dp, b = layout.tp, layout.dp, samples
     flop_per_ms = cluster.peak_tflops * 1e9
-    fwd = bwd = 0.0
+    fwd = b_in = b_w = 0.0
     weight = act = 0.0
     for p in layer.pieces:
         rows = b * p.tokens * p.passes
@@ -60,29 +80,58 @@ def layer_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: Cl
         fwd += f_gemm + f_attn + comm
         if p.backward:
             attn_factor = opts.flash_backward_factor if opts.flash_attention else 2.0
-            bwd += (1.0 if p.frozen else 2.0) * f_gemm + attn_factor * f_attn + comm
-            if opts.recompute == "full":
-                bwd += f_gemm + f_attn + comm
-            elif opts.recompute == "selective" and not opts.flash_attention:
-                bwd += f_attn
-        if p.frozen:
-            weight += p.params * opts.frozen_bytes_per_param / t
-        else:
-            per_param = opts.bytes_per_param
-            if opts.zero1:
-                per_param -= opts.optimizer_bytes_per_param * (1.0 - 1.0 / dp)
-            weight += p.params * per_param / t
+            g = f_gemm if p.bwd_gemm_flops is None else b * p.bwd_gemm_flops / t / rate
+            a = f_attn if p.bwd_attn_flops is None else b * p.bwd_attn_flops / t / rate
+            skip = 0.0 if p.needs_input_grad else b * p.input_gemm_flops / t / rate
+            b_in += g - skip + attn_factor * a + comm
+            if not p.frozen:
+                b_w += g
+            if knobs.recompute == "full":
+                b_in += f_gemm + f_attn + comm
+            elif knobs.recompute == "selective" and not opts.flash_attention:
+                b_in += f_attn
+        weight += p.params * _bytes_per_param(p.frozen, dp, knobs, opts) / t
         if not p.backward:
             continue  # runs under no_grad: nothing kept for a backward pass
-        if p.kind == "block":
+        if p.shape is not None:
             act += p.passes * block_activation_bytes(
-                p.tokens, b, p.width, p.heads, t, pairs=p.score_entries, flash_attention=opts.flash_attention,
-                sequence_parallel=opts.sequence_parallel, recompute=opts.recompute,
+                p.shape, b, t, flash_attention=opts.flash_attention, sequence_parallel=opts.sequence_parallel,
+                recompute=knobs.recompute, fused_norm=opts.fused_norm,
             )
         else:
             replicated, sharded = p.dense_act
             act += b * (replicated / (t if opts.sequence_parallel else 1) + sharded / t)
     trainable = sum(p.params for p in layer.pieces if not p.frozen)
-    bwd += (1.0 - opts.grad_sync_overlap) * grad_sync_ms(trainable, layout, cluster, opts) / microbatches
-    return _Cost(fwd, bwd, int(math.ceil(weight)), int(math.ceil(act)))
+    if knobs.zero == 3:
+        exposed = 1.0 - opts.zero3_overlap
+        gather = shard_gather_ms(layer.params, layout, cluster, opts)
+        if opts.zero3_keep_gathered:
+            fwd += exposed * gather / microbatches  # gathered once per iteration
+        else:
+            fwd += exposed * gather
+            regather = sum(p.params for p in layer.pieces if p.backward)
+            b_in += exposed * shard_gather_ms(regather, layout, cluster, opts)
+        b_w += exposed * shard_gather_ms(trainable, layout, cluster, opts)  # gradient reduce-scatter
+    else:
+        b_w += (1.0 - opts.grad_sync_overlap) * grad_sync_ms(trainable, layout, cluster, opts) / microbatches
+    return EntryCost(fwd, b_in + b_w, b_in, b_w, int(math.ceil(weight)), int(math.ceil(act)))
 
+
+def _bytes_per_param(frozen: bool, dp: int, knobs: Knobs, opts: CostOptions) -> float:
+    """Weight memory per parameter on one GPU of a dp group (before / tp) [4]_.
+
+    Trainable: ``bytes_per_param``, its optimizer part / dp with ZeRO-1,
+    all of it / dp with ZeRO-3; frozen: ``frozen_bytes_per_param`` (/ dp
+    with ZeRO-3). ZeRO-3 with ``zero3_keep_gathered`` adds the gathered
+    bf16 copy.
+    """
+    if knobs.zero == 3:
+        per = (opts.frozen_bytes_per_param if frozen else opts.bytes_per_param) / dp
+        if opts.zero3_keep_gathered and dp > 1:
+            per += opts.grad_bytes_per_param
+        return per
+    if frozen:
+        return opts.frozen_bytes_per_param
+    if knobs.zero == 1:
+        return opts.bytes_per_param - opts.optimizer_bytes_per_param * (1.0 - 1.0 / dp)
+    return opts.bytes_per_param

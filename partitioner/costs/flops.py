@@ -60,18 +60,22 @@ def forward_flops(layers: Iterable[PipelineLayer]) -> float:
 def model_flops_per_sample(layers: Iterable[PipelineLayer]) -> float:
     """FLOPs one sample needs for forward and backward, without recomputation (model FLOPs [8]_).
 
-    3 x forward for trainable pieces, 2 x for frozen pieces that pass
-    gradients through (input gradients only), 1 x for a frozen prefix.
+    Forward, plus for pieces that run a backward: the input gradients of
+    the matmuls the backward runs through (less the first trainable
+    piece's input matmul, whose input needs no gradient), their weight
+    gradients when trainable, and twice the attention core. A trainable
+    piece is 3 x its forward, a frozen one passing gradients through 2 x
+    (+ its attention core), a frozen prefix 1 x.
     """
     total = 0.0
     for layer in layers:
         for p in layer.pieces:
-            f = p.gemm_flops + p.attn_flops
+            total += p.gemm_flops + p.attn_flops
             if not p.backward:
-                total += f
-            elif p.frozen:
-                total += 2.0 * f + p.attn_flops  # attention core still needs both its matmuls' gradients
-            else:
-                total += 3.0 * f
+                continue
+            g = p.gemm_flops if p.bwd_gemm_flops is None else p.bwd_gemm_flops
+            a = p.attn_flops if p.bwd_attn_flops is None else p.bwd_attn_flops
+            total += g - (0.0 if p.needs_input_grad else p.input_gemm_flops) + 2.0 * a
+            if not p.frozen:
+                total += g
     return total
-

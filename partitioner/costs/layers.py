@@ -8,6 +8,18 @@ LLM block i with action-expert block i). Each layer holds
 width of its matmuls, what its activations are counted from, and the bf16
 tensor (per sample) the next layer needs. Layouts, batch sizes and times
 are not known here (:mod:`.entry` and :mod:`.build` add them).
+
+Work a real run skips is not charged: a frozen module with nothing
+trainable before it runs forward only; the first trainable piece computes
+no gradient for its input (LLaVA's projector, a ViT's patch embedding);
+vision blocks after the ``feature_layer`` (OpenVLA and LLaVA take the
+second-to-last block's output) run forward only; pi0's last prefix layer
+backpropagates through its key and value projections only.
+
+References
+----------
+.. [11] X. Zhai et al., "Sigmoid Loss for Language Image Pre-Training",
+   ICCV 2023 (the MAP attention-pooling head of SigLIP's vision tower).
 """
 from __future__ import annotations
 
@@ -17,9 +29,10 @@ from ..presets import ModelSpec, ModuleSpec, module_layer_params
 from ..problem import ProblemError
 from .flops import attn_flops as _attn_flops
 from .flops import block_gemm_flops as _block_gemm_flops
+from .memory import BlockShape
 from .options import BF16_BYTES, CostOptions
 
-__all__ = ["Piece", "PipelineLayer", "model_layers"]
+__all__ = ["Piece", "PipelineLayer", "model_layers", "block_shape"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +64,12 @@ class Piece:
     frozen: bool = False
     backward: bool = True  # False: a frozen module with nothing trainable before it
     passes: int = 1
+    shape: BlockShape | None = None  # a block's dimensions (its activations)
+    input_gemm_flops: float = 0.0  # forward FLOPs of the matmul that reads the piece's input
+    needs_input_grad: bool = True  # False: nothing before it needs a gradient (that matmul's input gradient is skipped)
+    bwd_gemm_flops: float | None = None  # forward FLOPs of the weighted matmuls a backward runs through (None: all)
+    bwd_attn_flops: float | None = None  # the same for the attention core
+    dead: bool = False  # runs forward but its output is unused: no backward, nothing kept
 
 
 @dataclass(frozen=True)
@@ -71,7 +90,7 @@ class PipelineLayer:
 
 def _block_piece(
     spec: ModuleSpec, name: str, tokens: int, pairs: float, extra_params: int = 0, extra_flops: float = 0.0, passes: int = 1,
-    scores: float | None = None,
+    scores: float | None = None, input_flops: float | None = None,
 ) -> Piece:
     return Piece(
         name=name,
@@ -89,6 +108,44 @@ def _block_piece(
         tp_dims=(spec.heads, spec.hidden, spec.ffn),
         frozen=spec.frozen,
         passes=passes,
+        shape=block_shape(spec, tokens, pairs if scores is None else scores),
+        input_gemm_flops=passes * (input_flops if input_flops is not None else _qkv_flops(spec, tokens)),
+    )
+
+
+def _pool_head_flops(spec: ModuleSpec) -> float:
+    """Forward FLOPs per image of SigLIP's attention-pooling head: one probe query over the patches [11]_.
+
+    Keys and values of every patch (2 h^2 each), the probe's query, scores
+    and values (4 h per patch), output projection and MLP on one token.
+    """
+    h, t = spec.hidden, spec.patches_per_image
+    return 2.0 * t * 2 * h * h + 4.0 * h * t + 2.0 * (2 * h * h + 2 * h * spec.ffn)
+
+
+def _qkv_flops(spec: ModuleSpec, tokens: float) -> float:
+    """Forward FLOPs of a block's QKV projection (the matmul that reads the block input)."""
+    return 2.0 * tokens * spec.hidden * (spec.attn_dim + 2 * spec.kv_dim)
+
+
+def block_shape(spec: ModuleSpec, tokens: float, score_entries: float | None = None) -> BlockShape:
+    """The :class:`~.memory.BlockShape` of one block of ``spec`` over ``tokens`` tokens per sample."""
+    return BlockShape(
+        tokens=tokens,
+        hidden=spec.hidden,
+        heads=spec.heads,
+        kv_heads=spec.n_kv_heads,
+        head_dim=spec.d_head,
+        ffn=spec.ffn,
+        gated=spec.gated,
+        norm=spec.norm,
+        activation=spec.activation,
+        layerscale=spec.layerscale,
+        qk_norm=spec.qk_norm,
+        dropout=spec.dropout,
+        fused_qkv=spec.fused_qkv,
+        rotary=spec.kind != "vit" or spec.pos_embed == "none",
+        score_entries=score_entries,
     )
 
 
@@ -125,8 +182,8 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
         if spec.kind == "vit":
             tpi, n = spec.tokens_per_image, spec.images
             tokens = n * tpi
-            pairs = float(n * tpi * tpi)  # bidirectional, per image
-            patch_flops = 2.0 * n * spec.patches_per_image * spec.channels * spec.temporal_patch * spec.patch**2 * spec.hidden
+            pairs = float(n * tpi * tpi)  # bidirectional, per image (or video clip)
+            patch_flops = 2.0 * n * spec.patches_per_clip * spec.channels * spec.temporal_patch * spec.patch**2 * spec.hidden
             # what travels with this encoder's state: the image for the encoders still to run,
             # the outputs of the encoders already run (fused backbones such as OpenVLA's)
             later = [v for v in vits if vits.index(v) > vits.index(spec)]
@@ -134,14 +191,21 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
             carry = 0.0
             if later:
                 carry += n * spec.channels * spec.image_size**2 * BF16_BYTES
-            carry += sum(v.images * (v.output_tokens or v.patches_per_image) * v.hidden * BF16_BYTES for v in earlier)
+            carry += sum(v.images * (v.output_tokens or v.patches_per_clip) * v.hidden * BF16_BYTES for v in earlier)
+            used = spec.layers + 1 + spec.feature_layer  # blocks whose output reaches the features (-1: all)
             for i in range(spec.layers):
                 extra_p = (parts["pre"] if i == 0 else 0) + (parts["post"] if i == spec.layers - 1 else 0)
-                piece = _block_piece(spec, f"{spec.name}.{i}", tokens, pairs, extra_p, patch_flops if i == 0 else 0.0)
+                extra_f = patch_flops if i == 0 else 0.0
+                if i == spec.layers - 1 and spec.pool_head:
+                    extra_f += n * _pool_head_flops(spec)
+                piece = _block_piece(spec, f"{spec.name}.{i}", tokens, pairs, extra_p, extra_f,
+                                     input_flops=patch_flops if i == 0 else None)
+                if i >= used:  # after the feature layer: runs forward, its weights never get a gradient
+                    piece = replace(piece, dead=True, frozen=True)
                 fq = (_fqn(spec, "pre") if i == 0 else ()) + _fqn(spec, "block", i) + (_fqn(spec, "post") if i == spec.layers - 1 else ())
                 out = tokens * spec.hidden * BF16_BYTES + carry
                 if i == spec.layers - 1:
-                    out = n * (spec.output_tokens or spec.patches_per_image) * spec.hidden * BF16_BYTES + carry
+                    out = n * (spec.output_tokens or spec.patches_per_clip) * spec.hidden * BF16_BYTES + carry
                 layers.append(PipelineLayer(f"{spec.name}.{i}", spec.name, "vision", (piece,), out, fq))
         elif spec.kind == "projector":
             t = spec.tokens
@@ -163,6 +227,7 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
                 dense_act=(replicated, sharded),
                 tp_dims=tuple(spec.dims),
                 frozen=spec.frozen,
+                input_gemm_flops=2.0 * t * spec.in_dim * spec.dims[0],
             )
             layers.append(PipelineLayer(spec.name, spec.name, "projector", (piece,), t * spec.out_dim * BF16_BYTES, _fqn(spec, "pre")))
         elif spec.kind == "llm":
@@ -190,6 +255,11 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
                 extra_p = parts["post"] if last and not spec.lm_head else 0
                 s_all = s_llm + (expert.tokens if expert is not None else 0)
                 pieces = [_block_piece(spec, f"{spec.name}.{i}", s_llm, pairs, extra_p, scores=float(s_llm * s_all))]
+                if last and expert is not None and not spec.lm_head:
+                    # the last prefix layer only feeds its keys and values to the expert: the backward
+                    # runs through the K and V projections alone
+                    kv = 2.0 * s_llm * spec.hidden * 2 * spec.kv_dim
+                    pieces[0] = replace(pieces[0], bwd_gemm_flops=kv, bwd_attn_flops=0.0)
                 fq = _fqn(spec, "block", i) + (_fqn(spec, "post")[:1] if last and not spec.lm_head else ())
                 out = s_llm * h * BF16_BYTES
                 if expert is not None:
@@ -240,15 +310,18 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
                 layers.append(PipelineLayer(f"{spec.name}.{i}", spec.name, "action", (piece,), out, fq))
         elif spec.kind == "action_expert":
             continue  # fused into the llm's layers above
-    # frozen modules with nothing trainable before them run no backward at all
+    # frozen modules with nothing trainable before them run no backward at all, and the first
+    # trainable piece computes no gradient for its input (nothing before it needs one)
     trainable_seen = False
     result = []
     for layer in layers:
         pieces = []
         for piece in layer.pieces:
+            first = not piece.frozen and not trainable_seen
             if not piece.frozen:
                 trainable_seen = True
-            pieces.append(replace(piece, backward=trainable_seen or not piece.frozen))
+            backward = (trainable_seen or not piece.frozen) and not piece.dead
+            pieces.append(replace(piece, backward=backward, needs_input_grad=not first))
         result.append(replace(layer, pieces=tuple(pieces)))
     return result
 

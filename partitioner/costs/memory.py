@@ -1,35 +1,187 @@
-"""Activation memory of a transformer block.
+"""Activation memory of a transformer block, counted from its own shapes.
 
-Contract: :func:`block_activation_bytes` returns the bytes one block keeps
-for its backward pass per microbatch on one GPU, from the block's token
-count, width, heads and tensor-parallel degree (Korthikanti et al. [2]_).
-Pure arithmetic; no options object.
+Contract: :func:`block_activation_terms` returns, for a block described by
+:class:`BlockShape`, the bytes its backward pass keeps per microbatch on
+one GPU, one named term per tensor (a :class:`dict` in execution order);
+:func:`block_activation_bytes` is their sum. Pure arithmetic.
+
+What a block keeps (bf16 tensors, 2 B per element; dropout masks 1 B;
+``s`` tokens and ``b`` samples, width ``h``, ``a`` query heads and ``k``
+key/value heads of ``d`` channels, MLP width ``f``). The names and the
+GPT-3 count are those of Korthikanti et al. [2]_, Section 4.1:
+
+======================  =====================================  ==========
+term                    bytes                                  with tp
+======================  =====================================  ==========
+``norm_inputs``         2 norms x 2sbh (the input of each)     SP
+``qkv_input``           2sbh (the first norm's output)         SP
+``q``, ``k``, ``v``     2sbad, 2sbkd, 2sbkd                    / t [*]_
+``qkv_retained``        2sb(a+k)d: a fused QKV projection      / t
+                        with rotary embeddings (rotated Q, K
+                        are new tensors; V, a view, keeps the
+                        whole projection output alive)
+``qk_norm_inputs``      2sbad + 2sbkd (QK-norm models)         / t
+``scores``              no flash: softmax 2as'b, +dropout      / t
+                        mask as'b and output 2as'b
+``softmax_stats``       flash: 4asb (fp32 log-sum-exp) [5]_    / t
+``attn_output``         2sbad (the output projection's input)  / t
+``attn_dropout_mask``   sbh (residual dropout, if any)         SP
+``layerscale_inputs``   2 x 2sbh (layer-scale models)          SP
+``mlp_input``           2sbh (the second norm's output)        SP
+``mlp``                 plain: act input 2sbf (+2sbf for a     / t
+                        composite act such as quick_gelu),
+                        fc2 input 2sbf; gated: gate, up,
+                        act(gate), product 4 x 2sbf
+``mlp_dropout_mask``    sbh (if dropout)                       SP
+======================  =====================================  ==========
+
+.. [*] Key/value heads: ``k / t`` per GPU, at least one (with fewer
+   key/value heads than GPUs each GPU keeps a replica of one).
+
+``s'`` (``score_entries``) is the score-matrix entries per head and
+sample, ``s**2`` for self-attention, causal or not (the masked half is
+stored too). "SP" terms are replicated over the tensor-parallel group
+unless sequence parallelism shards them (``/ t``) [2]_. For the GPT-3
+block (``k = a``, ``a d = h``, plain 4h MLP, dropout, no flash) the sum is
+Korthikanti's ``s b h (34 + 5 a s / h)``, and ``s b h (10 + 24/t + 5 a s
+/ (h t))`` with tensor parallelism.
+
+Norms: a fused kernel keeps only its input (and per-row statistics,
+neglected) -- Apex / Transformer Engine, Megatron-LM. An unfused RMSNorm
+(transformers' eager ``LlamaRMSNorm``: ``x.float()``, then
+``weight * normalized.to(bf16)``) also keeps the fp32 upcast and the bf16
+normalized output: 3 x the input's bytes (``fused_norm=False``).
+PyTorch's LayerNorm is always fused.
+
+Recompute [2]_: ``selective`` drops the ``scores`` term (the attention
+core is recomputed in backward); ``full`` keeps only the block input
+``2sbh`` (``/ t`` with sequence parallelism).
 
 References
 ----------
 .. [2] V. Korthikanti et al., "Reducing Activation Recomputation in Large
-   Transformer Models", MLSys 2023, arXiv:2205.05198, Sections 4-5.
+   Transformer Models", MLSys 2023, arXiv:2205.05198, Section 4.1
+   (activations per layer) and Section 5 (selective recomputation).
+.. [5] T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism
+   and Work Partitioning", arXiv:2307.08691 (2023): the backward pass
+   needs Q, K, V, the output O and the log-sum-exp L (Algorithm 2).
 """
 from __future__ import annotations
 
-__all__ = ["block_activation_bytes"]
+from dataclasses import dataclass
+
+__all__ = ["BlockShape", "block_activation_terms", "block_activation_bytes", "COMPOSITE_ACTIVATIONS"]
+
+BF16 = 2.0
+FP32 = 4.0
+MASK = 1.0
+
+# activation functions that autograd records as several ops, each keeping a tensor of width ffn:
+# quick_gelu = x * sigmoid(1.702 x) keeps x and the sigmoid (transformers' QuickGELUActivation)
+COMPOSITE_ACTIVATIONS = {"quick_gelu": 2}
 
 
-def block_activation_bytes(s: float, b: float, h: float, a: float, t: int, *, pairs: float | None = None,
-                           flash_attention: bool = False, sequence_parallel: bool = False, recompute: str = "none") -> float:
-    """Activation bytes one transformer block stores per microbatch (Korthikanti et al. [2]_).
+@dataclass(frozen=True)
+class BlockShape:
+    """The dimensions of one transformer block that decide what its backward keeps.
 
-    ``s`` tokens, ``b`` samples, width ``h``, ``a`` heads, tensor-parallel
-    degree ``t``; ``pairs`` score-matrix entries per head and sample
-    (``s**2`` for self-attention, causal or not: the masked half is stored
-    too), so the ``5 a s / h`` term is ``5 a b pairs / (s b h)``.
+    Parameters
+    ----------
+    tokens : float
+        Tokens per sample ``s``.
+    hidden, heads, kv_heads, head_dim, ffn : int
+        Width ``h``, query heads ``a``, key/value heads ``k``, channels per
+        head ``d``, MLP width ``f``.
+    gated : bool
+        Gated MLP (SwiGLU / GeGLU): gate, up, act(gate) and product.
+    norm : {"layernorm", "rmsnorm"}
+    activation : str
+        The MLP activation (``quick_gelu`` keeps two tensors, others one).
+    layerscale, qk_norm, dropout : bool
+    fused_qkv : bool
+        One QKV projection whose output V is a view of.
+    rotary : bool
+        Rotary position embeddings applied to Q and K.
+    score_entries : float or None
+        Score-matrix entries per head and sample (default ``tokens**2``).
     """
-    pairs = s * s if pairs is None else pairs
-    if recompute == "full":
-        stored = 2.0 * s * b * h
-        return stored / t if sequence_parallel else stored
-    score = 0.0 if (flash_attention or recompute == "selective") else 5.0 * a * b * pairs / t
-    if sequence_parallel:
-        return 34.0 * s * b * h / t + score
-    return s * b * h * (10.0 + 24.0 / t) + score
 
+    tokens: float
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    gated: bool = False
+    norm: str = "layernorm"
+    activation: str = "gelu"
+    layerscale: bool = False
+    qk_norm: bool = False
+    dropout: bool = False
+    fused_qkv: bool = False
+    rotary: bool = False
+    score_entries: float | None = None
+
+    @classmethod
+    def gpt3(cls, tokens: float, hidden: int, heads: int) -> "BlockShape":
+        """The block Korthikanti et al. count: MHA, plain 4h GeLU MLP, LayerNorm, dropout."""
+        return cls(tokens, hidden, heads, heads, hidden // heads, 4 * hidden, dropout=True)
+
+
+def block_activation_terms(
+    block: BlockShape,
+    b: float,
+    t: int = 1,
+    *,
+    flash_attention: bool = False,
+    sequence_parallel: bool = False,
+    recompute: str = "none",
+    fused_norm: bool = True,
+) -> dict[str, float]:
+    """Bytes each tensor a block keeps for backward, per microbatch of ``b`` samples on one of ``t`` GPUs.
+
+    See the module docstring for the terms; zero terms are left out.
+    """
+    s, h, a, k, d, f = block.tokens, block.hidden, block.heads, block.kv_heads, block.head_dim, block.ffn
+    sp = t if sequence_parallel else 1  # the divisor of the sequence-parallel region
+    sbh = s * b * h
+    kv = k / t if k >= t else 1.0  # key/value heads per GPU: fewer than tp are replicated (Megatron GQA)
+    if recompute == "full":
+        return {"block_input": BF16 * sbh / sp}
+    norm_keep = BF16 if (fused_norm or block.norm == "layernorm") else FP32 + BF16  # fp32 upcast, bf16 output
+    terms: dict[str, float] = {
+        "norm_inputs": 2 * norm_keep * sbh / sp,
+        "qkv_input": BF16 * sbh / sp,
+        "q": BF16 * s * b * a * d / t,
+        "k": BF16 * s * b * kv * d,
+        "v": BF16 * s * b * kv * d,
+    }
+    if block.fused_qkv and block.rotary:
+        terms["qkv_retained"] = BF16 * s * b * (a / t + kv) * d
+    if block.qk_norm:
+        terms["qk_norm_inputs"] = norm_keep * s * b * (a / t + kv) * d
+    entries = s * s if block.score_entries is None else block.score_entries
+    if flash_attention:
+        terms["softmax_stats"] = FP32 * a * s * b / t
+    elif recompute != "selective":
+        per_entry = BF16 + (MASK + BF16 if block.dropout else 0.0)
+        terms["scores"] = per_entry * a * b * entries / t
+    terms["attn_output"] = BF16 * s * b * a * d / t
+    if block.dropout:
+        terms["attn_dropout_mask"] = MASK * sbh / sp
+    if block.layerscale:
+        terms["layerscale_inputs"] = 2 * BF16 * sbh / sp
+    terms["mlp_input"] = BF16 * sbh / sp
+    act_keeps = COMPOSITE_ACTIVATIONS.get(block.activation, 1)
+    if block.gated:
+        terms["mlp"] = (act_keeps + 3) * BF16 * s * b * f / t  # gate (act input), up, act(gate), product
+    else:
+        terms["mlp"] = (act_keeps + 1) * BF16 * s * b * f / t  # act input, fc2 input
+    if block.dropout:
+        terms["mlp_dropout_mask"] = MASK * sbh / sp
+    return terms
+
+
+def block_activation_bytes(block: BlockShape, b: float, t: int = 1, **options: object) -> float:
+    """The sum of :func:`block_activation_terms` (same arguments)."""
+    return sum(block_activation_terms(block, b, t, **options).values())  # type: ignore[arg-type]

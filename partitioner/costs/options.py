@@ -18,6 +18,8 @@ References
    and Work Partitioning", arXiv:2307.08691 (2023).
 .. [6] NVIDIA, "Matrix Multiplication Background User's Guide", Deep
    Learning Performance documentation (tile and wave quantization).
+.. [10] Y. Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded
+   Data Parallel", VLDB 2023.
 .. [9] S. Li et al., "PyTorch Distributed: Experiences on Accelerating Data
    Parallel Training", VLDB 2020 (bucketed all-reduce overlapping backward).
 """
@@ -45,12 +47,38 @@ class CostOptions:
     sequence_parallel : bool
         Megatron sequence parallelism: norms and dropouts sharded over tp,
         so every activation is divided by tp [2]_.
+    fused_norm : bool
+        Norms run as fused kernels that keep only their input (Apex,
+        Transformer Engine, Megatron-LM). False: transformers' eager
+        RMSNorm, which also keeps its fp32 upcast and bf16 output
+        (:mod:`partitioner.costs.memory`).
+    variants : tuple of str
+        The memory-knob variants emitted per layout (format v2,
+        :mod:`partitioner.costs.variants`): ``all``, ``none`` (a format-v1
+        problem whose plain key follows ``recompute`` and ``zero1``), or a
+        list of variant names (``zero3,recompute-full``; the plain key is
+        always there). Default ``none`` for :func:`~partitioner.costs.build_problem`
+        (v1 problems, for every solver); :func:`~partitioner.planning.plan_model`
+        asks for ``all``. Giving ``recompute`` or ``zero1`` without
+        ``variants`` fixes the knobs: ``variants`` becomes ``none``.
     recompute : {"none", "selective", "full"}
-        Activation recomputation [2]_: selective drops the score-matrix
-        term (recomputing the attention core in backward); full keeps only
-        each block's input and replays the forward in backward.
+        With ``variants=none``: activation recomputation for every layer
+        [2]_: selective drops the score-matrix term (recomputing the
+        attention core in backward); full keeps only each block's input and
+        replays the forward in backward.
     zero1 : bool
-        Shard the 12 optimizer bytes per parameter over dp (ZeRO stage 1 [4]_).
+        With ``variants=none``: shard the 12 optimizer bytes per parameter
+        over dp (ZeRO stage 1 [4]_).
+    zero3_overlap : float
+        Fraction of the ZeRO-3 parameter all-gathers and gradient
+        reduce-scatters hidden behind compute (FSDP prefetching [10]_); a
+        modelling choice like ``grad_sync_overlap``.
+    zero3_keep_gathered : bool
+        ZeRO-3 keeps each layer's gathered bf16 parameters from the first
+        microbatch's forward to the end of the iteration (FSDP
+        ``reshard_after_forward=False`` across gradient accumulation): one
+        all-gather per iteration instead of two per microbatch, for 2 B per
+        parameter (/ tp) more memory.
     bytes_per_param : float
         Trainable-weight memory per parameter: bf16 weight (2) + bf16
         gradient (2) + fp32 master weight, Adam momentum and variance (12) [4]_.
@@ -100,8 +128,12 @@ class CostOptions:
 
     flash_attention: bool = True
     sequence_parallel: bool = True
+    fused_norm: bool = True
+    variants: tuple[str, ...] = ("none",)
     recompute: str = "none"
     zero1: bool = False
+    zero3_overlap: float = 0.5
+    zero3_keep_gathered: bool = False
     bytes_per_param: float = 16.0
     optimizer_bytes_per_param: float = 12.0
     frozen_bytes_per_param: float = 2.0
@@ -140,9 +172,12 @@ class CostOptions:
             elif isinstance(default, tuple):
                 if isinstance(value, str):
                     value = tuple(v for v in value.split(",") if v)
+                what = "variant names (or all, none)" if key == "variants" else "module names"
                 if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-                    raise ProblemError("must be a list of module names", path=where)
+                    raise ProblemError(f"must be a list of {what}", path=where)
                 value = tuple(value)
+                if key == "variants" and not value:
+                    raise ProblemError("must name at least one variant (or all, none)", path=where)
             elif key == "recompute":
                 if value not in ("none", "selective", "full"):
                     raise ProblemError(f"must be none, selective or full, got {value!r}", path=where)
@@ -154,9 +189,11 @@ class CostOptions:
                     raise ProblemError(f"must be a non-negative number, got {value!r}", path=where)
                 if key in ("efficiency_max", "nvlink_efficiency") and not 0 < value <= 1:
                     raise ProblemError(f"must be in (0, 1], got {value!r}", path=where)
-                if key == "grad_sync_overlap" and not 0 <= value <= 1:
+                if key in ("grad_sync_overlap", "zero3_overlap") and not 0 <= value <= 1:
                     raise ProblemError(f"must be in [0, 1], got {value!r}", path=where)
             values[key] = value
+        if ("recompute" in values or "zero1" in values) and "variants" not in values:
+            values["variants"] = ("none",)  # a fixed knob: one setting for every layer (format v1)
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:

@@ -25,7 +25,10 @@ def load_profile(path: str | Path) -> list[dict[str, Any]]:
 
     JSON/YAML: a list of such records, or ``{"layers": [...]}``. ``layer``
     is a layer name or a shell pattern (``llm.*``); ``layout`` a key such as
-    ``dp2tp4`` or ``*`` for every layout.
+    ``dp2tp4`` or ``*`` for every layout. A plain key's profiled times carry
+    over to its memory-knob variants (``dp2tp4/zero3``...), each keeping its
+    modelled difference from the plain entry; a record naming a variant key
+    sets that entry alone.
     """
     path = Path(path)
     if path.suffix.lower() == ".csv":
@@ -85,15 +88,33 @@ def _apply_profile_doc(doc: dict[str, Any], records: Sequence[Mapping[str, Any]]
             raise ProblemError(f"matches no layer (layers: {names[0]} .. {names[-1]})", path=f"{where}.layer", source=source)
         for k in hits:
             costs = doc["layers"][k]["costs"]
-            keys = list(costs) if layout == "*" else [layout]
+            keys = [c for c in costs if "/" not in c] if layout == "*" else [layout]
             for key in keys:
                 if key not in costs:
                     raise ProblemError(
                         f"layer {names[k]} has no layout {key} (it has {', '.join(costs)})", path=f"{where}.layout", source=source
                     )
-                costs[key] = dict(costs[key], fwd_ms=float(rec["fwd_ms"]), bwd_ms=float(rec["bwd_ms"]))
+                fwd, bwd = float(rec["fwd_ms"]), float(rec["bwd_ms"])
+                model = costs[key]
+                if "/" not in key:  # the mesh's variants keep their modelled difference from the plain entry
+                    for other in [c for c in costs if c.startswith(key + "/")]:
+                        v = costs[other]
+                        costs[other] = _with_times(v, max(0.0, fwd + v["fwd_ms"] - model["fwd_ms"]),
+                                                   max(0.0, bwd + v["bwd_ms"] - model["bwd_ms"]))
+                costs[key] = _with_times(model, fwd, bwd)
                 replaced += 1
     meta = dict(doc.get("meta") or {})
     meta["profiled_entries"] = replaced
     doc["meta"] = meta
     return doc
+
+
+def _with_times(entry: Mapping[str, Any], fwd_ms: float, bwd_ms: float) -> dict[str, Any]:
+    """``entry`` with profiled times; its B/W split keeps the modelled proportion (dropped if it had none)."""
+    out = dict(entry, fwd_ms=fwd_ms, bwd_ms=bwd_ms)
+    b_in, b_w = out.pop("bwd_input_ms", None), out.pop("bwd_weight_ms", None)
+    if b_in is not None and b_w is not None and b_in + b_w > 0:
+        share = b_in / (b_in + b_w)
+        out["bwd_input_ms"] = bwd_ms * share
+        out["bwd_weight_ms"] = bwd_ms - out["bwd_input_ms"]
+    return out

@@ -32,6 +32,14 @@ non-decreasing in every stage time. So taking, for each stage, the fastest
 tuple that fits is optimal over the full product of all stages' tuples;
 ties go to the first tuple in config order (devices, tp, variant).
 
+Schedules: the stash in the memory check is the problem's schedule's
+(:func:`partitioner.schedules.stash`; 1F1B and ZB-H1 min(m, P - p), GPipe
+m). Under ``zb-h1`` the iteration estimate grows with each stage's t - W
+and W separately, so the search keeps every stage tuple that is
+Pareto-minimal in (t - W, W) and tries their product instead of the
+fastest tuple alone. ``interleaved`` (and GPipe's iteration estimate) are
+refused for now.
+
 The search refuses problems whose cut x size enumeration exceeds
 ``max_combinations`` (option, default 2,000,000): roughly up to 12 layers
 on 16 GPUs. The count is computed in closed form (binomials times a count
@@ -50,6 +58,7 @@ from ..plan import Plan, Stage, objective_value
 from ..placement import label_nodes, node_assignment_ids, size_sequences
 from ..problem import Cluster, Layout, Problem
 from ..reshard import stage_reshard_ms
+from ..schedules import stash
 from .base import Candidate, SolveRequest, register
 from .feasibility import explain_infeasible, feasible_stage_counts
 from .tables import CostTables
@@ -63,6 +72,7 @@ __all__ = [
     "StageConfigs",
     "segment_candidates",
     "best_stage_configs",
+    "pareto_stage_configs",
 ]
 
 DEFAULT_MAX_COMBINATIONS = 2_000_000
@@ -80,6 +90,7 @@ class StageConfigs:
     compute_ms: float
     reshard_ms: float
     memory_bytes: int
+    wgrad_ms: float = 0.0  # W: the weight-gradient part of compute_ms (zb-h1)
 
 
 def segment_candidates(problem: Problem, first: int, last: int, size: int) -> list[Layout]:
@@ -99,17 +110,44 @@ def best_stage_configs(problem: Problem, first: int, last: int, size: int, stash
     costed from the raw cost entries (no tables) and checked against the GPU
     memory with ``stash`` microbatches of activations; None when none fits.
     """
+    best: StageConfigs | None = None
+    for option in _fitting_stage_configs(problem, first, last, size, stash):
+        if best is None or option.compute_ms < best.compute_ms:
+            best = option
+    return best
+
+
+def pareto_stage_configs(problem: Problem, first: int, last: int, size: int, stash: int) -> list[StageConfigs]:
+    """The fitting tuples that no other beats in both t - W and W (config order; empty when none fits).
+
+    ZB-H1's iteration estimate is non-decreasing in every stage's u = t - W
+    and W (:mod:`partitioner.schedules`), not in t alone, so the fastest tuple
+    may lose to one with a smaller W; some optimum uses only these tuples.
+    """
+    options = list(_fitting_stage_configs(problem, first, last, size, stash))
+    key = [(o.compute_ms - o.wgrad_ms, o.wgrad_ms) for o in options]
+    return [
+        o
+        for i, o in enumerate(options)
+        if not any(
+            key[j][0] <= key[i][0] and key[j][1] <= key[i][1] and (key[j] != key[i] or j < i) for j in range(len(options))
+        )
+    ]
+
+
+def _fitting_stage_configs(problem: Problem, first: int, last: int, size: int, stash: int):
+    """Every per-segment config tuple of the stage that fits in memory, costed, in config order."""
     segments = problem.segments(first, last)
     candidates = [segment_candidates(problem, a, b, size) for a, b in segments]
     capacity = problem.cluster.gpu_memory_bytes
-    best: StageConfigs | None = None
     for combo in itertools.product(*candidates):
-        compute = 0.0
+        compute = wgrad = 0.0
         weight = act = 0
         for (a, b), lay in zip(segments, combo):
             for i in range(a, b + 1):
                 c = problem.layers[i].costs[lay]
                 compute += c.fwd_ms + c.bwd_ms
+                wgrad += c.split()[1]
                 weight += c.weight_bytes
                 act += c.act_bytes
         memory = weight + stash * act
@@ -119,10 +157,7 @@ def best_stage_configs(problem: Problem, first: int, last: int, size: int, stash
             stage_reshard_ms(problem.layers[b].out_bytes, lay, nxt, size, problem.cluster)
             for (_, b), lay, nxt in zip(segments, combo, combo[1:])
         )
-        total = compute + 2 * reshard
-        if best is None or total < best.compute_ms:
-            best = StageConfigs(tuple(combo), total, reshard, memory)
-    return best
+        yield StageConfigs(tuple(combo), compute + 2 * reshard, reshard, memory, wgrad)
 
 
 def count_size_sequences(allowed: tuple[int, ...], total: int, count: int) -> int:
@@ -177,26 +212,34 @@ def solve_brute(problem: Problem, request: SolveRequest) -> Candidate:
     start = time.perf_counter()
     deadline = request.deadline(start)
     counts = feasible_stage_counts(problem)
-    work = enumeration_size(problem, counts)
     limit = int(request.option("max_combinations", DEFAULT_MAX_COMBINATIONS))
+    # every feasible P has at least one size sequence: the cuts alone bound the work from below
+    lower = max((comb(problem.num_layers - 1, P - 1) for P in counts), default=0)
+    work = lower if lower > limit else enumeration_size(problem, counts)
     if work > limit:
         return Candidate(
             "error",
             message=(
-                f"brute: {work:,} cut x size combinations exceed the limit of {limit:,} "
-                f"(option max_combinations); use dp or cpsat for a problem this size"
+                f"brute: {'at least ' if work == lower else ''}{work:,} cut x size combinations exceed the "
+                f"limit of {limit:,} (option max_combinations); use dp or cpsat for a problem this size"
             ),
         )
+    schedule = problem.training.schedule
+    if schedule == "interleaved" or (schedule == "gpipe" and request.objective == "iteration"):
+        return Candidate("error", message=f"brute: the {schedule} schedule's {request.objective} objective is not supported yet")
     allowed = problem.cluster.allowed_sizes()
     N, L = problem.num_devices, problem.num_layers
     tables = CostTables(problem)  # transfer times only
     m = problem.microbatches
-    stage_cache: dict[tuple[int, int, int, int], StageConfigs | None] = {}
+    stage_cache: dict[tuple[int, int, int, int], list[StageConfigs]] = {}
+    # zb-h1's estimate weighs t - W and W apart: keep every Pareto tuple, not only the fastest
+    pareto = schedule == "zb-h1" and request.objective == "iteration"
 
-    def choose(a: int, b: int, size: int, stash: int) -> StageConfigs | None:
+    def choose(a: int, b: int, size: int, stash: int) -> list[StageConfigs]:
         key = (a, b, size, stash)
         if key not in stage_cache:
-            stage_cache[key] = best_stage_configs(problem, a, b, size, stash)
+            best = best_stage_configs(problem, a, b, size, stash)
+            stage_cache[key] = pareto_stage_configs(problem, a, b, size, stash) if pareto else [best] if best else []
         return stage_cache[key]
 
     best_value, best_plan = float("inf"), None
@@ -209,10 +252,11 @@ def solve_brute(problem: Problem, request: SolveRequest) -> Candidate:
                     timed_out = True
                     break
                 bounds = (0,) + cuts + (L,)
-                choices = [choose(bounds[p], bounds[p + 1] - 1, sizes[p], min(m, P - p)) for p in range(P)]
-                if any(c is None for c in choices):
+                stashes = stash(schedule, P, m)
+                options = [choose(bounds[p], bounds[p + 1] - 1, sizes[p], stashes[p]) for p in range(P)]
+                if not all(options):
                     continue
-                for links, assignment in patterns.items():
+                for choices, (links, assignment) in itertools.product(itertools.product(*options), patterns.items()):
                     times = []
                     for p in range(P):
                         t = choices[p].compute_ms
@@ -221,7 +265,7 @@ def solve_brute(problem: Problem, request: SolveRequest) -> Candidate:
                         if p > 0:
                             t += tables.transfer(bounds[p] - 1, sizes[p - 1], sizes[p], links[p - 1])
                         times.append(t)
-                    value = objective_value(request.objective, times, m)
+                    value = objective_value(request.objective, times, m, schedule, wgrad=[c.wgrad_ms for c in choices])
                     if value < best_value:
                         best_value = value
                         # in-node stages get consecutive ids in one node, larger ones whole

@@ -25,9 +25,33 @@ of ``minsum(T) + (m - 1) T``; ``minsum`` is a non-increasing step function of
 ``minsum(hi) + (m - 1) lo`` on ``[lo, hi]``) finds it after a few recursions,
 like Alpa's enumeration of the largest stage latency [1]_ but with pruning.
 
-Choosing a stage's layout is no part of the state: for a fixed cut, size and
-neighbours, the fastest layout that fits (with its stash) is best, because
-both objectives are non-decreasing in every stage time.
+Choosing a stage's configs is no part of the state: for a fixed cut, size
+and neighbours, the fastest configs that fit (with the stage's stash) are
+best, because the transfers depend only on cuts, sizes and placement and
+both objectives are non-decreasing in every stage time. In format v2 a stage
+has one config per module segment, memory couples the segments and reshards
+couple adjacent ones: :mod:`.dp_stage` computes that per-(a, b, size, stash)
+minimum exactly (Pareto frontiers of (time, memory) per mesh, combined
+left to right) and its configs for the walk back; in v1 (one segment) it is
+the fastest fitting layout as before. Plans get each stage's configs at its
+true stash ``min(m, P - p)`` and device ids in the canonical form (ids
+grouped by node, ascending; the reshard times assume it).
+
+Stage-count levels. The stage tables at stash s only lose options as s
+grows, so the stashes whose tables equal those at m form an interval
+``[m_eff, m]``; levels from ``m_eff`` on share one table (:meth:`DPModel._levels`).
+
+No transfers. When no boundary carries bytes the range-query recursions of
+:mod:`.dp_compute` run instead -- when a stage's time is a difference of one
+config's prefix sums (v1, one module, or one config per size) and those
+prefix sums cannot cancel a stage's digits (:meth:`DPModel.fast_path_refusal`);
+otherwise the general recursion below runs with no placement states.
+
+Limits. The memory budget (option ``memory_budget_gb``) is checked before
+any table of size ``L^2`` or larger is built; a search stopped by the budget
+or the time limit hands its best valid plan so far and its best proven bound
+to :mod:`.dp_method`, which returns it (or the greedy plan, if better) as
+``feasible``.
 
 Placement
 ---------
@@ -53,6 +77,7 @@ into the nodes the multi-node stages leave. The placement state ``z`` is:
 
 Complexity
 ----------
+Stage tables: one ``L x L`` table per (size, stash) level, see :mod:`.dp_stage`.
 With L layers, N devices, S allowed sizes, K = max(m, P_min) stage levels
 (at most P_max), Z placement states and C categories, one recursion costs
 ``O(K * L^2 * S * (pairs) * C' * N)`` numpy element operations, where
@@ -81,14 +106,16 @@ from ..placement import contiguous_node_assignment, node_assignment_ids, pack_ru
 from ..plan import Plan, Stage
 from ..problem import Problem
 from .dp_compute import ComputeOnlyDP
+from .dp_placement import Automaton, build_automaton
+from .dp_stage import StageCosts
 from .errors import OutOfTime as _OutOfTime
 from .errors import TooLarge as _TooLarge
-from .tables import CostTables
 
 __all__ = ["DPModel"]
 
 INF = math.inf
 _TIE = 1e-12  # relative slack when comparing a stage time with a threshold
+_MEMORY_BUDGET_BYTES = 3 * 2**30  # the default budget of a model used outside the dp method
 
 
 @dataclass
@@ -97,123 +124,6 @@ class _Outcome:
     plan: Plan | None = None
     bound: float | None = None
     stats: dict | None = None
-
-
-# --------------------------------------------------------------------------- placement automata
-
-
-@dataclass(frozen=True)
-class Automaton:
-    """Placement states of a suffix's first stage and how a new stage attaches.
-
-    ``trans[i]`` holds arrays ``(zp, zn, co)``: putting a stage of size index
-    ``i`` in front of a suffix whose first stage is in state ``zp`` gives the
-    new state ``zn`` and the outgoing boundary category ``co``.
-    """
-
-    kind: str
-    states: tuple
-    size_of: np.ndarray  # size index of each state, -1 = any
-    init: dict  # size index -> state of a last stage
-    accept: np.ndarray  # states a whole pipeline may start in
-    categories: tuple  # (min size index, link) ; link None = no transfer model
-    trans: dict
-    incoming: dict  # size index -> category ranges [(lo, hi)] a stage of that size can receive
-
-
-def _automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_fixed: bool | None) -> Automaton:
-    n = len(sizes)
-    if kind == "none":
-        trans = {i: (np.array([0]), np.array([0]), np.array([0])) for i in range(n)}
-        incoming = {i: [(0, 1)] for i in range(n)}
-        return Automaton(kind, ("any",), np.array([-1]), {i: 0 for i in range(n)}, np.array([True]), ((0, None),), trans, incoming)
-    if kind == "size":
-        cats = tuple((j, link_fixed) for j in range(n))
-        trans = {
-            i: (np.arange(n), np.full(n, i), np.array([min(i, ip) for ip in range(n)])) for i in range(n)
-        }
-        incoming = {i: [(0, i + 1)] for i in range(n)}
-        return Automaton(kind, tuple(range(n)), np.arange(n), {i: i for i in range(n)}, np.ones(n, bool), cats, trans, incoming)
-    cats = tuple((j, False) for j in range(n)) + tuple((j, True) for j in range(n) if sizes[j] < G)
-    # categories are ordered (j, unlinked) for all j, then (j, linked) for in-node j: both ranges are prefixes
-    incoming = {i: [(0, i + 1)] + ([(n, n + i + 1)] if sizes[i] < G else []) for i in range(n)}
-    cat_index = {c: k for k, c in enumerate(cats)}
-    if kind == "run":
-
-        def initial(i: int):
-            return (i, sizes[i] if sizes[i] < G else G)
-
-        def step(i: int, z):
-            ip, u = z
-            out = [((i, sizes[i] if sizes[i] < G else G), (min(i, ip), False))]
-            if sizes[i] < G and sizes[ip] < G and u + sizes[i] <= G:
-                out.append(((i, u + sizes[i]), (min(i, ip), True)))
-            return out
-
-        accept = lambda z: True  # noqa: E731  (relaxed: packing is checked after)
-    else:  # bins: (size, free space of this stage's node or None, free space of other open nodes)
-
-        def initial(i: int):
-            return (i, G - sizes[i], ()) if sizes[i] <= G else (i, None, ())
-
-        def step(i: int, z):
-            ip, r, others = z
-            d = sizes[i]
-            carry = tuple(sorted(others + ((r,) if r else ())))
-            out = []
-            if d > G:
-                out.append(((i, None, carry), (min(i, ip), False)))
-                return out
-            if r is not None and r >= d:
-                out.append(((i, r - d, others), (min(i, ip), True)))
-            for v in sorted(set(others)):
-                if v >= d:
-                    rest = list(others)
-                    rest.remove(v)
-                    new_others = tuple(sorted(rest + ([r] if r else [])))
-                    out.append(((i, v - d, new_others), (min(i, ip), False)))
-            out.append(((i, G - d, carry), (min(i, ip), False)))
-            return out
-
-        def accept(z) -> bool:
-            return not z[1] and not z[2]
-
-    # reachable states
-    index: dict = {}
-    order: list = []
-
-    def add(z) -> int:
-        if z not in index:
-            if kind == "bins" and len(z[2]) + (1 if z[1] else 0) > nodes:
-                return -1
-            index[z] = len(order)
-            order.append(z)
-        return index[z]
-
-    for i in range(n):
-        add(initial(i))
-    edges: dict[int, list] = {i: [] for i in range(n)}
-    k = 0
-    while k < len(order):
-        z = order[k]
-        for i in range(n):
-            for zn, cat in step(i, z):
-                t = add(zn)
-                if t >= 0:
-                    edges[i].append((k, t, cat_index[cat]))
-        k += 1
-    trans = {i: tuple(np.array(col, dtype=np.int64) for col in zip(*edges[i])) for i in range(n)}
-    size_of = np.array([z[0] for z in order])
-    return Automaton(
-        kind,
-        tuple(order),
-        size_of,
-        {i: index[initial(i)] for i in range(n)},
-        np.array([accept(z) for z in order]),
-        cats,
-        trans,
-        incoming,
-    )
 
 
 # --------------------------------------------------------------------------- the model
@@ -234,48 +144,66 @@ class DPModel:
         self.sizes = tuple(d for d in cluster.allowed_sizes() if d in usable)
         self.stage_counts = stage_counts or (problem.stages.min, problem.stages.max)
         self._matrices: dict[tuple[int, int], np.ndarray] = {}
+        self._budget = _MEMORY_BUDGET_BYTES
         self._layer_tables()
-        self._levels()
+        self.K = None  # set by prepare()
 
     # ---------------------------------------------------------------- tables
     def _layer_tables(self) -> None:
-        p, L = self.problem, self.L
-        tables = CostTables(p, self.layouts)
-        tp, wp, ap, mp = tables.time_prefix, tables.weight_prefix, tables.act_prefix, tables.missing_prefix
-        self.time_prefix = tp
-        # C[j, a, b]: compute of layers a..b in layout j; smax[j, a, b]: the largest stash that fits
-        self.C = tp[:, None, 1:] - tp[:, :L, None]
-        W = wp[:, None, 1:] - wp[:, :L, None]
-        A = ap[:, None, 1:] - ap[:, :L, None]
-        miss = (mp[:, None, 1:] - mp[:, :L, None]) > 0
-        cap = p.cluster.gpu_memory_bytes
-        big = np.int64(1 << 40)
-        with np.errstate(divide="ignore"):
-            smax = np.where(A > 0, (cap - W) // np.maximum(A, 1), np.where(W <= cap, big, -1))
-        smax = np.where((W > cap) | miss, -1, smax)
-        tri = np.triu(np.ones((L, L), bool))
-        self.smax = np.where(tri[None], smax, -1)
-        self.C = np.where(tri[None], self.C, INF)
-        self.layouts_of_size = [[j for j, lay in enumerate(self.layouts) if lay.devices == d] for d in self.sizes]
-        self.out_bytes = tables.out_bytes.copy()
-        self.out_bytes[-1] = 0.0
+        """Per-layer arrays only (O(configs x L)); stage tables are built per (size, stash) on demand."""
+        self.costs = StageCosts(self.problem, self.layouts, self.sizes)
+        # the range-query fast path's prefix sums, accumulated in extended precision where the platform has it
+        J = len(self.layouts)
+        acc = np.cumsum(self.costs.time.astype(np.longdouble), axis=1)
+        self.time_prefix = np.hstack([np.zeros((J, 1)), acc.astype(np.float64)])
+        self.layouts_of_size = self.costs.of_size
+        self.out_bytes = self.costs.out_bytes.copy()
+        if self.L:
+            self.out_bytes[-1] = 0.0
 
-    def _levels(self) -> None:
+    def check_budget(self, need: float, what: str) -> None:
+        """Refuse before allocating: ``need`` bytes against the memory budget."""
+        if need > self._budget:
+            raise _TooLarge(
+                f"{what} would need {need / 2**30:.1f} GiB (limit {self._budget / 2**30:.1f} GiB, "
+                "option memory_budget_gb); use cpsat for this problem"
+            )
+
+    def _levels(self, deadline: float | None = None) -> None:
         """Stage-count levels: exact counts below ``K``; level ``K`` is "K or more" when unbounded.
 
-        A stash of s fits a stage exactly when s <= smax for its layout and
-        layers. Past the largest smax below m, every stash up to m fits the
-        same stages, so stage counts from ``m_eff`` on behave alike.
+        The stage choice at stash s is non-increasingly permissive in s, so the
+        stashes s whose stage tables equal those of stash m form an interval
+        [m_eff, m]: past m_eff every stash up to m gives the same stage times,
+        and stage counts from ``m_eff`` on behave alike. Single-segment
+        stages compare the sets of (config, a, b) that fit (the v1 rule);
+        otherwise the stage tables themselves are compared.
         """
         P_lo, P_hi = self.stage_counts
-        below = self.smax[(self.smax >= 1) & (self.smax < self.m)]
-        m_eff = int(below.max()) + 1 if below.size else 1
+        m = self.m
+        if self.costs.single_segment:
+
+            def same(s: int) -> bool:
+                return all(np.array_equal(self.costs.fit_end(j, s), self.costs.fit_end(j, m)) for j in range(len(self.layouts)))
+
+        else:
+
+            def same(s: int) -> bool:
+                if deadline is not None and time.perf_counter() > deadline:
+                    raise _OutOfTime
+                return all(np.array_equal(self.compute_matrix(i, s), self.compute_matrix(i, m)) for i in range(len(self.sizes)))
+
+        m_eff = m
+        for s in range(1, min(m, P_hi) + 1):
+            if same(s):
+                m_eff = s
+                break
         unbounded = P_hi >= min(self.L, self.N)
         if unbounded and max(m_eff, P_lo) < P_hi:
             self.K, self.bucket = max(m_eff, P_lo), True
         else:
             self.K, self.bucket = P_hi, False
-        # a stash of min(m, k) fits the same stages as min(m_eff, k): use the smaller, equivalent one
+        # a stash of min(m, k) gives the same stage times as min(m_eff, k): use the smaller, equivalent one
         self.stash_of_level = [0] + [min(m_eff, k) for k in range(1, self.K + 1)]
         self.P_lo, self.P_hi = P_lo, P_hi
 
@@ -292,7 +220,7 @@ class DPModel:
         link = None
         if mode == "size":
             link = c.nodes == 1  # one node: every pair of stages shares it
-        return _automaton(mode, self.sizes, self.G, c.nodes, link)
+        return build_automaton(mode, self.sizes, self.G, c.nodes, link)
 
     def _transfer_table(self, auto: Automaton) -> np.ndarray:
         """X[b, c]: transfer time of the boundary after layer b in category c (0 after the last)."""
@@ -310,23 +238,22 @@ class DPModel:
         return self.compute_matrix(i, stash)[a, a:]
 
     def compute_matrix(self, i: int, stash: int) -> np.ndarray:
-        """best[a, b]: the fastest fitting compute of layers a..b on size index i (inf if none)."""
+        """best[a, b]: the fastest fitting compute of layers a..b on size index i (inf if none);
+        see :mod:`.dp_stage` for the rule with segments and reshards."""
         key = (i, stash)
         found = self._matrices.get(key)
         if found is None:
-            found = np.full((self.L, self.L), INF)
-            for j in self.layouts_of_size[i]:
-                found = np.where(self.smax[j] >= stash, np.minimum(found, self.C[j]), found)
+            found = self.costs.matrix(i, stash)
             if len(self._matrices) * self.L * self.L * 8 < 2**28:  # keep at most 256 MiB of them
                 self._matrices[key] = found
         return found
 
-    def best_layout(self, a: int, b: int, i: int, stash: int):
-        best = None
-        for j in self.layouts_of_size[i]:
-            if self.smax[j, a, b] >= stash and (best is None or self.C[j, a, b] < self.C[best, a, b]):
-                best = j
-        return self.layouts[best]
+    def stage_configs(self, a: int, b: int, i: int, stash: int) -> tuple:
+        """The per-segment configs of the fastest fitting stage a..b on size index i."""
+        found = self.costs.configs(a, b, i, stash)
+        if found is None:
+            raise RuntimeError(f"dp: internal error: no configs fit stage {a}..{b} on {self.sizes[i]} devices")
+        return found[0]
 
     # ---------------------------------------------------------------- recursion
     def recursion(self, auto: Automaton, X: np.ndarray, mode: str, limit: float, deadline: float | None) -> np.ndarray:
@@ -490,10 +417,9 @@ class DPModel:
             return _same(value, target)
 
         def walk(a, level, z, c, D, target):
-            stash = self.stash_of_level[level]
             matches = [ch for ch in self._choices(V, auto, X, xin, mode, lim, a, level, z, c, D) if fits(ch[-1], target)]
             for b, i, src, zpp, coo, t, _ in sorted(matches, key=linked):
-                stage = (a, b, self.sizes[i], self.best_layout(a, b, i, stash))
+                stage = (a, b, self.sizes[i], i)
                 if src is None:
                     yield [stage], [], [t]
                     continue
@@ -549,16 +475,37 @@ class DPModel:
         if assignment is None:
             return None
         ids = node_assignment_ids(cluster, sizes, assignment)
-        return Plan(tuple(Stage(a, b, d, lay.dp, lay.tp, ids[p]) for p, (a, b, d, lay) in enumerate(stages)))
+        P = len(stages)
+        # configs at each stage's true stash min(m, P - p): the same stage time as the level's (see _levels)
+        return Plan(
+            tuple(
+                Stage.from_configs(a, b, d, self.stage_configs(a, b, i, min(self.m, P - p)), ids[p])
+                for p, (a, b, d, i) in enumerate(stages)
+            )
+        )
 
     # ---------------------------------------------------------------- objectives
+    def prepare(self, deadline: float | None = None) -> None:
+        """Check the budget for the stage tables, then fix the stage-count levels."""
+        self.check_budget(6.0 * 8 * self.L * self.L, f"the stage tables of {self.L} layers")
+        if self.K is None:
+            self._levels(deadline)
+
     def optimize(self, objective: str, kind: str, deadline, budget) -> _Outcome:
         self._budget = budget
+        self.best_known = None  # (value, plan): the best valid plan met so far, for a run cut short
+        self.proven_bound = None  # a lower bound on the optimum proven so far
+        self.prepare(deadline)
+        refusal = None
         if kind == "none":
-            return self._compute_only(objective, deadline)
+            refusal = self.fast_path_refusal()
+            if refusal is None:
+                return self._compute_only(objective, deadline)
         auto = self._automaton_for(kind)
         X = self._transfer_table(auto)
         stats = {"placement": kind, "states": len(auto.states), "categories": len(auto.categories), "levels": self.K}
+        if refusal:
+            stats["general_recursion"] = refusal
         if objective == "bottleneck":
             V = self.recursion(auto, X, "minmax", INF, deadline)
             value, arg = self._final(V, auto)
@@ -568,6 +515,67 @@ class DPModel:
             plan, _ = self.placed_optimum(V, auto, X, "minmax", INF, value, kind)
             return _Outcome("optimal", plan, value, stats)
         return self._iteration(auto, X, kind, deadline, stats)
+
+    def fast_path_refusal(self) -> str | None:
+        """Why the range-query recursions of :mod:`.dp_compute` do not apply here, or None.
+
+        They need a stage's time to be a difference of one config's prefix
+        sums: true when every stage has one config
+        (:attr:`.StageCosts.single_segment`), and accurate only while the
+        prefix sums' rounding (accumulated in extended precision, then rounded
+        once: about ``2 * eps * max|prefix|`` per stage time, ``P + m - 1``
+        of them in the objective) is negligible (1e-10) against ``m`` times
+        the least possible bottleneck: one huge
+        layer time (a 1e18 "never" sentinel) would otherwise wipe out the
+        digits of every stage after it. Otherwise the general recursion
+        runs on forward sums (:mod:`.dp_stage`).
+        """
+        if not self.costs.single_segment:
+            return "stages can span segments with different configs"
+        magnitude = float(np.max(np.abs(self.time_prefix))) if self.time_prefix.size else 0.0
+        if magnitude == 0.0:
+            return None
+        slowest, work, _ = self.layer_floor()
+        floor = max(slowest, work)  # no plan's slowest stage is faster
+        # a prefix entry is off by at most (L eps_acc + eps / 2) max|prefix|, a stage time by twice that;
+        # the objective adds at most P + m - 1 of them, against a value of at least m x floor
+        per_stage = 2.0 * (self.L * float(np.finfo(np.longdouble).eps) + float(np.finfo(float).eps)) * magnitude
+        error = per_stage * (1.0 + self.stage_counts[1] / self.m)
+        if not (error <= 1e-10 * floor):
+            return f"prefix sums up to {magnitude:.3g} ms would round away stage times near {floor:.3g} ms"
+        return None
+
+    def layer_floor(self) -> tuple[float, float, float]:
+        """(slowest layer's least time, least total work over N, sum of least layer times) over the
+        configs each layer fits in alone with one stashed microbatch: a bottleneck no plan beats is
+        the larger of the first two (reshards and transfers only add; a stage's time times its
+        devices is at least its layers' least work)."""
+        costs = self.costs
+        J = len(self.layouts)
+        if J == 0 or self.L == 0:
+            return INF, INF, INF
+        idx = np.arange(self.L)
+        fits = np.array([costs.fit_end(j, 1) >= idx for j in range(J)])
+        devices = np.array([lay.devices for lay in self.layouts], dtype=float)[:, None]
+        alone = np.where(fits, costs.time, INF).min(axis=0)
+        work = np.where(fits, costs.time * devices, INF).min(axis=0)
+        if not np.all(np.isfinite(alone)):
+            return INF, INF, INF
+        return float(alone.max()), float(work.sum() / self.N), float(alone.sum())
+
+    def analytic_bound(self, objective: str) -> float:
+        """A lower bound on the objective from :meth:`layer_floor` (valid for every plan)."""
+        slowest, work, total = self.layer_floor()
+        worst = max(slowest, work)
+        return worst if objective == "bottleneck" else total + (self.m - 1) * worst
+
+    def note(self, stages, links, kind: str, value: float) -> None:
+        """Remember a valid plan met on the way (returned if the time limit cuts the search short)."""
+        if self.best_known is not None and self.best_known[0] <= value:
+            return
+        plan = self.place(stages, links, kind)
+        if plan is not None:
+            self.best_known = (value, plan)
 
     def _compute_only(self, objective: str, deadline) -> _Outcome:
         """No transfers anywhere: range-query recursions (:mod:`.dp_compute`)."""
@@ -597,14 +605,18 @@ class DPModel:
         if free is None:
             return _Outcome("infeasible")
         best = (free_sum + (m - 1) * free_max, free)
+        self.note(free[0], free[1], kind, best[0])
         if m > 1:
             # the free optimum's slowest stage bounds the lowest bottleneck: prune slower stages
             V = self.recursion(auto, X, "minmax", free_max, deadline)
             calls += 1
             lowest_max, _ = self._final(V, auto)
+            # every plan has sum >= free_sum and max >= lowest_max
+            self.proven_bound = free_sum + (m - 1) * lowest_max
             f_lo, M_lo, plan_lo = minsum(lowest_max)
             if plan_lo is not None and f_lo + (m - 1) * M_lo < best[0]:
                 best = (f_lo + (m - 1) * M_lo, plan_lo)
+                self.note(plan_lo[0], plan_lo[1], kind, best[0])
             # walk the (sum, max) Pareto points down from the free optimum (see dp_compute.iteration)
             f, M = free_sum, free_max
             while f + (m - 1) * lowest_max < best[0] * (1 - 1e-12):
@@ -616,6 +628,7 @@ class DPModel:
                     break
                 if f + (m - 1) * M < best[0]:
                     best = (f + (m - 1) * M, plan)
+                    self.note(plan[0], plan[1], kind, best[0])
         stats["recursions"] = calls
         stages, links, _, limit = best[1]
         plan = self.place(stages, links, kind)

@@ -49,18 +49,18 @@ class ComputeOnlyDP:
         self.L, self.N, self.K = L, model.N, model.K
         self.prefix = model.time_prefix  # stage time = prefix difference, here and in the walk back
         self.devices = np.array([lay.devices for lay in model.layouts])
-        self._mem_end: dict[tuple[int, int], np.ndarray] = {}
         self.calls = 0
+        J = len(model.layouts)
+        tree = 1 << max(L - 1, 1).bit_length()
+        model.check_budget(
+            8.0 * (2 * (self.K + 1) * (L + 1) * (self.N + 1) + L * max(L, 2).bit_length() * (self.N + 1) + J * L * L + J * 2 * tree * (self.N + 1)),
+            "the range-query tables",
+        )
 
     # ------------------------------------------------------------------ ranges
     def mem_end(self, j: int, stash: int) -> np.ndarray:
         """Per first layer a: the last layer b a stage in layout j can end at and fit (a - 1 if none)."""
-        key = (j, stash)
-        if key not in self._mem_end:
-            ok = self.model.smax[j] >= stash  # (a, b), a prefix of b for each a
-            count = ok.sum(axis=1)
-            self._mem_end[key] = np.arange(self.L) + count - 1
-        return self._mem_end[key]
+        return self.model.costs.fit_end(j, stash)
 
     def ends(self, j: int, level: int, limit: float) -> np.ndarray:
         """Per a: the last layer of the stage's range (memory, threshold, room for later stages)."""
@@ -196,7 +196,7 @@ class ComputeOnlyDP:
                 raise RuntimeError("dp: reconstruction lost the optimum")
             b, j, src, _ = found
             d = int(self.devices[j])
-            stages.append((a, b, d, m.layouts[j]))
+            stages.append((a, b, d, m.sizes.index(d)))
             times.append(self.time_of(j, a, b))
             target = V[src][b + 1, D - d]
             a, D, level = b + 1, D - d, src
@@ -222,10 +222,12 @@ class ComputeOnlyDP:
     def candidates(self) -> np.ndarray:
         """Every possible stage time, sorted: C_l(a, b) over layouts and ranges that fit with stash 1."""
         vals = []
+        cols = np.arange(self.L)
         for j in range(len(self.model.layouts)):
             T = self.prefix[j]
             diff = T[None, 1:] - T[:-1, None]
-            ok = self.model.smax[j] >= 1
+            end = self.mem_end(j, 1)
+            ok = (cols[None, :] >= cols[:, None]) & (cols[None, :] <= end[:, None])
             vals.append(diff[ok])
         return np.unique(np.concatenate(vals)) if vals else np.array([])
 
@@ -241,14 +243,8 @@ class ComputeOnlyDP:
 
     def lower_bound(self) -> float:
         """A bottleneck no plan beats: the slowest single layer, and the total work over N."""
-        m = self.model
-        single = np.diagonal(m.C, axis1=1, axis2=2)  # (layouts, L): one layer alone
-        fits = np.diagonal(m.smax, axis1=1, axis2=2) >= 1
-        alone = np.where(fits, single, INF).min(axis=0)
-        work = np.where(fits, single * self.devices[:, None], INF).min(axis=0)
-        if not np.all(np.isfinite(alone)):
-            return INF
-        return float(max(alone.max(), work.sum() / self.N))
+        slowest, work, _ = self.model.layer_floor()
+        return max(slowest, work)
 
     def lowest_bottleneck(self, cand: np.ndarray, known_feasible: float | None = None) -> float | None:
         """The smallest candidate stage time at which a valid plan exists (binary search)."""
@@ -295,13 +291,16 @@ class ComputeOnlyDP:
         if free is None:
             return None
         best = (free_sum + (m - 1) * free_max, free)
+        self.model.note(free, [], "none", best[0])
         if m == 1:
             return best
         cand = self.candidates()
         low = self.lowest_bottleneck(cand, known_feasible=free_max)
+        self.model.proven_bound = free_sum + (m - 1) * low  # every plan: sum >= free_sum, max >= low
         f_low, M_low, plan_low = self.minsum(low)  # the other end: often best when m is large
         if f_low + (m - 1) * M_low < best[0]:
             best = (f_low + (m - 1) * M_low, plan_low)
+            self.model.note(plan_low, [], "none", best[0])
         f, M = free_sum, free_max
         while f + (m - 1) * low < best[0] * (1 - 1e-12):
             # a plan slower than M has sum >= f, so it can win only if its max is under (best - f) / (m - 1)
@@ -314,6 +313,7 @@ class ComputeOnlyDP:
                 break
             if f + (m - 1) * M < best[0]:
                 best = (f + (m - 1) * M, plan)
+                self.model.note(plan, [], "none", best[0])
         return best
 
 

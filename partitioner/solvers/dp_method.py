@@ -5,20 +5,26 @@ without a search, solves with the placement mode the cluster needs (see the
 *Placement* section of :mod:`.dp`), falls back to the exact placement
 automaton when a relaxed optimum's runs do not pack, and turns the search's
 limits (:mod:`.errors`) and an infeasible result into a candidate with a
-message (:func:`.feasibility.explain_infeasible`).
+message (:func:`.feasibility.explain_infeasible`). A search cut short by the
+time limit or the memory budget returns the best plan it knows -- the DP's
+own best so far or the greedy plan, whichever is better -- as ``feasible``
+with the best lower bound it has proven (never nothing when a plan exists).
 
 Options: ``placement`` ("auto" | "bins") forces the exact placement
 automaton; ``memory_budget_gb`` caps the DP tables (default 3).
 """
 from __future__ import annotations
 
+import math
 import time
 
+from ..plan import PlanError, evaluate
 from ..problem import Problem
 from .base import Candidate, SolveRequest, register
 from .dp import DPModel
 from .errors import OutOfTime, TooLarge
 from .feasibility import explain_infeasible, quick_infeasibility
+from .greedy import solve_greedy
 
 __all__ = ["solve_dp"]
 
@@ -49,12 +55,45 @@ def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
             # the relaxed optimum's runs did not pack: solve with the exact placement automaton
             outcome = model.optimize(request.objective, "bins", deadline, budget)
     except TooLarge as err:
-        return Candidate("error", message=f"dp: {err}")
+        return _cut_short(problem, request, model, f"dp: {err}")
     except OutOfTime:
-        return Candidate("error", message="dp: time limit reached before the recursion finished")
+        return _cut_short(problem, request, model, "dp: time limit reached before the recursion finished")
     if outcome.status == "infeasible":
         return Candidate("infeasible", message=explain_infeasible(problem))
     if outcome.plan is None:
         return Candidate("error", message="dp: internal error: the optimum could not be placed")
     return Candidate(outcome.status, outcome.plan, bound=outcome.bound, extra={"dp": outcome.stats})
 
+
+def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel", reason: str) -> Candidate:
+    """The best known plan when the search cannot finish: the DP's own best so far or the greedy
+    plan, whichever is better, ``feasible`` with the best proven lower bound; ``error`` if neither exists."""
+    found = []
+    known = getattr(model, "best_known", None)
+    if known is not None:
+        found.append(("dp", known[1]))
+    greedy = solve_greedy(problem, SolveRequest(request.objective))
+    if greedy.plan is not None:
+        found.append(("greedy", greedy.plan))
+    best = None
+    for source, plan in found:
+        try:
+            value = evaluate(problem, plan, request.objective).value
+        except PlanError:
+            continue
+        if best is None or value < best[0]:
+            best = (value, source, plan)
+    if best is None:
+        return Candidate("error", message=f"{reason}; no valid plan known")
+    bounds = [b for b in (getattr(model, "proven_bound", None),) if b is not None]
+    bounds.append(model.analytic_bound(request.objective))
+    bound = max(bounds) * (1 - 1e-9) if bounds and all(math.isfinite(b) for b in bounds) else None
+    if bound is not None:
+        bound = min(bound, best[0])
+    return Candidate(
+        "feasible",
+        best[2],
+        bound=bound,
+        message=f"{reason}; returning the best known plan ({best[1]})",
+        extra={"dp": {"cut_short": reason, "plan_from": best[1]}},
+    )

@@ -107,7 +107,8 @@ def explain_infeasible(problem: Problem) -> str:
     return (
         f"no valid plan even with unlimited memory: with {counts[0]}..{counts[-1]} stages, no cut of the "
         f"{problem.num_layers} layers into stages whose layers all have a cost entry for one shared layout "
-        f"uses exactly the {problem.num_devices} devices; check the layouts listed per layer"
+        + ("per module segment " if problem.version >= 2 else "")
+        + f"uses exactly the {problem.num_devices} devices; check the layouts listed per layer"
     )
 
 

@@ -1,0 +1,136 @@
+"""Memory-knob variants: the (ZeRO stage, recompute) settings a stage segment may choose.
+
+Contract: a :class:`Knobs` is one setting of the two knobs; its
+:attr:`~Knobs.name` is the format-v2 variant of its cost keys
+(``dp{dp}tp{tp}/{name}``), fixed as follows:
+
+================================  ==============================================
+variant                           meaning
+================================  ==============================================
+(plain key ``dp{dp}tp{tp}``)      ZeRO-0 (weights, grads, optimizer replicated
+                                  over dp), no activation recompute
+``zero1``                         ZeRO-1: optimizer states / dp [4]_
+``zero3``                         ZeRO-3 = FSDP full shard: weights, grads and
+                                  optimizer states / dp; parameter all-gathers
+                                  in forward and backward and a gradient
+                                  reduce-scatter per microbatch [4]_ [10]_
+``recompute-selective``           Megatron selective recompute: the attention
+                                  core is recomputed (drops the score matrix) [2]_
+``recompute-full``                full recompute: each block keeps its input and
+                                  replays its forward in backward [2]_
+``zero1+recompute-full`` ...      both (ZeRO part first, joined by ``+``)
+================================  ==============================================
+
+:func:`variant_knobs` turns the ``variants`` cost option into the list of
+settings to emit (the plain setting first). Settings that cannot differ
+from another one are left out: ``recompute-selective`` with flash attention
+(no score matrix is stored, so it equals no recompute), and every ZeRO
+variant at dp = 1 (the cost model drops them per layout,
+:func:`applies`). With ``variants=none`` the problem is format v1 and its
+plain key takes the options ``zero1`` / ``recompute``.
+
+References
+----------
+.. [2] V. Korthikanti et al., "Reducing Activation Recomputation in Large
+   Transformer Models", MLSys 2023, arXiv:2205.05198.
+.. [4] S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
+   Trillion Parameter Models", SC 2020.
+.. [10] Y. Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded
+   Data Parallel", VLDB 2023 (full sharding, all-gather before forward and
+   backward, reduce-scatter after backward, prefetch overlap).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from ..problem import ProblemError
+
+__all__ = ["Knobs", "RECOMPUTE", "ZERO", "ALL_VARIANTS", "parse_variant", "variant_knobs", "applies", "describe"]
+
+RECOMPUTE = ("none", "selective", "full")
+ZERO = (0, 1, 3)
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """One memory-knob setting: ZeRO stage ``zero`` (0, 1 or 3) and ``recompute`` (none, selective, full)."""
+
+    zero: int = 0
+    recompute: str = "none"
+
+    @property
+    def name(self) -> str:
+        """The variant name (``""`` for ZeRO-0 without recompute)."""
+        parts = [f"zero{self.zero}"] if self.zero else []
+        if self.recompute != "none":
+            parts.append(f"recompute-{self.recompute}")
+        return "+".join(parts)
+
+
+ALL_VARIANTS = tuple(Knobs(z, r).name for z, r in itertools.product(ZERO, RECOMPUTE) if (z, r) != (0, "none"))
+
+_ZERO_TEXT = {
+    1: "ZeRO-1: optimizer states sharded over dp",
+    3: "ZeRO-3 (FSDP full shard): weights, gradients and optimizer states sharded over dp; "
+    "parameter all-gathers in forward and backward and a gradient reduce-scatter per microbatch",
+}
+_RECOMPUTE_TEXT = {
+    "selective": "selective recompute: the attention core is recomputed in backward (no score matrix kept)",
+    "full": "full recompute: each block keeps only its input and replays its forward in backward",
+}
+
+
+def describe(knobs: Knobs) -> str:
+    """The one-line description written to the problem's ``variants`` map."""
+    parts = []
+    if knobs.zero:
+        parts.append(_ZERO_TEXT[knobs.zero])
+    if knobs.recompute != "none":
+        parts.append(_RECOMPUTE_TEXT[knobs.recompute])
+    return "; ".join(parts) or "ZeRO-0, no recompute"
+
+
+def parse_variant(name: str) -> Knobs:
+    """The :class:`Knobs` of a variant name (``""`` is the plain setting); ValueError if unknown."""
+    if name == "":
+        return Knobs()
+    zero, recompute = 0, "none"
+    parts = name.split("+")
+    if parts and parts[0] in ("zero1", "zero3"):
+        zero = int(parts.pop(0)[4:])
+    if parts and parts[0].startswith("recompute-") and parts[0][10:] in RECOMPUTE[1:]:
+        recompute = parts.pop(0)[10:]
+    knobs = Knobs(zero, recompute)
+    if parts or knobs.name != name:
+        raise ValueError(f"unknown variant {name!r} (variants: {', '.join(ALL_VARIANTS)})")
+    return knobs
+
+
+def variant_knobs(requested: tuple[str, ...], *, flash_attention: bool) -> list[Knobs] | None:
+    """The settings to emit for the ``variants`` option, the plain one first; None for ``none`` (format v1).
+
+    ``requested``: ``("all",)``, ``("none",)`` or variant names (the plain
+    setting is always emitted).
+    """
+    if tuple(requested) == ("none",):
+        return None
+    names = list(ALL_VARIANTS) if tuple(requested) == ("all",) else list(requested)
+    out = [Knobs()]
+    for name in names:
+        if name in ("all", "none"):
+            raise ProblemError("'all' and 'none' stand alone", path="options.variants")
+        try:
+            knobs = parse_variant(name)
+        except ValueError as err:
+            raise ProblemError(str(err), path="options.variants") from None
+        if flash_attention and knobs.recompute == "selective":
+            continue  # equals no recompute: flash attention keeps no score matrix
+        if knobs not in out:
+            out.append(knobs)
+    return out
+
+
+def applies(knobs: Knobs, dp: int) -> bool:
+    """Whether ``knobs`` differ from their ZeRO-0 twin at ``dp`` replicas (ZeRO needs dp > 1)."""
+    return knobs.zero == 0 or dp > 1

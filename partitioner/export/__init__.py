@@ -1,0 +1,107 @@
+"""Plans as training-launcher settings: Megatron (Megatron-LM flags or Bridge MIMO grids), torchtitan, DeepSpeed.
+
+Contract: every export either gives settings that run exactly the plan —
+its stage cuts, each stage's (dp, tp), the microbatch count m — in the
+framework, or says it cannot: ``Export.expressible`` is False and
+``Export.reasons`` lists why (the CLI then exits 1). Nothing is emitted
+that would silently differ from the plan. ``Export.checked_with`` names
+the framework versions the settings were checked against (the framework
+tier ``tests/frameworks/`` runs them through those frameworks' own code).
+
+* :mod:`.megatron` — ``--pipeline-model-parallel-layout`` and TP/PP flags, or
+  a valid Megatron Bridge MIMO per-module grid;
+* :mod:`.torchtitan` — torchtitan 0.3 CLI overrides / ``config_registry``
+  function with ``module_fqns_per_model_part`` its split keeps;
+* :mod:`.deepspeed` — a ``PipelineModule`` with the planned boundaries.
+
+The layer roles and FQNs come from the cost model (``export_hints`` in a
+``partitioner plan`` result, or ``meta.layers`` of its problem).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Mapping, Sequence
+
+from ..plan import Plan, SolveResult
+from ..problem import Problem, ProblemError
+from .common import Export, hints_from_problem, placement_note, stage_views
+from .deepspeed import export_deepspeed
+from .megatron import export_megatron, megatron_layout, mimo_grid, parse_megatron_layout
+from .torchtitan import export_torchtitan, torchtitan_names
+
+__all__ = [
+    "TARGETS",
+    "Export",
+    "export_plan",
+    "export_result",
+    "megatron_layout",
+    "parse_megatron_layout",
+    "mimo_grid",
+    "torchtitan_names",
+    "hints_from_problem",
+]
+
+TARGETS = ("megatron", "torchtitan", "deepspeed")
+_EXPORTERS = {"megatron": export_megatron, "torchtitan": export_torchtitan, "deepspeed": export_deepspeed}
+
+
+def export_plan(plan: Plan, hints: Sequence[Mapping[str, Any]], target: str, **context: Any) -> Export:
+    """Export ``plan`` to ``target`` (one of :data:`TARGETS`).
+
+    ``hints`` gives each layer's ``name``, ``module``, ``role`` (vision,
+    projector, embedding, decoder, loss, action) and ``fqns``. ``context``
+    may carry ``global_batch`` and ``microbatches`` (m; both needed to set
+    the batch so that m holds), ``sequence_parallel`` (Megatron, default
+    True), ``schedule`` and ``torchtitan_base`` (the ``config_registry``
+    function the torchtitan snippet starts from).
+    """
+    if target not in _EXPORTERS:
+        raise ProblemError(f"unknown export target {target!r} (targets: {', '.join(TARGETS)})", path="--to")
+    stages = stage_views(plan, hints)
+    exported = _EXPORTERS[target](stages, dict(context))
+    variants = sorted({(s.index, g.variant) for s in stages for g in s.segments if g.variant})
+    if variants and exported.expressible:
+        note = ("the plan's variants (" + ", ".join(f"stage {i}: {v}" for i, v in variants)
+                + ") are memory options (ZeRO stage, recompute) the export does not set: set the framework's matching options")
+        exported = replace(exported, notes=(*exported.notes, note))
+    where = placement_note(stages)
+    if where and exported.expressible and exported.settings.get("path") != "mimo":
+        exported = replace(exported, notes=(*exported.notes, where))
+    return exported
+
+
+def export_result(result: SolveResult | Mapping[str, Any], target: str, problem: Problem | None = None) -> Export:
+    """Export a result (a :class:`SolveResult`, or a result document from ``plan --json``/``solve --json``).
+
+    Layer hints come from ``problem`` when given, else from the result's
+    ``export_hints`` (written by ``partitioner plan``).
+    """
+    if isinstance(result, SolveResult):
+        doc = result.to_dict()
+        plan = result.plan
+    else:
+        doc = dict(result)
+        plan = Plan.from_dict(doc) if doc.get("plan") is not None or "stages" in doc else None
+    if plan is None:
+        raise ProblemError("has no plan to export (was it infeasible?)", path="plan")
+    if problem is None and getattr(result, "problem", None) is not None:
+        problem = result.problem  # type: ignore[union-attr]
+    context: dict[str, Any] = {}
+    if problem is not None:
+        hints = hints_from_problem(problem)
+        meta = problem.meta or {}
+        context = {"global_batch": meta.get("global_batch"), "microbatches": problem.microbatches}
+        schedule = getattr(getattr(problem, "training", None), "schedule", None)
+        if schedule:
+            context["schedule"] = schedule
+    else:
+        hint_doc = doc.get("export_hints")
+        if not isinstance(hint_doc, Mapping) or not isinstance(hint_doc.get("layers"), list):
+            raise ProblemError(
+                "has no export_hints (results of `partitioner plan` carry them); pass the problem with --problem",
+                path="export_hints",
+            )
+        hints = hint_doc["layers"]
+        gb, m = doc.get("global_batch"), doc.get("microbatches")
+        context = {"global_batch": gb if isinstance(gb, int) else None, "microbatches": m if isinstance(m, int) else None}
+    return export_plan(plan, hints, target, **context)

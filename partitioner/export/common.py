@@ -1,0 +1,248 @@
+"""What every exporter shares: the :class:`Export` record, layer hints, the stage view, batch arithmetic.
+
+An exporter turns a plan into one framework's settings, or says why it
+cannot. Its contract: ``expressible`` is True only when the settings give
+exactly the plan's stages, layouts and microbatch count m; otherwise
+``reasons`` says, in words, each thing the framework cannot express, and
+no setting is emitted that would silently differ from the plan.
+
+A stage is seen through :class:`StageView`: its layers' roles (vision,
+projector, embedding, decoder, loss, action), their module FQNs, and its
+*segments* — one ``(first, last, dp, tp)`` per run of layers that share a
+config. A v1 plan has one segment per stage; a v2 stage with per-segment
+``configs`` has one segment per maximal run of layers of one module
+(``DESIGN.md``, format v2).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from ..plan import Plan
+from ..problem import Problem, ProblemError
+
+__all__ = ["Export", "StageView", "Segment", "hints_from_problem", "stage_views", "per_replica_microbatch", "placement_note", "layout_reasons", "LLM_ROLES"]
+
+LLM_ROLES = ("embedding", "decoder", "loss")
+
+
+@dataclass(frozen=True)
+class Export:
+    """One framework's settings for a plan.
+
+    ``settings`` is machine-readable, ``snippet`` paste-ready, ``notes``
+    advice that does not change what runs. ``expressible`` is False when
+    the framework cannot run the plan as planned; ``reasons`` then says
+    why. ``checked_with`` names the framework versions the settings were
+    checked against.
+    """
+
+    target: str
+    settings: Mapping[str, Any]
+    snippet: str
+    notes: tuple[str, ...] = ()
+    expressible: bool = True
+    reasons: tuple[str, ...] = ()
+    checked_with: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "expressible": self.expressible,
+            "reasons": list(self.reasons),
+            "checked_with": self.checked_with,
+            "settings": dict(self.settings),
+            "snippet": self.snippet,
+            "notes": list(self.notes),
+        }
+
+    def text(self) -> str:
+        lines = [f"# NOT EXPRESSIBLE in {self.target}: {r}" for r in self.reasons]
+        lines += [f"# checked with {self.checked_with}"] if self.checked_with else []
+        lines += [self.snippet.rstrip()]
+        lines += [f"# note: {n}" for n in self.notes]
+        return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Layers ``first..last`` (plan indices) of one stage, run in layout (dp, tp)."""
+
+    first: int
+    last: int
+    dp: int
+    tp: int
+    variant: str = ""
+
+
+@dataclass(frozen=True)
+class StageView:
+    """A plan stage with the layer hints an exporter needs."""
+
+    index: int
+    first: int
+    last: int
+    devices: int
+    device_ids: tuple[int, ...]
+    roles: tuple[str, ...]
+    names: tuple[str, ...]
+    modules: tuple[str, ...]
+    fqns: tuple[tuple[str, ...], ...]  # per layer
+    segments: tuple[Segment, ...] = field(default=())
+
+    def count(self, role: str) -> int:
+        return self.roles.count(role)
+
+    @property
+    def layouts(self) -> set[tuple[int, int]]:
+        return {(s.dp, s.tp) for s in self.segments}
+
+    @property
+    def uniform(self) -> bool:
+        """One (dp, tp) for every layer of the stage."""
+        return len(self.layouts) == 1
+
+    @property
+    def dp(self) -> int:
+        return self.segments[0].dp
+
+    @property
+    def tp(self) -> int:
+        return self.segments[0].tp
+
+    @property
+    def is_llm(self) -> bool:
+        return any(r in LLM_ROLES for r in self.roles)
+
+    @property
+    def is_vision(self) -> bool:
+        return all(r in ("vision", "projector") for r in self.roles)
+
+    @property
+    def is_action(self) -> bool:
+        return all(r == "action" for r in self.roles)
+
+    def describe_layouts(self) -> str:
+        if self.uniform:
+            return f"dp {self.dp} x tp {self.tp}"
+        return " then ".join(f"dp {s.dp} x tp {s.tp} (layers {s.first}-{s.last})" for s in self.segments)
+
+
+def _guess_role(name: str, module: str) -> str:
+    label = f"{module} {name}".lower()
+    if "vision" in label or "vit" in label:
+        return "vision"
+    if "projector" in label:
+        return "projector"
+    if "action" in label:
+        return "action"
+    if name.endswith(".embed"):
+        return "embedding"
+    if name.endswith(".head"):
+        return "loss"
+    return "decoder"
+
+
+def hints_from_problem(problem: Problem) -> list[dict[str, Any]]:
+    """Per layer ``{"name", "module", "role", "fqns"}``: the cost model's hints, or guesses from names."""
+    hints = problem.meta.get("layers") if problem.meta else None
+    if hints and len(hints) == problem.num_layers:
+        return [dict(h) for h in hints]
+    return [
+        {"name": layer.name, "module": layer.module, "role": _guess_role(layer.name, layer.module), "fqns": [layer.name]}
+        for layer in problem.layers
+    ]
+
+
+def _module_runs(modules: Sequence[str], first: int) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    for i, mod in enumerate(modules):
+        if runs and modules[i - 1] == mod:
+            runs[-1] = (runs[-1][0], first + i)
+        else:
+            runs.append((first + i, first + i))
+    return runs
+
+
+def _segments(index: int, stage: Any, modules: Sequence[str]) -> tuple[Segment, ...]:
+    """A stage's segments: its ``configs`` (v2, one per module run) or its one (dp, tp)."""
+    configs = getattr(stage, "configs", None)
+    if not configs:
+        return (Segment(stage.first_layer, stage.last_layer, stage.dp, stage.tp, getattr(stage, "variant", "") or ""),)
+    runs = _module_runs(modules, stage.first_layer)
+    if len(runs) != len(configs):
+        raise ProblemError(
+            f"stage {index} has {len(configs)} configs but its layers form {len(runs)} module segments", path=f"plan.stages[{index}].configs"
+        )
+    return tuple(Segment(a, b, c.dp, c.tp, getattr(c, "variant", "") or "") for (a, b), c in zip(runs, configs))
+
+
+def stage_views(plan: Plan, hints: Sequence[Mapping[str, Any]]) -> list[StageView]:
+    """One :class:`StageView` per plan stage."""
+    out = []
+    ids = plan.device_ids()
+    for p, s in enumerate(plan.stages):
+        if s.last_layer >= len(hints):
+            raise ProblemError(f"stage {p} ends at layer {s.last_layer}, but the hints describe {len(hints)} layers")
+        sub = hints[s.first_layer : s.last_layer + 1]
+        modules = tuple(str(h.get("module", "")) for h in sub)
+        out.append(
+            StageView(
+                index=p,
+                first=s.first_layer,
+                last=s.last_layer,
+                devices=s.devices,
+                device_ids=tuple(ids[p]),
+                roles=tuple(str(h.get("role", "decoder")) for h in sub),
+                names=tuple(str(h.get("name", "")) for h in sub),
+                modules=modules,
+                fqns=tuple(tuple(str(f) for f in (h.get("fqns") or [h.get("name", "")])) for h in sub),
+                segments=_segments(p, s, modules),
+            )
+        )
+    return out
+
+
+def per_replica_microbatch(global_batch: int | None, microbatches: int | None, dp: int) -> tuple[int | None, str | None]:
+    """Samples per microbatch on one data-parallel replica, or why there is no such whole number.
+
+    Frameworks take the per-replica microbatch b and derive
+    m = global_batch / (b * dp); the plan's m holds only when
+    global_batch = m * b * dp exactly.
+    """
+    if not global_batch or not microbatches:
+        return None, None
+    if global_batch % microbatches:
+        return None, f"the global batch {global_batch} is not a multiple of the plan's m = {microbatches} microbatches"
+    mb = global_batch // microbatches
+    if mb % dp:
+        return None, (
+            f"the plan's microbatch ({global_batch} / m {microbatches} = {mb} samples) does not split over dp {dp}, "
+            f"so no per-replica microbatch size gives m = {microbatches}"
+        )
+    return mb // dp, None
+
+
+def placement_note(stages: Sequence[StageView]) -> str | None:
+    """A note when the plan's GPUs are not rank order (stage 0 on ranks 0.., stage 1 next, ...), else None.
+
+    Megatron, torchtitan and DeepSpeed all give pipeline stage s the
+    consecutive global ranks after stage s-1's; the plan's transfer times
+    assume its own ``device_ids``.
+    """
+    ids = [d for s in stages for d in sorted(s.device_ids)]
+    if ids == list(range(len(ids))):
+        return None
+    return ("the plan places stages on GPUs " + ", ".join(f"{s.index}: {min(s.device_ids)}..{max(s.device_ids)}" for s in stages)
+            + ", not in rank order: map global ranks to GPUs so that stage s gets its planned GPUs (the frameworks give "
+            "stage s the ranks after stage s-1's)")
+
+
+def layout_reasons(stages: Sequence[StageView], rule: str) -> list[str]:
+    """Why ``stages`` cannot share one (dp, tp), in a framework whose ``rule`` is one layout for all of them."""
+    mixed = [s for s in stages if not s.uniform]
+    if mixed:
+        return ["stage(s) " + ", ".join(f"{s.index} ({s.describe_layouts()})" for s in mixed) + f" run two layouts on the same GPUs: {rule}"]
+    if len(set().union(*(s.layouts for s in stages))) > 1:
+        return ["the stages use different layouts (" + ", ".join(f"stage {s.index}: {s.describe_layouts()}" for s in stages) + f"): {rule}"]
+    return []

@@ -1,0 +1,378 @@
+"""Plans as Megatron settings: Megatron-LM flags, or Megatron Bridge MIMO per-module grids.
+
+Two ways to run a plan, tried in this order:
+
+* **Megatron-LM** (``pretrain_gpt.py`` / ``pretrain_vlm.py`` flags, checked
+  with megatron-core 0.16.1): ``--pipeline-model-parallel-layout`` with the
+  TP/PP flags, when every stage holds language-model layers (the vision
+  encoder, if any, runs on the first stage, as Megatron's LLaVA does) and
+  all stages share one (dp, tp). The layout string lists the stages
+  separated by ``|``: ``E`` embedding, ``t`` decoder layer, ``L`` loss,
+  ``x*N`` repeats a symbol and ``(...)*N`` a group, commas are cosmetic
+  [1]_. ``TransformerConfig`` validates it against ``num_layers`` and the
+  pipeline size. The separate encoder pipeline
+  (``--encoder-pipeline-model-parallel-size`` /
+  ``--encoder-tensor-model-parallel-size``) was removed after core 0.13 and
+  is never emitted.
+* **Megatron Bridge MIMO** (``MimoParallelismConfig``): one
+  ``ModuleParallelismConfig`` (tp, pp, dp, rank_offset) per module — a
+  vision module and the language module ``"llm"`` [2]_. Offered only when
+  valid: every stage of a module has the module's one (dp, tp), the
+  module's stages sit on consecutive ranks in stage order, and the modules
+  either tile the world on disjoint rank ranges (``heterogeneous``) or each
+  span the whole world (``colocated``: a v2 stage that runs the vision
+  segment and the language segment on the same GPUs in two layouts).
+
+Everything else is declared not expressible, with the reason.
+
+References
+----------
+.. [1] Megatron Core, ``megatron/core/transformer/pipeline_parallel_layer_layout.py``
+   (``PipelineParallelLayerLayout.parse_str_to_list``, ``validate_layer_layout``).
+.. [2] NeMo Megatron Bridge, ``megatron/bridge/models/mimo/mimo_config.py``
+   (``MimoParallelismConfig.finalize``: ``llm`` module present, rank ranges,
+   world size; deployment modes heterogeneous / colocated / homogeneous).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping, Sequence
+
+from .common import Export, StageView, layout_reasons, per_replica_microbatch
+
+__all__ = ["export_megatron", "megatron_layout", "parse_megatron_layout", "mimo_grid", "CHECKED_WITH"]
+
+CHECKED_WITH = "megatron-core 0.16.1 (Megatron-LM core_r0.16 flags); MIMO grid per Megatron Bridge's MimoParallelismConfig"
+
+
+# --------------------------------------------------------------------------- layout strings
+
+
+def _stage_symbols(stage: StageView) -> str:
+    sym = "E" if stage.count("embedding") else ""
+    n = stage.count("decoder")
+    sym += ("t" if n == 1 else f"t*{n}") if n else ""
+    sym += "L" if stage.count("loss") else ""
+    return sym
+
+
+def megatron_layout(stage_symbols: Sequence[str]) -> str:
+    """Join per-stage symbol strings (``"Et*3"``, ``"t*4"``, ``"t*4L"``) into a layout string.
+
+    Runs of three or more identical stages are written ``(S|)*k``; a run
+    that ends the pipeline is written ``(S|)*(k-1),S`` so that no empty
+    stage follows. ``parse_megatron_layout(megatron_layout(s))`` gives the
+    stages back.
+    """
+    chunks: list[tuple[str, bool]] = []  # (text, ends with its own stage separator)
+    i, n = 0, len(stage_symbols)
+    while i < n:
+        j = i
+        while j + 1 < n and stage_symbols[j + 1] == stage_symbols[i]:
+            j += 1
+        k, sym = j - i + 1, stage_symbols[i]
+        if k >= 3 and sym:
+            if j == n - 1:
+                chunks.append((f"({sym}|)*{k - 1},{sym}", False))
+            else:
+                chunks.append((f"({sym}|)*{k}", True))
+        else:
+            chunks.extend((sym, False) for _ in range(k))
+        i = j + 1
+    text = ""
+    for c, (chunk, _closed) in enumerate(chunks):
+        if c > 0:
+            text += "," if chunks[c - 1][1] else "|"
+        text += chunk
+    return text
+
+
+def parse_megatron_layout(layout: str) -> list[list[str]]:
+    """Parse a ``--pipeline-model-parallel-layout`` string into per-stage symbol lists.
+
+    Follows Megatron Core's grammar: commas are dropped, ``(...)*N`` and
+    ``x*N`` are unrolled, stages are split at ``|``; symbols are ``E``,
+    ``t``, ``m``, ``L``. Raises ValueError on anything else.
+    """
+    text = layout.replace(",", "")
+    text = re.sub(r"\(([^)]+)\)\*(\d+)", lambda g: g.group(1) * int(g.group(2)), text)
+    text = re.sub(r"(.)\*(\d+)", lambda g: g.group(1) * int(g.group(2)), text)
+    stages = []
+    for chunk in text.split("|"):
+        bad = [c for c in chunk if c not in "EtmL"]
+        if bad:
+            raise ValueError(f"invalid layer symbol {bad[0]!r} in layout {layout!r}")
+        stages.append(list(chunk))
+    return stages
+
+
+# --------------------------------------------------------------------------- shared checks
+
+
+def _split(stages: Sequence[StageView]) -> tuple[list[StageView], list[StageView], list[StageView]]:
+    """(vision-only stages before the language model, language-model stages, stages after it)."""
+    llm_idx = [s.index for s in stages if s.is_llm]
+    first, last = llm_idx[0], llm_idx[-1]
+    return list(stages[:first]), list(stages[first : last + 1]), list(stages[last + 1 :])
+
+
+def _one_layout(stages: Sequence[StageView]) -> tuple[int, int] | None:
+    layouts = set().union(*(s.layouts for s in stages))
+    return next(iter(layouts)) if len(layouts) == 1 else None
+
+
+def _stage_order_ranks(stages: Sequence[StageView], offset: int) -> bool:
+    """Do the stages sit on ranks offset, offset+1, ... in stage order (Megatron's pp-outermost rank order)?"""
+    ids = [d for s in stages for d in sorted(s.device_ids)]
+    return ids == list(range(offset, offset + len(ids)))
+
+
+def _layout_symbols(llm: Sequence[StageView]) -> tuple[list[str], list[str]]:
+    notes: list[str] = []
+    symbols = [_stage_symbols(s) for s in llm]
+    if not any(s.count("embedding") for s in llm):
+        symbols[0] = "E" + symbols[0]
+        notes.append("no embedding layer in the plan: E placed on the first language-model stage")
+    if not any(s.count("loss") for s in llm):
+        symbols[-1] = symbols[-1] + "L"
+        notes.append(
+            "the model has no LM loss (its loss is the action output); L marks where Megatron computes the loss: "
+            "the last language-model stage"
+        )
+    return symbols, notes
+
+
+# --------------------------------------------------------------------------- Megatron-LM flags
+
+
+def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[str, Any], list[str], list[str], list[str]]:
+    """(settings, flag lines, notes, reasons it cannot run the plan)."""
+    pre, llm, post = _split(stages)
+    reasons: list[str] = []
+    if pre:
+        reasons.append(
+            f"stage(s) {[s.index for s in pre]} run only the vision encoder/projector: Megatron-LM runs the vision "
+            "encoder on the first pipeline stage (its separate encoder pipeline, --encoder-pipeline-model-parallel-size, "
+            "was removed after megatron-core 0.13)"
+        )
+    if post:
+        reasons.append(
+            f"stage(s) {[s.index for s in post]} run only the action head: Megatron-LM's pipeline layout has no layer "
+            "type for it (fold it into the last decoder stage)"
+        )
+    reasons += layout_reasons(llm, "Megatron-LM gives every pipeline stage, and every layer of a stage, the same TP and DP")
+    layout = _one_layout(llm)
+    if reasons or layout is None:
+        return {}, [], [], reasons
+    dp, tp = layout
+    b, why = per_replica_microbatch(ctx.get("global_batch"), ctx.get("microbatches"), dp)
+    if why:
+        return {}, [], [], [f"{why} (Megatron-LM: m = global batch / (micro-batch-size x dp))"]
+    symbols, notes = _layout_symbols(llm)
+    text = megatron_layout(symbols)
+    n_layers = sum(s.count("decoder") for s in llm)
+    core = {
+        "num_layers": n_layers,
+        "tensor_model_parallel_size": tp,
+        "pipeline_model_parallel_size": len(llm),
+        "pipeline_model_parallel_layout": text,
+        "sequence_parallel": tp > 1 and bool(ctx.get("sequence_parallel", True)),
+        "bf16": True,  # the cost model's bf16 activations; Megatron-LM derives pipeline_dtype from --bf16
+    }
+    settings: dict[str, Any] = {"path": "megatron-lm", "transformer_config": core, "data_parallel_size": dp}
+    flags = [
+        f"--num-layers {n_layers}",
+        f"--tensor-model-parallel-size {tp}",
+        f"--pipeline-model-parallel-size {len(llm)}",
+        f'--pipeline-model-parallel-layout "{text}"',
+        "--bf16",
+    ]
+    if core["sequence_parallel"]:
+        flags.append("--sequence-parallel")
+    if b is not None:
+        settings["training"] = {"micro_batch_size": b, "global_batch_size": ctx["global_batch"], "microbatches": ctx["microbatches"]}
+        flags += [f"--micro-batch-size {b}", f"--global-batch-size {ctx['global_batch']}"]
+    else:
+        notes.append("no global batch or microbatch count given: set --micro-batch-size and --global-batch-size so that m holds")
+    if tp > 1:
+        notes.append("TP > 1: launch with CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron's TP/sequence-parallel communication overlap needs it)")
+        settings["env"] = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    if "vision" in llm[0].roles:
+        notes.append(
+            "the vision encoder runs on the first pipeline stage (Megatron's LLaVA path); that path deep-copies the "
+            "language config into the vision config, layout included: set vision_config.pipeline_model_parallel_layout "
+            "= None (and the vision config's own num_layers), or the ViT is built with the decoder's layout and depth"
+        )
+    if any("action" in s.roles for s in llm):
+        notes.append(
+            "the action head runs after the decoder layers on the last language-model stage: it is not a layer type of "
+            "Megatron's layout; attach it as the model's post-process (output) module"
+        )
+    fused = sorted({m for s in llm for m in s.modules if "+" in m})
+    if fused:
+        notes.append(
+            "each decoder layer also holds the action expert's layer (" + ", ".join(fused)
+            + ": attention shared at every layer); Megatron's GPT layout has no such layer type, the cuts apply to both"
+        )
+    return settings, flags, notes, []
+
+
+# --------------------------------------------------------------------------- MIMO grids
+
+
+def _module_entry(stages: Sequence[StageView], segs: str) -> tuple[dict[str, Any] | None, str | None]:
+    """One module's grid from all its stages, or why there is none.
+
+    The segments that count: those with vision layers for ``"vision"``,
+    those with language-model (or action) layers for ``"llm"``; the
+    projector follows whichever module it shares a stage with.
+    """
+    layouts = set()
+    for s in stages:
+        for seg in s.segments:
+            roles = s.roles[seg.first - s.first : seg.last - s.first + 1]
+            if any(r == "vision" if segs == "vision" else r not in ("vision", "projector") for r in roles):
+                layouts.add((seg.dp, seg.tp))
+    if len(layouts) != 1:
+        return None, "its stages use " + ", ".join(f"dp {d} x tp {t}" for d, t in sorted(layouts)) + " (a module has one layout)"
+    dp, tp = next(iter(layouts))
+    ids = sorted(d for s in stages for d in s.device_ids)
+    return {
+        "tensor_model_parallel_size": tp,
+        "pipeline_model_parallel_size": len(stages),
+        "data_parallel_size": dp,
+        "rank_offset": ids[0],
+    }, None
+
+
+def mimo_grid(stages: Sequence[StageView], world: int) -> tuple[dict[str, Any] | None, list[str]]:
+    """Megatron Bridge ``MimoParallelismConfig`` fields for the plan, or the reasons there is no valid one.
+
+    Modules: ``vision`` (the stages holding vision/projector layers before
+    the language model) and ``llm`` (the stages holding language-model
+    layers). Valid grids: disjoint modules on consecutive ranks in stage
+    order that tile ``0..world-1`` (heterogeneous), or modules that each
+    span the whole world from rank 0 (colocated).
+    """
+    reasons: list[str] = []
+    vision = [s for s in stages if "vision" in s.roles]
+    llm = [s for s in stages if s.is_llm]
+    post = [s for s in stages if s.index > llm[-1].index]
+    if post:
+        reasons.append(
+            f"stage(s) {[s.index for s in post]} run only the action head: MIMO's modules are modality encoders feeding "
+            "the one language module, nothing runs after it"
+        )
+    entries: dict[str, dict[str, Any]] = {}
+    for name, mod in (("vision", vision), ("llm", llm)):
+        entry, why = _module_entry(mod, name)
+        if why:
+            reasons.append(f"MIMO module {name!r}: {why}")
+        else:
+            entries[name] = entry  # type: ignore[assignment]
+    if reasons:
+        return None, reasons
+    shared = {s.index for s in vision} & {s.index for s in llm}
+    if not shared:
+        mode = "heterogeneous"
+        for name, mod in (("vision", vision), ("llm", llm)):
+            e = entries[name]
+            total = e["tensor_model_parallel_size"] * e["pipeline_model_parallel_size"] * e["data_parallel_size"]
+            if sum(s.devices for s in mod) != total:
+                reasons.append(f"MIMO module {name!r}: its stages have unequal sizes {[s.devices for s in mod]} (pp x dp x tp ranks)")
+            elif not _stage_order_ranks(mod, e["rank_offset"]):
+                reasons.append(
+                    f"MIMO module {name!r}: its stages' GPUs {[list(s.device_ids) for s in mod]} are not consecutive ranks "
+                    "in stage order from its rank_offset"
+                )
+        ends = sorted((e["rank_offset"], e["rank_offset"] + e["tensor_model_parallel_size"] * e["pipeline_model_parallel_size"]
+                       * e["data_parallel_size"]) for e in entries.values())
+        if not reasons and (ends[0][0] != 0 or ends[-1][1] != world or any(a[1] != b[0] for a, b in zip(ends, ends[1:]))):
+            reasons.append(f"MIMO modules' rank ranges {ends} do not tile the world 0..{world - 1}")
+    else:
+        mode = "colocated"
+        for name, mod in (("vision", vision), ("llm", llm)):
+            e = entries[name]
+            total = e["tensor_model_parallel_size"] * e["pipeline_model_parallel_size"] * e["data_parallel_size"]
+            covered = sorted(d for s in mod for d in s.device_ids)
+            if covered != list(range(world)) or total != world:
+                reasons.append(
+                    f"MIMO module {name!r} shares GPUs with another module (stage(s) {sorted(shared)}), so a valid grid "
+                    f"is colocated: every module on all {world} ranks; {name!r} runs on {len(covered)} GPUs"
+                )
+    if reasons:
+        return None, reasons
+    return {"llm_module_name": "llm", "deployment_mode": mode, "module_parallelisms": entries}, []
+
+
+# --------------------------------------------------------------------------- exporter
+
+
+def export_megatron(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
+    """Megatron-LM flags when they express the plan, else a valid MIMO grid, else the reasons."""
+    if not any(s.is_llm for s in stages):
+        return Export("megatron", {}, "# (no Megatron setting expresses this plan)", (), False,
+                      ("this plan has no language-model stage; Megatron's pipeline layout describes decoder stages",), CHECKED_WITH)
+    settings, flags, notes, lm_reasons = _megatron_lm(stages, ctx)
+    if not lm_reasons:
+        env = "export CUDA_DEVICE_MAX_CONNECTIONS=1\n" if "env" in settings else ""
+        snippet = env + "torchrun $DISTRIBUTED_ARGS pretrain_gpt.py $MODEL_ARGS \\\n    " + " \\\n    ".join(flags)
+        return Export("megatron", settings, snippet, tuple(notes), True, (), CHECKED_WITH)
+    world = sum(s.devices for s in stages)
+    grid, mimo_reasons = mimo_grid(stages, world)
+    notes = []
+    if grid is not None:
+        pre, llm, _ = _split(stages)
+        settings = {"path": "mimo", "mimo": grid}
+        b_notes = []
+        for name, e in grid["module_parallelisms"].items():
+            b, why = per_replica_microbatch(ctx.get("global_batch"), ctx.get("microbatches"), e["data_parallel_size"])
+            if why:
+                mimo_reasons.append(f"MIMO module {name!r}: {why}")
+            elif b is not None:
+                b_notes.append(f"{name}: {b}")
+        if not mimo_reasons:
+            symbols, lnotes = _layout_symbols(llm)
+            notes += lnotes
+            settings["llm_transformer_config"] = {
+                "num_layers": sum(s.count("decoder") for s in llm),
+                "pipeline_model_parallel_size": grid["module_parallelisms"]["llm"]["pipeline_model_parallel_size"],
+                "tensor_model_parallel_size": grid["module_parallelisms"]["llm"]["tensor_model_parallel_size"],
+                "pipeline_model_parallel_layout": megatron_layout(symbols),
+            }
+            if b_notes:
+                notes.append("per-replica microbatch of each module (m = " + str(ctx.get("microbatches")) + "): " + ", ".join(b_notes))
+            if any("projector" in s.roles for s in llm):
+                notes.append(
+                    "the projector runs on the language-model GPUs (it sends the small vision features across, "
+                    "seed lesson 15); MIMO keeps it in the vision submodule: move it there or customize the submodule"
+                )
+            if any(e["tensor_model_parallel_size"] > 1 for e in grid["module_parallelisms"].values()):
+                notes.append("TP > 1: launch with CUDA_DEVICE_MAX_CONNECTIONS=1")
+            notes.append("Megatron-LM flags cannot run it: " + "; ".join(lm_reasons))
+            snippet = _mimo_snippet(grid)
+            return Export("megatron", settings, snippet, tuple(notes), True, (), CHECKED_WITH)
+    reasons = tuple(f"Megatron-LM: {r}" for r in lm_reasons) + tuple(f"MIMO: {r}" for r in mimo_reasons)
+    return Export("megatron", {"path": None, "stage_layouts": _stage_layouts(stages)},
+                  "# (no Megatron setting expresses this plan: see the reasons above)", tuple(notes), False, reasons, CHECKED_WITH)
+
+
+def _stage_layouts(stages: Sequence[StageView]) -> list[dict[str, Any]]:
+    return [{"stage": s.index, "layers": [s.first, s.last],
+             "segments": [{"layers": [g.first, g.last], "dp": g.dp, "tp": g.tp} for g in s.segments]} for s in stages]
+
+
+def _mimo_snippet(grid: Mapping[str, Any]) -> str:
+    lines = [
+        "from megatron.bridge.models.mimo.mimo_config import MimoParallelismConfig, ModuleParallelismConfig",
+        "",
+        "parallelism = MimoParallelismConfig(",
+        f"    llm_module_name={grid['llm_module_name']!r},",
+        f"    deployment_mode={grid['deployment_mode']!r},",
+        "    module_parallelisms={",
+    ]
+    for name, e in grid["module_parallelisms"].items():
+        args = ", ".join(f"{k}={v}" for k, v in e.items())
+        lines.append(f"        {name!r}: ModuleParallelismConfig({args}),")
+    lines += ["    },", ")"]
+    return "\n".join(lines)

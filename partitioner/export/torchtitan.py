@@ -1,0 +1,202 @@
+"""Plans as torchtitan settings (torchtitan 0.3: ``config_registry`` functions plus ``--section.key`` overrides).
+
+torchtitan 0.3 has no TOML loader: a job is ``--module M --config F`` (a
+``config_registry`` function returning ``Trainer.Config``) plus CLI
+overrides ``--section.key value`` [1]_. The export gives those overrides,
+and the same values as a ``config_registry`` function.
+
+**Stage split.** ``parallelism.module_fqns_per_model_part`` lists, per
+stage, module FQNs. torchtitan's split (``_split_module`` in
+``distributed/pipeline_parallel.py``) walks only the model's *top-level*
+children: it keeps a child named in the list, and of a top-level
+``ModuleList``/``ModuleDict`` the entries named ``<child>.<i>``; every
+other child is set to None. A nested Hugging Face name
+(``language_model.model.layers.7``) is therefore never kept. The export
+names modules the way torchtitan's own models do: ``vision_encoder`` (its
+VLMs have one, projector included), ``tok_embeddings``, ``layers.<k>``
+(k-th decoder layer), ``norm``, ``lm_head``; a module the preset names
+outside those (pi0's action-expert projections, an action head) is named
+by its Hugging Face FQN with dots turned into underscores, a trailing
+index kept as a ``ModuleList`` entry (``action_head.layers.3`` ->
+``action_head_layers.3``). ``fqn_map`` says which Hugging Face modules
+each name stands for.
+
+**What it cannot express.** torchtitan builds one ``pp x dp x tp`` device
+mesh, so every stage (and every segment of a stage) has the same layout;
+its VLMs run the vision encoder inside the embedding step of the stage
+that holds ``tok_embeddings`` (``pipeline_vlm``; the forward skips it on
+stages without the embedding), so the vision encoder and projector must
+sit whole on that stage.
+
+**Batch.** ``training.local_batch_size`` = global batch / dp (no gradient
+accumulation), ``parallelism.pipeline_parallel_microbatch_size`` =
+global batch / (m dp), so torchtitan's microbatch count
+local_batch_size / microbatch_size is the plan's m.
+
+References
+----------
+.. [1] torchtitan 0.3.0, ``torchtitan/config/manager.py`` (``ConfigManager``),
+   ``torchtitan/config/configs.py`` (``ParallelismConfig``, ``TrainingConfig``),
+   ``torchtitan/distributed/pipeline_parallel.py`` (``_split_module``,
+   ``pipeline_vlm``, ``_build_pipeline_schedule``).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping, Sequence
+
+from .common import Export, StageView, layout_reasons, per_replica_microbatch
+
+__all__ = ["export_torchtitan", "torchtitan_names", "CHECKED_WITH", "SCHEDULES"]
+
+CHECKED_WITH = "torchtitan 0.3.0 (config_registry + CLI overrides; 0.2.x TOML files are not targeted)"
+SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe"}
+_VISION = ("vision", "projector")
+
+
+def _flat(fqn: str) -> str:
+    m = re.match(r"^(.*)\.(\d+)$", fqn)
+    if m:
+        return m.group(1).replace(".", "_") + "." + m.group(2)
+    return fqn.replace(".", "_")
+
+
+def torchtitan_names(stages: Sequence[StageView]) -> tuple[list[list[str]], dict[str, list[str]]]:
+    """Per stage, the torchtitan module names it holds; and each name's Hugging Face FQNs."""
+    parts: list[list[str]] = []
+    fqn_map: dict[str, list[str]] = {}
+    k = 0
+    for s in stages:
+        names: list[str] = []
+
+        def add(name: str, sources: Sequence[str]) -> None:
+            if name not in names:
+                names.append(name)
+            fqn_map.setdefault(name, [])
+            fqn_map[name] += [f for f in sources if f not in fqn_map[name]]
+
+        for role, fqns in zip(s.roles, s.fqns):
+            if role in _VISION:
+                add("vision_encoder", fqns)
+            elif role == "embedding":
+                add("tok_embeddings", fqns)
+            elif role == "decoder":
+                add(f"layers.{k}", fqns[:1])
+                k += 1
+                for f in fqns[1:]:
+                    add(_flat(f), [f])
+            elif role == "loss":
+                for f in fqns or ("norm", "lm_head"):
+                    add("norm" if f.endswith("norm") else "lm_head", [f])
+            else:
+                for f in fqns:
+                    add(_flat(f), [f])
+        parts.append(names)
+    return parts, fqn_map
+
+
+def _reasons(stages: Sequence[StageView], ctx: Mapping[str, Any]) -> list[str]:
+    reasons = layout_reasons(stages, "torchtitan builds one pp x dp x tp mesh, so every stage and every module has the same layout")
+    emb = [s.index for s in stages if "embedding" in s.roles]
+    vis = [s.index for s in stages if any(r in _VISION for r in s.roles)]
+    if vis and (not emb or set(vis) != {emb[0]}):
+        cut_inside = [s.index for s in stages if s.roles and s.roles[0] == "vision" and s.index > 0]
+        where = f"; the cut before stage(s) {cut_inside} falls inside the vision encoder" if cut_inside else ""
+        reasons.append(
+            f"the vision encoder/projector run on stage(s) {vis}"
+            + (f", the token embedding on stage {emb[0]}" if emb else "")
+            + where
+            + ": torchtitan's VLMs run vision_encoder, whole, inside the embedding step of the stage holding tok_embeddings"
+        )
+    schedule = str(ctx.get("schedule") or "1f1b")
+    if schedule not in SCHEDULES:
+        reasons.append(f"schedule {schedule!r}: the export maps only {', '.join(SCHEDULES)} to torchtitan schedules")
+    return reasons
+
+
+def _overrides(cfg: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    out = []
+    for section, values in cfg.items():
+        for key, value in values.items():
+            flag = f"--{section}.{key}"
+            if value is True:
+                out.append(flag)
+            elif isinstance(value, list):
+                out.append(flag + " " + " ".join(",".join(part) for part in value))
+            else:
+                out.append(f"{flag} {value}")
+    return out
+
+
+def _registry_function(cfg: Mapping[str, Mapping[str, Any]], base: str) -> str:
+    module, _, func = base.rpartition(".")
+    lines = [
+        f"# config_registry.py of your own package; run: -m torchtitan.train --module <package> --config planned",
+        f"from {module} import {func} as _base",
+        "",
+        "",
+        "def planned():",
+        f'    """{base}() with the planned pipeline split, mesh and batch."""',
+        "    config = _base()",
+    ]
+    for section, values in cfg.items():
+        for key, value in values.items():
+            lines.append(f"    config.{section}.{key} = {value!r}")
+    lines.append("    return config")
+    return "\n".join(lines)
+
+
+def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
+    """torchtitan overrides and ``config_registry`` function for the plan, or the reasons it cannot run it."""
+    reasons = _reasons(stages, ctx)
+    b = None
+    if not reasons:
+        dp, tp = stages[0].dp, stages[0].tp
+        b, why = per_replica_microbatch(ctx.get("global_batch"), ctx.get("microbatches"), dp)
+        if why:
+            reasons.append(f"{why} (torchtitan: m = local_batch_size / pipeline_parallel_microbatch_size)")
+    if reasons:
+        layouts = [{"stage": s.index, "layers": [s.first, s.last], "layouts": s.describe_layouts()} for s in stages]
+        return Export("torchtitan", {"stage_layouts": layouts}, "# (no torchtitan setting expresses this plan: see the reasons above)",
+                      (), False, tuple(reasons), CHECKED_WITH)
+    parts, fqn_map = torchtitan_names(stages)
+    notes = []
+    parallelism: dict[str, Any] = {
+        "pipeline_parallel_degree": len(stages),
+        "pipeline_parallel_schedule": SCHEDULES[str(ctx.get("schedule") or "1f1b")],
+        "data_parallel_shard_degree": dp,
+        "data_parallel_replicate_degree": 1,
+        "tensor_parallel_degree": tp,
+        "module_fqns_per_model_part": parts,
+    }
+    training: dict[str, Any] = {}
+    if len(stages) > 1:
+        training["disable_cuda_graphs"] = True  # torchtitan 0.3 refuses CUDA graphs with PP
+    if b is not None:
+        parallelism["pipeline_parallel_microbatch_size"] = b
+        training.update(local_batch_size=ctx["global_batch"] // dp, global_batch_size=ctx["global_batch"])
+    else:
+        notes.append("no global batch or microbatch count given: set training.local_batch_size and "
+                     "parallelism.pipeline_parallel_microbatch_size so that their ratio is m")
+    cfg = {"parallelism": parallelism, "training": training} if training else {"parallelism": parallelism}
+    base = str(ctx.get("torchtitan_base") or "torchtitan.models.llama3.config_registry.llama3_8b")
+    settings = {"config": cfg, "overrides": _overrides(cfg), "module_fqns_per_model_part": parts, "fqn_map": fqn_map}
+    world = len(stages) * dp * tp
+    snippet = (
+        f"# {world} GPUs: torchrun with --nnodes x --nproc_per_node = {world}\n"
+        'torchrun $DISTRIBUTED_ARGS -m torchtitan.train --module "$MODEL_MODULE" --config "$MODEL_CONFIG" \\\n    '
+        + " \\\n    ".join(settings["overrides"])
+        + "\n\n# or, as a config_registry function:\n"
+        + _registry_function(cfg, base)
+    )
+    notes.append(
+        "the config_registry function starts from " + base + "(): replace it with your model's config function; "
+        "module names follow torchtitan's own models (vision_encoder, tok_embeddings, layers.<k>, norm, lm_head); other "
+        "modules are top-level children named by their Hugging Face FQN with '.' -> '_' (fqn_map lists them): the "
+        "model's forward must skip the children a stage does not hold (torchtitan sets them to None)"
+    )
+    if any(s.count("action") for s in stages) or any("+" in m for s in stages for m in s.modules):
+        notes.append("torchtitan has no VLA model: the action modules need a model class of your own with these top-level names")
+    if tp > 1:
+        notes.append("TP > 1: the model needs a parallelize function that applies tensor parallelism to these modules")
+    return Export("torchtitan", settings, snippet, tuple(notes), True, (), CHECKED_WITH)

@@ -1,0 +1,61 @@
+"""Model and cluster presets: architectures with published dimensions, GPU nodes.
+
+A *model spec* lists the modules of a multimodal model in execution order
+(vision encoders, a projector, the language model, an action expert or
+head), each with the dimensions of its matmuls. A *cluster spec* describes
+one kind of GPU node. Both are read from YAML files (``models/*.yaml`` and
+``models/clusters/*.yaml``, shipped inside the package as
+``partitioner/_presets``), from a path, or -- for single transformers --
+from a Hugging Face ``config.json`` (Llama, Qwen2, Gemma, CLIP, SigLIP).
+
+Every preset names the source of its numbers (paper or model card) in its
+``references`` and each module's ``source``. Parameter counts are computed
+from the shapes (:func:`module_params`), so a preset's published total
+checks its dimensions.
+
+Errors in a file raise :class:`~partitioner.problem.ProblemError` naming
+the file and the field, like the problem loader.
+"""
+from __future__ import annotations
+
+from .files import (
+    PRESET_ENV,
+    cluster_from_dict,
+    list_clusters,
+    list_models,
+    load_cluster,
+    load_model,
+    model_from_dict,
+    preset_dirs,
+)
+from .hf import model_from_hf_config
+from .spec import (
+    MODULE_KINDS,
+    ClusterSpec,
+    ModelSpec,
+    ModuleSpec,
+    block_params,
+    module_layer_params,
+    module_params,
+    with_module,
+)
+
+__all__ = [
+    "ModuleSpec",
+    "ModelSpec",
+    "ClusterSpec",
+    "MODULE_KINDS",
+    "PRESET_ENV",
+    "preset_dirs",
+    "list_models",
+    "list_clusters",
+    "load_model",
+    "load_cluster",
+    "model_from_dict",
+    "cluster_from_dict",
+    "model_from_hf_config",
+    "module_params",
+    "module_layer_params",
+    "block_params",
+    "with_module",
+]

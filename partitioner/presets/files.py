@@ -1,0 +1,267 @@
+"""Presets on disk: where they live, loading and validating model and cluster documents.
+
+Contract: :func:`preset_dirs` lists the folders searched
+(``$PARTITIONER_PRESETS``, the installed ``partitioner/_presets``, the
+checkout's ``models/``); :func:`load_model` / :func:`load_cluster` take a
+preset name, a YAML path or (models) a Hugging Face ``config.json``
+(:mod:`.hf`); :func:`model_from_dict` / :func:`cluster_from_dict` validate
+a document and raise :class:`~partitioner.problem.ProblemError` naming the
+file and the field.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..problem import ProblemError, read_document
+from .hf import model_from_hf_config
+from .spec import MODULE_KINDS, ClusterSpec, ModelSpec, ModuleSpec
+
+__all__ = [
+    "PRESET_ENV",
+    "preset_dirs",
+    "list_models",
+    "list_clusters",
+    "load_model",
+    "load_cluster",
+    "model_from_dict",
+    "cluster_from_dict",
+]
+
+PRESET_ENV = "PARTITIONER_PRESETS"
+
+# --------------------------------------------------------------------------- where presets live
+
+
+def preset_dirs() -> list[Path]:
+    """Folders searched for presets, in order.
+
+    ``$PARTITIONER_PRESETS`` (``os.pathsep``-separated), the copy shipped in
+    the installed package (``partitioner/_presets``), then the source
+    tree's ``models/`` folder (running from a checkout).
+    """
+    dirs: list[Path] = []
+    env = os.environ.get(PRESET_ENV)
+    if env:
+        dirs.extend(Path(p) for p in env.split(os.pathsep) if p)
+    here = Path(__file__).resolve().parent.parent  # the partitioner package
+    dirs.append(here / "_presets")
+    dirs.append(here.parent / "models")
+    return [d for d in dirs if d.is_dir()]
+
+
+def _preset_files(sub: str | None) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for d in preset_dirs():
+        folder = d / sub if sub else d
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.y*ml")):
+            found.setdefault(path.stem, path)
+    return found
+
+
+def list_models() -> list[str]:
+    """Names of the model presets."""
+    return sorted(_preset_files(None))
+
+
+def list_clusters() -> list[str]:
+    """Names of the cluster presets."""
+    return sorted(_preset_files("clusters"))
+
+
+def _resolve(name_or_path: str | os.PathLike, sub: str | None, what: str) -> Path:
+    text = os.fspath(name_or_path)
+    path = Path(text)
+    if path.suffix.lower() in (".yaml", ".yml", ".json") or os.sep in text or path.is_file():
+        if not path.is_file():
+            raise ProblemError("file not found", source=text)
+        return path
+    files = _preset_files(sub)
+    if text not in files:
+        known = ", ".join(sorted(files)) or "none found"
+        raise ProblemError(f"unknown {what} {text!r} (presets: {known}; or give a path to a YAML file)")
+    return files[text]
+
+
+def load_model(name_or_path: str | os.PathLike | ModelSpec) -> ModelSpec:
+    """A model spec from a preset name, a preset YAML file or a Hugging Face ``config.json``."""
+    if isinstance(name_or_path, ModelSpec):
+        return name_or_path
+    path = _resolve(name_or_path, None, "model")
+    data = read_document(path)
+    if path.suffix.lower() == ".json" and isinstance(data, Mapping) and "model_type" in data:
+        return model_from_hf_config(data, source=str(path))
+    return model_from_dict(data, source=str(path))
+
+
+def load_cluster(name_or_path: str | os.PathLike | ClusterSpec) -> ClusterSpec:
+    """A cluster spec from a preset name or a YAML file."""
+    if isinstance(name_or_path, ClusterSpec):
+        return name_or_path
+    path = _resolve(name_or_path, "clusters", "cluster")
+    return cluster_from_dict(read_document(path), source=str(path))
+
+
+
+# --------------------------------------------------------------------------- validation
+
+_INT_FIELDS = {
+    "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "patch", "image_size", "images", "channels",
+    "temporal_patch", "frames", "extra_tokens", "output_tokens", "pos_tokens", "in_dim", "tokens", "pre_norm_dim", "vocab", "text_tokens",
+    "action_dim", "state_dim", "cond_tokens", "cond_dim", "passes",
+}  # fmt: skip
+_BOOL_FIELDS = {"gated", "bias", "qkv_bias", "patch_bias", "pool_head", "layerscale", "qk_norm", "dropout", "fused_qkv", "final_norm", "pre_norm", "tie_embeddings", "lm_head", "frozen"}
+_CHOICES = {"activation": ("gelu", "gelu_tanh", "silu", "quick_gelu"), "norm": ("layernorm", "rmsnorm"), "pos_embed": ("learned", "none"), "attention": ("causal", "prefix", "bidirectional")}
+_REQUIRED = {
+    "vit": ("layers", "hidden", "heads", "ffn", "patch", "image_size"),
+    "projector": ("in_dim", "dims", "tokens"),
+    "llm": ("layers", "hidden", "heads", "ffn", "vocab", "text_tokens"),
+    "action_expert": ("layers", "hidden", "heads", "ffn", "tokens", "action_dim"),
+    "action_head": ("layers", "hidden", "heads", "ffn", "tokens", "action_dim", "cond_dim"),
+}
+_MODULE_FIELDS = {f.name for f in fields(ModuleSpec)}
+
+
+def _fail(reason: str, path: str, source: str | None) -> ProblemError:
+    return ProblemError(reason, path=path, source=source)
+
+
+def _module_from_dict(data: Any, path: str, source: str | None) -> ModuleSpec:
+    if not isinstance(data, Mapping):
+        raise _fail("must be an object", path, source)
+    for key in ("name", "kind"):
+        if key not in data:
+            raise _fail("is missing", f"{path}.{key}", source)
+    kind = data["kind"]
+    if kind not in MODULE_KINDS:
+        raise _fail(f"must be one of {', '.join(MODULE_KINDS)}, got {kind!r}", f"{path}.kind", source)
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        where = f"{path}.{key}"
+        if key not in _MODULE_FIELDS:
+            raise _fail(f"unknown field {key!r}", where, source)
+        if key == "feature_layer":
+            if isinstance(value, bool) or not isinstance(value, int) or value > -1:
+                raise _fail(f"must be a negative integer (-1: the last block, -2: the second-to-last), got {value!r}", where, source)
+        elif key in _INT_FIELDS:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise _fail(f"must be a non-negative integer, got {value!r}", where, source)
+        elif key in _BOOL_FIELDS:
+            if not isinstance(value, bool):
+                raise _fail(f"must be true or false, got {value!r}", where, source)
+        elif key in _CHOICES:
+            if value not in _CHOICES[key]:
+                raise _fail(f"must be one of {', '.join(_CHOICES[key])}, got {value!r}", where, source)
+        elif key == "dims":
+            if not isinstance(value, list) or not value or not all(isinstance(v, int) and v > 0 for v in value):
+                raise _fail("must be a non-empty list of positive integers", where, source)
+            value = tuple(value)
+        elif key == "fqn":
+            if not isinstance(value, Mapping):
+                raise _fail("must be an object (pre, block, post: module names)", where, source)
+            value = dict(value)
+        elif key in ("name", "kind", "source"):
+            if not isinstance(value, str):
+                raise _fail(f"must be a string, got {value!r}", where, source)
+        values[key] = value
+    for key in _REQUIRED[kind]:
+        if key not in values:
+            raise _fail(f"is missing (a {kind} module needs {', '.join(_REQUIRED[kind])})", f"{path}.{key}", source)
+    for key in ("layers", "hidden", "heads", "ffn"):
+        if key in values and values[key] == 0 and kind != "projector":
+            raise _fail("must be >= 1", f"{path}.{key}", source)
+    spec = ModuleSpec(**values)
+    if kind != "projector":
+        if not spec.head_dim and spec.hidden % spec.heads:
+            raise _fail(f"hidden {spec.hidden} is not divisible by heads {spec.heads} (give head_dim)", f"{path}.heads", source)
+        if spec.heads % spec.n_kv_heads:
+            raise _fail(f"heads {spec.heads} must be a multiple of kv_heads {spec.n_kv_heads}", f"{path}.kv_heads", source)
+    if kind == "vit" and -spec.feature_layer > spec.layers:
+        raise _fail(f"{spec.feature_layer} is before the first of {spec.layers} blocks", f"{path}.feature_layer", source)
+    if kind == "vit" and spec.frames > 1 and spec.frames % spec.temporal_patch:
+        raise _fail(f"frames {spec.frames} is not a multiple of temporal_patch {spec.temporal_patch}", f"{path}.frames", source)
+    if kind == "vit" and spec.image_size % spec.patch:
+        raise _fail(f"image_size {spec.image_size} is not a multiple of patch {spec.patch}", f"{path}.image_size", source)
+    return spec
+
+
+def model_from_dict(data: Any, *, source: str | None = None) -> ModelSpec:
+    """Validate a model preset document (see ``models/*.yaml``)."""
+    if not isinstance(data, Mapping):
+        raise ProblemError("a model preset must be an object", source=source)
+    allowed = {"name", "title", "published_params", "references", "notes", "modules"}
+    for key in data:
+        if key not in allowed:
+            raise _fail(f"unknown field {key!r} (allowed: {', '.join(sorted(allowed))})", key, source)
+    if "name" not in data or not isinstance(data["name"], str):
+        raise _fail("is missing (a string)", "name", source)
+    mods = data.get("modules")
+    if not isinstance(mods, list) or not mods:
+        raise _fail("must be a non-empty list", "modules", source)
+    modules = tuple(_module_from_dict(m, f"modules[{i}]", source) for i, m in enumerate(mods))
+    names = [m.name for m in modules]
+    if len(set(names)) != len(names):
+        raise _fail("module names must be unique", "modules", source)
+    llms = [m for m in modules if m.kind == "llm"]
+    if len(llms) > 1:
+        raise _fail("at most one llm module", "modules", source)
+    for i, m in enumerate(modules):
+        if m.kind == "action_expert":
+            if not llms or llms[0].layers != m.layers:
+                raise _fail("an action expert shares attention with the llm at every layer: it needs an llm with the same layer count", f"modules[{i}].layers", source)
+        if m.kind == "projector" and m.tokens == 0:
+            raise _fail("must be >= 1", f"modules[{i}].tokens", source)
+    published = data.get("published_params")
+    if published is not None and (isinstance(published, bool) or not isinstance(published, (int, float)) or published <= 0):
+        raise _fail("must be a positive number", "published_params", source)
+    refs = data.get("references") or {}
+    if not isinstance(refs, Mapping):
+        raise _fail("must be an object (key: citation)", "references", source)
+    return ModelSpec(
+        name=data["name"],
+        modules=modules,
+        title=str(data.get("title") or ""),
+        published_params=float(published) if published is not None else None,
+        references=dict(refs),
+        notes=str(data.get("notes") or ""),
+        source=source,
+    )
+
+
+def cluster_from_dict(data: Any, *, source: str | None = None) -> ClusterSpec:
+    """Validate a cluster preset document (see ``models/clusters/*.yaml``)."""
+    if not isinstance(data, Mapping):
+        raise ProblemError("a cluster preset must be an object", source=source)
+    required = ("name", "gpus_per_node", "gpu_memory_bytes", "peak_tflops", "intra_node_GBps", "inter_node_GBps")
+    optional = ("gpu", "title", "references")
+    for key in data:
+        if key not in required + optional:
+            raise _fail(f"unknown field {key!r} (allowed: {', '.join(required + optional)})", key, source)
+    for key in required:
+        if key not in data:
+            raise _fail("is missing", key, source)
+    for key in required[1:]:
+        v = data[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+            raise _fail(f"must be a positive number, got {v!r}", key, source)
+    for key in ("gpus_per_node", "gpu_memory_bytes"):
+        if not float(data[key]).is_integer():
+            raise _fail(f"must be an integer, got {data[key]!r}", key, source)
+    return ClusterSpec(
+        name=str(data["name"]),
+        gpus_per_node=int(data["gpus_per_node"]),
+        gpu_memory_bytes=int(data["gpu_memory_bytes"]),
+        peak_tflops=float(data["peak_tflops"]),
+        intra_node_GBps=float(data["intra_node_GBps"]),
+        inter_node_GBps=float(data["inter_node_GBps"]),
+        gpu=str(data.get("gpu") or ""),
+        title=str(data.get("title") or ""),
+        references=dict(data.get("references") or {}),
+        source=source,
+    )
+
+

@@ -1,0 +1,126 @@
+"""The DP's placement automata: the states a suffix's first stage can be in, and how a stage attaches.
+
+See the *Placement* section of :mod:`.dp` for what the kinds (``none``,
+``size``, ``run``, ``bins``) model and when each is exact.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Automaton", "build_automaton"]
+
+
+@dataclass(frozen=True)
+class Automaton:
+    """Placement states of a suffix's first stage and how a new stage attaches.
+
+    ``trans[i]`` holds arrays ``(zp, zn, co)``: putting a stage of size index
+    ``i`` in front of a suffix whose first stage is in state ``zp`` gives the
+    new state ``zn`` and the outgoing boundary category ``co``.
+    """
+
+    kind: str
+    states: tuple
+    size_of: np.ndarray  # size index of each state, -1 = any
+    init: dict  # size index -> state of a last stage
+    accept: np.ndarray  # states a whole pipeline may start in
+    categories: tuple  # (min size index, link) ; link None = no transfer model
+    trans: dict
+    incoming: dict  # size index -> category ranges [(lo, hi)] a stage of that size can receive
+
+
+def build_automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_fixed: bool | None) -> Automaton:
+    n = len(sizes)
+    if kind == "none":
+        trans = {i: (np.array([0]), np.array([0]), np.array([0])) for i in range(n)}
+        incoming = {i: [(0, 1)] for i in range(n)}
+        return Automaton(kind, ("any",), np.array([-1]), {i: 0 for i in range(n)}, np.array([True]), ((0, None),), trans, incoming)
+    if kind == "size":
+        cats = tuple((j, link_fixed) for j in range(n))
+        trans = {
+            i: (np.arange(n), np.full(n, i), np.array([min(i, ip) for ip in range(n)])) for i in range(n)
+        }
+        incoming = {i: [(0, i + 1)] for i in range(n)}
+        return Automaton(kind, tuple(range(n)), np.arange(n), {i: i for i in range(n)}, np.ones(n, bool), cats, trans, incoming)
+    cats = tuple((j, False) for j in range(n)) + tuple((j, True) for j in range(n) if sizes[j] < G)
+    # categories are ordered (j, unlinked) for all j, then (j, linked) for in-node j: both ranges are prefixes
+    incoming = {i: [(0, i + 1)] + ([(n, n + i + 1)] if sizes[i] < G else []) for i in range(n)}
+    cat_index = {c: k for k, c in enumerate(cats)}
+    if kind == "run":
+
+        def initial(i: int):
+            return (i, sizes[i] if sizes[i] < G else G)
+
+        def step(i: int, z):
+            ip, u = z
+            out = [((i, sizes[i] if sizes[i] < G else G), (min(i, ip), False))]
+            if sizes[i] < G and sizes[ip] < G and u + sizes[i] <= G:
+                out.append(((i, u + sizes[i]), (min(i, ip), True)))
+            return out
+
+        accept = lambda z: True  # noqa: E731  (relaxed: packing is checked after)
+    else:  # bins: (size, free space of this stage's node or None, free space of other open nodes)
+
+        def initial(i: int):
+            return (i, G - sizes[i], ()) if sizes[i] <= G else (i, None, ())
+
+        def step(i: int, z):
+            ip, r, others = z
+            d = sizes[i]
+            carry = tuple(sorted(others + ((r,) if r else ())))
+            out = []
+            if d > G:
+                out.append(((i, None, carry), (min(i, ip), False)))
+                return out
+            if r is not None and r >= d:
+                out.append(((i, r - d, others), (min(i, ip), True)))
+            for v in sorted(set(others)):
+                if v >= d:
+                    rest = list(others)
+                    rest.remove(v)
+                    new_others = tuple(sorted(rest + ([r] if r else [])))
+                    out.append(((i, v - d, new_others), (min(i, ip), False)))
+            out.append(((i, G - d, carry), (min(i, ip), False)))
+            return out
+
+        def accept(z) -> bool:
+            return not z[1] and not z[2]
+
+    # reachable states
+    index: dict = {}
+    order: list = []
+
+    def add(z) -> int:
+        if z not in index:
+            if kind == "bins" and len(z[2]) + (1 if z[1] else 0) > nodes:
+                return -1
+            index[z] = len(order)
+            order.append(z)
+        return index[z]
+
+    for i in range(n):
+        add(initial(i))
+    edges: dict[int, list] = {i: [] for i in range(n)}
+    k = 0
+    while k < len(order):
+        z = order[k]
+        for i in range(n):
+            for zn, cat in step(i, z):
+                t = add(zn)
+                if t >= 0:
+                    edges[i].append((k, t, cat_index[cat]))
+        k += 1
+    trans = {i: tuple(np.array(col, dtype=np.int64) for col in zip(*edges[i])) for i in range(n)}
+    size_of = np.array([z[0] for z in order])
+    return Automaton(
+        kind,
+        tuple(order),
+        size_of,
+        {i: index[initial(i)] for i in range(n)},
+        np.array([accept(z) for z in order]),
+        cats,
+        trans,
+        incoming,
+    )
