@@ -30,13 +30,26 @@ class StagePart:
     ``kind`` is ``"segment"`` (layers ``first..last`` of ``module`` in config
     ``config``), ``"reshard"`` (between the segments before and after it) or
     ``"send"`` (the forward's send to the next stage, whose ``bwd_ms`` is the
-    backward's send to the previous stage).
+    backward's send to the previous stage). ``weight_ms`` is the part of
+    ``bwd_ms`` that computes weight gradients (a segment's Σ W of
+    :meth:`~partitioner.problem.LayerCost.split`; 0 for reshards and sends),
+    for schedules that run it as a separate op (zero-bubble W).
     """
 
     kind: str
     label: str
     fwd_ms: float
     bwd_ms: float
+    weight_ms: float = 0.0
+
+    def op_ms(self, kind: str, split_backward: bool = False) -> float:
+        """This part's share of an op of ``kind``: ``F``, ``B`` (its input-gradient part when
+        ``split_backward``, i.e. when the schedule runs ``W`` ops of its own) or ``W``."""
+        if kind == "F":
+            return self.fwd_ms
+        if kind == "W":
+            return self.weight_ms
+        return self.bwd_ms - self.weight_ms if split_backward else self.bwd_ms
 
 
 def stage_parts(problem: Problem, evaluation: Evaluation) -> tuple[tuple[StagePart, ...], ...]:
@@ -57,6 +70,7 @@ def stage_parts(problem: Problem, evaluation: Evaluation) -> tuple[tuple[StagePa
                     f"{module} {config.key}",
                     sum(c.fwd_ms for c in costs),
                     sum(c.bwd_ms for c in costs),
+                    sum(c.split()[1] for c in costs),
                 )
             )
         parts.append(StagePart("send", "send", s.send_fwd_ms, s.send_bwd_ms))

@@ -234,7 +234,8 @@ def refine_knobs(problem: Problem, plan: Plan, objective: str | None = None,
     depend only on its own segments' entries (the reshards and transfers
     only on meshes), so choosing each stage's variants alone minimizes
     every stage time, and with them both objectives: for the given cuts
-    and meshes the result is optimal. Stages with more than
+    and meshes the result is optimal. Among equally fast choices the one
+    needing the least memory wins (ZeRO-1 over ZeRO-0). Stages with more than
     ``max_combinations`` variant combinations pick one variant for all
     their segments. None when some stage fits with no combination.
     """
@@ -265,11 +266,11 @@ def refine_knobs(problem: Problem, plan: Plan, objective: str | None = None,
         for combo in choices:
             time = sum(o[v][0] for o, v in zip(options, combo))
             need = sum(o[v][1] for o, v in zip(options, combo)) + stash * sum(o[v][2] for o, v in zip(options, combo))
-            if need <= memory and (best is None or time < best[0]):
-                best = (time, combo)
+            if need <= memory and (best is None or (time, need) < best[:2]):  # ties: the smaller memory
+                best = (time, need, combo)
         if best is None:
             return None
-        configs = [Layout(c.dp, c.tp, v) for ((_, c), v) in zip(segs, best[1])]
+        configs = [Layout(c.dp, c.tp, v) for ((_, c), v) in zip(segs, best[2])]
         stages.append(Stage.from_configs(stage.first_layer, stage.last_layer, stage.devices, configs, stage.device_ids))
     return _try(problem, Plan(tuple(stages)), objective)
 

@@ -48,6 +48,7 @@ BACKWARD_COLOR = "#DD8452"
 WEIGHT_GRAD_COLOR = "#55A868"
 IDLE_COLOR = "#E6E6E6"
 RESHARD_COLOR = "#6B6B6B"
+PART_KINDS = ("F", "B", "W")  # ops drawn with their segments: forward, backward (input part), weight gradients
 US_PER_MS = 1000.0
 
 
@@ -80,11 +81,12 @@ def gantt(sim: Simulation, title: str | None = None, *, width: float = 12.0):
     # the row's grey band is the idle time that the boxes leave uncovered
     ax.barh(range(P), [span] * P, left=0, height=height, color=IDLE_COLOR, edgecolor="none", zorder=1)
     split = _split_stages(sim)
+    zero_bubble = _has_weight_ops(sim)
     for op in sim.timeline:
         color = _op_color(sim, op)
         ax.barh(op.stage, op.duration, left=op.start, height=height, color=color, edgecolor="white", linewidth=0.6, zorder=2)
-        if _chunk(op) in split and op.kind in ("F", "B"):
-            _draw_parts(ax, op, split[_chunk(op)], color, height)
+        if _chunk(op) in split and op.kind in PART_KINDS:
+            _draw_parts(ax, op, split[_chunk(op)], color, height, zero_bubble)
     ax.set_yticks(range(P), _labels(sim))
     ax.set_ylim(P - 0.5, -0.5)  # stage 0 on top
     ax.set_xlim(0, span if span > 0 else 1.0)
@@ -157,7 +159,12 @@ def _split_stages(sim: Simulation) -> dict[int, tuple]:
     }
 
 
-def _draw_parts(ax, op, parts, color: str, height: float) -> None:
+def _has_weight_ops(sim: Simulation) -> bool:
+    """Whether the schedule runs weight gradients as ops of their own (``W``): then ``B`` is the input part."""
+    return any(op.kind == "W" for op in sim.timeline)
+
+
+def _draw_parts(ax, op, parts, color: str, height: float, split_backward: bool = False) -> None:
     """Overlay ``op``'s segments (alternating shades) and hatched reshards, scaled to the op's duration.
 
     The parts are drawn in the order the op runs them; their lengths are the
@@ -166,7 +173,7 @@ def _draw_parts(ax, op, parts, color: str, height: float) -> None:
     """
     # shade by the segment's place in the stage (forward order), so a segment looks the same in F and B
     position = {id(part): k for k, part in enumerate(p for p in parts if p.kind == "segment")}
-    for part, left, width in _part_spans(op, parts):
+    for part, left, width in _part_spans(op, parts, split_backward):
         if part.kind == "segment":
             shade = color if position[id(part)] % 2 == 0 else _tint(color)
             ax.barh(op.stage, width, left=left, height=height, color=shade, edgecolor="white", linewidth=0.4, zorder=2.1)
@@ -175,13 +182,17 @@ def _draw_parts(ax, op, parts, color: str, height: float) -> None:
                     hatch="////", linewidth=0.4, zorder=2.2)
 
 
-def _part_spans(op, parts) -> list[tuple]:
-    """``(part, left, width)`` for the parts of ``op`` in the order it runs them, scaled to its duration."""
+def _part_spans(op, parts, split_backward: bool = False) -> list[tuple]:
+    """``(part, left, width)`` for the parts of ``op`` in the order it runs them, scaled to its duration.
+
+    ``F`` runs the segments in order, ``B`` and ``W`` in reverse;
+    ``split_backward`` says that ``B`` holds only the input gradients (the
+    schedule has ``W`` ops).
+    """
     from .breakdown import backward_order
 
-    forward = op.kind == "F"
-    ordered = parts if forward else backward_order(parts)
-    lengths = [part.fwd_ms if forward else part.bwd_ms for part in ordered]
+    ordered = parts if op.kind == "F" else backward_order(parts)
+    lengths = [part.op_ms(op.kind, split_backward) for part in ordered]
     total = sum(lengths)
     if total <= 0 or op.duration <= 0:
         return []
@@ -193,10 +204,14 @@ def _part_spans(op, parts) -> list[tuple]:
     return out
 
 
-def _number_spot(op, split: dict) -> tuple[float, float]:
+def _number_spot(op, split: dict, split_backward: bool = False) -> tuple[float, float]:
     """Where the microbatch number goes: ``(centre, room)``; in a split box, the longest segment."""
-    if _chunk(op) in split and op.kind in ("F", "B"):
-        spans = [(width, left) for part, left, width in _part_spans(op, split[_chunk(op)]) if part.kind == "segment"]
+    if _chunk(op) in split and op.kind in PART_KINDS:
+        spans = [
+            (width, left)
+            for part, left, width in _part_spans(op, split[_chunk(op)], split_backward)
+            if part.kind == "segment"
+        ]
         if spans:
             width, left = max(spans)
             return left + width / 2, width
@@ -216,9 +231,10 @@ def _number_boxes(fig, ax, sim: Simulation) -> None:
     x0, x1 = ax.get_xlim()
     pts_per_ms = ax.get_window_extent().width * 72.0 / fig.dpi / (x1 - x0)
     split = _split_stages(sim)
+    zero_bubble = _has_weight_ops(sim)
     for op in sim.timeline:
         text = str(op.microbatch)
-        centre, room = _number_spot(op, split)
+        centre, room = _number_spot(op, split, zero_bubble)
         # a digit is about 0.6 em wide; keep a little margin on both sides
         fontsize = min(9.0, room * pts_per_ms / (0.62 * len(text) + 0.5))
         if fontsize >= 5.5:
@@ -246,11 +262,12 @@ def chrome_trace(sim: Simulation, title: str | None = None) -> dict[str, Any]:
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": p, "args": {"name": label}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": p, "args": {"sort_index": p}})
     split = _split_stages(sim)
+    zero_bubble = _has_weight_ops(sim)
     for op in sim.timeline:
         events.append(_trace_op(sim, op, pid))
-        if _chunk(op) in split and op.kind in ("F", "B"):
+        if _chunk(op) in split and op.kind in PART_KINDS:
             # a stage with several segments: its segments and reshards as slices nested in the op
-            for part, left, width in _part_spans(op, split[_chunk(op)]):
+            for part, left, width in _part_spans(op, split[_chunk(op)], zero_bubble):
                 if part.kind == "send" or width <= 0:
                     continue
                 events.append(

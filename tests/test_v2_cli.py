@@ -6,7 +6,7 @@ import json
 import pytest
 import yaml
 
-from partitioner import load_problem, solve
+from partitioner import __version__, load_problem, solve
 from partitioner.compare import compare
 
 LESSON15 = "seed_lesson15_colocated.json"
@@ -35,7 +35,8 @@ def test_v1_json_has_no_v2_fields(cli, examples):
 
 def test_batch_and_compare_take_v2_problems(cli, examples, tmp_path):
     sweep = tmp_path / "sweep.yaml"
-    sweep.write_text(yaml.safe_dump({"problems": [str(examples / LESSON15)], "methods": ["brute", "greedy", "uniform"]}))
+    methods = ["brute", "dp", "cpsat", "milp", "greedy", "uniform"]
+    sweep.write_text(yaml.safe_dump({"problems": [str(examples / LESSON15)], "methods": methods}))
     out = tmp_path / "results.jsonl"
     proc = cli("batch", sweep, "--out", out, "--workers", "1", "--no-progress")
     assert proc.returncode == 0, proc.stderr
@@ -43,18 +44,18 @@ def test_batch_and_compare_take_v2_problems(cli, examples, tmp_path):
     assert records["brute"]["plan"]["stages"][0]["configs"] == [{"dp": 8, "tp": 1}, {"dp": 2, "tp": 4}]
     # the result format survives next to the package version
     assert all(r["format_version"] == 2 for r in records.values())
-    from partitioner import __version__
-
     assert all(r["version"] == __version__ for r in records.values())
     proc = cli("compare", out, "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     row, = doc["problems"]
     assert row["best_value"] == 16.36371456
-    assert row["results"]["brute"]["gap"] == 0 and row["results"]["greedy"]["gap"] == 0
+    for method in ("brute", "dp", "cpsat", "milp"):  # every exact method proves the same v2 optimum
+        assert row["results"][method]["status"] == "optimal" and row["results"][method]["gap"] == 0, method
+        assert doc["methods"][method]["conflicts"] == 0
+    assert row["results"]["greedy"]["gap"] == 0
     # Megatron-LM's one config for the whole model: 21.7008 ms, 32.6 % behind
     assert row["results"]["uniform"]["gap"] == pytest.approx(21.7008 / 16.36371456 - 1, rel=1e-9)
-    assert doc["methods"]["brute"]["conflicts"] == 0
 
 
 def test_compare_flags_a_v1_only_optimum_on_a_v2_problem(examples):

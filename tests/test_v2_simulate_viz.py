@@ -135,3 +135,31 @@ def test_config_cell_names_each_segment():
     assert config_cell(p, evaluate(p, plan).stages[0]) == "vision 8 x 1\nllm 2 x 4"
     one = Plan((Stage(0, 6, 8, 2, 4),)).with_device_ids()
     assert config_cell(p, evaluate(p, one).stages[0]) == "2 x 4"
+
+
+def test_split_ops_of_a_zero_bubble_timeline():
+    """With W ops (zero-bubble), B shows the input-gradient parts with the reshard, W only the segments' W."""
+    from dataclasses import replace
+
+    from partitioner.simulate import Op, Simulation
+
+    p, plan = _lesson15()
+    ev = evaluate(p, plan)
+    parts, = stage_parts(p, ev)
+    seg = [x for x in parts if x.kind == "segment"]
+    # the example gives no split: W is half of each segment's backward
+    assert [x.weight_ms for x in seg] == pytest.approx([x.bwd_ms / 2 for x in seg])
+    f = sum(x.op_ms("F") for x in parts)
+    b = sum(x.op_ms("B", split_backward=True) for x in parts)
+    w = sum(x.op_ms("W") for x in parts)
+    assert f == pytest.approx(ev.stages[0].fwd_ms) and b + w == pytest.approx(ev.stages[0].bwd_ms)
+    timeline = (Op(0, "F", 0, 0.0, f), Op(0, "B", 0, f, f + b), Op(0, "W", 0, f + b, f + b + w))
+    sim = Simulation("zb-h1", 1, (f,), (b + w,), timeline, stage_parts=(parts,))
+    ax = gantt(sim).axes[0]
+    hatched = [bar for bar in ax.patches if bar.get_hatch()]
+    r = ev.stages[0].reshard_ms
+    assert [bar.get_width() for bar in hatched] == pytest.approx([r, r])  # in F and in B, not in W
+    # W: llm's W first, then vision's, filling the op exactly
+    w_bars = [bar for bar in ax.patches if bar.get_x() >= f + b - 1e-12 and not bar.get_hatch()][1:]
+    assert [bar.get_width() for bar in w_bars] == pytest.approx([seg[1].weight_ms, seg[0].weight_ms])
+    assert replace(sim, stage_parts=None) == sim  # the parts are drawing data, not part of a simulation's identity

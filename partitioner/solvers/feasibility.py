@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from ..plan import PlanError, evaluate
+from ..plan import evaluate
 from ..problem import Problem
 from ..units import format_bytes
 from .dp import DPModel
@@ -85,18 +85,8 @@ def explain_infeasible(problem: Problem) -> str:
     relaxed = _without_memory_limit(problem)
     model = DPModel(relaxed)
     outcome = model.optimize("bottleneck", model.natural_placement(), None, 2**31)
-    ev = None
     if outcome.status == "optimal" and outcome.plan is not None:
-        try:
-            ev = evaluate(relaxed, outcome.plan)
-        except PlanError:
-            # the explanation must never break the solver that proved infeasibility (a dp
-            # without format v2's per-segment configs would land here): say only what is known
-            return (
-                f"no valid plan: the exact search found no plan that fits in "
-                f"{format_bytes(problem.cluster.gpu_memory_bytes)} per GPU with {counts[0]}..{counts[-1]} stages"
-            )
-    if ev is not None:
+        ev = evaluate(relaxed, outcome.plan)
         worst = max(ev.stages, key=lambda s: s.memory_bytes)
         return (
             f"no valid plan fits in {format_bytes(problem.cluster.gpu_memory_bytes)} per GPU: with unlimited memory "
