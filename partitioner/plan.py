@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .problem import Layout, Problem, ProblemError, read_document
+from .documents import check_document
+from .problem import Layout, Problem, ProblemError, as_problem, read_document
 from .reshard import segment_reshard_ms
 from .schedules import estimate as schedule_estimate
 from .schedules import peak_activation_bytes, stash
@@ -40,6 +42,7 @@ __all__ = [
     "evaluate",
     "evaluate_interleaved",
     "load_plan",
+    "as_plan",
 ]
 
 STATUSES = ("optimal", "feasible", "infeasible", "error")
@@ -288,6 +291,33 @@ def load_plan(path: str) -> Plan:
     return Plan.from_dict(read_document(path), source=str(path))
 
 
+def as_plan(value: Any, *, what: str = "plan") -> Plan:
+    """What the API accepts as a plan: a :class:`Plan`, a :class:`SolveResult` with a plan,
+    a plan or result document (a mapping, or a list of stages), or a file path.
+
+    Raises
+    ------
+    ProblemError
+        When ``value`` is none of these (saying what was expected) or is malformed.
+    """
+    if isinstance(value, Plan):
+        return value
+    if isinstance(value, SolveResult):
+        if value.plan is None:
+            raise ProblemError(f"this {value.status} result has no plan", path=what)
+        return value.plan
+    if isinstance(value, (Mapping, list, tuple)):
+        check_document(value)
+        return Plan.from_dict(list(value) if isinstance(value, tuple) else value)
+    if isinstance(value, (str, Path)):
+        return load_plan(str(value))
+    kind = "None" if value is None else type(value).__name__
+    raise ProblemError(
+        f"expected a Plan, a SolveResult, a plan document (dict or list of stages) or the path of a plan file, got {kind}",
+        path=what,
+    )
+
+
 # --------------------------------------------------------------------------- evaluation
 
 
@@ -425,10 +455,12 @@ def evaluate(problem: Problem, plan: Plan, objective: str | None = None) -> Eval
 
     Parameters
     ----------
-    problem : Problem
-    plan : Plan
-        Stages with or without ``device_ids`` (without: contiguous ids in stage order).
-        Under ``training.schedule: interleaved`` the stages are the P·v chunks
+    problem : Problem, dict or path
+        See :func:`~partitioner.problem.as_problem`.
+    plan : Plan, SolveResult, dict, list or path
+        Stages with or without ``device_ids`` (without: contiguous ids in stage
+        order); see :func:`as_plan` for what is accepted. Under
+        ``training.schedule: interleaved`` the stages are the P·v chunks
         (:func:`evaluate_interleaved`).
     objective : {"bottleneck", "iteration"}, optional
         Defaults to the problem's objective.
@@ -441,7 +473,11 @@ def evaluate(problem: Problem, plan: Plan, objective: str | None = None) -> Eval
     ------
     PlanError
         The first rule the plan breaks, with the stage and the numbers.
+    ProblemError
+        ``problem`` or ``plan`` is not one of the accepted kinds, or malformed.
     """
+    problem = as_problem(problem)
+    plan = as_plan(plan)
     objective = objective or problem.objective
     if objective not in ("bottleneck", "iteration"):
         raise ValueError(f"unknown objective {objective!r}")

@@ -31,6 +31,7 @@ from typing import Any, Mapping, Sequence
 
 from .costs import CostOptions, build_problem
 from .costs.variants import parse_variant
+from .limits import MAX_NODES
 from .plan import Evaluation, Plan, PlanError, SolveResult, Stage, evaluate
 from .presets import ClusterSpec, ModelSpec, load_cluster, load_model
 from .problem import OBJECTIVES, Layout, Problem, ProblemError
@@ -330,6 +331,12 @@ def plan_options(options: Mapping[str, Any] | CostOptions | None) -> CostOptions
     return CostOptions.from_mapping(given)
 
 
+def _check_count(value: Any, name: str, maximum: int) -> None:
+    """An argument that must be an integer in 1..maximum (the API door; ranges in partitioner.limits)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise ProblemError(f"must be an integer in 1..{maximum}, got {value!r}", path=name)
+
+
 def plan_model(
     model: str | ModelSpec,
     cluster: str | ClusterSpec,
@@ -405,6 +412,7 @@ def plan_model(
     if knob_solves not in ("fast", "all"):
         raise SolverError(f"knob_solves must be fast or all, got {knob_solves!r}")
     spec, cl = load_model(model), load_cluster(cluster)
+    _check_count(nodes, "nodes", MAX_NODES)
     opts = plan_options(options)
     if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
         raise ProblemError(f"must be a positive integer, got {global_batch!r}", path="global_batch")

@@ -21,12 +21,28 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterator, Mapping
 
 import yaml
 
+from .documents import check_document, read_document
+from .limits import (
+    MAX_BYTES,
+    MAX_DEVICES,
+    MAX_EDGES,
+    MAX_GBPS,
+    MAX_GPUS_PER_NODE,
+    MAX_LAYERS,
+    MAX_MICROBATCHES,
+    MAX_NODES,
+    MAX_TIME_MS,
+    MAX_TOTAL_BYTES,
+    MAX_VIRTUAL_STAGES,
+    MIN_GBPS,
+)
 __all__ = [
     "FORMAT_VERSION",
     "FORMAT_VERSIONS",
@@ -43,6 +59,7 @@ __all__ = [
     "StageBounds",
     "Problem",
     "load_problem",
+    "as_problem",
     "dump_problem",
     "read_document",
 ]
@@ -112,6 +129,8 @@ class Layout:
                 "cost key must look like dp<int>tp<int> or dp<int>tp<int>/<variant> "
                 f"(variant: lowercase letters, digits and _ . + -; e.g. dp2tp4, dp8tp1/zero3), got {key!r}"
             )
+        if len(match.group(1)) > 6 or len(match.group(2)) > 6:
+            raise ValueError(f"dp and tp in a cost key must be below 10^6, got {key[:40]!r}")
         return cls(int(match.group(1)), int(match.group(2)), match.group(3) or "")
 
     def __str__(self) -> str:
@@ -188,14 +207,34 @@ class Cluster:
     def allowed_sizes(self) -> tuple[int, ...]:
         """Stage sizes rule 3 allows: powers of two dividing ``gpus_per_node``,
         ``gpus_per_node`` itself, and ``k * gpus_per_node`` for ``k = 2..nodes``."""
+        return _allowed_sizes(self.gpus_per_node, self.nodes)
+
+    def allows_size(self, devices: int) -> bool:
+        """``devices in allowed_sizes()``, without building the list."""
         g = self.gpus_per_node
-        sizes = {1 << i for i in range(g.bit_length()) if g % (1 << i) == 0}
-        sizes.add(g)
-        sizes.update(k * g for k in range(2, self.nodes + 1))
-        return tuple(sorted(sizes))
+        if devices < 1:
+            return False
+        if devices <= g:
+            return devices == g or (g % devices == 0 and devices & (devices - 1) == 0)
+        return devices % g == 0 and devices // g <= self.nodes
+
+    def describe_sizes(self) -> str:
+        """The allowed sizes for a message: all of them, or the first few, ``...`` and the last."""
+        sizes = self.allowed_sizes()
+        if len(sizes) <= 12:
+            return ", ".join(map(str, sizes))
+        return ", ".join(map(str, sizes[:8])) + ", ..., " + str(sizes[-1])
 
     def allows(self, layout: Layout) -> bool:
-        return layout.tp <= self.gpus_per_node and layout.devices in self.allowed_sizes()
+        return layout.tp <= self.gpus_per_node and self.allows_size(layout.devices)
+
+
+@lru_cache(maxsize=64)
+def _allowed_sizes(g: int, nodes: int) -> tuple[int, ...]:
+    sizes = {1 << i for i in range(g.bit_length()) if g % (1 << i) == 0}
+    sizes.add(g)
+    sizes.update(k * g for k in range(2, nodes + 1))
+    return tuple(sorted(sizes))
 
 
 @dataclass(frozen=True)
@@ -271,8 +310,18 @@ class Problem:
         return tuple(out)
 
     @classmethod
-    def from_dict(cls, data: Any, *, source: str | None = None) -> "Problem":
+    def from_dict(cls, data: Any, *, source: str | None = None, _checked: bool = False) -> "Problem":
+        """Validate a problem document (a dict as JSON or YAML would give it).
+
+        Raises
+        ------
+        ProblemError
+            Naming the field, for anything outside format v1/v2 or the ranges
+            of :mod:`partitioner.limits`.
+        """
         try:
+            if not _checked:
+                check_document(data, source=source)
             return _parse_problem(data, source)
         except ProblemError as err:
             raise err if err.source or source is None else err.with_source(source)
@@ -350,51 +399,34 @@ def _frozen(value: Any) -> Any:
 # --------------------------------------------------------------------------- reading files
 
 
-def read_document(path: str | Path) -> Any:
-    """Parse a JSON or YAML file (by suffix; unknown suffixes try JSON, then YAML).
-
-    Raises :class:`ProblemError` naming the file when it cannot be read or parsed.
-    """
-    path = Path(path)
-    name = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ProblemError("file not found", source=name) from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ProblemError(f"cannot read file: {err}", source=name) from None
-    suffix = path.suffix.lower()
-    if suffix == ".json":
-        return _parse_json(text, name)
-    if suffix in (".yaml", ".yml"):
-        return _parse_yaml(text, name)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return _parse_yaml(text, name, what="JSON or YAML")
-
-
-def _parse_json(text: str, name: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ProblemError(f"not valid JSON: line {err.lineno} column {err.colno}: {err.msg}", source=name) from None
-
-
-def _parse_yaml(text: str, name: str, what: str = "YAML") -> Any:
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ProblemError(f"not valid {what}: {where}{problem}", source=name) from None
-
-
 def load_problem(path: str | Path) -> Problem:
-    """Load and validate a v1 problem from a JSON or YAML file."""
+    """Load and validate a v1 or v2 problem from a JSON or YAML file.
+
+    The file must follow the document rules of :mod:`partitioner.documents`
+    (size, depth, strict values, no duplicate keys) and the fields the ranges
+    of :mod:`partitioner.limits`; anything else raises :class:`ProblemError`.
+    """
     data = read_document(path)
-    return Problem.from_dict(data, source=str(path))
+    return Problem.from_dict(data, source=str(path), _checked=True)
+
+
+def as_problem(value: Any, *, what: str = "problem") -> Problem:
+    """What the API accepts as a problem: a :class:`Problem`, a problem document (a mapping), or a file path.
+
+    Raises
+    ------
+    ProblemError
+        When ``value`` is none of these (saying what was expected), or is not a valid problem.
+    """
+    if isinstance(value, Problem):
+        return value
+    if isinstance(value, Mapping):
+        return Problem.from_dict(value)
+    if isinstance(value, (str, Path)):
+        return load_problem(value)
+    raise ProblemError(
+        f"expected a Problem, a problem document (dict) or the path of a problem file, got {_describe(value)}", path=what
+    )
 
 
 def dump_problem(problem: Problem, path: str | Path) -> None:
@@ -404,30 +436,43 @@ def dump_problem(problem: Problem, path: str | Path) -> None:
     if path.suffix.lower() in (".yaml", ".yml"):
         path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     else:
-        path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        path.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n", encoding="utf-8")
 
 
 # --------------------------------------------------------------------------- validation
 
 
 class _Node:
-    """A value in the document together with its field path, for error messages."""
+    """A value in the document together with its field path, for error messages.
 
-    def __init__(self, value: Any, path: str):
+    The path is spelled out only when asked for (an error, a nested message):
+    a large problem has millions of nodes and almost never needs one.
+    """
+
+    __slots__ = ("value", "_path", "_parent", "_key")
+
+    def __init__(self, value: Any, path: str | None, parent: "_Node | None" = None, key: str | int | None = None):
         self.value = value
-        self.path = path
+        self._path = path
+        self._parent = parent
+        self._key = key
+
+    @property
+    def path(self) -> str:
+        if self._path is None:
+            base, key = self._parent.path, self._key
+            self._path = f"{base}[{key}]" if isinstance(key, int) else (f"{base}.{key}" if base else key)
+        return self._path
 
     def fail(self, reason: str) -> ProblemError:
         return ProblemError(reason, path=self.path)
 
     def child(self, key: str | int) -> "_Node":
-        if isinstance(key, int):
-            return _Node(self.value[key], f"{self.path}[{key}]")
-        return _Node(self.value[key], f"{self.path}.{key}" if self.path else key)
+        return _Node(self.value[key], None, self, key)
 
     # -- shapes
     def mapping(self, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> "_Node":
-        if not isinstance(self.value, Mapping):
+        if type(self.value) is not dict and not isinstance(self.value, Mapping):
             raise self.fail(f"must be an object, got {_describe(self.value)}")
         for key in required:
             if key not in self.value:
@@ -457,19 +502,23 @@ class _Node:
             raise self.fail(f"must be a string, got {_describe(self.value)}")
         return self.value
 
-    def number(self, *, minimum: float | None = None, positive: bool = False) -> float:
+    def number(self, *, minimum: float | None = None, positive: bool = False, maximum: float | None = None) -> float:
         v = self.value
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise self.fail(f"must be a number, got {_describe(v)}")
+        if isinstance(v, int) and v.bit_length() > 63:
+            raise self.fail(f"must be a number in range, got {_big(v)}")
         if not math.isfinite(v):
             raise self.fail(f"must be finite, got {v}")
         if positive and v <= 0:
             raise self.fail(f"must be > 0, got {_num(v)}")
         if minimum is not None and v < minimum:
             raise self.fail(f"must be >= {_num(minimum)}, got {_num(v)}")
+        if maximum is not None and v > maximum:
+            raise self.fail(f"must be <= {_num(maximum)}, got {_num(v)} (see the accepted ranges in the README)")
         return float(v)
 
-    def integer(self, *, minimum: int | None = None) -> int:
+    def integer(self, *, minimum: int | None = None, maximum: int | None = None) -> int:
         v = self.value
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise self.fail(f"must be an integer, got {_describe(v)}")
@@ -480,12 +529,23 @@ class _Node:
                 raise self.fail(f"must be an integer, got {v}")
             v = int(v)
         if minimum is not None and v < minimum:
-            raise self.fail(f"must be >= {minimum}, got {v}")
+            raise self.fail(f"must be >= {minimum}, got {_big(v)}")
+        if maximum is not None and v > maximum:
+            raise self.fail(f"must be <= {_num(maximum)}, got {_big(v)} (see the accepted ranges in the README)")
         return v
 
 
+def _big(v: int) -> str:
+    """An integer for a message: its digits, or its size when it has very many."""
+    return str(v) if v.bit_length() <= 64 else f"an integer of {v.bit_length()} bits"
+
+
 def _num(v: float) -> str:
-    return str(int(v)) if float(v).is_integer() else repr(v)
+    if isinstance(v, int) and v.bit_length() > 64:
+        return _big(v)
+    if isinstance(v, int) and v >= 2**40 and v & (v - 1) == 0:
+        return f"2^{v.bit_length() - 1}"
+    return str(int(v)) if float(v).is_integer() and abs(v) < 1e16 else repr(float(v))
 
 
 def _describe(value: Any) -> str:
@@ -575,11 +635,16 @@ def _parse_cluster(node: _Node) -> Cluster:
     node.mapping(
         ("nodes", "gpus_per_node", "gpu_memory_bytes", "intra_node_GBps", "inter_node_GBps"), ("topology",)
     )
-    nodes = node.child("nodes").integer(minimum=1)
-    gpus = node.child("gpus_per_node").integer(minimum=1)
-    memory = node.child("gpu_memory_bytes").integer(minimum=1)
-    intra = node.child("intra_node_GBps").number(positive=True)
-    inter = node.child("inter_node_GBps").number(positive=True)
+    nodes = node.child("nodes").integer(minimum=1, maximum=MAX_NODES)
+    gpus = node.child("gpus_per_node").integer(minimum=1, maximum=MAX_GPUS_PER_NODE)
+    if nodes * gpus > MAX_DEVICES:
+        raise node.fail(
+            f"nodes * gpus_per_node = {nodes * gpus} devices is more than the {MAX_DEVICES} accepted "
+            "(see the accepted ranges in the README)"
+        )
+    memory = node.child("gpu_memory_bytes").integer(minimum=1, maximum=MAX_BYTES)
+    intra = node.child("intra_node_GBps").number(positive=True, minimum=MIN_GBPS, maximum=MAX_GBPS)
+    inter = node.child("inter_node_GBps").number(positive=True, minimum=MIN_GBPS, maximum=MAX_GBPS)
     topology = _parse_topology(node.child("topology"), nodes * gpus) if "topology" in node.value else None
     return Cluster(nodes, gpus, memory, intra, inter, topology)
 
@@ -588,7 +653,10 @@ def _parse_topology(node: _Node, num_devices: int) -> Topology:
     node.mapping(("edges",))
     edges = []
     seen_gpus: set[int] = set()
-    for edge in node.child("edges").elements():
+    edges_node = node.child("edges")
+    if isinstance(edges_node.value, list) and len(edges_node.value) > MAX_EDGES:
+        raise edges_node.fail(f"has {len(edges_node.value)} edges, more than the {MAX_EDGES} accepted")
+    for edge in edges_node.elements():
         if not isinstance(edge.value, list) or len(edge.value) != 3:
             raise edge.fail("must be a list [u, v, GBps]")
         ends = []
@@ -604,7 +672,7 @@ def _parse_topology(node: _Node, num_devices: int) -> Topology:
             ends.append(v)
         if ends[0] == ends[1]:
             raise edge.fail("an edge must join two different vertices")
-        edges.append((ends[0], ends[1], edge.child(2).number(positive=True)))
+        edges.append((ends[0], ends[1], edge.child(2).number(positive=True, minimum=MIN_GBPS, maximum=MAX_GBPS)))
     if not edges:
         raise node.child("edges").fail("must list at least one edge")
     missing = sorted(set(range(num_devices)) - seen_gpus)
@@ -621,7 +689,7 @@ def _parse_topology(node: _Node, num_devices: int) -> Topology:
 
 def _parse_training(node: _Node) -> Training:
     node.mapping(("microbatches",), ("objective", "schedule", "virtual_stages"))
-    microbatches = node.child("microbatches").integer(minimum=1)
+    microbatches = node.child("microbatches").integer(minimum=1, maximum=MAX_MICROBATCHES)
     objective = "bottleneck"
     if "objective" in node.value:
         obj = node.child("objective")
@@ -637,7 +705,7 @@ def _parse_training(node: _Node) -> Training:
     virtual = 1
     if "virtual_stages" in node.value:
         vnode = node.child("virtual_stages")
-        virtual = vnode.integer(minimum=1)
+        virtual = vnode.integer(minimum=1, maximum=MAX_VIRTUAL_STAGES)
         if schedule != "interleaved" and virtual != 1:
             raise vnode.fail(f"virtual stages are for schedule 'interleaved' only (schedule is {schedule!r})")
     if schedule == "interleaved":
@@ -649,44 +717,34 @@ def _parse_training(node: _Node) -> Training:
 
 
 def _parse_layers(node: _Node, cluster: Cluster, version: int = 1, variants: Mapping[str, str] | None = None) -> tuple[Layer, ...]:
+    if isinstance(node.value, list) and len(node.value) > MAX_LAYERS:
+        raise node.fail(f"has {len(node.value)} layers, more than the {MAX_LAYERS} accepted (see the accepted ranges in the README)")
     layers = []
+    totals: dict[Layout, list[int]] = {}  # per config: Σ weight_bytes, Σ act_bytes so far
+    configs: dict[str, Layout] = {}  # cost key -> its checked config
     for i, lnode in enumerate(node.elements()):
         lnode.mapping(("costs",), ("name", "module", "out_bytes"))
         name = lnode.child("name").string() if "name" in lnode.value else f"layer{i}"
         module = lnode.child("module").string() if "module" in lnode.value else "layer"
-        out_bytes = lnode.child("out_bytes").integer(minimum=0) if "out_bytes" in lnode.value else 0
+        out_bytes = lnode.child("out_bytes").integer(minimum=0, maximum=MAX_BYTES) if "out_bytes" in lnode.value else 0
         costs_node = lnode.child("costs")
-        if not isinstance(costs_node.value, Mapping):
+        if type(costs_node.value) is not dict and not isinstance(costs_node.value, Mapping):
             raise costs_node.fail(
                 f"must be an object keyed by config (dp<int>tp<int>[/variant]), got {_describe(costs_node.value)}"
             )
         costs: dict[Layout, LayerCost] = {}
         for key, cnode in costs_node.items():
-            try:
-                layout = Layout.parse(key)
-            except ValueError as err:
-                raise cnode.fail(str(err)) from None
-            if layout.variant and version < 2:
-                raise cnode.fail(f"variant {layout.variant!r} in a cost key needs format version 2 (set version: 2)")
-            if layout.variant and variants is not None and layout.variant not in variants:
-                raise cnode.fail(
-                    f"variant {layout.variant!r} is not listed in the top-level 'variants' "
-                    f"(listed: {', '.join(sorted(variants)) or 'none'})"
-                )
-            if layout.tp > cluster.gpus_per_node:
-                raise cnode.fail(f"tp={layout.tp} exceeds gpus_per_node={cluster.gpus_per_node}")
-            if layout.devices not in cluster.allowed_sizes():
-                raise cnode.fail(
-                    f"dp*tp={layout.devices} is not an allowed stage size on this cluster "
-                    f"(allowed: {', '.join(map(str, cluster.allowed_sizes()))})"
-                )
+            layout = configs.get(key)
+            if layout is None:  # each distinct key is checked once, where it first appears
+                layout = configs[key] = _parse_config(key, cnode, cluster, version, variants)
             if layout in costs:
                 raise cnode.fail("duplicate config")
-            costs[layout] = _parse_cost(cnode)
+            cost = costs[layout] = _parse_cost(cnode)
+            _add_totals(totals.setdefault(layout, [0, 0]), cost, cnode)
         if not costs:
             raise costs_node.fail(
                 "no layout usable on this cluster: give at least one dp<int>tp<int> entry "
-                f"with dp*tp in {{{', '.join(map(str, cluster.allowed_sizes()))}}}"
+                f"with dp*tp in {{{cluster.describe_sizes()}}}"
             )
         layers.append(Layer(name, module, out_bytes, MappingProxyType(costs)))
     if not layers:
@@ -694,18 +752,64 @@ def _parse_layers(node: _Node, cluster: Cluster, version: int = 1, variants: Map
     return tuple(layers)
 
 
+def _parse_config(
+    key: str, cnode: _Node, cluster: Cluster, version: int, variants: Mapping[str, str] | None
+) -> Layout:
+    """The config a cost key names, checked against the format version, the variants and the cluster."""
+    try:
+        layout = Layout.parse(key)
+    except ValueError as err:
+        raise cnode.fail(str(err)) from None
+    if layout.variant and version < 2:
+        raise cnode.fail(f"variant {layout.variant!r} in a cost key needs format version 2 (set version: 2)")
+    if layout.variant and variants is not None and layout.variant not in variants:
+        raise cnode.fail(
+            f"variant {layout.variant!r} is not listed in the top-level 'variants' "
+            f"(listed: {', '.join(sorted(variants)) or 'none'})"
+        )
+    if layout.tp > cluster.gpus_per_node:
+        raise cnode.fail(f"tp={layout.tp} exceeds gpus_per_node={cluster.gpus_per_node}")
+    if not cluster.allows_size(layout.devices):
+        raise cnode.fail(
+            f"dp*tp={layout.devices} is not an allowed stage size on this cluster (allowed: {cluster.describe_sizes()})"
+        )
+    return layout
+
+
+_PLAIN_COST = frozenset(("fwd_ms", "bwd_ms", "weight_bytes", "act_bytes"))
+
+
 def _parse_cost(cnode: _Node) -> LayerCost:
+    v = cnode.value
+    if type(v) is dict and len(v) == 4 and v.keys() == _PLAIN_COST:
+        # fast path, the common entry with every value plainly in range; anything else is checked below
+        fwd, bwd, w, a = v["fwd_ms"], v["bwd_ms"], v["weight_bytes"], v["act_bytes"]
+        if (
+            type(fwd) in (float, int)
+            and type(bwd) in (float, int)
+            and type(w) is int
+            and type(a) is int
+            and 0 <= fwd <= MAX_TIME_MS
+            and 0 <= bwd <= MAX_TIME_MS
+            and 0 <= w <= MAX_BYTES
+            and 0 <= a <= MAX_BYTES
+        ):
+            return LayerCost(float(fwd), float(bwd), w, a)
+    return _parse_cost_checked(cnode)
+
+
+def _parse_cost_checked(cnode: _Node) -> LayerCost:
     cnode.mapping(("fwd_ms", "bwd_ms", "weight_bytes", "act_bytes"), ("bwd_input_ms", "bwd_weight_ms"))
-    fwd = cnode.child("fwd_ms").number(minimum=0)
-    bwd = cnode.child("bwd_ms").number(minimum=0)
+    fwd = cnode.child("fwd_ms").number(minimum=0, maximum=MAX_TIME_MS)
+    bwd = cnode.child("bwd_ms").number(minimum=0, maximum=MAX_TIME_MS)
     split_b = split_w = None
     given = [k for k in ("bwd_input_ms", "bwd_weight_ms") if k in cnode.value]
     if len(given) == 1:
         other = "bwd_weight_ms" if given[0] == "bwd_input_ms" else "bwd_input_ms"
         raise ProblemError(f"is missing: {given[0]} is given, so {other} must be too", path=f"{cnode.path}.{other}")
     if given:
-        split_b = cnode.child("bwd_input_ms").number(minimum=0)
-        split_w = cnode.child("bwd_weight_ms").number(minimum=0)
+        split_b = cnode.child("bwd_input_ms").number(minimum=0, maximum=MAX_TIME_MS)
+        split_w = cnode.child("bwd_weight_ms").number(minimum=0, maximum=MAX_TIME_MS)
         if not math.isclose(split_b + split_w, bwd, rel_tol=1e-9, abs_tol=1e-12):
             raise cnode.child("bwd_weight_ms").fail(
                 f"bwd_input_ms + bwd_weight_ms = {_num(split_b + split_w)} must equal bwd_ms = {_num(bwd)}"
@@ -713,11 +817,23 @@ def _parse_cost(cnode: _Node) -> LayerCost:
     return LayerCost(
         fwd_ms=fwd,
         bwd_ms=bwd,
-        weight_bytes=cnode.child("weight_bytes").integer(minimum=0),
-        act_bytes=cnode.child("act_bytes").integer(minimum=0),
+        weight_bytes=cnode.child("weight_bytes").integer(minimum=0, maximum=MAX_BYTES),
+        act_bytes=cnode.child("act_bytes").integer(minimum=0, maximum=MAX_BYTES),
         bwd_input_ms=split_b,
         bwd_weight_ms=split_w,
     )
+
+
+def _add_totals(totals: list[int], cost: LayerCost, cnode: _Node) -> None:
+    """Keep one config's Σ weight_bytes and Σ act_bytes over the layers within MAX_TOTAL_BYTES."""
+    totals[0] += cost.weight_bytes
+    totals[1] += cost.act_bytes
+    for total, key in zip(totals, ("weight_bytes", "act_bytes")):
+        if total > MAX_TOTAL_BYTES:
+            raise cnode.child(key).fail(
+                f"the {key} of this config summed over the layers so far is {total} bytes, more than the "
+                f"2^53 accepted (see the accepted ranges in the README)"
+            )
 
 
 def _parse_stages(node: _Node | None, num_layers: int, num_devices: int) -> StageBounds:

@@ -60,8 +60,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from .breakdown import stage_parts
-from .plan import Evaluation, Plan, evaluate
-from .problem import Problem
+from .limits import MAX_REPLAY_OPS
+from .plan import Evaluation, Plan, as_plan, evaluate
+from .problem import Problem, ProblemError, as_problem
 from .schedules import SCHEDULES, SPLIT_BACKWARD, check_shape, device_order
 
 __all__ = [
@@ -477,10 +478,23 @@ def simulate(
         When the plan breaks a validity rule.
     ValueError
         For a schedule the plan cannot run.
+    partitioner.problem.ProblemError
+        When ``problem`` or ``plan`` is not of an accepted kind (a Problem, a
+        dict or a path; a Plan, a result, a dict or a path), or the replay
+        would exceed :data:`~partitioner.limits.MAX_REPLAY_OPS` operations.
     """
+    problem, plan = as_problem(problem), as_plan(plan)
     schedule = schedule or problem.training.schedule
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
+    ops = 2 * problem.microbatches * plan.num_stages
+    if ops > MAX_REPLAY_OPS:
+        raise ProblemError(
+            f"replaying {problem.microbatches} microbatches on {plan.num_stages} stages takes {ops} operations, "
+            f"more than the {MAX_REPLAY_OPS} the simulator runs (see the resource limits in the README)",
+            path="training.microbatches",
+            source=problem.source,
+        )
     ev = evaluation if evaluation is not None else evaluate(problem, plan)
     v = ev.virtual_stages
     if (schedule == "interleaved") != (v > 1):

@@ -1,6 +1,8 @@
 """The exact DP: agreement with the brute-force oracle, both objectives, both placement automata."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 
@@ -98,23 +100,14 @@ def test_planted_optimum(layers, nodes):
 
 
 def test_other_optimal_link_patterns_are_tried_before_the_exact_automaton():
-    # a seeded synthetic problem on 2 x 4 GPUs: the first relaxed optimum links runs that do not pack into
-    # the two nodes, but another plan with the same bottleneck and fewer links does (the cost model's
-    # OpenVLA problem had this shape before its costs changed; the precondition is checked below)
-    from benchmarks.synthetic import synthetic_problem
-
-    problem = synthetic_problem(16, 2, 4, seed=13, objective="bottleneck", microbatches=8)
-    model = DPModel(problem)
-    model.prepare(None)
-    auto = model._automaton_for("run")
-    X = model._transfer_table(auto)
-    V = model.recursion(auto, X, "minmax", float("inf"), None)
-    value, arg = model._final(V, auto)
-    stages, links, _ = next(model.reconstructions(V, auto, X, "minmax", float("inf"), *arg))
-    assert model.place(stages, links, "run") is None  # the first relaxed optimum does not pack
+    # OpenVLA on 2 x 8 A100s: the first relaxed optimum links runs of 6, 4 and 6 GPUs (they do not pack
+    # into two nodes), but another plan with the same bottleneck and fewer links does. The problem is
+    # the one the format-v1 cost model built (build_problem("openvla-7b", "dgx-a100-80g", nodes=2,
+    # global_batch=512, microbatches=16) at commit 2dcebab), kept as a file: the instance is what
+    # matters here, and the cost model's later numbers no longer produce this case.
+    problem = load_problem(Path(__file__).parent / "fixtures" / "openvla_2x8_links.json")
     r = solve(problem, "dp", objective="bottleneck")
     exact = solve(problem, "dp", objective="bottleneck", options={"placement": "bins"})
     assert r.status == exact.status == "optimal"
     assert r.extra["dp"]["placement"] == "run"
     assert r.value == pytest.approx(exact.value, rel=1e-12)
-    assert r.value == pytest.approx(value, rel=1e-12)

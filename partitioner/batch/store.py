@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from ..documents import strict_json_value
 from ..problem import ProblemError
 from .errors import SweepError
 
@@ -96,6 +97,7 @@ class ResultsFile:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self._failed = ""
         created = not self.path.exists()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -123,9 +125,26 @@ class ResultsFile:
         return latest_records(self.records)
 
     def append(self, record: Mapping[str, Any]) -> None:
-        line = json.dumps(record, separators=(",", ":"), default=_json_default) + "\n"
-        self._file.write(line.encode())
-        self._sync()
+        """Write one record as a strict-JSON line and fsync it.
+
+        A write that fails (a full disk, a file-size limit) raises
+        :class:`~.errors.SweepError` naming the file, and the store takes no
+        further lines: every line before it is intact, and the partial line it
+        may have left is the damaged tail the next open (the resume) cuts.
+        """
+        if self._failed:
+            raise SweepError(f"an earlier write failed ({self._failed}); resume the sweep to continue", source=str(self.path))
+        line = json.dumps(strict_json_value(record), separators=(",", ":"), allow_nan=False, default=_json_default) + "\n"
+        try:
+            self._file.write(line.encode())
+            self._sync()
+        except OSError as err:
+            self._failed = err.strerror or str(err)
+            raise SweepError(
+                f"cannot write a record: {self._failed}; the {len(self.records)} records before it are kept, and "
+                "running the sweep again resumes after them",
+                source=str(self.path),
+            ) from None
         self.records.append(dict(record))
 
     def _sync(self) -> None:
@@ -133,8 +152,13 @@ class ResultsFile:
         os.fsync(self._file.fileno())
 
     def close(self) -> None:
-        if not self._file.closed:
+        if self._file.closed:
+            return
+        try:
             self._file.close()  # closing releases the lock
+        except OSError as err:  # flushing the rest of a failed write: the resume cuts that tail
+            if not self._failed:
+                raise SweepError(f"cannot close the results file: {err.strerror or err}", source=str(self.path)) from None
 
     def __enter__(self) -> "ResultsFile":
         return self

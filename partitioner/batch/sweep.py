@@ -163,8 +163,8 @@ def _parse_sweep(data: Any, base_dir: Path, source: str | None) -> Sweep:
             time_limit = float(time_limit)
 
         seed = data.get("seed", 0)
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise _fail(f"must be an integer, got {seed!r}", "seed")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+            raise _fail(f"must be an integer in 0..2^31-1 (as solve takes it), got {seed!r}", "seed")
 
         options = _parse_options(data.get("options", {}), method_list)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from . import commands_problem, commands_presets, commands_batch  # noqa: F401  (registers the commands, in this order)
-from .common import EXIT_INTERNAL, app, err
+from .common import EXIT_INTERNAL, app, say
 
 __all__ = ["app", "main"]
 
@@ -25,5 +25,5 @@ def main() -> None:
     except SystemExit:
         raise
     except Exception as e:  # a bug: say so briefly, exit 3
-        err.print(f"internal error: {type(e).__name__}: {e} (please report it with the input files)", markup=False)
+        say(f"internal error: {type(e).__name__}: {e} (please report it with the input files)")
         sys.exit(EXIT_INTERNAL)

@@ -6,6 +6,7 @@ unreadable results file or an unwritable output. Output through :mod:`.render`.
 """
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Optional
 
@@ -13,7 +14,7 @@ import typer
 
 from ..problem import ProblemError
 from ..solvers import SolverError
-from .common import app, check_choice, guarded
+from .common import app, check_choice, guarded, stdout_to_stderr
 from .render import SweepProgress, print_batch_summary, print_comparison, print_json
 
 __all__ = ["batch_cmd", "compare_cmd"]
@@ -40,7 +41,8 @@ def batch_cmd(
     check_choice(backend, BACKENDS, "--backend")
     sweep = load_sweep(sweep_path)
     bar = SweepProgress(enabled=progress)
-    with bar:
+    # with --json, stdout holds only the summary: whatever the backend (a dying Ray worker) prints goes to stderr
+    with stdout_to_stderr() if as_json else contextlib.nullcontext(), bar:
         summary = run_sweep(
             sweep,
             out_path,

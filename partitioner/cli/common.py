@@ -5,13 +5,17 @@ found none); 2 -- bad input (the message on stderr names the file and field);
 3 -- an internal error (a bug). :func:`guarded` turns the library's input
 errors (:class:`~partitioner.problem.ProblemError`,
 :class:`~partitioner.solvers.SolverError`) into exit code 2 with one line on
-stderr, so bad input never yields a traceback.
+stderr, so bad input never yields a traceback; an :class:`OSError` (a file
+that cannot be written, a full disk) and a :class:`MemoryError` are also
+exit 2, with one line naming the file or saying what ran out. One error is
+one line: :func:`say` never wraps a message, however long.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
 import json
+import os
 import sys
 from typing import Any, Callable, List, Optional
 
@@ -23,7 +27,7 @@ from ..solvers import SolverError
 
 __all__ = [
     "app", "out", "err", "EXIT_OK", "EXIT_NO_PLAN", "EXIT_BAD_INPUT", "EXIT_INTERNAL",
-    "guarded", "parse_options", "check_choice", "working",
+    "guarded", "parse_options", "check_choice", "working", "say", "one_line", "stdout_to_stderr",
 ]
 
 app = typer.Typer(
@@ -35,13 +39,24 @@ app = typer.Typer(
 )
 # Wide enough for the stage table when piped (rich defaults to 80 columns off a terminal).
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
-err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 150)
+# Messages on stderr are never wrapped (one error, one line), whatever the console width.
+err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True, width=None if sys.stderr.isatty() else 150)
 
 EXIT_OK, EXIT_NO_PLAN, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
 
+def one_line(message: Any) -> str:
+    """``message`` on one line: line breaks inside it become spaces."""
+    return " ".join(str(message).split("\n")).replace("\r", " ")
+
+
+def say(message: Any) -> None:
+    """Print one line on stderr, unwrapped and without markup."""
+    err.print(one_line(message), markup=False, soft_wrap=True)
+
+
 def guarded(fn: Callable) -> Callable:
-    """Turn the library's input errors into exit code 2 with one line on stderr."""
+    """Turn input and environment errors into exit code 2 with one line on stderr."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -50,10 +65,17 @@ def guarded(fn: Callable) -> Callable:
         except (typer.Exit, typer.Abort):
             raise
         except (ProblemError, SolverError) as e:
-            err.print(f"error: {e}", markup=False)
+            say(f"error: {e}")
+            raise typer.Exit(EXIT_BAD_INPUT)
+        except OSError as e:  # the environment: an unwritable path, a full disk
+            where = f"{e.filename}: " if e.filename else ""
+            say(f"error: {where}{e.strerror or e}")
+            raise typer.Exit(EXIT_BAD_INPUT)
+        except MemoryError:
+            say("error: out of memory (see the resource limits in the README)")
             raise typer.Exit(EXIT_BAD_INPUT)
         except KeyboardInterrupt:
-            err.print("interrupted")
+            say("interrupted")
             raise typer.Exit(130)
 
     return wrapper
@@ -77,6 +99,29 @@ def check_choice(value: Optional[str], choices: tuple[str, ...], flag: str) -> N
     """Reject a value of ``flag`` outside ``choices`` (bad input: exit 2)."""
     if value is not None and value not in choices:
         raise SolverError(f"{flag}: must be one of {', '.join(choices)}, got {value!r}")
+
+
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """Send everything written to file descriptor 1 (by this process, its libraries and the
+    processes it starts, e.g. Ray's) to stderr while the block runs, so that stdout holds
+    only what the command prints after it (``--json``: pure JSON)."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no stdout at all: nothing to protect
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ from typing import Any
 from rich.table import Table
 
 from ..breakdown import config_cell
+from ..documents import strict_json_value
 from ..plan import Evaluation, SolveResult
 from ..problem import Problem
 from .common import err, out
@@ -29,8 +30,9 @@ __all__ = [
 
 
 def print_json(doc: Any) -> None:
-    """``doc`` as JSON indented by two spaces, one newline at the end, on stdout."""
-    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    """``doc`` as strict JSON (no NaN or Infinity: they print as null), indented by two spaces, on stdout."""
+    sys.stdout.write(json.dumps(strict_json_value(doc), indent=2, allow_nan=False, default=str) + "\n")
+    sys.stdout.flush()
 
 
 def stage_table(problem: Problem, ev: Evaluation, title: str = "") -> Table:

@@ -1,24 +1,50 @@
 """One entry point for every method: the registry, the request, and result assembly.
 
 Each method module registers a function ``(problem, request) -> Candidate``.
-:func:`solve` times it, re-evaluates the returned plan with
+:func:`solve` checks the request at the door (the problem may be a
+:class:`~partitioner.problem.Problem`, a dict or a path; the time limit a
+finite number > 0), times the method, re-evaluates the returned plan with
 :func:`partitioner.plan.evaluate` (so every reported value follows the
 contract, whatever the method computed internally) and builds the
 :class:`~partitioner.plan.SolveResult`.
+
+Quality under a limit: when an *exact* method (:data:`EXACT_METHODS`) is
+stopped by its time limit before it has a plan, :func:`solve` returns the
+``greedy`` plan as ``feasible``, with the method's bound if it proved one,
+and says so in the message and in ``extra["fallback"]``: an exact method cut
+short returns its best known plan, never nothing. Only time-outs are
+covered; any other error of a method is reported as it is.
 """
 from __future__ import annotations
 
+import math
+import numbers
+import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
-from ..plan import Plan, PlanError, SolveResult, evaluate
-from ..problem import OBJECTIVES, Problem
+from ..limits import SOLVE_REPLAY_OPS
+from ..plan import Plan, PlanError, SolveResult, as_plan, evaluate
+from ..problem import OBJECTIVES, Problem, as_problem
 
-__all__ = ["SolveRequest", "Candidate", "register", "methods", "method_options", "solve", "SolverError", "REL_TOL"]
+__all__ = [
+    "SolveRequest",
+    "Candidate",
+    "register",
+    "methods",
+    "method_options",
+    "solve",
+    "SolverError",
+    "REL_TOL",
+    "EXACT_METHODS",
+]
 
 # Relative tolerance under which two objective values are the same optimum.
 REL_TOL = 1e-9
+# Methods that prove optimality; cut short by the time limit without a plan they fall back to greedy.
+EXACT_METHODS = ("cpsat", "milp", "dp", "brute")
+_TIMED_OUT = re.compile(r"time limit", re.IGNORECASE)
 
 
 class SolverError(ValueError):
@@ -49,6 +75,7 @@ class Candidate:
     bound: float | None = None
     message: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    timed_out: bool = False  # the time limit stopped the method (a method may also say so in its message)
 
 
 Method = Callable[[Problem, SolveRequest], Candidate]
@@ -82,7 +109,7 @@ def method_options(method: str) -> frozenset[str]:
 
 
 def solve(
-    problem: Problem,
+    problem: Problem | Mapping[str, Any] | str,
     method: str = "cpsat",
     *,
     objective: str | None = None,
@@ -96,14 +123,17 @@ def solve(
 
     Parameters
     ----------
-    problem : Problem
+    problem : Problem, dict or path
+        A problem, a problem document (as :meth:`Problem.from_dict` takes),
+        or the path of a JSON/YAML problem file.
     method : str
         One of :func:`methods`: ``cpsat``, ``milp``, ``dp``, ``brute``,
         ``greedy``, ``uniform``, ``balanced``.
     objective : {"bottleneck", "iteration"}, optional
         Overrides the problem's objective.
     time_limit : float, optional
-        Seconds; exact methods return ``feasible`` with a bound when it stops them.
+        Seconds, a finite number > 0; exact methods return ``feasible`` with a
+        bound when it stops them (the greedy plan if they had none yet).
     seed : int
         For randomized methods (CP-SAT).
     warm_start : Plan or SolveResult, optional
@@ -117,28 +147,126 @@ def solve(
     -------
     SolveResult
         ``value`` recomputed by :func:`~partitioner.plan.evaluate`.
+
+    Raises
+    ------
+    ProblemError
+        ``problem`` is not a valid problem (or not a Problem, dict or path).
+    SolverError
+        An unknown method, objective or option, or a time limit or seed that
+        is not a number in range.
     """
+    problem = as_problem(problem)
     methods()
-    if method not in _REGISTRY:
+    if not isinstance(method, str) or method not in _REGISTRY:
         raise SolverError(f"unknown method {method!r}; choose one of {', '.join(_REGISTRY)}")
     objective = objective or problem.objective
     if objective not in OBJECTIVES:
         raise SolverError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    if options is not None and not isinstance(options, Mapping):
+        raise SolverError(f"options must be a mapping of option name to value, got {type(options).__name__}")
     options = dict(options or {})
     unknown = set(options) - _OPTIONS[method]
     if unknown:
         allowed = ", ".join(sorted(_OPTIONS[method])) or "none"
         raise SolverError(f"method {method} has no option {sorted(unknown)[0]!r} (options: {allowed})")
-    if time_limit is not None and time_limit <= 0:
-        raise SolverError(f"time limit must be > 0 seconds, got {time_limit}")
-    if isinstance(warm_start, SolveResult):
-        warm_start = warm_start.plan
-    request = SolveRequest(objective, time_limit, seed, warm_start, options)
+    time_limit = check_time_limit(time_limit)
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**31:
+        raise SolverError(f"seed must be an integer in 0..2^31-1, got {seed!r}")
+    if warm_start is not None:
+        warm_start = as_plan(warm_start, what="warm_start")
+    request = SolveRequest(objective, time_limit, int(seed), warm_start, options)
 
     start = time.perf_counter()
-    candidate = _REGISTRY[method](problem, request)
+    unsupported = schedule_support(method, problem.training.schedule, objective)
+    if unsupported:
+        return finish(problem, method, request, Candidate("error", message=unsupported), 0.0, validate)
+    try:
+        candidate = _REGISTRY[method](problem, request)
+    except MemoryError:
+        candidate = Candidate("error", message=f"{method}: ran out of memory on this problem; try dp or greedy, or a smaller problem")
+    if method in EXACT_METHODS and _cut_short(candidate, request):
+        candidate = _fallback(problem, method, request, candidate, start)
     seconds = time.perf_counter() - start
     return finish(problem, method, request, candidate, seconds, validate)
+
+
+# What each method optimises exactly (or, for the heuristics, plans validly) beyond 1F1B. The
+# exact DP, CP-SAT and the MILP optimise 1F1B's objective and stash: under zb-h1 the bottleneck
+# (max t_p) and the stash are 1F1B's, its iteration estimate is not; GPipe's stash is m and
+# interleaved plans have P*v chunks, which none of them models yet. brute refuses on its own
+# what it does not model (interleaved, GPipe's iteration estimate).
+_SCHEDULES_BEYOND_1F1B = {
+    "dp": {("zb-h1", "bottleneck")},
+    "cpsat": {("zb-h1", "bottleneck")},
+    "milp": {("zb-h1", "bottleneck")},
+    "greedy": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},
+    "uniform": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},
+    "balanced": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},
+}
+
+
+def schedule_support(method: str, schedule: str, objective: str) -> str:
+    """Why ``method`` cannot plan for ``schedule`` with ``objective`` ("" when it can).
+
+    A method must never certify an optimum of another objective than the
+    problem's: until it models a schedule, it says so instead of solving.
+    """
+    if schedule == "1f1b" or method not in _SCHEDULES_BEYOND_1F1B:
+        return ""
+    if (schedule, objective) in _SCHEDULES_BEYOND_1F1B[method]:
+        return ""
+    able = [m for m, pairs in _SCHEDULES_BEYOND_1F1B.items() if (schedule, objective) in pairs]
+    hint = f"use {' or '.join(able)}" if able else "use brute on a small problem"
+    return (
+        f"{method} does not optimise the {objective} objective under schedule {schedule!r} yet "
+        f"(it models 1F1B's estimate and stash); {hint}, or plan with schedule 1f1b and compare "
+        "schedules by simulation (partitioner plan does)"
+    )
+
+
+def check_time_limit(time_limit: Any) -> float | None:
+    """``time_limit`` as a float, or None; a :class:`SolverError` unless it is a finite number > 0."""
+    if time_limit is None:
+        return None
+    if isinstance(time_limit, bool) or not isinstance(time_limit, numbers.Real):
+        raise SolverError(f"time limit must be a number of seconds, got {time_limit!r}")
+    value = float(time_limit)
+    if not math.isfinite(value) or value <= 0:
+        raise SolverError(f"time limit must be > 0 seconds and finite, got {time_limit!r}")
+    return value
+
+
+def _cut_short(candidate: Candidate, request: SolveRequest) -> bool:
+    """Did the time limit stop the method before it had a plan?"""
+    if candidate.plan is not None or candidate.status in ("infeasible", "optimal", "feasible"):
+        return False
+    if request.time_limit is None:
+        return False
+    return candidate.timed_out or bool(_TIMED_OUT.search(candidate.message or ""))
+
+
+def _fallback(problem: Problem, method: str, request: SolveRequest, cut: Candidate, start: float) -> Candidate:
+    """The greedy plan, as ``feasible`` with the exact method's bound, or ``cut`` if greedy has none."""
+    greedy = _REGISTRY.get("greedy")
+    if greedy is None:
+        return cut
+    remaining = request.time_limit - (time.perf_counter() - start)
+    budget = max(remaining, min(1.0, request.time_limit))
+    found = greedy(problem, replace(request, time_limit=budget, warm_start=None, options={}))
+    if found.plan is None or found.status not in ("feasible", "optimal"):
+        return cut
+    reason = (cut.message or f"{method}: time limit reached").rstrip(".")
+    extra = dict(cut.extra)
+    extra["fallback"] = "greedy"
+    return Candidate(
+        "feasible",
+        found.plan,
+        cut.bound,
+        f"{reason}; returning the greedy plan (feasible, not proven optimal)",
+        extra,
+        timed_out=True,
+    )
 
 
 def finish(
@@ -176,9 +304,16 @@ def finish(
         bound = value if bound is None else min(bound, value)
     extra = dict(candidate.extra)
     if validate:
-        from ..simulate import replay_check  # simulator is optional at import time
+        ops = 2 * problem.microbatches * plan.num_stages
+        if ops > SOLVE_REPLAY_OPS:
+            extra["simulation_skipped"] = (
+                f"the 1F1B replay would run {ops} operations (2 x {problem.microbatches} microbatches x "
+                f"{plan.num_stages} stages), more than the {SOLVE_REPLAY_OPS} a solve replays"
+            )
+        else:
+            from ..simulate import replay_check  # simulator is optional at import time
 
-        extra["simulation"] = replay_check(problem, plan, ev)
+            extra["simulation"] = replay_check(problem, plan, ev)
     return SolveResult(
         status=status,
         method=method,

@@ -13,6 +13,24 @@ segment's own entries. Memory couples the segments and reshards couple
 neighbours, so the fastest tuple that fits is found exactly by a pass over
 the segments keeping, per config of the last segment, the Pareto frontier
 of (time, memory) over the choices so far.
+
+Times are kept as *double-double* prefix sums: ``time_prefix`` (the plain
+float running sums) plus ``time_prefix_lo``, the exact rounding error of each
+running sum (Knuth's TwoSum [1]_), accumulated. A range sum is then the
+difference of two double-doubles, taken with TwoSum again
+(:func:`range_sum`), so it is accurate to about one rounding of the *range's*
+own sum, not of the prefix: a single huge layer no longer wipes out the
+small layers after it (the cancellation a plain prefix difference suffers;
+issue 15). The input ranges of :mod:`partitioner.limits` keep every prefix
+below 2e14 ms, so the accumulated ``lo`` terms are themselves exact to far
+below the objective's relative tolerance.
+
+References
+----------
+.. [1] D. E. Knuth, *The Art of Computer Programming*, vol. 2, 3rd ed.,
+   section 4.2.2 (the exact sum ``a + b = s + e`` of two doubles).
+.. [2] T. Ogita, S. M. Rump and S. Oishi, "Accurate sum and dot product",
+   SIAM J. Sci. Comput. 26(6), 2005 (cascaded compensated summation).
 """
 from __future__ import annotations
 
@@ -24,7 +42,42 @@ from ..problem import Layout, Problem
 from ..reshard import stage_reshard_ms
 from ..topology import transfer_ms
 
-__all__ = ["CostTables", "StageChoice"]
+__all__ = ["CostTables", "StageChoice", "two_sum", "compensated_prefix", "range_sum"]
+
+
+def two_sum(a, b):
+    """``(s, e)`` with ``s = fl(a + b)`` and ``a + b = s + e`` exactly (elementwise; Knuth's TwoSum)."""
+    s = a + b
+    bb = s - a
+    e = (a - (s - bb)) + (b - bb)
+    return s, e
+
+
+def compensated_prefix(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Double-double prefix sums along the last axis, with a leading zero column.
+
+    Returns ``(hi, lo)``: ``hi[..., k]`` is the float running sum of the first
+    ``k`` values (``np.cumsum``: sequential, one rounding per step) and
+    ``lo[..., k]`` the sum of those roundings, so ``hi + lo`` is the running
+    sum to about ``eps**2`` of its size.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    zero = np.zeros(values.shape[:-1] + (1,))
+    hi = np.concatenate([zero, np.cumsum(values, axis=-1)], axis=-1)
+    _, err = two_sum(hi[..., :-1], values)  # hi[k+1] = fl(hi[k] + v[k]) exactly as cumsum computed it
+    lo = np.concatenate([zero, np.cumsum(err, axis=-1)], axis=-1)
+    return hi, lo
+
+
+def range_sum(hi: np.ndarray, lo: np.ndarray, start, stop):
+    """``sum(values[start:stop])`` from :func:`compensated_prefix` tables, without cancellation.
+
+    ``start`` and ``stop`` index the last axis (scalars or broadcastable
+    arrays); the result is within a couple of roundings of the exact sum of
+    the range, however large the values before ``start`` are.
+    """
+    d, e = two_sum(hi[..., stop], -hi[..., start])
+    return d + (e + (lo[..., stop] - lo[..., start]))
 
 
 @dataclass(frozen=True)
@@ -71,7 +124,8 @@ class CostTables:
                     weight[j, i] = c.weight_bytes
                     act[j, i] = c.act_bytes
         zero = np.zeros((n, 1))
-        self.time_prefix = np.hstack([zero, np.cumsum(time, axis=1)])
+        # time_prefix[j, k]: float sum of layers 0..k-1 in layout j; time_prefix_lo: its rounding errors
+        self.time_prefix, self.time_prefix_lo = compensated_prefix(time)
         self.weight_prefix = np.hstack([zero.astype(np.int64), np.cumsum(weight, axis=1)])
         self.act_prefix = np.hstack([zero.astype(np.int64), np.cumsum(act, axis=1)])
         self.missing_prefix = np.hstack([zero.astype(np.int64), np.cumsum(missing, axis=1)])
@@ -82,7 +136,16 @@ class CostTables:
 
     # ------------------------------------------------------------------ scalar queries
     def compute_ms(self, a: int, b: int, j: int) -> float:
-        return float(self.time_prefix[j, b + 1] - self.time_prefix[j, a])
+        """Σ (fwd + bwd) of layers ``a..b`` in layout ``j``, without prefix cancellation."""
+        return float(range_sum(self.time_prefix[j], self.time_prefix_lo[j], a, b + 1))
+
+    def compute_matrix(self) -> np.ndarray:
+        """``C[j, a, b]``: :meth:`compute_ms` of every layout and every range ``a <= b``
+        (entries with ``a > b`` are meaningless), computed at once."""
+        L = self.problem.num_layers
+        hi, lo = self.time_prefix, self.time_prefix_lo
+        d, e = two_sum(hi[:, None, 1:], -hi[:, :L, None])
+        return d + (e + (lo[:, None, 1:] - lo[:, :L, None]))
 
     def fits(self, a: int, b: int, j: int, stash: int) -> bool:
         if self.missing_prefix[j, b + 1] != self.missing_prefix[j, a]:
