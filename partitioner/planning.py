@@ -30,8 +30,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from .costs import CostOptions, build_problem
-from .limits import MAX_NODES
 from .costs.variants import parse_variant
+from .limits import MAX_NODES
 from .plan import Evaluation, Plan, PlanError, SolveResult, Stage, evaluate
 from .presets import ClusterSpec, ModelSpec, load_cluster, load_model
 from .problem import OBJECTIVES, Layout, Problem, ProblemError
@@ -235,7 +235,8 @@ def refine_knobs(problem: Problem, plan: Plan, objective: str | None = None,
     depend only on its own segments' entries (the reshards and transfers
     only on meshes), so choosing each stage's variants alone minimizes
     every stage time, and with them both objectives: for the given cuts
-    and meshes the result is optimal. Stages with more than
+    and meshes the result is optimal. Among equally fast choices the one
+    needing the least memory wins (ZeRO-1 over ZeRO-0). Stages with more than
     ``max_combinations`` variant combinations pick one variant for all
     their segments. None when some stage fits with no combination.
     """
@@ -266,11 +267,11 @@ def refine_knobs(problem: Problem, plan: Plan, objective: str | None = None,
         for combo in choices:
             time = sum(o[v][0] for o, v in zip(options, combo))
             need = sum(o[v][1] for o, v in zip(options, combo)) + stash * sum(o[v][2] for o, v in zip(options, combo))
-            if need <= memory and (best is None or time < best[0]):
-                best = (time, combo)
+            if need <= memory and (best is None or (time, need) < best[:2]):  # ties: the smaller memory
+                best = (time, need, combo)
         if best is None:
             return None
-        configs = [Layout(c.dp, c.tp, v) for ((_, c), v) in zip(segs, best[1])]
+        configs = [Layout(c.dp, c.tp, v) for ((_, c), v) in zip(segs, best[2])]
         stages.append(Stage.from_configs(stage.first_layer, stage.last_layer, stage.devices, configs, stage.device_ids))
     return _try(problem, Plan(tuple(stages)), objective)
 
@@ -320,12 +321,6 @@ def microbatch_candidates(global_batch: int, limit: int | None = None) -> list[i
     return [m for m in divs if limit is None or m <= limit]
 
 
-def _check_count(value: Any, name: str, maximum: int) -> None:
-    """An argument that must be an integer in 1..maximum (the API door; ranges in partitioner.limits)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
-        raise ProblemError(f"must be an integer in 1..{maximum}, got {value!r}", path=name)
-
-
 def plan_options(options: Mapping[str, Any] | CostOptions | None) -> CostOptions:
     """The cost options ``plan_model`` uses: every memory-knob variant unless the options fix or restrict them."""
     if isinstance(options, CostOptions):
@@ -334,6 +329,12 @@ def plan_options(options: Mapping[str, Any] | CostOptions | None) -> CostOptions
     if not {"variants", "recompute", "zero1"} & set(given):
         given["variants"] = ("all",)
     return CostOptions.from_mapping(given)
+
+
+def _check_count(value: Any, name: str, maximum: int) -> None:
+    """An argument that must be an integer in 1..maximum (the API door; ranges in partitioner.limits)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise ProblemError(f"must be an integer in 1..{maximum}, got {value!r}", path=name)
 
 
 def plan_model(

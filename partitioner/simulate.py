@@ -476,12 +476,12 @@ def simulate(
     ------
     partitioner.plan.PlanError
         When the plan breaks a validity rule.
+    ValueError
+        For a schedule the plan cannot run.
     partitioner.problem.ProblemError
         When ``problem`` or ``plan`` is not of an accepted kind (a Problem, a
         dict or a path; a Plan, a result, a dict or a path), or the replay
         would exceed :data:`~partitioner.limits.MAX_REPLAY_OPS` operations.
-    ValueError
-        For a schedule the plan cannot run.
     """
     problem, plan = as_problem(problem), as_plan(plan)
     schedule = schedule or problem.training.schedule

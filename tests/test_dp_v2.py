@@ -289,13 +289,26 @@ def test_v2_without_transfers_agrees_with_v1_fast_path_when_configs_cannot_diffe
 # ----------------------------------------------------------------------------- issue 15 in dp
 
 
-def _sentinel_toy(layer: int, key: str | None) -> Problem:
+def _with_time(problem: Problem, layer: int, keys, fwd_ms: float) -> Problem:
+    """``problem`` with ``fwd_ms`` on ``keys`` of one layer, built in Python: files refuse times this
+    large since the loader bounds them, but a problem made through the API reaches the solver as is."""
+    import dataclasses
+
+    target = problem.layers[layer]
+    costs = dict(target.costs)
+    for key in keys:
+        costs[key] = dataclasses.replace(costs[key], fwd_ms=fwd_ms)
+    layers = list(problem.layers)
+    layers[layer] = dataclasses.replace(target, costs=costs)
+    return dataclasses.replace(problem, layers=tuple(layers))
+
+
+def _sentinel_toy(layer: int, key: str | None, fwd_ms: float = 1e18) -> Problem:
     doc = json.loads((ROOT / "examples" / "vla_toy_2x4.json").read_text())
     doc["stages"] = {"min": 1, "max": 6}
-    costs = doc["layers"][layer]["costs"]
-    for k in [key] if key else list(costs):
-        costs[k]["fwd_ms"] = 1e18
-    return Problem.from_dict(doc)
+    problem = Problem.from_dict(doc)
+    keys = [Layout.parse(key)] if key else list(problem.layers[layer].costs)
+    return _with_time(problem, layer, keys, fwd_ms)
 
 
 @pytest.mark.parametrize("layer,key", [(0, "dp1tp1"), (0, None), (2, "dp2tp1"), (3, "dp8tp1"), (5, "dp1tp1")])
@@ -318,8 +331,7 @@ def test_huge_layer_time_routes_the_no_transfer_case_off_the_prefix_fast_path():
     doc["stages"] = {"min": 1, "max": 6}
     for layer in doc["layers"]:
         layer["out_bytes"] = 0
-    doc["layers"][0]["costs"]["dp1tp1"]["fwd_ms"] = 1e18
-    problem = Problem.from_dict(doc)
+    problem = _with_time(Problem.from_dict(doc), 0, [Layout(1, 1)], 1e18)
     model = DPModel(problem)
     assert model.natural_placement() == "none" and "round" in model.fast_path_refusal()
     for objective in ("bottleneck", "iteration"):
@@ -328,6 +340,19 @@ def test_huge_layer_time_routes_the_no_transfer_case_off_the_prefix_fast_path():
         assert dp.status == "optimal" and dp.extra["dp"]["general_recursion"]
         assert greedy.value is None or dp.value <= greedy.value * (1 + 1e-12)
         check_plan(problem, dp)
+
+
+@pytest.mark.parametrize("objective", ["bottleneck", "iteration"])
+def test_largest_accepted_layer_time_in_a_file(objective):
+    # the loader's largest fwd_ms on one layout of layer 0: still no optimum that greedy beats
+    doc = json.loads((ROOT / "examples" / "vla_toy_2x4.json").read_text())
+    doc["stages"] = {"min": 1, "max": 6}
+    doc["layers"][0]["costs"]["dp1tp1"]["fwd_ms"] = 1e9
+    problem = Problem.from_dict(doc)
+    dp, greedy = solve(problem, "dp", objective=objective), solve(problem, "greedy", objective=objective)
+    assert dp.status == "optimal"
+    assert greedy.value is None or dp.value <= greedy.value * (1 + 1e-12)
+    check_plan(problem, dp)
 
 
 def test_time_limit_returns_the_best_known_plan():

@@ -122,3 +122,17 @@ def test_a_build_cut_short_returns_the_hint_with_a_bound():
     assert "returning the greedy plan" in result.message
     assert result.value == pytest.approx(greedy.value, rel=1e-12)
     assert 0 < result.bound <= result.value
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # PuLP 3 announcing its 4.0 API
+def test_highs_runs_after_another_solve_started_its_scheduler_with_other_threads(examples):
+    """HiGHS's thread scheduler is process-wide: a solve with another thread count must not break milp."""
+    import pulp
+
+    x = pulp.LpVariable("x", 0, 1)
+    other = pulp.LpProblem("other", pulp.LpMinimize)
+    other += x
+    other += x >= 0.5
+    other.solve(pulp.HiGHS(msg=False, threads=2))
+    result = solve(load_problem(examples / "seed_lesson16.json"), "milp", options={"threads": 1})
+    assert result.status == "optimal" and result.value == pytest.approx(22.0, rel=1e-12)

@@ -179,6 +179,9 @@ def solve(
     request = SolveRequest(objective, time_limit, int(seed), warm_start, options)
 
     start = time.perf_counter()
+    unsupported = schedule_support(method, problem.training.schedule, objective)
+    if unsupported:
+        return finish(problem, method, request, Candidate("error", message=unsupported), 0.0, validate)
     try:
         candidate = _REGISTRY[method](problem, request)
     except MemoryError:
@@ -187,6 +190,40 @@ def solve(
         candidate = _fallback(problem, method, request, candidate, start)
     seconds = time.perf_counter() - start
     return finish(problem, method, request, candidate, seconds, validate)
+
+
+# What each method optimises exactly (or, for the heuristics, plans validly) beyond 1F1B. The
+# exact DP, CP-SAT and the MILP optimise 1F1B's objective and stash: under zb-h1 the bottleneck
+# (max t_p) and the stash are 1F1B's, its iteration estimate is not; GPipe's stash is m and
+# interleaved plans have P*v chunks, which none of them models yet. brute refuses on its own
+# what it does not model (interleaved, GPipe's iteration estimate).
+_SCHEDULES_BEYOND_1F1B = {
+    "dp": {("zb-h1", "bottleneck")},
+    "cpsat": {("zb-h1", "bottleneck")},
+    "milp": {("zb-h1", "bottleneck")},
+    "greedy": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},
+    "uniform": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},
+    "balanced": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},
+}
+
+
+def schedule_support(method: str, schedule: str, objective: str) -> str:
+    """Why ``method`` cannot plan for ``schedule`` with ``objective`` ("" when it can).
+
+    A method must never certify an optimum of another objective than the
+    problem's: until it models a schedule, it says so instead of solving.
+    """
+    if schedule == "1f1b" or method not in _SCHEDULES_BEYOND_1F1B:
+        return ""
+    if (schedule, objective) in _SCHEDULES_BEYOND_1F1B[method]:
+        return ""
+    able = [m for m, pairs in _SCHEDULES_BEYOND_1F1B.items() if (schedule, objective) in pairs]
+    hint = f"use {' or '.join(able)}" if able else "use brute on a small problem"
+    return (
+        f"{method} does not optimise the {objective} objective under schedule {schedule!r} yet "
+        f"(it models 1F1B's estimate and stash); {hint}, or plan with schedule 1f1b and compare "
+        "schedules by simulation (partitioner plan does)"
+    )
 
 
 def check_time_limit(time_limit: Any) -> float | None:

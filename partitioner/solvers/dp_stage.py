@@ -359,20 +359,27 @@ class StageCosts:
 
 
 def _prune(t: np.ndarray, mem: np.ndarray, big: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """Row-wise Pareto frontiers of (time, memory) points, padded with (inf, big); None if all rows are empty."""
-    order = np.lexsort((t, mem), axis=-1)
-    t = np.take_along_axis(t, order, -1)
-    mem = np.take_along_axis(mem, order, -1)
+    """Row-wise Pareto frontiers of (time, memory) points, padded with (inf, big); None if all rows are empty.
+
+    A point is kept when it is strictly faster than every point before it in
+    order of memory, so every non-dominated point is kept (a dominated one
+    with exactly equal memory may stay too, which changes no minimum).
+    """
+    if t.shape[1] == 1:
+        return (t, mem) if np.isfinite(t).any() else None
+    rows = np.arange(t.shape[0])[:, None]
+    order = np.argsort(mem, axis=1, kind="stable")
+    t = t[rows, order]
+    mem = mem[rows, order]
     running = np.minimum.accumulate(t, axis=1)
-    before = np.concatenate([np.full((t.shape[0], 1), INF), running[:, :-1]], axis=1)
-    keep = t < before  # strictly faster than every point with no more memory
+    keep = np.empty(t.shape, bool)
+    keep[:, 0] = np.isfinite(t[:, 0])
+    keep[:, 1:] = t[:, 1:] < running[:, :-1]
     width = int(keep.sum(axis=1).max())
     if width == 0:
         return None
     idx = np.argsort(~keep, axis=1, kind="stable")[:, :width]
-    t = np.take_along_axis(np.where(keep, t, INF), idx, 1)
-    mem = np.take_along_axis(np.where(keep, mem, big), idx, 1)
-    return t, mem
+    return np.where(keep, t, INF)[rows, idx], np.where(keep, mem, big)[rows, idx]
 
 
 def _prune_list(points: list) -> list:

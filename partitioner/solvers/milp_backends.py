@@ -50,12 +50,6 @@ class _HighsWithStart(pulp.HiGHS):
         self.deadline = deadline
 
     def createAndConfigureSolver(self, lp):  # noqa: N802 (PuLP's name)
-        # HiGHS keeps one process-wide thread scheduler: once some earlier solve in this
-        # process started it with another thread count, run() fails ("scheduler has already
-        # been initialized"); resetting it first makes the threads option hold
-        import highspy
-
-        highspy.Highs.resetGlobalScheduler(True)
         # highspy prints a banner on stdout when the first Highs object is made;
         # keep stdout clean (the CLI's --json output goes there) unless logging
         if self.msg:
@@ -63,6 +57,17 @@ class _HighsWithStart(pulp.HiGHS):
             return
         with _quiet_stdout():
             super().createAndConfigureSolver(lp)
+
+    def callSolver(self, lp):  # noqa: N802 (PuLP's name)
+        import highspy
+
+        h = lp.solverModel
+        if h.run() == highspy.HighsStatus.kError and h.getModelStatus() == highspy.HighsModelStatus.kNotset:
+            # HiGHS keeps one process-wide thread scheduler: when an earlier solve in this
+            # process started it with another thread count, run() refuses to start ("scheduler
+            # has already been initialized"); reset it (nothing else is solving) and run again
+            highspy.Highs.resetGlobalScheduler(True)
+            h.run()
 
     def buildSolverModel(self, lp):  # noqa: N802 (PuLP's name)
         began = time.perf_counter()

@@ -27,8 +27,8 @@ __all__ = ["RESOLUTION", "UNIT_CAP", "IntegerTimes", "stage_ceiling_ms", "intege
 RESOLUTION = 1e-7
 
 # Largest objective, in units, the integer model is built for: far inside
-# CP-SAT's 64-bit range, and every time is then carried by a double to within
-# a small fraction of a unit (see integer_times).
+# CP-SAT's 64-bit range. A double carries a term of up to that many units to
+# within 1/4 unit; integer_times counts that error (delta) in the model's error.
 UNIT_CAP = 2.0**50
 _EPS = 2.0**-52
 

@@ -1,0 +1,50 @@
+"""Exact methods never certify an optimum of another schedule's objective than the problem's."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from partitioner import load_problem, solve
+from partitioner.problem import Problem
+
+TOY = Path(__file__).resolve().parents[1] / "examples" / "vla_toy_2x4.json"
+
+
+def with_schedule(schedule: str) -> Problem:
+    doc = load_problem(TOY).to_dict()
+    doc["training"]["schedule"] = schedule
+    return Problem.from_dict(doc)
+
+
+@pytest.mark.parametrize("method", ["dp", "cpsat", "milp"])
+def test_zb_h1_iteration_is_refused_not_mis_solved(method):
+    r = solve(with_schedule("zb-h1"), method, objective="iteration", seed=0)
+    assert r.status == "error" and r.plan is None
+    assert f"{method} does not optimise the iteration objective under schedule 'zb-h1'" in r.message
+
+
+@pytest.mark.parametrize("method", ["dp", "cpsat", "milp"])
+def test_zb_h1_bottleneck_is_1f1b_bottleneck_and_agrees_with_brute(method):
+    problem = with_schedule("zb-h1")
+    oracle = solve(problem, "brute", objective="bottleneck")
+    r = solve(problem, method, objective="bottleneck", seed=0)
+    assert oracle.status == r.status == "optimal"
+    assert r.value == pytest.approx(oracle.value, rel=1e-6)
+
+
+def test_brute_solves_zb_h1_iteration_and_heuristics_never_beat_it():
+    problem = with_schedule("zb-h1")
+    oracle = solve(problem, "brute", objective="iteration")
+    assert oracle.status == "optimal"
+    for method in ("greedy", "uniform", "balanced"):
+        r = solve(problem, method, objective="iteration")
+        assert r.status in ("feasible", "infeasible", "optimal")
+        if r.value is not None:
+            assert r.value >= oracle.value * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("method", ["dp", "cpsat", "milp", "greedy", "uniform", "balanced"])
+def test_gpipe_is_refused_by_every_method_but_brute(method):
+    r = solve(with_schedule("gpipe"), method, objective="bottleneck")
+    assert r.status == "error" and "schedule 'gpipe'" in r.message
