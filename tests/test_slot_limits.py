@@ -6,11 +6,14 @@ No timed assertion is tighter than the limit plus a generous slack (the machine 
 """
 from __future__ import annotations
 
+import dataclasses
 import time
+from types import MappingProxyType
 
 import pytest
 
 from partitioner import Problem, evaluate, load_problem, solve
+from partitioner.problem import StageBounds
 from partitioner.solvers.slotmodel import slot_data
 from partitioner.solvers.slottimes import UNIT_CAP, integer_times
 from checks import check_plan
@@ -28,12 +31,20 @@ EXACT = [
 
 
 def sentinel_problem(examples, value: float) -> Problem:
-    """The toy VLA problem with one cost entry at a "never use this layout" sentinel."""
-    doc = load_problem(examples / "vla_toy_2x4.json").to_dict()
-    doc["stages"] = {"min": 1, "max": 6}
-    key = next(iter(doc["layers"][1]["costs"]))
-    doc["layers"][1]["costs"][key]["fwd_ms"] = value
-    return Problem.from_dict(doc)
+    """The toy VLA problem with one cost entry at a "never use this layout" sentinel.
+
+    Files are refused above ``partitioner.limits.MAX_TIME_MS``; a problem built
+    in Python can still carry such a value, and the solvers must not certify a
+    wrong optimum for it, so the entry is set on the loaded problem.
+    """
+    problem = dataclasses.replace(load_problem(examples / "vla_toy_2x4.json"), stages=StageBounds(1, 6))
+    layer = problem.layers[1]
+    key = next(iter(layer.costs))
+    costs = dict(layer.costs)
+    costs[key] = dataclasses.replace(costs[key], fwd_ms=value)
+    layers = list(problem.layers)
+    layers[1] = dataclasses.replace(layer, costs=MappingProxyType(costs))
+    return dataclasses.replace(problem, layers=tuple(layers))
 
 
 @pytest.mark.parametrize("value", [1e12, 1e15, 1e18])
