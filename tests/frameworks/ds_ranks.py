@@ -11,8 +11,8 @@ a 64-GPU plan runs on a handful of processes: the partition depends only
 on the pipeline coordinate. The requested sizes are reported. Prints one
 JSON line per rank: ``[{"id", "rank", "stage", "start", "stop", "built", "parts", "asked"}]``.
 
-The ranks are forked after importing DeepSpeed once. DeepSpeed's CPU
-backend would JIT-compile its optional shared-memory collective op (a C++
+The ranks are forked before anything imports torch (each rank imports
+DeepSpeed itself). DeepSpeed's CPU backend would JIT-compile its optional shared-memory collective op (a C++
 build, minutes on 2 cores); partitioning uses no collective data path, so
 the op is not built.
 """
@@ -29,17 +29,18 @@ from datetime import timedelta
 os.environ["DS_ACCELERATOR"] = "cpu"
 os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo on localhost only
 
-import deepspeed  # noqa: E402
-import deepspeed.comm.torch as ds_torch_comm  # noqa: E402
-import deepspeed.runtime.pipe.topology as topology  # noqa: E402
-from torch import nn  # noqa: E402
-
-ds_torch_comm.build_shm_op = lambda: None
-
 
 def _rank(rank: int, world: int, port: int, jobs: list[dict], queue) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), LOCAL_SIZE=str(world))
+    # imported in the rank, after the fork: a process forked from one that already runs torch's and
+    # DeepSpeed's threads can block for ever on a lock one of them held
+    import deepspeed
+    import deepspeed.comm.torch  # noqa: F401  (``import ... as`` would bind deepspeed.comm's attribute ``torch``: torch)
+    import deepspeed.runtime.pipe.topology as topology
+    from torch import nn
+
+    sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
     deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False, timeout=timedelta(minutes=10))
     real = topology.PipeModelDataParallelTopology
     out = []
@@ -70,7 +71,7 @@ def main() -> None:
     for p in procs:
         p.start()
     results: list[list[dict]] = []
-    deadline = time.monotonic() + 900
+    deadline = time.monotonic() + 600
     while len(results) < world:  # a rank that dies ends the run at once, not after a time-out
         try:
             results.append(queue.get(timeout=2))
