@@ -1,6 +1,7 @@
 """Exact methods never certify an optimum of another schedule's objective than the problem's."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,23 @@ def test_brute_solves_zb_h1_iteration_and_heuristics_never_beat_it():
 def test_gpipe_is_refused_by_every_method_but_brute(method):
     r = solve(with_schedule("gpipe"), method, objective="bottleneck")
     assert r.status == "error" and "schedule 'gpipe'" in r.message
+
+
+def test_cli_simulate_defaults_to_the_problems_schedule_and_refuses_a_mismatch(tmp_path):
+    from conftest import run_cli
+
+    problem = with_schedule("zb-h1")
+    from partitioner.problem import dump_problem
+
+    path = tmp_path / "zb.json"
+    dump_problem(problem, path)
+    result = tmp_path / "r.json"
+    solved = run_cli("solve", path, "--method", "brute", "--json")
+    assert solved.returncode == 0, solved.stderr
+    result.write_text(solved.stdout)
+    sim = run_cli("simulate", path, result, "--json")
+    assert sim.returncode == 0, sim.stderr
+    assert json.loads(sim.stdout)["schedule"] == "zb-h1"
+    bad = run_cli("simulate", path, result, "--schedule", "interleaved")
+    assert bad.returncode == 2
+    assert len(bad.stderr.strip().splitlines()) == 1 and "interleaved" in bad.stderr

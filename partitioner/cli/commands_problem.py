@@ -119,7 +119,9 @@ def evaluate_cmd(
 def simulate_cmd(
     problem_path: Path = typer.Argument(..., metavar="PROBLEM", help="Problem file (JSON or YAML, format v1 or v2)."),
     plan_path: Path = typer.Argument(..., metavar="RESULT_OR_PLAN", help="A result or plan file."),
-    schedule: str = typer.Option("1f1b", "--schedule", "-s", help="1f1b | gpipe | forward"),
+    schedule: Optional[str] = typer.Option(
+        None, "--schedule", "-s", help="1f1b | zb-h1 | interleaved | gpipe | forward (default: the problem's training.schedule)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print makespan, bubble, peak in-flight and memory as JSON."),
     gantt_path: Optional[Path] = typer.Option(None, "--gantt", help="Write a Gantt chart (.png, .svg or .pdf)."),
     trace_path: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome-trace JSON (opens in Perfetto)."),
@@ -127,7 +129,8 @@ def simulate_cmd(
     """Replay a plan for one iteration (exit 1 if it breaks a validity rule)."""
     from ..simulate import SCHEDULES, simulate
 
-    check_choice(schedule, SCHEDULES, "--schedule")
+    if schedule is not None:
+        check_choice(schedule, SCHEDULES, "--schedule")
     if gantt_path is not None:
         from ..viz import IMAGE_FORMATS
 
@@ -139,7 +142,12 @@ def simulate_cmd(
     except PlanError as e:
         err.print(f"{plan_path}: invalid plan: {e}", markup=False)
         raise typer.Exit(EXIT_NO_PLAN)
-    sim = simulate(problem, plan, schedule, evaluation=ev)
+    schedule = schedule or problem.training.schedule
+    try:
+        sim = simulate(problem, plan, schedule, evaluation=ev)
+    except ValueError as e:  # a schedule this plan cannot run (interleaved chunks vs plain stages)
+        err.print(f"error: --schedule {schedule}: {e}", markup=False)
+        raise typer.Exit(EXIT_BAD_INPUT)
     written = []
     title = f"{problem.name}: {plan_path.name}"
     try:
