@@ -13,8 +13,13 @@ Parts, each also runnable on its own:
 2. **Batch throughput** -- :mod:`benchmarks.throughput` (64-layer problems per hour per core).
 3. **Solver quality on the presets** -- a ``partitioner batch`` sweep over model presets x clusters x
    batch sizes, every method, compared with :mod:`partitioner.compare` (table and performance profile).
-4. **Plan quality** -- for every VLA/VLM preset, :func:`partitioner.plan_model` against the Megatron-style
-   baseline, predicted (1F1B estimate) and simulated.
+4. **Plan quality** -- for every VLA/VLM preset, :func:`partitioner.plan_model` against both baselines
+   (``megatron-uniform`` and ``fsdp``), simulated, with the memory knobs each stage and segment chose.
+   ``--case-timeout S`` gives up a case after S seconds (its row says so); ``--cases m1,m2`` re-measures
+   only those models and keeps the other rows of ``plans.json``.
+5. **Schedules** -- measured with part 4 (``plans``): the ``schedules`` entry of each case's
+   :func:`partitioner.plan_model` result, written to ``schedules.md`` (:mod:`benchmarks.schedules`'s table)
+   and included in the report.
 
 The report states the machine, the date and the commit it was made on.
 """
@@ -93,7 +98,7 @@ def _knob_label(seg: dict) -> str:
 
 
 def compact_knobs(knobs: list[dict] | None) -> str:
-    """Per stage, its segments' knobs joined by ``/``; runs of equal stages collapsed (``4x Z1 | Z1/Z1+rs``)."""
+    """Per stage, its segments' knobs joined by ``/``; runs of equal stages collapsed (``4x Z1 · Z1/Z1+rs``)."""
     if not knobs:
         return ""
     labels = ["/".join(_knob_label(seg) for seg in st["segments"]) for st in knobs]
@@ -103,11 +108,18 @@ def compact_knobs(knobs: list[dict] | None) -> str:
             runs[-1][1] += 1
         else:
             runs.append([label, 1])
-    return " | ".join(label if n == 1 else f"{n}x {label}" for label, n in runs)
+    return " · ".join(label if n == 1 else f"{n}x {label}" for label, n in runs)
+
+
+def _mesh(stage: dict) -> str:
+    """``GPUs:dp x tp``; a stage whose segments differ lists each segment's mesh, joined by ``/``."""
+    if "dp" in stage:
+        return f"{stage['devices']}:{stage['dp']}x{stage['tp']}"
+    return f"{stage['devices']}:" + "/".join(f"{c['dp']}x{c['tp']}" for c in stage["configs"])
 
 
 def _meshes(plan: dict | None) -> list[str]:
-    return [f"{s['devices']}:{s['dp']}x{s['tp']}" for s in plan["stages"]] if plan else []
+    return [_mesh(s) for s in plan["stages"]] if plan else []
 
 
 def plan_case(model: str, cluster: str, nodes: int, batch: int) -> dict:
@@ -194,22 +206,37 @@ def run_case(case: tuple, timeout: float | None) -> dict:
             "speedup": None, "simulated_ms": None, "baseline_simulated_ms": None, "schedules": None}
 
 
-def plan_quality(out: Path, quick: bool, case_timeout: float | None = None) -> list[dict]:
-    """Part 4 (and 5): every VLA/VLM preset planned and compared with both baselines; its schedule comparison."""
+def plan_quality(out: Path, quick: bool, case_timeout: float | None = None, only: set[str] | None = None) -> list[dict]:
+    """Part 4 (and 5): every VLA/VLM preset planned and compared with both baselines; its schedule comparison.
+
+    ``only``: measure just these models; the other cases keep their rows from ``plans.json``.
+    """
     from benchmarks import schedules as schedule_bench
 
+    cases = QUICK_PLAN_CASES if quick else PLAN_CASES
+    old = {}
+    if only and (out / "plans.json").exists():
+        old = {(r["model"], r["cluster"], r["nodes"], r["global_batch"]): r for r in json.loads((out / "plans.json").read_text())}
     rows = []
-    for case in QUICK_PLAN_CASES if quick else PLAN_CASES:
+    for case in cases:
+        if only and case[0] not in only:
+            if case in old:
+                rows.append(old[case])
+            continue
         row = run_case(case, case_timeout)
         rows.append(row)
         print(f"{row['model']:18s} {row['cluster']:13s} x{row['nodes']:<3d} {row['status']} speed-up {row['speedup']}  "
               f"({row['seconds']:.1f} s)", flush=True)
-        (out / "plans.json").write_text(json.dumps(rows, indent=1) + "\n")  # a working state after every case
+        done = rows + [old[c] for c in cases[cases.index(case) + 1:] if c in old]
+        (out / "plans.json").write_text(json.dumps(done, indent=1) + "\n")  # a working state after every case
+    (out / "plans.json").write_text(json.dumps(rows, indent=1) + "\n")
     _plot_plans(rows, out / "plans.png")
-    entries = [r["schedules"] or {k: r[k] for k in ("model", "cluster", "nodes", "global_batch", "status", "seconds")}
+    entries = [r.get("schedules") or {k: r[k] for k in ("model", "cluster", "nodes", "global_batch", "status", "seconds")}
                for r in rows]
     (out / "schedules.json").write_text(json.dumps(entries, indent=1) + "\n")
-    (out / "schedules.md").write_text(schedule_bench.to_markdown(entries, "dp") + "\n")
+    (out / "schedules.md").write_text(
+        schedule_bench.to_markdown(entries, "dp", "python -m benchmarks.report --parts plans") + "\n"
+    )
     return rows
 
 
@@ -284,13 +311,14 @@ def _plan_findings(plans: list[dict]) -> list[str]:
     small = [r for r in ok if r["speedup"] < 1.05]
     large = [r for r in ok if r["speedup"] >= 1.05]
     dp_only = [r for r in ok if all(m.endswith("x1") for m in r["meshes"])]
+    one_stage = [r for r in ok if len((r["baselines"].get(r.get("baseline_method")) or {}).get("meshes") or []) == 1]
     fsdp_best = [r for r in ok if r.get("baseline_method") == "fsdp"]
     small_list = ", ".join(f"{r['model']} {r['speedup']:.3f} x" for r in small) or "none"
     out = ["**Where the planner gains little.** "
            f"On {len(small)} of {len(ok)} cases the speed-up over the best baseline is under 5 % "
            f"({small_list}); "
-           f"{len(dp_only)} of {len(ok)} plans use tp = 1 on every stage, and the best baseline is FSDP on "
-           f"{len(fsdp_best)} of them. With ZeRO and recompute available, plain data parallelism fits most of these "
+           f"{len(dp_only)} of {len(ok)} plans use tp = 1 on every stage; the best baseline is a single stage "
+           f"(data parallelism over all GPUs) on {len(one_stage)} of them and FSDP on {len(fsdp_best)}. With ZeRO and recompute available, plain data parallelism fits most of these "
            "models at these batch sizes, so what is left to gain is mostly where the gradient synchronisation runs "
            "(inside nodes, on smaller data-parallel groups per stage) and how well the stages balance."]
     if large:
@@ -381,7 +409,7 @@ def write_report(out: Path, quick: bool) -> Path:
         "setting for every stage, best over stage counts, layouts and m) and *fsdp* (one stage, dp = all GPUs, ZeRO-3).",
         "Iterations are simulated (the plan replayed in the 1F1B simulator). Speed-up = best fitting baseline / plan.",
         "Knobs: Z*k* = ZeRO stage, +rs / +rf = selective / full activation recompute; per stage, segments joined by",
-        "`/`, *n*x = n equal stages in a row.",
+        "`/`, stages by ` · `, *n*x = n equal stages in a row. A baseline cell: simulated ms (stages; knobs; m).",
         "",
         "| model | cluster, batch | plan: stages (GPUs:dp x tp) | m | plan ms | megatron-uniform ms | fsdp ms | best baseline | speed-up | plan knobs | planning time |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -427,6 +455,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--time-limit", type=float, default=30.0, help="per solve, for the limited methods")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
+        "--cases", default="", help="plans: comma-separated models to re-measure; the other cases keep their rows"
+    )
+    parser.add_argument(
         "--case-timeout", type=float, default=None,
         help="plans: give up a case after this many seconds (the row says so); default: no limit",
     )
@@ -451,7 +482,8 @@ def main(argv: list[str] | None = None) -> None:
         if "presets" in parts:
             preset_quality(out, args.quick, args.time_limit)
         if "plans" in parts:
-            plan_quality(out, args.quick, args.case_timeout)
+            only = {c.strip() for c in args.cases.split(',') if c.strip()} or None
+            plan_quality(out, args.quick, args.case_timeout, only)
     print(f"wrote {write_report(out, args.quick)}")
 
 

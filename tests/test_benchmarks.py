@@ -40,7 +40,7 @@ def test_compact_knobs_collapses_equal_stages():
         {"stage": 2, "segments": [seg(1, "none")]},
         {"stage": 3, "segments": [seg(3, "full")]},
     ]
-    assert report.compact_knobs(knobs) == "Z1/Z1+rs | 2x Z1 | Z3+rf"
+    assert report.compact_knobs(knobs) == "Z1/Z1+rs · 2x Z1 · Z3+rf"
     assert report.compact_knobs([]) == ""
 
 
