@@ -60,4 +60,5 @@ def test_report_plan_quality_and_schedules_sections(tmp_path):
             "1,100.0 (16:16x1; Z3; m 16) | fsdp | 1.100 x | 2x Z1 | 3 s |") in text
     assert "| qwen2-vl-72b | 16 x dgx-h200, 1024 | dropped: not measured in this run" in text
     assert "## 5. Schedules" in text and "### pi0 on 2 x dgx-h100" in text and "preamble" not in text
-    assert "On 0 of 1 cases" in text and "pi0 on 2 x dgx-h100 1.100 x" in text
+    assert "On 0 of 1 measured cases" in text
+    assert "pi0 on 2 x dgx-h100, batch 1024: 1.100 x, plan 8:8x1 + 8:8x1 against fsdp 16:16x1" in text
