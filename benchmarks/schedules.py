@@ -59,7 +59,8 @@ def to_markdown(entries: list[dict], method: str, command: str = "python -m benc
         lines.append(f"## {e['model']} on {e['nodes']} x {e['cluster']}, global batch {e['global_batch']}, m = {e.get('microbatches')}")
         lines.append("")
         if "rows" not in e:
-            lines += [f"no plan ({e['status']})", ""]
+            why = "not measured in this run" if e["status"] == "dropped" else "no plan"
+            lines += [f"{why} ({e['status']})", ""]
             continue
         lines.append("| plan | schedule | v | iteration ms | estimate ms | bubble % | peak memory GiB |")
         lines.append("|---|---|---:|---:|---:|---:|---:|")
