@@ -342,6 +342,14 @@ def _stages_text(r: dict) -> str:
     )
 
 
+def _best_meshes(r: dict) -> list[str]:
+    return list(map(_short_mesh, (r["baselines"].get(r.get("baseline_method")) or {}).get("meshes") or []))
+
+
+def _names(what: str, rows: list[dict]) -> str:
+    return f"{what} ({', '.join(r['model'] for r in rows)})" if rows else ""
+
+
 def _plan_findings(plans: list[dict]) -> list[str]:
     """What the measured rows say about where the planner gains, computed from them (no fixed numbers)."""
     ok = [r for r in plans if r.get("speedup") is not None]
@@ -359,8 +367,14 @@ def _plan_findings(plans: list[dict]) -> list[str]:
         "baseline is a single stage, i.e. plain data parallelism over all GPUs with ZeRO-1 (and recompute where "
         "needed): with those knobs the whole model fits in memory at these batch sizes, so there is no memory "
         f"pressure for a pipeline to relieve, and {len(tp1)} of the {len(small)} plans also keep tp = 1 everywhere. "
-        "What a plan can still change is the split into pipeline stages on fewer GPUs each, so each stage's "
-        "gradient synchronisation spans fewer nodes; in this run that is worth a few percent at most."
+        "What a plan can still change is worth a few percent at most here: "
+        + "; ".join(part for part in (
+            _names("more pipeline stages on fewer GPUs each than the baseline, so each stage's gradient "
+                   "synchronisation spans fewer GPUs and nodes", [r for r in small if len(r["meshes"]) > len(_best_meshes(r))]),
+            _names("the baseline's meshes with other cuts (better balanced stages)",
+                   [r for r in small if r["speedup"] > 1.0005 and list(map(_short_mesh, r["meshes"])) == _best_meshes(r)]),
+            _names("no gain (the plan has the baseline's layout)", [r for r in small if r["speedup"] <= 1.0005]),
+        ) if part) + "."
     )
     if large:
         text += " More is gained where the model's parts differ most: " + "; ".join(
