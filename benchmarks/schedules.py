@@ -45,11 +45,11 @@ def measure(cases, method: str) -> list[dict]:
     return out
 
 
-def to_markdown(entries: list[dict], method: str) -> str:
+def to_markdown(entries: list[dict], method: str, command: str = "python -m benchmarks.schedules") -> str:
     lines = [
         "# Schedules on the presets",
         "",
-        f"`python -m benchmarks.schedules` (plans by `{method}`, m by `auto`). Per case: the kept plan and the",
+        f"`{command}` (plans by `{method}`, m by `auto`). Per case: the kept plan and the",
         "Megatron-style uniform baseline replayed under each schedule; interleaved is the baseline's uniform split",
         "into P·v chunks. Iteration = simulated makespan; memory = the largest per-GPU peak. The cost model gives no",
         "backward split yet, so ZB-H1 uses W = B / 2 (DESIGN.md).",
@@ -59,7 +59,8 @@ def to_markdown(entries: list[dict], method: str) -> str:
         lines.append(f"## {e['model']} on {e['nodes']} x {e['cluster']}, global batch {e['global_batch']}, m = {e.get('microbatches')}")
         lines.append("")
         if "rows" not in e:
-            lines += [f"no plan ({e['status']})", ""]
+            why = "not measured in this run" if e["status"] == "dropped" else "no plan"
+            lines += [f"{why} ({e['status']})", ""]
             continue
         lines.append("| plan | schedule | v | iteration ms | estimate ms | bubble % | peak memory GiB |")
         lines.append("|---|---|---:|---:|---:|---:|---:|")

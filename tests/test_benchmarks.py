@@ -30,3 +30,35 @@ def test_report_assembles_the_parts(tmp_path):
     text = report.write_report(tmp_path, quick=True).read_text()
     assert "| dp on L=64 N=32 layouts=all no transfers iteration: proven optimum in <= 1 s | optimal in 0.50 s | yes |" in text
     assert "| cpsat on L=64 N=32 layouts=all no transfers iteration: proven optimum in <= 10 s | feasible in 10.00 s, gap 50.0 % | no |" in text
+
+
+def test_compact_knobs_collapses_equal_stages():
+    seg = lambda zero, rec: {"layers": [0, 1], "dp": 8, "tp": 1, "zero": zero, "recompute": rec}  # noqa: E731
+    knobs = [
+        {"stage": 0, "segments": [seg(1, "none"), seg(1, "selective")]},
+        {"stage": 1, "segments": [seg(1, "none")]},
+        {"stage": 2, "segments": [seg(1, "none")]},
+        {"stage": 3, "segments": [seg(3, "full")]},
+    ]
+    assert report.compact_knobs(knobs) == "Z1/Z1+rs · 2x Z1 · Z3+rf"
+    assert report.compact_knobs([]) == ""
+
+
+def test_report_plan_quality_and_schedules_sections(tmp_path):
+    base = {"simulated_ms": 1100.0, "iteration_ms": 1100.0, "predicted_ms": 1100.0, "microbatches": 16,
+            "meshes": ["16:16x1"], "knobs": "Z3", "mfu": 0.5, "message": ""}
+    row = {"model": "pi0", "cluster": "dgx-h100", "nodes": 2, "global_batch": 1024, "status": "optimal", "message": "",
+           "seconds": 3.0, "meshes": ["8:8x1", "8:8x1"], "knobs": "2x Z1", "microbatches": 32, "simulated_ms": 1000.0,
+           "baseline_method": "fsdp", "baselines": {"fsdp": base, "megatron-uniform": {"message": "no fit"}},
+           "speedup": 1.1}
+    dropped = {"model": "qwen2-vl-72b", "cluster": "dgx-h200", "nodes": 16, "global_batch": 1024, "status": "dropped",
+               "message": "not measured in this run: planning took more than 240 s", "seconds": 240.0}
+    (tmp_path / "plans.json").write_text(json.dumps([row, dropped]))
+    (tmp_path / "schedules.md").write_text("# Schedules on the presets\n\npreamble\n\n## pi0 on 2 x dgx-h100\n\n| plan |\n")
+    text = report.write_report(tmp_path, quick=True).read_text()
+    assert ("| pi0 | 2 x dgx-h100, 1024 | 8:8x1 8:8x1 | 32 | 1,000.0 | does not fit (no fit) | "
+            "1,100.0 (16:16x1; Z3; m 16) | fsdp | 1.100 x | 2x Z1 | 3 s |") in text
+    assert "| qwen2-vl-72b | 16 x dgx-h200, 1024 | dropped: not measured in this run" in text
+    assert "## 5. Schedules" in text and "### pi0 on 2 x dgx-h100" in text and "preamble" not in text
+    assert "On 0 of 1 measured cases" in text
+    assert "pi0 on 2 x dgx-h100, batch 1024: 1.100 x, plan 8:8x1 + 8:8x1 against fsdp 16:16x1" in text
