@@ -128,10 +128,15 @@ def test_milp_keeps_its_time_limit(options, layers, limit):
 def test_a_build_cut_short_returns_the_hint_with_a_bound():
     problem = vla_like_problem(64, 4, 8, seed=0)
     greedy = solve(problem, "greedy")
-    result = solve(problem, "milp", time_limit=2.0)  # the build alone takes about 5 s
+    # the build takes about 2-5 s on 2 cores: with a 2 s limit it is cut short, or on a quiet
+    # machine HiGHS is; either way the answer is a plan at least as good as the hint, with a bound
+    result = solve(problem, "milp", time_limit=2.0)
     assert result.status == "feasible", result.message
-    assert "returning the greedy plan" in result.message
-    assert result.value == pytest.approx(greedy.value, rel=1e-12)
+    if "returning the greedy plan" in result.message:  # the build was cut short
+        assert result.value == pytest.approx(greedy.value, rel=1e-12)
+    else:  # the solver was: it started from the hint
+        assert "before optimality was proven" in result.message
+        assert result.value <= greedy.value * (1 + 1e-12)
     assert 0 < result.bound <= result.value
 
 
