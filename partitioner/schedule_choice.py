@@ -146,7 +146,7 @@ def _resolved(entry: Mapping[str, Any], keys: Sequence[tuple[str, int]], method:
             continue
         why = schedule_support(method, key[0], objective)
         if why:
-            note = f"{key[0]}: replayed only: {why.split(';')[0]}"
+            note = f"{key[0]}: not re-solved: {why.split(';')[0]}"
             if note not in notes:
                 notes.append(note)
             continue
@@ -290,6 +290,11 @@ def _as_best(c: Mapping[str, Any], best: Mapping[str, Any], method: str) -> dict
             "iteration_source": src}
 
 
+def _short(reason: str) -> str:
+    """A table cell for why a candidate cannot run."""
+    return "does not fit in memory" if reason.startswith("rule 6") or "fits in memory" in reason else "cannot run"
+
+
 def _report(cands: Sequence[dict[str, Any]], chosen: Mapping[str, Any] | None, notes: list[str],
             pinned: bool) -> dict[str, Any]:
     ordered = sorted(cands, key=lambda c: (not c["ok"], c.get("iteration_ms", 0.0)))
@@ -302,8 +307,13 @@ def _report(cands: Sequence[dict[str, Any]], chosen: Mapping[str, Any] | None, n
         mine = [c for c in cands if (c["schedule"], c["virtual_stages"]) == key]
         plan = _best([c for c in mine if c["source"] in ("plan", "solved")])
         base = _best([c for c in mine if c["source"] in ("baseline", "fsdp")])
-        by_schedule.append({"schedule": key[0], "virtual_stages": key[1], "plan": _row(plan) if plan else None,
-                            "baseline": _row(base) if base else None})
+        entry = {"schedule": key[0], "virtual_stages": key[1], "plan": _row(plan) if plan else None,
+                 "baseline": _row(base) if base else None}
+        for side, sources, found in (("plan", ("plan", "solved"), plan), ("baseline", ("baseline", "fsdp"), base)):
+            failed = [c for c in mine if c["source"] in sources and not c["ok"]]
+            if found is None and failed:
+                entry[f"{side}_reason"] = _short(failed[0]["reason"])
+        by_schedule.append(entry)
 
     def public(c: Mapping[str, Any] | None) -> dict[str, Any] | None:
         return None if c is None else {**_row(c), "plan": c["plan"].to_dict(c["ev"])}
