@@ -243,6 +243,8 @@ def print_plan_summary(problem: Problem, result: SolveResult) -> None:
         out.print(schedule_table(report))
         for note in report.get("notes") or ():
             out.print(f"note: {note}", markup=False)
+        if chosen:
+            out.print(export_hint(chosen["schedule"], report["by_schedule"]), markup=False)
     if result.message:
         out.print(result.message, markup=False)
     from ..export import TARGETS, export_result
@@ -285,6 +287,25 @@ def schedule_table(report: Any) -> Table:
                      "uniform split; m microbatches, P stages (x v chunks)")
     table.caption_justify = "left"
     return table
+
+
+def export_hint(schedule: str, by_schedule: Any) -> str:
+    """Which export targets run ``schedule``; for the others, the fastest schedule they do run (from the table)."""
+    from ..export import TARGET_SCHEDULES
+
+    lacking = [t for t, runs in TARGET_SCHEDULES.items() if schedule not in runs]
+    if not lacking:
+        return f"exports: every target runs {schedule}"
+
+    def fastest(runs: tuple[str, ...]) -> str:
+        rows = [r for e in by_schedule if e["schedule"] in runs for r in (e["plan"], e["baseline"]) if r is not None]
+        if not rows:  # a pinned schedule: the table has none of theirs
+            return f"--schedule {runs[0]}"
+        best = min(rows, key=lambda r: r["iteration_ms"])
+        return f"--schedule {best['schedule']}: {best['iteration_ms']:.1f} ms"
+
+    return (f"exports: {schedule} is not a schedule of " + ", ".join(lacking) + " (they say so below); re-plan pinned for them: "
+            + "; ".join(f"{t} ({fastest(TARGET_SCHEDULES[t])})" for t in lacking))
 
 
 _BASELINE_LABEL = {"megatron-uniform": "uniform", "fsdp": "fsdp"}
