@@ -538,16 +538,17 @@ def plan_model(
         chosen, schedule_bests, report = choose_schedule(
             best, screened, method=method, objective=objective, resolve=resolve,
             keys=schedule_keys(schedule, virtual_stages), simulate=simulate, pinned=schedule != "auto")
-        if report["chosen"] is not None:
-            best, bests = chosen, schedule_bests
+        if report["chosen"] is None:  # a pinned schedule nothing runs under: say so, never fall back to another
+            why = "; ".join(dict.fromkeys(f"{r['plan_source']} under {r['schedule']}: {r['reason']}" for r in report["rows"]))
+            return ModelPlan(status="infeasible", method=method, objective=objective,
+                             message=f"no plan runs under the pinned schedule {schedule}: {why or 'no candidate'}",
+                             extra={"microbatches_tried": tried, "schedules": report})
+        best, bests = chosen, schedule_bests
     result = _assemble(best, bests, tried, method, spec, cl)
     training = result.problem.training
     extra = {**result.extra, "schedule": {"schedule": training.schedule, "virtual_stages": training.virtual_stages}}
     if report is not None:
         extra["schedules"] = report
-        if report["chosen"] is None:
-            result = replace(result, message="; ".join(filter(None, [
-                result.message, f"no plan runs under the pinned schedule {schedule}: kept the 1f1b plan"])))
     return replace(result, extra=extra)
 
 

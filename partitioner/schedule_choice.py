@@ -194,7 +194,9 @@ def _baselines(screened: Sequence[Mapping[str, Any]], keys: Sequence[tuple[str, 
             if found is not None:
                 out.append(found)
             elif key[0] in _PLAIN or name == BASELINE_METHOD:
-                why = pool[0]["reason"] if pool else "no plan of this shape fits in memory at any m"
+                why = pool[0]["reason"] if pool else (
+                    "no uniform split into P >= 2 groups x v chunks with m a multiple of P fits at any screened m"
+                    if key[0] == "interleaved" else "no plan of this shape fits in memory at any screened m")
                 out.append({"source": "baseline" if name == BASELINE_METHOD else "fsdp", "method": name, "schedule": key[0],
                             "virtual_stages": key[1], "problem": None, "ok": False, "reason": why})
     return out
@@ -270,19 +272,19 @@ def _as_best(c: Mapping[str, Any], best: Mapping[str, Any], method: str) -> dict
     if c["source"] == "plan" and c["schedule"] == best["problem"].training.schedule:
         return {**best}
     where = c["schedule"] + (f" (v = {c['virtual_stages']})" if c["schedule"] == "interleaved" else "")
+    ref = f"the {method} plan under {best['problem'].training.schedule}: {best['iteration_ms']:.6g} ms"
     if c["source"] == "solved":
         result = c["result"]
-        note = f"{method} re-solved under {where}: {c['iteration_ms']:.6g} ms simulated vs {best['iteration_ms']:.6g} ms under 1f1b"
+        note = f"kept {method} re-solved under {where}: {c['iteration_ms']:.6g} ms simulated ({ref})"
         result = replace(result, message="; ".join(filter(None, [result.message, note])))
     elif c["source"] == "plan":
-        note = (f"the {method} plan runs faster under {where}: {c['iteration_ms']:.6g} ms simulated vs "
-                f"{best['iteration_ms']:.6g} ms under {best['problem'].training.schedule}")
+        note = f"kept the {method} plan under {where}: {c['iteration_ms']:.6g} ms simulated ({ref})"
         status = "feasible" if old.status == "optimal" else old.status  # optimal for 1F1B's objective, not this one
         result = replace(old, status=status, value=c["ev"].value, bound=None, evaluation=c["ev"],
                          message="; ".join(filter(None, [old.message, note])))
     else:
-        note = (f"the {c['method']} baseline under {where} at m={c['problem'].microbatches} ({c['iteration_ms']:.6g} ms "
-                f"simulated) is faster than the {method} plan ({best['iteration_ms']:.6g} ms): kept it")
+        note = (f"kept the {c['method']} baseline under {where} at m={c['problem'].microbatches}, the fastest candidate: "
+                f"{c['iteration_ms']:.6g} ms simulated ({ref})")
         result = SolveResult(status="feasible", method=method, objective=old.objective, value=c["ev"].value,
                              solve_seconds=old.solve_seconds, message="; ".join(filter(None, [old.message, note])),
                              plan=c["plan"], evaluation=c["ev"])

@@ -159,3 +159,11 @@ def test_cli_schedule_option():
     for name in ("1f1b", "zb-h1", "gpipe", "interleaved (v = 2)", "interleaved (v = 4)"):
         assert name in ok.stdout
     assert f"iteration {r.extra['throughput']['iteration_ms']:.1f} ms ({chosen} simulator)" in ok.stdout
+
+
+def test_a_pinned_schedule_nothing_runs_under_is_infeasible_not_replaced():
+    """m = 1 admits no interleaved plan (m a multiple of P >= 2): plan says so instead of returning a 1F1B plan."""
+    r = plan_model("seed-vla-8gpu", "dgx-h100", **{**CASE, "microbatches": 1}, schedule="interleaved")
+    assert r.status == "infeasible" and r.plan is None
+    assert "pinned schedule interleaved" in r.message
+    assert r.extra["schedules"]["chosen"] is None
