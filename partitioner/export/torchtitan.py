@@ -59,7 +59,8 @@ from .common import Export, StageView, chunk_reasons, layout_reasons, per_replic
 
 __all__ = ["export_torchtitan", "torchtitan_names", "CHECKED_WITH", "SCHEDULES"]
 
-CHECKED_WITH = "torchtitan 0.3.0 (config_registry + CLI overrides; 0.2.x TOML files are not targeted)"
+CHECKED_WITH = ("torchtitan 0.3.0 (config_registry + CLI overrides; 0.2.x TOML files are not targeted); schedule names per "
+                "torch 2.13 get_schedule_class")
 # our schedule -> torchtitan's ``pipeline_parallel_schedule`` (torch.distributed.pipelining's get_schedule_class names)
 SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
 _NO_SCHEDULE = {
