@@ -199,8 +199,8 @@ def solve(
 # what it does not model (interleaved, GPipe's iteration estimate).
 _SCHEDULES_BEYOND_1F1B = {
     "dp": {("zb-h1", "bottleneck")},
-    "cpsat": {("zb-h1", "bottleneck")},
-    "milp": {("zb-h1", "bottleneck")},
+    "cpsat": {("zb-h1", "bottleneck"), ("zb-h1", "iteration"), ("gpipe", "bottleneck"), ("gpipe", "iteration")},
+    "milp": {("zb-h1", "bottleneck"), ("zb-h1", "iteration"), ("gpipe", "bottleneck"), ("gpipe", "iteration")},
     "greedy": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},
     "uniform": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},
     "balanced": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},
