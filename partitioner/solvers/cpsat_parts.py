@@ -15,10 +15,10 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from .slotmodel import SlotData, SlotDecisions
-from .slotschedule import Part, objective_parts, wgrad_factor, wgrad_steps
+from .slotschedule import objective_parts, send_terms, wgrad_factor, wgrad_steps
 from .slottimes import IntegerTimes
 
-__all__ = ["PartVars", "stage_compute", "part_objective", "part_hint_values", "part_objective_units", "send_terms"]
+__all__ = ["PartVars", "stage_compute", "part_objective", "part_hint_values", "part_objective_units"]
 
 
 @dataclass
@@ -69,18 +69,6 @@ def stage_compute(model, data: SlotData, tau, top: int, members, use, size, cove
             model.add(d * c >= sum(work[i] * x for i, x in members[j] if work[i])).only_enforce_if(size[j][s])
         compute.append(c)
     return compute, segment
-
-
-def send_terms(part: Part, j: int, slots: int, send: list) -> list:
-    """The sends ``part`` of slot j pays: ``"out"`` x_{j-1} (to the next stage), ``"in"`` x_j."""
-    if not send:
-        return []
-    out = []
-    if "out" in part.sends and j > 0:
-        out.append(send[j - 1])
-    if "in" in part.sends and j < slots - 1:
-        out.append(send[j])
-    return out
 
 
 def part_objective(model, data: SlotData, times: IntegerTimes, parts, members, use, size, cover, active, pair, reshard, send, check):

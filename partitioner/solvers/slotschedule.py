@@ -62,6 +62,7 @@ __all__ = [
     "ceiling_ms",
     "part_ms",
     "exact_part",
+    "send_terms",
 ]
 
 
@@ -174,3 +175,15 @@ def exact_part(part: Part, cost: LayerCost) -> Fraction:
         return bwd
     w = Fraction(cost.split()[1])
     return w if part.name == "w" else fwd + bwd - w
+
+
+def send_terms(part: Part, j: int, slots: int, send: list) -> list:
+    """The sends ``part`` of slot j pays: ``"out"`` x_{j-1} (to the next stage), ``"in"`` x_j."""
+    if not send:
+        return []
+    out = []
+    if "out" in part.sends and j > 0:
+        out.append(send[j - 1])
+    if "in" in part.sends and j < slots - 1:
+        out.append(send[j])
+    return out
