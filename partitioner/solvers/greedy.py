@@ -17,7 +17,7 @@ count P the problem allows:
    in the devices left; the sizes must end up summing to N, otherwise this P
    is skipped.
 4. **Configs**: each stage takes its fastest configs of that size that fit in
-   memory with its 1F1B stash ``min(m, P - p)`` -- one layout per stage in
+   memory with its stash (1F1B and ZB-H1: ``min(m, P - p)``; GPipe: ``m``) -- one layout per stage in
    format v1, one config per segment with the reshards between them in v2
    (:meth:`~partitioner.solvers.tables.CostTables.best_stage`).
 5. **Placement**: first fit in stage order (adjacent small stages share nodes).
@@ -36,6 +36,7 @@ import numpy as np
 from ..plan import Plan, Stage, objective_value
 from ..placement import contiguous_node_assignment, node_assignment_ids, pack_runs
 from ..problem import Problem
+from ..schedules import stash
 from .base import Candidate, SolveRequest, register
 from .feasibility import feasible_stage_counts, quick_infeasibility
 from .tables import CostTables
@@ -175,9 +176,11 @@ def _value(problem: Problem, tables: CostTables, plan: Plan, compute: list[float
 def _build(problem: Problem, tables: CostTables, cuts, sizes) -> tuple[Plan | None, str, list[float]]:
     """The plan for ``cuts`` and ``sizes`` with each stage's fastest fitting configs, and their compute times."""
     P, m = len(cuts), problem.microbatches
+    # the schedule's stash: 1F1B's min(m, P - p) (also ZB-H1's), GPipe's m
+    stashes = stash("gpipe", P, m) if problem.training.schedule == "gpipe" else [min(m, P - p) for p in range(P)]
     stages = []
     for p, ((a, b), d) in enumerate(zip(cuts, sizes)):
-        choice = tables.best_stage(a, b, d, min(m, P - p))
+        choice = tables.best_stage(a, b, d, stashes[p])
         if choice is None:
             return None, f"stage {p} (layers {a}..{b}) fits in no {d}-device layout", []
         stages.append((a, b, d, choice))
