@@ -90,6 +90,11 @@ class IntegerTimes:
         time t, so the same ``top`` caps it); empty for t alone.
     reshard_once : tuple of dict
         ``reshard`` for one reshard ``r`` instead of ``2 r`` (GPipe's F and B each pay it once).
+    float_terms : int
+        Extra relative float error (in units of 2**-52) of the objective as
+        :func:`~partitioner.plan.evaluate` computes it, for :func:`conservative_bound`:
+        ZB-H1's u_c = t_c - W_c is a difference of float sums, off by up to about
+        L eps (t_c + W_c), and sum_c W_c is at most J times the estimate, so 2 L J.
     """
 
     scale: float
@@ -103,6 +108,7 @@ class IntegerTimes:
     exact: bool
     parts: dict = field(default_factory=dict)
     reshard_once: tuple = ()
+    float_terms: int = 0
 
 
 def stage_ceiling_ms(objective: str, value: float, microbatches: int, schedule: str = "1f1b") -> float:
@@ -177,13 +183,14 @@ def integer_times(data: "SlotData", resolution: float = RESOLUTION, ceiling_ms: 
                 for h, bw in enumerate(bws):
                     send[c, s, h] = _units(scale, mb / (d * bw), top)
     reshard = tuple({pair: _units(scale, 2 * r, top) for pair, r in table.items()} for table in data.reshard_ms)
-    parts, once = {}, ()
+    parts, once, float_terms = {}, (), 0
     if data.parts != (T,):
+        float_terms = 2 * L * J if any(part.name == "w" for part in data.parts) else 0
         for part in data.parts:
             rows = _exact_prefixes(data, scale, check, part)
             parts[part.name] = (rows, [[min(b - a, top + 1) for a, b in zip(row, row[1:])] for row in rows])
         once = tuple({pair: _units(scale, r, top) for pair, r in table.items()} for table in data.reshard_ms)
-    return IntegerTimes(scale, prefix, tau, send, reshard, top, stage_error, count * stage_error, exact, parts, once)
+    return IntegerTimes(scale, prefix, tau, send, reshard, top, stage_error, count * stage_error, exact, parts, once, float_terms)
 
 
 def _units(scale: float, ms: float, top: int) -> int:
@@ -237,12 +244,12 @@ def conservative_bound(units: float, times: IntegerTimes, analytic: float, layer
 
     Any plan's true objective is at least (model objective - error) / scale,
     so the true optimum is at least ``(units - error) / scale``; the result
-    is nudged down (relative ``(layers + 16) 2**-52``: the float sums of
-    :func:`~partitioner.plan.evaluate` may sit that far below the exact
-    ones) and never below the analytic bound (itself nudged down).
+    is nudged down (relative ``(layers + float_terms + 16) 2**-52``: the float
+    sums of :func:`~partitioner.plan.evaluate` may sit that far below the
+    exact ones) and never below the analytic bound (itself nudged down).
     """
     best = max((units - times.error) / times.scale, analytic)
-    best *= 1 - (layers + 16) * _EPS
+    best *= 1 - (layers + times.float_terms + 16) * _EPS
     for _ in range(4):
         best = math.nextafter(best, -math.inf)
     return max(best, 0.0)
