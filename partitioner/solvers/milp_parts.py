@@ -34,20 +34,26 @@ def _coefficients(data: SlotData, part, cap: float) -> list[list]:
             for layer in data.problem.layers]
 
 
-def part_objective(lp: pulp.LpProblem, data: SlotData, z: dict, cap: float, before, pair: dict, reshard: list, send: list):
-    """Add every part's compute and stage variables and return the objective (see :mod:`.slotschedule`)."""
+def part_objective(lp: pulp.LpProblem, data: SlotData, z: dict, cap: float, before, pair: dict, reshard: list, send: list,
+                   check=lambda: None):
+    """Add every part's compute and stage variables and return the objective (see :mod:`.slotschedule`);
+    ``check()`` (the build guard) is called as it grows."""
     J, m = data.slots, data.microbatches
     parts = data.parts
     pv = MilpPartVars()
     coef = {}
     for part in parts:
+        check()
         coef[part.name] = table = _coefficients(data, part, cap)
         rows: list[list] = [[] for _ in range(J)]
-        for (i, j, k), v in z.items():
+        for n, ((i, j, k), v) in enumerate(z.items()):
+            if n % 4096 == 0:
+                check()
             if table[i][k]:
                 rows[j].append(table[i][k] * v)
         compute = []
         for j in range(J):
+            check()
             c = pulp.LpVariable(f"compute{part.name}_{j}", lowBound=0)
             lp += c == pulp.lpSum(rows[j])
             compute.append(c)
