@@ -10,12 +10,9 @@ B) and :func:`part_hint_values` gives their variables' values under a plan.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
-from ortools.sat.python import cp_model
 
 from .slotmodel import SlotData, SlotDecisions
-from .slotschedule import objective_parts, send_terms, wgrad_factor, wgrad_steps
+from .slotschedule import objective_parts, peak_values, send_terms, wgrad_factor, wgrad_steps
 from .slottimes import IntegerTimes
 
 __all__ = ["PartVars", "stage_compute", "part_objective", "part_hint_values", "part_objective_units"]
@@ -155,12 +152,9 @@ def part_hint_values(pv: PartVars, data: SlotData, times: IntegerTimes, d: SlotD
             elif (name, j) in pv.reshard:
                 value += out[pv.reshard[name, j]]
             out[t] = value
-    if "w" in pv.peak:
-        k = wgrad_factor(d.stages, m)
-        out[pv.peak["w"]] = max((m - 1) * out[u] + k * out[w] for u, w in zip(pv.stage["u"], pv.stage["w"]))
-    else:
-        for name, peak in pv.peak.items():
-            out[peak] = max(out[t] for t in pv.stage[name])
+    values = {name: [out[t] for t in stages] for name, stages in pv.stage.items()}
+    for name, value in peak_values(values, d.stages, m).items():
+        out[pv.peak[name]] = value
     return out
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pulp
 
 from .slotmodel import SlotData, SlotDecisions
-from .slotschedule import objective_parts, part_ms, send_terms, wgrad_factor, wgrad_steps
+from .slotschedule import objective_parts, part_ms, peak_values, send_terms, wgrad_steps
 
 __all__ = ["MilpPartVars", "part_objective", "part_start_values"]
 
@@ -126,10 +126,7 @@ def part_start_values(pv: MilpPartVars, data: SlotData, d: SlotDecisions, cap: f
             elif (name, j) in pv.reshard:
                 value += out[pv.reshard[name, j]]
             out[t] = value
-    if "w" in pv.peak:
-        k = wgrad_factor(d.stages, m)
-        out[pv.peak["w"]] = max((m - 1) * out[u] + k * out[w] for u, w in zip(pv.stage["u"], pv.stage["w"]))
-    else:
-        for name, peak in pv.peak.items():
-            out[peak] = max(out[t] for t in pv.stage[name])
+    values = {name: [out[t] for t in stages] for name, stages in pv.stage.items()}
+    for name, value in peak_values(values, d.stages, m).items():
+        out[pv.peak[name]] = value
     return out

@@ -63,6 +63,7 @@ __all__ = [
     "part_ms",
     "exact_part",
     "send_terms",
+    "peak_values",
 ]
 
 
@@ -187,3 +188,13 @@ def send_terms(part: Part, j: int, slots: int, send: list) -> list:
     if "in" in part.sends and j < slots - 1:
         out.append(send[j])
     return out
+
+
+def peak_values(stages: dict, num_stages: int, microbatches: int) -> dict:
+    """The max terms of the objective from every part's stage values ``{name: [per slot]}``:
+    ZB-H1 ``{"w": max_j (m - 1) u_j + k_P W_j}``, GPipe ``{"f": max F, "b": max B}``."""
+    m = microbatches
+    if "w" in stages:
+        k = wgrad_factor(num_stages, m)
+        return {"w": max((m - 1) * u + k * w for u, w in zip(stages["u"], stages["w"]))}
+    return {name: max(values) for name, values in stages.items()}
