@@ -38,9 +38,9 @@ import numpy as np
 from ..plan import Plan, Stage, objective_value
 from ..placement import contiguous_node_assignment, node_assignment_ids, pack_runs
 from ..problem import Problem
-from ..schedules import stash
 from .base import Candidate, SolveRequest, register
 from .feasibility import feasible_stage_counts, quick_infeasibility
+from .slotschedule import slot_stash
 from .tables import CostTables
 
 __all__ = ["solve_greedy", "balance_cuts", "layer_work", "grow_sizes"]
@@ -195,8 +195,8 @@ def _value(problem: Problem, tables: CostTables, plan: Plan, compute: list[float
 def _build(problem: Problem, tables: CostTables, cuts, sizes) -> tuple[Plan | None, str, list[float]]:
     """The plan for ``cuts`` and ``sizes`` with each stage's fastest fitting configs, and their compute times."""
     P, m = len(cuts), problem.microbatches
-    # the schedule's stash: 1F1B's min(m, P - p) (also ZB-H1's), GPipe's m
-    stashes = stash("gpipe", P, m) if problem.training.schedule == "gpipe" else [min(m, P - p) for p in range(P)]
+    # the schedule's stash, stage order: 1F1B's and ZB-H1's min(m, P - p), GPipe's m
+    stashes = slot_stash(problem.training.schedule, m, P)[::-1]
     stages = []
     for p, ((a, b), d) in enumerate(zip(cuts, sizes)):
         choice = tables.best_stage(a, b, d, stashes[p])
