@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .slotmodel import SlotData, SlotDecisions
-from .slotschedule import objective_parts, peak_values, send_terms, wgrad_factor, wgrad_steps
+from .slotschedule import fill_stage_values, send_terms, wgrad_factor, wgrad_steps
 from .slottimes import IntegerTimes
 
 __all__ = ["PartVars", "stage_compute", "part_objective", "part_hint_values", "part_objective_units"]
@@ -126,7 +126,7 @@ def part_hint_values(pv: PartVars, data: SlotData, times: IntegerTimes, d: SlotD
     ``pair_used[j, g]`` is the mesh pair slot j uses across boundary g (or None),
     ``send[j]`` the units of x_j.
     """
-    J, m = data.slots, data.microbatches
+    J = data.slots
     ends = d.ends(data)
     out: dict = {}
     for name, compute in pv.compute.items():
@@ -142,19 +142,11 @@ def part_hint_values(pv: PartVars, data: SlotData, times: IntegerTimes, d: SlotD
             out[compute[j]] = value
     for (name, j), r in pv.reshard.items():
         out[r] = sum(times.reshard_once[g].get(p, 0) for (jj, g), p in pair_used.items() if jj == j and p is not None)
-    specs = {p.name: p for p in objective_parts(data.schedule, data.objective)}
-    for name, stages in pv.stage.items():
-        part = specs[name]
-        for j, t in enumerate(stages):
-            value = out[pv.compute[name][j]] + sum(send_terms(part, j, J, send))
-            if part.reshards == 2:
-                value += sum(times.reshard[g].get(p, 0) for (jj, g), p in pair_used.items() if jj == j and p is not None)
-            elif (name, j) in pv.reshard:
-                value += out[pv.reshard[name, j]]
-            out[t] = value
-    values = {name: [out[t] for t in stages] for name, stages in pv.stage.items()}
-    for name, value in peak_values(values, d.stages, m).items():
-        out[pv.peak[name]] = value
+    twice = [0] * J
+    for (j, g), p in pair_used.items():
+        if p is not None:
+            twice[j] += times.reshard[g].get(p, 0)
+    fill_stage_values(pv, out, twice, send, data, d.stages)
     return out
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pulp
 
 from .slotmodel import SlotData, SlotDecisions
-from .slotschedule import objective_parts, part_ms, peak_values, send_terms, wgrad_steps
+from .slotschedule import fill_stage_values, objective_parts, part_ms, send_terms, wgrad_steps
 
 __all__ = ["MilpPartVars", "part_objective", "part_start_values"]
 
@@ -100,7 +100,7 @@ def part_objective(lp: pulp.LpProblem, data: SlotData, z: dict, cap: float, befo
 def part_start_values(pv: MilpPartVars, data: SlotData, d: SlotDecisions, cap: float, used: dict, sends: list) -> dict:
     """Every part variable's value under the decisions ``d``; ``used[j, g]`` is the mesh pair
     slot j uses across boundary g (or None), ``sends[j]`` the value of x_j."""
-    J, m = data.slots, data.microbatches
+    J = data.slots
     specs = {p.name: p for p in objective_parts(data.schedule, data.objective)}
     slot_of = d.slot_of(data)
     group_of = [0] * data.num_layers
@@ -116,17 +116,9 @@ def part_start_values(pv: MilpPartVars, data: SlotData, d: SlotDecisions, cap: f
             out[c] = values[j]
     for (name, j), r in pv.reshard.items():
         out[r] = sum(min(data.reshard_ms[g][p], cap) for (jj, g), p in used.items() if jj == j and p in data.reshard_ms[g])
-    for name, stages in pv.stage.items():
-        part = specs[name]
-        for j, t in enumerate(stages):
-            value = out[pv.compute[name][j]] + sum(send_terms(part, j, J, sends))
-            if part.reshards == 2:
-                value += sum(min(2 * data.reshard_ms[g][p], cap) for (jj, g), p in used.items()
-                             if jj == j and p in data.reshard_ms[g])
-            elif (name, j) in pv.reshard:
-                value += out[pv.reshard[name, j]]
-            out[t] = value
-    values = {name: [out[t] for t in stages] for name, stages in pv.stage.items()}
-    for name, value in peak_values(values, d.stages, m).items():
-        out[pv.peak[name]] = value
+    twice = [0.0] * J
+    for (j, g), p in used.items():
+        if p in data.reshard_ms[g]:
+            twice[j] += min(2 * data.reshard_ms[g][p], cap)
+    fill_stage_values(pv, out, twice, sends, data, d.stages)
     return out

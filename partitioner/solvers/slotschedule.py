@@ -64,6 +64,7 @@ __all__ = [
     "exact_part",
     "send_terms",
     "peak_values",
+    "fill_stage_values",
 ]
 
 
@@ -198,3 +199,23 @@ def peak_values(stages: dict, num_stages: int, microbatches: int) -> dict:
         k = wgrad_factor(num_stages, m)
         return {"w": max((m - 1) * u + k * w for u, w in zip(stages["u"], stages["w"]))}
     return {name: max(values) for name, values in stages.items()}
+
+
+def fill_stage_values(pv, out: dict, twice: list, send: list, data, num_stages: int) -> None:
+    """Set ``out`` for every part's stage and peak variables of ``pv`` (either model's part
+    variables: ``compute``, ``stage``, ``reshard``, ``peak``), given ``out`` already holds the
+    compute and once-paid reshard values, ``twice[j]`` slot j's ``2 r`` and ``send[j]`` x_j."""
+    specs = {p.name: p for p in objective_parts(data.schedule, data.objective)}
+    J = data.slots
+    for name, stages in pv.stage.items():
+        part = specs[name]
+        for j, t in enumerate(stages):
+            value = out[pv.compute[name][j]] + sum(send_terms(part, j, J, send))
+            if part.reshards == 2:
+                value += twice[j]
+            elif (name, j) in pv.reshard:
+                value += out[pv.reshard[name, j]]
+            out[t] = value
+    values = {name: [out[t] for t in stages] for name, stages in pv.stage.items()}
+    for name, value in peak_values(values, num_stages, data.microbatches).items():
+        out[pv.peak[name]] = value
