@@ -22,10 +22,11 @@ methods solve the same model:
   :func:`.interleaved_model.send_ms` (fixed per layer and group boundary,
   since d and the placement are fixed by P);
 * ``T_g = sum_{c = g mod P} (sum_{i,k} (fwd + bwd)[i, k] z[i, c, k] + X_c + X_{c-1})``;
-* memory: ``A_c = sum_{i,k} act[i, k] z[i, c, k]`` and, for every state s of
-  group g's op order (:func:`.interleaved_model.held_states`),
-  ``sum_{c = g, i, k} weight[i, k] z[i, c, k] + sum_j held[s][j] A_{g + jP} <= capacity``
-  (exact: the held counts are constants);
+* memory: ``A_c = sum_{i,k} act[i, k] z[i, c, k]``, ``W_g = sum_{c = g mod P,
+  i, k} weight[i, k] z[i, c, k]`` and, for every state s of group g's op
+  order (:func:`.interleaved_model.held_states`),
+  ``W_g + sum_j held[s][j] A_{g + jP} <= capacity`` (exact: the held counts
+  are constants);
 * ``T_g <= T``; ``bottleneck`` minimises T, ``iteration`` minimises
   ``sum_g T_g + (m v - 1) T`` (v times the estimate, which keeps integer
   coefficients for CP-SAT).
@@ -233,8 +234,12 @@ def formulation(data: GroupData, time_coefficient: Callable[[float], float], tim
             if c in data.chunk_range(i)
             for k, e in data.entries(i)
         }
+        top = sum(max((e.weight_bytes for _, e in data.entries(i)), default=0) for i in range(L))
+        W = spec.var(("W", g), "int", 0, top)
+        weights[W] = -1
+        spec.add(weights, "==", 0)
         for state in held_states(P, m, v, g):
-            terms = dict(weights)
+            terms = {W: 1}
             for j, n in enumerate(state):
                 _add_terms(terms, {("A", g + j * P): n})
             spec.add(terms, "<=", capacity)

@@ -54,6 +54,7 @@ from .interleaved_formulation import (
     values_of_plan,
 )
 from .interleaved_model import group_counts, group_ids, no_group_count_message, uniform_hints
+from .slotrun import int_option
 from .slottimes import RESOLUTION, UNIT_CAP
 
 __all__ = ["solve_interleaved"]
@@ -73,6 +74,9 @@ def solve_interleaved(problem: Problem, request: SolveRequest, method: str) -> C
     if not counts:
         return Candidate("infeasible", message=no_group_count_message(problem))
     objective = request.objective
+    resolution = request.option("resolution", RESOLUTION)
+    if isinstance(resolution, bool) or not isinstance(resolution, (int, float)) or not 0 < resolution < 1:
+        raise SolverError(f"cpsat: option resolution must be a number in (0, 1), got {resolution!r}")
     hints = _hints(problem, request, counts)
     best_value, best_plan = min(((v, p) for pairs in hints.values() for v, p in pairs[:1]), default=(math.inf, None), key=lambda vp: vp[0])
     bounds, proven, notes = [], True, {}
@@ -201,7 +205,7 @@ def _run_cpsat(data: GroupData, request: SolveRequest, hint: Plan | None, best_v
     solver = cp_model.CpSolver()
     params = solver.parameters
     params.random_seed = int(request.seed)
-    params.num_workers = int(request.option("num_workers", os.cpu_count() or 1))
+    params.num_workers = int_option(request, "cpsat", "num_workers", os.cpu_count() or 1)
     params.absolute_gap_limit = float(error)
     params.relative_gap_limit = 0.0
     extra_parameters = request.option("parameters", {})
@@ -236,7 +240,7 @@ def _run_milp(data: GroupData, request: SolveRequest, hint: Plan | None, best_va
     p = data.problem
     m, v = p.microbatches, p.training.virtual_stages
     backend = str(request.option("backend", "highs")).lower()
-    threads = int(request.option("threads", 1))
+    threads = int_option(request, "milp", "threads", 1)
     lower = data.time_lower_bound()
     ceiling = best_value if data.objective == "bottleneck" else best_value / m
     cap = 2 * ceiling if math.isfinite(ceiling) else max(1e6 * lower, 1.0)
