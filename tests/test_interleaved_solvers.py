@@ -27,6 +27,7 @@ from partitioner.solvers.interleaved_model import (
     group_meshes,
     interleaved_plan,
     send_ms,
+    uniform_hints,
 )
 from strategies import layouts_for
 
@@ -259,3 +260,38 @@ def test_dp_refuses_and_says_why():
 def test_brute_refuses_too_many_cuts():
     r = solve(_hand_problem(), "brute", options={"max_combinations": 3})
     assert r.status == "error" and "max_combinations" in r.message
+
+
+def _wide_problem(layers: int = 24) -> Problem:
+    """``layers`` layers on 2 nodes x 4 GPUs, every layout, unequal layer times: too big to prove in a blink."""
+    doc = _hand_problem().to_dict()
+    doc["cluster"].update(nodes=2, gpus_per_node=4, gpu_memory_bytes=10**6)
+    doc["training"]["microbatches"] = 8
+    doc.pop("stages", None)
+    doc["layers"] = []
+    for i in range(layers):
+        base = 1.0 + (i * 7919 % 13) / 3
+        costs = {}
+        for dp, tp in layouts_for(2, 4):
+            fwd = round(base / (dp * tp) * (1 + 0.1 * tp), 4)
+            costs[f"dp{dp}tp{tp}"] = {"fwd_ms": fwd, "bwd_ms": 2 * fwd, "weight_bytes": 1000 // tp, "act_bytes": 100 // (dp * tp)}
+        doc["layers"].append({"name": f"l{i}", "module": "llm", "out_bytes": 500, "costs": costs})
+    return Problem.from_dict(doc)
+
+
+@pytest.mark.parametrize("method", EXACT)
+def test_a_time_limit_returns_a_plan_of_the_space_and_a_proven_bound(method):
+    problem = _wide_problem()
+    r = solve(problem, method, time_limit=1.0, seed=0, options=OPTIONS[method])
+    assert r.status in ("optimal", "feasible"), r.message
+    check_plan(problem, r)
+    assert_in_space(problem, r)
+    assert r.bound is not None and r.bound <= r.value
+    uniform = min(value for P in group_counts(problem) for value, _ in uniform_hints(problem, problem.objective, P))
+    assert r.value <= uniform * (1 + 1e-12)  # never worse than the uniform start
+
+
+def test_brute_stops_at_its_time_limit_with_the_best_plan_so_far():
+    r = solve(_wide_problem(20), "brute", time_limit=0.3)  # 55,252 cuts: far more than 0.3 s
+    assert r.status == "feasible" and "time limit" in r.message
+    check_plan(_wide_problem(20), r)

@@ -94,7 +94,7 @@ def solve_interleaved(problem: Problem, request: SolveRequest, method: str) -> C
         hint = hints[P][0][1] if hints.get(P) else None
         run = _run_cpsat if method == "cpsat" else _run_milp
         status, plan, bound = run(data, request, hint, best_value, deadline)
-        notes[P] = status
+        notes[P] = status if status != "infeasible" or not math.isfinite(best_value) else f"no plan better than {best_value:.9g}"
         proven = proven and status in ("optimal", "infeasible")
         bounds.append(bound)
         if plan is not None:
