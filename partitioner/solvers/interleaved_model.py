@@ -166,14 +166,9 @@ def chunk_options(problem: Problem, first: int, last: int, mesh: tuple[int, int]
     ]
     options = []
     for combo in itertools.product(*candidates):
-        compute = 0.0
-        weight = act = 0
-        for (a, b), lay in zip(segments, combo):
-            for i in range(a, b + 1):
-                c = problem.layers[i].costs[lay]
-                compute += c.fwd_ms + c.bwd_ms
-                weight += c.weight_bytes
-                act += c.act_bytes
+        entries = [problem.layers[i].costs[lay] for (a, b), lay in zip(segments, combo) for i in range(a, b + 1)]
+        compute = sum((c.fwd_ms + c.bwd_ms for c in entries), 0.0)
+        weight, act = sum(c.weight_bytes for c in entries), sum(c.act_bytes for c in entries)
         options.append(ChunkOption(tuple(combo), compute, weight, act))
     key = [(o.compute_ms, o.weight_bytes, o.act_bytes) for o in options]
     return [
