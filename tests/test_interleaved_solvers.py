@@ -130,6 +130,7 @@ def check_against_brute(problem: Problem) -> None:
         assert r.bound is not None and r.bound <= oracle.value * (1 + 1e-12), method  # a proven bound
         sim = simulate(problem, r.plan)
         assert sim.makespan_ms > 0 or r.value == 0
+        assert list(sim.peak_memory_bytes) == list(r.evaluation.peak_memory_bytes)  # rule 6 = the replay's peak
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])

@@ -3,9 +3,10 @@
 The space is :mod:`.interleaved_model`'s, the model
 :mod:`.interleaved_formulation`'s. The group count P fixes the group size,
 the placement, the chunk count and every coefficient, so the search solves
-one model per feasible P (in increasing order) and keeps the best plan;
-the proven bound is the least of the models' bounds (a model proven
-infeasible contributes none). Each model starts from the best Megatron-LM
+one model per feasible P (the P of the best start first; a P whose
+analytic bound is no better than the best value found is skipped) and
+keeps the best plan; the proven bound is the least of the models' bounds
+(a model proven infeasible contributes none). Each model starts from the best Megatron-LM
 uniform interleaved split of its P (:func:`.interleaved_model.uniform_hints`),
 or the caller's ``warm_start`` when it lies in the space, and is told the
 best value found so far:
@@ -80,10 +81,14 @@ def solve_interleaved(problem: Problem, request: SolveRequest, method: str) -> C
     hints = _hints(problem, request, counts)
     best_value, best_plan = min(((v, p) for pairs in hints.values() for v, p in pairs[:1]), default=(math.inf, None), key=lambda vp: vp[0])
     bounds, proven, notes = [], True, {}
-    for P in counts:
+    # the group count of the best start first: its plan then caps the others' models
+    for P in sorted(counts, key=lambda P: hints[P][0][0] if hints.get(P) else math.inf):
         data = GroupData.of(problem, objective, P)
         if not data.meshes:  # no config of this group size: no plan with P groups
             notes[P] = "no config of the group size"
+            continue
+        if data.time_lower_bound() >= best_value:
+            notes[P] = f"its lower bound {data.time_lower_bound():.9g} is no better than {best_value:.9g}"
             continue
         left = None if deadline is None else deadline - time.perf_counter()
         if left is not None and left <= 0:
