@@ -296,3 +296,14 @@ def test_brute_stops_at_its_time_limit_with_the_best_plan_so_far():
     r = solve(_wide_problem(20), "brute", time_limit=0.3)  # 55,252 cuts: far more than 0.3 s
     assert r.status == "feasible" and "time limit" in r.message
     check_plan(_wide_problem(20), r)
+
+
+@pytest.mark.parametrize("method", EXACT)
+def test_without_a_start_and_from_a_warm_start_the_answer_is_the_same(method):
+    problem = _hand_problem(out_bytes=1000)
+    oracle = solve(problem, "brute")
+    cold = solve(problem, method, seed=0, options={**OPTIONS[method], "hint": False})
+    warm = solve(problem, method, seed=0, options=OPTIONS[method], warm_start=oracle.plan)
+    for r in (cold, warm):
+        assert r.status == "optimal" and r.value == pytest.approx(oracle.value, rel=1e-9)
+        check_plan(problem, r)
