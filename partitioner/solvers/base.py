@@ -44,8 +44,9 @@ __all__ = [
 REL_TOL = 1e-9
 # Methods that prove optimality; cut short by the time limit without a plan they fall back to greedy.
 EXACT_METHODS = ("cpsat", "milp", "dp", "brute")
-# what a method says when the limit stopped it (not when it refuses up front: "would run out")
-_TIMED_OUT = re.compile(r"time limit (?:reached|ran out)|at the time limit", re.IGNORECASE)
+# what a method says when the limit stopped it, or when it refused up front because it would
+# ("would run out while building the model"): either way the limit leaves it without a plan
+_TIMED_OUT = re.compile(r"time limit (?:reached|ran out|would run out)|at the time limit", re.IGNORECASE)
 
 
 class SolverError(ValueError):

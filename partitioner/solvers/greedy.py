@@ -23,13 +23,15 @@ count P the problem allows:
 5. **Placement**: first fit in stage order (adjacent small stages share nodes).
 
 Every P that yields a valid plan is evaluated and the best is returned, with
-status ``feasible`` (never ``optimal``: nothing is proven). When no P works,
+status ``feasible`` (under a time limit, the best of the stage counts tried
+before it ran out) (never ``optimal``: nothing is proven). When no P works,
 the result is ``infeasible`` with the reason the greedy plan failed --
 which does not prove the problem infeasible.
 """
 from __future__ import annotations
 
 import heapq
+import time
 
 import numpy as np
 
@@ -50,11 +52,22 @@ def solve_greedy(problem: Problem, request: SolveRequest) -> Candidate:
     reason = quick_infeasibility(problem)
     if reason:
         return Candidate("infeasible", message=reason)
+    deadline = request.deadline(time.perf_counter())
     tables = CostTables(problem)
     work = layer_work(problem)
     best = None
     failures: list[str] = []
-    for P in feasible_stage_counts(problem):
+    counts = feasible_stage_counts(problem)
+    for tried, P in enumerate(counts):
+        if deadline is not None and time.perf_counter() > deadline:
+            if best is None:
+                return Candidate("error", message="greedy: time limit reached before any plan was found", timed_out=True)
+            return Candidate(
+                "feasible",
+                best[1],
+                message=f"greedy: time limit reached after {tried} of {len(counts)} stage counts; the best plan of those",
+                timed_out=True,
+            )
         cuts = balance_cuts(work, P)
         stage_work = [float(work[a : b + 1].sum()) for a, b in cuts]
         sizes = grow_sizes(stage_work, problem.cluster.allowed_sizes(), problem.num_devices)
@@ -88,15 +101,21 @@ def balance_cuts(work: np.ndarray, parts: int) -> list[tuple[int, int]]:
         raise ValueError(f"cannot cut {n} layers into {parts} stages")
 
     def fill(threshold: float) -> list[int]:
-        starts, acc = [0], 0.0
-        for i, w in enumerate(work):
-            if acc + w > threshold and i > starts[-1]:
-                starts.append(i)
-                if len(starts) > parts:
-                    return starts  # already too many: the threshold is too low
-                acc = 0.0
-            acc += w
-        return starts
+        # a stage's running sum from its start, acc += w in order: np.cumsum adds sequentially, so
+        # these are the same floats a Python loop makes; windows double until the sum passes the threshold
+        starts = [0]
+        while len(starts) <= parts:
+            s, width = starts[-1], 64
+            while True:
+                acc = np.cumsum(work[s : s + width])
+                over = np.flatnonzero(acc[1:] > threshold)  # a layer after the first that overflows
+                if over.size or s + width >= n:
+                    break
+                width *= 2
+            if not over.size:
+                return starts
+            starts.append(s + 1 + int(over[0]))
+        return starts  # too many: the threshold is too low
 
     # numpy sums pairwise, fill() sequentially: widen the top so that it surely fits in one stage
     lo, hi = float(work.max()), float(work.sum()) * (1 + 1e-9) + 1e-12
