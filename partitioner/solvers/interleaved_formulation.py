@@ -117,9 +117,11 @@ def _add_terms(target: dict, terms: dict, factor=1) -> None:
         target[k] = target.get(k, 0) + factor * v
 
 
-def formulation(data: GroupData, time_coefficient: Callable[[float], float], time_ub) -> Spec:
+def formulation(data: GroupData, time_coefficient: Callable[[float], float], time_ub, check=None) -> Spec:
     """The model of the module docstring; ``time_coefficient`` maps a time in ms to the model's number
-    (CP-SAT: rounded integer units, capped; PuLP: ms, capped), ``time_ub`` bounds every T_g and T."""
+    (CP-SAT: rounded integer units, capped; PuLP: ms, capped), ``time_ub`` bounds every T_g and T;
+    ``check()`` is called in the long loops (it may raise to stop the build at a deadline)."""
+    check = check or (lambda: None)
     p, P, K = data.problem, data.groups, data.chunks
     L, v, m = p.num_layers, p.training.virtual_stages, p.microbatches
     spec = Spec()
@@ -161,6 +163,7 @@ def formulation(data: GroupData, time_coefficient: Callable[[float], float], tim
         spec.add({spec.var(("u", g, mu)): 1 for mu in range(len(data.meshes))}, "==", 1)
     mesh_index = {mu: j for j, mu in enumerate(data.meshes)}
     for i in range(L):
+        check()
         for c in data.chunk_range(i):
             zs = {spec.var(("z", i, c, k)): 1 for k, _ in data.entries(i)}
             xt, xc = x(i, c)
@@ -190,6 +193,7 @@ def formulation(data: GroupData, time_coefficient: Callable[[float], float], tim
     # sends X_c (as terms over y) and group times
     sends = []
     for c in range(K - 1):
+        check()
         terms: dict = {}
         const = 0.0
         for i in range(L - 1):
@@ -207,6 +211,7 @@ def formulation(data: GroupData, time_coefficient: Callable[[float], float], tim
         terms: dict = {Tg: -1}
         const = 0.0
         for c in range(g, K, P):
+            check()
             for i in range(L):
                 if c in data.chunk_range(i):
                     for k, e in data.entries(i):
@@ -252,8 +257,9 @@ def formulation(data: GroupData, time_coefficient: Callable[[float], float], tim
     return spec
 
 
-def build_cpsat(spec: Spec):
+def build_cpsat(spec: Spec, check=None):
     """The spec as a CP-SAT model (every coefficient and bound must be an integer); returns (model, vars)."""
+    check = check or (lambda: None)
     from ortools.sat.python import cp_model
 
     model = cp_model.CpModel()
@@ -261,7 +267,9 @@ def build_cpsat(spec: Spec):
     for name, (kind, lb, ub) in spec.variables.items():
         label = "_".join(map(str, name)) if isinstance(name, tuple) else str(name)
         var[name] = model.new_bool_var(label) if kind == "bin" else model.new_int_var(int(lb), int(ub), label)
-    for terms, sense, rhs in spec.constraints:
+    for j, (terms, sense, rhs) in enumerate(spec.constraints):
+        if j % 1024 == 0:
+            check()
         if not terms:  # a constant: keep the model infeasible when it is false
             if not (0 <= rhs if sense == "<=" else rhs == 0):
                 model.add_bool_or([])
@@ -272,8 +280,9 @@ def build_cpsat(spec: Spec):
     return model, var
 
 
-def build_pulp(spec: Spec, name: str = "interleaved"):
+def build_pulp(spec: Spec, check=None, name: str = "interleaved"):
     """The spec as a PuLP problem (times as continuous variables); returns (problem, vars)."""
+    check = check or (lambda: None)
     import pulp
 
     lp = pulp.LpProblem(name, pulp.LpMinimize)
@@ -283,6 +292,8 @@ def build_pulp(spec: Spec, name: str = "interleaved"):
         cat = {"bin": pulp.LpBinary, "int": pulp.LpContinuous, "real": pulp.LpContinuous}[kind]
         var[n] = pulp.LpVariable(label, lowBound=lb, upBound=ub, cat=cat)
     for j, (terms, sense, rhs) in enumerate(spec.constraints):
+        if j % 1024 == 0:
+            check()
         if not terms:  # a constant: keep the model infeasible when it is false
             if not (0 <= rhs if sense == "<=" else rhs == 0):
                 lp += var["T"] <= -1, f"c{j}"

@@ -144,9 +144,10 @@ def held_states(groups: int, microbatches: int, virtual_stages: int, g: int) -> 
         tuple(held[c] for c in range(g, groups * virtual_stages, groups))
         for held in held_counts("interleaved", g, groups, microbatches, virtual_stages)
     }
-    keep = [
-        s for s in states if not any(o != s and all(a <= b for a, b in zip(s, o)) for o in states)
-    ]
+    keep: list[tuple[int, ...]] = []
+    for s in sorted(states, key=lambda s: (-sum(s), s)):  # a dominating state has the larger sum: it comes first
+        if not any(all(a <= b for a, b in zip(s, o)) for o in keep):
+            keep.append(s)
     return tuple(sorted(keep))
 
 

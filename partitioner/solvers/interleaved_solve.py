@@ -33,8 +33,11 @@ best value found so far:
 
 ``optimal`` is claimed when every model ended optimal or infeasible and
 the best plan's exact value (:func:`~partitioner.plan.evaluate`) is within
-``resolution`` (CP-SAT) or 1e-6 (MILP) of the bound; a time limit yields
-the best plan so far as ``feasible`` with the bound proven so far.
+``resolution`` (CP-SAT) or 1e-6 (MILP) of the bound. The time limit
+covers the builds (checked in their loops) and the solves: it yields the
+best plan so far (at least the uniform start, when one is valid) as
+``feasible`` with the bound proven so far (the analytic bound of a group
+count not solved).
 """
 from __future__ import annotations
 
@@ -55,7 +58,7 @@ from .interleaved_formulation import (
     values_of_plan,
 )
 from .interleaved_model import group_counts, group_ids, no_group_count_message, uniform_hints
-from .slotrun import int_option
+from .slotrun import BuildTimeout, build_guard, int_option
 from .slottimes import RESOLUTION, UNIT_CAP
 
 __all__ = ["solve_interleaved"]
@@ -98,7 +101,13 @@ def solve_interleaved(problem: Problem, request: SolveRequest, method: str) -> C
             continue
         hint = hints[P][0][1] if hints.get(P) else None
         run = _run_cpsat if method == "cpsat" else _run_milp
-        status, plan, bound = run(data, request, hint, best_value, deadline)
+        try:
+            status, plan, bound = run(data, request, hint, best_value, deadline)
+        except BuildTimeout:
+            proven = False
+            bounds.append(data.time_lower_bound() * (1 - 1e-12))
+            notes[P] = "not solved: the time limit ran out while building its model"
+            continue
         notes[P] = status if status != "infeasible" or not math.isfinite(best_value) else f"no plan better than {best_value:.9g}"
         proven = proven and status in ("optimal", "infeasible")
         bounds.append(bound)
@@ -199,8 +208,9 @@ def _run_cpsat(data: GroupData, request: SolveRequest, hint: Plan | None, best_v
         value = scale * ms
         return top + 1 if not value < top + 1 else int(round(value))
 
-    spec = formulation(data, units, top)
-    model, var = build_cpsat(spec)
+    check = build_guard(deadline)
+    spec = formulation(data, units, top, check)
+    model, var = build_cpsat(spec, check)
     if hint is not None:
         values = values_of_plan(data, hint)
         if values is not None:
@@ -240,7 +250,8 @@ def _run_cpsat(data: GroupData, request: SolveRequest, hint: Plan | None, best_v
 
 def _run_milp(data: GroupData, request: SolveRequest, hint: Plan | None, best_value: float, deadline):
     """(status, plan or None, proven bound in ms) of the MILP for one P."""
-    from .milp_backends import pulp_quiet, solve_cbc, solve_highs
+    from .milp import HANDOVER_SHARE
+    from .milp_backends import READBACK_SECONDS, READBACK_SHARE, pulp_quiet, solve_cbc, solve_highs
 
     p = data.problem
     m, v = p.microbatches, p.training.virtual_stages
@@ -253,9 +264,16 @@ def _run_milp(data: GroupData, request: SolveRequest, hint: Plan | None, best_va
     def capped(ms: float) -> float:
         return min(ms, cap)
 
-    spec = formulation(data, capped, None)
+    check = build_guard(deadline)
+    began = time.perf_counter()
+    spec = formulation(data, capped, None, check)
     with pulp_quiet():
-        lp, var = build_pulp(spec)
+        lp, var = build_pulp(spec, check)
+    # handing the model to the backend takes a share of the build time (milp.py): do not start what cannot finish
+    built = time.perf_counter() - began
+    if deadline is not None and deadline - time.perf_counter() < HANDOVER_SHARE * built * (1 + READBACK_SHARE) + READBACK_SECONDS:
+        raise BuildTimeout
+    with pulp_quiet():
         use_start = False
         if hint is not None:
             values = values_of_plan(data, hint)
