@@ -44,8 +44,9 @@ __all__ = [
 REL_TOL = 1e-9
 # Methods that prove optimality; cut short by the time limit without a plan they fall back to greedy.
 EXACT_METHODS = ("cpsat", "milp", "dp", "brute")
-# what a method says when the limit stopped it (not when it refuses up front: "would run out")
-_TIMED_OUT = re.compile(r"time limit (?:reached|ran out)|at the time limit", re.IGNORECASE)
+# what a method says when the limit stopped it, or when it refused up front because it would
+# ("would run out while building the model"): either way the limit leaves it without a plan
+_TIMED_OUT = re.compile(r"time limit (?:reached|ran out|would run out)|at the time limit", re.IGNORECASE)
 
 
 class SolverError(ValueError):
@@ -195,15 +196,26 @@ def solve(
 # What each method optimises exactly (or, for the heuristics, plans validly) beyond 1F1B. The
 # exact DP, CP-SAT and the MILP optimise 1F1B's objective and stash: under zb-h1 the bottleneck
 # (max t_p) and the stash are 1F1B's, its iteration estimate is not; GPipe's stash is m and
-# interleaved plans have P*v chunks, which none of them models yet. brute refuses on its own
-# what it does not model (interleaved, GPipe's iteration estimate).
+# interleaved plans have P*v chunks, which only cpsat and milp (below) and brute model.
 _SCHEDULES_BEYOND_1F1B = {
     "dp": {("zb-h1", "bottleneck")},
-    "cpsat": {("zb-h1", "bottleneck")},
-    "milp": {("zb-h1", "bottleneck")},
+    "cpsat": {("zb-h1", "bottleneck"), ("zb-h1", "iteration"), ("gpipe", "bottleneck"), ("gpipe", "iteration")},
+    "milp": {("zb-h1", "bottleneck"), ("zb-h1", "iteration"), ("gpipe", "bottleneck"), ("gpipe", "iteration")},
     "greedy": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},
     "uniform": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},
     "balanced": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},
+}
+# cpsat and milp search the interleaved space of equal device groups with one mesh each
+# (solvers/interleaved_model.py), both objectives, exactly.
+for _method in ("cpsat", "milp"):
+    _SCHEDULES_BEYOND_1F1B[_method] |= {("interleaved", "bottleneck"), ("interleaved", "iteration")}
+# Why a method cannot model a schedule at all, when "not yet" would mislead.
+_WHY_NOT = {
+    ("dp", "interleaved"): (
+        "its recursion runs along the layer order, one stage after another, and an interleaved group's "
+        "time and memory sum chunks that lie far apart in that order (chunks g, g + P, ...), so they do not "
+        "separate into stage-by-stage terms"
+    ),
 }
 
 
@@ -219,6 +231,8 @@ def schedule_support(method: str, schedule: str, objective: str) -> str:
         return ""
     able = [m for m, pairs in _SCHEDULES_BEYOND_1F1B.items() if (schedule, objective) in pairs]
     hint = f"use {' or '.join(able)}" if able else "use brute on a small problem"
+    if (method, schedule) in _WHY_NOT:
+        return f"{method} cannot optimise schedule {schedule!r}: {_WHY_NOT[method, schedule]}; {hint}"
     return (
         f"{method} does not optimise the {objective} objective under schedule {schedule!r} yet "
         f"(it models 1F1B's estimate and stash); {hint}, or plan with schedule 1f1b and compare "
