@@ -92,6 +92,10 @@ log : bool
     Print CP-SAT's search log (on stderr).
 parameters : dict
     Further CP-SAT parameters by name (``SatParameters`` fields).
+formulation : str
+    ``"auto"`` (default): the arc-flow model (:mod:`.arcflow`) when the problem
+    fits it (comm-free, one segment, 1F1B's objective and stash), else the slot
+    model; ``"slot"``: always the slot model.
 
 References
 ----------
@@ -109,6 +113,8 @@ from ortools.sat.python import cp_model
 
 from ..plan import Plan, evaluate
 from ..problem import Problem
+from .arcflow import arcflow_reason
+from .arcflow_run import solve_arcflow
 from .base import Candidate, SolveRequest, SolverError, register
 from .cpsat_model import ModelRangeError, build_model, hint_values, objective_units, read_decisions
 from .feasibility import quick_infeasibility
@@ -131,7 +137,7 @@ __all__ = ["solve_cpsat", "build_model", "hint_values", "read_decisions", "SAFE_
 SAFE_PARAMETERS = {"cp_model_presolve": False}
 
 
-@register("cpsat", options=("num_workers", "hint", "resolution", "log", "parameters"))
+@register("cpsat", options=("num_workers", "hint", "resolution", "log", "parameters", "formulation"))
 def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     start = time.perf_counter()
     if problem.cluster.topology is not None:
@@ -152,6 +158,9 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
         begun = slot_start(problem, request, extra, check, begun)
         data, hint_plan, hint_source, decisions = begun.data, begun.plan, begun.source, begun.decisions
         times = integer_times(data, float(resolution), begun.ceiling_ms, check)
+        if request.option("formulation", "auto") != "slot" and not arcflow_reason(problem, request.objective, data):
+            deadline = request.deadline(start)
+            return solve_arcflow(problem, data, times, request, deadline, hint_plan, hint_source, extra, float(resolution), check)
         model, var = build_model(data, times, check)
         if decisions is not None:
             values = hint_values(var, data, times, decisions)
