@@ -74,14 +74,14 @@ class ArcSolution:
 
 
 class _Flow:
-    """The flow model of a graph: ``x`` per arc, conservation, the stage-count domain."""
+    """The flow model of a graph: ``x`` per arc, conservation, the stage-count domain, ``minimise sum t_a x_a``."""
 
     def __init__(self, graph: ArcGraph, counts, num_layers: int):
         arcs = graph.arcs
         self.model = model = cp_model.CpModel()
         n = len(arcs)
         self.x = x = [model.new_bool_var(f"x{i}") for i in range(n)]
-        self.t = [int(v) for v in arcs[:, 6]]
+        self.t = np.asarray(arcs[:, 6], dtype=np.int64)
         out_of: dict = {}
         into: dict = {}
         for i, (src, dst) in enumerate(arcs[:, :2].tolist()):
@@ -96,12 +96,16 @@ class _Flow:
         model.add_exactly_one([v for sid in graph.sinks for v in into.get(sid, [])])
         if set(range(1, num_layers + 1)) - set(counts):
             model.add_linear_expression_in_domain(sum(x), cp_model.Domain.from_values(counts))
+        model.minimize(cp_model.LinearExpr.weighted_sum(x, self.t.tolist()))
+        self.allowed = np.ones(n, dtype=bool)
 
     def cap(self, limit: int) -> None:
         """Allow exactly the arcs of at most ``limit`` units (the others fixed to 0)."""
+        allowed = self.t <= limit
         variables = self.model.proto.variables
-        for v, ti in zip(self.x, self.t):
-            variables[v.index].domain[1] = int(ti <= limit)
+        for i in np.flatnonzero(allowed != self.allowed).tolist():
+            variables[self.x[i].index].domain[1] = int(allowed[i])
+        self.allowed = allowed
 
     def hint(self, path) -> None:
         self.model.clear_hints()
@@ -109,12 +113,20 @@ class _Flow:
         for i, v in enumerate(self.x):
             self.model.add_hint(v, int(i in on))
 
+    @staticmethod
+    def sum_bound(objective_bound: float) -> int:
+        """The proven bound on the (integer) sum ``sum t_a x_a``."""
+        return int(math.ceil(objective_bound - 1e-6))
+
 
 def _solver(request: SolveRequest, deadline: float | None, seed: int) -> cp_model.CpSolver | None:
     solver = cp_model.CpSolver()
     params = solver.parameters
     params.random_seed = seed
-    params.num_workers = int_option(request, "cpsat", "num_workers", os.cpu_count() or 1)
+    # one worker: every solve here is proven by the root LP, a portfolio only runs copies of it
+    # (the option is still checked, for the same errors as the slot model)
+    int_option(request, "cpsat", "num_workers", os.cpu_count() or 1)
+    params.num_workers = 1
     if request.option("log", False):
         params.log_search_progress = True
         params.log_to_stdout = False
@@ -136,8 +148,9 @@ def _solver(request: SolveRequest, deadline: float | None, seed: int) -> cp_mode
 
 
 def _path(solver, flow: _Flow, graph: ArcGraph) -> list:
-    """The arcs of the solution, from the source (last stage) on."""
-    on = [i for i, v in enumerate(flow.x) if solver.boolean_value(v)]
+    """The arcs of the solution, from the source (last stage) on (the ``x`` are the model's first variables)."""
+    values = np.fromiter(solver.response_proto.solution, dtype=np.int64)[: len(flow.x)]
+    on = np.flatnonzero(values).tolist()
     return sorted(on, key=lambda i: -int(graph.arcs[i, 3]))
 
 
@@ -166,8 +179,7 @@ def solve_on_graph(graph: ArcGraph, data: SlotData, times: IntegerTimes, request
         return out
     m = data.microbatches
     flow = _Flow(graph, data.counts, data.num_layers)
-    flow.model.minimize(sum(ti * xi for ti, xi in zip(flow.t, flow.x)))
-    t = flow.t
+    t = flow.t.tolist()
 
     def value(p):
         ts = [t[i] for i in p]
@@ -188,11 +200,11 @@ def solve_on_graph(graph: ArcGraph, data: SlotData, times: IntegerTimes, request
 
 def _bisect(flow, graph, request, deadline, out, offer) -> None:
     """Bottleneck: the least arc time ``v`` with a path through arcs of at most ``v`` units, by bisection."""
-    values = sorted(set(flow.t))
+    values = sorted(set(flow.t.tolist()))
     lo, hi = 0, len(values) - 1  # the answer's index is in [lo, hi] once a path at values[hi] is known
     known = out.path is not None
     if known:
-        hi = values.index(max(flow.t[i] for i in out.path))
+        hi = values.index(max(int(flow.t[i]) for i in out.path))
     while not known or lo < hi:
         mid = hi if not known else (lo + hi) // 2
         code, solver = _sub_solve(flow, values[mid], request, deadline, out, "feasible")
@@ -204,7 +216,7 @@ def _bisect(flow, graph, request, deadline, out, offer) -> None:
         elif code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             p = _path(solver, flow, graph)
             offer(p)
-            known, hi = True, values.index(max(flow.t[i] for i in p))
+            known, hi = True, values.index(max(int(flow.t[i]) for i in p))
         else:
             break
     out.bound = float(values[lo])
@@ -214,8 +226,8 @@ def _bisect(flow, graph, request, deadline, out, offer) -> None:
 def _walk(flow, graph, request, deadline, out, offer, value, m: int, t_floor: int) -> None:
     """Iteration: the threshold walk of the module docstring."""
     settled = []  # proven bounds of the settled intervals
-    s_bound = 0.0  # proven: every plan under the current limit has a sum of at least this
-    limit = max(flow.t)
+    s_bound = 0  # proven: every plan under the current limit has a sum of at least this
+    limit = int(flow.t.max())
     hint = out.path
     proven, remainder = False, None
     while True:
@@ -229,20 +241,25 @@ def _walk(flow, graph, request, deadline, out, offer, value, m: int, t_floor: in
             break
         if code is None or code not in (cp_model.OPTIMAL,):
             if code is not None and code != cp_model.MODEL_INVALID:
-                s_bound = max(s_bound, float(solver.best_objective_bound))
+                s_bound = max(s_bound, flow.sum_bound(solver.best_objective_bound))
                 if code == cp_model.FEASIBLE:
                     offer(_path(solver, flow, graph))
             remainder = s_bound + (m - 1) * t_floor
             break
         p = _path(solver, flow, graph)
         offer(p)
-        s_bound = max(s_bound, float(solver.best_objective_bound))
-        top = max(flow.t[i] for i in p)
+        s_bound = max(s_bound, flow.sum_bound(solver.best_objective_bound))
+        top = max(int(flow.t[i]) for i in p)
         settled.append(s_bound + (m - 1) * top)
         if s_bound + (m - 1) * t_floor >= out.units:
             proven, remainder = True, s_bound + (m - 1) * t_floor
             break
         limit = top - 1
+        if m > 1:  # a slowest stage of T costs at least s_bound + (m - 1) T: skip the T that cannot win
+            skip = -(-(out.units - s_bound) // (m - 1)) - 1
+            if skip < limit:
+                settled.append(s_bound + (m - 1) * (skip + 1))
+                limit = skip
     out.bound = min(settled + [remainder])
     out.proven = proven and out.path is not None
 
