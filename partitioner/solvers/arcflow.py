@@ -163,52 +163,69 @@ def build_graph(data: SlotData, times: IntegerTimes, check=None) -> ArcGraph:
     K = stash_levels(units, sizes, S, top)
     fewest = _fewest_parts(sizes, N)
     Pmax = max(data.counts)
-    index: dict = {(L, 0, 0): 0}
+    # first[s, d][b]: the smallest a whose stage a..b fits and is within the ceiling (a valid
+    # range is a suffix a..b: a shorter stage is no slower and needs no more memory)
+    first = {key: np.arange(1, L + 1) - (table <= top).sum(axis=0) for key, table in units.items()}
+    index = np.full((L + 1, N + 1, K), -1, dtype=np.int64)  # state id of (c, u, k)
+    index[L, 0, 0] = 0
     states = [(L, 0, 0)]
-    rows: list = []
-    # states in order of decreasing c (arcs only go to smaller c): a bucket per c
-    buckets: list[list[int]] = [[] for _ in range(L + 1)]
+    buckets: list[list[int]] = [[] for _ in range(L + 1)]  # state ids by c: arcs only go to smaller c
     buckets[L].append(0)
-    a_all = np.arange(L)
+    blocks: list = []
     for c in range(L, 0, -1):
         check()
         for sid in buckets[c]:
             _, u, k = states[sid]
             s = min(K, k + 1)
+            k2 = min(k + 1, K - 1)
             for d in sizes:
                 v = u + d
                 if v > N:
                     break
-                col = units[s, d][:c, c - 1]
-                ok = col <= top
                 rest = N - v
+                lo = int(first[s, d][c - 1])
                 if rest == 0:
-                    ok &= a_all[:c] == 0
+                    hi = 1 if lo == 0 else 0  # the first stage: a = 0 only
                 else:
-                    ok &= (a_all[:c] >= fewest[rest]) if fewest[rest] <= Pmax else False
-                for a in np.flatnonzero(ok):
-                    a = int(a)
-                    key = (a, v, min(k + 1, K - 1))
-                    dst = index.get(key)
-                    if dst is None:
-                        dst = index[key] = len(states)
-                        states.append(key)
-                        buckets[a].append(dst)
-                    rows.append((sid, dst, a, c - 1, d, s, int(col[a]), int(layout[s, d][a, c - 1])))
-    # keep the states that reach a sink (0, N, *): scan by increasing c
-    alive = np.zeros(len(states), dtype=bool)
-    for sid, (c, u, _) in enumerate(states):
-        if c == 0 and u == N:
-            alive[sid] = True
-    arr = np.array(rows, dtype=np.int64).reshape(-1, 8)
-    order = np.argsort(arr[:, 2], kind="stable")  # by the arc's first layer = its target's c
+                    if fewest[rest] > Pmax:
+                        continue
+                    lo, hi = max(lo, fewest[rest]), c
+                if lo >= hi:
+                    continue
+                a = np.arange(lo, hi)
+                dst = index[a, v, k2]
+                for i in np.flatnonzero(dst < 0).tolist():
+                    dst[i] = index[a[i], v, k2] = len(states)
+                    states.append((int(a[i]), v, k2))
+                    buckets[int(a[i])].append(int(dst[i]))
+                n = len(a)
+                blocks.append(
+                    np.column_stack(
+                        [
+                            np.full(n, sid),
+                            dst,
+                            a,
+                            np.full(n, c - 1),
+                            np.full(n, d),
+                            np.full(n, s),
+                            units[s, d][a, c - 1],
+                            layout[s, d][a, c - 1],
+                        ]
+                    )
+                )
+    arr = np.concatenate(blocks).astype(np.int64) if blocks else np.zeros((0, 8), dtype=np.int64)
+    # keep the states that reach a sink (0, N, *): by increasing source c, every target (smaller c) is settled
+    where = np.array(states, dtype=np.int64)
+    alive = (where[:, 0] == 0) & (where[:, 1] == N)
+    order = np.argsort(arr[:, 3], kind="stable")
     arr = arr[order]
-    for r in arr:  # targets have smaller c than sources; increasing first layer settles targets first
-        if alive[r[1]]:
-            alive[r[0]] = True
-    keep = alive[arr[:, 0]] & alive[arr[:, 1]] if len(arr) else np.zeros(0, dtype=bool)
+    bounds = np.searchsorted(arr[:, 3], np.arange(L + 1))
+    for c in range(1, L + 1):
+        part = arr[bounds[c - 1] : bounds[c]]  # arcs out of states at c (last layer c - 1)
+        np.logical_or.at(alive, part[:, 0], alive[part[:, 1]])
+    keep = alive[arr[:, 0]] & alive[arr[:, 1]]
     arr = arr[keep]
-    sinks = [sid for sid, (c, u, _) in enumerate(states) if c == 0 and u == N and alive[sid]]
+    sinks = np.flatnonzero(alive & (where[:, 0] == 0)).tolist()
     configs = [(int(k),) for k in arr[:, 7]]
     return ArcGraph(states, arr[:, :7], configs, 0, sinks, K)
 

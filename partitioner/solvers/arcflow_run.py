@@ -58,7 +58,7 @@ from .slottimes import IntegerTimes, conservative_bound
 __all__ = ["solve_on_graph", "ArcSolution"]
 
 # CP-SAT parameters of every arc-flow solve, before the caller's.
-ARC_PARAMETERS = {"cp_model_presolve": False, "add_lp_constraints_lazily": False, "relative_gap_limit": 0.0, "cp_model_probing_level": 0}
+ARC_PARAMETERS = {"cp_model_presolve": False, "add_lp_constraints_lazily": False, "relative_gap_limit": 0.0, "cp_model_probing_level": 0, "root_lp_iterations": 10**8}
 
 
 @dataclass
@@ -157,6 +157,7 @@ def _path(solver, flow: _Flow, graph: ArcGraph) -> list:
 def _sub_solve(flow: _Flow, limit: int, request, deadline, out: ArcSolution, kind: str, hint=None):
     """``minimise sum t_a x_a`` over the arcs of at most ``limit`` units: (status code, solver) or (None, None) past the deadline."""
     flow.cap(limit)
+    flow.model.clear_hints()  # a stale hint (a path the new cap removed) costs CP-SAT seconds of repair
     if hint is not None:
         flow.hint(hint)
     solver = _solver(request, deadline, int(request.seed))
