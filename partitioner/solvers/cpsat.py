@@ -62,13 +62,22 @@ Time limit: it covers building the tables, the greedy hint and the model
 :func:`.slotmodel.model_size_refusal`; a build cut short returns the hint as
 ``feasible``), and CP-SAT gets what is left.
 
-Reach: on the 4 x 8 GPU benchmark family (``tests/test_cpsat.py``) CP-SAT
+Arc-flow: when the problem is comm-free (no stage boundary carries bytes),
+has one module segment (format v1, or a v2 problem of one module run) and
+1F1B's objective and stash (``1f1b``; ``zb-h1`` with the bottleneck
+objective), ``cpsat`` solves the arc-flow model of :mod:`.arcflow` instead
+(:mod:`.arcflow_run`): a path through (layer boundary, devices used, stages
+from the end) states, whose relaxation at a fixed threshold on the slowest
+stage is integral; it proves optima of the 64-layer, 4 x 8 GPU benchmark in
+seconds. Option ``formulation: slot`` forces the slot model.
+
+Reach of the slot model: on the 4 x 8 GPU benchmark family (``tests/test_cpsat.py``) CP-SAT
 proves optimality within seconds up to about 24 layers; from 32 layers on
 it often finds the optimum quickly but does not close the gap within
 minutes, because the LP relaxation of the slot model sees little more than
 the analytic bound (total work / N): what makes extra stages or wide tensor
 parallelism costly shows only once the stage sizes are fixed. Use ``dp``
-for large problems and ``cpsat`` to cross-check it.
+for large problems with transfers and ``cpsat`` to cross-check it.
 
 CP-SAT's presolve is switched off by default. With it, OR-Tools 9.15
 certified wrong optima and wrong infeasibility on this model -- about one
