@@ -164,3 +164,28 @@ def test_time_limit_cut_answers_feasible_with_a_valid_bound():
     dp = solve(problem, "dp")
     assert result.bound <= dp.value * (1 + 1e-12)
     check_plan(problem, result)
+
+
+def test_a_graph_past_the_arc_cap_falls_back_to_the_slot_model(monkeypatch):
+    from benchmarks.synthetic import synthetic_problem
+    from partitioner.solvers import arcflow
+
+    problem = synthetic_problem(16, 1, 8, None, False, seed=1, microbatches=8, objective="iteration")
+    monkeypatch.setattr(arcflow, "MAX_ARCS", 3)
+    result = solve(problem, "cpsat", options=CPSAT, time_limit=20)
+    assert "model" not in result.extra["cpsat"] and "arcs" in result.extra["arcflow"]
+    assert result.status == "optimal"
+    assert result.value == pytest.approx(solve(problem, "dp").value, rel=REL)
+
+
+def test_formulation_option_is_checked():
+    from partitioner import SolverError
+
+    problem = comm_free(Problem.from_dict({
+        "version": 1,
+        "cluster": {"nodes": 1, "gpus_per_node": 1, "gpu_memory_bytes": 100, "intra_node_GBps": 1.0, "inter_node_GBps": 1.0},
+        "training": {"microbatches": 2},
+        "layers": [{"costs": {"dp1tp1": {"fwd_ms": 1.0, "bwd_ms": 2.0, "weight_bytes": 1, "act_bytes": 1}}}],
+    }))
+    with pytest.raises(SolverError, match="formulation"):
+        solve(problem, "cpsat", options={**CPSAT, "formulation": "arcs"})

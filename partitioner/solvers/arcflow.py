@@ -71,9 +71,17 @@ from ..problem import Problem
 from .slotmodel import SlotData
 from .slottimes import IntegerTimes
 
-__all__ = ["ArcGraph", "arcflow_reason", "stage_tables", "build_graph"]
+__all__ = ["ArcGraph", "GraphTooLarge", "MAX_ARCS", "arcflow_reason", "stage_tables", "build_graph", "path_of_plan"]
+
+# Most arcs the graph may have before it is abandoned (the slot model then answers): past
+# this, building the graph and each CP-SAT solve take longer than the slot model's search.
+MAX_ARCS = 400_000
 
 _NONE = np.iinfo(np.int64).max // 4  # "no fitting config" in the unit tables
+
+
+class GraphTooLarge(Exception):
+    """The arc-flow graph would have more than :data:`MAX_ARCS` arcs."""
 
 
 @dataclass(frozen=True)
@@ -152,9 +160,14 @@ def _fewest_parts(sizes, total: int) -> list:
     return out
 
 
-def build_graph(data: SlotData, times: IntegerTimes, check=None) -> ArcGraph:
-    """The states reachable from the source that reach a sink, and the arcs between them (module docstring)."""
+def build_graph(data: SlotData, times: IntegerTimes, check=None, max_arcs: int | None = None) -> ArcGraph:
+    """The states reachable from the source that reach a sink, and the arcs between them (module docstring).
+
+    Raises :class:`GraphTooLarge` past ``max_arcs`` arcs (default :data:`MAX_ARCS`; counted
+    before the dead ends are removed).
+    """
     check = check or (lambda: None)
+    max_arcs = MAX_ARCS if max_arcs is None else max_arcs
     L, N = data.num_layers, data.problem.num_devices
     sizes = tuple(d for d in data.sizes if d <= N)
     S = data.reach.shape[1]
@@ -172,6 +185,7 @@ def build_graph(data: SlotData, times: IntegerTimes, check=None) -> ArcGraph:
     buckets: list[list[int]] = [[] for _ in range(L + 1)]  # state ids by c: arcs only go to smaller c
     buckets[L].append(0)
     blocks: list = []
+    count = 0
     for c in range(L, 0, -1):
         check()
         for sid in buckets[c]:
@@ -199,6 +213,9 @@ def build_graph(data: SlotData, times: IntegerTimes, check=None) -> ArcGraph:
                     states.append((int(a[i]), v, k2))
                     buckets[int(a[i])].append(int(dst[i]))
                 n = len(a)
+                count += n
+                if count > max_arcs:
+                    raise GraphTooLarge(f"more than {max_arcs:,} arcs")
                 blocks.append(
                     np.column_stack(
                         [

@@ -49,7 +49,7 @@ from ortools.sat.python import cp_model
 
 from ..plan import evaluate
 from ..problem import Problem
-from .arcflow import ArcGraph, build_graph, path_of_plan
+from .arcflow import ArcGraph, GraphTooLarge, build_graph, path_of_plan
 from .base import Candidate, SolveRequest, SolverError
 from .slotmodel import SlotData, SlotDecisions, plan_of_decisions
 from .slotrun import analytic_bound, infeasible_message, int_option
@@ -279,10 +279,15 @@ def plan_of_path(data: SlotData, graph: ArcGraph, path: list):
 
 
 def solve_arcflow(problem: Problem, data: SlotData, times: IntegerTimes, request: SolveRequest, deadline, hint_plan,
-                  hint_source, extra: dict, resolution: float, check=None) -> Candidate:
-    """``cpsat``'s answer on the arc-flow model (the contract of :mod:`.arcflow`)."""
+                  hint_source, extra: dict, resolution: float, check=None) -> Candidate | None:
+    """``cpsat``'s answer on the arc-flow model (the contract of :mod:`.arcflow`), or None when
+    the graph is too large (:data:`~.arcflow.MAX_ARCS`; the reason goes to ``extra["arcflow"]``)."""
     started = time.perf_counter()
-    graph = build_graph(data, times, check)
+    try:
+        graph = build_graph(data, times, check)
+    except GraphTooLarge as err:
+        extra["arcflow"] = f"not used: {err}; the slot model answers"
+        return None
     hint_path = path_of_plan(graph, hint_plan) if hint_plan is not None else None
     # every plan's slowest stage is at least the analytic bound, and its model units at least that less the stage error
     floor = int(math.floor(analytic_bound(problem, "bottleneck") * times.scale - times.stage_error)) - 1

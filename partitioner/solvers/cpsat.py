@@ -167,9 +167,13 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
         begun = slot_start(problem, request, extra, check, begun)
         data, hint_plan, hint_source, decisions = begun.data, begun.plan, begun.source, begun.decisions
         times = integer_times(data, float(resolution), begun.ceiling_ms, check)
-        if request.option("formulation", "auto") != "slot" and not arcflow_reason(problem, request.objective, data):
+        if request.option("formulation", "auto") not in ("auto", "slot"):
+            raise SolverError(f"cpsat: option formulation must be 'auto' or 'slot', got {request.option('formulation', None)!r}")
+        if request.option("formulation", "auto") == "auto" and not arcflow_reason(problem, request.objective, data):
             deadline = request.deadline(start)
-            return solve_arcflow(problem, data, times, request, deadline, hint_plan, hint_source, extra, float(resolution), check)
+            answer = solve_arcflow(problem, data, times, request, deadline, hint_plan, hint_source, extra, float(resolution), check)
+            if answer is not None:
+                return answer
         model, var = build_model(data, times, check)
         if decisions is not None:
             values = hint_values(var, data, times, decisions)
