@@ -54,6 +54,25 @@ are the fastest config's exact-prefix units (one unit per segment off) plus
 its reshards' units, so a plan's model value is within ``times.error`` of
 its true value in units and the bound conversion of the slot model holds.
 
+Not (yet) modelled, so the slot model answers
+--------------------------------------------
+* Transfers: a stage's time would depend on its neighbours' sizes and on
+  whether they share a node, so a state would need the previous stage's
+  size and node use.
+* Several module segments (format v2 with more than one module run): the
+  best-per-arc folding above is exact there too (the fastest fitting config
+  tuple, :meth:`~.tables.CostTables.best_stage`, is under any threshold that
+  any fitting tuple is under), but computing it per (a, b, d, stash) is the
+  cost: on the 64-layer, 4 x 8 GPU v2 benchmark (66 configs, 4 modules) the
+  60,722 ``best_stage`` calls within the ceiling took 37 s in Python; a
+  vectorised per-segment table would be needed.
+* Graphs past :data:`MAX_ARCS` arcs (128 layers on 64 GPUs: 517,000 arcs,
+  6.6 s to build).
+
+Size: the 64-layer, 4 x 8 GPU benchmark (all 22 layouts, m = 8, memory
+binding at every stash: ``K = 8``) has 2,319 live states and 48,583 arcs
+under the greedy plan's ceiling; 72 layers on 64 GPUs 5,013 and 128,754.
+
 References
 ----------
 .. [1] J. M. Valerio de Carvalho, "Exact solution of bin-packing problems
