@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import sys
 import time
 from dataclasses import dataclass
@@ -74,6 +75,10 @@ class Point:
         )
 
 
+# (layers, nodes of 8 GPUs) of the comm-free sweep
+COMMFREE = ((20, 2), (24, 4), (32, 2), (36, 8), (40, 4), (48, 8), (56, 2), (64, 4), (64, 8), (72, 8))
+
+
 def sweep(quick: bool) -> list[Point]:
     layers = (16, 32, 64) if quick else (16, 32, 64, 128, 256)
     nodes = (1, 2, 4) if quick else (1, 2, 4, 8, 16, 32)
@@ -89,6 +94,8 @@ def sweep(quick: bool) -> list[Point]:
         for objective in ("iteration", "bottleneck")
         for version in (1, 2)
     ]
+    # issue 13: cpsat on comm-free problems of 20-72 layers and 16-64 GPUs (the arc-flow model's reach)
+    points += [Point("commfree", L, n, transfers=False) for L, n in COMMFREE]
     if not quick:
         points += [
             Point("target", 256, 32, transfers=False, objective="bottleneck"),
@@ -127,6 +134,9 @@ def run_point(point: Point, methods: list[str], time_limit: float, seed: int) ->
                 "bound": bound,
                 "seconds": time.perf_counter() - start,
                 "cpu_seconds": time.process_time() - cpu,
+                "load_average": os.getloadavg()[0],
+                # the process's high-water mark so far (a row's own peak when it is the first to need that much)
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 "message": message[:200],
             }
         )
@@ -166,6 +176,7 @@ def write_report(records: list[dict], methods: list[str], time_limit: float, out
         ("gpus", "GPUs grow (64 layers, every layout, transfers, iteration objective)"),
         ("layouts", "Layouts per stage size grow (64 layers, 4 x 8 GPUs)"),
         ("target", "Issue-3 targets"),
+        ("commfree", "Comm-free problems, 20-72 layers on 16-64 GPUs (issue 13: cpsat proven optimal in <= 60 s)"),
         ("v2", "Format v2 against v1 on the same problem (64 layers, 4 x 8 GPUs, 4 modules; v2 adds 3 variants and per-segment configs)"),
     ):
         rows = [r for r in records if r["sweep"] == sweep_name]
@@ -228,7 +239,8 @@ def _cell(r: dict) -> str:
     if r["value"] is None:
         return f"{r['status']} ({r['seconds']:.1f} s)"
     gap = r["gap_to_best"] or 0.0
-    return f"{r['status']} {r['seconds']:.2f} s, gap {100 * gap:.2f} %"
+    cpu = f" (cpu {r['cpu_seconds']:.2f})" if r.get("cpu_seconds") is not None else ""
+    return f"{r['status']} {r['seconds']:.2f} s{cpu}, gap {100 * gap:.2f} %"
 
 
 def _plot(records: list[dict], methods: list[str], path: Path) -> None:
@@ -267,7 +279,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--time-limit", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--sweeps", default=None, help="comma-separated sweeps to run (layers, gpus, layouts, target, v2); default all")
+    parser.add_argument(
+        "--sweeps", default=None, help="comma-separated sweeps to run (layers, gpus, layouts, target, commfree, v2); default all"
+    )
     args = parser.parse_args(argv)
     known = set(registered_methods())
     methods = [m for m in args.methods.split(",") if m in known]

@@ -85,13 +85,22 @@ Time limit: it covers building the tables, the greedy hint and the model
 :func:`.slotmodel.model_size_refusal`; a build cut short returns the hint as
 ``feasible``), and CP-SAT gets what is left.
 
-Reach: on the 4 x 8 GPU benchmark family (``tests/test_cpsat.py``) CP-SAT
+Arc-flow: when the problem is comm-free (no stage boundary carries bytes),
+has one module segment (format v1, or a v2 problem of one module run) and
+1F1B's objective and stash (``1f1b``; ``zb-h1`` with the bottleneck
+objective), ``cpsat`` solves the arc-flow model of :mod:`.arcflow` instead
+(:mod:`.arcflow_run`): a path through (layer boundary, devices used, stages
+from the end) states, whose relaxation at a fixed threshold on the slowest
+stage is integral; it proves optima of the 64-layer, 4 x 8 GPU benchmark in
+seconds. Option ``formulation: slot`` forces the slot model.
+
+Reach of the slot model: on the 4 x 8 GPU benchmark family (``tests/test_cpsat.py``) CP-SAT
 proves optimality within seconds up to about 24 layers; from 32 layers on
 it often finds the optimum quickly but does not close the gap within
 minutes, because the LP relaxation of the slot model sees little more than
 the analytic bound (total work / N): what makes extra stages or wide tensor
 parallelism costly shows only once the stage sizes are fixed. Use ``dp``
-for large problems and ``cpsat`` to cross-check it.
+for large problems with transfers and ``cpsat`` to cross-check it.
 
 CP-SAT's presolve is switched off by default. With it, OR-Tools 9.15
 certified wrong optima and wrong infeasibility on this model -- about one
@@ -115,6 +124,10 @@ log : bool
     Print CP-SAT's search log (on stderr).
 parameters : dict
     Further CP-SAT parameters by name (``SatParameters`` fields).
+formulation : str
+    ``"auto"`` (default): the arc-flow model (:mod:`.arcflow`) when the problem
+    fits it (comm-free, one segment, 1F1B's objective and stash), else the slot
+    model; ``"slot"``: always the slot model.
 
 References
 ----------
@@ -132,6 +145,8 @@ from ortools.sat.python import cp_model
 
 from ..plan import Plan, evaluate
 from ..problem import Problem
+from .arcflow import arcflow_reason
+from .arcflow_run import solve_arcflow
 from .base import Candidate, SolveRequest, SolverError, register
 from .cpsat_model import ModelRangeError, build_model, hint_values, objective_units, read_decisions
 from .feasibility import quick_infeasibility
@@ -154,7 +169,7 @@ __all__ = ["solve_cpsat", "build_model", "hint_values", "read_decisions", "SAFE_
 SAFE_PARAMETERS = {"cp_model_presolve": False}
 
 
-@register("cpsat", options=("num_workers", "hint", "resolution", "log", "parameters"))
+@register("cpsat", options=("num_workers", "hint", "resolution", "log", "parameters", "formulation"))
 def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     if problem.training.schedule == "interleaved":  # its own space and model
         from .interleaved_solve import solve_interleaved
@@ -179,6 +194,13 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
         begun = slot_start(problem, request, extra, check, begun)
         data, hint_plan, hint_source, decisions = begun.data, begun.plan, begun.source, begun.decisions
         times = integer_times(data, float(resolution), begun.ceiling_ms, check)
+        if request.option("formulation", "auto") not in ("auto", "slot"):
+            raise SolverError(f"cpsat: option formulation must be 'auto' or 'slot', got {request.option('formulation', None)!r}")
+        if request.option("formulation", "auto") == "auto" and not arcflow_reason(problem, request.objective, data):
+            deadline = request.deadline(start)
+            answer = solve_arcflow(problem, data, times, request, deadline, hint_plan, hint_source, extra, float(resolution), check)
+            if answer is not None:
+                return answer
         model, var = build_model(data, times, check)
         if decisions is not None:
             values = hint_values(var, data, times, decisions)

@@ -1,0 +1,281 @@
+"""``cpsat``'s arc-flow formulation: one unit of flow through stage states, for comm-free 1F1B problems.
+
+Contract
+--------
+:func:`arcflow_reason` says whether a problem fits the formulation ("" when
+it does); :func:`solve_arcflow` then answers it exactly like the slot model
+would (:mod:`.cpsat`): the plan re-evaluated by :func:`~partitioner.plan.evaluate`,
+a bound proven by CP-SAT on this model and converted to ms by
+:func:`~.slottimes.conservative_bound`, "optimal" only when that bound is within
+the resolution of the plan's exact value. It fits when no stage boundary
+carries bytes (comm-free: a stage's time is its own compute plus its own
+reshards), the default cluster graph is used, and the schedule's objective
+and stash are 1F1B's (``1f1b``; ``zb-h1`` with the bottleneck objective).
+
+States and arcs
+---------------
+The pipeline is built from its end. A state ``(c, u, k)`` says: layers
+``c .. L-1`` are covered by stages using ``u`` devices, and ``k`` of those
+stages exist, capped at ``K - 1`` where ``K`` is the largest stash that still
+changes some stage's best time (at most ``m``: a stage with ``k`` stages after
+it stashes ``min(m, k + 1)`` microbatches under 1F1B). The flow leaves
+``(L, 0, 0)`` and ends in some ``(0, N, k)``. An arc from ``(c, u, k)`` is a
+stage of layers ``a .. c-1`` on ``d`` devices (an allowed size) with stash
+``min(K, k + 1)``, to ``(a, u + d, min(k + 1, K - 1))``; every path is a plan
+and every plan one path, so the stage order is fixed by construction (no
+slot symmetry).
+
+An arc's time is that of the *fastest* config (v1: layout; v2: one config
+per segment, reshards included, :meth:`~.tables.CostTables.best_stage`) of
+``d`` devices that fits in memory with its stash. This is exact for both
+objectives, thresholds included: they are non-decreasing in every stage
+time, and a comm-free stage's config changes only its own time and memory,
+so for any threshold ``Z`` on the slowest stage the least-time config that
+fits is under ``Z`` whenever any fitting config is.
+
+Pruning (each removes only plans strictly worse than the starting plan,
+which stays in the model): arcs slower than the starting plan's stage
+ceiling (:func:`~.slottimes.stage_ceiling_ms`, as integer ``top``), arcs
+that do not fit or lack cost entries, and states that the source does not
+reach or from which no sink is reachable within those arcs.
+
+Model
+-----
+``x_a`` in {0, 1} per arc; flow conservation at every state, one unit out
+of the source and into the sinks; the stage count ``sum x_a`` in the
+feasible counts; ``T >= t_a`` when ``x_a``, and per layer ``i`` the cut
+``T >= sum_{a covers i} t_a x_a`` (exactly one arc covers each layer in
+every path, so the cut is valid, and in the LP relaxation it makes ``T`` at
+least the flow-weighted average stage time at every layer, where the
+implications alone give only ``t_a x_a``). ``bottleneck`` minimises ``T``;
+``iteration`` minimises ``sum t_a x_a + (m - 1) T``. Times are the slot
+model's integer units (:func:`~.slottimes.integer_times`): an arc's units
+are the fastest config's exact-prefix units (one unit per segment off) plus
+its reshards' units, so a plan's model value is within ``times.error`` of
+its true value in units and the bound conversion of the slot model holds.
+
+Not (yet) modelled, so the slot model answers
+--------------------------------------------
+* Transfers: a stage's time would depend on its neighbours' sizes and on
+  whether they share a node, so a state would need the previous stage's
+  size and node use.
+* Several module segments (format v2 with more than one module run): the
+  best-per-arc folding above is exact there too (the fastest fitting config
+  tuple, :meth:`~.tables.CostTables.best_stage`, is under any threshold that
+  any fitting tuple is under), but computing it per (a, b, d, stash) is the
+  cost: on the 64-layer, 4 x 8 GPU v2 benchmark (66 configs, 4 modules) the
+  60,722 ``best_stage`` calls within the ceiling took 37 s in Python; a
+  vectorised per-segment table would be needed.
+* Graphs past :data:`MAX_ARCS` arcs (128 layers on 64 GPUs: 517,000 arcs,
+  6.6 s to build).
+
+Size: the 64-layer, 4 x 8 GPU benchmark (all 22 layouts, m = 8, memory
+binding at every stash: ``K = 8``) has 2,319 live states and 48,583 arcs
+under the greedy plan's ceiling; 72 layers on 64 GPUs 5,013 and 128,754.
+
+References
+----------
+.. [1] J. M. Valerio de Carvalho, "Exact solution of bin-packing problems
+   using column generation and branch-and-bound", Annals of Operations
+   Research 86, 1999 (the arc-flow formulation).
+.. [2] L. Perron and F. Didier, "CP-SAT", Google OR-Tools v9, 2024.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..problem import Problem
+from .slotmodel import SlotData
+from .slottimes import IntegerTimes
+
+__all__ = ["ArcGraph", "GraphTooLarge", "MAX_ARCS", "arcflow_reason", "stage_tables", "build_graph", "path_of_plan"]
+
+# Most arcs the graph may have before it is abandoned (the slot model then answers): past
+# this, building the graph and each CP-SAT solve take longer than the slot model's search.
+MAX_ARCS = 400_000
+
+_NONE = np.iinfo(np.int64).max // 4  # "no fitting config" in the unit tables
+
+
+class GraphTooLarge(Exception):
+    """The arc-flow graph would have more than :data:`MAX_ARCS` arcs."""
+
+
+@dataclass(frozen=True)
+class ArcGraph:
+    """The pruned state graph.
+
+    ``arcs`` rows: ``(src, dst, first, last, devices, stash, units)``;
+    ``configs[i]``: per segment, the layout index of arc ``i``'s fastest config.
+    """
+
+    states: list
+    arcs: np.ndarray
+    configs: list
+    source: int
+    sinks: list
+    stash_levels: int
+
+
+def arcflow_reason(problem: Problem, objective: str, data: SlotData) -> str:
+    """Why the arc-flow model does not fit ``problem`` ("" when it does)."""
+    if data.transfers:
+        return "stage boundaries carry bytes"
+    schedule = problem.training.schedule
+    if not (schedule == "1f1b" or (schedule == "zb-h1" and objective == "bottleneck")):
+        return f"schedule {schedule} with the {objective} objective"
+    if data.multi:
+        return "several module segments"
+    return ""
+
+
+def stage_tables(data: SlotData, times: IntegerTimes):
+    """Per stash ``s`` (1..S) and size: ``units[a, b]`` of the fastest fitting layout of layers a..b, and its index.
+
+    Returns ``(units, layout)`` dicts keyed by ``(s, d)`` with (L, L) int64 arrays
+    (``_NONE`` where no layout of ``d`` devices fits or ``b < a``).
+    """
+    L = data.num_layers
+    prefix = np.array(times.time_prefix, dtype=np.int64)  # (layouts, L + 1)
+    S = data.reach.shape[1]
+    a_idx = np.arange(L)[:, None]
+    b_idx = np.arange(L)[None, :]
+    units, layout = {}, {}
+    for s in range(1, S + 1):
+        for d in data.sizes:
+            best = np.full((L, L), _NONE, dtype=np.int64)
+            arg = np.full((L, L), -1, dtype=np.int64)
+            for k, lay in enumerate(data.layouts):
+                if lay.devices != d:
+                    continue
+                t = prefix[k][None, 1:] - prefix[k][:L, None]
+                ok = (b_idx >= a_idx) & (b_idx < data.reach[k, s - 1][:, None])
+                t = np.where(ok, t, _NONE)
+                better = t < best
+                best = np.where(better, t, best)
+                arg = np.where(better, k, arg)
+            units[s, d], layout[s, d] = best, arg
+    return units, layout
+
+
+def stash_levels(units: dict, sizes, S: int, top: int) -> int:
+    """The smallest ``K`` such that stashes ``K .. S`` give every arc the same (capped) time."""
+    K = S
+    while K > 1 and all(
+        np.array_equal(np.minimum(units[K - 1, d], top + 1), np.minimum(units[S, d], top + 1)) for d in sizes
+    ):
+        K -= 1
+    return K
+
+
+def _fewest_parts(sizes, total: int) -> list:
+    """``out[r]``: the fewest allowed sizes summing to ``r`` (a large number when none do)."""
+    big = 1 << 30
+    out = [0] + [big] * total
+    for r in range(1, total + 1):
+        out[r] = min((out[r - d] + 1 for d in sizes if d <= r), default=big)
+    return out
+
+
+def build_graph(data: SlotData, times: IntegerTimes, check=None, max_arcs: int | None = None) -> ArcGraph:
+    """The states reachable from the source that reach a sink, and the arcs between them (module docstring).
+
+    Raises :class:`GraphTooLarge` past ``max_arcs`` arcs (default :data:`MAX_ARCS`; counted
+    before the dead ends are removed).
+    """
+    check = check or (lambda: None)
+    max_arcs = MAX_ARCS if max_arcs is None else max_arcs
+    L, N = data.num_layers, data.problem.num_devices
+    sizes = tuple(d for d in data.sizes if d <= N)
+    S = data.reach.shape[1]
+    units, layout = stage_tables(data, times)
+    top = times.top
+    K = stash_levels(units, sizes, S, top)
+    fewest = _fewest_parts(sizes, N)
+    Pmax = max(data.counts)
+    # first[s, d][b]: the smallest a whose stage a..b fits and is within the ceiling (a valid
+    # range is a suffix a..b: a shorter stage is no slower and needs no more memory)
+    first = {key: np.arange(1, L + 1) - (table <= top).sum(axis=0) for key, table in units.items()}
+    index = np.full((L + 1, N + 1, K), -1, dtype=np.int64)  # state id of (c, u, k)
+    index[L, 0, 0] = 0
+    states = [(L, 0, 0)]
+    buckets: list[list[int]] = [[] for _ in range(L + 1)]  # state ids by c: arcs only go to smaller c
+    buckets[L].append(0)
+    blocks: list = []
+    count = 0
+    for c in range(L, 0, -1):
+        check()
+        for sid in buckets[c]:
+            _, u, k = states[sid]
+            s = min(K, k + 1)
+            k2 = min(k + 1, K - 1)
+            for d in sizes:
+                v = u + d
+                if v > N:
+                    break
+                rest = N - v
+                lo = int(first[s, d][c - 1])
+                if rest == 0:
+                    hi = 1 if lo == 0 else 0  # the first stage: a = 0 only
+                else:
+                    if fewest[rest] > Pmax:
+                        continue
+                    lo, hi = max(lo, fewest[rest]), c
+                if lo >= hi:
+                    continue
+                a = np.arange(lo, hi)
+                dst = index[a, v, k2]
+                for i in np.flatnonzero(dst < 0).tolist():
+                    dst[i] = index[a[i], v, k2] = len(states)
+                    states.append((int(a[i]), v, k2))
+                    buckets[int(a[i])].append(int(dst[i]))
+                n = len(a)
+                count += n
+                if count > max_arcs:
+                    raise GraphTooLarge(f"more than {max_arcs:,} arcs")
+                blocks.append(
+                    np.column_stack(
+                        [
+                            np.full(n, sid),
+                            dst,
+                            a,
+                            np.full(n, c - 1),
+                            np.full(n, d),
+                            np.full(n, s),
+                            units[s, d][a, c - 1],
+                            layout[s, d][a, c - 1],
+                        ]
+                    )
+                )
+    arr = np.concatenate(blocks).astype(np.int64) if blocks else np.zeros((0, 8), dtype=np.int64)
+    # keep the states that reach a sink (0, N, *): by increasing source c, every target (smaller c) is settled
+    where = np.array(states, dtype=np.int64)
+    alive = (where[:, 0] == 0) & (where[:, 1] == N)
+    order = np.argsort(arr[:, 3], kind="stable")
+    arr = arr[order]
+    bounds = np.searchsorted(arr[:, 3], np.arange(L + 1))
+    for c in range(1, L + 1):
+        part = arr[bounds[c - 1] : bounds[c]]  # arcs out of states at c (last layer c - 1)
+        np.logical_or.at(alive, part[:, 0], alive[part[:, 1]])
+    keep = alive[arr[:, 0]] & alive[arr[:, 1]]
+    arr = arr[keep]
+    sinks = np.flatnonzero(alive & (where[:, 0] == 0)).tolist()
+    configs = [(int(k),) for k in arr[:, 7]]
+    return ArcGraph(states, arr[:, :7], configs, 0, sinks, K)
+
+
+def path_of_plan(graph: ArcGraph, plan) -> list[int] | None:
+    """The arcs of ``plan``'s stages, from the last stage to the first (None if one was pruned)."""
+    by_key = {}
+    for i, (src, _, first, last, d, _, _) in enumerate(graph.arcs.tolist()):
+        by_key[src, first, last, d] = i
+    path, sid = [], graph.source
+    for stage in reversed(plan.stages):
+        i = by_key.get((sid, stage.first_layer, stage.last_layer, stage.devices))
+        if i is None:
+            return None
+        path.append(i)
+        sid = int(graph.arcs[i, 1])
+    return path
