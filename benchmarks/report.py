@@ -312,6 +312,62 @@ LIMITS = {
 }
 
 
+def newer_row(out: Path, label: str, method: str) -> dict | None:
+    """A row re-measured after part 1 (``arcflow/target.json``, then ``arcflow/solvers.json``), if any."""
+    for path in (out / "arcflow" / "target.json", out / "arcflow" / "solvers.json"):
+        if path.exists():
+            found = next((x for x in json.loads(path.read_text()) if x["label"] == label and x["method"] == method), None)
+            if found is not None:
+                return found
+    return None
+
+
+def issue13_targets(out: Path, solvers: list[dict], plans: list[dict]) -> list[str]:
+    """The issue-13 target table: dp, the arc-flow cpsat (``arcflow/``) and ``plan`` per preset, as measured."""
+    arcflow = out / "arcflow" / "solvers.json"
+    arc = json.loads(arcflow.read_text()) if arcflow.exists() else []
+    def row(rows, label, method):
+        return next((x for x in rows if x["label"] == label and x["method"] == method), None)
+
+    def cell(r):
+        if r is None:
+            return "not measured", False
+        cpu = f", cpu {r['cpu_seconds']:.2f} s" if r.get("cpu_seconds") is not None else ""
+        rss = f", peak {r['peak_rss_mb']:,.0f} MB" if r.get("peak_rss_mb") else ""
+        return f"{r['status']} in {r['seconds']:.2f} s{cpu}{rss}", r["status"] == "optimal"
+
+    lines = ["", "## Targets (issue 13: solver speed and strength)", "",
+             "| target | measured | met |", "|---|---|---|"]
+    for label, method, limit, what in (
+        ("L=256 N=256 layouts=all no transfers iteration", "dp", 3.0, "dp, 256 layers x 256 GPUs, no transfers, iteration"),
+        ("L=64 N=256 layouts=all transfers iteration", "dp", 10.0, "dp, 64 layers x 256 GPUs with transfers"),
+        ("L=256 N=256 layouts=all transfers bottleneck", "dp", 60.0, "dp, 256 layers x 256 GPUs with transfers (3 GiB)"),
+    ):
+        text, proven = cell(row(solvers, label, method))
+        r = row(solvers, label, method)
+        lines.append(f"| {what}: optimal in <= {limit:g} s | {text} | {'yes' if proven and r['seconds'] <= limit else 'no'} |")
+    r = newer_row(out, "L=64 N=32 layouts=all no transfers iteration", "cpsat")
+    text, proven = cell(r)
+    lines.append(f"| cpsat (arc-flow), 64 layers x 4 x 8 GPUs, iteration: proven in <= 10 s | {text} | "
+                 f"{'yes' if proven and r['seconds'] <= 10 else 'no'} |")
+    free = [x for x in arc if x.get("sweep") == "commfree" and x["method"] == "cpsat"]
+    if free:
+        worst = max(x["seconds"] for x in free)
+        proven = sum(x["status"] == "optimal" for x in free)
+        lines.append(f"| cpsat on {len(free)} comm-free problems, 20-72 layers, 16-64 GPUs: all proven in <= 60 s | "
+                     f"{proven} of {len(free)} optimal, slowest {worst:.2f} s | {'yes' if proven == len(free) and worst <= 60 else 'no'} |")
+    if plans:
+        timed = [x for x in plans if x.get("seconds") is not None]
+        slow = [f"{x['model']} {x['seconds']:.0f} s" for x in timed if x["seconds"] > 10]
+        lines.append(f"| `partitioner plan` per preset: <= 10 s, peak <= 3 GiB | {len(timed) - len(slow)} of {len(timed)} "
+                     f"within 10 s; over: {', '.join(slow) or 'none'} (peak memory not measured per case) | "
+                     f"{'yes' if not slow else 'no'} |")
+    lines += ["", "Arc-flow rows: `python -m benchmarks.solvers --sweeps target,commfree --methods cpsat,dp "
+              "--time-limit 60 --out benchmarks/results/arcflow` (raw rows and log in [arcflow/](arcflow/solvers.md)); "
+              "the others from part 1 and part 4 of this report."]
+    return lines
+
+
 def _limit(method: str, record: dict) -> str:
     if record["status"] == "error":
         return record.get("message", "")
@@ -411,7 +467,7 @@ def write_report(out: Path, quick: bool) -> Path:
         ("L=256 N=256 layouts=all no transfers iteration", "dp", 10.0),
         ("L=256 N=256 layouts=all transfers bottleneck", "dp", 10.0),
     ):
-        r = next((x for x in solvers if x["label"] == label and x["method"] == method), None)
+        r = newer_row(out, label, method) or next((x for x in solvers if x["label"] == label and x["method"] == method), None)
         if r is None:
             continue
         proven = r["status"] == "optimal"
@@ -430,6 +486,7 @@ def write_report(out: Path, quick: bool) -> Path:
             f"| batch: >= 1,000 64-layer problems / hour / core (dp) | {_fmt(rate, 0)} | "
             f"{'yes' if rate and rate >= 1000 else 'no'} | |"
         )
+    lines += issue13_targets(out, solvers, plans)
     lines += [
         "",
         "## 1. Solver time scaling",
