@@ -105,6 +105,7 @@ import numpy as np
 from ..placement import contiguous_node_assignment, node_assignment_ids, pack_runs
 from ..plan import Plan, Stage
 from ..problem import Problem
+from ..schedules import stash as stash_of
 from .dp_compute import ComputeOnlyDP
 from .dp_placement import Automaton, build_automaton
 from .dp_stage import StageCosts
@@ -144,6 +145,13 @@ class DPModel:
         self.sizes = tuple(d for d in cluster.allowed_sizes() if d in usable)
         self.stage_counts = stage_counts or (problem.stages.min, problem.stages.max)
         self._matrices: dict[tuple[int, int], np.ndarray] = {}
+        self.schedule = problem.training.schedule
+        # zb-h1's iteration estimate: stages choose among (u, W) options (:meth:`StageCosts.options`)
+        # and the threshold is on g = (m - 1) u + k W for the coefficient k of the stage counts in play
+        self.zb = False
+        self.zb_k: int | None = None
+        self._options: dict = {}
+        self._zb_rows: dict = {}
         self._budget = _MEMORY_BUDGET_BYTES
         self._layer_tables()
         self.K = None  # set by prepare()
@@ -186,6 +194,16 @@ class DPModel:
             def same(s: int) -> bool:
                 return all(np.array_equal(self.costs.fit_end(j, s), self.costs.fit_end(j, m)) for j in range(len(self.layouts)))
 
+        elif self.zb:
+
+            def same(s: int) -> bool:
+                if deadline is not None and time.perf_counter() > deadline:
+                    raise _OutOfTime
+                return all(
+                    all(np.array_equal(x, y) for x, y in zip(self.stage_options(i, s), self.stage_options(i, m)))
+                    for i in range(len(self.sizes))
+                )
+
         else:
 
             def same(s: int) -> bool:
@@ -198,13 +216,19 @@ class DPModel:
             if same(s):
                 m_eff = s
                 break
+        # levels from `alike` on behave alike: 1F1B's stash min(m, k) stops changing at m_eff; GPipe's
+        # stash is m at every level; zb-h1's iteration estimate tells every P < m apart (k = m - P + 1)
+        alike = 1 if self.schedule == "gpipe" else m if self.zb else m_eff
         unbounded = P_hi >= min(self.L, self.N)
-        if unbounded and max(m_eff, P_lo) < P_hi:
-            self.K, self.bucket = max(m_eff, P_lo), True
+        if unbounded and max(alike, P_lo) < P_hi:
+            self.K, self.bucket = max(alike, P_lo), True
         else:
             self.K, self.bucket = P_hi, False
         # a stash of min(m, k) gives the same stage times as min(m_eff, k): use the smaller, equivalent one
-        self.stash_of_level = [0] + [min(m_eff, k) for k in range(1, self.K + 1)]
+        if self.schedule == "gpipe":
+            self.stash_of_level = [0] + [m_eff] * self.K
+        else:
+            self.stash_of_level = [0] + [min(m_eff, k) for k in range(1, self.K + 1)]
         self.P_lo, self.P_hi = P_lo, P_hi
 
     def natural_placement(self) -> str:
@@ -247,6 +271,30 @@ class DPModel:
             if len(self._matrices) * self.L * self.L * 8 < 2**28:  # keep at most 256 MiB of them
                 self._matrices[key] = found
         return found
+
+    def stage_options(self, i: int, stash: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(U, W)[a, b, f]``: the Pareto-minimal (u, W) options of stage a..b on size index i (zb-h1)."""
+        key = (i, stash)
+        found = self._options.get(key)
+        if found is None:
+            found = self.costs.options(i, stash)
+            if sum(u.size for u, _ in self._options.values()) * 16 < 2**28:
+                self._options[key] = found
+        return found
+
+    def zb_rows(self, a: int, i: int, stash: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Over b = a..L-1 and the options f of stage a..b: ``(g_min[b], U[b, f], G[b, f])`` for the
+        current k, where ``G = (m - 1) U + k W`` and g_min its least value (inf if nothing fits)."""
+        key = (i, stash, self.zb_k)
+        found = self._zb_rows.get(key)
+        if found is None:
+            U, W = self.stage_options(i, stash)
+            G = (self.m - 1) * U + self.zb_k * W
+            found = (G.min(axis=2), U, G)
+            self._zb_rows = {k: v for k, v in self._zb_rows.items() if k[2] == self.zb_k}
+            self._zb_rows[key] = found
+        g, U, G = found
+        return g[a, a:], U[a, a:], G[a, a:]
 
     def stage_configs(self, a: int, b: int, i: int, stash: int) -> tuple:
         """The per-segment configs of the fastest fitting stage a..b on size index i."""
@@ -291,9 +339,10 @@ class DPModel:
                 for i, d in enumerate(self.sizes):
                     if d > N:
                         break
-                    cb = self.best_compute(a, i, stash)
+                    cb = self.zb_rows(a, i, stash) if self.zb else self.best_compute(a, i, stash)
                     if level == 1:
-                        self._last_stage(V, auto, a, i, d, cb[-1], xin[a], mode, lim)
+                        last = tuple(x[-1] for x in cb) if self.zb else cb[-1]
+                        self._last_stage(V, auto, a, i, d, last, xin[a], mode, lim)
                     for src in sources:
                         if src < 1:
                             continue
@@ -327,12 +376,38 @@ class DPModel:
         return out
 
     def _last_stage(self, V, auto, a, i, d, compute, xin_a, mode, lim) -> None:
-        if not math.isfinite(compute):
+        if self.zb:
+            t = self._zb_value(compute[0], compute[1], compute[2], xin_a, mode, lim)
+            if mode == "minmax":
+                t = np.where(t <= lim, t, INF)
+        elif not math.isfinite(compute):
             return
-        t = compute + xin_a
-        t = np.where(t <= lim, t, INF)
+        else:
+            t = compute + xin_a
+            t = np.where(t <= lim, t, INF)
         z = auto.init[i]
         V[a, 1, z, :, d] = np.minimum(V[a, 1, z, :, d], t)
+
+    def _zb_value(self, g_min, U, G, x, mode, lim):
+        """zb-h1: a stage's value with transfers ``x`` (any shape; ``U``, ``G`` carry the options on a last
+        axis of their own, ``g_min`` none): "minmax" its least g = (m - 1)(u + x) + k W; "minsum" its
+        least u + x over the options with g <= lim (inf if none)."""
+        x = np.asarray(x, dtype=float)
+        s = self.m - 1
+        if mode == "minmax":
+            return g_min + s * x
+        xs = x[..., None]
+        return np.where(G + s * xs <= lim, xs + U, INF).min(axis=-1)
+
+    def _zb_choice(self, U, G, x: float, mode, lim) -> tuple[int, float, float]:
+        """The option a stage with transfers ``x`` takes: (f, u + x, g), as :meth:`_zb_value` values it."""
+        s = self.m - 1
+        g = G + s * x
+        if mode == "minmax":
+            f = int(np.argmin(g))
+        else:
+            f = int(np.argmin(np.where(g <= lim, x + U, INF)))
+        return f, float(x + U[f]), float(g[f])
 
     def _incoming(self, auto, a: int, i: int, xin_a: np.ndarray):
         """Distinct incoming transfer times of a size-i stage starting at a, and their categories."""
@@ -347,23 +422,27 @@ class DPModel:
         bmax = self.L - level  # leave at least one layer per later stage
         if bmax < a:
             return
-        cbs = cb[: bmax - a + 1]
+        cbs = (cb[0] if self.zb else cb)[: bmax - a + 1]
         valid = np.flatnonzero(np.isfinite(cbs) & (cbs <= lim))
         if valid.size == 0:
             return
         bs = a + valid
-        base = cbs[valid][:, None] + X_pairs[bs]  # (nb, pairs)
         Hs = Hi[bs + 1][:, :, : self.N + 1 - d]  # suffix devices D' -> D = D' + d
         zn_u = pair_zn[zn_starts]
         # only the incoming categories a stage of this size can have: min(previous size, d) <= d
         cats = auto.incoming[i]
         values, where = self._incoming(auto, a, i, xin_a)
-        t = base[:, :, None] + values[None, None, :]  # (nb, pairs, values)
+        if self.zb:
+            x = X_pairs[bs][:, :, None] + values[None, None, :]  # transfers (nb, pairs, values)
+            t = self._zb_value(cbs[valid, None, None], cb[1][valid, None, None], cb[2][valid, None, None], x, mode, lim)
+        else:
+            base = cbs[valid][:, None] + X_pairs[bs]  # (nb, pairs)
+            t = base[:, :, None] + values[None, None, :]  # (nb, pairs, values)
         if mode == "minmax":
             val = np.maximum(t[..., None], Hs[:, :, None, :])
         else:
             val = t[..., None] + Hs[:, :, None, :]
-        if math.isfinite(lim):
+        if math.isfinite(lim) and not (self.zb and mode == "minsum"):  # zb minsum: t is inf unless g <= lim
             val = np.where((t <= lim)[..., None], val, INF)
         val = val.min(axis=0)  # (pairs, values, D')
         per_state = np.minimum.reduceat(val, zn_starts, axis=0)[:, where, :]  # (states, categories, D')
@@ -374,11 +453,16 @@ class DPModel:
             offset += hi - lo
 
     # ---------------------------------------------------------------- answers
+    def _level_ok(self, level: int) -> bool:
+        """May a whole pipeline have ``level`` stages (under zb-h1: with the current coefficient k)?"""
+        P_ok = (self.P_lo <= level <= self.P_hi) or (self.bucket and level == self.K)
+        # zb-h1: k = max(m - P + 1, 1); a bucket level is m or more stages (see _levels), so k = 1 there
+        return P_ok and (self.zb_k is None or max(self.m - level + 1, 1) == self.zb_k)
+
     def _final(self, V, auto) -> tuple[float, tuple | None]:
         best, arg = INF, None
         for level in range(1, self.K + 1):
-            P_ok = (self.P_lo <= level <= self.P_hi) or (self.bucket and level == self.K)
-            if not P_ok:
+            if not self._level_ok(level):
                 continue
             vals = np.where(auto.accept, V[0, level, :, 0, self.N], INF)
             z = int(np.argmin(vals))
@@ -390,7 +474,7 @@ class DPModel:
         """Every (level, first-stage state) whose pipeline reaches ``value``."""
         out = []
         for level in range(1, self.K + 1):
-            if (self.P_lo <= level <= self.P_hi) or (self.bucket and level == self.K):
+            if self._level_ok(level):
                 out += [(level, int(z)) for z in np.flatnonzero(auto.accept) if _same(float(V[0, level, z, 0, self.N]), value)]
         return out
 
@@ -417,9 +501,9 @@ class DPModel:
             return _same(value, target)
 
         def walk(a, level, z, c, D, target):
-            matches = [ch for ch in self._choices(V, auto, X, xin, mode, lim, a, level, z, c, D) if fits(ch[-1], target)]
-            for b, i, src, zpp, coo, t, _ in sorted(matches, key=linked):
-                stage = (a, b, self.sizes[i], i)
+            matches = [ch for ch in self._choices(V, auto, X, xin, mode, lim, a, level, z, c, D) if fits(ch[-2], target)]
+            for b, i, src, zpp, coo, t, _, opt in sorted(matches, key=linked):
+                stage = (a, b, self.sizes[i], i) + ((opt,) if opt is not None else ())
                 if src is None:
                     yield [stage], [], [t]
                     continue
@@ -441,17 +525,24 @@ class DPModel:
         return None, None
 
     def _choices(self, V, auto, X, xin, mode, lim, a, level, z, c, D):
-        """Every way the state (a, level, z, c, D) can start: (b, size, source level, z', c', t, value)."""
+        """Every way the state (a, level, z, c, D) can start: (b, size, source level, z', c', t, value, option).
+
+        ``t`` is the stage's time (zb-h1: its g), ``option`` None or, under
+        zb-h1, the (u, W) without transfers of the option the stage takes.
+        """
         stash = self.stash_of_level[level]
         sources = [s for s in [level - 1] + ([level] if self.bucket and level == self.K else []) if s >= 1]
         for i, d in enumerate(self.sizes):
             if d > D or (auto.size_of[z] >= 0 and auto.size_of[z] != i):
                 continue
+            if self.zb:
+                yield from self._zb_choices(V, auto, X, xin, mode, lim, a, level, z, c, D, i, sources)
+                continue
             cb = self.best_compute(a, i, stash)
             if level == 1 and auto.init[i] == z and D == d and math.isfinite(cb[-1]):
                 t = cb[-1] + xin[a, c]
                 if t <= lim:
-                    yield self.L - 1, i, None, None, None, t, t
+                    yield self.L - 1, i, None, None, None, t, t, None
             zp, zn, co = auto.trans[i]
             sel = zn == z
             for b in range(a, self.L - level + 1):
@@ -462,7 +553,38 @@ class DPModel:
                         t = cb[b - a] + X[b, coo] + xin[a, c]
                         if t <= lim:
                             rest = V[b + 1, src, zpp, coo, D - d]
-                            yield b, i, src, int(zpp), int(coo), t, (max(t, rest) if mode == "minmax" else t + rest)
+                            yield b, i, src, int(zpp), int(coo), t, (max(t, rest) if mode == "minmax" else t + rest), None
+
+    def _zb_choices(self, V, auto, X, xin, mode, lim, a, level, z, c, D, i, sources):
+        """:meth:`_choices` of one size under zb-h1: the option each stage takes, as the recursion values it."""
+        d = self.sizes[i]
+        stash = self.stash_of_level[level]
+        g_min, U, G = self.zb_rows(a, i, stash)
+        Wopt = self.stage_options(i, stash)[1][a, a:]
+
+        def option(b: int, x: float):
+            f, cost, g = self._zb_choice(U[b - a], G[b - a], x, mode, lim)
+            if not (g <= lim and math.isfinite(cost)):
+                return None
+            return g, cost, (float(U[b - a, f]), float(Wopt[b - a, f]))
+
+        if level == 1 and auto.init[i] == z and D == d and math.isfinite(g_min[-1]):
+            found = option(self.L - 1, xin[a, c])
+            if found is not None:
+                g, cost, opt = found
+                yield self.L - 1, i, None, None, None, g, (g if mode == "minmax" else cost), opt
+        zp, zn, co = auto.trans[i]
+        sel = zn == z
+        for b in range(a, self.L - level + 1):
+            if not math.isfinite(g_min[b - a]) or g_min[b - a] > lim:
+                continue
+            for src in sources:
+                for zpp, coo in zip(zp[sel], co[sel]):
+                    found = option(b, X[b, coo] + xin[a, c])
+                    if found is not None:
+                        g, cost, opt = found
+                        rest = V[b + 1, src, zpp, coo, D - d]
+                        yield b, i, src, int(zpp), int(coo), g, (max(g, rest) if mode == "minmax" else cost + rest), opt
 
     def place(self, stages, links, kind: str) -> Plan | None:
         cluster = self.problem.cluster
@@ -475,14 +597,25 @@ class DPModel:
         if assignment is None:
             return None
         ids = node_assignment_ids(cluster, sizes, assignment)
-        P = len(stages)
-        # configs at each stage's true stash min(m, P - p): the same stage time as the level's (see _levels)
+        # configs at each stage's true stash (1F1B, zb-h1: min(m, P - p); GPipe: m): the same stage
+        # time, or the same (u, W) options, as the level's (see _levels)
+        stashes = stash_of(self.schedule, len(stages), self.m)
         return Plan(
             tuple(
-                Stage.from_configs(a, b, d, self.stage_configs(a, b, i, min(self.m, P - p)), ids[p])
-                for p, (a, b, d, i) in enumerate(stages)
+                Stage.from_configs(stage[0], stage[1], stage[2], self._configs_of(stage, stashes[p]), ids[p])
+                for p, stage in enumerate(stages)
             )
         )
+
+    def _configs_of(self, stage: tuple, stash: int) -> tuple:
+        """The configs of a reconstructed stage: the fastest that fit, or (zb-h1) those of its (u, W) option."""
+        a, b, _, i, *option = stage
+        if not option:
+            return self.stage_configs(a, b, i, stash)
+        found = self.costs.option_configs(a, b, i, stash, *option[0])
+        if found is None:
+            raise RuntimeError(f"dp: internal error: no configs of stage {a}..{b} reach the option {option[0]}")
+        return found
 
     # ---------------------------------------------------------------- objectives
     def prepare(self, deadline: float | None = None) -> None:
@@ -495,10 +628,13 @@ class DPModel:
         self._budget = budget
         self.best_known = None  # (value, plan): the best valid plan met so far, for a run cut short
         self.proven_bound = None  # a lower bound on the optimum proven so far
+        zb = self.schedule == "zb-h1" and objective == "iteration"
+        if zb != self.zb:
+            self.zb, self.K = zb, None  # the levels depend on it (see _levels)
         self.prepare(deadline)
         refusal = None
         if kind == "none":
-            refusal = self.fast_path_refusal()
+            refusal = "zb-h1's iteration estimate chooses among (u, W) options per stage" if zb else self.fast_path_refusal()
             if refusal is None:
                 return self._compute_only(objective, deadline)
         auto = self._automaton_for(kind)
@@ -514,6 +650,8 @@ class DPModel:
             stats["recursions"] = 1
             plan, _ = self.placed_optimum(V, auto, X, "minmax", INF, value, kind)
             return _Outcome("optimal", plan, value, stats)
+        if zb:
+            return self._zb_iteration(auto, X, kind, deadline, stats)
         return self._iteration(auto, X, kind, deadline, stats)
 
     def fast_path_refusal(self) -> str | None:
@@ -567,7 +705,10 @@ class DPModel:
         """A lower bound on the objective from :meth:`layer_floor` (valid for every plan)."""
         slowest, work, total = self.layer_floor()
         worst = max(slowest, work)
-        return worst if objective == "bottleneck" else total + (self.m - 1) * worst
+        if objective == "bottleneck" or self.schedule != "1f1b":
+            # every schedule's estimate is at least max t (zb-h1: sum u + (m - 1) u_q + k W_q >= t_q, k >= 1)
+            return worst
+        return total + (self.m - 1) * worst
 
     def note(self, stages, links, kind: str, value: float) -> None:
         """Remember a valid plan met on the way (returned if the time limit cuts the search short)."""
@@ -588,7 +729,48 @@ class DPModel:
         return _Outcome("optimal", self.place(stages, [], "none"), value, stats)
 
     def _iteration(self, auto, X, kind, deadline, stats) -> _Outcome:
-        m = self.m
+        """1F1B: the least ``sum t + (m - 1) max t``."""
+        best, _, calls = self._walk(auto, X, kind, deadline, self.m - 1)
+        if best is None:
+            return _Outcome("infeasible")
+        stats["recursions"] = calls
+        return _Outcome("optimal", self._place_walked(auto, X, kind, deadline, best, self.m - 1), best[0], stats)
+
+    def _zb_iteration(self, auto, X, kind, deadline, stats) -> _Outcome:
+        """zb-h1: the least ``sum u + max g`` with ``g = (m - 1) u + k W``, one walk per coefficient k.
+
+        k = max(m - P + 1, 1) depends on the stage count P: each distinct k
+        (every P < m apart, all P >= m together) gets its own walk over the
+        levels with that k; the best of the walks is the optimum. A walk
+        that cannot beat the best so far stops at its lower bound.
+        """
+        ks = sorted({max(self.m - level + 1, 1) for level in range(1, self.K + 1) if self._level_ok(level)})
+        best, calls = None, 0
+        for k in ks:
+            self.zb_k = k
+            found, _, n = self._walk(auto, X, kind, deadline, 1, INF if best is None else best[0])
+            calls += n
+            if found is not None and (best is None or found[0] < best[0]):
+                best = (found[0], found[1], k)
+        stats["recursions"] = calls
+        if best is None:
+            self.zb_k = None
+            return _Outcome("infeasible")
+        self.zb_k = best[2]
+        plan = self._place_walked(auto, X, kind, deadline, best[:2], 1)
+        self.zb_k = None
+        return _Outcome("optimal", plan, best[0], stats)
+
+    def _walk(self, auto, X, kind, deadline, coef: float, cap: float = INF):
+        """The least ``sum + coef * max`` over the allowed levels (1F1B: stage times; zb-h1: sum of u, max of g).
+
+        Returns ``(value, (stages, links, times, threshold))`` or None when
+        no plan exists, a proven lower bound, and the recursions run.
+        ``minsum(T)`` is a non-increasing step function of the threshold T;
+        the walk visits its steps (the (sum, max) Pareto points) downwards
+        from the free optimum and stops once even the lowest max cannot make
+        up for the growing sum, or cannot beat ``cap`` (a value known elsewhere).
+        """
         calls = 0
 
         def minsum(limit):
@@ -603,33 +785,40 @@ class DPModel:
 
         free_sum, free_max, free = minsum(INF)
         if free is None:
-            return _Outcome("infeasible")
-        best = (free_sum + (m - 1) * free_max, free)
+            return None, INF, calls
+        best = (free_sum + coef * free_max, free)
+        bound = best[0]
         self.note(free[0], free[1], kind, best[0])
-        if m > 1:
+        if coef > 0:
             # the free optimum's slowest stage bounds the lowest bottleneck: prune slower stages
             V = self.recursion(auto, X, "minmax", free_max, deadline)
             calls += 1
             lowest_max, _ = self._final(V, auto)
             # every plan has sum >= free_sum and max >= lowest_max
-            self.proven_bound = free_sum + (m - 1) * lowest_max
-            f_lo, M_lo, plan_lo = minsum(lowest_max)
-            if plan_lo is not None and f_lo + (m - 1) * M_lo < best[0]:
-                best = (f_lo + (m - 1) * M_lo, plan_lo)
-                self.note(plan_lo[0], plan_lo[1], kind, best[0])
+            bound = free_sum + coef * lowest_max
+            if self.zb_k is None:  # under zb-h1 a walk covers only the stage counts of one k
+                self.proven_bound = bound
+            if bound < cap:
+                f_lo, M_lo, plan_lo = minsum(lowest_max)
+                if plan_lo is not None and f_lo + coef * M_lo < best[0]:
+                    best = (f_lo + coef * M_lo, plan_lo)
+                    self.note(plan_lo[0], plan_lo[1], kind, best[0])
             # walk the (sum, max) Pareto points down from the free optimum (see dp_compute.iteration)
             f, M = free_sum, free_max
-            while f + (m - 1) * lowest_max < best[0] * (1 - 1e-12):
-                ceiling = min(M * (1 - 4e-12), (best[0] - f) / (m - 1))
+            while f + coef * lowest_max < min(best[0], cap) * (1 - 1e-12):
+                ceiling = min(M * (1 - 4e-12), (min(best[0], cap) - f) / coef)
                 if ceiling < lowest_max * (1 - 1e-12):
                     break
                 f, M, plan = minsum(ceiling)
                 if plan is None:
                     break
-                if f + (m - 1) * M < best[0]:
-                    best = (f + (m - 1) * M, plan)
+                if f + coef * M < best[0]:
+                    best = (f + coef * M, plan)
                     self.note(plan[0], plan[1], kind, best[0])
-        stats["recursions"] = calls
+        return best, bound, calls
+
+    def _place_walked(self, auto, X, kind, deadline, best, coef: float) -> Plan | None:
+        """The plan of a walk's optimum; when its runs do not pack, another plan of the same value."""
         stages, links, _, limit = best[1]
         plan = self.place(stages, links, kind)
         if plan is None:
@@ -640,11 +829,11 @@ class DPModel:
                 self.reconstructions(V, auto, X, "minsum", limit, level, z) for level, z in self._final_states(V, auto, total)
             )
             for stages, links, times in itertools.islice(plans, 5000):
-                if _same(total + (m - 1) * max(times), best[0]):
+                if _same(total + coef * max(times), best[0]):
                     plan = self.place(stages, links, kind)
                     if plan is not None:
                         break
-        return _Outcome("optimal", plan, best[0], stats)
+        return plan
 
 
 def _same(x: float, y: float) -> bool:
