@@ -289,7 +289,8 @@ class DPModel:
         found = self._zb_rows.get(key)
         if found is None:
             U, W = self.stage_options(i, stash)
-            G = (self.m - 1) * U + self.zb_k * W
+            with np.errstate(invalid="ignore"):  # 0 x inf when m = 1: no option there
+                G = np.where(np.isfinite(U), (self.m - 1) * U + self.zb_k * W, INF)
             found = (G.min(axis=2), U, G)
             self._zb_rows = {k: v for k, v in self._zb_rows.items() if k[2] == self.zb_k}
             self._zb_rows[key] = found
