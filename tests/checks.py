@@ -1,29 +1,35 @@
-"""What every test that gets a plan from a solver checks: evaluation and a 1F1B replay."""
+"""What every test that gets a plan from a solver checks: evaluation and a replay under the problem's schedule."""
 from __future__ import annotations
 
 import pytest
 
 from partitioner import evaluate, simulate
-from partitioner.plan import SolveResult
+from partitioner.plan import SolveResult, group_times
 from partitioner.problem import Problem
+from partitioner.schedules import stash
 
 
 def check_plan(problem: Problem, result: SolveResult) -> None:
     """The plan is valid, its value is what ``evaluate`` says, and the simulator replays it within memory.
 
-    The replay checks DESIGN's simulator facts: stage p holds min(m, P - p)
-    microbatches at its peak, every peak fits in the GPU, and the makespan
-    lies between m times the slowest stage and m times the sum of stages.
+    The replay, under the problem's schedule, checks DESIGN's simulator facts:
+    stage p holds the schedule's stash at its peak (1F1B and ZB-H1 min(m,
+    P - p), GPipe m), every peak fits in the GPU, and the makespan lies
+    between m times the busiest device (group) and m times the sum of stages
+    (some op runs at every moment of a replay).
     """
     assert result.plan is not None, result.message
     ev = evaluate(problem, result.plan, result.objective)
     assert ev.value == pytest.approx(result.value, rel=1e-12)
-    sim = simulate(problem, result.plan, "1f1b")
+    schedule, v = problem.training.schedule, problem.training.virtual_stages
+    sim = simulate(problem, result.plan, schedule)
     m, P = problem.microbatches, result.plan.num_stages
-    assert list(sim.peak_inflight) == [min(m, P - p) for p in range(P)]
+    if schedule != "interleaved":
+        assert list(sim.peak_inflight) == stash(schedule, P, m)
     assert all(peak <= problem.cluster.gpu_memory_bytes for peak in sim.peak_memory_bytes)
     times = ev.times_ms
-    assert m * max(times) * (1 - 1e-9) <= sim.makespan_ms <= m * sum(times) * (1 + 1e-9)
+    busiest = max(group_times(times, v if schedule == "interleaved" else 1))
+    assert m * busiest * (1 - 1e-9) <= sim.makespan_ms <= m * sum(times) * (1 + 1e-9)
 
 
 def check_no_random_plan_beats(data, problem: Problem, result: SolveResult, tries: int = 5, rel: float = 1e-9) -> None:

@@ -35,10 +35,10 @@ ties go to the first tuple in config order (devices, tp, variant).
 Schedules: the stash in the memory check is the problem's schedule's
 (:func:`partitioner.schedules.stash`; 1F1B and ZB-H1 min(m, P - p), GPipe
 m). Under ``zb-h1`` the iteration estimate grows with each stage's t - W
-and W separately, so the search keeps every stage tuple that is
-Pareto-minimal in (t - W, W) and tries their product instead of the
-fastest tuple alone. ``interleaved`` (and GPipe's iteration estimate) are
-refused for now.
+and W separately, under ``gpipe`` with its F and B separately, so the
+search keeps every stage tuple that is Pareto-minimal in those two parts
+and tries their product instead of the fastest tuple alone. ``interleaved``
+is refused for now.
 
 The search refuses problems whose cut x size enumeration exceeds
 ``max_combinations`` (option, default 2,000,000): roughly up to 12 layers
@@ -91,6 +91,7 @@ class StageConfigs:
     reshard_ms: float
     memory_bytes: int
     wgrad_ms: float = 0.0  # W: the weight-gradient part of compute_ms (zb-h1)
+    fwd_ms: float = 0.0  # F: Σ fwd_ms + reshard_ms, the forward part of compute_ms (gpipe)
 
 
 def segment_candidates(problem: Problem, first: int, last: int, size: int) -> list[Layout]:
@@ -117,15 +118,18 @@ def best_stage_configs(problem: Problem, first: int, last: int, size: int, stash
     return best
 
 
-def pareto_stage_configs(problem: Problem, first: int, last: int, size: int, stash: int) -> list[StageConfigs]:
-    """The fitting tuples that no other beats in both t - W and W (config order; empty when none fits).
+def pareto_stage_configs(
+    problem: Problem, first: int, last: int, size: int, stash: int, schedule: str = "zb-h1"
+) -> list[StageConfigs]:
+    """The fitting tuples no other beats in both parts the ``schedule``'s estimate weighs (config order).
 
     ZB-H1's iteration estimate is non-decreasing in every stage's u = t - W
-    and W (:mod:`partitioner.schedules`), not in t alone, so the fastest tuple
-    may lose to one with a smaller W; some optimum uses only these tuples.
+    and W, GPipe's in every stage's F and B (:mod:`partitioner.schedules`),
+    not in t alone, so the fastest tuple may lose to one with a smaller W
+    (a smaller F or B); some optimum uses only these tuples. Empty when none fits.
     """
     options = list(_fitting_stage_configs(problem, first, last, size, stash))
-    key = [(o.compute_ms - o.wgrad_ms, o.wgrad_ms) for o in options]
+    key = [estimate_parts(o, schedule) for o in options]
     return [
         o
         for i, o in enumerate(options)
@@ -135,18 +139,26 @@ def pareto_stage_configs(problem: Problem, first: int, last: int, size: int, sta
     ]
 
 
+def estimate_parts(option: StageConfigs, schedule: str) -> tuple[float, float]:
+    """The two per-stage quantities ``schedule``'s iteration estimate weighs apart: (u, W) or (F, B)."""
+    if schedule == "gpipe":
+        return (option.fwd_ms, option.compute_ms - option.fwd_ms)
+    return (option.compute_ms - option.wgrad_ms, option.wgrad_ms)
+
+
 def _fitting_stage_configs(problem: Problem, first: int, last: int, size: int, stash: int):
     """Every per-segment config tuple of the stage that fits in memory, costed, in config order."""
     segments = problem.segments(first, last)
     candidates = [segment_candidates(problem, a, b, size) for a, b in segments]
     capacity = problem.cluster.gpu_memory_bytes
     for combo in itertools.product(*candidates):
-        compute = wgrad = 0.0
+        compute = wgrad = fwd = 0.0
         weight = act = 0
         for (a, b), lay in zip(segments, combo):
             for i in range(a, b + 1):
                 c = problem.layers[i].costs[lay]
                 compute += c.fwd_ms + c.bwd_ms
+                fwd += c.fwd_ms
                 wgrad += c.split()[1]
                 weight += c.weight_bytes
                 act += c.act_bytes
@@ -157,7 +169,7 @@ def _fitting_stage_configs(problem: Problem, first: int, last: int, size: int, s
             stage_reshard_ms(problem.layers[b].out_bytes, lay, nxt, size, problem.cluster)
             for (_, b), lay, nxt in zip(segments, combo, combo[1:])
         )
-        yield StageConfigs(tuple(combo), compute + 2 * reshard, reshard, memory, wgrad)
+        yield StageConfigs(tuple(combo), compute + 2 * reshard, reshard, memory, wgrad, fwd + reshard)
 
 
 def count_size_sequences(allowed: tuple[int, ...], total: int, count: int) -> int:
@@ -225,21 +237,21 @@ def solve_brute(problem: Problem, request: SolveRequest) -> Candidate:
             ),
         )
     schedule = problem.training.schedule
-    if schedule == "interleaved" or (schedule == "gpipe" and request.objective == "iteration"):
+    if schedule == "interleaved":
         return Candidate("error", message=f"brute: the {schedule} schedule's {request.objective} objective is not supported yet")
     allowed = problem.cluster.allowed_sizes()
     N, L = problem.num_devices, problem.num_layers
     tables = CostTables(problem)  # transfer times only
     m = problem.microbatches
     stage_cache: dict[tuple[int, int, int, int], list[StageConfigs]] = {}
-    # zb-h1's estimate weighs t - W and W apart: keep every Pareto tuple, not only the fastest
-    pareto = schedule == "zb-h1" and request.objective == "iteration"
+    # zb-h1's estimate weighs t - W and W apart, gpipe's F and B: keep every Pareto tuple, not only the fastest
+    pareto = schedule in ("zb-h1", "gpipe") and request.objective == "iteration"
 
     def choose(a: int, b: int, size: int, stash: int) -> list[StageConfigs]:
         key = (a, b, size, stash)
         if key not in stage_cache:
             best = best_stage_configs(problem, a, b, size, stash)
-            stage_cache[key] = pareto_stage_configs(problem, a, b, size, stash) if pareto else [best] if best else []
+            stage_cache[key] = pareto_stage_configs(problem, a, b, size, stash, schedule) if pareto else [best] if best else []
         return stage_cache[key]
 
     best_value, best_plan = float("inf"), None
@@ -257,15 +269,21 @@ def solve_brute(problem: Problem, request: SolveRequest) -> Candidate:
                 if not all(options):
                     continue
                 for choices, (links, assignment) in itertools.product(itertools.product(*options), patterns.items()):
-                    times = []
+                    times, fwd = [], []
                     for p in range(P):
                         t = choices[p].compute_ms
-                        if p < P - 1:
-                            t += tables.transfer(bounds[p + 1] - 1, sizes[p], sizes[p + 1], links[p])
-                        if p > 0:
+                        f = choices[p].fwd_ms
+                        if p < P - 1:  # the send to p + 1 is in F_p
+                            x = tables.transfer(bounds[p + 1] - 1, sizes[p], sizes[p + 1], links[p])
+                            t += x
+                            f += x
+                        if p > 0:  # the gradient's send back to p - 1 is in B_p
                             t += tables.transfer(bounds[p] - 1, sizes[p - 1], sizes[p], links[p - 1])
                         times.append(t)
-                    value = objective_value(request.objective, times, m, schedule, wgrad=[c.wgrad_ms for c in choices])
+                        fwd.append(f)
+                    value = objective_value(
+                        request.objective, times, m, schedule, wgrad=[c.wgrad_ms for c in choices], fwd=fwd
+                    )
                     if value < best_value:
                         best_value = value
                         # in-node stages get consecutive ids in one node, larger ones whole
