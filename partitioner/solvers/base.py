@@ -198,7 +198,7 @@ def solve(
 # interleaved plans have P*v chunks, which none of them models yet. brute refuses on its own
 # what it does not model (interleaved, GPipe's iteration estimate).
 _SCHEDULES_BEYOND_1F1B = {
-    "dp": {("zb-h1", "bottleneck"), ("zb-h1", "iteration"), ("gpipe", "bottleneck")},
+    "dp": {("zb-h1", "bottleneck"), ("zb-h1", "iteration"), ("gpipe", "bottleneck"), ("gpipe", "iteration")},
     "cpsat": {("zb-h1", "bottleneck")},
     "milp": {("zb-h1", "bottleneck")},
     "greedy": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},

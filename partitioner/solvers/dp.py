@@ -107,6 +107,7 @@ from ..plan import Plan, Stage
 from ..problem import Problem
 from ..schedules import stash as stash_of
 from .dp_compute import ComputeOnlyDP
+from .dp_options import GPipeSpec, ZeroBubbleSpec
 from .dp_placement import Automaton, build_automaton
 from .dp_stage import StageCosts
 from .errors import OutOfTime as _OutOfTime
@@ -146,12 +147,12 @@ class DPModel:
         self.stage_counts = stage_counts or (problem.stages.min, problem.stages.max)
         self._matrices: dict[tuple[int, int], np.ndarray] = {}
         self.schedule = problem.training.schedule
-        # zb-h1's iteration estimate: stages choose among (u, W) options (:meth:`StageCosts.options`)
-        # and the threshold is on g = (m - 1) u + k W for the coefficient k of the stage counts in play
-        self.zb = False
-        self.zb_k: int | None = None
+        # the two-part estimates (zb-h1's and GPipe's iteration): stages choose among the Pareto pairs
+        # of parts ``self.parts`` (:meth:`StageCosts.options`), valued by ``self.spec`` (:mod:`.dp_options`)
+        self.parts: str | None = None
+        self.spec = None
         self._options: dict = {}
-        self._zb_rows: dict = {}
+        self._rows: dict = {}
         self._budget = _MEMORY_BUDGET_BYTES
         self._layer_tables()
         self.K = None  # set by prepare()
@@ -194,7 +195,7 @@ class DPModel:
             def same(s: int) -> bool:
                 return all(np.array_equal(self.costs.fit_end(j, s), self.costs.fit_end(j, m)) for j in range(len(self.layouts)))
 
-        elif self.zb:
+        elif self.parts:
 
             def same(s: int) -> bool:
                 if deadline is not None and time.perf_counter() > deadline:
@@ -218,7 +219,7 @@ class DPModel:
                 break
         # levels from `alike` on behave alike: 1F1B's stash min(m, k) stops changing at m_eff; GPipe's
         # stash is m at every level; zb-h1's iteration estimate tells every P < m apart (k = m - P + 1)
-        alike = 1 if self.schedule == "gpipe" else m if self.zb else m_eff
+        alike = 1 if self.schedule == "gpipe" else m if self.parts == "uw" else m_eff
         unbounded = P_hi >= min(self.L, self.N)
         if unbounded and max(alike, P_lo) < P_hi:
             self.K, self.bucket = max(alike, P_lo), True
@@ -273,29 +274,25 @@ class DPModel:
         return found
 
     def stage_options(self, i: int, stash: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(U, W)[a, b, f]``: the Pareto-minimal (u, W) options of stage a..b on size index i (zb-h1)."""
-        key = (i, stash)
+        """``[a, b, f]``: the Pareto-minimal pairs of parts ``self.parts`` of stage a..b on size index i."""
+        key = (i, stash, self.parts)
         found = self._options.get(key)
         if found is None:
-            found = self.costs.options(i, stash)
+            found = self.costs.options(i, stash, self.parts)
             if sum(u.size for u, _ in self._options.values()) * 16 < 2**28:
                 self._options[key] = found
         return found
 
-    def zb_rows(self, a: int, i: int, stash: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Over b = a..L-1 and the options f of stage a..b: ``(g_min[b], U[b, f], G[b, f])`` for the
-        current k, where ``G = (m - 1) U + k W`` and g_min its least value (inf if nothing fits)."""
-        key = (i, stash, self.zb_k)
-        found = self._zb_rows.get(key)
+    def option_rows(self, a: int, i: int, stash: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Over b = a..L-1 (and the options f of stage a..b): the spec's least key of the stage without
+        transfers (a lower bound with them; inf if nothing fits) and its two option arrays."""
+        key = (i, stash, self.spec.key)
+        found = self._rows.get(key)
         if found is None:
-            U, W = self.stage_options(i, stash)
-            with np.errstate(invalid="ignore"):  # 0 x inf when m = 1: no option there
-                G = np.where(np.isfinite(U), (self.m - 1) * U + self.zb_k * W, INF)
-            found = (G.min(axis=2), U, G)
-            self._zb_rows = {k: v for k, v in self._zb_rows.items() if k[2] == self.zb_k}
-            self._zb_rows[key] = found
-        g, U, G = found
-        return g[a, a:], U[a, a:], G[a, a:]
+            found = self.spec.prepare(*self.stage_options(i, stash))
+            self._rows = {k: v for k, v in self._rows.items() if k[2] == self.spec.key}
+            self._rows[key] = found
+        return tuple(x[a, a:] for x in found)
 
     def stage_configs(self, a: int, b: int, i: int, stash: int) -> tuple:
         """The per-segment configs of the fastest fitting stage a..b on size index i."""
@@ -340,9 +337,9 @@ class DPModel:
                 for i, d in enumerate(self.sizes):
                     if d > N:
                         break
-                    cb = self.zb_rows(a, i, stash) if self.zb else self.best_compute(a, i, stash)
+                    cb = self.option_rows(a, i, stash) if self.spec else self.best_compute(a, i, stash)
                     if level == 1:
-                        last = tuple(x[-1] for x in cb) if self.zb else cb[-1]
+                        last = tuple(x[-1] for x in cb) if self.spec else cb[-1]
                         self._last_stage(V, auto, a, i, d, last, xin[a], mode, lim)
                     for src in sources:
                         if src < 1:
@@ -377,8 +374,8 @@ class DPModel:
         return out
 
     def _last_stage(self, V, auto, a, i, d, compute, xin_a, mode, lim) -> None:
-        if self.zb:
-            t = self._zb_value(compute[0], compute[1], compute[2], xin_a, mode, lim)
+        if self.spec:
+            t = self.spec.value(compute[0], compute[1], compute[2], np.zeros_like(xin_a), xin_a, mode, lim)
             if mode == "minmax":
                 t = np.where(t <= lim, t, INF)
         elif not math.isfinite(compute):
@@ -388,27 +385,6 @@ class DPModel:
             t = np.where(t <= lim, t, INF)
         z = auto.init[i]
         V[a, 1, z, :, d] = np.minimum(V[a, 1, z, :, d], t)
-
-    def _zb_value(self, g_min, U, G, x, mode, lim):
-        """zb-h1: a stage's value with transfers ``x`` (any shape; ``U``, ``G`` carry the options on a last
-        axis of their own, ``g_min`` none): "minmax" its least g = (m - 1)(u + x) + k W; "minsum" its
-        least u + x over the options with g <= lim (inf if none)."""
-        x = np.asarray(x, dtype=float)
-        s = self.m - 1
-        if mode == "minmax":
-            return g_min + s * x
-        xs = x[..., None]
-        return np.where(G + s * xs <= lim, xs + U, INF).min(axis=-1)
-
-    def _zb_choice(self, U, G, x: float, mode, lim) -> tuple[int, float, float]:
-        """The option a stage with transfers ``x`` takes: (f, u + x, g), as :meth:`_zb_value` values it."""
-        s = self.m - 1
-        g = G + s * x
-        if mode == "minmax":
-            f = int(np.argmin(g))
-        else:
-            f = int(np.argmin(np.where(g <= lim, x + U, INF)))
-        return f, float(x + U[f]), float(g[f])
 
     def _incoming(self, auto, a: int, i: int, xin_a: np.ndarray):
         """Distinct incoming transfer times of a size-i stage starting at a, and their categories."""
@@ -423,7 +399,7 @@ class DPModel:
         bmax = self.L - level  # leave at least one layer per later stage
         if bmax < a:
             return
-        cbs = (cb[0] if self.zb else cb)[: bmax - a + 1]
+        cbs = (cb[0] if self.spec else cb)[: bmax - a + 1]
         valid = np.flatnonzero(np.isfinite(cbs) & (cbs <= lim))
         if valid.size == 0:
             return
@@ -433,9 +409,9 @@ class DPModel:
         # only the incoming categories a stage of this size can have: min(previous size, d) <= d
         cats = auto.incoming[i]
         values, where = self._incoming(auto, a, i, xin_a)
-        if self.zb:
-            x = X_pairs[bs][:, :, None] + values[None, None, :]  # transfers (nb, pairs, values)
-            t = self._zb_value(cbs[valid, None, None], cb[1][valid, None, None], cb[2][valid, None, None], x, mode, lim)
+        if self.spec:  # out and in transfers (nb, pairs, 1) and (1, 1, values); options on a last axis
+            xo, xi = X_pairs[bs][:, :, None], values[None, None, :]
+            t = self.spec.value(cbs[valid, None, None], cb[1][valid, None, None], cb[2][valid, None, None], xo, xi, mode, lim)
         else:
             base = cbs[valid][:, None] + X_pairs[bs]  # (nb, pairs)
             t = base[:, :, None] + values[None, None, :]  # (nb, pairs, values)
@@ -443,7 +419,7 @@ class DPModel:
             val = np.maximum(t[..., None], Hs[:, :, None, :])
         else:
             val = t[..., None] + Hs[:, :, None, :]
-        if math.isfinite(lim) and not (self.zb and mode == "minsum"):  # zb minsum: t is inf unless g <= lim
+        if math.isfinite(lim) and not (self.spec and mode == "minsum"):  # options: inf unless key <= lim
             val = np.where((t <= lim)[..., None], val, INF)
         val = val.min(axis=0)  # (pairs, values, D')
         per_state = np.minimum.reduceat(val, zn_starts, axis=0)[:, where, :]  # (states, categories, D')
@@ -457,8 +433,7 @@ class DPModel:
     def _level_ok(self, level: int) -> bool:
         """May a whole pipeline have ``level`` stages (under zb-h1: with the current coefficient k)?"""
         P_ok = (self.P_lo <= level <= self.P_hi) or (self.bucket and level == self.K)
-        # zb-h1: k = max(m - P + 1, 1); a bucket level is m or more stages (see _levels), so k = 1 there
-        return P_ok and (self.zb_k is None or max(self.m - level + 1, 1) == self.zb_k)
+        return P_ok and (self.spec is None or self.spec.level_ok(level, self.m))
 
     def _final(self, V, auto) -> tuple[float, tuple | None]:
         best, arg = INF, None
@@ -528,16 +503,16 @@ class DPModel:
     def _choices(self, V, auto, X, xin, mode, lim, a, level, z, c, D):
         """Every way the state (a, level, z, c, D) can start: (b, size, source level, z', c', t, value, option).
 
-        ``t`` is the stage's time (zb-h1: its g), ``option`` None or, under
-        zb-h1, the (u, W) without transfers of the option the stage takes.
+        ``t`` is the stage's time (with options: its key), ``option`` None or
+        the option's parts without transfers and the spec's extra (GPipe: F + xo).
         """
         stash = self.stash_of_level[level]
         sources = [s for s in [level - 1] + ([level] if self.bucket and level == self.K else []) if s >= 1]
         for i, d in enumerate(self.sizes):
             if d > D or (auto.size_of[z] >= 0 and auto.size_of[z] != i):
                 continue
-            if self.zb:
-                yield from self._zb_choices(V, auto, X, xin, mode, lim, a, level, z, c, D, i, sources)
+            if self.spec:
+                yield from self._option_choices(V, auto, X, xin, mode, lim, a, level, z, c, D, i, sources)
                 continue
             cb = self.best_compute(a, i, stash)
             if level == 1 and auto.init[i] == z and D == d and math.isfinite(cb[-1]):
@@ -556,21 +531,21 @@ class DPModel:
                             rest = V[b + 1, src, zpp, coo, D - d]
                             yield b, i, src, int(zpp), int(coo), t, (max(t, rest) if mode == "minmax" else t + rest), None
 
-    def _zb_choices(self, V, auto, X, xin, mode, lim, a, level, z, c, D, i, sources):
-        """:meth:`_choices` of one size under zb-h1: the option each stage takes, as the recursion values it."""
+    def _option_choices(self, V, auto, X, xin, mode, lim, a, level, z, c, D, i, sources):
+        """:meth:`_choices` of one size with options: the option each stage takes, as the recursion values it."""
         d = self.sizes[i]
         stash = self.stash_of_level[level]
-        g_min, U, G = self.zb_rows(a, i, stash)
-        Wopt = self.stage_options(i, stash)[1][a, a:]
+        g_min, A, B = self.option_rows(a, i, stash)
+        one, two = (x[a, a:] for x in self.stage_options(i, stash))
 
-        def option(b: int, x: float):
-            f, cost, g = self._zb_choice(U[b - a], G[b - a], x, mode, lim)
+        def option(b: int, xo: float, xi: float):
+            f, cost, g, extra = self.spec.choice(A[b - a], B[b - a], xo, xi, mode, lim)
             if not (g <= lim and math.isfinite(cost)):
                 return None
-            return g, cost, (float(U[b - a, f]), float(Wopt[b - a, f]))
+            return g, cost, (float(one[b - a, f]), float(two[b - a, f]), extra)
 
         if level == 1 and auto.init[i] == z and D == d and math.isfinite(g_min[-1]):
-            found = option(self.L - 1, xin[a, c])
+            found = option(self.L - 1, 0.0, xin[a, c])
             if found is not None:
                 g, cost, opt = found
                 yield self.L - 1, i, None, None, None, g, (g if mode == "minmax" else cost), opt
@@ -581,7 +556,7 @@ class DPModel:
                 continue
             for src in sources:
                 for zpp, coo in zip(zp[sel], co[sel]):
-                    found = option(b, X[b, coo] + xin[a, c])
+                    found = option(b, X[b, coo], xin[a, c])
                     if found is not None:
                         g, cost, opt = found
                         rest = V[b + 1, src, zpp, coo, D - d]
@@ -613,7 +588,7 @@ class DPModel:
         a, b, _, i, *option = stage
         if not option:
             return self.stage_configs(a, b, i, stash)
-        found = self.costs.option_configs(a, b, i, stash, *option[0])
+        found = self.costs.option_configs(a, b, i, stash, self.parts, *option[0][:2])
         if found is None:
             raise RuntimeError(f"dp: internal error: no configs of stage {a}..{b} reach the option {option[0]}")
         return found
@@ -629,13 +604,14 @@ class DPModel:
         self._budget = budget
         self.best_known = None  # (value, plan): the best valid plan met so far, for a run cut short
         self.proven_bound = None  # a lower bound on the optimum proven so far
-        zb = self.schedule == "zb-h1" and objective == "iteration"
-        if zb != self.zb:
-            self.zb, self.K = zb, None  # the levels depend on it (see _levels)
+        parts = {("zb-h1", "iteration"): "uw", ("gpipe", "iteration"): "fb"}.get((self.schedule, objective))
+        if parts != self.parts:
+            self.parts, self.K = parts, None  # the levels depend on it (see _levels)
+        self.spec = None
         self.prepare(deadline)
         refusal = None
         if kind == "none":
-            refusal = "zb-h1's iteration estimate chooses among (u, W) options per stage" if zb else self.fast_path_refusal()
+            refusal = f"{self.schedule}'s iteration estimate chooses among Pareto options per stage" if parts else self.fast_path_refusal()
             if refusal is None:
                 return self._compute_only(objective, deadline)
         auto = self._automaton_for(kind)
@@ -651,8 +627,10 @@ class DPModel:
             stats["recursions"] = 1
             plan, _ = self.placed_optimum(V, auto, X, "minmax", INF, value, kind)
             return _Outcome("optimal", plan, value, stats)
-        if zb:
+        if parts == "uw":
             return self._zb_iteration(auto, X, kind, deadline, stats)
+        if parts == "fb":
+            return self._gpipe_iteration(auto, X, kind, deadline, stats)
         return self._iteration(auto, X, kind, deadline, stats)
 
     def fast_path_refusal(self) -> str | None:
@@ -748,21 +726,68 @@ class DPModel:
         ks = sorted({max(self.m - level + 1, 1) for level in range(1, self.K + 1) if self._level_ok(level)})
         best, calls = None, 0
         for k in ks:
-            self.zb_k = k
+            self.spec = ZeroBubbleSpec(self.m, k)
             found, _, n = self._walk(auto, X, kind, deadline, 1, INF if best is None else best[0])
             calls += n
             if found is not None and (best is None or found[0] < best[0]):
-                best = (found[0], found[1], k)
+                best = (found[0], found[1], self.spec)
         stats["recursions"] = calls
         if best is None:
-            self.zb_k = None
+            self.spec = None
             return _Outcome("infeasible")
-        self.zb_k = best[2]
+        self.spec = best[2]
         plan = self._place_walked(auto, X, kind, deadline, best[:2], 1)
-        self.zb_k = None
+        self.spec = None
         return _Outcome("optimal", plan, best[0], stats)
 
-    def _walk(self, auto, X, kind, deadline, coef: float, cap: float = INF):
+    def _gpipe_iteration(self, auto, X, kind, deadline, stats) -> _Outcome:
+        """GPipe: the least ``sum t + (m - 1)(max F + max B)``, a walk over a cap on max F around walks on max B.
+
+        ``phi(C)``, the least ``sum t + (m - 1) max B`` over the plans with
+        every ``F <= C`` (a :meth:`_walk` on B with F capped), is
+        non-increasing in C, and the optimum is the least ``phi(C) + (m - 1) C``
+        (for the optimal plan, C = its max F). So C need only visit, downwards
+        from inf, just below the max F of each step's plan (phi is constant
+        between), and stops once ``phi(C) + (m - 1) (lowest max F)`` cannot
+        beat the best; an inner walk stops early when it cannot either.
+        """
+        coef = self.m - 1
+
+        def max_f(stages) -> float:
+            return max(stage[4][2] for stage in stages)
+
+        def extra(stages) -> float:
+            return coef * max_f(stages)
+
+        self.spec = GPipeSpec("F")
+        V = self.recursion(auto, X, "minmax", INF, deadline)
+        lowest_f, _ = self._final(V, auto)
+        best, calls, cap_f = None, 1, INF
+        while math.isfinite(lowest_f):
+            self.spec = GPipeSpec("B", cap_f * (1 + _TIE) if math.isfinite(cap_f) else INF)
+            cap = INF if best is None else best[0] - coef * lowest_f
+            found, _, n = self._walk(auto, X, kind, deadline, coef, cap, extra)
+            calls += n
+            if found is None:
+                break
+            value = found[0] + extra(found[1][0])
+            if best is None or value < best[0]:
+                best = (value, found[1], self.spec)
+            if coef == 0 or found[0] + coef * lowest_f >= best[0] * (1 - 1e-12):
+                break
+            cap_f = max_f(found[1][0]) * (1 - 4e-12)
+            if cap_f < lowest_f * (1 - 1e-12):
+                break
+        stats["recursions"] = calls
+        if best is None:
+            self.spec = None
+            return _Outcome("infeasible")
+        self.spec = best[2]
+        plan = self._place_walked(auto, X, kind, deadline, best[:2], coef, extra)
+        self.spec = None
+        return _Outcome("optimal", plan, best[0], stats)
+
+    def _walk(self, auto, X, kind, deadline, coef: float, cap: float = INF, extra=None):
         """The least ``sum + coef * max`` over the allowed levels (1F1B: stage times; zb-h1: sum of u, max of g).
 
         Returns ``(value, (stages, links, times, threshold))`` or None when
@@ -771,8 +796,11 @@ class DPModel:
         the walk visits its steps (the (sum, max) Pareto points) downwards
         from the free optimum and stops once even the lowest max cannot make
         up for the growing sum, or cannot beat ``cap`` (a value known elsewhere).
+        ``extra(stages)``: what the true objective adds to ``sum + coef * max``
+        (GPipe: (m - 1) max F), for the plans noted on the way.
         """
         calls = 0
+        extra = extra or (lambda stages: 0.0)
 
         def minsum(limit):
             nonlocal calls
@@ -789,7 +817,7 @@ class DPModel:
             return None, INF, calls
         best = (free_sum + coef * free_max, free)
         bound = best[0]
-        self.note(free[0], free[1], kind, best[0])
+        self.note(free[0], free[1], kind, best[0] + extra(free[0]))
         if coef > 0:
             # the free optimum's slowest stage bounds the lowest bottleneck: prune slower stages
             V = self.recursion(auto, X, "minmax", free_max, deadline)
@@ -797,13 +825,13 @@ class DPModel:
             lowest_max, _ = self._final(V, auto)
             # every plan has sum >= free_sum and max >= lowest_max
             bound = free_sum + coef * lowest_max
-            if self.zb_k is None:  # under zb-h1 a walk covers only the stage counts of one k
+            if self.spec is None:  # with options a walk covers one k (zb-h1) or one cap on F (GPipe)
                 self.proven_bound = bound
             if bound < cap:
                 f_lo, M_lo, plan_lo = minsum(lowest_max)
                 if plan_lo is not None and f_lo + coef * M_lo < best[0]:
                     best = (f_lo + coef * M_lo, plan_lo)
-                    self.note(plan_lo[0], plan_lo[1], kind, best[0])
+                    self.note(plan_lo[0], plan_lo[1], kind, best[0] + extra(plan_lo[0]))
             # walk the (sum, max) Pareto points down from the free optimum (see dp_compute.iteration)
             f, M = free_sum, free_max
             while f + coef * lowest_max < min(best[0], cap) * (1 - 1e-12):
@@ -815,10 +843,10 @@ class DPModel:
                     break
                 if f + coef * M < best[0]:
                     best = (f + coef * M, plan)
-                    self.note(plan[0], plan[1], kind, best[0])
+                    self.note(plan[0], plan[1], kind, best[0] + extra(plan[0]))
         return best, bound, calls
 
-    def _place_walked(self, auto, X, kind, deadline, best, coef: float) -> Plan | None:
+    def _place_walked(self, auto, X, kind, deadline, best, coef: float, extra=None) -> Plan | None:
         """The plan of a walk's optimum; when its runs do not pack, another plan of the same value."""
         stages, links, _, limit = best[1]
         plan = self.place(stages, links, kind)
@@ -830,7 +858,7 @@ class DPModel:
                 self.reconstructions(V, auto, X, "minsum", limit, level, z) for level, z in self._final_states(V, auto, total)
             )
             for stages, links, times in itertools.islice(plans, 5000):
-                if _same(total + coef * max(times), best[0]):
+                if _same(total + coef * max(times) + (extra(stages) if extra else 0.0), best[0]):
                     plan = self.place(stages, links, kind)
                     if plan is not None:
                         break

@@ -111,6 +111,8 @@ class StageCosts:
         self.cap = int(problem.cluster.gpu_memory_bytes)
         self.big = self.cap + 1  # memory of "does not fit"
         time = np.zeros((J, L))
+        fwd = np.zeros((J, L))
+        bwd = np.zeros((J, L))
         wgrad = np.zeros((J, L))
         weight = np.zeros((J, L), dtype=np.int64)
         act = np.zeros((J, L), dtype=np.int64)
@@ -120,12 +122,15 @@ class StageCosts:
                 c = layer.cost(lay)
                 if c is not None:
                     time[j, i] = c.fwd_ms + c.bwd_ms
+                    fwd[j, i] = c.fwd_ms
+                    bwd[j, i] = c.bwd_ms
                     wgrad[j, i] = c.split()[1]
                     weight[j, i] = c.weight_bytes
                     act[j, i] = c.act_bytes
                     has[j, i] = True
         self.time = time
-        self.wgrad = wgrad  # W per layer: the weight-gradient part of bwd_ms (LayerCost.split)
+        # the parts of a layer's time the two-part estimates weigh apart (module docstring, "Options")
+        self._parts = {"uw": (time - wgrad, wgrad, 2.0, 0.0), "fb": (fwd, bwd, 1.0, 1.0)}
         zero = np.zeros((J, 1), dtype=np.int64)
         self.weight_prefix = np.hstack([zero, np.cumsum(weight, axis=1)])
         self.act_prefix = np.hstack([zero, np.cumsum(act, axis=1)])
@@ -310,18 +315,18 @@ class StageCosts:
                     frontier[mesh] = pruned
 
     # ------------------------------------------------------------------ zb-h1: (u, W) options
-    def options(self, i: int, stash: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(U, W)`` of shape ``(L, L, F)``: every Pareto-minimal ``(u, W)`` of stage a..b on size index i.
+    def options(self, i: int, stash: int, parts: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(P1, P2)`` of shape ``(L, L, F)``: every Pareto-minimal pair of parts of stage a..b on size index i.
 
-        ``u = T + 2 sum r - W`` (the stage time without transfers, minus its
-        weight-gradient part) and ``W`` (no reshards) over the per-segment
-        config tuples that fit with ``stash``; padded with ``(inf, inf)``.
-        The ``zb-h1`` iteration estimate is non-decreasing in every stage's
-        u and W, so these points are all it needs (module docstring, "Options").
+        ``parts`` "uw": ``u = T + 2 sum r - W`` and ``W`` (the weight-gradient
+        part, no reshards); "fb": the forward ``F + sum r`` and the backward
+        ``B + sum r``; over the per-segment config tuples that fit with
+        ``stash``, padded with ``(inf, inf)`` (module docstring, "Options").
         """
         L = self.L
-        blocks: list = []  # (first row, first column, U block, W block)
+        blocks: list = []  # (first row, first column, P1 block, P2 block)
         configs = self.of_size[i]
+        one, two, _, _ = self._parts[parts]
         for k, (st, en) in enumerate(self.runs):
             n = en - st + 1
             tri = np.triu(np.ones((n, n), bool))
@@ -330,15 +335,15 @@ class StageCosts:
             for j in configs:
                 end = self.fit_end(j, stash)[st : en + 1]
                 ok = tri & (cols[None, :] <= end[:, None])
-                us.append(np.where(ok, np.cumsum(np.where(tri, self.utime[j, st : en + 1][None, :], 0.0), axis=1), INF))
-                ws.append(np.where(ok, np.cumsum(np.where(tri, self.wgrad[j, st : en + 1][None, :], 0.0), axis=1), INF))
+                us.append(np.where(ok, np.cumsum(np.where(tri, one[j, st : en + 1][None, :], 0.0), axis=1), INF))
+                ws.append(np.where(ok, np.cumsum(np.where(tri, two[j, st : en + 1][None, :], 0.0), axis=1), INF))
             if us:
                 blocks.append((st, st, *_prune_pairs(np.stack(us, -1), np.stack(ws, -1))))
         if len(self.runs) > 1 and len(configs) == 1:
-            self._spanning_one_options(blocks, configs[0], stash)
+            self._spanning_one_options(blocks, configs[0], stash, parts)
         elif len(self.runs) > 1 and configs:
             for k0 in range(len(self.runs) - 1):
-                self._spanning_options(blocks, i, stash, k0)
+                self._spanning_options(blocks, i, stash, k0, parts)
         width = max([1] + [blk[2].shape[2] for blk in blocks])
         U = np.full((L, L, width), INF)
         W = np.full((L, L, width), INF)
@@ -347,29 +352,23 @@ class StageCosts:
             W[r : r + bw.shape[0], c : c + bw.shape[1], : bw.shape[2]] = bw
         return U, W
 
-    @property
-    def utime(self) -> np.ndarray:
-        """Per config and layer, ``fwd_ms + bwd_ms - W``: the part of the time that is not weight gradient."""
-        found = getattr(self, "_utime", None)
-        if found is None:
-            found = self._utime = self.time - self.wgrad
-        return found
-
-    def _spanning_one_options(self, blocks: list, j: int, stash: int) -> None:
-        """One config of this size: a spanning stage's (u, W) are forward sums of that config."""
+    def _spanning_one_options(self, blocks: list, j: int, stash: int, parts: str) -> None:
+        """One config of this size: a spanning stage's parts are forward sums of that config (no reshards)."""
         L = self.L
+        one, two, _, _ = self._parts[parts]
         end = self.fit_end(j, stash)
         for a in range(L):
             e = min(int(end[a]), L - 1)
             first_end = self.runs[self._run_of(a)][1]
             if e <= first_end:
                 continue
-            u = np.cumsum(self.utime[j, a : e + 1])[first_end + 1 - a :]
-            w = np.cumsum(self.wgrad[j, a : e + 1])[first_end + 1 - a :]
+            u = np.cumsum(one[j, a : e + 1])[first_end + 1 - a :]
+            w = np.cumsum(two[j, a : e + 1])[first_end + 1 - a :]
             blocks.append((a, first_end + 1, u[None, :, None], w[None, :, None]))
 
-    def _spanning_options(self, blocks: list, i: int, stash: int, k0: int) -> None:
-        """Stages from run k0 into a later run: steps 1-4 with (u, W, memory) frontiers (module docstring)."""
+    def _spanning_options(self, blocks: list, i: int, stash: int, k0: int, parts: str) -> None:
+        """Stages from run k0 into a later run: steps 1-4 with (part 1, part 2, memory) frontiers (module docstring)."""
+        one, two, r1, r2 = self._parts[parts]
         d = self.sizes[i]
         configs = self.of_size[i]
         st0, en0 = self.runs[k0]
@@ -380,8 +379,8 @@ class StageCosts:
             ok = self.fit_end(j, stash)[A] >= en0
             if not ok.any():
                 continue
-            u = np.cumsum(self.utime[j, st0 : en0 + 1][::-1])[::-1]
-            w = np.cumsum(self.wgrad[j, st0 : en0 + 1][::-1])[::-1]
+            u = np.cumsum(one[j, st0 : en0 + 1][::-1])[::-1]
+            w = np.cumsum(two[j, st0 : en0 + 1][::-1])[::-1]
             mem = np.where(ok, self.memory(j, A, en0, stash), big)
             points.setdefault(self.layouts[j].mesh, []).append((np.where(ok, u, INF)[:, None], np.where(ok, w, INF)[:, None], mem[:, None]))
         frontier = _merge3(points, big)
@@ -392,7 +391,10 @@ class StageCosts:
             n = en - st + 1
             entered = _merge3(
                 {
-                    dst: [(fu + 2.0 * self.reshard(st - 1, src, dst, d), fw, fm) for src, (fu, fw, fm) in frontier.items()]
+                    dst: [
+                        (fu + r1 * self.reshard(st - 1, src, dst, d), fw + r2 * self.reshard(st - 1, src, dst, d), fm)
+                        for src, (fu, fw, fm) in frontier.items()
+                    ]
                     for dst in {self.layouts[j].mesh for j in configs}
                 },
                 big,
@@ -408,8 +410,8 @@ class StageCosts:
                 if e < st:
                     continue
                 bs = np.arange(st, e + 1)
-                Tu = np.cumsum(self.utime[j, st : e + 1])
-                Tw = np.cumsum(self.wgrad[j, st : e + 1])
+                Tu = np.cumsum(one[j, st : e + 1])
+                Tw = np.cumsum(two[j, st : e + 1])
                 room = cap - self.memory(j, st, bs, stash)
                 ok = Gm[:, :, None] <= room[None, None, :]  # step 3: (a, point, b)
                 pad = ((0, 0), (0, 0), (0, n - len(bs)))
@@ -426,17 +428,18 @@ class StageCosts:
                 blocks.append((st0, st, *_prune_pairs(bu, bw)))
             frontier = _merge3(nxt, big)
 
-    def option_configs(self, a: int, b: int, i: int, stash: int, u: float, w: float) -> tuple[Layout, ...] | None:
-        """Configs (one per segment of a..b) whose (u, W) are no worse than ``(u, w)`` (up to rounding); None if none."""
+    def option_configs(self, a: int, b: int, i: int, stash: int, parts: str, u: float, w: float) -> tuple[Layout, ...] | None:
+        """Configs (one per segment of a..b) whose parts are no worse than ``(u, w)`` (up to rounding); None if none."""
         tol = 1e-9 * max(1.0, abs(u), abs(w))
-        for cfgs, cu, cw in self._tuples(a, b, i, stash):
+        for cfgs, cu, cw in self._tuples(a, b, i, stash, parts):
             if cu <= u + tol and cw <= w + tol:
                 return cfgs
         return None
 
-    def _tuples(self, a: int, b: int, i: int, stash: int):
-        """Every fitting config tuple of stage a..b on size index i that is Pareto-minimal in (u, W, memory)
-        after each segment, as (configs, u, W): the list form of :meth:`options`, for the walk back."""
+    def _tuples(self, a: int, b: int, i: int, stash: int, parts: str):
+        """Every fitting config tuple of stage a..b on size index i that is Pareto-minimal in (part 1, part 2,
+        memory) after each segment, as (configs, part 1, part 2): the list form of :meth:`options`, for the walk back."""
+        one, two, r1, r2 = self._parts[parts]
         configs = self.of_size[i]
         d = self.sizes[i]
         k0, k1 = self._run_of(a), self._run_of(b)
@@ -449,14 +452,15 @@ class StageCosts:
                 if self.fit_end(j, stash)[first] < last:
                     continue
                 mesh = self.layouts[j].mesh
-                seg_u = float(np.cumsum(self.utime[j, first : last + 1])[-1])
-                seg_w = float(np.cumsum(self.wgrad[j, first : last + 1])[-1])
+                seg_u = float(np.cumsum(one[j, first : last + 1])[-1])
+                seg_w = float(np.cumsum(two[j, first : last + 1])[-1])
                 seg_m = int(self.memory(j, first, last, stash))
                 for src, pts in frontier.items():
-                    r2 = 0.0 if src is None else 2.0 * self.reshard(first - 1, src, mesh, d)
+                    r = 0.0 if src is None else self.reshard(first - 1, src, mesh, d)
                     for pu, pw, pm, cfgs in pts:
                         if pm <= self.cap - seg_m:
-                            nxt.setdefault(mesh, []).append(((pu + r2) + seg_u, pw + seg_w, pm + seg_m, cfgs + (self.layouts[j],)))
+                            point = ((pu + r1 * r) + seg_u, (pw + r2 * r) + seg_w, pm + seg_m, cfgs + (self.layouts[j],))
+                            nxt.setdefault(mesh, []).append(point)
             frontier = {mesh: _prune_list3(pts) for mesh, pts in nxt.items()}
         for pts in frontier.values():
             for pu, pw, _, cfgs in pts:
