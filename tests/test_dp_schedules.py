@@ -3,8 +3,10 @@
 ``dp`` optimises exactly (DESIGN.md, "Iteration estimates"): under ``zb-h1``
 both objectives (the bottleneck is 1F1B's; the iteration estimate
 Σu + max[(m−1)u + kW] with stage options Pareto-minimal in (u, W)); under
-``gpipe`` the bottleneck with the stash m on every stage. Every returned plan
-is re-evaluated and replayed under the problem's schedule (:func:`checks.check_plan`).
+``gpipe`` both objectives with the stash m on every stage (the iteration
+estimate ΣF + (m−1) max F + ΣB + (m−1) max B with options Pareto-minimal in
+(F, B)). Every returned plan is re-evaluated and replayed under the
+problem's schedule (:func:`checks.check_plan`).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from partitioner.problem import Problem
 from strategies import small_problems, small_v2_problems
 
 REL = 1e-9
-SCHEDULE_OBJECTIVES = [("zb-h1", "iteration"), ("zb-h1", "iteration"), ("zb-h1", "bottleneck"), ("gpipe", "bottleneck")]
+SCHEDULE_OBJECTIVES = [("zb-h1", "iteration"), ("zb-h1", "bottleneck"), ("gpipe", "iteration"), ("gpipe", "bottleneck")]
 
 
 def under(problem: Problem, schedule: str, shares=None, transfers: int | None = None) -> Problem:
@@ -85,10 +87,10 @@ def test_dp_matches_brute_with_transfers_across_nodes(data, v2):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
-def test_dp_zb_h1_iteration_with_the_exact_placement_automaton(data):
+@given(data=st.data(), schedule=st.sampled_from(["zb-h1", "gpipe"]))
+def test_dp_iteration_with_the_exact_placement_automaton(data, schedule):
     problem, _ = _draw(data, False, transfers=True)
-    problem = under(problem, "zb-h1")
+    problem = under(problem, schedule)
     oracle = solve(problem, "brute", objective="iteration")
     if oracle.status == "error":
         return
@@ -179,10 +181,42 @@ def test_gpipe_bottleneck_holds_m_microbatches_on_every_stage():
     assert {(s.dp, s.tp) for s in result.plan.stages} == {(1, 2)}
 
 
-def test_zb_h1_iteration_agrees_on_the_examples(examples):
+def _gpipe_pareto_case(out_bytes: int = 10**6) -> Problem:
+    """Two stages of 2 GPUs, m = 4, 0.5 ms transfer (in stage 0's F and stage 1's B).
+
+    Stage 0: dp2 F = 1, B = 5 (t = 6, the fastest) or tp2 F = 2.5, B = 3.6 (t = 6.1); stage 1: F = 4, B = 1.
+    dp2: F (1.5, 4), B (5, 1.5): 5.5 + 3 x 4 + 6.5 + 3 x 5 = 39; tp2: F (3, 4), B (3.6, 1.5): 7 + 12 + 5.1 + 10.8 = 34.9.
+    """
+    def cost(fwd, bwd):
+        return {"fwd_ms": fwd, "bwd_ms": bwd, "weight_bytes": 1, "act_bytes": 1}
+
+    return Problem.from_dict({
+        "version": 1,
+        "name": "gpipe-pareto",
+        "cluster": {"nodes": 1, "gpus_per_node": 4, "gpu_memory_bytes": 100, "intra_node_GBps": 1.0, "inter_node_GBps": 1.0},
+        "training": {"microbatches": 4, "objective": "iteration", "schedule": "gpipe"},
+        "stages": 2,
+        "layers": [
+            {"name": "a", "module": "m", "out_bytes": out_bytes, "costs": {"dp2tp1": cost(1.0, 5.0), "dp1tp2": cost(2.5, 3.6)}},
+            {"name": "b", "module": "m", "out_bytes": 0, "costs": {"dp2tp1": cost(4.0, 1.0)}},
+        ],
+    })
+
+
+def test_gpipe_iteration_balances_forward_and_backward_maxima():
+    problem = _gpipe_pareto_case()
+    result = agree(problem, "iteration")
+    assert (result.plan.stages[0].dp, result.plan.stages[0].tp) == (1, 2)
+    assert result.value == pytest.approx(34.9)
+    fastest = Plan((Stage(0, 0, 2, 2, 1, (0, 1)), Stage(1, 1, 2, 2, 1, (2, 3))))
+    assert evaluate(problem, fastest).value == pytest.approx(39.0)
+
+
+@pytest.mark.parametrize("schedule", ["zb-h1", "gpipe"])
+def test_iteration_agrees_on_the_examples(examples, schedule):
     from partitioner import load_problem
 
     for name in ("vla_toy_2x4.json",):
-        problem = under(load_problem(examples / name), "zb-h1", [0.4] * load_problem(examples / name).num_layers)
-        result = agree(problem, "iteration")
-        assert result is not None and result.status == "optimal"
+        base = load_problem(examples / name)
+        result = agree(under(base, schedule, [0.4] * base.num_layers), "iteration")
+        assert result is not None and result.status in ("optimal", "infeasible")

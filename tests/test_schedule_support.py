@@ -59,10 +59,11 @@ def test_gpipe_is_refused_by_every_method_but_brute_and_dp(method):
     assert r.status == "error" and "schedule 'gpipe'" in r.message
 
 
-def test_dp_optimises_the_gpipe_bottleneck_with_its_stash():
+@pytest.mark.parametrize("objective", ["bottleneck", "iteration"])
+def test_dp_optimises_gpipe_with_its_stash(objective):
     problem = with_schedule("gpipe")
-    oracle = solve(problem, "brute", objective="bottleneck")
-    r = solve(problem, "dp", objective="bottleneck")
+    oracle = solve(problem, "brute", objective=objective)
+    r = solve(problem, "dp", objective=objective)
     assert oracle.status == r.status
     if r.status == "optimal":
         assert r.value == pytest.approx(oracle.value, rel=1e-9)
