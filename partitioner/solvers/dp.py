@@ -8,7 +8,7 @@ A *suffix* is the pipeline from some layer ``a`` to the last layer. Its state is
 * ``k`` -- its number of stages. Counting stages from the end fixes the 1F1B
   stash of the suffix's first stage, ``min(m, k)``; beyond ``max(m, P_min)``
   all counts behave alike and share one level when the stage bound is not
-  binding;
+  binding (GPipe: beyond ``P_min``; see "Schedules beyond 1F1B");
 * ``D`` -- its devices (a numpy axis; the whole pipeline must use exactly N);
 * ``z`` -- a *placement state* of its first stage (below);
 * ``c`` -- the *incoming category*: the smaller of the sizes on both sides of
@@ -34,8 +34,35 @@ couple adjacent ones: :mod:`.dp_stage` computes that per-(a, b, size, stash)
 minimum exactly (Pareto frontiers of (time, memory) per mesh, combined
 left to right) and its configs for the walk back; in v1 (one segment) it is
 the fastest fitting layout as before. Plans get each stage's configs at its
-true stash ``min(m, P - p)`` and device ids in the canonical form (ids
-grouped by node, ascending; the reshard times assume it).
+true stash (the schedule's: ``min(m, P - p)``, GPipe ``m``) and device ids
+in the canonical form (ids grouped by node, ascending; the reshard times
+assume it).
+
+Schedules beyond 1F1B (:mod:`partitioner.schedules`, "Iteration estimates").
+``zb-h1`` keeps 1F1B's stash, so its ``bottleneck`` is 1F1B's. ``gpipe``
+holds m microbatches on every stage: every level has the stash m (and all
+stage counts share one level), which is all its ``bottleneck`` needs. The
+two ``iteration`` estimates weigh two parts of a stage apart, so a stage's
+fastest configs need not be best; stages choose instead among the pairs of
+parts no other fitting config tuple beats in both (:meth:`.StageCosts.options`),
+valued by a *spec* (:mod:`.dp_options`), and the recursions keep their form
+-- a least sum under a threshold, a least max:
+
+* ``zb-h1``: ``sum u + max g`` with ``u = t - W``, ``g = (m - 1) u + k W``
+  and ``k = max(m - P + 1, 1)``. For a fixed k it is the walk above with
+  the sum taken over u, the threshold on g and coefficient 1. k depends on
+  the whole pipeline's stage count, so levels below m are exact counts and
+  one walk runs per distinct k over the levels that have it (each stopped
+  by the best value of the walks before).
+* ``gpipe``: ``sum t + (m - 1)(max F + max B)`` (sends in F of the sender
+  and in B of the receiver, as :func:`partitioner.plan.evaluate` counts
+  them): for a cap C on every F, a walk on B gives ``phi(C)``, the least
+  ``sum t + (m - 1) max B``; the optimum is the least ``phi(C) + (m - 1) C``,
+  found by lowering C just below the max F of each step's plan until
+  ``phi(C) + (m - 1) (lowest max F)`` cannot win.
+
+Both run the general recursion (the range-query recursions of
+:mod:`.dp_compute` know one config per stage).
 
 Stage-count levels. The stage tables at stash s only lose options as s
 grows, so the stashes whose tables equal those at m form an interval
@@ -86,7 +113,11 @@ combinations of one stage size and ``C'`` <= C the distinct incoming transfer
 times at a layer. Without transfers Z = C = 1 and a recursion is
 ``O(K * L^2 * S * N)``; memory is ``O(K * L * Z * C * N)``. The bottleneck
 objective needs one recursion, the iteration objective a few (branch and
-bound over the threshold).
+bound over the threshold); with options (zb-h1, GPipe iteration) each stage
+also takes the least over its F options (the Pareto pairs, at most the
+config tuples of its size), zb-h1 runs one walk per distinct k (at most
+``min(m, P_max) - P_min + 1``) and GPipe one walk on B per step of the cap
+on F.
 
 References
 ----------

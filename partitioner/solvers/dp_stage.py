@@ -1,4 +1,5 @@
-"""The DP's stage choice: the fastest way a stage of layers a..b on d devices with stash s can run.
+"""The DP's stage choice: the fastest way a stage of layers a..b on d devices with stash s can run
+(or, for the two-part estimates, its Pareto options; see "Options").
 
 Contract
 --------
@@ -69,6 +70,21 @@ Many short runs make F and the run pairs grow: the same problem relabelled
 into 10, 18 and 33 runs takes about 0.6, 1.9 and 7 s per stash. Memory
 ``O(L^2)`` for the answer plus ``O(|R_k0| * F * |R_k|)`` temporaries;
 nothing of size ``configs x L^2`` is ever built.
+
+Options
+-------
+The two-part estimates (zb-h1's and GPipe's iteration, :mod:`.dp_options`)
+are non-decreasing in two parts of a stage rather than in its time, so
+:meth:`StageCosts.options` keeps, per stage a..b, every config tuple that no
+other fitting tuple beats in both parts: ``parts="uw"`` ``u = T + 2 sum r - W``
+and ``W`` (the weight-gradient part of the backward, no reshards),
+``parts="fb"`` the forward ``F + sum r`` and the backward ``B + sum r``.
+Single-segment stages list every config of the size (dominated ones pruned);
+spanning stages run steps 1-4 with frontiers of (part 1, part 2, memory)
+per mesh -- a prefix no better in any of the three than another of the same
+mesh cannot lead to a better stage -- and keep the (part 1, part 2) Pareto
+points over all last configs. :meth:`StageCosts.option_configs` finds the
+configs of a point for the walk back by the same frontiers, as lists.
 
 Numbers: stage times are forward sums over the stage's own layers, never
 differences of prefix sums, so a huge time elsewhere in the model cannot
