@@ -127,7 +127,7 @@ def _zb_case(out_bytes: int = 10**6) -> Problem:
 def test_zb_h1_iteration_takes_a_slower_config_with_a_smaller_u():
     """The fastest config of a stage is not the zb-h1 optimum; dp keeps the (u, W) options, not the fastest.
 
-    (For P >= 2, k <= m - 1, so a slower config wins only with a smaller u, i.e. a larger W.)
+    (A slower config wins only with a smaller u, i.e. a larger W: DESIGN.md, "dp under zb-h1 and GPipe".)
     """
     problem = _zb_case()
     result = solve(problem, "dp")
