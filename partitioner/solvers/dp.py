@@ -136,7 +136,6 @@ import numpy as np
 from ..placement import contiguous_node_assignment, node_assignment_ids, pack_runs
 from ..plan import Plan, Stage
 from ..problem import Problem
-from ..schedules import stash as stash_of
 from .dp_compute import ComputeOnlyDP
 from .dp_options import GPipeSpec, ZeroBubbleSpec
 from .dp_placement import Automaton, build_automaton
@@ -606,7 +605,8 @@ class DPModel:
         ids = node_assignment_ids(cluster, sizes, assignment)
         # configs at each stage's true stash (1F1B, zb-h1: min(m, P - p); GPipe: m): the same stage
         # time, or the same (u, W) options, as the level's (see _levels)
-        stashes = stash_of(self.schedule, len(stages), self.m)
+        P = len(stages)
+        stashes = [self.m] * P if self.schedule == "gpipe" else [min(self.m, P - p) for p in range(P)]
         return Plan(
             tuple(
                 Stage.from_configs(stage[0], stage[1], stage[2], self._configs_of(stage, stashes[p]), ids[p])
