@@ -108,18 +108,28 @@ def _zb_case(out_bytes: int = 10**6) -> Problem:
     Stage 1 (layer b): u = 1, W = 0.5. With x = 0.5 on both stages:
     dp2 3 + 2x + 2 (6 + x) = 17, tp2 1.5 + 2x + 2 (6.3 + x) = 16.1.
     """
-    def cost(fwd, b_in, b_w):
-        return {"fwd_ms": fwd, "bwd_ms": b_in + b_w, "bwd_input_ms": b_in, "bwd_weight_ms": b_w, "weight_bytes": 1, "act_bytes": 1}
+    return _two_stages("zb-h1", 3, out_bytes, {"dp2tp1": _cost(1.0, 1.0, 4.0), "dp1tp2": _cost(0.25, 0.25, 5.8)},
+                       {"dp2tp1": _cost(0.5, 0.5, 0.5)})
 
+
+def _cost(fwd: float, b_in: float, b_w: float | None = None) -> dict:
+    """A cost entry; ``b_w`` given: the backward split into B = b_in and W = b_w."""
+    if b_w is None:
+        return {"fwd_ms": fwd, "bwd_ms": b_in, "weight_bytes": 1, "act_bytes": 1}
+    return {"fwd_ms": fwd, "bwd_ms": b_in + b_w, "bwd_input_ms": b_in, "bwd_weight_ms": b_w, "weight_bytes": 1, "act_bytes": 1}
+
+
+def _two_stages(schedule: str, m: int, out_bytes: int, first: dict, second: dict, memory: int = 100, objective: str = "iteration") -> Problem:
+    """Layers a, b with these costs as two stages of 2 GPUs in one node (1 GB/s: 10^6 bytes take 0.5 ms)."""
     return Problem.from_dict({
         "version": 1,
-        "name": "zb-pareto",
-        "cluster": {"nodes": 1, "gpus_per_node": 4, "gpu_memory_bytes": 100, "intra_node_GBps": 1.0, "inter_node_GBps": 1.0},
-        "training": {"microbatches": 3, "objective": "iteration", "schedule": "zb-h1"},
+        "name": f"{schedule}-pareto",
+        "cluster": {"nodes": 1, "gpus_per_node": 4, "gpu_memory_bytes": memory, "intra_node_GBps": 1.0, "inter_node_GBps": 1.0},
+        "training": {"microbatches": m, "objective": objective, "schedule": schedule},
         "stages": 2,
         "layers": [
-            {"name": "a", "module": "m", "out_bytes": out_bytes, "costs": {"dp2tp1": cost(1.0, 1.0, 4.0), "dp1tp2": cost(0.25, 0.25, 5.8)}},
-            {"name": "b", "module": "m", "out_bytes": 0, "costs": {"dp2tp1": cost(0.5, 0.5, 0.5)}},
+            {"name": "a", "module": "m", "out_bytes": out_bytes, "costs": first},
+            {"name": "b", "module": "m", "out_bytes": 0, "costs": second},
         ],
     })
 
@@ -162,14 +172,7 @@ def _gpipe_case(schedule: str) -> Problem:
         "dp2tp1": {"fwd_ms": 1.0, "bwd_ms": 2.0, "weight_bytes": 10, "act_bytes": 10},
         "dp1tp2": {"fwd_ms": 1.5, "bwd_ms": 3.0, "weight_bytes": 5, "act_bytes": 5},
     }
-    return Problem.from_dict({
-        "version": 1,
-        "name": "gpipe-memory",
-        "cluster": {"nodes": 1, "gpus_per_node": 4, "gpu_memory_bytes": 40, "intra_node_GBps": 1.0, "inter_node_GBps": 1.0},
-        "training": {"microbatches": 4, "objective": "bottleneck", "schedule": schedule},
-        "stages": 2,
-        "layers": [{"name": f"l{n}", "module": "m", "out_bytes": 0, "costs": costs} for n in range(2)],
-    })
+    return _two_stages(schedule, 4, 0, costs, costs, memory=40, objective="bottleneck")
 
 
 def test_gpipe_bottleneck_holds_m_microbatches_on_every_stage():
@@ -187,20 +190,7 @@ def _gpipe_pareto_case(out_bytes: int = 10**6) -> Problem:
     Stage 0: dp2 F = 1, B = 5 (t = 6, the fastest) or tp2 F = 2.5, B = 3.6 (t = 6.1); stage 1: F = 4, B = 1.
     dp2: F (1.5, 4), B (5, 1.5): 5.5 + 3 x 4 + 6.5 + 3 x 5 = 39; tp2: F (3, 4), B (3.6, 1.5): 7 + 12 + 5.1 + 10.8 = 34.9.
     """
-    def cost(fwd, bwd):
-        return {"fwd_ms": fwd, "bwd_ms": bwd, "weight_bytes": 1, "act_bytes": 1}
-
-    return Problem.from_dict({
-        "version": 1,
-        "name": "gpipe-pareto",
-        "cluster": {"nodes": 1, "gpus_per_node": 4, "gpu_memory_bytes": 100, "intra_node_GBps": 1.0, "inter_node_GBps": 1.0},
-        "training": {"microbatches": 4, "objective": "iteration", "schedule": "gpipe"},
-        "stages": 2,
-        "layers": [
-            {"name": "a", "module": "m", "out_bytes": out_bytes, "costs": {"dp2tp1": cost(1.0, 5.0), "dp1tp2": cost(2.5, 3.6)}},
-            {"name": "b", "module": "m", "out_bytes": 0, "costs": {"dp2tp1": cost(4.0, 1.0)}},
-        ],
-    })
+    return _two_stages("gpipe", 4, out_bytes, {"dp2tp1": _cost(1.0, 5.0), "dp1tp2": _cost(2.5, 3.6)}, {"dp2tp1": _cost(4.0, 1.0)})
 
 
 def test_gpipe_iteration_balances_forward_and_backward_maxima():

@@ -541,56 +541,46 @@ class DPModel:
         for i, d in enumerate(self.sizes):
             if d > D or (auto.size_of[z] >= 0 and auto.size_of[z] != i):
                 continue
-            if self.spec:
-                yield from self._option_choices(V, auto, X, xin, mode, lim, a, level, z, c, D, i, sources)
-                continue
-            cb = self.best_compute(a, i, stash)
-            if level == 1 and auto.init[i] == z and D == d and math.isfinite(cb[-1]):
-                t = cb[-1] + xin[a, c]
-                if t <= lim:
-                    yield self.L - 1, i, None, None, None, t, t, None
+            low, stage = self._stage_valuer(a, i, stash, mode, lim)
+            if level == 1 and auto.init[i] == z and D == d and math.isfinite(low[-1]):
+                found = stage(self.L - 1, 0.0, xin[a, c])
+                if found is not None:
+                    t, cost, opt = found
+                    yield self.L - 1, i, None, None, None, t, (t if mode == "minmax" else cost), opt
             zp, zn, co = auto.trans[i]
             sel = zn == z
             for b in range(a, self.L - level + 1):
-                if not math.isfinite(cb[b - a]) or cb[b - a] > lim:
+                if not math.isfinite(low[b - a]) or low[b - a] > lim:
                     continue
                 for src in sources:
                     for zpp, coo in zip(zp[sel], co[sel]):
-                        t = cb[b - a] + X[b, coo] + xin[a, c]
-                        if t <= lim:
+                        found = stage(b, X[b, coo], xin[a, c])
+                        if found is not None:
+                            t, cost, opt = found
                             rest = V[b + 1, src, zpp, coo, D - d]
-                            yield b, i, src, int(zpp), int(coo), t, (max(t, rest) if mode == "minmax" else t + rest), None
+                            yield b, i, src, int(zpp), int(coo), t, (max(t, rest) if mode == "minmax" else cost + rest), opt
 
-    def _option_choices(self, V, auto, X, xin, mode, lim, a, level, z, c, D, i, sources):
-        """:meth:`_choices` of one size with options: the option each stage takes, as the recursion values it."""
-        d = self.sizes[i]
-        stash = self.stash_of_level[level]
-        g_min, A, B = self.option_rows(a, i, stash)
+    def _stage_valuer(self, a: int, i: int, stash: int, mode: str, lim: float):
+        """(a lower bound per b on the stage's t or key, and ``stage(b, xo, xi)`` -> (t or key, cost, option)
+        or None when over ``lim``): one stage a..b on size index i as the recursion values it."""
+        if not self.spec:
+            cb = self.best_compute(a, i, stash)
+
+            def stage(b: int, xo: float, xi: float):
+                t = cb[b - a] + xo + xi
+                return (t, t, None) if t <= lim else None
+
+            return cb, stage
+        low, A, B = self.option_rows(a, i, stash)
         one, two = (x[a, a:] for x in self.stage_options(i, stash))
 
-        def option(b: int, xo: float, xi: float):
-            f, cost, g, extra = self.spec.choice(A[b - a], B[b - a], xo, xi, mode, lim)
-            if not (g <= lim and math.isfinite(cost)):
+        def stage(b: int, xo: float, xi: float):
+            f, cost, key, extra = self.spec.choice(A[b - a], B[b - a], xo, xi, mode, lim)
+            if not (key <= lim and math.isfinite(cost)):
                 return None
-            return g, cost, (float(one[b - a, f]), float(two[b - a, f]), extra)
+            return key, cost, (float(one[b - a, f]), float(two[b - a, f]), extra)
 
-        if level == 1 and auto.init[i] == z and D == d and math.isfinite(g_min[-1]):
-            found = option(self.L - 1, 0.0, xin[a, c])
-            if found is not None:
-                g, cost, opt = found
-                yield self.L - 1, i, None, None, None, g, (g if mode == "minmax" else cost), opt
-        zp, zn, co = auto.trans[i]
-        sel = zn == z
-        for b in range(a, self.L - level + 1):
-            if not math.isfinite(g_min[b - a]) or g_min[b - a] > lim:
-                continue
-            for src in sources:
-                for zpp, coo in zip(zp[sel], co[sel]):
-                    found = option(b, X[b, coo], xin[a, c])
-                    if found is not None:
-                        g, cost, opt = found
-                        rest = V[b + 1, src, zpp, coo, D - d]
-                        yield b, i, src, int(zpp), int(coo), g, (max(g, rest) if mode == "minmax" else cost + rest), opt
+        return low, stage
 
     def place(self, stages, links, kind: str) -> Plan | None:
         cluster = self.problem.cluster

@@ -246,15 +246,19 @@ class StageCosts:
 
     def _spanning_one(self, best: np.ndarray, j: int, stash: int) -> None:
         """One config of this size: a spanning stage is a forward sum of that config (no reshards)."""
+        for a, first_end, e in self._spanning_ranges(j, stash):
+            sums = np.cumsum(self.time[j, a : e + 1])
+            np.minimum(best[a, first_end + 1 : e + 1], sums[first_end + 1 - a :], out=best[a, first_end + 1 : e + 1])
+
+    def _spanning_ranges(self, j: int, stash: int):
+        """(a, end of a's run, last layer config j fits from a) for every a whose fit reaches a later run."""
         L = self.L
         end = self.fit_end(j, stash)
         for a in range(L):
             e = min(int(end[a]), L - 1)
             first_end = self.runs[self._run_of(a)][1]
-            if e <= first_end:
-                continue
-            sums = np.cumsum(self.time[j, a : e + 1])
-            np.minimum(best[a, first_end + 1 : e + 1], sums[first_end + 1 - a :], out=best[a, first_end + 1 : e + 1])
+            if e > first_end:
+                yield a, first_end, e
 
     def _run_of(self, layer: int) -> int:
         for k, (st, en) in enumerate(self.runs):
@@ -370,14 +374,8 @@ class StageCosts:
 
     def _spanning_one_options(self, blocks: list, j: int, stash: int, parts: str) -> None:
         """One config of this size: a spanning stage's parts are forward sums of that config (no reshards)."""
-        L = self.L
         one, two, _, _ = self._parts[parts]
-        end = self.fit_end(j, stash)
-        for a in range(L):
-            e = min(int(end[a]), L - 1)
-            first_end = self.runs[self._run_of(a)][1]
-            if e <= first_end:
-                continue
+        for a, first_end, e in self._spanning_ranges(j, stash):
             u = np.cumsum(one[j, a : e + 1])[first_end + 1 - a :]
             w = np.cumsum(two[j, a : e + 1])[first_end + 1 - a :]
             blocks.append((a, first_end + 1, u[None, :, None], w[None, :, None]))
