@@ -337,8 +337,21 @@ class DPModel:
 
         ``mode`` "minmax": value = least largest stage time, stages above
         ``limit`` pruned; "minsum": value = least sum of stage times with every
-        stage at most ``limit``.
+        stage at most ``limit``. With options the spec's key and cost take the
+        place of the stage time; a spec whose unbounded least sum does not
+        depend on its parameters (zb-h1's k) shares that table.
         """
+        shared = self.spec is not None and self.spec.free_shared and mode == "minsum" and not math.isfinite(limit)
+        if shared:
+            key = (id(auto), self.spec.parts)
+            if getattr(self, "_free_table", (None,))[0] != key:
+                self._free_table = (key, self._fill(auto, X, mode, limit, deadline, self.K))
+            return self._free_table[1]
+        # levels above the largest stage count the answer may have are never read (zb-h1: one k)
+        top = max((lvl for lvl in range(1, self.K + 1) if self._level_ok(lvl)), default=self.K)
+        return self._fill(auto, X, mode, limit, deadline, top)
+
+    def _fill(self, auto: Automaton, X: np.ndarray, mode: str, limit: float, deadline: float | None, top: int) -> np.ndarray:
         L, N, K = self.L, self.N, self.K
         Z, C = len(auto.states), len(auto.categories)
         need = (L + 1) * (K + 1) * Z * C * (N + 1) * 8
@@ -355,7 +368,7 @@ class DPModel:
             groups[i] = pairs + (X[:, pairs[4]],)  # the outgoing transfer of every pair, per boundary
         self._incoming_cache: dict = {}
         lim = limit * (1 + _TIE) if math.isfinite(limit) else INF
-        for level in range(1, K + 1):
+        for level in range(1, top + 1):
             stash = self.stash_of_level[level]
             sources = [level - 1] + ([level] if self.bucket and level == K else [])
             H = {lvl: self._reduce_level(V, lvl, groups) for lvl in sources if lvl >= 1 and lvl != level}
@@ -730,7 +743,7 @@ class DPModel:
 
     def _iteration(self, auto, X, kind, deadline, stats) -> _Outcome:
         """1F1B: the least ``sum t + (m - 1) max t``."""
-        best, _, calls = self._walk(auto, X, kind, deadline, self.m - 1)
+        best, _, calls, _ = self._walk(auto, X, kind, deadline, self.m - 1)
         if best is None:
             return _Outcome("infeasible")
         stats["recursions"] = calls
@@ -741,16 +754,29 @@ class DPModel:
 
         k = max(m - P + 1, 1) depends on the stage count P: each distinct k
         (every P < m apart, all P >= m together) gets its own walk over the
-        levels with that k; the best of the walks is the optimum. A walk
-        that cannot beat the best so far stops at its lower bound.
+        levels with that k. First every k's lower bound (least sum of u, which
+        all k share, plus its lowest max g) and free optimum; then the walks,
+        in order of their bounds, each stopped by the best value so far, until
+        a bound cannot beat it. The best of the walks is the optimum.
         """
         ks = sorted({max(self.m - level + 1, 1) for level in range(1, self.K + 1) if self._level_ok(level)})
-        best, calls = None, 0
+        best, calls, groups = None, 0, []
         for k in ks:
             self.spec = ZeroBubbleSpec(self.m, k)
-            found, _, n = self._walk(auto, X, kind, deadline, 1, INF if best is None else best[0])
+            found, bound, n, lowest = self._walk(auto, X, kind, deadline, 1, -INF)
             calls += n
-            if found is not None and (best is None or found[0] < best[0]):
+            if found is None:
+                continue
+            groups.append((bound, k, lowest))
+            if best is None or found[0] < best[0]:
+                best = (found[0], found[1], self.spec)
+        for bound, k, lowest in sorted(groups):
+            if bound >= best[0] * (1 - 1e-12):
+                break
+            self.spec = ZeroBubbleSpec(self.m, k)
+            found, _, n, _ = self._walk(auto, X, kind, deadline, 1, best[0], lowest=lowest)
+            calls += n
+            if found[0] < best[0]:
                 best = (found[0], found[1], self.spec)
         stats["recursions"] = calls
         if best is None:
@@ -787,7 +813,7 @@ class DPModel:
         while math.isfinite(lowest_f):
             self.spec = GPipeSpec("B", cap_f * (1 + _TIE) if math.isfinite(cap_f) else INF)
             cap = INF if best is None else best[0] - coef * lowest_f
-            found, _, n = self._walk(auto, X, kind, deadline, coef, cap, extra)
+            found, _, n, _ = self._walk(auto, X, kind, deadline, coef, cap, extra)
             calls += n
             if found is None:
                 break
@@ -808,11 +834,13 @@ class DPModel:
         self.spec = None
         return _Outcome("optimal", plan, best[0], stats)
 
-    def _walk(self, auto, X, kind, deadline, coef: float, cap: float = INF, extra=None):
+    def _walk(self, auto, X, kind, deadline, coef: float, cap: float = INF, extra=None, lowest: float | None = None):
         """The least ``sum + coef * max`` over the allowed levels (1F1B: stage times; zb-h1: sum of u, max of g).
 
         Returns ``(value, (stages, links, times, threshold))`` or None when
-        no plan exists, a proven lower bound, and the recursions run.
+        no plan exists, a proven lower bound, the recursions run and the
+        lowest max (``lowest``, when given, is taken for it; a ``cap`` of
+        -inf stops the walk right after the bound).
         ``minsum(T)`` is a non-increasing step function of the threshold T;
         the walk visits its steps (the (sum, max) Pareto points) downwards
         from the free optimum and stops once even the lowest max cannot make
@@ -835,15 +863,18 @@ class DPModel:
 
         free_sum, free_max, free = minsum(INF)
         if free is None:
-            return None, INF, calls
+            return None, INF, calls, None
         best = (free_sum + coef * free_max, free)
         bound = best[0]
         self.note(free[0], free[1], kind, best[0] + extra(free[0]))
+        lowest_max = None
         if coef > 0:
-            # the free optimum's slowest stage bounds the lowest bottleneck: prune slower stages
-            V = self.recursion(auto, X, "minmax", free_max, deadline)
-            calls += 1
-            lowest_max, _ = self._final(V, auto)
+            if lowest is None:
+                # the free optimum's slowest stage bounds the lowest bottleneck: prune slower stages
+                V = self.recursion(auto, X, "minmax", free_max, deadline)
+                calls += 1
+                lowest, _ = self._final(V, auto)
+            lowest_max = lowest
             # every plan has sum >= free_sum and max >= lowest_max
             bound = free_sum + coef * lowest_max
             if self.spec is None:  # with options a walk covers one k (zb-h1) or one cap on F (GPipe)
@@ -865,7 +896,7 @@ class DPModel:
                 if f + coef * M < best[0]:
                     best = (f + coef * M, plan)
                     self.note(plan[0], plan[1], kind, best[0] + extra(plan[0]))
-        return best, bound, calls
+        return best, bound, calls, lowest_max
 
     def _place_walked(self, auto, X, kind, deadline, best, coef: float, extra=None) -> Plan | None:
         """The plan of a walk's optimum; when its runs do not pack, another plan of the same value."""

@@ -39,6 +39,7 @@ class ZeroBubbleSpec:
     """zb-h1 with the coefficient ``k`` of the stage counts in play (k = max(m - P + 1, 1))."""
 
     parts = "uw"
+    free_shared = True  # without a threshold every option counts: the least sum of u does not depend on k
 
     def __init__(self, m: int, k: int):
         self.s, self.k = m - 1, k
@@ -73,6 +74,7 @@ class GPipeSpec:
     """GPipe: key ``B + xi`` with ``F + xo <= f_cap`` (``key="B"``), or key ``F + xo`` (``key="F"``)."""
 
     parts = "fb"
+    free_shared = False  # the cap on F bounds even the unthresholded sum
 
     def __init__(self, key: str = "B", f_cap: float = INF):
         self.part, self.f_cap = key, f_cap
