@@ -243,7 +243,8 @@ class DPModel:
                 return all(np.array_equal(self.compute_matrix(i, s), self.compute_matrix(i, m)) for i in range(len(self.sizes)))
 
         m_eff = m
-        for s in range(1, min(m, P_hi) + 1):
+        # GPipe holds m on every stage: no smaller stash is ever asked for
+        for s in range(1, min(m, P_hi) + 1) if self.schedule != "gpipe" else ():
             if same(s):
                 m_eff = s
                 break
