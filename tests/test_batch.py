@@ -405,8 +405,10 @@ def test_ray_backend_matches_local_records_failures_and_resumes(plugin_env):
         tmp_path / "bad.yaml", problems=names[:1], methods=["boom", "crash", "hang", "greedy"], time_limit=0.5,
         imports=["batch_test_methods"],
     )
-    proc = run_cli("batch", bad, "--out", remote, "--backend", "ray", "--workers", "2", "--grace", "1", timeout=240)
+    proc = run_cli("batch", bad, "--out", remote, "--backend", "ray", "--workers", "2", "--grace", "1", "--json", timeout=240)
     assert proc.returncode == 0, proc.stderr
+    # a dying Ray worker's messages (raylet, worker logs) stay off stdout: it holds the summary JSON alone
+    assert json.loads(proc.stdout)["ran"] == 4, proc.stdout
     status = {r["method"]: r for r in lines_of(remote)[4:]}
     assert status.keys() == {"boom", "crash", "hang", "greedy"}
     assert (status["boom"]["status"], status["boom"]["message"]) == ("error", "ValueError: boom on purpose")

@@ -41,3 +41,17 @@ def test_infeasible_reason(name, problem, words, method):
     r = solve(problem, method)
     assert r.status == "infeasible" and r.plan is None
     assert words in r.message, r.message
+
+
+def test_stage_count_closed_form_matches_the_subset_sum_dp():
+    """count_spans (O(nodes), rule 3's sizes) lists exactly the counts a subset-sum DP over the sizes finds."""
+    from partitioner.problem import Cluster
+    from partitioner.solvers.feasibility import count_spans, counts_by_enumeration
+
+    for gpus in range(1, 25):
+        for nodes in range(1, 9):
+            total = nodes * gpus
+            spans = count_spans(nodes, gpus)
+            closed = {p for lo, hi in spans for p in range(lo, hi + 1)}
+            assert closed == counts_by_enumeration(Cluster(nodes, gpus, 1, 1.0, 1.0).allowed_sizes(), total, total), (gpus, nodes)
+            assert all(a[1] + 1 < b[0] for a, b in zip(spans, spans[1:]))  # merged: disjoint, not adjacent

@@ -492,6 +492,54 @@ def test_dp_under_a_short_limit_on_an_86_layer_model_returns_a_plan():
     evaluate(problem, result.plan)
 
 
+_LIMIT_RUNNER = textwrap.dedent(
+    """
+    import json, sys, time
+    from partitioner import load_problem, solve
+    start = time.perf_counter()
+    problem = load_problem(sys.argv[1])
+    rows = {"load": time.perf_counter() - start}
+    for method in sys.argv[3:]:
+        began = time.perf_counter()
+        result = solve(problem, method, time_limit=float(sys.argv[2]))
+        strict = json.dumps(result.to_dict(), allow_nan=False)  # raises on NaN or Infinity
+        rows[method] = [time.perf_counter() - began, result.status, len(strict)]
+    with open("/proc/self/status") as status:
+        rows["peak_kib"] = next(int(l.split()[1]) for l in status if l.startswith("VmHWM:"))
+    print(json.dumps(rows))
+    """
+)
+
+
+def test_every_method_keeps_its_time_limit_on_the_largest_accepted_model_in_bounded_memory(tmp_path):
+    """MAX_LAYERS layers x 4 configs, ``time_limit=5``: each method answers (plan or reason) within the limit
+    plus slack, after the load, and the process stays under 2 GiB (issue 15: cpsat, milp and greedy took
+    46-70 s here; dp's tables would need 447 GiB)."""
+    costs = {f"dp{d}tp1": {"fwd_ms": 1.0 / d, "bwd_ms": 2.0 / d, "weight_bytes": 1000, "act_bytes": 100} for d in (1, 2, 4, 8)}
+    doc = {
+        "version": 1,
+        "cluster": {"nodes": 1, "gpus_per_node": 8, "gpu_memory_bytes": 10**12, "intra_node_GBps": 100.0, "inter_node_GBps": 10.0},
+        "training": {"microbatches": 8},
+        "layers": [{"name": f"l{i}", "out_bytes": 1000, "costs": costs} for i in range(MAX_LAYERS)],
+    }
+    path = write(tmp_path / "big.json", doc)
+    methods = ["greedy", "cpsat", "milp", "dp", "brute", "uniform", "balanced"]
+    proc = subprocess.run(
+        [sys.executable, "-c", _LIMIT_RUNNER, str(path), "5", *methods],
+        capture_output=True, text=True, timeout=600, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    for method in methods:
+        seconds, status, _ = rows[method]
+        assert seconds <= 5 + 10, f"{method}: {seconds:.1f} s under a 5 s limit"
+        assert status in ("optimal", "feasible", "error"), (method, status)
+    assert rows["greedy"][1] == "feasible" and rows["uniform"][1] == "feasible"
+    for method in ("cpsat", "milp", "dp"):  # exact methods cut short answer their best known plan
+        assert rows[method][1] == "feasible", method
+    assert rows["peak_kib"] < 2 * 2**20, f"peak {rows['peak_kib'] // 1024} MiB"
+
+
 # --------------------------------------------------------------------------- 3/4. environment and output contract
 
 _FSIZE_RUNNER = textwrap.dedent(

@@ -18,11 +18,13 @@ def with_schedule(schedule: str) -> Problem:
     return Problem.from_dict(doc)
 
 
-@pytest.mark.parametrize("method", ["cpsat", "milp"])
-def test_zb_h1_iteration_is_refused_not_mis_solved(method):
-    r = solve(with_schedule("zb-h1"), method, objective="iteration", seed=0)
+@pytest.mark.parametrize("method", ["dp", "cpsat", "milp"])
+def test_interleaved_is_refused_not_mis_solved(method):
+    doc = load_problem(TOY).to_dict()  # 6 layers in 6 stages: 3 groups of v = 2 chunks, m a multiple of 3
+    doc["training"].update(schedule="interleaved", virtual_stages=2, microbatches=6)
+    r = solve(Problem.from_dict(doc), method, objective="iteration", seed=0)
     assert r.status == "error" and r.plan is None
-    assert f"{method} does not optimise the iteration objective under schedule 'zb-h1'" in r.message
+    assert f"{method} does not optimise the iteration objective under schedule 'interleaved'" in r.message
 
 
 @pytest.mark.parametrize("method", ["dp", "cpsat", "milp"])
@@ -53,8 +55,8 @@ def test_brute_solves_zb_h1_iteration_and_heuristics_never_beat_it():
             assert r.value >= oracle.value * (1 - 1e-9)
 
 
-@pytest.mark.parametrize("method", ["cpsat", "milp", "greedy", "uniform", "balanced"])
-def test_gpipe_is_refused_by_every_method_but_brute_and_dp(method):
+@pytest.mark.parametrize("method", ["greedy", "uniform", "balanced"])
+def test_gpipe_is_refused_by_every_method_but_brute_dp_cpsat_and_milp(method):
     r = solve(with_schedule("gpipe"), method, objective="bottleneck")
     assert r.status == "error" and "schedule 'gpipe'" in r.message
 
@@ -68,6 +70,18 @@ def test_dp_optimises_gpipe_with_its_stash(objective):
     if r.status == "optimal":
         assert r.value == pytest.approx(oracle.value, rel=1e-9)
         assert [s.stash for s in r.evaluation.stages] == [problem.microbatches] * r.plan.num_stages
+
+
+@pytest.mark.parametrize("schedule", ["zb-h1", "gpipe"])
+@pytest.mark.parametrize("objective", ["bottleneck", "iteration"])
+@pytest.mark.parametrize("method", ["cpsat", "milp"])
+def test_cpsat_and_milp_optimise_zb_h1_and_gpipe_and_agree_with_brute(method, objective, schedule):
+    problem = with_schedule(schedule)
+    oracle = solve(problem, "brute", objective=objective)
+    r = solve(problem, method, objective=objective, seed=0)
+    assert oracle.status == r.status == "optimal", r.message
+    assert r.value == pytest.approx(oracle.value, rel=1e-6)
+    assert r.bound <= oracle.value
 
 
 def test_cli_simulate_defaults_to_the_problems_schedule_and_refuses_a_mismatch(tmp_path):

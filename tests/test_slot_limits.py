@@ -101,13 +101,17 @@ def many_layers(layers: int) -> Problem:
 
 
 @pytest.mark.parametrize("method", ["cpsat", "milp"])
-def test_a_model_too_large_for_the_limit_is_refused_early(method):
+def test_a_model_too_large_for_the_limit_is_refused_early_and_answers_the_greedy_plan(method):
+    """Refused at once (never built past the limit), the method still answers: the greedy plan, feasible."""
     problem = many_layers(20_000)  # 20,000 layers x 8 slots x 4 configs: seconds to minutes to build
     began = time.perf_counter()
     result = solve(problem, method, time_limit=1.0)
     seconds = time.perf_counter() - began
-    assert result.status == "error" and result.plan is None
+    assert result.status == "feasible" and result.plan is not None
+    assert result.extra.get("fallback") == "greedy"
     assert "would run out while building the model" in result.message and "use dp" in result.message
+    assert "returning the greedy plan" in result.message
+    assert evaluate(problem, result.plan).value == pytest.approx(result.value)
     assert seconds <= 1.0 + SLACK
 
 

@@ -44,8 +44,9 @@ __all__ = [
 REL_TOL = 1e-9
 # Methods that prove optimality; cut short by the time limit without a plan they fall back to greedy.
 EXACT_METHODS = ("cpsat", "milp", "dp", "brute")
-# what a method says when the limit stopped it (not when it refuses up front: "would run out")
-_TIMED_OUT = re.compile(r"time limit (?:reached|ran out)|at the time limit", re.IGNORECASE)
+# what a method says when the limit stopped it, or when it refused up front because it would
+# ("would run out while building the model"): either way the limit leaves it without a plan
+_TIMED_OUT = re.compile(r"time limit (?:reached|ran out|would run out)|at the time limit", re.IGNORECASE)
 
 
 class SolverError(ValueError):
@@ -192,15 +193,13 @@ def solve(
     return finish(problem, method, request, candidate, seconds, validate)
 
 
-# What each method optimises exactly (or, for the heuristics, plans validly) beyond 1F1B. The
-# exact DP, CP-SAT and the MILP optimise 1F1B's objective and stash: under zb-h1 the bottleneck
-# (max t_p) and the stash are 1F1B's, its iteration estimate is not; GPipe's stash is m and
-# interleaved plans have P*v chunks, which none of them models yet. brute refuses on its own
-# what it does not model (interleaved, GPipe's iteration estimate).
+# What each method optimises exactly (or, for the heuristics, plans validly) beyond 1F1B: the
+# exact methods model zb-h1's and GPipe's objectives and stashes (DESIGN.md, "Decisions");
+# interleaved plans have P*v chunks, which none of them models yet (brute refuses on its own).
 _SCHEDULES_BEYOND_1F1B = {
     "dp": {("zb-h1", "bottleneck"), ("zb-h1", "iteration"), ("gpipe", "bottleneck"), ("gpipe", "iteration")},
-    "cpsat": {("zb-h1", "bottleneck")},
-    "milp": {("zb-h1", "bottleneck")},
+    "cpsat": {("zb-h1", "bottleneck"), ("zb-h1", "iteration"), ("gpipe", "bottleneck"), ("gpipe", "iteration")},
+    "milp": {("zb-h1", "bottleneck"), ("zb-h1", "iteration"), ("gpipe", "bottleneck"), ("gpipe", "iteration")},
     "greedy": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},
     "uniform": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},
     "balanced": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},

@@ -42,6 +42,29 @@ Times, in integer units (:func:`.slotmodel.integer_times`):
 * ``t_j = compute_j + reshard_j + x_j + x_{j-1}``, ``T = max_j t_j``;
   ``bottleneck`` minimises T, ``iteration`` minimises ``sum t_j + (m - 1) T``.
 
+Schedules (``training.schedule``, :mod:`.slotschedule`): the stash of slot
+``j`` is the schedule's (1F1B and ZB-H1 ``min(m, j + 1)``, GPipe ``m``), in
+the memory rules above; ``bottleneck`` is max t under every schedule, and
+1F1B's ``iteration`` is the estimate above. ZB-H1's and GPipe's
+``iteration`` estimates are optimised exactly from two parts per slot, each
+stated like ``compute_j`` from its own exactly rounded prefix sums
+(:mod:`.cpsat_parts`):
+
+* ``zb-h1``: ``u_j = (fwd + bwd - W) compute + reshard_j + x_j + x_{j-1}``
+  and ``W_j`` (weight gradients only); ``Z >= (m - 1) u_j + k_P W_j`` for
+  each feasible stage count ``P > j``, enforced unless slot ``P`` is active
+  (more than P stages), with ``k_P = max(m - P + 1, 1)``; minimises
+  ``sum u_j + Z``, so Z is the max for the chosen P exactly;
+* ``gpipe``: ``F_j = fwd compute + r_j + x_{j-1}`` and ``B_j = bwd compute
+  + r_j + x_j`` (``r_j`` the reshards once); minimises ``sum F + (m - 1)
+  max F + sum B + (m - 1) max B``.
+
+The integer model's error counts every part of the objective (at most
+``J + m - 1 + k_max`` stage errors for ZB-H1, ``2 (J + m - 1)`` for GPipe,
+:func:`.slottimes.integer_times`), and the stage ceiling of the hint is the
+schedule's (:func:`.slotschedule.ceiling_ms`), so the reported bound stays a
+proven lower bound.
+
 Lower-bounding constraints (``>=``) suffice: both objectives are
 non-decreasing in every stage time, so a minimiser sets each time to its
 value where it matters, and every returned plan is re-evaluated exactly.

@@ -11,7 +11,9 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
+from .cpsat_parts import PartVars, part_hint_values, part_objective, part_objective_units, stage_compute
 from .slotmodel import SlotData, SlotDecisions, decisions_from_values, reshard_sites, stage_terms
+from .slotschedule import T
 from .slottimes import IntegerTimes
 
 __all__ = ["CpVars", "build_model", "hint_values", "objective_units", "read_decisions", "ModelRangeError"]
@@ -44,6 +46,7 @@ class CpVars:
     memory: dict = field(default_factory=dict)  # (j, g) -> bytes (in memory units) of the segment
     pair: dict = field(default_factory=dict)  # (j, g) -> {(mu, nu): w}, the meshes across boundary g
     reshard: list = field(default_factory=list)  # per slot: units of its reshards (forward + backward)
+    parts: PartVars | None = None  # ZB-H1's and GPipe's iteration estimates (compute, stage are then empty)
 
 
 def _minus(a, b):
@@ -107,35 +110,11 @@ def build_model(data: SlotData, times: IntegerTimes, check=None) -> tuple[cp_mod
                         model.add(sum(same) <= size[j][s])
     model.add(sum(d * size[j][s] for j in range(J) for s, d in enumerate(data.sizes)) == N)
 
-    # compute
-    tau = times.tau
-    present = data.present
-    work = [min(data.layouts[k].devices * tau[k][i] for k in range(nl) if present[k][i]) for i in range(L)]
-    top = times.top
+    # compute: of t, or (ZB-H1's, GPipe's iteration estimates) of each part
+    parts = data.parts
     compute, segment = [], {}
-    for j in range(J):
-        check()
-        c = model.new_int_var(0, top, f"compute{j}")
-        if n_groups == 1:
-            for k in range(nl):
-                if not isinstance(use[j][0][k], int):
-                    model.add(c >= sum(tau[k][i] * x for i, x in members[j] if tau[k][i])).only_enforce_if(use[j][0][k])
-        else:
-            parts = []
-            for g, (a, b) in enumerate(data.groups):
-                if _zero(cover[j][g]):
-                    continue
-                cg = model.new_int_var(0, top, f"compute{j}_{g}")
-                for k in range(nl):
-                    if not isinstance(use[j][g][k], int):
-                        terms = [tau[k][i] * x for i, x in members[j][a : b + 1] if tau[k][i]]
-                        model.add(cg >= sum(terms)).only_enforce_if(use[j][g][k])
-                segment[j, g] = cg
-                parts.append(cg)
-            model.add(c == sum(parts))
-        for s, d in enumerate(data.sizes):
-            model.add(d * c >= sum(work[i] * x for i, x in members[j] if work[i])).only_enforce_if(size[j][s])
-        compute.append(c)
+    if parts == (T,):
+        compute, segment = stage_compute(model, data, times.tau, times.top, members, use, size, cover, check)
 
     memory = {}
     if n_groups == 1:
@@ -158,7 +137,20 @@ def build_model(data: SlotData, times: IntegerTimes, check=None) -> tuple[cp_mod
     if data.transfers:
         send, at_most = _transfers(model, data, times, before, size, link, check)
 
+    if parts != (T,):
+        # ZB-H1's and GPipe's iteration estimates (cpsat_parts)
+        more = [before[0][P] if P < J else 0 for P in range(J + 1)]
+        objective, part_vars = part_objective(
+            model, data, times, parts, members, use, size, cover, more, pair, reshard, send, check
+        )
+        model.minimize(objective)
+        return model, CpVars(
+            before, use, size, at_most, compute, send, [], None, node, load, full, shared, link, objective,
+            segment, memory, pair, reshard, part_vars,
+        )
+
     # stage times and the objective
+    top = times.top
     stage = []
     for j in range(J):
         t = model.new_int_var(0, top, f"time{j}")
@@ -382,9 +374,11 @@ def hint_values(var: CpVars, data: SlotData, times: IntegerTimes, d: SlotDecisio
                 out[var.segment[j, g]] = value
             if (j, g) in var.memory:
                 out[var.memory[j, g]] = sum(data.memory(k, i, j) for i in range(lo, hi)) // unit if lo < hi else 0
+    pair_used = {}
     for (j, g), w in var.pair.items():
         first, second = d.configs[j][g], d.configs[j][g + 1] if j < d.stages else -1
         used = (data.mesh_index[first], data.mesh_index[second]) if j < d.stages and first >= 0 and second >= 0 else None
+        pair_used[j, g] = used
         for p, v in w.items():
             out[v] = int(p == used)
         if used is not None:
@@ -394,19 +388,25 @@ def hint_values(var: CpVars, data: SlotData, times: IntegerTimes, d: SlotDecisio
         if j + 1 < d.stages:
             s = min(size_of[j], size_of[j + 1]) + 1
             send[j] = int(times.send[d.starts[j], s, int(d.link[j]) if data.placement else 0])
-    for j in range(J):
-        out[var.compute[j]] = compute[j]
-        if not isinstance(var.reshard[j], int):
-            out[var.reshard[j]] = reshard[j]
-        sends = (send[j - 1] if send and j > 0 else 0) + (send[j] if send and j < J - 1 else 0)
-        out[var.stage[j]] = compute[j] + reshard[j] + sends
     for j, x in enumerate(var.send):
         out[x] = send[j]
+    for j in range(J):
+        if not isinstance(var.reshard[j], int):
+            out[var.reshard[j]] = reshard[j]
+    if var.parts is not None:
+        out.update(part_hint_values(var.parts, data, times, d, pair_used, send))
+        return {v: value for v, value in out.items() if not isinstance(v, int)}
+    for j in range(J):
+        out[var.compute[j]] = compute[j]
+        sends = (send[j - 1] if send and j > 0 else 0) + (send[j] if send and j < J - 1 else 0)
+        out[var.stage[j]] = compute[j] + reshard[j] + sends
     out[var.bottleneck] = max(out[t] for t in var.stage)
     return {v: value for v, value in out.items() if not isinstance(v, int)}
 
 
 def objective_units(var: CpVars, values: dict, data: SlotData) -> int:
+    if var.parts is not None:
+        return part_objective_units(var.parts, values, data.microbatches)
     stages = [values[t] for t in var.stage]
     if data.objective == "bottleneck":
         return max(stages)

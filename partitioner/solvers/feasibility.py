@@ -18,19 +18,49 @@ from ..problem import Problem
 from ..units import format_bytes
 from .dp import DPModel
 
-__all__ = ["feasible_stage_counts", "explain_infeasible", "quick_infeasibility"]
+__all__ = ["feasible_stage_counts", "count_spans", "counts_by_enumeration", "explain_infeasible", "quick_infeasibility"]
 
 
 def feasible_stage_counts(problem: Problem) -> list[int]:
     """Stage counts P within the bounds (and <= layers) for which P allowed sizes sum to N."""
-    sizes = problem.cluster.allowed_sizes()
     hi = min(problem.stages.max, problem.num_layers)
-    counts = _counts(sizes, problem.num_devices, hi)
-    return [p for p in range(problem.stages.min, hi + 1) if p in counts]
+    spans = count_spans(problem.cluster.nodes, problem.cluster.gpus_per_node)
+    return [p for lo, top in spans for p in range(max(lo, problem.stages.min), min(top, hi) + 1)]
 
 
 @lru_cache(maxsize=256)
-def _counts(sizes: tuple[int, ...], total: int, max_parts: int) -> frozenset[int]:
+def count_spans(nodes: int, gpus_per_node: int) -> tuple[tuple[int, int], ...]:
+    """The numbers of allowed stage sizes that sum to ``nodes * gpus_per_node``, as merged ranges.
+
+    Closed form, O(nodes), for rule 3's sizes: powers of two up to 2^a (the
+    largest dividing G = ``gpus_per_node``), G, and k·G. The multi-node and
+    G-sized parts sum to a multiple of G, so the small ones do too, say j·G
+    for some j in 0..nodes. The (nodes - j)·G left take any q in
+    1..nodes - j parts of k·G (none when j = nodes); j·G in powers of two at
+    most 2^a takes any r in j·G/2^a .. j·G parts (halving one part adds one).
+    So P = q + r ranges over a union of intervals, one per j.
+    """
+    G = gpus_per_node
+    top_power = G & -G  # 2^a: the largest power of two dividing G
+    spans = []
+    for j in range(nodes + 1):
+        r_lo, r_hi = j * G // top_power, j * G
+        if j == nodes:
+            spans.append((r_lo, r_hi))
+        else:
+            spans.append((r_lo + 1, r_hi + nodes - j))
+    spans.sort()
+    merged: list[tuple[int, int]] = []
+    for lo, hi in spans:
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return tuple(merged)
+
+
+def counts_by_enumeration(sizes: tuple[int, ...], total: int, max_parts: int) -> frozenset[int]:
+    """The part counts (<= ``max_parts``) of sums of ``sizes`` to ``total``, by a subset-sum DP (tests)."""
     # reach[s]: set of part counts that sum to s (bitmask over counts)
     reach = [0] * (total + 1)
     reach[0] = 1

@@ -17,19 +17,21 @@ count P the problem allows:
    in the devices left; the sizes must end up summing to N, otherwise this P
    is skipped.
 4. **Configs**: each stage takes its fastest configs of that size that fit in
-   memory with its 1F1B stash ``min(m, P - p)`` -- one layout per stage in
+   memory with its stash (1F1B and ZB-H1: ``min(m, P - p)``; GPipe: ``m``) -- one layout per stage in
    format v1, one config per segment with the reshards between them in v2
    (:meth:`~partitioner.solvers.tables.CostTables.best_stage`).
 5. **Placement**: first fit in stage order (adjacent small stages share nodes).
 
 Every P that yields a valid plan is evaluated and the best is returned, with
-status ``feasible`` (never ``optimal``: nothing is proven). When no P works,
+status ``feasible`` (under a time limit, the best of the stage counts tried
+before it ran out) (never ``optimal``: nothing is proven). When no P works,
 the result is ``infeasible`` with the reason the greedy plan failed --
 which does not prove the problem infeasible.
 """
 from __future__ import annotations
 
 import heapq
+import time
 
 import numpy as np
 
@@ -38,6 +40,7 @@ from ..placement import contiguous_node_assignment, node_assignment_ids, pack_ru
 from ..problem import Problem
 from .base import Candidate, SolveRequest, register
 from .feasibility import feasible_stage_counts, quick_infeasibility
+from .slotschedule import slot_stash
 from .tables import CostTables
 
 __all__ = ["solve_greedy", "balance_cuts", "layer_work", "grow_sizes"]
@@ -50,11 +53,22 @@ def solve_greedy(problem: Problem, request: SolveRequest) -> Candidate:
     reason = quick_infeasibility(problem)
     if reason:
         return Candidate("infeasible", message=reason)
+    deadline = request.deadline(time.perf_counter())
     tables = CostTables(problem)
     work = layer_work(problem)
     best = None
     failures: list[str] = []
-    for P in feasible_stage_counts(problem):
+    counts = feasible_stage_counts(problem)
+    for tried, P in enumerate(counts):
+        if deadline is not None and time.perf_counter() > deadline:
+            if best is None:
+                return Candidate("error", message="greedy: time limit reached before any plan was found", timed_out=True)
+            return Candidate(
+                "feasible",
+                best[1],
+                message=f"greedy: time limit reached after {tried} of {len(counts)} stage counts; the best plan of those",
+                timed_out=True,
+            )
         cuts = balance_cuts(work, P)
         stage_work = [float(work[a : b + 1].sum()) for a, b in cuts]
         sizes = grow_sizes(stage_work, problem.cluster.allowed_sizes(), problem.num_devices)
@@ -88,15 +102,21 @@ def balance_cuts(work: np.ndarray, parts: int) -> list[tuple[int, int]]:
         raise ValueError(f"cannot cut {n} layers into {parts} stages")
 
     def fill(threshold: float) -> list[int]:
-        starts, acc = [0], 0.0
-        for i, w in enumerate(work):
-            if acc + w > threshold and i > starts[-1]:
-                starts.append(i)
-                if len(starts) > parts:
-                    return starts  # already too many: the threshold is too low
-                acc = 0.0
-            acc += w
-        return starts
+        # a stage's running sum from its start, acc += w in order: np.cumsum adds sequentially, so
+        # these are the same floats a Python loop makes; windows double until the sum passes the threshold
+        starts = [0]
+        while len(starts) <= parts:
+            s, width = starts[-1], 64
+            while True:
+                acc = np.cumsum(work[s : s + width])
+                over = np.flatnonzero(acc[1:] > threshold)  # a layer after the first that overflows
+                if over.size or s + width >= n:
+                    break
+                width *= 2
+            if not over.size:
+                return starts
+            starts.append(s + 1 + int(over[0]))
+        return starts  # too many: the threshold is too low
 
     # numpy sums pairwise, fill() sequentially: widen the top so that it surely fits in one stage
     lo, hi = float(work.max()), float(work.sum()) * (1 + 1e-9) + 1e-12
@@ -175,9 +195,11 @@ def _value(problem: Problem, tables: CostTables, plan: Plan, compute: list[float
 def _build(problem: Problem, tables: CostTables, cuts, sizes) -> tuple[Plan | None, str, list[float]]:
     """The plan for ``cuts`` and ``sizes`` with each stage's fastest fitting configs, and their compute times."""
     P, m = len(cuts), problem.microbatches
+    # the schedule's stash, stage order: 1F1B's and ZB-H1's min(m, P - p), GPipe's m
+    stashes = slot_stash(problem.training.schedule, m, P)[::-1]
     stages = []
     for p, ((a, b), d) in enumerate(zip(cuts, sizes)):
-        choice = tables.best_stage(a, b, d, min(m, P - p))
+        choice = tables.best_stage(a, b, d, stashes[p])
         if choice is None:
             return None, f"stage {p} (layers {a}..{b}) fits in no {d}-device layout", []
         stages.append((a, b, d, choice))

@@ -28,7 +28,17 @@ linearised, with times kept in floating-point ms (no integer scaling):
 * placement (when it matters): small slots on nodes filled exactly, nodes
   opened in order of first use, ``link_j`` = the two slots share a node;
 * ``t_j = compute_j + reshard_j + x_j + x_{j-1} <= T``; ``bottleneck``
-  minimises T, ``iteration`` ``sum t_j + (m - 1) T``.
+  minimises T, ``iteration`` ``sum t_j + (m - 1) T``;
+* schedules (:mod:`.slotschedule`): the memory rules use the schedule's stash
+  (1F1B and ZB-H1 ``min(m, j + 1)``, GPipe ``m``); ZB-H1's and GPipe's
+  ``iteration`` estimates are stated exactly from two parts per slot, each
+  linear in the shares ``z`` (:mod:`.milp_parts`): ZB-H1 minimises ``sum u_j
+  + Z`` with ``u_j = t_j - W_j`` and ``Z >= (m - 1) u_j + k_P W_j - (k_P -
+  k_J) W_max active[P]`` per feasible count ``P > j`` (``k_P = max(m - P + 1,
+  1)``, ``active[P]``: more than P stages, so only the chosen count's factor
+  binds); GPipe minimises ``sum F + (m - 1) max F + sum B + (m - 1) max B``
+  with ``F_j`` = forward compute + reshards + ``x_{j-1}``, ``B_j`` = backward
+  compute + reshards + ``x_j``.
 
 Time coefficients above a cap (:func:`.milp_model.time_cap`: twice the hint's stage
 ceiling, else 1e6 x the analytic bound) are capped: sentinel costs stay out

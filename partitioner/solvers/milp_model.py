@@ -10,7 +10,9 @@ from dataclasses import dataclass, field, replace
 
 import pulp
 
+from .milp_parts import MilpPartVars, part_objective, part_start_values
 from .slotmodel import SlotData, SlotDecisions, decisions_from_values, reshard_sites, stage_terms
+from .slotschedule import T
 
 __all__ = ["MilpVars", "build_milp", "start_values", "read_decisions", "time_cap", "CAP_FACTOR"]
 
@@ -35,6 +37,7 @@ class MilpVars:
     size: list = field(default_factory=list)  # size[j][s] (several groups only)
     pair: dict = field(default_factory=dict)  # (j, g) -> {(mu, nu): w}
     reshard: list = field(default_factory=list)  # per slot: ms of its reshards (forward + backward)
+    parts: MilpPartVars | None = None  # ZB-H1's and GPipe's iteration estimates (their objective's parts)
 
 
 def time_cap(data: SlotData, ceiling_ms: float | None) -> float:
@@ -209,11 +212,17 @@ def build_milp(data: SlotData, check=None, ceiling_ms: float | None = None) -> t
         lp += t == pulp.lpSum(stage_terms(j, compute, reshard, send))
         lp += bottleneck >= t
         stage.append(t)
-    if data.objective == "bottleneck":
+    parts = None
+    if data.parts != (T,):  # ZB-H1's and GPipe's iteration estimates (milp_parts)
+        objective, parts = part_objective(lp, data, z, cap, before, pair, reshard, send, check)
+        lp += objective
+    elif data.objective == "bottleneck":
         lp += bottleneck
     else:
         lp += pulp.lpSum(stage) + (m - 1) * bottleneck
-    return lp, MilpVars(before, use, z, compute, send, stage, bottleneck, node, shared, load, full, link, size, pair, reshard)
+    return lp, MilpVars(
+        before, use, z, compute, send, stage, bottleneck, node, shared, load, full, link, size, pair, reshard, parts
+    )
 
 
 def _reshards(lp: pulp.LpProblem, data: SlotData, before, use, cap, check) -> tuple[dict, list]:
@@ -317,9 +326,11 @@ def start_values(var: MilpVars, data: SlotData, d: SlotDecisions, ceiling_ms: fl
     for j, c in enumerate(var.compute):
         out[c] = times[j]
     reshard = [0.0] * J
+    pairs_used = {}
     for (j, g), w in var.pair.items():
         first, second = (d.configs[j][g], d.configs[j][g + 1]) if j < d.stages else (-1, -1)
         used = (data.mesh_index[first], data.mesh_index[second]) if first >= 0 and second >= 0 else None
+        pairs_used[j, g] = used
         for p, v in w.items():
             out[v] = int(p == used)
         if used is not None and used in data.reshard_ms[g]:
@@ -342,6 +353,8 @@ def start_values(var: MilpVars, data: SlotData, d: SlotDecisions, ceiling_ms: fl
         out[t] = value
         stage.append(value)
     out[var.bottleneck] = max(max(stage), var.bottleneck.lowBound or 0.0)
+    if var.parts is not None:
+        out.update(part_start_values(var.parts, data, d, cap, pairs_used, sends))
     for j, row in enumerate(var.node):
         for k, on in enumerate(row):
             out[on] = int(d.node[j] == k)

@@ -8,9 +8,10 @@ scaled to integers (CP-SAT only; the MILP keeps floats).
 Slots
 -----
 Stages are indexed from the *end* of the pipeline: slot ``j`` is stage
-``p = P - 1 - j``. The 1F1B stash of slot ``j`` is then the constant
-``min(m, j + 1)``, whatever the number of stages P, so a slot's memory rule
-does not depend on P. Slots ``0 .. P-1`` are active; slot ``j`` covers the
+``p = P - 1 - j``. The 1F1B (and ZB-H1) stash of slot ``j`` is then the
+constant ``min(m, j + 1)``, whatever the number of stages P, and GPipe's is
+``m`` on every slot (:func:`.slotschedule.slot_stash`), so a slot's memory
+rule does not depend on P. Slots ``0 .. P-1`` are active; slot ``j`` covers the
 layers ``c_j .. c_{j-1} - 1`` with ``c_{-1} = L`` and ``c_{P-1} = 0`` (an
 inactive slot has ``c_j = 0``). Equivalently layer ``i`` sits in slot
 ``s_i`` with ``s_0 >= s_1 >= ... >= s_{L-1} = 0``, steps of 0 or 1, and
@@ -78,6 +79,7 @@ from .feasibility import feasible_stage_counts
 from .base import SolveRequest
 from .slotrun import analytic_bound, starting_plan
 from .slottimes import integer_times  # re-exported: the integer scale of this model (CP-SAT)
+from .slotschedule import Part, objective_parts, slot_stash
 from .slottimes import stage_ceiling_ms
 
 __all__ = [
@@ -112,13 +114,16 @@ class SlotData:
     size_index : tuple of int
         For each layout, the index of its size in ``sizes``.
     stash : tuple of int
-        Per slot ``j``, ``min(m, j + 1)``.
+        Per slot ``j``, the schedule's stash (1F1B, ZB-H1: ``min(m, j + 1)``; GPipe: ``m``).
     time_prefix : ndarray, shape (layouts, L + 1)
         Prefix sums of ``fwd_ms + bwd_ms`` per layout (0 where a layer lacks the layout).
-    reach : ndarray, shape (layouts, stash values, L)
-        ``reach[l, s - 1, a]``: one past the last layer a stage that starts at
-        ``a`` may hold in layout ``l`` with stash ``s`` (``a`` when even layer
-        ``a`` alone does not fit or lacks the layout). One group only (empty otherwise).
+    reach : ndarray, shape (layouts, stash levels, L)
+        ``reach[l, n, a]``: one past the last layer a stage that starts at
+        ``a`` may hold in layout ``l`` with stash ``stash_levels[n]`` (``a`` when
+        even layer ``a`` alone does not fit or lacks the layout). One group only
+        (empty otherwise).
+    stash_levels : tuple of int
+        The distinct values of ``stash``, ascending (the rows of ``reach``).
     send_mb : ndarray, shape (L,)
         ``out_bytes / 1e6`` per layer (so that ms = MB / (devices x GB/s)).
     transfers : bool
@@ -156,6 +161,16 @@ class SlotData:
     present: tuple[tuple[bool, ...], ...] = ()
     weight: tuple[tuple[int, ...], ...] = ()
     act: tuple[tuple[int, ...], ...] = ()
+    stash_levels: tuple[int, ...] = ()
+
+    @property
+    def schedule(self) -> str:
+        return self.problem.training.schedule
+
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        """The per-stage times the objective weighs (:func:`.slotschedule.objective_parts`)."""
+        return objective_parts(self.schedule, self.objective)
 
     @property
     def num_layers(self) -> int:
@@ -203,7 +218,7 @@ class SlotData:
         return self.weight[k][i] + self.stash[slot] * self.act[k][i]
 
     def reach_of(self, layout_index: int, slot: int) -> np.ndarray:
-        return self.reach[layout_index, self.stash[slot] - 1]
+        return self.reach[layout_index, self.stash_levels.index(self.stash[slot])]
 
     def memory_rules(self):
         """The memory and cost-entry rules both models state (one group), as ``(j, k, a, r)``:
@@ -230,7 +245,9 @@ class SlotData:
         divided by ``d``; with the devices summing to N the slowest stage takes
         at least (total least device-ms) / N. The iteration objective is at
         least m times the bottleneck and at least the sum of fastest layer
-        times plus (m - 1) bottlenecks. (Reshards and sends only add.)
+        times plus (m - 1) bottlenecks. (Reshards and sends only add.) ZB-H1's
+        and GPipe's iteration estimates have their own bounds
+        (:func:`~.slotrun.analytic_bound`).
         """
         return analytic_bound(self.problem, self.objective, nudge=False)
 
@@ -278,13 +295,14 @@ def slot_data(problem: Problem, objective: str, check=None) -> SlotData:
             act[k][i] = c.act_bytes
     prefix = np.hstack([np.zeros((n, 1)), np.cumsum(time, axis=1)])
     capacity = problem.cluster.gpu_memory_bytes
+    stashes = slot_stash(problem.training.schedule, m, J)
+    levels = tuple(sorted(set(stashes)))
     if len(groups) == 1:
-        n_stash = min(m, J)
-        reach = np.zeros((n, n_stash, L), dtype=np.int64)
+        reach = np.zeros((n, len(levels), L), dtype=np.int64)
         for k in range(n):
-            for s in range(1, n_stash + 1):
+            for row, s in enumerate(levels):
                 check()
-                reach[k, s - 1] = _reach(weight[k], act[k], present[k], s, capacity)
+                reach[k, row] = _reach(weight[k], act[k], present[k], s, capacity)
     else:
         reach = np.zeros((n, 0, L), dtype=np.int64)
     send = np.array([layer.out_bytes for layer in problem.layers], dtype=float) / 1e6
@@ -311,7 +329,7 @@ def slot_data(problem: Problem, objective: str, check=None) -> SlotData:
         layouts=layouts,
         sizes=sizes,
         size_index=tuple(sizes.index(lay.devices) for lay in layouts),
-        stash=tuple(min(m, j + 1) for j in range(J)),
+        stash=stashes,
         time_prefix=prefix,
         reach=reach,
         send_mb=send,
@@ -324,6 +342,7 @@ def slot_data(problem: Problem, objective: str, check=None) -> SlotData:
         present=tuple(map(tuple, present)),
         weight=tuple(map(tuple, weight)),
         act=tuple(map(tuple, act)),
+        stash_levels=levels,
     )
 
 
@@ -493,7 +512,7 @@ def slot_start(problem: Problem, request: SolveRequest, notes: dict, check, star
     if decisions is not None:
         start.plan, start.source, start.decisions = plan, source, decisions
         value = evaluate(problem, plan, request.objective).value
-        start.ceiling_ms = stage_ceiling_ms(request.objective, value, problem.microbatches)
+        start.ceiling_ms = stage_ceiling_ms(request.objective, value, problem.microbatches, problem.training.schedule)
     return start
 
 

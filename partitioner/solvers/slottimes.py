@@ -12,10 +12,12 @@ neither range nor resolution.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from .slotschedule import T, ceiling_ms, error_terms, exact_part
 
 if TYPE_CHECKING:
     from .slotmodel import SlotData
@@ -72,12 +74,27 @@ class IntegerTimes:
         for the double precision of the term), so ``2 + 2 delta`` for a
         one-segment stage.
     error : float
-        The same for the objective: ``stage_error`` for ``bottleneck``,
-        ``(J + m - 1) stage_error`` for ``iteration``.
+        The same for the objective: ``stage_error`` times the number of stage
+        terms the objective adds (:func:`.slotschedule.error_terms`): 1 for
+        ``bottleneck``, ``J + m - 1`` for 1F1B's ``iteration``, ``J + m - 1 +
+        k_max`` for ZB-H1's, ``2 (J + m - 1)`` for GPipe's. Every part's own
+        error is at most ``stage_error`` (fewer segments' roundings, fewer sends).
     exact : bool
         The scale meets the requested resolution (False when the objective's
         range forced a coarser unit; the bound stays valid, but it may not
         prove optimality to the resolution).
+    parts : dict
+        For objectives made of several per-stage parts (:attr:`SlotData.parts`:
+        ZB-H1's u and W, GPipe's F and B), ``{name: (time_prefix, tau)}`` of that
+        part, built like ``time_prefix`` and ``tau`` (each is at most the stage
+        time t, so the same ``top`` caps it); empty for t alone.
+    reshard_once : tuple of dict
+        ``reshard`` for one reshard ``r`` instead of ``2 r`` (GPipe's F and B each pay it once).
+    float_terms : int
+        Extra relative float error (in units of 2**-52) of the objective as
+        :func:`~partitioner.plan.evaluate` computes it, for :func:`conservative_bound`:
+        ZB-H1's u_c = t_c - W_c is a difference of float sums, off by up to about
+        L eps (t_c + W_c), and sum_c W_c is at most J times the estimate, so 2 L J.
     """
 
     scale: float
@@ -89,14 +106,18 @@ class IntegerTimes:
     stage_error: float
     error: float
     exact: bool
+    parts: dict = field(default_factory=dict)
+    reshard_once: tuple = ()
+    float_terms: int = 0
 
 
-def stage_ceiling_ms(objective: str, value: float, microbatches: int) -> float:
+def stage_ceiling_ms(objective: str, value: float, microbatches: int, schedule: str = "1f1b") -> float:
     """The slowest stage a plan can have and still not be worse than a plan of objective ``value``.
 
-    ``bottleneck`` is the slowest stage; ``iteration`` = sum + (m - 1) max >= m max.
+    ``bottleneck`` is the slowest stage; 1F1B's ``iteration`` = sum + (m - 1) max >= m max;
+    other schedules: :func:`.slotschedule.ceiling_ms`.
     """
-    return value if objective == "bottleneck" else value / microbatches
+    return ceiling_ms(schedule, objective, value, microbatches)
 
 
 def integer_times(data: "SlotData", resolution: float = RESOLUTION, ceiling_ms: float | None = None, check=None) -> IntegerTimes:
@@ -130,7 +151,7 @@ def integer_times(data: "SlotData", resolution: float = RESOLUTION, ceiling_ms: 
     groups = max(1, len(data.groups))
     # a first pass with delta = 1/1024, then delta from the actual magnitudes
     stage_error = groups + (groups + 1) * (0.5 + 2.0**-10)
-    count = 1 if data.objective == "bottleneck" else J + m - 1
+    count = error_terms(data.schedule, data.objective, J, data.counts, m)
     lower = data.lower_bound()
     upper_stage = data.upper_stage_ms()
     if ceiling_ms is not None and math.isfinite(ceiling_ms):
@@ -162,7 +183,14 @@ def integer_times(data: "SlotData", resolution: float = RESOLUTION, ceiling_ms: 
                 for h, bw in enumerate(bws):
                     send[c, s, h] = _units(scale, mb / (d * bw), top)
     reshard = tuple({pair: _units(scale, 2 * r, top) for pair, r in table.items()} for table in data.reshard_ms)
-    return IntegerTimes(scale, prefix, tau, send, reshard, top, stage_error, count * stage_error, exact)
+    parts, once, float_terms = {}, (), 0
+    if data.parts != (T,):
+        float_terms = 2 * L * J if any(part.name == "w" for part in data.parts) else 0
+        for part in data.parts:
+            rows = _exact_prefixes(data, scale, check, part)
+            parts[part.name] = (rows, [[min(b - a, top + 1) for a, b in zip(row, row[1:])] for row in rows])
+        once = tuple({pair: _units(scale, r, top) for pair, r in table.items()} for table in data.reshard_ms)
+    return IntegerTimes(scale, prefix, tau, send, reshard, top, stage_error, count * stage_error, exact, parts, once, float_terms)
 
 
 def _units(scale: float, ms: float, top: int) -> int:
@@ -171,8 +199,9 @@ def _units(scale: float, ms: float, top: int) -> int:
     return top + 1 if not value < top + 1 else int(round(value))
 
 
-def _exact_prefixes(data: "SlotData", scale: float, check) -> list[list[int]]:
-    """Per layout, ``round(scale * sum of (fwd + bwd) over layers < i)`` for i = 0..L, exactly.
+def _exact_prefixes(data: "SlotData", scale: float, check, part=None) -> list[list[int]]:
+    """Per layout, ``round(scale * sum of (fwd + bwd) over layers < i)`` for i = 0..L, exactly
+    (of ``part``'s layer cost instead, :func:`.slotschedule.exact_part`, when given).
 
     Every double is a rational with a power-of-two denominator; the sums are
     formed in integers over a common denominator, then scaled and rounded
@@ -187,6 +216,11 @@ def _exact_prefixes(data: "SlotData", scale: float, check) -> list[list[int]]:
         if i % 1024 == 0:
             check()
         for lay, c in layer.costs.items():
+            if part is not None:
+                exact = exact_part(part, c)
+                parts[index[lay]][i] = (exact.numerator, exact.denominator)
+                shift = max(shift, exact.denominator.bit_length() - 1)
+                continue
             fn, fd = c.fwd_ms.as_integer_ratio() if isinstance(c.fwd_ms, float) else (int(c.fwd_ms), 1)
             bn, bd = c.bwd_ms.as_integer_ratio() if isinstance(c.bwd_ms, float) else (int(c.bwd_ms), 1)
             parts[index[lay]][i] = (fn * bd + bn * fd, fd * bd)
@@ -210,12 +244,12 @@ def conservative_bound(units: float, times: IntegerTimes, analytic: float, layer
 
     Any plan's true objective is at least (model objective - error) / scale,
     so the true optimum is at least ``(units - error) / scale``; the result
-    is nudged down (relative ``(layers + 16) 2**-52``: the float sums of
-    :func:`~partitioner.plan.evaluate` may sit that far below the exact
-    ones) and never below the analytic bound (itself nudged down).
+    is nudged down (relative ``(layers + float_terms + 16) 2**-52``: the float
+    sums of :func:`~partitioner.plan.evaluate` may sit that far below the
+    exact ones) and never below the analytic bound (itself nudged down).
     """
     best = max((units - times.error) / times.scale, analytic)
-    best *= 1 - (layers + 16) * _EPS
+    best *= 1 - (layers + times.float_terms + 16) * _EPS
     for _ in range(4):
         best = math.nextafter(best, -math.inf)
     return max(best, 0.0)
