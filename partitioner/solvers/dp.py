@@ -344,10 +344,10 @@ class DPModel:
         """
         shared = self.spec is not None and self.spec.free_shared and mode == "minsum" and not math.isfinite(limit)
         if shared:
-            key = (id(auto), self.spec.parts)
-            if getattr(self, "_free_table", (None,))[0] != key:
-                self._free_table = (key, self._fill(auto, X, mode, limit, deadline, self.K))
-            return self._free_table[1]
+            kept = getattr(self, "_free_table", None)  # (automaton, levels, parts, table): the object itself, not its id
+            if kept is None or kept[0] is not auto or kept[1:3] != (self.K, self.spec.parts):
+                kept = self._free_table = (auto, self.K, self.spec.parts, self._fill(auto, X, mode, limit, deadline, self.K))
+            return kept[3]
         # levels above the largest stage count the answer may have are never read (zb-h1: one k)
         top = max((lvl for lvl in range(1, self.K + 1) if self._level_ok(lvl)), default=self.K)
         return self._fill(auto, X, mode, limit, deadline, top)
@@ -643,6 +643,7 @@ class DPModel:
         if parts != self.parts:
             self.parts, self.K = parts, None  # the levels depend on it (see _levels)
         self.spec = None
+        self._free_table = None
         self.prepare(deadline)
         refusal = None
         if kind == "none":
