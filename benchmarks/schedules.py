@@ -2,10 +2,12 @@
 
 For every plan-quality case of :mod:`benchmarks.report` (a VLA/VLM preset on
 a cluster that holds it), :func:`partitioner.plan_model` plans the model
-(``--method``, ``greedy`` by default; m chosen by ``auto``) and replays the
-kept plan and the Megatron-style uniform baseline under ``1f1b``, ``zb-h1``
-and ``gpipe``, and the baseline's uniform split under ``interleaved`` with
-v = 2, 3, 4 (:func:`partitioner.schedule_search.compare_schedules`).
+(``--method``, ``greedy`` by default; m chosen by ``auto``) and picks the
+schedule by simulation (:func:`partitioner.schedule_choice.choose_schedule`):
+the 1F1B plan replayed under ``1f1b``, ``zb-h1`` and ``gpipe``, the method
+re-run where it models a schedule, and the Megatron-style uniform baseline
+(and FSDP) under every schedule, ``interleaved`` with v = 2, 3, 4 (the best
+over the screened m). Every candidate is a row.
 Writes ``benchmarks/results/schedules.md`` and ``schedules.json``::
 
     python -m benchmarks.schedules            # every case
@@ -49,10 +51,10 @@ def to_markdown(entries: list[dict], method: str, command: str = "python -m benc
     lines = [
         "# Schedules on the presets",
         "",
-        f"`{command}` (plans by `{method}`, m by `auto`). Per case: the kept plan and the",
-        "Megatron-style uniform baseline replayed under each schedule; interleaved is the baseline's uniform split",
-        "into P·v chunks. Iteration = simulated makespan; memory = the largest per-GPU peak. The cost model gives no",
-        "backward split yet, so ZB-H1 uses W = B / 2 (DESIGN.md).",
+        f"`{command}` (plans by `{method}`, m by `auto`). Per case, every candidate `plan` weighed: the 1F1B plan",
+        "replayed under each schedule (plan), the method re-run where it models the schedule (solved), the",
+        "Megatron-style uniform baseline (baseline; interleaved: its uniform split into P·v chunks) and FSDP (fsdp)",
+        "under each schedule. Iteration = simulated makespan; memory = the largest per-GPU peak; `plan` keeps the first row.",
         "",
     ]
     for e in entries:

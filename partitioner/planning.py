@@ -35,6 +35,7 @@ from .limits import MAX_NODES
 from .plan import Evaluation, Plan, PlanError, SolveResult, Stage, evaluate
 from .presets import ClusterSpec, ModelSpec, load_cluster, load_model
 from .problem import OBJECTIVES, Layout, Problem, ProblemError
+from .schedules import stash as schedule_stash
 from .solvers import SolverError, solve
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "refine_knobs",
     "ModelPlan",
     "megatron_baseline",
+    "megatron_baselines",
     "plan_model",
     "throughput",
     "simulate_plan",
@@ -134,7 +136,18 @@ def megatron_baseline(problem: Problem, objective: str | None = None,
     variant of the problem without ZeRO-3, and the plain key). Among the
     stage counts, layouts and knobs that fit in memory, the one with the
     best objective is returned; None when none fits.
+
+    Under ``training.schedule: interleaved`` (v virtual stages) the split is
+    Megatron-LM's with virtual stages: P groups (P >= 2, m a multiple of P),
+    the same rule cutting the layers into P·v chunks, chunk c on group c mod P.
     """
+    found = megatron_baselines(problem, objective, variants, keep=1)
+    return found[0] if found else None
+
+
+def megatron_baselines(problem: Problem, objective: str | None = None, variants: Sequence[str] | None = None,
+                       keep: int = 1) -> list[tuple[Plan, Evaluation]]:
+    """The ``keep`` best plans of :func:`megatron_baseline`'s shape (best objective first)."""
     objective = objective or problem.objective
     if variants is None:
         variants = [""] + [v for v in problem.variants if not v.startswith("zero3")]
@@ -142,23 +155,27 @@ def megatron_baseline(problem: Problem, objective: str | None = None,
     N = problem.num_devices
     allowed = problem.cluster.allowed_sizes()
     n_dec = sum(r == "decoder" for r in roles) or problem.num_layers
-    best: tuple[float, Plan, Evaluation] | None = None
+    v = problem.training.virtual_stages if problem.training.schedule == "interleaved" else 1
+    found: list[tuple[float, int, Plan, Evaluation]] = []
     for P in range(problem.stages.min, problem.stages.max + 1):
-        if N % P or N // P not in allowed or P > n_dec:
+        if N % P or N // P not in allowed or P * v > n_dec or (v > 1 and (P < 2 or problem.microbatches % P)):
             continue
         d = N // P
-        cuts = _uniform_cuts(roles, P)
+        cuts = _uniform_cuts(roles, P * v)
         if cuts is None:
             continue
+        ids = [tuple(range(g * d, (g + 1) * d)) for g in range(P)]
         tp = 1
         while tp <= min(d, problem.cluster.gpus_per_node):
             if d % tp == 0:
-                for v in variants:
-                    ev = _try(problem, Plan(tuple(Stage(a, b, d, d // tp, tp, variant=v) for a, b in cuts)), objective)
-                    if ev is not None and (best is None or ev[1].value < best[0]):
-                        best = (ev[1].value, *ev)
+                for var in variants:
+                    plan = Plan(tuple(Stage(a, b, d, d // tp, tp, ids[c % P], variant=var) for c, (a, b) in enumerate(cuts)))
+                    ev = _try(problem, plan, objective)
+                    if ev is not None:
+                        found.append((ev[1].value, len(found), *ev))
             tp *= 2
-    return None if best is None else (best[1], best[2])
+    found.sort(key=lambda f: f[:2])
+    return [(plan, ev) for _, _, plan, ev in found[:keep]]
 
 
 def fsdp_baseline(problem: Problem, objective: str | None = None) -> tuple[Plan, Evaluation] | None:
@@ -243,12 +260,15 @@ def refine_knobs(problem: Problem, plan: Plan, objective: str | None = None,
     objective = objective or problem.objective
     if not problem.variants:
         return _try(problem, plan, objective)
+    if problem.training.schedule == "interleaved":  # a group's memory couples its v chunks: not separable
+        return _try(problem, plan, objective)
     names = [""] + list(problem.variants)
     memory = problem.cluster.gpu_memory_bytes
     P, m = plan.num_stages, problem.microbatches
+    stashes = schedule_stash(problem.training.schedule, P, m)  # 1F1B and ZB-H1: min(m, P - p); GPipe: m
     stages = []
     for p, stage in enumerate(plan.stages):
-        stash = min(m, P - p)
+        stash = stashes[p]
         segs = stage.segment_configs(problem)
         options = []
         for (a, b), config in segs:
@@ -280,7 +300,7 @@ def refine_knobs(problem: Problem, plan: Plan, objective: str | None = None,
 
 
 def simulate_plan(problem: Problem, plan: Plan, ev: Evaluation | None = None) -> dict[str, Any] | None:
-    """1F1B replay of ``plan`` (``partitioner.simulate``), or None when the simulator is not installed."""
+    """Replay of ``plan`` under the problem's schedule (``partitioner.simulate``), or None when the simulator is not installed."""
     try:
         from .simulate import replay_check  # type: ignore[attr-defined]
     except ImportError:
@@ -355,6 +375,8 @@ def plan_model(
     max_stages: int | None = None,
     knob_solves: str = "fast",
     schedules: bool = True,
+    schedule: str = "auto",
+    virtual_stages: int | None = None,
 ) -> "ModelPlan":
     """Plan the training of a model preset on a cluster preset.
 
@@ -392,9 +414,17 @@ def plan_model(
         the best (slower, and better when a setting that adds time allows
         better cuts).
     schedules : bool
-        With ``simulate``, also replay the kept plan under every schedule and
-        the uniform split under interleaved 1F1B (``extra["schedules"]``,
-        :func:`partitioner.schedule_search.compare_schedules`).
+        With ``simulate``, try every pipeline schedule and keep the plan with
+        the least simulated iteration (:func:`partitioner.schedule_choice.choose_schedule`:
+        the kept plan replayed under 1F1B, ZB-H1 and GPipe, the method
+        re-run under the schedules it models, the Megatron-style baselines
+        under every schedule, interleaved 1F1B with v = 2, 3, 4 included);
+        ``extra["schedules"]`` reports every candidate. False: 1F1B only.
+    schedule : {"auto", "1f1b", "zb-h1", "gpipe", "interleaved"}
+        ``auto`` tries every schedule; any other value pins it (only its
+        candidates are tried, also without ``schedules``).
+    virtual_stages : int, optional
+        With ``schedule="interleaved"``, pins v (default: 2, 3 and 4 tried).
 
     Returns
     -------
@@ -405,12 +435,18 @@ def plan_model(
         fits), ``knobs`` (per stage: its segments' variants),
         ``throughput`` (``iteration_ms``, ``tokens_per_s``, ``mfu``),
         ``microbatches``, ``speedup`` (over the best baseline) and
-        ``export_hints``; ``result.problem`` is the problem of the kept plan.
+        ``export_hints``, ``schedule`` (``{"schedule", "virtual_stages"}`` of
+        the kept plan) and ``schedules`` (every schedule's candidates);
+        ``result.problem`` is the problem of the kept plan and carries its
+        schedule, so ``evaluate``, ``simulate`` and the exports agree with it.
     """
     if objective not in OBJECTIVES:
         raise SolverError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
     if knob_solves not in ("fast", "all"):
         raise SolverError(f"knob_solves must be fast or all, got {knob_solves!r}")
+    from .schedule_choice import schedule_keys
+
+    schedule_keys(schedule, virtual_stages)  # bad input fails before any work
     spec, cl = load_model(model), load_cluster(cluster)
     _check_count(nodes, "nodes", MAX_NODES)
     opts = plan_options(options)
@@ -492,16 +528,28 @@ def plan_model(
             extra={"microbatches_tried": tried, "baseline": {"method": None, "value": None, "plan": None},
                    "baselines": {name: {"value": None, "plan": None, "message": _NO_FIT[name]} for name in BASELINES}},
         )
-    result = _assemble(best, bests, tried, method, spec, cl)
-    if schedules and simulate and result.plan is not None:
-        from .schedule_search import compare_schedules
+    report = None
+    if best["result"].plan is not None and ((schedules and simulate) or schedule != "auto"):
+        from .schedule_choice import choose_schedule, schedule_keys
 
-        # the Megatron-style baseline at the kept plan's m (cost entries, and so layouts, depend on m)
-        base_plan = next((e["bases"][BASELINE_METHOD]["plan"] for e in screened
-                          if e["m"] == result.problem.microbatches and BASELINE_METHOD in e["bases"]), None)
-        schedules_doc = compare_schedules(result.problem, result.plan, baseline=base_plan)
-        result = replace(result, extra={**result.extra, "schedules": schedules_doc})
-    return result
+        def resolve(entry: dict[str, Any]) -> dict[str, Any]:
+            return _solve_with_knobs(entry, method, objective, time_limit, seed, simulate, knob_solves)
+
+        chosen, schedule_bests, report = choose_schedule(
+            best, screened, method=method, objective=objective, resolve=resolve,
+            keys=schedule_keys(schedule, virtual_stages), simulate=simulate, pinned=schedule != "auto")
+        if report["chosen"] is None:  # a pinned schedule nothing runs under: say so, never fall back to another
+            why = "; ".join(dict.fromkeys(f"{r['plan_source']} under {r['schedule']}: {r['reason']}" for r in report["rows"]))
+            return ModelPlan(status="infeasible", method=method, objective=objective,
+                             message=f"no plan runs under the pinned schedule {schedule}: {why or 'no candidate'}",
+                             extra={"microbatches_tried": tried, "schedules": report})
+        best, bests = chosen, schedule_bests
+    result = _assemble(best, bests, tried, method, spec, cl)
+    training = result.problem.training
+    extra = {**result.extra, "schedule": {"schedule": training.schedule, "virtual_stages": training.virtual_stages}}
+    if report is not None:
+        extra["schedules"] = report
+    return replace(result, extra=extra)
 
 
 _NO_FIT = {
@@ -672,6 +720,8 @@ def _assemble(best: dict[str, Any], bests: dict[str, dict[str, Any]], tried: lis
             "value": b["ev"].value,
             "plan": b["plan"].to_dict(b["ev"]),
             "microbatches": b_problem.microbatches,
+            "schedule": b_problem.training.schedule,
+            "virtual_stages": b_problem.training.virtual_stages,
             "iteration_ms": b_tput["iteration_ms"],
             "throughput": b_tput,
             "knobs": stage_knobs(b["ev"]),

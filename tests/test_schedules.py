@@ -553,20 +553,23 @@ def test_plan_model_reports_every_schedule_of_the_kept_plan():
     r = plan_model("seed-vla-8gpu", "dgx-h100", nodes=1, global_batch=32, microbatches=8, method="greedy")
     out = r.extra["schedules"]
     rows = {(row["plan_source"], row["schedule"], row["virtual_stages"]): row for row in out["rows"]}
-    assert rows[("plan", "1f1b", 1)]["iteration_ms"] == pytest.approx(r.extra["throughput"]["iteration_ms"])
-    assert rows[("baseline", "1f1b", 1)]["iteration_ms"] == pytest.approx(r.extra["baseline"]["iteration_ms"])
-    assert ("plan", "zb-h1", 1) in rows and ("baseline", "zb-h1", 1) in rows
+    assert ("plan", "1f1b", 1) in rows and ("plan", "zb-h1", 1) in rows and ("baseline", "zb-h1", 1) in rows
+    assert rows[("baseline", "1f1b", 1)]["ok"]
     assert {v for src, s, v in rows if s == "interleaved"} == {2, 3, 4}
-    assert all(src == "baseline" for src, s, _ in rows if s == "interleaved")  # Megatron's interleaved uniform split
+    assert all(src in ("baseline", "solved") for src, s, _ in rows if s == "interleaved")  # Megatron's interleaved uniform split
+    ok = [row for row in out["rows"] if row["ok"]]
+    # plan keeps the fastest simulated candidate; the result's problem carries its schedule
+    assert r.extra["throughput"]["iteration_ms"] == pytest.approx(min(row["iteration_ms"] for row in ok))
+    assert (r.problem.training.schedule, r.problem.training.virtual_stages) == (out["chosen"]["schedule"], out["chosen"]["virtual_stages"])
     for key in ("best", "best_baseline"):
         best = out[key]
-        pool = [row for row in out["rows"] if row["ok"] and (key == "best" or row["plan_source"] == "baseline")]
+        pool = [row for row in ok if key == "best" or row["plan_source"] in ("baseline", "fsdp")]
         assert best["iteration_ms"] == min(row["iteration_ms"] for row in pool)
         plan = Plan.from_dict(best["plan"])
         problem = with_schedule(r.problem, best["schedule"], virtual_stages=best["virtual_stages"])
         assert simulate(problem, plan).makespan_ms == pytest.approx(best["iteration_ms"])
     off = plan_model("seed-vla-8gpu", "dgx-h100", nodes=1, global_batch=32, microbatches=8, method="greedy", schedules=False)
-    assert "schedules" not in off.extra
+    assert "schedules" not in off.extra and off.problem.training.schedule == "1f1b"
 
 
 def test_schedules_benchmark_table():

@@ -62,15 +62,22 @@ def plan_cmd(
     max_stages: Optional[int] = typer.Option(None, "--max-stages", help="Upper bound on the pipeline depth (faster solves)."),
     cost_option: Optional[List[str]] = typer.Option(None, "--cost-option", "-c", help="Cost-model option key=value (repeatable)."),
     profile: Optional[Path] = typer.Option(None, "--profile", help="Profiled per-layer times (CSV or JSON)."),
-    save_problem: Optional[Path] = typer.Option(None, "--save-problem", help="Write the v1 problem of the plan here."),
+    save_problem: Optional[Path] = typer.Option(None, "--save-problem", help="Write the problem of the plan (with its schedule) here."),
+    schedule: str = typer.Option("auto", "--schedule", "-s",
+                                 help="auto (try every schedule, keep the fastest simulated) | 1f1b | zb-h1 | gpipe | interleaved"),
+    virtual_stages: Optional[int] = typer.Option(None, "--virtual-stages", help="With --schedule interleaved: v (default: 2, 3, 4 tried)."),
     gantt: Optional[Path] = typer.Option(None, "--gantt", help="Write a Gantt chart of the plan (PNG/SVG)."),
     as_json: bool = typer.Option(False, "--json", help="Print result format v1 plus baseline and throughput."),
 ) -> None:
     """Plan a model preset on a cluster preset: stages, meshes, speed-up over Megatron's default, export settings."""
     from ..planning import plan_model
+    from ..schedule_choice import SCHEDULE_CHOICES
 
     check_choice(method, methods(), "--method")
     check_choice(objective, OBJECTIVES, "--objective")
+    check_choice(schedule, SCHEDULE_CHOICES, "--schedule")
+    if virtual_stages is not None and (schedule != "interleaved" or virtual_stages < 2):
+        raise SolverError("--virtual-stages: needs --schedule interleaved and an integer >= 2")
     if microbatches != "auto":
         try:
             mb: int | str = int(microbatches)
@@ -86,6 +93,7 @@ def plan_cmd(
         result = plan_model(
             model, cluster, nodes=nodes, global_batch=global_batch, microbatches=mb, method=method, objective=objective,
             time_limit=time_limit, options=parse_options(cost_option), profile=profile, max_stages=max_stages,
+            schedule=schedule, virtual_stages=virtual_stages,
         )
     problem = result.problem
     if save_problem is not None and problem is not None:
@@ -109,7 +117,7 @@ def _write_gantt(problem: Problem, result: SolveResult, path: Path) -> None:
     from ..simulate import simulate
     from ..viz import save_gantt
 
-    sim = simulate(problem, result.plan, "1f1b", evaluation=result.evaluation)
+    sim = simulate(problem, result.plan, evaluation=result.evaluation)  # under the problem's (the kept) schedule
     save_gantt(sim, path, title=f"{problem.name}: {result.method}")
 
 

@@ -24,7 +24,8 @@ from .common import err, out
 
 __all__ = [
     "print_json", "stage_table", "print_result", "print_validation", "print_evaluation", "simulation_table",
-    "print_simulation", "print_models", "print_clusters", "print_plan_summary", "print_batch_summary",
+    "print_simulation", "print_models", "print_clusters", "print_plan_summary", "schedule_table", "schedule_name",
+    "print_batch_summary",
     "SweepProgress", "print_comparison",
 ]
 
@@ -214,21 +215,36 @@ def print_plan_summary(problem: Problem, result: SolveResult) -> None:
         markup=False,
     )
     out.print(stage_table(problem, result.evaluation))
-    src = "1F1B simulator" if tput.get("iteration_source") == "simulator" else "1F1B estimate"
+    name = schedule_name(problem.training.schedule, problem.training.virtual_stages)
+    src = f"{name} {'simulator' if tput.get('iteration_source') == 'simulator' else 'estimate'}"
     out.print(
         f"iteration {tput['iteration_ms']:.1f} ms ({src}), {tput['tokens_per_s']:.4g} tokens/s, MFU {100 * tput['mfu']:.1f} %",
         markup=False,
     )
     if base.get("plan"):
         stages = base["plan"]["stages"]
-        shape = f"{len(stages)} stage(s) of dp {stages[0]['dp']} x tp {stages[0]['tp']}"
+        v = base.get("virtual_stages") or 1
+        shape = f"{len(stages) // v} stage(s){f' x {v} virtual' if v > 1 else ''} of dp {stages[0]['dp']} x tp {stages[0]['tp']}"
+        under = f", {schedule_name(base['schedule'], v)}" if base.get("schedule") else ""
         out.print(
-            f"baseline {base['method']} ({shape}, m = {base['microbatches']}): iteration {base['iteration_ms']:.1f} ms, "
+            f"baseline {base['method']} ({shape}, m = {base['microbatches']}{under}): iteration {base['iteration_ms']:.1f} ms, "
             f"MFU {100 * base['throughput']['mfu']:.1f} % -> speed-up {doc['speedup']:.3f}x",
             markup=False,
         )
     else:
         out.print("baseline megatron-uniform: no uniform plan fits in memory", markup=False)
+    report = doc.get("schedules")
+    if report and report.get("by_schedule"):
+        chosen = report.get("chosen") or {}
+        how = "pinned" if report.get("pinned") else "chosen by simulation"
+        if chosen:
+            what = _SOURCE_WORDS.get(chosen["plan_source"], "{method}").format(method=chosen["method"])
+            out.print(f"schedule: {schedule_name(chosen['schedule'], chosen['virtual_stages'])} ({how}; {what})", markup=False)
+        out.print(schedule_table(report))
+        for note in report.get("notes") or ():
+            out.print(f"note: {note}", markup=False)
+        if chosen:
+            out.print(export_hint(chosen["schedule"], report["by_schedule"]), markup=False)
     if result.message:
         out.print(result.message, markup=False)
     from ..export import TARGETS, export_result
@@ -237,6 +253,64 @@ def print_plan_summary(problem: Problem, result: SolveResult) -> None:
         out.print(f"\n[bold]{target}[/bold]")
         sys.stdout.flush()
         sys.stdout.write(export_result(result, target, problem).text())  # unwrapped: meant to be pasted
+
+
+def schedule_name(schedule: str, virtual_stages: int = 1) -> str:
+    """``interleaved (v = 2)`` or the plain name."""
+    return f"{schedule} (v = {virtual_stages})" if schedule == "interleaved" else schedule
+
+
+def schedule_table(report: Any) -> Table:
+    """Per schedule: the best plan and the best baseline, simulated iteration, bubble, peak memory (``plan``'s table)."""
+    table = Table(title="schedules (simulated iteration; * kept)", title_justify="left")
+    for col, justify in (("", "left"), ("schedule", "left"), ("best plan", "left"), ("iteration ms", "right"),
+                         ("bubble %", "right"), ("peak GiB", "right"), ("best baseline", "left"),
+                         ("iteration ms", "right"), ("bubble %", "right"), ("peak GiB", "right")):
+        table.add_column(col, justify=justify)
+    chosen = report.get("chosen") or {}
+
+    def cells(row: Any, why: str | None) -> list[str]:
+        if row is None:
+            return [why or "-", "", "", ""]
+        label = row["plan_source"] if row["plan_source"] in ("plan", "solved") else _BASELINE_LABEL.get(row["method"], row["method"])
+        v = row["virtual_stages"]
+        label += f" m {row['microbatches']} P {row['stages'] // v}" + (f"x{v}" if v > 1 else "")
+        bubble = "" if row.get("bubble_ratio") is None else f"{100 * max(row['bubble_ratio'], 0.0):.1f}"
+        peak = "" if not row.get("peak_memory_bytes") else f"{row['peak_memory_bytes'] / 2**30:.1f}"
+        return [label, f"{row['iteration_ms']:.1f}", bubble, peak]
+
+    for entry in report["by_schedule"]:
+        mark = "*" if (entry["schedule"], entry["virtual_stages"]) == (chosen.get("schedule"), chosen.get("virtual_stages")) else ""
+        table.add_row(mark, schedule_name(entry["schedule"], entry["virtual_stages"]), *cells(entry["plan"], entry.get("plan_reason")),
+                      *cells(entry["baseline"], entry.get("baseline_reason")))
+    table.caption = ("plan: the kept plan replayed; solved: the method re-run under the schedule; uniform: Megatron-style "
+                     "uniform split; m microbatches, P stages (x v chunks)")
+    table.caption_justify = "left"
+    return table
+
+
+def export_hint(schedule: str, by_schedule: Any) -> str:
+    """Which export targets run ``schedule``; for the others, the fastest schedule they do run (from the table)."""
+    from ..export import TARGET_SCHEDULES
+
+    lacking = [t for t, runs in TARGET_SCHEDULES.items() if schedule not in runs]
+    if not lacking:
+        return f"exports: every target runs {schedule}"
+
+    def fastest(runs: tuple[str, ...]) -> str:
+        rows = [r for e in by_schedule if e["schedule"] in runs for r in (e["plan"], e["baseline"]) if r is not None]
+        if not rows:  # a pinned schedule: the table has none of theirs
+            return f"--schedule {runs[0]}"
+        best = min(rows, key=lambda r: r["iteration_ms"])
+        return f"--schedule {best['schedule']}: {best['iteration_ms']:.1f} ms"
+
+    return (f"exports: {schedule} is not a schedule of " + ", ".join(lacking) + " (they say so below); re-plan pinned for them: "
+            + "; ".join(f"{t} ({fastest(TARGET_SCHEDULES[t])})" for t in lacking))
+
+
+_BASELINE_LABEL = {"megatron-uniform": "uniform", "fsdp": "fsdp"}
+_SOURCE_WORDS = {"plan": "the {method} plan", "solved": "{method} re-solved under it", "baseline": "the {method} baseline",
+                 "fsdp": "the fsdp baseline"}
 
 
 def print_batch_summary(summary: Any) -> None:

@@ -4,7 +4,9 @@ Contract: every export either gives settings that run exactly the plan —
 its stage cuts, each stage's (dp, tp), the microbatch count m — in the
 framework, or says it cannot: ``Export.expressible`` is False and
 ``Export.reasons`` lists why (the CLI then exits 1). Nothing is emitted
-that would silently differ from the plan. ``Export.checked_with`` names
+that would silently differ from the plan -- its pipeline schedule included:
+a schedule a framework lacks makes the export not expressible, saying so,
+never falls back to another. ``Export.checked_with`` names
 the framework versions the settings were checked against (the framework
 tier ``tests/frameworks/`` runs them through those frameworks' own code).
 
@@ -24,13 +26,14 @@ from typing import Any, Mapping, Sequence
 
 from ..plan import Plan, SolveResult
 from ..problem import Problem, ProblemError
-from .common import Export, hints_from_problem, placement_note, stage_views
+from .common import Export, hints_from_problem, placement_note, schedule_of, stage_views
 from .deepspeed import export_deepspeed
 from .megatron import export_megatron, megatron_layout, mimo_grid, parse_megatron_layout
 from .torchtitan import export_torchtitan, torchtitan_names
 
 __all__ = [
     "TARGETS",
+    "TARGET_SCHEDULES",
     "Export",
     "export_plan",
     "export_result",
@@ -42,6 +45,8 @@ __all__ = [
 ]
 
 TARGETS = ("megatron", "torchtitan", "deepspeed")
+# the pipeline schedules each target runs (the others are declared not expressible, never replaced)
+TARGET_SCHEDULES = {"megatron": ("1f1b", "interleaved"), "torchtitan": ("1f1b", "gpipe", "interleaved"), "deepspeed": ("1f1b",)}
 _EXPORTERS = {"megatron": export_megatron, "torchtitan": export_torchtitan, "deepspeed": export_deepspeed}
 
 
@@ -52,8 +57,10 @@ def export_plan(plan: Plan, hints: Sequence[Mapping[str, Any]], target: str, **c
     projector, embedding, decoder, loss, action) and ``fqns``. ``context``
     may carry ``global_batch`` and ``microbatches`` (m; both needed to set
     the batch so that m holds), ``sequence_parallel`` (Megatron, default
-    True), ``schedule`` and ``torchtitan_base`` (the ``config_registry``
-    function the torchtitan snippet starts from).
+    True), ``schedule`` and ``virtual_stages`` (the plan's pipeline schedule;
+    under ``interleaved`` the plan's stages are its P·v chunks) and
+    ``torchtitan_base`` (the ``config_registry`` function the torchtitan
+    snippet starts from).
     """
     if target not in _EXPORTERS:
         raise ProblemError(f"unknown export target {target!r} (targets: {', '.join(TARGETS)})", path="--to")
@@ -64,7 +71,8 @@ def export_plan(plan: Plan, hints: Sequence[Mapping[str, Any]], target: str, **c
         note = ("the plan's variants (" + ", ".join(f"stage {i}: {v}" for i, v in variants)
                 + ") are memory options (ZeRO stage, recompute) the export does not set: set the framework's matching options")
         exported = replace(exported, notes=(*exported.notes, note))
-    where = placement_note(stages)
+    schedule, v = schedule_of(context)
+    where = placement_note(stages[: len(stages) // v] if schedule == "interleaved" and len(stages) % v == 0 else stages)
     if where and exported.expressible and exported.settings.get("path") != "mimo":
         exported = replace(exported, notes=(*exported.notes, where))
     return exported
@@ -91,9 +99,9 @@ def export_result(result: SolveResult | Mapping[str, Any], target: str, problem:
         hints = hints_from_problem(problem)
         meta = problem.meta or {}
         context = {"global_batch": meta.get("global_batch"), "microbatches": problem.microbatches}
-        schedule = getattr(getattr(problem, "training", None), "schedule", None)
-        if schedule:
-            context["schedule"] = schedule
+        training = getattr(problem, "training", None)
+        if getattr(training, "schedule", None):
+            context.update(schedule=training.schedule, virtual_stages=training.virtual_stages)
     else:
         hint_doc = doc.get("export_hints")
         if not isinstance(hint_doc, Mapping) or not isinstance(hint_doc.get("layers"), list):
@@ -104,4 +112,7 @@ def export_result(result: SolveResult | Mapping[str, Any], target: str, problem:
         hints = hint_doc["layers"]
         gb, m = doc.get("global_batch"), doc.get("microbatches")
         context = {"global_batch": gb if isinstance(gb, int) else None, "microbatches": m if isinstance(m, int) else None}
+        sched = doc.get("schedule")  # written by `partitioner plan`: {"schedule", "virtual_stages"}
+        if isinstance(sched, Mapping) and isinstance(sched.get("schedule"), str):
+            context.update(schedule=sched["schedule"], virtual_stages=sched.get("virtual_stages", 1))
     return export_plan(plan, hints, target, **context)

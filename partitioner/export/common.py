@@ -21,7 +21,8 @@ from typing import Any, Mapping, Sequence
 from ..plan import Plan
 from ..problem import Problem, ProblemError
 
-__all__ = ["Export", "StageView", "Segment", "hints_from_problem", "stage_views", "per_replica_microbatch", "placement_note", "layout_reasons", "LLM_ROLES"]
+__all__ = ["Export", "StageView", "Segment", "hints_from_problem", "stage_views", "per_replica_microbatch", "placement_note",
+           "layout_reasons", "LLM_ROLES", "schedule_of", "chunk_reasons"]
 
 LLM_ROLES = ("embedding", "decoder", "loss")
 
@@ -245,4 +246,24 @@ def layout_reasons(stages: Sequence[StageView], rule: str) -> list[str]:
         return ["stage(s) " + ", ".join(f"{s.index} ({s.describe_layouts()})" for s in mixed) + f" run two layouts on the same GPUs: {rule}"]
     if len(set().union(*(s.layouts for s in stages))) > 1:
         return ["the stages use different layouts (" + ", ".join(f"stage {s.index}: {s.describe_layouts()}" for s in stages) + f"): {rule}"]
+    return []
+
+
+def schedule_of(ctx: Mapping[str, Any]) -> tuple[str, int]:
+    """``(schedule, v)`` of an export context: ``1f1b`` and 1 unless the plan was made for another schedule."""
+    schedule = str(ctx.get("schedule") or "1f1b")
+    v = ctx.get("virtual_stages") if schedule == "interleaved" else 1
+    return schedule, v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else 1
+
+
+def chunk_reasons(stages: Sequence[StageView], v: int) -> list[str]:
+    """Why ``stages`` are not the P·v chunks of an interleaved plan (chunk c on the GPUs of group c mod P); [] when they are."""
+    if v < 2:
+        return [f"the interleaved schedule needs v >= 2 virtual stages per pipeline rank, got {v}"]
+    if len(stages) % v:
+        return [f"the plan's {len(stages)} stages are not P x v chunks for v = {v}"]
+    P = len(stages) // v
+    wrong = [s.index for s in stages if sorted(s.device_ids) != sorted(stages[s.index % P].device_ids)]
+    if wrong:
+        return [f"chunk(s) {wrong} do not run on the GPUs of their group (chunk c runs on group c mod {P})"]
     return []

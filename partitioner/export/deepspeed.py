@@ -8,19 +8,22 @@ every stage the same model- and data-parallel degree, so a plan whose
 stages (or segments) differ in layout is not expressible. The batch:
 ``train_micro_batch_size_per_gpu`` = global batch / (m dp) and
 ``gradient_accumulation_steps`` = m (DeepSpeed's pipeline engine runs
-that many microbatches per step).
+that many microbatches per step). The engine runs one training schedule,
+``TrainSchedule`` (1F1B): a plan made for another schedule is declared not
+expressible rather than run under 1F1B.
 
 References
 ----------
 .. [1] DeepSpeed 0.19.8, ``deepspeed/runtime/pipe/module.py``
    (``PipelineModule._partition_layers``, ``_set_bounds``) and
-   ``deepspeed/runtime/pipe/topology.py`` (``PipeModelDataParallelTopology``).
+   ``deepspeed/runtime/pipe/topology.py`` (``PipeModelDataParallelTopology``) and
+   ``deepspeed/runtime/pipe/engine.py`` (``PipelineEngine._train_schedule``: ``TrainSchedule``).
 """
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .common import Export, StageView, layout_reasons, per_replica_microbatch
+from .common import Export, StageView, layout_reasons, per_replica_microbatch, schedule_of
 
 __all__ = ["export_deepspeed", "CHECKED_WITH"]
 
@@ -33,6 +36,10 @@ def export_deepspeed(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
     names = [n for s in stages for n in s.names]
     reasons = layout_reasons(stages, "DeepSpeed's PipeModelDataParallelTopology gives every stage, and every layer of a "
                                      "stage, the same model- and data-parallel degree")
+    schedule, _ = schedule_of(ctx)
+    if schedule != "1f1b":
+        reasons.insert(0, f"schedule {schedule} is not expressible: DeepSpeed's PipelineEngine runs TrainSchedule (1F1B) "
+                          "only; plan with --schedule 1f1b")
     b = None
     if not reasons:
         b, why = per_replica_microbatch(ctx.get("global_batch"), ctx.get("microbatches"), stages[0].dp)

@@ -23,6 +23,16 @@ Two ways to run a plan, tried in this order:
   span the whole world (``colocated``: a v2 stage that runs the vision
   segment and the language segment on the same GPUs in two layouts).
 
+**Schedules.** Megatron-LM runs 1F1B and interleaved 1F1B. An interleaved
+plan's P·v chunks go out as a layout string of P·v stages with
+``--pipeline-model-parallel-size P``: Megatron-LM derives
+``virtual_pipeline_model_parallel_size`` = stages / P from it, and stage c
+of the layout runs on pipeline rank c mod P, virtual stage c div P, as the
+plan's chunk c does (``PipelineParallelLayerLayout.__init__``) [1]_.
+``--num-virtual-stages-per-pipeline-rank`` is not emitted: Megatron-LM's
+``validate_args`` refuses it together with a layout [3]_. ZB-H1 and GPipe
+are not Megatron-LM schedules: such plans are declared not expressible.
+
 Everything else is declared not expressible, with the reason.
 
 References
@@ -32,17 +42,30 @@ References
 .. [2] NeMo Megatron Bridge, ``megatron/bridge/models/mimo/mimo_config.py``
    (``MimoParallelismConfig.finalize``: ``llm`` module present, rank ranges,
    world size; deployment modes heterogeneous / colocated / homogeneous).
+.. [3] Megatron-LM, ``megatron/training/arguments.py`` (``validate_args``: at most one of
+   ``--num-layers-per-virtual-pipeline-stage``, ``--num-virtual-stages-per-pipeline-rank``,
+   ``--pipeline-model-parallel-layout``; with a layout, vpp = its stages / pp).
 """
 from __future__ import annotations
 
 import re
 from typing import Any, Mapping, Sequence
 
-from .common import Export, StageView, layout_reasons, per_replica_microbatch
+from .common import Export, StageView, chunk_reasons, layout_reasons, per_replica_microbatch, schedule_of
 
-__all__ = ["export_megatron", "megatron_layout", "parse_megatron_layout", "mimo_grid", "CHECKED_WITH"]
+__all__ = ["export_megatron", "megatron_layout", "parse_megatron_layout", "mimo_grid", "CHECKED_WITH", "MEGATRON_SCHEDULES"]
 
 CHECKED_WITH = "megatron-core 0.16.1 (Megatron-LM core_r0.16 flags); MIMO grid per Megatron Bridge's MimoParallelismConfig"
+# our schedules Megatron-LM runs: 1F1B (forward_backward_pipelining_without_interleaving) and interleaved 1F1B
+# (forward_backward_pipelining_with_interleaving, virtual stages from the layout)
+MEGATRON_SCHEDULES = ("1f1b", "interleaved")
+_NO_SCHEDULE = {
+    "zb-h1": "schedule zb-h1 is not expressible: Megatron-LM's pipeline schedules are 1F1B and interleaved 1F1B "
+             "(megatron.core.pipeline_parallel.schedules); it has no zero-bubble (B/W split) schedule. Plan with "
+             "--schedule 1f1b or interleaved",
+    "gpipe": "schedule gpipe is not expressible: Megatron-LM has no all-forward-then-all-backward pipeline schedule "
+             "(only 1F1B and interleaved 1F1B). Plan with --schedule 1f1b or interleaved",
+}
 
 
 # --------------------------------------------------------------------------- layout strings
@@ -147,6 +170,13 @@ def _layout_symbols(llm: Sequence[StageView]) -> tuple[list[str], list[str]]:
 
 def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[str, Any], list[str], list[str], list[str]]:
     """(settings, flag lines, notes, reasons it cannot run the plan)."""
+    schedule, v = schedule_of(ctx)
+    if schedule not in MEGATRON_SCHEDULES:
+        return {}, [], [], [_NO_SCHEDULE[schedule] if schedule in _NO_SCHEDULE else f"schedule {schedule!r} is not one Megatron-LM runs"]
+    if schedule == "interleaved":
+        why = chunk_reasons(stages, v)
+        if why:
+            return {}, [], [], why
     pre, llm, post = _split(stages)
     reasons: list[str] = []
     if pre:
@@ -171,19 +201,28 @@ def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[
     symbols, notes = _layout_symbols(llm)
     text = megatron_layout(symbols)
     n_layers = sum(s.count("decoder") for s in llm)
+    pp = len(llm) // v  # interleaved: the layout lists the P·v chunks, chunk c on pipeline rank c mod P
     core = {
         "num_layers": n_layers,
         "tensor_model_parallel_size": tp,
-        "pipeline_model_parallel_size": len(llm),
+        "pipeline_model_parallel_size": pp,
         "pipeline_model_parallel_layout": text,
         "sequence_parallel": tp > 1 and bool(ctx.get("sequence_parallel", True)),
         "bf16": True,  # the cost model's bf16 activations; Megatron-LM derives pipeline_dtype from --bf16
     }
-    settings: dict[str, Any] = {"path": "megatron-lm", "transformer_config": core, "data_parallel_size": dp}
+    if v > 1:
+        core["virtual_pipeline_model_parallel_size"] = v
+        notes.append(
+            f"interleaved 1F1B with {v} virtual stages per pipeline rank: the layout's {len(llm)} stages give it "
+            f"(Megatron-LM sets virtual_pipeline_model_parallel_size = {len(llm)} / {pp}); do not also pass "
+            "--num-virtual-stages-per-pipeline-rank or --num-layers-per-virtual-pipeline-stage: Megatron-LM refuses "
+            "either together with --pipeline-model-parallel-layout"
+        )
+    settings: dict[str, Any] = {"path": "megatron-lm", "schedule": schedule, "transformer_config": core, "data_parallel_size": dp}
     flags = [
         f"--num-layers {n_layers}",
         f"--tensor-model-parallel-size {tp}",
-        f"--pipeline-model-parallel-size {len(llm)}",
+        f"--pipeline-model-parallel-size {pp}",
         f'--pipeline-model-parallel-layout "{text}"',
         "--bf16",
     ]
@@ -318,6 +357,12 @@ def export_megatron(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
         env = "export CUDA_DEVICE_MAX_CONNECTIONS=1\n" if "env" in settings else ""
         snippet = env + "torchrun $DISTRIBUTED_ARGS pretrain_gpt.py $MODEL_ARGS \\\n    " + " \\\n    ".join(flags)
         return Export("megatron", settings, snippet, tuple(notes), True, (), CHECKED_WITH)
+    if schedule_of(ctx)[0] != "1f1b":
+        return Export("megatron", {"path": None, "stage_layouts": _stage_layouts(stages)},
+                      "# (no Megatron setting expresses this plan: see the reasons above)", (), False,
+                      tuple(f"Megatron-LM: {r}" for r in lm_reasons)
+                      + (f"MIMO: the export writes MIMO grids for 1F1B plans only (this plan is for {schedule_of(ctx)[0]})",),
+                      CHECKED_WITH)
     world = sum(s.devices for s in stages)
     grid, mimo_reasons = mimo_grid(stages, world)
     notes = []

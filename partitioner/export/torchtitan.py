@@ -28,6 +28,16 @@ that holds ``tok_embeddings`` (``pipeline_vlm``; the forward skips it on
 stages without the embedding), so the vision encoder and projector must
 sit whole on that stage.
 
+**Schedule.** ``parallelism.pipeline_parallel_schedule`` is the name
+``torch.distributed.pipelining.schedules.get_schedule_class`` knows: 1F1B
+-> ``1F1B``, GPipe -> ``GPipe``, interleaved 1F1B with v chunks per rank ->
+``Interleaved1F1B`` (the plan's P·v chunks are the model parts; torchtitan's
+``_get_pp_rank_to_stage_indices_mapping`` puts part c on rank c mod P, and
+torch's warm-up, ``_get_warmup_ops``, is Megatron-LM's when m is a multiple
+of P). ZB-H1 has no torch schedule class (``InterleavedZeroBubble`` is ZB-1P
+over several stages per rank, ``ZBVZeroBubble``/``DualPipeV`` use a V
+placement): a ZB-H1 plan is declared not expressible.
+
 **Batch.** ``training.local_batch_size`` = global batch / dp (no gradient
 accumulation), ``parallelism.pipeline_parallel_microbatch_size`` =
 global batch / (m dp), so torchtitan's microbatch count
@@ -45,12 +55,20 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from .common import Export, StageView, layout_reasons, per_replica_microbatch
+from .common import Export, StageView, chunk_reasons, layout_reasons, per_replica_microbatch, schedule_of
 
 __all__ = ["export_torchtitan", "torchtitan_names", "CHECKED_WITH", "SCHEDULES"]
 
-CHECKED_WITH = "torchtitan 0.3.0 (config_registry + CLI overrides; 0.2.x TOML files are not targeted)"
-SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe"}
+CHECKED_WITH = ("torchtitan 0.3.0 (config_registry + CLI overrides; 0.2.x TOML files are not targeted); schedule names per "
+                "torch 2.13 get_schedule_class")
+# our schedule -> torchtitan's ``pipeline_parallel_schedule`` (torch.distributed.pipelining's get_schedule_class names)
+SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
+_NO_SCHEDULE = {
+    "zb-h1": "schedule zb-h1 is not expressible: no torch.distributed.pipelining schedule torchtitan offers is ZB-H1 "
+             "(one stage per rank, 1F1B's order with the weight gradients deferred into the bubble): "
+             "InterleavedZeroBubble runs ZB-1P over several stages per rank (loop placement), ZBVZeroBubble and "
+             "DualPipeV two stages per rank in a V. Plan with --schedule 1f1b, gpipe or interleaved",
+}
 _VISION = ("vision", "projector")
 
 
@@ -108,9 +126,11 @@ def _reasons(stages: Sequence[StageView], ctx: Mapping[str, Any]) -> list[str]:
             + where
             + ": torchtitan's VLMs run vision_encoder, whole, inside the embedding step of the stage holding tok_embeddings"
         )
-    schedule = str(ctx.get("schedule") or "1f1b")
+    schedule, v = schedule_of(ctx)
     if schedule not in SCHEDULES:
-        reasons.append(f"schedule {schedule!r}: the export maps only {', '.join(SCHEDULES)} to torchtitan schedules")
+        reasons.append(_NO_SCHEDULE.get(schedule, f"schedule {schedule!r} has no torchtitan schedule"))
+    elif schedule == "interleaved":
+        reasons += chunk_reasons(stages, v)
     return reasons
 
 
@@ -161,16 +181,23 @@ def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export
                       (), False, tuple(reasons), CHECKED_WITH)
     parts, fqn_map = torchtitan_names(stages)
     notes = []
+    schedule, v = schedule_of(ctx)
+    pp = len(stages) // v
+    if v > 1:
+        notes.append(
+            f"Interleaved1F1B with {v} stages per rank: the {len(parts)} model parts of module_fqns_per_model_part are "
+            f"the plan's chunks; torchtitan places part c on pipeline rank c mod {pp} (its 'loop' style), as the plan does"
+        )
     parallelism: dict[str, Any] = {
-        "pipeline_parallel_degree": len(stages),
-        "pipeline_parallel_schedule": SCHEDULES[str(ctx.get("schedule") or "1f1b")],
+        "pipeline_parallel_degree": pp,
+        "pipeline_parallel_schedule": SCHEDULES[schedule],
         "data_parallel_shard_degree": dp,
         "data_parallel_replicate_degree": 1,
         "tensor_parallel_degree": tp,
         "module_fqns_per_model_part": parts,
     }
     training: dict[str, Any] = {}
-    if len(stages) > 1:
+    if pp > 1:
         training["disable_cuda_graphs"] = True  # torchtitan 0.3 refuses CUDA graphs with PP
     if b is not None:
         parallelism["pipeline_parallel_microbatch_size"] = b
@@ -181,7 +208,7 @@ def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export
     cfg = {"parallelism": parallelism, "training": training} if training else {"parallelism": parallelism}
     base = str(ctx.get("torchtitan_base") or "torchtitan.models.llama3.config_registry.llama3_8b")
     settings = {"config": cfg, "overrides": _overrides(cfg), "module_fqns_per_model_part": parts, "fqn_map": fqn_map}
-    world = len(stages) * dp * tp
+    world = pp * dp * tp
     snippet = (
         f"# {world} GPUs: torchrun with --nnodes x --nproc_per_node = {world}\n"
         'torchrun $DISTRIBUTED_ARGS -m torchtitan.train --module "$MODEL_MODULE" --config "$MODEL_CONFIG" \\\n    '

@@ -195,7 +195,7 @@ def solve(
 
 # What each method optimises exactly (or, for the heuristics, plans validly) beyond 1F1B: the
 # exact methods model zb-h1's and GPipe's objectives and stashes (DESIGN.md, "Decisions");
-# interleaved plans have P*v chunks, which none of them models yet (brute refuses on its own).
+# interleaved plans have P*v chunks, which only cpsat and milp (below) and brute model.
 _SCHEDULES_BEYOND_1F1B = {
     "dp": {("zb-h1", "bottleneck"), ("zb-h1", "iteration"), ("gpipe", "bottleneck"), ("gpipe", "iteration")},
     "cpsat": {("zb-h1", "bottleneck"), ("zb-h1", "iteration"), ("gpipe", "bottleneck"), ("gpipe", "iteration")},
@@ -203,6 +203,18 @@ _SCHEDULES_BEYOND_1F1B = {
     "greedy": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},
     "uniform": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},
     "balanced": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},
+}
+# cpsat and milp search the interleaved space of equal device groups with one mesh each
+# (solvers/interleaved_model.py), both objectives, exactly.
+for _method in ("cpsat", "milp"):
+    _SCHEDULES_BEYOND_1F1B[_method] |= {("interleaved", "bottleneck"), ("interleaved", "iteration")}
+# Why a method cannot model a schedule at all, when "not yet" would mislead.
+_WHY_NOT = {
+    ("dp", "interleaved"): (
+        "its recursion runs along the layer order, one stage after another, and an interleaved group's "
+        "time and memory sum chunks that lie far apart in that order (chunks g, g + P, ...), so they do not "
+        "separate into stage-by-stage terms"
+    ),
 }
 
 
@@ -218,6 +230,8 @@ def schedule_support(method: str, schedule: str, objective: str) -> str:
         return ""
     able = [m for m, pairs in _SCHEDULES_BEYOND_1F1B.items() if (schedule, objective) in pairs]
     hint = f"use {' or '.join(able)}" if able else "use brute on a small problem"
+    if (method, schedule) in _WHY_NOT:
+        return f"{method} cannot optimise schedule {schedule!r}: {_WHY_NOT[method, schedule]}; {hint}"
     return (
         f"{method} does not optimise the {objective} objective under schedule {schedule!r} yet "
         f"(it models 1F1B's estimate and stash); {hint}, or plan with schedule 1f1b and compare "

@@ -38,7 +38,8 @@ m). Under ``zb-h1`` the iteration estimate grows with each stage's t - W
 and W separately, under ``gpipe`` with its F and B separately, so the
 search keeps every stage tuple that is Pareto-minimal in those two parts
 and tries their product instead of the fastest tuple alone. ``interleaved``
-is refused for now.
+searches the space of equal device groups with one mesh each
+(:mod:`.interleaved_brute`; the space is :mod:`.interleaved_model`'s).
 
 The search refuses problems whose cut x size enumeration exceeds
 ``max_combinations`` (option, default 2,000,000): roughly up to 12 layers
@@ -61,6 +62,7 @@ from ..reshard import stage_reshard_ms
 from ..schedules import stash
 from .base import Candidate, SolveRequest, register
 from .feasibility import explain_infeasible, feasible_stage_counts
+from .interleaved_brute import solve_brute_interleaved
 from .tables import CostTables
 
 __all__ = [
@@ -223,8 +225,10 @@ def solve_brute(problem: Problem, request: SolveRequest) -> Candidate:
         return Candidate("error", message="brute: custom cluster topologies are not supported by the solvers yet")
     start = time.perf_counter()
     deadline = request.deadline(start)
-    counts = feasible_stage_counts(problem)
     limit = int(request.option("max_combinations", DEFAULT_MAX_COMBINATIONS))
+    if problem.training.schedule == "interleaved":  # equal groups, one mesh each: its own space
+        return solve_brute_interleaved(problem, request, deadline, limit)
+    counts = feasible_stage_counts(problem)
     # every feasible P has at least one size sequence: the cuts alone bound the work from below
     lower = max((comb(problem.num_layers - 1, P - 1) for P in counts), default=0)
     work = lower if lower > limit else enumeration_size(problem, counts)
@@ -237,8 +241,6 @@ def solve_brute(problem: Problem, request: SolveRequest) -> Candidate:
             ),
         )
     schedule = problem.training.schedule
-    if schedule == "interleaved":
-        return Candidate("error", message=f"brute: the {schedule} schedule's {request.objective} objective is not supported yet")
     allowed = problem.cluster.allowed_sizes()
     N, L = problem.num_devices, problem.num_layers
     tables = CostTables(problem)  # transfer times only

@@ -156,6 +156,10 @@ SAFE_PARAMETERS = {"cp_model_presolve": False}
 
 @register("cpsat", options=("num_workers", "hint", "resolution", "log", "parameters"))
 def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
+    if problem.training.schedule == "interleaved":  # its own space and model
+        from .interleaved_solve import solve_interleaved
+
+        return solve_interleaved(problem, request, "cpsat")
     start = time.perf_counter()
     if problem.cluster.topology is not None:
         return Candidate("error", message="cpsat: custom cluster topologies are not supported by the solvers yet")

@@ -126,6 +126,10 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
     if backend not in BACKENDS:
         raise SolverError(f"milp: unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     threads = int_option(request, "milp", "threads", 1)
+    if problem.training.schedule == "interleaved":  # its own space and model
+        from .interleaved_solve import solve_interleaved
+
+        return solve_interleaved(problem, request, "milp")
     if problem.cluster.topology is not None:
         return Candidate("error", message="milp: custom cluster topologies are not supported by the solvers yet")
     reason = quick_infeasibility(problem)

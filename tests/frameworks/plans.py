@@ -2,7 +2,8 @@
 
 ``PLANS`` are the issue's six plans (pi0, openvla-7b, llava-1.5-7b,
 qwen2-vl-72b, internvl-1.5-26b, and a ``balanced`` internvl plan with
-vision-only stages), planned by :func:`partitioner.plan_model` at sizes
+vision-only stages), pinned to 1F1B, and three plans pinned to interleaved
+1F1B (v = 2, 4) and GPipe, planned by :func:`partitioner.plan_model` at sizes
 small enough to plan in seconds on 2 cores (fixed m and a stage cap where
 the full ``auto`` search takes minutes). The tests need the ``frameworks``
 extra (``pip install -e '.[frameworks]'``); without it they skip, saying so.
@@ -28,10 +29,14 @@ class PlanCase:
     microbatches: int
     method: str = "dp"
     max_stages: int | None = None
+    schedule: str = "1f1b"  # pinned: the tier checks each schedule's export on purpose, not what auto picks
+    virtual_stages: int | None = None
 
     def command(self) -> str:
         extra = f" --method {self.method}" if self.method != "dp" else ""
         extra += f" --max-stages {self.max_stages}" if self.max_stages else ""
+        extra += f" --schedule {self.schedule}"
+        extra += f" --virtual-stages {self.virtual_stages}" if self.virtual_stages else ""
         return (f"partitioner plan --model {self.model} --cluster {self.cluster} --nodes {self.nodes} "
                 f"--global-batch {self.global_batch} --microbatches {self.microbatches}{extra} --json")
 
@@ -43,6 +48,12 @@ PLANS = [
     PlanCase("qwen2-vl-72b", "qwen2-vl-72b", "dgx-h100", 4, 256, 32, max_stages=6),
     PlanCase("internvl-1.5-26b", "internvl-1.5-26b", "dgx-h100", 4, 512, 64, max_stages=8),
     PlanCase("internvl-balanced", "internvl-1.5-26b", "dgx-h100", 4, 512, 128, method="balanced"),
+    # plans kept under interleaved 1F1B (Megatron's uniform split with virtual stages) and GPipe
+    PlanCase("llava-interleaved-v2", "llava-1.5-7b", "dgx-h100", 2, 512, 64, method="greedy", schedule="interleaved",
+             virtual_stages=2),
+    PlanCase("qwen2-vl-7b-interleaved-v4", "qwen2-vl-7b", "dgx-h100", 2, 256, 32, method="greedy", schedule="interleaved",
+             virtual_stages=4),
+    PlanCase("seed-vla-gpipe", "seed-vla-8gpu", "dgx-h100", 1, 32, 8, method="greedy", schedule="gpipe"),
 ]
 PLAN_IDS = [c.id for c in PLANS]
 _CACHE: dict[str, Any] = {}
@@ -53,7 +64,8 @@ def planned(case_id: str):
     if case_id not in _CACHE:
         case = next(c for c in PLANS if c.id == case_id)
         result = plan_model(case.model, case.cluster, nodes=case.nodes, global_batch=case.global_batch,
-                            microbatches=case.microbatches, method=case.method, max_stages=case.max_stages)
+                            microbatches=case.microbatches, method=case.method, max_stages=case.max_stages,
+                            schedule=case.schedule, virtual_stages=case.virtual_stages)
         assert result.plan is not None, f"{case.command()}: {result.status}: {result.message}"
         _CACHE[case_id] = result
     return _CACHE[case_id]

@@ -4,9 +4,12 @@ For every plan of the tier whose Megatron export is expressible:
 
 * Megatron-LM path: ``TransformerConfig(**settings["transformer_config"])``
   (its ``__post_init__`` parses the layout and runs
-  ``validate_layer_layout`` against ``num_layers`` and the pipeline size);
-  the layout's per-rank decoder counts (``get_num_layers_to_build``) and
-  layer offsets equal the plan's stages; every emitted flag is a
+  ``validate_layer_layout`` against ``num_layers`` and the pipeline size;
+  for an interleaved plan it checks ``virtual_pipeline_model_parallel_size``
+  against the layout's stages / P); the layout has v model chunks per
+  pipeline rank, and per (rank, virtual stage) its decoder counts
+  (``get_num_layers_to_build``) and layer offsets equal the plan's chunk
+  c = vp·P + rank; every emitted flag is a
   ``TransformerConfig`` field or one of Megatron-LM's batch flags, and the
   batch flags give the plan's m.
 * MIMO path: the language module's layout through ``TransformerConfig``;
@@ -47,14 +50,36 @@ def _config(core: dict) -> TransformerConfig:
 
 
 def _check_layout(result, core: dict, llm_stages) -> None:
+    """megatron-core's layout: per (pipeline rank, virtual stage) the plan's chunk c = vp·P + rank, layer counts and offsets.
+
+    Without interleaving v = 1 and chunk c is stage c. Megatron reads the virtual stage
+    only when its parallel state has a virtual world size: set it (as Megatron-LM's
+    initialisation does from virtual_pipeline_model_parallel_size) while checking.
+    """
+    from megatron.core import parallel_state
+
+    training = result.problem.training
+    v = training.virtual_stages if training.schedule == "interleaved" else 1
     cfg = _config(core)
     layout = cfg.pipeline_model_parallel_layout
-    assert layout.virtual_pipeline_model_parallel_size == 1
+    P = core["pipeline_model_parallel_size"]
+    assert layout.virtual_pipeline_model_parallel_size == v
+    assert cfg.virtual_pipeline_model_parallel_size == (v if v > 1 else None)
+    assert len(layout.layout) == P and all(len(chunks) == v for chunks in layout.layout)  # v model chunks per rank
     counts = _decoder_counts(result, llm_stages)
-    for rank, want in enumerate(counts):
-        assert layout.get_num_layers_to_build(LayerType.decoder, vp_stage=0, pp_rank=rank) == want
-        assert layout.get_layer_offset(LayerType.decoder, vp_stage=0, pp_rank=rank) == sum(counts[:rank])
-    assert LayerType.embedding in layout.layout[0][0] and LayerType.loss in layout.layout[-1][0]
+    assert len(counts) == P * v
+    parallel_state.set_virtual_pipeline_model_parallel_world_size(v if v > 1 else None)
+    try:
+        for c, want in enumerate(counts):
+            rank, vp = c % P, c // P
+            assert layout.get_num_layers_to_build(LayerType.decoder, vp_stage=vp, pp_rank=rank) == want, f"chunk {c}"
+            assert layout.get_layer_offset(LayerType.decoder, vp_stage=vp, pp_rank=rank) == sum(counts[:c]), f"chunk {c}"
+    finally:
+        parallel_state.set_virtual_pipeline_model_parallel_world_size(None)
+    assert LayerType.embedding in layout.layout[0][0] and LayerType.loss in layout.layout[-1][-1]
+    if v > 1:  # the plan's chunk c runs on the GPUs of group c mod P: Megatron's rank c mod P
+        ids = result.plan.device_ids()
+        assert all(ids[c] == ids[c % P] for c in range(len(ids)))
 
 
 @pytest.mark.parametrize("case", [c.id for c in PLANS])
@@ -79,6 +104,8 @@ def test_megatron_export_runs_in_megatron_core_or_says_why(case):
                 want = core[dest]
                 assert (flags[flag] == str(want)) if not isinstance(want, bool) else want, flag
         assert not any(f.startswith("encoder") for f in flags)
+        # Megatron-LM's validate_args refuses a virtual-stage flag together with the layout (vpp comes from the layout)
+        assert not any(f.startswith(("num-virtual-stages", "num-layers-per-virtual")) for f in flags)
         dp = exp.settings["data_parallel_size"]
         mbs, gbs = int(flags["micro-batch-size"]), int(flags["global-batch-size"])
         assert gbs % (mbs * dp) == 0 and gbs // (mbs * dp) == result.problem.microbatches  # Megatron-LM's m
@@ -99,6 +126,22 @@ def _bridge_finalize(grid: dict, world: int) -> None:
     cfg = mimo.MimoParallelismConfig(llm_module_name=grid["llm_module_name"], module_parallelisms=modules,
                                      deployment_mode=grid["deployment_mode"])
     cfg.finalize(world)
+
+
+def test_megatron_refuses_schedules_it_lacks():
+    """A plan kept under a schedule Megatron-LM does not run is declared not expressible, never exported as 1F1B."""
+    for case in PLANS:
+        result = planned(case.id)
+        if result.problem.training.schedule in ("zb-h1", "gpipe"):
+            exp = export_result(result, "megatron")
+            assert not exp.expressible and any("is not expressible" in r for r in exp.reasons)
+
+
+def test_layout_vpp_conflict_is_refused():
+    """The check can fail: megatron-core refuses a virtual size the layout does not have."""
+    with pytest.raises(AssertionError, match="conflicts"):
+        _config({"num_layers": 8, "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 2,
+                 "virtual_pipeline_model_parallel_size": 2, "pipeline_model_parallel_layout": "Et*4|t*4L", "bf16": True})
 
 
 def test_layout_validator_rejects_a_layout_that_misses_the_plan():

@@ -116,7 +116,10 @@ def test_torchtitan_export_parses_and_splits_or_says_why(case, pp_mesh, tmp_path
     _check_config(_parse(["--module", "planned_job", "--config", "planned"]), exp.settings, m)
     sys.modules.pop("planned_job.config_registry", None)
     sys.modules.pop("planned_job", None)
-    # 3. torchtitan's pipeline split on a module tree with the exported names
+    # 3. the schedule: torch's lookup knows the exported name; with v parts per rank the class is a multi-stage
+    # (looped) one and torchtitan places part c on rank c mod P, as the plan runs chunk c on group c mod P
+    _check_schedule(result, exp.settings)
+    # 4. torchtitan's pipeline split on a module tree with the exported names
     parts = exp.settings["module_fqns_per_model_part"]
     stages, chunks = _pipeline_module_split(_tree(parts), pp_mesh, exp.settings["config"]["parallelism"]["pipeline_parallel_schedule"],
                                             torch.device("cpu"), parts)
@@ -124,6 +127,43 @@ def test_torchtitan_export_parses_and_splits_or_says_why(case, pp_mesh, tmp_path
     for part, chunk in zip(parts, chunks):
         assert sorted(_kept(chunk)) == sorted(part)
     assert sum(len(_kept(c)) for c in chunks) == len({n for p in parts for n in p})
+
+
+_CLASSES = {"1f1b": "Schedule1F1B", "gpipe": "ScheduleGPipe", "interleaved": "ScheduleInterleaved1F1B"}
+
+
+def _check_schedule(result, settings: dict) -> None:
+    from torch.distributed.pipelining.schedules import PipelineScheduleMulti, get_schedule_class
+    from torchtitan.distributed.pipeline_parallel import _get_pp_rank_to_stage_indices_mapping
+
+    training = result.problem.training
+    v = training.virtual_stages if training.schedule == "interleaved" else 1
+    par = settings["config"]["parallelism"]
+    name, P = par["pipeline_parallel_schedule"], par["pipeline_parallel_degree"]
+    cls = get_schedule_class(name)
+    assert cls.__name__ == _CLASSES[training.schedule]
+    assert issubclass(cls, PipelineScheduleMulti) == (v > 1)
+    n = len(settings["module_fqns_per_model_part"])
+    assert n == P * v == len(result.plan.stages)
+    ids = result.plan.device_ids()
+    for rank in range(P):
+        mine = _get_pp_rank_to_stage_indices_mapping(rank, P, name, n)
+        assert len(mine) == v and all(c % P == rank and ids[c] == ids[rank] for c in mine)
+
+
+def test_torchtitan_refuses_zb_h1_and_has_no_zb_h1_class():
+    """ZB-H1 is said plainly: torch's zero-bubble classes are other schedules (interleaved ZB-1P, V-shaped)."""
+    from torch.distributed.pipelining.schedules import (ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble,
+                                                        PipelineScheduleMulti, get_schedule_class)
+
+    assert issubclass(ScheduleInterleavedZeroBubble, PipelineScheduleMulti) and issubclass(ScheduleZBVZeroBubble, PipelineScheduleMulti)
+    with pytest.raises(ValueError):
+        get_schedule_class("ZBH1")
+    from partitioner.export.torchtitan import SCHEDULES
+
+    assert "zb-h1" not in SCHEDULES
+    for name in SCHEDULES.values():
+        get_schedule_class(name)
 
 
 def test_split_drops_nested_hugging_face_names(pp_mesh):
