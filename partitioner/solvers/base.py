@@ -193,12 +193,11 @@ def solve(
     return finish(problem, method, request, candidate, seconds, validate)
 
 
-# What each method optimises exactly (or, for the heuristics, plans validly) beyond 1F1B. The
-# exact DP, CP-SAT and the MILP optimise 1F1B's objective and stash: under zb-h1 the bottleneck
-# (max t_p) and the stash are 1F1B's, its iteration estimate is not; GPipe's stash is m and
+# What each method optimises exactly (or, for the heuristics, plans validly) beyond 1F1B: the
+# exact methods model zb-h1's and GPipe's objectives and stashes (DESIGN.md, "Decisions");
 # interleaved plans have P*v chunks, which only cpsat and milp (below) and brute model.
 _SCHEDULES_BEYOND_1F1B = {
-    "dp": {("zb-h1", "bottleneck")},
+    "dp": {("zb-h1", "bottleneck"), ("zb-h1", "iteration"), ("gpipe", "bottleneck"), ("gpipe", "iteration")},
     "cpsat": {("zb-h1", "bottleneck"), ("zb-h1", "iteration"), ("gpipe", "bottleneck"), ("gpipe", "iteration")},
     "milp": {("zb-h1", "bottleneck"), ("zb-h1", "iteration"), ("gpipe", "bottleneck"), ("gpipe", "iteration")},
     "greedy": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},
@@ -270,6 +269,10 @@ def _fallback(problem: Problem, method: str, request: SolveRequest, cut: Candida
     budget = max(remaining, min(1.0, request.time_limit))
     found = greedy(problem, replace(request, time_limit=budget, warm_start=None, options={}))
     if found.plan is None or found.status not in ("feasible", "optimal"):
+        return cut
+    try:  # greedy plans with 1F1B's stash: under another schedule (GPipe) its plan may not fit
+        evaluate(problem, found.plan.with_device_ids(), request.objective)
+    except PlanError:
         return cut
     reason = (cut.message or f"{method}: time limit reached").rstrip(".")
     extra = dict(cut.extra)

@@ -8,7 +8,7 @@ A *suffix* is the pipeline from some layer ``a`` to the last layer. Its state is
 * ``k`` -- its number of stages. Counting stages from the end fixes the 1F1B
   stash of the suffix's first stage, ``min(m, k)``; beyond ``max(m, P_min)``
   all counts behave alike and share one level when the stage bound is not
-  binding;
+  binding (GPipe: beyond ``P_min``; see "Schedules beyond 1F1B");
 * ``D`` -- its devices (a numpy axis; the whole pipeline must use exactly N);
 * ``z`` -- a *placement state* of its first stage (below);
 * ``c`` -- the *incoming category*: the smaller of the sizes on both sides of
@@ -23,7 +23,8 @@ The ``iteration`` objective ``sum t + (m - 1) max t`` is the minimum over ``T``
 of ``minsum(T) + (m - 1) T``; ``minsum`` is a non-increasing step function of
 ``T``, so a branch and bound over intervals of ``T`` (lower bound
 ``minsum(hi) + (m - 1) lo`` on ``[lo, hi]``) finds it after a few recursions,
-like Alpa's enumeration of the largest stage latency [1]_ but with pruning.
+like Alpa's enumeration of the largest stage latency [1]_ but with pruning
+(the walks live in :mod:`.dp_walks`).
 
 Choosing a stage's configs is no part of the state: for a fixed cut, size
 and neighbours, the fastest configs that fit (with the stage's stash) are
@@ -34,8 +35,35 @@ couple adjacent ones: :mod:`.dp_stage` computes that per-(a, b, size, stash)
 minimum exactly (Pareto frontiers of (time, memory) per mesh, combined
 left to right) and its configs for the walk back; in v1 (one segment) it is
 the fastest fitting layout as before. Plans get each stage's configs at its
-true stash ``min(m, P - p)`` and device ids in the canonical form (ids
-grouped by node, ascending; the reshard times assume it).
+true stash (the schedule's: ``min(m, P - p)``, GPipe ``m``) and device ids
+in the canonical form (ids grouped by node, ascending; the reshard times
+assume it).
+
+Schedules beyond 1F1B (:mod:`partitioner.schedules`, "Iteration estimates").
+``zb-h1`` keeps 1F1B's stash, so its ``bottleneck`` is 1F1B's. ``gpipe``
+holds m microbatches on every stage: every level has the stash m (and all
+stage counts share one level), which is all its ``bottleneck`` needs. The
+two ``iteration`` estimates weigh two parts of a stage apart, so a stage's
+fastest configs need not be best; stages choose instead among the pairs of
+parts no other fitting config tuple beats in both (:meth:`.StageCosts.options`),
+valued by a *spec* (:mod:`.dp_options`), and the recursions keep their form
+-- a least sum under a threshold, a least max:
+
+* ``zb-h1``: ``sum u + max g`` with ``u = t - W``, ``g = (m - 1) u + k W``
+  and ``k = max(m - P + 1, 1)``. For a fixed k it is the walk above with
+  the sum taken over u, the threshold on g and coefficient 1. k depends on
+  the whole pipeline's stage count, so levels below m are exact counts and
+  one walk runs per distinct k over the levels that have it (each stopped
+  by the best value of the walks before).
+* ``gpipe``: ``sum t + (m - 1)(max F + max B)`` (sends in F of the sender
+  and in B of the receiver, as :func:`partitioner.plan.evaluate` counts
+  them): for a cap C on every F, a walk on B gives ``phi(C)``, the least
+  ``sum t + (m - 1) max B``; the optimum is the least ``phi(C) + (m - 1) C``,
+  found by lowering C just below the max F of each step's plan until
+  ``phi(C) + (m - 1) (lowest max F)`` cannot win.
+
+Both run the general recursion (the range-query recursions of
+:mod:`.dp_compute` know one config per stage).
 
 Stage-count levels. The stage tables at stash s only lose options as s
 grows, so the stashes whose tables equal those at m form an interval
@@ -86,7 +114,11 @@ combinations of one stage size and ``C'`` <= C the distinct incoming transfer
 times at a layer. Without transfers Z = C = 1 and a recursion is
 ``O(K * L^2 * S * N)``; memory is ``O(K * L * Z * C * N)``. The bottleneck
 objective needs one recursion, the iteration objective a few (branch and
-bound over the threshold).
+bound over the threshold); with options (zb-h1, GPipe iteration) each stage
+also takes the least over its F options (the Pareto pairs, at most the
+config tuples of its size), zb-h1 runs one walk per distinct k (at most
+``min(m, P_max) - P_min + 1``) and GPipe one walk on B per step of the cap
+on F.
 
 References
 ----------
@@ -98,7 +130,6 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -108,6 +139,7 @@ from ..problem import Problem
 from .dp_compute import ComputeOnlyDP
 from .dp_placement import Automaton, build_automaton
 from .dp_stage import StageCosts
+from .dp_walks import ThresholdWalks, _Outcome, _same
 from .errors import OutOfTime as _OutOfTime
 from .errors import TooLarge as _TooLarge
 
@@ -118,18 +150,10 @@ _TIE = 1e-12  # relative slack when comparing a stage time with a threshold
 _MEMORY_BUDGET_BYTES = 3 * 2**30  # the default budget of a model used outside the dp method
 
 
-@dataclass
-class _Outcome:
-    status: str  # optimal | infeasible
-    plan: Plan | None = None
-    bound: float | None = None
-    stats: dict | None = None
-
-
 # --------------------------------------------------------------------------- the model
 
 
-class DPModel:
+class DPModel(ThresholdWalks):
     """Tables and recursions for one problem (see the module docstring)."""
 
     def __init__(self, problem: Problem, layouts: tuple | None = None, stage_counts: tuple[int, int] | None = None):
@@ -144,6 +168,13 @@ class DPModel:
         self.sizes = tuple(d for d in cluster.allowed_sizes() if d in usable)
         self.stage_counts = stage_counts or (problem.stages.min, problem.stages.max)
         self._matrices: dict[tuple[int, int], np.ndarray] = {}
+        self.schedule = problem.training.schedule
+        # the two-part estimates (zb-h1's and GPipe's iteration): stages choose among the Pareto pairs
+        # of parts ``self.parts`` (:meth:`StageCosts.options`), valued by ``self.spec`` (:mod:`.dp_options`)
+        self.parts: str | None = None
+        self.spec = None
+        self._options: dict = {}
+        self._rows: dict = {}
         self._budget = _MEMORY_BUDGET_BYTES
         self._layer_tables()
         self.K = None  # set by prepare()
@@ -186,6 +217,16 @@ class DPModel:
             def same(s: int) -> bool:
                 return all(np.array_equal(self.costs.fit_end(j, s), self.costs.fit_end(j, m)) for j in range(len(self.layouts)))
 
+        elif self.parts:
+
+            def same(s: int) -> bool:
+                if deadline is not None and time.perf_counter() > deadline:
+                    raise _OutOfTime
+                return all(
+                    all(np.array_equal(x, y) for x, y in zip(self.stage_options(i, s), self.stage_options(i, m)))
+                    for i in range(len(self.sizes))
+                )
+
         else:
 
             def same(s: int) -> bool:
@@ -194,17 +235,24 @@ class DPModel:
                 return all(np.array_equal(self.compute_matrix(i, s), self.compute_matrix(i, m)) for i in range(len(self.sizes)))
 
         m_eff = m
-        for s in range(1, min(m, P_hi) + 1):
+        # GPipe holds m on every stage: no smaller stash is ever asked for
+        for s in range(1, min(m, P_hi) + 1) if self.schedule != "gpipe" else ():
             if same(s):
                 m_eff = s
                 break
+        # levels from `alike` on behave alike: 1F1B's stash min(m, k) stops changing at m_eff; GPipe's
+        # stash is m at every level; zb-h1's iteration estimate tells every P < m apart (k = m - P + 1)
+        alike = 1 if self.schedule == "gpipe" else m if self.parts == "uw" else m_eff
         unbounded = P_hi >= min(self.L, self.N)
-        if unbounded and max(m_eff, P_lo) < P_hi:
-            self.K, self.bucket = max(m_eff, P_lo), True
+        if unbounded and max(alike, P_lo) < P_hi:
+            self.K, self.bucket = max(alike, P_lo), True
         else:
             self.K, self.bucket = P_hi, False
         # a stash of min(m, k) gives the same stage times as min(m_eff, k): use the smaller, equivalent one
-        self.stash_of_level = [0] + [min(m_eff, k) for k in range(1, self.K + 1)]
+        if self.schedule == "gpipe":
+            self.stash_of_level = [0] + [m_eff] * self.K
+        else:
+            self.stash_of_level = [0] + [min(m_eff, k) for k in range(1, self.K + 1)]
         self.P_lo, self.P_hi = P_lo, P_hi
 
     def natural_placement(self) -> str:
@@ -248,6 +296,27 @@ class DPModel:
                 self._matrices[key] = found
         return found
 
+    def stage_options(self, i: int, stash: int) -> tuple[np.ndarray, np.ndarray]:
+        """``[a, b, f]``: the Pareto-minimal pairs of parts ``self.parts`` of stage a..b on size index i."""
+        key = (i, stash, self.parts)
+        found = self._options.get(key)
+        if found is None:
+            found = self.costs.options(i, stash, self.parts)
+            if sum(u.size for u, _ in self._options.values()) * 16 < 2**28:
+                self._options[key] = found
+        return found
+
+    def option_rows(self, a: int, i: int, stash: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Over b = a..L-1 (and the options f of stage a..b): the spec's least key of the stage without
+        transfers (a lower bound with them; inf if nothing fits) and its two option arrays."""
+        key = (i, stash, self.spec.key)
+        found = self._rows.get(key)
+        if found is None:
+            found = self.spec.prepare(*self.stage_options(i, stash))
+            self._rows = {k: v for k, v in self._rows.items() if k[2] == self.spec.key}
+            self._rows[key] = found
+        return tuple(x[a, a:] for x in found)
+
     def stage_configs(self, a: int, b: int, i: int, stash: int) -> tuple:
         """The per-segment configs of the fastest fitting stage a..b on size index i."""
         found = self.costs.configs(a, b, i, stash)
@@ -261,8 +330,21 @@ class DPModel:
 
         ``mode`` "minmax": value = least largest stage time, stages above
         ``limit`` pruned; "minsum": value = least sum of stage times with every
-        stage at most ``limit``.
+        stage at most ``limit``. With options the spec's key and cost take the
+        place of the stage time; a spec whose unbounded least sum does not
+        depend on its parameters (zb-h1's k) shares that table.
         """
+        shared = self.spec is not None and self.spec.free_shared and mode == "minsum" and not math.isfinite(limit)
+        if shared:
+            kept = getattr(self, "_free_table", None)  # (automaton, levels, parts, table): the object itself, not its id
+            if kept is None or kept[0] is not auto or kept[1:3] != (self.K, self.spec.parts):
+                kept = self._free_table = (auto, self.K, self.spec.parts, self._fill(auto, X, mode, limit, deadline, self.K))
+            return kept[3]
+        # levels above the largest stage count the answer may have are never read (zb-h1: one k)
+        top = max((lvl for lvl in range(1, self.K + 1) if self._level_ok(lvl)), default=self.K)
+        return self._fill(auto, X, mode, limit, deadline, top)
+
+    def _fill(self, auto: Automaton, X: np.ndarray, mode: str, limit: float, deadline: float | None, top: int) -> np.ndarray:
         L, N, K = self.L, self.N, self.K
         Z, C = len(auto.states), len(auto.categories)
         need = (L + 1) * (K + 1) * Z * C * (N + 1) * 8
@@ -279,7 +361,7 @@ class DPModel:
             groups[i] = pairs + (X[:, pairs[4]],)  # the outgoing transfer of every pair, per boundary
         self._incoming_cache: dict = {}
         lim = limit * (1 + _TIE) if math.isfinite(limit) else INF
-        for level in range(1, K + 1):
+        for level in range(1, top + 1):
             stash = self.stash_of_level[level]
             sources = [level - 1] + ([level] if self.bucket and level == K else [])
             H = {lvl: self._reduce_level(V, lvl, groups) for lvl in sources if lvl >= 1 and lvl != level}
@@ -291,9 +373,10 @@ class DPModel:
                 for i, d in enumerate(self.sizes):
                     if d > N:
                         break
-                    cb = self.best_compute(a, i, stash)
+                    cb = self.option_rows(a, i, stash) if self.spec else self.best_compute(a, i, stash)
                     if level == 1:
-                        self._last_stage(V, auto, a, i, d, cb[-1], xin[a], mode, lim)
+                        last = tuple(x[-1] for x in cb) if self.spec else cb[-1]
+                        self._last_stage(V, auto, a, i, d, last, xin[a], mode, lim)
                     for src in sources:
                         if src < 1:
                             continue
@@ -327,10 +410,15 @@ class DPModel:
         return out
 
     def _last_stage(self, V, auto, a, i, d, compute, xin_a, mode, lim) -> None:
-        if not math.isfinite(compute):
+        if self.spec:
+            t = self.spec.value(compute[0], compute[1], compute[2], np.zeros_like(xin_a), xin_a, mode, lim)
+            if mode == "minmax":
+                t = np.where(t <= lim, t, INF)
+        elif not math.isfinite(compute):
             return
-        t = compute + xin_a
-        t = np.where(t <= lim, t, INF)
+        else:
+            t = compute + xin_a
+            t = np.where(t <= lim, t, INF)
         z = auto.init[i]
         V[a, 1, z, :, d] = np.minimum(V[a, 1, z, :, d], t)
 
@@ -347,23 +435,27 @@ class DPModel:
         bmax = self.L - level  # leave at least one layer per later stage
         if bmax < a:
             return
-        cbs = cb[: bmax - a + 1]
+        cbs = (cb[0] if self.spec else cb)[: bmax - a + 1]
         valid = np.flatnonzero(np.isfinite(cbs) & (cbs <= lim))
         if valid.size == 0:
             return
         bs = a + valid
-        base = cbs[valid][:, None] + X_pairs[bs]  # (nb, pairs)
         Hs = Hi[bs + 1][:, :, : self.N + 1 - d]  # suffix devices D' -> D = D' + d
         zn_u = pair_zn[zn_starts]
         # only the incoming categories a stage of this size can have: min(previous size, d) <= d
         cats = auto.incoming[i]
         values, where = self._incoming(auto, a, i, xin_a)
-        t = base[:, :, None] + values[None, None, :]  # (nb, pairs, values)
+        if self.spec:  # out and in transfers (nb, pairs, 1) and (1, 1, values); options on a last axis
+            xo, xi = X_pairs[bs][:, :, None], values[None, None, :]
+            t = self.spec.value(cbs[valid, None, None], cb[1][valid, None, None], cb[2][valid, None, None], xo, xi, mode, lim)
+        else:
+            base = cbs[valid][:, None] + X_pairs[bs]  # (nb, pairs)
+            t = base[:, :, None] + values[None, None, :]  # (nb, pairs, values)
         if mode == "minmax":
             val = np.maximum(t[..., None], Hs[:, :, None, :])
         else:
             val = t[..., None] + Hs[:, :, None, :]
-        if math.isfinite(lim):
+        if math.isfinite(lim) and not (self.spec and mode == "minsum"):  # options: inf unless key <= lim
             val = np.where((t <= lim)[..., None], val, INF)
         val = val.min(axis=0)  # (pairs, values, D')
         per_state = np.minimum.reduceat(val, zn_starts, axis=0)[:, where, :]  # (states, categories, D')
@@ -374,11 +466,15 @@ class DPModel:
             offset += hi - lo
 
     # ---------------------------------------------------------------- answers
+    def _level_ok(self, level: int) -> bool:
+        """May a whole pipeline have ``level`` stages (under zb-h1: with the current coefficient k)?"""
+        P_ok = (self.P_lo <= level <= self.P_hi) or (self.bucket and level == self.K)
+        return P_ok and (self.spec is None or self.spec.level_ok(level, self.m))
+
     def _final(self, V, auto) -> tuple[float, tuple | None]:
         best, arg = INF, None
         for level in range(1, self.K + 1):
-            P_ok = (self.P_lo <= level <= self.P_hi) or (self.bucket and level == self.K)
-            if not P_ok:
+            if not self._level_ok(level):
                 continue
             vals = np.where(auto.accept, V[0, level, :, 0, self.N], INF)
             z = int(np.argmin(vals))
@@ -390,7 +486,7 @@ class DPModel:
         """Every (level, first-stage state) whose pipeline reaches ``value``."""
         out = []
         for level in range(1, self.K + 1):
-            if (self.P_lo <= level <= self.P_hi) or (self.bucket and level == self.K):
+            if self._level_ok(level):
                 out += [(level, int(z)) for z in np.flatnonzero(auto.accept) if _same(float(V[0, level, z, 0, self.N]), value)]
         return out
 
@@ -417,9 +513,9 @@ class DPModel:
             return _same(value, target)
 
         def walk(a, level, z, c, D, target):
-            matches = [ch for ch in self._choices(V, auto, X, xin, mode, lim, a, level, z, c, D) if fits(ch[-1], target)]
-            for b, i, src, zpp, coo, t, _ in sorted(matches, key=linked):
-                stage = (a, b, self.sizes[i], i)
+            matches = [ch for ch in self._choices(V, auto, X, xin, mode, lim, a, level, z, c, D) if fits(ch[-2], target)]
+            for b, i, src, zpp, coo, t, _, opt in sorted(matches, key=linked):
+                stage = (a, b, self.sizes[i], i) + ((opt,) if opt is not None else ())
                 if src is None:
                     yield [stage], [], [t]
                     continue
@@ -441,28 +537,56 @@ class DPModel:
         return None, None
 
     def _choices(self, V, auto, X, xin, mode, lim, a, level, z, c, D):
-        """Every way the state (a, level, z, c, D) can start: (b, size, source level, z', c', t, value)."""
+        """Every way the state (a, level, z, c, D) can start: (b, size, source level, z', c', t, value, option).
+
+        ``t`` is the stage's time (with options: its key), ``option`` None or
+        the option's parts without transfers and the spec's extra (GPipe: F + xo).
+        """
         stash = self.stash_of_level[level]
         sources = [s for s in [level - 1] + ([level] if self.bucket and level == self.K else []) if s >= 1]
         for i, d in enumerate(self.sizes):
             if d > D or (auto.size_of[z] >= 0 and auto.size_of[z] != i):
                 continue
-            cb = self.best_compute(a, i, stash)
-            if level == 1 and auto.init[i] == z and D == d and math.isfinite(cb[-1]):
-                t = cb[-1] + xin[a, c]
-                if t <= lim:
-                    yield self.L - 1, i, None, None, None, t, t
+            low, stage = self._stage_valuer(a, i, stash, mode, lim)
+            if level == 1 and auto.init[i] == z and D == d and math.isfinite(low[-1]):
+                found = stage(self.L - 1, 0.0, xin[a, c])
+                if found is not None:
+                    t, cost, opt = found
+                    yield self.L - 1, i, None, None, None, t, (t if mode == "minmax" else cost), opt
             zp, zn, co = auto.trans[i]
             sel = zn == z
             for b in range(a, self.L - level + 1):
-                if not math.isfinite(cb[b - a]) or cb[b - a] > lim:
+                if not math.isfinite(low[b - a]) or low[b - a] > lim:
                     continue
                 for src in sources:
                     for zpp, coo in zip(zp[sel], co[sel]):
-                        t = cb[b - a] + X[b, coo] + xin[a, c]
-                        if t <= lim:
+                        found = stage(b, X[b, coo], xin[a, c])
+                        if found is not None:
+                            t, cost, opt = found
                             rest = V[b + 1, src, zpp, coo, D - d]
-                            yield b, i, src, int(zpp), int(coo), t, (max(t, rest) if mode == "minmax" else t + rest)
+                            yield b, i, src, int(zpp), int(coo), t, (max(t, rest) if mode == "minmax" else cost + rest), opt
+
+    def _stage_valuer(self, a: int, i: int, stash: int, mode: str, lim: float):
+        """(a lower bound per b on the stage's t or key, and ``stage(b, xo, xi)`` -> (t or key, cost, option)
+        or None when over ``lim``): one stage a..b on size index i as the recursion values it."""
+        if not self.spec:
+            cb = self.best_compute(a, i, stash)
+
+            def stage(b: int, xo: float, xi: float):
+                t = cb[b - a] + xo + xi
+                return (t, t, None) if t <= lim else None
+
+            return cb, stage
+        low, A, B = self.option_rows(a, i, stash)
+        one, two = (x[a, a:] for x in self.stage_options(i, stash))
+
+        def stage(b: int, xo: float, xi: float):
+            f, cost, key, extra = self.spec.choice(A[b - a], B[b - a], xo, xi, mode, lim)
+            if not (key <= lim and math.isfinite(cost)):
+                return None
+            return key, cost, (float(one[b - a, f]), float(two[b - a, f]), extra)
+
+        return low, stage
 
     def place(self, stages, links, kind: str) -> Plan | None:
         cluster = self.problem.cluster
@@ -475,14 +599,26 @@ class DPModel:
         if assignment is None:
             return None
         ids = node_assignment_ids(cluster, sizes, assignment)
+        # configs at each stage's true stash (1F1B, zb-h1: min(m, P - p); GPipe: m): the same stage
+        # time, or the same (u, W) options, as the level's (see _levels)
         P = len(stages)
-        # configs at each stage's true stash min(m, P - p): the same stage time as the level's (see _levels)
+        stashes = [self.m] * P if self.schedule == "gpipe" else [min(self.m, P - p) for p in range(P)]
         return Plan(
             tuple(
-                Stage.from_configs(a, b, d, self.stage_configs(a, b, i, min(self.m, P - p)), ids[p])
-                for p, (a, b, d, i) in enumerate(stages)
+                Stage.from_configs(stage[0], stage[1], stage[2], self._configs_of(stage, stashes[p]), ids[p])
+                for p, stage in enumerate(stages)
             )
         )
+
+    def _configs_of(self, stage: tuple, stash: int) -> tuple:
+        """The configs of a reconstructed stage: the fastest that fit, or (zb-h1) those of its (u, W) option."""
+        a, b, _, i, *option = stage
+        if not option:
+            return self.stage_configs(a, b, i, stash)
+        found = self.costs.option_configs(a, b, i, stash, self.parts, *option[0][:2])
+        if found is None:
+            raise RuntimeError(f"dp: internal error: no configs of stage {a}..{b} reach the option {option[0]}")
+        return found
 
     # ---------------------------------------------------------------- objectives
     def prepare(self, deadline: float | None = None) -> None:
@@ -495,10 +631,15 @@ class DPModel:
         self._budget = budget
         self.best_known = None  # (value, plan): the best valid plan met so far, for a run cut short
         self.proven_bound = None  # a lower bound on the optimum proven so far
+        parts = {("zb-h1", "iteration"): "uw", ("gpipe", "iteration"): "fb"}.get((self.schedule, objective))
+        if parts != self.parts:
+            self.parts, self.K = parts, None  # the levels depend on it (see _levels)
+        self.spec = None
+        self._free_table = None
         self.prepare(deadline)
         refusal = None
         if kind == "none":
-            refusal = self.fast_path_refusal()
+            refusal = f"{self.schedule}'s iteration estimate chooses among Pareto options per stage" if parts else self.fast_path_refusal()
             if refusal is None:
                 return self._compute_only(objective, deadline)
         auto = self._automaton_for(kind)
@@ -514,6 +655,10 @@ class DPModel:
             stats["recursions"] = 1
             plan, _ = self.placed_optimum(V, auto, X, "minmax", INF, value, kind)
             return _Outcome("optimal", plan, value, stats)
+        if parts == "uw":
+            return self._zb_iteration(auto, X, kind, deadline, stats)
+        if parts == "fb":
+            return self._gpipe_iteration(auto, X, kind, deadline, stats)
         return self._iteration(auto, X, kind, deadline, stats)
 
     def fast_path_refusal(self) -> str | None:
@@ -567,7 +712,10 @@ class DPModel:
         """A lower bound on the objective from :meth:`layer_floor` (valid for every plan)."""
         slowest, work, total = self.layer_floor()
         worst = max(slowest, work)
-        return worst if objective == "bottleneck" else total + (self.m - 1) * worst
+        if objective == "bottleneck" or self.schedule != "1f1b":
+            # every schedule's estimate is at least max t (zb-h1: sum u + (m - 1) u_q + k W_q >= t_q, k >= 1)
+            return worst
+        return total + (self.m - 1) * worst
 
     def note(self, stages, links, kind: str, value: float) -> None:
         """Remember a valid plan met on the way (returned if the time limit cuts the search short)."""
@@ -586,68 +734,3 @@ class DPModel:
             return _Outcome("infeasible", stats=stats)
         value, stages = found
         return _Outcome("optimal", self.place(stages, [], "none"), value, stats)
-
-    def _iteration(self, auto, X, kind, deadline, stats) -> _Outcome:
-        m = self.m
-        calls = 0
-
-        def minsum(limit):
-            nonlocal calls
-            calls += 1
-            V = self.recursion(auto, X, "minsum", limit, deadline)
-            total, arg = self._final(V, auto)
-            if arg is None:
-                return INF, None, None
-            stages, links, times = next(self.reconstructions(V, auto, X, "minsum", limit, *arg))
-            return total, max(times), (stages, links, times, limit)
-
-        free_sum, free_max, free = minsum(INF)
-        if free is None:
-            return _Outcome("infeasible")
-        best = (free_sum + (m - 1) * free_max, free)
-        self.note(free[0], free[1], kind, best[0])
-        if m > 1:
-            # the free optimum's slowest stage bounds the lowest bottleneck: prune slower stages
-            V = self.recursion(auto, X, "minmax", free_max, deadline)
-            calls += 1
-            lowest_max, _ = self._final(V, auto)
-            # every plan has sum >= free_sum and max >= lowest_max
-            self.proven_bound = free_sum + (m - 1) * lowest_max
-            f_lo, M_lo, plan_lo = minsum(lowest_max)
-            if plan_lo is not None and f_lo + (m - 1) * M_lo < best[0]:
-                best = (f_lo + (m - 1) * M_lo, plan_lo)
-                self.note(plan_lo[0], plan_lo[1], kind, best[0])
-            # walk the (sum, max) Pareto points down from the free optimum (see dp_compute.iteration)
-            f, M = free_sum, free_max
-            while f + (m - 1) * lowest_max < best[0] * (1 - 1e-12):
-                ceiling = min(M * (1 - 4e-12), (best[0] - f) / (m - 1))
-                if ceiling < lowest_max * (1 - 1e-12):
-                    break
-                f, M, plan = minsum(ceiling)
-                if plan is None:
-                    break
-                if f + (m - 1) * M < best[0]:
-                    best = (f + (m - 1) * M, plan)
-                    self.note(plan[0], plan[1], kind, best[0])
-        stats["recursions"] = calls
-        stages, links, _, limit = best[1]
-        plan = self.place(stages, links, kind)
-        if plan is None:
-            # the runs do not pack: look among the other plans with the same least sum at that threshold
-            V = self.recursion(auto, X, "minsum", limit, deadline)
-            total, _ = self._final(V, auto)
-            plans = itertools.chain.from_iterable(
-                self.reconstructions(V, auto, X, "minsum", limit, level, z) for level, z in self._final_states(V, auto, total)
-            )
-            for stages, links, times in itertools.islice(plans, 5000):
-                if _same(total + (m - 1) * max(times), best[0]):
-                    plan = self.place(stages, links, kind)
-                    if plan is not None:
-                        break
-        return _Outcome("optimal", plan, best[0], stats)
-
-
-def _same(x: float, y: float) -> bool:
-    if not (math.isfinite(x) and math.isfinite(y)):
-        return False
-    return x == y or abs(x - y) <= 1e-12 * max(1.0, abs(x), abs(y))

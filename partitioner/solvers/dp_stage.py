@@ -1,4 +1,5 @@
-"""The DP's stage choice: the fastest way a stage of layers a..b on d devices with stash s can run.
+"""The DP's stage choice: the fastest way a stage of layers a..b on d devices with stash s can run
+(or, for the two-part estimates, its Pareto options; see "Options").
 
 Contract
 --------
@@ -70,6 +71,21 @@ into 10, 18 and 33 runs takes about 0.6, 1.9 and 7 s per stash. Memory
 ``O(L^2)`` for the answer plus ``O(|R_k0| * F * |R_k|)`` temporaries;
 nothing of size ``configs x L^2`` is ever built.
 
+Options
+-------
+The two-part estimates (zb-h1's and GPipe's iteration, :mod:`.dp_options`)
+are non-decreasing in two parts of a stage rather than in its time, so
+:meth:`StageCosts.options` keeps, per stage a..b, every config tuple that no
+other fitting tuple beats in both parts: ``parts="uw"`` ``u = T + 2 sum r - W``
+and ``W`` (the weight-gradient part of the backward, no reshards),
+``parts="fb"`` the forward ``F + sum r`` and the backward ``B + sum r``.
+Single-segment stages list every config of the size (dominated ones pruned);
+spanning stages run steps 1-4 with frontiers of (part 1, part 2, memory)
+per mesh -- a prefix no better in any of the three than another of the same
+mesh cannot lead to a better stage -- and keep the (part 1, part 2) Pareto
+points over all last configs. :meth:`StageCosts.option_configs` finds the
+configs of a point for the walk back by the same frontiers, as lists.
+
 Numbers: stage times are forward sums over the stage's own layers, never
 differences of prefix sums, so a huge time elsewhere in the model cannot
 cancel a stage's digits; memory is exact int64 (values are checked against
@@ -111,6 +127,9 @@ class StageCosts:
         self.cap = int(problem.cluster.gpu_memory_bytes)
         self.big = self.cap + 1  # memory of "does not fit"
         time = np.zeros((J, L))
+        fwd = np.zeros((J, L))
+        bwd = np.zeros((J, L))
+        wgrad = np.zeros((J, L))
         weight = np.zeros((J, L), dtype=np.int64)
         act = np.zeros((J, L), dtype=np.int64)
         has = np.zeros((J, L), dtype=bool)
@@ -119,10 +138,15 @@ class StageCosts:
                 c = layer.cost(lay)
                 if c is not None:
                     time[j, i] = c.fwd_ms + c.bwd_ms
+                    fwd[j, i] = c.fwd_ms
+                    bwd[j, i] = c.bwd_ms
+                    wgrad[j, i] = c.split()[1]
                     weight[j, i] = c.weight_bytes
                     act[j, i] = c.act_bytes
                     has[j, i] = True
         self.time = time
+        # the parts of a layer's time the two-part estimates weigh apart (module docstring, "Options")
+        self._parts = {"uw": (time - wgrad, wgrad, 2.0, 0.0), "fb": (fwd, bwd, 1.0, 1.0)}
         zero = np.zeros((J, 1), dtype=np.int64)
         self.weight_prefix = np.hstack([zero, np.cumsum(weight, axis=1)])
         self.act_prefix = np.hstack([zero, np.cumsum(act, axis=1)])
@@ -222,15 +246,19 @@ class StageCosts:
 
     def _spanning_one(self, best: np.ndarray, j: int, stash: int) -> None:
         """One config of this size: a spanning stage is a forward sum of that config (no reshards)."""
+        for a, first_end, e in self._spanning_ranges(j, stash):
+            sums = np.cumsum(self.time[j, a : e + 1])
+            np.minimum(best[a, first_end + 1 : e + 1], sums[first_end + 1 - a :], out=best[a, first_end + 1 : e + 1])
+
+    def _spanning_ranges(self, j: int, stash: int):
+        """(a, end of a's run, last layer config j fits from a) for every a whose fit reaches a later run."""
         L = self.L
         end = self.fit_end(j, stash)
         for a in range(L):
             e = min(int(end[a]), L - 1)
             first_end = self.runs[self._run_of(a)][1]
-            if e <= first_end:
-                continue
-            sums = np.cumsum(self.time[j, a : e + 1])
-            np.minimum(best[a, first_end + 1 : e + 1], sums[first_end + 1 - a :], out=best[a, first_end + 1 : e + 1])
+            if e > first_end:
+                yield a, first_end, e
 
     def _run_of(self, layer: int) -> int:
         for k, (st, en) in enumerate(self.runs):
@@ -305,6 +333,152 @@ class StageCosts:
                 pruned = _prune(np.concatenate([p[0] for p in pts], 1), np.concatenate([p[1] for p in pts], 1), big)
                 if pruned is not None:
                     frontier[mesh] = pruned
+
+    # ------------------------------------------------------------------ zb-h1: (u, W) options
+    def options(self, i: int, stash: int, parts: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(P1, P2)`` of shape ``(L, L, F)``: every Pareto-minimal pair of parts of stage a..b on size index i.
+
+        ``parts`` "uw": ``u = T + 2 sum r - W`` and ``W`` (the weight-gradient
+        part, no reshards); "fb": the forward ``F + sum r`` and the backward
+        ``B + sum r``; over the per-segment config tuples that fit with
+        ``stash``, padded with ``(inf, inf)`` (module docstring, "Options").
+        """
+        L = self.L
+        blocks: list = []  # (first row, first column, P1 block, P2 block)
+        configs = self.of_size[i]
+        one, two, _, _ = self._parts[parts]
+        for k, (st, en) in enumerate(self.runs):
+            n = en - st + 1
+            tri = np.triu(np.ones((n, n), bool))
+            cols = np.arange(st, en + 1)
+            us, ws = [], []
+            for j in configs:
+                end = self.fit_end(j, stash)[st : en + 1]
+                ok = tri & (cols[None, :] <= end[:, None])
+                us.append(np.where(ok, np.cumsum(np.where(tri, one[j, st : en + 1][None, :], 0.0), axis=1), INF))
+                ws.append(np.where(ok, np.cumsum(np.where(tri, two[j, st : en + 1][None, :], 0.0), axis=1), INF))
+            if us:
+                blocks.append((st, st, *_prune_pairs(np.stack(us, -1), np.stack(ws, -1))))
+        if len(self.runs) > 1 and len(configs) == 1:
+            self._spanning_one_options(blocks, configs[0], stash, parts)
+        elif len(self.runs) > 1 and configs:
+            for k0 in range(len(self.runs) - 1):
+                self._spanning_options(blocks, i, stash, k0, parts)
+        width = max([1] + [blk[2].shape[2] for blk in blocks])
+        U = np.full((L, L, width), INF)
+        W = np.full((L, L, width), INF)
+        for r, c, bu, bw in blocks:
+            U[r : r + bu.shape[0], c : c + bu.shape[1], : bu.shape[2]] = bu
+            W[r : r + bw.shape[0], c : c + bw.shape[1], : bw.shape[2]] = bw
+        return U, W
+
+    def _spanning_one_options(self, blocks: list, j: int, stash: int, parts: str) -> None:
+        """One config of this size: a spanning stage's parts are forward sums of that config (no reshards)."""
+        one, two, _, _ = self._parts[parts]
+        for a, first_end, e in self._spanning_ranges(j, stash):
+            u = np.cumsum(one[j, a : e + 1])[first_end + 1 - a :]
+            w = np.cumsum(two[j, a : e + 1])[first_end + 1 - a :]
+            blocks.append((a, first_end + 1, u[None, :, None], w[None, :, None]))
+
+    def _spanning_options(self, blocks: list, i: int, stash: int, k0: int, parts: str) -> None:
+        """Stages from run k0 into a later run: steps 1-4 with (part 1, part 2, memory) frontiers (module docstring)."""
+        one, two, r1, r2 = self._parts[parts]
+        d = self.sizes[i]
+        configs = self.of_size[i]
+        st0, en0 = self.runs[k0]
+        A = np.arange(st0, en0 + 1)
+        cap, big = self.cap, self.big
+        points: dict[tuple[int, int], list] = {}
+        for j in configs:  # step 1
+            ok = self.fit_end(j, stash)[A] >= en0
+            if not ok.any():
+                continue
+            u = np.cumsum(one[j, st0 : en0 + 1][::-1])[::-1]
+            w = np.cumsum(two[j, st0 : en0 + 1][::-1])[::-1]
+            mem = np.where(ok, self.memory(j, A, en0, stash), big)
+            points.setdefault(self.layouts[j].mesh, []).append((np.where(ok, u, INF)[:, None], np.where(ok, w, INF)[:, None], mem[:, None]))
+        frontier = _merge3(points, big)
+        for k in range(k0 + 1, len(self.runs)):
+            if not frontier:
+                return
+            st, en = self.runs[k]
+            n = en - st + 1
+            entered = _merge3(
+                {
+                    dst: [
+                        (fu + r1 * self.reshard(st - 1, src, dst, d), fw + r2 * self.reshard(st - 1, src, dst, d), fm)
+                        for src, (fu, fw, fm) in frontier.items()
+                    ]
+                    for dst in {self.layouts[j].mesh for j in configs}
+                },
+                big,
+            )  # step 2
+            ends_u, ends_w = [], []
+            nxt: dict[tuple[int, int], list] = {}
+            for j in configs:
+                mesh = self.layouts[j].mesh
+                if mesh not in entered:
+                    continue
+                Gu, Gw, Gm = entered[mesh]
+                e = min(int(self.fit_end(j, stash)[st]), en)
+                if e < st:
+                    continue
+                bs = np.arange(st, e + 1)
+                Tu = np.cumsum(one[j, st : e + 1])
+                Tw = np.cumsum(two[j, st : e + 1])
+                room = cap - self.memory(j, st, bs, stash)
+                ok = Gm[:, :, None] <= room[None, None, :]  # step 3: (a, point, b)
+                pad = ((0, 0), (0, 0), (0, n - len(bs)))
+                ends_u.append(np.pad(np.where(ok, Gu[:, :, None] + Tu[None, None, :], INF), pad, constant_values=INF))
+                ends_w.append(np.pad(np.where(ok, Gw[:, :, None] + Tw[None, None, :], INF), pad, constant_values=INF))
+                if e == en:  # step 4
+                    ok = Gm <= room[-1]
+                    nxt.setdefault(mesh, []).append(
+                        (np.where(ok, Gu + Tu[-1], INF), np.where(ok, Gw + Tw[-1], INF), np.where(ok, np.where(ok, Gm, 0) + (cap - room[-1]), big))
+                    )
+            if ends_u:
+                bu = np.concatenate(ends_u, 1).transpose(0, 2, 1)  # (a, b, points)
+                bw = np.concatenate(ends_w, 1).transpose(0, 2, 1)
+                blocks.append((st0, st, *_prune_pairs(bu, bw)))
+            frontier = _merge3(nxt, big)
+
+    def option_configs(self, a: int, b: int, i: int, stash: int, parts: str, u: float, w: float) -> tuple[Layout, ...] | None:
+        """Configs (one per segment of a..b) whose parts are no worse than ``(u, w)`` (up to rounding); None if none."""
+        tol = 1e-9 * max(1.0, abs(u), abs(w))
+        for cfgs, cu, cw in self._tuples(a, b, i, stash, parts):
+            if cu <= u + tol and cw <= w + tol:
+                return cfgs
+        return None
+
+    def _tuples(self, a: int, b: int, i: int, stash: int, parts: str):
+        """Every fitting config tuple of stage a..b on size index i that is Pareto-minimal in (part 1, part 2,
+        memory) after each segment, as (configs, part 1, part 2): the list form of :meth:`options`, for the walk back."""
+        one, two, r1, r2 = self._parts[parts]
+        configs = self.of_size[i]
+        d = self.sizes[i]
+        k0, k1 = self._run_of(a), self._run_of(b)
+        frontier: dict = {None: [(0.0, 0.0, 0, ())]}
+        for k in range(k0, k1 + 1):
+            st, en = self.runs[k]
+            first, last = max(st, a), min(en, b)
+            nxt: dict = {}
+            for j in configs:
+                if self.fit_end(j, stash)[first] < last:
+                    continue
+                mesh = self.layouts[j].mesh
+                seg_u = float(np.cumsum(one[j, first : last + 1])[-1])
+                seg_w = float(np.cumsum(two[j, first : last + 1])[-1])
+                seg_m = int(self.memory(j, first, last, stash))
+                for src, pts in frontier.items():
+                    r = 0.0 if src is None else self.reshard(first - 1, src, mesh, d)
+                    for pu, pw, pm, cfgs in pts:
+                        if pm <= self.cap - seg_m:
+                            point = ((pu + r1 * r) + seg_u, (pw + r2 * r) + seg_w, pm + seg_m, cfgs + (self.layouts[j],))
+                            nxt.setdefault(mesh, []).append(point)
+            frontier = {mesh: _prune_list3(pts) for mesh, pts in nxt.items()}
+        for pts in frontier.values():
+            for pu, pw, _, cfgs in pts:
+                yield cfgs, pu, pw
 
     # ------------------------------------------------------------------ the walk back
     def configs(self, a: int, b: int, i: int, stash: int) -> tuple[tuple[Layout, ...], float] | None:
@@ -389,4 +563,56 @@ def _prune_list(points: list) -> list:
         if p[0] < best:
             out.append(p)
             best = p[0]
+    return out
+
+
+def _prune_pairs(u: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Along the last axis, the Pareto-minimal (u, w) points, compacted and padded with (inf, inf).
+
+    Points are ordered by (u, w); a point is kept when its w is below every
+    earlier point's, so every non-dominated point stays (and only those).
+    """
+    order = np.lexsort((w, u), axis=-1)
+    u = np.take_along_axis(u, order, -1)
+    w = np.take_along_axis(w, order, -1)
+    running = np.minimum.accumulate(w, axis=-1)
+    keep = np.isfinite(u).copy()
+    keep[..., 1:] &= w[..., 1:] < running[..., :-1]
+    width = max(int(keep.sum(axis=-1).max(initial=0)), 1)
+    idx = np.argsort(~keep, axis=-1, kind="stable")[..., :width]
+    return np.take_along_axis(np.where(keep, u, INF), idx, -1), np.take_along_axis(np.where(keep, w, INF), idx, -1)
+
+
+def _merge3(points: dict, big: int) -> dict:
+    """Per mesh, the row-wise Pareto frontier of the (u, w, memory) point blocks listed for it."""
+    out = {}
+    for mesh, pts in points.items():
+        pruned = _prune3(*(np.concatenate([p[q] for p in pts], 1) for q in range(3)), big)
+        if pruned is not None:
+            out[mesh] = pruned
+    return out
+
+
+def _prune3(u: np.ndarray, w: np.ndarray, mem: np.ndarray, big: int):
+    """Row-wise: the points no other point of the row dominates in (u, w, memory), padded with (inf, inf, big);
+    None if every row is empty. Of exactly equal points the first stays."""
+    F = u.shape[1]
+    le = (u[:, :, None] <= u[:, None, :]) & (w[:, :, None] <= w[:, None, :]) & (mem[:, :, None] <= mem[:, None, :])
+    eq = (u[:, :, None] == u[:, None, :]) & (w[:, :, None] == w[:, None, :]) & (mem[:, :, None] == mem[:, None, :])
+    earlier = np.arange(F)[:, None] < np.arange(F)[None, :]
+    keep = np.isfinite(u) & ~(le & (~eq | earlier[None])).any(axis=1)
+    width = int(keep.sum(axis=1).max(initial=0))
+    if width == 0:
+        return None
+    rows = np.arange(u.shape[0])[:, None]
+    idx = np.argsort(~keep, axis=1, kind="stable")[:, :width]
+    return np.where(keep, u, INF)[rows, idx], np.where(keep, w, INF)[rows, idx], np.where(keep, mem, big)[rows, idx]
+
+
+def _prune_list3(points: list) -> list:
+    """The (u, w, memory, payload) points no other point dominates; of equal ones the first."""
+    out = []
+    for n, p in enumerate(points):
+        if not any(q[:3] != p[:3] and all(x <= y for x, y in zip(q[:3], p[:3])) or (q[:3] == p[:3] and m < n) for m, q in enumerate(points)):
+            out.append(p)
     return out

@@ -1,0 +1,217 @@
+"""The DP's threshold walks: the ``iteration`` objectives as least sums under a threshold on a max.
+
+Every estimate the DP optimises has the form ``sum + coef * max`` over
+stages (1F1B: stage times; zb-h1 with one k: sum of u, max of
+g = (m - 1) u + k W), or is such a form plus a second max (GPipe: max F),
+handled by an outer walk. :class:`ThresholdWalks` holds these walks as a mix-in
+of :class:`partitioner.solvers.dp.DPModel`, whose recursions (``minsum``
+under a threshold, ``minmax``) and walk back they drive; see the *The
+recursion* and *Schedules beyond 1F1B* sections of :mod:`.dp`.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+from ..plan import Plan
+from .dp_options import GPipeSpec, ZeroBubbleSpec
+
+__all__ = ["ThresholdWalks"]
+
+INF = math.inf
+_TIE = 1e-12  # relative slack when comparing a stage time with a threshold (as in dp)
+
+
+@dataclass
+class _Outcome:
+    status: str  # optimal | infeasible
+    plan: Plan | None = None
+    bound: float | None = None
+    stats: dict | None = None
+
+
+class ThresholdWalks:
+    """The iteration objectives of :class:`~partitioner.solvers.dp.DPModel` (a mix-in: it uses the model's
+    ``recursion``, ``_final``, ``_final_states``, ``_level_ok``, ``reconstructions``, ``place``, ``note``)."""
+
+    def _iteration(self, auto, X, kind, deadline, stats) -> _Outcome:
+        """1F1B: the least ``sum t + (m - 1) max t``."""
+        best, _, calls, _ = self._walk(auto, X, kind, deadline, self.m - 1)
+        if best is None:
+            return _Outcome("infeasible")
+        stats["recursions"] = calls
+        return _Outcome("optimal", self._place_walked(auto, X, kind, deadline, best, self.m - 1), best[0], stats)
+
+    def _zb_iteration(self, auto, X, kind, deadline, stats) -> _Outcome:
+        """zb-h1: the least ``sum u + max g`` with ``g = (m - 1) u + k W``, one walk per coefficient k.
+
+        k = max(m - P + 1, 1) depends on the stage count P: each distinct k
+        (every P < m apart, all P >= m together) gets its own walk over the
+        levels with that k. First every k's lower bound (least sum of u, which
+        all k share, plus its lowest max g) and free optimum; then the walks,
+        in order of their bounds, each stopped by the best value so far, until
+        a bound cannot beat it. The best of the walks is the optimum.
+        """
+        ks = sorted({max(self.m - level + 1, 1) for level in range(1, self.K + 1) if self._level_ok(level)})
+        best, calls, groups = None, 0, []
+        for k in ks:
+            self.spec = ZeroBubbleSpec(self.m, k)
+            found, bound, n, lowest = self._walk(auto, X, kind, deadline, 1, -INF)
+            calls += n
+            if found is None:
+                continue
+            groups.append((bound, k, lowest))
+            if best is None or found[0] < best[0]:
+                best = (found[0], found[1], self.spec)
+        for bound, k, lowest in sorted(groups):
+            if bound >= best[0] * (1 - 1e-12):
+                break
+            self.spec = ZeroBubbleSpec(self.m, k)
+            found, _, n, _ = self._walk(auto, X, kind, deadline, 1, best[0], lowest=lowest)
+            calls += n
+            if found[0] < best[0]:
+                best = (found[0], found[1], self.spec)
+        stats["recursions"] = calls
+        if best is None:
+            self.spec = None
+            return _Outcome("infeasible")
+        self.spec = best[2]
+        plan = self._place_walked(auto, X, kind, deadline, best[:2], 1)
+        self.spec = None
+        return _Outcome("optimal", plan, best[0], stats)
+
+    def _gpipe_iteration(self, auto, X, kind, deadline, stats) -> _Outcome:
+        """GPipe: the least ``sum t + (m - 1)(max F + max B)``, a walk over a cap on max F around walks on max B.
+
+        ``phi(C)``, the least ``sum t + (m - 1) max B`` over the plans with
+        every ``F <= C`` (a :meth:`_walk` on B with F capped), is
+        non-increasing in C, and the optimum is the least ``phi(C) + (m - 1) C``
+        (for the optimal plan, C = its max F). So C need only visit, downwards
+        from inf, just below the max F of each step's plan (phi is constant
+        between), and stops once ``phi(C) + (m - 1) (lowest max F)`` cannot
+        beat the best; an inner walk stops early when it cannot either.
+        """
+        coef = self.m - 1
+
+        def max_f(stages) -> float:
+            return max(stage[4][2] for stage in stages)
+
+        def extra(stages) -> float:
+            return coef * max_f(stages)
+
+        self.spec = GPipeSpec("F")
+        V = self.recursion(auto, X, "minmax", INF, deadline)
+        lowest_f, _ = self._final(V, auto)
+        best, calls, cap_f = None, 1, INF
+        while math.isfinite(lowest_f):
+            self.spec = GPipeSpec("B", cap_f * (1 + _TIE) if math.isfinite(cap_f) else INF)
+            cap = INF if best is None else best[0] - coef * lowest_f
+            found, _, n, _ = self._walk(auto, X, kind, deadline, coef, cap, extra)
+            calls += n
+            if found is None:
+                break
+            value = found[0] + extra(found[1][0])
+            if best is None or value < best[0]:
+                best = (value, found[1], self.spec)
+            if coef == 0 or found[0] + coef * lowest_f >= best[0] * (1 - 1e-12):
+                break
+            cap_f = max_f(found[1][0]) * (1 - 4e-12)
+            if cap_f < lowest_f * (1 - 1e-12):
+                break
+        stats["recursions"] = calls
+        if best is None:
+            self.spec = None
+            return _Outcome("infeasible")
+        self.spec = best[2]
+        plan = self._place_walked(auto, X, kind, deadline, best[:2], coef, extra)
+        self.spec = None
+        return _Outcome("optimal", plan, best[0], stats)
+
+    def _walk(self, auto, X, kind, deadline, coef: float, cap: float = INF, extra=None, lowest: float | None = None):
+        """The least ``sum + coef * max`` over the allowed levels (1F1B: stage times; zb-h1: sum of u, max of g).
+
+        Returns ``(value, (stages, links, times, threshold))`` or None when
+        no plan exists, a proven lower bound, the recursions run and the
+        lowest max (``lowest``, when given, is taken for it; a ``cap`` of
+        -inf stops the walk right after the bound).
+        ``minsum(T)`` is a non-increasing step function of the threshold T;
+        the walk visits its steps (the (sum, max) Pareto points) downwards
+        from the free optimum and stops once even the lowest max cannot make
+        up for the growing sum, or cannot beat ``cap`` (a value known elsewhere).
+        ``extra(stages)``: what the true objective adds to ``sum + coef * max``
+        (GPipe: (m - 1) max F), for the plans noted on the way.
+        """
+        calls = 0
+        extra = extra or (lambda stages: 0.0)
+
+        def minsum(limit):
+            nonlocal calls
+            calls += 1
+            V = self.recursion(auto, X, "minsum", limit, deadline)
+            total, arg = self._final(V, auto)
+            if arg is None:
+                return INF, None, None
+            stages, links, times = next(self.reconstructions(V, auto, X, "minsum", limit, *arg))
+            return total, max(times), (stages, links, times, limit)
+
+        free_sum, free_max, free = minsum(INF)
+        if free is None:
+            return None, INF, calls, None
+        best = (free_sum + coef * free_max, free)
+        bound = best[0]
+        self.note(free[0], free[1], kind, best[0] + extra(free[0]))
+        lowest_max = None
+        if coef > 0:
+            if lowest is None:
+                # the free optimum's slowest stage bounds the lowest bottleneck: prune slower stages
+                V = self.recursion(auto, X, "minmax", free_max, deadline)
+                calls += 1
+                lowest, _ = self._final(V, auto)
+            lowest_max = lowest
+            # every plan has sum >= free_sum and max >= lowest_max
+            bound = free_sum + coef * lowest_max
+            if self.spec is None:  # with options a walk covers one k (zb-h1) or one cap on F (GPipe)
+                self.proven_bound = bound
+            if bound < cap:
+                f_lo, M_lo, plan_lo = minsum(lowest_max)
+                if plan_lo is not None and f_lo + coef * M_lo < best[0]:
+                    best = (f_lo + coef * M_lo, plan_lo)
+                    self.note(plan_lo[0], plan_lo[1], kind, best[0] + extra(plan_lo[0]))
+            # walk the (sum, max) Pareto points down from the free optimum (see dp_compute.iteration)
+            f, M = free_sum, free_max
+            while f + coef * lowest_max < min(best[0], cap) * (1 - 1e-12):
+                ceiling = min(M * (1 - 4e-12), (min(best[0], cap) - f) / coef)
+                if ceiling < lowest_max * (1 - 1e-12):
+                    break
+                f, M, plan = minsum(ceiling)
+                if plan is None:
+                    break
+                if f + coef * M < best[0]:
+                    best = (f + coef * M, plan)
+                    self.note(plan[0], plan[1], kind, best[0] + extra(plan[0]))
+        return best, bound, calls, lowest_max
+
+    def _place_walked(self, auto, X, kind, deadline, best, coef: float, extra=None) -> Plan | None:
+        """The plan of a walk's optimum; when its runs do not pack, another plan of the same value."""
+        stages, links, _, limit = best[1]
+        plan = self.place(stages, links, kind)
+        if plan is None:
+            # the runs do not pack: look among the other plans with the same least sum at that threshold
+            V = self.recursion(auto, X, "minsum", limit, deadline)
+            total, _ = self._final(V, auto)
+            plans = itertools.chain.from_iterable(
+                self.reconstructions(V, auto, X, "minsum", limit, level, z) for level, z in self._final_states(V, auto, total)
+            )
+            for stages, links, times in itertools.islice(plans, 5000):
+                if _same(total + coef * max(times) + (extra(stages) if extra else 0.0), best[0]):
+                    plan = self.place(stages, links, kind)
+                    if plan is not None:
+                        break
+        return plan
+
+
+def _same(x: float, y: float) -> bool:
+    if not (math.isfinite(x) and math.isfinite(y)):
+        return False
+    return x == y or abs(x - y) <= 1e-12 * max(1.0, abs(x), abs(y))
