@@ -123,6 +123,18 @@ def _quiet_stdout():
 def solve_highs(
     lp: pulp.LpProblem, deadline: float | None, threads: int, log: bool, use_start: bool, presolve: bool = False
 ) -> Outcome:
+    """HiGHS on ``lp``; a start HiGHS fails on ("Solve error", seen with highspy 1.16 on a valid ZB-H1
+    start, tests/test_slot_schedules.py) is dropped and the model solved again without it."""
+    outcome = _solve_highs_once(lp, deadline, threads, log, use_start, presolve)
+    if use_start and outcome.status == "none" and outcome.status_text == "Solve error":
+        if deadline is None or time.perf_counter() < deadline:
+            outcome = _solve_highs_once(lp, deadline, threads, log, False, presolve)
+    return outcome
+
+
+def _solve_highs_once(
+    lp: pulp.LpProblem, deadline: float | None, threads: int, log: bool, use_start: bool, presolve: bool
+) -> Outcome:
     import highspy
 
     solver = _HighsWithStart(
