@@ -24,8 +24,9 @@ plan instead and says so.
 """
 from __future__ import annotations
 
-import math
 import itertools
+import math
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
@@ -394,7 +395,9 @@ def plan_model(
         A registered solver (``dp`` by default; ``greedy``, ``cpsat``, ...).
     objective : {"iteration", "bottleneck"}
     time_limit : float, optional
-        Seconds per solve.
+        Seconds per solve. Without one, a re-solve under another schedule than
+        1F1B is limited to the time the 1F1B solves took (at least
+        ``RESOLVE_MIN_SECONDS``); cut short, it answers its best plan.
     options : mapping or CostOptions, optional
         Cost-model options (:func:`plan_options`: every memory-knob variant
         unless ``variants``, ``recompute`` or ``zero1`` is given).
@@ -501,6 +504,7 @@ def plan_model(
 
     best: dict[str, Any] | None = None
     last: SolveResult | None = None
+    began = time.perf_counter()
     for entry in chosen:
         done = _solve_with_knobs(entry, method, objective, time_limit, seed, simulate, knob_solves)
         last = done["last"]
@@ -532,8 +536,13 @@ def plan_model(
     if best["result"].plan is not None and ((schedules and simulate) or schedule != "auto"):
         from .schedule_choice import choose_schedule, schedule_keys
 
+        # a re-solve under another schedule gets the user's limit, or as long as the 1F1B solves took
+        # (at least RESOLVE_MIN_SECONDS): an exact method cut short answers its best plan, and the
+        # schedules are compared by simulation anyway
+        budget = time_limit if time_limit is not None else max(RESOLVE_MIN_SECONDS, time.perf_counter() - began)
+
         def resolve(entry: dict[str, Any]) -> dict[str, Any]:
-            return _solve_with_knobs(entry, method, objective, time_limit, seed, simulate, knob_solves)
+            return _solve_with_knobs(entry, method, objective, budget, seed, simulate, knob_solves)
 
         chosen, schedule_bests, report = choose_schedule(
             best, screened, method=method, objective=objective, resolve=resolve,
@@ -551,6 +560,9 @@ def plan_model(
         extra["schedules"] = report
     return replace(result, extra=extra)
 
+
+# Least time limit (seconds) of a re-solve under another schedule when the user set none (see plan_model).
+RESOLVE_MIN_SECONDS = 10.0
 
 _NO_FIT = {
     BASELINE_METHOD: "no Megatron-style uniform plan fits in memory",
