@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 
@@ -50,7 +49,8 @@ from ortools.sat.python import cp_model
 from ..plan import evaluate
 from ..problem import Problem
 from .arcflow import ArcGraph, GraphTooLarge, build_graph, path_of_plan
-from .base import Candidate, SolveRequest, SolverError
+from .base import Candidate, SolveRequest
+from .cpsat_model import apply_solver_options
 from .slotmodel import SlotData, SlotDecisions, plan_of_decisions
 from .slotrun import analytic_bound, infeasible_message, int_option
 from .slottimes import IntegerTimes, conservative_bound
@@ -127,18 +127,7 @@ def _solver(request: SolveRequest, deadline: float | None, seed: int) -> cp_mode
     # (the option is still checked, for the same errors as the slot model)
     int_option(request, "cpsat", "num_workers", os.cpu_count() or 1)
     params.num_workers = 1
-    if request.option("log", False):
-        params.log_search_progress = True
-        params.log_to_stdout = False
-        solver.log_callback = lambda line: print(line, file=sys.stderr)
-    extra = request.option("parameters", {})
-    if not isinstance(extra, dict):
-        raise SolverError(f"cpsat: option parameters must be a mapping of CP-SAT parameters, got {extra!r}")
-    for key, value in {**ARC_PARAMETERS, **extra}.items():
-        try:
-            setattr(params, key, value)
-        except (AttributeError, TypeError, ValueError) as err:
-            raise SolverError(f"cpsat: bad CP-SAT parameter {key}={value!r}: {err}") from None
+    apply_solver_options(solver, request, ARC_PARAMETERS)
     if deadline is not None:
         left = deadline - time.perf_counter()
         if left <= 0:

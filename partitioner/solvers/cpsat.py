@@ -137,7 +137,6 @@ References
 from __future__ import annotations
 
 import os
-import sys
 import time
 from typing import Any
 
@@ -148,7 +147,7 @@ from ..problem import Problem
 from .arcflow import arcflow_reason
 from .arcflow_run import solve_arcflow
 from .base import Candidate, SolveRequest, SolverError, register
-from .cpsat_model import ModelRangeError, build_model, hint_values, objective_units, read_decisions
+from .cpsat_model import ModelRangeError, apply_solver_options, build_model, hint_values, objective_units, read_decisions
 from .feasibility import quick_infeasibility
 from .slotmodel import SlotData, SlotStart, plan_of_decisions, slot_start
 from .slotrun import (
@@ -217,22 +216,11 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     params = solver.parameters
     params.random_seed = int(request.seed)
     params.num_workers = int_option(request, "cpsat", "num_workers", os.cpu_count() or 1)
-    if request.option("log", False):  # to stderr: stdout carries the CLI's --json result
-        params.log_search_progress = True
-        params.log_to_stdout = False
-        solver.log_callback = lambda line: print(line, file=sys.stderr)
     # the model's objective is only accurate to `error` units (integer_times):
     # closing the last units of gap would prove nothing about the contract
     params.absolute_gap_limit = float(times.error)
     params.relative_gap_limit = 0.0
-    extra_parameters = request.option("parameters", {})
-    if not isinstance(extra_parameters, dict):
-        raise SolverError(f"cpsat: option parameters must be a mapping of CP-SAT parameters, got {extra_parameters!r}")
-    for key, value in {**SAFE_PARAMETERS, **extra_parameters}.items():
-        try:
-            setattr(params, key, value)
-        except (AttributeError, TypeError, ValueError) as err:
-            raise SolverError(f"cpsat: bad CP-SAT parameter {key}={value!r}: {err}") from None
+    apply_solver_options(solver, request, SAFE_PARAMETERS)
     if request.time_limit is not None:
         params.max_time_in_seconds = max(0.0, request.time_limit - (time.perf_counter() - start))
     code = solver.solve(model)

@@ -6,6 +6,7 @@ built from in :mod:`.slotmodel`, its integer times in :mod:`.slottimes`.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -416,3 +417,26 @@ def objective_units(var: CpVars, values: dict, data: SlotData) -> int:
 def read_decisions(solver: cp_model.CpSolver, var: CpVars, data: SlotData) -> SlotDecisions:
     """The decisions of the solver's solution."""
     return decisions_from_values(data, var, lambda v: bool(v) if isinstance(v, int) else bool(solver.boolean_value(v)))
+
+
+def apply_solver_options(solver: cp_model.CpSolver, request, defaults: dict) -> None:
+    """The ``log`` and ``parameters`` options of a cpsat request on ``solver``, over ``defaults``.
+
+    Logging goes to stderr (stdout carries the CLI's ``--json`` result); a
+    parameter CP-SAT does not take is a :class:`~.base.SolverError` naming it.
+    """
+    from .base import SolverError
+
+    params = solver.parameters
+    if request.option("log", False):
+        params.log_search_progress = True
+        params.log_to_stdout = False
+        solver.log_callback = lambda line: print(line, file=sys.stderr)
+    extra = request.option("parameters", {})
+    if not isinstance(extra, dict):
+        raise SolverError(f"cpsat: option parameters must be a mapping of CP-SAT parameters, got {extra!r}")
+    for key, value in {**defaults, **extra}.items():
+        try:
+            setattr(params, key, value)
+        except (AttributeError, TypeError, ValueError) as err:
+            raise SolverError(f"cpsat: bad CP-SAT parameter {key}={value!r}: {err}") from None
