@@ -69,10 +69,6 @@ def test_dp_optimises_gpipe_with_its_stash(objective):
 def test_cpsat_and_milp_optimise_zb_h1_and_gpipe_and_agree_with_brute(method, objective, schedule):
     problem = with_schedule(schedule)
     r = solve(problem, method, objective=objective, seed=0)
-    if (method, schedule, objective) == ("cpsat", "zb-h1", "iteration"):  # refused until its wrong answer is understood
-        assert r.status == "error" and r.plan is None
-        assert "use dp or milp" in r.message or "use milp or dp" in r.message or "dp" in r.message, r.message
-        return
     oracle = solve(problem, "brute", objective=objective)
     assert oracle.status == r.status == "optimal", r.message
     assert r.value == pytest.approx(oracle.value, rel=1e-6)

@@ -57,14 +57,8 @@ def schedule_problems(draw, max_layers: int = 5) -> Problem:
 
 
 def agree(problem: Problem, method: str, options: dict) -> None:
-    """``method`` proves brute's optimum (or infeasibility); its plan checks out under the schedule.
-
-    cpsat refuses the zb-h1 iteration estimate (solvers/base.py says why): that it does so is checked."""
+    """``method`` proves brute's optimum (or infeasibility); its plan checks out under the schedule."""
     result = solve(problem, method, options=options, seed=0)
-    if method == "cpsat" and (problem.training.schedule, problem.objective) == ("zb-h1", "iteration"):
-        assert result.status == "error" and result.plan is None
-        assert "cpsat does not optimise the iteration objective under schedule 'zb-h1'" in result.message
-        return
     oracle = solve(problem, "brute")
     event(f"{problem.training.schedule} {problem.objective} v{problem.version}: {oracle.status}")
     assert (oracle.status == "infeasible") == (result.status == "infeasible"), (oracle.message, result.message)
@@ -156,7 +150,7 @@ def _cost(fwd, bwd_input, bwd_weight):
             "weight_bytes": 0, "act_bytes": 0}
 
 
-@pytest.mark.parametrize("method,options", [("milp", {}), ("milp", {"backend": "cbc"})])  # cpsat refuses zb-h1 iteration
+@pytest.mark.parametrize("method,options", [("cpsat", CPSAT), ("milp", {}), ("milp", {"backend": "cbc"})])
 def test_zb_h1_prefers_a_slower_config_with_less_bubble_work(method, options):
     # m = 2, P = 2, k = 1: the estimate is Σu + max_c (u_c + W_c) = Σu + max t.
     # Stage 1 (layer b): u = 0.75, W = 0.25, t = 1.
@@ -182,7 +176,7 @@ def test_zb_h1_prefers_a_slower_config_with_less_bubble_work(method, options):
     assert (plain.plan.stages[0].dp, plain.plan.stages[0].tp) == (2, 1) and plain.value == pytest.approx(13.0)
 
 
-@pytest.mark.parametrize("method,options", [("milp", {})])  # cpsat refuses zb-h1 iteration (solvers/base.py)
+@pytest.mark.parametrize("method,options", [("cpsat", CPSAT), ("milp", {})])
 def test_zb_h1_factor_follows_the_stage_count(method, options):
     """k = max(m - P + 1, 1) is 4 with one stage and 3 with two: a plan of two stages pays
     fewer W's than the same work in one, and the model must price each count with its own k."""
@@ -247,18 +241,18 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.parametrize("name", ["regress_zb_h1_m1_0", "regress_zb_h1_m1_1", "regress_zb_h1_highs_start_0"])
-def test_zb_h1_regressions_milp_and_dp_prove_brutes_optimum_cpsat_refuses(name):
-    """Two m = 1 problems on which the CP-SAT slot model answered wrongly (INFEASIBLE on a feasible
-    model; "optimal" 4.55 for 4.5 with a bound above the optimum), and one on which HiGHS failed on
-    the greedy start ("Solve error": the milp now solves again without it)."""
+def test_zb_h1_regressions_every_exact_method_proves_brutes_optimum(name):
+    """Problems the tests above found: two m = 1 problems on which CP-SAT with the 1e-7 time unit
+    answered wrongly (INFEASIBLE on a feasible model; "optimal" 4.55 for 4.5 with a bound above
+    the optimum; slottimes.RESOLUTION_ZB_H1), and one on which HiGHS failed on the greedy start
+    ("Solve error": the milp now solves again without it)."""
     problem = load_problem(FIXTURES / f"{name}.json")
     oracle = solve(problem, "brute")
     assert oracle.status == "optimal"
-    for method, options in (("milp", {}), ("milp", {"backend": "cbc"}), ("milp", {"hint": False}), ("dp", {})):
+    for method, options in (("milp", {}), ("milp", {"backend": "cbc"}), ("milp", {"hint": False}), ("dp", {}),
+                            ("cpsat", CPSAT), ("cpsat", {**CPSAT, "hint": False})):
         result = solve(problem, method, options=options, seed=0)
         assert result.status == "optimal", (method, options, result.message)
         assert result.value == pytest.approx(oracle.value, rel=REL)
         assert result.bound <= oracle.value * (1 + 1e-12)
         check_plan(problem, result)
-    refused = solve(problem, "cpsat", options=CPSAT, seed=0)
-    assert refused.status == "error" and "'zb-h1'" in refused.message

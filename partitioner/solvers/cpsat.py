@@ -119,7 +119,8 @@ num_workers : int
 hint : bool
     Give the greedy plan as a hint when no ``warm_start`` is given (default True).
 resolution : float
-    Target relative accuracy of the integer time scale (default 1e-7).
+    Target relative accuracy of the integer time scale (default 1e-7; 1e-6 for
+    the zb-h1 iteration estimate, see :data:`.slottimes.RESOLUTION_ZB_H1`).
 log : bool
     Print CP-SAT's search log (on stderr).
 parameters : dict
@@ -159,7 +160,7 @@ from .slotrun import (
     model_size_refusal,
     starting_plan,
 )
-from .slottimes import RESOLUTION, conservative_bound, integer_times
+from .slottimes import RESOLUTION, RESOLUTION_ZB_H1, conservative_bound, integer_times
 
 __all__ = ["solve_cpsat", "build_model", "hint_values", "read_decisions", "SAFE_PARAMETERS"]
 
@@ -180,7 +181,8 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     reason = quick_infeasibility(problem)
     if reason:
         return Candidate("infeasible", message=reason)
-    resolution = request.option("resolution", RESOLUTION)
+    zb_h1_iteration = (problem.training.schedule, request.objective) == ("zb-h1", "iteration")
+    resolution = request.option("resolution", RESOLUTION_ZB_H1 if zb_h1_iteration else RESOLUTION)
     if isinstance(resolution, bool) or not isinstance(resolution, (int, float)) or not 0 < resolution < 1:
         raise SolverError(f"cpsat: option resolution must be a number in (0, 1), got {resolution!r}")
     check = build_guard(request.deadline(start))
