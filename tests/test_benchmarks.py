@@ -50,13 +50,19 @@ def test_report_plan_quality_and_schedules_sections(tmp_path):
     row = {"model": "pi0", "cluster": "dgx-h100", "nodes": 2, "global_batch": 1024, "status": "optimal", "message": "",
            "seconds": 3.0, "meshes": ["8:8x1", "8:8x1"], "knobs": "2x Z1", "microbatches": 32, "simulated_ms": 1000.0,
            "baseline_method": "fsdp", "baselines": {"fsdp": base, "megatron-uniform": {"message": "no fit"}},
-           "speedup": 1.1}
+           "speedup": 1.1,
+           "schedules": {"rows": [
+               {"schedule": "1f1b", "virtual_stages": 1, "plan_source": "plan", "ok": True, "iteration_ms": 1050.0},
+               {"schedule": "zb-h1", "virtual_stages": 1, "plan_source": "plan", "ok": True, "iteration_ms": 1000.0},
+               {"schedule": "interleaved", "virtual_stages": 2, "plan_source": "baseline", "ok": True, "iteration_ms": 900.0},
+           ]}}
     dropped = {"model": "qwen2-vl-72b", "cluster": "dgx-h200", "nodes": 16, "global_batch": 1024, "status": "dropped",
                "message": "not measured in this run: planning took more than 240 s", "seconds": 240.0}
     (tmp_path / "plans.json").write_text(json.dumps([row, dropped]))
     (tmp_path / "schedules.md").write_text("# Schedules on the presets\n\npreamble\n\n## pi0 on 2 x dgx-h100\n\n| plan |\n")
     text = report.write_report(tmp_path, quick=True).read_text()
-    assert ("| pi0 | 2 x dgx-h100, 1024 | 8:8x1 8:8x1 | 32 | 1,000.0 | does not fit (no fit) | "
+    # the kept schedule is the fastest plan row's (a baseline row is not the plan's)
+    assert ("| pi0 | 2 x dgx-h100, 1024 | 8:8x1 8:8x1 | 32 | zb-h1 | 1,000.0 | does not fit (no fit) | "
             "1,100.0 (16:16x1; Z3; m 16) | fsdp | 1.100 x | 2x Z1 | 3 s |") in text
     assert "| qwen2-vl-72b | 16 x dgx-h200, 1024 | dropped: not measured in this run" in text
     assert "## 5. Schedules" in text and "### pi0 on 2 x dgx-h100" in text and "preamble" not in text
