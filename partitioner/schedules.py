@@ -209,8 +209,19 @@ def stash(schedule: str, num_devices: int, microbatches: int, virtual_stages: in
     """Peak microbatches whose activations each chunk holds at once, chunk order.
 
     1F1B and ZB-H1 give min(m, P - p); GPipe and ``forward`` m (a forward-only
-    run frees nothing).
+    run frees nothing): closed forms, equal to :func:`walked_stash` (tested).
+    ``interleaved`` is counted by walking its order.
     """
+    P, m = num_devices, microbatches
+    if schedule in ("1f1b", "zb-h1"):
+        return [min(m, P - p) for p in range(P)]
+    if schedule in ("gpipe", "forward"):
+        return [m] * P
+    return walked_stash(schedule, num_devices, microbatches, virtual_stages)
+
+
+def walked_stash(schedule: str, num_devices: int, microbatches: int, virtual_stages: int = 1) -> list[int]:
+    """:func:`stash` by walking every device's op order (:func:`held_counts`), for any schedule."""
     P = num_devices
     peak = [0] * (P * virtual_stages)
     for p in range(P):

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from checks import check_no_random_plan_beats
 from partitioner import Plan, PlanError, Problem, Stage, evaluate, load_problem, simulate, solve
 from partitioner.schedule_search import compare_schedules
-from partitioner.schedules import device_order, estimate, peak_activation_bytes, stash
+from partitioner.schedules import device_order, estimate, peak_activation_bytes, stash, walked_stash
 from partitioner.simulate import replay_check, simulate_times
 from strategies import small_v2_problems
 
@@ -584,3 +584,11 @@ def test_schedules_benchmark_table():
                          "rows": rows}], "greedy")
     assert "| plan | zb-h1 | 1 | 90.0 | 91.0 | 5.0 | 2.0 |" in text
     assert "| baseline | gpipe | 1 | does not run: rule 6 (memory) | | | |" in text
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "zb-h1", "gpipe", "forward"])
+def test_stash_closed_forms_are_the_walked_orders(schedule):
+    """stash's closed forms (1F1B, ZB-H1 min(m, P - p); GPipe, forward m) count what the op orders hold."""
+    for P in range(1, 8):
+        for m in range(1, 12):
+            assert stash(schedule, P, m) == walked_stash(schedule, P, m), (P, m)

@@ -20,7 +20,7 @@ from checks import check_plan
 from partitioner import evaluate, load_problem, solve
 from partitioner.plan import Plan, Stage
 from partitioner.problem import Problem
-from partitioner.schedules import stash
+from partitioner.schedules import walked_stash
 from partitioner.solvers.slotrun import analytic_bound
 from partitioner.solvers.slotschedule import slot_stash, wgrad_factor, wgrad_steps
 from strategies import draw_valid_plan, small_problems, small_v2_problems
@@ -117,7 +117,7 @@ def test_every_valid_plan_is_a_model_solution_at_its_cost(data, problem):
 @pytest.mark.parametrize("m", [1, 3, 8])
 def test_slot_stash_is_the_schedules_stash_from_the_end(schedule, m):
     for P in range(1, 7):
-        assert list(slot_stash(schedule, m, P))[::-1] == stash(schedule, P, m)
+        assert list(slot_stash(schedule, m, P))[::-1] == walked_stash(schedule, P, m)
 
 
 def test_wgrad_steps_keep_the_counts_where_k_changes():

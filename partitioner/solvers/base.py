@@ -271,7 +271,7 @@ def _fallback(problem: Problem, method: str, request: SolveRequest, cut: Candida
     found = greedy(problem, replace(request, time_limit=budget, warm_start=None, options={}))
     if found.plan is None or found.status not in ("feasible", "optimal"):
         return cut
-    try:  # greedy plans with 1F1B's stash: under another schedule (GPipe) its plan may not fit
+    try:  # greedy plans plain stages: an interleaved problem needs P*v chunks, so its plan may not be valid
         evaluate(problem, found.plan.with_device_ids(), request.objective)
     except PlanError:
         return cut

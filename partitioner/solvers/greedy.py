@@ -23,8 +23,8 @@ count P the problem allows:
 5. **Placement**: first fit in stage order (adjacent small stages share nodes).
 
 Every P that yields a valid plan is evaluated and the best is returned, with
-status ``feasible`` (under a time limit, the best of the stage counts tried
-before it ran out) (never ``optimal``: nothing is proven). When no P works,
+status ``feasible`` (never ``optimal``: nothing is proven); under a time
+limit, the best of the stage counts tried before it ran out. When no P works,
 the result is ``infeasible`` with the reason the greedy plan failed --
 which does not prove the problem infeasible.
 """
@@ -38,9 +38,9 @@ import numpy as np
 from ..plan import Plan, Stage, objective_value
 from ..placement import contiguous_node_assignment, node_assignment_ids, pack_runs
 from ..problem import Problem
+from ..schedules import stash
 from .base import Candidate, SolveRequest, register
 from .feasibility import feasible_stage_counts, quick_infeasibility
-from .slotschedule import slot_stash
 from .tables import CostTables
 
 __all__ = ["solve_greedy", "balance_cuts", "layer_work", "grow_sizes"]
@@ -195,8 +195,7 @@ def _value(problem: Problem, tables: CostTables, plan: Plan, compute: list[float
 def _build(problem: Problem, tables: CostTables, cuts, sizes) -> tuple[Plan | None, str, list[float]]:
     """The plan for ``cuts`` and ``sizes`` with each stage's fastest fitting configs, and their compute times."""
     P, m = len(cuts), problem.microbatches
-    # the schedule's stash, stage order: 1F1B's and ZB-H1's min(m, P - p), GPipe's m
-    stashes = slot_stash(problem.training.schedule, m, P)[::-1]
+    stashes = stash(problem.training.schedule, P, m)  # 1F1B's and ZB-H1's min(m, P - p), GPipe's m
     stages = []
     for p, ((a, b), d) in enumerate(zip(cuts, sizes)):
         choice = tables.best_stage(a, b, d, stashes[p])

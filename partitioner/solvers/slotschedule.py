@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from ..problem import LayerCost
+from ..schedules import stash
 
 __all__ = [
     "Part",
@@ -100,11 +101,9 @@ def objective_parts(schedule: str, objective: str) -> tuple[Part, ...]:
 
 
 def slot_stash(schedule: str, microbatches: int, slots: int) -> tuple[int, ...]:
-    """Microbatches each slot stashes: GPipe all m, 1F1B and ZB-H1 ``min(m, j + 1)``."""
-    m = microbatches
-    if schedule == "gpipe":
-        return tuple(m for _ in range(slots))
-    return tuple(min(m, j + 1) for j in range(slots))
+    """Microbatches each slot stashes (slot j = stage ``slots - 1 - j``): :func:`partitioner.schedules.stash`
+    read from the end -- GPipe all m, 1F1B and ZB-H1 ``min(m, j + 1)``."""
+    return tuple(reversed(stash(schedule, slots, microbatches)))
 
 
 def wgrad_factor(stages: int, microbatches: int) -> int:
