@@ -24,7 +24,7 @@ import os
 import resource
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import date
 from pathlib import Path
 
@@ -38,6 +38,7 @@ from partitioner.solvers import methods as registered_methods  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 DEFAULT_METHODS = ("dp", "cpsat", "milp", "greedy", "balanced", "uniform")
+V2_SUFFIX = " v2 (3 variants, per-segment configs)"  # ends the label of a point's format-v2 twin
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Point:
     objective: str = "iteration"
     microbatches: int = 8
     version: int = 1  # 2: the v2 twin (3 variants, one config per module segment)
+    only: tuple[str, ...] | None = None  # the methods measured on this point (None: every method asked for)
 
     @property
     def label(self) -> str:
@@ -58,7 +60,7 @@ class Point:
         return (
             f"L={self.layers} N={self.nodes * self.gpus_per_node} layouts={lay} "
             f"{'transfers' if self.transfers else 'no transfers'} {self.objective}"
-            + (" v2 (3 variants, per-segment configs)" if self.version == 2 else "")
+            + (V2_SUFFIX if self.version == 2 else "")
         )
 
     def problem(self, seed: int = 0):
@@ -105,10 +107,124 @@ def sweep(quick: bool) -> list[Point]:
     return points
 
 
+def issue13_points() -> list[Point]:
+    """Issue 13's solver targets, each with the methods it is about, and their format-v2 twins (variants on)."""
+    dp_rows = [
+        Point("issue13", 256, 32, transfers=False, objective="iteration", only=("dp",)),
+        Point("issue13", 64, 32, transfers=True, objective="iteration", only=("dp",)),
+        Point("issue13", 256, 32, transfers=True, objective="bottleneck", only=("dp",)),
+    ]
+    # the comm-free problems (64 layers on 4 x 8 GPUs among them: the cpsat target)
+    cpsat_rows = [Point("issue13", L, n, transfers=False, only=("cpsat", "dp")) for L, n in COMMFREE]
+    twins = [replace(p, version=2) for p in dp_rows + [Point("issue13", 64, 4, transfers=False, only=("cpsat", "dp"))]]
+    return dp_rows + cpsat_rows + twins
+
+
+# issue 13: ``partitioner plan`` per preset (model, cluster, nodes, global batch), as in part 4 of the report
+PLAN_CASES = (
+    ("openvla-7b", "dgx-a100-80g", 8, 2048),
+    ("pi0", "dgx-h100", 2, 1024),
+    ("seed-vla-8gpu", "dgx-a100-80g", 1, 256),
+    ("llava-1.5-7b", "dgx-h100", 4, 1024),
+    ("llava-1.5-13b", "dgx-a100-80g", 4, 1024),
+    ("qwen2-vl-7b", "dgx-h100", 4, 1024),
+    ("qwen2-vl-7b-video", "dgx-h100", 4, 256),
+    ("internvl-1.5-26b", "dgx-h200", 8, 1024),
+    ("qwen2-vl-72b", "dgx-h200", 16, 1024),
+)
+
+
+def run_child(cmd: list[str], timeout: float) -> tuple[int | None, str, str, float, resource.struct_rusage]:
+    """Run ``cmd`` in a child process: (exit code or None when killed after ``timeout`` s, stdout, stderr,
+    wall seconds, the child's own resource usage from ``os.wait4``: its CPU time and peak memory)."""
+    import subprocess
+    import tempfile
+    import threading
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, cwd=ROOT)
+        fired = threading.Event()
+
+        def kill() -> None:
+            fired.set()
+            proc.kill()
+
+        timer = threading.Timer(timeout, kill)
+        timer.start()
+        _, wait_status, usage = os.wait4(proc.pid, 0)
+        timer.cancel()
+        seconds = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(wait_status)  # reaped here: Popen must not wait again
+        out.seek(0)
+        err.seek(0)
+        return (None if fired.is_set() else proc.returncode), out.read(), err.read(), seconds, usage
+
+
+def _usage(usage: resource.struct_rusage) -> dict:
+    return {"cpu_seconds": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024}
+
+
+def run_plan_case(case: tuple, timeout: float) -> dict:
+    """``partitioner plan ... --json`` in a child process, as a user runs it: wall, CPU and peak memory
+    (interpreter start-up and imports included); killed after ``timeout`` seconds, and the row says so."""
+    model, cluster, nodes, batch = case
+    cmd = [sys.executable, "-m", "partitioner", "plan", "--model", model, "--cluster", cluster,
+           "--nodes", str(nodes), "--global-batch", str(batch), "--json"]
+    code, stdout, stderr, seconds, usage = run_child(cmd, timeout)
+    status, value, message = "error", None, ""
+    if code is None:
+        status, message = "timeout", f"killed after {timeout:g} s"
+    elif code in (0, 1):
+        try:
+            doc = json.loads(stdout)
+            status = doc["status"]
+            value = (doc.get("throughput") or {}).get("iteration_ms")
+            message = f"schedule {(doc.get('schedule') or {}).get('schedule')}, m {doc.get('microbatches')}"
+        except (ValueError, KeyError) as exc:
+            message = f"unreadable output: {exc}"
+    else:
+        message = (stderr.strip().splitlines() or [f"exit {code}"])[-1]
+    return {"sweep": "plan", "label": f"plan {model} on {nodes} x {cluster}, batch {batch}", "method": "plan",
+            "model": model, "cluster": cluster, "nodes": nodes, "global_batch": batch, "status": status,
+            "value": value, "bound": None, "seconds": seconds, **_usage(usage),
+            "load_average": os.getloadavg()[0], "message": message[:200]}
+
+
+def run_point_isolated(point: Point, methods: list[str], time_limit: float, seed: int) -> list[dict]:
+    """:func:`run_point` one method at a time in a child process, so that each row's peak memory is its own."""
+    records = []
+    for method in methods:
+        if point.only is not None and method not in point.only:
+            continue
+        cmd = [sys.executable, "-m", "benchmarks.solvers", "--child", json.dumps(asdict(point)), "--methods", method,
+               "--time-limit", str(time_limit), "--seed", str(seed)]
+        allowed = time_limit * (10 if method == "dp" else 1) * 1.5 + 60
+        code, stdout, stderr, seconds, usage = run_child(cmd, allowed)
+        if code == 0:
+            rows = json.loads(stdout.strip().splitlines()[-1])
+        else:
+            why = f"killed after {allowed:g} s" if code is None else (stderr.strip().splitlines() or [f"exit {code}"])[-1]
+            rows = [{"sweep": point.sweep, "label": point.label, "layers": point.layers,
+                     "gpus": point.nodes * point.gpus_per_node, "layouts": point.layouts, "transfers": point.transfers,
+                     "objective": point.objective, "version": point.version, "method": method,
+                     "status": "timeout" if code is None else "error", "value": None, "bound": None,
+                     "seconds": seconds, "message": why[:200]}]
+        for row in rows:  # the child's own peak memory and CPU time (imports and problem generation included)
+            row["peak_rss_mb"] = usage.ru_maxrss / 1024
+            row["process_cpu_seconds"] = usage.ru_utime + usage.ru_stime
+            print(f"{point.label:60s} {method:9s} {row['status']:10s} {row['seconds']:8.2f} s "
+                  f"peak {row['peak_rss_mb']:,.0f} MB", flush=True)
+        records += rows
+    return records
+
+
 def run_point(point: Point, methods: list[str], time_limit: float, seed: int) -> list[dict]:
     problem = point.problem(seed)
     records = []
     for method in methods:
+        if point.only is not None and method not in point.only:
+            continue
         options = {"num_workers": os.cpu_count() or 1} if method == "cpsat" else None
         # the exact DP and the baselines have no search to stop early; give the DP a longer leash
         limit = time_limit * 10 if method == "dp" else time_limit
@@ -178,14 +294,17 @@ def write_report(records: list[dict], methods: list[str], time_limit: float, out
         ("target", "Issue-3 targets"),
         ("commfree", "Comm-free problems, 20-72 layers on 16-64 GPUs (issue 13: cpsat proven optimal in <= 60 s)"),
         ("v2", "Format v2 against v1 on the same problem (64 layers, 4 x 8 GPUs, 4 modules; v2 adds 3 variants and per-segment configs)"),
+        ("issue13", "Issue-13 targets (each method in its own process: peak memory is the row's own)"),
+        ("plan", "`partitioner plan` per preset (a child process each: wall, CPU and peak memory of the whole command)"),
     ):
         rows = [r for r in records if r["sweep"] == sweep_name]
         if not rows:
             continue
-        lines += [f"## {title}", "", "| problem | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
+        cols = ["plan"] if sweep_name == "plan" else methods
+        lines += [f"## {title}", "", "| problem | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
         for label in dict.fromkeys(r["label"] for r in rows):
             cells = []
-            for m in methods:
+            for m in cols:
                 r = next((x for x in rows if x["label"] == label and x["method"] == m), None)
                 cells.append("" if r is None else _cell(r))
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
@@ -236,11 +355,14 @@ def _num(value) -> str:
 
 
 def _cell(r: dict) -> str:
+    peak = f", peak {r['peak_rss_mb']:,.0f} MB" if r["sweep"] in ("issue13", "plan") and r.get("peak_rss_mb") else ""
     if r["value"] is None:
-        return f"{r['status']} ({r['seconds']:.1f} s)"
-    gap = r["gap_to_best"] or 0.0
+        return f"{r['status']} ({r['seconds']:.1f} s{peak})"
     cpu = f" (cpu {r['cpu_seconds']:.2f})" if r.get("cpu_seconds") is not None else ""
-    return f"{r['status']} {r['seconds']:.2f} s{cpu}, gap {100 * gap:.2f} %"
+    if r["method"] == "plan":
+        return f"{r['status']} {r['seconds']:.2f} s{cpu}{peak}; {r['value']:,.1f} ms ({r['message']})"
+    gap = r.get("gap_to_best") or 0.0
+    return f"{r['status']} {r['seconds']:.2f} s{cpu}{peak}, gap {100 * gap:.2f} %"
 
 
 def _plot(records: list[dict], methods: list[str], path: Path) -> None:
@@ -280,17 +402,34 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
-        "--sweeps", default=None, help="comma-separated sweeps to run (layers, gpus, layouts, target, commfree, v2); default all"
+        "--sweeps", default=None,
+        help="comma-separated sweeps to run (layers, gpus, layouts, target, commfree, v2, issue13, plan); "
+             "default all but issue13 and plan",
     )
+    parser.add_argument("--plan-timeout", type=float, default=900.0, help="seconds before a plan case is killed")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)  # one point (JSON), records to stdout
     args = parser.parse_args(argv)
     known = set(registered_methods())
     methods = [m for m in args.methods.split(",") if m in known]
+    if args.child is not None:
+        fields = json.loads(args.child)
+        fields["only"] = tuple(fields["only"]) if fields.get("only") else None
+        print(json.dumps(run_point(Point(**fields), methods, args.time_limit, args.seed)))
+        return
     records = []
     chosen = None if args.sweeps is None else set(args.sweeps.split(","))
     for point in sweep(args.quick):
         if chosen is not None and point.sweep not in chosen:
             continue
         records += run_point(point, methods, args.time_limit, args.seed)
+    if chosen is not None and "issue13" in chosen:
+        for point in issue13_points():
+            records += run_point_isolated(point, methods, args.time_limit, args.seed)
+    if chosen is not None and "plan" in chosen:
+        for case in PLAN_CASES:
+            records.append(run_plan_case(case, args.plan_timeout))
+            r = records[-1]
+            print(f"{r['label']:60s} {r['status']:10s} {r['seconds']:8.2f} s peak {r['peak_rss_mb']:,.0f} MB", flush=True)
     write_report(records, methods, args.time_limit, args.out)
     print(f"wrote {args.out / 'solvers.md'}")
 

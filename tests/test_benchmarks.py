@@ -68,3 +68,41 @@ def test_report_plan_quality_and_schedules_sections(tmp_path):
     assert "## 5. Schedules" in text and "### pi0 on 2 x dgx-h100" in text and "preamble" not in text
     assert "On 0 of 1 measured cases" in text
     assert "pi0 on 2 x dgx-h100, batch 1024: 1.100 x, plan 8:8x1 + 8:8x1 against fsdp 16:16x1" in text
+
+
+def test_issue13_rows_run_in_their_own_process_with_their_own_peak_memory():
+    point = solvers.Point("issue13", 8, 1, transfers=False, only=("dp",))
+    records = solvers.run_point_isolated(point, ["dp", "greedy"], time_limit=10, seed=0)
+    assert [r["method"] for r in records] == ["dp"]  # greedy is not measured on a dp-only point
+    dp = records[0]
+    assert dp["status"] == "optimal" and dp["label"] == point.label
+    assert 10 < dp["peak_rss_mb"] < 3 * 1024 and dp["process_cpu_seconds"] >= dp["cpu_seconds"] > 0
+
+
+def test_plan_case_reports_errors_and_kills_a_slow_child():
+    bad = solvers.run_plan_case(("no-such-model", "dgx-h100", 1, 256), timeout=120)
+    assert bad["status"] == "error" and "unknown model" in bad["message"] and bad["peak_rss_mb"] > 0
+    slow = solvers.run_plan_case(("seed-vla-8gpu", "dgx-a100-80g", 1, 256), timeout=0.5)
+    assert slow["status"] == "timeout" and "killed after 0.5 s" in slow["message"] and slow["seconds"] < 60
+
+
+def test_issue13_table_says_met_only_within_time_and_memory(tmp_path):
+    twin = report.V2_TWIN
+    label = "L=256 N=256 layouts=all no transfers iteration"
+    rows = [
+        {"sweep": "issue13", "label": label, "method": "dp", "status": "optimal", "seconds": 2.0, "cpu_seconds": 1.9,
+         "peak_rss_mb": 500.0, "value": 1.0, "version": 1, "transfers": False},
+        {"sweep": "issue13", "label": label + twin, "method": "dp", "status": "optimal", "seconds": 2.0,
+         "cpu_seconds": 1.9, "peak_rss_mb": 4000.0, "value": 1.0, "version": 2, "transfers": False},
+        {"sweep": "plan", "label": "plan pi0 on 2 x dgx-h100, batch 1024", "method": "plan", "model": "pi0",
+         "cluster": "dgx-h100", "nodes": 2, "global_batch": 1024, "status": "feasible", "seconds": 12.0,
+         "cpu_seconds": 11.0, "peak_rss_mb": 300.0, "value": 1000.0},
+    ]
+    (tmp_path / "issue13").mkdir()
+    (tmp_path / "issue13" / "solvers.json").write_text(json.dumps(rows))
+    text = "\n".join(report.issue13_targets(tmp_path))
+    assert ("| dp, 256 layers x 256 GPUs, no transfers, iteration: optimal in <= 3 s | optimal in 2.00 s, cpu 1.90 s, "
+            "peak 500 MB | yes |") in text
+    assert "(v2 twin: 3 variants, per-segment configs): optimal in <= 3 s | optimal in 2.00 s, cpu 1.90 s, peak 4,000 MB | no |" in text
+    assert "--nodes 2 --global-batch 1024`: <= 10 s, peak <= 3 GiB | feasible in 12.00 s, cpu 11.00 s, peak 300 MB | no |" in text
+    assert "| dp, 64 layers x 256 GPUs with transfers, iteration: optimal in <= 10 s | not measured | no |" in text
