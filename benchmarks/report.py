@@ -21,6 +21,10 @@ Parts, each also runnable on its own:
    :func:`partitioner.plan_model` result, written to ``schedules.md`` (:mod:`benchmarks.schedules`'s table)
    and included in the report.
 
+The issue-13 target table (part ``issue13``) comes from ``python -m benchmarks.solvers --sweeps issue13,plan
+--methods dp,cpsat --time-limit 60 --out benchmarks/results/issue13``: every solver target and its
+format-v2 twin, and ``partitioner plan`` per preset, each in its own process (wall, CPU, peak memory).
+
 The report states the machine, the date and the commit it was made on.
 """
 from __future__ import annotations
@@ -43,7 +47,7 @@ from partitioner.batch import expand, load_sweep, run_jobs  # noqa: E402
 from partitioner.compare import compare_file, plot_profile, to_markdown  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-PARTS = ("solvers", "throughput", "presets", "plans")
+PARTS = ("solvers", "throughput", "presets", "plans", "issue13")
 
 # Plan-quality cases: every VLA/VLM preset on a cluster that holds it, with a realistic batch.
 PLAN_CASES = (
@@ -630,6 +634,9 @@ def main(argv: list[str] | None = None) -> None:
         if "plans" in parts:
             only = {c.strip() for c in args.cases.split(',') if c.strip()} or None
             plan_quality(out, args.quick, args.case_timeout, only)
+        if "issue13" in parts and not args.quick:
+            solver_bench.main(["--sweeps", "issue13,plan", "--methods", "dp,cpsat", "--time-limit", "60",
+                               "--out", str(out / "issue13")])
     print(f"wrote {write_report(out, args.quick)}")
 
 
