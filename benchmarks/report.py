@@ -50,17 +50,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 PARTS = ("solvers", "throughput", "presets", "plans", "issue13")
 
 # Plan-quality cases: every VLA/VLM preset on a cluster that holds it, with a realistic batch.
-PLAN_CASES = (
-    ("openvla-7b", "dgx-a100-80g", 8, 2048),
-    ("pi0", "dgx-h100", 2, 1024),
-    ("seed-vla-8gpu", "dgx-a100-80g", 1, 256),
-    ("llava-1.5-7b", "dgx-h100", 4, 1024),
-    ("llava-1.5-13b", "dgx-a100-80g", 4, 1024),
-    ("qwen2-vl-7b", "dgx-h100", 4, 1024),
-    ("qwen2-vl-7b-video", "dgx-h100", 4, 256),
-    ("internvl-1.5-26b", "dgx-h200", 8, 1024),
-    ("qwen2-vl-72b", "dgx-h200", 16, 1024),
-)
+PLAN_CASES = solver_bench.PLAN_CASES
 QUICK_PLAN_CASES = PLAN_CASES[1:3]
 
 PRESET_GRID = {
