@@ -87,10 +87,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..problem import Problem
+from .dp_stage import StageCosts
 from .slotmodel import SlotData
 from .slottimes import IntegerTimes
 
-__all__ = ["ArcGraph", "GraphTooLarge", "MAX_ARCS", "arcflow_reason", "stage_tables", "build_graph", "path_of_plan"]
+__all__ = [
+    "ArcGraph",
+    "GraphTooLarge",
+    "MAX_ARCS",
+    "arcflow_reason",
+    "stage_tables",
+    "segment_tables",
+    "build_graph",
+    "path_of_plan",
+]
 
 # Most arcs the graph may have before it is abandoned (the slot model then answers): past
 # this, building the graph and each CP-SAT solve take longer than the slot model's search.
@@ -108,7 +118,9 @@ class ArcGraph:
     """The pruned state graph.
 
     ``arcs`` rows: ``(src, dst, first, last, devices, stash, units)``;
-    ``configs[i]``: per segment, the layout index of arc ``i``'s fastest config.
+    ``configs[i]``: one group (module run), the layout index of arc ``i``'s
+    fastest config, as ``(k,)``; several groups: empty, and ``costs`` finds an
+    arc's configs when asked (:meth:`stage_configs`).
     """
 
     states: list
@@ -117,6 +129,15 @@ class ArcGraph:
     source: int
     sinks: list
     stash_levels: int
+    costs: "UnitCosts | None" = None
+
+    def stage_configs(self, i: int) -> tuple[int, ...]:
+        """Per group (module run) of the problem, the layout index arc ``i``'s stage uses there
+        (-1 where it does not reach): a fitting config tuple whose units are the arc's."""
+        if self.costs is None:
+            return self.configs[i]
+        first, last, devices, stash, units = (int(v) for v in self.arcs[i, 2:7])
+        return self.costs.tuple_of(first, last, devices, stash, units)
 
 
 def arcflow_reason(problem: Problem, objective: str, data: SlotData) -> str:
@@ -126,8 +147,6 @@ def arcflow_reason(problem: Problem, objective: str, data: SlotData) -> str:
     schedule = problem.training.schedule
     if not (schedule == "1f1b" or (schedule == "zb-h1" and objective == "bottleneck")):
         return f"schedule {schedule} with the {objective} objective"
-    if data.multi:
-        return "several module segments"
     return ""
 
 
@@ -160,6 +179,65 @@ def stage_tables(data: SlotData, times: IntegerTimes):
     return units, layout
 
 
+class UnitCosts(StageCosts):
+    """:class:`~.dp_stage.StageCosts` in the slot model's integer units instead of ms.
+
+    A layer's time is its ``tau`` (:class:`~.slottimes.IntegerTimes`: per
+    layout, the difference of two exactly rounded prefix sums, so the layer
+    times of a segment add up to the segment's exact-prefix units) and a
+    reshard is half of ``reshard``'s units of ``2 r`` (the stage rule adds it
+    twice). Every such number is an integer or a half below ``2**52`` and a
+    stage that is not pruned stays under ``top``, so the float sums of
+    :class:`~.dp_stage.StageCosts` are exact and :meth:`matrix` is, per
+    stage, the least units over the fitting config tuples (one config per
+    segment, memory summed over the segments with the stash).
+    """
+
+    def __init__(self, data: SlotData, times: IntegerTimes):
+        super().__init__(data.problem, data.layouts, data.sizes)
+        self.time = np.asarray(times.tau, dtype=np.float64).reshape(len(data.layouts), data.num_layers)
+        self._mesh = {mu: n for n, mu in enumerate(data.meshes)}
+        self._boundary = {last: g for g, (_, last) in enumerate(data.groups[:-1])}
+        self._units = times.reshard
+        self._group_of = np.searchsorted([a for a, _ in data.groups], np.arange(data.num_layers), side="right") - 1
+        self._index = {lay: k for k, lay in enumerate(data.layouts)}
+        self._groups = len(data.groups)
+
+    def reshard(self, layer: int, src: tuple[int, int], dst: tuple[int, int], devices: int) -> float:
+        """Half the units of ``2 r`` across the group boundary after ``layer`` (0 for one mesh)."""
+        if src == dst:
+            return 0.0
+        table = self._units[self._boundary[layer]]
+        return table.get((self._mesh[src], self._mesh[dst]), 0) / 2.0
+
+    def tuple_of(self, first: int, last: int, devices: int, stash: int, units: int) -> tuple[int, ...]:
+        """Per group, the layout index of a fitting config tuple of ``units`` units for the stage
+        (-1 outside it); raises ``RuntimeError`` when :meth:`configs` disagrees with the table."""
+        found = self.configs(first, last, self.sizes.index(devices), stash)
+        if found is None or found[1] != units:
+            raise RuntimeError(f"arc-flow: no config tuple of {units} units for layers {first}..{last} on {devices}")
+        out = [-1] * self._groups
+        g0 = int(self._group_of[first])
+        for n, lay in enumerate(found[0]):
+            out[g0 + n] = self._index[lay]
+        return tuple(out)
+
+
+def segment_tables(data: SlotData, times: IntegerTimes) -> tuple[dict, UnitCosts]:
+    """Several groups: per stash ``s`` (1..S) and size ``d``, ``units[s, d][a, b]``, the least units
+    of a fitting config tuple for layers a..b (``_NONE`` where none fits within ``top`` or ``b < a``),
+    and the :class:`UnitCosts` that finds the tuples."""
+    costs = UnitCosts(data, times)
+    top = times.top
+    units = {}
+    for s in range(1, len(data.stash_levels) + 1):
+        for i, d in enumerate(data.sizes):
+            best = costs.matrix(i, s)
+            ok = best <= top
+            units[s, d] = np.where(ok, np.where(ok, best, 0).astype(np.int64), _NONE)
+    return units, costs
+
+
 def stash_levels(units: dict, sizes, S: int, top: int) -> int:
     """The smallest ``K`` such that stashes ``K .. S`` give every arc the same (capped) time."""
     K = S
@@ -189,8 +267,13 @@ def build_graph(data: SlotData, times: IntegerTimes, check=None, max_arcs: int |
     max_arcs = MAX_ARCS if max_arcs is None else max_arcs
     L, N = data.num_layers, data.problem.num_devices
     sizes = tuple(d for d in data.sizes if d <= N)
-    S = data.reach.shape[1]
-    units, layout = stage_tables(data, times)
+    S = len(data.stash_levels)  # 1F1B's stashes 1..S (stash_levels is their sorted set)
+    costs = None
+    if data.multi:
+        units, costs = segment_tables(data, times)
+        layout = {key: np.full((L, L), -1, dtype=np.int64) for key in units}
+    else:
+        units, layout = stage_tables(data, times)
     top = times.top
     K = stash_levels(units, sizes, S, top)
     fewest = _fewest_parts(sizes, N)
@@ -262,8 +345,8 @@ def build_graph(data: SlotData, times: IntegerTimes, check=None, max_arcs: int |
     keep = alive[arr[:, 0]] & alive[arr[:, 1]]
     arr = arr[keep]
     sinks = np.flatnonzero(alive & (where[:, 0] == 0)).tolist()
-    configs = [(int(k),) for k in arr[:, 7]]
-    return ArcGraph(states, arr[:, :7], configs, 0, sinks, K)
+    configs = [] if costs is not None else [(int(k),) for k in arr[:, 7]]
+    return ArcGraph(states, arr[:, :7], configs, 0, sinks, K, costs)
 
 
 def path_of_plan(graph: ArcGraph, plan) -> list[int] | None:
