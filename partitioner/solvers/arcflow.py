@@ -257,6 +257,31 @@ def _fewest_parts(sizes, total: int) -> list:
     return out
 
 
+def _completable(first: dict, sizes, N: int, K: int, L: int) -> np.ndarray:
+    """``out[c, k, r]``: layers ``0 .. c-1`` can be covered by arcs with exactly ``r`` devices from a
+    state with ``k`` stages after them (capped at ``K - 1``) -- the states that reach a sink.
+
+    ``out[0, k, r]`` is ``r == 0``; for ``c >= 1`` some size ``d`` and first layer ``a`` in the
+    arc's valid range ``first[s, d][c - 1] .. c - 1`` (``s = min(K, k + 1)``) leave a completable
+    ``(a, min(k + 1, K - 1), r - d)``. One pass by increasing ``c``, with running counts over ``a``.
+    """
+    out = np.zeros((L + 1, K, N + 1), dtype=bool)
+    out[0, :, 0] = True
+    counts = np.zeros((L + 2, K, N + 1), dtype=np.int32)  # counts[c]: completable entries of rows < c
+    counts[1] = out[0]
+    for c in range(1, L + 1):
+        for k in range(K):
+            s, k2 = min(K, k + 1), min(k + 1, K - 1)
+            for d in sizes:
+                lo = int(first[s, d][c - 1])
+                if lo > c - 1 or d > N:
+                    continue
+                hits = counts[c, k2, : N + 1 - d] - counts[lo, k2, : N + 1 - d]
+                out[c, k, d:] |= hits > 0
+        counts[c + 1] = counts[c] + out[c]
+    return out
+
+
 def build_graph(data: SlotData, times: IntegerTimes, check=None, max_arcs: int | None = None) -> ArcGraph:
     """The states reachable from the source that reach a sink, and the arcs between them (module docstring).
 
@@ -281,6 +306,7 @@ def build_graph(data: SlotData, times: IntegerTimes, check=None, max_arcs: int |
     # first[s, d][b]: the smallest a whose stage a..b fits and is within the ceiling (a valid
     # range is a suffix a..b: a shorter stage is no slower and needs no more memory)
     first = {key: np.arange(1, L + 1) - (table <= top).sum(axis=0) for key, table in units.items()}
+    completable = _completable(first, sizes, N, K, L)
     index = np.full((L + 1, N + 1, K), -1, dtype=np.int64)  # state id of (c, u, k)
     index[L, 0, 0] = 0
     states = [(L, 0, 0)]
@@ -299,16 +325,12 @@ def build_graph(data: SlotData, times: IntegerTimes, check=None, max_arcs: int |
                 if v > N:
                     break
                 rest = N - v
-                lo = int(first[s, d][c - 1])
-                if rest == 0:
-                    hi = 1 if lo == 0 else 0  # the first stage: a = 0 only
-                else:
-                    if fewest[rest] > Pmax:
-                        continue
-                    lo, hi = max(lo, fewest[rest]), c
-                if lo >= hi:
+                if fewest[rest] > Pmax:
                     continue
-                a = np.arange(lo, hi)
+                a = np.arange(int(first[s, d][c - 1]), c)
+                a = a[completable[a, k2, rest]]  # only states that reach a sink (a = 0 when rest = 0)
+                if not len(a):
+                    continue
                 dst = index[a, v, k2]
                 for i in np.flatnonzero(dst < 0).tolist():
                     dst[i] = index[a[i], v, k2] = len(states)
