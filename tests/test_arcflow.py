@@ -105,7 +105,7 @@ def test_every_valid_plan_is_a_path_no_faster_than_evaluate(data, problem):
         assert graph.arcs[i, 6] <= stage.time_ms * times.scale + times.stage_error
 
 
-def test_transfers_and_segments_fall_back_to_the_slot_model():
+def test_transfers_and_other_schedules_fall_back_to_the_slot_model():
     from partitioner.solvers.slotmodel import slot_data as data_of
 
     doc = {

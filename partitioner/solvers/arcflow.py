@@ -11,6 +11,7 @@ the resolution of the plan's exact value. It fits when no stage boundary
 carries bytes (comm-free: a stage's time is its own compute plus its own
 reshards), the default cluster graph is used, and the schedule's objective
 and stash are 1F1B's (``1f1b``; ``zb-h1`` with the bottleneck objective).
+Format v1 and v2 alike: a v2 stage runs one config per module segment.
 
 States and arcs
 ---------------
@@ -25,19 +26,33 @@ stage of layers ``a .. c-1`` on ``d`` devices (an allowed size) with stash
 and every plan one path, so the stage order is fixed by construction (no
 slot symmetry).
 
-An arc's time is that of the *fastest* config (v1: layout; v2: one config
-per segment, reshards included, :meth:`~.tables.CostTables.best_stage`) of
-``d`` devices that fits in memory with its stash. This is exact for both
-objectives, thresholds included: they are non-decreasing in every stage
-time, and a comm-free stage's config changes only its own time and memory,
-so for any threshold ``Z`` on the slowest stage the least-time config that
-fits is under ``Z`` whenever any fitting config is.
+An arc's units are the least units (see "Model") of a *config tuple* of
+``d`` devices for its layers that fits in memory with its stash: one config
+per module segment of the stage (v1, and a stage inside one module run: one
+layout), memory summed over the segments (``sum W + stash * sum A``). This is
+exact for both objectives, thresholds included: they are non-decreasing in
+every stage time, and a comm-free stage's configs change only its own time
+and memory, so for any path, and any threshold ``Z`` on its slowest stage,
+taking each stage's least-units tuple is as good as any other choice.
+
+Tables: one layout (:func:`stage_tables`), per layout a prefix difference
+of the reach-limited ranges; several segments (:func:`segment_tables`),
+:class:`~.dp_stage.StageCosts`' vectorised per-(size, stash) rule run over
+the model's integer layer units and reshard units (:class:`UnitCosts`), so
+the least over all fitting tuples (an exact Pareto pass over the segments)
+comes out in units, as (L, L) tables; an arc's tuple is found only for the
+arcs of the answer (:meth:`ArcGraph.stage_configs`). Comm-free means every
+``out_bytes`` before the last layer is 0, so every reshard (proportional to
+the ``out_bytes`` of a segment's last layer) is 0 here; the tables count
+reshard units all the same.
 
 Pruning (each removes only plans strictly worse than the starting plan,
-which stays in the model): arcs slower than the starting plan's stage
-ceiling (:func:`~.slottimes.stage_ceiling_ms`, as integer ``top``), arcs
-that do not fit or lack cost entries, and states that the source does not
-reach or from which no sink is reachable within those arcs.
+which stays in the model, or no plan at all): arcs slower than the starting
+plan's stage ceiling (:func:`~.slottimes.stage_ceiling_ms`, as integer
+``top``), arcs that do not fit or lack cost entries, states from which no
+sink is reachable within those arcs (:func:`_completable`, before any arc
+is made: layers ``0 .. a-1`` must be coverable with exactly the devices
+left and the stashes that follow), and states the source does not reach.
 
 Model
 -----
@@ -48,30 +63,37 @@ feasible counts; ``T >= t_a`` when ``x_a``, and per layer ``i`` the cut
 every path, so the cut is valid, and in the LP relaxation it makes ``T`` at
 least the flow-weighted average stage time at every layer, where the
 implications alone give only ``t_a x_a``). ``bottleneck`` minimises ``T``;
-``iteration`` minimises ``sum t_a x_a + (m - 1) T``. Times are the slot
-model's integer units (:func:`~.slottimes.integer_times`): an arc's units
-are the fastest config's exact-prefix units (one unit per segment off) plus
-its reshards' units, so a plan's model value is within ``times.error`` of
-its true value in units and the bound conversion of the slot model holds.
+``iteration`` minimises ``sum t_a x_a + (m - 1) T``.
+
+Times are the slot model's integer units (:func:`~.slottimes.integer_times`)
+and a tuple's units are the slot model's for it: per segment ``s .. t`` in
+config ``l`` the exact-prefix units ``prefix[l][t + 1] - prefix[l][s]`` (off
+by at most 1 unit from ``scale`` x its compute), plus per segment boundary
+the units of ``2 r`` (off by at most ``1/2 + delta``). A stage has at most
+as many segments as the problem has groups and one reshard fewer, so its
+units are within ``stage_error`` of ``scale`` x its true time, and the bound
+conversion of the slot model holds: every plan ``Q`` (cuts, sizes, configs)
+is a path whose arcs have no more units than ``Q``'s own tuples, so the
+model's value of that path is at most ``scale * value(Q) + error``; a proven
+bound ``B`` on the model is thus at most ``scale * OPT + error``, and
+``OPT >= (B - error) / scale`` (:func:`~.slottimes.conservative_bound`).
+The plan returned is its path with the least-units tuples, re-evaluated
+exactly.
 
 Not (yet) modelled, so the slot model answers
 --------------------------------------------
 * Transfers: a stage's time would depend on its neighbours' sizes and on
   whether they share a node, so a state would need the previous stage's
   size and node use.
-* Several module segments (format v2 with more than one module run): the
-  best-per-arc folding above is exact there too (the fastest fitting config
-  tuple, :meth:`~.tables.CostTables.best_stage`, is under any threshold that
-  any fitting tuple is under), but computing it per (a, b, d, stash) is the
-  cost: on the 64-layer, 4 x 8 GPU v2 benchmark (66 configs, 4 modules) the
-  60,722 ``best_stage`` calls within the ceiling took 37 s in Python; a
-  vectorised per-segment table would be needed.
-* Graphs past :data:`MAX_ARCS` arcs (128 layers on 64 GPUs: 517,000 arcs,
-  6.6 s to build).
+* Graphs past :data:`MAX_ARCS` arcs (128 layers on 64 GPUs: 517,000 arcs
+  in format v1).
 
 Size: the 64-layer, 4 x 8 GPU benchmark (all 22 layouts, m = 8, memory
 binding at every stash: ``K = 8``) has 2,319 live states and 48,583 arcs
 under the greedy plan's ceiling; 72 layers on 64 GPUs 5,013 and 128,754.
+Its v2 twin (66 configs, 4 modules, 3 variants) has 752 states and 6,741
+arcs; the 56 (size, stash) tables of :func:`segment_tables` take about
+0.3 s there.
 
 References
 ----------
@@ -103,7 +125,8 @@ __all__ = [
 ]
 
 # Most arcs the graph may have before it is abandoned (the slot model then answers): past
-# this, building the graph and each CP-SAT solve take longer than the slot model's search.
+# this, each CP-SAT solve takes longer than the slot model's search. Arcs are counted as they
+# are made, and only arcs into states that reach a sink are made.
 MAX_ARCS = 400_000
 
 _NONE = np.iinfo(np.int64).max // 4  # "no fitting config" in the unit tables
@@ -285,8 +308,8 @@ def _completable(first: dict, sizes, N: int, K: int, L: int) -> np.ndarray:
 def build_graph(data: SlotData, times: IntegerTimes, check=None, max_arcs: int | None = None) -> ArcGraph:
     """The states reachable from the source that reach a sink, and the arcs between them (module docstring).
 
-    Raises :class:`GraphTooLarge` past ``max_arcs`` arcs (default :data:`MAX_ARCS`; counted
-    before the dead ends are removed).
+    Raises :class:`GraphTooLarge` past ``max_arcs`` arcs (default :data:`MAX_ARCS`; the arcs
+    into states that reach a sink, counted as they are made).
     """
     check = check or (lambda: None)
     max_arcs = MAX_ARCS if max_arcs is None else max_arcs
@@ -304,7 +327,8 @@ def build_graph(data: SlotData, times: IntegerTimes, check=None, max_arcs: int |
     fewest = _fewest_parts(sizes, N)
     Pmax = max(data.counts)
     # first[s, d][b]: the smallest a whose stage a..b fits and is within the ceiling (a valid
-    # range is a suffix a..b: a shorter stage is no slower and needs no more memory)
+    # range is a suffix a..b: a shorter stage is no slower and needs no more memory; with several
+    # segments, dropping layer a shortens the first segment or drops it and its reshard)
     first = {key: np.arange(1, L + 1) - (table <= top).sum(axis=0) for key, table in units.items()}
     completable = _completable(first, sizes, N, K, L)
     index = np.full((L + 1, N + 1, K), -1, dtype=np.int64)  # state id of (c, u, k)
