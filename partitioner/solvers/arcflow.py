@@ -142,7 +142,7 @@ class ArcGraph:
 
     ``arcs`` rows: ``(src, dst, first, last, devices, stash, units)``;
     ``configs[i]``: one group (module run), the layout index of arc ``i``'s
-    fastest config, as ``(k,)``; several groups: empty, and ``costs`` finds an
+    least-units config, as ``(k,)``; several groups: empty, and ``costs`` finds an
     arc's configs when asked (:meth:`stage_configs`).
     """
 
@@ -246,15 +246,17 @@ class UnitCosts(StageCosts):
         return tuple(out)
 
 
-def segment_tables(data: SlotData, times: IntegerTimes) -> tuple[dict, UnitCosts]:
+def segment_tables(data: SlotData, times: IntegerTimes, check=None) -> tuple[dict, UnitCosts]:
     """Several groups: per stash ``s`` (1..S) and size ``d``, ``units[s, d][a, b]``, the least units
     of a fitting config tuple for layers a..b (``_NONE`` where none fits within ``top`` or ``b < a``),
-    and the :class:`UnitCosts` that finds the tuples."""
+    and the :class:`UnitCosts` that finds the tuples. ``check()`` is called between tables."""
+    check = check or (lambda: None)
     costs = UnitCosts(data, times)
     top = times.top
     units = {}
     for s in range(1, len(data.stash_levels) + 1):
         for i, d in enumerate(data.sizes):
+            check()
             best = costs.matrix(i, s)
             ok = best <= top
             units[s, d] = np.where(ok, np.where(ok, best, 0).astype(np.int64), _NONE)
@@ -318,7 +320,7 @@ def build_graph(data: SlotData, times: IntegerTimes, check=None, max_arcs: int |
     S = len(data.stash_levels)  # 1F1B's stashes 1..S (stash_levels is their sorted set)
     costs = None
     if data.multi:
-        units, costs = segment_tables(data, times)
+        units, costs = segment_tables(data, times, check)
         layout = {key: np.full((L, L), -1, dtype=np.int64) for key in units}
     else:
         units, layout = stage_tables(data, times)
