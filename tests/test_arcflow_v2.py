@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from partitioner import evaluate, solve
-from partitioner.solvers.arcflow import arcflow_reason, build_graph, path_of_plan
+from partitioner.solvers.arcflow import arcflow_reason, build_graph
 from partitioner.solvers.slotmodel import integer_times, slot_data
 from checks import check_plan
-from strategies import draw_valid_plan, small_v2_problems
-from test_arcflow import comm_free
+from strategies import small_v2_problems
+from test_arcflow import check_plan_is_a_path, comm_free
 
 REL = 1e-6
 CPSAT = {"num_workers": 1}
@@ -138,18 +138,7 @@ def test_every_arc_has_the_least_units_of_a_real_fitting_tuple(problem):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.data(), comm_free_v2())
 def test_every_valid_v2_plan_is_a_path_no_slower_than_evaluate(data, problem):
-    """Completeness: each valid plan is a path, and each arc's units are at most its stage's time in
-    units plus the model's stage error (the least-units fitting tuple is taken)."""
-    objective = problem.objective
-    plan, _ = draw_valid_plan(data, problem)
-    sd = slot_data(problem, objective)
-    times = integer_times(sd)
-    graph = build_graph(sd, times)
-    path = path_of_plan(graph, plan)
-    assert path is not None
-    ev = evaluate(problem, plan, objective)
-    for i, stage in zip(path, reversed(ev.stages)):
-        assert graph.arcs[i, 6] <= stage.time_ms * times.scale + times.stage_error
+    check_plan_is_a_path(data, problem)
 
 
 @pytest.mark.parametrize("objective", ["bottleneck", "iteration"])
