@@ -91,10 +91,14 @@ def test_arcflow_solves_zb_h1_bottleneck_like_1f1b(problem):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.data(), comm_free_problems())
 def test_every_valid_plan_is_a_path_no_faster_than_evaluate(data, problem):
-    """Completeness: each valid plan is a path of the graph, and its arcs' units are at most its
-    stage times in units plus the model's error per stage (the fastest fitting config is taken)."""
+    check_plan_is_a_path(data, problem)
+
+
+def check_plan_is_a_path(data, problem: Problem) -> None:
+    """Completeness: a random valid plan is a path of the graph, and its arcs' units are at most its
+    stage times in units plus the model's error per stage (the least-units fitting config is taken)."""
     objective = problem.objective
-    plan, value = draw_valid_plan(data, problem)
+    plan, _ = draw_valid_plan(data, problem)
     sd = slot_data(problem, objective)
     times = integer_times(sd)  # no ceiling: every plan is in the model
     graph = build_graph(sd, times)
@@ -105,7 +109,7 @@ def test_every_valid_plan_is_a_path_no_faster_than_evaluate(data, problem):
         assert graph.arcs[i, 6] <= stage.time_ms * times.scale + times.stage_error
 
 
-def test_transfers_and_segments_fall_back_to_the_slot_model():
+def test_transfers_and_other_schedules_fall_back_to_the_slot_model():
     from partitioner.solvers.slotmodel import slot_data as data_of
 
     doc = {

@@ -258,11 +258,11 @@ def plan_of_path(data: SlotData, graph: ArcGraph, path: list):
     """The plan of a path (its arcs run from the last stage to the first)."""
     P = len(path)
     J = data.slots
-    starts, layout, configs = [0] * J, [-1] * J, [(-1,)] * J
+    starts, layout, configs = [0] * J, [-1] * J, [(-1,) * len(data.groups)] * J
     for j, i in enumerate(path):
         starts[j] = int(graph.arcs[i, 2])
-        layout[j] = graph.configs[i][0]
-        configs[j] = graph.configs[i]
+        configs[j] = graph.stage_configs(i)
+        layout[j] = next(k for k in configs[j] if k >= 0)
     decisions = SlotDecisions(P, tuple(starts), tuple(layout), (-1,) * J, (False,) * (J - 1), tuple(configs))
     return plan_of_decisions(data, decisions)
 

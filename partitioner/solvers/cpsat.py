@@ -85,10 +85,10 @@ Time limit: it covers building the tables, the greedy hint and the model
 :func:`.slotmodel.model_size_refusal`; a build cut short returns the hint as
 ``feasible``), and CP-SAT gets what is left.
 
-Arc-flow: when the problem is comm-free (no stage boundary carries bytes),
-has one module segment (format v1, or a v2 problem of one module run) and
-1F1B's objective and stash (``1f1b``; ``zb-h1`` with the bottleneck
-objective), ``cpsat`` solves the arc-flow model of :mod:`.arcflow` instead
+Arc-flow: when the problem is comm-free (no stage boundary carries bytes)
+and has 1F1B's objective and stash (``1f1b``; ``zb-h1`` with the bottleneck
+objective), format v1 or v2 (one config per module segment), ``cpsat``
+solves the arc-flow model of :mod:`.arcflow` instead
 (:mod:`.arcflow_run`): a path through (layer boundary, devices used, stages
 from the end) states, whose relaxation at a fixed threshold on the slowest
 stage is integral; it proves optima of the 64-layer, 4 x 8 GPU benchmark in
@@ -127,7 +127,7 @@ parameters : dict
     Further CP-SAT parameters by name (``SatParameters`` fields).
 formulation : str
     ``"auto"`` (default): the arc-flow model (:mod:`.arcflow`) when the problem
-    fits it (comm-free, one segment, 1F1B's objective and stash), else the slot
+    fits it (comm-free, 1F1B's objective and stash), else the slot
     model; ``"slot"``: always the slot model.
 
 References
