@@ -1,0 +1,391 @@
+"""The DP's general recursion: compact tables and how one recursion fills them.
+
+Contract
+--------
+:class:`Tables` holds the values ``V[a, level, z, c, D]`` of :mod:`.dp`'s
+recursion (see its *The recursion* section) for the combinations that can
+occur only: per level and stage size ``i``, an array
+``(L + 1, slots, N + 1 - d_i)`` whose slots are the pairs (placement state
+``z`` of size i, incoming category ``c`` that a size-i stage can receive) and
+whose last axis is ``D - d_i`` (a suffix whose first stage has d_i devices
+has at least d_i). Every other combination is infinite. :func:`fill` fills
+them for one objective mode and threshold, level by level; a level reads the
+previous level only and, for the "K or more" bucket level, itself at later
+first layers.
+
+How a level fills (no options: the stage time is ``t = w + x`` with
+``w = compute(a..b) + x_out`` and ``x`` the incoming transfer):
+
+* the levels below the bucket level take every first layer ``a`` at once
+  (in chunks that bound the temporaries); the bucket level's own source
+  runs one ``a`` at a time, downwards;
+* the incoming transfer is no axis of the work: a stage is valid for the
+  incoming categories with ``w + x <= limit``, a prefix of them in order of
+  ``x``. ``minsum`` groups the (stage, successor) candidates by that prefix's
+  length and takes ``min(w + H)`` per group, then a running minimum over the
+  lengths and ``+ x`` per category; ``minmax`` takes
+  ``min max(w + x, H)`` per category over the candidates valid for it.
+
+With options (zb-h1's and GPipe's iteration estimates, :mod:`.dp_options`)
+a stage's value is not ``w + x``; those recursions take one ``a`` at a time
+with the incoming values as an axis, as the spec values them.
+
+The values are the same sums and maxima as before, formed as
+``(w + H) + x`` instead of ``(w + x) + H`` in ``minsum`` (a rounding
+difference far below the 1e-12 relative ties of the walk back); every
+comparison with the threshold is the recursion's own ``w + x <= limit``.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from .errors import OutOfTime as _OutOfTime
+
+__all__ = ["Layout", "Tables", "fill", "table_bytes"]
+
+INF = math.inf
+_TIE = 1e-12  # relative slack when comparing a stage time with a threshold (as in dp)
+_CHUNK = 1 << 22  # elements of one temporary array of the vectorised kernels (32 MiB of float64)
+_TEMPORARIES = 6  # such arrays alive at once, at most
+
+
+class Layout:
+    """Where each (state, category, devices) lives: per size index i, the states of that size and the
+    incoming categories a size-i stage can receive (slot = state position x categories + category position)."""
+
+    def __init__(self, auto, sizes: tuple[int, ...], N: int):
+        self.auto, self.sizes, self.N = auto, sizes, N
+        Z, C = len(auto.states), len(auto.categories)
+        self.groups = [i for i, d in enumerate(sizes) if d <= N]
+        self.states: dict[int, np.ndarray] = {}
+        self.cats: dict[int, np.ndarray] = {}
+        self.zloc = np.full(Z, -1)
+        self.cloc = np.full((len(sizes), C), -1)
+        for i in self.groups:
+            zs = np.flatnonzero(auto.size_of == i)
+            cs = np.concatenate([np.arange(lo, hi) for lo, hi in auto.incoming[i]])
+            self.states[i], self.cats[i] = zs, cs
+            self.zloc[zs] = np.arange(len(zs))
+            self.cloc[i, cs] = np.arange(len(cs))
+        self.pairs = {i: self._pairs(i) for i in self.groups}
+
+    def shape(self, L: int, i: int) -> tuple[int, int, int, int]:
+        return (L + 1, len(self.states[i]), len(self.cats[i]), self.N + 1 - self.sizes[i])
+
+    def _pairs(self, i: int):
+        """Size-i transitions grouped by (new state, outgoing category): the pairs a stage chooses among.
+
+        Returns (pair_zn, pair_co, starts, zn_starts, sources) with ``sources`` a list of
+        (transition positions, source size index, source slots) per source size.
+        """
+        auto = self.auto
+        zp, zn, co = auto.trans[i]
+        keep = np.isin(auto.size_of[zp], self.groups)
+        zp, zn, co = zp[keep], zn[keep], co[keep]
+        order = np.lexsort((co, zn))
+        zp, zn, co = zp[order], zn[order], co[order]
+        keys = zn * len(auto.categories) + co
+        starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.zeros(0, int)
+        pair_zn, pair_co = zn[starts], co[starts]
+        zn_starts = np.flatnonzero(np.r_[True, pair_zn[1:] != pair_zn[:-1]]) if len(pair_zn) else np.zeros(0, int)
+        sources = []
+        src_size = auto.size_of[zp]
+        for ip in self.groups:
+            t = np.flatnonzero(src_size == ip)
+            if t.size:
+                slots = self.zloc[zp[t]] * len(self.cats[ip]) + self.cloc[ip, co[t]]
+                sources.append((t, ip, slots, len(zp)))
+        return pair_zn, pair_co, starts, zn_starts, sources
+
+
+def table_bytes(layout: Layout, L: int, levels: int) -> int:
+    """Bytes of the tables of ``levels`` levels."""
+    per_level = sum(math.prod(layout.shape(L, i)) for i in layout.groups)
+    return 8 * per_level * levels
+
+
+def cache_bytes(layout: Layout, L: int) -> int:
+    """Bytes of one level's reduced tables H (per size: positions x pairs x devices) plus the kernels' temporaries."""
+    H = sum((L + 1) * len(layout.pairs[i][0]) * (layout.N + 1 - layout.sizes[i]) for i in layout.groups)
+    return 8 * (H + _TEMPORARIES * _CHUNK)
+
+
+class Tables:
+    """The values of one recursion: ``tab[level][i]`` of shape ``(L + 1, states_i, cats_i, N + 1 - d_i)``."""
+
+    def __init__(self, layout: Layout, L: int):
+        self.layout, self.L = layout, L
+        self.tab: list[dict | None] = [None]
+
+    def reset(self, top: int) -> None:
+        """Levels 1..top set to infinity (allocated the first time they are needed)."""
+        while len(self.tab) <= top:
+            self.tab.append({i: np.empty(self.layout.shape(self.L, i)) for i in self.layout.groups})
+        for level in range(1, top + 1):
+            for arr in self.tab[level].values():
+                arr.fill(INF)
+        self.top = top
+
+    def value(self, a: int, level: int, z: int, c: int, D: int) -> float:
+        lay = self.layout
+        if level < 1 or level > self.top:
+            return INF
+        i = int(lay.auto.size_of[z])
+        if i not in lay.states:
+            return INF
+        cl = lay.cloc[i, c]
+        Di = D - lay.sizes[i]
+        if cl < 0 or Di < 0:
+            return INF
+        return float(self.tab[level][i][a, lay.zloc[z], cl, Di])
+
+    def first(self, level: int, D: int) -> np.ndarray:
+        """Over every state z: the value of the whole pipeline (a = 0, category 0, D devices) at ``level``."""
+        lay = self.layout
+        out = np.full(len(lay.auto.states), INF)
+        if level > self.top:
+            return out
+        for i in lay.groups:
+            Di = D - lay.sizes[i]
+            cl = lay.cloc[i, 0]
+            if Di >= 0 and cl >= 0:
+                out[lay.states[i]] = self.tab[level][i][0, :, cl, Di]
+        return out
+
+
+def reduce_level(tables: Tables, level: int, i: int, rows: slice) -> np.ndarray:
+    """H[pos, pair, D'] = least value at ``level`` over the transitions of the pair, for a size-i stage
+    in front (D' = the suffix's devices, 0..N - d_i)."""
+    lay = tables.layout
+    pair_zn, _, starts, _, sources = lay.pairs[i]
+    D1 = lay.N + 1 - lay.sizes[i]
+    tab = tables.tab[level]
+    npos = len(range(*rows.indices(tables.L + 1)))
+    ntrans = sources[0][3] if sources else 0
+    G = np.full((npos, ntrans, D1), INF)
+    for t, ip, slots, _ in sources:
+        off = lay.sizes[ip]
+        width = D1 - off
+        if width <= 0:
+            continue
+        src = tab[ip][rows].reshape(npos, -1, tab[ip].shape[-1])
+        G[:, t, off:] = src[:, slots, :width]
+    if ntrans == 0:
+        return np.full((npos, 0, D1), INF)
+    return np.minimum.reduceat(G, starts, axis=1)
+
+
+# --------------------------------------------------------------------------- the fill
+
+
+def fill(model, tables: Tables, auto, X: np.ndarray, mode: str, limit: float, deadline: float | None, top: int) -> Tables:
+    """Fill ``tables`` for levels 1..top (see the module docstring); ``model`` is the :class:`.dp.DPModel`."""
+    L, K = model.L, model.K
+    lay = tables.layout
+    tables.reset(top)
+    lim = limit * (1 + _TIE) if math.isfinite(limit) else INF
+    xin = np.vstack([np.zeros((1, X.shape[1])), X[:-1]])  # xin[a, c]: transfer into a stage starting at a
+    run = _Run(model, tables, auto, X, xin, mode, lim, deadline)
+    for level in range(1, top + 1):
+        run.check_time()
+        bucket_self = model.bucket and level == K
+        for i in lay.groups:
+            if level == 1:
+                run.last_stage(i)
+            if level >= 2:
+                H = reduce_level(tables, level - 1, i, slice(None))
+                run.level_source(level, i, H, 0, L - level)
+        if bucket_self:
+            H_self = {i: np.full((L + 1, len(lay.pairs[i][0]), lay.N + 1 - lay.sizes[i]), INF) for i in lay.groups}
+            for a in range(L - level, -1, -1):
+                run.check_time()
+                for i in lay.groups:
+                    H_self[i][a + 1] = reduce_level(tables, level, i, slice(a + 1, a + 2))[0]
+                for i in lay.groups:
+                    run.level_source(level, i, H_self[i], a, a)
+    return tables
+
+
+class _Run:
+    """One recursion's constants and its kernels."""
+
+    def __init__(self, model, tables, auto, X, xin, mode, lim, deadline):
+        self.model, self.tables, self.auto = model, tables, auto
+        self.lay = tables.layout
+        self.X, self.xin, self.mode, self.lim, self.deadline = X, xin, mode, lim, deadline
+        self.L, self.N = model.L, model.N
+        self.spec = model.spec
+        self._incoming_cache: dict = {}
+
+    def check_time(self) -> None:
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            raise _OutOfTime
+
+    # ------------------------------------------------------------ last stages
+    def last_stage(self, i: int) -> None:
+        """Level 1: a stage a..L-1 alone (no outgoing transfer), for every a and incoming category."""
+        model, lay, L = self.model, self.lay, self.L
+        stash = model.stash_of_level[1]
+        cats = lay.cats[i]
+        zl = lay.zloc[self.auto.init[i]]
+        V = self.tables.tab[1][i]
+        if self.spec:
+            for a in range(L):
+                compute = tuple(x[-1] for x in model.option_rows(a, i, stash))
+                xin_a = self.xin[a, cats]
+                t = self.spec.value(compute[0], compute[1], compute[2], np.zeros_like(xin_a), xin_a, self.mode, self.lim)
+                if self.mode == "minmax":
+                    t = np.where(t <= self.lim, t, INF)
+                V[a, zl, :, 0] = np.minimum(V[a, zl, :, 0], t)
+            return
+        cb = model.compute_matrix(i, stash)[:L, L - 1]  # (a,): compute of a..L-1
+        t = cb[:, None] + self.xin[:L][:, cats]
+        t = np.where(np.isfinite(cb)[:, None] & (t <= self.lim), t, INF)
+        V[:L, zl, :, 0] = np.minimum(V[:L, zl, :, 0], t)
+
+    # ------------------------------------------------------------ one source level
+    def level_source(self, level: int, i: int, H: np.ndarray, a_lo: int, a_hi: int) -> None:
+        """Stages of size i starting at a in [a_lo, a_hi], followed by a suffix valued by H[b + 1]."""
+        bmax = self.L - level
+        a_hi = min(a_hi, bmax)
+        if a_hi < a_lo or H.shape[1] == 0:
+            return
+        if self.spec:
+            for a in range(a_hi, a_lo - 1, -1):
+                self.check_time()
+                self._stage_options(level, i, H, a)
+            return
+        cbm = self.model.compute_matrix(i, self.model.stash_of_level[level])
+        P, D1 = H.shape[1], H.shape[2]
+        Zn, Ci = len(self.lay.pairs[i][3]), len(self.lay.cats[i])
+        per_a = (bmax + 1) * P * (D1 + Ci)
+        fixed = Zn * (Ci + 1) * D1
+        step = max(1, min(_CHUNK // max(per_a, 1), _CHUNK // max(fixed, 1)))
+        a0 = a_lo
+        while a0 <= a_hi:
+            a1 = min(a_hi, a0 + step - 1)
+            self.check_time()
+            self._kernel(level, i, H, cbm, a0, a1, bmax)
+            a0 = a1 + 1
+
+    def _kernel(self, level, i, H, cbm, a0, a1, bmax) -> None:
+        lay, lim = self.lay, self.lim
+        pair_zn, pair_co, _, zn_starts, _ = lay.pairs[i]
+        P, D1 = H.shape[1], H.shape[2]
+        zn_u = pair_zn[zn_starts]
+        Zn = len(zn_u)
+        zn_of_pair = np.repeat(np.arange(Zn), np.diff(np.r_[zn_starts, P]))
+        cats = lay.cats[i]
+        Ci = len(cats)
+        A = a1 - a0 + 1
+        a_idx = np.arange(a0, a1 + 1)
+        # incoming transfers, sorted per a (ranks: the prefix a stage is valid for)
+        xs = self.xin[a_idx][:, cats]  # (A, Ci)
+        order = np.argsort(xs, axis=1, kind="stable")
+        xs_sorted = np.take_along_axis(xs, order, axis=1)
+        rank = np.argsort(order, axis=1)  # rank[a, c]
+        cb = cbm[a0 : a1 + 1, : bmax + 1]  # (A, B)
+        bs = np.arange(bmax + 1)
+        ok = np.isfinite(cb) & (bs[None, :] >= a_idx[:, None])
+        W = cb[:, None, :] + self.X[: bmax + 1][:, pair_co].T[None, :, :]  # (A, P, B): compute + outgoing
+        xmin, xmax = xs_sorted[:, 0], xs_sorted[:, -1]
+        with np.errstate(invalid="ignore"):
+            valid = ok[:, None, :] & (W + xmin[:, None, None] <= lim)
+        ai, pi, bi = np.nonzero(valid)  # ordered by (a, pair, b): (a, new state) groups are contiguous
+        if ai.size == 0:
+            return
+        w = W[ai, pi, bi]
+        q = np.full(ai.size, Ci)
+        if math.isfinite(lim):
+            part = np.flatnonzero(w + xmax[ai] > lim)
+            if part.size:
+                q[part] = _prefix_lengths(w[part], xs_sorted[ai[part]], lim)
+        Hflat = H.reshape(-1, D1)
+        rows = Hflat[(bi + 1) * P + pi]  # (n, D1)
+        zi = zn_of_pair[pi]
+        target = self.tables.tab[level][i]  # (L + 1, states_i, Ci, D1)
+        zl = lay.zloc[zn_u]
+        if self.mode == "minsum":
+            key = ai * Zn + zi
+            if np.any(q < Ci):
+                key = key * (Ci + 1) + q
+                srt = np.argsort(key, kind="stable")
+                key, rows, w = key[srt], rows[srt], w[srt]
+            else:
+                key = key * (Ci + 1) + Ci
+            rows += w[:, None]
+            starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+            R = np.full((A * Zn * (Ci + 1), D1), INF)
+            R[key[starts]] = np.minimum.reduceat(rows, starts, axis=0)
+            R = R.reshape(A, Zn, Ci + 1, D1)
+            # a stage valid for the first q categories (by x) serves every rank below q
+            R = np.minimum.accumulate(R[:, :, ::-1], axis=2)[:, :, ::-1]
+            picked = np.take_along_axis(R, (rank + 1)[:, None, :, None], axis=2)  # (A, Zn, Ci, D1)
+            out = picked + xs[:, None, :, None]
+        else:
+            key = ai * Zn + zi
+            starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+            out = np.full((A, Zn, Ci, D1), INF)
+            ar, zr = np.arange(A)[:, None], np.arange(Zn)[None, :]
+            for r in range(Ci):
+                wr = np.where(q > r, w + xs_sorted[ai, r], INF)
+                val = np.maximum(rows, wr[:, None])
+                col = np.full((A * Zn, D1), INF)
+                col[key[starts]] = np.minimum.reduceat(val, starts, axis=0)
+                out[ar, zr, order[:, r][:, None]] = col.reshape(A, Zn, D1)  # the category of rank r, per a
+        block = target[a0 : a1 + 1][:, zl]
+        target[a0 : a1 + 1, zl] = np.minimum(block, out)
+
+    # ------------------------------------------------------------ with options (one a at a time)
+    def _incoming(self, a: int, i: int):
+        """Distinct incoming transfer times of a size-i stage starting at a, and each category's."""
+        key = (a, i)
+        if key not in self._incoming_cache:
+            xs = self.xin[a, self.lay.cats[i]]
+            self._incoming_cache[key] = np.unique(xs, return_inverse=True)
+        return self._incoming_cache[key]
+
+    def _stage_options(self, level: int, i: int, H: np.ndarray, a: int) -> None:
+        model, lay, lim, mode = self.model, self.lay, self.lim, self.mode
+        pair_zn, pair_co, _, zn_starts, _ = lay.pairs[i]
+        bmax = self.L - level
+        cb = model.option_rows(a, i, model.stash_of_level[level])
+        cbs = cb[0][: bmax - a + 1]
+        valid = np.flatnonzero(np.isfinite(cbs) & (cbs <= lim))
+        if valid.size == 0:
+            return
+        bs = a + valid
+        Hs = H[bs + 1]  # (nb, pairs, D')
+        values, where = self._incoming(a, i)
+        xo, xi = self.X[bs][:, pair_co][:, :, None], values[None, None, :]
+        t = self.spec.value(cbs[valid, None, None], cb[1][valid, None, None], cb[2][valid, None, None], xo, xi, mode, lim)
+        if mode == "minmax":
+            val = np.maximum(t[..., None], Hs[:, :, None, :])
+            if math.isfinite(lim):
+                val = np.where((t <= lim)[..., None], val, INF)
+        else:
+            val = t[..., None] + Hs[:, :, None, :]
+        val = val.min(axis=0)  # (pairs, values, D')
+        per_state = np.minimum.reduceat(val, zn_starts, axis=0)[:, where, :]  # (states, categories, D')
+        target = self.tables.tab[level][i]
+        zl = lay.zloc[pair_zn[zn_starts]]
+        target[a, zl] = np.minimum(target[a, zl], per_state)
+
+
+def _prefix_lengths(w: np.ndarray, xs_sorted: np.ndarray, lim: float) -> np.ndarray:
+    """Per candidate: how many of its sorted incoming transfers x keep ``w + x <= lim`` (a prefix)."""
+    lo = np.zeros(w.size, dtype=np.int64)
+    hi = np.full(w.size, xs_sorted.shape[1], dtype=np.int64)
+    rows = np.arange(w.size)
+    while True:
+        open_ = lo < hi
+        if not open_.any():
+            return lo
+        mid = (lo + hi) // 2
+        midc = np.minimum(mid, xs_sorted.shape[1] - 1)
+        sat = open_ & (w + xs_sorted[rows, midc] <= lim)
+        lo = np.where(sat, mid + 1, lo)
+        hi = np.where(open_ & ~sat, mid, hi)
