@@ -308,36 +308,41 @@ class _Run:
         zi = zn_of_pair[pi]
         target = self.tables.tab[level][i]  # (L + 1, states_i, Ci, D1)
         zl = lay.zloc[zn_u]
+        groups = _Groups(ai * Zn + zi, q, Ci, A * Zn, np.repeat(rank, Zn, axis=0))
+        xc = np.repeat(xs, Zn, axis=0)[:, :, None]  # (cells, Ci, 1): the incoming transfer of each category
         if self.mode == "minsum":
-            key = ai * Zn + zi
-            if np.any(q < Ci):
-                key = key * (Ci + 1) + q
-                srt = np.argsort(key, kind="stable")
-                key, rows, w = key[srt], rows[srt], w[srt]
-            else:
-                key = key * (Ci + 1) + Ci
             rows += w[:, None]
-            starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-            R = np.full((A * Zn * (Ci + 1), D1), INF)
-            R[key[starts]] = np.minimum.reduceat(rows, starts, axis=0)
-            R = R.reshape(A, Zn, Ci + 1, D1)
-            # a stage valid for the first q categories (by x) serves every rank below q
-            R = np.minimum.accumulate(R[:, :, ::-1], axis=2)[:, :, ::-1]
-            picked = np.take_along_axis(R, (rank + 1)[:, None, :, None], axis=2)  # (A, Zn, Ci, D1)
-            out = picked + xs[:, None, :, None]
+            out = groups.by_prefix(rows) + xc  # (A * Zn, Ci, D1) in rank order, + x per category
         else:
-            key = ai * Zn + zi
-            starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-            out = np.full((A, Zn, Ci, D1), INF)
-            ar, zr = np.arange(A)[:, None], np.arange(Zn)[None, :]
-            for r in range(Ci):
-                wr = np.where(q > r, w + xs_sorted[ai, r], INF)
-                val = np.maximum(rows, wr[:, None])
-                col = np.full((A * Zn, D1), INF)
-                col[key[starts]] = np.minimum.reduceat(val, starts, axis=0)
-                out[ar, zr, order[:, r][:, None]] = col.reshape(A, Zn, D1)  # the category of rank r, per a
+            # max(w + x, H): H where H >= w + (largest valid x), w + x where H <= w + (least x); else per rank
+            whi = w + xs_sorted[ai, np.maximum(q, 1) - 1]
+            wlo = w + xs_sorted[ai, 0]
+            hdom = rows >= whi[:, None]
+            wdom = rows <= wlo[:, None]
+            out = groups.by_prefix(np.where(hdom, rows, INF))
+            out = np.minimum(out, groups.by_prefix(np.where(wdom, w[:, None], INF)) + xc)
+            mo, md = np.nonzero(~(hdom | wdom))
+            if mo.size:
+                self._mixed(out, groups, mo, md, w, rows, q, xs_sorted[ai], ai, order, D1)
+        out = out.reshape(A, Zn, Ci, D1)
         block = target[a0 : a1 + 1][:, zl]
         target[a0 : a1 + 1, zl] = np.minimum(block, out)
+
+    @staticmethod
+    def _mixed(out, groups, mo, md, w, rows, q, xa, ai, order, D1) -> None:
+        """The elements (candidate, D') where neither part of max(w + x, H) wins for every x: rank by rank."""
+        target = groups.keys[mo] * D1 + md
+        srt = np.argsort(target, kind="stable")
+        mo, md, target = mo[srt], md[srt], target[srt]
+        starts = np.flatnonzero(np.r_[True, target[1:] != target[:-1]])
+        cell, col = np.divmod(target[starts], D1)
+        h, wm, qm, xm = rows[mo, md], w[mo], q[mo], xa[mo]
+        Zn = out.shape[0] // order.shape[0]
+        for r in range(int(qm.max())):
+            val = np.where(r < qm, np.maximum(wm + xm[:, r], h), INF)
+            best = np.minimum.reduceat(val, starts)
+            cat = order[cell // Zn, r]
+            out[cell, cat, col] = np.minimum(out[cell, cat, col], best)
 
     # ------------------------------------------------------------ with options (one a at a time)
     def _incoming(self, a: int, i: int):
@@ -373,6 +378,32 @@ class _Run:
         target = self.tables.tab[level][i]
         zl = lay.zloc[pair_zn[zn_starts]]
         target[a, zl] = np.minimum(target[a, zl], per_state)
+
+
+class _Groups:
+    """Candidates grouped by cell (first layer, new state) and by how many incoming categories they fit."""
+
+    def __init__(self, keys: np.ndarray, q: np.ndarray, Ci: int, cells: int, rank: np.ndarray):
+        self.keys, self.Ci, self.cells, self.rank = keys, Ci, cells, rank
+        full = keys * (Ci + 1) + q
+        self.order = None
+        if np.any(q < Ci):
+            self.order = np.argsort(full, kind="stable")
+            full = full[self.order]
+        self.full = full
+        self.starts = np.flatnonzero(np.r_[True, full[1:] != full[:-1]])
+
+    def by_prefix(self, values: np.ndarray) -> np.ndarray:
+        """out[cell, c, D'] = least value of the cell's candidates that fit category c (rank-wise prefix)."""
+        if self.order is not None:
+            values = values[self.order]
+        D1 = values.shape[1]
+        R = np.full((self.cells * (self.Ci + 1), D1), INF)
+        R[self.full[self.starts]] = np.minimum.reduceat(values, self.starts, axis=0)
+        R = R.reshape(self.cells, self.Ci + 1, D1)
+        # a candidate that fits the first q categories (by x) serves every rank below q
+        R = np.minimum.accumulate(R[:, ::-1], axis=1)[:, ::-1]
+        return np.take_along_axis(R, (self.rank + 1)[:, :, None], axis=1)
 
 
 def _prefix_lengths(w: np.ndarray, xs_sorted: np.ndarray, lim: float) -> np.ndarray:
