@@ -71,6 +71,35 @@ class Layout:
             self.zloc[zs] = np.arange(len(zs))
             self.cloc[i, cs] = np.arange(len(cs))
         self.pairs = {i: self._pairs(i) for i in self.groups}
+        # one flat buffer per level: size group after size group, then one infinite sentinel
+        self.base, total = {}, 0
+        for i in self.groups:
+            self.base[i] = total
+            total += self._slots(i) * (N + 1 - sizes[i])
+        self.stride = {i: self._slots(i) * (N + 1 - sizes[i]) for i in self.groups}  # per first layer
+        self.flat_size = total  # per first layer
+        self.gather = {i: self._gather(i) for i in self.groups}
+
+    def _slots(self, i: int) -> int:
+        return len(self.states[i]) * len(self.cats[i])
+
+    def _gather(self, i: int):
+        """Where H's inputs live in a level's flat buffer: for each size-i transition t, its source group's
+        base (per first layer, times L + 1 rows) and stride (per first layer), and per suffix devices D' the
+        entry of (its source state and category, D') within that first layer's block, or -1 (infinite)."""
+        _, _, _, _, sources = self.pairs[i]
+        D1 = self.N + 1 - self.sizes[i]
+        ntrans = sources[0][3] if sources else 0
+        off = np.full((ntrans, D1), -1, dtype=np.int64)
+        base = np.zeros(ntrans, dtype=np.int64)
+        stride = np.zeros(ntrans, dtype=np.int64)
+        for t, ip, slots, _ in sources:
+            width = self.N + 1 - self.sizes[ip]
+            d = self.sizes[ip]
+            base[t], stride[t] = self.base[ip], self.stride[ip]
+            if d < D1:
+                off[t, d:] = slots[:, None] * width + np.arange(D1 - d)[None, :]
+        return base, stride, off
 
     def shape(self, L: int, i: int) -> tuple[int, int, int, int]:
         return (L + 1, len(self.states[i]), len(self.cats[i]), self.N + 1 - self.sizes[i])
@@ -119,14 +148,21 @@ class Tables:
     def __init__(self, layout: Layout, L: int):
         self.layout, self.L = layout, L
         self.tab: list[dict | None] = [None]
+        self.flat: list[np.ndarray | None] = [None]
 
     def reset(self, top: int) -> None:
         """Levels 1..top set to infinity (allocated the first time they are needed)."""
+        lay, rows = self.layout, self.L + 1
         while len(self.tab) <= top:
-            self.tab.append({i: np.empty(self.layout.shape(self.L, i)) for i in self.layout.groups})
+            flat = np.empty(rows * lay.flat_size + 1)
+            views = {}
+            for i in lay.groups:
+                lo = rows * lay.base[i]
+                views[i] = flat[lo : lo + rows * lay.stride[i]].reshape(self.layout.shape(self.L, i))
+            self.flat.append(flat)
+            self.tab.append(views)
         for level in range(1, top + 1):
-            for arr in self.tab[level].values():
-                arr.fill(INF)
+            self.flat[level].fill(INF)
         self.top = top
 
     def value(self, a: int, level: int, z: int, c: int, D: int) -> float:
@@ -160,22 +196,22 @@ def reduce_level(tables: Tables, level: int, i: int, rows: slice) -> np.ndarray:
     """H[pos, pair, D'] = least value at ``level`` over the transitions of the pair, for a size-i stage
     in front (D' = the suffix's devices, 0..N - d_i)."""
     lay = tables.layout
-    pair_zn, _, starts, _, sources = lay.pairs[i]
+    starts = lay.pairs[i][2]
+    base, stride, off = lay.gather[i]
+    flat = tables.flat[level]
+    pos = np.arange(tables.L + 1)[rows]
     D1 = lay.N + 1 - lay.sizes[i]
-    tab = tables.tab[level]
-    npos = len(range(*rows.indices(tables.L + 1)))
-    ntrans = sources[0][3] if sources else 0
-    G = np.full((npos, ntrans, D1), INF)
-    for t, ip, slots, _ in sources:
-        off = lay.sizes[ip]
-        width = D1 - off
-        if width <= 0:
-            continue
-        src = tab[ip][rows].reshape(npos, -1, tab[ip].shape[-1])
-        G[:, t, off:] = src[:, slots, :width]
-    if ntrans == 0:
-        return np.full((npos, 0, D1), INF)
-    return np.minimum.reduceat(G, starts, axis=1)
+    if off.shape[0] == 0:
+        return np.full((pos.size, 0, D1), INF)
+    first = (tables.L + 1) * base[:, None] + off  # (transitions, D1)
+    out = np.empty((pos.size, len(starts), D1))
+    step = max(1, _CHUNK // off.size)
+    for k in range(0, pos.size, step):
+        p = pos[k : k + step]
+        idx = first[None] + p[:, None, None] * stride[None, :, None]
+        idx[:, off < 0] = flat.size - 1  # the sentinel
+        out[k : k + step] = np.minimum.reduceat(flat[idx], starts, axis=1)
+    return out
 
 
 # --------------------------------------------------------------------------- the fill
@@ -200,12 +236,14 @@ def fill(model, tables: Tables, auto, X: np.ndarray, mode: str, limit: float, de
                 run.level_source(level, i, H, 0, L - level)
         if bucket_self:
             H_self = {i: np.full((L + 1, len(lay.pairs[i][0]), lay.N + 1 - lay.sizes[i]), INF) for i in lay.groups}
+            alive = {i: np.zeros(H_self[i].shape[:2], bool) for i in lay.groups}
             for a in range(L - level, -1, -1):
                 run.check_time()
                 for i in lay.groups:
-                    H_self[i][a + 1] = reduce_level(tables, level, i, slice(a + 1, a + 2))[0]
+                    row = H_self[i][a + 1] = reduce_level(tables, level, i, slice(a + 1, a + 2))[0]
+                    alive[i][a + 1] = np.isfinite(row).any(axis=1)
                 for i in lay.groups:
-                    run.level_source(level, i, H_self[i], a, a)
+                    run.level_source(level, i, H_self[i], a, a, alive[i])
     return tables
 
 
@@ -247,8 +285,9 @@ class _Run:
         V[:L, zl, :, 0] = np.minimum(V[:L, zl, :, 0], t)
 
     # ------------------------------------------------------------ one source level
-    def level_source(self, level: int, i: int, H: np.ndarray, a_lo: int, a_hi: int) -> None:
-        """Stages of size i starting at a in [a_lo, a_hi], followed by a suffix valued by H[b + 1]."""
+    def level_source(self, level: int, i: int, H: np.ndarray, a_lo: int, a_hi: int, alive: np.ndarray | None = None) -> None:
+        """Stages of size i starting at a in [a_lo, a_hi], followed by a suffix valued by H[b + 1]
+        (``alive[pos, pair]``: whether H[pos, pair] has a finite entry; computed when not given)."""
         bmax = self.L - level
         a_hi = min(a_hi, bmax)
         if a_hi < a_lo or H.shape[1] == 0:
@@ -260,6 +299,8 @@ class _Run:
             return
         cbm = self.model.compute_matrix(i, self.model.stash_of_level[level])
         P, D1 = H.shape[1], H.shape[2]
+        if alive is None:
+            alive = np.isfinite(H).any(axis=2)
         Zn, Ci = len(self.lay.pairs[i][3]), len(self.lay.cats[i])
         per_a = (bmax + 1) * P * (D1 + Ci)
         fixed = Zn * (Ci + 1) * D1
@@ -268,10 +309,10 @@ class _Run:
         while a0 <= a_hi:
             a1 = min(a_hi, a0 + step - 1)
             self.check_time()
-            self._kernel(level, i, H, cbm, a0, a1, bmax)
+            self._kernel(level, i, H, alive, cbm, a0, a1, bmax)
             a0 = a1 + 1
 
-    def _kernel(self, level, i, H, cbm, a0, a1, bmax) -> None:
+    def _kernel(self, level, i, H, alive, cbm, a0, a1, bmax) -> None:
         lay, lim = self.lay, self.lim
         pair_zn, pair_co, _, zn_starts, _ = lay.pairs[i]
         P, D1 = H.shape[1], H.shape[2]
@@ -293,7 +334,7 @@ class _Run:
         W = cb[:, None, :] + self.X[: bmax + 1][:, pair_co].T[None, :, :]  # (A, P, B): compute + outgoing
         xmin, xmax = xs_sorted[:, 0], xs_sorted[:, -1]
         with np.errstate(invalid="ignore"):
-            valid = ok[:, None, :] & (W + xmin[:, None, None] <= lim)
+            valid = ok[:, None, :] & (W + xmin[:, None, None] <= lim) & alive[1 : bmax + 2].T[None, :, :]
         ai, pi, bi = np.nonzero(valid)  # ordered by (a, pair, b): (a, new state) groups are contiguous
         if ai.size == 0:
             return
