@@ -149,6 +149,7 @@ class Tables:
         self.layout, self.L = layout, L
         self.tab: list[dict | None] = [None]
         self.flat: list[np.ndarray | None] = [None]
+        self._index: dict = {}
 
     def reset(self, top: int) -> None:
         """Levels 1..top set to infinity (allocated the first time they are needed)."""
@@ -164,6 +165,17 @@ class Tables:
         for level in range(1, top + 1):
             self.flat[level].fill(INF)
         self.top = top
+
+    def index(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """(first, stride): entry ``first + pos * stride`` of a level's flat buffer holds the input of
+        H[pos, transition, D'] for a size-i stage (the sentinel, stride 0, where none)."""
+        found = self._index.get(i)
+        if found is None:
+            base, stride, off = self.layout.gather[i]
+            sentinel = (self.L + 1) * self.layout.flat_size
+            first = np.where(off >= 0, (self.L + 1) * base[:, None] + off, sentinel)
+            found = self._index[i] = (first, np.where(off >= 0, stride[:, None], 0))
+        return found
 
     def value(self, a: int, level: int, z: int, c: int, D: int) -> float:
         lay = self.layout
@@ -197,20 +209,19 @@ def reduce_level(tables: Tables, level: int, i: int, rows: slice) -> np.ndarray:
     in front (D' = the suffix's devices, 0..N - d_i)."""
     lay = tables.layout
     starts = lay.pairs[i][2]
-    base, stride, off = lay.gather[i]
+    first, stride = tables.index(i)
     flat = tables.flat[level]
     pos = np.arange(tables.L + 1)[rows]
     D1 = lay.N + 1 - lay.sizes[i]
-    if off.shape[0] == 0:
+    if first.shape[0] == 0:
         return np.full((pos.size, 0, D1), INF)
-    first = (tables.L + 1) * base[:, None] + off  # (transitions, D1)
+    if pos.size == 1:
+        return np.minimum.reduceat(flat[first + int(pos[0]) * stride], starts, axis=0)[None]
     out = np.empty((pos.size, len(starts), D1))
-    step = max(1, _CHUNK // off.size)
+    step = max(1, _CHUNK // first.size)
     for k in range(0, pos.size, step):
         p = pos[k : k + step]
-        idx = first[None] + p[:, None, None] * stride[None, :, None]
-        idx[:, off < 0] = flat.size - 1  # the sentinel
-        out[k : k + step] = np.minimum.reduceat(flat[idx], starts, axis=1)
+        out[k : k + step] = np.minimum.reduceat(flat[first[None] + p[:, None, None] * stride[None]], starts, axis=1)
     return out
 
 
