@@ -93,22 +93,40 @@ def with_transfers(problem: Problem, floor: int, schedule: str | None = None) ->
 def test_every_table_entry_matches_the_definition(problem, kind, mode, quantile, floor):
     model = DPModel(with_transfers(problem, floor))
     model.prepare()
-    kind = model.natural_placement() if kind == "natural" else kind
+    finite = [v for i in range(len(model.sizes)) for v in model.compute_matrix(i, 1).ravel() if math.isfinite(v)]
+    limit = math.inf if not math.isfinite(quantile) or not finite else float(np.quantile(finite, quantile))
+    check_tables(model, model.natural_placement() if kind == "natural" else kind, mode, limit)
+
+
+def check_tables(model: DPModel, kind: str, mode: str, limit: float) -> None:
+    """Every entry of the recursion's tables equals the definition's, and no other entry is finite."""
     auto = model._automaton_for(kind)
     X = model._transfer_table(auto) if kind != "none" else np.zeros((model.L, len(auto.categories)))
-    finite = [v for i in range(len(model.sizes)) for v in model.compute_matrix(i, 1).ravel() if math.isfinite(v)]
-    limit = math.inf if not math.isfinite(quantile) or not finite else float(np.quantile(finite, quantile)) + float(X.max(initial=0.0))
     tables = model.recursion(auto, X, mode, limit, None)
     expected = reference(model, auto, X, mode, limit)
     for key, value in expected.items():
         assert tables.value(*key) == pytest.approx(value, rel=1e-12), key
-    # and nothing finite the definition does not have
+    lay = tables.layout
     for level in range(1, tables.top + 1):
         for i, arr in tables.tab[level].items():
-            lay = tables.layout
             for a, zl, cl, Di in zip(*np.nonzero(np.isfinite(arr))):
                 key = (int(a), level, int(lay.states[i][zl]), int(lay.cats[i][cl]), int(Di) + model.sizes[i])
                 assert key in expected, key
+
+
+@pytest.mark.parametrize("shape", [(6, 2, 4), (8, 2, 4), (6, 4, 2), (5, 1, 8)])
+@pytest.mark.parametrize("kind", ["natural", "bins"])
+@pytest.mark.parametrize("mode, limit", [("minmax", math.inf), ("minmax", 0.8), ("minsum", math.inf), ("minsum", 0.8)])
+def test_table_entries_of_synthetic_problems_match_the_definition(shape, kind, mode, limit):
+    # many stage sizes and categories: candidates where max(w + x, H) changes sides between categories
+    from benchmarks.synthetic import synthetic_problem
+
+    model = DPModel(synthetic_problem(*shape, layouts=None, transfers=True, seed=1, microbatches=4))
+    model.prepare()
+    if math.isfinite(limit):  # a threshold between the least and the largest stage times that fit
+        finite = [v for i in range(len(model.sizes)) for v in model.compute_matrix(i, 1).ravel() if math.isfinite(v)]
+        limit = float(np.quantile(finite, limit))
+    check_tables(model, model.natural_placement() if kind == "natural" else kind, mode, limit)
 
 
 def agree(problem: Problem, objective: str, options=None):
