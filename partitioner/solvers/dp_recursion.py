@@ -70,6 +70,7 @@ class Layout:
             self.states[i], self.cats[i] = zs, cs
             self.zloc[zs] = np.arange(len(zs))
             self.cloc[i, cs] = np.arange(len(cs))
+        self.trans_sorted: dict = {}
         self.pairs = {i: self._pairs(i) for i in self.groups}
         # one flat buffer per level: size group after size group, then one infinite sentinel
         self.base, total = {}, 0
@@ -78,28 +79,41 @@ class Layout:
             total += self._slots(i) * (N + 1 - sizes[i])
         self.stride = {i: self._slots(i) * (N + 1 - sizes[i]) for i in self.groups}  # per first layer
         self.flat_size = total  # per first layer
-        self.gather = {i: self._gather(i) for i in self.groups}
+        self._share()
+
+    def _share(self) -> None:
+        """Pairs of different stage sizes with the same transitions (e.g. "the next stage has j < i devices"
+        for every larger size i) are reduced once: ``keys`` lists each distinct set's (source states,
+        outgoing categories) and the widest suffix-device range asked of it; ``pair_key[i]`` maps size
+        i's pairs to them; ``hrow[i]`` (pairs, D1_i) says where each H entry sits in a row of all keys."""
+        index: dict = {}
+        self.keys: list[tuple[np.ndarray, np.ndarray]] = []
+        width: list[int] = []
+        self.pair_key = {}
+        for i in self.groups:
+            zp, co, starts = self.trans_sorted[i]
+            ends = np.r_[starts[1:], len(zp)]
+            ids = []
+            for lo, hi in zip(starts, ends):
+                k = (tuple(zp[lo:hi]), tuple(co[lo:hi]))
+                if k not in index:
+                    index[k] = len(self.keys)
+                    self.keys.append((zp[lo:hi], co[lo:hi]))
+                    width.append(0)
+                u = index[k]
+                width[u] = max(width[u], self.N + 1 - self.sizes[i])
+                ids.append(u)
+            self.pair_key[i] = np.array(ids, dtype=np.int64)
+        self.key_width = np.array(width, dtype=np.int64)
+        self.key_offset = np.r_[0, np.cumsum(self.key_width)[:-1]].astype(np.int64)
+        self.row_length = int(self.key_width.sum())
+        self.hrow = {}
+        for i in self.groups:
+            D1 = self.N + 1 - self.sizes[i]
+            self.hrow[i] = self.key_offset[self.pair_key[i]][:, None] + np.arange(D1)[None, :]
 
     def _slots(self, i: int) -> int:
         return len(self.states[i]) * len(self.cats[i])
-
-    def _gather(self, i: int):
-        """Where H's inputs live in a level's flat buffer: for each size-i transition t, its source group's
-        base (per first layer, times L + 1 rows) and stride (per first layer), and per suffix devices D' the
-        entry of (its source state and category, D') within that first layer's block, or -1 (infinite)."""
-        _, _, _, _, sources = self.pairs[i]
-        D1 = self.N + 1 - self.sizes[i]
-        ntrans = sources[0][3] if sources else 0
-        off = np.full((ntrans, D1), -1, dtype=np.int64)
-        base = np.zeros(ntrans, dtype=np.int64)
-        stride = np.zeros(ntrans, dtype=np.int64)
-        for t, ip, slots, _ in sources:
-            width = self.N + 1 - self.sizes[ip]
-            d = self.sizes[ip]
-            base[t], stride[t] = self.base[ip], self.stride[ip]
-            if d < D1:
-                off[t, d:] = slots[:, None] * width + np.arange(D1 - d)[None, :]
-        return base, stride, off
 
     def shape(self, L: int, i: int) -> tuple[int, int, int, int]:
         return (L + 1, len(self.states[i]), len(self.cats[i]), self.N + 1 - self.sizes[i])
@@ -118,6 +132,7 @@ class Layout:
         zp, zn, co = zp[order], zn[order], co[order]
         keys = zn * len(auto.categories) + co
         starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.zeros(0, int)
+        self.trans_sorted[i] = (zp, co, starts)
         pair_zn, pair_co = zn[starts], co[starts]
         zn_starts = np.flatnonzero(np.r_[True, pair_zn[1:] != pair_zn[:-1]]) if len(pair_zn) else np.zeros(0, int)
         sources = []
@@ -149,7 +164,7 @@ class Tables:
         self.layout, self.L = layout, L
         self.tab: list[dict | None] = [None]
         self.flat: list[np.ndarray | None] = [None]
-        self._index: dict = {}
+        self._index = None
 
     def reset(self, top: int) -> None:
         """Levels 1..top set to infinity (allocated the first time they are needed)."""
@@ -166,16 +181,51 @@ class Tables:
             self.flat[level].fill(INF)
         self.top = top
 
-    def index(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        """(first, stride): entry ``first + pos * stride`` of a level's flat buffer holds the input of
-        H[pos, transition, D'] for a size-i stage (the sentinel, stride 0, where none)."""
-        found = self._index.get(i)
-        if found is None:
-            base, stride, off = self.layout.gather[i]
-            sentinel = (self.L + 1) * self.layout.flat_size
-            first = np.where(off >= 0, (self.L + 1) * base[:, None] + off, sentinel)
-            found = self._index[i] = (first, np.where(off >= 0, stride[:, None], 0))
-        return found
+    def shared_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(first, stride, starts): entry ``first + pos * stride`` of a level's flat buffer holds an input of
+        a row of all shared keys at first layer pos (ordered key, D', transition; the sentinel, stride 0,
+        where the source has fewer devices than D'), ``starts`` the segments to take the least of."""
+        if self._index is None:
+            lay, rows = self.layout, self.L + 1
+            sentinel = rows * lay.flat_size
+            first, stride = [], []
+            for (zp, co), width in zip(lay.keys, lay.key_width):
+                ip = lay.auto.size_of[zp]
+                d = np.array(lay.sizes)[ip]
+                slot = lay.zloc[zp] * np.array([len(lay.cats[j]) for j in ip]) + lay.cloc[ip, co]
+                own = lay.N + 1 - d  # the source group's device axis
+                base = rows * np.array([lay.base[j] for j in ip]) + slot * own
+                Dp = np.arange(width)[:, None]  # (D', transition)
+                ok = Dp >= d[None, :]
+                first.append(np.where(ok, base[None, :] + Dp - d[None, :], sentinel).ravel())
+                stride.append(np.where(ok, np.array([lay.stride[j] for j in ip])[None, :], 0).ravel())
+            counts = np.concatenate([np.full(w, len(zp)) for (zp, _), w in zip(lay.keys, lay.key_width)]) if lay.keys else np.zeros(0, int)
+            starts = np.r_[0, np.cumsum(counts)[:-1]].astype(np.int64) if counts.size else np.zeros(0, np.int64)
+            first = np.concatenate(first) if first else np.zeros(0, np.int64)
+            stride = np.concatenate(stride) if stride else np.zeros(0, np.int64)
+            # drop the sentinel entries, but one per segment that has nothing else (its least is infinite)
+            segment = np.repeat(np.arange(counts.size), counts)
+            real = first != sentinel
+            has_real = np.zeros(counts.size, bool)
+            has_real[segment[real]] = True
+            keep = real | (~has_real[segment] & (np.arange(first.size) == starts[segment]))
+            kept = np.bincount(segment[keep], minlength=counts.size)
+            starts = np.r_[0, np.cumsum(kept)[:-1]].astype(np.int64)
+            self._index = (first[keep], stride[keep], starts)
+        return self._index
+
+    def shared_rows(self, level: int, pos: np.ndarray) -> np.ndarray:
+        """R[pos, key row]: per shared key and suffix devices D', the least value at ``level``."""
+        first, stride, starts = self.shared_index()
+        out = np.empty((pos.size, self.layout.row_length))
+        if first.size == 0:
+            return out
+        flat = self.flat[level]
+        step = max(1, _CHUNK // first.size)
+        for k in range(0, pos.size, step):
+            p = pos[k : k + step]
+            out[k : k + step] = np.minimum.reduceat(flat[first[None, :] + p[:, None] * stride[None, :]], starts, axis=1)
+        return out
 
     def value(self, a: int, level: int, z: int, c: int, D: int) -> float:
         lay = self.layout
@@ -204,27 +254,6 @@ class Tables:
         return out
 
 
-def reduce_level(tables: Tables, level: int, i: int, rows: slice) -> np.ndarray:
-    """H[pos, pair, D'] = least value at ``level`` over the transitions of the pair, for a size-i stage
-    in front (D' = the suffix's devices, 0..N - d_i)."""
-    lay = tables.layout
-    starts = lay.pairs[i][2]
-    first, stride = tables.index(i)
-    flat = tables.flat[level]
-    pos = np.arange(tables.L + 1)[rows]
-    D1 = lay.N + 1 - lay.sizes[i]
-    if first.shape[0] == 0:
-        return np.full((pos.size, 0, D1), INF)
-    if pos.size == 1:
-        return np.minimum.reduceat(flat[first + int(pos[0]) * stride], starts, axis=0)[None]
-    out = np.empty((pos.size, len(starts), D1))
-    step = max(1, _CHUNK // first.size)
-    for k in range(0, pos.size, step):
-        p = pos[k : k + step]
-        out[k : k + step] = np.minimum.reduceat(flat[first[None] + p[:, None, None] * stride[None]], starts, axis=1)
-    return out
-
-
 # --------------------------------------------------------------------------- the fill
 
 
@@ -239,21 +268,33 @@ def fill(model, tables: Tables, auto, X: np.ndarray, mode: str, limit: float, de
     for level in range(1, top + 1):
         run.check_time()
         bucket_self = model.bucket and level == K
+        R = tables.shared_rows(level - 1, np.arange(L + 1)) if level >= 2 else None
         for i in lay.groups:
             if level == 1:
                 run.last_stage(i)
             if level >= 2:
-                H = reduce_level(tables, level - 1, i, slice(None))
-                run.level_source(level, i, H, 0, L - level)
+                run.level_source(level, i, R[:, lay.hrow[i]], 0, L - level)
+        del R
         if bucket_self:
-            H_self = {i: np.full((L + 1, len(lay.pairs[i][0]), lay.N + 1 - lay.sizes[i]), INF) for i in lay.groups}
-            alive = {i: np.zeros(H_self[i].shape[:2], bool) for i in lay.groups}
+            # the level reads itself at later first layers: one a at a time, downwards, with H's rows of
+            # every size kept in one buffer (row a + 1 filled once V[a + 1] is final)
+            sizes = [i for i in lay.groups if lay.hrow[i].size]
+            where = np.concatenate([lay.hrow[i].ravel() for i in sizes]) if sizes else np.zeros(0, np.int64)
+            H_all = np.full((L + 1, where.size), INF)
+            lengths = [lay.hrow[i].size for i in sizes]
+            cuts = np.r_[0, np.cumsum(lengths)]
+            widths = np.concatenate([np.full(lay.hrow[i].shape[0], lay.hrow[i].shape[1]) for i in sizes]) if sizes else np.zeros(0, int)
+            row_starts = np.r_[0, np.cumsum(widths)[:-1]].astype(np.int64)
+            A_all = np.zeros((L + 1, widths.size), bool)
+            pcuts = np.r_[0, np.cumsum([lay.hrow[i].shape[0] for i in sizes])]
+            H_self = {i: H_all[:, cuts[k] : cuts[k + 1]].reshape((L + 1,) + lay.hrow[i].shape) for k, i in enumerate(sizes)}
+            alive = {i: A_all[:, pcuts[k] : pcuts[k + 1]] for k, i in enumerate(sizes)}
             for a in range(L - level, -1, -1):
                 run.check_time()
-                for i in lay.groups:
-                    row = H_self[i][a + 1] = reduce_level(tables, level, i, slice(a + 1, a + 2))[0]
-                    alive[i][a + 1] = np.isfinite(row).any(axis=1)
-                for i in lay.groups:
+                if where.size:
+                    H_all[a + 1] = tables.shared_rows(level, np.array([a + 1]))[0][where]
+                    A_all[a + 1] = np.logical_or.reduceat(np.isfinite(H_all[a + 1]), row_starts)
+                for i in sizes:
                     run.level_source(level, i, H_self[i], a, a, alive[i])
     return tables
 
@@ -355,8 +396,7 @@ class _Run:
             part = np.flatnonzero(w + xmax[ai] > lim)
             if part.size:
                 q[part] = _prefix_lengths(w[part], xs_sorted[ai[part]], lim)
-        Hflat = H.reshape(-1, D1)
-        rows = Hflat[(bi + 1) * P + pi]  # (n, D1)
+        rows = H[bi + 1, pi]  # (n, D1)
         zi = zn_of_pair[pi]
         target = self.tables.tab[level][i]  # (L + 1, states_i, Ci, D1)
         zl = lay.zloc[zn_u]
