@@ -487,9 +487,12 @@ class _Groups:
 
     def by_prefix(self, values: np.ndarray) -> np.ndarray:
         """out[cell, c, D'] = least value of the cell's candidates that fit category c (rank-wise prefix)."""
-        if self.order is not None:
-            values = values[self.order]
         D1 = values.shape[1]
+        if self.order is None:  # every candidate fits every category
+            R = np.full((self.cells, D1), INF)
+            R[self.full[self.starts] // (self.Ci + 1)] = np.minimum.reduceat(values, self.starts, axis=0)
+            return np.broadcast_to(R[:, None, :], (self.cells, self.Ci, D1))
+        values = values[self.order]
         R = np.full((self.cells * (self.Ci + 1), D1), INF)
         R[self.full[self.starts]] = np.minimum.reduceat(values, self.starts, axis=0)
         R = R.reshape(self.cells, self.Ci + 1, D1)
