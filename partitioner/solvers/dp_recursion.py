@@ -49,6 +49,7 @@ __all__ = ["Layout", "Tables", "fill", "table_bytes"]
 INF = math.inf
 _TIE = 1e-12  # relative slack when comparing a stage time with a threshold (as in dp)
 _CHUNK = 1 << 22  # elements of one temporary array of the vectorised kernels (32 MiB of float64)
+_LARGEST = float(np.finfo(np.float64).max)
 _TEMPORARIES = 6  # such arrays alive at once, at most
 
 
@@ -309,6 +310,7 @@ class _Run:
         self.L, self.N = model.L, model.N
         self.spec = model.spec
         self._incoming_cache: dict = {}
+        self._statics: dict = {}
 
     def check_time(self) -> None:
         if self.deadline is not None and time.perf_counter() > self.deadline:
@@ -364,47 +366,61 @@ class _Run:
             self._kernel(level, i, H, alive, cbm, a0, a1, bmax)
             a0 = a1 + 1
 
+    def _static(self, i: int):
+        """Per size index: what every kernel call of the recursion shares."""
+        found = self._statics.get(i)
+        if found is None:
+            lay = self.lay
+            pair_zn, pair_co, _, zn_starts, _ = lay.pairs[i]
+            P = len(pair_zn)
+            zn_u = pair_zn[zn_starts]
+            Zn = len(zn_u)
+            zl = lay.zloc[zn_u]
+            whole = Zn == len(lay.states[i]) and bool(np.all(zl == np.arange(Zn)))
+            # incoming transfers per a, sorted (ranks: the prefix of categories a stage is valid for)
+            xs = self.xin[:, lay.cats[i]]  # (L, Ci)
+            order = np.argsort(xs, axis=1, kind="stable")
+            found = self._statics[i] = (
+                np.ascontiguousarray(self.X[:, pair_co].T),  # (P, L): outgoing transfer of each pair
+                np.repeat(np.arange(Zn), np.diff(np.r_[zn_starts, P])),  # new state of each pair
+                Zn,
+                slice(0, Zn) if whole else zl,
+                xs,
+                order,
+                np.take_along_axis(xs, order, axis=1),
+                np.argsort(order, axis=1),  # rank[a, c]
+            )
+        return found
+
     def _kernel(self, level, i, H, alive, cbm, a0, a1, bmax) -> None:
-        lay, lim = self.lay, self.lim
-        pair_zn, pair_co, _, zn_starts, _ = lay.pairs[i]
-        P, D1 = H.shape[1], H.shape[2]
-        zn_u = pair_zn[zn_starts]
-        Zn = len(zn_u)
-        zn_of_pair = np.repeat(np.arange(Zn), np.diff(np.r_[zn_starts, P]))
-        cats = lay.cats[i]
-        Ci = len(cats)
+        lim = self.lim
+        Xt, zn_of_pair, Zn, zl, xs_all, order_all, sorted_all, rank_all = self._static(i)
+        D1 = H.shape[2]
+        Ci = xs_all.shape[1]
         A = a1 - a0 + 1
-        a_idx = np.arange(a0, a1 + 1)
-        # incoming transfers, sorted per a (ranks: the prefix a stage is valid for)
-        xs = self.xin[a_idx][:, cats]  # (A, Ci)
-        order = np.argsort(xs, axis=1, kind="stable")
-        xs_sorted = np.take_along_axis(xs, order, axis=1)
-        rank = np.argsort(order, axis=1)  # rank[a, c]
-        cb = cbm[a0 : a1 + 1, : bmax + 1]  # (A, B)
-        bs = np.arange(bmax + 1)
-        ok = np.isfinite(cb) & (bs[None, :] >= a_idx[:, None])
-        W = cb[:, None, :] + self.X[: bmax + 1][:, pair_co].T[None, :, :]  # (A, P, B): compute + outgoing
-        xmin, xmax = xs_sorted[:, 0], xs_sorted[:, -1]
+        xs, order, xs_sorted, rank = xs_all[a0 : a1 + 1], order_all[a0 : a1 + 1], sorted_all[a0 : a1 + 1], rank_all[a0 : a1 + 1]
+        # candidates (a, pair, b) with b in a0..bmax: w = compute + outgoing transfer
+        W = cbm[a0 : a1 + 1, None, a0 : bmax + 1] + Xt[None, :, a0 : bmax + 1]  # (A, P, B)
         with np.errstate(invalid="ignore"):
-            valid = ok[:, None, :] & (W + xmin[:, None, None] <= lim) & alive[1 : bmax + 2].T[None, :, :]
+            # (an infinite threshold still excludes infinite times)
+            valid = (W + xs_sorted[:, 0, None, None] <= min(lim, _LARGEST)) & alive[a0 + 1 : bmax + 2].T[None, :, :]
+        if A > 1:  # b >= a
+            valid &= np.arange(a0, bmax + 1)[None, None, :] >= np.arange(a0, a1 + 1)[:, None, None]
         ai, pi, bi = np.nonzero(valid)  # ordered by (a, pair, b): (a, new state) groups are contiguous
         if ai.size == 0:
             return
         w = W[ai, pi, bi]
         q = np.full(ai.size, Ci)
         if math.isfinite(lim):
-            part = np.flatnonzero(w + xmax[ai] > lim)
+            part = np.flatnonzero(w + xs_sorted[ai, -1] > lim)
             if part.size:
                 q[part] = _prefix_lengths(w[part], xs_sorted[ai[part]], lim)
-        rows = H[bi + 1, pi]  # (n, D1)
-        zi = zn_of_pair[pi]
-        target = self.tables.tab[level][i]  # (L + 1, states_i, Ci, D1)
-        zl = lay.zloc[zn_u]
-        groups = _Groups(ai * Zn + zi, q, Ci, A * Zn, np.repeat(rank, Zn, axis=0))
-        xc = np.repeat(xs, Zn, axis=0)[:, :, None]  # (cells, Ci, 1): the incoming transfer of each category
+        rows = H[bi + (a0 + 1), pi]  # (n, D1)
+        groups = _Groups(ai * Zn + zn_of_pair[pi], q, Ci, A * Zn, np.repeat(rank, Zn, axis=0) if Zn > 1 else rank)
+        xc = (np.repeat(xs, Zn, axis=0) if Zn > 1 else xs)[:, :, None]  # (cells, Ci, 1): each category's x
         if self.mode == "minsum":
             rows += w[:, None]
-            out = groups.by_prefix(rows) + xc  # (A * Zn, Ci, D1) in rank order, + x per category
+            out = groups.by_prefix(rows) + xc  # (A * Zn, Ci, D1), + x per category
         else:
             # max(w + x, H): H where H >= w + (largest valid x), w + x where H <= w + (least x); else per rank
             whi = w + xs_sorted[ai, np.maximum(q, 1) - 1]
@@ -417,8 +433,12 @@ class _Run:
             if mo.size:
                 self._mixed(out, groups, mo, md, w, rows, q, xs_sorted[ai], ai, order, D1)
         out = out.reshape(A, Zn, Ci, D1)
-        block = target[a0 : a1 + 1][:, zl]
-        target[a0 : a1 + 1, zl] = np.minimum(block, out)
+        target = self.tables.tab[level][i]  # (L + 1, states_i, Ci, D1)
+        if isinstance(zl, slice):
+            view = target[a0 : a1 + 1, zl]
+            np.minimum(view, out, out=view)
+        else:
+            target[a0 : a1 + 1, zl] = np.minimum(target[a0 : a1 + 1][:, zl], out)
 
     @staticmethod
     def _mixed(out, groups, mo, md, w, rows, q, xa, ai, order, D1) -> None:
@@ -477,11 +497,13 @@ class _Groups:
 
     def __init__(self, keys: np.ndarray, q: np.ndarray, Ci: int, cells: int, rank: np.ndarray):
         self.keys, self.Ci, self.cells, self.rank = keys, Ci, cells, rank
-        full = keys * (Ci + 1) + q
         self.order = None
         if np.any(q < Ci):
+            full = keys * (Ci + 1) + q
             self.order = np.argsort(full, kind="stable")
             full = full[self.order]
+        else:
+            full = keys
         self.full = full
         self.starts = np.flatnonzero(np.r_[True, full[1:] != full[:-1]])
 
@@ -490,7 +512,7 @@ class _Groups:
         D1 = values.shape[1]
         if self.order is None:  # every candidate fits every category
             R = np.full((self.cells, D1), INF)
-            R[self.full[self.starts] // (self.Ci + 1)] = np.minimum.reduceat(values, self.starts, axis=0)
+            R[self.full[self.starts]] = np.minimum.reduceat(values, self.starts, axis=0)
             return np.broadcast_to(R[:, None, :], (self.cells, self.Ci, D1))
         values = values[self.order]
         R = np.full((self.cells * (self.Ci + 1), D1), INF)
