@@ -138,8 +138,8 @@ from ..plan import Plan, Stage
 from ..problem import Problem
 from .dp_compute import ComputeOnlyDP
 from .dp_placement import Automaton, build_automaton
-from .dp_recursion import Layout, Tables, cache_bytes, table_bytes
 from .dp_recursion import fill as fill_tables
+from .dp_tables import Layout, Tables, table_bytes, working_bytes
 from .dp_stage import StageCosts
 from .dp_walks import ThresholdWalks, _Outcome, _same
 from .errors import OutOfTime as _OutOfTime
@@ -372,7 +372,7 @@ class DPModel(ThresholdWalks):
         table beside the working one), one level's reduced tables and the kernels' temporaries."""
         layout = self._layout(auto)
         copies = 2 if self.parts == "uw" else 1
-        return copies * table_bytes(layout, self.L, self.K) + cache_bytes(layout, self.L)
+        return copies * table_bytes(layout, self.L, self.K) + working_bytes(layout, self.L)
 
     # ---------------------------------------------------------------- answers
     def _level_ok(self, level: int) -> bool:

@@ -1,39 +1,42 @@
-"""The DP's general recursion: compact tables and how one recursion fills them.
+"""The DP's general recursion: how one recursion fills the tables of :mod:`.dp_tables`.
 
 Contract
 --------
-:class:`Tables` holds the values ``V[a, level, z, c, D]`` of :mod:`.dp`'s
-recursion (see its *The recursion* section) for the combinations that can
-occur only: per level and stage size ``i``, an array
-``(L + 1, slots, N + 1 - d_i)`` whose slots are the pairs (placement state
-``z`` of size i, incoming category ``c`` that a size-i stage can receive) and
-whose last axis is ``D - d_i`` (a suffix whose first stage has d_i devices
-has at least d_i). Every other combination is infinite. :func:`fill` fills
-them for one objective mode and threshold, level by level; a level reads the
+:func:`fill` sets ``V[a, level, z, c, D]`` (:class:`.dp_tables.Tables`) for
+levels 1..top of one recursion of :mod:`.dp` -- ``minsum`` (least sum of
+stage times, every stage at most the threshold) or ``minmax`` (least largest
+stage time) -- exactly as the recursion there defines them; a level reads the
 previous level only and, for the "K or more" bucket level, itself at later
-first layers.
+first layers. A deadline is checked between chunks and first layers.
 
-How a level fills (no options: the stage time is ``t = w + x`` with
-``w = compute(a..b) + x_out`` and ``x`` the incoming transfer):
+How a level fills. A stage a..b of size i in front of a suffix whose first
+stage pairs with it as (new state, outgoing category) costs ``t = w + x``
+with ``w = compute(a..b) + x_out`` and ``x`` its incoming transfer, one per
+incoming category c (``H`` holds the suffix's values per pair):
 
-* the levels below the bucket level take every first layer ``a`` at once
-  (in chunks that bound the temporaries); the bucket level's own source
-  runs one ``a`` at a time, downwards;
-* the incoming transfer is no axis of the work: a stage is valid for the
-  incoming categories with ``w + x <= limit``, a prefix of them in order of
-  ``x``. ``minsum`` groups the (stage, successor) candidates by that prefix's
-  length and takes ``min(w + H)`` per group, then a running minimum over the
-  lengths and ``+ x`` per category; ``minmax`` takes
-  ``min max(w + x, H)`` per category over the candidates valid for it.
+* below the bucket level every first layer ``a`` is taken at once (chunked
+  so a temporary stays under ``CHUNK`` elements); the bucket level reads
+  itself, so its own source runs one ``a`` at a time, downwards;
+* the incoming transfer is no axis of the work. A candidate (a, b, pair)
+  fits the categories with ``w + x <= limit``: a prefix of them in order of
+  x, of length q. ``minsum``: the least ``w + H`` per (a, new state, q), a
+  running minimum over q from the top, then ``+ x`` per category.
+  ``minmax``: ``max(w + x, H)`` is H wherever ``H >= w + x`` for the largest
+  x the candidate fits, and ``w + x`` wherever ``H <= w + x`` for the least;
+  both are grouped like ``minsum``'s, and only the remaining elements are
+  taken category by category;
+* candidates whose successor (b + 1, pair) is infinite everywhere, or that
+  fit no category, are skipped.
+
+The comparisons with the threshold are the recursion's own ``w + x <=
+limit``, so every finite entry is the definition's; a ``minsum`` value is
+formed as ``(w + H) + x`` rather than ``(w + x) + H``, a rounding
+difference far below the 1e-12 relative ties of the walk back
+(``tests/test_dp_fill.py`` checks every entry against the definition).
 
 With options (zb-h1's and GPipe's iteration estimates, :mod:`.dp_options`)
 a stage's value is not ``w + x``; those recursions take one ``a`` at a time
-with the incoming values as an axis, as the spec values them.
-
-The values are the same sums and maxima as before, formed as
-``(w + H) + x`` instead of ``(w + x) + H`` in ``minsum`` (a rounding
-difference far below the 1e-12 relative ties of the walk back); every
-comparison with the threshold is the recursion's own ``w + x <= limit``.
+with the distinct incoming transfers as an axis, valued by the spec.
 """
 from __future__ import annotations
 
@@ -42,217 +45,14 @@ import time
 
 import numpy as np
 
+from .dp_tables import CHUNK, Tables
 from .errors import OutOfTime as _OutOfTime
 
-__all__ = ["Layout", "Tables", "fill", "table_bytes"]
+__all__ = ["fill"]
 
 INF = math.inf
 _TIE = 1e-12  # relative slack when comparing a stage time with a threshold (as in dp)
-_CHUNK = 1 << 22  # elements of one temporary array of the vectorised kernels (32 MiB of float64)
 _LARGEST = float(np.finfo(np.float64).max)
-_TEMPORARIES = 6  # such arrays alive at once, at most
-
-
-class Layout:
-    """Where each (state, category, devices) lives: per size index i, the states of that size and the
-    incoming categories a size-i stage can receive (slot = state position x categories + category position)."""
-
-    def __init__(self, auto, sizes: tuple[int, ...], N: int):
-        self.auto, self.sizes, self.N = auto, sizes, N
-        Z, C = len(auto.states), len(auto.categories)
-        self.groups = [i for i, d in enumerate(sizes) if d <= N]
-        self.states: dict[int, np.ndarray] = {}
-        self.cats: dict[int, np.ndarray] = {}
-        self.zloc = np.full(Z, -1)
-        self.cloc = np.full((len(sizes), C), -1)
-        for i in self.groups:
-            zs = np.flatnonzero(auto.size_of == i)
-            cs = np.concatenate([np.arange(lo, hi) for lo, hi in auto.incoming[i]])
-            self.states[i], self.cats[i] = zs, cs
-            self.zloc[zs] = np.arange(len(zs))
-            self.cloc[i, cs] = np.arange(len(cs))
-        self.trans_sorted: dict = {}
-        self.pairs = {i: self._pairs(i) for i in self.groups}
-        # one flat buffer per level: size group after size group, then one infinite sentinel
-        self.base, total = {}, 0
-        for i in self.groups:
-            self.base[i] = total
-            total += self._slots(i) * (N + 1 - sizes[i])
-        self.stride = {i: self._slots(i) * (N + 1 - sizes[i]) for i in self.groups}  # per first layer
-        self.flat_size = total  # per first layer
-        self._share()
-
-    def _share(self) -> None:
-        """Pairs of different stage sizes with the same transitions (e.g. "the next stage has j < i devices"
-        for every larger size i) are reduced once: ``keys`` lists each distinct set's (source states,
-        outgoing categories) and the widest suffix-device range asked of it; ``pair_key[i]`` maps size
-        i's pairs to them; ``hrow[i]`` (pairs, D1_i) says where each H entry sits in a row of all keys."""
-        index: dict = {}
-        self.keys: list[tuple[np.ndarray, np.ndarray]] = []
-        width: list[int] = []
-        self.pair_key = {}
-        for i in self.groups:
-            zp, co, starts = self.trans_sorted[i]
-            ends = np.r_[starts[1:], len(zp)]
-            ids = []
-            for lo, hi in zip(starts, ends):
-                k = (tuple(zp[lo:hi]), tuple(co[lo:hi]))
-                if k not in index:
-                    index[k] = len(self.keys)
-                    self.keys.append((zp[lo:hi], co[lo:hi]))
-                    width.append(0)
-                u = index[k]
-                width[u] = max(width[u], self.N + 1 - self.sizes[i])
-                ids.append(u)
-            self.pair_key[i] = np.array(ids, dtype=np.int64)
-        self.key_width = np.array(width, dtype=np.int64)
-        self.key_offset = np.r_[0, np.cumsum(self.key_width)[:-1]].astype(np.int64)
-        self.row_length = int(self.key_width.sum())
-        self.hrow = {}
-        for i in self.groups:
-            D1 = self.N + 1 - self.sizes[i]
-            self.hrow[i] = self.key_offset[self.pair_key[i]][:, None] + np.arange(D1)[None, :]
-
-    def _slots(self, i: int) -> int:
-        return len(self.states[i]) * len(self.cats[i])
-
-    def shape(self, L: int, i: int) -> tuple[int, int, int, int]:
-        return (L + 1, len(self.states[i]), len(self.cats[i]), self.N + 1 - self.sizes[i])
-
-    def _pairs(self, i: int):
-        """Size-i transitions grouped by (new state, outgoing category): the pairs a stage chooses among.
-
-        Returns (pair_zn, pair_co, starts, zn_starts, sources) with ``sources`` a list of
-        (transition positions, source size index, source slots) per source size.
-        """
-        auto = self.auto
-        zp, zn, co = auto.trans[i]
-        keep = np.isin(auto.size_of[zp], self.groups)
-        zp, zn, co = zp[keep], zn[keep], co[keep]
-        order = np.lexsort((co, zn))
-        zp, zn, co = zp[order], zn[order], co[order]
-        keys = zn * len(auto.categories) + co
-        starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.zeros(0, int)
-        self.trans_sorted[i] = (zp, co, starts)
-        pair_zn, pair_co = zn[starts], co[starts]
-        zn_starts = np.flatnonzero(np.r_[True, pair_zn[1:] != pair_zn[:-1]]) if len(pair_zn) else np.zeros(0, int)
-        sources = []
-        src_size = auto.size_of[zp]
-        for ip in self.groups:
-            t = np.flatnonzero(src_size == ip)
-            if t.size:
-                slots = self.zloc[zp[t]] * len(self.cats[ip]) + self.cloc[ip, co[t]]
-                sources.append((t, ip, slots, len(zp)))
-        return pair_zn, pair_co, starts, zn_starts, sources
-
-
-def table_bytes(layout: Layout, L: int, levels: int) -> int:
-    """Bytes of the tables of ``levels`` levels."""
-    per_level = sum(math.prod(layout.shape(L, i)) for i in layout.groups)
-    return 8 * per_level * levels
-
-
-def cache_bytes(layout: Layout, L: int) -> int:
-    """Bytes of one level's reduced tables H (per size: positions x pairs x devices) plus the kernels' temporaries."""
-    H = sum((L + 1) * len(layout.pairs[i][0]) * (layout.N + 1 - layout.sizes[i]) for i in layout.groups)
-    return 8 * (H + _TEMPORARIES * _CHUNK)
-
-
-class Tables:
-    """The values of one recursion: ``tab[level][i]`` of shape ``(L + 1, states_i, cats_i, N + 1 - d_i)``."""
-
-    def __init__(self, layout: Layout, L: int):
-        self.layout, self.L = layout, L
-        self.tab: list[dict | None] = [None]
-        self.flat: list[np.ndarray | None] = [None]
-        self._index = None
-
-    def reset(self, top: int) -> None:
-        """Levels 1..top set to infinity (allocated the first time they are needed)."""
-        lay, rows = self.layout, self.L + 1
-        while len(self.tab) <= top:
-            flat = np.empty(rows * lay.flat_size + 1)
-            views = {}
-            for i in lay.groups:
-                lo = rows * lay.base[i]
-                views[i] = flat[lo : lo + rows * lay.stride[i]].reshape(self.layout.shape(self.L, i))
-            self.flat.append(flat)
-            self.tab.append(views)
-        for level in range(1, top + 1):
-            self.flat[level].fill(INF)
-        self.top = top
-
-    def shared_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(first, stride, starts): entry ``first + pos * stride`` of a level's flat buffer holds an input of
-        a row of all shared keys at first layer pos (ordered key, D', transition; the sentinel, stride 0,
-        where the source has fewer devices than D'), ``starts`` the segments to take the least of."""
-        if self._index is None:
-            lay, rows = self.layout, self.L + 1
-            sentinel = rows * lay.flat_size
-            first, stride = [], []
-            for (zp, co), width in zip(lay.keys, lay.key_width):
-                ip = lay.auto.size_of[zp]
-                d = np.array(lay.sizes)[ip]
-                slot = lay.zloc[zp] * np.array([len(lay.cats[j]) for j in ip]) + lay.cloc[ip, co]
-                own = lay.N + 1 - d  # the source group's device axis
-                base = rows * np.array([lay.base[j] for j in ip]) + slot * own
-                Dp = np.arange(width)[:, None]  # (D', transition)
-                ok = Dp >= d[None, :]
-                first.append(np.where(ok, base[None, :] + Dp - d[None, :], sentinel).ravel())
-                stride.append(np.where(ok, np.array([lay.stride[j] for j in ip])[None, :], 0).ravel())
-            counts = np.concatenate([np.full(w, len(zp)) for (zp, _), w in zip(lay.keys, lay.key_width)]) if lay.keys else np.zeros(0, int)
-            starts = np.r_[0, np.cumsum(counts)[:-1]].astype(np.int64) if counts.size else np.zeros(0, np.int64)
-            first = np.concatenate(first) if first else np.zeros(0, np.int64)
-            stride = np.concatenate(stride) if stride else np.zeros(0, np.int64)
-            # drop the sentinel entries, but one per segment that has nothing else (its least is infinite)
-            segment = np.repeat(np.arange(counts.size), counts)
-            real = first != sentinel
-            has_real = np.zeros(counts.size, bool)
-            has_real[segment[real]] = True
-            keep = real | (~has_real[segment] & (np.arange(first.size) == starts[segment]))
-            kept = np.bincount(segment[keep], minlength=counts.size)
-            starts = np.r_[0, np.cumsum(kept)[:-1]].astype(np.int64)
-            self._index = (first[keep], stride[keep], starts)
-        return self._index
-
-    def shared_rows(self, level: int, pos: np.ndarray) -> np.ndarray:
-        """R[pos, key row]: per shared key and suffix devices D', the least value at ``level``."""
-        first, stride, starts = self.shared_index()
-        out = np.empty((pos.size, self.layout.row_length))
-        if first.size == 0:
-            return out
-        flat = self.flat[level]
-        step = max(1, _CHUNK // first.size)
-        for k in range(0, pos.size, step):
-            p = pos[k : k + step]
-            out[k : k + step] = np.minimum.reduceat(flat[first[None, :] + p[:, None] * stride[None, :]], starts, axis=1)
-        return out
-
-    def value(self, a: int, level: int, z: int, c: int, D: int) -> float:
-        lay = self.layout
-        if level < 1 or level > self.top:
-            return INF
-        i = int(lay.auto.size_of[z])
-        if i not in lay.states:
-            return INF
-        cl = lay.cloc[i, c]
-        Di = D - lay.sizes[i]
-        if cl < 0 or Di < 0:
-            return INF
-        return float(self.tab[level][i][a, lay.zloc[z], cl, Di])
-
-    def first(self, level: int, D: int) -> np.ndarray:
-        """Over every state z: the value of the whole pipeline (a = 0, category 0, D devices) at ``level``."""
-        lay = self.layout
-        out = np.full(len(lay.auto.states), INF)
-        if level > self.top:
-            return out
-        for i in lay.groups:
-            Di = D - lay.sizes[i]
-            cl = lay.cloc[i, 0]
-            if Di >= 0 and cl >= 0:
-                out[lay.states[i]] = self.tab[level][i][0, :, cl, Di]
-        return out
 
 
 # --------------------------------------------------------------------------- the fill
@@ -358,7 +158,7 @@ class _Run:
         Zn, Ci = len(self.lay.pairs[i][3]), len(self.lay.cats[i])
         per_a = (bmax + 1) * P * (D1 + Ci)
         fixed = Zn * (Ci + 1) * D1
-        step = max(1, min(_CHUNK // max(per_a, 1), _CHUNK // max(fixed, 1)))
+        step = max(1, min(CHUNK // max(per_a, 1), CHUNK // max(fixed, 1)))
         a0 = a_lo
         while a0 <= a_hi:
             a1 = min(a_hi, a0 + step - 1)
@@ -371,7 +171,7 @@ class _Run:
         found = self._statics.get(i)
         if found is None:
             lay = self.lay
-            pair_zn, pair_co, _, zn_starts, _ = lay.pairs[i]
+            pair_zn, pair_co, _, zn_starts = lay.pairs[i]
             P = len(pair_zn)
             zn_u = pair_zn[zn_starts]
             Zn = len(zn_u)
@@ -467,7 +267,7 @@ class _Run:
 
     def _stage_options(self, level: int, i: int, H: np.ndarray, a: int) -> None:
         model, lay, lim, mode = self.model, self.lay, self.lim, self.mode
-        pair_zn, pair_co, _, zn_starts, _ = lay.pairs[i]
+        pair_zn, pair_co, _, zn_starts = lay.pairs[i]
         bmax = self.L - level
         cb = model.option_rows(a, i, model.stash_of_level[level])
         cbs = cb[0][: bmax - a + 1]
