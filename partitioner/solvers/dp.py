@@ -76,7 +76,9 @@ prefix sums cannot cancel a stage's digits (:meth:`DPModel.fast_path_refusal`);
 otherwise the general recursion below runs with no placement states.
 
 Limits. The memory budget (option ``memory_budget_gb``) is checked before
-any table of size ``L^2`` or larger is built; a search stopped by the budget
+any table of size ``L^2`` or larger is built (the recursion's: its tables,
+twice when zb-h1 keeps its free table, plus what a recursion holds beside
+them, :meth:`DPModel.recursion_bytes`); a search stopped by the budget
 or the time limit hands its best valid plan so far and its best proven bound
 to :mod:`.dp_method`, which returns it (or the greedy plan, if better) as
 ``feasible``.
@@ -107,18 +109,25 @@ Complexity
 ----------
 Stage tables: one ``L x L`` table per (size, stash) level, see :mod:`.dp_stage`.
 With L layers, N devices, S allowed sizes, K = max(m, P_min) stage levels
-(at most P_max), Z placement states and C categories, one recursion costs
-``O(K * L^2 * S * (pairs) * C' * N)`` numpy element operations, where
-``pairs`` (<= Z * C) counts the distinct (placement, outgoing category)
-combinations of one stage size and ``C'`` <= C the distinct incoming transfer
-times at a layer. Without transfers Z = C = 1 and a recursion is
-``O(K * L^2 * S * N)``; memory is ``O(K * L * Z * C * N)``. The bottleneck
+(at most P_max), placement states and categories, the recursion's tables
+(:mod:`.dp_tables`) hold, per level, ``(L + 1) x sum_i Z_i x C_i x (N + 1 - d_i)``
+values: Z_i the placement states of size i and C_i the incoming categories
+a size-i stage can receive (at most i + 1 unlinked and, in a node, i + 1
+linked ones), not ``Z x C x (N + 1)``. One recursion
+(:mod:`.dp_recursion`) costs ``O(K * L^2 * sum_i pairs_i * (N + 1 - d_i))``
+numpy element operations, where ``pairs_i`` counts the distinct (new state,
+outgoing category) combinations of size i; the incoming transfer is no axis
+of that work, except in ``minmax`` for the elements where the stage's own
+time and the suffix's value change order between two incoming transfers.
+The levels below the bucket level are vectorised over every first layer;
+the bucket level reads itself and takes one first layer at a time. Without
+transfers there is one category and one state per size. The bottleneck
 objective needs one recursion, the iteration objective a few (branch and
 bound over the threshold); with options (zb-h1, GPipe iteration) each stage
 also takes the least over its F options (the Pareto pairs, at most the
-config tuples of its size), zb-h1 runs one walk per distinct k (at most
-``min(m, P_max) - P_min + 1``) and GPipe one walk on B per step of the cap
-on F.
+config tuples of its size) with the distinct incoming transfers as an axis,
+zb-h1 runs one walk per distinct k (at most ``min(m, P_max) - P_min + 1``)
+and GPipe one walk on B per step of the cap on F.
 
 References
 ----------
