@@ -26,7 +26,10 @@ incoming category c (``H`` holds the suffix's values per pair):
   both are grouped like ``minsum``'s, and only the remaining elements are
   taken category by category;
 * candidates whose successor (b + 1, pair) is infinite everywhere, or that
-  fit no category, are skipped.
+  fit no category, are skipped;
+* under a finite threshold, a suffix from a is computed only up to
+  ``N - prefix[a]`` devices (:func:`prefix_devices`: the fewest devices the
+  layers before a need under the threshold), the only ones an answer reads.
 
 The comparisons with the threshold are the recursion's own ``w + x <=
 limit``, so every finite entry is the definition's; a ``minsum`` value is
@@ -53,6 +56,7 @@ __all__ = ["fill"]
 INF = math.inf
 _TIE = 1e-12  # relative slack when comparing a stage time with a threshold (as in dp)
 _LARGEST = float(np.finfo(np.float64).max)
+_BAND_STEP = 8  # first layers per chunk when the device band is used
 
 
 # --------------------------------------------------------------------------- the fill
@@ -111,6 +115,8 @@ class _Run:
         self.spec = model.spec
         self._incoming_cache: dict = {}
         self._statics: dict = {}
+        self.banded = math.isfinite(lim) and not self.spec
+        self.prefix = prefix_devices(model, lim) if self.banded else np.zeros(self.L + 1, dtype=np.int64)
 
     def check_time(self) -> None:
         if self.deadline is not None and time.perf_counter() > self.deadline:
@@ -159,11 +165,16 @@ class _Run:
         per_a = (bmax + 1) * P * (D1 + Ci)
         fixed = Zn * (Ci + 1) * D1
         step = max(1, min(CHUNK // max(per_a, 1), CHUNK // max(fixed, 1)))
+        if self.banded:  # the device band narrows with a: chunks of a few first layers
+            step = min(step, _BAND_STEP)
         a0 = a_lo
         while a0 <= a_hi:
             a1 = min(a_hi, a0 + step - 1)
             self.check_time()
-            self._kernel(level, i, H, alive, cbm, a0, a1, bmax)
+            # a suffix from a0 on has at most N - prefix[a0] devices: D' = D - d up to that minus d
+            cols = min(D1, self.N - self.lay.sizes[i] - self.prefix[a0] + 1)
+            if cols > 0:
+                self._kernel(level, i, H, alive, cbm, a0, a1, bmax, int(cols))
             a0 = a1 + 1
 
     def _static(self, i: int):
@@ -192,10 +203,9 @@ class _Run:
             )
         return found
 
-    def _kernel(self, level, i, H, alive, cbm, a0, a1, bmax) -> None:
+    def _kernel(self, level, i, H, alive, cbm, a0, a1, bmax, D1) -> None:
         lim = self.lim
         Xt, zn_of_pair, Zn, zl, xs_all, order_all, sorted_all, rank_all = self._static(i)
-        D1 = H.shape[2]
         Ci = xs_all.shape[1]
         A = a1 - a0 + 1
         xs, order, xs_sorted, rank = xs_all[a0 : a1 + 1], order_all[a0 : a1 + 1], sorted_all[a0 : a1 + 1], rank_all[a0 : a1 + 1]
@@ -215,7 +225,7 @@ class _Run:
             part = np.flatnonzero(w + xs_sorted[ai, -1] > lim)
             if part.size:
                 q[part] = _prefix_lengths(w[part], xs_sorted[ai[part]], lim)
-        rows = H[bi + (a0 + 1), pi]  # (n, D1)
+        rows = H[bi + (a0 + 1), pi, :D1]  # (n, D1): the suffix devices a suffix from a0 on can have
         groups = _Groups(ai * Zn + zn_of_pair[pi], q, Ci, A * Zn, np.repeat(rank, Zn, axis=0) if Zn > 1 else rank)
         xc = (np.repeat(xs, Zn, axis=0) if Zn > 1 else xs)[:, :, None]  # (cells, Ci, 1): each category's x
         if self.mode == "minsum":
@@ -235,10 +245,10 @@ class _Run:
         out = out.reshape(A, Zn, Ci, D1)
         target = self.tables.tab[level][i]  # (L + 1, states_i, Ci, D1)
         if isinstance(zl, slice):
-            view = target[a0 : a1 + 1, zl]
+            view = target[a0 : a1 + 1, zl, :, :D1]
             np.minimum(view, out, out=view)
         else:
-            target[a0 : a1 + 1, zl] = np.minimum(target[a0 : a1 + 1][:, zl], out)
+            target[a0 : a1 + 1, zl, :, :D1] = np.minimum(target[a0 : a1 + 1][:, zl, :, :D1], out)
 
     @staticmethod
     def _mixed(out, groups, mo, md, w, rows, q, xa, ai, order, D1) -> None:
@@ -321,6 +331,32 @@ class _Groups:
         # a candidate that fits the first q categories (by x) serves every rank below q
         R = np.minimum.accumulate(R[:, ::-1], axis=1)[:, ::-1]
         return np.take_along_axis(R, (self.rank + 1)[:, :, None], axis=1)
+
+
+def prefix_devices(model, lim: float) -> np.ndarray:
+    """prefix[a]: the fewest devices with which stages whose compute is at most ``lim`` cover layers
+    0..a-1 (at the most permissive stash; transfers only add), a huge number when none can.
+
+    Every plan with every stage time at most ``lim`` gives its suffix from a at most
+    ``N - prefix[a]`` devices, so the recursion computes a chunk of first layers only up to the
+    band of its first one. Entries within a's band stay exact (a stage a..b under ``lim`` has
+    ``prefix[b + 1] <= prefix[a] + d``, so it reads b + 1's band only); larger device counts may be
+    left infinite or too large, and nothing reads them: the answer is at (0, N) and the walk back
+    follows stages under ``lim`` from there.
+    """
+    L, N = model.L, model.N
+    mats = [(d, model.compute_matrix(i, 1)) for i, d in enumerate(model.sizes) if d <= N]
+    big = 2 * N + 1
+    out = np.full(L + 1, big, dtype=np.int64)
+    out[0] = 0
+    for b in range(L):
+        best = big
+        for d, cb in mats:
+            ok = cb[: b + 1, b] <= lim
+            if ok.any():
+                best = min(best, int(out[: b + 1][ok].min()) + d)
+        out[b + 1] = min(best, big)
+    return out
 
 
 def _prefix_lengths(w: np.ndarray, xs_sorted: np.ndarray, lim: float) -> np.ndarray:
