@@ -143,7 +143,7 @@ import time
 import numpy as np
 
 from ..placement import contiguous_node_assignment, node_assignment_ids, pack_runs
-from ..plan import Plan, Stage
+from ..plan import Plan, PlanError, Stage, evaluate
 from ..problem import Problem
 from .dp_compute import ComputeOnlyDP
 from .dp_placement import Automaton, build_automaton
@@ -567,7 +567,7 @@ class DPModel(ThresholdWalks):
         if refusal:
             stats["general_recursion"] = refusal
         if objective == "bottleneck":
-            V = self.recursion(auto, X, "minmax", INF, deadline)
+            V = self.recursion(auto, X, "minmax", self.bottleneck_ceiling(deadline), deadline)
             value, arg = self._final(V, auto)
             if arg is None:
                 return _Outcome("infeasible")
@@ -579,6 +579,29 @@ class DPModel(ThresholdWalks):
         if parts == "fb":
             return self._gpipe_iteration(auto, X, kind, deadline, stats)
         return self._iteration(auto, X, kind, deadline, stats)
+
+    def bottleneck_ceiling(self, deadline) -> float:
+        """The bottleneck of a valid plan, or inf: the least bottleneck without transfers
+        (:mod:`.dp_compute`, when it applies), placed contiguously and valued with them. No optimal
+        plan has a stage above it, so the ``minmax`` recursion may prune slower stages (and the
+        devices the layers before a suffix cannot leave it, see :mod:`.dp_recursion`); the plan is
+        also the best known one if the search is cut short."""
+        if self.fast_path_refusal() is not None:
+            return INF
+        try:
+            found = ComputeOnlyDP(self, deadline).bottleneck()
+        except _TooLarge:
+            return INF
+        plan = self.place(found[1], [], "none") if found is not None else None
+        if plan is None:
+            return INF
+        try:
+            value = evaluate(self.problem, plan, "bottleneck").value
+        except PlanError:
+            return INF
+        if self.best_known is None or value < self.best_known[0]:
+            self.best_known = (value, plan)
+        return value * (1 + 1e-9)  # a margin for the order the evaluation sums in
 
     def fast_path_refusal(self) -> str | None:
         """Why the range-query recursions of :mod:`.dp_compute` do not apply here, or None.
