@@ -72,7 +72,6 @@ def fill(model, tables: Tables, auto, X: np.ndarray, mode: str, limit: float, de
     run = _Run(model, tables, auto, X, xin, mode, lim, deadline)
     for level in range(1, top + 1):
         run.check_time()
-        bucket_self = model.bucket and level == K
         R = tables.shared_rows(level - 1, np.arange(L + 1)) if level >= 2 else None
         for i in lay.groups:
             if level == 1:
@@ -80,28 +79,33 @@ def fill(model, tables: Tables, auto, X: np.ndarray, mode: str, limit: float, de
             if level >= 2:
                 run.level_source(level, i, R[:, lay.hrow[i]], 0, L - level)
         del R
-        if bucket_self:
-            # the level reads itself at later first layers: one a at a time, downwards, with H's rows of
-            # every size kept in one buffer (row a + 1 filled once V[a + 1] is final)
-            sizes = [i for i in lay.groups if lay.hrow[i].size]
-            where = np.concatenate([lay.hrow[i].ravel() for i in sizes]) if sizes else np.zeros(0, np.int64)
-            H_all = np.full((L + 1, where.size), INF)
-            lengths = [lay.hrow[i].size for i in sizes]
-            cuts = np.r_[0, np.cumsum(lengths)]
-            widths = np.concatenate([np.full(lay.hrow[i].shape[0], lay.hrow[i].shape[1]) for i in sizes]) if sizes else np.zeros(0, int)
-            row_starts = np.r_[0, np.cumsum(widths)[:-1]].astype(np.int64)
-            A_all = np.zeros((L + 1, widths.size), bool)
-            pcuts = np.r_[0, np.cumsum([lay.hrow[i].shape[0] for i in sizes])]
-            H_self = {i: H_all[:, cuts[k] : cuts[k + 1]].reshape((L + 1,) + lay.hrow[i].shape) for k, i in enumerate(sizes)}
-            alive = {i: A_all[:, pcuts[k] : pcuts[k + 1]] for k, i in enumerate(sizes)}
-            for a in range(L - level, -1, -1):
-                run.check_time()
-                if where.size:
-                    H_all[a + 1] = tables.shared_rows(level, np.array([a + 1]))[0][where]
-                    A_all[a + 1] = np.logical_or.reduceat(np.isfinite(H_all[a + 1]), row_starts)
-                for i in sizes:
-                    run.level_source(level, i, H_self[i], a, a, alive[i])
+        if model.bucket and level == K:
+            _bucket_level(run, tables, level)
     return tables
+
+
+def _bucket_level(run: "_Run", tables: Tables, level: int) -> None:
+    """The "K or more" level's own source: it reads itself at later first layers, so one a at a time,
+    downwards, with H's rows of every size in one buffer (row a + 1 filled once V[a + 1] is final)."""
+    lay, L = tables.layout, tables.L
+    sizes = [i for i in lay.groups if lay.hrow[i].size]
+    if not sizes:
+        return
+    where = np.concatenate([lay.hrow[i].ravel() for i in sizes])
+    cuts = np.r_[0, np.cumsum([lay.hrow[i].size for i in sizes])]
+    pairs = np.r_[0, np.cumsum([lay.hrow[i].shape[0] for i in sizes])]
+    widths = np.concatenate([np.full(lay.hrow[i].shape[0], lay.hrow[i].shape[1]) for i in sizes])
+    row_starts = np.r_[0, np.cumsum(widths)[:-1]].astype(np.int64)
+    H_all = np.full((L + 1, where.size), INF)
+    alive_all = np.zeros((L + 1, widths.size), bool)
+    H = {i: H_all[:, cuts[k] : cuts[k + 1]].reshape((L + 1,) + lay.hrow[i].shape) for k, i in enumerate(sizes)}
+    alive = {i: alive_all[:, pairs[k] : pairs[k + 1]] for k, i in enumerate(sizes)}
+    for a in range(L - level, -1, -1):
+        run.check_time()
+        H_all[a + 1] = tables.shared_rows(level, np.array([a + 1]))[0][where]
+        alive_all[a + 1] = np.logical_or.reduceat(np.isfinite(H_all[a + 1]), row_starts)
+        for i in sizes:
+            run.level_source(level, i, H[i], a, a, alive[i])
 
 
 class _Run:
