@@ -57,7 +57,7 @@ class Layout:
             self.cloc[i, cs] = np.arange(len(cs))
         self.trans_sorted: dict = {}
         self.pairs = {i: self._pairs(i) for i in self.groups}
-        # one flat buffer per level: size group after size group, then one infinite sentinel
+        # one flat buffer per level: size group after size group (then one infinite sentinel)
         self.base, total = {}, 0
         for i in self.groups:
             self.base[i] = total
@@ -199,9 +199,9 @@ class Tables:
     def shared_rows(self, level: int, pos: np.ndarray) -> np.ndarray:
         """R[pos, key row]: per shared key and suffix devices D', the least value at ``level``."""
         first, stride, starts = self.shared_index()
-        out = np.empty((pos.size, self.layout.row_length))
         if first.size == 0:
-            return out
+            return np.full((pos.size, self.layout.row_length), INF)
+        out = np.empty((pos.size, self.layout.row_length))
         flat = self.flat[level]
         step = max(1, CHUNK // first.size)
         for k in range(0, pos.size, step):
