@@ -76,7 +76,9 @@ prefix sums cannot cancel a stage's digits (:meth:`DPModel.fast_path_refusal`);
 otherwise the general recursion below runs with no placement states.
 
 Limits. The memory budget (option ``memory_budget_gb``) is checked before
-any table of size ``L^2`` or larger is built; a search stopped by the budget
+any table of size ``L^2`` or larger is built (the recursion's: its tables,
+twice when zb-h1 keeps its free table, plus what a recursion holds beside
+them, :meth:`DPModel.recursion_bytes`); a search stopped by the budget
 or the time limit hands its best valid plan so far and its best proven bound
 to :mod:`.dp_method`, which returns it (or the greedy plan, if better) as
 ``feasible``.
@@ -107,18 +109,25 @@ Complexity
 ----------
 Stage tables: one ``L x L`` table per (size, stash) level, see :mod:`.dp_stage`.
 With L layers, N devices, S allowed sizes, K = max(m, P_min) stage levels
-(at most P_max), Z placement states and C categories, one recursion costs
-``O(K * L^2 * S * (pairs) * C' * N)`` numpy element operations, where
-``pairs`` (<= Z * C) counts the distinct (placement, outgoing category)
-combinations of one stage size and ``C'`` <= C the distinct incoming transfer
-times at a layer. Without transfers Z = C = 1 and a recursion is
-``O(K * L^2 * S * N)``; memory is ``O(K * L * Z * C * N)``. The bottleneck
+(at most P_max), placement states and categories, the recursion's tables
+(:mod:`.dp_tables`) hold, per level, ``(L + 1) x sum_i Z_i x C_i x (N + 1 - d_i)``
+values: Z_i the placement states of size i and C_i the incoming categories
+a size-i stage can receive (at most i + 1 unlinked and, in a node, i + 1
+linked ones), not ``Z x C x (N + 1)``. One recursion
+(:mod:`.dp_recursion`) costs ``O(K * L^2 * sum_i pairs_i * (N + 1 - d_i))``
+numpy element operations, where ``pairs_i`` counts the distinct (new state,
+outgoing category) combinations of size i; the incoming transfer is no axis
+of that work, except in ``minmax`` for the elements where the stage's own
+time and the suffix's value change order between two incoming transfers.
+The levels below the bucket level are vectorised over every first layer;
+the bucket level reads itself and takes one first layer at a time. Without
+transfers there is one category and one state per size. The bottleneck
 objective needs one recursion, the iteration objective a few (branch and
 bound over the threshold); with options (zb-h1, GPipe iteration) each stage
 also takes the least over its F options (the Pareto pairs, at most the
-config tuples of its size), zb-h1 runs one walk per distinct k (at most
-``min(m, P_max) - P_min + 1``) and GPipe one walk on B per step of the cap
-on F.
+config tuples of its size) with the distinct incoming transfers as an axis,
+zb-h1 runs one walk per distinct k (at most ``min(m, P_max) - P_min + 1``)
+and GPipe one walk on B per step of the cap on F.
 
 References
 ----------
@@ -134,10 +143,12 @@ import time
 import numpy as np
 
 from ..placement import contiguous_node_assignment, node_assignment_ids, pack_runs
-from ..plan import Plan, Stage
+from ..plan import Plan, PlanError, Stage, evaluate
 from ..problem import Problem
 from .dp_compute import ComputeOnlyDP
 from .dp_placement import Automaton, build_automaton
+from .dp_recursion import fill as fill_tables
+from .dp_tables import Layout, Tables, table_bytes, working_bytes
 from .dp_stage import StageCosts
 from .dp_walks import ThresholdWalks, _Outcome, _same
 from .errors import OutOfTime as _OutOfTime
@@ -325,145 +336,52 @@ class DPModel(ThresholdWalks):
         return found[0]
 
     # ---------------------------------------------------------------- recursion
-    def recursion(self, auto: Automaton, X: np.ndarray, mode: str, limit: float, deadline: float | None) -> np.ndarray:
-        """Fill ``V[a, level, z, c, D]``.
+    def recursion(self, auto: Automaton, X: np.ndarray, mode: str, limit: float, deadline: float | None) -> Tables:
+        """Fill the tables ``V[a, level, z, c, D]`` (:class:`.dp_recursion.Tables`).
 
         ``mode`` "minmax": value = least largest stage time, stages above
         ``limit`` pruned; "minsum": value = least sum of stage times with every
         stage at most ``limit``. With options the spec's key and cost take the
         place of the stage time; a spec whose unbounded least sum does not
-        depend on its parameters (zb-h1's k) shares that table.
+        depend on its parameters (zb-h1's k) shares that table (kept in its own
+        tables; every other recursion reuses one set of tables).
         """
         shared = self.spec is not None and self.spec.free_shared and mode == "minsum" and not math.isfinite(limit)
         if shared:
-            kept = getattr(self, "_free_table", None)  # (automaton, levels, parts, table): the object itself, not its id
+            kept = getattr(self, "_free_table", None)  # (automaton, levels, parts, tables): the object itself, not its id
             if kept is None or kept[0] is not auto or kept[1:3] != (self.K, self.spec.parts):
-                kept = self._free_table = (auto, self.K, self.spec.parts, self._fill(auto, X, mode, limit, deadline, self.K))
+                tables = Tables(self._layout(auto), self.L)
+                kept = self._free_table = (auto, self.K, self.spec.parts, self._fill(auto, X, mode, limit, deadline, self.K, tables))
             return kept[3]
         # levels above the largest stage count the answer may have are never read (zb-h1: one k)
         top = max((lvl for lvl in range(1, self.K + 1) if self._level_ok(lvl)), default=self.K)
-        return self._fill(auto, X, mode, limit, deadline, top)
+        pool = getattr(self, "_pool", None)
+        if pool is None or pool.layout.auto is not auto:
+            pool = self._pool = Tables(self._layout(auto), self.L)
+        return self._fill(auto, X, mode, limit, deadline, top, pool)
 
-    def _fill(self, auto: Automaton, X: np.ndarray, mode: str, limit: float, deadline: float | None, top: int) -> np.ndarray:
-        L, N, K = self.L, self.N, self.K
-        Z, C = len(auto.states), len(auto.categories)
-        need = (L + 1) * (K + 1) * Z * C * (N + 1) * 8
+    def _layout(self, auto: Automaton) -> Layout:
+        found = getattr(self, "_layouts", None)
+        if found is None or found[0] is not auto:
+            found = self._layouts = (auto, Layout(auto, self.sizes, self.N))
+        return found[1]
+
+    def _fill(self, auto, X, mode, limit, deadline, top, tables: Tables) -> Tables:
+        """Check the memory the tables need (:meth:`recursion_bytes`), then fill them (:func:`.dp_recursion.fill`)."""
+        need = self.recursion_bytes(auto)
         if need > self._budget:
             raise _TooLarge(
-                f"the recursion tables would need {need / 2**30:.1f} GiB with {Z} placement states "
+                f"the recursion tables would need {need / 2**30:.1f} GiB with {len(auto.states)} placement states "
                 f"(limit {self._budget / 2**30:.1f} GiB, option memory_budget_gb); use cpsat for this problem"
             )
-        V = np.full((L + 1, K + 1, Z, C, N + 1), INF)
-        xin = np.vstack([np.zeros((1, C)), X[:-1]])  # xin[a, c]: transfer into a stage starting at a
-        groups = {}
-        for i in range(len(self.sizes)):
-            pairs = self._pairs(auto, i)
-            groups[i] = pairs + (X[:, pairs[4]],)  # the outgoing transfer of every pair, per boundary
-        self._incoming_cache: dict = {}
-        lim = limit * (1 + _TIE) if math.isfinite(limit) else INF
-        for level in range(1, top + 1):
-            stash = self.stash_of_level[level]
-            sources = [level - 1] + ([level] if self.bucket and level == K else [])
-            H = {lvl: self._reduce_level(V, lvl, groups) for lvl in sources if lvl >= 1 and lvl != level}
-            for a in range(L - level, -1, -1):
-                if deadline is not None and time.perf_counter() > deadline:
-                    raise _OutOfTime
-                if self.bucket and level == K and level in sources:
-                    H[level] = self._reduce_level(V, level, groups, from_position=a + 1, cache=H.get(level))
-                for i, d in enumerate(self.sizes):
-                    if d > N:
-                        break
-                    cb = self.option_rows(a, i, stash) if self.spec else self.best_compute(a, i, stash)
-                    if level == 1:
-                        last = tuple(x[-1] for x in cb) if self.spec else cb[-1]
-                        self._last_stage(V, auto, a, i, d, last, xin[a], mode, lim)
-                    for src in sources:
-                        if src < 1:
-                            continue
-                        self._stage(V, auto, groups[i], H[src][i], a, level, i, d, cb, X, xin[a], mode, lim)
-        return V
+        return fill_tables(self, tables, auto, X, mode, limit, deadline, top)
 
-    def _pairs(self, auto: Automaton, i: int):
-        """Group size-i transitions by (new state, outgoing category)."""
-        zp, zn, co = auto.trans[i]
-        keys = zn * len(auto.categories) + co
-        order = np.lexsort((co, zn))
-        zp, zn, co, keys = zp[order], zn[order], co[order], keys[order]
-        starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-        pair_zn, pair_co = zn[starts], co[starts]
-        zn_starts = np.flatnonzero(np.r_[True, pair_zn[1:] != pair_zn[:-1]])
-        return zp, co, starts, pair_zn, pair_co, zn_starts
-
-    def _reduce_level(self, V, level, groups, from_position=None, cache=None):
-        """H[i][pos, pair, D] = min over transitions in the pair of V[pos, level, zp, co, D]."""
-        out = cache if cache is not None else {}
-        positions = slice(None) if from_position is None else slice(from_position, from_position + 1)
-        for i, (zp, co, starts, *_) in groups.items():
-            gathered = V[positions, level][:, zp, co, :]  # (pos, transitions, D)
-            reduced = np.minimum.reduceat(gathered, starts, axis=1)
-            if from_position is None:
-                out[i] = reduced
-            else:
-                if i not in out:
-                    out[i] = np.full((self.L + 1,) + reduced.shape[1:], INF)
-                out[i][from_position] = reduced[0]
-        return out
-
-    def _last_stage(self, V, auto, a, i, d, compute, xin_a, mode, lim) -> None:
-        if self.spec:
-            t = self.spec.value(compute[0], compute[1], compute[2], np.zeros_like(xin_a), xin_a, mode, lim)
-            if mode == "minmax":
-                t = np.where(t <= lim, t, INF)
-        elif not math.isfinite(compute):
-            return
-        else:
-            t = compute + xin_a
-            t = np.where(t <= lim, t, INF)
-        z = auto.init[i]
-        V[a, 1, z, :, d] = np.minimum(V[a, 1, z, :, d], t)
-
-    def _incoming(self, auto, a: int, i: int, xin_a: np.ndarray):
-        """Distinct incoming transfer times of a size-i stage starting at a, and their categories."""
-        key = (a, i)
-        if key not in self._incoming_cache:
-            xs = np.concatenate([xin_a[lo:hi] for lo, hi in auto.incoming[i]])
-            self._incoming_cache[key] = np.unique(xs, return_inverse=True)
-        return self._incoming_cache[key]
-
-    def _stage(self, V, auto, group, Hi, a, level, i, d, cb, X, xin_a, mode, lim) -> None:
-        zp, co, starts, pair_zn, pair_co, zn_starts, X_pairs = group
-        bmax = self.L - level  # leave at least one layer per later stage
-        if bmax < a:
-            return
-        cbs = (cb[0] if self.spec else cb)[: bmax - a + 1]
-        valid = np.flatnonzero(np.isfinite(cbs) & (cbs <= lim))
-        if valid.size == 0:
-            return
-        bs = a + valid
-        Hs = Hi[bs + 1][:, :, : self.N + 1 - d]  # suffix devices D' -> D = D' + d
-        zn_u = pair_zn[zn_starts]
-        # only the incoming categories a stage of this size can have: min(previous size, d) <= d
-        cats = auto.incoming[i]
-        values, where = self._incoming(auto, a, i, xin_a)
-        if self.spec:  # out and in transfers (nb, pairs, 1) and (1, 1, values); options on a last axis
-            xo, xi = X_pairs[bs][:, :, None], values[None, None, :]
-            t = self.spec.value(cbs[valid, None, None], cb[1][valid, None, None], cb[2][valid, None, None], xo, xi, mode, lim)
-        else:
-            base = cbs[valid][:, None] + X_pairs[bs]  # (nb, pairs)
-            t = base[:, :, None] + values[None, None, :]  # (nb, pairs, values)
-        if mode == "minmax":
-            val = np.maximum(t[..., None], Hs[:, :, None, :])
-        else:
-            val = t[..., None] + Hs[:, :, None, :]
-        if math.isfinite(lim) and not (self.spec and mode == "minsum"):  # options: inf unless key <= lim
-            val = np.where((t <= lim)[..., None], val, INF)
-        val = val.min(axis=0)  # (pairs, values, D')
-        per_state = np.minimum.reduceat(val, zn_starts, axis=0)[:, where, :]  # (states, categories, D')
-        offset = 0
-        for lo, hi in cats:
-            block = per_state[:, offset : offset + hi - lo]
-            V[a, level, zn_u, lo:hi, d:] = np.minimum(V[a, level, zn_u, lo:hi, d:], block)
-            offset += hi - lo
+    def recursion_bytes(self, auto: Automaton) -> int:
+        """Memory of the general recursion: the tables of every level (twice when zb-h1 keeps its free
+        table beside the working one), one level's reduced tables and the kernels' temporaries."""
+        layout = self._layout(auto)
+        copies = 2 if self.parts == "uw" else 1
+        return copies * table_bytes(layout, self.L, self.K) + working_bytes(layout, self.L)
 
     # ---------------------------------------------------------------- answers
     def _level_ok(self, level: int) -> bool:
@@ -476,7 +394,7 @@ class DPModel(ThresholdWalks):
         for level in range(1, self.K + 1):
             if not self._level_ok(level):
                 continue
-            vals = np.where(auto.accept, V[0, level, :, 0, self.N], INF)
+            vals = np.where(auto.accept, V.first(level, self.N), INF)
             z = int(np.argmin(vals))
             if vals[z] < best:
                 best, arg = float(vals[z]), (level, z)
@@ -487,7 +405,8 @@ class DPModel(ThresholdWalks):
         out = []
         for level in range(1, self.K + 1):
             if self._level_ok(level):
-                out += [(level, int(z)) for z in np.flatnonzero(auto.accept) if _same(float(V[0, level, z, 0, self.N]), value)]
+                firsts = V.first(level, self.N)
+                out += [(level, int(z)) for z in np.flatnonzero(auto.accept) if _same(float(firsts[z]), value)]
         return out
 
     def reconstructions(self, V, auto, X, mode, lim, level, z):
@@ -503,7 +422,7 @@ class DPModel(ThresholdWalks):
         def linked(choice) -> bool:
             return choice[4] is not None and bool(auto.categories[choice[4]][1])
 
-        optimum = V[0, level, z, 0, self.N]
+        optimum = V.value(0, level, z, 0, self.N)
 
         def fits(value: float, target: float) -> bool:
             # min-max: any choice that keeps every stage within the optimum is optimal;
@@ -520,7 +439,7 @@ class DPModel(ThresholdWalks):
                     yield [stage], [], [t]
                     continue
                 d = self.sizes[i]
-                for stages, links, times in walk(b + 1, src, zpp, coo, D - d, V[b + 1, src, zpp, coo, D - d]):
+                for stages, links, times in walk(b + 1, src, zpp, coo, D - d, V.value(b + 1, src, zpp, coo, D - d)):
                     yield [stage] + stages, [bool(auto.categories[coo][1])] + links, [t] + times
 
         yield from walk(0, level, z, 0, self.N, optimum)
@@ -563,7 +482,7 @@ class DPModel(ThresholdWalks):
                         found = stage(b, X[b, coo], xin[a, c])
                         if found is not None:
                             t, cost, opt = found
-                            rest = V[b + 1, src, zpp, coo, D - d]
+                            rest = V.value(b + 1, src, zpp, coo, D - d)
                             yield b, i, src, int(zpp), int(coo), t, (max(t, rest) if mode == "minmax" else cost + rest), opt
 
     def _stage_valuer(self, a: int, i: int, stash: int, mode: str, lim: float):
@@ -648,7 +567,7 @@ class DPModel(ThresholdWalks):
         if refusal:
             stats["general_recursion"] = refusal
         if objective == "bottleneck":
-            V = self.recursion(auto, X, "minmax", INF, deadline)
+            V = self.recursion(auto, X, "minmax", self.bottleneck_ceiling(deadline), deadline)
             value, arg = self._final(V, auto)
             if arg is None:
                 return _Outcome("infeasible")
@@ -660,6 +579,29 @@ class DPModel(ThresholdWalks):
         if parts == "fb":
             return self._gpipe_iteration(auto, X, kind, deadline, stats)
         return self._iteration(auto, X, kind, deadline, stats)
+
+    def bottleneck_ceiling(self, deadline) -> float:
+        """The bottleneck of a valid plan, or inf: the least bottleneck without transfers
+        (:mod:`.dp_compute`, when it applies), placed contiguously and valued with them. No optimal
+        plan has a stage above it, so the ``minmax`` recursion may prune slower stages (and the
+        devices the layers before a suffix cannot leave it, see :mod:`.dp_recursion`); the plan is
+        also the best known one if the search is cut short."""
+        if self.fast_path_refusal() is not None:
+            return INF
+        try:
+            found = ComputeOnlyDP(self, deadline).bottleneck()
+        except _TooLarge:
+            return INF
+        plan = self.place(found[1], [], "none") if found is not None else None
+        if plan is None:
+            return INF
+        try:
+            value = evaluate(self.problem, plan, "bottleneck").value
+        except PlanError:
+            return INF
+        if self.best_known is None or value < self.best_known[0]:
+            self.best_known = (value, plan)
+        return value * (1 + 1e-9)  # a margin for the order the evaluation sums in
 
     def fast_path_refusal(self) -> str | None:
         """Why the range-query recursions of :mod:`.dp_compute` do not apply here, or None.

@@ -33,10 +33,10 @@ class Automaton:
 
 def build_automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_fixed: bool | None) -> Automaton:
     n = len(sizes)
-    if kind == "none":
-        trans = {i: (np.array([0]), np.array([0]), np.array([0])) for i in range(n)}
+    if kind == "none":  # the state is the stage size only (the tables are grouped by size); one category
+        trans = {i: (np.arange(n), np.full(n, i), np.zeros(n, dtype=np.int64)) for i in range(n)}
         incoming = {i: [(0, 1)] for i in range(n)}
-        return Automaton(kind, ("any",), np.array([-1]), {i: 0 for i in range(n)}, np.array([True]), ((0, None),), trans, incoming)
+        return Automaton(kind, tuple(range(n)), np.arange(n), {i: i for i in range(n)}, np.ones(n, bool), ((0, None),), trans, incoming)
     if kind == "size":
         cats = tuple((j, link_fixed) for j in range(n))
         trans = {

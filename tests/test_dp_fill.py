@@ -1,0 +1,220 @@
+"""The general recursion's compact tables (:mod:`partitioner.solvers.dp_recursion`).
+
+Every table entry is checked against a plain recursion written straight from
+the definition in :mod:`partitioner.solvers.dp` (loops over stages, successor
+states, categories and devices) for every placement automaton, both modes and
+finite and infinite thresholds; dp's answers with transfers are checked
+against ``brute`` under every placement mode, schedule and format; and the
+memory the tables take is the memory the budget check counts.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from checks import check_plan
+from partitioner import solve
+from partitioner.problem import Problem
+from partitioner.solvers.dp import DPModel
+from partitioner.solvers.dp_tables import table_bytes
+from strategies import small_problems, small_v2_problems
+
+REL = 1e-9
+
+
+def reference(model: DPModel, auto, X: np.ndarray, mode: str, limit: float) -> dict:
+    """V[(a, level, z, c, D)] from the definition: a stage a..b of size d in state zn after the suffix's
+    state zp (outgoing category co), its time compute + X[b, co] + X[a - 1, c], at most the threshold."""
+    L, N, K = model.L, model.N, model.K
+    lim = limit * (1 + 1e-12) if math.isfinite(limit) else math.inf
+    C = len(auto.categories)
+    xin = np.vstack([np.zeros((1, C)), X[:-1]])
+    V: dict = {}
+
+    def get(*key) -> float:
+        return V.get(key, math.inf)
+
+    def put(key, value: float) -> None:
+        if value < get(*key):
+            V[key] = value
+
+    for level in range(1, K + 1):
+        stash = model.stash_of_level[level]
+        sources = [s for s in [level - 1] + ([level] if model.bucket and level == K else []) if s >= 1]
+        for a in range(L - level, -1, -1):
+            for i, d in enumerate(model.sizes):
+                if d > N:
+                    continue
+                cb = model.compute_matrix(i, stash)
+                cats = [c for lo, hi in auto.incoming[i] for c in range(lo, hi)]
+                if level == 1 and math.isfinite(cb[a, L - 1]):
+                    for c in cats:
+                        t = cb[a, L - 1] + xin[a, c]
+                        if t <= lim:
+                            put((a, 1, auto.init[i], c, d), t)
+                for src in sources:
+                    for b in range(a, L - level + 1):
+                        if not math.isfinite(cb[a, b]):
+                            continue
+                        for zp, zn, co in zip(*auto.trans[i]):
+                            for c in cats:
+                                t = cb[a, b] + X[b, co] + xin[a, c]
+                                if t > lim:
+                                    continue
+                                for D in range(d, N + 1):
+                                    rest = get(b + 1, src, int(zp), int(co), D - d)
+                                    if math.isfinite(rest):
+                                        put((a, level, int(zn), c, D), max(t, rest) if mode == "minmax" else t + rest)
+    return V
+
+
+def prefix_band(model: DPModel, limit: float) -> list[float]:
+    """band[a]: the fewest devices stages with compute at most the threshold (stash 1) cover layers
+    0..a-1 with (0 without a threshold): no plan under the threshold gives the suffix from a more than
+    N - band[a]."""
+    L = model.L
+    if not math.isfinite(limit):
+        return [0] * (L + 1)
+    lim = limit * (1 + 1e-12)
+    band = [0] + [math.inf] * L
+    for b in range(L):
+        for i, d in enumerate(model.sizes):
+            cb = model.compute_matrix(i, 1)
+            for a in range(b + 1):
+                if cb[a, b] <= lim:
+                    band[b + 1] = min(band[b + 1], band[a] + d)
+    return band
+
+
+def with_transfers(problem: Problem, floor: int, schedule: str | None = None) -> Problem:
+    """``problem`` with every boundary carrying at least ``floor`` x (its index + 1) bytes."""
+    doc = problem.to_dict()
+    for n, layer in enumerate(doc["layers"]):
+        layer["out_bytes"] = max(layer["out_bytes"], floor * (n + 1))
+    if schedule:
+        doc["training"]["schedule"] = schedule
+    return Problem.from_dict(doc)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    small_problems(max_layers=5),
+    st.sampled_from(["natural", "size", "run", "bins", "none"]),
+    st.sampled_from(["minsum", "minmax"]),
+    st.sampled_from([math.inf, 0.3, 0.6, 0.9]),
+    st.integers(1, 3000),
+)
+def test_every_table_entry_matches_the_definition(problem, kind, mode, quantile, floor):
+    model = DPModel(with_transfers(problem, floor))
+    model.prepare()
+    finite = [v for i in range(len(model.sizes)) for v in model.compute_matrix(i, 1).ravel() if math.isfinite(v)]
+    limit = math.inf if not math.isfinite(quantile) or not finite else float(np.quantile(finite, quantile))
+    check_tables(model, model.natural_placement() if kind == "natural" else kind, mode, limit)
+
+
+def check_tables(model: DPModel, kind: str, mode: str, limit: float) -> None:
+    """Every entry of the recursion's tables equals the definition's, and no other entry is finite."""
+    auto = model._automaton_for(kind)
+    X = model._transfer_table(auto) if kind != "none" else np.zeros((model.L, len(auto.categories)))
+    tables = model.recursion(auto, X, mode, limit, None)
+    expected = reference(model, auto, X, mode, limit)
+    band = prefix_band(model, limit)
+    for key, value in expected.items():
+        found = tables.value(*key)
+        if key[4] <= model.N - band[key[0]]:
+            assert found == pytest.approx(value, rel=1e-12), key
+        else:  # more devices than any plan under the threshold leaves the suffix: never read, no less than it
+            assert found >= value * (1 - 1e-12), key
+    lay = tables.layout
+    for level in range(1, tables.top + 1):
+        for i, arr in tables.tab[level].items():
+            for a, zl, cl, Di in zip(*np.nonzero(np.isfinite(arr))):
+                key = (int(a), level, int(lay.states[i][zl]), int(lay.cats[i][cl]), int(Di) + model.sizes[i])
+                assert key in expected, key
+
+
+@pytest.mark.parametrize("shape", [(6, 2, 4), (8, 2, 4), (6, 4, 2), (5, 1, 8)])
+@pytest.mark.parametrize("kind", ["natural", "bins"])
+@pytest.mark.parametrize("mode, limit", [("minmax", math.inf), ("minmax", 0.8), ("minsum", math.inf), ("minsum", 0.8)])
+def test_table_entries_of_synthetic_problems_match_the_definition(shape, kind, mode, limit):
+    # many stage sizes and categories: candidates where max(w + x, H) changes sides between categories
+    from benchmarks.synthetic import synthetic_problem
+
+    model = DPModel(synthetic_problem(*shape, layouts=None, transfers=True, seed=1, microbatches=4))
+    model.prepare()
+    if math.isfinite(limit):  # a threshold between the least and the largest stage times that fit
+        finite = [v for i in range(len(model.sizes)) for v in model.compute_matrix(i, 1).ravel() if math.isfinite(v)]
+        limit = float(np.quantile(finite, limit))
+    check_tables(model, model.natural_placement() if kind == "natural" else kind, mode, limit)
+
+
+def agree(problem: Problem, objective: str, options=None):
+    oracle = solve(problem, "brute", objective=objective)
+    if oracle.status == "error":  # an enumeration too large for the oracle
+        assert "max_combinations" in oracle.message
+        return
+    result = solve(problem, "dp", objective=objective, options=options)
+    assert result.status == oracle.status, (oracle.message, result.message)
+    if oracle.status == "optimal":
+        assert result.value == pytest.approx(oracle.value, rel=REL)
+        assert result.bound == pytest.approx(result.value, rel=REL)
+        check_plan(problem, result)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    data=st.data(),
+    v2=st.booleans(),
+    schedule=st.sampled_from(["1f1b", "zb-h1", "gpipe"]),
+    objective=st.sampled_from(["bottleneck", "iteration"]),
+    exact=st.booleans(),
+)
+def test_dp_matches_brute_with_transfers_on_several_nodes(data, v2, schedule, objective, exact):
+    base = data.draw(small_v2_problems(max_layers=5) if v2 else small_problems(max_layers=6))
+    problem = with_transfers(base, data.draw(st.integers(1, 3000)), schedule)
+    agree(problem, objective, {"placement": "bins"} if exact else None)
+
+
+def test_the_tables_take_the_memory_the_budget_check_counts():
+    from benchmarks.synthetic import synthetic_problem
+
+    problem = synthetic_problem(12, 4, 8, layouts=None, transfers=True, seed=1, microbatches=4)
+    model = DPModel(problem)
+    model.prepare()
+    auto = model._automaton_for(model.natural_placement())
+    tables = model.recursion(auto, model._transfer_table(auto), "minmax", math.inf, None)
+    held = sum(f.nbytes for f in tables.flat[1:])
+    assert 0 < held <= table_bytes(tables.layout, model.L, model.K)
+    assert model.recursion_bytes(auto) >= held
+
+
+def test_a_problem_the_dense_tables_could_not_hold_fits_the_budget():
+    from benchmarks.synthetic import synthetic_problem
+
+    problem = synthetic_problem(256, 32, 8, layouts=None, transfers=True, seed=0, objective="bottleneck")
+    model = DPModel(problem)
+    model.prepare()
+    auto = model._automaton_for(model.natural_placement())
+    dense = (model.L + 1) * (model.K + 1) * len(auto.states) * len(auto.categories) * (model.N + 1) * 8
+    assert dense > 3 * 2**30  # the layout before: 8.8 GiB
+    assert model.recursion_bytes(auto) < 2 * 2**30
+
+
+def test_tables_over_the_budget_are_refused_with_their_size():
+    from benchmarks.synthetic import synthetic_problem
+
+    problem = synthetic_problem(64, 8, 8, layouts=None, transfers=True, seed=0, objective="bottleneck")
+    model = DPModel(problem)
+    model.prepare()
+    auto = model._automaton_for(model.natural_placement())
+    need = model.recursion_bytes(auto)
+    r = solve(problem, "dp", options={"memory_budget_gb": 0.9 * need / 2**30}, time_limit=60)
+    assert r.status == "feasible" and r.plan is not None
+    assert "recursion tables would need" in r.message and "placement states" in r.message
+    check_plan(problem, r)
+    fits = solve(problem, "dp", options={"memory_budget_gb": 1.1 * need / 2**30}, time_limit=120)
+    assert fits.status == "optimal"
