@@ -12,10 +12,9 @@ import itertools
 import math
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Any
 
 from ..plan import Evaluation, Plan, Stage
-from ..problem import Layer, Layout, Problem
+from ..problem import Layer, LayerCost, Layout, Problem
 from ..schedules import stash as schedule_stash
 from .baselines import _try
 
@@ -34,19 +33,23 @@ def uniform_projection(problem: Problem, variant: str) -> Problem | None:
     """
     if not variant and problem.version == 1:
         return problem
-    doc = problem.to_dict()
-    for layer, entry in zip(problem.layers, doc["layers"]):
-        costs = {}
-        for c in {Layout(c.dp, c.tp) for c in layer.costs}:
-            cost = layer.costs.get(Layout(c.dp, c.tp, variant_at(problem, c.dp, variant)))
-            if cost is not None:
-                costs[c.key] = _cost_doc(cost)
+    layers = []
+    at: dict[int, str] = {}  # dp -> the variant's key there
+    for layer in problem.layers:
+        costs: dict[str, tuple[Layout, LayerCost]] = {}
+        for c in layer.costs:
+            if c.dp not in at:
+                at[c.dp] = variant_at(problem, c.dp, variant)
+            if c.variant == at[c.dp]:
+                plain = Layout(c.dp, c.tp)
+                costs[plain.key] = (plain, _plain_cost(layer.costs[c]))
         if not costs:
             return None
-        entry["costs"] = dict(sorted(costs.items()))
-    doc["version"] = 1
-    doc.pop("variants", None)
-    return Problem.from_dict(doc)
+        # the entries in key order, as the format-v1 document Problem.from_dict would read them
+        table = MappingProxyType({lay: cost for _, (lay, cost) in sorted(costs.items())})
+        layers.append(Layer(layer.name, layer.module, layer.out_bytes, table))
+    # the same problem as Problem.from_dict of the projected v1 document, without writing and re-reading it
+    return replace(problem, layers=tuple(layers), version=1, variants=MappingProxyType({}), source=None)
 
 
 def variant_at(problem: Problem, dp: int, variant: str) -> str:
@@ -56,11 +59,11 @@ def variant_at(problem: Problem, dp: int, variant: str) -> str:
     return "+".join(variant.split("+")[1:])
 
 
-def _cost_doc(cost: Any) -> dict[str, Any]:
-    out = {"fwd_ms": cost.fwd_ms, "bwd_ms": cost.bwd_ms, "weight_bytes": cost.weight_bytes, "act_bytes": cost.act_bytes}
-    if cost.bwd_input_ms is not None and cost.bwd_weight_ms is not None:
-        out.update(bwd_input_ms=cost.bwd_input_ms, bwd_weight_ms=cost.bwd_weight_ms)
-    return out
+def _plain_cost(cost: LayerCost) -> LayerCost:
+    """``cost`` as format v1 reads it back: the B/W split kept only when both parts are given."""
+    if (cost.bwd_input_ms is None) == (cost.bwd_weight_ms is None):
+        return cost
+    return replace(cost, bwd_input_ms=None, bwd_weight_ms=None)
 
 
 def refine_knobs(problem: Problem, plan: Plan, objective: str | None = None,
