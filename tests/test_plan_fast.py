@@ -1,12 +1,16 @@
 """``plan``'s shortcuts give what the long way gives: projections, bounds, skipped solves."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from partitioner.costs import build_problem
 from partitioner.planning import uniform_projection, variant_at
 from partitioner.problem import _cost_doc as _cost_doc_for_test
 from partitioner.problem import Problem
+from partitioner.solvers.greedy import balance_cuts
 
 
 def _round_trip_projection(problem: Problem, variant: str) -> Problem | None:
@@ -45,3 +49,63 @@ def test_projection_equals_the_v1_document_read_back(model, cluster, nodes, batc
         for a, b in zip(fast.layers, slow.layers):
             assert list(a.costs) == list(b.costs)  # the same entries in the same order
             assert list(a.costs.values()) == list(b.costs.values())
+
+
+def _balance_cuts_windows(work, parts):
+    """greedy.balance_cuts as it was (numpy windows per stage), the reference for the bisection version."""
+    import heapq
+
+    n = len(work)
+
+    def fill(threshold):
+        starts = [0]
+        while len(starts) <= parts:
+            s, width = starts[-1], 64
+            while True:
+                acc = np.cumsum(work[s : s + width])
+                over = np.flatnonzero(acc[1:] > threshold)
+                if over.size or s + width >= n:
+                    break
+                width *= 2
+            if not over.size:
+                return starts
+            starts.append(s + 1 + int(over[0]))
+        return starts
+
+    lo, hi = float(work.max()), float(work.sum()) * (1 + 1e-9) + 1e-12
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if len(fill(mid)) <= parts:
+            hi = mid
+        else:
+            lo = mid
+    starts = fill(hi)
+    prefix = np.concatenate([[0.0], np.cumsum(work)])
+    bounds = starts + [n]
+    ranges = [(-(prefix[b] - prefix[a]), a, b) for a, b in zip(bounds, bounds[1:]) if b - a > 1]
+    heapq.heapify(ranges)
+    while len(starts) < parts:
+        _, a, b = heapq.heappop(ranges)
+        middle = (prefix[a] + prefix[b]) / 2
+        cut = min(max(int(np.searchsorted(prefix, middle, side="left")), a + 1), b - 1)
+        starts.append(cut)
+        for lo, hi in ((a, cut), (cut, b)):
+            if hi - lo > 1:
+                heapq.heappush(ranges, (-(prefix[hi] - prefix[lo]), lo, hi))
+    starts.sort()
+    bounds = starts + [n]
+    return [(bounds[k], bounds[k + 1] - 1) for k in range(parts)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.just(0.0), st.floats(0.0, 1e4), st.sampled_from([0.1, 0.2, 0.3, 1e-9, 7.0])),
+                min_size=1, max_size=200), st.data())
+def test_balance_cuts_equals_the_window_version(work, data):
+    work = np.array(work)
+    parts = data.draw(st.integers(1, len(work)))
+    assert balance_cuts(work, parts) == _balance_cuts_windows(work, parts)
+
+
+def test_balance_cuts_refuses_negative_work():
+    with pytest.raises(ValueError):
+        balance_cuts(np.array([1.0, -1.0, 2.0]), 2)
