@@ -7,7 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partitioner.costs import build_problem
-from partitioner.planning import uniform_projection, variant_at
+from unittest.mock import patch
+
+from partitioner.planning import megatron_baselines, uniform_projection, variant_at
+from partitioner.planning.baselines import _megatron_plans, _try, value_floor
+from partitioner.schedule_search import with_schedule
 from partitioner.problem import _cost_doc as _cost_doc_for_test
 from partitioner.problem import Problem
 from partitioner.solvers.greedy import balance_cuts
@@ -109,3 +113,51 @@ def test_balance_cuts_equals_the_window_version(work, data):
 def test_balance_cuts_refuses_negative_work():
     with pytest.raises(ValueError):
         balance_cuts(np.array([1.0, -1.0, 2.0]), 2)
+
+
+def _every_megatron_plan(problem, objective, keep):
+    """megatron_baselines without the floor: every candidate evaluated, the keep best (ties to the earlier)."""
+    found = []
+    for i, plan in enumerate(_megatron_plans(problem)):
+        ev = _try(problem, plan, objective)
+        if ev is not None:
+            found.append((ev[1].value, i, *ev))
+    found.sort(key=lambda f: f[:2])
+    return [(plan, ev) for _, _, plan, ev in found[:keep]]
+
+
+SCHEDULE_KEYS = [("1f1b", 1), ("zb-h1", 1), ("gpipe", 1), ("interleaved", 2), ("interleaved", 3)]
+
+
+@pytest.mark.parametrize("model, cluster, nodes, batch, m", [
+    ("pi0", "dgx-h100", 2, 1024, 16),
+    ("openvla-7b", "dgx-a100-80g", 2, 512, 8),
+    ("llava-1.5-7b", "dgx-h100", 1, 256, 32),
+])
+@pytest.mark.parametrize("objective", ["iteration", "bottleneck"])
+def test_megatron_baselines_floor_skips_only_what_cannot_win(model, cluster, nodes, batch, m, objective):
+    base = build_problem(model, cluster, nodes=nodes, global_batch=batch, microbatches=m, options={"variants": ["all"]})
+    skipped = 0
+    for key in SCHEDULE_KEYS:
+        problem = with_schedule(base, *key)
+        for plan in _megatron_plans(problem):  # the floor is a lower bound on every candidate's value
+            floor = value_floor(problem, plan, objective)
+            ev = _try(problem, plan, objective)
+            if ev is not None:
+                assert floor is not None and floor <= ev[1].value * (1 + 1e-12)
+            if floor is None:
+                assert ev is None
+        for keep in (1, 3):
+            calls = []
+            with patch("partitioner.planning.baselines._try", side_effect=lambda *a: calls.append(1) or _try(*a)):
+                fast = megatron_baselines(problem, objective, keep=keep)
+            slow = _every_megatron_plan(problem, objective, keep)
+            assert [(p, e.value) for p, e in fast] == [(p, e.value) for p, e in slow]
+            skipped += sum(1 for plan in _megatron_plans(problem) if value_floor(problem, plan, objective) is not None) - len(calls)
+    assert skipped > 0  # the floor does skip candidates here
+
+
+def test_value_floor_is_none_without_an_entry():
+    base = build_problem("pi0", "dgx-h100", nodes=1, global_batch=64, microbatches=4, options={"variants": ["all"]})
+    plan = next(iter(_megatron_plans(base, ["no-such-variant"])))
+    assert value_floor(base, plan, "iteration") is None and _try(base, plan, "iteration") is None

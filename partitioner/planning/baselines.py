@@ -13,9 +13,9 @@ its value is that evaluation's.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterator, Sequence
 
-from ..plan import Evaluation, Plan, PlanError, Stage, evaluate
+from ..plan import Evaluation, Plan, PlanError, Stage, evaluate, objective_value
 from ..problem import Problem
 
 __all__ = ["BASELINE_METHOD", "FSDP_METHOD", "BASELINES", "layer_roles", "megatron_baseline", "megatron_baselines",
@@ -106,8 +106,35 @@ def megatron_baseline(problem: Problem, objective: str | None = None,
 
 def megatron_baselines(problem: Problem, objective: str | None = None, variants: Sequence[str] | None = None,
                        keep: int = 1) -> list[tuple[Plan, Evaluation]]:
-    """The ``keep`` best plans of :func:`megatron_baseline`'s shape (best objective first)."""
+    """The ``keep`` best plans of :func:`megatron_baseline`'s shape (best objective first).
+
+    The candidates are evaluated in the order of a lower bound on their value
+    (:func:`value_floor`: the schedule's objective of the stages' compute
+    alone, without reshards and sends); once ``keep`` plans are found, a
+    candidate whose bound exceeds the ``keep``-th best value cannot enter
+    and is not evaluated. The result is that of evaluating every candidate
+    (ties to the earlier candidate in the enumeration order).
+    """
     objective = objective or problem.objective
+    plans = list(_megatron_plans(problem, variants))
+    floors = sorted((f, i) for i, f in enumerate(value_floor(problem, plan, objective) for plan in plans) if f is not None)
+    found: list[tuple[float, int, Plan, Evaluation]] = []
+    for floor, i in floors:
+        if len(found) >= keep and floor * (1 - _FLOOR_MARGIN) > found[keep - 1][0]:
+            break  # this candidate and every later one is slower than the keep best found
+        ev = _try(problem, plans[i], objective)
+        if ev is not None:
+            found.append((ev[1].value, i, *ev))
+            found.sort(key=lambda f: f[:2])
+    return [(plan, ev) for _, _, plan, ev in found[:keep]]
+
+
+# relative margin on value_floor against rounding: its sums and evaluate's may add in other orders
+_FLOOR_MARGIN = 1e-9
+
+
+def _megatron_plans(problem: Problem, variants: Sequence[str] | None = None) -> Iterator[Plan]:
+    """Every plan of :func:`megatron_baseline`'s shape, in enumeration order (P, then tp, then the variant)."""
     if variants is None:
         variants = [""] + [v for v in problem.variants if not v.startswith("zero3")]
     roles = layer_roles(problem)
@@ -115,7 +142,6 @@ def megatron_baselines(problem: Problem, objective: str | None = None, variants:
     allowed = problem.cluster.allowed_sizes()
     n_dec = sum(r == "decoder" for r in roles) or problem.num_layers
     v = problem.training.virtual_stages if problem.training.schedule == "interleaved" else 1
-    found: list[tuple[float, int, Plan, Evaluation]] = []
     for P in range(problem.stages.min, problem.stages.max + 1):
         if N % P or N // P not in allowed or P * v > n_dec or (v > 1 and (P < 2 or problem.microbatches % P)):
             continue
@@ -128,13 +154,41 @@ def megatron_baselines(problem: Problem, objective: str | None = None, variants:
         while tp <= min(d, problem.cluster.gpus_per_node):
             if d % tp == 0:
                 for var in variants:
-                    plan = Plan(tuple(Stage(a, b, d, d // tp, tp, ids[c % P], variant=var) for c, (a, b) in enumerate(cuts)))
-                    ev = _try(problem, plan, objective)
-                    if ev is not None:
-                        found.append((ev[1].value, len(found), *ev))
+                    yield Plan(tuple(Stage(a, b, d, d // tp, tp, ids[c % P], variant=var) for c, (a, b) in enumerate(cuts)))
             tp *= 2
-    found.sort(key=lambda f: f[:2])
-    return [(plan, ev) for _, _, plan, ev in found[:keep]]
+
+
+def value_floor(problem: Problem, plan: Plan, objective: str) -> float | None:
+    """A lower bound on ``evaluate(problem, plan, objective).value``; None when a layer has no entry for its stage.
+
+    Each stage (chunk) takes only its layers' compute: F = sum fwd, B = sum bwd
+    and W = sum of the weight-gradient parts (what ``evaluate`` counts as W).
+    ``evaluate`` adds the reshards and sends (>= 0) to F and B and nothing to W,
+    and every schedule's estimate, and the bottleneck, is non-decreasing in F
+    and B for fixed W (DESIGN.md, "Iteration estimates"), so the objective of
+    these times is at most the plan's value.
+    """
+    fwd, times, wgrad = [], [], []
+    for s in plan.stages:
+        try:
+            pairs = s.segment_configs(problem)
+        except PlanError:
+            return None
+        f = b = w = 0.0
+        for (first, last), lay in pairs:
+            for layer in problem.layers[first: last + 1]:
+                c = layer.costs.get(lay)
+                if c is None:
+                    return None
+                f += c.fwd_ms
+                b += c.bwd_ms
+                w += c.split()[1]
+        fwd.append(f)
+        times.append(f + b)
+        wgrad.append(w)
+    t = problem.training
+    return objective_value(objective, times, t.microbatches, t.schedule, wgrad=wgrad, fwd=fwd,
+                           virtual_stages=t.virtual_stages if t.schedule == "interleaved" else 1)
 
 
 def fsdp_baseline(problem: Problem, objective: str | None = None) -> tuple[Plan, Evaluation] | None:
