@@ -13,7 +13,7 @@ from partitioner.planning import megatron_baselines, uniform_projection, variant
 from partitioner.planning.baselines import _megatron_plans, _try, value_floor
 from partitioner.schedule_search import with_schedule
 from partitioner.problem import _cost_doc as _cost_doc_for_test
-from partitioner.problem import Problem
+from partitioner.problem import Problem, ProblemError, _Node, _parse_cost, _parse_cost_checked
 from partitioner.solvers.greedy import balance_cuts
 
 
@@ -161,3 +161,29 @@ def test_value_floor_is_none_without_an_entry():
     base = build_problem("pi0", "dgx-h100", nodes=1, global_batch=64, microbatches=4, options={"variants": ["all"]})
     plan = next(iter(_megatron_plans(base, ["no-such-variant"])))
     assert value_floor(base, plan, "iteration") is None and _try(base, plan, "iteration") is None
+
+
+_VALUES = st.one_of(st.integers(-2, 10**6), st.floats(allow_nan=True, allow_infinity=True), st.booleans(), st.just("1"),
+                    st.sampled_from([0.25, 0.5, 0.75, 1.0, 1e13, 2**54]))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.fixed_dictionaries({"fwd_ms": _VALUES, "bwd_ms": _VALUES, "weight_bytes": _VALUES, "act_bytes": _VALUES},
+                             optional={"bwd_input_ms": _VALUES, "bwd_weight_ms": _VALUES}))
+def test_cost_fast_path_reads_what_the_checked_path_reads(entry):
+    def read(parse):
+        try:
+            return parse(_Node(entry, "layers[0].costs.dp1tp1"))
+        except ProblemError as err:
+            return str(err)
+
+    fast, checked = read(_parse_cost), read(_parse_cost_checked)
+    assert fast == checked
+    assert type(fast) is type(checked)
+
+
+def test_cost_fast_path_reads_a_split_entry():
+    entry = {"fwd_ms": 1, "bwd_ms": 2.0, "weight_bytes": 3, "act_bytes": 4, "bwd_input_ms": 1.25, "bwd_weight_ms": 0.75}
+    cost = _parse_cost(_Node(entry, "c"))
+    assert cost == _parse_cost_checked(_Node(entry, "c"))
+    assert cost.split() == (1.25, 0.75) and type(cost.fwd_ms) is float
