@@ -187,3 +187,18 @@ def test_cost_fast_path_reads_a_split_entry():
     cost = _parse_cost(_Node(entry, "c"))
     assert cost == _parse_cost_checked(_Node(entry, "c"))
     assert cost.split() == (1.25, 0.75) and type(cost.fwd_ms) is float
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([0.0, 0.5, 1.0, 2.0, 3]), st.sampled_from([0.0, 0.25, 0.5, 1.0, 1.5, 2, -0.5]),
+       st.sampled_from([0.0, 0.25, 0.5, 1.0, 1.5, 2, 1e-13]))
+def test_cost_fast_path_checks_the_split(bwd, split_b, split_w):
+    entry = {"fwd_ms": 1.0, "bwd_ms": bwd, "weight_bytes": 3, "act_bytes": 4, "bwd_input_ms": split_b, "bwd_weight_ms": split_w}
+
+    def read(parse):
+        try:
+            return parse(_Node(entry, "c"))
+        except ProblemError as err:
+            return str(err)
+
+    assert read(_parse_cost) == read(_parse_cost_checked)
