@@ -12,6 +12,7 @@ import itertools
 import math
 from dataclasses import replace
 from types import MappingProxyType
+from typing import Iterator
 
 from ..plan import Evaluation, Plan, Stage
 from ..problem import Layer, LayerCost, Layout, Problem
@@ -125,20 +126,19 @@ ESCALATION = ("zero1", "zero1+recompute-selective", "zero1+recompute-full", "zer
               "zero3+recompute-full")
 
 
-def _projections(problem: Problem, which: str = "all") -> list[tuple[str, Problem]]:
-    """(variant, v1 problem) for the uniform knob settings of ``problem`` (just the problem for v1).
+def _projections(problem: Problem, which: str = "all") -> Iterator[tuple[str, Problem]]:
+    """(variant, v1 problem) for the uniform knob settings of ``problem`` (just the problem for v1), each built when asked for.
 
     ``which``: ``all`` (every setting), ``escalate`` (the :data:`ESCALATION`
     order, then the remaining settings).
     """
     if problem.version < 2 or not problem.variants:
-        return [("", problem)]
+        yield "", problem
+        return
     settings = ["", *problem.variants]
     if which == "escalate":
         settings = [v for v in ESCALATION if v in settings] + [v for v in settings if v not in ESCALATION]
-    out = []
     for v in settings:
         proj = uniform_projection(problem, v)
         if proj is not None:
-            out.append((v, proj))
-    return out
+            yield v, proj

@@ -12,6 +12,7 @@ plan slower than that baseline: it keeps the baseline plan instead and says so.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import replace
@@ -185,7 +186,7 @@ def plan_model(
             entry["bases"][name] = {"plan": found[0], "ev": found[1], "sim": sim, "iteration_ms": it}
             entry["screen"] = min(entry["screen"], it)
         if len(candidates) > 1 and method != "greedy":
-            for variant, proj in _projections(problem, "escalate")[:1]:
+            for variant, proj in itertools.islice(_projections(problem, "escalate"), 1):
                 quick = solve(proj, "greedy", objective=objective)
                 if quick.plan is not None:
                     entry["screen"] = min(entry["screen"], quick.evaluation.iteration_ms)
