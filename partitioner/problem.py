@@ -840,6 +840,8 @@ def _add_totals(totals: list[int], cost: LayerCost, cnode: _Node) -> None:
     """Keep one config's Σ weight_bytes and Σ act_bytes over the layers within MAX_TOTAL_BYTES."""
     totals[0] += cost.weight_bytes
     totals[1] += cost.act_bytes
+    if totals[0] <= MAX_TOTAL_BYTES and totals[1] <= MAX_TOTAL_BYTES:
+        return
     for total, key in zip(totals, ("weight_bytes", "act_bytes")):
         if total > MAX_TOTAL_BYTES:
             raise cnode.child(key).fail(
