@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from partitioner.costs import build_problem
 from unittest.mock import patch
 
-from partitioner.planning import megatron_baselines, uniform_projection, variant_at
+from partitioner import schedule_choice
+from partitioner.planning import FSDP_METHOD, fsdp_baseline, megatron_baselines, uniform_projection, variant_at
 from partitioner.planning.baselines import _megatron_plans, _try, value_floor
 from partitioner.schedule_search import with_schedule
 from partitioner.problem import _cost_doc as _cost_doc_for_test
@@ -202,3 +203,52 @@ def test_cost_fast_path_checks_the_split(bwd, split_b, split_w):
             return str(err)
 
     assert read(_parse_cost) == read(_parse_cost_checked)
+
+
+def _screened(model, cluster, nodes, batch, ms):
+    """plan_model's screened entries (without the 1F1B baselines, which _baselines reads only under 1F1B)."""
+    out = []
+    for i, m in enumerate(ms):
+        problem = build_problem(model, cluster, nodes=nodes, global_batch=batch, microbatches=m, options={"variants": ["all"]})
+        fsdp = fsdp_baseline(problem, "iteration")
+        bases = {} if fsdp is None else {FSDP_METHOD: {"plan": fsdp[0], "ev": fsdp[1]}}
+        out.append({"m": m, "problem": problem, "base_problem": problem, "screen": float(i), "bases": bases})
+    return out
+
+
+@pytest.mark.parametrize("model, cluster, nodes, batch, ms", [
+    ("pi0", "dgx-h100", 1, 256, [4, 8, 16, 32]),
+    ("openvla-7b", "dgx-a100-80g", 2, 256, [2, 8, 16]),
+])
+def test_baseline_replays_skipped_only_when_they_cannot_win(model, cluster, nodes, batch, ms):
+    screened = _screened(model, cluster, nodes, batch, ms)
+    keys = [k for k in SCHEDULE_KEYS if k != ("1f1b", 1)]
+    replays = []
+    real = schedule_choice.simulate_plan
+
+    def counted(problem, plan, ev=None):
+        sim = real(problem, plan, ev)
+        replays.append((ev, sim))
+        return sim
+
+    with patch.object(schedule_choice, "simulate_plan", side_effect=counted):
+        full = schedule_choice._baselines(screened, keys, "iteration", True, prune=False)
+        every = list(replays)
+        replays.clear()
+        pruned = schedule_choice._baselines(screened, keys, "iteration", True, prune=True)
+    for ev, sim in every:  # the floor is a lower bound on every replay
+        assert schedule_choice.busy_floor(ev) <= sim["makespan_ms"]
+    assert len(replays) < len(every)  # some replays skipped
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("problem", "plan", "ev", "sim")} | (
+        {"plan": r["plan"], "makespan": r["sim"]["makespan_ms"]} if r["ok"] else {}) for r in rows]
+    assert strip(pruned) == strip(full)
+
+
+def test_run_refuses_to_replay_only_below_the_floor():
+    problem = build_problem("pi0", "dgx-h100", nodes=1, global_batch=256, microbatches=8, options={"variants": ["all"]})
+    plan, ev = megatron_baselines(with_schedule(problem, "zb-h1"), "iteration")[0]
+    prob = with_schedule(problem, "zb-h1")
+    floor = schedule_choice.busy_floor(ev)
+    assert schedule_choice._run(prob, plan, "iteration", True, beat=floor * 0.999) is None
+    ran = schedule_choice._run(prob, plan, "iteration", True, beat=floor * 1.01)
+    assert ran is not None and ran[2] >= floor
