@@ -15,7 +15,7 @@ from partitioner.planning.baselines import _megatron_plans, _try, value_floor
 from partitioner.schedule_search import with_schedule
 from partitioner.problem import _cost_doc as _cost_doc_for_test
 from partitioner.problem import Problem, ProblemError, _Node, _parse_cost, _parse_cost_checked
-from partitioner.solvers.greedy import balance_cuts
+from partitioner.solvers.greedy import _balance, balance_cuts
 
 
 def _round_trip_projection(problem: Problem, variant: str) -> Problem | None:
@@ -56,10 +56,8 @@ def test_projection_equals_the_v1_document_read_back(model, cluster, nodes, batc
             assert list(a.costs.values()) == list(b.costs.values())
 
 
-def _balance_cuts_windows(work, parts):
-    """greedy.balance_cuts as it was (numpy windows per stage), the reference for the bisection version."""
-    import heapq
-
+def _window_fill(work, parts):
+    """greedy's fill as it was (numpy windows per stage), the reference for the bisection version."""
     n = len(work)
 
     def fill(threshold):
@@ -77,29 +75,7 @@ def _balance_cuts_windows(work, parts):
             starts.append(s + 1 + int(over[0]))
         return starts
 
-    lo, hi = float(work.max()), float(work.sum()) * (1 + 1e-9) + 1e-12
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if len(fill(mid)) <= parts:
-            hi = mid
-        else:
-            lo = mid
-    starts = fill(hi)
-    prefix = np.concatenate([[0.0], np.cumsum(work)])
-    bounds = starts + [n]
-    ranges = [(-(prefix[b] - prefix[a]), a, b) for a, b in zip(bounds, bounds[1:]) if b - a > 1]
-    heapq.heapify(ranges)
-    while len(starts) < parts:
-        _, a, b = heapq.heappop(ranges)
-        middle = (prefix[a] + prefix[b]) / 2
-        cut = min(max(int(np.searchsorted(prefix, middle, side="left")), a + 1), b - 1)
-        starts.append(cut)
-        for lo, hi in ((a, cut), (cut, b)):
-            if hi - lo > 1:
-                heapq.heappush(ranges, (-(prefix[hi] - prefix[lo]), lo, hi))
-    starts.sort()
-    bounds = starts + [n]
-    return [(bounds[k], bounds[k + 1] - 1) for k in range(parts)]
+    return fill
 
 
 @settings(max_examples=300, deadline=None)
@@ -108,7 +84,7 @@ def _balance_cuts_windows(work, parts):
 def test_balance_cuts_equals_the_window_version(work, data):
     work = np.array(work)
     parts = data.draw(st.integers(1, len(work)))
-    assert balance_cuts(work, parts) == _balance_cuts_windows(work, parts)
+    assert balance_cuts(work, parts) == _balance(work, parts, _window_fill(work, parts))
 
 
 def test_balance_cuts_refuses_negative_work():

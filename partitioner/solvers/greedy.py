@@ -33,6 +33,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -103,7 +104,12 @@ def balance_cuts(work: np.ndarray, parts: int) -> list[tuple[int, int]]:
         raise ValueError(f"cannot cut {n} layers into {parts} stages")
     if not np.all(work >= 0):
         raise ValueError("the work per layer must be >= 0")
+    return _balance(work, parts, _fill_to(work, parts))
 
+
+def _fill_to(work: np.ndarray, parts: int) -> Callable[[float], list[int]]:
+    """``fill(threshold)``: the stage starts when stages are filled left to right, each up to the threshold
+    (stopping past ``parts`` stages: too many means the threshold is too low)."""
     running: dict[int, list[float]] = {}  # start -> its stage's running sums, acc += w in order
 
     def sums(s: int) -> list[float]:
@@ -124,6 +130,12 @@ def balance_cuts(work: np.ndarray, parts: int) -> list[tuple[int, int]]:
             starts.append(s + over)
         return starts  # too many: the threshold is too low
 
+    return fill
+
+
+def _balance(work: np.ndarray, parts: int, fill: Callable[[float], list[int]]) -> list[tuple[int, int]]:
+    """The least threshold whose ``fill`` needs at most ``parts`` stages (bisection), then splits up to ``parts``."""
+    n = len(work)
     # numpy sums pairwise, fill() sequentially: widen the top so that it surely fits in one stage
     lo, hi = float(work.max()), float(work.sum()) * (1 + 1e-9) + 1e-12
     for _ in range(60):
