@@ -777,16 +777,18 @@ def _parse_config(
 
 
 _PLAIN_COST = frozenset(("fwd_ms", "bwd_ms", "weight_bytes", "act_bytes"))
+_SPLIT_COST = _PLAIN_COST | {"bwd_input_ms", "bwd_weight_ms"}
+_NUMBER = (float, int)
 
 
 def _parse_cost(cnode: _Node) -> LayerCost:
     v = cnode.value
-    if type(v) is dict and len(v) == 4 and v.keys() == _PLAIN_COST:
-        # fast path, the common entry with every value plainly in range; anything else is checked below
+    if type(v) is dict and (len(v) == 4 and v.keys() == _PLAIN_COST or len(v) == 6 and v.keys() == _SPLIT_COST):
+        # fast path, the common entries with every value plainly in range; anything else is checked below
         fwd, bwd, w, a = v["fwd_ms"], v["bwd_ms"], v["weight_bytes"], v["act_bytes"]
         if (
-            type(fwd) in (float, int)
-            and type(bwd) in (float, int)
+            type(fwd) in _NUMBER
+            and type(bwd) in _NUMBER
             and type(w) is int
             and type(a) is int
             and 0 <= fwd <= MAX_TIME_MS
@@ -794,7 +796,17 @@ def _parse_cost(cnode: _Node) -> LayerCost:
             and 0 <= w <= MAX_BYTES
             and 0 <= a <= MAX_BYTES
         ):
-            return LayerCost(float(fwd), float(bwd), w, a)
+            if len(v) == 4:
+                return LayerCost(float(fwd), float(bwd), w, a)
+            split_b, split_w = v["bwd_input_ms"], v["bwd_weight_ms"]
+            if (
+                type(split_b) in _NUMBER
+                and type(split_w) in _NUMBER
+                and 0 <= split_b <= MAX_TIME_MS
+                and 0 <= split_w <= MAX_TIME_MS
+                and math.isclose(float(split_b) + float(split_w), float(bwd), rel_tol=1e-9, abs_tol=1e-12)
+            ):
+                return LayerCost(float(fwd), float(bwd), w, a, float(split_b), float(split_w))
     return _parse_cost_checked(cnode)
 
 
@@ -828,6 +840,8 @@ def _add_totals(totals: list[int], cost: LayerCost, cnode: _Node) -> None:
     """Keep one config's Σ weight_bytes and Σ act_bytes over the layers within MAX_TOTAL_BYTES."""
     totals[0] += cost.weight_bytes
     totals[1] += cost.act_bytes
+    if totals[0] <= MAX_TOTAL_BYTES and totals[1] <= MAX_TOTAL_BYTES:
+        return
     for total, key in zip(totals, ("weight_bytes", "act_bytes")):
         if total > MAX_TOTAL_BYTES:
             raise cnode.child(key).fail(

@@ -81,15 +81,34 @@ def schedule_keys(schedule: str = "auto", virtual_stages: int | None = None,
     return [(schedule, 1)]
 
 
-def _run(problem: Problem, plan: Plan, objective: str, simulate: bool) -> tuple[Evaluation, dict | None, float] | str:
-    """(evaluation, replay, iteration ms) of ``plan`` on ``problem``, or why it cannot run."""
+def _run(problem: Problem, plan: Plan, objective: str, simulate: bool,
+         beat: float | None = None) -> tuple[Evaluation, dict | None, float] | str | None:
+    """(evaluation, replay, iteration ms) of ``plan`` on ``problem``, or why it cannot run.
+
+    With ``beat`` (a simulated iteration, ms): None, without replaying, when the
+    replay cannot be shorter than ``beat`` by the 1e-9 that :func:`_best` asks:
+    every device runs all its ops one at a time, so the makespan is at least
+    m times the busiest device group's t (:func:`busy_floor`).
+    """
     try:
         ev = evaluate(problem, plan, objective)
     except PlanError as err:
         return str(err)
+    if simulate and beat is not None and busy_floor(ev) >= beat * (1 - 1e-9):
+        return None
     sim = simulate_plan(problem, plan, ev) if simulate else None
     it = sim["makespan_ms"] if sim and math.isfinite(sim.get("makespan_ms", math.inf)) else ev.iteration_ms
     return ev, sim, it
+
+
+def busy_floor(ev: Evaluation) -> float:
+    """A lower bound on the simulated makespan of an evaluated plan under any schedule: m x the busiest group's t.
+
+    Each device group runs F, B (and W) of every microbatch on each of its
+    chunks, one op at a time (``partitioner.simulate``): m x sum of its
+    chunks' t_c. The factor 1 - 1e-9 covers the rounding of the replay's sums.
+    """
+    return ev.microbatches * ev.bottleneck_ms * (1 - 1e-9)
 
 
 def _candidate(source: str, method: str, key: tuple[str, int], problem: Problem, plan: Plan, run: Any) -> dict[str, Any]:
@@ -166,9 +185,20 @@ def _resolved(entry: Mapping[str, Any], keys: Sequence[tuple[str, int]], method:
     return out, notes
 
 
+def _leader(pool: Sequence[dict[str, Any]], prune: bool) -> float | None:
+    """The simulated iteration a new candidate must beat to become the pool's :func:`_best` (None: any)."""
+    best = _best(pool) if prune else None
+    return None if best is None else best["iteration_ms"]
+
+
 def _baselines(screened: Sequence[Mapping[str, Any]], keys: Sequence[tuple[str, int]], objective: str,
-               simulate: bool) -> list[dict[str, Any]]:
-    """Per schedule key, the best Megatron-style uniform plan and the FSDP plan over every screened m."""
+               simulate: bool, prune: bool = True) -> list[dict[str, Any]]:
+    """Per schedule key, the best Megatron-style uniform plan and the FSDP plan over every screened m.
+
+    A pool keeps only its best candidate (:func:`_best`, in enumeration order);
+    with ``prune`` a candidate whose :func:`busy_floor` shows it cannot replace
+    the best so far is not replayed (the result is the same).
+    """
     out = []
     ranked = sorted((e for e in screened if math.isfinite(e["screen"])), key=lambda e: e["screen"])
     top = max((e["m"] for e in ranked[:SCREENED_M]), default=0)
@@ -184,11 +214,15 @@ def _baselines(screened: Sequence[Mapping[str, Any]], keys: Sequence[tuple[str, 
                 megatron.append(_candidate("baseline", BASELINE_METHOD, key, prob, b["plan"], (b["ev"], b["sim"], b["iteration_ms"])))
             elif key != ("1f1b", 1):
                 for plan, _ in megatron_baselines(prob, objective, keep=3 if key[0] == "interleaved" else 1):
-                    megatron.append(_candidate("baseline", BASELINE_METHOD, key, prob, plan, _run(prob, plan, objective, simulate)))
+                    run = _run(prob, plan, objective, simulate, _leader(megatron, prune))
+                    if run is not None:  # None: slower than the pool's best so far, which it would not replace
+                        megatron.append(_candidate("baseline", BASELINE_METHOD, key, prob, plan, run))
             f = e["bases"].get(FSDP_METHOD)
             if f is not None and key[0] in _PLAIN:
-                run = (f["ev"], f["sim"], f["iteration_ms"]) if key == ("1f1b", 1) else _run(prob, f["plan"], objective, simulate)
-                fsdp.append(_candidate("fsdp", FSDP_METHOD, key, prob, f["plan"], run))
+                run = (f["ev"], f["sim"], f["iteration_ms"]) if key == ("1f1b", 1) else _run(
+                    prob, f["plan"], objective, simulate, _leader(fsdp, prune))
+                if run is not None:
+                    fsdp.append(_candidate("fsdp", FSDP_METHOD, key, prob, f["plan"], run))
         for name, pool in ((BASELINE_METHOD, megatron), (FSDP_METHOD, fsdp)):
             found = _best(pool)
             if found is not None:

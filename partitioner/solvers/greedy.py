@@ -30,8 +30,10 @@ which does not prove the problem infeasible.
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -96,28 +98,44 @@ def layer_work(problem: Problem) -> np.ndarray:
 
 
 def balance_cuts(work: np.ndarray, parts: int) -> list[tuple[int, int]]:
-    """Contiguous ``(first, last)`` ranges, exactly ``parts`` of them, balancing ``work``."""
+    """Contiguous ``(first, last)`` ranges, exactly ``parts`` of them, balancing ``work`` (each >= 0)."""
     n = len(work)
     if not 1 <= parts <= n:
         raise ValueError(f"cannot cut {n} layers into {parts} stages")
+    if not np.all(work >= 0):
+        raise ValueError("the work per layer must be >= 0")
+    return _balance(work, parts, _fill_to(work, parts))
+
+
+def _fill_to(work: np.ndarray, parts: int) -> Callable[[float], list[int]]:
+    """``fill(threshold)``: the stage starts when stages are filled left to right, each up to the threshold
+    (stopping past ``parts`` stages: too many means the threshold is too low)."""
+    running: dict[int, list[float]] = {}  # start -> its stage's running sums, acc += w in order
+
+    def sums(s: int) -> list[float]:
+        # np.cumsum adds sequentially: the same floats a Python loop makes; the work is >= 0, so each
+        # list is non-decreasing and its first entry past a threshold is found by bisection
+        if s not in running:
+            running[s] = np.cumsum(work[s:]).tolist()
+        return running[s]
 
     def fill(threshold: float) -> list[int]:
-        # a stage's running sum from its start, acc += w in order: np.cumsum adds sequentially, so
-        # these are the same floats a Python loop makes; windows double until the sum passes the threshold
         starts = [0]
         while len(starts) <= parts:
-            s, width = starts[-1], 64
-            while True:
-                acc = np.cumsum(work[s : s + width])
-                over = np.flatnonzero(acc[1:] > threshold)  # a layer after the first that overflows
-                if over.size or s + width >= n:
-                    break
-                width *= 2
-            if not over.size:
+            s = starts[-1]
+            acc = sums(s)
+            over = max(bisect.bisect_right(acc, threshold), 1)  # a layer after the first that overflows
+            if over >= len(acc):
                 return starts
-            starts.append(s + 1 + int(over[0]))
+            starts.append(s + over)
         return starts  # too many: the threshold is too low
 
+    return fill
+
+
+def _balance(work: np.ndarray, parts: int, fill: Callable[[float], list[int]]) -> list[tuple[int, int]]:
+    """The least threshold whose ``fill`` needs at most ``parts`` stages (bisection), then splits up to ``parts``."""
+    n = len(work)
     # numpy sums pairwise, fill() sequentially: widen the top so that it surely fits in one stage
     lo, hi = float(work.max()), float(work.sum()) * (1 + 1e-9) + 1e-12
     for _ in range(60):

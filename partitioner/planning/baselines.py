@@ -1,0 +1,215 @@
+"""The baselines ``plan`` compares with: Megatron-LM's uniform pipeline and FSDP.
+
+* ``megatron-uniform`` (:func:`megatron_baseline`): Megatron-LM / torchtitan's
+  default pipeline -- vision and projector on stage 0, decoder layers split
+  evenly, one layout (dp, tp) and one knob setting (recompute, ZeRO-0/1)
+  for every stage;
+* ``fsdp`` (:func:`fsdp_baseline`): no pipeline -- one stage of all N GPUs,
+  dp = N, ZeRO-3 (FSDP full shard) with the better recompute choice, what
+  OpenVLA and pi0 were trained with.
+
+Every baseline plan is checked by :func:`partitioner.plan.evaluate` (rules 1-6);
+its value is that evaluation's.
+"""
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+from ..plan import Evaluation, Plan, PlanError, Stage, evaluate, objective_value
+from ..problem import Problem
+
+__all__ = ["BASELINE_METHOD", "FSDP_METHOD", "BASELINES", "layer_roles", "megatron_baseline", "megatron_baselines",
+           "fsdp_baseline"]
+
+BASELINE_METHOD = "megatron-uniform"
+FSDP_METHOD = "fsdp"
+BASELINES = (BASELINE_METHOD, FSDP_METHOD)
+
+
+def layer_roles(problem: Problem) -> list[str]:
+    """The role of each layer: from ``meta.layers`` when the cost model built the
+    problem, else guessed from the module label (vision / projector / action / decoder)."""
+    hints = problem.meta.get("layers") if problem.meta else None
+    if hints and len(hints) == problem.num_layers:
+        return [str(h.get("role", "decoder")) for h in hints]
+    roles = []
+    for layer in problem.layers:
+        label = f"{layer.module} {layer.name}".lower()
+        if "vision" in label or "vit" in label:
+            roles.append("vision")
+        elif "projector" in label:
+            roles.append("projector")
+        elif "action" in label:
+            roles.append("action")
+        else:
+            roles.append("decoder")
+    return roles
+
+
+# --------------------------------------------------------------------------- baseline
+
+
+def _even_counts(n: int, parts: int) -> list[int] | None:
+    if parts > n:
+        return None
+    base, extra = divmod(n, parts)
+    # Megatron needs num_layers % pp == 0; when it is not, the extra layers go to the last stages
+    return [base + (1 if p >= parts - extra else 0) for p in range(parts)]
+
+
+def _uniform_cuts(roles: Sequence[str], parts: int) -> list[tuple[int, int]] | None:
+    decoders = [i for i, r in enumerate(roles) if r == "decoder"]
+    L = len(roles)
+    if not decoders:  # no language model: split every layer evenly
+        counts = _even_counts(L, parts)
+        if counts is None:
+            return None
+        cuts, start = [], 0
+        for c in counts:
+            cuts.append((start, start + c - 1))
+            start += c
+        return cuts
+    counts = _even_counts(len(decoders), parts)
+    if counts is None:
+        return None
+    cuts, k = [], 0
+    for p, c in enumerate(counts):
+        first = 0 if p == 0 else decoders[k]
+        k += c
+        last = L - 1 if p == parts - 1 else decoders[k - 1]
+        cuts.append((first, last))
+    return cuts
+
+
+def megatron_baseline(problem: Problem, objective: str | None = None,
+                      variants: Sequence[str] | None = None) -> tuple[Plan, Evaluation] | None:
+    """The best plan of the shape Megatron-LM / torchtitan give by default.
+
+    The vision encoder and projector (and the embedding) sit on stage 0, the
+    loss or action head on the last stage, the decoder layers are split
+    evenly over P stages (Megatron's ``num_layers / pp``; when P does not
+    divide them, the last stages take one more), and every stage has the
+    same size, the same layout (dp, tp) and the same memory knobs, devices
+    in order. The knobs are those Megatron offers -- activation recompute
+    and the distributed optimizer (ZeRO-1) --: ``variants`` (default: every
+    variant of the problem without ZeRO-3, and the plain key). Among the
+    stage counts, layouts and knobs that fit in memory, the one with the
+    best objective is returned; None when none fits.
+
+    Under ``training.schedule: interleaved`` (v virtual stages) the split is
+    Megatron-LM's with virtual stages: P groups (P >= 2, m a multiple of P),
+    the same rule cutting the layers into P·v chunks, chunk c on group c mod P.
+    """
+    found = megatron_baselines(problem, objective, variants, keep=1)
+    return found[0] if found else None
+
+
+def megatron_baselines(problem: Problem, objective: str | None = None, variants: Sequence[str] | None = None,
+                       keep: int = 1) -> list[tuple[Plan, Evaluation]]:
+    """The ``keep`` best plans of :func:`megatron_baseline`'s shape (best objective first).
+
+    The candidates are evaluated in the order of a lower bound on their value
+    (:func:`value_floor`: the schedule's objective of the stages' compute
+    alone, without reshards and sends); once ``keep`` plans are found, a
+    candidate whose bound exceeds the ``keep``-th best value cannot enter
+    and is not evaluated. The result is that of evaluating every candidate
+    (ties to the earlier candidate in the enumeration order).
+    """
+    objective = objective or problem.objective
+    plans = list(_megatron_plans(problem, variants))
+    floors = sorted((f, i) for i, f in enumerate(value_floor(problem, plan, objective) for plan in plans) if f is not None)
+    found: list[tuple[float, int, Plan, Evaluation]] = []
+    for floor, i in floors:
+        if len(found) >= keep and floor * (1 - _FLOOR_MARGIN) > found[keep - 1][0]:
+            break  # this candidate and every later one is slower than the keep best found
+        ev = _try(problem, plans[i], objective)
+        if ev is not None:
+            found.append((ev[1].value, i, *ev))
+            found.sort(key=lambda f: f[:2])
+    return [(plan, ev) for _, _, plan, ev in found[:keep]]
+
+
+# relative margin on value_floor against rounding: its sums and evaluate's may add in other orders
+_FLOOR_MARGIN = 1e-9
+
+
+def _megatron_plans(problem: Problem, variants: Sequence[str] | None = None) -> Iterator[Plan]:
+    """Every plan of :func:`megatron_baseline`'s shape, in enumeration order (P, then tp, then the variant)."""
+    if variants is None:
+        variants = [""] + [v for v in problem.variants if not v.startswith("zero3")]
+    roles = layer_roles(problem)
+    N = problem.num_devices
+    allowed = problem.cluster.allowed_sizes()
+    n_dec = sum(r == "decoder" for r in roles) or problem.num_layers
+    v = problem.training.virtual_stages if problem.training.schedule == "interleaved" else 1
+    for P in range(problem.stages.min, problem.stages.max + 1):
+        if N % P or N // P not in allowed or P * v > n_dec or (v > 1 and (P < 2 or problem.microbatches % P)):
+            continue
+        d = N // P
+        cuts = _uniform_cuts(roles, P * v)
+        if cuts is None:
+            continue
+        ids = [tuple(range(g * d, (g + 1) * d)) for g in range(P)]
+        tp = 1
+        while tp <= min(d, problem.cluster.gpus_per_node):
+            if d % tp == 0:
+                for var in variants:
+                    yield Plan(tuple(Stage(a, b, d, d // tp, tp, ids[c % P], variant=var) for c, (a, b) in enumerate(cuts)))
+            tp *= 2
+
+
+def value_floor(problem: Problem, plan: Plan, objective: str) -> float | None:
+    """A lower bound on ``evaluate(problem, plan, objective).value``; None when a layer has no entry for its stage.
+
+    Each stage (chunk) takes only its layers' compute: F = sum fwd, B = sum bwd
+    and W = sum of the weight-gradient parts (what ``evaluate`` counts as W).
+    ``evaluate`` adds the reshards and sends (>= 0) to F and B and nothing to W,
+    and every schedule's estimate, and the bottleneck, is non-decreasing in F
+    and B for fixed W (DESIGN.md, "Iteration estimates"), so the objective of
+    these times is at most the plan's value.
+    """
+    fwd, times, wgrad = [], [], []
+    for s in plan.stages:
+        try:
+            pairs = s.segment_configs(problem)
+        except PlanError:
+            return None
+        f = b = w = 0.0
+        for (first, last), lay in pairs:
+            for layer in problem.layers[first: last + 1]:
+                c = layer.costs.get(lay)
+                if c is None:
+                    return None
+                f += c.fwd_ms
+                b += c.bwd_ms
+                w += c.split()[1]
+        fwd.append(f)
+        times.append(f + b)
+        wgrad.append(w)
+    t = problem.training
+    return objective_value(objective, times, t.microbatches, t.schedule, wgrad=wgrad, fwd=fwd,
+                           virtual_stages=t.virtual_stages if t.schedule == "interleaved" else 1)
+
+
+def fsdp_baseline(problem: Problem, objective: str | None = None) -> tuple[Plan, Evaluation] | None:
+    """One stage of all N GPUs, dp = N, tp = 1, ZeRO-3 (FSDP full shard), the better recompute choice.
+
+    None when the problem has no ZeRO-3 variant (``variants`` restricted),
+    dp = N does not divide the microbatch, or nothing fits.
+    """
+    objective = objective or problem.objective
+    N, L = problem.num_devices, problem.num_layers
+    best: tuple[Plan, Evaluation] | None = None
+    for v in (v for v in problem.variants if v.startswith("zero3")):
+        found = _try(problem, Plan((Stage(0, L - 1, N, N, 1, variant=v),)), objective)
+        if found is not None and (best is None or found[1].value < best[1].value):
+            best = found
+    return best
+
+
+def _try(problem: Problem, plan: Plan, objective: str) -> tuple[Plan, Evaluation] | None:
+    plan = plan.with_device_ids()
+    try:
+        return plan, evaluate(problem, plan, objective)
+    except PlanError:
+        return None
