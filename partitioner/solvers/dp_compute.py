@@ -50,12 +50,19 @@ class ComputeOnlyDP:
         self.prefix = model.time_prefix  # stage time = prefix difference, here and in the walk back
         self.devices = np.array([lay.devices for lay in model.layouts])
         self.calls = 0
+        self._buffers: dict[str, np.ndarray] = {}
         J = len(model.layouts)
-        tree = 1 << max(L - 1, 1).bit_length()
         model.check_budget(
-            8.0 * (2 * (self.K + 1) * (L + 1) * (self.N + 1) + L * max(L, 2).bit_length() * (self.N + 1) + J * L * L + J * 2 * tree * (self.N + 1)),
+            8.0 * (2 * (self.K + 1) * (L + 1) * (self.N + 1) + L * max(L, 2).bit_length() * (self.N + 1) + J * L * L + 2 * J * L * (self.N + 1)),
             "the range-query tables",
         )
+
+    def buffer(self, name: str, shape: tuple) -> np.ndarray:
+        """Scratch space reused across recursions (fresh pages are slow to fault in): contents undefined."""
+        found = self._buffers.get(name)
+        if found is None or found.size < int(np.prod(shape)):
+            found = self._buffers[name] = np.empty(int(np.prod(shape)))
+        return found[: int(np.prod(shape))].reshape(shape)
 
     # ------------------------------------------------------------------ ranges
     def mem_end(self, j: int, stash: int) -> np.ndarray:
@@ -154,20 +161,7 @@ class ComputeOnlyDP:
                     if e >= a:
                         cur[a, d:] |= ((suffix[a + 1] - suffix[e + 2]) > 0)[: N + 1 - d]
             return
-        tree = _LayoutSegmentTree(J, L, N + 1)
-        rows = np.arange(J)
-        for a in range(L - 1, -1, -1):
-            if a % 32 == 0:
-                self._check_time()
-            # row b = a: T_j[a + 1] + cur[a + 1] for every layout
-            tree.update(a, self.prefix[:, a + 1, None] + cur[a + 1][None, :])
-            live = E[:, a] >= a
-            if not live.any():
-                continue
-            best = tree.query(a, np.where(live, E[:, a], a - 1)) - self.prefix[:, a, None]
-            for j in rows[live]:
-                d = int(self.devices[j])
-                np.minimum(cur[a, d:], best[j, : N + 1 - d], out=cur[a, d:])
+        _SlidingSweep(self, E).run(cur)
 
     # ------------------------------------------------------------------ answers
     def final(self, table, boolean: bool):
@@ -340,43 +334,69 @@ def _range_min(Y: np.ndarray, starts: np.ndarray, ends: np.ndarray, longest: int
     return out
 
 
-class _LayoutSegmentTree:
-    """Range minima over rows, one segment tree per layout, all layouts updated and queried at once.
+class _SlidingSweep:
+    """The self-extending level's least sums: rows ``a`` downwards, every layout at once.
 
-    ``query(lo, hi)`` takes one ``lo`` and a ``hi`` per layout (empty when hi < lo).
+    Row ``a`` takes, per layout j of size d, the least ``T_j[b + 1] +
+    cur[b + 1, D - d] - T_j[a]`` over the window ``b`` in ``[a, e_j(a)]``,
+    whose rows are final (b + 1 > a). The window ends never decrease with
+    ``a`` (memory, the threshold and the room for later stages only get
+    harder as a stage grows), so as ``a`` falls rows enter the window at the
+    bottom and leave it at the top: a queue, kept as two parts per layout
+    (the two-stack queue): a *block* ``[s_j, e_j(s_j)]`` holding the minima
+    from ``s_j`` up to each of its rows, built when the window's top falls
+    below ``s_j``, and the minimum ``R_j`` of the rows ``a .. s_j - 1`` that
+    entered since. The window minimum is ``min(R_j, block[e_j(a) - s_j])``;
+    every row enters one block, so a sweep costs ``O(J L N)`` element
+    operations (a segment tree: ``O(J L N log L)``).
     """
 
-    def __init__(self, layouts: int, rows: int, width: int):
-        size = 1
-        while size < rows:
-            size *= 2
-        self.size = size
-        self.tree = np.full((layouts, 2 * size, width), INF)
-        self.index = np.arange(layouts)
+    def __init__(self, dp: ComputeOnlyDP, ends: np.ndarray):
+        if ends.shape[1] > 1 and not np.all(np.diff(ends, axis=1) >= 0):
+            raise RuntimeError("dp: internal error: stage ranges whose ends decrease")
+        self.dp, self.E = dp, ends
+        N = dp.N
+        # shifted rows: layout j reads column D - d_j of a row padded with N infinities in front
+        self.idx = N + np.arange(N + 1)[None, :] - dp.devices[:, None]
 
-    def update(self, row: int, values: np.ndarray) -> None:
-        pos = row + self.size
-        self.tree[:, pos] = values
-        pos //= 2
-        while pos >= 1:
-            np.minimum(self.tree[:, 2 * pos], self.tree[:, 2 * pos + 1], out=self.tree[:, pos])
-            pos //= 2
+    def shifted(self, rows: np.ndarray, layouts: np.ndarray) -> np.ndarray:
+        """rows (k, N + 1) -> (k, len(layouts), N + 1): per layout j, column D holds ``rows[:, D - d_j]``
+        (inf if D < d_j)."""
+        N = self.dp.N
+        padded = np.empty((rows.shape[0], 2 * N + 1))
+        padded[:, :N] = INF
+        padded[:, N:] = rows
+        return padded[:, self.idx[layouts]]
 
-    def query(self, lo: int, hi: np.ndarray) -> np.ndarray:
-        t = self.tree
-        res = np.full((t.shape[0], t.shape[2]), INF)
-        left = lo + self.size
-        right = hi + 1 + self.size  # exclusive, per layout
-        while True:
-            active = left < right
-            if not active.any():
-                return res
-            if left & 1:
-                res[active] = np.minimum(res[active], t[active, left])
-                left += 1
-            odd = active & (right % 2 == 1) & (left <= right - 1)
-            if odd.any():
-                right = np.where(odd, right - 1, right)
-                res[odd] = np.minimum(res[odd], t[self.index[odd], right[odd]])
-            left //= 2
-            right //= 2
+    def run(self, cur: np.ndarray) -> None:
+        dp, E, T = self.dp, self.E, self.dp.prefix
+        J, L = E.shape
+        N = dp.N
+        width = int(np.max(E - np.arange(L)[None, :], initial=-1)) + 1  # the longest window
+        if width <= 0:
+            return
+        start = np.full(J, L)  # s_j; L: no block yet, the first window builds one
+        R = np.full((J, N + 1), INF)
+        block = dp.buffer("sweep", (J, width, N + 1))
+        everyone = np.arange(J)
+        for a in range(L - 1, -1, -1):
+            if a % 32 == 0:
+                dp._check_time()
+            e = E[:, a]
+            live = e >= a
+            if not live.any():
+                continue
+            # row a enters every R (a layout that is not live builds a block before R counts again)
+            np.minimum(R, self.shifted(cur[a + 1 : a + 2], everyone)[0] + T[:, a + 1, None], out=R)
+            fresh = live & (e < start)
+            if fresh.any():
+                g = np.flatnonzero(fresh)
+                n = int(e[g].max()) - a + 1
+                Y = self.shifted(cur[a + 1 : a + 1 + n], g) + T[g, a + 1 : a + 1 + n].T[:, :, None]
+                np.minimum.accumulate(Y, axis=0, out=Y)
+                block[g, :n] = Y.transpose(1, 0, 2)
+                start[g] = a
+                R[g] = INF
+            j = np.flatnonzero(live)
+            q = np.minimum(R[j], block[j, e[j] - start[j]]) - T[j, a, None]
+            np.minimum(cur[a], q.min(axis=0), out=cur[a])
