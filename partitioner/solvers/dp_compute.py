@@ -32,6 +32,7 @@ import time
 
 import numpy as np
 
+from .dp_walks import threshold_search
 from .errors import OutOfTime
 
 __all__ = ["ComputeOnlyDP"]
@@ -272,44 +273,40 @@ class ComputeOnlyDP:
         return worst, stages
 
     def iteration(self):
-        """Least ``sum t + (m - 1) max t``: walk the (sum, max) Pareto points downwards from the free optimum.
+        """Least ``sum t + (m - 1) max t`` over the (sum, max) Pareto points of ``minsum``.
 
-        ``minsum(T)`` is a non-increasing step function; its steps are the
-        Pareto points. Starting from the least sum without threshold, each
-        step asks for the least sum with every stage strictly faster than the
-        last plan's slowest one. It stops once even the lowest bottleneck
-        cannot make up for the growing sum.
+        ``minsum(T)`` is a non-increasing step function whose steps are the
+        Pareto points; :func:`.dp_walks.threshold_search` finds the best of
+        them with thresholds snapped to the candidate stage times, bounded
+        below by the lowest bottleneck.
         """
         m = self.model.m
         free_sum, free_max, free = self.minsum(INF)
         if free is None:
             return None
-        best = (free_sum + (m - 1) * free_max, free)
-        self.model.note(free, [], "none", best[0])
+        self.model.note(free, [], "none", free_sum + (m - 1) * free_max)
         if m == 1:
-            return best
+            return free_sum, free
         cand = self.candidates()
         low = self.lowest_bottleneck(cand, known_feasible=free_max)
         self.model.proven_bound = free_sum + (m - 1) * low  # every plan: sum >= free_sum, max >= low
-        f_low, M_low, plan_low = self.minsum(low)  # the other end: often best when m is large
-        if f_low + (m - 1) * M_low < best[0]:
-            best = (f_low + (m - 1) * M_low, plan_low)
-            self.model.note(plan_low, [], "none", best[0])
-        f, M = free_sum, free_max
-        while f + (m - 1) * low < best[0] * (1 - 1e-12):
-            # a plan slower than M has sum >= f, so it can win only if its max is under (best - f) / (m - 1)
-            ceiling = min(M * (1 - 2e-12), (best[0] - f) / (m - 1))
-            below = int(np.searchsorted(cand, ceiling, side="right")) - 1
-            if below < 0 or cand[below] < low * (1 - 1e-12):
-                break
-            f, M, plan = self.minsum(float(cand[below]))
-            if plan is None:
-                break
-            if f + (m - 1) * M < best[0]:
-                best = (f + (m - 1) * M, plan)
-                self.model.note(plan, [], "none", best[0])
-        return best
+        noted = free_sum + (m - 1) * free_max
 
+        def probe(limit: float):
+            nonlocal noted
+            f, M, plan = self.minsum(limit)
+            if plan is not None and f + (m - 1) * M < noted:
+                noted = f + (m - 1) * M
+                self.model.note(plan, [], "none", noted)
+            return f, M, plan
+
+        def below(x: float, strict: bool) -> float:
+            """The largest candidate stage time at most x (below x when strict), or -inf."""
+            i = int(np.searchsorted(cand, x * (1 - 2e-12) if strict else x, side="right")) - 1
+            return float(cand[i]) if i >= 0 else -INF
+
+        best, _ = threshold_search(probe, m - 1, (free_sum, free_max, free), low, below)
+        return best
 
 def _close(x: float, y: float) -> bool:
     return x == y or (math.isfinite(x) and math.isfinite(y) and abs(x - y) <= 1e-12 * max(1.0, abs(x), abs(y)))

@@ -173,23 +173,20 @@ class ThresholdWalks:
             bound = free_sum + coef * lowest_max
             if self.spec is None:  # with options a walk covers one k (zb-h1) or one cap on F (GPipe)
                 self.proven_bound = bound
-            if bound < cap:
-                f_lo, M_lo, plan_lo = minsum(lowest_max)
-                if plan_lo is not None and f_lo + coef * M_lo < best[0]:
-                    best = (f_lo + coef * M_lo, plan_lo)
-                    self.note(plan_lo[0], plan_lo[1], kind, best[0] + extra(plan_lo[0]))
-            # walk the (sum, max) Pareto points down from the free optimum (see dp_compute.iteration)
-            f, M = free_sum, free_max
-            while f + coef * lowest_max < min(best[0], cap) * (1 - 1e-12):
-                ceiling = min(M * (1 - 4e-12), (min(best[0], cap) - f) / coef)
-                if ceiling < lowest_max * (1 - 1e-12):
-                    break
-                f, M, plan = minsum(ceiling)
-                if plan is None:
-                    break
-                if f + coef * M < best[0]:
-                    best = (f + coef * M, plan)
-                    self.note(plan[0], plan[1], kind, best[0] + extra(plan[0]))
+            noted = best[0]
+
+            def probe(limit):
+                nonlocal noted
+                f, M, plan = minsum(limit)
+                if plan is not None and f + coef * M < noted:
+                    noted = f + coef * M
+                    self.note(plan[0], plan[1], kind, noted + extra(plan[0]))
+                return f, M, plan
+
+            def below(x: float, strict: bool) -> float:
+                return x * (1 - 4e-12) if strict else x
+
+            best, _ = threshold_search(probe, coef, (free_sum, free_max, free), lowest_max, below, cap)
         return best, bound, calls, lowest_max
 
     def _place_walked(self, auto, X, kind, deadline, best, coef: float, extra=None) -> Plan | None:
@@ -209,6 +206,85 @@ class ThresholdWalks:
                     if plan is not None:
                         break
         return plan
+
+
+def threshold_search(minsum, coef: float, free: tuple, lowest: float, below, cap: float = INF):
+    """The least ``f + coef * M`` over the (sum f, max M) Pareto points of a step function ``minsum``.
+
+    ``minsum(T)`` returns ``(f, M, payload)``: the least sum over the plans
+    whose every stage is at most the threshold T, and the max and payload of
+    one such plan (``M <= T``), or ``(inf, None, None)`` when there is none.
+    ``free`` is its answer without threshold, ``lowest`` a lower bound on
+    every plan's max, ``below(x, strict)`` the threshold that admits the
+    maxes up to x (below x when ``strict``; a snapped candidate, or x), and
+    ``cap`` a value known elsewhere: a plan that cannot beat it is not
+    sought. Returns the best ``(value, payload)`` found (the optimum unless
+    it is not below ``cap``) and the number of ``minsum`` calls.
+
+    Every probe at T settles the maxes in ``[M, T]`` (their plans' sums are
+    at least f). Between the probes at ``T_lo`` (or ``lowest``) and the next
+    probe up, whose point is ``(f_up, M_up)``, the unsettled maxes
+    ``(T_lo, M_up)`` have sums at least ``f_up``, so none of their plans
+    beats ``f_up + coef * T_lo``: a *gap* is closed once that bound reaches
+    the best value, and is otherwise probed at its *ceiling*,
+    ``min(M_up, (best - f_up) / coef)`` -- above that no plan can win
+    either. So a good value early closes gaps early: before the gaps, the
+    search *descends* from the free optimum, probing halfway down to
+    ``lowest`` while the value improves (with ``coef`` = m - 1 the optimum
+    is usually near the lowest bottleneck, far below the free optimum's
+    max). The gaps are then closed from the top down.
+    """
+    f0, M0, payload = free
+    best = (f0 + coef * M0, payload)
+    points = [(INF, f0, M0)]  # (threshold, f, M) of every probe with a plan
+    calls = 0
+
+    def probe(T):
+        nonlocal best, calls
+        calls += 1
+        f, M, found = minsum(T)
+        if found is None:
+            return None
+        points.append((T, f, M))
+        if f + coef * M < best[0]:
+            best = (f + coef * M, found)
+        return f + coef * M, M
+
+    def limit() -> float:
+        return min(best[0], cap)
+
+    if coef <= 0:
+        return best, calls
+    # the descent: halfway from the last improving point's max to the lowest bottleneck
+    value, M = best[0], M0
+    while value < INF and f0 + coef * lowest < limit() * (1 - 1e-12):
+        T = below(lowest + 0.5 * (M - lowest), False)
+        if not T < M * (1 - 1e-12) or T < lowest * (1 - 1e-12):
+            break
+        got = probe(T)
+        if got is None:
+            lowest = max(lowest, T)
+            break
+        if got[0] >= value:
+            break
+        value, M = got
+    # the gaps, top down
+    closed: set = set()
+    while True:
+        points.sort(key=lambda p: p[0])
+        gap, floor = None, lowest
+        for T, f, M in points:
+            if M > floor and (floor, M) not in closed and f + coef * floor < limit() * (1 - 1e-12):
+                gap = (floor, f, M)  # the highest open gap wins
+            floor = max(floor, T)
+        if gap is None:
+            return best, calls
+        floor, f, M = gap
+        T = min(below(M, True), below((limit() - f) / coef, False))
+        if not T > floor or T < lowest * (1 - 1e-12):
+            closed.add((floor, M))  # no threshold in the gap admits a plan that could win
+        elif probe(T) is None:
+            lowest = max(lowest, T)  # no plan has every stage <= T
 
 
 def _same(x: float, y: float) -> bool:
