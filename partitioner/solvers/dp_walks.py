@@ -222,10 +222,11 @@ def threshold_search(minsum, coef: float, free: tuple, lowest: float, below, cap
     it is not below ``cap``) and the number of ``minsum`` calls.
 
     Every probe at T settles the maxes in ``[M, T]`` (their plans' sums are
-    at least f). Between the probes at ``T_lo`` (or ``lowest``) and the next
+    at least f). Between the probe at ``T_lo`` and the next
     probe up, whose point is ``(f_up, M_up)``, the unsettled maxes
-    ``(T_lo, M_up)`` have sums at least ``f_up``, so none of their plans
-    beats ``f_up + coef * T_lo``: a *gap* is closed once that bound reaches
+    ``(T_lo, M_up)`` (below the lowest probe: ``[lowest, M_up)``) have sums
+    at least ``f_up``, so none of their plans beats ``f_up + coef *
+    max(T_lo, lowest)``: a *gap* is closed once that bound reaches
     the best value, and is otherwise probed at its *ceiling*,
     ``min(M_up, (best - f_up) / coef)`` -- above that no plan can win
     either. So a good value early closes gaps early: before the gaps, the
@@ -257,13 +258,14 @@ def threshold_search(minsum, coef: float, free: tuple, lowest: float, below, cap
         return best, calls
     # the descent: halfway from the last improving point's max to the lowest bottleneck
     value, M = best[0], M0
+    settled = -INF  # no plan has a max <= settled
     while value < INF and f0 + coef * lowest < limit() * (1 - 1e-12):
         T = below(lowest + 0.5 * (M - lowest), False)
         if not T < M * (1 - 1e-12) or T < lowest * (1 - 1e-12):
             break
         got = probe(T)
         if got is None:
-            lowest = max(lowest, T)
+            settled = lowest = max(lowest, T)
             break
         if got[0] >= value:
             break
@@ -272,9 +274,9 @@ def threshold_search(minsum, coef: float, free: tuple, lowest: float, below, cap
     closed: set = set()
     while True:
         points.sort(key=lambda p: p[0])
-        gap, floor = None, lowest
+        gap, floor = None, settled
         for T, f, M in points:
-            if M > floor and (floor, M) not in closed and f + coef * floor < limit() * (1 - 1e-12):
+            if M > floor and (floor, M) not in closed and f + coef * max(floor, lowest) < limit() * (1 - 1e-12):
                 gap = (floor, f, M)  # the highest open gap wins
             floor = max(floor, T)
         if gap is None:
@@ -284,7 +286,7 @@ def threshold_search(minsum, coef: float, free: tuple, lowest: float, below, cap
         if not T > floor or T < lowest * (1 - 1e-12):
             closed.add((floor, M))  # no threshold in the gap admits a plan that could win
         elif probe(T) is None:
-            lowest = max(lowest, T)  # no plan has every stage <= T
+            settled = lowest = max(lowest, T)  # no plan has every stage <= T
 
 
 def _same(x: float, y: float) -> bool:
