@@ -123,13 +123,20 @@ class ComputeOnlyDP:
                     # positions b + 1 in [a + 1, e + 1] of src
                     hit = (counts[end[a_idx] + 1] - counts[a_idx]) > 0
                     V[level][a_idx, d:] |= hit[:, : self.N + 1 - d]
+        elif m.bucket and level == self.K:
+            # the sweep takes both sources, the level below and the level itself, in one pass
+            J = len(m.layouts)
+            _SlidingSweep(self, np.array([ends[j] for j in range(J)])).run(V[level], src)
+            return
         else:
+            # columns D' where src holds a suffix: few on the low levels (one stage: the sizes)
+            cols = np.flatnonzero(np.isfinite(src).any(axis=0))
             for j in range(len(m.layouts)):
                 a_idx = np.flatnonzero(ends[j] >= np.arange(self.L))
                 if a_idx.size:
-                    self._min_from(V[level], src, j, a_idx, ends[j][a_idx])
+                    self._min_from(V[level], src, j, a_idx, ends[j][a_idx], cols)
         if m.bucket and level == self.K:
-            self._bucket_self(V[level], ends, boolean)
+            self._bucket_self(V[level], ends)
 
     def _by_size(self) -> dict[int, list[int]]:
         groups: dict[int, list[int]] = {}
@@ -137,32 +144,37 @@ class ComputeOnlyDP:
             groups.setdefault(int(d), []).append(j)
         return groups
 
-    def _min_from(self, out, src, j, a_idx, e_idx) -> None:
-        """out[a, D] = min over b in [a, e(a)] of C_j(a, b) + src[b + 1, D - d]."""
+    def _min_from(self, out, src, j, a_idx, e_idx, cols) -> None:
+        """out[a, D] = min over b in [a, e(a)] of C_j(a, b) + src[b + 1, D - d] (only the columns D - d
+        in ``cols`` can be finite)."""
         d = int(self.devices[j])
         width = self.N + 1 - d
         T = self.prefix[j]
+        cols = cols[: int(np.searchsorted(cols, width))]
+        if not cols.size:
+            return
+        if 2 * cols.size < width:  # few columns: gather them
+            Y = T[1:, None] + src[1:, cols]
+            cand = _range_min(Y, a_idx, e_idx, int((e_idx - a_idx).max()) + 1) - T[a_idx, None]
+            rows = np.ix_(a_idx, cols + d)
+            out[rows] = np.minimum(out[rows], cand)
+            return
         Y = T[1:, None] + src[1:, :width]  # Y[b] = T[b+1] + src[b+1]
         cand = _range_min(Y, a_idx, e_idx, int((e_idx - a_idx).max()) + 1) - T[a_idx, None]
         np.minimum(out[a_idx, d:], cand, out=cand)
         out[a_idx, d:] = cand
 
-    def _bucket_self(self, cur, ends, boolean) -> None:
-        """The "K or more stages" level also extends itself: walk a downwards."""
+    def _bucket_self(self, cur, ends) -> None:
+        """The "K or more stages" level also extends itself (feasibility): walk a downwards."""
         L, N = self.L, self.N
-        J = len(self.model.layouts)
-        E = np.array([ends[j] for j in range(J)])  # (J, L)
-        if boolean:
-            by_size = {d: E[js].max(axis=0) for d, js in self._by_size().items()}
-            suffix = np.zeros((L + 2, N + 1), np.int64)  # suffix[p]: count of cur[q] for q >= p
-            for a in range(L - 1, -1, -1):
-                suffix[a + 1] = suffix[a + 2] + cur[a + 1]
-                for d, end in by_size.items():
-                    e = end[a]
-                    if e >= a:
-                        cur[a, d:] |= ((suffix[a + 1] - suffix[e + 2]) > 0)[: N + 1 - d]
-            return
-        _SlidingSweep(self, E).run(cur)
+        by_size = {d: np.max([ends[j] for j in js], axis=0) for d, js in self._by_size().items()}
+        suffix = np.zeros((L + 2, N + 1), np.int64)  # suffix[p]: count of cur[q] for q >= p
+        for a in range(L - 1, -1, -1):
+            suffix[a + 1] = suffix[a + 2] + cur[a + 1]
+            for d, end in by_size.items():
+                e = end[a]
+                if e >= a:
+                    cur[a, d:] |= ((suffix[a + 1] - suffix[e + 2]) > 0)[: N + 1 - d]
 
     # ------------------------------------------------------------------ answers
     def final(self, table, boolean: bool):
@@ -356,6 +368,11 @@ class _SlidingSweep:
         # shifted rows: layout j reads column D - d_j of a row padded with N infinities in front
         self.idx = N + np.arange(N + 1)[None, :] - dp.devices[:, None]
 
+    @staticmethod
+    def rows(cur: np.ndarray, src: np.ndarray, first: int, n: int) -> np.ndarray:
+        """Rows first .. first + n - 1 of the two sources: a suffix from the level below or the level itself."""
+        return np.minimum(cur[first : first + n], src[first : first + n])
+
     def shifted(self, rows: np.ndarray, layouts: np.ndarray) -> np.ndarray:
         """rows (k, N + 1) -> (k, len(layouts), N + 1): per layout j, column D holds ``rows[:, D - d_j]``
         (inf if D < d_j)."""
@@ -365,7 +382,8 @@ class _SlidingSweep:
         padded[:, N:] = rows
         return padded[:, self.idx[layouts]]
 
-    def run(self, cur: np.ndarray) -> None:
+    def run(self, cur: np.ndarray, src: np.ndarray) -> None:
+        """Fill ``cur`` (the level, inf where not yet reached) from ``src`` (the level below) and itself."""
         dp, E, T = self.dp, self.E, self.dp.prefix
         J, L = E.shape
         N = dp.N
@@ -384,16 +402,28 @@ class _SlidingSweep:
             if not live.any():
                 continue
             # row a enters every R (a layout that is not live builds a block before R counts again)
-            np.minimum(R, self.shifted(cur[a + 1 : a + 2], everyone)[0] + T[:, a + 1, None], out=R)
+            np.minimum(R, self.shifted(self.rows(cur, src, a + 1, 1), everyone)[0] + T[:, a + 1, None], out=R)
             fresh = live & (e < start)
             if fresh.any():
-                g = np.flatnonzero(fresh)
-                n = int(e[g].max()) - a + 1
-                Y = self.shifted(cur[a + 1 : a + 1 + n], g) + T[g, a + 1 : a + 1 + n].T[:, :, None]
-                np.minimum.accumulate(Y, axis=0, out=Y)
-                block[g, :n] = Y.transpose(1, 0, 2)
-                start[g] = a
-                R[g] = INF
+                for g in _similar(np.flatnonzero(fresh), e - a + 1):
+                    n = int(e[g].max()) - a + 1
+                    Y = self.shifted(self.rows(cur, src, a + 1, n), g) + T[g, a + 1 : a + 1 + n].T[:, :, None]
+                    np.minimum.accumulate(Y, axis=0, out=Y)
+                    block[g, :n] = Y.transpose(1, 0, 2)
+                start[fresh] = a
+                R[fresh] = INF
             j = np.flatnonzero(live)
             q = np.minimum(R[j], block[j, e[j] - start[j]]) - T[j, a, None]
             np.minimum(cur[a], q.min(axis=0), out=cur[a])
+
+
+def _similar(items: np.ndarray, length: np.ndarray) -> list[np.ndarray]:
+    """``items`` in groups of similar ``length[item]`` (each at most 1.5 x the group's shortest + 4),
+    so that a group's blocks, built to its longest, waste little."""
+    order = items[np.argsort(length[items], kind="stable")]
+    groups, first = [], 0
+    for i in range(1, len(order) + 1):
+        if i == len(order) or length[order[i]] > 1.5 * length[order[first]] + 4:
+            groups.append(order[first:i])
+            first = i
+    return groups

@@ -229,11 +229,12 @@ def threshold_search(minsum, coef: float, free: tuple, lowest: float, below, cap
     max(T_lo, lowest)``: a *gap* is closed once that bound reaches
     the best value, and is otherwise probed at its *ceiling*,
     ``min(M_up, (best - f_up) / coef)`` -- above that no plan can win
-    either. So a good value early closes gaps early: before the gaps, the
+    either; the gap with the least bound goes first. So a good value early
+    closes gaps early: before the gaps, the
     search *descends* from the free optimum, probing halfway down to
     ``lowest`` while the value improves (with ``coef`` = m - 1 the optimum
     is usually near the lowest bottleneck, far below the free optimum's
-    max). The gaps are then closed from the top down.
+    max).
     """
     f0, M0, payload = free
     best = (f0 + coef * M0, payload)
@@ -270,18 +271,20 @@ def threshold_search(minsum, coef: float, free: tuple, lowest: float, below, cap
         if got[0] >= value:
             break
         value, M = got
-    # the gaps, top down
+    # the gaps, least bound first
     closed: set = set()
     while True:
         points.sort(key=lambda p: p[0])
         gap, floor = None, settled
         for T, f, M in points:
-            if M > floor and (floor, M) not in closed and f + coef * max(floor, lowest) < limit() * (1 - 1e-12):
-                gap = (floor, f, M)  # the highest open gap wins
+            bound = f + coef * max(floor, lowest)
+            if M > floor and (floor, M) not in closed and bound < limit() * (1 - 1e-12):
+                if gap is None or bound < gap[0]:
+                    gap = (bound, floor, f, M)  # the gap with the least bound first
             floor = max(floor, T)
         if gap is None:
             return best, calls
-        floor, f, M = gap
+        _, floor, f, M = gap
         T = min(below(M, True), below((limit() - f) / coef, False))
         if not T > floor or T < lowest * (1 - 1e-12):
             closed.add((floor, M))  # no threshold in the gap admits a plan that could win
