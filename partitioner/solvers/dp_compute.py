@@ -52,6 +52,8 @@ class ComputeOnlyDP:
         self.devices = np.array([lay.devices for lay in model.layouts])
         self.calls = 0
         self._buffers: dict[str, np.ndarray] = {}
+        self._room: dict[tuple[int, int], np.ndarray] = {}  # per (layout, level): memory and later stages
+        self._cut: tuple[float, dict] = (INF, {})  # (threshold, per layout: the last b under it)
         J = len(model.layouts)
         model.check_budget(
             8.0 * (2 * (self.K + 1) * (L + 1) * (self.N + 1) + L * max(L, 2).bit_length() * (self.N + 1) + J * L * L + 2 * J * L * (self.N + 1)),
@@ -60,10 +62,11 @@ class ComputeOnlyDP:
 
     def buffer(self, name: str, shape: tuple) -> np.ndarray:
         """Scratch space reused across recursions (fresh pages are slow to fault in): contents undefined."""
+        size = math.prod(shape)
         found = self._buffers.get(name)
-        if found is None or found.size < int(np.prod(shape)):
-            found = self._buffers[name] = np.empty(int(np.prod(shape)))
-        return found[: int(np.prod(shape))].reshape(shape)
+        if found is None or found.size < size:
+            found = self._buffers[name] = np.empty(size)
+        return found[:size].reshape(shape)
 
     # ------------------------------------------------------------------ ranges
     def mem_end(self, j: int, stash: int) -> np.ndarray:
@@ -72,12 +75,17 @@ class ComputeOnlyDP:
 
     def ends(self, j: int, level: int, limit: float) -> np.ndarray:
         """Per a: the last layer of the stage's range (memory, threshold, room for later stages)."""
-        stash = self.model.stash_of_level[level]
-        end = np.minimum(self.mem_end(j, stash), self.L - level)
+        end = self._room.get((j, level))
+        if end is None:
+            end = self._room[j, level] = np.minimum(self.mem_end(j, self.model.stash_of_level[level]), self.L - level)
         if math.isfinite(limit):
-            T = self.prefix[j]
-            # largest b with T[b+1] - T[a] <= limit: the same comparison the walk back makes
-            hi = np.searchsorted(T, T[:-1] + limit * (1 + 1e-12), side="right") - 2
+            if self._cut[0] != limit:
+                self._cut = (limit, {})
+            hi = self._cut[1].get(j)
+            if hi is None:
+                T = self.prefix[j]
+                # largest b with T[b+1] - T[a] <= limit: the same comparison the walk back makes
+                hi = self._cut[1][j] = np.searchsorted(T, T[:-1] + limit * (1 + 1e-12), side="right") - 2
             end = np.minimum(end, hi)
         return end
 
@@ -153,16 +161,20 @@ class ComputeOnlyDP:
         cols = cols[: int(np.searchsorted(cols, width))]
         if not cols.size:
             return
-        if 2 * cols.size < width:  # few columns: gather them
-            Y = T[1:, None] + src[1:, cols]
-            cand = _range_min(Y, a_idx, e_idx, int((e_idx - a_idx).max()) + 1) - T[a_idx, None]
+        few = 2 * cols.size < width  # few columns: gather them
+        table = _SparseTable(self.buffer, self.L, cols.size if few else width, int((e_idx - a_idx).max()) + 1)
+        # row b: T[b + 1] + src[b + 1]
+        np.add(T[1:, None], src[1:, cols] if few else src[1:, :width], out=table.rows)
+        cand = table.build().query(a_idx, e_idx)
+        np.subtract(cand, T[a_idx, None], out=cand)
+        if few:
             rows = np.ix_(a_idx, cols + d)
             out[rows] = np.minimum(out[rows], cand)
-            return
-        Y = T[1:, None] + src[1:, :width]  # Y[b] = T[b+1] + src[b+1]
-        cand = _range_min(Y, a_idx, e_idx, int((e_idx - a_idx).max()) + 1) - T[a_idx, None]
-        np.minimum(out[a_idx, d:], cand, out=cand)
-        out[a_idx, d:] = cand
+        elif a_idx[-1] - a_idx[0] + 1 == a_idx.size:  # a run of rows: in place
+            view = out[a_idx[0] : a_idx[-1] + 1, d:]
+            np.minimum(view, cand, out=view)
+        else:
+            out[a_idx, d:] = np.minimum(out[a_idx, d:], cand)
 
     def _bucket_self(self, cur, ends) -> None:
         """The "K or more stages" level also extends itself (feasibility): walk a downwards."""
@@ -253,8 +265,9 @@ class ComputeOnlyDP:
         slowest, work, _ = self.model.layer_floor()
         return max(slowest, work)
 
-    def lowest_bottleneck(self, cand: np.ndarray, known_feasible: float | None = None) -> float | None:
-        """The smallest candidate stage time at which a valid plan exists (binary search)."""
+    def lowest_bottleneck(self, cand: np.ndarray, known_feasible: float | None = None, rel: float = 0.0) -> float | None:
+        """The smallest candidate stage time at which a valid plan exists (binary search); with ``rel`` > 0,
+        a candidate no larger and within that relative distance of it (a lower bound on every plan's max)."""
         lo = int(np.searchsorted(cand, self.lower_bound() * (1 - 1e-12)))
         if known_feasible is None:
             hi = len(cand) - 1
@@ -267,7 +280,8 @@ class ComputeOnlyDP:
             hi = int(np.searchsorted(cand, known_feasible * (1 - 1e-12)))
             hi = min(hi, len(cand) - 1)
         lo = min(lo, hi)
-        while lo < hi:
+        # invariant: cand[hi] is feasible, every candidate below cand[lo] is not
+        while lo < hi and cand[hi] > cand[lo] * (1 + rel):
             mid = (lo + hi) // 2
             self.calls += 1
             if self.final(self.feasible_table(float(cand[mid])), True)[0]:
@@ -300,7 +314,8 @@ class ComputeOnlyDP:
         if m == 1:
             return free_sum, free
         cand = self.candidates()
-        low = self.lowest_bottleneck(cand, known_feasible=free_max)
+        # a lower bound within 0.1 % of the lowest bottleneck is as good for the search, and cheaper
+        low = self.lowest_bottleneck(cand, known_feasible=free_max, rel=1e-3)
         self.model.proven_bound = free_sum + (m - 1) * low  # every plan: sum >= free_sum, max >= low
         noted = free_sum + (m - 1) * free_max
 
@@ -324,23 +339,30 @@ def _close(x: float, y: float) -> bool:
     return x == y or (math.isfinite(x) and math.isfinite(y) and abs(x - y) <= 1e-12 * max(1.0, abs(x), abs(y)))
 
 
-def _range_min(Y: np.ndarray, starts: np.ndarray, ends: np.ndarray, longest: int) -> np.ndarray:
-    """min over rows starts[i]..ends[i] (inclusive) of Y for every i; a sparse table up to ``longest`` rows."""
-    n = Y.shape[0]
-    levels = [Y]
-    span = 1
-    while span * 2 <= min(n, longest):
-        prev = levels[-1]
-        levels.append(np.minimum(prev[: n - 2 * span + 1], prev[span : n - span + 1]))
-        span *= 2
-    length = ends - starts + 1
-    k = np.floor(np.log2(length)).astype(int)
-    out = np.empty((len(starts), Y.shape[1]))
-    for level in np.unique(k):
-        sel = k == level
-        tab = levels[level]
-        out[sel] = np.minimum(tab[starts[sel]], tab[ends[sel] - (1 << level) + 1])
-    return out
+class _SparseTable:
+    """Range minima over the rows of an (n, W) array [1]_, its levels in a reused buffer (``buffer(name, shape)``).
+
+    Fill :attr:`rows`, then :meth:`build` the levels up to spans of ``longest``
+    rows and :meth:`query` inclusive row ranges.
+    """
+
+    def __init__(self, buffer, n: int, width: int, longest: int):
+        self.n = n
+        levels = max(min(n, longest), 1).bit_length()  # spans 1, 2, 4, .. up to longest
+        self.tab = buffer("sparse", (levels, n, width))
+        self.rows = self.tab[0]
+
+    def build(self) -> "_SparseTable":
+        n, tab = self.n, self.tab
+        for k in range(1, tab.shape[0]):
+            s = 1 << (k - 1)
+            np.minimum(tab[k - 1, : n - 2 * s + 1], tab[k - 1, s : n - s + 1], out=tab[k, : n - 2 * s + 1])
+        return self
+
+    def query(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """min over rows starts[i]..ends[i] (inclusive, at most ``longest`` rows) for every i."""
+        k = np.log2(ends - starts + 1).astype(np.int64)  # exact for the small integers here
+        return np.minimum(self.tab[k, starts], self.tab[k, ends - (1 << k) + 1])
 
 
 class _SlidingSweep:
@@ -420,6 +442,8 @@ class _SlidingSweep:
 def _similar(items: np.ndarray, length: np.ndarray) -> list[np.ndarray]:
     """``items`` in groups of similar ``length[item]`` (each at most 1.5 x the group's shortest + 4),
     so that a group's blocks, built to its longest, waste little."""
+    if len(items) == 1:
+        return [items]
     order = items[np.argsort(length[items], kind="stable")]
     groups, first = [], 0
     for i in range(1, len(order) + 1):
