@@ -416,6 +416,8 @@ class _SlidingSweep:
         R = np.full((J, N + 1), INF)
         block = dp.buffer("sweep", (J, width, N + 1))
         everyone = np.arange(J)
+        pad = np.full(2 * N + 1, INF)  # a row of the two sources behind N infinities
+        y = np.empty((J, N + 1))
         for a in range(L - 1, -1, -1):
             if a % 32 == 0:
                 dp._check_time()
@@ -424,20 +426,25 @@ class _SlidingSweep:
             if not live.any():
                 continue
             # row a enters every R (a layout that is not live builds a block before R counts again)
-            np.minimum(R, self.shifted(self.rows(cur, src, a + 1, 1), everyone)[0] + T[:, a + 1, None], out=R)
+            np.minimum(cur[a + 1], src[a + 1], out=pad[N:])
+            np.take(pad, self.idx, out=y)
+            y += T[:, a + 1, None]
+            np.minimum(R, y, out=R)
             fresh = live & (e < start)
             if fresh.any():
                 for g in _similar(np.flatnonzero(fresh), e - a + 1):
                     n = int(e[g].max()) - a + 1
                     Y = self.shifted(self.rows(cur, src, a + 1, n), g) + T[g, a + 1 : a + 1 + n].T[:, :, None]
-                    np.minimum.accumulate(Y, axis=0, out=Y)
+                    for i in range(1, n):  # running minima (a row loop: accumulate along axis 0 is slower)
+                        np.minimum(Y[i - 1], Y[i], out=Y[i])
                     block[g, :n] = Y.transpose(1, 0, 2)
                 start[fresh] = a
                 R[fresh] = INF
-            j = np.flatnonzero(live)
-            q = np.minimum(R[j], block[j, e[j] - start[j]]) - T[j, a, None]
+            j = everyone if live.all() else np.flatnonzero(live)
+            q = block[j, e[j] - start[j]]
+            np.minimum(q, R[j] if j is not everyone else R, out=q)
+            q -= T[j, a, None]
             np.minimum(cur[a], q.min(axis=0), out=cur[a])
-
 
 def _similar(items: np.ndarray, length: np.ndarray) -> list[np.ndarray]:
     """``items`` in groups of similar ``length[item]`` (each at most 1.5 x the group's shortest + 4),
