@@ -9,21 +9,34 @@ both only get harder as the stage grows. So one recursion step is a
 * threshold feasibility -- "is some suffix reachable from a b in the range":
   a range OR, by prefix counts;
 * least sum of stage times under a threshold -- ``min_b (T_l[b+1] + V[b+1, D - d]) - T_l[a]``:
-  a range minimum, by a sparse table [1]_.
+  a range minimum, by a sparse table [1]_ (only over the columns where the
+  level below holds a suffix: few on the lowest levels).
+
+The "K or more stages" level also feeds itself (row ``a`` needs rows above
+it), so it is swept ``a`` downwards, every layout at once. The range ends
+never decrease with ``a``, so each layout's window is a queue (rows enter
+at the bottom, leave at the top), kept as a block of running minima plus
+the minimum of the rows that entered since (the two-stack queue [2]_):
+``O(J L N)`` for the level, no ``log L``.
 
 The bottleneck optimum is the smallest candidate stage time (one of the
 ``C_l(a, b)``) that is feasible, found by binary search over the sorted
-candidates; the iteration objective walks the Pareto points of (sum of stage
-times, largest stage time) downwards, thresholds snapped to candidates.
+candidates; the iteration objective is the best of the Pareto points of (sum
+of stage times, largest stage time), found by
+:func:`.dp_walks.threshold_search` with thresholds snapped to candidates.
 
-Complexity per recursion: ``O(K * n_layouts * L * N * log L)`` for the least
-sum, ``O(K * n_layouts * L * N)`` for feasibility (K stage levels, L layers,
-N devices); memory ``O(K * L * N)``.
+Complexity per recursion: ``O(K * n_layouts * L * N * log w)`` for the least
+sum (w: the longest stage range), ``O(K * n_layouts * L * N)`` for
+feasibility (K stage levels, L layers, N devices); memory ``O(K * L * N)``
+plus scratch ``O(n_layouts * w * N + L * N * log w)``, reused across recursions.
 
 References
 ----------
 .. [1] M. A. Bender and M. Farach-Colton, "The LCA Problem Revisited",
    LATIN 2000 (sparse tables for range-minimum queries).
+.. [2] C. Okasaki, "Purely Functional Data Structures", Cambridge
+   University Press, 1998, section 5.2 (a queue as two lists); here each
+   part also carries its running minima.
 """
 from __future__ import annotations
 

@@ -6,7 +6,12 @@ g = (m - 1) u + k W), or is such a form plus a second max (GPipe: max F),
 handled by an outer walk. :class:`ThresholdWalks` holds these walks as a mix-in
 of :class:`partitioner.solvers.dp.DPModel`, whose recursions (``minsum``
 under a threshold, ``minmax``) and walk back they drive; see the *The
-recursion* and *Schedules beyond 1F1B* sections of :mod:`.dp`.
+recursion* and *Schedules beyond 1F1B* sections of :mod:`.dp`. Each walk,
+and the range-query recursions of :mod:`.dp_compute`, searches the
+thresholds with :func:`threshold_search`: a descent towards the lowest
+bottleneck for a good value early, then a branch and bound over the gaps
+between the probed thresholds (bound: least sum above the gap plus coef
+times its lower end).
 """
 from __future__ import annotations
 
@@ -136,9 +141,8 @@ class ThresholdWalks:
         lowest max (``lowest``, when given, is taken for it; a ``cap`` of
         -inf stops the walk right after the bound).
         ``minsum(T)`` is a non-increasing step function of the threshold T;
-        the walk visits its steps (the (sum, max) Pareto points) downwards
-        from the free optimum and stops once even the lowest max cannot make
-        up for the growing sum, or cannot beat ``cap`` (a value known elsewhere).
+        :func:`threshold_search` finds its best step (a (sum, max) Pareto
+        point), or proves that none beats ``cap`` (a value known elsewhere).
         ``extra(stages)``: what the true objective adds to ``sum + coef * max``
         (GPipe: (m - 1) max F), for the plans noted on the way.
         """
