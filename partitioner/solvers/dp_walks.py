@@ -238,7 +238,9 @@ def threshold_search(minsum, coef: float, free: tuple, lowest: float, below, cap
     search *descends* from the free optimum, probing halfway down to
     ``lowest`` while the value improves (with ``coef`` = m - 1 the optimum
     is usually near the lowest bottleneck, far below the free optimum's
-    max).
+    max). Under a finite ``cap`` (zb-h1's later walks, GPipe's inner ones)
+    the cap already prunes and the descent is skipped: it measured more
+    recursions there.
     """
     f0, M0, payload = free
     best = (f0 + coef * M0, payload)
@@ -261,10 +263,10 @@ def threshold_search(minsum, coef: float, free: tuple, lowest: float, below, cap
 
     if coef <= 0:
         return best, calls
-    # the descent: halfway from the last improving point's max to the lowest bottleneck
+    # the descent (no cap): halfway from the last improving point's max to the lowest bottleneck
     value, M = best[0], M0
     settled = -INF  # no plan has a max <= settled
-    while value < INF and f0 + coef * lowest < limit() * (1 - 1e-12):
+    while cap == INF and f0 + coef * lowest < limit() * (1 - 1e-12):
         T = below(lowest + 0.5 * (M - lowest), False)
         if not T < M * (1 - 1e-12) or T < lowest * (1 - 1e-12):
             break
