@@ -190,16 +190,21 @@ class ComputeOnlyDP:
             out[a_idx, d:] = np.minimum(out[a_idx, d:], cand)
 
     def _bucket_self(self, cur, ends) -> None:
-        """The "K or more stages" level also extends itself (feasibility): walk a downwards."""
+        """The "K or more stages" level also extends itself (feasibility): walk a downwards, all sizes at once."""
         L, N = self.L, self.N
-        by_size = {d: np.max([ends[j] for j in js], axis=0) for d, js in self._by_size().items()}
+        groups = self._by_size()
+        sizes = np.array(list(groups), np.int64)
+        E = np.array([np.max([ends[j] for j in js], axis=0) for js in groups.values()])  # (sizes, L)
+        shift = N + np.arange(N + 1)[None, :] - sizes[:, None]  # column D of size d reads hit[D - d]
         suffix = np.zeros((L + 2, N + 1), np.int64)  # suffix[p]: count of cur[q] for q >= p
+        padded = np.zeros((len(sizes), 2 * N + 1), bool)
         for a in range(L - 1, -1, -1):
             suffix[a + 1] = suffix[a + 2] + cur[a + 1]
-            for d, end in by_size.items():
-                e = end[a]
-                if e >= a:
-                    cur[a, d:] |= ((suffix[a + 1] - suffix[e + 2]) > 0)[: N + 1 - d]
+            e = E[:, a]
+            s = np.flatnonzero(e >= a)
+            if s.size:
+                padded[: s.size, N:] = (suffix[a + 1][None, :] - suffix[e[s] + 2]) > 0
+                cur[a] |= padded[np.arange(s.size)[:, None], shift[s]].any(axis=0)
 
     # ------------------------------------------------------------------ answers
     def final(self, table, boolean: bool):
