@@ -6,7 +6,12 @@ g = (m - 1) u + k W), or is such a form plus a second max (GPipe: max F),
 handled by an outer walk. :class:`ThresholdWalks` holds these walks as a mix-in
 of :class:`partitioner.solvers.dp.DPModel`, whose recursions (``minsum``
 under a threshold, ``minmax``) and walk back they drive; see the *The
-recursion* and *Schedules beyond 1F1B* sections of :mod:`.dp`.
+recursion* and *Schedules beyond 1F1B* sections of :mod:`.dp`. Each walk,
+and the range-query recursions of :mod:`.dp_compute`, searches the
+thresholds with :func:`threshold_search`: a descent towards the lowest
+bottleneck for a good value early, then a branch and bound over the gaps
+between the probed thresholds (bound: least sum above the gap plus coef
+times its lower end).
 """
 from __future__ import annotations
 
@@ -136,9 +141,8 @@ class ThresholdWalks:
         lowest max (``lowest``, when given, is taken for it; a ``cap`` of
         -inf stops the walk right after the bound).
         ``minsum(T)`` is a non-increasing step function of the threshold T;
-        the walk visits its steps (the (sum, max) Pareto points) downwards
-        from the free optimum and stops once even the lowest max cannot make
-        up for the growing sum, or cannot beat ``cap`` (a value known elsewhere).
+        :func:`threshold_search` finds its best step (a (sum, max) Pareto
+        point), or proves that none beats ``cap`` (a value known elsewhere).
         ``extra(stages)``: what the true objective adds to ``sum + coef * max``
         (GPipe: (m - 1) max F), for the plans noted on the way.
         """
@@ -173,23 +177,20 @@ class ThresholdWalks:
             bound = free_sum + coef * lowest_max
             if self.spec is None:  # with options a walk covers one k (zb-h1) or one cap on F (GPipe)
                 self.proven_bound = bound
-            if bound < cap:
-                f_lo, M_lo, plan_lo = minsum(lowest_max)
-                if plan_lo is not None and f_lo + coef * M_lo < best[0]:
-                    best = (f_lo + coef * M_lo, plan_lo)
-                    self.note(plan_lo[0], plan_lo[1], kind, best[0] + extra(plan_lo[0]))
-            # walk the (sum, max) Pareto points down from the free optimum (see dp_compute.iteration)
-            f, M = free_sum, free_max
-            while f + coef * lowest_max < min(best[0], cap) * (1 - 1e-12):
-                ceiling = min(M * (1 - 4e-12), (min(best[0], cap) - f) / coef)
-                if ceiling < lowest_max * (1 - 1e-12):
-                    break
-                f, M, plan = minsum(ceiling)
-                if plan is None:
-                    break
-                if f + coef * M < best[0]:
-                    best = (f + coef * M, plan)
-                    self.note(plan[0], plan[1], kind, best[0] + extra(plan[0]))
+            noted = best[0]
+
+            def probe(limit):
+                nonlocal noted
+                f, M, plan = minsum(limit)
+                if plan is not None and f + coef * M < noted:
+                    noted = f + coef * M
+                    self.note(plan[0], plan[1], kind, noted + extra(plan[0]))
+                return f, M, plan
+
+            def below(x: float, strict: bool) -> float:
+                return x * (1 - 4e-12) if strict else x
+
+            best, _ = threshold_search(probe, coef, (free_sum, free_max, free), lowest_max, below, cap)
         return best, bound, calls, lowest_max
 
     def _place_walked(self, auto, X, kind, deadline, best, coef: float, extra=None) -> Plan | None:
@@ -209,6 +210,92 @@ class ThresholdWalks:
                     if plan is not None:
                         break
         return plan
+
+
+def threshold_search(minsum, coef: float, free: tuple, lowest: float, below, cap: float = INF):
+    """The least ``f + coef * M`` over the (sum f, max M) Pareto points of a step function ``minsum``.
+
+    ``minsum(T)`` returns ``(f, M, payload)``: the least sum over the plans
+    whose every stage is at most the threshold T, and the max and payload of
+    one such plan (``M <= T``), or ``(inf, None, None)`` when there is none.
+    ``free`` is its answer without threshold, ``lowest`` a lower bound on
+    every plan's max, ``below(x, strict)`` the threshold that admits the
+    maxes up to x (below x when ``strict``; a snapped candidate, or x), and
+    ``cap`` a value known elsewhere: a plan that cannot beat it is not
+    sought. Returns the best ``(value, payload)`` found (the optimum unless
+    it is not below ``cap``) and the number of ``minsum`` calls.
+
+    Every probe at T settles the maxes in ``[M, T]`` (their plans' sums are
+    at least f). Between the probe at ``T_lo`` and the next
+    probe up, whose point is ``(f_up, M_up)``, the unsettled maxes
+    ``(T_lo, M_up)`` (below the lowest probe: ``[lowest, M_up)``) have sums
+    at least ``f_up``, so none of their plans beats ``f_up + coef *
+    max(T_lo, lowest)``: a *gap* is closed once that bound reaches
+    the best value, and is otherwise probed at its *ceiling*,
+    ``min(M_up, (best - f_up) / coef)`` -- above that no plan can win
+    either; the gap with the least bound goes first. So a good value early
+    closes gaps early: before the gaps, the
+    search *descends* from the free optimum, probing halfway down to
+    ``lowest`` while the value improves (with ``coef`` = m - 1 the optimum
+    is usually near the lowest bottleneck, far below the free optimum's
+    max). Under a finite ``cap`` (zb-h1's later walks, GPipe's inner ones)
+    the cap already prunes and the descent is skipped: it measured more
+    recursions there.
+    """
+    f0, M0, payload = free
+    best = (f0 + coef * M0, payload)
+    points = [(INF, f0, M0)]  # (threshold, f, M) of every probe with a plan
+    calls = 0
+
+    def probe(T):
+        nonlocal best, calls
+        calls += 1
+        f, M, found = minsum(T)
+        if found is None:
+            return None
+        points.append((T, f, M))
+        if f + coef * M < best[0]:
+            best = (f + coef * M, found)
+        return f + coef * M, M
+
+    def limit() -> float:
+        return min(best[0], cap)
+
+    if coef <= 0:
+        return best, calls
+    # the descent (no cap): halfway from the last improving point's max to the lowest bottleneck
+    value, M = best[0], M0
+    settled = -INF  # no plan has a max <= settled
+    while cap == INF and f0 + coef * lowest < limit() * (1 - 1e-12):
+        T = below(lowest + 0.5 * (M - lowest), False)
+        if not T < M * (1 - 1e-12) or T < lowest * (1 - 1e-12):
+            break
+        got = probe(T)
+        if got is None:
+            settled = lowest = max(lowest, T)
+            break
+        if got[0] >= value:
+            break
+        value, M = got
+    # the gaps, least bound first
+    closed: set = set()
+    while True:
+        points.sort(key=lambda p: p[0])
+        gap, floor = None, settled
+        for T, f, M in points:
+            bound = f + coef * max(floor, lowest)
+            if M > floor and (floor, M) not in closed and bound < limit() * (1 - 1e-12):
+                if gap is None or bound < gap[0]:
+                    gap = (bound, floor, f, M)  # the gap with the least bound first
+            floor = max(floor, T)
+        if gap is None:
+            return best, calls
+        _, floor, f, M = gap
+        T = min(below(M, True), below((limit() - f) / coef, False))
+        if not T > floor or T < lowest * (1 - 1e-12):
+            closed.add((floor, M))  # no threshold in the gap admits a plan that could win
+        elif probe(T) is None:
+            settled = lowest = max(lowest, T)  # no plan has every stage <= T
 
 
 def _same(x: float, y: float) -> bool:
