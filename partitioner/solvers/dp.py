@@ -320,13 +320,17 @@ class DPModel(ThresholdWalks):
     def option_rows(self, a: int, i: int, stash: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Over b = a..L-1 (and the options f of stage a..b): the spec's least key of the stage without
         transfers (a lower bound with them; inf if nothing fits) and its two option arrays."""
+        return tuple(x[a, a:] for x in self.option_tables(i, stash))
+
+    def option_tables(self, i: int, stash: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`option_rows` for every stage a..b at once: ``[a, b]`` and ``[a, b, f]`` arrays."""
         key = (i, stash, self.spec.key)
         found = self._rows.get(key)
         if found is None:
             found = self.spec.prepare(*self.stage_options(i, stash))
             self._rows = {k: v for k, v in self._rows.items() if k[2] == self.spec.key}
             self._rows[key] = found
-        return tuple(x[a, a:] for x in found)
+        return found
 
     def stage_configs(self, a: int, b: int, i: int, stash: int) -> tuple:
         """The per-segment configs of the fastest fitting stage a..b on size index i."""

@@ -117,7 +117,6 @@ class _Run:
         self.X, self.xin, self.mode, self.lim, self.deadline = X, xin, mode, lim, deadline
         self.L, self.N = model.L, model.N
         self.spec = model.spec
-        self._incoming_cache: dict = {}
         self._statics: dict = {}
         self.banded = math.isfinite(lim) and not self.spec
         self.prefix = prefix_devices(model, lim) if self.banded else np.zeros(self.L + 1, dtype=np.int64)
@@ -157,9 +156,7 @@ class _Run:
         if a_hi < a_lo or H.shape[1] == 0:
             return
         if self.spec:
-            for a in range(a_hi, a_lo - 1, -1):
-                self.check_time()
-                self._stage_options(level, i, H, a)
+            self._options_source(level, i, H, a_lo, a_hi, alive)
             return
         cbm = self.model.compute_matrix(i, self.model.stash_of_level[level])
         P, D1 = H.shape[1], H.shape[2]
@@ -270,40 +267,88 @@ class _Run:
             cat = order[cell // Zn, r]
             out[cell, cat, col] = np.minimum(out[cell, cat, col], best)
 
-    # ------------------------------------------------------------ with options (one a at a time)
-    def _incoming(self, a: int, i: int):
-        """Distinct incoming transfer times of a size-i stage starting at a, and each category's."""
-        key = (a, i)
-        if key not in self._incoming_cache:
-            xs = self.xin[a, self.lay.cats[i]]
-            self._incoming_cache[key] = np.unique(xs, return_inverse=True)
-        return self._incoming_cache[key]
+    # ------------------------------------------------------------ with options
+    def _incoming_values(self, i: int):
+        """Per first layer a: the distinct incoming transfers of a size-i stage starting there, padded
+        to one width with copies of the largest (a copy changes no minimum), and each category's index."""
+        key = ("in", i)
+        found = self._statics.get(key)
+        if found is None:
+            xs = self.xin[:, self.lay.cats[i]]  # (L + 1, Ci)
+            order = np.argsort(xs, axis=1, kind="stable")
+            srt = np.take_along_axis(xs, order, axis=1)
+            first = np.ones(srt.shape, bool)
+            first[:, 1:] = srt[:, 1:] != srt[:, :-1]
+            slot = np.cumsum(first, axis=1) - 1  # position of each sorted value among the distinct ones
+            values = np.repeat(srt[:, -1:], srt.shape[1], axis=1)
+            rows = np.repeat(np.arange(srt.shape[0]), srt.shape[1])
+            values[rows, slot.ravel()] = srt.ravel()
+            width = int(slot[:, -1].max()) + 1 if srt.size else 0
+            where = np.empty_like(slot)
+            np.put_along_axis(where, order, slot, axis=1)  # where[a, c]: category c's distinct value
+            found = self._statics[key] = (np.ascontiguousarray(values[:, :width]), where)
+        return found
 
-    def _stage_options(self, level: int, i: int, H: np.ndarray, a: int) -> None:
-        model, lay, lim, mode = self.model, self.lay, self.lim, self.mode
-        pair_zn, pair_co, _, zn_starts = lay.pairs[i]
+    def _options_source(self, level: int, i: int, H: np.ndarray, a_lo: int, a_hi: int, alive: np.ndarray | None) -> None:
+        """Stages of size i starting at a in [a_lo, a_hi] valued by the spec, many first layers at once:
+        each a's candidate last layers b padded to a chunk's longest list (a padded candidate is worth
+        inf), chunks of first layers with similar counts so that a temporary stays near ``CHUNK``."""
+        model, lim = self.model, self.lim
         bmax = self.L - level
-        cb = model.option_rows(a, i, model.stash_of_level[level])
-        cbs = cb[0][: bmax - a + 1]
-        valid = np.flatnonzero(np.isfinite(cbs) & (cbs <= lim))
-        if valid.size == 0:
+        low, U, G = (x[a_lo : a_hi + 1, a_lo : bmax + 1] for x in model.option_tables(i, model.stash_of_level[level]))
+        if alive is None:
+            alive = np.isfinite(H).any(axis=2)
+        with np.errstate(invalid="ignore"):
+            valid = np.isfinite(low) & (low <= lim) & alive[a_lo + 1 : bmax + 2].any(axis=1)[None, :]
+        valid &= np.arange(a_lo, bmax + 1)[None, :] >= np.arange(a_lo, a_hi + 1)[:, None]  # b >= a
+        ai, bi = np.nonzero(valid)  # ordered by (a, b), relative to a_lo
+        if ai.size == 0:
             return
-        bs = a + valid
-        Hs = H[bs + 1]  # (nb, pairs, D')
-        values, where = self._incoming(a, i)
-        xo, xi = self.X[bs][:, pair_co][:, :, None], values[None, None, :]
-        t = self.spec.value(cbs[valid, None, None], cb[1][valid, None, None], cb[2][valid, None, None], xo, xi, mode, lim)
+        values, _ = self._incoming_values(i)
+        per = H.shape[1] * values.shape[1] * max(H.shape[2], U.shape[-1], 1)  # elements per candidate
+        counts = np.bincount(ai, minlength=valid.shape[0])
+        starts = np.r_[0, np.cumsum(counts)[:-1]]
+        rows = np.flatnonzero(counts)
+        rows = rows[np.argsort(-counts[rows], kind="stable")]  # most candidates first
+        k = 0
+        while k < rows.size:
+            longest = int(counts[rows[k]])
+            e = k + 1
+            cap = max(CHUNK // (per * longest), 1)
+            while e < rows.size and e - k < cap and counts[rows[e]] * 3 >= longest * 2:
+                e += 1
+            self.check_time()
+            chunk = rows[k:e]
+            pos = np.arange(longest)
+            real = pos[None, :] < counts[chunk][:, None]
+            idx = starts[chunk][:, None] + np.where(real, pos[None, :], 0)
+            self._options_kernel(level, i, H, ai[idx], bi[idx], real, chunk + a_lo, low, U, G, a_lo)
+            k = e
+
+    def _options_kernel(self, level, i, H, r, c, real, firsts, low, U, G, a_lo) -> None:
+        """Candidates (a, b) [first layer, slot] -- stage a..b then the suffix from b + 1 -- valued by the
+        spec per pair and distinct incoming transfer, reduced over b, then over a new state's pairs."""
+        lay, lim, mode = self.lay, self.lim, self.mode
+        pair_zn, pair_co, _, zn_starts = lay.pairs[i]
+        values, where = self._incoming_values(i)
+        bi = c + a_lo
+        xo = self.X[bi][..., pair_co][..., None]  # (A, slots, pairs, 1)
+        xi = values[firsts][:, None, None, :]  # (A, 1, 1, values)
+        t = self.spec.value(low[r, c][..., None, None], U[r, c][:, :, None, None], G[r, c][:, :, None, None], xo, xi, mode, lim)
+        t = np.where(real[:, :, None, None], t, INF)  # (A, slots, pairs, values)
+        Hs = H[bi + 1][:, :, :, None, :]  # (A, slots, pairs, 1, D')
         if mode == "minmax":
-            val = np.maximum(t[..., None], Hs[:, :, None, :])
+            val = np.maximum(t[..., None], Hs)
             if math.isfinite(lim):
                 val = np.where((t <= lim)[..., None], val, INF)
         else:
-            val = t[..., None] + Hs[:, :, None, :]
-        val = val.min(axis=0)  # (pairs, values, D')
-        per_state = np.minimum.reduceat(val, zn_starts, axis=0)[:, where, :]  # (states, categories, D')
+            val = t[..., None] + Hs
+        val = val.min(axis=1)  # (A, pairs, values, D')
+        val = np.minimum.reduceat(val, zn_starts, axis=1)  # (A, states, values, D')
+        per_state = np.take_along_axis(val, where[firsts][:, None, :, None], axis=2)  # (.., categories, ..)
         target = self.tables.tab[level][i]
-        zl = lay.zloc[pair_zn[zn_starts]]
-        target[a, zl] = np.minimum(target[a, zl], per_state)
+        idx = np.ix_(firsts, lay.zloc[pair_zn[zn_starts]])
+        target[idx] = np.minimum(target[idx], per_state)
 
 
 class _Groups:
