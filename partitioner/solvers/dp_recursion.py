@@ -291,19 +291,27 @@ class _Run:
 
     def _options_source(self, level: int, i: int, H: np.ndarray, a_lo: int, a_hi: int, alive: np.ndarray | None) -> None:
         """Stages of size i starting at a in [a_lo, a_hi] valued by the spec, many first layers at once:
-        each a's candidate last layers b padded to a chunk's longest list (a padded candidate is worth
-        inf), chunks of first layers with similar counts so that a temporary stays near ``CHUNK``."""
+        each a's candidate last layers b padded to its chunk's longest list with copies of its first
+        candidate (a copy changes no minimum), chunks of first layers with similar counts so that a
+        temporary stays near ``CHUNK`` elements."""
         model, lim = self.model, self.lim
         bmax = self.L - level
-        low, U, G = (x[a_lo : a_hi + 1, a_lo : bmax + 1] for x in model.option_tables(i, model.stash_of_level[level]))
+        low, U, G = model.option_tables(i, model.stash_of_level[level])
         if alive is None:
             alive = np.isfinite(H).any(axis=2)
-        with np.errstate(invalid="ignore"):
-            valid = np.isfinite(low) & (low <= lim) & alive[a_lo + 1 : bmax + 2].any(axis=1)[None, :]
+        succ = alive[a_lo + 1 : bmax + 2].any(axis=1)  # (b,): the suffix from b + 1 has a finite entry
+        block = low[a_lo : a_hi + 1, a_lo : bmax + 1]  # the least key of stage a..b without transfers
+        valid = np.isfinite(block) & (block <= lim) & succ[None, :]
+        if a_hi == a_lo:  # one first layer (the bucket level): no chunks
+            bi = np.flatnonzero(valid[0]) + a_lo
+            if bi.size:
+                self._options_kernel(level, i, H, np.array([a_lo]), bi[None, :], low, U, G)
+            return
         valid &= np.arange(a_lo, bmax + 1)[None, :] >= np.arange(a_lo, a_hi + 1)[:, None]  # b >= a
         ai, bi = np.nonzero(valid)  # ordered by (a, b), relative to a_lo
         if ai.size == 0:
             return
+        bi += a_lo
         values, _ = self._incoming_values(i)
         per = H.shape[1] * values.shape[1] * max(H.shape[2], U.shape[-1], 1)  # elements per candidate
         counts = np.bincount(ai, minlength=valid.shape[0])
@@ -319,23 +327,21 @@ class _Run:
                 e += 1
             self.check_time()
             chunk = rows[k:e]
-            pos = np.arange(longest)
-            real = pos[None, :] < counts[chunk][:, None]
-            idx = starts[chunk][:, None] + np.where(real, pos[None, :], 0)
-            self._options_kernel(level, i, H, ai[idx], bi[idx], real, chunk + a_lo, low, U, G, a_lo)
+            pos = np.arange(longest)[None, :]
+            idx = starts[chunk][:, None] + np.where(pos < counts[chunk][:, None], pos, 0)
+            self._options_kernel(level, i, H, chunk + a_lo, bi[idx], low, U, G)
             k = e
 
-    def _options_kernel(self, level, i, H, r, c, real, firsts, low, U, G, a_lo) -> None:
-        """Candidates (a, b) [first layer, slot] -- stage a..b then the suffix from b + 1 -- valued by the
-        spec per pair and distinct incoming transfer, reduced over b, then over a new state's pairs."""
-        lay, lim, mode = self.lay, self.lim, self.mode
-        pair_zn, pair_co, _, zn_starts = lay.pairs[i]
+    def _options_kernel(self, level, i, H, firsts, bi, low, U, G) -> None:
+        """Stages firsts[r]..bi[r, slot], each followed by the suffix from bi + 1, valued by the spec per
+        pair and distinct incoming transfer; the least over the slots, then over a new state's pairs."""
+        lim, mode = self.lim, self.mode
+        pair_co, zn_starts, zl = self._options_static(i)
         values, where = self._incoming_values(i)
-        bi = c + a_lo
+        ai = firsts[:, None]
         xo = self.X[bi][..., pair_co][..., None]  # (A, slots, pairs, 1)
         xi = values[firsts][:, None, None, :]  # (A, 1, 1, values)
-        t = self.spec.value(low[r, c][..., None, None], U[r, c][:, :, None, None], G[r, c][:, :, None, None], xo, xi, mode, lim)
-        t = np.where(real[:, :, None, None], t, INF)  # (A, slots, pairs, values)
+        t = self.spec.value(low[ai, bi][..., None, None], U[ai, bi][:, :, None, None], G[ai, bi][:, :, None, None], xo, xi, mode, lim)
         Hs = H[bi + 1][:, :, :, None, :]  # (A, slots, pairs, 1, D')
         if mode == "minmax":
             val = np.maximum(t[..., None], Hs)
@@ -345,10 +351,23 @@ class _Run:
             val = t[..., None] + Hs
         val = val.min(axis=1)  # (A, pairs, values, D')
         val = np.minimum.reduceat(val, zn_starts, axis=1)  # (A, states, values, D')
-        per_state = np.take_along_axis(val, where[firsts][:, None, :, None], axis=2)  # (.., categories, ..)
         target = self.tables.tab[level][i]
-        idx = np.ix_(firsts, lay.zloc[pair_zn[zn_starts]])
+        if firsts.size == 1:
+            a = int(firsts[0])
+            target[a, zl] = np.minimum(target[a, zl], val[0][:, where[a]])
+            return
+        per_state = np.take_along_axis(val, where[firsts][:, None, :, None], axis=2)  # (.., categories, ..)
+        idx = np.ix_(firsts, zl)
         target[idx] = np.minimum(target[idx], per_state)
+
+    def _options_static(self, i: int):
+        """Per size index: each pair's outgoing category, where each new state's pairs start, its row."""
+        key = ("pairs", i)
+        found = self._statics.get(key)
+        if found is None:
+            pair_zn, pair_co, _, zn_starts = self.lay.pairs[i]
+            found = self._statics[key] = (pair_co, zn_starts, self.lay.zloc[pair_zn[zn_starts]])
+        return found
 
 
 class _Groups:
