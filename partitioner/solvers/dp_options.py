@@ -92,10 +92,14 @@ class GPipeSpec:
         return fwd, bwd, key, fwd <= self.f_cap
 
     def value(self, low, F, B, xo, xi, mode: str, lim: float):
-        fwd, bwd, key, ok = self._parts(F, B, xo, xi)
+        # the parts as _parts forms them, left to broadcast inside the ufuncs (no broadcast_arrays copies)
+        fwd, bwd = F + np.asarray(xo)[..., None], B + np.asarray(xi)[..., None]
+        key, ok = (bwd if self.part == "B" else fwd), fwd <= self.f_cap
         if mode == "minmax":
-            return np.where(ok, key, INF).min(axis=-1)
-        return np.where(ok & (key <= lim), fwd + bwd, INF).min(axis=-1)
+            out = np.where(ok, key, INF).min(axis=-1)
+        else:
+            out = np.where(ok & (key <= lim), fwd + bwd, INF).min(axis=-1)
+        return np.broadcast_to(out, np.broadcast_shapes(fwd.shape, bwd.shape)[:-1])
 
     def choice(self, F, B, xo: float, xi: float, mode: str, lim: float) -> tuple[int, float, float, float]:
         """(option, cost t, key, F + xo) of one stage, as :meth:`value` values it."""
