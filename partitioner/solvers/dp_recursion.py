@@ -342,22 +342,28 @@ class _Run:
         xo = self.X[bi][..., pair_co][..., None]  # (A, slots, pairs, 1)
         xi = values[firsts][:, None, None, :]  # (A, 1, 1, values)
         t = self.spec.value(low[ai, bi][..., None, None], U[ai, bi][:, :, None, None], G[ai, bi][:, :, None, None], xo, xi, mode, lim)
-        Hs = H[bi + 1][:, :, :, None, :]  # (A, slots, pairs, 1, D')
+        Hs = H[bi + 1]  # (A, slots, pairs, D')
+        # only the devices D' where some suffix has a finite value (elsewhere every value is inf)
+        cols = np.flatnonzero(np.isfinite(Hs).any(axis=(0, 1, 2)))
+        if cols.size == 0:
+            return
+        D = slice(int(cols[0]), int(cols[-1]) + 1)
+        Hs = Hs[:, :, :, None, D]  # (A, slots, pairs, 1, D'')
         if mode == "minmax":
+            if math.isfinite(lim):  # a stage above the threshold: inf, and so is max(inf, H)
+                t = np.where(t <= lim, t, INF)
             val = np.maximum(t[..., None], Hs)
-            if math.isfinite(lim):
-                val = np.where((t <= lim)[..., None], val, INF)
         else:
             val = t[..., None] + Hs
-        val = val.min(axis=1)  # (A, pairs, values, D')
-        val = np.minimum.reduceat(val, zn_starts, axis=1)  # (A, states, values, D')
+        val = val.min(axis=1)  # (A, pairs, values, D'')
+        val = np.minimum.reduceat(val, zn_starts, axis=1)  # (A, states, values, D'')
         target = self.tables.tab[level][i]
         if firsts.size == 1:
             a = int(firsts[0])
-            target[a, zl] = np.minimum(target[a, zl], val[0][:, where[a]])
+            target[a, zl, :, D] = np.minimum(target[a, zl, :, D], val[0][:, where[a]])
             return
         per_state = np.take_along_axis(val, where[firsts][:, None, :, None], axis=2)  # (.., categories, ..)
-        idx = np.ix_(firsts, zl)
+        idx = (firsts[:, None], zl[None, :], slice(None), D)
         target[idx] = np.minimum(target[idx], per_state)
 
     def _options_static(self, i: int):
