@@ -133,14 +133,13 @@ class _Run:
         cats = lay.cats[i]
         zl = lay.zloc[self.auto.init[i]]
         V = self.tables.tab[1][i]
-        if self.spec:
-            for a in range(L):
-                compute = tuple(x[-1] for x in model.option_rows(a, i, stash))
-                xin_a = self.xin[a, cats]
-                t = self.spec.value(compute[0], compute[1], compute[2], np.zeros_like(xin_a), xin_a, self.mode, self.lim)
-                if self.mode == "minmax":
-                    t = np.where(t <= self.lim, t, INF)
-                V[a, zl, :, 0] = np.minimum(V[a, zl, :, 0], t)
+        if self.spec:  # every a at once: stage a..L-1 per incoming category
+            low, U, G = (x[:L, L - 1] for x in model.option_tables(i, stash))
+            xin = self.xin[:L, cats]
+            t = self.spec.value(low[:, None], U[:, None], G[:, None], np.zeros_like(xin), xin, self.mode, self.lim)
+            if self.mode == "minmax":
+                t = np.where(t <= self.lim, t, INF)
+            V[:L, zl, :, 0] = np.minimum(V[:L, zl, :, 0], t)
             return
         cb = model.compute_matrix(i, stash)[:L, L - 1]  # (a,): compute of a..L-1
         t = cb[:, None] + self.xin[:L][:, cats]
