@@ -38,8 +38,17 @@ difference far below the 1e-12 relative ties of the walk back
 (``tests/test_dp_fill.py`` checks every entry against the definition).
 
 With options (zb-h1's and GPipe's iteration estimates, :mod:`.dp_options`)
-a stage's value is not ``w + x``; those recursions take one ``a`` at a time
-with the distinct incoming transfers as an axis, valued by the spec.
+a stage's value is not ``w + x``: the spec values each candidate (a, b, pair)
+per distinct incoming transfer (an axis), and the least over b, then over a
+new state's pairs, is taken with ``min`` only, so every entry is the one a
+loop over a, b and the options gives, bit for bit. Below the bucket level
+many first layers go at once: each a's candidate b (stage under the
+threshold without transfers, a successor with a finite entry) padded to the
+longest list of its chunk with copies of its first one, chunks of first
+layers with similar counts under ``CHUNK`` elements; the bucket level takes
+one a at a time. Device columns no suffix of the chunk holds are skipped.
+(``tests/test_dp_options_fill.py`` checks every entry for equality with the
+definition.)
 """
 from __future__ import annotations
 
