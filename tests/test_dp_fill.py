@@ -26,14 +26,22 @@ from strategies import small_problems, small_v2_problems
 REL = 1e-9
 
 
-def reference(model: DPModel, auto, X: np.ndarray, mode: str, limit: float) -> dict:
-    """V[(a, level, z, c, D)] from the definition: a stage a..b of size d in state zn after the suffix's
-    state zp (outgoing category co), its time compute + X[b, co] + X[a - 1, c], at most the threshold."""
+def reference(model: DPModel, auto, X: np.ndarray, mode: str, limit: float, stage=None, top: int | None = None) -> dict:
+    """V[(a, level, z, c, D)] for levels 1..top (all) from the definition: a stage a..b of size d in state
+    zn after the suffix's state zp (outgoing category co) valued ``stage(i, stash, a, b, xo, xi, lim)``
+    with ``xo = X[b, co]`` (0 for the last stage) and ``xi = X[a - 1, c]``, inf if it does not fit;
+    by default its time compute + xo + xi, fitting when at most the threshold."""
     L, N, K = model.L, model.N, model.K
     lim = limit * (1 + 1e-12) if math.isfinite(limit) else math.inf
     C = len(auto.categories)
     xin = np.vstack([np.zeros((1, C)), X[:-1]])
     V: dict = {}
+
+    def time_of(i, stash, a, b, xo, xi, lim):
+        t = model.compute_matrix(i, stash)[a, b] + xo + xi
+        return t if t <= lim else math.inf
+
+    stage = stage or time_of
 
     def get(*key) -> float:
         return V.get(key, math.inf)
@@ -42,28 +50,25 @@ def reference(model: DPModel, auto, X: np.ndarray, mode: str, limit: float) -> d
         if value < get(*key):
             V[key] = value
 
-    for level in range(1, K + 1):
+    for level in range(1, (top or K) + 1):
         stash = model.stash_of_level[level]
         sources = [s for s in [level - 1] + ([level] if model.bucket and level == K else []) if s >= 1]
         for a in range(L - level, -1, -1):
             for i, d in enumerate(model.sizes):
                 if d > N:
                     continue
-                cb = model.compute_matrix(i, stash)
                 cats = [c for lo, hi in auto.incoming[i] for c in range(lo, hi)]
-                if level == 1 and math.isfinite(cb[a, L - 1]):
+                if level == 1:
                     for c in cats:
-                        t = cb[a, L - 1] + xin[a, c]
-                        if t <= lim:
+                        t = stage(i, stash, a, L - 1, 0.0, float(xin[a, c]), lim)
+                        if math.isfinite(t):
                             put((a, 1, auto.init[i], c, d), t)
                 for src in sources:
                     for b in range(a, L - level + 1):
-                        if not math.isfinite(cb[a, b]):
-                            continue
                         for zp, zn, co in zip(*auto.trans[i]):
                             for c in cats:
-                                t = cb[a, b] + X[b, co] + xin[a, c]
-                                if t > lim:
+                                t = stage(i, stash, a, b, float(X[b, co]), float(xin[a, c]), lim)
+                                if not math.isfinite(t):
                                     continue
                                 for D in range(d, N + 1):
                                     rest = get(b + 1, src, int(zp), int(co), D - d)
@@ -129,12 +134,17 @@ def check_tables(model: DPModel, kind: str, mode: str, limit: float) -> None:
             assert found == pytest.approx(value, rel=1e-12), key
         else:  # more devices than any plan under the threshold leaves the suffix: never read, no less than it
             assert found >= value * (1 - 1e-12), key
+    for key in finite_entries(model, tables):
+        assert key in expected, key
+
+
+def finite_entries(model: DPModel, tables):
+    """The keys (a, level, z, c, D) of the finite entries of the recursion's tables."""
     lay = tables.layout
     for level in range(1, tables.top + 1):
         for i, arr in tables.tab[level].items():
             for a, zl, cl, Di in zip(*np.nonzero(np.isfinite(arr))):
-                key = (int(a), level, int(lay.states[i][zl]), int(lay.cats[i][cl]), int(Di) + model.sizes[i])
-                assert key in expected, key
+                yield (int(a), level, int(lay.states[i][zl]), int(lay.cats[i][cl]), int(Di) + model.sizes[i])
 
 
 @pytest.mark.parametrize("shape", [(6, 2, 4), (8, 2, 4), (6, 4, 2), (5, 1, 8)])

@@ -24,6 +24,8 @@ import partitioner.solvers.dp_recursion as dp_recursion
 from partitioner.solvers.dp import DPModel
 from partitioner.solvers.dp_options import GPipeSpec, ZeroBubbleSpec
 from strategies import small_problems, small_v2_problems
+from test_dp_fill import finite_entries
+from test_dp_fill import reference as fill_reference
 from test_dp_fill import with_transfers
 from test_dp_schedules import under
 
@@ -55,50 +57,14 @@ def stage_value(model: DPModel, spec, i: int, stash: int, a: int, b: int, xo: fl
 
 
 def reference(model: DPModel, auto, X: np.ndarray, mode: str, limit: float, top: int) -> dict:
-    """V[(a, level, z, c, D)] for levels 1..top from the definition (``minmax``: stages above the
-    threshold pruned; ``minsum``: the sum formed as stage + suffix, as the recursion forms it)."""
-    L, N, K = model.L, model.N, model.K
-    spec = model.spec
-    lim = limit * (1 + 1e-12) if math.isfinite(limit) else INF
-    C = len(auto.categories)
-    xin = np.vstack([np.zeros((1, C)), X[:-1]])
-    V: dict = {}
+    """V[(a, level, z, c, D)] for levels 1..top from the definition, each stage valued by
+    :func:`stage_value` (``minmax``: stages whose key is above the threshold pruned)."""
 
-    def get(*key) -> float:
-        return V.get(key, INF)
+    def stage(i, stash, a, b, xo, xi, lim):
+        t = stage_value(model, model.spec, i, stash, a, b, xo, xi, mode, lim)
+        return t if mode == "minsum" or t <= lim else INF
 
-    def put(key, value: float) -> None:
-        if value < get(*key):
-            V[key] = value
-
-    def fits(t: float) -> bool:
-        return t < INF and (mode == "minsum" or t <= lim)
-
-    for level in range(1, top + 1):
-        stash = model.stash_of_level[level]
-        sources = [s for s in [level - 1] + ([level] if model.bucket and level == K else []) if s >= 1]
-        for a in range(L - level, -1, -1):
-            for i, d in enumerate(model.sizes):
-                if d > N:
-                    continue
-                cats = [c for lo, hi in auto.incoming[i] for c in range(lo, hi)]
-                if level == 1:
-                    for c in cats:
-                        t = stage_value(model, spec, i, stash, a, L - 1, 0.0, float(xin[a, c]), mode, lim)
-                        if fits(t):
-                            put((a, 1, auto.init[i], c, d), t)
-                for src in sources:
-                    for b in range(a, L - level + 1):
-                        for zp, zn, co in zip(*auto.trans[i]):
-                            for c in cats:
-                                t = stage_value(model, spec, i, stash, a, b, float(X[b, co]), float(xin[a, c]), mode, lim)
-                                if not fits(t):
-                                    continue
-                                for D in range(d, N + 1):
-                                    rest = get(b + 1, src, int(zp), int(co), D - d)
-                                    if math.isfinite(rest):
-                                        put((a, level, int(zn), c, D), max(t, rest) if mode == "minmax" else t + rest)
-    return V
+    return fill_reference(model, auto, X, mode, limit, stage, top)
 
 
 def options_model(problem, parts: str) -> DPModel:
@@ -126,12 +92,8 @@ def check_option_tables(model: DPModel, kind: str, mode: str, limit: float) -> N
     expected = reference(model, auto, X, mode, limit, tables.top)
     for key, value in expected.items():
         assert tables.value(*key) == value, (key, tables.value(*key), value)
-    lay = tables.layout
-    for level in range(1, tables.top + 1):
-        for i, arr in tables.tab[level].items():
-            for a, zl, cl, Di in zip(*np.nonzero(np.isfinite(arr))):
-                key = (int(a), level, int(lay.states[i][zl]), int(lay.cats[i][cl]), int(Di) + model.sizes[i])
-                assert key in expected, key
+    for key in finite_entries(model, tables):
+        assert key in expected, key
 
 
 def draw_spec(data, model: DPModel, schedule: str):
