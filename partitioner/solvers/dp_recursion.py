@@ -66,6 +66,7 @@ INF = math.inf
 _TIE = 1e-12  # relative slack when comparing a stage time with a threshold (as in dp)
 _LARGEST = float(np.finfo(np.float64).max)
 _BAND_STEP = 8  # first layers per chunk when the device band is used
+_SLOT_LOOP = 1 << 15  # elements per slot from which the options kernel loops over the slots
 
 
 # --------------------------------------------------------------------------- the fill
@@ -357,13 +358,17 @@ class _Run:
             return
         D = slice(int(cols[0]), int(cols[-1]) + 1)
         Hs = Hs[:, :, :, None, D]  # (A, slots, pairs, 1, D'')
-        if mode == "minmax":
-            if math.isfinite(lim):  # a stage above the threshold: inf, and so is max(inf, H)
-                t = np.where(t <= lim, t, INF)
-            val = np.maximum(t[..., None], Hs)
-        else:
-            val = t[..., None] + Hs
-        val = val.min(axis=1)  # (A, pairs, values, D'')
+        if mode == "minmax" and math.isfinite(lim):  # a stage above the threshold: inf, and so is max(inf, H)
+            t = np.where(t <= lim, t, INF)
+        join = np.maximum if mode == "minmax" else np.add
+        t = t[..., None]
+        if t[:, 0].size * Hs.shape[-1] < _SLOT_LOOP:
+            val = join(t, Hs).min(axis=1)  # (A, pairs, values, D'')
+        else:  # large: slot by slot into one buffer (no array over all the slots)
+            val = join(t[:, 0], Hs[:, 0])
+            tmp = np.empty_like(val)
+            for k in range(1, t.shape[1]):
+                np.minimum(val, join(t[:, k], Hs[:, k], out=tmp), out=val)
         val = np.minimum.reduceat(val, zn_starts, axis=1)  # (A, states, values, D'')
         target = self.tables.tab[level][i]
         if firsts.size == 1:
