@@ -332,7 +332,7 @@ class _Run:
             longest = int(counts[rows[k]])
             e = k + 1
             cap = max(CHUNK // (per * longest), 1)
-            while e < rows.size and e - k < cap and counts[rows[e]] * 3 >= longest * 2:
+            while e < rows.size and e - k < cap and counts[rows[e]] * 2 >= longest:
                 e += 1
             self.check_time()
             chunk = rows[k:e]
