@@ -402,16 +402,39 @@ def _port_elements(source: tuple[int, int], dest: tuple[int, int], pattern: tupl
     The model tensor is [lcm(dp_s, dp_d), 1, lcm(tp_s, tp_d)]: every block of
     both layouts is a whole number of its elements, so the element counts
     scale exactly to any ``out_bytes``.
+
+    Closed form of :func:`plan_reshard`'s traffic on ranks ``0 .. n - 1``: the
+    block rank ``(i, t)`` of the source sends rank ``(i', t')`` of the
+    destination is the product of a batch overlap ``|rows_i & rows_i'|`` and a
+    feature overlap ``|cols_t & cols_t'|``, so the whole (sender, receiver)
+    matrix is one outer product (the diagonal stays put); port loads are its
+    row and column sums split by same node / other node. Exact integers.
     """
+    n = len(pattern)
+    Sharding(*source, tuple(range(n)))  # the same checks as the plan (dp * tp == n)
+    Sharding(*dest, tuple(range(n)))
     B = math.lcm(source[0], dest[0])
     D = math.lcm(source[1], dest[1])
-    devices = tuple(range(len(pattern)))
-    plan = plan_reshard((B, 1, D), Sharding(*source, devices), Sharding(*dest, devices), dtype_bytes=1)
-    load: dict[tuple[int, str], int] = defaultdict(int)
-    for (src, dst), count in plan.traffic().items():
-        link = "nvlink" if pattern[src] == pattern[dst] else "nic"
-        load[(src, link + "-out")] += count
-        load[(dst, link + "-in")] += count
-    nvlink = max((c for (_, port), c in load.items() if port.startswith("nvlink")), default=0)
-    nic = max((c for (_, port), c in load.items() if port.startswith("nic")), default=0)
-    return nvlink, nic, B * D
+    rows = _overlaps(B, source[0], dest[0])  # (dp_s, dp_d)
+    cols = _overlaps(D, source[1], dest[1])  # (tp_s, tp_d)
+    count = (rows[:, None, :, None] * cols[None, :, None, :]).reshape(n, n)  # [sending rank, receiving rank]
+    np.fill_diagonal(count, 0)
+    node = np.asarray(pattern)
+    same = node[:, None] == node[None, :]
+    nvlink = np.where(same, count, 0)
+    nic = count - nvlink
+    return _busiest(nvlink), _busiest(nic), B * D
+
+
+def _overlaps(n: int, parts_s: int, parts_d: int) -> np.ndarray:
+    """``[i, i']``: the size of piece i of ``range(n)`` split into ``parts_s`` met with piece i' of ``parts_d``."""
+    cut_s = np.arange(parts_s + 1, dtype=np.int64) * n // parts_s
+    cut_d = np.arange(parts_d + 1, dtype=np.int64) * n // parts_d
+    lo = np.maximum(cut_s[:-1, None], cut_d[None, :-1])
+    hi = np.minimum(cut_s[1:, None], cut_d[None, 1:])
+    return np.maximum(hi - lo, 0)
+
+
+def _busiest(count: np.ndarray) -> int:
+    """The largest row (bytes out) or column (bytes in) sum of a traffic matrix, 0 if empty."""
+    return int(max(count.sum(axis=1).max(initial=0), count.sum(axis=0).max(initial=0)))
