@@ -372,7 +372,11 @@ def segment_reshard_ms(out_bytes: float, source, dest, device_ids: Sequence[int]
     """
     if (source.dp, source.tp) == (dest.dp, dest.tp) or out_bytes == 0:
         return 0.0
-    pattern = _node_pattern([cluster.node_of(d) for d in device_ids])
+    return _pattern_reshard_ms(out_bytes, source, dest, _node_pattern([cluster.node_of(d) for d in device_ids]), cluster)
+
+
+def _pattern_reshard_ms(out_bytes: float, source, dest, pattern: tuple[int, ...], cluster: Cluster) -> float:
+    """:func:`segment_reshard_ms` on ranks whose nodes are ``pattern`` (renumbered by first appearance)."""
     nvlink, nic, total = _port_elements((source.dp, source.tp), (dest.dp, dest.tp), pattern)
     unit = out_bytes / total  # bytes of one element of the model tensor below
     return max(transfer_ms(nvlink * unit, cluster.intra_node_GBps), transfer_ms(nic * unit, cluster.inter_node_GBps))
@@ -386,7 +390,15 @@ def stage_reshard_ms(out_bytes: float, source, dest, devices: int, cluster: Clus
     nodes), so rank ``r`` sits on the stage's node ``r // gpus_per_node``:
     ids ``0 .. devices - 1`` have that pattern.
     """
-    return segment_reshard_ms(out_bytes, source, dest, range(devices), cluster)
+    if (source.dp, source.tp) == (dest.dp, dest.tp) or out_bytes == 0:
+        return 0.0
+    return _pattern_reshard_ms(out_bytes, source, dest, _canonical_pattern(devices, cluster.gpus_per_node), cluster)
+
+
+@lru_cache(maxsize=256)
+def _canonical_pattern(devices: int, gpus_per_node: int) -> tuple[int, ...]:
+    """The node pattern of ids ``0 .. devices - 1``: rank r on node ``r // gpus_per_node``."""
+    return tuple(r // gpus_per_node for r in range(devices))
 
 
 def _node_pattern(nodes: Sequence[int]) -> tuple[int, ...]:

@@ -13,10 +13,11 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from partitioner.reshard import Sharding, _port_elements, plan_reshard
+from partitioner.problem import Cluster, Layout
+from partitioner.reshard import Sharding, _port_elements, plan_reshard, segment_reshard_ms, stage_reshard_ms
 
 
 def _divisor_pairs(n: int) -> list[tuple[int, int]]:
@@ -68,6 +69,19 @@ def test_port_elements_on_every_mesh_pair_of_two_nodes():
         for source in _divisor_pairs(n):
             for dest in _divisor_pairs(n):
                 assert _port_elements(source, dest, pattern) == _port_elements_by_plan(source, dest, pattern)
+
+
+@settings(deadline=None, max_examples=60)
+@given(st.sampled_from([1, 2, 4, 8, 16, 32]), st.sampled_from([1, 2, 4, 8]), st.integers(0, 10**6), st.data())
+def test_stage_reshard_is_the_segment_reshard_on_ids_from_zero(devices, per_node, out_bytes, data):
+    cluster = Cluster(nodes=max(1, devices // per_node), gpus_per_node=per_node, gpu_memory_bytes=10**9,
+                      intra_node_GBps=2.0, inter_node_GBps=0.5)
+    assume(devices <= cluster.num_devices)
+    source = Layout(*data.draw(st.sampled_from(_divisor_pairs(devices))))
+    dest = Layout(*data.draw(st.sampled_from(_divisor_pairs(devices))))
+    assert stage_reshard_ms(out_bytes, source, dest, devices, cluster) == segment_reshard_ms(
+        out_bytes, source, dest, range(devices), cluster
+    )
 
 
 def test_port_elements_rejects_a_layout_of_the_wrong_size():
