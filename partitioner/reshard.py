@@ -372,7 +372,11 @@ def segment_reshard_ms(out_bytes: float, source, dest, device_ids: Sequence[int]
     """
     if (source.dp, source.tp) == (dest.dp, dest.tp) or out_bytes == 0:
         return 0.0
-    pattern = _node_pattern([cluster.node_of(d) for d in device_ids])
+    return _pattern_reshard_ms(out_bytes, source, dest, _node_pattern([cluster.node_of(d) for d in device_ids]), cluster)
+
+
+def _pattern_reshard_ms(out_bytes: float, source, dest, pattern: tuple[int, ...], cluster: Cluster) -> float:
+    """:func:`segment_reshard_ms` on ranks whose nodes are ``pattern`` (renumbered by first appearance)."""
     nvlink, nic, total = _port_elements((source.dp, source.tp), (dest.dp, dest.tp), pattern)
     unit = out_bytes / total  # bytes of one element of the model tensor below
     return max(transfer_ms(nvlink * unit, cluster.intra_node_GBps), transfer_ms(nic * unit, cluster.inter_node_GBps))
@@ -386,7 +390,15 @@ def stage_reshard_ms(out_bytes: float, source, dest, devices: int, cluster: Clus
     nodes), so rank ``r`` sits on the stage's node ``r // gpus_per_node``:
     ids ``0 .. devices - 1`` have that pattern.
     """
-    return segment_reshard_ms(out_bytes, source, dest, range(devices), cluster)
+    if (source.dp, source.tp) == (dest.dp, dest.tp) or out_bytes == 0:
+        return 0.0
+    return _pattern_reshard_ms(out_bytes, source, dest, _canonical_pattern(devices, cluster.gpus_per_node), cluster)
+
+
+@lru_cache(maxsize=256)
+def _canonical_pattern(devices: int, gpus_per_node: int) -> tuple[int, ...]:
+    """The node pattern of ids ``0 .. devices - 1``: rank r on node ``r // gpus_per_node``."""
+    return tuple(r // gpus_per_node for r in range(devices))
 
 
 def _node_pattern(nodes: Sequence[int]) -> tuple[int, ...]:
@@ -402,16 +414,39 @@ def _port_elements(source: tuple[int, int], dest: tuple[int, int], pattern: tupl
     The model tensor is [lcm(dp_s, dp_d), 1, lcm(tp_s, tp_d)]: every block of
     both layouts is a whole number of its elements, so the element counts
     scale exactly to any ``out_bytes``.
+
+    Closed form of :func:`plan_reshard`'s traffic on ranks ``0 .. n - 1``: the
+    block rank ``(i, t)`` of the source sends rank ``(i', t')`` of the
+    destination is the product of a batch overlap ``|rows_i & rows_i'|`` and a
+    feature overlap ``|cols_t & cols_t'|``, so the whole (sender, receiver)
+    matrix is one outer product (the diagonal stays put); port loads are its
+    row and column sums split by same node / other node. Exact integers.
     """
+    n = len(pattern)
+    Sharding(*source, tuple(range(n)))  # the same checks as the plan (dp * tp == n)
+    Sharding(*dest, tuple(range(n)))
     B = math.lcm(source[0], dest[0])
     D = math.lcm(source[1], dest[1])
-    devices = tuple(range(len(pattern)))
-    plan = plan_reshard((B, 1, D), Sharding(*source, devices), Sharding(*dest, devices), dtype_bytes=1)
-    load: dict[tuple[int, str], int] = defaultdict(int)
-    for (src, dst), count in plan.traffic().items():
-        link = "nvlink" if pattern[src] == pattern[dst] else "nic"
-        load[(src, link + "-out")] += count
-        load[(dst, link + "-in")] += count
-    nvlink = max((c for (_, port), c in load.items() if port.startswith("nvlink")), default=0)
-    nic = max((c for (_, port), c in load.items() if port.startswith("nic")), default=0)
-    return nvlink, nic, B * D
+    rows = _overlaps(B, source[0], dest[0])  # (dp_s, dp_d)
+    cols = _overlaps(D, source[1], dest[1])  # (tp_s, tp_d)
+    count = (rows[:, None, :, None] * cols[None, :, None, :]).reshape(n, n)  # [sending rank, receiving rank]
+    np.fill_diagonal(count, 0)
+    node = np.asarray(pattern)
+    same = node[:, None] == node[None, :]
+    nvlink = np.where(same, count, 0)
+    nic = count - nvlink
+    return _busiest(nvlink), _busiest(nic), B * D
+
+
+def _overlaps(n: int, parts_s: int, parts_d: int) -> np.ndarray:
+    """``[i, i']``: the size of piece i of ``range(n)`` split into ``parts_s`` met with piece i' of ``parts_d``."""
+    cut_s = np.arange(parts_s + 1, dtype=np.int64) * n // parts_s
+    cut_d = np.arange(parts_d + 1, dtype=np.int64) * n // parts_d
+    lo = np.maximum(cut_s[:-1, None], cut_d[None, :-1])
+    hi = np.minimum(cut_s[1:, None], cut_d[None, 1:])
+    return np.maximum(hi - lo, 0)
+
+
+def _busiest(count: np.ndarray) -> int:
+    """The largest row (bytes out) or column (bytes in) sum of a traffic matrix, 0 if empty."""
+    return int(max(count.sum(axis=1).max(initial=0), count.sum(axis=0).max(initial=0)))

@@ -318,8 +318,7 @@ class StageCosts:
                 Tl = prefix[: e - st + 1]
                 room = cap - self.memory(j, st, bs, stash)  # >= 0: the segment fits alone
                 # step 3: the stage ends in run k
-                ok = Gm[:, :, None] <= room[None, None, :]
-                val = np.where(ok, Gt[:, :, None], INF).min(axis=1) + Tl[None, :]
+                val = _least_fitting(Gt, Gm, room, big) + Tl[None, :]
                 view = best[st0 : en0 + 1, st : e + 1]
                 np.minimum(view, val, out=view)
                 # step 4: the whole run k in config j
@@ -554,6 +553,27 @@ def _prune(t: np.ndarray, mem: np.ndarray, big: int) -> tuple[np.ndarray, np.nda
         return None
     idx = np.argsort(~keep, axis=1, kind="stable")[:, :width]
     return np.where(keep, t, INF)[rows, idx], np.where(keep, mem, big)[rows, idx]
+
+
+def _least_fitting(t: np.ndarray, mem: np.ndarray, room: np.ndarray, big: int) -> np.ndarray:
+    """``[a, b]``: the least ``t[a, f]`` over points f with ``mem[a, f] <= room[b]`` (inf if none).
+
+    ``t, mem`` are frontiers from :func:`_prune`: per row, kept points in
+    order of memory with strictly falling time, then ``(inf, big)`` pads; so
+    the least fitting time is the time of the last point that fits, found by
+    one binary search over all rows (row r's memories shifted by
+    ``r * (big + 1)``) instead of an (a, point, b) comparison. The value is
+    an element of ``t``, bit-identical to the minimum over the fitting points.
+    """
+    rows, F = t.shape
+    if F == 1:
+        return np.where(mem <= room[None, :], t, INF)
+    if rows * (big + 1.0) >= 2.0**62:  # the shifted keys would not fit int64
+        return np.where(mem[:, :, None] <= room[None, None, :], t[:, :, None], INF).min(axis=1)
+    shift = np.arange(rows, dtype=np.int64)[:, None] * np.int64(big + 1)
+    pos = np.searchsorted((mem + shift).ravel(), shift + room[None, :], side="right")
+    fits = pos > np.arange(rows)[:, None] * F  # at least one point of row a fits
+    return np.where(fits, t.ravel()[np.maximum(pos - 1, 0)], INF)
 
 
 def _prune_list(points: list) -> list:
