@@ -292,24 +292,29 @@ def _fmt(x, digits=1, scale=1.0, suffix=""):
     return "" if x is None else f"{x * scale:,.{digits}f}{suffix}"
 
 
-# Why a target is missed, as analysed (cProfile, CP-SAT logs) when this report was written.
+# Why a target is missed, as analysed (cProfile, CP-SAT logs) when this report was written; keyed by (method, row label).
 LIMITS = {
-    "cpsat": (
+    ("cpsat", "L=64 N=32 layouts=all no transfers iteration"): (
         "the slot model's LP relaxation sees little more than total work / N, so the proven bound stays "
         "near it while the incumbent is already the optimum; turning presolve back on (it is off for "
         "OR-Tools #5274, #5293) leaves the same bound after 30 s"
     ),
-    "dp": (
-        "the iteration objective walks the (sum, max) Pareto points with one min-sum recursion per point: "
-        "21 of them at about 0.53 s each on this instance, plus 16 feasibility recursions (1.0 s) and the "
-        "cost tables (1.1 s); half of a recursion is the self-extending \"K or more stages\" level (cProfile)"
+    ("dp", "L=256 N=256 layouts=all no transfers iteration"): (
+        "10 least-sum and 10 feasibility recursions of the threshold search; 40 % of a least-sum recursion is the "
+        "self-extending \"K or more stages\" level (cProfile)"
+    ),
+    ("dp", "L=256 N=256 layouts=all transfers bottleneck"): (
+        "one minmax recursion over 256 layers with placement states, under the ceiling of the comm-free optimum's "
+        "plan; the \"K or more stages\" level reads itself, so it runs one first layer at a time, and the kernels' "
+        "numpy work over (last layer, placement pair, devices) blocks is the rest (cProfile)"
     ),
 }
 
 
 def newer_row(out: Path, label: str, method: str) -> dict | None:
-    """A row re-measured after part 1 (``arcflow/target.json``, then ``arcflow/solvers.json``), if any."""
-    for path in (out / "arcflow" / "target.json", out / "arcflow" / "solvers.json"):
+    """A row re-measured after part 1 (``issue13/solvers.json``, ``arcflow/target.json``, then
+    ``arcflow/solvers.json``), if any."""
+    for path in (out / "issue13" / "solvers.json", out / "arcflow" / "target.json", out / "arcflow" / "solvers.json"):
         if path.exists():
             found = next((x for x in json.loads(path.read_text()) if x["label"] == label and x["method"] == method), None)
             if found is not None:
@@ -416,7 +421,7 @@ def kept_schedule(row: dict) -> str:
 def _limit(method: str, record: dict) -> str:
     if record["status"] == "error":
         return record.get("message", "")
-    return LIMITS.get(method, "")
+    return LIMITS.get((method, record["label"]), "")
 
 
 def _speedup_cell(row: dict) -> str:
