@@ -171,7 +171,9 @@ def _resolved(entry: Mapping[str, Any], keys: Sequence[tuple[str, int]], method:
             continue
         prob = with_schedule(entry["problem"], *key)
         try:
-            done = resolve({"problem": prob, "base_problem": prob, "bases": {}, "m": prob.microbatches})
+            # the kept schedule's plans per knob setting start the re-solve (dp's zb-h1 search uses one)
+            done = resolve({"problem": prob, "base_problem": prob, "bases": {}, "m": prob.microbatches,
+                            "warm": dict(entry.get("solved_plans", {}))})
         except (ProblemError, SolverError, ValueError) as err:
             notes.append(f"{key[0]} v={key[1]}: {method} could not run: {err}")
             continue

@@ -210,3 +210,42 @@ def test_iteration_agrees_on_the_examples(examples, schedule):
         base = load_problem(examples / name)
         result = agree(under(base, schedule, [0.4] * base.num_layers), "iteration")
         assert result is not None and result.status in ("optimal", "infeasible")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(data=st.data(), v2=st.booleans(), transfers=st.booleans(), start=st.sampled_from(["optimum", "greedy", "uniform"]))
+def test_zb_h1_iteration_from_a_warm_start_matches_brute(data, v2, transfers, start):
+    """A valid warm start is zb-h1's first incumbent (the walks over k stop at its value): the answer is still
+    brute's optimum, whether the warm start is that optimum (then it is the plan returned) or a worse plan."""
+    base = data.draw(small_v2_problems(max_layers=5) if v2 else small_problems(max_layers=6))
+    shares = data.draw(st.lists(st.floats(0.0, 1.0), min_size=base.num_layers, max_size=base.num_layers))
+    problem = under(base, "zb-h1", shares, data.draw(st.integers(1, 3000)) if transfers else None)
+    oracle = solve(problem, "brute", objective="iteration")
+    if oracle.status != "optimal":
+        return
+    warm = solve(problem, {"optimum": "brute"}.get(start, start), objective="iteration").plan
+    if warm is None:
+        return
+    result = solve(problem, "dp", objective="iteration", warm_start=warm)
+    assert result.status == "optimal", result.message
+    assert result.value == pytest.approx(oracle.value, rel=REL)
+    assert result.bound == pytest.approx(result.value, rel=REL)
+    assert result.extra["dp"]["warm_start"] == "used as the first incumbent"
+    check_plan(problem, result)
+    if start == "optimum":
+        assert result.value <= evaluate(problem, warm, "iteration").value * (1 + 1e-12)
+
+
+def test_a_warm_start_elsewhere_is_not_used_and_an_invalid_one_is_ignored(examples):
+    from partitioner import load_problem
+
+    base = load_problem(examples / "vla_toy_2x4.json")
+    problem = under(base, "zb-h1", [0.4] * base.num_layers)
+    plain = solve(problem, "dp", objective="iteration")
+    broken = Plan((Stage(0, problem.num_layers - 1, 3, 3, 1),))
+    ignored = solve(problem, "dp", objective="iteration", warm_start=broken)
+    assert ignored.extra["dp"]["warm_start"].startswith("ignored: ")
+    assert ignored.status == "optimal" and ignored.value == pytest.approx(plain.value, rel=REL)
+    other = solve(base, "dp", objective="iteration", warm_start=plain.plan)  # 1F1B: no incumbent search
+    assert other.extra["dp"]["warm_start"].startswith("not used")
+    assert other.value == pytest.approx(solve(base, "dp", objective="iteration").value, rel=REL)

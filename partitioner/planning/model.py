@@ -272,11 +272,15 @@ def _solve_with_knobs(entry: dict[str, Any], method: str, objective: str, time_l
     for variant, proj in _projections(problem, "all" if knob_solves == "all" else "escalate"):
         if knob_solves == "fast" and best is not None:
             break  # the first setting with a plan; its knobs are then refined per segment
-        warm = None
-        if megatron is not None and all(s.variant == variant_at(problem, s.dp, variant) for s in megatron["plan"].stages):
+        # a warm start: the plan this setting got under another schedule (a re-solve), else the Megatron baseline's
+        warm = entry.get("warm", {}).get(variant)
+        if warm is None and megatron is not None and all(s.variant == variant_at(problem, s.dp, variant)
+                                                         for s in megatron["plan"].stages):
             warm = Plan(tuple(replace(s, variant="") for s in megatron["plan"].stages))
         result = solve(proj, method, objective=objective, time_limit=time_limit, seed=seed, warm_start=warm)
         last = result
+        if result.plan is not None:
+            entry.setdefault("solved_plans", {})[variant] = result.plan
         if result.plan is None:
             if result.message:
                 messages.append(f"{variant or 'plain'}: {result.message}")

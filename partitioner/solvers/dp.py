@@ -53,8 +53,12 @@ valued by a *spec* (:mod:`.dp_options`), and the recursions keep their form
   and ``k = max(m - P + 1, 1)``. For a fixed k it is the walk above with
   the sum taken over u, the threshold on g and coefficient 1. k depends on
   the whole pipeline's stage count, so levels below m are exact counts and
-  one walk runs per distinct k over the levels that have it (each stopped
-  by the best value of the walks before).
+  each distinct k is a walk over the levels that have it: a branch and
+  bound over k, the k in order of a floor from two recursions that serve
+  every k (least sum of u per level; least max g per level under the
+  smallest k, since g grows with k), each k's exact least max g pruned at
+  what could still win, its walk stopped by the best value so far (a warm
+  start's when one is given), until a floor cannot beat the best.
 * ``gpipe``: ``sum t + (m - 1)(max F + max B)`` (sends in F of the sender
   and in B of the receiver, as :func:`partitioner.plan.evaluate` counts
   them): for a cap C on every F, a walk on B gives ``phi(C)``, the least
@@ -126,7 +130,7 @@ objective needs one recursion, the iteration objective a few (branch and
 bound over the threshold); with options (zb-h1, GPipe iteration) each stage
 also takes the least over its F options (the Pareto pairs, at most the
 config tuples of its size) with the distinct incoming transfers as an axis,
-zb-h1 runs one walk per distinct k (at most ``min(m, P_max) - P_min + 1``)
+zb-h1 runs at most one walk per distinct k (at most ``min(m, P_max) - P_min + 1``)
 and GPipe one walk on B per step of the cap on F.
 
 References

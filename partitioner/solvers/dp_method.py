@@ -49,6 +49,7 @@ def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
 
     model = DPModel(problem)
     mode = "bins" if forced == "bins" else model.natural_placement()
+    warm_note = _take_warm_start(problem, request, model)
     try:
         outcome = model.optimize(request.objective, mode, deadline, budget)
         if outcome.status == "optimal" and outcome.plan is None and mode == "run":
@@ -62,7 +63,26 @@ def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
         return Candidate("infeasible", message=explain_infeasible(problem))
     if outcome.plan is None:
         return Candidate("error", message="dp: internal error: the optimum could not be placed")
-    return Candidate(outcome.status, outcome.plan, bound=outcome.bound, extra={"dp": outcome.stats})
+    stats = dict(outcome.stats or {})
+    if warm_note:
+        stats["warm_start"] = warm_note
+    return Candidate(outcome.status, outcome.plan, bound=outcome.bound, extra={"dp": stats})
+
+
+def _take_warm_start(problem: Problem, request: SolveRequest, model: "DPModel") -> str | None:
+    """Give the model a valid warm start as its first incumbent where a search uses one (zb-h1's
+    ``iteration``: the walks over k are stopped by the best value so far); say what became of it."""
+    model.warm = None
+    if request.warm_start is None:
+        return None
+    if (problem.training.schedule, request.objective) != ("zb-h1", "iteration"):
+        return "not used: only zb-h1's iteration search starts from an incumbent"
+    try:
+        value = evaluate(problem, request.warm_start, request.objective).value
+    except PlanError as err:
+        return f"ignored: {err}"
+    model.warm = (value, request.warm_start)
+    return "used as the first incumbent"
 
 
 def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel", reason: str) -> Candidate:

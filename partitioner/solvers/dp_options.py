@@ -41,13 +41,14 @@ class ZeroBubbleSpec:
     parts = "uw"
     free_shared = True  # without a threshold every option counts: the least sum of u does not depend on k
 
-    def __init__(self, m: int, k: int):
+    def __init__(self, m: int, k: int, every_level: bool = False):
         self.s, self.k = m - 1, k
         self.key = ("zb-h1", k)
+        self.every_level = every_level  # a floor for every k' >= k: g grows with k, so key k on every level
 
     def level_ok(self, level: int, m: int) -> bool:
         """Pipelines of ``level`` stages have this k (a bucket level is m or more stages: k = 1)."""
-        return max(m - level + 1, 1) == self.k
+        return self.every_level or max(m - level + 1, 1) == self.k
 
     def prepare(self, U: np.ndarray, W: np.ndarray):
         """(least key over the options, U, G = (m - 1) U + k W) from the options on the last axis."""

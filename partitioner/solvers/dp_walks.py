@@ -19,6 +19,8 @@ import itertools
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..plan import Plan
 from .dp_options import GPipeSpec, ZeroBubbleSpec
 
@@ -49,42 +51,88 @@ class ThresholdWalks:
         return _Outcome("optimal", self._place_walked(auto, X, kind, deadline, best, self.m - 1), best[0], stats)
 
     def _zb_iteration(self, auto, X, kind, deadline, stats) -> _Outcome:
-        """zb-h1: the least ``sum u + max g`` with ``g = (m - 1) u + k W``, one walk per coefficient k.
+        """zb-h1: the least ``sum u + max g`` with ``g = (m - 1) u + k W``, a branch and bound over k.
 
         k = max(m - P + 1, 1) depends on the stage count P: each distinct k
-        (every P < m apart, all P >= m together) gets its own walk over the
-        levels with that k. First every k's lower bound (least sum of u, which
-        all k share, plus its lowest max g) and free optimum; then the walks,
-        in order of their bounds, each stopped by the best value so far, until
-        a bound cannot beat it. The best of the walks is the optimum.
+        (every P < m apart, all P >= m together) is a walk over the levels
+        with that k. Bounds first, from two recursions that serve every k:
+        the least sum of u per level (the free table, which no k changes) and
+        the least max g per level under the smallest k (g grows with k, so it
+        is a floor for every k). Then the k in order of those floors, each
+        stopped by the best value so far (a warm start's, when one is given):
+        the exact least max g of its levels (stages that could not win
+        pruned), and its walk only when that bound can still win. The search
+        ends when a floor cannot beat the best, which is then the optimum.
         """
-        ks = sorted({max(self.m - level + 1, 1) for level in range(1, self.K + 1) if self._level_ok(level)})
-        best, calls, groups = None, 0, []
-        for k in ks:
-            self.spec = ZeroBubbleSpec(self.m, k)
-            found, bound, n, lowest = self._walk(auto, X, kind, deadline, 1, -INF)
+        m = self.m
+        ks = sorted({max(m - level + 1, 1) for level in range(1, self.K + 1) if self._level_ok(level)})
+        best, calls = None, 0  # best: (value, walked payload or None for the warm start, spec)
+        warm = getattr(self, "warm", None)
+        if warm is not None:
+            best = (warm[0], None, None)
+            if self.best_known is None or warm[0] < self.best_known[0]:
+                self.best_known = warm
+        if not ks:
+            return _Outcome("infeasible")
+
+        def value() -> float:
+            return INF if best is None else best[0]
+
+        # the least sum of u per level (shared by every k), and the least max g under the smallest k
+        self.spec = ZeroBubbleSpec(m, ks[0], every_level=True)
+        free = self._level_values(self.recursion(auto, X, "minsum", INF, deadline), auto)
+        calls += 1
+        lowest_free = min(free.values(), default=INF)
+        if not math.isfinite(lowest_free):
+            self.spec = None
+            return _Outcome("infeasible") if best is None else self._warm_outcome(stats, calls)
+        ceiling = value() - lowest_free  # a stage above it is in no plan that could win
+        floor = self._level_values(self.recursion(auto, X, "minmax", ceiling * (1 + _TIE), deadline), auto)
+        calls += 1
+        floors = {}
+        for level, f in free.items():
+            k = max(m - level + 1, 1)
+            floors[k] = min(floors.get(k, INF), f + floor.get(level, INF))
+        order = sorted((b, k) for k, b in floors.items() if math.isfinite(b))
+        self.proven_bound = min(order[0][0], value()) if order else value()
+        for cheap, k in order:
+            if cheap >= value() * (1 - 1e-12):
+                break  # neither this k nor any later one can beat the best
+            self.spec = ZeroBubbleSpec(m, k)
+            least = min(f for level, f in free.items() if max(m - level + 1, 1) == k)
+            V = self.recursion(auto, X, "minmax", (value() - least) * (1 + _TIE), deadline)
+            calls += 1
+            lowest, _ = self._final(V, auto)
+            if not math.isfinite(lowest) or least + lowest >= value() * (1 - 1e-12):
+                continue  # no plan of this k beats the best
+            found, _, n, _ = self._walk(auto, X, kind, deadline, 1, value(), lowest=lowest)
             calls += n
-            if found is None:
-                continue
-            groups.append((bound, k, lowest))
-            if best is None or found[0] < best[0]:
-                best = (found[0], found[1], self.spec)
-        for bound, k, lowest in sorted(groups):
-            if bound >= best[0] * (1 - 1e-12):
-                break
-            self.spec = ZeroBubbleSpec(self.m, k)
-            found, _, n, _ = self._walk(auto, X, kind, deadline, 1, best[0], lowest=lowest)
-            calls += n
-            if found[0] < best[0]:
+            if found is not None and found[0] < value():
                 best = (found[0], found[1], self.spec)
         stats["recursions"] = calls
         if best is None:
             self.spec = None
             return _Outcome("infeasible")
+        if best[1] is None:
+            return self._warm_outcome(stats, calls)
         self.spec = best[2]
         plan = self._place_walked(auto, X, kind, deadline, best[:2], 1)
         self.spec = None
         return _Outcome("optimal", plan, best[0], stats)
+
+    def _warm_outcome(self, stats, calls) -> _Outcome:
+        """The warm start is optimal: no walk found a plan that beats it."""
+        self.spec = None
+        stats.update(recursions=calls, plan_from="warm_start")
+        return _Outcome("optimal", self.warm[1], self.warm[0], stats)
+
+    def _level_values(self, V, auto) -> dict:
+        """Per allowed level: the least value of a whole pipeline with that many stages."""
+        out = {}
+        for level in range(1, self.K + 1):
+            if self._level_ok(level):
+                out[level] = float(np.min(np.where(auto.accept, V.first(level, self.N), INF)))
+        return out
 
     def _gpipe_iteration(self, auto, X, kind, deadline, stats) -> _Outcome:
         """GPipe: the least ``sum t + (m - 1)(max F + max B)``, a walk over a cap on max F around walks on max B.
