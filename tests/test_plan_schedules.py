@@ -167,3 +167,25 @@ def test_a_pinned_schedule_nothing_runs_under_is_infeasible_not_replaced():
     assert r.status == "infeasible" and r.plan is None
     assert "pinned schedule interleaved" in r.message
     assert r.extra["schedules"]["chosen"] is None
+
+
+def test_a_re_solve_starts_from_the_plan_its_knob_setting_got_under_1f1b(monkeypatch):
+    """dp re-solved under zb-h1 gets, as warm start, the plan the same knob setting got under 1F1B, and uses it."""
+    import partitioner.planning.model as model
+
+    calls = []
+    real = model.solve
+
+    def spy(problem, method, **kw):
+        result = real(problem, method, **kw)
+        calls.append((problem.training.schedule, kw.get("warm_start"), result))
+        return result
+
+    monkeypatch.setattr(model, "solve", spy)
+    plan_model("seed-vla-8gpu", "dgx-h100", nodes=1, global_batch=32, microbatches=8, method="dp")
+    firsts = [r.plan for schedule, _, r in calls if schedule == "1f1b" and r.plan is not None]
+    zb = [(warm, r) for schedule, warm, r in calls if schedule == "zb-h1"]
+    assert firsts and zb
+    for warm, r in zb:
+        assert any(warm == plan for plan in firsts)  # the 1F1B plan of that setting, not the Megatron baseline
+        assert r.extra["dp"]["warm_start"] == "used as the first incumbent"
