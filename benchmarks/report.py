@@ -336,9 +336,11 @@ BUDGET_MB = 3 * 1024  # the 3 GiB memory budget of the targets
 ISSUE13_LIMITS: dict[str, str] = {
     "L=256 N=256 layouts=all no transfers iteration": (
         "the threshold search runs 10 least-sum recursions (a bound-guided search over the (sum, max) Pareto "
-        "points; about 8 is this bound's floor even knowing the optimum) and 10 feasibility recursions; a least-sum "
-        "recursion is about 0.35 s CPU, 40 % of it the self-extending 'K or more stages' level (a per-row Python "
-        "sweep, cProfile)"),
+        "points; about 8 is this bound's floor even knowing the optimum) and 6 feasibility recursions; a least-sum "
+        "recursion is about 0.33 s CPU: 60 % range minima by sparse tables over 134 layouts x 7 levels "
+        "(element-bound: 1.1 G minima per solve), 40 % the self-extending 'K or more stages' level (a per-row "
+        "sweep whose blocks of running minima are most of it; numpy's minimum.accumulate along rows measured "
+        "2x slower than the whole 7-level sparse table) (line_profiler)"),
     "L=256 N=256 layouts=all no transfers iteration" + V2_TWIN: (
         "multi-segment stages are not a prefix difference of one config, so the range-query recursions do not "
         "apply and the general recursion (no placement states) runs every probe of the search; its kernels "
@@ -353,10 +355,11 @@ ISSUE13_LIMITS: dict[str, str] = {
 }
 # what limits a plan row over 10 s (cProfile of plan_model on openvla-7b, pi0 and qwen2-vl-7b-video)
 PLAN_LIMIT = (
-    "dp solves are 85-96 % of plan's CPU: the two 1F1B solves (the two most promising m) and the re-solves "
-    "under zb-h1 and GPipe, each limited to max(10 s, the 1F1B solves' time) and using all of it when the "
-    "zb-h1 walks (one per k) do not finish; the planning layer itself (baselines, screening, projections, "
-    "simulation) is 1-5 s")
+    "dp solves are most of plan's CPU: the two 1F1B solves (the two most promising m; the general recursion "
+    "with placement states, 0.5-3 s per recursion at 64-128 GPUs) and the re-solve under zb-h1, which starts "
+    "from the 1F1B plan but must walk every k whose floor is below the best to prove it (50 s on openvla-7b, "
+    "258 s on qwen2-vl-72b, 2-4 recursions per k), so it stops at its limit of max(10 s, the 1F1B solves' time) "
+    "with its best plan; the planning layer itself (baselines, screening, projections, simulation) is 1-5 s")
 
 
 def issue13_targets(out: Path) -> list[str]:

@@ -27,9 +27,10 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Iterable
 
-import networkx as nx
-
+from .lazy import lazy_module
 from .problem import Cluster
+
+nx = lazy_module("networkx")
 
 __all__ = ["cluster_graph", "bandwidth", "default_bandwidth", "transfer_ms", "nodes_of"]
 

@@ -44,8 +44,8 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from ortools.sat.python import cp_model
 
+from ..lazy import lazy_module
 from ..plan import evaluate
 from ..problem import Problem
 from .arcflow import ArcGraph, GraphTooLarge, build_graph, path_of_plan
@@ -54,6 +54,8 @@ from .cpsat_model import apply_solver_options
 from .slotmodel import SlotData, SlotDecisions, plan_of_decisions
 from .slotrun import analytic_bound, infeasible_message, int_option
 from .slottimes import IntegerTimes, conservative_bound
+
+cp_model = lazy_module("ortools.sat.python.cp_model")
 
 __all__ = ["solve_on_graph", "ArcSolution"]
 

@@ -141,8 +141,7 @@ import os
 import time
 from typing import Any
 
-from ortools.sat.python import cp_model
-
+from ..lazy import lazy_module
 from ..plan import Plan, evaluate
 from ..problem import Problem
 from .arcflow import arcflow_reason
@@ -161,6 +160,8 @@ from .slotrun import (
     starting_plan,
 )
 from .slottimes import RESOLUTION, RESOLUTION_ZB_H1, conservative_bound, integer_times
+
+cp_model = lazy_module("ortools.sat.python.cp_model")
 
 __all__ = ["solve_cpsat", "build_model", "hint_values", "read_decisions", "SAFE_PARAMETERS"]
 

@@ -10,12 +10,13 @@ import sys
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ortools.sat.python import cp_model
-
+from ..lazy import lazy_module
 from .cpsat_parts import PartVars, part_hint_values, part_objective, part_objective_units, stage_compute
 from .slotmodel import SlotData, SlotDecisions, decisions_from_values, reshard_sites, stage_terms
 from .slotschedule import T
 from .slottimes import IntegerTimes
+
+cp_model = lazy_module("ortools.sat.python.cp_model")
 
 __all__ = ["CpVars", "build_model", "hint_values", "objective_units", "read_decisions", "ModelRangeError"]
 

@@ -94,7 +94,6 @@ from ..plan import PlanError, evaluate
 from ..problem import Problem
 from .base import Candidate, SolveRequest, SolverError, register
 from .feasibility import quick_infeasibility
-from .milp_backends import READBACK_SECONDS, READBACK_SHARE, pulp_quiet, solve_cbc, solve_highs
 from .milp_model import build_milp, read_decisions, start_values
 from .slotmodel import SlotStart, plan_of_decisions, slot_start
 from .slotrun import (
@@ -139,6 +138,9 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
     refusal = model_size_refusal("milp", problem, request, start)
     if refusal:
         return Candidate("error", message=refusal)
+    # local: the backends subclass PuLP's solver classes, which imports PuLP (see partitioner.lazy)
+    from .milp_backends import READBACK_SECONDS, READBACK_SHARE, pulp_quiet, solve_cbc, solve_highs
+
     extra: dict = {}
     begun = SlotStart()
     try:

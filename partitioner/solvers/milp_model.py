@@ -8,11 +8,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-import pulp
-
+from ..lazy import lazy_module
 from .milp_parts import MilpPartVars, part_objective, part_start_values
 from .slotmodel import SlotData, SlotDecisions, decisions_from_values, reshard_sites, stage_terms
 from .slotschedule import T
+
+pulp = lazy_module("pulp")
 
 __all__ = ["MilpVars", "build_milp", "start_values", "read_decisions", "time_cap", "CAP_FACTOR"]
 

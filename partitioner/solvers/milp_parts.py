@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import pulp
-
+from ..lazy import lazy_module
 from .slotmodel import SlotData, SlotDecisions
 from .slotschedule import fill_stage_values, objective_parts, part_ms, send_terms, wgrad_steps
+
+pulp = lazy_module("pulp")
 
 __all__ = ["MilpPartVars", "part_objective", "part_start_values"]
 
