@@ -188,4 +188,4 @@ def test_a_re_solve_starts_from_the_plan_its_knob_setting_got_under_1f1b(monkeyp
     assert firsts and zb
     for warm, r in zb:
         assert any(warm == plan for plan in firsts)  # the 1F1B plan of that setting, not the Megatron baseline
-        assert r.extra["dp"]["warm_start"] == "used as the first incumbent"
+        assert r.extra["dp"]["warm_start"] == "used as an incumbent"

@@ -70,19 +70,31 @@ def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
 
 
 def _take_warm_start(problem: Problem, request: SolveRequest, model: "DPModel") -> str | None:
-    """Give the model a valid warm start as its first incumbent where a search uses one (zb-h1's
-    ``iteration``: the walks over k are stopped by the best value so far); say what became of it."""
-    model.warm = None
-    if request.warm_start is None:
-        return None
-    if (problem.training.schedule, request.objective) != ("zb-h1", "iteration"):
-        return "not used: only zb-h1's iteration search starts from an incumbent"
-    try:
-        value = evaluate(problem, request.warm_start, request.objective).value
-    except PlanError as err:
-        return f"ignored: {err}"
-    model.warm = (value, request.warm_start)
-    return "used as the first incumbent"
+    """Give the model its incumbent where a search uses one -- the ``iteration`` objective under 1F1B
+    (the walk starts below the threshold above which nothing beats it) and zb-h1 (the walks over k stop
+    at its value): the better of a valid warm start and the greedy plan, the latter run only when the
+    general recursion asks (:meth:`.ThresholdWalks.incumbent`). Say what became of the warm start."""
+    if request.objective != "iteration" or problem.training.schedule not in ("1f1b", "zb-h1"):
+        return None if request.warm_start is None else "not used: only the iteration searches under 1f1b and zb-h1 start from an incumbent"
+    found, note = [], None
+    if request.warm_start is not None:
+        try:
+            found.append((evaluate(problem, request.warm_start, request.objective).value, request.warm_start, "warm_start"))
+            note = "used as an incumbent"
+        except PlanError as err:
+            note = f"ignored: {err}"
+
+    def incumbent():
+        greedy = solve_greedy(problem, SolveRequest(request.objective))
+        if greedy.plan is not None:
+            try:
+                found.append((evaluate(problem, greedy.plan, request.objective).value, greedy.plan, "greedy"))
+            except PlanError:
+                pass
+        return min(found, key=lambda vp: vp[0]) if found else None
+
+    model.incumbent_source = incumbent
+    return note
 
 
 def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel", reason: str) -> Candidate:

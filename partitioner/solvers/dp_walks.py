@@ -43,12 +43,31 @@ class ThresholdWalks:
     ``recursion``, ``_final``, ``_final_states``, ``_level_ok``, ``reconstructions``, ``place``, ``note``)."""
 
     def _iteration(self, auto, X, kind, deadline, stats) -> _Outcome:
-        """1F1B: the least ``sum t + (m - 1) max t``."""
-        best, _, calls, _ = self._walk(auto, X, kind, deadline, self.m - 1)
+        """1F1B: the least ``sum t + (m - 1) max t``.
+
+        With an incumbent (a valid plan of value V: the warm start or the
+        greedy plan, :meth:`incumbent`), no plan whose slowest stage exceeds
+        ``T = (V - least sum) / (m - 1)`` can beat it (every plan's sum is at
+        least the layers' least times, :meth:`layer_floor`), so the walk
+        starts from the least sum under T, not from the unbounded one: the
+        first two recursions, the widest, prune every slower stage. If the
+        walk finds nothing better, the incumbent is the optimum.
+        """
+        coef = self.m - 1
+        warm = self.incumbent()
+        top = INF
+        if warm is not None and coef > 0:
+            if self.best_known is None or warm[0] < self.best_known[0]:
+                self.best_known = warm[:2]
+            top = max(warm[0] - self.layer_floor()[2], 0.0) / coef * (1 + 1e-9)
+        best, _, calls, _ = self._walk(auto, X, kind, deadline, coef, top=top,
+                                       known=warm[0] if warm is not None else INF)
+        stats["recursions"] = calls
+        if warm is not None and (best is None or best[0] > warm[0]):
+            return self._warm_outcome(stats, calls)
         if best is None:
             return _Outcome("infeasible")
-        stats["recursions"] = calls
-        return _Outcome("optimal", self._place_walked(auto, X, kind, deadline, best, self.m - 1), best[0], stats)
+        return _Outcome("optimal", self._place_walked(auto, X, kind, deadline, best, coef), best[0], stats)
 
     def _zb_iteration(self, auto, X, kind, deadline, stats) -> _Outcome:
         """zb-h1: the least ``sum u + max g`` with ``g = (m - 1) u + k W``, a branch and bound over k.
@@ -59,7 +78,7 @@ class ThresholdWalks:
         the least sum of u per level (the free table, which no k changes) and
         the least max g per level under the smallest k (g grows with k, so it
         is a floor for every k). Then the k in order of those floors, each
-        stopped by the best value so far (a warm start's, when one is given):
+        stopped by the best value so far (first the incumbent's, :meth:`incumbent`):
         the exact least max g of its levels (stages that could not win
         pruned), and its walk only when that bound can still win. The search
         ends when a floor cannot beat the best, which is then the optimum.
@@ -67,11 +86,11 @@ class ThresholdWalks:
         m = self.m
         ks = sorted({max(m - level + 1, 1) for level in range(1, self.K + 1) if self._level_ok(level)})
         best, calls = None, 0  # best: (value, walked payload or None for the warm start, spec)
-        warm = getattr(self, "warm", None)
+        warm = self.incumbent()
         if warm is not None:
             best = (warm[0], None, None)
             if self.best_known is None or warm[0] < self.best_known[0]:
-                self.best_known = warm
+                self.best_known = warm[:2]
         if not ks:
             return _Outcome("infeasible")
 
@@ -120,11 +139,19 @@ class ThresholdWalks:
         self.spec = None
         return _Outcome("optimal", plan, best[0], stats)
 
+    def incumbent(self) -> tuple | None:
+        """(value, plan, source) of the plan the search starts from, or None: asked of
+        ``incumbent_source`` (set by the method; the greedy plan is run only when asked) once."""
+        if not hasattr(self, "_incumbent"):
+            source = getattr(self, "incumbent_source", None)
+            self._incumbent = source() if source is not None else None
+        return self._incumbent
+
     def _warm_outcome(self, stats, calls) -> _Outcome:
-        """The warm start is optimal: no walk found a plan that beats it."""
+        """The incumbent (the warm start or the greedy plan) is optimal: no walk found a plan that beats it."""
         self.spec = None
-        stats.update(recursions=calls, plan_from="warm_start")
-        return _Outcome("optimal", self.warm[1], self.warm[0], stats)
+        stats.update(recursions=calls, plan_from=self._incumbent[2])
+        return _Outcome("optimal", self._incumbent[1], self._incumbent[0], stats)
 
     def _level_values(self, V, auto) -> dict:
         """Per allowed level: the least value of a whole pipeline with that many stages."""
@@ -181,7 +208,8 @@ class ThresholdWalks:
         self.spec = None
         return _Outcome("optimal", plan, best[0], stats)
 
-    def _walk(self, auto, X, kind, deadline, coef: float, cap: float = INF, extra=None, lowest: float | None = None):
+    def _walk(self, auto, X, kind, deadline, coef: float, cap: float = INF, extra=None, lowest: float | None = None,
+              top: float = INF, known: float = INF):
         """The least ``sum + coef * max`` over the allowed levels (1F1B: stage times; zb-h1: sum of u, max of g).
 
         Returns ``(value, (stages, links, times, threshold))`` or None when
@@ -192,7 +220,10 @@ class ThresholdWalks:
         :func:`threshold_search` finds its best step (a (sum, max) Pareto
         point), or proves that none beats ``cap`` (a value known elsewhere).
         ``extra(stages)``: what the true objective adds to ``sum + coef * max``
-        (GPipe: (m - 1) max F), for the plans noted on the way.
+        (GPipe: (m - 1) max F), for the plans noted on the way. ``top``: a
+        threshold above which no plan beats ``known``, the value of a plan
+        known elsewhere (the walk starts from the least sum under it; the
+        proven bound is at most ``known``).
         """
         calls = 0
         extra = extra or (lambda stages: 0.0)
@@ -207,7 +238,7 @@ class ThresholdWalks:
             stages, links, times = next(self.reconstructions(V, auto, X, "minsum", limit, *arg))
             return total, max(times), (stages, links, times, limit)
 
-        free_sum, free_max, free = minsum(INF)
+        free_sum, free_max, free = minsum(top)
         if free is None:
             return None, INF, calls, None
         best = (free_sum + coef * free_max, free)
@@ -224,7 +255,7 @@ class ThresholdWalks:
             # every plan has sum >= free_sum and max >= lowest_max
             bound = free_sum + coef * lowest_max
             if self.spec is None:  # with options a walk covers one k (zb-h1) or one cap on F (GPipe)
-                self.proven_bound = bound
+                self.proven_bound = min(bound, known)  # a plan above ``top`` is no better than ``known``
             noted = best[0]
 
             def probe(limit):
