@@ -186,3 +186,30 @@ def test_formulation_option_is_checked():
     }))
     with pytest.raises(SolverError, match="formulation"):
         solve(problem, "cpsat", options={**CPSAT, "formulation": "arcs"})
+
+
+def test_a_limit_that_runs_out_while_the_flow_model_is_built_returns_the_hint(monkeypatch):
+    """Building the flow model of 150,000 arcs takes seconds: it checks the deadline as it goes, and a limit
+    that runs out there answers the greedy hint (feasible, the analytic bound), not a late search."""
+    from benchmarks.synthetic import synthetic_problem
+    from partitioner.solvers import arcflow_run
+    from partitioner.solvers.slotrun import BuildTimeout
+
+    calls = []
+
+    def expired(deadline):
+        def check():
+            calls.append(deadline)
+            raise BuildTimeout
+
+        return check
+
+    monkeypatch.setattr(arcflow_run, "build_guard", expired)
+    problem = synthetic_problem(16, 1, 8, None, False, seed=1, microbatches=8, objective="iteration")
+    greedy = solve(problem, "greedy")
+    result = solve(problem, "cpsat", options=CPSAT, time_limit=30)
+    assert calls and calls[0] is not None  # the flow model checked the solve's deadline
+    assert result.status == "feasible" and "ran out while building the model" in result.message
+    assert result.value == pytest.approx(greedy.value, rel=1e-12)
+    assert 0 < result.bound <= result.value
+    check_plan(problem, result)

@@ -52,13 +52,14 @@ from .arcflow import ArcGraph, GraphTooLarge, build_graph, path_of_plan
 from .base import Candidate, SolveRequest
 from .cpsat_model import apply_solver_options
 from .slotmodel import SlotData, SlotDecisions, plan_of_decisions
-from .slotrun import analytic_bound, infeasible_message, int_option
+from .slotrun import analytic_bound, build_guard, infeasible_message, int_option
 from .slottimes import IntegerTimes, conservative_bound
 
 cp_model = lazy_module("ortools.sat.python.cp_model")
 
 __all__ = ["solve_on_graph", "ArcSolution"]
 
+_CHECK_EVERY = 8192  # arcs (or states) between two deadline checks while the flow model is built
 # CP-SAT parameters of every arc-flow solve, before the caller's.
 ARC_PARAMETERS = {"cp_model_presolve": False, "add_lp_constraints_lazily": False, "relative_gap_limit": 0.0, "cp_model_probing_level": 0, "root_lp_iterations": 10**8}
 
@@ -78,11 +79,16 @@ class ArcSolution:
 class _Flow:
     """The flow model of a graph: ``x`` per arc, conservation, the stage-count domain, ``minimise sum t_a x_a``."""
 
-    def __init__(self, graph: ArcGraph, counts, num_layers: int):
+    def __init__(self, graph: ArcGraph, counts, num_layers: int, check=None):
         arcs = graph.arcs
         self.model = model = cp_model.CpModel()
         n = len(arcs)
-        self.x = x = [model.new_bool_var(f"x{i}") for i in range(n)]
+        check = check or (lambda: None)  # raises BuildTimeout past the deadline (slotrun.build_guard)
+        x = []
+        for start in range(0, n, _CHECK_EVERY):
+            check()
+            x += [model.new_bool_var(f"x{i}") for i in range(start, min(n, start + _CHECK_EVERY))]
+        self.x = x
         self.t = np.asarray(arcs[:, 6], dtype=np.int64)
         out_of: dict = {}
         into: dict = {}
@@ -90,7 +96,9 @@ class _Flow:
             out_of.setdefault(src, []).append(x[i])
             into.setdefault(dst, []).append(x[i])
         sinks = set(graph.sinks)
-        for sid in set(out_of) | set(into):
+        for k, sid in enumerate(set(out_of) | set(into)):
+            if k % _CHECK_EVERY == 0:
+                check()
             if sid == graph.source:
                 model.add_exactly_one(out_of[sid])
             elif sid not in sinks:
@@ -170,7 +178,7 @@ def solve_on_graph(graph: ArcGraph, data: SlotData, times: IntegerTimes, request
         out.infeasible, out.proven = True, True
         return out
     m = data.microbatches
-    flow = _Flow(graph, data.counts, data.num_layers)
+    flow = _Flow(graph, data.counts, data.num_layers, build_guard(deadline))
     t = flow.t.tolist()
 
     def value(p):
