@@ -240,12 +240,14 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
-@pytest.mark.parametrize("name", ["regress_zb_h1_m1_0", "regress_zb_h1_m1_1", "regress_zb_h1_highs_start_0"])
+@pytest.mark.parametrize("name", ["regress_zb_h1_m1_0", "regress_zb_h1_m1_1", "regress_zb_h1_highs_start_0",
+                                  "regress_cbc_preprocess_0", "regress_cbc_preprocess_1", "regress_cbc_preprocess_2"])
 def test_zb_h1_regressions_every_exact_method_proves_brutes_optimum(name):
     """Problems the tests above found: two m = 1 problems on which CP-SAT with the 1e-7 time unit
     answered wrongly (INFEASIBLE on a feasible model; "optimal" 4.55 for 4.5 with a bound above
-    the optimum; slottimes.RESOLUTION_ZB_H1), and one on which HiGHS failed on the greedy start
-    ("Solve error": the milp now solves again without it)."""
+    the optimum; slottimes.RESOLUTION_ZB_H1), one on which HiGHS failed on the greedy start
+    ("Solve error": the milp now solves again without it), and three on which CBC's integer
+    preprocessing answered "optimal" 4.0 for 1.5, "infeasible", or gave up on the start (it is off)."""
     problem = load_problem(FIXTURES / f"{name}.json")
     oracle = solve(problem, "brute")
     assert oracle.status == "optimal"
