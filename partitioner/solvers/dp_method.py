@@ -49,7 +49,7 @@ def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
 
     model = DPModel(problem)
     mode = "bins" if forced == "bins" else model.natural_placement()
-    warm_note = _take_warm_start(problem, request, model)
+    warm_note = _take_warm_start(problem, request, model, deadline)
     try:
         outcome = model.optimize(request.objective, mode, deadline, budget)
         if outcome.status == "optimal" and outcome.plan is None and mode == "run":
@@ -69,7 +69,7 @@ def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
     return Candidate(outcome.status, outcome.plan, bound=outcome.bound, extra={"dp": stats})
 
 
-def _take_warm_start(problem: Problem, request: SolveRequest, model: "DPModel") -> str | None:
+def _take_warm_start(problem: Problem, request: SolveRequest, model: "DPModel", deadline: float | None = None) -> str | None:
     """Give the model its incumbent where a search uses one -- the ``iteration`` objective under 1F1B
     (the walk starts below the threshold above which nothing beats it) and zb-h1 (the walks over k stop
     at its value): the better of a valid warm start and the greedy plan, the latter run only when the
@@ -85,8 +85,9 @@ def _take_warm_start(problem: Problem, request: SolveRequest, model: "DPModel") 
             note = f"ignored: {err}"
 
     def incumbent():
-        greedy = solve_greedy(problem, SolveRequest(request.objective))
-        if greedy.plan is not None:
+        left = None if deadline is None else deadline - time.perf_counter()
+        greedy = solve_greedy(problem, SolveRequest(request.objective, time_limit=left)) if left is None or left > 0 else None
+        if greedy is not None and greedy.plan is not None:
             try:
                 found.append((evaluate(problem, greedy.plan, request.objective).value, greedy.plan, "greedy"))
             except PlanError:
