@@ -279,12 +279,11 @@ def _solve_with_knobs(entry: dict[str, Any], method: str, objective: str, time_l
             warm = Plan(tuple(replace(s, variant="") for s in megatron["plan"].stages))
         result = solve(proj, method, objective=objective, time_limit=time_limit, seed=seed, warm_start=warm)
         last = result
-        if result.plan is not None:
-            entry.setdefault("solved_plans", {})[variant] = result.plan
         if result.plan is None:
             if result.message:
                 messages.append(f"{variant or 'plain'}: {result.message}")
             continue
+        entry.setdefault("solved_plans", {})[variant] = result.plan  # a re-solve's warm start
         lifted = Plan(tuple(replace(s, variant=variant_at(problem, s.dp, variant), configs=None) for s in result.plan.stages))
         refined = refine_knobs(problem, lifted, objective)
         if refined is None:

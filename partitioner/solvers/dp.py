@@ -57,8 +57,9 @@ valued by a *spec* (:mod:`.dp_options`), and the recursions keep their form
   bound over k, the k in order of a floor from two recursions that serve
   every k (least sum of u per level; least max g per level under the
   smallest k, since g grows with k), each k's exact least max g pruned at
-  what could still win, its walk stopped by the best value so far (a warm
-  start's when one is given), until a floor cannot beat the best.
+  what could still win, its walk stopped by the best value so far (first
+  the incumbent's: a warm start or the greedy plan), until a floor cannot
+  beat the best.
 * ``gpipe``: ``sum t + (m - 1)(max F + max B)`` (sends in F of the sender
   and in B of the receiver, as :func:`partitioner.plan.evaluate` counts
   them): for a cap C on every F, a walk on B gives ``phi(C)``, the least

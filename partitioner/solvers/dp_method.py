@@ -49,7 +49,7 @@ def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
 
     model = DPModel(problem)
     mode = "bins" if forced == "bins" else model.natural_placement()
-    warm_note = _take_warm_start(problem, request, model, deadline)
+    warm_note = _set_incumbent(problem, request, model, deadline)
     try:
         outcome = model.optimize(request.objective, mode, deadline, budget)
         if outcome.status == "optimal" and outcome.plan is None and mode == "run":
@@ -69,7 +69,7 @@ def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
     return Candidate(outcome.status, outcome.plan, bound=outcome.bound, extra={"dp": stats})
 
 
-def _take_warm_start(problem: Problem, request: SolveRequest, model: "DPModel", deadline: float | None = None) -> str | None:
+def _set_incumbent(problem: Problem, request: SolveRequest, model: "DPModel", deadline: float | None = None) -> str | None:
     """Give the model its incumbent where a search uses one -- the ``iteration`` objective under 1F1B
     (the walk starts below the threshold above which nothing beats it) and zb-h1 (the walks over k stop
     at its value): the better of a valid warm start and the greedy plan, the latter run only when the

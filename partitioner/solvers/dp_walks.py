@@ -57,8 +57,6 @@ class ThresholdWalks:
         warm = self.incumbent()
         top = INF
         if warm is not None and coef > 0:
-            if self.best_known is None or warm[0] < self.best_known[0]:
-                self.best_known = warm[:2]
             top = max(warm[0] - self.layer_floor()[2], 0.0) / coef * (1 + 1e-9)
         best, _, calls, _ = self._walk(auto, X, kind, deadline, coef, top=top,
                                        known=warm[0] if warm is not None else INF)
@@ -89,8 +87,6 @@ class ThresholdWalks:
         warm = self.incumbent()
         if warm is not None:
             best = (warm[0], None, None)
-            if self.best_known is None or warm[0] < self.best_known[0]:
-                self.best_known = warm[:2]
         if not ks:
             return _Outcome("infeasible")
 
@@ -145,7 +141,10 @@ class ThresholdWalks:
         if not hasattr(self, "_incumbent"):
             source = getattr(self, "incumbent_source", None)
             self._incumbent = source() if source is not None else None
-        return self._incumbent
+        found = self._incumbent
+        if found is not None and (self.best_known is None or found[0] < self.best_known[0]):
+            self.best_known = found[:2]  # returned if the search is cut short
+        return found
 
     def _warm_outcome(self, stats, calls) -> _Outcome:
         """The incumbent (the warm start or the greedy plan) is optimal: no walk found a plan that beats it."""

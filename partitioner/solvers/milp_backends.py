@@ -244,7 +244,7 @@ def solve_cbc(lp: pulp.LpProblem, deadline: float | None, threads: int, log: boo
             warmStart=use_start,
             timeMode="elapsed",  # wall, not CPU, seconds: on a loaded machine CPU time lags the clock
             # CBC's integer preprocessing returned a wrong "optimal" on small slot models (a bottleneck of 4.0
-            # where 1.5 is feasible: tests/test_slot_schedules.py, tests/fixtures/regress_cbc_preprocess.json;
+            # where 1.5 is feasible: tests/test_slot_schedules.py, tests/fixtures/regress_cbc_preprocess_*.json;
             # the same model solves right with it off, and in HiGHS), so it is off
             options=[f"integerTolerance {_TOLERANCE}", f"primalTolerance {_TOLERANCE}", "randomCbcSeed 1", "preprocess off"],
         )
