@@ -8,8 +8,7 @@ loops over stages a..b, their Pareto options f, successor states, incoming
 categories and devices, each stage valued with the spec's arithmetic in the
 spec's order (zb-h1: cost ``x + u_f``, key ``(s u_f + k W_f) + s x``; GPipe:
 ``F_f + xo`` and ``B_f + xi``). Both modes, finite and infinite thresholds,
-tiny chunks (one first layer per kernel call, candidate lists cut at every
-count) as well as the default ones, and the kernel's loop over the slots.
+one first layer per kernel call as well as the default chunks of first layers.
 """
 from __future__ import annotations
 
@@ -116,10 +115,9 @@ def draw_spec(data, model: DPModel, schedule: str):
     kind=st.sampled_from(["natural", "bins", "none"]),
     mode=st.sampled_from(["minsum", "minmax"]),
     quantile=st.sampled_from([INF, 0.3, 0.6, 0.9]),
-    chunk=st.sampled_from([None, 1, 200]),
-    slot_loop=st.booleans(),
+    chunk=st.sampled_from([None, 1, 2]),
 )
-def test_every_option_table_entry_matches_the_definition(monkeypatch, data, v2, schedule, kind, mode, quantile, chunk, slot_loop):
+def test_every_option_table_entry_matches_the_definition(monkeypatch, data, v2, schedule, kind, mode, quantile, chunk):
     base = data.draw(small_v2_problems(max_layers=5) if v2 else small_problems(max_layers=5))
     shares = data.draw(st.lists(st.floats(0.0, 1.0), min_size=base.num_layers, max_size=base.num_layers))
     problem = with_transfers(under(base, schedule, shares), data.draw(st.integers(1, 3000)))
@@ -128,17 +126,15 @@ def test_every_option_table_entry_matches_the_definition(monkeypatch, data, v2, 
     model.spec = spec
     limit = a_threshold(model, quantile)
     with monkeypatch.context() as patch:
-        if chunk is not None:
-            patch.setattr(dp_recursion, "CHUNK", chunk)
-        if slot_loop:  # the kernel's loop over the slots, otherwise taken on large chunks only
-            patch.setattr(dp_recursion, "_SLOT_LOOP", 0)
+        if chunk is not None:  # first layers per kernel call (the bucket level's rows cross the calls)
+            patch.setattr(dp_recursion, "FIRSTS_PER_CALL", chunk)
         check_option_tables(model, model.natural_placement() if kind == "natural" else kind, mode, limit)
 
 
 @pytest.mark.parametrize("schedule", ["zb-h1", "gpipe"])
 @pytest.mark.parametrize("mode, quantile", [("minmax", INF), ("minmax", 0.7), ("minsum", INF), ("minsum", 0.7)])
-@pytest.mark.parametrize("chunk, slot_loop", [(None, False), (1, False), (None, True)])
-def test_option_tables_of_a_synthetic_problem_match_the_definition(monkeypatch, schedule, mode, quantile, chunk, slot_loop):
+@pytest.mark.parametrize("chunk", [None, 1, 3])
+def test_option_tables_of_a_synthetic_problem_match_the_definition(monkeypatch, schedule, mode, quantile, chunk):
     # many stage sizes, categories and first layers with different numbers of candidate last layers
     from benchmarks.synthetic import synthetic_problem
 
@@ -148,7 +144,5 @@ def test_option_tables_of_a_synthetic_problem_match_the_definition(monkeypatch, 
     model.spec = ZeroBubbleSpec(model.m, max(model.m - 2 + 1, 1)) if schedule == "zb-h1" else GPipeSpec("B")
     limit = a_threshold(model, quantile)
     if chunk is not None:
-        monkeypatch.setattr(dp_recursion, "CHUNK", chunk)
-    if slot_loop:
-        monkeypatch.setattr(dp_recursion, "_SLOT_LOOP", 0)
+        monkeypatch.setattr(dp_recursion, "FIRSTS_PER_CALL", chunk)
     check_option_tables(model, model.natural_placement(), mode, limit)

@@ -164,6 +164,7 @@ __all__ = ["DPModel"]
 INF = math.inf
 _TIE = 1e-12  # relative slack when comparing a stage time with a threshold
 _MEMORY_BUDGET_BYTES = 3 * 2**30  # the default budget of a model used outside the dp method
+_MATRIX_CACHE_BYTES = 2**28  # stage compute matrices kept across recursions (256 MiB)
 
 
 # --------------------------------------------------------------------------- the model
@@ -184,6 +185,8 @@ class DPModel(ThresholdWalks):
         self.sizes = tuple(d for d in cluster.allowed_sizes() if d in usable)
         self.stage_counts = stage_counts or (problem.stages.min, problem.stages.max)
         self._matrices: dict[tuple[int, int], np.ndarray] = {}
+        self._stacks: dict[int, np.ndarray] = {}  # stash -> compute matrices of every size (compute_stack)
+        self._packed: dict = {}  # (groups, stash, spec key) -> packed option tables (packed_options)
         self.schedule = problem.training.schedule
         # the two-part estimates (zb-h1's and GPipe's iteration): stages choose among the Pareto pairs
         # of parts ``self.parts`` (:meth:`StageCosts.options`), valued by ``self.spec`` (:mod:`.dp_options`)
@@ -304,12 +307,53 @@ class DPModel(ThresholdWalks):
     def compute_matrix(self, i: int, stash: int) -> np.ndarray:
         """best[a, b]: the fastest fitting compute of layers a..b on size index i (inf if none);
         see :mod:`.dp_stage` for the rule with segments and reshards."""
+        stack = self._stacks.get(stash)
+        if stack is not None:
+            return stack[i]
         key = (i, stash)
         found = self._matrices.get(key)
         if found is None:
             found = self.costs.matrix(i, stash)
-            if len(self._matrices) * self.L * self.L * 8 < 2**28:  # keep at most 256 MiB of them
+            if self._held_matrices() < _MATRIX_CACHE_BYTES:
                 self._matrices[key] = found
+        return found
+
+    def _held_matrices(self) -> int:
+        return 8 * self.L * self.L * (len(self._matrices) + len(self.sizes) * len(self._stacks))
+
+    def compute_stack(self, stash: int, groups: list | None = None) -> np.ndarray:
+        """``[g, a, b]``: :meth:`compute_matrix` of every size index (or of ``groups``) at ``stash``, one
+        C-contiguous array for the compiled kernels (kept while the matrices held stay under 256 MiB)."""
+        stack = self._stacks.get(stash)
+        if stack is None:
+            stack = np.empty((len(self.sizes), self.L, self.L))
+            for i in range(len(self.sizes)):
+                stack[i] = self.compute_matrix(i, stash)
+            held = {key for key in self._matrices if key[1] == stash}
+            if self._held_matrices() - 8 * self.L * self.L * len(held) + stack.nbytes <= _MATRIX_CACHE_BYTES:
+                for key in held:
+                    del self._matrices[key]
+                self._stacks[stash] = stack
+        if groups is None or list(groups) == list(range(len(self.sizes))):
+            return stack
+        return np.ascontiguousarray(stack[np.asarray(groups, dtype=np.int64)])
+
+    def packed_options(self, groups: list, stash: int):
+        """:meth:`option_tables` of ``groups`` at ``stash`` packed for the compiled kernels: the least keys
+        ``[g, a, b]``, each group's offset into and width of the flat option arrays, and those arrays."""
+        key = (tuple(groups), stash, self.spec.key)
+        found = self._packed.get(key)
+        if found is None:
+            tabs = [self.option_tables(i, stash) for i in groups]
+            low = np.ascontiguousarray(np.stack([t[0] for t in tabs])) if tabs else np.zeros((0, self.L, self.L))
+            width = np.array([t[1].shape[-1] for t in tabs], dtype=np.int64)
+            sizes = np.array([t[1].size for t in tabs], dtype=np.int64)
+            offset = np.r_[0, np.cumsum(sizes)[:-1]].astype(np.int64) if tabs else np.zeros(0, np.int64)
+            first = np.concatenate([t[1].ravel() for t in tabs]) if tabs else np.zeros(0)
+            second = np.concatenate([t[2].ravel() for t in tabs]) if tabs else np.zeros(0)
+            found = (low, offset, width, np.ascontiguousarray(first, dtype=float), np.ascontiguousarray(second, dtype=float))
+            self._packed = {k: v for k, v in self._packed.items() if k[2] == self.spec.key}
+            self._packed[key] = found
         return found
 
     def stage_options(self, i: int, stash: int) -> tuple[np.ndarray, np.ndarray]:

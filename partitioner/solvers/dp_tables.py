@@ -148,20 +148,29 @@ class Tables:
         self.flat: list[np.ndarray | None] = [None]
         self._index = None
 
-    def reset(self, top: int) -> None:
-        """Levels 1..top set to infinity (allocated the first time they are needed)."""
+    def reset(self, top: int, clear: bool = True) -> None:
+        """Levels 1..top allocated the first time they are needed and, with ``clear``, set to infinity;
+        without, their contents are undefined until :meth:`clear_rows` or a kernel that writes whole
+        blocks sets them (the sentinel is infinite either way)."""
         lay, rows = self.layout, self.L + 1
         while len(self.tab) <= top:
             flat = np.empty(rows * lay.flat_size + 1)
+            flat[-1] = INF
             views = {}
             for i in lay.groups:
                 lo = rows * lay.base[i]
                 views[i] = flat[lo : lo + rows * lay.stride[i]].reshape(self.layout.shape(self.L, i))
             self.flat.append(flat)
             self.tab.append(views)
-        for level in range(1, top + 1):
-            self.flat[level].fill(INF)
+        if clear:
+            for level in range(1, top + 1):
+                self.flat[level].fill(INF)
         self.top = top
+
+    def clear_rows(self, level: int, first: int) -> None:
+        """Set the first layers ``first..L`` of every size group of ``level`` to infinity."""
+        for view in self.tab[level].values():
+            view[first:] = INF
 
     def shared_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(first, stride, starts): entry ``first + pos * stride`` of a level's flat buffer holds an input of
