@@ -186,7 +186,7 @@ class DPModel(ThresholdWalks):
         self.stage_counts = stage_counts or (problem.stages.min, problem.stages.max)
         self._matrices: dict[tuple[int, int], np.ndarray] = {}
         self._stacks: dict[int, np.ndarray] = {}  # stash -> compute matrices of every size (compute_stack)
-        self._packed: dict = {}  # (groups, stash, spec key) -> packed option tables (packed_options)
+        self._packed: dict = {}  # (groups, stash, parts) -> packed stage options (packed_options)
         self.schedule = problem.training.schedule
         # the two-part estimates (zb-h1's and GPipe's iteration): stages choose among the Pareto pairs
         # of parts ``self.parts`` (:meth:`StageCosts.options`), valued by ``self.spec`` (:mod:`.dp_options`)
@@ -339,21 +339,21 @@ class DPModel(ThresholdWalks):
         return np.ascontiguousarray(stack[np.asarray(groups, dtype=np.int64)])
 
     def packed_options(self, groups: list, stash: int):
-        """:meth:`option_tables` of ``groups`` at ``stash`` packed for the compiled kernels: the least keys
-        ``[g, a, b]``, each group's offset into and width of the flat option arrays, and those arrays."""
-        key = (tuple(groups), stash, self.spec.key)
+        """:meth:`stage_options` of ``groups`` at ``stash`` packed for the compiled kernels: each group's
+        offset into and width of the flat option arrays, and those arrays (the two parts; the spec's
+        key is formed in the kernel, so one packing serves every zb-h1 k)."""
+        key = (tuple(groups), stash, self.parts)
         found = self._packed.get(key)
         if found is None:
-            tabs = [self.option_tables(i, stash) for i in groups]
-            low = np.ascontiguousarray(np.stack([t[0] for t in tabs])) if tabs else np.zeros((0, self.L, self.L))
-            width = np.array([t[1].shape[-1] for t in tabs], dtype=np.int64)
-            sizes = np.array([t[1].size for t in tabs], dtype=np.int64)
+            tabs = [self.stage_options(i, stash) for i in groups]
+            width = np.array([t[0].shape[-1] for t in tabs], dtype=np.int64)
+            sizes = np.array([t[0].size for t in tabs], dtype=np.int64)
             offset = np.r_[0, np.cumsum(sizes)[:-1]].astype(np.int64) if tabs else np.zeros(0, np.int64)
-            first = np.concatenate([t[1].ravel() for t in tabs]) if tabs else np.zeros(0)
-            second = np.concatenate([t[2].ravel() for t in tabs]) if tabs else np.zeros(0)
-            found = (low, offset, width, np.ascontiguousarray(first, dtype=float), np.ascontiguousarray(second, dtype=float))
-            self._packed = {k: v for k, v in self._packed.items() if k[2] == self.spec.key}
-            self._packed[key] = found
+            first = np.concatenate([t[0].ravel() for t in tabs]) if tabs else np.zeros(0)
+            second = np.concatenate([t[1].ravel() for t in tabs]) if tabs else np.zeros(0)
+            found = (offset, width, np.ascontiguousarray(first, dtype=float), np.ascontiguousarray(second, dtype=float))
+            if sum(x[2].nbytes + x[3].nbytes for x in self._packed.values()) < 2**28:
+                self._packed[key] = found
         return found
 
     def stage_options(self, i: int, stash: int) -> tuple[np.ndarray, np.ndarray]:
@@ -635,17 +635,19 @@ class DPModel(ThresholdWalks):
 
     def bottleneck_ceiling(self, deadline) -> float:
         """The bottleneck of a valid plan, or inf: the least bottleneck without transfers
-        (:mod:`.dp_compute`, when it applies), placed contiguously and valued with them. No optimal
-        plan has a stage above it, so the ``minmax`` recursion may prune slower stages (and the
-        devices the layers before a suffix cannot leave it, see :mod:`.dp_recursion`); the plan is
-        also the best known one if the search is cut short."""
-        if self.fast_path_refusal() is not None:
-            return INF
-        try:
-            found = ComputeOnlyDP(self, deadline).bottleneck()
-        except _TooLarge:
-            return INF
-        plan = self.place(found[1], [], "none") if found is not None else None
+        (:mod:`.dp_compute`, when it applies) placed contiguously, or else the greedy plan, valued with
+        the transfers. No optimal plan has a stage above it, so the ``minmax`` recursion may prune slower
+        stages (and the devices the layers before a suffix cannot leave it, see :mod:`.dp_recursion`);
+        the plan is also the best known one if the search is cut short."""
+        plan = None
+        if self.fast_path_refusal() is None:
+            try:
+                found = ComputeOnlyDP(self, deadline).bottleneck()
+            except _TooLarge:
+                found = None
+            plan = self.place(found[1], [], "none") if found is not None else None
+        if plan is None:
+            plan = self._greedy_plan("bottleneck", deadline)
         if plan is None:
             return INF
         try:
@@ -655,6 +657,16 @@ class DPModel(ThresholdWalks):
         if self.best_known is None or value < self.best_known[0]:
             self.best_known = (value, plan)
         return value * (1 + 1e-9)  # a margin for the order the evaluation sums in
+
+    def _greedy_plan(self, objective: str, deadline) -> Plan | None:
+        """The greedy heuristic's plan for ``objective`` within what is left of the time limit, or None."""
+        from .base import SolveRequest
+        from .greedy import solve_greedy
+
+        left = None if deadline is None else deadline - time.perf_counter()
+        if left is not None and left <= 0:
+            return None
+        return solve_greedy(self.problem, SolveRequest(objective, time_limit=left)).plan
 
     def fast_path_refusal(self) -> str | None:
         """Why the range-query recursions of :mod:`.dp_compute` do not apply here, or None.

@@ -6,7 +6,7 @@ The kernels write the tables of :mod:`.dp_tables` in place: a level's flat
 buffer ``out`` holds, size group after size group, ``(L + 1, states_i,
 cats_i, N + 1 - d_i)`` blocks (``g_base``, ``g_stride``), and ``R[pos,
 column]`` the level below's least value per shared key and suffix devices
-(:func:`shared_rows`, the gather that :meth:`.dp_tables.Tables.shared_index`
+(:func:`shared_rows`, the runs that :meth:`.dp_tables.Tables.key_runs`
 describes), with ``Rlo``/``Rhi`` the span of its finite columns per key.
 For first layers ``a`` from ``a_hi`` down to ``a_lo`` and every size group
 the kernels take the least over the stage's last layer ``b`` and the pairs
@@ -65,30 +65,30 @@ ZB, GPIPE_B, GPIPE_F = 0, 1, 2  # the specs of options_level
 
 
 @njit(cache=True, nogil=True)
-def _shared_row(flat, first, stride, starts, nentries, pos, R, Rlo, Rhi, key_offset, key_width, combine):
-    """Row ``pos`` of R from a level's flat buffer (``combine``: the least with what R holds)."""
-    ncols = starts.size
-    for j in range(ncols):
-        e0 = starts[j]
-        e1 = starts[j + 1] if j + 1 < ncols else nentries
-        v = INF
-        for e in range(e0, e1):
-            x = flat[first[e] + pos * stride[e]]
-            if x < v:
-                v = x
-        if combine:
-            if v < R[pos, j]:
-                R[pos, j] = v
-        else:
-            R[pos, j] = v
+def _shared_row(flat, run_base, run_stride, run_d, key_starts, pos, R, Rlo, Rhi, key_offset, key_width, combine):
+    """Row ``pos`` of R from a level's flat buffer (:meth:`.dp_tables.Tables.key_runs`); ``combine``:
+    the least with what R holds."""
     for k in range(key_offset.size):
-        lo, hi = key_width[k], 0
-        base = key_offset[k]
-        for c in range(key_width[k]):
-            if R[pos, base + c] < INF:
-                if c < lo:
-                    lo = c
+        off, W = key_offset[k], key_width[k]
+        if not combine:
+            for c in range(W):
+                R[pos, off + c] = INF
+        for t in range(key_starts[k], key_starts[k + 1]):
+            d = run_d[t]
+            src = run_base[t] + pos * run_stride[t] - d
+            for c in range(d, W):
+                v = flat[src + c]
+                if v < R[pos, off + c]:
+                    R[pos, off + c] = v
+        lo, hi = W, 0
+        for c in range(W):
+            if R[pos, off + c] < INF:
+                lo = c
+                break
+        for c in range(W - 1, lo - 1, -1):
+            if R[pos, off + c] < INF:
                 hi = c + 1
+                break
         if hi == 0:
             lo = 0
         Rlo[pos, k] = lo
@@ -96,13 +96,12 @@ def _shared_row(flat, first, stride, starts, nentries, pos, R, Rlo, Rhi, key_off
 
 
 @njit(cache=True, nogil=True)
-def shared_rows(flat, first, stride, starts, pos_lo, pos_hi, R, Rlo, Rhi, key_offset, key_width):
-    """R[pos, column] for pos in [pos_lo, pos_hi): the least over each column's entries of ``flat``
-    (entry e at ``first[e] + pos * stride[e]``, the sentinel with stride 0), and the finite span
+def shared_rows(flat, run_base, run_stride, run_d, key_starts, pos_lo, pos_hi, R, Rlo, Rhi, key_offset, key_width):
+    """R[pos, column] for pos in [pos_lo, pos_hi): per shared key and suffix devices the least over
+    the key's runs of ``flat`` (:meth:`.dp_tables.Tables.key_runs`), and the finite span
     ``[Rlo, Rhi)`` of each key's columns."""
-    n = first.size
     for pos in range(pos_lo, pos_hi):
-        _shared_row(flat, first, stride, starts, n, pos, R, Rlo, Rhi, key_offset, key_width, False)
+        _shared_row(flat, run_base, run_stride, run_d, key_starts, pos, R, Rlo, Rhi, key_offset, key_width, False)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -142,7 +141,7 @@ def plain_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, N, lim, minmax, overwrite
                 g_pstart, p_off, p_key, p_zn, p_co,
                 g_sstart, s_zn, g_cstart, xs, xs_sorted, rank,
                 CB, X, banded, prefix,
-                self_feed, first, stride, starts, key_offset, key_width):
+                self_feed, run_base, run_stride, run_d, key_starts, key_offset, key_width):
     """One level of the plain recursion for first layers a_hi..a_lo (see the module docstring).
 
     ``CB[g, a, b]``: the compute of stage a..b on group g at the level's stash (inf if it does not
@@ -164,7 +163,6 @@ def plain_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, N, lim, minmax, overwrite
     acch = np.empty(cells_max * width_max if minmax else 1)
     usedw = np.zeros(cells_max, np.bool_)
     usedh = np.zeros(cells_max, np.bool_)
-    nentries = first.size
     for a in range(a_hi, a_lo - 1, -1):
         for g in range(G):
             d = g_size[g]
@@ -207,12 +205,13 @@ def plain_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, N, lim, minmax, overwrite
                             base = rowq * cols
                             if not usedw[rowq]:
                                 usedw[rowq] = True
-                                for c in range(cols):
-                                    accw[base + c] = INF
-                            for c in range(lo, hi):
-                                v = w + R[b + 1, Hb + c]
-                                if v < accw[base + c]:
-                                    accw[base + c] = v
+                                accw[base : base + cols] = INF
+                            Rrow = R[b + 1, Hb + lo : Hb + hi]
+                            arow = accw[base + lo : base + hi]
+                            for c in range(hi - lo):
+                                v = w + Rrow[c]
+                                old = arow[c]
+                                arow[c] = v if v < old else old
                             continue
                         whi_v = w + xtop if q == Ci else w + xs_sorted[a, c0 + q - 1]
                         wlo_v = w + x0
@@ -260,24 +259,47 @@ def plain_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, N, lim, minmax, overwrite
                         for c in range(cols, D1):
                             out[tgt + c] = INF
         if self_feed:
-            _shared_row(out, first, stride, starts, nentries, a, R, Rlo, Rhi, key_offset, key_width, True)
+            _shared_row(out, run_base, run_stride, run_d, key_starts, a, R, Rlo, Rhi, key_offset, key_width, True)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _spec_value(kind, s, f_cap, low, OA, OB, o0, F, xo, xi, minmax, lim):
-    """A stage's value under the spec (see :mod:`.dp_options`): options ``OA[o0 + f]``, ``OB[o0 + f]``."""
-    if kind == ZB:  # OA = U, OB = G = (m - 1) U + k W
+def _spec_low(kind, s, k, OA, OB, o0, F):
+    """The spec's least key of a stage without transfers (inf: no option): zb-h1 ``min g``, ``g = s U +
+    k W`` over the options with a finite U; GPipe ``min B`` (key B) or ``min F`` (key F)."""
+    best = INF
+    for f in range(F):
+        if kind == ZB:
+            if not (OA[o0 + f] < INF):
+                continue
+            v = s * OA[o0 + f] + k * OB[o0 + f]
+        elif kind == GPIPE_B:
+            v = OB[o0 + f]
+        else:
+            v = OA[o0 + f]
+        if v < best:
+            best = v
+    return best
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _spec_value(kind, s, k, f_cap, low, OA, OB, o0, F, xo, xi, minmax, lim):
+    """A stage's value under the spec (see :mod:`.dp_options`): options ``OA[o0 + f]``, ``OB[o0 + f]``
+    (zb-h1: U and W; GPipe: F and B), formed as the spec forms them."""
+    if kind == ZB:
         x = xo + xi
         if minmax:
             return low + s * x
         best = INF
         for f in range(F):
-            if OB[o0 + f] + s * x <= lim:
-                v = x + OA[o0 + f]
+            u = OA[o0 + f]
+            if not (u < INF):
+                continue
+            if (s * u + k * OB[o0 + f]) + s * x <= lim:
+                v = x + u
                 if v < best:
                     best = v
         return best
-    best = INF  # GPipe: OA = F, OB = B
+    best = INF
     for f in range(F):
         fwd = OA[o0 + f] + xo
         bwd = OB[o0 + f] + xi
@@ -299,12 +321,12 @@ def options_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, N, lim, minmax, overwri
                   g_size, g_base, g_stride,
                   g_pstart, p_off, p_key, p_zn, p_co,
                   g_sstart, s_zn, g_cstart, xs,
-                  LOW, g_F, g_ooff, OA, OB, kind, s, f_cap, X,
-                  self_feed, first, stride, starts, key_offset, key_width):
+                  g_F, g_ooff, OA, OB, kind, s, k, f_cap, X,
+                  self_feed, run_base, run_stride, run_d, key_starts, key_offset, key_width):
     """One level of the recursion with options for first layers a_hi..a_lo (see the module docstring).
 
-    ``LOW[g, a, b]``: the spec's least key of stage a..b without transfers (inf: nothing fits);
-    its options are ``OA``/``OB`` from ``g_ooff[g] + (a * L + b) * g_F[g]``. ``s_zn``: per local
+    The options of stage a..b on group g are ``OA``/``OB`` from ``g_ooff[g] + (a * L + b) * g_F[g]``
+    (``kind``, ``s``, ``k``, ``f_cap``: the spec, :func:`_spec_value`). ``s_zn``: per local
     state of a group (from ``g_sstart``), the index of its new-state accumulator rows, or -1.
     ``overwrite``: each (a, group) block is written whole (the buffer needs no reset), else the least
     with what it holds.
@@ -321,8 +343,14 @@ def options_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, N, lim, minmax, overwri
             cells_max = cells
     acc = np.empty(cells_max * width_max)
     used = np.zeros(cells_max, np.bool_)
-    nentries = first.size
     finite_lim = lim < INF
+    ncat = X.shape[1]
+    ci_max = 1
+    for g in range(G):
+        ci_max = max(ci_max, g_cstart[g + 1] - g_cstart[g])
+    tcache = np.empty(ncat * ci_max)
+    seen = np.zeros(ncat, np.int64)
+    stamp = 0
     for a in range(a_hi, a_lo - 1, -1):
         for g in range(G):
             D1 = N + 1 - g_size[g]
@@ -334,21 +362,27 @@ def options_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, N, lim, minmax, overwri
                 used[cell] = False
             F = g_F[g]
             for b in range(a, bmax + 1):
-                low = LOW[g, a, b]
+                o0 = g_ooff[g] + (a * L + b) * F
+                low = _spec_low(kind, s, k, OA, OB, o0, F)
                 if not (low < INF) or not (low <= lim):
                     continue
-                o0 = g_ooff[g] + (a * L + b) * F
+                stamp += 1
                 for p in range(g_pstart[g], g_pstart[g + 1]):
-                    k = p_key[p]
-                    lo = Rlo[b + 1, k]
-                    hi = min(Rhi[b + 1, k], D1)
+                    key = p_key[p]
+                    lo = Rlo[b + 1, key]
+                    hi = min(Rhi[b + 1, key], D1)
                     if lo >= hi:
                         continue
-                    xo = X[b, p_co[p]]
+                    co = p_co[p]
+                    xo = X[b, co]
                     zn = p_zn[p]
                     Hb = p_off[p]
+                    if seen[co] != stamp:
+                        seen[co] = stamp
+                        for cl in range(Ci):
+                            tcache[co * Ci + cl] = _spec_value(kind, s, k, f_cap, low, OA, OB, o0, F, xo, xs[a, c0 + cl], minmax, lim)
                     for cl in range(Ci):
-                        t = _spec_value(kind, s, f_cap, low, OA, OB, o0, F, xo, xs[a, c0 + cl], minmax, lim)
+                        t = tcache[co * Ci + cl]
                         if minmax and finite_lim and not (t <= lim):
                             continue
                         if not (t < INF):
@@ -359,17 +393,19 @@ def options_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, N, lim, minmax, overwri
                             used[row] = True
                             for c in range(D1):
                                 acc[base + c] = INF
+                        Rrow = R[b + 1, Hb + lo : Hb + hi]
+                        arow = acc[base + lo : base + hi]
                         if minmax:
-                            for c in range(lo, hi):
-                                h = R[b + 1, Hb + c]
+                            for c in range(hi - lo):
+                                h = Rrow[c]
                                 v = h if h > t else t
-                                if v < acc[base + c]:
-                                    acc[base + c] = v
+                                old = arow[c]
+                                arow[c] = v if v < old else old
                         else:
-                            for c in range(lo, hi):
-                                v = t + R[b + 1, Hb + c]
-                                if v < acc[base + c]:
-                                    acc[base + c] = v
+                            for c in range(hi - lo):
+                                v = t + Rrow[c]
+                                old = arow[c]
+                                arow[c] = v if v < old else old
             blk = g_base[g] + a * g_stride[g]
             for zl in range(ns):
                 zn = s_zn[s0 + zl]
@@ -390,7 +426,7 @@ def options_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, N, lim, minmax, overwri
                             if acc[src + c] < out[tgt + c]:
                                 out[tgt + c] = acc[src + c]
         if self_feed:
-            _shared_row(out, first, stride, starts, nentries, a, R, Rlo, Rhi, key_offset, key_width, True)
+            _shared_row(out, run_base, run_stride, run_d, key_starts, a, R, Rlo, Rhi, key_offset, key_width, True)
 
 
 @njit(cache=True, nogil=True)

@@ -14,7 +14,7 @@ stage pairs with it as (new state, outgoing category) costs ``t = w + x``
 with ``w = compute(a..b) + x_out`` and ``x`` its incoming transfer, one per
 incoming category c. What a size-i stage sees of the level below, ``H[b +
 1, pair, D']`` (the least over the pair's transitions), is one row of
-shared keys per first layer (:meth:`.dp_tables.Tables.shared_index`), with
+shared keys per first layer (:meth:`.dp_tables.Tables.key_runs`), with
 the span of its finite columns per key; the compiled kernels of
 :mod:`.dp_kernels` then take, per first layer a (downwards) and size, the
 least over b and the pairs, only over the finite span of each row:
@@ -141,8 +141,7 @@ class _Meta:
             rank[:, sl] = np.argsort(order, axis=1)
         self.xs, self.xs_sorted, self.rank = (np.ascontiguousarray(x) for x in (xs, sorted_, rank))
         self.X = np.ascontiguousarray(X, dtype=float)
-        first, stride, starts = tables.shared_index()
-        self.first, self.stride, self.starts = (np.ascontiguousarray(x, dtype=i64) for x in (first, stride, starts))
+        self.runs = tables.key_runs()
         self.key_offset = np.ascontiguousarray(lay.key_offset, dtype=i64)
         self.key_width = np.ascontiguousarray(lay.key_width, dtype=i64)
         self.row_length = lay.row_length
@@ -196,8 +195,8 @@ class _Run:
         R = np.full((L + 1, meta.row_length), INF)
         Rlo = np.zeros((L + 1, len(meta.key_width)), np.int64)
         Rhi = np.zeros((L + 1, len(meta.key_width)), np.int64)
-        if level >= 2 and meta.first.size:
-            kern.shared_rows(tables.flat[level - 1], meta.first, meta.stride, meta.starts, 0, L + 1, R, Rlo, Rhi,
+        if level >= 2:
+            kern.shared_rows(tables.flat[level - 1], *meta.runs, 1, L - level + 2, R, Rlo, Rhi,
                              meta.key_offset, meta.key_width)
         bmax = L - level
         if bmax < 0:
@@ -206,8 +205,8 @@ class _Run:
         out = tables.flat[level]
         minmax = self.mode == "minmax"
         if self.spec:
-            low, ooff, F, OA, OB = self.model.packed_options(self.groups, stash)
-            kind, s, f_cap = _spec_params(kern, self.spec)
+            ooff, F, OA, OB = self.model.packed_options(self.groups, stash)
+            kind, s, k, f_cap = _spec_params(kern, self.spec)
         else:
             CB = self.model.compute_stack(stash, self.groups)
         for a_hi in range(bmax, -1, -FIRSTS_PER_CALL):
@@ -218,22 +217,22 @@ class _Run:
                                    meta.g_size, meta.g_base, meta.g_stride,
                                    meta.g_pstart, meta.p_off, meta.p_key, meta.p_zn, meta.p_co,
                                    meta.g_sstart, meta.s_zn, meta.g_cstart, meta.xs,
-                                   low, F, ooff, OA, OB, kind, s, f_cap, meta.X,
-                                   bucket, meta.first, meta.stride, meta.starts, meta.key_offset, meta.key_width)
+                                   F, ooff, OA, OB, kind, s, k, f_cap, meta.X,
+                                   bucket, *meta.runs, meta.key_offset, meta.key_width)
             else:
                 kern.plain_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, self.N, self.lim, minmax, level >= 2,
                                  meta.g_size, meta.g_base, meta.g_stride,
                                  meta.g_pstart, meta.p_off, meta.p_key, meta.p_zn, meta.p_co,
                                  meta.g_sstart, meta.s_zn, meta.g_cstart, meta.xs, meta.xs_sorted, meta.rank,
                                  CB, meta.X, self.banded, self.prefix,
-                                 bucket, meta.first, meta.stride, meta.starts, meta.key_offset, meta.key_width)
+                                 bucket, *meta.runs, meta.key_offset, meta.key_width)
 
 
-def _spec_params(kern, spec) -> tuple[int, float, float]:
-    """(kind, s, f_cap) of :func:`.dp_kernels.options_level` for a spec of :mod:`.dp_options`."""
+def _spec_params(kern, spec) -> tuple[int, float, float, float]:
+    """(kind, s, k, f_cap) of :func:`.dp_kernels.options_level` for a spec of :mod:`.dp_options`."""
     if spec.parts == "uw":
-        return kern.ZB, float(spec.s), INF
-    return (kern.GPIPE_B if spec.part == "B" else kern.GPIPE_F), 0.0, float(spec.f_cap)
+        return kern.ZB, float(spec.s), float(spec.k), INF
+    return (kern.GPIPE_B if spec.part == "B" else kern.GPIPE_F), 0.0, 0.0, float(spec.f_cap)
 
 
 def prefix_devices(model, lim: float) -> np.ndarray:

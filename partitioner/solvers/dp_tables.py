@@ -14,10 +14,11 @@ impossible combinations point to. Level 0 is never stored.
 
 ``H[pos, pair, D']``, what a size-i stage in front of the suffix at ``pos``
 sees of a level (the least value over the transitions of each (new state,
-outgoing category) pair), comes from :meth:`Tables.shared_rows`: pairs of
-different sizes with the same transitions (for instance "the next stage has
-j devices" for every larger multi-node size) are reduced once per level, and
-``Layout.hrow[i]`` picks size i's H out of those rows.
+outgoing category) pair), is a row of *shared keys* (:meth:`Tables.key_runs`,
+read by :func:`.dp_kernels.shared_rows`): pairs of different sizes with the
+same transitions (for instance "the next stage has j devices" for every
+larger multi-node size) are reduced once per level, and ``Layout.hrow[i]``
+picks size i's H out of those rows.
 
 Memory: :func:`table_bytes` for the tables (``levels x (L + 1) x sum_i
 states_i x cats_i x (N + 1 - d_i)`` doubles) and :func:`working_bytes` for
@@ -172,51 +173,28 @@ class Tables:
         for view in self.tab[level].values():
             view[first:] = INF
 
-    def shared_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(first, stride, starts): entry ``first + pos * stride`` of a level's flat buffer holds an input of
-        a row of all shared keys at first layer pos (ordered key, D', transition; the sentinel, stride 0,
-        where the source has fewer devices than D'), ``starts`` the segments to take the least of."""
+    def key_runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """How a row of all shared keys is read from a level's flat buffer: per key (``starts``, one
+        more than keys) its transitions, each a *run* -- key column D' (D' >= ``d``) at first layer pos
+        is entry ``base + pos * stride + D' - d`` of the transition's source (state, category); the
+        row holds the least over a key's runs (infinite where none reaches)."""
         if self._index is None:
             lay, rows = self.layout, self.L + 1
-            sentinel = rows * lay.flat_size
-            first, stride = [], []
-            for (zp, co), width in zip(lay.keys, lay.key_width):
+            base, stride, d, starts = [], [], [], [0]
+            for zp, co in lay.keys:
                 ip = lay.auto.size_of[zp]
-                d = np.array(lay.sizes)[ip]
+                size = np.array(lay.sizes)[ip]
                 slot = lay.zloc[zp] * np.array([len(lay.cats[j]) for j in ip]) + lay.cloc[ip, co]
-                own = lay.N + 1 - d  # the source group's device axis
-                base = rows * np.array([lay.base[j] for j in ip]) + slot * own
-                Dp = np.arange(width)[:, None]  # (D', transition)
-                ok = Dp >= d[None, :]
-                first.append(np.where(ok, base[None, :] + Dp - d[None, :], sentinel).ravel())
-                stride.append(np.where(ok, np.array([lay.stride[j] for j in ip])[None, :], 0).ravel())
-            counts = np.concatenate([np.full(w, len(zp)) for (zp, _), w in zip(lay.keys, lay.key_width)]) if lay.keys else np.zeros(0, int)
-            starts = np.r_[0, np.cumsum(counts)[:-1]].astype(np.int64) if counts.size else np.zeros(0, np.int64)
-            first = np.concatenate(first) if first else np.zeros(0, np.int64)
-            stride = np.concatenate(stride) if stride else np.zeros(0, np.int64)
-            # drop the sentinel entries, but one per segment that has nothing else (its least is infinite)
-            segment = np.repeat(np.arange(counts.size), counts)
-            real = first != sentinel
-            has_real = np.zeros(counts.size, bool)
-            has_real[segment[real]] = True
-            keep = real | (~has_real[segment] & (np.arange(first.size) == starts[segment]))
-            kept = np.bincount(segment[keep], minlength=counts.size)
-            starts = np.r_[0, np.cumsum(kept)[:-1]].astype(np.int64)
-            self._index = (first[keep], stride[keep], starts)
-        return self._index
+                base.append(rows * np.array([lay.base[j] for j in ip]) + slot * (lay.N + 1 - size))
+                stride.append(np.array([lay.stride[j] for j in ip]))
+                d.append(size)
+                starts.append(starts[-1] + len(zp))
 
-    def shared_rows(self, level: int, pos: np.ndarray) -> np.ndarray:
-        """R[pos, key row]: per shared key and suffix devices D', the least value at ``level``."""
-        first, stride, starts = self.shared_index()
-        if first.size == 0:
-            return np.full((pos.size, self.layout.row_length), INF)
-        out = np.empty((pos.size, self.layout.row_length))
-        flat = self.flat[level]
-        step = max(1, CHUNK // first.size)
-        for k in range(0, pos.size, step):
-            p = pos[k : k + step]
-            out[k : k + step] = np.minimum.reduceat(flat[first[None, :] + p[:, None] * stride[None, :]], starts, axis=1)
-        return out
+            def cat(parts):
+                return np.ascontiguousarray(np.concatenate(parts), dtype=np.int64) if parts else np.zeros(0, np.int64)
+
+            self._index = (cat(base), cat(stride), cat(d), np.array(starts, dtype=np.int64))
+        return self._index
 
     def value(self, a: int, level: int, z: int, c: int, D: int) -> float:
         lay = self.layout
