@@ -509,56 +509,71 @@ class DPModel(ThresholdWalks):
         return None, None
 
     def _choices(self, V, auto, X, xin, mode, lim, a, level, z, c, D):
-        """Every way the state (a, level, z, c, D) can start: (b, size, source level, z', c', t, value, option).
+        """Every way the state (a, level, z, c, D) can start: (b, size, source level, z', c', t, value, option),
+        in the order of b, then the source level, then the transitions; only those whose rest is finite.
 
         ``t`` is the stage's time (with options: its key), ``option`` None or
         the option's parts without transfers and the spec's extra (GPipe: F + xo).
+        Vectorised over b and the transitions (:meth:`_stage_values`).
         """
         stash = self.stash_of_level[level]
         sources = [s for s in [level - 1] + ([level] if self.bucket and level == self.K else []) if s >= 1]
+        xi = float(xin[a, c])
         for i, d in enumerate(self.sizes):
             if d > D or (auto.size_of[z] >= 0 and auto.size_of[z] != i):
                 continue
-            low, stage = self._stage_valuer(a, i, stash, mode, lim)
-            if level == 1 and auto.init[i] == z and D == d and math.isfinite(low[-1]):
-                found = stage(self.L - 1, 0.0, xin[a, c])
-                if found is not None:
-                    t, cost, opt = found
-                    yield self.L - 1, i, None, None, None, t, (t if mode == "minmax" else cost), opt
+            if level == 1 and auto.init[i] == z and D == d:
+                t, cost, opt = self._stage_values(a, i, stash, mode, lim, np.array([self.L - 1]), np.zeros((1, 1)), xi)
+                if math.isfinite(t[0, 0]):
+                    yield self.L - 1, i, None, None, None, float(t[0, 0]), float(t[0, 0] if mode == "minmax" else cost[0, 0]), opt(0, 0)
             zp, zn, co = auto.trans[i]
             sel = zn == z
-            for b in range(a, self.L - level + 1):
-                if not math.isfinite(low[b - a]) or low[b - a] > lim:
-                    continue
-                for src in sources:
-                    for zpp, coo in zip(zp[sel], co[sel]):
-                        found = stage(b, X[b, coo], xin[a, c])
-                        if found is not None:
-                            t, cost, opt = found
-                            rest = V.value(b + 1, src, zpp, coo, D - d)
-                            yield b, i, src, int(zpp), int(coo), t, (max(t, rest) if mode == "minmax" else cost + rest), opt
+            zpp, coo = zp[sel], co[sel]
+            bs = np.arange(a, self.L - level + 1)
+            if not bs.size or not zpp.size or not sources:
+                continue
+            t, cost, opt = self._stage_values(a, i, stash, mode, lim, bs, X[bs][:, coo], xi)
+            rest = np.stack([self._rest(V, src, bs + 1, zpp, coo, D - d) for src in sources], axis=1)  # (b, src, tr)
+            value = np.maximum(t[:, None, :], rest) if mode == "minmax" else cost[:, None, :] + rest
+            for kb, ks, kt in zip(*np.nonzero(np.isfinite(t)[:, None, :] & np.isfinite(rest))):
+                yield (int(bs[kb]), i, sources[ks], int(zpp[kt]), int(coo[kt]), float(t[kb, kt]), float(value[kb, ks, kt]),
+                       opt(kb, kt))
 
-    def _stage_valuer(self, a: int, i: int, stash: int, mode: str, lim: float):
-        """(a lower bound per b on the stage's t or key, and ``stage(b, xo, xi)`` -> (t or key, cost, option)
-        or None when over ``lim``): one stage a..b on size index i as the recursion values it."""
+    def _rest(self, V, level: int, pos: np.ndarray, zs: np.ndarray, cs: np.ndarray, D: int) -> np.ndarray:
+        """``[b, transition]``: :meth:`.Tables.value` of (pos[b], level, zs[t], cs[t], D), vectorised over b."""
+        out = np.full((pos.size, zs.size), INF)
+        if level < 1 or level > V.top:
+            return out
+        lay = V.layout
+        for k, (zp, cp) in enumerate(zip(zs, cs)):
+            ip = int(lay.auto.size_of[zp])
+            if ip not in lay.states:
+                continue
+            cl, Di = lay.cloc[ip, cp], D - lay.sizes[ip]
+            if cl >= 0 and Di >= 0:
+                out[:, k] = V.tab[level][ip][pos, lay.zloc[zp], cl, Di]
+        return out
+
+    def _stage_values(self, a: int, i: int, stash: int, mode: str, lim: float, bs: np.ndarray, xo: np.ndarray, xi: float):
+        """Stages a..bs[k] on size index i with outgoing transfers ``xo[k, t]`` and the incoming ``xi``, as the
+        recursion values them: (t or key, cost) arrays ``[k, t]``, inf where the stage is over ``lim`` or
+        does not fit, and ``option(k, t)`` -> None or the option's parts and the spec's extra."""
         if not self.spec:
-            cb = self.best_compute(a, i, stash)
-
-            def stage(b: int, xo: float, xi: float):
-                t = cb[b - a] + xo + xi
-                return (t, t, None) if t <= lim else None
-
-            return cb, stage
+            cb = self.best_compute(a, i, stash)[bs - a]
+            t = cb[:, None] + xo + xi
+            t = np.where(t <= lim, t, INF)
+            return t, t, lambda k, j: None
         low, A, B = self.option_rows(a, i, stash)
         one, two = (x[a, a:] for x in self.stage_options(i, stash))
+        f, cost, key, extra = self.spec.choices(A[bs - a], B[bs - a], xo, xi, mode, lim)
+        ok = (key <= lim) & np.isfinite(cost)
+        key = np.where(ok, key, INF)
+        o1, o2 = one[(bs - a)[:, None], f], two[(bs - a)[:, None], f]
 
-        def stage(b: int, xo: float, xi: float):
-            f, cost, key, extra = self.spec.choice(A[b - a], B[b - a], xo, xi, mode, lim)
-            if not (key <= lim and math.isfinite(cost)):
-                return None
-            return key, cost, (float(one[b - a, f]), float(two[b - a, f]), extra)
+        def option(k: int, j: int):
+            return float(o1[k, j]), float(o2[k, j]), float(extra[k, j])
 
-        return low, stage
+        return key, np.where(ok, cost, INF), option
 
     def place(self, stages, links, kind: str) -> Plan | None:
         cluster = self.problem.cluster

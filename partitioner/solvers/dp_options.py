@@ -20,7 +20,7 @@ bounded by the threshold or maximised (``key``):
 Both are non-decreasing in each part of every stage, so some optimum uses
 Pareto options only. ``value`` is what the recursion stores for a stage
 (``minmax``: its least key; ``minsum``: its least cost over the options whose
-key is at most the threshold, inf if none) and ``choice`` the option the walk
+key is at most the threshold, inf if none) and ``choices`` the options the walk
 back takes; both form their sums in the same order, so the walk back finds
 exactly the values the tables hold.
 """
@@ -63,12 +63,15 @@ class ZeroBubbleSpec:
         xs = np.asarray(x)[..., None]
         return np.where(G + self.s * xs <= lim, xs + U, INF).min(axis=-1)
 
-    def choice(self, U, G, xo: float, xi: float, mode: str, lim: float) -> tuple[int, float, float, float]:
-        """(option, cost, key, 0.0) of one stage, as :meth:`value` values it."""
-        x = xo + xi
-        g = G + self.s * x
-        f = int(np.argmin(g)) if mode == "minmax" else int(np.argmin(np.where(g <= lim, x + U, INF)))
-        return f, float(x + U[f]), float(g[f]), 0.0
+    def choices(self, U, G, xo, xi: float, mode: str, lim: float):
+        """The option each stage ``[k]`` (options ``U[k, f]``, ``G[k, f]``) with outgoing transfers
+        ``xo[k, t]`` takes, as :meth:`value` values it: (option, cost, key, 0) arrays ``[k, t]``."""
+        x = (xo + xi)[..., None]
+        g = G[:, None, :] + self.s * x
+        f = np.argmin(g if mode == "minmax" else np.where(g <= lim, x + U[:, None, :], INF), axis=-1)
+        pick = f[..., None]
+        cost = (x + np.take_along_axis(np.broadcast_to(U[:, None, :], g.shape), pick, axis=-1))[..., 0]
+        return f, cost, np.take_along_axis(g, pick, axis=-1)[..., 0], np.zeros(f.shape)
 
 
 class GPipeSpec:
@@ -87,13 +90,8 @@ class GPipeSpec:
     def prepare(self, F: np.ndarray, B: np.ndarray):
         return (B if self.part == "B" else F).min(axis=-1), F, B
 
-    def _parts(self, F, B, xo, xi):
-        fwd, bwd = np.broadcast_arrays(F + np.asarray(xo)[..., None], B + np.asarray(xi)[..., None])
-        key = bwd if self.part == "B" else fwd
-        return fwd, bwd, key, fwd <= self.f_cap
-
     def value(self, low, F, B, xo, xi, mode: str, lim: float):
-        # the parts as _parts forms them, left to broadcast inside the ufuncs (no broadcast_arrays copies)
+        # the parts as choices forms them, left to broadcast inside the ufuncs (no broadcast_arrays copies)
         fwd, bwd = F + np.asarray(xo)[..., None], B + np.asarray(xi)[..., None]
         key, ok = (bwd if self.part == "B" else fwd), fwd <= self.f_cap
         if mode == "minmax":
@@ -102,11 +100,17 @@ class GPipeSpec:
             out = np.where(ok & (key <= lim), fwd + bwd, INF).min(axis=-1)
         return np.broadcast_to(out, np.broadcast_shapes(fwd.shape, bwd.shape)[:-1])
 
-    def choice(self, F, B, xo: float, xi: float, mode: str, lim: float) -> tuple[int, float, float, float]:
-        """(option, cost t, key, F + xo) of one stage, as :meth:`value` values it."""
-        fwd, bwd, key, ok = self._parts(F, B, xo, xi)
-        if mode == "minmax":
-            f = int(np.argmin(np.where(ok, key, INF)))
-        else:
-            f = int(np.argmin(np.where(ok & (key <= lim), fwd + bwd, INF)))
-        return f, float(fwd[f] + bwd[f]), float(key[f]), float(fwd[f])
+    def choices(self, F, B, xo, xi: float, mode: str, lim: float):
+        """The option each stage ``[k]`` (options ``F[k, f]``, ``B[k, f]``) with outgoing transfers
+        ``xo[k, t]`` takes, as :meth:`value` values it: (option, cost t, key, F + xo) arrays ``[k, t]``."""
+        fwd = F[:, None, :] + np.asarray(xo)[..., None]
+        bwd = np.broadcast_to(B[:, None, :] + xi, fwd.shape)
+        key = bwd if self.part == "B" else fwd
+        ok = fwd <= self.f_cap
+        score = np.where(ok, key, INF) if mode == "minmax" else np.where(ok & (key <= lim), fwd + bwd, INF)
+        pick = np.argmin(score, axis=-1)[..., None]
+
+        def at(x):
+            return np.take_along_axis(x, pick, axis=-1)[..., 0]
+
+        return pick[..., 0], at(fwd) + at(bwd), at(key), at(fwd)
