@@ -3,27 +3,30 @@
 Contract
 --------
 The kernels write the tables of :mod:`.dp_tables` in place: a level's flat
-buffer ``out`` holds, size group after size group, ``(L + 1, states_i,
-cats_i, N + 1 - d_i)`` blocks (``g_base``, ``g_stride``), and ``R[pos,
-column]`` the level below's least value per shared key and suffix devices
-(:func:`shared_rows`, the runs that :meth:`.dp_tables.Tables.key_runs`
-describes), with ``Rlo``/``Rhi`` the span of its finite columns per key.
-For first layers ``a`` from ``a_hi`` down to ``a_lo`` and every size group
-the kernels take the least over the stage's last layer ``b`` and the pairs
-(new state, outgoing category) of its value joined to ``R[b + 1]``, exactly
-as :mod:`.dp_recursion`'s contract defines it:
+buffer ``out`` holds, size group after size group, ``(L + 1, states_g,
+cats_g, N + 1 - d_g)`` blocks, and ``R[pos, column]`` the level below's
+least value per shared key and suffix devices (:func:`shared_rows`, the
+runs of :meth:`.dp_tables.Tables.key_runs`), with ``Rlo``/``Rhi`` the span
+of each key's finite columns. For first layers ``a`` from ``a_hi`` down to
+``a_lo`` and every size group the kernels take the least over the stage's
+last layer ``b`` and the pairs (new state, outgoing category) of its value
+joined to ``R[b + 1]``, exactly as :mod:`.dp_recursion`'s contract defines
+it, and write each (a, group) block whole (``overwrite``) or take the least
+with what it holds:
 
 * :func:`plain_level` -- a stage valued by its compute ``c`` (the level's
   stash) and transfers: ``w = c + x_out``, fitting incoming category ``r``
   (sorted by ``x``) when ``w + x_r <= lim``; ``minsum`` stores ``(w + H) +
   x``, ``minmax`` ``max(w + x, H)``;
 * :func:`options_level` -- a stage valued by a spec of :mod:`.dp_options`
-  over its Pareto options (zb-h1: ``u``, ``g``; GPipe: ``F``, ``B``),
-  joined by ``max`` or ``+``, in the spec's own arithmetic order.
+  over its Pareto options (zb-h1: ``u``, ``g = (m - 1) u + k W``; GPipe:
+  ``F``, ``B``), joined by ``max`` or ``+``, in the spec's own arithmetic.
 
-With ``self_feed`` (the "K or more stages" bucket level) row ``a`` of
-``R`` also takes the level's own row ``a`` once it is final, so lower first
-layers see suffixes of this level too.
+With ``self_feed`` (the "K or more stages" bucket level) row ``a`` of ``R``
+also takes the level's own row ``a`` once it is final, so lower first
+layers see suffixes of this level too. The kernels run on one thread: on
+a 2-core machine shared with other work, numba's parallel loops measured
+4x slower than one thread (threads waiting on each other every level).
 
 Every float is formed in the order the numpy definition forms it, and
 float addition and ``max`` are monotone, so taking a least before adding a
@@ -41,9 +44,18 @@ first rank with ``w + x_r > H``); ``H`` goes to row ``r* - 1`` of the
 running-minimum accumulator, and ``w`` (when ``r* = 0``) to row ``q - 1``
 of the one that adds ``x`` at the end; in between (``0 < r* < q``) each
 ``w + x_r`` goes to its own row -- a value that also serves the ranks below
-it there is no less than the candidate's own value at those ranks, so
-it changes no minimum. Accumulator rows are set to infinity only over the
-columns they are written to.
+it there is no less than the candidate's own value at those ranks, so it
+changes no minimum. An accumulator row is set to infinity when first used.
+
+Arguments shared by the kernels: ``grp`` (int64 arrays, per size group g
+in the layout's order) = (size, block offset, block stride per first
+layer, pair starts, and per pair: its key's column offset in R, its key,
+its new state's accumulator index, its outgoing category; state starts and
+per local state its accumulator index or -1; category starts), ``runs`` =
+:meth:`.dp_tables.Tables.key_runs` plus the keys' column offsets and
+widths, ``xs[a, col]`` each group's incoming transfers at first layer a
+(columns from the category starts), sorted in ``xs_sorted`` with each
+category's ``rank``.
 
 The kernels are compiled on first use and cached on disk (numba's
 ``cache=True``, in the package's ``__pycache__`` or ``NUMBA_CACHE_DIR``).
@@ -64,29 +76,34 @@ INF = np.inf
 ZB, GPIPE_B, GPIPE_F = 0, 1, 2  # the specs of options_level
 
 
+# --------------------------------------------------------------------------- shared rows
+
+
 @njit(cache=True, nogil=True)
-def _shared_row(flat, run_base, run_stride, run_d, key_starts, pos, R, Rlo, Rhi, key_offset, key_width, combine):
-    """Row ``pos`` of R from a level's flat buffer (:meth:`.dp_tables.Tables.key_runs`); ``combine``:
-    the least with what R holds."""
+def _shared_row(flat, runs, pos, R, Rlo, Rhi, combine):
+    """Row ``pos`` of R from a level's flat buffer; ``combine``: the least with what R holds."""
+    run_base, run_stride, run_d, key_starts, key_offset, key_width = runs
     for k in range(key_offset.size):
         off, W = key_offset[k], key_width[k]
+        row = R[pos, off : off + W]
         if not combine:
-            for c in range(W):
-                R[pos, off + c] = INF
+            row[:] = INF
         for t in range(key_starts[k], key_starts[k + 1]):
             d = run_d[t]
             src = run_base[t] + pos * run_stride[t] - d
-            for c in range(d, W):
-                v = flat[src + c]
-                if v < R[pos, off + c]:
-                    R[pos, off + c] = v
+            seg = flat[src + d : src + W]
+            part = row[d:]
+            for c in range(W - d):
+                v = seg[c]
+                old = part[c]
+                part[c] = v if v < old else old
         lo, hi = W, 0
         for c in range(W):
-            if R[pos, off + c] < INF:
+            if row[c] < INF:
                 lo = c
                 break
         for c in range(W - 1, lo - 1, -1):
-            if R[pos, off + c] < INF:
+            if row[c] < INF:
                 hi = c + 1
                 break
         if hi == 0:
@@ -96,12 +113,26 @@ def _shared_row(flat, run_base, run_stride, run_d, key_starts, pos, R, Rlo, Rhi,
 
 
 @njit(cache=True, nogil=True)
-def shared_rows(flat, run_base, run_stride, run_d, key_starts, pos_lo, pos_hi, R, Rlo, Rhi, key_offset, key_width):
+def shared_rows(flat, runs, pos_lo, pos_hi, R, Rlo, Rhi):
     """R[pos, column] for pos in [pos_lo, pos_hi): per shared key and suffix devices the least over
     the key's runs of ``flat`` (:meth:`.dp_tables.Tables.key_runs`), and the finite span
     ``[Rlo, Rhi)`` of each key's columns."""
     for pos in range(pos_lo, pos_hi):
-        _shared_row(flat, run_base, run_stride, run_d, key_starts, pos, R, Rlo, Rhi, key_offset, key_width, False)
+        _shared_row(flat, runs, pos, R, Rlo, Rhi, False)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+@njit(cache=True, nogil=True)
+def _widths(grp, N):
+    """(the widest device axis, the most accumulator rows) over the size groups."""
+    g_size, g_sstart, g_cstart = grp[0], grp[8], grp[10]
+    width_max, cells_max = 1, 1
+    for g in range(g_size.size):
+        width_max = max(width_max, N + 1 - g_size[g])
+        cells_max = max(cells_max, (g_sstart[g + 1] - g_sstart[g]) * (g_cstart[g + 1] - g_cstart[g]))
+    return width_max, cells_max
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -110,10 +141,27 @@ def _take(acc, used, row, width, c, v):
     base = row * width
     if not used[row]:
         used[row] = True
-        for j in range(width):
-            acc[base + j] = INF
+        acc[base : base + width] = INF
     if v < acc[base + c]:
         acc[base + c] = v
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _min_into(acc, base, R, pos, col, n, v0, mode):
+    """acc[base + c] = min(acc[base + c], join(v0, R[pos, col + c])) for c < n; join: + (0) or max (1)."""
+    Rrow = R[pos, col : col + n]
+    arow = acc[base : base + n]
+    if mode == 0:
+        for c in range(n):
+            v = v0 + Rrow[c]
+            old = arow[c]
+            arow[c] = v if v < old else old
+    else:
+        for c in range(n):
+            h = Rrow[c]
+            v = h if h > v0 else v0
+            old = arow[c]
+            arow[c] = v if v < old else old
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -127,139 +175,128 @@ def _suffix_min(acc, used, zn, Ci, width):
         b0, b1 = row * width, up * width
         if not used[row]:
             used[row] = True
-            for c in range(width):
-                acc[b0 + c] = acc[b1 + c]
+            acc[b0 : b0 + width] = acc[b1 : b1 + width]
             continue
         for c in range(width):
             if acc[b1 + c] < acc[b0 + c]:
                 acc[b0 + c] = acc[b1 + c]
 
 
+# --------------------------------------------------------------------------- plain stages
+
+
 @njit(cache=True, nogil=True)
-def plain_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, N, lim, minmax, overwrite,
-                g_size, g_base, g_stride,
-                g_pstart, p_off, p_key, p_zn, p_co,
-                g_sstart, s_zn, g_cstart, xs, xs_sorted, rank,
-                CB, X, banded, prefix,
-                self_feed, run_base, run_stride, run_d, key_starts, key_offset, key_width):
+def _plain_cell(out, R, Rlo, Rhi, a, g, bmax, N, lim, minmax, overwrite, grp, xs, xs_sorted, rank,
+                CB, X, banded, prefix, accw, acch, usedw, usedh):
+    """The (a, g) block of a plain level (see the module docstring)."""
+    g_size, g_base, g_stride, g_pstart, p_off, p_key, p_zn, p_co, g_sstart, s_zn, g_cstart = grp
+    d = g_size[g]
+    D1 = N + 1 - d
+    cols = D1
+    if banded:
+        cols = max(min(D1, N - d - prefix[a] + 1), 0)
+    c0 = g_cstart[g]
+    Ci = g_cstart[g + 1] - c0
+    s0 = g_sstart[g]
+    ns = g_sstart[g + 1] - s0
+    usedw[: ns * Ci] = False
+    usedh[: ns * Ci] = False
+    if Ci > 0 and cols > 0:
+        x0 = xs_sorted[a, c0]
+        xtop = xs_sorted[a, c0 + Ci - 1]
+        for b in range(a, bmax + 1):
+            cb = CB[g, a, b]
+            if not (cb < INF) or not (cb + x0 <= lim):
+                continue
+            for p in range(g_pstart[g], g_pstart[g + 1]):
+                key = p_key[p]
+                lo = Rlo[b + 1, key]
+                hi = min(Rhi[b + 1, key], cols)
+                if lo >= hi:
+                    continue
+                w = cb + X[b, p_co[p]]
+                if not (w + x0 <= lim):
+                    continue
+                q = Ci
+                if not (w + xtop <= lim):
+                    q = 1
+                    while q < Ci and w + xs_sorted[a, c0 + q] <= lim:
+                        q += 1
+                zn = p_zn[p]
+                Hb = p_off[p]
+                rowq = zn * Ci + q - 1
+                if not minmax:
+                    base = rowq * cols
+                    if not usedw[rowq]:
+                        usedw[rowq] = True
+                        accw[base : base + cols] = INF
+                    _min_into(accw, base + lo, R, b + 1, Hb + lo, hi - lo, w, 0)
+                    continue
+                whi_v = w + xs_sorted[a, c0 + q - 1]
+                wlo_v = w + x0
+                for c in range(lo, hi):
+                    h = R[b + 1, Hb + c]
+                    if not (h < INF):
+                        continue
+                    if h >= whi_v:  # H at every rank the candidate fits
+                        _take(acch, usedh, rowq, cols, c, h)
+                    elif h <= wlo_v:  # w + x at every rank
+                        _take(accw, usedw, rowq, cols, c, w)
+                    else:  # H below r*, w + x_r from r* on
+                        r = 1
+                        while w + xs_sorted[a, c0 + r] <= h:
+                            r += 1
+                        _take(acch, usedh, zn * Ci + r - 1, cols, c, h)
+                        for rr in range(r, q):
+                            _take(acch, usedh, zn * Ci + rr, cols, c, w + xs_sorted[a, c0 + rr])
+    blk = g_base[g] + a * g_stride[g]
+    for zl in range(ns):
+        zn = s_zn[s0 + zl]
+        if zn >= 0:
+            _suffix_min(accw, usedw, zn, Ci, cols)
+            if minmax:
+                _suffix_min(acch, usedh, zn, Ci, cols)
+        for cl in range(Ci):
+            tgt = blk + (zl * Ci + cl) * D1
+            row = zn * Ci + rank[a, c0 + cl] if zn >= 0 else -1
+            hw = row >= 0 and usedw[row]
+            hh = row >= 0 and minmax and usedh[row]
+            if not (hw or hh):
+                if overwrite:
+                    out[tgt : tgt + D1] = INF
+                continue
+            x = xs[a, c0 + cl]
+            src = row * cols
+            for c in range(cols):
+                v = accw[src + c] + x if hw else INF
+                if hh and acch[src + c] < v:
+                    v = acch[src + c]
+                if overwrite or v < out[tgt + c]:
+                    out[tgt + c] = v
+            if overwrite:
+                out[tgt + cols : tgt + D1] = INF
+
+
+@njit(cache=True, nogil=True)
+def plain_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, N, lim, minmax, overwrite, grp, xs, xs_sorted, rank,
+                CB, X, banded, prefix, self_feed, runs):
     """One level of the plain recursion for first layers a_hi..a_lo (see the module docstring).
 
     ``CB[g, a, b]``: the compute of stage a..b on group g at the level's stash (inf if it does not
-    fit); ``xs[a, col]``, ``xs_sorted[a, col]``, ``rank[a, col]``: per group (columns from
-    ``g_cstart``) its incoming transfers at first layer a, sorted, and each category's rank;
-    ``s_zn`` and ``overwrite`` as in :func:`options_level`.
+    fit); ``prefix`` the device band of :func:`prefix_devices` when ``banded``.
     """
-    G = g_size.size
-    width_max, cells_max = 1, 1
-    for g in range(G):
-        D1 = N + 1 - g_size[g]
-        Ci = g_cstart[g + 1] - g_cstart[g]
-        cells = (g_sstart[g + 1] - g_sstart[g]) * Ci
-        if D1 > width_max:
-            width_max = D1
-        if cells > cells_max:
-            cells_max = cells
-    accw = np.empty(cells_max * width_max)
-    acch = np.empty(cells_max * width_max if minmax else 1)
-    usedw = np.zeros(cells_max, np.bool_)
-    usedh = np.zeros(cells_max, np.bool_)
+    width, cells = _widths(grp, N)
+    accw, acch = np.empty(cells * width), np.empty(cells * width if minmax else 1)
+    usedw, usedh = np.zeros(cells, np.bool_), np.zeros(cells, np.bool_)
     for a in range(a_hi, a_lo - 1, -1):
-        for g in range(G):
-            d = g_size[g]
-            D1 = N + 1 - d
-            cols = D1
-            if banded:
-                cols = max(min(D1, N - d - prefix[a] + 1), 0)
-            c0 = g_cstart[g]
-            Ci = g_cstart[g + 1] - c0
-            s0 = g_sstart[g]
-            ns = g_sstart[g + 1] - s0
-            for cell in range(ns * Ci):
-                usedw[cell] = False
-                usedh[cell] = False
-            if Ci > 0 and cols > 0:
-                x0 = xs_sorted[a, c0]
-                xtop = xs_sorted[a, c0 + Ci - 1]
-                for b in range(a, bmax + 1):
-                    cb = CB[g, a, b]
-                    if not (cb < INF) or not (cb + x0 <= lim):
-                        continue
-                    for p in range(g_pstart[g], g_pstart[g + 1]):
-                        k = p_key[p]
-                        lo = Rlo[b + 1, k]
-                        hi = min(Rhi[b + 1, k], cols)
-                        if lo >= hi:
-                            continue
-                        w = cb + X[b, p_co[p]]
-                        if not (w + x0 <= lim):
-                            continue
-                        q = Ci
-                        if not (w + xtop <= lim):
-                            q = 1
-                            while q < Ci and w + xs_sorted[a, c0 + q] <= lim:
-                                q += 1
-                        zn = p_zn[p]
-                        Hb = p_off[p]
-                        rowq = zn * Ci + q - 1
-                        if not minmax:
-                            base = rowq * cols
-                            if not usedw[rowq]:
-                                usedw[rowq] = True
-                                accw[base : base + cols] = INF
-                            Rrow = R[b + 1, Hb + lo : Hb + hi]
-                            arow = accw[base + lo : base + hi]
-                            for c in range(hi - lo):
-                                v = w + Rrow[c]
-                                old = arow[c]
-                                arow[c] = v if v < old else old
-                            continue
-                        whi_v = w + xtop if q == Ci else w + xs_sorted[a, c0 + q - 1]
-                        wlo_v = w + x0
-                        for c in range(lo, hi):
-                            h = R[b + 1, Hb + c]
-                            if not (h < INF):
-                                continue
-                            if h >= whi_v:  # H at every rank the candidate fits
-                                _take(acch, usedh, rowq, cols, c, h)
-                            elif h <= wlo_v:  # w + x at every rank
-                                _take(accw, usedw, rowq, cols, c, w)
-                            else:  # H below r*, w + x_r from r* on
-                                r = 1
-                                while w + xs_sorted[a, c0 + r] <= h:
-                                    r += 1
-                                _take(acch, usedh, zn * Ci + r - 1, cols, c, h)
-                                for rr in range(r, q):
-                                    _take(acch, usedh, zn * Ci + rr, cols, c, w + xs_sorted[a, c0 + rr])
-            blk = g_base[g] + a * g_stride[g]
-            for zl in range(ns):
-                zn = s_zn[s0 + zl]
-                if zn >= 0:
-                    _suffix_min(accw, usedw, zn, Ci, cols)
-                    if minmax:
-                        _suffix_min(acch, usedh, zn, Ci, cols)
-                for cl in range(Ci):
-                    tgt = blk + (zl * Ci + cl) * D1
-                    row = zn * Ci + rank[a, c0 + cl] if zn >= 0 else -1
-                    hw = row >= 0 and usedw[row]
-                    hh = row >= 0 and minmax and usedh[row]
-                    if not (hw or hh):
-                        if overwrite:
-                            for c in range(D1):
-                                out[tgt + c] = INF
-                        continue
-                    x = xs[a, c0 + cl]
-                    src = row * cols
-                    for c in range(cols):
-                        v = accw[src + c] + x if hw else INF
-                        if hh and acch[src + c] < v:
-                            v = acch[src + c]
-                        if overwrite or v < out[tgt + c]:
-                            out[tgt + c] = v
-                    if overwrite:
-                        for c in range(cols, D1):
-                            out[tgt + c] = INF
+        for g in range(grp[0].size):
+            _plain_cell(out, R, Rlo, Rhi, a, g, bmax, N, lim, minmax, overwrite, grp, xs, xs_sorted, rank,
+                        CB, X, banded, prefix, accw, acch, usedw, usedh)
         if self_feed:
-            _shared_row(out, run_base, run_stride, run_d, key_starts, a, R, Rlo, Rhi, key_offset, key_width, True)
+            _shared_row(out, runs, a, R, Rlo, Rhi, True)
+
+
+# --------------------------------------------------------------------------- stages with options
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -317,116 +354,95 @@ def _spec_value(kind, s, k, f_cap, low, OA, OB, o0, F, xo, xi, minmax, lim):
 
 
 @njit(cache=True, nogil=True)
-def options_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, N, lim, minmax, overwrite,
-                  g_size, g_base, g_stride,
-                  g_pstart, p_off, p_key, p_zn, p_co,
-                  g_sstart, s_zn, g_cstart, xs,
-                  g_F, g_ooff, OA, OB, kind, s, k, f_cap, X,
-                  self_feed, run_base, run_stride, run_d, key_starts, key_offset, key_width):
+def _options_cell(out, R, Rlo, Rhi, a, g, bmax, L, N, lim, minmax, overwrite, grp, xs,
+                  g_F, g_ooff, OA, OB, kind, s, k, f_cap, X, acc, used, tcache, seen):
+    """The (a, g) block of a level with options (see the module docstring)."""
+    g_size, g_base, g_stride, g_pstart, p_off, p_key, p_zn, p_co, g_sstart, s_zn, g_cstart = grp
+    D1 = N + 1 - g_size[g]
+    c0 = g_cstart[g]
+    Ci = g_cstart[g + 1] - c0
+    s0 = g_sstart[g]
+    ns = g_sstart[g + 1] - s0
+    used[: ns * Ci] = False
+    seen[:] = -1
+    F = g_F[g]
+    finite_lim = lim < INF
+    mode = 1 if minmax else 0
+    for b in range(a, bmax + 1):
+        o0 = g_ooff[g] + (a * L + b) * F
+        low = _spec_low(kind, s, k, OA, OB, o0, F)
+        if not (low < INF) or not (low <= lim):
+            continue
+        for p in range(g_pstart[g], g_pstart[g + 1]):
+            key = p_key[p]
+            lo = Rlo[b + 1, key]
+            hi = min(Rhi[b + 1, key], D1)
+            if lo >= hi:
+                continue
+            co = p_co[p]
+            if seen[co] != b:  # the stage's values per incoming category, once per outgoing category
+                seen[co] = b
+                xo = X[b, co]
+                for cl in range(Ci):
+                    t = _spec_value(kind, s, k, f_cap, low, OA, OB, o0, F, xo, xs[a, c0 + cl], minmax, lim)
+                    if minmax and finite_lim and not (t <= lim):
+                        t = INF
+                    tcache[co * Ci + cl] = t
+            zn = p_zn[p]
+            for cl in range(Ci):
+                t = tcache[co * Ci + cl]
+                if not (t < INF):
+                    continue
+                row = zn * Ci + cl
+                base = row * D1
+                if not used[row]:
+                    used[row] = True
+                    acc[base : base + D1] = INF
+                _min_into(acc, base + lo, R, b + 1, p_off[p] + lo, hi - lo, t, mode)
+    blk = g_base[g] + a * g_stride[g]
+    for zl in range(ns):
+        zn = s_zn[s0 + zl]
+        for cl in range(Ci):
+            tgt = blk + (zl * Ci + cl) * D1
+            row = zn * Ci + cl
+            if zn < 0 or not used[row]:
+                if overwrite:
+                    out[tgt : tgt + D1] = INF
+                continue
+            src = row * D1
+            if overwrite:
+                out[tgt : tgt + D1] = acc[src : src + D1]
+            else:
+                for c in range(D1):
+                    if acc[src + c] < out[tgt + c]:
+                        out[tgt + c] = acc[src + c]
+
+
+@njit(cache=True, nogil=True)
+def options_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, N, lim, minmax, overwrite, grp, xs,
+                  g_F, g_ooff, OA, OB, kind, s, k, f_cap, X, self_feed, runs):
     """One level of the recursion with options for first layers a_hi..a_lo (see the module docstring).
 
     The options of stage a..b on group g are ``OA``/``OB`` from ``g_ooff[g] + (a * L + b) * g_F[g]``
-    (``kind``, ``s``, ``k``, ``f_cap``: the spec, :func:`_spec_value`). ``s_zn``: per local
-    state of a group (from ``g_sstart``), the index of its new-state accumulator rows, or -1.
-    ``overwrite``: each (a, group) block is written whole (the buffer needs no reset), else the least
-    with what it holds.
+    (``kind``, ``s``, ``k``, ``f_cap``: the spec, :func:`_spec_value`).
     """
-    G = g_size.size
-    width_max, cells_max = 1, 1
-    for g in range(G):
-        D1 = N + 1 - g_size[g]
-        Ci = g_cstart[g + 1] - g_cstart[g]
-        cells = (g_sstart[g + 1] - g_sstart[g]) * Ci
-        if D1 > width_max:
-            width_max = D1
-        if cells > cells_max:
-            cells_max = cells
-    acc = np.empty(cells_max * width_max)
-    used = np.zeros(cells_max, np.bool_)
-    finite_lim = lim < INF
-    ncat = X.shape[1]
+    G = grp[0].size
+    width, cells = _widths(grp, N)
+    g_cstart = grp[10]
     ci_max = 1
     for g in range(G):
         ci_max = max(ci_max, g_cstart[g + 1] - g_cstart[g])
-    tcache = np.empty(ncat * ci_max)
-    seen = np.zeros(ncat, np.int64)
-    stamp = 0
+    acc, used = np.empty(cells * width), np.zeros(cells, np.bool_)
+    tcache, seen = np.empty(X.shape[1] * ci_max), np.empty(X.shape[1], np.int64)
     for a in range(a_hi, a_lo - 1, -1):
         for g in range(G):
-            D1 = N + 1 - g_size[g]
-            c0 = g_cstart[g]
-            Ci = g_cstart[g + 1] - c0
-            s0 = g_sstart[g]
-            ns = g_sstart[g + 1] - s0
-            for cell in range(ns * Ci):
-                used[cell] = False
-            F = g_F[g]
-            for b in range(a, bmax + 1):
-                o0 = g_ooff[g] + (a * L + b) * F
-                low = _spec_low(kind, s, k, OA, OB, o0, F)
-                if not (low < INF) or not (low <= lim):
-                    continue
-                stamp += 1
-                for p in range(g_pstart[g], g_pstart[g + 1]):
-                    key = p_key[p]
-                    lo = Rlo[b + 1, key]
-                    hi = min(Rhi[b + 1, key], D1)
-                    if lo >= hi:
-                        continue
-                    co = p_co[p]
-                    xo = X[b, co]
-                    zn = p_zn[p]
-                    Hb = p_off[p]
-                    if seen[co] != stamp:
-                        seen[co] = stamp
-                        for cl in range(Ci):
-                            tcache[co * Ci + cl] = _spec_value(kind, s, k, f_cap, low, OA, OB, o0, F, xo, xs[a, c0 + cl], minmax, lim)
-                    for cl in range(Ci):
-                        t = tcache[co * Ci + cl]
-                        if minmax and finite_lim and not (t <= lim):
-                            continue
-                        if not (t < INF):
-                            continue
-                        row = zn * Ci + cl
-                        base = row * D1
-                        if not used[row]:
-                            used[row] = True
-                            for c in range(D1):
-                                acc[base + c] = INF
-                        Rrow = R[b + 1, Hb + lo : Hb + hi]
-                        arow = acc[base + lo : base + hi]
-                        if minmax:
-                            for c in range(hi - lo):
-                                h = Rrow[c]
-                                v = h if h > t else t
-                                old = arow[c]
-                                arow[c] = v if v < old else old
-                        else:
-                            for c in range(hi - lo):
-                                v = t + Rrow[c]
-                                old = arow[c]
-                                arow[c] = v if v < old else old
-            blk = g_base[g] + a * g_stride[g]
-            for zl in range(ns):
-                zn = s_zn[s0 + zl]
-                for cl in range(Ci):
-                    tgt = blk + (zl * Ci + cl) * D1
-                    row = zn * Ci + cl
-                    if zn < 0 or not used[row]:
-                        if overwrite:
-                            for c in range(D1):
-                                out[tgt + c] = INF
-                        continue
-                    src = row * D1
-                    if overwrite:
-                        for c in range(D1):
-                            out[tgt + c] = acc[src + c]
-                    else:
-                        for c in range(D1):
-                            if acc[src + c] < out[tgt + c]:
-                                out[tgt + c] = acc[src + c]
+            _options_cell(out, R, Rlo, Rhi, a, g, bmax, L, N, lim, minmax, overwrite, grp, xs,
+                          g_F, g_ooff, OA, OB, kind, s, k, f_cap, X, acc, used, tcache, seen)
         if self_feed:
-            _shared_row(out, run_base, run_stride, run_d, key_starts, a, R, Rlo, Rhi, key_offset, key_width, True)
+            _shared_row(out, runs, a, R, Rlo, Rhi, True)
+
+
+# --------------------------------------------------------------------------- the device band
 
 
 @njit(cache=True, nogil=True)

@@ -141,10 +141,11 @@ class _Meta:
             rank[:, sl] = np.argsort(order, axis=1)
         self.xs, self.xs_sorted, self.rank = (np.ascontiguousarray(x) for x in (xs, sorted_, rank))
         self.X = np.ascontiguousarray(X, dtype=float)
-        self.runs = tables.key_runs()
-        self.key_offset = np.ascontiguousarray(lay.key_offset, dtype=i64)
         self.key_width = np.ascontiguousarray(lay.key_width, dtype=i64)
+        self.runs = tables.key_runs() + (np.ascontiguousarray(lay.key_offset, dtype=i64), self.key_width)
         self.row_length = lay.row_length
+        self.grp = (self.g_size, self.g_base, self.g_stride, self.g_pstart, self.p_off, self.p_key, self.p_zn,
+                    self.p_co, self.g_sstart, self.s_zn, self.g_cstart)
 
 
 class _Run:
@@ -196,8 +197,7 @@ class _Run:
         Rlo = np.zeros((L + 1, len(meta.key_width)), np.int64)
         Rhi = np.zeros((L + 1, len(meta.key_width)), np.int64)
         if level >= 2:
-            kern.shared_rows(tables.flat[level - 1], *meta.runs, 1, L - level + 2, R, Rlo, Rhi,
-                             meta.key_offset, meta.key_width)
+            kern.shared_rows(tables.flat[level - 1], meta.runs, 1, L - level + 2, R, Rlo, Rhi)
         bmax = L - level
         if bmax < 0:
             return
@@ -214,18 +214,11 @@ class _Run:
             a_lo = max(a_hi - FIRSTS_PER_CALL + 1, 0)
             if self.spec:
                 kern.options_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, self.N, self.lim, minmax, level >= 2,
-                                   meta.g_size, meta.g_base, meta.g_stride,
-                                   meta.g_pstart, meta.p_off, meta.p_key, meta.p_zn, meta.p_co,
-                                   meta.g_sstart, meta.s_zn, meta.g_cstart, meta.xs,
-                                   F, ooff, OA, OB, kind, s, k, f_cap, meta.X,
-                                   bucket, *meta.runs, meta.key_offset, meta.key_width)
+                                   meta.grp, meta.xs, F, ooff, OA, OB, kind, s, k, f_cap, meta.X, bucket, meta.runs)
             else:
-                kern.plain_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, self.N, self.lim, minmax, level >= 2,
-                                 meta.g_size, meta.g_base, meta.g_stride,
-                                 meta.g_pstart, meta.p_off, meta.p_key, meta.p_zn, meta.p_co,
-                                 meta.g_sstart, meta.s_zn, meta.g_cstart, meta.xs, meta.xs_sorted, meta.rank,
-                                 CB, meta.X, self.banded, self.prefix,
-                                 bucket, *meta.runs, meta.key_offset, meta.key_width)
+                kern.plain_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, self.N, self.lim, minmax, level >= 2,
+                                 meta.grp, meta.xs, meta.xs_sorted, meta.rank, CB, meta.X, self.banded, self.prefix,
+                                 bucket, meta.runs)
 
 
 def _spec_params(kern, spec) -> tuple[int, float, float, float]:
