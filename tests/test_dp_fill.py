@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from checks import check_plan
+import partitioner.solvers.dp_recursion as dp_recursion
 from partitioner import solve
 from partitioner.problem import Problem
 from partitioner.solvers.dp import DPModel
@@ -105,20 +106,27 @@ def with_transfers(problem: Problem, floor: int, schedule: str | None = None) ->
     return Problem.from_dict(doc)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(
     small_problems(max_layers=5),
     st.sampled_from(["natural", "size", "run", "bins", "none"]),
     st.sampled_from(["minsum", "minmax"]),
     st.sampled_from([math.inf, 0.3, 0.6, 0.9]),
     st.integers(1, 3000),
+    st.sampled_from([None, 0, 1]),
+    st.sampled_from([None, 1]),
 )
-def test_every_table_entry_matches_the_definition(problem, kind, mode, quantile, floor):
+def test_every_table_entry_matches_the_definition(monkeypatch, problem, kind, mode, quantile, floor, direct, firsts):
     model = DPModel(with_transfers(problem, floor))
     model.prepare()
     finite = [v for i in range(len(model.sizes)) for v in model.compute_matrix(i, 1).ravel() if math.isfinite(v)]
     limit = math.inf if not math.isfinite(quantile) or not finite else float(np.quantile(finite, quantile))
-    check_tables(model, model.natural_placement() if kind == "natural" else kind, mode, limit)
+    with monkeypatch.context() as patch:
+        if direct is not None:  # minmax: the split at r* for every candidate (0), or rank by rank up to 1
+            patch.setattr(dp_recursion, "DIRECT_RANKS", direct)
+        if firsts is not None:  # one first layer per kernel call (the bucket level's rows cross the calls)
+            patch.setattr(dp_recursion, "FIRSTS_PER_CALL", firsts)
+        check_tables(model, model.natural_placement() if kind == "natural" else kind, mode, limit)
 
 
 def check_tables(model: DPModel, kind: str, mode: str, limit: float) -> None:
@@ -149,11 +157,15 @@ def finite_entries(model: DPModel, tables):
 
 @pytest.mark.parametrize("shape", [(6, 2, 4), (8, 2, 4), (6, 4, 2), (5, 1, 8)])
 @pytest.mark.parametrize("kind", ["natural", "bins"])
-@pytest.mark.parametrize("mode, limit", [("minmax", math.inf), ("minmax", 0.8), ("minsum", math.inf), ("minsum", 0.8)])
-def test_table_entries_of_synthetic_problems_match_the_definition(shape, kind, mode, limit):
+@pytest.mark.parametrize("mode, limit, direct", [("minmax", math.inf, 0), ("minmax", 0.8, 0), ("minmax", math.inf, None),
+                                                 ("minmax", 0.8, None), ("minsum", math.inf, None), ("minsum", 0.8, None)])
+def test_table_entries_of_synthetic_problems_match_the_definition(monkeypatch, shape, kind, mode, limit, direct):
     # many stage sizes and categories: candidates where max(w + x, H) changes sides between categories
+    # (direct = 0: every minmax candidate split at r*; None: the default, rank by rank when it fits few)
     from benchmarks.synthetic import synthetic_problem
 
+    if direct is not None:
+        monkeypatch.setattr(dp_recursion, "DIRECT_RANKS", direct)
     model = DPModel(synthetic_problem(*shape, layouts=None, transfers=True, seed=1, microbatches=4))
     model.prepare()
     if math.isfinite(limit):  # a threshold between the least and the largest stage times that fit

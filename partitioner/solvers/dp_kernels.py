@@ -45,7 +45,10 @@ running-minimum accumulator, and ``w`` (when ``r* = 0``) to row ``q - 1``
 of the one that adds ``x`` at the end; in between (``0 < r* < q``) each
 ``w + x_r`` goes to its own row -- a value that also serves the ranks below
 it there is no less than the candidate's own value at those ranks, so it
-changes no minimum. An accumulator row is set to infinity when first used.
+changes no minimum. A candidate that fits few categories (``q <=
+direct``) puts ``max(w + x_r, H)`` at each rank's own row instead,
+one branch-free loop per rank. An accumulator row is set to infinity when
+first used.
 
 Arguments shared by the kernels: ``grp`` (int64 arrays, per size group g
 in the layout's order) = (size, block offset, block stride per first
@@ -186,7 +189,7 @@ def _suffix_min(acc, used, zn, Ci, width):
 
 
 @njit(cache=True, nogil=True)
-def _plain_cell(out, R, Rlo, Rhi, a, g, bmax, N, lim, minmax, overwrite, grp, xs, xs_sorted, rank,
+def _plain_cell(out, R, Rlo, Rhi, a, g, bmax, N, lim, minmax, direct, overwrite, grp, xs, xs_sorted, rank,
                 CB, X, banded, prefix, accw, acch, usedw, usedh):
     """The (a, g) block of a plain level (see the module docstring)."""
     g_size, g_base, g_stride, g_pstart, p_off, p_key, p_zn, p_co, g_sstart, s_zn, g_cstart = grp
@@ -231,6 +234,14 @@ def _plain_cell(out, R, Rlo, Rhi, a, g, bmax, N, lim, minmax, overwrite, grp, xs
                         usedw[rowq] = True
                         accw[base : base + cols] = INF
                     _min_into(accw, base + lo, R, b + 1, Hb + lo, hi - lo, w, 0)
+                    continue
+                if q <= direct:  # max(w + x_r, H) rank by rank, each at its own row
+                    for r in range(q):
+                        row = zn * Ci + r
+                        if not usedh[row]:
+                            usedh[row] = True
+                            acch[row * cols : row * cols + cols] = INF
+                        _min_into(acch, row * cols + lo, R, b + 1, Hb + lo, hi - lo, w + xs_sorted[a, c0 + r], 1)
                     continue
                 whi_v = w + xs_sorted[a, c0 + q - 1]
                 wlo_v = w + x0
@@ -278,19 +289,20 @@ def _plain_cell(out, R, Rlo, Rhi, a, g, bmax, N, lim, minmax, overwrite, grp, xs
 
 
 @njit(cache=True, nogil=True)
-def plain_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, N, lim, minmax, overwrite, grp, xs, xs_sorted, rank,
+def plain_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, N, lim, minmax, direct, overwrite, grp, xs, xs_sorted, rank,
                 CB, X, banded, prefix, self_feed, runs):
     """One level of the plain recursion for first layers a_hi..a_lo (see the module docstring).
 
     ``CB[g, a, b]``: the compute of stage a..b on group g at the level's stash (inf if it does not
-    fit); ``prefix`` the device band of :func:`prefix_devices` when ``banded``.
+    fit); ``prefix`` the device band of :func:`prefix_devices` when ``banded``; ``direct``: in
+    ``minmax``, a candidate fitting at most that many categories is taken rank by rank.
     """
     width, cells = _widths(grp, N)
     accw, acch = np.empty(cells * width), np.empty(cells * width if minmax else 1)
     usedw, usedh = np.zeros(cells, np.bool_), np.zeros(cells, np.bool_)
     for a in range(a_hi, a_lo - 1, -1):
         for g in range(grp[0].size):
-            _plain_cell(out, R, Rlo, Rhi, a, g, bmax, N, lim, minmax, overwrite, grp, xs, xs_sorted, rank,
+            _plain_cell(out, R, Rlo, Rhi, a, g, bmax, N, lim, minmax, direct, overwrite, grp, xs, xs_sorted, rank,
                         CB, X, banded, prefix, accw, acch, usedw, usedh)
         if self_feed:
             _shared_row(out, runs, a, R, Rlo, Rhi, True)

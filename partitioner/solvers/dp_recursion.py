@@ -59,6 +59,7 @@ __all__ = ["fill", "prefix_devices"]
 INF = math.inf
 _TIE = 1e-12  # relative slack when comparing a stage time with a threshold (as in dp)
 FIRSTS_PER_CALL = 16  # first layers per kernel call: the deadline is checked between calls
+DIRECT_RANKS = 4  # minmax: a candidate fitting at most this many incoming categories is taken rank by rank
 
 
 def _kernels():
@@ -216,7 +217,7 @@ class _Run:
                 kern.options_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, self.N, self.lim, minmax, level >= 2,
                                    meta.grp, meta.xs, F, ooff, OA, OB, kind, s, k, f_cap, meta.X, bucket, meta.runs)
             else:
-                kern.plain_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, self.N, self.lim, minmax, level >= 2,
+                kern.plain_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, self.N, self.lim, minmax, DIRECT_RANKS, level >= 2,
                                  meta.grp, meta.xs, meta.xs_sorted, meta.rank, CB, meta.X, self.banded, self.prefix,
                                  bucket, meta.runs)
 
