@@ -123,7 +123,7 @@ def test_the_walk_sees_the_whole_package():
     graph = _graph(module_level=True)
     for name in ("partitioner.solvers.dp", "partitioner.solvers.feasibility", "partitioner.simulate"):
         assert name in graph
-    assert "partitioner.solvers.dp_compute" in graph["partitioner.solvers.dp"]
+    assert "partitioner.solvers.dp_recursion" in graph["partitioner.solvers.dp"]
 
 
 def test_find_cycle_finds_one():

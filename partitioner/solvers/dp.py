@@ -67,18 +67,15 @@ valued by a *spec* (:mod:`.dp_options`), and the recursions keep their form
   found by lowering C just below the max F of each step's plan until
   ``phi(C) + (m - 1) (lowest max F)`` cannot win.
 
-Both run the general recursion (the range-query recursions of
-:mod:`.dp_compute` know one config per stage).
-
 Stage-count levels. The stage tables at stash s only lose options as s
 grows, so the stashes whose tables equal those at m form an interval
 ``[m_eff, m]``; levels from ``m_eff`` on share one table (:meth:`DPModel._levels`).
 
-No transfers. When no boundary carries bytes the range-query recursions of
-:mod:`.dp_compute` run instead -- when a stage's time is a difference of one
-config's prefix sums (v1, one module, or one config per size) and those
-prefix sums cannot cancel a stage's digits (:meth:`DPModel.fast_path_refusal`);
-otherwise the general recursion below runs with no placement states.
+No transfers. When no boundary carries bytes the recursion runs with no
+placement states (one state per size, one category). Stage times are always
+forward sums over the stage's own layers (:mod:`.dp_stage`), never
+differences of prefix sums, so one huge layer time cannot round away the
+digits of the stages after it.
 
 Limits. The memory budget (option ``memory_budget_gb``) is checked before
 any table of size ``L^2`` or larger is built (the recursion's: its tables,
@@ -150,7 +147,6 @@ import numpy as np
 from ..placement import contiguous_node_assignment, node_assignment_ids, pack_runs
 from ..plan import Plan, PlanError, Stage, evaluate
 from ..problem import Problem
-from .dp_compute import ComputeOnlyDP
 from .dp_placement import Automaton, build_automaton
 from .dp_recursion import fill as fill_tables
 from .dp_tables import Layout, Tables, table_bytes, working_bytes
@@ -202,10 +198,6 @@ class DPModel(ThresholdWalks):
     def _layer_tables(self) -> None:
         """Per-layer arrays only (O(configs x L)); stage tables are built per (size, stash) on demand."""
         self.costs = StageCosts(self.problem, self.layouts, self.sizes)
-        # the range-query fast path's prefix sums, accumulated in extended precision where the platform has it
-        J = len(self.layouts)
-        acc = np.cumsum(self.costs.time.astype(np.longdouble), axis=1)
-        self.time_prefix = np.hstack([np.zeros((J, 1)), acc.astype(np.float64)])
         self.layouts_of_size = self.costs.of_size
         self.out_bytes = self.costs.out_bytes.copy()
         if self.L:
@@ -624,16 +616,9 @@ class DPModel(ThresholdWalks):
         self.spec = None
         self._free_table = None
         self.prepare(deadline)
-        refusal = None
-        if kind == "none":
-            refusal = f"{self.schedule}'s iteration estimate chooses among Pareto options per stage" if parts else self.fast_path_refusal()
-            if refusal is None:
-                return self._compute_only(objective, deadline)
         auto = self._automaton_for(kind)
         X = self._transfer_table(auto)
         stats = {"placement": kind, "states": len(auto.states), "categories": len(auto.categories), "levels": self.K}
-        if refusal:
-            stats["general_recursion"] = refusal
         if objective == "bottleneck":
             V = self.recursion(auto, X, "minmax", self.bottleneck_ceiling(deadline), deadline)
             value, arg = self._final(V, auto)
@@ -649,20 +634,11 @@ class DPModel(ThresholdWalks):
         return self._iteration(auto, X, kind, deadline, stats)
 
     def bottleneck_ceiling(self, deadline) -> float:
-        """The bottleneck of a valid plan, or inf: the least bottleneck without transfers
-        (:mod:`.dp_compute`, when it applies) placed contiguously, or else the greedy plan, valued with
-        the transfers. No optimal plan has a stage above it, so the ``minmax`` recursion may prune slower
-        stages (and the devices the layers before a suffix cannot leave it, see :mod:`.dp_recursion`);
-        the plan is also the best known one if the search is cut short."""
-        plan = None
-        if self.fast_path_refusal() is None:
-            try:
-                found = ComputeOnlyDP(self, deadline).bottleneck()
-            except _TooLarge:
-                found = None
-            plan = self.place(found[1], [], "none") if found is not None else None
-        if plan is None:
-            plan = self._greedy_plan("bottleneck", deadline)
+        """The bottleneck of a valid plan, or inf: the greedy plan's, valued with the transfers. No
+        optimal plan has a stage above it, so the ``minmax`` recursion may prune slower stages (and the
+        devices the layers before a suffix cannot leave it, see :mod:`.dp_recursion`); the plan is also
+        the best known one if the search is cut short."""
+        plan = self._greedy_plan("bottleneck", deadline)
         if plan is None:
             return INF
         try:
@@ -682,35 +658,6 @@ class DPModel(ThresholdWalks):
         if left is not None and left <= 0:
             return None
         return solve_greedy(self.problem, SolveRequest(objective, time_limit=left)).plan
-
-    def fast_path_refusal(self) -> str | None:
-        """Why the range-query recursions of :mod:`.dp_compute` do not apply here, or None.
-
-        They need a stage's time to be a difference of one config's prefix
-        sums: true when every stage has one config
-        (:attr:`.StageCosts.single_segment`), and accurate only while the
-        prefix sums' rounding (accumulated in extended precision, then rounded
-        once: about ``2 * eps * max|prefix|`` per stage time, ``P + m - 1``
-        of them in the objective) is negligible (1e-10) against ``m`` times
-        the least possible bottleneck: one huge
-        layer time (a 1e18 "never" sentinel) would otherwise wipe out the
-        digits of every stage after it. Otherwise the general recursion
-        runs on forward sums (:mod:`.dp_stage`).
-        """
-        if not self.costs.single_segment:
-            return "stages can span segments with different configs"
-        magnitude = float(np.max(np.abs(self.time_prefix))) if self.time_prefix.size else 0.0
-        if magnitude == 0.0:
-            return None
-        slowest, work, _ = self.layer_floor()
-        floor = max(slowest, work)  # no plan's slowest stage is faster
-        # a prefix entry is off by at most (L eps_acc + eps / 2) max|prefix|, a stage time by twice that;
-        # the objective adds at most P + m - 1 of them, against a value of at least m x floor
-        per_stage = 2.0 * (self.L * float(np.finfo(np.longdouble).eps) + float(np.finfo(float).eps)) * magnitude
-        error = per_stage * (1.0 + self.stage_counts[1] / self.m)
-        if not (error <= 1e-10 * floor):
-            return f"prefix sums up to {magnitude:.3g} ms would round away stage times near {floor:.3g} ms"
-        return None
 
     def layer_floor(self) -> tuple[float, float, float]:
         """(slowest layer's least time, least total work over N, sum of least layer times) over the
@@ -746,13 +693,3 @@ class DPModel(ThresholdWalks):
         plan = self.place(stages, links, kind)
         if plan is not None:
             self.best_known = (value, plan)
-
-    def _compute_only(self, objective: str, deadline) -> _Outcome:
-        """No transfers anywhere: range-query recursions (:mod:`.dp_compute`)."""
-        fast = ComputeOnlyDP(self, deadline)
-        found = fast.bottleneck() if objective == "bottleneck" else fast.iteration()
-        stats = {"placement": "none", "levels": self.K, "recursions": fast.calls}
-        if found is None:
-            return _Outcome("infeasible", stats=stats)
-        value, stages = found
-        return _Outcome("optimal", self.place(stages, [], "none"), value, stats)

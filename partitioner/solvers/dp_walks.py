@@ -6,9 +6,8 @@ g = (m - 1) u + k W), or is such a form plus a second max (GPipe: max F),
 handled by an outer walk. :class:`ThresholdWalks` holds these walks as a mix-in
 of :class:`partitioner.solvers.dp.DPModel`, whose recursions (``minsum``
 under a threshold, ``minmax``) and walk back they drive; see the *The
-recursion* and *Schedules beyond 1F1B* sections of :mod:`.dp`. Each walk,
-and the range-query recursions of :mod:`.dp_compute`, searches the
-thresholds with :func:`threshold_search`: a descent towards the lowest
+recursion* and *Schedules beyond 1F1B* sections of :mod:`.dp`. Each walk
+searches the thresholds with :func:`threshold_search`: a descent towards the lowest
 bottleneck for a good value early, then a branch and bound over the gaps
 between the probed thresholds (bound: least sum above the gap plus coef
 times its lower end).
