@@ -74,7 +74,9 @@ def _kernels():
 def fill(model, tables, auto, X: np.ndarray, mode: str, limit: float, deadline: float | None, top: int):
     """Fill ``tables`` for levels 1..top (see the module docstring); ``model`` is the :class:`.dp.DPModel`."""
     L, K = model.L, model.K
-    tables.reset(top, clear=False)  # level 1 is cleared; the kernels write whole blocks of the others
+    # level 1 is cleared; the kernels write whole blocks of the first layers 0..L - level of the others,
+    # whose later first layers (no suffix of that many stages starts there) stay infinite from allocation
+    tables.reset(top, clear=False)
     lim = limit * (1 + _TIE) if math.isfinite(limit) else INF
     run = _Run(model, tables, auto, X, mode, lim, deadline)
     for level in range(1, top + 1):
@@ -84,8 +86,6 @@ def fill(model, tables, auto, X: np.ndarray, mode: str, limit: float, deadline: 
             tables.clear_rows(1, 0)
             for g, i in enumerate(run.groups):
                 run.last_stage(g, i)
-        else:
-            tables.clear_rows(level, max(L - level + 1, 0))  # first layers no kernel call reaches
         if level >= 2 or bucket:
             run.level(level, bucket)
     return tables

@@ -150,13 +150,12 @@ class Tables:
         self._index = None
 
     def reset(self, top: int, clear: bool = True) -> None:
-        """Levels 1..top allocated the first time they are needed and, with ``clear``, set to infinity;
-        without, their contents are undefined until :meth:`clear_rows` or a kernel that writes whole
-        blocks sets them (the sentinel is infinite either way)."""
+        """Levels 1..top allocated (infinite) the first time they are needed and, with ``clear``, set
+        to infinity again; without, they keep what the last recursion wrote (the kernels write whole
+        blocks of the first layers they reach, and leave the others infinite)."""
         lay, rows = self.layout, self.L + 1
         while len(self.tab) <= top:
-            flat = np.empty(rows * lay.flat_size + 1)
-            flat[-1] = INF
+            flat = np.full(rows * lay.flat_size + 1, INF)
             views = {}
             for i in lay.groups:
                 lo = rows * lay.base[i]

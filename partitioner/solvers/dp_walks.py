@@ -71,13 +71,16 @@ class ThresholdWalks:
 
         k = max(m - P + 1, 1) depends on the stage count P: each distinct k
         (every P < m apart, all P >= m together) is a walk over the levels
-        with that k. Bounds first, from two recursions that serve every k:
-        the least sum of u per level (the free table, which no k changes) and
-        the least max g per level under the smallest k (g grows with k, so it
-        is a floor for every k). Then the k in order of those floors, each
-        stopped by the best value so far (first the incumbent's, :meth:`incumbent`):
-        the exact least max g of its levels (stages that could not win
-        pruned), and its walk only when that bound can still win. The search
+        with that k. Bounds first, from two recursions that serve every k,
+        both over the plans that could beat the best value V so far (first
+        the incumbent's, :meth:`incumbent`): the least sum of u per level
+        over the plans whose every stage has ``g_0 = (m - 1)(u + x) <= V``
+        (``g >= g_0``, so every plan below V is among them; no k changes
+        that table), and the least max g per level under the smallest k
+        (g grows with k, so it is a floor for every k). Then the k in
+        order of those floors: a k whose least sum plus floor cannot beat V
+        is skipped, any other walked from the least sum under ``V - least
+        sum`` (no plan with a larger g beats V) and stopped by V. The search
         ends when a floor cannot beat the best, which is then the optimum.
         """
         m = self.m
@@ -92,15 +95,18 @@ class ThresholdWalks:
         def value() -> float:
             return INF if best is None else best[0]
 
-        # the least sum of u per level (shared by every k), and the least max g under the smallest k
-        self.spec = ZeroBubbleSpec(m, ks[0], every_level=True)
-        free = self._level_values(self.recursion(auto, X, "minsum", INF, deadline), auto)
+        # the least sum of u per level over the plans that could beat the best (k = 0: no k changes it)
+        self.spec = ZeroBubbleSpec(m, 0, every_level=True)
+        top = value() * (1 + _TIE) if math.isfinite(value()) else INF
+        free = self._level_values(self.recursion(auto, X, "minsum", top, deadline), auto)
         calls += 1
         lowest_free = min(free.values(), default=INF)
         if not math.isfinite(lowest_free):
             self.spec = None
             return _Outcome("infeasible") if best is None else self._warm_outcome(stats, calls)
-        ceiling = value() - lowest_free  # a stage above it is in no plan that could win
+        # the least max g under the smallest k, over the stages no plan below the best exceeds
+        self.spec = ZeroBubbleSpec(m, ks[0], every_level=True)
+        ceiling = value() - lowest_free
         floor = self._level_values(self.recursion(auto, X, "minmax", ceiling * (1 + _TIE), deadline), auto)
         calls += 1
         floors = {}
@@ -112,14 +118,14 @@ class ThresholdWalks:
         for cheap, k in order:
             if cheap >= value() * (1 - 1e-12):
                 break  # neither this k nor any later one can beat the best
-            self.spec = ZeroBubbleSpec(m, k)
-            least = min(f for level, f in free.items() if max(m - level + 1, 1) == k)
-            V = self.recursion(auto, X, "minmax", (value() - least) * (1 + _TIE), deadline)
-            calls += 1
-            lowest, _ = self._final(V, auto)
+            levels = [level for level in free if max(m - level + 1, 1) == k]
+            least = min(free[level] for level in levels)
+            lowest = min(floor.get(level, INF) for level in levels)
             if not math.isfinite(lowest) or least + lowest >= value() * (1 - 1e-12):
                 continue  # no plan of this k beats the best
-            found, _, n, _ = self._walk(auto, X, kind, deadline, 1, value(), lowest=lowest)
+            self.spec = ZeroBubbleSpec(m, k)
+            top = (value() - least) * (1 + _TIE) if math.isfinite(value()) else INF
+            found, _, n, _ = self._walk(auto, X, kind, deadline, 1, value(), lowest=lowest, top=top, known=value())
             calls += n
             if found is not None and found[0] < value():
                 best = (found[0], found[1], self.spec)
