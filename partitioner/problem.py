@@ -722,17 +722,31 @@ def _parse_layers(node: _Node, cluster: Cluster, version: int = 1, variants: Map
     layers = []
     totals: dict[Layout, list[int]] = {}  # per config: Σ weight_bytes, Σ act_bytes so far
     configs: dict[str, Layout] = {}  # cost key -> its checked config
+    # id of a costs dict -> (its table, its (key, config, cost) entries): a dict several layers share (a YAML
+    # alias, the cost model's table of equal blocks) is read once; the document keeps it alive and unchanged
+    read: dict[int, tuple[Mapping[Layout, LayerCost], list[tuple[str, Layout, LayerCost]]]] = {}
     for i, lnode in enumerate(node.elements()):
         lnode.mapping(("costs",), ("name", "module", "out_bytes"))
         name = lnode.child("name").string() if "name" in lnode.value else f"layer{i}"
         module = lnode.child("module").string() if "module" in lnode.value else "layer"
         out_bytes = lnode.child("out_bytes").integer(minimum=0, maximum=MAX_BYTES) if "out_bytes" in lnode.value else 0
         costs_node = lnode.child("costs")
+        shared = read.get(id(costs_node.value)) if type(costs_node.value) is dict else None
+        if shared is not None:
+            for key, layout, cost in shared[1]:
+                total = totals[layout]  # set when the table was first read
+                total[0] += cost.weight_bytes
+                total[1] += cost.act_bytes
+                if total[0] > MAX_TOTAL_BYTES or total[1] > MAX_TOTAL_BYTES:
+                    raise _over_total(total, costs_node, key)
+            layers.append(Layer(name, module, out_bytes, shared[0]))
+            continue
         if type(costs_node.value) is not dict and not isinstance(costs_node.value, Mapping):
             raise costs_node.fail(
                 f"must be an object keyed by config (dp<int>tp<int>[/variant]), got {_describe(costs_node.value)}"
             )
         costs: dict[Layout, LayerCost] = {}
+        entries = []
         for key, cnode in costs_node.items():
             layout = configs.get(key)
             if layout is None:  # each distinct key is checked once, where it first appears
@@ -740,13 +754,17 @@ def _parse_layers(node: _Node, cluster: Cluster, version: int = 1, variants: Map
             if layout in costs:
                 raise cnode.fail("duplicate config")
             cost = costs[layout] = _parse_cost(cnode)
-            _add_totals(totals.setdefault(layout, [0, 0]), cost, cnode)
+            entries.append((key, layout, cost))
+            _add_totals(totals.setdefault(layout, [0, 0]), cost, costs_node, key)
         if not costs:
             raise costs_node.fail(
                 "no layout usable on this cluster: give at least one dp<int>tp<int> entry "
                 f"with dp*tp in {{{cluster.describe_sizes()}}}"
             )
-        layers.append(Layer(name, module, out_bytes, MappingProxyType(costs)))
+        table = MappingProxyType(costs)
+        if type(costs_node.value) is dict:
+            read[id(costs_node.value)] = (table, entries)
+        layers.append(Layer(name, module, out_bytes, table))
     if not layers:
         raise node.fail("must list at least one layer")
     return tuple(layers)
@@ -836,18 +854,22 @@ def _parse_cost_checked(cnode: _Node) -> LayerCost:
     )
 
 
-def _add_totals(totals: list[int], cost: LayerCost, cnode: _Node) -> None:
-    """Keep one config's Σ weight_bytes and Σ act_bytes over the layers within MAX_TOTAL_BYTES."""
+def _add_totals(totals: list[int], cost: LayerCost, costs_node: _Node, key: str) -> None:
+    """Keep one config's Σ weight_bytes and Σ act_bytes over the layers within MAX_TOTAL_BYTES (entry ``key`` of ``costs_node``)."""
     totals[0] += cost.weight_bytes
     totals[1] += cost.act_bytes
-    if totals[0] <= MAX_TOTAL_BYTES and totals[1] <= MAX_TOTAL_BYTES:
-        return
-    for total, key in zip(totals, ("weight_bytes", "act_bytes")):
-        if total > MAX_TOTAL_BYTES:
-            raise cnode.child(key).fail(
-                f"the {key} of this config summed over the layers so far is {total} bytes, more than the "
-                f"2^53 accepted (see the accepted ranges in the README)"
-            )
+    if totals[0] > MAX_TOTAL_BYTES or totals[1] > MAX_TOTAL_BYTES:
+        raise _over_total(totals, costs_node, key)
+
+
+def _over_total(totals: list[int], costs_node: _Node, key: str) -> ProblemError:
+    """The error for totals past MAX_TOTAL_BYTES after entry ``key`` of ``costs_node`` (weight_bytes named first)."""
+    field_name = "weight_bytes" if totals[0] > MAX_TOTAL_BYTES else "act_bytes"
+    total = totals[0] if field_name == "weight_bytes" else totals[1]
+    return costs_node.child(key).child(field_name).fail(
+        f"the {field_name} of this config summed over the layers so far is {total} bytes, more than the "
+        f"2^53 accepted (see the accepted ranges in the README)"
+    )
 
 
 def _parse_stages(node: _Node | None, num_layers: int, num_devices: int) -> StageBounds:

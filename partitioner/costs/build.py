@@ -5,13 +5,15 @@ Contract: :func:`build_problem` validates its inputs (a
 cuts the model into layers (:func:`~.layers.model_layers`), offers each
 layer every layout the cluster allows and the layer divides
 (:func:`cluster_layouts`, :func:`layouts_for`), fills one cost entry per
-layout (:func:`~.entry.layer_cost`) and returns the
+layout (:func:`~.entry.layer_cost`; once per :func:`cost_signature`, the
+layers of equal blocks sharing one table) and returns the
 :class:`~partitioner.problem.Problem` with ``meta`` (model, batch, FLOPs,
 peak, per-layer export hints). Profiled times replace the analytic ones
 when given (:mod:`.profile`).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -19,12 +21,12 @@ from ..presets import ModelSpec, ClusterSpec, load_cluster, load_model
 from ..problem import OBJECTIVES, Layout, Problem, ProblemError
 from .entry import layer_cost
 from .flops import forward_flops, model_flops_per_sample
-from .layers import PipelineLayer, model_layers
+from .layers import Piece, PipelineLayer, model_layers
 from .options import CostOptions
-from .variants import applies, describe, variant_knobs
+from .variants import Knobs, applies, describe, variant_knobs
 from .profile import _apply_profile_doc, load_profile
 
-__all__ = ["build_problem", "cluster_layouts", "layouts_for"]
+__all__ = ["build_problem", "cluster_layouts", "layouts_for", "cost_signature"]
 
 
 def layouts_for(layer: PipelineLayer, cluster_layouts: Sequence[Layout], microbatch: int, opts: CostOptions) -> list[Layout]:
@@ -39,6 +41,35 @@ def layouts_for(layer: PipelineLayer, cluster_layouts: Sequence[Layout], microba
             continue
         out.append(lay)
     return out
+
+
+def cost_signature(layer: PipelineLayer) -> tuple[Piece, ...]:
+    """What :func:`layouts_for` and :func:`~.entry.layer_cost` read of ``layer``: its pieces without their names.
+
+    Layers with equal signatures (the blocks of one module) have equal cost
+    entries in every layout, so :func:`build_problem` computes them once.
+    """
+    return tuple(replace(p, name="", module="") for p in layer.pieces)
+
+
+def _costs_table(layer: PipelineLayer, all_layouts: Sequence[Layout], mb: int, cl: ClusterSpec, opts: CostOptions,
+                 microbatches: int, knob_list: list[Knobs] | None) -> dict[str, Any]:
+    """The ``costs`` document of ``layer``: one entry per usable layout and knob setting, in key order of emission."""
+    allowed = layouts_for(layer, all_layouts, mb, opts)
+    if not allowed:
+        raise ProblemError(
+            f"layer {layer.name} has no usable layout: dp must divide the microbatch of {mb} samples "
+            f"and tp its heads and widths",
+            path="microbatches",
+        )
+    costs = {}
+    for lay in allowed:
+        for kn in knob_list or [None]:
+            if kn is not None and not applies(kn, lay.dp):
+                continue
+            config = Layout(lay.dp, lay.tp, kn.name if kn is not None else "")
+            costs[config.key] = layer_cost(layer, lay, mb / lay.dp, cl, opts, microbatches, kn).to_dict()
+    return costs
 
 
 def cluster_layouts(gpus_per_node: int, nodes: int) -> list[Layout]:
@@ -117,21 +148,14 @@ def build_problem(
         raise ProblemError("memory_reserve_bytes leaves no GPU memory", path="options.memory_reserve_bytes")
 
     doc_layers = []
+    tables: dict[tuple[Piece, ...], dict[str, Any]] = {}  # cost signature -> the costs table its layers share
     for layer in layers:
-        allowed = layouts_for(layer, all_layouts, mb, opts)
-        if not allowed:
-            raise ProblemError(
-                f"layer {layer.name} has no usable layout: dp must divide the microbatch of {mb} samples "
-                f"and tp its heads and widths",
-                path="microbatches",
-            )
-        costs = {}
-        for lay in allowed:
-            for kn in knob_list or [None]:
-                if kn is not None and not applies(kn, lay.dp):
-                    continue
-                config = Layout(lay.dp, lay.tp, kn.name if kn is not None else "")
-                costs[config.key] = layer_cost(layer, lay, mb / lay.dp, cl, opts, microbatches, kn).to_dict()
+        signature = cost_signature(layer)
+        costs = tables.get(signature)
+        if costs is None:
+            costs = tables[signature] = _costs_table(layer, all_layouts, mb, cl, opts, microbatches, knob_list)
+        if profile is not None:
+            costs = dict(costs)  # the profile replaces entries of single layers' tables
         doc_layers.append(
             {"name": layer.name, "module": layer.module, "out_bytes": int(round(mb * layer.out_bytes_per_sample)), "costs": costs}
         )
