@@ -96,7 +96,10 @@ References
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Sequence
+
+import numpy as np
 
 __all__ = [
     "SCHEDULES",
@@ -104,6 +107,7 @@ __all__ = [
     "device_order",
     "chunk_device",
     "held_counts",
+    "held_states",
     "stash",
     "peak_activation_bytes",
     "estimate",
@@ -220,13 +224,56 @@ def stash(schedule: str, num_devices: int, microbatches: int, virtual_stages: in
     return walked_stash(schedule, num_devices, microbatches, virtual_stages)
 
 
+@lru_cache(maxsize=4096)
+def held_states(schedule: str, device: int, num_devices: int, microbatches: int, virtual_stages: int = 1) -> tuple[tuple[int, ...], ...]:
+    """The distinct states of :func:`held_counts` (per chunk of ``device``, chunk order), in order of first appearance.
+
+    Every peak over time of a quantity that grows with the held counts (a
+    stash, held activation bytes) is a max over these few states; they
+    depend on the order only and are cached. The counts are running sums
+    of +1 (an F) and -1 (a B) per chunk, taken with numpy.
+    """
+    check_shape(schedule, num_devices, microbatches, virtual_stages)
+    if schedule == "interleaved":
+        step, slot = _interleaved_steps(device, num_devices, microbatches, virtual_stages)
+    else:
+        order = device_order(schedule, device, num_devices, microbatches, virtual_stages)
+        step = np.array([1 if kind == "F" else -1 for kind, _, _ in order if kind != "W"], dtype=np.int64)
+        slot = np.zeros(len(step), dtype=np.int64)  # one chunk: the device's stage
+    if not len(step):
+        return ()
+    held = np.zeros((len(step), virtual_stages), dtype=np.int64)
+    held[np.arange(len(step)), slot] = step
+    np.cumsum(held, axis=0, out=held)
+    low, base = held.min(), int(held.max() - held.min()) + 1
+    if base ** virtual_stages >= 2**62:  # too many to number as one int64 per state: compare rows
+        return tuple(dict.fromkeys(map(tuple, held.tolist())))
+    codes = (held - low) @ (base ** np.arange(virtual_stages, dtype=np.int64))  # one number per state
+    _, first = np.unique(codes, return_index=True)
+    return tuple(tuple(row) for row in held[np.sort(first)].tolist())
+
+
+def _interleaved_steps(p: int, P: int, m: int, v: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_interleaved`'s order on device ``p`` as arrays: +1 per F, -1 per B, and the op's local chunk (0..v-1)."""
+    total = m * v
+    warmup = total if m == P else min(2 * (P - p - 1) + (v - 1) * P, total)
+    k = np.arange(total)
+    steady = total - warmup
+    pairs = np.empty(2 * steady, dtype=np.int64)
+    pairs[0::2], pairs[1::2] = k[warmup:], k[:steady]  # F(k + warm-up), B(k)
+    ks = np.concatenate([k[:warmup], pairs, k[steady:]])
+    step = np.concatenate([np.ones(warmup, np.int64), np.tile(np.array([1, -1], np.int64), steady), -np.ones(warmup, np.int64)])
+    local = (ks % (P * v)) // P
+    return step, np.where(step > 0, local, v - 1 - local)
+
+
 def walked_stash(schedule: str, num_devices: int, microbatches: int, virtual_stages: int = 1) -> list[int]:
-    """:func:`stash` by walking every device's op order (:func:`held_counts`), for any schedule."""
+    """:func:`stash` by walking every device's op order (:func:`held_states`), for any schedule."""
     P = num_devices
     peak = [0] * (P * virtual_stages)
     for p in range(P):
-        for held in held_counts(schedule, p, P, microbatches, virtual_stages):
-            for c, n in held.items():
+        for held in held_states(schedule, p, P, microbatches, virtual_stages):
+            for c, n in zip(range(p, P * virtual_stages, P), held):
                 peak[c] = max(peak[c], n)
     return peak
 
@@ -240,8 +287,9 @@ def peak_activation_bytes(
     stash x act_bytes; with v chunks it is at most the sum of the chunks'
     stash x act_bytes (their peaks need not coincide).
     """
-    states = held_counts(schedule, device, num_devices, microbatches, virtual_stages)
-    return max((sum(n * act_bytes[c] for c, n in held.items()) for held in states), default=0)
+    chunks = range(device, num_devices * virtual_stages, num_devices)
+    states = held_states(schedule, device, num_devices, microbatches, virtual_stages)
+    return max((sum(n * act_bytes[c] for c, n in zip(chunks, held)) for held in states), default=0)
 
 
 def estimate(

@@ -41,6 +41,10 @@ ZB-H1's is ``m(F + B + W) + (P - 1)(F + B - W)`` when m >= P and W <= min(F, B)
 ``m(F + B) + (P - 1)(F + B)/v``. The tests check these closed forms and, on
 random times, the bounds that hold for every schedule.
 
+The event loop lives in :mod:`partitioner.timeline`; :func:`replay_check`
+(what ``plan`` and ``solve(validate=True)`` attach) takes the same figures
+from its op times without building the timeline.
+
 References
 ----------
 .. [1] D. Narayanan et al., "PipeDream: generalized pipeline parallelism for
@@ -53,17 +57,17 @@ References
 """
 from __future__ import annotations
 
-import heapq
 import math
 import numbers
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from .breakdown import stage_parts
 from .limits import MAX_REPLAY_OPS
 from .plan import Evaluation, Plan, as_plan, evaluate
 from .problem import Problem, ProblemError, as_problem
-from .schedules import SCHEDULES, SPLIT_BACKWARD, check_shape, device_order
+from .schedules import SCHEDULES, SPLIT_BACKWARD, check_shape, device_order, held_states
+from .timeline import Op, bubble_ratio, op_times, run
 
 __all__ = [
     "SCHEDULES",
@@ -76,34 +80,6 @@ __all__ = [
 ]
 
 KINDS = {"F": "forward", "B": "backward", "W": "weight gradient"}
-
-
-@dataclass(frozen=True)
-class Op:
-    """One op of the timeline on device row ``stage``.
-
-    ``kind`` is ``"F"`` (forward), ``"B"`` (backward; its input-gradient part
-    under ``zb-h1``) or ``"W"`` (weight gradient); ``chunk`` is the model
-    chunk in pipeline order (the stage itself unless the schedule is
-    ``interleaved``). Times in ms.
-    """
-
-    stage: int
-    kind: str
-    microbatch: int
-    start: float
-    end: float
-    chunk: int | None = None
-
-    @property
-    def duration(self) -> float:
-        return self.end - self.start
-
-    def to_dict(self) -> dict[str, Any]:
-        doc = {"stage": self.stage, "op": self.kind, "microbatch": self.microbatch, "start": self.start, "end": self.end}
-        if self.chunk is not None:
-            doc["chunk"] = self.chunk
-        return doc
 
 
 @dataclass(frozen=True)
@@ -163,11 +139,7 @@ class Simulation:
     @property
     def bubble_ratio(self) -> float:
         """``1 - sum busy / (P * makespan)``: m·sum(F + B) of work per device (``forward``: m·sum F)."""
-        span = self.makespan_ms
-        if span <= 0:
-            return 0.0
-        per_mb = self.fwd_ms if self.schedule == "forward" else [f + b for f, b in zip(self.fwd_ms, self.bwd_ms)]
-        return 1.0 - self.microbatches * sum(per_mb) / (self.num_stages * span)
+        return bubble_ratio(self.schedule, self.microbatches, self.fwd_ms, self.bwd_ms, self.num_stages, self.makespan_ms)
 
     def ops(self, stage: int) -> list[Op]:
         """The ops of one device row in the order they ran (the timeline lists ops in start order)."""
@@ -265,7 +237,7 @@ class Simulation:
         return doc
 
 
-# --------------------------------------------------------------------------- the event loop
+# --------------------------------------------------------------------------- raw times
 
 
 def _check_times(name: str, values: Sequence[float]) -> tuple[float, ...]:
@@ -316,6 +288,58 @@ def simulate_times(
     -------
     Simulation
     """
+    r = _prepare(fwd_ms, bwd_ms, microbatches, schedule, wgrad_ms=wgrad_ms, virtual_stages=virtual_stages,
+                 weight_bytes=weight_bytes, act_bytes=act_bytes, stage_labels=stage_labels)
+    return Simulation(
+        schedule=r.schedule,
+        microbatches=r.microbatches,
+        fwd_ms=r.fwd,
+        bwd_ms=r.bwd,
+        timeline=run(r.orders(), r.durations, len(r.fwd)),
+        weight_bytes=r.weight_bytes,
+        act_bytes=r.act_bytes,
+        stage_labels=r.labels,
+        wgrad_ms=r.wgrad,
+        virtual_stages=r.virtual_stages,
+    )
+
+
+class _Replay(NamedTuple):
+    """What :func:`simulate_times` checked and derived from its arguments, before any replay."""
+
+    schedule: str
+    microbatches: int
+    virtual_stages: int
+    fwd: tuple[float, ...]
+    bwd: tuple[float, ...]
+    wgrad: tuple[float, ...] | None
+    durations: dict[str, tuple[float, ...]]  # per op kind, per chunk
+    weight_bytes: tuple[int, ...] | None
+    act_bytes: tuple[int, ...] | None
+    labels: tuple[str, ...] | None
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.fwd) // self.virtual_stages
+
+    def orders(self) -> list[list[tuple[str, int, int]]]:
+        return [device_order(self.schedule, p, self.num_stages, self.microbatches, self.virtual_stages)
+                for p in range(self.num_stages)]
+
+
+def _prepare(
+    fwd_ms: Sequence[float],
+    bwd_ms: Sequence[float] | None,
+    microbatches: int,
+    schedule: str,
+    *,
+    wgrad_ms: Sequence[float] | None,
+    virtual_stages: int,
+    weight_bytes: Sequence[int] | None,
+    act_bytes: Sequence[int] | None,
+    stage_labels: Sequence[str] | None,
+) -> _Replay:
+    """:func:`simulate_times`'s checks (ValueError naming the argument) and the op durations."""
     fwd = _check_times("fwd_ms", fwd_ms)
     C = len(fwd)
     if C == 0:
@@ -353,76 +377,42 @@ def simulate_times(
     durations = {"F": fwd, "B": bwd if wgrad is None else tuple(max(0.0, b - w) for b, w in zip(bwd, wgrad))}
     if wgrad is not None:
         durations["W"] = wgrad
-    orders = [device_order(schedule, p, P, microbatches, v) for p in range(P)]
-    timeline = _run(orders, durations, C)
-    return Simulation(
-        schedule=schedule,
-        microbatches=microbatches,
-        fwd_ms=fwd,
-        bwd_ms=bwd,
-        timeline=timeline,
-        weight_bytes=memory[0],
-        act_bytes=memory[1],
-        stage_labels=tuple(stage_labels) if stage_labels is not None else None,
-        wgrad_ms=wgrad,
-        virtual_stages=v,
-    )
+    return _Replay(schedule, microbatches, v, fwd, bwd, wgrad, durations, memory[0], memory[1],
+                   tuple(stage_labels) if stage_labels is not None else None)
 
 
-def _dependency(kind: str, chunk: int, microbatch: int, num_chunks: int) -> tuple[str, int, int] | None:
-    """The op that must end before ``(kind, chunk, microbatch)`` may start (None: none)."""
-    if kind == "F":
-        return ("F", chunk - 1, microbatch) if chunk > 0 else None
-    if kind == "W":
-        return ("B", chunk, microbatch)
-    if chunk < num_chunks - 1:
-        return ("B", chunk + 1, microbatch)
-    return ("F", chunk, microbatch)
+def _figures(r: _Replay) -> dict[str, Any]:
+    """The figures of ``Simulation`` (``makespan_ms``, ``bubble_ratio``, ``busy_ms``, ``peak_inflight``,
+    ``peak_memory_bytes``) of the replay ``r``, equal to those of :func:`simulate_times`'s timeline (tested).
 
-
-def _run(orders: list[list[tuple[str, int, int]]], durations: dict[str, tuple[float, ...]], num_chunks: int) -> tuple[Op, ...]:
-    """Event loop: pop op completions in time order; after each, start whatever became ready.
-
-    At a completion time ``t`` a device that is idle and whose next op's
-    dependency has ended starts that op at ``t``; since completions are
-    processed in time order, ``t`` is exactly max(device free, dependency end).
+    Times from :func:`~partitioner.timeline.op_times`, a device's busy time summed op by op in its
+    order as the timeline lists them; the held microbatches depend on the
+    order only (:func:`partitioner.schedules.held_states`).
     """
-    P = len(orders)
-    ended: dict[tuple[str, int, int], float] = {}
-    position = [0] * P
-    running = [False] * P
-    events: list[tuple[float, int, int, str, int, int]] = []  # (end, seq, device, kind, chunk, microbatch)
-    timeline: list[Op] = []
-    seq = 0
-
-    def try_start(p: int, now: float) -> None:
-        nonlocal seq
-        if running[p] or position[p] == len(orders[p]):
-            return
-        kind, c, j = orders[p][position[p]]
-        dep = _dependency(kind, c, j, num_chunks)
-        if dep is not None and dep not in ended:
-            return  # retried when the dependency ends
-        duration = durations[kind][c]
-        running[p] = True
-        position[p] += 1
-        timeline.append(Op(p, kind, j, now, now + duration, c))
-        heapq.heappush(events, (now + duration, seq, p, kind, c, j))
-        seq += 1
-
-    for p in range(P):
-        try_start(p, 0.0)
-    while events:
-        now, _, p, kind, c, j = heapq.heappop(events)
-        ended[(kind, c, j)] = now
-        running[p] = False
-        # the device itself, and the devices of the neighbouring chunks whose next op may wait on this one
-        for q in dict.fromkeys((p, (c + 1) % P, (c - 1) % P)):
-            try_start(q, now)
-    stuck = [p for p in range(P) if position[p] < len(orders[p])]
-    if stuck:  # cannot happen for the built-in schedules; guards custom orders
-        raise RuntimeError(f"the schedule deadlocks: stages {stuck} never finish")
-    return tuple(timeline)
+    P, C = r.num_stages, len(r.fwd)
+    times = op_times(r.orders(), r.durations, C, r.microbatches)
+    busy = []
+    for ops in times:
+        total = 0.0
+        for start, end in ops:
+            total += end - start
+        busy.append(total)
+    span = max((end for ops in times for _, end in ops), default=0.0)
+    states = [held_states(r.schedule, p, P, r.microbatches, r.virtual_stages) for p in range(P)]
+    peak_memory = None
+    if r.weight_bytes is not None and r.act_bytes is not None:
+        peak_memory = []
+        for p in range(P):
+            chunks = range(p, C, P)
+            w = sum(r.weight_bytes[c] for c in chunks)
+            peak_memory.append(max([w] + [w + sum(n * r.act_bytes[c] for c, n in zip(chunks, held)) for held in states[p]]))
+    return {
+        "makespan_ms": span,
+        "bubble_ratio": bubble_ratio(r.schedule, r.microbatches, r.fwd, r.bwd, P, span),
+        "busy_ms": busy,
+        "peak_inflight": [max((sum(held) for held in states[p]), default=0) for p in range(P)],
+        "peak_memory_bytes": peak_memory,
+    }
 
 
 # --------------------------------------------------------------------------- plans
@@ -483,6 +473,19 @@ def simulate(
         dict or a path; a Plan, a result, a dict or a path), or the replay
         would exceed :data:`~partitioner.limits.MAX_REPLAY_OPS` operations.
     """
+    problem, ev, inputs = _plan_inputs(problem, plan, schedule, evaluation)
+    v = ev.virtual_stages
+    P = len(ev.stages) // v
+    labels = (
+        [_group_label(problem, ev.stages[g::P]) for g in range(P)] if v > 1 else [_label(problem, s) for s in ev.stages]
+    )
+    sim = simulate_times(**inputs, stage_labels=labels)
+    return replace(sim, stage_parts=stage_parts(problem, ev))
+
+
+def _plan_inputs(problem: Problem, plan: Plan, schedule: str | None,
+                 evaluation: Evaluation | None) -> tuple[Problem, Evaluation, dict[str, Any]]:
+    """:func:`simulate`'s checks (same errors) and the :func:`simulate_times` arguments of the plan but its labels."""
     problem, plan = as_problem(problem), as_plan(plan)
     schedule = schedule or problem.training.schedule
     if schedule not in SCHEDULES:
@@ -501,23 +504,18 @@ def simulate(
         if v > 1:
             raise ValueError(f"this plan has {len(ev.stages)} chunks on {len(ev.stages) // v} device groups: it replays under 'interleaved' only")
         raise ValueError("the interleaved schedule replays a plan of an interleaved problem (training.virtual_stages >= 2)")
-    P = len(ev.stages) // v
-    labels = (
-        [_group_label(problem, ev.stages[g::P]) for g in range(P)] if v > 1 else [_label(problem, s) for s in ev.stages]
-    )
     # F_p and B_p are evaluate's: compute, the v2 intra-stage reshards and the sends
-    sim = simulate_times(
-        [s.fwd_ms for s in ev.stages],
-        [s.bwd_ms for s in ev.stages],
-        problem.microbatches,
-        schedule,
+    inputs = dict(
+        fwd_ms=[s.fwd_ms for s in ev.stages],
+        bwd_ms=[s.bwd_ms for s in ev.stages],
+        microbatches=problem.microbatches,
+        schedule=schedule,
         wgrad_ms=[s.wgrad_ms for s in ev.stages] if schedule in SPLIT_BACKWARD else None,
         virtual_stages=v,
         weight_bytes=[s.weight_bytes for s in ev.stages],
         act_bytes=[s.act_bytes for s in ev.stages],
-        stage_labels=labels,
     )
-    return replace(sim, stage_parts=stage_parts(problem, ev))
+    return problem, ev, inputs
 
 
 def replay_check(problem: Problem, plan: Plan, evaluation: Evaluation) -> dict[str, Any]:
@@ -533,15 +531,16 @@ def replay_check(problem: Problem, plan: Plan, evaluation: Evaluation) -> dict[s
         optimise, 1F1B's the Alpa-style one, to read beside the simulated
         makespan).
     """
-    sim = simulate(problem, plan, evaluation=evaluation)
-    peak = list(sim.peak_memory_bytes or ())
+    problem, _, inputs = _plan_inputs(problem, plan, None, evaluation)
+    figures = _figures(_prepare(**inputs, stage_labels=None))  # simulate()'s figures, without its timeline
+    peak = list(figures["peak_memory_bytes"] or ())
     capacity = problem.cluster.gpu_memory_bytes
     return {
-        "schedule": sim.schedule,
-        "makespan_ms": sim.makespan_ms,
-        "bubble_ratio": sim.bubble_ratio,
-        "busy_ms": list(sim.busy_ms),
-        "peak_inflight": list(sim.peak_inflight),
+        "schedule": inputs["schedule"],
+        "makespan_ms": figures["makespan_ms"],
+        "bubble_ratio": figures["bubble_ratio"],
+        "busy_ms": figures["busy_ms"],
+        "peak_inflight": figures["peak_inflight"],
         "peak_memory_bytes": peak,
         "fits_memory": all(b <= capacity for b in peak),
         "iteration_estimate_ms": evaluation.iteration_ms,

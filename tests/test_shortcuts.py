@@ -1,15 +1,21 @@
-"""The cost model's shared tables and the parser's shared reads equal the long way."""
+"""The cost model's shared tables, the parser's shared reads and the replay without a timeline equal the long way."""
 from __future__ import annotations
 
 import copy
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from partitioner.costs import CostOptions, build_problem, cluster_layouts, layer_cost, layouts_for, model_layers
 from partitioner.costs.variants import applies, variant_knobs
+from partitioner.planning import megatron_baselines
 from partitioner.presets import load_cluster, load_model
 from partitioner.problem import Layout, Problem, ProblemError
-
+from partitioner.schedule_search import with_schedule
+from partitioner.schedules import held_counts, held_states, peak_activation_bytes, walked_stash
+from partitioner.simulate import _figures, _prepare, replay_check, simulate, simulate_times
+from partitioner.timeline import op_times
 
 PRESETS = [
     ("pi0", "dgx-h100", 1, 256, 8, {"variants": ["all"]}),
@@ -73,3 +79,77 @@ def test_a_shared_table_is_summed_per_layer():
         Problem.from_dict(_overflowing(True))
     assert str(shared.value) == str(apart.value)
     assert "layers[8].costs.dp2tp1.act_bytes" in str(shared.value)
+
+
+# --------------------------------------------------------------------------- replay
+
+
+def _timeline_figures(sim):
+    return {"makespan_ms": sim.makespan_ms, "bubble_ratio": sim.bubble_ratio, "busy_ms": list(sim.busy_ms),
+            "peak_inflight": list(sim.peak_inflight),
+            "peak_memory_bytes": None if sim.peak_memory_bytes is None else list(sim.peak_memory_bytes)}
+
+
+_TIMES = st.one_of(st.integers(0, 3).map(float), st.sampled_from([0.0, 0.1, 0.2, 0.3, 1e-17, 1.0]), st.floats(0, 10))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(["1f1b", "zb-h1", "gpipe", "forward", "interleaved"]), st.integers(1, 5), st.integers(1, 8),
+       st.integers(2, 3), st.data())
+def test_figures_without_the_timeline_equal_the_timelines(schedule, P, k, v, data):
+    """Ties (equal or zero times) included: the op times are the event loop's, the figures the Simulation's."""
+    v = v if schedule == "interleaved" else 1
+    m, C = k * P if schedule == "interleaved" else k, P * v
+    fwd, bwd = data.draw(st.lists(_TIMES, min_size=C, max_size=C)), data.draw(st.lists(_TIMES, min_size=C, max_size=C))
+    wgrad = [b * data.draw(st.sampled_from([0.0, 0.5, 1.0, 0.3])) for b in bwd] if schedule == "zb-h1" else None
+    memory = data.draw(st.none() | st.tuples(st.lists(st.integers(0, 99), min_size=C, max_size=C),
+                                               st.lists(st.integers(0, 99), min_size=C, max_size=C)))
+    kw = {"wgrad_ms": wgrad, "virtual_stages": v, "weight_bytes": memory and memory[0], "act_bytes": memory and memory[1]}
+    sim = simulate_times(fwd, bwd, m, schedule, **kw)
+    r = _prepare(fwd, bwd, m, schedule, stage_labels=None, **kw)
+    assert repr(_figures(r)) == repr(_timeline_figures(sim))
+    times = op_times(r.orders(), r.durations, C, m)
+    assert [[(op.start, op.end) for op in sim.ops(p)] for p in range(P)] == times
+
+
+@pytest.mark.parametrize("model, cluster, nodes, batch, m, options", PRESETS[:2])
+@pytest.mark.parametrize("key", [("1f1b", 1), ("zb-h1", 1), ("gpipe", 1), ("interleaved", 2)])
+def test_replay_check_reports_the_simulations_figures(model, cluster, nodes, batch, m, options, key):
+    problem = with_schedule(build_problem(model, cluster, nodes=nodes, global_batch=batch, microbatches=m, options=options), *key)
+    plans = megatron_baselines(problem, "iteration", keep=3)
+    assert plans
+    for plan, ev in plans:
+        sim = simulate(problem, plan, evaluation=ev)
+        report = replay_check(problem, plan, ev)
+        assert report == {**_timeline_figures(sim), "schedule": sim.schedule, "iteration_estimate_ms": ev.iteration_ms,
+                          "fits_memory": all(b <= problem.cluster.gpu_memory_bytes for b in sim.peak_memory_bytes)}
+
+
+def test_replay_check_raises_what_simulate_raises():
+    problem = build_problem("pi0", "dgx-h100", nodes=1, global_batch=256, microbatches=8, options={"variants": ["all"]})
+    plan, ev = megatron_baselines(problem, "iteration")[0]
+    inter = with_schedule(problem, "interleaved", 2)
+    for call in (simulate, replay_check):
+        with pytest.raises(ValueError, match="interleaved schedule replays a plan of an interleaved problem"):
+            call(inter, plan, evaluation=ev) if call is simulate else call(inter, plan, ev)
+
+
+@pytest.mark.parametrize("schedule, v", [("1f1b", 1), ("zb-h1", 1), ("gpipe", 1), ("forward", 1), ("interleaved", 2),
+                                         ("interleaved", 3)])
+def test_held_states_are_the_distinct_held_counts(schedule, v):
+    for P in range(1, 6):
+        for m in range(1, 13):
+            if schedule == "interleaved" and m % P:
+                continue
+            peak = [0] * (P * v)
+            for d in range(P):
+                walked = held_counts(schedule, d, P, m, v)
+                assert held_states(schedule, d, P, m, v) == tuple(dict.fromkeys(tuple(h.values()) for h in walked))
+                acts = [3 + 7 * c for c in range(P * v)]
+                assert peak_activation_bytes(schedule, d, P, m, acts, v) == max(
+                    sum(n * acts[c] for c, n in h.items()) for h in walked)
+                for h in walked:
+                    for c, n in h.items():
+                        peak[c] = max(peak[c], n)
+            assert walked_stash(schedule, P, m, v) == peak
+
