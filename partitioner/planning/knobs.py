@@ -12,7 +12,7 @@ import itertools
 import math
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from ..plan import Evaluation, Plan, Stage
 from ..problem import Layer, LayerCost, Layout, Problem
@@ -36,18 +36,21 @@ def uniform_projection(problem: Problem, variant: str) -> Problem | None:
         return problem
     layers = []
     at: dict[int, str] = {}  # dp -> the variant's key there
+    projected: dict[int, Mapping[Layout, LayerCost]] = {}  # id(costs) -> its projection: layers sharing a table share it
     for layer in problem.layers:
-        costs: dict[str, tuple[Layout, LayerCost]] = {}
-        for c in layer.costs:
-            if c.dp not in at:
-                at[c.dp] = variant_at(problem, c.dp, variant)
-            if c.variant == at[c.dp]:
-                plain = Layout(c.dp, c.tp)
-                costs[plain.key] = (plain, _plain_cost(layer.costs[c]))
-        if not costs:
-            return None
-        # the entries in key order, as the format-v1 document Problem.from_dict would read them
-        table = MappingProxyType({lay: cost for _, (lay, cost) in sorted(costs.items())})
+        table = projected.get(id(layer.costs))
+        if table is None:
+            costs: dict[str, tuple[Layout, LayerCost]] = {}
+            for c in layer.costs:
+                if c.dp not in at:
+                    at[c.dp] = variant_at(problem, c.dp, variant)
+                if c.variant == at[c.dp]:
+                    plain = Layout(c.dp, c.tp)
+                    costs[plain.key] = (plain, _plain_cost(layer.costs[c]))
+            if not costs:
+                return None
+            # the entries in key order, as the format-v1 document Problem.from_dict would read them
+            table = projected[id(layer.costs)] = MappingProxyType({lay: cost for _, (lay, cost) in sorted(costs.items())})
         layers.append(Layer(layer.name, layer.module, layer.out_bytes, table))
     # the same problem as Problem.from_dict of the projected v1 document, without writing and re-reading it
     return replace(problem, layers=tuple(layers), version=1, variants=MappingProxyType({}), source=None)
