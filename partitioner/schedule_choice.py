@@ -215,7 +215,8 @@ def _baselines(screened: Sequence[Mapping[str, Any]], keys: Sequence[tuple[str, 
                 b = e["bases"][BASELINE_METHOD]
                 megatron.append(_candidate("baseline", BASELINE_METHOD, key, prob, b["plan"], (b["ev"], b["sim"], b["iteration_ms"])))
             elif key != ("1f1b", 1):
-                for plan, _ in megatron_baselines(prob, objective, keep=3 if key[0] == "interleaved" else 1):
+                for plan, _ in megatron_baselines(prob, objective, keep=3 if key[0] == "interleaved" else 1,
+                                                  sums=e.get("stage_sums")):
                     run = _run(prob, plan, objective, simulate, _leader(megatron, prune))
                     if run is not None:  # None: slower than the pool's best so far, which it would not replace
                         megatron.append(_candidate("baseline", BASELINE_METHOD, key, prob, plan, run))
@@ -258,7 +259,9 @@ def choose_schedule(
         ``result``, ``sim``, ``iteration_ms``.
     screened : sequence of mapping
         ``plan_model``'s screened microbatch counts: ``m``, ``problem``,
-        ``base_problem`` and ``bases`` (the 1F1B baselines).
+        ``base_problem`` and ``bases`` (the 1F1B baselines), optionally
+        ``stage_sums`` (the baselines' :class:`~partitioner.planning.baselines.StageSums`
+        on ``base_problem``).
     method, objective : str
     resolve : callable
         Runs ``method`` on an entry ``{"problem", "base_problem", "bases", "m"}``

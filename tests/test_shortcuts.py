@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from partitioner.costs import CostOptions, build_problem, cluster_layouts, layer_cost, layouts_for, model_layers
 from partitioner.costs.variants import applies, variant_knobs
 from partitioner.planning import megatron_baselines
+from partitioner.planning.baselines import StageSums, _megatron_plans, value_floor
 from partitioner.presets import load_cluster, load_model
 from partitioner.problem import Layout, Problem, ProblemError
 from partitioner.schedule_search import with_schedule
@@ -153,3 +154,19 @@ def test_held_states_are_the_distinct_held_counts(schedule, v):
                         peak[c] = max(peak[c], n)
             assert walked_stash(schedule, P, m, v) == peak
 
+
+# --------------------------------------------------------------------------- baselines
+
+
+@pytest.mark.parametrize("model, cluster, nodes, batch, m, options", PRESETS[:2])
+def test_stage_sums_kept_across_schedules_give_the_same_floors(model, cluster, nodes, batch, m, options):
+    base = build_problem(model, cluster, nodes=nodes, global_batch=batch, microbatches=m, options=options)
+    other = build_problem(model, cluster, nodes=nodes, global_batch=batch, microbatches=m * 2, options=options)
+    sums = StageSums()
+    for problem in (base, with_schedule(base, "zb-h1"), other, with_schedule(base, "gpipe"),
+                    with_schedule(base, "interleaved", 2), with_schedule(other, "interleaved", 3)):
+        for objective in ("iteration", "bottleneck"):
+            for plan in _megatron_plans(problem):  # the same numbers, bit for bit, whatever the store saw before
+                assert repr(value_floor(problem, plan, objective, sums)) == repr(value_floor(problem, plan, objective))
+            kept = megatron_baselines(problem, objective, keep=2, sums=sums)
+            assert [(p, e.value) for p, e in kept] == [(p, e.value) for p, e in megatron_baselines(problem, objective, keep=2)]

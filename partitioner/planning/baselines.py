@@ -19,7 +19,7 @@ from ..plan import Evaluation, Plan, PlanError, Stage, evaluate, objective_value
 from ..problem import Problem
 
 __all__ = ["BASELINE_METHOD", "FSDP_METHOD", "BASELINES", "layer_roles", "megatron_baseline", "megatron_baselines",
-           "fsdp_baseline"]
+           "StageSums", "fsdp_baseline"]
 
 BASELINE_METHOD = "megatron-uniform"
 FSDP_METHOD = "fsdp"
@@ -82,7 +82,7 @@ def _uniform_cuts(roles: Sequence[str], parts: int) -> list[tuple[int, int]] | N
 
 
 def megatron_baseline(problem: Problem, objective: str | None = None,
-                      variants: Sequence[str] | None = None) -> tuple[Plan, Evaluation] | None:
+                      variants: Sequence[str] | None = None, sums: "StageSums | None" = None) -> tuple[Plan, Evaluation] | None:
     """The best plan of the shape Megatron-LM / torchtitan give by default.
 
     The vision encoder and projector (and the embedding) sit on stage 0, the
@@ -99,13 +99,14 @@ def megatron_baseline(problem: Problem, objective: str | None = None,
     Under ``training.schedule: interleaved`` (v virtual stages) the split is
     Megatron-LM's with virtual stages: P groups (P >= 2, m a multiple of P),
     the same rule cutting the layers into P·v chunks, chunk c on group c mod P.
+    ``sums`` (:class:`StageSums`) keeps the stage sums of :func:`value_floor`.
     """
-    found = megatron_baselines(problem, objective, variants, keep=1)
+    found = megatron_baselines(problem, objective, variants, keep=1, sums=sums)
     return found[0] if found else None
 
 
 def megatron_baselines(problem: Problem, objective: str | None = None, variants: Sequence[str] | None = None,
-                       keep: int = 1) -> list[tuple[Plan, Evaluation]]:
+                       keep: int = 1, sums: StageSums | None = None) -> list[tuple[Plan, Evaluation]]:
     """The ``keep`` best plans of :func:`megatron_baseline`'s shape (best objective first).
 
     The candidates are evaluated in the order of a lower bound on their value
@@ -113,11 +114,13 @@ def megatron_baselines(problem: Problem, objective: str | None = None, variants:
     alone, without reshards and sends); once ``keep`` plans are found, a
     candidate whose bound exceeds the ``keep``-th best value cannot enter
     and is not evaluated. The result is that of evaluating every candidate
-    (ties to the earlier candidate in the enumeration order).
+    (ties to the earlier candidate in the enumeration order). ``sums`` keeps
+    the floors' stage sums for calls on the problem under other schedules.
     """
     objective = objective or problem.objective
     plans = list(_megatron_plans(problem, variants))
-    floors = sorted((f, i) for i, f in enumerate(value_floor(problem, plan, objective) for plan in plans) if f is not None)
+    floors = sorted((f, i) for i, f in enumerate(value_floor(problem, plan, objective, sums) for plan in plans)
+                    if f is not None)
     found: list[tuple[float, int, Plan, Evaluation]] = []
     for floor, i in floors:
         if len(found) >= keep and floor * (1 - _FLOOR_MARGIN) > found[keep - 1][0]:
@@ -158,7 +161,7 @@ def _megatron_plans(problem: Problem, variants: Sequence[str] | None = None) -> 
             tp *= 2
 
 
-def value_floor(problem: Problem, plan: Plan, objective: str) -> float | None:
+def value_floor(problem: Problem, plan: Plan, objective: str, sums: "StageSums | None" = None) -> float | None:
     """A lower bound on ``evaluate(problem, plan, objective).value``; None when a layer has no entry for its stage.
 
     Each stage (chunk) takes only its layers' compute: F = sum fwd, B = sum bwd
@@ -166,29 +169,63 @@ def value_floor(problem: Problem, plan: Plan, objective: str) -> float | None:
     ``evaluate`` adds the reshards and sends (>= 0) to F and B and nothing to W,
     and every schedule's estimate, and the bottleneck, is non-decreasing in F
     and B for fixed W (DESIGN.md, "Iteration estimates"), so the objective of
-    these times is at most the plan's value.
+    these times is at most the plan's value. ``sums`` keeps the stage sums
+    for later calls (the same numbers).
     """
     fwd, times, wgrad = [], [], []
     for s in plan.stages:
-        try:
-            pairs = s.segment_configs(problem)
-        except PlanError:
+        found = _stage_sums(problem, s) if sums is None else sums.stage(problem, s)
+        if found is None:
             return None
-        f = b = w = 0.0
-        for (first, last), lay in pairs:
-            for layer in problem.layers[first: last + 1]:
-                c = layer.costs.get(lay)
-                if c is None:
-                    return None
-                f += c.fwd_ms
-                b += c.bwd_ms
-                w += c.split()[1]
+        f, b, w = found
         fwd.append(f)
         times.append(f + b)
         wgrad.append(w)
     t = problem.training
     return objective_value(objective, times, t.microbatches, t.schedule, wgrad=wgrad, fwd=fwd,
                            virtual_stages=t.virtual_stages if t.schedule == "interleaved" else 1)
+
+
+def _stage_sums(problem: Problem, stage: Stage) -> tuple[float, float, float] | None:
+    """(sum fwd, sum bwd, sum W) over the stage's layers in their configs, in layer order; None without an entry."""
+    try:
+        pairs = stage.segment_configs(problem)
+    except PlanError:
+        return None
+    f = b = w = 0.0
+    for (first, last), lay in pairs:
+        for layer in problem.layers[first: last + 1]:
+            c = layer.costs.get(lay)
+            if c is None:
+                return None
+            f += c.fwd_ms
+            b += c.bwd_ms
+            w += c.split()[1]
+    return f, b, w
+
+
+class StageSums:
+    """:func:`value_floor`'s stage sums, kept across calls on problems with the same layers.
+
+    One problem under several schedules (``with_schedule``) has the same
+    layers, format version and stage sums; given a problem with other
+    layers or another version, the store starts afresh, so it never answers
+    for the wrong problem.
+    """
+
+    def __init__(self) -> None:
+        self._layers: tuple | None = None
+        self._version = 0
+        self._sums: dict[tuple, tuple[float, float, float] | None] = {}
+
+    def stage(self, problem: Problem, stage: Stage) -> tuple[float, float, float] | None:
+        """:func:`_stage_sums` of ``stage`` in ``problem``, computed once."""
+        if problem.layers is not self._layers or problem.version != self._version:
+            self._layers, self._version, self._sums = problem.layers, problem.version, {}
+        key = (stage.first_layer, stage.last_layer, stage.dp, stage.tp, stage.variant, stage.configs)
+        if key not in self._sums:
+            self._sums[key] = _stage_sums(problem, stage)
+        return self._sums[key]
 
 
 def fsdp_baseline(problem: Problem, objective: str | None = None) -> tuple[Plan, Evaluation] | None:

@@ -24,7 +24,7 @@ from ..plan import Evaluation, Plan, SolveResult
 from ..presets import ClusterSpec, ModelSpec, load_cluster, load_model
 from ..problem import OBJECTIVES, Problem, ProblemError
 from ..solvers import SolverError, solve
-from .baselines import BASELINE_METHOD, BASELINES, FSDP_METHOD, fsdp_baseline, megatron_baseline
+from .baselines import BASELINE_METHOD, BASELINES, FSDP_METHOD, StageSums, fsdp_baseline, megatron_baseline
 from .knobs import _projections, refine_knobs, variant_at
 from .results import _NO_FIT, ModelPlan, _assemble, _finite, _iteration_ms, simulate_plan
 
@@ -176,8 +176,10 @@ def plan_model(
                 raise
             skipped.append(f"m={m}: {err.reason}")
             continue
-        entry: dict[str, Any] = {"m": m, "problem": problem, "base_problem": base_problem, "screen": math.inf, "bases": {}}
-        for name, found in ((BASELINE_METHOD, megatron_baseline(base_problem, objective)),
+        # stage_sums: the baselines' floors on base_problem, kept for its other schedules (choose_schedule)
+        entry: dict[str, Any] = {"m": m, "problem": problem, "base_problem": base_problem, "screen": math.inf, "bases": {},
+                                 "stage_sums": StageSums()}
+        for name, found in ((BASELINE_METHOD, megatron_baseline(base_problem, objective, sums=entry["stage_sums"])),
                             (FSDP_METHOD, fsdp_baseline(base_problem, objective))):
             if found is None:
                 continue
