@@ -79,7 +79,8 @@ def a_threshold(model: DPModel, quantile: float) -> float:
     """A threshold between the least and the largest keys of stages without transfers (inf: none)."""
     if not math.isfinite(quantile):
         return INF
-    keys = [v for i in range(len(model.sizes)) for v in model.option_tables(i, 1)[0].ravel() if math.isfinite(v)]
+    keys = [v for i in range(len(model.sizes)) for v in model.spec.prepare(*model.stage_options(i, 1))[0].ravel()
+            if math.isfinite(v)]
     return float(np.quantile(keys, quantile)) if keys else INF
 
 

@@ -161,6 +161,7 @@ INF = math.inf
 _TIE = 1e-12  # relative slack when comparing a stage time with a threshold
 _MEMORY_BUDGET_BYTES = 3 * 2**30  # the default budget of a model used outside the dp method
 _MATRIX_CACHE_BYTES = 2**28  # stage compute matrices kept across recursions (256 MiB)
+_PACK_CACHE_BYTES = 2**30  # stage options kept across recursions (1 GiB; recomputing them costs far more)
 
 
 # --------------------------------------------------------------------------- the model
@@ -182,14 +183,12 @@ class DPModel(ThresholdWalks):
         self.stage_counts = stage_counts or (problem.stages.min, problem.stages.max)
         self._matrices: dict[tuple[int, int], np.ndarray] = {}
         self._stacks: dict[int, np.ndarray] = {}  # stash -> compute matrices of every size (compute_stack)
-        self._packed: dict = {}  # (groups, stash, parts) -> packed stage options (packed_options)
+        self._packed: dict = {}  # (stash, parts) -> packed stage options (option_pack)
         self.schedule = problem.training.schedule
         # the two-part estimates (zb-h1's and GPipe's iteration): stages choose among the Pareto pairs
         # of parts ``self.parts`` (:meth:`StageCosts.options`), valued by ``self.spec`` (:mod:`.dp_options`)
         self.parts: str | None = None
         self.spec = None
-        self._options: dict = {}
-        self._rows: dict = {}
         self._budget = _MEMORY_BUDGET_BYTES
         self._layer_tables()
         self.K = None  # set by prepare()
@@ -330,48 +329,61 @@ class DPModel(ThresholdWalks):
             return stack
         return np.ascontiguousarray(stack[np.asarray(groups, dtype=np.int64)])
 
-    def packed_options(self, groups: list, stash: int):
-        """:meth:`stage_options` of ``groups`` at ``stash`` packed for the compiled kernels: each group's
-        offset into and width of the flat option arrays, and those arrays (the two parts; the spec's
-        key is formed in the kernel, so one packing serves every zb-h1 k)."""
-        key = (tuple(groups), stash, self.parts)
+    def option_pack(self, stash: int):
+        """The Pareto options (:meth:`.StageCosts.options`, parts ``self.parts``) of every size index at
+        ``stash``, packed for the compiled kernels: each size's offset into and width of two flat
+        arrays, and those arrays (the spec's key is formed in the kernel, so one pack serves every
+        zb-h1 k). A stash whose options equal the previous stash's shares its pack; packs are kept
+        while they hold under 1 GiB."""
+        key = (stash, self.parts)
         found = self._packed.get(key)
         if found is None:
-            tabs = [self.stage_options(i, stash) for i in groups]
-            width = np.array([t[0].shape[-1] for t in tabs], dtype=np.int64)
-            sizes = np.array([t[0].size for t in tabs], dtype=np.int64)
-            offset = np.r_[0, np.cumsum(sizes)[:-1]].astype(np.int64) if tabs else np.zeros(0, np.int64)
-            first = np.concatenate([t[0].ravel() for t in tabs]) if tabs else np.zeros(0)
-            second = np.concatenate([t[1].ravel() for t in tabs]) if tabs else np.zeros(0)
-            found = (offset, width, np.ascontiguousarray(first, dtype=float), np.ascontiguousarray(second, dtype=float))
-            if sum(x[2].nbytes + x[3].nbytes for x in self._packed.values()) < 2**28:
+            tabs = [self.costs.options(i, stash, self.parts) for i in range(len(self.sizes))]
+            before = self._packed.get((stash - 1, self.parts))
+            if before is not None and all(
+                    np.array_equal(t[0], u[0]) and np.array_equal(t[1], u[1])
+                    for t, u in zip(tabs, (self._views(before, i) for i in range(len(tabs))))):
+                found = before
+            else:
+                width = np.array([t[0].shape[-1] for t in tabs], dtype=np.int64)
+                sizes = np.array([t[0].size for t in tabs], dtype=np.int64)
+                offset = np.r_[0, np.cumsum(sizes)[:-1]].astype(np.int64) if tabs else np.zeros(0, np.int64)
+                first = np.concatenate([t[0].ravel() for t in tabs]) if tabs else np.zeros(0)
+                second = np.concatenate([t[1].ravel() for t in tabs]) if tabs else np.zeros(0)
+                found = (offset, width, np.ascontiguousarray(first, dtype=float), np.ascontiguousarray(second, dtype=float))
+            held = sum(x[2].nbytes + x[3].nbytes for x in {id(v): v for v in self._packed.values()}.values())
+            if found is before or held + found[2].nbytes + found[3].nbytes <= _PACK_CACHE_BYTES:
                 self._packed[key] = found
         return found
 
+    def _views(self, pack, i: int) -> tuple[np.ndarray, np.ndarray]:
+        offset, width, first, second = pack
+        n = self.L * self.L * int(width[i])
+        shape = (self.L, self.L, int(width[i]))
+        return first[offset[i] : offset[i] + n].reshape(shape), second[offset[i] : offset[i] + n].reshape(shape)
+
+    def packed_options(self, groups: list, stash: int):
+        """:meth:`option_pack` restricted to ``groups`` (the size groups of a layout; every size index
+        in practice, so the pack itself)."""
+        pack = self.option_pack(stash)
+        if list(groups) == list(range(len(self.sizes))):
+            return pack
+        tabs = [self._views(pack, i) for i in groups]
+        width = np.array([t[0].shape[-1] for t in tabs], dtype=np.int64)
+        offset = np.r_[0, np.cumsum([t[0].size for t in tabs])[:-1]].astype(np.int64) if tabs else np.zeros(0, np.int64)
+        first = np.concatenate([t[0].ravel() for t in tabs]) if tabs else np.zeros(0)
+        second = np.concatenate([t[1].ravel() for t in tabs]) if tabs else np.zeros(0)
+        return offset, width, first, second
+
     def stage_options(self, i: int, stash: int) -> tuple[np.ndarray, np.ndarray]:
-        """``[a, b, f]``: the Pareto-minimal pairs of parts ``self.parts`` of stage a..b on size index i."""
-        key = (i, stash, self.parts)
-        found = self._options.get(key)
-        if found is None:
-            found = self.costs.options(i, stash, self.parts)
-            if sum(u.size for u, _ in self._options.values()) * 16 < 2**28:
-                self._options[key] = found
-        return found
+        """``[a, b, f]``: the Pareto-minimal pairs of parts ``self.parts`` of stage a..b on size index i
+        (views into :meth:`option_pack`)."""
+        return self._views(self.option_pack(stash), i)
 
     def option_rows(self, a: int, i: int, stash: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Over b = a..L-1 (and the options f of stage a..b): the spec's least key of the stage without
         transfers (a lower bound with them; inf if nothing fits) and its two option arrays."""
-        return tuple(x[a, a:] for x in self.option_tables(i, stash))
-
-    def option_tables(self, i: int, stash: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:meth:`option_rows` for every stage a..b at once: ``[a, b]`` and ``[a, b, f]`` arrays."""
-        key = (i, stash, self.spec.key)
-        found = self._rows.get(key)
-        if found is None:
-            found = self.spec.prepare(*self.stage_options(i, stash))
-            self._rows = {k: v for k, v in self._rows.items() if k[2] == self.spec.key}
-            self._rows[key] = found
-        return found
+        return self.spec.prepare(*(x[a, a:] for x in self.stage_options(i, stash)))
 
     def stage_configs(self, a: int, b: int, i: int, stash: int) -> tuple:
         """The per-segment configs of the fastest fitting stage a..b on size index i."""
@@ -676,6 +688,24 @@ class DPModel(ThresholdWalks):
         if not np.all(np.isfinite(alone)):
             return INF, INF, INF
         return float(alone.max()), float(work.sum() / self.N), float(alone.sum())
+
+    def least_u_sum(self) -> float:
+        """The sum over layers of the least ``u = fwd + bwd - W`` (zb-h1's part without the weight
+        gradient) over the configs each layer fits in alone with one stashed microbatch: no plan's sum
+        of u is smaller (a stage's u adds its layers', reshards and transfers)."""
+        J = len(self.layouts)
+        if J == 0 or self.L == 0:
+            return INF
+        u = np.full((J, self.L), INF)
+        idx = np.arange(self.L)
+        for j, lay in enumerate(self.layouts):
+            fit = self.costs.fit_end(j, 1) >= idx
+            for i, layer in enumerate(self.problem.layers):
+                c = layer.cost(lay)
+                if c is not None and fit[i]:
+                    u[j, i] = (c.fwd_ms + c.bwd_ms) - c.split()[1]
+        least = u.min(axis=0)
+        return float(least.sum()) if np.all(np.isfinite(least)) else INF
 
     def analytic_bound(self, objective: str) -> float:
         """A lower bound on the objective from :meth:`layer_floor` (valid for every plan)."""

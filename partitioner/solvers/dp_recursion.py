@@ -179,7 +179,7 @@ class _Run:
         zl = lay.zloc[self.auto.init[i]]
         V = self.tables.tab[1][i]
         if self.spec:  # every a at once: stage a..L-1 per incoming category
-            low, U, G = (x[:L, L - 1] for x in model.option_tables(i, stash))
+            low, U, G = self.spec.prepare(*(x[:L, L - 1] for x in model.stage_options(i, stash)))
             t = self.spec.value(low[:, None], U[:, None], G[:, None], np.zeros_like(xin), xin, self.mode, self.lim)
             if self.mode == "minmax":
                 t = np.where(t <= self.lim, t, INF)

@@ -71,17 +71,20 @@ class ThresholdWalks:
 
         k = max(m - P + 1, 1) depends on the stage count P: each distinct k
         (every P < m apart, all P >= m together) is a walk over the levels
-        with that k. Bounds first, from two recursions that serve every k,
-        both over the plans that could beat the best value V so far (first
-        the incumbent's, :meth:`incumbent`): the least sum of u per level
-        over the plans whose every stage has ``g_0 = (m - 1)(u + x) <= V``
-        (``g >= g_0``, so every plan below V is among them; no k changes
-        that table), and the least max g per level under the smallest k
-        (g grows with k, so it is a floor for every k). Then the k in
-        order of those floors: a k whose least sum plus floor cannot beat V
-        is skipped, any other walked from the least sum under ``V - least
-        sum`` (no plan with a larger g beats V) and stopped by V. The search
-        ends when a floor cannot beat the best, which is then the optimum.
+        with that k. Bounds: every plan's sum of u is at least its layers'
+        least u (:meth:`.DPModel.least_u_sum`); one recursion gives the least
+        max g per level under the smallest k (g grows with k, so it is a
+        floor for every k), over the stages no plan that beats the best
+        value V so far (first the incumbent's, :meth:`incumbent`) has. The k
+        go in order of those floors, each walked from the least sum under
+        ``V - least sum`` (no plan with a larger g beats V) and stopped by V.
+        Before the first k with at least half the levels (the dearest walks,
+        taken once the cheap ones have found a good V), one more recursion
+        gives the least sum of u per level over the plans whose every stage
+        has ``g_0 = (m - 1)(u + x) <= V`` (every plan below V is among them,
+        whatever its k): a tighter least sum for the remaining bounds and
+        walks. The search ends when a floor cannot beat the best, which is
+        then the optimum.
         """
         m = self.m
         ks = sorted({max(m - level + 1, 1) for level in range(1, self.K + 1) if self._level_ok(level)})
@@ -95,37 +98,34 @@ class ThresholdWalks:
         def value() -> float:
             return INF if best is None else best[0]
 
-        # the least sum of u per level over the plans that could beat the best (k = 0: no k changes it)
-        self.spec = ZeroBubbleSpec(m, 0, every_level=True)
-        top = value() * (1 + _TIE) if math.isfinite(value()) else INF
-        free = self._level_values(self.recursion(auto, X, "minsum", top, deadline), auto)
-        calls += 1
-        lowest_free = min(free.values(), default=INF)
-        if not math.isfinite(lowest_free):
-            self.spec = None
-            return _Outcome("infeasible") if best is None else self._warm_outcome(stats, calls)
-        # the least max g under the smallest k, over the stages no plan below the best exceeds
+        least_any = self.least_u_sum()
         self.spec = ZeroBubbleSpec(m, ks[0], every_level=True)
-        ceiling = value() - lowest_free
+        ceiling = value() - least_any  # a stage above it is in no plan that could win
         floor = self._level_values(self.recursion(auto, X, "minmax", ceiling * (1 + _TIE), deadline), auto)
         calls += 1
-        floors = {}
-        for level, f in free.items():
-            k = max(m - level + 1, 1)
-            floors[k] = min(floors.get(k, INF), f + floor.get(level, INF))
-        order = sorted((b, k) for k, b in floors.items() if math.isfinite(b))
+        if not any(math.isfinite(f) for f in floor.values()):  # no plan, or none that beats the incumbent
+            self.spec = None
+            return _Outcome("infeasible") if best is None else self._warm_outcome(stats, calls)
+        levels_of: dict[int, list[int]] = {}
+        for level in floor:
+            levels_of.setdefault(max(m - level + 1, 1), []).append(level)
+        floors = {k: min(floor[level] for level in levels) for k, levels in levels_of.items()}
+        order = sorted((least_any + b, k) for k, b in floors.items() if math.isfinite(b))
         self.proven_bound = min(order[0][0], value()) if order else value()
+        free = None  # the least sum of u per level over the plans that could beat the best
         for cheap, k in order:
             if cheap >= value() * (1 - 1e-12):
                 break  # neither this k nor any later one can beat the best
-            levels = [level for level in free if max(m - level + 1, 1) == k]
-            least = min(free[level] for level in levels)
-            lowest = min(floor.get(level, INF) for level in levels)
-            if not math.isfinite(lowest) or least + lowest >= value() * (1 - 1e-12):
+            if free is None and max(levels_of[k]) * 2 >= self.K and math.isfinite(value()):
+                self.spec = ZeroBubbleSpec(m, 0, every_level=True)  # k = 0: no k changes the table
+                free = self._level_values(self.recursion(auto, X, "minsum", value() * (1 + _TIE), deadline), auto)
+                calls += 1
+            least = least_any if free is None else min(free.get(level, INF) for level in levels_of[k])
+            if least + floors[k] >= value() * (1 - 1e-12):
                 continue  # no plan of this k beats the best
             self.spec = ZeroBubbleSpec(m, k)
             top = (value() - least) * (1 + _TIE) if math.isfinite(value()) else INF
-            found, _, n, _ = self._walk(auto, X, kind, deadline, 1, value(), lowest=lowest, top=top, known=value())
+            found, _, n, _ = self._walk(auto, X, kind, deadline, 1, value(), lowest=floors[k], top=top, known=value())
             calls += n
             if found is not None and found[0] < value():
                 best = (found[0], found[1], self.spec)
