@@ -191,12 +191,24 @@ class _Run:
         V[:L, zl, :, 0] = np.minimum(V[:L, zl, :, 0], t)
 
     # ------------------------------------------------------------ one level
+    def _rows(self):
+        """The shared-key rows R and their finite spans, one buffer for every level of the recursion: a
+        level reads only the rows the level below has just filled (and a bucket level clears the rest)."""
+        found = getattr(self, "_R", None)
+        if found is None:
+            shape = (self.L + 1, len(self.meta.key_width))
+            found = self._R = (np.full((self.L + 1, self.meta.row_length), INF), np.zeros(shape, np.int64),
+                               np.zeros(shape, np.int64))
+        return found
+
     def level(self, level: int, bucket: bool) -> None:
         """Levels >= 2 read the level below; the bucket level also reads itself (``self_feed``)."""
         kern, meta, tables, L = _kernels(), self.meta, self.tables, self.L
-        R = np.full((L + 1, meta.row_length), INF)
-        Rlo = np.zeros((L + 1, len(meta.key_width)), np.int64)
-        Rhi = np.zeros((L + 1, len(meta.key_width)), np.int64)
+        R, Rlo, Rhi = self._rows()
+        first = 1 if level >= 2 else L + 1  # rows the level below fills: first layers 1 .. L - level + 1
+        if bucket:  # the level's own rows are combined into R: the others must hold nothing
+            R[:first], Rlo[:first], Rhi[:first] = INF, 0, 0
+            R[L - level + 2 :], Rlo[L - level + 2 :], Rhi[L - level + 2 :] = INF, 0, 0
         if level >= 2:
             kern.shared_rows(tables.flat[level - 1], meta.runs, 1, L - level + 2, R, Rlo, Rhi)
         bmax = L - level
