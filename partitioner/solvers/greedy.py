@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 import time
 from typing import Callable
 
@@ -45,7 +46,7 @@ from .base import Candidate, SolveRequest, register
 from .feasibility import feasible_stage_counts, quick_infeasibility
 from .tables import CostTables
 
-__all__ = ["solve_greedy", "balance_cuts", "layer_work", "grow_sizes"]
+__all__ = ["solve_greedy", "balance_cuts", "Balancer", "layer_work", "grow_sizes"]
 
 
 @register("greedy")
@@ -61,6 +62,7 @@ def solve_greedy(problem: Problem, request: SolveRequest) -> Candidate:
     best = None
     failures: list[str] = []
     counts = feasible_stage_counts(problem)
+    balancer = Balancer(work, counts)
     for tried, P in enumerate(counts):
         if deadline is not None and time.perf_counter() > deadline:
             if best is None:
@@ -71,19 +73,19 @@ def solve_greedy(problem: Problem, request: SolveRequest) -> Candidate:
                 message=f"greedy: time limit reached after {tried} of {len(counts)} stage counts; the best plan of those",
                 timed_out=True,
             )
-        cuts = balance_cuts(work, P)
+        cuts = balancer.cuts(P)
         stage_work = [float(work[a : b + 1].sum()) for a, b in cuts]
         sizes = grow_sizes(stage_work, problem.cluster.allowed_sizes(), problem.num_devices)
         if sizes is None:
             failures.append(f"P={P}: no allowed sizes sum to {problem.num_devices}")
             continue
-        plan, why, compute = _build(problem, tables, cuts, sizes)
-        if plan is None:
+        stages, why, ids = _build(problem, tables, cuts, sizes)
+        if stages is None:
             failures.append(f"P={P}: {why}")
             continue
-        value = _value(problem, tables, plan, compute, request.objective)
+        value = _value(problem, tables, stages, ids, request.objective)
         if best is None or value < best[0]:
-            best = (value, plan)
+            best = (value, _plan(stages, ids))
     if best is None:
         detail = failures[0] if len(failures) == 1 else f"{failures[0]} (and {len(failures) - 1} more stage counts)"
         return Candidate("infeasible", message=f"greedy found no plan that fits: {detail}")
@@ -99,12 +101,193 @@ def layer_work(problem: Problem) -> np.ndarray:
 
 def balance_cuts(work: np.ndarray, parts: int) -> list[tuple[int, int]]:
     """Contiguous ``(first, last)`` ranges, exactly ``parts`` of them, balancing ``work`` (each >= 0)."""
-    n = len(work)
-    if not 1 <= parts <= n:
-        raise ValueError(f"cannot cut {n} layers into {parts} stages")
-    if not np.all(work >= 0):
-        raise ValueError("the work per layer must be >= 0")
-    return _balance(work, parts, _fill_to(work, parts))
+    return Balancer(work, (parts,)).cuts(parts)
+
+
+class Balancer:
+    """:func:`balance_cuts` of one work vector for the stage ``counts`` given, sharing work between them.
+
+    The cuts are exactly those of :func:`_balance` with :func:`_fill_to` (the
+    60-step bisection over the threshold, then the splits); what makes that
+    cheaper:
+
+    * ``fill(T)`` compares each stage's running sums (``np.cumsum`` from its
+      first layer: the same floats for every T and every count) with T, so
+      its result is a step function of T, constant between two consecutive
+      running-sum values (the *candidates*) and right-continuous. The number
+      of stages it makes is non-increasing in T: a larger threshold ends no
+      stage earlier, as a running sum from a later first layer is no larger
+      (float rounding is monotone). So the thresholds that fit ``parts``
+      stages are exactly ``T >= T*``, T* a candidate (or every T).
+    * Many counts (greedy asks for every P), up to :data:`MAX_CANDIDATE_LAYERS`
+      layers: T* of every count at once by a binary search over the sorted
+      candidates ``>= work.max()``, each round one vectorised fill per count
+      (:meth:`_least_fitting`); the bisection is then replayed with the test
+      ``mid >= T*`` (:meth:`_replay`), which equals ``len(fill(mid)) <= parts``
+      for every midpoint: the bisection starts at ``lo = work.max()`` and its
+      midpoints never fall below ``lo`` (one that did would get a real fill).
+    * Otherwise, per count, the bisection itself where a fill at T also tells
+      the interval of thresholds with the same result (:meth:`_interval_fill`):
+      a midpoint above a known fitting interval fits, one below a known
+      failing interval fails, and only the others are filled (about 15 of
+      the 60).
+
+    Either way every midpoint gets the answer a fill would give, so the final
+    ``hi`` is the same float and its fill the same stage starts.
+    """
+
+    def __init__(self, work: np.ndarray, counts) -> None:
+        n = len(work)
+        self.counts = sorted({int(p) for p in counts})
+        for parts in self.counts:
+            if not 1 <= parts <= n:
+                raise ValueError(f"cannot cut {n} layers into {parts} stages")
+        if not np.all(work >= 0):
+            raise ValueError("the work per layer must be >= 0")
+        self.work, self.n = work, n
+        self._lists: dict[int, list[float]] = {}  # start -> fill's running sums as a list (bisect)
+        self._starts: dict[int, list[int]] = {}  # count -> fill's stage starts at the bisection's hi
+        if len(self.counts) >= MANY_COUNTS and n <= MAX_CANDIDATE_LAYERS:
+            self._starts = self._search()
+
+    def cuts(self, parts: int) -> list[tuple[int, int]]:
+        """The ``parts`` ranges of :func:`balance_cuts` (``parts`` one of the counts given)."""
+        if parts not in self.counts:
+            raise ValueError(f"{parts} stages were not asked of this Balancer")
+        starts = self._starts.get(parts)
+        if starts is None:
+            hi = _bisect_threshold(self.work, self._skipping(parts))
+            starts = self._interval_fill(hi, parts)[0]
+        return _split(self.work, parts, list(starts))
+
+    # ------------------------------------------------------------------ one count: skipping fills
+    def _sums(self, s: int) -> list[float]:
+        found = self._lists.get(s)
+        if found is None:  # the list _fill_to makes for start s
+            found = self._lists[s] = np.cumsum(self.work[s:]).tolist()
+        return found
+
+    def _interval_fill(self, threshold: float, parts: int) -> tuple[list[int], float, float]:
+        """``fill(threshold)`` of :func:`_fill_to` and ``[low, up)``, thresholds at which it is the same:
+        every stage's bisection lands at the same place there (running sums ``<= low`` and ``> up``)."""
+        starts = [0]
+        low, up = -math.inf, math.inf
+        while len(starts) <= parts:
+            s = starts[-1]
+            acc = self._sums(s)
+            pos = bisect.bisect_right(acc, threshold)
+            if pos:
+                low = max(low, acc[pos - 1])
+            if pos < len(acc):
+                up = min(up, acc[pos])
+            over = max(pos, 1)
+            if over >= len(acc):
+                break
+            starts.append(s + over)
+        return starts, low, up
+
+    def _skipping(self, parts: int) -> Callable[[float], bool]:
+        """``len(fill(mid)) <= parts``, filling only when no earlier fill's interval decides it: after a
+        fit at T every threshold ``>= low`` fits (monotone), after a failure every one ``< up`` fails."""
+        fits_from, fails_below = math.inf, -math.inf
+
+        def feasible(mid: float) -> bool:
+            nonlocal fits_from, fails_below
+            if mid >= fits_from:
+                return True
+            if mid < fails_below:
+                return False
+            starts, low, up = self._interval_fill(mid, parts)
+            if len(starts) <= parts:
+                fits_from = low
+                return True
+            fails_below = up
+            return False
+
+        return feasible
+
+    # ------------------------------------------------------------------ many counts: candidate search
+    def _search(self) -> dict[int, list[int]]:
+        """Every count's fill at the bisection's final ``hi``, by T* (the class docstring)."""
+        work, n = self.work, self.n
+        rows = [np.cumsum(work[s:]) for s in range(n)]  # fill's running sums from each first layer
+        low = float(work.max())
+        candidates = np.unique(np.concatenate(rows))
+        candidates = candidates[candidates >= low]
+        counts = np.array(self.counts, dtype=np.int64)
+        least = _least_fitting(rows, candidates, counts)
+        his = [_bisect_threshold(work, self._replay(float(t), low, p)) for p, t in zip(self.counts, least)]
+        number, path = _chase(rows, np.array(his), self.counts[-1])
+        return {p: path[: number[k], k].tolist() for k, p in enumerate(self.counts)}
+
+    def _replay(self, least: float, low: float, parts: int) -> Callable[[float], bool]:
+        """The bisection's test ``len(fill(mid)) <= parts``, known to be ``mid >= least`` for ``mid >= low``."""
+        fallback = self._skipping(parts)
+
+        def feasible(mid: float) -> bool:
+            return mid >= least if mid >= low else fallback(mid)  # the fallback is not reached
+
+        return feasible
+
+
+MANY_COUNTS = 8  # Balancer: the candidate search from this many stage counts on
+MAX_CANDIDATE_LAYERS = 2048  # ... and up to this many layers (L (L + 1) / 2 candidates)
+
+
+def _jumps(rows: list[np.ndarray], thresholds: np.ndarray) -> np.ndarray:
+    """``[s, k]``: where the stage after one starting at s starts in ``fill(thresholds[k])`` (n: none);
+    row n stays at n. The comparison of fill's ``max(bisect_right(sums, T), 1)`` (searchsorted, right)."""
+    n = len(rows)
+    nxt = np.full((n + 1, len(thresholds)), n, dtype=np.int64)
+    for s, row in enumerate(rows):
+        nxt[s] = np.minimum(s + np.maximum(np.searchsorted(row, thresholds, side="right"), 1), n)
+    return nxt
+
+
+def _chase(rows: list[np.ndarray], thresholds: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per threshold, the number of stages fill makes (``cap + 1`` when more) and their starts,
+    ``path[step, k]`` (n once finished), following :func:`_jumps` from layer 0."""
+    n = len(rows)
+    nxt = _jumps(rows, thresholds)
+    cols = np.arange(len(thresholds))
+    pos = np.zeros(len(thresholds), dtype=np.int64)
+    path = [pos]
+    for _ in range(cap):
+        pos = nxt[pos, cols]
+        path.append(pos)
+        if (pos >= n).all():
+            break
+    path = np.array(path)
+    return (path < n).sum(axis=0), path
+
+
+def _least_fitting(rows: list[np.ndarray], candidates: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Per stage count, the least candidate whose fill makes at most that many stages: a parallel binary
+    search (the largest candidate, the whole sum from layer 0, makes one stage)."""
+    lo = np.full(len(counts), -1, dtype=np.int64)  # -1: below every candidate, taken as failing
+    hi = np.full(len(counts), len(candidates) - 1, dtype=np.int64)  # fits
+    cap = int(counts.max())
+    while True:
+        open_ = hi - lo > 1
+        if not open_.any():
+            return candidates[hi]
+        mid = np.where(open_, (lo + hi) // 2, hi)
+        fits = _chase(rows, candidates[mid], cap)[0] <= counts
+        hi = np.where(open_ & fits, mid, hi)
+        lo = np.where(open_ & ~fits, mid, lo)
+
+
+def _bisect_threshold(work: np.ndarray, feasible: Callable[[float], bool]) -> float:
+    """The bisection of :func:`_balance`: the threshold ``hi`` after 60 halvings (``feasible(hi)``)."""
+    # numpy sums pairwise, fill() sequentially: widen the top so that it surely fits in one stage
+    lo, hi = float(work.max()), float(work.sum()) * (1 + 1e-9) + 1e-12
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if feasible(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def _fill_to(work: np.ndarray, parts: int) -> Callable[[float], list[int]]:
@@ -134,18 +317,16 @@ def _fill_to(work: np.ndarray, parts: int) -> Callable[[float], list[int]]:
 
 
 def _balance(work: np.ndarray, parts: int, fill: Callable[[float], list[int]]) -> list[tuple[int, int]]:
-    """The least threshold whose ``fill`` needs at most ``parts`` stages (bisection), then splits up to ``parts``."""
+    """The least threshold whose ``fill`` needs at most ``parts`` stages (bisection), then splits up to ``parts``:
+    the plain rule, which :class:`Balancer` reproduces with fewer fills."""
+    hi = _bisect_threshold(work, lambda mid: len(fill(mid)) <= parts)
+    return _split(work, parts, fill(hi))
+
+
+def _split(work: np.ndarray, parts: int, starts: list[int]) -> list[tuple[int, int]]:
+    """Too few stages: split the stage with the most work (and more than one layer) near its middle
+    until there are ``parts``; the ranges."""
     n = len(work)
-    # numpy sums pairwise, fill() sequentially: widen the top so that it surely fits in one stage
-    lo, hi = float(work.max()), float(work.sum()) * (1 + 1e-9) + 1e-12
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if len(fill(mid)) <= parts:
-            hi = mid
-        else:
-            lo = mid
-    starts = fill(hi)
-    # too few stages: split the stage with the most work (and more than one layer) near its middle
     prefix = np.concatenate([[0.0], np.cumsum(work)])
     bounds = starts + [n]
     ranges = [(-(prefix[b] - prefix[a]), a, b) for a, b in zip(bounds, bounds[1:]) if b - a > 1]
@@ -190,28 +371,33 @@ def grow_sizes(stage_work: list[float], allowed: tuple[int, ...], total: int) ->
     return sizes
 
 
-def _value(problem: Problem, tables: CostTables, plan: Plan, compute: list[float], objective: str) -> float:
-    """The objective from the stages' ``compute`` (with reshards) and the tables' transfers.
+def _value(problem: Problem, tables: CostTables, stages: list, ids: list[tuple[int, ...]], objective: str) -> float:
+    """The objective from the stages' compute (with reshards) and the tables' transfers, each
+    stage's time summed in the order compute, transfer in, transfer out.
 
     The chosen plan is re-evaluated exactly by ``solve``.
     """
-    stages = plan.stages
     cluster = problem.cluster
+    nodes = [{cluster.node_of(d) for d in devices} for devices in ids]
+    last = len(stages) - 1
+    transfers = [
+        tables.transfer(stages[q][1], stages[q][2], stages[q + 1][2], len(nodes[q]) == 1 and nodes[q] == nodes[q + 1])
+        for q in range(last)
+    ]
     times = []
-    for p, s in enumerate(stages):
-        t = compute[p]
-        for q in (p - 1, p):
-            if 0 <= q < len(stages) - 1:
-                a, b = stages[q], stages[q + 1]
-                na = {cluster.node_of(d) for d in a.device_ids}
-                same = len(na) == 1 and na == {cluster.node_of(d) for d in b.device_ids}
-                t += tables.transfer(a.last_layer, a.devices, b.devices, same)
+    for p, (_, _, _, choice) in enumerate(stages):
+        t = choice.compute_ms
+        if p > 0:
+            t += transfers[p - 1]
+        if p < last:
+            t += transfers[p]
         times.append(t)
     return objective_value(objective, times, problem.microbatches)
 
 
-def _build(problem: Problem, tables: CostTables, cuts, sizes) -> tuple[Plan | None, str, list[float]]:
-    """The plan for ``cuts`` and ``sizes`` with each stage's fastest fitting configs, and their compute times."""
+def _build(problem: Problem, tables: CostTables, cuts, sizes) -> tuple[list | None, str, list[tuple[int, ...]]]:
+    """Each stage's ``(first, last, devices, StageChoice)`` for ``cuts`` and ``sizes`` with its fastest
+    fitting configs, and the stages' device ids (None and why when something does not fit)."""
     P, m = len(cuts), problem.microbatches
     stashes = stash(problem.training.schedule, P, m)  # 1F1B's and ZB-H1's min(m, P - p), GPipe's m
     stages = []
@@ -227,6 +413,9 @@ def _build(problem: Problem, tables: CostTables, cuts, sizes) -> tuple[Plan | No
         return None, "the sizes cannot be placed on the nodes", []
     # node_assignment_ids gives the canonical placement (ids grouped by node, ranks in id order)
     # that best_stage's reshard times assume
-    ids = node_assignment_ids(problem.cluster, sizes, assignment)
-    plan = Plan(tuple(Stage.from_configs(a, b, d, ch.configs, ids[p]) for p, (a, b, d, ch) in enumerate(stages)))
-    return plan, "", [ch.compute_ms for _, _, _, ch in stages]
+    return stages, "", node_assignment_ids(problem.cluster, sizes, assignment)
+
+
+def _plan(stages: list, ids: list[tuple[int, ...]]) -> Plan:
+    """The plan of :func:`_build`'s stages (made only for the best stage count so far)."""
+    return Plan(tuple(Stage.from_configs(a, b, d, ch.configs, ids[p]) for p, (a, b, d, ch) in enumerate(stages)))

@@ -42,7 +42,7 @@ from ..problem import Layout, Problem
 from ..reshard import stage_reshard_ms
 from ..topology import transfer_ms
 
-__all__ = ["CostTables", "StageChoice", "two_sum", "compensated_prefix", "range_sum"]
+__all__ = ["CostTables", "StageChoice", "LayerArrays", "layer_arrays", "two_sum", "compensated_prefix", "range_sum"]
 
 
 def two_sum(a, b):
@@ -81,6 +81,55 @@ def range_sum(hi: np.ndarray, lo: np.ndarray, start, stop):
 
 
 @dataclass(frozen=True)
+class LayerArrays:
+    """Per-config, per-layer cost entries as ``(configs, layers)`` arrays (0 where a layer has no entry)."""
+
+    fwd: np.ndarray
+    bwd: np.ndarray
+    time: np.ndarray  # fwd_ms + bwd_ms, added per entry as Python floats
+    weight: np.ndarray  # int64
+    act: np.ndarray  # int64
+    has: np.ndarray  # bool: the layer has an entry for the config
+    entries: tuple  # per layer: its LayerCost per config row that has one, in row order (for other fields)
+    rows: tuple  # per layer: those rows (int64 array)
+
+
+def layer_arrays(problem: Problem, layouts: tuple[Layout, ...]) -> LayerArrays:
+    """The cost entries of every layer for ``layouts`` (row j is ``layouts[j]``; keys not in it are skipped).
+
+    One numpy assignment per layer and field: the values are the entries' own
+    numbers, as an element-by-element loop would store them. Layers whose
+    cost keys are the very same objects in the same order (the parser shares
+    them) reuse the row map of the layer before.
+    """
+    index = {lay: j for j, lay in enumerate(layouts)}
+    J, L = len(layouts), problem.num_layers
+    fwd, bwd, time = np.zeros((J, L)), np.zeros((J, L)), np.zeros((J, L))
+    weight, act = np.zeros((J, L), dtype=np.int64), np.zeros((J, L), dtype=np.int64)
+    has = np.zeros((J, L), dtype=bool)
+    keys, take, rows = None, None, None
+    entries, all_rows = [], []
+    for i, layer in enumerate(problem.layers):
+        now = tuple(layer.costs)
+        if now != keys:
+            keys = now
+            found = [(n, index[lay]) for n, lay in enumerate(keys) if lay in index]
+            take = None if len(found) == len(keys) else [n for n, _ in found]
+            rows = np.array([j for _, j in found], dtype=np.int64)
+        values = tuple(layer.costs.values())
+        costs = values if take is None else tuple(values[n] for n in take)
+        fwd[rows, i] = [c.fwd_ms for c in costs]
+        bwd[rows, i] = [c.bwd_ms for c in costs]
+        time[rows, i] = [c.fwd_ms + c.bwd_ms for c in costs]
+        weight[rows, i] = [c.weight_bytes for c in costs]
+        act[rows, i] = [c.act_bytes for c in costs]
+        has[rows, i] = True
+        entries.append(costs)
+        all_rows.append(rows)
+    return LayerArrays(fwd, bwd, time, weight, act, has, tuple(entries), tuple(all_rows))
+
+
+@dataclass(frozen=True)
 class StageChoice:
     """A stage's config choice: ``layout`` (the first segment's), ``compute_ms`` with its reshards.
 
@@ -108,21 +157,9 @@ class CostTables:
         self.problem = problem
         self.layouts = problem.layouts() if layouts is None else tuple(layouts)
         self.sizes = problem.cluster.allowed_sizes()
-        L = problem.num_layers
         n = len(self.layouts)
-        time = np.zeros((n, L))
-        weight = np.zeros((n, L), dtype=np.int64)
-        act = np.zeros((n, L), dtype=np.int64)
-        missing = np.zeros((n, L), dtype=np.int64)
-        for j, lay in enumerate(self.layouts):
-            for i, layer in enumerate(problem.layers):
-                c = layer.cost(lay)
-                if c is None:
-                    missing[j, i] = 1
-                else:
-                    time[j, i] = c.fwd_ms + c.bwd_ms
-                    weight[j, i] = c.weight_bytes
-                    act[j, i] = c.act_bytes
+        arrays = layer_arrays(problem, self.layouts)
+        time, weight, act, missing = arrays.time, arrays.weight, arrays.act, (~arrays.has).astype(np.int64)
         zero = np.zeros((n, 1))
         # time_prefix[j, k]: float sum of layers 0..k-1 in layout j; time_prefix_lo: its rounding errors
         self.time_prefix, self.time_prefix_lo = compensated_prefix(time)
@@ -183,13 +220,15 @@ class CostTables:
         partial choice is dominated by a kept one with the same last config
         (time and bytes only add up from there).
         """
-        segments = self.problem.segments(a, b)
-        if len(segments) == 1:
-            choice = self.best(a, b, size, stash)
-            return None if choice is None else StageChoice(choice.layout, choice.compute_ms, (choice.layout,), 0.0)
         key = (a, b, size, stash)
         if key in self._best_stage:
             return self._best_stage[key]
+        segments = self.problem.segments(a, b)
+        if len(segments) == 1:
+            choice = self.best(a, b, size, stash)
+            found = None if choice is None else StageChoice(choice.layout, choice.compute_ms, (choice.layout,), 0.0)
+            self._best_stage[key] = found
+            return found
         capacity = self.problem.cluster.gpu_memory_bytes
         cluster = self.problem.cluster
         # frontier: config index of the last segment -> [(time, bytes, reshard, configs)]
