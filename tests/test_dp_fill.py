@@ -27,11 +27,13 @@ from strategies import small_problems, small_v2_problems
 REL = 1e-9
 
 
-def reference(model: DPModel, auto, X: np.ndarray, mode: str, limit: float, stage=None, top: int | None = None) -> dict:
+def reference(model: DPModel, auto, X: np.ndarray, mode: str, limit: float, stage=None, top: int | None = None,
+              join=None) -> dict:
     """V[(a, level, z, c, D)] for levels 1..top (all) from the definition: a stage a..b of size d in state
     zn after the suffix's state zp (outgoing category co) valued ``stage(i, stash, a, b, xo, xi, lim)``
     with ``xo = X[b, co]`` (0 for the last stage) and ``xi = X[a - 1, c]``, inf if it does not fit;
-    by default its time compute + xo + xi, fitting when at most the threshold."""
+    by default its time compute + xo + xi, fitting when at most the threshold; joined to the suffix's
+    value by ``join(t, rest, xi)`` (default: max, or the sum)."""
     L, N, K = model.L, model.N, model.K
     lim = limit * (1 + 1e-12) if math.isfinite(limit) else math.inf
     C = len(auto.categories)
@@ -63,7 +65,7 @@ def reference(model: DPModel, auto, X: np.ndarray, mode: str, limit: float, stag
                     for c in cats:
                         t = stage(i, stash, a, L - 1, 0.0, float(xin[a, c]), lim)
                         if math.isfinite(t):
-                            put((a, 1, auto.init[i], c, d), t)
+                            put((a, 1, auto.init[i], c, d), join(t, 0.0, float(xin[a, c])) if join else t)
                 for src in sources:
                     for b in range(a, L - level + 1):
                         for zp, zn, co in zip(*auto.trans[i]):
@@ -74,7 +76,9 @@ def reference(model: DPModel, auto, X: np.ndarray, mode: str, limit: float, stag
                                 for D in range(d, N + 1):
                                     rest = get(b + 1, src, int(zp), int(co), D - d)
                                     if math.isfinite(rest):
-                                        put((a, level, int(zn), c, D), max(t, rest) if mode == "minmax" else t + rest)
+                                        value = join(t, rest, float(xin[a, c])) if join else (
+                                            max(t, rest) if mode == "minmax" else t + rest)
+                                        put((a, level, int(zn), c, D), value)
     return V
 
 

@@ -6,8 +6,9 @@ equality, with a plain recursion written from the definition in
 :mod:`partitioner.solvers.dp` and :mod:`partitioner.solvers.dp_options`:
 loops over stages a..b, their Pareto options f, successor states, incoming
 categories and devices, each stage valued with the spec's arithmetic in the
-spec's order (zb-h1: cost ``x + u_f``, key ``(s u_f + k W_f) + s x``; GPipe:
-``F_f + xo`` and ``B_f + xi``). Both modes, finite and infinite thresholds,
+recursion's order (zb-h1: key ``(s u_f + k W_f) + s x``, value ``((u_f + xo)
++ H) + xi``; GPipe: ``F_f + xo`` and ``B_f + xi``, value ``(((F_f + xo) +
+B_f) + H) + xi``). Both modes, finite and infinite thresholds,
 one first layer per kernel call as well as the default chunks of first layers.
 """
 from __future__ import annotations
@@ -32,8 +33,11 @@ INF = math.inf
 
 
 def stage_value(model: DPModel, spec, i: int, stash: int, a: int, b: int, xo: float, xi: float, mode: str, lim: float) -> float:
-    """The definition: ``minmax`` the least key over the options, ``minsum`` the least cost over the
-    options whose key is at most ``lim`` (GPipe: only options with ``F + xo`` under the cap)."""
+    """The definition: ``minmax`` the least key over the options, ``minsum`` the least rank-free part of
+    the cost over the options whose key is at most ``lim`` (GPipe: only options with ``F + xo`` under
+    the cap); the recursion adds the suffix's value to that part and then the incoming transfer
+    (zb-h1 ``((u + xo) + H) + xi``, GPipe ``(((F + xo) + B) + H) + xi``, as the plain recursion forms
+    ``((compute + xo) + H) + xi``)."""
     first, second = model.stage_options(i, stash)
     best = INF
     for f in range(first.shape[2]):
@@ -42,16 +46,16 @@ def stage_value(model: DPModel, spec, i: int, stash: int, a: int, b: int, xo: fl
             continue
         if isinstance(spec, ZeroBubbleSpec):
             x = xo + xi
-            key, cost = (spec.s * p + spec.k * q) + spec.s * x, x + p
+            key, part = (spec.s * p + spec.k * q) + spec.s * x, p + xo
         else:
             fwd, bwd = p + xo, q + xi
             if not fwd <= spec.f_cap:
                 continue
-            key, cost = (bwd if spec.part == "B" else fwd), fwd + bwd
+            key, part = (bwd if spec.part == "B" else fwd), fwd + q
         if mode == "minmax":
             best = min(best, key)
         elif key <= lim:
-            best = min(best, cost)
+            best = min(best, part)
     return best
 
 
@@ -63,7 +67,10 @@ def reference(model: DPModel, auto, X: np.ndarray, mode: str, limit: float, top:
         t = stage_value(model, model.spec, i, stash, a, b, xo, xi, mode, lim)
         return t if mode == "minsum" or t <= lim else INF
 
-    return fill_reference(model, auto, X, mode, limit, stage, top)
+    def join(t, rest, xi):
+        return max(t, rest) if mode == "minmax" else (t + rest) + xi
+
+    return fill_reference(model, auto, X, mode, limit, stage, top, join)
 
 
 def options_model(problem, parts: str) -> DPModel:

@@ -365,9 +365,47 @@ def _spec_value(kind, s, k, f_cap, low, OA, OB, o0, F, xo, xi, minmax, lim):
     return best
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _ranked_costs(kind, s, k, f_cap, lim, OA, OB, o0, F, xo, xs_sorted, a, c0, Ci, cstar):
+    """``minsum``: per rank r of the incoming categories (sorted by x), the least rank-free part of the
+    stage's cost over the options that are allowed at rank r -- zb-h1 ``U + xo`` with ``(s U + k W) +
+    s (xo + x_r) <= lim``, GPipe ``(F + xo) + B`` with ``F + xo <= f_cap`` and its key (``B + x_r``
+    or ``F + xo``) ``<= lim``; non-decreasing in r (the allowed options shrink as x grows), inf where
+    none is allowed. Returns the number of ranks with an allowed option."""
+    cstar[:Ci] = INF
+    q = 0
+    for f in range(F):
+        one, two = OA[o0 + f], OB[o0 + f]
+        if not (one < INF):
+            continue
+        if kind == ZB:
+            cost = one + xo
+            g = s * one + k * two
+            r = 0
+            while r < Ci and g + s * (xo + xs_sorted[a, c0 + r]) <= lim:
+                r += 1
+        else:
+            fwd = one + xo
+            if not (fwd <= f_cap):
+                continue
+            cost = fwd + two
+            if kind == GPIPE_B:
+                r = 0
+                while r < Ci and two + xs_sorted[a, c0 + r] <= lim:
+                    r += 1
+            else:
+                r = Ci if fwd <= lim else 0
+        for j in range(r):
+            if cost < cstar[j]:
+                cstar[j] = cost
+        if r > q:
+            q = r
+    return q
+
+
 @njit(cache=True, nogil=True)
-def _options_cell(out, R, Rlo, Rhi, a, g, bmax, L, N, lim, minmax, overwrite, grp, xs,
-                  g_F, g_ooff, OA, OB, kind, s, k, f_cap, X, acc, used, tcache, seen):
+def _options_cell(out, R, Rlo, Rhi, a, g, bmax, L, N, lim, minmax, overwrite, grp, xs, xs_sorted, rank,
+                  g_F, g_ooff, OA, OB, kind, s, k, f_cap, X, acc, used, tcache, seen, qcache):
     """The (a, g) block of a level with options (see the module docstring)."""
     g_size, g_base, g_stride, g_pstart, p_off, p_key, p_zn, p_co, g_sstart, s_zn, g_cstart = grp
     D1 = N + 1 - g_size[g]
@@ -379,7 +417,6 @@ def _options_cell(out, R, Rlo, Rhi, a, g, bmax, L, N, lim, minmax, overwrite, gr
     seen[:] = -1
     F = g_F[g]
     finite_lim = lim < INF
-    mode = 1 if minmax else 0
     for b in range(a, bmax + 1):
         o0 = g_ooff[g] + (a * L + b) * F
         low = _spec_low(kind, s, k, OA, OB, o0, F)
@@ -392,15 +429,32 @@ def _options_cell(out, R, Rlo, Rhi, a, g, bmax, L, N, lim, minmax, overwrite, gr
             if lo >= hi:
                 continue
             co = p_co[p]
+            zn = p_zn[p]
+            if not minmax:  # the rank-free parts, one deposit per run of equal parts (module docstring)
+                if seen[co] != b:
+                    seen[co] = b
+                    qcache[co] = _ranked_costs(kind, s, k, f_cap, lim, OA, OB, o0, F, X[b, co], xs_sorted, a, c0, Ci,
+                                               tcache[co * Ci : co * Ci + Ci])
+                q = qcache[co]
+                for r in range(q):
+                    t = tcache[co * Ci + r]
+                    if r + 1 < q and tcache[co * Ci + r + 1] == t:
+                        continue  # the deposit at the run's last rank serves this one
+                    row = zn * Ci + r
+                    base = row * D1
+                    if not used[row]:
+                        used[row] = True
+                        acc[base : base + D1] = INF
+                    _min_into(acc, base + lo, R, b + 1, p_off[p] + lo, hi - lo, t, 0)
+                continue
             if seen[co] != b:  # the stage's values per incoming category, once per outgoing category
                 seen[co] = b
                 xo = X[b, co]
                 for cl in range(Ci):
-                    t = _spec_value(kind, s, k, f_cap, low, OA, OB, o0, F, xo, xs[a, c0 + cl], minmax, lim)
-                    if minmax and finite_lim and not (t <= lim):
+                    t = _spec_value(kind, s, k, f_cap, low, OA, OB, o0, F, xo, xs[a, c0 + cl], True, lim)
+                    if finite_lim and not (t <= lim):
                         t = INF
                     tcache[co * Ci + cl] = t
-            zn = p_zn[p]
             for cl in range(Ci):
                 t = tcache[co * Ci + cl]
                 if not (t < INF):
@@ -410,28 +464,29 @@ def _options_cell(out, R, Rlo, Rhi, a, g, bmax, L, N, lim, minmax, overwrite, gr
                 if not used[row]:
                     used[row] = True
                     acc[base : base + D1] = INF
-                _min_into(acc, base + lo, R, b + 1, p_off[p] + lo, hi - lo, t, mode)
+                _min_into(acc, base + lo, R, b + 1, p_off[p] + lo, hi - lo, t, 1)
     blk = g_base[g] + a * g_stride[g]
     for zl in range(ns):
         zn = s_zn[s0 + zl]
+        if zn >= 0 and not minmax:
+            _suffix_min(acc, used, zn, Ci, D1)
         for cl in range(Ci):
             tgt = blk + (zl * Ci + cl) * D1
-            row = zn * Ci + cl
-            if zn < 0 or not used[row]:
+            row = (zn * Ci + (cl if minmax else rank[a, c0 + cl])) if zn >= 0 else -1
+            if row < 0 or not used[row]:
                 if overwrite:
                     out[tgt : tgt + D1] = INF
                 continue
             src = row * D1
-            if overwrite:
-                out[tgt : tgt + D1] = acc[src : src + D1]
-            else:
-                for c in range(D1):
-                    if acc[src + c] < out[tgt + c]:
-                        out[tgt + c] = acc[src + c]
+            x = 0.0 if minmax else xs[a, c0 + cl]
+            for c in range(D1):
+                v = acc[src + c] + x if not minmax else acc[src + c]
+                if overwrite or v < out[tgt + c]:
+                    out[tgt + c] = v
 
 
 @njit(cache=True, nogil=True)
-def options_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, N, lim, minmax, overwrite, grp, xs,
+def options_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, N, lim, minmax, overwrite, grp, xs, xs_sorted, rank,
                   g_F, g_ooff, OA, OB, kind, s, k, f_cap, X, self_feed, runs):
     """One level of the recursion with options for first layers a_hi..a_lo (see the module docstring).
 
@@ -446,10 +501,11 @@ def options_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, N, lim, minmax, overwri
         ci_max = max(ci_max, g_cstart[g + 1] - g_cstart[g])
     acc, used = np.empty(cells * width), np.zeros(cells, np.bool_)
     tcache, seen = np.empty(X.shape[1] * ci_max), np.empty(X.shape[1], np.int64)
+    qcache = np.zeros(X.shape[1], np.int64)
     for a in range(a_hi, a_lo - 1, -1):
         for g in range(G):
-            _options_cell(out, R, Rlo, Rhi, a, g, bmax, L, N, lim, minmax, overwrite, grp, xs,
-                          g_F, g_ooff, OA, OB, kind, s, k, f_cap, X, acc, used, tcache, seen)
+            _options_cell(out, R, Rlo, Rhi, a, g, bmax, L, N, lim, minmax, overwrite, grp, xs, xs_sorted, rank,
+                          g_F, g_ooff, OA, OB, kind, s, k, f_cap, X, acc, used, tcache, seen, qcache)
         if self_feed:
             _shared_row(out, runs, a, R, Rlo, Rhi, True)
 

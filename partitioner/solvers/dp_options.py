@@ -18,11 +18,14 @@ bounded by the threshold or maximised (``key``):
   ``sum t + (m - 1)(max F + max B)``.
 
 Both are non-decreasing in each part of every stage, so some optimum uses
-Pareto options only. ``value`` is what the recursion stores for a stage
+Pareto options only. ``value`` is what the recursion stores for a last stage
 (``minmax``: its least key; ``minsum``: its least cost over the options whose
 key is at most the threshold, inf if none) and ``choices`` the options the walk
-back takes; both form their sums in the same order, so the walk back finds
-exactly the values the tables hold.
+back takes. A ``minsum`` cost is formed as the recursion forms it in front of a
+suffix of value H (:mod:`.dp_kernels`): its part without the incoming transfer
+first (zb-h1 ``u + xo``, GPipe ``(F + xo) + B``), then ``+ H``, then ``+ xi``
+(H = 0 for a last stage), as the plain recursion forms ``((compute + xo) + H)
++ xi``; the walk back sums ``cost + H`` and matches the tables to 1e-12.
 """
 from __future__ import annotations
 
@@ -61,7 +64,8 @@ class ZeroBubbleSpec:
         if mode == "minmax":
             return low + self.s * x
         xs = np.asarray(x)[..., None]
-        return np.where(G + self.s * xs <= lim, xs + U, INF).min(axis=-1)
+        part = np.where(G + self.s * xs <= lim, U + np.asarray(xo)[..., None], INF).min(axis=-1)
+        return (part + 0.0) + xi
 
     def choices(self, U, G, xo, xi: float, mode: str, lim: float):
         """The option each stage ``[k]`` (options ``U[k, f]``, ``G[k, f]``) with outgoing transfers
@@ -97,7 +101,7 @@ class GPipeSpec:
         if mode == "minmax":
             out = np.where(ok, key, INF).min(axis=-1)
         else:
-            out = np.where(ok & (key <= lim), fwd + bwd, INF).min(axis=-1)
+            out = (np.where(ok & (key <= lim), fwd + B, INF).min(axis=-1) + 0.0) + xi
         return np.broadcast_to(out, np.broadcast_shapes(fwd.shape, bwd.shape)[:-1])
 
     def choices(self, F, B, xo, xi: float, mode: str, lim: float):

@@ -227,7 +227,8 @@ class _Run:
             a_lo = max(a_hi - FIRSTS_PER_CALL + 1, 0)
             if self.spec:
                 kern.options_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, self.N, self.lim, minmax, level >= 2,
-                                   meta.grp, meta.xs, F, ooff, OA, OB, kind, s, k, f_cap, meta.X, bucket, meta.runs)
+                                   meta.grp, meta.xs, meta.xs_sorted, meta.rank, F, ooff, OA, OB, kind, s, k, f_cap,
+                                   meta.X, bucket, meta.runs)
             else:
                 kern.plain_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, self.N, self.lim, minmax, DIRECT_RANKS, level >= 2,
                                  meta.grp, meta.xs, meta.xs_sorted, meta.rank, CB, meta.X, self.banded, self.prefix,
