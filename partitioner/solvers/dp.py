@@ -646,20 +646,37 @@ class DPModel(ThresholdWalks):
         return self._iteration(auto, X, kind, deadline, stats)
 
     def bottleneck_ceiling(self, deadline) -> float:
-        """The bottleneck of a valid plan, or inf: the greedy plan's, valued with the transfers. No
-        optimal plan has a stage above it, so the ``minmax`` recursion may prune slower stages (and the
-        devices the layers before a suffix cannot leave it, see :mod:`.dp_recursion`); the plan is also
-        the best known one if the search is cut short."""
-        plan = self._greedy_plan("bottleneck", deadline)
+        """The bottleneck of a valid plan, or inf: the better of the greedy plan and the least bottleneck
+        without transfers (the recursion with no placement states, pruned at the greedy plan's value:
+        transfers only add) placed contiguously, both valued with the transfers. No optimal plan has a
+        stage above it, so the ``minmax`` recursion may prune slower stages (and the devices the layers
+        before a suffix cannot leave it, see :mod:`.dp_recursion`); the plan is also the best known one
+        if the search is cut short."""
+        plans = [self._greedy_plan("bottleneck", deadline)]
+        if np.any(self.out_bytes > 0):
+            known = self._bottleneck_of(plans[0])
+            auto = self._automaton_for("none")
+            X = np.zeros((self.L, len(auto.categories)))
+            V = self.recursion(auto, X, "minmax", known * (1 + 1e-9) if math.isfinite(known) else INF, deadline)
+            value, arg = self._final(V, auto)
+            if arg is not None:
+                plans.append(self.placed_optimum(V, auto, X, "minmax", INF, value, "none")[0])
+        best = INF
+        for plan in plans:
+            value = self._bottleneck_of(plan)
+            if value < best:
+                best = value
+                if self.best_known is None or value < self.best_known[0]:
+                    self.best_known = (value, plan)
+        return best * (1 + 1e-9) if math.isfinite(best) else INF  # a margin for the order the evaluation sums in
+
+    def _bottleneck_of(self, plan: Plan | None) -> float:
         if plan is None:
             return INF
         try:
-            value = evaluate(self.problem, plan, "bottleneck").value
+            return evaluate(self.problem, plan, "bottleneck").value
         except PlanError:
             return INF
-        if self.best_known is None or value < self.best_known[0]:
-            self.best_known = (value, plan)
-        return value * (1 + 1e-9)  # a margin for the order the evaluation sums in
 
     def _greedy_plan(self, objective: str, deadline) -> Plan | None:
         """The greedy heuristic's plan for ``objective`` within what is left of the time limit, or None."""
