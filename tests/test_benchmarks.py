@@ -20,6 +20,16 @@ def test_solver_benchmark_point_and_report(tmp_path):
     assert json.loads((tmp_path / "solvers.json").read_text())[0]["method"] == "dp"
 
 
+def test_solver_report_says_what_compiling_the_kernels_took(tmp_path):
+    rows = [{"sweep": "compile", "label": "compile the dp kernels (cold cache)", "method": "dp", "status": "ok",
+             "seconds": 9.5, "value": None, "bound": None},
+            {"sweep": "compile", "label": "warm the package's kernel cache", "method": "dp", "status": "ok",
+             "seconds": 1.25, "value": None, "bound": None}]
+    solvers.write_report(rows, ["dp"], 10, tmp_path)
+    text = (tmp_path / "solvers.md").read_text()
+    assert "compile the dp kernels (cold cache): ok, 9.50 s; warm the package's kernel cache: ok, 1.25 s" in text
+
+
 def test_report_assembles_the_parts(tmp_path):
     target = solvers.Point("target", 64, 4, transfers=False)
     records = [
