@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partitioner.costs import CostOptions, build_problem, cluster_layouts, layer_cost, layouts_for, model_layers
+from partitioner.costs import CostOptions, ProblemBuilder, build_problem, cluster_layouts, layer_cost, layouts_for, model_layers
 from partitioner.costs.variants import applies, variant_knobs
-from partitioner.planning import megatron_baselines
+from partitioner.planning import megatron_baselines, microbatch_candidates
 from partitioner.planning.baselines import StageSums, _megatron_plans, value_floor
 from partitioner.presets import load_cluster, load_model
 from partitioner.problem import Layout, Problem, ProblemError
@@ -48,6 +48,29 @@ def test_every_entry_is_its_own_layers_cost(model, cluster, nodes, batch, m, opt
             assert {k: getattr(cost, k) for k in expected[key]} == expected[key]
         shared += any(built.costs is other.costs for other in problem.layers[:i])
     assert shared > 0  # equal blocks do share their table
+
+
+@pytest.mark.parametrize("model, cluster, nodes, batch, m, options", PRESETS)
+def test_one_builder_builds_what_build_problem_builds_at_every_m(model, cluster, nodes, batch, m, options):
+    """The layers and the compute terms a builder keeps across microbatch counts change no number."""
+    builder = ProblemBuilder(model, cluster, nodes=nodes, options=options)
+    ms = microbatch_candidates(batch)
+    for m in ms[::2] + ms[1::2][::-1]:  # terms kept from larger and from smaller m
+        fast, slow = builder.build(batch, m), build_problem(model, cluster, nodes=nodes, global_batch=batch,
+                                                             microbatches=m, options=options)
+        assert fast == slow
+        assert fast.to_dict() == slow.to_dict()
+
+
+@pytest.mark.parametrize("options, m", [({"memory_reserve_bytes": 2**50}, 4), ({}, 3), ({"variants": ["zero2"]}, 4)])
+def test_a_builder_raises_what_build_problem_raises(options, m):
+    builder = ProblemBuilder("pi0", "dgx-h100", nodes=1, options=options)
+    for _ in range(2):  # and again: a failed step is not kept
+        with pytest.raises(ProblemError) as fast:
+            builder.build(64, m)
+        with pytest.raises(ProblemError) as slow:
+            build_problem("pi0", "dgx-h100", nodes=1, global_batch=64, microbatches=m, options=options)
+        assert str(fast.value) == str(slow.value)
 
 
 @pytest.mark.parametrize("model, cluster, nodes, batch, m, options", PRESETS[:3])

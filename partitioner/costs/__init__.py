@@ -100,7 +100,7 @@ References
 from __future__ import annotations
 
 from ..presets import list_clusters, list_models, load_cluster, load_model
-from .build import build_problem, cluster_layouts, layouts_for
+from .build import ProblemBuilder, build_problem, cluster_layouts, layouts_for
 from .comm import allreduce_ms, grad_sync_ms
 from .entry import layer_cost
 from .flops import efficiency, forward_flops, model_flops_per_sample
@@ -115,6 +115,7 @@ __all__ = [
     "Piece",
     "PipelineLayer",
     "build_problem",
+    "ProblemBuilder",
     "model_layers",
     "layer_cost",
     "layouts_for",

@@ -19,14 +19,14 @@ from typing import Any, Mapping, Sequence
 
 from ..presets import ModelSpec, ClusterSpec, load_cluster, load_model
 from ..problem import OBJECTIVES, Layout, Problem, ProblemError
-from .entry import layer_cost
+from .entry import finish_cost, layer_terms
 from .flops import forward_flops, model_flops_per_sample
 from .layers import Piece, PipelineLayer, model_layers
 from .options import CostOptions
 from .variants import Knobs, applies, describe, variant_knobs
 from .profile import _apply_profile_doc, load_profile
 
-__all__ = ["build_problem", "cluster_layouts", "layouts_for", "cost_signature"]
+__all__ = ["build_problem", "ProblemBuilder", "cluster_layouts", "layouts_for", "cost_signature"]
 
 
 def layouts_for(layer: PipelineLayer, cluster_layouts: Sequence[Layout], microbatch: int, opts: CostOptions) -> list[Layout]:
@@ -50,26 +50,6 @@ def cost_signature(layer: PipelineLayer) -> tuple[Piece, ...]:
     entries in every layout, so :func:`build_problem` computes them once.
     """
     return tuple(replace(p, name="", module="") for p in layer.pieces)
-
-
-def _costs_table(layer: PipelineLayer, all_layouts: Sequence[Layout], mb: int, cl: ClusterSpec, opts: CostOptions,
-                 microbatches: int, knob_list: list[Knobs] | None) -> dict[str, Any]:
-    """The ``costs`` document of ``layer``: one entry per usable layout and knob setting, in key order of emission."""
-    allowed = layouts_for(layer, all_layouts, mb, opts)
-    if not allowed:
-        raise ProblemError(
-            f"layer {layer.name} has no usable layout: dp must divide the microbatch of {mb} samples "
-            f"and tp its heads and widths",
-            path="microbatches",
-        )
-    costs = {}
-    for lay in allowed:
-        for kn in knob_list or [None]:
-            if kn is not None and not applies(kn, lay.dp):
-                continue
-            config = Layout(lay.dp, lay.tp, kn.name if kn is not None else "")
-            costs[config.key] = layer_cost(layer, lay, mb / lay.dp, cl, opts, microbatches, kn).to_dict()
-    return costs
 
 
 def cluster_layouts(gpus_per_node: int, nodes: int) -> list[Layout]:
@@ -127,79 +107,142 @@ def build_problem(
         One cost entry per allowed layout; ``meta`` carries the model name,
         batch, FLOPs per iteration, peak FLOPs and per-layer export hints.
     """
-    spec = load_model(model)
-    cl = load_cluster(cluster)
-    opts = CostOptions.from_mapping(options)
-    for name, value in (("nodes", nodes), ("global_batch", global_batch), ("microbatches", microbatches)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ProblemError(f"must be a positive integer, got {value!r}", path=name)
-    if global_batch % microbatches:
-        raise ProblemError(
-            f"global batch {global_batch} is not divisible into {microbatches} microbatches", path="microbatches"
-        )
-    if objective not in OBJECTIVES:
-        raise ProblemError(f"must be one of {', '.join(OBJECTIVES)}, got {objective!r}", path="objective")
-    mb = global_batch // microbatches
-    layers = model_layers(spec, opts)
-    knob_list = variant_knobs(opts.variants, flash_attention=opts.flash_attention)
-    all_layouts = cluster_layouts(cl.gpus_per_node, nodes)
-    memory = cl.gpu_memory_bytes - opts.memory_reserve_bytes
-    if memory <= 0:
-        raise ProblemError("memory_reserve_bytes leaves no GPU memory", path="options.memory_reserve_bytes")
+    builder = ProblemBuilder(model, cluster, nodes=nodes, options=options, objective=objective, profile=profile,
+                             max_stages=max_stages)
+    return builder.build(global_batch, microbatches)
 
-    doc_layers = []
-    tables: dict[tuple[Piece, ...], dict[str, Any]] = {}  # cost signature -> the costs table its layers share
-    for layer in layers:
-        signature = cost_signature(layer)
-        costs = tables.get(signature)
-        if costs is None:
-            costs = tables[signature] = _costs_table(layer, all_layouts, mb, cl, opts, microbatches, knob_list)
-        if profile is not None:
-            costs = dict(costs)  # the profile replaces entries of single layers' tables
-        doc_layers.append(
-            {"name": layer.name, "module": layer.module, "out_bytes": int(round(mb * layer.out_bytes_per_sample)), "costs": costs}
-        )
-    flops_sample = model_flops_per_sample(layers)
-    meta = {
-        "generator": "partitioner.costs",
-        "model": spec.name,
-        "cluster": cl.name,
-        "nodes": nodes,
-        "global_batch": global_batch,
-        "microbatch_size": mb,
-        "llm_tokens_per_sample": spec.llm_tokens,
-        "model_flops_per_iteration": flops_sample * global_batch,
-        "forward_flops_per_sample": forward_flops(layers),
-        "peak_flops_per_gpu": cl.peak_tflops * 1e12,
-        "params": spec.params,
-        "options": opts.to_dict(),
-        "layers": [
-            {"name": layer.name, "module": layer.module, "role": layer.role, "params": layer.params, "fqns": list(layer.fqns)}
-            for layer in layers
-        ],
-    }
-    doc = {
-        "version": 1 if knob_list is None else 2,
-        "name": f"{spec.name}-{cl.name}-{nodes}n-b{global_batch}-m{microbatches}",
-        "cluster": {
+
+class ProblemBuilder:
+    """:func:`build_problem` for one model, cluster, node count and options, at any batch and microbatch count.
+
+    What does not depend on the batch -- the pipeline layers and their
+    :func:`cost_signature` s, the knob settings, the cluster's layouts -- is
+    worked out at the first :meth:`build` (and again while it raises, so the
+    errors come in build_problem's order); the compute terms of a signature
+    at (tp, samples per replica, recompute) (:func:`~.entry.layer_terms`)
+    are kept across builds: every dp and ZeRO stage shares them, and so do
+    the microbatch counts m whose m x dp give the same samples.
+    ``build(global_batch, m)`` equals ``build_problem`` with the same arguments.
+    """
+
+    def __init__(self, model: str | ModelSpec, cluster: str | ClusterSpec, *, nodes: int,
+                 options: Mapping[str, Any] | CostOptions | None = None, objective: str = "iteration",
+                 profile: str | Path | Sequence[Mapping[str, Any]] | None = None, max_stages: int | None = None):
+        self.spec = load_model(model)
+        self.cluster = load_cluster(cluster)
+        self.opts = CostOptions.from_mapping(options)
+        self.nodes, self.objective, self.profile, self.max_stages = nodes, objective, profile, max_stages
+        self._static: tuple[list[PipelineLayer], list[int], list[Knobs] | None, list[Layout]] | None = None
+        self._terms: dict[tuple[int, int, float, str], tuple[float, float, float, float]] = {}
+
+    def _layers(self) -> tuple[list[PipelineLayer], list[int], list[Knobs] | None, list[Layout]]:
+        """(layers, each layer's signature number, knob settings, cluster layouts), worked out once."""
+        if self._static is None:
+            layers = model_layers(self.spec, self.opts)
+            knob_list = variant_knobs(self.opts.variants, flash_attention=self.opts.flash_attention)
+            all_layouts = cluster_layouts(self.cluster.gpus_per_node, self.nodes)
+            numbers: dict[tuple[Piece, ...], int] = {}
+            ids = [numbers.setdefault(cost_signature(layer), len(numbers)) for layer in layers]
+            self._static = (layers, ids, knob_list, all_layouts)
+        return self._static
+
+    def _table(self, layer: PipelineLayer, signature: int, all_layouts: Sequence[Layout], mb: int, microbatches: int,
+               knob_list: list[Knobs] | None) -> dict[str, Any]:
+        """The ``costs`` document of ``layer``: one entry per usable layout and knob setting, in order of emission."""
+        cl, opts = self.cluster, self.opts
+        allowed = layouts_for(layer, all_layouts, mb, opts)
+        if not allowed:
+            raise ProblemError(
+                f"layer {layer.name} has no usable layout: dp must divide the microbatch of {mb} samples "
+                f"and tp its heads and widths",
+                path="microbatches",
+            )
+        costs = {}
+        for lay in allowed:
+            samples = mb / lay.dp
+            for kn in knob_list or [None]:
+                if kn is not None and not applies(kn, lay.dp):
+                    continue
+                knobs = kn if kn is not None else Knobs(1 if opts.zero1 else 0, opts.recompute)  # layer_cost's default
+                key = (signature, lay.tp, samples, knobs.recompute)
+                terms = self._terms.get(key)
+                if terms is None:
+                    terms = self._terms[key] = layer_terms(layer.pieces, lay.tp, samples, knobs.recompute, cl, opts)
+                config = Layout(lay.dp, lay.tp, kn.name if kn is not None else "")
+                costs[config.key] = finish_cost(layer, lay, terms, cl, opts, microbatches, knobs).to_dict()
+        return costs
+
+    def build(self, global_batch: int, microbatches: int) -> Problem:
+        """The problem at ``global_batch`` samples per iteration in ``microbatches`` microbatches."""
+        spec, cl, opts = self.spec, self.cluster, self.opts
+        nodes, objective, profile, max_stages = self.nodes, self.objective, self.profile, self.max_stages
+        for name, value in (("nodes", nodes), ("global_batch", global_batch), ("microbatches", microbatches)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ProblemError(f"must be a positive integer, got {value!r}", path=name)
+        if global_batch % microbatches:
+            raise ProblemError(
+                f"global batch {global_batch} is not divisible into {microbatches} microbatches", path="microbatches"
+            )
+        if objective not in OBJECTIVES:
+            raise ProblemError(f"must be one of {', '.join(OBJECTIVES)}, got {objective!r}", path="objective")
+        mb = global_batch // microbatches
+        layers, signatures, knob_list, all_layouts = self._layers()
+        memory = cl.gpu_memory_bytes - opts.memory_reserve_bytes
+        if memory <= 0:
+            raise ProblemError("memory_reserve_bytes leaves no GPU memory", path="options.memory_reserve_bytes")
+
+        doc_layers = []
+        tables: dict[int, dict[str, Any]] = {}  # cost signature -> the costs table its layers share
+        for layer, signature in zip(layers, signatures):
+            costs = tables.get(signature)
+            if costs is None:
+                costs = tables[signature] = self._table(layer, signature, all_layouts, mb, microbatches, knob_list)
+            if profile is not None:
+                costs = dict(costs)  # the profile replaces entries of single layers' tables
+            doc_layers.append(
+                {"name": layer.name, "module": layer.module, "out_bytes": int(round(mb * layer.out_bytes_per_sample)), "costs": costs}
+            )
+        flops_sample = model_flops_per_sample(layers)
+        meta = {
+            "generator": "partitioner.costs",
+            "model": spec.name,
+            "cluster": cl.name,
             "nodes": nodes,
-            "gpus_per_node": cl.gpus_per_node,
-            "gpu_memory_bytes": int(memory),
-            "intra_node_GBps": cl.intra_node_GBps,
-            "inter_node_GBps": cl.inter_node_GBps,
-        },
-        "training": {"microbatches": microbatches, "objective": objective},
-        "layers": doc_layers,
-        "meta": meta,
-    }
-    if knob_list is not None:
-        doc["variants"] = {kn.name: describe(kn) for kn in knob_list if kn.name}
-    if max_stages is not None:
-        if isinstance(max_stages, bool) or not isinstance(max_stages, int) or max_stages < 1:
-            raise ProblemError(f"must be a positive integer, got {max_stages!r}", path="max_stages")
-        doc["stages"] = {"min": 1, "max": min(max_stages, len(doc_layers), nodes * cl.gpus_per_node)}
-    if profile is not None:
-        records = load_profile(profile) if isinstance(profile, (str, Path)) else list(profile)
-        doc = _apply_profile_doc(doc, records, source=str(profile) if isinstance(profile, (str, Path)) else "profile")
-    return Problem.from_dict(doc)
+            "global_batch": global_batch,
+            "microbatch_size": mb,
+            "llm_tokens_per_sample": spec.llm_tokens,
+            "model_flops_per_iteration": flops_sample * global_batch,
+            "forward_flops_per_sample": forward_flops(layers),
+            "peak_flops_per_gpu": cl.peak_tflops * 1e12,
+            "params": spec.params,
+            "options": opts.to_dict(),
+            "layers": [
+                {"name": layer.name, "module": layer.module, "role": layer.role, "params": layer.params, "fqns": list(layer.fqns)}
+                for layer in layers
+            ],
+        }
+        doc = {
+            "version": 1 if knob_list is None else 2,
+            "name": f"{spec.name}-{cl.name}-{nodes}n-b{global_batch}-m{microbatches}",
+            "cluster": {
+                "nodes": nodes,
+                "gpus_per_node": cl.gpus_per_node,
+                "gpu_memory_bytes": int(memory),
+                "intra_node_GBps": cl.intra_node_GBps,
+                "inter_node_GBps": cl.inter_node_GBps,
+            },
+            "training": {"microbatches": microbatches, "objective": objective},
+            "layers": doc_layers,
+            "meta": meta,
+        }
+        if knob_list is not None:
+            doc["variants"] = {kn.name: describe(kn) for kn in knob_list if kn.name}
+        if max_stages is not None:
+            if isinstance(max_stages, bool) or not isinstance(max_stages, int) or max_stages < 1:
+                raise ProblemError(f"must be a positive integer, got {max_stages!r}", path="max_stages")
+            doc["stages"] = {"min": 1, "max": min(max_stages, len(doc_layers), nodes * cl.gpus_per_node)}
+        if profile is not None:
+            records = load_profile(profile) if isinstance(profile, (str, Path)) else list(profile)
+            doc = _apply_profile_doc(doc, records, source=str(profile) if isinstance(profile, (str, Path)) else "profile")
+        return Problem.from_dict(doc)
 

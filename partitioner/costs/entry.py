@@ -22,17 +22,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 from ..presets import ClusterSpec
 from ..problem import Layout
 from .comm import allreduce_ms, grad_sync_ms, shard_gather_ms
 from .flops import efficiency
-from .layers import PipelineLayer
+from .layers import Piece, PipelineLayer
 from .memory import block_activation_bytes
 from .options import BF16_BYTES, CostOptions
 from .variants import Knobs
 
-__all__ = ["EntryCost", "layer_cost"]
+__all__ = ["EntryCost", "layer_cost", "layer_terms", "finish_cost"]
 
 
 @dataclass(frozen=True)
@@ -63,44 +64,62 @@ def layer_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: Cl
     The backward splits into B (input gradients: the input-gradient GEMMs,
     the attention core's backward, tensor-parallel collectives, recompute,
     ZeRO-3's re-gather) and W (weight-gradient GEMMs, the exposed gradient
-    sync or ZeRO-3 reduce-scatter).
+    sync or ZeRO-3 reduce-scatter). It is :func:`layer_terms` (what depends
+    on tp, the samples and recompute only) finished by :func:`finish_cost`.
     """
     if knobs is None:
         knobs = Knobs(1 if opts.zero1 else 0, opts.recompute)
-    t, dp, b = layout.tp, layout.dp, samples
+    terms = layer_terms(layer.pieces, layout.tp, samples, knobs.recompute, cluster, opts)
+    return finish_cost(layer, layout, terms, cluster, opts, microbatches, knobs)
+
+
+def layer_terms(pieces: Sequence[Piece], tp: int, samples: float, recompute: str, cluster: ClusterSpec,
+                opts: CostOptions) -> tuple[float, float, float, float]:
+    """``(fwd, B, W, act)`` of the pieces' compute and tensor-parallel collectives on one of ``tp`` GPUs, before
+    the data-parallel terms: the same for every dp and ZeRO stage with these samples per replica (callers share it)."""
+    t, b = tp, samples
     flop_per_ms = cluster.peak_tflops * 1e9
     fwd = b_in = b_w = 0.0
-    weight = act = 0.0
-    for p in layer.pieces:
+    act = 0.0
+    for p in pieces:
         rows = b * p.tokens * p.passes
         rate = flop_per_ms * efficiency(p.width / t, rows, opts)
         f_gemm = b * p.gemm_flops / t / rate
         f_attn = b * p.attn_flops / t / rate
         comm = p.allreduces * allreduce_ms(rows * p.width * BF16_BYTES, t, cluster.intra_node_GBps, opts)
         fwd += f_gemm + f_attn + comm
-        if p.backward:
-            attn_factor = opts.flash_backward_factor if opts.flash_attention else 2.0
-            g = f_gemm if p.bwd_gemm_flops is None else b * p.bwd_gemm_flops / t / rate
-            a = f_attn if p.bwd_attn_flops is None else b * p.bwd_attn_flops / t / rate
-            skip = 0.0 if p.needs_input_grad else b * p.input_gemm_flops / t / rate
-            b_in += g - skip + attn_factor * a + comm
-            if not p.frozen:
-                b_w += g
-            if knobs.recompute == "full":
-                b_in += f_gemm + f_attn + comm
-            elif knobs.recompute == "selective" and not opts.flash_attention:
-                b_in += f_attn
-        weight += p.params * _bytes_per_param(p.frozen, dp, knobs, opts) / t
         if not p.backward:
             continue  # runs under no_grad: nothing kept for a backward pass
+        attn_factor = opts.flash_backward_factor if opts.flash_attention else 2.0
+        g = f_gemm if p.bwd_gemm_flops is None else b * p.bwd_gemm_flops / t / rate
+        a = f_attn if p.bwd_attn_flops is None else b * p.bwd_attn_flops / t / rate
+        skip = 0.0 if p.needs_input_grad else b * p.input_gemm_flops / t / rate
+        b_in += g - skip + attn_factor * a + comm
+        if not p.frozen:
+            b_w += g
+        if recompute == "full":
+            b_in += f_gemm + f_attn + comm
+        elif recompute == "selective" and not opts.flash_attention:
+            b_in += f_attn
         if p.shape is not None:
             act += p.passes * block_activation_bytes(
                 p.shape, b, t, flash_attention=opts.flash_attention, sequence_parallel=opts.sequence_parallel,
-                recompute=knobs.recompute, fused_norm=opts.fused_norm,
+                recompute=recompute, fused_norm=opts.fused_norm,
             )
         else:
             replicated, sharded = p.dense_act
             act += b * (replicated / (t if opts.sequence_parallel else 1) + sharded / t)
+    return fwd, b_in, b_w, act
+
+
+def finish_cost(layer: PipelineLayer, layout: Layout, terms: tuple[float, float, float, float], cluster: ClusterSpec,
+                opts: CostOptions, microbatches: int, knobs: Knobs) -> EntryCost:
+    """The entry from :func:`layer_terms`: weight bytes, then ZeRO-3's gathers or the exposed gradient sync."""
+    fwd, b_in, b_w, act = terms
+    t, dp = layout.tp, layout.dp
+    weight = 0.0
+    for p in layer.pieces:
+        weight += p.params * _bytes_per_param(p.frozen, dp, knobs, opts) / t
     trainable = sum(p.params for p in layer.pieces if not p.frozen)
     if knobs.zero == 3:
         exposed = 1.0 - opts.zero3_overlap

@@ -1,7 +1,8 @@
 """From a model preset to a plan: screening the microbatch counts, the solves, the schedule choice.
 
-:func:`plan_model` builds the problem with :func:`partitioner.costs.build_problem`
-(with the memory-knob variants of format v2 unless the options restrict
+:func:`plan_model` builds the problem of every microbatch count with one
+:class:`partitioner.costs.ProblemBuilder` (:func:`~partitioner.costs.build_problem`'s
+problems; with the memory-knob variants of format v2 unless the options restrict
 them) and the two baselines of :mod:`.baselines`. It solves with the chosen
 method once per uniform knob setting (:func:`.knobs.uniform_projection`),
 then lets each stage segment pick its own knobs for the solver's cuts and
@@ -18,7 +19,7 @@ import time
 from dataclasses import replace
 from typing import Any, Mapping
 
-from ..costs import CostOptions, build_problem
+from ..costs import CostOptions, ProblemBuilder
 from ..limits import MAX_NODES
 from ..plan import Evaluation, Plan, SolveResult
 from ..presets import ClusterSpec, ModelSpec, load_cluster, load_model
@@ -159,9 +160,13 @@ def plan_model(
     else:
         raise ProblemError(f"must be a positive integer or 'auto', got {microbatches!r}", path="microbatches")
 
+    builders: dict[CostOptions, ProblemBuilder] = {}  # one per option set: what every m shares is worked out once
+
     def build(m: int, o: CostOptions) -> Problem:
-        return build_problem(spec, cl, nodes=nodes, global_batch=global_batch, microbatches=m, options=o,
-                             objective=objective, profile=profile, max_stages=max_stages)
+        if o not in builders:
+            builders[o] = ProblemBuilder(spec, cl, nodes=nodes, options=o, objective=objective, profile=profile,
+                                         max_stages=max_stages)
+        return builders[o].build(global_batch, m)
 
     # the baselines always see every knob (a user restricting the plan's knobs does not restrict FSDP's)
     base_opts = replace(opts, variants=("all",))
