@@ -76,7 +76,7 @@ def fill(model, tables, auto, X: np.ndarray, mode: str, limit: float, deadline: 
     L, K = model.L, model.K
     # level 1 is cleared; the kernels write whole blocks of the first layers 0..L - level of the others,
     # whose later first layers (no suffix of that many stages starts there) stay infinite from allocation
-    tables.reset(top, clear=False)
+    tables.reset(top)
     lim = limit * (1 + _TIE) if math.isfinite(limit) else INF
     run = _Run(model, tables, auto, X, mode, lim, deadline)
     for level in range(1, top + 1):

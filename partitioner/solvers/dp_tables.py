@@ -149,22 +149,23 @@ class Tables:
         self.flat: list[np.ndarray | None] = [None]
         self._index = None
 
-    def reset(self, top: int, clear: bool = True) -> None:
-        """Levels 1..top allocated (infinite) the first time they are needed and, with ``clear``, set
-        to infinity again; without, they keep what the last recursion wrote (the kernels write whole
-        blocks of the first layers they reach, and leave the others infinite)."""
+    def reset(self, top: int) -> None:
+        """Levels 1..top allocated the first time they are needed, each with its first layers from
+        ``L - level + 1`` on (where no suffix of that many stages starts) infinite; a recursion clears
+        level 1 and writes the other first layers of the levels it fills whole (:mod:`.dp_recursion`),
+        so a level keeps what the last recursion that reached it wrote."""
         lay, rows = self.layout, self.L + 1
         while len(self.tab) <= top:
-            flat = np.full(rows * lay.flat_size + 1, INF)
+            level = len(self.tab)
+            flat = np.empty(rows * lay.flat_size + 1)
+            flat[-1] = INF
             views = {}
             for i in lay.groups:
                 lo = rows * lay.base[i]
                 views[i] = flat[lo : lo + rows * lay.stride[i]].reshape(self.layout.shape(self.L, i))
+                views[i][max(self.L - level + 1, 0) :] = INF
             self.flat.append(flat)
             self.tab.append(views)
-        if clear:
-            for level in range(1, top + 1):
-                self.flat[level].fill(INF)
         self.top = top
 
     def clear_rows(self, level: int, first: int) -> None:
