@@ -116,20 +116,21 @@ With L layers, N devices, S allowed sizes, K = max(m, P_min) stage levels
 values: Z_i the placement states of size i and C_i the incoming categories
 a size-i stage can receive (at most i + 1 unlinked and, in a node, i + 1
 linked ones), not ``Z x C x (N + 1)``. One recursion
-(:mod:`.dp_recursion`) costs ``O(K * L^2 * sum_i pairs_i * (N + 1 - d_i))``
-numpy element operations, where ``pairs_i`` counts the distinct (new state,
-outgoing category) combinations of size i; the incoming transfer is no axis
-of that work, except in ``minmax`` for the elements where the stage's own
-time and the suffix's value change order between two incoming transfers.
-The levels below the bucket level are vectorised over every first layer;
-the bucket level reads itself and takes one first layer at a time. Without
-transfers there is one category and one state per size. The bottleneck
-objective needs one recursion, the iteration objective a few (branch and
-bound over the threshold); with options (zb-h1, GPipe iteration) each stage
-also takes the least over its F options (the Pareto pairs, at most the
-config tuples of its size) with the distinct incoming transfers as an axis,
-zb-h1 runs at most one walk per distinct k (at most ``min(m, P_max) - P_min + 1``)
-and GPipe one walk on B per step of the cap on F.
+(:mod:`.dp_recursion`, its compiled kernels in :mod:`.dp_kernels`) costs
+``O(K * L^2 * sum_i pairs_i * (N + 1 - d_i))`` element operations, where
+``pairs_i`` counts the distinct (new state, outgoing category)
+combinations of size i, over the finite span of each suffix's device
+counts only; the incoming transfer is no axis of that work, except in
+``minmax`` for the elements where the stage's own time and the suffix's
+value change order between two incoming transfers. Without transfers
+there is one category and one state per size. The bottleneck objective
+needs one recursion (after one without placement states for its
+ceiling), the iteration objective a few (branch and bound over the
+threshold); with options (zb-h1, GPipe iteration) each stage also takes
+the least over its F options (the Pareto pairs, at most the config tuples
+of its size), zb-h1 runs at most one walk per distinct k (at most
+``min(m, P_max) - P_min + 1``) and GPipe one walk on B per step of the cap
+on F.
 
 References
 ----------
