@@ -290,7 +290,8 @@ def _is_container(value: Any) -> bool:
 
 
 def _children(container: Any) -> Iterator[tuple[Any, Any]]:
-    return iter(container.items()) if isinstance(container, Mapping) else enumerate(container)
+    is_map = type(container) is dict or (type(container) is not list and isinstance(container, Mapping))
+    return iter(container.items()) if is_map else enumerate(container)
 
 
 def _path(keys: Any) -> str:

@@ -26,6 +26,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterator, Mapping
 
+import numpy as np
 import yaml
 
 from .documents import check_document, read_document
@@ -720,11 +721,11 @@ def _parse_layers(node: _Node, cluster: Cluster, version: int = 1, variants: Map
     if isinstance(node.value, list) and len(node.value) > MAX_LAYERS:
         raise node.fail(f"has {len(node.value)} layers, more than the {MAX_LAYERS} accepted (see the accepted ranges in the README)")
     layers = []
-    totals: dict[Layout, list[int]] = {}  # per config: Σ weight_bytes, Σ act_bytes so far
+    totals = _Totals()
     configs: dict[str, Layout] = {}  # cost key -> its checked config
-    # id of a costs dict -> (its table, its (key, config, cost) entries): a dict several layers share (a YAML
-    # alias, the cost model's table of equal blocks) is read once; the document keeps it alive and unchanged
-    read: dict[int, tuple[Mapping[Layout, LayerCost], list[tuple[str, Layout, LayerCost]]]] = {}
+    # id of a costs dict -> (its table, its keys, their totals slots, their bytes): a dict several layers share
+    # (a YAML alias, the cost model's table of equal blocks) is read once; the document keeps it alive and unchanged
+    read: dict[int, tuple[Mapping[Layout, LayerCost], list[str], np.ndarray, np.ndarray]] = {}
     for i, lnode in enumerate(node.elements()):
         lnode.mapping(("costs",), ("name", "module", "out_bytes"))
         name = lnode.child("name").string() if "name" in lnode.value else f"layer{i}"
@@ -733,12 +734,7 @@ def _parse_layers(node: _Node, cluster: Cluster, version: int = 1, variants: Map
         costs_node = lnode.child("costs")
         shared = read.get(id(costs_node.value)) if type(costs_node.value) is dict else None
         if shared is not None:
-            for key, layout, cost in shared[1]:
-                total = totals[layout]  # set when the table was first read
-                total[0] += cost.weight_bytes
-                total[1] += cost.act_bytes
-                if total[0] > MAX_TOTAL_BYTES or total[1] > MAX_TOTAL_BYTES:
-                    raise _over_total(total, costs_node, key)
+            totals.add_table(shared[2], shared[3], shared[1], costs_node)
             layers.append(Layer(name, module, out_bytes, shared[0]))
             continue
         if type(costs_node.value) is not dict and not isinstance(costs_node.value, Mapping):
@@ -746,7 +742,7 @@ def _parse_layers(node: _Node, cluster: Cluster, version: int = 1, variants: Map
                 f"must be an object keyed by config (dp<int>tp<int>[/variant]), got {_describe(costs_node.value)}"
             )
         costs: dict[Layout, LayerCost] = {}
-        entries = []
+        keys, slots = [], []
         for key, cnode in costs_node.items():
             layout = configs.get(key)
             if layout is None:  # each distinct key is checked once, where it first appears
@@ -754,8 +750,8 @@ def _parse_layers(node: _Node, cluster: Cluster, version: int = 1, variants: Map
             if layout in costs:
                 raise cnode.fail("duplicate config")
             cost = costs[layout] = _parse_cost(cnode)
-            entries.append((key, layout, cost))
-            _add_totals(totals.setdefault(layout, [0, 0]), cost, costs_node, key)
+            keys.append(key)
+            slots.append(totals.add(layout, cost, costs_node, key))
         if not costs:
             raise costs_node.fail(
                 "no layout usable on this cluster: give at least one dp<int>tp<int> entry "
@@ -763,7 +759,8 @@ def _parse_layers(node: _Node, cluster: Cluster, version: int = 1, variants: Map
             )
         table = MappingProxyType(costs)
         if type(costs_node.value) is dict:
-            read[id(costs_node.value)] = (table, entries)
+            amounts = np.array([[c.weight_bytes for c in costs.values()], [c.act_bytes for c in costs.values()]], dtype=np.int64)
+            read[id(costs_node.value)] = (table, keys, np.array(slots, dtype=np.int64), amounts)
         layers.append(Layer(name, module, out_bytes, table))
     if not layers:
         raise node.fail("must list at least one layer")
@@ -854,18 +851,45 @@ def _parse_cost_checked(cnode: _Node) -> LayerCost:
     )
 
 
-def _add_totals(totals: list[int], cost: LayerCost, costs_node: _Node, key: str) -> None:
-    """Keep one config's Σ weight_bytes and Σ act_bytes over the layers within MAX_TOTAL_BYTES (entry ``key`` of ``costs_node``)."""
-    totals[0] += cost.weight_bytes
-    totals[1] += cost.act_bytes
-    if totals[0] > MAX_TOTAL_BYTES or totals[1] > MAX_TOTAL_BYTES:
-        raise _over_total(totals, costs_node, key)
+class _Totals:
+    """Per config, Σ weight_bytes and Σ act_bytes over the layers read so far, each kept within MAX_TOTAL_BYTES.
+
+    int64 columns (a total stops below 2^53 + 2^50); a table several layers
+    share is added in one step, and the error names the first entry, in key
+    order, whose total passes the limit -- where adding entry by entry stops.
+    """
+
+    def __init__(self) -> None:
+        self.slot: dict[Layout, int] = {}
+        self.sums = np.zeros((2, 16), dtype=np.int64)  # rows: weight_bytes, act_bytes
+
+    def add(self, layout: Layout, cost: LayerCost, costs_node: _Node, key: str) -> int:
+        """Add entry ``key`` of ``costs_node``; its config's column."""
+        i = self.slot.get(layout)
+        if i is None:
+            i = self.slot[layout] = len(self.slot)
+            if i == self.sums.shape[1]:
+                self.sums = np.concatenate([self.sums, np.zeros_like(self.sums)], axis=1)
+        column = self.sums[:, i]
+        column[0] += cost.weight_bytes
+        column[1] += cost.act_bytes
+        if column[0] > MAX_TOTAL_BYTES or column[1] > MAX_TOTAL_BYTES:
+            raise _over_total(column, costs_node, key)
+        return i
+
+    def add_table(self, slots: np.ndarray, amounts: np.ndarray, keys: list[str], costs_node: _Node) -> None:
+        """Add a table read before: its entries' bytes (2 x entries) at their columns ``slots`` (distinct)."""
+        self.sums[:, slots] += amounts
+        over = np.flatnonzero((self.sums[:, slots] > MAX_TOTAL_BYTES).any(axis=0))
+        if over.size:
+            raise _over_total(self.sums[:, slots[over[0]]], costs_node, keys[over[0]])
 
 
-def _over_total(totals: list[int], costs_node: _Node, key: str) -> ProblemError:
+def _over_total(totals: Any, costs_node: _Node, key: str) -> ProblemError:
     """The error for totals past MAX_TOTAL_BYTES after entry ``key`` of ``costs_node`` (weight_bytes named first)."""
-    field_name = "weight_bytes" if totals[0] > MAX_TOTAL_BYTES else "act_bytes"
-    total = totals[0] if field_name == "weight_bytes" else totals[1]
+    weight, act = int(totals[0]), int(totals[1])
+    field_name = "weight_bytes" if weight > MAX_TOTAL_BYTES else "act_bytes"
+    total = weight if field_name == "weight_bytes" else act
     return costs_node.child(key).child(field_name).fail(
         f"the {field_name} of this config summed over the layers so far is {total} bytes, more than the "
         f"2^53 accepted (see the accepted ranges in the README)"
