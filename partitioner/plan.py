@@ -559,7 +559,7 @@ def _check_devices(problem: Problem, plan: Plan) -> list[tuple[int, ...]]:
             if d in seen:
                 raise PlanError(4, f"device {d} is also used by stage {seen[d]}" if seen[d] != p else f"device {d} is listed twice", p)
             seen[d] = p
-        nodes = sorted({cluster.node_of(d) for d in dev})
+        nodes = sorted({d // G for d in dev})  # cluster.node_of
         if s.devices <= G:
             if len(nodes) != 1:
                 raise PlanError(4, f"{s.devices} devices must lie inside one node, but span nodes {nodes}", p)
@@ -583,9 +583,9 @@ def _check_configs(problem: Problem, stages: Sequence[Stage]) -> list[list[tuple
                 raise PlanError(5, f"dp*tp = {lay.dp}*{lay.tp} must equal its {s.devices} devices", p)
             if lay.tp > G:
                 raise PlanError(5, f"tp={lay.tp} exceeds gpus_per_node={G}", p)
-            for i in range(a, b + 1):
-                if problem.layers[i].cost(lay) is None:
-                    raise PlanError(5, f"layer {i} ({problem.layers[i].name}) has no cost entry {lay.key}", p)
+            for i, layer in enumerate(problem.layers[a: b + 1], a):
+                if lay not in layer.costs:
+                    raise PlanError(5, f"layer {i} ({layer.name}) has no cost entry {lay.key}", p)
         assigned.append(pairs)
     return assigned
 
@@ -629,8 +629,8 @@ def _stage_evaluation(
     fwd = bwd = wgrad = 0.0
     weight = act = 0
     for (a, b), lay in pairs:
-        for i in range(a, b + 1):
-            c = problem.layers[i].cost(lay)
+        for layer in problem.layers[a: b + 1]:
+            c = layer.costs[lay]  # rule 5 checked that it exists
             fwd += c.fwd_ms
             bwd += c.bwd_ms
             wgrad += c.split()[1]
@@ -647,7 +647,7 @@ def _stage_evaluation(
         devices=s.devices,
         layout=s.layout,
         device_ids=tuple(ids),
-        nodes=tuple(sorted({problem.cluster.node_of(d) for d in ids})),
+        nodes=tuple(sorted({d // problem.cluster.gpus_per_node for d in ids})),  # cluster.node_of
         compute_fwd_ms=fwd,
         compute_bwd_ms=bwd,
         send_fwd_ms=send_fwd,

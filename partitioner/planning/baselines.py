@@ -13,10 +13,10 @@ its value is that evaluation's.
 """
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 from ..plan import Evaluation, Plan, PlanError, Stage, evaluate, objective_value
-from ..problem import Problem
+from ..problem import LayerCost, Layout, Problem
 
 __all__ = ["BASELINE_METHOD", "FSDP_METHOD", "BASELINES", "layer_roles", "megatron_baseline", "megatron_baselines",
            "StageSums", "fsdp_baseline"]
@@ -118,14 +118,14 @@ def megatron_baselines(problem: Problem, objective: str | None = None, variants:
     the floors' stage sums for calls on the problem under other schedules.
     """
     objective = objective or problem.objective
-    plans = list(_megatron_plans(problem, variants))
-    floors = sorted((f, i) for i, f in enumerate(value_floor(problem, plan, objective, sums) for plan in plans)
+    candidates = list(_megatron_candidates(problem, variants))
+    floors = sorted((f, i) for i, f in enumerate(_candidate_floor(problem, c, objective, sums) for c in candidates)
                     if f is not None)
     found: list[tuple[float, int, Plan, Evaluation]] = []
     for floor, i in floors:
         if len(found) >= keep and floor * (1 - _FLOOR_MARGIN) > found[keep - 1][0]:
             break  # this candidate and every later one is slower than the keep best found
-        ev = _try(problem, plans[i], objective)
+        ev = _try(problem, candidates[i].plan(), objective)
         if ev is not None:
             found.append((ev[1].value, i, *ev))
             found.sort(key=lambda f: f[:2])
@@ -136,8 +136,33 @@ def megatron_baselines(problem: Problem, objective: str | None = None, variants:
 _FLOOR_MARGIN = 1e-9
 
 
+class _Candidate(NamedTuple):
+    """A plan of :func:`megatron_baseline`'s shape before it is built: chunk c is layers ``cuts[c]`` on group c mod P."""
+
+    groups: int  # P
+    devices: int  # d = N / P per group
+    tp: int
+    variant: str
+    cuts: list[tuple[int, int]]
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.devices // self.tp, self.tp, self.variant)
+
+    def plan(self) -> Plan:
+        P, d = self.groups, self.devices
+        ids = [tuple(range(g * d, (g + 1) * d)) for g in range(P)]
+        return Plan(tuple(Stage(a, b, d, d // self.tp, self.tp, ids[c % P], variant=self.variant)
+                          for c, (a, b) in enumerate(self.cuts)))
+
+
 def _megatron_plans(problem: Problem, variants: Sequence[str] | None = None) -> Iterator[Plan]:
     """Every plan of :func:`megatron_baseline`'s shape, in enumeration order (P, then tp, then the variant)."""
+    return (c.plan() for c in _megatron_candidates(problem, variants))
+
+
+def _megatron_candidates(problem: Problem, variants: Sequence[str] | None = None) -> Iterator[_Candidate]:
+    """:func:`_megatron_plans` as candidates, in the same order."""
     if variants is None:
         variants = [""] + [v for v in problem.variants if not v.startswith("zero3")]
     roles = layer_roles(problem)
@@ -152,13 +177,25 @@ def _megatron_plans(problem: Problem, variants: Sequence[str] | None = None) -> 
         cuts = _uniform_cuts(roles, P * v)
         if cuts is None:
             continue
-        ids = [tuple(range(g * d, (g + 1) * d)) for g in range(P)]
         tp = 1
         while tp <= min(d, problem.cluster.gpus_per_node):
             if d % tp == 0:
                 for var in variants:
-                    yield Plan(tuple(Stage(a, b, d, d // tp, tp, ids[c % P], variant=var) for c, (a, b) in enumerate(cuts)))
+                    yield _Candidate(P, d, tp, var, cuts)
             tp *= 2
+
+
+def _candidate_floor(problem: Problem, candidate: _Candidate, objective: str, sums: "StageSums | None") -> float | None:
+    """``value_floor(problem, candidate.plan(), objective, sums)``, without building the plan when ``sums`` is given."""
+    if sums is None:
+        return value_floor(problem, candidate.plan(), objective)
+    layout, found = candidate.layout, []
+    for a, b in candidate.cuts:
+        stage = sums.uniform(problem, a, b, layout)
+        if stage is None:
+            return None
+        found.append(stage)
+    return _floor(problem, found, objective)
 
 
 def value_floor(problem: Problem, plan: Plan, objective: str, sums: "StageSums | None" = None) -> float | None:
@@ -172,12 +209,19 @@ def value_floor(problem: Problem, plan: Plan, objective: str, sums: "StageSums |
     these times is at most the plan's value. ``sums`` keeps the stage sums
     for later calls (the same numbers).
     """
-    fwd, times, wgrad = [], [], []
+    found = []
     for s in plan.stages:
-        found = _stage_sums(problem, s) if sums is None else sums.stage(problem, s)
-        if found is None:
+        stage = _stage_sums(problem, s) if sums is None else sums.stage(problem, s)
+        if stage is None:
             return None
-        f, b, w = found
+        found.append(stage)
+    return _floor(problem, found, objective)
+
+
+def _floor(problem: Problem, stages: Sequence[tuple[float, float, float]], objective: str) -> float:
+    """The schedule's objective of the stages' (F, B, W) compute sums."""
+    fwd, times, wgrad = [], [], []
+    for f, b, w in stages:
         fwd.append(f)
         times.append(f + b)
         wgrad.append(w)
@@ -186,16 +230,27 @@ def value_floor(problem: Problem, plan: Plan, objective: str, sums: "StageSums |
                            virtual_stages=t.virtual_stages if t.schedule == "interleaved" else 1)
 
 
-def _stage_sums(problem: Problem, stage: Stage) -> tuple[float, float, float] | None:
-    """(sum fwd, sum bwd, sum W) over the stage's layers in their configs, in layer order; None without an entry."""
+def _stage_sums(problem: Problem, stage: Stage,
+                columns: Callable[[Layout], Sequence[LayerCost | None]] | None = None) -> tuple[float, float, float] | None:
+    """(sum fwd, sum bwd, sum W) over the stage's layers in their configs, in layer order; None without an entry.
+
+    ``columns(config)``, when given, is every layer's entry in ``config`` (None where it has none).
+    """
     try:
         pairs = stage.segment_configs(problem)
     except PlanError:
         return None
+    return _pairs_sums(problem, pairs, columns)
+
+
+def _pairs_sums(problem: Problem, pairs: Sequence[tuple[tuple[int, int], Layout]],
+                columns: Callable[[Layout], Sequence[LayerCost | None]] | None = None) -> tuple[float, float, float] | None:
+    """:func:`_stage_sums` of the ``((first, last), config)`` segments of a stage."""
     f = b = w = 0.0
     for (first, last), lay in pairs:
-        for layer in problem.layers[first: last + 1]:
-            c = layer.costs.get(lay)
+        entries = [layer.costs.get(lay) for layer in problem.layers[first: last + 1]] if columns is None else \
+            columns(lay)[first: last + 1]
+        for c in entries:
             if c is None:
                 return None
             f += c.fwd_ms
@@ -217,15 +272,31 @@ class StageSums:
         self._layers: tuple | None = None
         self._version = 0
         self._sums: dict[tuple, tuple[float, float, float] | None] = {}
+        self._columns: dict[Layout, list[LayerCost | None]] = {}  # per config, every layer's entry
 
     def stage(self, problem: Problem, stage: Stage) -> tuple[float, float, float] | None:
         """:func:`_stage_sums` of ``stage`` in ``problem``, computed once."""
         if problem.layers is not self._layers or problem.version != self._version:
-            self._layers, self._version, self._sums = problem.layers, problem.version, {}
+            self._layers, self._version, self._sums, self._columns = problem.layers, problem.version, {}, {}
         key = (stage.first_layer, stage.last_layer, stage.dp, stage.tp, stage.variant, stage.configs)
         if key not in self._sums:
-            self._sums[key] = _stage_sums(problem, stage)
+            self._sums[key] = _stage_sums(problem, stage, self._column)
         return self._sums[key]
+
+    def uniform(self, problem: Problem, first: int, last: int, config: Layout) -> tuple[float, float, float] | None:
+        """:meth:`stage` of a stage of layers ``first..last`` with ``config`` in every segment (no ``configs``)."""
+        if problem.layers is not self._layers or problem.version != self._version:
+            self._layers, self._version, self._sums, self._columns = problem.layers, problem.version, {}, {}
+        key = (first, last, config.dp, config.tp, config.variant, None)
+        if key not in self._sums:
+            pairs = [(seg, config) for seg in problem.segments(first, last)]  # Stage.segment_configs without configs
+            self._sums[key] = _pairs_sums(problem, pairs, self._column)
+        return self._sums[key]
+
+    def _column(self, config: Layout) -> list[LayerCost | None]:
+        if config not in self._columns:
+            self._columns[config] = [layer.costs.get(config) for layer in self._layers]
+        return self._columns[config]
 
 
 def fsdp_baseline(problem: Problem, objective: str | None = None) -> tuple[Plan, Evaluation] | None:
