@@ -170,10 +170,10 @@ def device_order(schedule: str, device: int, num_devices: int, microbatches: int
 
 def _one_f_one_b(p: int, P: int, m: int, warmup: int) -> list[OpKey]:
     """``warmup`` forwards, then F, B pairs until the forwards run out, then the remaining backwards."""
-    order = [("F", p, j) for j in range(warmup)]
-    for j in range(m - warmup):  # steady state: one forward, one backward
-        order += [("F", p, warmup + j), ("B", p, j)]
-    return order + [("B", p, j) for j in range(m - warmup, m)]  # cool-down
+    steady: list[OpKey] = [("F", p, 0)] * (2 * (m - warmup))  # steady state: one forward, one backward
+    steady[0::2] = [("F", p, warmup + j) for j in range(m - warmup)]
+    steady[1::2] = [("B", p, j) for j in range(m - warmup)]
+    return [("F", p, j) for j in range(warmup)] + steady + [("B", p, j) for j in range(m - warmup, m)]  # cool-down
 
 
 def _interleaved(p: int, P: int, m: int, v: int) -> list[OpKey]:

@@ -397,7 +397,7 @@ def _figures(r: _Replay) -> dict[str, Any]:
         for start, end in ops:
             total += end - start
         busy.append(total)
-    span = max((end for ops in times for _, end in ops), default=0.0)
+    span = max((ops[-1][1] for ops in times if ops), default=0.0)  # a device's ends never decrease
     states = [held_states(r.schedule, p, P, r.microbatches, r.virtual_stages) for p in range(P)]
     peak_memory = None
     if r.weight_bytes is not None and r.act_bytes is not None:
