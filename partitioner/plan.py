@@ -629,8 +629,11 @@ def _stage_evaluation(
     fwd = bwd = wgrad = 0.0
     weight = act = 0
     for (a, b), lay in pairs:
+        table = None  # the last table read in this segment's config, and c its entry
         for layer in problem.layers[a: b + 1]:
-            c = layer.costs[lay]  # rule 5 checked that it exists
+            if layer.costs is not table:  # consecutive layers of one block often share their table
+                table = layer.costs
+                c = table[lay]  # rule 5 checked that it exists
             fwd += c.fwd_ms
             bwd += c.bwd_ms
             wgrad += c.split()[1]

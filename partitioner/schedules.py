@@ -269,13 +269,18 @@ def _interleaved_steps(p: int, P: int, m: int, v: int) -> tuple[np.ndarray, np.n
 
 def walked_stash(schedule: str, num_devices: int, microbatches: int, virtual_stages: int = 1) -> list[int]:
     """:func:`stash` by walking every device's op order (:func:`held_states`), for any schedule."""
+    return list(_walked_stash(schedule, num_devices, microbatches, virtual_stages))
+
+
+@lru_cache(maxsize=1024)
+def _walked_stash(schedule: str, num_devices: int, microbatches: int, virtual_stages: int) -> tuple[int, ...]:
     P = num_devices
     peak = [0] * (P * virtual_stages)
     for p in range(P):
         for held in held_states(schedule, p, P, microbatches, virtual_stages):
             for c, n in zip(range(p, P * virtual_stages, P), held):
                 peak[c] = max(peak[c], n)
-    return peak
+    return tuple(peak)
 
 
 def peak_activation_bytes(

@@ -193,3 +193,19 @@ def test_stage_sums_kept_across_schedules_give_the_same_floors(model, cluster, n
                 assert repr(value_floor(problem, plan, objective, sums)) == repr(value_floor(problem, plan, objective))
             kept = megatron_baselines(problem, objective, keep=2, sums=sums)
             assert [(p, e.value) for p, e in kept] == [(p, e.value) for p, e in megatron_baselines(problem, objective, keep=2)]
+
+
+def test_one_f_one_b_orders_are_the_pairs_loops():
+    from partitioner.schedules import _one_f_one_b
+
+    def loop(p, m, warmup):
+        order = [("F", p, j) for j in range(warmup)]
+        for j in range(m - warmup):
+            order += [("F", p, warmup + j), ("B", p, j)]
+        return order + [("B", p, j) for j in range(m - warmup, m)]
+
+    for P in range(1, 9):
+        for m in range(1, 30):
+            for p in range(P):
+                warmup = min(P - p - 1, m)
+                assert _one_f_one_b(p, P, m, warmup) == loop(p, m, warmup)

@@ -273,11 +273,11 @@ class StageSums:
         self._version = 0
         self._sums: dict[tuple, tuple[float, float, float] | None] = {}
         self._columns: dict[Layout, list[LayerCost | None]] = {}  # per config, every layer's entry
+        self._segments: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
 
     def stage(self, problem: Problem, stage: Stage) -> tuple[float, float, float] | None:
         """:func:`_stage_sums` of ``stage`` in ``problem``, computed once."""
-        if problem.layers is not self._layers or problem.version != self._version:
-            self._layers, self._version, self._sums, self._columns = problem.layers, problem.version, {}, {}
+        self._keep_for(problem)
         key = (stage.first_layer, stage.last_layer, stage.dp, stage.tp, stage.variant, stage.configs)
         if key not in self._sums:
             self._sums[key] = _stage_sums(problem, stage, self._column)
@@ -285,17 +285,27 @@ class StageSums:
 
     def uniform(self, problem: Problem, first: int, last: int, config: Layout) -> tuple[float, float, float] | None:
         """:meth:`stage` of a stage of layers ``first..last`` with ``config`` in every segment (no ``configs``)."""
-        if problem.layers is not self._layers or problem.version != self._version:
-            self._layers, self._version, self._sums, self._columns = problem.layers, problem.version, {}, {}
+        self._keep_for(problem)
         key = (first, last, config.dp, config.tp, config.variant, None)
         if key not in self._sums:
-            pairs = [(seg, config) for seg in problem.segments(first, last)]  # Stage.segment_configs without configs
+            if (first, last) not in self._segments:
+                self._segments[first, last] = problem.segments(first, last)
+            pairs = [(seg, config) for seg in self._segments[first, last]]  # Stage.segment_configs without configs
             self._sums[key] = _pairs_sums(problem, pairs, self._column)
         return self._sums[key]
 
+    def _keep_for(self, problem: Problem) -> None:
+        """Start afresh unless ``problem`` has the layers and version kept for."""
+        if problem.layers is not self._layers or problem.version != self._version:
+            self._layers, self._version = problem.layers, problem.version
+            self._sums, self._columns, self._segments = {}, {}, {}
+
     def _column(self, config: Layout) -> list[LayerCost | None]:
         if config not in self._columns:
-            self._columns[config] = [layer.costs.get(config) for layer in self._layers]
+            by_table: dict[int, LayerCost | None] = {}  # layers sharing a table share the lookup
+            self._columns[config] = [by_table[id(layer.costs)] if id(layer.costs) in by_table
+                                     else by_table.setdefault(id(layer.costs), layer.costs.get(config))
+                                     for layer in self._layers]
         return self._columns[config]
 
 
