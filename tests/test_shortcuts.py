@@ -209,3 +209,27 @@ def test_one_f_one_b_orders_are_the_pairs_loops():
             for p in range(P):
                 warmup = min(P - p - 1, m)
                 assert _one_f_one_b(p, P, m, warmup) == loop(p, m, warmup)
+
+
+@pytest.mark.parametrize("model, cluster, nodes, batch, m, options", PRESETS[:2] + [
+    ("llava-1.5-13b", "dgx-a100-80g", 2, 512, 16, {"variants": ["all"]})])
+def test_the_memory_precheck_is_evaluates_rule_6(model, cluster, nodes, batch, m, options):
+    from partitioner.plan import PlanError, evaluate
+    from partitioner.planning.baselines import _fits_memory, _megatron_candidates
+
+    base = build_problem(model, cluster, nodes=nodes, global_batch=batch, microbatches=m, options=options)
+    refused = 0
+    for key in [("1f1b", 1), ("zb-h1", 1), ("gpipe", 1), ("interleaved", 2), ("interleaved", 4)]:
+        problem, sums = with_schedule(base, *key), StageSums()
+        for candidate in _megatron_candidates(problem):
+            if value_floor(problem, candidate.plan(), "iteration") is None:
+                continue  # no entry: neither is asked
+            fits = _fits_memory(problem, candidate, sums)
+            try:
+                evaluate(problem, candidate.plan().with_device_ids(), "iteration")
+                assert fits
+            except PlanError as err:
+                if err.rule == 6:
+                    assert not fits
+                    refused += 1
+    assert refused > 0

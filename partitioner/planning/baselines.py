@@ -17,6 +17,7 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 
 from ..plan import Evaluation, Plan, PlanError, Stage, evaluate, objective_value
 from ..problem import LayerCost, Layout, Problem
+from ..schedules import peak_activation_bytes, stash
 
 __all__ = ["BASELINE_METHOD", "FSDP_METHOD", "BASELINES", "layer_roles", "megatron_baseline", "megatron_baselines",
            "StageSums", "fsdp_baseline"]
@@ -125,7 +126,8 @@ def megatron_baselines(problem: Problem, objective: str | None = None, variants:
     for floor, i in floors:
         if len(found) >= keep and floor * (1 - _FLOOR_MARGIN) > found[keep - 1][0]:
             break  # this candidate and every later one is slower than the keep best found
-        ev = _try(problem, candidates[i].plan(), objective)
+        fits = sums is None or _fits_memory(problem, candidates[i], sums)
+        ev = _try(problem, candidates[i].plan(), objective) if fits else None  # evaluate would refuse it (rule 6)
         if ev is not None:
             found.append((ev[1].value, i, *ev))
             found.sort(key=lambda f: f[:2])
@@ -196,6 +198,21 @@ def _candidate_floor(problem: Problem, candidate: _Candidate, objective: str, su
             return None
         found.append(stage)
     return _floor(problem, found, objective)
+
+
+def _fits_memory(problem: Problem, candidate: _Candidate, sums: "StageSums") -> bool:
+    """Rule 6 of :func:`~partitioner.plan.evaluate` for the candidate, from its stages' byte sums (the same integers).
+
+    False: evaluate raises a PlanError (rule 6, or an earlier rule), so :func:`_try` answers None.
+    """
+    t, capacity = problem.training, problem.cluster.gpu_memory_bytes
+    found = [sums.bytes(problem, a, b, candidate.layout) for a, b in candidate.cuts]
+    if t.schedule != "interleaved":
+        return all(w + n * a <= capacity for (w, a), n in zip(found, stash(t.schedule, len(found), t.microbatches)))
+    P, v = candidate.groups, t.virtual_stages
+    acts = [a for _, a in found]
+    return all(sum(w for w, _ in found[g::P]) + peak_activation_bytes("interleaved", g, P, t.microbatches, acts, v)
+               <= capacity for g in range(P))
 
 
 def value_floor(problem: Problem, plan: Plan, objective: str, sums: "StageSums | None" = None) -> float | None:
@@ -274,6 +291,7 @@ class StageSums:
         self._sums: dict[tuple, tuple[float, float, float] | None] = {}
         self._columns: dict[Layout, list[LayerCost | None]] = {}  # per config, every layer's entry
         self._segments: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
+        self._bytes: dict[tuple, tuple[int, int]] = {}
 
     def stage(self, problem: Problem, stage: Stage) -> tuple[float, float, float] | None:
         """:func:`_stage_sums` of ``stage`` in ``problem``, computed once."""
@@ -294,11 +312,23 @@ class StageSums:
             self._sums[key] = _pairs_sums(problem, pairs, self._column)
         return self._sums[key]
 
+    def bytes(self, problem: Problem, first: int, last: int, config: Layout) -> tuple[int, int]:
+        """(sum weight_bytes, sum act_bytes) of layers ``first..last`` in ``config`` (every one has an entry)."""
+        self._keep_for(problem)
+        key = (first, last, config.dp, config.tp, config.variant)
+        if key not in self._bytes:
+            weight = act = 0
+            for c in self._column(config)[first: last + 1]:
+                weight += c.weight_bytes
+                act += c.act_bytes
+            self._bytes[key] = (weight, act)
+        return self._bytes[key]
+
     def _keep_for(self, problem: Problem) -> None:
         """Start afresh unless ``problem`` has the layers and version kept for."""
         if problem.layers is not self._layers or problem.version != self._version:
             self._layers, self._version = problem.layers, problem.version
-            self._sums, self._columns, self._segments = {}, {}, {}
+            self._sums, self._columns, self._segments, self._bytes = {}, {}, {}, {}
 
     def _column(self, config: Layout) -> list[LayerCost | None]:
         if config not in self._columns:
