@@ -155,17 +155,31 @@ def device_order(schedule: str, device: int, num_devices: int, microbatches: int
     warmup = min(P - p - 1, m)
     if schedule == "1f1b":
         return _one_f_one_b(p, P, m, warmup)
-    order: list[OpKey] = []
-    # zb-h1: 1F1B's F and B order; a W follows a B once the device has run
-    # min(P, m) forwards (it then holds P microbatches, as device 0 does)
-    forwards_run = weights = 0
-    for kind, _, j in _one_f_one_b(p, P, m, warmup):
-        order.append((kind, p, j))
-        forwards_run += kind == "F"
-        if kind == "B" and forwards_run >= min(P, m):
-            order.append(("W", p, weights))
-            weights += 1
-    return order + [("W", p, j) for j in range(weights, m)]  # the rest fill the tail
+    return _zb_h1(p, P, m, warmup)
+
+
+def _zb_h1(p: int, P: int, m: int, warmup: int) -> list[OpKey]:
+    """1F1B's F and B order; a W follows a B once the device has run min(P, m) forwards (it then
+    holds P microbatches, as device 0 does); the W's left fill the tail.
+
+    The B of steady pair i comes after warmup + i + 1 forwards, so the pairs from
+    i = min(P, m) - warmup - 1 on and every cool-down B are followed by a W.
+    """
+    steady = m - warmup
+    first = min(max(min(P, m) - warmup - 1, 0), steady)  # the first steady pair whose B a W follows
+    late = steady - first
+    head: list[OpKey] = [("F", p, 0)] * (2 * first)  # F, B
+    head[0::2] = [("F", p, warmup + i) for i in range(first)]
+    head[1::2] = [("B", p, i) for i in range(first)]
+    body: list[OpKey] = [("F", p, 0)] * (3 * late)  # F, B, W
+    body[0::3] = [("F", p, warmup + i) for i in range(first, steady)]
+    body[1::3] = [("B", p, i) for i in range(first, steady)]
+    body[2::3] = [("W", p, k) for k in range(late)]
+    cool: list[OpKey] = [("F", p, 0)] * (2 * warmup)  # B, W
+    cool[0::2] = [("B", p, j) for j in range(steady, m)]
+    cool[1::2] = [("W", p, late + k) for k in range(warmup)]
+    tail = [("W", p, j) for j in range(late + warmup, m)]
+    return [("F", p, j) for j in range(warmup)] + head + body + cool + tail
 
 
 def _one_f_one_b(p: int, P: int, m: int, warmup: int) -> list[OpKey]:

@@ -233,3 +233,23 @@ def test_the_memory_precheck_is_evaluates_rule_6(model, cluster, nodes, batch, m
                     assert not fits
                     refused += 1
     assert refused > 0
+
+
+def test_zb_h1_orders_are_the_walks():
+    """ZB-H1's order built by slices equals the walk that defers each W until min(P, m) forwards ran."""
+    from partitioner.schedules import _one_f_one_b, device_order
+
+    def walk(p, P, m):
+        order, forwards_run, weights = [], 0, 0
+        for kind, _, j in _one_f_one_b(p, P, m, min(P - p - 1, m)):
+            order.append((kind, p, j))
+            forwards_run += kind == "F"
+            if kind == "B" and forwards_run >= min(P, m):
+                order.append(("W", p, weights))
+                weights += 1
+        return order + [("W", p, j) for j in range(weights, m)]
+
+    for P in range(1, 10):
+        for m in range(1, 30):
+            for p in range(P):
+                assert device_order("zb-h1", p, P, m) == walk(p, P, m)
