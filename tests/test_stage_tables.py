@@ -161,3 +161,138 @@ def test_stage_tables_match_the_enumeration_of_segment_configs(problem, stashes)
                     configs, t = costs.configs(a, b, i, stash)
                     assert len(configs) == len(problem.segments(a, b))
                     assert t == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+# ----------------------------------------------------------------------------- bit for bit: the summation order
+
+from strategies import small_v2_problems  # noqa: E402
+
+
+def _chain_values(costs: StageCosts, a: int, b: int, i: int, stash: int, one, two, r1: float, r2: float):
+    """Every fitting config tuple of stage a..b (one config per segment) valued as the module docstring's
+    summation order forms it, by plain loops: ``[(part 1, part 2)]`` (``two`` None: the time alone).
+
+    Inside one run: the forward sum from a (``0.0 + t[a]`` first unless a starts the run); one config
+    of the size: the forward sum from a; otherwise the first segment summed backward from its end,
+    then per later run ``+ r1 * r`` (and ``+ r2 * r``) and the segment's forward sum from its start.
+    """
+    configs, runs = costs.of_size[i], costs.runs
+    segs = [(max(st, a), min(en, b)) for st, en in runs if st <= b and en >= a]
+
+    def fits(j, x, y):
+        return int(costs.next_missing[j, x]) > y
+
+    def forward(row, x, y, lead):
+        acc = row[x] if not lead else 0.0 + row[x]
+        for z in range(x + 1, y + 1):
+            acc = acc + row[z]
+        return float(acc)
+
+    def backward(row, x, y):
+        acc = row[y]
+        for z in range(y - 1, x - 1, -1):
+            acc = acc + row[z]
+        return float(acc)
+
+    rows = [one] if two is None else [one, two]
+    out = []
+    if len(segs) == 1 or len(configs) == 1:
+        lead = len(segs) == 1 and a != next(st for st, en in runs if st <= a <= en)
+        for j in configs:
+            if fits(j, a, b) and int(costs.memory(j, a, b, stash)) <= costs.cap:
+                out.append(tuple(forward(r[j], a, b, lead) for r in rows))
+        return out
+    for combo in itertools.product(configs, repeat=len(segs)):
+        if not all(fits(j, x, y) for j, (x, y) in zip(combo, segs)):
+            continue
+        if sum(int(costs.memory(j, x, y, stash)) for j, (x, y) in zip(combo, segs)) > costs.cap:
+            continue
+        vals = [backward(r[combo[0]], *segs[0]) for r in rows]
+        for k in range(1, len(segs)):
+            x, y = segs[k]
+            r = costs.reshard(x - 1, costs.layouts[combo[k - 1]].mesh, costs.layouts[combo[k]].mesh, costs.sizes[i])
+            for n, (row, factor) in enumerate(zip(rows, (r1, r2))):
+                vals[n] = (vals[n] + factor * r) + forward(row[combo[k]], x, y, False)
+        out.append(tuple(vals))
+    return out
+
+
+def _pareto_pairs(pairs):
+    """The distinct pairs no other pair is <= in both, in order of the first part."""
+    pairs = sorted(set(pairs))
+    out = []
+    for u, w in pairs:
+        if not out or w < out[-1][1]:
+            out.append((u, w))
+    return out
+
+
+def _assert_summation_order(costs: StageCosts, stashes) -> None:
+    L = costs.L
+    for stash in stashes:
+        for i in range(len(costs.sizes)):
+            table = costs.matrix(i, stash)
+            for a in range(L):
+                for b in range(L):
+                    vals = _chain_values(costs, a, b, i, stash, costs.time, None, 2.0, 0.0) if a <= b else []
+                    assert table[a, b] == min([v[0] for v in vals], default=math.inf)
+            for parts in ("uw", "fb"):
+                one, two, r1, r2 = costs._parts[parts]
+                U, W = costs.options(i, stash, parts)
+                want = {(a, b): _pareto_pairs(_chain_values(costs, a, b, i, stash, one, two, r1, r2))
+                        for a in range(L) for b in range(a, L)}
+                assert U.shape == W.shape == (L, L, max([1] + [len(v) for v in want.values()]))
+                for a in range(L):
+                    for b in range(L):
+                        got = [(u, w) for u, w in zip(U[a, b], W[a, b]) if math.isfinite(u)]
+                        assert got == want.get((a, b), [])
+                        assert np.isinf(U[a, b, len(got):]).all() and np.isinf(W[a, b, len(got):]).all()
+
+
+@settings(deadline=None, max_examples=60)
+@given(st.one_of(_wide_v2(), small_v2_problems(max_layers=6)), st.lists(st.integers(1, 5), min_size=1, max_size=3),
+       st.booleans())
+def test_stage_tables_are_the_summation_order_bit_for_bit(problem, stashes, tiny_buffers):
+    """``matrix`` is the least chain value over the fitting tuples, and ``options`` (both parts) the distinct
+    Pareto pairs of the chain values in order of part 1, padded with inf to the most any stage has: equal
+    floats, not approximately (what the compiled loops must keep from the numpy rule they replace). Also
+    with one config per size (the spanning one-config loops), and with the kernels' buffers and the
+    options' pair lists started at one point (every growth and retry path)."""
+    from unittest.mock import patch
+
+    from partitioner.solvers import dp_stage
+
+    sizes = tuple(sorted({lay.devices for lay in problem.layouts()}))
+    first = {}
+    for lay in problem.layouts():
+        first.setdefault(lay.devices, lay)
+    with patch.object(dp_stage, "FRONTIER_POINTS", 1 if tiny_buffers else dp_stage.FRONTIER_POINTS), \
+            patch.object(dp_stage, "OPTION_PAIRS", 1 if tiny_buffers else dp_stage.OPTION_PAIRS):
+        _assert_summation_order(StageCosts(problem, problem.layouts(), sizes), stashes)
+        _assert_summation_order(StageCosts(problem, tuple(first.values()), sizes), stashes[:1])
+
+
+def test_stage_tables_with_long_frontiers_bit_for_bit():
+    """Nine one-layer runs, two meshes that trade time for memory: frontiers far past the buffers' start."""
+    from unittest.mock import patch
+
+    from partitioner.solvers import dp_stage
+
+    rng = np.random.default_rng(11)
+    layers = []
+    for i in range(9):
+        fast, light = float(rng.integers(1, 50)), int(rng.integers(1, 50))
+        layers.append({"name": f"l{i}", "module": "ab"[i % 2], "out_bytes": int(rng.integers(0, 3000)), "costs": {
+            "dp2tp1": {"fwd_ms": fast, "bwd_ms": 0.5, "weight_bytes": 60 - light, "act_bytes": 1},
+            "dp1tp2": {"fwd_ms": fast + float(rng.integers(1, 30)), "bwd_ms": 0.25, "weight_bytes": light, "act_bytes": 0},
+        }})
+    problem = Problem.from_dict({
+        "version": 2, "name": "long-frontiers",
+        "cluster": {"nodes": 1, "gpus_per_node": 2, "gpu_memory_bytes": 330, "intra_node_GBps": 1e-3, "inter_node_GBps": 1e-3},
+        "training": {"microbatches": 4, "objective": "bottleneck"}, "layers": layers,
+    })
+    costs = StageCosts(problem, problem.layouts(), (1, 2))
+    for points in (1, 64):
+        with patch.object(dp_stage, "FRONTIER_POINTS", points):
+            _assert_summation_order(StageCosts(problem, problem.layouts(), (1, 2)), (1, 3))
+    assert costs.matrix(1, 1)[0, 8] < math.inf

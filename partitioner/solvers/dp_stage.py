@@ -55,21 +55,23 @@ reshard, then the next segment), and float addition is monotone, so the
 minimum over the kept points equals the minimum over all combinations
 computed the same way.
 
-Vectorisation: for fixed ``d``, ``s``, first run ``k0`` and last run ``k``
-every step is one numpy operation over all first layers ``a`` in ``R_k0``
-(frontiers padded to a common width with ``(inf, cap + 1)``) and, in step 3,
-all last layers ``b`` in ``R_k``.
+Computation: the compiled loops of :mod:`.stage_kernels`, one first layer
+``a`` at a time, with the frontiers of steps 1-4 kept sorted by memory
+(strictly falling time), so step 3's least fitting time is found by a
+pointer that only moves one way as ``b`` grows. They form every float the
+way the numpy formulation they replace did (``tests/test_stage_tables.py``
+enumerates every tuple in this order and compares floats exactly): a stage
+inside one run is the forward sum from ``a`` (``0.0 + t[a]`` first unless
+``a`` starts the run), the first segment of a spanning stage its backward
+running sum from the run's end, later segments forward sums from their
+start, a spanning stage of a size with one config the forward sum from a.
 
 Complexity per (d, s): ``O(J_d * sum_k |R_k|^2)`` for single-segment stages
-and ``O(sum_{k0 < k} |R_k0| * F * (J_d * |R_k| + mu_d^2))`` for spanning
-ones, with ``J_d`` configs and ``mu_d`` meshes of size d and ``F`` the
-largest frontier (at most ``J_d`` after the first segment). Measured on the
-benchmark's 64-layer, 4-module, 3-variant problem (12 configs per 8-GPU
-size): F stays in the tens and all 7 sizes of one stash take about 0.1 s.
-Many short runs make F and the run pairs grow: the same problem relabelled
-into 10, 18 and 33 runs takes about 0.6, 1.9 and 7 s per stash. Memory
-``O(L^2)`` for the answer plus ``O(|R_k0| * F * |R_k|)`` temporaries;
-nothing of size ``configs x L^2`` is ever built.
+and ``O(sum_{k0 < k} |R_k0| * (J_d * (|R_k| + F) + mu_d^2 * F))`` for
+spanning ones, with ``J_d`` configs and ``mu_d`` meshes of size d and ``F``
+the largest frontier. The 256-layer, 4-module, 3-variant benchmark (35
+sizes, 12 configs per size) takes about 0.5 ms per (size, stash). Memory
+``O(L^2)`` for the answer plus ``O(J_d * L)``.
 
 Options
 -------
@@ -83,8 +85,11 @@ Single-segment stages list every config of the size (dominated ones pruned);
 spanning stages run steps 1-4 with frontiers of (part 1, part 2, memory)
 per mesh -- a prefix no better in any of the three than another of the same
 mesh cannot lead to a better stage -- and keep the (part 1, part 2) Pareto
-points over all last configs. :meth:`StageCosts.option_configs` finds the
-configs of a point for the walk back by the same frontiers, as lists.
+points over all last configs: per stage the distinct Pareto pairs in order
+of part 1 (dominated frontier points only ever yield dominated or equal
+pairs), padded with inf to the most any stage has.
+:meth:`StageCosts.option_configs` finds the configs of a point for the walk
+back by the same frontiers, as lists.
 
 Numbers: stage times are forward sums over the stage's own layers, never
 differences of prefix sums, so a huge time elsewhere in the model cannot
@@ -99,10 +104,14 @@ import numpy as np
 
 from ..problem import Layout, Problem
 from ..reshard import stage_reshard_ms
+from . import stage_kernels as kernels
+from .tables import layer_arrays
 
 __all__ = ["StageCosts"]
 
 INF = math.inf
+FRONTIER_POINTS = 64  # the kernels' frontier buffers start with this many points per mesh (grown as needed)
+OPTION_PAIRS = 8  # options() gathers up to this many Pareto pairs per stage, then retries with 4x as many
 
 
 class StageCosts:
@@ -126,24 +135,12 @@ class StageCosts:
         self.L = L
         self.cap = int(problem.cluster.gpu_memory_bytes)
         self.big = self.cap + 1  # memory of "does not fit"
-        time = np.zeros((J, L))
-        fwd = np.zeros((J, L))
-        bwd = np.zeros((J, L))
+        arrays = layer_arrays(problem, self.layouts)  # every entry's own numbers (0 where a layer has none)
+        time, fwd, bwd = arrays.time, arrays.fwd, arrays.bwd
+        weight, act, has = arrays.weight, arrays.act, arrays.has
         wgrad = np.zeros((J, L))
-        weight = np.zeros((J, L), dtype=np.int64)
-        act = np.zeros((J, L), dtype=np.int64)
-        has = np.zeros((J, L), dtype=bool)
-        for j, lay in enumerate(self.layouts):
-            for i, layer in enumerate(problem.layers):
-                c = layer.cost(lay)
-                if c is not None:
-                    time[j, i] = c.fwd_ms + c.bwd_ms
-                    fwd[j, i] = c.fwd_ms
-                    bwd[j, i] = c.bwd_ms
-                    wgrad[j, i] = c.split()[1]
-                    weight[j, i] = c.weight_bytes
-                    act[j, i] = c.act_bytes
-                    has[j, i] = True
+        for i, (rows, costs) in enumerate(zip(arrays.rows, arrays.entries)):
+            wgrad[rows, i] = [c.split()[1] for c in costs]
         self.time = time
         # the parts of a layer's time the two-part estimates weigh apart (module docstring, "Options")
         self._parts = {"uw": (time - wgrad, wgrad, 2.0, 0.0), "fb": (fwd, bwd, 1.0, 1.0)}
@@ -161,6 +158,7 @@ class StageCosts:
         self._fit: dict[tuple[int, int], np.ndarray] = {}
         self._sums: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self._reshard: dict[tuple, float] = {}
+        self._meshes: dict[int, tuple[np.ndarray, int, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ facts
     @property
@@ -221,117 +219,62 @@ class StageCosts:
 
     # ------------------------------------------------------------------ the table
     def matrix(self, i: int, stash: int) -> np.ndarray:
-        """best[a, b] for size index i and ``stash`` (inf where no configs fit; a > b is inf)."""
+        """best[a, b] for size index i and ``stash`` (inf where no configs fit; a > b is inf).
+
+        The rule of the module docstring, run by the compiled loops of
+        :mod:`.stage_kernels` (the same floats as the numpy rule, see there).
+        """
         L = self.L
         best = np.full((L, L), INF)
         configs = self.of_size[i]
-        for k, (st, en) in enumerate(self.runs):
-            n = en - st + 1
-            tri = np.triu(np.ones((n, n), bool))
-            cols = np.arange(st, en + 1)
-            for j in configs:
-                end = self.fit_end(j, stash)[st : en + 1]
-                ok = tri & (cols[None, :] <= end[:, None])
-                if not ok.any():
-                    continue
-                T = np.cumsum(np.where(tri, self.time[j, st : en + 1][None, :], 0.0), axis=1)
-                block = best[st : en + 1, st : en + 1]
-                np.minimum(block, np.where(ok, T, INF), out=block)
+        if not configs or not L:
+            return best
+        time = np.ascontiguousarray(self.time, dtype=np.float64)
+        js = np.array(configs, dtype=np.int64)
+        ends = np.ascontiguousarray(np.stack([self.fit_end(j, stash) for j in configs]), dtype=np.int64)
+        runs = np.array(self.runs, dtype=np.int64).reshape(-1, 2)
+        kernels.single_segment(best, time, js, ends, runs)
         if len(self.runs) > 1 and len(configs) > 1:
+            mesh, meshes, r = self._mesh_tables(i)
+            r2 = 2.0 * r
             for k0 in range(len(self.runs) - 1):
-                self._spanning(best, i, stash, k0)
-        elif len(self.runs) > 1 and configs:
-            self._spanning_one(best, configs[0], stash)
+                kernels.spanning(
+                    best, time, js, mesh, meshes, ends, self.weight_prefix, self.act_prefix,
+                    np.int64(stash), np.int64(self.cap), runs, r2, k0, FRONTIER_POINTS,
+                )
+        elif len(self.runs) > 1:
+            kernels.spanning_one(best, np.ascontiguousarray(time[configs[0]]), ends[0], self._run_ends())
         return best
 
-    def _spanning_one(self, best: np.ndarray, j: int, stash: int) -> None:
-        """One config of this size: a spanning stage is a forward sum of that config (no reshards)."""
-        for a, first_end, e in self._spanning_ranges(j, stash):
-            sums = np.cumsum(self.time[j, a : e + 1])
-            np.minimum(best[a, first_end + 1 : e + 1], sums[first_end + 1 - a :], out=best[a, first_end + 1 : e + 1])
+    def _mesh_tables(self, i: int) -> tuple[np.ndarray, int, np.ndarray]:
+        """For size index i: each config's mesh index, the number of meshes, and ``r[k, src, dst]``, the
+        reshard entering run k (k >= 1) from mesh src to mesh dst (:meth:`reshard`; the rule scales it:
+        ``2.0 * r`` in :meth:`matrix`, the parts' factors in :meth:`options`)."""
+        found = self._meshes.get(i)
+        if found is None:
+            d = self.sizes[i]
+            order: list[tuple[int, int]] = []
+            for j in self.of_size[i]:
+                if self.layouts[j].mesh not in order:
+                    order.append(self.layouts[j].mesh)
+            mesh = np.array([order.index(self.layouts[j].mesh) for j in self.of_size[i]], dtype=np.int64)
+            r = np.zeros((len(self.runs), len(order), len(order)))
+            for k in range(1, len(self.runs)):
+                for s, src in enumerate(order):
+                    for t, dst in enumerate(order):
+                        r[k, s, t] = self.reshard(self.runs[k][0] - 1, src, dst, d)
+            found = self._meshes[i] = (mesh, len(order), r)
+        return found
 
-    def _spanning_ranges(self, j: int, stash: int):
-        """(a, end of a's run, last layer config j fits from a) for every a whose fit reaches a later run."""
-        L = self.L
-        end = self.fit_end(j, stash)
-        for a in range(L):
-            e = min(int(end[a]), L - 1)
-            first_end = self.runs[self._run_of(a)][1]
-            if e > first_end:
-                yield a, first_end, e
+    def _run_ends(self) -> np.ndarray:
+        """Per layer, the last layer of its run."""
+        return np.array([en for st, en in self.runs for _ in range(st, en + 1)], dtype=np.int64)
 
     def _run_of(self, layer: int) -> int:
         for k, (st, en) in enumerate(self.runs):
             if st <= layer <= en:
                 return k
         raise IndexError(layer)
-
-    def _spanning(self, best: np.ndarray, i: int, stash: int, k0: int) -> None:
-        """Stages whose first layer is in run k0 and last layer in a later run (steps 1-4)."""
-        d = self.sizes[i]
-        configs = self.of_size[i]
-        st0, en0 = self.runs[k0]
-        A = np.arange(st0, en0 + 1)
-        cap, big = self.cap, self.big
-        # step 1: the first segment a..en0
-        frontier: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-        points: dict[tuple[int, int], list] = {}
-        for j in configs:
-            ok = self.fit_end(j, stash)[A] >= en0
-            if not ok.any():
-                continue
-            suffix, _ = self._run_sums(j, k0)
-            t = np.where(ok, suffix, INF)
-            mem = np.where(ok, self.memory(j, A, en0, stash), big)
-            points.setdefault(self.layouts[j].mesh, []).append((t, mem))
-        for mesh, pts in points.items():
-            pruned = _prune(np.stack([p[0] for p in pts], 1), np.stack([p[1] for p in pts], 1), big)
-            if pruned is not None:
-                frontier[mesh] = pruned
-        for k in range(k0 + 1, len(self.runs)):
-            if not frontier:
-                return
-            st, en = self.runs[k]
-            boundary = st - 1
-            # step 2: enter run k in each mesh
-            meshes = {self.layouts[j].mesh for j in configs}
-            entered = {}
-            for dst in meshes:
-                ts, ms = [], []
-                for src, (t, mem) in frontier.items():
-                    ts.append(t + 2.0 * self.reshard(boundary, src, dst, d))
-                    ms.append(mem)
-                pruned = _prune(np.concatenate(ts, 1), np.concatenate(ms, 1), big)
-                if pruned is not None:
-                    entered[dst] = pruned
-            nxt_points: dict[tuple[int, int], list] = {}
-            for j in configs:
-                mesh = self.layouts[j].mesh
-                if mesh not in entered:
-                    continue
-                Gt, Gm = entered[mesh]
-                e = min(int(self.fit_end(j, stash)[st]), en)
-                if e < st:
-                    continue
-                _, prefix = self._run_sums(j, k)
-                bs = np.arange(st, e + 1)
-                Tl = prefix[: e - st + 1]
-                room = cap - self.memory(j, st, bs, stash)  # >= 0: the segment fits alone
-                # step 3: the stage ends in run k
-                val = _least_fitting(Gt, Gm, room, big) + Tl[None, :]
-                view = best[st0 : en0 + 1, st : e + 1]
-                np.minimum(view, val, out=view)
-                # step 4: the whole run k in config j
-                if e == en:
-                    ok = Gm <= room[-1]
-                    nxt_points.setdefault(mesh, []).append(
-                        (np.where(ok, Gt + Tl[-1], INF), np.where(ok, np.where(ok, Gm, 0) + (cap - room[-1]), big))
-                    )
-            frontier = {}
-            for mesh, pts in nxt_points.items():
-                pruned = _prune(np.concatenate([p[0] for p in pts], 1), np.concatenate([p[1] for p in pts], 1), big)
-                if pruned is not None:
-                    frontier[mesh] = pruned
 
     # ------------------------------------------------------------------ zb-h1: (u, W) options
     def options(self, i: int, stash: int, parts: str) -> tuple[np.ndarray, np.ndarray]:
@@ -341,105 +284,47 @@ class StageCosts:
         part, no reshards); "fb": the forward ``F + sum r`` and the backward
         ``B + sum r``; over the per-segment config tuples that fit with
         ``stash``, padded with ``(inf, inf)`` (module docstring, "Options").
+
+        Per stage the distinct Pareto-minimal pairs in order of part 1, ``F``
+        the most any stage has (at least 1): what numpy's lexsort-and-prune of
+        every candidate gave, now gathered one pair at a time by the compiled
+        loops of :mod:`.stage_kernels` (the same floats).
         """
+        width = OPTION_PAIRS
+        while True:
+            found = self._options_within(i, stash, parts, width)
+            if found is not None:
+                return found
+            width *= 4
+
+    def _options_within(self, i: int, stash: int, parts: str, width: int):
+        """:meth:`options` if no stage has more than ``width`` Pareto pairs, else None."""
         L = self.L
-        blocks: list = []  # (first row, first column, P1 block, P2 block)
-        configs = self.of_size[i]
-        one, two, _, _ = self._parts[parts]
-        for k, (st, en) in enumerate(self.runs):
-            n = en - st + 1
-            tri = np.triu(np.ones((n, n), bool))
-            cols = np.arange(st, en + 1)
-            us, ws = [], []
-            for j in configs:
-                end = self.fit_end(j, stash)[st : en + 1]
-                ok = tri & (cols[None, :] <= end[:, None])
-                us.append(np.where(ok, np.cumsum(np.where(tri, one[j, st : en + 1][None, :], 0.0), axis=1), INF))
-                ws.append(np.where(ok, np.cumsum(np.where(tri, two[j, st : en + 1][None, :], 0.0), axis=1), INF))
-            if us:
-                blocks.append((st, st, *_prune_pairs(np.stack(us, -1), np.stack(ws, -1))))
-        if len(self.runs) > 1 and len(configs) == 1:
-            self._spanning_one_options(blocks, configs[0], stash, parts)
-        elif len(self.runs) > 1 and configs:
-            for k0 in range(len(self.runs) - 1):
-                self._spanning_options(blocks, i, stash, k0, parts)
-        width = max([1] + [blk[2].shape[2] for blk in blocks])
         U = np.full((L, L, width), INF)
         W = np.full((L, L, width), INF)
-        for r, c, bu, bw in blocks:
-            U[r : r + bu.shape[0], c : c + bu.shape[1], : bu.shape[2]] = bu
-            W[r : r + bw.shape[0], c : c + bw.shape[1], : bw.shape[2]] = bw
-        return U, W
-
-    def _spanning_one_options(self, blocks: list, j: int, stash: int, parts: str) -> None:
-        """One config of this size: a spanning stage's parts are forward sums of that config (no reshards)."""
-        one, two, _, _ = self._parts[parts]
-        for a, first_end, e in self._spanning_ranges(j, stash):
-            u = np.cumsum(one[j, a : e + 1])[first_end + 1 - a :]
-            w = np.cumsum(two[j, a : e + 1])[first_end + 1 - a :]
-            blocks.append((a, first_end + 1, u[None, :, None], w[None, :, None]))
-
-    def _spanning_options(self, blocks: list, i: int, stash: int, k0: int, parts: str) -> None:
-        """Stages from run k0 into a later run: steps 1-4 with (part 1, part 2, memory) frontiers (module docstring)."""
-        one, two, r1, r2 = self._parts[parts]
-        d = self.sizes[i]
+        C = np.zeros((L, L), dtype=np.int64)
         configs = self.of_size[i]
-        st0, en0 = self.runs[k0]
-        A = np.arange(st0, en0 + 1)
-        cap, big = self.cap, self.big
-        points: dict[tuple[int, int], list] = {}
-        for j in configs:  # step 1
-            ok = self.fit_end(j, stash)[A] >= en0
-            if not ok.any():
-                continue
-            u = np.cumsum(one[j, st0 : en0 + 1][::-1])[::-1]
-            w = np.cumsum(two[j, st0 : en0 + 1][::-1])[::-1]
-            mem = np.where(ok, self.memory(j, A, en0, stash), big)
-            points.setdefault(self.layouts[j].mesh, []).append((np.where(ok, u, INF)[:, None], np.where(ok, w, INF)[:, None], mem[:, None]))
-        frontier = _merge3(points, big)
-        for k in range(k0 + 1, len(self.runs)):
-            if not frontier:
-                return
-            st, en = self.runs[k]
-            n = en - st + 1
-            entered = _merge3(
-                {
-                    dst: [
-                        (fu + r1 * self.reshard(st - 1, src, dst, d), fw + r2 * self.reshard(st - 1, src, dst, d), fm)
-                        for src, (fu, fw, fm) in frontier.items()
-                    ]
-                    for dst in {self.layouts[j].mesh for j in configs}
-                },
-                big,
-            )  # step 2
-            ends_u, ends_w = [], []
-            nxt: dict[tuple[int, int], list] = {}
-            for j in configs:
-                mesh = self.layouts[j].mesh
-                if mesh not in entered:
-                    continue
-                Gu, Gw, Gm = entered[mesh]
-                e = min(int(self.fit_end(j, stash)[st]), en)
-                if e < st:
-                    continue
-                bs = np.arange(st, e + 1)
-                Tu = np.cumsum(one[j, st : e + 1])
-                Tw = np.cumsum(two[j, st : e + 1])
-                room = cap - self.memory(j, st, bs, stash)
-                ok = Gm[:, :, None] <= room[None, None, :]  # step 3: (a, point, b)
-                pad = ((0, 0), (0, 0), (0, n - len(bs)))
-                ends_u.append(np.pad(np.where(ok, Gu[:, :, None] + Tu[None, None, :], INF), pad, constant_values=INF))
-                ends_w.append(np.pad(np.where(ok, Gw[:, :, None] + Tw[None, None, :], INF), pad, constant_values=INF))
-                if e == en:  # step 4
-                    ok = Gm <= room[-1]
-                    nxt.setdefault(mesh, []).append(
-                        (np.where(ok, Gu + Tu[-1], INF), np.where(ok, Gw + Tw[-1], INF), np.where(ok, np.where(ok, Gm, 0) + (cap - room[-1]), big))
+        one, two, r1, r2 = self._parts[parts]
+        ok = True
+        if configs and L:
+            js = np.array(configs, dtype=np.int64)
+            ends = np.ascontiguousarray(np.stack([self.fit_end(j, stash) for j in configs]), dtype=np.int64)
+            runs = np.array(self.runs, dtype=np.int64).reshape(-1, 2)
+            ok = kernels.options_single(U, W, C, one, two, js, ends, runs)
+            if len(self.runs) > 1 and len(configs) == 1:
+                ok &= kernels.options_spanning_one(U, W, C, one[configs[0]], two[configs[0]], ends[0], self._run_ends())
+            elif len(self.runs) > 1:
+                mesh, meshes, r = self._mesh_tables(i)
+                q1, q2 = r1 * r, r2 * r
+                for k0 in range(len(self.runs) - 1):
+                    ok &= kernels.options_spanning(
+                        U, W, C, one, two, js, mesh, meshes, ends, self.weight_prefix, self.act_prefix,
+                        np.int64(stash), np.int64(self.cap), runs, q1, q2, k0, FRONTIER_POINTS,
                     )
-            if ends_u:
-                bu = np.concatenate(ends_u, 1).transpose(0, 2, 1)  # (a, b, points)
-                bw = np.concatenate(ends_w, 1).transpose(0, 2, 1)
-                blocks.append((st0, st, *_prune_pairs(bu, bw)))
-            frontier = _merge3(nxt, big)
+        if not ok:
+            return None
+        used = max(1, int(C.max(initial=0)))
+        return np.ascontiguousarray(U[:, :, :used]), np.ascontiguousarray(W[:, :, :used])
 
     def option_configs(self, a: int, b: int, i: int, stash: int, parts: str, u: float, w: float) -> tuple[Layout, ...] | None:
         """Configs (one per segment of a..b) whose parts are no worse than ``(u, w)`` (up to rounding); None if none."""
@@ -531,51 +416,6 @@ class StageCosts:
         return float(np.cumsum(self.time[j, a : b + 1])[-1])
 
 
-def _prune(t: np.ndarray, mem: np.ndarray, big: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """Row-wise Pareto frontiers of (time, memory) points, padded with (inf, big); None if all rows are empty.
-
-    A point is kept when it is strictly faster than every point before it in
-    order of memory, so every non-dominated point is kept (a dominated one
-    with exactly equal memory may stay too, which changes no minimum).
-    """
-    if t.shape[1] == 1:
-        return (t, mem) if np.isfinite(t).any() else None
-    rows = np.arange(t.shape[0])[:, None]
-    order = np.argsort(mem, axis=1, kind="stable")
-    t = t[rows, order]
-    mem = mem[rows, order]
-    running = np.minimum.accumulate(t, axis=1)
-    keep = np.empty(t.shape, bool)
-    keep[:, 0] = np.isfinite(t[:, 0])
-    keep[:, 1:] = t[:, 1:] < running[:, :-1]
-    width = int(keep.sum(axis=1).max())
-    if width == 0:
-        return None
-    idx = np.argsort(~keep, axis=1, kind="stable")[:, :width]
-    return np.where(keep, t, INF)[rows, idx], np.where(keep, mem, big)[rows, idx]
-
-
-def _least_fitting(t: np.ndarray, mem: np.ndarray, room: np.ndarray, big: int) -> np.ndarray:
-    """``[a, b]``: the least ``t[a, f]`` over points f with ``mem[a, f] <= room[b]`` (inf if none).
-
-    ``t, mem`` are frontiers from :func:`_prune`: per row, kept points in
-    order of memory with strictly falling time, then ``(inf, big)`` pads; so
-    the least fitting time is the time of the last point that fits, found by
-    one binary search over all rows (row r's memories shifted by
-    ``r * (big + 1)``) instead of an (a, point, b) comparison. The value is
-    an element of ``t``, bit-identical to the minimum over the fitting points.
-    """
-    rows, F = t.shape
-    if F == 1:
-        return np.where(mem <= room[None, :], t, INF)
-    if rows * (big + 1.0) >= 2.0**62:  # the shifted keys would not fit int64
-        return np.where(mem[:, :, None] <= room[None, None, :], t[:, :, None], INF).min(axis=1)
-    shift = np.arange(rows, dtype=np.int64)[:, None] * np.int64(big + 1)
-    pos = np.searchsorted((mem + shift).ravel(), shift + room[None, :], side="right")
-    fits = pos > np.arange(rows)[:, None] * F  # at least one point of row a fits
-    return np.where(fits, t.ravel()[np.maximum(pos - 1, 0)], INF)
-
-
 def _prune_list(points: list) -> list:
     """The Pareto frontier of (time, memory, payload) points: no kept point is dominated."""
     out, best = [], INF
@@ -584,49 +424,6 @@ def _prune_list(points: list) -> list:
             out.append(p)
             best = p[0]
     return out
-
-
-def _prune_pairs(u: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Along the last axis, the Pareto-minimal (u, w) points, compacted and padded with (inf, inf).
-
-    Points are ordered by (u, w); a point is kept when its w is below every
-    earlier point's, so every non-dominated point stays (and only those).
-    """
-    order = np.lexsort((w, u), axis=-1)
-    u = np.take_along_axis(u, order, -1)
-    w = np.take_along_axis(w, order, -1)
-    running = np.minimum.accumulate(w, axis=-1)
-    keep = np.isfinite(u).copy()
-    keep[..., 1:] &= w[..., 1:] < running[..., :-1]
-    width = max(int(keep.sum(axis=-1).max(initial=0)), 1)
-    idx = np.argsort(~keep, axis=-1, kind="stable")[..., :width]
-    return np.take_along_axis(np.where(keep, u, INF), idx, -1), np.take_along_axis(np.where(keep, w, INF), idx, -1)
-
-
-def _merge3(points: dict, big: int) -> dict:
-    """Per mesh, the row-wise Pareto frontier of the (u, w, memory) point blocks listed for it."""
-    out = {}
-    for mesh, pts in points.items():
-        pruned = _prune3(*(np.concatenate([p[q] for p in pts], 1) for q in range(3)), big)
-        if pruned is not None:
-            out[mesh] = pruned
-    return out
-
-
-def _prune3(u: np.ndarray, w: np.ndarray, mem: np.ndarray, big: int):
-    """Row-wise: the points no other point of the row dominates in (u, w, memory), padded with (inf, inf, big);
-    None if every row is empty. Of exactly equal points the first stays."""
-    F = u.shape[1]
-    le = (u[:, :, None] <= u[:, None, :]) & (w[:, :, None] <= w[:, None, :]) & (mem[:, :, None] <= mem[:, None, :])
-    eq = (u[:, :, None] == u[:, None, :]) & (w[:, :, None] == w[:, None, :]) & (mem[:, :, None] == mem[:, None, :])
-    earlier = np.arange(F)[:, None] < np.arange(F)[None, :]
-    keep = np.isfinite(u) & ~(le & (~eq | earlier[None])).any(axis=1)
-    width = int(keep.sum(axis=1).max(initial=0))
-    if width == 0:
-        return None
-    rows = np.arange(u.shape[0])[:, None]
-    idx = np.argsort(~keep, axis=1, kind="stable")[:, :width]
-    return np.where(keep, u, INF)[rows, idx], np.where(keep, w, INF)[rows, idx], np.where(keep, mem, big)[rows, idx]
 
 
 def _prune_list3(points: list) -> list:

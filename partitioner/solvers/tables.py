@@ -102,7 +102,9 @@ def layer_arrays(problem: Problem, layouts: tuple[Layout, ...]) -> LayerArrays:
     cost keys are the very same objects in the same order (the parser shares
     them) reuse the row map of the layer before.
     """
-    index = {lay: j for j, lay in enumerate(layouts)}
+    index: dict[Layout, list[int]] = {}  # config -> its rows (a config listed twice fills both)
+    for j, lay in enumerate(layouts):
+        index.setdefault(lay, []).append(j)
     J, L = len(layouts), problem.num_layers
     fwd, bwd, time = np.zeros((J, L)), np.zeros((J, L)), np.zeros((J, L))
     weight, act = np.zeros((J, L), dtype=np.int64), np.zeros((J, L), dtype=np.int64)
@@ -113,8 +115,8 @@ def layer_arrays(problem: Problem, layouts: tuple[Layout, ...]) -> LayerArrays:
         now = tuple(layer.costs)
         if now != keys:
             keys = now
-            found = [(n, index[lay]) for n, lay in enumerate(keys) if lay in index]
-            take = None if len(found) == len(keys) else [n for n, _ in found]
+            found = [(n, j) for n, lay in enumerate(keys) for j in index.get(lay, ())]
+            take = None if [n for n, _ in found] == list(range(len(keys))) else [n for n, _ in found]
             rows = np.array([j for _, j in found], dtype=np.int64)
         values = tuple(layer.costs.values())
         costs = values if take is None else tuple(values[n] for n in take)
