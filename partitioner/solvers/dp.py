@@ -680,10 +680,15 @@ class DPModel(ThresholdWalks):
             return INF
 
     def _greedy_plan(self, objective: str, deadline) -> Plan | None:
-        """The greedy heuristic's plan for ``objective`` within what is left of the time limit, or None."""
+        """The greedy heuristic's plan for ``objective`` within what is left of the time limit, or None;
+        None too for a model restricted to fewer layouts or stage counts than the problem's (the greedy
+        plan may use others: it is no plan of this model)."""
         from .base import SolveRequest
         from .greedy import solve_greedy
 
+        if tuple(self.layouts) != tuple(self.problem.layouts()) or tuple(self.stage_counts) != (
+                self.problem.stages.min, self.problem.stages.max):
+            return None
         left = None if deadline is None else deadline - time.perf_counter()
         if left is not None and left <= 0:
             return None
