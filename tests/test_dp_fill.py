@@ -100,6 +100,19 @@ def prefix_band(model: DPModel, limit: float) -> list[float]:
     return band
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_v2_problems(max_layers=7), st.sampled_from([0.0, 0.2, 0.5, 0.8, 1.0]))
+def test_the_device_band_is_the_definitions(problem, quantile):
+    model = DPModel(problem)
+    model.prepare()
+    finite = [v for i in range(len(model.sizes)) for v in model.compute_matrix(i, 1).ravel() if math.isfinite(v)]
+    limit = float(np.quantile(finite, quantile)) if finite else 1.0
+    band = prefix_band(model, limit)
+    found = dp_recursion.prefix_devices(model, limit * (1 + 1e-12))
+    big = 2 * model.N + 1
+    assert [int(x) if x < big else math.inf for x in found] == [b if b < big else math.inf for b in band]
+
+
 def with_transfers(problem: Problem, floor: int, schedule: str | None = None) -> Problem:
     """``problem`` with every boundary carrying at least ``floor`` x (its index + 1) bytes."""
     doc = problem.to_dict()

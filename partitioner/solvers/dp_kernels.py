@@ -516,19 +516,25 @@ def options_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, N, lim, minmax, overwri
 @njit(cache=True, nogil=True)
 def prefix_devices(CB1, sizes, lim, N):
     """prefix[a]: the fewest devices stages of compute at most ``lim`` (``CB1[i, a, b]``, stash 1)
-    need to cover layers 0..a-1; ``2 N + 1`` when none can (:func:`.dp_recursion.prefix_devices`)."""
+    need to cover layers 0..a-1; ``2 N + 1`` when none can (:func:`.dp_recursion.prefix_devices`).
+    First layers in order: prefix[a] is final once every stage ending before a is in, and each stage
+    a..b is read along its row."""
     S, L = CB1.shape[0], CB1.shape[1]
     big = 2 * N + 1
     out = np.full(L + 1, big, np.int64)
     out[0] = 0
-    for b in range(L):
-        best = big
+    for a in range(L):
+        if out[a] >= big:
+            continue
         for i in range(S):
             d = sizes[i]
             if d > N:
                 continue
-            for a in range(b + 1):
-                if CB1[i, a, b] <= lim and out[a] + d < best:
-                    best = out[a] + d
-        out[b + 1] = min(best, big)
+            v = out[a] + d
+            row = CB1[i, a]
+            for b in range(a, L):
+                if row[b] <= lim and v < out[b + 1]:
+                    out[b + 1] = v
+    for b in range(L + 1):
+        out[b] = min(out[b], big)
     return out
