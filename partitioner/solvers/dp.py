@@ -320,7 +320,11 @@ class DPModel(ThresholdWalks):
         if stack is None:
             stack = np.empty((len(self.sizes), self.L, self.L))
             for i in range(len(self.sizes)):
-                stack[i] = self.compute_matrix(i, stash)
+                found = self._matrices.get((i, stash))
+                if found is None:
+                    self.costs.matrix(i, stash, out=stack[i])
+                else:
+                    stack[i] = found
             held = {key for key in self._matrices if key[1] == stash}
             if self._held_matrices() - 8 * self.L * self.L * len(held) + stack.nbytes <= _MATRIX_CACHE_BYTES:
                 for key in held:

@@ -218,14 +218,19 @@ class StageCosts:
         return found
 
     # ------------------------------------------------------------------ the table
-    def matrix(self, i: int, stash: int) -> np.ndarray:
-        """best[a, b] for size index i and ``stash`` (inf where no configs fit; a > b is inf).
+    def matrix(self, i: int, stash: int, out: np.ndarray | None = None) -> np.ndarray:
+        """best[a, b] for size index i and ``stash`` (inf where no configs fit; a > b is inf), written
+        into ``out`` (an ``(L, L)`` C-contiguous float array) when given.
 
         The rule of the module docstring, run by the compiled loops of
         :mod:`.stage_kernels` (the same floats as the numpy rule, see there).
         """
         L = self.L
-        best = np.full((L, L), INF)
+        if out is None:
+            best = np.full((L, L), INF)
+        else:
+            best = out
+            best.fill(INF)
         configs = self.of_size[i]
         if not configs or not L:
             return best
