@@ -350,7 +350,8 @@ def test_largest_accepted_layer_time_in_a_file(objective):
 def test_time_limit_returns_the_best_known_plan():
     from partitioner.costs import build_problem
 
-    problem = build_problem("openvla-7b", "dgx-a100-80g", nodes=2, global_batch=512, microbatches=16)
+    # a problem dp needs about a second for (8 nodes: placement states), stopped after 0.05 s
+    problem = build_problem("openvla-7b", "dgx-a100-80g", nodes=8, global_batch=2048, microbatches=32)
     r = solve(problem, "dp", objective="iteration", time_limit=0.05)
     assert r.status == "feasible", r.message
     assert r.plan is not None and r.bound is not None and r.bound <= r.value
