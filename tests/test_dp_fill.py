@@ -257,3 +257,35 @@ def test_tables_over_the_budget_are_refused_with_their_size():
     check_plan(problem, r)
     fits = solve(problem, "dp", options={"memory_budget_gb": 1.1 * need / 2**30}, time_limit=120)
     assert fits.status == "optimal"
+
+
+@pytest.mark.parametrize("kind", ["natural", "bins", "none"])
+@pytest.mark.parametrize("mode, limit", [("minsum", math.inf), ("minsum", 0.7), ("minmax", math.inf), ("minmax", 0.7)])
+@pytest.mark.parametrize("parts", [None, "uw", "fb"])
+def test_the_tables_do_not_depend_on_the_number_of_threads(monkeypatch, kind, mode, limit, parts):
+    # a level's chunks of first layers and its shared rows split among 1, 2 or 3 threads, one first
+    # layer per call (so that every thread gets several): the same tables bit for bit, bucket level included
+    from benchmarks.synthetic import synthetic_problem
+    from partitioner.solvers.dp_options import GPipeSpec, ZeroBubbleSpec
+
+    problem = synthetic_problem(12, 2, 4, layouts=None, transfers=kind != "none", seed=2, microbatches=3)
+    model = DPModel(problem)
+    model.parts = parts
+    model.prepare()
+    assert model.bucket  # the self-feeding level is among the levels compared
+    model.spec = {"uw": ZeroBubbleSpec(model.m, 1, every_level=True), "fb": GPipeSpec("B")}.get(parts)
+    if math.isfinite(limit):
+        finite = [v for i in range(len(model.sizes)) for v in model.compute_matrix(i, 1).ravel() if math.isfinite(v)]
+        limit = float(np.quantile(finite, limit)) * (1 if parts is None else 3 * model.m)
+    auto = model._automaton_for(model.natural_placement() if kind == "natural" else kind)
+    X = model._transfer_table(auto) if kind != "none" else np.zeros((model.L, len(auto.categories)))
+    monkeypatch.setattr(dp_recursion, "FIRSTS_PER_CALL", 1)
+    seen = []
+    for threads in (1, 2, 3):
+        monkeypatch.setattr(dp_recursion, "THREADS", threads)
+        model._pool, model._free_table = None, None  # fresh tables per run
+        tables = model.recursion(auto, X, mode, limit, None)
+        seen.append([tables.flat[level].copy() for level in range(1, tables.top + 1)])
+    assert any(np.isfinite(f).any() for f in seen[0])
+    for other in seen[1:]:
+        assert all(np.array_equal(x, y) for x, y in zip(seen[0], other))

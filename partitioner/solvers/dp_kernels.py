@@ -24,9 +24,10 @@ with what it holds:
 
 With ``self_feed`` (the "K or more stages" bucket level) row ``a`` of ``R``
 also takes the level's own row ``a`` once it is final, so lower first
-layers see suffixes of this level too. The kernels run on one thread: on
-a 2-core machine shared with other work, numba's parallel loops measured
-4x slower than one thread (threads waiting on each other every level).
+layers see suffixes of this level too. A call runs on one thread
+(numba's parallel loops measured 4x slower than one thread on the shared
+2-core machine, threads spinning at every level); :mod:`.dp_recursion`
+shares a level's calls among threads.
 
 Every float is formed in the order the numpy definition forms it, and
 float addition and ``max`` are monotone, so taking a least before adding a

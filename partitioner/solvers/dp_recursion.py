@@ -7,7 +7,10 @@ levels 1..top of one recursion of :mod:`.dp` -- ``minsum`` (least sum of
 stage times, every stage at most the threshold) or ``minmax`` (least largest
 stage time) -- exactly as the recursion there defines them; a level reads the
 previous level only and, for the "K or more" bucket level, itself at later
-first layers. A deadline is checked between chunks of first layers.
+first layers. A deadline is checked between chunks of first layers; the
+chunks of a level (but the bucket level's, which read each other) and its
+shared rows are shared among ``THREADS`` threads (``PARTITIONER_DP_THREADS``,
+default one per core).
 
 How a level fills. A stage a..b of size i in front of a suffix whose first
 stage pairs with it as (new state, outgoing category) costs ``t = w + x``
@@ -48,7 +51,9 @@ the definition). The last stages (level 1) are numpy, every a at once.
 from __future__ import annotations
 
 import math
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -60,6 +65,46 @@ INF = math.inf
 _TIE = 1e-12  # relative slack when comparing a stage time with a threshold (as in dp)
 FIRSTS_PER_CALL = 16  # first layers per kernel call: the deadline is checked between calls
 DIRECT_RANKS = 4  # minmax: a candidate fitting at most this many incoming categories is taken rank by rank
+
+
+
+
+def _threads() -> int:
+    """``PARTITIONER_DP_THREADS`` (a positive integer), else one per core."""
+    try:
+        wanted = int(os.environ.get("PARTITIONER_DP_THREADS", "0"))
+    except ValueError:
+        wanted = 0
+    return wanted if wanted > 0 else (os.cpu_count() or 1)
+
+
+THREADS = _threads()  # threads that share a level's first layers
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+
+
+def _pool() -> ThreadPoolExecutor | None:
+    """The threads that share a level's first layers (the kernels release the GIL), or None for one.
+
+    Every entry is written by one call in a fixed order, so the tables do not depend on the number
+    of threads; unlike numba's own parallel loops (measured 4x slower here under load, threads
+    spinning at every level), waiting threads sleep."""
+    if THREADS <= 1:
+        return None
+    found = _POOLS.get(THREADS)
+    if found is None:
+        found = _POOLS[THREADS] = ThreadPoolExecutor(THREADS, thread_name_prefix="dp-level")
+    return found
+
+
+def _split(pool, work, lo: int, hi: int) -> None:
+    """``work(lo', hi')`` over [lo, hi) in one piece per thread of ``pool`` (or in one call)."""
+    n = 1 if pool is None else THREADS
+    if n == 1 or hi - lo < 2 * n:
+        work(lo, hi)
+        return
+    cuts = [lo + (hi - lo) * t // n for t in range(n + 1)]
+    for future in [pool.submit(work, a, b) for a, b in zip(cuts, cuts[1:])]:
+        future.result()
 
 
 def _kernels():
@@ -209,8 +254,10 @@ class _Run:
         if bucket:  # the level's own rows are combined into R: the others must hold nothing
             R[:first], Rlo[:first], Rhi[:first] = INF, 0, 0
             R[L - level + 2 :], Rlo[L - level + 2 :], Rhi[L - level + 2 :] = INF, 0, 0
+        pool = _pool()
         if level >= 2:
-            kern.shared_rows(tables.flat[level - 1], meta.runs, 1, L - level + 2, R, Rlo, Rhi)
+            _split(pool, lambda lo, hi: kern.shared_rows(tables.flat[level - 1], meta.runs, lo, hi, R, Rlo, Rhi),
+                   1, L - level + 2)
         bmax = L - level
         if bmax < 0:
             return
@@ -222,7 +269,7 @@ class _Run:
             kind, s, k, f_cap = _spec_params(kern, self.spec)
         else:
             CB = self.model.compute_stack(stash, self.groups)
-        for a_hi in range(bmax, -1, -FIRSTS_PER_CALL):
+        def chunk(a_hi: int) -> None:
             self.check_time()
             a_lo = max(a_hi - FIRSTS_PER_CALL + 1, 0)
             if self.spec:
@@ -233,6 +280,14 @@ class _Run:
                 kern.plain_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, self.N, self.lim, minmax, DIRECT_RANKS, level >= 2,
                                  meta.grp, meta.xs, meta.xs_sorted, meta.rank, CB, meta.X, self.banded, self.prefix,
                                  bucket, meta.runs)
+
+        chunks = list(range(bmax, -1, -FIRSTS_PER_CALL))
+        if bucket or pool is None or len(chunks) < 2:
+            for a_hi in chunks:
+                chunk(a_hi)
+            return
+        for future in [pool.submit(chunk, a_hi) for a_hi in chunks]:
+            future.result()
 
 
 def _spec_params(kern, spec) -> tuple[int, float, float, float]:
