@@ -163,8 +163,8 @@ class StageCosts:
     # ------------------------------------------------------------------ facts
     @property
     def single_segment(self) -> bool:
-        """Every stage has one config: one run, or one config per size (a stage's time is then a
-        prefix difference of one config, and the range-query recursions of :mod:`.dp_compute` apply)."""
+        """Every stage has one config: one run, or one config per size (which stage tables two stashes
+        share then follows from which configs fit, :meth:`.DPModel._levels`)."""
         return len(self.runs) <= 1 or all(len(js) <= 1 for js in self.of_size)
 
     def fit_end(self, j: int, stash: int) -> np.ndarray:
