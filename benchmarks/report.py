@@ -332,34 +332,15 @@ ISSUE13_ROWS = (
 V2_TWIN = solver_bench.V2_SUFFIX
 BUDGET_MB = 3 * 1024  # the 3 GiB memory budget of the targets
 
-# What limits a missed issue-13 target, as profiled (cProfile) on this machine; keyed by the target's row label.
-ISSUE13_LIMITS: dict[str, str] = {
-    "L=256 N=256 layouts=all no transfers iteration": (
-        "the threshold search runs 10 least-sum recursions (a bound-guided search over the (sum, max) Pareto "
-        "points; about 8 is this bound's floor even knowing the optimum) and 6 feasibility recursions; a least-sum "
-        "recursion is about 0.33 s CPU: 60 % range minima by sparse tables over 134 layouts x 7 levels "
-        "(element-bound: 1.1 G minima per solve), 40 % the self-extending 'K or more stages' level (a per-row "
-        "sweep whose blocks of running minima are most of it; numpy's minimum.accumulate along rows measured "
-        "2x slower than the whole 7-level sparse table) (line_profiler)"),
-    "L=256 N=256 layouts=all no transfers iteration" + V2_TWIN: (
-        "multi-segment stages are not a prefix difference of one config, so the range-query recursions do not "
-        "apply and the general recursion (no placement states) runs every probe of the search; its kernels "
-        "(dp_recursion: reduceat, nonzero over (b, pair, device) blocks) are most of the time, the stage tables "
-        "about 3-7 % (cProfile)"),
-    "L=64 N=256 layouts=all transfers iteration" + V2_TWIN: (
-        "the general recursion's kernels with 3x the configs per stage (cProfile: dp_recursion._kernel, by_prefix); "
-        "the stage tables are about 7 %"),
-    "L=256 N=256 layouts=all transfers bottleneck" + V2_TWIN: (
-        "one minmax recursion over 256 layers with placement states; the v2 stage tables (35 sizes x stashes) "
-        "and the bucket level, one first layer at a time (cProfile)"),
-}
-# what limits a plan row over 10 s (cProfile of plan_model on openvla-7b, pi0 and qwen2-vl-7b-video)
+# What limits a missed issue-13 target, as profiled on this machine, keyed by the target's row label: every
+# target was met in the last run (benchmarks/results/issue13/solvers.json), so none is listed.
+ISSUE13_LIMITS: dict[str, str] = {}
+# what limits a plan row over 10 s (profiled on qwen2-vl-72b, the slowest preset: 7.1 s in the last run)
 PLAN_LIMIT = (
-    "dp solves are most of plan's CPU: the two 1F1B solves (the two most promising m; the general recursion "
-    "with placement states, 0.5-3 s per recursion at 64-128 GPUs) and the re-solve under zb-h1, which starts "
-    "from the 1F1B plan but must walk every k whose floor is below the best to prove it (50 s on openvla-7b, "
-    "258 s on qwen2-vl-72b, 2-4 recursions per k), so it stops at its limit of max(10 s, the 1F1B solves' time) "
-    "with its best plan; the planning layer itself (baselines, screening, projections, simulation) is 1-5 s")
+    "dp solves are most of plan's time: the two 1F1B solves (the general recursion with placement states over "
+    "64 levels at m = 64, about 1.5 s each) and the re-solve under zb-h1 (a walk per k, at most as long as the "
+    "1F1B solves took and at least 2 s; proving its optimum takes about 11 s on qwen2-vl-72b); the planning "
+    "layer itself (cost tables, baselines, replays) is 0.2-0.6 s")
 
 
 def issue13_targets(out: Path) -> list[str]:
