@@ -111,3 +111,15 @@ def test_other_optimal_link_patterns_are_tried_before_the_exact_automaton():
     assert r.status == exact.status == "optimal"
     assert r.extra["dp"]["placement"] == "run"
     assert r.value == pytest.approx(exact.value, rel=1e-12)
+
+
+def test_the_threads_option_changes_no_answer():
+    from benchmarks.synthetic import synthetic_problem
+
+    problem = synthetic_problem(16, 2, 4, layouts=None, transfers=True, seed=3, microbatches=4)
+    one = solve(problem, "dp", options={"threads": 1})
+    three = solve(problem, "dp", options={"threads": 3})
+    assert one.status == three.status == "optimal"
+    assert three.value == one.value and three.plan == one.plan
+    bad = solve(problem, "dp", options={"threads": 0})
+    assert bad.status == "error" and "threads" in bad.message

@@ -191,6 +191,7 @@ class DPModel(ThresholdWalks):
         self.parts: str | None = None
         self.spec = None
         self._budget = _MEMORY_BUDGET_BYTES
+        self.threads: int | None = None  # threads a level's first layers are shared among (None: the default)
         self._layer_tables()
         self.K = None  # set by prepare()
 

@@ -11,7 +11,8 @@ own best so far or the greedy plan, whichever is better -- as ``feasible``
 with the best lower bound it has proven (never nothing when a plan exists).
 
 Options: ``placement`` ("auto" | "bins") forces the exact placement
-automaton; ``memory_budget_gb`` caps the DP tables (default 3).
+automaton; ``memory_budget_gb`` caps the DP tables (default 3); ``threads``
+the threads of a level (:mod:`.dp_recursion`).
 """
 from __future__ import annotations
 
@@ -31,10 +32,13 @@ __all__ = ["solve_dp"]
 _MEMORY_BUDGET_BYTES = 3 * 2**30
 
 
-@register("dp", options=("placement", "memory_budget_gb"))
+@register("dp", options=("placement", "memory_budget_gb", "threads"))
 def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
     """Exact DP. Options: ``placement`` ("auto" | "bins") forces the exact
-    placement automaton; ``memory_budget_gb`` caps the DP tables (default 3)."""
+    placement automaton; ``memory_budget_gb`` caps the DP tables (default 3);
+    ``threads`` the threads a level's first layers are shared among (default
+    ``PARTITIONER_DP_THREADS`` or one per core; a batch sweep gives each job
+    its share of the cores)."""
     if problem.cluster.topology is not None:
         return Candidate("error", message="dp: custom cluster topologies are not supported by the solvers yet")
     reason = quick_infeasibility(problem)
@@ -47,7 +51,12 @@ def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
     if forced not in ("auto", "bins"):
         return Candidate("error", message=f"dp: option placement must be 'auto' or 'bins', got {forced!r}")
 
+    threads = request.option("threads", None)
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        return Candidate("error", message=f"dp: option threads must be a positive integer, got {threads!r}")
+
     model = DPModel(problem)
+    model.threads = threads
     mode = "bins" if forced == "bins" else model.natural_placement()
     warm_note = _set_incumbent(problem, request, model, deadline)
     try:

@@ -9,8 +9,8 @@ stage time) -- exactly as the recursion there defines them; a level reads the
 previous level only and, for the "K or more" bucket level, itself at later
 first layers. A deadline is checked between chunks of first layers; the
 chunks of a level (but the bucket level's, which read each other) and its
-shared rows are shared among ``THREADS`` threads (``PARTITIONER_DP_THREADS``,
-default one per core).
+shared rows are shared among the model's ``threads`` (the dp option), else
+``THREADS`` (``PARTITIONER_DP_THREADS``, default one per core).
 
 How a level fills. A stage a..b of size i in front of a suffix whose first
 stage pairs with it as (new state, outgoing category) costs ``t = w + x``
@@ -82,23 +82,24 @@ THREADS = _threads()  # threads that share a level's first layers
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 
 
-def _pool() -> ThreadPoolExecutor | None:
-    """The threads that share a level's first layers (the kernels release the GIL), or None for one.
+def _pool(threads: int) -> ThreadPoolExecutor | None:
+    """``threads`` threads that share a level's first layers (the kernels release the GIL), or None
+    for one.
 
     Every entry is written by one call in a fixed order, so the tables do not depend on the number
     of threads; unlike numba's own parallel loops (measured 4x slower here under load, threads
     spinning at every level), waiting threads sleep."""
-    if THREADS <= 1:
+    if threads <= 1:
         return None
-    found = _POOLS.get(THREADS)
+    found = _POOLS.get(threads)
     if found is None:
-        found = _POOLS[THREADS] = ThreadPoolExecutor(THREADS, thread_name_prefix="dp-level")
+        found = _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="dp-level")
     return found
 
 
 def _split(pool, work, lo: int, hi: int) -> None:
     """``work(lo', hi')`` over [lo, hi) in one piece per thread of ``pool`` (or in one call)."""
-    n = 1 if pool is None else THREADS
+    n = 1 if pool is None else pool._max_workers
     if n == 1 or hi - lo < 2 * n:
         work(lo, hi)
         return
@@ -254,7 +255,7 @@ class _Run:
         if bucket:  # the level's own rows are combined into R: the others must hold nothing
             R[:first], Rlo[:first], Rhi[:first] = INF, 0, 0
             R[L - level + 2 :], Rlo[L - level + 2 :], Rhi[L - level + 2 :] = INF, 0, 0
-        pool = _pool()
+        pool = _pool(getattr(self.model, "threads", None) or THREADS)
         if level >= 2:
             _split(pool, lambda lo, hi: kern.shared_rows(tables.flat[level - 1], meta.runs, lo, hi, R, Rlo, Rhi),
                    1, L - level + 2)
