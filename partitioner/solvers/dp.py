@@ -139,7 +139,6 @@ References
 """
 from __future__ import annotations
 
-import itertools
 import math
 import time
 
@@ -152,23 +151,22 @@ from .dp_placement import Automaton, build_automaton
 from .dp_recursion import fill as fill_tables
 from .dp_tables import Layout, Tables, table_bytes, working_bytes
 from .dp_stage import StageCosts
-from .dp_walks import ThresholdWalks, _Outcome, _same
+from .dp_stagecache import StageTables
+from .dp_walkback import WalkBack
+from .dp_walks import ThresholdWalks, _Outcome
 from .errors import OutOfTime as _OutOfTime
 from .errors import TooLarge as _TooLarge
 
 __all__ = ["DPModel"]
 
 INF = math.inf
-_TIE = 1e-12  # relative slack when comparing a stage time with a threshold
 _MEMORY_BUDGET_BYTES = 3 * 2**30  # the default budget of a model used outside the dp method
-_MATRIX_CACHE_BYTES = 2**28  # stage compute matrices kept across recursions (256 MiB)
-_PACK_CACHE_BYTES = 2**30  # stage options kept across recursions (1 GiB; recomputing them costs far more)
 
 
 # --------------------------------------------------------------------------- the model
 
 
-class DPModel(ThresholdWalks):
+class DPModel(ThresholdWalks, WalkBack, StageTables):
     """Tables and recursions for one problem (see the module docstring)."""
 
     def __init__(self, problem: Problem, layouts: tuple | None = None, stage_counts: tuple[int, int] | None = None):
@@ -293,111 +291,6 @@ class DPModel(ThresholdWalks):
             X[:, k] = self.out_bytes / (self.sizes[j] * bw * 1e6)
         return X
 
-    def best_compute(self, a: int, i: int, stash: int) -> np.ndarray:
-        """Over b = a..L-1: the fastest compute of layers a..b on size index i that fits with ``stash``."""
-        return self.compute_matrix(i, stash)[a, a:]
-
-    def compute_matrix(self, i: int, stash: int) -> np.ndarray:
-        """best[a, b]: the fastest fitting compute of layers a..b on size index i (inf if none);
-        see :mod:`.dp_stage` for the rule with segments and reshards."""
-        stack = self._stacks.get(stash)
-        if stack is not None:
-            return stack[i]
-        key = (i, stash)
-        found = self._matrices.get(key)
-        if found is None:
-            found = self.costs.matrix(i, stash)
-            if self._held_matrices() < _MATRIX_CACHE_BYTES:
-                self._matrices[key] = found
-        return found
-
-    def _held_matrices(self) -> int:
-        return 8 * self.L * self.L * (len(self._matrices) + len(self.sizes) * len(self._stacks))
-
-    def compute_stack(self, stash: int, groups: list | None = None) -> np.ndarray:
-        """``[g, a, b]``: :meth:`compute_matrix` of every size index (or of ``groups``) at ``stash``, one
-        C-contiguous array for the compiled kernels (kept while the matrices held stay under 256 MiB)."""
-        stack = self._stacks.get(stash)
-        if stack is None:
-            stack = np.empty((len(self.sizes), self.L, self.L))
-            for i in range(len(self.sizes)):
-                found = self._matrices.get((i, stash))
-                if found is None:
-                    self.costs.matrix(i, stash, out=stack[i])
-                else:
-                    stack[i] = found
-            held = {key for key in self._matrices if key[1] == stash}
-            if self._held_matrices() - 8 * self.L * self.L * len(held) + stack.nbytes <= _MATRIX_CACHE_BYTES:
-                for key in held:
-                    del self._matrices[key]
-                self._stacks[stash] = stack
-        if groups is None or list(groups) == list(range(len(self.sizes))):
-            return stack
-        return np.ascontiguousarray(stack[np.asarray(groups, dtype=np.int64)])
-
-    def option_pack(self, stash: int):
-        """The Pareto options (:meth:`.StageCosts.options`, parts ``self.parts``) of every size index at
-        ``stash``, packed for the compiled kernels: each size's offset into and width of two flat
-        arrays, and those arrays (the spec's key is formed in the kernel, so one pack serves every
-        zb-h1 k). A stash whose options equal the previous stash's shares its pack; packs are kept
-        while they hold under 1 GiB."""
-        key = (stash, self.parts)
-        found = self._packed.get(key)
-        if found is None:
-            tabs = [self.costs.options(i, stash, self.parts) for i in range(len(self.sizes))]
-            before = self._packed.get((stash - 1, self.parts))
-            if before is not None and all(
-                    np.array_equal(t[0], u[0]) and np.array_equal(t[1], u[1])
-                    for t, u in zip(tabs, (self._views(before, i) for i in range(len(tabs))))):
-                found = before
-            else:
-                width = np.array([t[0].shape[-1] for t in tabs], dtype=np.int64)
-                sizes = np.array([t[0].size for t in tabs], dtype=np.int64)
-                offset = np.r_[0, np.cumsum(sizes)[:-1]].astype(np.int64) if tabs else np.zeros(0, np.int64)
-                first = np.concatenate([t[0].ravel() for t in tabs]) if tabs else np.zeros(0)
-                second = np.concatenate([t[1].ravel() for t in tabs]) if tabs else np.zeros(0)
-                found = (offset, width, np.ascontiguousarray(first, dtype=float), np.ascontiguousarray(second, dtype=float))
-            held = sum(x[2].nbytes + x[3].nbytes for x in {id(v): v for v in self._packed.values()}.values())
-            if found is before or held + found[2].nbytes + found[3].nbytes <= _PACK_CACHE_BYTES:
-                self._packed[key] = found
-        return found
-
-    def _views(self, pack, i: int) -> tuple[np.ndarray, np.ndarray]:
-        offset, width, first, second = pack
-        n = self.L * self.L * int(width[i])
-        shape = (self.L, self.L, int(width[i]))
-        return first[offset[i] : offset[i] + n].reshape(shape), second[offset[i] : offset[i] + n].reshape(shape)
-
-    def packed_options(self, groups: list, stash: int):
-        """:meth:`option_pack` restricted to ``groups`` (the size groups of a layout; every size index
-        in practice, so the pack itself)."""
-        pack = self.option_pack(stash)
-        if list(groups) == list(range(len(self.sizes))):
-            return pack
-        tabs = [self._views(pack, i) for i in groups]
-        width = np.array([t[0].shape[-1] for t in tabs], dtype=np.int64)
-        offset = np.r_[0, np.cumsum([t[0].size for t in tabs])[:-1]].astype(np.int64) if tabs else np.zeros(0, np.int64)
-        first = np.concatenate([t[0].ravel() for t in tabs]) if tabs else np.zeros(0)
-        second = np.concatenate([t[1].ravel() for t in tabs]) if tabs else np.zeros(0)
-        return offset, width, first, second
-
-    def stage_options(self, i: int, stash: int) -> tuple[np.ndarray, np.ndarray]:
-        """``[a, b, f]``: the Pareto-minimal pairs of parts ``self.parts`` of stage a..b on size index i
-        (views into :meth:`option_pack`)."""
-        return self._views(self.option_pack(stash), i)
-
-    def option_rows(self, a: int, i: int, stash: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Over b = a..L-1 (and the options f of stage a..b): the spec's least key of the stage without
-        transfers (a lower bound with them; inf if nothing fits) and its two option arrays."""
-        return self.spec.prepare(*(x[a, a:] for x in self.stage_options(i, stash)))
-
-    def stage_configs(self, a: int, b: int, i: int, stash: int) -> tuple:
-        """The per-segment configs of the fastest fitting stage a..b on size index i."""
-        found = self.costs.configs(a, b, i, stash)
-        if found is None:
-            raise RuntimeError(f"dp: internal error: no configs fit stage {a}..{b} on {self.sizes[i]} devices")
-        return found[0]
-
     # ---------------------------------------------------------------- recursion
     def recursion(self, auto: Automaton, X: np.ndarray, mode: str, limit: float, deadline: float | None) -> Tables:
         """Fill the tables ``V[a, level, z, c, D]`` (:class:`.dp_recursion.Tables`).
@@ -451,139 +344,6 @@ class DPModel(ThresholdWalks):
         """May a whole pipeline have ``level`` stages (under zb-h1: with the current coefficient k)?"""
         P_ok = (self.P_lo <= level <= self.P_hi) or (self.bucket and level == self.K)
         return P_ok and (self.spec is None or self.spec.level_ok(level, self.m))
-
-    def _final(self, V, auto) -> tuple[float, tuple | None]:
-        best, arg = INF, None
-        for level in range(1, self.K + 1):
-            if not self._level_ok(level):
-                continue
-            vals = np.where(auto.accept, V.first(level, self.N), INF)
-            z = int(np.argmin(vals))
-            if vals[z] < best:
-                best, arg = float(vals[z]), (level, z)
-        return best, arg
-
-    def _final_states(self, V, auto, value: float) -> list[tuple[int, int]]:
-        """Every (level, first-stage state) whose pipeline reaches ``value``."""
-        out = []
-        for level in range(1, self.K + 1):
-            if self._level_ok(level):
-                firsts = V.first(level, self.N)
-                out += [(level, int(z)) for z in np.flatnonzero(auto.accept) if _same(float(firsts[z]), value)]
-        return out
-
-    def reconstructions(self, V, auto, X, mode, lim, level, z):
-        """Every optimal plan in the tables, as (stages, links, times), unlinked boundaries first.
-
-        Depth first: plans that share their first stages come together. Used
-        when the first plan's runs do not pack into the nodes: a plan with
-        the same value and fewer links usually does.
-        """
-        lim = lim * (1 + _TIE) if math.isfinite(lim) else INF
-        xin = np.vstack([np.zeros((1, len(auto.categories))), X[:-1]])
-
-        def linked(choice) -> bool:
-            return choice[4] is not None and bool(auto.categories[choice[4]][1])
-
-        optimum = V.value(0, level, z, 0, self.N)
-
-        def fits(value: float, target: float) -> bool:
-            # min-max: any choice that keeps every stage within the optimum is optimal;
-            # min-sum: the remaining sum must be exactly the table's
-            if mode == "minmax":
-                return value <= optimum * (1 + 1e-12)
-            return _same(value, target)
-
-        def walk(a, level, z, c, D, target):
-            matches = [ch for ch in self._choices(V, auto, X, xin, mode, lim, a, level, z, c, D) if fits(ch[-2], target)]
-            for b, i, src, zpp, coo, t, _, opt in sorted(matches, key=linked):
-                stage = (a, b, self.sizes[i], i) + ((opt,) if opt is not None else ())
-                if src is None:
-                    yield [stage], [], [t]
-                    continue
-                d = self.sizes[i]
-                for stages, links, times in walk(b + 1, src, zpp, coo, D - d, V.value(b + 1, src, zpp, coo, D - d)):
-                    yield [stage] + stages, [bool(auto.categories[coo][1])] + links, [t] + times
-
-        yield from walk(0, level, z, 0, self.N, optimum)
-
-    def placed_optimum(self, V, auto, X, mode, lim, value, kind, tries: int = 5000):
-        """The first optimal plan in the tables whose runs pack into the nodes, with its stage times."""
-        plans = itertools.chain.from_iterable(
-            self.reconstructions(V, auto, X, mode, lim, level, z) for level, z in self._final_states(V, auto, value)
-        )
-        for stages, links, times in itertools.islice(plans, tries):
-            plan = self.place(stages, links, kind)
-            if plan is not None:
-                return plan, times
-        return None, None
-
-    def _choices(self, V, auto, X, xin, mode, lim, a, level, z, c, D):
-        """Every way the state (a, level, z, c, D) can start: (b, size, source level, z', c', t, value, option),
-        in the order of b, then the source level, then the transitions; only those whose rest is finite.
-
-        ``t`` is the stage's time (with options: its key), ``option`` None or
-        the option's parts without transfers and the spec's extra (GPipe: F + xo).
-        Vectorised over b and the transitions (:meth:`_stage_values`).
-        """
-        stash = self.stash_of_level[level]
-        sources = [s for s in [level - 1] + ([level] if self.bucket and level == self.K else []) if s >= 1]
-        xi = float(xin[a, c])
-        for i, d in enumerate(self.sizes):
-            if d > D or (auto.size_of[z] >= 0 and auto.size_of[z] != i):
-                continue
-            if level == 1 and auto.init[i] == z and D == d:
-                t, cost, opt = self._stage_values(a, i, stash, mode, lim, np.array([self.L - 1]), np.zeros((1, 1)), xi)
-                if math.isfinite(t[0, 0]):
-                    yield self.L - 1, i, None, None, None, float(t[0, 0]), float(t[0, 0] if mode == "minmax" else cost[0, 0]), opt(0, 0)
-            zp, zn, co = auto.trans[i]
-            sel = zn == z
-            zpp, coo = zp[sel], co[sel]
-            bs = np.arange(a, self.L - level + 1)
-            if not bs.size or not zpp.size or not sources:
-                continue
-            t, cost, opt = self._stage_values(a, i, stash, mode, lim, bs, X[bs][:, coo], xi)
-            rest = np.stack([self._rest(V, src, bs + 1, zpp, coo, D - d) for src in sources], axis=1)  # (b, src, tr)
-            value = np.maximum(t[:, None, :], rest) if mode == "minmax" else cost[:, None, :] + rest
-            for kb, ks, kt in zip(*np.nonzero(np.isfinite(t)[:, None, :] & np.isfinite(rest))):
-                yield (int(bs[kb]), i, sources[ks], int(zpp[kt]), int(coo[kt]), float(t[kb, kt]), float(value[kb, ks, kt]),
-                       opt(kb, kt))
-
-    def _rest(self, V, level: int, pos: np.ndarray, zs: np.ndarray, cs: np.ndarray, D: int) -> np.ndarray:
-        """``[b, transition]``: :meth:`.Tables.value` of (pos[b], level, zs[t], cs[t], D), vectorised over b."""
-        out = np.full((pos.size, zs.size), INF)
-        if level < 1 or level > V.top:
-            return out
-        lay = V.layout
-        for k, (zp, cp) in enumerate(zip(zs, cs)):
-            ip = int(lay.auto.size_of[zp])
-            if ip not in lay.states:
-                continue
-            cl, Di = lay.cloc[ip, cp], D - lay.sizes[ip]
-            if cl >= 0 and Di >= 0:
-                out[:, k] = V.tab[level][ip][pos, lay.zloc[zp], cl, Di]
-        return out
-
-    def _stage_values(self, a: int, i: int, stash: int, mode: str, lim: float, bs: np.ndarray, xo: np.ndarray, xi: float):
-        """Stages a..bs[k] on size index i with outgoing transfers ``xo[k, t]`` and the incoming ``xi``, as the
-        recursion values them: (t or key, cost) arrays ``[k, t]``, inf where the stage is over ``lim`` or
-        does not fit, and ``option(k, t)`` -> None or the option's parts and the spec's extra."""
-        if not self.spec:
-            cb = self.best_compute(a, i, stash)[bs - a]
-            t = cb[:, None] + xo + xi
-            t = np.where(t <= lim, t, INF)
-            return t, t, lambda k, j: None
-        low, A, B = self.option_rows(a, i, stash)
-        one, two = (x[a, a:] for x in self.stage_options(i, stash))
-        f, cost, key, extra = self.spec.choices(A[bs - a], B[bs - a], xo, xi, mode, lim)
-        ok = (key <= lim) & np.isfinite(cost)
-        key = np.where(ok, key, INF)
-        o1, o2 = one[(bs - a)[:, None], f], two[(bs - a)[:, None], f]
-
-        def option(k: int, j: int):
-            return float(o1[k, j]), float(o2[k, j]), float(extra[k, j])
-
-        return key, np.where(ok, cost, INF), option
 
     def place(self, stages, links, kind: str) -> Plan | None:
         cluster = self.problem.cluster

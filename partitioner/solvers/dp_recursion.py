@@ -119,7 +119,7 @@ def _kernels():
 
 def fill(model, tables, auto, X: np.ndarray, mode: str, limit: float, deadline: float | None, top: int):
     """Fill ``tables`` for levels 1..top (see the module docstring); ``model`` is the :class:`.dp.DPModel`."""
-    L, K = model.L, model.K
+    K = model.K
     # level 1 is cleared; the kernels write whole blocks of the first layers 0..L - level of the others,
     # whose later first layers (no suffix of that many stages starts there) stay infinite from allocation
     tables.reset(top)
