@@ -143,7 +143,11 @@ def test_compare_json_on_a_real_sweep_shows_zero_gap_for_exact_methods(tmp_path)
     assert proc.returncode == 0, proc.stderr
     threads = max(1, available_cores() // 2)  # two workers share the cores
     for record in map(json.loads, out.read_text().splitlines()):
-        expected = {"cpsat": {"num_workers": threads}, "milp": {"threads": threads}}.get(record["method"], {})
+        expected = {
+            "cpsat": {"num_workers": threads},
+            "milp": {"threads": threads},
+            "dp": {"threads": threads},
+        }.get(record["method"], {})
         assert record["options"] == expected
 
     md, png = tmp_path / "report" / "compare.md", tmp_path / "report" / "profile.png"
