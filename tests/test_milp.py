@@ -152,3 +152,39 @@ def test_time_limit_covers_building_the_model(examples, method):
     r = solve(load_problem(examples / "seed_lesson16.json"), method, time_limit=1e-6)
     assert r.status == "error"
     assert "while building the model" in r.message
+
+
+class _Event:
+    def __init__(self):
+        self.interrupted = False
+
+    def interrupt(self):
+        self.interrupted = True
+
+
+def _polls(stop: float, times: list[float]) -> list[bool]:
+    """Which of the polls at ``times`` (the solver started at 0) a PollingStop interrupts."""
+    from partitioner.solvers.milp_backends import PollingStop
+
+    clock = iter(times)
+    stopper = PollingStop(stop, 0.0, clock=lambda: next(clock))
+    out = []
+    for _ in times:
+        event = _Event()
+        stopper(event)
+        out.append(event.interrupted)
+    return out
+
+
+def test_polling_stop_interrupts_at_the_last_poll_before_the_deadline():
+    """HiGHS polls seconds apart within a MIP: stop when the next poll, one gap away, would be late."""
+    # polls 5 s apart, deadline 12: the poll at 10 expects the next at 15 > 12, so it stops there
+    assert _polls(12.0, [5.0, 10.0, 15.0]) == [False, True, True]
+    # frequent polls run on up to the deadline
+    ticks = [0.1 * i for i in range(1, 120)]
+    stops = _polls(10.0, ticks)
+    first = stops.index(True)
+    assert 9.8 < ticks[first] <= 10.0 and all(stops[first:])
+    # a gap that shrinks lets the search go on: the estimate is the last gap, not the widest
+    assert _polls(12.0, [7.0, 8.0, 9.0]) == [True, False, False]
+    assert _polls(20.0, [7.0, 8.0, 9.0]) == [False, False, False]
