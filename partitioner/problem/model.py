@@ -29,8 +29,8 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import yaml
 
-from .documents import check_document, read_document
-from .limits import (
+from ..documents import check_document, read_document
+from ..limits import (
     MAX_BYTES,
     MAX_DEVICES,
     MAX_EDGES,
