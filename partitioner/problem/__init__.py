@@ -1,0 +1,77 @@
+"""Problem formats v1 and v2: the model, the cluster and the training setup a plan is made for.
+
+A problem is loaded from JSON or YAML (:func:`load_problem`) or built from a
+dict (:meth:`Problem.from_dict`). Loading validates everything and raises one
+exception type, :class:`ProblemError`, whose message names the source and the
+field path, e.g. ``p.json: layers[3].costs.dp2tp1.fwd_ms: must be >= 0, got -1``.
+Units: times in ms, sizes in bytes, bandwidth in GB/s (1e9 B/s).
+
+The formats are specified in ``DESIGN.md`` ("Problem format v1", "Problem
+format v2", "Schedules"). Version 2 adds *variants* to the cost keys
+(``dp2tp4/zero3``: a config is (dp, tp, variant)) and *segments*: in a
+version-2 problem each maximal run of same-``module`` layers inside a stage
+has its own config (:meth:`Problem.segments`). A version-1 problem keeps one
+config per stage, so no v1 answer changes. Everything a solver needs is a
+frozen dataclass here; nothing in this package knows about solvers, plans or
+the CLI.
+
+The package, one job a module (import everything from ``partitioner.problem``):
+
+* :mod:`.model`: the data model -- the constants, :class:`ProblemError`,
+  :class:`Layout`, :class:`LayerCost`, :class:`Layer`, :class:`Topology`,
+  :class:`Cluster`, :class:`Training`, :class:`StageBounds`, :class:`Problem`
+  (and its document, :meth:`Problem.to_dict`);
+* :mod:`.nodes`: a document value with its field path (``_Node``), its shape
+  and scalar checks, and the values spelled for messages;
+* :mod:`.parse`: the validating parser, document to :class:`Problem`
+  (:meth:`Problem.from_dict` runs it);
+* :mod:`.files`: :func:`load_problem`, :func:`as_problem`, :func:`dump_problem`.
+"""
+from __future__ import annotations
+
+from ..documents import read_document
+from .files import as_problem, dump_problem, load_problem
+from .model import (
+    FORMAT_VERSION,
+    FORMAT_VERSIONS,
+    OBJECTIVES,
+    SCHEDULES,
+    Cluster,
+    Config,
+    Layer,
+    LayerCost,
+    Layout,
+    Problem,
+    ProblemError,
+    StageBounds,
+    Topology,
+    Training,
+    _cost_doc,
+)
+from .nodes import _Node
+from .parse import _parse_cost, _parse_cost_checked
+
+__all__ = [
+    "FORMAT_VERSION",
+    "FORMAT_VERSIONS",
+    "OBJECTIVES",
+    "SCHEDULES",
+    "ProblemError",
+    "Layout",
+    "Config",
+    "LayerCost",
+    "Layer",
+    "Topology",
+    "Cluster",
+    "Training",
+    "StageBounds",
+    "Problem",
+    "load_problem",
+    "as_problem",
+    "dump_problem",
+    "read_document",
+]
+
+# Private names code outside the package imports from here (the tests of the parser's fast path):
+# kept importable as ``partitioner.problem._Node`` and so on; the tuple marks them used for pyflakes.
+_REEXPORTED = (_cost_doc, _Node, _parse_cost, _parse_cost_checked)
