@@ -22,13 +22,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .documents import check_document
-from .problem import Layout, Problem, ProblemError, as_problem, read_document
-from .reshard import segment_reshard_ms
-from .schedules import estimate as schedule_estimate
-from .schedules import peak_activation_bytes, stash
-from .topology import bandwidth, default_bandwidth, transfer_ms
-from .units import format_bytes
+from ..documents import check_document
+from ..problem import Layout, Problem, ProblemError, as_problem, read_document
+from ..reshard import segment_reshard_ms
+from ..schedules import estimate as schedule_estimate
+from ..schedules import peak_activation_bytes, stash
+from ..topology import bandwidth, default_bandwidth, transfer_ms
+from ..units import format_bytes
 
 __all__ = [
     "STATUSES",
