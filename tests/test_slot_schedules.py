@@ -258,3 +258,17 @@ def test_zb_h1_regressions_every_exact_method_proves_brutes_optimum(name):
         assert result.value == pytest.approx(oracle.value, rel=REL)
         assert result.bound <= oracle.value * (1 + 1e-12)
         check_plan(problem, result)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_an_infeasible_model_cbc_crashes_on_is_infeasible_for_every_exact_method():
+    """Found by test_cbc_matches_brute_under_zb_h1_and_gpipe: CBC 2.10.3 proves this 2-layer zb-h1
+    model infeasible by bound tightening, then dies of SIGSEGV writing its solution file; the milp
+    re-runs it without one and takes the proof it prints."""
+    problem = load_problem(FIXTURES / "regress_cbc_crash_infeasible.json")
+    assert solve(problem, "brute").status == "infeasible"
+    for method, options in (("milp", {}), ("milp", {"backend": "cbc"}), ("milp", {"backend": "cbc", "hint": False}),
+                            ("dp", {}), ("cpsat", CPSAT)):
+        result = solve(problem, method, options=options, seed=0)
+        assert result.status == "infeasible", (method, options, result.message)
+        assert result.plan is None

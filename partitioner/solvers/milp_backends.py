@@ -205,6 +205,14 @@ class _CbcTimeout(Exception):
     """CBC was still running past the deadline and was stopped."""
 
 
+class _CbcInfeasible(Exception):
+    """CBC proved the model infeasible (and crashed writing its solution file)."""
+
+
+# CBC's line when its bound tightening proves a model infeasible
+_CBC_PROVED_INFEASIBLE = re.compile(r"^Problem is infeasible - tightenPrimalBounds!\s*$", re.MULTILINE)
+
+
 class _CbcByDeadline(pulp.PULP_CBC_CMD):
     """PuLP's CBC command, held to a deadline.
 
@@ -226,6 +234,21 @@ class _CbcByDeadline(pulp.PULP_CBC_CMD):
         now = time.perf_counter()
         reserve = READBACK_SHARE * (now - self.began) + READBACK_SECONDS
         return max(0.01, round(self.deadline - now - reserve, 2))
+
+    def _proves_infeasible(self, mps: str, wait: float | None) -> bool:
+        """After a crash: whether CBC, run again without a solution file, proves the model infeasible.
+
+        CBC 2.10.3 dies of SIGSEGV writing its solution file when bound tightening has
+        proved a model infeasible (a 2-layer zb-h1 model, tests/test_slot_schedules.py);
+        the log it had buffered is lost with it. Without ``-solution`` it does not crash
+        and says so in a line of its own.
+        """
+        args = [self.path, mps, *[a for option in self.options for a in ("-" + option).split()], "-solve"]
+        try:
+            done = subprocess.run(args, capture_output=True, text=True, errors="replace", timeout=wait, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return False
+        return done.returncode == 0 and _CBC_PROVED_INFEASIBLE.search(done.stdout) is not None
 
     def solve_CBC(self, lp, use_mps=True):  # noqa: N802 (PuLP's name)
         mps, sol, mst = self.create_tmp_files(lp.name, "mps", "sol", "mst")
@@ -249,6 +272,8 @@ class _CbcByDeadline(pulp.PULP_CBC_CMD):
                     process.kill()
                     process.wait()
                     raise _CbcTimeout from None
+            if code < 0 and self._proves_infeasible(mps, wait):
+                raise _CbcInfeasible
             if code != 0 or not os.path.exists(sol):
                 raise pulp.PulpSolverError(f"cbc exited with code {code}")
             status, values, reduced, prices, slacks, sol_status = self.readsol_MPS(sol, lp, variables, var_names, con_names)
@@ -288,6 +313,8 @@ def solve_cbc(lp: pulp.LpProblem, deadline: float | None, threads: int, log: boo
             failure = str(err)
         except _CbcTimeout:
             failure = "stopped at the time limit"
+        except _CbcInfeasible:
+            return Outcome("infeasible", "infeasible (proved by bound tightening)", None, False)
         with open(path, encoding="utf-8", errors="replace") as f:
             text_log = f.read()
     finally:
