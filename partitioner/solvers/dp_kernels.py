@@ -140,12 +140,19 @@ def _widths(grp, N):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _take(acc, used, row, width, c, v):
-    """acc[row, c] = min(acc[row, c], v), the row set to infinity when first used."""
+def _open_row(acc, used, row, width):
+    """The offset of ``row`` in the flat ``acc``, the row set to infinity when first used."""
     base = row * width
     if not used[row]:
         used[row] = True
         acc[base : base + width] = INF
+    return base
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _take(acc, used, row, width, c, v):
+    """acc[row, c] = min(acc[row, c], v), the row set to infinity when first used."""
+    base = _open_row(acc, used, row, width)
     if v < acc[base + c]:
         acc[base + c] = v
 
@@ -230,19 +237,13 @@ def _plain_cell(out, R, Rlo, Rhi, a, g, bmax, N, lim, minmax, direct, overwrite,
                 Hb = p_off[p]
                 rowq = zn * Ci + q - 1
                 if not minmax:
-                    base = rowq * cols
-                    if not usedw[rowq]:
-                        usedw[rowq] = True
-                        accw[base : base + cols] = INF
+                    base = _open_row(accw, usedw, rowq, cols)
                     _min_into(accw, base + lo, R, b + 1, Hb + lo, hi - lo, w, 0)
                     continue
                 if q <= direct:  # max(w + x_r, H) rank by rank, each at its own row
                     for r in range(q):
-                        row = zn * Ci + r
-                        if not usedh[row]:
-                            usedh[row] = True
-                            acch[row * cols : row * cols + cols] = INF
-                        _min_into(acch, row * cols + lo, R, b + 1, Hb + lo, hi - lo, w + xs_sorted[a, c0 + r], 1)
+                        base = _open_row(acch, usedh, zn * Ci + r, cols)
+                        _min_into(acch, base + lo, R, b + 1, Hb + lo, hi - lo, w + xs_sorted[a, c0 + r], 1)
                     continue
                 whi_v = w + xs_sorted[a, c0 + q - 1]
                 wlo_v = w + x0
@@ -441,11 +442,7 @@ def _options_cell(out, R, Rlo, Rhi, a, g, bmax, L, N, lim, minmax, overwrite, gr
                     t = tcache[co * Ci + r]
                     if r + 1 < q and tcache[co * Ci + r + 1] == t:
                         continue  # the deposit at the run's last rank serves this one
-                    row = zn * Ci + r
-                    base = row * D1
-                    if not used[row]:
-                        used[row] = True
-                        acc[base : base + D1] = INF
+                    base = _open_row(acc, used, zn * Ci + r, D1)
                     _min_into(acc, base + lo, R, b + 1, p_off[p] + lo, hi - lo, t, 0)
                 continue
             if seen[co] != b:  # the stage's values per incoming category, once per outgoing category
@@ -460,11 +457,7 @@ def _options_cell(out, R, Rlo, Rhi, a, g, bmax, L, N, lim, minmax, overwrite, gr
                 t = tcache[co * Ci + cl]
                 if not (t < INF):
                     continue
-                row = zn * Ci + cl
-                base = row * D1
-                if not used[row]:
-                    used[row] = True
-                    acc[base : base + D1] = INF
+                base = _open_row(acc, used, zn * Ci + cl, D1)
                 _min_into(acc, base + lo, R, b + 1, p_off[p] + lo, hi - lo, t, 1)
     blk = g_base[g] + a * g_stride[g]
     for zl in range(ns):
