@@ -4,9 +4,10 @@ to the caller's deadline, with a MIP start and quiet standard output.
 HiGHS gets what is left of the deadline once PuLP has handed it the model, less a
 reserve for reading the answer back, plus an interrupt callback that stops it at
 its last poll before the deadline (:class:`PollingStop`: it checks its clock only
-now and then, seconds apart within a MIP). CBC gets the time left when its command line is made,
-in wall-clock seconds, and is killed :data:`CBC_GRACE` seconds past the deadline
-(its root LP and MIP start run seconds past the limit on a loaded machine).
+now and then, seconds apart within a MIP). CBC gets the time left when its
+command line is made, in wall-clock seconds, and is killed :data:`CBC_GRACE`
+seconds past the deadline (its root LP and MIP start run seconds past the limit
+on a loaded machine).
 """
 from __future__ import annotations
 
@@ -235,7 +236,7 @@ class _CbcByDeadline(pulp.PULP_CBC_CMD):
         reserve = READBACK_SHARE * (now - self.began) + READBACK_SECONDS
         return max(0.01, round(self.deadline - now - reserve, 2))
 
-    def _proves_infeasible(self, mps: str, wait: float | None) -> bool:
+    def _proves_infeasible(self, mps: str) -> bool:
         """After a crash: whether CBC, run again without a solution file, proves the model infeasible.
 
         CBC 2.10.3 dies of SIGSEGV writing its solution file when bound tightening has
@@ -244,6 +245,7 @@ class _CbcByDeadline(pulp.PULP_CBC_CMD):
         and says so in a line of its own.
         """
         args = [self.path, mps, *[a for option in self.options for a in ("-" + option).split()], "-solve"]
+        wait = None if self.deadline is None else max(0.0, self.deadline - time.perf_counter()) + CBC_GRACE
         try:
             done = subprocess.run(args, capture_output=True, text=True, errors="replace", timeout=wait, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
@@ -272,7 +274,7 @@ class _CbcByDeadline(pulp.PULP_CBC_CMD):
                     process.kill()
                     process.wait()
                     raise _CbcTimeout from None
-            if code < 0 and self._proves_infeasible(mps, wait):
+            if code < 0 and self._proves_infeasible(mps):
                 raise _CbcInfeasible
             if code != 0 or not os.path.exists(sol):
                 raise pulp.PulpSolverError(f"cbc exited with code {code}")
