@@ -12,7 +12,7 @@ Parts, each also runnable on its own:
 1. **Solver time scaling** -- :mod:`benchmarks.solvers` (layers, GPUs and layouts grow; the issue-3 targets).
 2. **Batch throughput** -- :mod:`benchmarks.throughput` (64-layer problems per hour per core).
 3. **Solver quality on the presets** -- a ``partitioner batch`` sweep over model presets x clusters x
-   batch sizes, every method, compared with :mod:`partitioner.compare` (table and performance profile).
+   batch sizes, every method, compared with :mod:`partitioner.batch.compare` (table and performance profile).
 4. **Plan quality** -- for every VLA/VLM preset, :func:`partitioner.plan_model` against both baselines
    (``megatron-uniform`` and ``fsdp``), simulated, with the memory knobs each stage and segment chose.
    ``--case-timeout S`` gives up a case after S seconds (its row says so); ``--cases m1,m2`` re-measures
@@ -44,7 +44,7 @@ from benchmarks import solvers as solver_bench  # noqa: E402
 from benchmarks import throughput as throughput_bench  # noqa: E402
 from partitioner import __version__, plan_model  # noqa: E402
 from partitioner.batch import expand, load_sweep, run_jobs  # noqa: E402
-from partitioner.compare import compare_file, plot_profile, to_markdown  # noqa: E402
+from partitioner.batch.compare import compare_file, plot_profile, to_markdown  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 PARTS = ("solvers", "throughput", "presets", "plans", "issue13")
@@ -584,7 +584,7 @@ def write_report(out: Path, quick: bool) -> Path:
     lines += [
         "## 5. Schedules",
         "",
-        "The candidates `plan_model` weighs per case (`partitioner.schedule_choice`, its `schedules` entry): *plan* =",
+        "The candidates `plan_model` weighs per case (`partitioner.planning.schedule_choice`, its `schedules` entry): *plan* =",
         "the 1F1B plan replayed under each plain schedule, *solved* = the method re-run under each schedule it models,",
         "*baseline* = the Megatron-style uniform split under every schedule (interleaved v = 2, 3, 4), *fsdp*; the",
         "fastest simulated *plan* or *solved* row is kept. Measured in the same run as part 4 and also written to",

@@ -14,7 +14,7 @@ does -- and reports
   no other load would reach per core, minus dispatch;
 * the per-job wall time (mean, median, max) and statuses;
 * the gap to the best value any method found on the same problem, from
-  :func:`partitioner.compare.compare`.
+  :func:`partitioner.batch.compare.compare`.
 
 Writes ``throughput.md`` and ``throughput.json`` into ``--out`` (default
 ``benchmarks/results``), stating the machine and the date. Run from the
@@ -45,7 +45,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from benchmarks.synthetic import synthetic_problem  # noqa: E402
 from partitioner import __version__, methods  # noqa: E402
 from partitioner.batch import available_cores, make_jobs, read_results, run_jobs  # noqa: E402
-from partitioner.compare import compare  # noqa: E402
+from partitioner.batch.compare import compare  # noqa: E402
 
 TARGET_PER_HOUR_PER_CORE = 1000.0
 DEFAULT_METHODS = ("cpsat", "milp", "dp", "greedy", "uniform", "balanced")  # brute cannot take 64 layers
@@ -222,7 +222,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
     lines += [
         "",
         "Gaps are to the best value any listed method found on the same problem "
-        "(`partitioner.compare`); a method that proves optimality has gap 0 wherever it finished.",
+        "(`partitioner.batch.compare`); a method that proves optimality has gap 0 wherever it finished.",
         "",
         "Reproduce: `python -m benchmarks.throughput "
         + f"--count {p['count']} --layers {p['layers']} --nodes {p['nodes']} --gpus-per-node {p['gpus_per_node']} "

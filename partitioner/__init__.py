@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .plan import Evaluation, Plan, PlanError, SolveResult, Stage, evaluate, load_plan
 from .problem import Cluster, Layer, LayerCost, Layout, Problem, ProblemError, StageBounds, Training, dump_problem, load_problem
-from .simulate import simulate
+from .simulate.engine import simulate
 from .solvers import SolverError, methods, solve
 from .planning import plan_model
 

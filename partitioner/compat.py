@@ -1,13 +1,13 @@
 """The seed lessons' classes, as thin facades over the package.
 
 * :class:`AsymmetricPipelineScheduler` (lesson 16): ``simulate_1f1b_execution``
-  is the forward-only flow shop of :mod:`partitioner.simulate` (schedule
+  is the forward-only flow shop of :mod:`partitioner.simulate.engine` (schedule
   ``forward``: the lesson's simulator, despite its name, replays forwards
   only); ``solve_optimal_layer_partition`` builds a v1 problem and solves it
   *exactly* with :func:`partitioner.solve`, where the lesson used a greedy
   heuristic.
 * :class:`CrossMeshTensorResharder` (lesson 15): ``forward_reshard`` and
-  ``backward_reshard`` run the transfer plan of :mod:`partitioner.reshard`.
+  ``backward_reshard`` run the transfer plan of :mod:`partitioner.cluster.reshard`.
   Its colocated case is one format-v2 stage with two segments
   (``DESIGN.md``, "Problem format v2"): :meth:`~CrossMeshTensorResharder.stage`
   builds that stage (vision config, then language config) for
@@ -26,8 +26,8 @@ import numpy as np
 
 from .plan import Stage
 from .problem import Cluster, Layout, Problem, ProblemError
-from .reshard import ReshardPlan, Sharding, execute_backward, execute_forward, plan_reshard, segment_reshard_ms
-from .simulate import simulate_times
+from .cluster.reshard import ReshardPlan, Sharding, execute_backward, execute_forward, plan_reshard, segment_reshard_ms
+from .simulate.engine import simulate_times
 from .solvers import solve
 
 __all__ = ["AsymmetricPipelineScheduler", "CrossMeshTensorResharder", "layer_partition_problem"]
@@ -133,7 +133,7 @@ class CrossMeshTensorResharder:
     Both meshes use the same ``num_gpus`` devices (colocated) unless
     ``vision_devices`` / ``language_devices`` say otherwise. Vision rank r
     holds its samples' features (a 1/tp_v slice when tp_v > 1, see
-    :mod:`partitioner.reshard`); language rank ``i_dp * tp_l + i_tp`` gets its
+    :mod:`partitioner.cluster.reshard`); language rank ``i_dp * tp_l + i_tp`` gets its
     data group's samples, feature slice ``i_tp``.
     """
 

@@ -6,7 +6,7 @@ import pytest
 from partitioner import evaluate, simulate
 from partitioner.plan import SolveResult, group_times
 from partitioner.problem import Problem
-from partitioner.schedules import stash
+from partitioner.plan.schedules import stash
 
 
 def check_plan(problem: Problem, result: SolveResult) -> None:

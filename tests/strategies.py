@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from partitioner.placement import node_assignment_ids, size_sequences
+from partitioner.cluster.placement import node_assignment_ids, size_sequences
 from partitioner.plan import Plan, Stage
 from partitioner.problem import Cluster, Problem
 from partitioner.solvers.brute import placement_patterns

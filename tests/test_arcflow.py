@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from partitioner import Problem, evaluate, solve
-from partitioner.solvers.arcflow import arcflow_reason, build_graph, path_of_plan
-from partitioner.solvers.slotmodel import integer_times, slot_data
+from partitioner.solvers.cpsat.arcflow import arcflow_reason, build_graph, path_of_plan
+from partitioner.solvers.slot.data import integer_times, slot_data
 from checks import check_plan
 from strategies import draw_valid_plan, small_problems
 from test_cpsat import agree as agree_cpsat
@@ -110,7 +110,7 @@ def check_plan_is_a_path(data, problem: Problem) -> None:
 
 
 def test_transfers_and_other_schedules_fall_back_to_the_slot_model():
-    from partitioner.solvers.slotmodel import slot_data as data_of
+    from partitioner.solvers.slot.data import slot_data as data_of
 
     doc = {
         "version": 1,
@@ -165,7 +165,7 @@ def test_time_limit_cut_answers_feasible_with_a_valid_bound():
 
 def test_a_graph_past_the_arc_cap_falls_back_to_the_slot_model(monkeypatch):
     from benchmarks.synthetic import synthetic_problem
-    from partitioner.solvers import arcflow
+    from partitioner.solvers.cpsat import arcflow
 
     problem = synthetic_problem(16, 1, 8, None, False, seed=1, microbatches=8, objective="iteration")
     monkeypatch.setattr(arcflow, "MAX_ARCS", 3)
@@ -192,8 +192,8 @@ def test_a_limit_that_runs_out_while_the_flow_model_is_built_returns_the_hint(mo
     """Building the flow model of 150,000 arcs takes seconds: it checks the deadline as it goes, and a limit
     that runs out there answers the greedy hint (feasible, the analytic bound), not a late search."""
     from benchmarks.synthetic import synthetic_problem
-    from partitioner.solvers import arcflow_run
-    from partitioner.solvers.slotrun import BuildTimeout
+    from partitioner.solvers.cpsat import arcflow_run
+    from partitioner.solvers.slot.run import BuildTimeout
 
     calls = []
 

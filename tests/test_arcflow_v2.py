@@ -6,7 +6,7 @@ them on the arc-flow model (checked through ``extra``). An arc's units must be
 those of a real fitting config tuple (one config per segment, exact-prefix
 units per segment plus reshard units) and the least such units: both are
 checked against an enumeration of every tuple written here, independently of
-:class:`~partitioner.solvers.arcflow.UnitCosts`.
+:class:`~partitioner.solvers.cpsat.arcflow.UnitCosts`.
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from partitioner import evaluate, solve
-from partitioner.solvers.arcflow import arcflow_reason, build_graph
-from partitioner.solvers.slotmodel import integer_times, slot_data
+from partitioner.solvers.cpsat.arcflow import arcflow_reason, build_graph
+from partitioner.solvers.slot.data import integer_times, slot_data
 from checks import check_plan
 from strategies import small_v2_problems
 from test_arcflow import check_plan_is_a_path, comm_free

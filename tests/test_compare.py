@@ -11,7 +11,7 @@ from benchmarks.synthetic import synthetic_problem
 from conftest import EXAMPLES, run_cli
 from partitioner import load_problem, methods
 from partitioner.batch import available_cores
-from partitioner.compare import compare, performance_profile, to_markdown
+from partitioner.batch.compare import compare, performance_profile, to_markdown
 from partitioner.problem import Problem, ProblemError, dump_problem
 
 

@@ -143,7 +143,7 @@ def test_resharder_is_the_lesson15_v2_stage_and_its_reshard():
     from partitioner import evaluate, solve
     from partitioner.plan import Plan
     from partitioner.problem import Layout
-    from partitioner.reshard import reshard_time_ms
+    from partitioner.cluster.reshard import reshard_time_ms
 
     problem = load_problem(ROOT / "examples" / "seed_lesson15_colocated.json")
     r = CrossMeshTensorResharder()

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from partitioner import Problem, load_problem, solve
-from partitioner.solvers.dp import DPModel
+from partitioner.solvers.dp.solver import DPModel
 from checks import check_plan
 from strategies import small_problems
 

@@ -1,7 +1,7 @@
-"""The general recursion's compact tables (:mod:`partitioner.solvers.dp_recursion`).
+"""The general recursion's compact tables (:mod:`partitioner.solvers.dp.recursion`).
 
 Every table entry is checked against a plain recursion written straight from
-the definition in :mod:`partitioner.solvers.dp` (loops over stages, successor
+the definition in :mod:`partitioner.solvers.dp.solver` (loops over stages, successor
 states, categories and devices) for every placement automaton, both modes and
 finite and infinite thresholds; dp's answers with transfers are checked
 against ``brute`` under every placement mode, schedule and format; and the
@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from checks import check_plan
-import partitioner.solvers.dp_recursion as dp_recursion
+import partitioner.solvers.dp.recursion as dp_recursion
 from partitioner import solve
 from partitioner.problem import Problem
-from partitioner.solvers.dp import DPModel
-from partitioner.solvers.dp_tables import table_bytes
+from partitioner.solvers.dp.solver import DPModel
+from partitioner.solvers.dp.tables import table_bytes
 from strategies import small_problems, small_v2_problems
 
 REL = 1e-9
@@ -266,7 +266,7 @@ def test_the_tables_do_not_depend_on_the_number_of_threads(monkeypatch, kind, mo
     # a level's chunks of first layers and its shared rows split among 1, 2 or 3 threads, one first
     # layer per call (so that every thread gets several): the same tables bit for bit, bucket level included
     from benchmarks.synthetic import synthetic_problem
-    from partitioner.solvers.dp_options import GPipeSpec, ZeroBubbleSpec
+    from partitioner.solvers.dp.options import GPipeSpec, ZeroBubbleSpec
 
     problem = synthetic_problem(12, 2, 4, layouts=None, transfers=kind != "none", seed=2, microbatches=3)
     model = DPModel(problem)

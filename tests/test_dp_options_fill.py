@@ -1,9 +1,9 @@
 """The general recursion with options (zb-h1's and GPipe's iteration estimates) entry by entry.
 
 Every table entry the vectorised options path of
-:mod:`partitioner.solvers.dp_recursion` fills is compared, for exact
+:mod:`partitioner.solvers.dp.recursion` fills is compared, for exact
 equality, with a plain recursion written from the definition in
-:mod:`partitioner.solvers.dp` and :mod:`partitioner.solvers.dp_options`:
+:mod:`partitioner.solvers.dp.solver` and :mod:`partitioner.solvers.dp.options`:
 loops over stages a..b, their Pareto options f, successor states, incoming
 categories and devices, each stage valued with the spec's arithmetic in the
 recursion's order (zb-h1: key ``(s u_f + k W_f) + s x``, value ``((u_f + xo)
@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import partitioner.solvers.dp_recursion as dp_recursion
-from partitioner.solvers.dp import DPModel
-from partitioner.solvers.dp_options import GPipeSpec, ZeroBubbleSpec
+import partitioner.solvers.dp.recursion as dp_recursion
+from partitioner.solvers.dp.solver import DPModel
+from partitioner.solvers.dp.options import GPipeSpec, ZeroBubbleSpec
 from strategies import small_problems, small_v2_problems
 from test_dp_fill import finite_entries
 from test_dp_fill import reference as fill_reference

@@ -19,13 +19,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from partitioner import Problem, evaluate, load_problem, solve
-from partitioner.placement import node_assignment_ids, size_sequences
+from partitioner.cluster.placement import node_assignment_ids, size_sequences
 from partitioner.plan import Plan, PlanError, Stage
 from partitioner.problem import Layout
-from partitioner.reshard import stage_reshard_ms
+from partitioner.cluster.reshard import stage_reshard_ms
 from partitioner.solvers.brute import placement_patterns
-from partitioner.solvers.dp import DPModel
-from partitioner.solvers.dp_stage import StageCosts
+from partitioner.solvers.dp.solver import DPModel
+from partitioner.solvers.dp.stage import StageCosts
 from partitioner.solvers.feasibility import feasible_stage_counts
 from checks import check_plan
 from strategies import small_v2_problems

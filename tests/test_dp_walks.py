@@ -13,8 +13,8 @@ from benchmarks.synthetic import synthetic_problem
 from checks import check_plan
 from partitioner import solve
 from partitioner.problem import Problem
-from partitioner.solvers.dp import DPModel
-from partitioner.solvers.dp_walks import threshold_search
+from partitioner.solvers.dp.solver import DPModel
+from partitioner.solvers.dp.walks import threshold_search
 from strategies import small_problems
 
 INF = math.inf

@@ -11,7 +11,7 @@ import pytest
 from partitioner import evaluate, load_problem
 from partitioner.plan import Plan, PlanError, SolveResult, Stage
 from partitioner.problem import Layout, Problem, ProblemError, StageBounds
-from partitioner.reshard import segment_reshard_ms, stage_reshard_ms
+from partitioner.cluster.reshard import segment_reshard_ms, stage_reshard_ms
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON15 = ROOT / "examples" / "seed_lesson15_colocated.json"

@@ -12,7 +12,7 @@ What holds on every run:
 * every ``--json`` output and every ``to_dict()`` is strict JSON (no NaN or
   Infinity).
 
-The limits themselves are :mod:`partitioner.limits` (README: "Accepted ranges
+The limits themselves are :mod:`partitioner.core.limits` (README: "Accepted ranges
 and resource limits").
 """
 from __future__ import annotations
@@ -32,8 +32,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from partitioner import ProblemError, SolverError, evaluate, load_problem, plan_model, simulate, solve
-from partitioner.documents import check_document
-from partitioner.limits import (
+from partitioner.core.documents import check_document
+from partitioner.core.limits import (
     MAX_BYTES,
     MAX_DEPTH,
     MAX_GBPS,
@@ -631,7 +631,7 @@ def test_building_the_package_writes_nothing_into_the_source_tree(tmp_path):
 
 
 def test_the_readme_states_the_limits_the_code_enforces():
-    from partitioner import limits
+    from partitioner.core import limits
 
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## Accepted ranges and resource limits") :]

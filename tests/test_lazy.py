@@ -1,4 +1,4 @@
-"""``import partitioner`` and a ``dp`` solve load none of the heavy solver back-ends (``partitioner.lazy``);
+"""``import partitioner`` and a ``dp`` solve load none of the heavy solver back-ends (``partitioner.core.lazy``);
 the methods that need them load them on first use and answer as before."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from partitioner.lazy import lazy_module
+from partitioner.core.lazy import lazy_module
 
 HEAVY = ("ortools.sat.python.cp_model", "pulp", "networkx")
 

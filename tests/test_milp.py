@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from partitioner import Problem, SolverError, evaluate, load_problem, solve
 from partitioner.plan import Plan, Stage
 from partitioner.solvers.feasibility import explain_infeasible
-from partitioner.solvers.milp import build_milp, start_values
-from partitioner.solvers.slotmodel import decisions_of_plan, slot_data
+from partitioner.solvers.milp.solver import build_milp, start_values
+from partitioner.solvers.slot.data import decisions_of_plan, slot_data
 from checks import check_plan
 from strategies import draw_valid_plan, small_problems
 from test_cpsat import memory_bound_infeasible, planted_problem, vla_like_problem
@@ -164,7 +164,7 @@ class _Event:
 
 def _polls(stop: float, times: list[float]) -> list[bool]:
     """Which of the polls at ``times`` (the solver started at 0) a PollingStop interrupts."""
-    from partitioner.solvers.milp_backends import PollingStop
+    from partitioner.solvers.milp.backends import PollingStop
 
     clock = iter(times)
     stopper = PollingStop(stop, 0.0, clock=lambda: next(clock))

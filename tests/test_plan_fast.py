@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 from partitioner.costs import build_problem
 from unittest.mock import patch
 
-from partitioner import schedule_choice
+from partitioner.planning import schedule_choice
 from partitioner.planning import FSDP_METHOD, fsdp_baseline, megatron_baselines, uniform_projection, variant_at
 from partitioner.planning.baselines import _megatron_plans, _try, value_floor
-from partitioner.schedule_search import with_schedule
+from partitioner.planning.schedule_search import with_schedule
 from partitioner.problem import _cost_doc as _cost_doc_for_test
 from partitioner.problem import Problem, ProblemError, _Node, _parse_cost, _parse_cost_checked
 from partitioner.solvers.greedy import _balance, balance_cuts

@@ -1,4 +1,4 @@
-"""``plan`` picks the pipeline schedule by simulation (``partitioner.schedule_choice``).
+"""``plan`` picks the pipeline schedule by simulation (``partitioner.planning.schedule_choice``).
 
 The kept plan is the fastest simulated candidate it reports -- the plan under
 every schedule, the method re-run where ``schedule_support`` allows it, the
@@ -17,8 +17,8 @@ import pytest
 from partitioner.plan import Plan, evaluate
 from partitioner.planning import plan_model
 from partitioner.problem import ProblemError
-from partitioner.schedule_choice import schedule_keys
-from partitioner.simulate import simulate
+from partitioner.planning.schedule_choice import schedule_keys
+from partitioner.simulate.engine import simulate
 
 CASE = dict(nodes=1, global_batch=32, microbatches=8, method="greedy")
 _CACHE: dict = {}
@@ -111,7 +111,7 @@ def test_zb_h1_is_re_solved_when_the_method_models_it():
 
 def test_a_solver_that_fails_under_a_schedule_is_a_note_not_a_crash(monkeypatch):
     """Whatever schedule_support allows is tried at run time; a method that then fails leaves a note."""
-    import partitioner.schedule_choice as choice
+    import partitioner.planning.schedule_choice as choice
 
     monkeypatch.setattr(choice, "schedule_support", lambda method, schedule, objective: "")
     r = plan_model("seed-vla-8gpu", "dgx-h100", **CASE)
@@ -127,7 +127,7 @@ def test_a_solver_that_fails_under_a_schedule_is_a_note_not_a_crash(monkeypatch)
 
 def test_best_rows_replay_to_their_iteration():
     r = planned()
-    from partitioner.schedule_search import with_schedule
+    from partitioner.planning.schedule_search import with_schedule
 
     for key in ("best", "best_baseline"):
         row = r.extra["schedules"][key]
@@ -171,7 +171,7 @@ def test_a_pinned_schedule_nothing_runs_under_is_infeasible_not_replaced():
 
 def test_a_re_solve_starts_from_the_plan_its_knob_setting_got_under_1f1b(monkeypatch):
     """dp re-solved under zb-h1 gets, as warm start, the plan the same knob setting got under 1F1B, and uses it."""
-    import partitioner.planning.model as model
+    import partitioner.planning.plan_model as model
 
     calls = []
     real = model.solve

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partitioner.problem import Cluster, Topology
-from partitioner.reshard import (
+from partitioner.cluster.reshard import (
     Sharding,
     execute_backward,
     execute_forward,
@@ -15,7 +15,7 @@ from partitioner.reshard import (
     plan_reshard,
     reshard_time_ms,
 )
-from partitioner.topology import default_bandwidth, transfer_ms
+from partitioner.cluster.topology import default_bandwidth, transfer_ms
 
 B, S, D = 8, 16, 128
 BF16 = 2

@@ -13,10 +13,10 @@ from partitioner.planning import megatron_baselines, microbatch_candidates
 from partitioner.planning.baselines import StageSums, _megatron_plans, value_floor
 from partitioner.presets import load_cluster, load_model
 from partitioner.problem import Layout, Problem, ProblemError
-from partitioner.schedule_search import with_schedule
-from partitioner.schedules import held_counts, held_states, peak_activation_bytes, walked_stash
-from partitioner.simulate import _figures, _prepare, replay_check, simulate, simulate_times
-from partitioner.timeline import op_times
+from partitioner.planning.schedule_search import with_schedule
+from partitioner.plan.schedules import held_counts, held_states, peak_activation_bytes, walked_stash
+from partitioner.simulate.engine import _figures, _prepare, replay_check, simulate, simulate_times
+from partitioner.simulate.timeline import op_times
 
 PRESETS = [
     ("pi0", "dgx-h100", 1, 256, 8, {"variants": ["all"]}),
@@ -196,7 +196,7 @@ def test_stage_sums_kept_across_schedules_give_the_same_floors(model, cluster, n
 
 
 def test_one_f_one_b_orders_are_the_pairs_loops():
-    from partitioner.schedules import _one_f_one_b
+    from partitioner.plan.schedules import _one_f_one_b
 
     def loop(p, m, warmup):
         order = [("F", p, j) for j in range(warmup)]
@@ -237,7 +237,7 @@ def test_the_memory_precheck_is_evaluates_rule_6(model, cluster, nodes, batch, m
 
 def test_zb_h1_orders_are_the_walks():
     """ZB-H1's order built by slices equals the walk that defers each W until min(P, m) forwards ran."""
-    from partitioner.schedules import _one_f_one_b, device_order
+    from partitioner.plan.schedules import _one_f_one_b, device_order
 
     def walk(p, P, m):
         order, forwards_run, weights = [], 0, 0

@@ -8,7 +8,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from partitioner import Plan, PlanError, Problem, Stage, evaluate, load_plan, load_problem, simulate, solve
-from partitioner.simulate import replay_check, simulate_times
+from partitioner.simulate.engine import replay_check, simulate_times
 from strategies import random_plans, small_problems
 
 # --------------------------------------------------------------------------- an independent replay

@@ -14,8 +14,8 @@ import pytest
 
 from partitioner import Problem, evaluate, load_problem, solve
 from partitioner.problem import StageBounds
-from partitioner.solvers.slotmodel import slot_data
-from partitioner.solvers.slottimes import UNIT_CAP, integer_times
+from partitioner.solvers.slot.data import slot_data
+from partitioner.solvers.slot.times import UNIT_CAP, integer_times
 from checks import check_plan
 from test_cpsat import vla_like_problem
 
@@ -33,7 +33,7 @@ EXACT = [
 def sentinel_problem(examples, value: float) -> Problem:
     """The toy VLA problem with one cost entry at a "never use this layout" sentinel.
 
-    Files are refused above ``partitioner.limits.MAX_TIME_MS``; a problem built
+    Files are refused above ``partitioner.core.limits.MAX_TIME_MS``; a problem built
     in Python can still carry such a value, and the solvers must not certify a
     wrong optimum for it, so the entry is set on the loaded problem.
     """

@@ -20,9 +20,9 @@ from checks import check_plan
 from partitioner import evaluate, load_problem, solve
 from partitioner.plan import Plan, Stage
 from partitioner.problem import Problem
-from partitioner.schedules import walked_stash
-from partitioner.solvers.slotrun import analytic_bound
-from partitioner.solvers.slotschedule import slot_stash, wgrad_factor, wgrad_steps
+from partitioner.plan.schedules import walked_stash
+from partitioner.solvers.slot.run import analytic_bound
+from partitioner.solvers.slot.schedule import slot_stash, wgrad_factor, wgrad_steps
 from strategies import draw_valid_plan, small_problems, small_v2_problems
 from test_cpsat import assert_plan_is_a_model_solution as cpsat_model_holds
 from test_milp import assert_plan_is_a_model_solution as milp_model_holds

@@ -1,7 +1,7 @@
 """The v2 stage tables and their reshard times against from-the-definition computations.
 
 ``reshard._port_elements`` (closed form) is compared with the busiest ports of
-:func:`partitioner.reshard.plan_reshard`'s explicit transfer list, and
+:func:`partitioner.cluster.reshard.plan_reshard`'s explicit transfer list, and
 ``StageCosts.matrix`` / ``configs`` with an enumeration of every config tuple
 (one config per segment) of every stage on random small v2 problems.
 """
@@ -17,7 +17,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from partitioner.problem import Cluster, Layout
-from partitioner.reshard import Sharding, _port_elements, plan_reshard, segment_reshard_ms, stage_reshard_ms
+from partitioner.cluster.reshard import Sharding, _port_elements, plan_reshard, segment_reshard_ms, stage_reshard_ms
 
 
 def _divisor_pairs(n: int) -> list[tuple[int, int]]:
@@ -92,7 +92,7 @@ def test_port_elements_rejects_a_layout_of_the_wrong_size():
 # ----------------------------------------------------------------------------- the stage tables
 
 from partitioner import Problem  # noqa: E402
-from partitioner.solvers.dp_stage import StageCosts  # noqa: E402
+from partitioner.solvers.dp.stage import StageCosts  # noqa: E402
 from test_dp_v2 import stage_best  # noqa: E402
 
 
@@ -260,7 +260,7 @@ def test_stage_tables_are_the_summation_order_bit_for_bit(problem, stashes, tiny
     options' pair lists started at one point (every growth and retry path)."""
     from unittest.mock import patch
 
-    from partitioner.solvers import dp_stage
+    from partitioner.solvers.dp import stage as dp_stage
 
     sizes = tuple(sorted({lay.devices for lay in problem.layouts()}))
     first = {}
@@ -276,7 +276,7 @@ def test_stage_tables_with_long_frontiers_bit_for_bit():
     """Nine one-layer runs, two meshes that trade time for memory: frontiers far past the buffers' start."""
     from unittest.mock import patch
 
-    from partitioner.solvers import dp_stage
+    from partitioner.solvers.dp import stage as dp_stage
 
     rng = np.random.default_rng(11)
     layers = []

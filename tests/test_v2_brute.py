@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from partitioner import load_problem, solve
-from partitioner.placement import size_sequences
+from partitioner.cluster.placement import size_sequences
 from partitioner.problem import Layout, Problem
-from partitioner.reshard import stage_reshard_ms
+from partitioner.cluster.reshard import stage_reshard_ms
 from partitioner.solvers.brute import best_stage_configs, count_size_sequences, segment_candidates
 from partitioner.solvers.tables import CostTables
 from checks import check_no_random_plan_beats, check_plan

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from partitioner import __version__, load_problem, solve
-from partitioner.compare import compare
+from partitioner.batch.compare import compare
 
 LESSON15 = "seed_lesson15_colocated.json"
 

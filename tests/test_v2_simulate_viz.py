@@ -7,10 +7,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from partitioner import evaluate, load_problem, simulate, solve
-from partitioner.breakdown import backward_order, stage_parts
+from partitioner.simulate.breakdown import backward_order, stage_parts
 from partitioner.plan import Plan, Stage
 from partitioner.problem import Layout
-from partitioner.viz import gantt, save_gantt
+from partitioner.simulate.viz import gantt, save_gantt
 from strategies import small_v2_problems
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,7 +110,7 @@ def test_lesson15_gantt_png(tmp_path):
 def test_chrome_trace_nests_segments_and_reshards_in_split_ops():
     import json
 
-    from partitioner.viz import chrome_trace
+    from partitioner.simulate.viz import chrome_trace
 
     p, plan = _lesson15()
     sim = simulate(p, plan)
@@ -129,7 +129,7 @@ def test_chrome_trace_nests_segments_and_reshards_in_split_ops():
 
 
 def test_config_cell_names_each_segment():
-    from partitioner.breakdown import config_cell
+    from partitioner.simulate.breakdown import config_cell
 
     p, plan = _lesson15()
     assert config_cell(p, evaluate(p, plan).stages[0]) == "vision 8 x 1\nllm 2 x 4"
@@ -141,7 +141,7 @@ def test_split_ops_of_a_zero_bubble_timeline():
     """With W ops (zero-bubble), B shows the input-gradient parts with the reshard, W only the segments' W."""
     from dataclasses import replace
 
-    from partitioner.simulate import Op, Simulation
+    from partitioner.simulate.engine import Op, Simulation
 
     p, plan = _lesson15()
     ev = evaluate(p, plan)

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from partitioner import load_problem, simulate, solve
-from partitioner.simulate import simulate_times
-from partitioner.viz import chrome_trace, gantt, save_gantt, write_trace
+from partitioner.simulate.engine import simulate_times
+from partitioner.simulate.viz import chrome_trace, gantt, save_gantt, write_trace
 
 
 def png_size(path):

@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..documents import strict_json_value
+from ..core.documents import strict_json_value
 from ..problem import ProblemError
 from .errors import SweepError
 

@@ -73,7 +73,7 @@ def compare_cmd(
     """Compare the methods of a batch: solved, optimal, gaps, times, wins, performance profile."""
     import os
 
-    from ..compare import compare_file, plot_profile, to_markdown
+    from ..batch.compare import compare_file, plot_profile, to_markdown
 
     if not tol >= 0:
         raise SolverError(f"--tol must be >= 0, got {tol}")

@@ -71,7 +71,7 @@ def plan_cmd(
 ) -> None:
     """Plan a model preset on a cluster preset: stages, meshes, speed-up over Megatron's default, export settings."""
     from ..planning import plan_model
-    from ..schedule_choice import SCHEDULE_CHOICES
+    from ..planning.schedule_choice import SCHEDULE_CHOICES
 
     check_choice(method, methods(), "--method")
     check_choice(objective, OBJECTIVES, "--objective")
@@ -114,8 +114,8 @@ def plan_cmd(
 
 
 def _write_gantt(problem: Problem, result: SolveResult, path: Path) -> None:
-    from ..simulate import simulate
-    from ..viz import save_gantt
+    from ..simulate.engine import simulate
+    from ..simulate.viz import save_gantt
 
     sim = simulate(problem, result.plan, evaluation=result.evaluation)  # under the problem's (the kept) schedule
     save_gantt(sim, path, title=f"{problem.name}: {result.method}")

@@ -127,12 +127,12 @@ def simulate_cmd(
     trace_path: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome-trace JSON (opens in Perfetto)."),
 ) -> None:
     """Replay a plan for one iteration (exit 1 if it breaks a validity rule)."""
-    from ..simulate import SCHEDULES, simulate
+    from ..simulate.engine import SCHEDULES, simulate
 
     if schedule is not None:
         check_choice(schedule, SCHEDULES, "--schedule")
     if gantt_path is not None:
-        from ..viz import IMAGE_FORMATS
+        from ..simulate.viz import IMAGE_FORMATS
 
         check_choice(gantt_path.suffix.lower().lstrip("."), IMAGE_FORMATS, f"--gantt {gantt_path}: suffix")
     problem = load_problem(problem_path)
@@ -152,11 +152,11 @@ def simulate_cmd(
     title = f"{problem.name}: {plan_path.name}"
     try:
         if gantt_path is not None:
-            from ..viz import save_gantt
+            from ..simulate.viz import save_gantt
 
             written.append(("Gantt chart", save_gantt(sim, gantt_path, title)))
         if trace_path is not None:
-            from ..viz import write_trace
+            from ..simulate.viz import write_trace
 
             written.append(("Chrome trace", write_trace(sim, trace_path, title)))
     except OSError as e:  # an unwritable output path is the user's input

@@ -16,8 +16,8 @@ from typing import Any
 
 from rich.table import Table
 
-from ..breakdown import config_cell
-from ..documents import strict_json_value
+from ..simulate.breakdown import config_cell
+from ..core.documents import strict_json_value
 from ..plan import Evaluation, SolveResult
 from ..problem import Problem
 from .common import err, out
@@ -380,7 +380,7 @@ class SweepProgress:
 
 def print_comparison(comparison: Any, results_path: Path, per_problem: bool) -> None:
     """The summary table of a comparison, its conflicts, and (optionally) the per-problem table."""
-    from ..compare import SUMMARY_COLUMNS, problem_rows, summary_rows
+    from ..batch.compare import SUMMARY_COLUMNS, problem_rows, summary_rows
 
     table = Table(title=f"{results_path}: {len(comparison.problems)} instances", title_justify="left")
     for i, (_, head) in enumerate(SUMMARY_COLUMNS):

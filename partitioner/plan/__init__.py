@@ -11,7 +11,7 @@ definition of what a plan costs.
 Format v2 (``DESIGN.md``, "Problem format v2"): a stage has one config
 (dp, tp, variant) per *segment* (:meth:`~partitioner.problem.Problem.segments`);
 between two segments whose (dp, tp) differ the stage pays the reshard time
-r of :func:`partitioner.reshard.segment_reshard_ms` in its forward and in
+r of :func:`partitioner.cluster.reshard.segment_reshard_ms` in its forward and in
 its backward. A stage without ``configs`` uses its ``dp``/``tp``/``variant``
 for every segment (the v1 shorthand).
 
@@ -37,7 +37,7 @@ from .evaluation import (
     group_times,
     objective_value,
 )
-from .model import RULES, Plan, PlanError, Stage, load_plan
+from .records import RULES, Plan, PlanError, Stage, load_plan
 from .result import STATUSES, SolveResult, as_plan
 
 __all__ = [

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..problem import Layout, Problem, as_problem
-from ..reshard import segment_reshard_ms
-from ..schedules import estimate as schedule_estimate
-from ..schedules import peak_activation_bytes, stash
-from ..topology import bandwidth, default_bandwidth, transfer_ms
-from ..units import format_bytes
-from .model import Plan, PlanError, Stage
+from ..cluster.reshard import segment_reshard_ms
+from .schedules import estimate as schedule_estimate
+from .schedules import peak_activation_bytes, stash
+from ..cluster.topology import bandwidth, default_bandwidth, transfer_ms
+from ..core.units import format_bytes
+from .records import Plan, PlanError, Stage
 from .result import as_plan
 
 __all__ = ["StageEvaluation", "Evaluation", "group_times", "objective_value", "evaluate", "evaluate_interleaved"]
@@ -143,7 +143,7 @@ def objective_value(
     virtual_stages: int = 1,
 ) -> float:
     """``bottleneck`` = max t_p (per device group under ``interleaved``); ``iteration`` =
-    the schedule's estimate (:func:`partitioner.schedules.estimate`; 1F1B: sum t_p + (m - 1) max t_p).
+    the schedule's estimate (:func:`partitioner.plan.schedules.estimate`; 1F1B: sum t_p + (m - 1) max t_p).
 
     ``wgrad`` (W_p) is needed by ``zb-h1``, ``fwd`` (F_p) by ``gpipe``;
     ``times`` are per chunk and ``virtual_stages`` = v under ``interleaved``.
@@ -381,7 +381,7 @@ def evaluate_interleaved(problem: Problem, plan: Plan, objective: str | None = N
     (same ``device_ids``, or none); 5 every chunk's configs exist and the v
     chunks of a group share its (dp, tp) in every segment (Megatron-LM's
     one layout per pipeline rank); 6 per group: the v chunks' weights plus
-    the interleaved schedule's peak activations (:func:`partitioner.schedules.peak_activation_bytes`).
+    the interleaved schedule's peak activations (:func:`partitioner.plan.schedules.peak_activation_bytes`).
     Chunk c sends to chunk c + 1 over the link between their groups (nothing
     when both are the same devices, P = 1).
     """

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ..documents import check_document
+from ..core.documents import check_document
 from ..problem import ProblemError
-from .model import Plan, load_plan
+from .records import Plan, load_plan
 
 if TYPE_CHECKING:
     from .evaluation import Evaluation

@@ -37,7 +37,7 @@ from .baselines import (
     megatron_baselines,
 )
 from .knobs import ESCALATION, _projections, refine_knobs, uniform_projection, variant_at
-from .model import (
+from .plan_model import (
     RESOLVE_MIN_SECONDS,
     _solve_with_knobs,
     microbatch_candidates,

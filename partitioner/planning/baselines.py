@@ -17,7 +17,7 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 
 from ..plan import Evaluation, Plan, PlanError, Stage, evaluate, objective_value
 from ..problem import LayerCost, Layout, Problem
-from ..schedules import peak_activation_bytes, stash
+from ..plan.schedules import peak_activation_bytes, stash
 
 __all__ = ["BASELINE_METHOD", "FSDP_METHOD", "BASELINES", "layer_roles", "megatron_baseline", "megatron_baselines",
            "StageSums", "fsdp_baseline"]

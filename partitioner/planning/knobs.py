@@ -16,7 +16,7 @@ from typing import Iterator, Mapping
 
 from ..plan import Evaluation, Plan, Stage
 from ..problem import Layer, LayerCost, Layout, Problem
-from ..schedules import stash as schedule_stash
+from ..plan.schedules import stash as schedule_stash
 from .baselines import _try
 
 __all__ = ["uniform_projection", "variant_at", "refine_knobs", "ESCALATION"]

@@ -23,9 +23,9 @@ class ModelPlan(SolveResult):
 
 
 def simulate_plan(problem: Problem, plan: Plan, ev: Evaluation | None = None) -> dict[str, Any] | None:
-    """Replay of ``plan`` under the problem's schedule (``partitioner.simulate``), or None when the simulator is not installed."""
+    """Replay of ``plan`` under the problem's schedule (``partitioner.simulate.engine``), or None when the simulator is not installed."""
     try:
-        from ..simulate import replay_check  # type: ignore[attr-defined]
+        from ..simulate.engine import replay_check  # type: ignore[attr-defined]
     except ImportError:
         return None
     ev = ev or evaluate(problem, plan)

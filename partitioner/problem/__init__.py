@@ -29,9 +29,9 @@ The package, one job a module (import everything from ``partitioner.problem``):
 """
 from __future__ import annotations
 
-from ..documents import read_document
+from ..core.documents import read_document
 from .files import as_problem, dump_problem, load_problem
-from .model import (
+from .records import (
     FORMAT_VERSION,
     FORMAT_VERSIONS,
     OBJECTIVES,

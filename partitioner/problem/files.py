@@ -7,8 +7,8 @@ from typing import Any, Mapping
 
 import yaml
 
-from ..documents import read_document
-from .model import Problem, ProblemError
+from ..core.documents import read_document
+from .records import Problem, ProblemError
 from .nodes import _describe
 
 __all__ = ["load_problem", "as_problem", "dump_problem"]
@@ -17,9 +17,9 @@ __all__ = ["load_problem", "as_problem", "dump_problem"]
 def load_problem(path: str | Path) -> Problem:
     """Load and validate a v1 or v2 problem from a JSON or YAML file.
 
-    The file must follow the document rules of :mod:`partitioner.documents`
+    The file must follow the document rules of :mod:`partitioner.core.documents`
     (size, depth, strict values, no duplicate keys) and the fields the ranges
-    of :mod:`partitioner.limits`; anything else raises :class:`ProblemError`.
+    of :mod:`partitioner.core.limits`; anything else raises :class:`ProblemError`.
     """
     data = read_document(path)
     return Problem.from_dict(data, source=str(path), _checked=True)

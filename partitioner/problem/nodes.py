@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterator, Mapping
 
-from .model import ProblemError
+from .records import ProblemError
 
 
 class _Node:

@@ -2,10 +2,10 @@
 
 :func:`_parse_problem` checks every field against the format (``DESIGN.md``,
 "Problem format v1", "Problem format v2", "Schedules") and the ranges of
-:mod:`partitioner.limits`, and raises :class:`ProblemError` naming the field
+:mod:`partitioner.core.limits`, and raises :class:`ProblemError` naming the field
 path for anything else. :meth:`Problem.from_dict` is its entry point; the
 document rules (size, depth, strict values) are checked before, by
-:mod:`partitioner.documents`.
+:mod:`partitioner.core.documents`.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..limits import (
+from ..core.limits import (
     MAX_BYTES,
     MAX_DEVICES,
     MAX_EDGES,
@@ -30,7 +30,7 @@ from ..limits import (
     MAX_VIRTUAL_STAGES,
     MIN_GBPS,
 )
-from .model import (
+from .records import (
     FORMAT_VERSIONS,
     OBJECTIVES,
     SCHEDULES,

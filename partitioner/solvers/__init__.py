@@ -13,8 +13,8 @@ from .base import Candidate, SolveRequest, SolverError, methods, register, solve
 __all__ = ["solve", "methods", "register", "SolveRequest", "Candidate", "SolverError"]
 
 # Method modules, imported here to register; their heavy back-ends (OR-Tools, PuLP) load on first
-# use (partitioner.lazy), so that `import partitioner` stays light.
-_METHOD_MODULES = ("cpsat", "milp", "dp_method", "brute", "greedy", "baselines")
+# use (partitioner.core.lazy), so that `import partitioner` stays light.
+_METHOD_MODULES = ("cpsat.solver", "milp.solver", "dp.method", "brute", "greedy", "baselines")
 
 
 def _import_methods() -> None:

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
-from ..limits import SOLVE_REPLAY_OPS
+from ..core.limits import SOLVE_REPLAY_OPS
 from ..plan import Plan, PlanError, SolveResult, as_plan, evaluate
 from ..problem import OBJECTIVES, Problem, as_problem
 
@@ -330,7 +330,7 @@ def finish(
                 f"{plan.num_stages} stages), more than the {SOLVE_REPLAY_OPS} a solve replays"
             )
         else:
-            from ..simulate import replay_check  # simulator is optional at import time
+            from ..simulate.engine import replay_check  # simulator is optional at import time
 
             extra["simulation"] = replay_check(problem, plan, ev)
     return SolveResult(

@@ -25,11 +25,11 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from ..placement import contiguous_node_assignment, node_assignment_ids
+from ..cluster.placement import contiguous_node_assignment, node_assignment_ids
 from ..plan import Plan, PlanError, Stage, evaluate
 from ..problem import Layout, Problem
 from .base import Candidate, SolveRequest, register
-from .dp import DPModel
+from .dp.solver import DPModel
 from .errors import OutOfTime, TooLarge
 
 __all__ = ["solve_uniform", "solve_balanced", "uniform_layouts", "uniform_plan"]

@@ -17,7 +17,7 @@ segment). A tuple costs
     Σ (fwd_ms + bwd_ms) + 2 Σ r        memory Σ weight_bytes + stash · Σ act_bytes
 
 with r the reshard between adjacent segments whose (dp, tp) differ
-(:func:`~partitioner.reshard.stage_reshard_ms`, paid in the forward and in
+(:func:`~partitioner.cluster.reshard.stage_reshard_ms`, paid in the forward and in
 the backward). r is computed for the canonical placement -- the stage's
 device ids grouped by node, ranks in id order -- which is exactly the form
 of the ``device_ids`` this solver emits, so :func:`~partitioner.plan.evaluate`
@@ -33,7 +33,7 @@ tuple that fits is optimal over the full product of all stages' tuples;
 ties go to the first tuple in config order (devices, tp, variant).
 
 Schedules: the stash in the memory check is the problem's schedule's
-(:func:`partitioner.schedules.stash`; 1F1B and ZB-H1 min(m, P - p), GPipe
+(:func:`partitioner.plan.schedules.stash`; 1F1B and ZB-H1 min(m, P - p), GPipe
 m). Under ``zb-h1`` the iteration estimate grows with each stage's t - W
 and W separately, under ``gpipe`` with its F and B separately, so the
 search keeps every stage tuple that is Pareto-minimal in those two parts
@@ -56,13 +56,13 @@ from functools import lru_cache
 from math import comb
 
 from ..plan import Plan, Stage, objective_value
-from ..placement import label_nodes, node_assignment_ids, size_sequences
+from ..cluster.placement import label_nodes, node_assignment_ids, size_sequences
 from ..problem import Cluster, Layout, Problem
-from ..reshard import stage_reshard_ms
-from ..schedules import stash
+from ..cluster.reshard import stage_reshard_ms
+from ..plan.schedules import stash
 from .base import Candidate, SolveRequest, register
 from .feasibility import explain_infeasible, feasible_stage_counts
-from .interleaved_brute import solve_brute_interleaved
+from .interleaved.brute import solve_brute_interleaved
 from .tables import CostTables
 
 __all__ = [
@@ -126,7 +126,7 @@ def pareto_stage_configs(
     """The fitting tuples no other beats in both parts the ``schedule``'s estimate weighs (config order).
 
     ZB-H1's iteration estimate is non-decreasing in every stage's u = t - W
-    and W, GPipe's in every stage's F and B (:mod:`partitioner.schedules`),
+    and W, GPipe's in every stage's F and B (:mod:`partitioner.plan.schedules`),
     not in t alone, so the fastest tuple may lose to one with a smaller W
     (a smaller F or B); some optimum uses only these tuples. Empty when none fits.
     """

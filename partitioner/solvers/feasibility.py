@@ -15,8 +15,8 @@ from functools import lru_cache
 
 from ..plan import evaluate
 from ..problem import Problem
-from ..units import format_bytes
-from .dp import DPModel
+from ..core.units import format_bytes
+from .dp.solver import DPModel
 
 __all__ = ["feasible_stage_counts", "count_spans", "counts_by_enumeration", "explain_infeasible", "quick_infeasibility"]
 

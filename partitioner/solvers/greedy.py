@@ -39,9 +39,9 @@ from typing import Callable
 import numpy as np
 
 from ..plan import Plan, Stage, objective_value
-from ..placement import contiguous_node_assignment, node_assignment_ids, pack_runs
+from ..cluster.placement import contiguous_node_assignment, node_assignment_ids, pack_runs
 from ..problem import Problem
-from ..schedules import stash
+from ..plan.schedules import stash
 from .base import Candidate, SolveRequest, register
 from .feasibility import feasible_stage_counts, quick_infeasibility
 from .tables import CostTables

@@ -8,7 +8,7 @@ prefix sums here. Memory is kept in exact integers so that every solver and
 Format v2 (:meth:`CostTables.best_stage`): a stage has one config per
 segment; its time is Σ (fwd + bwd) + 2 Σ r with r the reshard between
 adjacent segments whose (dp, tp) differ, at the canonical placement
-(:func:`partitioner.reshard.stage_reshard_ms`), and its memory sums every
+(:func:`partitioner.cluster.reshard.stage_reshard_ms`), and its memory sums every
 segment's own entries. Memory couples the segments and reshards couple
 neighbours, so the fastest tuple that fits is found exactly by a pass over
 the segments keeping, per config of the last segment, the Pareto frontier
@@ -21,7 +21,7 @@ difference of two double-doubles, taken with TwoSum again
 (:func:`range_sum`), so it is accurate to about one rounding of the *range's*
 own sum, not of the prefix: a single huge layer no longer wipes out the
 small layers after it (the cancellation a plain prefix difference suffers;
-issue 15). The input ranges of :mod:`partitioner.limits` keep every prefix
+issue 15). The input ranges of :mod:`partitioner.core.limits` keep every prefix
 below 2e14 ms, so the accumulated ``lo`` terms are themselves exact to far
 below the objective's relative tolerance.
 
@@ -39,8 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..problem import Layout, Problem
-from ..reshard import stage_reshard_ms
-from ..topology import transfer_ms
+from ..cluster.reshard import stage_reshard_ms
+from ..cluster.topology import transfer_ms
 
 __all__ = ["CostTables", "StageChoice", "LayerArrays", "layer_arrays", "two_sum", "compensated_prefix", "range_sum"]
 

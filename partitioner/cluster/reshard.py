@@ -1,0 +1,452 @@
+"""Cross-mesh resharding of an activation tensor [B, S, D] between two (dp, tp) layouts.
+
+Seed lesson 15: a vision encoder runs at dp 8 on 8 GPUs, the language model
+at dp 2 x tp 4; at the boundary every GPU of the language mesh needs the
+vision features of its data-parallel group's samples, cut along the feature
+dimension into tp slices, one slice per tensor-parallel rank. This module
+computes which device sends which block to which device, how many bytes
+really cross between distinct devices, how long that takes on the cluster
+graph, and executes the exchange on numpy arrays (forward) and its
+transpose (backward).
+
+Layout convention (both sides)
+------------------------------
+A :class:`Sharding` is a layout (dp, tp) on an ordered device list. Rank
+``r = i_dp * tp + i_tp`` (tp fastest, as in the lesson: GPUs 0-3 are data
+group 0, tensor ranks 0-3) sits on ``devices[r]`` and holds the block
+
+    batch rows    [i_dp * B // dp, (i_dp + 1) * B // dp)
+    all S positions
+    feature cols  [i_tp * D // tp, (i_tp + 1) * D // tp)
+
+of the global tensor. The destination is lesson 15's layout: batch split
+over dp_d, feature dimension split over tp_d, ready for the projector's
+first GEMM on each tensor rank (the lesson calls it column-parallel). Note
+that a GEMM ``X W`` whose input X is split along its inner dimension D is,
+in Megatron-LM's terms, *row*-parallel: rank t multiplies its slice by the
+rows ``W[t*D/tp:(t+1)*D/tp, :]`` and the partial products are summed by an
+all-reduce (or reduce-scatter). A column-parallel projector instead needs
+the full D features on every tensor rank, tp times the bytes received here.
+
+The *source* holds the same kind of blocks: batch split over dp_s and, when
+tp_s > 1, the feature dimension split over tp_s -- every element lives on
+exactly one source device, so the transfer plan is unique and the backward
+exchange is its exact transpose. A source whose tensor ranks hold
+*replicated* full-width activations (Megatron's hand-off between layers
+without sequence parallelism) can use this plan as is: let tensor rank
+``i_tp`` send only the slice ``i_tp`` it would own under the split
+convention, which spreads the sends evenly over the replicas.
+
+Bytes that cross
+----------------
+Blocks whose source and destination device coincide stay put; only the
+others cross. In lesson 15's colocated case (8 GPUs, dp 8 -> dp 2 x tp 4)
+sample i sits on GPU i and its four feature slices go to GPUs
+4 * (i // 4) + t, t = 0..3, one of which is GPU i itself: each sample keeps
+one slice and sends three, so exactly ``B * S * D * 2 * 3/4`` bytes cross
+in bf16. The lesson's ``B * S * D * (DP_V - 1) / DP_V * 2`` (7/8 of the
+tensor) assumes a uniform all-to-all in which every device sends an equal
+share to every other one; here it overstates the exact volume by a factor
+(7/8) / (3/4) = 7/6, i.e. by 16.7 %. On disjoint meshes all
+``B * S * D * 2`` bytes cross. :func:`lesson15_volume` gives the lesson's
+figure for comparison.
+
+Time
+----
+On the default cluster graph (:mod:`partitioner.cluster.topology`) each GPU has one
+NVLink port of ``intra_node_GBps`` (used for traffic inside its node) and
+one NIC of ``inter_node_GBps`` (traffic to other nodes), each direction
+separately, behind non-blocking switches. In the fluid model the exchange
+then takes exactly as long as its busiest port,
+
+    max over GPUs g and ports (NVLink in/out, NIC in/out) of bytes(g, port) / port bandwidth
+
+(sending and receiving ports form a preemptive open shop, whose shortest
+schedule equals its largest row or column sum [4]_; NVLink and NIC traffic
+use disjoint ports and run side by side). For a user-supplied topology the time returned is a lower
+bound from cut conditions: for every sender, receiver and pair, its bytes
+over the max-flow between the two device sets [5]_.
+
+References
+----------
+.. [4] T. Gonzalez and S. Sahni, "Open shop scheduling to minimize finish
+   time", Journal of the ACM 23(4) (1976).
+.. [5] L. R. Ford and D. R. Fulkerson, "Maximal flow through a network",
+   Canadian Journal of Mathematics 8 (1956).
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Sequence
+
+import numpy as np
+
+from ..problem import Cluster
+from .topology import bandwidth, transfer_ms
+
+__all__ = [
+    "Sharding",
+    "Transfer",
+    "ReshardPlan",
+    "plan_reshard",
+    "reshard_time_ms",
+    "execute_forward",
+    "execute_backward",
+    "lesson15_volume",
+    "segment_reshard_ms",
+    "stage_reshard_ms",
+]
+
+
+def _split(n: int, parts: int, index: int) -> tuple[int, int]:
+    """Balanced contiguous split of ``range(n)`` into ``parts``: the ``index``-th piece."""
+    return index * n // parts, (index + 1) * n // parts
+
+
+def _overlap(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int] | None:
+    lo, hi = max(a[0], b[0]), min(a[1], b[1])
+    return (lo, hi) if lo < hi else None
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """A (dp, tp) layout on ``devices``; rank ``i_dp * tp + i_tp`` sits on ``devices[rank]``."""
+
+    dp: int
+    tp: int
+    devices: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "devices", tuple(int(d) for d in self.devices))
+        if self.dp < 1 or self.tp < 1:
+            raise ValueError(f"dp and tp must be >= 1, got dp={self.dp}, tp={self.tp}")
+        if len(self.devices) != self.dp * self.tp:
+            raise ValueError(f"a dp{self.dp}tp{self.tp} layout needs {self.dp * self.tp} devices, got {len(self.devices)}")
+        if len(set(self.devices)) != len(self.devices):
+            raise ValueError(f"devices must be distinct, got {list(self.devices)}")
+
+    @classmethod
+    def on(cls, dp: int, tp: int, first_device: int = 0) -> "Sharding":
+        """The layout on the contiguous devices ``first_device .. first_device + dp*tp - 1``."""
+        return cls(dp, tp, tuple(range(first_device, first_device + dp * tp)))
+
+    @property
+    def size(self) -> int:
+        return self.dp * self.tp
+
+    def block(self, rank: int, shape: tuple[int, int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
+        """The (batch, feature) index ranges that ``rank`` holds of a tensor of ``shape``."""
+        B, _, D = shape
+        i_dp, i_tp = divmod(rank, self.tp)
+        return _split(B, self.dp, i_dp), _split(D, self.tp, i_tp)
+
+    def block_shape(self, rank: int, shape: tuple[int, int, int]) -> tuple[int, int, int]:
+        (b0, b1), (d0, d1) = self.block(rank, shape)
+        return (b1 - b0, shape[1], d1 - d0)
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One block moving from source rank ``src_rank`` (device ``src``) to destination rank ``dst_rank``.
+
+    ``batch`` and ``features`` are global index ranges [start, stop); the
+    block spans all S positions.
+    """
+
+    src: int
+    dst: int
+    src_rank: int
+    dst_rank: int
+    batch: tuple[int, int]
+    features: tuple[int, int]
+    nbytes: int
+
+    @property
+    def local(self) -> bool:
+        """True when the block stays on its device (no communication)."""
+        return self.src == self.dst
+
+
+@dataclass(frozen=True)
+class ReshardPlan:
+    """Every block of the exchange from ``source`` to ``dest`` for a tensor of ``shape``."""
+
+    source: Sharding
+    dest: Sharding
+    shape: tuple[int, int, int]
+    dtype_bytes: int
+    transfers: tuple[Transfer, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(t.nbytes for t in self.transfers)
+
+    @property
+    def cross_bytes(self) -> int:
+        """Bytes that move between distinct devices."""
+        return sum(t.nbytes for t in self.transfers if not t.local)
+
+    @property
+    def local_bytes(self) -> int:
+        return self.total_bytes - self.cross_bytes
+
+    def traffic(self) -> dict[tuple[int, int], int]:
+        """Bytes per (sending device, receiving device), distinct devices only."""
+        out: dict[tuple[int, int], int] = defaultdict(int)
+        for t in self.transfers:
+            if not t.local:
+                out[(t.src, t.dst)] += t.nbytes
+        return dict(out)
+
+    def transpose(self) -> "ReshardPlan":
+        """The backward exchange: every block goes back the way it came."""
+        return ReshardPlan(
+            source=self.dest,
+            dest=self.source,
+            shape=self.shape,
+            dtype_bytes=self.dtype_bytes,
+            transfers=tuple(
+                Transfer(t.dst, t.src, t.dst_rank, t.src_rank, t.batch, t.features, t.nbytes) for t in self.transfers
+            ),
+        )
+
+
+def plan_reshard(shape: Sequence[int], source: Sharding, dest: Sharding, dtype_bytes: int = 2) -> ReshardPlan:
+    """The transfer plan that turns ``source`` blocks of a [B, S, D] tensor into ``dest`` blocks.
+
+    Parameters
+    ----------
+    shape : (B, S, D)
+        The global tensor (B samples of S tokens of width D).
+    source, dest : Sharding
+        Layouts on device lists; they may share devices (colocated meshes).
+    dtype_bytes : int
+        Bytes per element (2 for bf16).
+
+    Returns
+    -------
+    ReshardPlan
+        One transfer per non-empty intersection of a source block with a
+        destination block; together they cover the tensor exactly once.
+    """
+    if len(shape) != 3:
+        raise ValueError(f"shape must be (B, S, D), got {tuple(shape)}")
+    B, S, D = (int(v) for v in shape)
+    if min(B, S, D) < 1:
+        raise ValueError(f"every dimension must be >= 1, got {(B, S, D)}")
+    if dtype_bytes < 1:
+        raise ValueError(f"dtype_bytes must be >= 1, got {dtype_bytes}")
+    full = (B, S, D)
+    transfers = []
+    for r_dst in range(dest.size):
+        db, dd = dest.block(r_dst, full)
+        for r_src in range(source.size):
+            sb, sd = source.block(r_src, full)
+            b, d = _overlap(sb, db), _overlap(sd, dd)
+            if b is None or d is None:
+                continue
+            nbytes = (b[1] - b[0]) * S * (d[1] - d[0]) * dtype_bytes
+            transfers.append(Transfer(source.devices[r_src], dest.devices[r_dst], r_src, r_dst, b, d, nbytes))
+    return ReshardPlan(source, dest, full, dtype_bytes, tuple(transfers))
+
+
+def lesson15_volume(batch: int, seq: int, width: int, dp_source: int, dtype_bytes: int = 2) -> float:
+    """Lesson 15's estimate ``B * S * D * (DP_V - 1) / DP_V * bytes`` (a uniform all-to-all)."""
+    return batch * seq * width * (dp_source - 1) / dp_source * dtype_bytes
+
+
+# --------------------------------------------------------------------------- time
+
+
+def reshard_time_ms(plan: ReshardPlan, cluster: Cluster) -> float:
+    """Time (ms) of the exchange on the cluster graph.
+
+    Default graph: the busiest GPU port (exact in the fluid model, see the
+    module notes). User topology: the largest cut bound over every sender,
+    every receiver and every pair (a lower bound).
+    """
+    traffic = plan.traffic()
+    if not traffic:
+        return 0.0
+    n = cluster.num_devices
+    for src, dst in traffic:
+        for d in (src, dst):
+            if not 0 <= d < n:
+                raise ValueError(f"device {d} is not on this cluster (devices 0..{n - 1})")
+    if cluster.topology is None:
+        return _port_time_ms(traffic, cluster)
+    return _cut_time_ms(traffic, cluster)
+
+
+def _port_time_ms(traffic: dict[tuple[int, int], int], cluster: Cluster) -> float:
+    load: dict[tuple[int, str], int] = defaultdict(int)  # (gpu, port) -> bytes
+    for (src, dst), nbytes in traffic.items():
+        link = "nvlink" if cluster.node_of(src) == cluster.node_of(dst) else "nic"
+        load[(src, link + "-out")] += nbytes
+        load[(dst, link + "-in")] += nbytes
+    worst = 0.0
+    for (_, port), nbytes in load.items():
+        gbps = cluster.intra_node_GBps if port.startswith("nvlink") else cluster.inter_node_GBps
+        worst = max(worst, transfer_ms(nbytes, gbps))
+    return worst
+
+
+def _cut_time_ms(traffic: dict[tuple[int, int], int], cluster: Cluster) -> float:
+    sends: dict[int, dict[int, int]] = defaultdict(dict)
+    receives: dict[int, dict[int, int]] = defaultdict(dict)
+    for (src, dst), nbytes in traffic.items():
+        sends[src][dst] = nbytes
+        receives[dst][src] = nbytes
+    worst = 0.0
+    for (src, dst), nbytes in traffic.items():
+        worst = max(worst, transfer_ms(nbytes, bandwidth(cluster, [src], [dst])))
+    for src, out in sends.items():
+        worst = max(worst, transfer_ms(sum(out.values()), bandwidth(cluster, [src], list(out))))
+    for dst, into in receives.items():
+        worst = max(worst, transfer_ms(sum(into.values()), bandwidth(cluster, list(into), [dst])))
+    return worst
+
+
+# --------------------------------------------------------------------------- numpy executor
+
+
+def _run(plan: ReshardPlan, shards: Sequence[np.ndarray]) -> list[np.ndarray]:
+    src, dst, shape = plan.source, plan.dest, plan.shape
+    if len(shards) != src.size:
+        raise ValueError(f"expected {src.size} shards (one per rank of dp{src.dp}tp{src.tp}), got {len(shards)}")
+    arrays = [np.asarray(a) for a in shards]
+    for r, a in enumerate(arrays):
+        want = src.block_shape(r, shape)
+        if a.shape != want:
+            raise ValueError(f"shard {r} has shape {a.shape}, expected {want}")
+    dtype = np.result_type(*arrays)
+    out = [np.empty(dst.block_shape(r, shape), dtype=dtype) for r in range(dst.size)]
+    for t in plan.transfers:
+        (sb0, _), (sd0, _) = src.block(t.src_rank, shape)
+        (db0, _), (dd0, _) = dst.block(t.dst_rank, shape)
+        b, d = t.batch, t.features
+        piece = arrays[t.src_rank][b[0] - sb0 : b[1] - sb0, :, d[0] - sd0 : d[1] - sd0]
+        out[t.dst_rank][b[0] - db0 : b[1] - db0, :, d[0] - dd0 : d[1] - dd0] = piece
+    return out
+
+
+def execute_forward(plan: ReshardPlan, shards: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Move activations: ``shards[r]`` is source rank r's block; returns each destination rank's block."""
+    return _run(plan, shards)
+
+
+def execute_backward(plan: ReshardPlan, grads: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The transpose: destination ranks' gradient blocks back to the source ranks that sent them."""
+    return _run(plan.transpose(), grads)
+
+
+# --------------------------------------------------------------------------- segments inside a stage (format v2)
+
+
+def segment_reshard_ms(out_bytes: float, source, dest, device_ids: Sequence[int], cluster: Cluster) -> float:
+    """The reshard time r between two segments of one stage (DESIGN.md, "Times v2").
+
+    The last layer of the first segment hands ``out_bytes`` (the whole
+    microbatch's tensor) from config ``source`` to config ``dest`` on the
+    stage's own ``device_ids``: rank ``r`` of either layout sits on
+    ``device_ids[r]``. r is the busiest port of that exchange (NVLink in/out at
+    ``intra_node_GBps`` inside a node, NIC in/out at ``inter_node_GBps`` between
+    nodes), the same fluid model as :func:`reshard_time_ms` on the default
+    graph. Configs with the same ``(dp, tp)`` (a change of variant only) cost 0.
+
+    Parameters
+    ----------
+    out_bytes : float
+    source, dest : partitioner.problem.Layout
+        Anything with ``dp`` and ``tp``; ``dp * tp == len(device_ids)``.
+    device_ids : sequence of int
+    cluster : Cluster
+
+    Returns
+    -------
+    float
+        Milliseconds, paid once in the forward and once in the backward.
+    """
+    if (source.dp, source.tp) == (dest.dp, dest.tp) or out_bytes == 0:
+        return 0.0
+    return _pattern_reshard_ms(out_bytes, source, dest, _node_pattern([cluster.node_of(d) for d in device_ids]), cluster)
+
+
+def _pattern_reshard_ms(out_bytes: float, source, dest, pattern: tuple[int, ...], cluster: Cluster) -> float:
+    """:func:`segment_reshard_ms` on ranks whose nodes are ``pattern`` (renumbered by first appearance)."""
+    nvlink, nic, total = _port_elements((source.dp, source.tp), (dest.dp, dest.tp), pattern)
+    unit = out_bytes / total  # bytes of one element of the model tensor below
+    return max(transfer_ms(nvlink * unit, cluster.intra_node_GBps), transfer_ms(nic * unit, cluster.inter_node_GBps))
+
+
+def stage_reshard_ms(out_bytes: float, source, dest, devices: int, cluster: Cluster) -> float:
+    """:func:`segment_reshard_ms` for the placement the solvers emit.
+
+    Solvers give a stage ids grouped by node in ascending order (a stage of
+    at most ``gpus_per_node`` devices inside one node, a larger one whole
+    nodes), so rank ``r`` sits on the stage's node ``r // gpus_per_node``:
+    ids ``0 .. devices - 1`` have that pattern.
+    """
+    if (source.dp, source.tp) == (dest.dp, dest.tp) or out_bytes == 0:
+        return 0.0
+    return _pattern_reshard_ms(out_bytes, source, dest, _canonical_pattern(devices, cluster.gpus_per_node), cluster)
+
+
+@lru_cache(maxsize=256)
+def _canonical_pattern(devices: int, gpus_per_node: int) -> tuple[int, ...]:
+    """The node pattern of ids ``0 .. devices - 1``: rank r on node ``r // gpus_per_node``."""
+    return tuple(r // gpus_per_node for r in range(devices))
+
+
+def _node_pattern(nodes: Sequence[int]) -> tuple[int, ...]:
+    """Nodes renumbered by first appearance: the reshard time depends only on which ranks share one."""
+    seen: dict[int, int] = {}
+    return tuple(seen.setdefault(n, len(seen)) for n in nodes)
+
+
+@lru_cache(maxsize=4096)
+def _port_elements(source: tuple[int, int], dest: tuple[int, int], pattern: tuple[int, ...]) -> tuple[int, int, int]:
+    """Busiest NVLink port, busiest NIC port and total, in elements of a model tensor.
+
+    The model tensor is [lcm(dp_s, dp_d), 1, lcm(tp_s, tp_d)]: every block of
+    both layouts is a whole number of its elements, so the element counts
+    scale exactly to any ``out_bytes``.
+
+    Closed form of :func:`plan_reshard`'s traffic on ranks ``0 .. n - 1``: the
+    block rank ``(i, t)`` of the source sends rank ``(i', t')`` of the
+    destination is the product of a batch overlap ``|rows_i & rows_i'|`` and a
+    feature overlap ``|cols_t & cols_t'|``, so the whole (sender, receiver)
+    matrix is one outer product (the diagonal stays put); port loads are its
+    row and column sums split by same node / other node. Exact integers.
+    """
+    n = len(pattern)
+    Sharding(*source, tuple(range(n)))  # the same checks as the plan (dp * tp == n)
+    Sharding(*dest, tuple(range(n)))
+    B = math.lcm(source[0], dest[0])
+    D = math.lcm(source[1], dest[1])
+    rows = _overlaps(B, source[0], dest[0])  # (dp_s, dp_d)
+    cols = _overlaps(D, source[1], dest[1])  # (tp_s, tp_d)
+    count = (rows[:, None, :, None] * cols[None, :, None, :]).reshape(n, n)  # [sending rank, receiving rank]
+    np.fill_diagonal(count, 0)
+    node = np.asarray(pattern)
+    same = node[:, None] == node[None, :]
+    nvlink = np.where(same, count, 0)
+    nic = count - nvlink
+    return _busiest(nvlink), _busiest(nic), B * D
+
+
+def _overlaps(n: int, parts_s: int, parts_d: int) -> np.ndarray:
+    """``[i, i']``: the size of piece i of ``range(n)`` split into ``parts_s`` met with piece i' of ``parts_d``."""
+    cut_s = np.arange(parts_s + 1, dtype=np.int64) * n // parts_s
+    cut_d = np.arange(parts_d + 1, dtype=np.int64) * n // parts_d
+    lo = np.maximum(cut_s[:-1, None], cut_d[None, :-1])
+    hi = np.minimum(cut_s[1:, None], cut_d[None, 1:])
+    return np.maximum(hi - lo, 0)
+
+
+def _busiest(count: np.ndarray) -> int:
+    """The largest row (bytes out) or column (bytes in) sum of a traffic matrix, 0 if empty."""
+    return int(max(count.sum(axis=1).max(initial=0), count.sum(axis=0).max(initial=0)))

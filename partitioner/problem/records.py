@@ -1,0 +1,359 @@
+"""The problem data model: the frozen dataclasses a solver reads, the format's constants, :class:`ProblemError`.
+
+:class:`Problem` holds a validated problem; :meth:`Problem.from_dict` reads
+one with the validating parser (:mod:`partitioner.problem.parse`) and
+:meth:`Problem.to_dict` writes its document back. Nothing here reads or
+writes files (:mod:`partitioner.problem.files`) or knows about solvers,
+plans or the CLI.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from ..core.documents import check_document
+
+__all__ = [
+    "FORMAT_VERSION",
+    "FORMAT_VERSIONS",
+    "OBJECTIVES",
+    "SCHEDULES",
+    "ProblemError",
+    "Layout",
+    "Config",
+    "LayerCost",
+    "Layer",
+    "Topology",
+    "Cluster",
+    "Training",
+    "StageBounds",
+    "Problem",
+]
+
+FORMAT_VERSION = 1  # the version a document without v2 features is written as
+FORMAT_VERSIONS = (1, 2)
+OBJECTIVES = ("bottleneck", "iteration")
+SCHEDULES = ("1f1b", "zb-h1", "interleaved", "gpipe")
+_VARIANT = r"[a-z0-9][a-z0-9_.+-]*"
+_LAYOUT_KEY = re.compile(r"^dp([1-9][0-9]*)tp([1-9][0-9]*)(?:/(" + _VARIANT + r"))?$")
+_VARIANT_NAME = re.compile(r"^" + _VARIANT + r"$")
+
+
+class ProblemError(ValueError):
+    """A problem that does not follow format v1.
+
+    The message reads ``SOURCE: FIELD.PATH: what is wrong``; ``source``,
+    ``path`` and ``reason`` are also kept as attributes.
+    """
+
+    def __init__(self, reason: str, *, path: str = "", source: str | None = None):
+        self.reason = reason
+        self.path = path
+        self.source = source
+        parts = [p for p in (source, path) if p]
+        super().__init__(": ".join(parts + [reason]))
+
+    def with_source(self, source: str) -> "ProblemError":
+        return ProblemError(self.reason, path=self.path, source=source)
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True, order=True)
+class Layout:
+    """A config of one stage segment: (data-parallel, tensor-parallel) on ``dp * tp`` devices,
+    and a memory-knob ``variant`` (format v2; ``""`` is the plain key).
+
+    The variant is opaque to the solvers: the cost entry's numbers say what it
+    costs. Two configs with the same :attr:`mesh` need no reshard between them.
+    """
+
+    dp: int
+    tp: int
+    variant: str = ""
+
+    @property
+    def devices(self) -> int:
+        return self.dp * self.tp
+
+    @property
+    def mesh(self) -> tuple[int, int]:
+        """``(dp, tp)``: what the tensor layout depends on (not the variant)."""
+        return (self.dp, self.tp)
+
+    @property
+    def key(self) -> str:
+        base = f"dp{self.dp}tp{self.tp}"
+        return f"{base}/{self.variant}" if self.variant else base
+
+    @classmethod
+    def parse(cls, key: str) -> "Layout":
+        match = _LAYOUT_KEY.match(key) if isinstance(key, str) else None
+        if not match:
+            raise ValueError(
+                "cost key must look like dp<int>tp<int> or dp<int>tp<int>/<variant> "
+                f"(variant: lowercase letters, digits and _ . + -; e.g. dp2tp4, dp8tp1/zero3), got {key!r}"
+            )
+        if len(match.group(1)) > 6 or len(match.group(2)) > 6:
+            raise ValueError(f"dp and tp in a cost key must be below 10^6, got {key[:40]!r}")
+        return cls(int(match.group(1)), int(match.group(2)), match.group(3) or "")
+
+    def __str__(self) -> str:
+        return self.key
+
+
+Config = Layout
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """What one layer costs per microbatch in one config, on each device of the stage.
+
+    ``bwd_input_ms`` and ``bwd_weight_ms`` (optional, summing to ``bwd_ms``)
+    split the backward into B (input gradient) and W (weight gradient) for the
+    zero-bubble schedule; :meth:`split` gives an even split when they are absent.
+    """
+
+    fwd_ms: float
+    bwd_ms: float
+    weight_bytes: int
+    act_bytes: int
+    bwd_input_ms: float | None = None
+    bwd_weight_ms: float | None = None
+
+    def split(self) -> tuple[float, float]:
+        """``(B, W)``: the backward's input- and weight-gradient parts (even split if not given)."""
+        if self.bwd_input_ms is None or self.bwd_weight_ms is None:
+            return self.bwd_ms / 2, self.bwd_ms / 2
+        return self.bwd_input_ms, self.bwd_weight_ms
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer in execution order, with a cost entry per layout it can run in."""
+
+    name: str
+    module: str
+    out_bytes: int
+    costs: Mapping[Layout, LayerCost]
+
+    def cost(self, layout: Layout) -> LayerCost | None:
+        return self.costs.get(layout)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A user-supplied cluster graph: undirected edges ``(u, v, GBps)``.
+
+    GPUs are the integers ``0..N-1``; any other vertex (a switch, a NIC) is a
+    string. The bandwidth between two device sets is the max-flow between
+    them on this graph (see :mod:`partitioner.cluster.topology`).
+    """
+
+    edges: tuple[tuple[int | str, int | str, float], ...]
+
+
+@dataclass(frozen=True)
+class Cluster:
+    nodes: int
+    gpus_per_node: int
+    gpu_memory_bytes: int
+    intra_node_GBps: float
+    inter_node_GBps: float
+    topology: Topology | None = None
+
+    @property
+    def num_devices(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def node_of(self, device: int) -> int:
+        return device // self.gpus_per_node
+
+    def allowed_sizes(self) -> tuple[int, ...]:
+        """Stage sizes rule 3 allows: powers of two dividing ``gpus_per_node``,
+        ``gpus_per_node`` itself, and ``k * gpus_per_node`` for ``k = 2..nodes``."""
+        return _allowed_sizes(self.gpus_per_node, self.nodes)
+
+    def allows_size(self, devices: int) -> bool:
+        """``devices in allowed_sizes()``, without building the list."""
+        g = self.gpus_per_node
+        if devices < 1:
+            return False
+        if devices <= g:
+            return devices == g or (g % devices == 0 and devices & (devices - 1) == 0)
+        return devices % g == 0 and devices // g <= self.nodes
+
+    def describe_sizes(self) -> str:
+        """The allowed sizes for a message: all of them, or the first few, ``...`` and the last."""
+        sizes = self.allowed_sizes()
+        if len(sizes) <= 12:
+            return ", ".join(map(str, sizes))
+        return ", ".join(map(str, sizes[:8])) + ", ..., " + str(sizes[-1])
+
+    def allows(self, layout: Layout) -> bool:
+        return layout.tp <= self.gpus_per_node and self.allows_size(layout.devices)
+
+
+@lru_cache(maxsize=64)
+def _allowed_sizes(g: int, nodes: int) -> tuple[int, ...]:
+    sizes = {1 << i for i in range(g.bit_length()) if g % (1 << i) == 0}
+    sizes.add(g)
+    sizes.update(k * g for k in range(2, nodes + 1))
+    return tuple(sorted(sizes))
+
+
+@dataclass(frozen=True)
+class Training:
+    microbatches: int
+    objective: str = "bottleneck"
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
+
+
+@dataclass(frozen=True)
+class StageBounds:
+    min: int
+    max: int
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A validated v1 problem. Build it with :meth:`from_dict` or :func:`load_problem`."""
+
+    name: str
+    cluster: Cluster
+    training: Training
+    stages: StageBounds
+    layers: tuple[Layer, ...]
+    meta: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    source: str | None = field(default=None, compare=False, repr=False)
+    version: int = 1
+    variants: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def num_devices(self) -> int:
+        return self.cluster.num_devices
+
+    @property
+    def microbatches(self) -> int:
+        return self.training.microbatches
+
+    @property
+    def objective(self) -> str:
+        return self.training.objective
+
+    def layouts(self) -> tuple[Layout, ...]:
+        """Every config some layer can run in, sorted by (devices, tp, variant)."""
+        found = {lay for layer in self.layers for lay in layer.costs}
+        return tuple(sorted(found, key=lambda l: (l.devices, l.tp, l.variant)))
+
+    configs = layouts
+
+    @property
+    def has_variants(self) -> bool:
+        return any(lay.variant for lay in self.layouts())
+
+    def segments(self, first: int, last: int) -> tuple[tuple[int, int], ...]:
+        """The segments of a stage of layers ``first..last`` (inclusive).
+
+        Version 2: the maximal runs of consecutive layers with the same
+        ``module``, in order. Version 1: the whole stage (one layout per stage).
+        """
+        if self.version < 2:
+            return ((first, last),)
+        out = []
+        start = first
+        for i in range(first + 1, last + 1):
+            if self.layers[i].module != self.layers[i - 1].module:
+                out.append((start, i - 1))
+                start = i
+        out.append((start, last))
+        return tuple(out)
+
+    @classmethod
+    def from_dict(cls, data: Any, *, source: str | None = None, _checked: bool = False) -> "Problem":
+        """Validate a problem document (a dict as JSON or YAML would give it).
+
+        Raises
+        ------
+        ProblemError
+            Naming the field, for anything outside format v1/v2 or the ranges
+            of :mod:`partitioner.core.limits`.
+        """
+        from .parse import _parse_problem  # local: the parser imports this module
+
+        try:
+            if not _checked:
+                check_document(data, source=source)
+            return _parse_problem(data, source)
+        except ProblemError as err:
+            raise err if err.source or source is None else err.with_source(source)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The v1 document; ``Problem.from_dict(p.to_dict()) == p``."""
+        c = self.cluster
+        cluster: dict[str, Any] = {
+            "nodes": c.nodes,
+            "gpus_per_node": c.gpus_per_node,
+            "gpu_memory_bytes": c.gpu_memory_bytes,
+            "intra_node_GBps": c.intra_node_GBps,
+            "inter_node_GBps": c.inter_node_GBps,
+        }
+        if c.topology is not None:
+            cluster["topology"] = {"edges": [list(e) for e in c.topology.edges]}
+        training: dict[str, Any] = {"microbatches": self.training.microbatches, "objective": self.training.objective}
+        if self.training.schedule != "1f1b":
+            training["schedule"] = self.training.schedule
+        if self.training.virtual_stages != 1:
+            training["virtual_stages"] = self.training.virtual_stages
+        doc: dict[str, Any] = {
+            "version": self.version,
+            "name": self.name,
+            "cluster": cluster,
+            "training": training,
+            "stages": {"min": self.stages.min, "max": self.stages.max},
+            "layers": [
+                {
+                    "name": layer.name,
+                    "module": layer.module,
+                    "out_bytes": layer.out_bytes,
+                    "costs": {lay.key: _cost_doc(cost) for lay, cost in layer.costs.items()},
+                }
+                for layer in self.layers
+            ],
+        }
+        if self.variants:
+            doc["variants"] = dict(self.variants)
+        if self.meta:
+            doc["meta"] = _plain(self.meta)
+        return doc
+
+
+def _cost_doc(cost: LayerCost) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "fwd_ms": cost.fwd_ms,
+        "bwd_ms": cost.bwd_ms,
+        "weight_bytes": cost.weight_bytes,
+        "act_bytes": cost.act_bytes,
+    }
+    if cost.bwd_input_ms is not None and cost.bwd_weight_ms is not None:
+        doc["bwd_input_ms"] = cost.bwd_input_ms
+        doc["bwd_weight_ms"] = cost.bwd_weight_ms
+    return doc
+
+
+def _plain(value: Any) -> Any:
+    """Mapping proxies and tuples back to dicts and lists (for JSON/YAML dumps)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

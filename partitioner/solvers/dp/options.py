@@ -1,0 +1,120 @@
+"""How the DP values a stage when an estimate weighs two parts of its time apart (zb-h1, GPipe iteration).
+
+Contract
+--------
+Under these estimates a stage's configs are no longer "the fastest that
+fits": :meth:`.StageCosts.options` gives, per stage a..b, the Pareto-minimal
+pairs ``(A_f, B_f)`` of its fitting config tuples, without transfers. A
+*spec* says, for one recursion, what a stage with option f, outgoing transfer
+``xo`` and incoming transfer ``xi`` adds to the sum (``cost``) and what is
+bounded by the threshold or maximised (``key``):
+
+* :class:`ZeroBubbleSpec` (options (u, W), k fixed): cost ``u + x`` and key
+  ``g = (m - 1)(u + x) + k W`` with ``x = xo + xi``. The estimate is
+  ``sum u + max g`` (:func:`partitioner.plan.schedules.estimate`).
+* :class:`GPipeSpec` (options (F, B) without sends): ``F + xo``, ``B + xi``;
+  cost ``t = (F + xo) + (B + xi)``; key ``B + xi`` with every stage's
+  ``F + xo`` at most a cap (or key ``F + xo``, uncapped). The estimate is
+  ``sum t + (m - 1)(max F + max B)``.
+
+Both are non-decreasing in each part of every stage, so some optimum uses
+Pareto options only. ``value`` is what the recursion stores for a last stage
+(``minmax``: its least key; ``minsum``: its least cost over the options whose
+key is at most the threshold, inf if none) and ``choices`` the options the walk
+back takes. A ``minsum`` cost is formed as the recursion forms it in front of a
+suffix of value H (:mod:`.dp_kernels`): its part without the incoming transfer
+first (zb-h1 ``u + xo``, GPipe ``(F + xo) + B``), then ``+ H``, then ``+ xi``
+(H = 0 for a last stage), as the plain recursion forms ``((compute + xo) + H)
++ xi``; the walk back sums ``cost + H`` and matches the tables to 1e-12.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["ZeroBubbleSpec", "GPipeSpec"]
+
+INF = math.inf
+
+
+class ZeroBubbleSpec:
+    """zb-h1 with the coefficient ``k`` of the stage counts in play (k = max(m - P + 1, 1))."""
+
+    parts = "uw"
+    free_shared = True  # without a threshold every option counts: the least sum of u does not depend on k
+
+    def __init__(self, m: int, k: int, every_level: bool = False):
+        self.s, self.k = m - 1, k
+        self.key = ("zb-h1", k)
+        self.every_level = every_level  # a floor for every k' >= k: g grows with k, so key k on every level
+
+    def level_ok(self, level: int, m: int) -> bool:
+        """Pipelines of ``level`` stages have this k (a bucket level is m or more stages: k = 1)."""
+        return self.every_level or max(m - level + 1, 1) == self.k
+
+    def prepare(self, U: np.ndarray, W: np.ndarray):
+        """(least key over the options, U, G = (m - 1) U + k W) from the options on the last axis."""
+        with np.errstate(invalid="ignore"):  # 0 x inf when m = 1: no option there
+            G = np.where(np.isfinite(U), self.s * U + self.k * W, INF)
+        return G.min(axis=-1), U, G
+
+    def value(self, low, U, G, xo, xi, mode: str, lim: float):
+        x = xo + xi
+        if mode == "minmax":
+            return low + self.s * x
+        xs = np.asarray(x)[..., None]
+        part = np.where(G + self.s * xs <= lim, U + np.asarray(xo)[..., None], INF).min(axis=-1)
+        return (part + 0.0) + xi
+
+    def choices(self, U, G, xo, xi: float, mode: str, lim: float):
+        """The option each stage ``[k]`` (options ``U[k, f]``, ``G[k, f]``) with outgoing transfers
+        ``xo[k, t]`` takes, as :meth:`value` values it: (option, cost, key, 0) arrays ``[k, t]``."""
+        x = (xo + xi)[..., None]
+        g = G[:, None, :] + self.s * x
+        f = np.argmin(g if mode == "minmax" else np.where(g <= lim, x + U[:, None, :], INF), axis=-1)
+        pick = f[..., None]
+        cost = (x + np.take_along_axis(np.broadcast_to(U[:, None, :], g.shape), pick, axis=-1))[..., 0]
+        return f, cost, np.take_along_axis(g, pick, axis=-1)[..., 0], np.zeros(f.shape)
+
+
+class GPipeSpec:
+    """GPipe: key ``B + xi`` with ``F + xo <= f_cap`` (``key="B"``), or key ``F + xo`` (``key="F"``)."""
+
+    parts = "fb"
+    free_shared = False  # the cap on F bounds even the unthresholded sum
+
+    def __init__(self, key: str = "B", f_cap: float = INF):
+        self.part, self.f_cap = key, f_cap
+        self.key = ("gpipe", key)
+
+    def level_ok(self, level: int, m: int) -> bool:
+        return True
+
+    def prepare(self, F: np.ndarray, B: np.ndarray):
+        return (B if self.part == "B" else F).min(axis=-1), F, B
+
+    def value(self, low, F, B, xo, xi, mode: str, lim: float):
+        # the parts as choices forms them, left to broadcast inside the ufuncs (no broadcast_arrays copies)
+        fwd, bwd = F + np.asarray(xo)[..., None], B + np.asarray(xi)[..., None]
+        key, ok = (bwd if self.part == "B" else fwd), fwd <= self.f_cap
+        if mode == "minmax":
+            out = np.where(ok, key, INF).min(axis=-1)
+        else:
+            out = (np.where(ok & (key <= lim), fwd + B, INF).min(axis=-1) + 0.0) + xi
+        return np.broadcast_to(out, np.broadcast_shapes(fwd.shape, bwd.shape)[:-1])
+
+    def choices(self, F, B, xo, xi: float, mode: str, lim: float):
+        """The option each stage ``[k]`` (options ``F[k, f]``, ``B[k, f]``) with outgoing transfers
+        ``xo[k, t]`` takes, as :meth:`value` values it: (option, cost t, key, F + xo) arrays ``[k, t]``."""
+        fwd = F[:, None, :] + np.asarray(xo)[..., None]
+        bwd = np.broadcast_to(B[:, None, :] + xi, fwd.shape)
+        key = bwd if self.part == "B" else fwd
+        ok = fwd <= self.f_cap
+        score = np.where(ok, key, INF) if mode == "minmax" else np.where(ok & (key <= lim), fwd + bwd, INF)
+        pick = np.argmin(score, axis=-1)[..., None]
+
+        def at(x):
+            return np.take_along_axis(x, pick, axis=-1)[..., 0]
+
+        return pick[..., 0], at(fwd) + at(bwd), at(key), at(fwd)

@@ -1,0 +1,313 @@
+"""The DP's general recursion: how one recursion fills the tables of :mod:`.dp_tables`.
+
+Contract
+--------
+:func:`fill` sets ``V[a, level, z, c, D]`` (:class:`.dp_tables.Tables`) for
+levels 1..top of one recursion of :mod:`.dp` -- ``minsum`` (least sum of
+stage times, every stage at most the threshold) or ``minmax`` (least largest
+stage time) -- exactly as the recursion there defines them; a level reads the
+previous level only and, for the "K or more" bucket level, itself at later
+first layers. A deadline is checked between chunks of first layers; the
+chunks of a level (but the bucket level's, which read each other) and its
+shared rows are shared among the model's ``threads`` (the dp option), else
+``THREADS`` (``PARTITIONER_DP_THREADS``, default one per core).
+
+How a level fills. A stage a..b of size i in front of a suffix whose first
+stage pairs with it as (new state, outgoing category) costs ``t = w + x``
+with ``w = compute(a..b) + x_out`` and ``x`` its incoming transfer, one per
+incoming category c. What a size-i stage sees of the level below, ``H[b +
+1, pair, D']`` (the least over the pair's transitions), is one row of
+shared keys per first layer (:meth:`.dp_tables.Tables.key_runs`), with
+the span of its finite columns per key; the compiled kernels of
+:mod:`.dp_kernels` then take, per first layer a (downwards) and size, the
+least over b and the pairs, only over the finite span of each row:
+
+* the incoming transfer is no axis of the inner loop. A candidate (a, b,
+  pair) fits the categories with ``w + x <= limit``: a prefix of them in
+  order of x, of length q. ``minsum``: the least ``w + H`` per (new state,
+  q), a running minimum over q from the top, then ``+ x`` per category.
+  ``minmax``: ``max(w + x, H)`` splits at the first rank whose ``w + x``
+  passes H (:mod:`.dp_kernels`);
+* the bucket level reads itself: row a of its shared keys takes the level's
+  own row a as soon as it is final, so lower first layers see both sources;
+* under a finite threshold, a suffix from a is computed only up to
+  ``N - prefix[a]`` devices (:func:`prefix_devices`: the fewest devices the
+  layers before a need under the threshold), the only ones an answer reads.
+
+The comparisons with the threshold are the recursion's own ``w + x <=
+limit``, so every finite entry is the definition's; a ``minsum`` value is
+formed as ``(w + H) + x`` rather than ``(w + x) + H``, a rounding
+difference far below the 1e-12 relative ties of the walk back
+(``tests/test_dp_fill.py`` checks every entry against the definition).
+
+With options (zb-h1's and GPipe's iteration estimates, :mod:`.dp_options`)
+a stage's value is not ``w + x``: the spec values each candidate (a, b,
+pair) per incoming category over its options, in the spec's own
+arithmetic, and the least is taken with ``min`` only, so every entry is
+the one a loop over a, b and the options gives, bit for bit
+(``tests/test_dp_options_fill.py`` checks every entry for equality with
+the definition). The last stages (level 1) are numpy, every a at once.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ..errors import OutOfTime as _OutOfTime
+
+__all__ = ["fill", "prefix_devices"]
+
+INF = math.inf
+_TIE = 1e-12  # relative slack when comparing a stage time with a threshold (as in dp)
+FIRSTS_PER_CALL = 16  # first layers per kernel call: the deadline is checked between calls
+DIRECT_RANKS = 4  # minmax: a candidate fitting at most this many incoming categories is taken rank by rank
+
+
+
+
+def _threads() -> int:
+    """``PARTITIONER_DP_THREADS`` (a positive integer), else one per core."""
+    try:
+        wanted = int(os.environ.get("PARTITIONER_DP_THREADS", "0"))
+    except ValueError:
+        wanted = 0
+    return wanted if wanted > 0 else (os.cpu_count() or 1)
+
+
+THREADS = _threads()  # threads that share a level's first layers
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+
+
+def _pool(threads: int) -> ThreadPoolExecutor | None:
+    """``threads`` threads that share a level's first layers (the kernels release the GIL), or None
+    for one.
+
+    Every entry is written by one call in a fixed order, so the tables do not depend on the number
+    of threads; unlike numba's own parallel loops (measured 4x slower here under load, threads
+    spinning at every level), waiting threads sleep."""
+    if threads <= 1:
+        return None
+    found = _POOLS.get(threads)
+    if found is None:
+        found = _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="dp-level")
+    return found
+
+
+def _split(pool, work, lo: int, hi: int) -> None:
+    """``work(lo', hi')`` over [lo, hi) in one piece per thread of ``pool`` (or in one call)."""
+    n = 1 if pool is None else pool._max_workers
+    if n == 1 or hi - lo < 2 * n:
+        work(lo, hi)
+        return
+    cuts = [lo + (hi - lo) * t // n for t in range(n + 1)]
+    for future in [pool.submit(work, a, b) for a, b in zip(cuts, cuts[1:])]:
+        future.result()
+
+
+def _kernels():
+    from . import kernels as dp_kernels  # compiled on first use (numba), cached on disk
+
+    return dp_kernels
+
+
+# --------------------------------------------------------------------------- the fill
+
+
+def fill(model, tables, auto, X: np.ndarray, mode: str, limit: float, deadline: float | None, top: int):
+    """Fill ``tables`` for levels 1..top (see the module docstring); ``model`` is the :class:`.dp.DPModel`."""
+    K = model.K
+    # level 1 is cleared; the kernels write whole blocks of the first layers 0..L - level of the others,
+    # whose later first layers (no suffix of that many stages starts there) stay infinite from allocation
+    tables.reset(top)
+    lim = limit * (1 + _TIE) if math.isfinite(limit) else INF
+    run = _Run(model, tables, auto, X, mode, lim, deadline)
+    for level in range(1, top + 1):
+        run.check_time()
+        bucket = bool(model.bucket and level == K)
+        if level == 1:
+            tables.clear_rows(1, 0)
+            for g, i in enumerate(run.groups):
+                run.last_stage(g, i)
+        if level >= 2 or bucket:
+            run.level(level, bucket)
+    return tables
+
+
+class _Meta:
+    """What every kernel call of the recursions over one layout and transfer table shares (per group g,
+    in the layout's size-group order: sizes, table offsets, pairs, new states, incoming categories)."""
+
+    def __init__(self, tables, auto, X: np.ndarray):
+        lay, L = tables.layout, tables.L
+        rows = L + 1
+        self.groups = list(lay.groups)
+        i64 = np.int64
+        self.g_size = np.array([lay.sizes[i] for i in self.groups], i64)
+        self.g_base = np.array([rows * lay.base[i] for i in self.groups], i64)
+        self.g_stride = np.array([lay.stride[i] for i in self.groups], i64)
+        p_off, p_key, p_zn, p_co, z_loc, s_zn, cats = [], [], [], [], [], [], []
+        g_pstart, g_zstart, g_cstart, g_sstart = [0], [0], [0], [0]
+        for i in self.groups:
+            pair_zn, pair_co, _, zn_starts = lay.pairs[i]
+            P = len(pair_zn)
+            p_key.append(lay.pair_key[i])
+            p_off.append(lay.key_offset[lay.pair_key[i]] if P else np.zeros(0, i64))
+            p_zn.append(np.repeat(np.arange(len(zn_starts)), np.diff(np.r_[zn_starts, P])))
+            p_co.append(pair_co)
+            locs = lay.zloc[pair_zn[zn_starts]] if P else np.zeros(0, i64)
+            z_loc.append(locs)
+            own = np.full(len(lay.states[i]), -1, i64)  # local state -> its new-state index, or -1
+            own[locs] = np.arange(len(locs))
+            s_zn.append(own)
+            cats.append(lay.cats[i])
+            g_pstart.append(g_pstart[-1] + P)
+            g_zstart.append(g_zstart[-1] + len(zn_starts))
+            g_cstart.append(g_cstart[-1] + len(lay.cats[i]))
+            g_sstart.append(g_sstart[-1] + len(lay.states[i]))
+
+        def cat(parts):
+            return np.ascontiguousarray(np.concatenate(parts).astype(i64)) if parts else np.zeros(0, i64)
+
+        self.p_off, self.p_key, self.p_zn, self.p_co, self.z_loc, self.s_zn = (
+            cat(x) for x in (p_off, p_key, p_zn, p_co, z_loc, s_zn))
+        self.g_pstart, self.g_zstart, self.g_cstart, self.g_sstart = (
+            np.array(x, i64) for x in (g_pstart, g_zstart, g_cstart, g_sstart))
+        xin = np.vstack([np.zeros((1, X.shape[1])), X[:-1]]) if X.shape[0] else np.zeros((1, X.shape[1]))
+        self.xin = xin  # xin[a, c]: transfer into a stage starting at a
+        # per group: its incoming transfers at each first layer, sorted, and each category's rank
+        xs = xin[:, np.concatenate(cats).astype(i64)] if cats else np.zeros((rows, 0))
+        sorted_, rank = np.empty_like(xs), np.empty(xs.shape, i64)
+        for g in range(len(self.groups)):
+            sl = slice(g_cstart[g], g_cstart[g + 1])
+            order = np.argsort(xs[:, sl], axis=1, kind="stable")
+            sorted_[:, sl] = np.take_along_axis(xs[:, sl], order, axis=1)
+            rank[:, sl] = np.argsort(order, axis=1)
+        self.xs, self.xs_sorted, self.rank = (np.ascontiguousarray(x) for x in (xs, sorted_, rank))
+        self.X = np.ascontiguousarray(X, dtype=float)
+        self.key_width = np.ascontiguousarray(lay.key_width, dtype=i64)
+        self.runs = tables.key_runs() + (np.ascontiguousarray(lay.key_offset, dtype=i64), self.key_width)
+        self.row_length = lay.row_length
+        self.grp = (self.g_size, self.g_base, self.g_stride, self.g_pstart, self.p_off, self.p_key, self.p_zn,
+                    self.p_co, self.g_sstart, self.s_zn, self.g_cstart)
+
+
+class _Run:
+    """One recursion's constants and the calls of its kernels."""
+
+    def __init__(self, model, tables, auto, X, mode, lim, deadline):
+        self.model, self.tables, self.auto = model, tables, auto
+        self.lay = tables.layout
+        self.mode, self.lim, self.deadline = mode, lim, deadline
+        self.L, self.N = model.L, model.N
+        self.spec = model.spec
+        meta = getattr(tables, "_meta", None)
+        if meta is None or meta[0] is not X:
+            meta = tables._meta = (X, _Meta(tables, auto, X))
+        self.meta = meta[1]
+        self.groups = self.meta.groups
+        self.banded = math.isfinite(lim) and not self.spec
+        self.prefix = prefix_devices(model, lim) if self.banded else np.zeros(self.L + 1, dtype=np.int64)
+
+    def check_time(self) -> None:
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            raise _OutOfTime
+
+    # ------------------------------------------------------------ last stages
+    def last_stage(self, g: int, i: int) -> None:
+        """Level 1: a stage a..L-1 alone (no outgoing transfer), for every a and incoming category."""
+        model, lay, L, meta = self.model, self.lay, self.L, self.meta
+        stash = model.stash_of_level[1]
+        xin = meta.xs[:L, meta.g_cstart[g] : meta.g_cstart[g + 1]]
+        zl = lay.zloc[self.auto.init[i]]
+        V = self.tables.tab[1][i]
+        if self.spec:  # every a at once: stage a..L-1 per incoming category
+            low, U, G = self.spec.prepare(*(x[:L, L - 1] for x in model.stage_options(i, stash)))
+            t = self.spec.value(low[:, None], U[:, None], G[:, None], np.zeros_like(xin), xin, self.mode, self.lim)
+            if self.mode == "minmax":
+                t = np.where(t <= self.lim, t, INF)
+            V[:L, zl, :, 0] = np.minimum(V[:L, zl, :, 0], t)
+            return
+        cb = model.compute_matrix(i, stash)[:L, L - 1]  # (a,): compute of a..L-1
+        t = cb[:, None] + xin
+        t = np.where(np.isfinite(cb)[:, None] & (t <= self.lim), t, INF)
+        V[:L, zl, :, 0] = np.minimum(V[:L, zl, :, 0], t)
+
+    # ------------------------------------------------------------ one level
+    def _rows(self):
+        """The shared-key rows R and their finite spans, one buffer for every level of the recursion: a
+        level reads only the rows the level below has just filled (and a bucket level clears the rest)."""
+        found = getattr(self, "_R", None)
+        if found is None:
+            shape = (self.L + 1, len(self.meta.key_width))
+            found = self._R = (np.full((self.L + 1, self.meta.row_length), INF), np.zeros(shape, np.int64),
+                               np.zeros(shape, np.int64))
+        return found
+
+    def level(self, level: int, bucket: bool) -> None:
+        """Levels >= 2 read the level below; the bucket level also reads itself (``self_feed``)."""
+        kern, meta, tables, L = _kernels(), self.meta, self.tables, self.L
+        R, Rlo, Rhi = self._rows()
+        first = 1 if level >= 2 else L + 1  # rows the level below fills: first layers 1 .. L - level + 1
+        if bucket:  # the level's own rows are combined into R: the others must hold nothing
+            R[:first], Rlo[:first], Rhi[:first] = INF, 0, 0
+            R[L - level + 2 :], Rlo[L - level + 2 :], Rhi[L - level + 2 :] = INF, 0, 0
+        pool = _pool(getattr(self.model, "threads", None) or THREADS)
+        if level >= 2:
+            _split(pool, lambda lo, hi: kern.shared_rows(tables.flat[level - 1], meta.runs, lo, hi, R, Rlo, Rhi),
+                   1, L - level + 2)
+        bmax = L - level
+        if bmax < 0:
+            return
+        stash = self.model.stash_of_level[level]
+        out = tables.flat[level]
+        minmax = self.mode == "minmax"
+        if self.spec:
+            ooff, F, OA, OB = self.model.packed_options(self.groups, stash)
+            kind, s, k, f_cap = _spec_params(kern, self.spec)
+        else:
+            CB = self.model.compute_stack(stash, self.groups)
+        def chunk(a_hi: int) -> None:
+            self.check_time()
+            a_lo = max(a_hi - FIRSTS_PER_CALL + 1, 0)
+            if self.spec:
+                kern.options_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, self.N, self.lim, minmax, level >= 2,
+                                   meta.grp, meta.xs, meta.xs_sorted, meta.rank, F, ooff, OA, OB, kind, s, k, f_cap,
+                                   meta.X, bucket, meta.runs)
+            else:
+                kern.plain_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, self.N, self.lim, minmax, DIRECT_RANKS, level >= 2,
+                                 meta.grp, meta.xs, meta.xs_sorted, meta.rank, CB, meta.X, self.banded, self.prefix,
+                                 bucket, meta.runs)
+
+        chunks = list(range(bmax, -1, -FIRSTS_PER_CALL))
+        if bucket or pool is None or len(chunks) < 2:
+            for a_hi in chunks:
+                chunk(a_hi)
+            return
+        for future in [pool.submit(chunk, a_hi) for a_hi in chunks]:
+            future.result()
+
+
+def _spec_params(kern, spec) -> tuple[int, float, float, float]:
+    """(kind, s, k, f_cap) of :func:`.dp_kernels.options_level` for a spec of :mod:`.dp_options`."""
+    if spec.parts == "uw":
+        return kern.ZB, float(spec.s), float(spec.k), INF
+    return (kern.GPIPE_B if spec.part == "B" else kern.GPIPE_F), 0.0, 0.0, float(spec.f_cap)
+
+
+def prefix_devices(model, lim: float) -> np.ndarray:
+    """prefix[a]: the fewest devices with which stages whose compute is at most ``lim`` cover layers
+    0..a-1 (at the most permissive stash; transfers only add), a huge number when none can.
+
+    Every plan with every stage time at most ``lim`` gives its suffix from a at most
+    ``N - prefix[a]`` devices, so the recursion computes a first layer's suffixes only up to
+    its band. Entries within a's band stay exact (a stage a..b under ``lim`` has
+    ``prefix[b + 1] <= prefix[a] + d``, so it reads b + 1's band only); larger device counts are
+    left infinite, and nothing reads them: the answer is at (0, N) and the walk back
+    follows stages under ``lim`` from there.
+    """
+    sizes = np.array(model.sizes, dtype=np.int64)
+    return _kernels().prefix_devices(model.compute_stack(1), sizes, float(lim), int(model.N))

@@ -1,0 +1,513 @@
+"""``dp``: an exact dynamic program over layers, stages (counted from the end) and devices.
+
+The recursion
+-------------
+A *suffix* is the pipeline from some layer ``a`` to the last layer. Its state is
+
+* ``a`` -- its first layer;
+* ``k`` -- its number of stages. Counting stages from the end fixes the 1F1B
+  stash of the suffix's first stage, ``min(m, k)``; beyond ``max(m, P_min)``
+  all counts behave alike and share one level when the stage bound is not
+  binding (GPipe: beyond ``P_min``; see "Schedules beyond 1F1B");
+* ``D`` -- its devices (a numpy axis; the whole pipeline must use exactly N);
+* ``z`` -- a *placement state* of its first stage (below);
+* ``c`` -- the *incoming category*: the smaller of the sizes on both sides of
+  the boundary before ``a`` and whether those two stages share a node. It
+  fixes that boundary's transfer time ``x = out_bytes / (min size * bw)``,
+  which stage p's time ``t_p = compute + x_out + x_in`` includes.
+
+The value of a state is, for the ``bottleneck`` objective, the least possible
+largest stage time of the suffix (a min-max recursion), and for a threshold
+``T``, the least possible *sum* of stage times with every stage at most ``T``.
+The ``iteration`` objective ``sum t + (m - 1) max t`` is the minimum over ``T``
+of ``minsum(T) + (m - 1) T``; ``minsum`` is a non-increasing step function of
+``T``, so a branch and bound over intervals of ``T`` (lower bound
+``minsum(hi) + (m - 1) lo`` on ``[lo, hi]``) finds it after a few recursions,
+like Alpa's enumeration of the largest stage latency [1]_ but with pruning
+(the walks live in :mod:`.dp_walks`).
+
+Choosing a stage's configs is no part of the state: for a fixed cut, size
+and neighbours, the fastest configs that fit (with the stage's stash) are
+best, because the transfers depend only on cuts, sizes and placement and
+both objectives are non-decreasing in every stage time. In format v2 a stage
+has one config per module segment, memory couples the segments and reshards
+couple adjacent ones: :mod:`.dp_stage` computes that per-(a, b, size, stash)
+minimum exactly (Pareto frontiers of (time, memory) per mesh, combined
+left to right) and its configs for the walk back; in v1 (one segment) it is
+the fastest fitting layout as before. Plans get each stage's configs at its
+true stash (the schedule's: ``min(m, P - p)``, GPipe ``m``) and device ids
+in the canonical form (ids grouped by node, ascending; the reshard times
+assume it).
+
+Schedules beyond 1F1B (:mod:`partitioner.plan.schedules`, "Iteration estimates").
+``zb-h1`` keeps 1F1B's stash, so its ``bottleneck`` is 1F1B's. ``gpipe``
+holds m microbatches on every stage: every level has the stash m (and all
+stage counts share one level), which is all its ``bottleneck`` needs. The
+two ``iteration`` estimates weigh two parts of a stage apart, so a stage's
+fastest configs need not be best; stages choose instead among the pairs of
+parts no other fitting config tuple beats in both (:meth:`.StageCosts.options`),
+valued by a *spec* (:mod:`.dp_options`), and the recursions keep their form
+-- a least sum under a threshold, a least max:
+
+* ``zb-h1``: ``sum u + max g`` with ``u = t - W``, ``g = (m - 1) u + k W``
+  and ``k = max(m - P + 1, 1)``. For a fixed k it is the walk above with
+  the sum taken over u, the threshold on g and coefficient 1. k depends on
+  the whole pipeline's stage count, so levels below m are exact counts and
+  each distinct k is a walk over the levels that have it: a branch and
+  bound over k, the k in order of a floor from two recursions that serve
+  every k (least sum of u per level; least max g per level under the
+  smallest k, since g grows with k), each k's exact least max g pruned at
+  what could still win, its walk stopped by the best value so far (first
+  the incumbent's: a warm start or the greedy plan), until a floor cannot
+  beat the best.
+* ``gpipe``: ``sum t + (m - 1)(max F + max B)`` (sends in F of the sender
+  and in B of the receiver, as :func:`partitioner.plan.evaluate` counts
+  them): for a cap C on every F, a walk on B gives ``phi(C)``, the least
+  ``sum t + (m - 1) max B``; the optimum is the least ``phi(C) + (m - 1) C``,
+  found by lowering C just below the max F of each step's plan until
+  ``phi(C) + (m - 1) (lowest max F)`` cannot win.
+
+Stage-count levels. The stage tables at stash s only lose options as s
+grows, so the stashes whose tables equal those at m form an interval
+``[m_eff, m]``; levels from ``m_eff`` on share one table (:meth:`DPModel._levels`).
+
+No transfers. When no boundary carries bytes the recursion runs with no
+placement states (one state per size, one category). Stage times are always
+forward sums over the stage's own layers (:mod:`.dp_stage`), never
+differences of prefix sums, so one huge layer time cannot round away the
+digits of the stages after it.
+
+Limits. The memory budget (option ``memory_budget_gb``) is checked before
+any table of size ``L^2`` or larger is built (the recursion's: its tables,
+twice when zb-h1 keeps its free table, plus what a recursion holds beside
+them, :meth:`DPModel.recursion_bytes`); a search stopped by the budget
+or the time limit hands its best valid plan so far and its best proven bound
+to :mod:`.dp_method`, which returns it (or the greedy plan, if better) as
+``feasible``.
+
+Placement
+---------
+On the default cluster graph a plan's times depend on its placement only
+through which adjacent stages share a node ("links"). In-node sizes are
+powers of two dividing the node size (a divisibility chain), so any sizes
+summing to N pack into the nodes; links are what is constrained: a chain of
+linked stages (a *run*) lives in one node, and all runs must pack exactly
+into the nodes the multi-node stages leave. The placement state ``z`` is:
+
+* ``none`` -- no transfer anywhere: ``z`` and ``c`` carry nothing;
+* ``size`` -- links cannot change a time (one node, one GPU per node, or
+  equal intra/inter bandwidth): ``z`` is the stage size;
+* ``run`` -- NVLink faster than the network: ``z`` is (size, fill of the run
+  the stage heads); runs may not overflow a node. This relaxes the packing of
+  runs into nodes; the optimum found is checked by an exact packing search
+  and, in the rare case that its runs do not pack, the problem is solved
+  again with
+* ``bins`` -- the exact placement automaton: (size, free space of the stage's
+  node, free space of every other partly filled node). Also used when NVLink
+  is *slower* than the network, where a link is a cost that the placement may
+  force. Its state count grows quickly with the node count.
+
+Complexity
+----------
+Stage tables: one ``L x L`` table per (size, stash) level, see :mod:`.dp_stage`.
+With L layers, N devices, S allowed sizes, K = max(m, P_min) stage levels
+(at most P_max), placement states and categories, the recursion's tables
+(:mod:`.dp_tables`) hold, per level, ``(L + 1) x sum_i Z_i x C_i x (N + 1 - d_i)``
+values: Z_i the placement states of size i and C_i the incoming categories
+a size-i stage can receive (at most i + 1 unlinked and, in a node, i + 1
+linked ones), not ``Z x C x (N + 1)``. One recursion
+(:mod:`.dp_recursion`, its compiled kernels in :mod:`.dp_kernels`) costs
+``O(K * L^2 * sum_i pairs_i * (N + 1 - d_i))`` element operations, where
+``pairs_i`` counts the distinct (new state, outgoing category)
+combinations of size i, over the finite span of each suffix's device
+counts only; the incoming transfer is no axis of that work, except in
+``minmax`` for the elements where the stage's own time and the suffix's
+value change order between two incoming transfers. Without transfers
+there is one category and one state per size. The bottleneck objective
+needs one recursion (after one without placement states for its
+ceiling), the iteration objective a few (branch and bound over the
+threshold); with options (zb-h1, GPipe iteration) each stage also takes
+the least over its F options (the Pareto pairs, at most the config tuples
+of its size), zb-h1 runs at most one walk per distinct k (at most
+``min(m, P_max) - P_min + 1``) and GPipe one walk on B per step of the cap
+on F.
+
+References
+----------
+.. [1] L. Zheng et al., "Alpa: Automating Inter- and Intra-Operator
+   Parallelism for Distributed Deep Learning", OSDI 2022, section 5.2.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from ...cluster.placement import contiguous_node_assignment, node_assignment_ids, pack_runs
+from ...plan import Plan, PlanError, Stage, evaluate
+from ...problem import Problem
+from .placement import Automaton, build_automaton
+from .recursion import fill as fill_tables
+from .tables import Layout, Tables, table_bytes, working_bytes
+from .stage import StageCosts
+from .stagecache import StageTables
+from .walkback import WalkBack
+from .walks import ThresholdWalks, _Outcome
+from ..errors import OutOfTime as _OutOfTime
+from ..errors import TooLarge as _TooLarge
+
+__all__ = ["DPModel"]
+
+INF = math.inf
+_MEMORY_BUDGET_BYTES = 3 * 2**30  # the default budget of a model used outside the dp method
+
+
+# --------------------------------------------------------------------------- the model
+
+
+class DPModel(ThresholdWalks, WalkBack, StageTables):
+    """Tables and recursions for one problem (see the module docstring)."""
+
+    def __init__(self, problem: Problem, layouts: tuple | None = None, stage_counts: tuple[int, int] | None = None):
+        """``layouts`` restricts the layouts stages may use (and so their sizes);
+        ``stage_counts`` overrides the problem's stage bounds."""
+        self.problem = problem
+        cluster = problem.cluster
+        self.L, self.N, self.G = problem.num_layers, cluster.num_devices, cluster.gpus_per_node
+        self.m = problem.microbatches
+        self.layouts = problem.layouts() if layouts is None else tuple(layouts)
+        usable = {lay.devices for lay in self.layouts}
+        self.sizes = tuple(d for d in cluster.allowed_sizes() if d in usable)
+        self.stage_counts = stage_counts or (problem.stages.min, problem.stages.max)
+        self._matrices: dict[tuple[int, int], np.ndarray] = {}
+        self._stacks: dict[int, np.ndarray] = {}  # stash -> compute matrices of every size (compute_stack)
+        self._packed: dict = {}  # (stash, parts) -> packed stage options (option_pack)
+        self.schedule = problem.training.schedule
+        # the two-part estimates (zb-h1's and GPipe's iteration): stages choose among the Pareto pairs
+        # of parts ``self.parts`` (:meth:`StageCosts.options`), valued by ``self.spec`` (:mod:`.dp_options`)
+        self.parts: str | None = None
+        self.spec = None
+        self._budget = _MEMORY_BUDGET_BYTES
+        self.threads: int | None = None  # threads a level's first layers are shared among (None: the default)
+        self._layer_tables()
+        self.K = None  # set by prepare()
+
+    # ---------------------------------------------------------------- tables
+    def _layer_tables(self) -> None:
+        """Per-layer arrays only (O(configs x L)); stage tables are built per (size, stash) on demand."""
+        self.costs = StageCosts(self.problem, self.layouts, self.sizes)
+        self.layouts_of_size = self.costs.of_size
+        self.out_bytes = self.costs.out_bytes.copy()
+        if self.L:
+            self.out_bytes[-1] = 0.0
+
+    def check_budget(self, need: float, what: str) -> None:
+        """Refuse before allocating: ``need`` bytes against the memory budget."""
+        if need > self._budget:
+            raise _TooLarge(
+                f"{what} would need {need / 2**30:.1f} GiB (limit {self._budget / 2**30:.1f} GiB, "
+                "option memory_budget_gb); use cpsat for this problem"
+            )
+
+    def _levels(self, deadline: float | None = None) -> None:
+        """Stage-count levels: exact counts below ``K``; level ``K`` is "K or more" when unbounded.
+
+        The stage choice at stash s is non-increasingly permissive in s, so the
+        stashes s whose stage tables equal those of stash m form an interval
+        [m_eff, m]: past m_eff every stash up to m gives the same stage times,
+        and stage counts from ``m_eff`` on behave alike. Single-segment
+        stages compare the sets of (config, a, b) that fit (the v1 rule);
+        otherwise the stage tables themselves are compared.
+        """
+        P_lo, P_hi = self.stage_counts
+        m = self.m
+        if self.costs.single_segment:
+
+            def same(s: int) -> bool:
+                return all(np.array_equal(self.costs.fit_end(j, s), self.costs.fit_end(j, m)) for j in range(len(self.layouts)))
+
+        elif self.parts:
+
+            def same(s: int) -> bool:
+                if deadline is not None and time.perf_counter() > deadline:
+                    raise _OutOfTime
+                return all(
+                    all(np.array_equal(x, y) for x, y in zip(self.stage_options(i, s), self.stage_options(i, m)))
+                    for i in range(len(self.sizes))
+                )
+
+        else:
+
+            def same(s: int) -> bool:
+                if deadline is not None and time.perf_counter() > deadline:
+                    raise _OutOfTime
+                return all(np.array_equal(self.compute_matrix(i, s), self.compute_matrix(i, m)) for i in range(len(self.sizes)))
+
+        m_eff = m
+        # GPipe holds m on every stage: no smaller stash is ever asked for
+        for s in range(1, min(m, P_hi) + 1) if self.schedule != "gpipe" else ():
+            if same(s):
+                m_eff = s
+                break
+        # levels from `alike` on behave alike: 1F1B's stash min(m, k) stops changing at m_eff; GPipe's
+        # stash is m at every level; zb-h1's iteration estimate tells every P < m apart (k = m - P + 1)
+        alike = 1 if self.schedule == "gpipe" else m if self.parts == "uw" else m_eff
+        unbounded = P_hi >= min(self.L, self.N)
+        if unbounded and max(alike, P_lo) < P_hi:
+            self.K, self.bucket = max(alike, P_lo), True
+        else:
+            self.K, self.bucket = P_hi, False
+        # a stash of min(m, k) gives the same stage times as min(m_eff, k): use the smaller, equivalent one
+        if self.schedule == "gpipe":
+            self.stash_of_level = [0] + [m_eff] * self.K
+        else:
+            self.stash_of_level = [0] + [min(m_eff, k) for k in range(1, self.K + 1)]
+        self.P_lo, self.P_hi = P_lo, P_hi
+
+    def natural_placement(self) -> str:
+        c = self.problem.cluster
+        if not np.any(self.out_bytes > 0):
+            return "none"
+        if c.nodes == 1 or self.G == 1 or c.intra_node_GBps == c.inter_node_GBps:
+            return "size"
+        return "run" if c.intra_node_GBps > c.inter_node_GBps else "bins"
+
+    def _automaton_for(self, mode: str) -> Automaton:
+        c = self.problem.cluster
+        link = None
+        if mode == "size":
+            link = c.nodes == 1  # one node: every pair of stages shares it
+        return build_automaton(mode, self.sizes, self.G, c.nodes, link)
+
+    def _transfer_table(self, auto: Automaton) -> np.ndarray:
+        """X[b, c]: transfer time of the boundary after layer b in category c (0 after the last)."""
+        c = self.problem.cluster
+        X = np.zeros((self.L, len(auto.categories)))
+        for k, (j, link) in enumerate(auto.categories):
+            if link is None:
+                continue
+            bw = c.intra_node_GBps if link else c.inter_node_GBps
+            X[:, k] = self.out_bytes / (self.sizes[j] * bw * 1e6)
+        return X
+
+    # ---------------------------------------------------------------- recursion
+    def recursion(self, auto: Automaton, X: np.ndarray, mode: str, limit: float, deadline: float | None) -> Tables:
+        """Fill the tables ``V[a, level, z, c, D]`` (:class:`.dp_recursion.Tables`).
+
+        ``mode`` "minmax": value = least largest stage time, stages above
+        ``limit`` pruned; "minsum": value = least sum of stage times with every
+        stage at most ``limit``. With options the spec's key and cost take the
+        place of the stage time; a spec whose unbounded least sum does not
+        depend on its parameters (zb-h1's k) shares that table (kept in its own
+        tables; every other recursion reuses one set of tables).
+        """
+        shared = self.spec is not None and self.spec.free_shared and mode == "minsum" and not math.isfinite(limit)
+        if shared:
+            kept = getattr(self, "_free_table", None)  # (automaton, levels, parts, tables): the object itself, not its id
+            if kept is None or kept[0] is not auto or kept[1:3] != (self.K, self.spec.parts):
+                tables = Tables(self._layout(auto), self.L)
+                kept = self._free_table = (auto, self.K, self.spec.parts, self._fill(auto, X, mode, limit, deadline, self.K, tables))
+            return kept[3]
+        # levels above the largest stage count the answer may have are never read (zb-h1: one k)
+        top = max((lvl for lvl in range(1, self.K + 1) if self._level_ok(lvl)), default=self.K)
+        pool = getattr(self, "_pool", None)
+        if pool is None or pool.layout.auto is not auto:
+            pool = self._pool = Tables(self._layout(auto), self.L)
+        return self._fill(auto, X, mode, limit, deadline, top, pool)
+
+    def _layout(self, auto: Automaton) -> Layout:
+        found = getattr(self, "_layouts", None)
+        if found is None or found[0] is not auto:
+            found = self._layouts = (auto, Layout(auto, self.sizes, self.N))
+        return found[1]
+
+    def _fill(self, auto, X, mode, limit, deadline, top, tables: Tables) -> Tables:
+        """Check the memory the tables need (:meth:`recursion_bytes`), then fill them (:func:`.dp_recursion.fill`)."""
+        need = self.recursion_bytes(auto)
+        if need > self._budget:
+            raise _TooLarge(
+                f"the recursion tables would need {need / 2**30:.1f} GiB with {len(auto.states)} placement states "
+                f"(limit {self._budget / 2**30:.1f} GiB, option memory_budget_gb); use cpsat for this problem"
+            )
+        return fill_tables(self, tables, auto, X, mode, limit, deadline, top)
+
+    def recursion_bytes(self, auto: Automaton) -> int:
+        """Memory of the general recursion: the tables of every level (twice when zb-h1 keeps its free
+        table beside the working one), one level's reduced tables and the kernels' temporaries."""
+        layout = self._layout(auto)
+        copies = 2 if self.parts == "uw" else 1
+        return copies * table_bytes(layout, self.L, self.K) + working_bytes(layout, self.L)
+
+    # ---------------------------------------------------------------- answers
+    def _level_ok(self, level: int) -> bool:
+        """May a whole pipeline have ``level`` stages (under zb-h1: with the current coefficient k)?"""
+        P_ok = (self.P_lo <= level <= self.P_hi) or (self.bucket and level == self.K)
+        return P_ok and (self.spec is None or self.spec.level_ok(level, self.m))
+
+    def place(self, stages, links, kind: str) -> Plan | None:
+        cluster = self.problem.cluster
+        sizes = [s[2] for s in stages]
+        if kind in ("none", "size"):
+            assignment = contiguous_node_assignment(cluster, sizes) or pack_runs(cluster, sizes, [False] * (len(sizes) - 1))
+        else:
+            exact = cluster.intra_node_GBps < cluster.inter_node_GBps
+            assignment = pack_runs(cluster, sizes, links, exact=exact)
+        if assignment is None:
+            return None
+        ids = node_assignment_ids(cluster, sizes, assignment)
+        # configs at each stage's true stash (1F1B, zb-h1: min(m, P - p); GPipe: m): the same stage
+        # time, or the same (u, W) options, as the level's (see _levels)
+        P = len(stages)
+        stashes = [self.m] * P if self.schedule == "gpipe" else [min(self.m, P - p) for p in range(P)]
+        return Plan(
+            tuple(
+                Stage.from_configs(stage[0], stage[1], stage[2], self._configs_of(stage, stashes[p]), ids[p])
+                for p, stage in enumerate(stages)
+            )
+        )
+
+    def _configs_of(self, stage: tuple, stash: int) -> tuple:
+        """The configs of a reconstructed stage: the fastest that fit, or (zb-h1) those of its (u, W) option."""
+        a, b, _, i, *option = stage
+        if not option:
+            return self.stage_configs(a, b, i, stash)
+        found = self.costs.option_configs(a, b, i, stash, self.parts, *option[0][:2])
+        if found is None:
+            raise RuntimeError(f"dp: internal error: no configs of stage {a}..{b} reach the option {option[0]}")
+        return found
+
+    # ---------------------------------------------------------------- objectives
+    def prepare(self, deadline: float | None = None) -> None:
+        """Check the budget for the stage tables, then fix the stage-count levels."""
+        self.check_budget(6.0 * 8 * self.L * self.L, f"the stage tables of {self.L} layers")
+        if self.K is None:
+            self._levels(deadline)
+
+    def optimize(self, objective: str, kind: str, deadline, budget) -> _Outcome:
+        self._budget = budget
+        self.best_known = None  # (value, plan): the best valid plan met so far, for a run cut short
+        self.proven_bound = None  # a lower bound on the optimum proven so far
+        parts = {("zb-h1", "iteration"): "uw", ("gpipe", "iteration"): "fb"}.get((self.schedule, objective))
+        if parts != self.parts:
+            self.parts, self.K = parts, None  # the levels depend on it (see _levels)
+        self.spec = None
+        self._free_table = None
+        self.prepare(deadline)
+        auto = self._automaton_for(kind)
+        X = self._transfer_table(auto)
+        stats = {"placement": kind, "states": len(auto.states), "categories": len(auto.categories), "levels": self.K}
+        if objective == "bottleneck":
+            V = self.recursion(auto, X, "minmax", self.bottleneck_ceiling(deadline), deadline)
+            value, arg = self._final(V, auto)
+            if arg is None:
+                return _Outcome("infeasible")
+            stats["recursions"] = 1
+            plan, _ = self.placed_optimum(V, auto, X, "minmax", INF, value, kind)
+            return _Outcome("optimal", plan, value, stats)
+        if parts == "uw":
+            return self._zb_iteration(auto, X, kind, deadline, stats)
+        if parts == "fb":
+            return self._gpipe_iteration(auto, X, kind, deadline, stats)
+        return self._iteration(auto, X, kind, deadline, stats)
+
+    def bottleneck_ceiling(self, deadline) -> float:
+        """The bottleneck of a valid plan, or inf: the better of the greedy plan and the least bottleneck
+        without transfers (the recursion with no placement states, pruned at the greedy plan's value:
+        transfers only add) placed contiguously, both valued with the transfers. No optimal plan has a
+        stage above it, so the ``minmax`` recursion may prune slower stages (and the devices the layers
+        before a suffix cannot leave it, see :mod:`.dp_recursion`); the plan is also the best known one
+        if the search is cut short."""
+        plans = [self._greedy_plan("bottleneck", deadline)]
+        if np.any(self.out_bytes > 0):
+            known = self._bottleneck_of(plans[0])
+            auto = self._automaton_for("none")
+            X = np.zeros((self.L, len(auto.categories)))
+            V = self.recursion(auto, X, "minmax", known * (1 + 1e-9) if math.isfinite(known) else INF, deadline)
+            value, arg = self._final(V, auto)
+            if arg is not None:
+                plans.append(self.placed_optimum(V, auto, X, "minmax", INF, value, "none")[0])
+        best = INF
+        for plan in plans:
+            value = self._bottleneck_of(plan)
+            if value < best:
+                best = value
+                if self.best_known is None or value < self.best_known[0]:
+                    self.best_known = (value, plan)
+        return best * (1 + 1e-9) if math.isfinite(best) else INF  # a margin for the order the evaluation sums in
+
+    def _bottleneck_of(self, plan: Plan | None) -> float:
+        if plan is None:
+            return INF
+        try:
+            return evaluate(self.problem, plan, "bottleneck").value
+        except PlanError:
+            return INF
+
+    def _greedy_plan(self, objective: str, deadline) -> Plan | None:
+        """The greedy heuristic's plan for ``objective`` within what is left of the time limit, or None;
+        None too for a model restricted to fewer layouts or stage counts than the problem's (the greedy
+        plan may use others: it is no plan of this model)."""
+        from ..base import SolveRequest
+        from ..greedy import solve_greedy
+
+        if tuple(self.layouts) != tuple(self.problem.layouts()) or tuple(self.stage_counts) != (
+                self.problem.stages.min, self.problem.stages.max):
+            return None
+        left = None if deadline is None else deadline - time.perf_counter()
+        if left is not None and left <= 0:
+            return None
+        return solve_greedy(self.problem, SolveRequest(objective, time_limit=left)).plan
+
+    def layer_floor(self) -> tuple[float, float, float]:
+        """(slowest layer's least time, least total work over N, sum of least layer times) over the
+        configs each layer fits in alone with one stashed microbatch: a bottleneck no plan beats is
+        the larger of the first two (reshards and transfers only add; a stage's time times its
+        devices is at least its layers' least work)."""
+        costs = self.costs
+        J = len(self.layouts)
+        if J == 0 or self.L == 0:
+            return INF, INF, INF
+        idx = np.arange(self.L)
+        fits = np.array([costs.fit_end(j, 1) >= idx for j in range(J)])
+        devices = np.array([lay.devices for lay in self.layouts], dtype=float)[:, None]
+        alone = np.where(fits, costs.time, INF).min(axis=0)
+        work = np.where(fits, costs.time * devices, INF).min(axis=0)
+        if not np.all(np.isfinite(alone)):
+            return INF, INF, INF
+        return float(alone.max()), float(work.sum() / self.N), float(alone.sum())
+
+    def least_u_sum(self) -> float:
+        """The sum over layers of the least ``u = fwd + bwd - W`` (zb-h1's part without the weight
+        gradient) over the configs each layer fits in alone with one stashed microbatch: no plan's sum
+        of u is smaller (a stage's u adds its layers', reshards and transfers)."""
+        J = len(self.layouts)
+        if J == 0 or self.L == 0:
+            return INF
+        u = np.full((J, self.L), INF)
+        idx = np.arange(self.L)
+        for j, lay in enumerate(self.layouts):
+            fit = self.costs.fit_end(j, 1) >= idx
+            for i, layer in enumerate(self.problem.layers):
+                c = layer.cost(lay)
+                if c is not None and fit[i]:
+                    u[j, i] = (c.fwd_ms + c.bwd_ms) - c.split()[1]
+        least = u.min(axis=0)
+        return float(least.sum()) if np.all(np.isfinite(least)) else INF
+
+    def analytic_bound(self, objective: str) -> float:
+        """A lower bound on the objective from :meth:`layer_floor` (valid for every plan)."""
+        slowest, work, total = self.layer_floor()
+        worst = max(slowest, work)
+        if objective == "bottleneck" or self.schedule != "1f1b":
+            # every schedule's estimate is at least max t (zb-h1: sum u + (m - 1) u_q + k W_q >= t_q, k >= 1)
+            return worst
+        return total + (self.m - 1) * worst
+
+    def note(self, stages, links, kind: str, value: float) -> None:
+        """Remember a valid plan met on the way (returned if the time limit cuts the search short)."""
+        if self.best_known is not None and self.best_known[0] <= value:
+            return
+        plan = self.place(stages, links, kind)
+        if plan is not None:
+            self.best_known = (value, plan)

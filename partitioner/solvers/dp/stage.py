@@ -1,0 +1,440 @@
+"""The DP's stage choice: the fastest way a stage of layers a..b on d devices with stash s can run
+(or, for the two-part estimates, its Pareto options; see "Options").
+
+Contract
+--------
+For a stage of layers ``a..b`` on ``d`` devices holding ``s`` microbatches of
+activations (1F1B: ``s = min(m, P - p)``), :meth:`StageCosts.matrix` gives
+
+    best(a, b) = min over one config c_k per segment k of the stage
+                 (dp * tp = d, tp <= gpus_per_node, the cost key present on every layer of the segment)
+                 of   sum_k T(S_k, c_k) + 2 * sum_k r(S_k, c_k, c_{k+1})
+    subject to        sum_k W(S_k, c_k) + s * sum_k A(S_k, c_k) <= gpu_memory_bytes
+
+where ``T`` is the segment's sum of ``fwd_ms + bwd_ms``, ``W``/``A`` its
+weight and activation bytes, and ``r`` the intra-stage reshard time of
+:func:`partitioner.cluster.reshard.stage_reshard_ms` for the out_bytes of the
+segment's last layer on the canonical placement the solvers emit (0 when the
+two configs have the same ``(dp, tp)``), paid once in the forward and once
+in the backward (DESIGN.md, "Times v2"). ``inf`` when nothing fits.
+:meth:`StageCosts.configs` returns configs that reach it.
+
+Why this is all the DP needs: the transfers ``x_p`` depend only on cuts,
+sizes and placement, and both objectives are non-decreasing in every stage
+time, so for fixed cuts, sizes and placement the best configs of a stage are
+the ones that minimise its own time under its own memory limit.
+
+The rule
+--------
+The segments of a stage are the global module runs ``R_1 .. R_M`` cut to
+``a..b`` (version 1: one run, the whole model). A stage inside one run has a
+single segment: ``best`` is the fastest config that fits, a prefix of
+forward sums per config (the v1 rule, variants included).
+
+A stage from run ``k0`` (first layer ``a``) to run ``k`` (last layer ``b``)
+is built left to right. After each complete segment the search keeps, per
+``(dp, tp)`` of the last segment (the only thing the rest depends on, through
+the next reshard), the Pareto frontier of (time so far, memory so far):
+
+1. the first segment ``a..end(R_k0)``: one point per config that fits;
+2. entering run ``k`` with mesh ``mu'``: every point of every mesh ``mu`` plus
+   ``2 r(mu, mu')``; dominated points (no less time and no less memory) are
+   dropped;
+3. a last segment ``start(R_k)..b`` in config ``c'``: ``best(a, b)`` is the
+   least ``time + T(start..b, c')`` over the points with
+   ``memory <= cap - M(start..b, c')``;
+4. the complete run ``k`` in config ``c'``: the points plus the run's time
+   and memory, kept where they fit, form the frontier of mesh ``c'.mesh``.
+
+Exact: time and memory are sums over segments, the memory limit is
+monotone, and what follows a prefix depends only on the mesh of its last
+segment; so a point with no less time and no less memory than another point
+of the same mesh can never lead to a strictly better stage. Float sums are
+formed in the same order for every combination (left part, then the
+reshard, then the next segment), and float addition is monotone, so the
+minimum over the kept points equals the minimum over all combinations
+computed the same way.
+
+Computation: the compiled loops of :mod:`.stage_kernels`, one first layer
+``a`` at a time, with the frontiers of steps 1-4 kept sorted by memory
+(strictly falling time), so step 3's least fitting time is found by a
+pointer that only moves one way as ``b`` grows. They form every float the
+way the numpy formulation they replace did (``tests/test_stage_tables.py``
+enumerates every tuple in this order and compares floats exactly): a stage
+inside one run is the forward sum from ``a`` (``0.0 + t[a]`` first unless
+``a`` starts the run), the first segment of a spanning stage its backward
+running sum from the run's end, later segments forward sums from their
+start, a spanning stage of a size with one config the forward sum from a.
+
+Complexity per (d, s): ``O(J_d * sum_k |R_k|^2)`` for single-segment stages
+and ``O(sum_{k0 < k} |R_k0| * (J_d * (|R_k| + F) + mu_d^2 * F))`` for
+spanning ones, with ``J_d`` configs and ``mu_d`` meshes of size d and ``F``
+the largest frontier. The 256-layer, 4-module, 3-variant benchmark (35
+sizes, 12 configs per size) takes about 0.5 ms per (size, stash). Memory
+``O(L^2)`` for the answer plus ``O(J_d * L)``.
+
+Options
+-------
+The two-part estimates (zb-h1's and GPipe's iteration, :mod:`.dp_options`)
+are non-decreasing in two parts of a stage rather than in its time, so
+:meth:`StageCosts.options` keeps, per stage a..b, every config tuple that no
+other fitting tuple beats in both parts: ``parts="uw"`` ``u = T + 2 sum r - W``
+and ``W`` (the weight-gradient part of the backward, no reshards),
+``parts="fb"`` the forward ``F + sum r`` and the backward ``B + sum r``.
+Single-segment stages list every config of the size (dominated ones pruned);
+spanning stages run steps 1-4 with frontiers of (part 1, part 2, memory)
+per mesh -- a prefix no better in any of the three than another of the same
+mesh cannot lead to a better stage -- and keep the (part 1, part 2) Pareto
+points over all last configs: per stage the distinct Pareto pairs in order
+of part 1 (dominated frontier points only ever yield dominated or equal
+pairs), padded with inf to the most any stage has.
+:meth:`StageCosts.option_configs` finds the configs of a point for the walk
+back by the same frontiers, as lists.
+
+Numbers: stage times are forward sums over the stage's own layers, never
+differences of prefix sums, so a huge time elsewhere in the model cannot
+cancel a stage's digits; memory is exact int64 (values are checked against
+the capacity before they are added, so sums stay within ``2 * cap``).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...problem import Layout, Problem
+from ...cluster.reshard import stage_reshard_ms
+from . import stage_kernels as kernels
+from ..tables import layer_arrays
+
+__all__ = ["StageCosts"]
+
+INF = math.inf
+FRONTIER_POINTS = 64  # the kernels' frontier buffers start with this many points per mesh (grown as needed)
+OPTION_PAIRS = 8  # options() gathers up to this many Pareto pairs per stage, then retries with 4x as many
+
+
+class StageCosts:
+    """Per-layer cost arrays of ``layouts`` and the stage choice over them (see the module docstring).
+
+    Parameters
+    ----------
+    problem : Problem
+    layouts : tuple of Layout
+        The configs stages may use (all of the problem's by default in the DP).
+    sizes : tuple of int
+        The stage sizes; ``size index i`` refers to ``sizes[i]``.
+    """
+
+    def __init__(self, problem: Problem, layouts: tuple[Layout, ...], sizes: tuple[int, ...]):
+        self.problem = problem
+        self.layouts = tuple(layouts)
+        self.sizes = tuple(sizes)
+        L = problem.num_layers
+        J = len(self.layouts)
+        self.L = L
+        self.cap = int(problem.cluster.gpu_memory_bytes)
+        self.big = self.cap + 1  # memory of "does not fit"
+        arrays = layer_arrays(problem, self.layouts)  # every entry's own numbers (0 where a layer has none)
+        time, fwd, bwd = arrays.time, arrays.fwd, arrays.bwd
+        weight, act, has = arrays.weight, arrays.act, arrays.has
+        wgrad = np.zeros((J, L))
+        for i, (rows, costs) in enumerate(zip(arrays.rows, arrays.entries)):
+            wgrad[rows, i] = [c.split()[1] for c in costs]
+        self.time = time
+        # the parts of a layer's time the two-part estimates weigh apart (module docstring, "Options")
+        self._parts = {"uw": (time - wgrad, wgrad, 2.0, 0.0), "fb": (fwd, bwd, 1.0, 1.0)}
+        zero = np.zeros((J, 1), dtype=np.int64)
+        self.weight_prefix = np.hstack([zero, np.cumsum(weight, axis=1)])
+        self.act_prefix = np.hstack([zero, np.cumsum(act, axis=1)])
+        # next_missing[j, a]: the first layer >= a without key j (L if none)
+        nxt = np.full((J, L + 1), L, dtype=np.int64)
+        for i in range(L - 1, -1, -1):
+            nxt[:, i] = np.where(has[:, i], nxt[:, i + 1], i)
+        self.next_missing = nxt
+        self.out_bytes = np.array([layer.out_bytes for layer in problem.layers], dtype=np.float64)
+        self.runs = problem.segments(0, L - 1) if L else ()
+        self.of_size = [[j for j, lay in enumerate(self.layouts) if lay.devices == d] for d in self.sizes]
+        self._fit: dict[tuple[int, int], np.ndarray] = {}
+        self._sums: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._reshard: dict[tuple, float] = {}
+        self._meshes: dict[int, tuple[np.ndarray, int, np.ndarray]] = {}
+
+    # ------------------------------------------------------------------ facts
+    @property
+    def single_segment(self) -> bool:
+        """Every stage has one config: one run, or one config per size (which stage tables two stashes
+        share then follows from which configs fit, :meth:`.DPModel._levels`)."""
+        return len(self.runs) <= 1 or all(len(js) <= 1 for js in self.of_size)
+
+    def fit_end(self, j: int, stash: int) -> np.ndarray:
+        """Per first layer a: the last layer b such that layers a..b all have config j and
+        ``W + stash * A <= cap`` (a - 1 if none). Non-increasing in ``stash``."""
+        key = (j, stash)
+        found = self._fit.get(key)
+        if found is None:
+            L = self.L
+            wp, ap = self.weight_prefix[j], self.act_prefix[j]
+            if float(wp[-1]) + float(stash) * float(ap[-1]) + float(self.cap) < 2.0**62:
+                q = wp + np.int64(stash) * ap
+                end = np.searchsorted(q, q[:L] + np.int64(self.cap), side="right") - 2
+            else:  # exact integers beyond int64
+                q = [int(w) + stash * int(x) for w, x in zip(wp, ap)]
+                arr = np.array(q, dtype=object)
+                end = np.array([int(np.searchsorted(arr, q[a] + self.cap, side="right")) - 2 for a in range(L)])
+            found = np.minimum(end, self.next_missing[j, :L] - 1).astype(np.int64)
+            self._fit[key] = found
+        return found
+
+    def memory(self, j: int, a: int | np.ndarray, b: int | np.ndarray, stash: int):
+        """``W + stash * A`` of layers a..b in config j (exact where it fits; check with :meth:`fit_end` first)."""
+        w = self.weight_prefix[j, np.asarray(b) + 1] - self.weight_prefix[j, a]
+        x = self.act_prefix[j, np.asarray(b) + 1] - self.act_prefix[j, a]
+        return w + np.int64(stash) * x
+
+    def _run_sums(self, j: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(suffix, prefix) forward sums of config j's layer times inside run k:
+        suffix[a - start] = time of a..end, prefix[b - start] = time of start..b."""
+        key = (j, k)
+        found = self._sums.get(key)
+        if found is None:
+            st, en = self.runs[k]
+            t = self.time[j, st : en + 1]
+            found = (np.cumsum(t[::-1])[::-1], np.cumsum(t))
+            self._sums[key] = found
+        return found
+
+    def reshard(self, layer: int, src: tuple[int, int], dst: tuple[int, int], devices: int) -> float:
+        """r for the output of ``layer`` from mesh ``src`` to mesh ``dst`` on ``devices`` canonical GPUs."""
+        if src == dst:
+            return 0.0
+        key = (layer, src, dst, devices)
+        found = self._reshard.get(key)
+        if found is None:
+            found = stage_reshard_ms(
+                float(self.out_bytes[layer]), Layout(*src), Layout(*dst), devices, self.problem.cluster
+            )
+            self._reshard[key] = found
+        return found
+
+    # ------------------------------------------------------------------ the table
+    def matrix(self, i: int, stash: int, out: np.ndarray | None = None) -> np.ndarray:
+        """best[a, b] for size index i and ``stash`` (inf where no configs fit; a > b is inf), written
+        into ``out`` (an ``(L, L)`` C-contiguous float array) when given.
+
+        The rule of the module docstring, run by the compiled loops of
+        :mod:`.stage_kernels` (the same floats as the numpy rule, see there).
+        """
+        L = self.L
+        if out is None:
+            best = np.full((L, L), INF)
+        else:
+            best = out
+            best.fill(INF)
+        configs = self.of_size[i]
+        if not configs or not L:
+            return best
+        time = np.ascontiguousarray(self.time, dtype=np.float64)
+        js = np.array(configs, dtype=np.int64)
+        ends = np.ascontiguousarray(np.stack([self.fit_end(j, stash) for j in configs]), dtype=np.int64)
+        runs = np.array(self.runs, dtype=np.int64).reshape(-1, 2)
+        kernels.single_segment(best, time, js, ends, runs)
+        if len(self.runs) > 1 and len(configs) > 1:
+            mesh, meshes, r = self._mesh_tables(i)
+            r2 = 2.0 * r
+            for k0 in range(len(self.runs) - 1):
+                kernels.spanning(
+                    best, time, js, mesh, meshes, ends, self.weight_prefix, self.act_prefix,
+                    np.int64(stash), np.int64(self.cap), runs, r2, k0, FRONTIER_POINTS,
+                )
+        elif len(self.runs) > 1:
+            kernels.spanning_one(best, np.ascontiguousarray(time[configs[0]]), ends[0], self._run_ends())
+        return best
+
+    def _mesh_tables(self, i: int) -> tuple[np.ndarray, int, np.ndarray]:
+        """For size index i: each config's mesh index, the number of meshes, and ``r[k, src, dst]``, the
+        reshard entering run k (k >= 1) from mesh src to mesh dst (:meth:`reshard`; the rule scales it:
+        ``2.0 * r`` in :meth:`matrix`, the parts' factors in :meth:`options`)."""
+        found = self._meshes.get(i)
+        if found is None:
+            d = self.sizes[i]
+            order: list[tuple[int, int]] = []
+            for j in self.of_size[i]:
+                if self.layouts[j].mesh not in order:
+                    order.append(self.layouts[j].mesh)
+            mesh = np.array([order.index(self.layouts[j].mesh) for j in self.of_size[i]], dtype=np.int64)
+            r = np.zeros((len(self.runs), len(order), len(order)))
+            for k in range(1, len(self.runs)):
+                for s, src in enumerate(order):
+                    for t, dst in enumerate(order):
+                        r[k, s, t] = self.reshard(self.runs[k][0] - 1, src, dst, d)
+            found = self._meshes[i] = (mesh, len(order), r)
+        return found
+
+    def _run_ends(self) -> np.ndarray:
+        """Per layer, the last layer of its run."""
+        return np.array([en for st, en in self.runs for _ in range(st, en + 1)], dtype=np.int64)
+
+    def _run_of(self, layer: int) -> int:
+        for k, (st, en) in enumerate(self.runs):
+            if st <= layer <= en:
+                return k
+        raise IndexError(layer)
+
+    # ------------------------------------------------------------------ zb-h1: (u, W) options
+    def options(self, i: int, stash: int, parts: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(P1, P2)`` of shape ``(L, L, F)``: every Pareto-minimal pair of parts of stage a..b on size index i.
+
+        ``parts`` "uw": ``u = T + 2 sum r - W`` and ``W`` (the weight-gradient
+        part, no reshards); "fb": the forward ``F + sum r`` and the backward
+        ``B + sum r``; over the per-segment config tuples that fit with
+        ``stash``, padded with ``(inf, inf)`` (module docstring, "Options").
+
+        Per stage the distinct Pareto-minimal pairs in order of part 1, ``F``
+        the most any stage has (at least 1): what numpy's lexsort-and-prune of
+        every candidate gave, now gathered one pair at a time by the compiled
+        loops of :mod:`.stage_kernels` (the same floats).
+        """
+        width = OPTION_PAIRS
+        while True:
+            found = self._options_within(i, stash, parts, width)
+            if found is not None:
+                return found
+            width *= 4
+
+    def _options_within(self, i: int, stash: int, parts: str, width: int):
+        """:meth:`options` if no stage has more than ``width`` Pareto pairs, else None."""
+        L = self.L
+        U = np.full((L, L, width), INF)
+        W = np.full((L, L, width), INF)
+        C = np.zeros((L, L), dtype=np.int64)
+        configs = self.of_size[i]
+        one, two, r1, r2 = self._parts[parts]
+        ok = True
+        if configs and L:
+            js = np.array(configs, dtype=np.int64)
+            ends = np.ascontiguousarray(np.stack([self.fit_end(j, stash) for j in configs]), dtype=np.int64)
+            runs = np.array(self.runs, dtype=np.int64).reshape(-1, 2)
+            ok = kernels.options_single(U, W, C, one, two, js, ends, runs)
+            if len(self.runs) > 1 and len(configs) == 1:
+                ok &= kernels.options_spanning_one(U, W, C, one[configs[0]], two[configs[0]], ends[0], self._run_ends())
+            elif len(self.runs) > 1:
+                mesh, meshes, r = self._mesh_tables(i)
+                q1, q2 = r1 * r, r2 * r
+                for k0 in range(len(self.runs) - 1):
+                    ok &= kernels.options_spanning(
+                        U, W, C, one, two, js, mesh, meshes, ends, self.weight_prefix, self.act_prefix,
+                        np.int64(stash), np.int64(self.cap), runs, q1, q2, k0, FRONTIER_POINTS,
+                    )
+        if not ok:
+            return None
+        used = max(1, int(C.max(initial=0)))
+        return np.ascontiguousarray(U[:, :, :used]), np.ascontiguousarray(W[:, :, :used])
+
+    def option_configs(self, a: int, b: int, i: int, stash: int, parts: str, u: float, w: float) -> tuple[Layout, ...] | None:
+        """Configs (one per segment of a..b) whose parts are no worse than ``(u, w)`` (up to rounding); None if none."""
+        tol = 1e-9 * max(1.0, abs(u), abs(w))
+        for cfgs, cu, cw in self._tuples(a, b, i, stash, parts):
+            if cu <= u + tol and cw <= w + tol:
+                return cfgs
+        return None
+
+    def _tuples(self, a: int, b: int, i: int, stash: int, parts: str):
+        """Every fitting config tuple of stage a..b on size index i that is Pareto-minimal in (part 1, part 2,
+        memory) after each segment, as (configs, part 1, part 2): the list form of :meth:`options`, for the walk back."""
+        one, two, r1, r2 = self._parts[parts]
+        configs = self.of_size[i]
+        d = self.sizes[i]
+        k0, k1 = self._run_of(a), self._run_of(b)
+        frontier: dict = {None: [(0.0, 0.0, 0, ())]}
+        for k in range(k0, k1 + 1):
+            st, en = self.runs[k]
+            first, last = max(st, a), min(en, b)
+            nxt: dict = {}
+            for j in configs:
+                if self.fit_end(j, stash)[first] < last:
+                    continue
+                mesh = self.layouts[j].mesh
+                seg_u = float(np.cumsum(one[j, first : last + 1])[-1])
+                seg_w = float(np.cumsum(two[j, first : last + 1])[-1])
+                seg_m = int(self.memory(j, first, last, stash))
+                for src, pts in frontier.items():
+                    r = 0.0 if src is None else self.reshard(first - 1, src, mesh, d)
+                    for pu, pw, pm, cfgs in pts:
+                        if pm <= self.cap - seg_m:
+                            point = ((pu + r1 * r) + seg_u, (pw + r2 * r) + seg_w, pm + seg_m, cfgs + (self.layouts[j],))
+                            nxt.setdefault(mesh, []).append(point)
+            frontier = {mesh: _prune_list3(pts) for mesh, pts in nxt.items()}
+        for pts in frontier.values():
+            for pu, pw, _, cfgs in pts:
+                yield cfgs, pu, pw
+
+    # ------------------------------------------------------------------ the walk back
+    def configs(self, a: int, b: int, i: int, stash: int) -> tuple[tuple[Layout, ...], float] | None:
+        """Configs (one per segment of a..b) reaching ``matrix(i, stash)[a, b]``, and that time; None if none fit.
+
+        The same rule as :meth:`matrix` for one stage, with the configs carried along.
+        """
+        configs = self.of_size[i]
+        k0, k1 = self._run_of(a), self._run_of(b)
+        d = self.sizes[i]
+        if k0 == k1 or len(configs) == 1:
+            best = None
+            for j in configs:
+                if self.fit_end(j, stash)[a] >= b:
+                    t = float(np.cumsum(self.time[j, a : b + 1])[-1]) if k0 == k1 else self._one_config_time(j, a, b)
+                    if best is None or t < best[1]:
+                        best = (j, t)
+            if best is None:
+                return None
+            return (self.layouts[best[0]],) * (k1 - k0 + 1), best[1]
+        cap = self.cap
+        # points: mesh -> list of (time, memory, configs)
+        frontier: dict[tuple[int, int], list] = {}
+        en0 = self.runs[k0][1]
+        for j in configs:
+            if self.fit_end(j, stash)[a] >= en0:
+                t = float(self._run_sums(j, k0)[0][a - self.runs[k0][0]])
+                mem = int(self.memory(j, a, en0, stash))
+                frontier.setdefault(self.layouts[j].mesh, []).append((t, mem, (self.layouts[j],)))
+        frontier = {mesh: _prune_list(pts) for mesh, pts in frontier.items()}
+        for k in range(k0 + 1, k1 + 1):
+            st, en = self.runs[k]
+            last = b if k == k1 else en
+            nxt: dict[tuple[int, int], list] = {}
+            for j in configs:
+                if self.fit_end(j, stash)[st] < last:
+                    continue
+                mesh = self.layouts[j].mesh
+                seg_t = float(self._run_sums(j, k)[1][last - st])
+                seg_m = int(self.memory(j, st, last, stash))
+                for src, pts in frontier.items():
+                    r2 = 2.0 * self.reshard(st - 1, src, mesh, d)
+                    for t, mem, cfgs in pts:
+                        if mem <= cap - seg_m:
+                            nxt.setdefault(mesh, []).append(((t + r2) + seg_t, mem + seg_m, cfgs + (self.layouts[j],)))
+            frontier = {mesh: _prune_list(pts) for mesh, pts in nxt.items()}
+        found = min((p for pts in frontier.values() for p in pts), key=lambda p: p[0], default=None)
+        return None if found is None else (found[2], found[0])
+
+    def _one_config_time(self, j: int, a: int, b: int) -> float:
+        return float(np.cumsum(self.time[j, a : b + 1])[-1])
+
+
+def _prune_list(points: list) -> list:
+    """The Pareto frontier of (time, memory, payload) points: no kept point is dominated."""
+    out, best = [], INF
+    for p in sorted(points, key=lambda p: (p[1], p[0])):
+        if p[0] < best:
+            out.append(p)
+            best = p[0]
+    return out
+
+
+def _prune_list3(points: list) -> list:
+    """The (u, w, memory, payload) points no other point dominates; of equal ones the first."""
+    out = []
+    for n, p in enumerate(points):
+        if not any(q[:3] != p[:3] and all(x <= y for x, y in zip(q[:3], p[:3])) or (q[:3] == p[:3] and m < n) for m, q in enumerate(points)):
+            out.append(p)
+    return out

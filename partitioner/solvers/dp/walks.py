@@ -1,0 +1,387 @@
+"""The DP's threshold walks: the ``iteration`` objectives as least sums under a threshold on a max.
+
+Every estimate the DP optimises has the form ``sum + coef * max`` over
+stages (1F1B: stage times; zb-h1 with one k: sum of u, max of
+g = (m - 1) u + k W), or is such a form plus a second max (GPipe: max F),
+handled by an outer walk. :class:`ThresholdWalks` holds these walks as a mix-in
+of :class:`partitioner.solvers.dp.solver.DPModel`, whose recursions (``minsum``
+under a threshold, ``minmax``) and walk back they drive; see the *The
+recursion* and *Schedules beyond 1F1B* sections of :mod:`.dp`. Each walk
+searches the thresholds with :func:`threshold_search`: a descent towards the lowest
+bottleneck for a good value early, then a branch and bound over the gaps
+between the probed thresholds (bound: least sum above the gap plus coef
+times its lower end).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...plan import Plan
+from .options import GPipeSpec, ZeroBubbleSpec
+
+__all__ = ["ThresholdWalks"]
+
+INF = math.inf
+_TIE = 1e-12  # relative slack when comparing a stage time with a threshold (as in dp)
+
+
+@dataclass
+class _Outcome:
+    status: str  # optimal | infeasible
+    plan: Plan | None = None
+    bound: float | None = None
+    stats: dict | None = None
+
+
+class ThresholdWalks:
+    """The iteration objectives of :class:`~partitioner.solvers.dp.solver.DPModel` (a mix-in: it uses the model's
+    ``recursion``, ``_final``, ``_final_states``, ``_level_ok``, ``reconstructions``, ``place``, ``note``)."""
+
+    def _iteration(self, auto, X, kind, deadline, stats) -> _Outcome:
+        """1F1B: the least ``sum t + (m - 1) max t``.
+
+        With an incumbent (a valid plan of value V: the warm start or the
+        greedy plan, :meth:`incumbent`), no plan whose slowest stage exceeds
+        ``T = (V - least sum) / (m - 1)`` can beat it (every plan's sum is at
+        least the layers' least times, :meth:`layer_floor`), so the walk
+        starts from the least sum under T, not from the unbounded one: the
+        first two recursions, the widest, prune every slower stage. If the
+        walk finds nothing better, the incumbent is the optimum.
+        """
+        coef = self.m - 1
+        warm = self.incumbent()
+        top = INF
+        if warm is not None and coef > 0:
+            top = max(warm[0] - self.layer_floor()[2], 0.0) / coef * (1 + 1e-9)
+        best, _, calls, _ = self._walk(auto, X, kind, deadline, coef, top=top,
+                                       known=warm[0] if warm is not None else INF)
+        stats["recursions"] = calls
+        if warm is not None and (best is None or best[0] > warm[0]):
+            return self._warm_outcome(stats, calls)
+        if best is None:
+            return _Outcome("infeasible")
+        return _Outcome("optimal", self._place_walked(auto, X, kind, deadline, best, coef), best[0], stats)
+
+    def _zb_iteration(self, auto, X, kind, deadline, stats) -> _Outcome:
+        """zb-h1: the least ``sum u + max g`` with ``g = (m - 1) u + k W``, a branch and bound over k.
+
+        k = max(m - P + 1, 1) depends on the stage count P: each distinct k
+        (every P < m apart, all P >= m together) is a walk over the levels
+        with that k. Bounds: every plan's sum of u is at least its layers'
+        least u (:meth:`.DPModel.least_u_sum`); one recursion gives the least
+        max g per level under the smallest k (g grows with k, so it is a
+        floor for every k), over the stages no plan that beats the best
+        value V so far (first the incumbent's, :meth:`incumbent`) has. The k
+        go in order of those floors, each walked from the least sum under
+        ``V - least sum`` (no plan with a larger g beats V) and stopped by V.
+        Before the first k with at least half the levels (the dearest walks,
+        taken once the cheap ones have found a good V), one more recursion
+        gives the least sum of u per level over the plans whose every stage
+        has ``g_0 = (m - 1)(u + x) <= V`` (every plan below V is among them,
+        whatever its k): a tighter least sum for the remaining bounds and
+        walks. The search ends when a floor cannot beat the best, which is
+        then the optimum.
+        """
+        m = self.m
+        ks = sorted({max(m - level + 1, 1) for level in range(1, self.K + 1) if self._level_ok(level)})
+        best, calls = None, 0  # best: (value, walked payload or None for the warm start, spec)
+        warm = self.incumbent()
+        if warm is not None:
+            best = (warm[0], None, None)
+        if not ks:
+            return _Outcome("infeasible")
+
+        def value() -> float:
+            return INF if best is None else best[0]
+
+        least_any = self.least_u_sum()
+        self.spec = ZeroBubbleSpec(m, ks[0], every_level=True)
+        ceiling = value() - least_any  # a stage above it is in no plan that could win
+        floor = self._level_values(self.recursion(auto, X, "minmax", ceiling * (1 + _TIE), deadline), auto)
+        calls += 1
+        if not any(math.isfinite(f) for f in floor.values()):  # no plan, or none that beats the incumbent
+            self.spec = None
+            return _Outcome("infeasible") if best is None else self._warm_outcome(stats, calls)
+        levels_of: dict[int, list[int]] = {}
+        for level in floor:
+            levels_of.setdefault(max(m - level + 1, 1), []).append(level)
+        floors = {k: min(floor[level] for level in levels) for k, levels in levels_of.items()}
+        order = sorted((least_any + b, k) for k, b in floors.items() if math.isfinite(b))
+        self.proven_bound = min(order[0][0], value()) if order else value()
+        free = None  # the least sum of u per level over the plans that could beat the best
+        for cheap, k in order:
+            if cheap >= value() * (1 - 1e-12):
+                break  # neither this k nor any later one can beat the best
+            if free is None and max(levels_of[k]) * 2 >= self.K and math.isfinite(value()):
+                self.spec = ZeroBubbleSpec(m, 0, every_level=True)  # k = 0: no k changes the table
+                free = self._level_values(self.recursion(auto, X, "minsum", value() * (1 + _TIE), deadline), auto)
+                calls += 1
+            least = least_any if free is None else min(free.get(level, INF) for level in levels_of[k])
+            if least + floors[k] >= value() * (1 - 1e-12):
+                continue  # no plan of this k beats the best
+            self.spec = ZeroBubbleSpec(m, k)
+            top = (value() - least) * (1 + _TIE) if math.isfinite(value()) else INF
+            found, _, n, _ = self._walk(auto, X, kind, deadline, 1, value(), lowest=floors[k], top=top, known=value())
+            calls += n
+            if found is not None and found[0] < value():
+                best = (found[0], found[1], self.spec)
+        stats["recursions"] = calls
+        if best is None:
+            self.spec = None
+            return _Outcome("infeasible")
+        if best[1] is None:
+            return self._warm_outcome(stats, calls)
+        self.spec = best[2]
+        plan = self._place_walked(auto, X, kind, deadline, best[:2], 1)
+        self.spec = None
+        return _Outcome("optimal", plan, best[0], stats)
+
+    def incumbent(self) -> tuple | None:
+        """(value, plan, source) of the plan the search starts from, or None: asked of
+        ``incumbent_source`` (set by the method; the greedy plan is run only when asked) once."""
+        if not hasattr(self, "_incumbent"):
+            source = getattr(self, "incumbent_source", None)
+            self._incumbent = source() if source is not None else None
+        found = self._incumbent
+        if found is not None and (self.best_known is None or found[0] < self.best_known[0]):
+            self.best_known = found[:2]  # returned if the search is cut short
+        return found
+
+    def _warm_outcome(self, stats, calls) -> _Outcome:
+        """The incumbent (the warm start or the greedy plan) is optimal: no walk found a plan that beats it."""
+        self.spec = None
+        stats.update(recursions=calls, plan_from=self._incumbent[2])
+        return _Outcome("optimal", self._incumbent[1], self._incumbent[0], stats)
+
+    def _level_values(self, V, auto) -> dict:
+        """Per allowed level: the least value of a whole pipeline with that many stages."""
+        out = {}
+        for level in range(1, self.K + 1):
+            if self._level_ok(level):
+                out[level] = float(np.min(np.where(auto.accept, V.first(level, self.N), INF)))
+        return out
+
+    def _gpipe_iteration(self, auto, X, kind, deadline, stats) -> _Outcome:
+        """GPipe: the least ``sum t + (m - 1)(max F + max B)``, a walk over a cap on max F around walks on max B.
+
+        ``phi(C)``, the least ``sum t + (m - 1) max B`` over the plans with
+        every ``F <= C`` (a :meth:`_walk` on B with F capped), is
+        non-increasing in C, and the optimum is the least ``phi(C) + (m - 1) C``
+        (for the optimal plan, C = its max F). So C need only visit, downwards
+        from inf, just below the max F of each step's plan (phi is constant
+        between), and stops once ``phi(C) + (m - 1) (lowest max F)`` cannot
+        beat the best; an inner walk stops early when it cannot either.
+        """
+        coef = self.m - 1
+
+        def max_f(stages) -> float:
+            return max(stage[4][2] for stage in stages)
+
+        def extra(stages) -> float:
+            return coef * max_f(stages)
+
+        self.spec = GPipeSpec("F")
+        V = self.recursion(auto, X, "minmax", INF, deadline)
+        lowest_f, _ = self._final(V, auto)
+        best, calls, cap_f = None, 1, INF
+        while math.isfinite(lowest_f):
+            self.spec = GPipeSpec("B", cap_f * (1 + _TIE) if math.isfinite(cap_f) else INF)
+            cap = INF if best is None else best[0] - coef * lowest_f
+            found, _, n, _ = self._walk(auto, X, kind, deadline, coef, cap, extra)
+            calls += n
+            if found is None:
+                break
+            value = found[0] + extra(found[1][0])
+            if best is None or value < best[0]:
+                best = (value, found[1], self.spec)
+            if coef == 0 or found[0] + coef * lowest_f >= best[0] * (1 - 1e-12):
+                break
+            cap_f = max_f(found[1][0]) * (1 - 4e-12)
+            if cap_f < lowest_f * (1 - 1e-12):
+                break
+        stats["recursions"] = calls
+        if best is None:
+            self.spec = None
+            return _Outcome("infeasible")
+        self.spec = best[2]
+        plan = self._place_walked(auto, X, kind, deadline, best[:2], coef, extra)
+        self.spec = None
+        return _Outcome("optimal", plan, best[0], stats)
+
+    def _walk(self, auto, X, kind, deadline, coef: float, cap: float = INF, extra=None, lowest: float | None = None,
+              top: float = INF, known: float = INF):
+        """The least ``sum + coef * max`` over the allowed levels (1F1B: stage times; zb-h1: sum of u, max of g).
+
+        Returns ``(value, (stages, links, times, threshold))`` or None when
+        no plan exists, a proven lower bound, the recursions run and the
+        lowest max (``lowest``, when given, is taken for it; a ``cap`` of
+        -inf stops the walk right after the bound).
+        ``minsum(T)`` is a non-increasing step function of the threshold T;
+        :func:`threshold_search` finds its best step (a (sum, max) Pareto
+        point), or proves that none beats ``cap`` (a value known elsewhere).
+        ``extra(stages)``: what the true objective adds to ``sum + coef * max``
+        (GPipe: (m - 1) max F), for the plans noted on the way. ``top``: a
+        threshold above which no plan beats ``known``, the value of a plan
+        known elsewhere (the walk starts from the least sum under it; the
+        proven bound is at most ``known``).
+        """
+        calls = 0
+        extra = extra or (lambda stages: 0.0)
+
+        def minsum(limit):
+            nonlocal calls
+            calls += 1
+            V = self.recursion(auto, X, "minsum", limit, deadline)
+            total, arg = self._final(V, auto)
+            if arg is None:
+                return INF, None, None
+            stages, links, times = next(self.reconstructions(V, auto, X, "minsum", limit, *arg))
+            return total, max(times), (stages, links, times, limit)
+
+        free_sum, free_max, free = minsum(top)
+        if free is None:
+            return None, INF, calls, None
+        best = (free_sum + coef * free_max, free)
+        bound = best[0]
+        self.note(free[0], free[1], kind, best[0] + extra(free[0]))
+        lowest_max = None
+        if coef > 0:
+            if lowest is None:
+                # the free optimum's slowest stage bounds the lowest bottleneck: prune slower stages
+                V = self.recursion(auto, X, "minmax", free_max, deadline)
+                calls += 1
+                lowest, _ = self._final(V, auto)
+            lowest_max = lowest
+            # every plan has sum >= free_sum and max >= lowest_max
+            bound = free_sum + coef * lowest_max
+            if self.spec is None:  # with options a walk covers one k (zb-h1) or one cap on F (GPipe)
+                self.proven_bound = min(bound, known)  # a plan above ``top`` is no better than ``known``
+            noted = best[0]
+
+            def probe(limit):
+                nonlocal noted
+                f, M, plan = minsum(limit)
+                if plan is not None and f + coef * M < noted:
+                    noted = f + coef * M
+                    self.note(plan[0], plan[1], kind, noted + extra(plan[0]))
+                return f, M, plan
+
+            def below(x: float, strict: bool) -> float:
+                return x * (1 - 4e-12) if strict else x
+
+            best, _ = threshold_search(probe, coef, (free_sum, free_max, free), lowest_max, below, cap)
+        return best, bound, calls, lowest_max
+
+    def _place_walked(self, auto, X, kind, deadline, best, coef: float, extra=None) -> Plan | None:
+        """The plan of a walk's optimum; when its runs do not pack, another plan of the same value."""
+        stages, links, _, limit = best[1]
+        plan = self.place(stages, links, kind)
+        if plan is None:
+            # the runs do not pack: look among the other plans with the same least sum at that threshold
+            V = self.recursion(auto, X, "minsum", limit, deadline)
+            total, _ = self._final(V, auto)
+            plans = itertools.chain.from_iterable(
+                self.reconstructions(V, auto, X, "minsum", limit, level, z) for level, z in self._final_states(V, auto, total)
+            )
+            for stages, links, times in itertools.islice(plans, 5000):
+                if _same(total + coef * max(times) + (extra(stages) if extra else 0.0), best[0]):
+                    plan = self.place(stages, links, kind)
+                    if plan is not None:
+                        break
+        return plan
+
+
+def threshold_search(minsum, coef: float, free: tuple, lowest: float, below, cap: float = INF):
+    """The least ``f + coef * M`` over the (sum f, max M) Pareto points of a step function ``minsum``.
+
+    ``minsum(T)`` returns ``(f, M, payload)``: the least sum over the plans
+    whose every stage is at most the threshold T, and the max and payload of
+    one such plan (``M <= T``), or ``(inf, None, None)`` when there is none.
+    ``free`` is its answer without threshold, ``lowest`` a lower bound on
+    every plan's max, ``below(x, strict)`` the threshold that admits the
+    maxes up to x (below x when ``strict``; a snapped candidate, or x), and
+    ``cap`` a value known elsewhere: a plan that cannot beat it is not
+    sought. Returns the best ``(value, payload)`` found (the optimum unless
+    it is not below ``cap``) and the number of ``minsum`` calls.
+
+    Every probe at T settles the maxes in ``[M, T]`` (their plans' sums are
+    at least f). Between the probe at ``T_lo`` and the next
+    probe up, whose point is ``(f_up, M_up)``, the unsettled maxes
+    ``(T_lo, M_up)`` (below the lowest probe: ``[lowest, M_up)``) have sums
+    at least ``f_up``, so none of their plans beats ``f_up + coef *
+    max(T_lo, lowest)``: a *gap* is closed once that bound reaches
+    the best value, and is otherwise probed at its *ceiling*,
+    ``min(M_up, (best - f_up) / coef)`` -- above that no plan can win
+    either; the gap with the least bound goes first. So a good value early
+    closes gaps early: before the gaps, the
+    search *descends* from the free optimum, probing halfway down to
+    ``lowest`` while the value improves (with ``coef`` = m - 1 the optimum
+    is usually near the lowest bottleneck, far below the free optimum's
+    max). Under a finite ``cap`` (zb-h1's later walks, GPipe's inner ones)
+    the cap already prunes and the descent is skipped: it measured more
+    recursions there.
+    """
+    f0, M0, payload = free
+    best = (f0 + coef * M0, payload)
+    points = [(INF, f0, M0)]  # (threshold, f, M) of every probe with a plan
+    calls = 0
+
+    def probe(T):
+        nonlocal best, calls
+        calls += 1
+        f, M, found = minsum(T)
+        if found is None:
+            return None
+        points.append((T, f, M))
+        if f + coef * M < best[0]:
+            best = (f + coef * M, found)
+        return f + coef * M, M
+
+    def limit() -> float:
+        return min(best[0], cap)
+
+    if coef <= 0:
+        return best, calls
+    # the descent (no cap): halfway from the last improving point's max to the lowest bottleneck
+    value, M = best[0], M0
+    settled = -INF  # no plan has a max <= settled
+    while cap == INF and f0 + coef * lowest < limit() * (1 - 1e-12):
+        T = below(lowest + 0.5 * (M - lowest), False)
+        if not T < M * (1 - 1e-12) or T < lowest * (1 - 1e-12):
+            break
+        got = probe(T)
+        if got is None:
+            settled = lowest = max(lowest, T)
+            break
+        if got[0] >= value:
+            break
+        value, M = got
+    # the gaps, least bound first
+    closed: set = set()
+    while True:
+        points.sort(key=lambda p: p[0])
+        gap, floor = None, settled
+        for T, f, M in points:
+            bound = f + coef * max(floor, lowest)
+            if M > floor and (floor, M) not in closed and bound < limit() * (1 - 1e-12):
+                if gap is None or bound < gap[0]:
+                    gap = (bound, floor, f, M)  # the gap with the least bound first
+            floor = max(floor, T)
+        if gap is None:
+            return best, calls
+        _, floor, f, M = gap
+        T = min(below(M, True), below((limit() - f) / coef, False))
+        if not T > floor or T < lowest * (1 - 1e-12):
+            closed.add((floor, M))  # no threshold in the gap admits a plan that could win
+        elif probe(T) is None:
+            settled = lowest = max(lowest, T)  # no plan has every stage <= T
+
+
+def _same(x: float, y: float) -> bool:
+    if not (math.isfinite(x) and math.isfinite(y)):
+        return False
+    return x == y or abs(x - y) <= 1e-12 * max(1.0, abs(x), abs(y))

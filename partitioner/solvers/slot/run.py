@@ -1,0 +1,208 @@
+"""What ``cpsat`` and ``milp`` share around their models: options, the starting plan,
+the time limit (early refusal, a guard inside long builds, the answer when the limit
+runs out) and the message for a proven infeasibility.
+
+The time limit covers everything a method does: a model too large to build in the
+time left is refused at once (:func:`model_size_refusal`, an optimistic estimate,
+so never premature), long loops call :func:`build_guard`'s check, and a build cut
+short returns the starting plan as ``feasible`` with the analytic bound
+(:func:`build_timeout_candidate`), or an error naming the way out when there is none.
+"""
+from __future__ import annotations
+
+import time
+
+from ...plan import Plan, PlanError, evaluate
+from ...problem import Problem
+from ..base import Candidate, SolveRequest, SolverError
+from ..feasibility import explain_infeasible
+
+__all__ = [
+    "int_option",
+    "starting_plan",
+    "infeasible_message",
+    "BuildTimeout",
+    "build_guard",
+    "build_timeout_message",
+    "build_timeout_candidate",
+    "analytic_bound",
+    "BUILD_SECONDS_PER_CELL",
+    "model_cells",
+    "model_size_refusal",
+]
+
+
+def int_option(request: SolveRequest, method: str, name: str, default: int, minimum: int = 1) -> int:
+    """An integer option, or :class:`~partitioner.solvers.SolverError` naming it."""
+    value = request.option(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise SolverError(f"{method}: option {name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def starting_plan(problem: Problem, request: SolveRequest, notes: dict, check=None) -> tuple[Plan | None, str | None]:
+    """The plan to start from, and where it came from.
+
+    The caller's ``warm_start`` when it is valid (an invalid one is noted in
+    ``notes["warm_start"]`` and skipped), else the greedy plan unless the
+    ``hint`` option is false, else None. ``check()`` is called before the
+    greedy run (it may raise :class:`BuildTimeout`).
+    """
+    if request.warm_start is not None:
+        try:
+            evaluate(problem, request.warm_start)
+        except PlanError as err:
+            notes["warm_start"] = f"ignored: {err}"
+        else:
+            return request.warm_start.with_device_ids(), "warm_start"
+    if request.option("hint", True):
+        if check is not None:
+            check()
+        from ..greedy import solve_greedy  # local: greedy is a sibling method module
+
+        try:
+            greedy = solve_greedy(problem, request)
+        except Exception as err:  # noqa: BLE001 - a baseline bug must not take the exact solver down
+            notes["hint"] = f"greedy failed: {type(err).__name__}: {err}"
+            return None, None
+        if greedy.plan is not None:
+            try:
+                evaluate(problem, greedy.plan)
+            except PlanError as err:  # a baseline bug must not take the exact solver down
+                notes["hint"] = f"greedy plan ignored: {err}"
+            else:
+                return greedy.plan, "greedy"
+    return None, None
+
+
+def infeasible_message(problem: Problem) -> str:
+    """:func:`~.feasibility.explain_infeasible`, or a plain statement if explaining fails."""
+    try:
+        return explain_infeasible(problem)
+    except Exception as err:  # noqa: BLE001 - the proof stands; only the explanation is missing
+        return f"no valid plan exists (proven by exact search; explaining why failed: {type(err).__name__}: {err})"
+
+
+class BuildTimeout(Exception):
+    """The time limit ran out while a model was being built."""
+
+
+def build_guard(deadline: float | None):
+    """A check to call inside long model-building loops: raises :class:`BuildTimeout` past ``deadline``.
+
+    Building the slot model of a large problem takes minutes (256 layers on
+    256 GPUs: about 20 s in CP-SAT, minutes in PuLP); a time limit covers it.
+    """
+
+    def check() -> None:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise BuildTimeout
+
+    return check
+
+
+def build_timeout_message(method: str, problem: Problem) -> str:
+    return (
+        f"{method}: the time limit ran out while building the model ({problem.num_layers} layers, "
+        f"{len(problem.layouts())} configs); raise --time-limit or use dp"
+    )
+
+
+def build_timeout_candidate(method: str, problem: Problem, request: SolveRequest, plan, source, extra) -> Candidate:
+    """The answer when the limit ran out before the search: the starting plan if there is one
+    (``feasible``, with the analytic bound), else an error."""
+    message = build_timeout_message(method, problem)
+    if plan is None:
+        return Candidate("error", message=message, extra=extra)
+    bound = analytic_bound(problem, request.objective)
+    return Candidate("feasible", plan, bound, f"{message}; returning the {source} plan", extra)
+
+
+def analytic_bound(problem: Problem, objective: str, nudge: bool = True) -> float:
+    """:meth:`SlotData.lower_bound` without building the tables (nudged down unless ``nudge`` is false).
+
+    Under the problem's schedule: ZB-H1's and GPipe's iteration estimates
+    get their own bound (:func:`_zb_h1_bound`, :func:`_gpipe_bound`); 1F1B's
+    bound does not hold for ZB-H1 (its W's hide in the bubble).
+    """
+    fastest, work = [], 0.0
+    for layer in problem.layers:
+        fastest.append(min(c.fwd_ms + c.bwd_ms for c in layer.costs.values()))
+        work += min(lay.devices * (c.fwd_ms + c.bwd_ms) for lay, c in layer.costs.items())
+    bottleneck = max(max(fastest), work / problem.num_devices)
+    m = problem.microbatches
+    value = bottleneck if objective == "bottleneck" else max(m * bottleneck, sum(fastest) + (m - 1) * bottleneck)
+    schedule = problem.training.schedule
+    if objective == "iteration" and schedule == "zb-h1":
+        value = _zb_h1_bound(problem)
+    elif objective == "iteration" and schedule == "gpipe":
+        value = max(value, _gpipe_bound(problem))
+    return max(0.0, value * (1 - 1e-12)) if nudge else value
+
+
+def _zb_h1_bound(problem: Problem) -> float:
+    """A lower bound on ZB-H1's ``sum u + max_c [(m - 1) u_c + k W_c]`` from the layer costs.
+
+    ``sum u`` is at least the layers' least u; with k >= k_lo = max(m - P_max + 1, 1)
+    (P_max the most stages possible), stage c's ``X_c = (m - 1) u_c + k W_c`` is at
+    least each of its layers' least ``(m - 1) u + k_lo W``, and ``max X >= sum_c d_c
+    X_c / N`` (the sizes d_c sum to N) is at least the layers' least device-weighted
+    ``(m - 1) u + k_lo W`` over N. Sends and reshards only add to u.
+    """
+    m, N = problem.microbatches, problem.num_devices
+    k = max(m - min(problem.stages.max, problem.num_layers, N) + 1, 1)
+    least_u, peak, work = 0.0, 0.0, 0.0
+    for layer in problem.layers:
+        parts = [(lay.devices, c.fwd_ms + c.bwd_ms - c.split()[1], c.split()[1]) for lay, c in layer.costs.items()]
+        least_u += min(u for _, u, _ in parts)
+        peak = max(peak, min((m - 1) * u + k * w for _, u, w in parts))
+        work += min(d * ((m - 1) * u + k * w) for d, u, w in parts)
+    return least_u + max(peak, work / N)
+
+
+def _gpipe_bound(problem: Problem) -> float:
+    """A lower bound on GPipe's ``sum F + (m-1) max F + sum B + (m-1) max B``: each flow
+    shop on its own, with the bottleneck bound (slowest layer, work over N) for each max."""
+    m, N = problem.microbatches, problem.num_devices
+    value = 0.0
+    for pick in (lambda c: c.fwd_ms, lambda c: c.bwd_ms):
+        least = [min(pick(c) for c in layer.costs.values()) for layer in problem.layers]
+        work = sum(min(lay.devices * pick(c) for lay, c in layer.costs.items()) for layer in problem.layers)
+        value += sum(least) + (m - 1) * max(max(least), work / N)
+    return value
+
+
+# Seconds per (layer, slot, config) cell to build each model: the rate on an
+# idle core of the reference machine, halved, so that a refusal is never
+# premature (under load the builds are 2-5x slower, and build_guard stops them).
+BUILD_SECONDS_PER_CELL = {"cpsat": 1e-5, "milp": 4e-5}
+
+
+def model_cells(problem: Problem) -> tuple[int, int]:
+    """``(slots, cells)``: an upper bound on the slot count from the stage bounds alone, and the
+    (layer, slot, config) cells of the order encoding times the configs (cheap to compute)."""
+    L = problem.num_layers
+    J = max(1, min(problem.stages.max, L, problem.num_devices))
+    configs = len({lay for layer in problem.layers for lay in layer.costs})
+    return J, (J * L - J * (J - 1) // 2) * configs
+
+
+def model_size_refusal(method: str, problem: Problem, request: SolveRequest, start: float) -> str | None:
+    """A message refusing a problem whose model cannot be built within the time limit, else None.
+
+    The estimate is the cell count (:func:`model_cells`) times an optimistic
+    build rate (:data:`BUILD_SECONDS_PER_CELL`): the model has at least
+    that many terms. A build that still runs over is stopped by :func:`build_guard`.
+    """
+    if request.time_limit is None:
+        return None
+    slots, cells = model_cells(problem)
+    estimate = cells * BUILD_SECONDS_PER_CELL[method]
+    left = request.time_limit - (time.perf_counter() - start)
+    if estimate <= left:
+        return None
+    return (
+        f"{method}: the time limit would run out while building the model ({problem.num_layers} layers x up to "
+        f"{slots} stage slots x {cells // max(1, slots * problem.num_layers - slots * (slots - 1) // 2)} configs: "
+        f"at least {estimate:.3g} s to build, {max(left, 0.0):.3g} s left); raise --time-limit or use dp"
+    )
