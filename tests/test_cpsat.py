@@ -23,7 +23,7 @@ from ortools.sat.python import cp_model
 from partitioner import Cluster, Problem, SolverError, evaluate, load_problem, solve
 from partitioner.plan import Plan, Stage
 from partitioner.solvers.cpsat.solver import SAFE_PARAMETERS, build_model, hint_values
-from partitioner.solvers.feasibility import explain_infeasible
+from partitioner.solvers.dp.method import explain_infeasible
 from partitioner.solvers.slot.data import decisions_of_plan, integer_times, plan_of_decisions, slot_data
 from checks import check_plan
 from strategies import draw_valid_plan, small_problems

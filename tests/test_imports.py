@@ -1,9 +1,10 @@
-"""The package's import graph: no cycle among module-level imports, and the core never imports the CLI.
+"""The package's import graph: no cycle among any imports that run, and the core never imports the CLI.
 
 The graph is read from the source (``ast``), so nothing is executed: a node is
-a module of ``partitioner``; an edge ``a -> b`` means ``a`` imports ``b`` at
-module level (statements in the module body, including inside a top-level
-``if``/``try``, not inside a function or class). ``from . import x`` points at
+a module of ``partitioner``; an edge ``a -> b`` means ``a`` imports ``b``
+anywhere it can run -- at module level or inside a function or method body.
+An import under ``if TYPE_CHECKING:`` never runs and is not an edge (type
+annotations may name a module that imports this one). ``from . import x`` points at
 the submodule ``x`` when there is one, otherwise at the package. Importing a
 submodule also runs its parent packages' ``__init__``; those implicit edges
 are left out, as every import-graph checker does, since a package's
@@ -50,9 +51,9 @@ def _resolve(module: str, is_package: bool, level: int, target: str | None) -> s
 
 
 def _imports(module: str, path: Path, modules: dict[str, Path], module_level: bool) -> set[str]:
-    """Modules of the package that ``module`` imports (at module level, or anywhere)."""
+    """Modules of the package that ``module`` imports (at module level, or anywhere that can run)."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    statements = _module_level(tree.body) if module_level else list(ast.walk(tree))
+    statements = _module_level(tree.body) if module_level else _runnable(tree)
     found: set[str] = set()
     for node in statements:
         if isinstance(node, ast.Import):
@@ -78,6 +79,18 @@ def _module_level(body: list[ast.stmt]) -> list[ast.stmt]:
             for handler in getattr(node, "handlers", []):
                 out.extend(_module_level(handler.body))
     return out
+
+
+def _runnable(tree: ast.Module) -> list[ast.AST]:
+    """Every node of the module, function bodies included, except what sits under ``if TYPE_CHECKING:``."""
+    hidden = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and _is_type_checking(node.test)
+        for stmt in node.body
+        for inner in ast.walk(stmt)
+    }
+    return [node for node in ast.walk(tree) if id(node) not in hidden]
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -131,13 +144,29 @@ def test_find_cycle_finds_one():
     assert _find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-def test_no_import_cycle():
+def test_no_import_cycle_at_module_level():
     cycle = _find_cycle(_graph(module_level=True))
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+def test_no_import_cycle_even_through_function_bodies():
+    """A function-level import keeps a heavy dependency off ``import partitioner``; it never dodges a cycle."""
+    cycle = _find_cycle(_graph(module_level=False))
+    assert cycle is None, "import cycle (counting imports inside functions): " + " -> ".join(cycle or [])
+
+
+def test_the_runnable_walk_sees_function_bodies_but_not_type_checking_blocks():
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    import hidden_one\n"
+        "def f():\n    import seen_one\n"
+    )
+    names = {alias.name for node in _runnable(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert names == {"seen_one"}
+
+
 def test_the_core_never_imports_the_cli():
-    graph = _graph(module_level=False)  # any import, even inside a function
+    graph = _graph(module_level=False)  # any import that can run, even inside a function
     allowed = {f"{ROOT}.__main__"}
     offenders = {
         name: sorted(n for n in deps if n == CLI or n.startswith(CLI + "."))

@@ -19,7 +19,7 @@ from checks import check_plan
 from partitioner import evaluate, simulate, solve
 from partitioner.plan import objective_value
 from partitioner.problem import Problem
-from partitioner.planning.schedule_search import interleaved_uniform_plan
+from partitioner.plan.cuts import interleaved_uniform_plan
 from partitioner.solvers.interleaved.space import (
     chunk_options,
     group_counts,

@@ -32,14 +32,13 @@ from typing import Any, Iterator, Mapping
 
 import yaml
 
+from .errors import ProblemError
 from .limits import MAX_DEPTH, MAX_FILE_BYTES, MAX_INT, MAX_STRING, MAX_VALUES
 
 __all__ = ["read_document", "parse_text", "check_document", "strict_json_value"]
 
 
 def _error(reason: str, *, path: str = "", source: str | None = None) -> Exception:
-    from ..problem import ProblemError  # local: problem imports this module
-
     return ProblemError(reason, path=path, source=source)
 
 

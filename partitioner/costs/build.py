@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..presets import ModelSpec, ClusterSpec, load_cluster, load_model
-from ..problem import OBJECTIVES, Layout, Problem, ProblemError
+from ..problem import OBJECTIVES, Cluster, Layout, Problem, ProblemError
 from .entry import finish_cost, layer_terms
 from .flops import forward_flops, model_flops_per_sample
 from .layers import Piece, PipelineLayer, model_layers
@@ -54,8 +54,6 @@ def cost_signature(layer: PipelineLayer) -> tuple[Piece, ...]:
 
 def cluster_layouts(gpus_per_node: int, nodes: int) -> list[Layout]:
     """Every (dp, tp) whose size rule 3 allows, tp a power of two within a node."""
-    from ..problem import Cluster
-
     cluster = Cluster(nodes, gpus_per_node, 1, 1.0, 1.0)
     out = []
     for d in cluster.allowed_sizes():

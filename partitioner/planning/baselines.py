@@ -17,6 +17,7 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 
 from ..plan import Evaluation, Plan, PlanError, Stage, evaluate, objective_value
 from ..problem import LayerCost, Layout, Problem
+from ..plan.cuts import _uniform_cuts, layer_roles
 from ..plan.schedules import peak_activation_bytes, stash
 
 __all__ = ["BASELINE_METHOD", "FSDP_METHOD", "BASELINES", "layer_roles", "megatron_baseline", "megatron_baselines",
@@ -25,61 +26,6 @@ __all__ = ["BASELINE_METHOD", "FSDP_METHOD", "BASELINES", "layer_roles", "megatr
 BASELINE_METHOD = "megatron-uniform"
 FSDP_METHOD = "fsdp"
 BASELINES = (BASELINE_METHOD, FSDP_METHOD)
-
-
-def layer_roles(problem: Problem) -> list[str]:
-    """The role of each layer: from ``meta.layers`` when the cost model built the
-    problem, else guessed from the module label (vision / projector / action / decoder)."""
-    hints = problem.meta.get("layers") if problem.meta else None
-    if hints and len(hints) == problem.num_layers:
-        return [str(h.get("role", "decoder")) for h in hints]
-    roles = []
-    for layer in problem.layers:
-        label = f"{layer.module} {layer.name}".lower()
-        if "vision" in label or "vit" in label:
-            roles.append("vision")
-        elif "projector" in label:
-            roles.append("projector")
-        elif "action" in label:
-            roles.append("action")
-        else:
-            roles.append("decoder")
-    return roles
-
-
-# --------------------------------------------------------------------------- baseline
-
-
-def _even_counts(n: int, parts: int) -> list[int] | None:
-    if parts > n:
-        return None
-    base, extra = divmod(n, parts)
-    # Megatron needs num_layers % pp == 0; when it is not, the extra layers go to the last stages
-    return [base + (1 if p >= parts - extra else 0) for p in range(parts)]
-
-
-def _uniform_cuts(roles: Sequence[str], parts: int) -> list[tuple[int, int]] | None:
-    decoders = [i for i, r in enumerate(roles) if r == "decoder"]
-    L = len(roles)
-    if not decoders:  # no language model: split every layer evenly
-        counts = _even_counts(L, parts)
-        if counts is None:
-            return None
-        cuts, start = [], 0
-        for c in counts:
-            cuts.append((start, start + c - 1))
-            start += c
-        return cuts
-    counts = _even_counts(len(decoders), parts)
-    if counts is None:
-        return None
-    cuts, k = [], 0
-    for p, c in enumerate(counts):
-        first = 0 if p == 0 else decoders[k]
-        k += c
-        last = L - 1 if p == parts - 1 else decoders[k - 1]
-        cuts.append((first, last))
-    return cuts
 
 
 def megatron_baseline(problem: Problem, objective: str | None = None,

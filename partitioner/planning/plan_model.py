@@ -27,6 +27,7 @@ from ..problem import OBJECTIVES, Problem, ProblemError
 from ..solvers import SolverError, solve
 from .baselines import BASELINE_METHOD, BASELINES, FSDP_METHOD, StageSums, fsdp_baseline, megatron_baseline
 from .knobs import _projections, refine_knobs, variant_at
+from .schedule_choice import choose_schedule, schedule_keys
 from .results import _NO_FIT, ModelPlan, _assemble, _finite, _iteration_ms, simulate_plan
 
 __all__ = ["plan_model", "plan_options", "microbatch_candidates", "RESOLVE_MIN_SECONDS"]
@@ -145,7 +146,6 @@ def plan_model(
         raise SolverError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
     if knob_solves not in ("fast", "all"):
         raise SolverError(f"knob_solves must be fast or all, got {knob_solves!r}")
-    from .schedule_choice import schedule_keys
 
     schedule_keys(schedule, virtual_stages)  # bad input fails before any work
     spec, cl = load_model(model), load_cluster(cluster)
@@ -238,7 +238,6 @@ def plan_model(
         )
     report = None
     if best["result"].plan is not None and ((schedules and simulate) or schedule != "auto"):
-        from .schedule_choice import choose_schedule, schedule_keys
 
         # a re-solve under another schedule gets the user's limit, or as long as the 1F1B solves took
         # (at least RESOLVE_MIN_SECONDS): an exact method cut short answers its best plan, and the

@@ -9,6 +9,7 @@ from ..costs.variants import parse_variant
 from ..plan import Evaluation, Plan, SolveResult, evaluate
 from ..presets import ClusterSpec, ModelSpec
 from ..problem import Problem
+from ..simulate.engine import replay_check
 from .baselines import BASELINE_METHOD, BASELINES, FSDP_METHOD
 
 __all__ = ["ModelPlan", "simulate_plan", "throughput", "stage_knobs"]
@@ -23,11 +24,7 @@ class ModelPlan(SolveResult):
 
 
 def simulate_plan(problem: Problem, plan: Plan, ev: Evaluation | None = None) -> dict[str, Any] | None:
-    """Replay of ``plan`` under the problem's schedule (``partitioner.simulate.engine``), or None when the simulator is not installed."""
-    try:
-        from ..simulate.engine import replay_check  # type: ignore[attr-defined]
-    except ImportError:
-        return None
+    """Replay of ``plan`` under the problem's schedule (:func:`partitioner.simulate.engine.replay_check`)."""
     ev = ev or evaluate(problem, plan)
     report = replay_check(problem, plan, ev)
     return dict(report) if isinstance(report, Mapping) else {"report": report}

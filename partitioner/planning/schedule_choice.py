@@ -38,7 +38,8 @@ from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 from ..plan import Evaluation, Plan, PlanError, SolveResult, evaluate
-from . import BASELINE_METHOD, FSDP_METHOD, megatron_baselines, simulate_plan
+from .baselines import BASELINE_METHOD, FSDP_METHOD, megatron_baselines
+from .results import simulate_plan
 from ..problem import Problem, ProblemError
 from .schedule_search import with_schedule
 from ..solvers import SolverError

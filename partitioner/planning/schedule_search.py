@@ -20,10 +20,11 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from ..plan import Plan, PlanError, Stage, evaluate
+from ..plan.cuts import interleaved_uniform_plan
 from ..problem import Problem
 from ..simulate.engine import simulate
 
-__all__ = ["with_schedule", "interleaved_uniform_plan", "compare_schedules", "PLAIN_SCHEDULES"]
+__all__ = ["with_schedule", "compare_schedules", "PLAIN_SCHEDULES"]
 
 PLAIN_SCHEDULES = ("1f1b", "zb-h1", "gpipe")
 
@@ -31,21 +32,6 @@ PLAIN_SCHEDULES = ("1f1b", "zb-h1", "gpipe")
 def with_schedule(problem: Problem, schedule: str, virtual_stages: int = 1) -> Problem:
     """``problem`` with ``training.schedule`` (and ``virtual_stages``) replaced."""
     return replace(problem, training=replace(problem.training, schedule=schedule, virtual_stages=virtual_stages))
-
-
-def interleaved_uniform_plan(problem: Problem, groups: int, virtual_stages: int, devices: int, dp: int, tp: int) -> Plan | None:
-    """Megatron-LM's uniform split with virtual stages: P·v chunks, chunk c on group c mod P.
-
-    Groups take contiguous device ids in order (``devices`` each); every
-    chunk runs ``dp x tp``. None when there are fewer decoder layers than chunks.
-    """
-    from . import _uniform_cuts, layer_roles  # the baseline's own cut rule
-
-    cuts = _uniform_cuts(layer_roles(problem), groups * virtual_stages)
-    if cuts is None:
-        return None
-    ids = [tuple(range(g * devices, (g + 1) * devices)) for g in range(groups)]
-    return Plan(tuple(Stage(a, b, devices, dp, tp, ids[c % groups]) for c, (a, b) in enumerate(cuts)))
 
 
 def _row(problem: Problem, plan: Plan, schedule: str, v: int, source: str) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from ..core.limits import (
     MIN_GBPS,
 )
 from .records import (
+    register_parser,
     FORMAT_VERSIONS,
     OBJECTIVES,
     SCHEDULES,
@@ -407,3 +408,6 @@ def _frozen(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_frozen(v) for v in value)
     return value
+
+
+register_parser(_parse_problem)

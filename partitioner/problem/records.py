@@ -12,9 +12,10 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..core.documents import check_document
+from ..core.errors import ProblemError
 
 __all__ = [
     "FORMAT_VERSION",
@@ -41,23 +42,16 @@ _VARIANT = r"[a-z0-9][a-z0-9_.+-]*"
 _LAYOUT_KEY = re.compile(r"^dp([1-9][0-9]*)tp([1-9][0-9]*)(?:/(" + _VARIANT + r"))?$")
 _VARIANT_NAME = re.compile(r"^" + _VARIANT + r"$")
 
+# The validating parser (:func:`.parse._parse_problem`), which builds these records and so imports this
+# module: it registers itself here on import (:func:`register_parser`), so that the import graph stays
+# one way (parse -> records) and :meth:`Problem.from_dict` can still run it.
+_PARSER: "Callable[[Any, str | None], Problem] | None" = None
 
-class ProblemError(ValueError):
-    """A problem that does not follow format v1.
 
-    The message reads ``SOURCE: FIELD.PATH: what is wrong``; ``source``,
-    ``path`` and ``reason`` are also kept as attributes.
-    """
-
-    def __init__(self, reason: str, *, path: str = "", source: str | None = None):
-        self.reason = reason
-        self.path = path
-        self.source = source
-        parts = [p for p in (source, path) if p]
-        super().__init__(": ".join(parts + [reason]))
-
-    def with_source(self, source: str) -> "ProblemError":
-        return ProblemError(self.reason, path=self.path, source=source)
+def register_parser(parser: "Callable[[Any, str | None], Problem]") -> None:
+    """Make ``parser`` the function :meth:`Problem.from_dict` runs (called once by :mod:`.parse`)."""
+    global _PARSER
+    _PARSER = parser
 
 
 # --------------------------------------------------------------------------- data
@@ -288,12 +282,12 @@ class Problem:
             Naming the field, for anything outside format v1/v2 or the ranges
             of :mod:`partitioner.core.limits`.
         """
-        from .parse import _parse_problem  # local: the parser imports this module
-
+        if _PARSER is None:  # pragma: no cover - .parse registers itself when the package is imported
+            raise RuntimeError("partitioner.problem.parse was not imported")
         try:
             if not _checked:
                 check_document(data, source=source)
-            return _parse_problem(data, source)
+            return _PARSER(data, source)
         except ProblemError as err:
             raise err if err.source or source is None else err.with_source(source)
 

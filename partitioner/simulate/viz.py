@@ -38,6 +38,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .breakdown import backward_order
 from .engine import Op, Simulation
 
 __all__ = ["gantt", "save_gantt", "chrome_trace", "write_trace", "IMAGE_FORMATS"]
@@ -189,8 +190,6 @@ def _part_spans(op, parts, split_backward: bool = False) -> list[tuple]:
     ``split_backward`` says that ``B`` holds only the input gradients (the
     schedule has ``W`` ops).
     """
-    from .breakdown import backward_order
-
     ordered = parts if op.kind == "F" else backward_order(parts)
     lengths = [part.op_ms(op.kind, split_backward) for part in ordered]
     total = sum(lengths)

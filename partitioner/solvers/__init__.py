@@ -6,25 +6,14 @@ baselines ``greedy``, ``uniform`` and ``balanced``.
 """
 from __future__ import annotations
 
-import importlib
-
 from .base import Candidate, SolveRequest, SolverError, methods, register, solve
 
 __all__ = ["solve", "methods", "register", "SolveRequest", "Candidate", "SolverError"]
 
-# Method modules, imported here to register; their heavy back-ends (OR-Tools, PuLP) load on first
-# use (partitioner.core.lazy), so that `import partitioner` stays light.
-_METHOD_MODULES = ("cpsat.solver", "milp.solver", "dp.method", "brute", "greedy", "baselines")
-
-
-def _import_methods() -> None:
-    for name in _METHOD_MODULES:
-        try:
-            importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as err:
-            if err.name != f"{__name__}.{name}":
-                raise
-
-
-_import_methods()
-_load_all = True
+# The method modules register themselves on import; their heavy back-ends (OR-Tools, PuLP) load on
+# first use (partitioner.core.lazy), so that `import partitioner` stays light.
+# The registry keeps this order (it is the order `partitioner solve --help` and messages list them).
+from .cpsat import solver as _cpsat  # noqa: E402,F401,I001
+from .milp import solver as _milp  # noqa: E402,F401
+from .dp import method as _dp  # noqa: E402,F401
+from . import brute, greedy, baselines  # noqa: E402,F401

@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping
 from ..core.limits import SOLVE_REPLAY_OPS
 from ..plan import Plan, PlanError, SolveResult, as_plan, evaluate
 from ..problem import OBJECTIVES, Problem, as_problem
+from ..simulate.engine import replay_check
 
 __all__ = [
     "SolveRequest",
@@ -97,8 +98,7 @@ def register(name: str, options: tuple[str, ...] = ()) -> Callable[[Method], Met
 
 
 def methods() -> tuple[str, ...]:
-    from . import _load_all  # noqa: F401  (imports every method module once)
-
+    """The registered methods (:mod:`partitioner.solvers` imports every method module, so all are here)."""
     return tuple(_REGISTRY)
 
 
@@ -330,8 +330,6 @@ def finish(
                 f"{plan.num_stages} stages), more than the {SOLVE_REPLAY_OPS} a solve replays"
             )
         else:
-            from ..simulate.engine import replay_check  # simulator is optional at import time
-
             extra["simulation"] = replay_check(problem, plan, ev)
     return SolveResult(
         status=status,

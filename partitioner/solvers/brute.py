@@ -61,7 +61,8 @@ from ..problem import Cluster, Layout, Problem
 from ..cluster.reshard import stage_reshard_ms
 from ..plan.schedules import stash
 from .base import Candidate, SolveRequest, register
-from .feasibility import explain_infeasible, feasible_stage_counts
+from .dp.method import explain_infeasible
+from .feasibility import feasible_stage_counts
 from .interleaved.brute import solve_brute_interleaved
 from .tables import CostTables
 

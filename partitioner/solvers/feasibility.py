@@ -6,19 +6,17 @@ reason that holds, checked in order:
 1. no stage count P in the bounds has P allowed sizes summing to N;
 2. some layer cannot fit in memory in any layout even with one stashed
    microbatch (and layer 0, which always has min(m, P_min) stashed);
-3. otherwise the exact search's own conclusion (memory along every split).
+3. otherwise the exact search's own conclusion (memory along every split):
+   :func:`partitioner.solvers.dp.method.explain_infeasible` re-solves with dp.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import lru_cache
 
-from ..plan import evaluate
 from ..problem import Problem
 from ..core.units import format_bytes
-from .dp.solver import DPModel
 
-__all__ = ["feasible_stage_counts", "count_spans", "counts_by_enumeration", "explain_infeasible", "quick_infeasibility"]
+__all__ = ["feasible_stage_counts", "count_spans", "counts_by_enumeration", "quick_infeasibility"]
 
 
 def feasible_stage_counts(problem: Problem) -> list[int]:
@@ -100,39 +98,3 @@ def quick_infeasibility(problem: Problem) -> str | None:
                 f"(smallest: {where}, weights + {held}) > {format_bytes(capacity)} per GPU"
             )
     return None
-
-
-def explain_infeasible(problem: Problem) -> str:
-    """The reason to report once an exact search found no valid plan.
-
-    Beyond :func:`quick_infeasibility`, it re-solves with unlimited memory:
-    if a plan then exists, memory is what rules every plan out, and the
-    message names how much the fastest such plan needs; otherwise the
-    layers' layouts cannot form stages that use every device.
-    """
-    quick = quick_infeasibility(problem)
-    if quick:
-        return quick
-    counts = feasible_stage_counts(problem)
-    relaxed = _without_memory_limit(problem)
-    model = DPModel(relaxed)
-    outcome = model.optimize("bottleneck", model.natural_placement(), None, 2**31)
-    if outcome.status == "optimal" and outcome.plan is not None:
-        ev = evaluate(relaxed, outcome.plan)
-        worst = max(ev.stages, key=lambda s: s.memory_bytes)
-        return (
-            f"no valid plan fits in {format_bytes(problem.cluster.gpu_memory_bytes)} per GPU: with unlimited memory "
-            f"the fastest plan ({len(ev.stages)} stages) needs {format_bytes(worst.memory_bytes)} on stage "
-            f"{worst.index} (weights {format_bytes(worst.weight_bytes)} + {worst.stash} stashed microbatches x "
-            f"{format_bytes(worst.act_bytes)}); add GPUs, memory, or fewer microbatches in flight"
-        )
-    return (
-        f"no valid plan even with unlimited memory: with {counts[0]}..{counts[-1]} stages, no cut of the "
-        f"{problem.num_layers} layers into stages whose layers all have a cost entry for one shared layout "
-        + ("per module segment " if problem.version >= 2 else "")
-        + f"uses exactly the {problem.num_devices} devices; check the layouts listed per layer"
-    )
-
-
-def _without_memory_limit(problem: Problem) -> Problem:
-    return replace(problem, cluster=replace(problem.cluster, gpu_memory_bytes=2**62))

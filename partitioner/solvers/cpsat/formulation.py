@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...core.lazy import lazy_module
+from ..base import SolverError
 from .parts import PartVars, part_hint_values, part_objective, part_objective_units, stage_compute
 from ..slot.data import SlotData, SlotDecisions, decisions_from_values, reshard_sites, stage_terms
 from ..slot.schedule import T
@@ -18,7 +19,11 @@ from ..slot.times import IntegerTimes
 
 cp_model = lazy_module("ortools.sat.python.cp_model")
 
-__all__ = ["CpVars", "build_model", "hint_values", "objective_units", "read_decisions", "ModelRangeError"]
+__all__ = ["CpVars", "build_model", "hint_values", "objective_units", "read_decisions", "ModelRangeError", "SAFE_PARAMETERS"]
+
+# Solver parameters applied before the caller's (see :mod:`.solver`'s docstring; the interleaved
+# model of :mod:`partitioner.solvers.interleaved.solve` takes them too).
+SAFE_PARAMETERS = {"cp_model_presolve": False}
 
 
 @dataclass
@@ -426,7 +431,6 @@ def apply_solver_options(solver: cp_model.CpSolver, request, defaults: dict) -> 
     Logging goes to stderr (stdout carries the CLI's ``--json`` result); a
     parameter CP-SAT does not take is a :class:`~.base.SolverError` naming it.
     """
-    from ..base import SolverError
 
     params = solver.parameters
     if request.option("log", False):

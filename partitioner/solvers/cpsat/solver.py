@@ -147,8 +147,9 @@ from ...problem import Problem
 from .arcflow import arcflow_reason
 from .arcflow_run import solve_arcflow
 from ..base import Candidate, SolveRequest, SolverError, register
-from .formulation import ModelRangeError, apply_solver_options, build_model, hint_values, objective_units, read_decisions
+from .formulation import SAFE_PARAMETERS, ModelRangeError, apply_solver_options, build_model, hint_values, objective_units, read_decisions
 from ..feasibility import quick_infeasibility
+from ..interleaved.solve import solve_interleaved
 from ..slot.data import SlotData, SlotStart, plan_of_decisions, slot_start
 from ..slot.run import (
     BuildTimeout,
@@ -166,14 +167,11 @@ cp_model = lazy_module("ortools.sat.python.cp_model")
 __all__ = ["solve_cpsat", "build_model", "hint_values", "read_decisions", "SAFE_PARAMETERS"]
 
 
-# Solver parameters applied before the caller's (see the module docstring).
-SAFE_PARAMETERS = {"cp_model_presolve": False}
 
 
 @register("cpsat", options=("num_workers", "hint", "resolution", "log", "parameters", "formulation"))
 def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     if problem.training.schedule == "interleaved":  # its own space and model
-        from ..interleaved.solve import solve_interleaved
 
         return solve_interleaved(problem, request, "cpsat")
     start = time.perf_counter()

@@ -5,7 +5,7 @@ without a search, solves with the placement mode the cluster needs (see the
 *Placement* section of :mod:`.dp`), falls back to the exact placement
 automaton when a relaxed optimum's runs do not pack, and turns the search's
 limits (:mod:`.errors`) and an infeasible result into a candidate with a
-message (:func:`.feasibility.explain_infeasible`). A search cut short by the
+message (:func:`explain_infeasible`, which the other exact methods use too). A search cut short by the
 time limit or the memory budget returns the best plan it knows -- the DP's
 own best so far or the greedy plan, whichever is better -- as ``feasible``
 with the best lower bound it has proven (never nothing when a plan exists).
@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 from ...plan import PlanError, evaluate
+from ...core.units import format_bytes
 from ...problem import Problem
 from ..base import Candidate, SolveRequest, register
 from .solver import DPModel
 from ..errors import OutOfTime, TooLarge
-from ..feasibility import explain_infeasible, quick_infeasibility
+from ..feasibility import feasible_stage_counts, quick_infeasibility
 from ..greedy import solve_greedy
 
-__all__ = ["solve_dp"]
+__all__ = ["solve_dp", "explain_infeasible"]
 
 _MEMORY_BUDGET_BYTES = 3 * 2**30
 
@@ -139,3 +141,39 @@ def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel", reason
         message=f"{reason}; returning the best known plan ({best[1]})",
         extra={"dp": {"cut_short": reason, "plan_from": best[1]}},
     )
+
+
+def explain_infeasible(problem: Problem) -> str:
+    """The reason to report once an exact search found no valid plan.
+
+    Beyond :func:`quick_infeasibility`, it re-solves with unlimited memory:
+    if a plan then exists, memory is what rules every plan out, and the
+    message names how much the fastest such plan needs; otherwise the
+    layers' layouts cannot form stages that use every device.
+    """
+    quick = quick_infeasibility(problem)
+    if quick:
+        return quick
+    counts = feasible_stage_counts(problem)
+    relaxed = _without_memory_limit(problem)
+    model = DPModel(relaxed)
+    outcome = model.optimize("bottleneck", model.natural_placement(), None, 2**31)
+    if outcome.status == "optimal" and outcome.plan is not None:
+        ev = evaluate(relaxed, outcome.plan)
+        worst = max(ev.stages, key=lambda s: s.memory_bytes)
+        return (
+            f"no valid plan fits in {format_bytes(problem.cluster.gpu_memory_bytes)} per GPU: with unlimited memory "
+            f"the fastest plan ({len(ev.stages)} stages) needs {format_bytes(worst.memory_bytes)} on stage "
+            f"{worst.index} (weights {format_bytes(worst.weight_bytes)} + {worst.stash} stashed microbatches x "
+            f"{format_bytes(worst.act_bytes)}); add GPUs, memory, or fewer microbatches in flight"
+        )
+    return (
+        f"no valid plan even with unlimited memory: with {counts[0]}..{counts[-1]} stages, no cut of the "
+        f"{problem.num_layers} layers into stages whose layers all have a cost entry for one shared layout "
+        + ("per module segment " if problem.version >= 2 else "")
+        + f"uses exactly the {problem.num_devices} devices; check the layouts listed per layer"
+    )
+
+
+def _without_memory_limit(problem: Problem) -> Problem:
+    return replace(problem, cluster=replace(problem.cluster, gpu_memory_bytes=2**62))

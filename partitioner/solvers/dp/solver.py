@@ -154,8 +154,10 @@ from .stage import StageCosts
 from .stagecache import StageTables
 from .walkback import WalkBack
 from .walks import ThresholdWalks, _Outcome
+from ..base import SolveRequest
 from ..errors import OutOfTime as _OutOfTime
 from ..errors import TooLarge as _TooLarge
+from ..greedy import solve_greedy
 
 __all__ = ["DPModel"]
 
@@ -448,9 +450,6 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         """The greedy heuristic's plan for ``objective`` within what is left of the time limit, or None;
         None too for a model restricted to fewer layouts or stage counts than the problem's (the greedy
         plan may use others: it is no plan of this model)."""
-        from ..base import SolveRequest
-        from ..greedy import solve_greedy
-
         if tuple(self.layouts) != tuple(self.problem.layouts()) or tuple(self.stage_counts) != (
                 self.problem.stages.min, self.problem.stages.max):
             return None

@@ -58,7 +58,8 @@ from .formulation import (
     values_of_plan,
 )
 from .space import group_counts, group_ids, no_group_count_message, uniform_hints
-from ..slot.run import BuildTimeout, build_guard, int_option
+from ..cpsat.formulation import SAFE_PARAMETERS  # the presolve caveat of the slot model holds here too
+from ..slot.run import HANDOVER_SHARE, BuildTimeout, build_guard, int_option
 from ..slot.times import RESOLUTION, UNIT_CAP
 
 __all__ = ["solve_interleaved"]
@@ -180,8 +181,6 @@ def _run_cpsat(data: GroupData, request: SolveRequest, hint: Plan | None, best_v
     """(status, plan or None, proven bound in ms) of the CP-SAT model for one P."""
     from ortools.sat.python import cp_model
 
-    from ..cpsat.solver import SAFE_PARAMETERS  # the presolve caveat of the slot model holds here too
-
     p = data.problem
     L, v, m, P = p.num_layers, p.training.virtual_stages, p.microbatches, data.groups
     resolution = float(request.option("resolution", RESOLUTION))
@@ -250,7 +249,6 @@ def _run_cpsat(data: GroupData, request: SolveRequest, hint: Plan | None, best_v
 
 def _run_milp(data: GroupData, request: SolveRequest, hint: Plan | None, best_value: float, deadline):
     """(status, plan or None, proven bound in ms) of the MILP for one P."""
-    from ..milp.solver import HANDOVER_SHARE
     from ..milp.backends import READBACK_SECONDS, READBACK_SHARE, pulp_quiet, solve_cbc, solve_highs
 
     p = data.problem

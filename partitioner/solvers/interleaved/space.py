@@ -44,6 +44,7 @@ from functools import lru_cache
 
 from ...plan import Plan, PlanError, Stage, evaluate
 from ...problem import Layout, Problem
+from ...plan.cuts import interleaved_uniform_plan
 from ...plan.schedules import held_counts
 from ...cluster.topology import default_bandwidth, transfer_ms
 
@@ -194,9 +195,7 @@ def interleaved_plan(problem: Problem, groups: int, bounds, configs) -> Plan:
 
 def uniform_hints(problem: Problem, objective: str, groups: int) -> list[tuple[float, Plan]]:
     """Megatron-LM's uniform interleaved splits on ``groups`` groups, one per mesh, that are valid;
-    as (value, plan), best first (:func:`partitioner.planning.schedule_search.interleaved_uniform_plan`)."""
-    from ...planning.schedule_search import interleaved_uniform_plan
-
+    as (value, plan), best first (:func:`partitioner.plan.cuts.interleaved_uniform_plan`)."""
     d = problem.num_devices // groups
     v = problem.training.virtual_stages
     found = []

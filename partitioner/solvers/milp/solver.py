@@ -94,9 +94,11 @@ from ...plan import PlanError, evaluate
 from ...problem import Problem
 from ..base import Candidate, SolveRequest, SolverError, register
 from ..feasibility import quick_infeasibility
+from ..interleaved.solve import solve_interleaved
 from .formulation import build_milp, read_decisions, start_values
 from ..slot.data import SlotStart, plan_of_decisions, slot_start
 from ..slot.run import (
+    HANDOVER_SHARE,
     BuildTimeout,
     build_guard,
     build_timeout_candidate,
@@ -111,9 +113,6 @@ __all__ = ["solve_milp", "build_milp", "start_values", "BACKENDS"]
 BACKENDS = ("highs", "cbc")
 # Relative margin taken off a backend's dual bound for its feasibility tolerances.
 BOUND_MARGIN = 1e-7
-# Time to hand a built model to the backend, as a share of the time it took to build (measured
-# 0.45 for highspy and 0.5 for CBC's MPS file on the 40-layer benchmark).
-HANDOVER_SHARE = 0.5
 # "optimal" needs the plan's exact value within this of the proven bound.
 OPTIMAL_GAP = 1e-6
 
@@ -126,7 +125,6 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
         raise SolverError(f"milp: unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     threads = int_option(request, "milp", "threads", 1)
     if problem.training.schedule == "interleaved":  # its own space and model
-        from ..interleaved.solve import solve_interleaved
 
         return solve_interleaved(problem, request, "milp")
     if problem.cluster.topology is not None:
