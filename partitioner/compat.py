@@ -50,7 +50,7 @@ def layer_partition_problem(
     ``llm.i`` of ``layer_cost`` each, and a tail layer ``action_head`` with
     the tail cost; one node of ``num_stages`` GPUs, exactly ``num_stages``
     stages, forward times only (``bwd_ms`` 0), no bytes anywhere, objective
-    ``bottleneck``. ``examples/seed_lesson16.json`` is this problem for the
+    ``bottleneck``. ``examples/rebalance_4gpu.json`` is this problem for the
     lesson's numbers (32, 2.0, 16.0, 8.0, 4).
     """
     layers = [_layer("vit", "vision", s0_fixed_cost)]

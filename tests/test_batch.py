@@ -302,7 +302,7 @@ def plugin_env(tmp_path, monkeypatch):
 
 def test_exceptions_crashes_and_overruns_are_recorded_and_the_sweep_goes_on(plugin_env):
     tmp_path = plugin_env
-    problems = [str(EXAMPLES / "vla_toy_2x4.json"), str(EXAMPLES / "seed_lesson16.json")]
+    problems = [str(EXAMPLES / "vla_toy_2x4.json"), str(EXAMPLES / "rebalance_4gpu.json")]
     sweep = write_sweep(
         tmp_path / "sweep.yaml", problems=problems, methods=["boom", "crash", "hang", "greedy"], time_limit=0.5,
         imports=["batch_test_methods"],
@@ -341,7 +341,7 @@ def test_exceptions_crashes_and_overruns_are_recorded_and_the_sweep_goes_on(plug
 def test_thread_budget_goes_to_methods_that_declare_it(plugin_env):
     tmp_path = plugin_env
     sweep = write_sweep(
-        tmp_path / "sweep.yaml", problems=[str(EXAMPLES / "vla_toy_2x4.json"), str(EXAMPLES / "seed_lesson16.json")],
+        tmp_path / "sweep.yaml", problems=[str(EXAMPLES / "vla_toy_2x4.json"), str(EXAMPLES / "rebalance_4gpu.json")],
         methods=["threads", "threads2", "greedy"], imports=["batch_test_methods"],
     )
     one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"

@@ -27,7 +27,7 @@ def test_brute_equals_evaluate_and_no_random_plan_beats_it(data, problem):
 
 
 def test_shared_examples(examples):
-    lesson = solve(load_problem(examples / "seed_lesson16.json"), "brute")
+    lesson = solve(load_problem(examples / "rebalance_4gpu.json"), "brute")
     assert lesson.status == "optimal" and lesson.value == 22.0
     assert lesson.plan.layers_per_stage() == [4, 11, 11, 8]  # 1+3, 11, 11, 7+1
     toy = solve(load_problem(examples / "vla_toy_2x4.json"), "brute")
@@ -39,11 +39,11 @@ def test_shared_examples(examples):
 
 
 def test_brute_refuses_large_problems(examples):
-    result = solve(load_problem(examples / "seed_lesson16.json"), "brute", options={"max_combinations": 100})
+    result = solve(load_problem(examples / "rebalance_4gpu.json"), "brute", options={"max_combinations": 100})
     assert result.status == "error" and "max_combinations" in result.message and result.plan is None
 
 
 def test_brute_time_limit_is_honest(examples):
-    result = solve(load_problem(examples / "seed_lesson16.json"), "brute", time_limit=1e-4)
+    result = solve(load_problem(examples / "rebalance_4gpu.json"), "brute", time_limit=1e-4)
     assert result.status in ("feasible", "error")
     assert result.status != "optimal"

@@ -7,7 +7,7 @@ import pytest
 
 
 def test_solve_lesson16_brute_json(cli, examples):
-    proc = cli("solve", examples / "seed_lesson16.json", "--method", "brute", "--json")
+    proc = cli("solve", examples / "rebalance_4gpu.json", "--method", "brute", "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["status"] == "optimal" and doc["value"] == 22.0 and doc["method"] == "brute"
@@ -57,7 +57,7 @@ def test_infeasible_exits_1_with_a_reason(cli, tmp_path, examples):
     ],
 )
 def test_bad_options_exit_2(cli, examples, args, words):
-    proc = cli("solve", examples / "seed_lesson16.json", *args)
+    proc = cli("solve", examples / "rebalance_4gpu.json", *args)
     assert proc.returncode == 2
     assert words in proc.stderr and "Traceback" not in proc.stderr
 

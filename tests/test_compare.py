@@ -113,7 +113,7 @@ def test_ties_rounding_retries_and_instances():
 
 def _small_problems(tmp_path):
     """Small problems the exact methods solve in well under a second, one of them infeasible."""
-    paths = [str(EXAMPLES / "vla_toy_2x4.json"), str(EXAMPLES / "seed_lesson16.json")]
+    paths = [str(EXAMPLES / "vla_toy_2x4.json"), str(EXAMPLES / "rebalance_4gpu.json")]
     shapes = [(6, 1, 4, None), (7, 2, 2, None), (8, 2, 4, 2), (6, 2, 4, 3)]
     for seed, (layers, nodes, gpus, layouts) in enumerate(shapes):
         for objective in ("iteration", "bottleneck"):

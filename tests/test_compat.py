@@ -50,7 +50,7 @@ def test_exact_rebalancing_of_the_lesson():
 
 def test_rebalancing_problem_is_the_example(examples):
     built = layer_partition_problem(32, 2.0, 16.0, 8.0, 4)
-    example = load_problem(examples / "seed_lesson16.json")
+    example = load_problem(examples / "rebalance_4gpu.json")
     assert built.layers == example.layers
     assert built.stages == example.stages
     assert built.training == example.training
@@ -145,7 +145,7 @@ def test_resharder_is_the_lesson15_v2_stage_and_its_reshard():
     from partitioner.problem import Layout
     from partitioner.cluster.reshard import reshard_time_ms
 
-    problem = load_problem(ROOT / "examples" / "seed_lesson15_colocated.json")
+    problem = load_problem(ROOT / "examples" / "colocated_1node.json")
     r = CrossMeshTensorResharder()
     stage = r.stage(0, problem.num_layers - 1)
     assert stage.configs == (Layout(8, 1), Layout(2, 4)) and stage.device_ids == tuple(range(8))

@@ -225,7 +225,7 @@ def assert_plan_is_a_model_solution(problem: Problem, plan: Plan, true_value: fl
 
 
 def test_shared_examples(examples):
-    lesson = solve(load_problem(examples / "seed_lesson16.json"), "cpsat", options=CPSAT)
+    lesson = solve(load_problem(examples / "rebalance_4gpu.json"), "cpsat", options=CPSAT)
     assert lesson.status == "optimal" and lesson.value == pytest.approx(22.0, rel=1e-12)
     toy = solve(load_problem(examples / "vla_toy_2x4.json"), "cpsat", options=CPSAT)
     assert toy.status == "optimal" and toy.value == pytest.approx(256.21445621333334, rel=1e-12)
@@ -294,7 +294,7 @@ def test_warm_start_is_used_and_an_invalid_one_is_ignored(examples):
 
 
 def test_custom_topologies_are_refused(examples):
-    doc = load_problem(examples / "seed_lesson16.json").to_dict()
+    doc = load_problem(examples / "rebalance_4gpu.json").to_dict()
     doc["cluster"]["topology"] = {"edges": [[0, 1, 10.0], [1, 2, 10.0], [2, 3, 10.0]]}
     result = solve(Problem.from_dict(doc), "cpsat")
     assert result.status == "error" and "custom cluster topologies" in result.message

@@ -48,7 +48,7 @@ def test_exact_placement_automaton_matches_brute(problem):
 
 
 def test_shared_examples(examples):
-    lesson = load_problem(examples / "seed_lesson16.json")
+    lesson = load_problem(examples / "rebalance_4gpu.json")
     r = solve(lesson, "dp")
     assert r.status == "optimal" and r.value == 22.0
     toy = load_problem(examples / "vla_toy_2x4.json")

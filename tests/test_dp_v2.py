@@ -248,7 +248,7 @@ def test_stage_table_is_the_least_time_over_segment_configs(problem, stash):
 
 
 def test_lesson15_colocated_meshes():
-    problem = load_problem(ROOT / "examples" / "seed_lesson15_colocated.json")
+    problem = load_problem(ROOT / "examples" / "colocated_1node.json")
     r = solve(problem, "dp")
     assert r.status == "optimal"
     assert r.value == pytest.approx(16.36371456, rel=1e-12)

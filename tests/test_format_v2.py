@@ -14,7 +14,7 @@ from partitioner.problem import Layout, Problem, ProblemError, StageBounds
 from partitioner.cluster.reshard import segment_reshard_ms, stage_reshard_ms
 
 ROOT = Path(__file__).resolve().parents[1]
-LESSON15 = ROOT / "examples" / "seed_lesson15_colocated.json"
+LESSON15 = ROOT / "examples" / "colocated_1node.json"
 
 
 def lesson15() -> Problem:

@@ -556,7 +556,7 @@ _FSIZE_RUNNER = textwrap.dedent(
 
 def _sweep(tmp_path: Path) -> Path:
     examples = ROOT / "examples"
-    problems = [str(examples / name) for name in ("vla_toy_2x4.json", "seed_lesson16.json", "seed_lesson15_colocated.json")]
+    problems = [str(examples / name) for name in ("vla_toy_2x4.json", "rebalance_4gpu.json", "colocated_1node.json")]
     path = tmp_path / "sweep.json"
     path.write_text(json.dumps({"problems": problems, "methods": ["greedy", "uniform"]}))
     return path

@@ -27,7 +27,7 @@ def test_greedy_is_valid_and_never_beats_the_optimum(problem):
 
 
 def test_lesson16_rebalancing(examples):
-    r = solve(load_problem(examples / "seed_lesson16.json"), "greedy")
+    r = solve(load_problem(examples / "rebalance_4gpu.json"), "greedy")
     assert r.status == "feasible" and r.value == 22.0
 
 
@@ -73,7 +73,7 @@ def test_uniform_and_balanced_are_ordered_and_never_beat_the_optimum(problem):
 
 
 def test_uniform_is_megatrons_split(examples):
-    problem = load_problem(examples / "seed_lesson16.json")
+    problem = load_problem(examples / "rebalance_4gpu.json")
     r = solve(problem, "uniform")
     assert r.status == "feasible"
     assert r.plan.layers_per_stage() == [9, 9, 8, 8]  # 34 layers on 4 stages, remainder first
@@ -84,7 +84,7 @@ def test_uniform_is_megatrons_split(examples):
 
 def test_balanced_out_of_time_is_an_error_not_infeasible(examples):
     # a deadline that has passed before the first recursion step: nothing is proven infeasible
-    r = solve(load_problem(examples / "seed_lesson16.json"), "balanced", time_limit=1e-9)
+    r = solve(load_problem(examples / "rebalance_4gpu.json"), "balanced", time_limit=1e-9)
     assert r.status == "error"
     assert "time limit" in r.message
 

@@ -84,7 +84,7 @@ def assert_plan_is_a_model_solution(problem: Problem, plan: Plan, true_value: fl
 
 
 def test_shared_examples_on_both_backends(examples):
-    lesson = load_problem(examples / "seed_lesson16.json")
+    lesson = load_problem(examples / "rebalance_4gpu.json")
     toy = load_problem(examples / "vla_toy_2x4.json")
     for options in ({}, CBC):
         r = solve(lesson, "milp", options=options)
@@ -138,18 +138,18 @@ def test_warm_start_unknown_backend_and_topology(examples):
 
 def test_cli_json_is_not_polluted_by_the_solver(cli, examples):
     for backend in ("highs", "cbc"):
-        out = cli("solve", examples / "seed_lesson16.json", "--method", "milp", "--json", "-o", f"backend={backend}")
+        out = cli("solve", examples / "rebalance_4gpu.json", "--method", "milp", "--json", "-o", f"backend={backend}")
         assert out.returncode == 0, out.stderr
         doc = json.loads(out.stdout)
         assert doc["status"] == "optimal" and doc["value"] == pytest.approx(22.0, rel=1e-12)
-    out = cli("solve", examples / "seed_lesson16.json", "--method", "milp", "-o", "backend=gurobi")
+    out = cli("solve", examples / "rebalance_4gpu.json", "--method", "milp", "-o", "backend=gurobi")
     assert out.returncode == 2 and "unknown backend" in out.stderr
 
 
 @pytest.mark.parametrize("method", ["milp", "cpsat"])
 def test_time_limit_covers_building_the_model(examples, method):
     # building a large slot model takes minutes; the time limit must stop it, not only the search
-    r = solve(load_problem(examples / "seed_lesson16.json"), method, time_limit=1e-6)
+    r = solve(load_problem(examples / "rebalance_4gpu.json"), method, time_limit=1e-6)
     assert r.status == "error"
     assert "while building the model" in r.message
 

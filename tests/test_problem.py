@@ -81,7 +81,7 @@ def test_round_trip_dict_json_and_yaml(tmp_path):
 
 
 def test_shared_examples_load(examples):
-    lesson = load_problem(examples / "seed_lesson16.json")
+    lesson = load_problem(examples / "rebalance_4gpu.json")
     assert lesson.num_layers == 34 and lesson.stages.min == lesson.stages.max == 4
     toy = load_problem(examples / "vla_toy_2x4.json")
     assert toy.objective == "iteration" and toy.num_devices == 8

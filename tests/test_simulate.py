@@ -225,7 +225,7 @@ def test_simulated_stash_matches_rule_6_on_random_plans(data):
 
 
 def test_simulate_rejects_invalid_plan(examples):
-    problem = load_problem(examples / "seed_lesson16.json")
+    problem = load_problem(examples / "rebalance_4gpu.json")
     bad = Plan((Stage(0, 10, 1, 1, 1), Stage(11, 33, 3, 3, 1)))
     with pytest.raises(PlanError):
         simulate(problem, bad)

@@ -154,5 +154,5 @@ def test_highs_runs_after_another_solve_started_its_scheduler_with_other_threads
     other += x
     other += x >= 0.5
     other.solve(pulp.HiGHS(msg=False, threads=2))
-    result = solve(load_problem(examples / "seed_lesson16.json"), "milp", options={"threads": 1})
+    result = solve(load_problem(examples / "rebalance_4gpu.json"), "milp", options={"threads": 1})
     assert result.status == "optimal" and result.value == pytest.approx(22.0, rel=1e-12)

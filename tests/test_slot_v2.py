@@ -101,7 +101,7 @@ def test_every_valid_v2_plan_is_a_milp_solution_at_its_cost(data, problem):
 @pytest.mark.parametrize("method,options", [("cpsat", CPSAT), ("milp", {}), ("milp", {"backend": "cbc"})], ids=["cpsat", "highs", "cbc"])
 def test_lesson15_colocated_meshes(examples, method, options):
     """One 8-GPU stage: vision at dp 8 x tp 1, then language at dp 2 x tp 4, with the reshard between."""
-    problem = load_problem(examples / "seed_lesson15_colocated.json")
+    problem = load_problem(examples / "colocated_1node.json")
     result = solve(problem, method, options=options)
     assert result.status == "optimal", (result.message, result.extra)
     assert result.value == pytest.approx(16.36371456, rel=1e-12)

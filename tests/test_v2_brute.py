@@ -23,7 +23,7 @@ REL = 1e-9
 
 
 def test_lesson15_optimum_is_vision_dp8_then_language_dp2tp4():
-    p = load_problem(ROOT / "examples" / "seed_lesson15_colocated.json")
+    p = load_problem(ROOT / "examples" / "colocated_1node.json")
     result = solve(p, "brute")
     assert result.status == "optimal" and result.version == 2
     assert result.value == pytest.approx(16.36371456, rel=1e-12)
@@ -135,7 +135,7 @@ def test_v1_answers_are_unchanged(problem):
 
 
 def test_v1_examples_are_unchanged(examples):
-    lesson = solve(load_problem(examples / "seed_lesson16.json"), "brute")
+    lesson = solve(load_problem(examples / "rebalance_4gpu.json"), "brute")
     assert lesson.status == "optimal" and lesson.value == 22.0 and lesson.version == 1
     toy = solve(load_problem(examples / "vla_toy_2x4.json"), "brute")
     assert toy.value == pytest.approx(256.21445621333334, rel=1e-12)

@@ -9,7 +9,7 @@ import yaml
 from partitioner import __version__, load_problem, solve
 from partitioner.batch.compare import compare
 
-LESSON15 = "seed_lesson15_colocated.json"
+LESSON15 = "colocated_1node.json"
 
 
 def test_solve_lesson15_brute_json(cli, examples):
@@ -27,7 +27,7 @@ def test_solve_lesson15_brute_json(cli, examples):
 
 
 def test_v1_json_has_no_v2_fields(cli, examples):
-    proc = cli("solve", examples / "seed_lesson16.json", "--method", "brute", "--json")
+    proc = cli("solve", examples / "rebalance_4gpu.json", "--method", "brute", "--json")
     doc = json.loads(proc.stdout)
     assert doc.get("version", 1) == 1
     assert all("configs" not in s and "reshard_ms" not in s for s in doc["plan"]["stages"])

@@ -15,7 +15,7 @@ from checks import check_plan
 from strategies import small_problems, small_v2_problems
 
 ROOT = Path(__file__).resolve().parents[1]
-LESSON15 = ROOT / "examples" / "seed_lesson15_colocated.json"
+LESSON15 = ROOT / "examples" / "colocated_1node.json"
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

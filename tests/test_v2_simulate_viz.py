@@ -14,7 +14,7 @@ from partitioner.simulate.viz import gantt, save_gantt
 from strategies import small_v2_problems
 
 ROOT = Path(__file__).resolve().parents[1]
-LESSON15 = ROOT / "examples" / "seed_lesson15_colocated.json"
+LESSON15 = ROOT / "examples" / "colocated_1node.json"
 
 
 def _lesson15():
