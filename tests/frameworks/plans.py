@@ -91,7 +91,7 @@ def _short(reasons) -> str:
     return "; ".join(out)
 
 
-if __name__ == "__main__":  # python -m tests.frameworks.plans: the plan x framework table of the README
+if __name__ == "__main__":  # python -m tests.frameworks.plans: the plan x framework table of docs/export.md
     from partitioner.export import TARGETS, export_result
 
     print("| plan (`" + "partitioner plan ...`) | stages (dp x tp) | " + " | ".join(TARGETS) + " |")
