@@ -201,6 +201,13 @@ def test_every_relative_link_resolves(page):
         assert (page.parent / target).exists(), f"{page.relative_to(ROOT)} links to missing {target}"
 
 
+@pytest.mark.parametrize("page", USER_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_file_a_page_names_exists(page):
+    named = re.findall(r"`((?:partitioner|tests|benchmarks|examples|docs)/[\w/.-]*)`", page.read_text())
+    missing = sorted({name for name in named if not (ROOT / name).exists()})
+    assert not missing, f"{page.relative_to(ROOT)} names missing files {missing}"
+
+
 def test_the_readme_is_short():
     assert len(README.read_text().splitlines()) <= MAX_LINES
 
