@@ -78,7 +78,10 @@ class ModuleSpec:
     ``extra_params`` are parameters the shape fields do not describe (gates,
     tile position embeddings, unused embeddings, small norms and biases),
     counted before the first block, with no FLOPs; ``tiles`` tiles of one
-    image attend jointly (mllama).
+    image attend jointly (mllama). ``window`` > 0: the layers not in
+    ``full_layers`` attend to ``window`` keys per query (a sliding window in
+    a causal decoder, Gemma 2/3; non-overlapping windows of that many
+    patches in a vision encoder, Qwen2.5-VL).
     """
 
     name: str
@@ -150,6 +153,8 @@ class ModuleSpec:
     qk_norm_dim: int = 0
     extra_params: int = 0
     tiles: int = 1
+    window: int = 0  # windowed attention: keys per query in the layers not in full_layers (0: full everywhere)
+    full_layers: tuple[int, ...] = ()
     deepstack: int = 0  # projector: DeepStack mergers whose outputs are added to the first LLM layers (Qwen3-VL)
     # provenance and export hints
     source: str = ""
@@ -222,7 +227,14 @@ class ModelSpec:
 
     @property
     def image_tokens(self) -> int:
-        """Image tokens per sample entering the language model (the projectors' output)."""
+        """Image tokens per sample entering the language model's sequence (the projectors' output).
+
+        None for a language model that reads them through cross-attention
+        (its ``cross_tokens``, mllama).
+        """
+        llm = self.llm
+        if llm is not None and llm.cross_layers:
+            return 0
         return sum(m.tokens for m in self.of_kind("projector"))
 
     @property
