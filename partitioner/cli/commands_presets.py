@@ -17,7 +17,7 @@ from ..plan import SolveResult
 from ..problem import OBJECTIVES, Problem, ProblemError, load_problem
 from ..solvers import SolverError, methods
 from .common import EXIT_NO_PLAN, EXIT_OK, app, check_choice, err, guarded, parse_options, working
-from .render import print_clusters, print_json, print_models, print_plan_summary
+from .render import print_clusters, print_json, print_models, print_plan_summary, print_sequences
 
 __all__ = ["models_cmd", "clusters_cmd", "plan_cmd", "export_cmd"]
 
@@ -68,10 +68,22 @@ def plan_cmd(
     virtual_stages: Optional[int] = typer.Option(None, "--virtual-stages", help="With --schedule interleaved: v (default: 2, 3, 4 tried)."),
     gantt: Optional[Path] = typer.Option(None, "--gantt", help="Write a Gantt chart of the plan (PNG/SVG)."),
     as_json: bool = typer.Option(False, "--json", help="Print result format v1 plus baseline and throughput."),
+    images: Optional[int] = typer.Option(None, "--images", help="Images (or video clips) per sample."),
+    image_size: Optional[int] = typer.Option(None, "--image-size", help="Image side in px (dynamic resolution; tiling models cut it in tiles)."),
+    tiles: Optional[int] = typer.Option(None, "--tiles", help="Tiles per image (InternVL, Idefics3/SmolVLM, LLaVA-OneVision, mllama)."),
+    frames: Optional[int] = typer.Option(None, "--frames", help="Frames per video clip."),
+    fps: Optional[float] = typer.Option(None, "--fps", help="Frame rate of the sampled frames (shows the clip length)."),
+    text_tokens: Optional[int] = typer.Option(None, "--text-tokens", help="Text tokens per sample."),
 ) -> None:
-    """Plan a model preset on a cluster preset: stages, meshes, speed-up over Megatron's default, export settings."""
+    """Plan a model preset on a cluster preset: stages, meshes, speed-up over Megatron's default, export settings.
+
+    --images, --image-size, --tiles, --frames, --fps and --text-tokens describe one sample; each model tokenises
+    them its own way (Qwen/GLM dynamic resolution, InternVL/Idefics3 tiling and pixel shuffle, LLaVA-OneVision
+    anyres), and the plan shows the sequence lengths they imply.
+    """
     from ..planning import plan_model
     from ..planning.schedule_choice import SCHEDULE_CHOICES
+    from ..presets import Workload, load_model, sequence_summary
 
     check_choice(method, methods(), "--method")
     check_choice(objective, OBJECTIVES, "--objective")
@@ -89,9 +101,12 @@ def plan_cmd(
         mb = "auto"
     if nodes < 1 or global_batch < 1 or (max_stages is not None and max_stages < 1):
         raise SolverError("--nodes, --global-batch and --max-stages must be positive integers")
+    workload = Workload(images=images, image_size=image_size, tiles=tiles, frames=frames, fps=fps, text_tokens=text_tokens)
+    spec = load_model(model, workload)
+    sequences = sequence_summary(spec, workload)
     with working(f"planning {model} on {nodes} x {cluster} with {method}"):
         result = plan_model(
-            model, cluster, nodes=nodes, global_batch=global_batch, microbatches=mb, method=method, objective=objective,
+            spec, cluster, nodes=nodes, global_batch=global_batch, microbatches=mb, method=method, objective=objective,
             time_limit=time_limit, options=parse_options(cost_option), profile=profile, max_stages=max_stages,
             schedule=schedule, virtual_stages=virtual_stages,
         )
@@ -103,13 +118,14 @@ def plan_cmd(
     if gantt is not None and result.plan is not None:
         _write_gantt(problem, result, gantt)
     if as_json:
-        print_json(result.to_dict())
+        print_json({**result.to_dict(), "sequences": sequences})
         if result.plan is None and result.message:
             err.print(result.message, markup=False)
     elif result.plan is None:
         err.print(f"{model}: {result.status}: {result.message}", markup=False)
     else:
         print_plan_summary(problem, result)
+        print_sequences(sequences)
     raise typer.Exit(EXIT_OK if result.plan is not None else EXIT_NO_PLAN)
 
 

@@ -25,7 +25,7 @@ from .common import err, out
 __all__ = [
     "print_json", "stage_table", "print_result", "print_validation", "print_evaluation", "simulation_table",
     "print_simulation", "print_models", "print_clusters", "print_plan_summary", "schedule_table", "schedule_name",
-    "print_batch_summary",
+    "print_batch_summary", "print_sequences",
     "SweepProgress", "print_comparison",
 ]
 
@@ -202,6 +202,22 @@ def print_clusters(specs: list[Any]) -> None:
         table.add_row(c.name, c.gpu, str(c.gpus_per_node), f"{c.gpu_memory_bytes / 2**30:.1f}", f"{c.peak_tflops:g}",
                       f"{c.intra_node_GBps:g}", f"{c.inter_node_GBps:g}")
     out.print(table)
+
+
+def print_sequences(doc: dict[str, Any]) -> None:
+    """The sample the plan is for: the workload given and the sequence lengths it implies."""
+    parts = []
+    if doc.get("workload"):
+        parts.append("workload " + ", ".join(f"{k} {v}" for k, v in doc["workload"].items()))
+    for name, n in doc.get("vision_tokens", {}).items():
+        parts.append(f"{name} {n} tokens")
+    if "image_tokens" in doc:
+        parts.append(f"image tokens {doc['image_tokens']}")
+    if "cross_attention_tokens" in doc:
+        parts.append(f"cross-attention tokens {doc['cross_attention_tokens']}")
+    if "llm_tokens" in doc:
+        parts.append(f"text tokens {doc['text_tokens']}, llm sequence {doc['llm_tokens']}")
+    out.print("per sample: " + "; ".join(parts), markup=False)
 
 
 def print_plan_summary(problem: Problem, result: SolveResult) -> None:

@@ -119,8 +119,8 @@ def finish_cost(layer: PipelineLayer, layout: Layout, terms: tuple[float, float,
     t, dp = layout.tp, layout.dp
     weight = 0.0
     for p in layer.pieces:
-        weight += p.params * _bytes_per_param(p.frozen, dp, knobs, opts) / t
-    trainable = sum(p.params for p in layer.pieces if not p.frozen)
+        weight += (p.params + p.tied_params) * _bytes_per_param(p.frozen, dp, knobs, opts) / t
+    trainable = sum(p.params + p.tied_params for p in layer.pieces if not p.frozen)
     if knobs.zero == 3:
         exposed = 1.0 - opts.zero3_overlap
         gather = shard_gather_ms(layer.params, layout, cluster, opts)

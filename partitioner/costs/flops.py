@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable
 
-from ..presets import ModuleSpec
+from ..presets import ModuleSpec, is_cross_layer, is_moe_layer
 from .options import CostOptions
 
 if TYPE_CHECKING:
@@ -29,9 +29,25 @@ if TYPE_CHECKING:
 __all__ = ["block_gemm_flops", "attn_flops", "efficiency", "forward_flops", "model_flops_per_sample"]
 
 
-def block_gemm_flops(spec: ModuleSpec, tokens: int) -> float:
+def block_gemm_flops(spec: ModuleSpec, tokens: float, i: int | None = None) -> float:
+    """Forward FLOPs of block ``i``'s weighted matmuls over ``tokens`` tokens per sample (``None``: a dense block).
+
+    A MoE layer (pre-v3 costing: the active computation, no expert
+    parallelism) runs the router (``hidden x experts``), ``top_k`` routed
+    experts of width ``moe_ffn`` and the shared MLP per token, as Megatron's
+    ``moe_layer_flops`` counts them plus the router. A cross-attention layer
+    (mllama) projects queries and outputs over the text tokens and keys and
+    values over the ``cross_tokens`` vision states.
+    """
     h = spec.hidden
-    per_token = h * (spec.attn_dim + 2 * spec.kv_dim) + spec.attn_dim * h + (3 if spec.gated else 2) * h * spec.ffn
+    n_mlp = 3 if spec.gated else 2
+    if i is not None and is_moe_layer(spec, i):
+        mlp = h * spec.experts + spec.top_k * n_mlp * h * spec.moe_ffn + n_mlp * h * spec.shared_ffn
+    else:
+        mlp = n_mlp * h * spec.ffn
+    if i is not None and is_cross_layer(spec, i):
+        return 2.0 * tokens * (2 * h * spec.attn_dim + mlp) + 2.0 * spec.cross_tokens * h * 2 * spec.kv_dim
+    per_token = h * (spec.attn_dim + 2 * spec.kv_dim) + spec.attn_dim * h + mlp
     return 2.0 * tokens * per_token
 
 

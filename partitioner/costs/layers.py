@@ -16,6 +16,21 @@ vision blocks after the ``feature_layer`` (OpenVLA and LLaVA take the
 second-to-last block's output) run forward only; pi0's last prefix layer
 backpropagates through its key and value projections only.
 
+Block variants: a MoE layer (pre-v3 costing, until format v3's ep keys)
+runs its active computation -- router, ``top_k`` routed experts, shared
+MLP (:func:`~.flops.block_gemm_flops`) -- with all experts' weights held
+on every GPU of the layer (no expert parallelism, no all-to-all); its
+activations are those of one MLP of the active experts' summed width.
+Windowed layers (Gemma 2/3 sliding windows, Qwen2.5-VL's ViT windows)
+compute only the pairs inside their window. Cross-attention layers
+(mllama) attend text queries to the vision states, which travel with the
+activations (``out_bytes``) from the projector to the last such layer;
+Qwen3-VL's DeepStack features travel from the projector to the decoder
+layer that adds them. A tied LM head counts its weights once in the
+model's parameters (``params``); its copy (``tied_params``) stays in its
+weight memory, as a pipeline that separates it from the embedding keeps
+it (format v3's ``tied_to`` will let a stage holding both count it once).
+
 References
 ----------
 .. [11] X. Zhai et al., "Sigmoid Loss for Language Image Pre-Training",
@@ -25,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..presets import ModelSpec, ModuleSpec, module_layer_params
+from ..presets import ModelSpec, ModuleSpec, is_cross_layer, is_moe_layer, layer_block_params, module_layer_params
 from ..problem import ProblemError
 from .flops import attn_flops as _attn_flops
 from .flops import block_gemm_flops as _block_gemm_flops
@@ -70,6 +85,7 @@ class Piece:
     bwd_gemm_flops: float | None = None  # forward FLOPs of the weighted matmuls a backward runs through (None: all)
     bwd_attn_flops: float | None = None  # the same for the attention core
     dead: bool = False  # runs forward but its output is unused: no backward, nothing kept
+    tied_params: int = 0  # a tied LM head's own copy of the embedding: weight memory, not model parameters
 
 
 @dataclass(frozen=True)
@@ -90,27 +106,44 @@ class PipelineLayer:
 
 def _block_piece(
     spec: ModuleSpec, name: str, tokens: int, pairs: float, extra_params: int = 0, extra_flops: float = 0.0, passes: int = 1,
-    scores: float | None = None, input_flops: float | None = None,
+    scores: float | None = None, input_flops: float | None = None, i: int | None = None,
 ) -> Piece:
+    moe = i is not None and is_moe_layer(spec, i)
+    cross = i is not None and is_cross_layer(spec, i)
+    # activations of a MoE layer: its k routed experts and the shared MLP act as one MLP of their summed width
+    ffn = spec.top_k * spec.moe_ffn + spec.shared_ffn if moe else spec.ffn
+    shape_spec = replace(spec, ffn=ffn) if moe else spec
     return Piece(
         name=name,
         module=spec.name,
         kind="block",
-        gemm_flops=passes * (_block_gemm_flops(spec, tokens) + extra_flops),
+        gemm_flops=passes * (_block_gemm_flops(spec, tokens, i) + extra_flops),
         attn_flops=passes * _attn_flops(spec, pairs),
-        params=module_layer_params(spec)["block"] + extra_params,
+        params=layer_block_params(spec, i) + extra_params,
         tokens=tokens,
         width=spec.hidden,
         heads=spec.heads,
         attn_pairs=pairs,
         score_entries=pairs if scores is None else scores,
         allreduces=2,
-        tp_dims=(spec.heads, spec.hidden, spec.ffn),
+        tp_dims=(spec.heads, spec.hidden, spec.moe_ffn if moe else spec.ffn) + ((spec.shared_ffn,) if moe and spec.shared_ffn else ()),
         frozen=spec.frozen,
         passes=passes,
-        shape=block_shape(spec, tokens, pairs if scores is None else scores),
-        input_gemm_flops=passes * (input_flops if input_flops is not None else _qkv_flops(spec, tokens)),
+        shape=block_shape(shape_spec, tokens, pairs if scores is None else scores),
+        input_gemm_flops=passes * (input_flops if input_flops is not None else
+                                   (2.0 * tokens * spec.hidden * spec.attn_dim if cross else _qkv_flops(spec, tokens))),
     )
+
+
+def _causal_pairs(s: float, window: int = 0) -> float:
+    """Query-key pairs of causal attention over ``s`` tokens, each query seeing at most ``window`` keys (0: all)."""
+    if window <= 0 or window >= s:
+        return s * (s + 1) / 2.0
+    return window * (window + 1) / 2.0 + (s - window) * window
+
+
+def _windowed(spec: ModuleSpec, i: int) -> bool:
+    return spec.window > 0 and i not in spec.full_layers
 
 
 def _pool_head_flops(spec: ModuleSpec) -> float:
@@ -198,8 +231,10 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
                 extra_f = patch_flops if i == 0 else 0.0
                 if i == spec.layers - 1 and spec.pool_head:
                     extra_f += n * _pool_head_flops(spec)
-                piece = _block_piece(spec, f"{spec.name}.{i}", tokens, pairs, extra_p, extra_f,
-                                     input_flops=patch_flops if i == 0 else None)
+                # windowed layers (Qwen2.5-VL): each patch attends within its window of spec.window patches
+                layer_pairs = float(n * tpi * min(spec.window, tpi)) if _windowed(spec, i) else pairs
+                piece = _block_piece(spec, f"{spec.name}.{i}", tokens, layer_pairs, extra_p, extra_f,
+                                     input_flops=patch_flops if i == 0 else None, i=i)
                 if i >= used:  # after the feature layer: runs forward, its weights never get a gradient
                     piece = replace(piece, dead=True, frozen=True)
                 fq = (_fqn(spec, "pre") if i == 0 else ()) + _fqn(spec, "block", i) + (_fqn(spec, "post") if i == spec.layers - 1 else ())
@@ -210,10 +245,12 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
         elif spec.kind == "projector":
             t = spec.tokens
             dims = (spec.in_dim, *spec.dims)
-            gemm = 2.0 * t * sum(a * b for a, b in zip(dims, dims[1:]))
+            copies = 1 + spec.deepstack  # DeepStack mergers: the same shapes over the same tokens (Qwen3-VL)
+            doubled = len(dims) - 3 if spec.gated else -1  # a gated MLP's gate and up projections
+            gemm = copies * 2.0 * t * sum((2 if j == doubled else 1) * a * b for j, (a, b) in enumerate(zip(dims, dims[1:])))
             # stored per linear: its input; per activation function: its input (as Korthikanti's MLP term)
-            sharded = sum(2 * BF16_BYTES * t * d for d in spec.dims[:-1])
-            replicated = BF16_BYTES * t * spec.in_dim + (BF16_BYTES * t * spec.pre_norm_dim if spec.pre_norm_dim else 0)
+            sharded = copies * sum(2 * BF16_BYTES * t * d for d in spec.dims[:-1])
+            replicated = copies * (BF16_BYTES * t * spec.in_dim + (BF16_BYTES * t * spec.pre_norm_dim if spec.pre_norm_dim else 0))
             piece = Piece(
                 name=spec.name,
                 module=spec.name,
@@ -227,9 +264,10 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
                 dense_act=(replicated, sharded),
                 tp_dims=tuple(spec.dims),
                 frozen=spec.frozen,
-                input_gemm_flops=2.0 * t * spec.in_dim * spec.dims[0],
+                input_gemm_flops=copies * 2.0 * t * spec.in_dim * spec.dims[0],
             )
-            layers.append(PipelineLayer(spec.name, spec.name, "projector", (piece,), t * spec.out_dim * BF16_BYTES, _fqn(spec, "pre")))
+            out = copies * t * spec.out_dim * BF16_BYTES
+            layers.append(PipelineLayer(spec.name, spec.name, "projector", (piece,), out, _fqn(spec, "pre")))
         elif spec.kind == "llm":
             h = spec.hidden
             embed = Piece(
@@ -244,7 +282,21 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
                 allreduces=1,  # vocab-parallel embedding
                 frozen=spec.frozen,
             )
-            layers.append(PipelineLayer(f"{spec.name}.embed", spec.name, "embedding", (embed,), s_llm * h * BF16_BYTES, _fqn(spec, "pre")[:1]))
+            # what travels with the text activations: mllama's vision states up to the last cross-attention layer,
+            # Qwen3-VL's DeepStack features up to the layer that adds the last of them
+            cross_bytes = spec.cross_tokens * h * BF16_BYTES if spec.cross_layers else 0.0
+            last_cross = max(spec.cross_layers) if spec.cross_layers else -1
+            stacks = [m for m in modules if m.kind == "projector" and m.deepstack]
+            stack_bytes = sum(m.tokens * m.out_dim * BF16_BYTES for m in stacks)
+            n_stack = max((m.deepstack for m in stacks), default=0)
+
+            def carried(i: int) -> float:
+                """Bytes handed on after llm layer i (-1: the embedding) besides the text activations."""
+                extra = cross_bytes if i < last_cross else 0.0
+                return extra + stack_bytes * max(0, n_stack - 1 - i)  # layer i adds DeepStack feature i
+
+            layers.append(PipelineLayer(f"{spec.name}.embed", spec.name, "embedding", (embed,), s_llm * h * BF16_BYTES + carried(-1),
+                                        _fqn(spec, "pre")[:1]))
             if spec.attention == "causal":
                 pairs = s_llm * (s_llm + 1) / 2.0
             else:  # prefix (PaliGemma) or bidirectional: every prefix pair
@@ -254,14 +306,19 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
                 last = i == spec.layers - 1
                 extra_p = parts["post"] if last and not spec.lm_head else 0
                 s_all = s_llm + (expert.tokens if expert is not None else 0)
-                pieces = [_block_piece(spec, f"{spec.name}.{i}", s_llm, pairs, extra_p, scores=float(s_llm * s_all))]
+                layer_pairs, scores = pairs, float(s_llm * s_all)
+                if is_cross_layer(spec, i):  # text queries over the vision states
+                    layer_pairs = scores = float(s_llm * spec.cross_tokens)
+                elif _windowed(spec, i) and spec.attention == "causal":
+                    layer_pairs = _causal_pairs(s_llm, spec.window)
+                pieces = [_block_piece(spec, f"{spec.name}.{i}", s_llm, layer_pairs, extra_p, scores=scores, i=i)]
                 if last and expert is not None and not spec.lm_head:
                     # the last prefix layer only feeds its keys and values to the expert: the backward
                     # runs through the K and V projections alone
                     kv = 2.0 * s_llm * spec.hidden * 2 * spec.kv_dim
                     pieces[0] = replace(pieces[0], bwd_gemm_flops=kv, bwd_attn_flops=0.0)
                 fq = _fqn(spec, "block", i) + (_fqn(spec, "post")[:1] if last and not spec.lm_head else ())
-                out = s_llm * h * BF16_BYTES
+                out = s_llm * h * BF16_BYTES + carried(i)
                 if expert is not None:
                     s_e = expert.tokens
                     e_pairs = float(s_e * (s_llm + s_e))  # the suffix attends to the prefix and to itself
@@ -277,14 +334,14 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
                 layers.append(PipelineLayer(f"{spec.name}.{i}", spec.name if expert is None else f"{spec.name}+{expert.name}", "decoder", tuple(pieces), out, fq))
             if spec.lm_head:
                 V = spec.vocab
-                head_params = parts["post"] + (V * h if spec.tie_embeddings else 0)  # a tied head keeps its own copy
                 head = Piece(
                     name=f"{spec.name}.head",
                     module=spec.name,
                     kind="dense",
                     gemm_flops=2.0 * s_llm * h * V,
                     attn_flops=0.0,
-                    params=head_params,
+                    params=parts["post"],  # a tied head's weights are the embedding's: in the model's parameters once
+                    tied_params=V * h if spec.tie_embeddings else 0,
                     tokens=s_llm,
                     width=h,
                     allreduces=1,

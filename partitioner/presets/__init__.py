@@ -6,7 +6,7 @@ head), each with the dimensions of its matmuls. A *cluster spec* describes
 one kind of GPU node. Both are read from YAML files (``models/*.yaml`` and
 ``models/clusters/*.yaml``, shipped inside the package as
 ``partitioner/_presets``), from a path, or -- for single transformers --
-from a Hugging Face ``config.json`` (Llama, Qwen2, Gemma, CLIP, SigLIP).
+from a Hugging Face ``config.json`` (:mod:`.hf`: 16 current VLM and LLM types).
 
 Every preset names the source of its numbers (paper or model card) in its
 ``references`` and each module's ``source``. Parameter counts are computed
@@ -35,10 +35,16 @@ from .spec import (
     ModelSpec,
     ModuleSpec,
     block_params,
+    is_cross_layer,
+    is_moe_layer,
+    layer_active_params,
+    layer_block_params,
+    module_active_params,
     module_layer_params,
     module_params,
     with_module,
 )
+from .workload import Workload, apply_workload, check_workload, sequence_summary
 
 __all__ = [
     "ModuleSpec",
@@ -57,5 +63,14 @@ __all__ = [
     "module_params",
     "module_layer_params",
     "block_params",
+    "is_cross_layer",
+    "is_moe_layer",
+    "layer_active_params",
+    "layer_block_params",
+    "module_active_params",
     "with_module",
+    "Workload",
+    "apply_workload",
+    "check_workload",
+    "sequence_summary",
 ]

@@ -15,9 +15,12 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Mapping
 
+import re
+
 from ..problem import ProblemError, read_document
 from .hf import model_from_hf_config
 from .spec import MODULE_KINDS, ClusterSpec, ModelSpec, ModuleSpec
+from .workload import Workload, apply_workload
 
 __all__ = [
     "PRESET_ENV",
@@ -73,9 +76,18 @@ def list_clusters() -> list[str]:
     return sorted(_preset_files("clusters"))
 
 
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
 def _resolve(name_or_path: str | os.PathLike, sub: str | None, what: str) -> Path:
     text = os.fspath(name_or_path)
     path = Path(text)
+    if sub is None and path.is_dir() and (path / "config.json").is_file():
+        return path / "config.json"  # a folder holding a Hugging Face config.json
+    if sub is None and not path.exists() and _HUB_ID.match(text) and path.suffix.lower() not in (".yaml", ".yml", ".json"):
+        raise ProblemError(f"looks like a Hugging Face Hub id: download its config.json first "
+                           f"(e.g. `huggingface-cli download {text} config.json --local-dir {path.name}`) "
+                           f"and give the file or its folder", source=text)
     if path.suffix.lower() in (".yaml", ".yml", ".json") or os.sep in text or path.is_file():
         if not path.is_file():
             raise ProblemError("file not found", source=text)
@@ -87,15 +99,21 @@ def _resolve(name_or_path: str | os.PathLike, sub: str | None, what: str) -> Pat
     return files[text]
 
 
-def load_model(name_or_path: str | os.PathLike | ModelSpec) -> ModelSpec:
-    """A model spec from a preset name, a preset YAML file or a Hugging Face ``config.json``."""
+def load_model(name_or_path: str | os.PathLike | ModelSpec, workload: Workload | None = None) -> ModelSpec:
+    """A model spec from a preset name, a preset YAML file or a Hugging Face ``config.json`` (or its folder).
+
+    ``workload`` (images, image size or tiles, frames, text tokens) is
+    tokenised by the importer of a ``config.json``'s family, and applied
+    to a preset by :func:`~.workload.apply_workload`.
+    """
     if isinstance(name_or_path, ModelSpec):
-        return name_or_path
+        return apply_workload(name_or_path, workload) if workload is not None else name_or_path
     path = _resolve(name_or_path, None, "model")
     data = read_document(path)
     if path.suffix.lower() == ".json" and isinstance(data, Mapping) and "model_type" in data:
-        return model_from_hf_config(data, source=str(path))
-    return model_from_dict(data, source=str(path))
+        return model_from_hf_config(data, source=str(path), workload=workload)
+    spec = model_from_dict(data, source=str(path))
+    return apply_workload(spec, workload) if workload is not None else spec
 
 
 def load_cluster(name_or_path: str | os.PathLike | ClusterSpec) -> ClusterSpec:

@@ -17,6 +17,11 @@ __all__ = [
     "ModelSpec",
     "ClusterSpec",
     "block_params",
+    "is_moe_layer",
+    "is_cross_layer",
+    "layer_block_params",
+    "layer_active_params",
+    "module_active_params",
     "module_layer_params",
     "module_params",
     "with_module",
@@ -52,6 +57,31 @@ class ModuleSpec:
     * ``action_head`` -- a transformer after the LLM over ``tokens`` action
       tokens plus ``cond_tokens`` conditioning tokens projected from the
       LLM's last hidden states; ``passes`` forward passes per sample.
+
+    Mixture of experts (any block module): ``experts`` routed experts of
+    width ``moe_ffn`` (gated when ``gated``), ``top_k`` of them per token
+    (``norm_topk``: the k weights renormalised, no parameters), a router
+    ``hidden x experts``, a shared MLP of width ``shared_ffn`` (all shared
+    experts together; 0: none). Layer i is a MoE layer when ``i >=
+    first_dense``, ``i`` is not in ``dense_layers`` and ``(i + 1) %
+    moe_every == 0`` (transformers' ``first_k_dense_replace``,
+    ``mlp_only_layers``, ``decoder_sparse_step``); the other layers have the
+    dense MLP of width ``ffn``.
+
+    Cross-attention (``llm``): the layers in ``cross_layers`` (mllama) hold
+    a gated cross-attention over the vision states (``cross_tokens`` per
+    sample, already projected to ``hidden``) instead of self-attention.
+
+    ``block_norms`` counts the norms of a block (2; 4 for Gemma 2/3 and
+    GLM-4 "sandwich" blocks); ``qk_norm_dim`` the width of each QK-norm
+    (0: over all heads, ``attn_dim``; ``head_dim`` for per-head norms);
+    ``extra_params`` are parameters the shape fields do not describe (gates,
+    tile position embeddings, unused embeddings, small norms and biases),
+    counted before the first block, with no FLOPs; ``tiles`` tiles of one
+    image attend jointly (mllama). ``window`` > 0: the layers not in
+    ``full_layers`` attend to ``window`` keys per query (a sliding window in
+    a causal decoder, Gemma 2/3; non-overlapping windows of that many
+    patches in a vision encoder, Qwen2.5-VL).
     """
 
     name: str
@@ -92,6 +122,7 @@ class ModuleSpec:
     dims: tuple[int, ...] = ()
     tokens: int = 0
     pre_norm_dim: int = 0
+    proj_bias: bool = True  # the projector's linears carry biases
     # llm
     vocab: int = 0
     tie_embeddings: bool = False
@@ -106,6 +137,25 @@ class ModuleSpec:
     passes: int = 1
     # training
     frozen: bool = False
+    # mixture of experts
+    experts: int = 0
+    top_k: int = 0
+    moe_ffn: int = 0
+    shared_ffn: int = 0
+    first_dense: int = 0
+    moe_every: int = 1
+    dense_layers: tuple[int, ...] = ()
+    norm_topk: bool = False
+    # other block variants
+    cross_layers: tuple[int, ...] = ()
+    cross_tokens: int = 0
+    block_norms: int = 2
+    qk_norm_dim: int = 0
+    extra_params: int = 0
+    tiles: int = 1
+    window: int = 0  # windowed attention: keys per query in the layers not in full_layers (0: full everywhere)
+    full_layers: tuple[int, ...] = ()
+    deepstack: int = 0  # projector: DeepStack mergers whose outputs are added to the first LLM layers (Qwen3-VL)
     # provenance and export hints
     source: str = ""
     fqn: Mapping[str, Any] = field(default_factory=dict)
@@ -133,8 +183,8 @@ class ModuleSpec:
 
     @property
     def patches_per_clip(self) -> int:
-        """Patch tokens of one image, or of one video clip of ``frames`` frames (``temporal_patch`` frames per patch)."""
-        return self.patches_per_image * max(1, self.frames // self.temporal_patch)
+        """Patch tokens of one image (all its ``tiles``), or of one video clip of ``frames`` frames (``temporal_patch`` frames per patch)."""
+        return self.patches_per_image * max(1, self.frames // self.temporal_patch) * self.tiles
 
     @property
     def tokens_per_image(self) -> int:
@@ -177,7 +227,14 @@ class ModelSpec:
 
     @property
     def image_tokens(self) -> int:
-        """Image tokens per sample entering the language model (the projectors' output)."""
+        """Image tokens per sample entering the language model's sequence (the projectors' output).
+
+        None for a language model that reads them through cross-attention
+        (its ``cross_tokens``, mllama).
+        """
+        llm = self.llm
+        if llm is not None and llm.cross_layers:
+            return 0
         return sum(m.tokens for m in self.of_kind("projector"))
 
     @property
@@ -190,6 +247,11 @@ class ModelSpec:
     def params(self) -> int:
         return sum(module_params(m) for m in self.modules)
 
+    @property
+    def active_params(self) -> int:
+        """Parameters one token runs through: all of them, less the routed experts a MoE layer does not pick."""
+        return sum(module_active_params(m) for m in self.modules)
+
     def summary(self) -> dict[str, Any]:
         """``{"name", "params", "modules": [{"name", "kind", "layers", "params"}]}`` (CLI ``models --json``)."""
         doc: dict[str, Any] = {
@@ -199,6 +261,10 @@ class ModelSpec:
                 {"name": m.name, "kind": m.kind, "layers": m.layers, "params": module_params(m)} for m in self.modules
             ],
         }
+        if any(m.experts for m in self.modules):
+            doc["active_params"] = self.active_params
+            for entry, m in zip(doc["modules"], self.modules):
+                entry["active_params"] = module_active_params(m)
         if self.title:
             doc["title"] = self.title
         if self.published_params:
@@ -244,20 +310,73 @@ def _linear(d_in: int, d_out: int, bias: bool) -> int:
     return d_in * d_out + (d_out if bias else 0)
 
 
-def block_params(spec: ModuleSpec) -> int:
-    """Parameters of one transformer block of ``spec`` (vit, llm, action expert or head)."""
+def is_moe_layer(spec: ModuleSpec, i: int) -> bool:
+    """Whether block ``i`` of ``spec`` has routed experts (see :class:`ModuleSpec`)."""
+    return (spec.experts > 0 and i >= spec.first_dense and i not in spec.dense_layers
+            and (i + 1) % max(1, spec.moe_every) == 0)
+
+
+def is_cross_layer(spec: ModuleSpec, i: int) -> bool:
+    """Whether block ``i`` of ``spec`` is a cross-attention layer (mllama)."""
+    return i in spec.cross_layers
+
+
+def _mlp_params(spec: ModuleSpec, width: int) -> int:
+    n_in = 2 if spec.gated else 1
+    return n_in * _linear(spec.hidden, width, spec.bias) + _linear(width, spec.hidden, spec.bias)
+
+
+def _expert_params(spec: ModuleSpec) -> int:
+    """One routed expert (no biases: Qwen3-MoE, GLM-4.5 and Megatron's grouped GEMM carry none)."""
+    return (3 if spec.gated else 2) * spec.hidden * spec.moe_ffn
+
+
+def _attention_params(spec: ModuleSpec, cross: bool) -> int:
     h = spec.hidden
     qkv_bias = spec.bias if spec.qkv_bias is None else spec.qkv_bias
-    p = _linear(h, spec.attn_dim + 2 * spec.kv_dim, qkv_bias)
-    p += _linear(spec.attn_dim, h, spec.bias)
-    n_mlp_in = 2 if spec.gated else 1
-    p += n_mlp_in * _linear(h, spec.ffn, spec.bias) + _linear(spec.ffn, h, spec.bias)
-    p += 2 * _norm_params(spec, h)
+    p = _linear(h, spec.attn_dim + 2 * spec.kv_dim, qkv_bias) + _linear(spec.attn_dim, h, spec.bias)
+    if spec.qk_norm or cross:
+        width_q = spec.qk_norm_dim or spec.attn_dim
+        width_k = spec.qk_norm_dim or spec.attn_dim
+        p += _norm_params(spec, width_q) + _norm_params(spec, width_k)
+    if cross:
+        p += 2  # tanh gates of the attention and MLP branches (mllama)
+    return p
+
+
+def layer_block_params(spec: ModuleSpec, i: int | None = None) -> int:
+    """Parameters of block ``i`` of ``spec`` (``None``: a dense self-attention block).
+
+    Attention (self, or cross for ``cross_layers``), the MLP (dense, or the
+    router, ``experts`` routed experts and the shared MLP in a MoE layer),
+    ``block_norms`` norms, layer scales and QK-norms.
+    """
+    h = spec.hidden
+    cross = i is not None and is_cross_layer(spec, i)
+    p = _attention_params(spec, cross)
+    if i is not None and is_moe_layer(spec, i):
+        p += h * spec.experts + spec.experts * _expert_params(spec)
+        if spec.shared_ffn:
+            p += _mlp_params(spec, spec.shared_ffn)
+    else:
+        p += _mlp_params(spec, spec.ffn)
+    p += spec.block_norms * _norm_params(spec, h)
     if spec.layerscale:
         p += 2 * h
-    if spec.qk_norm:
-        p += 2 * _norm_params(spec, spec.attn_dim)
     return p
+
+
+def layer_active_params(spec: ModuleSpec, i: int) -> int:
+    """Parameters of block ``i`` one token runs through: a MoE layer counts ``top_k`` of its routed experts."""
+    p = layer_block_params(spec, i)
+    if is_moe_layer(spec, i):
+        p -= (spec.experts - spec.top_k) * _expert_params(spec)
+    return p
+
+
+def block_params(spec: ModuleSpec) -> int:
+    """Parameters of one dense self-attention transformer block of ``spec`` (vit, llm, action expert or head)."""
+    return layer_block_params(spec, None)
 
 
 def module_layer_params(spec: ModuleSpec) -> dict[str, int]:
@@ -268,12 +387,9 @@ def module_layer_params(spec: ModuleSpec) -> dict[str, int]:
     """
     k = spec.kind
     if k == "projector":
-        p = 2 * spec.pre_norm_dim if spec.pre_norm_dim else 0
-        d = spec.in_dim
-        for out in spec.dims:
-            p += _linear(d, out, True)
-            d = out
-        return {"pre": p, "block": 0, "post": 0}
+        # DeepStack mergers normalise after the 2 x 2 merge: their norm is over in_dim (Qwen3-VL)
+        stacks = spec.deepstack * _projector_params(replace(spec, pre_norm_dim=spec.in_dim)) if spec.deepstack else 0
+        return {"pre": _projector_params(spec) + stacks + spec.extra_params, "block": 0, "post": 0}
     block = block_params(spec)
     h = spec.hidden
     post = _norm_params(spec, h) if spec.final_norm else 0
@@ -285,18 +401,19 @@ def module_layer_params(spec: ModuleSpec) -> dict[str, int]:
         pre += spec.extra_tokens * h
         if spec.pre_norm:
             pre += _norm_params(spec, h)
+        pre += spec.extra_params
         if spec.pool_head:  # probe, attention (in + out projections with biases), norm, MLP
             post += h + (3 * h * h + 3 * h) + (h * h + h) + 2 * h + _linear(h, spec.ffn, True) + _linear(spec.ffn, h, True)
         return {"pre": pre, "block": block, "post": post}
     if k == "llm":
-        pre = spec.vocab * h
+        pre = spec.vocab * h + spec.extra_params
         if spec.lm_head and not spec.tie_embeddings:
             post += spec.vocab * h
         return {"pre": pre, "block": block, "post": post}
     if k == "action_expert":
         # pi0: state and noisy-action projections, the time MLP (in), the action output projection (out)
         pre = _linear(spec.state_dim, h, True) + _linear(spec.action_dim, h, True)
-        pre += _linear(2 * h, h, True) + _linear(h, h, True)
+        pre += _linear(2 * h, h, True) + _linear(h, h, True) + spec.extra_params
         post += _linear(h, spec.action_dim, True)
         return {"pre": pre, "block": block, "post": post}
     if k == "action_head":
@@ -306,10 +423,31 @@ def module_layer_params(spec: ModuleSpec) -> dict[str, int]:
     raise ValueError(f"unknown module kind {k!r}")
 
 
+def _projector_params(spec: ModuleSpec) -> int:
+    """One merger: its norm (over ``pre_norm_dim``), linears ``in_dim -> dims...`` (biases when ``proj_bias``),
+    the last hidden width doubled for a gated MLP (gate and up projections)."""
+    bias = spec.proj_bias
+    p = _norm_params(spec, spec.pre_norm_dim) if spec.pre_norm_dim else 0
+    dims = (spec.in_dim, *spec.dims)
+    for j, (a, b) in enumerate(zip(dims, dims[1:])):
+        p += (2 if spec.gated and j == len(dims) - 3 else 1) * _linear(a, b, bias)
+    return p
+
+
 def module_params(spec: ModuleSpec) -> int:
     """Total parameters of a module, counted from its shapes."""
     parts = module_layer_params(spec)
-    return parts["pre"] + spec.layers * parts["block"] + parts["post"]
+    if spec.kind == "projector":
+        return parts["pre"]
+    return parts["pre"] + sum(layer_block_params(spec, i) for i in range(spec.layers)) + parts["post"]
+
+
+def module_active_params(spec: ModuleSpec) -> int:
+    """Parameters of a module one token runs through (:func:`layer_active_params` per block)."""
+    parts = module_layer_params(spec)
+    if spec.kind == "projector":
+        return parts["pre"]
+    return parts["pre"] + sum(layer_active_params(spec, i) for i in range(spec.layers)) + parts["post"]
 
 
 

@@ -26,8 +26,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..problem import ProblemError
-from .spec import ModelSpec, ModuleSpec
+from ...problem import ProblemError
+from ..spec import ModelSpec, ModuleSpec
 
 __all__ = ["model_from_hf_config", "HF_TYPES"]
 
