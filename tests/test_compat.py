@@ -150,7 +150,7 @@ def test_resharder_is_the_lesson15_v2_stage_and_its_reshard():
     stage = r.stage(0, problem.num_layers - 1)
     assert stage.configs == (Layout(8, 1), Layout(2, 4)) and stage.device_ids == tuple(range(8))
     ev = evaluate(problem, Plan((stage,)))
-    # the exact optimum of the example (brute, tests/test_v2_brute.py) is this stage
+    # the exact optimum of the example (brute, tests/solvers/test_brute_segments.py) is this stage
     assert ev.value == pytest.approx(solve(problem, "brute").value, rel=1e-12)
     # r from the class equals the stage's reshard and the explicit transfer plan's busiest port
     B, S, D = 16, 256, 12288  # 16 x 256 x 12288 x 2 B = the example's vision out_bytes
