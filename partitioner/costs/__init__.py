@@ -100,14 +100,15 @@ References
 from __future__ import annotations
 
 from ..presets import list_clusters, list_models, load_cluster, load_model
-from .build import ProblemBuilder, build_problem, cluster_layouts, layouts_for
+from .build import ProblemBuilder, build_problem, cluster_layouts, layouts_for, usable_memory_bytes
 from .comm import allreduce_ms, grad_sync_ms
-from .entry import layer_cost
+from .entry import TIME_TERMS, block_time_terms, layer_cost, optimizer_step_ms
 from .flops import efficiency, forward_flops, model_flops_per_sample
 from .layers import Piece, PipelineLayer, model_layers
 from .memory import BlockShape, block_activation_bytes, block_activation_terms
 from .options import BF16_BYTES, CostOptions
 from .profile import apply_profile, load_profile
+from .traffic import Traffic, block_traffic, traffic_ms
 from .variants import ALL_VARIANTS, Knobs, parse_variant
 
 __all__ = [
@@ -118,6 +119,13 @@ __all__ = [
     "ProblemBuilder",
     "model_layers",
     "layer_cost",
+    "block_time_terms",
+    "TIME_TERMS",
+    "optimizer_step_ms",
+    "usable_memory_bytes",
+    "Traffic",
+    "block_traffic",
+    "traffic_ms",
     "layouts_for",
     "cluster_layouts",
     "block_activation_bytes",

@@ -80,10 +80,13 @@ class CostOptions:
         all-gather per iteration instead of two per microbatch, for 2 B per
         parameter (/ tp) more memory.
     bytes_per_param : float
-        Trainable-weight memory per parameter: bf16 weight (2) + bf16
-        gradient (2) + fp32 master weight, Adam momentum and variance (12) [4]_.
+        Trainable-weight memory per parameter as Megatron-LM counts it for
+        mixed-precision Adam: bf16 weight (2) + fp32 gradient (4, the
+        ``main_grad`` buffer) + fp32 master weight, Adam momentum and
+        variance (12): 18 [13]_ (ZeRO's count with a bf16 gradient is 16 [4]_).
     optimizer_bytes_per_param : float
-        The part of ``bytes_per_param`` ZeRO-1 shards.
+        The part of ``bytes_per_param`` ZeRO-1 (Megatron's distributed
+        optimizer) shards: 6 + 12 / dp per parameter [13]_.
     frozen_bytes_per_param : float
         A frozen weight: bf16 only.
     efficiency_max : float
@@ -110,14 +113,44 @@ class CostOptions:
         Backward/forward FLOPs of the attention core with flash attention
         (2.5: five matmuls against two [5]_); 2 without.
     grad_bytes_per_param : float
-        Bytes per trainable parameter in the data-parallel gradient all-reduce (bf16).
+        Bytes per trainable parameter in the data-parallel gradient
+        all-reduce or reduce-scatter: 4, Megatron-LM reduces the fp32
+        ``main_grad`` buffer in bf16 training [13]_.
     grad_sync_overlap : float
         Fraction of the data-parallel gradient all-reduce hidden behind the
         backward pass (bucketed overlap [9]_, Megatron ``--overlap-grad-reduce``);
         a modelling choice: 0 exposes it all, 1 hides it all.
     memory_reserve_bytes : int
-        Subtracted from each GPU's memory for the CUDA context, NCCL buffers
-        and allocator fragmentation (a choice, not a measurement).
+        Subtracted from each GPU's memory for the CUDA context, the NCCL
+        communicators' buffers and the cuBLAS workspaces (see Notes).
+    memory_bound_ops : bool
+        Charge the memory-bound kernels -- norms, residual adds, dropouts,
+        activations, rotary, softmax over the score matrix without flash
+        attention, the embedding and the loss -- by the bytes they move
+        (:mod:`partitioner.costs.traffic`) at the cluster's ``hbm_GBps`` x
+        ``hbm_efficiency``. False: matmuls and collectives only (the model
+        before issue 26).
+    hbm_efficiency : float
+        Fraction of the HBM bandwidth an elementwise or reduction kernel
+        reaches (see Notes).
+    loss_fwd_bytes_per_logit, loss_bwd_bytes_per_logit : float
+        Bytes the cross-entropy moves per logit (per GPU's ``V / t`` share)
+        forward and backward (see Notes).
+    optimizer_step_bytes_per_param : float
+        Bytes the optimizer step moves per parameter the GPU owns: its
+        optimizer shard (ZeRO-1 / distributed optimizer: ``/ dp``), all
+        its parameters without sharding (see Notes). Charged once per
+        iteration, spread over the microbatches like the gradient sync.
+    tp_comm_overlap : float
+        Fraction of the backward's tensor-parallel collectives hidden behind
+        the weight-gradient GEMMs, at most their time (see Notes). 0: in
+        series, as Megatron-LM before ``--async-tensor-model-parallel-allreduce``.
+    param_gather_bytes_per_param : float
+        Bytes per parameter of a ZeRO-3 parameter all-gather and of the copy
+        ``zero3_keep_gathered`` keeps (bf16).
+    allocator_fragmentation : float
+        Fraction of the memory left after ``memory_reserve_bytes`` that the
+        caching allocator's fragmentation makes unusable (see Notes).
     freeze, train : tuple of str
         Module names to freeze, or to train although the preset freezes them.
     text_tokens : int or None
@@ -134,7 +167,7 @@ class CostOptions:
     zero1: bool = False
     zero3_overlap: float = 0.5
     zero3_keep_gathered: bool = False
-    bytes_per_param: float = 16.0
+    bytes_per_param: float = 18.0
     optimizer_bytes_per_param: float = 12.0
     frozen_bytes_per_param: float = 2.0
     efficiency_max: float = 0.70
@@ -144,9 +177,17 @@ class CostOptions:
     collective_latency_us: float = 20.0
     nvlink_efficiency: float = 0.8
     flash_backward_factor: float = 2.5
-    grad_bytes_per_param: float = 2.0
+    grad_bytes_per_param: float = 4.0
     grad_sync_overlap: float = 0.5
     memory_reserve_bytes: int = 2 * 2**30
+    memory_bound_ops: bool = True
+    hbm_efficiency: float = 0.8
+    loss_fwd_bytes_per_logit: float = 38.0
+    loss_bwd_bytes_per_logit: float = 14.0
+    optimizer_step_bytes_per_param: float = 46.0
+    tp_comm_overlap: float = 1.0
+    param_gather_bytes_per_param: float = 2.0
+    allocator_fragmentation: float = 0.05
     freeze: tuple[str, ...] = ()
     train: tuple[str, ...] = ()
     text_tokens: int | None = None
@@ -187,10 +228,12 @@ class CostOptions:
             else:
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                     raise ProblemError(f"must be a non-negative number, got {value!r}", path=where)
-                if key in ("efficiency_max", "nvlink_efficiency") and not 0 < value <= 1:
+                if key in ("efficiency_max", "nvlink_efficiency", "hbm_efficiency") and not 0 < value <= 1:
                     raise ProblemError(f"must be in (0, 1], got {value!r}", path=where)
-                if key in ("grad_sync_overlap", "zero3_overlap") and not 0 <= value <= 1:
+                if key in ("grad_sync_overlap", "zero3_overlap", "tp_comm_overlap") and not 0 <= value <= 1:
                     raise ProblemError(f"must be in [0, 1], got {value!r}", path=where)
+                if key == "allocator_fragmentation" and not 0 <= value < 1:
+                    raise ProblemError(f"must be in [0, 1), got {value!r}", path=where)
             values[key] = value
         if ("recompute" in values or "zero1" in values) and "variants" not in values:
             values["variants"] = ("none",)  # a fixed knob: one setting for every layer (format v1)
