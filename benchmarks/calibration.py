@@ -128,7 +128,7 @@ def gpt3_model(row: Sc21Row) -> ModelSpec:
     llm = ModuleSpec(
         name="gpt", kind="llm", layers=row.layers, hidden=row.hidden, heads=row.heads, ffn=4 * row.hidden,
         bias=True, norm="layernorm", activation="gelu", dropout=True, fused_qkv=True, vocab=VOCAB,
-        tie_embeddings=True, text_tokens=SEQ, pos_embed="learned", source="sc21",
+        tie_embeddings=True, text_tokens=SEQ, rotary=False, source="sc21",
     )
     return ModelSpec(name=f"gpt-{row.params}", modules=(llm,), title=f"GPT {row.params} (Megatron-LM SC'21 Table 1)")
 

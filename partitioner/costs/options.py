@@ -157,6 +157,65 @@ class CostOptions:
         Overrides the LLM's text tokens per sample.
     max_tp : int or None
         Largest tensor-parallel degree to offer.
+
+    Notes
+    -----
+    Derivations of the constants issue 26 added (one set for every GPU;
+    the GPU's own numbers -- peak FLOP/s, HBM, NVLink and NIC bandwidth --
+    come from the cluster preset):
+
+    * ``hbm_efficiency = 0.8``: streaming kernels (STREAM / BabelStream
+      copy and triad) reach about 85-90 % of the HBM peak on A100 and H100
+      [15]_; framework kernels with reductions (softmax, norms) and short
+      tensors somewhat less. Cross-check, not a fit: the model gives 1.33 ms
+      for the selective recompute of one 22B GPT layer (h 6144, a 64,
+      s 2048, b 4, t 8), which Korthikanti et al. measured at 1.3 ms [2]_
+      (Table 4); the same layer's forward comes out at 8.3 ms (7.7 ms
+      measured; 7.7 ms against 7.2 with sequence parallelism).
+    * ``loss_fwd_bytes_per_logit = 38``, ``loss_bwd_bytes_per_logit = 14``:
+      Megatron-LM's vocabulary-parallel cross-entropy on ``V / t`` fp32
+      logits per token [13]_: upcast (read 2, write 4), max (read 4),
+      subtract (read, write 8), exp (8), sum (4), normalise in place (8) =
+      38; backward: scale the saved softmax by the incoming gradient (8),
+      cast back to bf16 (read 4, write 2) = 14.
+    * ``optimizer_step_bytes_per_param = 46``: per parameter the GPU owns,
+      Megatron-LM's mixed-precision Adam step [13]_: the gradient norm
+      reads the fp32 gradient (4), clipping scales it (read, write 8),
+      fused Adam reads gradient, master weight, m, v and writes weight, m,
+      v (16 + 12), and the updated fp32 master is cast to the bf16 model
+      weight (read 4, write 2). The step runs once per iteration; the cost
+      model spreads it over the m microbatches as it does the gradient sync.
+    * ``tp_comm_overlap = 1``: Megatron-LM launches the all-reduce (with
+      sequence parallelism: the reduce-scatter) of a column-parallel
+      layer's input gradient asynchronously and computes the weight
+      gradient meanwhile (``--async-tensor-model-parallel-allreduce``, on by
+      default since late 2021; with sequence parallelism the all-gather of
+      the input is overlapped the same way) [2]_ [13]_. The hidden part is
+      at most the piece's weight-gradient GEMM time; the forward's
+      collectives stay in series.
+    * ``bytes_per_param = 18``, ``optimizer_bytes_per_param = 12``,
+      ``grad_bytes_per_param = 4``: Megatron-LM keeps a bf16 weight, an fp32
+      gradient buffer (``main_grad``, reduced in fp32 in bf16 training)
+      and fp32 master weight, Adam m and v; its distributed optimizer
+      shards the last 12 over dp: ``6 + 12 / d`` bytes per parameter [13]_.
+    * ``allocator_fragmentation = 0.05`` and ``memory_reserve_bytes =
+      2 GiB``: the CUDA context, NCCL communicator buffers and cuBLAS
+      workspaces take about 1-2 GiB per GPU; PyTorch's caching allocator
+      loses more to fragmentation in long training runs (GMLake measures
+      up to tens of percent without expandable segments [16]_); 5 % of
+      what is left is a modest reserve, a choice like ``grad_sync_overlap``.
+
+    References
+    ----------
+    .. [13] NVIDIA Megatron-LM, ``README.md`` ("Distributed Optimizer":
+       bytes per parameter 18 and 6 + 12/d) and ``megatron/core``
+       (``tensor_parallel.cross_entropy``, ``optimizer``,
+       ``DistributedDataParallel``); Narayanan et al., SC 2021, arXiv:2104.04473.
+    .. [15] T. Deakin et al., "Evaluating attainable memory bandwidth of
+       parallel programming models via BabelStream", IJCSE 17(3), 2018.
+    .. [16] C. Guo et al., "GMLake: Efficient and Transparent GPU Memory
+       Defragmentation for Large-scale DNN Training with Virtual Memory
+       Stitching", ASPLOS 2024.
     """
 
     flash_attention: bool = True
