@@ -7,7 +7,7 @@ sequence 2048, vocabulary 51200, no flash attention, no sequence
 parallelism -- in the project's own formats: a model preset
 (:func:`gpt3_model`), :func:`partitioner.costs.build_problem` on the
 ``dgx-a100-80g`` cluster preset, the published plan (Megatron-LM's uniform
-split, :func:`partitioner.schedule_search.interleaved_uniform_plan`),
+split, :func:`partitioner.plan.cuts.interleaved_uniform_plan`),
 :func:`partitioner.evaluate` and the simulator. Nothing is tuned per row:
 every row uses the default :class:`~partitioner.costs.CostOptions` plus the
 run's published settings (:data:`RUN_OPTIONS`).
@@ -58,7 +58,8 @@ from partitioner.costs import (CostOptions, Knobs, TIME_TERMS, block_time_terms,
 from partitioner.problem import Layout  # noqa: E402
 from partitioner.planning import simulate_plan  # noqa: E402
 from partitioner.presets import ModelSpec, ModuleSpec  # noqa: E402
-from partitioner.schedule_search import interleaved_uniform_plan, with_schedule  # noqa: E402
+from partitioner.plan.cuts import interleaved_uniform_plan  # noqa: E402
+from partitioner.planning.schedule_search import with_schedule  # noqa: E402
 
 __all__ = ["Sc21Row", "SC21_TABLE1", "RUN_OPTIONS", "CLUSTER", "gpt3_model", "eq3_flops", "evaluate_row",
            "calibrate", "to_markdown", "main"]
