@@ -20,6 +20,8 @@ Parts, each also runnable on its own:
 5. **Schedules** -- measured with part 4 (``plans``): the ``schedules`` entry of each case's
    :func:`partitioner.plan_model` result, written to ``schedules.md`` (:mod:`benchmarks.schedules`'s table)
    and included in the report.
+6. **Calibration** -- :mod:`benchmarks.calibration`: every row of Megatron-LM's SC'21 Table 1 evaluated as
+   published through the cost model, predicted against measured throughput (``calibration.md``, included).
 
 The issue-13 target table (part ``issue13``) comes from ``python -m benchmarks.solvers --sweeps issue13,plan
 --methods dp,cpsat --time-limit 60 --out benchmarks/results/issue13``: every solver target and its
@@ -40,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import calibration as calibration_bench  # noqa: E402
 from benchmarks import solvers as solver_bench  # noqa: E402
 from benchmarks import throughput as throughput_bench  # noqa: E402
 from partitioner import __version__, plan_model  # noqa: E402
@@ -47,7 +50,7 @@ from partitioner.batch import expand, load_sweep, run_jobs  # noqa: E402
 from partitioner.batch.compare import compare_file, plot_profile, to_markdown  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-PARTS = ("solvers", "throughput", "presets", "plans", "issue13")
+PARTS = ("solvers", "throughput", "presets", "plans", "issue13", "calibration")
 
 # Plan-quality cases: every VLA/VLM preset on a cluster that holds it, with a realistic batch.
 PLAN_CASES = solver_bench.PLAN_CASES
@@ -521,6 +524,14 @@ def write_report(out: Path, quick: bool) -> Path:
             f"{'yes' if rate and rate >= 1000 else 'no'} | |"
         )
     lines += issue13_targets(out)
+    calibration = json.loads((out / "calibration.json").read_text()) if (out / "calibration.json").exists() else None
+    if calibration:
+        cs = calibration["summary"]
+        met = cs["median_abs_ln_ratio"] <= 0.05 and cs["worst_abs_ln_ratio"] <= 0.15
+        lines.append(
+            f"| issue 26: SC'21 Table 1 as published, median / worst abs(ln predicted/published) <= 0.05 / 0.15 | "
+            f"{cs['median_abs_ln_ratio']:.3f} / {cs['worst_abs_ln_ratio']:.3f} ({cs['worst_row']}) | {'yes' if met else 'no'} | |"
+        )
     lines += [
         "",
         "## 1. Solver time scaling",
@@ -598,6 +609,11 @@ def write_report(out: Path, quick: bool) -> Path:
         first = next((i for i, line in enumerate(body) if line.startswith("## ")), len(body))
         lines += [("#" + line) if line.startswith("## ") else line for line in body[first:]]
     lines.append("")
+    cal = out / "calibration.md"
+    if cal.exists():
+        body = cal.read_text().splitlines()
+        lines += ["## 6. " + body[0].lstrip("# "), ""] + [("#" + line) if line.startswith("## ") else line for line in body[1:]]
+        lines.append("")
     path = out / "REPORT.md"
     path.write_text("\n".join(lines))
     return path
@@ -639,6 +655,8 @@ def main(argv: list[str] | None = None) -> None:
         if "plans" in parts:
             only = {c.strip() for c in args.cases.split(',') if c.strip()} or None
             plan_quality(out, args.quick, args.case_timeout, only)
+        if "calibration" in parts:
+            calibration_bench.main(["--out", str(out)])
         if "issue13" in parts and not args.quick:
             solver_bench.main(["--sweeps", "issue13,plan", "--methods", "dp,cpsat", "--time-limit", "60",
                                "--out", str(out / "issue13")])

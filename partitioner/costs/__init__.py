@@ -35,10 +35,17 @@ per replica and microbatch:
   same volume as all-gather + reduce-scatter with sequence parallelism)
   [3]_, each costing ``collective_latency_us + 2 (tp-1)/tp * bytes /
   (nvlink_efficiency * intra_node_GBps)`` (ring all-reduce [7]_).
-* **memory**: weights, gradients and Adam states at 16 B/param (bf16 weight
-  and gradient, fp32 master, momentum, variance [4]_), divided by tp; with
-  ``zero1`` the 12 optimizer bytes are also divided by dp; frozen weights
-  keep 2 B/param. Activations per block and microbatch are counted from
+* **memory-bound work** (:mod:`.traffic`): norms, residual adds, dropouts,
+  activations, rotary, the softmax over the score matrix without flash
+  attention (whose matmuls then compute every entry), the embedding and
+  the loss, by the bytes they move at the GPU's HBM bandwidth x
+  ``hbm_efficiency``; the optimizer step over the parameters a GPU owns.
+  The backward's tensor-parallel collectives hide behind the weight
+  gradients (``tp_comm_overlap``); :func:`block_time_terms` names each term.
+* **memory**: weights, gradients and Adam states at 18 B/param as
+  Megatron-LM counts them (bf16 weight, fp32 gradient, fp32 master,
+  momentum, variance), divided by tp; with ``zero1`` the 12 optimizer
+  bytes are also divided by dp (6 + 12/d); frozen weights keep 2 B/param. Activations per block and microbatch are counted from
   the block's own shapes (:mod:`.memory`): norm inputs, the QKV input,
   Q/K/V with grouped-query heads and head_dim, the attention output (plus
   the score matrix without flash attention), the MLP input and its
@@ -71,7 +78,8 @@ per replica and microbatch:
   spread over the ``m`` microbatches' backward times, so that the 1F1B
   iteration estimate carries it once.
 
-Not modelled: pipeline-send overlap, the optimizer step, stragglers.
+Not modelled: pipeline-send overlap, the tied-embedding gradient all-reduce between the first and
+last stage, kernel-launch gaps, stragglers.
 
 Every constant is a field of :class:`CostOptions`.
 
@@ -100,14 +108,15 @@ References
 from __future__ import annotations
 
 from ..presets import list_clusters, list_models, load_cluster, load_model
-from .build import ProblemBuilder, build_problem, cluster_layouts, layouts_for
+from .build import ProblemBuilder, build_problem, cluster_layouts, layouts_for, usable_memory_bytes
 from .comm import allreduce_ms, grad_sync_ms
-from .entry import layer_cost
+from .entry import TIME_TERMS, block_time_terms, layer_cost, optimizer_step_ms
 from .flops import efficiency, forward_flops, model_flops_per_sample
 from .layers import Piece, PipelineLayer, model_layers
 from .memory import BlockShape, block_activation_bytes, block_activation_terms
 from .options import BF16_BYTES, CostOptions
 from .profile import apply_profile, load_profile
+from .traffic import Traffic, block_traffic, traffic_ms
 from .variants import ALL_VARIANTS, Knobs, parse_variant
 
 __all__ = [
@@ -118,6 +127,13 @@ __all__ = [
     "ProblemBuilder",
     "model_layers",
     "layer_cost",
+    "block_time_terms",
+    "TIME_TERMS",
+    "optimizer_step_ms",
+    "usable_memory_bytes",
+    "Traffic",
+    "block_traffic",
+    "traffic_ms",
     "layouts_for",
     "cluster_layouts",
     "block_activation_bytes",

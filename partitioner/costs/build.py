@@ -26,7 +26,13 @@ from .options import CostOptions
 from .variants import Knobs, applies, describe, variant_knobs
 from .profile import _apply_profile_doc, load_profile
 
-__all__ = ["build_problem", "ProblemBuilder", "cluster_layouts", "layouts_for", "cost_signature"]
+__all__ = ["build_problem", "ProblemBuilder", "cluster_layouts", "layouts_for", "cost_signature", "usable_memory_bytes"]
+
+
+def usable_memory_bytes(cluster: ClusterSpec, opts: CostOptions) -> float:
+    """A GPU's memory for weights and activations: less the CUDA context, NCCL and cuBLAS reserve
+    (``memory_reserve_bytes``), then less the allocator's fragmentation (``allocator_fragmentation``)."""
+    return (cluster.gpu_memory_bytes - opts.memory_reserve_bytes) * (1.0 - opts.allocator_fragmentation)
 
 
 def layouts_for(layer: PipelineLayer, cluster_layouts: Sequence[Layout], microbatch: int, opts: CostOptions) -> list[Layout]:
@@ -185,7 +191,7 @@ class ProblemBuilder:
             raise ProblemError(f"must be one of {', '.join(OBJECTIVES)}, got {objective!r}", path="objective")
         mb = global_batch // microbatches
         layers, signatures, knob_list, all_layouts = self._layers()
-        memory = cl.gpu_memory_bytes - opts.memory_reserve_bytes
+        memory = usable_memory_bytes(cl, opts)
         if memory <= 0:
             raise ProblemError("memory_reserve_bytes leaves no GPU memory", path="options.memory_reserve_bytes")
 

@@ -15,6 +15,8 @@ References
    Communication Operations in MPICH", IJHPCA 19(1), 2005.
 .. [10] Y. Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded
    Data Parallel", VLDB 2023.
+.. [14] NVIDIA, NCCL documentation and nccl-tests ``PERFORMANCE.md``: bus
+   bandwidth, and one ring (channel) per NIC across nodes.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from ..presets import ClusterSpec
 from ..problem import Layout
 from .options import CostOptions
 
-__all__ = ["allreduce_ms", "allgather_ms", "grad_sync_ms", "shard_gather_ms"]
+__all__ = ["allreduce_ms", "allgather_ms", "grad_sync_ms", "shard_gather_ms", "dp_link"]
 
 
 def allreduce_ms(nbytes: float, ranks: int, GBps: float, opts: CostOptions, link_efficiency: float | None = None) -> float:
@@ -46,23 +48,37 @@ def allgather_ms(nbytes: float, ranks: int, GBps: float, opts: CostOptions, link
     return opts.collective_latency_us * 1e-3 + volume / (eff * GBps * 1e6)
 
 
-def _dp_link(layout: Layout, cluster: ClusterSpec, opts: CostOptions) -> tuple[float, float]:
-    """(GBps, efficiency) of the data-parallel group: NVLink inside one node, else each GPU's NIC."""
+def dp_link(layout: Layout, cluster: ClusterSpec, opts: CostOptions) -> tuple[float, float]:
+    """(GBps, efficiency) of the data-parallel group's ring: NVLink inside one node; across nodes the NICs.
+
+    Across nodes a group has ``k = min(dp, gpus_per_node / tp)`` members in
+    each node (Megatron's rank order: tp innermost, then dp), each with its
+    own NIC; NCCL runs one ring per member, so a node's share of the ring
+    traffic leaves through k NICs [14]_: the ring's bandwidth is
+    ``min(k x inter_node_GBps, nvlink_efficiency x intra_node_GBps)``.
+    """
     inside = layout.devices <= cluster.gpus_per_node
     if inside:
         return cluster.intra_node_GBps, opts.nvlink_efficiency
-    return cluster.inter_node_GBps, 1.0
+    k = max(1, min(layout.dp, cluster.gpus_per_node // layout.tp))
+    network = k * cluster.inter_node_GBps
+    nvlink = opts.nvlink_efficiency * cluster.intra_node_GBps
+    return (network, 1.0) if network < nvlink else (cluster.intra_node_GBps, opts.nvlink_efficiency)
 
 
-def shard_gather_ms(params: float, layout: Layout, cluster: ClusterSpec, opts: CostOptions) -> float:
-    """One ZeRO-3 all-gather of ``params`` bf16 parameters (their tp shard) over the dp group, in ms.
+def shard_gather_ms(params: float, layout: Layout, cluster: ClusterSpec, opts: CostOptions,
+                    bytes_per_param: float | None = None) -> float:
+    """One ZeRO-3 all-gather of ``params`` parameters (their tp shard) over the dp group, in ms.
 
-    A gradient reduce-scatter of the same parameters costs the same [7]_.
+    ``bytes_per_param`` defaults to ``param_gather_bytes_per_param`` (bf16);
+    a gradient reduce-scatter of the same parameters (``grad_bytes_per_param``)
+    moves the same volume per byte [7]_.
     """
     if layout.dp <= 1 or params <= 0:
         return 0.0
-    bw, eff = _dp_link(layout, cluster, opts)
-    return allgather_ms(params / layout.tp * opts.grad_bytes_per_param, layout.dp, bw, opts, link_efficiency=eff)
+    per = opts.param_gather_bytes_per_param if bytes_per_param is None else bytes_per_param
+    bw, eff = dp_link(layout, cluster, opts)
+    return allgather_ms(params / layout.tp * per, layout.dp, bw, opts, link_efficiency=eff)
 
 
 def grad_sync_ms(trainable_params: float, layout: Layout, cluster: ClusterSpec, opts: CostOptions) -> float:
@@ -72,7 +88,7 @@ def grad_sync_ms(trainable_params: float, layout: Layout, cluster: ClusterSpec, 
     """
     if layout.dp <= 1 or trainable_params <= 0:
         return 0.0
-    bw, eff = _dp_link(layout, cluster, opts)
+    bw, eff = dp_link(layout, cluster, opts)
     nbytes = trainable_params / layout.tp * opts.grad_bytes_per_param
     return allreduce_ms(nbytes, layout.dp, bw, opts, link_efficiency=eff)
 

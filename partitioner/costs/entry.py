@@ -25,15 +25,17 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..presets import ClusterSpec
-from ..problem import Layout
+from ..problem import Layout, ProblemError
 from .comm import allreduce_ms, grad_sync_ms, shard_gather_ms
 from .flops import efficiency
 from .layers import Piece, PipelineLayer
 from .memory import block_activation_bytes
 from .options import BF16_BYTES, CostOptions
+from .traffic import block_traffic, embedding_traffic, head_traffic, projector_traffic, traffic_ms
 from .variants import Knobs
 
-__all__ = ["EntryCost", "layer_cost", "layer_terms", "finish_cost"]
+__all__ = ["EntryCost", "layer_cost", "layer_terms", "finish_cost", "block_time_terms", "piece_time_terms",
+           "optimizer_step_ms", "TIME_TERMS"]
 
 
 @dataclass(frozen=True)
@@ -76,31 +78,19 @@ def layer_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: Cl
 def layer_terms(pieces: Sequence[Piece], tp: int, samples: float, recompute: str, cluster: ClusterSpec,
                 opts: CostOptions) -> tuple[float, float, float, float]:
     """``(fwd, B, W, act)`` of the pieces' compute and tensor-parallel collectives on one of ``tp`` GPUs, before
-    the data-parallel terms: the same for every dp and ZeRO stage with these samples per replica (callers share it)."""
-    t, b = tp, samples
-    flop_per_ms = cluster.peak_tflops * 1e9
-    fwd = b_in = b_w = 0.0
+    the data-parallel terms: the same for every dp and ZeRO stage with these samples per replica (callers share it).
+
+    The sums of :func:`block_time_terms` (``fwd.*``, ``bwd.*`` and ``wgrad.*``) and the activation bytes.
+    """
+    terms = block_time_terms(pieces, tp, samples, recompute, cluster, opts)
+    fwd = sum(v for k, v in terms.items() if k.startswith("fwd."))
+    b_in = sum(v for k, v in terms.items() if k.startswith("bwd."))
+    b_w = sum(v for k, v in terms.items() if k.startswith("wgrad."))
     act = 0.0
+    t, b = tp, samples
     for p in pieces:
-        rows = b * p.tokens * p.passes
-        rate = flop_per_ms * efficiency(p.width / t, rows, opts)
-        f_gemm = b * p.gemm_flops / t / rate
-        f_attn = b * p.attn_flops / t / rate
-        comm = p.allreduces * allreduce_ms(rows * p.width * BF16_BYTES, t, cluster.intra_node_GBps, opts)
-        fwd += f_gemm + f_attn + comm
         if not p.backward:
             continue  # runs under no_grad: nothing kept for a backward pass
-        attn_factor = opts.flash_backward_factor if opts.flash_attention else 2.0
-        g = f_gemm if p.bwd_gemm_flops is None else b * p.bwd_gemm_flops / t / rate
-        a = f_attn if p.bwd_attn_flops is None else b * p.bwd_attn_flops / t / rate
-        skip = 0.0 if p.needs_input_grad else b * p.input_gemm_flops / t / rate
-        b_in += g - skip + attn_factor * a + comm
-        if not p.frozen:
-            b_w += g
-        if recompute == "full":
-            b_in += f_gemm + f_attn + comm
-        elif recompute == "selective" and not opts.flash_attention:
-            b_in += f_attn
         if p.shape is not None:
             act += p.passes * block_activation_bytes(
                 p.shape, b, t, flash_attention=opts.flash_attention, sequence_parallel=opts.sequence_parallel,
@@ -112,6 +102,91 @@ def layer_terms(pieces: Sequence[Piece], tp: int, samples: float, recompute: str
     return fwd, b_in, b_w, act
 
 
+TIME_TERMS = ("fwd.gemm", "fwd.attention", "fwd.memory", "fwd.tp_comm", "bwd.gemm", "bwd.attention", "bwd.memory",
+              "bwd.tp_comm", "bwd.recompute", "wgrad.gemm")
+
+
+def block_time_terms(pieces: Sequence[Piece], tp: int, samples: float, recompute: str, cluster: ClusterSpec,
+                     opts: CostOptions) -> dict[str, float]:
+    """Per named term, the ms of the pieces' work per microbatch on one of ``tp`` GPUs (``samples`` per replica).
+
+    Terms (:data:`TIME_TERMS`): ``fwd.gemm`` the weighted matmuls, ``fwd.attention`` the attention core's
+    matmuls (every score entry without flash attention: the masked ones are computed too; the causal pairs
+    with it), ``fwd.memory`` the memory-bound kernels (:mod:`.traffic`, when ``memory_bound_ops``),
+    ``fwd.tp_comm`` the tensor-parallel collectives; ``bwd.*`` the same for the input-gradient pass
+    (``bwd.tp_comm`` only the part not hidden behind the weight-gradient GEMMs, ``tp_comm_overlap``),
+    ``bwd.recompute`` the replayed forward (full: all of it; selective without flash attention: the
+    attention core and its score traffic); ``wgrad.gemm`` the weight-gradient matmuls.
+    """
+    out = dict.fromkeys(TIME_TERMS, 0.0)
+    for p in pieces:
+        for key, value in piece_time_terms(p, tp, samples, recompute, cluster, opts).items():
+            out[key] += value
+    return out
+
+
+def piece_time_terms(p: Piece, tp: int, samples: float, recompute: str, cluster: ClusterSpec,
+                     opts: CostOptions) -> dict[str, float]:
+    """:func:`block_time_terms` of one piece."""
+    t, b = tp, samples
+    flop_per_ms = cluster.peak_tflops * 1e9
+    rows = b * p.tokens * p.passes
+    rate = flop_per_ms * efficiency(p.width / t, rows, opts)
+    # without flash attention the score matmuls compute every entry of the stored matrix, masked or not
+    scale = 1.0 if opts.flash_attention or p.attn_pairs <= 0 else p.score_entries / p.attn_pairs
+    f_gemm = b * p.gemm_flops / t / rate
+    f_attn = b * p.attn_flops * scale / t / rate
+    comm = p.allreduces * allreduce_ms(rows * p.width * BF16_BYTES, t, cluster.intra_node_GBps, opts)
+    traffic, scores = _piece_traffic(p, t, b, cluster, opts)
+    out = {"fwd.gemm": f_gemm, "fwd.attention": f_attn, "fwd.memory": traffic[0], "fwd.tp_comm": comm}
+    if not p.backward:
+        return out
+    attn_factor = opts.flash_backward_factor if opts.flash_attention else 2.0
+    g = f_gemm if p.bwd_gemm_flops is None else b * p.bwd_gemm_flops / t / rate
+    a = f_attn if p.bwd_attn_flops is None else b * p.bwd_attn_flops * scale / t / rate
+    skip = 0.0 if p.needs_input_grad else b * p.input_gemm_flops / t / rate
+    wgrad = 0.0 if p.frozen else g
+    hidden = min(opts.tp_comm_overlap * comm, wgrad)  # the input-gradient collectives run beside the wgrad GEMMs
+    out.update({"bwd.gemm": g - skip, "bwd.attention": attn_factor * a, "bwd.memory": traffic[1],
+                "bwd.tp_comm": comm - hidden, "wgrad.gemm": wgrad})
+    if recompute == "full":
+        out["bwd.recompute"] = f_gemm + f_attn + traffic[0] + comm
+    elif recompute == "selective" and not opts.flash_attention:
+        out["bwd.recompute"] = f_attn + scores
+    return out
+
+
+def _piece_traffic(p: Piece, t: int, b: float, cluster: ClusterSpec, opts: CostOptions) -> tuple[tuple[float, float], float]:
+    """((forward ms, backward ms), forward ms of the score-matrix traffic) of a piece's memory-bound kernels."""
+    if not opts.memory_bound_ops:
+        return (0.0, 0.0), 0.0
+    if cluster.hbm_GBps is None:
+        raise ProblemError(f"cluster {cluster.name} gives no hbm_GBps (needed by the memory-bound terms; or set "
+                           f"the cost option memory_bound_ops=false)", path="hbm_GBps", source=cluster.source)
+    sp = opts.sequence_parallel
+    scores = 0.0
+    if p.shape is not None:
+        ops = block_traffic(p.shape, b, t, flash_attention=opts.flash_attention, sequence_parallel=sp)
+        fwd = p.passes * sum(o.fwd for o in ops.values())
+        bwd = p.passes * sum(o.bwd for o in ops.values())
+        scores = p.passes * ops["scores"].fwd if "scores" in ops else 0.0
+    elif p.op == "embedding":
+        tr = embedding_traffic(p.tokens, p.width, p.vocab, b, t, positions=p.positions, dropout=p.dropout,
+                               sequence_parallel=sp, backward=not p.frozen)
+        fwd, bwd = tr.fwd, tr.bwd
+    elif p.op == "head":
+        tr = head_traffic(p.tokens, p.width, p.vocab, b, t, (opts.loss_fwd_bytes_per_logit, opts.loss_bwd_bytes_per_logit),
+                          sequence_parallel=sp)
+        fwd, bwd = tr.fwd, tr.bwd
+    elif p.op == "projector":
+        tr = projector_traffic(p.tokens, p.dims, b, t)
+        fwd, bwd = tr.fwd, tr.bwd
+    else:
+        fwd = bwd = 0.0
+    ms = (traffic_ms(fwd, cluster.hbm_GBps, opts.hbm_efficiency), traffic_ms(bwd, cluster.hbm_GBps, opts.hbm_efficiency))
+    return ms, traffic_ms(scores, cluster.hbm_GBps, opts.hbm_efficiency)
+
+
 def finish_cost(layer: PipelineLayer, layout: Layout, terms: tuple[float, float, float, float], cluster: ClusterSpec,
                 opts: CostOptions, microbatches: int, knobs: Knobs) -> EntryCost:
     """The entry from :func:`layer_terms`: weight bytes, then ZeRO-3's gathers or the exposed gradient sync."""
@@ -121,6 +196,7 @@ def finish_cost(layer: PipelineLayer, layout: Layout, terms: tuple[float, float,
     for p in layer.pieces:
         weight += (p.params + p.tied_params) * _bytes_per_param(p.frozen, dp, knobs, opts) / t
     trainable = sum(p.params + p.tied_params for p in layer.pieces if not p.frozen)
+    b_w += optimizer_step_ms(trainable, layout, cluster, opts, knobs) / microbatches
     if knobs.zero == 3:
         exposed = 1.0 - opts.zero3_overlap
         gather = shard_gather_ms(layer.params, layout, cluster, opts)
@@ -130,10 +206,28 @@ def finish_cost(layer: PipelineLayer, layout: Layout, terms: tuple[float, float,
             fwd += exposed * gather
             regather = sum(p.params for p in layer.pieces if p.backward)
             b_in += exposed * shard_gather_ms(regather, layout, cluster, opts)
-        b_w += exposed * shard_gather_ms(trainable, layout, cluster, opts)  # gradient reduce-scatter
+        b_w += exposed * shard_gather_ms(trainable, layout, cluster, opts, opts.grad_bytes_per_param)  # grad reduce-scatter
     else:
         b_w += (1.0 - opts.grad_sync_overlap) * grad_sync_ms(trainable, layout, cluster, opts) / microbatches
     return EntryCost(fwd, b_in + b_w, b_in, b_w, int(math.ceil(weight)), int(math.ceil(act)))
+
+
+def optimizer_step_ms(trainable_params: float, layout: Layout, cluster: ClusterSpec, opts: CostOptions,
+                      knobs: Knobs) -> float:
+    """The optimizer step over the parameters one GPU owns, once per iteration, in ms.
+
+    ``optimizer_step_bytes_per_param`` x the trainable parameters / tp, / dp
+    when ZeRO (1 or 3; Megatron's distributed optimizer) shards the
+    optimizer states, at HBM bandwidth x ``hbm_efficiency``. 0 without
+    ``memory_bound_ops``.
+    """
+    if not opts.memory_bound_ops or trainable_params <= 0:
+        return 0.0
+    if cluster.hbm_GBps is None:
+        raise ProblemError(f"cluster {cluster.name} gives no hbm_GBps (needed by the memory-bound terms; or set "
+                           f"the cost option memory_bound_ops=false)", path="hbm_GBps", source=cluster.source)
+    owned = trainable_params / layout.tp / (layout.dp if knobs.zero else 1)
+    return traffic_ms(owned * opts.optimizer_step_bytes_per_param, cluster.hbm_GBps, opts.hbm_efficiency)
 
 
 def _bytes_per_param(frozen: bool, dp: int, knobs: Knobs, opts: CostOptions) -> float:
@@ -147,7 +241,7 @@ def _bytes_per_param(frozen: bool, dp: int, knobs: Knobs, opts: CostOptions) -> 
     if knobs.zero == 3:
         per = (opts.frozen_bytes_per_param if frozen else opts.bytes_per_param) / dp
         if opts.zero3_keep_gathered and dp > 1:
-            per += opts.grad_bytes_per_param
+            per += opts.param_gather_bytes_per_param
         return per
     if frozen:
         return opts.frozen_bytes_per_param

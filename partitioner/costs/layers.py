@@ -86,6 +86,11 @@ class Piece:
     bwd_attn_flops: float | None = None  # the same for the attention core
     dead: bool = False  # runs forward but its output is unused: no backward, nothing kept
     tied_params: int = 0  # a tied LM head's own copy of the embedding: weight memory, not model parameters
+    op: str = ""  # a dense piece's memory-bound work (.traffic): embedding | head | projector
+    vocab: int = 0  # embedding and head: the vocabulary
+    dims: tuple[int, ...] = ()  # projector: its widths
+    positions: bool = False  # embedding: a learned position embedding is added
+    dropout: bool = False  # embedding: dropout after it
 
 
 @dataclass(frozen=True)
@@ -177,7 +182,7 @@ def block_shape(spec: ModuleSpec, tokens: float, score_entries: float | None = N
         qk_norm=spec.qk_norm,
         dropout=spec.dropout,
         fused_qkv=spec.fused_qkv,
-        rotary=spec.kind != "vit" or spec.pos_embed == "none",
+        rotary=spec.rotary if spec.rotary is not None else (spec.kind != "vit" or spec.pos_embed == "none"),
         score_entries=score_entries,
     )
 
@@ -265,6 +270,8 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
                 tp_dims=tuple(spec.dims),
                 frozen=spec.frozen,
                 input_gemm_flops=copies * 2.0 * t * spec.in_dim * spec.dims[0],
+                op="projector",
+                dims=tuple(spec.dims),
             )
             out = copies * t * spec.out_dim * BF16_BYTES
             layers.append(PipelineLayer(spec.name, spec.name, "projector", (piece,), out, _fqn(spec, "pre")))
@@ -281,6 +288,10 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
                 width=h,
                 allreduces=1,  # vocab-parallel embedding
                 frozen=spec.frozen,
+                op="embedding",
+                vocab=spec.vocab,
+                positions=spec.rotary is False,
+                dropout=spec.dropout,
             )
             # what travels with the text activations: mllama's vision states up to the last cross-attention layer,
             # Qwen3-VL's DeepStack features up to the layer that adds the last of them
@@ -348,6 +359,8 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
                     # Korthikanti Sec. 4.3: the output norm and projection inputs, fp32 logits for the loss
                     dense_act=(BF16_BYTES * s_llm * h, 4.0 * s_llm * V),
                     frozen=spec.frozen,
+                    op="head",
+                    vocab=V,
                 )
                 layers.append(PipelineLayer(f"{spec.name}.head", spec.name, "loss", (head,), 0.0, _fqn(spec, "post")))
         elif spec.kind == "action_head":

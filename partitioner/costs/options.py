@@ -80,10 +80,13 @@ class CostOptions:
         all-gather per iteration instead of two per microbatch, for 2 B per
         parameter (/ tp) more memory.
     bytes_per_param : float
-        Trainable-weight memory per parameter: bf16 weight (2) + bf16
-        gradient (2) + fp32 master weight, Adam momentum and variance (12) [4]_.
+        Trainable-weight memory per parameter as Megatron-LM counts it for
+        mixed-precision Adam: bf16 weight (2) + fp32 gradient (4, the
+        ``main_grad`` buffer) + fp32 master weight, Adam momentum and
+        variance (12): 18 [13]_ (ZeRO's count with a bf16 gradient is 16 [4]_).
     optimizer_bytes_per_param : float
-        The part of ``bytes_per_param`` ZeRO-1 shards.
+        The part of ``bytes_per_param`` ZeRO-1 (Megatron's distributed
+        optimizer) shards: 6 + 12 / dp per parameter [13]_.
     frozen_bytes_per_param : float
         A frozen weight: bf16 only.
     efficiency_max : float
@@ -110,20 +113,109 @@ class CostOptions:
         Backward/forward FLOPs of the attention core with flash attention
         (2.5: five matmuls against two [5]_); 2 without.
     grad_bytes_per_param : float
-        Bytes per trainable parameter in the data-parallel gradient all-reduce (bf16).
+        Bytes per trainable parameter in the data-parallel gradient
+        all-reduce or reduce-scatter: 4, Megatron-LM reduces the fp32
+        ``main_grad`` buffer in bf16 training [13]_.
     grad_sync_overlap : float
         Fraction of the data-parallel gradient all-reduce hidden behind the
         backward pass (bucketed overlap [9]_, Megatron ``--overlap-grad-reduce``);
         a modelling choice: 0 exposes it all, 1 hides it all.
     memory_reserve_bytes : int
-        Subtracted from each GPU's memory for the CUDA context, NCCL buffers
-        and allocator fragmentation (a choice, not a measurement).
+        Subtracted from each GPU's memory for the CUDA context, the NCCL
+        communicators' buffers and the cuBLAS workspaces (see Notes).
+    memory_bound_ops : bool
+        Charge the memory-bound kernels -- norms, residual adds, dropouts,
+        activations, rotary, softmax over the score matrix without flash
+        attention, the embedding and the loss -- by the bytes they move
+        (:mod:`partitioner.costs.traffic`) at the cluster's ``hbm_GBps`` x
+        ``hbm_efficiency``. False: matmuls and collectives only (the model
+        before issue 26).
+    hbm_efficiency : float
+        Fraction of the HBM bandwidth an elementwise or reduction kernel
+        reaches (see Notes).
+    loss_fwd_bytes_per_logit, loss_bwd_bytes_per_logit : float
+        Bytes the cross-entropy moves per logit (per GPU's ``V / t`` share)
+        forward and backward (see Notes).
+    optimizer_step_bytes_per_param : float
+        Bytes the optimizer step moves per parameter the GPU owns: its
+        optimizer shard (ZeRO-1 / distributed optimizer: ``/ dp``), all
+        its parameters without sharding (see Notes). Charged once per
+        iteration, spread over the microbatches like the gradient sync.
+    tp_comm_overlap : float
+        Fraction of the backward's tensor-parallel collectives hidden behind
+        the weight-gradient GEMMs, at most their time (see Notes). 0: in
+        series, as Megatron-LM before ``--async-tensor-model-parallel-allreduce``.
+    param_gather_bytes_per_param : float
+        Bytes per parameter of a ZeRO-3 parameter all-gather and of the copy
+        ``zero3_keep_gathered`` keeps (bf16).
+    allocator_fragmentation : float
+        Fraction of the memory left after ``memory_reserve_bytes`` that the
+        caching allocator's fragmentation makes unusable (see Notes).
     freeze, train : tuple of str
         Module names to freeze, or to train although the preset freezes them.
     text_tokens : int or None
         Overrides the LLM's text tokens per sample.
     max_tp : int or None
         Largest tensor-parallel degree to offer.
+
+    Notes
+    -----
+    Derivations of the constants issue 26 added (one set for every GPU;
+    the GPU's own numbers -- peak FLOP/s, HBM, NVLink and NIC bandwidth --
+    come from the cluster preset):
+
+    * ``hbm_efficiency = 0.8``: streaming kernels (STREAM / BabelStream
+      copy and triad) reach about 85-90 % of the HBM peak on A100 and H100
+      [15]_; framework kernels with reductions (softmax, norms) and short
+      tensors somewhat less. Cross-check, not a fit: the model gives 1.33 ms
+      for the selective recompute of one 22B GPT layer (h 6144, a 64,
+      s 2048, b 4, t 8), which Korthikanti et al. measured at 1.3 ms [2]_
+      (Table 4); the same layer's forward comes out at 8.3 ms (7.7 ms
+      measured; 7.7 ms against 7.2 with sequence parallelism).
+    * ``loss_fwd_bytes_per_logit = 38``, ``loss_bwd_bytes_per_logit = 14``:
+      Megatron-LM's vocabulary-parallel cross-entropy on ``V / t`` fp32
+      logits per token [13]_: upcast (read 2, write 4), max (read 4),
+      subtract (read, write 8), exp (8), sum (4), normalise in place (8) =
+      38; backward: scale the saved softmax by the incoming gradient (8),
+      cast back to bf16 (read 4, write 2) = 14.
+    * ``optimizer_step_bytes_per_param = 46``: per parameter the GPU owns,
+      Megatron-LM's mixed-precision Adam step [13]_: the gradient norm
+      reads the fp32 gradient (4), clipping scales it (read, write 8),
+      fused Adam reads gradient, master weight, m, v and writes weight, m,
+      v (16 + 12), and the updated fp32 master is cast to the bf16 model
+      weight (read 4, write 2). The step runs once per iteration; the cost
+      model spreads it over the m microbatches as it does the gradient sync.
+    * ``tp_comm_overlap = 1``: Megatron-LM launches the all-reduce (with
+      sequence parallelism: the reduce-scatter) of a column-parallel
+      layer's input gradient asynchronously and computes the weight
+      gradient meanwhile (``--async-tensor-model-parallel-allreduce``, on by
+      default since late 2021; with sequence parallelism the all-gather of
+      the input is overlapped the same way) [2]_ [13]_. The hidden part is
+      at most the piece's weight-gradient GEMM time; the forward's
+      collectives stay in series.
+    * ``bytes_per_param = 18``, ``optimizer_bytes_per_param = 12``,
+      ``grad_bytes_per_param = 4``: Megatron-LM keeps a bf16 weight, an fp32
+      gradient buffer (``main_grad``, reduced in fp32 in bf16 training)
+      and fp32 master weight, Adam m and v; its distributed optimizer
+      shards the last 12 over dp: ``6 + 12 / d`` bytes per parameter [13]_.
+    * ``allocator_fragmentation = 0.05`` and ``memory_reserve_bytes =
+      2 GiB``: the CUDA context, NCCL communicator buffers and cuBLAS
+      workspaces take about 1-2 GiB per GPU; PyTorch's caching allocator
+      loses more to fragmentation in long training runs (GMLake measures
+      up to tens of percent without expandable segments [16]_); 5 % of
+      what is left is a modest reserve, a choice like ``grad_sync_overlap``.
+
+    References
+    ----------
+    .. [13] NVIDIA Megatron-LM, ``README.md`` ("Distributed Optimizer":
+       bytes per parameter 18 and 6 + 12/d) and ``megatron/core``
+       (``tensor_parallel.cross_entropy``, ``optimizer``,
+       ``DistributedDataParallel``); Narayanan et al., SC 2021, arXiv:2104.04473.
+    .. [15] T. Deakin et al., "Evaluating attainable memory bandwidth of
+       parallel programming models via BabelStream", IJCSE 17(3), 2018.
+    .. [16] C. Guo et al., "GMLake: Efficient and Transparent GPU Memory
+       Defragmentation for Large-scale DNN Training with Virtual Memory
+       Stitching", ASPLOS 2024.
     """
 
     flash_attention: bool = True
@@ -134,7 +226,7 @@ class CostOptions:
     zero1: bool = False
     zero3_overlap: float = 0.5
     zero3_keep_gathered: bool = False
-    bytes_per_param: float = 16.0
+    bytes_per_param: float = 18.0
     optimizer_bytes_per_param: float = 12.0
     frozen_bytes_per_param: float = 2.0
     efficiency_max: float = 0.70
@@ -144,9 +236,17 @@ class CostOptions:
     collective_latency_us: float = 20.0
     nvlink_efficiency: float = 0.8
     flash_backward_factor: float = 2.5
-    grad_bytes_per_param: float = 2.0
+    grad_bytes_per_param: float = 4.0
     grad_sync_overlap: float = 0.5
     memory_reserve_bytes: int = 2 * 2**30
+    memory_bound_ops: bool = True
+    hbm_efficiency: float = 0.8
+    loss_fwd_bytes_per_logit: float = 38.0
+    loss_bwd_bytes_per_logit: float = 14.0
+    optimizer_step_bytes_per_param: float = 46.0
+    tp_comm_overlap: float = 1.0
+    param_gather_bytes_per_param: float = 2.0
+    allocator_fragmentation: float = 0.05
     freeze: tuple[str, ...] = ()
     train: tuple[str, ...] = ()
     text_tokens: int | None = None
@@ -187,10 +287,12 @@ class CostOptions:
             else:
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                     raise ProblemError(f"must be a non-negative number, got {value!r}", path=where)
-                if key in ("efficiency_max", "nvlink_efficiency") and not 0 < value <= 1:
+                if key in ("efficiency_max", "nvlink_efficiency", "hbm_efficiency") and not 0 < value <= 1:
                     raise ProblemError(f"must be in (0, 1], got {value!r}", path=where)
-                if key in ("grad_sync_overlap", "zero3_overlap") and not 0 <= value <= 1:
+                if key in ("grad_sync_overlap", "zero3_overlap", "tp_comm_overlap") and not 0 <= value <= 1:
                     raise ProblemError(f"must be in [0, 1], got {value!r}", path=where)
+                if key == "allocator_fragmentation" and not 0 <= value < 1:
+                    raise ProblemError(f"must be in [0, 1), got {value!r}", path=where)
             values[key] = value
         if ("recompute" in values or "zero1" in values) and "variants" not in values:
             values["variants"] = ("none",)  # a fixed knob: one setting for every layer (format v1)

@@ -132,7 +132,7 @@ _INT_FIELDS = {
     "temporal_patch", "frames", "extra_tokens", "output_tokens", "pos_tokens", "in_dim", "tokens", "pre_norm_dim", "vocab", "text_tokens",
     "action_dim", "state_dim", "cond_tokens", "cond_dim", "passes",
 }  # fmt: skip
-_BOOL_FIELDS = {"gated", "bias", "qkv_bias", "patch_bias", "pool_head", "layerscale", "qk_norm", "dropout", "fused_qkv", "final_norm", "pre_norm", "tie_embeddings", "lm_head", "frozen"}
+_BOOL_FIELDS = {"rotary", "gated", "bias", "qkv_bias", "patch_bias", "pool_head", "layerscale", "qk_norm", "dropout", "fused_qkv", "final_norm", "pre_norm", "tie_embeddings", "lm_head", "frozen"}
 _CHOICES = {"activation": ("gelu", "gelu_tanh", "silu", "quick_gelu"), "norm": ("layernorm", "rmsnorm"), "pos_embed": ("learned", "none"), "attention": ("causal", "prefix", "bidirectional")}
 _REQUIRED = {
     "vit": ("layers", "hidden", "heads", "ffn", "patch", "image_size"),
@@ -255,7 +255,7 @@ def cluster_from_dict(data: Any, *, source: str | None = None) -> ClusterSpec:
     if not isinstance(data, Mapping):
         raise ProblemError("a cluster preset must be an object", source=source)
     required = ("name", "gpus_per_node", "gpu_memory_bytes", "peak_tflops", "intra_node_GBps", "inter_node_GBps")
-    optional = ("gpu", "title", "references")
+    optional = ("gpu", "title", "references", "hbm_GBps", "peak_tflops_fp8")
     for key in data:
         if key not in required + optional:
             raise _fail(f"unknown field {key!r} (allowed: {', '.join(required + optional)})", key, source)
@@ -265,6 +265,10 @@ def cluster_from_dict(data: Any, *, source: str | None = None) -> ClusterSpec:
     for key in required[1:]:
         v = data[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+            raise _fail(f"must be a positive number, got {v!r}", key, source)
+    for key in ("hbm_GBps", "peak_tflops_fp8"):
+        v = data.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0):
             raise _fail(f"must be a positive number, got {v!r}", key, source)
     for key in ("gpus_per_node", "gpu_memory_bytes"):
         if not float(data[key]).is_integer():
@@ -276,6 +280,8 @@ def cluster_from_dict(data: Any, *, source: str | None = None) -> ClusterSpec:
         peak_tflops=float(data["peak_tflops"]),
         intra_node_GBps=float(data["intra_node_GBps"]),
         inter_node_GBps=float(data["inter_node_GBps"]),
+        hbm_GBps=float(data["hbm_GBps"]) if data.get("hbm_GBps") is not None else None,
+        peak_tflops_fp8=float(data["peak_tflops_fp8"]) if data.get("peak_tflops_fp8") is not None else None,
         gpu=str(data.get("gpu") or ""),
         title=str(data.get("title") or ""),
         references=dict(data.get("references") or {}),

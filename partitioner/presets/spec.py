@@ -100,6 +100,7 @@ class ModuleSpec:
     qk_norm: bool = False
     activation: str = "gelu"  # MLP activation: gelu | gelu_tanh | silu | quick_gelu (x * sigmoid(1.702 x))
     fused_qkv: bool = False  # one QKV projection (its output stays alive through V's view when Q, K are rotated)
+    rotary: bool | None = None  # rotary position embeddings on Q, K (None: by kind -- a vit with pos_embed none, every other)
     dropout: bool = False  # trained with dropout (attention and residual): masks are kept
     final_norm: bool = True
     # vit
@@ -282,6 +283,8 @@ class ClusterSpec:
     peak_tflops: float  # dense bf16 tensor-core peak per GPU
     intra_node_GBps: float  # NVLink, per GPU and direction
     inter_node_GBps: float  # network, per GPU and direction
+    hbm_GBps: float | None = None  # HBM bandwidth per GPU (memory-bound kernels); None: not given
+    peak_tflops_fp8: float | None = None  # dense FP8 tensor-core peak per GPU, where the GPU has one
     gpu: str = ""
     title: str = ""
     references: Mapping[str, str] = field(default_factory=dict)
@@ -296,6 +299,8 @@ class ClusterSpec:
             "peak_tflops": self.peak_tflops,
             "intra_node_GBps": self.intra_node_GBps,
             "inter_node_GBps": self.inter_node_GBps,
+            "hbm_GBps": self.hbm_GBps,
+            "peak_tflops_fp8": self.peak_tflops_fp8,
         }
 
 
@@ -407,6 +412,8 @@ def module_layer_params(spec: ModuleSpec) -> dict[str, int]:
         return {"pre": pre, "block": block, "post": post}
     if k == "llm":
         pre = spec.vocab * h + spec.extra_params
+        if spec.rotary is False:  # learned absolute positions (GPT-2/3), one per position of the context
+            pre += (spec.pos_tokens or spec.text_tokens) * h
         if spec.lm_head and not spec.tie_embeddings:
             post += spec.vocab * h
         return {"pre": pre, "block": block, "post": post}

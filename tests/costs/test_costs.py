@@ -153,16 +153,16 @@ def test_problem_activation_and_weight_bytes_of_an_llm_layer():
     params = meta_params(plain, "llm.5")
     assert params == 4 * h * h + 3 * h * 11008 + 2 * h
     for lay, cost in plain.layers[i].costs.items():
-        if not lay.variant:  # the plain key: ZeRO-0, no recompute
-            assert cost.weight_bytes == pytest.approx(16 * params / lay.tp, abs=1)
+        if not lay.variant:  # the plain key: ZeRO-0, no recompute; Megatron-LM's 18 B per parameter
+            assert cost.weight_bytes == pytest.approx(18 * params / lay.tp, abs=1)
 
 
 def test_zero1_divides_the_optimizer_bytes_by_dp():
     p = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"zero1": True})
     i = layer_index(p, "llm.5")
     params = meta_params(p, "llm.5")
-    for lay, cost in p.layers[i].costs.items():
-        assert cost.weight_bytes == pytest.approx((4 + 12 / lay.dp) * params / lay.tp, abs=1)
+    for lay, cost in p.layers[i].costs.items():  # Megatron-LM's distributed optimizer: 6 + 12 / d
+        assert cost.weight_bytes == pytest.approx((6 + 12 / lay.dp) * params / lay.tp, abs=1)
 
 
 def test_frozen_first_module_has_no_backward_and_no_activations():
@@ -190,7 +190,7 @@ def test_frozen_middle_module_passes_gradients_without_weight_gradients():
     assert f.fwd_ms == pytest.approx(t.fwd_ms)
     assert 0 < f.bwd_ms < t.bwd_ms  # input gradients only
     assert f.act_bytes == t.act_bytes > 0  # the vision encoder before it still needs the gradient
-    assert f.weight_bytes * 8 == pytest.approx(t.weight_bytes, rel=1e-6)
+    assert f.weight_bytes * 9 == pytest.approx(t.weight_bytes, rel=1e-6)  # 2 B frozen, 18 B trained
 
 
 def test_full_recompute_trades_memory_for_time():
@@ -209,13 +209,23 @@ def test_full_recompute_trades_memory_for_time():
 # --------------------------------------------------------------------------- time model
 
 
-def test_tensor_parallel_starves_a_narrow_vit():
+@pytest.mark.parametrize("options, slower, against_llm", [
+    # the lesson's setting: starved GEMMs and collectives in series, nothing else (the model before issue 26)
+    ({"memory_bound_ops": False, "tp_comm_overlap": 0.0}, 2.5, True),
+    # the full model: memory-bound kernels cost every layout the same and Megatron hides the backward
+    # collectives behind the weight gradients, so the gap narrows, but TP=4 stays far slower (the LLM's
+    # dp=4 entry now also pays the all-reduce of its fp32 gradients, so the two are not compared here)
+    ({}, 1.8, False),
+])
+def test_tensor_parallel_starves_a_narrow_vit(options, slower, against_llm):
     # seed lesson 15 Q1: TP=4 on a 1024-wide ViT is slower than running four replicas
-    p = build_problem("seed-vla-8gpu", "dgx-h100", nodes=1, global_batch=64, microbatches=8)
+    p = build_problem("seed-vla-8gpu", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options=options)
     v = p.layers[layer_index(p, "vision.3")]
     tp4, dp4 = v.costs[Layout(1, 4)], v.costs[Layout(4, 1)]
     vit_ratio = (tp4.fwd_ms + tp4.bwd_ms) / (dp4.fwd_ms + dp4.bwd_ms)
-    assert vit_ratio > 2.5
+    assert vit_ratio > slower
+    if not against_llm:
+        return
     # a 4096-wide LLM layer loses much less to TP (its per-GPU GEMMs stay 1024 wide)
     llm = p.layers[layer_index(p, "llm.3")]
     l4, ld = llm.costs[Layout(1, 4)], llm.costs[Layout(4, 1)]
@@ -223,7 +233,9 @@ def test_tensor_parallel_starves_a_narrow_vit():
 
 
 def test_time_is_flops_over_peak_times_efficiency():
-    opts = {"efficiency_max": 1.0, "gemm_half_width": 0.0, "gemm_half_tokens": 0.0, "grad_sync_overlap": 1.0}
+    # the matmul part alone (the memory-bound terms have their own tests)
+    opts = {"efficiency_max": 1.0, "gemm_half_width": 0.0, "gemm_half_tokens": 0.0, "grad_sync_overlap": 1.0,
+            "memory_bound_ops": False}
     p = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=8, microbatches=8, options=opts)
     spec = load_model("llava-1.5-7b")
     layers = model_layers(spec)
@@ -275,7 +287,7 @@ def test_problem_round_trips_and_carries_meta():
     assert meta["model_flops_per_iteration"] == pytest.approx(1024 * model_flops_per_sample(model_layers(load_model("pi0"))))
     assert len(meta["layers"]) == p.num_layers
     assert meta["layers"][layer_index(p, "llm.0")]["fqns"][0].endswith("language_model.model.layers.0")
-    assert p.cluster.gpu_memory_bytes == 85520809984 - 2 * 2**30
+    assert p.cluster.gpu_memory_bytes == int((85520809984 - 2 * 2**30) * (1 - 0.05))  # context, then fragmentation
     assert p.objective == "iteration"
 
 
@@ -392,14 +404,18 @@ def test_zero_variants_shard_weights_and_zero3_pays_gathers_per_microbatch():
     costs = p.layers[i].costs
     for dp, tp in ((8, 1), (2, 4), (4, 2)):
         plain, z1, z3 = (costs[Layout(dp, tp, v)] for v in ("", "zero1", "zero3"))
-        assert z1.weight_bytes == pytest.approx((4 + 12 / dp) * params / tp, abs=1)
-        assert z3.weight_bytes == pytest.approx(16 * params / tp / dp, abs=1)
+        assert z1.weight_bytes == pytest.approx((6 + 12 / dp) * params / tp, abs=1)
+        assert z3.weight_bytes == pytest.approx(18 * params / tp / dp, abs=1)
         assert z1.act_bytes == z3.act_bytes == plain.act_bytes
         # ring all-gather of the bf16 tp shard over dp, NVLink at 80 %: forward once, backward again + reduce-scatter
         gather = 20e-3 + (dp - 1) / dp * 2 * params / tp / (0.8 * 450 * 1e6)
         assert z3.fwd_ms == pytest.approx(plain.fwd_ms + gather, rel=1e-9)
-        sync = (1 - 0.5) * (20e-3 + 2 * (dp - 1) / dp * 2 * params / tp / (0.8 * 450 * 1e6)) / 8  # the plain all-reduce
-        assert z3.bwd_ms == pytest.approx(plain.bwd_ms - sync + 2 * gather, rel=1e-9)
+        # the plain key's all-reduce of fp32 gradients, half hidden, once per 8 microbatches; ZeRO-3 reduce-scatters them
+        sync = (1 - 0.5) * (20e-3 + 2 * (dp - 1) / dp * 4 * params / tp / (0.8 * 450 * 1e6)) / 8
+        scatter = 20e-3 + (dp - 1) / dp * 4 * params / tp / (0.8 * 450 * 1e6)
+        # the optimizer step over the parameters the GPU owns (46 B each at 80 % of 3.35 TB/s): ZeRO-3 owns 1 / dp
+        step = 46 * params / tp / (0.8 * 3350 * 1e6) / 8
+        assert z3.bwd_ms == pytest.approx(plain.bwd_ms - sync - step + step / dp + gather + scatter, rel=1e-9)
         b_in, b_w = z3.split()
         assert b_in + b_w == pytest.approx(z3.bwd_ms, rel=1e-12) and b_w > 0
     kept = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8,

@@ -154,7 +154,8 @@ def test_cli_schedule_option():
     ok = subprocess.run(base, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     r = planned()
-    chosen = r.problem.training.schedule
+    training = r.problem.training
+    chosen = training.schedule + (f" (v = {training.virtual_stages})" if training.schedule == "interleaved" else "")
     assert f"schedule: {chosen} (chosen by simulation" in ok.stdout
     for name in ("1f1b", "zb-h1", "gpipe", "interleaved (v = 2)", "interleaved (v = 4)"):
         assert name in ok.stdout

@@ -24,9 +24,9 @@ def tiny_model(vit_layers: int, llm_layers: int, width: int) -> ModelSpec:
 
 def tiny_problem(vit_layers: int, llm_layers: int, width: int, memory_mib: int, variants: str = "all"):
     cluster = ClusterSpec("mini", gpus_per_node=2, gpu_memory_bytes=memory_mib * 2**20, peak_tflops=100,
-                          intra_node_GBps=100, inter_node_GBps=10)
+                          intra_node_GBps=100, inter_node_GBps=10, hbm_GBps=1000)
     return build_problem(tiny_model(vit_layers, llm_layers, width), cluster, nodes=2, global_batch=16, microbatches=4,
-                         options={"variants": variants, "memory_reserve_bytes": 0}, max_stages=3)
+                         options={"variants": variants, "memory_reserve_bytes": 0, "allocator_fragmentation": 0.0}, max_stages=3)
 
 
 @settings(max_examples=8, deadline=None)
