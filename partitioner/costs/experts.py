@@ -1,0 +1,244 @@
+"""Mixture of experts and expert parallelism (format v3's ep and etp axes): FLOPs, traffic, memory.
+
+Contract: pure functions of a MoE layer's shapes and a config's degrees
+``(D, T, C, E, F)`` = (dp, tp, cp, ep, etp). The experts fold onto the
+config's ``D T C`` ranks (Megatron's "MoE parallel folding", torchtitan's
+"EP borrows ranks from FSDP and TP" [27]_): the expert grid re-partitions
+them into ``F x E x EDP`` with ``EDP = D T C / (E F)``
+(:func:`expert_data_parallel`), which must be whole (:func:`ep_problem`).
+
+* **FLOPs** -- :func:`moe_layer_flops` is Megatron-LM's ``moe_layer_flops``
+  (forward: ``4 T h f k g + 4 T h f_s g``, ``g = 3/2`` for a gated MLP) [27]_;
+  :func:`router_flops` the router (``2 T h E``, which Megatron leaves out).
+* **tokens** -- a rank of the attention grid holds ``T_r = b s / (t c)``
+  tokens (sequence parallelism shards over t, context parallelism over c);
+  :func:`routed_copies` is the ``k T_r`` copies it routes (dropless), or
+  ``E ceil(k T_r cf / E)`` with a capacity factor (every expert's buffer
+  padded to its capacity [24]_ [27]_).
+* **traffic** -- per MoE layer and microbatch: a dispatch and a combine
+  all-to-all forward and both again backward, each rank sending ``(E-1)/E``
+  of its ``R (h beta + probs)`` buffer over the expert-parallel group
+  (:func:`dispatch_buffer`, :func:`moe_comm_ms`), the group spanning the
+  links its ranks sit on (:mod:`.groups`); with ``F > 1`` an all-gather
+  after the dispatch and a reduce-scatter before the combine over the
+  expert-tensor group, forward and backward.
+* **compute** -- :func:`expert_rank_flops`: the busiest rank's share of the
+  routed experts' work, ``gamma x 6 h f k T_r`` forward (``gamma`` the
+  load-imbalance factor); :func:`expert_gemm_shape` the (rows, width) of
+  its grouped GEMMs for the efficiency curve.
+* **memory** -- :func:`expert_weight_bytes`: routed weights ``/ (E F)``
+  with the optimizer states sharded over EDP by a distributed optimizer
+  (Megatron's ``6 + 12 / edp`` bytes per expert parameter against ``6 + 12
+  / dp`` for dense ones [27]_); :func:`expert_activation_bytes` what the
+  experts keep for backward; :func:`expert_grad_sync_ms` the expert
+  gradients' all-reduce over EDP.
+
+References
+----------
+.. [7] R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective
+   Communication Operations in MPICH", IJHPCA 19(1), 2005.
+.. [24] D. Lepikhin et al., "GShard", ICLR 2021 (expert capacity).
+.. [27] NVIDIA Megatron-LM: ``megatron/training/training.py``
+   (``num_floating_point_operations``: ``moe_layer_flops``),
+   ``megatron/core/transformer/moe/`` (``token_dispatcher.py``:
+   ``MoEAlltoAllTokenDispatcher``, A2A(EP) -> AG(ETP) -> experts ->
+   RS(ETP) -> A2A(EP), probabilities sent along; ``moe_utils.py``:
+   ``get_capacity``; ``README.md``: MoE parallel folding),
+   ``megatron/core/parallel_state.py`` (``expert_tensor_model_pipeline``
+   size must divide the world), ``megatron/training/
+   theoretical_memory_usage.py`` (bytes per parameter 18, or 6 + 12/dp
+   with the distributed optimizer); torchtitan ``ParallelDims``
+   ("expert_parallel_degree (ep) must divide dp_shard * cp * tp").
+"""
+from __future__ import annotations
+
+import math
+
+from .comm import allgather_ms, allreduce_ms
+from .groups import GroupSpan, alltoall_ms
+from .options import CostOptions
+
+__all__ = [
+    "moe_layer_flops",
+    "router_flops",
+    "expert_data_parallel",
+    "ep_problem",
+    "expert_configs",
+    "tokens_per_rank",
+    "routed_copies",
+    "dispatch_buffer",
+    "moe_comm_ms",
+    "expert_rank_flops",
+    "expert_gemm_shape",
+    "expert_weight_bytes",
+    "expert_activation_bytes",
+    "expert_grad_sync_ms",
+]
+
+
+def moe_layer_flops(tokens: float, hidden: int, moe_ffn: int, top_k: int, shared_ffn: int = 0, gated: bool = True) -> float:
+    """Forward FLOPs of a MoE layer's experts over ``tokens`` tokens, as Megatron-LM counts them [27]_.
+
+    ``4 T h f k g`` for the ``k`` routed experts a token visits and ``4 T h
+    f_s g`` for the shared experts, ``g = 3/2`` for a gated (SwiGLU) MLP:
+    two matrices (three gated) of ``h x f``, 2 FLOPs per multiply-add.
+    """
+    g = 1.5 if gated else 1.0
+    return 4.0 * tokens * hidden * moe_ffn * top_k * g + 4.0 * tokens * hidden * shared_ffn * g
+
+
+def router_flops(tokens: float, hidden: int, experts: int) -> float:
+    """Forward FLOPs of the router's ``hidden x experts`` projection (not in Megatron's count)."""
+    return 2.0 * tokens * hidden * experts
+
+
+def expert_data_parallel(dp: int, tp: int, cp: int, ep: int, etp: int = 1) -> int:
+    """``EDP = D T C / (E F)``: the replicas of each expert shard, over which its gradients are reduced."""
+    devices = dp * tp * cp
+    if devices % (ep * etp):
+        raise ValueError(f"ep*etp = {ep * etp} does not divide dp*tp*cp = {devices}")
+    return devices // (ep * etp)
+
+
+def ep_problem(experts: int, dp: int, tp: int, cp: int, ep: int, etp: int = 1) -> str | None:
+    """Why ``(ep, etp)`` cannot split ``experts`` on a ``(dp, tp, cp)`` config; None when it can.
+
+    ``E % ep == 0`` (each rank holds ``E / ep`` whole experts) and ``ep x
+    etp`` divides ``dp x tp x cp`` (Megatron: "world_size ... is not
+    divisible by expert_tensor_model_pipeline_parallel size"; torchtitan:
+    "ep must divide dp_shard * cp * tp") [27]_.
+    """
+    if ep < 1 or etp < 1:
+        return f"ep and etp must be >= 1, got ep={ep}, etp={etp}"
+    if experts % ep:
+        return f"ep={ep} does not divide the {experts} routed experts"
+    devices = dp * tp * cp
+    if devices % (ep * etp):
+        return f"ep*etp = {ep * etp} does not divide dp*tp*cp = {devices}"
+    return None
+
+
+def expert_configs(experts: int, dp: int, tp: int, cp: int, etp_degrees: tuple[int, ...] = (1,)) -> list[tuple[int, int]]:
+    """Every ``(ep, etp)`` a MoE layer offers on a ``(dp, tp, cp)`` config: ep a divisor of ``experts``."""
+    out = []
+    for ep in range(1, experts + 1):
+        for etp in etp_degrees:
+            if ep_problem(experts, dp, tp, cp, ep, etp) is None and (ep, etp) not in out:
+                out.append((ep, etp))
+    return out
+
+
+def tokens_per_rank(samples: float, tokens: float, tp: int, cp: int) -> float:
+    """Tokens of a MoE layer's input on one rank: ``b s / (t c)`` (sequence- and context-parallel shards)."""
+    return samples * tokens / (tp * cp)
+
+
+def routed_copies(tokens: float, top_k: int, experts: int, capacity_factor: float | None = None) -> float:
+    """Token copies a rank dispatches: ``k T`` dropless; ``E ceil(k T cf / E)`` padded to capacity [24]_ [27]_."""
+    if capacity_factor is None:
+        return top_k * tokens
+    return experts * math.ceil(top_k * tokens * capacity_factor / experts)
+
+
+def dispatch_buffer(copies: float, hidden: int, elem_bytes: float = 2.0, probs_bytes: float = 0.0) -> float:
+    """A rank's all-to-all buffer for ``copies`` routed token copies: ``R (h beta + probs)`` bytes."""
+    return copies * (hidden * elem_bytes + probs_bytes)
+
+
+def moe_comm_ms(copies: float, hidden: int, ep: int, etp: int, ep_span: GroupSpan, etp_span: GroupSpan, *,
+                intra_GBps: float, inter_GBps: float, opts: CostOptions, links: str = "max", dedup: float = 1.0,
+                probs_bytes: float = 4.0, elem_bytes: float = 2.0, overlap: float = 0.0) -> tuple[float, float]:
+    """Exposed ``(forward, backward)`` ms of one MoE layer's expert-parallel traffic on one rank.
+
+    Forward: the dispatch (tokens and router probabilities) and the combine
+    all-to-all over the ``ep`` group; backward: the combine's and the
+    dispatch's gradients, two more all-to-alls of the tokens' size. With
+    ``etp > 1`` each rank all-gathers the dispatched copies over the expert-
+    tensor group (``etp R h beta`` gathered) and reduce-scatters the
+    experts' output, forward and backward. ``overlap`` of it is hidden.
+    Latency and NVLink efficiency are the dense model's (``opts``).
+    """
+    common = dict(latency_us=opts.collective_latency_us, nvlink_efficiency=opts.nvlink_efficiency, links=links,
+                  dedup=dedup)
+    fwd = bwd = 0.0
+    if ep > 1:
+        tokens_a2a = alltoall_ms(dispatch_buffer(copies, hidden, elem_bytes), ep_span, intra_GBps, inter_GBps, **common)
+        with_probs = alltoall_ms(dispatch_buffer(copies, hidden, elem_bytes, probs_bytes), ep_span, intra_GBps,
+                                 inter_GBps, **common)
+        fwd += with_probs + tokens_a2a
+        bwd += 2.0 * tokens_a2a
+    if etp > 1:
+        GBps, eff = (intra_GBps, opts.nvlink_efficiency) if etp_span.inside_node else (inter_GBps, 1.0)
+        gathered = etp * copies * hidden * elem_bytes
+        etp_ms = allgather_ms(gathered, etp, GBps, opts, link_efficiency=eff)
+        fwd += 2.0 * etp_ms
+        bwd += 2.0 * etp_ms
+    keep = 1.0 - overlap
+    return keep * fwd, keep * bwd
+
+
+def expert_rank_flops(tokens: float, hidden: int, moe_ffn: int, top_k: int, gated: bool = True,
+                      imbalance: float = 1.0) -> float:
+    """Forward FLOPs of the routed experts on the busiest rank holding ``tokens`` of the layer's input.
+
+    Every rank's share of the experts' work is ``moe_layer_flops`` of its
+    own tokens whatever ``E`` and ``F`` (the experts fold onto the same
+    ranks); the busiest does ``imbalance`` x that.
+    """
+    return imbalance * moe_layer_flops(tokens, hidden, moe_ffn, top_k, 0, gated)
+
+
+def expert_gemm_shape(tokens: float, top_k: int, experts: int, ep: int, etp: int, moe_ffn: int) -> tuple[float, float]:
+    """``(rows, width)`` of one local expert's GEMM: ``k T ep F / E`` token copies, ``f / F`` wide.
+
+    After the dispatch a rank holds its ``E / ep`` experts' share of the
+    ``ep`` ranks' ``k T`` copies each (``F`` times more after the expert-
+    tensor all-gather), each expert a ``1 / F`` slice of the ``f`` columns.
+    """
+    rows = top_k * tokens * ep * etp / experts
+    return rows, moe_ffn / etp
+
+
+def expert_weight_bytes(routed_params: float, ep: int, etp: int, edp: int, *, bytes_per_param: float,
+                        optimizer_bytes_per_param: float, distributed_optimizer: bool, frozen_bytes_per_param: float = 2.0,
+                        frozen: bool = False) -> float:
+    """Bytes of a layer's routed experts on one rank: ``routed / (E F)`` parameters [27]_.
+
+    Each parameter costs ``bytes_per_param`` (18 in Megatron's estimator),
+    its optimizer part sharded over EDP with the distributed optimizer
+    (``6 + 12 / edp``); a frozen expert its bf16 weight.
+    """
+    params = routed_params / (ep * etp)
+    if frozen:
+        return params * frozen_bytes_per_param
+    per = bytes_per_param
+    if distributed_optimizer:
+        per -= optimizer_bytes_per_param * (1.0 - 1.0 / edp)
+    return params * per
+
+
+def expert_activation_bytes(copies: float, hidden: int, moe_ffn: int, etp: int, gated: bool = True,
+                            imbalance: float = 1.0, padded: bool = False, router_tokens: float = 0.0, experts: int = 0,
+                            elem_bytes: float = 2.0) -> float:
+    """Bytes the routed experts of one MoE layer keep for backward on one rank.
+
+    The experts' input (``etp R h``, gathered) and, per copy, the MLP's
+    intermediates over its ``f / F`` columns (gated: gate, up, act(gate)
+    and product, 4; plain: activation input and fc2 input, 2); ``R`` x the
+    imbalance factor when dropless (the padded buffer is fixed), plus the
+    router's fp32 logits and probabilities (``2 x 4 T E`` bytes).
+    """
+    r = copies if padded else imbalance * copies
+    width = 4 if gated else 2
+    stored = etp * r * (hidden + width * moe_ffn / etp) * elem_bytes
+    return stored + 8.0 * router_tokens * experts
+
+
+def expert_grad_sync_ms(routed_params: float, ep: int, etp: int, edp_span: GroupSpan, *, intra_GBps: float,
+                        inter_GBps: float, opts: CostOptions) -> float:
+    """One all-reduce of a layer's expert gradients (``routed / (E F)`` per rank) over the EDP group [7]_ [27]_."""
+    if edp_span.ranks <= 1 or routed_params <= 0:
+        return 0.0
+    GBps, eff = (intra_GBps, opts.nvlink_efficiency) if edp_span.inside_node else (inter_GBps, 1.0)
+    nbytes = routed_params / (ep * etp) * opts.grad_bytes_per_param
+    return allreduce_ms(nbytes, edp_span.ranks, GBps, opts, link_efficiency=eff)
