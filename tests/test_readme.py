@@ -189,7 +189,7 @@ def test_every_concept_has_its_one_line():
 
 
 def test_the_limits_the_error_messages_point_to_are_linked_from_the_readme():
-    # the loaders' messages say "see the accepted ranges in the README"
+    # the loaders' messages say "see the accepted ranges in docs/limits.md"
     assert re.search(r"\[docs/limits\.md\]\(docs/limits\.md\): the accepted ranges", README.read_text())
 
 

@@ -72,7 +72,7 @@ def guarded(fn: Callable) -> Callable:
             say(f"error: {where}{e.strerror or e}")
             raise typer.Exit(EXIT_BAD_INPUT)
         except MemoryError:
-            say("error: out of memory (see the resource limits in the README)")
+            say("error: out of memory (see the resource limits in docs/limits.md)")
             raise typer.Exit(EXIT_BAD_INPUT)
         except KeyboardInterrupt:
             say("interrupted")

@@ -7,7 +7,7 @@ exact enough to certify an optimum, keep every document small enough to
 load in bounded memory and time, and are what the loaders check: a value
 outside them is an input error (:class:`partitioner.problem.ProblemError`,
 naming the file and the field), never a wrong answer, a hang or a crash.
-README.md ("Accepted ranges and resource limits") states them for users.
+docs/limits.md states them for users.
 
 Why these numbers
 -----------------

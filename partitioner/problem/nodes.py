@@ -87,7 +87,7 @@ class _Node:
         if minimum is not None and v < minimum:
             raise self.fail(f"must be >= {_num(minimum)}, got {_num(v)}")
         if maximum is not None and v > maximum:
-            raise self.fail(f"must be <= {_num(maximum)}, got {_num(v)} (see the accepted ranges in the README)")
+            raise self.fail(f"must be <= {_num(maximum)}, got {_num(v)} (see the accepted ranges in docs/limits.md)")
         return float(v)
 
     def integer(self, *, minimum: int | None = None, maximum: int | None = None) -> int:
@@ -103,7 +103,7 @@ class _Node:
         if minimum is not None and v < minimum:
             raise self.fail(f"must be >= {minimum}, got {_big(v)}")
         if maximum is not None and v > maximum:
-            raise self.fail(f"must be <= {_num(maximum)}, got {_big(v)} (see the accepted ranges in the README)")
+            raise self.fail(f"must be <= {_num(maximum)}, got {_big(v)} (see the accepted ranges in docs/limits.md)")
         return v
 
 

@@ -126,7 +126,7 @@ def _parse_cluster(node: _Node) -> Cluster:
     if nodes * gpus > MAX_DEVICES:
         raise node.fail(
             f"nodes * gpus_per_node = {nodes * gpus} devices is more than the {MAX_DEVICES} accepted "
-            "(see the accepted ranges in the README)"
+            "(see the accepted ranges in docs/limits.md)"
         )
     memory = node.child("gpu_memory_bytes").integer(minimum=1, maximum=MAX_BYTES)
     intra = node.child("intra_node_GBps").number(positive=True, minimum=MIN_GBPS, maximum=MAX_GBPS)
@@ -204,7 +204,7 @@ def _parse_training(node: _Node) -> Training:
 
 def _parse_layers(node: _Node, cluster: Cluster, version: int = 1, variants: Mapping[str, str] | None = None) -> tuple[Layer, ...]:
     if isinstance(node.value, list) and len(node.value) > MAX_LAYERS:
-        raise node.fail(f"has {len(node.value)} layers, more than the {MAX_LAYERS} accepted (see the accepted ranges in the README)")
+        raise node.fail(f"has {len(node.value)} layers, more than the {MAX_LAYERS} accepted (see the accepted ranges in docs/limits.md)")
     layers = []
     totals = _Totals()
     configs: dict[str, Layout] = {}  # cost key -> its checked config
@@ -377,7 +377,7 @@ def _over_total(totals: Any, costs_node: _Node, key: str) -> ProblemError:
     total = weight if field_name == "weight_bytes" else act
     return costs_node.child(key).child(field_name).fail(
         f"the {field_name} of this config summed over the layers so far is {total} bytes, more than the "
-        f"2^53 accepted (see the accepted ranges in the README)"
+        f"2^53 accepted (see the accepted ranges in docs/limits.md)"
     )
 
 

@@ -494,7 +494,7 @@ def _plan_inputs(problem: Problem, plan: Plan, schedule: str | None,
     if ops > MAX_REPLAY_OPS:
         raise ProblemError(
             f"replaying {problem.microbatches} microbatches on {plan.num_stages} stages takes {ops} operations, "
-            f"more than the {MAX_REPLAY_OPS} the simulator runs (see the resource limits in the README)",
+            f"more than the {MAX_REPLAY_OPS} the simulator runs (see the resource limits in docs/limits.md)",
             path="training.microbatches",
             source=problem.source,
         )
