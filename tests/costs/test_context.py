@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from partitioner.costs import CostOptions, model_layers
-from partitioner.costs.axis_options import AxisOptions
-from partitioner.costs.context import (
+from partitioner.costs.axes.options import AxisOptions
+from partitioner.costs.axes.context import (
     allgather_bytes,
     causal_load_factor,
     cp_algorithms,
@@ -19,7 +19,7 @@ from partitioner.costs.context import (
     ulysses_bytes,
 )
 from partitioner.costs.entry import layer_terms
-from partitioner.costs.groups import GroupSpan, alltoall_volume, group_span
+from partitioner.costs.axes.groups import GroupSpan, alltoall_volume, group_span
 from partitioner.presets import load_cluster, load_model
 from partitioner.problem import ProblemError
 
@@ -175,7 +175,7 @@ def test_shard_piece_divides_work_and_activations_by_cp():
     assert llm.heads == 28
 
 
-def test_axis_options_validate_with_field_paths():
+def test_axes.options_validate_with_field_paths():
     assert AxisOptions.from_mapping({"cp_algorithm": "a2a"}).cp_algorithm == "a2a"
     assert AxisOptions.from_mapping({"cp_degrees": "1,2,4"}).cp_degrees == (1, 2, 4)
     for bad, field in (({"cp_algorithm": "ring"}, "cp_algorithm"), ({"moe_imbalance": 0.5}, "moe_imbalance"),

@@ -6,7 +6,7 @@ import argparse
 import pytest
 
 from partitioner.costs import CostOptions, forward_flops, model_layers
-from partitioner.costs.experts import (
+from partitioner.costs.axes.experts import (
     dispatch_buffer,
     ep_problem,
     expert_activation_bytes,
@@ -22,7 +22,7 @@ from partitioner.costs.experts import (
     router_flops,
     tokens_per_rank,
 )
-from partitioner.costs.groups import GroupSpan, group_span
+from partitioner.costs.axes.groups import GroupSpan, group_span
 from partitioner.costs.tied import embedding_sync_ms, tied_copy_bytes
 from partitioner.presets import ModelSpec, ModuleSpec, is_moe_layer, load_cluster
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
-from ..problem import ProblemError
+from ...problem import ProblemError
 
 __all__ = ["CP_ALGORITHMS", "AxisOptions"]
 

@@ -54,9 +54,9 @@ from __future__ import annotations
 
 import math
 
-from .comm import allgather_ms, allreduce_ms
+from ..comm import allgather_ms, allreduce_ms
 from .groups import GroupSpan, alltoall_ms
-from .options import CostOptions
+from ..options import CostOptions
 
 __all__ = [
     "moe_layer_flops",
