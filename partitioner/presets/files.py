@@ -235,6 +235,8 @@ def cluster_from_dict(data: Any, *, source: str | None = None) -> ClusterSpec:
     for key in ("gpus_per_node", "gpu_memory_bytes"):
         if not float(data[key]).is_integer():
             raise _fail(f"must be an integer, got {data[key]!r}", key, source)
+    if not isinstance(data.get("references") or {}, Mapping):
+        raise _fail("must be an object (key: citation)", "references", source)
     spec = ClusterSpec(
         name=str(data["name"]),
         gpus_per_node=int(data["gpus_per_node"]),

@@ -97,7 +97,10 @@ class _Config:
         return ".".join(filter(None, (self.path, key)))
 
     def int(self, key: str, default: Any = None, minimum: int = 0) -> int:
+        """Field ``key``, an integer; at least ``minimum`` when the document gives it."""
         value = self.get(key, default)
+        if self.data.get(key) is None:
+            minimum = 0
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             what = "non-negative" if minimum == 0 else f">= {minimum}"
             raise ProblemError(f"must be a {what} integer, got {value!r}", path=self.where(key), source=self.source)
@@ -148,7 +151,7 @@ def _llm(c: _Config, text_tokens: int, *, prefix: str = "", attention: str = "ca
         hidden=c.int("hidden_size"),
         heads=heads,
         kv_heads=c.int("num_key_value_heads", heads),
-        head_dim=c.int("head_dim", 0),  # 0: hidden / heads
+        head_dim=c.int("head_dim", 0, minimum=1),  # absent: hidden / heads
         ffn=c.int("intermediate_size"),
         gated=True,
         qkv_bias=mtype == "qwen2" or c.flag("attention_bias", False),
