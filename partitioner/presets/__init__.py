@@ -16,7 +16,7 @@ checks its dimensions.
 Errors in a file raise :class:`~partitioner.problem.ProblemError` naming
 the file and the field, like the problem loader; every door (YAML, Hugging
 Face ``config.json``, spec objects) runs the same checks (:mod:`.checks`,
-ranges in :mod:`partitioner.limits`).
+ranges in :mod:`partitioner.core.limits`).
 """
 from __future__ import annotations
 

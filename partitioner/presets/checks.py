@@ -11,7 +11,7 @@ presets as ``modules[i].heads`` (:mod:`.files`), Hugging Face
 ``text_config.num_attention_heads`` (:mod:`.hf`), and spec objects given
 to the API as ``modules[i].heads`` (:func:`check_model`,
 :func:`check_cluster`). The ranges are the named constants of
-:mod:`partitioner.limits`, which says why each is what it is.
+:mod:`partitioner.core.limits`, which says why each is what it is.
 
 What is checked, per module kind (the fields :class:`~.spec.ModuleSpec`
 documents):
@@ -23,24 +23,24 @@ documents):
   multiple of ``heads`` unless ``head_dim`` is given (Gemma's 16 heads of
   256 on a 3072-wide model [1]_); ``kv_heads`` is at most ``heads`` and
   divides them (grouped-query attention [2]_); ``heads x head_dim`` is at
-  most :data:`~partitioner.limits.MAX_WIDTH`;
+  most :data:`~partitioner.core.limits.MAX_WIDTH`;
 * a ``vit``'s patch is no larger than its image, its feature layer names
   one of its blocks, a video clip holds whole temporal patches, and its
-  tokens per sample are at most :data:`~partitioner.limits.MAX_TOKENS`;
+  tokens per sample are at most :data:`~partitioner.core.limits.MAX_TOKENS`;
 * a ``projector`` has a positive input width, 1 to
-  :data:`~partitioner.limits.MAX_PROJECTOR_DEPTH` positive widths and
+  :data:`~partitioner.core.limits.MAX_PROJECTOR_DEPTH` positive widths and
   positive tokens; an ``llm`` a positive vocabulary; an action expert or
   head positive tokens and action width (a head also a conditioning width);
-* a module has at most :data:`~partitioner.limits.MAX_PARAMS` parameters;
-* a model has 1 to :data:`~partitioner.limits.MAX_MODULES` modules with
+* a module has at most :data:`~partitioner.core.limits.MAX_PARAMS` parameters;
+* a model has 1 to :data:`~partitioner.core.limits.MAX_MODULES` modules with
   unique names, at most one ``llm``, an action expert only beside an
   ``llm`` of as many layers, and at most
-  :data:`~partitioner.limits.MAX_TOKENS` tokens per sample in its ``llm``;
-* a cluster has 1 to :data:`~partitioner.limits.MAX_GPUS_PER_NODE` GPUs per
-  node, 1 to :data:`~partitioner.limits.MAX_BYTES` bytes per GPU, a peak in
-  [:data:`~partitioner.limits.MIN_TFLOPS`,
-  :data:`~partitioner.limits.MAX_TFLOPS`] and bandwidths in
-  [:data:`~partitioner.limits.MIN_GBPS`, :data:`~partitioner.limits.MAX_GBPS`].
+  :data:`~partitioner.core.limits.MAX_TOKENS` tokens per sample in its ``llm``;
+* a cluster has 1 to :data:`~partitioner.core.limits.MAX_GPUS_PER_NODE` GPUs per
+  node, 1 to :data:`~partitioner.core.limits.MAX_BYTES` bytes per GPU, a peak in
+  [:data:`~partitioner.core.limits.MIN_TFLOPS`,
+  :data:`~partitioner.core.limits.MAX_TFLOPS`] and bandwidths in
+  [:data:`~partitioner.core.limits.MIN_GBPS`, :data:`~partitioner.core.limits.MAX_GBPS`].
 
 References
 ----------
@@ -55,7 +55,7 @@ import math
 from dataclasses import fields
 from typing import Any
 
-from ..limits import (
+from ..core.limits import (
     MAX_BYTES,
     MAX_CHANNELS,
     MAX_GBPS,

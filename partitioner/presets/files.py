@@ -18,7 +18,7 @@ from typing import Any, Mapping
 import re
 
 from ..problem import ProblemError, read_document
-from ..limits import MAX_MODULES
+from ..core.limits import MAX_MODULES
 from .checks import check_cluster, check_model, field_problem, module_problem
 from .hf import model_from_hf_config
 from .spec import MODULE_KINDS, ClusterSpec, ModelSpec, ModuleSpec

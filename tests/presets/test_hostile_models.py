@@ -24,7 +24,7 @@ import yaml
 
 from partitioner.cli import main
 from partitioner.costs import build_problem
-from partitioner.limits import MAX_MODULE_LAYERS, MAX_VOCAB
+from partitioner.core.limits import MAX_MODULE_LAYERS, MAX_VOCAB
 from partitioner.planning import plan_model
 from partitioner.presets import ClusterSpec, load_cluster, load_model, with_module
 from partitioner.problem import ProblemError
