@@ -25,9 +25,36 @@ Why these numbers
 * Cluster and training sizes (:data:`MAX_NODES`, :data:`MAX_DEVICES`,
   :data:`MAX_MICROBATCHES`) bound the tables the solvers and the simulator
   build from them.
+* Model and cluster presets (:data:`MAX_MODULES` ... :data:`MAX_TFLOPS`; the
+  YAML presets, Hugging Face ``config.json`` files and spec objects given to
+  the API, :mod:`partitioner.presets.checks`) are bounded so that what is
+  built from them stays inside the problem bounds above and is built fast:
+  at most :data:`MAX_MODULES` modules of at most :data:`MAX_MODULE_LAYERS`
+  blocks make at most about 16 400 pipeline layers (under :data:`MAX_LAYERS`;
+  the problem of the largest accepted model is built in seconds, where 10^7
+  layers took minutes); widths up to :data:`MAX_WIDTH` and vocabularies up to
+  :data:`MAX_VOCAB` keep one layer's weights (16 bytes per parameter) far
+  below :data:`MAX_BYTES`, and a module of at most :data:`MAX_PARAMS`
+  parameters keeps a config's summed weight bytes below
+  :data:`MAX_TOTAL_BYTES`; every count and product stays a 64-bit integer.
+  The bounds sit well above every published model: the deepest trained
+  transformer has 1000 layers (DeepNet [1]_), the widest dense ones 18 432
+  (PaLM [2]_) to 25 600 (Megatron's 1T configuration [3]_), the largest
+  tokenizers about 256k entries (Gemma [4]_).
 * Document shape (:data:`MAX_FILE_BYTES`, :data:`MAX_DEPTH`,
   :data:`MAX_VALUES`, :data:`MAX_STRING`, :data:`MAX_INT`) bounds what any
   reader accepts before looking at the fields, YAML aliases included.
+
+References
+----------
+.. [1] H. Wang et al., "DeepNet: Scaling Transformers to 1,000 Layers",
+   arXiv:2203.00555 (2022).
+.. [2] A. Chowdhery et al., "PaLM: Scaling Language Modeling with Pathways",
+   arXiv:2204.02311 (2022), Table 1 (d_model 18 432, d_ff 73 728).
+.. [3] D. Narayanan et al., "Efficient Large-Scale Language Model Training
+   on GPU Clusters Using Megatron-LM", SC 2021, Table 1 (hidden 25 600).
+.. [4] Gemma Team, "Gemma: Open Models Based on Gemini Research and
+   Technology", arXiv:2403.08295 (2024), Section 2 (a vocabulary of 256k entries).
 """
 from __future__ import annotations
 
@@ -49,6 +76,19 @@ __all__ = [
     "MAX_MICROBATCHES",
     "MAX_VIRTUAL_STAGES",
     "MAX_EDGES",
+    "MAX_MODULES",
+    "MAX_MODULE_LAYERS",
+    "MAX_WIDTH",
+    "MAX_VOCAB",
+    "MAX_TOKENS",
+    "MAX_IMAGE_SIZE",
+    "MAX_IMAGES",
+    "MAX_CHANNELS",
+    "MAX_PASSES",
+    "MAX_PROJECTOR_DEPTH",
+    "MAX_PARAMS",
+    "MIN_TFLOPS",
+    "MAX_TFLOPS",
     "MAX_REPLAY_OPS",
     "SOLVE_REPLAY_OPS",
 ]
@@ -73,6 +113,21 @@ MAX_LAYERS = 100_000
 MAX_MICROBATCHES = 100_000
 MAX_VIRTUAL_STAGES = 1024
 MAX_EDGES = 1_000_000  # topology edges
+
+# -- model presets, config.json files and spec objects (partitioner.presets.checks)
+MAX_MODULES = 16  # modules in one model (the largest preset has 5)
+MAX_MODULE_LAYERS = 1024  # transformer blocks in one module (DeepNet trained 1000)
+MAX_WIDTH = 2**17  # hidden, ffn, head_dim, heads x head_dim, projector and action widths (131 072)
+MAX_VOCAB = 2**21  # vocabulary entries (2 097 152; the largest tokenizers hold about 256 000)
+MAX_TOKENS = 2**20  # tokens per sample in any module: text, image patches x images, projector, action
+MAX_IMAGE_SIZE = 2**14  # image side and patch side in pixels (16 384)
+MAX_IMAGES = 1024  # images (or clips) per sample, frames per clip, frames per temporal patch
+MAX_CHANNELS = 1024  # input channels of a patch embedding
+MAX_PASSES = 1024  # forward passes of an action head per sample (flow-matching or diffusion steps)
+MAX_PROJECTOR_DEPTH = 16  # linear layers of a projector
+MAX_PARAMS = 2**44  # parameters of one module (1.76e13): at 16 B each, 2^48 bytes < MAX_TOTAL_BYTES
+MIN_TFLOPS = 1e-3  # a cluster's peak_tflops per GPU: 1 GFLOP/s ...
+MAX_TFLOPS = 1e6  # ... to 1 EFLOP/s (an H100 peaks at about 1e3)
 
 # -- work the 1F1B replay may do (2 * microbatches * stages operations)
 MAX_REPLAY_OPS = 1_000_000  # simulate(): larger replays are refused

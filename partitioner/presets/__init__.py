@@ -14,10 +14,13 @@ from the shapes (:func:`module_params`), so a preset's published total
 checks its dimensions.
 
 Errors in a file raise :class:`~partitioner.problem.ProblemError` naming
-the file and the field, like the problem loader.
+the file and the field, like the problem loader; every door (YAML, Hugging
+Face ``config.json``, spec objects) runs the same checks (:mod:`.checks`,
+ranges in :mod:`partitioner.core.limits`).
 """
 from __future__ import annotations
 
+from .checks import check_cluster, check_model
 from .files import (
     PRESET_ENV,
     cluster_from_dict,
@@ -60,6 +63,8 @@ __all__ = [
     "model_from_dict",
     "cluster_from_dict",
     "model_from_hf_config",
+    "check_model",
+    "check_cluster",
     "module_params",
     "module_layer_params",
     "block_params",

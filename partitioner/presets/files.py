@@ -18,6 +18,8 @@ from typing import Any, Mapping
 import re
 
 from ..problem import ProblemError, read_document
+from ..core.limits import MAX_MODULES
+from .checks import check_cluster, check_model, field_problem, module_problem
 from .hf import model_from_hf_config
 from .spec import MODULE_KINDS, ClusterSpec, ModelSpec, ModuleSpec
 from .workload import Workload, apply_workload
@@ -104,22 +106,24 @@ def load_model(name_or_path: str | os.PathLike | ModelSpec, workload: Workload |
 
     ``workload`` (images, image size or tiles, frames, text tokens) is
     tokenised by the importer of a ``config.json``'s family, and applied
-    to a preset by :func:`~.workload.apply_workload`.
+    to a preset by :func:`~.workload.apply_workload`. A spec object is
+    checked like a file (:func:`.checks.check_model`: its fields named
+    ``modules[i].field``) and returned as it is (with the workload applied).
     """
     if isinstance(name_or_path, ModelSpec):
-        return apply_workload(name_or_path, workload) if workload is not None else name_or_path
+        return check_model(apply_workload(name_or_path, workload) if workload is not None else name_or_path)
     path = _resolve(name_or_path, None, "model")
     data = read_document(path)
     if path.suffix.lower() == ".json" and isinstance(data, Mapping) and "model_type" in data:
         return model_from_hf_config(data, source=str(path), workload=workload)
     spec = model_from_dict(data, source=str(path))
-    return apply_workload(spec, workload) if workload is not None else spec
+    return check_model(apply_workload(spec, workload), source=str(path)) if workload is not None else spec
 
 
 def load_cluster(name_or_path: str | os.PathLike | ClusterSpec) -> ClusterSpec:
-    """A cluster spec from a preset name or a YAML file."""
+    """A cluster spec from a preset name or a YAML file (a spec object is checked and returned)."""
     if isinstance(name_or_path, ClusterSpec):
-        return name_or_path
+        return check_cluster(name_or_path)
     path = _resolve(name_or_path, "clusters", "cluster")
     return cluster_from_dict(read_document(path), source=str(path))
 
@@ -127,13 +131,6 @@ def load_cluster(name_or_path: str | os.PathLike | ClusterSpec) -> ClusterSpec:
 
 # --------------------------------------------------------------------------- validation
 
-_INT_FIELDS = {
-    "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "patch", "image_size", "images", "channels",
-    "temporal_patch", "frames", "extra_tokens", "output_tokens", "pos_tokens", "in_dim", "tokens", "pre_norm_dim", "vocab", "text_tokens",
-    "action_dim", "state_dim", "cond_tokens", "cond_dim", "passes",
-}  # fmt: skip
-_BOOL_FIELDS = {"rotary", "gated", "bias", "qkv_bias", "patch_bias", "pool_head", "layerscale", "qk_norm", "dropout", "fused_qkv", "final_norm", "pre_norm", "tie_embeddings", "lm_head", "frozen"}
-_CHOICES = {"activation": ("gelu", "gelu_tanh", "silu", "quick_gelu"), "norm": ("layernorm", "rmsnorm"), "pos_embed": ("learned", "none"), "attention": ("causal", "prefix", "bidirectional")}
 _REQUIRED = {
     "vit": ("layers", "hidden", "heads", "ffn", "patch", "image_size"),
     "projector": ("in_dim", "dims", "tokens"),
@@ -149,6 +146,7 @@ def _fail(reason: str, path: str, source: str | None) -> ProblemError:
 
 
 def _module_from_dict(data: Any, path: str, source: str | None) -> ModuleSpec:
+    """One module of a preset: known fields, the kind's required ones, then :func:`.checks.module_problem`."""
     if not isinstance(data, Mapping):
         raise _fail("must be an object", path, source)
     for key in ("name", "kind"):
@@ -159,50 +157,27 @@ def _module_from_dict(data: Any, path: str, source: str | None) -> ModuleSpec:
         raise _fail(f"must be one of {', '.join(MODULE_KINDS)}, got {kind!r}", f"{path}.kind", source)
     values: dict[str, Any] = {}
     for key, value in data.items():
-        where = f"{path}.{key}"
         if key not in _MODULE_FIELDS:
-            raise _fail(f"unknown field {key!r}", where, source)
-        if key == "feature_layer":
-            if isinstance(value, bool) or not isinstance(value, int) or value > -1:
-                raise _fail(f"must be a negative integer (-1: the last block, -2: the second-to-last), got {value!r}", where, source)
-        elif key in _INT_FIELDS:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise _fail(f"must be a non-negative integer, got {value!r}", where, source)
-        elif key in _BOOL_FIELDS:
-            if not isinstance(value, bool):
-                raise _fail(f"must be true or false, got {value!r}", where, source)
-        elif key in _CHOICES:
-            if value not in _CHOICES[key]:
-                raise _fail(f"must be one of {', '.join(_CHOICES[key])}, got {value!r}", where, source)
-        elif key == "dims":
-            if not isinstance(value, list) or not value or not all(isinstance(v, int) and v > 0 for v in value):
-                raise _fail("must be a non-empty list of positive integers", where, source)
+            raise _fail(f"unknown field {key!r}", f"{path}.{key}", source)
+        if key == "dims" and isinstance(value, list):
             value = tuple(value)
-        elif key == "fqn":
+        if key == "fqn":
             if not isinstance(value, Mapping):
-                raise _fail("must be an object (pre, block, post: module names)", where, source)
+                raise _fail("must be an object (pre, block, post: module names)", f"{path}.{key}", source)
             value = dict(value)
-        elif key in ("name", "kind", "source"):
-            if not isinstance(value, str):
-                raise _fail(f"must be a string, got {value!r}", where, source)
+        else:
+            why = field_problem(key, value, kind)  # in the document's order, before the kind's required fields
+            if why is not None:
+                raise _fail(why, f"{path}.{key}", source)
         values[key] = value
     for key in _REQUIRED[kind]:
         if key not in values:
             raise _fail(f"is missing (a {kind} module needs {', '.join(_REQUIRED[kind])})", f"{path}.{key}", source)
-    for key in ("layers", "hidden", "heads", "ffn"):
-        if key in values and values[key] == 0 and kind != "projector":
-            raise _fail("must be >= 1", f"{path}.{key}", source)
     spec = ModuleSpec(**values)
-    if kind != "projector":
-        if not spec.head_dim and spec.hidden % spec.heads:
-            raise _fail(f"hidden {spec.hidden} is not divisible by heads {spec.heads} (give head_dim)", f"{path}.heads", source)
-        if spec.heads % spec.n_kv_heads:
-            raise _fail(f"heads {spec.heads} must be a multiple of kv_heads {spec.n_kv_heads}", f"{path}.kv_heads", source)
-    if kind == "vit" and -spec.feature_layer > spec.layers:
-        raise _fail(f"{spec.feature_layer} is before the first of {spec.layers} blocks", f"{path}.feature_layer", source)
-    if kind == "vit" and spec.frames > 1 and spec.frames % spec.temporal_patch:
-        raise _fail(f"frames {spec.frames} is not a multiple of temporal_patch {spec.temporal_patch}", f"{path}.frames", source)
-    if kind == "vit" and spec.image_size % spec.patch:
+    found = module_problem(spec)
+    if found is not None:
+        raise _fail(found[1], ".".join(filter(None, (path, found[0]))), source)
+    if kind == "vit" and spec.image_size % spec.patch:  # a preset states whole patches (transformers floors)
         raise _fail(f"image_size {spec.image_size} is not a multiple of patch {spec.patch}", f"{path}.image_size", source)
     return spec
 
@@ -220,26 +195,16 @@ def model_from_dict(data: Any, *, source: str | None = None) -> ModelSpec:
     mods = data.get("modules")
     if not isinstance(mods, list) or not mods:
         raise _fail("must be a non-empty list", "modules", source)
+    if len(mods) > MAX_MODULES:
+        raise _fail(f"must hold 1..{MAX_MODULES} modules, got {len(mods)}", "modules", source)
     modules = tuple(_module_from_dict(m, f"modules[{i}]", source) for i, m in enumerate(mods))
-    names = [m.name for m in modules]
-    if len(set(names)) != len(names):
-        raise _fail("module names must be unique", "modules", source)
-    llms = [m for m in modules if m.kind == "llm"]
-    if len(llms) > 1:
-        raise _fail("at most one llm module", "modules", source)
-    for i, m in enumerate(modules):
-        if m.kind == "action_expert":
-            if not llms or llms[0].layers != m.layers:
-                raise _fail("an action expert shares attention with the llm at every layer: it needs an llm with the same layer count", f"modules[{i}].layers", source)
-        if m.kind == "projector" and m.tokens == 0:
-            raise _fail("must be >= 1", f"modules[{i}].tokens", source)
     published = data.get("published_params")
     if published is not None and (isinstance(published, bool) or not isinstance(published, (int, float)) or published <= 0):
         raise _fail("must be a positive number", "published_params", source)
     refs = data.get("references") or {}
     if not isinstance(refs, Mapping):
         raise _fail("must be an object (key: citation)", "references", source)
-    return ModelSpec(
+    spec = ModelSpec(
         name=data["name"],
         modules=modules,
         title=str(data.get("title") or ""),
@@ -248,6 +213,7 @@ def model_from_dict(data: Any, *, source: str | None = None) -> ModelSpec:
         notes=str(data.get("notes") or ""),
         source=source,
     )
+    return check_model(spec, source=source)
 
 
 def cluster_from_dict(data: Any, *, source: str | None = None) -> ClusterSpec:
@@ -273,7 +239,9 @@ def cluster_from_dict(data: Any, *, source: str | None = None) -> ClusterSpec:
     for key in ("gpus_per_node", "gpu_memory_bytes"):
         if not float(data[key]).is_integer():
             raise _fail(f"must be an integer, got {data[key]!r}", key, source)
-    return ClusterSpec(
+    if not isinstance(data.get("references") or {}, Mapping):
+        raise _fail("must be an object (key: citation)", "references", source)
+    spec = ClusterSpec(
         name=str(data["name"]),
         gpus_per_node=int(data["gpus_per_node"]),
         gpu_memory_bytes=int(data["gpu_memory_bytes"]),
@@ -287,5 +255,6 @@ def cluster_from_dict(data: Any, *, source: str | None = None) -> ClusterSpec:
         references=dict(data.get("references") or {}),
         source=source,
     )
+    return check_cluster(spec, source=source)
 
 

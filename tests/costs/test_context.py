@@ -175,7 +175,7 @@ def test_shard_piece_divides_work_and_activations_by_cp():
     assert llm.heads == 28
 
 
-def test_axes.options_validate_with_field_paths():
+def test_axis_options_validate_with_field_paths():
     assert AxisOptions.from_mapping({"cp_algorithm": "a2a"}).cp_algorithm == "a2a"
     assert AxisOptions.from_mapping({"cp_degrees": "1,2,4"}).cp_degrees == (1, 2, 4)
     for bad, field in (({"cp_algorithm": "ring"}, "cp_algorithm"), ({"moe_imbalance": 0.5}, "moe_imbalance"),

@@ -102,8 +102,8 @@ def model_from_hf_config(
         kwargs = {k: v for k, v in (("text_tokens", w.text_tokens), ("images", w.images), ("image_size", w.image_size))
                   if v is not None}
         spec = base.model_from_hf_config(config, source=source, **kwargs)
-        return apply_workload(spec, Workload(frames=w.frames)) if w.frames else spec
+        return base.checked_model(apply_workload(spec, Workload(frames=w.frames)), source) if w.frames else spec
     else:
         raise ProblemError(f"unsupported model_type {mtype!r} (supported: {', '.join(HF_TYPES)})", path="model_type",
                            source=source)
-    return ModelSpec(name=name, modules=modules, title=title, source=source)
+    return base.checked_model(ModelSpec(name=name, modules=modules, title=title, source=source), source)

@@ -19,6 +19,15 @@ follow the transformers configuration classes.
 
 LLaVA's recipe trains with the vision tower frozen: the ``llava`` import
 freezes it (``--cost-option train=vision`` trains it).
+
+Every field is read with its type checked (:meth:`_Config.int`,
+:meth:`_Config.flag`, :meth:`_Config.text`), and every module is checked by
+:func:`.checks.module_problem` before anything is computed from it, the
+error naming the document's key (``text_config.num_attention_heads``). On
+top of those shared checks, transformers' own rule for Llama and CLIP
+(their configurations' ``validate_architecture`` in transformers 5:
+``hidden_size`` a multiple of ``num_attention_heads`` even with a
+``head_dim``) is applied to those types.
 """
 from __future__ import annotations
 
@@ -27,9 +36,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ...problem import ProblemError
+from ..checks import model_problem, module_problem
 from ..spec import ModelSpec, ModuleSpec
 
-__all__ = ["model_from_hf_config", "HF_TYPES"]
+__all__ = ["model_from_hf_config", "checked_model", "HF_TYPES"]
 
 # transformers' configuration defaults, for documents saved without them
 _DEFAULTS: dict[str, dict[str, Any]] = {
@@ -51,6 +61,16 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
 _LLM = ("llama", "mistral", "qwen2", "gemma")
 _VISION = ("clip_vision_model", "siglip_vision_model")
 HF_TYPES = (*_LLM, *_VISION, "clip", "siglip", "llava", "paligemma", "qwen2_vl")
+# transformers' configurations of these types require hidden_size % num_attention_heads == 0 whatever head_dim is
+_HEADS_DIVIDE_HIDDEN = ("llama", "clip_vision_model")
+# ModuleSpec field -> config.json key, per module builder (fields not listed are named as they are)
+_LLM_KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
+             "kv_heads": "num_key_value_heads", "head_dim": "head_dim", "ffn": "intermediate_size", "vocab": "vocab_size"}
+_VIT_KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
+             "ffn": "intermediate_size", "patch": "patch_size", "image_size": "image_size", "channels": "num_channels"}
+_QWEN2_VL_VIT_KEYS = {"layers": "depth", "hidden": "embed_dim", "heads": "num_heads", "ffn": "mlp_ratio",
+                      "patch": "patch_size", "channels": "in_channels", "temporal_patch": "temporal_patch_size"}
+_ARGUMENTS = ("images", "text_tokens")  # model_from_hf_config's arguments, not config fields
 _ACTIVATION = {"quick_gelu": "quick_gelu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
                "silu": "silu"}
 
@@ -72,12 +92,43 @@ class _Config:
             raise ProblemError("is missing", path=f"{self.path}.{key}" if self.path else key, source=self.source)
         return default
 
-    def int(self, key: str, default: Any = None) -> int:
+    def where(self, key: str) -> str:
+        """The path of field ``key`` in the document."""
+        return ".".join(filter(None, (self.path, key)))
+
+    def int(self, key: str, default: Any = None, minimum: int = 0) -> int:
+        """Field ``key``, an integer; at least ``minimum`` when the document gives it."""
         value = self.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ProblemError(f"must be a non-negative integer, got {value!r}",
-                               path=f"{self.path}.{key}" if self.path else key, source=self.source)
+        if self.data.get(key) is None:
+            minimum = 0
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            what = "non-negative" if minimum == 0 else f">= {minimum}"
+            raise ProblemError(f"must be a {what} integer, got {value!r}", path=self.where(key), source=self.source)
         return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.get(key, default)
+        if not isinstance(value, bool):
+            raise ProblemError(f"must be true or false, got {value!r}", path=self.where(key), source=self.source)
+        return value
+
+    def text(self, key: str, default: Any = None) -> str:
+        value = self.get(key, default)
+        if not isinstance(value, str):
+            raise ProblemError(f"must be a string, got {value!r}", path=self.where(key), source=self.source)
+        return value
+
+    def checked(self, spec: ModuleSpec, keys: Mapping[str, str], arguments: tuple[str, ...] = _ARGUMENTS) -> ModuleSpec:
+        """``spec`` if :func:`.checks.module_problem` finds nothing wrong; else the error at this document's key."""
+        found = None
+        if self.mtype in _HEADS_DIVIDE_HIDDEN and spec.heads >= 1 and spec.hidden % spec.heads:
+            found = "heads", f"hidden_size {spec.hidden} is not a multiple of num_attention_heads {spec.heads}"
+        found = found or module_problem(spec)
+        if found is None:
+            return spec
+        field, reason = found
+        path = field if field in arguments else self.where(keys.get(field, field))
+        raise ProblemError(reason, path=path, source=self.source)
 
     def sub(self, key: str, default_type: str) -> "_Config":
         """The sub-configuration ``key``; its ``model_type``, or ``default_type`` when it names none."""
@@ -92,28 +143,29 @@ def _llm(c: _Config, text_tokens: int, *, prefix: str = "", attention: str = "ca
     if mtype not in _LLM:
         raise ProblemError(f"unsupported text model_type {mtype!r} (supported: {', '.join(_LLM)})",
                            path=f"{c.path}.model_type" if c.path else "model_type", source=c.source)
-    hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
-    return ModuleSpec(
+    heads = c.int("num_attention_heads")
+    spec = ModuleSpec(
         name="llm",
         kind="llm",
         layers=c.int("num_hidden_layers"),
-        hidden=hidden,
+        hidden=c.int("hidden_size"),
         heads=heads,
         kv_heads=c.int("num_key_value_heads", heads),
-        head_dim=c.int("head_dim", hidden // heads),
+        head_dim=c.int("head_dim", 0, minimum=1),  # absent: hidden / heads
         ffn=c.int("intermediate_size"),
         gated=True,
-        qkv_bias=mtype == "qwen2" or bool(c.get("attention_bias", False)),
+        qkv_bias=mtype == "qwen2" or c.flag("attention_bias", False),
         norm="rmsnorm",
-        activation=_ACTIVATION.get(str(c.get("hidden_activation", c.get("hidden_act", "silu"))), "gelu"),
+        activation=_ACTIVATION.get(c.text("hidden_activation", c.text("hidden_act", "silu")), "gelu"),
         vocab=c.int("vocab_size"),
-        tie_embeddings=bool(c.get("tie_word_embeddings", mtype == "gemma")),
+        tie_embeddings=c.flag("tie_word_embeddings", mtype == "gemma"),
         text_tokens=text_tokens,
         attention=attention,
         source=f"Hugging Face config ({c.source or mtype})",
         fqn={"pre": [f"{prefix}model.embed_tokens"], "block": f"{prefix}model.layers.{{i}}",
              "post": [f"{prefix}model.norm", f"{prefix}lm_head"]},
     )
+    return c.checked(spec, _LLM_KEYS)
 
 
 def _vit(c: _Config, images: int, *, prefix: str = "", feature_layer: int = -1, drop_cls: bool = False,
@@ -123,22 +175,16 @@ def _vit(c: _Config, images: int, *, prefix: str = "", feature_layer: int = -1, 
         raise ProblemError(f"unsupported vision model_type {mtype!r} (supported: {', '.join(_VISION)})",
                            path=f"{c.path}.model_type" if c.path else "model_type", source=c.source)
     clip = mtype == "clip_vision_model"
-    layers = c.int("num_hidden_layers")
-    if feature_layer >= 0:  # an index into the hidden states (0: the embeddings)
-        feature_layer = feature_layer - layers - 1
-    if not -layers <= feature_layer <= -1:
-        raise ProblemError(f"selects no block of {layers}", path="vision_feature_layer", source=c.source)
-    patches = (c.int("image_size") // c.int("patch_size")) ** 2
-    return ModuleSpec(
+    spec = ModuleSpec(
         name="vision",
         kind="vit",
-        layers=layers,
+        layers=c.int("num_hidden_layers"),
         hidden=c.int("hidden_size"),
         heads=c.int("num_attention_heads"),
         ffn=c.int("intermediate_size"),
         bias=True,
         norm="layernorm",
-        activation=_ACTIVATION.get(str(c.get("hidden_act")), "gelu"),
+        activation=_ACTIVATION.get(c.text("hidden_act"), "gelu"),
         patch=c.int("patch_size"),
         image_size=c.int("image_size"),
         images=images,
@@ -146,37 +192,43 @@ def _vit(c: _Config, images: int, *, prefix: str = "", feature_layer: int = -1, 
         extra_tokens=1 if clip else 0,
         pre_norm=clip,
         patch_bias=not clip,
-        output_tokens=patches if (clip and drop_cls) else 0,
-        feature_layer=feature_layer,
-        pool_head=not clip and bool(c.get("vision_use_head", True)),
+        pool_head=not clip and c.flag("vision_use_head", True),
         frozen=frozen,
         source=f"Hugging Face config ({c.source or mtype})",
         fqn={"pre": [f"{prefix}vision_model.embeddings"], "block": f"{prefix}vision_model.encoder.layers.{{i}}",
              "post": [f"{prefix}vision_model.post_layernorm"]},
     )
+    spec = c.checked(spec, _VIT_KEYS)
+    layers = spec.layers
+    if feature_layer >= 0:  # an index into the hidden states (0: the embeddings)
+        feature_layer = feature_layer - layers - 1
+    if not -layers <= feature_layer <= -1:
+        raise ProblemError(f"selects no block of {layers}", path="vision_feature_layer", source=c.source)
+    return replace(spec, feature_layer=feature_layer, output_tokens=spec.patches_per_image if (clip and drop_cls) else 0)
 
 
 def _qwen2_vl_vision(c: _Config, image_size: int, images: int, llm_hidden: int) -> tuple[ModuleSpec, ModuleSpec]:
-    embed, merge = c.int("embed_dim"), c.int("spatial_merge_size")
+    embed, merge = c.int("embed_dim"), c.int("spatial_merge_size", minimum=1)
     patch = c.int("patch_size")
-    if image_size % (patch * merge):
-        raise ProblemError(f"image size {image_size} is not a multiple of patch x merge = {patch * merge}",
-                           path="image_size", source=c.source)
     vit = ModuleSpec(
         name="vision", kind="vit", layers=c.int("depth"), hidden=embed, heads=c.int("num_heads"),
         ffn=embed * c.int("mlp_ratio"), bias=True, fused_qkv=True, norm="layernorm",
-        activation=_ACTIVATION.get(str(c.get("hidden_act")), "gelu"), patch=patch, image_size=image_size,
+        activation=_ACTIVATION.get(c.text("hidden_act"), "gelu"), patch=patch, image_size=image_size,
         images=images, channels=c.int("in_channels", c.int("in_chans", 3)), temporal_patch=c.int("temporal_patch_size"),
         pos_embed="none", final_norm=False, patch_bias=False,
         source=f"Hugging Face config ({c.source or 'qwen2_vl'})",
         fqn={"pre": ["visual.patch_embed"], "block": "visual.blocks.{i}"},
     )
+    vit = c.checked(vit, _QWEN2_VL_VIT_KEYS, (*_ARGUMENTS, "image_size"))
+    if image_size % (patch * merge):
+        raise ProblemError(f"image size {image_size} is not a multiple of patch x merge = {patch * merge}",
+                           path="image_size", source=c.source)
     tokens = images * (image_size // patch // merge) ** 2
     merged = embed * merge * merge
     merger = ModuleSpec(name="projector", kind="projector", pre_norm_dim=embed, in_dim=merged,
                         dims=(merged, c.int("hidden_size", llm_hidden)), tokens=tokens,
                         source=f"Hugging Face config ({c.source or 'qwen2_vl'})", fqn={"pre": ["visual.merger"]})
-    return vit, merger
+    return vit, c.checked(merger, {"in_dim": "embed_dim", "pre_norm_dim": "embed_dim", "dims": "hidden_size"})
 
 
 def model_from_hf_config(
@@ -213,7 +265,11 @@ def model_from_hf_config(
         layer = config.get("vision_feature_layer", -2)
         if not isinstance(layer, int) or isinstance(layer, bool):
             raise ProblemError(f"only one feature layer is supported, got {layer!r}", path="vision_feature_layer", source=source)
-        drop_cls = config.get("vision_feature_select_strategy", "default") == "default"
+        strategy = root.text("vision_feature_select_strategy", "default")
+        if strategy not in ("default", "full"):
+            raise ProblemError(f"must be default or full, got {strategy!r}", path="vision_feature_select_strategy",
+                               source=source)
+        drop_cls = strategy == "default"
         vit = _vit(vc, images, prefix="vision_tower.", feature_layer=layer, drop_cls=drop_cls, frozen=True)
         vit = replace(vit, pool_head=False)  # LLaVA takes hidden states: a SigLIP head would not run
         llm = _llm(tc, text_tokens, prefix="language_model.")
@@ -229,7 +285,7 @@ def model_from_hf_config(
         proj = ModuleSpec(name="projector", kind="projector", in_dim=vit.hidden, dims=(root.int("projection_dim", llm.hidden),),
                           tokens=images * vit.patches_per_image, source=f"Hugging Face config ({source or mtype})",
                           fqn={"pre": ["multi_modal_projector"]})
-        modules = (replace(vit, pool_head=False), proj, llm)
+        modules = (replace(vit, pool_head=False), root.checked(proj, {"dims": "projection_dim"}), llm)
     elif mtype == "qwen2_vl":
         # the text fields: under text_config (transformers 5), or at the top level (older versions)
         text = _Config(config["text_config"], "qwen2", "text_config", source) if "text_config" in config else _Config(config, "qwen2", "", source)
@@ -239,5 +295,20 @@ def model_from_hf_config(
     else:
         raise ProblemError(f"unsupported model_type {mtype!r} (supported: {', '.join(sorted(HF_TYPES))})",
                            path="model_type", source=source)
-    return ModelSpec(name=name, modules=modules, title=title, source=source)
+    # every module passed its own checks: what is left is how they fit together
+    return checked_model(ModelSpec(name=name, modules=modules, title=title, source=source), source)
+
+
+def checked_model(model: ModelSpec, source: str | None) -> ModelSpec:
+    """``model`` if :func:`.checks.model_problem` finds nothing wrong, else the error at ``MODULE.FIELD``.
+
+    The importers of this module name the document's keys module by module
+    (:meth:`_Config.checked`); this is the net under every family's import.
+    """
+    found = model_problem(model)
+    if found is not None:
+        index, field, reason = found
+        path = field if field in _ARGUMENTS or index is None else ".".join(filter(None, (model.modules[index].name, field)))
+        raise ProblemError(reason, path=path, source=source)
+    return model
 

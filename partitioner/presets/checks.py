@@ -1,0 +1,305 @@
+"""What a model or a cluster must satisfy, whichever door it comes in by.
+
+Contract: :func:`module_problem`, :func:`model_problem` and
+:func:`cluster_problem` return the first thing wrong with a spec as a
+``(field, reason)`` pair (``field`` is a :class:`~.spec.ModuleSpec` /
+:class:`~.spec.ClusterSpec` field name, ``""`` for the module as a whole),
+or ``None``; they never raise and never divide before the divisors are
+known to be positive. Each door names the field its own way: the YAML
+presets as ``modules[i].heads`` (:mod:`.files`), Hugging Face
+``config.json`` files by their own keys, e.g.
+``text_config.num_attention_heads`` (:mod:`.hf`), and spec objects given
+to the API as ``modules[i].heads`` (:func:`check_model`,
+:func:`check_cluster`). The ranges are the named constants of
+:mod:`partitioner.core.limits`, which says why each is what it is.
+
+What is checked, per module kind (the fields :class:`~.spec.ModuleSpec`
+documents):
+
+* every integer field is an integer (not a bool) within its range
+  (:data:`FIELD_RANGES`), the flags are bools, the choices among theirs;
+* a transformer (``vit``, ``llm``, ``action_expert``, ``action_head``) has
+  positive ``layers``, ``hidden``, ``heads`` and ``ffn``; ``hidden`` is a
+  multiple of ``heads`` unless ``head_dim`` is given (Gemma's 16 heads of
+  256 on a 3072-wide model [1]_); ``kv_heads`` is at most ``heads`` and
+  divides them (grouped-query attention [2]_); ``heads x head_dim`` is at
+  most :data:`~partitioner.core.limits.MAX_WIDTH`;
+* a ``vit``'s patch is no larger than its image, its feature layer names
+  one of its blocks, a video clip holds whole temporal patches, and its
+  tokens per sample are at most :data:`~partitioner.core.limits.MAX_TOKENS`;
+* a ``projector`` has a positive input width, 1 to
+  :data:`~partitioner.core.limits.MAX_PROJECTOR_DEPTH` positive widths and
+  positive tokens; an ``llm`` a positive vocabulary; an action expert or
+  head positive tokens and action width (a head also a conditioning width);
+* a module has at most :data:`~partitioner.core.limits.MAX_PARAMS` parameters;
+* a model has 1 to :data:`~partitioner.core.limits.MAX_MODULES` modules with
+  unique names, at most one ``llm``, an action expert only beside an
+  ``llm`` of as many layers, and at most
+  :data:`~partitioner.core.limits.MAX_TOKENS` tokens per sample in its ``llm``;
+* a cluster has 1 to :data:`~partitioner.core.limits.MAX_GPUS_PER_NODE` GPUs per
+  node, 1 to :data:`~partitioner.core.limits.MAX_BYTES` bytes per GPU, a peak in
+  [:data:`~partitioner.core.limits.MIN_TFLOPS`,
+  :data:`~partitioner.core.limits.MAX_TFLOPS`] and bandwidths in
+  [:data:`~partitioner.core.limits.MIN_GBPS`, :data:`~partitioner.core.limits.MAX_GBPS`].
+
+References
+----------
+.. [1] Gemma Team, "Gemma: Open Models Based on Gemini Research and
+   Technology", arXiv:2403.08295 (2024), Table 1.
+.. [2] J. Ainslie et al., "GQA: Training Generalized Multi-Query Transformer
+   Models from Multi-Head Checkpoints", EMNLP 2023, arXiv:2305.13245.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import fields
+from typing import Any
+
+from ..core.limits import (
+    MAX_BYTES,
+    MAX_CHANNELS,
+    MAX_GBPS,
+    MAX_GPUS_PER_NODE,
+    MAX_IMAGE_SIZE,
+    MAX_IMAGES,
+    MAX_MODULE_LAYERS,
+    MAX_MODULES,
+    MAX_PARAMS,
+    MAX_PASSES,
+    MAX_PROJECTOR_DEPTH,
+    MAX_TFLOPS,
+    MAX_TOKENS,
+    MAX_VOCAB,
+    MAX_WIDTH,
+    MIN_GBPS,
+    MIN_TFLOPS,
+)
+from ..problem import ProblemError
+from .spec import MODULE_KINDS, ClusterSpec, ModelSpec, ModuleSpec, module_params
+
+__all__ = [
+    "FIELD_RANGES",
+    "BOOL_FIELDS",
+    "CHOICES",
+    "TRANSFORMER_KINDS",
+    "field_problem",
+    "module_problem",
+    "model_problem",
+    "cluster_problem",
+    "check_model",
+    "check_cluster",
+]
+
+# (least, greatest) of every integer field of ModuleSpec; a field a kind needs is also checked >= 1 (_NEEDED)
+FIELD_RANGES: dict[str, tuple[int, int]] = {
+    "layers": (1, MAX_MODULE_LAYERS),
+    "hidden": (0, MAX_WIDTH),
+    "heads": (1, MAX_WIDTH),
+    "kv_heads": (0, MAX_WIDTH),  # 0: as many as heads
+    "head_dim": (0, MAX_WIDTH),  # 0: hidden / heads
+    "ffn": (0, MAX_WIDTH),
+    "patch": (1, MAX_IMAGE_SIZE),
+    "image_size": (1, MAX_IMAGE_SIZE),
+    "images": (1, MAX_IMAGES),
+    "channels": (1, MAX_CHANNELS),
+    "temporal_patch": (1, MAX_IMAGES),
+    "frames": (1, MAX_IMAGES),
+    "extra_tokens": (0, MAX_TOKENS),
+    "output_tokens": (0, MAX_TOKENS),
+    "pos_tokens": (0, MAX_TOKENS),
+    "feature_layer": (-MAX_MODULE_LAYERS, -1),
+    "in_dim": (0, MAX_WIDTH),
+    "tokens": (0, MAX_TOKENS),
+    "pre_norm_dim": (0, MAX_WIDTH),
+    "vocab": (0, MAX_VOCAB),
+    "text_tokens": (0, MAX_TOKENS),
+    "action_dim": (0, MAX_WIDTH),
+    "state_dim": (0, MAX_WIDTH),
+    "cond_tokens": (0, MAX_TOKENS),
+    "cond_dim": (0, MAX_WIDTH),
+    "passes": (1, MAX_PASSES),
+}
+BOOL_FIELDS = frozenset({"gated", "bias", "qkv_bias", "patch_bias", "pool_head", "layerscale", "qk_norm", "dropout",
+                         "fused_qkv", "final_norm", "pre_norm", "tie_embeddings", "lm_head", "frozen"})
+_MAYBE_NONE = frozenset({"qkv_bias", "patch_bias"})  # None: as ``bias``
+CHOICES: dict[str, tuple[str, ...]] = {
+    "activation": ("gelu", "gelu_tanh", "silu", "quick_gelu"),
+    "norm": ("layernorm", "rmsnorm"),
+    "pos_embed": ("learned", "none"),
+    "attention": ("causal", "prefix", "bidirectional"),
+}
+TRANSFORMER_KINDS = ("vit", "llm", "action_expert", "action_head")
+# fields a kind needs positive (beyond FIELD_RANGES' least values)
+_NEEDED: dict[str, tuple[str, ...]] = {
+    "vit": ("hidden", "ffn"),
+    "projector": ("in_dim", "tokens"),
+    "llm": ("hidden", "ffn", "vocab"),
+    "action_expert": ("hidden", "ffn", "tokens", "action_dim"),
+    "action_head": ("hidden", "ffn", "tokens", "action_dim", "cond_dim"),
+}
+_STRING_FIELDS = ("name", "kind", "source")
+_SPEC_FIELDS = tuple(f.name for f in fields(ModuleSpec))
+
+Problem = tuple[str, str]  # (field, reason)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def field_problem(name: str, value: Any, kind: str) -> str | None:
+    """Why ``value`` cannot be field ``name`` of a module of ``kind`` (its type and range), or None.
+
+    A field the kind needs (``_NEEDED``) must be at least 1.
+    """
+    if name == "dims":
+        if not isinstance(value, tuple) or not 1 <= len(value) <= MAX_PROJECTOR_DEPTH:
+            return f"must be a list of 1..{MAX_PROJECTOR_DEPTH} widths, got {value!r}"
+        for d in value:
+            if not _is_int(d) or not 1 <= d <= MAX_WIDTH:
+                return f"every width must be an integer in 1..{MAX_WIDTH}, got {d!r}"
+    elif name in FIELD_RANGES:
+        lo, hi = FIELD_RANGES[name]
+        lo = max(lo, 1) if name in _NEEDED.get(kind, ()) else lo
+        if not _is_int(value):
+            return f"must be an integer, got {value!r}"
+        if not lo <= value <= hi:
+            return f"must be in {lo}..{hi}, got {value}"
+    elif name in BOOL_FIELDS:
+        if not isinstance(value, bool) and not (value is None and name in _MAYBE_NONE):
+            return f"must be true or false, got {value!r}"
+    elif name in CHOICES:
+        if value not in CHOICES[name]:
+            return f"must be one of {', '.join(CHOICES[name])}, got {value!r}"
+    elif name in _STRING_FIELDS:
+        if not isinstance(value, str):
+            return f"must be a string, got {value!r}"
+    return None
+
+
+def _attention_problem(spec: ModuleSpec) -> Problem | None:
+    """Heads, KV heads and head width of a transformer module (fields already in range)."""
+    if not spec.head_dim and spec.hidden % spec.heads:
+        return "heads", f"hidden {spec.hidden} is not divisible by heads {spec.heads} (give head_dim)"
+    if spec.kv_heads > spec.heads:
+        return "kv_heads", f"{spec.kv_heads} key-value heads are more than the {spec.heads} attention heads"
+    if spec.heads % spec.n_kv_heads:
+        return "kv_heads", f"the {spec.heads} attention heads are not a multiple of the {spec.n_kv_heads} key-value heads"
+    if spec.attn_dim > MAX_WIDTH:
+        return "heads", f"heads x head_dim = {spec.attn_dim} is more than {MAX_WIDTH}"
+    return None
+
+
+def _vit_problem(spec: ModuleSpec) -> Problem | None:
+    """Image, patch, video and feature-layer relations of a vision encoder (fields already in range)."""
+    if spec.patch > spec.image_size:
+        return "patch", f"patch {spec.patch} is larger than the image ({spec.image_size} px)"
+    if -spec.feature_layer > spec.layers:
+        return "feature_layer", f"{spec.feature_layer} is before the first of {spec.layers} blocks"
+    if spec.frames > 1 and spec.frames % spec.temporal_patch:
+        return "frames", f"frames {spec.frames} is not a multiple of temporal_patch {spec.temporal_patch}"
+    per_sample = spec.images * spec.tokens_per_image
+    if per_sample > MAX_TOKENS:
+        return "image_size", (f"{spec.images} image(s) of {spec.tokens_per_image} tokens make {per_sample} tokens "
+                              f"per sample, more than {MAX_TOKENS}")
+    return None
+
+
+def module_problem(spec: ModuleSpec) -> Problem | None:
+    """The first thing wrong with one module, as ``(field, reason)``, or None (see the module docstring)."""
+    if spec.kind not in MODULE_KINDS:
+        return "kind", f"must be one of {', '.join(MODULE_KINDS)}, got {spec.kind!r}"
+    for name in _SPEC_FIELDS:
+        if name == "dims" and spec.kind != "projector":
+            continue
+        why = field_problem(name, getattr(spec, name), spec.kind)
+        if why is not None:
+            return name, why
+    if spec.kind != "projector":
+        found = _attention_problem(spec) or (_vit_problem(spec) if spec.kind == "vit" else None)
+        if found is not None:
+            return found
+    params = module_params(spec)
+    if params > MAX_PARAMS:
+        return "", f"{params:.3g} parameters, more than {MAX_PARAMS:.3g} (2^44) in one module"
+    return None
+
+
+def model_problem(model: ModelSpec) -> tuple[int | None, str, str] | None:
+    """The first thing wrong with a model, as ``(module index or None, field, reason)``, or None.
+
+    ``None`` as the index means the model's field ``field`` (``modules``).
+    """
+    modules = model.modules
+    if not isinstance(modules, tuple) or not 1 <= len(modules) <= MAX_MODULES:
+        count = len(modules) if isinstance(modules, (tuple, list)) else modules
+        return None, "modules", f"must hold 1..{MAX_MODULES} modules, got {count!r}"
+    for i, m in enumerate(modules):
+        if not isinstance(m, ModuleSpec):
+            return i, "", f"must be a ModuleSpec, got {type(m).__name__}"
+        found = module_problem(m)
+        if found is not None:
+            return (i, *found)
+    names = [m.name for m in modules]
+    if len(set(names)) != len(names):
+        return None, "modules", "module names must be unique"
+    llms = [i for i, m in enumerate(modules) if m.kind == "llm"]
+    if len(llms) > 1:
+        return None, "modules", "at most one llm module"
+    for i, m in enumerate(modules):
+        if m.kind == "action_expert" and (not llms or modules[llms[0]].layers != m.layers):
+            return i, "layers", ("an action expert shares attention with the llm at every layer: "
+                                 "it needs an llm with the same layer count")
+    if llms and model.llm_tokens > MAX_TOKENS:
+        return llms[0], "text_tokens", (f"{model.image_tokens} image tokens + {model.llm.text_tokens} text tokens "
+                                        f"make {model.llm_tokens} tokens per sample, more than {MAX_TOKENS}")
+    return None
+
+
+def _number_problem(value: Any, lo: float, hi: float, integer: bool) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not _is_int(value)):
+        return f"must be {'an integer' if integer else 'a number'}, got {value!r}"
+    if not (math.isfinite(value) and lo <= value <= hi):
+        return f"must be in {lo:g}..{hi:g}, got {value!r}"
+    return None
+
+
+def cluster_problem(cluster: ClusterSpec) -> Problem | None:
+    """The first thing wrong with a cluster spec, as ``(field, reason)``, or None."""
+    bounds = (
+        ("gpus_per_node", 1, MAX_GPUS_PER_NODE, True),
+        ("gpu_memory_bytes", 1, MAX_BYTES, True),
+        ("peak_tflops", MIN_TFLOPS, MAX_TFLOPS, False),
+        ("intra_node_GBps", MIN_GBPS, MAX_GBPS, False),
+        ("inter_node_GBps", MIN_GBPS, MAX_GBPS, False),
+    )
+    for name, lo, hi, integer in bounds:
+        why = _number_problem(getattr(cluster, name), lo, hi, integer)
+        if why is not None:
+            return name, why
+    for name in ("name", "gpu", "title"):
+        if not isinstance(getattr(cluster, name), str):
+            return name, f"must be a string, got {getattr(cluster, name)!r}"
+    return None
+
+
+def check_model(model: ModelSpec, *, source: str | None = None) -> ModelSpec:
+    """``model`` itself, or a :class:`ProblemError` naming ``modules[i].field`` (the API door)."""
+    if not isinstance(model, ModelSpec):
+        raise ProblemError(f"must be a ModelSpec, got {type(model).__name__}", path="model", source=source)
+    found = model_problem(model)
+    if found is not None:
+        index, name, reason = found
+        path = name if index is None else ".".join(filter(None, (f"modules[{index}]", name)))
+        raise ProblemError(reason, path=path, source=source or model.source)
+    return model
+
+
+def check_cluster(cluster: ClusterSpec, *, source: str | None = None) -> ClusterSpec:
+    """``cluster`` itself, or a :class:`ProblemError` naming the field."""
+    if not isinstance(cluster, ClusterSpec):
+        raise ProblemError(f"must be a ClusterSpec, got {type(cluster).__name__}", path="cluster", source=source)
+    found = cluster_problem(cluster)
+    if found is not None:
+        raise ProblemError(found[1], path=found[0], source=source or cluster.source)
+    return cluster
