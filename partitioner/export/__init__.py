@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 
 from ..plan import Plan, SolveResult
 from ..problem import Problem, ProblemError
-from .common import Export, hints_from_problem, placement_note, schedule_of, stage_views
+from .common import Export, MoeHints, hints_from_problem, moe_hints, placement_note, schedule_of, stage_views
 from .deepspeed import export_deepspeed
 from .megatron import export_megatron, megatron_layout, mimo_grid, parse_megatron_layout
 from .torchtitan import export_torchtitan, torchtitan_names
@@ -42,6 +42,8 @@ __all__ = [
     "mimo_grid",
     "torchtitan_names",
     "hints_from_problem",
+    "replan_hint",
+    "MoeHints",
 ]
 
 TARGETS = ("megatron", "torchtitan", "deepspeed")
@@ -60,22 +62,67 @@ def export_plan(plan: Plan, hints: Sequence[Mapping[str, Any]], target: str, **c
     True), ``schedule`` and ``virtual_stages`` (the plan's pipeline schedule;
     under ``interleaved`` the plan's stages are its P·v chunks) and
     ``torchtitan_base`` (the ``config_registry`` function the torchtitan
-    snippet starts from).
+    snippet starts from), ``moe`` (:class:`MoeHints` of a MoE language
+    model), ``cp_algorithm`` (the context-parallel attention the plan was
+    costed with), ``by_schedule`` (``plan``'s schedule table) and ``plan_args``
+    (the ``plan`` arguments, for the re-plan command a schedule refusal shows).
+
+    Every knob of the plan (each segment's ZeRO stage and recompute, its
+    variant) goes into the settings, or the export is not expressible and
+    says which knob the target cannot set.
     """
     if target not in _EXPORTERS:
         raise ProblemError(f"unknown export target {target!r} (targets: {', '.join(TARGETS)})", path="--to")
     stages = stage_views(plan, hints)
     exported = _EXPORTERS[target](stages, dict(context))
-    variants = sorted({(s.index, g.variant) for s in stages for g in s.segments if g.variant})
-    if variants and exported.expressible:
-        note = ("the plan's variants (" + ", ".join(f"stage {i}: {v}" for i, v in variants)
-                + ") are memory options (ZeRO stage, recompute) the export does not set: set the framework's matching options")
-        exported = replace(exported, notes=(*exported.notes, note))
     schedule, v = schedule_of(context)
+    if not exported.expressible and schedule not in TARGET_SCHEDULES[target]:
+        exported = replace(exported, reasons=(*exported.reasons, replan_hint(target, schedule, context)))
     where = placement_note(stages[: len(stages) // v] if schedule == "interleaved" and len(stages) % v == 0 else stages)
     if where and exported.expressible and exported.settings.get("path") != "mimo":
         exported = replace(exported, notes=(*exported.notes, where))
     return exported
+
+
+def _plan_context(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """What a ``plan`` result adds to the export context: MoE hints, CP algorithm, schedule table, plan arguments."""
+    out: dict[str, Any] = {}
+    hint_doc = doc.get("export_hints")
+    if isinstance(hint_doc, Mapping):
+        out["moe"] = moe_hints(hint_doc.get("moe"))
+        if isinstance(hint_doc.get("cp_algorithm"), str):
+            out["cp_algorithm"] = hint_doc["cp_algorithm"]
+    table = doc.get("schedules")
+    if isinstance(table, Mapping) and isinstance(table.get("by_schedule"), list):
+        out["by_schedule"] = table["by_schedule"]
+    args = {k: doc.get(k) for k in ("model", "cluster", "nodes", "global_batch")}
+    if all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in args.values()):
+        out["plan_args"] = args
+    return out
+
+
+def replan_hint(target: str, schedule: str, context: Mapping[str, Any]) -> str:
+    """What to run instead of a plan kept under a schedule ``target`` lacks: ``plan`` pinned to one it runs.
+
+    Names the target's fastest schedule in the plan's own schedule table
+    (``by_schedule``, simulated iteration of its best plan or baseline) when
+    the table has one, else the target's first schedule; and the ``plan``
+    command with the plan's arguments when they are known.
+    """
+    runs = TARGET_SCHEDULES[target]
+    rows = [(r["iteration_ms"], e["schedule"], e.get("virtual_stages") or 1)
+            for e in context.get("by_schedule") or () if isinstance(e, Mapping) and e.get("schedule") in runs
+            for r in (e.get("plan"), e.get("baseline")) if isinstance(r, Mapping) and isinstance(r.get("iteration_ms"), (int, float))]
+    if rows:
+        ms, best, v = min(rows)
+        pin = f"--schedule {best}" + (f" --virtual-stages {v}" if best == "interleaved" else "")
+        why = f"{best}{f' (v = {v})' if best == 'interleaved' else ''} is {target}'s fastest schedule in this plan's table ({ms:.1f} ms simulated)"
+    else:
+        pin, why = f"--schedule {runs[0]}", f"{target} runs {', '.join(runs)}"
+    args = context.get("plan_args")
+    cmd = ("partitioner plan --model {model} --cluster {cluster} --nodes {nodes} --global-batch {global_batch} ".format(**args)
+           + pin + " [your other plan options] --json > plan.json") if args else f"partitioner plan ... {pin} --json > plan.json"
+    return f"to export to {target}, plan again pinned to a schedule it runs: `{cmd}` ({why}; the plan kept {schedule})"
 
 
 def export_result(result: SolveResult | Mapping[str, Any], target: str, problem: Problem | None = None) -> Export:
@@ -97,8 +144,9 @@ def export_result(result: SolveResult | Mapping[str, Any], target: str, problem:
     context: dict[str, Any] = {}
     if problem is not None:
         hints = hints_from_problem(problem)
+        context = _plan_context(doc)
         meta = problem.meta or {}
-        context = {"global_batch": meta.get("global_batch"), "microbatches": problem.microbatches}
+        context.update(global_batch=meta.get("global_batch"), microbatches=problem.microbatches)
         training = getattr(problem, "training", None)
         if getattr(training, "schedule", None):
             context.update(schedule=training.schedule, virtual_stages=training.virtual_stages)
@@ -112,6 +160,7 @@ def export_result(result: SolveResult | Mapping[str, Any], target: str, problem:
         hints = hint_doc["layers"]
         gb, m = doc.get("global_batch"), doc.get("microbatches")
         context = {"global_batch": gb if isinstance(gb, int) else None, "microbatches": m if isinstance(m, int) else None}
+        context.update(_plan_context(doc))
         sched = doc.get("schedule")  # written by `partitioner plan`: {"schedule", "virtual_stages"}
         if isinstance(sched, Mapping) and isinstance(sched.get("schedule"), str):
             context.update(schedule=sched["schedule"], virtual_stages=sched.get("virtual_stages", 1))

@@ -18,11 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from ..costs.variants import parse_variant
 from ..plan import Plan
+from ..presets import is_moe_layer
 from ..problem import Problem, ProblemError
 
-__all__ = ["Export", "StageView", "Segment", "hints_from_problem", "stage_views", "per_replica_microbatch", "placement_note",
-           "layout_reasons", "LLM_ROLES", "schedule_of", "chunk_reasons"]
+__all__ = ["Export", "StageView", "Segment", "SegmentKnobs", "MoeHints", "hints_from_problem", "moe_hints", "stage_views",
+           "per_replica_microbatch", "placement_note", "layout_reasons", "LLM_ROLES", "schedule_of", "chunk_reasons",
+           "segment_knobs", "moe_export_hints", "one_zero", "one_recompute", "not_expressible_text"]
 
 LLM_ROLES = ("embedding", "decoder", "loss")
 
@@ -67,13 +70,31 @@ class Export:
 
 @dataclass(frozen=True)
 class Segment:
-    """Layers ``first..last`` (plan indices) of one stage, run in layout (dp, tp)."""
+    """Layers ``first..last`` (plan indices) of one stage, run in layout (dp, tp, cp, ep, etp) with memory knobs ``variant``.
+
+    ``cp``, ``ep`` and ``etp`` are format v3's axes (1 when the plan has none).
+    """
 
     first: int
     last: int
     dp: int
     tp: int
     variant: str = ""
+    cp: int = 1
+    ep: int = 1
+    etp: int = 1
+
+    @property
+    def shape(self) -> tuple[int, int, int, int, int]:
+        """``(dp, tp, cp, ep, etp)``: what a framework's mesh must match (not the knobs)."""
+        return (self.dp, self.tp, self.cp, self.ep, self.etp)
+
+
+def describe_shape(shape: tuple[int, ...]) -> str:
+    """``dp 8 x tp 2`` and, when not 1, ``x cp C``, ``ep E``, ``etp F``."""
+    dp, tp, cp, ep, etp = (tuple(shape) + (1, 1, 1))[:5]
+    text = f"dp {dp} x tp {tp}" + (f" x cp {cp}" if cp != 1 else "")
+    return text + (f", ep {ep}" if ep != 1 else "") + (f", etp {etp}" if etp != 1 else "")
 
 
 @dataclass(frozen=True)
@@ -95,8 +116,9 @@ class StageView:
         return self.roles.count(role)
 
     @property
-    def layouts(self) -> set[tuple[int, int]]:
-        return {(s.dp, s.tp) for s in self.segments}
+    def layouts(self) -> set[tuple[int, int, int, int, int]]:
+        """The ``(dp, tp, cp, ep, etp)`` shapes of the stage's segments."""
+        return {s.shape for s in self.segments}
 
     @property
     def uniform(self) -> bool:
@@ -112,6 +134,22 @@ class StageView:
         return self.segments[0].tp
 
     @property
+    def cp(self) -> int:
+        return self.segments[0].cp
+
+    @property
+    def ep(self) -> int:
+        return self.segments[0].ep
+
+    @property
+    def etp(self) -> int:
+        return self.segments[0].etp
+
+    def segment_roles(self, seg: Segment) -> tuple[str, ...]:
+        """The roles of the layers of ``seg`` (one of this stage's segments)."""
+        return self.roles[seg.first - self.first : seg.last - self.first + 1]
+
+    @property
     def is_llm(self) -> bool:
         return any(r in LLM_ROLES for r in self.roles)
 
@@ -125,8 +163,8 @@ class StageView:
 
     def describe_layouts(self) -> str:
         if self.uniform:
-            return f"dp {self.dp} x tp {self.tp}"
-        return " then ".join(f"dp {s.dp} x tp {s.tp} (layers {s.first}-{s.last})" for s in self.segments)
+            return describe_shape(self.segments[0].shape)
+        return " then ".join(f"{describe_shape(s.shape)} (layers {s.first}-{s.last})" for s in self.segments)
 
 
 def _guess_role(name: str, module: str) -> str:
@@ -169,13 +207,19 @@ def _segments(index: int, stage: Any, modules: Sequence[str]) -> tuple[Segment, 
     """A stage's segments: its ``configs`` (v2, one per module run) or its one (dp, tp)."""
     configs = getattr(stage, "configs", None)
     if not configs:
-        return (Segment(stage.first_layer, stage.last_layer, stage.dp, stage.tp, getattr(stage, "variant", "") or ""),)
+        return (Segment(stage.first_layer, stage.last_layer, stage.dp, stage.tp, getattr(stage, "variant", "") or "",
+                        *_axes(stage)),)
     runs = _module_runs(modules, stage.first_layer)
     if len(runs) != len(configs):
         raise ProblemError(
             f"stage {index} has {len(configs)} configs but its layers form {len(runs)} module segments", path=f"plan.stages[{index}].configs"
         )
-    return tuple(Segment(a, b, c.dp, c.tp, getattr(c, "variant", "") or "") for (a, b), c in zip(runs, configs))
+    return tuple(Segment(a, b, c.dp, c.tp, getattr(c, "variant", "") or "", *_axes(c)) for (a, b), c in zip(runs, configs))
+
+
+def _axes(config: Any) -> tuple[int, int, int]:
+    """``(cp, ep, etp)`` of a stage or config: format v3's axes, 1 when absent (plans of formats v1 and v2)."""
+    return tuple(int(getattr(config, axis, 1) or 1) for axis in ("cp", "ep", "etp"))  # type: ignore[return-value]
 
 
 def stage_views(plan: Plan, hints: Sequence[Mapping[str, Any]]) -> list[StageView]:
@@ -267,3 +311,150 @@ def chunk_reasons(stages: Sequence[StageView], v: int) -> list[str]:
     if wrong:
         return [f"chunk(s) {wrong} do not run on the GPUs of their group (chunk c runs on group c mod {P})"]
     return []
+
+
+# --------------------------------------------------------------------------- memory knobs
+
+
+@dataclass(frozen=True)
+class SegmentKnobs:
+    """The memory knobs of one stage segment: ZeRO stage and recompute (the cost model's variant, parsed)."""
+
+    stage: int
+    first: int
+    last: int
+    dp: int
+    zero: int
+    recompute: str
+    roles: tuple[str, ...]
+
+    @property
+    def decoder(self) -> bool:
+        """Whether the segment holds language-model decoder layers (what the frameworks' recompute wraps)."""
+        return "decoder" in self.roles
+
+    def where(self) -> str:
+        return f"stage {self.stage} (layers {self.first}-{self.last})"
+
+
+def segment_knobs(stages: Sequence[StageView]) -> tuple[list[SegmentKnobs], list[str]]:
+    """Every segment's knobs, and the reasons some variant names no knob setting of the cost model.
+
+    A variant is opaque to the solvers (DESIGN.md, format v2); the export
+    reads it as the cost model writes it (``zero1``, ``zero3``,
+    ``recompute-selective``, ``recompute-full`` and ``+`` joins,
+    :mod:`partitioner.costs.variants`). Any other name cannot be turned
+    into a framework option, so the export cannot run the plan exactly.
+    """
+    out: list[SegmentKnobs] = []
+    reasons: list[str] = []
+    for s in stages:
+        for g in s.segments:
+            try:
+                k = parse_variant(g.variant)
+            except ValueError as err:
+                reasons.append(f"stage {s.index} (layers {g.first}-{g.last}): {err}; the export cannot tell which "
+                               "framework options it stands for")
+                continue
+            out.append(SegmentKnobs(s.index, g.first, g.last, g.dp, k.zero, k.recompute, s.segment_roles(g)))
+    return out, reasons
+
+
+def _mixed(knobs: Sequence[SegmentKnobs], value: Any, label: Any) -> str:
+    groups: dict[Any, list[str]] = {}
+    for k in knobs:
+        groups.setdefault(value(k), []).append(k.where())
+    return ", ".join(f"{label(v)} on " + ", ".join(w) for v, w in groups.items())
+
+
+def one_zero(knobs: Sequence[SegmentKnobs], rule: str) -> tuple[int, list[str], list[str]]:
+    """The plan's one ZeRO stage over the segments with dp > 1 (0 when none shards): ``(stage, notes, reasons)``.
+
+    At dp = 1 ZeRO shards nothing (the cost model has no ZeRO variant there),
+    so those segments agree with any stage. ZeRO-0 next to ZeRO-1 gives
+    ZeRO-1 everywhere, with a note: sharding the optimizer states only lowers
+    memory at the same traffic per step (reduce-scatter + all-gather moves
+    what the all-reduce moves), and where ZeRO-1 saves nothing -- frozen
+    weights have no optimizer states -- the planner keeps ZeRO-0 as the tie.
+    ZeRO-3 next to another stage has no single setting: the reasons say so.
+    """
+    sharded = [k for k in knobs if k.dp > 1]
+    stages = {k.zero for k in sharded}
+    if stages == {0, 1}:
+        where = ", ".join(k.where() for k in sharded if k.zero == 0)
+        return 1, [f"ZeRO-1 also on {where}, planned with ZeRO-0 (equal there, or frozen weights): sharding the optimizer "
+                   "states there only lowers memory, at the same traffic per step"], []
+    if len(stages) > 1:
+        return 0, [], ["the plan mixes ZeRO stages (" + _mixed(sharded, lambda k: k.zero, lambda z: f"ZeRO-{z}") + "): " + rule]
+    return (next(iter(stages)) if stages else 0), [], []
+
+
+def one_recompute(knobs: Sequence[SegmentKnobs], rule: str) -> tuple[str, list[str]]:
+    """The plan's one recompute setting over ``knobs``, or why there is none."""
+    settings = {k.recompute for k in knobs}
+    if len(settings) > 1:
+        return "none", ["the plan mixes recompute settings (" + _mixed(knobs, lambda k: k.recompute, lambda r: f"recompute {r}")
+                        + "): " + rule]
+    return (next(iter(settings)) if settings else "none"), []
+
+
+# --------------------------------------------------------------------------- mixture of experts
+
+
+@dataclass(frozen=True)
+class MoeHints:
+    """The language model's mixture of experts, as the exports need it.
+
+    ``moe_layers`` says, per decoder layer of the language model, whether it
+    has routed experts (the others have the dense MLP); ``shared_ffn`` is
+    the width of the shared experts together (0: none).
+    """
+
+    num_experts: int
+    top_k: int
+    ffn_hidden: int
+    shared_ffn: int = 0
+    moe_layers: tuple[bool, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"num_experts": self.num_experts, "top_k": self.top_k, "ffn_hidden": self.ffn_hidden,
+                "shared_ffn": self.shared_ffn, "moe_layers": [int(b) for b in self.moe_layers]}
+
+
+def moe_hints(doc: Any) -> MoeHints | None:
+    """The :class:`MoeHints` of an ``export_hints["moe"]`` object, None when absent; ProblemError when malformed."""
+    if doc is None:
+        return None
+    if not isinstance(doc, Mapping):
+        raise ProblemError("must be an object", path="export_hints.moe")
+    fields = {}
+    for key in ("num_experts", "top_k", "ffn_hidden"):
+        value = doc.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ProblemError(f"must be a positive integer, got {value!r}", path=f"export_hints.moe.{key}")
+        fields[key] = value
+    shared = doc.get("shared_ffn", 0)
+    layers = doc.get("moe_layers", [])
+    if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
+        raise ProblemError(f"must be a non-negative integer, got {shared!r}", path="export_hints.moe.shared_ffn")
+    if not isinstance(layers, list) or any(v not in (0, 1) for v in layers):
+        raise ProblemError("must be a list of 0/1 per decoder layer", path="export_hints.moe.moe_layers")
+    return MoeHints(shared_ffn=shared, moe_layers=tuple(bool(v) for v in layers), **fields)
+
+
+def moe_export_hints(spec: Any) -> dict[str, Any] | None:
+    """``export_hints["moe"]`` of a model spec: its language model's experts (None for a dense model).
+
+    ``spec`` is a :class:`partitioner.presets.ModelSpec`; layer i of the
+    ``llm`` module is a MoE layer per :func:`partitioner.presets.is_moe_layer`.
+    """
+    llm = next((m for m in getattr(spec, "modules", ()) if m.kind == "llm" and m.experts), None)
+    if llm is None:
+        return None
+    return MoeHints(llm.experts, llm.top_k, llm.moe_ffn, llm.shared_ffn,
+                    tuple(is_moe_layer(llm, i) for i in range(llm.layers))).to_dict()
+
+
+def not_expressible_text(target: str) -> str:
+    """The snippet of an export that is not expressible."""
+    return f"# (no {target} setting expresses this plan: see the reasons above)"

@@ -8,7 +8,18 @@ every stage the same model- and data-parallel degree, so a plan whose
 stages (or segments) differ in layout is not expressible. The batch:
 ``train_micro_batch_size_per_gpu`` = global batch / (m dp) and
 ``gradient_accumulation_steps`` = m (DeepSpeed's pipeline engine runs
-that many microbatches per step). The engine runs one training schedule,
+that many microbatches per step). Knobs: ``zero_optimization.stage`` is the
+plan's ZeRO stage, 0 or 1 -- the pipeline engine refuses ZeRO-2 and ZeRO-3
+(``PipelineEngine.__init__``), so a ZeRO-3 plan is not expressible; full
+recompute is ``activation_checkpoint_interval`` = 1 (each layer keeps its
+input and replays its forward), set per stage after ``PipelineModule``'s
+own ``__init__`` (``forward`` reads it on every call), so stages may differ;
+selective recompute has no ``PipelineModule`` setting. 5D axes: a MoE
+language model's experts go to ``deepspeed.moe.layer.MoE`` with ``ep_size``
+= ep (etp must be 1, or the TP size with
+``enable_expert_tensor_parallelism``); DeepSpeed's pipeline engine has no
+context parallelism (its sequence parallelism, Ulysses, is outside the
+pipeline engine), so a plan with cp > 1 is not expressible. The engine runs one training schedule,
 ``TrainSchedule`` (1F1B): a plan made for another schedule is declared not
 expressible rather than run under 1F1B.
 
@@ -23,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .common import Export, StageView, layout_reasons, per_replica_microbatch, schedule_of
+from .common import Export, MoeHints, StageView, layout_reasons, one_zero, per_replica_microbatch, schedule_of, segment_knobs
 
 __all__ = ["export_deepspeed", "CHECKED_WITH"]
 
@@ -41,6 +52,11 @@ def export_deepspeed(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
         reasons.insert(0, f"schedule {schedule} is not expressible: DeepSpeed's PipelineEngine runs TrainSchedule (1F1B) "
                           "only; plan with --schedule 1f1b")
     b = None
+    zero, intervals, knob_notes = 0, [0] * len(stages), []
+    moe: MoeHints | None = ctx.get("moe")
+    if not reasons:
+        zero, intervals, knob_notes, knob_reasons = _knobs(stages, moe)
+        reasons += knob_reasons
     if not reasons:
         b, why = per_replica_microbatch(ctx.get("global_batch"), ctx.get("microbatches"), stages[0].dp)
         if why:
@@ -50,9 +66,13 @@ def export_deepspeed(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
         settings["stage_layouts"] = [{"stage": s.index, "layouts": s.describe_layouts()} for s in stages]
         return Export("deepspeed", settings, "# (no DeepSpeed setting expresses this plan: see the reasons above)", (), False,
                       tuple(reasons), CHECKED_WITH)
-    dp, tp = stages[0].dp, stages[0].tp
-    settings.update(model_parallel_size=tp, data_parallel_size=dp)
-    notes = [
+    dp, tp, _, ep, etp = stages[0].segments[0].shape
+    settings.update(model_parallel_size=tp, data_parallel_size=dp, activation_checkpoint_intervals=intervals,
+                    microbatches=ctx.get("microbatches"))
+    if moe is not None:
+        settings["moe"] = {"num_experts": moe.num_experts, "ep_size": ep, "k": moe.top_k,
+                           "enable_expert_tensor_parallelism": etp > 1}
+    notes = [*knob_notes,
         "PipelineModule(partition_method=...) accepts only 'parameters', 'uniform' or 'type:<regex>'; the override below "
         "sets the boundaries directly (a private method: checked with " + CHECKED_WITH + ")",
         f"the layer list must hold one LayerSpec per planned layer, in order ({len(names)}: {names[0]} .. {names[-1]})",
@@ -60,9 +80,12 @@ def export_deepspeed(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
     if tp > 1:
         notes.append(f"num_mp={tp}: DeepSpeed only builds the groups; the layers must implement tensor parallelism themselves "
                      "(e.g. Megatron-DeepSpeed)")
+    if moe is not None:
+        notes.append(f"each MoE layer: deepspeed.moe.layer.MoE(hidden_size, expert, num_experts={moe.num_experts}, "
+                     f"ep_size={ep}, k={moe.top_k}" + (", enable_expert_tensor_parallelism=True" if etp > 1 else "") + ")")
     if b is not None:
         settings["ds_config"] = {"train_batch_size": ctx["global_batch"], "train_micro_batch_size_per_gpu": b,
-                                 "gradient_accumulation_steps": ctx["microbatches"]}
+                                 "gradient_accumulation_steps": ctx["microbatches"], "zero_optimization": {"stage": zero}}
     else:
         notes.append("no global batch or microbatch count given: set train_micro_batch_size_per_gpu and "
                      "gradient_accumulation_steps (= m) in the DeepSpeed config")
@@ -71,9 +94,14 @@ def export_deepspeed(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
         "from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology",
         "",
         f"PARTS = {parts}  # stage s runs layers[PARTS[s]:PARTS[s + 1]]",
+        f"CHECKPOINT_INTERVALS = {intervals}  # per stage: 1 recomputes every layer in backward, 0 none",
         "",
         "",
         "class PlannedPipelineModule(PipelineModule):",
+        "    def __init__(self, *args, **kwargs):",
+        "        super().__init__(*args, **kwargs)",
+        "        self.activation_checkpoint_interval = CHECKPOINT_INTERVALS[self.stage_id]  # 1: full recompute",
+        "",
         "    def _partition_layers(self, method='uniform'):",
         "        stage_id = self._topo.get_coord(self.global_rank).pipe",
         "        self.parts = list(PARTS)",
@@ -86,3 +114,37 @@ def export_deepspeed(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
     if "ds_config" in settings:
         lines.append(f"ds_config = {settings['ds_config']!r}  # merge into your DeepSpeed config")
     return Export("deepspeed", settings, "\n".join(lines), tuple(notes), True, (), CHECKED_WITH)
+
+
+def _knobs(stages: list[StageView], moe: MoeHints | None) -> tuple[int, list[int], list[str], list[str]]:
+    """(ZeRO stage, activation-checkpoint interval per stage, notes, reasons) for DeepSpeed's pipeline engine."""
+    knobs, reasons = segment_knobs(stages)
+    zero, notes, zr = one_zero(knobs, "DeepSpeed has one zero_optimization.stage for the engine")
+    reasons += zr
+    if zero > 1:
+        reasons.append(f"ZeRO-{zero}: DeepSpeed's PipelineEngine refuses ZeRO-2 and ZeRO-3 (\"ZeRO-2 and ZeRO-3 are "
+                       "incompatible with pipeline parallelism\"); stages 0 and 1 only")
+    intervals = []
+    for s in stages:
+        mine = {k.recompute for k in knobs if k.stage == s.index}
+        if "selective" in mine:
+            reasons.append(f"stage {s.index}: selective recompute (the attention core) has no PipelineModule setting "
+                           "(activation_checkpoint_interval recomputes whole layers)")
+        if len(mine) > 1:
+            reasons.append(f"stage {s.index} mixes recompute settings {sorted(mine)}: activation_checkpoint_interval is "
+                           "one setting per stage's module")
+        intervals.append(1 if mine == {"full"} else 0)
+    dp, tp, cp, ep, etp = stages[0].segments[0].shape
+    if cp > 1:
+        reasons.append(f"cp {cp}: DeepSpeed's pipeline engine has no context parallelism (DeepSpeed-Ulysses sequence "
+                       "parallelism runs outside PipelineEngine)")
+    if etp not in (1, tp):
+        reasons.append(f"etp {etp}: DeepSpeed's MoE splits experts over the whole TP group or not at all "
+                       f"(enable_expert_tensor_parallelism), not over {etp} of tp {tp}")
+    if ep > 1 and moe is None:
+        reasons.append(f"the plan splits experts over ep {ep}, but its hints do not describe the model's experts")
+    elif moe is not None and moe.num_experts % ep:
+        reasons.append(f"ep {ep} does not divide the model's {moe.num_experts} experts (DeepSpeed MoE)")
+    if ep > 1 and dp % ep:
+        reasons.append(f"ep {ep} does not divide dp {dp}: DeepSpeed's expert-parallel groups split the data-parallel ranks")
+    return zero, intervals, notes, reasons

@@ -51,7 +51,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from .common import Export, StageView, chunk_reasons, layout_reasons, per_replica_microbatch, schedule_of
+from .common import (Export, MoeHints, StageView, chunk_reasons, layout_reasons, one_recompute, one_zero, per_replica_microbatch,
+                     schedule_of, segment_knobs)
 
 __all__ = ["export_megatron", "megatron_layout", "parse_megatron_layout", "mimo_grid", "CHECKED_WITH", "MEGATRON_SCHEDULES"]
 
@@ -139,7 +140,7 @@ def _split(stages: Sequence[StageView]) -> tuple[list[StageView], list[StageView
     return list(stages[:first]), list(stages[first : last + 1]), list(stages[last + 1 :])
 
 
-def _one_layout(stages: Sequence[StageView]) -> tuple[int, int] | None:
+def _one_layout(stages: Sequence[StageView]) -> tuple[int, ...] | None:
     layouts = set().union(*(s.layouts for s in stages))
     return next(iter(layouts)) if len(layouts) == 1 else None
 
@@ -163,6 +164,99 @@ def _layout_symbols(llm: Sequence[StageView]) -> tuple[list[str], list[str]]:
             "the last language-model stage"
         )
     return symbols, notes
+
+
+# --------------------------------------------------------------------------- knobs and the 5D axes
+
+# the cost model's CP algorithm -> Megatron-LM's --cp-comm-type
+CP_COMM = {"ring": "p2p", "p2p": "p2p", "ulysses": "a2a", "a2a": "a2a", "allgather": "allgather", "all-gather": "allgather"}
+
+
+def _layer_freq(moe_layers: Sequence[bool]) -> str:
+    """``--moe-layer-freq`` as Megatron-LM's Python-list expression, run-length coded: ``([0]*1+[1]*26)``."""
+    runs: list[list[int]] = []
+    for flag in moe_layers:
+        if runs and runs[-1][0] == int(flag):
+            runs[-1][1] += 1
+        else:
+            runs.append([int(flag), 1])
+    return "(" + "+".join(f"[{v}]*{n}" for v, n in runs) + ")"
+
+
+def _knob_flags(stages: Sequence[StageView], shape: tuple[int, ...], ctx: Mapping[str, Any]
+                ) -> tuple[dict[str, Any], dict[str, Any], list[str], list[str], list[str]]:
+    """(TransformerConfig fields, DistributedDataParallelConfig fields, flags, notes, reasons) of the knobs and 5D axes.
+
+    Knobs: ZeRO-1 is the distributed optimizer (optimizer states sharded
+    over dp), ZeRO-3 Megatron-FSDP with ``optim_grads_params``; recompute
+    ``selective`` is ``--recompute-granularity selective`` (the core
+    attention, Megatron's default ``recompute_modules``), ``full`` is
+    ``--recompute-granularity full --recompute-method uniform
+    --recompute-num-layers 1`` (each layer keeps its input and replays its
+    forward, as the cost model counts it). Megatron-LM sets each knob once
+    for all ranks and layers. Axes: ``--context-parallel-size`` with
+    ``--cp-comm-type``; a MoE language model gets ``--num-experts``,
+    ``--moe-router-topk``, ``--moe-ffn-hidden-size``,
+    ``--moe-token-dispatcher-type alltoall``, ``--expert-model-parallel-size``
+    and ``--expert-tensor-parallel-size`` (always written: Megatron's default
+    ETP is the TP size, the plan's default 1).
+    """
+    core: dict[str, Any] = {}
+    ddp: dict[str, Any] = {}
+    flags: list[str] = []
+    notes: list[str] = []
+    knobs, reasons = segment_knobs(stages)
+    zero, znotes, zr = one_zero(knobs, "Megatron-LM sets one optimizer sharding (--use-distributed-optimizer, or "
+                                       "Megatron-FSDP's sharding strategy) for every rank")
+    recompute, rr = one_recompute(knobs, "Megatron-LM applies one --recompute-granularity to every layer of every stage "
+                                         "(its VLM path copies the language config, recompute included, into the vision "
+                                         "encoder's)")
+    reasons += zr + rr
+    notes += znotes
+    if zero == 1:
+        ddp["use_distributed_optimizer"] = True
+        flags.append("--use-distributed-optimizer")
+    elif zero == 3:
+        ddp.update(use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params")
+        flags += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params"]
+    if recompute == "selective":
+        core["recompute_granularity"] = "selective"
+        flags.append("--recompute-granularity selective")
+    elif recompute == "full":
+        core.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+        flags += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    dp, tp, cp, ep, etp = shape
+    if cp > 1:
+        algo = str(ctx.get("cp_algorithm") or "ring")
+        if algo not in CP_COMM:
+            reasons.append(f"context parallelism with algorithm {algo!r}: Megatron-LM's --cp-comm-type offers p2p (ring), "
+                           "a2a (Ulysses), allgather and a2a+p2p")
+        else:
+            core.update(context_parallel_size=cp, cp_comm_type=CP_COMM[algo])
+            flags += [f"--context-parallel-size {cp}", f"--cp-comm-type {CP_COMM[algo]}"]
+    moe: MoeHints | None = ctx.get("moe")
+    if ep > 1 and moe is None:
+        reasons.append(f"the plan splits experts over ep {ep}, but its hints do not describe the model's experts "
+                       "(export the result of `partitioner plan`, whose export_hints carry them)")
+    if moe is not None:
+        if moe.num_experts % ep:
+            reasons.append(f"ep {ep} does not divide the model's {moe.num_experts} experts (Megatron-LM: num_moe_experts "
+                           "% expert_model_parallel_size == 0)")
+        if (dp * tp * cp) % (ep * etp):
+            reasons.append(f"ep {ep} x etp {etp} does not divide tp {tp} x cp {cp} x dp {dp} (Megatron's expert rank "
+                           "generator folds ep x etp onto the same ranks)")
+        core.update(num_moe_experts=moe.num_experts, moe_router_topk=moe.top_k, moe_ffn_hidden_size=moe.ffn_hidden,
+                    moe_token_dispatcher_type="alltoall", expert_model_parallel_size=ep, expert_tensor_parallel_size=etp)
+        flags += [f"--num-experts {moe.num_experts}", f"--moe-router-topk {moe.top_k}", f"--moe-ffn-hidden-size {moe.ffn_hidden}",
+                  "--moe-token-dispatcher-type alltoall", f"--expert-model-parallel-size {ep}",
+                  f"--expert-tensor-parallel-size {etp}"]
+        if moe.shared_ffn:
+            core["moe_shared_expert_intermediate_size"] = moe.shared_ffn
+            flags.append(f"--moe-shared-expert-intermediate-size {moe.shared_ffn}")
+        if moe.moe_layers and not all(moe.moe_layers):
+            core["moe_layer_freq"] = [int(b) for b in moe.moe_layers]
+            flags.append(f'--moe-layer-freq "{_layer_freq(moe.moe_layers)}"')
+    return core, ddp, flags, notes, reasons
 
 
 # --------------------------------------------------------------------------- Megatron-LM flags
@@ -194,11 +288,15 @@ def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[
     layout = _one_layout(llm)
     if reasons or layout is None:
         return {}, [], [], reasons
-    dp, tp = layout
+    dp, tp = layout[0], layout[1]
     b, why = per_replica_microbatch(ctx.get("global_batch"), ctx.get("microbatches"), dp)
     if why:
         return {}, [], [], [f"{why} (Megatron-LM: m = global batch / (micro-batch-size x dp))"]
+    knob_core, ddp, knob_flags, knob_notes, knob_reasons = _knob_flags(stages, layout, ctx)
+    if knob_reasons:
+        return {}, [], [], knob_reasons
     symbols, notes = _layout_symbols(llm)
+    notes += knob_notes
     text = megatron_layout(symbols)
     n_layers = sum(s.count("decoder") for s in llm)
     pp = len(llm) // v  # interleaved: the layout lists the P·v chunks, chunk c on pipeline rank c mod P
@@ -209,6 +307,7 @@ def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[
         "pipeline_model_parallel_layout": text,
         "sequence_parallel": tp > 1 and bool(ctx.get("sequence_parallel", True)),
         "bf16": True,  # the cost model's bf16 activations; Megatron-LM derives pipeline_dtype from --bf16
+        **knob_core,
     }
     if v > 1:
         core["virtual_pipeline_model_parallel_size"] = v
@@ -218,7 +317,8 @@ def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[
             "--num-virtual-stages-per-pipeline-rank or --num-layers-per-virtual-pipeline-stage: Megatron-LM refuses "
             "either together with --pipeline-model-parallel-layout"
         )
-    settings: dict[str, Any] = {"path": "megatron-lm", "schedule": schedule, "transformer_config": core, "data_parallel_size": dp}
+    settings: dict[str, Any] = {"path": "megatron-lm", "schedule": schedule, "transformer_config": core, "data_parallel_size": dp,
+                                "ddp_config": ddp, "microbatches": ctx.get("microbatches")}
     flags = [
         f"--num-layers {n_layers}",
         f"--tensor-model-parallel-size {tp}",
@@ -228,6 +328,7 @@ def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[
     ]
     if core["sequence_parallel"]:
         flags.append("--sequence-parallel")
+    flags += knob_flags
     if b is not None:
         settings["training"] = {"micro_batch_size": b, "global_batch_size": ctx["global_batch"], "microbatches": ctx["microbatches"]}
         flags += [f"--micro-batch-size {b}", f"--global-batch-size {ctx['global_batch']}"]
@@ -271,7 +372,7 @@ def _module_entry(stages: Sequence[StageView], segs: str) -> tuple[dict[str, Any
         for seg in s.segments:
             roles = s.roles[seg.first - s.first : seg.last - s.first + 1]
             if any(r == "vision" if segs == "vision" else r not in ("vision", "projector") for r in roles):
-                layouts.add((seg.dp, seg.tp))
+                layouts.add((seg.dp, seg.tp))  # cp/ep/etp: refused by export_megatron for MIMO
     if len(layouts) != 1:
         return None, "its stages use " + ", ".join(f"dp {d} x tp {t}" for d, t in sorted(layouts)) + " (a module has one layout)"
     dp, tp = next(iter(layouts))
@@ -366,6 +467,11 @@ def export_megatron(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
     world = sum(s.devices for s in stages)
     grid, mimo_reasons = mimo_grid(stages, world)
     notes = []
+    axes = sorted({f"{a} {v}" for s in stages for g in s.segments for a, v in zip(("cp", "ep", "etp"), g.shape[2:]) if v != 1})
+    if grid is not None and axes:
+        mimo_reasons.append("the plan uses " + ", ".join(axes) + ": the export writes MIMO grids of (tp, pp, dp) only")
+    module_knobs, knob_reasons = _mimo_knobs(stages) if grid is not None else ({}, [])
+    mimo_reasons += knob_reasons
     if grid is not None:
         pre, llm, _ = _split(stages)
         settings = {"path": "mimo", "mimo": grid}
@@ -395,7 +501,8 @@ def export_megatron(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
             if any(e["tensor_model_parallel_size"] > 1 for e in grid["module_parallelisms"].values()):
                 notes.append("TP > 1: launch with CUDA_DEVICE_MAX_CONNECTIONS=1")
             notes.append("Megatron-LM flags cannot run it: " + "; ".join(lm_reasons))
-            snippet = _mimo_snippet(grid)
+            settings["module_knobs"] = module_knobs
+            snippet = _mimo_snippet(grid, module_knobs)
             return Export("megatron", settings, snippet, tuple(notes), True, (), CHECKED_WITH)
     reasons = tuple(f"Megatron-LM: {r}" for r in lm_reasons) + tuple(f"MIMO: {r}" for r in mimo_reasons)
     return Export("megatron", {"path": None, "stage_layouts": _stage_layouts(stages)},
@@ -404,10 +511,38 @@ def export_megatron(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
 
 def _stage_layouts(stages: Sequence[StageView]) -> list[dict[str, Any]]:
     return [{"stage": s.index, "layers": [s.first, s.last],
-             "segments": [{"layers": [g.first, g.last], "dp": g.dp, "tp": g.tp} for g in s.segments]} for s in stages]
+             "segments": [{"layers": [g.first, g.last], "dp": g.dp, "tp": g.tp, "cp": g.cp, "ep": g.ep, "etp": g.etp,
+                           "variant": g.variant} for g in s.segments]} for s in stages]
 
 
-def _mimo_snippet(grid: Mapping[str, Any]) -> str:
+def _mimo_knobs(stages: Sequence[StageView]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Per MIMO module, its TransformerConfig recompute fields and DDP-config optimizer fields; or why not.
+
+    Each MIMO module is its own Megatron model with its own configs, so the
+    knobs may differ between modules but not inside one.
+    """
+    knobs, reasons = segment_knobs(stages)
+    out: dict[str, dict[str, Any]] = {}
+    for name in ("vision", "llm"):
+        mine = [k for k in knobs if (("vision" in k.roles) if name == "vision" else not all(r in ("vision", "projector") for r in k.roles))]
+        zero, _, zr = one_zero(mine, f"MIMO module {name!r} has one optimizer setting")
+        recompute, rr = one_recompute(mine, f"MIMO module {name!r} has one TransformerConfig")
+        reasons += zr + rr
+        core: dict[str, Any] = {}
+        if recompute == "selective":
+            core["recompute_granularity"] = "selective"
+        elif recompute == "full":
+            core.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+        ddp: dict[str, Any] = {}
+        if zero == 1:
+            ddp["use_distributed_optimizer"] = True
+        elif zero == 3:
+            ddp.update(use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params")
+        out[name] = {"transformer_config": core, "ddp_config": ddp}
+    return out, reasons
+
+
+def _mimo_snippet(grid: Mapping[str, Any], module_knobs: Mapping[str, Mapping[str, Any]] | None = None) -> str:
     lines = [
         "from megatron.bridge.models.mimo.mimo_config import MimoParallelismConfig, ModuleParallelismConfig",
         "",
@@ -420,4 +555,8 @@ def _mimo_snippet(grid: Mapping[str, Any]) -> str:
         args = ", ".join(f"{k}={v}" for k, v in e.items())
         lines.append(f"        {name!r}: ModuleParallelismConfig({args}),")
     lines += ["    },", ")"]
+    for name, k in (module_knobs or {}).items():
+        for cfg, values in k.items():
+            for key, value in values.items():
+                lines.append(f"# module {name!r}: {cfg}.{key} = {value!r}")
     return "\n".join(lines)

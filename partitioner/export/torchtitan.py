@@ -38,10 +38,38 @@ of P). ZB-H1 has no torch schedule class (``InterleavedZeroBubble`` is ZB-1P
 over several stages per rank, ``ZBVZeroBubble``/``DualPipeV`` use a V
 placement): a ZB-H1 plan is declared not expressible.
 
-**Batch.** ``training.local_batch_size`` = global batch / dp (no gradient
-accumulation), ``parallelism.pipeline_parallel_microbatch_size`` =
-global batch / (m dp), so torchtitan's microbatch count
-local_batch_size / microbatch_size is the plan's m.
+**Batch.** torchtitan's trainer runs ``global_batch_size / (local_batch_size
+x dp)`` gradient-accumulation steps, each of ``local_batch_size /
+pipeline_parallel_microbatch_size`` pipeline microbatches -- but only with
+PP: without it the microbatch size is ignored and a step is one
+microbatch of ``local_batch_size`` (``Trainer.__init__``). So with PP,
+``local_batch_size`` = global batch / dp and the microbatch size is global
+batch / (m dp) (one accumulation step of m microbatches); without PP,
+``local_batch_size`` is the microbatch, global batch / (m dp), and
+``global_batch_size`` the global batch (m accumulation steps).
+
+**Knobs.** torchtitan applies FSDP2 to every model (``fully_shard``, on a
+size-1 mesh when ``data_parallel_shard_degree`` is 1). ZeRO-0 is
+``data_parallel_replicate_degree`` = dp (weights, gradients and optimizer
+states replicated); ZeRO-3 is ``data_parallel_shard_degree`` = dp with
+``fsdp_reshard_after_forward always`` (all-gathers in forward and
+backward); ZeRO-1 has no torchtitan setting of its own: the export uses
+``data_parallel_shard_degree`` = dp with ``fsdp_reshard_after_forward never``,
+which keeps the weights gathered from forward to backward (ZeRO-1's
+weights) and shards gradients and optimizer states, so it never needs
+more memory than ZeRO-1. Recompute: torchtitan's ``activation_checkpoint``
+wraps the blocks of ``layers`` only: ``full`` is ``FullAC``; its
+``selective`` is a per-op policy (save matmul and attention outputs,
+recompute every second matmul), not the attention-core recompute the
+plan costs, so a plan with selective recompute is not expressible; and
+recompute outside the decoder layers (vision encoder, action head) is not
+expressible. The subcommand is always written, ``none`` included: a base
+config may enable AC (torchtitan's llama3 configs use ``selective``).
+
+**5D axes.** ``context_parallel_degree`` = cp; ``expert_parallel_degree``
+= ep, which torchtitan takes from the ranks of ``dp_shard x cp x tp``
+(``ParallelDims``: the sparse mesh is ``efsdp x ep`` over those ranks);
+torchtitan 0.3 has no expert tensor parallelism, so etp must be 1.
 
 References
 ----------
@@ -55,7 +83,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from .common import Export, StageView, chunk_reasons, layout_reasons, per_replica_microbatch, schedule_of
+from .common import (Export, MoeHints, StageView, chunk_reasons, layout_reasons, one_recompute, one_zero, per_replica_microbatch,
+                     schedule_of, segment_knobs)
 
 __all__ = ["export_torchtitan", "torchtitan_names", "CHECKED_WITH", "SCHEDULES"]
 
@@ -134,7 +163,57 @@ def _reasons(stages: Sequence[StageView], ctx: Mapping[str, Any]) -> list[str]:
     return reasons
 
 
-def _overrides(cfg: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def _knobs(stages: Sequence[StageView], ctx: Mapping[str, Any]) -> tuple[dict[str, Any], str, list[str], list[str]]:
+    """(parallelism fields for the data axes and 5D axes, activation-checkpoint mode, notes, reasons)."""
+    knobs, reasons = segment_knobs(stages)
+    notes: list[str] = []
+    zero, znotes, zr = one_zero(knobs, "torchtitan has one data-parallel setting (replicate/shard degrees, "
+                                       "fsdp_reshard_after_forward) for the whole model")
+    notes += znotes
+    decoder = [k for k in knobs if k.decoder]
+    recompute, rr = one_recompute(decoder, "torchtitan's activation_checkpoint is one policy for every block of layers")
+    reasons += zr + rr
+    other = [k.where() for k in knobs if not k.decoder and k.recompute != "none"]
+    if other:
+        reasons.append(f"recompute planned on {', '.join(other)}, outside the decoder layers: torchtitan's "
+                       "activation_checkpoint wraps only the blocks of `layers`")
+    if recompute == "selective":
+        reasons.append("selective recompute (the attention core) is not torchtitan's selective activation checkpointing "
+                       "(a per-op policy that saves matmul and attention outputs and recomputes every second matmul); "
+                       "torchtitan offers full, selective, memory-budget or none")
+    dp, tp, cp, ep, etp = stages[0].segments[0].shape
+    par: dict[str, Any] = {}
+    if zero == 0 and dp > 1:
+        if cp > 1:
+            reasons.append(f"ZeRO-0 with cp {cp}: torchtitan shards the weights over dp_shard x cp with FSDP whenever cp > 1")
+        par.update(data_parallel_replicate_degree=dp, data_parallel_shard_degree=1)
+    else:
+        par.update(data_parallel_shard_degree=dp, data_parallel_replicate_degree=1)
+        if dp * cp > 1:
+            par["fsdp_reshard_after_forward"] = "always" if zero == 3 else "never"
+    if zero == 1 and dp > 1:
+        notes.append("ZeRO-1 as FSDP2 with fsdp_reshard_after_forward never: the weights stay gathered from forward to "
+                     "backward as under ZeRO-1, and gradients and optimizer states are sharded over dp (never more "
+                     "memory than ZeRO-1)")
+    par["context_parallel_degree"] = cp
+    par["expert_parallel_degree"] = ep
+    if etp != 1:
+        reasons.append(f"etp {etp}: torchtitan 0.3 has no expert tensor parallelism (expert_parallel_degree only; "
+                       "experts are not split over TP ranks)")
+    shard = par["data_parallel_shard_degree"]
+    if ep > 1 and (shard * cp * tp) % ep:
+        reasons.append(f"ep {ep} does not divide dp_shard {shard} x cp {cp} x tp {tp}: torchtitan takes the expert ranks "
+                       "from those (dp_replicate and pp are outer dimensions)")
+    moe: MoeHints | None = ctx.get("moe")
+    if ep > 1 and moe is None:
+        reasons.append(f"the plan splits experts over ep {ep}, but its hints do not describe the model's experts")
+    elif moe is not None and moe.num_experts % ep:
+        reasons.append(f"ep {ep} does not divide the model's {moe.num_experts} experts")
+    return par, ("full" if recompute == "full" else "none"), notes, reasons
+
+
+def _overrides(cfg: Mapping[str, Mapping[str, Any]], ac: str = "none") -> list[str]:
+    """``--section.key value`` per setting, then the activation-checkpoint subcommand (tyro: after the flags)."""
     out = []
     for section, values in cfg.items():
         for key, value in values.items():
@@ -145,14 +224,16 @@ def _overrides(cfg: Mapping[str, Mapping[str, Any]]) -> list[str]:
                 out.append(flag + " " + " ".join(",".join(part) for part in value))
             else:
                 out.append(f"{flag} {value}")
+    out.append(f"activation_checkpoint:{ac}")
     return out
 
 
-def _registry_function(cfg: Mapping[str, Mapping[str, Any]], base: str) -> str:
+def _registry_function(cfg: Mapping[str, Mapping[str, Any]], base: str, ac: str = "none") -> str:
     module, _, func = base.rpartition(".")
     lines = [
         f"# config_registry.py of your own package; run: -m torchtitan.train --module <package> --config planned",
         f"from {module} import {func} as _base",
+        *(["from torchtitan.distributed.activation_checkpoint import FullAC"] if ac == "full" else []),
         "",
         "",
         "def planned():",
@@ -162,6 +243,7 @@ def _registry_function(cfg: Mapping[str, Mapping[str, Any]], base: str) -> str:
     for section, values in cfg.items():
         for key, value in values.items():
             lines.append(f"    config.{section}.{key} = {value!r}")
+    lines.append("    config.activation_checkpoint = " + ("FullAC.Config()" if ac == "full" else "None"))
     lines.append("    return config")
     return "\n".join(lines)
 
@@ -170,17 +252,22 @@ def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export
     """torchtitan overrides and ``config_registry`` function for the plan, or the reasons it cannot run it."""
     reasons = _reasons(stages, ctx)
     b = None
+    data_axes: dict[str, Any] = {}
+    ac, knob_notes = "none", []
     if not reasons:
         dp, tp = stages[0].dp, stages[0].tp
+        data_axes, ac, knob_notes, knob_reasons = _knobs(stages, ctx)
+        reasons += knob_reasons
         b, why = per_replica_microbatch(ctx.get("global_batch"), ctx.get("microbatches"), dp)
         if why:
-            reasons.append(f"{why} (torchtitan: m = local_batch_size / pipeline_parallel_microbatch_size)")
+            reasons.append(f"{why} (torchtitan: m = gradient-accumulation steps x local_batch_size / "
+                           "pipeline_parallel_microbatch_size)")
     if reasons:
         layouts = [{"stage": s.index, "layers": [s.first, s.last], "layouts": s.describe_layouts()} for s in stages]
         return Export("torchtitan", {"stage_layouts": layouts}, "# (no torchtitan setting expresses this plan: see the reasons above)",
                       (), False, tuple(reasons), CHECKED_WITH)
     parts, fqn_map = torchtitan_names(stages)
-    notes = []
+    notes = list(knob_notes)
     schedule, v = schedule_of(ctx)
     pp = len(stages) // v
     if v > 1:
@@ -191,30 +278,36 @@ def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export
     parallelism: dict[str, Any] = {
         "pipeline_parallel_degree": pp,
         "pipeline_parallel_schedule": SCHEDULES[schedule],
-        "data_parallel_shard_degree": dp,
-        "data_parallel_replicate_degree": 1,
+        **data_axes,
         "tensor_parallel_degree": tp,
         "module_fqns_per_model_part": parts,
     }
     training: dict[str, Any] = {}
     if pp > 1:
         training["disable_cuda_graphs"] = True  # torchtitan 0.3 refuses CUDA graphs with PP
-    if b is not None:
+    if b is not None and pp > 1:  # one accumulation step of m pipeline microbatches
         parallelism["pipeline_parallel_microbatch_size"] = b
         training.update(local_batch_size=ctx["global_batch"] // dp, global_batch_size=ctx["global_batch"])
+    elif b is not None:  # no PP: torchtitan ignores the microbatch size; m gradient-accumulation steps of b samples
+        training.update(local_batch_size=b, global_batch_size=ctx["global_batch"])
+        if ctx["microbatches"] > 1:
+            notes.append(f"m = {ctx['microbatches']} as gradient accumulation (global_batch_size / (local_batch_size x "
+                         f"dp) = {ctx['global_batch']} / ({b} x {dp})): torchtitan's train step syncs gradients on every "
+                         "accumulation step, the plan counts one sync per iteration")
     else:
-        notes.append("no global batch or microbatch count given: set training.local_batch_size and "
-                     "parallelism.pipeline_parallel_microbatch_size so that their ratio is m")
+        notes.append("no global batch or microbatch count given: set training.local_batch_size, global_batch_size and "
+                     "parallelism.pipeline_parallel_microbatch_size so that torchtitan runs m microbatches")
     cfg = {"parallelism": parallelism, "training": training} if training else {"parallelism": parallelism}
     base = str(ctx.get("torchtitan_base") or "torchtitan.models.llama3.config_registry.llama3_8b")
-    settings = {"config": cfg, "overrides": _overrides(cfg), "module_fqns_per_model_part": parts, "fqn_map": fqn_map}
-    world = pp * dp * tp
+    settings = {"config": cfg, "activation_checkpoint": ac, "overrides": _overrides(cfg, ac), "module_fqns_per_model_part": parts,
+                "fqn_map": fqn_map, "microbatches": ctx.get("microbatches")}
+    world = pp * dp * tp * data_axes.get("context_parallel_degree", 1)
     snippet = (
         f"# {world} GPUs: torchrun with --nnodes x --nproc_per_node = {world}\n"
         'torchrun $DISTRIBUTED_ARGS -m torchtitan.train --module "$MODEL_MODULE" --config "$MODEL_CONFIG" \\\n    '
         + " \\\n    ".join(settings["overrides"])
         + "\n\n# or, as a config_registry function:\n"
-        + _registry_function(cfg, base)
+        + _registry_function(cfg, base, ac)
     )
     notes.append(
         "the config_registry function starts from " + base + "(): replace it with your model's config function; "

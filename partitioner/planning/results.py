@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..costs.variants import parse_variant
+from ..export.common import moe_export_hints
 from ..plan import Evaluation, Plan, SolveResult, evaluate
 from ..presets import ClusterSpec, ModelSpec
 from ..problem import Problem
@@ -126,7 +127,8 @@ def _assemble(best: dict[str, Any], bests: dict[str, dict[str, Any]], tried: lis
         microbatches=problem.microbatches,
         microbatches_tried=tried,
         knobs=stage_knobs(result.evaluation),
-        export_hints={"model": spec.name, "layers": [dict(h) for h in problem.meta.get("layers", [])]},
+        export_hints={"model": spec.name, "layers": [dict(h) for h in problem.meta.get("layers", [])],
+                      **({"moe": moe} if (moe := moe_export_hints(spec)) else {})},
     )
     return ModelPlan(
         status=result.status,

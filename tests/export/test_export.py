@@ -174,7 +174,9 @@ def test_torchtitan_names_are_top_level_children_its_split_keeps(seed_problem, h
     sources = [f for fs in tt.settings["fqn_map"].values() for f in fs]
     assert sorted(sources) == sorted({f for h in hints for f in h["fqns"]})
     cfg = tt.settings["config"]
-    assert cfg["parallelism"]["pipeline_parallel_degree"] == 4 and cfg["parallelism"]["data_parallel_shard_degree"] == 2
+    # the plan's stages are plain (ZeRO-0): dp 2 replicated, no FSDP sharding (issue 27: exports carry the knobs)
+    assert cfg["parallelism"]["pipeline_parallel_degree"] == 4
+    assert (cfg["parallelism"]["data_parallel_replicate_degree"], cfg["parallelism"]["data_parallel_shard_degree"]) == (2, 1)
     # torchtitan's m = local_batch_size / microbatch size = (64 / dp 2) / 2 = 16
     assert cfg["training"]["local_batch_size"] // cfg["parallelism"]["pipeline_parallel_microbatch_size"] == M
     assert cfg["training"]["disable_cuda_graphs"] is True
@@ -204,7 +206,8 @@ def test_deepspeed_snippets_are_valid_python(seed_problem, hints):
     ds = export_plan(plan, hints, "deepspeed", global_batch=G, microbatches=M)
     assert ds.expressible and ds.settings["parts"] == [s.first_layer for s in plan.stages] + [seed_problem.num_layers]
     assert "PipeModelDataParallelTopology(num_pp=4, num_mp=1, num_dp=2)" in ds.snippet
-    assert ds.settings["ds_config"] == {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 16}
+    assert ds.settings["ds_config"] == {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 16,
+                                              "zero_optimization": {"stage": 0}}
     ast.parse(ds.snippet)
     mixed = Plan((Stage(0, 30, 4, 4, 1), Stage(31, seed_problem.num_layers - 1, 4, 1, 4)))
     ds = export_plan(mixed, hints, "deepspeed", global_batch=G, microbatches=M)
@@ -282,10 +285,12 @@ def test_export_cli_exit_codes(tmp_path, seed_problem):
     assert doc["expressible"] is False and doc["reasons"]
 
 
-def test_variants_are_named_in_a_note(seed_problem, hints):
+def test_variants_go_into_the_settings_not_a_note(seed_problem, hints):
+    """Issue 27: the plan's knobs are set by the export (no "set it yourself" note)."""
     plan = Plan(tuple(Stage(s.first_layer, s.last_layer, s.devices, s.dp, s.tp, variant="zero1") for s in uniform_llm_plan(seed_problem).stages))
     exp = export_plan(plan, hints, "deepspeed", global_batch=G, microbatches=M)
-    assert exp.expressible and any("stage 0: zero1" in n for n in exp.notes)
+    assert exp.expressible and exp.settings["ds_config"]["zero_optimization"] == {"stage": 1}
+    assert not any("set the framework" in n for n in exp.notes)
 
 
 def test_stages_out_of_rank_order_get_a_placement_note(seed_problem, hints):
