@@ -77,7 +77,12 @@ def export_plan(plan: Plan, hints: Sequence[Mapping[str, Any]], target: str, **c
     exported = _EXPORTERS[target](stages, dict(context))
     schedule, v = schedule_of(context)
     if not exported.expressible and schedule not in TARGET_SCHEDULES[target]:
-        exported = replace(exported, reasons=(*exported.reasons, replan_hint(target, schedule, context)))
+        hint = replan_hint(target, schedule, context)
+        said = [i for i, r in enumerate(exported.reasons) if f"schedule {schedule}" in r]
+        reasons = list(exported.reasons) if said else [*exported.reasons, hint]
+        if said:  # the hint completes the schedule's own reason
+            reasons[said[0]] = reasons[said[0]].rstrip(". ") + "; " + hint
+        exported = replace(exported, reasons=tuple(reasons))
     where = placement_note(stages[: len(stages) // v] if schedule == "interleaved" and len(stages) % v == 0 else stages)
     if where and exported.expressible and exported.settings.get("path") != "mimo":
         exported = replace(exported, notes=(*exported.notes, where))

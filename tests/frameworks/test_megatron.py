@@ -16,6 +16,16 @@ For every plan of the tier whose Megatron export is expressible:
   the grid through Megatron Bridge's ``MimoParallelismConfig.finalize``
   where Bridge is installable.
 
+Knobs and 5D axes (issue 27): every flag is a ``TransformerConfig`` field
+(``--num-experts`` is ``num_moe_experts``), a ``DistributedDataParallelConfig``
+field (the optimizer sharding) or a batch flag; the DDP config is built
+from the export's ``ddp_config``; and ``parallel_state.initialize_model_parallel``
+-- Megatron's two rank generators, tp-cp-ep-dp-pp -- runs on a fake
+process group of the plan's world size with the exported tp/pp/cp/ep/etp,
+giving the plan's data-parallel size. A MoE plan with cp and ep (built on a
+tier plan's layers) goes through the same code; and the rank generator
+refuses an ep x etp that does not divide the world's tp x cp x dp.
+
 A plan that is not expressible must say why.
 """
 from __future__ import annotations
@@ -25,7 +35,8 @@ import re
 
 import pytest
 
-from partitioner.export import export_result
+from partitioner.export import export_plan, export_result
+from partitioner.export.common import MoeHints
 
 from tests.frameworks.plans import NOT_INSTALLED, PLANS, planned
 
@@ -35,6 +46,45 @@ from megatron.core.transformer import TransformerConfig  # noqa: E402
 from megatron.core.transformer.enums import LayerType  # noqa: E402
 
 _BATCH_FLAGS = {"micro_batch_size", "global_batch_size"}
+_FLAG_FIELDS = {"num_experts": "num_moe_experts"}  # Megatron-LM flags whose TransformerConfig field has another name
+
+
+@pytest.fixture(scope="module")
+def fake_world():
+    """A fake process group (torch's ``fake`` backend) whose world size each test sets: Megatron builds its groups on it."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    def init(world: int) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+
+    yield init
+    from megatron.core import parallel_state
+
+    parallel_state.destroy_model_parallel()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _ranks(core: dict, world: int, init) -> int:
+    """Megatron's ``initialize_model_parallel`` (order tp-cp-ep-dp-pp) on a fake world: its data-parallel size."""
+    from megatron.core import parallel_state
+
+    init(world)
+    parallel_state.destroy_model_parallel()
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=core["tensor_model_parallel_size"],
+        pipeline_model_parallel_size=core["pipeline_model_parallel_size"],
+        context_parallel_size=core.get("context_parallel_size", 1),
+        expert_model_parallel_size=core.get("expert_model_parallel_size", 1),
+        expert_tensor_parallel_size=core.get("expert_tensor_parallel_size"),
+        create_gloo_process_groups=False, order="tp-cp-ep-dp-pp")
+    try:
+        return parallel_state.get_data_parallel_world_size()
+    finally:
+        parallel_state.destroy_model_parallel()
 
 
 def _decoder_counts(result, stages):
@@ -83,7 +133,7 @@ def _check_layout(result, core: dict, llm_stages) -> None:
 
 
 @pytest.mark.parametrize("case", [c.id for c in PLANS])
-def test_megatron_export_runs_in_megatron_core_or_says_why(case):
+def test_megatron_export_runs_in_megatron_core_or_says_why(case, fake_world):
     result = planned(case)
     exp = export_result(result, "megatron")
     if not exp.expressible:
@@ -95,11 +145,18 @@ def test_megatron_export_runs_in_megatron_core_or_says_why(case):
     if exp.settings["path"] == "megatron-lm":
         core = exp.settings["transformer_config"]
         _check_layout(result, core, llm)
+        from megatron.core.distributed import DistributedDataParallelConfig
+
         fields = {f.name for f in dataclasses.fields(TransformerConfig)}
+        ddp_fields = {f.name for f in dataclasses.fields(DistributedDataParallelConfig)}
+        DistributedDataParallelConfig(**exp.settings["ddp_config"])
         flags = dict(re.findall(r"--([a-z0-9-]+)(?: \"?([^\s\"]+)\"?)?", exp.snippet))
         for flag in flags:
-            dest = flag.replace("-", "_")
-            assert dest in fields or dest in _BATCH_FLAGS, f"--{flag} is neither a TransformerConfig field nor a batch flag"
+            dest = _FLAG_FIELDS.get(flag.replace("-", "_"), flag.replace("-", "_"))
+            assert dest in fields or dest in ddp_fields or dest in _BATCH_FLAGS, \
+                f"--{flag} is neither a TransformerConfig nor a DDP-config field nor a batch flag"
+            if dest in exp.settings["ddp_config"]:
+                assert exp.settings["ddp_config"][dest] is True or flags[flag] == str(exp.settings["ddp_config"][dest])
             if dest in core:
                 want = core[dest]
                 assert (flags[flag] == str(want)) if not isinstance(want, bool) else want, flag
@@ -110,6 +167,11 @@ def test_megatron_export_runs_in_megatron_core_or_says_why(case):
         mbs, gbs = int(flags["micro-batch-size"]), int(flags["global-batch-size"])
         assert gbs % (mbs * dp) == 0 and gbs // (mbs * dp) == result.problem.microbatches  # Megatron-LM's m
         assert core["tensor_model_parallel_size"] * core["pipeline_model_parallel_size"] * dp == result.problem.cluster.num_devices
+        assert _ranks(core, result.problem.cluster.num_devices, fake_world) == dp
+        # the plan's knobs are set, never left to a note
+        knobs = [g for st in result.to_dict()["knobs"] for g in st["segments"]]
+        assert core.get("recompute_granularity", "none") in {g["recompute"] for g in knobs}
+        assert exp.settings["ddp_config"].get("use_distributed_optimizer", False) == any(g["zero"] == 1 and g["dp"] > 1 for g in knobs)
     else:
         grid = exp.settings["mimo"]
         _check_layout(result, exp.settings["llm_transformer_config"], llm)
@@ -149,3 +211,56 @@ def test_layout_validator_rejects_a_layout_that_misses_the_plan():
     with pytest.raises(AssertionError, match="num_layers"):
         _config({"num_layers": 8, "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 2,
                  "pipeline_model_parallel_layout": "Et*4|t*3L", "bf16": True})
+
+
+MOE = MoeHints(num_experts=16, top_k=2, ffn_hidden=256)
+
+
+def _moe_plan(result, dp, tp, cp, ep, etp):
+    """The tier plan's cuts with every stage in one v3 config (cp, ep, etp as format v3's stages carry them)."""
+    from types import SimpleNamespace
+
+    stages = [SimpleNamespace(first_layer=s.first_layer, last_layer=s.last_layer, devices=dp * tp * cp, dp=dp, tp=tp, cp=cp,
+                              ep=ep, etp=etp, variant="zero1", configs=()) for s in result.plan.stages]
+    ids = result.plan.device_ids()
+    return SimpleNamespace(stages=stages, device_ids=lambda: ids)
+
+
+def test_moe_5d_export_through_transformer_config_and_rank_generators(fake_world):
+    """A MoE plan with tp 2, cp 2, ep 4 on llava's cuts: megatron-core takes its fields and builds its groups."""
+    result = planned("llava-1.5-7b")
+    hints = result.to_dict()["export_hints"]["layers"]
+    world = result.problem.cluster.num_devices
+    plan = _moe_plan(result, dp=2, tp=2, cp=2, ep=4, etp=1)
+    exp = export_plan(plan, hints, "megatron", global_batch=512, microbatches=64, moe=MOE)
+    assert exp.expressible, exp.reasons
+    core = exp.settings["transformer_config"]
+    cfg = _config(core)
+    assert (cfg.num_moe_experts, cfg.moe_router_topk, cfg.expert_model_parallel_size, cfg.context_parallel_size) == (16, 2, 4, 2)
+    assert cfg.sequence_parallel and cfg.moe_token_dispatcher_type == "alltoall"
+    assert _ranks(core, world, fake_world) == exp.settings["data_parallel_size"] == 2
+    from megatron.core import parallel_state
+
+    fake_world(world)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=2, pipeline_model_parallel_size=2, context_parallel_size=2,
+                                             expert_model_parallel_size=4, expert_tensor_parallel_size=1,
+                                             create_gloo_process_groups=False, order="tp-cp-ep-dp-pp")
+    try:  # expert data parallelism = tp x cp x dp / (ep x etp), as format v3 defines it
+        assert parallel_state.get_expert_data_parallel_world_size() == 2 * 2 * 2 // 4
+    finally:
+        parallel_state.destroy_model_parallel()
+
+
+def test_rank_generator_refuses_ep_etp_not_dividing_tp_cp_dp(fake_world):
+    """The check can fail: ep 3 x etp 1 does not divide tp 2 x cp 1 x dp 4 of a 16-GPU, pp 2 world."""
+    core = {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2, "expert_model_parallel_size": 3,
+            "expert_tensor_parallel_size": 1}
+    with pytest.raises(RuntimeError, match="not divisible by expert_tensor_model_pipeline_parallel"):
+        _ranks(core, 16, fake_world)
+
+
+def test_transformer_config_refuses_expert_parallelism_without_experts():
+    """The check can fail: megatron-core's TransformerConfig validates the MoE fields (why the export writes --num-experts)."""
+    with pytest.raises(ValueError, match="num_moe_experts"):
+        _config({"num_layers": 4, "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
+                 "expert_model_parallel_size": 4, "bf16": True})
