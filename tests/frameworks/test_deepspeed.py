@@ -73,3 +73,41 @@ def test_deepspeed_export_builds_the_planned_stages_or_says_why(case, exports, r
     ds = exp.settings["ds_config"]
     assert ds["train_batch_size"] == ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * stages[0].dp
     assert ds["gradient_accumulation_steps"] == result.problem.microbatches
+
+
+class _Mpu:
+    """The data-parallel size DeepSpeedConfig reads from a model-parallel unit."""
+
+    def __init__(self, dp: int):
+        self.dp = dp
+
+    def get_data_parallel_world_size(self) -> int:
+        return self.dp
+
+
+def _ds_config(config: dict, dp: int, monkeypatch):
+    import deepspeed.runtime.config as ds_config
+
+    monkeypatch.setattr(ds_config.dist, "get_rank", lambda *a, **k: 0)  # no process group: the config reads the rank only
+    return ds_config.DeepSpeedConfig(dict(config), mpu=_Mpu(dp))
+
+
+@pytest.mark.parametrize("case", [c.id for c in PLANS])
+def test_ds_config_passes_deepspeeds_validation(case, exports, monkeypatch):
+    """DeepSpeedConfig checks the batch triple and reads the ZeRO stage; PipelineEngine accepts stages 0 and 1 only."""
+    exp = exports[case]
+    if not exp.expressible:
+        return
+    result = planned(case)
+    cfg = _ds_config(exp.settings["ds_config"], exp.settings["data_parallel_size"], monkeypatch)
+    assert cfg.gradient_accumulation_steps == result.problem.microbatches
+    knobs = [g for st in result.to_dict()["knobs"] for g in st["segments"] if g["dp"] > 1]
+    assert cfg.zero_optimization_stage == max((g["zero"] for g in knobs), default=0) <= 1
+    intervals = exp.settings["activation_checkpoint_intervals"]
+    assert intervals == [int(all(g["recompute"] == "full" for g in st["segments"])) for st in result.to_dict()["knobs"]]
+
+
+def test_ds_config_refuses_a_batch_that_misses_m(monkeypatch):
+    """The check can fail: a micro batch x accumulation x dp that is not the train batch is refused."""
+    with pytest.raises(AssertionError, match="train_batch_size is not equal"):
+        _ds_config({"train_batch_size": 512, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 64}, 8, monkeypatch)

@@ -84,14 +84,30 @@ def _parse(args: list[str]):
 
 
 def _check_config(cfg, settings: dict, m: int) -> None:
+    from torchtitan.distributed.activation_checkpoint import FullAC
+    from torchtitan.distributed.parallel_dims import ParallelDims
+
     want = settings["config"]
     for section, values in want.items():
         for key, value in values.items():
             assert getattr(getattr(cfg, section), key) == value, f"{section}.{key}"
     par, tr = cfg.parallelism, cfg.training
-    assert tr.local_batch_size // par.pipeline_parallel_microbatch_size == m  # torchtitan's n_microbatches
-    assert tr.local_batch_size % par.pipeline_parallel_microbatch_size == 0
-    assert tr.global_batch_size == tr.local_batch_size * par.data_parallel_shard_degree  # no gradient accumulation
+    # torchtitan's Trainer: accumulation steps x pipeline microbatches (1 without PP: the microbatch size is ignored)
+    batch_degree = par.data_parallel_replicate_degree * par.data_parallel_shard_degree
+    assert tr.global_batch_size % (tr.local_batch_size * batch_degree) == 0
+    steps = tr.global_batch_size // (tr.local_batch_size * batch_degree)
+    if par.pipeline_parallel_degree > 1:
+        assert tr.local_batch_size % par.pipeline_parallel_microbatch_size == 0
+        per_step = tr.local_batch_size // par.pipeline_parallel_microbatch_size
+    else:
+        per_step = 1
+    assert steps * per_step == m
+    ac = settings["activation_checkpoint"]
+    assert (cfg.activation_checkpoint is None) if ac == "none" else isinstance(cfg.activation_checkpoint, FullAC.Config)
+    world = (par.pipeline_parallel_degree * batch_degree * par.context_parallel_degree * par.tensor_parallel_degree)
+    dims = ParallelDims.from_config(par, world)  # torchtitan's own validation of the mesh degrees
+    assert (dims.dp_replicate * dims.dp_shard, dims.tp, dims.pp) == (batch_degree, par.tensor_parallel_degree,
+                                                                      par.pipeline_parallel_degree)
 
 
 @pytest.mark.parametrize("case", [c.id for c in PLANS])
@@ -188,3 +204,50 @@ def test_snippet_launches_a_module_torchtitan_has():
 
     assert "-m torchtitan.train" in export_result(planned("pi0"), "torchtitan").snippet
     assert importlib.util.find_spec("torchtitan.train") is not None
+
+
+def test_one_stage_plan_runs_m_microbatches_through_gradient_accumulation():
+    """Issue 27's llava case shape: pp 1, dp 32, m 8 of 4 samples -- 8 accumulation steps of 4, not one of 32."""
+    from types import SimpleNamespace
+
+    from partitioner.export import export_plan
+
+    result = planned("llava-1.5-7b")
+    hints = result.to_dict()["export_hints"]["layers"]
+    n = len(hints)
+    plan = SimpleNamespace(stages=[SimpleNamespace(first_layer=0, last_layer=n - 1, devices=32, dp=32, tp=1, variant="zero1",
+                                                   configs=())], device_ids=lambda: [tuple(range(32))])
+    exp = export_plan(plan, hints, "torchtitan", global_batch=1024, microbatches=8)
+    assert exp.expressible, exp.reasons
+    overrides = [tok for line in exp.settings["overrides"] for tok in line.split(" ")]
+    cfg = _parse(["--module", "llama3", "--config", "llama3_debugmodel", *overrides])
+    _check_config(cfg, exp.settings, 8)
+    assert cfg.training.local_batch_size == 4  # one microbatch per replica; it was 32 (= 8 x 4)
+
+
+def test_parallel_dims_refuses_degrees_that_miss_the_world():
+    """The check can fail: torchtitan's ParallelDims refuses degrees whose product is not the world size."""
+    from torchtitan.distributed.parallel_dims import ParallelDims
+
+    with pytest.raises(AssertionError, match="Invalid parallel dims"):
+        ParallelDims(dp_replicate=1, dp_shard=3, cp=2, tp=2, pp=2, ep=1, world_size=16)
+
+
+def test_5d_export_parses_with_cp_and_ep():
+    """cp and ep reach torchtitan's config and ParallelDims (ep borrows dp_shard x cp x tp ranks)."""
+    from types import SimpleNamespace
+
+    from partitioner.export import export_plan
+    from partitioner.export.common import MoeHints
+
+    result = planned("llava-1.5-7b")
+    hints = result.to_dict()["export_hints"]["layers"]
+    stages = [SimpleNamespace(first_layer=s.first_layer, last_layer=s.last_layer, devices=8, dp=2, tp=2, cp=2, ep=4, etp=1,
+                              variant="zero1", configs=()) for s in result.plan.stages]
+    plan = SimpleNamespace(stages=stages, device_ids=result.plan.device_ids)
+    exp = export_plan(plan, hints, "torchtitan", global_batch=512, microbatches=64, moe=MoeHints(16, 2, 256))
+    assert exp.expressible, exp.reasons
+    overrides = [tok for line in exp.settings["overrides"] for tok in line.split(" ")]
+    cfg = _parse(["--module", "llama3", "--config", "llama3_debugmodel", *overrides])
+    _check_config(cfg, exp.settings, 64)
+    assert (cfg.parallelism.context_parallel_degree, cfg.parallelism.expert_parallel_degree) == (2, 4)
