@@ -118,7 +118,7 @@ def plan_cmd(
     if gantt is not None and result.plan is not None:
         _write_gantt(problem, result, gantt)
     if as_json:
-        print_json({**result.to_dict(), "sequences": sequences})
+        print_json({**result.to_dict(), "sequences": sequences, **({"exports": _exportable(result, problem)} if result.plan else {})})
         if result.plan is None and result.message:
             err.print(result.message, markup=False)
     elif result.plan is None:
@@ -127,6 +127,17 @@ def plan_cmd(
         print_plan_summary(problem, result)
         print_sequences(sequences)
     raise typer.Exit(EXIT_OK if result.plan is not None else EXIT_NO_PLAN)
+
+
+def _exportable(result: SolveResult, problem: Problem | None) -> dict[str, dict]:
+    """Per export target: whether it runs the kept plan, and the reasons when it does not (``plan --json``'s ``exports``)."""
+    from ..export import TARGETS, export_result
+
+    out = {}
+    for target in TARGETS:
+        exp = export_result(result, target, problem)
+        out[target] = {"expressible": exp.expressible, "reasons": list(exp.reasons)}
+    return out
 
 
 def _write_gantt(problem: Problem, result: SolveResult, path: Path) -> None:

@@ -265,10 +265,12 @@ def print_plan_summary(problem: Problem, result: SolveResult) -> None:
         out.print(result.message, markup=False)
     from ..export import TARGETS, export_result
 
-    for target in TARGETS:
+    exports = {target: export_result(result, target, problem) for target in TARGETS}
+    for target, exp in exports.items():
         out.print(f"\n[bold]{target}[/bold]")
         sys.stdout.flush()
-        sys.stdout.write(export_result(result, target, problem).text())  # unwrapped: meant to be pasted
+        sys.stdout.write(exp.text())  # unwrapped: meant to be pasted
+    out.print("\nexportable: " + "; ".join(f"{t} {'yes' if e.expressible else 'no'}" for t, e in exports.items()), markup=False)
 
 
 def schedule_name(schedule: str, virtual_stages: int = 1) -> str:

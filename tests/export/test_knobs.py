@@ -217,3 +217,15 @@ def test_zb_h1_plan_json_export_says_what_to_run(tmp_path, seed_problem):
     proc = run_cli("export", str(path), "--to", "megatron")
     assert proc.returncode == 1
     assert "partitioner plan --model seed-vla-8gpu --cluster dgx-h100 --nodes 1 --global-batch 32 --schedule" in proc.stderr
+
+
+def test_plan_json_says_per_target_whether_it_exports():
+    from tests.conftest import run_cli
+
+    proc = run_cli("plan", "--model", "seed-vla-8gpu", "--cluster", "dgx-h100", "--nodes", "1", "--global-batch", "32",
+                   "--microbatches", "8", "--method", "greedy", "--schedule", "gpipe", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert set(doc["exports"]) == {"megatron", "torchtitan", "deepspeed"}
+    assert doc["exports"]["megatron"]["expressible"] is False and any("gpipe" in r for r in doc["exports"]["megatron"]["reasons"])
+    assert doc["exports"]["torchtitan"]["expressible"] is True
