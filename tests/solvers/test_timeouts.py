@@ -9,6 +9,7 @@ import pytest
 from partitioner import evaluate, load_problem, solve
 from partitioner.solvers.base import Candidate, SolveRequest, _cut_short
 from partitioner.solvers.slot.run import build_timeout_candidate
+from tests.solvers.cpsat.test_cpsat import vla_like_problem
 
 TOY = Path(__file__).resolve().parents[2] / "examples" / "vla_toy_2x4.json"
 
@@ -29,8 +30,6 @@ def test_a_build_cut_short_without_a_start_is_a_time_out():
 
 @pytest.mark.parametrize("method, layers", [("cpsat", 256), ("milp", 128)])
 def test_a_model_refused_for_the_time_left_falls_back_to_greedy(method, layers):
-    from test_cpsat import vla_like_problem
-
     problem = vla_like_problem(layers, 4, 8, seed=0)
     result = solve(problem, method, time_limit=1.0)  # building would take 1.7 s (cpsat) or 3.2 s (milp): refused
     assert result.status == "feasible" and result.plan is not None, result.message
