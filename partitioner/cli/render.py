@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from rich.table import Table
 
@@ -21,6 +21,10 @@ from ..core.documents import strict_json_value
 from ..plan import Evaluation, SolveResult
 from ..problem import Problem
 from .common import err, out
+
+if TYPE_CHECKING:  # the plan records, for annotations only (the CLI imports planning when it plans)
+    from ..planning.results import ModelPlan
+    from ..planning.schedule_report import ScheduleReport, ScheduleRow, ScheduleSummary
 
 __all__ = [
     "print_json", "stage_table", "print_result", "print_validation", "print_evaluation", "simulation_table",
@@ -220,47 +224,26 @@ def print_sequences(doc: dict[str, Any]) -> None:
     out.print("per sample: " + "; ".join(parts), markup=False)
 
 
-def print_plan_summary(problem: Problem, result: SolveResult) -> None:
+def print_plan_summary(problem: Problem, result: "ModelPlan") -> None:
     """What ``partitioner plan`` prints: the plan, its throughput, the baseline and the export settings."""
-    doc = result.to_dict()
-    tput, base = doc.get("throughput") or {}, doc.get("baseline") or {}
+    tput = result.throughput
+    assert tput is not None and result.evaluation is not None and result.value is not None
     out.print(
-        f"{doc.get('model')} on {problem.cluster.nodes} x {problem.cluster.gpus_per_node} GPUs ({doc.get('cluster')}), "
-        f"global batch {doc.get('global_batch')}, m = {problem.microbatches}: {result.method} -> {result.status}, "
+        f"{result.model} on {problem.cluster.nodes} x {problem.cluster.gpus_per_node} GPUs ({result.cluster}), "
+        f"global batch {result.global_batch}, m = {problem.microbatches}: {result.method} -> {result.status}, "
         f"{result.objective} = {result.value:.6g} ms  [{result.solve_seconds:.2f} s]",
         markup=False,
     )
     out.print(stage_table(problem, result.evaluation))
     name = schedule_name(problem.training.schedule, problem.training.virtual_stages)
-    src = f"{name} {'simulator' if tput.get('iteration_source') == 'simulator' else 'estimate'}"
+    src = f"{name} {'simulator' if tput.iteration_source == 'simulator' else 'estimate'}"
     out.print(
-        f"iteration {tput['iteration_ms']:.1f} ms ({src}), {tput['tokens_per_s']:.4g} tokens/s, MFU {100 * tput['mfu']:.1f} %",
+        f"iteration {tput.iteration_ms:.1f} ms ({src}), {tput.tokens_per_s:.4g} tokens/s, MFU {100 * tput.mfu:.1f} %",
         markup=False,
     )
-    if base.get("plan"):
-        stages = base["plan"]["stages"]
-        v = base.get("virtual_stages") or 1
-        shape = f"{len(stages) // v} stage(s){f' x {v} virtual' if v > 1 else ''} of dp {stages[0]['dp']} x tp {stages[0]['tp']}"
-        under = f", {schedule_name(base['schedule'], v)}" if base.get("schedule") else ""
-        out.print(
-            f"baseline {base['method']} ({shape}, m = {base['microbatches']}{under}): iteration {base['iteration_ms']:.1f} ms, "
-            f"MFU {100 * base['throughput']['mfu']:.1f} % -> speed-up {doc['speedup']:.3f}x",
-            markup=False,
-        )
-    else:
-        out.print("baseline megatron-uniform: no uniform plan fits in memory", markup=False)
-    report = doc.get("schedules")
-    if report and report.get("by_schedule"):
-        chosen = report.get("chosen") or {}
-        how = "pinned" if report.get("pinned") else "chosen by simulation"
-        if chosen:
-            what = _SOURCE_WORDS.get(chosen["plan_source"], "{method}").format(method=chosen["method"])
-            out.print(f"schedule: {schedule_name(chosen['schedule'], chosen['virtual_stages'])} ({how}; {what})", markup=False)
-        out.print(schedule_table(report))
-        for note in report.get("notes") or ():
-            out.print(f"note: {note}", markup=False)
-        if chosen:
-            out.print(export_hint(chosen["schedule"], report["by_schedule"]), markup=False)
+    out.print(_baseline_line(result), markup=False)
+    if result.schedules is not None and result.schedules.by_schedule:
+        _print_schedules(result.schedules)
     if result.message:
         out.print(result.message, markup=False)
     from ..export import TARGETS, export_result
@@ -273,41 +256,68 @@ def print_plan_summary(problem: Problem, result: SolveResult) -> None:
     out.print("\nexportable: " + "; ".join(f"{t} {'yes' if e.expressible else 'no'}" for t, e in exports.items()), markup=False)
 
 
+def _baseline_line(result: "ModelPlan") -> str:
+    """The best baseline's shape, iteration and MFU, and the speed-up over it."""
+    base = result.baseline
+    if base is None or base.plan is None:
+        return "baseline megatron-uniform: no uniform plan fits in memory"
+    stages, v = base.plan["stages"], base.virtual_stages or 1
+    shape = f"{len(stages) // v} stage(s){f' x {v} virtual' if v > 1 else ''} of dp {stages[0]['dp']} x tp {stages[0]['tp']}"
+    under = f", {schedule_name(base.schedule, v)}" if base.schedule else ""
+    return (f"baseline {base.method} ({shape}, m = {base.microbatches}{under}): iteration {base.iteration_ms:.1f} ms, "
+            f"MFU {100 * base.throughput.mfu:.1f} % -> speed-up {result.speedup:.3f}x")
+
+
+def _print_schedules(report: "ScheduleReport") -> None:
+    """The schedule line, the schedule table, its notes and which export targets run the kept schedule."""
+    chosen = report.chosen
+    how = "pinned" if report.pinned else "chosen by simulation"
+    if chosen is not None:
+        what = _SOURCE_WORDS.get(chosen.plan_source, "{method}").format(method=chosen.method)
+        out.print(f"schedule: {schedule_name(chosen.schedule, chosen.virtual_stages)} ({how}; {what})", markup=False)
+    out.print(schedule_table(report))
+    for note in report.notes:
+        out.print(f"note: {note}", markup=False)
+    if chosen is not None:
+        out.print(export_hint(chosen.schedule, report.by_schedule), markup=False)
+
+
 def schedule_name(schedule: str, virtual_stages: int = 1) -> str:
     """``interleaved (v = 2)`` or the plain name."""
     return f"{schedule} (v = {virtual_stages})" if schedule == "interleaved" else schedule
 
 
-def schedule_table(report: Any) -> Table:
+def schedule_table(report: "ScheduleReport") -> Table:
     """Per schedule: the best plan and the best baseline, simulated iteration, bubble, peak memory (``plan``'s table)."""
     table = Table(title="schedules (simulated iteration; * kept)", title_justify="left")
     for col, justify in (("", "left"), ("schedule", "left"), ("best plan", "left"), ("iteration ms", "right"),
                          ("bubble %", "right"), ("peak GiB", "right"), ("best baseline", "left"),
                          ("iteration ms", "right"), ("bubble %", "right"), ("peak GiB", "right")):
         table.add_column(col, justify=justify)
-    chosen = report.get("chosen") or {}
-
-    def cells(row: Any, why: str | None) -> list[str]:
-        if row is None:
-            return [why or "-", "", "", ""]
-        label = row["plan_source"] if row["plan_source"] in ("plan", "solved") else _BASELINE_LABEL.get(row["method"], row["method"])
-        v = row["virtual_stages"]
-        label += f" m {row['microbatches']} P {row['stages'] // v}" + (f"x{v}" if v > 1 else "")
-        bubble = "" if row.get("bubble_ratio") is None else f"{100 * max(row['bubble_ratio'], 0.0):.1f}"
-        peak = "" if not row.get("peak_memory_bytes") else f"{row['peak_memory_bytes'] / 2**30:.1f}"
-        return [label, f"{row['iteration_ms']:.1f}", bubble, peak]
-
-    for entry in report["by_schedule"]:
-        mark = "*" if (entry["schedule"], entry["virtual_stages"]) == (chosen.get("schedule"), chosen.get("virtual_stages")) else ""
-        table.add_row(mark, schedule_name(entry["schedule"], entry["virtual_stages"]), *cells(entry["plan"], entry.get("plan_reason")),
-                      *cells(entry["baseline"], entry.get("baseline_reason")))
+    kept = (report.chosen.schedule, report.chosen.virtual_stages) if report.chosen is not None else None
+    for entry in report.by_schedule:
+        mark = "*" if (entry.schedule, entry.virtual_stages) == kept else ""
+        table.add_row(mark, schedule_name(entry.schedule, entry.virtual_stages), *_row_cells(entry.plan, entry.plan_reason),
+                      *_row_cells(entry.baseline, entry.baseline_reason))
     table.caption = ("plan: the kept plan replayed; solved: the method re-run under the schedule; uniform: Megatron-style "
                      "uniform split; m microbatches, P stages (x v chunks)")
     table.caption_justify = "left"
     return table
 
 
-def export_hint(schedule: str, by_schedule: Any) -> str:
+def _row_cells(row: "ScheduleRow | None", why: str | None) -> list[str]:
+    """A schedule-table row's four cells for one candidate: label, iteration, bubble, peak memory."""
+    if row is None:
+        return [why or "-", "", "", ""]
+    label = row.plan_source if row.plan_source in ("plan", "solved") else _BASELINE_LABEL.get(row.method, row.method)
+    v = row.virtual_stages
+    label += f" m {row.microbatches} P {row.stages // v}" + (f"x{v}" if v > 1 else "")
+    bubble = "" if row.bubble_ratio is None else f"{100 * max(row.bubble_ratio, 0.0):.1f}"
+    peak = "" if not row.peak_memory_bytes else f"{row.peak_memory_bytes / 2**30:.1f}"
+    return [label, f"{row.iteration_ms:.1f}", bubble, peak]
+
+
+def export_hint(schedule: str, by_schedule: "Sequence[ScheduleSummary]") -> str:
     """Which export targets run ``schedule``; for the others, the fastest schedule they do run (from the table)."""
     from ..export import TARGET_SCHEDULES
 
@@ -316,11 +326,11 @@ def export_hint(schedule: str, by_schedule: Any) -> str:
         return f"exports: every target runs {schedule}"
 
     def fastest(runs: tuple[str, ...]) -> str:
-        rows = [r for e in by_schedule if e["schedule"] in runs for r in (e["plan"], e["baseline"]) if r is not None]
+        rows = [r for e in by_schedule if e.schedule in runs for r in (e.plan, e.baseline) if r is not None]
         if not rows:  # a pinned schedule: the table has none of theirs
             return f"--schedule {runs[0]}"
-        best = min(rows, key=lambda r: r["iteration_ms"])
-        return f"--schedule {best['schedule']}: {best['iteration_ms']:.1f} ms"
+        best = min(rows, key=lambda r: r.iteration_ms)
+        return f"--schedule {best.schedule}: {best.iteration_ms:.1f} ms"
 
     return (f"exports: {schedule} is not a schedule of " + ", ".join(lacking) + " (they say so below); re-plan pinned for them: "
             + "; ".join(f"{t} ({fastest(TARGET_SCHEDULES[t])})" for t in lacking))

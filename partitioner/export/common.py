@@ -20,12 +20,12 @@ from typing import Any, Mapping, Sequence
 
 from ..costs.variants import parse_variant
 from ..plan import Plan
-from ..presets import is_moe_layer
+from ..planning.records import MoeHints
 from ..problem import Problem, ProblemError
 
 __all__ = ["Export", "StageView", "Segment", "SegmentKnobs", "MoeHints", "hints_from_problem", "moe_hints", "stage_views",
            "per_replica_microbatch", "placement_note", "layout_reasons", "LLM_ROLES", "schedule_of", "chunk_reasons",
-           "segment_knobs", "moe_export_hints", "one_zero", "one_recompute", "not_expressible_text"]
+           "segment_knobs", "one_zero", "one_recompute", "not_expressible_text"]
 
 LLM_ROLES = ("embedding", "decoder", "loss")
 
@@ -401,26 +401,6 @@ def one_recompute(knobs: Sequence[SegmentKnobs], rule: str) -> tuple[str, list[s
 # --------------------------------------------------------------------------- mixture of experts
 
 
-@dataclass(frozen=True)
-class MoeHints:
-    """The language model's mixture of experts, as the exports need it.
-
-    ``moe_layers`` says, per decoder layer of the language model, whether it
-    has routed experts (the others have the dense MLP); ``shared_ffn`` is
-    the width of the shared experts together (0: none).
-    """
-
-    num_experts: int
-    top_k: int
-    ffn_hidden: int
-    shared_ffn: int = 0
-    moe_layers: tuple[bool, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"num_experts": self.num_experts, "top_k": self.top_k, "ffn_hidden": self.ffn_hidden,
-                "shared_ffn": self.shared_ffn, "moe_layers": [int(b) for b in self.moe_layers]}
-
-
 def moe_hints(doc: Any) -> MoeHints | None:
     """The :class:`MoeHints` of an ``export_hints["moe"]`` object, None when absent; ProblemError when malformed."""
     if doc is None:
@@ -440,19 +420,6 @@ def moe_hints(doc: Any) -> MoeHints | None:
     if not isinstance(layers, list) or any(v not in (0, 1) for v in layers):
         raise ProblemError("must be a list of 0/1 per decoder layer", path="export_hints.moe.moe_layers")
     return MoeHints(shared_ffn=shared, moe_layers=tuple(bool(v) for v in layers), **fields)
-
-
-def moe_export_hints(spec: Any) -> dict[str, Any] | None:
-    """``export_hints["moe"]`` of a model spec: its language model's experts (None for a dense model).
-
-    ``spec`` is a :class:`partitioner.presets.ModelSpec`; layer i of the
-    ``llm`` module is a MoE layer per :func:`partitioner.presets.is_moe_layer`.
-    """
-    llm = next((m for m in getattr(spec, "modules", ()) if m.kind == "llm" and m.experts), None)
-    if llm is None:
-        return None
-    return MoeHints(llm.experts, llm.top_k, llm.moe_ffn, llm.shared_ffn,
-                    tuple(is_moe_layer(llm, i) for i in range(llm.layers))).to_dict()
 
 
 def not_expressible_text(target: str) -> str:

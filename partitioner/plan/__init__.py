@@ -38,10 +38,11 @@ from .evaluation import (
     objective_value,
 )
 from .records import RULES, Plan, PlanError, Stage, load_plan
-from .result import STATUSES, SolveResult, as_plan
+from .result import STATUSES, SolveResult, Status, as_plan
 
 __all__ = [
     "STATUSES",
+    "Status",
     "RULES",
     "PlanError",
     "Stage",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Mapping, get_args
 
 from ..core.documents import check_document
 from ..problem import ProblemError
@@ -21,9 +21,10 @@ from .records import Plan, load_plan
 if TYPE_CHECKING:
     from .evaluation import Evaluation
 
-__all__ = ["STATUSES", "SolveResult", "as_plan"]
+__all__ = ["STATUSES", "Status", "SolveResult", "as_plan"]
 
-STATUSES = ("optimal", "feasible", "infeasible", "error")
+Status = Literal["optimal", "feasible", "infeasible", "error"]  # DESIGN.md, "Result format"
+STATUSES: tuple[Status, ...] = get_args(Status)
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class SolveResult:
     lower bound on the optimum (or None); ``gap = (value - bound) / value``.
     """
 
-    status: str
+    status: Status
     method: str
     objective: str
     value: float | None = None

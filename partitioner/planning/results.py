@@ -1,4 +1,12 @@
-"""What ``plan`` reports: the result type, replays, throughput and the assembled result."""
+"""What ``plan`` reports: :class:`ModelPlan` (the result with typed sections), replays and throughput.
+
+:class:`ModelPlan` is a :class:`~partitioner.plan.SolveResult` whose ``plan``
+sections -- throughput, baselines, the microbatch counts tried, knobs, export
+hints, the schedule report -- are typed fields (:mod:`.records`,
+:mod:`.schedule_report`); its ``extra`` and ``to_dict`` are derived from them.
+:func:`simulate_plan` replays a plan, :func:`throughput` measures it, and
+:func:`stage_knobs` lists each segment's memory knobs.
+"""
 from __future__ import annotations
 
 import math
@@ -6,20 +14,83 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..costs.variants import parse_variant
-from ..export.common import moe_export_hints
 from ..plan import Evaluation, Plan, SolveResult, evaluate
-from ..presets import ClusterSpec, ModelSpec
 from ..problem import Problem
 from ..simulate.engine import replay_check
-from .baselines import BASELINE_METHOD, BASELINES, FSDP_METHOD
+from .records import BaselineSummary, IterationSource, MicrobatchTrial, MissingBaseline, Throughput
+from .schedule_report import ScheduleReport
 
-__all__ = ["ModelPlan", "simulate_plan", "throughput", "stage_knobs"]
+__all__ = ["ModelPlan", "simulate_plan", "throughput", "plan_throughput", "iteration_of", "stage_knobs"]
+
+AnyBaseline = BaselineSummary | MissingBaseline
+# the result sections in the order the JSON writes them: a plan's, and an infeasible plan's
+_SECTIONS = ("simulation", "throughput", "baselines", "baseline", "speedup", "model", "cluster", "nodes", "global_batch",
+             "microbatches", "microbatches_tried", "knobs", "export_hints", "schedule", "schedules")
+_OPTIONAL = ("simulation", "schedules")
+_NO_PLAN_SECTIONS = ("microbatches_tried", "baseline", "baselines", "schedules")
+
 
 @dataclass(frozen=True)
 class ModelPlan(SolveResult):
-    """A :class:`SolveResult` that also keeps the problem it was solved on (not in the JSON)."""
+    """What :func:`~partitioner.planning.plan_model` returns: a :class:`SolveResult` and its ``plan`` sections.
+
+    ``problem`` is the problem of the kept plan, carrying its schedule (not in
+    the JSON). Without a plan, ``throughput`` is None and only
+    ``microbatches_tried``, ``baseline``, ``baselines`` and ``schedules`` may
+    be set. ``extra`` is derived: the method's own sections (``method_extra``,
+    e.g. ``dp`` statistics; taken from ``extra`` when not given) followed by
+    every set section's JSON, in the order :meth:`to_dict` writes them.
+    """
 
     problem: Problem | None = field(default=None, compare=False, repr=False)
+    simulation: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    throughput: Throughput | None = None
+    baselines: Mapping[str, AnyBaseline] | None = None
+    baseline: AnyBaseline | None = None
+    speedup: float | None = None
+    model: str | None = None
+    cluster: str | None = None
+    nodes: int | None = None
+    global_batch: int | None = None
+    microbatches: int | None = None
+    microbatches_tried: tuple[MicrobatchTrial, ...] | None = None
+    knobs: list[dict[str, Any]] | None = None
+    export_hints: Mapping[str, Any] | None = None
+    schedules: ScheduleReport | None = None
+    method_extra: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.method_extra is None:
+            object.__setattr__(self, "method_extra", dict(self.extra))
+        object.__setattr__(self, "extra", {**(self.method_extra or {}), **self.sections()})
+
+    @property
+    def schedule(self) -> dict[str, Any] | None:
+        """``{"schedule", "virtual_stages"}`` of the kept plan (its problem's), or None without one."""
+        if self.throughput is None or self.problem is None:
+            return None
+        return {"schedule": self.problem.training.schedule, "virtual_stages": self.problem.training.virtual_stages}
+
+    def sections(self) -> dict[str, Any]:
+        """The JSON of every set section, in result-format order (what ``extra`` adds to the method's own)."""
+        if self.throughput is None:
+            found = {name: _json(getattr(self, name)) for name in _NO_PLAN_SECTIONS}
+            return {name: doc for name, doc in found.items() if doc is not None}
+        return {name: _json(getattr(self, name)) for name in _SECTIONS
+                if name not in _OPTIONAL or getattr(self, name) is not None}
+
+
+def _json(value: Any) -> Any:
+    """A section's JSON: records write themselves; mappings and sequences of records are written item by item."""
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, tuple):
+        return [_json(v) for v in value]
+    if isinstance(value, Mapping) and any(hasattr(v, "to_dict") for v in value.values()):
+        return {k: _json(v) for k, v in value.items()}
+    return value
+
 
 # --------------------------------------------------------------------------- simulation and throughput
 
@@ -31,11 +102,17 @@ def simulate_plan(problem: Problem, plan: Plan, ev: Evaluation | None = None) ->
     return dict(report) if isinstance(report, Mapping) else {"report": report}
 
 
-def throughput(problem: Problem, ev: Evaluation, iteration_ms: float | None = None) -> dict[str, float]:
-    """``{"iteration_ms", "tokens_per_s", "mfu"}`` of a plan on a cost-model problem.
+def plan_throughput(problem: Problem, ev: Evaluation, iteration_ms: float | None = None,
+                    source: IterationSource | None = None) -> Throughput:
+    """Iteration time, tokens per second and MFU of a plan on a cost-model problem.
 
     ``iteration_ms`` defaults to the 1F1B estimate ``sum t_p + (m - 1) max t_p``;
     MFU = model FLOPs per iteration / (iteration time x GPUs x peak) [PaLM, App. B].
+    ``source`` says where ``iteration_ms`` comes from (the kept plan's only).
+
+    References
+    ----------
+    .. [PaLM] Chowdhery et al., "PaLM: Scaling Language Modeling with Pathways", 2022, Appendix B.
     """
     meta = problem.meta or {}
     it = ev.iteration_ms if iteration_ms is None else iteration_ms
@@ -44,105 +121,19 @@ def throughput(problem: Problem, ev: Evaluation, iteration_ms: float | None = No
     flops = float(meta.get("model_flops_per_iteration", 0.0))
     peak = float(meta.get("peak_flops_per_gpu", 0.0))
     mfu = flops / (seconds * problem.num_devices * peak) if seconds > 0 and peak > 0 else float("nan")
-    return {"iteration_ms": it, "tokens_per_s": tokens / seconds if seconds > 0 else float("nan"), "mfu": mfu}
+    return Throughput(it, tokens / seconds if seconds > 0 else float("nan"), mfu, source)
 
 
-def _iteration_ms(sim: Mapping[str, Any] | None, ev: Evaluation) -> tuple[float, str]:
+def throughput(problem: Problem, ev: Evaluation, iteration_ms: float | None = None) -> dict[str, float]:
+    """``{"iteration_ms", "tokens_per_s", "mfu"}`` of a plan on a cost-model problem (:func:`plan_throughput`)."""
+    return plan_throughput(problem, ev, iteration_ms).to_dict()
+
+
+def iteration_of(sim: Mapping[str, Any] | None, ev: Evaluation) -> tuple[float, IterationSource]:
+    """The iteration of a plan (ms) and where it comes from: the replay's makespan, else the schedule's estimate."""
     if sim and isinstance(sim.get("makespan_ms"), (int, float)) and math.isfinite(sim["makespan_ms"]):
         return float(sim["makespan_ms"]), "simulator"
     return ev.iteration_ms, "estimate"
-
-
-_NO_FIT = {
-    BASELINE_METHOD: "no Megatron-style uniform plan fits in memory",
-    FSDP_METHOD: "FSDP (one stage, dp = all GPUs, ZeRO-3) does not fit or dp does not divide the microbatch",
-}
-
-def _finite(x: float | None) -> float | None:
-    return x if x is not None and math.isfinite(x) else None
-
-def _assemble(best: dict[str, Any], bests: dict[str, dict[str, Any]], tried: list, method: str,
-              spec: ModelSpec, cl: ClusterSpec) -> SolveResult:
-    messages: list[str] = []
-    top = min(bests, key=lambda n: bests[n]["iteration_ms"]) if bests else None
-    if top is not None and bests[top]["iteration_ms"] < best["iteration_ms"] * (1 - 1e-9):
-        # the best baseline is faster than the best plan found: keep it
-        b = bests[top]
-        r = best["result"]
-        messages.append(
-            f"{r.method} at m={best['problem'].microbatches} ({best['iteration_ms']:.6g} ms) is slower than the "
-            f"{top} baseline at m={b['entry']['m']} ({b['iteration_ms']:.6g} ms): kept the {top} baseline plan"
-        )
-        best = {
-            "problem": b["entry"]["base_problem"],
-            "result": SolveResult(status="feasible", method=r.method, objective=r.objective, value=b["ev"].value,
-                                  solve_seconds=r.solve_seconds, plan=b["plan"], evaluation=b["ev"]),
-            "sim": b["sim"],
-            "iteration_ms": b["iteration_ms"],
-            "iteration_source": _iteration_ms(b["sim"], b["ev"])[1],
-        }
-    problem: Problem = best["problem"]
-    result: SolveResult = best["result"]
-    extra = dict(result.extra)
-    if best["sim"] is not None:
-        extra["simulation"] = best["sim"]
-    tput = throughput(problem, result.evaluation, best["iteration_ms"])
-    tput["iteration_source"] = best["iteration_source"]
-    extra["throughput"] = tput
-    if result.message:
-        messages.insert(0, result.message)
-    baselines: dict[str, Any] = {}
-    for name in BASELINES:
-        if name not in bests:
-            baselines[name] = {"method": name, "value": None, "plan": None, "message": _NO_FIT[name]}
-            continue
-        b = bests[name]
-        b_problem = b["entry"]["base_problem"]
-        b_tput = throughput(b_problem, b["ev"], b["iteration_ms"])
-        baselines[name] = {
-            "method": name,
-            "value": b["ev"].value,
-            "plan": b["plan"].to_dict(b["ev"]),
-            "microbatches": b_problem.microbatches,
-            "schedule": b_problem.training.schedule,
-            "virtual_stages": b_problem.training.virtual_stages,
-            "iteration_ms": b_tput["iteration_ms"],
-            "throughput": b_tput,
-            "knobs": stage_knobs(b["ev"]),
-        }
-        if b["sim"] is not None:
-            baselines[name]["simulation"] = b["sim"]
-    extra["baselines"] = baselines
-    if top is not None:
-        extra["baseline"] = baselines[top]
-        extra["speedup"] = baselines[top]["iteration_ms"] / tput["iteration_ms"] if tput["iteration_ms"] > 0 else None
-    else:
-        extra["baseline"] = {"method": None, "value": None, "plan": None, "message": "; ".join(_NO_FIT.values())}
-        extra["speedup"] = None
-    extra.update(
-        model=spec.name,
-        cluster=cl.name,
-        nodes=problem.cluster.nodes,
-        global_batch=problem.meta.get("global_batch"),
-        microbatches=problem.microbatches,
-        microbatches_tried=tried,
-        knobs=stage_knobs(result.evaluation),
-        export_hints={"model": spec.name, "layers": [dict(h) for h in problem.meta.get("layers", [])],
-                      **({"moe": moe} if (moe := moe_export_hints(spec)) else {})},
-    )
-    return ModelPlan(
-        status=result.status,
-        method=result.method,
-        objective=result.objective,
-        value=result.value,
-        bound=result.bound,
-        solve_seconds=result.solve_seconds,
-        message="; ".join(messages),
-        plan=result.plan,
-        evaluation=result.evaluation,
-        extra=extra,
-        problem=problem,
-    )
 
 
 def stage_knobs(ev: Evaluation) -> list[dict[str, Any]]:

@@ -35,24 +35,31 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence, Union
 
 from ..plan import Evaluation, Plan, PlanError, SolveResult, evaluate
-from .baselines import BASELINE_METHOD, FSDP_METHOD, megatron_baselines
-from .results import simulate_plan
 from ..problem import Problem, ProblemError
-from .schedule_search import with_schedule
 from ..solvers import SolverError
 from ..solvers.base import schedule_support
+from .baselines import BASELINE_METHOD, FSDP_METHOD, megatron_baselines
+from .options import SCHEDULE_CHOICES
+from .records import BaselineRun, KnobSolve, ScreenedCount
+from .results import simulate_plan
+from .schedule_report import PlanSource, ScheduleCandidate, ScheduleReport, best_candidate, build_report
+from .schedule_search import with_schedule
 
-__all__ = ["SCHEDULE_CHOICES", "schedule_keys", "choose_schedule"]
+__all__ = ["SCHEDULE_CHOICES", "SCREENED_M", "schedule_keys", "choose_schedule", "busy_floor", "Resolve"]
 
-SCHEDULE_CHOICES = ("auto", "1f1b", "zb-h1", "gpipe", "interleaved")
 _PLAIN = ("1f1b", "zb-h1", "gpipe")
 # the baselines under schedules other than 1F1B are built at the SCREENED_M microbatch counts with the best
 # 1F1B screen and at every smaller m (fewer microbatches leave a larger bubble for a schedule to remove; the
 # larger m, rarely fastest, cost the most to evaluate and replay)
 SCREENED_M = 4
+
+# (evaluation, replay, iteration ms) of a plan that runs, or why it cannot
+Run = Union[tuple[Evaluation, Union[Mapping, None], float], str]
+# plan_model's solve with knobs: a screened count (the problem under a schedule) and the warm starts per knob setting
+Resolve = Callable[[ScreenedCount, Mapping[str, Plan]], KnobSolve]
 
 
 def schedule_keys(schedule: str = "auto", virtual_stages: int | None = None,
@@ -82,14 +89,13 @@ def schedule_keys(schedule: str = "auto", virtual_stages: int | None = None,
     return [(schedule, 1)]
 
 
-def _run(problem: Problem, plan: Plan, objective: str, simulate: bool,
-         beat: float | None = None) -> tuple[Evaluation, dict | None, float] | str | None:
+def _run(problem: Problem, plan: Plan, objective: str, simulate: bool, beat: float | None = None) -> Run | None:
     """(evaluation, replay, iteration ms) of ``plan`` on ``problem``, or why it cannot run.
 
     With ``beat`` (a simulated iteration, ms): None, without replaying, when the
-    replay cannot be shorter than ``beat`` by the 1e-9 that :func:`_best` asks:
-    every device runs all its ops one at a time, so the makespan is at least
-    m times the busiest device group's t (:func:`busy_floor`).
+    replay cannot be shorter than ``beat`` by the 1e-9 that :func:`best_candidate`
+    asks: every device runs all its ops one at a time, so the makespan is at
+    least m times the busiest device group's t (:func:`busy_floor`).
     """
     try:
         ev = evaluate(problem, plan, objective)
@@ -112,55 +118,42 @@ def busy_floor(ev: Evaluation) -> float:
     return ev.microbatches * ev.bottleneck_ms * (1 - 1e-9)
 
 
-def _candidate(source: str, method: str, key: tuple[str, int], problem: Problem, plan: Plan, run: Any) -> dict[str, Any]:
-    cand = {"source": source, "method": method, "schedule": key[0], "virtual_stages": key[1], "problem": problem,
-            "plan": plan}
+def _candidate(source: PlanSource, method: str, key: tuple[str, int], problem: Problem, plan: Plan,
+               run: Run) -> ScheduleCandidate:
     if isinstance(run, str):
-        return {**cand, "ok": False, "reason": run}
+        return ScheduleCandidate(source, method, key[0], key[1], problem, plan, reason=run)
     ev, sim, it = run
-    return {**cand, "ok": True, "ev": ev, "sim": sim, "iteration_ms": it}
+    return ScheduleCandidate(source, method, key[0], key[1], problem, plan, ev=ev, sim=sim, iteration_ms=it)
 
 
-def _row(c: Mapping[str, Any]) -> dict[str, Any]:
-    row = {"schedule": c["schedule"], "virtual_stages": c["virtual_stages"], "plan_source": c["source"],
-           "method": c["method"], "microbatches": c["problem"].microbatches if c.get("problem") else None, "ok": c["ok"]}
-    if not c["ok"]:
-        return {**row, "reason": c["reason"]}
-    sim = c["sim"] or {}
-    return {**row, "iteration_ms": c["iteration_ms"], "estimate_ms": c["ev"].iteration_ms,
-            "bubble_ratio": sim.get("bubble_ratio"), "peak_memory_bytes": max(sim.get("peak_memory_bytes") or [0]) or None,
-            "stages": len(c["plan"].stages)}
+def _baseline_run(run: BaselineRun) -> Run:
+    return run.ev, run.sim, run.iteration_ms
 
 
-def _best(cands: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """The first candidate with the least iteration (a later one must be faster by more than 1e-9 relative)."""
-    best = None
-    for c in cands:
-        if c["ok"] and (best is None or c["iteration_ms"] < best["iteration_ms"] * (1 - 1e-9)):
-            best = c
-    return best
-
-
-def _plain_replays(best: Mapping[str, Any], keys: Sequence[tuple[str, int]], objective: str,
-                   method: str, simulate: bool) -> list[dict[str, Any]]:
-    problem, plan = best["problem"], best["result"].plan
+def _plain_replays(best: KnobSolve, keys: Sequence[tuple[str, int]], objective: str,
+                   method: str, simulate: bool) -> list[ScheduleCandidate]:
+    """The kept plan replayed under every plain schedule key."""
+    problem, plan = best.problem, best.result.plan
+    assert plan is not None
     out = []
     for key in keys:
         if key[0] not in _PLAIN:
             continue
         prob = with_schedule(problem, key[0])
-        if key[0] == problem.training.schedule and best["result"].evaluation is not None:
-            run: Any = (best["result"].evaluation, best["sim"], best["iteration_ms"])
+        if key[0] == problem.training.schedule and best.result.evaluation is not None:
+            run: Run | None = (best.result.evaluation, best.sim, best.iteration_ms)
         else:
             run = _run(prob, plan, objective, simulate)
+        assert run is not None
         out.append(_candidate("plan", method, key, prob, plan, run))
     return out
 
 
-def _resolved(entry: Mapping[str, Any], keys: Sequence[tuple[str, int]], method: str, objective: str,
-              resolve: Callable[[dict[str, Any]], Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+def _resolved(entry: ScreenedCount, warm: Mapping[str, Plan], keys: Sequence[tuple[str, int]], method: str,
+              objective: str, resolve: Resolve) -> tuple[list[ScheduleCandidate], list[str]]:
     """The method re-run under every schedule it models (never 1F1B: that is the kept plan)."""
-    out, notes = [], []
+    out: list[ScheduleCandidate] = []
+    notes: list[str] = []
     for key in keys:
         if key[0] == "1f1b":
             continue
@@ -170,104 +163,118 @@ def _resolved(entry: Mapping[str, Any], keys: Sequence[tuple[str, int]], method:
             if note not in notes:
                 notes.append(note)
             continue
-        prob = with_schedule(entry["problem"], *key)
+        prob = with_schedule(entry.problem, *key)
         try:
             # the kept schedule's plans per knob setting start the re-solve (dp's zb-h1 search uses one)
-            done = resolve({"problem": prob, "base_problem": prob, "bases": {}, "m": prob.microbatches,
-                            "warm": dict(entry.get("solved_plans", {}))})
+            done = resolve(ScreenedCount(prob.microbatches, prob, prob), dict(warm))
         except (ProblemError, SolverError, ValueError) as err:
             notes.append(f"{key[0]} v={key[1]}: {method} could not run: {err}")
             continue
-        r: SolveResult = done["result"]
-        if r is None or r.plan is None or r.evaluation is None:
-            notes.append(f"{key[0]} v={key[1]}: {method} found no plan" + (f" ({r.message})" if r is not None and r.message else ""))
+        r = done.result
+        if r.plan is None or r.evaluation is None:
+            notes.append(f"{key[0]} v={key[1]}: {method} found no plan" + (f" ({r.message})" if r.message else ""))
             continue
-        cand = _candidate("solved", method, key, done["problem"], r.plan, (r.evaluation, done["sim"], done["iteration_ms"]))
-        cand["result"] = r
-        out.append(cand)
+        cand = _candidate("solved", method, key, done.problem, r.plan, (r.evaluation, done.sim, done.iteration_ms))
+        out.append(replace(cand, result=r))
     return out, notes
 
 
-def _leader(pool: Sequence[dict[str, Any]], prune: bool) -> float | None:
-    """The simulated iteration a new candidate must beat to become the pool's :func:`_best` (None: any)."""
-    best = _best(pool) if prune else None
-    return None if best is None else best["iteration_ms"]
+def _leader(pool: Sequence[ScheduleCandidate], prune: bool) -> float | None:
+    """The simulated iteration a new candidate must beat to become the pool's best (None: any)."""
+    best = best_candidate(pool) if prune else None
+    return None if best is None else best.iteration_ms
 
 
-def _baselines(screened: Sequence[Mapping[str, Any]], keys: Sequence[tuple[str, int]], objective: str,
-               simulate: bool, prune: bool = True) -> list[dict[str, Any]]:
+def _in_scope(key: tuple[str, int], m: int, top: int) -> bool:
+    """Other schedules' baselines are built at the best screened m's and every smaller m; 1F1B's at every m."""
+    return key == ("1f1b", 1) or m <= top
+
+
+def _megatron_pool(e: ScreenedCount, key: tuple[str, int], prob: Problem, objective: str, simulate: bool,
+                   pool: list[ScheduleCandidate], prune: bool) -> None:
+    """Add the Megatron-style candidates of screened count ``e`` under ``key`` to ``pool``."""
+    if key == ("1f1b", 1):
+        b = e.bases.get(BASELINE_METHOD)
+        if b is not None:
+            pool.append(_candidate("baseline", BASELINE_METHOD, key, prob, b.plan, _baseline_run(b)))
+        return
+    for plan, _ in megatron_baselines(prob, objective, keep=3 if key[0] == "interleaved" else 1, sums=e.stage_sums):
+        run = _run(prob, plan, objective, simulate, _leader(pool, prune))
+        if run is not None:  # None: slower than the pool's best so far, which it would not replace
+            pool.append(_candidate("baseline", BASELINE_METHOD, key, prob, plan, run))
+
+
+def _fsdp_pool(e: ScreenedCount, key: tuple[str, int], prob: Problem, objective: str, simulate: bool,
+               pool: list[ScheduleCandidate], prune: bool) -> None:
+    """Add the FSDP candidate of screened count ``e`` under ``key`` (plain schedules only) to ``pool``."""
+    f = e.bases.get(FSDP_METHOD)
+    if f is None or key[0] not in _PLAIN:
+        return
+    run = _baseline_run(f) if key == ("1f1b", 1) else _run(prob, f.plan, objective, simulate, _leader(pool, prune))
+    if run is not None:
+        pool.append(_candidate("fsdp", FSDP_METHOD, key, prob, f.plan, run))
+
+
+def _no_baseline(name: str, key: tuple[str, int], pool: Sequence[ScheduleCandidate]) -> ScheduleCandidate:
+    """The row saying why no plan of baseline ``name`` runs under ``key``."""
+    why = pool[0].reason if pool else (
+        "no uniform split into P >= 2 groups x v chunks with m a multiple of P fits at any screened m"
+        if key[0] == "interleaved" else "no plan of this shape fits in memory at any screened m")
+    return ScheduleCandidate("baseline" if name == BASELINE_METHOD else "fsdp", name, key[0], key[1], None, reason=why)
+
+
+def _baselines(screened: Sequence[ScreenedCount], keys: Sequence[tuple[str, int]], objective: str,
+               simulate: bool, prune: bool = True) -> list[ScheduleCandidate]:
     """Per schedule key, the best Megatron-style uniform plan and the FSDP plan over every screened m.
 
-    A pool keeps only its best candidate (:func:`_best`, in enumeration order);
-    with ``prune`` a candidate whose :func:`busy_floor` shows it cannot replace
-    the best so far is not replayed (the result is the same).
+    A pool keeps only its best candidate (:func:`best_candidate`, in enumeration
+    order); with ``prune`` a candidate whose :func:`busy_floor` shows it cannot
+    replace the best so far is not replayed (the result is the same).
     """
     out = []
-    ranked = sorted((e for e in screened if math.isfinite(e["screen"])), key=lambda e: e["screen"])
-    top = max((e["m"] for e in ranked[:SCREENED_M]), default=0)
+    ranked = sorted((e for e in screened if math.isfinite(e.screen)), key=lambda e: e.screen)
+    top = max((e.m for e in ranked[:SCREENED_M]), default=0)
     for key in keys:
-        megatron: list[dict[str, Any]] = []
-        fsdp: list[dict[str, Any]] = []
-        for e in screened:
-            if key != ("1f1b", 1) and e["m"] > top:
-                continue  # other schedules' baselines: at the best screened m's and every smaller m
-            prob = with_schedule(e["base_problem"], *key)
-            if key == ("1f1b", 1) and e["bases"].get(BASELINE_METHOD) is not None:
-                b = e["bases"][BASELINE_METHOD]
-                megatron.append(_candidate("baseline", BASELINE_METHOD, key, prob, b["plan"], (b["ev"], b["sim"], b["iteration_ms"])))
-            elif key != ("1f1b", 1):
-                for plan, _ in megatron_baselines(prob, objective, keep=3 if key[0] == "interleaved" else 1,
-                                                  sums=e.get("stage_sums")):
-                    run = _run(prob, plan, objective, simulate, _leader(megatron, prune))
-                    if run is not None:  # None: slower than the pool's best so far, which it would not replace
-                        megatron.append(_candidate("baseline", BASELINE_METHOD, key, prob, plan, run))
-            f = e["bases"].get(FSDP_METHOD)
-            if f is not None and key[0] in _PLAIN:
-                run = (f["ev"], f["sim"], f["iteration_ms"]) if key == ("1f1b", 1) else _run(
-                    prob, f["plan"], objective, simulate, _leader(fsdp, prune))
-                if run is not None:
-                    fsdp.append(_candidate("fsdp", FSDP_METHOD, key, prob, f["plan"], run))
+        megatron: list[ScheduleCandidate] = []
+        fsdp: list[ScheduleCandidate] = []
+        for e in (e for e in screened if _in_scope(key, e.m, top)):
+            prob = with_schedule(e.base_problem, *key)
+            _megatron_pool(e, key, prob, objective, simulate, megatron, prune)
+            _fsdp_pool(e, key, prob, objective, simulate, fsdp, prune)
         for name, pool in ((BASELINE_METHOD, megatron), (FSDP_METHOD, fsdp)):
-            found = _best(pool)
+            found = best_candidate(pool)
             if found is not None:
                 out.append(found)
             elif key[0] in _PLAIN or name == BASELINE_METHOD:
-                why = pool[0]["reason"] if pool else (
-                    "no uniform split into P >= 2 groups x v chunks with m a multiple of P fits at any screened m"
-                    if key[0] == "interleaved" else "no plan of this shape fits in memory at any screened m")
-                out.append({"source": "baseline" if name == BASELINE_METHOD else "fsdp", "method": name, "schedule": key[0],
-                            "virtual_stages": key[1], "problem": None, "ok": False, "reason": why})
+                out.append(_no_baseline(name, key, pool))
     return out
 
 
 def choose_schedule(
-    best: Mapping[str, Any],
-    screened: Sequence[Mapping[str, Any]],
+    best: KnobSolve,
+    screened: Sequence[ScreenedCount],
     *,
     method: str,
     objective: str,
-    resolve: Callable[[dict[str, Any]], Mapping[str, Any]],
+    resolve: Resolve,
     keys: Sequence[tuple[str, int]],
     simulate: bool = True,
     pinned: bool = False,
-) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, Any]]:
+) -> tuple[KnobSolve, dict[str, BaselineRun], ScheduleReport]:
     """Pick the schedule (and plan) with the least simulated iteration.
 
     Parameters
     ----------
-    best : mapping
-        ``plan_model``'s kept candidate under 1F1B: ``problem`` (at m*),
-        ``result``, ``sim``, ``iteration_ms``.
-    screened : sequence of mapping
-        ``plan_model``'s screened microbatch counts: ``m``, ``problem``,
-        ``base_problem`` and ``bases`` (the 1F1B baselines), optionally
-        ``stage_sums`` (the baselines' :class:`~partitioner.planning.baselines.StageSums`
-        on ``base_problem``).
+    best : KnobSolve
+        ``plan_model``'s kept plan under 1F1B (its ``problem`` at m*; its
+        ``solved_plans`` start the re-solves).
+    screened : sequence of ScreenedCount
+        ``plan_model``'s screened microbatch counts (their 1F1B baselines and,
+        optionally, the baselines' stage sums).
     method, objective : str
     resolve : callable
-        Runs ``method`` on an entry ``{"problem", "base_problem", "bases", "m"}``
-        (``plan_model``'s solve with knobs); used only for the schedules
-        ``schedule_support`` allows.
+        ``plan_model``'s solve with knobs of a count under another schedule;
+        used only for the schedules ``schedule_support`` allows.
     keys : sequence of (schedule, v)
         :func:`schedule_keys`.
     simulate : bool
@@ -278,94 +285,55 @@ def choose_schedule(
     Returns
     -------
     best, baselines, report
-        ``best`` in ``plan_model``'s candidate form with ``problem`` carrying
-        the chosen schedule; ``baselines`` per baseline name its fastest
-        candidate over the keys (``entry``, ``plan``, ``ev``, ``sim``,
-        ``iteration_ms``); ``report`` the ``schedules`` section of the
-        result: ``chosen``, ``rows`` (every candidate, fastest first, those
-        that cannot run last), ``by_schedule`` (per key the best plan row and
-        the best baseline row), ``best``, ``best_baseline`` and ``notes``.
+        ``best`` with ``problem`` carrying the chosen schedule (``best``
+        itself when nothing runs); ``baselines`` per baseline name its
+        fastest candidate over the keys; ``report`` the ``schedules`` section.
     """
-    m_star = best["problem"].microbatches
-    entry = next((e for e in screened if e["m"] == m_star), None)
+    m_star = best.problem.microbatches
+    entry = next((e for e in screened if e.m == m_star), None)
     cands = _plain_replays(best, keys, objective, method, simulate)
-    solved, notes = _resolved(entry, keys, method, objective, resolve) if entry is not None else ([], [])
+    solved, notes = _resolved(entry, best.solved_plans, keys, method, objective, resolve) if entry is not None else ([], [])
     cands += solved
     cands += _baselines(screened, keys, objective, simulate)
-    chosen = _best(cands)
+    chosen = best_candidate(cands)
     if chosen is None:  # nothing runs under the pinned schedule
-        return dict(best), {}, _report(cands, None, notes, pinned)
-    new_best = _as_best(chosen, best, method)
-    bases: dict[str, dict[str, Any]] = {}
+        return best, {}, build_report(cands, None, notes, pinned)
+    bases: dict[str, BaselineRun] = {}
     for name in (BASELINE_METHOD, FSDP_METHOD):
-        b = _best([c for c in cands if c["method"] == name and c["source"] in ("baseline", "fsdp")])
-        if b is not None:
-            bases[name] = {"entry": {"m": b["problem"].microbatches, "base_problem": b["problem"]}, "plan": b["plan"],
-                           "ev": b["ev"], "sim": b["sim"], "iteration_ms": b["iteration_ms"]}
-    return new_best, bases, _report(cands, chosen, notes, pinned)
+        b = best_candidate([c for c in cands if c.method == name and c.source in ("baseline", "fsdp")])
+        if b is not None and b.problem is not None and b.plan is not None and b.ev is not None:
+            bases[name] = BaselineRun(b.problem, b.plan, b.ev, b.sim, b.iteration_ms)
+    return _as_best(chosen, best, method), bases, build_report(cands, chosen, notes, pinned)
 
 
-def _as_best(c: Mapping[str, Any], best: Mapping[str, Any], method: str) -> dict[str, Any]:
-    """The chosen candidate as ``plan_model``'s kept candidate."""
-    src = "simulator" if c["sim"] else "estimate"
-    old: SolveResult = best["result"]
-    if c["source"] == "plan" and c["schedule"] == best["problem"].training.schedule:
-        return {**best}
-    where = c["schedule"] + (f" (v = {c['virtual_stages']})" if c["schedule"] == "interleaved" else "")
-    ref = f"the {method} plan under {best['problem'].training.schedule}: {best['iteration_ms']:.6g} ms"
-    if c["source"] == "solved":
-        result = c["result"]
-        note = f"kept {method} re-solved under {where}: {c['iteration_ms']:.6g} ms simulated ({ref})"
-        result = replace(result, message="; ".join(filter(None, [result.message, note])))
-    elif c["source"] == "plan":
-        note = f"kept the {method} plan under {where}: {c['iteration_ms']:.6g} ms simulated ({ref})"
+def _where(c: ScheduleCandidate) -> str:
+    return c.schedule + (f" (v = {c.virtual_stages})" if c.schedule == "interleaved" else "")
+
+
+def _chosen_result(c: ScheduleCandidate, best: KnobSolve, method: str) -> SolveResult:
+    """The result of the chosen candidate, its message saying what was kept over the 1F1B plan."""
+    old = best.result
+    assert c.ev is not None and c.problem is not None
+    ref = f"the {method} plan under {best.problem.training.schedule}: {best.iteration_ms:.6g} ms"
+    if c.source == "solved" and c.result is not None:
+        note = f"kept {method} re-solved under {_where(c)}: {c.iteration_ms:.6g} ms simulated ({ref})"
+        return replace(c.result, message="; ".join(filter(None, [c.result.message, note])))
+    if c.source == "plan":
+        note = f"kept the {method} plan under {_where(c)}: {c.iteration_ms:.6g} ms simulated ({ref})"
         status = "feasible" if old.status == "optimal" else old.status  # optimal for 1F1B's objective, not this one
-        result = replace(old, status=status, value=c["ev"].value, bound=None, evaluation=c["ev"],
-                         message="; ".join(filter(None, [old.message, note])))
-    else:
-        note = (f"kept the {c['method']} baseline under {where} at m={c['problem'].microbatches}, the fastest candidate: "
-                f"{c['iteration_ms']:.6g} ms simulated ({ref})")
-        result = SolveResult(status="feasible", method=method, objective=old.objective, value=c["ev"].value,
-                             solve_seconds=old.solve_seconds, message="; ".join(filter(None, [old.message, note])),
-                             plan=c["plan"], evaluation=c["ev"])
-    return {"problem": c["problem"], "result": result, "sim": c["sim"], "iteration_ms": c["iteration_ms"],
-            "iteration_source": src}
+        return replace(old, status=status, value=c.ev.value, bound=None, evaluation=c.ev,
+                       message="; ".join(filter(None, [old.message, note])))
+    note = (f"kept the {c.method} baseline under {_where(c)} at m={c.problem.microbatches}, the fastest candidate: "
+            f"{c.iteration_ms:.6g} ms simulated ({ref})")
+    return SolveResult(status="feasible", method=method, objective=old.objective, value=c.ev.value,
+                       solve_seconds=old.solve_seconds, message="; ".join(filter(None, [old.message, note])),
+                       plan=c.plan, evaluation=c.ev)
 
 
-def _short(reason: str) -> str:
-    """A table cell for why a candidate cannot run."""
-    return "does not fit in memory" if reason.startswith("rule 6") or "fits in memory" in reason else "cannot run"
-
-
-def _report(cands: Sequence[dict[str, Any]], chosen: Mapping[str, Any] | None, notes: list[str],
-            pinned: bool) -> dict[str, Any]:
-    ordered = sorted(cands, key=lambda c: (not c["ok"], c.get("iteration_ms", 0.0)))
-    keys: list[tuple[str, int]] = []
-    for c in cands:
-        if (c["schedule"], c["virtual_stages"]) not in keys:
-            keys.append((c["schedule"], c["virtual_stages"]))
-    by_schedule = []
-    for key in keys:
-        mine = [c for c in cands if (c["schedule"], c["virtual_stages"]) == key]
-        plan = _best([c for c in mine if c["source"] in ("plan", "solved")])
-        base = _best([c for c in mine if c["source"] in ("baseline", "fsdp")])
-        entry = {"schedule": key[0], "virtual_stages": key[1], "plan": _row(plan) if plan else None,
-                 "baseline": _row(base) if base else None}
-        for side, sources, found in (("plan", ("plan", "solved"), plan), ("baseline", ("baseline", "fsdp"), base)):
-            failed = [c for c in mine if c["source"] in sources and not c["ok"]]
-            if found is None and failed:
-                entry[f"{side}_reason"] = _short(failed[0]["reason"])
-        by_schedule.append(entry)
-
-    def public(c: Mapping[str, Any] | None) -> dict[str, Any] | None:
-        return None if c is None else {**_row(c), "plan": c["plan"].to_dict(c["ev"])}
-
-    return {
-        "chosen": None if chosen is None else {k: _row(chosen)[k] for k in ("schedule", "virtual_stages", "plan_source", "method")},
-        "pinned": pinned,
-        "rows": [_row(c) for c in ordered],
-        "by_schedule": by_schedule,
-        "best": public(chosen),
-        "best_baseline": public(_best([c for c in cands if c["source"] in ("baseline", "fsdp")])),
-        "notes": notes,
-    }
+def _as_best(c: ScheduleCandidate, best: KnobSolve, method: str) -> KnobSolve:
+    """The chosen candidate as ``plan_model``'s kept plan."""
+    if c.source == "plan" and c.schedule == best.problem.training.schedule:
+        return best
+    assert c.problem is not None
+    return KnobSolve(c.problem, _chosen_result(c, best, method), c.sim, c.iteration_ms,
+                     "simulator" if c.sim else "estimate")

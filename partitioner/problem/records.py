@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Literal, Mapping, get_args
 
 from ..core.documents import check_document
 from ..core.errors import ProblemError
@@ -22,6 +22,8 @@ __all__ = [
     "FORMAT_VERSIONS",
     "OBJECTIVES",
     "SCHEDULES",
+    "Objective",
+    "Schedule",
     "ProblemError",
     "Layout",
     "Config",
@@ -36,8 +38,10 @@ __all__ = [
 
 FORMAT_VERSION = 1  # the version a document without v2 features is written as
 FORMAT_VERSIONS = (1, 2)
-OBJECTIVES = ("bottleneck", "iteration")
-SCHEDULES = ("1f1b", "zb-h1", "interleaved", "gpipe")
+Objective = Literal["bottleneck", "iteration"]  # what a solver minimises (DESIGN.md, "Objectives")
+Schedule = Literal["1f1b", "zb-h1", "interleaved", "gpipe"]  # a problem's pipeline schedule (training.schedule)
+OBJECTIVES: tuple[Objective, ...] = get_args(Objective)
+SCHEDULES: tuple[Schedule, ...] = get_args(Schedule)
 _VARIANT = r"[a-z0-9][a-z0-9_.+-]*"
 _LAYOUT_KEY = re.compile(r"^dp([1-9][0-9]*)tp([1-9][0-9]*)(?:/(" + _VARIANT + r"))?$")
 _VARIANT_NAME = re.compile(r"^" + _VARIANT + r"$")

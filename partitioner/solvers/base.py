@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import re
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
@@ -45,9 +44,6 @@ __all__ = [
 REL_TOL = 1e-9
 # Methods that prove optimality; cut short by the time limit without a plan they fall back to greedy.
 EXACT_METHODS = ("cpsat", "milp", "dp", "brute")
-# what a method says when the limit stopped it, or when it refused up front because it would
-# ("would run out while building the model"): either way the limit leaves it without a plan
-_TIMED_OUT = re.compile(r"time limit (?:reached|ran out|would run out)|at the time limit", re.IGNORECASE)
 
 
 class SolverError(ValueError):
@@ -78,7 +74,9 @@ class Candidate:
     bound: float | None = None
     message: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
-    timed_out: bool = False  # the time limit stopped the method (a method may also say so in its message)
+    # the time limit stopped the method, or it refused up front because the limit would (a model too
+    # large to build in the time left): either way the limit, not the problem, left it without a plan
+    timed_out: bool = False
 
 
 Method = Callable[[Problem, SolveRequest], Candidate]
@@ -258,7 +256,7 @@ def _cut_short(candidate: Candidate, request: SolveRequest) -> bool:
         return False
     if request.time_limit is None:
         return False
-    return candidate.timed_out or bool(_TIMED_OUT.search(candidate.message or ""))
+    return candidate.timed_out
 
 
 def _fallback(problem: Problem, method: str, request: SolveRequest, cut: Candidate, start: float) -> Candidate:

@@ -304,7 +304,7 @@ def solve_brute(problem: Problem, request: SolveRequest) -> Candidate:
             break
     if timed_out:
         if best_plan is None:
-            return Candidate("error", message="brute: time limit reached before any valid plan was found")
+            return Candidate("error", message="brute: time limit reached before any valid plan was found", timed_out=True)
         return Candidate("feasible", best_plan, message="brute: time limit reached; the search is incomplete")
     if best_plan is None:
         return Candidate("infeasible", message=explain_infeasible(problem))

@@ -462,7 +462,7 @@ def test_plan_model_with_zero_nodes_names_nodes():
 def test_an_exact_method_cut_short_returns_the_greedy_plan_with_its_bound():
     problem = load_problem(TOY)
     request = SolveRequest("iteration", time_limit=5.0)
-    cut = Candidate("error", bound=100.0, message="dp: time limit reached before the recursion finished")
+    cut = Candidate("error", bound=100.0, message="dp: time limit reached before the recursion finished", timed_out=True)
     assert _cut_short(cut, request)
     found = _fallback(problem, "dp", request, cut, time.perf_counter())
     assert found.status == "feasible" and found.plan is not None and found.bound == 100.0

@@ -12,6 +12,7 @@ from unittest.mock import patch
 from partitioner.planning import schedule_choice
 from partitioner.planning import FSDP_METHOD, fsdp_baseline, megatron_baselines, uniform_projection, variant_at
 from partitioner.planning.baselines import _megatron_plans, _try, value_floor
+from partitioner.planning.records import BaselineRun, ScreenedCount
 from partitioner.planning.schedule_search import with_schedule
 from partitioner.problem import _cost_doc as _cost_doc_for_test
 from partitioner.problem import Problem, ProblemError, _Node, _parse_cost, _parse_cost_checked
@@ -187,8 +188,8 @@ def _screened(model, cluster, nodes, batch, ms):
     for i, m in enumerate(ms):
         problem = build_problem(model, cluster, nodes=nodes, global_batch=batch, microbatches=m, options={"variants": ["all"]})
         fsdp = fsdp_baseline(problem, "iteration")
-        bases = {} if fsdp is None else {FSDP_METHOD: {"plan": fsdp[0], "ev": fsdp[1]}}
-        out.append({"m": m, "problem": problem, "base_problem": problem, "screen": float(i), "bases": bases})
+        bases = {} if fsdp is None else {FSDP_METHOD: BaselineRun(problem, fsdp[0], fsdp[1], None, fsdp[1].iteration_ms)}
+        out.append(ScreenedCount(m, problem, problem, bases, float(i)))
     return out
 
 
@@ -215,8 +216,8 @@ def test_baseline_replays_skipped_only_when_they_cannot_win(model, cluster, node
     for ev, sim in every:  # the floor is a lower bound on every replay
         assert schedule_choice.busy_floor(ev) <= sim["makespan_ms"]
     assert len(replays) < len(every)  # some replays skipped
-    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("problem", "plan", "ev", "sim")} | (
-        {"plan": r["plan"], "makespan": r["sim"]["makespan_ms"]} if r["ok"] else {}) for r in rows]
+    strip = lambda rows: [{k: v for k, v in vars(r).items() if k not in ("problem", "plan", "ev", "sim")} | {"ok": r.ok} | (
+        {"plan": r.plan, "makespan": r.sim["makespan_ms"]} if r.ok else {}) for r in rows]
     assert strip(pruned) == strip(full)
 
 

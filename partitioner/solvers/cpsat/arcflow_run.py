@@ -312,7 +312,8 @@ def solve_arcflow(problem: Problem, data: SlotData, times: IntegerTimes, request
         if hint_plan is not None:
             message = f"cpsat: time limit reached; returning the {hint_source} plan"
             return Candidate("feasible", hint_plan, bound, message, extra)
-        return Candidate("error", message="cpsat: time limit reached before any plan was found", extra=extra)
+        return Candidate("error", message="cpsat: time limit reached before any plan was found", extra=extra,
+                         timed_out=True)
     plan = plan_of_path(data, graph, out.path)
     value = evaluate(problem, plan, data.objective).value
     if hint_plan is not None:

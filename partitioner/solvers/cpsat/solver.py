@@ -187,7 +187,7 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     check = build_guard(request.deadline(start))
     refusal = model_size_refusal("cpsat", problem, request, start)
     if refusal:
-        return Candidate("error", message=refusal)
+        return Candidate("error", message=refusal, timed_out=True)
     extra: dict[str, Any] = {}
     begun = SlotStart()
     try:
@@ -275,7 +275,8 @@ def _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, 
         message = f"cpsat: time limit reached; returning the {hint_source} plan"
         return Candidate("feasible", hint_plan, bound, message, extra)
     if code == cp_model.UNKNOWN:
-        return Candidate("error", message="cpsat: time limit reached before any plan was found", extra=extra)
+        return Candidate("error", message="cpsat: time limit reached before any plan was found", extra=extra,
+                         timed_out=True)
     return Candidate("error", message=f"cpsat: internal error, solver status {solver.status_name(code)}", extra=extra)
 
 

@@ -69,7 +69,7 @@ def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
     except TooLarge as err:
         return _cut_short(problem, request, model, f"dp: {err}")
     except OutOfTime:
-        return _cut_short(problem, request, model, "dp: time limit reached before the recursion finished")
+        return _cut_short(problem, request, model, "dp: time limit reached before the recursion finished", timed_out=True)
     if outcome.status == "infeasible":
         return Candidate("infeasible", message=explain_infeasible(problem))
     if outcome.plan is None:
@@ -109,9 +109,10 @@ def _set_incumbent(problem: Problem, request: SolveRequest, model: "DPModel", de
     return note
 
 
-def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel", reason: str) -> Candidate:
+def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel", reason: str, timed_out: bool = False) -> Candidate:
     """The best known plan when the search cannot finish: the DP's own best so far or the greedy
-    plan, whichever is better, ``feasible`` with the best proven lower bound; ``error`` if neither exists."""
+    plan, whichever is better, ``feasible`` with the best proven lower bound; ``error`` if neither exists.
+    ``timed_out``: the time limit (not the memory budget) stopped the search."""
     found = []
     known = getattr(model, "best_known", None)
     if known is not None:
@@ -128,7 +129,7 @@ def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel", reason
         if best is None or value < best[0]:
             best = (value, source, plan)
     if best is None:
-        return Candidate("error", message=f"{reason}; no valid plan known")
+        return Candidate("error", message=f"{reason}; no valid plan known", timed_out=timed_out)
     bounds = [b for b in (getattr(model, "proven_bound", None),) if b is not None]
     bounds.append(model.analytic_bound(request.objective))
     bound = max(bounds) * (1 - 1e-9) if bounds and all(math.isfinite(b) for b in bounds) else None

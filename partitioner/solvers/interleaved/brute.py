@@ -94,7 +94,7 @@ def solve_brute_interleaved(problem: Problem, request: SolveRequest, deadline: f
         for cuts in itertools.combinations(range(1, L), K - 1):
             if deadline is not None and time.perf_counter() > deadline:
                 if best_plan is None:
-                    return Candidate("error", message="brute: time limit reached before any valid plan was found")
+                    return Candidate("error", message="brute: time limit reached before any valid plan was found", timed_out=True)
                 return Candidate("feasible", best_plan, message="brute: time limit reached; the search is incomplete")
             bounds = (0,) + cuts + (L,)
             choices = [_best_group(problem, P, g, bounds, cache) for g in range(P)]

@@ -41,6 +41,7 @@ class Outcome:
     status_text: str
     bound: float | None
     has_solution: bool
+    timed_out: bool = False  # the time limit (or the interrupt at it) stopped the backend
 
 
 class _HighsWithStart(pulp.HiGHS):
@@ -199,7 +200,7 @@ def _solve_highs_once(
         return Outcome("optimal", text, bound, has_solution)
     if status in (highspy.HighsModelStatus.kInfeasible,):
         return Outcome("infeasible", text, None, False)
-    return Outcome("feasible" if has_solution else "none", text, bound, has_solution)
+    return Outcome("feasible" if has_solution else "none", text, bound, has_solution, timed_out=stopped)
 
 
 class _CbcTimeout(Exception):
@@ -292,7 +293,7 @@ class _CbcByDeadline(pulp.PULP_CBC_CMD):
 def solve_cbc(lp: pulp.LpProblem, deadline: float | None, threads: int, log: bool, use_start: bool) -> Outcome:
     fd, path = tempfile.mkstemp(prefix="partitioner-cbc-", suffix=".log")
     os.close(fd)
-    failure = None
+    failure, timed_out = None, False
     limit = None if deadline is None else max(0.0, deadline - time.perf_counter())
     try:
         solver = _CbcByDeadline(
@@ -314,7 +315,7 @@ def solve_cbc(lp: pulp.LpProblem, deadline: float | None, threads: int, log: boo
         except pulp.PulpSolverError as err:
             failure = str(err)
         except _CbcTimeout:
-            failure = "stopped at the time limit"
+            failure, timed_out = "stopped at the time limit", True
         except _CbcInfeasible:
             return Outcome("infeasible", "infeasible (proved by bound tightening)", None, False)
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -325,7 +326,7 @@ def solve_cbc(lp: pulp.LpProblem, deadline: float | None, threads: int, log: boo
         print(text_log, file=sys.stderr)
     if failure is not None:  # e.g. the time limit ended CBC while it read the start
         tail = " | ".join(line.strip() for line in text_log.strip().splitlines()[-3:])
-        return Outcome("none", f"cbc failed: {tail or failure}", None, False)
+        return Outcome("none", f"cbc failed: {tail or failure}", None, False, timed_out=timed_out)
     result = re.search(r"^Result - (.*)$", text_log, re.MULTILINE)
     text = result.group(1).strip() if result else pulp.LpStatus[code]
     bound = _cbc_number(text_log, "Lower bound")
@@ -337,7 +338,7 @@ def solve_cbc(lp: pulp.LpProblem, deadline: float | None, threads: int, log: boo
         wall = _cbc_number(text_log, r"Time \(Wallclock seconds\)")
         if limit is None or (wall is not None and wall < 0.9 * limit):
             return Outcome("infeasible", text, None, False)
-        return Outcome("none", f"{text} (at the time limit)", None, False)
+        return Outcome("none", f"{text} (at the time limit)", None, False, timed_out=True)
     has_solution = lp.sol_status == pulp.LpSolutionIntegerFeasible
     return Outcome("feasible" if has_solution else "none", text, bound, has_solution)
 

@@ -135,7 +135,7 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
     check = build_guard(request.deadline(start))
     refusal = model_size_refusal("milp", problem, request, start)
     if refusal:
-        return Candidate("error", message=refusal)
+        return Candidate("error", message=refusal, timed_out=True)
     # local: the backends subclass PuLP's solver classes, which imports PuLP (see partitioner.core.lazy)
     from .backends import READBACK_SECONDS, READBACK_SHARE, pulp_quiet, solve_cbc, solve_highs
 
@@ -184,7 +184,8 @@ def _candidate(problem, data, backend, outcome, var, hint_plan, hint_source, ext
         if hint_plan is not None:
             message = f"milp: {backend} found no plan in time; returning the {hint_source} plan"
             return Candidate("feasible", hint_plan, bound, message, extra)
-        return Candidate("error", message=f"milp: {backend} found no plan ({outcome.status_text})", extra=extra)
+        return Candidate("error", message=f"milp: {backend} found no plan ({outcome.status_text})", extra=extra,
+                         timed_out=outcome.timed_out)
     plan = plan_of_decisions(data, read_decisions(var, data))
     try:
         value = evaluate(problem, plan, data.objective).value

@@ -119,7 +119,7 @@ def build_timeout_candidate(method: str, problem: Problem, request: SolveRequest
     (``feasible``, with the analytic bound), else an error."""
     message = build_timeout_message(method, problem)
     if plan is None:
-        return Candidate("error", message=message, extra=extra)
+        return Candidate("error", message=message, extra=extra, timed_out=True)
     bound = analytic_bound(problem, request.objective)
     return Candidate("feasible", plan, bound, f"{message}; returning the {source} plan", extra)
 

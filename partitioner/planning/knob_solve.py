@@ -1,0 +1,126 @@
+"""The method's solves of one problem: every uniform knob setting, then each segment's own knobs.
+
+:func:`solve_with_knobs` solves the problem of a :class:`~.records.ScreenedCount`
+once per uniform knob setting (:func:`.knobs.uniform_projection`, so that
+solvers of format v1 apply), lets each stage segment pick its own knobs for
+the solver's cuts and meshes (:func:`.knobs.refine_knobs`, exact for fixed cuts
+and meshes) and keeps the best plan -- or the count's fastest baseline when
+the method did worse, never reporting a plan slower than a baseline.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+from ..plan import Plan, SolveResult
+from ..problem import Problem
+from ..solvers import solve
+from .baselines import BASELINE_METHOD
+from .knobs import _projections, refine_knobs, variant_at
+from .options import PlanOptions
+from .records import BaselineRun, KnobSolve, ScreenedCount
+from .results import iteration_of, simulate_plan
+
+__all__ = ["solve_with_knobs"]
+
+
+@dataclass
+class _Tally:
+    """What the uniform knob settings' solves found so far: the best refined plan, the last result, failures."""
+
+    best: tuple[float, SolveResult] | None = None
+    last: SolveResult | None = None
+    messages: list[str] = field(default_factory=list)
+    solved_plans: dict[str, Plan] = field(default_factory=dict)
+
+
+def _warm_start(entry: ScreenedCount, variant: str, warm: Mapping[str, Plan]) -> Plan | None:
+    """The plan this setting got under another schedule (a re-solve), else the Megatron baseline's when its knobs match."""
+    found = warm.get(variant)
+    megatron = entry.bases.get(BASELINE_METHOD)
+    if found is None and megatron is not None and all(s.variant == variant_at(entry.problem, s.dp, variant)
+                                                      for s in megatron.plan.stages):
+        found = Plan(tuple(replace(s, variant="") for s in megatron.plan.stages))
+    return found
+
+
+def _solve_setting(entry: ScreenedCount, variant: str, proj: Problem, opts: PlanOptions, warm: Mapping[str, Plan],
+                   tally: _Tally) -> None:
+    """Solve one uniform knob setting, refine its plan's knobs per segment, and keep it in ``tally`` if best."""
+    result = solve(proj, opts.method, objective=opts.objective, time_limit=opts.time_limit, seed=opts.seed,
+                   warm_start=_warm_start(entry, variant, warm))
+    tally.last = result
+    if result.plan is None:
+        if result.message:
+            tally.messages.append(f"{variant or 'plain'}: {result.message}")
+        return
+    tally.solved_plans[variant] = result.plan  # a re-solve's warm start
+    problem = entry.problem
+    lifted = Plan(tuple(replace(s, variant=variant_at(problem, s.dp, variant), configs=None) for s in result.plan.stages))
+    refined = refine_knobs(problem, lifted, opts.objective)
+    if refined is None:
+        return
+    value = refined[1].value
+    if tally.best is None or value < tally.best[0]:
+        tally.best = (value, replace(result, value=value, plan=refined[0], evaluation=refined[1]))
+
+
+def _fastest_baseline(entry: ScreenedCount) -> tuple[str, BaselineRun] | None:
+    """(name, baseline) of the entry's baseline with the best objective value, or None."""
+    if not entry.bases:
+        return None
+    name = min(entry.bases, key=lambda n: entry.bases[n].ev.value)
+    return name, entry.bases[name]
+
+
+def _failed(entry: ScreenedCount, opts: PlanOptions, tally: _Tally) -> KnobSolve:
+    """No plan and no baseline: infeasible (or error, when the method's last solve was one)."""
+    last = tally.last
+    fail = SolveResult(status="infeasible" if last is None or last.status != "error" else "error", method=opts.method,
+                       objective=opts.objective, message="; ".join(tally.messages[:3]) or "no plan fits")
+    return KnobSolve(entry.problem, fail, None, math.inf, "none", fail, tally.solved_plans)
+
+
+def _kept_baseline(entry: ScreenedCount, name: str, b: BaselineRun, opts: PlanOptions, tally: _Tally) -> KnobSolve:
+    """The faster baseline's plan (on the problem it was built on), the message saying why."""
+    r = tally.last if tally.best is None else tally.best[1]
+    why = "found no plan" if tally.best is None else f"returned {tally.best[0]:.6g} ms > {name} baseline {b.ev.value:.6g} ms"
+    message = "; ".join(filter(None, [*tally.messages[:3], f"{opts.method} {why}: kept the {name} baseline plan"]))
+    result = SolveResult(status="feasible", method=opts.method, objective=opts.objective, value=b.ev.value,
+                         solve_seconds=r.solve_seconds if r is not None else 0.0, message=message, plan=b.plan,
+                         evaluation=b.ev)
+    it, src = iteration_of(b.sim, b.ev)
+    return KnobSolve(entry.base_problem, result, b.sim, it, src, tally.last, tally.solved_plans)
+
+
+def _solved(problem: Problem, result: SolveResult, opts: PlanOptions, tally: _Tally) -> KnobSolve:
+    """The method's best plan, replayed; a format-v2 result says its knobs were chosen per segment."""
+    if problem.version >= 2 and problem.variants:
+        note = f"{opts.method} solved uniform knob settings (knob_solves={opts.knob_solves}); knobs then chosen per segment"
+        result = replace(result, status="feasible" if result.status == "optimal" else result.status, bound=None,
+                         message="; ".join(filter(None, [result.message, note])))
+    sim = simulate_plan(problem, result.plan, result.evaluation) if (opts.simulate and result.plan is not None) else None
+    it, src = iteration_of(sim, result.evaluation) if result.evaluation is not None else (math.inf, "none")
+    return KnobSolve(problem, result, sim, it, src, tally.last, tally.solved_plans)
+
+
+def solve_with_knobs(entry: ScreenedCount, opts: PlanOptions, warm: Mapping[str, Plan] | None = None) -> KnobSolve:
+    """Solve every uniform knob setting of the entry's problem, refine each plan's knobs per segment, keep the best.
+
+    ``warm``: per knob setting, a plan that starts the method (the plans of
+    another schedule's solve). Never slower than the entry's fastest baseline:
+    its plan is kept instead, and the message says so.
+    """
+    tally = _Tally()
+    for variant, proj in _projections(entry.problem, "all" if opts.knob_solves == "all" else "escalate"):
+        if opts.knob_solves == "fast" and tally.best is not None:
+            break  # the first setting with a plan; its knobs are then refined per segment
+        _solve_setting(entry, variant, proj, opts, warm or {}, tally)
+    kept = _fastest_baseline(entry)
+    if tally.best is None and kept is None:
+        return _failed(entry, opts, tally)
+    if kept is not None and (tally.best is None or tally.best[0] > kept[1].ev.value * (1 + 1e-9)):
+        return _kept_baseline(entry, *kept, opts, tally)
+    assert tally.best is not None
+    return _solved(entry.problem, tally.best[1], opts, tally)

@@ -1,0 +1,91 @@
+"""What ``plan`` is asked to do: :class:`PlanOptions`, every setting of :func:`~partitioner.planning.plan_model`.
+
+:func:`~partitioner.planning.plan_model` takes these settings as keyword
+arguments and gathers them here; :func:`~partitioner.planning.plan_model.run_plan`
+takes a :class:`PlanOptions` directly. Each field says what it sets, where it
+is declared. The Literal types name the closed sets of words the settings use.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, get_args
+
+from ..costs import CostOptions
+from ..problem import Objective
+
+__all__ = ["PlanOptions", "KnobSolves", "ScheduleChoice", "SCHEDULE_CHOICES", "KNOB_SOLVES"]
+
+KnobSolves = Literal["fast", "all"]
+ScheduleChoice = Literal["auto", "1f1b", "zb-h1", "gpipe", "interleaved"]
+KNOB_SOLVES: tuple[KnobSolves, ...] = get_args(KnobSolves)
+SCHEDULE_CHOICES: tuple[ScheduleChoice, ...] = get_args(ScheduleChoice)
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """The settings of one ``plan`` run (the keyword arguments of :func:`plan_model`)."""
+
+    nodes: int
+    """Nodes of the cluster preset to plan on (1..``partitioner.core.limits.MAX_NODES``)."""
+
+    global_batch: int
+    """Samples per iteration over all data-parallel replicas."""
+
+    microbatches: int | Literal["auto"] = "auto"
+    """Microbatches per iteration, m. ``auto`` screens every divisor of the global
+    batch with the baselines and the ``greedy`` heuristic (both fast), solves the
+    ``auto_solves`` most promising with ``method`` and keeps the shortest iteration."""
+
+    method: str = "dp"
+    """A registered solver (``dp``, ``greedy``, ``cpsat``, ...: :func:`partitioner.solvers.methods`)."""
+
+    objective: Objective = "iteration"
+    """What the solves minimise: the schedule's iteration estimate or the bottleneck stage time."""
+
+    time_limit: float | None = None
+    """Seconds per solve. Without one, a re-solve under another schedule than 1F1B
+    is limited to the time the 1F1B solves took (at least
+    :data:`~partitioner.planning.plan_model.RESOLVE_MIN_SECONDS`); cut short, a
+    method answers its best plan."""
+
+    options: Mapping[str, Any] | CostOptions | None = None
+    """Cost-model options (:func:`~partitioner.planning.plan_options`: every
+    memory-knob variant unless ``variants``, ``recompute`` or ``zero1`` is given)."""
+
+    profile: Any = None
+    """Profiled per-layer times (a path or records) replacing the analytic ones."""
+
+    seed: int = 0
+    """Seed of the methods that search at random."""
+
+    simulate: bool = True
+    """Replay the plans in the simulator (iteration time = the replay's makespan)."""
+
+    auto_solves: int = 2
+    """How many screened microbatch counts ``microbatches="auto"`` solves with ``method``."""
+
+    max_stages: int | None = None
+    """Upper bound on the pipeline depth (default: the format's min(layers, GPUs))."""
+
+    knob_solves: KnobSolves = "fast"
+    """Which uniform knob settings ``method`` solves before each segment picks its
+    own knobs (:func:`~partitioner.planning.refine_knobs`): ``fast`` the first with
+    a plan in :data:`~partitioner.planning.knobs.ESCALATION` order (ZeRO-1, then
+    recompute, then ZeRO-3); ``all`` every setting, keeping the best (slower; better
+    when a setting that adds time allows better cuts)."""
+
+    schedules: bool = True
+    """With ``simulate``, try every pipeline schedule and keep the plan with the
+    least simulated iteration (:mod:`partitioner.planning.schedule_choice`). False: 1F1B only."""
+
+    schedule: ScheduleChoice = "auto"
+    """``auto`` tries every schedule; any other value pins it (only its candidates
+    are tried, also without ``schedules``)."""
+
+    virtual_stages: int | None = None
+    """With ``schedule="interleaved"``, pins v (default: 2, 3 and 4 are tried)."""
+
+    @property
+    def tries_schedules(self) -> bool:
+        """Whether ``plan`` compares schedules at all: every one (``schedules`` and ``simulate``) or a pinned one."""
+        return (self.schedules and self.simulate) or self.schedule != "auto"

@@ -1,0 +1,112 @@
+"""Screening the microbatch counts: each count's problems, its 1F1B baselines and a quick greedy plan.
+
+:func:`screen_counts` builds, for every microbatch count m, the plan's problem
+and the baselines' (:class:`Builders`: one :class:`~partitioner.costs.ProblemBuilder`
+per option set, so what every m shares is worked out once), runs both
+baselines of :mod:`.baselines` and, when several counts compete, the
+``greedy`` heuristic, and records the least iteration seen as the count's
+screen (:class:`~.records.ScreenedCount`). :func:`counts_to_solve` picks the
+counts the method then solves.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field, replace
+from typing import Sequence
+
+from ..costs import CostOptions, ProblemBuilder
+from ..presets import ClusterSpec, ModelSpec
+from ..problem import Problem, ProblemError
+from ..solvers import solve
+from .baselines import BASELINE_METHOD, FSDP_METHOD, StageSums, fsdp_baseline, megatron_baseline
+from .knobs import _projections
+from .options import PlanOptions
+from .records import BaselineRun, ScreenedCount
+from .results import iteration_of, simulate_plan
+
+__all__ = ["Builders", "screen_counts", "counts_to_solve"]
+
+
+@dataclass
+class Builders:
+    """The problems of one model on one cluster, one :class:`ProblemBuilder` per cost-option set."""
+
+    spec: ModelSpec
+    cluster: ClusterSpec
+    opts: PlanOptions
+    _built: dict[CostOptions, ProblemBuilder] = field(default_factory=dict)
+
+    def build(self, m: int, options: CostOptions) -> Problem:
+        """The problem at m microbatches with cost options ``options``."""
+        if options not in self._built:
+            o = self.opts
+            self._built[options] = ProblemBuilder(self.spec, self.cluster, nodes=o.nodes, options=options,
+                                                  objective=o.objective, profile=o.profile, max_stages=o.max_stages)
+        return self._built[options].build(self.opts.global_batch, m)
+
+
+def _baseline_runs(base_problem: Problem, opts: PlanOptions, sums: StageSums) -> dict[str, BaselineRun]:
+    """The 1F1B baselines that fit on ``base_problem``, replayed when ``opts.simulate``."""
+    runs = {}
+    for name, found in ((BASELINE_METHOD, megatron_baseline(base_problem, opts.objective, sums=sums)),
+                        (FSDP_METHOD, fsdp_baseline(base_problem, opts.objective))):
+        if found is None:
+            continue
+        sim = simulate_plan(base_problem, found[0], found[1]) if opts.simulate else None
+        runs[name] = BaselineRun(base_problem, found[0], found[1], sim, iteration_of(sim, found[1])[0])
+    return runs
+
+
+def _greedy_screen(problem: Problem, opts: PlanOptions) -> float:
+    """The iteration of ``greedy``'s plan at the first knob setting (ms; infinite without one)."""
+    for _variant, proj in itertools.islice(_projections(problem, "escalate"), 1):
+        quick = solve(proj, "greedy", objective=opts.objective)
+        if quick.plan is not None and quick.evaluation is not None:
+            return quick.evaluation.iteration_ms
+    return math.inf
+
+
+def _problems(m: int, builders: Builders, options: CostOptions) -> tuple[Problem, Problem]:
+    """The plan's problem at m and the baselines' (the same when ``options`` allow every knob)."""
+    problem = builders.build(m, options)
+    # the baselines always see every knob (a user restricting the plan's knobs does not restrict FSDP's)
+    if options.variants == ("all",):
+        return problem, problem
+    return problem, builders.build(m, replace(options, variants=("all",)))
+
+
+def _screen(m: int, problem: Problem, base_problem: Problem, opts: PlanOptions, several: bool) -> ScreenedCount:
+    """Count m screened: its baselines and the least iteration seen (greedy's too when ``several``)."""
+    sums = StageSums()  # the baselines' floors on base_problem, kept for its other schedules (choose_schedule)
+    bases = _baseline_runs(base_problem, opts, sums)
+    screen = min((b.iteration_ms for b in bases.values()), default=math.inf)
+    if several and opts.method != "greedy":
+        screen = min(screen, _greedy_screen(problem, opts))
+    return ScreenedCount(m, problem, base_problem, bases, screen, sums)
+
+
+def screen_counts(builders: Builders, counts: Sequence[int], options: CostOptions) -> tuple[list[ScreenedCount], list[str]]:
+    """Every count screened, and why the counts that cannot be built were skipped (one count: its error is raised)."""
+    screened: list[ScreenedCount] = []
+    skipped: list[str] = []
+    for m in counts:
+        try:
+            problem, base_problem = _problems(m, builders, options)
+        except ProblemError as err:
+            if len(counts) == 1:
+                raise
+            skipped.append(f"m={m}: {err.reason}")
+            continue
+        screened.append(_screen(m, problem, base_problem, builders.opts, len(counts) > 1))
+    return screened, skipped
+
+
+def counts_to_solve(screened: Sequence[ScreenedCount], several: bool, opts: PlanOptions) -> list[ScreenedCount]:
+    """The counts the method solves: the ``auto_solves`` best screened (every one for ``greedy``)."""
+    if not several:
+        return list(screened)
+    order = sorted((e for e in screened if math.isfinite(e.screen)), key=lambda e: e.screen)
+    if not order:  # nothing fits anywhere: let the method try the smallest microbatches
+        order = sorted(screened, key=lambda e: -e.m)
+    return order[: max(1, opts.auto_solves)] if opts.method != "greedy" else order
