@@ -7,6 +7,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Hypothesis profiles (HYPOTHESIS_PROFILE=fast|ci|thorough; ci is the default and what .ci/run uses).
+# A test states its example budget relative to the profile's max_examples (strategies.examples), so
+# one switch scales every property test: ci runs each test's full budget, fast a tenth, thorough 5x.
+settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True)
+settings.register_profile("fast", max_examples=10, deadline=None, print_blob=True)
+settings.register_profile("thorough", max_examples=500, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

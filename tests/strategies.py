@@ -14,12 +14,19 @@ memory tight enough that variants and tp decide what fits.
 """
 from __future__ import annotations
 
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from partitioner.cluster.placement import node_assignment_ids, size_sequences
 from partitioner.plan import Plan, Stage
 from partitioner.problem import Cluster, Problem
 from partitioner.solvers.brute import placement_patterns
+
+def examples(budget: int) -> int:
+    """A test's example count: its ``budget`` under the ``ci`` profile (max_examples 100), scaled by the
+    loaded profile's max_examples (``fast``: a tenth, ``thorough``: 5x; tests/conftest.py), at least 2."""
+    return max(2, round(budget * settings.default.max_examples / 100))
+
 
 SHAPES = [(n, g) for n in (1, 2, 3, 4) for g in (1, 2, 4, 8) if n * g <= 8]
 

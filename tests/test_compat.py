@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from strategies import examples
 from hypothesis import strategies as st
 
 from conftest import ROOT
@@ -70,7 +71,7 @@ def bottleneck(layers, cost, head, tail):
     return max(times)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(
     total=st.integers(1, 9),
     stages=st.integers(1, 4),

@@ -47,11 +47,11 @@ from partitioner.problem import Problem
 from partitioner.solvers.base import REL_TOL, Candidate, SolveRequest, _cut_short, _fallback
 from partitioner.solvers.tables import compensated_prefix, range_sum
 
-from strategies import small_problems
+from strategies import examples, small_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "examples" / "vla_toy_2x4.json"
-FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # A child process that runs the CLI and writes its exit code and peak RSS (KiB) to a side file,
 # so the test sees stdout/stderr exactly as a user would. The peak is the process's own high-water

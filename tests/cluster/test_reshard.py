@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from strategies import examples
 from hypothesis import strategies as st
 
 from partitioner.problem import Cluster, Topology
@@ -94,7 +95,7 @@ def layouts(draw, pool=16):
     return Sharding(dp, tp, tuple(devices))
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(
     source=layouts(),
     dest=layouts(),

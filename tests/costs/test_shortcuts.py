@@ -5,6 +5,7 @@ import copy
 
 import pytest
 from hypothesis import given, settings
+from strategies import examples
 from hypothesis import strategies as st
 
 from partitioner.costs import CostOptions, ProblemBuilder, build_problem, cluster_layouts, layer_cost, layouts_for, model_layers
@@ -117,7 +118,7 @@ def _timeline_figures(sim):
 _TIMES = st.one_of(st.integers(0, 3).map(float), st.sampled_from([0.0, 0.1, 0.2, 0.3, 1e-17, 1.0]), st.floats(0, 10))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.sampled_from(["1f1b", "zb-h1", "gpipe", "forward", "interleaved"]), st.integers(1, 5), st.integers(1, 8),
        st.integers(2, 3), st.data())
 def test_figures_without_the_timeline_equal_the_timelines(schedule, P, k, v, data):

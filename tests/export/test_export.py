@@ -10,6 +10,7 @@ import re
 
 import pytest
 from hypothesis import given, settings, strategies as st
+from strategies import examples
 
 from partitioner.costs import build_problem
 from partitioner.export import export_plan, export_result, hints_from_problem, megatron_layout, parse_megatron_layout
@@ -92,7 +93,7 @@ def test_uneven_cuts_round_trip_and_tp_notes(seed_problem, hints):
     assert "--micro-batch-size 4" in exp.snippet  # dp 1
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 5), st.booleans()), min_size=1, max_size=12))
 def test_megatron_layout_round_trip(stages):
     symbols = [("E" if e else "") + (("t" if n == 1 else f"t*{n}") if n else "") + ("L" if l else "") for e, n, l in stages]

@@ -12,7 +12,7 @@ from partitioner import Plan, PlanError, Problem, Stage, evaluate, load_problem,
 from partitioner.planning.schedule_search import compare_schedules
 from partitioner.plan.schedules import device_order, estimate, peak_activation_bytes, stash, walked_stash
 from partitioner.simulate.engine import replay_check, simulate_times
-from strategies import small_v2_problems
+from strategies import examples, small_v2_problems
 
 # --------------------------------------------------------------------------- an independent replay
 
@@ -134,7 +134,7 @@ def test_interleaved_order_example():
     assert text == "F0.0 F0.1 F2.0 F2.1 F0.2 B2.0 F0.3 B2.1 F2.2 B0.0 F2.3 B0.1 B2.2 B2.3 B0.2 B0.3"
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(data=st.data(), schedule=st.sampled_from(["zb-h1", "interleaved"]))
 def test_event_loop_matches_independent_sweep(data, schedule):
     P, v, m, F, B, W = draw_case(data, schedule)
@@ -222,7 +222,7 @@ def test_lesson16_forward_still_280():
 # --------------------------------------------------------------------------- bounds for every schedule
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(data=st.data(), schedule=st.sampled_from(ALL))
 def test_bounds_hold_for_every_schedule(data, schedule):
     P, v, m, F, B, W = draw_case(data, schedule)
@@ -433,7 +433,7 @@ def test_brute_zbh1_keeps_the_pareto_configs():
     assert one.plan.stages[1].variant == ""  # 1F1B: the fastest config
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(data=st.data())
 def test_brute_zbh1_is_optimal_against_random_plans(data):
     base = data.draw(small_v2_problems(max_layers=5, objectives=("iteration",)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from strategies import examples
 from hypothesis import strategies as st
 
 from partitioner.costs import build_problem
@@ -79,7 +80,7 @@ def _window_fill(work, parts):
     return fill
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.one_of(st.just(0.0), st.floats(0.0, 1e4), st.sampled_from([0.1, 0.2, 0.3, 1e-9, 7.0])),
                 min_size=1, max_size=200), st.data())
 def test_balance_cuts_equals_the_window_version(work, data):
@@ -145,7 +146,7 @@ _VALUES = st.one_of(st.integers(-2, 10**6), st.floats(allow_nan=True, allow_infi
                     st.sampled_from([0.25, 0.5, 0.75, 1.0, 1e13, 2**54]))
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.fixed_dictionaries({"fwd_ms": _VALUES, "bwd_ms": _VALUES, "weight_bytes": _VALUES, "act_bytes": _VALUES},
                              optional={"bwd_input_ms": _VALUES, "bwd_weight_ms": _VALUES}))
 def test_cost_fast_path_reads_what_the_checked_path_reads(entry):
@@ -167,7 +168,7 @@ def test_cost_fast_path_reads_a_split_entry():
     assert cost.split() == (1.25, 0.75) and type(cost.fwd_ms) is float
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.sampled_from([0.0, 0.5, 1.0, 2.0, 3]), st.sampled_from([0.0, 0.25, 0.5, 1.0, 1.5, 2, -0.5]),
        st.sampled_from([0.0, 0.25, 0.5, 1.0, 1.5, 2, 1e-13]))
 def test_cost_fast_path_checks_the_split(bwd, split_b, split_w):

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from partitioner import Plan, PlanError, Problem, Stage, evaluate, load_plan, load_problem, simulate, solve
 from partitioner.simulate.engine import replay_check, simulate_times
-from strategies import random_plans, small_problems
+from strategies import examples, random_plans, small_problems
 
 # --------------------------------------------------------------------------- an independent replay
 
@@ -134,7 +134,7 @@ times = st.floats(0.0, 50.0, allow_nan=False, allow_infinity=False)
 SCHEDULES = ("1f1b", "gpipe", "forward")  # zb-h1 and interleaved: tests/plan/test_schedules.py
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     data=st.data(),
     P=st.integers(1, 7),
@@ -156,7 +156,7 @@ def test_matches_independent_loop_and_bounds(data, P, m, schedule):
     assert -1e-9 <= sim.bubble_ratio <= 1.0
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(data=st.data(), P=st.integers(1, 6), m=st.integers(1, 8), schedule=st.sampled_from(SCHEDULES))
 def test_timeline_invariants(data, P, m, schedule):
     F = data.draw(st.lists(times, min_size=P, max_size=P))
@@ -207,7 +207,7 @@ def test_simulate_plan_uses_evaluated_times_and_memory(examples):
     assert list(gp.peak_memory_bytes) == [s.weight_bytes + problem.microbatches * s.act_bytes for s in ev.stages]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(data=st.data())
 def test_simulated_stash_matches_rule_6_on_random_plans(data):
     problem = data.draw(small_problems())

@@ -11,7 +11,7 @@ from partitioner.simulate.breakdown import backward_order, stage_parts
 from partitioner.plan import Plan, Stage
 from partitioner.problem import Layout
 from partitioner.simulate.viz import gantt, save_gantt
-from strategies import small_v2_problems
+from strategies import examples, small_v2_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSON15 = ROOT / "examples" / "colocated_1node.json"
@@ -46,7 +46,7 @@ def test_parts_add_up_to_the_stage_times_in_run_order():
     assert [x.label for x in backward_order(parts)] == ["llm dp2tp4", "reshard dp8tp1 -> dp2tp4", "vision dp8tp1", "send"]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=small_v2_problems())
 def test_parts_match_evaluate_on_random_v2_plans(problem):
     result = solve(problem, "brute")

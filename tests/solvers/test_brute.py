@@ -8,12 +8,12 @@ from hypothesis import strategies as st
 from partitioner import load_problem, solve
 from partitioner.plan import evaluate
 from checks import check_no_random_plan_beats
-from strategies import small_problems
+from strategies import examples, small_problems
 
 REL = 1e-9
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), problem=small_problems())
 def test_brute_equals_evaluate_and_no_random_plan_beats_it(data, problem):
     result = solve(problem, "brute")

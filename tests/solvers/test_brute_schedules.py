@@ -15,7 +15,7 @@ from checks import check_no_random_plan_beats, check_plan
 from partitioner import evaluate, solve
 from partitioner.plan import Plan, Stage
 from partitioner.problem import Problem
-from strategies import small_problems, small_v2_problems
+from strategies import examples, small_problems, small_v2_problems
 
 
 def _with_schedule(problem: Problem, schedule: str) -> Problem:
@@ -25,7 +25,7 @@ def _with_schedule(problem: Problem, schedule: str) -> Problem:
     return Problem.from_dict(doc)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), schedule=st.sampled_from(["gpipe", "zb-h1"]), v2=st.booleans())
 def test_no_valid_plan_beats_brute_under_the_schedules_estimate(data, schedule, v2):
     base = data.draw(small_v2_problems(max_layers=5) if v2 else small_problems(max_layers=5))

@@ -16,7 +16,7 @@ from partitioner.cluster.reshard import stage_reshard_ms
 from partitioner.solvers.brute import best_stage_configs, count_size_sequences, segment_candidates
 from partitioner.solvers.tables import CostTables
 from checks import check_no_random_plan_beats, check_plan
-from strategies import small_problems, small_v2_problems
+from strategies import examples, small_problems, small_v2_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 REL = 1e-9
@@ -57,7 +57,7 @@ def _best_by_hand(problem: Problem, a: int, b: int, size: int, stash: int) -> fl
     return best
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=small_v2_problems(max_layers=5), data=st.data())
 def test_stage_choice_is_the_best_of_all_per_layer_assignments(problem, data):
     """best_stage_configs agrees with a per-layer enumeration filtered to segment-constant tuples."""
@@ -77,7 +77,7 @@ def test_stage_choice_is_the_best_of_all_per_layer_assignments(problem, data):
             assert lay in segment_candidates(problem, s, t, size)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(data=st.data(), problem=small_v2_problems())
 def test_brute_v2_is_never_beaten_by_a_random_valid_plan(data, problem):
     result = solve(problem, "brute")
@@ -121,7 +121,7 @@ def _v1_brute_reference(problem: Problem, objective: str) -> float | None:
     return best
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=small_problems())
 def test_v1_answers_are_unchanged(problem):
     result = solve(problem, "brute")

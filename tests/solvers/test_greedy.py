@@ -7,12 +7,12 @@ from hypothesis import HealthCheck, given, settings
 from partitioner import load_problem, solve
 from partitioner.solvers.greedy import balance_cuts, grow_sizes
 from checks import check_plan
-from strategies import small_problems, small_v2_problems
+from strategies import examples, small_problems, small_v2_problems
 
 import numpy as np
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems())
 def test_greedy_is_valid_and_never_beats_the_optimum(problem):
     greedy = solve(problem, "greedy")
@@ -56,7 +56,7 @@ def test_grow_sizes_uses_every_device():
     assert grow_sizes([1.0] * 3, (1, 2, 4), 2) is None
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems())
 def test_uniform_and_balanced_are_ordered_and_never_beat_the_optimum(problem):
     optimum = solve(problem, "dp")
@@ -156,7 +156,7 @@ _works = st.lists(
 ).map(np.array)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_works, st.data())
 def test_balancer_equals_the_plain_bisection(work, data):
     """Both fast paths -- the candidate search for many counts and the skipping bisection for a few -- give
@@ -217,7 +217,7 @@ def _value_reference(problem, tables, plan, compute, objective):
     return objective_value(objective, times, problem.microbatches)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(small_problems(), small_v2_problems()))
 def test_greedy_values_every_stage_count_as_the_plan_would(problem):
     """``_value`` of ``_build``'s stages (no Plan made) equals the stage-by-stage rule on the plan
@@ -242,7 +242,7 @@ def test_greedy_values_every_stage_count_as_the_plan_would(problem):
             assert _value(problem, tables, stages, ids, objective) == _value_reference(problem, tables, plan, compute, objective)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(small_problems(), small_v2_problems()), st.data())
 def test_cost_tables_hold_every_entry_as_an_elementwise_loop_would(problem, data):
     """``layer_arrays`` (one assignment per layer) stores what an entry-by-entry loop stores, for all

@@ -12,13 +12,13 @@ from partitioner.problem import Layout, Problem
 from partitioner.solvers.brute import best_stage_configs
 from partitioner.solvers.tables import CostTables
 from checks import check_plan
-from strategies import small_problems, small_v2_problems
+from strategies import examples, small_problems, small_v2_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSON15 = ROOT / "examples" / "colocated_1node.json"
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=small_v2_problems(), data=st.data())
 def test_best_stage_is_the_exhaustive_stage_optimum(problem, data):
     """The Pareto pass over segments finds what brute's explicit product finds."""
@@ -37,7 +37,7 @@ def test_best_stage_is_the_exhaustive_stage_optimum(problem, data):
             assert got.reshard_ms >= 0.0
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=small_problems(), data=st.data())
 def test_best_stage_is_best_in_v1(problem, data):
     tables = CostTables(problem)
@@ -50,7 +50,7 @@ def test_best_stage_is_best_in_v1(problem, data):
         assert (got.layout, got.compute_ms, got.configs, got.reshard_ms) == (want.layout, want.compute_ms, (want.layout,), 0.0)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=small_v2_problems())
 def test_heuristics_on_v2_are_valid_and_never_beat_brute(problem):
     oracle = solve(problem, "brute")

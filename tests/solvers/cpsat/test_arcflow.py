@@ -14,12 +14,12 @@ from partitioner import Problem, evaluate, solve
 from partitioner.solvers.cpsat.arcflow import arcflow_reason, build_graph, path_of_plan
 from partitioner.solvers.slot.data import integer_times, slot_data
 from checks import check_plan
-from strategies import draw_valid_plan, small_problems
+from strategies import examples, draw_valid_plan, small_problems
 from tests.solvers.cpsat.test_cpsat import agree as agree_cpsat
 
 REL = 1e-6
 CPSAT = {"num_workers": 1}
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+SETTINGS = settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
 def comm_free(problem: Problem, schedule: str | None = None) -> Problem:
@@ -59,7 +59,7 @@ def test_arcflow_matches_brute_and_dp_iteration(problem, solver_seed):
 
 
 @seed(1303)
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(comm_free_problems())
 def test_arcflow_without_a_hint_matches_brute(problem):
     oracle = solve(problem, "brute")
@@ -73,7 +73,7 @@ def test_arcflow_without_a_hint_matches_brute(problem):
 
 
 @seed(1304)
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(comm_free_problems(objectives=("bottleneck",)))
 def test_arcflow_solves_zb_h1_bottleneck_like_1f1b(problem):
     """zb-h1's bottleneck and stash are 1F1B's: the same optimum, proven by the arc-flow model."""
@@ -88,7 +88,7 @@ def test_arcflow_solves_zb_h1_bottleneck_like_1f1b(problem):
 
 
 @seed(1305)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.data(), comm_free_problems())
 def test_every_valid_plan_is_a_path_no_faster_than_evaluate(data, problem):
     check_plan_is_a_path(data, problem)

@@ -20,12 +20,12 @@ from partitioner import evaluate, solve
 from partitioner.solvers.cpsat.arcflow import arcflow_reason, build_graph
 from partitioner.solvers.slot.data import integer_times, slot_data
 from checks import check_plan
-from strategies import small_v2_problems
+from strategies import examples, small_v2_problems
 from tests.solvers.cpsat.test_arcflow import check_plan_is_a_path, comm_free
 
 REL = 1e-6
 CPSAT = {"num_workers": 1}
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+SETTINGS = settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
 @st.composite
@@ -66,14 +66,14 @@ def test_arcflow_v2_matches_brute_iteration(problem, solver_seed):
 
 
 @seed(1313)
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(comm_free_v2())
 def test_arcflow_v2_without_a_hint_matches_brute(problem):
     agree_with_brute(problem, problem.objective, hint=False)
 
 
 @seed(1314)
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(comm_free_v2(objectives=("bottleneck",), schedule="zb-h1"))
 def test_arcflow_v2_solves_zb_h1_bottleneck(problem):
     agree_with_brute(problem, "bottleneck")
@@ -106,7 +106,7 @@ def _units(data, times, combo, segments) -> int:
 
 
 @seed(1315)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(small_v2_problems())
 def test_every_arc_has_the_least_units_of_a_real_fitting_tuple(problem):
     """Each arc's units are the least over the stage's fitting config tuples (enumerated here), and
@@ -135,7 +135,7 @@ def test_every_arc_has_the_least_units_of_a_real_fitting_tuple(problem):
 
 
 @seed(1316)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.data(), comm_free_v2())
 def test_every_valid_v2_plan_is_a_path_no_slower_than_evaluate(data, problem):
     check_plan_is_a_path(data, problem)

@@ -26,7 +26,7 @@ from partitioner.solvers.cpsat.solver import SAFE_PARAMETERS, build_model, hint_
 from partitioner.solvers.dp.method import explain_infeasible
 from partitioner.solvers.slot.data import decisions_of_plan, integer_times, plan_of_decisions, slot_data
 from checks import check_plan
-from strategies import draw_valid_plan, small_problems
+from strategies import examples, draw_valid_plan, small_problems
 
 REL = 1e-6
 CPSAT = {"num_workers": 1}
@@ -171,19 +171,19 @@ def agree(problem: Problem, objective: str, seed: int = 0) -> None:
     assert result.gap <= REL
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems(objectives=("bottleneck",)), st.integers(0, 3))
 def test_cpsat_matches_brute_and_dp_bottleneck(problem, seed):
     agree(problem, "bottleneck", seed)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems(objectives=("iteration",)), st.integers(0, 3))
 def test_cpsat_matches_brute_and_dp_iteration(problem, seed):
     agree(problem, "iteration", seed)
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems())
 def test_cpsat_without_a_hint_matches_brute(problem):
     oracle = solve(problem, "brute")
@@ -194,7 +194,7 @@ def test_cpsat_without_a_hint_matches_brute(problem):
         assert result.value == pytest.approx(oracle.value, rel=REL)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.data(), small_problems())
 def test_every_valid_plan_is_a_solution_of_the_model_at_its_cost(data, problem):
     """Completeness: fixing the model to any valid plan is feasible and costs what evaluate says."""

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from partitioner import Problem, load_problem, solve
 from partitioner.solvers.dp.solver import DPModel
 from checks import check_plan
-from strategies import small_problems
+from strategies import examples, small_problems
 
 REL = 1e-6
 
@@ -29,19 +29,19 @@ def agree(problem, objective, options=None):
     return result
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems(objectives=("bottleneck",)))
 def test_dp_matches_brute_bottleneck(problem):
     agree(problem, "bottleneck")
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems(objectives=("iteration",)))
 def test_dp_matches_brute_iteration(problem):
     agree(problem, "iteration")
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems())
 def test_exact_placement_automaton_matches_brute(problem):
     agree(problem, problem.objective, {"placement": "bins"})

@@ -22,7 +22,7 @@ from partitioner import solve
 from partitioner.problem import Problem
 from partitioner.solvers.dp.solver import DPModel
 from partitioner.solvers.dp.tables import table_bytes
-from strategies import small_problems, small_v2_problems
+from strategies import examples, small_problems, small_v2_problems
 
 REL = 1e-9
 
@@ -100,7 +100,7 @@ def prefix_band(model: DPModel, limit: float) -> list[float]:
     return band
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_v2_problems(max_layers=7), st.sampled_from([0.0, 0.2, 0.5, 0.8, 1.0]))
 def test_the_device_band_is_the_definitions(problem, quantile):
     model = DPModel(problem)
@@ -123,7 +123,7 @@ def with_transfers(problem: Problem, floor: int, schedule: str | None = None) ->
     return Problem.from_dict(doc)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(
     small_problems(max_layers=5),
     st.sampled_from(["natural", "size", "run", "bins", "none"]),
@@ -204,7 +204,7 @@ def agree(problem: Problem, objective: str, options=None):
         check_plan(problem, result)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     data=st.data(),
     v2=st.booleans(),

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import partitioner.solvers.dp.recursion as dp_recursion
 from partitioner.solvers.dp.solver import DPModel
 from partitioner.solvers.dp.options import GPipeSpec, ZeroBubbleSpec
-from strategies import small_problems, small_v2_problems
+from strategies import examples, small_problems, small_v2_problems
 from tests.solvers.dp.test_fill import finite_entries
 from tests.solvers.dp.test_fill import reference as fill_reference
 from tests.solvers.dp.test_fill import with_transfers
@@ -115,7 +115,7 @@ def draw_spec(data, model: DPModel, schedule: str):
     return GPipeSpec(part, cap)
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(
     data=st.data(),
     v2=st.booleans(),

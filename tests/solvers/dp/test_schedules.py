@@ -18,7 +18,7 @@ from checks import check_plan
 from partitioner import evaluate, solve
 from partitioner.plan import Plan, Stage
 from partitioner.problem import Problem
-from strategies import small_problems, small_v2_problems
+from strategies import examples, small_problems, small_v2_problems
 
 REL = 1e-9
 SCHEDULE_OBJECTIVES = [("zb-h1", "iteration"), ("zb-h1", "bottleneck"), ("gpipe", "iteration"), ("gpipe", "bottleneck")]
@@ -63,14 +63,14 @@ def _draw(data, v2: bool, transfers: bool):
     return under(base, schedule, shares, data.draw(st.integers(1, 3000)) if transfers else None), objective
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), v2=st.booleans())
 def test_dp_matches_brute_under_zb_h1_and_gpipe(data, v2):
     problem, objective = _draw(data, v2, transfers=False)
     agree(problem, objective)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(data=st.data(), v2=st.booleans())
 def test_dp_matches_brute_with_transfers_across_nodes(data, v2):
     problem, objective = _draw(data, v2, transfers=True)
@@ -86,7 +86,7 @@ def test_dp_matches_brute_with_transfers_across_nodes(data, v2):
     agree(problem, objective)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), schedule=st.sampled_from(["zb-h1", "gpipe"]))
 def test_dp_iteration_with_the_exact_placement_automaton(data, schedule):
     problem, _ = _draw(data, False, transfers=True)
@@ -212,7 +212,7 @@ def test_iteration_agrees_on_the_examples(examples, schedule):
         assert result is not None and result.status in ("optimal", "infeasible")
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(data=st.data(), v2=st.booleans(), transfers=st.booleans(), start=st.sampled_from(["optimum", "greedy", "uniform"]),
        schedule=st.sampled_from(["1f1b", "zb-h1"]))
 def test_iteration_from_a_warm_start_matches_brute(data, v2, transfers, start, schedule):

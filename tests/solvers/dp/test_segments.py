@@ -28,7 +28,7 @@ from partitioner.solvers.dp.solver import DPModel
 from partitioner.solvers.dp.stage import StageCosts
 from partitioner.solvers.feasibility import feasible_stage_counts
 from checks import check_plan
-from strategies import small_v2_problems
+from strategies import examples, small_v2_problems
 
 ROOT = Path(__file__).resolve().parents[3]
 REL = 1e-6
@@ -148,19 +148,19 @@ def agree_brute(problem: Problem, objective: str, options=None):
         assert result.message
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_v2_problems(objectives=("bottleneck",)))
 def test_dp_v2_matches_brute_bottleneck(problem):
     agree_brute(problem, "bottleneck")
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_v2_problems(objectives=("iteration",)))
 def test_dp_v2_matches_brute_iteration(problem):
     agree_brute(problem, "iteration")
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_v2_problems())
 def test_dp_v2_exact_placement_automaton_matches_brute(problem):
     agree_brute(problem, problem.objective, {"placement": "bins"})
@@ -182,19 +182,19 @@ def agree(problem: Problem, objective: str, options=None):
     return result
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(small_v2(objectives=("bottleneck",)))
 def test_dp_v2_matches_exhaustive_bottleneck(problem):
     agree(problem, "bottleneck")
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(small_v2(objectives=("iteration",)))
 def test_dp_v2_matches_exhaustive_iteration(problem):
     agree(problem, "iteration")
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(small_v2())
 def test_dp_v2_exact_placement_automaton_matches_exhaustive(problem):
     agree(problem, problem.objective, {"placement": "bins"})
@@ -223,7 +223,7 @@ def stage_best(problem: Problem, a: int, b: int, d: int, stash: int) -> float:
     return best
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(small_v2(max_layers=7), small_v2_problems()), st.integers(1, 6))
 def test_stage_table_is_the_least_time_over_segment_configs(problem, stash):
     sizes = tuple(sorted({lay.devices for lay in problem.layouts()}))

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from strategies import examples
 
 from partitioner.problem import Cluster, Layout
 from partitioner.cluster.reshard import Sharding, _port_elements, plan_reshard, segment_reshard_ms, stage_reshard_ms
@@ -56,7 +57,7 @@ def _reshard_case(draw):
     return source, dest, pattern
 
 
-@settings(deadline=None, max_examples=150)
+@settings(deadline=None, max_examples=examples(150))
 @given(_reshard_case())
 def test_port_elements_closed_form_matches_the_plan(case):
     source, dest, pattern = case
@@ -71,7 +72,7 @@ def test_port_elements_on_every_mesh_pair_of_two_nodes():
                 assert _port_elements(source, dest, pattern) == _port_elements_by_plan(source, dest, pattern)
 
 
-@settings(deadline=None, max_examples=60)
+@settings(deadline=None, max_examples=examples(60))
 @given(st.sampled_from([1, 2, 4, 8, 16, 32]), st.sampled_from([1, 2, 4, 8]), st.integers(0, 10**6), st.data())
 def test_stage_reshard_is_the_segment_reshard_on_ids_from_zero(devices, per_node, out_bytes, data):
     cluster = Cluster(nodes=max(1, devices // per_node), gpus_per_node=per_node, gpu_memory_bytes=10**9,
@@ -139,7 +140,7 @@ def _wide_v2(draw) -> Problem:
     return Problem.from_dict(doc)
 
 
-@settings(deadline=None, max_examples=80)
+@settings(deadline=None, max_examples=examples(80))
 @given(_wide_v2(), st.lists(st.integers(1, 5), min_size=1, max_size=3))
 def test_stage_tables_match_the_enumeration_of_segment_configs(problem, stashes):
     """Every entry of ``matrix`` (and the time ``configs`` reports) equals the least time over every tuple of one
@@ -249,7 +250,7 @@ def _assert_summation_order(costs: StageCosts, stashes) -> None:
                         assert np.isinf(U[a, b, len(got):]).all() and np.isinf(W[a, b, len(got):]).all()
 
 
-@settings(deadline=None, max_examples=60)
+@settings(deadline=None, max_examples=examples(60))
 @given(st.one_of(_wide_v2(), small_v2_problems(max_layers=6)), st.lists(st.integers(1, 5), min_size=1, max_size=3),
        st.booleans())
 def test_stage_tables_are_the_summation_order_bit_for_bit(problem, stashes, tiny_buffers):

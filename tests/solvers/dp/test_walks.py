@@ -15,7 +15,7 @@ from partitioner import solve
 from partitioner.problem import Problem
 from partitioner.solvers.dp.solver import DPModel
 from partitioner.solvers.dp.walks import threshold_search
-from strategies import small_problems
+from strategies import examples, small_problems
 
 INF = math.inf
 
@@ -106,7 +106,7 @@ def staircases(draw):
     return [(float(f), float(M)) for f, M in zip(sums, maxes)]
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(staircases(), st.integers(0, 12), st.booleans(), st.integers(0, 3), st.sampled_from([None, 0.5, 1.0, 1.5]))
 def test_threshold_search_finds_the_least_value_of_any_staircase(plans, coef, snap, slack, cap_ratio):
     stairs = Staircase(plans)
@@ -198,7 +198,7 @@ def _many_microbatches(problem: Problem, m: int, schedule: str, transfers: bool)
     return Problem.from_dict(doc)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems(objectives=("iteration",)), st.integers(2, 16), st.sampled_from(["1f1b", "zb-h1", "gpipe"]), st.booleans())
 def test_walks_match_brute_with_many_microbatches(base, m, schedule, transfers):
     problem = _many_microbatches(base, m, schedule, transfers)

@@ -29,7 +29,7 @@ from partitioner.solvers.interleaved.space import (
     send_ms,
     uniform_hints,
 )
-from strategies import layouts_for
+from strategies import examples, layouts_for
 
 EXACT = ("cpsat", "milp")
 OPTIONS = {"cpsat": {"num_workers": 1}, "milp": {}}
@@ -133,13 +133,13 @@ def check_against_brute(problem: Problem) -> None:
         assert list(sim.peak_memory_bytes) == list(r.evaluation.peak_memory_bytes)  # rule 6 = the replay's peak
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(interleaved_problems(version=1))
 def test_v1_exact_methods_match_brute(problem):
     check_against_brute(problem)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(interleaved_problems(version=2))
 def test_v2_exact_methods_match_brute(problem):
     check_against_brute(problem)
@@ -222,7 +222,7 @@ def test_transfers_cross_between_groups_and_back_to_group_zero():
         assert other.status == "optimal" and other.value == pytest.approx(r.value, rel=1e-9)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(8), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(interleaved_problems(version=2, max_layers=6))
 def test_every_plan_of_brutes_space_is_accepted_by_evaluate_at_the_value_brute_computes(problem):
     """With memory unlimited, every plan of the space passes evaluate, which computes brute's chunk times."""

@@ -15,7 +15,7 @@ from partitioner.solvers.dp.method import explain_infeasible
 from partitioner.solvers.milp.solver import build_milp, start_values
 from partitioner.solvers.slot.data import decisions_of_plan, slot_data
 from checks import check_plan
-from strategies import draw_valid_plan, small_problems
+from strategies import examples, draw_valid_plan, small_problems
 from tests.solvers.cpsat.test_cpsat import memory_bound_infeasible, planted_problem, vla_like_problem
 
 REL = 1e-6
@@ -43,26 +43,26 @@ def agree(problem: Problem, objective: str, options: dict | None = None) -> None
     assert result.gap <= REL
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems(objectives=("bottleneck",)))
 def test_highs_matches_brute_and_dp_bottleneck(problem):
     agree(problem, "bottleneck")
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems(objectives=("iteration",)))
 def test_highs_matches_brute_and_dp_iteration(problem):
     agree(problem, "iteration")
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems())
 def test_cbc_matches_brute_and_dp(problem):
     agree(problem, problem.objective, CBC)
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # PuLP 3 announcing its 4.0 API
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.data(), small_problems())
 def test_every_valid_plan_is_a_solution_of_the_milp_at_its_cost(data, problem):
     """Completeness: pinning the decisions to any valid plan is feasible and costs what evaluate says."""

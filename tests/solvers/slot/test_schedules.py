@@ -23,7 +23,7 @@ from partitioner.problem import Problem
 from partitioner.plan.schedules import walked_stash
 from partitioner.solvers.slot.run import analytic_bound
 from partitioner.solvers.slot.schedule import slot_stash, wgrad_factor, wgrad_steps
-from strategies import draw_valid_plan, small_problems, small_v2_problems
+from strategies import examples, draw_valid_plan, small_problems, small_v2_problems
 from tests.solvers.cpsat.test_cpsat import assert_plan_is_a_model_solution as cpsat_model_holds
 from tests.solvers.milp.test_milp import assert_plan_is_a_model_solution as milp_model_holds
 
@@ -74,25 +74,25 @@ def agree(problem: Problem, method: str, options: dict) -> None:
     assert analytic_bound(problem, problem.objective) <= oracle.value
 
 
-@settings(max_examples=150, **SETTINGS)
+@settings(max_examples=examples(150), **SETTINGS)
 @given(schedule_problems())
 def test_cpsat_matches_brute_under_zb_h1_and_gpipe(problem):
     agree(problem, "cpsat", CPSAT)
 
 
-@settings(max_examples=120, **SETTINGS)
+@settings(max_examples=examples(120), **SETTINGS)
 @given(schedule_problems())
 def test_highs_matches_brute_under_zb_h1_and_gpipe(problem):
     agree(problem, "milp", {})
 
 
-@settings(max_examples=25, **SETTINGS)
+@settings(max_examples=examples(25), **SETTINGS)
 @given(schedule_problems())
 def test_cbc_matches_brute_under_zb_h1_and_gpipe(problem):
     agree(problem, "milp", {"backend": "cbc"})
 
 
-@settings(max_examples=40, **SETTINGS)
+@settings(max_examples=examples(40), **SETTINGS)
 @given(schedule_problems())
 def test_without_a_hint_both_match_brute(problem):
     agree(problem, "cpsat", {**CPSAT, "hint": False})
@@ -100,7 +100,7 @@ def test_without_a_hint_both_match_brute(problem):
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # PuLP 3 announcing its 4.0 API
-@settings(max_examples=60, **SETTINGS)
+@settings(max_examples=examples(60), **SETTINGS)
 @given(st.data(), schedule_problems())
 def test_every_valid_plan_is_a_model_solution_at_its_cost(data, problem):
     """Both models hold every valid plan at its exact objective (CP-SAT: within its unit error):

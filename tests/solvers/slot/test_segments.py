@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from partitioner import Problem, evaluate, load_problem, solve
 from partitioner.problem import Layout
 from checks import check_plan
-from strategies import draw_valid_plan, small_problems, small_v2_problems
+from strategies import examples, draw_valid_plan, small_problems, small_v2_problems
 from tests.solvers.cpsat.test_cpsat import assert_plan_is_a_model_solution as cpsat_model_holds
 from tests.solvers.cpsat.test_cpsat import vla_like_problem
 from tests.solvers.milp.test_milp import assert_plan_is_a_model_solution as milp_model_holds
@@ -38,32 +38,32 @@ def agree(problem: Problem, objective: str, method: str, options: dict, seed: in
     assert result.gap <= REL
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_v2_problems(), st.integers(0, 3))
 def test_cpsat_v2_matches_brute(problem, seed):
     agree(problem, problem.objective, "cpsat", CPSAT, seed)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_v2_problems())
 def test_highs_v2_matches_brute(problem):
     agree(problem, problem.objective, "milp", {})
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_v2_problems())
 def test_cbc_v2_matches_brute(problem):
     agree(problem, problem.objective, "milp", {"backend": "cbc"})
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_v2_problems())
 def test_v2_without_a_hint_matches_brute(problem):
     agree(problem, problem.objective, "cpsat", {**CPSAT, "hint": False})
     agree(problem, problem.objective, "milp", {"hint": False})
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems())
 def test_a_one_module_v2_problem_is_its_v1_twin(problem):
     """Format v2 with one module run per model changes nothing: same optimum as the v1 problem."""
@@ -80,7 +80,7 @@ def test_a_one_module_v2_problem_is_its_v1_twin(problem):
 # --------------------------------------------------------------------------- completeness of both models (every valid v2 plan is a solution at its cost)
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.data(), small_v2_problems())
 def test_every_valid_v2_plan_is_a_cpsat_solution_at_its_cost(data, problem):
     plan, true_value = draw_valid_plan(data, problem)
@@ -88,7 +88,7 @@ def test_every_valid_v2_plan_is_a_cpsat_solution_at_its_cost(data, problem):
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # PuLP 3 announcing its 4.0 API
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.data(), small_v2_problems())
 def test_every_valid_v2_plan_is_a_milp_solution_at_its_cost(data, problem):
     plan, true_value = draw_valid_plan(data, problem)
