@@ -3,7 +3,7 @@
 ::
 
     python -m benchmarks.first_run             # writes benchmarks/results/first_run.{json,md}
-    python -m benchmarks.first_run --load 4    # busy processes beside the runs (default 4)
+    python -m benchmarks.first_run --load 4    # busy processes beside the runs (default 4; 'auto': up to load 4)
 
 A fresh clone of this checkout's HEAD (``git clone``) runs from this interpreter with
 ``PYTHONPATH`` on the clone and ``NUMBA_CACHE_DIR`` on an empty directory, while ``--load``
@@ -117,11 +117,13 @@ def to_markdown(found: dict) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--load", type=int, default=4, help="busy processes beside the runs")
+    parser.add_argument("--load", default="4", help="busy processes beside the runs, or 'auto': as many as "
+                        "bring the 1-minute load average to 4 (none when other work already does)")
     parser.add_argument("--busy-seconds", type=float, default=900.0, help="the busy loops stop after this long")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    found = measure(args.load, args.busy_seconds)
+    load = max(0, 4 - round(os.getloadavg()[0])) if args.load == "auto" else int(args.load)
+    found = measure(load, args.busy_seconds)
     (args.out / "first_run.json").write_text(json.dumps(found, indent=1) + "\n")
     (args.out / "first_run.md").write_text(to_markdown(found))
 
