@@ -91,8 +91,18 @@ def measure(load: int, busy_seconds: float) -> dict:
         finally:
             for p in busy:
                 p.terminate()
-    return {"commit": commit, "busy_processes": load, "cpus": os.cpu_count(), "rows": rows,
+    return {"commit": commit, "busy_processes": load, "cpus": os.cpu_count(), "cpu": _cpu_model(), "rows": rows,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
 
 
 def to_markdown(found: dict) -> str:
@@ -101,8 +111,11 @@ def to_markdown(found: dict) -> str:
     lines = ["## First run after install", "",
              f"`python -m benchmarks.first_run --load {found['busy_processes']}` on {found['date']}, commit "
              f"{found['commit']}: a fresh `git clone`, an empty `NUMBA_CACHE_DIR`, {found['busy_processes']} Python "
-             f"busy loops beside the runs on {found['cpus']} cores (load averages as sampled; other work on the "
-             "machine adds to them). Each command is a fresh process, timed wall to wall.", "",
+             f"busy loops beside the runs on {found['cpus']} cores of {found.get('cpu', 'an unrecorded CPU')} (load "
+             "averages as sampled, other work on the machine included; this section alone was measured then, on "
+             "that machine). "
+             "Each command is a fresh process, timed wall to wall; the toy's wall time is mostly Python's start "
+             "(imports, and in a fresh clone writing the package's bytecode), its solve time the solver's own.", "",
              "| run | command | wall s | x warm plan | load (1 min) | status |", "|---|---|---|---|---|---|"]
     for r in rows:
         ratio = f"{r['seconds'] / warm:.2f}" if r["command"].startswith("partitioner plan") else ""
