@@ -66,7 +66,7 @@ from . import stage_kernels as _py_stages
 from .marks import KERNEL_OPTIONS
 
 __all__ = ["Kernels", "SIGNATURES", "PYTHON", "pick", "compiled_kernels", "load_cached", "warmup", "set_reporter",
-           "take_note", "account", "recursion_work", "stage_work", "mode", "reset"]
+           "take_note", "account", "python_seconds", "recursion_work", "stage_work", "mode", "reset"]
 
 # measured on the 2-core machine of benchmarks/results/REPORT.md (section "First run"): Python seconds per
 # unit of work of the kernels, the compile of every signature under load, the Python cost below which
@@ -122,6 +122,7 @@ class _State:
         self.lock = threading.RLock()
         self.compiled: Kernels | None = None
         self.cold = False  # the disk cache was probed and lacks a signature
+        self.compiled_here = False  # this process compiled the kernels (rather than loading them)
         self.python_seconds = 0.0
         self.note: str | None = None
         self.reporter: Callable[[int, int, str], None] | None = None
@@ -155,6 +156,11 @@ def take_note() -> str | None:
     """What the kernels' choice says about the solve that just ran (then forgotten), or None."""
     note, _STATE.note = _STATE.note, None
     return note
+
+
+def python_seconds() -> float:
+    """The seconds this process has spent in the Python path's kernels so far (:func:`account`)."""
+    return _STATE.python_seconds
 
 
 def account(kernels: Kernels, seconds: float) -> None:
@@ -262,7 +268,7 @@ def compiled_kernels(compile: bool = True) -> Kernels | None:
             disp.compile(sig)
         if report:
             report(len(entries), len(entries), "")
-        _STATE.compiled = kernels
+        _STATE.compiled, _STATE.compiled_here = kernels, True
         return kernels
 
 
@@ -273,11 +279,12 @@ def warmup(reporter: Callable[[int, int, str], None] | None = None) -> tuple[boo
         saved = _STATE.reporter
         _STATE.reporter = reporter
         try:
-            was_cold = _STATE.compiled is None and load_cached() is None
+            before = _STATE.compiled
             compiled_kernels(compile=True)
         finally:
             _STATE.reporter = saved
-    return was_cold, time.perf_counter() - start
+        compiled_now = before is None and _STATE.compiled_here
+    return compiled_now, time.perf_counter() - start
 
 
 # --------------------------------------------------------------------------- the choice
