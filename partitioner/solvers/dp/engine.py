@@ -30,7 +30,7 @@ solve's deadline):
 4. cold cache: compile (once per cache, progress through :func:`set_reporter`)
    when the Python path would cost more than compiling -- this call's
    estimate plus the Python seconds the process already spent, against
-   ``COMPILE_SECONDS`` (a ski-rental rule: never more than about twice the
+   ``COMPILE_SECONDS`` (a ski-rental rule [2]_: never more than about twice the
    better of the two choices) -- and the deadline leaves at least twice
    ``COMPILE_SECONDS``; else Python when its estimate fits the time left;
    else :class:`~partitioner.solvers.errors.OutOfTime` at once (the method
@@ -68,11 +68,12 @@ from .marks import KERNEL_OPTIONS
 __all__ = ["Kernels", "SIGNATURES", "PYTHON", "pick", "compiled_kernels", "load_cached", "warmup", "set_reporter",
            "take_note", "account", "python_seconds", "recursion_work", "stage_work", "mode", "reset"]
 
-# measured on the 2-core machine of benchmarks/results/REPORT.md (section "First run"): Python seconds per
-# unit of work of the kernels, the compile of every signature under load, the Python cost below which
-# loading numba and its cache takes longer than running Python
+# measured on the shared 2-core machine at a load of 6-8 (DESIGN.md, "The first run"): the Python path's
+# seconds per unit of work (45-160 ns on solves of 1e7-2e9 units), the wall time of compiling every
+# signature (68 and 83 s; 26 s of CPU), and the Python cost below which loading numba and its cache
+# (about 1.2 s) takes longer than running Python
 PYTHON_SECONDS_PER_UNIT = 1.0e-7
-COMPILE_SECONDS = 40.0
+COMPILE_SECONDS = 70.0
 SMALL_SECONDS = 0.5
 
 
