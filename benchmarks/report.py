@@ -27,6 +27,9 @@ The issue-13 target table (part ``issue13``) comes from ``python -m benchmarks.s
 --methods dp,cpsat --time-limit 60 --out benchmarks/results/issue13``: every solver target and its
 format-v2 twin, and ``partitioner plan`` per preset, each in its own process (wall, CPU, peak memory).
 
+The first-run section comes from ``python -m benchmarks.first_run`` (``first_run.md``: a fresh clone,
+an empty numba cache, 4 busy processes; the README's warmup step and the plan after it).
+
 The report states the machine, the date and the commit it was made on.
 """
 from __future__ import annotations
@@ -532,6 +535,9 @@ def write_report(out: Path, quick: bool) -> Path:
             f"| issue 26: SC'21 Table 1 as published, median / worst abs(ln predicted/published) <= 0.05 / 0.15 | "
             f"{cs['median_abs_ln_ratio']:.3f} / {cs['worst_abs_ln_ratio']:.3f} ({cs['worst_row']}) | {'yes' if met else 'no'} | |"
         )
+    first_run = out / "first_run.md"  # python -m benchmarks.first_run (a fresh clone, an empty cache, under load)
+    if first_run.exists():
+        lines += ["", *first_run.read_text().splitlines()]
     lines += [
         "",
         "## 1. Solver time scaling",

@@ -193,14 +193,8 @@ def run_plan_case(case: tuple, timeout: float) -> dict:
 
 # Solves that reach every compiled kernel of the dp (plain and option recursions, both modes, the bucket level)
 WARM_UP = """
-from partitioner import load_problem, solve
-from partitioner.problem import Problem
-toy = load_problem("examples/vla_toy_2x4.json")
-doc = toy.to_dict()
-for schedule in ("1f1b", "zb-h1", "gpipe"):
-    doc["training"]["schedule"] = schedule
-    for objective in ("iteration", "bottleneck"):
-        solve(Problem.from_dict(doc), "dp", objective=objective)
+from partitioner.solvers.dp import engine
+engine.warmup()  # every kernel signature (what `partitioner warmup` runs)
 """
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from . import commands_problem, commands_presets, commands_batch  # noqa: F401  (registers the commands, in this order)
+from . import commands_problem, commands_presets, commands_batch, commands_setup  # noqa: F401  (registers the commands, in this order)
 from .common import EXIT_INTERNAL, app, say
 
 __all__ = ["app", "main"]

@@ -9,7 +9,9 @@ solver
 recursion
     The level-by-level fill of the tables, split among threads.
 kernels
-    The compiled (numba) level kernels the recursion calls.
+    The level kernels the recursion calls (Python that numba compiles).
+engine, marks
+    Which kernels run: the Python functions or their compiled twins; ``partitioner warmup``.
 stage, stagecache, stage_kernels
     A stage's time and memory for every layer range and config (the stage tables).
 tables, options, placement

@@ -1,4 +1,4 @@
-"""Compiled kernels of the DP's general recursion (numba): one level of :mod:`.dp_recursion` per call.
+"""Kernels of the DP's general recursion (numba-compilable Python): one level of :mod:`.dp_recursion` per call.
 
 Contract
 --------
@@ -61,8 +61,10 @@ widths, ``xs[a, col]`` each group's incoming transfers at first layer a
 (columns from the category starts), sorted in ``xs_sorted`` with each
 category's ``rank``.
 
-The kernels are compiled on first use and cached on disk (numba's
-``cache=True``, in the package's ``__pycache__`` or ``NUMBA_CACHE_DIR``).
+The kernels are plain Python here (:func:`.marks.kernel`); :mod:`.engine`
+runs them as they are for small problems and on a cold cache, or their
+numba-compiled twins, cached on disk (in the package's ``__pycache__`` or
+``NUMBA_CACHE_DIR``; ``partitioner warmup`` compiles them ahead).
 
 References
 ----------
@@ -72,7 +74,7 @@ References
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from .marks import kernel
 
 __all__ = ["shared_rows", "plain_level", "options_level", "prefix_devices", "ZB", "GPIPE_B", "GPIPE_F"]
 
@@ -83,7 +85,7 @@ ZB, GPIPE_B, GPIPE_F = 0, 1, 2  # the specs of options_level
 # --------------------------------------------------------------------------- shared rows
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _shared_row(flat, runs, pos, R, Rlo, Rhi, combine):
     """Row ``pos`` of R from a level's flat buffer; ``combine``: the least with what R holds."""
     run_base, run_stride, run_d, key_starts, key_offset, key_width = runs
@@ -116,7 +118,7 @@ def _shared_row(flat, runs, pos, R, Rlo, Rhi, combine):
         Rhi[pos, k] = hi
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def shared_rows(flat, runs, pos_lo, pos_hi, R, Rlo, Rhi):
     """R[pos, column] for pos in [pos_lo, pos_hi): per shared key and suffix devices the least over
     the key's runs of ``flat`` (:meth:`.dp_tables.Tables.key_runs`), and the finite span
@@ -128,7 +130,7 @@ def shared_rows(flat, runs, pos_lo, pos_hi, R, Rlo, Rhi):
 # --------------------------------------------------------------------------- helpers
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _widths(grp, N):
     """(the widest device axis, the most accumulator rows) over the size groups."""
     g_size, g_sstart, g_cstart = grp[0], grp[8], grp[10]
@@ -139,7 +141,7 @@ def _widths(grp, N):
     return width_max, cells_max
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def _open_row(acc, used, row, width):
     """The offset of ``row`` in the flat ``acc``, the row set to infinity when first used."""
     base = row * width
@@ -149,7 +151,7 @@ def _open_row(acc, used, row, width):
     return base
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def _take(acc, used, row, width, c, v):
     """acc[row, c] = min(acc[row, c], v), the row set to infinity when first used."""
     base = _open_row(acc, used, row, width)
@@ -157,7 +159,7 @@ def _take(acc, used, row, width, c, v):
         acc[base + c] = v
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def _min_into(acc, base, R, pos, col, n, v0, mode):
     """acc[base + c] = min(acc[base + c], join(v0, R[pos, col + c])) for c < n; join: + (0) or max (1)."""
     Rrow = R[pos, col : col + n]
@@ -175,7 +177,7 @@ def _min_into(acc, base, R, pos, col, n, v0, mode):
             arow[c] = v if v < old else old
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def _suffix_min(acc, used, zn, Ci, width):
     """Rows r of new state zn take the least of rows r..Ci-1 (a candidate of row q serves ranks <= q)."""
     for r in range(Ci - 2, -1, -1):
@@ -196,7 +198,7 @@ def _suffix_min(acc, used, zn, Ci, width):
 # --------------------------------------------------------------------------- plain stages
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _plain_cell(out, R, Rlo, Rhi, a, g, bmax, N, lim, minmax, direct, overwrite, grp, xs, xs_sorted, rank,
                 CB, X, banded, prefix, accw, acch, usedw, usedh):
     """The (a, g) block of a plain level (see the module docstring)."""
@@ -290,7 +292,7 @@ def _plain_cell(out, R, Rlo, Rhi, a, g, bmax, N, lim, minmax, direct, overwrite,
                 out[tgt + cols : tgt + D1] = INF
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def plain_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, N, lim, minmax, direct, overwrite, grp, xs, xs_sorted, rank,
                 CB, X, banded, prefix, self_feed, runs):
     """One level of the plain recursion for first layers a_hi..a_lo (see the module docstring).
@@ -313,7 +315,7 @@ def plain_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, N, lim, minmax, direct, over
 # --------------------------------------------------------------------------- stages with options
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def _spec_low(kind, s, k, OA, OB, o0, F):
     """The spec's least key of a stage without transfers (inf: no option): zb-h1 ``min g``, ``g = s U +
     k W`` over the options with a finite U; GPipe ``min B`` (key B) or ``min F`` (key F)."""
@@ -332,7 +334,7 @@ def _spec_low(kind, s, k, OA, OB, o0, F):
     return best
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def _spec_value(kind, s, k, f_cap, low, OA, OB, o0, F, xo, xi, minmax, lim):
     """A stage's value under the spec (see :mod:`.dp_options`): options ``OA[o0 + f]``, ``OB[o0 + f]``
     (zb-h1: U and W; GPipe: F and B), formed as the spec forms them."""
@@ -367,7 +369,7 @@ def _spec_value(kind, s, k, f_cap, low, OA, OB, o0, F, xo, xi, minmax, lim):
     return best
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def _ranked_costs(kind, s, k, f_cap, lim, OA, OB, o0, F, xo, xs_sorted, a, c0, Ci, cstar):
     """``minsum``: per rank r of the incoming categories (sorted by x), the least rank-free part of the
     stage's cost over the options that are allowed at rank r -- zb-h1 ``U + xo`` with ``(s U + k W) +
@@ -405,7 +407,7 @@ def _ranked_costs(kind, s, k, f_cap, lim, OA, OB, o0, F, xo, xs_sorted, a, c0, C
     return q
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _options_cell(out, R, Rlo, Rhi, a, g, bmax, L, N, lim, minmax, overwrite, grp, xs, xs_sorted, rank,
                   g_F, g_ooff, OA, OB, kind, s, k, f_cap, X, acc, used, tcache, seen, qcache):
     """The (a, g) block of a level with options (see the module docstring)."""
@@ -479,7 +481,7 @@ def _options_cell(out, R, Rlo, Rhi, a, g, bmax, L, N, lim, minmax, overwrite, gr
                     out[tgt + c] = v
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def options_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, N, lim, minmax, overwrite, grp, xs, xs_sorted, rank,
                   g_F, g_ooff, OA, OB, kind, s, k, f_cap, X, self_feed, runs):
     """One level of the recursion with options for first layers a_hi..a_lo (see the module docstring).
@@ -507,7 +509,7 @@ def options_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, N, lim, minmax, overwri
 # --------------------------------------------------------------------------- the device band
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def prefix_devices(CB1, sizes, lim, N):
     """prefix[a]: the fewest devices stages of compute at most ``lim`` (``CB1[i, a, b]``, stash 1)
     need to cover layers 0..a-1; ``2 N + 1`` when none can (:func:`.dp_recursion.prefix_devices`).

@@ -24,6 +24,7 @@ from ...plan import PlanError, evaluate
 from ...core.units import format_bytes
 from ...problem import Problem
 from ..base import Candidate, SolveRequest, register
+from . import engine
 from .solver import DPModel
 from ..errors import OutOfTime, TooLarge
 from ..feasibility import feasible_stage_counts, quick_infeasibility
@@ -57,6 +58,7 @@ def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         return Candidate("error", message=f"dp: option threads must be a positive integer, got {threads!r}")
 
+    engine.take_note()  # forget a note of an earlier solve
     model = DPModel(problem)
     model.threads = threads
     mode = "bins" if forced == "bins" else model.natural_placement()
@@ -67,14 +69,18 @@ def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
             # the relaxed optimum's runs did not pack: solve with the exact placement automaton
             outcome = model.optimize(request.objective, "bins", deadline, budget)
     except TooLarge as err:
-        return _cut_short(problem, request, model, f"dp: {err}")
+        return _cut_short(problem, request, model, f"dp: {err}", kernels_note=engine.take_note())
     except OutOfTime:
-        return _cut_short(problem, request, model, "dp: time limit reached before the recursion finished", timed_out=True)
+        return _cut_short(problem, request, model, "dp: time limit reached before the recursion finished",
+                          timed_out=True, kernels_note=engine.take_note())
     if outcome.status == "infeasible":
         return Candidate("infeasible", message=explain_infeasible(problem))
     if outcome.plan is None:
         return Candidate("error", message="dp: internal error: the optimum could not be placed")
     stats = dict(outcome.stats or {})
+    kernels_note = engine.take_note()
+    if kernels_note:
+        stats["kernels"] = kernels_note
     if warm_note:
         stats["warm_start"] = warm_note
     return Candidate(outcome.status, outcome.plan, bound=outcome.bound, extra={"dp": stats})
@@ -109,10 +115,14 @@ def _set_incumbent(problem: Problem, request: SolveRequest, model: "DPModel", de
     return note
 
 
-def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel", reason: str, timed_out: bool = False) -> Candidate:
+def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel", reason: str, timed_out: bool = False,
+               kernels_note: str | None = None) -> Candidate:
     """The best known plan when the search cannot finish: the DP's own best so far or the greedy
     plan, whichever is better, ``feasible`` with the best proven lower bound; ``error`` if neither exists.
-    ``timed_out``: the time limit (not the memory budget) stopped the search."""
+    ``timed_out``: the time limit (not the memory budget) stopped the search. ``kernels_note``
+    (:func:`.engine.take_note`) says what the kernels' choice cost, e.g. that they were not compiled yet."""
+    if kernels_note:
+        reason = f"{reason} ({kernels_note})"
     found = []
     known = getattr(model, "best_known", None)
     if known is not None:

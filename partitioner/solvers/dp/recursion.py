@@ -58,6 +58,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..errors import OutOfTime as _OutOfTime
+from . import engine
 
 __all__ = ["fill", "prefix_devices"]
 
@@ -108,12 +109,6 @@ def _split(pool, work, lo: int, hi: int) -> None:
         future.result()
 
 
-def _kernels():
-    from . import kernels as dp_kernels  # compiled on first use (numba), cached on disk
-
-    return dp_kernels
-
-
 # --------------------------------------------------------------------------- the fill
 
 
@@ -124,17 +119,28 @@ def fill(model, tables, auto, X: np.ndarray, mode: str, limit: float, deadline: 
     # whose later first layers (no suffix of that many stages starts there) stay infinite from allocation
     tables.reset(top)
     lim = limit * (1 + _TIE) if math.isfinite(limit) else INF
-    run = _Run(model, tables, auto, X, mode, lim, deadline)
-    for level in range(1, top + 1):
-        run.check_time()
-        bucket = bool(model.bucket and level == K)
-        if level == 1:
-            tables.clear_rows(1, 0)
-            for g, i in enumerate(run.groups):
-                run.last_stage(g, i)
-        if level >= 2 or bucket:
-            run.level(level, bucket)
+    run = _Run(model, tables, auto, X, mode, lim, deadline, top)
+    start, counted = time.perf_counter(), engine.python_seconds()
+    try:
+        for level in range(1, top + 1):
+            run.check_time()
+            bucket = bool(model.bucket and level == K)
+            if level == 1:
+                tables.clear_rows(1, 0)
+                for g, i in enumerate(run.groups):
+                    run.last_stage(g, i)
+            if level >= 2 or bucket:
+                run.level(level, bucket)
+    finally:  # the stage tables built on the way counted their own seconds
+        engine.account(run.kern, time.perf_counter() - start - (engine.python_seconds() - counted))
     return tables
+
+
+def fill_work(meta: "_Meta", levels: int, L: int, N: int) -> float:
+    """The units of work of a fill of ``levels`` levels (:func:`.engine.recursion_work`): every size
+    group's pairs times its device columns."""
+    pairs = np.diff(meta.g_pstart)
+    return engine.recursion_work(levels, L, float(np.sum(pairs * (N + 1 - meta.g_size))))
 
 
 class _Meta:
@@ -198,7 +204,7 @@ class _Meta:
 class _Run:
     """One recursion's constants and the calls of its kernels."""
 
-    def __init__(self, model, tables, auto, X, mode, lim, deadline):
+    def __init__(self, model, tables, auto, X, mode, lim, deadline, top: int):
         self.model, self.tables, self.auto = model, tables, auto
         self.lay = tables.layout
         self.mode, self.lim, self.deadline = mode, lim, deadline
@@ -209,8 +215,9 @@ class _Run:
             meta = tables._meta = (X, _Meta(tables, auto, X))
         self.meta = meta[1]
         self.groups = self.meta.groups
+        self.kern = engine.pick(fill_work(self.meta, top, self.L, self.N), deadline)
         self.banded = math.isfinite(lim) and not self.spec
-        self.prefix = prefix_devices(model, lim) if self.banded else np.zeros(self.L + 1, dtype=np.int64)
+        self.prefix = prefix_devices(model, lim, self.kern) if self.banded else np.zeros(self.L + 1, dtype=np.int64)
 
     def check_time(self) -> None:
         if self.deadline is not None and time.perf_counter() > self.deadline:
@@ -249,13 +256,15 @@ class _Run:
 
     def level(self, level: int, bucket: bool) -> None:
         """Levels >= 2 read the level below; the bucket level also reads itself (``self_feed``)."""
-        kern, meta, tables, L = _kernels(), self.meta, self.tables, self.L
+        kern, meta, tables, L = self.kern.levels, self.meta, self.tables, self.L
         R, Rlo, Rhi = self._rows()
         first = 1 if level >= 2 else L + 1  # rows the level below fills: first layers 1 .. L - level + 1
         if bucket:  # the level's own rows are combined into R: the others must hold nothing
             R[:first], Rlo[:first], Rhi[:first] = INF, 0, 0
             R[L - level + 2 :], Rlo[L - level + 2 :], Rhi[L - level + 2 :] = INF, 0, 0
-        pool = _pool(getattr(self.model, "threads", None) or THREADS)
+        # the Python path holds the GIL: one thread, and one first layer per call (the deadline between)
+        pool = _pool(getattr(self.model, "threads", None) or THREADS) if self.kern.compiled else None
+        firsts = FIRSTS_PER_CALL if self.kern.compiled else 1
         if level >= 2:
             _split(pool, lambda lo, hi: kern.shared_rows(tables.flat[level - 1], meta.runs, lo, hi, R, Rlo, Rhi),
                    1, L - level + 2)
@@ -272,7 +281,7 @@ class _Run:
             CB = self.model.compute_stack(stash, self.groups)
         def chunk(a_hi: int) -> None:
             self.check_time()
-            a_lo = max(a_hi - FIRSTS_PER_CALL + 1, 0)
+            a_lo = max(a_hi - firsts + 1, 0)
             if self.spec:
                 kern.options_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, self.N, self.lim, minmax, level >= 2,
                                    meta.grp, meta.xs, meta.xs_sorted, meta.rank, F, ooff, OA, OB, kind, s, k, f_cap,
@@ -282,7 +291,7 @@ class _Run:
                                  meta.grp, meta.xs, meta.xs_sorted, meta.rank, CB, meta.X, self.banded, self.prefix,
                                  bucket, meta.runs)
 
-        chunks = list(range(bmax, -1, -FIRSTS_PER_CALL))
+        chunks = list(range(bmax, -1, -firsts))
         if bucket or pool is None or len(chunks) < 2:
             for a_hi in chunks:
                 chunk(a_hi)
@@ -298,7 +307,7 @@ def _spec_params(kern, spec) -> tuple[int, float, float, float]:
     return (kern.GPIPE_B if spec.part == "B" else kern.GPIPE_F), 0.0, 0.0, float(spec.f_cap)
 
 
-def prefix_devices(model, lim: float) -> np.ndarray:
+def prefix_devices(model, lim: float, kernels: "engine.Kernels | None" = None) -> np.ndarray:
     """prefix[a]: the fewest devices with which stages whose compute is at most ``lim`` cover layers
     0..a-1 (at the most permissive stash; transfers only add), a huge number when none can.
 
@@ -310,4 +319,5 @@ def prefix_devices(model, lim: float) -> np.ndarray:
     follows stages under ``lim`` from there.
     """
     sizes = np.array(model.sizes, dtype=np.int64)
-    return _kernels().prefix_devices(model.compute_stack(1), sizes, float(lim), int(model.N))
+    kernels = kernels or engine.pick(engine.stage_work(model.L, len(sizes)), None)
+    return kernels.levels.prefix_devices(model.compute_stack(1), sizes, float(lim), int(model.N))

@@ -388,6 +388,7 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
 
     def optimize(self, objective: str, kind: str, deadline, budget) -> _Outcome:
         self._budget = budget
+        self.costs.deadline = deadline  # the stage tables' choice of kernels (.engine) sees the time left
         self.best_known = None  # (value, plan): the best valid plan met so far, for a run cut short
         self.proven_bound = None  # a lower bound on the optimum proven so far
         parts = {("zb-h1", "iteration"): "uw", ("gpipe", "iteration"): "fb"}.get((self.schedule, objective))

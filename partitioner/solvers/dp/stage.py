@@ -99,12 +99,13 @@ the capacity before they are added, so sums stay within ``2 * cap``).
 from __future__ import annotations
 
 import math
+from time import perf_counter as _clock
 
 import numpy as np
 
 from ...problem import Layout, Problem
 from ...cluster.reshard import stage_reshard_ms
-from . import stage_kernels as kernels
+from . import engine
 from ..tables import layer_arrays
 
 __all__ = ["StageCosts"]
@@ -130,6 +131,7 @@ class StageCosts:
         self.problem = problem
         self.layouts = tuple(layouts)
         self.sizes = tuple(sizes)
+        self.deadline: float | None = None  # the solve's (perf_counter), for the choice of kernels (.engine)
         L = problem.num_layers
         J = len(self.layouts)
         self.L = L
@@ -234,10 +236,13 @@ class StageCosts:
         configs = self.of_size[i]
         if not configs or not L:
             return best
+        kern = engine.pick(engine.stage_work(L, len(configs)), self.deadline)
+        start = _clock()
         time = np.ascontiguousarray(self.time, dtype=np.float64)
         js = np.array(configs, dtype=np.int64)
         ends = np.ascontiguousarray(np.stack([self.fit_end(j, stash) for j in configs]), dtype=np.int64)
         runs = np.array(self.runs, dtype=np.int64).reshape(-1, 2)
+        kernels = kern.stages
         kernels.single_segment(best, time, js, ends, runs)
         if len(self.runs) > 1 and len(configs) > 1:
             mesh, meshes, r = self._mesh_tables(i)
@@ -249,6 +254,7 @@ class StageCosts:
                 )
         elif len(self.runs) > 1:
             kernels.spanning_one(best, np.ascontiguousarray(time[configs[0]]), ends[0], self._run_ends())
+        engine.account(kern, _clock() - start)
         return best
 
     def _mesh_tables(self, i: int) -> tuple[np.ndarray, int, np.ndarray]:
@@ -312,6 +318,8 @@ class StageCosts:
         one, two, r1, r2 = self._parts[parts]
         ok = True
         if configs and L:
+            kern = engine.pick(engine.stage_work(L, len(configs)), self.deadline)
+            kernels, start = kern.stages, _clock()
             js = np.array(configs, dtype=np.int64)
             ends = np.ascontiguousarray(np.stack([self.fit_end(j, stash) for j in configs]), dtype=np.int64)
             runs = np.array(self.runs, dtype=np.int64).reshape(-1, 2)
@@ -326,6 +334,7 @@ class StageCosts:
                         U, W, C, one, two, js, mesh, meshes, ends, self.weight_prefix, self.act_prefix,
                         np.int64(stash), np.int64(self.cap), runs, q1, q2, k0, FRONTIER_POINTS,
                     )
+            engine.account(kern, _clock() - start)
         if not ok:
             return None
         used = max(1, int(C.max(initial=0)))

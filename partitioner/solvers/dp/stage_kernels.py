@@ -1,4 +1,5 @@
-"""Compiled loops of :meth:`.dp_stage.StageCosts.matrix` and ``options`` (numba): one (size, stash).
+"""Loops of :meth:`.dp_stage.StageCosts.matrix` and ``options`` (numba-compilable Python, run as they are or
+compiled by :mod:`.engine`): one (size, stash).
 
 Contract
 --------
@@ -50,20 +51,20 @@ that fit alone, so sums stay below ``2 * cap``).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from .marks import kernel
 
 __all__ = ["single_segment", "spanning_one", "spanning", "options_single", "options_spanning_one", "options_spanning"]
 
 INF = np.inf
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _least(cur: float, v: float) -> float:
     """``np.minimum(cur, v)`` for non-NaN floats (``v`` on ties)."""
     return cur if cur < v else v
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def single_segment(best, time, js, ends, runs):
     """Stages inside one run: ``best[a, b]`` = least over configs of the forward sum (see the module docstring)."""
     for k in range(runs.shape[0]):
@@ -81,7 +82,7 @@ def single_segment(best, time, js, ends, runs):
                     best[a, b] = _least(best[a, b], acc)
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def spanning_one(best, row, end, run_end):
     """One config: ``best[a, b]`` for b past a's run and within ``end[a]`` is ``np.cumsum(row[a:b + 1])[-1]``."""
     L = row.shape[0]
@@ -97,12 +98,12 @@ def spanning_one(best, row, end, run_end):
                 best[a, b] = _least(best[a, b], acc)
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _memory(wp, ap, j, x, y, stash):
     return (wp[j, y + 1] - wp[j, x]) + stash * (ap[j, y + 1] - ap[j, x])
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _prune(t, m, n, out_t, out_m):
     """Sort points ``(t[:n], m[:n])`` by memory (stable insertion sort, in place: frontiers are short),
     keep each strictly faster than all before it; writes the kept points to ``out_t, out_m`` and returns
@@ -125,7 +126,7 @@ def _prune(t, m, n, out_t, out_m):
     return kept
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def spanning(best, time, js, mesh, meshes, ends, wp, ap, stash, cap, runs, r2, k0, size):
     """Stages from run ``k0`` into a later run (see the module docstring); ``mesh[q]`` the mesh index of
     config ``js[q]`` (``meshes`` of them), ``r2[k, src, dst]`` the doubled reshard entering run k;
@@ -215,7 +216,7 @@ def spanning(best, time, js, mesh, meshes, ends, wp, ap, stash, cap, runs, r2, k
 # ----------------------------------------------------------------------------- options: Pareto pairs per stage
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _add_pair(U, W, a, b, n, u, w):
     """Add ``(u, w)`` to the list ``U[a, b, :n], W[a, b, :n]`` of Pareto-minimal pairs (increasing u,
     strictly falling w; a pair equal to a listed one, or dominated by one, is not added): the new
@@ -248,7 +249,7 @@ def _add_pair(U, W, a, b, n, u, w):
     return size
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _insert(U, W, C, a, b, u, w):
     """:func:`_add_pair` to stage (a, b)'s list in ``U, W`` (lengths ``C``); False when it is full."""
     n = _add_pair(U, W, a, b, C[a, b], u, w)
@@ -258,7 +259,7 @@ def _insert(U, W, C, a, b, u, w):
     return True
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def options_single(U, W, C, one, two, js, ends, runs):
     """Stages inside one run: every config's forward sums of both parts, summed as :func:`single_segment` sums
     the time; False when a list outgrew ``U.shape[2]``."""
@@ -279,7 +280,7 @@ def options_single(U, W, C, one, two, js, ends, runs):
     return ok
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def options_spanning_one(U, W, C, one, two, end, run_end):
     """One config: a spanning stage's parts are ``np.cumsum`` of each part from a (see :func:`spanning_one`)."""
     L = one.shape[0]
@@ -297,7 +298,7 @@ def options_spanning_one(U, W, C, one, two, end, run_end):
     return ok
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _prune3(u, w, m, n, ou, ow, om):
     """The points ``[:n]`` no other point dominates in (u, w, memory), of equal ones the first, in order;
     written to ``ou, ow, om``; returns how many."""
@@ -317,7 +318,7 @@ def _prune3(u, w, m, n, ou, ow, om):
     return kept
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _sort_by_memory(u, w, m, n):
     """Stable insertion sort of the points ``[:n]`` by memory (frontiers are short)."""
     for x in range(1, n):
@@ -329,7 +330,7 @@ def _sort_by_memory(u, w, m, n):
         u[y + 1], w[y + 1], m[y + 1] = pu, pw, pm
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def options_spanning(U, W, C, one, two, js, mesh, meshes, ends, wp, ap, stash, cap, runs, q1, q2, k0, size):
     """Stages from run ``k0`` into a later run with (part 1, part 2, memory) frontiers per mesh (steps 1-4 of
     :mod:`.dp_stage`, "Options"); ``q1, q2[k, src, dst]`` the parts' reshard terms entering run k;

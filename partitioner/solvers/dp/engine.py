@@ -1,0 +1,325 @@
+"""Which dp kernels run: the Python functions themselves, or their numba-compiled twins.
+
+The kernels of :mod:`.kernels` (the recursion's levels) and :mod:`.stage_kernels`
+(the stage tables) are plain Python functions marked with :func:`.marks.kernel`.
+They run either
+
+* as they are -- the *Python path*: no numba import, no compile, about
+  ``PYTHON_SECONDS_PER_UNIT`` per unit of work (:func:`recursion_work`,
+  :func:`stage_work`), fast enough for small problems; or
+* compiled -- :func:`compiled_kernels` builds a twin of each module whose
+  kernels are ``numba.njit(cache=True, nogil=True)`` dispatchers over the same
+  code objects (their globals point into the twin, so a kernel calls the
+  compiled versions of the kernels it calls) and compiles every signature of
+  :data:`SIGNATURES` in one go, or loads it from numba's on-disk cache [1]_
+  (the package's ``__pycache__``, or ``NUMBA_CACHE_DIR``).
+
+Both paths form every float with the same operations in the same order, so
+the tables are equal bit for bit (``tests/solvers/dp/test_engine.py`` checks
+it on random problems); which one runs changes the time only.
+
+Choice (:func:`pick`, per kernel call site with its work estimate and the
+solve's deadline):
+
+1. compiled kernels already in the process: use them;
+2. a small call (Python estimate at most ``SMALL_SECONDS``): Python -- it
+   costs less than importing numba and loading the cache;
+3. every signature in the disk cache (:func:`load_cached`: numba's own
+   cache lookup, a compile refused by a listener on numba's
+   ``numba:compile`` event, so nothing compiles while probing): compiled;
+4. cold cache: compile (once per cache, progress through :func:`set_reporter`)
+   when the Python path would cost more than compiling -- this call's
+   estimate plus the Python seconds the process already spent, against
+   ``COMPILE_SECONDS`` (a ski-rental rule [2]_: never more than about twice the
+   better of the two choices) -- and the deadline leaves at least twice
+   ``COMPILE_SECONDS``; else Python when its estimate fits the time left;
+   else :class:`~partitioner.solvers.errors.OutOfTime` at once (the method
+   returns its best known plan and says the kernels were not compiled:
+   :func:`take_note`).
+
+So ``--time-limit`` holds from the first solve: a compile starts only with
+time to finish it, and a solve the Python path can finish in time runs there.
+``partitioner warmup`` (:func:`warmup`) compiles everything ahead, as the
+README's install command does. ``PARTITIONER_DP_KERNELS`` = ``python`` or
+``compiled`` forces a path (``auto``, the default, chooses as above).
+
+References
+----------
+.. [1] S. K. Lam, A. Pitrou and S. Seibert, "Numba: a LLVM-based Python
+   JIT compiler", LLVM-HPC 2015.
+.. [2] A. R. Karlin, M. S. Manasse, L. Rudolph and D. D. Sleator,
+   "Competitive snoopy caching", Algorithmica 3, 1988 (the rent-or-buy rule).
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+import types
+from dataclasses import dataclass
+from typing import Callable
+
+from ..errors import OutOfTime
+from . import kernels as _py_levels
+from . import stage_kernels as _py_stages
+from .marks import KERNEL_OPTIONS
+
+__all__ = ["Kernels", "SIGNATURES", "PYTHON", "pick", "compiled_kernels", "load_cached", "warmup", "set_reporter",
+           "take_note", "account", "python_seconds", "recursion_work", "stage_work", "mode", "reset"]
+
+# measured on the shared 2-core machine at a load of 6-8 (DESIGN.md, "The first run"): the Python path's
+# seconds per unit of work (45-160 ns on solves of 1e7-2e9 units), the wall time of compiling every
+# signature (68 and 83 s; 26 s of CPU), and the Python cost below which loading numba and its cache
+# (about 1.2 s) takes longer than running Python
+PYTHON_SECONDS_PER_UNIT = 1.0e-7
+COMPILE_SECONDS = 70.0
+SMALL_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """One set of kernels: ``levels`` (:mod:`.kernels`' functions), ``stages`` (:mod:`.stage_kernels`')."""
+
+    levels: types.ModuleType
+    stages: types.ModuleType
+    compiled: bool
+
+
+PYTHON = Kernels(_py_levels, _py_stages, False)
+
+# the argument types of every kernel entry point as the dp calls it (numba's signature strings; every array
+# is C-contiguous, as the call sites make it): compiled at once by compiled_kernels(compile=True)
+_I1, _F1, _F2, _F3, _I2 = "int64[::1]", "float64[::1]", "float64[:, ::1]", "float64[:, :, ::1]", "int64[:, ::1]"
+_GRP = f"UniTuple({_I1}, 11)"
+_RUNS = f"UniTuple({_I1}, 6)"
+SIGNATURES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("levels", "shared_rows"): (f"({_F1}, {_RUNS}, int64, int64, {_F2}, {_I2}, {_I2})",),
+    ("levels", "plain_level"): (
+        f"({_F1}, {_F2}, {_I2}, {_I2}, int64, int64, int64, int64, float64, boolean, int64, boolean, {_GRP}, "
+        f"{_F2}, {_F2}, {_I2}, {_F3}, {_F2}, boolean, {_I1}, boolean, {_RUNS})",),
+    ("levels", "options_level"): (
+        f"({_F1}, {_F2}, {_I2}, {_I2}, int64, int64, int64, int64, int64, float64, boolean, boolean, {_GRP}, "
+        f"{_F2}, {_F2}, {_I2}, {_I1}, {_I1}, {_F1}, {_F1}, int64, float64, float64, float64, {_F2}, boolean, "
+        f"{_RUNS})",),
+    ("levels", "prefix_devices"): (f"({_F3}, {_I1}, float64, int64)",),
+    ("stages", "single_segment"): (f"({_F2}, {_F2}, {_I1}, {_I2}, {_I2})",),
+    ("stages", "spanning_one"): (f"({_F2}, {_F1}, {_I1}, {_I1})",),
+    ("stages", "spanning"): (
+        f"({_F2}, {_F2}, {_I1}, {_I1}, int64, {_I2}, {_I2}, {_I2}, int64, int64, {_I2}, {_F3}, int64, int64)",),
+    ("stages", "options_single"): (f"({_F3}, {_F3}, {_I2}, {_F2}, {_F2}, {_I1}, {_I2}, {_I2})",),
+    ("stages", "options_spanning_one"): (f"({_F3}, {_F3}, {_I2}, {_F1}, {_F1}, {_I1}, {_I1})",),
+    ("stages", "options_spanning"): (
+        f"({_F3}, {_F3}, {_I2}, {_F2}, {_F2}, {_I1}, {_I1}, int64, {_I2}, {_I2}, {_I2}, int64, int64, {_I2}, "
+        f"{_F3}, {_F3}, int64, int64)",),
+}
+
+
+class _State:
+    """What the process knows: the compiled kernels (once loaded), whether the cache was found cold,
+    the Python seconds spent, and the note of the solve running now."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.compiled: Kernels | None = None
+        self.cold = False  # the disk cache was probed and lacks a signature
+        self.compiled_here = False  # this process compiled the kernels (rather than loading them)
+        self.python_seconds = 0.0
+        self.note: str | None = None
+        self.reporter: Callable[[int, int, str], None] | None = None
+
+
+_STATE = _State()
+
+
+def reset() -> None:
+    """Forget the compiled kernels, the probe and the Python seconds (tests; a process's next solve
+    starts as the process's first did)."""
+    global _STATE
+    reporter = _STATE.reporter
+    _STATE = _State()
+    _STATE.reporter = reporter
+
+
+def mode() -> str:
+    """``PARTITIONER_DP_KERNELS``: ``auto`` (default), ``python`` or ``compiled``."""
+    wanted = os.environ.get("PARTITIONER_DP_KERNELS", "auto").strip().lower()
+    return wanted if wanted in ("python", "compiled") else "auto"
+
+
+def set_reporter(reporter: Callable[[int, int, str], None] | None) -> None:
+    """``reporter(done, total, kernel)`` is called before each signature compiles and once at the end
+    (``done == total``); the CLI shows it on stderr. None: silent."""
+    _STATE.reporter = reporter
+
+
+def take_note() -> str | None:
+    """What the kernels' choice says about the solve that just ran (then forgotten), or None."""
+    note, _STATE.note = _STATE.note, None
+    return note
+
+
+def python_seconds() -> float:
+    """The seconds this process has spent in the Python path's kernels so far (:func:`account`)."""
+    return _STATE.python_seconds
+
+
+def account(kernels: Kernels, seconds: float) -> None:
+    """Count ``seconds`` spent in ``kernels`` (the Python path's, for the rule of :func:`pick`)."""
+    if not kernels.compiled:
+        with _STATE.lock:
+            _STATE.python_seconds += seconds
+
+
+# --------------------------------------------------------------------------- work estimates
+
+
+def recursion_work(levels: int, layers: int, pair_columns: float) -> float:
+    """Units of work of a fill: per level, first layers x last layers (``L^2 / 2``) x the pairs' device
+    columns (``sum_g pairs_g (N + 1 - d_g)``)."""
+    return float(levels) * layers * (layers + 1) / 2.0 * max(pair_columns, 1.0)
+
+
+def stage_work(layers: int, configs: int) -> float:
+    """Units of work of one stage table: ``L^2 / 2`` stages x configs."""
+    return layers * (layers + 1) / 2.0 * max(configs, 1)
+
+
+# --------------------------------------------------------------------------- the compiled twins
+
+
+def _twin(module: types.ModuleType, njit) -> types.ModuleType:
+    """A module whose marked functions are numba dispatchers over the same code, calling each other."""
+    twin = types.ModuleType(module.__name__, module.__doc__)
+    ns = twin.__dict__
+    ns.update({k: v for k, v in vars(module).items() if k not in ("__name__", "__doc__")})
+    for name, func in vars(module).items():
+        options = getattr(func, KERNEL_OPTIONS, None)
+        if options is None or not isinstance(func, types.FunctionType):
+            continue
+        copy = types.FunctionType(func.__code__, ns, func.__name__, func.__defaults__, func.__closure__)
+        copy.__qualname__, copy.__doc__, copy.__module__ = func.__qualname__, func.__doc__, func.__module__
+        ns[name] = njit(cache=True, nogil=True, **options)(copy)
+    return twin
+
+
+def _entries(kernels: Kernels):
+    """(label, dispatcher, signature) of every entry point of :data:`SIGNATURES`."""
+    for (part, name), sigs in SIGNATURES.items():
+        for sig in sigs:
+            yield f"{part}.{name}", getattr(getattr(kernels, part), name), sig
+
+
+class _Refused(Exception):
+    """Raised by the probe's listener: the signature is not in the cache."""
+
+
+def _build() -> Kernels:
+    """The compiled twins, nothing compiled or loaded yet."""
+    from numba import njit  # heavy: only the compiled path imports numba
+
+    return Kernels(_twin(_py_levels, njit), _twin(_py_stages, njit), True)
+
+
+def load_cached(kernels: Kernels | None = None) -> Kernels | None:
+    """The compiled kernels if numba's disk cache holds every signature (loaded now), else None.
+
+    Uses numba's own lookup (``Dispatcher.compile`` tries the cache first); a listener on the
+    ``numba:compile`` event refuses the compile a miss would start, so probing compiles nothing."""
+    from numba.core import event
+
+    kernels = kernels or _build()
+    mine = {id(disp) for _, disp, _ in _entries(kernels)}
+
+    class Refuse(event.Listener):
+        def on_start(self, ev):
+            if id(ev.data.get("dispatcher")) in mine:
+                raise _Refused
+
+        def on_end(self, ev):
+            pass
+
+    with event.install_listener("numba:compile", Refuse()):
+        for _, disp, sig in _entries(kernels):
+            try:
+                disp.compile(sig)
+            except _Refused:
+                return None
+    return kernels
+
+
+def compiled_kernels(compile: bool = True) -> Kernels | None:
+    """The compiled kernels of this process, loaded from the disk cache or (``compile``) compiled now,
+    every signature at once; None when not compiled and the cache is cold."""
+    with _STATE.lock:
+        if _STATE.compiled is not None:
+            return _STATE.compiled
+        kernels = _build()
+        if load_cached(kernels) is not None:
+            _STATE.compiled = kernels
+            return kernels
+        _STATE.cold = True
+        if not compile:
+            return None
+        entries = list(_entries(kernels))
+        report = _STATE.reporter
+        for done, (label, disp, sig) in enumerate(entries):
+            if report:
+                report(done, len(entries), label)
+            disp.compile(sig)
+        if report:
+            report(len(entries), len(entries), "")
+        _STATE.compiled, _STATE.compiled_here = kernels, True
+        return kernels
+
+
+def warmup(reporter: Callable[[int, int, str], None] | None = None) -> tuple[bool, float]:
+    """Compile (or load) every kernel signature: (whether it was compiled now, seconds taken)."""
+    start = time.perf_counter()
+    with _STATE.lock:
+        saved = _STATE.reporter
+        _STATE.reporter = reporter
+        try:
+            before = _STATE.compiled
+            compiled_kernels(compile=True)
+        finally:
+            _STATE.reporter = saved
+        compiled_now = before is None and _STATE.compiled_here
+    return compiled_now, time.perf_counter() - start
+
+
+# --------------------------------------------------------------------------- the choice
+
+
+def pick(work: float, deadline: float | None) -> Kernels:
+    """The kernels for a call of ``work`` units under ``deadline`` (see the module docstring)."""
+    forced = mode()
+    if forced == "python":
+        return PYTHON
+    if forced == "compiled":
+        return compiled_kernels(compile=True)
+    state = _STATE
+    if state.compiled is not None:
+        return state.compiled
+    estimate = work * PYTHON_SECONDS_PER_UNIT
+    if estimate <= SMALL_SECONDS:
+        return PYTHON
+    with state.lock:
+        if state.compiled is not None:
+            return state.compiled
+        if not state.cold and compiled_kernels(compile=False) is not None:
+            return state.compiled
+        left = math.inf if deadline is None else deadline - time.perf_counter()
+        if state.python_seconds + estimate > COMPILE_SECONDS and left >= 2 * COMPILE_SECONDS:
+            start = time.perf_counter()
+            found = compiled_kernels(compile=True)
+            state.note = (f"compiled the dp kernels (first run, {time.perf_counter() - start:.1f} s, once; "
+                          "`partitioner warmup` compiles them ahead)")
+            return found
+        if estimate <= left:
+            state.note = state.note or ("ran the dp kernels in Python (not compiled yet; `partitioner warmup` "
+                                        "compiles them once)")
+            return PYTHON
+        state.note = ("the dp kernels are not compiled yet and the time left allows neither compiling them nor "
+                      "running them in Python (`partitioner warmup` compiles them once)")
+    raise OutOfTime

@@ -1,0 +1,34 @@
+"""The mark of a dp kernel: a plain Python function that :mod:`.engine` may compile with numba.
+
+The kernels of :mod:`.kernels` and :mod:`.stage_kernels` are written once, in
+the subset of Python and numpy that numba compiles [1]_. Marked with
+:func:`kernel` they stay ordinary Python functions -- the dp's Python path
+calls them as they are -- and carry the options :func:`.engine.compiled_kernels`
+hands to ``numba.njit`` when it builds the compiled twin of their module.
+
+References
+----------
+.. [1] S. K. Lam, A. Pitrou and S. Seibert, "Numba: a LLVM-based Python
+   JIT compiler", LLVM-HPC 2015.
+"""
+from __future__ import annotations
+
+from typing import Callable, TypeVar
+
+__all__ = ["kernel", "KERNEL_OPTIONS"]
+
+KERNEL_OPTIONS = "__dp_kernel__"  # the attribute a marked function carries: its numba.njit options
+
+F = TypeVar("F", bound=Callable)
+
+
+def kernel(*, inline: bool = False) -> Callable[[F], F]:
+    """Mark a function as a dp kernel; ``inline``: numba inlines it into its callers when compiled.
+
+    The function itself is returned unchanged (with the attribute ``KERNEL_OPTIONS``)."""
+
+    def mark(func: F) -> F:
+        setattr(func, KERNEL_OPTIONS, {"inline": "always"} if inline else {})
+        return func
+
+    return mark

@@ -1,0 +1,263 @@
+"""dp's two kernel paths (:mod:`partitioner.solvers.dp.engine`): the Python functions and their compiled
+twins fill the same tables bit for bit; the compiled set covers every signature the dp calls; the rule that
+picks a path; and a cold numba cache, where nothing compiles under a time limit it cannot keep."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from partitioner import load_problem, solve
+from partitioner.problem import Problem
+from partitioner.solvers.dp import engine
+from partitioner.solvers.dp import recursion as dp_recursion
+from partitioner.solvers.dp.options import GPipeSpec, ZeroBubbleSpec
+from partitioner.solvers.dp.solver import DPModel
+from partitioner.solvers.errors import OutOfTime
+from strategies import small_problems, small_v2_problems
+
+ROOT = Path(__file__).resolve().parents[3]
+TOY = ROOT / "examples" / "vla_toy_2x4.json"
+
+
+def bits(array: np.ndarray) -> np.ndarray:
+    """The float64 array's bit patterns (so -0.0 and 0.0 differ, as do NaNs)."""
+    return np.ascontiguousarray(array, dtype=np.float64).view(np.int64)
+
+
+def with_transfers(problem: Problem, floor: int, schedule: str) -> Problem:
+    doc = problem.to_dict()
+    for n, layer in enumerate(doc["layers"]):
+        layer["out_bytes"] = max(layer["out_bytes"], floor * (n + 1))
+    doc["training"]["schedule"] = schedule
+    return Problem.from_dict(doc)
+
+
+def everything(problem: Problem, parts, kind: str, mode: str, quantile: float) -> list[np.ndarray]:
+    """What the kernels compute for ``problem``: every level of the recursion's tables (level 1 first),
+    then the stage tables at every stash (the options too, under ``parts``) and the device band."""
+    model = DPModel(problem)
+    model.parts = parts
+    model.prepare()
+    out = []
+    for i in range(len(model.sizes)):
+        for stash in sorted(set(model.stash_of_level[1:])):
+            out.append(model.costs.matrix(i, stash))
+            if parts:
+                out += list(model.costs.options(i, stash, parts))
+    finite = [v for i in range(len(model.sizes)) for v in model.compute_matrix(i, 1).ravel() if math.isfinite(v)]
+    limit = math.inf if not math.isfinite(quantile) or not finite else float(np.quantile(finite, quantile))
+    if parts:
+        limit *= 3 * model.m
+        model.spec = {"uw": ZeroBubbleSpec(model.m, 1, every_level=True), "fb": GPipeSpec("B")}[parts]
+    else:
+        out.append(dp_recursion.prefix_devices(model, limit).astype(np.float64))
+    auto = model._automaton_for(model.natural_placement() if kind == "natural" else kind)
+    X = model._transfer_table(auto) if kind != "none" else np.zeros((model.L, len(auto.categories)))
+    tables = model.recursion(auto, X, mode, limit, None)
+    return [tables.flat[level].copy() for level in range(1, tables.top + 1)] + out
+
+
+def only_declared_signatures() -> None:
+    """No kernel of the compiled set compiled a signature beyond :data:`.engine.SIGNATURES` (a call whose
+    types differ from the declared ones would compile on the spot, which warmup could not have done)."""
+    for label, disp, _ in engine._entries(engine.compiled_kernels(compile=True)):
+        part, name = label.split(".")
+        assert len(disp.signatures) == len(engine.SIGNATURES[(part, name)]), (label, disp.signatures)
+
+
+def both_paths(monkeypatch, *args) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    found = []
+    for path in ("python", "compiled"):
+        monkeypatch.setenv("PARTITIONER_DP_KERNELS", path)
+        found.append(everything(*args))
+    only_declared_signatures()
+    return found[0], found[1]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(
+    st.one_of(small_problems(max_layers=7), small_v2_problems(max_layers=7)),
+    st.sampled_from([("1f1b", None), ("zb-h1", "uw"), ("gpipe", "fb")]),
+    st.sampled_from(["natural", "bins", "none"]),
+    st.sampled_from(["minsum", "minmax"]),
+    st.sampled_from([math.inf, 0.4, 0.8]),
+    st.integers(0, 3000),
+)
+def test_python_and_compiled_kernels_compute_the_same_bits_on_random_problems(monkeypatch, problem, schedule, kind,
+                                                                                mode, quantile, floor):
+    name, parts = schedule
+    problem = with_transfers(problem, floor, name)
+    python, compiled = both_paths(monkeypatch, problem, parts, kind, mode, quantile)
+    assert len(python) == len(compiled)
+    for x, y in zip(python, compiled):
+        assert x.shape == y.shape and np.array_equal(bits(x), bits(y))
+
+
+@pytest.mark.parametrize("parts", [None, "uw", "fb"])
+@pytest.mark.parametrize("kind, mode, quantile", [("natural", "minsum", 0.9), ("bins", "minmax", math.inf),
+                                                   ("natural", "minmax", 0.85)])
+def test_python_and_compiled_kernels_agree_on_a_bucketed_synthetic_problem(monkeypatch, parts, kind, mode, quantile):
+    # 12 layers x 8 GPUs, three microbatches: several size groups, placement states and the self-feeding level
+    from benchmarks.synthetic import synthetic_problem
+
+    problem = synthetic_problem(12, 2, 4, layouts=None, transfers=True, seed=5, microbatches=3)
+    python, compiled = both_paths(monkeypatch, problem, parts, kind, mode, quantile)
+    assert np.isfinite(python[1]).any() and np.isfinite(python[2]).any()  # levels 2 and 3 (the bucket)
+    for x, y in zip(python, compiled):
+        assert np.array_equal(bits(x), bits(y))
+
+
+def test_the_compiled_set_covers_every_signature_the_dp_calls(monkeypatch):
+    # compiled once with the declared signatures, solves of every schedule, objective, placement and format
+    # add none: a warmed-up cache is all a later solve needs
+    from benchmarks.synthetic import synthetic_problem
+
+    monkeypatch.setenv("PARTITIONER_DP_KERNELS", "compiled")
+    kernels = engine.compiled_kernels(compile=True)
+    toy = load_problem(TOY)
+    problems = [toy, synthetic_problem(10, 2, 4, layouts=None, transfers=True, seed=1, microbatches=3)]
+    doc = toy.to_dict()
+    doc["cluster"]["intra_node_GBps"] = doc["cluster"]["inter_node_GBps"] / 2  # the exact placement automaton
+    problems.append(Problem.from_dict(doc))
+    problems += [load_problem(ROOT / "examples" / name) for name in ("colocated_1node.json", "rebalance_4gpu.json")]
+    for problem in problems:
+        for schedule in ("1f1b", "zb-h1", "gpipe"):
+            doc = problem.to_dict()
+            doc["training"]["schedule"] = schedule
+            for objective in ("iteration", "bottleneck"):
+                assert solve(Problem.from_dict(doc), "dp", objective=objective).status == "optimal"
+    assert engine.compiled_kernels() is kernels
+    only_declared_signatures()
+
+
+# --------------------------------------------------------------------------- the rule
+
+
+@pytest.fixture
+def cold(monkeypatch):
+    """A process whose disk cache was probed cold; compiling is recorded, not done."""
+    engine.reset()
+    monkeypatch.delenv("PARTITIONER_DP_KERNELS", raising=False)
+    calls = []
+    fake = engine.Kernels(engine.PYTHON.levels, engine.PYTHON.stages, True)
+
+    def compiled_kernels(compile: bool = True):
+        calls.append(compile)
+        if compile:
+            engine._STATE.compiled = fake
+            return fake
+        engine._STATE.cold = True
+        return None
+
+    monkeypatch.setattr(engine, "compiled_kernels", compiled_kernels)
+    yield calls, fake
+    engine.reset()
+
+
+def units(seconds: float) -> float:
+    return seconds / engine.PYTHON_SECONDS_PER_UNIT
+
+
+def test_a_small_call_runs_in_python_without_looking_at_the_cache(cold):
+    calls, _ = cold
+    assert engine.pick(units(engine.SMALL_SECONDS / 2), None) is engine.PYTHON
+    assert calls == []
+
+
+def test_a_cold_cache_compiles_when_python_would_cost_more_and_time_allows(cold):
+    calls, fake = cold
+    assert engine.pick(units(2 * engine.COMPILE_SECONDS), None) is fake
+    assert calls == [False, True]
+    assert "compiled the dp kernels" in engine.take_note()
+
+
+def test_python_seconds_spent_count_toward_compiling(cold):
+    calls, fake = cold
+    work = units(engine.COMPILE_SECONDS / 3)
+    assert engine.pick(work, None) is engine.PYTHON  # cheaper than compiling, so far
+    engine.account(engine.PYTHON, engine.COMPILE_SECONDS * 0.9)
+    assert engine.pick(work, None) is fake  # spent + this call's estimate passes the compile
+    assert calls[-1] is True
+
+
+def test_a_near_deadline_runs_python_when_it_fits_and_refuses_when_nothing_does(cold):
+    import time
+
+    calls, _ = cold
+    deadline = time.perf_counter() + engine.COMPILE_SECONDS  # too little to compile (needs twice as much)
+    assert engine.pick(units(engine.COMPILE_SECONDS / 4), deadline) is engine.PYTHON
+    assert "Python" in engine.take_note()
+    with pytest.raises(OutOfTime):
+        engine.pick(units(4 * engine.COMPILE_SECONDS), deadline)
+    assert "not compiled" in engine.take_note()
+    assert True not in calls
+
+
+# --------------------------------------------------------------------------- a cold cache, for real
+
+
+def run(args: list[str], cache: Path, timeout: float = 300, **env) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PYTHONPATH": str(ROOT), "NUMBA_CACHE_DIR": str(cache), **env}
+    full.pop("PARTITIONER_DP_KERNELS", None)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, env=full, timeout=timeout)
+
+
+def compiled_files(cache: Path) -> list[Path]:
+    return [p for p in cache.rglob("*") if p.suffix in (".nbc", ".nbi")]
+
+
+def test_a_cold_cache_solves_the_toy_optimally_within_its_time_limit_compiling_nothing(tmp_path):
+    proc = run(["-m", "partitioner", "solve", str(TOY), "--method", "dp", "--time-limit", "1", "--json"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["status"] == "optimal", result["message"]
+    assert result["solve_seconds"] <= 1.0
+    assert compiled_files(tmp_path) == []
+    assert "compiling" not in proc.stderr
+
+
+def test_probing_a_cold_cache_compiles_nothing(tmp_path):
+    script = ("from partitioner.solvers.dp import engine\n"
+              "k = engine._build()\n"
+              "assert engine.load_cached(k) is None\n"
+              "assert all(not d.signatures for _, d, _ in engine._entries(k))\n"
+              "print('ok')\n")
+    proc = run(["-c", script], tmp_path, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+    assert [p for p in tmp_path.rglob("*.nbc")] == []
+
+
+def test_a_large_solve_on_a_cold_cache_keeps_a_short_time_limit_and_says_why(tmp_path):
+    # the Python path would need minutes and compiling more than the limit: the best known plan, at once,
+    # with the reason; nothing compiled
+    script = ("import json, time\n"
+              "from partitioner import solve\n"
+              "from partitioner.costs import build_problem\n"
+              "p = build_problem('openvla-7b', 'dgx-a100-80g', nodes=8, global_batch=2048, microbatches=32)\n"
+              "t = time.perf_counter()\n"
+              "r = solve(p, 'dp', objective='iteration', time_limit=3)\n"
+              "print(json.dumps([time.perf_counter() - t, r.status, r.message]))\n")
+    proc = run(["-c", script], tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    seconds, status, message = json.loads(proc.stdout)
+    assert status == "feasible" and seconds <= 3 + 2, (seconds, message)
+    assert "not compiled" in message
+    assert compiled_files(tmp_path) == []
+
+
+def test_warmup_says_what_it_did_on_stderr_only(cli):
+    first = cli("warmup")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == ""
+    assert "dp kernels" in first.stderr
+    again = cli("warmup")
+    assert again.returncode == 0 and "compiled already" in again.stderr
