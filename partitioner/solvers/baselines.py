@@ -109,6 +109,9 @@ def solve_balanced(problem: Problem, request: SolveRequest) -> Candidate:
     deadline = request.deadline(time.perf_counter())
     best, unfinished = None, []
     for lay in layouts:
+        if deadline is not None and time.perf_counter() >= deadline:  # building a layout's tables takes time too
+            unfinished.append(f"{lay.key}: time limit reached")
+            continue
         P = problem.num_devices // lay.devices
         model = DPModel(problem, layouts=(lay,), stage_counts=(P, P))
         try:
