@@ -183,3 +183,29 @@ def test_every_subpackage_is_installed():
     listed = set(tomllib.loads(PYPROJECT.read_text())["tool"]["setuptools"]["packages"])
     found = {ROOT} | {info.name for info in pkgutil.walk_packages(partitioner.__path__, prefix=f"{ROOT}.") if info.ispkg}
     assert found <= listed, f"not in pyproject.toml's [tool.setuptools] packages: {sorted(found - listed)}"
+
+
+# The packages in dependency order (DESIGN.md, "Layout"): each imports only packages before it.
+LAYERS = ("core", "problem", "cluster", "plan", "simulate", "solvers", "presets", "costs", "planning", "export",
+          "batch", "cli")
+
+
+def _package(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def test_packages_import_only_the_packages_before_them():
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    upward = sorted(
+        f"{name} -> {dep}"
+        for name, deps in _graph(module_level=False).items()
+        for dep in deps
+        if _package(name) and _package(dep) and rank[_package(dep)] > rank[_package(name)]
+    )
+    assert not upward, f"imports against the dependency order {' <- '.join(LAYERS)}: {upward}"
+
+
+def test_every_package_is_placed_in_the_order():
+    found = {info.name for info in pkgutil.iter_modules(partitioner.__path__) if info.ispkg}
+    assert found == set(LAYERS), f"packages not in LAYERS: {sorted(found - set(LAYERS))}"
