@@ -193,7 +193,7 @@ def run_plan_case(case: tuple, timeout: float) -> dict:
 
 # Solves that reach every compiled kernel of the dp (plain and option recursions, both modes, the bucket level)
 WARM_UP = """
-from partitioner.solvers.dp import engine
+from partitioner.solvers.dp.compiled import engine
 engine.warmup()  # every kernel signature (what `partitioner warmup` runs)
 """
 

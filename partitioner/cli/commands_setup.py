@@ -2,7 +2,7 @@
 command must wait for.
 
 ``partitioner warmup`` (and ``python -m partitioner warmup``) compiles every
-kernel signature of :mod:`partitioner.solvers.dp.engine` into numba's disk
+kernel signature of :mod:`partitioner.solvers.dp.compiled.engine` into numba's disk
 cache with a progress bar on stderr, or says the cache is warm already; the
 README's install command runs it after ``pip install``. Every command also
 installs a reporter: when a solve must compile the kernels itself (a cold
@@ -16,7 +16,7 @@ import time
 
 import typer
 
-from ..solvers.dp import engine
+from ..solvers.dp.compiled import engine
 from .common import EXIT_OK, app, err, guarded, say
 
 __all__ = ["warmup_cmd", "report_compile"]

@@ -8,11 +8,10 @@ solver
     The dynamic program over (first layer, devices, placement state): tables and the walk back.
 recursion
     The level-by-level fill of the tables, split among threads.
-kernels
-    The level kernels the recursion calls (Python that numba compiles).
-engine, marks
-    Which kernels run: the Python functions or their compiled twins; ``partitioner warmup``.
-stage, stagecache, stage_kernels
+compiled/
+    The kernels (level and stage loops, plain Python that numba compiles) and the engine that
+    runs them as Python or compiled; ``partitioner warmup``.
+stage, stagecache
     A stage's time and memory for every layer range and config (the stage tables).
 tables, options, placement
     The table layout, per-stage option packs, placement states.

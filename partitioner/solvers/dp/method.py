@@ -24,7 +24,7 @@ from ...plan import PlanError, evaluate
 from ...core.units import format_bytes
 from ...problem import Problem
 from ..base import Candidate, SolveRequest, register
-from . import engine
+from .compiled import engine
 from .solver import DPModel
 from ..errors import OutOfTime, TooLarge
 from ..feasibility import feasible_stage_counts, quick_infeasibility

@@ -58,7 +58,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..errors import OutOfTime as _OutOfTime
-from . import engine
+from .compiled import engine
 
 __all__ = ["fill", "prefix_devices"]
 

@@ -55,7 +55,7 @@ reshard, then the next segment), and float addition is monotone, so the
 minimum over the kept points equals the minimum over all combinations
 computed the same way.
 
-Computation: the compiled loops of :mod:`.stage_kernels`, one first layer
+Computation: the compiled loops of :mod:`.compiled.stage_kernels`, one first layer
 ``a`` at a time, with the frontiers of steps 1-4 kept sorted by memory
 (strictly falling time), so step 3's least fitting time is found by a
 pointer that only moves one way as ``b`` grows. They form every float the
@@ -105,7 +105,7 @@ import numpy as np
 
 from ...problem import Layout, Problem
 from ...cluster.reshard import stage_reshard_ms
-from . import engine
+from .compiled import engine
 from ..tables import layer_arrays
 
 __all__ = ["StageCosts"]
@@ -225,7 +225,7 @@ class StageCosts:
         into ``out`` (an ``(L, L)`` C-contiguous float array) when given.
 
         The rule of the module docstring, run by the compiled loops of
-        :mod:`.stage_kernels` (the same floats as the numpy rule, see there).
+        :mod:`.compiled.stage_kernels` (the same floats as the numpy rule, see there).
         """
         L = self.L
         if out is None:
@@ -299,7 +299,7 @@ class StageCosts:
         Per stage the distinct Pareto-minimal pairs in order of part 1, ``F``
         the most any stage has (at least 1): what numpy's lexsort-and-prune of
         every candidate gave, now gathered one pair at a time by the compiled
-        loops of :mod:`.stage_kernels` (the same floats).
+        loops of :mod:`.compiled.stage_kernels` (the same floats).
         """
         width = OPTION_PAIRS
         while True:

@@ -1,4 +1,4 @@
-"""dp's two kernel paths (:mod:`partitioner.solvers.dp.engine`): the Python functions and their compiled
+"""dp's two kernel paths (:mod:`partitioner.solvers.dp.compiled.engine`): the Python functions and their compiled
 twins fill the same tables bit for bit; the compiled set covers every signature the dp calls; the rule that
 picks a path; and a cold numba cache, where nothing compiles under a time limit it cannot keep."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from partitioner import load_problem, solve
 from partitioner.problem import Problem
-from partitioner.solvers.dp import engine
+from partitioner.solvers.dp.compiled import engine
 from partitioner.solvers.dp import recursion as dp_recursion
 from partitioner.solvers.dp.options import GPipeSpec, ZeroBubbleSpec
 from partitioner.solvers.dp.solver import DPModel
@@ -226,7 +226,7 @@ def test_a_cold_cache_solves_the_toy_optimally_within_its_time_limit_compiling_n
 
 
 def test_probing_a_cold_cache_compiles_nothing(tmp_path):
-    script = ("from partitioner.solvers.dp import engine\n"
+    script = ("from partitioner.solvers.dp.compiled import engine\n"
               "k = engine._build()\n"
               "assert engine.load_cached(k) is None\n"
               "assert all(not d.signatures for _, d, _ in engine._entries(k))\n"

@@ -60,7 +60,7 @@ import types
 from dataclasses import dataclass
 from typing import Callable
 
-from ..errors import OutOfTime
+from ...errors import OutOfTime
 from . import kernels as _py_levels
 from . import stage_kernels as _py_stages
 from .marks import KERNEL_OPTIONS
