@@ -190,7 +190,7 @@ def _sequence_counts(allowed: tuple[int, ...], total: int, max_count: int) -> li
 
     One pass of O(max_count * total * len(allowed)) integer additions.
     """
-    allowed = sorted(allowed)
+    ascending = sorted(allowed)
     out = []
     ways = [1] + [0] * total  # ways[t]: sequences of the current length k summing to t
     for k in range(max_count + 1):
@@ -200,7 +200,7 @@ def _sequence_counts(allowed: tuple[int, ...], total: int, max_count: int) -> li
         nxt = [0] * (total + 1)
         for t, w in enumerate(ways):
             if w:
-                for s in allowed:
+                for s in ascending:
                     if t + s > total:
                         break
                     nxt[t + s] += w
@@ -322,7 +322,7 @@ def _patterns(nodes: int, G: int, sizes: tuple[int, ...]) -> tuple:
     bins = nodes - whole
     found: dict[tuple[bool, ...], list] = {}
     P = len(sizes)
-    label = [None] * P
+    label: list[int | None] = [None] * P
     fill: list[int] = []
 
     def rec(p: int) -> None:

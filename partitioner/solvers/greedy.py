@@ -251,13 +251,13 @@ def _chase(rows: list[np.ndarray], thresholds: np.ndarray, cap: int) -> tuple[np
     nxt = _jumps(rows, thresholds)
     cols = np.arange(len(thresholds))
     pos = np.zeros(len(thresholds), dtype=np.int64)
-    path = [pos]
+    steps = [pos]
     for _ in range(cap):
         pos = nxt[pos, cols]
-        path.append(pos)
+        steps.append(pos)
         if (pos >= n).all():
             break
-    path = np.array(path)
+    path = np.array(steps)
     return (path < n).sum(axis=0), path
 
 

@@ -38,6 +38,7 @@ References
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 import math
 import os
 import time
@@ -55,7 +56,10 @@ from ..slot.data import SlotData, SlotDecisions, plan_of_decisions
 from ..slot.run import analytic_bound, build_guard, infeasible_message, int_option
 from ..slot.times import IntegerTimes, conservative_bound
 
-cp_model = lazy_module("ortools.sat.python.cp_model")
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+else:
+    cp_model = lazy_module("ortools.sat.python.cp_model")
 
 __all__ = ["solve_on_graph", "ArcSolution"]
 

@@ -139,7 +139,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from ...core.lazy import lazy_module
 from ...plan import Plan, evaluate
@@ -162,7 +162,10 @@ from ..slot.run import (
 )
 from ..slot.times import RESOLUTION, RESOLUTION_ZB_H1, conservative_bound, integer_times
 
-cp_model = lazy_module("ortools.sat.python.cp_model")
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+else:
+    cp_model = lazy_module("ortools.sat.python.cp_model")
 
 __all__ = ["solve_cpsat", "build_model", "hint_values", "read_decisions", "SAFE_PARAMETERS"]
 
@@ -193,6 +196,7 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     try:
         begun = slot_start(problem, request, extra, check, begun)
         data, hint_plan, hint_source, decisions = begun.data, begun.plan, begun.source, begun.decisions
+        assert data is not None, "slot_start sets the tables"
         times = integer_times(data, float(resolution), begun.ceiling_ms, check)
         if request.option("formulation", "auto") not in ("auto", "slot"):
             raise SolverError(f"cpsat: option formulation must be 'auto' or 'slot', got {request.option('formulation', None)!r}")

@@ -169,7 +169,7 @@ def _hints(problem: Problem, request: SolveRequest, counts: list[int]) -> dict[i
 
 def _in_space(problem: Problem, plan: Plan, groups: int) -> bool:
     ids = group_ids(problem, groups)
-    if any(tuple(s.device_ids) != ids[c % groups] for c, s in enumerate(plan.stages)):
+    if any(tuple(s.device_ids or ()) != ids[c % groups] for c, s in enumerate(plan.stages)):
         return False
     return values_of_plan(GroupData.of(problem, "bottleneck", groups), plan) is not None
 

@@ -5,6 +5,7 @@ built from in :mod:`.slotmodel`. Times stay in floating-point milliseconds.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 import math
 from dataclasses import dataclass, field, replace
 
@@ -13,7 +14,10 @@ from .parts import MilpPartVars, part_objective, part_start_values
 from ..slot.data import SlotData, SlotDecisions, decisions_from_values, reshard_sites, stage_terms
 from ..slot.schedule import T
 
-pulp = lazy_module("pulp")
+if TYPE_CHECKING:
+    import pulp
+else:
+    pulp = lazy_module("pulp")
 
 __all__ = ["MilpVars", "build_milp", "start_values", "read_decisions", "time_cap", "CAP_FACTOR"]
 
@@ -178,7 +182,11 @@ def build_milp(data: SlotData, check=None, ceiling_ms: float | None = None) -> t
 
     pair, reshard = _reshards(lp, data, before, use, cap, check) if n_groups > 1 else ({}, [0] * J)
 
-    node, shared, load, full, link = [], [], [], [], []
+    node: list = []
+    shared: list = []
+    load: list = []
+    full: list = []
+    link: list = []
     if data.placement:
         node, shared, load, full, link = _placement(lp, data, slot_size)
 
@@ -322,7 +330,7 @@ def start_values(var: MilpVars, data: SlotData, d: SlotDecisions, ceiling_ms: fl
         out[v] = int(j < d.stages and slot_of[i] == j and config_of[i] == k)
     times = [0.0] * J
     for i in range(L):
-        cost = data.problem.layers[i].cost(data.layouts[config_of[i]])
+        cost = data.problem.layers[i].costs[data.layouts[config_of[i]]]  # the plan's config has this layer's cost
         times[slot_of[i]] += _capped(cost.fwd_ms + cost.bwd_ms, cap)
     for j, c in enumerate(var.compute):
         out[c] = times[j]

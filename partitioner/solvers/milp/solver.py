@@ -144,6 +144,7 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
     try:
         begun = slot_start(problem, request, extra, check, begun)
         data, hint_plan, hint_source, decisions = begun.data, begun.plan, begun.source, begun.decisions
+        assert data is not None, "slot_start sets the tables"
         began = time.perf_counter()
         with pulp_quiet():
             lp, var = build_milp(data, check, begun.ceiling_ms)
@@ -160,12 +161,11 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
         return build_timeout_candidate("milp", problem, request, begun.plan, begun.source, extra)
 
     log = bool(request.option("log", False))
-    run = solve_highs if backend == "highs" else solve_cbc
     with pulp_quiet():
         if backend == "highs":
-            outcome = run(lp, deadline, threads, log, hint_source is not None, bool(request.option("presolve", False)))
+            outcome = solve_highs(lp, deadline, threads, log, hint_source is not None, bool(request.option("presolve", False)))
         else:
-            outcome = run(lp, deadline, threads, log, hint_source is not None)
+            outcome = solve_cbc(lp, deadline, threads, log, hint_source is not None)
     extra["milp"] = {"backend": backend, "status": outcome.status_text, "hint": hint_source, "threads": threads}
 
     return _candidate(problem, data, backend, outcome, var, hint_plan, hint_source, extra)
