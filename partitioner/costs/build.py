@@ -162,9 +162,10 @@ class ProblemBuilder:
                 path="microbatches",
             )
         costs = {}
+        variants: Sequence[Knobs | None] = knob_list or [None]
         for lay in allowed:
             samples = mb / lay.dp
-            for kn in knob_list or [None]:
+            for kn in variants:
                 if kn is not None and not applies(kn, lay.dp):
                     continue
                 knobs = kn if kn is not None else Knobs(1 if opts.zero1 else 0, opts.recompute)  # layer_cost's default
@@ -225,7 +226,7 @@ class ProblemBuilder:
                 for layer in layers
             ],
         }
-        doc = {
+        doc: dict[str, Any] = {
             "version": 1 if knob_list is None else 2,
             "name": f"{spec.name}-{cl.name}-{nodes}n-b{global_batch}-m{microbatches}",
             "cluster": {
