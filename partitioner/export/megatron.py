@@ -268,9 +268,9 @@ def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[
     if schedule not in MEGATRON_SCHEDULES:
         return {}, [], [], [_NO_SCHEDULE[schedule] if schedule in _NO_SCHEDULE else f"schedule {schedule!r} is not one Megatron-LM runs"]
     if schedule == "interleaved":
-        why = chunk_reasons(stages, v)
-        if why:
-            return {}, [], [], why
+        chunk_why = chunk_reasons(stages, v)
+        if chunk_why:
+            return {}, [], [], chunk_why
     pre, llm, post = _split(stages)
     reasons: list[str] = []
     if pre:

@@ -253,7 +253,8 @@ def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export
     reasons = _reasons(stages, ctx)
     b = None
     data_axes: dict[str, Any] = {}
-    ac, knob_notes = "none", []
+    ac = "none"
+    knob_notes: list[str] = []
     if not reasons:
         dp, tp = stages[0].dp, stages[0].tp
         data_axes, ac, knob_notes, knob_reasons = _knobs(stages, ctx)
@@ -299,7 +300,7 @@ def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export
                      "parallelism.pipeline_parallel_microbatch_size so that torchtitan runs m microbatches")
     cfg = {"parallelism": parallelism, "training": training} if training else {"parallelism": parallelism}
     base = str(ctx.get("torchtitan_base") or "torchtitan.models.llama3.config_registry.llama3_8b")
-    settings = {"config": cfg, "activation_checkpoint": ac, "overrides": _overrides(cfg, ac), "module_fqns_per_model_part": parts,
+    settings: dict[str, Any] = {"config": cfg, "activation_checkpoint": ac, "overrides": _overrides(cfg, ac), "module_fqns_per_model_part": parts,
                 "fqn_map": fqn_map, "microbatches": ctx.get("microbatches")}
     world = pp * dp * tp * data_axes.get("context_parallel_degree", 1)
     snippet = (
