@@ -241,7 +241,7 @@ class Simulation:
 
 
 def _check_times(name: str, values: Sequence[float]) -> tuple[float, ...]:
-    out = []
+    out: list[float] = []
     for p, v in enumerate(values):
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0:
             raise ValueError(f"{name}[{p}] must be a finite number >= 0, got {v!r}")
