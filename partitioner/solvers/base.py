@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from ..core.limits import SOLVE_REPLAY_OPS
-from ..plan import Plan, PlanError, SolveResult, as_plan, evaluate
+from ..plan import Plan, PlanError, SolveResult, Status, as_plan, evaluate
 from ..problem import OBJECTIVES, Problem, as_problem
 from ..simulate.engine import replay_check
 
@@ -69,7 +69,7 @@ class SolveRequest:
 class Candidate:
     """What a method found. ``status`` is optimal, feasible, infeasible or error."""
 
-    status: str
+    status: Status
     plan: Plan | None = None
     bound: float | None = None
     message: str = ""

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...core.lazy import lazy_module
-from ...plan import evaluate
+from ...plan import Status, evaluate
 from ...problem import Problem
 from .arcflow import ArcGraph, GraphTooLarge, build_graph, path_of_plan
 from ..base import Candidate, SolveRequest
@@ -324,7 +324,7 @@ def solve_arcflow(problem: Problem, data: SlotData, times: IntegerTimes, request
         hinted = evaluate(problem, hint_plan, data.objective).value
         if hinted < value:
             plan, value = hint_plan, hinted
-    status = "optimal" if out.proven else "feasible"
+    status: Status = "optimal" if out.proven else "feasible"
     message = "" if out.proven else "cpsat: time limit reached before optimality was proven"
     if status == "optimal" and value - bound > resolution * value:
         status = "feasible"

@@ -142,7 +142,7 @@ import time
 from typing import Any, TYPE_CHECKING
 
 from ...core.lazy import lazy_module
-from ...plan import Plan, evaluate
+from ...plan import Plan, Status, evaluate
 from ...problem import Problem
 from .arcflow import arcflow_reason
 from .arcflow_run import solve_arcflow
@@ -265,7 +265,7 @@ def _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, 
             hinted = _value(problem, hint_plan, data)
             if hinted < value:
                 plan, value = hint_plan, hinted  # equal in the integer model, better after exact re-evaluation
-        status = "optimal" if code == cp_model.OPTIMAL else "feasible"
+        status: Status = "optimal" if code == cp_model.OPTIMAL else "feasible"
         message = "" if status == "optimal" else "cpsat: time limit reached before optimality was proven"
         if status == "optimal" and value - bound > resolution * value:
             status = "feasible"

@@ -18,7 +18,7 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -37,7 +37,7 @@ _TIE = 1e-12  # relative slack when comparing a stage time with a threshold (as 
 
 @dataclass
 class _Outcome:
-    status: str  # optimal | infeasible
+    status: Literal["optimal", "infeasible"]
     plan: Plan | None = None
     bound: float | None = None
     stats: dict | None = None
