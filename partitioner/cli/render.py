@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from rich.table import Table
 
-from ..simulate.breakdown import config_cell
 from ..core.documents import strict_json_value
 from ..plan import Evaluation, SolveResult
 from ..problem import Problem
+from ..simulate.breakdown import config_cell
 from .common import err, out
 
 if TYPE_CHECKING:  # the plan records, for annotations only (the CLI imports planning when it plans)

@@ -17,14 +17,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..presets import ModelSpec, ClusterSpec, load_cluster, load_model
+from ..presets import ClusterSpec, ModelSpec, load_cluster, load_model
 from ..problem import OBJECTIVES, Cluster, Layout, Problem, ProblemError
 from .entry import finish_cost, layer_terms
 from .flops import forward_flops, model_flops_per_sample
 from .layers import Piece, PipelineLayer, model_layers
 from .options import CostOptions
-from .variants import Knobs, applies, describe, variant_knobs
 from .profile import _apply_profile_doc, load_profile
+from .variants import Knobs, applies, describe, variant_knobs
 
 __all__ = ["build_problem", "ProblemBuilder", "cluster_layouts", "layouts_for", "cost_signature", "usable_memory_bytes"]
 

@@ -51,8 +51,18 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from .common import (Export, MoeHints, StageView, chunk_reasons, layout_reasons, one_recompute, one_zero, per_replica_microbatch,
-                     schedule_of, segment_knobs)
+from .common import (
+    Export,
+    MoeHints,
+    StageView,
+    chunk_reasons,
+    layout_reasons,
+    one_recompute,
+    one_zero,
+    per_replica_microbatch,
+    schedule_of,
+    segment_knobs,
+)
 
 __all__ = ["export_megatron", "megatron_layout", "parse_megatron_layout", "mimo_grid", "CHECKED_WITH", "MEGATRON_SCHEDULES"]
 

@@ -83,8 +83,18 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from .common import (Export, MoeHints, StageView, chunk_reasons, layout_reasons, one_recompute, one_zero, per_replica_microbatch,
-                     schedule_of, segment_knobs)
+from .common import (
+    Export,
+    MoeHints,
+    StageView,
+    chunk_reasons,
+    layout_reasons,
+    one_recompute,
+    one_zero,
+    per_replica_microbatch,
+    schedule_of,
+    segment_knobs,
+)
 
 __all__ = ["export_torchtitan", "torchtitan_names", "CHECKED_WITH", "SCHEDULES"]
 
@@ -231,7 +241,7 @@ def _overrides(cfg: Mapping[str, Mapping[str, Any]], ac: str = "none") -> list[s
 def _registry_function(cfg: Mapping[str, Mapping[str, Any]], base: str, ac: str = "none") -> str:
     module, _, func = base.rpartition(".")
     lines = [
-        f"# config_registry.py of your own package; run: -m torchtitan.train --module <package> --config planned",
+        "# config_registry.py of your own package; run: -m torchtitan.train --module <package> --config planned",
         f"from {module} import {func} as _base",
         *(["from torchtitan.distributed.activation_checkpoint import FullAC"] if ac == "full" else []),
         "",

@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Callable, Iterator, NamedTuple, Sequence
 
 from ..plan import Evaluation, Plan, PlanError, Stage, evaluate, objective_value
-from ..problem import LayerCost, Layout, Problem
 from ..plan.cuts import _uniform_cuts, layer_roles
 from ..plan.schedules import peak_activation_bytes, stash
+from ..problem import LayerCost, Layout, Problem
 
 __all__ = ["BASELINE_METHOD", "FSDP_METHOD", "BASELINES", "layer_roles", "megatron_baseline", "megatron_baselines",
            "StageSums", "fsdp_baseline"]

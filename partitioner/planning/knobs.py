@@ -15,8 +15,8 @@ from types import MappingProxyType
 from typing import Iterator, Mapping
 
 from ..plan import Evaluation, Plan, Stage
-from ..problem import Layer, LayerCost, Layout, Problem
 from ..plan.schedules import stash as schedule_stash
+from ..problem import Layer, LayerCost, Layout, Problem
 from .baselines import _try
 
 __all__ = ["uniform_projection", "variant_at", "refine_knobs", "ESCALATION"]

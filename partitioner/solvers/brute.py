@@ -55,11 +55,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from math import comb
 
-from ..plan import Plan, Stage, objective_value
 from ..cluster.placement import label_nodes, node_assignment_ids, size_sequences
-from ..problem import Cluster, Layout, Problem
 from ..cluster.reshard import stage_reshard_ms
+from ..plan import Plan, Stage, objective_value
 from ..plan.schedules import stash
+from ..problem import Cluster, Layout, Problem
 from .base import Candidate, SolveRequest, register
 from .dp.method import explain_infeasible
 from .feasibility import feasible_stage_counts

@@ -38,10 +38,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..plan import Plan, Stage, objective_value
 from ..cluster.placement import contiguous_node_assignment, node_assignment_ids, pack_runs
-from ..problem import Problem
+from ..plan import Plan, Stage, objective_value
 from ..plan.schedules import stash
+from ..problem import Problem
 from .base import Candidate, SolveRequest, register
 from .feasibility import feasible_stage_counts, quick_infeasibility
 from .tables import CostTables

@@ -38,9 +38,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..problem import Layout, Problem
 from ..cluster.reshard import stage_reshard_ms
 from ..cluster.topology import transfer_ms
+from ..problem import Layout, Problem
 
 __all__ = ["CostTables", "StageChoice", "LayerArrays", "layer_arrays", "two_sum", "compensated_prefix", "range_sum"]
 

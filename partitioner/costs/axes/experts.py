@@ -56,8 +56,8 @@ import math
 from typing import Any
 
 from ..comm import allgather_ms, allreduce_ms
-from .groups import GroupSpan, alltoall_ms
 from ..options import CostOptions
+from .groups import GroupSpan, alltoall_ms
 
 __all__ = [
     "moe_layer_flops",

@@ -38,23 +38,23 @@ References
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 import math
 import os
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...core.lazy import lazy_module
 from ...plan import Status, evaluate
 from ...problem import Problem
-from .arcflow import ArcGraph, GraphTooLarge, build_graph, path_of_plan
 from ..base import Candidate, SolveRequest
-from .formulation import apply_solver_options
 from ..slot.data import SlotData, SlotDecisions, plan_of_decisions
 from ..slot.run import analytic_bound, build_guard, infeasible_message, int_option
 from ..slot.times import IntegerTimes, conservative_bound
+from .arcflow import ArcGraph, GraphTooLarge, build_graph, path_of_plan
+from .formulation import apply_solver_options
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model

@@ -8,14 +8,14 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass, field, replace
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...core.lazy import lazy_module
 from ..base import SolverError
-from .parts import PartVars, part_hint_values, part_objective, part_objective_units, stage_compute
 from ..slot.data import SlotData, SlotDecisions, decisions_from_values, reshard_sites, stage_terms
 from ..slot.schedule import T
 from ..slot.times import IntegerTimes
+from .parts import PartVars, part_hint_values, part_objective, part_objective_units, stage_compute
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model

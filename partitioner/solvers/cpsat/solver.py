@@ -139,15 +139,12 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...core.lazy import lazy_module
 from ...plan import Plan, Status, evaluate
 from ...problem import Problem
-from .arcflow import arcflow_reason
-from .arcflow_run import solve_arcflow
 from ..base import Candidate, SolveRequest, SolverError, register
-from .formulation import SAFE_PARAMETERS, ModelRangeError, apply_solver_options, build_model, hint_values, objective_units, read_decisions
 from ..feasibility import quick_infeasibility
 from ..interleaved.solve import solve_interleaved
 from ..slot.data import SlotData, SlotStart, plan_of_decisions, slot_start
@@ -158,9 +155,19 @@ from ..slot.run import (
     infeasible_message,
     int_option,
     model_size_refusal,
-    starting_plan,
 )
 from ..slot.times import RESOLUTION, RESOLUTION_ZB_H1, conservative_bound, integer_times
+from .arcflow import arcflow_reason
+from .arcflow_run import solve_arcflow
+from .formulation import (
+    SAFE_PARAMETERS,
+    ModelRangeError,
+    apply_solver_options,
+    build_model,
+    hint_values,
+    objective_units,
+    read_decisions,
+)
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model

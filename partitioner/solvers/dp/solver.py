@@ -147,17 +147,17 @@ import numpy as np
 from ...cluster.placement import contiguous_node_assignment, node_assignment_ids, pack_runs
 from ...plan import Plan, PlanError, Stage, evaluate
 from ...problem import Problem
-from .placement import Automaton, build_automaton
-from .recursion import fill as fill_tables
-from .tables import Layout, Tables, table_bytes, working_bytes
-from .stage import StageCosts
-from .stagecache import StageTables
-from .walkback import WalkBack
-from .walks import ThresholdWalks, _Outcome
 from ..base import SolveRequest
 from ..errors import OutOfTime as _OutOfTime
 from ..errors import TooLarge as _TooLarge
 from ..greedy import solve_greedy
+from .placement import Automaton, build_automaton
+from .recursion import fill as fill_tables
+from .stage import StageCosts
+from .stagecache import StageTables
+from .tables import Layout, Tables, table_bytes, working_bytes
+from .walkback import WalkBack
+from .walks import ThresholdWalks, _Outcome
 
 __all__ = ["DPModel"]
 

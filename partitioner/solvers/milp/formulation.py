@@ -5,14 +5,14 @@ built from in :mod:`.slotmodel`. Times stay in floating-point milliseconds.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 import math
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from ...core.lazy import lazy_module
-from .parts import MilpPartVars, part_objective, part_start_values
 from ..slot.data import SlotData, SlotDecisions, decisions_from_values, reshard_sites, stage_terms
 from ..slot.schedule import T
+from .parts import MilpPartVars, part_objective, part_start_values
 
 if TYPE_CHECKING:
     import pulp
@@ -309,7 +309,6 @@ def start_values(var: MilpVars, data: SlotData, d: SlotDecisions, ceiling_ms: fl
     cap = time_cap(data, ceiling_ms)
     J, L = data.slots, data.num_layers
     out: dict = {}
-    ends = d.ends(data)
     slot_of = d.slot_of(data)
     group_of = [0] * L
     for g, (a, b) in enumerate(data.groups):

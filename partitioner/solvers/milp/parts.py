@@ -10,8 +10,8 @@ switched-off constraint is implied by that one.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ...core.lazy import lazy_module
 from ..slot.data import SlotData, SlotDecisions

@@ -95,7 +95,6 @@ from ...problem import Problem
 from ..base import Candidate, SolveRequest, SolverError, register
 from ..feasibility import quick_infeasibility
 from ..interleaved.solve import solve_interleaved
-from .formulation import build_milp, read_decisions, start_values
 from ..slot.data import SlotStart, plan_of_decisions, slot_start
 from ..slot.run import (
     HANDOVER_SHARE,
@@ -105,8 +104,8 @@ from ..slot.run import (
     infeasible_message,
     int_option,
     model_size_refusal,
-    starting_plan,
 )
+from .formulation import build_milp, read_decisions, start_values
 
 __all__ = ["solve_milp", "build_milp", "start_values", "BACKENDS"]
 

@@ -72,15 +72,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...cluster.placement import label_nodes, node_assignment_ids, pack_runs
+from ...cluster.reshard import stage_reshard_ms
 from ...plan import Plan, PlanError, Stage, evaluate
 from ...problem import Layout, Problem
-from ...cluster.reshard import stage_reshard_ms
-from ..feasibility import feasible_stage_counts
 from ..base import SolveRequest
+from ..feasibility import feasible_stage_counts
 from .run import analytic_bound, starting_plan
-from .times import integer_times  # re-exported: the integer scale of this model (CP-SAT)
 from .schedule import Part, objective_parts, slot_stash
-from .times import stage_ceiling_ms
+from .times import (
+    integer_times,  # re-exported: the integer scale of this model (CP-SAT)
+    stage_ceiling_ms,
+)
 
 __all__ = [
     "SlotData",
@@ -459,7 +461,7 @@ def decisions_from_values(data: SlotData, var, on) -> SlotDecisions:
 
 def plan_of_decisions(data: SlotData, decisions: SlotDecisions) -> Plan:
     """The plan (with device ids) the model's decisions describe."""
-    P, L = decisions.stages, data.num_layers
+    P = decisions.stages
     cluster = data.problem.cluster
     ends = decisions.ends(data)
     stages = []
