@@ -53,13 +53,22 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from partitioner import evaluate  # noqa: E402
-from partitioner.costs import (CostOptions, Knobs, TIME_TERMS, block_time_terms, build_problem, grad_sync_ms,  # noqa: E402
-                               load_cluster, model_layers, optimizer_step_ms)
-from partitioner.problem import Layout  # noqa: E402
-from partitioner.planning import simulate_plan  # noqa: E402
-from partitioner.presets import ModelSpec, ModuleSpec  # noqa: E402
+from partitioner.costs import (  # noqa: E402
+    TIME_TERMS,
+    CostOptions,
+    Knobs,
+    block_time_terms,
+    build_problem,
+    grad_sync_ms,
+    load_cluster,
+    model_layers,
+    optimizer_step_ms,
+)
 from partitioner.plan.cuts import interleaved_uniform_plan  # noqa: E402
+from partitioner.planning import simulate_plan  # noqa: E402
 from partitioner.planning.schedule_search import with_schedule  # noqa: E402
+from partitioner.presets import ModelSpec, ModuleSpec  # noqa: E402
+from partitioner.problem import Layout  # noqa: E402
 
 __all__ = ["Sc21Row", "SC21_TABLE1", "RUN_OPTIONS", "CLUSTER", "gpt3_model", "eq3_flops", "evaluate_row",
            "calibrate", "to_markdown", "main"]

@@ -11,10 +11,10 @@ The Python API::
 from __future__ import annotations
 
 from .plan import Evaluation, Plan, PlanError, SolveResult, Stage, evaluate, load_plan
+from .planning import plan_model
 from .problem import Cluster, Layer, LayerCost, Layout, Problem, ProblemError, StageBounds, Training, dump_problem, load_problem
 from .simulate.engine import simulate
 from .solvers import SolverError, methods, solve
-from .planning import plan_model
 
 __version__ = "0.1.0"
 

@@ -24,9 +24,9 @@ from typing import Sequence
 
 import numpy as np
 
+from .cluster.reshard import ReshardPlan, Sharding, execute_backward, execute_forward, plan_reshard, segment_reshard_ms
 from .plan import Stage
 from .problem import Cluster, Layout, Problem, ProblemError
-from .cluster.reshard import ReshardPlan, Sharding, execute_backward, execute_forward, plan_reshard, segment_reshard_ms
 from .simulate.engine import simulate_times
 from .solvers import solve
 

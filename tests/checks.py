@@ -5,8 +5,8 @@ import pytest
 
 from partitioner import evaluate, simulate
 from partitioner.plan import SolveResult, group_times
-from partitioner.problem import Problem
 from partitioner.plan.schedules import stash
+from partitioner.problem import Problem
 
 
 def check_plan(problem: Problem, result: SolveResult) -> None:

@@ -22,6 +22,7 @@ from partitioner.plan import Plan, Stage
 from partitioner.problem import Cluster, Problem
 from partitioner.solvers.brute import placement_patterns
 
+
 def examples(budget: int) -> int:
     """A test's example count: its ``budget`` under the ``ci`` profile (max_examples 100), scaled by the
     loaded profile's max_examples (``fast``: a tenth, ``thorough``: 5x; tests/conftest.py), at least 2."""

@@ -10,12 +10,12 @@ import sys
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from strategies import examples
 from hypothesis import strategies as st
 
 from conftest import ROOT
 from partitioner import load_problem
 from partitioner.compat import AsymmetricPipelineScheduler, CrossMeshTensorResharder, layer_partition_problem
+from strategies import examples
 
 CHECKS = ROOT / "tests" / "seed_checks"
 # sha256 of ../shared/seeds/checks/*.py: the copies must stay byte-for-byte unchanged
@@ -142,9 +142,9 @@ def test_resharder_rejects_wrong_inputs():
 def test_resharder_is_the_lesson15_v2_stage_and_its_reshard():
     """The colocated meshes are one v2 stage (vision dp8tp1, language dp2tp4); r is the busiest port."""
     from partitioner import evaluate, solve
+    from partitioner.cluster.reshard import reshard_time_ms
     from partitioner.plan import Plan
     from partitioner.problem import Layout
-    from partitioner.cluster.reshard import reshard_time_ms
 
     problem = load_problem(ROOT / "examples" / "colocated_1node.json")
     r = CrossMeshTensorResharder()

@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from . import FAILED, latest_records, read_results
 from ..problem import ProblemError
+from . import FAILED, latest_records, read_results
 
 __all__ = [
     "SOLVED",

@@ -79,7 +79,7 @@ class RayPool:
 
     def configure(self, imports: Sequence[str], threads: int) -> None:
         # each actor reserves the CPUs its jobs may use, so Ray does not oversubscribe a node
-        self._cls = self._ray.remote(num_cpus=threads, max_restarts=0, max_task_retries=0)(RayWorker)
+        self._cls: Any = self._ray.remote(num_cpus=threads, max_restarts=0, max_task_retries=0)(RayWorker)
         self._imports = tuple(imports)
 
     def start(self, slot: int) -> None:

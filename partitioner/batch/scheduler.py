@@ -144,6 +144,7 @@ def schedule(
             if slot.job is not None and slot.deadline is not None and now > slot.deadline:
                 wall = now - slot.started
                 limit = slot.job.time_limit
+                assert limit is not None, "a deadline is set only under a time limit"
                 message = f"killed after {wall:.1f} s: it overran its time limit of {limit:g} s (+ {slot.deadline - slot.started - limit:g} s grace)"
                 pool.kill(i)
                 yield failure_record(slot.job, slot.options or {}, "timeout", message, wall, slot.info)

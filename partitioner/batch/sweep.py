@@ -255,8 +255,8 @@ def _parse_grid(value: Any) -> tuple[GridPoint, ...]:
         opts = block.get("options")
         if opts is not None and not isinstance(opts, Mapping):
             raise _fail("must be an object (cost model options)", f"{where}.options")
-        for combo in itertools.product(*axes):
-            points.append(GridPoint(*combo, options=dict(opts) if opts else None))
+        for model, cluster, nodes, global_batch, microbatches in itertools.product(*axes):  # GRID_KEYS' order
+            points.append(GridPoint(model, cluster, nodes, global_batch, microbatches, options=dict(opts) if opts else None))
     return tuple(points)
 
 
@@ -283,7 +283,7 @@ def expand(sweep: Sweep) -> Expansion:
     """
     jobs: list[Job] = []
     failed: list[dict[str, Any]] = []
-    settings = dict(objective=sweep.objective, time_limit=sweep.time_limit, seed=sweep.seed, options=sweep.options)
+    settings: dict[str, Any] = dict(objective=sweep.objective, time_limit=sweep.time_limit, seed=sweep.seed, options=sweep.options)
     for i, entry in enumerate(sweep.problems):
         try:
             problem = load_problem(sweep.problem_path(entry))

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Literal, Optional
 
 import typer
 
-from ..plan import SolveResult
+from ..plan import Plan, SolveResult
 from ..problem import OBJECTIVES, Problem, ProblemError, load_problem
 from ..solvers import SolverError, methods
 from .common import EXIT_NO_PLAN, EXIT_OK, app, check_choice, err, guarded, parse_options, working
@@ -90,15 +90,15 @@ def plan_cmd(
     check_choice(schedule, SCHEDULE_CHOICES, "--schedule")
     if virtual_stages is not None and (schedule != "interleaved" or virtual_stages < 2):
         raise SolverError("--virtual-stages: needs --schedule interleaved and an integer >= 2")
+    mb: int | Literal["auto"] = "auto"
     if microbatches != "auto":
         try:
-            mb: int | str = int(microbatches)
+            count = int(microbatches)
         except ValueError:
             raise SolverError(f"--microbatches: must be a positive integer or 'auto', got {microbatches!r}") from None
-        if mb < 1:
+        if count < 1:
             raise SolverError(f"--microbatches: must be a positive integer or 'auto', got {microbatches!r}")
-    else:
-        mb = "auto"
+        mb = count
     if nodes < 1 or global_batch < 1 or (max_stages is not None and max_stages < 1):
         raise SolverError("--nodes, --global-batch and --max-stages must be positive integers")
     workload = Workload(images=images, image_size=image_size, tiles=tiles, frames=frames, fps=fps, text_tokens=text_tokens)
@@ -115,8 +115,8 @@ def plan_cmd(
         from ..problem import dump_problem
 
         dump_problem(problem, save_problem)
-    if gantt is not None and result.plan is not None:
-        _write_gantt(problem, result, gantt)
+    if gantt is not None and result.plan is not None and problem is not None:
+        _write_gantt(problem, result.plan, result, gantt)
     if as_json:
         print_json({**result.to_dict(), "sequences": sequences, **({"exports": _exportable(result, problem)} if result.plan else {})})
         if result.plan is None and result.message:
@@ -124,6 +124,7 @@ def plan_cmd(
     elif result.plan is None:
         err.print(f"{model}: {result.status}: {result.message}", markup=False)
     else:
+        assert problem is not None, "a plan comes with its problem"
         print_plan_summary(problem, result)
         print_sequences(sequences)
     raise typer.Exit(EXIT_OK if result.plan is not None else EXIT_NO_PLAN)
@@ -140,11 +141,11 @@ def _exportable(result: SolveResult, problem: Problem | None) -> dict[str, dict]
     return out
 
 
-def _write_gantt(problem: Problem, result: SolveResult, path: Path) -> None:
+def _write_gantt(problem: Problem, plan: Plan, result: SolveResult, path: Path) -> None:
     from ..simulate.engine import simulate
     from ..simulate.viz import save_gantt
 
-    sim = simulate(problem, result.plan, evaluation=result.evaluation)  # under the problem's (the kept) schedule
+    sim = simulate(problem, plan, evaluation=result.evaluation)  # under the problem's (the kept) schedule
     save_gantt(sim, path, title=f"{problem.name}: {result.method}")
 
 

@@ -8,7 +8,7 @@ plan or the given plan breaks a validity rule, 2 for bad input (through
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -60,7 +60,7 @@ def validate_cmd(
 ) -> None:
     """Check that PROBLEM follows format v1 or v2 (exit 0) or say which field is wrong (exit 2)."""
     problem = load_problem(problem_path)
-    summary = {
+    summary: dict[str, Any] = {
         "valid": True,
         "version": problem.version,
         "name": problem.name,

@@ -16,13 +16,16 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from rich.table import Table
 
-from ..simulate.breakdown import config_cell
 from ..core.documents import strict_json_value
 from ..plan import Evaluation, SolveResult
 from ..problem import Problem
+from ..simulate.breakdown import config_cell
 from .common import err, out
 
 if TYPE_CHECKING:  # the plan records, for annotations only (the CLI imports planning when it plans)
+    from rich.console import JustifyMethod
+    from rich.progress import TaskID
+
     from ..planning.results import ModelPlan
     from ..planning.schedule_report import ScheduleReport, ScheduleRow, ScheduleSummary
 
@@ -32,6 +35,12 @@ __all__ = [
     "print_batch_summary", "print_sequences",
     "SweepProgress", "print_comparison",
 ]
+
+
+def _add_columns(table: Table, columns: Sequence[tuple[str, JustifyMethod]]) -> None:
+    """Add the columns ``(header, justify)`` to ``table``, in order."""
+    for col, justify in columns:
+        table.add_column(col, justify=justify)
 
 
 def print_json(doc: Any) -> None:
@@ -49,7 +58,7 @@ def stage_table(problem: Problem, ev: Evaluation, title: str = "") -> Table:
     """
     v2 = problem.version >= 2
     table = Table(title=title or None, title_justify="left", caption="* bottleneck stage", caption_justify="left")
-    columns = [
+    columns: list[tuple[str, JustifyMethod]] = [
         ("", "left"),
         ("stage", "right"),
         ("layers", "left"),
@@ -63,8 +72,7 @@ def stage_table(problem: Problem, ev: Evaluation, title: str = "") -> Table:
     ]
     if v2:
         columns.insert(6, ("reshard ms", "right"))
-    for col, justify in columns:
-        table.add_column(col, justify=justify)
+    _add_columns(table, columns)
     worst = ev.bottleneck_stage
     cap = problem.cluster.gpu_memory_bytes
     for s in ev.stages:
@@ -143,7 +151,7 @@ def print_evaluation(problem: Problem, ev: Evaluation, plan_path: Path) -> None:
 def simulation_table(problem: Problem, sim: Any, ev: Evaluation) -> Table:
     """Per stage: configs, F, B (reshards and sends included), busy and idle time, peak in-flight and memory."""
     table = Table(title_justify="left")
-    for col, justify in (
+    _add_columns(table, (
         ("stage", "right"),
         ("layers", "left"),
         ("GPUs", "right"),
@@ -154,8 +162,7 @@ def simulation_table(problem: Problem, sim: Any, ev: Evaluation) -> Table:
         ("idle ms", "right"),
         ("in-flight", "right"),
         ("peak memory GiB", "right"),
-    ):
-        table.add_column(col, justify=justify)
+    ))
     cap = problem.cluster.gpu_memory_bytes
     peak = sim.peak_memory_bytes
     for s, busy, idle, inflight, mem in zip(ev.stages, sim.busy_ms, sim.idle_ms, sim.peak_inflight, peak):
@@ -189,8 +196,7 @@ def print_simulation(problem: Problem, sim: Any, ev: Evaluation, schedule: str) 
 def print_models(specs: list[Any]) -> None:
     """The table of model presets."""
     table = Table(title="model presets", title_justify="left")
-    for col, justify in (("name", "left"), ("params", "right"), ("modules (layers, params)", "left"), ("LLM tokens", "right")):
-        table.add_column(col, justify=justify)
+    _add_columns(table, (("name", "left"), ("params", "right"), ("modules (layers, params)", "left"), ("LLM tokens", "right")))
     for spec in specs:
         mods = ", ".join(f"{m['name']} {m['kind']} ({m['layers']}, {m['params'] / 1e9:.3g} B)" for m in spec.summary()["modules"])
         table.add_row(spec.name, f"{spec.params / 1e9:.3g} B", mods, str(spec.llm_tokens))
@@ -290,10 +296,9 @@ def schedule_name(schedule: str, virtual_stages: int = 1) -> str:
 def schedule_table(report: "ScheduleReport") -> Table:
     """Per schedule: the best plan and the best baseline, simulated iteration, bubble, peak memory (``plan``'s table)."""
     table = Table(title="schedules (simulated iteration; * kept)", title_justify="left")
-    for col, justify in (("", "left"), ("schedule", "left"), ("best plan", "left"), ("iteration ms", "right"),
+    _add_columns(table, (("", "left"), ("schedule", "left"), ("best plan", "left"), ("iteration ms", "right"),
                          ("bubble %", "right"), ("peak GiB", "right"), ("best baseline", "left"),
-                         ("iteration ms", "right"), ("bubble %", "right"), ("peak GiB", "right")):
-        table.add_column(col, justify=justify)
+                         ("iteration ms", "right"), ("bubble %", "right"), ("peak GiB", "right")))
     kept = (report.chosen.schedule, report.chosen.virtual_stages) if report.chosen is not None else None
     for entry in report.by_schedule:
         mark = "*" if (entry.schedule, entry.virtual_stages) == kept else ""
@@ -375,7 +380,7 @@ class SweepProgress:
             console=err,
             disable=not enabled,
         )
-        self.task = None
+        self.task: TaskID | None = None  # set by start()
         self.ran = 0
         self.failed: dict[str, int] = {}
         self.t0 = 0.0
@@ -403,6 +408,7 @@ class SweepProgress:
         rate = self.ran / elapsed
         rate_text = f"{rate:.2f} jobs/s" if rate >= 0.1 else f"{60 * rate:.2f} jobs/min"
         failed = ", ".join(f"{n} {status}" for status, n in sorted(self.failed.items()))
+        assert self.task is not None, "advance() before start()"
         self.progress.update(self.task, advance=1, rate=rate_text, failed=failed)
 
 

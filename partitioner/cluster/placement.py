@@ -88,7 +88,7 @@ def pack_runs(cluster: Cluster, sizes: Sequence[int], links: Sequence[bool], exa
     bin_of = _pack([run_size[i] for i in in_node], in_node, bins, G, conflict)
     if bin_of is None:
         return None
-    stage_bin = [None] * len(sizes)
+    stage_bin: list[int | None] = [None] * len(sizes)
     for i, run in enumerate(runs):
         for p in run:
             stage_bin[p] = bin_of.get(i)

@@ -25,12 +25,15 @@ References
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from ..core.lazy import lazy_module
 from ..problem import Cluster
 
-nx = lazy_module("networkx")
+if TYPE_CHECKING:
+    import networkx as nx
+else:
+    nx = lazy_module("networkx")
 
 __all__ = ["cluster_graph", "bandwidth", "default_bandwidth", "transfer_ms", "nodes_of"]
 

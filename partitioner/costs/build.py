@@ -17,14 +17,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..presets import ModelSpec, ClusterSpec, load_cluster, load_model
+from ..presets import ClusterSpec, ModelSpec, load_cluster, load_model
 from ..problem import OBJECTIVES, Cluster, Layout, Problem, ProblemError
 from .entry import finish_cost, layer_terms
 from .flops import forward_flops, model_flops_per_sample
 from .layers import Piece, PipelineLayer, model_layers
 from .options import CostOptions
-from .variants import Knobs, applies, describe, variant_knobs
 from .profile import _apply_profile_doc, load_profile
+from .variants import Knobs, applies, describe, variant_knobs
 
 __all__ = ["build_problem", "ProblemBuilder", "cluster_layouts", "layouts_for", "cost_signature", "usable_memory_bytes"]
 
@@ -162,9 +162,10 @@ class ProblemBuilder:
                 path="microbatches",
             )
         costs = {}
+        variants: Sequence[Knobs | None] = knob_list or [None]
         for lay in allowed:
             samples = mb / lay.dp
-            for kn in knob_list or [None]:
+            for kn in variants:
                 if kn is not None and not applies(kn, lay.dp):
                     continue
                 knobs = kn if kn is not None else Knobs(1 if opts.zero1 else 0, opts.recompute)  # layer_cost's default
@@ -225,7 +226,7 @@ class ProblemBuilder:
                 for layer in layers
             ],
         }
-        doc = {
+        doc: dict[str, Any] = {
             "version": 1 if knob_list is None else 2,
             "name": f"{spec.name}-{cl.name}-{nodes}n-b{global_batch}-m{microbatches}",
             "cluster": {

@@ -68,7 +68,7 @@ class Piece:
     gemm_flops: float
     attn_flops: float
     params: int
-    tokens: int
+    tokens: float  # per sample (a context-parallel rank's share need not be whole)
     width: int
     heads: int = 1
     attn_pairs: float = 0.0  # query-key pairs computed (the causal half for causal attention)
@@ -312,7 +312,7 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
                 pairs = s_llm * (s_llm + 1) / 2.0
             else:  # prefix (PaliGemma) or bidirectional: every prefix pair
                 pairs = float(s_llm * s_llm)
-            e_parts = module_layer_params(expert) if expert else None
+            e_parts = module_layer_params(expert) if expert else {}  # read only with an expert
             for i in range(spec.layers):
                 last = i == spec.layers - 1
                 extra_p = parts["post"] if last and not spec.lm_head else 0

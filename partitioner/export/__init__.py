@@ -153,7 +153,7 @@ def export_result(result: SolveResult | Mapping[str, Any], target: str, problem:
         meta = problem.meta or {}
         context.update(global_batch=meta.get("global_batch"), microbatches=problem.microbatches)
         training = getattr(problem, "training", None)
-        if getattr(training, "schedule", None):
+        if training is not None and getattr(training, "schedule", None):
             context.update(schedule=training.schedule, virtual_stages=training.virtual_stages)
     else:
         hint_doc = doc.get("export_hints")

@@ -52,7 +52,8 @@ def export_deepspeed(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
         reasons.insert(0, f"schedule {schedule} is not expressible: DeepSpeed's PipelineEngine runs TrainSchedule (1F1B) "
                           "only; plan with --schedule 1f1b")
     b = None
-    zero, intervals, knob_notes = 0, [0] * len(stages), []
+    zero, intervals = 0, [0] * len(stages)
+    knob_notes: list[str] = []
     moe: MoeHints | None = ctx.get("moe")
     if not reasons:
         zero, intervals, knob_notes, knob_reasons = _knobs(stages, moe)

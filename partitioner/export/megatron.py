@@ -51,8 +51,18 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from .common import (Export, MoeHints, StageView, chunk_reasons, layout_reasons, one_recompute, one_zero, per_replica_microbatch,
-                     schedule_of, segment_knobs)
+from .common import (
+    Export,
+    MoeHints,
+    StageView,
+    chunk_reasons,
+    layout_reasons,
+    one_recompute,
+    one_zero,
+    per_replica_microbatch,
+    schedule_of,
+    segment_knobs,
+)
 
 __all__ = ["export_megatron", "megatron_layout", "parse_megatron_layout", "mimo_grid", "CHECKED_WITH", "MEGATRON_SCHEDULES"]
 
@@ -268,9 +278,9 @@ def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[
     if schedule not in MEGATRON_SCHEDULES:
         return {}, [], [], [_NO_SCHEDULE[schedule] if schedule in _NO_SCHEDULE else f"schedule {schedule!r} is not one Megatron-LM runs"]
     if schedule == "interleaved":
-        why = chunk_reasons(stages, v)
-        if why:
-            return {}, [], [], why
+        chunk_why = chunk_reasons(stages, v)
+        if chunk_why:
+            return {}, [], [], chunk_why
     pre, llm, post = _split(stages)
     reasons: list[str] = []
     if pre:

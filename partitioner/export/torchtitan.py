@@ -83,8 +83,18 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from .common import (Export, MoeHints, StageView, chunk_reasons, layout_reasons, one_recompute, one_zero, per_replica_microbatch,
-                     schedule_of, segment_knobs)
+from .common import (
+    Export,
+    MoeHints,
+    StageView,
+    chunk_reasons,
+    layout_reasons,
+    one_recompute,
+    one_zero,
+    per_replica_microbatch,
+    schedule_of,
+    segment_knobs,
+)
 
 __all__ = ["export_torchtitan", "torchtitan_names", "CHECKED_WITH", "SCHEDULES"]
 
@@ -231,7 +241,7 @@ def _overrides(cfg: Mapping[str, Mapping[str, Any]], ac: str = "none") -> list[s
 def _registry_function(cfg: Mapping[str, Mapping[str, Any]], base: str, ac: str = "none") -> str:
     module, _, func = base.rpartition(".")
     lines = [
-        f"# config_registry.py of your own package; run: -m torchtitan.train --module <package> --config planned",
+        "# config_registry.py of your own package; run: -m torchtitan.train --module <package> --config planned",
         f"from {module} import {func} as _base",
         *(["from torchtitan.distributed.activation_checkpoint import FullAC"] if ac == "full" else []),
         "",
@@ -253,7 +263,8 @@ def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export
     reasons = _reasons(stages, ctx)
     b = None
     data_axes: dict[str, Any] = {}
-    ac, knob_notes = "none", []
+    ac = "none"
+    knob_notes: list[str] = []
     if not reasons:
         dp, tp = stages[0].dp, stages[0].tp
         data_axes, ac, knob_notes, knob_reasons = _knobs(stages, ctx)
@@ -299,7 +310,7 @@ def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export
                      "parallelism.pipeline_parallel_microbatch_size so that torchtitan runs m microbatches")
     cfg = {"parallelism": parallelism, "training": training} if training else {"parallelism": parallelism}
     base = str(ctx.get("torchtitan_base") or "torchtitan.models.llama3.config_registry.llama3_8b")
-    settings = {"config": cfg, "activation_checkpoint": ac, "overrides": _overrides(cfg, ac), "module_fqns_per_model_part": parts,
+    settings: dict[str, Any] = {"config": cfg, "activation_checkpoint": ac, "overrides": _overrides(cfg, ac), "module_fqns_per_model_part": parts,
                 "fqn_map": fqn_map, "microbatches": ctx.get("microbatches")}
     world = pp * dp * tp * data_axes.get("context_parallel_degree", 1)
     snippet = (

@@ -52,6 +52,8 @@ __all__ = [
     "SolveResult",
     "evaluate",
     "evaluate_interleaved",
+    "objective_value",
+    "group_times",
     "load_plan",
     "as_plan",
 ]

@@ -14,14 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..problem import Layout, Problem, as_problem
 from ..cluster.reshard import segment_reshard_ms
-from .schedules import estimate as schedule_estimate
-from .schedules import peak_activation_bytes, stash
 from ..cluster.topology import bandwidth, default_bandwidth, transfer_ms
 from ..core.units import format_bytes
+from ..problem import Layout, Problem, as_problem
 from .records import Plan, PlanError, Stage
 from .result import as_plan
+from .schedules import estimate as schedule_estimate
+from .schedules import peak_activation_bytes, stash
 
 __all__ = ["StageEvaluation", "Evaluation", "group_times", "objective_value", "evaluate", "evaluate_interleaved"]
 

@@ -189,7 +189,7 @@ class Plan:
                 raise ProblemError("must be an object", path=where, source=source)
             configs = _configs_field(entry.get("configs"), f"{where}.configs", source)
             required = ("first_layer", "last_layer", "devices") + (("dp", "tp") if configs is None else ())
-            values = {}
+            values: dict[str, Any] = {}
             for key in required:
                 if key not in entry:
                     raise ProblemError("is missing", path=f"{where}.{key}", source=source)

@@ -103,7 +103,7 @@ class SolveResult:
             message=str(data.get("message") or ""),
             plan=plan,
             extra={k: v for k, v in data.items() if k not in known},
-            version=data.get("version") if data.get("version") in (1, 2) else 1,
+            version=data["version"] if data.get("version") in (1, 2) else 1,
         )
 
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Callable, Iterator, NamedTuple, Sequence
 
 from ..plan import Evaluation, Plan, PlanError, Stage, evaluate, objective_value
-from ..problem import LayerCost, Layout, Problem
 from ..plan.cuts import _uniform_cuts, layer_roles
 from ..plan.schedules import peak_activation_bytes, stash
+from ..problem import LayerCost, Layout, Problem
 
 __all__ = ["BASELINE_METHOD", "FSDP_METHOD", "BASELINES", "layer_roles", "megatron_baseline", "megatron_baselines",
            "StageSums", "fsdp_baseline"]
@@ -265,6 +265,7 @@ class StageSums:
         if key not in self._bytes:
             weight = act = 0
             for c in self._column(config)[first: last + 1]:
+                assert c is not None, f"layer without an entry in {config}"
                 weight += c.weight_bytes
                 act += c.act_bytes
             self._bytes[key] = (weight, act)
@@ -281,7 +282,7 @@ class StageSums:
             by_table: dict[int, LayerCost | None] = {}  # layers sharing a table share the lookup
             self._columns[config] = [by_table[id(layer.costs)] if id(layer.costs) in by_table
                                      else by_table.setdefault(id(layer.costs), layer.costs.get(config))
-                                     for layer in self._layers]
+                                     for layer in self._layers or ()]  # set by _keep_for
         return self._columns[config]
 
 

@@ -15,8 +15,8 @@ from types import MappingProxyType
 from typing import Iterator, Mapping
 
 from ..plan import Evaluation, Plan, Stage
-from ..problem import Layer, LayerCost, Layout, Problem
 from ..plan.schedules import stash as schedule_stash
+from ..problem import Layer, LayerCost, Layout, Problem
 from .baselines import _try
 
 __all__ = ["uniform_projection", "variant_at", "refine_knobs", "ESCALATION"]
@@ -102,9 +102,10 @@ def refine_knobs(problem: Problem, plan: Plan, objective: str | None = None,
             for v in names:
                 key = Layout(config.dp, config.tp, v)
                 entries = [problem.layers[i].costs.get(key) for i in range(a, b + 1)]
-                if all(e is not None for e in entries):
-                    per[v] = (sum(e.fwd_ms + e.bwd_ms for e in entries), sum(e.weight_bytes for e in entries),
-                              sum(e.act_bytes for e in entries))
+                found = [e for e in entries if e is not None]
+                if len(found) == len(entries):
+                    per[v] = (sum(e.fwd_ms + e.bwd_ms for e in found), sum(e.weight_bytes for e in found),
+                              sum(e.act_bytes for e in found))
             options.append(per)
         combos = math.prod(len(o) for o in options)
         choices = (itertools.product(*(list(o) for o in options)) if combos <= max_combinations

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Sequence
 
-from ..plan import Plan, PlanError, Stage, evaluate
+from ..plan import Plan, PlanError, evaluate
 from ..plan.cuts import interleaved_uniform_plan
 from ..problem import Problem
 from ..simulate.engine import simulate

@@ -251,7 +251,7 @@ def model_problem(model: ModelSpec) -> tuple[int | None, str, str] | None:
             return i, "layers", ("an action expert shares attention with the llm at every layer: "
                                  "it needs an llm with the same layer count")
     if llms and model.llm_tokens > MAX_TOKENS:
-        return llms[0], "text_tokens", (f"{model.image_tokens} image tokens + {model.llm.text_tokens} text tokens "
+        return llms[0], "text_tokens", (f"{model.image_tokens} image tokens + {modules[llms[0]].text_tokens} text tokens "
                                         f"make {model.llm_tokens} tokens per sample, more than {MAX_TOKENS}")
     return None
 

@@ -11,14 +11,13 @@ file and the field.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Mapping
 
-import re
-
-from ..problem import ProblemError, read_document
 from ..core.limits import MAX_MODULES
+from ..problem import ProblemError, read_document
 from .checks import check_cluster, check_model, field_problem, module_problem
 from .hf import model_from_hf_config
 from .spec import MODULE_KINDS, ClusterSpec, ModelSpec, ModuleSpec

@@ -31,27 +31,27 @@ from __future__ import annotations
 
 from ..core.documents import read_document
 from .files import as_problem, dump_problem, load_problem
+from .nodes import _Node
+from .parse import _parse_cost, _parse_cost_checked
 from .records import (
     FORMAT_VERSION,
     FORMAT_VERSIONS,
     OBJECTIVES,
     SCHEDULES,
     Cluster,
-    Objective,
-    Schedule,
     Config,
     Layer,
     LayerCost,
     Layout,
+    Objective,
     Problem,
     ProblemError,
+    Schedule,
     StageBounds,
     Topology,
     Training,
     _cost_doc,
 )
-from .nodes import _Node
-from .parse import _parse_cost, _parse_cost_checked
 
 __all__ = [
     "FORMAT_VERSION",

@@ -8,8 +8,8 @@ from typing import Any, Mapping
 import yaml
 
 from ..core.documents import read_document
-from .records import Problem, ProblemError
 from .nodes import _describe
+from .records import Problem, ProblemError
 
 __all__ = ["load_problem", "as_problem", "dump_problem"]
 

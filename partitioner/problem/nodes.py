@@ -32,8 +32,10 @@ class _Node:
     @property
     def path(self) -> str:
         if self._path is None:
-            base, key = self._parent.path, self._key
-            self._path = f"{base}[{key}]" if isinstance(key, int) else (f"{base}.{key}" if base else key)
+            parent = self._parent
+            assert parent is not None, "a node made without a path has a parent"
+            base, key = parent.path, self._key
+            self._path = f"{base}[{key}]" if isinstance(key, int) else (f"{base}.{key}" if base else str(key))
         return self._path
 
     def fail(self, reason: str) -> ProblemError:

@@ -30,13 +30,13 @@ from ..core.limits import (
     MAX_VIRTUAL_STAGES,
     MIN_GBPS,
 )
+from .nodes import _describe, _Node, _num
 from .records import (
-    register_parser,
+    _VARIANT,
+    _VARIANT_NAME,
     FORMAT_VERSIONS,
     OBJECTIVES,
     SCHEDULES,
-    _VARIANT,
-    _VARIANT_NAME,
     Cluster,
     Layer,
     LayerCost,
@@ -46,8 +46,8 @@ from .records import (
     StageBounds,
     Topology,
     Training,
+    register_parser,
 )
-from .nodes import _Node, _describe, _num
 
 
 def _parse_problem(data: Any, source: str | None) -> Problem:

@@ -62,11 +62,11 @@ import numbers
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Sequence
 
-from .breakdown import stage_parts
 from ..core.limits import MAX_REPLAY_OPS
 from ..plan import Evaluation, Plan, as_plan, evaluate
-from ..problem import Problem, ProblemError, as_problem
 from ..plan.schedules import SCHEDULES, SPLIT_BACKWARD, check_shape, device_order, held_states
+from ..problem import Problem, ProblemError, as_problem
+from .breakdown import stage_parts
 from .timeline import Op, bubble_ratio, op_times, run
 
 __all__ = [
@@ -241,7 +241,7 @@ class Simulation:
 
 
 def _check_times(name: str, values: Sequence[float]) -> tuple[float, ...]:
-    out = []
+    out: list[float] = []
     for p, v in enumerate(values):
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0:
             raise ValueError(f"{name}[{p}] must be a finite number >= 0, got {v!r}")

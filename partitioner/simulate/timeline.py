@@ -116,7 +116,7 @@ def op_times(orders: list[list[tuple[str, int, int]]], durations: dict[str, tupl
     chunks next to its chunks) has advanced. Same RuntimeError on a deadlock.
     """
     P, C = len(orders), num_chunks
-    ends = {kind: [[None] * microbatches for _ in range(C)] for kind in durations}
+    ends: dict[str, list[list[float | None]]] = {kind: [[None] * microbatches for _ in range(C)] for kind in durations}
     end_f, end_b = ends["F"], ends["B"]
     times: list[list[tuple[float, float]]] = [[] for _ in range(P)]
     position, free = [0] * P, [0.0] * P

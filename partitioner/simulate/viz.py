@@ -221,7 +221,8 @@ def _tint(color: str, amount: float = 0.4) -> tuple[float, float, float]:
     """``color`` mixed with white: the shade of every second segment."""
     from matplotlib.colors import to_rgb
 
-    return tuple(c + (1.0 - c) * amount for c in to_rgb(color))
+    r, g, b = to_rgb(color)
+    return r + (1.0 - r) * amount, g + (1.0 - g) * amount, b + (1.0 - b) * amount
 
 
 def _number_boxes(fig, ax, sim: Simulation) -> None:

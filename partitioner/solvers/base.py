@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from ..core.limits import SOLVE_REPLAY_OPS
-from ..plan import Plan, PlanError, SolveResult, as_plan, evaluate
+from ..plan import Plan, PlanError, SolveResult, Status, as_plan, evaluate
 from ..problem import OBJECTIVES, Problem, as_problem
 from ..simulate.engine import replay_check
 
@@ -69,7 +69,7 @@ class SolveRequest:
 class Candidate:
     """What a method found. ``status`` is optimal, feasible, infeasible or error."""
 
-    status: str
+    status: Status
     plan: Plan | None = None
     bound: float | None = None
     message: str = ""
@@ -262,10 +262,11 @@ def _cut_short(candidate: Candidate, request: SolveRequest) -> bool:
 def _fallback(problem: Problem, method: str, request: SolveRequest, cut: Candidate, start: float) -> Candidate:
     """The greedy plan, as ``feasible`` with the exact method's bound, or ``cut`` if greedy has none."""
     greedy = _REGISTRY.get("greedy")
-    if greedy is None:
+    limit = request.time_limit
+    if greedy is None or limit is None:  # no limit: nothing was cut short (see _cut_short)
         return cut
-    remaining = request.time_limit - (time.perf_counter() - start)
-    budget = max(remaining, min(1.0, request.time_limit))
+    remaining = limit - (time.perf_counter() - start)
+    budget = max(remaining, min(1.0, limit))
     found = greedy(problem, replace(request, time_limit=budget, warm_start=None, options={}))
     if found.plan is None or found.status not in ("feasible", "optimal"):
         return cut

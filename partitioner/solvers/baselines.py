@@ -53,7 +53,10 @@ def uniform_plan(problem: Problem, layout: Layout) -> Plan:
     P = problem.num_devices // layout.devices
     base, extra = divmod(problem.num_layers, P)
     sizes = [layout.devices] * P
-    ids = node_assignment_ids(problem.cluster, sizes, contiguous_node_assignment(problem.cluster, sizes))
+    assignment = contiguous_node_assignment(problem.cluster, sizes)
+    # equal allowed sizes that divide the devices fill the nodes first-fit (sizes divide or are multiples of a node)
+    assert assignment is not None, f"{P} stages of {layout.devices} devices do not pack into the nodes"
+    ids = node_assignment_ids(problem.cluster, sizes, assignment)
     stages, start = [], 0
     for p in range(P):
         count = base + (1 if p < extra else 0)

@@ -55,11 +55,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from math import comb
 
-from ..plan import Plan, Stage, objective_value
 from ..cluster.placement import label_nodes, node_assignment_ids, size_sequences
-from ..problem import Cluster, Layout, Problem
 from ..cluster.reshard import stage_reshard_ms
+from ..plan import Plan, Stage, objective_value
 from ..plan.schedules import stash
+from ..problem import Cluster, Layout, Problem
 from .base import Candidate, SolveRequest, register
 from .dp.method import explain_infeasible
 from .feasibility import feasible_stage_counts
@@ -190,7 +190,7 @@ def _sequence_counts(allowed: tuple[int, ...], total: int, max_count: int) -> li
 
     One pass of O(max_count * total * len(allowed)) integer additions.
     """
-    allowed = sorted(allowed)
+    ascending = sorted(allowed)
     out = []
     ways = [1] + [0] * total  # ways[t]: sequences of the current length k summing to t
     for k in range(max_count + 1):
@@ -200,7 +200,7 @@ def _sequence_counts(allowed: tuple[int, ...], total: int, max_count: int) -> li
         nxt = [0] * (total + 1)
         for t, w in enumerate(ways):
             if w:
-                for s in allowed:
+                for s in ascending:
                     if t + s > total:
                         break
                     nxt[t + s] += w
@@ -322,7 +322,7 @@ def _patterns(nodes: int, G: int, sizes: tuple[int, ...]) -> tuple:
     bins = nodes - whole
     found: dict[tuple[bool, ...], list] = {}
     P = len(sizes)
-    label = [None] * P
+    label: list[int | None] = [None] * P
     fill: list[int] = []
 
     def rec(p: int) -> None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ..problem import Problem
 from ..core.units import format_bytes
+from ..problem import Problem
 
 __all__ = ["feasible_stage_counts", "count_spans", "counts_by_enumeration", "quick_infeasibility"]
 

@@ -38,10 +38,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..plan import Plan, Stage, objective_value
 from ..cluster.placement import contiguous_node_assignment, node_assignment_ids, pack_runs
-from ..problem import Problem
+from ..plan import Plan, Stage, objective_value
 from ..plan.schedules import stash
+from ..problem import Problem
 from .base import Candidate, SolveRequest, register
 from .feasibility import feasible_stage_counts, quick_infeasibility
 from .tables import CostTables
@@ -251,13 +251,13 @@ def _chase(rows: list[np.ndarray], thresholds: np.ndarray, cap: int) -> tuple[np
     nxt = _jumps(rows, thresholds)
     cols = np.arange(len(thresholds))
     pos = np.zeros(len(thresholds), dtype=np.int64)
-    path = [pos]
+    steps = [pos]
     for _ in range(cap):
         pos = nxt[pos, cols]
-        path.append(pos)
+        steps.append(pos)
         if (pos >= n).all():
             break
-    path = np.array(path)
+    path = np.array(steps)
     return (path < n).sum(axis=0), path
 
 

@@ -38,9 +38,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..problem import Layout, Problem
 from ..cluster.reshard import stage_reshard_ms
 from ..cluster.topology import transfer_ms
+from ..problem import Layout, Problem
 
 __all__ = ["CostTables", "StageChoice", "LayerArrays", "layer_arrays", "two_sum", "compensated_prefix", "range_sum"]
 
@@ -109,7 +109,9 @@ def layer_arrays(problem: Problem, layouts: tuple[Layout, ...]) -> LayerArrays:
     fwd, bwd, time = np.zeros((J, L)), np.zeros((J, L)), np.zeros((J, L))
     weight, act = np.zeros((J, L), dtype=np.int64), np.zeros((J, L), dtype=np.int64)
     has = np.zeros((J, L), dtype=bool)
-    keys, take, rows = None, None, None
+    keys: tuple | None = None
+    take: list[int] | None = None
+    rows = np.zeros(0, dtype=np.int64)  # set with keys on the first layer
     entries, all_rows = [], []
     for i, layer in enumerate(problem.layers):
         now = tuple(layer.costs)
@@ -235,7 +237,7 @@ class CostTables:
         cluster = self.problem.cluster
         # frontier: config index of the last segment -> [(time, bytes, reshard, configs)]
         frontier: dict[int, list[tuple[float, int, float, tuple[int, ...]]]] = {-1: [(0.0, 0, 0.0, ())]}
-        prev_last = None
+        prev_last = -1  # the last layer of the segment before (read from the second segment on)
         for s, t in segments:
             nxt: dict[int, list] = {}
             for j in self.layouts_of_size.get(size, ()):
@@ -246,14 +248,14 @@ class CostTables:
                     self.act_prefix[j, t + 1] - self.act_prefix[j, s]
                 )
                 lay = self.layouts[j]
-                found = []
+                reached = []
                 for i, entries in frontier.items():
                     r = 0.0 if i < 0 else stage_reshard_ms(self.out_bytes[prev_last], self.layouts[i], lay, size, cluster)
                     for t0, m0, r0, path in entries:
                         if m0 + need <= capacity:
-                            found.append((t0 + time + 2 * r, m0 + need, r0 + r, path + (j,)))
-                if found:
-                    nxt[j] = _pareto(found)
+                            reached.append((t0 + time + 2 * r, m0 + need, r0 + r, path + (j,)))
+                if reached:
+                    nxt[j] = _pareto(reached)
             if not nxt:
                 self._best_stage[key] = None
                 return None
@@ -272,7 +274,7 @@ class CostTables:
 
 def _pareto(entries: list) -> list:
     """The entries not dominated in (time, bytes): sorted by time, each kept one needs fewer bytes."""
-    out = []
+    out: list = []
     for e in sorted(entries, key=lambda e: (e[0], e[1], e[3])):
         if not out or e[1] < out[-1][1]:
             out.append(e)

@@ -17,7 +17,6 @@ states them for users).
 """
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
@@ -46,7 +45,6 @@ from partitioner.core.limits import (
 from partitioner.problem import Problem
 from partitioner.solvers.base import REL_TOL, Candidate, SolveRequest, _cut_short, _fallback
 from partitioner.solvers.tables import compensated_prefix, range_sum
-
 from strategies import examples, small_problems
 
 ROOT = Path(__file__).resolve().parents[2]

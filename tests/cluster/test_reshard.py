@@ -4,10 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from strategies import examples
 from hypothesis import strategies as st
 
-from partitioner.problem import Cluster, Topology
 from partitioner.cluster.reshard import (
     Sharding,
     execute_backward,
@@ -17,6 +15,8 @@ from partitioner.cluster.reshard import (
     reshard_time_ms,
 )
 from partitioner.cluster.topology import default_bandwidth, transfer_ms
+from partitioner.problem import Cluster, Topology
+from strategies import examples
 
 B, S, D = 8, 16, 128
 BF16 = 2

@@ -5,9 +5,9 @@ import itertools
 
 import pytest
 
+from partitioner.cluster.topology import bandwidth, default_bandwidth
 from partitioner.plan import Plan, Stage, evaluate
 from partitioner.problem import Cluster, Problem, Topology
-from partitioner.cluster.topology import bandwidth, default_bandwidth
 
 CLUSTER = Cluster(nodes=4, gpus_per_node=8, gpu_memory_bytes=1, intra_node_GBps=450.0, inter_node_GBps=50.0)
 

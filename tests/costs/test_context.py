@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 from partitioner.costs import CostOptions, model_layers
-from partitioner.costs.axes.options import AxisOptions
 from partitioner.costs.axes.context import (
     allgather_bytes,
     causal_load_factor,
@@ -18,8 +17,9 @@ from partitioner.costs.axes.context import (
     shard_piece,
     ulysses_bytes,
 )
-from partitioner.costs.entry import layer_terms
 from partitioner.costs.axes.groups import GroupSpan, alltoall_volume, group_span
+from partitioner.costs.axes.options import AxisOptions
+from partitioner.costs.entry import layer_terms
 from partitioner.presets import load_cluster, load_model
 from partitioner.problem import ProblemError
 

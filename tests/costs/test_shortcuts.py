@@ -5,19 +5,19 @@ import copy
 
 import pytest
 from hypothesis import given, settings
-from strategies import examples
 from hypothesis import strategies as st
 
 from partitioner.costs import CostOptions, ProblemBuilder, build_problem, cluster_layouts, layer_cost, layouts_for, model_layers
 from partitioner.costs.variants import applies, variant_knobs
+from partitioner.plan.schedules import held_counts, held_states, peak_activation_bytes, walked_stash
 from partitioner.planning import megatron_baselines, microbatch_candidates
 from partitioner.planning.baselines import StageSums, _megatron_plans, value_floor
+from partitioner.planning.schedule_search import with_schedule
 from partitioner.presets import load_cluster, load_model
 from partitioner.problem import Layout, Problem, ProblemError
-from partitioner.planning.schedule_search import with_schedule
-from partitioner.plan.schedules import held_counts, held_states, peak_activation_bytes, walked_stash
 from partitioner.simulate.engine import _figures, _prepare, replay_check, simulate, simulate_times
 from partitioner.simulate.timeline import op_times
+from strategies import examples
 
 PRESETS = [
     ("pi0", "dgx-h100", 1, 256, 8, {"variants": ["all"]}),

@@ -7,8 +7,18 @@ import dataclasses
 
 import pytest
 
-from partitioner.costs import (BlockShape, CostOptions, Knobs, block_time_terms, block_traffic, build_problem,
-                               load_cluster, model_layers, optimizer_step_ms, usable_memory_bytes)
+from partitioner.costs import (
+    BlockShape,
+    CostOptions,
+    Knobs,
+    block_time_terms,
+    block_traffic,
+    build_problem,
+    load_cluster,
+    model_layers,
+    optimizer_step_ms,
+    usable_memory_bytes,
+)
 from partitioner.costs.comm import allreduce_ms, dp_link, grad_sync_ms
 from partitioner.presets import ModelSpec, ModuleSpec, cluster_from_dict
 from partitioner.problem import Layout, ProblemError

@@ -9,13 +9,14 @@ import json
 import re
 
 import pytest
-from hypothesis import given, settings, strategies as st
-from strategies import examples
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from partitioner.costs import build_problem
 from partitioner.export import export_plan, export_result, hints_from_problem, megatron_layout, parse_megatron_layout
 from partitioner.plan import Plan, SolveResult, Stage, evaluate
 from partitioner.problem import Layout, ProblemError
+from strategies import examples
 from tests.conftest import run_cli
 
 G, M = 64, 16  # the seed problem's global batch and microbatches: 4 samples per microbatch

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from partitioner.costs import build_problem
-from partitioner.export import export_plan, export_result, hints_from_problem, replan_hint
+from partitioner.export import export_plan, hints_from_problem, replan_hint
 from partitioner.export.common import MoeHints, moe_hints
 from partitioner.plan import Plan, Stage
 from partitioner.problem import ProblemError

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from partitioner.export import export_result
-
 from tests.frameworks.plans import NOT_INSTALLED, PLANS, free_port, planned
 
 pytest.importorskip("deepspeed", reason=NOT_INSTALLED)

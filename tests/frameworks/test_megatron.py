@@ -37,7 +37,6 @@ import pytest
 
 from partitioner.export import export_plan, export_result
 from partitioner.export.common import MoeHints
-
 from tests.frameworks.plans import NOT_INSTALLED, PLANS, planned
 
 pytest.importorskip("megatron.core", reason=NOT_INSTALLED)

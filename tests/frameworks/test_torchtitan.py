@@ -26,7 +26,6 @@ import sys
 import pytest
 
 from partitioner.export import export_result
-
 from tests.frameworks.plans import NOT_INSTALLED, PLANS, free_port, planned
 
 pytest.importorskip("torchtitan", reason=NOT_INSTALLED)
@@ -169,8 +168,12 @@ def _check_schedule(result, settings: dict) -> None:
 
 def test_torchtitan_refuses_zb_h1_and_has_no_zb_h1_class():
     """ZB-H1 is said plainly: torch's zero-bubble classes are other schedules (interleaved ZB-1P, V-shaped)."""
-    from torch.distributed.pipelining.schedules import (ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble,
-                                                        PipelineScheduleMulti, get_schedule_class)
+    from torch.distributed.pipelining.schedules import (
+        PipelineScheduleMulti,
+        ScheduleInterleavedZeroBubble,
+        ScheduleZBVZeroBubble,
+        get_schedule_class,
+    )
 
     assert issubclass(ScheduleInterleavedZeroBubble, PipelineScheduleMulti) and issubclass(ScheduleZBVZeroBubble, PipelineScheduleMulti)
     with pytest.raises(ValueError):

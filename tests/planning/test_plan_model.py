@@ -7,7 +7,7 @@ import pytest
 
 from partitioner import plan_model
 from partitioner.plan import Plan, Stage, evaluate
-from partitioner.planning import BASELINE_METHOD, BASELINES, FSDP_METHOD, fsdp_baseline, megatron_baseline
+from partitioner.planning import BASELINES, FSDP_METHOD, fsdp_baseline, megatron_baseline
 from partitioner.problem import load_problem
 from partitioner.solvers import base as solver_base
 from partitioner.solvers.base import Candidate, register

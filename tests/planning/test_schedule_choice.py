@@ -16,8 +16,8 @@ import pytest
 
 from partitioner.plan import Plan, evaluate
 from partitioner.planning import plan_model
-from partitioner.problem import ProblemError
 from partitioner.planning.schedule_choice import schedule_keys
+from partitioner.problem import ProblemError
 from partitioner.simulate.engine import simulate
 
 CASE = dict(nodes=1, global_batch=32, microbatches=8, method="greedy")

@@ -1,23 +1,22 @@
 """``plan``'s shortcuts give what the long way gives: projections, bounds, skipped solves."""
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from strategies import examples
 from hypothesis import strategies as st
 
 from partitioner.costs import build_problem
-from unittest.mock import patch
-
-from partitioner.planning import schedule_choice
-from partitioner.planning import FSDP_METHOD, fsdp_baseline, megatron_baselines, uniform_projection, variant_at
+from partitioner.planning import FSDP_METHOD, fsdp_baseline, megatron_baselines, schedule_choice, uniform_projection, variant_at
 from partitioner.planning.baselines import _megatron_plans, _try, value_floor
 from partitioner.planning.records import BaselineRun, ScreenedCount
 from partitioner.planning.schedule_search import with_schedule
-from partitioner.problem import _cost_doc as _cost_doc_for_test
 from partitioner.problem import Problem, ProblemError, _Node, _parse_cost, _parse_cost_checked
+from partitioner.problem import _cost_doc as _cost_doc_for_test
 from partitioner.solvers.greedy import _balance, balance_cuts
+from strategies import examples
 
 
 def _round_trip_projection(problem: Problem, variant: str) -> Problem | None:
@@ -217,8 +216,9 @@ def test_baseline_replays_skipped_only_when_they_cannot_win(model, cluster, node
     for ev, sim in every:  # the floor is a lower bound on every replay
         assert schedule_choice.busy_floor(ev) <= sim["makespan_ms"]
     assert len(replays) < len(every)  # some replays skipped
-    strip = lambda rows: [{k: v for k, v in vars(r).items() if k not in ("problem", "plan", "ev", "sim")} | {"ok": r.ok} | (
-        {"plan": r.plan, "makespan": r.sim["makespan_ms"]} if r.ok else {}) for r in rows]
+    def strip(rows):
+        return [{k: v for k, v in vars(r).items() if k not in ("problem", "plan", "ev", "sim")} | {"ok": r.ok} | (
+            {"plan": r.plan, "makespan": r.sim["makespan_ms"]} if r.ok else {}) for r in rows]
     assert strip(pruned) == strip(full)
 
 

@@ -23,8 +23,8 @@ import pytest
 import yaml
 
 from partitioner.cli import main
-from partitioner.costs import build_problem
 from partitioner.core.limits import MAX_MODULE_LAYERS, MAX_VOCAB
+from partitioner.costs import build_problem
 from partitioner.planning import plan_model
 from partitioner.presets import ClusterSpec, load_cluster, load_model, with_module
 from partitioner.problem import ProblemError

@@ -8,22 +8,20 @@ from pathlib import Path
 import pytest
 
 from partitioner.costs import build_problem, forward_flops, model_flops_per_sample, model_layers
-
 from partitioner.presets import (
     ModelSpec,
+    block_params,
     list_clusters,
     list_models,
     load_cluster,
     load_model,
-    block_params,
     model_from_dict,
     model_from_hf_config,
     module_layer_params,
     module_params,
     preset_dirs,
 )
-from partitioner.problem import Layout
-from partitioner.problem import ProblemError
+from partitioner.problem import Layout, ProblemError
 from tests.conftest import run_cli
 
 REQUIRED_MODELS = {"openvla-7b", "pi0", "llava-1.5-7b", "llava-1.5-13b", "qwen2-vl-7b", "qwen2-vl-72b", "internvl-1.5-26b", "seed-vla-8gpu"}

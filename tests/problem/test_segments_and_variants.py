@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from partitioner import evaluate, load_problem
+from partitioner.cluster.reshard import segment_reshard_ms, stage_reshard_ms
 from partitioner.plan import Plan, PlanError, SolveResult, Stage
 from partitioner.problem import Layout, Problem, ProblemError, StageBounds
-from partitioner.cluster.reshard import segment_reshard_ms, stage_reshard_ms
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSON15 = ROOT / "examples" / "colocated_1node.json"

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from partitioner import evaluate, load_problem, simulate, solve
-from partitioner.simulate.breakdown import backward_order, stage_parts
 from partitioner.plan import Plan, Stage
 from partitioner.problem import Layout
+from partitioner.simulate.breakdown import backward_order, stage_parts
 from partitioner.simulate.viz import gantt, save_gantt
 from strategies import examples, small_v2_problems
 

@@ -5,9 +5,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from checks import check_no_random_plan_beats
 from partitioner import load_problem, solve
 from partitioner.plan import evaluate
-from checks import check_no_random_plan_beats
 from strategies import examples, small_problems
 
 REL = 1e-9

@@ -9,13 +9,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from checks import check_no_random_plan_beats, check_plan
 from partitioner import load_problem, solve
 from partitioner.cluster.placement import size_sequences
-from partitioner.problem import Layout, Problem
 from partitioner.cluster.reshard import stage_reshard_ms
+from partitioner.problem import Layout, Problem
 from partitioner.solvers.brute import best_stage_configs, count_size_sequences, segment_candidates
 from partitioner.solvers.tables import CostTables
-from checks import check_no_random_plan_beats, check_plan
 from strategies import examples, small_problems, small_v2_problems
 
 ROOT = Path(__file__).resolve().parents[2]

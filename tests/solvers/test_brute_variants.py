@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
-from strategies import examples
 from hypothesis import strategies as st
 
 from partitioner.costs import build_problem
@@ -11,6 +10,7 @@ from partitioner.plan import evaluate
 from partitioner.planning import refine_knobs, uniform_projection, variant_at
 from partitioner.presets import ClusterSpec, ModelSpec, ModuleSpec
 from partitioner.solvers import solve
+from strategies import examples
 
 
 def tiny_model(vit_layers: int, llm_layers: int, width: int) -> ModelSpec:

@@ -1,15 +1,14 @@
 """The greedy baseline: valid plans, never better than the optimum, never claims optimality."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from checks import check_plan
 from partitioner import load_problem, solve
 from partitioner.solvers.greedy import balance_cuts, grow_sizes
-from checks import check_plan
 from strategies import examples, small_problems, small_v2_problems
-
-import numpy as np
 
 
 @settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -91,7 +90,6 @@ def test_balanced_out_of_time_is_an_error_not_infeasible(examples):
 
 # ----------------------------------------------------------------------------- the fast paths against plain rules
 
-import bisect  # noqa: E402
 import heapq  # noqa: E402
 from unittest.mock import patch  # noqa: E402
 

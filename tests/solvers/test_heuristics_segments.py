@@ -7,11 +7,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from checks import check_plan
 from partitioner import load_problem, solve
 from partitioner.problem import Layout, Problem
 from partitioner.solvers.brute import best_stage_configs
 from partitioner.solvers.tables import CostTables
-from checks import check_plan
 from strategies import examples, small_problems, small_v2_problems
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -50,10 +50,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .options import CP_ALGORITHMS
-from .groups import GroupSpan, alltoall_ms
 from ..layers import Piece
 from ..options import CostOptions
+from .groups import GroupSpan, alltoall_ms
+from .options import CP_ALGORITHMS
 
 __all__ = [
     "cp_algorithms",

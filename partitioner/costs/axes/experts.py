@@ -53,10 +53,11 @@ References
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from ..comm import allgather_ms, allreduce_ms
-from .groups import GroupSpan, alltoall_ms
 from ..options import CostOptions
+from .groups import GroupSpan, alltoall_ms
 
 __all__ = [
     "moe_layer_flops",
@@ -158,7 +159,7 @@ def moe_comm_ms(copies: float, hidden: int, ep: int, etp: int, ep_span: GroupSpa
     experts' output, forward and backward. ``overlap`` of it is hidden.
     Latency and NVLink efficiency are the dense model's (``opts``).
     """
-    common = dict(latency_us=opts.collective_latency_us, nvlink_efficiency=opts.nvlink_efficiency, links=links,
+    common: dict[str, Any] = dict(latency_us=opts.collective_latency_us, nvlink_efficiency=opts.nvlink_efficiency, links=links,
                   dedup=dedup)
     fwd = bwd = 0.0
     if ep > 1:

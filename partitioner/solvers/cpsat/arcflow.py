@@ -404,9 +404,9 @@ def path_of_plan(graph: ArcGraph, plan) -> list[int] | None:
         by_key[src, first, last, d] = i
     path, sid = [], graph.source
     for stage in reversed(plan.stages):
-        i = by_key.get((sid, stage.first_layer, stage.last_layer, stage.devices))
-        if i is None:
+        arc = by_key.get((sid, stage.first_layer, stage.last_layer, stage.devices))
+        if arc is None:
             return None
-        path.append(i)
-        sid = int(graph.arcs[i, 1])
+        path.append(arc)
+        sid = int(graph.arcs[arc, 1])
     return path

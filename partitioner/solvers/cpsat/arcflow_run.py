@@ -42,20 +42,24 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...core.lazy import lazy_module
-from ...plan import evaluate
+from ...plan import Status, evaluate
 from ...problem import Problem
-from .arcflow import ArcGraph, GraphTooLarge, build_graph, path_of_plan
 from ..base import Candidate, SolveRequest
-from .formulation import apply_solver_options
 from ..slot.data import SlotData, SlotDecisions, plan_of_decisions
 from ..slot.run import analytic_bound, build_guard, infeasible_message, int_option
 from ..slot.times import IntegerTimes, conservative_bound
+from .arcflow import ArcGraph, GraphTooLarge, build_graph, path_of_plan
+from .formulation import apply_solver_options
 
-cp_model = lazy_module("ortools.sat.python.cp_model")
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+else:
+    cp_model = lazy_module("ortools.sat.python.cp_model")
 
 __all__ = ["solve_on_graph", "ArcSolution"]
 
@@ -320,7 +324,7 @@ def solve_arcflow(problem: Problem, data: SlotData, times: IntegerTimes, request
         hinted = evaluate(problem, hint_plan, data.objective).value
         if hinted < value:
             plan, value = hint_plan, hinted
-    status = "optimal" if out.proven else "feasible"
+    status: Status = "optimal" if out.proven else "feasible"
     message = "" if out.proven else "cpsat: time limit reached before optimality was proven"
     if status == "optimal" and value - bound > resolution * value:
         status = "feasible"

@@ -8,16 +8,19 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core.lazy import lazy_module
 from ..base import SolverError
-from .parts import PartVars, part_hint_values, part_objective, part_objective_units, stage_compute
 from ..slot.data import SlotData, SlotDecisions, decisions_from_values, reshard_sites, stage_terms
 from ..slot.schedule import T
 from ..slot.times import IntegerTimes
+from .parts import PartVars, part_hint_values, part_objective, part_objective_units, stage_compute
 
-cp_model = lazy_module("ortools.sat.python.cp_model")
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+else:
+    cp_model = lazy_module("ortools.sat.python.cp_model")
 
 __all__ = ["CpVars", "build_model", "hint_values", "objective_units", "read_decisions", "ModelRangeError", "SAFE_PARAMETERS"]
 
@@ -119,7 +122,8 @@ def build_model(data: SlotData, times: IntegerTimes, check=None) -> tuple[cp_mod
 
     # compute: of t, or (ZB-H1's, GPipe's iteration estimates) of each part
     parts = data.parts
-    compute, segment = [], {}
+    compute: list = []
+    segment: dict = {}
     if parts == (T,):
         compute, segment = stage_compute(model, data, times.tau, times.top, members, use, size, cover, check)
 
@@ -136,11 +140,16 @@ def build_model(data: SlotData, times: IntegerTimes, check=None) -> tuple[cp_mod
 
     pair, reshard = _reshards(model, data, times, before, use, check) if n_groups > 1 else ({}, [0] * J)
 
-    node, load, full, shared, link = [], [], [], [], []
+    node: list = []
+    load: list = []
+    full: list = []
+    shared: list = []
+    link: list = []
     if data.placement:
         node, load, full, shared, link = _placement(model, data, size)
 
-    send, at_most = [], []
+    send: list = []
+    at_most: list = []
     if data.transfers:
         send, at_most = _transfers(model, data, times, before, size, link, check)
 

@@ -139,15 +139,12 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core.lazy import lazy_module
-from ...plan import Plan, evaluate
+from ...plan import Plan, Status, evaluate
 from ...problem import Problem
-from .arcflow import arcflow_reason
-from .arcflow_run import solve_arcflow
 from ..base import Candidate, SolveRequest, SolverError, register
-from .formulation import SAFE_PARAMETERS, ModelRangeError, apply_solver_options, build_model, hint_values, objective_units, read_decisions
 from ..feasibility import quick_infeasibility
 from ..interleaved.solve import solve_interleaved
 from ..slot.data import SlotData, SlotStart, plan_of_decisions, slot_start
@@ -158,11 +155,24 @@ from ..slot.run import (
     infeasible_message,
     int_option,
     model_size_refusal,
-    starting_plan,
 )
 from ..slot.times import RESOLUTION, RESOLUTION_ZB_H1, conservative_bound, integer_times
+from .arcflow import arcflow_reason
+from .arcflow_run import solve_arcflow
+from .formulation import (
+    SAFE_PARAMETERS,
+    ModelRangeError,
+    apply_solver_options,
+    build_model,
+    hint_values,
+    objective_units,
+    read_decisions,
+)
 
-cp_model = lazy_module("ortools.sat.python.cp_model")
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+else:
+    cp_model = lazy_module("ortools.sat.python.cp_model")
 
 __all__ = ["solve_cpsat", "build_model", "hint_values", "read_decisions", "SAFE_PARAMETERS"]
 
@@ -193,6 +203,7 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     try:
         begun = slot_start(problem, request, extra, check, begun)
         data, hint_plan, hint_source, decisions = begun.data, begun.plan, begun.source, begun.decisions
+        assert data is not None, "slot_start sets the tables"
         times = integer_times(data, float(resolution), begun.ceiling_ms, check)
         if request.option("formulation", "auto") not in ("auto", "slot"):
             raise SolverError(f"cpsat: option formulation must be 'auto' or 'slot', got {request.option('formulation', None)!r}")
@@ -261,7 +272,7 @@ def _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, 
             hinted = _value(problem, hint_plan, data)
             if hinted < value:
                 plan, value = hint_plan, hinted  # equal in the integer model, better after exact re-evaluation
-        status = "optimal" if code == cp_model.OPTIMAL else "feasible"
+        status: Status = "optimal" if code == cp_model.OPTIMAL else "feasible"
         message = "" if status == "optimal" else "cpsat: time limit reached before optimality was proven"
         if status == "optimal" and value - bound > resolution * value:
             status = "feasible"

@@ -20,15 +20,15 @@ import math
 import time
 from dataclasses import replace
 
-from ...plan import PlanError, evaluate
 from ...core.units import format_bytes
+from ...plan import PlanError, evaluate
 from ...problem import Problem
 from ..base import Candidate, SolveRequest, register
-from .compiled import engine
-from .solver import DPModel
 from ..errors import OutOfTime, TooLarge
 from ..feasibility import feasible_stage_counts, quick_infeasibility
 from ..greedy import solve_greedy
+from .compiled import engine
+from .solver import DPModel
 
 __all__ = ["solve_dp", "explain_infeasible"]
 

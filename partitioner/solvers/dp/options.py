@@ -33,7 +33,7 @@ import math
 
 import numpy as np
 
-__all__ = ["ZeroBubbleSpec", "GPipeSpec"]
+__all__ = ["ZeroBubbleSpec", "GPipeSpec", "Spec"]
 
 INF = math.inf
 
@@ -118,3 +118,6 @@ class GPipeSpec:
             return np.take_along_axis(x, pick, axis=-1)[..., 0]
 
         return pick[..., 0], at(fwd) + at(bwd), at(key), at(fwd)
+
+
+Spec = ZeroBubbleSpec | GPipeSpec  # what a recursion values stages by under a two-part estimate

@@ -34,7 +34,7 @@ class Automaton:
 def build_automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_fixed: bool | None) -> Automaton:
     n = len(sizes)
     if kind == "none":  # the state is the stage size only (the tables are grouped by size); one category
-        trans = {i: (np.arange(n), np.full(n, i), np.zeros(n, dtype=np.int64)) for i in range(n)}
+        trans: dict[int, tuple[np.ndarray, ...]] = {i: (np.arange(n), np.full(n, i), np.zeros(n, dtype=np.int64)) for i in range(n)}
         incoming = {i: [(0, 1)] for i in range(n)}
         return Automaton(kind, tuple(range(n)), np.arange(n), {i: i for i in range(n)}, np.ones(n, bool), ((0, None),), trans, incoming)
     if kind == "size":
@@ -70,7 +70,7 @@ def build_automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_
             ip, r, others = z
             d = sizes[i]
             carry = tuple(sorted(others + ((r,) if r else ())))
-            out = []
+            out: list[tuple[tuple, tuple[int, bool]]] = []
             if d > G:
                 out.append(((i, None, carry), (min(i, ip), False)))
                 return out

@@ -147,17 +147,17 @@ import numpy as np
 from ...cluster.placement import contiguous_node_assignment, node_assignment_ids, pack_runs
 from ...plan import Plan, PlanError, Stage, evaluate
 from ...problem import Problem
-from .placement import Automaton, build_automaton
-from .recursion import fill as fill_tables
-from .tables import Layout, Tables, table_bytes, working_bytes
-from .stage import StageCosts
-from .stagecache import StageTables
-from .walkback import WalkBack
-from .walks import ThresholdWalks, _Outcome
 from ..base import SolveRequest
 from ..errors import OutOfTime as _OutOfTime
 from ..errors import TooLarge as _TooLarge
 from ..greedy import solve_greedy
+from .placement import Automaton, build_automaton
+from .recursion import fill as fill_tables
+from .stage import StageCosts
+from .stagecache import StageTables
+from .tables import Layout, Tables, table_bytes, working_bytes
+from .walkback import WalkBack
+from .walks import ThresholdWalks, _Outcome
 
 __all__ = ["DPModel"]
 
@@ -170,6 +170,8 @@ _MEMORY_BUDGET_BYTES = 3 * 2**30  # the default budget of a model used outside t
 
 class DPModel(ThresholdWalks, WalkBack, StageTables):
     """Tables and recursions for one problem (see the module docstring)."""
+
+    _free_table: tuple[Automaton, int, str, Tables] | None  # zb-h1's free table (see recursion)
 
     def __init__(self, problem: Problem, layouts: tuple | None = None, stage_counts: tuple[int, int] | None = None):
         """``layouts`` restricts the layouts stages may use (and so their sizes);
@@ -193,7 +195,7 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         self._budget = _MEMORY_BUDGET_BYTES
         self.threads: int | None = None  # threads a level's first layers are shared among (None: the default)
         self._layer_tables()
-        self.K = None  # set by prepare()
+        self.K = 0  # the stage-count levels; 0 until prepare() fixes them
 
     # ---------------------------------------------------------------- tables
     def _layer_tables(self) -> None:
@@ -304,12 +306,12 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         depend on its parameters (zb-h1's k) shares that table (kept in its own
         tables; every other recursion reuses one set of tables).
         """
-        shared = self.spec is not None and self.spec.free_shared and mode == "minsum" and not math.isfinite(limit)
-        if shared:
+        spec = self.spec
+        if spec is not None and spec.free_shared and mode == "minsum" and not math.isfinite(limit):
             kept = getattr(self, "_free_table", None)  # (automaton, levels, parts, tables): the object itself, not its id
-            if kept is None or kept[0] is not auto or kept[1:3] != (self.K, self.spec.parts):
+            if kept is None or kept[0] is not auto or kept[1:3] != (self.K, spec.parts):
                 tables = Tables(self._layout(auto), self.L)
-                kept = self._free_table = (auto, self.K, self.spec.parts, self._fill(auto, X, mode, limit, deadline, self.K, tables))
+                kept = self._free_table = (auto, self.K, spec.parts, self._fill(auto, X, mode, limit, deadline, self.K, tables))
             return kept[3]
         # levels above the largest stage count the answer may have are never read (zb-h1: one k)
         top = max((lvl for lvl in range(1, self.K + 1) if self._level_ok(lvl)), default=self.K)
@@ -374,6 +376,7 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         a, b, _, i, *option = stage
         if not option:
             return self.stage_configs(a, b, i, stash)
+        assert self.parts is not None, "dp: a stage option without the estimate's parts"
         found = self.costs.option_configs(a, b, i, stash, self.parts, *option[0][:2])
         if found is None:
             raise RuntimeError(f"dp: internal error: no configs of stage {a}..{b} reach the option {option[0]}")
@@ -383,7 +386,7 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
     def prepare(self, deadline: float | None = None) -> None:
         """Check the budget for the stage tables, then fix the stage-count levels."""
         self.check_budget(6.0 * 8 * self.L * self.L, f"the stage tables of {self.L} layers")
-        if self.K is None:
+        if not self.K:
             self._levels(deadline)
 
     def optimize(self, objective: str, kind: str, deadline, budget) -> _Outcome:
@@ -393,7 +396,7 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         self.proven_bound = None  # a lower bound on the optimum proven so far
         parts = {("zb-h1", "iteration"): "uw", ("gpipe", "iteration"): "fb"}.get((self.schedule, objective))
         if parts != self.parts:
-            self.parts, self.K = parts, None  # the levels depend on it (see _levels)
+            self.parts, self.K = parts, 0  # the levels depend on it (see _levels)
         self.spec = None
         self._free_table = None
         self.prepare(deadline)
@@ -432,6 +435,8 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
                 plans.append(self.placed_optimum(V, auto, X, "minmax", INF, value, "none")[0])
         best = INF
         for plan in plans:
+            if plan is None:
+                continue  # no plan: its value is inf, never below best
             value = self._bottleneck_of(plan)
             if value < best:
                 best = value

@@ -103,10 +103,10 @@ from time import perf_counter as _clock
 
 import numpy as np
 
-from ...problem import Layout, Problem
 from ...cluster.reshard import stage_reshard_ms
-from .compiled import engine
+from ...problem import Layout, Problem
 from ..tables import layer_arrays
+from .compiled import engine
 
 __all__ = ["StageCosts"]
 

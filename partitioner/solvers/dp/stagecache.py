@@ -15,7 +15,13 @@ memory); what does not fit is rebuilt when asked for.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from .options import Spec
+    from .stage import StageCosts
 
 __all__ = ["StageTables"]
 
@@ -25,6 +31,16 @@ PACK_CACHE_BYTES = 2**30  # stage options kept across recursions (1 GiB)
 
 class StageTables:
     """Compute matrices and packed stage options of a :class:`~partitioner.solvers.dp.solver.DPModel` (a mix-in)."""
+
+    # set by the model (annotations only: no class attribute)
+    L: int
+    sizes: tuple[int, ...]
+    costs: StageCosts
+    parts: str | None
+    spec: Spec | None
+    _matrices: dict[tuple[int, int], np.ndarray]
+    _stacks: dict[int, np.ndarray]
+    _packed: dict
 
     def best_compute(self, a: int, i: int, stash: int) -> np.ndarray:
         """Over b = a..L-1: the fastest compute of layers a..b on size index i that fits with ``stash``."""
@@ -74,10 +90,12 @@ class StageTables:
         arrays, and those arrays (the spec's key is formed in the kernel, so one pack serves every
         zb-h1 k). A stash whose options equal the previous stash's shares its pack; packs are kept
         while they hold under 1 GiB."""
-        key = (stash, self.parts)
+        parts = self.parts
+        assert parts is not None, "dp: stage options asked for without the estimate's parts"
+        key = (stash, parts)
         found = self._packed.get(key)
         if found is None:
-            tabs = [self.costs.options(i, stash, self.parts) for i in range(len(self.sizes))]
+            tabs = [self.costs.options(i, stash, parts) for i in range(len(self.sizes))]
             before = self._packed.get((stash - 1, self.parts))
             if before is not None and all(
                     np.array_equal(t[0], u[0]) and np.array_equal(t[1], u[1])
@@ -122,6 +140,7 @@ class StageTables:
     def option_rows(self, a: int, i: int, stash: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Over b = a..L-1 (and the options f of stage a..b): the spec's least key of the stage without
         transfers (a lower bound with them; inf if nothing fits) and its two option arrays."""
+        assert self.spec is not None, "dp: option rows asked for without a spec"
         return self.spec.prepare(*(x[a, a:] for x in self.stage_options(i, stash)))
 
     def stage_configs(self, a: int, b: int, i: int, stash: int) -> tuple:

@@ -145,9 +145,9 @@ class Tables:
 
     def __init__(self, layout: Layout, L: int):
         self.layout, self.L = layout, L
-        self.tab: list[dict | None] = [None]
+        self.tab: list[dict[int, np.ndarray]] = [{}]  # level 0 holds nothing
         self.flat: list[np.ndarray | None] = [None]
-        self._index = None
+        self._index: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def reset(self, top: int) -> None:
         """Levels 1..top allocated the first time they are needed, each with its first layers from

@@ -15,10 +15,15 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .walks import _same
+
+if TYPE_CHECKING:
+    from ...plan import Plan
+    from .options import Spec
 
 __all__ = ["WalkBack"]
 
@@ -28,6 +33,27 @@ _TIE = 1e-12  # relative slack when comparing a stage time with a threshold (as 
 
 class WalkBack:
     """The walk back of a :class:`~partitioner.solvers.dp.solver.DPModel` (a mix-in)."""
+
+    # set by the model (annotations only: no class attribute)
+    K: int
+    L: int
+    N: int
+    sizes: tuple[int, ...]
+    bucket: bool
+    stash_of_level: list[int]
+    spec: Spec | None
+
+    if TYPE_CHECKING:  # the model's and the stage tables' methods, for the type checker only
+
+        def _level_ok(self, level: int) -> bool: ...
+
+        def place(self, stages, links, kind: str) -> Plan | None: ...
+
+        def best_compute(self, a: int, i: int, stash: int) -> np.ndarray: ...
+
+        def stage_options(self, i: int, stash: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+        def option_rows(self, a: int, i: int, stash: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
 
     def _final(self, V, auto) -> tuple[float, tuple | None]:
         best, arg = INF, None

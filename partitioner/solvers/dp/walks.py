@@ -16,12 +16,18 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from ...plan import Plan
-from .options import GPipeSpec, ZeroBubbleSpec
+from .options import GPipeSpec, Spec, ZeroBubbleSpec
+
+if TYPE_CHECKING:
+    from .placement import Automaton
+    from .tables import Tables
 
 __all__ = ["ThresholdWalks"]
 
@@ -31,7 +37,7 @@ _TIE = 1e-12  # relative slack when comparing a stage time with a threshold (as 
 
 @dataclass
 class _Outcome:
-    status: str  # optimal | infeasible
+    status: Literal["optimal", "infeasible"]
     plan: Plan | None = None
     bound: float | None = None
     stats: dict | None = None
@@ -40,6 +46,36 @@ class _Outcome:
 class ThresholdWalks:
     """The iteration objectives of :class:`~partitioner.solvers.dp.solver.DPModel` (a mix-in: it uses the model's
     ``recursion``, ``_final``, ``_final_states``, ``_level_ok``, ``reconstructions``, ``place``, ``note``)."""
+
+    # set by the model (annotations only: no class attribute)
+    K: int
+    N: int
+    m: int
+    spec: Spec | None
+    best_known: tuple[float, Plan] | None  # the best valid plan met so far, for a run cut short
+    proven_bound: float | None
+    incumbent_source: Callable[[], tuple | None]  # set by the dp method; absent: no incumbent
+    _incumbent: tuple | None
+
+    if TYPE_CHECKING:  # the model's and the walk back's methods, for the type checker only
+
+        def recursion(self, auto: Automaton, X: np.ndarray, mode: str, limit: float, deadline: float | None) -> Tables: ...
+
+        def _level_ok(self, level: int) -> bool: ...
+
+        def place(self, stages, links, kind: str) -> Plan | None: ...
+
+        def note(self, stages, links, kind: str, value: float) -> None: ...
+
+        def layer_floor(self) -> tuple[float, float, float]: ...
+
+        def least_u_sum(self) -> float: ...
+
+        def _final(self, V, auto) -> tuple[float, tuple | None]: ...
+
+        def _final_states(self, V, auto, value: float) -> list[tuple[int, int]]: ...
+
+        def reconstructions(self, V, auto, X, mode, lim, level, z): ...
 
     def _iteration(self, auto, X, kind, deadline, stats) -> _Outcome:
         """1F1B: the least ``sum t + (m - 1) max t``.
@@ -88,7 +124,8 @@ class ThresholdWalks:
         """
         m = self.m
         ks = sorted({max(m - level + 1, 1) for level in range(1, self.K + 1) if self._level_ok(level)})
-        best, calls = None, 0  # best: (value, walked payload or None for the warm start, spec)
+        best: tuple | None = None  # (value, walked payload or None for the warm start, spec)
+        calls = 0
         warm = self.incumbent()
         if warm is not None:
             best = (warm[0], None, None)
@@ -154,8 +191,10 @@ class ThresholdWalks:
     def _warm_outcome(self, stats, calls) -> _Outcome:
         """The incumbent (the warm start or the greedy plan) is optimal: no walk found a plan that beats it."""
         self.spec = None
-        stats.update(recursions=calls, plan_from=self._incumbent[2])
-        return _Outcome("optimal", self._incumbent[1], self._incumbent[0], stats)
+        found = self._incumbent
+        assert found is not None, "dp: a warm outcome without an incumbent"
+        stats.update(recursions=calls, plan_from=found[2])
+        return _Outcome("optimal", found[1], found[0], stats)
 
     def _level_values(self, V, auto) -> dict:
         """Per allowed level: the least value of a whole pipeline with that many stages."""

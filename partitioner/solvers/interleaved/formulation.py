@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ...plan import Plan
-from ...problem import Layout, Problem
+from ...problem import LayerCost, Layout, Problem
 from .space import group_configs, group_meshes, held_states, interleaved_plan, send_ms
 
 __all__ = ["GroupData", "Spec", "formulation", "build_cpsat", "build_pulp", "plan_of_values", "values_of_plan", "complete_values"]
@@ -71,7 +71,7 @@ class GroupData:
         L, K = self.problem.num_layers, self.chunks
         return range(max(0, K - L + i), min(i, K - 1) + 1)
 
-    def entries(self, i: int) -> list[tuple[int, object]]:
+    def entries(self, i: int) -> list[tuple[int, LayerCost]]:
         """``(k, cost entry)`` for the configs k layer i has."""
         costs = self.problem.layers[i].costs
         return [(k, costs[lay]) for k, lay in enumerate(self.configs) if lay in costs]
@@ -167,7 +167,7 @@ def formulation(data: GroupData, time_coefficient: Callable[[float], float], tim
         for c in data.chunk_range(i):
             zs = {spec.var(("z", i, c, k)): 1 for k, _ in data.entries(i)}
             xt, xc = x(i, c)
-            terms = dict(zs)
+            terms: dict = dict(zs)
             _add_terms(terms, xt, -1)
             spec.add(terms, "==", xc)
             for mu, j in mesh_index.items():
@@ -194,7 +194,7 @@ def formulation(data: GroupData, time_coefficient: Callable[[float], float], tim
     sends = []
     for c in range(K - 1):
         check()
-        terms: dict = {}
+        terms = {}
         const = 0.0
         for i in range(L - 1):
             coef = time_coefficient(send_ms(p, i, P, c % P))
@@ -208,7 +208,7 @@ def formulation(data: GroupData, time_coefficient: Callable[[float], float], tim
     spec.var("T", "real", 0, time_ub)
     for g in range(P):
         Tg = spec.var(("T", g), "real", 0, time_ub)
-        terms: dict = {Tg: -1}
+        terms = {Tg: -1}
         const = 0.0
         for c in range(g, K, P):
             check()
@@ -336,7 +336,7 @@ def values_of_plan(data: GroupData, plan: Plan) -> dict | None:
     for i in range(L):
         for k in range(1, K):
             values[("y", i, k)] = int(chunk_of[i] >= k)
-    mesh_of = {}
+    mesh_of: dict = {}
     for c, s in enumerate(plan.stages):
         for (a, b), lay in s.segment_configs(p):
             if lay not in data.configs:

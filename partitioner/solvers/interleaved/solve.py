@@ -48,6 +48,9 @@ import time
 from ...plan import Plan, PlanError, evaluate
 from ...problem import Problem
 from ..base import Candidate, SolveRequest, SolverError
+from ..cpsat.formulation import SAFE_PARAMETERS  # the presolve caveat of the slot model holds here too
+from ..slot.run import HANDOVER_SHARE, BuildTimeout, build_guard, int_option
+from ..slot.times import RESOLUTION, UNIT_CAP
 from .formulation import (
     GroupData,
     build_cpsat,
@@ -58,9 +61,6 @@ from .formulation import (
     values_of_plan,
 )
 from .space import group_counts, group_ids, no_group_count_message, uniform_hints
-from ..cpsat.formulation import SAFE_PARAMETERS  # the presolve caveat of the slot model holds here too
-from ..slot.run import HANDOVER_SHARE, BuildTimeout, build_guard, int_option
-from ..slot.times import RESOLUTION, UNIT_CAP
 
 __all__ = ["solve_interleaved"]
 
@@ -169,7 +169,7 @@ def _hints(problem: Problem, request: SolveRequest, counts: list[int]) -> dict[i
 
 def _in_space(problem: Problem, plan: Plan, groups: int) -> bool:
     ids = group_ids(problem, groups)
-    if any(tuple(s.device_ids) != ids[c % groups] for c, s in enumerate(plan.stages)):
+    if any(tuple(s.device_ids or ()) != ids[c % groups] for c, s in enumerate(plan.stages)):
         return False
     return values_of_plan(GroupData.of(problem, "bottleneck", groups), plan) is not None
 

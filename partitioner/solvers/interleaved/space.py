@@ -42,11 +42,11 @@ import itertools
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ...cluster.topology import default_bandwidth, transfer_ms
 from ...plan import Plan, PlanError, Stage, evaluate
-from ...problem import Layout, Problem
 from ...plan.cuts import interleaved_uniform_plan
 from ...plan.schedules import held_counts
-from ...cluster.topology import default_bandwidth, transfer_ms
+from ...problem import Layout, Problem
 
 __all__ = [
     "ChunkOption",

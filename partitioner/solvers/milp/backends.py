@@ -233,6 +233,7 @@ class _CbcByDeadline(pulp.PULP_CBC_CMD):
         super().__init__(*args, **kwargs)
 
     def remaining(self) -> float:
+        assert self.deadline is not None, "asked for only under a deadline"
         now = time.perf_counter()
         reserve = READBACK_SHARE * (now - self.began) + READBACK_SECONDS
         return max(0.01, round(self.deadline - now - reserve, 2))

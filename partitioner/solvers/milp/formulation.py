@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from ...core.lazy import lazy_module
-from .parts import MilpPartVars, part_objective, part_start_values
 from ..slot.data import SlotData, SlotDecisions, decisions_from_values, reshard_sites, stage_terms
 from ..slot.schedule import T
+from .parts import MilpPartVars, part_objective, part_start_values
 
-pulp = lazy_module("pulp")
+if TYPE_CHECKING:
+    import pulp
+else:
+    pulp = lazy_module("pulp")
 
 __all__ = ["MilpVars", "build_milp", "start_values", "read_decisions", "time_cap", "CAP_FACTOR"]
 
@@ -178,7 +182,11 @@ def build_milp(data: SlotData, check=None, ceiling_ms: float | None = None) -> t
 
     pair, reshard = _reshards(lp, data, before, use, cap, check) if n_groups > 1 else ({}, [0] * J)
 
-    node, shared, load, full, link = [], [], [], [], []
+    node: list = []
+    shared: list = []
+    load: list = []
+    full: list = []
+    link: list = []
     if data.placement:
         node, shared, load, full, link = _placement(lp, data, slot_size)
 
@@ -301,7 +309,6 @@ def start_values(var: MilpVars, data: SlotData, d: SlotDecisions, ceiling_ms: fl
     cap = time_cap(data, ceiling_ms)
     J, L = data.slots, data.num_layers
     out: dict = {}
-    ends = d.ends(data)
     slot_of = d.slot_of(data)
     group_of = [0] * L
     for g, (a, b) in enumerate(data.groups):
@@ -322,7 +329,7 @@ def start_values(var: MilpVars, data: SlotData, d: SlotDecisions, ceiling_ms: fl
         out[v] = int(j < d.stages and slot_of[i] == j and config_of[i] == k)
     times = [0.0] * J
     for i in range(L):
-        cost = data.problem.layers[i].cost(data.layouts[config_of[i]])
+        cost = data.problem.layers[i].costs[data.layouts[config_of[i]]]  # the plan's config has this layer's cost
         times[slot_of[i]] += _capped(cost.fwd_ms + cost.bwd_ms, cap)
     for j, c in enumerate(var.compute):
         out[c] = times[j]

@@ -11,12 +11,16 @@ switched-off constraint is implied by that one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ...core.lazy import lazy_module
 from ..slot.data import SlotData, SlotDecisions
 from ..slot.schedule import fill_stage_values, objective_parts, part_ms, send_terms, wgrad_steps
 
-pulp = lazy_module("pulp")
+if TYPE_CHECKING:
+    import pulp
+else:
+    pulp = lazy_module("pulp")
 
 __all__ = ["MilpPartVars", "part_objective", "part_start_values"]
 
@@ -112,7 +116,7 @@ def part_start_values(pv: MilpPartVars, data: SlotData, d: SlotDecisions, cap: f
         values = [0.0] * J
         for i, layer in enumerate(data.problem.layers):
             j = slot_of[i]
-            values[j] += min(part_ms(specs[name], layer.cost(data.layouts[d.configs[j][group_of[i]]])), cap)
+            values[j] += min(part_ms(specs[name], layer.costs[data.layouts[d.configs[j][group_of[i]]]]), cap)
         for j, c in enumerate(compute):
             out[c] = values[j]
     for (name, j), r in pv.reshard.items():

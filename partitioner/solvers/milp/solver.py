@@ -95,7 +95,6 @@ from ...problem import Problem
 from ..base import Candidate, SolveRequest, SolverError, register
 from ..feasibility import quick_infeasibility
 from ..interleaved.solve import solve_interleaved
-from .formulation import build_milp, read_decisions, start_values
 from ..slot.data import SlotStart, plan_of_decisions, slot_start
 from ..slot.run import (
     HANDOVER_SHARE,
@@ -105,8 +104,8 @@ from ..slot.run import (
     infeasible_message,
     int_option,
     model_size_refusal,
-    starting_plan,
 )
+from .formulation import build_milp, read_decisions, start_values
 
 __all__ = ["solve_milp", "build_milp", "start_values", "BACKENDS"]
 
@@ -144,6 +143,7 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
     try:
         begun = slot_start(problem, request, extra, check, begun)
         data, hint_plan, hint_source, decisions = begun.data, begun.plan, begun.source, begun.decisions
+        assert data is not None, "slot_start sets the tables"
         began = time.perf_counter()
         with pulp_quiet():
             lp, var = build_milp(data, check, begun.ceiling_ms)
@@ -160,12 +160,11 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
         return build_timeout_candidate("milp", problem, request, begun.plan, begun.source, extra)
 
     log = bool(request.option("log", False))
-    run = solve_highs if backend == "highs" else solve_cbc
     with pulp_quiet():
         if backend == "highs":
-            outcome = run(lp, deadline, threads, log, hint_source is not None, bool(request.option("presolve", False)))
+            outcome = solve_highs(lp, deadline, threads, log, hint_source is not None, bool(request.option("presolve", False)))
         else:
-            outcome = run(lp, deadline, threads, log, hint_source is not None)
+            outcome = solve_cbc(lp, deadline, threads, log, hint_source is not None)
     extra["milp"] = {"backend": backend, "status": outcome.status_text, "hint": hint_source, "threads": threads}
 
     return _candidate(problem, data, backend, outcome, var, hint_plan, hint_source, extra)

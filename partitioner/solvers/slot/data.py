@@ -72,15 +72,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...cluster.placement import label_nodes, node_assignment_ids, pack_runs
+from ...cluster.reshard import stage_reshard_ms
 from ...plan import Plan, PlanError, Stage, evaluate
 from ...problem import Layout, Problem
-from ...cluster.reshard import stage_reshard_ms
-from ..feasibility import feasible_stage_counts
 from ..base import SolveRequest
+from ..feasibility import feasible_stage_counts
 from .run import analytic_bound, starting_plan
-from .times import integer_times  # re-exported: the integer scale of this model (CP-SAT)
 from .schedule import Part, objective_parts, slot_stash
-from .times import stage_ceiling_ms
+from .times import (
+    integer_times,  # re-exported: the integer scale of this model (CP-SAT)
+    stage_ceiling_ms,
+)
 
 __all__ = [
     "SlotData",
@@ -307,8 +309,8 @@ def slot_data(problem: Problem, objective: str, check=None) -> SlotData:
         reach = np.zeros((n, 0, L), dtype=np.int64)
     send = np.array([layer.out_bytes for layer in problem.layers], dtype=float) / 1e6
     transfers = bool(L > 1 and send[:-1].max() > 0)
-    c = problem.cluster
-    placement = transfers and c.intra_node_GBps != c.inter_node_GBps and sizes[0] < c.gpus_per_node
+    cluster = problem.cluster
+    placement = transfers and cluster.intra_node_GBps != cluster.inter_node_GBps and sizes[0] < cluster.gpus_per_node
     meshes = tuple(sorted({lay.mesh for lay in layouts}, key=lambda mu: (mu[0] * mu[1], mu[1])))
     reshards = []
     for _, last in groups[:-1]:
@@ -317,7 +319,7 @@ def slot_data(problem: Problem, objective: str, check=None) -> SlotData:
         for mu in meshes:
             for nu in meshes:
                 if mu != nu and mu[0] * mu[1] == nu[0] * nu[1]:
-                    r = stage_reshard_ms(out, Layout(*mu), Layout(*nu), mu[0] * mu[1], c)
+                    r = stage_reshard_ms(out, Layout(*mu), Layout(*nu), mu[0] * mu[1], cluster)
                     if r > 0:
                         table[meshes.index(mu), meshes.index(nu)] = r
         reshards.append(table)
@@ -459,7 +461,7 @@ def decisions_from_values(data: SlotData, var, on) -> SlotDecisions:
 
 def plan_of_decisions(data: SlotData, decisions: SlotDecisions) -> Plan:
     """The plan (with device ids) the model's decisions describe."""
-    P, L = decisions.stages, data.num_layers
+    P = decisions.stages
     cluster = data.problem.cluster
     ends = decisions.ends(data)
     stages = []
@@ -472,9 +474,10 @@ def plan_of_decisions(data: SlotData, decisions: SlotDecisions) -> Plan:
     if data.placement:
         assignment = _assignment_from_nodes(data, decisions, sizes)
     else:
-        assignment = pack_runs(cluster, sizes, [False] * (P - 1))
-        if assignment is None:  # pragma: no cover - sizes dividing G always pack (module docstring)
+        packed = pack_runs(cluster, sizes, [False] * (P - 1))
+        if packed is None:  # pragma: no cover - sizes dividing G always pack (module docstring)
             raise RuntimeError(f"cannot place stage sizes {sizes}")
+        assignment = packed
     ids = node_assignment_ids(cluster, sizes, assignment)
     return Plan(
         tuple(Stage.from_configs(a, b, configs[0].devices, configs, ids[p]) for p, (a, b, configs) in enumerate(stages))
@@ -509,7 +512,7 @@ def slot_start(problem: Problem, request: SolveRequest, notes: dict, check, star
     start.data = slot_data(problem, request.objective, check)
     plan, source = starting_plan(problem, request, notes, check)
     decisions = decisions_of_plan(start.data, plan) if plan is not None else None
-    if decisions is not None:
+    if plan is not None and decisions is not None:
         start.plan, start.source, start.decisions = plan, source, decisions
         value = evaluate(problem, plan, request.objective).value
         start.ceiling_ms = stage_ceiling_ms(request.objective, value, problem.microbatches, problem.training.schedule)

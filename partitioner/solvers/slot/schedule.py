@@ -50,8 +50,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from ...problem import LayerCost
 from ...plan.schedules import stash
+from ...problem import LayerCost
 
 __all__ = [
     "Part",

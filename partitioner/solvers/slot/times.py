@@ -188,7 +188,9 @@ def integer_times(data: "SlotData", resolution: float = RESOLUTION, ceiling_ms: 
                 for h, bw in enumerate(bws):
                     send[c, s, h] = _units(scale, mb / (d * bw), top)
     reshard = tuple({pair: _units(scale, 2 * r, top) for pair, r in table.items()} for table in data.reshard_ms)
-    parts, once, float_terms = {}, (), 0
+    parts: dict = {}
+    once: tuple = ()
+    float_terms = 0
     if data.parts != (T,):
         float_terms = 2 * L * J if any(part.name == "w" for part in data.parts) else 0
         for part in data.parts:

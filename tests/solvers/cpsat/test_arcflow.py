@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
+from checks import check_plan
 from partitioner import Problem, evaluate, solve
 from partitioner.solvers.cpsat.arcflow import arcflow_reason, build_graph, path_of_plan
 from partitioner.solvers.slot.data import integer_times, slot_data
-from checks import check_plan
-from strategies import examples, draw_valid_plan, small_problems
+from strategies import draw_valid_plan, examples, small_problems
 from tests.solvers.cpsat.test_cpsat import agree as agree_cpsat
 
 REL = 1e-6

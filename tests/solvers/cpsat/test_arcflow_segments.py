@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
+from checks import check_plan
 from partitioner import evaluate, solve
 from partitioner.solvers.cpsat.arcflow import arcflow_reason, build_graph
 from partitioner.solvers.slot.data import integer_times, slot_data
-from checks import check_plan
 from strategies import examples, small_v2_problems
 from tests.solvers.cpsat.test_arcflow import check_plan_is_a_path, comm_free
 

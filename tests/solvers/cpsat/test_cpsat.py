@@ -20,13 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 
+from checks import check_plan
 from partitioner import Cluster, Problem, SolverError, evaluate, load_problem, solve
 from partitioner.plan import Plan, Stage
 from partitioner.solvers.cpsat.solver import SAFE_PARAMETERS, build_model, hint_values
 from partitioner.solvers.dp.method import explain_infeasible
 from partitioner.solvers.slot.data import decisions_of_plan, integer_times, plan_of_decisions, slot_data
-from checks import check_plan
-from strategies import examples, draw_valid_plan, small_problems
+from strategies import draw_valid_plan, examples, small_problems
 
 REL = 1e-6
 CPSAT = {"num_workers": 1}

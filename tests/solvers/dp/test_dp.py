@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from checks import check_plan
 from partitioner import Problem, load_problem, solve
 from partitioner.solvers.dp.solver import DPModel
-from checks import check_plan
 from strategies import examples, small_problems
 
 REL = 1e-6

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from checks import check_plan
 import partitioner.solvers.dp.recursion as dp_recursion
+from checks import check_plan
 from partitioner import solve
 from partitioner.problem import Problem
 from partitioner.solvers.dp.solver import DPModel

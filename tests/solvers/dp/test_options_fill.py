@@ -21,12 +21,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import partitioner.solvers.dp.recursion as dp_recursion
-from partitioner.solvers.dp.solver import DPModel
 from partitioner.solvers.dp.options import GPipeSpec, ZeroBubbleSpec
+from partitioner.solvers.dp.solver import DPModel
 from strategies import examples, small_problems, small_v2_problems
-from tests.solvers.dp.test_fill import finite_entries
+from tests.solvers.dp.test_fill import finite_entries, with_transfers
 from tests.solvers.dp.test_fill import reference as fill_reference
-from tests.solvers.dp.test_fill import with_transfers
 from tests.solvers.dp.test_schedules import under
 
 INF = math.inf

@@ -18,16 +18,16 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from checks import check_plan
 from partitioner import Problem, evaluate, load_problem, solve
 from partitioner.cluster.placement import node_assignment_ids, size_sequences
+from partitioner.cluster.reshard import stage_reshard_ms
 from partitioner.plan import Plan, PlanError, Stage
 from partitioner.problem import Layout
-from partitioner.cluster.reshard import stage_reshard_ms
 from partitioner.solvers.brute import placement_patterns
 from partitioner.solvers.dp.solver import DPModel
 from partitioner.solvers.dp.stage import StageCosts
 from partitioner.solvers.feasibility import feasible_stage_counts
-from checks import check_plan
 from strategies import examples, small_v2_problems
 
 ROOT = Path(__file__).resolve().parents[3]

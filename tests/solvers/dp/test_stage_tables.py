@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from strategies import examples
 
-from partitioner.problem import Cluster, Layout
 from partitioner.cluster.reshard import Sharding, _port_elements, plan_reshard, segment_reshard_ms, stage_reshard_ms
+from partitioner.problem import Cluster, Layout
+from strategies import examples
 
 
 def _divisor_pairs(n: int) -> list[tuple[int, int]]:

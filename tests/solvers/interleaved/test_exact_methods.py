@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from checks import check_plan
 from partitioner import evaluate, simulate, solve
 from partitioner.plan import objective_value
-from partitioner.problem import Problem
 from partitioner.plan.cuts import interleaved_uniform_plan
+from partitioner.problem import Problem
 from partitioner.solvers.interleaved.space import (
     chunk_options,
     group_counts,

@@ -9,13 +9,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from checks import check_plan
 from partitioner import Problem, SolverError, evaluate, load_problem, solve
 from partitioner.plan import Plan, Stage
 from partitioner.solvers.dp.method import explain_infeasible
 from partitioner.solvers.milp.solver import build_milp, start_values
 from partitioner.solvers.slot.data import decisions_of_plan, slot_data
-from checks import check_plan
-from strategies import examples, draw_valid_plan, small_problems
+from strategies import draw_valid_plan, examples, small_problems
 from tests.solvers.cpsat.test_cpsat import memory_bound_infeasible, planted_problem, vla_like_problem
 
 REL = 1e-6

@@ -12,11 +12,11 @@ from types import MappingProxyType
 
 import pytest
 
+from checks import check_plan
 from partitioner import Problem, evaluate, load_problem, solve
 from partitioner.problem import StageBounds
 from partitioner.solvers.slot.data import slot_data
 from partitioner.solvers.slot.times import UNIT_CAP, integer_times
-from checks import check_plan
 from tests.solvers.cpsat.test_cpsat import vla_like_problem
 
 REL = 1e-6

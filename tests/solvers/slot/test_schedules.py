@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 from checks import check_plan
 from partitioner import evaluate, load_problem, solve
 from partitioner.plan import Plan, Stage
-from partitioner.problem import Problem
 from partitioner.plan.schedules import walked_stash
+from partitioner.problem import Problem
 from partitioner.solvers.slot.run import analytic_bound
 from partitioner.solvers.slot.schedule import slot_stash, wgrad_factor, wgrad_steps
-from strategies import examples, draw_valid_plan, small_problems, small_v2_problems
+from strategies import draw_valid_plan, examples, small_problems, small_v2_problems
 from tests.solvers.cpsat.test_cpsat import assert_plan_is_a_model_solution as cpsat_model_holds
 from tests.solvers.milp.test_milp import assert_plan_is_a_model_solution as milp_model_holds
 

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from checks import check_plan
 from partitioner import Problem, evaluate, load_problem, solve
 from partitioner.problem import Layout
-from checks import check_plan
-from strategies import examples, draw_valid_plan, small_problems, small_v2_problems
+from strategies import draw_valid_plan, examples, small_problems, small_v2_problems
 from tests.solvers.cpsat.test_cpsat import assert_plan_is_a_model_solution as cpsat_model_holds
 from tests.solvers.cpsat.test_cpsat import vla_like_problem
 from tests.solvers.milp.test_milp import assert_plan_is_a_model_solution as milp_model_holds

@@ -58,7 +58,7 @@ import threading
 import time
 import types
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Literal, overload
 
 from ...errors import OutOfTime
 from . import kernels as _py_levels
@@ -248,6 +248,14 @@ def load_cached(kernels: Kernels | None = None) -> Kernels | None:
     return kernels
 
 
+@overload
+def compiled_kernels(compile: Literal[True] = ...) -> Kernels: ...
+
+
+@overload
+def compiled_kernels(compile: bool) -> Kernels | None: ...
+
+
 def compiled_kernels(compile: bool = True) -> Kernels | None:
     """The compiled kernels of this process, loaded from the disk cache or (``compile``) compiled now,
     every signature at once; None when not compiled and the cache is cold."""
@@ -307,8 +315,10 @@ def pick(work: float, deadline: float | None) -> Kernels:
     with state.lock:
         if state.compiled is not None:
             return state.compiled
-        if not state.cold and compiled_kernels(compile=False) is not None:
-            return state.compiled
+        if not state.cold:
+            loaded = compiled_kernels(compile=False)  # the disk cache, now state.compiled
+            if loaded is not None:
+                return loaded
         left = math.inf if deadline is None else deadline - time.perf_counter()
         if state.python_seconds + estimate > COMPILE_SECONDS and left >= 2 * COMPILE_SECONDS:
             start = time.perf_counter()

@@ -74,6 +74,7 @@ References
 from __future__ import annotations
 
 import numpy as np
+
 from .marks import kernel
 
 __all__ = ["shared_rows", "plain_level", "options_level", "prefix_devices", "ZB", "GPIPE_B", "GPIPE_F"]

@@ -51,6 +51,7 @@ that fit alone, so sums stay below ``2 * cap``).
 from __future__ import annotations
 
 import numpy as np
+
 from .marks import kernel
 
 __all__ = ["single_segment", "spanning_one", "spanning", "options_single", "options_spanning_one", "options_spanning"]
