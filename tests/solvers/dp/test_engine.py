@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from partitioner import load_problem, solve
 from partitioner.problem import Problem
-from partitioner.solvers.dp.compiled import engine
 from partitioner.solvers.dp import recursion as dp_recursion
+from partitioner.solvers.dp.compiled import engine
 from partitioner.solvers.dp.options import GPipeSpec, ZeroBubbleSpec
 from partitioner.solvers.dp.solver import DPModel
 from partitioner.solvers.errors import OutOfTime
