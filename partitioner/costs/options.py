@@ -129,7 +129,7 @@ class CostOptions:
         attention, the embedding and the loss -- by the bytes they move
         (:mod:`partitioner.costs.traffic`) at the cluster's ``hbm_GBps`` x
         ``hbm_efficiency``. False: matmuls and collectives only (the model
-        before issue 26).
+        without the memory-bound terms).
     hbm_efficiency : float
         Fraction of the HBM bandwidth an elementwise or reduction kernel
         reaches (see Notes).
@@ -160,7 +160,7 @@ class CostOptions:
 
     Notes
     -----
-    Derivations of the constants issue 26 added (one set for every GPU;
+    Derivations of the memory-bound and optimizer constants (one set for every GPU;
     the GPU's own numbers -- peak FLOP/s, HBM, NVLink and NIC bandwidth --
     come from the cluster preset):
 

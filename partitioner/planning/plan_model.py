@@ -34,7 +34,7 @@ from .screening import Builders, counts_to_solve, screen_counts
 __all__ = ["plan_model", "run_plan", "plan_options", "microbatch_candidates", "RESOLVE_MIN_SECONDS"]
 
 # Least time limit (seconds) of a re-solve under another schedule when the user set none (see plan_model):
-# the re-solves are candidates the plans are then simulated against, and on the nine presets of the issue-13
+# the re-solves are candidates the plans are then simulated against, and on the nine presets of the solver
 # benchmark a 2 s floor keeps exactly the plans a 10 s one kept (DESIGN.md, "How plan picks the schedule").
 RESOLVE_MIN_SECONDS = 2.0
 

@@ -20,8 +20,8 @@ running sum (Knuth's TwoSum [1]_), accumulated. A range sum is then the
 difference of two double-doubles, taken with TwoSum again
 (:func:`range_sum`), so it is accurate to about one rounding of the *range's*
 own sum, not of the prefix: a single huge layer no longer wipes out the
-small layers after it (the cancellation a plain prefix difference suffers;
-issue 15). The input ranges of :mod:`partitioner.core.limits` keep every prefix
+small layers after it (the cancellation a plain prefix difference suffers).
+The input ranges of :mod:`partitioner.core.limits` keep every prefix
 below 2e14 ms, so the accumulated ``lo`` terms are themselves exact to far
 below the objective's relative tolerance.
 
