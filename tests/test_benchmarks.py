@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks import report, solvers
 
 
@@ -80,6 +82,7 @@ def test_report_plan_quality_and_schedules_sections(tmp_path):
     assert "pi0 on 2 x dgx-h100, batch 1024: 1.100 x, plan 8:8x1 + 8:8x1 against fsdp 16:16x1" in text
 
 
+@pytest.mark.slow
 def test_issue13_rows_run_in_their_own_process_with_their_own_peak_memory():
     point = solvers.Point("issue13", 8, 1, transfers=False, only=("dp",))
     records = solvers.run_point_isolated(point, ["dp", "greedy"], time_limit=10, seed=0)
@@ -89,6 +92,7 @@ def test_issue13_rows_run_in_their_own_process_with_their_own_peak_memory():
     assert 10 < dp["peak_rss_mb"] < 3 * 1024 and dp["process_cpu_seconds"] >= dp["cpu_seconds"] > 0
 
 
+@pytest.mark.slow
 def test_plan_case_reports_errors_and_kills_a_slow_child():
     bad = solvers.run_plan_case(("no-such-model", "dgx-h100", 1, 256), timeout=120)
     assert bad["status"] == "error" and "unknown model" in bad["message"] and bad["peak_rss_mb"] > 0

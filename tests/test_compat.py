@@ -25,6 +25,7 @@ SEED_CHECKS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SEED_CHECKS))
 def test_seed_check_script_passes_unchanged(name):
     path = CHECKS / name

@@ -144,11 +144,13 @@ def test_find_cycle_finds_one():
     assert _find_cycle({"a": {"b"}, "b": set()}) is None
 
 
+@pytest.mark.slow
 def test_no_import_cycle_at_module_level():
     cycle = _find_cycle(_graph(module_level=True))
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+@pytest.mark.slow
 def test_no_import_cycle_even_through_function_bodies():
     """A function-level import keeps a heavy dependency off ``import partitioner``; it never dodges a cycle."""
     cycle = _find_cycle(_graph(module_level=False))
@@ -165,6 +167,7 @@ def test_the_runnable_walk_sees_function_bodies_but_not_type_checking_blocks():
     assert names == {"seen_one"}
 
 
+@pytest.mark.slow
 def test_the_core_never_imports_the_cli():
     graph = _graph(module_level=False)  # any import that can run, even inside a function
     allowed = {f"{ROOT}.__main__"}

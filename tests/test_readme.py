@@ -111,6 +111,7 @@ def test_ci_runs_exactly_the_readme_test_command():
     assert commands()[1] == ci[-1]
 
 
+@pytest.mark.slow
 def test_the_first_command_installs_the_package_and_prints_the_quick_start_plan(workdir):
     steps = [step.strip() for step in commands()[0].split("&&")]
     assert steps[:2] == ["python3 -m venv .venv", ".venv/bin/pip install -q ."], steps
@@ -123,6 +124,7 @@ def test_the_first_command_installs_the_package_and_prints_the_quick_start_plan(
 # --------------------------------------------------------------------------- the quick start
 
 
+@pytest.mark.slow
 def test_every_other_readme_command_runs_and_prints_what_the_readme_shows(workdir):
     found = blocks()
     shown = 0
@@ -148,6 +150,7 @@ def test_the_python_example_prints_what_its_comments_say(monkeypatch):
     assert out.getvalue().strip().splitlines() == expected
 
 
+@pytest.mark.slow
 def test_the_picture_is_the_gantt_chart_of_the_plan_its_caption_names(workdir):
     text = README.read_text()
     image = re.search(r"!\[[^\]]*\]\((docs/img/[\w.-]+\.png)\)", text)

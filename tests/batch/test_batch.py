@@ -83,6 +83,7 @@ def test_bad_sweep_is_reported_with_file_and_field(tmp_path, doc, field):
     assert field in str(info.value)
 
 
+@pytest.mark.slow
 def test_bad_sweep_exits_2_on_the_command_line(tmp_path):
     sweep = write_sweep(tmp_path / "sweep.yaml", problems=[str(EXAMPLES / "vla_toy_2x4.json")], methods=["nope"])
     proc = run_cli("batch", sweep, "--out", tmp_path / "r.jsonl")
@@ -167,6 +168,7 @@ def test_a_second_writer_is_refused(tmp_path):
 # --------------------------------------------------------------------------- running sweeps
 
 
+@pytest.mark.slow
 def test_sweep_records_match_direct_solves_and_resume_skips(tmp_path):
     names = write_synthetic(tmp_path / "probs", 3, layers=6, nodes=2, gpus_per_node=2)
     sweep = write_sweep(
@@ -206,6 +208,7 @@ def _proc_state(pid: int) -> str | None:
         return None
 
 
+@pytest.mark.slow
 def test_sigkill_midway_then_resume_finishes_every_job_once(tmp_path):
     """Acceptance: kill -9 a running sweep, run it again, get every (problem, method) exactly once."""
     names = write_synthetic(tmp_path / "probs", 16, layers=12, nodes=2, gpus_per_node=4, layouts=2)
@@ -300,6 +303,7 @@ def plugin_env(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_exceptions_crashes_and_overruns_are_recorded_and_the_sweep_goes_on(plugin_env):
     tmp_path = plugin_env
     problems = [str(EXAMPLES / "vla_toy_2x4.json"), str(EXAMPLES / "rebalance_4gpu.json")]
@@ -338,6 +342,7 @@ def test_exceptions_crashes_and_overruns_are_recorded_and_the_sweep_goes_on(plug
     assert json.loads(retry.stdout)["ran"] == 6
 
 
+@pytest.mark.slow
 def test_thread_budget_goes_to_methods_that_declare_it(plugin_env):
     tmp_path = plugin_env
     sweep = write_sweep(
@@ -362,6 +367,7 @@ def test_thread_budget_goes_to_methods_that_declare_it(plugin_env):
     assert {r["key"] for r in lines_of(one)} == {r["key"] for r in lines_of(two)}
 
 
+@pytest.mark.slow
 def test_cli_batch_end_to_end(tmp_path):
     sweep = write_sweep(
         tmp_path / "sweep.yaml", problems=[str(EXAMPLES / "vla_toy_2x4.json")], methods=["brute", "greedy"],
@@ -381,6 +387,7 @@ def test_cli_batch_end_to_end(tmp_path):
 # --------------------------------------------------------------------------- Ray
 
 
+@pytest.mark.slow
 def test_ray_backend_matches_local_records_failures_and_resumes(plugin_env):
     pytest.importorskip("ray", reason="ray is not installed (optional: pip install 'partitioner[ray]')")
     tmp_path = plugin_env
@@ -427,6 +434,7 @@ def test_ray_backend_without_ray_says_how_to_get_it(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------- grids over the cost model's presets
 
 
+@pytest.mark.slow
 def test_grid_sweep_builds_presets_records_unbuildable_points_and_resumes(tmp_path):
     from partitioner.costs import build_problem
 

@@ -132,6 +132,7 @@ def _small_problems(tmp_path):
 EXACT = ("cpsat", "milp", "dp", "brute")
 
 
+@pytest.mark.slow
 def test_compare_json_on_a_real_sweep_shows_zero_gap_for_exact_methods(tmp_path):
     """Acceptance: a sweep over small problems; the exact methods agree to the last digit."""
     assert set(EXACT) <= set(methods())
@@ -184,6 +185,7 @@ def test_compare_json_on_a_real_sweep_shows_zero_gap_for_exact_methods(tmp_path)
     assert table.returncode == 0 and "proven optimal" in table.stdout and "per problem" in table.stdout
 
 
+@pytest.mark.slow
 def test_compare_bad_input_exits_2(tmp_path):
     missing = run_cli("compare", tmp_path / "none.jsonl")
     assert missing.returncode == 2 and "none.jsonl: file not found" in missing.stderr

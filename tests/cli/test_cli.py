@@ -6,6 +6,7 @@ import json
 import pytest
 
 
+@pytest.mark.slow
 def test_solve_lesson16_brute_json(cli, examples):
     proc = cli("solve", examples / "rebalance_4gpu.json", "--method", "brute", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -19,6 +20,7 @@ def test_solve_lesson16_brute_json(cli, examples):
     assert doc["simulation"]["makespan_ms"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["brute", "dp"])
 def test_solve_vla_toy(cli, examples, method):
     proc = cli("solve", examples / "vla_toy_2x4.json", "--method", method, "--json")
@@ -28,6 +30,7 @@ def test_solve_vla_toy(cli, examples, method):
     assert doc["value"] == pytest.approx(256.21445621333334, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_solve_table_marks_the_bottleneck(cli, examples):
     proc = cli("solve", examples / "vla_toy_2x4.json", "--method", "dp")
     assert proc.returncode == 0, proc.stderr
@@ -35,6 +38,7 @@ def test_solve_table_marks_the_bottleneck(cli, examples):
     assert "simulated 1F1B makespan" in proc.stdout
 
 
+@pytest.mark.slow
 def test_infeasible_exits_1_with_a_reason(cli, tmp_path, examples):
     doc = json.loads((examples / "vla_toy_2x4.json").read_text())
     doc["cluster"]["gpu_memory_bytes"] = 10**8
@@ -47,6 +51,7 @@ def test_infeasible_exits_1_with_a_reason(cli, tmp_path, examples):
     assert "needs at least" in out["message"] and "needs at least" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args,words",
     [
@@ -67,6 +72,7 @@ def test_missing_file_exits_2(cli, tmp_path):
     assert proc.returncode == 2 and "file not found" in proc.stderr
 
 
+@pytest.mark.slow
 def test_evaluate_command(cli, tmp_path, examples):
     proc = cli("solve", examples / "vla_toy_2x4.json", "--method", "dp", "--json")
     result = tmp_path / "r.json"

@@ -314,6 +314,7 @@ HOSTILE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_hostile_file_is_refused_early_in_bounded_memory(tmp_path, case):
     name, content, words = HOSTILE[case]
@@ -372,6 +373,7 @@ def test_document_limits_accept_what_they_promise():
         check_document([nested])
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.data())
 def test_mutated_problems_load_or_fail_with_a_problem_error_and_solve_to_strict_json(data):
@@ -509,6 +511,7 @@ _LIMIT_RUNNER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_every_method_keeps_its_time_limit_on_the_largest_accepted_model_in_bounded_memory(tmp_path):
     """MAX_LAYERS layers x 4 configs, ``time_limit=5``: each method answers (plan or reason) within the limit
     plus slack, after the load, and the process stays under 2 GiB (issue 15: cpsat, milp and greedy took
@@ -560,6 +563,7 @@ def _sweep(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_full_disk_during_batch_is_one_line_naming_the_file_and_the_resume_loses_nothing(tmp_path):
     sweep, out = _sweep(tmp_path), tmp_path / "out.jsonl"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -593,6 +597,7 @@ def test_stdout_holds_only_the_json_while_a_sweep_runs(tmp_path):
     assert proc.stderr.count("noise") == 3
 
 
+@pytest.mark.slow
 def test_batch_json_is_pure_strict_json(tmp_path):
     sweep, out = _sweep(tmp_path), tmp_path / "out.jsonl"
     code, stdout, stderr, _, _ = run_cli(tmp_path, "batch", str(sweep), "--out", str(out), "--workers", "1", "--json")
@@ -606,6 +611,7 @@ def test_batch_json_is_pure_strict_json(tmp_path):
 # --------------------------------------------------------------------------- 5. installing from a read-only checkout
 
 
+@pytest.mark.slow
 def test_building_the_package_writes_nothing_into_the_source_tree(tmp_path):
     source = tmp_path / "src"
     tracked = subprocess.run(["git", "ls-files", "-z"], capture_output=True, cwd=ROOT, check=True).stdout.decode().split("\0")

@@ -33,6 +33,7 @@ def test_v1_json_has_no_v2_fields(cli, examples):
     assert all("configs" not in s and "reshard_ms" not in s for s in doc["plan"]["stages"])
 
 
+@pytest.mark.slow
 def test_batch_and_compare_take_v2_problems(cli, examples, tmp_path):
     sweep = tmp_path / "sweep.yaml"
     methods = ["brute", "dp", "cpsat", "milp", "greedy", "uniform"]
@@ -72,6 +73,7 @@ def test_compare_flags_a_v1_only_optimum_on_a_v2_problem(examples):
     assert "claims optimal" in comparison.conflicts[0]["conflict"]
 
 
+@pytest.mark.slow
 def test_stage_tables_show_each_segments_config_and_the_reshard(cli, examples, tmp_path):
     proc = cli("solve", examples / LESSON15, "--method", "brute")
     assert proc.returncode == 0, proc.stderr
@@ -88,6 +90,7 @@ def test_stage_tables_show_each_segments_config_and_the_reshard(cli, examples, t
     assert valid.returncode == 0 and "valid v2 problem" in valid.stdout
 
 
+@pytest.mark.slow
 def test_v1_stage_table_is_unchanged(cli, examples):
     proc = cli("solve", examples / "vla_toy_2x4.json", "--method", "brute")
     assert proc.returncode == 0, proc.stderr

@@ -95,6 +95,7 @@ def layouts(draw, pool=16):
     return Sharding(dp, tp, tuple(devices))
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(120), deadline=None)
 @given(
     source=layouts(),

@@ -33,6 +33,7 @@ print(json.dumps({"before": before, "after_dp": after_dp, "pandas": pandas,
 """ % (HEAVY, HEAVY, HEAVY)
 
 
+@pytest.mark.slow
 def test_dp_loads_no_solver_back_end_and_the_others_load_theirs_on_use(examples: Path):
     out = subprocess.run([sys.executable, "-c", SCRIPT, str(examples / "vla_toy_2x4.json")],
                          capture_output=True, text=True, check=True, cwd=Path(__file__).parents[2])

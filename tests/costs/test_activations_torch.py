@@ -166,6 +166,7 @@ def measure(preset: str, module: str, family: str, tokens: int = TOKENS) -> tupl
     return float(measured), model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset, module, family", BLOCKS, ids=[f"{p}:{m}" for p, m, _ in BLOCKS])
 def test_block_activations_within_10_percent_of_transformers(preset, module, family):
     measured, model = measure(preset, module, family)

@@ -42,6 +42,7 @@ def causal_pairs_per_rank(s: int, cp: int, balanced: bool) -> np.ndarray:
     return np.array([per_query[owner == i].sum() for i in range(cp)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cp", [2, 4, 8])
 def test_load_factor_contiguous_is_exactly_the_brute_force_count(cp):
     s = 64 * cp

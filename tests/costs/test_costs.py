@@ -372,6 +372,7 @@ def test_fused_rotary_qkv_keeps_its_whole_projection_output():
 # --------------------------------------------------------------------------- memory-knob variants (format v2)
 
 
+@pytest.mark.slow
 def test_variants_make_a_v2_problem_with_documented_names():
     v1 = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8)
     v2 = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"variants": "all"})

@@ -27,6 +27,7 @@ PRESETS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model, cluster, nodes, batch, m, options", PRESETS)
 def test_every_entry_is_its_own_layers_cost(model, cluster, nodes, batch, m, options):
     """Layers of one cost signature share a table; each entry is still layer_cost of that very layer."""
@@ -51,6 +52,7 @@ def test_every_entry_is_its_own_layers_cost(model, cluster, nodes, batch, m, opt
     assert shared > 0  # equal blocks do share their table
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model, cluster, nodes, batch, m, options", PRESETS)
 def test_one_builder_builds_what_build_problem_builds_at_every_m(model, cluster, nodes, batch, m, options):
     """The layers and the compute terms a builder keeps across microbatch counts change no number."""
@@ -118,6 +120,7 @@ def _timeline_figures(sim):
 _TIMES = st.one_of(st.integers(0, 3).map(float), st.sampled_from([0.0, 0.1, 0.2, 0.3, 1e-17, 1.0]), st.floats(0, 10))
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(400), deadline=None)
 @given(st.sampled_from(["1f1b", "zb-h1", "gpipe", "forward", "interleaved"]), st.integers(1, 5), st.integers(1, 8),
        st.integers(2, 3), st.data())

@@ -259,6 +259,7 @@ def test_export_result_needs_hints():
         export_plan(Plan.from_dict(doc), [{"name": "a", "role": "decoder"}, {"name": "b", "role": "decoder"}], "colossal")
 
 
+@pytest.mark.slow
 def test_export_cli_exit_codes(tmp_path, seed_problem):
     from partitioner.problem import dump_problem
 
@@ -386,6 +387,7 @@ def test_interleaved_chunks_off_their_group_are_not_expressible(seed_problem, hi
         assert not exp.expressible and any("chunk(s) [2]" in r for r in exp.reasons), target
 
 
+@pytest.mark.slow
 def test_a_result_document_carries_its_schedule_to_the_export(tmp_path, seed_problem, hints):
     plan = interleaved_plan(seed_problem)
     doc = {"status": "feasible", "method": "hand", "objective": "iteration", "plan": plan.to_dict(),

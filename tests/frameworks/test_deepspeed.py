@@ -26,6 +26,9 @@ pytest.importorskip("deepspeed", reason=NOT_INSTALLED)
 HELPER = Path(__file__).with_name("ds_ranks.py")
 
 
+pytestmark = pytest.mark.slow  # the framework tier / subprocess runs: minutes on 2 cores
+
+
 @pytest.fixture(scope="module")
 def exports():
     return {c.id: export_result(planned(c.id), "deepspeed") for c in PLANS}
@@ -50,6 +53,7 @@ def ranks(exports, tmp_path_factory):
     return {"world": world, "by_plan": out}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [c.id for c in PLANS])
 def test_deepspeed_export_builds_the_planned_stages_or_says_why(case, exports, ranks):
     exp = exports[case]

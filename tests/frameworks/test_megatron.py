@@ -48,6 +48,9 @@ _BATCH_FLAGS = {"micro_batch_size", "global_batch_size"}
 _FLAG_FIELDS = {"num_experts": "num_moe_experts"}  # Megatron-LM flags whose TransformerConfig field has another name
 
 
+pytestmark = pytest.mark.slow  # the framework tier / subprocess runs: minutes on 2 cores
+
+
 @pytest.fixture(scope="module")
 def fake_world():
     """A fake process group (torch's ``fake`` backend) whose world size each test sets: Megatron builds its groups on it."""

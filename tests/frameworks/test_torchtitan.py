@@ -33,6 +33,8 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch import nn  # noqa: E402
 
+pytestmark = pytest.mark.slow  # the framework tier / subprocess runs: minutes on 2 cores
+
 
 def _tree(parts: list[list[str]]) -> nn.Module:
     """A model whose top-level children are the exported names; each leaf knows its name."""

@@ -351,6 +351,7 @@ def ratio_ranges(seed=0, cases=1200):
     return {k: (min(r), max(r)) for k, r in out.items()}
 
 
+@pytest.mark.slow
 def test_estimate_against_simulation_on_random_heterogeneous_stages():
     """The measured ranges (DESIGN.md, the report): ``PYTHONPATH=. python tests/plan/test_schedules.py`` prints them."""
     ranges = ratio_ranges()

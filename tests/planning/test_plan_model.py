@@ -41,6 +41,7 @@ def small_json(tmp_path_factory):
     return json.loads(proc.stdout), folder
 
 
+@pytest.mark.slow
 def test_plan_json_is_result_v1_plus_baseline_and_throughput(small_json):
     doc, folder = small_json
     # dp is exact per uniform knob setting; with knobs chosen per segment on top the plan is "feasible"
@@ -64,6 +65,7 @@ def test_mfu_matches_its_definition(small_json):
     assert t["tokens_per_s"] == pytest.approx(64 * 2048 / (t["iteration_ms"] / 1e3))
 
 
+@pytest.mark.slow
 def test_export_of_a_plan_result(small_json, tmp_path):
     doc, _ = small_json
     path = tmp_path / "r.json"
@@ -76,6 +78,7 @@ def test_export_of_a_plan_result(small_json, tmp_path):
         assert json.loads(proc.stdout)["target"] == target
 
 
+@pytest.mark.slow
 def test_plan_table_output():
     proc = run_cli("plan", *SMALL, "--method", "greedy")
     assert proc.returncode == 0, proc.stderr
@@ -83,6 +86,7 @@ def test_plan_table_output():
         assert text in proc.stdout
 
 
+@pytest.mark.slow
 def test_plan_bad_input_exits_2():
     proc = run_cli("plan", *SMALL[:-2], "--microbatches", "many")
     assert proc.returncode == 2 and "--microbatches" in proc.stderr
@@ -132,6 +136,7 @@ def test_never_worse_than_the_baseline_even_if_the_method_is():
             solver_base._OPTIONS.pop(name, None)
 
 
+@pytest.mark.slow
 def test_infeasible_when_nothing_fits():
     r = plan_model("qwen2-vl-72b", "dgx-a100-80g", nodes=1, global_batch=8, microbatches=8, method="greedy")
     assert r.status == "infeasible" and r.plan is None and r.message
@@ -141,6 +146,7 @@ def test_infeasible_when_nothing_fits():
     assert json.loads(proc.stdout)["status"] == "infeasible"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "model,cluster,nodes,batch",
     [("pi0", "dgx-h100", 2, 1024), ("openvla-7b", "dgx-a100-80g", 8, 2048)],
@@ -157,6 +163,7 @@ def test_acceptance_plans(model, cluster, nodes, batch):
     assert doc["speedup"] >= 1.0
 
 
+@pytest.mark.slow
 def test_max_stages_and_cost_options_reach_the_problem(tmp_path):
     r = plan_model("seed-vla-8gpu", "dgx-h100", nodes=1, global_batch=32, microbatches=8, method="greedy", max_stages=2,
                    options={"recompute": "full"})

@@ -144,6 +144,7 @@ def test_bad_schedule_arguments_name_the_field(schedule, v, field):
     assert err.value.path == field
 
 
+@pytest.mark.slow
 def test_cli_schedule_option():
     base = [sys.executable, "-m", "partitioner", "plan", "--model", "seed-vla-8gpu", "--cluster", "dgx-h100", "--nodes", "1",
             "--global-batch", "32", "--microbatches", "8", "--method", "greedy"]

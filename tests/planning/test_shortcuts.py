@@ -79,6 +79,7 @@ def _window_fill(work, parts):
     return fill
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.one_of(st.just(0.0), st.floats(0.0, 1e4), st.sampled_from([0.1, 0.2, 0.3, 1e-9, 7.0])),
                 min_size=1, max_size=200), st.data())
@@ -112,6 +113,7 @@ SCHEDULE_KEYS = [("1f1b", 1), ("zb-h1", 1), ("gpipe", 1), ("interleaved", 2), ("
     ("openvla-7b", "dgx-a100-80g", 2, 512, 8),
     ("llava-1.5-7b", "dgx-h100", 1, 256, 32),
 ])
+@pytest.mark.slow
 @pytest.mark.parametrize("objective", ["iteration", "bottleneck"])
 def test_megatron_baselines_floor_skips_only_what_cannot_win(model, cluster, nodes, batch, m, objective):
     base = build_problem(model, cluster, nodes=nodes, global_batch=batch, microbatches=m, options={"variants": ["all"]})
@@ -145,6 +147,7 @@ _VALUES = st.one_of(st.integers(-2, 10**6), st.floats(allow_nan=True, allow_infi
                     st.sampled_from([0.25, 0.5, 0.75, 1.0, 1e13, 2**54]))
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(500), deadline=None)
 @given(st.fixed_dictionaries({"fwd_ms": _VALUES, "bwd_ms": _VALUES, "weight_bytes": _VALUES, "act_bytes": _VALUES},
                              optional={"bwd_input_ms": _VALUES, "bwd_weight_ms": _VALUES}))
@@ -197,6 +200,7 @@ def _screened(model, cluster, nodes, batch, ms):
     ("pi0", "dgx-h100", 1, 256, [4, 8, 16, 32]),
     ("openvla-7b", "dgx-a100-80g", 2, 256, [2, 8, 16]),
 ])
+@pytest.mark.slow
 def test_baseline_replays_skipped_only_when_they_cannot_win(model, cluster, nodes, batch, ms):
     screened = _screened(model, cluster, nodes, batch, ms)
     keys = [k for k in SCHEDULE_KEYS if k != ("1f1b", 1)]

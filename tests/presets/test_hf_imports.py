@@ -57,6 +57,7 @@ def test_parameters_per_part_match_the_meta_device_model(name):
         assert spec.summary()["active_params"] == spec.active_params < 0.2 * spec.params
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ZOO)
 def test_meta_device_counts_recomputed_with_transformers(name):
     pytest.importorskip("torch")
@@ -86,6 +87,7 @@ def test_a_one_stage_plan_holds_a_tied_head_once():
     assert head.params == spec.module("llm").hidden and head.tied_params == spec.module("llm").vocab * spec.module("llm").hidden
 
 
+@pytest.mark.slow
 def test_a_hub_id_asks_for_the_config_first():
     with pytest.raises(ProblemError, match="Hub id.*download its config.json"):
         load_model("Qwen/Qwen2.5-VL-7B-Instruct")
@@ -149,6 +151,7 @@ def test_workload_on_a_preset():
         apply_workload(load_model("llava-1.5-7b"), Workload(image_size=448))
 
 
+@pytest.mark.slow
 def test_cli_plan_shows_the_sequence_lengths():
     proc = run_cli("plan", "--model", str(FIXTURES / "InternVL3-8B-hf"), "--cluster", "dgx-h100", "--nodes", "1",
                    "--global-batch", "8", "--method", "greedy", "--image-size", "896", "--text-tokens", "512", "--json")

@@ -35,6 +35,9 @@ PRESETS = ROOT / "models"
 SECONDS = 30  # issue 28: every hostile file is answered within 30 s
 
 
+pytestmark = pytest.mark.slow  # each case runs the CLI
+
+
 def _set(doc: Any, path: str, value: Any) -> None:
     """Set (or, with ``value`` DELETE, remove) the field at a dotted path with ``[i]`` list indices."""
     parts = path.replace("[", ".").replace("]", "").split(".")

@@ -108,6 +108,7 @@ def test_shapes_pi0_and_openvla():
     assert load_model("llava-1.5-7b").module("vision").frozen
 
 
+@pytest.mark.slow
 def test_presets_are_found_from_another_folder(tmp_path):
     proc = run_cli("models", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -145,6 +146,7 @@ def test_bad_preset_file_names_file_and_field(tmp_path):
         load_model(str(bad))
 
 
+@pytest.mark.slow
 def test_cli_plan_with_unknown_model_exits_2():
     proc = run_cli("plan", "--model", "gpt-9", "--cluster", "dgx-h100", "--nodes", "1", "--global-batch", "8", "--method", "greedy")
     assert proc.returncode == 2

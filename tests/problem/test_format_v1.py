@@ -204,6 +204,7 @@ def test_topology_field_is_validated():
     assert "cluster.topology.edges[0][2]: must be > 0" in message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case,data,path,words", MALFORMED[::4], ids=[m[0] for m in MALFORMED[::4]])
 def test_cli_exits_2_with_the_field_path(cli, tmp_path, case, data, path, words):
     f = tmp_path / "p.json"
@@ -217,6 +218,7 @@ def test_cli_exits_2_with_the_field_path(cli, tmp_path, case, data, path, words)
             assert path in proc.stderr
 
 
+@pytest.mark.slow
 def test_cli_validate_accepts_examples(cli, examples):
     proc = cli("validate", examples / "vla_toy_2x4.json", "--json")
     assert proc.returncode == 0

@@ -134,6 +134,7 @@ times = st.floats(0.0, 50.0, allow_nan=False, allow_infinity=False)
 SCHEDULES = ("1f1b", "gpipe", "forward")  # zb-h1 and interleaved: tests/plan/test_schedules.py
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(150), deadline=None)
 @given(
     data=st.data(),
@@ -207,6 +208,7 @@ def test_simulate_plan_uses_evaluated_times_and_memory(examples):
     assert list(gp.peak_memory_bytes) == [s.weight_bytes + problem.microbatches * s.act_bytes for s in ev.stages]
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(40), deadline=None)
 @given(data=st.data())
 def test_simulated_stash_matches_rule_6_on_random_plans(data):
@@ -293,6 +295,7 @@ def stage_times_problem(tmp_path, fwd, bwd, m):
     return problem, plan
 
 
+@pytest.mark.slow
 def test_cli_lesson16_forward(tmp_path, cli):
     problem, plan = stage_times_problem(tmp_path, [30, 10, 10, 20], [0, 0, 0, 0], 8)
     r = cli("simulate", problem, plan, "--schedule", "forward", "--json")
@@ -304,6 +307,7 @@ def test_cli_lesson16_forward(tmp_path, cli):
     assert doc["peak_memory_bytes"] == [7 + 8 * 3] * 4
 
 
+@pytest.mark.slow
 def test_cli_equal_stages_closed_form(tmp_path, cli):
     P, m, F, B = 4, 8, 2.0, 4.0
     problem, plan = stage_times_problem(tmp_path, [F] * P, [B] * P, m)
@@ -320,6 +324,7 @@ def test_cli_equal_stages_closed_form(tmp_path, cli):
     assert f"makespan {(m + P - 1) * (F + B):.3f} ms" in r.stdout
 
 
+@pytest.mark.slow
 def test_cli_exit_codes(tmp_path, cli, examples):
     problem, plan = stage_times_problem(tmp_path, [1, 1], [1, 1], 4)
     # rule 1: the stages do not cover layer 1
@@ -345,6 +350,7 @@ def test_cli_exit_codes(tmp_path, cli, examples):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_cli_reads_a_solve_result(tmp_path, cli, examples):
     r = cli("solve", examples / "vla_toy_2x4.json", "--method", "brute", "--json")
     assert r.returncode == 0, r.stderr

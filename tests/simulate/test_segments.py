@@ -70,6 +70,7 @@ def test_v1_labels_and_parts_are_one_segment(examples):
     assert all([x.kind for x in parts] == ["segment", "send"] for parts in sim.stage_parts)
 
 
+@pytest.mark.slow
 def test_gantt_splits_a_stage_into_segments_and_hatched_reshards():
     p, _ = _lesson15()
     # slow NVLink and two stages so that the reshard is wide and a plain stage sits beside a split one

@@ -81,6 +81,7 @@ def test_chrome_trace_without_memory_counts_microbatches():
     assert max(e["args"]["microbatches"] for e in counters if e["name"] == "in-flight stage 0") == 2
 
 
+@pytest.mark.slow
 def test_cli_gantt_and_trace(tmp_path, cli, examples):
     problem = examples / "vla_toy_2x4.json"
     r = cli("solve", problem, "--method", "brute", "--json")

@@ -13,6 +13,7 @@ from strategies import examples, small_problems
 REL = 1e-9
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), problem=small_problems())
 def test_brute_equals_evaluate_and_no_random_plan_beats_it(data, problem):

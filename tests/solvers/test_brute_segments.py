@@ -77,6 +77,7 @@ def test_stage_choice_is_the_best_of_all_per_layer_assignments(problem, data):
             assert lay in segment_candidates(problem, s, t, size)
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(data=st.data(), problem=small_v2_problems())
 def test_brute_v2_is_never_beaten_by_a_random_valid_plan(data, problem):

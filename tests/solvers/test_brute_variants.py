@@ -30,6 +30,7 @@ def tiny_problem(vit_layers: int, llm_layers: int, width: int, memory_mib: int, 
                          options={"variants": variants, "memory_reserve_bytes": 0, "allocator_fragmentation": 0.0}, max_stages=3)
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(8), deadline=None)
 @given(vit=st.integers(1, 2), llm=st.integers(2, 3), width=st.sampled_from([512, 1024]), memory=st.integers(150, 600))
 def test_variants_only_add_options_and_refinement_is_exact(vit, llm, width, memory):

@@ -11,6 +11,7 @@ from partitioner.solvers.greedy import balance_cuts, grow_sizes
 from strategies import examples, small_problems, small_v2_problems
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems())
 def test_greedy_is_valid_and_never_beats_the_optimum(problem):
@@ -55,6 +56,7 @@ def test_grow_sizes_uses_every_device():
     assert grow_sizes([1.0] * 3, (1, 2, 4), 2) is None
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems())
 def test_uniform_and_balanced_are_ordered_and_never_beat_the_optimum(problem):
@@ -215,6 +217,7 @@ def _value_reference(problem, tables, plan, compute, objective):
     return objective_value(objective, times, problem.microbatches)
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(small_problems(), small_v2_problems()))
 def test_greedy_values_every_stage_count_as_the_plan_would(problem):

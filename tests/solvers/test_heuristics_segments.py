@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LESSON15 = ROOT / "examples" / "colocated_1node.json"
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=small_v2_problems(), data=st.data())
 def test_best_stage_is_the_exhaustive_stage_optimum(problem, data):
@@ -50,6 +51,7 @@ def test_best_stage_is_best_in_v1(problem, data):
         assert (got.layout, got.compute_ms, got.configs, got.reshard_ms) == (want.layout, want.compute_ms, (want.layout,), 0.0)
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=small_v2_problems())
 def test_heuristics_on_v2_are_valid_and_never_beat_brute(problem):

@@ -75,6 +75,7 @@ def test_cpsat_and_milp_optimise_zb_h1_and_gpipe_and_agree_with_brute(method, ob
     assert r.bound <= oracle.value
 
 
+@pytest.mark.slow
 def test_cli_simulate_defaults_to_the_problems_schedule_and_refuses_a_mismatch(tmp_path):
     from conftest import run_cli
 

@@ -44,6 +44,7 @@ def agree(problem: Problem, objective: str, solver_seed: int = 0) -> None:
     agree_cpsat(problem, objective, solver_seed)
 
 
+@pytest.mark.slow
 @seed(1301)
 @SETTINGS
 @given(comm_free_problems(objectives=("bottleneck",)), st.integers(0, 2))
@@ -51,6 +52,7 @@ def test_arcflow_matches_brute_and_dp_bottleneck(problem, solver_seed):
     agree(problem, "bottleneck", solver_seed=solver_seed)
 
 
+@pytest.mark.slow
 @seed(1302)
 @SETTINGS
 @given(comm_free_problems(objectives=("iteration",)), st.integers(0, 2))
@@ -58,6 +60,7 @@ def test_arcflow_matches_brute_and_dp_iteration(problem, solver_seed):
     agree(problem, "iteration", solver_seed=solver_seed)
 
 
+@pytest.mark.slow
 @seed(1303)
 @settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(comm_free_problems())
@@ -72,6 +75,7 @@ def test_arcflow_without_a_hint_matches_brute(problem):
         check_plan(problem, result)
 
 
+@pytest.mark.slow
 @seed(1304)
 @settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(comm_free_problems(objectives=("bottleneck",)))
@@ -87,6 +91,7 @@ def test_arcflow_solves_zb_h1_bottleneck_like_1f1b(problem):
         assert result.bound <= result.value
 
 
+@pytest.mark.slow
 @seed(1305)
 @settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.data(), comm_free_problems())

@@ -51,6 +51,7 @@ def agree_with_brute(problem, objective: str, solver_seed: int = 0, hint: bool =
     check_plan(problem, result)
 
 
+@pytest.mark.slow
 @seed(1311)
 @SETTINGS
 @given(comm_free_v2(objectives=("bottleneck",)), st.integers(0, 2))
@@ -58,6 +59,7 @@ def test_arcflow_v2_matches_brute_bottleneck(problem, solver_seed):
     agree_with_brute(problem, "bottleneck", solver_seed)
 
 
+@pytest.mark.slow
 @seed(1312)
 @SETTINGS
 @given(comm_free_v2(objectives=("iteration",)), st.integers(0, 2))
@@ -134,6 +136,7 @@ def test_every_arc_has_the_least_units_of_a_real_fitting_tuple(problem):
         assert _units(data, times, chosen, segments) == units
 
 
+@pytest.mark.slow
 @seed(1316)
 @settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.data(), comm_free_v2())

@@ -171,18 +171,21 @@ def agree(problem: Problem, objective: str, seed: int = 0) -> None:
     assert result.gap <= REL
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems(objectives=("bottleneck",)), st.integers(0, 3))
 def test_cpsat_matches_brute_and_dp_bottleneck(problem, seed):
     agree(problem, "bottleneck", seed)
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems(objectives=("iteration",)), st.integers(0, 3))
 def test_cpsat_matches_brute_and_dp_iteration(problem, seed):
     agree(problem, "iteration", seed)
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems())
 def test_cpsat_without_a_hint_matches_brute(problem):
@@ -194,6 +197,7 @@ def test_cpsat_without_a_hint_matches_brute(problem):
         assert result.value == pytest.approx(oracle.value, rel=REL)
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.data(), small_problems())
 def test_every_valid_plan_is_a_solution_of_the_model_at_its_cost(data, problem):
@@ -247,6 +251,7 @@ def test_infeasible_problems_say_why():
     assert result.status == "infeasible" and "layer 1" in result.message
 
 
+@pytest.mark.slow
 def test_time_limit_gives_a_feasible_plan_a_bound_and_a_gap():
     # proving this one takes ~18 s on one worker (64 L x 4 x 8 now proves in under 2 s), so 2 s stops it early
     problem = vla_like_problem(64, 16, 4, seed=0)
@@ -260,6 +265,7 @@ def test_time_limit_gives_a_feasible_plan_a_bound_and_a_gap():
     evaluate(problem, result.plan)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "layers,nodes,sizes", [(30, 4, [8, 16, 8]), (60, 8, [8, 16, 24, 16]), (120, 16, [32, 32, 32, 32])]
 )
@@ -307,6 +313,7 @@ def test_bad_options_are_input_errors(examples):
             solve(toy, "cpsat", options=options)
 
 
+@pytest.mark.slow
 def test_cli_json_result(cli, examples):
     out = cli("solve", examples / "vla_toy_2x4.json", "--method", "cpsat", "--json", "-o", "num_workers=1")
     assert out.returncode == 0, out.stderr

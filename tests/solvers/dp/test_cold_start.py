@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.cold_start
+@pytest.mark.slow
 def test_the_first_run_on_an_empty_cache_keeps_its_promises():
     proc = subprocess.run([sys.executable, str(ROOT / ".ci" / "cold_start.py"), "--source", str(ROOT)],
                           capture_output=True, text=True, timeout=1800)

@@ -29,12 +29,14 @@ def agree(problem, objective, options=None):
     return result
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems(objectives=("bottleneck",)))
 def test_dp_matches_brute_bottleneck(problem):
     agree(problem, "bottleneck")
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems(objectives=("iteration",)))
 def test_dp_matches_brute_iteration(problem):

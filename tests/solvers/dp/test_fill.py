@@ -204,6 +204,7 @@ def agree(problem: Problem, objective: str, options=None):
         check_plan(problem, result)
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     data=st.data(),

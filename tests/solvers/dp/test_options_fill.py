@@ -114,6 +114,7 @@ def draw_spec(data, model: DPModel, schedule: str):
     return GPipeSpec(part, cap)
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(
     data=st.data(),

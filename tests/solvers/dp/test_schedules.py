@@ -63,6 +63,7 @@ def _draw(data, v2: bool, transfers: bool):
     return under(base, schedule, shares, data.draw(st.integers(1, 3000)) if transfers else None), objective
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), v2=st.booleans())
 def test_dp_matches_brute_under_zb_h1_and_gpipe(data, v2):
@@ -70,6 +71,7 @@ def test_dp_matches_brute_under_zb_h1_and_gpipe(data, v2):
     agree(problem, objective)
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(data=st.data(), v2=st.booleans())
 def test_dp_matches_brute_with_transfers_across_nodes(data, v2):

@@ -148,18 +148,21 @@ def agree_brute(problem: Problem, objective: str, options=None):
         assert result.message
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_v2_problems(objectives=("bottleneck",)))
 def test_dp_v2_matches_brute_bottleneck(problem):
     agree_brute(problem, "bottleneck")
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_v2_problems(objectives=("iteration",)))
 def test_dp_v2_matches_brute_iteration(problem):
     agree_brute(problem, "iteration")
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_v2_problems())
 def test_dp_v2_exact_placement_automaton_matches_brute(problem):
@@ -182,12 +185,14 @@ def agree(problem: Problem, objective: str, options=None):
     return result
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(small_v2(objectives=("bottleneck",)))
 def test_dp_v2_matches_exhaustive_bottleneck(problem):
     agree(problem, "bottleneck")
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(small_v2(objectives=("iteration",)))
 def test_dp_v2_matches_exhaustive_iteration(problem):
@@ -223,6 +228,7 @@ def stage_best(problem: Problem, a: int, b: int, d: int, stash: int) -> float:
     return best
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(small_v2(max_layers=7), small_v2_problems()), st.integers(1, 6))
 def test_stage_table_is_the_least_time_over_segment_configs(problem, stash):
@@ -361,6 +367,7 @@ def test_time_limit_returns_the_best_known_plan():
     assert r.value <= greedy.value * (1 + 1e-12)
 
 
+@pytest.mark.slow
 def test_memory_budget_is_checked_before_the_tables_are_built():
     from benchmarks.synthetic import synthetic_problem
 

@@ -140,6 +140,7 @@ def _wide_v2(draw) -> Problem:
     return Problem.from_dict(doc)
 
 
+@pytest.mark.slow
 @settings(deadline=None, max_examples=examples(80))
 @given(_wide_v2(), st.lists(st.integers(1, 5), min_size=1, max_size=3))
 def test_stage_tables_match_the_enumeration_of_segment_configs(problem, stashes):
@@ -250,6 +251,7 @@ def _assert_summation_order(costs: StageCosts, stashes) -> None:
                         assert np.isinf(U[a, b, len(got):]).all() and np.isinf(W[a, b, len(got):]).all()
 
 
+@pytest.mark.slow
 @settings(deadline=None, max_examples=examples(60))
 @given(st.one_of(_wide_v2(), small_v2_problems(max_layers=6)), st.lists(st.integers(1, 5), min_size=1, max_size=3),
        st.booleans())
@@ -273,6 +275,7 @@ def test_stage_tables_are_the_summation_order_bit_for_bit(problem, stashes, tiny
         _assert_summation_order(StageCosts(problem, tuple(first.values()), sizes), stashes[:1])
 
 
+@pytest.mark.slow
 def test_stage_tables_with_long_frontiers_bit_for_bit():
     """Nine one-layer runs, two meshes that trade time for memory: frontiers far past the buffers' start."""
     from unittest.mock import patch

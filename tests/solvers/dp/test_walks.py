@@ -106,6 +106,7 @@ def staircases(draw):
     return [(float(f), float(M)) for f, M in zip(sums, maxes)]
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(600), deadline=None)
 @given(staircases(), st.integers(0, 12), st.booleans(), st.integers(0, 3), st.sampled_from([None, 0.5, 1.0, 1.5]))
 def test_threshold_search_finds_the_least_value_of_any_staircase(plans, coef, snap, slack, cap_ratio):

@@ -133,12 +133,14 @@ def check_against_brute(problem: Problem) -> None:
         assert list(sim.peak_memory_bytes) == list(r.evaluation.peak_memory_bytes)  # rule 6 = the replay's peak
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(interleaved_problems(version=1))
 def test_v1_exact_methods_match_brute(problem):
     check_against_brute(problem)
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(interleaved_problems(version=2))
 def test_v2_exact_methods_match_brute(problem):

@@ -43,24 +43,28 @@ def agree(problem: Problem, objective: str, options: dict | None = None) -> None
     assert result.gap <= REL
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems(objectives=("bottleneck",)))
 def test_highs_matches_brute_and_dp_bottleneck(problem):
     agree(problem, "bottleneck")
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems(objectives=("iteration",)))
 def test_highs_matches_brute_and_dp_iteration(problem):
     agree(problem, "iteration")
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems())
 def test_cbc_matches_brute_and_dp(problem):
     agree(problem, problem.objective, CBC)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # PuLP 3 announcing its 4.0 API
 @settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.data(), small_problems())
@@ -102,6 +106,7 @@ def test_infeasible_problems_say_why():
         assert result.message == explain_infeasible(problem)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [{}, CBC], ids=["highs", "cbc"])
 def test_time_limit_gives_a_feasible_plan_a_bound_and_a_gap(options):
     problem = vla_like_problem(64, 4, 8, seed=0)
@@ -114,6 +119,7 @@ def test_time_limit_gives_a_feasible_plan_a_bound_and_a_gap(options):
     evaluate(problem, result.plan)
 
 
+@pytest.mark.slow
 def test_planted_optimum():
     problem, optimum = planted_problem(30, 4, [8, 16, 8])
     result = solve(problem, "milp")
@@ -136,6 +142,7 @@ def test_warm_start_unknown_backend_and_topology(examples):
     assert refused.status == "error" and "custom cluster topologies" in refused.message
 
 
+@pytest.mark.slow
 def test_cli_json_is_not_polluted_by_the_solver(cli, examples):
     for backend in ("highs", "cbc"):
         out = cli("solve", examples / "rebalance_4gpu.json", "--method", "milp", "--json", "-o", f"backend={backend}")

@@ -47,6 +47,7 @@ def sentinel_problem(examples, value: float) -> Problem:
     return dataclasses.replace(problem, layers=tuple(layers))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", [1e12, 1e15, 1e18])
 @pytest.mark.parametrize("method,options", EXACT, ids=["cpsat", "cpsat-nohint", "highs", "highs-nohint", "cbc"])
 def test_sentinel_costs_never_give_a_wrong_optimal(examples, value, method, options):
@@ -100,6 +101,7 @@ def many_layers(layers: int) -> Problem:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["cpsat", "milp"])
 def test_a_model_too_large_for_the_limit_is_refused_early_and_answers_the_greedy_plan(method):
     """Refused at once (never built past the limit), the method still answers: the greedy plan, feasible."""
@@ -115,6 +117,7 @@ def test_a_model_too_large_for_the_limit_is_refused_early_and_answers_the_greedy
     assert seconds <= 1.0 + SLACK
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [{}, {"backend": "cbc"}], ids=["highs", "cbc"])
 @pytest.mark.parametrize("layers,limit", [(24, 4.0), (40, 6.0)])
 def test_milp_keeps_its_time_limit(options, layers, limit):
@@ -129,6 +132,7 @@ def test_milp_keeps_its_time_limit(options, layers, limit):
     evaluate(problem, result.plan)
 
 
+@pytest.mark.slow
 def test_a_build_cut_short_returns_the_hint_with_a_bound():
     problem = vla_like_problem(64, 4, 8, seed=0)
     greedy = solve(problem, "greedy")

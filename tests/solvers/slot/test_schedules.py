@@ -74,24 +74,28 @@ def agree(problem: Problem, method: str, options: dict) -> None:
     assert analytic_bound(problem, problem.objective) <= oracle.value
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(150), **SETTINGS)
 @given(schedule_problems())
 def test_cpsat_matches_brute_under_zb_h1_and_gpipe(problem):
     agree(problem, "cpsat", CPSAT)
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(120), **SETTINGS)
 @given(schedule_problems())
 def test_highs_matches_brute_under_zb_h1_and_gpipe(problem):
     agree(problem, "milp", {})
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(25), **SETTINGS)
 @given(schedule_problems())
 def test_cbc_matches_brute_under_zb_h1_and_gpipe(problem):
     agree(problem, "milp", {"backend": "cbc"})
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(40), **SETTINGS)
 @given(schedule_problems())
 def test_without_a_hint_both_match_brute(problem):
@@ -99,6 +103,7 @@ def test_without_a_hint_both_match_brute(problem):
     agree(problem, "milp", {"hint": False})
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # PuLP 3 announcing its 4.0 API
 @settings(max_examples=examples(60), **SETTINGS)
 @given(st.data(), schedule_problems())

@@ -38,24 +38,28 @@ def agree(problem: Problem, objective: str, method: str, options: dict, seed: in
     assert result.gap <= REL
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_v2_problems(), st.integers(0, 3))
 def test_cpsat_v2_matches_brute(problem, seed):
     agree(problem, problem.objective, "cpsat", CPSAT, seed)
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_v2_problems())
 def test_highs_v2_matches_brute(problem):
     agree(problem, problem.objective, "milp", {})
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_v2_problems())
 def test_cbc_v2_matches_brute(problem):
     agree(problem, problem.objective, "milp", {"backend": "cbc"})
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_v2_problems())
 def test_v2_without_a_hint_matches_brute(problem):
@@ -63,6 +67,7 @@ def test_v2_without_a_hint_matches_brute(problem):
     agree(problem, problem.objective, "milp", {"hint": False})
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems())
 def test_a_one_module_v2_problem_is_its_v1_twin(problem):
@@ -80,6 +85,7 @@ def test_a_one_module_v2_problem_is_its_v1_twin(problem):
 # --------------------------------------------------------------------------- completeness of both models (every valid v2 plan is a solution at its cost)
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.data(), small_v2_problems())
 def test_every_valid_v2_plan_is_a_cpsat_solution_at_its_cost(data, problem):
@@ -87,6 +93,7 @@ def test_every_valid_v2_plan_is_a_cpsat_solution_at_its_cost(data, problem):
     cpsat_model_holds(problem, plan, true_value)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # PuLP 3 announcing its 4.0 API
 @settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.data(), small_v2_problems())
