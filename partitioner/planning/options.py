@@ -43,10 +43,12 @@ class PlanOptions:
     """What the solves minimise: the schedule's iteration estimate or the bottleneck stage time."""
 
     time_limit: float | None = None
-    """Seconds per solve. Without one, a re-solve under another schedule than 1F1B
-    is limited to the time the 1F1B solves took (at least
-    :data:`~partitioner.planning.plan_model.RESOLVE_MIN_SECONDS`); cut short, a
-    method answers its best plan."""
+    """Seconds for the whole run (:class:`~partitioner.planning.deadline.Deadline`):
+    each solve gets what is left, and a re-solve under another schedule than 1F1B
+    at most the time the 1F1B solves took (at least
+    :data:`~partitioner.planning.plan_model.RESOLVE_MIN_SECONDS`). Once it has
+    passed, the run returns its best plan so far, ``feasible``, its message
+    naming what was cut short."""
 
     options: Mapping[str, Any] | CostOptions | None = None
     """Cost-model options (:func:`~partitioner.planning.plan_options`: every

@@ -22,7 +22,9 @@ from ..plan import Plan
 from ..presets import ClusterSpec, ModelSpec, load_cluster, load_model
 from ..problem import OBJECTIVES, ProblemError
 from ..solvers import SolverError
+from ..solvers.base import check_time_limit
 from .assemble import assemble, best_baselines, no_plan
+from .deadline import Deadline
 from .knob_solve import solve_with_knobs
 from .options import KNOB_SOLVES, PlanOptions
 from .records import BaselineRun, KnobSolve, MicrobatchTrial, ScreenedCount, finite
@@ -139,12 +141,22 @@ def _microbatch_counts(opts: PlanOptions) -> list[int]:
     raise ProblemError(f"must be a positive integer or 'auto', got {opts.microbatches!r}", path="microbatches")
 
 
-def _solve_counts(chosen: list[ScreenedCount], opts: PlanOptions) -> tuple[KnobSolve | None, dict[int, KnobSolve]]:
-    """Solve each chosen count with the method; the fastest plan (the first on ties) and every count's solve."""
+def _solve_counts(chosen: list[ScreenedCount], opts: PlanOptions,
+                  deadline: Deadline) -> tuple[KnobSolve | None, dict[int, KnobSolve]]:
+    """Solve each chosen count with the method; the fastest plan (the first on ties) and every count's solve.
+
+    Once ``deadline`` has passed, the counts left are not solved (the deadline records it).
+    """
     best: KnobSolve | None = None
     done: dict[int, KnobSolve] = {}
-    for entry in chosen:
-        solved = done[entry.m] = solve_with_knobs(entry, opts)
+    for i, entry in enumerate(chosen):
+        found = best is not None or any(e.bases for e in chosen)
+        # once the deadline has passed, a count is still "solved" only to keep its baseline, or for the one
+        # grace solve of a run that found nothing
+        if deadline.expired() and (best is not None or (not entry.bases and (found or not deadline.has_grace))):
+            deadline.cut(f"{opts.method} solves not started", "m=" + ", m=".join(str(e.m) for e in chosen[i:]))
+            break
+        solved = done[entry.m] = solve_with_knobs(entry, opts, deadline=deadline, found=found)
         if solved.has_plan and (best is None or solved.iteration_ms < best.iteration_ms):
             best = solved
     return best, done
@@ -160,44 +172,56 @@ def _trials(screened: list[ScreenedCount], done: Mapping[int, KnobSolve]) -> lis
 
 
 def _no_plan_reason(chosen: list[ScreenedCount], done: Mapping[int, KnobSolve], skipped: list[str]) -> str:
-    """Why no count has a plan: the last solve's message, else why counts were skipped."""
-    last = done[chosen[-1].m].last if chosen else None
-    return (last.message if last is not None and last.message else "") or "; ".join(skipped[:3]) or "no plan fits"
+    """Why no count has a plan: the last solved count's messages, else why counts were skipped."""
+    solved = [done[e.m] for e in chosen if e.m in done and done[e.m].last is not None]
+    return (solved[-1].result.message if solved else "") or "; ".join(skipped[:3]) or "no plan fits"
 
 
 def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptions) -> ModelPlan:
     """:func:`plan_model` with its options gathered in a :class:`~.options.PlanOptions`."""
+    deadline = Deadline(check_time_limit(opts.time_limit))  # one limit for the whole run, from its start
     _check_choices(opts)  # bad input fails before any work
     spec, cl = load_model(model), load_cluster(cluster)
     counts = _microbatch_counts(opts)
-    screened, skipped = screen_counts(Builders(spec, cl, opts), counts, plan_options(opts.options))
+    screened, skipped = screen_counts(Builders(spec, cl, opts), counts, plan_options(opts.options), deadline)
     chosen = counts_to_solve(screened, len(counts) > 1, opts)
     began = time.perf_counter()
-    best, done = _solve_counts(chosen, opts)
+    best, done = _solve_counts(chosen, opts, deadline)
     tried = _trials(screened, done)
     if best is None:
-        return no_plan(opts.method, opts.objective, f"no plan found: {_no_plan_reason(chosen, done, skipped)}", tried)
+        why = _no_plan_reason(chosen, done, skipped)
+        return no_plan(opts.method, opts.objective, "; ".join(filter(None, [f"no plan found: {why}", deadline.message()])),
+                       tried, status="error" if deadline.cuts else "infeasible")
     bests, report = best_baselines(screened), None
     if opts.tries_schedules:
-        # a re-solve under another schedule gets the user's limit, or as long as the 1F1B solves took
-        # (at least RESOLVE_MIN_SECONDS): an exact method cut short answers its best plan, and the
-        # schedules are compared by simulation anyway
-        limit = opts.time_limit if opts.time_limit is not None else max(RESOLVE_MIN_SECONDS, time.perf_counter() - began)
-        best, bests, report = _pick_schedule(best, screened, replace(opts, time_limit=limit), opts)
+        # a re-solve under another schedule gets as long as the 1F1B solves took (at least
+        # RESOLVE_MIN_SECONDS), within what the deadline leaves: an exact method cut short answers its
+        # best plan, and the schedules are compared by simulation anyway
+        cap = max(RESOLVE_MIN_SECONDS, time.perf_counter() - began)
+        best, bests, report = _pick_schedule(best, screened, opts, deadline, cap)
         if report.chosen is None:  # a pinned schedule nothing runs under: say so, never fall back to another
             why = "; ".join(dict.fromkeys(f"{r.plan_source} under {r.schedule}: {r.reason}" for r in report.rows))
-            return no_plan(opts.method, opts.objective, f"no plan runs under the pinned schedule {opts.schedule}: "
-                           f"{why or 'no candidate'}", tried, report)
-    return assemble(best, bests, tried, spec, cl, report)
+            return no_plan(opts.method, opts.objective, "; ".join(filter(None, [
+                f"no plan runs under the pinned schedule {opts.schedule}: {why or 'no candidate'}", deadline.message()])),
+                tried, report, status="error" if deadline.cuts else "infeasible")
+    return _cut_short(assemble(best, bests, tried, spec, cl, report), deadline)
 
 
-def _pick_schedule(best: KnobSolve, screened: list[ScreenedCount], resolve_opts: PlanOptions,
-                   opts: PlanOptions) -> tuple[KnobSolve, dict[str, BaselineRun], ScheduleReport]:
-    """:func:`choose_schedule` of ``best``, re-solving with ``resolve_opts`` (its time limit the re-solve budget)."""
+def _cut_short(result: ModelPlan, deadline: Deadline) -> ModelPlan:
+    """``result``, ``feasible`` and its message naming what the deadline cut short, when it cut anything."""
+    if not deadline.cuts:
+        return result
+    status = "feasible" if result.status == "optimal" else result.status
+    return replace(result, status=status, message="; ".join(filter(None, [result.message, deadline.message()])))
+
+
+def _pick_schedule(best: KnobSolve, screened: list[ScreenedCount], opts: PlanOptions, deadline: Deadline,
+                   cap: float) -> tuple[KnobSolve, dict[str, BaselineRun], ScheduleReport]:
+    """:func:`choose_schedule` of ``best``; each re-solve gets at most ``cap`` seconds of what ``deadline`` leaves."""
 
     def resolve(entry: ScreenedCount, warm: Mapping[str, Plan]) -> KnobSolve:
-        return solve_with_knobs(entry, resolve_opts, warm)
+        return solve_with_knobs(entry, opts, warm, deadline=deadline, cap=cap)
 
     return choose_schedule(best, screened, method=opts.method, objective=opts.objective, resolve=resolve,
                            keys=schedule_keys(opts.schedule, opts.virtual_stages), simulate=opts.simulate,
-                           pinned=opts.schedule != "auto")
+                           pinned=opts.schedule != "auto", deadline=deadline)
