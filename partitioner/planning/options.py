@@ -12,6 +12,7 @@ from typing import Any, Literal, Mapping, get_args
 
 from ..costs import CostOptions
 from ..problem import Objective
+from .targets import Target
 
 __all__ = ["PlanOptions", "KnobSolves", "ScheduleChoice", "SCHEDULE_CHOICES", "KNOB_SOLVES"]
 
@@ -86,6 +87,12 @@ class PlanOptions:
 
     virtual_stages: int | None = None
     """With ``schedule="interleaved"``, pins v (default: 2, 3 and 4 are tried)."""
+
+    target: Target = "any"
+    """``megatron``, ``torchtitan`` or ``deepspeed``: search only the plans that
+    framework runs (:mod:`partitioner.planning.targets`: its schedules, one mesh,
+    its knobs, where it may cut); ``any``: every plan, and the result says per
+    target the best candidate it runs (``targets``)."""
 
     @property
     def tries_schedules(self) -> bool:

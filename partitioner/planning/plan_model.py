@@ -32,6 +32,7 @@ from .results import ModelPlan
 from .schedule_choice import choose_schedule, schedule_keys
 from .schedule_report import ScheduleReport
 from .screening import Builders, counts_to_solve, screen_counts
+from .targets import rules_for
 
 __all__ = ["plan_model", "run_plan", "plan_options", "microbatch_candidates", "RESOLVE_MIN_SECONDS"]
 
@@ -83,6 +84,7 @@ def plan_model(
     schedules: bool = True,
     schedule: str = "auto",
     virtual_stages: int | None = None,
+    target: str = "any",
 ) -> ModelPlan:
     """Plan the training of a model preset on a cluster preset.
 
@@ -91,7 +93,7 @@ def plan_model(
     model, cluster : str or spec
         Preset names, YAML paths or spec objects.
     nodes, global_batch, microbatches, method, objective, time_limit, options, profile, seed, simulate, \
-auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages
+auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages, target
         The fields of :class:`~partitioner.planning.options.PlanOptions`, documented there.
 
     Returns
@@ -115,7 +117,7 @@ auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages
                        method=method, objective=objective, time_limit=time_limit,  # type: ignore[arg-type]
                        options=options, profile=profile, seed=seed, simulate=simulate, auto_solves=auto_solves,
                        max_stages=max_stages, knob_solves=knob_solves, schedules=schedules,  # type: ignore[arg-type]
-                       schedule=schedule, virtual_stages=virtual_stages)  # type: ignore[arg-type]
+                       schedule=schedule, virtual_stages=virtual_stages, target=target)  # type: ignore[arg-type]
     return run_plan(model, cluster, opts)
 
 
@@ -125,7 +127,19 @@ def _check_choices(opts: PlanOptions) -> None:
         raise SolverError(f"unknown objective {opts.objective!r}; choose one of {', '.join(OBJECTIVES)}")
     if opts.knob_solves not in KNOB_SOLVES:
         raise SolverError(f"knob_solves must be fast or all, got {opts.knob_solves!r}")
-    schedule_keys(opts.schedule, opts.virtual_stages)
+    _keys(opts)
+
+
+def _keys(opts: PlanOptions) -> list[tuple[str, int]]:
+    """The ``(schedule, v)`` pairs to try: :func:`schedule_keys`, only the target's schedules with a target."""
+    keys = schedule_keys(opts.schedule, opts.virtual_stages)
+    rules = rules_for(opts.target)
+    if rules is None:
+        return keys
+    if opts.schedule != "auto" and opts.schedule not in rules.schedules:
+        raise ProblemError(f"{rules.name} does not run schedule {opts.schedule} (it runs {', '.join(rules.schedules)})",
+                           path="schedule")
+    return [k for k in keys if k[0] in rules.schedules]
 
 
 def _microbatch_counts(opts: PlanOptions) -> list[int]:
@@ -223,5 +237,5 @@ def _pick_schedule(best: KnobSolve, screened: list[ScreenedCount], opts: PlanOpt
         return solve_with_knobs(entry, opts, warm, deadline=deadline, cap=cap)
 
     return choose_schedule(best, screened, method=opts.method, objective=opts.objective, resolve=resolve,
-                           keys=schedule_keys(opts.schedule, opts.virtual_stages), simulate=opts.simulate,
+                           keys=_keys(opts), simulate=opts.simulate,
                            pinned=opts.schedule != "auto", deadline=deadline)

@@ -25,6 +25,7 @@ from .knobs import _projections
 from .options import PlanOptions
 from .records import BaselineRun, ScreenedCount
 from .results import iteration_of, simulate_plan
+from .targets import restrict, rules_for
 
 __all__ = ["Builders", "screen_counts", "counts_to_solve"]
 
@@ -69,12 +70,19 @@ def _greedy_screen(problem: Problem, opts: PlanOptions) -> float:
 
 
 def _problems(m: int, builders: Builders, options: CostOptions) -> tuple[Problem, Problem]:
-    """The plan's problem at m and the baselines' (the same when ``options`` allow every knob)."""
+    """The plan's problem at m and the baselines' (the same when ``options`` allow every knob).
+
+    With a target (``plan --target``), both lose the knobs the target cannot
+    set (:func:`~.targets.restrict`): its baselines are plans it runs.
+    """
+    rules = rules_for(builders.opts.target)
     problem = builders.build(m, options)
     # the baselines always see every knob (a user restricting the plan's knobs does not restrict FSDP's)
-    if options.variants == ("all",):
-        return problem, problem
-    return problem, builders.build(m, replace(options, variants=("all",)))
+    base = problem if options.variants == ("all",) else builders.build(m, replace(options, variants=("all",)))
+    if rules is not None:
+        restricted = restrict(problem, rules)
+        return restricted, restricted if base is problem else restrict(base, rules)
+    return problem, base
 
 
 def _screen(m: int, problem: Problem, base_problem: Problem, opts: PlanOptions, several: bool,
