@@ -32,6 +32,7 @@ from .results import ModelPlan
 from .schedule_choice import choose_schedule, schedule_keys
 from .schedule_report import ScheduleReport
 from .screening import Builders, counts_to_solve, screen_counts
+from .target_report import target_summaries
 from .targets import rules_for
 
 __all__ = ["plan_model", "run_plan", "plan_options", "microbatch_candidates", "RESOLVE_MIN_SECONDS"]
@@ -218,7 +219,10 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
             return no_plan(opts.method, opts.objective, "; ".join(filter(None, [
                 f"no plan runs under the pinned schedule {opts.schedule}: {why or 'no candidate'}", deadline.message()])),
                 tried, report, status="error" if deadline.cuts else "infeasible")
-    return _cut_short(assemble(best, bests, tried, spec, cl, report), deadline)
+    result = assemble(best, bests, tried, spec, cl, report)
+    if rules_for(opts.target) is None and result.plan is not None:  # --target any: what each framework runs of it
+        result = replace(result, targets=target_summaries(result, report, bests))
+    return _cut_short(result, deadline)
 
 
 def _cut_short(result: ModelPlan, deadline: Deadline) -> ModelPlan:

@@ -37,7 +37,7 @@ from ..plan import Plan, Stage
 from ..problem import Layer, LayerCost, Layout, Problem, ProblemError
 
 __all__ = ["Target", "TARGETS", "TargetRules", "RULES", "rules_for", "restrict", "settings", "module_variant",
-           "layer_groups", "single_layout", "expand", "layouts", "LLM_ROLES"]
+           "layer_groups", "single_layout", "expand", "layouts", "runs", "config_of", "LLM_ROLES"]
 
 Target = Literal["any", "megatron", "torchtitan", "deepspeed"]
 TARGETS: tuple[Target, ...] = get_args(Target)
@@ -232,3 +232,48 @@ def expand(plan: Plan, groups: Sequence[tuple[int, int]], problem: Problem, conf
         stages.append(Stage.from_configs(first, last, s.devices, [configs[problem.layers[a].module] for a, _ in segs],
                                          s.device_ids))
     return Plan(tuple(stages))
+
+
+def runs(rules: TargetRules, problem: Problem, plan: Plan) -> list[str]:
+    """Why the target cannot run ``plan`` on ``problem`` (its schedule, meshes, knobs and cuts); [] when it can.
+
+    The rules of :data:`RULES`, checked on a plan found without them (``plan
+    --target any`` reports per target the best candidate that passes).
+    """
+    reasons: list[str] = []
+    schedule = problem.training.schedule
+    if schedule not in rules.schedules:
+        reasons.append(f"schedule {schedule}: {rules.name} runs {', '.join(rules.schedules)}")
+    configs = [(s, (a, b), c) for s in plan.stages for (a, b), c in s.segment_configs(problem)]
+    meshes = {(c.dp, c.tp) for _, _, c in configs}
+    if len(meshes) > 1:
+        reasons.append(f"{len(meshes)} meshes (dp, tp) {sorted(meshes)}: {rules.name} runs one for every stage")
+    decoders = _decoder_modules(problem)
+    knobs = []
+    for _, (a, _b), c in configs:
+        has_decoder = problem.layers[a].module in decoders
+        if not _allowed(rules, c.variant, has_decoder):
+            reasons.append(f"knobs {c.variant or 'plain'} on {problem.layers[a].module}: not a {rules.name} setting")
+        knobs.append((parse_variant(c.variant) if _known(c.variant) else Knobs(), c.dp, has_decoder))
+    zeros = {k.zero for k, dp, _ in knobs if dp > 1}  # ZeRO-0 next to ZeRO-1 runs as ZeRO-1 (the exporters' one_zero)
+    if 3 in zeros and len(zeros) > 1:
+        reasons.append(f"mixed ZeRO stages {sorted(zeros)}: {rules.name} sets one")
+    covered = [k.recompute for k, _, dec in knobs if dec or not rules.recompute_decoder_only]
+    if len(set(covered)) > 1 and rules.name != "deepspeed":  # DeepSpeed sets activation_checkpoint_interval per stage
+        reasons.append(f"mixed recompute settings {sorted(set(covered))}: {rules.name} sets one")
+    try:
+        starts = {a for a, _ in layer_groups(problem, rules)}
+    except ProblemError as err:
+        return [*reasons, err.reason]
+    inside = [s.first_layer for s in plan.stages if s.first_layer not in starts]
+    if inside:
+        reasons.append(f"cut before layer(s) {inside}: {rules.name} does not cut there (vision encoder placement)")
+    return reasons
+
+
+def _known(variant: str) -> bool:
+    try:
+        parse_variant(variant)
+    except ValueError:
+        return False
+    return True

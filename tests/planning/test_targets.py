@@ -117,3 +117,19 @@ def test_knob_solves_all_proves_the_target_plan_optimal():
     assert result.bound is not None and result.bound <= result.value * (1 + 1e-9)
     fast = plan_model("pi0", "dgx-h100", nodes=1, global_batch=64, microbatches=4, target="megatron", schedule="1f1b")
     assert fast.status == "feasible" and "knob_solves=fast" in fast.message  # settings left unsolved: not proven
+
+
+def test_target_any_reports_per_target_the_fastest_candidate_it_runs():
+    result = plan_model("llava-1.5-7b", "dgx-h100", nodes=2, global_batch=64)
+    doc = result.to_dict()
+    assert set(doc["targets"]) == set(RULES)
+    for target, summary in doc["targets"].items():
+        if summary["plan"] is None:
+            continue
+        assert summary["plan"]["schedule"] in RULES[target].schedules
+        assert summary["iteration_ms"] >= result.throughput.iteration_ms * (1 - 1e-9)  # never faster than the kept plan
+        if not summary["reasons"]:  # the kept plan runs there: it is the one reported
+            assert summary["iteration_ms"] == pytest.approx(result.throughput.iteration_ms)
+            assert export_result(result, target).expressible
+    targeted = plan_model("llava-1.5-7b", "dgx-h100", nodes=2, global_batch=64, target="megatron")
+    assert "targets" not in targeted.to_dict()
