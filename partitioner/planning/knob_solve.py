@@ -126,6 +126,7 @@ def _limit(entry: ScreenedCount, variant: str, opts: PlanOptions, tally: _Tally,
     limit = deadline.solve_limit(cap)
     if limit is not None and limit <= 0 and not found and tally.best is None and not entry.bases:
         limit = deadline.grace()
+        deadline.cut(f"{opts.method} solves given only the {limit:g} s grace after the deadline", _where(entry, variant))
     if limit is not None and limit <= 0:
         deadline.cut(f"{opts.method} solves not started", _where(entry, variant))
     return limit
@@ -161,7 +162,7 @@ def solve_with_knobs(entry: ScreenedCount, opts: PlanOptions, warm: Mapping[str,
             break
         result = _solve_setting(entry, variant, proj, opts, warm or {}, tally, limit)
         if limit is not None and deadline.limited and result.status not in ("optimal", "infeasible") \
-                and result.solve_seconds >= 0.9 * limit:
+                and (result.solve_seconds >= 0.9 * limit or deadline.expired()):
             deadline.cut(f"{opts.method} solves stopped at the time limit", f"{_where(entry, variant)} ({result.status})")
     kept = _fastest_baseline(entry)
     if tally.best is None and kept is None:
