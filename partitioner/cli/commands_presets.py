@@ -58,7 +58,8 @@ def plan_cmd(
     microbatches: str = typer.Option("auto", "--microbatches", help="Microbatches per iteration, or 'auto' (divisors of the batch)."),
     method: str = typer.Option("dp", "--method", "-m", help="Solver (dp, cpsat, milp, brute, greedy, ...)."),
     objective: str = typer.Option("iteration", "--objective", help="iteration | bottleneck"),
-    time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds per solve."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit",
+                                               help="Seconds for the whole command (each solve gets what is left)."),
     max_stages: Optional[int] = typer.Option(None, "--max-stages", help="Upper bound on the pipeline depth (faster solves)."),
     cost_option: Optional[List[str]] = typer.Option(None, "--cost-option", "-c", help="Cost-model option key=value (repeatable)."),
     profile: Optional[Path] = typer.Option(None, "--profile", help="Profiled per-layer times (CSV or JSON)."),
@@ -66,6 +67,12 @@ def plan_cmd(
     schedule: str = typer.Option("auto", "--schedule", "-s",
                                  help="auto (try every schedule, keep the fastest simulated) | 1f1b | zb-h1 | gpipe | interleaved"),
     virtual_stages: Optional[int] = typer.Option(None, "--virtual-stages", help="With --schedule interleaved: v (default: 2, 3, 4 tried)."),
+    target: str = typer.Option("any", "--target",
+                               help="any | megatron | torchtitan | deepspeed: search only the plans that framework runs "
+                                    "(any: every plan; the result says per framework the best candidate it runs)."),
+    knob_solves: str = typer.Option("fast", "--knob-solves",
+                                    help="fast (the first knob setting with a plan) | all (every setting: slower, "
+                                         "needed to prove a plan optimal)."),
     gantt: Optional[Path] = typer.Option(None, "--gantt", help="Write a Gantt chart of the plan (PNG/SVG)."),
     as_json: bool = typer.Option(False, "--json", help="Print result format v1 plus baseline and throughput."),
     images: Optional[int] = typer.Option(None, "--images", help="Images (or video clips) per sample."),
@@ -82,12 +89,16 @@ def plan_cmd(
     anyres), and the plan shows the sequence lengths they imply.
     """
     from ..planning import plan_model
+    from ..planning.options import KNOB_SOLVES
     from ..planning.schedule_choice import SCHEDULE_CHOICES
+    from ..planning.targets import TARGETS
     from ..presets import Workload, load_model, sequence_summary
 
     check_choice(method, methods(), "--method")
     check_choice(objective, OBJECTIVES, "--objective")
     check_choice(schedule, SCHEDULE_CHOICES, "--schedule")
+    check_choice(target, TARGETS, "--target")
+    check_choice(knob_solves, KNOB_SOLVES, "--knob-solves")
     if virtual_stages is not None and (schedule != "interleaved" or virtual_stages < 2):
         raise SolverError("--virtual-stages: needs --schedule interleaved and an integer >= 2")
     mb: int | Literal["auto"] = "auto"
@@ -108,7 +119,7 @@ def plan_cmd(
         result = plan_model(
             spec, cluster, nodes=nodes, global_batch=global_batch, microbatches=mb, method=method, objective=objective,
             time_limit=time_limit, options=parse_options(cost_option), profile=profile, max_stages=max_stages,
-            schedule=schedule, virtual_stages=virtual_stages,
+            schedule=schedule, virtual_stages=virtual_stages, target=target, knob_solves=knob_solves,
         )
     problem = result.problem
     if save_problem is not None and problem is not None:

@@ -260,6 +260,10 @@ def print_plan_summary(problem: Problem, result: "ModelPlan") -> None:
         sys.stdout.flush()
         sys.stdout.write(exp.text())  # unwrapped: meant to be pasted
     out.print("\nexportable: " + "; ".join(f"{t} {'yes' if e.expressible else 'no'}" for t, e in exports.items()), markup=False)
+    if result.targets:
+        out.print("best plan each target runs (plan --target T searches its space exactly): " + "; ".join(
+            f"{t} {s.speedup:.3f}x ({s.plan['source']} {s.plan['method']}, {s.plan['schedule']})" if s.plan and s.speedup
+            else f"{t} none" for t, s in result.targets.items()), markup=False)
 
 
 def _baseline_line(result: "ModelPlan") -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from ..plan import SolveResult
+from ..plan.result import Status
 from ..presets import ClusterSpec, ModelSpec
 from .baselines import BASELINE_METHOD, BASELINES, FSDP_METHOD
 from .records import BaselineRun, BaselineSummary, KnobSolve, MicrobatchTrial, MissingBaseline, ScreenedCount, moe_export_hints
@@ -94,11 +95,15 @@ def assemble(best: KnobSolve, bests: Mapping[str, BaselineRun], tried: Sequence[
 
 
 def no_plan(method: str, objective: str, message: str, tried: Sequence[MicrobatchTrial],
-            schedules: ScheduleReport | None = None) -> ModelPlan:
-    """The infeasible result: why, the counts tried, and either the schedule report or the baselines' reasons."""
+            schedules: ScheduleReport | None = None, status: Status = "infeasible") -> ModelPlan:
+    """The result without a plan: why, the counts tried, and either the schedule report or the baselines' reasons.
+
+    ``status``: ``infeasible``, or ``error`` when the time limit, not the
+    problem, left the run without a plan.
+    """
     if schedules is not None:  # a pinned schedule nothing runs under
-        return ModelPlan(status="infeasible", method=method, objective=objective, message=message,
+        return ModelPlan(status=status, method=method, objective=objective, message=message,
                          microbatches_tried=tuple(tried), schedules=schedules)
-    return ModelPlan(status="infeasible", method=method, objective=objective, message=message,
+    return ModelPlan(status=status, method=method, objective=objective, message=message,
                      microbatches_tried=tuple(tried), baseline=MissingBaseline(None),
                      baselines={name: MissingBaseline(name, NO_FIT[name], named=False) for name in BASELINES})

@@ -17,10 +17,13 @@ from ..plan import Plan, SolveResult
 from ..problem import Problem
 from ..solvers import solve
 from .baselines import BASELINE_METHOD
+from .deadline import Deadline
 from .knobs import _projections, refine_knobs, variant_at
 from .options import PlanOptions
 from .records import BaselineRun, KnobSolve, ScreenedCount
 from .results import iteration_of, simulate_plan
+from .target_solve import solve_for_target
+from .targets import rules_for
 
 __all__ = ["solve_with_knobs"]
 
@@ -46,24 +49,32 @@ def _warm_start(entry: ScreenedCount, variant: str, warm: Mapping[str, Plan]) ->
 
 
 def _solve_setting(entry: ScreenedCount, variant: str, proj: Problem, opts: PlanOptions, warm: Mapping[str, Plan],
-                   tally: _Tally) -> None:
-    """Solve one uniform knob setting, refine its plan's knobs per segment, and keep it in ``tally`` if best."""
-    result = solve(proj, opts.method, objective=opts.objective, time_limit=opts.time_limit, seed=opts.seed,
+                   tally: _Tally, limit: float | None) -> SolveResult:
+    """Solve one uniform knob setting within ``limit`` seconds, refine its plan's knobs per segment, keep it if best."""
+    result = solve(proj, opts.method, objective=opts.objective, time_limit=limit, seed=opts.seed,
                    warm_start=_warm_start(entry, variant, warm))
     tally.last = result
     if result.plan is None:
         if result.message:
             tally.messages.append(f"{variant or 'plain'}: {result.message}")
-        return
+        return result
     tally.solved_plans[variant] = result.plan  # a re-solve's warm start
     problem = entry.problem
     lifted = Plan(tuple(replace(s, variant=variant_at(problem, s.dp, variant), configs=None) for s in result.plan.stages))
     refined = refine_knobs(problem, lifted, opts.objective)
     if refined is None:
-        return
+        return result
     value = refined[1].value
     if tally.best is None or value < tally.best[0]:
         tally.best = (value, replace(result, value=value, plan=refined[0], evaluation=refined[1]))
+    return result
+
+
+def _where(entry: ScreenedCount, variant: str) -> str:
+    """``m=8, knob setting zero1`` (and the schedule when it is not 1F1B): which solve a cut note is about."""
+    schedule = entry.problem.training.schedule
+    return (f"m={entry.problem.microbatches}, knob setting {variant or 'plain'}"
+            + (f", under {schedule}" if schedule != "1f1b" else ""))
 
 
 def _fastest_baseline(entry: ScreenedCount) -> tuple[str, BaselineRun] | None:
@@ -85,7 +96,7 @@ def _failed(entry: ScreenedCount, opts: PlanOptions, tally: _Tally) -> KnobSolve
 def _kept_baseline(entry: ScreenedCount, name: str, b: BaselineRun, opts: PlanOptions, tally: _Tally) -> KnobSolve:
     """The faster baseline's plan (on the problem it was built on), the message saying why."""
     r = tally.last if tally.best is None else tally.best[1]
-    why = "found no plan" if tally.best is None else f"returned {tally.best[0]:.6g} ms > {name} baseline {b.ev.value:.6g} ms"
+    why = ("found no plan" if tally.last is not None else "ran no solve in the time left") if tally.best is None else f"returned {tally.best[0]:.6g} ms > {name} baseline {b.ev.value:.6g} ms"
     message = "; ".join(filter(None, [*tally.messages[:3], f"{opts.method} {why}: kept the {name} baseline plan"]))
     result = SolveResult(status="feasible", method=opts.method, objective=opts.objective, value=b.ev.value,
                          solve_seconds=r.solve_seconds if r is not None else 0.0, message=message, plan=b.plan,
@@ -105,18 +116,54 @@ def _solved(problem: Problem, result: SolveResult, opts: PlanOptions, tally: _Ta
     return KnobSolve(problem, result, sim, it, src, tally.last, tally.solved_plans)
 
 
-def solve_with_knobs(entry: ScreenedCount, opts: PlanOptions, warm: Mapping[str, Plan] | None = None) -> KnobSolve:
+def _limit(entry: ScreenedCount, variant: str, opts: PlanOptions, tally: _Tally, deadline: Deadline,
+           cap: float | None, found: bool) -> float | None:
+    """The time limit of one setting's solve: what the deadline leaves, at most ``cap``; 0 to skip it.
+
+    A run that has found nothing at all yet (``found`` False: no baseline
+    fits, no plan so far) may still solve once for :data:`~.deadline.GRACE_SECONDS`.
+    """
+    limit = deadline.solve_limit(cap)
+    if limit is not None and limit <= 0 and not found and tally.best is None and not entry.bases:
+        limit = deadline.grace()
+        deadline.cut(f"{opts.method} solves given only the {limit:g} s grace after the deadline", _where(entry, variant))
+    if limit is not None and limit <= 0:
+        deadline.cut(f"{opts.method} solves not started", _where(entry, variant))
+    return limit
+
+
+def solve_with_knobs(entry: ScreenedCount, opts: PlanOptions, warm: Mapping[str, Plan] | None = None,
+                     deadline: Deadline | None = None, cap: float | None = None, found: bool = True) -> KnobSolve:
     """Solve every uniform knob setting of the entry's problem, refine each plan's knobs per segment, keep the best.
 
     ``warm``: per knob setting, a plan that starts the method (the plans of
-    another schedule's solve). Never slower than the entry's fastest baseline:
-    its plan is kept instead, and the message says so.
+    another schedule's solve). Each solve gets what ``deadline`` leaves, at
+    most ``cap`` seconds; the settings left when it has passed are not
+    solved (the deadline records it; ``found`` False: nothing was found
+    before this call, so one short solve may still run). Never slower than
+    the entry's fastest baseline: its plan is kept instead, and the message
+    says so.
     """
+    deadline = deadline or Deadline(None)
+    rules = rules_for(opts.target)
+    if rules is not None:  # plan --target: the target's space, solved exactly (no per-segment knob choice after)
+        solved = solve_for_target(entry, opts, rules, deadline, cap)
+        kept = _fastest_baseline(entry)
+        if kept is not None and (not solved.has_plan or solved.result.value > kept[1].ev.value * (1 + 1e-9)):
+            best = (solved.result.value, solved.result) if solved.has_plan else None
+            return _kept_baseline(entry, *kept, opts, _Tally(best=best, last=solved.last))
+        return solved
     tally = _Tally()
     for variant, proj in _projections(entry.problem, "all" if opts.knob_solves == "all" else "escalate"):
         if opts.knob_solves == "fast" and tally.best is not None:
             break  # the first setting with a plan; its knobs are then refined per segment
-        _solve_setting(entry, variant, proj, opts, warm or {}, tally)
+        limit = _limit(entry, variant, opts, tally, deadline, cap, found)
+        if limit is not None and limit <= 0:
+            break
+        result = _solve_setting(entry, variant, proj, opts, warm or {}, tally, limit)
+        if limit is not None and deadline.limited and result.status not in ("optimal", "infeasible") \
+                and (result.solve_seconds >= 0.9 * limit or deadline.expired()):
+            deadline.cut(f"{opts.method} solves stopped at the time limit", f"{_where(entry, variant)} ({result.status})")
     kept = _fastest_baseline(entry)
     if tally.best is None and kept is None:
         return _failed(entry, opts, tally)

@@ -12,6 +12,7 @@ from typing import Any, Literal, Mapping, get_args
 
 from ..costs import CostOptions
 from ..problem import Objective
+from .targets import Target
 
 __all__ = ["PlanOptions", "KnobSolves", "ScheduleChoice", "SCHEDULE_CHOICES", "KNOB_SOLVES"]
 
@@ -43,10 +44,12 @@ class PlanOptions:
     """What the solves minimise: the schedule's iteration estimate or the bottleneck stage time."""
 
     time_limit: float | None = None
-    """Seconds per solve. Without one, a re-solve under another schedule than 1F1B
-    is limited to the time the 1F1B solves took (at least
-    :data:`~partitioner.planning.plan_model.RESOLVE_MIN_SECONDS`); cut short, a
-    method answers its best plan."""
+    """Seconds for the whole run (:class:`~partitioner.planning.deadline.Deadline`):
+    each solve gets what is left, and a re-solve under another schedule than 1F1B
+    at most the time the 1F1B solves took (at least
+    :data:`~partitioner.planning.plan_model.RESOLVE_MIN_SECONDS`). Once it has
+    passed, the run returns its best plan so far, ``feasible``, its message
+    naming what was cut short."""
 
     options: Mapping[str, Any] | CostOptions | None = None
     """Cost-model options (:func:`~partitioner.planning.plan_options`: every
@@ -84,6 +87,12 @@ class PlanOptions:
 
     virtual_stages: int | None = None
     """With ``schedule="interleaved"``, pins v (default: 2, 3 and 4 are tried)."""
+
+    target: Target = "any"
+    """``megatron``, ``torchtitan`` or ``deepspeed``: search only the plans that
+    framework runs (:mod:`partitioner.planning.targets`: its schedules, one mesh,
+    its knobs, where it may cut); ``any``: every plan, and the result says per
+    target the best candidate it runs (``targets``)."""
 
     @property
     def tries_schedules(self) -> bool:

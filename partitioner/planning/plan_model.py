@@ -22,7 +22,9 @@ from ..plan import Plan
 from ..presets import ClusterSpec, ModelSpec, load_cluster, load_model
 from ..problem import OBJECTIVES, ProblemError
 from ..solvers import SolverError
+from ..solvers.base import check_time_limit
 from .assemble import assemble, best_baselines, no_plan
+from .deadline import Deadline
 from .knob_solve import solve_with_knobs
 from .options import KNOB_SOLVES, PlanOptions
 from .records import BaselineRun, KnobSolve, MicrobatchTrial, ScreenedCount, finite
@@ -30,6 +32,8 @@ from .results import ModelPlan
 from .schedule_choice import choose_schedule, schedule_keys
 from .schedule_report import ScheduleReport
 from .screening import Builders, counts_to_solve, screen_counts
+from .target_report import target_summaries
+from .targets import rules_for
 
 __all__ = ["plan_model", "run_plan", "plan_options", "microbatch_candidates", "RESOLVE_MIN_SECONDS"]
 
@@ -81,6 +85,7 @@ def plan_model(
     schedules: bool = True,
     schedule: str = "auto",
     virtual_stages: int | None = None,
+    target: str = "any",
 ) -> ModelPlan:
     """Plan the training of a model preset on a cluster preset.
 
@@ -89,7 +94,7 @@ def plan_model(
     model, cluster : str or spec
         Preset names, YAML paths or spec objects.
     nodes, global_batch, microbatches, method, objective, time_limit, options, profile, seed, simulate, \
-auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages
+auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages, target
         The fields of :class:`~partitioner.planning.options.PlanOptions`, documented there.
 
     Returns
@@ -113,7 +118,7 @@ auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages
                        method=method, objective=objective, time_limit=time_limit,  # type: ignore[arg-type]
                        options=options, profile=profile, seed=seed, simulate=simulate, auto_solves=auto_solves,
                        max_stages=max_stages, knob_solves=knob_solves, schedules=schedules,  # type: ignore[arg-type]
-                       schedule=schedule, virtual_stages=virtual_stages)  # type: ignore[arg-type]
+                       schedule=schedule, virtual_stages=virtual_stages, target=target)  # type: ignore[arg-type]
     return run_plan(model, cluster, opts)
 
 
@@ -123,7 +128,19 @@ def _check_choices(opts: PlanOptions) -> None:
         raise SolverError(f"unknown objective {opts.objective!r}; choose one of {', '.join(OBJECTIVES)}")
     if opts.knob_solves not in KNOB_SOLVES:
         raise SolverError(f"knob_solves must be fast or all, got {opts.knob_solves!r}")
-    schedule_keys(opts.schedule, opts.virtual_stages)
+    _keys(opts)
+
+
+def _keys(opts: PlanOptions) -> list[tuple[str, int]]:
+    """The ``(schedule, v)`` pairs to try: :func:`schedule_keys`, only the target's schedules with a target."""
+    keys = schedule_keys(opts.schedule, opts.virtual_stages)
+    rules = rules_for(opts.target)
+    if rules is None:
+        return keys
+    if opts.schedule != "auto" and opts.schedule not in rules.schedules:
+        raise ProblemError(f"{rules.name} does not run schedule {opts.schedule} (it runs {', '.join(rules.schedules)})",
+                           path="schedule")
+    return [k for k in keys if k[0] in rules.schedules]
 
 
 def _microbatch_counts(opts: PlanOptions) -> list[int]:
@@ -139,12 +156,22 @@ def _microbatch_counts(opts: PlanOptions) -> list[int]:
     raise ProblemError(f"must be a positive integer or 'auto', got {opts.microbatches!r}", path="microbatches")
 
 
-def _solve_counts(chosen: list[ScreenedCount], opts: PlanOptions) -> tuple[KnobSolve | None, dict[int, KnobSolve]]:
-    """Solve each chosen count with the method; the fastest plan (the first on ties) and every count's solve."""
+def _solve_counts(chosen: list[ScreenedCount], opts: PlanOptions,
+                  deadline: Deadline) -> tuple[KnobSolve | None, dict[int, KnobSolve]]:
+    """Solve each chosen count with the method; the fastest plan (the first on ties) and every count's solve.
+
+    Once ``deadline`` has passed, the counts left are not solved (the deadline records it).
+    """
     best: KnobSolve | None = None
     done: dict[int, KnobSolve] = {}
-    for entry in chosen:
-        solved = done[entry.m] = solve_with_knobs(entry, opts)
+    for i, entry in enumerate(chosen):
+        found = best is not None or any(e.bases for e in chosen)
+        # once the deadline has passed, a count is still "solved" only to keep its baseline, or for the one
+        # grace solve of a run that found nothing
+        if deadline.expired() and (best is not None or (not entry.bases and (found or not deadline.has_grace))):
+            deadline.cut(f"{opts.method} solves not started", "m=" + ", m=".join(str(e.m) for e in chosen[i:]))
+            break
+        solved = done[entry.m] = solve_with_knobs(entry, opts, deadline=deadline, found=found)
         if solved.has_plan and (best is None or solved.iteration_ms < best.iteration_ms):
             best = solved
     return best, done
@@ -160,44 +187,59 @@ def _trials(screened: list[ScreenedCount], done: Mapping[int, KnobSolve]) -> lis
 
 
 def _no_plan_reason(chosen: list[ScreenedCount], done: Mapping[int, KnobSolve], skipped: list[str]) -> str:
-    """Why no count has a plan: the last solve's message, else why counts were skipped."""
-    last = done[chosen[-1].m].last if chosen else None
-    return (last.message if last is not None and last.message else "") or "; ".join(skipped[:3]) or "no plan fits"
+    """Why no count has a plan: the last solved count's messages, else why counts were skipped."""
+    solved = [done[e.m] for e in chosen if e.m in done and done[e.m].last is not None]
+    return (solved[-1].result.message if solved else "") or "; ".join(skipped[:3]) or "no plan fits"
 
 
 def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptions) -> ModelPlan:
     """:func:`plan_model` with its options gathered in a :class:`~.options.PlanOptions`."""
+    deadline = Deadline(check_time_limit(opts.time_limit))  # one limit for the whole run, from its start
     _check_choices(opts)  # bad input fails before any work
     spec, cl = load_model(model), load_cluster(cluster)
     counts = _microbatch_counts(opts)
-    screened, skipped = screen_counts(Builders(spec, cl, opts), counts, plan_options(opts.options))
+    screened, skipped = screen_counts(Builders(spec, cl, opts), counts, plan_options(opts.options), deadline)
     chosen = counts_to_solve(screened, len(counts) > 1, opts)
     began = time.perf_counter()
-    best, done = _solve_counts(chosen, opts)
+    best, done = _solve_counts(chosen, opts, deadline)
     tried = _trials(screened, done)
     if best is None:
-        return no_plan(opts.method, opts.objective, f"no plan found: {_no_plan_reason(chosen, done, skipped)}", tried)
+        why = _no_plan_reason(chosen, done, skipped)
+        return no_plan(opts.method, opts.objective, "; ".join(filter(None, [f"no plan found: {why}", deadline.message()])),
+                       tried, status="error" if deadline.cuts else "infeasible")
     bests, report = best_baselines(screened), None
     if opts.tries_schedules:
-        # a re-solve under another schedule gets the user's limit, or as long as the 1F1B solves took
-        # (at least RESOLVE_MIN_SECONDS): an exact method cut short answers its best plan, and the
-        # schedules are compared by simulation anyway
-        limit = opts.time_limit if opts.time_limit is not None else max(RESOLVE_MIN_SECONDS, time.perf_counter() - began)
-        best, bests, report = _pick_schedule(best, screened, replace(opts, time_limit=limit), opts)
+        # a re-solve under another schedule gets as long as the 1F1B solves took (at least
+        # RESOLVE_MIN_SECONDS), within what the deadline leaves: an exact method cut short answers its
+        # best plan, and the schedules are compared by simulation anyway
+        cap = max(RESOLVE_MIN_SECONDS, time.perf_counter() - began)
+        best, bests, report = _pick_schedule(best, screened, opts, deadline, cap)
         if report.chosen is None:  # a pinned schedule nothing runs under: say so, never fall back to another
             why = "; ".join(dict.fromkeys(f"{r.plan_source} under {r.schedule}: {r.reason}" for r in report.rows))
-            return no_plan(opts.method, opts.objective, f"no plan runs under the pinned schedule {opts.schedule}: "
-                           f"{why or 'no candidate'}", tried, report)
-    return assemble(best, bests, tried, spec, cl, report)
+            return no_plan(opts.method, opts.objective, "; ".join(filter(None, [
+                f"no plan runs under the pinned schedule {opts.schedule}: {why or 'no candidate'}", deadline.message()])),
+                tried, report, status="error" if deadline.cuts else "infeasible")
+    result = assemble(best, bests, tried, spec, cl, report)
+    if rules_for(opts.target) is None and result.plan is not None:  # --target any: what each framework runs of it
+        result = replace(result, targets=target_summaries(result, report, bests))
+    return _cut_short(result, deadline)
 
 
-def _pick_schedule(best: KnobSolve, screened: list[ScreenedCount], resolve_opts: PlanOptions,
-                   opts: PlanOptions) -> tuple[KnobSolve, dict[str, BaselineRun], ScheduleReport]:
-    """:func:`choose_schedule` of ``best``, re-solving with ``resolve_opts`` (its time limit the re-solve budget)."""
+def _cut_short(result: ModelPlan, deadline: Deadline) -> ModelPlan:
+    """``result``, ``feasible`` and its message naming what the deadline cut short, when it cut anything."""
+    if not deadline.cuts:
+        return result
+    status = "feasible" if result.status == "optimal" else result.status
+    return replace(result, status=status, message="; ".join(filter(None, [result.message, deadline.message()])))
+
+
+def _pick_schedule(best: KnobSolve, screened: list[ScreenedCount], opts: PlanOptions, deadline: Deadline,
+                   cap: float) -> tuple[KnobSolve, dict[str, BaselineRun], ScheduleReport]:
+    """:func:`choose_schedule` of ``best``; each re-solve gets at most ``cap`` seconds of what ``deadline`` leaves."""
 
     def resolve(entry: ScreenedCount, warm: Mapping[str, Plan]) -> KnobSolve:
-        return solve_with_knobs(entry, resolve_opts, warm)
+        return solve_with_knobs(entry, opts, warm, deadline=deadline, cap=cap)
 
     return choose_schedule(best, screened, method=opts.method, objective=opts.objective, resolve=resolve,
-                           keys=schedule_keys(opts.schedule, opts.virtual_stages), simulate=opts.simulate,
-                           pinned=opts.schedule != "auto")
+                           keys=_keys(opts), simulate=opts.simulate,
+                           pinned=opts.schedule != "auto", deadline=deadline)

@@ -34,6 +34,7 @@ __all__ = [
     "MicrobatchTrial",
     "BaselineSummary",
     "MissingBaseline",
+    "TargetSummary",
     "finite",
 ]
 
@@ -182,6 +183,26 @@ class MissingBaseline:
         if self.message is not None:
             doc["message"] = self.message
         return doc
+
+
+@dataclass(frozen=True)
+class TargetSummary:
+    """Per export target (``targets`` of ``plan --target any``): the fastest candidate it runs, or why none.
+
+    ``speedup`` is over the result's best baseline; ``plan`` the candidate's
+    shape (source, method, schedule, m, stages, meshes); ``reasons`` why the
+    kept plan does not run on the target ([] when it does).
+    """
+
+    target: str
+    iteration_ms: float | None
+    speedup: float | None
+    plan: Mapping[str, Any] | None
+    reasons: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"iteration_ms": self.iteration_ms, "speedup": self.speedup, "plan": self.plan,
+                "reasons": list(self.reasons)}
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from ..costs.variants import parse_variant
 from ..plan import Evaluation, Plan, SolveResult, evaluate
 from ..problem import Problem
 from ..simulate.engine import replay_check
-from .records import BaselineSummary, IterationSource, MicrobatchTrial, MissingBaseline, Throughput
+from .records import BaselineSummary, IterationSource, MicrobatchTrial, MissingBaseline, TargetSummary, Throughput
 from .schedule_report import ScheduleReport
 
 __all__ = ["ModelPlan", "simulate_plan", "throughput", "plan_throughput", "iteration_of", "stage_knobs"]
@@ -25,8 +25,8 @@ __all__ = ["ModelPlan", "simulate_plan", "throughput", "plan_throughput", "itera
 AnyBaseline = BaselineSummary | MissingBaseline
 # the result sections in the order the JSON writes them: a plan's, and an infeasible plan's
 _SECTIONS = ("simulation", "throughput", "baselines", "baseline", "speedup", "model", "cluster", "nodes", "global_batch",
-             "microbatches", "microbatches_tried", "knobs", "export_hints", "schedule", "schedules")
-_OPTIONAL = ("simulation", "schedules")
+             "microbatches", "microbatches_tried", "knobs", "export_hints", "schedule", "schedules", "targets")
+_OPTIONAL = ("simulation", "schedules", "targets")
 _NO_PLAN_SECTIONS = ("microbatches_tried", "baseline", "baselines", "schedules")
 
 
@@ -57,6 +57,7 @@ class ModelPlan(SolveResult):
     knobs: list[dict[str, Any]] | None = None
     export_hints: Mapping[str, Any] | None = None
     schedules: ScheduleReport | None = None
+    targets: Mapping[str, TargetSummary] | None = None
     method_extra: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -42,6 +42,7 @@ from ..problem import Problem, ProblemError
 from ..solvers import SolverError
 from ..solvers.base import schedule_support
 from .baselines import BASELINE_METHOD, FSDP_METHOD, megatron_baselines
+from .deadline import Deadline
 from .options import SCHEDULE_CHOICES
 from .records import BaselineRun, KnobSolve, ScreenedCount
 from .results import simulate_plan
@@ -150,12 +151,15 @@ def _plain_replays(best: KnobSolve, keys: Sequence[tuple[str, int]], objective: 
 
 
 def _resolved(entry: ScreenedCount, warm: Mapping[str, Plan], keys: Sequence[tuple[str, int]], method: str,
-              objective: str, resolve: Resolve) -> tuple[list[ScheduleCandidate], list[str]]:
-    """The method re-run under every schedule it models (never 1F1B: that is the kept plan)."""
+              objective: str, resolve: Resolve, deadline: Deadline) -> tuple[list[ScheduleCandidate], list[str]]:
+    """The method re-run under every schedule it models (never 1F1B: that is the kept plan), while time is left."""
     out: list[ScheduleCandidate] = []
     notes: list[str] = []
     for key in keys:
         if key[0] == "1f1b":
+            continue
+        if deadline.expired():
+            deadline.cut(f"schedule choice: {method} not re-solved under", _key_name(key))
             continue
         why = schedule_support(method, key[0], objective)
         if why:
@@ -223,14 +227,21 @@ def _no_baseline(name: str, key: tuple[str, int], pool: Sequence[ScheduleCandida
     return ScheduleCandidate("baseline" if name == BASELINE_METHOD else "fsdp", name, key[0], key[1], None, reason=why)
 
 
+def _key_name(key: tuple[str, int]) -> str:
+    return key[0] + (f" (v = {key[1]})" if key[0] == "interleaved" else "")
+
+
 def _baselines(screened: Sequence[ScreenedCount], keys: Sequence[tuple[str, int]], objective: str,
-               simulate: bool, prune: bool = True) -> list[ScheduleCandidate]:
+               simulate: bool, prune: bool = True, deadline: Deadline | None = None) -> list[ScheduleCandidate]:
     """Per schedule key, the best Megatron-style uniform plan and the FSDP plan over every screened m.
 
     A pool keeps only its best candidate (:func:`best_candidate`, in enumeration
     order); with ``prune`` a candidate whose :func:`busy_floor` shows it cannot
-    replace the best so far is not replayed (the result is the same).
+    replace the best so far is not replayed (the result is the same). Once
+    ``deadline`` has passed, only 1F1B's baselines (replayed by the screening)
+    are still gathered; the deadline records the schedules left out.
     """
+    deadline = deadline or Deadline(None)
     out = []
     ranked = sorted((e for e in screened if math.isfinite(e.screen)), key=lambda e: e.screen)
     top = max((e.m for e in ranked[:SCREENED_M]), default=0)
@@ -238,6 +249,9 @@ def _baselines(screened: Sequence[ScreenedCount], keys: Sequence[tuple[str, int]
         megatron: list[ScheduleCandidate] = []
         fsdp: list[ScheduleCandidate] = []
         for e in (e for e in screened if _in_scope(key, e.m, top)):
+            if key != ("1f1b", 1) and deadline.expired():
+                deadline.cut("schedule choice: baselines not built under", _key_name(key))
+                continue
             prob = with_schedule(e.base_problem, *key)
             _megatron_pool(e, key, prob, objective, simulate, megatron, prune)
             _fsdp_pool(e, key, prob, objective, simulate, fsdp, prune)
@@ -260,6 +274,7 @@ def choose_schedule(
     keys: Sequence[tuple[str, int]],
     simulate: bool = True,
     pinned: bool = False,
+    deadline: Deadline | None = None,
 ) -> tuple[KnobSolve, dict[str, BaselineRun], ScheduleReport]:
     """Pick the schedule (and plan) with the least simulated iteration.
 
@@ -281,6 +296,9 @@ def choose_schedule(
         Replay the candidates (without it the estimates compare them).
     pinned : bool
         The user fixed the schedule (only its keys are tried).
+    deadline : Deadline, optional
+        The run's deadline: once it has passed, no re-solve starts and no
+        baseline under another schedule than 1F1B is built (it records what was left out).
 
     Returns
     -------
@@ -289,12 +307,14 @@ def choose_schedule(
         itself when nothing runs); ``baselines`` per baseline name its
         fastest candidate over the keys; ``report`` the ``schedules`` section.
     """
+    deadline = deadline or Deadline(None)
     m_star = best.problem.microbatches
     entry = next((e for e in screened if e.m == m_star), None)
     cands = _plain_replays(best, keys, objective, method, simulate)
-    solved, notes = _resolved(entry, best.solved_plans, keys, method, objective, resolve) if entry is not None else ([], [])
+    solved, notes = (_resolved(entry, best.solved_plans, keys, method, objective, resolve, deadline)
+                     if entry is not None else ([], []))
     cands += solved
-    cands += _baselines(screened, keys, objective, simulate)
+    cands += _baselines(screened, keys, objective, simulate, deadline=deadline)
     chosen = best_candidate(cands)
     if chosen is None:  # nothing runs under the pinned schedule
         return best, {}, build_report(cands, None, notes, pinned)

@@ -10,7 +10,7 @@ best plan and the best baseline (:class:`ScheduleSummary`), the chosen one
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
 from ..plan import Evaluation, Plan, SolveResult
@@ -160,6 +160,7 @@ class ScheduleReport:
     best: ScheduleRow | None
     best_baseline: ScheduleRow | None
     notes: tuple[str, ...]
+    candidates: tuple[ScheduleCandidate, ...] = field(default=(), compare=False, repr=False)  # not in the JSON
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -209,4 +210,5 @@ def build_report(cands: Sequence[ScheduleCandidate], chosen: ScheduleCandidate |
         best=None if chosen is None else ScheduleRow.of(chosen, with_plan=True),
         best_baseline=None if best_base is None else ScheduleRow.of(best_base, with_plan=True),
         notes=tuple(notes),
+        candidates=tuple(c for c in ordered if c.ok),
     )

@@ -20,10 +20,12 @@ from ..presets import ClusterSpec, ModelSpec
 from ..problem import Problem, ProblemError
 from ..solvers import solve
 from .baselines import BASELINE_METHOD, FSDP_METHOD, StageSums, fsdp_baseline, megatron_baseline
+from .deadline import Deadline
 from .knobs import _projections
 from .options import PlanOptions
 from .records import BaselineRun, ScreenedCount
 from .results import iteration_of, simulate_plan
+from .targets import restrict, rules_for
 
 __all__ = ["Builders", "screen_counts", "counts_to_solve"]
 
@@ -68,29 +70,50 @@ def _greedy_screen(problem: Problem, opts: PlanOptions) -> float:
 
 
 def _problems(m: int, builders: Builders, options: CostOptions) -> tuple[Problem, Problem]:
-    """The plan's problem at m and the baselines' (the same when ``options`` allow every knob)."""
+    """The plan's problem at m and the baselines' (the same when ``options`` allow every knob).
+
+    With a target (``plan --target``), both lose the knobs the target cannot
+    set (:func:`~.targets.restrict`): its baselines are plans it runs.
+    """
+    rules = rules_for(builders.opts.target)
     problem = builders.build(m, options)
     # the baselines always see every knob (a user restricting the plan's knobs does not restrict FSDP's)
-    if options.variants == ("all",):
-        return problem, problem
-    return problem, builders.build(m, replace(options, variants=("all",)))
+    base = problem if options.variants == ("all",) else builders.build(m, replace(options, variants=("all",)))
+    if rules is not None:
+        restricted = restrict(problem, rules)
+        return restricted, restricted if base is problem else restrict(base, rules)
+    return problem, base
 
 
-def _screen(m: int, problem: Problem, base_problem: Problem, opts: PlanOptions, several: bool) -> ScreenedCount:
-    """Count m screened: its baselines and the least iteration seen (greedy's too when ``several``)."""
+def _screen(m: int, problem: Problem, base_problem: Problem, opts: PlanOptions, several: bool,
+            deadline: Deadline) -> ScreenedCount:
+    """Count m screened: its baselines and the least iteration seen (greedy's too when ``several`` and time is left)."""
     sums = StageSums()  # the baselines' floors on base_problem, kept for its other schedules (choose_schedule)
     bases = _baseline_runs(base_problem, opts, sums)
     screen = min((b.iteration_ms for b in bases.values()), default=math.inf)
     if several and opts.method != "greedy":
-        screen = min(screen, _greedy_screen(problem, opts))
+        if deadline.expired():
+            deadline.cut("screening: greedy not run at", f"m={m}")
+        else:
+            screen = min(screen, _greedy_screen(problem, opts))
     return ScreenedCount(m, problem, base_problem, bases, screen, sums)
 
 
-def screen_counts(builders: Builders, counts: Sequence[int], options: CostOptions) -> tuple[list[ScreenedCount], list[str]]:
-    """Every count screened, and why the counts that cannot be built were skipped (one count: its error is raised)."""
+def screen_counts(builders: Builders, counts: Sequence[int], options: CostOptions,
+                  deadline: Deadline | None = None) -> tuple[list[ScreenedCount], list[str]]:
+    """Every count screened, and why the counts that cannot be built were skipped (one count: its error is raised).
+
+    Once ``deadline`` has passed, the counts not yet screened are left out
+    (at least one is screened) and the deadline records the cut.
+    """
+    deadline = deadline or Deadline(None)
     screened: list[ScreenedCount] = []
     skipped: list[str] = []
-    for m in counts:
+    for i, m in enumerate(counts):
+        if screened and deadline.expired():
+            deadline.cut(f"screening: {len(counts) - i} of {len(counts)} microbatch counts not screened",
+                         "m = " + ", ".join(map(str, counts[i:])))
+            break
         try:
             problem, base_problem = _problems(m, builders, options)
         except ProblemError as err:
@@ -98,7 +121,7 @@ def screen_counts(builders: Builders, counts: Sequence[int], options: CostOption
                 raise
             skipped.append(f"m={m}: {err.reason}")
             continue
-        screened.append(_screen(m, problem, base_problem, builders.opts, len(counts) > 1))
+        screened.append(_screen(m, problem, base_problem, builders.opts, len(counts) > 1, deadline))
     return screened, skipped
 
 

@@ -1,0 +1,90 @@
+"""One time limit for a whole ``plan`` run: :class:`Deadline`.
+
+``plan --time-limit S`` bounds the command, not each solve: :func:`~.plan_model.run_plan`
+starts one :class:`Deadline` before it loads anything and hands it to every
+step -- screening the microbatch counts, the method's solves per knob setting,
+the schedule choice's re-solves and baselines. Each solve gets what is left
+(:meth:`Deadline.solve_limit`); a step that finds the time spent skips its
+remaining work and says so (:meth:`Deadline.cut`), and ``plan`` returns the
+best plan found so far, ``feasible``, its message naming what was cut short
+(:meth:`Deadline.message`).
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+__all__ = ["Deadline", "GRACE_SECONDS"]
+
+# The one solve a run may still start after its deadline when it has found nothing at all yet (no baseline fits and
+# no plan was solved): without it a limit shorter than the problem building would always answer "no plan". One such
+# solve per run, so the command stays within the limit plus this grace (the issue asks for S + 5 s at most).
+GRACE_SECONDS = 1.0
+
+
+class Deadline:
+    """The end of a ``plan`` run's time, and the parts of the run it cut short.
+
+    Parameters
+    ----------
+    seconds : float or None
+        The whole run's limit; None: no limit (every method call gets the
+        caps its caller gives, nothing is ever cut).
+    clock : callable
+        Seconds since some fixed point (default :func:`time.perf_counter`).
+    """
+
+    def __init__(self, seconds: float | None, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.seconds = seconds
+        self._clock = clock
+        self._end = None if seconds is None else clock() + seconds
+        self._cuts: dict[str, list[str]] = {}
+        self._grace = seconds is not None
+
+    @property
+    def limited(self) -> bool:
+        """Whether the run has a limit at all."""
+        return self._end is not None
+
+    def left(self) -> float:
+        """Seconds left (infinite without a limit, 0 once the deadline passed)."""
+        return math.inf if self._end is None else max(0.0, self._end - self._clock())
+
+    def expired(self) -> bool:
+        """Whether the deadline has passed."""
+        return self.left() <= 0.0
+
+    def solve_limit(self, cap: float | None = None) -> float | None:
+        """The time limit of the next solve: what is left, at most ``cap``; None for no limit; 0 when none is left."""
+        left = min(self.left(), math.inf if cap is None else cap)
+        return None if math.isinf(left) else left
+
+    @property
+    def has_grace(self) -> bool:
+        """Whether :meth:`grace` would still give time."""
+        return self._grace
+
+    def grace(self) -> float:
+        """:data:`GRACE_SECONDS` the first time (a run that found nothing yet may still try once), else 0."""
+        if not self._grace:
+            return 0.0
+        self._grace = False
+        return GRACE_SECONDS
+
+    def cut(self, part: str, what: str = "") -> None:
+        """Record that ``what`` of ``part`` of the run was cut short (each once, in the order they happen)."""
+        items = self._cuts.setdefault(part, [])
+        if what and what not in items:
+            items.append(what)
+
+    @property
+    def cuts(self) -> tuple[str, ...]:
+        """What the deadline cut short, one line per part (``part: what, what``), in the order it happened."""
+        return tuple(f"{part}: {', '.join(items)}" if items else part for part, items in self._cuts.items())
+
+    def message(self) -> str:
+        """``time limit of S s reached: cut short: ...``, or "" when nothing was cut."""
+        if not self._cuts:
+            return ""
+        return f"time limit of {self.seconds:g} s reached; cut short: " + "; ".join(self.cuts)

@@ -1,0 +1,279 @@
+"""``plan --target``: the plans a training framework runs, as restrictions of the problem the solver sees.
+
+Each :class:`TargetRules` states what one framework's export runs
+(:mod:`partitioner.export`: the rules are the exporters' own, restated here
+because the exporters import :mod:`partitioner.planning`):
+
+* ``schedules``: Megatron-LM 1F1B and interleaved 1F1B; torchtitan 1F1B,
+  GPipe and interleaved 1F1B; DeepSpeed's ``PipelineEngine`` 1F1B only;
+* one mesh (dp, tp) for every stage and layer: Megatron-LM's TP/PP flags,
+  torchtitan's one ``pp x dp x tp`` mesh, DeepSpeed's
+  ``PipeModelDataParallelTopology`` (Megatron Bridge's MIMO per-module grids
+  are not searched: see ``docs/plan.md``);
+* one knob setting: Megatron-LM sets ZeRO (distributed optimizer or
+  Megatron-FSDP) and ``--recompute-granularity`` once for all layers;
+  torchtitan has one data-parallel setting and recomputes (``full`` only)
+  the decoder blocks alone; DeepSpeed's pipeline engine takes ZeRO 0 or 1
+  and ``activation_checkpoint_interval`` (full recompute);
+* cuts: Megatron-LM runs the vision encoder and projector on the first
+  language-model stage and has no stage of the action head alone;
+  torchtitan runs the vision encoder, whole, with the token embedding.
+
+The solver is given exactly that space (:func:`restrict`, :func:`layer_groups`,
+:func:`single_layout`): entries of knobs the target lacks are dropped, the
+layers a cut may not separate are merged into one layer (their costs add up:
+a stage's times and memory are sums over its layers), and every layer keeps
+only the one layout and knob setting being solved. :func:`expand` turns the
+solver's plan back into a plan of the full problem.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Literal, Mapping, Sequence, get_args
+
+from ..costs.variants import Knobs, parse_variant
+from ..plan import Plan, Stage
+from ..problem import Layer, LayerCost, Layout, Problem, ProblemError
+
+__all__ = ["Target", "TARGETS", "TargetRules", "RULES", "rules_for", "restrict", "settings", "module_variant",
+           "layer_groups", "single_layout", "expand", "layouts", "runs", "config_of", "LLM_ROLES"]
+
+Target = Literal["any", "megatron", "torchtitan", "deepspeed"]
+TARGETS: tuple[Target, ...] = get_args(Target)
+LLM_ROLES = ("embedding", "decoder", "loss")  # the language model's layers (the exporters' LLM roles)
+Cuts = Literal["any", "megatron", "torchtitan"]
+
+
+@dataclass(frozen=True)
+class TargetRules:
+    """What one framework runs: its schedules, ZeRO stages, recompute settings and where it may cut."""
+
+    name: str
+    schedules: tuple[str, ...]
+    zero: tuple[int, ...]
+    recompute: tuple[str, ...]
+    recompute_decoder_only: bool  # recompute only on the modules holding decoder layers
+    cuts: Cuts
+
+    def allows(self, knobs: Knobs) -> bool:
+        return knobs.zero in self.zero and knobs.recompute in self.recompute
+
+
+RULES: Mapping[str, TargetRules] = MappingProxyType({
+    # export/megatron.py: MEGATRON_SCHEDULES; _knob_flags (one ZeRO, one recompute); _megatron_lm (pre/post stages)
+    "megatron": TargetRules("megatron", ("1f1b", "interleaved"), (0, 1, 3), ("none", "selective", "full"), False,
+                            "megatron"),
+    # export/torchtitan.py: SCHEDULES; _knobs (selective refused, recompute only on `layers`); _reasons (vision)
+    "torchtitan": TargetRules("torchtitan", ("1f1b", "gpipe", "interleaved"), (0, 1, 3), ("none", "full"), True,
+                              "torchtitan"),
+    # export/deepspeed.py: TrainSchedule only; _knobs (ZeRO 2/3 refused, selective refused)
+    "deepspeed": TargetRules("deepspeed", ("1f1b",), (0, 1), ("none", "full"), False, "any"),
+})
+
+
+def rules_for(target: str) -> TargetRules | None:
+    """The rules of ``target`` (None for ``any``); ProblemError for an unknown target."""
+    if target not in TARGETS:
+        raise ProblemError(f"must be one of {', '.join(TARGETS)}, got {target!r}", path="target")
+    return RULES.get(target)
+
+
+def _roles(problem: Problem) -> list[str]:
+    """Each layer's role, from the cost model's hints (``decoder`` when the problem has none)."""
+    hints = (problem.meta or {}).get("layers") or ()
+    if len(hints) == problem.num_layers:
+        return [str(h.get("role", "decoder")) for h in hints]
+    return ["decoder"] * problem.num_layers
+
+
+def _decoder_modules(problem: Problem) -> frozenset[str]:
+    """The modules that hold decoder layers (those a decoder-only recompute may cover)."""
+    return frozenset(layer.module for layer, role in zip(problem.layers, _roles(problem)) if role == "decoder")
+
+
+def module_variant(rules: TargetRules, setting: str, has_decoder: bool) -> str:
+    """The variant a module takes under the uniform ``setting``: without recompute where the target cannot recompute it."""
+    knobs = parse_variant(setting)
+    if rules.recompute_decoder_only and not has_decoder:
+        knobs = Knobs(knobs.zero, "none")
+    return knobs.name
+
+
+def _allowed(rules: TargetRules, variant: str, has_decoder: bool) -> bool:
+    try:
+        knobs = parse_variant(variant)
+    except ValueError:  # a variant the cost model did not write: no framework option stands for it
+        return False
+    return rules.allows(knobs) and not (rules.recompute_decoder_only and not has_decoder and knobs.recompute != "none")
+
+
+def restrict(problem: Problem, rules: TargetRules) -> Problem:
+    """``problem`` without the cost entries of knobs the target cannot set (per module: decoder-only recompute)."""
+    decoders = _decoder_modules(problem)
+    layers = []
+    done: dict[tuple[int, bool], Mapping[Layout, LayerCost]] = {}
+    for layer in problem.layers:
+        has_decoder = layer.module in decoders
+        key = (id(layer.costs), has_decoder)
+        if key not in done:
+            done[key] = MappingProxyType({lay: c for lay, c in layer.costs.items() if _allowed(rules, lay.variant, has_decoder)})
+        layers.append(Layer(layer.name, layer.module, layer.out_bytes, done[key]))
+    variants = {v: d for v, d in problem.variants.items() if _allowed(rules, v, True) or _allowed(rules, v, False)}
+    return replace(problem, layers=tuple(layers), variants=MappingProxyType(variants), source=None)
+
+
+def settings(problem: Problem, rules: TargetRules, escalation: Sequence[str]) -> list[str]:
+    """The uniform knob settings the target may run, in ``escalation`` order then the others (the plain one included)."""
+    names = [v for v in ["", *problem.variants] if _allowed(rules, v, True)]
+    return [v for v in escalation if v in names] + [v for v in names if v not in escalation]
+
+
+def layer_groups(problem: Problem, rules: TargetRules) -> list[tuple[int, int]]:
+    """The runs of layers no cut of the target may separate, ``(first, last)`` in order (singletons elsewhere).
+
+    Megatron-LM: the layers before the first language-model layer join it
+    (the vision encoder and projector run on the first language-model stage)
+    and the layers after the last one join it (no stage of the action head
+    alone). torchtitan: the vision and projector layers and the token
+    embedding form one group, when they are consecutive. A target whose rule
+    the model cannot meet raises :class:`ProblemError` (torchtitan without
+    an embedding after the vision encoder).
+    """
+    roles = _roles(problem)
+    L = len(roles)
+    lo, hi = 0, L - 1
+    if rules.cuts == "megatron":
+        llm = [i for i, r in enumerate(roles) if r in LLM_ROLES]
+        if llm:
+            lo, hi = llm[0], llm[-1]
+            return [(0, lo)] + [(i, i) for i in range(lo + 1, hi)] + ([(hi, L - 1)] if hi > lo else [])
+    if rules.cuts == "torchtitan":
+        vis = [i for i, r in enumerate(roles) if r in ("vision", "projector")]
+        if vis:
+            emb = [i for i, r in enumerate(roles) if r == "embedding"]
+            first, last = min(vis), max(vis)
+            if not emb or not (emb[0] == last + 1 or emb[0] == first - 1) or last - first + 1 != len(vis):
+                raise ProblemError("torchtitan runs the vision encoder inside the token embedding's step, but this model's "
+                                   "vision layers are not next to its embedding", path="target")
+            lo, hi = min(first, emb[0]), max(last, emb[0])
+            return [(i, i) for i in range(lo)] + [(lo, hi)] + [(i, i) for i in range(hi + 1, L)]
+    return [(i, i) for i in range(L)]
+
+
+def layouts(problem: Problem) -> list[tuple[int, int]]:
+    """The (dp, tp) meshes every layer has some entry in, by devices then tp (the candidates for one mesh)."""
+    common: set[tuple[int, int]] | None = None
+    seen: dict[int, set[tuple[int, int]]] = {}
+    for layer in problem.layers:
+        if id(layer.costs) not in seen:
+            seen[id(layer.costs)] = {(lay.dp, lay.tp) for lay in layer.costs}
+        common = set(seen[id(layer.costs)]) if common is None else common & seen[id(layer.costs)]
+    return sorted(common or (), key=lambda l: (l[0] * l[1], l[1]))
+
+
+def _variant_at(variant: str, dp: int) -> str:
+    """``variant`` at ``dp`` replicas: without its ZeRO part when dp = 1 (ZeRO shards over replicas)."""
+    if dp > 1 or not variant.startswith("zero"):
+        return variant
+    return "+".join(variant.split("+")[1:])
+
+
+def _sum(costs: Sequence[LayerCost]) -> LayerCost:
+    """The entry of layers merged into one: every time and byte count adds up (B/W split kept when all have it)."""
+    split = all(c.bwd_input_ms is not None and c.bwd_weight_ms is not None for c in costs)
+    return LayerCost(sum(c.fwd_ms for c in costs), sum(c.bwd_ms for c in costs), sum(c.weight_bytes for c in costs),
+                     sum(c.act_bytes for c in costs),
+                     sum(c.bwd_input_ms for c in costs) if split else None,  # type: ignore[misc]
+                     sum(c.bwd_weight_ms for c in costs) if split else None)  # type: ignore[misc]
+
+
+def config_of(problem: Problem, rules: TargetRules, setting: str, dp: int, tp: int) -> dict[str, Layout]:
+    """Per module, its config under the one mesh (dp, tp) and uniform knob ``setting``."""
+    decoders = _decoder_modules(problem)
+    return {layer.module: Layout(dp, tp, _variant_at(module_variant(rules, setting, layer.module in decoders), dp))
+            for layer in problem.layers}
+
+
+def single_layout(problem: Problem, groups: Sequence[tuple[int, int]], configs: Mapping[str, Layout]) -> Problem | None:
+    """The format-v1 problem of ``groups`` (one layer each) in the one config per module ``configs``.
+
+    A merged layer's entry sums its layers' entries (:func:`_sum`) and sends
+    its last layer's output; the solver's plans of it are the plans of
+    ``problem`` whose cuts fall between groups, all in ``configs``, with the
+    same times and memory. None when a layer has no entry in its config.
+    """
+    layers = []
+    for a, b in groups:
+        entries = []
+        for layer in problem.layers[a: b + 1]:
+            cost = layer.costs.get(configs[layer.module])
+            if cost is None:
+                return None
+            entries.append(cost)
+        cost = entries[0] if len(entries) == 1 else _sum(entries)
+        if (cost.bwd_input_ms is None) != (cost.bwd_weight_ms is None):
+            cost = replace(cost, bwd_input_ms=None, bwd_weight_ms=None)
+        last = problem.layers[b]
+        name = last.name if a == b else f"{problem.layers[a].name}..{last.name}"
+        plain = Layout(configs[last.module].dp, configs[last.module].tp)
+        layers.append(Layer(name, last.module, last.out_bytes, MappingProxyType({plain: cost})))
+    meta = {k: v for k, v in (problem.meta or {}).items() if k != "layers"}  # the hints describe the full problem's layers
+    return replace(problem, layers=tuple(layers), version=1, variants=MappingProxyType({}), source=None,
+                   meta=MappingProxyType(meta))
+
+
+def expand(plan: Plan, groups: Sequence[tuple[int, int]], problem: Problem, configs: Mapping[str, Layout]) -> Plan:
+    """A plan of :func:`single_layout`'s problem as a plan of ``problem``: layer indices and per-segment configs."""
+    stages = []
+    for s in plan.stages:
+        first, last = groups[s.first_layer][0], groups[s.last_layer][1]
+        segs = problem.segments(first, last)
+        stages.append(Stage.from_configs(first, last, s.devices, [configs[problem.layers[a].module] for a, _ in segs],
+                                         s.device_ids))
+    return Plan(tuple(stages))
+
+
+def runs(rules: TargetRules, problem: Problem, plan: Plan) -> list[str]:
+    """Why the target cannot run ``plan`` on ``problem`` (its schedule, meshes, knobs and cuts); [] when it can.
+
+    The rules of :data:`RULES`, checked on a plan found without them (``plan
+    --target any`` reports per target the best candidate that passes).
+    """
+    reasons: list[str] = []
+    schedule = problem.training.schedule
+    if schedule not in rules.schedules:
+        reasons.append(f"schedule {schedule}: {rules.name} runs {', '.join(rules.schedules)}")
+    configs = [(s, (a, b), c) for s in plan.stages for (a, b), c in s.segment_configs(problem)]
+    meshes = {(c.dp, c.tp) for _, _, c in configs}
+    if len(meshes) > 1:
+        reasons.append(f"{len(meshes)} meshes (dp, tp) {sorted(meshes)}: {rules.name} runs one for every stage")
+    decoders = _decoder_modules(problem)
+    knobs = []
+    for _, (a, _b), c in configs:
+        has_decoder = problem.layers[a].module in decoders
+        if not _allowed(rules, c.variant, has_decoder):
+            reasons.append(f"knobs {c.variant or 'plain'} on {problem.layers[a].module}: not a {rules.name} setting")
+        knobs.append((parse_variant(c.variant) if _known(c.variant) else Knobs(), c.dp, has_decoder))
+    zeros = {k.zero for k, dp, _ in knobs if dp > 1}  # ZeRO-0 next to ZeRO-1 runs as ZeRO-1 (the exporters' one_zero)
+    if 3 in zeros and len(zeros) > 1:
+        reasons.append(f"mixed ZeRO stages {sorted(zeros)}: {rules.name} sets one")
+    covered = [k.recompute for k, _, dec in knobs if dec or not rules.recompute_decoder_only]
+    if len(set(covered)) > 1 and rules.name != "deepspeed":  # DeepSpeed sets activation_checkpoint_interval per stage
+        reasons.append(f"mixed recompute settings {sorted(set(covered))}: {rules.name} sets one")
+    try:
+        starts = {a for a, _ in layer_groups(problem, rules)}
+    except ProblemError as err:
+        return [*reasons, err.reason]
+    inside = [s.first_layer for s in plan.stages if s.first_layer not in starts]
+    if inside:
+        reasons.append(f"cut before layer(s) {inside}: {rules.name} does not cut there (vision encoder placement)")
+    return reasons
+
+
+def _known(variant: str) -> bool:
+    try:
+        parse_variant(variant)
+    except ValueError:
+        return False
+    return True
