@@ -66,7 +66,7 @@ from partitioner.costs import (  # noqa: E402
 )
 from partitioner.plan.cuts import interleaved_uniform_plan  # noqa: E402
 from partitioner.planning import simulate_plan  # noqa: E402
-from partitioner.planning.schedule_search import with_schedule  # noqa: E402
+from partitioner.planning.schedules.search import with_schedule  # noqa: E402
 from partitioner.presets import ModelSpec, ModuleSpec  # noqa: E402
 from partitioner.problem import Layout  # noqa: E402
 

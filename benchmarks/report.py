@@ -601,7 +601,7 @@ def write_report(out: Path, quick: bool) -> Path:
     lines += [
         "## 5. Schedules",
         "",
-        "The candidates `plan_model` weighs per case (`partitioner.planning.schedule_choice`, its `schedules` entry): *plan* =",
+        "The candidates `plan_model` weighs per case (`partitioner.planning.schedules.choice`, its `schedules` entry): *plan* =",
         "the 1F1B plan replayed under each plain schedule, *solved* = the method re-run under each schedule it models,",
         "*baseline* = the Megatron-style uniform split under every schedule (interleaved v = 2, 3, 4), *fsdp*; the",
         "fastest simulated *plan* or *solved* row is kept. Measured in the same run as part 4 and also written to",

@@ -3,7 +3,7 @@
 For every plan-quality case of :mod:`benchmarks.report` (a VLA/VLM preset on
 a cluster that holds it), :func:`partitioner.plan_model` plans the model
 (``--method``, ``greedy`` by default; m chosen by ``auto``) and picks the
-schedule by simulation (:func:`partitioner.planning.schedule_choice.choose_schedule`):
+schedule by simulation (:func:`partitioner.planning.schedules.choice.choose_schedule`):
 the 1F1B plan replayed under ``1f1b``, ``zb-h1`` and ``gpipe``, the method
 re-run where it models a schedule, and the Megatron-style uniform baseline
 (and FSDP) under every schedule, ``interleaved`` with v = 2, 3, 4 (the best

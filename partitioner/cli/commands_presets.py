@@ -90,8 +90,8 @@ def plan_cmd(
     """
     from ..planning import plan_model
     from ..planning.options import KNOB_SOLVES
-    from ..planning.schedule_choice import SCHEDULE_CHOICES
-    from ..planning.targets import TARGETS
+    from ..planning.schedules.choice import SCHEDULE_CHOICES
+    from ..planning.targets.rules import TARGETS
     from ..presets import Workload, load_model, sequence_summary
 
     check_choice(method, methods(), "--method")

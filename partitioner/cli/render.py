@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # the plan records, for annotations only (the CLI imports pla
     from rich.progress import TaskID
 
     from ..planning.results import ModelPlan
-    from ..planning.schedule_report import ScheduleReport, ScheduleRow, ScheduleSummary
+    from ..planning.schedules.report import ScheduleReport, ScheduleRow, ScheduleSummary
 
 __all__ = [
     "print_json", "stage_table", "print_result", "print_validation", "print_evaluation", "simulation_table",

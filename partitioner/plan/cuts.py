@@ -1,7 +1,7 @@
 """Megatron-LM's uniform layer cuts: which layers each pipeline stage (or virtual chunk) holds.
 
 The baselines of :mod:`partitioner.planning.baselines`, the interleaved
-schedules of :mod:`partitioner.planning.schedule_search` and the starting
+schedules of :mod:`partitioner.planning.schedules.search` and the starting
 plans of :mod:`partitioner.solvers.interleaved.space` all cut the layers the
 way Megatron-LM does by default: vision and projector with the first decoder
 layers, the head with the last, the decoder layers split evenly (the last

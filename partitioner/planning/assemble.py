@@ -16,7 +16,7 @@ from ..presets import ClusterSpec, ModelSpec
 from .baselines import BASELINE_METHOD, BASELINES, FSDP_METHOD
 from .records import BaselineRun, BaselineSummary, KnobSolve, MicrobatchTrial, MissingBaseline, ScreenedCount, moe_export_hints
 from .results import ModelPlan, iteration_of, plan_throughput, stage_knobs
-from .schedule_report import ScheduleReport
+from .schedules.report import ScheduleReport
 
 __all__ = ["NO_FIT", "best_baselines", "assemble", "no_plan"]
 

@@ -22,8 +22,8 @@ from .knobs import _projections, refine_knobs, variant_at
 from .options import PlanOptions
 from .records import BaselineRun, KnobSolve, ScreenedCount
 from .results import iteration_of, simulate_plan
-from .target_solve import solve_for_target
-from .targets import rules_for
+from .targets.rules import rules_for
+from .targets.solve import solve_for_target
 
 __all__ = ["solve_with_knobs"]
 
@@ -149,8 +149,9 @@ def solve_with_knobs(entry: ScreenedCount, opts: PlanOptions, warm: Mapping[str,
     if rules is not None:  # plan --target: the target's space, solved exactly (no per-segment knob choice after)
         solved = solve_for_target(entry, opts, rules, deadline, cap)
         kept = _fastest_baseline(entry)
-        if kept is not None and (not solved.has_plan or solved.result.value > kept[1].ev.value * (1 + 1e-9)):
-            best = (solved.result.value, solved.result) if solved.has_plan else None
+        value = solved.result.value if solved.has_plan else None
+        if kept is not None and (value is None or value > kept[1].ev.value * (1 + 1e-9)):
+            best = (value, solved.result) if value is not None else None
             return _kept_baseline(entry, *kept, opts, _Tally(best=best, last=solved.last))
         return solved
     tally = _Tally()

@@ -12,7 +12,7 @@ from typing import Any, Literal, Mapping, get_args
 
 from ..costs import CostOptions
 from ..problem import Objective
-from .targets import Target
+from .targets.rules import Target
 
 __all__ = ["PlanOptions", "KnobSolves", "ScheduleChoice", "SCHEDULE_CHOICES", "KNOB_SOLVES"]
 
@@ -79,7 +79,7 @@ class PlanOptions:
 
     schedules: bool = True
     """With ``simulate``, try every pipeline schedule and keep the plan with the
-    least simulated iteration (:mod:`partitioner.planning.schedule_choice`). False: 1F1B only."""
+    least simulated iteration (:mod:`partitioner.planning.schedules.choice`). False: 1F1B only."""
 
     schedule: ScheduleChoice = "auto"
     """``auto`` tries every schedule; any other value pins it (only its candidates
@@ -90,7 +90,7 @@ class PlanOptions:
 
     target: Target = "any"
     """``megatron``, ``torchtitan`` or ``deepspeed``: search only the plans that
-    framework runs (:mod:`partitioner.planning.targets`: its schedules, one mesh,
+    framework runs (:mod:`partitioner.planning.targets.rules`: its schedules, one mesh,
     its knobs, where it may cut); ``any``: every plan, and the result says per
     target the best candidate it runs (``targets``)."""
 

@@ -29,11 +29,11 @@ from .knob_solve import solve_with_knobs
 from .options import KNOB_SOLVES, PlanOptions
 from .records import BaselineRun, KnobSolve, MicrobatchTrial, ScreenedCount, finite
 from .results import ModelPlan
-from .schedule_choice import choose_schedule, schedule_keys
-from .schedule_report import ScheduleReport
+from .schedules.choice import choose_schedule, schedule_keys
+from .schedules.report import ScheduleReport
 from .screening import Builders, counts_to_solve, screen_counts
-from .target_report import target_summaries
-from .targets import rules_for
+from .targets.report import target_summaries
+from .targets.rules import rules_for
 
 __all__ = ["plan_model", "run_plan", "plan_options", "microbatch_candidates", "RESOLVE_MIN_SECONDS"]
 

@@ -18,7 +18,7 @@ from ..plan import Evaluation, Plan, SolveResult, evaluate
 from ..problem import Problem
 from ..simulate.engine import replay_check
 from .records import BaselineSummary, IterationSource, MicrobatchTrial, MissingBaseline, TargetSummary, Throughput
-from .schedule_report import ScheduleReport
+from .schedules.report import ScheduleReport
 
 __all__ = ["ModelPlan", "simulate_plan", "throughput", "plan_throughput", "iteration_of", "stage_knobs"]
 

@@ -25,7 +25,7 @@ from .knobs import _projections
 from .options import PlanOptions
 from .records import BaselineRun, ScreenedCount
 from .results import iteration_of, simulate_plan
-from .targets import restrict, rules_for
+from .targets.rules import restrict, rules_for
 
 __all__ = ["Builders", "screen_counts", "counts_to_solve"]
 

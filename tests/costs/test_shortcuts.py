@@ -12,7 +12,7 @@ from partitioner.costs.variants import applies, variant_knobs
 from partitioner.plan.schedules import held_counts, held_states, peak_activation_bytes, walked_stash
 from partitioner.planning import megatron_baselines, microbatch_candidates
 from partitioner.planning.baselines import StageSums, _megatron_plans, value_floor
-from partitioner.planning.schedule_search import with_schedule
+from partitioner.planning.schedules.search import with_schedule
 from partitioner.presets import load_cluster, load_model
 from partitioner.problem import Layout, Problem, ProblemError
 from partitioner.simulate.engine import _figures, _prepare, replay_check, simulate, simulate_times

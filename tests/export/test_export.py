@@ -317,7 +317,7 @@ def interleaved_plan(problem, v=2, groups=2):
 
 
 def test_interleaved_plan_is_checked_by_evaluate(seed_problem):
-    from partitioner.planning.schedule_search import with_schedule
+    from partitioner.planning.schedules.search import with_schedule
 
     problem = with_schedule(seed_problem, "interleaved", 2)
     ev = evaluate(problem, interleaved_plan(seed_problem))

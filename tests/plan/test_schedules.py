@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from checks import check_no_random_plan_beats
 from partitioner import Plan, PlanError, Problem, Stage, evaluate, load_problem, simulate, solve
 from partitioner.plan.schedules import device_order, estimate, peak_activation_bytes, stash, walked_stash
-from partitioner.planning.schedule_search import compare_schedules
+from partitioner.planning.schedules.search import compare_schedules
 from partitioner.simulate.engine import replay_check, simulate_times
 from strategies import examples, small_v2_problems
 

@@ -13,7 +13,7 @@ from partitioner.planning import ModelPlan, PlanOptions, run_plan
 from partitioner.planning.assemble import NO_FIT, no_plan
 from partitioner.planning.options import SCHEDULE_CHOICES, ScheduleChoice
 from partitioner.planning.records import BaselineSummary, MicrobatchTrial, MissingBaseline, Throughput
-from partitioner.planning.schedule_report import ScheduleReport
+from partitioner.planning.schedules.report import ScheduleReport
 from partitioner.problem import OBJECTIVES, SCHEDULES, Objective, Schedule
 
 CASE = dict(nodes=1, global_batch=32, microbatches=8, method="greedy")

@@ -1,4 +1,4 @@
-"""``plan`` picks the pipeline schedule by simulation (``partitioner.planning.schedule_choice``).
+"""``plan`` picks the pipeline schedule by simulation (``partitioner.planning.schedules.choice``).
 
 The kept plan is the fastest simulated candidate it reports -- the plan under
 every schedule, the method re-run where ``schedule_support`` allows it, the
@@ -16,7 +16,7 @@ import pytest
 
 from partitioner.plan import Plan, evaluate
 from partitioner.planning import plan_model
-from partitioner.planning.schedule_choice import schedule_keys
+from partitioner.planning.schedules.choice import schedule_keys
 from partitioner.problem import ProblemError
 from partitioner.simulate.engine import simulate
 
@@ -111,7 +111,7 @@ def test_zb_h1_is_re_solved_when_the_method_models_it():
 
 def test_a_solver_that_fails_under_a_schedule_is_a_note_not_a_crash(monkeypatch):
     """Whatever schedule_support allows is tried at run time; a method that then fails leaves a note."""
-    import partitioner.planning.schedule_choice as choice
+    import partitioner.planning.schedules.choice as choice
 
     monkeypatch.setattr(choice, "schedule_support", lambda method, schedule, objective: "")
     r = plan_model("seed-vla-8gpu", "dgx-h100", **CASE)
@@ -127,7 +127,7 @@ def test_a_solver_that_fails_under_a_schedule_is_a_note_not_a_crash(monkeypatch)
 
 def test_best_rows_replay_to_their_iteration():
     r = planned()
-    from partitioner.planning.schedule_search import with_schedule
+    from partitioner.planning.schedules.search import with_schedule
 
     for key in ("best", "best_baseline"):
         row = r.extra["schedules"][key]

@@ -9,10 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partitioner.costs import build_problem
-from partitioner.planning import FSDP_METHOD, fsdp_baseline, megatron_baselines, schedule_choice, uniform_projection, variant_at
+from partitioner.planning import FSDP_METHOD, fsdp_baseline, megatron_baselines, uniform_projection, variant_at
 from partitioner.planning.baselines import _megatron_plans, _try, value_floor
 from partitioner.planning.records import BaselineRun, ScreenedCount
-from partitioner.planning.schedule_search import with_schedule
+from partitioner.planning.schedules import choice as schedule_choice
+from partitioner.planning.schedules.search import with_schedule
 from partitioner.problem import Problem, ProblemError, _Node, _parse_cost, _parse_cost_checked
 from partitioner.problem import _cost_doc as _cost_doc_for_test
 from partitioner.solvers.greedy import _balance, balance_cuts

@@ -10,8 +10,16 @@ from partitioner.costs.variants import parse_variant
 from partitioner.export import TARGET_SCHEDULES, export_result
 from partitioner.plan import evaluate
 from partitioner.planning import plan_model
-from partitioner.planning.targets import (RULES, config_of, expand, layer_groups, restrict, rules_for, settings,
-                                          single_layout)
+from partitioner.planning.targets.rules import (
+    RULES,
+    config_of,
+    expand,
+    layer_groups,
+    restrict,
+    rules_for,
+    settings,
+    single_layout,
+)
 from partitioner.problem import ProblemError
 from partitioner.solvers import solve
 from tests.conftest import run_cli

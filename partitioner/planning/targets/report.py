@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from ..plan import Plan
-from ..problem import Problem
-from .records import BaselineRun, BaselineSummary, TargetSummary
-from .results import ModelPlan
-from .schedule_report import ScheduleReport
-from .targets import RULES, runs
+from ...plan import Plan
+from ...problem import Problem
+from ..records import BaselineRun, BaselineSummary, TargetSummary
+from ..results import ModelPlan
+from ..schedules.report import ScheduleReport
+from .rules import RULES, runs
 
 __all__ = ["target_summaries"]
 

@@ -32,9 +32,9 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Literal, Mapping, Sequence, get_args
 
-from ..costs.variants import Knobs, parse_variant
-from ..plan import Plan, Stage
-from ..problem import Layer, LayerCost, Layout, Problem, ProblemError
+from ...costs.variants import Knobs, parse_variant
+from ...plan import Plan, Stage
+from ...problem import Layer, LayerCost, Layout, Problem, ProblemError
 
 __all__ = ["Target", "TARGETS", "TargetRules", "RULES", "rules_for", "restrict", "settings", "module_variant",
            "layer_groups", "single_layout", "expand", "layouts", "runs", "config_of", "LLM_ROLES"]

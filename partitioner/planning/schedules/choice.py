@@ -37,17 +37,17 @@ import math
 from dataclasses import replace
 from typing import Callable, Mapping, Sequence, Union
 
-from ..plan import Evaluation, Plan, PlanError, SolveResult, evaluate
-from ..problem import Problem, ProblemError
-from ..solvers import SolverError
-from ..solvers.base import schedule_support
-from .baselines import BASELINE_METHOD, FSDP_METHOD, megatron_baselines
-from .deadline import Deadline
-from .options import SCHEDULE_CHOICES
-from .records import BaselineRun, KnobSolve, ScreenedCount
-from .results import simulate_plan
-from .schedule_report import PlanSource, ScheduleCandidate, ScheduleReport, best_candidate, build_report
-from .schedule_search import with_schedule
+from ...plan import Evaluation, Plan, PlanError, SolveResult, evaluate
+from ...problem import Problem, ProblemError
+from ...solvers import SolverError
+from ...solvers.base import schedule_support
+from ..baselines import BASELINE_METHOD, FSDP_METHOD, megatron_baselines
+from ..deadline import Deadline
+from ..options import SCHEDULE_CHOICES
+from ..records import BaselineRun, KnobSolve, ScreenedCount
+from ..results import simulate_plan
+from .report import PlanSource, ScheduleCandidate, ScheduleReport, best_candidate, build_report
+from .search import with_schedule
 
 __all__ = ["SCHEDULE_CHOICES", "SCREENED_M", "schedule_keys", "choose_schedule", "busy_floor", "Resolve"]
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Sequence
 
-from ..plan import Plan, PlanError, evaluate
-from ..plan.cuts import interleaved_uniform_plan
-from ..problem import Problem
-from ..simulate.engine import simulate
+from ...plan import Plan, PlanError, evaluate
+from ...plan.cuts import interleaved_uniform_plan
+from ...problem import Problem
+from ...simulate.engine import simulate
 
 __all__ = ["with_schedule", "compare_schedules", "PLAIN_SCHEDULES"]
 

@@ -19,15 +19,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..plan import PlanError, SolveResult, evaluate
-from ..problem import Problem
-from ..solvers import solve
-from .deadline import Deadline
-from .knobs import ESCALATION
-from .options import PlanOptions
-from .records import KnobSolve, ScreenedCount
-from .results import iteration_of, simulate_plan
-from .targets import TargetRules, config_of, expand, layer_groups, layouts, settings, single_layout
+from ...plan import PlanError, SolveResult, evaluate
+from ...plan.result import Status
+from ...problem import Problem
+from ...solvers import solve
+from ..deadline import Deadline
+from ..knobs import ESCALATION
+from ..options import PlanOptions
+from ..records import KnobSolve, ScreenedCount
+from ..results import iteration_of, simulate_plan
+from .rules import TargetRules, config_of, expand, layer_groups, layouts, settings, single_layout
 
 __all__ = ["solve_for_target"]
 
@@ -143,7 +144,7 @@ def _result(entry: ScreenedCount, opts: PlanOptions, rules: TargetRules, found: 
     """The kept plan as a :class:`KnobSolve` (optimal with its bound when every solve was proven), or why there is none."""
     problem = entry.problem
     if found.best is None:
-        status = "infeasible" if found.proven and found.last is not None else "error"
+        status: Status = "infeasible" if found.proven and found.last is not None else "error"
         msg = (f"no plan {rules.name} runs fits" if status == "infeasible"
                else "; ".join(found.why[:3]) or f"{opts.method} found no plan {rules.name} runs")
         fail = SolveResult(status=status, method=opts.method, objective=opts.objective, message=msg)

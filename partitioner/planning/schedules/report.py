@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
-from ..plan import Evaluation, Plan, SolveResult
-from ..problem import Problem
+from ...plan import Evaluation, Plan, SolveResult
+from ...problem import Problem
 
 __all__ = ["PlanSource", "ScheduleCandidate", "ScheduleRow", "ScheduleSummary", "ChosenSchedule", "ScheduleReport",
            "best_candidate", "build_report"]
