@@ -69,10 +69,10 @@ def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
             # the relaxed optimum's runs did not pack: solve with the exact placement automaton
             outcome = model.optimize(request.objective, "bins", deadline, budget)
     except TooLarge as err:
-        return _cut_short(problem, request, model, f"dp: {err}", kernels_note=engine.take_note())
+        return _cut_short(problem, request, model, f"dp: {err}", kernels_note=engine.take_note(), warm_note=warm_note)
     except OutOfTime:
         return _cut_short(problem, request, model, "dp: time limit reached before the recursion finished",
-                          timed_out=True, kernels_note=engine.take_note())
+                          timed_out=True, kernels_note=engine.take_note(), warm_note=warm_note)
     if outcome.status == "infeasible":
         return Candidate("infeasible", message=explain_infeasible(problem))
     if outcome.plan is None:
@@ -116,11 +116,12 @@ def _set_incumbent(problem: Problem, request: SolveRequest, model: "DPModel", de
 
 
 def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel", reason: str, timed_out: bool = False,
-               kernels_note: str | None = None) -> Candidate:
+               kernels_note: str | None = None, warm_note: str | None = None) -> Candidate:
     """The best known plan when the search cannot finish: the DP's own best so far or the greedy
     plan, whichever is better, ``feasible`` with the best proven lower bound; ``error`` if neither exists.
     ``timed_out``: the time limit (not the memory budget) stopped the search. ``kernels_note``
-    (:func:`.engine.take_note`) says what the kernels' choice cost, e.g. that they were not compiled yet."""
+    (:func:`.engine.take_note`) says what the kernels' choice cost, e.g. that they were not compiled yet;
+    ``warm_note`` what became of the caller's warm start (kept in the stats as on a finished search)."""
     if kernels_note:
         reason = f"{reason} ({kernels_note})"
     found = []
@@ -150,7 +151,7 @@ def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel", reason
         best[2],
         bound=bound,
         message=f"{reason}; returning the best known plan ({best[1]})",
-        extra={"dp": {"cut_short": reason, "plan_from": best[1]}},
+        extra={"dp": {"cut_short": reason, "plan_from": best[1], **({"warm_start": warm_note} if warm_note else {})}},
     )
 
 
