@@ -214,7 +214,7 @@ class StageCosts:
         found = self._reshard.get(key)
         if found is None:
             found = stage_reshard_ms(
-                float(self.out_bytes[layer]), Layout(*src), Layout(*dst), devices, self.problem.cluster
+                float(self.out_bytes[layer]), Layout.of_mesh(src), Layout.of_mesh(dst), devices, self.problem.cluster
             )
             self._reshard[key] = found
         return found

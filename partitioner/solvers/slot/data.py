@@ -210,7 +210,7 @@ class SlotData:
         """The ordered same-size mesh pairs a slot can have across group boundary ``g``."""
         first = {self.mesh_index[k] for k in self.group_configs(g)}
         second = {self.mesh_index[k] for k in self.group_configs(g + 1)}
-        size = {mu: self.meshes[mu][0] * self.meshes[mu][1] for mu in first | second}
+        size = {mu: math.prod(self.meshes[mu]) for mu in first | second}
         return [(mu, nu) for mu in sorted(first) for nu in sorted(second) if size[mu] == size[nu]]
 
     def memory(self, k: int, i: int, slot: int) -> int:
@@ -311,15 +311,15 @@ def slot_data(problem: Problem, objective: str, check=None) -> SlotData:
     transfers = bool(L > 1 and send[:-1].max() > 0)
     cluster = problem.cluster
     placement = transfers and cluster.intra_node_GBps != cluster.inter_node_GBps and sizes[0] < cluster.gpus_per_node
-    meshes = tuple(sorted({lay.mesh for lay in layouts}, key=lambda mu: (mu[0] * mu[1], mu[1])))
+    meshes = tuple(sorted({lay.mesh for lay in layouts}, key=lambda mu: (math.prod(mu), mu[1], mu[2:])))
     reshards = []
     for _, last in groups[:-1]:
         out = problem.layers[last].out_bytes
         table = {}
         for mu in meshes:
             for nu in meshes:
-                if mu != nu and mu[0] * mu[1] == nu[0] * nu[1]:
-                    r = stage_reshard_ms(out, Layout(*mu), Layout(*nu), mu[0] * mu[1], cluster)
+                if mu != nu and math.prod(mu) == math.prod(nu):
+                    r = stage_reshard_ms(out, Layout.of_mesh(mu), Layout.of_mesh(nu), math.prod(mu), cluster)
                     if r > 0:
                         table[meshes.index(mu), meshes.index(nu)] = r
         reshards.append(table)
