@@ -167,6 +167,8 @@ def arcflow_reason(problem: Problem, objective: str, data: SlotData) -> str:
     """Why the arc-flow model does not fit ``problem`` ("" when it does)."""
     if data.transfers:
         return "stage boundaries carry bytes"
+    if data.ties:
+        return "tied weights (a stage's memory can grow when it loses a layer, so fitting ranges are not suffixes)"
     schedule = problem.training.schedule
     if not (schedule == "1f1b" or (schedule == "zb-h1" and objective == "bottleneck")):
         return f"schedule {schedule} with the {objective} objective"

@@ -91,6 +91,18 @@ pairs), padded with inf to the most any stage has.
 :meth:`StageCosts.option_configs` finds the configs of a point for the walk
 back by the same frontiers, as lists.
 
+Tied weights
+------------
+Format v3: a layer k tied to a layer j (``tied_to``) counts ``weight_bytes -
+tied_weight_bytes`` of its entry on a stage that holds j too; a stage a..b
+holds both iff ``a <= j`` and ``k <= b``. The compiled loops know nothing of
+ties: for those stages (:attr:`StageCosts.tied_stages`, usually the few
+that start at the embedding and end at the head) :meth:`StageCosts.matrix`,
+:meth:`StageCosts.options` and the walk back recompute the stage exactly
+by the frontier pass of :meth:`StageCosts._tuples`, with the memory of the
+segment holding k lowered by the tied bytes of k's entry in its config;
+every other stage is untouched.
+
 Numbers: stage times are forward sums over the stage's own layers, never
 differences of prefix sums, so a huge time elsewhere in the model cannot
 cancel a stage's digits; memory is exact int64 (values are checked against
@@ -105,7 +117,7 @@ import numpy as np
 
 from ...cluster.reshard import stage_reshard_ms
 from ...problem import Layout, Problem
-from ..tables import layer_arrays
+from ..tables import layer_arrays, tied_row
 from .compiled import engine
 
 __all__ = ["StageCosts"]
@@ -161,6 +173,12 @@ class StageCosts:
         self._sums: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self._reshard: dict[tuple, float] = {}
         self._meshes: dict[int, tuple[np.ndarray, int, np.ndarray]] = {}
+        # format v3 tied weights (module docstring, "Tied weights"): (j, k, k's tied bytes per config row)
+        self.ties = tuple((j, k, tied_row(problem, k, self.layouts)) for j, k in problem.ties)
+        self.tied_mask = np.zeros((L, L), dtype=bool)  # [a, b]: stage a..b holds both layers of some tie
+        for j, k, _ in self.ties:
+            self.tied_mask[: j + 1, k:] = True
+        self.tied_stages = tuple(map(tuple, np.argwhere(self.tied_mask)))
 
     # ------------------------------------------------------------------ facts
     @property
@@ -255,6 +273,8 @@ class StageCosts:
         elif len(self.runs) > 1:
             kernels.spanning_one(best, np.ascontiguousarray(time[configs[0]]), ends[0], self._run_ends())
         engine.account(kern, _clock() - start)
+        for a, b in self.tied_stages:  # tied weights: these stages need less memory than the kernels assumed
+            best[a, b] = min((t for _, t, _ in self._tuples(a, b, i, stash, "t")), default=INF)
         return best
 
     def _mesh_tables(self, i: int) -> tuple[np.ndarray, int, np.ndarray]:
@@ -335,6 +355,15 @@ class StageCosts:
                         np.int64(stash), np.int64(self.cap), runs, q1, q2, k0, FRONTIER_POINTS,
                     )
             engine.account(kern, _clock() - start)
+        for a, b in self.tied_stages:  # tied weights: recomputed with the smaller memory (as matrix does)
+            pairs = sorted({(pu, pw) for _, pu, pw in self._tuples(a, b, i, stash, parts)})
+            kept = [p for n, p in enumerate(pairs) if not any(q[1] <= p[1] for q in pairs[:n])]
+            if len(kept) > width:
+                return None
+            U[a, b, :], W[a, b, :] = INF, INF
+            for f, (pu, pw) in enumerate(kept):
+                U[a, b, f], W[a, b, f] = pu, pw
+            C[a, b] = len(kept)
         if not ok:
             return None
         used = max(1, int(C.max(initial=0)))
@@ -351,22 +380,31 @@ class StageCosts:
     def _tuples(self, a: int, b: int, i: int, stash: int, parts: str):
         """Every fitting config tuple of stage a..b on size index i that is Pareto-minimal in (part 1, part 2,
         memory) after each segment, as (configs, part 1, part 2): the list form of :meth:`options`, for the walk back."""
-        one, two, r1, r2 = self._parts[parts]
+        # "t": the stage time alone (matrix and the walk back on tied stages), from self.time as it is now
+        one, two, r1, r2 = (self.time, self._zero_time(), 2.0, 0.0) if parts == "t" else self._parts[parts]
         configs = self.of_size[i]
         d = self.sizes[i]
         k0, k1 = self._run_of(a), self._run_of(b)
+        tied = self.tied_mask[a, b] if self.L else False
         frontier: dict = {None: [(0.0, 0.0, 0, ())]}
         for k in range(k0, k1 + 1):
             st, en = self.runs[k]
             first, last = max(st, a), min(en, b)
             nxt: dict = {}
             for j in configs:
-                if self.fit_end(j, stash)[first] < last:
+                if tied:
+                    if self.next_missing[j, first] <= last:
+                        continue
+                    seg_m = int(self.memory(j, first, last, stash)) - self._tied(a, b, first, last, j)
+                    if seg_m > self.cap:
+                        continue
+                elif self.fit_end(j, stash)[first] < last:
                     continue
+                else:
+                    seg_m = int(self.memory(j, first, last, stash))
                 mesh = self.layouts[j].mesh
                 seg_u = float(np.cumsum(one[j, first : last + 1])[-1])
                 seg_w = float(np.cumsum(two[j, first : last + 1])[-1])
-                seg_m = int(self.memory(j, first, last, stash))
                 for src, pts in frontier.items():
                     r = 0.0 if src is None else self.reshard(first - 1, src, mesh, d)
                     for pu, pw, pm, cfgs in pts:
@@ -379,11 +417,25 @@ class StageCosts:
                 yield cfgs, pu, pw
 
     # ------------------------------------------------------------------ the walk back
+    def _zero_time(self) -> np.ndarray:
+        """Zeros shaped like :attr:`time` (the second part of the "t" parts), made once."""
+        found = getattr(self, "_zeros", None)
+        if found is None or found.shape != self.time.shape:
+            found = self._zeros = np.zeros_like(self.time)
+        return found
+
+    def _tied(self, a: int, b: int, s: int, t: int, j: int) -> int:
+        """Tied bytes segment ``s..t`` of stage ``a..b`` does not count in config row ``j`` (format v3)."""
+        return sum(int(row[j]) for tj, k, row in self.ties if a <= tj and s <= k <= t and k <= b)
+
     def configs(self, a: int, b: int, i: int, stash: int) -> tuple[tuple[Layout, ...], float] | None:
         """Configs (one per segment of a..b) reaching ``matrix(i, stash)[a, b]``, and that time; None if none fit.
 
         The same rule as :meth:`matrix` for one stage, with the configs carried along.
         """
+        if self.L and self.tied_mask[a, b]:
+            found = min(((t, cfgs) for cfgs, t, _ in self._tuples(a, b, i, stash, "t")), key=lambda p: p[0], default=None)
+            return None if found is None else (found[1], found[0])
         configs = self.of_size[i]
         k0, k1 = self._run_of(a), self._run_of(b)
         d = self.sizes[i]
