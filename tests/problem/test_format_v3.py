@@ -186,7 +186,7 @@ def _same_answers(old: Problem, methods=("brute", "dp")) -> None:
 
 
 def test_the_v2_lesson_read_as_v3_gives_the_same_answer():
-    _same_answers(load_problem(ROOT / "examples" / "seed_lesson15_colocated.json"))
+    _same_answers(load_problem(ROOT / "examples" / "colocated_1node.json"))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
