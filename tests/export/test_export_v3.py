@@ -22,7 +22,7 @@ def test_a_plan_with_cp_is_not_expressible(target):
 
 
 def test_a_v3_plan_without_cp_or_ep_exports_as_before():
-    p = load_problem(ROOT / "examples" / "seed_lesson15_colocated.json")
+    p = load_problem(ROOT / "examples" / "colocated_1node.json")
     doc = p.to_dict()
     doc["version"] = 3
     v3 = Problem.from_dict(doc)
