@@ -175,10 +175,8 @@ class StageCosts:
         self._meshes: dict[int, tuple[np.ndarray, int, np.ndarray]] = {}
         # format v3 tied weights (module docstring, "Tied weights"): (j, k, k's tied bytes per config row)
         self.ties = tuple((j, k, tied_row(problem, k, self.layouts)) for j, k in problem.ties)
-        self.tied_mask = np.zeros((L, L), dtype=bool)  # [a, b]: stage a..b holds both layers of some tie
-        for j, k, _ in self.ties:
-            self.tied_mask[: j + 1, k:] = True
-        self.tied_stages = tuple(map(tuple, np.argwhere(self.tied_mask)))
+        # the stages a..b that hold both layers of some tie (a <= j, k <= b), in order; none without ties
+        self.tied_stages = tuple(sorted({(a, b) for j, k, _ in self.ties for a in range(j + 1) for b in range(k, L)}))
 
     # ------------------------------------------------------------------ facts
     @property
@@ -385,7 +383,7 @@ class StageCosts:
         configs = self.of_size[i]
         d = self.sizes[i]
         k0, k1 = self._run_of(a), self._run_of(b)
-        tied = self.tied_mask[a, b] if self.L else False
+        tied = self.holds_tie(a, b)
         frontier: dict = {None: [(0.0, 0.0, 0, ())]}
         for k in range(k0, k1 + 1):
             st, en = self.runs[k]
@@ -417,6 +415,10 @@ class StageCosts:
                 yield cfgs, pu, pw
 
     # ------------------------------------------------------------------ the walk back
+    def holds_tie(self, a: int, b: int) -> bool:
+        """Does stage a..b hold both layers of some tie (format v3)?"""
+        return any(a <= j and k <= b for j, k, _ in self.ties)
+
     def _zero_time(self) -> np.ndarray:
         """Zeros shaped like :attr:`time` (the second part of the "t" parts), made once."""
         found = getattr(self, "_zeros", None)
@@ -433,7 +435,7 @@ class StageCosts:
 
         The same rule as :meth:`matrix` for one stage, with the configs carried along.
         """
-        if self.L and self.tied_mask[a, b]:
+        if self.holds_tie(a, b):
             found = min(((t, cfgs) for cfgs, t, _ in self._tuples(a, b, i, stash, "t")), key=lambda p: p[0], default=None)
             return None if found is None else (found[1], found[0])
         configs = self.of_size[i]
