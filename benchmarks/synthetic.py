@@ -22,7 +22,6 @@ Usage::
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 from typing import Sequence
 

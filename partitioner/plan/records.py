@@ -208,7 +208,11 @@ class Plan:
             else:
                 variant = _variant_field(entry.get("variant", ""), f"{where}.variant", source)
                 axes = _axes_fields(entry, where, source)
-                stages.append(Stage(device_ids=ids, variant=variant, **values, **axes))
+                stages.append(Stage(
+                    values["first_layer"], values["last_layer"], values["devices"], values["dp"], values["tp"],
+                    device_ids=ids, variant=variant,
+                    cp=axes.get("cp", 1), ep=axes.get("ep", 1), etp=axes.get("etp", 1),
+                ))
         return cls(tuple(stages))
 
 

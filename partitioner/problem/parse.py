@@ -232,7 +232,8 @@ def _parse_layers(node: _Node, cluster: Cluster, version: int = 1, variants: Map
                 f"must be an object keyed by config (dp<int>tp<int>[/variant]), got {_describe(costs_node.value)}"
             )
         costs: dict[Layout, LayerCost] = {}
-        keys, slots = [], []
+        keys: list[str] = []
+        slots: list[int] = []
         for key, cnode in costs_node.items():
             layout = configs.get(key)
             if layout is None:  # each distinct key is checked once, where it first appears

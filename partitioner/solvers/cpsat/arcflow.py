@@ -228,7 +228,7 @@ class UnitCosts(StageCosts):
         self._index = {lay: k for k, lay in enumerate(data.layouts)}
         self._groups = len(data.groups)
 
-    def reshard(self, layer: int, src: tuple[int, int], dst: tuple[int, int], devices: int) -> float:
+    def reshard(self, layer: int, src: tuple[int, ...], dst: tuple[int, ...], devices: int) -> float:
         """Half the units of ``2 r`` across the group boundary after ``layer`` (0 for one mesh)."""
         if src == dst:
             return 0.0

@@ -128,7 +128,8 @@ def build_model(data: SlotData, times: IntegerTimes, check=None) -> tuple[cp_mod
     if parts == (T,):
         compute, segment = stage_compute(model, data, times.tau, times.top, members, use, size, cover, check)
 
-    memory, tied = {}, {}
+    memory: dict = {}
+    tied: dict = {}
     if not data.linear_memory:
         # memory and cost entries: use[j][l] and c_j <= a  =>  c_{j-1} <= reach[a];
         # c_j <= a is "layer a is not before slot j", c_{j-1} <= r "layer r is not in slot >= j"

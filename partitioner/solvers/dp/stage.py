@@ -222,7 +222,7 @@ class StageCosts:
             self._sums[key] = found
         return found
 
-    def reshard(self, layer: int, src: tuple[int, int], dst: tuple[int, int], devices: int) -> float:
+    def reshard(self, layer: int, src: tuple[int, ...], dst: tuple[int, ...], devices: int) -> float:
         """r for the output of ``layer`` from mesh ``src`` to mesh ``dst`` on ``devices`` canonical GPUs."""
         if src == dst:
             return 0.0
@@ -282,7 +282,7 @@ class StageCosts:
         found = self._meshes.get(i)
         if found is None:
             d = self.sizes[i]
-            order: list[tuple[int, int]] = []
+            order: list[tuple[int, ...]] = []
             for j in self.of_size[i]:
                 if self.layouts[j].mesh not in order:
                     order.append(self.layouts[j].mesh)
@@ -453,7 +453,7 @@ class StageCosts:
             return (self.layouts[best[0]],) * (k1 - k0 + 1), best[1]
         cap = self.cap
         # points: mesh -> list of (time, memory, configs)
-        frontier: dict[tuple[int, int], list] = {}
+        frontier: dict[tuple[int, ...], list] = {}
         en0 = self.runs[k0][1]
         for j in configs:
             if self.fit_end(j, stash)[a] >= en0:
@@ -464,7 +464,7 @@ class StageCosts:
         for k in range(k0 + 1, k1 + 1):
             st, en = self.runs[k]
             last = b if k == k1 else en
-            nxt: dict[tuple[int, int], list] = {}
+            nxt: dict[tuple[int, ...], list] = {}
             for j in configs:
                 if self.fit_end(j, stash)[st] < last:
                     continue

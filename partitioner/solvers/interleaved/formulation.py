@@ -58,7 +58,7 @@ class GroupData:
     objective: str
     groups: int  # P
     configs: tuple[Layout, ...]  # the configs of size d, config order
-    meshes: tuple[tuple[int, int], ...]
+    meshes: tuple[tuple[int, ...], ...]
 
     @classmethod
     def of(cls, problem: Problem, objective: str, groups: int) -> "GroupData":

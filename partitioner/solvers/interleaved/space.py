@@ -153,7 +153,7 @@ def held_states(groups: int, microbatches: int, virtual_stages: int, g: int) -> 
     return tuple(sorted(keep))
 
 
-def chunk_options(problem: Problem, first: int, last: int, mesh: tuple[int, int]) -> list[ChunkOption]:
+def chunk_options(problem: Problem, first: int, last: int, mesh: tuple[int, ...]) -> list[ChunkOption]:
     """The config tuples of chunk ``first..last`` on ``mesh`` that no other beats in time, weight and act.
 
     Every tuple of ``itertools.product`` over the segments' configs of that

@@ -162,7 +162,7 @@ class SlotData:
     transfers: bool
     placement: bool
     groups: tuple[tuple[int, int], ...] = ()
-    meshes: tuple[tuple[int, int], ...] = ()
+    meshes: tuple[tuple[int, ...], ...] = ()
     mesh_index: tuple[int, ...] = ()
     reshard_ms: tuple[dict, ...] = ()
     present: tuple[tuple[bool, ...], ...] = ()
