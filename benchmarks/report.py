@@ -349,6 +349,42 @@ PLAN_LIMIT = (
     "layer itself (cost tables, baselines, replays) is 0.2-0.6 s")
 
 
+# issue 24: the v3 twins of issue 13's rows (every layout also at cp = 2 and 4, MoE layers with ep 1/2/4/8)
+ISSUE24_ROWS = (
+    ("L=256 N=256 layouts=all no transfers iteration", "dp", 10.0, "dp, 256 layers x 256 GPUs, no transfers, iteration"),
+    ("L=64 N=256 layouts=all transfers iteration", "dp", 20.0, "dp, 64 layers x 256 GPUs with transfers, iteration"),
+    ("L=64 N=32 layouts=all no transfers iteration", "cpsat", 30.0, "cpsat, 64 layers x 4 x 8 GPUs, iteration"),
+)
+V3_TWIN = solver_bench.V3_SUFFIX
+
+
+def issue24_targets(out: Path) -> list[str]:
+    """The issue-24 target table from ``issue24/solvers.json`` (``python -m benchmarks.solvers --sweeps issue24``):
+    each v3 twin in its own process (time, CPU, peak memory); [] when not measured."""
+    path = out / "issue24" / "solvers.json"
+    rows = json.loads(path.read_text()) if path.exists() else []
+    if not rows:
+        return []
+    lines = ["", "## Targets (issue 24: 5D layouts, v3 twins)", "",
+             "The issue-13 problems with every layout also at cp = 2 and cp = 4 (on the same devices) and every other "
+             "language layer a MoE layer with ep in {1, 2, 4, 8} (`benchmarks/synthetic.py`, "
+             "`synthetic_v3_problem`); each row in its own process; budget 3 GiB.", "",
+             "| target | measured | met |", "|---|---|---|"]
+    for label, method, limit, what in ISSUE24_ROWS:
+        r = next((x for x in rows if x["label"] == label + V3_TWIN and x["method"] == method), None)
+        if r is None:
+            lines.append(f"| {what} (v3 twin): optimal in <= {limit:g} s | not measured | no |")
+            continue
+        ok = r["status"] == "optimal" and r["seconds"] <= limit and (r.get("peak_rss_mb") or 0) <= BUDGET_MB
+        cpu = f", cpu {r['cpu_seconds']:.2f} s" if r.get("cpu_seconds") is not None else ""
+        peak = f", peak {r['peak_rss_mb']:,.0f} MB" if r.get("peak_rss_mb") else ""
+        lines.append(f"| {what} (v3 twin): optimal in <= {limit:g} s | {r['status']} in {r['seconds']:.2f} s{cpu}{peak} | "
+                     f"{'yes' if ok else 'no'} |")
+    lines += ["", "Reproduce: `python -m benchmarks.solvers --sweeps issue24 --methods dp,cpsat --time-limit 60 "
+              "--out benchmarks/results/issue24`."]
+    return lines
+
+
 def issue13_targets(out: Path) -> list[str]:
     """The issue-13 target table from ``issue13/solvers.json`` (``python -m benchmarks.solvers --sweeps issue13,plan``):
     every solver target and its format-v2 twin, the comm-free cpsat problems and ``partitioner plan`` per preset;
@@ -527,6 +563,7 @@ def write_report(out: Path, quick: bool) -> Path:
             f"{'yes' if rate and rate >= 1000 else 'no'} | |"
         )
     lines += issue13_targets(out)
+    lines += issue24_targets(out)
     calibration = json.loads((out / "calibration.json").read_text()) if (out / "calibration.json").exists() else None
     if calibration:
         cs = calibration["summary"]

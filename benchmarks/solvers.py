@@ -32,13 +32,14 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script or module from a checkout
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.synthetic import synthetic_problem, synthetic_v2_problem  # noqa: E402
+from benchmarks.synthetic import synthetic_problem, synthetic_v2_problem, synthetic_v3_problem  # noqa: E402
 from partitioner import __version__, solve  # noqa: E402
 from partitioner.solvers import methods as registered_methods  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 DEFAULT_METHODS = ("dp", "cpsat", "milp", "greedy", "balanced", "uniform")
 V2_SUFFIX = " v2 (3 variants, per-segment configs)"  # ends the label of a point's format-v2 twin
+V3_SUFFIX = " v3 (cp 1/2/4, MoE layers ep 1/2/4/8)"  # ends the label of a point's format-v3 twin (issue 24)
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class Point:
     transfers: bool = True
     objective: str = "iteration"
     microbatches: int = 8
-    version: int = 1  # 2: the v2 twin (3 variants, one config per module segment)
+    version: int = 1  # 2: the v2 twin (3 variants, one config per module segment); 3: the v3 twin (cp, ep)
     only: tuple[str, ...] | None = None  # the methods measured on this point (None: every method asked for)
 
     @property
@@ -60,11 +61,11 @@ class Point:
         return (
             f"L={self.layers} N={self.nodes * self.gpus_per_node} layouts={lay} "
             f"{'transfers' if self.transfers else 'no transfers'} {self.objective}"
-            + (V2_SUFFIX if self.version == 2 else "")
+            + {2: V2_SUFFIX, 3: V3_SUFFIX}.get(self.version, "")
         )
 
     def problem(self, seed: int = 0):
-        generate = synthetic_v2_problem if self.version == 2 else synthetic_problem
+        generate = {2: synthetic_v2_problem, 3: synthetic_v3_problem}.get(self.version, synthetic_problem)
         return generate(
             self.layers,
             self.nodes,
@@ -118,6 +119,16 @@ def issue13_points() -> list[Point]:
     cpsat_rows = [Point("issue13", L, n, transfers=False, only=("cpsat", "dp")) for L, n in COMMFREE]
     twins = [replace(p, version=2) for p in dp_rows + [Point("issue13", 64, 4, transfers=False, only=("cpsat", "dp"))]]
     return dp_rows + cpsat_rows + twins
+
+
+def issue24_points() -> list[Point]:
+    """Issue 24's speed rows: the v3 twins (every layout also with cp = 2 and 4, the MoE layers with ep in
+    {1, 2, 4, 8}) of issue 13's dp rows without the bottleneck one and of its cpsat row."""
+    return [
+        Point("issue24", 256, 32, transfers=False, objective="iteration", version=3, only=("dp",)),
+        Point("issue24", 64, 32, transfers=True, objective="iteration", version=3, only=("dp",)),
+        Point("issue24", 64, 4, transfers=False, objective="iteration", version=3, only=("cpsat",)),
+    ]
 
 
 # issue 13: ``partitioner plan`` per preset (model, cluster, nodes, global batch), as in part 4 of the report
@@ -337,6 +348,7 @@ def write_report(records: list[dict], methods: list[str], time_limit: float, out
         ("commfree", "Comm-free problems, 20-72 layers on 16-64 GPUs (issue 13: cpsat proven optimal in <= 60 s)"),
         ("v2", "Format v2 against v1 on the same problem (64 layers, 4 x 8 GPUs, 4 modules; v2 adds 3 variants and per-segment configs)"),
         ("issue13", "Issue-13 targets (each method in its own process: peak memory is the row's own)"),
+        ("issue24", "Issue-24 targets: v3 twins (cp, ep), each method in its own process"),
         ("plan", "`partitioner plan` per preset (a child process each: wall, CPU and peak memory of the whole command)"),
     ):
         rows = [r for r in records if r["sweep"] == sweep_name]
@@ -446,7 +458,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
         "--sweeps", default=None,
-        help="comma-separated sweeps to run (layers, gpus, layouts, target, commfree, v2, issue13, plan); "
+        help="comma-separated sweeps to run (layers, gpus, layouts, target, commfree, v2, issue13, issue24, plan); "
              "default all but issue13 and plan",
     )
     parser.add_argument("--plan-timeout", type=float, default=900.0, help="seconds before a plan case is killed")
@@ -469,6 +481,9 @@ def main(argv: list[str] | None = None) -> None:
         records += run_point(point, methods, args.time_limit, args.seed)
     if chosen is not None and "issue13" in chosen:
         for point in issue13_points():
+            records += run_point_isolated(point, methods, args.time_limit, args.seed)
+    if chosen is not None and "issue24" in chosen:
+        for point in issue24_points():
             records += run_point_isolated(point, methods, args.time_limit, args.seed)
     if chosen is not None and "plan" in chosen:
         for case in PLAN_CASES:

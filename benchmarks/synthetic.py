@@ -21,6 +21,7 @@ Usage::
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -28,7 +29,10 @@ import numpy as np
 
 from partitioner.problem import Cluster, Layout, Problem
 
-__all__ = ["ModuleShape", "MODULES", "VARIANTS", "synthetic_problem", "synthetic_v2_problem", "layout_keys", "write_problems"]
+__all__ = [
+    "ModuleShape", "MODULES", "VARIANTS", "synthetic_problem", "synthetic_v2_problem", "synthetic_v3_problem",
+    "layout_keys", "write_problems",
+]
 
 GB = 10**9
 
@@ -218,6 +222,68 @@ def synthetic_v2_problem(
                 "weight_bytes": int(c["weight_bytes"] * (4 + 12 / dp) / 16),
             }
         layer["costs"].update(extra)
+    return Problem.from_dict(doc)
+
+
+# The v3 twin's axes (issue 24): every layout also with cp = 2 and cp = 4, the MoE layers with ep in {1, 2, 4, 8}.
+V3_CP = (2, 4)
+V3_EP = (2, 4, 8)
+
+
+def synthetic_v3_problem(
+    layers: int = 64,
+    nodes: int = 4,
+    gpus_per_node: int = 8,
+    layouts: int | Sequence[str] | None = None,
+    transfers: bool = True,
+    **kwargs,
+) -> Problem:
+    """The format-v3 twin of :func:`synthetic_problem` with the same arguments (issue 24's benchmark).
+
+    The same layers, modules, GPUs and plain configs; every config (dp, tp)
+    also runs as (dp / C, tp, C) for C in :data:`V3_CP` where C divides dp
+    (the same devices, the sequence split instead of the batch: the same
+    bytes per GPU, and a ring-attention share of 4 % per extra cp rank in
+    the time); and every other language layer is a MoE layer with ep in
+    :data:`V3_EP` (ep dividing the devices; experts hold 3/4 of the layer's
+    weights, split over ep; the all-to-alls add 2 % per doubling). The
+    other language layers are its dense neighbours in the same module: they
+    carry the same ep keys with their ep = 1 entry (DESIGN.md: ep changes
+    nothing on a dense layer).
+    """
+    base = synthetic_problem(layers, nodes, gpus_per_node, layouts, transfers, **kwargs)
+    doc = base.to_dict()
+    doc["version"] = 3
+    doc["name"] = base.name + "-v3"
+    llm = 0
+    for layer in doc["layers"]:
+        moe = layer["module"] == "llm" and llm % 2 == 1
+        llm += layer["module"] == "llm"
+        extra = {}
+        for key, c in layer["costs"].items():
+            lay = Layout.parse(key)
+            for cp in V3_CP:
+                if lay.dp % cp == 0:
+                    slow = 1.0 + 0.04 * (cp - 1)
+                    extra[Layout(lay.dp // cp, lay.tp, "", cp).key] = {
+                        **c, "fwd_ms": round(c["fwd_ms"] * slow, 4), "bwd_ms": round(c["bwd_ms"] * slow, 4)
+                    }
+        layer["costs"].update(extra)
+        if layer["module"] != "llm":
+            continue
+        experts = {}
+        for key, c in layer["costs"].items():
+            lay = Layout.parse(key)
+            for ep in V3_EP:
+                if lay.devices % ep:
+                    continue
+                entry = c
+                if moe:
+                    slow = 1.0 + 0.02 * math.log2(ep)
+                    entry = {**c, "fwd_ms": round(c["fwd_ms"] * slow, 4), "bwd_ms": round(c["bwd_ms"] * slow, 4),
+                             "weight_bytes": int(c["weight_bytes"] * (0.25 + 0.75 / ep))}
+                experts[Layout(lay.dp, lay.tp, "", lay.cp, ep).key] = entry
+        layer["costs"].update(experts)
     return Problem.from_dict(doc)
 
 

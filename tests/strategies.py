@@ -1,4 +1,4 @@
-"""Hypothesis strategies: random small v1 and v2 problems and random valid plans for them.
+"""Hypothesis strategies: random small v1, v2 and v3 problems and random valid plans for them.
 
 Small means at most 7 layers and 8 GPUs on 1-4 nodes, so that ``brute`` can
 serve as the oracle. Costs, memory pressure, transfer sizes, bandwidths
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from partitioner.cluster.placement import node_assignment_ids, size_sequences
 from partitioner.plan import Plan, Stage
-from partitioner.problem import Cluster, Problem
+from partitioner.problem import Cluster, Layout, Problem
 from partitioner.solvers.brute import placement_patterns
 
 
@@ -216,3 +216,109 @@ def draw_valid_plan(data, problem: Problem) -> tuple[Plan, float]:
     except PlanError:
         assume(False)
         raise  # unreachable: assume(False) rejects the example
+
+
+def meshes_v3(nodes: int, gpus: int) -> list[tuple[int, int, int]]:
+    """Every (dp, tp, cp) with dp*tp*cp an allowed size, tp <= gpus and cp in {1, 2, 4}."""
+    sizes = Cluster(nodes, gpus, 1, 1.0, 1.0).allowed_sizes()
+    return [
+        (d // (tp * cp), tp, cp)
+        for d in sizes
+        for cp in (1, 2, 4)
+        for tp in range(1, gpus + 1)
+        if d % (tp * cp) == 0 and tp <= gpus
+    ]
+
+
+def _v3_key(dp: int, tp: int, cp: int, ep: int, etp: int, variant: str, spelled: int) -> str:
+    """A key of the config in one of a few spellings (canonical, every axis written, cp/ep before tp)."""
+    if spelled == 1:
+        base = f"dp{dp}tp{tp}cp{cp}ep{ep}" + (f"etp{etp}" if etp != 1 or ep != 1 else "")
+    elif spelled == 2:
+        base = f"dp{dp}" + (f"cp{cp}" if cp != 1 else "") + f"tp{tp}" + (f"ep{ep}" if ep != 1 else "") + (f"etp{etp}" if etp != 1 else "")
+    else:
+        base = f"dp{dp}tp{tp}" + (f"cp{cp}" if cp != 1 else "") + (f"ep{ep}" if ep != 1 else "") + (f"etp{etp}" if etp != 1 else "")
+    return f"{base}/{variant}" if variant else base
+
+
+@st.composite
+def small_v3_problems(draw, max_layers: int = 6, objectives=("bottleneck", "iteration"), ties: bool = True) -> Problem:
+    """A random format-v3 problem: context and expert parallelism, tied weights, modules, variants.
+
+    Every module draws its own model-wide meshes (dp, tp, cp); a cp > 1 entry
+    divides activation bytes by dp*tp*cp (the sequence split) but not the
+    weights, and pays a ring-attention share in time. One module may be
+    MoE-like: each mesh also comes in ep (and now and then etp = 2) keys;
+    its expert layers' weights fall with ep*etp, its dense layers carry the
+    same ep keys with the very entry of ep = 1 (DESIGN.md: ep changes nothing
+    on a dense layer). Keys are spelled in several ways (the parser
+    canonicalises). Sometimes a layer is tied to an earlier one (mostly the
+    last to the first: an LM head and its embedding), with a heavy copy of
+    which a share is ``tied_weight_bytes``.
+    Memory is drawn tight around what a stage needs.
+    """
+    nodes, gpus = draw(st.sampled_from(SHAPES))
+    n_layers = draw(st.integers(2, max_layers))
+    n_runs = draw(st.integers(1, min(3, n_layers)))
+    starts = sorted(draw(st.lists(st.integers(1, n_layers - 1), min_size=n_runs - 1, max_size=n_runs - 1, unique=True)))
+    names: list[str] = []
+    for _ in range(n_runs):
+        names.append(draw(st.sampled_from([m for m in ("vision", "llm", "moe") if not names or m != names[-1]])))
+    bounds = [0, *starts, n_layers]
+    module_of = [names[r] for r in range(n_runs) for _ in range(bounds[r], bounds[r + 1])]
+    all_meshes = meshes_v3(nodes, gpus)
+    some = st.lists(st.sampled_from(all_meshes), min_size=1, max_size=len(all_meshes), unique=True)
+    shared = {name: draw(some) for name in sorted(set(names))}
+    heft = {name: (draw(st.integers(0, 60)), draw(st.integers(0, 24))) for name in sorted(set(names))}
+    scale = draw(st.sampled_from([0.0, 1.0, 1.0, 1.0]))
+    zero3 = draw(st.booleans())
+    spelled = draw(st.integers(0, 2))
+    layers = []
+    for i in range(n_layers):
+        module = module_of[i]
+        chosen = shared[module] if draw(st.integers(0, 9)) < 9 else draw(some)
+        expert = module == "moe" and draw(st.booleans())
+        max_weight, max_act = heft[module]
+        base = draw(st.integers(1, 40))
+        costs = {}
+        for dp, tp, cp in chosen:
+            d = dp * tp * cp
+            fwd = round(base / (draw(st.floats(0.3, 1.2)) * d) + (0.1 * (cp - 1) * base / d if cp > 1 else 0.0), 3)
+            bwd = round(fwd * draw(st.floats(0.0, 2.5)), 3)
+            weight = draw(st.integers(0, max_weight)) // tp
+            act = draw(st.integers(0, max_act)) // d
+            eps = [(1, 1)]
+            if module == "moe":
+                eps += [(e, f) for e in (2, 4, 8) for f in (1, 2) if d % (e * f) == 0 and (f == 1 or e == 2)]
+            for ep, etp in eps:
+                if ep == 1 or expert:
+                    w = weight // (ep * etp)
+                    t = round(fwd * (1 + 0.05 * (ep - 1)), 3)
+                    entry = {"fwd_ms": t, "bwd_ms": bwd, "weight_bytes": w, "act_bytes": act}
+                else:  # a dense neighbour: the same entry under every ep
+                    entry = dict(costs[_v3_key(dp, tp, cp, 1, 1, "", spelled)])
+                costs[_v3_key(dp, tp, cp, ep, etp, "", spelled)] = entry
+                if zero3 and draw(st.booleans()):
+                    extra = round(draw(st.floats(0.0, 1.0)) * entry["fwd_ms"], 3)
+                    costs[_v3_key(dp, tp, cp, ep, etp, "zero3", spelled)] = {
+                        "fwd_ms": round(entry["fwd_ms"] + extra, 3), "bwd_ms": round(entry["bwd_ms"] + extra, 3),
+                        "weight_bytes": entry["weight_bytes"] // (dp * cp), "act_bytes": act,
+                    }
+        layers.append(
+            {"name": f"{module}.{i}", "module": module,
+             "out_bytes": int(draw(st.integers(0, 4000)) * scale), "costs": costs}
+        )
+    if ties and n_layers >= 2 and draw(st.booleans()):
+        # an LM head tied to the embedding (the last layer to the first), or any later layer to an earlier one:
+        # a heavy copy of which most is shared
+        k = draw(st.sampled_from([n_layers - 1, draw(st.integers(1, n_layers - 1))]))
+        head = layers[k]
+        head["tied_to"] = 0 if k == n_layers - 1 else draw(st.integers(0, k - 1))
+        share = draw(st.sampled_from([0.0, 0.5, 1.0, 1.0]))
+        copy = draw(st.integers(10, 60))
+        for key, entry in head["costs"].items():
+            tied = copy // Layout.parse(key).tp
+            entry["weight_bytes"] += tied
+            entry["tied_weight_bytes"] = int(tied * share)
+    extra = {"variants": {"zero3": VARIANTS["zero3"]}} if zero3 else {}
+    return Problem.from_dict(_document(draw, 3, nodes, gpus, layers, (25, 200), objectives, **extra))

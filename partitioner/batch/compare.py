@@ -63,6 +63,7 @@ __all__ = [
     "format_entry",
     "format_gap",
     "format_seconds",
+    "plan_layouts",
 ]
 
 SOLVED = ("optimal", "feasible")
@@ -99,6 +100,7 @@ class ProblemRow:
     best_bound: float | None
     verdict: str  # feasible | infeasible | unknown
     entries: Mapping[str, Entry]
+    best_layout: str = ""  # format v3: the layouts of the best plan (stages " | ", segments "+"), when it has cp/ep/etp
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -108,6 +110,7 @@ class ProblemRow:
             "best_value": self.best_value,
             "best_bound": self.best_bound,
             "verdict": self.verdict,
+            **({"best_layout": self.best_layout} if self.best_layout else {}),
             "results": {
                 label: {
                     "status": e.status,
@@ -248,12 +251,14 @@ def compare(records: Iterable[Mapping[str, Any]], *, tol: float = DEFAULT_TOL, s
             if what:
                 conflict_count[label] += 1
                 conflicts.append({"problem": display[ident], "objective": ident[1], "method": label, "conflict": what})
+        best_layout = ""
         if best is not None:
             reached = [(e.seconds, label) for label, e in entries.items() if e.gap == 0.0]
             fastest = min(s for s, _ in reached)
             for s, label in reached:
                 if s <= fastest:
                     wins[label] += 1
+            best_layout = plan_layouts(by_label[min(reached)[1]].get("plan"))
         rows.append(
             ProblemRow(
                 problem=display[ident],
@@ -263,6 +268,7 @@ def compare(records: Iterable[Mapping[str, Any]], *, tol: float = DEFAULT_TOL, s
                 best_bound=max(bounds) if bounds else None,
                 verdict=verdict,
                 entries={label: entries[label] for label in labels if label in entries},
+                best_layout=best_layout,
             )
         )
     rows.sort(key=lambda row: (row.problem, row.objective))
@@ -271,6 +277,28 @@ def compare(records: Iterable[Mapping[str, Any]], *, tol: float = DEFAULT_TOL, s
         label: _method_stats(per_method[label], charged[label], wins[label], conflict_count[label]) for label in labels
     }
     return Comparison(methods, tuple(rows), tuple(conflicts), tol, source)
+
+
+def plan_layouts(plan: Any) -> str:
+    """The layouts of a plan document, ``dp2tp1cp4+dp2tp4 | dp4tp2ep8`` (stages ``|``, segments ``+``),
+    when some config has a format-v3 axis (cp, ep or etp other than 1); "" otherwise or without a plan."""
+    if not isinstance(plan, Mapping) or not isinstance(plan.get("stages"), list):
+        return ""
+    stages, v3 = [], False
+    for stage in plan["stages"]:
+        if not isinstance(stage, Mapping):
+            return ""
+        configs = stage.get("configs") or [stage]
+        keys = []
+        for c in configs:
+            if not isinstance(c, Mapping):
+                return ""
+            axes = {a: c.get(a, 1) for a in ("cp", "ep", "etp")}
+            v3 = v3 or any(v != 1 for v in axes.values())
+            key = f"dp{c.get('dp')}tp{c.get('tp')}" + "".join(f"{a}{v}" for a, v in axes.items() if v != 1)
+            keys.append(key + (f"/{c['variant']}" if c.get("variant") else ""))
+        stages.append("+".join(dict.fromkeys(keys)))
+    return " | ".join(stages) if v3 else ""
 
 
 def _conflict(entry: Entry, record: Mapping[str, Any], best: float, tol: float) -> str | None:
@@ -444,12 +472,13 @@ def summary_rows(comparison: Comparison) -> list[list[str]]:
 
 def problem_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
     labels = list(comparison.methods)
-    header = ["problem", "objective", "best value"] + labels
+    layouts = any(row.best_layout for row in comparison.problems)  # format v3: the best plan's cp/ep shown
+    header = ["problem", "objective", "best value"] + (["best layouts"] if layouts else []) + labels
     rows = []
     for row in comparison.problems:
         best = f"{row.best_value:.6g}" if row.best_value is not None else row.verdict
         cells = [format_entry(row.entries[label]) if label in row.entries else "" for label in labels]
-        rows.append([row.problem, row.objective, best] + cells)
+        rows.append([row.problem, row.objective, best] + ([row.best_layout] if layouts else []) + cells)
     return header, rows
 
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # the plan records, for annotations only (the CLI imports pla
     from ..planning.schedules.report import ScheduleReport, ScheduleRow, ScheduleSummary
 
 __all__ = [
-    "print_json", "stage_table", "print_result", "print_validation", "print_evaluation", "simulation_table",
+    "print_json", "layout_header", "stage_table", "print_result", "print_validation", "print_evaluation", "simulation_table",
     "print_simulation", "print_models", "print_clusters", "print_plan_summary", "schedule_table", "schedule_name",
     "print_batch_summary", "print_sequences",
     "SweepProgress", "print_comparison",
@@ -49,6 +49,11 @@ def print_json(doc: Any) -> None:
     sys.stdout.flush()
 
 
+def layout_header(problem: Problem) -> str:
+    """The config column's header: ``dp x tp`` (formats v1, v2), ``layout`` (v3: dp, tp, cp, ep, etp)."""
+    return "layout" if problem.version >= 3 else "dp x tp"
+
+
 def stage_table(problem: Problem, ev: Evaluation, title: str = "") -> Table:
     """The stage table: layers, GPUs, nodes, layout, F/B/t, memory; the bottleneck marked.
 
@@ -64,7 +69,7 @@ def stage_table(problem: Problem, ev: Evaluation, title: str = "") -> Table:
         ("layers", "left"),
         ("GPUs", "right"),
         ("node(s)", "left"),
-        ("dp x tp", "left"),
+        (layout_header(problem), "left"),
         ("F ms", "right"),
         ("B ms", "right"),
         ("t ms", "right"),
@@ -155,7 +160,7 @@ def simulation_table(problem: Problem, sim: Any, ev: Evaluation) -> Table:
         ("stage", "right"),
         ("layers", "left"),
         ("GPUs", "right"),
-        ("dp x tp", "left"),
+        (layout_header(problem), "left"),
         ("F ms", "right"),
         ("B ms", "right"),
         ("busy ms", "right"),

@@ -1,4 +1,4 @@
-"""Cross-mesh resharding of an activation tensor [B, S, D] between two (dp, tp) layouts.
+"""Cross-mesh resharding of an activation tensor [B, S, D] between two (dp, tp[, cp]) layouts.
 
 Seed lesson 15: a vision encoder runs at dp 8 on 8 GPUs, the language model
 at dp 2 x tp 4; at the boundary every GPU of the language mesh needs the
@@ -11,15 +11,21 @@ transpose (backward).
 
 Layout convention (both sides)
 ------------------------------
-A :class:`Sharding` is a layout (dp, tp) on an ordered device list. Rank
-``r = i_dp * tp + i_tp`` (tp fastest, as in the lesson: GPUs 0-3 are data
-group 0, tensor ranks 0-3) sits on ``devices[r]`` and holds the block
+A :class:`Sharding` is a layout (dp, tp, cp) on an ordered device list
+(format v3; cp = 1 is the (dp, tp) layout of format v2). Rank
+``r = (i_dp * cp + i_cp) * tp + i_tp`` (tp fastest, then cp, then dp:
+Megatron-Core's tp-cp-dp rank order; with cp = 1 ``r = i_dp * tp + i_tp``, as
+in the lesson: GPUs 0-3 are data group 0, tensor ranks 0-3) sits on
+``devices[r]`` and holds the block
 
     batch rows    [i_dp * B // dp, (i_dp + 1) * B // dp)
-    all S positions
+    positions     [i_cp * S // cp, (i_cp + 1) * S // cp)
     feature cols  [i_tp * D // tp, (i_tp + 1) * D // tp)
 
-of the global tensor. The destination is lesson 15's layout: batch split
+of the global tensor (context parallelism splits the sequence, DESIGN.md
+"Problem format v3"; a zig-zag load-balanced CP order permutes the sequence
+chunks the same way on both sides of a same-cp reshard, and is not modelled
+here). The destination is lesson 15's layout: batch split
 over dp_d, feature dimension split over tp_d, ready for the projector's
 first GEMM on each tensor rank (the lesson calls it column-parallel). Note
 that a GEMM ``X W`` whose input X is split along its inner dimension D is,
@@ -113,47 +119,64 @@ def _overlap(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int] | None:
 
 @dataclass(frozen=True)
 class Sharding:
-    """A (dp, tp) layout on ``devices``; rank ``i_dp * tp + i_tp`` sits on ``devices[rank]``."""
+    """A (dp, tp, cp) layout on ``devices``; rank ``(i_dp * cp + i_cp) * tp + i_tp`` sits on ``devices[rank]``."""
 
     dp: int
     tp: int
     devices: tuple[int, ...]
+    cp: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "devices", tuple(int(d) for d in self.devices))
-        if self.dp < 1 or self.tp < 1:
-            raise ValueError(f"dp and tp must be >= 1, got dp={self.dp}, tp={self.tp}")
-        if len(self.devices) != self.dp * self.tp:
-            raise ValueError(f"a dp{self.dp}tp{self.tp} layout needs {self.dp * self.tp} devices, got {len(self.devices)}")
+        if self.dp < 1 or self.tp < 1 or self.cp < 1:
+            raise ValueError(f"dp, tp and cp must be >= 1, got dp={self.dp}, tp={self.tp}, cp={self.cp}")
+        if len(self.devices) != self.size:
+            raise ValueError(f"a {self.name} layout needs {self.size} devices, got {len(self.devices)}")
         if len(set(self.devices)) != len(self.devices):
             raise ValueError(f"devices must be distinct, got {list(self.devices)}")
 
     @classmethod
-    def on(cls, dp: int, tp: int, first_device: int = 0) -> "Sharding":
-        """The layout on the contiguous devices ``first_device .. first_device + dp*tp - 1``."""
-        return cls(dp, tp, tuple(range(first_device, first_device + dp * tp)))
+    def on(cls, dp: int, tp: int, first_device: int = 0, cp: int = 1) -> "Sharding":
+        """The layout on the contiguous devices ``first_device .. first_device + dp*tp*cp - 1``."""
+        return cls(dp, tp, tuple(range(first_device, first_device + dp * tp * cp)), cp)
 
     @property
     def size(self) -> int:
-        return self.dp * self.tp
+        return self.dp * self.tp * self.cp
+
+    @property
+    def name(self) -> str:
+        return f"dp{self.dp}tp{self.tp}" + (f"cp{self.cp}" if self.cp != 1 else "")
+
+    def coords(self, rank: int) -> tuple[int, int, int]:
+        """``(i_dp, i_cp, i_tp)`` of ``rank``."""
+        rest, i_tp = divmod(rank, self.tp)
+        i_dp, i_cp = divmod(rest, self.cp)
+        return i_dp, i_cp, i_tp
+
+    def block3(self, rank: int, shape: tuple[int, int, int]) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+        """The (batch, sequence, feature) index ranges that ``rank`` holds of a tensor of ``shape``."""
+        B, S, D = shape
+        i_dp, i_cp, i_tp = self.coords(rank)
+        return _split(B, self.dp, i_dp), _split(S, self.cp, i_cp), _split(D, self.tp, i_tp)
 
     def block(self, rank: int, shape: tuple[int, int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
-        """The (batch, feature) index ranges that ``rank`` holds of a tensor of ``shape``."""
-        B, _, D = shape
-        i_dp, i_tp = divmod(rank, self.tp)
-        return _split(B, self.dp, i_dp), _split(D, self.tp, i_tp)
+        """The (batch, feature) index ranges that ``rank`` holds of a tensor of ``shape`` (its
+        positions are :meth:`block3`'s middle range: all of them when cp = 1)."""
+        b, _, d = self.block3(rank, shape)
+        return b, d
 
     def block_shape(self, rank: int, shape: tuple[int, int, int]) -> tuple[int, int, int]:
-        (b0, b1), (d0, d1) = self.block(rank, shape)
-        return (b1 - b0, shape[1], d1 - d0)
+        (b0, b1), (s0, s1), (d0, d1) = self.block3(rank, shape)
+        return (b1 - b0, s1 - s0, d1 - d0)
 
 
 @dataclass(frozen=True)
 class Transfer:
     """One block moving from source rank ``src_rank`` (device ``src``) to destination rank ``dst_rank``.
 
-    ``batch`` and ``features`` are global index ranges [start, stop); the
-    block spans all S positions.
+    ``batch``, ``features`` and ``positions`` are global index ranges
+    [start, stop); ``positions`` None means all S positions (both sides cp = 1).
     """
 
     src: int
@@ -163,6 +186,7 @@ class Transfer:
     batch: tuple[int, int]
     features: tuple[int, int]
     nbytes: int
+    positions: tuple[int, int] | None = None
 
     @property
     def local(self) -> bool:
@@ -209,7 +233,8 @@ class ReshardPlan:
             shape=self.shape,
             dtype_bytes=self.dtype_bytes,
             transfers=tuple(
-                Transfer(t.dst, t.src, t.dst_rank, t.src_rank, t.batch, t.features, t.nbytes) for t in self.transfers
+                Transfer(t.dst, t.src, t.dst_rank, t.src_rank, t.batch, t.features, t.nbytes, t.positions)
+                for t in self.transfers
             ),
         )
 
@@ -240,16 +265,19 @@ def plan_reshard(shape: Sequence[int], source: Sharding, dest: Sharding, dtype_b
     if dtype_bytes < 1:
         raise ValueError(f"dtype_bytes must be >= 1, got {dtype_bytes}")
     full = (B, S, D)
+    split_sequence = source.cp != 1 or dest.cp != 1
     transfers = []
     for r_dst in range(dest.size):
-        db, dd = dest.block(r_dst, full)
+        db, ds, dd = dest.block3(r_dst, full)
         for r_src in range(source.size):
-            sb, sd = source.block(r_src, full)
-            b, d = _overlap(sb, db), _overlap(sd, dd)
-            if b is None or d is None:
+            sb, ss, sd = source.block3(r_src, full)
+            b, q, d = _overlap(sb, db), _overlap(ss, ds), _overlap(sd, dd)
+            if b is None or q is None or d is None:
                 continue
-            nbytes = (b[1] - b[0]) * S * (d[1] - d[0]) * dtype_bytes
-            transfers.append(Transfer(source.devices[r_src], dest.devices[r_dst], r_src, r_dst, b, d, nbytes))
+            nbytes = (b[1] - b[0]) * (q[1] - q[0]) * (d[1] - d[0]) * dtype_bytes
+            transfers.append(
+                Transfer(source.devices[r_src], dest.devices[r_dst], r_src, r_dst, b, d, nbytes, q if split_sequence else None)
+            )
     return ReshardPlan(source, dest, full, dtype_bytes, tuple(transfers))
 
 
@@ -316,7 +344,7 @@ def _cut_time_ms(traffic: dict[tuple[int, int], int], cluster: Cluster) -> float
 def _run(plan: ReshardPlan, shards: Sequence[np.ndarray]) -> list[np.ndarray]:
     src, dst, shape = plan.source, plan.dest, plan.shape
     if len(shards) != src.size:
-        raise ValueError(f"expected {src.size} shards (one per rank of dp{src.dp}tp{src.tp}), got {len(shards)}")
+        raise ValueError(f"expected {src.size} shards (one per rank of {src.name}), got {len(shards)}")
     arrays = [np.asarray(a) for a in shards]
     for r, a in enumerate(arrays):
         want = src.block_shape(r, shape)
@@ -325,11 +353,12 @@ def _run(plan: ReshardPlan, shards: Sequence[np.ndarray]) -> list[np.ndarray]:
     dtype = np.result_type(*arrays)
     out = [np.empty(dst.block_shape(r, shape), dtype=dtype) for r in range(dst.size)]
     for t in plan.transfers:
-        (sb0, _), (sd0, _) = src.block(t.src_rank, shape)
-        (db0, _), (dd0, _) = dst.block(t.dst_rank, shape)
+        (sb0, _), (ss0, _), (sd0, _) = src.block3(t.src_rank, shape)
+        (db0, _), (ds0, _), (dd0, _) = dst.block3(t.dst_rank, shape)
         b, d = t.batch, t.features
-        piece = arrays[t.src_rank][b[0] - sb0 : b[1] - sb0, :, d[0] - sd0 : d[1] - sd0]
-        out[t.dst_rank][b[0] - db0 : b[1] - db0, :, d[0] - dd0 : d[1] - dd0] = piece
+        q = t.positions if t.positions is not None else (0, shape[1])
+        piece = arrays[t.src_rank][b[0] - sb0 : b[1] - sb0, q[0] - ss0 : q[1] - ss0, d[0] - sd0 : d[1] - sd0]
+        out[t.dst_rank][b[0] - db0 : b[1] - db0, q[0] - ds0 : q[1] - ds0, d[0] - dd0 : d[1] - dd0] = piece
     return out
 
 
@@ -343,7 +372,12 @@ def execute_backward(plan: ReshardPlan, grads: Sequence[np.ndarray]) -> list[np.
     return _run(plan.transpose(), grads)
 
 
-# --------------------------------------------------------------------------- segments inside a stage (format v2)
+# --------------------------------------------------------------------------- segments inside a stage (formats v2, v3)
+
+
+def _mesh3(config) -> tuple[int, int, int]:
+    """``(dp, tp, cp)`` of a config (anything with ``dp`` and ``tp``; ``cp`` 1 when it has none)."""
+    return (config.dp, config.tp, getattr(config, "cp", 1))
 
 
 def segment_reshard_ms(out_bytes: float, source, dest, device_ids: Sequence[int], cluster: Cluster) -> float:
@@ -355,13 +389,15 @@ def segment_reshard_ms(out_bytes: float, source, dest, device_ids: Sequence[int]
     ``device_ids[r]``. r is the busiest port of that exchange (NVLink in/out at
     ``intra_node_GBps`` inside a node, NIC in/out at ``inter_node_GBps`` between
     nodes), the same fluid model as :func:`reshard_time_ms` on the default
-    graph. Configs with the same ``(dp, tp)`` (a change of variant only) cost 0.
+    graph. Configs with the same ``(dp, tp, cp)`` (a change of variant, ep or
+    etp only: expert parallelism never moves the activation between segments)
+    cost 0.
 
     Parameters
     ----------
     out_bytes : float
     source, dest : partitioner.problem.Layout
-        Anything with ``dp`` and ``tp``; ``dp * tp == len(device_ids)``.
+        Anything with ``dp`` and ``tp`` (and ``cp``, 1 if absent); ``dp * tp * cp == len(device_ids)``.
     device_ids : sequence of int
     cluster : Cluster
 
@@ -370,14 +406,14 @@ def segment_reshard_ms(out_bytes: float, source, dest, device_ids: Sequence[int]
     float
         Milliseconds, paid once in the forward and once in the backward.
     """
-    if (source.dp, source.tp) == (dest.dp, dest.tp) or out_bytes == 0:
+    if _mesh3(source) == _mesh3(dest) or out_bytes == 0:
         return 0.0
     return _pattern_reshard_ms(out_bytes, source, dest, _node_pattern([cluster.node_of(d) for d in device_ids]), cluster)
 
 
 def _pattern_reshard_ms(out_bytes: float, source, dest, pattern: tuple[int, ...], cluster: Cluster) -> float:
     """:func:`segment_reshard_ms` on ranks whose nodes are ``pattern`` (renumbered by first appearance)."""
-    nvlink, nic, total = _port_elements((source.dp, source.tp), (dest.dp, dest.tp), pattern)
+    nvlink, nic, total = _port_elements(_mesh3(source), _mesh3(dest), pattern)
     unit = out_bytes / total  # bytes of one element of the model tensor below
     return max(transfer_ms(nvlink * unit, cluster.intra_node_GBps), transfer_ms(nic * unit, cluster.inter_node_GBps))
 
@@ -390,7 +426,7 @@ def stage_reshard_ms(out_bytes: float, source, dest, devices: int, cluster: Clus
     nodes), so rank ``r`` sits on the stage's node ``r // gpus_per_node``:
     ids ``0 .. devices - 1`` have that pattern.
     """
-    if (source.dp, source.tp) == (dest.dp, dest.tp) or out_bytes == 0:
+    if _mesh3(source) == _mesh3(dest) or out_bytes == 0:
         return 0.0
     return _pattern_reshard_ms(out_bytes, source, dest, _canonical_pattern(devices, cluster.gpus_per_node), cluster)
 
@@ -408,34 +444,39 @@ def _node_pattern(nodes: Sequence[int]) -> tuple[int, ...]:
 
 
 @lru_cache(maxsize=4096)
-def _port_elements(source: tuple[int, int], dest: tuple[int, int], pattern: tuple[int, ...]) -> tuple[int, int, int]:
+def _port_elements(source: tuple[int, ...], dest: tuple[int, ...], pattern: tuple[int, ...]) -> tuple[int, int, int]:
     """Busiest NVLink port, busiest NIC port and total, in elements of a model tensor.
 
-    The model tensor is [lcm(dp_s, dp_d), 1, lcm(tp_s, tp_d)]: every block of
-    both layouts is a whole number of its elements, so the element counts
-    scale exactly to any ``out_bytes``.
+    ``source`` and ``dest`` are meshes ``(dp, tp)`` or ``(dp, tp, cp)``. The
+    model tensor is [lcm(dp_s, dp_d), lcm(cp_s, cp_d), lcm(tp_s, tp_d)]:
+    every block of both layouts is a whole number of its elements, so the
+    element counts scale exactly to any ``out_bytes``.
 
     Closed form of :func:`plan_reshard`'s traffic on ranks ``0 .. n - 1``: the
-    block rank ``(i, t)`` of the source sends rank ``(i', t')`` of the
-    destination is the product of a batch overlap ``|rows_i & rows_i'|`` and a
-    feature overlap ``|cols_t & cols_t'|``, so the whole (sender, receiver)
-    matrix is one outer product (the diagonal stays put); port loads are its
-    row and column sums split by same node / other node. Exact integers.
+    block rank ``(i, c, t)`` of the source sends rank ``(i', c', t')`` of the
+    destination is the product of a batch overlap ``|rows_i & rows_i'|``, a
+    sequence overlap ``|pos_c & pos_c'|`` and a feature overlap
+    ``|cols_t & cols_t'|``, so the whole (sender, receiver) matrix is one
+    outer product (the diagonal stays put) laid out in the rank order
+    ``(i_dp * cp + i_cp) * tp + i_tp``; port loads are its row and column sums
+    split by same node / other node. Exact integers.
     """
     n = len(pattern)
-    Sharding(*source, tuple(range(n)))  # the same checks as the plan (dp * tp == n)
-    Sharding(*dest, tuple(range(n)))
-    B = math.lcm(source[0], dest[0])
-    D = math.lcm(source[1], dest[1])
-    rows = _overlaps(B, source[0], dest[0])  # (dp_s, dp_d)
-    cols = _overlaps(D, source[1], dest[1])  # (tp_s, tp_d)
-    count = (rows[:, None, :, None] * cols[None, :, None, :]).reshape(n, n)  # [sending rank, receiving rank]
+    dp_s, tp_s, cp_s = (tuple(source) + (1,))[:3]
+    dp_d, tp_d, cp_d = (tuple(dest) + (1,))[:3]
+    Sharding(dp_s, tp_s, tuple(range(n)), cp_s)  # the same checks as the plan (dp * tp * cp == n)
+    Sharding(dp_d, tp_d, tuple(range(n)), cp_d)
+    B, S, D = math.lcm(dp_s, dp_d), math.lcm(cp_s, cp_d), math.lcm(tp_s, tp_d)
+    rows = _overlaps(B, dp_s, dp_d)  # (dp_s, dp_d)
+    seqs = _overlaps(S, cp_s, cp_d)  # (cp_s, cp_d)
+    cols = _overlaps(D, tp_s, tp_d)  # (tp_s, tp_d)
+    count = np.einsum("ad,be,cf->abcdef", rows, seqs, cols).reshape(n, n)  # [sending rank, receiving rank]
     np.fill_diagonal(count, 0)
     node = np.asarray(pattern)
     same = node[:, None] == node[None, :]
     nvlink = np.where(same, count, 0)
     nic = count - nvlink
-    return _busiest(nvlink), _busiest(nic), B * D
+    return _busiest(nvlink), _busiest(nic), B * S * D
 
 
 def _overlaps(n: int, parts_s: int, parts_d: int) -> np.ndarray:

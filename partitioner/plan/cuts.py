@@ -71,15 +71,17 @@ def _uniform_cuts(roles: Sequence[str], parts: int) -> list[tuple[int, int]] | N
     return cuts
 
 
-def interleaved_uniform_plan(problem: Problem, groups: int, virtual_stages: int, devices: int, dp: int, tp: int) -> Plan | None:
+def interleaved_uniform_plan(
+    problem: Problem, groups: int, virtual_stages: int, devices: int, dp: int, tp: int, cp: int = 1
+) -> Plan | None:
     """Megatron-LM's uniform split with virtual stages: P·v chunks, chunk c on group c mod P.
 
     Groups take contiguous device ids in order (``devices`` each); every
-    chunk runs ``dp x tp``. None when there are fewer decoder layers than chunks.
+    chunk runs ``dp x tp x cp``. None when there are fewer decoder layers than chunks.
     """
 
     cuts = _uniform_cuts(layer_roles(problem), groups * virtual_stages)
     if cuts is None:
         return None
     ids = [tuple(range(g * devices, (g + 1) * devices)) for g in range(groups)]
-    return Plan(tuple(Stage(a, b, devices, dp, tp, ids[c % groups]) for c, (a, b) in enumerate(cuts)))
+    return Plan(tuple(Stage(a, b, devices, dp, tp, ids[c % groups], cp=cp) for c, (a, b) in enumerate(cuts)))

@@ -23,7 +23,9 @@ from .result import as_plan
 from .schedules import estimate as schedule_estimate
 from .schedules import peak_activation_bytes, stash
 
-__all__ = ["StageEvaluation", "Evaluation", "group_times", "objective_value", "evaluate", "evaluate_interleaved"]
+__all__ = [
+    "StageEvaluation", "Evaluation", "group_times", "objective_value", "evaluate", "evaluate_interleaved", "tied_bytes",
+]
 
 
 @dataclass(frozen=True)
@@ -284,10 +286,15 @@ def _check_configs(problem: Problem, stages: Sequence[Stage]) -> list[list[tuple
         except PlanError as err:
             raise PlanError(5, err.reason, p) from None
         for (a, b), lay in pairs:
-            if lay.dp < 1 or lay.tp < 1 or lay.dp * lay.tp != s.devices:
-                raise PlanError(5, f"dp*tp = {lay.dp}*{lay.tp} must equal its {s.devices} devices", p)
+            if min(lay.dp, lay.tp, lay.cp, lay.ep, lay.etp) < 1:
+                raise PlanError(5, f"config {lay.key}: every axis must be >= 1", p)
+            if lay.devices != s.devices:
+                product = f"dp*tp*cp = {lay.dp}*{lay.tp}*{lay.cp}" if lay.cp != 1 else f"dp*tp = {lay.dp}*{lay.tp}"
+                raise PlanError(5, f"{product} must equal its {s.devices} devices", p)
             if lay.tp > G:
                 raise PlanError(5, f"tp={lay.tp} exceeds gpus_per_node={G}", p)
+            if lay.devices % (lay.ep * lay.etp):
+                raise PlanError(5, f"config {lay.key}: ep*etp = {lay.ep * lay.etp} must divide its {lay.devices} devices", p)
             for i, layer in enumerate(problem.layers[a: b + 1], a):
                 if lay not in layer.costs:
                     raise PlanError(5, f"layer {i} ({layer.name}) has no cost entry {lay.key}", p)
@@ -344,6 +351,7 @@ def _stage_evaluation(
             wgrad += c.split()[1]
             weight += c.weight_bytes
             act += c.act_bytes
+    weight -= tied_bytes(problem, s.first_layer, s.last_layer, pairs)
     reshards = tuple(
         segment_reshard_ms(problem.layers[b].out_bytes, lay, nxt, ids, problem.cluster)
         for ((_, b), lay), (_, nxt) in zip(pairs, pairs[1:])
@@ -368,6 +376,21 @@ def _stage_evaluation(
         reshards_ms=reshards,
         compute_wgrad_ms=wgrad,
     )
+
+
+def tied_bytes(problem: Problem, first: int, last: int, pairs: Sequence[tuple[tuple[int, int], Layout]]) -> int:
+    """The bytes rule 6 does not count twice on a stage of layers ``first..last`` (format v3).
+
+    For every layer k tied to a layer j (``tied_to``) with both inside the
+    stage, the ``tied_weight_bytes`` of k's entry in the config of k's
+    segment (``pairs``: ``((a, b), config)`` per segment); 0 without ties.
+    """
+    total = 0
+    for j, k in problem.ties:
+        if first <= j and k <= last:
+            lay = next(c for (a, b), c in pairs if a <= k <= b)
+            total += problem.layers[k].costs[lay].tied_weight_bytes
+    return total
 
 
 def evaluate_interleaved(problem: Problem, plan: Plan, objective: str | None = None) -> Evaluation:
@@ -408,7 +431,10 @@ def evaluate_interleaved(problem: Problem, plan: Plan, objective: str | None = N
         mesh = stages[c % P].layout.mesh
         for _, lay in pairs:
             if lay.mesh != mesh:
-                raise PlanError(5, f"runs dp{lay.dp}tp{lay.tp}, but the chunks of group {c % P} share its layout dp{mesh[0]}tp{mesh[1]}", c)
+                raise PlanError(
+                    5, f"runs {Layout.of_mesh(lay.mesh).axes}, but the chunks of group {c % P} share its layout "
+                    f"{Layout.of_mesh(mesh).axes}", c,
+                )
     chunk_ids = [ids[c % P] for c in range(len(stages))]
     transfers = [
         _transfer_ms(problem, stages[c].last_layer, chunk_ids[c], chunk_ids[c + 1]) if c % P != (c + 1) % P else 0.0

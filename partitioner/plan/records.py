@@ -48,8 +48,8 @@ class PlanError(ValueError):
 class Stage:
     """Layers ``first_layer..last_layer`` (inclusive) on ``devices`` GPUs.
 
-    ``dp``, ``tp`` and ``variant`` give one config for the whole stage (v1,
-    and the v2 shorthand); ``configs``, when given, holds one config per
+    ``dp``, ``tp``, ``variant`` (and format v3's ``cp``, ``ep``, ``etp``) give
+    one config for the whole stage (v1, and the v2 shorthand); ``configs``, when given, holds one config per
     segment (format v2) and ``dp``/``tp``/``variant`` then repeat the first.
     ``device_ids`` may be None, meaning contiguous ids in stage order.
     """
@@ -62,6 +62,9 @@ class Stage:
     device_ids: tuple[int, ...] | None = None
     variant: str = ""
     configs: tuple[Layout, ...] | None = None
+    cp: int = 1  # format v3: context parallel (the stage's devices are dp * tp * cp)
+    ep: int = 1  # format v3: expert parallel, folded onto the same devices
+    etp: int = 1  # format v3: expert tensor parallel
 
     def __post_init__(self) -> None:
         if self.configs is not None:
@@ -77,12 +80,15 @@ class Stage:
             raise ValueError("a stage needs at least one config")
         head = configs[0]
         uniform = all(c == head for c in configs)
-        return cls(first_layer, last_layer, devices, head.dp, head.tp, device_ids, head.variant, None if uniform else configs)
+        return cls(
+            first_layer, last_layer, devices, head.dp, head.tp, device_ids, head.variant,
+            None if uniform else configs, head.cp, head.ep, head.etp,
+        )
 
     @property
     def layout(self) -> Layout:
         """The stage's config (the first segment's when segments differ)."""
-        return Layout(self.dp, self.tp, self.variant)
+        return Layout(self.dp, self.tp, self.variant, self.cp, self.ep, self.etp)
 
     @property
     def layers(self) -> range:
@@ -151,9 +157,7 @@ class Plan:
             uniform = configs is None or all(c == configs[0] for c in configs)
             entry: dict[str, Any] = {"first_layer": s.first_layer, "last_layer": s.last_layer, "devices": s.devices}
             if uniform:
-                entry.update(dp=s.dp, tp=s.tp)
-                if s.variant:
-                    entry["variant"] = s.variant
+                entry.update(s.layout.config_doc())
             if configs is not None and (v2 or not uniform):
                 entry["configs"] = [_config_doc(c) for c in configs]
             entry["device_ids"] = list(ids[p])
@@ -203,7 +207,12 @@ class Plan:
                 stages.append(Stage.from_configs(values["first_layer"], values["last_layer"], values["devices"], configs, ids))
             else:
                 variant = _variant_field(entry.get("variant", ""), f"{where}.variant", source)
-                stages.append(Stage(device_ids=ids, variant=variant, **values))
+                axes = _axes_fields(entry, where, source)
+                stages.append(Stage(
+                    values["first_layer"], values["last_layer"], values["devices"], values["dp"], values["tp"],
+                    device_ids=ids, variant=variant,
+                    cp=axes.get("cp", 1), ep=axes.get("ep", 1), etp=axes.get("etp", 1),
+                ))
         return cls(tuple(stages))
 
 
@@ -220,10 +229,7 @@ def _int_field(value: Any, path: str, source: str | None) -> int:
 
 
 def _config_doc(config: Layout) -> dict[str, Any]:
-    doc: dict[str, Any] = {"dp": config.dp, "tp": config.tp}
-    if config.variant:
-        doc["variant"] = config.variant
-    return doc
+    return config.config_doc()
 
 
 def _variant_field(value: Any, path: str, source: str | None) -> str:
@@ -255,9 +261,19 @@ def _configs_field(value: Any, path: str, source: str | None) -> tuple[Layout, .
                 _int_field(item["dp"], f"{where}.dp", source),
                 _int_field(item["tp"], f"{where}.tp", source),
                 _variant_field(item.get("variant", ""), f"{where}.variant", source),
+                **_axes_fields(item, where, source),
             )
         )
     return tuple(out)
+
+
+def _axes_fields(item: Mapping, where: str, source: str | None) -> dict[str, int]:
+    """The format-v3 axes ``cp``, ``ep``, ``etp`` of a stage or config object (1 when absent)."""
+    out = {}
+    for axis in ("cp", "ep", "etp"):
+        if axis in item:
+            out[axis] = _int_field(item[axis], f"{where}.{axis}", source)
+    return out
 
 
 def load_plan(path: str) -> Plan:

@@ -1,7 +1,7 @@
-"""The validating parser of problem formats v1 and v2: a document (a dict as JSON or YAML gives it) to a :class:`Problem`.
+"""The validating parser of problem formats v1, v2 and v3: a document (a dict as JSON or YAML gives it) to a :class:`Problem`.
 
 :func:`_parse_problem` checks every field against the format (``DESIGN.md``,
-"Problem format v1", "Problem format v2", "Schedules") and the ranges of
+"Problem format v1", "Problem format v2", "Schedules", "Problem format v3") and the ranges of
 :mod:`partitioner.core.limits`, and raises :class:`ProblemError` naming the field
 path for anything else. :meth:`Problem.from_dict` is its entry point; the
 document rules (size, depth, strict values) are checked before, by
@@ -55,12 +55,14 @@ def _parse_problem(data: Any, source: str | None) -> Problem:
     if not isinstance(data, Mapping):
         raise ProblemError(f"the document must be an object (a mapping), got {_describe(data)}")
     if "version" not in data:
-        raise ProblemError("is missing (this reader knows format versions 1 and 2)", path="version")
+        raise ProblemError(
+            "is missing (this reader knows format versions " + ", ".join(map(str, FORMAT_VERSIONS)) + ")", path="version"
+        )
     version_node = root.child("version")
     if isinstance(version_node.value, bool) or version_node.value not in FORMAT_VERSIONS:
         raise version_node.fail(
             f"unknown format version {version_node.value!r}; this reader knows versions "
-            + " and ".join(map(str, FORMAT_VERSIONS))
+            + ", ".join(map(str, FORMAT_VERSIONS))
         )
     version = int(version_node.value)
     optional = ("name", "stages", "meta") + (("variants",) if version >= 2 else ())
@@ -212,7 +214,8 @@ def _parse_layers(node: _Node, cluster: Cluster, version: int = 1, variants: Map
     # (a YAML alias, the cost model's table of equal blocks) is read once; the document keeps it alive and unchanged
     read: dict[int, tuple[Mapping[Layout, LayerCost], list[str], np.ndarray, np.ndarray]] = {}
     for i, lnode in enumerate(node.elements()):
-        lnode.mapping(("costs",), ("name", "module", "out_bytes"))
+        lnode.mapping(("costs",), ("name", "module", "out_bytes", "tied_to"))
+        tied_to = _parse_tied_to(lnode, i, version) if "tied_to" in lnode.value else None
         name = lnode.child("name").string() if "name" in lnode.value else f"layer{i}"
         module = lnode.child("module").string() if "module" in lnode.value else "layer"
         out_bytes = lnode.child("out_bytes").integer(minimum=0, maximum=MAX_BYTES) if "out_bytes" in lnode.value else 0
@@ -220,21 +223,28 @@ def _parse_layers(node: _Node, cluster: Cluster, version: int = 1, variants: Map
         shared = read.get(id(costs_node.value)) if type(costs_node.value) is dict else None
         if shared is not None:
             totals.add_table(shared[2], shared[3], shared[1], costs_node)
-            layers.append(Layer(name, module, out_bytes, shared[0]))
+            if tied_to is None and version >= 3:
+                _check_untied(shared[0], shared[1], costs_node)
+            layers.append(Layer(name, module, out_bytes, shared[0], tied_to))
             continue
         if type(costs_node.value) is not dict and not isinstance(costs_node.value, Mapping):
             raise costs_node.fail(
                 f"must be an object keyed by config (dp<int>tp<int>[/variant]), got {_describe(costs_node.value)}"
             )
         costs: dict[Layout, LayerCost] = {}
-        keys, slots = [], []
+        keys: list[str] = []
+        slots: list[int] = []
         for key, cnode in costs_node.items():
             layout = configs.get(key)
             if layout is None:  # each distinct key is checked once, where it first appears
                 layout = configs[key] = _parse_config(key, cnode, cluster, version, variants)
             if layout in costs:
-                raise cnode.fail("duplicate config")
-            cost = costs[layout] = _parse_cost(cnode)
+                other = keys[list(costs).index(layout)]
+                raise cnode.fail(
+                    f"duplicate config: {key!r} and {other!r} are two spellings of {layout.key!r}"
+                    if other != key else "duplicate config"
+                )
+            cost = costs[layout] = _parse_cost(cnode, version)
             keys.append(key)
             slots.append(totals.add(layout, cost, costs_node, key))
         if not costs:
@@ -243,10 +253,12 @@ def _parse_layers(node: _Node, cluster: Cluster, version: int = 1, variants: Map
                 f"with dp*tp in {{{cluster.describe_sizes()}}}"
             )
         table = MappingProxyType(costs)
+        if tied_to is None and version >= 3:
+            _check_untied(table, keys, costs_node)
         if type(costs_node.value) is dict:
             amounts = np.array([[c.weight_bytes for c in costs.values()], [c.act_bytes for c in costs.values()]], dtype=np.int64)
             read[id(costs_node.value)] = (table, keys, np.array(slots, dtype=np.int64), amounts)
-        layers.append(Layer(name, module, out_bytes, table))
+        layers.append(Layer(name, module, out_bytes, table, tied_to))
     if not layers:
         raise node.fail("must list at least one layer")
     return tuple(layers)
@@ -260,6 +272,8 @@ def _parse_config(
         layout = Layout.parse(key)
     except ValueError as err:
         raise cnode.fail(str(err)) from None
+    if layout.is_v3 and version < 3:
+        raise cnode.fail(f"cp, ep and etp in a cost key need format version 3 (set version: 3), got {key!r}")
     if layout.variant and version < 2:
         raise cnode.fail(f"variant {layout.variant!r} in a cost key needs format version 2 (set version: 2)")
     if layout.variant and variants is not None and layout.variant not in variants:
@@ -270,10 +284,30 @@ def _parse_config(
     if layout.tp > cluster.gpus_per_node:
         raise cnode.fail(f"tp={layout.tp} exceeds gpus_per_node={cluster.gpus_per_node}")
     if not cluster.allows_size(layout.devices):
+        product = "dp*tp*cp" if layout.cp != 1 else "dp*tp"
         raise cnode.fail(
-            f"dp*tp={layout.devices} is not an allowed stage size on this cluster (allowed: {cluster.describe_sizes()})"
+            f"{product}={layout.devices} is not an allowed stage size on this cluster (allowed: {cluster.describe_sizes()})"
         )
     return layout
+
+
+def _parse_tied_to(lnode: _Node, index: int, version: int) -> int:
+    """``tied_to`` of layer ``index``: an earlier layer's index (format v3)."""
+    node = lnode.child("tied_to")
+    if version < 3:
+        raise node.fail("tied weights need format version 3 (set version: 3)")
+    if index == 0:
+        raise node.fail("the first layer has no earlier layer to be tied to")
+    return node.integer(minimum=0, maximum=index - 1)
+
+
+def _check_untied(table: Mapping[Layout, LayerCost], keys: list[str], costs_node: _Node) -> None:
+    """A layer without ``tied_to`` gives no ``tied_weight_bytes``."""
+    for key, cost in zip(keys, table.values()):
+        if cost.tied_weight_bytes:
+            raise costs_node.child(key).child("tied_weight_bytes").fail(
+                "needs tied_to on the layer (the earlier layer whose weights this copy shares)"
+            )
 
 
 _PLAIN_COST = frozenset(("fwd_ms", "bwd_ms", "weight_bytes", "act_bytes"))
@@ -281,7 +315,7 @@ _SPLIT_COST = _PLAIN_COST | {"bwd_input_ms", "bwd_weight_ms"}
 _NUMBER = (float, int)
 
 
-def _parse_cost(cnode: _Node) -> LayerCost:
+def _parse_cost(cnode: _Node, version: int = 3) -> LayerCost:
     v = cnode.value
     if type(v) is dict and (len(v) == 4 and v.keys() == _PLAIN_COST or len(v) == 6 and v.keys() == _SPLIT_COST):
         # fast path, the common entries with every value plainly in range; anything else is checked below
@@ -307,11 +341,12 @@ def _parse_cost(cnode: _Node) -> LayerCost:
                 and math.isclose(float(split_b) + float(split_w), float(bwd), rel_tol=1e-9, abs_tol=1e-12)
             ):
                 return LayerCost(float(fwd), float(bwd), w, a, float(split_b), float(split_w))
-    return _parse_cost_checked(cnode)
+    return _parse_cost_checked(cnode, version)
 
 
-def _parse_cost_checked(cnode: _Node) -> LayerCost:
-    cnode.mapping(("fwd_ms", "bwd_ms", "weight_bytes", "act_bytes"), ("bwd_input_ms", "bwd_weight_ms"))
+def _parse_cost_checked(cnode: _Node, version: int = 3) -> LayerCost:
+    optional = ("bwd_input_ms", "bwd_weight_ms") + (("tied_weight_bytes",) if version >= 3 else ())
+    cnode.mapping(("fwd_ms", "bwd_ms", "weight_bytes", "act_bytes"), optional)
     fwd = cnode.child("fwd_ms").number(minimum=0, maximum=MAX_TIME_MS)
     bwd = cnode.child("bwd_ms").number(minimum=0, maximum=MAX_TIME_MS)
     split_b = split_w = None
@@ -326,13 +361,20 @@ def _parse_cost_checked(cnode: _Node) -> LayerCost:
             raise cnode.child("bwd_weight_ms").fail(
                 f"bwd_input_ms + bwd_weight_ms = {_num(split_b + split_w)} must equal bwd_ms = {_num(bwd)}"
             )
+    weight = cnode.child("weight_bytes").integer(minimum=0, maximum=MAX_BYTES)
+    tied = 0
+    if "tied_weight_bytes" in cnode.value:
+        tied = cnode.child("tied_weight_bytes").integer(minimum=0, maximum=MAX_BYTES)
+        if tied > weight:
+            raise cnode.child("tied_weight_bytes").fail(f"must be <= weight_bytes = {weight}, got {tied}")
     return LayerCost(
         fwd_ms=fwd,
         bwd_ms=bwd,
-        weight_bytes=cnode.child("weight_bytes").integer(minimum=0, maximum=MAX_BYTES),
+        weight_bytes=weight,
         act_bytes=cnode.child("act_bytes").integer(minimum=0, maximum=MAX_BYTES),
         bwd_input_ms=split_b,
         bwd_weight_ms=split_w,
+        tied_weight_bytes=tied,
     )
 
 

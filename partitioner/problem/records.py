@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from types import MappingProxyType
 from typing import Any, Callable, Literal, Mapping, get_args
 
@@ -37,13 +37,15 @@ __all__ = [
 ]
 
 FORMAT_VERSION = 1  # the version a document without v2 features is written as
-FORMAT_VERSIONS = (1, 2)
+FORMAT_VERSIONS = (1, 2, 3)
 Objective = Literal["bottleneck", "iteration"]  # what a solver minimises (DESIGN.md, "Objectives")
 Schedule = Literal["1f1b", "zb-h1", "interleaved", "gpipe"]  # a problem's pipeline schedule (training.schedule)
 OBJECTIVES: tuple[Objective, ...] = get_args(Objective)
 SCHEDULES: tuple[Schedule, ...] = get_args(Schedule)
 _VARIANT = r"[a-z0-9][a-z0-9_.+-]*"
-_LAYOUT_KEY = re.compile(r"^dp([1-9][0-9]*)tp([1-9][0-9]*)(?:/(" + _VARIANT + r"))?$")
+_LAYOUT_KEY = re.compile(r"^((?:(?:etp|dp|tp|cp|ep)[0-9]+)+)(?:/(" + _VARIANT + r"))?$")
+_AXIS = re.compile(r"(etp|dp|tp|cp|ep)([0-9]+)")
+_AXES = ("dp", "tp", "cp", "ep", "etp")  # the canonical order of a key's axes
 _VARIANT_NAME = re.compile(r"^" + _VARIANT + r"$")
 
 # The validating parser (:func:`.parse._parse_problem`), which builds these records and so imports this
@@ -63,42 +65,116 @@ def register_parser(parser: "Callable[[Any, str | None], Problem]") -> None:
 
 @dataclass(frozen=True, order=True)
 class Layout:
-    """A config of one stage segment: (data-parallel, tensor-parallel) on ``dp * tp`` devices,
-    and a memory-knob ``variant`` (format v2; ``""`` is the plain key).
+    """A config of one stage segment (formats v1-v3).
 
-    The variant is opaque to the solvers: the cost entry's numbers say what it
-    costs. Two configs with the same :attr:`mesh` need no reshard between them.
+    ``dp`` x ``tp`` x ``cp`` devices (data, tensor and context parallel, format
+    v3 adds ``cp``), the expert-parallel split ``ep`` x ``etp`` of a MoE layer
+    folded onto those devices (``ep * etp`` divides the devices; it adds
+    none), and a memory-knob ``variant`` (format v2; ``""`` is the plain
+    key). The variant, ep and etp are opaque to the solvers: the cost entry's
+    numbers say what they cost. Two configs with the same :attr:`mesh` need
+    no reshard between them (DESIGN.md, "Problem format v3").
     """
 
     dp: int
     tp: int
     variant: str = ""
+    cp: int = 1
+    ep: int = 1
+    etp: int = 1
 
     @property
     def devices(self) -> int:
-        return self.dp * self.tp
+        """``dp * tp * cp``: ep and etp fold onto the same devices."""
+        return self.dp * self.tp * self.cp
 
     @property
-    def mesh(self) -> tuple[int, int]:
-        """``(dp, tp)``: what the tensor layout depends on (not the variant)."""
-        return (self.dp, self.tp)
+    def mesh(self) -> tuple[int, ...]:
+        """What the activation's layout depends on (not the variant, ep or etp): ``(dp, tp)``, and
+        ``(dp, tp, cp)`` when cp > 1 (so v1/v2 meshes keep their v2 value)."""
+        return (self.dp, self.tp) if self.cp == 1 else (self.dp, self.tp, self.cp)
+
+    @classmethod
+    def of_mesh(cls, mesh: tuple[int, ...]) -> "Layout":
+        """The plain config of a :attr:`mesh` ``(dp, tp[, cp])``."""
+        return cls(mesh[0], mesh[1], "", mesh[2] if len(mesh) > 2 else 1)
+
+    @property
+    def is_v3(self) -> bool:
+        """True when the config uses an axis of format v3 (cp, ep or etp other than 1)."""
+        return self.cp != 1 or self.ep != 1 or self.etp != 1
+
+    @property
+    def axes(self) -> str:
+        """The canonical key without the variant: ``dp{D}tp{T}[cp{C}][ep{E}[etp{F}]]``."""
+        base = f"dp{self.dp}tp{self.tp}"
+        if self.cp != 1:
+            base += f"cp{self.cp}"
+        if self.ep != 1:
+            base += f"ep{self.ep}"
+            if self.etp != 1:
+                base += f"etp{self.etp}"
+        elif self.etp != 1:  # not parseable (etp without ep), but spelled faithfully
+            base += f"etp{self.etp}"
+        return base
 
     @property
     def key(self) -> str:
-        base = f"dp{self.dp}tp{self.tp}"
+        base = self.axes
         return f"{base}/{self.variant}" if self.variant else base
+
+    def config_doc(self) -> dict[str, Any]:
+        """The config object of a plan or result: dp, tp, and cp/ep/etp/variant when not the default."""
+        doc: dict[str, Any] = {"dp": self.dp, "tp": self.tp}
+        for axis in ("cp", "ep", "etp"):
+            if getattr(self, axis) != 1:
+                doc[axis] = getattr(self, axis)
+        if self.variant:
+            doc["variant"] = self.variant
+        return doc
 
     @classmethod
     def parse(cls, key: str) -> "Layout":
+        """The config a cost key names, in any spelling (format v3's canonicalisation).
+
+        Raises
+        ------
+        ValueError
+            A key that is not ``dp{D}tp{T}[cp{C}][ep{E}[etp{F}]][/variant]`` in
+            some order of its axes, names an axis twice, gives ``etp`` without
+            ``ep``, an axis below 1, or ``ep * etp`` not dividing ``dp * tp * cp``.
+        """
         match = _LAYOUT_KEY.match(key) if isinstance(key, str) else None
         if not match:
             raise ValueError(
-                "cost key must look like dp<int>tp<int> or dp<int>tp<int>/<variant> "
-                f"(variant: lowercase letters, digits and _ . + -; e.g. dp2tp4, dp8tp1/zero3), got {key!r}"
+                "cost key must look like dp<int>tp<int>[cp<int>][ep<int>[etp<int>]][/<variant>] "
+                f"(variant: lowercase letters, digits and _ . + -; e.g. dp2tp4, dp8tp1/zero3, dp2tp2cp2ep4), got {key!r}"
             )
-        if len(match.group(1)) > 6 or len(match.group(2)) > 6:
-            raise ValueError(f"dp and tp in a cost key must be below 10^6, got {key[:40]!r}")
-        return cls(int(match.group(1)), int(match.group(2)), match.group(3) or "")
+        axes: dict[str, int] = {}
+        for name, digits in _AXIS.findall(match.group(1)):
+            if name in axes:
+                raise ValueError(f"cost key {key!r} names the axis {name} twice")
+            if len(digits) > 6:
+                raise ValueError(f"every axis of a cost key must be below 10^6, got {key[:40]!r}")
+            value = int(digits)
+            if value < 1:
+                raise ValueError(
+                    f"cost key {key!r}: {name} must be >= 1 (keys look like dp<int>tp<int>[cp<int>][ep<int>[etp<int>]]), "
+                    f"got {value}"
+                )
+            axes[name] = value
+        for name in ("dp", "tp"):
+            if name not in axes:
+                raise ValueError(f"cost key {key!r} must name {name} (dp and tp are always written)")
+        if "etp" in axes and "ep" not in axes:
+            raise ValueError(f"cost key {key!r} gives etp without ep (expert tensor parallelism splits the experts of ep)")
+        layout = cls(axes["dp"], axes["tp"], match.group(2) or "", axes.get("cp", 1), axes.get("ep", 1), axes.get("etp", 1))
+        if layout.devices % (layout.ep * layout.etp):
+            raise ValueError(
+                f"cost key {key!r}: ep*etp = {layout.ep * layout.etp} must divide dp*tp*cp = {layout.devices} "
+                "(expert parallelism folds onto the config's devices)"
+            )
+        return layout
 
     def __str__(self) -> str:
         return self.key
@@ -122,6 +198,7 @@ class LayerCost:
     act_bytes: int
     bwd_input_ms: float | None = None
     bwd_weight_ms: float | None = None
+    tied_weight_bytes: int = 0  # format v3: the bytes of the copy shared with the layer's tied_to
 
     def split(self) -> tuple[float, float]:
         """``(B, W)``: the backward's input- and weight-gradient parts (even split if not given)."""
@@ -132,12 +209,18 @@ class LayerCost:
 
 @dataclass(frozen=True)
 class Layer:
-    """One layer in execution order, with a cost entry per layout it can run in."""
+    """One layer in execution order, with a cost entry per layout it can run in.
+
+    ``tied_to`` (format v3) is the index of an earlier layer whose weights this
+    one shares (an LM head tied to the input embedding): on a stage holding
+    both, this layer counts ``weight_bytes - tied_weight_bytes`` of its entry.
+    """
 
     name: str
     module: str
     out_bytes: int
     costs: Mapping[Layout, LayerCost]
+    tied_to: int | None = None
 
     def cost(self, layout: Layout) -> LayerCost | None:
         return self.costs.get(layout)
@@ -251,9 +334,14 @@ class Problem:
     def layouts(self) -> tuple[Layout, ...]:
         """Every config some layer can run in, sorted by (devices, tp, variant)."""
         found = {lay for layer in self.layers for lay in layer.costs}
-        return tuple(sorted(found, key=lambda l: (l.devices, l.tp, l.variant)))
+        return tuple(sorted(found, key=lambda l: (l.devices, l.tp, l.cp, l.ep, l.etp, l.variant)))
 
     configs = layouts
+
+    @cached_property
+    def ties(self) -> tuple[tuple[int, int], ...]:
+        """``(j, k)`` for every layer k tied to an earlier layer j (format v3), in order of k."""
+        return tuple((layer.tied_to, k) for k, layer in enumerate(self.layers) if layer.tied_to is not None)
 
     @property
     def has_variants(self) -> bool:
@@ -318,21 +406,25 @@ class Problem:
             "cluster": cluster,
             "training": training,
             "stages": {"min": self.stages.min, "max": self.stages.max},
-            "layers": [
-                {
-                    "name": layer.name,
-                    "module": layer.module,
-                    "out_bytes": layer.out_bytes,
-                    "costs": {lay.key: _cost_doc(cost) for lay, cost in layer.costs.items()},
-                }
-                for layer in self.layers
-            ],
+            "layers": [_layer_doc(layer) for layer in self.layers],
         }
         if self.variants:
             doc["variants"] = dict(self.variants)
         if self.meta:
             doc["meta"] = _plain(self.meta)
         return doc
+
+
+def _layer_doc(layer: Layer) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "name": layer.name,
+        "module": layer.module,
+        "out_bytes": layer.out_bytes,
+        "costs": {lay.key: _cost_doc(cost) for lay, cost in layer.costs.items()},
+    }
+    if layer.tied_to is not None:
+        doc["tied_to"] = layer.tied_to
+    return doc
 
 
 def _cost_doc(cost: LayerCost) -> dict[str, Any]:
@@ -345,6 +437,8 @@ def _cost_doc(cost: LayerCost) -> dict[str, Any]:
     if cost.bwd_input_ms is not None and cost.bwd_weight_ms is not None:
         doc["bwd_input_ms"] = cost.bwd_input_ms
         doc["bwd_weight_ms"] = cost.bwd_weight_ms
+    if cost.tied_weight_bytes:
+        doc["tied_weight_bytes"] = cost.tied_weight_bytes
     return doc
 
 

@@ -86,13 +86,16 @@ def backward_order(parts: tuple[StagePart, ...]) -> tuple[StagePart, ...]:
 
 def config_cell(problem: Problem, stage) -> str:
     """A stage's configs for a table cell: ``8 x 1`` (v1), ``8 x 1 zero3`` with a variant,
-    and one ``module dp x tp [variant]`` line per segment when the segments' configs differ.
+    and one ``module dp x tp [variant]`` line per segment when the segments' configs differ;
+    format v3 spells each config by its axes, ``dp2tp4cp2ep4 [variant]``.
 
     ``stage`` is a :class:`~partitioner.plan.StageEvaluation`.
     """
     configs = tuple(stage.configs) or (stage.layout,)
 
     def one(config) -> str:
+        if problem.version >= 3:  # format v3: the canonical key's axes, e.g. dp2tp4cp2ep4
+            return config.axes + (f" {config.variant}" if config.variant else "")
         return f"{config.dp} x {config.tp}" + (f" {config.variant}" if config.variant else "")
 
     if len(set(configs)) == 1:

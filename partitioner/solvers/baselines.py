@@ -60,7 +60,7 @@ def uniform_plan(problem: Problem, layout: Layout) -> Plan:
     stages, start = [], 0
     for p in range(P):
         count = base + (1 if p < extra else 0)
-        stages.append(Stage(start, start + count - 1, layout.devices, layout.dp, layout.tp, ids[p], layout.variant))
+        stages.append(Stage.from_configs(start, start + count - 1, layout.devices, (layout,), ids[p]))
         start += count
     return Plan(tuple(stages))
 
@@ -98,7 +98,10 @@ def solve_uniform(problem: Problem, request: SolveRequest) -> Candidate:
 def _with_config(plan: Plan, config: Layout) -> Plan:
     """``plan`` with every stage in ``config`` (the DP restricted to one config returns its cuts and placement)."""
     return Plan(
-        tuple(replace(s, dp=config.dp, tp=config.tp, variant=config.variant, configs=None) for s in plan.stages)
+        tuple(
+            replace(s, dp=config.dp, tp=config.tp, variant=config.variant, configs=None, cp=config.cp, ep=config.ep, etp=config.etp)
+            for s in plan.stages
+        )
     )
 
 

@@ -14,7 +14,7 @@ search enumerates explicitly every tuple of per-segment configs
 size, tp <= gpus_per_node, the cost key present on every layer of the
 segment). A tuple costs
 
-    Σ (fwd_ms + bwd_ms) + 2 Σ r        memory Σ weight_bytes + stash · Σ act_bytes
+    Σ (fwd_ms + bwd_ms) + 2 Σ r        memory Σ weight_bytes − tied + stash · Σ act_bytes
 
 with r the reshard between adjacent segments whose (dp, tp) differ
 (:func:`~partitioner.cluster.reshard.stage_reshard_ms`, paid in the forward and in
@@ -22,7 +22,9 @@ the backward). r is computed for the canonical placement -- the stage's
 device ids grouped by node, ranks in id order -- which is exactly the form
 of the ``device_ids`` this solver emits, so :func:`~partitioner.plan.evaluate`
 sees the same r. A version-1 problem has one segment per stage, so this is
-v1's "one layout per stage".
+v1's "one layout per stage". ``tied`` (format v3) is the ``tied_weight_bytes``
+of every layer whose ``tied_to`` layer is in the stage too
+(:func:`~partitioner.plan.evaluation.tied_bytes`).
 
 Why stage by stage: for a fixed cut, size sequence and placement, a stage's
 config tuple changes only its own compute-plus-reshard time and its own
@@ -58,6 +60,7 @@ from math import comb
 from ..cluster.placement import label_nodes, node_assignment_ids, size_sequences
 from ..cluster.reshard import stage_reshard_ms
 from ..plan import Plan, Stage, objective_value
+from ..plan.evaluation import tied_bytes
 from ..plan.schedules import stash
 from ..problem import Cluster, Layout, Problem
 from .base import Candidate, SolveRequest, register
@@ -165,7 +168,7 @@ def _fitting_stage_configs(problem: Problem, first: int, last: int, size: int, s
                 wgrad += c.split()[1]
                 weight += c.weight_bytes
                 act += c.act_bytes
-        memory = weight + stash * act
+        memory = weight - tied_bytes(problem, first, last, list(zip(segments, combo))) + stash * act
         if memory > capacity:
             continue
         reshard = sum(

@@ -88,9 +88,12 @@ def quick_infeasibility(problem: Problem) -> str | None:
     m = problem.microbatches
     for i, layer in enumerate(problem.layers):
         stash = min(m, min(counts)) if i == 0 else 1
-        if min(c.weight_bytes + stash * c.act_bytes for c in layer.costs.values()) <= capacity:
+        tied = layer.tied_to is not None  # format v3: with its tied_to layer it holds less (a lower bound)
+        if min(c.weight_bytes - tied * c.tied_weight_bytes + stash * c.act_bytes for c in layer.costs.values()) <= capacity:
             continue  # fits somewhere: the layout that needs least (named below) is only looked for when none fits
-        need, where = min((c.weight_bytes + stash * c.act_bytes, lay.key) for lay, c in layer.costs.items())
+        need, where = min(
+            (c.weight_bytes - tied * c.tied_weight_bytes + stash * c.act_bytes, lay.key) for lay, c in layer.costs.items()
+        )
         if need > capacity:
             held = f"{stash} stashed microbatch" + ("es" if stash > 1 else "")
             return (

@@ -9,7 +9,9 @@ Format v2 (:meth:`CostTables.best_stage`): a stage has one config per
 segment; its time is Σ (fwd + bwd) + 2 Σ r with r the reshard between
 adjacent segments whose (dp, tp) differ, at the canonical placement
 (:func:`partitioner.cluster.reshard.stage_reshard_ms`), and its memory sums every
-segment's own entries. Memory couples the segments and reshards couple
+segment's own entries, less the tied bytes of format v3 (a layer whose
+``tied_to`` is in the stage too counts ``weight_bytes - tied_weight_bytes``).
+Memory couples the segments and reshards couple
 neighbours, so the fastest tuple that fits is found exactly by a pass over
 the segments keeping, per config of the last segment, the Pareto frontier
 of (time, memory) over the choices so far.
@@ -42,7 +44,9 @@ from ..cluster.reshard import stage_reshard_ms
 from ..cluster.topology import transfer_ms
 from ..problem import Layout, Problem
 
-__all__ = ["CostTables", "StageChoice", "LayerArrays", "layer_arrays", "two_sum", "compensated_prefix", "range_sum"]
+__all__ = [
+    "CostTables", "StageChoice", "LayerArrays", "layer_arrays", "two_sum", "compensated_prefix", "range_sum", "tied_row",
+]
 
 
 def two_sum(a, b):
@@ -172,6 +176,8 @@ class CostTables:
         self.missing_prefix = np.hstack([zero.astype(np.int64), np.cumsum(missing, axis=1)])
         self.layouts_of_size = {d: [j for j, lay in enumerate(self.layouts) if lay.devices == d] for d in self.sizes}
         self.out_bytes = np.array([layer.out_bytes for layer in problem.layers], dtype=np.float64)
+        # format v3 tied weights: (j, k, bytes of k's entry per layout row) for every layer k tied to j
+        self.ties = tuple((j, k, tied_row(problem, k, self.layouts)) for j, k in problem.ties)
         self._best: dict[tuple[int, int, int, int], StageChoice | None] = {}
         self._best_stage: dict[tuple[int, int, int, int], StageChoice | None] = {}
 
@@ -188,10 +194,15 @@ class CostTables:
         d, e = two_sum(hi[:, None, 1:], -hi[:, :L, None])
         return d + (e + (lo[:, None, 1:] - lo[:, :L, None]))
 
+    def tied(self, a: int, b: int, s: int, t: int, j: int) -> int:
+        """Tied bytes not counted twice by segment ``s..t`` in layout ``j`` of stage ``a..b``: the
+        ``tied_weight_bytes`` of every layer k in ``s..t`` whose ``tied_to`` is in the stage (format v3)."""
+        return sum(int(row[j]) for tj, k, row in self.ties if a <= tj and s <= k <= t and k <= b)
+
     def fits(self, a: int, b: int, j: int, stash: int) -> bool:
         if self.missing_prefix[j, b + 1] != self.missing_prefix[j, a]:
             return False
-        w = int(self.weight_prefix[j, b + 1] - self.weight_prefix[j, a])
+        w = int(self.weight_prefix[j, b + 1] - self.weight_prefix[j, a]) - (self.tied(a, b, a, b, j) if self.ties else 0)
         x = int(self.act_prefix[j, b + 1] - self.act_prefix[j, a])
         return w + stash * x <= self.problem.cluster.gpu_memory_bytes
 
@@ -246,7 +257,7 @@ class CostTables:
                 time = self.compute_ms(s, t, j)
                 need = int(self.weight_prefix[j, t + 1] - self.weight_prefix[j, s]) + stash * int(
                     self.act_prefix[j, t + 1] - self.act_prefix[j, s]
-                )
+                ) - (self.tied(a, b, s, t, j) if self.ties else 0)
                 lay = self.layouts[j]
                 reached = []
                 for i, entries in frontier.items():
@@ -270,6 +281,12 @@ class CostTables:
         c = self.problem.cluster
         bw = c.intra_node_GBps if same_node else c.inter_node_GBps
         return transfer_ms(self.problem.layers[last_layer].out_bytes, min(size_a, size_b) * bw)
+
+
+def tied_row(problem: Problem, k: int, layouts: tuple[Layout, ...]) -> np.ndarray:
+    """``tied_weight_bytes`` of layer k's entry in each of ``layouts`` (0 where it has none), int64."""
+    costs = problem.layers[k].costs
+    return np.array([costs[lay].tied_weight_bytes if lay in costs else 0 for lay in layouts], dtype=np.int64)
 
 
 def _pareto(entries: list) -> list:

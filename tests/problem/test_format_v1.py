@@ -110,7 +110,7 @@ def test_stages_forms():
 MALFORMED = [
     ("not-an-object", [1, 2], "", "must be an object"),
     ("missing-version", doc(version=DELETE), "version", "is missing"),
-    ("unknown-version", doc(version=3), "version", "unknown format version 3"),
+    ("unknown-version", doc(version=4), "version", "unknown format version 4"),
     ("version-bool", doc(version=True), "version", "unknown format version"),
     ("unknown-field", doc(extra=1), "", "unknown field 'extra'"),
     ("missing-cluster", doc(cluster=DELETE), "cluster", "is missing"),

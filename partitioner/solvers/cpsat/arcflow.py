@@ -167,6 +167,8 @@ def arcflow_reason(problem: Problem, objective: str, data: SlotData) -> str:
     """Why the arc-flow model does not fit ``problem`` ("" when it does)."""
     if data.transfers:
         return "stage boundaries carry bytes"
+    if data.ties:
+        return "tied weights (a stage's memory can grow when it loses a layer, so fitting ranges are not suffixes)"
     schedule = problem.training.schedule
     if not (schedule == "1f1b" or (schedule == "zb-h1" and objective == "bottleneck")):
         return f"schedule {schedule} with the {objective} objective"
@@ -226,7 +228,7 @@ class UnitCosts(StageCosts):
         self._index = {lay: k for k, lay in enumerate(data.layouts)}
         self._groups = len(data.groups)
 
-    def reshard(self, layer: int, src: tuple[int, int], dst: tuple[int, int], devices: int) -> float:
+    def reshard(self, layer: int, src: tuple[int, ...], dst: tuple[int, ...], devices: int) -> float:
         """Half the units of ``2 r`` across the group boundary after ``layer`` (0 for one mesh)."""
         if src == dst:
             return 0.0

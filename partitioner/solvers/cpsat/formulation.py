@@ -57,6 +57,7 @@ class CpVars:
     pair: dict = field(default_factory=dict)  # (j, g) -> {(mu, nu): w}, the meshes across boundary g
     reshard: list = field(default_factory=list)  # per slot: units of its reshards (forward + backward)
     parts: PartVars | None = None  # ZB-H1's and GPipe's iteration estimates (compute, stage are then empty)
+    tied: dict = field(default_factory=dict)  # (j, n) -> 1 when slot j holds both layers of tie n (format v3)
 
 
 def _minus(a, b):
@@ -127,8 +128,9 @@ def build_model(data: SlotData, times: IntegerTimes, check=None) -> tuple[cp_mod
     if parts == (T,):
         compute, segment = stage_compute(model, data, times.tau, times.top, members, use, size, cover, check)
 
-    memory = {}
-    if n_groups == 1:
+    memory: dict = {}
+    tied: dict = {}
+    if not data.linear_memory:
         # memory and cost entries: use[j][l] and c_j <= a  =>  c_{j-1} <= reach[a];
         # c_j <= a is "layer a is not before slot j", c_{j-1} <= r "layer r is not in slot >= j"
         for count, (j, k, a, r) in enumerate(data.memory_rules()):
@@ -136,7 +138,7 @@ def build_model(data: SlotData, times: IntegerTimes, check=None) -> tuple[cp_mod
                 check()
             _clause(model, [_not(use[j][0][k]), before[a][j + 1], _not(before[r][j])])
     else:
-        memory = _segment_memory(model, data, members, cover, use, check)
+        memory, tied = _segment_memory(model, data, members, cover, use, check)
 
     pair, reshard = _reshards(model, data, times, before, use, check) if n_groups > 1 else ({}, [0] * J)
 
@@ -162,7 +164,7 @@ def build_model(data: SlotData, times: IntegerTimes, check=None) -> tuple[cp_mod
         model.minimize(objective)
         return model, CpVars(
             before, use, size, at_most, compute, send, [], None, node, load, full, shared, link, objective,
-            segment, memory, pair, reshard, part_vars,
+            segment, memory, pair, reshard, part_vars, tied,
         )
 
     # stage times and the objective
@@ -180,7 +182,7 @@ def build_model(data: SlotData, times: IntegerTimes, check=None) -> tuple[cp_mod
     model.minimize(objective)
     return model, CpVars(
         before, use, size, at_most, compute, send, stage, bottleneck, node, load, full, shared, link, objective,
-        segment, memory, pair, reshard,
+        segment, memory, pair, reshard, None, tied,
     )
 
 
@@ -191,7 +193,7 @@ def _zero(value) -> bool:
 def memory_units(data: SlotData) -> int:
     """The gcd of every byte count and the capacity: memory is counted in these units, exactly."""
     unit = data.problem.cluster.gpu_memory_bytes
-    for row in (*data.weight, *data.act):
+    for row in (*data.weight, *data.act, *(bytes_ for _, _, bytes_ in data.ties)):
         for v in row:
             unit = math.gcd(unit, v)
             if unit == 1:
@@ -199,8 +201,10 @@ def memory_units(data: SlotData) -> int:
     return max(unit, 1)
 
 
-def _segment_memory(model, data: SlotData, members, cover, use, check) -> dict:
-    """Several groups: sum over segments of (weight + stash x act) in each segment's layout <= capacity."""
+def _segment_memory(model, data: SlotData, members, cover, use, check) -> tuple[dict, dict]:
+    """Sum over segments of (weight + stash x act) in each segment's layout <= capacity (several groups,
+    or tied weights: a slot holding both layers of a tie counts the tied bytes of the later one's
+    layout once less). Returns the segments' memory variables and the ties' "holds both" literals."""
     J, nl = data.slots, len(data.layouts)
     unit = memory_units(data)
     capacity = data.problem.cluster.gpu_memory_bytes // unit
@@ -210,9 +214,18 @@ def _segment_memory(model, data: SlotData, members, cover, use, check) -> dict:
             f"cpsat: memory sizes too large for the 64-bit integer model ({data.num_layers} layers x "
             f"{data.problem.cluster.gpu_memory_bytes} bytes); use dp"
         )
-    memory = {}
+    memory, tied = {}, {}
     for j in range(J):
         check()
+        member = dict(members[j])
+        saving: dict = {}  # layer k -> (tie literal, its tied bytes per layout in units)
+        for n, (tj, k, row) in enumerate(data.ties):
+            if tj in member and k in member and any(row):
+                both = model.new_bool_var(f"tied{j}_{n}")
+                model.add(both <= member[tj])
+                model.add(both <= member[k])
+                tied[j, n] = both
+                saving.setdefault(k, []).append((both, [v // unit for v in row]))
         parts = []
         for g, (a, b) in enumerate(data.groups):
             if _zero(cover[j][g]):
@@ -221,13 +234,18 @@ def _segment_memory(model, data: SlotData, members, cover, use, check) -> dict:
             for k in range(nl):
                 if isinstance(use[j][g][k], int):
                     continue
-                terms = [min(data.memory(k, i, j) // unit if data.present[k][i] else limit, limit) * x for i, x in members[j][a : b + 1]]
+                terms = []
+                for i, x in members[j][a : b + 1]:
+                    save = sum(row[k] for _, row in saving.get(i, ()))
+                    need = min(data.memory(k, i, j) // unit if data.present[k][i] else limit, limit + save)
+                    terms.append(need * x)
+                    terms.extend(-row[k] * both for both, row in saving.get(i, ()) if row[k])
                 model.add(mg >= sum(terms)).only_enforce_if(use[j][g][k])
             memory[j, g] = mg
             parts.append(mg)
         if len(parts) > 1:
             model.add(sum(parts) <= capacity)
-    return memory
+    return memory, tied
 
 
 def _reshards(model, data: SlotData, times: IntegerTimes, before, use, check) -> tuple[dict, list]:
@@ -389,7 +407,11 @@ def hint_values(var: CpVars, data: SlotData, times: IntegerTimes, d: SlotDecisio
             if (j, g) in var.segment:
                 out[var.segment[j, g]] = value
             if (j, g) in var.memory:
-                out[var.memory[j, g]] = sum(data.memory(k, i, j) for i in range(lo, hi)) // unit if lo < hi else 0
+                saved = sum(row[k] for tj, kk, row in data.ties if d.starts[j] <= tj and lo <= kk < hi)
+                out[var.memory[j, g]] = (sum(data.memory(k, i, j) for i in range(lo, hi)) - saved) // unit if lo < hi else 0
+    for (j, n), both in var.tied.items():
+        tj, kk, _ = data.ties[n]
+        out[both] = int(j < d.stages and d.starts[j] <= tj and kk < ends[j])
     pair_used = {}
     for (j, g), w in var.pair.items():
         first, second = d.configs[j][g], d.configs[j][g + 1] if j < d.stages else -1

@@ -226,7 +226,7 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         """
         P_lo, P_hi = self.stage_counts
         m = self.m
-        if self.costs.single_segment:
+        if self.costs.single_segment and not self.costs.ties:
 
             def same(s: int) -> bool:
                 return all(np.array_equal(self.costs.fit_end(j, s), self.costs.fit_end(j, m)) for j in range(len(self.layouts)))
@@ -473,14 +473,25 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         J = len(self.layouts)
         if J == 0 or self.L == 0:
             return INF, INF, INF
-        idx = np.arange(self.L)
-        fits = np.array([costs.fit_end(j, 1) >= idx for j in range(J)])
+        fits = self._alone_fits()
         devices = np.array([lay.devices for lay in self.layouts], dtype=float)[:, None]
         alone = np.where(fits, costs.time, INF).min(axis=0)
         work = np.where(fits, costs.time * devices, INF).min(axis=0)
         if not np.all(np.isfinite(alone)):
             return INF, INF, INF
         return float(alone.max()), float(work.sum() / self.N), float(alone.sum())
+
+    def _alone_fits(self) -> np.ndarray:
+        """``[j, i]``: layer i fits in config j with one stashed microbatch, a tied layer (format v3)
+        counted without its tied bytes (it may share a stage with the layer it is tied to)."""
+        costs, idx = self.costs, np.arange(self.L)
+        fits = np.array([costs.fit_end(j, 1) >= idx for j in range(len(self.layouts))])
+        for _, k, row in costs.ties:
+            for j, lay in enumerate(self.layouts):
+                c = self.problem.layers[k].cost(lay)
+                if c is not None and c.weight_bytes - int(row[j]) + c.act_bytes <= costs.cap:
+                    fits[j, k] = True
+        return fits
 
     def least_u_sum(self) -> float:
         """The sum over layers of the least ``u = fwd + bwd - W`` (zb-h1's part without the weight
@@ -490,9 +501,9 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         if J == 0 or self.L == 0:
             return INF
         u = np.full((J, self.L), INF)
-        idx = np.arange(self.L)
+        alone = self._alone_fits()
         for j, lay in enumerate(self.layouts):
-            fit = self.costs.fit_end(j, 1) >= idx
+            fit = alone[j]
             for i, layer in enumerate(self.problem.layers):
                 c = layer.cost(lay)
                 if c is not None and fit[i]:

@@ -91,6 +91,18 @@ pairs), padded with inf to the most any stage has.
 :meth:`StageCosts.option_configs` finds the configs of a point for the walk
 back by the same frontiers, as lists.
 
+Tied weights
+------------
+Format v3: a layer k tied to a layer j (``tied_to``) counts ``weight_bytes -
+tied_weight_bytes`` of its entry on a stage that holds j too; a stage a..b
+holds both iff ``a <= j`` and ``k <= b``. The compiled loops know nothing of
+ties: for those stages (:attr:`StageCosts.tied_stages`, usually the few
+that start at the embedding and end at the head) :meth:`StageCosts.matrix`,
+:meth:`StageCosts.options` and the walk back recompute the stage exactly
+by the frontier pass of :meth:`StageCosts._tuples`, with the memory of the
+segment holding k lowered by the tied bytes of k's entry in its config;
+every other stage is untouched.
+
 Numbers: stage times are forward sums over the stage's own layers, never
 differences of prefix sums, so a huge time elsewhere in the model cannot
 cancel a stage's digits; memory is exact int64 (values are checked against
@@ -105,7 +117,7 @@ import numpy as np
 
 from ...cluster.reshard import stage_reshard_ms
 from ...problem import Layout, Problem
-from ..tables import layer_arrays
+from ..tables import layer_arrays, tied_row
 from .compiled import engine
 
 __all__ = ["StageCosts"]
@@ -161,6 +173,10 @@ class StageCosts:
         self._sums: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self._reshard: dict[tuple, float] = {}
         self._meshes: dict[int, tuple[np.ndarray, int, np.ndarray]] = {}
+        # format v3 tied weights (module docstring, "Tied weights"): (j, k, k's tied bytes per config row)
+        self.ties = tuple((j, k, tied_row(problem, k, self.layouts)) for j, k in problem.ties)
+        # the stages a..b that hold both layers of some tie (a <= j, k <= b), in order; none without ties
+        self.tied_stages = tuple(sorted({(a, b) for j, k, _ in self.ties for a in range(j + 1) for b in range(k, L)}))
 
     # ------------------------------------------------------------------ facts
     @property
@@ -206,7 +222,7 @@ class StageCosts:
             self._sums[key] = found
         return found
 
-    def reshard(self, layer: int, src: tuple[int, int], dst: tuple[int, int], devices: int) -> float:
+    def reshard(self, layer: int, src: tuple[int, ...], dst: tuple[int, ...], devices: int) -> float:
         """r for the output of ``layer`` from mesh ``src`` to mesh ``dst`` on ``devices`` canonical GPUs."""
         if src == dst:
             return 0.0
@@ -214,7 +230,7 @@ class StageCosts:
         found = self._reshard.get(key)
         if found is None:
             found = stage_reshard_ms(
-                float(self.out_bytes[layer]), Layout(*src), Layout(*dst), devices, self.problem.cluster
+                float(self.out_bytes[layer]), Layout.of_mesh(src), Layout.of_mesh(dst), devices, self.problem.cluster
             )
             self._reshard[key] = found
         return found
@@ -255,6 +271,8 @@ class StageCosts:
         elif len(self.runs) > 1:
             kernels.spanning_one(best, np.ascontiguousarray(time[configs[0]]), ends[0], self._run_ends())
         engine.account(kern, _clock() - start)
+        for a, b in self.tied_stages:  # tied weights: these stages need less memory than the kernels assumed
+            best[a, b] = min((t for _, t, _ in self._tuples(a, b, i, stash, "t")), default=INF)
         return best
 
     def _mesh_tables(self, i: int) -> tuple[np.ndarray, int, np.ndarray]:
@@ -264,7 +282,7 @@ class StageCosts:
         found = self._meshes.get(i)
         if found is None:
             d = self.sizes[i]
-            order: list[tuple[int, int]] = []
+            order: list[tuple[int, ...]] = []
             for j in self.of_size[i]:
                 if self.layouts[j].mesh not in order:
                     order.append(self.layouts[j].mesh)
@@ -335,6 +353,15 @@ class StageCosts:
                         np.int64(stash), np.int64(self.cap), runs, q1, q2, k0, FRONTIER_POINTS,
                     )
             engine.account(kern, _clock() - start)
+        for a, b in self.tied_stages:  # tied weights: recomputed with the smaller memory (as matrix does)
+            pairs = sorted({(pu, pw) for _, pu, pw in self._tuples(a, b, i, stash, parts)})
+            kept = [p for n, p in enumerate(pairs) if not any(q[1] <= p[1] for q in pairs[:n])]
+            if len(kept) > width:
+                return None
+            U[a, b, :], W[a, b, :] = INF, INF
+            for f, (pu, pw) in enumerate(kept):
+                U[a, b, f], W[a, b, f] = pu, pw
+            C[a, b] = len(kept)
         if not ok:
             return None
         used = max(1, int(C.max(initial=0)))
@@ -351,22 +378,31 @@ class StageCosts:
     def _tuples(self, a: int, b: int, i: int, stash: int, parts: str):
         """Every fitting config tuple of stage a..b on size index i that is Pareto-minimal in (part 1, part 2,
         memory) after each segment, as (configs, part 1, part 2): the list form of :meth:`options`, for the walk back."""
-        one, two, r1, r2 = self._parts[parts]
+        # "t": the stage time alone (matrix and the walk back on tied stages), from self.time as it is now
+        one, two, r1, r2 = (self.time, self._zero_time(), 2.0, 0.0) if parts == "t" else self._parts[parts]
         configs = self.of_size[i]
         d = self.sizes[i]
         k0, k1 = self._run_of(a), self._run_of(b)
+        tied = self.holds_tie(a, b)
         frontier: dict = {None: [(0.0, 0.0, 0, ())]}
         for k in range(k0, k1 + 1):
             st, en = self.runs[k]
             first, last = max(st, a), min(en, b)
             nxt: dict = {}
             for j in configs:
-                if self.fit_end(j, stash)[first] < last:
+                if tied:
+                    if self.next_missing[j, first] <= last:
+                        continue
+                    seg_m = int(self.memory(j, first, last, stash)) - self._tied(a, b, first, last, j)
+                    if seg_m > self.cap:
+                        continue
+                elif self.fit_end(j, stash)[first] < last:
                     continue
+                else:
+                    seg_m = int(self.memory(j, first, last, stash))
                 mesh = self.layouts[j].mesh
                 seg_u = float(np.cumsum(one[j, first : last + 1])[-1])
                 seg_w = float(np.cumsum(two[j, first : last + 1])[-1])
-                seg_m = int(self.memory(j, first, last, stash))
                 for src, pts in frontier.items():
                     r = 0.0 if src is None else self.reshard(first - 1, src, mesh, d)
                     for pu, pw, pm, cfgs in pts:
@@ -379,11 +415,29 @@ class StageCosts:
                 yield cfgs, pu, pw
 
     # ------------------------------------------------------------------ the walk back
+    def holds_tie(self, a: int, b: int) -> bool:
+        """Does stage a..b hold both layers of some tie (format v3)?"""
+        return any(a <= j and k <= b for j, k, _ in self.ties)
+
+    def _zero_time(self) -> np.ndarray:
+        """Zeros shaped like :attr:`time` (the second part of the "t" parts), made once."""
+        found = getattr(self, "_zeros", None)
+        if found is None or found.shape != self.time.shape:
+            found = self._zeros = np.zeros_like(self.time)
+        return found
+
+    def _tied(self, a: int, b: int, s: int, t: int, j: int) -> int:
+        """Tied bytes segment ``s..t`` of stage ``a..b`` does not count in config row ``j`` (format v3)."""
+        return sum(int(row[j]) for tj, k, row in self.ties if a <= tj and s <= k <= t and k <= b)
+
     def configs(self, a: int, b: int, i: int, stash: int) -> tuple[tuple[Layout, ...], float] | None:
         """Configs (one per segment of a..b) reaching ``matrix(i, stash)[a, b]``, and that time; None if none fit.
 
         The same rule as :meth:`matrix` for one stage, with the configs carried along.
         """
+        if self.holds_tie(a, b):
+            found = min(((t, cfgs) for cfgs, t, _ in self._tuples(a, b, i, stash, "t")), key=lambda p: p[0], default=None)
+            return None if found is None else (found[1], found[0])
         configs = self.of_size[i]
         k0, k1 = self._run_of(a), self._run_of(b)
         d = self.sizes[i]
@@ -399,7 +453,7 @@ class StageCosts:
             return (self.layouts[best[0]],) * (k1 - k0 + 1), best[1]
         cap = self.cap
         # points: mesh -> list of (time, memory, configs)
-        frontier: dict[tuple[int, int], list] = {}
+        frontier: dict[tuple[int, ...], list] = {}
         en0 = self.runs[k0][1]
         for j in configs:
             if self.fit_end(j, stash)[a] >= en0:
@@ -410,7 +464,7 @@ class StageCosts:
         for k in range(k0 + 1, k1 + 1):
             st, en = self.runs[k]
             last = b if k == k1 else en
-            nxt: dict[tuple[int, int], list] = {}
+            nxt: dict[tuple[int, ...], list] = {}
             for j in configs:
                 if self.fit_end(j, stash)[st] < last:
                     continue

@@ -23,7 +23,10 @@ methods solve the same model:
   since d and the placement are fixed by P);
 * ``T_g = sum_{c = g mod P} (sum_{i,k} (fwd + bwd)[i, k] z[i, c, k] + X_c + X_{c-1})``;
 * memory: ``A_c = sum_{i,k} act[i, k] z[i, c, k]``, ``W_g = sum_{c = g mod P,
-  i, k} weight[i, k] z[i, c, k]`` and, for every state s of group g's op
+  i, k} weight[i, k] z[i, c, k]`` less, for every tie (format v3: layer
+  k tied to layer j) and chunk c of g, ``tied[k, k'] tz[n, c, k']`` with
+  ``tz[n, c, k'] <= z[k, c, k']`` and ``sum_k' tz[n, c, k'] <= x[j, c]``
+  (a chunk holding both counts the shared bytes once), and, for every state s of group g's op
   order (:func:`.interleaved_model.held_states`),
   ``W_g + sum_j held[s][j] A_{g + jP} <= capacity`` (exact: the held counts
   are constants);
@@ -55,7 +58,7 @@ class GroupData:
     objective: str
     groups: int  # P
     configs: tuple[Layout, ...]  # the configs of size d, config order
-    meshes: tuple[tuple[int, int], ...]
+    meshes: tuple[tuple[int, ...], ...]
 
     @classmethod
     def of(cls, problem: Problem, objective: str, groups: int) -> "GroupData":
@@ -223,6 +226,20 @@ def formulation(data: GroupData, time_coefficient: Callable[[float], float], tim
         spec.add(terms, "==", -const)
         spec.add({Tg: 1, "T": -1}, "<=", 0)
 
+    # tied weights (format v3): tz[n, c, k] = 1 when chunk c holds both layers of tie n, the later in config k
+    tied: dict = {}  # chunk c -> {("tz", n, c, k): its tied bytes}
+    for n, (tj, tk) in enumerate(p.ties):
+        saves = {k: e.tied_weight_bytes for k, e in data.entries(tk) if e.tied_weight_bytes}
+        for c in set(data.chunk_range(tj)) & set(data.chunk_range(tk)) if saves else ():
+            xt, xc = x(tj, c)
+            both = {spec.var(("tz", n, c, k)): 1 for k in saves}
+            for k in saves:
+                spec.add({("tz", n, c, k): 1, ("z", tk, c, k): -1}, "<=", 0)
+            terms = dict(both)
+            _add_terms(terms, xt, -1)
+            spec.add(terms, "<=", xc)
+            tied.setdefault(c, {}).update({("tz", n, c, k): v for k, v in saves.items()})
+
     # memory per group and op-order state
     capacity = p.cluster.gpu_memory_bytes
     for c in range(K):
@@ -239,6 +256,8 @@ def formulation(data: GroupData, time_coefficient: Callable[[float], float], tim
             if c in data.chunk_range(i)
             for k, e in data.entries(i)
         }
+        for c in range(g, K, P):
+            _add_terms(weights, tied.get(c, {}), -1)
         top = sum(max((e.weight_bytes for _, e in data.entries(i)), default=0) for i in range(L))
         W = spec.var(("W", g), "int", 0, top)
         weights[W] = -1
@@ -350,6 +369,12 @@ def values_of_plan(data: GroupData, plan: Plan) -> dict | None:
     for g in range(P):
         for j, mu in enumerate(data.meshes):
             values[("u", g, j)] = int(mesh_of.get(g) == mu)
+    for n, (tj, tk) in enumerate(p.ties):
+        c = chunk_of[tk]
+        if chunk_of[tj] == c:
+            for kk, _ in data.entries(tk):
+                if values.get(("z", tk, c, kk)):
+                    values[("tz", n, c, kk)] = 1
     return values
 
 
@@ -358,7 +383,7 @@ def complete_values(spec: Spec, values: dict) -> dict:
     solving every equality with one unknown left, then T = max T_g."""
     values = dict(values)
     for name in spec.variables:
-        if name[0] in ("y", "z", "u") and name not in values:
+        if name[0] in ("y", "z", "u", "tz") and name not in values:
             values[name] = 0
     changed = True
     while changed:

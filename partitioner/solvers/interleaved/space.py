@@ -45,6 +45,7 @@ from functools import lru_cache
 from ...cluster.topology import default_bandwidth, transfer_ms
 from ...plan import Plan, PlanError, Stage, evaluate
 from ...plan.cuts import interleaved_uniform_plan
+from ...plan.evaluation import tied_bytes
 from ...plan.schedules import held_counts
 from ...problem import Layout, Problem
 
@@ -102,8 +103,8 @@ def group_configs(problem: Problem, size: int) -> list[Layout]:
     return [lay for lay in problem.layouts() if lay.devices == size and lay.tp <= G]
 
 
-def group_meshes(problem: Problem, size: int) -> list[tuple[int, int]]:
-    """The meshes (dp, tp) of :func:`group_configs`, in config order, each once."""
+def group_meshes(problem: Problem, size: int) -> list[tuple[int, ...]]:
+    """The meshes (dp, tp[, cp]) of :func:`group_configs`, in config order, each once."""
     return list(dict.fromkeys(lay.mesh for lay in group_configs(problem, size)))
 
 
@@ -152,7 +153,7 @@ def held_states(groups: int, microbatches: int, virtual_stages: int, g: int) -> 
     return tuple(sorted(keep))
 
 
-def chunk_options(problem: Problem, first: int, last: int, mesh: tuple[int, int]) -> list[ChunkOption]:
+def chunk_options(problem: Problem, first: int, last: int, mesh: tuple[int, ...]) -> list[ChunkOption]:
     """The config tuples of chunk ``first..last`` on ``mesh`` that no other beats in time, weight and act.
 
     Every tuple of ``itertools.product`` over the segments' configs of that
@@ -171,6 +172,7 @@ def chunk_options(problem: Problem, first: int, last: int, mesh: tuple[int, int]
         entries = [problem.layers[i].costs[lay] for (a, b), lay in zip(segments, combo) for i in range(a, b + 1)]
         compute = sum((c.fwd_ms + c.bwd_ms for c in entries), 0.0)
         weight, act = sum(c.weight_bytes for c in entries), sum(c.act_bytes for c in entries)
+        weight -= tied_bytes(problem, first, last, list(zip(segments, combo)))  # format v3: ties inside the chunk
         options.append(ChunkOption(tuple(combo), compute, weight, act))
     key = [(o.compute_ms, o.weight_bytes, o.act_bytes) for o in options]
     return [
@@ -199,8 +201,8 @@ def uniform_hints(problem: Problem, objective: str, groups: int) -> list[tuple[f
     d = problem.num_devices // groups
     v = problem.training.virtual_stages
     found = []
-    for dp, tp in group_meshes(problem, d):
-        plan = interleaved_uniform_plan(problem, groups, v, d, dp, tp)
+    for mesh in group_meshes(problem, d):
+        plan = interleaved_uniform_plan(problem, groups, v, d, *mesh)
         if plan is None:
             continue
         try:

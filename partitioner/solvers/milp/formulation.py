@@ -145,6 +145,10 @@ def build_milp(data: SlotData, check=None, ceiling_ms: float | None = None) -> t
     z: dict = {}
     compute = []
     memory_rows: list[list] = [[] for _ in range(J)]
+    saved: dict = {}  # (layer, layout) -> the most tied bytes that entry can save (format v3)
+    for _, k, row in data.ties:
+        for kk, v in enumerate(row):
+            saved[k, kk] = saved.get((k, kk), 0) + v
     for j in range(J):
         check()
         terms = []
@@ -158,9 +162,9 @@ def build_milp(data: SlotData, check=None, ceiling_ms: float | None = None) -> t
                 lp += v <= use[j][group_of[i]][k]
                 shares.append(v)
                 terms.append(times[i][k] * v)
-                if n_groups > 1:
+                if data.linear_memory:
                     need = data.memory(k, i, j)
-                    if need > capacity:
+                    if need - saved.get((i, k), 0) > capacity:
                         v.upBound = 0
                     elif need:  # as a share of the GPU: bytes are ~1e10, the tolerances absolute
                         memory_rows[j].append(need / capacity * v)
@@ -169,7 +173,18 @@ def build_milp(data: SlotData, check=None, ceiling_ms: float | None = None) -> t
         lp += c == pulp.lpSum(terms)
         compute.append(c)
 
-    if n_groups == 1:
+    for j in range(J):  # tied weights: a slot holding both layers of a tie counts the tied bytes once less
+        for n, (tj, k, row) in enumerate(data.ties):
+            shares = [(kk, z[k, j, kk]) for kk, v in enumerate(row) if v and (k, j, kk) in z]
+            if tj >= L - j or not shares:
+                continue
+            both = [(kk, pulp.LpVariable(f"tied_{j}_{n}_{kk}", lowBound=0, upBound=1)) for kk, _ in shares]
+            for (kk, w), (_, zv) in zip(both, shares):
+                lp += w <= zv
+                memory_rows[j].append(-row[kk] / capacity * w)
+            lp += pulp.lpSum(w for _, w in both) <= member[j][tj]
+
+    if not data.linear_memory:
         # memory and cost entries (the clauses of cpsat)
         for count, (j, k, a, r) in enumerate(data.memory_rules()):
             if count % 4096 == 0:

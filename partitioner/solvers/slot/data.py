@@ -141,6 +141,11 @@ class SlotData:
         for every ordered pair of distinct same-size meshes with ``r > 0`` ms.
     weight, act : list of list of int
         Per layout, per layer: the cost entry's bytes (0 where missing; ``present`` says which).
+    ties : tuple of (int, int, tuple of int)
+        Format v3 tied weights: ``(j, k, bytes)`` for every layer k tied to layer j, ``bytes[l]``
+        the ``tied_weight_bytes`` of k's entry in layout l (0 where missing). A slot holding both
+        counts k's weight less those bytes; the models then state memory per segment (as for
+        several groups) rather than by the reach table.
     """
 
     problem: Problem
@@ -157,13 +162,14 @@ class SlotData:
     transfers: bool
     placement: bool
     groups: tuple[tuple[int, int], ...] = ()
-    meshes: tuple[tuple[int, int], ...] = ()
+    meshes: tuple[tuple[int, ...], ...] = ()
     mesh_index: tuple[int, ...] = ()
     reshard_ms: tuple[dict, ...] = ()
     present: tuple[tuple[bool, ...], ...] = ()
     weight: tuple[tuple[int, ...], ...] = ()
     act: tuple[tuple[int, ...], ...] = ()
     stash_levels: tuple[int, ...] = ()
+    ties: tuple[tuple[int, int, tuple[int, ...]], ...] = ()
 
     @property
     def schedule(self) -> str:
@@ -210,8 +216,18 @@ class SlotData:
         """The ordered same-size mesh pairs a slot can have across group boundary ``g``."""
         first = {self.mesh_index[k] for k in self.group_configs(g)}
         second = {self.mesh_index[k] for k in self.group_configs(g + 1)}
-        size = {mu: self.meshes[mu][0] * self.meshes[mu][1] for mu in first | second}
+        size = {mu: math.prod(self.meshes[mu]) for mu in first | second}
         return [(mu, nu) for mu in sorted(first) for nu in sorted(second) if size[mu] == size[nu]]
+
+    @property
+    def linear_memory(self) -> bool:
+        """Memory is stated per segment, linearly (several groups, or tied weights), not by the reach table."""
+        return self.multi or bool(self.ties)
+
+    def tied_pairs(self, slot: int, first: int, end: int, k_layout) -> int:
+        """Tied bytes slot ``slot`` saves when it holds layers ``first .. end - 1`` and
+        ``k_layout(layer)`` is the layout of that layer's segment."""
+        return sum(row[k_layout(k)] for tj, k, row in self.ties if first <= tj and k < end)
 
     def memory(self, k: int, i: int, slot: int) -> int:
         """Bytes layer ``i`` holds in layout ``k`` on slot ``slot`` (its stash); capacity + 1 if missing."""
@@ -311,15 +327,15 @@ def slot_data(problem: Problem, objective: str, check=None) -> SlotData:
     transfers = bool(L > 1 and send[:-1].max() > 0)
     cluster = problem.cluster
     placement = transfers and cluster.intra_node_GBps != cluster.inter_node_GBps and sizes[0] < cluster.gpus_per_node
-    meshes = tuple(sorted({lay.mesh for lay in layouts}, key=lambda mu: (mu[0] * mu[1], mu[1])))
+    meshes = tuple(sorted({lay.mesh for lay in layouts}, key=lambda mu: (math.prod(mu), mu[1], mu[2:])))
     reshards = []
     for _, last in groups[:-1]:
         out = problem.layers[last].out_bytes
         table = {}
         for mu in meshes:
             for nu in meshes:
-                if mu != nu and mu[0] * mu[1] == nu[0] * nu[1]:
-                    r = stage_reshard_ms(out, Layout(*mu), Layout(*nu), mu[0] * mu[1], cluster)
+                if mu != nu and math.prod(mu) == math.prod(nu):
+                    r = stage_reshard_ms(out, Layout.of_mesh(mu), Layout.of_mesh(nu), math.prod(mu), cluster)
                     if r > 0:
                         table[meshes.index(mu), meshes.index(nu)] = r
         reshards.append(table)
@@ -345,6 +361,10 @@ def slot_data(problem: Problem, objective: str, check=None) -> SlotData:
         weight=tuple(map(tuple, weight)),
         act=tuple(map(tuple, act)),
         stash_levels=levels,
+        ties=tuple(
+            (j, k, tuple(problem.layers[k].costs[lay].tied_weight_bytes if lay in problem.layers[k].costs else 0 for lay in layouts))
+            for j, k in problem.ties
+        ),
     )
 
 
