@@ -73,11 +73,6 @@ def export_plan(plan: Plan, hints: Sequence[Mapping[str, Any]], target: str, **c
     """
     if target not in _EXPORTERS:
         raise ProblemError(f"unknown export target {target!r} (targets: {', '.join(TARGETS)})", path="--to")
-    five_d = [(p, c) for p, s in enumerate(plan.stages) for c in (s.configs or (s.layout,)) if c.is_v3]
-    if five_d:  # format v3: no export writes cp, ep or etp yet; dropping them would run another plan
-        return Export(target, {}, "", expressible=False, reasons=tuple(
-            f"stage {p} runs {c.key}: the exports do not write context or expert parallelism (format v3) yet"
-            for p, c in five_d))
     stages = stage_views(plan, hints)
     exported = _EXPORTERS[target](stages, dict(context))
     schedule, v = schedule_of(context)

@@ -1,5 +1,6 @@
-"""Exports of format-v3 plans: context and expert parallelism are not written yet, so such a plan is
-declared not expressible (exit 1) rather than exported without its cp/ep, which would run another plan."""
+"""Exports of format-v3 plans read cp, ep and etp from the plan's configs (tests/export/test_knobs.py checks
+the flags they become); the colocated cp example runs two layouts on one stage, which no framework
+expresses, and the reason names the cp layout (exit 1) instead of exporting a plan without it."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,11 +15,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("target", ["megatron", "torchtitan", "deepspeed"])
-def test_a_plan_with_cp_is_not_expressible(target):
+def test_the_colocated_cp_plan_is_not_expressible_and_says_its_cp(target):
     p = load_problem(ROOT / "examples" / "v3_cp_colocated.json")
     out = export_result(solve(p, "brute"), target, p)
     assert not out.expressible
-    assert out.reasons == ("stage 0 runs dp2tp1cp4: the exports do not write context or expert parallelism (format v3) yet",)
+    assert any("dp 2 x tp 1 x cp 4" in reason for reason in out.reasons), out.reasons
 
 
 def test_a_v3_plan_without_cp_or_ep_exports_as_before():
@@ -36,4 +37,4 @@ def test_cli_export_exits_1(cli, tmp_path):
     result.write_text(cli("solve", example, "--method", "brute", "--json").stdout)
     proc = cli("export", result, "--to", "megatron", "--problem", example)
     assert proc.returncode == 1
-    assert "context or expert parallelism" in proc.stdout + proc.stderr
+    assert "dp 2 x tp 1 x cp 4" in proc.stdout + proc.stderr
