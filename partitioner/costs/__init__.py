@@ -5,7 +5,8 @@ The package, one job per module: :mod:`.options` (every constant),
 efficiency), :mod:`.memory` (activation bytes), :mod:`.comm` (collectives),
 :mod:`.entry` (one layer in one layout), :mod:`.variants` (the memory
 knobs as format-v2 variants), :mod:`.build` (the problem),
-:mod:`.profile` (profiled times). Every public name is re-exported here.
+:mod:`.profile` (profiled times), :mod:`.param_memory` (bytes per
+parameter as each framework counts them). Every public name is re-exported here.
 
 :func:`build_problem` cuts a model (:mod:`partitioner.presets`) into
 pipeline layers -- one per transformer block, plus the projector, the token
@@ -115,6 +116,7 @@ from .flops import efficiency, forward_flops, model_flops_per_sample
 from .layers import Piece, PipelineLayer, model_layers
 from .memory import BlockShape, block_activation_bytes, block_activation_terms
 from .options import BF16_BYTES, CostOptions
+from .param_memory import PARAM_MEMORY, ParamBytes, param_memory, target_memory
 from .profile import apply_profile, load_profile
 from .traffic import Traffic, block_traffic, traffic_ms
 from .variants import ALL_VARIANTS, Knobs, parse_variant
@@ -154,4 +156,8 @@ __all__ = [
     "ALL_VARIANTS",
     "Knobs",
     "parse_variant",
+    "PARAM_MEMORY",
+    "ParamBytes",
+    "param_memory",
+    "target_memory",
 ]
