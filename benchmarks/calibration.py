@@ -63,6 +63,7 @@ from partitioner.costs import (  # noqa: E402
     load_cluster,
     model_layers,
     optimizer_step_ms,
+    tied_sync_ms,
 )
 from partitioner.plan.cuts import interleaved_uniform_plan  # noqa: E402
 from partitioner.planning import simulate_plan  # noqa: E402
@@ -185,7 +186,7 @@ def _breakdown(row: Sc21Row, iteration_ms: float, options: dict[str, Any] | None
 
     m x each :func:`~partitioner.costs.block_time_terms` term summed over the layers of device group 0
     (every chunk of it when interleaved: the embedding and its first decoder layers), the exposed data-parallel
-    gradient sync and the optimizer step once, and the rest of the simulated iteration (pipeline bubble,
+    gradient sync, the optimizer step and (when the rank holds the LM head) the tied-embedding sync once, and the rest of the simulated iteration (pipeline bubble,
     sends, waiting on other ranks).
     """
     opts = CostOptions.from_mapping({**RUN_OPTIONS, **(options or {})})
@@ -205,6 +206,8 @@ def _breakdown(row: Sc21Row, iteration_ms: float, options: dict[str, Any] | None
     params = sum(layer.params for layer in mine)
     out["grad_sync"] = (1.0 - opts.grad_sync_overlap) * grad_sync_ms(params, layout, cluster, opts)
     out["optimizer_step"] = optimizer_step_ms(params, layout, cluster, opts, Knobs(1 if opts.zero1 else 0, opts.recompute))
+    out["tied_sync"] = sum(tied_sync_ms(layer, layout, cluster, opts, nodes=row.gpus // cluster.gpus_per_node)
+                           for layer in mine)
     out["bubble_and_sends"] = iteration_ms - sum(out.values())
     return out
 

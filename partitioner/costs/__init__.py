@@ -79,8 +79,11 @@ per replica and microbatch:
   spread over the ``m`` microbatches' backward times, so that the 1F1B
   iteration estimate carries it once.
 
-Not modelled: pipeline-send overlap, the tied-embedding gradient all-reduce between the first and
-last stage, kernel-launch gaps, stragglers.
+A tied LM head's entries carry the all-reduce of the embedding's gradient
+between the first and last pipeline stage (Megatron-LM's embedding group;
+:func:`~.entry.tied_sync_ms`), once per iteration.
+
+Not modelled: pipeline-send overlap, kernel-launch gaps, stragglers.
 
 Every constant is a field of :class:`CostOptions`.
 
@@ -111,7 +114,7 @@ from __future__ import annotations
 from ..presets import list_clusters, list_models, load_cluster, load_model
 from .build import ProblemBuilder, build_problem, cluster_layouts, layouts_for, usable_memory_bytes
 from .comm import allreduce_ms, grad_sync_ms
-from .entry import TIME_TERMS, block_time_terms, layer_cost, optimizer_step_ms
+from .entry import TIME_TERMS, block_time_terms, layer_cost, optimizer_step_ms, tied_sync_ms
 from .flops import efficiency, forward_flops, model_flops_per_sample
 from .layers import Piece, PipelineLayer, model_layers
 from .memory import BlockShape, block_activation_bytes, block_activation_terms
@@ -132,6 +135,7 @@ __all__ = [
     "block_time_terms",
     "TIME_TERMS",
     "optimizer_step_ms",
+    "tied_sync_ms",
     "usable_memory_bytes",
     "Traffic",
     "block_traffic",
