@@ -25,6 +25,17 @@ worst ``|ln ratio|``, and for the row with the worst ratio the per-term
 breakdown of one decoder block's forward and backward
 (:func:`partitioner.costs.block_time_terms`).
 
+A second published table, evaluated the same way and reported beside it:
+Korthikanti et al.'s Table 5 [2]_ -- the end-to-end iteration time of four
+GPT models (22B to 1T, Table 3's plans: TP 8, no data parallelism,
+interleaving 3 for 175B and 530B) measured twice, with full recompute and
+no sequence parallelism, and with sequence parallelism + selective
+recompute ("present work"). Both are built from the paper's settings
+(:data:`MLSYS23_SETTINGS`; bf16 with fp32 gradients, no flash attention,
+the backward's tensor-parallel all-reduce overlapped with the weight
+gradients as the paper says, Sec. 6.2) and the same default constants;
+ratio = published time / predicted time (above 1: optimistic).
+
 Run from the repository root::
 
     python -m benchmarks.calibration          # writes results/calibration.{json,md}
@@ -35,6 +46,10 @@ References
    on GPU Clusters Using Megatron-LM", SC 2021, arXiv:2104.04473, Table 1;
    per-row microbatch sizes and interleaving from Megatron-LM's
    ``examples/sc21/run_table_1.sh``.
+.. [2] V. Korthikanti et al., "Reducing Activation Recomputation in Large
+   Transformer Models", MLSys 2023, arXiv:2205.05198: Table 3 (model
+   configurations), Table 5 (end-to-end iteration time), Sec. 6 (s = 2048,
+   V = 51200, interleaving 3 for 175B and 530B, 80 GB A100 DGX nodes).
 """
 from __future__ import annotations
 
@@ -63,6 +78,7 @@ from partitioner.costs import (  # noqa: E402
     load_cluster,
     model_layers,
     optimizer_step_ms,
+    tied_sync_ms,
 )
 from partitioner.plan.cuts import interleaved_uniform_plan  # noqa: E402
 from partitioner.planning import simulate_plan  # noqa: E402
@@ -71,7 +87,8 @@ from partitioner.presets import ModelSpec, ModuleSpec  # noqa: E402
 from partitioner.problem import Layout  # noqa: E402
 
 __all__ = ["Sc21Row", "SC21_TABLE1", "RUN_OPTIONS", "CLUSTER", "gpt3_model", "eq3_flops", "evaluate_row",
-           "calibrate", "to_markdown", "main"]
+           "calibrate", "to_markdown", "main", "Mlsys23Row", "MLSYS23_TABLE5", "MLSYS23_SETTINGS",
+           "evaluate_mlsys23", "calibrate_mlsys23"]
 
 RESULTS = ROOT / "benchmarks" / "results"
 CLUSTER = "dgx-a100-80g"
@@ -149,11 +166,10 @@ def eq3_flops(row: Sc21Row) -> float:
     return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h))
 
 
-def evaluate_row(row: Sc21Row, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One row built, planned as published, evaluated and replayed; the prediction against the publication."""
+def _replay(row: Sc21Row, opts: dict[str, Any]):
+    """``(iteration_ms, evaluation, simulation, cluster)`` of ``row``'s published plan under the options ``opts``."""
     cluster = load_cluster(CLUSTER)
-    nodes = row.gpus // cluster.gpus_per_node
-    opts = {**RUN_OPTIONS, **(options or {})}
+    nodes = max(1, row.gpus // cluster.gpus_per_node)
     problem = build_problem(gpt3_model(row), cluster, nodes=nodes, global_batch=row.global_batch,
                             microbatches=row.microbatches, options=opts)
     v = row.virtual_stages
@@ -165,13 +181,20 @@ def evaluate_row(row: Sc21Row, options: dict[str, Any] | None = None) -> dict[st
     ev = evaluate(problem, plan)
     sim = simulate_plan(problem, plan, ev)
     iteration_ms = float(sim["makespan_ms"]) if sim else ev.iteration_ms
+    return iteration_ms, ev, sim, cluster
+
+
+def evaluate_row(row: Sc21Row, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One row built, planned as published, evaluated and replayed; the prediction against the publication."""
+    opts = {**RUN_OPTIONS, **(options or {})}
+    iteration_ms, ev, sim, cluster = _replay(row, opts)
     predicted = eq3_flops(row) / (iteration_ms / 1e3 * row.gpus) / 1e12
     ratio = predicted / row.tflops
     peak_memory = max(sim["peak_memory_bytes"]) if sim and sim.get("peak_memory_bytes") else None
     return {
         "params": row.params, "hidden": row.hidden, "layers": row.layers, "tp": row.tp, "pp": row.pp, "dp": row.dp,
         "gpus": row.gpus, "global_batch": row.global_batch, "microbatch": row.microbatch,
-        "microbatches": row.microbatches, "virtual_stages": v,
+        "microbatches": row.microbatches, "virtual_stages": row.virtual_stages,
         "published_tflops": row.tflops, "predicted_tflops": predicted, "ratio": ratio, "abs_ln_ratio": abs(math.log(ratio)),
         "iteration_ms": iteration_ms, "published_iteration_ms": eq3_flops(row) / (row.tflops * 1e12 * row.gpus) * 1e3,
         "peak_memory_bytes": peak_memory, "gpu_memory_bytes": cluster.gpu_memory_bytes,
@@ -185,7 +208,7 @@ def _breakdown(row: Sc21Row, iteration_ms: float, options: dict[str, Any] | None
 
     m x each :func:`~partitioner.costs.block_time_terms` term summed over the layers of device group 0
     (every chunk of it when interleaved: the embedding and its first decoder layers), the exposed data-parallel
-    gradient sync and the optimizer step once, and the rest of the simulated iteration (pipeline bubble,
+    gradient sync, the optimizer step and (when the rank holds the LM head) the tied-embedding sync once, and the rest of the simulated iteration (pipeline bubble,
     sends, waiting on other ranks).
     """
     opts = CostOptions.from_mapping({**RUN_OPTIONS, **(options or {})})
@@ -205,6 +228,8 @@ def _breakdown(row: Sc21Row, iteration_ms: float, options: dict[str, Any] | None
     params = sum(layer.params for layer in mine)
     out["grad_sync"] = (1.0 - opts.grad_sync_overlap) * grad_sync_ms(params, layout, cluster, opts)
     out["optimizer_step"] = optimizer_step_ms(params, layout, cluster, opts, Knobs(1 if opts.zero1 else 0, opts.recompute))
+    out["tied_sync"] = sum(tied_sync_ms(layer, layout, cluster, opts, nodes=row.gpus // cluster.gpus_per_node)
+                           for layer in mine)
     out["bubble_and_sends"] = iteration_ms - sum(out.values())
     return out
 
@@ -219,6 +244,81 @@ def calibrate(rows=SC21_TABLE1, options: dict[str, Any] | None = None) -> dict[s
     summary["worst_row_terms_ms"] = _breakdown(rows[worst], results[worst]["iteration_ms"], options)
     return {"source": "Megatron-LM SC'21 Table 1 (arXiv:2104.04473)", "cluster": CLUSTER,
             "options": {**RUN_OPTIONS, **(options or {})}, "rows": results, "summary": summary}
+
+
+@dataclass(frozen=True)
+class Mlsys23Row:
+    """One model of Korthikanti et al.'s Tables 3 and 5 [2]_: the plan and the two measured iteration times."""
+
+    params: str
+    heads: int
+    hidden: int
+    layers: int
+    tp: int
+    pp: int
+    gpus: int
+    global_batch: int
+    microbatch: int
+    virtual_stages: int
+    full_recompute_s: float  # Table 5, full recompute, no sequence parallelism
+    present_work_s: float  # Table 5, sequence parallelism + selective recompute
+    published_mfu: float  # Table 5, of the present work
+
+    def plan(self) -> Sc21Row:
+        """The same plan in :class:`Sc21Row`'s fields (no published TFLOP/s: the table gives times)."""
+        return Sc21Row(self.params, self.heads, self.hidden, self.layers, self.tp, self.pp, self.gpus,
+                       self.global_batch, self.microbatch, self.virtual_stages, float("nan"))
+
+
+MLSYS23_TABLE5 = (
+    Mlsys23Row("22B", 64, 6144, 48, 8, 1, 8, 4, 4, 1, 1.42, 1.10, 0.415),
+    Mlsys23Row("175B", 96, 12288, 96, 8, 8, 64, 64, 1, 3, 18.13, 13.75, 0.514),
+    Mlsys23Row("530B", 128, 20480, 105, 8, 35, 280, 280, 1, 3, 49.05, 37.83, 0.560),
+    Mlsys23Row("1T", 160, 25600, 128, 8, 64, 512, 512, 1, 1, 94.42, 71.49, 0.563),
+)
+
+# The paper's two experiments (Sec. 6): bf16 mixed precision (the cost model's default 18 B/param and fp32
+# gradients; no data parallelism, so no gradient sync), no flash attention (2022), the backward's tensor-parallel
+# all-reduce overlapped with the weight-gradient GEMMs (Sec. 6.2: the default tp_comm_overlap).
+MLSYS23_SETTINGS: dict[str, dict[str, Any]] = {
+    "full recompute": {"recompute": "full", "flash_attention": False, "sequence_parallel": False},
+    "present work": {"recompute": "selective", "flash_attention": False, "sequence_parallel": True},
+}
+
+
+def mlsys23_model_flops(row: Mlsys23Row) -> float:
+    """Model FLOPs per iteration, the paper's Appendix A: ``72 B s l h^2 (1 + s/(6h) + V/(12 h l))``."""
+    B, s, l, h, V = row.global_batch, SEQ, row.layers, row.hidden, VOCAB
+    return 72.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h))
+
+
+def evaluate_mlsys23(row: Mlsys23Row, setting: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One model of Table 5 under one of :data:`MLSYS23_SETTINGS`, replayed; predicted against measured time."""
+    opts = {**MLSYS23_SETTINGS[setting], **(options or {})}
+    iteration_ms, ev, sim, cluster = _replay(row.plan(), opts)
+    published_s = row.full_recompute_s if setting == "full recompute" else row.present_work_s
+    predicted_s = iteration_ms / 1e3
+    ratio = published_s / predicted_s
+    return {
+        "params": row.params, "setting": setting, "tp": row.tp, "pp": row.pp, "gpus": row.gpus,
+        "global_batch": row.global_batch, "microbatch": row.microbatch, "virtual_stages": row.virtual_stages,
+        "published_s": published_s, "predicted_s": predicted_s, "ratio": ratio, "abs_ln_ratio": abs(math.log(ratio)),
+        "predicted_mfu": mlsys23_model_flops(row) / (predicted_s * row.gpus * cluster.peak_tflops * 1e12),
+        "published_mfu": row.published_mfu if setting == "present work" else None,
+        "peak_memory_bytes": max(sim["peak_memory_bytes"]) if sim and sim.get("peak_memory_bytes") else None,
+        "gpu_memory_bytes": cluster.gpu_memory_bytes,
+    }
+
+
+def calibrate_mlsys23(rows=MLSYS23_TABLE5, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Both experiments of every model; the median and worst ``|ln ratio|`` over the eight measurements."""
+    results = [evaluate_mlsys23(r, setting, options) for r in rows for setting in MLSYS23_SETTINGS]
+    logs = [r["abs_ln_ratio"] for r in results]
+    worst = max(range(len(results)), key=lambda i: logs[i])
+    summary = {"median_abs_ln_ratio": statistics.median(logs), "worst_abs_ln_ratio": logs[worst],
+               "worst_row": f"{results[worst]['params']} {results[worst]['setting']}"}
+    return {"source": "Korthikanti et al., MLSys 2023, Table 5 (arXiv:2205.05198)", "cluster": CLUSTER,
+            "settings": MLSYS23_SETTINGS, "options": options or {}, "rows": results, "summary": summary}
 
 
 def _gib(x: float | None) -> str:
@@ -263,6 +363,23 @@ def to_markdown(doc: dict[str, Any], command: str = "python -m benchmarks.calibr
         for name, ms in terms.items():
             lines.append(f"| {name} | {ms:.3f} | {100 * ms / total:.1f} % |" if total > 0 else f"| {name} | {ms:.3f} | |")
         lines.append(f"| total (simulated iteration) | {total:.3f} | |")
+    second = doc.get("mlsys23")
+    if second:
+        ss = second["summary"]
+        lines += ["", "## Korthikanti et al. (MLSys 2023), Table 5, evaluated as published", "",
+                  "Each model's Table 3 plan (TP 8, no data parallelism) replayed under each experiment's settings "
+                  f"({'; '.join(f'{k}: ' + ', '.join(f'{a}={b}' for a, b in v.items()) for k, v in second['settings'].items())}), "
+                  "the same constants as above; ratio = published time / predicted time.", "",
+                  f"**median |ln ratio| = {ss['median_abs_ln_ratio']:.3f}, worst = {ss['worst_abs_ln_ratio']:.3f} "
+                  f"({ss['worst_row']})** over the eight measured times.", "",
+                  "| params | experiment | PP | m | v | published s | predicted s | ratio | MFU published | MFU predicted | peak memory/GPU GiB |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in second["rows"]:
+            pub = "" if r["published_mfu"] is None else f"{100 * r['published_mfu']:.1f} %"
+            lines.append(
+                f"| {r['params']} | {r['setting']} | {r['pp']} | {r['global_batch'] // r['microbatch']} | "
+                f"{r['virtual_stages']} | {r['published_s']:.2f} | {r['predicted_s']:.2f} | {r['ratio']:.3f} | {pub} | "
+                f"{100 * r['predicted_mfu']:.1f} % | {_gib(r['peak_memory_bytes'])} |")
     lines.append("")
     return "\n".join(lines)
 
@@ -277,6 +394,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     doc["modern_defaults"] = {"options": MODERN_OPTIONS, "summary": {k: v for k, v in modern["summary"].items()
                                                                      if k != "worst_row_terms_ms"},
                               "ratios": {r["params"]: r["ratio"] for r in modern["rows"]}}
+    doc["mlsys23"] = calibrate_mlsys23()
     doc["seconds"] = time.perf_counter() - start
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "calibration.json").write_text(json.dumps(doc, indent=1) + "\n")
@@ -286,6 +404,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"ratio {r['ratio']:.3f}, memory {_gib(r['peak_memory_bytes'])} GiB")
     s = doc["summary"]
     print(f"median |ln ratio| {s['median_abs_ln_ratio']:.3f}, worst {s['worst_abs_ln_ratio']:.3f} ({s['worst_row']})")
+    for r in doc["mlsys23"]["rows"]:
+        print(f"{r['params']:>5} {r['setting']:>14}: predicted {r['predicted_s']:6.2f} s, published {r['published_s']:.2f}, "
+              f"ratio {r['ratio']:.3f}")
+    s = doc["mlsys23"]["summary"]
+    print(f"MLSys'23 Table 5: median |ln ratio| {s['median_abs_ln_ratio']:.3f}, worst {s['worst_abs_ln_ratio']:.3f} "
+          f"({s['worst_row']})")
     return doc
 
 

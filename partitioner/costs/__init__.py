@@ -5,7 +5,8 @@ The package, one job per module: :mod:`.options` (every constant),
 efficiency), :mod:`.memory` (activation bytes), :mod:`.comm` (collectives),
 :mod:`.entry` (one layer in one layout), :mod:`.variants` (the memory
 knobs as format-v2 variants), :mod:`.build` (the problem),
-:mod:`.profile` (profiled times). Every public name is re-exported here.
+:mod:`.profile` (profiled times), :mod:`.param_memory` (bytes per
+parameter as each framework counts them). Every public name is re-exported here.
 
 :func:`build_problem` cuts a model (:mod:`partitioner.presets`) into
 pipeline layers -- one per transformer block, plus the projector, the token
@@ -78,8 +79,11 @@ per replica and microbatch:
   spread over the ``m`` microbatches' backward times, so that the 1F1B
   iteration estimate carries it once.
 
-Not modelled: pipeline-send overlap, the tied-embedding gradient all-reduce between the first and
-last stage, kernel-launch gaps, stragglers.
+A tied LM head's entries carry the all-reduce of the embedding's gradient
+between the first and last pipeline stage (Megatron-LM's embedding group;
+:func:`~.entry.tied_sync_ms`), once per iteration.
+
+Not modelled: pipeline-send overlap, kernel-launch gaps, stragglers.
 
 Every constant is a field of :class:`CostOptions`.
 
@@ -110,11 +114,12 @@ from __future__ import annotations
 from ..presets import list_clusters, list_models, load_cluster, load_model
 from .build import ProblemBuilder, build_problem, cluster_layouts, layouts_for, usable_memory_bytes
 from .comm import allreduce_ms, grad_sync_ms
-from .entry import TIME_TERMS, block_time_terms, layer_cost, optimizer_step_ms
+from .entry import TIME_TERMS, block_time_terms, layer_cost, optimizer_step_ms, tied_sync_ms
 from .flops import efficiency, forward_flops, model_flops_per_sample
 from .layers import Piece, PipelineLayer, model_layers
 from .memory import BlockShape, block_activation_bytes, block_activation_terms
 from .options import BF16_BYTES, CostOptions
+from .param_memory import PARAM_MEMORY, ParamBytes, param_memory, target_memory
 from .profile import apply_profile, load_profile
 from .traffic import Traffic, block_traffic, traffic_ms
 from .variants import ALL_VARIANTS, Knobs, parse_variant
@@ -130,6 +135,7 @@ __all__ = [
     "block_time_terms",
     "TIME_TERMS",
     "optimizer_step_ms",
+    "tied_sync_ms",
     "usable_memory_bytes",
     "Traffic",
     "block_traffic",
@@ -154,4 +160,8 @@ __all__ = [
     "ALL_VARIANTS",
     "Knobs",
     "parse_variant",
+    "PARAM_MEMORY",
+    "ParamBytes",
+    "param_memory",
+    "target_memory",
 ]

@@ -174,7 +174,8 @@ class ProblemBuilder:
                 if terms is None:
                     terms = self._terms[key] = layer_terms(layer.pieces, lay.tp, samples, knobs.recompute, cl, opts)
                 config = Layout(lay.dp, lay.tp, kn.name if kn is not None else "")
-                costs[config.key] = finish_cost(layer, lay, terms, cl, opts, microbatches, knobs).to_dict()
+                costs[config.key] = finish_cost(layer, lay, terms, cl, opts, microbatches, knobs,
+                                               nodes=self.nodes).to_dict()
         return costs
 
     def build(self, global_batch: int, microbatches: int) -> Problem:

@@ -17,6 +17,8 @@ References
 .. [4] S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
    Trillion Parameter Models", SC 2020 (2 + 2 + 12 bytes per parameter).
 .. [5] T. Dao, "FlashAttention-2", arXiv:2307.08691 (2023).
+.. [28] NVIDIA Megatron-Core, ``megatron/core/distributed/
+   finalize_model_grads.py`` (``_allreduce_word_embedding_grads``).
 """
 from __future__ import annotations
 
@@ -31,11 +33,12 @@ from .flops import efficiency
 from .layers import Piece, PipelineLayer
 from .memory import block_activation_bytes
 from .options import BF16_BYTES, CostOptions
+from .tied import embedding_sync_ms
 from .traffic import block_traffic, embedding_traffic, head_traffic, projector_traffic, traffic_ms
 from .variants import Knobs
 
 __all__ = ["EntryCost", "layer_cost", "layer_terms", "finish_cost", "block_time_terms", "piece_time_terms",
-           "optimizer_step_ms", "TIME_TERMS"]
+           "optimizer_step_ms", "tied_sync_ms", "TIME_TERMS"]
 
 
 @dataclass(frozen=True)
@@ -55,13 +58,14 @@ class EntryCost:
 
 
 def layer_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: ClusterSpec, opts: CostOptions,
-               microbatches: int = 1, knobs: Knobs | None = None) -> EntryCost:
+               microbatches: int = 1, knobs: Knobs | None = None, *, nodes: int = 1) -> EntryCost:
     """Time and memory of ``layer`` per microbatch on each GPU of a ``layout`` stage.
 
     ``samples`` is the per-replica microbatch ``(global_batch / m) / dp``;
     ``microbatches`` (m) spreads the per-iteration gradient sync; ``knobs``
     is the memory-knob setting (default: the options' ``zero1`` and
-    ``recompute``).
+    ``recompute``); ``nodes`` the nodes of the job (where a tied
+    embedding's two pipeline ends sit, :func:`tied_sync_ms`).
 
     The backward splits into B (input gradients: the input-gradient GEMMs,
     the attention core's backward, tensor-parallel collectives, recompute,
@@ -72,7 +76,7 @@ def layer_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: Cl
     if knobs is None:
         knobs = Knobs(1 if opts.zero1 else 0, opts.recompute)
     terms = layer_terms(layer.pieces, layout.tp, samples, knobs.recompute, cluster, opts)
-    return finish_cost(layer, layout, terms, cluster, opts, microbatches, knobs)
+    return finish_cost(layer, layout, terms, cluster, opts, microbatches, knobs, nodes=nodes)
 
 
 def layer_terms(pieces: Sequence[Piece], tp: int, samples: float, recompute: str, cluster: ClusterSpec,
@@ -188,8 +192,13 @@ def _piece_traffic(p: Piece, t: int, b: float, cluster: ClusterSpec, opts: CostO
 
 
 def finish_cost(layer: PipelineLayer, layout: Layout, terms: tuple[float, float, float, float], cluster: ClusterSpec,
-                opts: CostOptions, microbatches: int, knobs: Knobs) -> EntryCost:
-    """The entry from :func:`layer_terms`: weight bytes, then ZeRO-3's gathers or the exposed gradient sync."""
+                opts: CostOptions, microbatches: int, knobs: Knobs, *, nodes: int = 1) -> EntryCost:
+    """The entry from :func:`layer_terms`: weight bytes, then ZeRO-3's gathers or the exposed gradient sync.
+
+    A tied LM head's entry also carries the all-reduce of the embedding's
+    gradient between the two pipeline ends (:func:`tied_sync_ms`), once per
+    iteration, spread over the microbatches.
+    """
     fwd, b_in, b_w, act = terms
     t, dp = layout.tp, layout.dp
     weight = 0.0
@@ -197,6 +206,7 @@ def finish_cost(layer: PipelineLayer, layout: Layout, terms: tuple[float, float,
         weight += (p.params + p.tied_params) * _bytes_per_param(p.frozen, dp, knobs, opts) / t
     trainable = sum(p.params + p.tied_params for p in layer.pieces if not p.frozen)
     b_w += optimizer_step_ms(trainable, layout, cluster, opts, knobs) / microbatches
+    b_w += tied_sync_ms(layer, layout, cluster, opts, nodes=nodes) / microbatches
     if knobs.zero == 3:
         exposed = 1.0 - opts.zero3_overlap
         gather = shard_gather_ms(layer.params, layout, cluster, opts)
@@ -210,6 +220,26 @@ def finish_cost(layer: PipelineLayer, layout: Layout, terms: tuple[float, float,
     else:
         b_w += (1.0 - opts.grad_sync_overlap) * grad_sync_ms(trainable, layout, cluster, opts) / microbatches
     return EntryCost(fwd, b_in + b_w, b_in, b_w, int(math.ceil(weight)), int(math.ceil(act)))
+
+
+def tied_sync_ms(layer: PipelineLayer, layout: Layout, cluster: ClusterSpec, opts: CostOptions, *,
+                 nodes: int = 1) -> float:
+    """The tied-embedding gradient all-reduce a layer's head pays, once per iteration, in ms (:mod:`.tied`).
+
+    Megatron-LM all-reduces the trainable tied embedding's gradient (``V h
+    / tp`` per rank, ``grad_bytes_per_param`` each) between the first and
+    last pipeline stage after the backward, outside the data-parallel
+    overlap [28]_. Pipeline stages are the outermost ranks in Megatron's
+    order, so the two ends share a node only when the job fits in one
+    (``nodes == 1``: NVLink); otherwise the pair talks over each GPU's NIC.
+    The entry cannot know whether its stage also holds the embedding (then
+    Megatron skips the all-reduce): the charge is then an overestimate by
+    this one all-reduce, as the problem contract has it (format v3,
+    ``tied_to``). Frozen heads and untied ones cost nothing.
+    """
+    tied = sum(p.tied_params for p in layer.pieces if not p.frozen)
+    return embedding_sync_ms(tied, layout.tp, inside_node=nodes <= 1, intra_GBps=cluster.intra_node_GBps,
+                             inter_GBps=cluster.inter_node_GBps, opts=opts)
 
 
 def optimizer_step_ms(trainable_params: float, layout: Layout, cluster: ClusterSpec, opts: CostOptions,

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
 from ..problem import ProblemError
+from .param_memory import param_memory, target_memory
 
 __all__ = ["BF16_BYTES", "CostOptions"]
 
@@ -89,6 +90,17 @@ class CostOptions:
         optimizer) shards: 6 + 12 / dp per parameter [13]_.
     frozen_bytes_per_param : float
         A frozen weight: bf16 only.
+    memory_count : str
+        The framework whose bytes per parameter the four fields above
+        follow (:data:`~.param_memory.PARAM_MEMORY`: ``megatron``,
+        ``megatron-distopt``, ``fsdp2``, ``fsdp2-keep-gathered``,
+        ``torchtitan-ddp``, ``deepspeed-zero0`` ... ``deepspeed-zero3``,
+        ``deepspeed-bf16``). Given to :meth:`from_mapping`, it sets
+        ``bytes_per_param``, ``optimizer_bytes_per_param``,
+        ``grad_bytes_per_param`` and ``frozen_bytes_per_param`` to the
+        count's (:meth:`~.param_memory.ParamBytes.option_overrides`) unless
+        the mapping gives them too; :meth:`for_target` picks it by export
+        target and ZeRO stage. The defaults are Megatron-LM's.
     efficiency_max : float
         Fraction of the dense bf16 peak a large, wide GEMM reaches. 0.70 is
         in line with the 50-60 % model FLOPs utilization reported for large
@@ -229,6 +241,7 @@ class CostOptions:
     bytes_per_param: float = 18.0
     optimizer_bytes_per_param: float = 12.0
     frozen_bytes_per_param: float = 2.0
+    memory_count: str = "megatron-distopt"
     efficiency_max: float = 0.70
     gemm_half_width: float = 256.0
     gemm_half_tokens: float = 128.0
@@ -281,6 +294,8 @@ class CostOptions:
             elif key == "recompute":
                 if value not in ("none", "selective", "full"):
                     raise ProblemError(f"must be none, selective or full, got {value!r}", path=where)
+            elif key == "memory_count":
+                param_memory(value)  # a ProblemError naming options.memory_count if unknown
             elif key in ("text_tokens", "max_tp"):
                 if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                     raise ProblemError(f"must be a positive integer, got {value!r}", path=where)
@@ -294,9 +309,20 @@ class CostOptions:
                 if key == "allocator_fragmentation" and not 0 <= value < 1:
                     raise ProblemError(f"must be in [0, 1), got {value!r}", path=where)
             values[key] = value
+        if "memory_count" in values:
+            values = {**param_memory(values["memory_count"]).option_overrides(), **values}
         if ("recompute" in values or "zero1" in values) and "variants" not in values:
             values["variants"] = ("none",)  # a fixed knob: one setting for every layer (format v1)
         return cls(**values)
+
+    @classmethod
+    def for_target(cls, target: str, zero: int = 0, **more: Any) -> "CostOptions":
+        """Options whose weight memory is ``target``'s at ZeRO stage ``zero`` (:func:`~.param_memory.target_memory`).
+
+        ``more`` are further options (validated like :meth:`from_mapping`'s).
+        """
+        from_target = {"memory_count": target_memory(target, zero).name}
+        return cls.from_mapping({**from_target, **more})
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}

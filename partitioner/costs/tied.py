@@ -10,8 +10,9 @@ last stage) and all-reduces the two copies' gradients over the embedding
 group, the first and last stage's ranks of each tensor-parallel slice,
 once per iteration [28]_. :func:`tied_copy_bytes` is the head copy's bytes
 on one rank (format v3's ``tied_weight_bytes``); :func:`embedding_sync_ms`
-that all-reduce, which the cost model charges to the head's entry (an
-overestimate by one small all-reduce for a stage holding both).
+that all-reduce, which the cost model charges to the head's entry
+(:func:`~.entry.tied_sync_ms`; an overestimate by one all-reduce for a
+stage holding both).
 
 References
 ----------
