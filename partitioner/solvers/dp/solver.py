@@ -172,6 +172,9 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
     """Tables and recursions for one problem (see the module docstring)."""
 
     _free_table: tuple[Automaton, int, str, Tables] | None  # zb-h1's free table (see recursion)
+    # 1F1B's iteration walk with placement states first runs the bound-and-prune pass of
+    # :meth:`.ThresholdWalks._comm_free_pass` (the tests turn it off to compare the answers)
+    prune_levels: bool = True
 
     def __init__(self, problem: Problem, layouts: tuple | None = None, stage_counts: tuple[int, int] | None = None):
         """``layouts`` restricts the layouts stages may use (and so their sizes);

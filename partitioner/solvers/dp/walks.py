@@ -55,6 +55,7 @@ class _Pass:
     value: float | None  # the value, with transfers, of ``plan``
     plan: Plan | None
     levels: list | None  # the stage counts that may still beat the best incumbent (None: not known)
+    floors: dict | None = None  # per level: no plan of that many stages beats min(floor, best incumbent)
 
 
 def _level_floors(probes: list, maxes: dict, coef: float, top: float) -> dict:
@@ -128,7 +129,7 @@ class ThresholdWalks:
         top, least_sum, lowest, calls, saved = INF, self.layer_floor()[2], None, 0, None
         if warm is not None and coef > 0:
             top = max(warm[0] - least_sum, 0.0) / coef * (1 + 1e-9)
-        if kind != "none" and coef > 0 and getattr(self, "prune_levels", True):
+        if kind != "none" and coef > 0 and self.prune_levels:
             found = self._comm_free_pass(deadline, coef, top, warm)
             calls += found.calls
             if found.value is not None and (warm is None or found.value < warm[0]):
@@ -222,7 +223,7 @@ class ThresholdWalks:
         levels = [k for k, f in floors.items() if f * (1 - 1e-9) < best]
         if levels:  # a plan that may still win has one of these stage counts: its slowest stage is no less
             lowest = max(lowest, min(maxes[k] for k in levels))
-        return _Pass(calls, bound, least, tight, lowest, value, plan, levels)
+        return _Pass(calls, bound, least, tight, lowest, value, plan, levels, floors)
 
     def _cap_levels(self, low: int, high: int) -> tuple | None:
         """Keep whole pipelines to ``low..high`` stages and drop the levels above ``high``
