@@ -335,7 +335,8 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         if need > self._budget:
             raise _TooLarge(
                 f"the recursion tables would need {need / 2**30:.1f} GiB with {len(auto.states)} placement states "
-                f"(limit {self._budget / 2**30:.1f} GiB, option memory_budget_gb); use cpsat for this problem"
+                f"and {self.K} stage-count levels (limit {self._budget / 2**30:.1f} GiB); option memory_budget_gb="
+                f"{math.ceil(need / 2**30 * 10) / 10:g} lets dp finish where that much memory is free"
             )
         return fill_tables(self, tables, auto, X, mode, limit, deadline, top)
 
