@@ -34,7 +34,10 @@ if str(ROOT) not in sys.path:  # run as a script or module from a checkout
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.synthetic import (  # noqa: E402
-    synthetic_problem, synthetic_v2_problem, synthetic_v3_problem, vla_problem,
+    synthetic_problem,
+    synthetic_v2_problem,
+    synthetic_v3_problem,
+    vla_problem,
 )
 from partitioner import __version__, solve  # noqa: E402
 from partitioner.solvers import methods as registered_methods  # noqa: E402

@@ -26,6 +26,7 @@ from ...plan import Plan, PlanError, evaluate
 from .options import GPipeSpec, Spec, ZeroBubbleSpec
 
 if TYPE_CHECKING:
+    from ...problem import Problem
     from .placement import Automaton
     from .tables import Tables
 
@@ -78,8 +79,11 @@ class ThresholdWalks:
 
     # set by the model (annotations only: no class attribute)
     K: int
+    L: int
     N: int
     m: int
+    problem: Problem
+    prune_levels: bool  # run the bound-and-prune pass of :meth:`_comm_free_pass` (a class attribute of the model)
     spec: Spec | None
     best_known: tuple[float, Plan] | None  # the best valid plan met so far, for a run cut short
     proven_bound: float | None
@@ -89,6 +93,8 @@ class ThresholdWalks:
     if TYPE_CHECKING:  # the model's and the walk back's methods, for the type checker only
 
         def recursion(self, auto: Automaton, X: np.ndarray, mode: str, limit: float, deadline: float | None) -> Tables: ...
+
+        def _automaton_for(self, mode: str) -> Automaton: ...
 
         def _level_ok(self, level: int) -> bool: ...
 
@@ -132,9 +138,9 @@ class ThresholdWalks:
         if kind != "none" and coef > 0 and self.prune_levels:
             found = self._comm_free_pass(deadline, coef, top, warm)
             calls += found.calls
-            if found.value is not None and (warm is None or found.value < warm[0]):
+            if found.value is not None and found.plan is not None and (warm is None or found.value < warm[0]):
                 warm = self._incumbent = (found.value, found.plan, "comm-free optimum")
-                self.best_known = warm[:2]
+                self.best_known = (found.value, found.plan)
             if found.least_sum is not None:
                 least_sum, lowest, top = max(least_sum, found.least_sum), found.lowest, found.top
             if found.bound is not None:
@@ -196,7 +202,8 @@ class ThresholdWalks:
         auto0 = self._automaton_for("none")
         X0 = np.zeros((self.L, len(auto0.categories)))
         known = warm[0] if warm is not None else INF
-        kept, probes = (self.best_known, self.proven_bound), []
+        kept = (self.best_known, self.proven_bound)
+        probes: list[tuple[float, dict]] = []
         try:
             found, _, calls, lowest = self._walk(auto0, X0, "none", deadline, coef, top=top, known=known, probes=probes)
         finally:

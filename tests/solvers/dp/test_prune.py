@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from benchmarks.synthetic import vla_problem
 from checks import check_plan
-from partitioner import evaluate, solve
+from partitioner import solve
 from partitioner.problem import Problem
 from partitioner.solvers.dp.solver import DPModel
 from partitioner.solvers.dp.walks import _level_floors
