@@ -12,6 +12,7 @@ Run from the repository root::
     python -m benchmarks.solvers            # the full sweep
     python -m benchmarks.solvers --quick    # a smaller sweep, for a smoke test
     python -m benchmarks.solvers --sweeps v2 --methods dp,greedy,balanced --out benchmarks/results/v2
+    python -m benchmarks.solvers --sweeps issue28 --methods dp --out benchmarks/results/issue28
 
 Times are wall-clock seconds of one ``solve`` call in this process (CP-SAT
 with as many workers as cores); the machine is stated in the report.
@@ -32,7 +33,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script or module from a checkout
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.synthetic import synthetic_problem, synthetic_v2_problem, synthetic_v3_problem  # noqa: E402
+from benchmarks.synthetic import (  # noqa: E402
+    synthetic_problem,
+    synthetic_v2_problem,
+    synthetic_v3_problem,
+    vla_problem,
+)
 from partitioner import __version__, solve  # noqa: E402
 from partitioner.solvers import methods as registered_methods  # noqa: E402
 
@@ -54,9 +60,14 @@ class Point:
     microbatches: int = 8
     version: int = 1  # 2: the v2 twin (3 variants, one config per module segment); 3: the v3 twin (cp, ep)
     only: tuple[str, ...] | None = None  # the methods measured on this point (None: every method asked for)
+    shape: str = "synthetic"  # "vla": :func:`benchmarks.synthetic.vla_problem` (three modules, own layouts)
 
     @property
     def label(self) -> str:
+        if self.shape == "vla":
+            v, llm, act = self.vla_layers
+            return (f"VLA {v}/{llm}/{act} layers N={self.nodes * self.gpus_per_node} m={self.microbatches} "
+                    f"{'transfers' if self.transfers else 'no transfers'} {self.objective}")
         lay = "all" if self.layouts is None else str(self.layouts)
         return (
             f"L={self.layers} N={self.nodes * self.gpus_per_node} layouts={lay} "
@@ -64,7 +75,15 @@ class Point:
             + {2: V2_SUFFIX, 3: V3_SUFFIX}.get(self.version, "")
         )
 
+    @property
+    def vla_layers(self) -> tuple[int, int, int]:
+        """(vision, llm, action) layers of a "vla" point: an eighth each for vision and action."""
+        return self.layers // 8, self.layers - 2 * (self.layers // 8), self.layers // 8
+
     def problem(self, seed: int = 0):
+        if self.shape == "vla":
+            return vla_problem(*self.vla_layers, self.nodes, self.gpus_per_node, self.transfers, seed=seed,
+                               microbatches=self.microbatches, objective=self.objective)
         generate = {2: synthetic_v2_problem, 3: synthetic_v3_problem}.get(self.version, synthetic_problem)
         return generate(
             self.layers,
@@ -129,6 +148,13 @@ def issue24_points() -> list[Point]:
         Point("issue24", 64, 32, transfers=True, objective="iteration", version=3, only=("dp",)),
         Point("issue24", 64, 4, transfers=False, objective="iteration", version=3, only=("cpsat",)),
     ]
+
+
+def issue28_points() -> list[Point]:
+    """Issue 28's dp at its memory budget: the VLA shape (vision 32 / llm 192 / action 32 layers, each
+    module with its own layouts) on 32 x 8 GPUs with transfers, m = 32, iteration: 52 placement states and
+    32 stage-count levels, whose tables (5.0 GiB) exceed dp's 3 GiB default budget."""
+    return [Point("issue28", 256, 32, microbatches=32, only=("dp",), shape="vla")]
 
 
 # issue 13: ``partitioner plan`` per preset (model, cluster, nodes, global batch), as in part 4 of the report
@@ -279,8 +305,10 @@ def run_point(point: Point, methods: list[str], time_limit: float, seed: int) ->
         try:
             result = solve(problem, method, time_limit=limit, options=options)
             status, value, bound, message = result.status, result.value, result.bound, result.message
+            stats = (result.extra or {}).get(method) if isinstance((result.extra or {}).get(method), dict) else None
         except Exception as err:  # a benchmark records failures instead of stopping
             status, value, bound, message = "error", None, None, f"{type(err).__name__}: {err}"
+            stats = None
         records.append(
             {
                 "sweep": point.sweep,
@@ -301,6 +329,7 @@ def run_point(point: Point, methods: list[str], time_limit: float, seed: int) ->
                 # the process's high-water mark so far (a row's own peak when it is the first to need that much)
                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 "message": message[:200],
+                "stats": stats,  # the method's own counters (dp: placement states, levels, recursions)
             }
         )
         print(f"{point.label:60s} {method:9s} {status:10s} {value if value is None else round(value, 4)!s:>12} "
@@ -349,6 +378,7 @@ def write_report(records: list[dict], methods: list[str], time_limit: float, out
         ("v2", "Format v2 against v1 on the same problem (64 layers, 4 x 8 GPUs, 4 modules; v2 adds 3 variants and per-segment configs)"),
         ("issue13", "Issue-13 targets (each method in its own process: peak memory is the row's own)"),
         ("issue24", "Issue-24 targets: v3 twins (cp, ep), each method in its own process"),
+        ("issue28", "Issue-28 target: dp at its memory budget (in its own process: peak memory is the row's own)"),
         ("plan", "`partitioner plan` per preset (a child process each: wall, CPU and peak memory of the whole command)"),
     ):
         rows = [r for r in records if r["sweep"] == sweep_name]
@@ -409,7 +439,7 @@ def _num(value) -> str:
 
 
 def _cell(r: dict) -> str:
-    peak = f", peak {r['peak_rss_mb']:,.0f} MB" if r["sweep"] in ("issue13", "plan") and r.get("peak_rss_mb") else ""
+    peak = f", peak {r['peak_rss_mb']:,.0f} MB" if r["sweep"] in ("issue13", "issue28", "plan") and r.get("peak_rss_mb") else ""
     if r["value"] is None:
         return f"{r['status']} ({r['seconds']:.1f} s{peak})"
     cpu = f" (cpu {r['cpu_seconds']:.2f})" if r.get("cpu_seconds") is not None else ""
@@ -458,8 +488,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
         "--sweeps", default=None,
-        help="comma-separated sweeps to run (layers, gpus, layouts, target, commfree, v2, issue13, issue24, plan); "
-             "default all but issue13 and plan",
+        help="comma-separated sweeps to run (layers, gpus, layouts, target, commfree, v2, issue13, issue24, "
+             "issue28, plan); default all but issue13, issue24, issue28 and plan",
     )
     parser.add_argument("--plan-timeout", type=float, default=900.0, help="seconds before a plan case is killed")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)  # one point (JSON), records to stdout
@@ -484,6 +514,9 @@ def main(argv: list[str] | None = None) -> None:
             records += run_point_isolated(point, methods, args.time_limit, args.seed)
     if chosen is not None and "issue24" in chosen:
         for point in issue24_points():
+            records += run_point_isolated(point, methods, args.time_limit, args.seed)
+    if chosen is not None and "issue28" in chosen:
+        for point in issue28_points():
             records += run_point_isolated(point, methods, args.time_limit, args.seed)
     if chosen is not None and "plan" in chosen:
         for case in PLAN_CASES:

@@ -30,7 +30,8 @@ import numpy as np
 from partitioner.problem import Cluster, Layout, Problem
 
 __all__ = [
-    "ModuleShape", "MODULES", "VARIANTS", "synthetic_problem", "synthetic_v2_problem", "synthetic_v3_problem",
+    "ModuleShape", "MODULES", "VARIANTS", "VLA_MODULES", "synthetic_problem", "synthetic_v2_problem",
+    "synthetic_v3_problem", "vla_problem",
     "layout_keys", "write_problems",
 ]
 
@@ -176,6 +177,86 @@ def synthetic_problem(
             "transfers": transfers,
             "headroom": headroom,
         },
+    }
+    return Problem.from_dict(doc)
+
+
+# The three modules of :func:`vla_problem` and the largest tensor-parallel degree each allows (its small
+# GEMMs scale badly): a vision tower, a language backbone and an action head, each with its own scales.
+VLA_MODULES = (
+    (ModuleShape("vision", 0.0, 3.0, 0.25 * GB, 1.6 * GB, 40e6, 0.30), 2),
+    (ModuleShape("llm", 0.0, 6.0, 3.2 * GB, 0.8 * GB, 30e6, 0.08), 8),
+    (ModuleShape("action", 0.0, 9.0, 0.6 * GB, 0.4 * GB, 10e6, 0.12), 4),
+)
+
+
+def vla_problem(
+    vision: int = 32,
+    llm: int = 192,
+    action: int = 32,
+    nodes: int = 32,
+    gpus_per_node: int = 8,
+    transfers: bool = True,
+    *,
+    seed: int = 0,
+    microbatches: int = 32,
+    headroom: float = 1.25,
+    noise: float = 0.15,
+    objective: str = "iteration",
+) -> Problem:
+    """A seeded v1 problem of three modules with their own layouts (issue 28's VLA shape).
+
+    ``vision``, ``llm`` and ``action`` layers (:data:`VLA_MODULES`) in that order; each module's
+    layers list every layout the cluster allows up to the module's largest tensor-parallel degree,
+    so a stage spanning two modules has only the layouts both allow, and every stage size stays
+    allowed (on 32 x 8 GPUs: 35 sizes, 52 placement states of the DP's run automaton). Costs,
+    memory and transfers are drawn as in :func:`synthetic_problem`; 32 microbatches by default
+    (the DP's stage-count levels grow with them).
+    """
+    if min(vision, llm, action) < 0 or vision + llm + action < 1 or nodes < 1 or gpus_per_node < 1:
+        raise ValueError("layer counts must be >= 0 with at least one layer; nodes and gpus_per_node >= 1")
+    rng = np.random.default_rng([seed, vision, llm, action, nodes, gpus_per_node, int(transfers), 28])
+    every = layout_keys(nodes, gpus_per_node, None)
+
+    def draw(scale: float) -> float:
+        return float(scale * rng.lognormal(0.0, noise))
+
+    docs = []
+    total_weight = total_act = 0.0
+    for (shape, tp_max), count in zip(VLA_MODULES, (vision, llm, action)):
+        lays = [lay for lay in every if lay.tp <= tp_max]
+        for k in range(count):
+            fwd1, weight, act, out = (draw(x) for x in (shape.fwd_ms, shape.weight_bytes, shape.act_bytes, shape.out_bytes))
+            bwd_ratio = 2.0 * float(rng.uniform(0.9, 1.1))
+            total_weight += weight
+            total_act += act
+            costs = {}
+            for lay in lays:
+                efficiency = 1.0 / (1.0 + shape.tp_overhead * (lay.tp - 1))
+                fwd = fwd1 / (lay.dp * lay.tp * efficiency) + 0.02
+                costs[lay.key] = {
+                    "fwd_ms": round(fwd, 4),
+                    "bwd_ms": round(fwd * bwd_ratio, 4),
+                    "weight_bytes": int(weight / lay.tp),
+                    "act_bytes": int(act / lay.devices),
+                }
+            docs.append({"name": f"{shape.name}.{k}", "module": shape.name, "out_bytes": int(out) if transfers else 0,
+                         "costs": costs})
+    n = nodes * gpus_per_node
+    doc = {
+        "version": 1,
+        "name": f"vla-{vision}-{llm}-{action}-{nodes}x{gpus_per_node}-s{seed}",
+        "cluster": {
+            "nodes": nodes,
+            "gpus_per_node": gpus_per_node,
+            "gpu_memory_bytes": int(headroom * (total_weight + microbatches * total_act) / n),
+            "intra_node_GBps": 300.0,
+            "inter_node_GBps": 25.0,
+        },
+        "training": {"microbatches": microbatches, "objective": objective},
+        "layers": docs,
+        "meta": {"generator": "benchmarks.synthetic.vla_problem", "seed": seed, "transfers": transfers,
+                 "headroom": headroom},
     }
     return Problem.from_dict(doc)
 

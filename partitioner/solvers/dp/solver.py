@@ -77,6 +77,18 @@ forward sums over the stage's own layers (:mod:`.dp_stage`), never
 differences of prefix sums, so one huge layer time cannot round away the
 digits of the stages after it.
 
+Bound and prune. Under 1F1B's ``iteration`` objective with placement
+states, the walk first runs on the problem without transfers (one state per
+size, one category: a small fraction of the tables), which bounds the real
+one because transfers only add (:meth:`.ThresholdWalks._comm_free_pass`):
+its optimal plan, valued with the transfers, is an incumbent; its least
+sums and bottlenecks per stage count give every count a floor, and the
+levels above the largest count whose floor can still beat the incumbent
+are never built (1F1B's estimate grows with the stage count, roughly
+``(P + m - 1) t`` for P balanced stages of time t). On issue 28's VLA shape
+(256 layers, 256 GPUs, m = 32, 52 placement states) 8 of 32 levels remain,
+and the tables fit the default budget.
+
 Limits. The memory budget (option ``memory_budget_gb``) is checked before
 any table of size ``L^2`` or larger is built (the recursion's: its tables,
 twice when zb-h1 keeps its free table, plus what a recursion holds beside
@@ -172,6 +184,9 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
     """Tables and recursions for one problem (see the module docstring)."""
 
     _free_table: tuple[Automaton, int, str, Tables] | None  # zb-h1's free table (see recursion)
+    # 1F1B's iteration walk with placement states first runs the bound-and-prune pass of
+    # :meth:`.ThresholdWalks._comm_free_pass` (the tests turn it off to compare the answers)
+    prune_levels: bool = True
 
     def __init__(self, problem: Problem, layouts: tuple | None = None, stage_counts: tuple[int, int] | None = None):
         """``layouts`` restricts the layouts stages may use (and so their sizes);
@@ -332,7 +347,8 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         if need > self._budget:
             raise _TooLarge(
                 f"the recursion tables would need {need / 2**30:.1f} GiB with {len(auto.states)} placement states "
-                f"(limit {self._budget / 2**30:.1f} GiB, option memory_budget_gb); use cpsat for this problem"
+                f"and {self.K} stage-count levels (limit {self._budget / 2**30:.1f} GiB); option memory_budget_gb="
+                f"{math.ceil(need / 2**30 * 10) / 10:g} lets dp finish where that much memory is free"
             )
         return fill_tables(self, tables, auto, X, mode, limit, deadline, top)
 

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from ...plan import Plan
+from ...plan import Plan, PlanError, evaluate
 from .options import GPipeSpec, Spec, ZeroBubbleSpec
 
 if TYPE_CHECKING:
+    from ...problem import Problem
     from .placement import Automaton
     from .tables import Tables
 
@@ -43,14 +44,46 @@ class _Outcome:
     stats: dict | None = None
 
 
+@dataclass
+class _Pass:
+    """What the walk without transfers proves for the walk with them (:meth:`ThresholdWalks._comm_free_pass`)."""
+
+    calls: int
+    bound: float | None  # a lower bound on the optimum with transfers
+    least_sum: float | None  # at most the sum of every plan that beats the first incumbent
+    top: float  # no plan whose slowest stage is above it beats the best incumbent
+    lowest: float | None  # at most every plan's slowest stage
+    value: float | None  # the value, with transfers, of ``plan``
+    plan: Plan | None
+    levels: list | None  # the stage counts that may still beat the best incumbent (None: not known)
+    floors: dict | None = None  # per level: no plan of that many stages beats min(floor, best incumbent)
+
+
+def _level_floors(probes: list, maxes: dict, coef: float, top: float) -> dict:
+    """Per level k: ``min_j S_k(T_j) + coef max(T_{j-1}, M_k)`` over the probes ``(T_j, {k: S_k})`` up to
+    ``top`` (which must be among them), ``M_k = maxes[k]`` (see :meth:`ThresholdWalks._comm_free_pass`)."""
+    floors = {}
+    under = sorted((T, values) for T, values in probes if T <= top)
+    for k, M in maxes.items():
+        best, below = INF, -INF
+        for T, values in under:
+            best = min(best, values.get(k, INF) + coef * max(below, M))
+            below = T
+        floors[k] = best
+    return floors
+
+
 class ThresholdWalks:
     """The iteration objectives of :class:`~partitioner.solvers.dp.solver.DPModel` (a mix-in: it uses the model's
     ``recursion``, ``_final``, ``_final_states``, ``_level_ok``, ``reconstructions``, ``place``, ``note``)."""
 
     # set by the model (annotations only: no class attribute)
     K: int
+    L: int
     N: int
     m: int
+    problem: Problem
+    prune_levels: bool  # run the bound-and-prune pass of :meth:`_comm_free_pass` (a class attribute of the model)
     spec: Spec | None
     best_known: tuple[float, Plan] | None  # the best valid plan met so far, for a run cut short
     proven_bound: float | None
@@ -60,6 +93,8 @@ class ThresholdWalks:
     if TYPE_CHECKING:  # the model's and the walk back's methods, for the type checker only
 
         def recursion(self, auto: Automaton, X: np.ndarray, mode: str, limit: float, deadline: float | None) -> Tables: ...
+
+        def _automaton_for(self, mode: str) -> Automaton: ...
 
         def _level_ok(self, level: int) -> bool: ...
 
@@ -87,20 +122,127 @@ class ThresholdWalks:
         starts from the least sum under T, not from the unbounded one: the
         first two recursions, the widest, prune every slower stage. If the
         walk finds nothing better, the incumbent is the optimum.
+
+        With placement states, a bound-and-prune pass runs first on the
+        problem without transfers (no placement states: cheap), see
+        :meth:`_comm_free_pass`: a better incumbent, a tighter T, and the
+        stage counts that may still beat the incumbent; the levels above
+        them get no table (:meth:`_cap_levels`), which is what lets the
+        largest problems fit the memory budget.
         """
         coef = self.m - 1
         warm = self.incumbent()
-        top = INF
+        top, least_sum, lowest, calls, saved = INF, self.layer_floor()[2], None, 0, None
         if warm is not None and coef > 0:
-            top = max(warm[0] - self.layer_floor()[2], 0.0) / coef * (1 + 1e-9)
-        best, _, calls, _ = self._walk(auto, X, kind, deadline, coef, top=top,
+            top = max(warm[0] - least_sum, 0.0) / coef * (1 + 1e-9)
+        if kind != "none" and coef > 0 and self.prune_levels:
+            found = self._comm_free_pass(deadline, coef, top, warm)
+            calls += found.calls
+            if found.value is not None and found.plan is not None and (warm is None or found.value < warm[0]):
+                warm = self._incumbent = (found.value, found.plan, "comm-free optimum")
+                self.best_known = (found.value, found.plan)
+            if found.least_sum is not None:
+                least_sum, lowest, top = max(least_sum, found.least_sum), found.lowest, found.top
+            if found.bound is not None:
+                stats["comm_free_bound"] = found.bound
+                self.proven_bound = found.bound
+            if warm is not None and found.levels is not None:
+                if not found.levels:  # no stage count can beat the incumbent: it is the optimum
+                    return self._warm_outcome(stats, calls)
+                saved = self._cap_levels(min(found.levels), max(found.levels))
+                stats["levels"] = self.K
+        try:
+            best, _, n, _ = self._walk(auto, X, kind, deadline, coef, top=top, lowest=lowest,
                                        known=warm[0] if warm is not None else INF)
-        stats["recursions"] = calls
-        if warm is not None and (best is None or best[0] > warm[0]):
-            return self._warm_outcome(stats, calls)
-        if best is None:
-            return _Outcome("infeasible")
-        return _Outcome("optimal", self._place_walked(auto, X, kind, deadline, best, coef), best[0], stats)
+            calls += n
+            stats["recursions"] = calls
+            if warm is not None and (best is None or best[0] > warm[0]):
+                return self._warm_outcome(stats, calls)
+            if best is None:
+                return _Outcome("infeasible")
+            return _Outcome("optimal", self._place_walked(auto, X, kind, deadline, best, coef), best[0], stats)
+        finally:
+            if saved is not None:
+                self.K, self.bucket, self.P_lo, self.P_hi, self.stash_of_level = saved
+
+    def _comm_free_pass(self, deadline, coef: float, top: float, warm) -> "_Pass":
+        """1F1B's walk without transfers (no placement states), and what it proves of the walk with them.
+
+        Transfers only add to stage times (a stage's configs do not depend on
+        them), so every plan's stage times, sum and slowest stage with
+        transfers are at least those without. Hence (Alpa bounds the real
+        problem by its communication-free twin too [1]_; here it is exact):
+
+        * its optimal plan, placed contiguously and valued with the transfers
+          (:func:`partitioner.plan.evaluate`), is a valid incumbent V;
+        * its least sum under ``top`` is at most the sum of every plan with
+          transfers that beats the first incumbent (every such plan has
+          every stage at most ``top``): a tighter threshold ``T = (V - that
+          sum) / (m - 1)`` above which no plan beats V;
+        * its lowest bottleneck is at most every plan's slowest stage with
+          transfers (the walk's ``lowest``, without a ``minmax`` recursion over
+          every placement state);
+        * per stage count k (a level; the bucket level: k or more), each of
+          its ``minsum`` probes at thresholds ``T_1 < ... < T_n`` (the last one
+          at ``T``) bounds the plans whose slowest stage lies in ``(T_{j-1},
+          T_j]``: their sums are at least the probe's least sum ``S_k(T_j)``,
+          their slowest stages above ``T_{j-1}`` and at least the least
+          bottleneck ``M_k`` of k stages, so no k-stage plan beats
+          ``LB_k = min_j S_k(T_j) + (m - 1) max(T_{j-1}, M_k)``. The stage
+          counts with ``LB_k < V`` are the only ones that may still win,
+          and ``min_k LB_k`` is a lower bound on the optimum.
+
+        The walk's notes (plans valued without transfers) are not kept.
+
+        References
+        ----------
+        .. [1] L. Zheng et al., "Alpa: Automating Inter- and Intra-Operator
+           Parallelism for Distributed Deep Learning", OSDI 2022, section 5.2.
+        """
+        auto0 = self._automaton_for("none")
+        X0 = np.zeros((self.L, len(auto0.categories)))
+        known = warm[0] if warm is not None else INF
+        kept = (self.best_known, self.proven_bound)
+        probes: list[tuple[float, dict]] = []
+        try:
+            found, _, calls, lowest = self._walk(auto0, X0, "none", deadline, coef, top=top, known=known, probes=probes)
+        finally:
+            self.best_known, self.proven_bound = kept
+        if found is None or not probes:  # no plan has every stage under top: none beats ``known``, or none exists
+            return _Pass(calls, None, None, top, None, None, None, None if warm is None else [])
+        least = float(min(probes[0][1].values(), default=INF))  # the least sum under top (the walk's first probe)
+        plan, value = self.place(found[1][0], found[1][1], "none"), None
+        if plan is not None:
+            try:
+                value = evaluate(self.problem, plan, "iteration").value
+            except PlanError:
+                plan = None
+        best = min(known, INF if value is None else value)
+        if not math.isfinite(best):
+            return _Pass(calls, None, least, top, lowest, None, None, None)
+        tight = min(top, max(best - least, 0.0) / coef * (1 + 1e-9))
+        # the probe at the tightened threshold, and the least bottleneck per stage count under it
+        probes.append((tight, self._level_values(self.recursion(auto0, X0, "minsum", tight, deadline), auto0)))
+        maxes = self._level_values(self.recursion(auto0, X0, "minmax", tight, deadline), auto0)
+        calls += 2
+        floors = _level_floors(probes, maxes, coef, tight)
+        bound = min(min(floors.values(), default=INF), best)
+        levels = [k for k, f in floors.items() if f * (1 - 1e-9) < best]
+        if levels:  # a plan that may still win has one of these stage counts: its slowest stage is no less
+            lowest = max(lowest, min(maxes[k] for k in levels))
+        return _Pass(calls, bound, least, tight, lowest, value, plan, levels, floors)
+
+    def _cap_levels(self, low: int, high: int) -> tuple | None:
+        """Keep whole pipelines to ``low..high`` stages and drop the levels above ``high``
+        (:meth:`_comm_free_pass`); the levels before, to restore, or None if nothing changes."""
+        if high >= self.K and low <= self.P_lo:
+            return None
+        saved = (self.K, self.bucket, self.P_lo, self.P_hi, self.stash_of_level)
+        self.P_lo = max(self.P_lo, low)
+        if high < self.K:
+            self.K, self.bucket, self.P_hi = high, False, high
+            self.stash_of_level = self.stash_of_level[: high + 1]
+        return saved
 
     def _zb_iteration(self, auto, X, kind, deadline, stats) -> _Outcome:
         """zb-h1: the least ``sum u + max g`` with ``g = (m - 1) u + k W``, a branch and bound over k.
@@ -252,7 +394,7 @@ class ThresholdWalks:
         return _Outcome("optimal", plan, best[0], stats)
 
     def _walk(self, auto, X, kind, deadline, coef: float, cap: float = INF, extra=None, lowest: float | None = None,
-              top: float = INF, known: float = INF):
+              top: float = INF, known: float = INF, probes: list | None = None):
         """The least ``sum + coef * max`` over the allowed levels (1F1B: stage times; zb-h1: sum of u, max of g).
 
         Returns ``(value, (stages, links, times, threshold))`` or None when
@@ -266,7 +408,8 @@ class ThresholdWalks:
         (GPipe: (m - 1) max F), for the plans noted on the way. ``top``: a
         threshold above which no plan beats ``known``, the value of a plan
         known elsewhere (the walk starts from the least sum under it; the
-        proven bound is at most ``known``).
+        proven bound is at most ``known``). ``probes``, when given, gets the threshold and the
+        per-level least sums (:meth:`_level_values`) of every ``minsum`` recursion.
         """
         calls = 0
         extra = extra or (lambda stages: 0.0)
@@ -275,6 +418,8 @@ class ThresholdWalks:
             nonlocal calls
             calls += 1
             V = self.recursion(auto, X, "minsum", limit, deadline)
+            if probes is not None:
+                probes.append((limit, self._level_values(V, auto)))
             total, arg = self._final(V, auto)
             if arg is None:
                 return INF, None, None
@@ -298,7 +443,8 @@ class ThresholdWalks:
             # every plan has sum >= free_sum and max >= lowest_max
             bound = free_sum + coef * lowest_max
             if self.spec is None:  # with options a walk covers one k (zb-h1) or one cap on F (GPipe)
-                self.proven_bound = min(bound, known)  # a plan above ``top`` is no better than ``known``
+                # a plan above ``top`` is no better than ``known``; a bound proven before may be better
+                self.proven_bound = max(min(bound, known), self.proven_bound if self.proven_bound is not None else -INF)
             noted = best[0]
 
             def probe(limit):

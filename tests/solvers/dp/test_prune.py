@@ -1,0 +1,148 @@
+"""The bound-and-prune pass of 1F1B's iteration walk (:meth:`.ThresholdWalks._comm_free_pass`).
+
+The pass walks the problem without transfers first and drops the stage counts
+(levels) whose floor cannot beat the incumbent. It must never change an
+answer: with the pass and without it dp gives the same status and value
+(and, on problems small enough, brute's); its floors are lower bounds on
+every plan of that many stages; and on the VLA shape it caps the levels.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from benchmarks.synthetic import vla_problem
+from checks import check_plan
+from partitioner import solve
+from partitioner.problem import Problem
+from partitioner.solvers.dp.solver import DPModel
+from partitioner.solvers.dp.walks import _level_floors
+from strategies import small_problems, small_v2_problems
+
+REL = 1e-9
+INF = math.inf
+
+
+def with_transfers(problem: Problem, floor: int, m: int) -> Problem:
+    """``problem`` under 1F1B with ``m`` microbatches and every boundary carrying at least ``floor`` x
+    (its index + 1) bytes, so that the walk has placement states and the pass runs."""
+    doc = problem.to_dict()
+    for n, layer in enumerate(doc["layers"]):
+        layer["out_bytes"] = max(layer["out_bytes"], floor * (n + 1))
+    doc["training"]["schedule"] = "1f1b"
+    doc["training"]["microbatches"] = m
+    doc["training"]["objective"] = "iteration"
+    return Problem.from_dict(doc)
+
+
+def unpruned(problem: Problem, **kwargs):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(DPModel, "prune_levels", False)
+        return solve(problem, "dp", **kwargs)
+
+
+def same_answer(problem: Problem, **kwargs) -> None:
+    pruned = solve(problem, "dp", **kwargs)
+    plain = unpruned(problem, **kwargs)
+    assert pruned.status == plain.status, (pruned.message, plain.message)
+    if plain.status == "optimal":
+        assert pruned.value == pytest.approx(plain.value, rel=REL)
+        assert pruned.bound == pytest.approx(pruned.value, rel=REL)
+        check_plan(problem, pruned)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), v2=st.booleans(), floor=st.integers(1, 3000), m=st.integers(2, 9))
+def test_the_pass_never_changes_dp_s_answer(data, v2, floor, m):
+    base = data.draw(small_v2_problems(max_layers=5) if v2 else small_problems(max_layers=7))
+    same_answer(with_transfers(base, floor, m))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), floor=st.integers(1, 3000), m=st.integers(2, 9))
+def test_the_pass_keeps_the_optimum_from_a_warm_start(data, floor, m):
+    # an optimal warm start: the pass may prove it optimal without the walk (no level can beat it)
+    problem = with_transfers(data.draw(small_problems(max_layers=6)), floor, m)
+    plain = unpruned(problem)
+    if plain.plan is None:
+        return
+    warm = solve(problem, "dp", warm_start=plain.plan)
+    assert warm.status == plain.status == "optimal"
+    assert warm.value == pytest.approx(plain.value, rel=REL)
+    check_plan(problem, warm)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), floor=st.integers(1, 3000), m=st.integers(2, 9))
+def test_the_pruned_answer_is_brute_s(data, floor, m):
+    problem = with_transfers(data.draw(small_problems(max_layers=5)), floor, m)
+    oracle = solve(problem, "brute")
+    if oracle.status == "error":  # an enumeration too large for the oracle
+        return
+    result = solve(problem, "dp")
+    assert result.status == oracle.status, (oracle.message, result.message)
+    if oracle.status == "optimal":
+        assert result.value == pytest.approx(oracle.value, rel=1e-6)
+
+
+def test_level_floors_bound_each_interval_of_the_slowest_stage():
+    # probes at T = 10, 20, 30: least sums per level; least slowest stage per level 4 (level 1), 12 (level 2)
+    probes = [(20.0, {1: 50.0, 2: 40.0}), (10.0, {1: 80.0, 2: INF}), (30.0, {1: 45.0, 2: 35.0})]
+    maxes = {1: 4.0, 2: 12.0}
+    floors = _level_floors(probes, maxes, 2.0, 30.0)
+    # level 1: [4, 10] 80 + 2*4 = 88; (10, 20] 50 + 2*10 = 70; (20, 30] 45 + 2*20 = 85
+    # level 2: [12, 10] none; (10, 20] 40 + 2*12 = 64; (20, 30] 35 + 2*20 = 75
+    assert floors == {1: 70.0, 2: 64.0}
+    # a probe above the threshold the pass stops at is left out
+    assert _level_floors(probes, maxes, 2.0, 20.0) == {1: 70.0, 2: 64.0}
+    assert _level_floors(probes, maxes, 2.0, 10.0) == {1: 88.0, 2: INF}
+
+
+def floors_hold(problem: Problem) -> int:
+    """The pass's floor per stage count against the optimum with that count forced: no plan of P stages
+    beats the floor, or else the best incumbent (the only value the floor is asked to decide against).
+    Returns the number of stage counts checked."""
+    model = DPModel(problem)
+    model.prepare()
+    model.best_known = model.proven_bound = None
+    found = model._comm_free_pass(None, model.m - 1, INF, None)
+    if not found.floors or found.value is None:
+        return 0
+    doc, checked = problem.to_dict(), 0
+    doc.pop("stages", None)
+    for P, floor in found.floors.items():
+        doc["stages"] = {"min": P, "max": P} if P < model.K or not model.bucket else {"min": P}
+        exact = solve(Problem.from_dict(doc), "dp")
+        if exact.plan is not None:
+            assert exact.value >= min(floor, found.value) * (1 - 1e-9), (P, exact.value, floor, found.value)
+            checked += 1
+    return checked
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), floor=st.integers(1, 30000), m=st.integers(2, 9))
+def test_the_floors_bound_every_plan_of_their_stage_count(data, floor, m):
+    # transfers up to far above the compute: the plan without them is often a poor incumbent, and the
+    # floors of stage counts that beat it are checked against their optima
+    base = data.draw(small_problems(max_layers=6))
+    doc = base.to_dict()
+    doc.pop("stages", None)  # every stage count open: the floors of all levels are checked
+    floors_hold(with_transfers(Problem.from_dict(doc), floor, m))
+
+
+def test_the_floors_bound_every_plan_of_the_vla_shape():
+    assert floors_hold(vla_problem(4, 12, 4, nodes=2, gpus_per_node=4, microbatches=8)) >= 2
+
+
+def test_the_vla_shape_drops_the_levels_no_winner_uses():
+    # 32 layers on 4 x 8 GPUs, m = 16: the levels the walk fills shrink, the answer does not change
+    problem = vla_problem(6, 20, 6, nodes=4, gpus_per_node=8, microbatches=16)
+    pruned, plain = solve(problem, "dp"), unpruned(problem)
+    assert pruned.status == plain.status == "optimal"
+    assert pruned.value == pytest.approx(plain.value, rel=REL)
+    assert pruned.extra["dp"]["levels"] < plain.extra["dp"]["levels"]
+    assert pruned.extra["dp"]["comm_free_bound"] <= pruned.value * (1 + 1e-12)
+    check_plan(problem, pruned)
