@@ -168,8 +168,8 @@ def test_the_picture_is_the_gantt_chart_of_the_plan_its_caption_names(workdir):
     devices = [stage["devices"] for stage in doc["plan"]["stages"]]
     layouts = {(stage["configs"][-1]["dp"], stage["configs"][-1]["tp"]) for stage in doc["plan"]["stages"]}
     caption = " ".join(text[image.end() : command.end()].split())
-    assert "three stages on 8, 8 and 16 GPUs" in caption and devices == [8, 8, 16]
-    assert "dp 8 × tp 2" in caption and (8, 2) in layouts
+    assert "two stages on 16 and 16 GPUs" in caption and devices == [16, 16]
+    assert "dp 16 × tp 1" in caption and layouts == {(16, 1)}
     assert f"{doc['microbatches']} microbatches" in caption
     assert f"{doc['speedup']:.3f}x faster" in caption
 
