@@ -264,9 +264,18 @@ def compile_kernels(timeout: float = 900.0) -> list[dict]:
     return rows
 
 
+_WARMUP = "from partitioner.solvers.dp.compiled import engine; engine.warmup()"
+
+
 def run_point_isolated(point: Point, methods: list[str], time_limit: float, seed: int) -> list[dict]:
-    """:func:`run_point` one method at a time in a child process, so that each row's peak memory is its own."""
+    """:func:`run_point` one method at a time in a child process, so that each row's peak memory is its own.
+
+    dp's kernels are compiled (or found in the cache) first, in a child of their own: a row measures
+    solving, and a compile inside the row's process would put LLVM's memory in its peak (the compile
+    has its own row, :func:`compile_kernels`)."""
     records = []
+    if "dp" in methods and (point.only is None or "dp" in point.only):
+        run_child([sys.executable, "-c", _WARMUP], 900)
     for method in methods:
         if point.only is not None and method not in point.only:
             continue
