@@ -46,6 +46,8 @@ class SolveResult:
     evaluation: Evaluation | None = field(default=None, compare=False, repr=False)
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
     version: int = 1  # the problem's format version; 2 adds configs and reshard_ms to every stage
+    # the time limit stopped the method's search (its plan, if any, is the best it knew); not in the JSON
+    timed_out: bool = field(default=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -302,6 +302,7 @@ def finish(
             message=candidate.message or ("no plan found" if candidate.status != "infeasible" else ""),
             extra=dict(candidate.extra),
             version=problem.version,
+            timed_out=candidate.timed_out,
         )
     plan = candidate.plan.with_device_ids()
     try:
@@ -341,5 +342,6 @@ def finish(
         plan=plan,
         evaluation=ev,
         extra=extra,
+        timed_out=candidate.timed_out,
         version=problem.version,
     )

@@ -151,6 +151,7 @@ def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel", reason
         best[2],
         bound=bound,
         message=f"{reason}; returning the best known plan ({best[1]})",
+        timed_out=timed_out,
         extra={"dp": {"cut_short": reason, "plan_from": best[1], **({"warm_start": warm_note} if warm_note else {})}},
     )
 
