@@ -25,8 +25,13 @@ else:
 __all__ = ["CpVars", "build_model", "hint_values", "objective_units", "read_decisions", "ModelRangeError", "SAFE_PARAMETERS"]
 
 # Solver parameters applied before the caller's (see :mod:`.solver`'s docstring; the interleaved
-# model of :mod:`partitioner.solvers.interleaved.solve` takes them too).
-SAFE_PARAMETERS = {"cp_model_presolve": False}
+# model of :mod:`partitioner.solvers.interleaved.solve` takes them too). Without presolve, OR-Tools
+# 9.15's "greater than at least one of" detection (auto_detect_greater_than_at_least_one_of) derived
+# wrong lower bounds from the per-layout clauses ``use[j][g][l] => compute_jg >= a_l [slot active]``
+# when one layout's part time is 0 (GPipe's B of a layer with bwd_ms = 0): root INFEASIBLE on a
+# feasible model, or "optimal" 10.43 for 7.499 (tests/fixtures/regress_gpipe_m1_*; a deletion
+# filter left 33 constraints, all satisfied by brute's plan, infeasible only with that detection on).
+SAFE_PARAMETERS = {"cp_model_presolve": False, "auto_detect_greater_than_at_least_one_of": False}
 
 
 @dataclass
