@@ -110,8 +110,8 @@ MODERN_OPTIONS: dict[str, Any] = {"bytes_per_param": 18.0, "grad_bytes_per_param
 
 
 @dataclass(frozen=True)
-class Sc21Row:
-    """One row of SC'21 Table 1 [1]_: the model, the published plan and the measured TFLOP/s per GPU."""
+class PublishedPlan:
+    """A GPT model and the plan its authors ran it with (the fields both tables give)."""
 
     params: str
     heads: int
@@ -123,6 +123,12 @@ class Sc21Row:
     global_batch: int
     microbatch: int
     virtual_stages: int
+
+
+@dataclass(frozen=True)
+class Sc21Row(PublishedPlan):
+    """One row of SC'21 Table 1 [1]_: the model, the published plan and the measured TFLOP/s per GPU."""
+
     tflops: float  # published, achieved per GPU (eq. 3 accounting)
 
     @property
@@ -247,19 +253,9 @@ def calibrate(rows=SC21_TABLE1, options: dict[str, Any] | None = None) -> dict[s
 
 
 @dataclass(frozen=True)
-class Mlsys23Row:
+class Mlsys23Row(PublishedPlan):
     """One model of Korthikanti et al.'s Tables 3 and 5 [2]_: the plan and the two measured iteration times."""
 
-    params: str
-    heads: int
-    hidden: int
-    layers: int
-    tp: int
-    pp: int
-    gpus: int
-    global_batch: int
-    microbatch: int
-    virtual_stages: int
     full_recompute_s: float  # Table 5, full recompute, no sequence parallelism
     present_work_s: float  # Table 5, sequence parallelism + selective recompute
     published_mfu: float  # Table 5, of the present work
