@@ -61,3 +61,14 @@ def test_gb200_nvl72_is_one_72_gpu_nvlink_domain():
     assert c.peak_tflops == pytest.approx(360e3 / 2 / 72)  # 360 PFLOPS BF16 with sparsity per rack
     assert c.gpu_memory_bytes == pytest.approx(13.4e12 / 72, rel=0.01)
     assert c.references and all(v.strip() for v in c.references.values())
+
+
+@pytest.mark.parametrize("name", list_clusters())
+def test_every_cluster_preset_gives_hbm_bandwidth(name):
+    """The default cost model charges memory-bound kernels at HBM bandwidth: a preset without it cannot plan."""
+    c = load_cluster(name)
+    assert c.hbm_GBps is not None and c.hbm_GBps > 0
+
+
+def test_gb200_nvl72_hbm_is_the_racks_576_tbps_over_72_gpus():
+    assert load_cluster("gb200-nvl72").hbm_GBps == pytest.approx(576e3 / 72)
