@@ -30,6 +30,9 @@ format-v2 twin, and ``partitioner plan`` per preset, each in its own process (wa
 The issue-28 row (part ``issue28``) comes from ``python -m benchmarks.solvers --sweeps issue28 --methods dp
 --time-limit 60 --out benchmarks/results/issue28``: dp on the VLA shape at its memory budget.
 
+The issue-25 rows (part ``issue25``) come from ``python -m benchmarks.solvers --sweeps issue25 --methods dp
+--out benchmarks/results/issue25``: ``partitioner plan`` on each new preset, in a process of its own.
+
 The first-run section comes from ``python -m benchmarks.first_run`` (``first_run.md``: a fresh clone,
 an empty numba cache, 4 busy processes; the README's warmup step and the plan after it).
 
@@ -56,7 +59,7 @@ from partitioner.batch import expand, load_sweep, run_jobs  # noqa: E402
 from partitioner.batch.compare import compare_file, plot_profile, to_markdown  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-PARTS = ("solvers", "throughput", "presets", "plans", "issue13", "issue28", "calibration")
+PARTS = ("solvers", "throughput", "presets", "plans", "issue13", "issue25", "issue28", "calibration")
 
 # Plan-quality cases: every VLA/VLM preset on a cluster that holds it, with a realistic batch.
 PLAN_CASES = solver_bench.PLAN_CASES
@@ -467,6 +470,28 @@ def issue28_targets(out: Path) -> list[str]:
     return lines
 
 
+def issue25_targets(out: Path) -> list[str]:
+    """The issue-25 target from ``issue25/solvers.json`` (``python -m benchmarks.solvers --sweeps issue25``):
+    ``partitioner plan`` on each new preset gives a plan whose stages fit, within 30 s, in a process of its own."""
+    path = out / "issue25" / "solvers.json"
+    rows = [r for r in (json.loads(path.read_text()) if path.exists() else []) if r["sweep"] == "issue25"]
+    if not rows:
+        return []
+    lines = ["", "## Targets (issue 25: the new presets plan in <= 30 s)", "",
+             "`partitioner plan` at its default settings, in a process of its own (wall time, imports included; "
+             "the machine's load average when it ended). *fits*: the replayed plan keeps every stage within its "
+             "GPU memory.", "",
+             "| preset | status | seconds | fits | load | met |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        fits = "every stage fits" in r["message"]
+        ok = r["status"] in ("optimal", "feasible") and fits and r["seconds"] <= 30
+        lines.append(f"| {r['label']} | {r['status']} ({r['message']}) | {r['seconds']:.1f} | {'yes' if fits else 'no'} "
+                     f"| {r['load_average']:.1f} | {'yes' if ok else 'no'} |")
+    lines += ["", "Reproduce: `python -m benchmarks.solvers --sweeps issue25 --methods dp --out "
+              "benchmarks/results/issue25` ([issue25/](issue25/solvers.md))."]
+    return lines
+
+
 def kept_schedule(row: dict) -> str:
     """The schedule (and v) of the candidate ``plan`` kept: the fastest simulated plan or solved row."""
     rows = [x for x in ((row.get("schedules") or {}).get("rows") or [])
@@ -618,6 +643,7 @@ def write_report(out: Path, quick: bool) -> Path:
     if first_run.exists():
         lines += ["", *first_run.read_text().splitlines()]
     lines += issue28_targets(out)
+    lines += issue25_targets(out)
     lines += [
         "",
         "## 1. Solver time scaling",
@@ -746,6 +772,8 @@ def main(argv: list[str] | None = None) -> None:
         if "issue13" in parts and not args.quick:
             solver_bench.main(["--sweeps", "issue13,plan", "--methods", "dp,cpsat", "--time-limit", "60",
                                "--out", str(out / "issue13")])
+        if "issue25" in parts and not args.quick:
+            solver_bench.main(["--sweeps", "issue25", "--methods", "dp", "--out", str(out / "issue25")])
         if "issue28" in parts and not args.quick:
             solver_bench.main(["--sweeps", "issue28", "--methods", "dp", "--time-limit", "60",
                                "--out", str(out / "issue28")])

@@ -170,6 +170,17 @@ PLAN_CASES = (
     ("qwen2-vl-72b", "dgx-h200", 16, 1024),
 )
 
+# issue 25: ``partitioner plan`` on every new preset (model and cluster), each within 30 s
+V3_PLAN_CASES = (
+    ("qwen3-vl-30b-a3b", "dgx-h100", 4, 1024),
+    ("qwen3-vl-235b-a22b", "dgx-b200", 16, 1024),
+    ("glm-4.5v", "dgx-h200", 16, 1024),
+    ("qwen2.5-vl-72b", "dgx-h200", 16, 1024),
+    ("qwen2.5-vl-7b-video-64f", "dgx-h100", 4, 256),
+    ("qwen2.5-vl-7b", "dgx-b200", 2, 512),
+    ("qwen3-vl-30b-a3b", "gb200-nvl72", 1, 1024),
+)
+
 
 def run_child(cmd: list[str], timeout: float) -> tuple[int | None, str, str, float, resource.struct_rusage]:
     """Run ``cmd`` in a child process: (exit code or None when killed after ``timeout`` s, stdout, stderr,
@@ -211,7 +222,7 @@ def _usage(usage: resource.struct_rusage) -> dict:
     return {"cpu_seconds": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024}
 
 
-def run_plan_case(case: tuple, timeout: float) -> dict:
+def run_plan_case(case: tuple, timeout: float, sweep: str = "plan") -> dict:
     """``partitioner plan ... --json`` in a child process, as a user runs it: wall, CPU and peak memory
     (interpreter start-up and imports included); killed after ``timeout`` seconds, and the row says so."""
     model, cluster, nodes, batch = case
@@ -227,14 +238,24 @@ def run_plan_case(case: tuple, timeout: float) -> dict:
             status = doc["status"]
             value = (doc.get("throughput") or {}).get("iteration_ms")
             message = f"schedule {(doc.get('schedule') or {}).get('schedule')}, m {doc.get('microbatches')}"
+            fits = _stages_fit(doc)
+            if fits is not None:
+                message += ", every stage fits" if fits else ", A STAGE DOES NOT FIT"
         except (ValueError, KeyError) as exc:
             message = f"unreadable output: {exc}"
     else:
         message = (stderr.strip().splitlines() or [f"exit {code}"])[-1]
-    return {"sweep": "plan", "label": f"plan {model} on {nodes} x {cluster}, batch {batch}", "method": "plan",
+    return {"sweep": sweep, "label": f"plan {model} on {nodes} x {cluster}, batch {batch}", "method": "plan",
             "model": model, "cluster": cluster, "nodes": nodes, "global_batch": batch, "status": status,
             "value": value, "bound": None, "seconds": seconds, **_usage(usage),
             "load_average": os.getloadavg()[0], "message": message[:200]}
+
+
+def _stages_fit(doc: dict) -> bool | None:
+    """Whether the replayed plan of a ``plan --json`` result keeps every stage within its GPU memory (the
+    simulator's ``fits_memory``, its peak against the problem's capacity; None: no simulated plan)."""
+    sim = doc.get("simulation") or {}
+    return sim.get("fits_memory")
 
 
 # Solves that reach every compiled kernel of the dp (plain and option recursions, both modes, the bucket level)
@@ -400,11 +421,13 @@ def write_report(records: list[dict], methods: list[str], time_limit: float, out
         ("issue24", "Issue-24 targets: v3 twins (cp, ep), each method in its own process"),
         ("issue28", "Issue-28 target: dp at its memory budget (in its own process: peak memory is the row's own)"),
         ("plan", "`partitioner plan` per preset (a child process each: wall, CPU and peak memory of the whole command)"),
+        ("issue25", "Issue-25 target: `partitioner plan` on each new preset in <= 30 s, every stage fitting (a child "
+                    "process each)"),
     ):
         rows = [r for r in records if r["sweep"] == sweep_name]
         if not rows:
             continue
-        cols = ["plan"] if sweep_name == "plan" else methods
+        cols = ["plan"] if sweep_name in ("plan", "issue25") else methods
         lines += [f"## {title}", "", "| problem | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
         for label in dict.fromkeys(r["label"] for r in rows):
             cells = []
@@ -459,7 +482,7 @@ def _num(value) -> str:
 
 
 def _cell(r: dict) -> str:
-    peak = f", peak {r['peak_rss_mb']:,.0f} MB" if r["sweep"] in ("issue13", "issue28", "plan") and r.get("peak_rss_mb") else ""
+    peak = f", peak {r['peak_rss_mb']:,.0f} MB" if r["sweep"] in ("issue13", "issue28", "plan", "issue25") and r.get("peak_rss_mb") else ""
     if r["value"] is None:
         return f"{r['status']} ({r['seconds']:.1f} s{peak})"
     cpu = f" (cpu {r['cpu_seconds']:.2f})" if r.get("cpu_seconds") is not None else ""
@@ -509,7 +532,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--sweeps", default=None,
         help="comma-separated sweeps to run (layers, gpus, layouts, target, commfree, v2, issue13, issue24, "
-             "issue28, plan); default all but issue13, issue24, issue28 and plan",
+             "issue25, issue28, plan); default all but issue13, issue24, issue25, issue28 and plan",
     )
     parser.add_argument("--plan-timeout", type=float, default=900.0, help="seconds before a plan case is killed")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)  # one point (JSON), records to stdout
@@ -525,7 +548,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     records = []
     chosen = None if args.sweeps is None else set(args.sweeps.split(","))
-    if "dp" in methods or (chosen is not None and "plan" in chosen):
+    if "dp" in methods or (chosen is not None and chosen & {"plan", "issue25"}):
         records += compile_kernels()  # every timed row below starts with the kernels compiled
     for point in sweep(args.quick):
         if chosen is not None and point.sweep not in chosen:
@@ -545,6 +568,11 @@ def main(argv: list[str] | None = None) -> None:
             records.append(run_plan_case(case, args.plan_timeout))
             r = records[-1]
             print(f"{r['label']:60s} {r['status']:10s} {r['seconds']:8.2f} s peak {r['peak_rss_mb']:,.0f} MB", flush=True)
+    if chosen is not None and "issue25" in chosen:
+        for case in V3_PLAN_CASES:
+            records.append(run_plan_case(case, args.plan_timeout, sweep="issue25"))
+            r = records[-1]
+            print(f"{r['label']:60s} {r['status']:10s} {r['seconds']:8.2f} s {r['message']}", flush=True)
     write_report(records, methods, args.time_limit, args.out)
     print(f"wrote {args.out / 'solvers.md'}")
 

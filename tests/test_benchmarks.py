@@ -120,3 +120,25 @@ def test_issue13_table_says_met_only_within_time_and_memory(tmp_path):
     assert "(v2 twin: 3 variants, per-segment configs): optimal in <= 3 s | optimal in 2.00 s, cpu 1.90 s, peak 4,000 MB | no |" in text
     assert "--nodes 2 --global-batch 1024`: <= 10 s, peak <= 3 GiB | feasible in 12.00 s, cpu 11.00 s, peak 300 MB | no |" in text
     assert "| dp, 64 layers x 256 GPUs with transfers, iteration: optimal in <= 10 s | not measured | no |" in text
+
+
+def test_issue25_table_says_met_only_when_every_stage_fits_within_30_s(tmp_path):
+    def row(label, status, seconds, message):
+        return {"sweep": "issue25", "label": label, "method": "plan", "status": status, "seconds": seconds,
+                "load_average": 2.0, "message": message}
+
+    rows = [row("plan a", "optimal", 12.0, "schedule 1f1b, m 8, every stage fits"),
+            row("plan b", "feasible", 31.0, "schedule 1f1b, m 8, every stage fits"),
+            row("plan c", "feasible", 5.0, "schedule 1f1b, m 8, A STAGE DOES NOT FIT"),
+            row("plan d", "timeout", 300.0, "killed after 300 s")]
+    (tmp_path / "issue25").mkdir()
+    (tmp_path / "issue25" / "solvers.json").write_text(json.dumps(rows))
+    lines = [line for line in report.issue25_targets(tmp_path) if line.startswith("| plan")]
+    assert [line.rsplit("|", 2)[-2].strip() for line in lines] == ["yes", "no", "no", "no"]
+    assert report.issue25_targets(tmp_path / "nothing") == []
+
+
+def test_plan_case_says_whether_the_replayed_plan_fits():
+    assert solvers._stages_fit({"simulation": {"fits_memory": True}}) is True
+    assert solvers._stages_fit({"simulation": {"fits_memory": False}}) is False
+    assert solvers._stages_fit({"status": "infeasible"}) is None
