@@ -277,7 +277,8 @@ def _baseline_line(result: "ModelPlan") -> str:
     if base is None or base.plan is None:
         return "baseline megatron-uniform: no uniform plan fits in memory"
     stages, v = base.plan["stages"], base.virtual_stages or 1
-    shape = f"{len(stages) // v} stage(s){f' x {v} virtual' if v > 1 else ''} of dp {stages[0]['dp']} x tp {stages[0]['tp']}"
+    mesh = base.layout.label if base.layout is not None else f"dp {stages[0]['dp']} x tp {stages[0]['tp']}"
+    shape = f"{len(stages) // v} stage(s){f' x {v} virtual' if v > 1 else ''} of {mesh}"
     under = f", {schedule_name(base.schedule, v)}" if base.schedule else ""
     return (f"baseline {base.method} ({shape}, m = {base.microbatches}{under}): iteration {base.iteration_ms:.1f} ms, "
             f"MFU {100 * base.throughput.mfu:.1f} % -> speed-up {result.speedup:.3f}x")

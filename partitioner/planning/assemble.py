@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 from ..plan import SolveResult
 from ..plan.result import Status
 from ..presets import ClusterSpec, ModelSpec
-from .baselines import BASELINE_METHOD, BASELINES, FSDP_METHOD
+from .baselines import BASELINE_METHOD, BASELINES, FSDP_METHOD, BaselineLayout
 from .records import BaselineRun, BaselineSummary, KnobSolve, MicrobatchTrial, MissingBaseline, ScreenedCount, moe_export_hints
 from .results import ModelPlan, iteration_of, plan_throughput, stage_knobs
 from .schedules.report import ScheduleReport
@@ -22,7 +22,8 @@ __all__ = ["NO_FIT", "best_baselines", "assemble", "no_plan"]
 
 NO_FIT = {
     BASELINE_METHOD: "no Megatron-style uniform plan fits in memory",
-    FSDP_METHOD: "FSDP (one stage, dp = all GPUs, ZeRO-3) does not fit or dp does not divide the microbatch",
+    FSDP_METHOD: "FSDP (one stage, dp x cp = all GPUs, ZeRO-3, ep from the keys) does not fit or dp does not divide "
+                 "the microbatch",
 }
 
 
@@ -59,7 +60,7 @@ def _summary(name: str, b: BaselineRun) -> BaselineSummary:
     return BaselineSummary(method=name, value=b.ev.value, plan=b.plan.to_dict(b.ev), microbatches=b.problem.microbatches,
                            schedule=training.schedule, virtual_stages=training.virtual_stages,
                            throughput=plan_throughput(b.problem, b.ev, b.iteration_ms), knobs=stage_knobs(b.ev),
-                           simulation=b.sim)
+                           simulation=b.sim, layout=BaselineLayout.of(b.ev, training.virtual_stages))
 
 
 def _baseline_sections(bests: Mapping[str, BaselineRun]) -> tuple[dict[str, BaselineSummary | MissingBaseline],

@@ -2,18 +2,39 @@
 
 * ``megatron-uniform`` (:func:`megatron_baseline`): Megatron-LM / torchtitan's
   default pipeline -- vision and projector on stage 0, decoder layers split
-  evenly, one layout (dp, tp) and one knob setting (recompute, ZeRO-0/1)
-  for every stage;
+  evenly, one layout (dp, tp, cp, ep, etp) and one knob setting (recompute,
+  ZeRO-0/1) for every stage, chosen the way Megatron-Core's MoE guide
+  advises [MCoreMoE]_: EP x TP inside a node (NVLink), CP only where the
+  problem offers it (long sequences), ETP 1 or TP;
 * ``fsdp`` (:func:`fsdp_baseline`): no pipeline -- one stage of all N GPUs,
-  dp = N, ZeRO-3 (FSDP full shard) with the better recompute choice, what
-  OpenVLA and pi0 were trained with.
+  dp x cp = N, tp = 1, ZeRO-3 (FSDP full shard) with the better recompute
+  choice, what OpenVLA and pi0 were trained with; on a MoE model with
+  torchtitan's expert parallelism (FSDP2 + EP, ETP 1 [Titan]_).
 
-Every baseline plan is checked by :func:`partitioner.plan.evaluate` (rules 1-6);
-its value is that evaluation's.
+The model-wide layout applies where the layers have it: a segment whose
+layers have no key with that ep (a vision encoder, a dense module) runs
+ep = etp = 1, and one whose layers have no key with that cp runs cp = 1 on
+dp x cp data-parallel ranks (:func:`segment_config`; Megatron's LLaVA
+applies CP to the language model only). Every baseline plan is checked by
+:func:`partitioner.plan.evaluate` (rules 1-6); its value is that evaluation's.
+On a problem without cp or ep keys (formats v1 and v2) both baselines are
+the (dp, tp) ones they always were.
+
+References
+----------
+.. [MCoreMoE] NVIDIA Megatron-LM, ``megatron/core/transformer/moe/README.md``,
+   "MoE Parallel Folding" and the parallel-mapping guidance (EP x TP within
+   the NVLink domain, CP for long sequences); Liu et al., "MoE Parallel
+   Folding", arXiv:2504.14960, 2025. Notes: ``research/5d-moe.md`` section 1.
+.. [Titan] pytorch/torchtitan 0.3, ``distributed/parallel_dims.py``
+   (ep divides dp_shard x cp x tp: "EP borrows ranks from FSDP and TP") and
+   PR #3167 (expert tensor parallelism removed, so etp = 1).
+   Notes: ``research/5d-moe.md`` section 2.1.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterator, NamedTuple, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 from ..plan import Evaluation, Plan, PlanError, Stage, evaluate, objective_value
 from ..plan.cuts import _uniform_cuts, layer_roles
@@ -21,7 +42,7 @@ from ..plan.schedules import peak_activation_bytes, stash
 from ..problem import LayerCost, Layout, Problem
 
 __all__ = ["BASELINE_METHOD", "FSDP_METHOD", "BASELINES", "layer_roles", "megatron_baseline", "megatron_baselines",
-           "StageSums", "fsdp_baseline"]
+           "StageSums", "fsdp_baseline", "offered_axes", "segment_config", "BaselineLayout"]
 
 BASELINE_METHOD = "megatron-uniform"
 FSDP_METHOD = "fsdp"
@@ -36,12 +57,19 @@ def megatron_baseline(problem: Problem, objective: str | None = None,
     loss or action head on the last stage, the decoder layers are split
     evenly over P stages (Megatron's ``num_layers / pp``; when P does not
     divide them, the last stages take one more), and every stage has the
-    same size, the same layout (dp, tp) and the same memory knobs, devices
-    in order. The knobs are those Megatron offers -- activation recompute
+    same size, the same layout (dp, tp, cp, ep, etp) and the same memory
+    knobs, devices in order. The layouts are those Megatron-Core's MoE
+    guide admits [MCoreMoE]_: tp a power of two within a node; (cp, ep,
+    etp) among those the problem's keys offer (:func:`offered_axes`), etp
+    1 or tp, ep x etp dividing the stage's devices and ep x tp within a
+    node; dp what the devices leave, d / (tp x cp). A segment whose layers
+    lack the layout's ep or cp runs without it (:func:`segment_config`).
+    The knobs are those Megatron offers -- activation recompute
     and the distributed optimizer (ZeRO-1) --: ``variants`` (default: every
     variant of the problem without ZeRO-3, and the plain key). Among the
     stage counts, layouts and knobs that fit in memory, the one with the
-    best objective is returned; None when none fits.
+    best objective is returned (ties to the earlier in the order P, tp,
+    (cp, ep, etp), variant); None when none fits.
 
     Under ``training.schedule: interleaved`` (v virtual stages) the split is
     Megatron-LM's with virtual stages: P groups (P >= 2, m a multiple of P),
@@ -72,8 +100,9 @@ def megatron_baselines(problem: Problem, objective: str | None = None, variants:
     for floor, i in floors:
         if len(found) >= keep and floor * (1 - _FLOOR_MARGIN) > found[keep - 1][0]:
             break  # this candidate and every later one is slower than the keep best found
-        fits = sums is None or _fits_memory(problem, candidates[i], sums)
-        ev = _try(problem, candidates[i].plan(), objective) if fits else None  # evaluate would refuse it (rule 6)
+        # tied weights (v3) count once on a stage holding both layers: left to evaluate
+        fits = sums is None or bool(problem.ties) or _fits_memory(problem, candidates[i], sums)
+        ev = _try(problem, candidates[i].plan(problem), objective) if fits else None  # evaluate would refuse it (rule 6)
         if ev is not None:
             found.append((ev[1].value, i, *ev))
             found.sort(key=lambda f: f[:2])
@@ -92,21 +121,83 @@ class _Candidate(NamedTuple):
     tp: int
     variant: str
     cuts: list[tuple[int, int]]
+    cp: int = 1
+    ep: int = 1
+    etp: int = 1
 
     @property
     def layout(self) -> Layout:
-        return Layout(self.devices // self.tp, self.tp, self.variant)
+        """The model-wide config (each segment takes :func:`segment_config` of it)."""
+        return Layout(self.devices // (self.tp * self.cp), self.tp, self.variant, self.cp, self.ep, self.etp)
 
-    def plan(self) -> Plan:
-        P, d = self.groups, self.devices
+    def plan(self, problem: Problem) -> Plan:
+        P, d, layout = self.groups, self.devices, self.layout
         ids = [tuple(range(g * d, (g + 1) * d)) for g in range(P)]
-        return Plan(tuple(Stage(a, b, d, d // self.tp, self.tp, ids[c % P], variant=self.variant)
+        return Plan(tuple(Stage.from_configs(a, b, d, [segment_config(problem, first, last, layout)
+                                                       for first, last in problem.segments(a, b)], ids[c % P])
                           for c, (a, b) in enumerate(self.cuts)))
 
 
+def offered_axes(problem: Problem) -> list[tuple[int, int, int]]:
+    """Every (cp, ep, etp) of a cost key of the problem, (1, 1, 1) first, then ascending.
+
+    A format v1/v2 problem offers only (1, 1, 1).
+    """
+    found, seen = {(1, 1, 1)}, set()
+    for layer in problem.layers:
+        if id(layer.costs) not in seen:  # layers sharing a table share its keys
+            seen.add(id(layer.costs))
+            found.update((c.cp, c.ep, c.etp) for c in layer.costs)
+    return sorted(found)
+
+
+def _config_options(config: Layout) -> list[Layout]:
+    """``config``, then without its experts (ep = etp = 1), then with cp folded into dp, then both."""
+    no_ep = replace(config, ep=1, etp=1)
+    options = [config, no_ep]
+    if config.cp > 1:
+        options += [replace(c, dp=c.dp * c.cp, cp=1) for c in (config, no_ep)]
+    return list(dict.fromkeys(options))
+
+
+def segment_config(problem: Problem, first: int, last: int, config: Layout,
+                   column: Callable[[Layout], Sequence[LayerCost | None]] | None = None) -> Layout:
+    """The config the segment of layers ``first..last`` takes under the model-wide ``config``.
+
+    ``config`` when every layer of the segment has it; else the first of
+    ``config`` without expert parallelism (a segment without experts: EP
+    applies to MoE layers only), ``config`` with its cp ranks as data
+    parallel ranks (a module without context parallelism, as Megatron's
+    LLaVA applies CP to the language model only), and both, that every
+    layer has; else ``config`` (evaluate refuses the plan: rule 5). With
+    cp = ep = 1 this is always ``config``. ``column(c)``, when given, is
+    every layer's entry in ``c``.
+    """
+    options = _config_options(config)
+    if len(options) == 1:
+        return config
+    for c in options:
+        entries = column(c)[first: last + 1] if column is not None else \
+            [layer.costs.get(c) for layer in problem.layers[first: last + 1]]
+        if all(e is not None for e in entries):
+            return c
+    return config
+
+
 def _megatron_plans(problem: Problem, variants: Sequence[str] | None = None) -> Iterator[Plan]:
-    """Every plan of :func:`megatron_baseline`'s shape, in enumeration order (P, then tp, then the variant)."""
-    return (c.plan() for c in _megatron_candidates(problem, variants))
+    """Every plan of :func:`megatron_baseline`'s shape, in enumeration order (P, tp, (cp, ep, etp), variant)."""
+    return (c.plan(problem) for c in _megatron_candidates(problem, variants))
+
+
+def _megatron_axes(axes: Sequence[tuple[int, int, int]], d: int, tp: int, gpus_per_node: int) -> list[tuple[int, int, int]]:
+    """The (cp, ep, etp) of ``axes`` Megatron-Core admits with tp on a stage of d GPUs [MCoreMoE]_.
+
+    cp divides d / tp; etp is 1 or tp; ep x etp divides d (the experts fold
+    onto the stage's dp x tp x cp ranks); ep x tp is at most a node (the
+    guide keeps EP x TP inside the NVLink domain).
+    """
+    return [(cp, ep, etp) for cp, ep, etp in axes
+            if (d // tp) % cp == 0 and etp in (1, tp) and d % (ep * etp) == 0 and (ep == 1 or ep * tp <= gpus_per_node)]
 
 
 def _megatron_candidates(problem: Problem, variants: Sequence[str] | None = None) -> Iterator[_Candidate]:
@@ -116,6 +207,7 @@ def _megatron_candidates(problem: Problem, variants: Sequence[str] | None = None
     roles = layer_roles(problem)
     N = problem.num_devices
     allowed = problem.cluster.allowed_sizes()
+    axes = offered_axes(problem)
     n_dec = sum(r == "decoder" for r in roles) or problem.num_layers
     v = problem.training.virtual_stages if problem.training.schedule == "interleaved" else 1
     for P in range(problem.stages.min, problem.stages.max + 1):
@@ -128,15 +220,16 @@ def _megatron_candidates(problem: Problem, variants: Sequence[str] | None = None
         tp = 1
         while tp <= min(d, problem.cluster.gpus_per_node):
             if d % tp == 0:
-                for var in variants:
-                    yield _Candidate(P, d, tp, var, cuts)
+                for cp, ep, etp in _megatron_axes(axes, d, tp, problem.cluster.gpus_per_node):
+                    for var in variants:
+                        yield _Candidate(P, d, tp, var, cuts, cp, ep, etp)
             tp *= 2
 
 
 def _candidate_floor(problem: Problem, candidate: _Candidate, objective: str, sums: "StageSums | None") -> float | None:
-    """``value_floor(problem, candidate.plan(), objective, sums)``, without building the plan when ``sums`` is given."""
+    """``value_floor(problem, candidate.plan(problem), objective, sums)``, without building the plan when ``sums`` is given."""
     if sums is None:
-        return value_floor(problem, candidate.plan(), objective)
+        return value_floor(problem, candidate.plan(problem), objective)
     layout, found = candidate.layout, []
     for a, b in candidate.cuts:
         stage = sums.uniform(problem, a, b, layout)
@@ -242,34 +335,46 @@ class StageSums:
     def stage(self, problem: Problem, stage: Stage) -> tuple[float, float, float] | None:
         """:func:`_stage_sums` of ``stage`` in ``problem``, computed once."""
         self._keep_for(problem)
-        key = (stage.first_layer, stage.last_layer, stage.dp, stage.tp, stage.variant, stage.configs)
+        key = (stage.first_layer, stage.last_layer, stage.layout, stage.configs)
         if key not in self._sums:
             self._sums[key] = _stage_sums(problem, stage, self._column)
         return self._sums[key]
 
     def uniform(self, problem: Problem, first: int, last: int, config: Layout) -> tuple[float, float, float] | None:
-        """:meth:`stage` of a stage of layers ``first..last`` with ``config`` in every segment (no ``configs``)."""
+        """:meth:`stage` of a stage of layers ``first..last`` under the model-wide ``config``.
+
+        Each segment takes :func:`segment_config` of ``config`` (as
+        ``_Candidate.plan`` builds it); ``config`` itself in every segment
+        when cp = ep = 1 (the stage without ``configs``).
+        """
         self._keep_for(problem)
-        key = (first, last, config.dp, config.tp, config.variant, None)
+        key = ("uniform", first, last, config)
         if key not in self._sums:
-            if (first, last) not in self._segments:
-                self._segments[first, last] = problem.segments(first, last)
-            pairs = [(seg, config) for seg in self._segments[first, last]]  # Stage.segment_configs without configs
-            self._sums[key] = _pairs_sums(problem, pairs, self._column)
+            self._sums[key] = _pairs_sums(problem, self._pairs(problem, first, last, config), self._column)
         return self._sums[key]
 
     def bytes(self, problem: Problem, first: int, last: int, config: Layout) -> tuple[int, int]:
-        """(sum weight_bytes, sum act_bytes) of layers ``first..last`` in ``config`` (every one has an entry)."""
+        """(sum weight_bytes, sum act_bytes) of layers ``first..last`` under the model-wide ``config``.
+
+        Each segment in :func:`segment_config` of ``config``, where every layer has an entry.
+        """
         self._keep_for(problem)
-        key = (first, last, config.dp, config.tp, config.variant)
+        key = (first, last, config)
         if key not in self._bytes:
             weight = act = 0
-            for c in self._column(config)[first: last + 1]:
-                assert c is not None, f"layer without an entry in {config}"
-                weight += c.weight_bytes
-                act += c.act_bytes
+            for (a, b), lay in self._pairs(problem, first, last, config):
+                for c in self._column(lay)[a: b + 1]:
+                    assert c is not None, f"layer without an entry in {lay}"
+                    weight += c.weight_bytes
+                    act += c.act_bytes
             self._bytes[key] = (weight, act)
         return self._bytes[key]
+
+    def _pairs(self, problem: Problem, first: int, last: int, config: Layout) -> list[tuple[tuple[int, int], Layout]]:
+        """``((a, b), config)`` of every segment of layers ``first..last`` (``Stage.segment_configs`` of the plan)."""
+        if (first, last) not in self._segments:
+            self._segments[first, last] = problem.segments(first, last)
+        return [((a, b), segment_config(problem, a, b, config, self._column)) for a, b in self._segments[first, last]]
 
     def _keep_for(self, problem: Problem) -> None:
         """Start afresh unless ``problem`` has the layers and version kept for."""
@@ -287,19 +392,66 @@ class StageSums:
 
 
 def fsdp_baseline(problem: Problem, objective: str | None = None) -> tuple[Plan, Evaluation] | None:
-    """One stage of all N GPUs, dp = N, tp = 1, ZeRO-3 (FSDP full shard), the better recompute choice.
+    """One stage of all N GPUs, tp = 1, ZeRO-3 (FSDP full shard), the best fitting (cp, ep) and recompute choice.
 
-    None when the problem has no ZeRO-3 variant (``variants`` restricted),
-    dp = N does not divide the microbatch, or nothing fits.
+    The layouts are torchtitan's FSDP2 with its context and expert
+    parallelism [Titan]_: dp x cp = N with cp among those the problem's keys
+    offer, ep among those offered dividing N (EP borrows ranks from the
+    FSDP ones), etp = 1; each segment in :func:`segment_config` of it. On
+    a problem without cp or ep keys this is dp = N alone. Ties go to the
+    earlier in the order (cp, ep), variant. None when the problem has no
+    ZeRO-3 variant (``variants`` restricted), dp does not divide the
+    microbatch, or nothing fits.
     """
     objective = objective or problem.objective
     N, L = problem.num_devices, problem.num_layers
     best: tuple[Plan, Evaluation] | None = None
-    for v in (v for v in problem.variants if v.startswith("zero3")):
-        found = _try(problem, Plan((Stage(0, L - 1, N, N, 1, variant=v),)), objective)
-        if found is not None and (best is None or found[1].value < best[1].value):
-            best = found
+    zero3 = [v for v in problem.variants if v.startswith("zero3")]
+    for cp, ep, _ in (a for a in offered_axes(problem) if a[2] == 1 and N % a[0] == 0 and N % a[1] == 0):
+        for v in zero3:
+            config = Layout(N // cp, 1, v, cp, ep)
+            stage = Stage.from_configs(0, L - 1, N, [segment_config(problem, a, b, config) for a, b in problem.segments(0, L - 1)])
+            found = _try(problem, Plan((stage,)), objective)
+            if found is not None and (best is None or found[1].value < best[1].value):
+                best = found
     return best
+
+
+@dataclass(frozen=True)
+class BaselineLayout:
+    """A baseline plan's model-wide layout, as the result reports it: pp x dp x tp x cp, ep x etp for the experts.
+
+    ``pp`` is the number of device groups; the rest is the config of the
+    plan's segments with the most context and then expert parallelism (a
+    segment without experts or without context parallelism runs with less,
+    :func:`segment_config`); ``dp`` is the stage's devices / (tp x cp).
+    """
+
+    pp: int
+    dp: int
+    tp: int
+    cp: int = 1
+    ep: int = 1
+    etp: int = 1
+
+    @classmethod
+    def of(cls, evaluation: Evaluation, virtual_stages: int = 1) -> "BaselineLayout":
+        """The layout of an evaluated baseline plan (``virtual_stages`` chunks per device group)."""
+        configs = [c for st in evaluation.stages for c in (st.configs or (st.layout,))]
+        top = max(configs, key=lambda c: (c.cp, c.ep, c.etp))  # the first of the most parallel
+        pp = max(1, len(evaluation.stages) // max(1, virtual_stages))
+        return cls(pp, evaluation.stages[0].devices // (top.tp * top.cp), top.tp, top.cp, top.ep, top.etp)
+
+    @property
+    def label(self) -> str:
+        """``dp 4 x tp 2 x cp 2 x ep 8`` (cp, ep and etp only when they are not 1)."""
+        parts = [f"dp {self.dp}", f"tp {self.tp}"] + [f"{axis} {getattr(self, axis)}" for axis in ("cp", "ep", "etp")
+                                                        if getattr(self, axis) != 1]
+        return " x ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pp": self.pp, "dp": self.dp, "tp": self.tp, "cp": self.cp, "ep": self.ep, "etp": self.etp,
+                "label": self.label}
 
 
 def _try(problem: Problem, plan: Plan, objective: str) -> tuple[Plan, Evaluation] | None:

@@ -21,7 +21,7 @@ from typing import Any, Literal, Mapping
 from ..plan import Evaluation, Plan, SolveResult
 from ..presets import is_moe_layer
 from ..problem import Problem
-from .baselines import StageSums
+from .baselines import BaselineLayout, StageSums
 
 __all__ = [
     "MoeHints",
@@ -134,7 +134,11 @@ class MicrobatchTrial:
 
 @dataclass(frozen=True)
 class BaselineSummary:
-    """A baseline that fits, as the result reports it (``baselines[name]``, ``baseline``)."""
+    """A baseline that fits, as the result reports it (``baselines[name]``, ``baseline``).
+
+    ``layout`` is its model-wide 5D layout (``layout`` in the JSON: pp, dp,
+    tp, cp, ep, etp and the label ``dp 4 x tp 2 x cp 2 x ep 8``).
+    """
 
     method: str
     value: float
@@ -145,6 +149,7 @@ class BaselineSummary:
     throughput: Throughput
     knobs: list[dict[str, Any]]
     simulation: Mapping[str, Any] | None = None
+    layout: BaselineLayout | None = None  # pp x dp x tp x cp, ep x etp of the plan
 
     @property
     def iteration_ms(self) -> float:
@@ -156,6 +161,8 @@ class BaselineSummary:
             "schedule": self.schedule, "virtual_stages": self.virtual_stages, "iteration_ms": self.iteration_ms,
             "throughput": self.throughput.to_dict(), "knobs": self.knobs,
         }
+        if self.layout is not None:
+            doc["layout"] = self.layout.to_dict()
         if self.simulation is not None:
             doc["simulation"] = self.simulation
         return doc

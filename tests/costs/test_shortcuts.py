@@ -226,11 +226,11 @@ def test_the_memory_precheck_is_evaluates_rule_6(model, cluster, nodes, batch, m
     for key in [("1f1b", 1), ("zb-h1", 1), ("gpipe", 1), ("interleaved", 2), ("interleaved", 4)]:
         problem, sums = with_schedule(base, *key), StageSums()
         for candidate in _megatron_candidates(problem):
-            if value_floor(problem, candidate.plan(), "iteration") is None:
+            if value_floor(problem, candidate.plan(problem), "iteration") is None:
                 continue  # no entry: neither is asked
             fits = _fits_memory(problem, candidate, sums)
             try:
-                evaluate(problem, candidate.plan().with_device_ids(), "iteration")
+                evaluate(problem, candidate.plan(problem).with_device_ids(), "iteration")
                 assert fits
             except PlanError as err:
                 if err.rule == 6:
