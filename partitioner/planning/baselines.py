@@ -25,11 +25,10 @@ References
 .. [MCoreMoE] NVIDIA Megatron-LM, ``megatron/core/transformer/moe/README.md``,
    "MoE Parallel Folding" and the parallel-mapping guidance (EP x TP within
    the NVLink domain, CP for long sequences); Liu et al., "MoE Parallel
-   Folding", arXiv:2504.14960, 2025. Notes: ``research/5d-moe.md`` section 1.
+   Folding", arXiv:2504.14960, 2025.
 .. [Titan] pytorch/torchtitan 0.3, ``distributed/parallel_dims.py``
    (ep divides dp_shard x cp x tp: "EP borrows ranks from FSDP and TP") and
    PR #3167 (expert tensor parallelism removed, so etp = 1).
-   Notes: ``research/5d-moe.md`` section 2.1.
 """
 from __future__ import annotations
 
