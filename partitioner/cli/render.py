@@ -315,7 +315,7 @@ def schedule_table(report: "ScheduleReport") -> Table:
         table.add_row(mark, schedule_name(entry.schedule, entry.virtual_stages), *_row_cells(entry.plan, entry.plan_reason),
                       *_row_cells(entry.baseline, entry.baseline_reason))
     table.caption = ("plan: the kept plan replayed; solved: the method re-run under the schedule; uniform: Megatron-style "
-                     "uniform split; m microbatches, P stages (x v chunks)")
+                     "uniform split; m microbatches, P stages (x v chunks), a baseline's cp, ep, etp when not 1")
     table.caption_justify = "left"
     return table
 
@@ -327,6 +327,8 @@ def _row_cells(row: "ScheduleRow | None", why: str | None) -> list[str]:
     label = row.plan_source if row.plan_source in ("plan", "solved") else _BASELINE_LABEL.get(row.method, row.method)
     v = row.virtual_stages
     label += f" m {row.microbatches} P {row.stages // v}" + (f"x{v}" if v > 1 else "")
+    if row.layout is not None:  # a baseline's context and expert parallelism, when it has any
+        label += "".join(f" {axis} {n}" for axis in ("cp", "ep", "etp") if (n := getattr(row.layout, axis)) != 1)
     bubble = "" if row.bubble_ratio is None else f"{100 * max(row.bubble_ratio, 0.0):.1f}"
     peak = "" if not row.peak_memory_bytes else f"{row.peak_memory_bytes / 2**30:.1f}"
     return [label, f"{row.iteration_ms:.1f}", bubble, peak]

@@ -196,3 +196,17 @@ def test_v3_shortcuts_give_what_evaluating_every_candidate_gives(problem):
     every.sort(key=lambda f: f[:2])
     fast = megatron_baselines(problem, keep=2, sums=StageSums())
     assert [(p, e.value) for p, e in fast] == [(p, v) for v, _, p in every[:2]]
+
+
+def test_schedule_table_shows_a_baselines_expert_parallelism():
+    from partitioner.cli.render import _row_cells
+    from partitioner.planning.schedules.report import ScheduleCandidate, ScheduleRow
+
+    problem = moe_problem()
+    plan, ev = megatron_baseline(problem)
+    row = ScheduleRow.of(ScheduleCandidate("baseline", "megatron-uniform", "1f1b", 1, problem, plan, ev=ev,
+                                           iteration_ms=ev.iteration_ms))
+    assert row.to_dict()["layout"]["ep"] == 8
+    assert _row_cells(row, None)[0] == "uniform m 4 P 1 ep 8"
+    plain = ScheduleRow.of(ScheduleCandidate("plan", "dp", "1f1b", 1, problem, plan, ev=ev, iteration_ms=ev.iteration_ms))
+    assert plain.layout is None and "layout" not in plain.to_dict()

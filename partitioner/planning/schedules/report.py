@@ -15,6 +15,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from ...plan import Evaluation, Plan, SolveResult
 from ...problem import Problem
+from ..baselines import BaselineLayout
 
 __all__ = ["PlanSource", "ScheduleCandidate", "ScheduleRow", "ScheduleSummary", "ChosenSchedule", "ScheduleReport",
            "best_candidate", "build_report"]
@@ -82,6 +83,7 @@ class ScheduleRow:
     peak_memory_bytes: int | None = None
     stages: int = 0
     plan: Mapping[str, Any] | None = None
+    layout: BaselineLayout | None = None  # a baseline's model-wide 5D layout
 
     @classmethod
     def of(cls, c: ScheduleCandidate, with_plan: bool = False) -> "ScheduleRow":
@@ -90,9 +92,10 @@ class ScheduleRow:
         if c.ev is None or c.plan is None:
             return cls(*head, ok=False, reason=c.reason)
         sim = c.sim or {}
+        layout = BaselineLayout.of(c.ev, c.virtual_stages) if c.source in _BASELINES else None
         return cls(*head, ok=True, iteration_ms=c.iteration_ms, estimate_ms=c.ev.iteration_ms,
                    bubble_ratio=sim.get("bubble_ratio"), peak_memory_bytes=max(sim.get("peak_memory_bytes") or [0]) or None,
-                   stages=len(c.plan.stages), plan=c.plan.to_dict(c.ev) if with_plan else None)
+                   stages=len(c.plan.stages), plan=c.plan.to_dict(c.ev) if with_plan else None, layout=layout)
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"schedule": self.schedule, "virtual_stages": self.virtual_stages,
@@ -105,6 +108,8 @@ class ScheduleRow:
                        peak_memory_bytes=self.peak_memory_bytes, stages=self.stages)
         if self.plan is not None:
             doc["plan"] = self.plan
+        if self.layout is not None:
+            doc["layout"] = self.layout.to_dict()
         return doc
 
 
