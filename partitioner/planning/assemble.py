@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 from ..plan import SolveResult
 from ..plan.result import Status
 from ..presets import ClusterSpec, ModelSpec
-from .baselines import BASELINE_METHOD, BASELINES, FSDP_METHOD, BaselineLayout
+from .baselines import BASELINE_METHOD, BASELINES, FSDP_METHOD
 from .records import BaselineRun, BaselineSummary, KnobSolve, MicrobatchTrial, MissingBaseline, ScreenedCount, moe_export_hints
 from .results import ModelPlan, iteration_of, plan_throughput, stage_knobs
 from .schedules.report import ScheduleReport
@@ -60,7 +60,7 @@ def _summary(name: str, b: BaselineRun) -> BaselineSummary:
     return BaselineSummary(method=name, value=b.ev.value, plan=b.plan.to_dict(b.ev), microbatches=b.problem.microbatches,
                            schedule=training.schedule, virtual_stages=training.virtual_stages,
                            throughput=plan_throughput(b.problem, b.ev, b.iteration_ms), knobs=stage_knobs(b.ev),
-                           simulation=b.sim, layout=BaselineLayout.of(b.ev, training.virtual_stages))
+                           simulation=b.sim, layout=b.layout)
 
 
 def _baseline_sections(bests: Mapping[str, BaselineRun]) -> tuple[dict[str, BaselineSummary | MissingBaseline],

@@ -56,6 +56,11 @@ class BaselineRun:
     sim: Mapping[str, Any] | None
     iteration_ms: float
 
+    @property
+    def layout(self) -> BaselineLayout:
+        """The plan's model-wide layout: pp x dp x tp x cp, ep x etp (:class:`BaselineLayout`)."""
+        return BaselineLayout.of(self.ev, self.problem.training.virtual_stages)
+
 
 @dataclass(frozen=True)
 class ScreenedCount:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from partitioner.costs import build_problem
 from partitioner.plan import Plan, Stage
@@ -180,10 +181,19 @@ def test_v1_v2_presets_give_the_baselines_of_before(model, cluster, nodes, batch
     assert (None if fsdp is None else (fsdp[0], fsdp[1].value)) == _todays_fsdp(base, "iteration")
 
 
+def _interleaved(problem: Problem) -> Problem:
+    doc = problem.to_dict()
+    doc["training"].update(schedule="interleaved", virtual_stages=2, microbatches=4)
+    doc.pop("stages", None)
+    return Problem.from_dict(doc)
+
+
 @settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(problem=small_v3_problems(max_layers=5))
-def test_v3_shortcuts_give_what_evaluating_every_candidate_gives(problem):
+@given(problem=small_v3_problems(max_layers=5), interleave=st.booleans())
+def test_v3_shortcuts_give_what_evaluating_every_candidate_gives(problem, interleave):
     """The floor and the byte sums (StageSums under each segment's config) skip only what cannot win."""
+    if interleave and problem.num_layers >= 4:
+        problem = _interleaved(problem)
     gpn = problem.cluster.gpus_per_node
     every = []
     for i, plan in enumerate(_megatron_plans(problem)):
