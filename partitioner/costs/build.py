@@ -26,7 +26,8 @@ from .options import CostOptions
 from .profile import _apply_profile_doc, load_profile
 from .variants import Knobs, applies, describe, variant_knobs
 
-__all__ = ["build_problem", "ProblemBuilder", "cluster_layouts", "layouts_for", "cost_signature", "usable_memory_bytes"]
+__all__ = ["build_problem", "ProblemBuilder", "cluster_layouts", "layouts_for", "cost_signature", "usable_memory_bytes",
+           "tied_layers"]
 
 
 def usable_memory_bytes(cluster: ClusterSpec, opts: CostOptions) -> float:
@@ -46,6 +47,23 @@ def layouts_for(layer: PipelineLayer, cluster_layouts: Sequence[Layout], microba
         if any(d % lay.tp for p in layer.pieces for d in p.tp_dims):
             continue
         out.append(lay)
+    return out
+
+
+def tied_layers(layers: Sequence[PipelineLayer]) -> dict[int, int]:
+    """``{k: j}``: layer k holds a copy of layer j's weights (format v3's ``tied_to``).
+
+    A layer with a tied piece (an LM head tied to the input embedding,
+    ``Piece.tied_params``) is tied to the embedding layer of its module,
+    the last one before it.
+    """
+    out = {}
+    for k, layer in enumerate(layers):
+        if not any(p.tied_params for p in layer.pieces):
+            continue
+        owners = [j for j in range(k) if layers[j].role == "embedding" and layers[j].module == layer.module]
+        if owners:
+            out[k] = owners[-1]
     return out
 
 
@@ -86,7 +104,11 @@ def build_problem(
     profile: str | Path | Sequence[Mapping[str, Any]] | None = None,
     max_stages: int | None = None,
 ) -> Problem:
-    """A problem for training ``model`` on ``nodes`` nodes of ``cluster`` (format v1, or v2 with ``variants``).
+    """A problem for training ``model`` on ``nodes`` nodes of ``cluster``.
+
+    Format v1, v2 with ``variants``, v3 when a layer is tied to another
+    (an LM head tied to the input embedding: ``tied_to`` and its entries'
+    ``tied_weight_bytes``, :func:`tied_layers`) or a layout uses cp or ep.
 
     Parameters
     ----------
@@ -199,15 +221,18 @@ class ProblemBuilder:
 
         doc_layers = []
         tables: dict[int, dict[str, Any]] = {}  # cost signature -> the costs table its layers share
-        for layer, signature in zip(layers, signatures):
+        ties = tied_layers(layers)
+        for k, (layer, signature) in enumerate(zip(layers, signatures)):
             costs = tables.get(signature)
             if costs is None:
                 costs = tables[signature] = self._table(layer, signature, all_layouts, mb, microbatches, knob_list)
             if profile is not None:
                 costs = dict(costs)  # the profile replaces entries of single layers' tables
-            doc_layers.append(
-                {"name": layer.name, "module": layer.module, "out_bytes": int(round(mb * layer.out_bytes_per_sample)), "costs": costs}
-            )
+            doc_layer: dict[str, Any] = {"name": layer.name, "module": layer.module,
+                                         "out_bytes": int(round(mb * layer.out_bytes_per_sample)), "costs": costs}
+            if k in ties:
+                doc_layer["tied_to"] = ties[k]
+            doc_layers.append(doc_layer)
         flops_sample = model_flops_per_sample(layers)
         meta = {
             "generator": "partitioner.costs",
@@ -228,7 +253,7 @@ class ProblemBuilder:
             ],
         }
         doc: dict[str, Any] = {
-            "version": 1 if knob_list is None else 2,
+            "version": 3 if ties else 1 if knob_list is None else 2,
             "name": f"{spec.name}-{cl.name}-{nodes}n-b{global_batch}-m{microbatches}",
             "cluster": {
                 "nodes": nodes,

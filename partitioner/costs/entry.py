@@ -33,7 +33,7 @@ from .flops import efficiency
 from .layers import Piece, PipelineLayer
 from .memory import block_activation_bytes
 from .options import BF16_BYTES, CostOptions
-from .tied import embedding_sync_ms
+from .tied import embedding_sync_ms, tied_copy_bytes
 from .traffic import block_traffic, embedding_traffic, head_traffic, projector_traffic, traffic_ms
 from .variants import Knobs
 
@@ -51,10 +51,16 @@ class EntryCost:
     bwd_weight_ms: float
     weight_bytes: int
     act_bytes: int
+    tied_weight_bytes: int = 0  # format v3: the part of weight_bytes that is a tied layer's copy
 
     def to_dict(self) -> dict[str, float | int]:
-        return {"fwd_ms": self.fwd_ms, "bwd_ms": self.bwd_ms, "bwd_input_ms": self.bwd_input_ms,
-                "bwd_weight_ms": self.bwd_weight_ms, "weight_bytes": self.weight_bytes, "act_bytes": self.act_bytes}
+        """The entry's fields; ``tied_weight_bytes`` only when the entry holds a tied copy (format v3)."""
+        out: dict[str, float | int] = {
+            "fwd_ms": self.fwd_ms, "bwd_ms": self.bwd_ms, "bwd_input_ms": self.bwd_input_ms,
+            "bwd_weight_ms": self.bwd_weight_ms, "weight_bytes": self.weight_bytes, "act_bytes": self.act_bytes}
+        if self.tied_weight_bytes:
+            out["tied_weight_bytes"] = self.tied_weight_bytes
+        return out
 
 
 def layer_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: ClusterSpec, opts: CostOptions,
@@ -197,13 +203,19 @@ def finish_cost(layer: PipelineLayer, layout: Layout, terms: tuple[float, float,
 
     A tied LM head's entry also carries the all-reduce of the embedding's
     gradient between the two pipeline ends (:func:`tied_sync_ms`), once per
-    iteration, spread over the microbatches.
+    iteration, spread over the microbatches, and the bytes of its copy of
+    the embedding (``tied_weight_bytes``, :func:`~.tied.tied_copy_bytes`:
+    the copy's parameters / tp at the entry's bytes per parameter, rounded
+    down so that it stays within ``weight_bytes``), which a stage that also
+    holds the embedding does not count twice (format v3's ``tied_to``).
     """
     fwd, b_in, b_w, act = terms
     t, dp = layout.tp, layout.dp
-    weight = 0.0
+    weight = tied = 0.0
     for p in layer.pieces:
-        weight += (p.params + p.tied_params) * _bytes_per_param(p.frozen, dp, knobs, opts) / t
+        per = _bytes_per_param(p.frozen, dp, knobs, opts)
+        weight += (p.params + p.tied_params) * per / t
+        tied += tied_copy_bytes(p.tied_params, t, per)
     trainable = sum(p.params + p.tied_params for p in layer.pieces if not p.frozen)
     b_w += optimizer_step_ms(trainable, layout, cluster, opts, knobs) / microbatches
     b_w += tied_sync_ms(layer, layout, cluster, opts, nodes=nodes) / microbatches
@@ -219,7 +231,7 @@ def finish_cost(layer: PipelineLayer, layout: Layout, terms: tuple[float, float,
         b_w += exposed * shard_gather_ms(trainable, layout, cluster, opts, opts.grad_bytes_per_param)  # grad reduce-scatter
     else:
         b_w += (1.0 - opts.grad_sync_overlap) * grad_sync_ms(trainable, layout, cluster, opts) / microbatches
-    return EntryCost(fwd, b_in + b_w, b_in, b_w, int(math.ceil(weight)), int(math.ceil(act)))
+    return EntryCost(fwd, b_in + b_w, b_in, b_w, int(math.ceil(weight)), int(math.ceil(act)), int(math.floor(tied)))
 
 
 def tied_sync_ms(layer: PipelineLayer, layout: Layout, cluster: ClusterSpec, opts: CostOptions, *,
