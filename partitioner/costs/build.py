@@ -19,15 +19,17 @@ from typing import Any, Mapping, Sequence
 
 from ..presets import ClusterSpec, ModelSpec, load_cluster, load_model
 from ..problem import OBJECTIVES, Cluster, Layout, Problem, ProblemError
-from .entry import finish_cost, layer_terms
+from .axes.experts import ep_problem
+from .axes.wiring import cp_allows, cp_layer_terms, sync_layout
+from .entry import finish_cost
 from .flops import forward_flops, model_flops_per_sample
 from .layers import Piece, PipelineLayer, model_layers
 from .options import CostOptions
 from .profile import _apply_profile_doc, load_profile
 from .variants import Knobs, applies, describe, variant_knobs
 
-__all__ = ["build_problem", "ProblemBuilder", "cluster_layouts", "layouts_for", "cost_signature", "usable_memory_bytes",
-           "tied_layers"]
+__all__ = ["build_problem", "ProblemBuilder", "cluster_layouts", "layouts_for", "ep_splits", "cp_offered",
+           "cost_signature", "usable_memory_bytes", "tied_layers"]
 
 
 def usable_memory_bytes(cluster: ClusterSpec, opts: CostOptions) -> float:
@@ -37,7 +39,8 @@ def usable_memory_bytes(cluster: ClusterSpec, opts: CostOptions) -> float:
 
 
 def layouts_for(layer: PipelineLayer, cluster_layouts: Sequence[Layout], microbatch: int, opts: CostOptions) -> list[Layout]:
-    """The layouts ``layer`` can run in: tp divides its heads and widths, dp divides the microbatch."""
+    """The layouts ``layer`` can run in: tp divides its heads and widths, dp divides the microbatch, and a cp > 1
+    splits its sequence (:func:`~.axes.wiring.cp_allows`: ``2 cp`` chunks, an attention algorithm it can run)."""
     out = []
     for lay in cluster_layouts:
         if microbatch % lay.dp:
@@ -46,8 +49,34 @@ def layouts_for(layer: PipelineLayer, cluster_layouts: Sequence[Layout], microba
             continue
         if any(d % lay.tp for p in layer.pieces for d in p.tp_dims):
             continue
+        if lay.cp > 1 and not cp_allows(layer, lay.tp, lay.cp, opts):
+            continue
         out.append(lay)
     return out
+
+
+def ep_splits(experts: int, layout: Layout, gpus_per_node: int, opts: CostOptions) -> list[tuple[int, int]]:
+    """The ``(ep, etp)`` with ep > 1 offered on a layer of a module with ``experts`` routed experts at ``layout``.
+
+    ep from ``ep_degrees`` (default: the powers of two from 2 to ``gpus_per_node``), etp from
+    ``etp_degrees``; ep must divide the experts and ep x etp the config's ``dp tp cp``
+    (:func:`~.axes.experts.ep_problem`).
+    """
+    axes = opts.axes
+    degrees = axes.ep_degrees or tuple(1 << i for i in range(1, gpus_per_node.bit_length()) if 1 << i <= gpus_per_node)
+    out = []
+    for ep in degrees:
+        for etp in axes.etp_degrees:
+            if ep > 1 and (ep, etp) not in out and ep_problem(experts, layout.dp, layout.tp, layout.cp, ep, etp) is None:
+                out.append((ep, etp))
+    return out
+
+
+def cp_offered(layers: Sequence[PipelineLayer], opts: CostOptions) -> tuple[int, ...]:
+    """The cp degrees the builder offers: ``cp_degrees`` when the language model's sequence per sample has at
+    least ``cp_min_tokens`` tokens (long-context training, where Megatron users turn cp on), else only 1."""
+    seq = max((p.tokens for layer in layers if layer.role == "embedding" for p in layer.pieces), default=0.0)
+    return opts.axes.cp_degrees if seq >= opts.axes.cp_min_tokens else (1,)
 
 
 def tied_layers(layers: Sequence[PipelineLayer]) -> dict[int, int]:
@@ -76,18 +105,22 @@ def cost_signature(layer: PipelineLayer) -> tuple[Piece, ...]:
     return tuple(replace(p, name="", module="") for p in layer.pieces)
 
 
-def cluster_layouts(gpus_per_node: int, nodes: int) -> list[Layout]:
-    """Every (dp, tp) whose size rule 3 allows, tp a power of two within a node."""
+def cluster_layouts(gpus_per_node: int, nodes: int, cp_degrees: Sequence[int] = (1,)) -> list[Layout]:
+    """Every (dp, tp, cp) whose size dp x tp x cp rule 3 allows, tp a power of two within a node, cp from
+    ``cp_degrees``: first the cp = 1 layouts (format v1's), then each cp > 1 in turn."""
     cluster = Cluster(nodes, gpus_per_node, 1, 1.0, 1.0)
     out = []
-    for d in cluster.allowed_sizes():
-        tp = 1
-        while tp <= min(d, gpus_per_node):
-            if d % tp == 0:
-                lay = Layout(d // tp, tp)
-                if cluster.allows(lay):
-                    out.append(lay)
-            tp *= 2
+    for cp in [1, *sorted(set(cp_degrees) - {1})]:
+        for d in cluster.allowed_sizes():
+            if d % cp:
+                continue
+            tp = 1
+            while tp <= min(d // cp, gpus_per_node):
+                if (d // cp) % tp == 0:
+                    lay = Layout(d // (cp * tp), tp, cp=cp)
+                    if cluster.allows(lay):
+                        out.append(lay)
+                tp *= 2
     return out
 
 
@@ -159,18 +192,24 @@ class ProblemBuilder:
         self.opts = CostOptions.from_mapping(options)
         self.nodes, self.objective, self.profile, self.max_stages = nodes, objective, profile, max_stages
         self._static: tuple[list[PipelineLayer], list[int], list[Knobs] | None, list[Layout]] | None = None
-        self._terms: dict[tuple[int, int, float, str], tuple[float, float, float, float]] = {}
+        self._terms: dict[tuple[int, int, float, str, int, int], tuple[float, float, float, float]] = {}
+        self._experts = {m.name: m.experts for m in self.spec.modules if m.experts > 0}
 
     def _layers(self) -> tuple[list[PipelineLayer], list[int], list[Knobs] | None, list[Layout]]:
         """(layers, each layer's signature number, knob settings, cluster layouts), worked out once."""
         if self._static is None:
             layers = model_layers(self.spec, self.opts)
             knob_list = variant_knobs(self.opts.variants, flash_attention=self.opts.flash_attention)
-            all_layouts = cluster_layouts(self.cluster.gpus_per_node, self.nodes)
+            all_layouts = cluster_layouts(self.cluster.gpus_per_node, self.nodes, cp_offered(layers, self.opts))
             numbers: dict[tuple[Piece, ...], int] = {}
             ids = [numbers.setdefault(cost_signature(layer), len(numbers)) for layer in layers]
             self._static = (layers, ids, knob_list, all_layouts)
         return self._static
+
+    def _experts_offered(self, all_layouts: Sequence[Layout]) -> bool:
+        """Whether some layer gets ep keys (a module with routed experts and a layout that splits them)."""
+        return any(ep_splits(n, lay, self.cluster.gpus_per_node, self.opts) for n in self._experts.values()
+                   for lay in all_layouts)
 
     def _table(self, layer: PipelineLayer, signature: int, all_layouts: Sequence[Layout], mb: int, microbatches: int,
                knob_list: list[Knobs] | None) -> dict[str, Any]:
@@ -188,16 +227,18 @@ class ProblemBuilder:
         for lay in allowed:
             samples = mb / lay.dp
             for kn in variants:
-                if kn is not None and not applies(kn, lay.dp):
+                if kn is not None and not applies(kn, lay.dp * lay.cp):
                     continue
                 knobs = kn if kn is not None else Knobs(1 if opts.zero1 else 0, opts.recompute)  # layer_cost's default
-                key = (signature, lay.tp, samples, knobs.recompute)
+                # the compute terms depend on tp, the samples and recompute; under cp on the cp group's span too
+                key = (signature, lay.tp, samples, knobs.recompute, lay.cp, lay.devices if lay.cp > 1 else 0)
                 terms = self._terms.get(key)
                 if terms is None:
-                    terms = self._terms[key] = layer_terms(layer.pieces, lay.tp, samples, knobs.recompute, cl, opts)
-                config = Layout(lay.dp, lay.tp, kn.name if kn is not None else "")
-                costs[config.key] = finish_cost(layer, lay, terms, cl, opts, microbatches, knobs,
-                                               nodes=self.nodes).to_dict()
+                    terms = self._terms[key] = cp_layer_terms(layer, lay, samples, knobs.recompute, cl, opts)
+                config = Layout(lay.dp, lay.tp, kn.name if kn is not None else "", cp=lay.cp)
+                entry = finish_cost(layer, sync_layout(config), terms, cl, opts, microbatches, knobs,
+                                    nodes=self.nodes).to_dict()
+                costs[config.key] = entry
         return costs
 
     def build(self, global_batch: int, microbatches: int) -> Problem:
@@ -253,7 +294,8 @@ class ProblemBuilder:
             ],
         }
         doc: dict[str, Any] = {
-            "version": 3 if ties else 1 if knob_list is None else 2,
+            "version": 3 if ties or any(lay.is_v3 for lay in all_layouts)
+            else 1 if knob_list is None else 2,
             "name": f"{spec.name}-{cl.name}-{nodes}n-b{global_batch}-m{microbatches}",
             "cluster": {
                 "nodes": nodes,

@@ -38,7 +38,7 @@ from .traffic import block_traffic, embedding_traffic, head_traffic, projector_t
 from .variants import Knobs
 
 __all__ = ["EntryCost", "layer_cost", "layer_terms", "finish_cost", "block_time_terms", "piece_time_terms",
-           "optimizer_step_ms", "tied_sync_ms", "TIME_TERMS"]
+           "optimizer_step_ms", "tied_sync_ms", "weight_bytes_per_param", "TIME_TERMS"]
 
 
 @dataclass(frozen=True)
@@ -213,7 +213,7 @@ def finish_cost(layer: PipelineLayer, layout: Layout, terms: tuple[float, float,
     t, dp = layout.tp, layout.dp
     weight = tied = 0.0
     for p in layer.pieces:
-        per = _bytes_per_param(p.frozen, dp, knobs, opts)
+        per = weight_bytes_per_param(p.frozen, dp, knobs, opts)
         weight += (p.params + p.tied_params) * per / t
         tied += tied_copy_bytes(p.tied_params, t, per)
     trainable = sum(p.params + p.tied_params for p in layer.pieces if not p.frozen)
@@ -272,7 +272,7 @@ def optimizer_step_ms(trainable_params: float, layout: Layout, cluster: ClusterS
     return traffic_ms(owned * opts.optimizer_step_bytes_per_param, cluster.hbm_GBps, opts.hbm_efficiency)
 
 
-def _bytes_per_param(frozen: bool, dp: int, knobs: Knobs, opts: CostOptions) -> float:
+def weight_bytes_per_param(frozen: bool, dp: int, knobs: Knobs, opts: CostOptions) -> float:
     """Weight memory per parameter on one GPU of a dp group (before / tp) [4]_.
 
     Trainable: ``bytes_per_param``, its optimizer part / dp with ZeRO-1,

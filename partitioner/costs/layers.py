@@ -47,7 +47,24 @@ from .flops import block_gemm_flops as _block_gemm_flops
 from .memory import BlockShape
 from .options import BF16_BYTES, CostOptions
 
-__all__ = ["Piece", "PipelineLayer", "model_layers", "block_shape"]
+__all__ = ["MoeShape", "Piece", "PipelineLayer", "model_layers", "block_shape"]
+
+
+@dataclass(frozen=True)
+class MoeShape:
+    """The routed experts of a MoE block: ``experts`` of width ``moe_ffn``, ``top_k`` per token.
+
+    ``params`` are all routed experts' parameters (in the piece's
+    ``params``); the router and the shared MLP (``shared_ffn`` wide) are
+    dense parts of the piece.
+    """
+
+    experts: int
+    top_k: int
+    moe_ffn: int
+    shared_ffn: int
+    gated: bool
+    params: int
 
 
 @dataclass(frozen=True)
@@ -91,6 +108,8 @@ class Piece:
     dims: tuple[int, ...] = ()  # projector: its widths
     positions: bool = False  # embedding: a learned position embedding is added
     dropout: bool = False  # embedding: dropout after it
+    mask: str = ""  # a block's attention: causal | bidirectional | window | cross (what context parallelism can split)
+    moe: MoeShape | None = None  # a MoE block's routed experts (what expert parallelism splits)
 
 
 @dataclass(frozen=True)
@@ -111,7 +130,7 @@ class PipelineLayer:
 
 def _block_piece(
     spec: ModuleSpec, name: str, tokens: int, pairs: float, extra_params: int = 0, extra_flops: float = 0.0, passes: int = 1,
-    scores: float | None = None, input_flops: float | None = None, i: int | None = None,
+    scores: float | None = None, input_flops: float | None = None, i: int | None = None, mask: str = "bidirectional",
 ) -> Piece:
     moe = i is not None and is_moe_layer(spec, i)
     cross = i is not None and is_cross_layer(spec, i)
@@ -137,6 +156,9 @@ def _block_piece(
         shape=block_shape(shape_spec, tokens, pairs if scores is None else scores),
         input_gemm_flops=passes * (input_flops if input_flops is not None else
                                    (2.0 * tokens * spec.hidden * spec.attn_dim if cross else _qkv_flops(spec, tokens))),
+        mask="cross" if cross else mask,
+        moe=MoeShape(spec.experts, spec.top_k, spec.moe_ffn, spec.shared_ffn, spec.gated,
+                     spec.experts * (3 if spec.gated else 2) * spec.hidden * spec.moe_ffn) if moe else None,
     )
 
 
@@ -239,7 +261,8 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
                 # windowed layers (Qwen2.5-VL): each patch attends within its window of spec.window patches
                 layer_pairs = float(n * tpi * min(spec.window, tpi)) if _windowed(spec, i) else pairs
                 piece = _block_piece(spec, f"{spec.name}.{i}", tokens, layer_pairs, extra_p, extra_f,
-                                     input_flops=patch_flops if i == 0 else None, i=i)
+                                     input_flops=patch_flops if i == 0 else None, i=i,
+                                     mask="window" if _windowed(spec, i) else "bidirectional")
                 if i >= used:  # after the feature layer: runs forward, its weights never get a gradient
                     piece = replace(piece, dead=True, frozen=True)
                 fq = (_fqn(spec, "pre") if i == 0 else ()) + _fqn(spec, "block", i) + (_fqn(spec, "post") if i == spec.layers - 1 else ())
@@ -318,11 +341,14 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
                 extra_p = parts["post"] if last and not spec.lm_head else 0
                 s_all = s_llm + (expert.tokens if expert is not None else 0)
                 layer_pairs, scores = pairs, float(s_llm * s_all)
+                mask = "causal" if spec.attention == "causal" else "bidirectional"
                 if is_cross_layer(spec, i):  # text queries over the vision states
                     layer_pairs = scores = float(s_llm * spec.cross_tokens)
                 elif _windowed(spec, i) and spec.attention == "causal":
                     layer_pairs = _causal_pairs(s_llm, spec.window)
-                pieces = [_block_piece(spec, f"{spec.name}.{i}", s_llm, layer_pairs, extra_p, scores=scores, i=i)]
+                    mask = "window"
+                pieces = [_block_piece(spec, f"{spec.name}.{i}", s_llm, layer_pairs, extra_p, scores=scores, i=i,
+                                       mask=mask)]
                 if last and expert is not None and not spec.lm_head:
                     # the last prefix layer only feeds its keys and values to the expert: the backward
                     # runs through the K and V projections alone

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
 from ..problem import ProblemError
+from .axes.options import AxisOptions
 from .param_memory import param_memory, target_memory
 
 __all__ = ["BF16_BYTES", "CostOptions"]
@@ -169,6 +170,14 @@ class CostOptions:
         Overrides the LLM's text tokens per sample.
     max_tp : int or None
         Largest tensor-parallel degree to offer.
+    axes : AxisOptions
+        The context- and expert-parallel options (format v3's cp, ep and
+        etp axes: :class:`~.axes.options.AxisOptions`, documented there).
+        They are embedded, not merged, so that the cost terms of the two
+        axes keep reading their own record; but their keys are flat like
+        every other option's: :meth:`from_mapping` takes ``cp_degrees``,
+        ``cp_algorithm``, ``cp_min_tokens``, ``ep_degrees`` ... at the top
+        level (``-c cp_degrees=1,2``) and :meth:`to_dict` writes them there.
 
     Notes
     -----
@@ -264,6 +273,7 @@ class CostOptions:
     train: tuple[str, ...] = ()
     text_tokens: int | None = None
     max_tp: int | None = None
+    axes: AxisOptions = AxisOptions()
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any] | "CostOptions" | None) -> "CostOptions":
@@ -272,11 +282,17 @@ class CostOptions:
             return cls()
         if isinstance(options, CostOptions):
             return options
-        known = {f.name: f for f in fields(cls)}
+        known = {f.name: f for f in fields(cls) if f.name != "axes"}
+        axis_keys = [f.name for f in fields(AxisOptions)]
         values: dict[str, Any] = {}
+        axis_values: dict[str, Any] = {}
         for key, value in options.items():
+            if key in axis_keys:
+                axis_values[key] = value
+                continue
             if key not in known:
-                raise ProblemError(f"unknown cost option {key!r} (options: {', '.join(known)})", path=f"options.{key}")
+                raise ProblemError(f"unknown cost option {key!r} (options: {', '.join([*known, *axis_keys])})",
+                                   path=f"options.{key}")
             default = getattr(cls(), key)
             where = f"options.{key}"
             if isinstance(default, bool):
@@ -313,6 +329,8 @@ class CostOptions:
             values = {**param_memory(values["memory_count"]).option_overrides(), **values}
         if ("recompute" in values or "zero1" in values) and "variants" not in values:
             values["variants"] = ("none",)  # a fixed knob: one setting for every layer (format v1)
+        if axis_values:
+            values["axes"] = AxisOptions.from_mapping(axis_values)  # a ProblemError naming options.<key>
         return cls(**values)
 
     @classmethod
@@ -325,5 +343,7 @@ class CostOptions:
         return cls.from_mapping({**from_target, **more})
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        """The options as :meth:`from_mapping` takes them (the axis options flat at the top level)."""
+        dense = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if k != "axes"}
+        return {**dense, **self.axes.to_dict()}
 

@@ -12,7 +12,7 @@ import pytest
 
 from partitioner.costs import build_problem
 from partitioner.plan import Plan, Stage, evaluate
-from partitioner.problem import Problem
+from partitioner.problem import Layout, Problem
 
 HF = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 PALIGEMMA = str(HF / "paligemma-3b-pt-224" / "config.json")
@@ -67,3 +67,115 @@ def test_a_one_stage_plan_holds_a_tied_head_once():
 def test_untied_models_stay_in_their_format():
     problem = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8)
     assert problem.version == 1 and problem.ties == ()
+
+
+# --------------------------------------------------------------------------- context parallelism
+
+VIDEO = "qwen2.5-vl-7b-video-64f"  # 8704 LLM tokens per sample: over cp_min_tokens
+
+
+@pytest.fixture(scope="module")
+def video() -> Problem:
+    return build_problem(VIDEO, "dgx-h100", nodes=4, global_batch=256, microbatches=256)
+
+
+def _layer(problem: Problem, name: str):
+    return next(layer for layer in problem.layers if layer.name == name)
+
+
+def test_cp_keys_only_for_long_sequences_and_valid_chunks(video):
+    assert video.version == 3
+    seq = video.meta["llm_tokens_per_sample"]
+    assert seq == 8704
+    for layer in video.layers:
+        for lay in layer.costs:
+            assert lay.devices in video.cluster.allowed_sizes() and lay.tp <= 8
+            if lay.cp > 1 and layer.name.startswith("llm"):
+                assert seq % (2 * lay.cp) == 0
+    cps = {lay.cp for lay in _layer(video, "llm.3").costs}
+    assert cps == {1, 2, 4, 8}
+    # every layer of a stage needs the key: the vision layers have the cp keys too (replicated over cp)
+    assert {lay.cp for lay in _layer(video, "vision.0").costs} == {1, 2, 4, 8}
+    short = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8)
+    assert all(lay.cp == 1 for layer in short.layers for lay in layer.costs)
+    # lowered threshold: cp keys appear, and only those whose 2 cp chunks divide the sequence
+    lowered = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8,
+                            options={"cp_min_tokens": 64})
+    s = lowered.meta["llm_tokens_per_sample"]
+    offered = {lay.cp for lay in _layer(lowered, "llm.0").costs}
+    assert offered == {c for c in (1, 2, 4, 8) if s % (2 * c) == 0} and offered != {1}
+
+
+def test_a_cp2_entry_halves_the_language_layer(video):
+    costs = _layer(video, "llm.3").costs
+    base = costs[Layout(1, 2)]
+    cp2 = costs[Layout(1, 2, cp=2)]
+    assert cp2.act_bytes == pytest.approx(base.act_bytes / 2, rel=1e-3)
+    assert cp2.weight_bytes == base.weight_bytes  # weights are whole on every cp rank (no ZeRO on the plain key)
+    assert 0.45 * base.fwd_ms < cp2.fwd_ms < 0.6 * base.fwd_ms  # half the work, the ring mostly hidden
+    head = _layer(video, "llm.head").costs
+    assert head[Layout(1, 2, cp=2)].act_bytes == pytest.approx(head[Layout(1, 2)].act_bytes / 2, rel=1e-3)
+
+
+def test_vision_layers_are_replicated_over_cp(video):
+    costs = _layer(video, "vision.5").costs
+    base, cp2 = costs[Layout(1, 2)], costs[Layout(1, 2, cp=2)]
+    assert cp2.fwd_ms == base.fwd_ms and cp2.act_bytes == base.act_bytes and cp2.weight_bytes == base.weight_bytes
+    assert cp2.bwd_input_ms == pytest.approx(base.bwd_input_ms)
+    assert cp2.bwd_weight_ms > base.bwd_weight_ms  # its gradients now sync over dp x cp = 2 ranks
+
+
+def test_cp_algorithm_option_and_windowed_layers():
+    from partitioner.costs.axes.wiring import piece_algorithms
+    from partitioner.costs.layers import model_layers
+    from partitioner.costs.options import CostOptions
+    from partitioner.presets import load_model
+
+    opts = CostOptions.from_mapping({"cp_algorithm": "a2a"})
+    assert opts.axes.cp_algorithm == "a2a" and opts.to_dict()["cp_algorithm"] == "a2a"
+    layers = model_layers(load_model(VIDEO))
+    llm = next(layer for layer in layers if layer.name == "llm.3").pieces[0]
+    window = next(layer for layer in layers if layer.name == "vision.0").pieces[0]
+    assert llm.mask == "causal" and window.mask == "window"
+    assert set(piece_algorithms(llm, 2, 1, opts)) == {"p2p", "a2a", "all_gather"}
+    assert "a2a" not in piece_algorithms(llm, 8, 1, opts)  # 4 key/value heads do not split 8 ways
+    assert "p2p" not in piece_algorithms(window, 2, 1, opts)  # no ring for sliding windows
+    p2p = build_problem(VIDEO, "dgx-h100", nodes=4, global_batch=256, microbatches=256, options={"cp_degrees": [1, 2]})
+    a2a = build_problem(VIDEO, "dgx-h100", nodes=4, global_batch=256, microbatches=256,
+                        options={"cp_degrees": [1, 2], "cp_algorithm": "a2a"})
+    key = Layout(1, 1, cp=2)
+    ring, ulysses = _layer(p2p, "llm.3").costs[key], _layer(a2a, "llm.3").costs[key]
+    assert ring.act_bytes == ulysses.act_bytes and ring.fwd_ms != ulysses.fwd_ms  # the algorithm's traffic differs
+
+
+def test_bad_axis_options_name_the_field():
+    from partitioner.costs.options import CostOptions
+    from partitioner.problem import ProblemError
+
+    for bad, field in (({"cp_degrees": "two"}, "options.cp_degrees"), ({"cp_min_tokens": 0}, "options.cp_min_tokens"),
+                       ({"cp_degree": 2}, "options.cp_degree")):
+        with pytest.raises(ProblemError) as err:
+            CostOptions.from_mapping(bad)
+        assert field in str(err.value)
+    assert CostOptions.from_mapping({"cp_degrees": 1}).axes.cp_degrees == (1,)  # the CLI's -c cp_degrees=1
+
+
+def test_short_sequence_presets_keep_their_problem():
+    """No cp or ep keys, and every entry what the pre-v3 path (layer_cost) gives."""
+    from partitioner.costs.build import ProblemBuilder
+    from partitioner.costs.entry import layer_cost
+    from partitioner.costs.variants import Knobs
+
+    builder = ProblemBuilder("qwen2-vl-7b", "dgx-h100", nodes=2, options={"variants": "all"})
+    problem = builder.build(256, 8)
+    assert problem.version == 2
+    layers, _, knob_list, _ = builder._layers()
+    by_name = {kn.name: kn for kn in knob_list or []}
+    for layer, doc in zip(layers, problem.layers):
+        assert doc.tied_to is None
+        for lay, cost in doc.costs.items():
+            assert not lay.is_v3
+            knobs = by_name.get(lay.variant, Knobs(0, "none"))
+            want = layer_cost(layer, Layout(lay.dp, lay.tp), 32 / lay.dp, builder.cluster, builder.opts, 8, knobs, nodes=2)
+            assert (cost.fwd_ms, cost.bwd_ms, cost.weight_bytes, cost.act_bytes) == pytest.approx(
+                (want.fwd_ms, want.bwd_ms, want.weight_bytes, want.act_bytes))

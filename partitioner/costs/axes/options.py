@@ -12,11 +12,15 @@ independently; nothing here computes a cost.
 
 References
 ----------
-.. [20] NVIDIA Megatron-LM, ``megatron/training/arguments.py``
+.. [20] NVIDIA Megatron-LM, ``docs/user-guide/features/context_parallel.md``
+   ``megatron/core/transformer/moe/README.md`` (EP groups inside NVLink),
+   ``megatron/training/arguments.py``
    (``--cp-comm-type`` default ``p2p``; ``--moe-expert-capacity-factor``
    default None, dropless) and ``megatron/core/utils.py``
    (``get_batch_on_this_cp_rank``: the sequence in 2 x cp chunks, rank i
    holding chunks i and 2cp-1-i).
+.. [36] NVIDIA NeMo Framework User Guide, "Context Parallelism"
+   (docs.nvidia.com/nemo-framework/user-guide/latest/longcontext/contextparallel.html).
 .. [21] NVIDIA Transformer Engine, ``pytorch/attention/dot_product_attention/
    context_parallel.py`` (``p2p``, ``all_gather``, ``a2a`` attention with
    context parallelism; sliding windows only with ``a2a`` or ``all_gather``).
@@ -68,6 +72,16 @@ class AxisOptions:
     cp_degrees : tuple of int
         The cp degrees offered (each must divide the sequence into 2 cp
         chunks when ``cp_load_balance``, else into cp).
+    cp_min_tokens : int
+        The problem builder offers cp > 1 only when the language model's
+        sequence per sample has at least this many tokens. Megatron-Core and
+        NeMo present context parallelism as the tool for long-context
+        training, where one sequence's activations outgrow a GPU even with
+        tensor parallelism ("critical for training long context models"
+        [36]_ [20]_); at a few thousand tokens a Megatron user splits the
+        batch instead. 8192 (8k, the shortest long-context setting) is a
+        modelling choice; it keeps every short-sequence problem (and its
+        answer) unchanged.
     moe_imbalance : float
         Load-imbalance factor of the routed experts, the busiest expert-
         parallel rank's tokens over the mean (>= 1). No published default;
@@ -90,6 +104,13 @@ class AxisOptions:
     etp_degrees : tuple of int
         Expert tensor-parallel degrees offered on MoE layers (torchtitan 0.3
         has only 1; Megatron defaults to etp = tp).
+    ep_degrees : tuple of int
+        Expert-parallel degrees offered on MoE layers besides 1; empty (the
+        default): every power of two from 2 to ``gpus_per_node`` that
+        divides the routed experts, so that an EP x ETP group of ETP 1
+        stays inside one node's NVLink, as Megatron-Core's MoE guide
+        advises for the all-to-all-heavy EP groups [20]_. Each
+        offered E must divide the experts and E x etp the config's D T C.
     probs_bytes : float
         Bytes per routed copy of the router probabilities sent with the
         dispatch (fp32 in Megatron's all-to-all dispatcher).
@@ -99,12 +120,14 @@ class AxisOptions:
     cp_load_balance: bool = True
     cp_vision: bool = False
     cp_degrees: tuple[int, ...] = (1, 2, 4, 8)
+    cp_min_tokens: int = 8192
     moe_imbalance: float = 1.0
     capacity_factor: float | None = None
     ep_overlap: float = 0.0
     ep_dedup: float = 1.0
     alltoall_links: str = "max"
     etp_degrees: tuple[int, ...] = (1,)
+    ep_degrees: tuple[int, ...] = ()
     probs_bytes: float = 4.0
 
     @classmethod
@@ -129,15 +152,22 @@ class AxisOptions:
             elif key in ("cp_load_balance", "cp_vision"):
                 if not isinstance(value, bool):
                     raise ProblemError(f"must be true or false, got {value!r}", path=where)
-            elif key in ("cp_degrees", "etp_degrees"):
+            elif key in ("cp_degrees", "etp_degrees", "ep_degrees"):
                 if isinstance(value, str):
                     value = [v for v in value.split(",") if v]
+                elif isinstance(value, int) and not isinstance(value, bool):
+                    value = [value]  # the CLI reads "-c cp_degrees=1" as the number 1
                 try:
                     value = tuple(int(v) for v in value)
                 except (TypeError, ValueError):
                     raise ProblemError(f"must be a list of positive integers, got {value!r}", path=where) from None
-                if not value or any(v < 1 for v in value) or 1 not in value:
+                if any(v < 1 for v in value):
+                    raise ProblemError(f"must be positive integers, got {list(value)!r}", path=where)
+                if key != "ep_degrees" and (not value or 1 not in value):
                     raise ProblemError(f"must be positive integers including 1, got {list(value)!r}", path=where)
+            elif key == "cp_min_tokens":
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise ProblemError(f"must be a positive integer, got {value!r}", path=where)
             elif key == "capacity_factor":
                 if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
                     raise ProblemError(f"must be a positive number or null (dropless), got {value!r}", path=where)
