@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 from ..presets import ClusterSpec, ModelSpec, load_cluster, load_model
 from ..problem import OBJECTIVES, Cluster, Layout, Problem, ProblemError
 from .axes.experts import ep_problem
-from .axes.wiring import cp_allows, cp_layer_terms, sync_layout
+from .axes.wiring import cp_allows, cp_layer_terms, moe_ep_cost, sync_layout
 from .entry import finish_cost
 from .flops import forward_flops, model_flops_per_sample
 from .layers import Piece, PipelineLayer, model_layers
@@ -224,6 +224,8 @@ class ProblemBuilder:
             )
         costs = {}
         variants: Sequence[Knobs | None] = knob_list or [None]
+        experts = self._experts.get(layer.module, 0)
+        moe = any(p.moe is not None for p in layer.pieces)
         for lay in allowed:
             samples = mb / lay.dp
             for kn in variants:
@@ -239,6 +241,11 @@ class ProblemBuilder:
                 entry = finish_cost(layer, sync_layout(config), terms, cl, opts, microbatches, knobs,
                                     nodes=self.nodes).to_dict()
                 costs[config.key] = entry
+                for ep, etp in (ep_splits(experts, config, cl.gpus_per_node, opts) if experts else ()):
+                    split = replace(config, ep=ep, etp=etp)
+                    # a dense layer of a MoE module: ep and etp change nothing (DESIGN.md, format v3)
+                    costs[split.key] = moe_ep_cost(layer, split, samples, cl, opts, microbatches, knobs,
+                                                   nodes=self.nodes).to_dict() if moe else entry
         return costs
 
     def build(self, global_batch: int, microbatches: int) -> Problem:
@@ -294,7 +301,7 @@ class ProblemBuilder:
             ],
         }
         doc: dict[str, Any] = {
-            "version": 3 if ties or any(lay.is_v3 for lay in all_layouts)
+            "version": 3 if ties or any(lay.is_v3 for lay in all_layouts) or self._experts_offered(all_layouts)
             else 1 if knob_list is None else 2,
             "name": f"{spec.name}-{cl.name}-{nodes}n-b{global_batch}-m{microbatches}",
             "cluster": {

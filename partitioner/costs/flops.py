@@ -32,8 +32,8 @@ __all__ = ["block_gemm_flops", "attn_flops", "efficiency", "forward_flops", "mod
 def block_gemm_flops(spec: ModuleSpec, tokens: float, i: int | None = None) -> float:
     """Forward FLOPs of block ``i``'s weighted matmuls over ``tokens`` tokens per sample (``None``: a dense block).
 
-    A MoE layer (pre-v3 costing: the active computation, no expert
-    parallelism) runs the router (``hidden x experts``), ``top_k`` routed
+    A MoE layer (its active computation, whatever the expert-parallel
+    split: :mod:`.axes.experts` divides it among ranks) runs the router (``hidden x experts``), ``top_k`` routed
     experts of width ``moe_ffn`` and the shared MLP per token, as Megatron's
     ``moe_layer_flops`` counts them plus the router. A cross-attention layer
     (mllama) projects queries and outputs over the text tokens and keys and

@@ -16,11 +16,16 @@ vision blocks after the ``feature_layer`` (OpenVLA and LLaVA take the
 second-to-last block's output) run forward only; pi0's last prefix layer
 backpropagates through its key and value projections only.
 
-Block variants: a MoE layer (pre-v3 costing, until format v3's ep keys)
-runs its active computation -- router, ``top_k`` routed experts, shared
-MLP (:func:`~.flops.block_gemm_flops`) -- with all experts' weights held
-on every GPU of the layer (no expert parallelism, no all-to-all); its
-activations are those of one MLP of the active experts' summed width.
+Block variants: a MoE layer runs its active computation -- router,
+``top_k`` routed experts, shared MLP (:func:`~.flops.block_gemm_flops`)
+-- and its piece carries the routed experts' shape (:class:`MoeShape`).
+Its ep = 1 entries hold all experts' weights on every GPU of the layer,
+sharded by tp (no all-to-all), with the activations of one MLP of the
+active experts' summed width; its ep > 1 entries (format v3) split the
+experts over the expert-parallel group with the dispatch and combine
+all-to-alls (:func:`~.axes.wiring.moe_ep_cost`). A block piece names its
+attention mask (``mask``: causal, bidirectional, window or cross), which
+decides how context parallelism may split it (:mod:`.axes.wiring`).
 Windowed layers (Gemma 2/3 sliding windows, Qwen2.5-VL's ViT windows)
 compute only the pairs inside their window. Cross-attention layers
 (mllama) attend text queries to the vision states, which travel with the
@@ -29,7 +34,8 @@ Qwen3-VL's DeepStack features travel from the projector to the decoder
 layer that adds them. A tied LM head counts its weights once in the
 model's parameters (``params``); its copy (``tied_params``) stays in its
 weight memory, as a pipeline that separates it from the embedding keeps
-it (format v3's ``tied_to`` will let a stage holding both count it once).
+it; format v3's ``tied_to`` (:func:`~.build.tied_layers`) lets a stage
+holding both count it once.
 
 References
 ----------

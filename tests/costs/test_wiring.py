@@ -179,3 +179,65 @@ def test_short_sequence_presets_keep_their_problem():
             want = layer_cost(layer, Layout(lay.dp, lay.tp), 32 / lay.dp, builder.cluster, builder.opts, 8, knobs, nodes=2)
             assert (cost.fwd_ms, cost.bwd_ms, cost.weight_bytes, cost.act_bytes) == pytest.approx(
                 (want.fwd_ms, want.bwd_ms, want.weight_bytes, want.act_bytes))
+
+
+# --------------------------------------------------------------------------- expert parallelism
+
+MOE = "qwen3-vl-30b-a3b"  # 128 routed experts, 8 per token, every LLM layer MoE
+
+
+@pytest.fixture(scope="module")
+def moe() -> Problem:
+    return build_problem(MOE, "dgx-h100", nodes=2, global_batch=256, microbatches=8,
+                         options={"ep_degrees": [2, 4, 8, 16, 32], "etp_degrees": [1, 2], "variants": "all"})
+
+
+def test_ep_keys_only_where_they_split_the_experts(moe):
+    assert moe.version == 3
+    for layer in moe.layers:
+        eps = [lay for lay in layer.costs if lay.ep > 1]
+        if layer.module != "llm":
+            assert not eps and all(lay.etp == 1 for lay in layer.costs)  # vision, projector: no ep keys
+            continue
+        assert eps
+        for lay in eps:
+            assert 128 % lay.ep == 0 and lay.devices % (lay.ep * lay.etp) == 0
+        # every base config offers every (ep, etp) that splits it
+        for base in [lay for lay in layer.costs if lay.ep == 1 and not lay.variant]:
+            want = {(e, f) for e in (2, 4, 8, 16, 32) for f in (1, 2) if base.devices % (e * f) == 0}
+            got = {(lay.ep, lay.etp) for lay in eps if (lay.dp, lay.tp, lay.cp) == (base.dp, base.tp, base.cp)
+                   and not lay.variant}
+            assert got == want, base.key
+
+
+def test_dense_layers_of_a_moe_module_ignore_ep(moe):
+    for name in ("llm.embed", "llm.head"):
+        costs = _layer(moe, name).costs
+        split = [lay for lay in costs if lay.ep > 1]
+        assert split
+        for lay in split:
+            assert costs[lay] == costs[Layout(lay.dp, lay.tp, lay.variant, lay.cp)]
+
+
+def test_moe_layer_memory_falls_with_ep(moe):
+    costs = _layer(moe, "llm.3").costs
+    weights = [costs[Layout(16, 1, ep=e)].weight_bytes for e in (2, 4, 8, 16)]
+    assert weights == sorted(weights, reverse=True) and weights[-1] < costs[Layout(16, 1)].weight_bytes
+    # ZeRO-1 shards the expert optimizer states over edp: less than the plain key at every ep
+    for e in (2, 4, 8, 16):
+        assert costs[Layout(16, 1, "zero1", ep=e)].weight_bytes < costs[Layout(16, 1, ep=e)].weight_bytes
+    # etp splits each expert further
+    assert costs[Layout(16, 1, ep=8, etp=2)].weight_bytes < costs[Layout(16, 1, ep=8)].weight_bytes
+
+
+def test_the_all_to_all_appears_and_grows_across_nodes():
+    def fwd(overlap: float) -> dict[int, float]:
+        p = build_problem(MOE, "dgx-h100", nodes=2, global_batch=256, microbatches=8,
+                          options={"ep_degrees": [8, 16], "ep_overlap": overlap, "variants": "none"})
+        costs = _layer(p, "llm.3").costs
+        return {e: costs[Layout(16, 1, ep=e)].fwd_ms for e in (8, 16)}
+
+    exposed, hidden = fwd(0.0), fwd(1.0)
+    a2a = {e: exposed[e] - hidden[e] for e in (8, 16)}
+    assert a2a[8] > 0  # dispatch and combine over NVLink (the group sits in one node)
+    assert a2a[16] > 3 * a2a[8]  # the 16-rank group spans both nodes: half its peers behind the NICs

@@ -14,6 +14,8 @@ context
     Context parallelism: ring (p2p), Ulysses all-to-all and all-gather attention.
 experts
     Mixture-of-experts layers and expert parallelism: FLOPs, dispatch/combine, expert memory.
+wiring
+    A layer's entry under a cp or ep config, put together for the problem builder.
 """
 from __future__ import annotations
 
