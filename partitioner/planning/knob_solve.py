@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import Callable, Mapping
 
-from ..plan import Plan, SolveResult
-from ..problem import Problem
+from ..plan import Plan, SolveResult, Stage
+from ..problem import Layout, Problem
 from ..solvers import solve
 from .baselines import BASELINE_METHOD
 from .deadline import Deadline
@@ -42,10 +42,23 @@ def _warm_start(entry: ScreenedCount, variant: str, warm: Mapping[str, Plan]) ->
     """The plan this setting got under another schedule (a re-solve), else the Megatron baseline's when its knobs match."""
     found = warm.get(variant)
     megatron = entry.bases.get(BASELINE_METHOD)
-    if found is None and megatron is not None and all(s.variant == variant_at(entry.problem, s.dp, variant)
-                                                      for s in megatron.plan.stages):
-        found = Plan(tuple(replace(s, variant="") for s in megatron.plan.stages))
+    if found is None and megatron is not None and all(c.variant == variant_at(entry.problem, c.dp * c.cp, variant)
+                                                      for s in megatron.plan.stages for c in _configs(s)):
+        found = Plan(tuple(_with_variant(s, lambda c: "") for s in megatron.plan.stages))
     return found
+
+
+def _configs(stage: Stage) -> tuple[Layout, ...]:
+    """The configs of a stage's segments (its one config when they are all the same)."""
+    return stage.configs if stage.configs is not None else (stage.layout,)
+
+
+def _with_variant(stage: Stage, variant_of: Callable[[Layout], str]) -> Stage:
+    """``stage`` with each segment's config given the variant ``variant_of(config)``; meshes and cp/ep/etp kept."""
+    if stage.configs is None:
+        return replace(stage, variant=variant_of(stage.layout))
+    return Stage.from_configs(stage.first_layer, stage.last_layer, stage.devices,
+                              [replace(c, variant=variant_of(c)) for c in stage.configs], stage.device_ids)
 
 
 def _solve_setting(entry: ScreenedCount, variant: str, proj: Problem, opts: PlanOptions, warm: Mapping[str, Plan],
@@ -60,7 +73,7 @@ def _solve_setting(entry: ScreenedCount, variant: str, proj: Problem, opts: Plan
         return result
     tally.solved_plans[variant] = result.plan  # a re-solve's warm start
     problem = entry.problem
-    lifted = Plan(tuple(replace(s, variant=variant_at(problem, s.dp, variant), configs=None) for s in result.plan.stages))
+    lifted = Plan(tuple(_with_variant(s, lambda c: variant_at(problem, c.dp * c.cp, variant)) for s in result.plan.stages))
     refined = refine_knobs(problem, lifted, opts.objective)
     if refined is None:
         return result

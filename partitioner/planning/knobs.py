@@ -25,40 +25,50 @@ __all__ = ["uniform_projection", "variant_at", "refine_knobs", "ESCALATION"]
 
 
 def uniform_projection(problem: Problem, variant: str) -> Problem | None:
-    """The format-v1 problem in which every layer's plain keys hold its ``variant`` entries.
+    """The problem without variants in which every layer's plain keys hold its ``variant`` entries.
 
     A mesh with one replica has no ZeRO variants (they equal their ZeRO-0
     twin there): it takes the twin's entry. A plan of the projection, each
     stage given :func:`variant_at` its mesh, is a plan of ``problem`` with
     the same value. None when some layer has no entry left.
+
+    Format v1 (one config per stage) unless some key has cp, ep or etp:
+    then format v3, the keys keeping those axes (and so one config per
+    module segment, as v3 has it) and the layers their ties. A v1
+    projection drops ``tied_to``: each stage then counts a tied copy whole,
+    which only overstates memory, so its plans stay valid on ``problem``.
     """
     if not variant and problem.version == 1:
         return problem
+    five_d = any(c.cp > 1 or c.ep > 1 or c.etp > 1 for layer in problem.layers for c in layer.costs)
     layers = []
-    at: dict[int, str] = {}  # dp -> the variant's key there
+    at: dict[int, str] = {}  # replicas (dp x cp) -> the variant's key there
     projected: dict[int, Mapping[Layout, LayerCost]] = {}  # id(costs) -> its projection: layers sharing a table share it
     for layer in problem.layers:
         table = projected.get(id(layer.costs))
         if table is None:
             costs: dict[str, tuple[Layout, LayerCost]] = {}
             for c in layer.costs:
-                if c.dp not in at:
-                    at[c.dp] = variant_at(problem, c.dp, variant)
-                if c.variant == at[c.dp]:
-                    plain = Layout(c.dp, c.tp)
-                    costs[plain.key] = (plain, _plain_cost(layer.costs[c]))
+                replicas = c.dp * c.cp
+                if replicas not in at:
+                    at[replicas] = variant_at(problem, replicas, variant)
+                if c.variant == at[replicas]:
+                    plain = replace(c, variant="")
+                    cost = layer.costs[c]
+                    costs[plain.key] = (plain, cost if five_d else _plain_cost(replace(cost, tied_weight_bytes=0)))
             if not costs:
                 return None
             # the entries in key order, as the format-v1 document Problem.from_dict would read them
             table = projected[id(layer.costs)] = MappingProxyType({lay: cost for _, (lay, cost) in sorted(costs.items())})
-        layers.append(Layer(layer.name, layer.module, layer.out_bytes, table))
-    # the same problem as Problem.from_dict of the projected v1 document, without writing and re-reading it
-    return replace(problem, layers=tuple(layers), version=1, variants=MappingProxyType({}), source=None)
+        layers.append(Layer(layer.name, layer.module, layer.out_bytes, table, layer.tied_to if five_d else None))
+    # the same problem as Problem.from_dict of the projected document, without writing and re-reading it
+    return replace(problem, layers=tuple(layers), version=3 if five_d else 1, variants=MappingProxyType({}), source=None)
 
 
-def variant_at(problem: Problem, dp: int, variant: str) -> str:
-    """``variant`` at ``dp`` replicas: without its ZeRO part when dp = 1 (ZeRO shards over replicas)."""
-    if dp > 1 or not variant.startswith("zero"):
+def variant_at(problem: Problem, replicas: int, variant: str) -> str:
+    """``variant`` at ``replicas`` = dp x cp ranks holding the same weights: without its ZeRO part when there is
+    one (ZeRO and Megatron's distributed optimizer shard over the data- and context-parallel ranks)."""
+    if replicas > 1 or not variant.startswith("zero"):
         return variant
     return "+".join(variant.split("+")[1:])
 
@@ -100,7 +110,7 @@ def refine_knobs(problem: Problem, plan: Plan, objective: str | None = None,
         for (a, b), config in segs:
             per = {}
             for v in names:
-                key = Layout(config.dp, config.tp, v)
+                key = replace(config, variant=v)
                 entries = [problem.layers[i].costs.get(key) for i in range(a, b + 1)]
                 found = [e for e in entries if e is not None]
                 if len(found) == len(entries):
@@ -118,7 +128,7 @@ def refine_knobs(problem: Problem, plan: Plan, objective: str | None = None,
                 best = (time, need, combo)
         if best is None:
             return None
-        configs = [Layout(c.dp, c.tp, v) for ((_, c), v) in zip(segs, best[2])]
+        configs = [replace(c, variant=v) for ((_, c), v) in zip(segs, best[2])]
         stages.append(Stage.from_configs(stage.first_layer, stage.last_layer, stage.devices, configs, stage.device_ids))
     return _try(problem, Plan(tuple(stages)), objective)
 
