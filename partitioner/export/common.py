@@ -15,7 +15,7 @@ config. A v1 plan has one segment per stage; a v2 stage with per-segment
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from ..costs.variants import parse_variant
@@ -222,8 +222,40 @@ def _axes(config: Any) -> tuple[int, int, int]:
     return tuple(int(getattr(config, axis, 1) or 1) for axis in ("cp", "ep", "etp"))  # type: ignore[return-value]
 
 
+def _expert_split(views: Sequence[StageView]) -> tuple[int, int] | None:
+    """The one ``(ep, etp)`` of the language model's segments, or None when they have none or several."""
+    splits = {(g.ep, g.etp) for v in views for g in v.segments if _holds_llm(v, g)}
+    return next(iter(splits)) if len(splits) == 1 else None
+
+
+def _holds_llm(view: StageView, seg: Segment) -> bool:
+    """Whether ``seg`` holds a layer of the language model (the module whose MoE layers ep and etp split)."""
+    return any(r in LLM_ROLES for r in view.roles[seg.first - view.first: seg.last - view.first + 1])
+
+
+def _fold_expert_axes(views: list[StageView]) -> list[StageView]:
+    """The views with the language model's ``(ep, etp)`` on the segments that hold none of its layers.
+
+    Expert parallelism splits only the MoE layers; a vision encoder or
+    projector has no experts, so whatever ep a framework sets runs it alike
+    (Megatron-LM and torchtitan set one EP per model). The cost model gives
+    such layers ep = 1 keys only; here they take the model's, so that a
+    stage holding the vision encoder and MoE layers counts as one layout.
+    """
+    split = _expert_split(views)
+    if split is None or split == (1, 1):
+        return views
+    out = []
+    for v in views:
+        segs = tuple(g if _holds_llm(v, g) or (g.ep, g.etp) != (1, 1) else replace(g, ep=split[0], etp=split[1])
+                     for g in v.segments)
+        out.append(replace(v, segments=segs))
+    return out
+
+
 def stage_views(plan: Plan, hints: Sequence[Mapping[str, Any]]) -> list[StageView]:
-    """One :class:`StageView` per plan stage."""
+    """One :class:`StageView` per plan stage (segments without language-model layers take its ep and etp:
+    :func:`_fold_expert_axes`)."""
     out = []
     ids = plan.device_ids()
     for p, s in enumerate(plan.stages):
@@ -245,7 +277,7 @@ def stage_views(plan: Plan, hints: Sequence[Mapping[str, Any]]) -> list[StageVie
                 segments=_segments(p, s, modules),
             )
         )
-    return out
+    return _fold_expert_axes(out)
 
 
 def per_replica_microbatch(global_batch: int | None, microbatches: int | None, dp: int) -> tuple[int | None, str | None]:
