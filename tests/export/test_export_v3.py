@@ -9,6 +9,7 @@ import pytest
 
 from partitioner import load_problem, solve
 from partitioner.export import export_result
+from partitioner.plan import Stage
 from partitioner.problem import Problem
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,9 +47,7 @@ def _moe_hints() -> list[dict]:
     return [{"name": f"{m}.{i}", "module": m, "role": r, "fqns": [f"{m}.{i}"]} for i, (m, r) in enumerate(zip(modules, roles))]
 
 
-def _stage(first: int, last: int, configs) -> "Stage":
-    from partitioner.plan import Stage
-
+def _stage(first: int, last: int, configs) -> Stage:
     return Stage.from_configs(first, last, 8, configs)
 
 
