@@ -106,7 +106,7 @@ def test_the_merged_problem_has_the_full_problems_values(target):
     rules = RULES[target]
     problem = restrict(_problem(), rules)
     groups = layer_groups(problem, rules)
-    configs = config_of(problem, rules, "zero1+recompute-full", 2, 1)
+    configs = config_of(problem, rules, "zero1+recompute-full", (2, 1, 1, 1, 1))
     proj = single_layout(problem, groups, configs)
     result = solve(proj, "dp", objective="iteration")
     assert result.plan is not None
@@ -141,3 +141,41 @@ def test_target_any_reports_per_target_the_fastest_candidate_it_runs():
             assert export_result(result, target).expressible
     targeted = plan_model("llava-1.5-7b", "dgx-h100", nodes=2, global_batch=64, target="megatron")
     assert "targets" not in targeted.to_dict()
+
+
+@pytest.fixture(scope="module")
+def moe_problem():
+    return build_problem("qwen3-vl-30b-a3b", "dgx-h100", nodes=2, global_batch=64, microbatches=8)
+
+
+def test_a_targets_meshes_carry_the_expert_split_of_the_moe_module(moe_problem):
+    from partitioner.planning.targets.rules import layouts
+
+    meshes = layouts(moe_problem)
+    assert any(m[3] > 1 for m in meshes) and all(m[0] * m[1] * m[2] % (m[3] * m[4]) == 0 for m in meshes)
+    mesh = next(m for m in meshes if m[3] == 8)
+    configs = config_of(moe_problem, RULES["megatron"], "zero1", mesh)
+    assert configs["llm"].ep == 8 and configs["vision"].ep == 1  # the vision encoder has no experts to split
+    assert not RULES["deepspeed"].runs_mesh((4, 1, 2, 1, 1)) and not RULES["torchtitan"].runs_mesh((4, 2, 1, 4, 2))
+    assert RULES["megatron"].runs_mesh((4, 2, 2, 4, 2))
+
+
+@pytest.mark.parametrize("model", ["qwen3-vl-30b-a3b", "tests/fixtures/hf/paligemma2-3b-pt-224"])
+def test_the_merged_problem_keeps_expert_splits_and_ties(model, moe_problem):
+    """ep keys and a tied head survive the single-mesh problem: its optimum evaluates alike on the full problem."""
+    from partitioner.planning.targets.rules import layouts
+
+    tied = model.startswith("tests/")
+    problem = build_problem(model, "dgx-h100", nodes=1, global_batch=64, microbatches=4) if tied else moe_problem
+    assert not tied or any(layer.tied_to is not None for layer in problem.layers)
+    rules = RULES["megatron"]
+    problem = restrict(problem, rules)
+    groups = layer_groups(problem, rules)
+    mesh = max(layouts(problem), key=lambda m: (m[3], m[0]))  # the widest expert split (PaliGemma 2: dp 8)
+    configs = config_of(problem, rules, "", mesh)
+    proj = single_layout(problem, groups, configs)
+    assert proj is not None and proj.version == 3
+    result = solve(proj, "dp", objective="iteration")
+    assert result.plan is not None, result.message
+    full = expand(result.plan, groups, problem, configs).with_device_ids()
+    assert evaluate(problem, full, "iteration").value == pytest.approx(result.value, rel=1e-9)

@@ -36,13 +36,14 @@ from ...costs.variants import Knobs, parse_variant
 from ...plan import Plan, Stage
 from ...problem import Layer, LayerCost, Layout, Problem, ProblemError
 
-__all__ = ["Target", "TARGETS", "TargetRules", "RULES", "rules_for", "restrict", "settings", "module_variant",
+__all__ = ["Target", "TARGETS", "Mesh", "TargetRules", "RULES", "rules_for", "restrict", "settings", "module_variant",
            "layer_groups", "single_layout", "expand", "layouts", "runs", "config_of", "LLM_ROLES"]
 
 Target = Literal["any", "megatron", "torchtitan", "deepspeed"]
 TARGETS: tuple[Target, ...] = get_args(Target)
 LLM_ROLES = ("embedding", "decoder", "loss")  # the language model's layers (the exporters' LLM roles)
 Cuts = Literal["any", "megatron", "torchtitan"]
+Mesh = tuple[int, int, int, int, int]  # (dp, tp, cp, ep, etp): the one mesh of a target's plan
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,12 @@ class TargetRules:
     recompute: tuple[str, ...]
     recompute_decoder_only: bool  # recompute only on the modules holding decoder layers
     cuts: Cuts
+    cp: bool = True  # runs context parallelism
+    etp: bool = True  # runs an expert tensor-parallel size of its own
+
+    def runs_mesh(self, mesh: "Mesh") -> bool:
+        """Whether the target runs the one mesh ``(dp, tp, cp, ep, etp)``."""
+        return (self.cp or mesh[2] == 1) and (self.etp or mesh[4] == 1)
 
     def allows(self, knobs: Knobs) -> bool:
         return knobs.zero in self.zero and knobs.recompute in self.recompute
@@ -65,10 +72,11 @@ RULES: Mapping[str, TargetRules] = MappingProxyType({
     "megatron": TargetRules("megatron", ("1f1b", "interleaved"), (0, 1, 3), ("none", "selective", "full"), False,
                             "megatron"),
     # export/torchtitan.py: SCHEDULES; _knobs (selective refused, recompute only on `layers`); _reasons (vision)
+    # (torchtitan 0.3 has no expert tensor parallelism of its own)
     "torchtitan": TargetRules("torchtitan", ("1f1b", "gpipe", "interleaved"), (0, 1, 3), ("none", "full"), True,
-                              "torchtitan"),
-    # export/deepspeed.py: TrainSchedule only; _knobs (ZeRO 2/3 refused, selective refused)
-    "deepspeed": TargetRules("deepspeed", ("1f1b",), (0, 1), ("none", "full"), False, "any"),
+                              "torchtitan", etp=False),
+    # export/deepspeed.py: TrainSchedule only; _knobs (ZeRO 2/3 refused, selective refused); no CP in its pipeline engine
+    "deepspeed": TargetRules("deepspeed", ("1f1b",), (0, 1), ("none", "full"), False, "any", cp=False, etp=False),
 })
 
 
@@ -118,7 +126,7 @@ def restrict(problem: Problem, rules: TargetRules) -> Problem:
         key = (id(layer.costs), has_decoder)
         if key not in done:
             done[key] = MappingProxyType({lay: c for lay, c in layer.costs.items() if _allowed(rules, lay.variant, has_decoder)})
-        layers.append(Layer(layer.name, layer.module, layer.out_bytes, done[key]))
+        layers.append(Layer(layer.name, layer.module, layer.out_bytes, done[key], layer.tied_to))
     variants = {v: d for v, d in problem.variants.items() if _allowed(rules, v, True) or _allowed(rules, v, False)}
     return replace(problem, layers=tuple(layers), variants=MappingProxyType(variants), source=None)
 
@@ -161,19 +169,44 @@ def layer_groups(problem: Problem, rules: TargetRules) -> list[tuple[int, int]]:
     return [(i, i) for i in range(L)]
 
 
-def layouts(problem: Problem) -> list[tuple[int, int]]:
-    """The (dp, tp) meshes every layer has some entry in, by devices then tp (the candidates for one mesh)."""
-    common: set[tuple[int, int]] | None = None
-    seen: dict[int, set[tuple[int, int]]] = {}
+def layouts(problem: Problem) -> list[Mesh]:
+    """The meshes ``(dp, tp, cp, ep, etp)`` one plan may run on every layer, by devices, tp, cp, ep, etp.
+
+    ``(dp, tp, cp)``: every layer has some entry in it. ``(ep, etp)``: every
+    layer of the modules that offer expert parallelism has it there (the
+    other modules run ep = etp = 1: they have no experts to split).
+    """
+    common: set[tuple[int, int, int]] | None = None
+    for table in _tables(problem):
+        meshes = {(lay.dp, lay.tp, lay.cp) for lay in table}
+        common = meshes if common is None else common & meshes
+    expert_tables = [t for t in _tables(problem, _expert_modules(problem))]
+    out = []
+    for dp, tp, cp in common or ():
+        splits: set[tuple[int, int]] = {(1, 1)}
+        if expert_tables:
+            splits = set.intersection(*({(lay.ep, lay.etp) for lay in t if (lay.dp, lay.tp, lay.cp) == (dp, tp, cp)}
+                                        for t in expert_tables))
+        out += [(dp, tp, cp, ep, etp) for ep, etp in splits]
+    return sorted(out, key=lambda m: (m[0] * m[1] * m[2], m[1], m[2], m[3], m[4]))
+
+
+def _tables(problem: Problem, modules: frozenset[str] | None = None) -> list[Mapping[Layout, LayerCost]]:
+    """The distinct cost tables of the layers (of ``modules`` only, when given)."""
+    seen: dict[int, Mapping[Layout, LayerCost]] = {}
     for layer in problem.layers:
-        if id(layer.costs) not in seen:
-            seen[id(layer.costs)] = {(lay.dp, lay.tp) for lay in layer.costs}
-        common = set(seen[id(layer.costs)]) if common is None else common & seen[id(layer.costs)]
-    return sorted(common or (), key=lambda l: (l[0] * l[1], l[1]))
+        if modules is None or layer.module in modules:
+            seen.setdefault(id(layer.costs), layer.costs)
+    return list(seen.values())
+
+
+def _expert_modules(problem: Problem) -> frozenset[str]:
+    """The modules some of whose layers have an ep or etp key (the cost model gives them to MoE modules)."""
+    return frozenset(layer.module for layer in problem.layers if any(c.ep > 1 or c.etp > 1 for c in layer.costs))
 
 
 def _variant_at(variant: str, dp: int) -> str:
-    """``variant`` at ``dp`` replicas: without its ZeRO part when dp = 1 (ZeRO shards over replicas)."""
+    """``variant`` at ``dp`` replicas (dp x cp): without its ZeRO part when there is one (ZeRO shards over replicas)."""
     if dp > 1 or not variant.startswith("zero"):
         return variant
     return "+".join(variant.split("+")[1:])
@@ -188,38 +221,57 @@ def _sum(costs: Sequence[LayerCost]) -> LayerCost:
                      sum(c.bwd_weight_ms for c in costs) if split else None)  # type: ignore[misc]
 
 
-def config_of(problem: Problem, rules: TargetRules, setting: str, dp: int, tp: int) -> dict[str, Layout]:
-    """Per module, its config under the one mesh (dp, tp) and uniform knob ``setting``."""
-    decoders = _decoder_modules(problem)
-    return {layer.module: Layout(dp, tp, _variant_at(module_variant(rules, setting, layer.module in decoders), dp))
-            for layer in problem.layers}
+def config_of(problem: Problem, rules: TargetRules, setting: str, mesh: Mesh) -> dict[str, Layout]:
+    """Per module, its config under the one ``mesh`` and uniform knob ``setting`` (ep and etp on the modules with
+    experts only; ZeRO shards over the dp x cp replicas)."""
+    dp, tp, cp, ep, etp = mesh
+    decoders, experts = _decoder_modules(problem), _expert_modules(problem)
+    out = {}
+    for layer in problem.layers:
+        if layer.module not in out:
+            variant = _variant_at(module_variant(rules, setting, layer.module in decoders), dp * cp)
+            split = (ep, etp) if layer.module in experts else (1, 1)
+            out[layer.module] = Layout(dp, tp, variant, cp, *split)
+    return out
 
 
 def single_layout(problem: Problem, groups: Sequence[tuple[int, int]], configs: Mapping[str, Layout]) -> Problem | None:
-    """The format-v1 problem of ``groups`` (one layer each) in the one config per module ``configs``.
+    """The problem of ``groups`` (one layer each) in the one config per module ``configs``.
 
     A merged layer's entry sums its layers' entries (:func:`_sum`) and sends
     its last layer's output; the solver's plans of it are the plans of
     ``problem`` whose cuts fall between groups, all in ``configs``, with the
-    same times and memory. None when a layer has no entry in its config.
+    same times and memory. A tied layer's copy is subtracted from its group
+    when the group also holds the layer it is tied to, and otherwise ties
+    the two groups (format v3). Format v1 when no config has cp, ep or etp
+    and nothing is tied. None when a layer has no entry in its config.
     """
+    group_of = {i: g for g, (a, b) in enumerate(groups) for i in range(a, b + 1)}
     layers = []
-    for a, b in groups:
-        entries = []
-        for layer in problem.layers[a: b + 1]:
+    for g, (a, b) in enumerate(groups):
+        entries, tied_to, tied_bytes = [], None, 0
+        for k in range(a, b + 1):
+            layer = problem.layers[k]
             cost = layer.costs.get(configs[layer.module])
             if cost is None:
                 return None
+            if layer.tied_to is not None and cost.tied_weight_bytes:
+                if group_of[layer.tied_to] == g:  # both in one group: the copy is held once
+                    cost = replace(cost, weight_bytes=cost.weight_bytes - cost.tied_weight_bytes, tied_weight_bytes=0)
+                else:
+                    tied_to, tied_bytes = group_of[layer.tied_to], tied_bytes + cost.tied_weight_bytes
             entries.append(cost)
         cost = entries[0] if len(entries) == 1 else _sum(entries)
+        cost = replace(cost, tied_weight_bytes=tied_bytes)
         if (cost.bwd_input_ms is None) != (cost.bwd_weight_ms is None):
             cost = replace(cost, bwd_input_ms=None, bwd_weight_ms=None)
         last = problem.layers[b]
         name = last.name if a == b else f"{problem.layers[a].name}..{last.name}"
-        plain = Layout(configs[last.module].dp, configs[last.module].tp)
-        layers.append(Layer(name, last.module, last.out_bytes, MappingProxyType({plain: cost})))
+        plain = replace(configs[last.module], variant="")
+        layers.append(Layer(name, last.module, last.out_bytes, MappingProxyType({plain: cost}), tied_to))
+    five_d = any(c.cp > 1 or c.ep > 1 or c.etp > 1 for c in configs.values()) or any(x.tied_to is not None for x in layers)
     meta = {k: v for k, v in (problem.meta or {}).items() if k != "layers"}  # the hints describe the full problem's layers
-    return replace(problem, layers=tuple(layers), version=1, variants=MappingProxyType({}), source=None,
+    return replace(problem, layers=tuple(layers), version=3 if five_d else 1, variants=MappingProxyType({}), source=None,
                    meta=MappingProxyType(meta))
 
 
@@ -245,17 +297,25 @@ def runs(rules: TargetRules, problem: Problem, plan: Plan) -> list[str]:
     if schedule not in rules.schedules:
         reasons.append(f"schedule {schedule}: {rules.name} runs {', '.join(rules.schedules)}")
     configs = [(s, (a, b), c) for s in plan.stages for (a, b), c in s.segment_configs(problem)]
-    meshes = {(c.dp, c.tp) for _, _, c in configs}
+    meshes = {(c.dp, c.tp, c.cp) for _, _, c in configs}
     if len(meshes) > 1:
-        reasons.append(f"{len(meshes)} meshes (dp, tp) {sorted(meshes)}: {rules.name} runs one for every stage")
+        reasons.append(f"{len(meshes)} meshes (dp, tp, cp) {sorted(meshes)}: {rules.name} runs one for every stage")
+    experts = _expert_modules(problem)
+    splits = {(c.ep, c.etp) for _, (a, _b), c in configs if problem.layers[a].module in experts or c.ep * c.etp > 1}
+    if len(splits) > 1:
+        reasons.append(f"{len(splits)} expert splits (ep, etp) {sorted(splits)}: {rules.name} runs one per model")
+    if not rules.cp and any(c.cp > 1 for _, _, c in configs):
+        reasons.append(f"context parallelism: {rules.name}'s pipeline engine has none")
+    if not rules.etp and any(c.etp > 1 for _, _, c in configs):
+        reasons.append(f"expert tensor parallelism (etp > 1): {rules.name} has none")
     decoders = _decoder_modules(problem)
     knobs = []
     for _, (a, _b), c in configs:
         has_decoder = problem.layers[a].module in decoders
         if not _allowed(rules, c.variant, has_decoder):
             reasons.append(f"knobs {c.variant or 'plain'} on {problem.layers[a].module}: not a {rules.name} setting")
-        knobs.append((parse_variant(c.variant) if _known(c.variant) else Knobs(), c.dp, has_decoder))
-    zeros = {k.zero for k, dp, _ in knobs if dp > 1}  # ZeRO-0 next to ZeRO-1 runs as ZeRO-1 (the exporters' one_zero)
+        knobs.append((parse_variant(c.variant) if _known(c.variant) else Knobs(), c.dp * c.cp, has_decoder))
+    zeros = {k.zero for k, dp, _ in knobs if dp > 1}  # dp here counts the dp x cp replicas  # ZeRO-0 next to ZeRO-1 runs as ZeRO-1 (the exporters' one_zero)
     if 3 in zeros and len(zeros) > 1:
         reasons.append(f"mixed ZeRO stages {sorted(zeros)}: {rules.name} sets one")
     covered = [k.recompute for k, _, dec in knobs if dec or not rules.recompute_decoder_only]

@@ -28,7 +28,7 @@ from ..knobs import ESCALATION
 from ..options import PlanOptions
 from ..records import KnobSolve, ScreenedCount
 from ..results import iteration_of, simulate_plan
-from .rules import TargetRules, config_of, expand, layer_groups, layouts, settings, single_layout
+from .rules import Mesh, TargetRules, config_of, expand, layer_groups, layouts, settings, single_layout
 
 __all__ = ["solve_for_target"]
 
@@ -50,11 +50,11 @@ class _Found:
             self.why.append(why)
 
 
-def _solve_mesh(entry: ScreenedCount, rules: TargetRules, setting: str, mesh: tuple[int, int], opts: PlanOptions,
+def _solve_mesh(entry: ScreenedCount, rules: TargetRules, setting: str, mesh: Mesh, opts: PlanOptions,
                 limit: float | None, found: _Found) -> None:
     """Solve the target's problem of one knob setting and mesh; keep its plan if it is the best so far."""
     problem = entry.problem
-    configs = config_of(problem, rules, setting, *mesh)
+    configs = config_of(problem, rules, setting, mesh)
     groups = layer_groups(problem, rules)
     proj = single_layout(problem, groups, configs)
     if proj is None:
@@ -64,7 +64,7 @@ def _solve_mesh(entry: ScreenedCount, rules: TargetRules, setting: str, mesh: tu
     if result.status == "infeasible":
         return
     if result.status != "optimal":
-        found.unproven(f"{opts.method} did not prove its plan of dp {mesh[0]} x tp {mesh[1]}, knobs "
+        found.unproven(f"{opts.method} did not prove its plan of {_describe(mesh)}, knobs "
                        f"{setting or 'plain'} ({result.status}{': ' + result.message if result.message else ''})")
     found.bound = min(found.bound, result.bound if result.bound is not None else -math.inf)
     if result.plan is None:
@@ -80,6 +80,12 @@ def _solve_mesh(entry: ScreenedCount, rules: TargetRules, setting: str, mesh: tu
                                  solve_seconds=result.solve_seconds, plan=plan, evaluation=ev, version=problem.version)
 
 
+def _describe(mesh: Mesh) -> str:
+    """``dp 8 x tp 2`` and, when not 1, ``x cp C``, ``ep E``, ``etp F``."""
+    dp, tp, cp, ep, etp = mesh
+    return f"dp {dp} x tp {tp}" + "".join(f" x {n} {v}" for n, v in (("cp", cp), ("ep", ep), ("etp", etp)) if v != 1)
+
+
 def _dominates(problem: Problem, a: str, b: str, configs_of) -> bool:
     """Whether uniform setting ``a`` is never worse than ``b``: every layer's entry of ``a`` has at most ``b``'s times and bytes.
 
@@ -87,8 +93,8 @@ def _dominates(problem: Problem, a: str, b: str, configs_of) -> bool:
     fits and is as fast, so ``b`` needs no solve of its own (ZeRO-1 over
     ZeRO-0 in the cost model). ``configs_of(setting, dp, tp)`` gives each module's config.
     """
-    for dp, tp in layouts(problem):
-        ca, cb = configs_of(a, dp, tp), configs_of(b, dp, tp)
+    for mesh in layouts(problem):
+        ca, cb = configs_of(a, mesh), configs_of(b, mesh)
         for layer in problem.layers:
             x, y = layer.costs.get(ca[layer.module]), layer.costs.get(cb[layer.module])
             if y is None:
@@ -110,12 +116,12 @@ def solve_for_target(entry: ScreenedCount, opts: PlanOptions, rules: TargetRules
     """
     deadline = deadline or Deadline(None)
     problem, found = entry.problem, _Found()
-    meshes = layouts(problem)
+    meshes = [mesh for mesh in layouts(problem) if rules.runs_mesh(mesh)]
     names = settings(problem, rules, ESCALATION)
     solved: list[str] = []
 
-    def configs_of(setting: str, dp: int, tp: int) -> dict:
-        return config_of(problem, rules, setting, dp, tp)
+    def configs_of(setting: str, mesh: Mesh) -> dict:
+        return config_of(problem, rules, setting, mesh)
 
     for i, setting in enumerate(names):
         if any(_dominates(problem, done, setting, configs_of) for done in solved):
