@@ -39,10 +39,13 @@ from .results import iteration_of, simulate_plan
 
 __all__ = ["EXACT_CAP_SECONDS", "ExactOutcome", "prove_kept", "space_of"]
 
-# The exact solve's cap (seconds) when the run has no --time-limit: the default plan of every preset should
-# answer within about 30 s, the screening included (docs/plan.md lists the measured times). A solve the cap
-# stops answers feasible, its message naming the cut and its bound the solve's.
+# Without --time-limit the default plan of every preset should answer within about 30 s, the screening
+# included (issue 27; docs/plan.md lists the measured times): the exact solve gets what is left of the run's
+# first DEFAULT_RUN_SECONDS (the rest of the 30 s writes the result), at most EXACT_CAP_SECONDS and at least
+# EXACT_MIN_SECONDS. A solve the budget stops answers feasible, its message naming the cut, its bound the solve's.
+DEFAULT_RUN_SECONDS = 27.0
 EXACT_CAP_SECONDS = 20.0
+EXACT_MIN_SECONDS = 3.0
 
 # Relative tolerance under which the kept plan's value equals the proven bound.
 _TOL = 1e-9
@@ -96,28 +99,31 @@ def _unproven(best: KnobSolve, why: str, outcome: ExactOutcome | None = None) ->
 
 
 def _limit(deadline: Deadline) -> float | None:
-    """The exact solve's time limit: what the deadline leaves, or :data:`EXACT_CAP_SECONDS` without one."""
-    return deadline.solve_limit(None if deadline.limited else EXACT_CAP_SECONDS)
+    """The exact solve's time limit: what the deadline leaves; without one, the default budget (see above)."""
+    if deadline.limited:
+        return deadline.solve_limit()
+    return min(EXACT_CAP_SECONDS, max(EXACT_MIN_SECONDS, DEFAULT_RUN_SECONDS - deadline.elapsed()))
 
 
-def _better(best: KnobSolve, found: SolveResult, opts: PlanOptions) -> KnobSolve | None:
-    """The exact solve's plan as a kept candidate, when its simulated iteration beats ``best``'s; else None."""
+def _better(best: KnobSolve, found: SolveResult, opts: PlanOptions) -> tuple[KnobSolve | None, float | None]:
+    """The exact solve's plan as a kept candidate when its value and its simulated iteration beat ``best``'s
+    (else None), and that iteration (None when its value does not beat ``best``'s)."""
     problem = best.problem
     if found.plan is None or best.result.value is None or found.value is None:
-        return None
+        return None, None
     if not found.value < best.result.value * (1 - _TOL):
-        return None
+        return None, None
     try:
         ev = evaluate(problem, found.plan, opts.objective)  # on the unreduced problem: the plan the result reports
     except PlanError:
-        return None
+        return None, None
     sim = simulate_plan(problem, found.plan, ev) if opts.simulate else None
     it, src = iteration_of(sim, ev)
     if not it < best.iteration_ms * (1 - _TOL):
-        return None
+        return None, it
     result = replace(best.result, value=ev.value, plan=found.plan, evaluation=ev, solve_seconds=found.solve_seconds,
                      extra={**best.result.extra, **found.extra})
-    return KnobSolve(problem, result, sim, it, src, best.last, best.solved_plans)
+    return KnobSolve(problem, result, sim, it, src, best.last, best.solved_plans), it
 
 
 def prove_kept(best: KnobSolve, opts: PlanOptions, deadline: Deadline) -> KnobSolve:
@@ -138,14 +144,15 @@ def prove_kept(best: KnobSolve, opts: PlanOptions, deadline: Deadline) -> KnobSo
     warm = reduction.map_plan(problem, r.plan)
     found = solve(reduction.problem, opts.method, objective=opts.objective, time_limit=limit, seed=opts.seed,
                   warm_start=warm)
-    kept = _better(best, found, opts) or best
+    better, its_iteration = _better(best, found, opts)
+    kept = better or best
     outcome = ExactOutcome(_space_doc(problem), found.status, _finite(found.bound), found.solve_seconds,
                            reduction.keys, reduction.kept, kept is not best)
     value = kept.result.value
     assert value is not None
     if found.status == "optimal" and found.bound is not None and value <= found.bound * (1 + _TOL) + 1e-12:
         return _proven(kept, opts, outcome)
-    reason = _reason(found, limit, deadline, opts)
+    reason = _reason(found, limit, deadline, opts, (its_iteration, best.iteration_ms))
     if found.timed_out and deadline.limited:
         deadline.cut("exact solve stopped at the time limit", space_of(problem))
     return _unproven(kept, reason, replace(outcome, reason=reason))
@@ -155,16 +162,21 @@ def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
-def _reason(found: SolveResult, limit: float | None, deadline: Deadline, opts: PlanOptions) -> str:
-    """Why the exact solve did not prove the kept plan."""
+def _reason(found: SolveResult, limit: float | None, deadline: Deadline, opts: PlanOptions,
+            iterations: tuple[float | None, float]) -> str:
+    """Why the exact solve did not prove the kept plan (``iterations``: the solve's plan's and the kept one's)."""
     if found.timed_out:
         if deadline.limited:
             return f"the exact {opts.method} solve was cut short by the time limit ({limit:.3g} s were left)"
-        return (f"the exact {opts.method} solve was cut short by its {EXACT_CAP_SECONDS:g} s cap "
-                "(--time-limit gives it what the run leaves)")
+        return (f"the exact {opts.method} solve was cut short after {limit:.3g} s by the default budget (without "
+                f"--time-limit: what is left of the run's first {DEFAULT_RUN_SECONDS:g} s, at most "
+                f"{EXACT_CAP_SECONDS:g} s, at least {EXACT_MIN_SECONDS:g} s; --time-limit S gives it what S leaves)")
     if found.status == "optimal":  # proven, but the kept plan simulates faster than the optimum of the estimate
-        return (f"the {opts.method} optimum of the estimate ({found.value:.6g} ms) simulates slower than the kept plan,"
-                " which is kept")
+        its, kept = iterations
+        if its is None:
+            return f"the {opts.method} optimum ({found.value:.6g} ms) is not below the kept plan's value"
+        return (f"the {opts.method} optimum of the estimate ({found.value:.6g} ms) runs {its:.6g} ms in the simulator, "
+                f"slower than the kept plan ({kept:.6g} ms), which is kept")
     return f"the exact {opts.method} solve answered {found.status}" + (f": {found.message}" if found.message else "")
 
 

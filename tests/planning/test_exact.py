@@ -94,7 +94,7 @@ def test_a_solve_cut_short_answers_feasible_with_its_bound_and_reason(monkeypatc
     assert "the exact dp solve was cut short by the time limit" in out.message
     assert any("exact solve stopped at the time limit" in c for c in deadline.cuts)
     out = prove_kept(kept, OPTS, Deadline(None)).result  # no --time-limit: the cap stopped it
-    assert out.status == "feasible" and f"its {exact.EXACT_CAP_SECONDS:g} s cap" in out.message
+    assert out.status == "feasible" and "cut short after" in out.message and "by the default budget" in out.message
 
 
 def test_a_better_plan_of_the_exact_solve_replaces_the_screened_one():
