@@ -94,6 +94,8 @@ def _unproven(best: KnobSolve, why: str, outcome: ExactOutcome | None = None) ->
     if outcome is not None:
         extra["exact"] = outcome.to_dict()
     bound = outcome.bound if outcome is not None else None
+    if bound is not None and r.value is not None:
+        bound = min(bound, r.value)  # a bound of the space holds for the kept plan, which is in it
     result = replace(r, status=status, bound=bound, message="; ".join(filter(None, [message, r.message])), extra=extra)
     return replace(best, result=result)
 
