@@ -3,7 +3,7 @@
 ``plan --time-limit S`` bounds the command, not each solve: :func:`~.plan_model.run_plan`
 starts one :class:`Deadline` before it loads anything and hands it to every
 step -- screening the microbatch counts, the method's solves per knob setting,
-the schedule choice's re-solves and baselines. Each solve gets what is left
+the schedule choice's re-solves and baselines, the exact solve of the kept candidate. Each solve gets what is left
 (:meth:`Deadline.solve_limit`); a step that finds the time spent skips its
 remaining work and says so (:meth:`Deadline.cut`), and ``plan`` returns the
 best plan found so far, ``feasible``, its message naming what was cut short

@@ -2,12 +2,15 @@
 
 :func:`plan_model` (keyword arguments) and :func:`run_plan` (a
 :class:`~.options.PlanOptions`) plan the training of a model preset on a
-cluster preset in four steps: screen the microbatch counts with the baselines
+cluster preset in five steps: screen the microbatch counts with the baselines
 and ``greedy`` (:mod:`.screening`); solve the most promising counts with the
 method, each uniform knob setting and then each segment's own knobs
 (:mod:`.knob_solve`); pick the pipeline schedule by simulation
-(:mod:`.schedule_choice`); and assemble the result, never slower than the best
-baseline that fits (:mod:`.assemble`).
+(:mod:`.schedule_choice`); solve the kept candidate's whole problem exactly
+once, each segment choosing its knobs inside the solve, which makes the status
+``optimal`` over its m and schedule or says why not (:mod:`.exact`); and
+assemble the result, never slower than the best baseline that fits
+(:mod:`.assemble`).
 """
 from __future__ import annotations
 
