@@ -30,7 +30,7 @@ from ..plan import PlanError, SolveResult, evaluate
 from ..plan.result import Status
 from ..problem import Problem
 from ..solvers import solve
-from ..solvers.base import EXACT_METHODS, schedule_support
+from ..solvers.base import EXACT_METHODS, REL_TOL, schedule_support
 from .deadline import Deadline
 from .dominance import Reduction, reduce_dominated
 from .options import PlanOptions
@@ -47,8 +47,6 @@ DEFAULT_RUN_SECONDS = 27.0
 EXACT_CAP_SECONDS = 20.0
 EXACT_MIN_SECONDS = 3.0
 
-# Relative tolerance under which the kept plan's value equals the proven bound.
-_TOL = 1e-9
 
 
 @dataclass(frozen=True)
@@ -113,7 +111,7 @@ def _better(best: KnobSolve, found: SolveResult, opts: PlanOptions) -> tuple[Kno
     problem = best.problem
     if found.plan is None or best.result.value is None or found.value is None:
         return None, None
-    if not found.value < best.result.value * (1 - _TOL):
+    if not found.value < best.result.value * (1 - REL_TOL):
         return None, None
     try:
         ev = evaluate(problem, found.plan, opts.objective)  # on the unreduced problem: the plan the result reports
@@ -121,7 +119,7 @@ def _better(best: KnobSolve, found: SolveResult, opts: PlanOptions) -> tuple[Kno
         return None, None
     sim = simulate_plan(problem, found.plan, ev) if opts.simulate else None
     it, src = iteration_of(sim, ev)
-    if not it < best.iteration_ms * (1 - _TOL):
+    if not it < best.iteration_ms * (1 - REL_TOL):
         return None, it
     result = replace(best.result, value=ev.value, plan=found.plan, evaluation=ev, solve_seconds=found.solve_seconds,
                      extra={**best.result.extra, **found.extra})
@@ -152,7 +150,10 @@ def prove_kept(best: KnobSolve, opts: PlanOptions, deadline: Deadline) -> KnobSo
                            reduction.keys, reduction.kept, kept is not best)
     value = kept.result.value
     assert value is not None
-    if found.status == "optimal" and found.bound is not None and value <= found.bound * (1 + _TOL) + 1e-12:
+    # the method proved its plan optimal (to its own resolution: cpsat's time unit): the kept plan is when it is
+    # as good, and the method's bound is the result's
+    if found.status == "optimal" and found.value is not None and found.bound is not None \
+            and value <= found.value * (1 + REL_TOL):
         return _proven(kept, opts, outcome)
     reason = _reason(found, limit, deadline, opts, (its_iteration, best.iteration_ms))
     if found.timed_out and deadline.limited:
