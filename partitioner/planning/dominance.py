@@ -2,8 +2,8 @@
 
 :func:`reduce_dominated` removes, within every maximal run of consecutive
 layers of one module, each config ``b`` that another config ``a`` of the same
-axes (dp, tp, cp, ep, etp; only the memory-knob variant differs) *dominates*
-there: every layer of the run that has ``b`` has ``a`` too, and ``a``'s entry
+mesh (dp, tp, cp; the memory-knob variant and the expert split ep, etp may
+differ, ``a``'s ep * etp dividing its devices) *dominates* there: every layer of the run that has ``b`` has ``a`` too, and ``a``'s entry
 is at most ``b``'s in every number a plan's value or memory reads
 (:func:`entry_at_most`). The optimum of the reduced problem is the optimum of
 the problem, with the same value: it is what ``plan`` solves exactly
@@ -18,10 +18,12 @@ dropped config ``b``. S lies inside one maximal module run R of the whole
 problem, every layer of S has ``b`` (rule 5), so every layer of S has the
 config ``a`` that dominates ``b`` on R. Give S the config ``a`` instead:
 
-* rule 5 still holds (``a`` has ``b``'s devices: same dp, tp and cp);
+* rule 5 still holds (``a`` has ``b``'s devices -- same dp, tp and cp -- and
+  its ep * etp divides them);
 * the transfers between stages and the reshards between segments depend only
   on the meshes (dp, tp, cp), the device ids and the layers' ``out_bytes``
-  (:func:`partitioner.plan.evaluate`): unchanged;
+  (:func:`partitioner.plan.evaluate`; the variant, ep and etp are opaque:
+  only the entries' numbers say what they cost): unchanged;
 * the stage's forward, backward, B and W sums (:meth:`LayerCost.split`) do
   not grow, so no stage time and no part of one grows, and every objective
   -- the bottleneck and the iteration estimates of 1F1B, ZB-H1, GPipe and the
@@ -115,14 +117,16 @@ def _dominates(layers: list[Layer], a: Layout, b: Layout) -> bool:
 
 def _dropped(layers: list[Layer]) -> dict[Layout, Layout]:
     """The configs dominated on ``layers``, each mapped to a kept config dominating it."""
-    by_axes: dict[tuple[int, ...], list[Layout]] = {}
+    by_mesh: dict[tuple[int, ...], list[Layout]] = {}
     for lay in sorted({lay for layer in layers for lay in layer.costs}, key=lambda c: c.key):
-        by_axes.setdefault((lay.dp, lay.tp, lay.cp, lay.ep, lay.etp), []).append(lay)
+        by_mesh.setdefault(lay.mesh, []).append(lay)
     out: dict[Layout, Layout] = {}
-    for group in by_axes.values():
+    for group in by_mesh.values():
         if len(group) < 2:
             continue
-        dom = {(a, b): _dominates(layers, a, b) for a in group for b in group if a != b}
+        # a dominator must be a config a plan may use (rule 5: ep * etp divides the devices)
+        dom = {(a, b): a.devices % (a.ep * a.etp) == 0 and _dominates(layers, a, b)
+               for a in group for b in group if a != b}
         beaten = {b: next((a for i, a in enumerate(group) if a != b and dom[a, b]
                            and (not dom[b, a] or i < group.index(b))), None) for b in group}
         for b, first in beaten.items():

@@ -125,3 +125,18 @@ def test_dominance_must_hold_on_every_layer_of_the_run():
     worse = {"dp1tp1": e, "dp1tp1/zero1": {**e, "fwd_ms": 1.5, "weight_bytes": 30}}
     reduction = reduce_dominated(Problem.from_dict(_doc([better, worse])))
     assert reduction.kept == reduction.keys == 2
+
+
+def test_an_expert_split_that_changes_nothing_is_dropped_for_the_plain_config():
+    e = {"fwd_ms": 1.0, "bwd_ms": 2.0, "weight_bytes": 40, "act_bytes": 10}
+    dense = {"dp2tp1": e, "dp2tp1ep2": dict(e)}  # a dense layer: ep changes nothing
+    expert = {"dp2tp1": e, "dp2tp1ep2": {**e, "weight_bytes": 20}}  # an expert layer: ep halves its weights
+    doc = _doc([dense, dense])
+    doc["version"] = 3
+    reduction = reduce_dominated(Problem.from_dict(doc))
+    assert (reduction.keys, reduction.kept) == (2, 1)
+    assert {lay.key for lay in reduction.problem.layers[1].costs} == {"dp2tp1"}
+    doc = _doc([dense, expert])
+    doc["version"] = 3
+    reduction = reduce_dominated(Problem.from_dict(doc))
+    assert {lay.key for lay in reduction.problem.layers[1].costs} == {"dp2tp1ep2"}  # never worse: it stays
