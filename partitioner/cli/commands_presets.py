@@ -71,8 +71,10 @@ def plan_cmd(
                                help="any | megatron | torchtitan | deepspeed: search only the plans that framework runs "
                                     "(any: every plan; the result says per framework the best candidate it runs)."),
     knob_solves: str = typer.Option("fast", "--knob-solves",
-                                    help="fast (the first knob setting with a plan) | all (every setting: slower, "
-                                         "needed to prove a plan optimal)."),
+                                    help="Uniform knob settings the screening solves per microbatch count: fast "
+                                         "(the first with a plan) | all (every one: slower). The kept candidate is "
+                                         "then solved exactly with knobs per segment either way; with --target, "
+                                         "all is needed to prove the plan optimal."),
     gantt: Optional[Path] = typer.Option(None, "--gantt", help="Write a Gantt chart of the plan (PNG/SVG)."),
     as_json: bool = typer.Option(False, "--json", help="Print result format v1 plus baseline and throughput."),
     images: Optional[int] = typer.Option(None, "--images", help="Images (or video clips) per sample."),

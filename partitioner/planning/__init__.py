@@ -14,6 +14,8 @@ instead and says so. The modules, in the order a plan flows through them:
 * :mod:`.knobs` and :mod:`.knob_solve`: the method per uniform knob setting, then each segment's own knobs;
 * :mod:`.schedule_choice`, :mod:`.schedule_report`, :mod:`.schedule_search`: the pipeline schedule
   picked by simulation, its candidates and the ``schedules`` report;
+* :mod:`.exact` and :mod:`.dominance`: one exact solve of the kept candidate's whole problem (each
+  segment choosing its knobs inside it), after an exact reduction of dominated configs;
 * :mod:`.assemble` and :mod:`.results`: the :class:`ModelPlan` returned, its typed sections, throughput;
 * :mod:`.records`: the records the steps pass (screened counts, baseline runs, knob solves).
 """

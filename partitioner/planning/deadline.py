@@ -3,7 +3,7 @@
 ``plan --time-limit S`` bounds the command, not each solve: :func:`~.plan_model.run_plan`
 starts one :class:`Deadline` before it loads anything and hands it to every
 step -- screening the microbatch counts, the method's solves per knob setting,
-the schedule choice's re-solves and baselines. Each solve gets what is left
+the schedule choice's re-solves and baselines, the exact solve of the kept candidate. Each solve gets what is left
 (:meth:`Deadline.solve_limit`); a step that finds the time spent skips its
 remaining work and says so (:meth:`Deadline.cut`), and ``plan`` returns the
 best plan found so far, ``feasible``, its message naming what was cut short
@@ -38,7 +38,8 @@ class Deadline:
     def __init__(self, seconds: float | None, clock: Callable[[], float] = time.perf_counter) -> None:
         self.seconds = seconds
         self._clock = clock
-        self._end = None if seconds is None else clock() + seconds
+        self._start = clock()
+        self._end = None if seconds is None else self._start + seconds
         self._cuts: dict[str, list[str]] = {}
         self._grace = seconds is not None
 
@@ -46,6 +47,10 @@ class Deadline:
     def limited(self) -> bool:
         """Whether the run has a limit at all."""
         return self._end is not None
+
+    def elapsed(self) -> float:
+        """Seconds since the run started (since this deadline was made)."""
+        return self._clock() - self._start
 
     def left(self) -> float:
         """Seconds left (infinite without a limit, 0 once the deadline passed)."""

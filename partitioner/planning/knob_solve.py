@@ -10,6 +10,7 @@ the method did worse, never reporting a plan slower than a baseline.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
@@ -150,8 +151,9 @@ def solve_with_knobs(entry: ScreenedCount, opts: PlanOptions, warm: Mapping[str,
     """Solve every uniform knob setting of the entry's problem, refine each plan's knobs per segment, keep the best.
 
     ``warm``: per knob setting, a plan that starts the method (the plans of
-    another schedule's solve). Each solve gets what ``deadline`` leaves, at
-    most ``cap`` seconds; the settings left when it has passed are not
+    another schedule's solve). The solves get what ``deadline`` leaves, at
+    most ``cap`` seconds together (the settings left when the cap is spent are
+    not solved); the settings left when the deadline has passed are not
     solved (the deadline records it; ``found`` False: nothing was found
     before this call, so one short solve may still run). Never slower than
     the entry's fastest baseline: its plan is kept instead, and the message
@@ -168,10 +170,14 @@ def solve_with_knobs(entry: ScreenedCount, opts: PlanOptions, warm: Mapping[str,
             return _kept_baseline(entry, *kept, opts, _Tally(best=best, last=solved.last))
         return solved
     tally = _Tally()
+    started = time.perf_counter()
     for variant, proj in _projections(entry.problem, "all" if opts.knob_solves == "all" else "escalate"):
         if opts.knob_solves == "fast" and tally.best is not None:
             break  # the first setting with a plan; its knobs are then refined per segment
-        limit = _limit(entry, variant, opts, tally, deadline, cap, found)
+        left = None if cap is None else cap - (time.perf_counter() - started)  # cap bounds the call, not each setting
+        if left is not None and left <= 0:
+            break  # the caller's cap (a re-solve's), not the run's deadline: nothing to record
+        limit = _limit(entry, variant, opts, tally, deadline, left, found)
         if limit is not None and limit <= 0:
             break
         result = _solve_setting(entry, variant, proj, opts, warm or {}, tally, limit)

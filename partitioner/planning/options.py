@@ -71,11 +71,15 @@ class PlanOptions:
     """Upper bound on the pipeline depth (default: the format's min(layers, GPUs))."""
 
     knob_solves: KnobSolves = "fast"
-    """Which uniform knob settings ``method`` solves before each segment picks its
-    own knobs (:func:`~partitioner.planning.refine_knobs`): ``fast`` the first with
-    a plan in :data:`~partitioner.planning.knobs.ESCALATION` order (ZeRO-1, then
-    recompute, then ZeRO-3); ``all`` every setting, keeping the best (slower; better
-    when a setting that adds time allows better cuts)."""
+    """Which uniform knob settings ``method`` solves per screened microbatch count
+    before each segment picks its own knobs (:func:`~partitioner.planning.refine_knobs`):
+    ``fast`` the first with a plan in :data:`~partitioner.planning.knobs.ESCALATION`
+    order (ZeRO-1, then recompute, then ZeRO-3); ``all`` every setting, keeping the
+    best (slower; better when a setting that adds time allows better cuts). It
+    steers the screening only: the kept candidate is then solved exactly once with
+    every segment choosing its knobs inside the solve (:mod:`~partitioner.planning.exact`),
+    whichever is set. With a ``target``, ``all`` is what proves the target's space
+    (:mod:`~partitioner.planning.targets.solve`)."""
 
     schedules: bool = True
     """With ``simulate``, try every pipeline schedule and keep the plan with the

@@ -2,12 +2,15 @@
 
 :func:`plan_model` (keyword arguments) and :func:`run_plan` (a
 :class:`~.options.PlanOptions`) plan the training of a model preset on a
-cluster preset in four steps: screen the microbatch counts with the baselines
+cluster preset in five steps: screen the microbatch counts with the baselines
 and ``greedy`` (:mod:`.screening`); solve the most promising counts with the
 method, each uniform knob setting and then each segment's own knobs
 (:mod:`.knob_solve`); pick the pipeline schedule by simulation
-(:mod:`.schedule_choice`); and assemble the result, never slower than the best
-baseline that fits (:mod:`.assemble`).
+(:mod:`.schedule_choice`); solve the kept candidate's whole problem exactly
+once, each segment choosing its knobs inside the solve, which makes the status
+``optimal`` over its m and schedule or says why not (:mod:`.exact`); and
+assemble the result, never slower than the best baseline that fits
+(:mod:`.assemble`).
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from ..solvers import SolverError
 from ..solvers.base import check_time_limit
 from .assemble import assemble, best_baselines, no_plan
 from .deadline import Deadline
+from .exact import prove_kept, space_of
 from .knob_solve import solve_with_knobs
 from .options import KNOB_SOLVES, PlanOptions
 from .records import BaselineRun, KnobSolve, MicrobatchTrial, ScreenedCount, finite
@@ -219,6 +223,13 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
             return no_plan(opts.method, opts.objective, "; ".join(filter(None, [
                 f"no plan runs under the pinned schedule {opts.schedule}: {why or 'no candidate'}", deadline.message()])),
                 tried, report, status="error" if deadline.cuts else "infeasible")
+    if rules_for(opts.target) is None:  # --target proves over the target's space in its own solves
+        screened_best = best
+        best = prove_kept(best, opts, deadline)
+        if report is not None and best.result.plan is not screened_best.result.plan:
+            report = replace(report, notes=(*report.notes, (
+                f"the exact {opts.method} solve at {space_of(best.problem)} replaced the chosen plan "
+                f"({screened_best.iteration_ms:.6g} ms) with a faster one ({best.iteration_ms:.6g} ms simulated)")))
     result = assemble(best, bests, tried, spec, cl, report)
     if rules_for(opts.target) is None and result.plan is not None:  # --target any: what each framework runs of it
         result = replace(result, targets=target_summaries(result, report, bests))

@@ -44,8 +44,10 @@ def small_json(tmp_path_factory):
 @pytest.mark.slow
 def test_plan_json_is_result_v1_plus_baseline_and_throughput(small_json):
     doc, folder = small_json
-    # dp is exact per uniform knob setting; with knobs chosen per segment on top the plan is "feasible"
-    assert doc["method"] == "dp" and doc["status"] == "feasible" and doc["objective"] == "iteration"
+    # the kept candidate is solved exactly with knobs per segment inside the solve: optimal over its m and schedule
+    assert doc["method"] == "dp" and doc["status"] == "optimal" and doc["objective"] == "iteration"
+    assert doc["bound"] is not None and doc["bound"] <= doc["value"] * (1 + 1e-12)
+    assert doc["message"].startswith(f"optimal over its space at m={doc['microbatches']}, schedule ")
     check_result(doc, 8)
     assert doc["value"] <= doc["baseline"]["value"] * (1 + 1e-9)
     assert doc["simulation"]["fits_memory"] and doc["throughput"]["iteration_source"] == "simulator"

@@ -173,6 +173,34 @@ def test_a_small_call_runs_in_python_without_looking_at_the_cache(cold):
     assert calls == []
 
 
+def test_small_calls_load_a_warm_cache_once_python_has_cost_more_than_the_load(monkeypatch):
+    """Many small calls (a v2 solve's stage tables) must not stay in Python when a load would be cheaper."""
+    engine.reset()
+    monkeypatch.delenv("PARTITIONER_DP_KERNELS", raising=False)
+    fake = engine.Kernels(engine.PYTHON.levels, engine.PYTHON.stages, True)
+    calls = []
+
+    def compiled_kernels(compile: bool = True):  # a warm disk cache: loading needs no compile
+        calls.append(compile)
+        engine._STATE.compiled = fake
+        return fake
+
+    monkeypatch.setattr(engine, "compiled_kernels", compiled_kernels)
+    small = units(engine.SMALL_SECONDS / 2)
+    assert engine.pick(small, None) is engine.PYTHON and calls == []
+    engine.account(engine.PYTHON, engine.LOAD_SECONDS)
+    assert engine.pick(small, None) is fake and calls == [False]
+    engine.reset()
+
+
+def test_small_calls_stay_in_python_on_a_cold_cache(cold):
+    calls, _ = cold
+    engine.account(engine.PYTHON, engine.LOAD_SECONDS)
+    assert engine.pick(units(engine.SMALL_SECONDS / 2), None) is engine.PYTHON  # probes the cache: cold
+    assert engine.pick(units(engine.SMALL_SECONDS / 2), None) is engine.PYTHON
+    assert calls == [False]
+
+
 def test_a_cold_cache_compiles_when_python_would_cost_more_and_time_allows(cold):
     calls, fake = cold
     assert engine.pick(units(2 * engine.COMPILE_SECONDS), None) is fake

@@ -23,7 +23,10 @@ solve's deadline):
 
 1. compiled kernels already in the process: use them;
 2. a small call (Python estimate at most ``SMALL_SECONDS``): Python -- it
-   costs less than importing numba and loading the cache;
+   costs less than importing numba and loading the cache -- as long as the
+   Python seconds the process already spent plus this estimate stay within
+   ``LOAD_SECONDS`` (the load's cost), or the cache is known cold: many small
+   calls (a format-v2 solve's stage tables) add up to more than one load;
 3. every signature in the disk cache (:func:`load_cached`: numba's own
    cache lookup, a compile refused by a listener on numba's
    ``numba:compile`` event, so nothing compiles while probing): compiled;
@@ -75,6 +78,9 @@ __all__ = ["Kernels", "SIGNATURES", "PYTHON", "pick", "compiled_kernels", "load_
 PYTHON_SECONDS_PER_UNIT = 1.0e-7
 COMPILE_SECONDS = 70.0
 SMALL_SECONDS = 0.5
+# about what importing numba and loading every cached signature takes (the same measurement): once the Python
+# path has cost the process this much, a further small call loads the cache instead (rule 2)
+LOAD_SECONDS = 1.2
 
 
 @dataclass(frozen=True)
@@ -310,7 +316,7 @@ def pick(work: float, deadline: float | None) -> Kernels:
     if state.compiled is not None:
         return state.compiled
     estimate = work * PYTHON_SECONDS_PER_UNIT
-    if estimate <= SMALL_SECONDS:
+    if estimate <= SMALL_SECONDS and (state.cold or state.python_seconds + estimate <= LOAD_SECONDS):
         return PYTHON
     with state.lock:
         if state.compiled is not None:
