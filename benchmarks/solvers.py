@@ -177,7 +177,7 @@ V3_PLAN_CASES = (
     ("glm-4.5v", "dgx-h200", 16, 1024),
     ("qwen2.5-vl-72b", "dgx-h200", 16, 1024),
     ("qwen2.5-vl-7b-video-64f", "dgx-h100", 4, 256),
-    ("qwen2.5-vl-7b", "dgx-b200", 2, 512),
+    ("qwen2-vl-7b", "dgx-b200", 2, 512),
     ("qwen3-vl-30b-a3b", "gb200-nvl72", 1, 1024),
 )
 
