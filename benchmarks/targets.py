@@ -48,7 +48,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.solvers import PLAN_CASES, machine, run_child  # noqa: E402
 
-__all__ = ["CASES", "QUICK_CASES", "TARGETS", "run_case", "run_checks", "to_markdown", "section_lines", "splice_report", "main"]
+__all__ = ["CASES", "QUICK_CASES", "TARGETS", "job_files", "run_case", "run_checks", "to_markdown", "section_lines", "splice_report", "main"]
 
 TARGETS = ("megatron", "torchtitan", "deepspeed")
 # the solver benchmark's plan cases and the newer presets (MoE, 72B+ dense, video, GB200)
@@ -108,11 +108,18 @@ def _empty(case: Sequence[Any], target: str) -> dict:
             "export_wall_s": None, "check_wall_s": None}
 
 
+def job_files(case: Sequence[Any], target: str, work: Path) -> tuple[Path, Path]:
+    """The plan and export JSON files of one case and target in ``work`` (the whole name kept: models have dots)."""
+    model, cluster, nodes, batch = case
+    name = f"{model}-{nodes}x{cluster}-{batch}-{target}".replace("/", "_")
+    return work / f"{name}.plan.json", work / f"{name}.export.json"
+
+
 def run_case(case: Sequence[Any], target: str, time_limit: float, work: Path) -> dict:
     """One case under one target: plan, export, framework check, each in its own child process (a row, never a raise)."""
     model, cluster, nodes, batch = case
     row = _empty(case, target)
-    stem = work / f"{model}-{nodes}x{cluster}-{batch}-{target}".replace("/", "_")
+    plan_path, export_path = job_files(case, target, work)
     plan_cmd = [sys.executable, "-m", "partitioner", "plan", "--model", model, "--cluster", cluster, "--nodes", str(nodes),
                 "--global-batch", str(batch), "--target", target, "--time-limit", f"{time_limit:g}", "--json"]
     code, out, err, wall, usage = run_child(plan_cmd, time_limit + _SLACK_S)
@@ -129,7 +136,6 @@ def run_case(case: Sequence[Any], target: str, time_limit: float, work: Path) ->
     if doc.get("plan") is None:
         row.update(export="no plan", check="no plan")
         return row
-    plan_path = stem.with_suffix(".plan.json")
     plan_path.write_text(out)
     code, out, err, wall, _ = run_child([sys.executable, "-m", "partitioner", "export", str(plan_path), "--to", target,
                                          "--json"], 600)
@@ -143,7 +149,6 @@ def run_case(case: Sequence[Any], target: str, time_limit: float, work: Path) ->
         row.update(export="not expressible", export_reasons=list(exported.get("reasons") or []), check="not run")
         return row
     row["export"] = "ok"
-    export_path = stem.with_suffix(".export.json")
     export_path.write_text(out)
     row.update(check="pending", check_detail="", _files=[str(plan_path), str(export_path)])
     return row

@@ -191,3 +191,11 @@ def test_targets_section_is_spliced_once_and_kept_by_a_full_report(tmp_path):
     assert text.count(targets.BEGIN) == 1 and "table v2" in text and "table v1" not in text
     assert text.index("## Targets (issue 28)") < text.index("table v2") < text.index("## 1.") and "hand-written" in text
     assert "table v2" in report.write_report(tmp_path, quick=True).read_text()
+
+
+def test_each_target_of_a_dotted_model_name_has_its_own_files(tmp_path):
+    """llava-1.5-7b's three targets once shared one file (a suffix cut at the model's dot): each check read another's export."""
+    from benchmarks import targets
+
+    files = {f for t in targets.TARGETS for f in targets.job_files(("llava-1.5-7b", "dgx-h100", 4, 1024), t, tmp_path)}
+    assert len(files) == 2 * len(targets.TARGETS) and all(f.parent == tmp_path for f in files)
