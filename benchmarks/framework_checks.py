@@ -45,7 +45,7 @@ from typing import Any, Callable, Mapping, Sequence
 from partitioner.plan import Plan
 from partitioner.presets import load_cluster
 
-__all__ = ["PlannedJob", "fake_world", "close_fake_world", "megatron_config", "megatron_ranks", "check_megatron_layout",
+__all__ = ["PlannedJob", "fake_world", "close_fake_world", "megatron_config", "megatron_ranks", "list_pattern", "check_megatron_layout",
            "check_megatron", "torchtitan_parse", "check_torchtitan_config", "check_torchtitan_schedule", "module_tree",
            "kept_names", "check_torchtitan_split", "check_torchtitan", "one_rank_pp_mesh", "deepspeed_config",
            "check_deepspeed_config", "check_export", "verdict", "free_port", "main"]
@@ -190,6 +190,31 @@ def check_megatron_layout(job: PlannedJob, core: Mapping[str, Any], llm: Sequenc
         assert all(ids[c] == ids[c % P] for c in range(len(ids)))
 
 
+def list_pattern(text: str) -> list[int]:
+    """A Megatron-LM per-layer pattern flag (``--moe-layer-freq "([0]*1+[1]*45)"``) as the list it stands for.
+
+    Megatron-LM's ``moe_freq_type`` evaluates a string holding ``[`` as a
+    Python list expression; this reads the same expressions (int lists,
+    ``+`` and ``*`` by an int, parentheses) without ``eval``.
+    """
+    import ast
+
+    def value(node: ast.AST) -> Any:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.List):
+            return [value(e) for e in node.elts]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+            a, b = value(node.left), value(node.right)
+            return a + b if isinstance(node.op, ast.Add) else a * b
+        raise ValueError(f"not a Megatron-LM list pattern: {text!r}")
+
+    out = value(ast.parse(text.strip(), mode="eval").body)
+    if not isinstance(out, list):
+        raise ValueError(f"not a Megatron-LM list pattern: {text!r}")
+    return [int(v) for v in out]
+
+
 def check_megatron(job: PlannedJob, exp: Any, init: Callable[[int], None] = fake_world) -> str:
     """An expressible Megatron export through megatron-core (see the module docstring); returns its path.
 
@@ -221,7 +246,10 @@ def check_megatron(job: PlannedJob, exp: Any, init: Callable[[int], None] = fake
             assert settings["ddp_config"][dest] is True or flags[flag] == str(settings["ddp_config"][dest])
         if dest in core:
             want = core[dest]
-            assert (flags[flag] == str(want)) if not isinstance(want, bool) else want, flag
+            if isinstance(want, list):  # Megatron-LM reads a per-layer pattern flag as a list expression
+                assert list_pattern(flags[flag]) == want, flag
+            else:
+                assert (flags[flag] == str(want)) if not isinstance(want, bool) else want, flag
     assert not any(f.startswith("encoder") for f in flags)
     # Megatron-LM's validate_args refuses a virtual-stage flag together with the layout (vpp comes from the layout)
     assert not any(f.startswith(("num-virtual-stages", "num-layers-per-virtual")) for f in flags)

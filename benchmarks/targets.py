@@ -225,7 +225,7 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
         "",
         f"Made by `{meta['command']}` on {meta['date']} (commit {meta['commit'] or 'unknown'}), "
         f"{meta['time_limit']:g} s per plan (`--time-limit`, the whole command); the run took {meta['seconds'] / 60:.1f} min. "
-        f"Machine: {meta['machine']}.",
+        f"Machine: {meta['machine']}." + _rerun_note(meta),
         "",
         "Per case and target, in child processes: `partitioner plan --target T --json` (status, the plan's simulated "
         "iteration, the best baseline *under T* -- `plan --target` restricts the baselines to T's knobs too -- and the "
@@ -245,6 +245,16 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
     ]
     lines += [_row_line(r) for r in rows]
     return "\n".join(lines) + "\n"
+
+
+def _rerun_note(meta: dict) -> str:
+    """Which rows a ``--cases`` run re-measured, and the run the others come from."""
+    first = meta.get("first_run")
+    if not meta.get("remeasured") or not first:
+        return ""
+    return (f" Only {', '.join(meta['remeasured'])} re-measured by this command (`--cases`); the other rows come from "
+            f"`{first.get('command')}` on {first.get('date')} (commit {first.get('commit')}), which took "
+            f"{first.get('seconds', 0) / 60:.1f} min for every case.")
 
 
 def section_lines(out: Path) -> list[str]:
@@ -298,8 +308,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
         parser.error(f"--cases: unknown model(s) {', '.join(sorted(only - {c[0] for c in cases}))}")
     args.out.mkdir(parents=True, exist_ok=True)
     old: dict[tuple, dict] = {}
+    old_meta: dict = {}
     if only and (args.out / "targets.json").exists():
-        for r in json.loads((args.out / "targets.json").read_text()).get("rows", []):
+        before = json.loads((args.out / "targets.json").read_text())
+        old_meta = before.get("meta") or {}
+        for r in before.get("rows", []):
             old[(r["model"], r["cluster"], r["nodes"], r["global_batch"], r["target"])] = r
     start = time.perf_counter()
     rows: list[dict] = []
@@ -327,6 +340,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     cmd = "python -m benchmarks.targets" + (" --quick" if args.quick else "") + f" --time-limit {args.time_limit:g}"
     meta = {"command": cmd, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": machine_commit(),
             "time_limit": args.time_limit, "seconds": seconds, "machine": machine(), "targets": targets}
+    if only and old_meta.get("seconds") and not old_meta.get("partial"):  # the other rows keep their run's record
+        first = old_meta.get("first_run") or {k: old_meta[k] for k in ("command", "date", "commit", "seconds") if k in old_meta}
+        meta.update(first_run=first, remeasured=sorted(only))
     _save(args.out, rows, meta)
     (args.out / "targets.md").write_text(to_markdown(rows, meta))
     spliced = splice_report(args.out)
