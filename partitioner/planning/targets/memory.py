@@ -145,7 +145,7 @@ def _entry(costs: Mapping[Layout, LayerCost], lay: Layout, knob: int) -> LayerCo
     """The entry of ``lay`` built with knob ``knob``; the same layout's at dp = 1 (no ZeRO variant there)."""
     if parse_variant(lay.variant).zero == knob:
         return costs.get(lay)
-    found = costs.get(Layout(lay.dp, lay.tp, _knob_variant(lay.variant, knob)))
+    found = costs.get(replace(lay, variant=_knob_variant(lay.variant, knob)))  # cp, ep, etp kept
     return found if found is not None or lay.dp > 1 else costs.get(lay)
 
 
