@@ -23,6 +23,10 @@ Parts, each also runnable on its own:
 6. **Calibration** -- :mod:`benchmarks.calibration`: every row of Megatron-LM's SC'21 Table 1 evaluated as
    published through the cost model, predicted against measured throughput, and Korthikanti et al.'s Table 5
    (both experiments) against measured iteration time (``calibration.md``, included).
+7. **Targets** (part ``targets``) -- :mod:`benchmarks.targets`: per preset x export target, ``plan --target T``,
+   ``export --to T`` and the framework's own check, with the speed-up over the best baseline under T
+   (``targets.md``, included with the issue targets). ``python -m benchmarks.targets --out benchmarks/results``
+   measures it alone and splices its table into an existing REPORT.md without rebuilding the rest.
 
 The issue-13 target table (part ``issue13``) comes from ``python -m benchmarks.solvers --sweeps issue13,plan
 --methods dp,cpsat --time-limit 60 --out benchmarks/results/issue13``: every solver target and its
@@ -53,13 +57,15 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import calibration as calibration_bench  # noqa: E402
 from benchmarks import solvers as solver_bench  # noqa: E402
+from benchmarks import targets as targets_bench  # noqa: E402
 from benchmarks import throughput as throughput_bench  # noqa: E402
 from partitioner import __version__, plan_model  # noqa: E402
 from partitioner.batch import expand, load_sweep, run_jobs  # noqa: E402
 from partitioner.batch.compare import compare_file, plot_profile, to_markdown  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-PARTS = ("solvers", "throughput", "presets", "plans", "issue13", "issue25", "issue28", "calibration")
+PARTS = ("solvers", "throughput", "presets", "plans", "issue13", "issue25", "issue28", "calibration", "targets")
+TARGETS_TIME_LIMIT = 60.0  # seconds per `plan --target T` command of part `targets`
 
 # Plan-quality cases: every VLA/VLM preset on a cluster that holds it, with a realistic batch.
 PLAN_CASES = solver_bench.PLAN_CASES
@@ -644,6 +650,7 @@ def write_report(out: Path, quick: bool) -> Path:
         lines += ["", *first_run.read_text().splitlines()]
     lines += issue28_targets(out)
     lines += issue25_targets(out)
+    lines += targets_bench.section_lines(out)  # issue 27: plan --target T, export --to T, the framework's check
     lines += [
         "",
         "## 1. Solver time scaling",
@@ -774,6 +781,9 @@ def main(argv: list[str] | None = None) -> None:
                                "--out", str(out / "issue13")])
         if "issue25" in parts and not args.quick:
             solver_bench.main(["--sweeps", "issue25", "--methods", "dp", "--out", str(out / "issue25")])
+        if "targets" in parts:
+            targets_bench.main((["--quick"] if args.quick else []) + ["--time-limit", f"{TARGETS_TIME_LIMIT:g}",
+                                                                      "--out", str(out)])
         if "issue28" in parts and not args.quick:
             solver_bench.main(["--sweeps", "issue28", "--methods", "dp", "--time-limit", "60",
                                "--out", str(out / "issue28")])

@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+# the framework tier's checks live in benchmarks/ (benchmarks.targets runs them too): rewrite their asserts
+pytest.register_assert_rewrite("benchmarks.framework_checks")
+
 # Hypothesis profiles (HYPOTHESIS_PROFILE=fast|ci|thorough; ci is the default and what .ci/run uses).
 # A test states its example budget relative to the profile's max_examples (strategies.examples), so
 # one switch scales every property test: ci runs each test's full budget, fast a tenth, thorough 5x.

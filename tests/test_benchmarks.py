@@ -142,3 +142,60 @@ def test_plan_case_says_whether_the_replayed_plan_fits():
     assert solvers._stages_fit({"simulation": {"fits_memory": True}}) is True
     assert solvers._stages_fit({"simulation": {"fits_memory": False}}) is False
     assert solvers._stages_fit({"status": "infeasible"}) is None
+
+
+@pytest.mark.slow
+def test_targets_quick_runs_plan_export_and_the_framework_check(tmp_path):
+    """benchmarks.targets --quick on one small case and target: every field of the row, the table, the splice."""
+    from benchmarks import targets
+
+    (tmp_path / "REPORT.md").write_text("# report\n\nintro\n\n## 1. Solver time scaling\n\nbody\n")
+    rows = targets.main(["--quick", "--targets", "deepspeed", "--time-limit", "20", "--out", str(tmp_path)])
+    assert len(rows) == 1
+    r = rows[0]
+    assert (r["model"], r["cluster"], r["nodes"], r["global_batch"], r["target"]) == (*targets.QUICK_CASES[0], "deepspeed")
+    assert r["status"] in ("optimal", "feasible") and r["iteration_ms"] > 0 and r["schedule"] == "1f1b"
+    assert r["baseline_method"] and r["baseline_ms"] >= r["iteration_ms"] * (1 - 1e-9)
+    assert r["speedup"] == pytest.approx(r["baseline_ms"] / r["iteration_ms"])
+    assert r["memory"] == {"zero0": "deepspeed-bf16", "zero1": "deepspeed-zero1"}  # DeepSpeed's bytes per parameter
+    assert r["export"] == "ok" and r["export_reasons"] == []
+    assert r["check"] == "ok" and "DeepSpeedConfig" in r["check_detail"], r["check_detail"]
+    assert r["plan_wall_s"] > 0 and r["export_wall_s"] > 0 and r["check_wall_s"] > 0
+    doc = json.loads((tmp_path / "targets.json").read_text())
+    assert doc["rows"] == rows and doc["meta"]["seconds"] > 0
+    assert "| pi0 | 1 x dgx-h100, 64 | deepspeed |" in (tmp_path / "targets.md").read_text()
+    report_text = (tmp_path / "REPORT.md").read_text()
+    assert report_text.index("## Targets (issue 27)") < report_text.index("## 1. Solver time scaling")
+    assert "intro" in report_text and "body" in report_text
+
+
+def test_a_failed_target_case_is_a_row_saying_why(tmp_path):
+    from benchmarks import targets
+
+    row = targets.run_case(("no-such-model", "dgx-h100", 1, 64), "megatron", 5, tmp_path)
+    assert row["status"] == "error" and "no-such-model" in row["message"]
+    assert row["export"] == "not run" and row["check"] == "not run" and row["plan_wall_s"] > 0
+    text = targets.to_markdown([row], {"command": "x", "date": "d", "commit": None, "time_limit": 5, "seconds": 1.0,
+                                       "machine": "m"})
+    assert "| no-such-model | 1 x dgx-h100, 64 | megatron | error: " in text and "0 of 1 rows planned" in text
+
+
+def test_targets_section_is_spliced_once_and_kept_by_a_full_report(tmp_path):
+    from benchmarks import targets
+
+    (tmp_path / "targets.md").write_text("# Title\n\ntable v1\n")
+    (tmp_path / "REPORT.md").write_text("# report\n\n## Targets (issue 28)\n\nx\n\n## 1. Solver time scaling\n\nhand-written\n")
+    targets.splice_report(tmp_path)
+    (tmp_path / "targets.md").write_text("# Title\n\ntable v2\n")
+    text = targets.splice_report(tmp_path).read_text()
+    assert text.count(targets.BEGIN) == 1 and "table v2" in text and "table v1" not in text
+    assert text.index("## Targets (issue 28)") < text.index("table v2") < text.index("## 1.") and "hand-written" in text
+    assert "table v2" in report.write_report(tmp_path, quick=True).read_text()
+
+
+def test_each_target_of_a_dotted_model_name_has_its_own_files(tmp_path):
+    """llava-1.5-7b's three targets once shared one file (a suffix cut at the model's dot): each check read another's export."""
+    from benchmarks import targets
+
+    files = {f for t in targets.TARGETS for f in targets.job_files(("llava-1.5-7b", "dgx-h100", 4, 1024), t, tmp_path)}
+    assert len(files) == 2 * len(targets.TARGETS) and all(f.parent == tmp_path for f in files)

@@ -257,6 +257,9 @@ def print_plan_summary(problem: Problem, result: "ModelPlan") -> None:
         _print_schedules(result.schedules)
     if result.message:
         out.print(result.message, markup=False)
+    if result.memory is not None:
+        counts = ", ".join(f"ZeRO-{z} {c}" for z, c in sorted(result.memory.counts.items()))
+        out.print(f"weight memory: {result.memory.note} ({counts})", markup=False)
     from ..export import TARGETS, export_result
 
     exports = {target: export_result(result, target, problem) for target in TARGETS}

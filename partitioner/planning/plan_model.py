@@ -36,6 +36,7 @@ from .results import ModelPlan
 from .schedules.choice import choose_schedule, schedule_keys
 from .schedules.report import ScheduleReport
 from .screening import Builders, counts_to_solve, screen_counts
+from .targets.memory import memory_counts
 from .targets.report import target_summaries
 from .targets.rules import rules_for
 
@@ -231,8 +232,12 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
                 f"the exact {opts.method} solve at {space_of(best.problem)} replaced the chosen plan "
                 f"({screened_best.iteration_ms:.6g} ms) with a faster one ({best.iteration_ms:.6g} ms simulated)")))
     result = assemble(best, bests, tried, spec, cl, report)
-    if rules_for(opts.target) is None and result.plan is not None:  # --target any: what each framework runs of it
-        result = replace(result, targets=target_summaries(result, report, bests))
+    # which bytes-per-parameter count the problems charged (plan --target T: T's, per ZeRO stage; screening.py)
+    rules = rules_for(opts.target)
+    memory = memory_counts(opts.target, rules.zero if rules else (0, 1, 3), opts.options, plan_options(opts.options))
+    result = replace(result, memory=memory)
+    if rules is None and result.plan is not None:  # --target any: what each framework runs of it
+        result = replace(result, targets=target_summaries(result, report, bests, memory))
     return _cut_short(result, deadline)
 
 

@@ -203,7 +203,10 @@ class TargetSummary:
 
     ``speedup`` is over the result's best baseline; ``plan`` the candidate's
     shape (source, method, schedule, m, stages, meshes); ``reasons`` why the
-    kept plan does not run on the target ([] when it does).
+    kept plan does not run on the target ([] when it does); ``memory`` the
+    bytes-per-parameter count its iteration and fit were costed with
+    (:class:`~.targets.memory.MemoryCounts` as JSON: the run's, not the
+    target's own -- ``plan --target T`` charges T's).
     """
 
     target: str
@@ -211,10 +214,11 @@ class TargetSummary:
     speedup: float | None
     plan: Mapping[str, Any] | None
     reasons: tuple[str, ...] = ()
+    memory: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"iteration_ms": self.iteration_ms, "speedup": self.speedup, "plan": self.plan,
-                "reasons": list(self.reasons)}
+                "reasons": list(self.reasons), "memory": self.memory}
 
 
 @dataclass(frozen=True)

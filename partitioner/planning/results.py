@@ -19,14 +19,15 @@ from ..problem import Problem
 from ..simulate.engine import replay_check
 from .records import BaselineSummary, IterationSource, MicrobatchTrial, MissingBaseline, TargetSummary, Throughput
 from .schedules.report import ScheduleReport
+from .targets.memory import MemoryCounts
 
 __all__ = ["ModelPlan", "simulate_plan", "throughput", "plan_throughput", "iteration_of", "stage_knobs"]
 
 AnyBaseline = BaselineSummary | MissingBaseline
 # the result sections in the order the JSON writes them: a plan's, and an infeasible plan's
 _SECTIONS = ("simulation", "throughput", "baselines", "baseline", "speedup", "model", "cluster", "nodes", "global_batch",
-             "microbatches", "microbatches_tried", "knobs", "export_hints", "schedule", "schedules", "targets")
-_OPTIONAL = ("simulation", "schedules", "targets")
+             "microbatches", "microbatches_tried", "knobs", "export_hints", "schedule", "schedules", "targets", "memory")
+_OPTIONAL = ("simulation", "schedules", "targets", "memory")
 _NO_PLAN_SECTIONS = ("microbatches_tried", "baseline", "baselines", "schedules")
 
 
@@ -58,6 +59,7 @@ class ModelPlan(SolveResult):
     export_hints: Mapping[str, Any] | None = None
     schedules: ScheduleReport | None = None
     targets: Mapping[str, TargetSummary] | None = None
+    memory: MemoryCounts | None = None
     method_extra: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:

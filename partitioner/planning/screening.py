@@ -25,7 +25,8 @@ from .knobs import _projections
 from .options import PlanOptions
 from .records import BaselineRun, ScreenedCount
 from .results import iteration_of, simulate_plan
-from .targets.rules import restrict, rules_for
+from .targets.memory import merge_stages, stage_knobs, stage_options
+from .targets.rules import TargetRules, restrict, rules_for
 
 __all__ = ["Builders", "screen_counts", "counts_to_solve"]
 
@@ -80,9 +81,25 @@ def _problems(m: int, builders: Builders, options: CostOptions) -> tuple[Problem
     # the baselines always see every knob (a user restricting the plan's knobs does not restrict FSDP's)
     base = problem if options.variants == ("all",) else builders.build(m, replace(options, variants=("all",)))
     if rules is not None:
-        restricted = restrict(problem, rules)
-        return restricted, restricted if base is problem else restrict(base, rules)
+        restricted = restrict(_counted(m, builders, options, problem, rules), rules)
+        if base is problem:
+            return restricted, restricted
+        return restricted, restrict(_counted(m, builders, replace(options, variants=("all",)), base, rules), rules)
     return problem, base
+
+
+def _counted(m: int, builders: Builders, options: CostOptions, problem: Problem, rules: TargetRules) -> Problem:
+    """``problem`` (built with ``options``) with each ZeRO stage's entries charged with the target's count there.
+
+    :mod:`.targets.memory`: one more build per stage whose count changes the
+    options; none when the user set the count (``-c memory_count=...``).
+    """
+    per = stage_options(rules.name, rules.zero, builders.opts.options, options)
+    others = {z: o for z, o in per.items() if o != options}
+    if not others:
+        return problem
+    built = {z: builders.build(m, o) for z, o in others.items()}
+    return merge_stages(problem, built, stage_knobs(rules.name, others), {z: o.memory_count for z, o in per.items()})
 
 
 def _screen(m: int, problem: Problem, base_problem: Problem, opts: PlanOptions, several: bool,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.framework_checks import PlannedJob, check_deepspeed_config, deepspeed_config
 from partitioner.export import export_result
 from tests.frameworks.plans import NOT_INSTALLED, PLANS, free_port, planned
 
@@ -78,39 +79,20 @@ def test_deepspeed_export_builds_the_planned_stages_or_says_why(case, exports, r
     assert ds["gradient_accumulation_steps"] == result.problem.microbatches
 
 
-class _Mpu:
-    """The data-parallel size DeepSpeedConfig reads from a model-parallel unit."""
-
-    def __init__(self, dp: int):
-        self.dp = dp
-
-    def get_data_parallel_world_size(self) -> int:
-        return self.dp
-
-
-def _ds_config(config: dict, dp: int, monkeypatch):
-    import deepspeed.runtime.config as ds_config
-
-    monkeypatch.setattr(ds_config.dist, "get_rank", lambda *a, **k: 0)  # no process group: the config reads the rank only
-    return ds_config.DeepSpeedConfig(dict(config), mpu=_Mpu(dp))
-
-
 @pytest.mark.parametrize("case", [c.id for c in PLANS])
-def test_ds_config_passes_deepspeeds_validation(case, exports, monkeypatch):
-    """DeepSpeedConfig checks the batch triple and reads the ZeRO stage; PipelineEngine accepts stages 0 and 1 only."""
+def test_ds_config_passes_deepspeeds_validation(case, exports):
+    """DeepSpeedConfig checks the batch triple and reads the ZeRO stage; PipelineEngine accepts stages 0 and 1 only.
+
+    benchmarks/framework_checks.py: the batch gives m, the ZeRO stage is the plan's (at most 1), the activation
+    checkpoint interval per stage is its full recompute.
+    """
     exp = exports[case]
     if not exp.expressible:
         return
-    result = planned(case)
-    cfg = _ds_config(exp.settings["ds_config"], exp.settings["data_parallel_size"], monkeypatch)
-    assert cfg.gradient_accumulation_steps == result.problem.microbatches
-    knobs = [g for st in result.to_dict()["knobs"] for g in st["segments"] if g["dp"] > 1]
-    assert cfg.zero_optimization_stage == max((g["zero"] for g in knobs), default=0) <= 1
-    intervals = exp.settings["activation_checkpoint_intervals"]
-    assert intervals == [int(all(g["recompute"] == "full" for g in st["segments"])) for st in result.to_dict()["knobs"]]
+    check_deepspeed_config(PlannedJob.from_result(planned(case)), exp)
 
 
-def test_ds_config_refuses_a_batch_that_misses_m(monkeypatch):
+def test_ds_config_refuses_a_batch_that_misses_m():
     """The check can fail: a micro batch x accumulation x dp that is not the train batch is refused."""
     with pytest.raises(AssertionError, match="train_batch_size is not equal"):
-        _ds_config({"train_batch_size": 512, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 64}, 8, monkeypatch)
+        deepspeed_config({"train_batch_size": 512, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 64}, 8)

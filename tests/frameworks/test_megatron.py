@@ -30,22 +30,17 @@ A plan that is not expressible must say why.
 """
 from __future__ import annotations
 
-import dataclasses
-import re
-
 import pytest
 
+from benchmarks.framework_checks import PlannedJob, check_megatron, close_fake_world
+from benchmarks.framework_checks import fake_world as _fake_world
+from benchmarks.framework_checks import megatron_config as _config
+from benchmarks.framework_checks import megatron_ranks as _ranks
 from partitioner.export import export_plan, export_result
 from partitioner.export.common import MoeHints
 from tests.frameworks.plans import NOT_INSTALLED, PLANS, planned
 
 pytest.importorskip("megatron.core", reason=NOT_INSTALLED)
-import torch  # noqa: E402
-from megatron.core.transformer import TransformerConfig  # noqa: E402
-from megatron.core.transformer.enums import LayerType  # noqa: E402
-
-_BATCH_FLAGS = {"micro_batch_size", "global_batch_size"}
-_FLAG_FIELDS = {"num_experts": "num_moe_experts"}  # Megatron-LM flags whose TransformerConfig field has another name
 
 
 pytestmark = pytest.mark.slow  # the framework tier / subprocess runs: minutes on 2 cores
@@ -54,84 +49,8 @@ pytestmark = pytest.mark.slow  # the framework tier / subprocess runs: minutes o
 @pytest.fixture(scope="module")
 def fake_world():
     """A fake process group (torch's ``fake`` backend) whose world size each test sets: Megatron builds its groups on it."""
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    def init(world: int) -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
-
-    yield init
-    from megatron.core import parallel_state
-
-    parallel_state.destroy_model_parallel()
-    if dist.is_initialized():
-        dist.destroy_process_group()
-
-
-def _ranks(core: dict, world: int, init) -> int:
-    """Megatron's ``initialize_model_parallel`` (order tp-cp-ep-dp-pp) on a fake world: its data-parallel size."""
-    from megatron.core import parallel_state
-
-    init(world)
-    parallel_state.destroy_model_parallel()
-    parallel_state.initialize_model_parallel(
-        tensor_model_parallel_size=core["tensor_model_parallel_size"],
-        pipeline_model_parallel_size=core["pipeline_model_parallel_size"],
-        context_parallel_size=core.get("context_parallel_size", 1),
-        expert_model_parallel_size=core.get("expert_model_parallel_size", 1),
-        expert_tensor_parallel_size=core.get("expert_tensor_parallel_size"),
-        create_gloo_process_groups=False, order="tp-cp-ep-dp-pp")
-    try:
-        return parallel_state.get_data_parallel_world_size()
-    finally:
-        parallel_state.destroy_model_parallel()
-
-
-def _decoder_counts(result, stages):
-    hints = result.to_dict()["export_hints"]["layers"]
-    return [sum(hints[i]["role"] == "decoder" for i in range(s.first_layer, s.last_layer + 1)) for s in stages]
-
-
-def _config(core: dict) -> TransformerConfig:
-    """``TransformerConfig`` as Megatron-LM builds it from the flags (``--bf16`` sets ``pipeline_dtype``)."""
-    tp = core["tensor_model_parallel_size"]
-    dtype = torch.bfloat16 if core.get("bf16") else torch.float32
-    return TransformerConfig(hidden_size=64 * tp, num_attention_heads=4 * tp, pipeline_dtype=dtype, **core)
-
-
-def _check_layout(result, core: dict, llm_stages) -> None:
-    """megatron-core's layout: per (pipeline rank, virtual stage) the plan's chunk c = vp·P + rank, layer counts and offsets.
-
-    Without interleaving v = 1 and chunk c is stage c. Megatron reads the virtual stage
-    only when its parallel state has a virtual world size: set it (as Megatron-LM's
-    initialisation does from virtual_pipeline_model_parallel_size) while checking.
-    """
-    from megatron.core import parallel_state
-
-    training = result.problem.training
-    v = training.virtual_stages if training.schedule == "interleaved" else 1
-    cfg = _config(core)
-    layout = cfg.pipeline_model_parallel_layout
-    P = core["pipeline_model_parallel_size"]
-    assert layout.virtual_pipeline_model_parallel_size == v
-    assert cfg.virtual_pipeline_model_parallel_size == (v if v > 1 else None)
-    assert len(layout.layout) == P and all(len(chunks) == v for chunks in layout.layout)  # v model chunks per rank
-    counts = _decoder_counts(result, llm_stages)
-    assert len(counts) == P * v
-    parallel_state.set_virtual_pipeline_model_parallel_world_size(v if v > 1 else None)
-    try:
-        for c, want in enumerate(counts):
-            rank, vp = c % P, c // P
-            assert layout.get_num_layers_to_build(LayerType.decoder, vp_stage=vp, pp_rank=rank) == want, f"chunk {c}"
-            assert layout.get_layer_offset(LayerType.decoder, vp_stage=vp, pp_rank=rank) == sum(counts[:c]), f"chunk {c}"
-    finally:
-        parallel_state.set_virtual_pipeline_model_parallel_world_size(None)
-    assert LayerType.embedding in layout.layout[0][0] and LayerType.loss in layout.layout[-1][-1]
-    if v > 1:  # the plan's chunk c runs on the GPUs of group c mod P: Megatron's rank c mod P
-        ids = result.plan.device_ids()
-        assert all(ids[c] == ids[c % P] for c in range(len(ids)))
+    yield _fake_world
+    close_fake_world()
 
 
 @pytest.mark.parametrize("case", [c.id for c in PLANS])
@@ -141,43 +60,12 @@ def test_megatron_export_runs_in_megatron_core_or_says_why(case, fake_world):
     if not exp.expressible:
         assert exp.reasons and all(r.startswith(("Megatron-LM:", "MIMO:", "this plan")) for r in exp.reasons)
         return
-    stages = result.plan.stages
-    hints = result.to_dict()["export_hints"]["layers"]
-    llm = [s for s in stages if any(hints[i]["role"] in ("embedding", "decoder", "loss") for i in s.layers)]
-    if exp.settings["path"] == "megatron-lm":
-        core = exp.settings["transformer_config"]
-        _check_layout(result, core, llm)
-        from megatron.core.distributed import DistributedDataParallelConfig
-
-        fields = {f.name for f in dataclasses.fields(TransformerConfig)}
-        ddp_fields = {f.name for f in dataclasses.fields(DistributedDataParallelConfig)}
-        DistributedDataParallelConfig(**exp.settings["ddp_config"])
-        flags = dict(re.findall(r"--([a-z0-9-]+)(?: \"?([^\s\"]+)\"?)?", exp.snippet))
-        for flag in flags:
-            dest = _FLAG_FIELDS.get(flag.replace("-", "_"), flag.replace("-", "_"))
-            assert dest in fields or dest in ddp_fields or dest in _BATCH_FLAGS, \
-                f"--{flag} is neither a TransformerConfig nor a DDP-config field nor a batch flag"
-            if dest in exp.settings["ddp_config"]:
-                assert exp.settings["ddp_config"][dest] is True or flags[flag] == str(exp.settings["ddp_config"][dest])
-            if dest in core:
-                want = core[dest]
-                assert (flags[flag] == str(want)) if not isinstance(want, bool) else want, flag
-        assert not any(f.startswith("encoder") for f in flags)
-        # Megatron-LM's validate_args refuses a virtual-stage flag together with the layout (vpp comes from the layout)
-        assert not any(f.startswith(("num-virtual-stages", "num-layers-per-virtual")) for f in flags)
-        dp = exp.settings["data_parallel_size"]
-        mbs, gbs = int(flags["micro-batch-size"]), int(flags["global-batch-size"])
-        assert gbs % (mbs * dp) == 0 and gbs // (mbs * dp) == result.problem.microbatches  # Megatron-LM's m
-        assert core["tensor_model_parallel_size"] * core["pipeline_model_parallel_size"] * dp == result.problem.cluster.num_devices
-        assert _ranks(core, result.problem.cluster.num_devices, fake_world) == dp
-        # the plan's knobs are set, never left to a note
-        knobs = [g for st in result.to_dict()["knobs"] for g in st["segments"]]
-        assert core.get("recompute_granularity", "none") in {g["recompute"] for g in knobs}
-        assert exp.settings["ddp_config"].get("use_distributed_optimizer", False) == any(g["zero"] == 1 and g["dp"] > 1 for g in knobs)
-    else:
-        grid = exp.settings["mimo"]
-        _check_layout(result, exp.settings["llm_transformer_config"], llm)
-        _bridge_finalize(grid, result.problem.cluster.num_devices)
+    # benchmarks/framework_checks.py: TransformerConfig + layout, DDP config, every flag, the batch's m, the rank
+    # generator's dp and the knobs (Megatron-LM path); the language module's layout (MIMO path)
+    path = check_megatron(PlannedJob.from_result(result), exp, fake_world)
+    assert path == exp.settings["path"]
+    if path != "megatron-lm":
+        _bridge_finalize(exp.settings["mimo"], result.problem.cluster.num_devices)
 
 
 def _bridge_finalize(grid: dict, world: int) -> None:

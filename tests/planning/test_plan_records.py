@@ -67,7 +67,7 @@ def test_the_json_keeps_the_result_format_order(planned):
     sections = [k for k in keys[9:] if k not in planned.method_extra]
     expected = ["simulation", "throughput", "baselines", "baseline", "speedup", "model", "cluster", "nodes",
                 "global_batch", "microbatches", "microbatches_tried", "knobs", "export_hints", "schedule", "schedules",
-                "targets"]  # issue 27: targets (plan --target any) comes last
+                "targets", "memory"]  # issue 27: targets (plan --target any), then the weight count
     assert sections == [k for k in expected if k in sections] and set(expected) - set(sections) <= {"simulation"}
 
 

@@ -10,6 +10,7 @@ faster plan.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterable, Mapping
 
 from ...plan import Plan
@@ -17,6 +18,7 @@ from ...problem import Problem
 from ..records import BaselineRun, BaselineSummary, TargetSummary
 from ..results import ModelPlan
 from ..schedules.report import ScheduleReport
+from .memory import MemoryCounts, default_counts
 from .rules import RULES, runs
 
 __all__ = ["target_summaries"]
@@ -54,18 +56,25 @@ def _fastest(pool: Iterable[_Candidate]) -> _Candidate | None:
     return best
 
 
-def target_summaries(result: ModelPlan, report: ScheduleReport | None,
-                     bests: Mapping[str, BaselineRun]) -> dict[str, TargetSummary]:
-    """Per target of :data:`~.targets.RULES`, its :class:`TargetSummary` for the result of a ``--target any`` run."""
+def target_summaries(result: ModelPlan, report: ScheduleReport | None, bests: Mapping[str, BaselineRun],
+                     memory: MemoryCounts | None = None) -> dict[str, TargetSummary]:
+    """Per target of :data:`~.targets.RULES`, its :class:`TargetSummary` for the result of a ``--target any`` run.
+
+    Every candidate was costed with the run's count ``memory`` (default:
+    Megatron-LM's, :func:`~.memory.default_counts`), whatever the target;
+    each summary says so (``memory``), restricted to the target's ZeRO stages.
+    """
     pool = _pool(result, report, bests)
+    memory = memory or default_counts("any")
     base = result.baseline.iteration_ms if isinstance(result.baseline, BaselineSummary) else None
     out = {}
     for name, rules in RULES.items():
+        counted = replace(memory, counts={z: c for z, c in memory.counts.items() if z in rules.zero}).to_dict()
         kept_reasons = runs(rules, pool[0][1], pool[0][2])
         best = _fastest(c for c in pool if not runs(rules, c[1], c[2]))
         if best is None:
-            out[name] = TargetSummary(name, None, None, None, tuple(kept_reasons))
+            out[name] = TargetSummary(name, None, None, None, tuple(kept_reasons), counted)
             continue
         speedup = base / best[0] if base is not None and best[0] > 0 else None
-        out[name] = TargetSummary(name, best[0], speedup, _shape(best), tuple(kept_reasons))
+        out[name] = TargetSummary(name, best[0], speedup, _shape(best), tuple(kept_reasons), counted)
     return out
