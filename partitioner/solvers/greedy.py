@@ -64,7 +64,7 @@ def solve_greedy(problem: Problem, request: SolveRequest) -> Candidate:
     counts = feasible_stage_counts(problem)
     balancer = Balancer(work, counts)
     for tried, P in enumerate(counts):
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline is not None and time.perf_counter() > deadline and tried > 0:  # the first count always runs
             if best is None:
                 return Candidate("error", message="greedy: time limit reached before any plan was found", timed_out=True)
             return Candidate(

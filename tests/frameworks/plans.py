@@ -31,12 +31,14 @@ class PlanCase:
     max_stages: int | None = None
     schedule: str = "1f1b"  # pinned: the tier checks each schedule's export on purpose, not what auto picks
     virtual_stages: int | None = None
+    target: str = "any"
 
     def command(self) -> str:
         extra = f" --method {self.method}" if self.method != "dp" else ""
         extra += f" --max-stages {self.max_stages}" if self.max_stages else ""
         extra += f" --schedule {self.schedule}"
         extra += f" --virtual-stages {self.virtual_stages}" if self.virtual_stages else ""
+        extra += f" --target {self.target}" if self.target != "any" else ""
         return (f"partitioner plan --model {self.model} --cluster {self.cluster} --nodes {self.nodes} "
                 f"--global-batch {self.global_batch} --microbatches {self.microbatches}{extra} --json")
 
@@ -54,6 +56,8 @@ PLANS = [
     PlanCase("qwen2-vl-7b-interleaved-v4", "qwen2-vl-7b", "dgx-h100", 2, 256, 32, method="greedy", schedule="interleaved",
              virtual_stages=4),
     PlanCase("seed-vla-gpipe", "seed-vla-8gpu", "dgx-h100", 1, 32, 8, method="greedy", schedule="gpipe"),
+    # planned for torchtitan: its one mesh (pi0's best plan under `any` gives one layer another mesh)
+    PlanCase("pi0-torchtitan", "pi0", "dgx-h100", 2, 1024, 32, target="torchtitan"),
 ]
 PLAN_IDS = [c.id for c in PLANS]
 _CACHE: dict[str, Any] = {}
@@ -65,7 +69,7 @@ def planned(case_id: str):
         case = next(c for c in PLANS if c.id == case_id)
         result = plan_model(case.model, case.cluster, nodes=case.nodes, global_batch=case.global_batch,
                             microbatches=case.microbatches, method=case.method, max_stages=case.max_stages,
-                            schedule=case.schedule, virtual_stages=case.virtual_stages)
+                            schedule=case.schedule, virtual_stages=case.virtual_stages, target=case.target)
         assert result.plan is not None, f"{case.command()}: {result.status}: {result.message}"
         _CACHE[case_id] = result
     return _CACHE[case_id]

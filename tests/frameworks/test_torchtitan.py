@@ -97,7 +97,7 @@ def test_config_manager_rejects_an_unknown_override():
 def test_snippet_launches_a_module_torchtitan_has():
     import importlib.util
 
-    assert "-m torchtitan.train" in export_result(planned("pi0"), "torchtitan").snippet
+    assert "-m torchtitan.train" in export_result(planned("pi0-torchtitan"), "torchtitan").snippet
     assert importlib.util.find_spec("torchtitan.train") is not None
 
 

@@ -35,3 +35,12 @@ def test_a_model_refused_for_the_time_left_falls_back_to_greedy(method, layers):
     assert result.status == "feasible" and result.plan is not None, result.message
     assert result.extra["fallback"] == "greedy" and "would run out while building" in result.message
     evaluate(problem, result.plan)
+
+
+def test_greedy_answers_its_first_stage_count_even_past_the_deadline():
+    """A heuristic whose set-up outlasts the limit (the 100k-layer model under load) still returns a plan:
+    the first stage count is always tried, the next ones only within the limit."""
+    problem = load_problem(TOY)
+    result = solve(problem, "greedy", time_limit=1e-9)
+    assert result.plan is not None and result.status == "feasible", result.message
+    evaluate(problem, result.plan)
