@@ -155,9 +155,10 @@ def test_cli_json_is_not_polluted_by_the_solver(cli, examples):
 
 @pytest.mark.parametrize("method", ["milp", "cpsat"])
 def test_time_limit_covers_building_the_model(examples, method):
-    # building a large slot model takes minutes; the time limit must stop it, not only the search
+    # building a large slot model takes minutes; the time limit must stop it, not only the search. The solve then
+    # answers greedy's plan (greedy always tries its first stage count), saying the build was cut short
     r = solve(load_problem(examples / "rebalance_4gpu.json"), method, time_limit=1e-6)
-    assert r.status == "error"
+    assert r.status == "feasible" and r.extra.get("fallback") == "greedy"
     assert "while building the model" in r.message
 
 
