@@ -46,20 +46,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.solvers import PLAN_CASES, machine, run_child  # noqa: E402
+from benchmarks.solvers import PLAN_CASES, V3_PLAN_CASES, machine, run_child  # noqa: E402
 
 __all__ = ["CASES", "QUICK_CASES", "TARGETS", "job_files", "run_case", "run_checks", "to_markdown", "section_lines", "splice_report", "main"]
 
 TARGETS = ("megatron", "torchtitan", "deepspeed")
-# the solver benchmark's plan cases and the newer presets (MoE, 72B+ dense, video, GB200)
-CASES: tuple[tuple[str, str, int, int], ...] = tuple(PLAN_CASES) + (
-    ("qwen3-vl-30b-a3b", "dgx-h100", 4, 1024),
-    ("qwen2.5-vl-72b", "dgx-h200", 16, 1024),
-    ("glm-4.5v", "dgx-h200", 16, 1024),
-    ("qwen3-vl-235b-a22b", "dgx-b200", 16, 1024),
-    ("qwen2.5-vl-7b-video-64f", "dgx-h100", 4, 256),
-    ("qwen3-vl-30b-a3b", "gb200-nvl72", 1, 1024),
-)
+# the solver benchmark's plan cases and the newer presets (MoE, 72B+ dense, video, B200, GB200)
+CASES: tuple[tuple[str, str, int, int], ...] = tuple(PLAN_CASES) + tuple(V3_PLAN_CASES)
 QUICK_CASES: tuple[tuple[str, str, int, int], ...] = (("pi0", "dgx-h100", 1, 64),)
 BEGIN, END = "<!-- targets: begin (python -m benchmarks.targets) -->", "<!-- targets: end -->"
 _SLACK_S = 300.0  # beyond the plan's own time limit: loading a preset and building its problems
