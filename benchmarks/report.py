@@ -34,8 +34,8 @@ format-v2 twin, and ``partitioner plan`` per preset, each in its own process (wa
 The issue-28 row (part ``issue28``) comes from ``python -m benchmarks.solvers --sweeps issue28 --methods dp
 --time-limit 60 --out benchmarks/results/issue28``: dp on the VLA shape at its memory budget.
 
-The issue-25 rows (part ``issue25``) come from ``python -m benchmarks.solvers --sweeps issue25 --methods dp
---out benchmarks/results/issue25``: ``partitioner plan`` on each new preset, in a process of its own.
+The issue-25/27 rows (part ``issue25``) come from ``python -m benchmarks.solvers --sweeps plan,issue25 --methods
+dp --out benchmarks/results/issue25``: ``partitioner plan`` on every preset, in a process of its own.
 
 The first-run section comes from ``python -m benchmarks.first_run`` (``first_run.md``: a fresh clone,
 an empty numba cache, 4 busy processes; the README's warmup step and the plan after it).
@@ -477,23 +477,28 @@ def issue28_targets(out: Path) -> list[str]:
 
 
 def issue25_targets(out: Path) -> list[str]:
-    """The issue-25 target from ``issue25/solvers.json`` (``python -m benchmarks.solvers --sweeps issue25``):
-    ``partitioner plan`` on each new preset gives a plan whose stages fit, within 30 s, in a process of its own."""
+    """The issue-25 and issue-27 targets from ``issue25/solvers.json`` (``python -m benchmarks.solvers --sweeps
+    plan,issue25``): ``partitioner plan`` at its default settings on every preset, in a process of its own --
+    the new presets' plans fit within 30 s (issue 25), and each plan answers ``optimal`` or says what was cut
+    short (issue 27)."""
     path = out / "issue25" / "solvers.json"
-    rows = [r for r in (json.loads(path.read_text()) if path.exists() else []) if r["sweep"] == "issue25"]
+    rows = [r for r in (json.loads(path.read_text()) if path.exists() else []) if r["sweep"] in ("plan", "issue25")]
     if not rows:
         return []
-    lines = ["", "## Targets (issue 25: the new presets plan in <= 30 s)", "",
-             "`partitioner plan` at its default settings, in a process of its own (wall time, imports included; "
-             "the machine's load average when it ended). *fits*: the replayed plan keeps every stage within its "
-             "GPU memory.", "",
-             "| preset | status | seconds | fits | load | met |", "|---|---|---|---|---|---|"]
+    lines = ["", "## Targets (issues 25 and 27: `plan` on every preset at its default settings)", "",
+             "`partitioner plan --model M --cluster C --nodes N --global-batch B --json`, in a process of its own "
+             "(wall time, imports included; the machine's load average when it ended). *fits*: the replayed plan "
+             "keeps every stage within its GPU memory. Issue 25's target: each new preset plans and fits in <= 30 s; "
+             "issue 27's: the plan answers `optimal` in <= 30 s, or says which part was cut short (the result's "
+             "message).", "",
+             "| preset | new (issue 25) | status | seconds | fits | load | met |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         fits = "every stage fits" in r["message"]
+        new = r["sweep"] == "issue25"
         ok = r["status"] in ("optimal", "feasible") and fits and r["seconds"] <= 30
-        lines.append(f"| {r['label']} | {r['status']} ({r['message']}) | {r['seconds']:.1f} | {'yes' if fits else 'no'} "
-                     f"| {r['load_average']:.1f} | {'yes' if ok else 'no'} |")
-    lines += ["", "Reproduce: `python -m benchmarks.solvers --sweeps issue25 --methods dp --out "
+        lines.append(f"| {r['label']} | {'yes' if new else ''} | {r['status']} ({r['message']}) | {r['seconds']:.1f} "
+                     f"| {'yes' if fits else 'no'} | {r['load_average']:.1f} | {'yes' if ok else 'no'} |")
+    lines += ["", "Reproduce: `python -m benchmarks.solvers --sweeps plan,issue25 --methods dp --out "
               "benchmarks/results/issue25` ([issue25/](issue25/solvers.md))."]
     return lines
 
@@ -780,7 +785,7 @@ def main(argv: list[str] | None = None) -> None:
             solver_bench.main(["--sweeps", "issue13,plan", "--methods", "dp,cpsat", "--time-limit", "60",
                                "--out", str(out / "issue13")])
         if "issue25" in parts and not args.quick:
-            solver_bench.main(["--sweeps", "issue25", "--methods", "dp", "--out", str(out / "issue25")])
+            solver_bench.main(["--sweeps", "plan,issue25", "--methods", "dp", "--out", str(out / "issue25")])
         if "targets" in parts:
             targets_bench.main((["--quick"] if args.quick else []) + ["--time-limit", f"{TARGETS_TIME_LIMIT:g}",
                                                                       "--out", str(out)])

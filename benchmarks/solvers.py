@@ -240,6 +240,8 @@ def run_plan_case(case: tuple, timeout: float, sweep: str = "plan") -> dict:
             fits = _stages_fit(doc)
             if fits is not None:
                 message += ", every stage fits" if fits else ", A STAGE DOES NOT FIT"
+            if status != "optimal":  # what the plan says was not proven, or cut short
+                message += "; " + str(doc.get("message") or "").split("; ")[0]
         except (ValueError, KeyError) as exc:
             message = f"unreadable output: {exc}"
     else:
@@ -247,7 +249,7 @@ def run_plan_case(case: tuple, timeout: float, sweep: str = "plan") -> dict:
     return {"sweep": sweep, "label": f"plan {model} on {nodes} x {cluster}, batch {batch}", "method": "plan",
             "model": model, "cluster": cluster, "nodes": nodes, "global_batch": batch, "status": status,
             "value": value, "bound": None, "seconds": seconds, **_usage(usage),
-            "load_average": os.getloadavg()[0], "message": message[:200]}
+            "load_average": os.getloadavg()[0], "message": message[:300]}
 
 
 def _stages_fit(doc: dict) -> bool | None:
