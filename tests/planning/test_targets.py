@@ -179,3 +179,15 @@ def test_the_merged_problem_keeps_expert_splits_and_ties(model, moe_problem):
     assert result.plan is not None, result.message
     full = expand(result.plan, groups, problem, configs).with_device_ids()
     assert evaluate(problem, full, "iteration").value == pytest.approx(result.value, rel=1e-9)
+
+
+def test_restrict_drops_the_axes_a_target_does_not_run():
+    """DeepSpeed's pipeline engine has no cp, torchtitan no etp: their problems (solves and baselines) lack those keys."""
+    problem = build_problem("qwen2.5-vl-7b-video-64f", "dgx-h100", nodes=2, global_batch=32, microbatches=4,
+                            options={"etp_degrees": [1, 2]})
+    keys = {c for layer in problem.layers for c in layer.costs}
+    assert any(c.cp > 1 for c in keys)
+    ds = {c for layer in restrict(problem, RULES["deepspeed"]).layers for c in layer.costs}
+    assert ds and not any(c.cp > 1 or c.etp > 1 for c in ds)
+    mg = {c for layer in restrict(problem, RULES["megatron"]).layers for c in layer.costs}
+    assert any(c.cp > 1 for c in mg)

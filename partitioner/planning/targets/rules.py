@@ -116,8 +116,14 @@ def _allowed(rules: TargetRules, variant: str, has_decoder: bool) -> bool:
     return rules.allows(knobs) and not (rules.recompute_decoder_only and not has_decoder and knobs.recompute != "none")
 
 
+def _mesh(lay: Layout) -> Mesh:
+    return (lay.dp, lay.tp, lay.cp, lay.ep, lay.etp)
+
+
 def restrict(problem: Problem, rules: TargetRules) -> Problem:
-    """``problem`` without the cost entries of knobs the target cannot set (per module: decoder-only recompute)."""
+    """``problem`` without the cost entries of knobs the target cannot set (per module: decoder-only recompute)
+    and of the axes it does not run (DeepSpeed's cp, torchtitan's and DeepSpeed's etp): its solves and its
+    baselines see only what it runs."""
     decoders = _decoder_modules(problem)
     layers = []
     done: dict[tuple[int, bool], Mapping[Layout, LayerCost]] = {}
@@ -125,7 +131,8 @@ def restrict(problem: Problem, rules: TargetRules) -> Problem:
         has_decoder = layer.module in decoders
         key = (id(layer.costs), has_decoder)
         if key not in done:
-            done[key] = MappingProxyType({lay: c for lay, c in layer.costs.items() if _allowed(rules, lay.variant, has_decoder)})
+            done[key] = MappingProxyType({lay: c for lay, c in layer.costs.items()
+                                          if _allowed(rules, lay.variant, has_decoder) and rules.runs_mesh(_mesh(lay))})
         layers.append(Layer(layer.name, layer.module, layer.out_bytes, done[key], layer.tied_to))
     variants = {v: d for v, d in problem.variants.items() if _allowed(rules, v, True) or _allowed(rules, v, False)}
     return replace(problem, layers=tuple(layers), variants=MappingProxyType(variants), source=None)
