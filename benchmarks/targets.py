@@ -302,7 +302,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args.out.mkdir(parents=True, exist_ok=True)
     old: dict[tuple, dict] = {}
     old_meta: dict = {}
-    if only and (args.out / "targets.json").exists():
+    subset = bool(only) or set(targets) != set(TARGETS)
+    if subset and (args.out / "targets.json").exists():
         before = json.loads((args.out / "targets.json").read_text())
         old_meta = before.get("meta") or {}
         for r in before.get("rows", []):
@@ -313,9 +314,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         for case in cases:
-            for target in targets:
+            for target in TARGETS:
                 key = (*case, target)
-                if only and case[0] not in only:
+                if (only and case[0] not in only) or target not in targets:  # not re-measured: its row is kept
                     if key in old:
                         rows.append(old[key])
                     continue
@@ -333,9 +334,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     cmd = "python -m benchmarks.targets" + (" --quick" if args.quick else "") + f" --time-limit {args.time_limit:g}"
     meta = {"command": cmd, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": machine_commit(),
             "time_limit": args.time_limit, "seconds": seconds, "machine": machine(), "targets": targets}
-    if only and old_meta.get("seconds") and not old_meta.get("partial"):  # the other rows keep their run's record
+    if subset and old_meta.get("seconds") and not old_meta.get("partial"):  # the other rows keep their run's record
         first = old_meta.get("first_run") or {k: old_meta[k] for k in ("command", "date", "commit", "seconds") if k in old_meta}
-        meta.update(first_run=first, remeasured=sorted(only))
+        which = sorted(only or {c[0] for c in cases})
+        if set(targets) != set(TARGETS):
+            which = [f"{m} ({', '.join(targets)})" for m in which]
+        meta.update(first_run=first, remeasured=which)
     _save(args.out, rows, meta)
     (args.out / "targets.md").write_text(to_markdown(rows, meta))
     spliced = splice_report(args.out)

@@ -199,3 +199,25 @@ def test_each_target_of_a_dotted_model_name_has_its_own_files(tmp_path):
 
     files = {f for t in targets.TARGETS for f in targets.job_files(("llava-1.5-7b", "dgx-h100", 4, 1024), t, tmp_path)}
     assert len(files) == 2 * len(targets.TARGETS) and all(f.parent == tmp_path for f in files)
+
+
+def test_targets_subset_keeps_the_other_targets_rows(tmp_path, monkeypatch):
+    """Re-measuring one target of one case keeps every other row (a subset run once dropped the other targets)."""
+    from benchmarks import targets
+
+    case = targets.CASES[0]
+    other = targets.CASES[1]
+
+    def fake(c, target, time_limit, work):
+        return {**targets._empty(c, target), "status": "feasible", "message": f"run {target}"}
+
+    monkeypatch.setattr(targets, "run_case", fake)
+    monkeypatch.setattr(targets, "run_checks", lambda rows, work: None)
+    monkeypatch.setattr(targets, "splice_report", lambda out: None)
+    old = [{**targets._empty(c, t), "status": "optimal", "message": "old"} for c in (case, other) for t in targets.TARGETS]
+    (tmp_path / "targets.json").write_text(json.dumps({"meta": {"seconds": 1.0, "command": "x"}, "rows": old}))
+    rows = targets.main(["--cases", case[0], "--targets", "deepspeed", "--out", str(tmp_path)])
+    by = {(r["model"], r["cluster"], r["target"]): r["message"] for r in rows}
+    assert by[(case[0], case[1], "deepspeed")] == "run deepspeed"
+    assert by[(case[0], case[1], "megatron")] == "old" and by[(other[0], other[1], "torchtitan")] == "old"
+    assert len(rows) == 6
