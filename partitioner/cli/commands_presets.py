@@ -147,7 +147,7 @@ def _exportable(result: SolveResult, problem: Problem | None) -> dict[str, dict]
     """Per export target: whether it runs the kept plan, and the reasons when it does not (``plan --json``'s ``exports``)."""
     from ..export import TARGETS, export_result
 
-    out = {}
+    out: dict[str, dict] = {}
     for target in TARGETS:
         exp = export_result(result, target, problem)
         out[target] = {"expressible": exp.expressible, "reasons": list(exp.reasons)}

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 
 from ..problem import ProblemError
 from .axes.options import AxisOptions
-from .param_memory import param_memory, target_memory
+from .param_memory import param_memory
 
 __all__ = ["BF16_BYTES", "CostOptions"]
 
@@ -100,8 +100,8 @@ class CostOptions:
         ``bytes_per_param``, ``optimizer_bytes_per_param``,
         ``grad_bytes_per_param`` and ``frozen_bytes_per_param`` to the
         count's (:meth:`~.param_memory.ParamBytes.option_overrides`) unless
-        the mapping gives them too; :meth:`for_target` picks it by export
-        target and ZeRO stage. The defaults are Megatron-LM's.
+        the mapping gives them too (:func:`partitioner.frameworks.target_options`
+        picks it by export target and ZeRO stage). The defaults are Megatron-LM's.
     efficiency_max : float
         Fraction of the dense bf16 peak a large, wide GEMM reaches. 0.70 is
         in line with the 50-60 % model FLOPs utilization reported for large
@@ -332,15 +332,6 @@ class CostOptions:
         if axis_values:
             values["axes"] = AxisOptions.from_mapping(axis_values)  # a ProblemError naming options.<key>
         return cls(**values)
-
-    @classmethod
-    def for_target(cls, target: str, zero: int = 0, **more: Any) -> "CostOptions":
-        """Options whose weight memory is ``target``'s at ZeRO stage ``zero`` (:func:`~.param_memory.target_memory`).
-
-        ``more`` are further options (validated like :meth:`from_mapping`'s).
-        """
-        from_target = {"memory_count": target_memory(target, zero).name}
-        return cls.from_mapping({**from_target, **more})
 
     def to_dict(self) -> dict[str, Any]:
         """The options as :meth:`from_mapping` takes them (the axis options flat at the top level)."""

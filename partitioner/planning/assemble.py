@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+from ..frameworks import MoeHints
 from ..plan import SolveResult
 from ..plan.result import Status
 from ..presets import ClusterSpec, ModelSpec
 from .baselines import BASELINE_METHOD, BASELINES, FSDP_METHOD
-from .records import BaselineRun, BaselineSummary, KnobSolve, MicrobatchTrial, MissingBaseline, ScreenedCount, moe_export_hints
+from .records import BaselineRun, BaselineSummary, KnobSolve, MicrobatchTrial, MissingBaseline, ScreenedCount
 from .results import ModelPlan, iteration_of, plan_throughput, stage_knobs
 from .schedules.report import ScheduleReport
 
@@ -90,7 +91,7 @@ def assemble(best: KnobSolve, bests: Mapping[str, BaselineRun], tried: Sequence[
         nodes=problem.cluster.nodes, global_batch=problem.meta.get("global_batch"), microbatches=problem.microbatches,
         microbatches_tried=tuple(tried), knobs=stage_knobs(result.evaluation),
         export_hints={"model": spec.name, "layers": [dict(h) for h in problem.meta.get("layers", [])],
-                      **({"moe": moe} if (moe := moe_export_hints(spec)) else {})},
+                      **({"moe": moe.to_dict()} if (moe := MoeHints.of_model(spec)) else {})},
         schedules=schedules,
     )
 

@@ -19,13 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
 from ..plan import Evaluation, Plan, SolveResult
-from ..presets import is_moe_layer
 from ..problem import Problem
 from .baselines import BaselineLayout, StageSums
 
 __all__ = [
-    "MoeHints",
-    "moe_export_hints",
     "IterationSource",
     "BaselineRun",
     "ScreenedCount",
@@ -219,36 +216,3 @@ class TargetSummary:
     def to_dict(self) -> dict[str, Any]:
         return {"iteration_ms": self.iteration_ms, "speedup": self.speedup, "plan": self.plan,
                 "reasons": list(self.reasons), "memory": self.memory}
-
-
-@dataclass(frozen=True)
-class MoeHints:
-    """The language model's mixture of experts, as the exports need it.
-
-    ``moe_layers`` says, per decoder layer of the language model, whether it
-    has routed experts (the others have the dense MLP); ``shared_ffn`` is
-    the width of the shared experts together (0: none).
-    """
-
-    num_experts: int
-    top_k: int
-    ffn_hidden: int
-    shared_ffn: int = 0
-    moe_layers: tuple[bool, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"num_experts": self.num_experts, "top_k": self.top_k, "ffn_hidden": self.ffn_hidden,
-                "shared_ffn": self.shared_ffn, "moe_layers": [int(b) for b in self.moe_layers]}
-
-
-def moe_export_hints(spec: Any) -> dict[str, Any] | None:
-    """``export_hints["moe"]`` of a model spec: its language model's experts (None for a dense model).
-
-    ``spec`` is a :class:`partitioner.presets.ModelSpec`; layer i of the
-    ``llm`` module is a MoE layer per :func:`partitioner.presets.is_moe_layer`.
-    """
-    llm = next((m for m in getattr(spec, "modules", ()) if m.kind == "llm" and m.experts), None)
-    if llm is None:
-        return None
-    return MoeHints(llm.experts, llm.top_k, llm.moe_ffn, llm.shared_ffn,
-                    tuple(is_moe_layer(llm, i) for i in range(llm.layers))).to_dict()

@@ -26,7 +26,7 @@ from .options import PlanOptions
 from .records import BaselineRun, ScreenedCount
 from .results import iteration_of, simulate_plan
 from .targets.memory import merge_stages, stage_knobs, stage_options
-from .targets.rules import TargetRules, restrict, rules_for
+from .targets.rules import FrameworkRules, restrict, rules_for
 
 __all__ = ["Builders", "screen_counts", "counts_to_solve"]
 
@@ -88,7 +88,7 @@ def _problems(m: int, builders: Builders, options: CostOptions) -> tuple[Problem
     return problem, base
 
 
-def _counted(m: int, builders: Builders, options: CostOptions, problem: Problem, rules: TargetRules) -> Problem:
+def _counted(m: int, builders: Builders, options: CostOptions, problem: Problem, rules: FrameworkRules) -> Problem:
     """``problem`` (built with ``options``) with each ZeRO stage's entries charged with the target's count there.
 
     :mod:`.targets.memory`: one more build per stage whose count changes the

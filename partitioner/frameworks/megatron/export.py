@@ -51,32 +51,21 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from .common import (
-    Export,
-    MoeHints,
+from ..common import Export, ExportContext, MoeHints
+from ..stages import (
     StageView,
     chunk_reasons,
     layout_reasons,
     one_recompute,
     one_zero,
     per_replica_microbatch,
-    schedule_of,
     segment_knobs,
 )
+from .rules import RULES, SCHEDULE_REFUSALS
 
-__all__ = ["export_megatron", "megatron_layout", "parse_megatron_layout", "mimo_grid", "CHECKED_WITH", "MEGATRON_SCHEDULES"]
+__all__ = ["export_megatron", "megatron_layout", "parse_megatron_layout", "mimo_grid", "CHECKED_WITH"]
 
 CHECKED_WITH = "megatron-core 0.16.1 (Megatron-LM core_r0.16 flags); MIMO grid per Megatron Bridge's MimoParallelismConfig"
-# our schedules Megatron-LM runs: 1F1B (forward_backward_pipelining_without_interleaving) and interleaved 1F1B
-# (forward_backward_pipelining_with_interleaving, virtual stages from the layout)
-MEGATRON_SCHEDULES = ("1f1b", "interleaved")
-_NO_SCHEDULE = {
-    "zb-h1": "schedule zb-h1 is not expressible: Megatron-LM's pipeline schedules are 1F1B and interleaved 1F1B "
-             "(megatron.core.pipeline_parallel.schedules); it has no zero-bubble (B/W split) schedule. Plan with "
-             "--schedule 1f1b or interleaved",
-    "gpipe": "schedule gpipe is not expressible: Megatron-LM has no all-forward-then-all-backward pipeline schedule "
-             "(only 1F1B and interleaved 1F1B). Plan with --schedule 1f1b or interleaved",
-}
 
 
 # --------------------------------------------------------------------------- layout strings
@@ -193,7 +182,7 @@ def _layer_freq(moe_layers: Sequence[bool]) -> str:
     return "(" + "+".join(f"[{v}]*{n}" for v, n in runs) + ")"
 
 
-def _knob_flags(stages: Sequence[StageView], shape: tuple[int, ...], ctx: Mapping[str, Any]
+def _knob_flags(stages: Sequence[StageView], shape: tuple[int, ...], ctx: ExportContext
                 ) -> tuple[dict[str, Any], dict[str, Any], list[str], list[str], list[str]]:
     """(TransformerConfig fields, DistributedDataParallelConfig fields, flags, notes, reasons) of the knobs and 5D axes.
 
@@ -237,14 +226,14 @@ def _knob_flags(stages: Sequence[StageView], shape: tuple[int, ...], ctx: Mappin
         flags += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     dp, tp, cp, ep, etp = shape
     if cp > 1:
-        algo = str(ctx.get("cp_algorithm") or "ring")
+        algo = ctx.cp_algorithm or "ring"
         if algo not in CP_COMM:
             reasons.append(f"context parallelism with algorithm {algo!r}: Megatron-LM's --cp-comm-type offers p2p (ring), "
                            "a2a (Ulysses), allgather and a2a+p2p")
         else:
             core.update(context_parallel_size=cp, cp_comm_type=CP_COMM[algo])
             flags += [f"--context-parallel-size {cp}", f"--cp-comm-type {CP_COMM[algo]}"]
-    moe: MoeHints | None = ctx.get("moe")
+    moe: MoeHints | None = ctx.moe
     if ep > 1 and moe is None:
         reasons.append(f"the plan splits experts over ep {ep}, but its hints do not describe the model's experts "
                        "(export the result of `partitioner plan`, whose export_hints carry them)")
@@ -272,11 +261,11 @@ def _knob_flags(stages: Sequence[StageView], shape: tuple[int, ...], ctx: Mappin
 # --------------------------------------------------------------------------- Megatron-LM flags
 
 
-def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[str, Any], list[str], list[str], list[str]]:
+def _megatron_lm(stages: list[StageView], ctx: ExportContext) -> tuple[dict[str, Any], list[str], list[str], list[str]]:
     """(settings, flag lines, notes, reasons it cannot run the plan)."""
-    schedule, v = schedule_of(ctx)
-    if schedule not in MEGATRON_SCHEDULES:
-        return {}, [], [], [_NO_SCHEDULE[schedule] if schedule in _NO_SCHEDULE else f"schedule {schedule!r} is not one Megatron-LM runs"]
+    schedule, v = ctx.schedule, ctx.chunks
+    if schedule not in RULES.schedules:
+        return {}, [], [], [SCHEDULE_REFUSALS.get(schedule, f"schedule {schedule!r} is not one Megatron-LM runs")]
     if schedule == "interleaved":
         chunk_why = chunk_reasons(stages, v)
         if chunk_why:
@@ -299,7 +288,7 @@ def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[
     if reasons or layout is None:
         return {}, [], [], reasons
     dp, tp = layout[0], layout[1]
-    b, why = per_replica_microbatch(ctx.get("global_batch"), ctx.get("microbatches"), dp)
+    b, why = per_replica_microbatch(ctx.global_batch, ctx.microbatches, dp)
     if why:
         return {}, [], [], [f"{why} (Megatron-LM: m = global batch / (micro-batch-size x dp))"]
     knob_core, ddp, knob_flags, knob_notes, knob_reasons = _knob_flags(stages, layout, ctx)
@@ -315,7 +304,7 @@ def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[
         "tensor_model_parallel_size": tp,
         "pipeline_model_parallel_size": pp,
         "pipeline_model_parallel_layout": text,
-        "sequence_parallel": tp > 1 and bool(ctx.get("sequence_parallel", True)),
+        "sequence_parallel": tp > 1 and ctx.sequence_parallel,
         "bf16": True,  # the cost model's bf16 activations; Megatron-LM derives pipeline_dtype from --bf16
         **knob_core,
     }
@@ -328,7 +317,7 @@ def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[
             "either together with --pipeline-model-parallel-layout"
         )
     settings: dict[str, Any] = {"path": "megatron-lm", "schedule": schedule, "transformer_config": core, "data_parallel_size": dp,
-                                "ddp_config": ddp, "microbatches": ctx.get("microbatches")}
+                                "ddp_config": ddp, "microbatches": ctx.microbatches}
     flags = [
         f"--num-layers {n_layers}",
         f"--tensor-model-parallel-size {tp}",
@@ -340,8 +329,8 @@ def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[
         flags.append("--sequence-parallel")
     flags += knob_flags
     if b is not None:
-        settings["training"] = {"micro_batch_size": b, "global_batch_size": ctx["global_batch"], "microbatches": ctx["microbatches"]}
-        flags += [f"--micro-batch-size {b}", f"--global-batch-size {ctx['global_batch']}"]
+        settings["training"] = {"micro_batch_size": b.micro, "global_batch_size": b.global_batch, "microbatches": b.microbatches}
+        flags += [f"--micro-batch-size {b.micro}", f"--global-batch-size {b.global_batch}"]
     else:
         notes.append("no global batch or microbatch count given: set --micro-batch-size and --global-batch-size so that m holds")
     if tp > 1:
@@ -458,7 +447,7 @@ def mimo_grid(stages: Sequence[StageView], world: int) -> tuple[dict[str, Any] |
 # --------------------------------------------------------------------------- exporter
 
 
-def export_megatron(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
+def export_megatron(stages: list[StageView], ctx: ExportContext) -> Export:
     """Megatron-LM flags when they express the plan, else a valid MIMO grid, else the reasons."""
     if not any(s.is_llm for s in stages):
         return Export("megatron", {}, "# (no Megatron setting expresses this plan)", (), False,
@@ -468,11 +457,11 @@ def export_megatron(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
         env = "export CUDA_DEVICE_MAX_CONNECTIONS=1\n" if "env" in settings else ""
         snippet = env + "torchrun $DISTRIBUTED_ARGS pretrain_gpt.py $MODEL_ARGS \\\n    " + " \\\n    ".join(flags)
         return Export("megatron", settings, snippet, tuple(notes), True, (), CHECKED_WITH)
-    if schedule_of(ctx)[0] != "1f1b":
+    if ctx.schedule != "1f1b":
         return Export("megatron", {"path": None, "stage_layouts": _stage_layouts(stages)},
                       "# (no Megatron setting expresses this plan: see the reasons above)", (), False,
                       tuple(f"Megatron-LM: {r}" for r in lm_reasons)
-                      + (f"MIMO: the export writes MIMO grids for 1F1B plans only (this plan is for {schedule_of(ctx)[0]})",),
+                      + (f"MIMO: the export writes MIMO grids for 1F1B plans only (this plan is for {ctx.schedule})",),
                       CHECKED_WITH)
     world = sum(s.devices for s in stages)
     grid, mimo_reasons = mimo_grid(stages, world)
@@ -487,11 +476,11 @@ def export_megatron(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
         settings = {"path": "mimo", "mimo": grid}
         b_notes = []
         for name, e in grid["module_parallelisms"].items():
-            b, why = per_replica_microbatch(ctx.get("global_batch"), ctx.get("microbatches"), e["data_parallel_size"])
+            b, why = per_replica_microbatch(ctx.global_batch, ctx.microbatches, e["data_parallel_size"])
             if why:
                 mimo_reasons.append(f"MIMO module {name!r}: {why}")
             elif b is not None:
-                b_notes.append(f"{name}: {b}")
+                b_notes.append(f"{name}: {b.micro}")
         if not mimo_reasons:
             symbols, lnotes = _layout_symbols(llm)
             notes += lnotes
@@ -502,7 +491,7 @@ def export_megatron(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
                 "pipeline_model_parallel_layout": megatron_layout(symbols),
             }
             if b_notes:
-                notes.append("per-replica microbatch of each module (m = " + str(ctx.get("microbatches")) + "): " + ", ".join(b_notes))
+                notes.append("per-replica microbatch of each module (m = " + str(ctx.microbatches) + "): " + ", ".join(b_notes))
             if any("projector" in s.roles for s in llm):
                 notes.append(
                     "the projector runs on the language-model GPUs (it sends the small vision features across, "

@@ -83,32 +83,23 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from .common import (
-    Export,
-    MoeHints,
+from ..common import VISION_ROLES, Export, ExportContext, MoeHints
+from ..stages import (
+    ReplicaBatch,
     StageView,
     chunk_reasons,
     layout_reasons,
     one_recompute,
     one_zero,
     per_replica_microbatch,
-    schedule_of,
     segment_knobs,
 )
+from .rules import RULES, SCHEDULE_NAMES, SCHEDULE_REFUSALS
 
-__all__ = ["export_torchtitan", "torchtitan_names", "CHECKED_WITH", "SCHEDULES"]
+__all__ = ["export_torchtitan", "torchtitan_names", "CHECKED_WITH"]
 
 CHECKED_WITH = ("torchtitan 0.3.0 (config_registry + CLI overrides; 0.2.x TOML files are not targeted); schedule names per "
                 "torch 2.13 get_schedule_class")
-# our schedule -> torchtitan's ``pipeline_parallel_schedule`` (torch.distributed.pipelining's get_schedule_class names)
-SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
-_NO_SCHEDULE = {
-    "zb-h1": "schedule zb-h1 is not expressible: no torch.distributed.pipelining schedule torchtitan offers is ZB-H1 "
-             "(one stage per rank, 1F1B's order with the weight gradients deferred into the bubble): "
-             "InterleavedZeroBubble runs ZB-1P over several stages per rank (loop placement), ZBVZeroBubble and "
-             "DualPipeV two stages per rank in a V. Plan with --schedule 1f1b, gpipe or interleaved",
-}
-_VISION = ("vision", "projector")
 
 
 def _flat(fqn: str) -> str:
@@ -133,7 +124,7 @@ def torchtitan_names(stages: Sequence[StageView]) -> tuple[list[list[str]], dict
             fqn_map[name] += [f for f in sources if f not in fqn_map[name]]
 
         for role, fqns in zip(s.roles, s.fqns):
-            if role in _VISION:
+            if role in VISION_ROLES:
                 add("vision_encoder", fqns)
             elif role == "embedding":
                 add("tok_embeddings", fqns)
@@ -152,10 +143,10 @@ def torchtitan_names(stages: Sequence[StageView]) -> tuple[list[list[str]], dict
     return parts, fqn_map
 
 
-def _reasons(stages: Sequence[StageView], ctx: Mapping[str, Any]) -> list[str]:
+def _reasons(stages: Sequence[StageView], ctx: ExportContext) -> list[str]:
     reasons = layout_reasons(stages, "torchtitan builds one pp x dp x tp mesh, so every stage and every module has the same layout")
     emb = [s.index for s in stages if "embedding" in s.roles]
-    vis = [s.index for s in stages if any(r in _VISION for r in s.roles)]
+    vis = [s.index for s in stages if any(r in VISION_ROLES for r in s.roles)]
     if vis and (not emb or set(vis) != {emb[0]}):
         cut_inside = [s.index for s in stages if s.roles and s.roles[0] == "vision" and s.index > 0]
         where = f"; the cut before stage(s) {cut_inside} falls inside the vision encoder" if cut_inside else ""
@@ -165,15 +156,15 @@ def _reasons(stages: Sequence[StageView], ctx: Mapping[str, Any]) -> list[str]:
             + where
             + ": torchtitan's VLMs run vision_encoder, whole, inside the embedding step of the stage holding tok_embeddings"
         )
-    schedule, v = schedule_of(ctx)
-    if schedule not in SCHEDULES:
-        reasons.append(_NO_SCHEDULE.get(schedule, f"schedule {schedule!r} has no torchtitan schedule"))
+    schedule, v = ctx.schedule, ctx.chunks
+    if schedule not in RULES.schedules:
+        reasons.append(SCHEDULE_REFUSALS.get(schedule, f"schedule {schedule!r} has no torchtitan schedule"))
     elif schedule == "interleaved":
         reasons += chunk_reasons(stages, v)
     return reasons
 
 
-def _knobs(stages: Sequence[StageView], ctx: Mapping[str, Any]) -> tuple[dict[str, Any], str, list[str], list[str]]:
+def _knobs(stages: Sequence[StageView], ctx: ExportContext) -> tuple[dict[str, Any], str, list[str], list[str]]:
     """(parallelism fields for the data axes and 5D axes, activation-checkpoint mode, notes, reasons)."""
     knobs, reasons = segment_knobs(stages)
     notes: list[str] = []
@@ -183,11 +174,11 @@ def _knobs(stages: Sequence[StageView], ctx: Mapping[str, Any]) -> tuple[dict[st
     decoder = [k for k in knobs if k.decoder]
     recompute, rr = one_recompute(decoder, "torchtitan's activation_checkpoint is one policy for every block of layers")
     reasons += zr + rr
-    other = [k.where() for k in knobs if not k.decoder and k.recompute != "none"]
+    other = [k.where() for k in knobs if RULES.recompute_decoder_only and not k.decoder and k.recompute != "none"]
     if other:
         reasons.append(f"recompute planned on {', '.join(other)}, outside the decoder layers: torchtitan's "
                        "activation_checkpoint wraps only the blocks of `layers`")
-    if recompute == "selective":
+    if recompute not in RULES.recompute:  # selective: its one recompute setting it lacks
         reasons.append("selective recompute (the attention core) is not torchtitan's selective activation checkpointing "
                        "(a per-op policy that saves matmul and attention outputs and recomputes every second matmul); "
                        "torchtitan offers full, selective, memory-budget or none")
@@ -207,14 +198,14 @@ def _knobs(stages: Sequence[StageView], ctx: Mapping[str, Any]) -> tuple[dict[st
                      "memory than ZeRO-1)")
     par["context_parallel_degree"] = cp
     par["expert_parallel_degree"] = ep
-    if etp != 1:
+    if etp != 1 and not RULES.etp:
         reasons.append(f"etp {etp}: torchtitan 0.3 has no expert tensor parallelism (expert_parallel_degree only; "
                        "experts are not split over TP ranks)")
     shard = par["data_parallel_shard_degree"]
     if ep > 1 and (shard * cp * tp) % ep:
         reasons.append(f"ep {ep} does not divide dp_shard {shard} x cp {cp} x tp {tp}: torchtitan takes the expert ranks "
                        "from those (dp_replicate and pp are outer dimensions)")
-    moe: MoeHints | None = ctx.get("moe")
+    moe: MoeHints | None = ctx.moe
     if ep > 1 and moe is None:
         reasons.append(f"the plan splits experts over ep {ep}, but its hints do not describe the model's experts")
     elif moe is not None and moe.num_experts % ep:
@@ -258,10 +249,10 @@ def _registry_function(cfg: Mapping[str, Mapping[str, Any]], base: str, ac: str 
     return "\n".join(lines)
 
 
-def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
+def export_torchtitan(stages: list[StageView], ctx: ExportContext) -> Export:
     """torchtitan overrides and ``config_registry`` function for the plan, or the reasons it cannot run it."""
     reasons = _reasons(stages, ctx)
-    b = None
+    b: ReplicaBatch | None = None
     data_axes: dict[str, Any] = {}
     ac = "none"
     knob_notes: list[str] = []
@@ -269,7 +260,7 @@ def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export
         dp, tp = stages[0].dp, stages[0].tp
         data_axes, ac, knob_notes, knob_reasons = _knobs(stages, ctx)
         reasons += knob_reasons
-        b, why = per_replica_microbatch(ctx.get("global_batch"), ctx.get("microbatches"), dp)
+        b, why = per_replica_microbatch(ctx.global_batch, ctx.microbatches, dp)
         if why:
             reasons.append(f"{why} (torchtitan: m = gradient-accumulation steps x local_batch_size / "
                            "pipeline_parallel_microbatch_size)")
@@ -279,7 +270,7 @@ def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export
                       (), False, tuple(reasons), CHECKED_WITH)
     parts, fqn_map = torchtitan_names(stages)
     notes = list(knob_notes)
-    schedule, v = schedule_of(ctx)
+    schedule, v = ctx.schedule, ctx.chunks
     pp = len(stages) // v
     if v > 1:
         notes.append(
@@ -288,7 +279,7 @@ def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export
         )
     parallelism: dict[str, Any] = {
         "pipeline_parallel_degree": pp,
-        "pipeline_parallel_schedule": SCHEDULES[schedule],
+        "pipeline_parallel_schedule": SCHEDULE_NAMES[schedule],
         **data_axes,
         "tensor_parallel_degree": tp,
         "module_fqns_per_model_part": parts,
@@ -297,21 +288,21 @@ def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export
     if pp > 1:
         training["disable_cuda_graphs"] = True  # torchtitan 0.3 refuses CUDA graphs with PP
     if b is not None and pp > 1:  # one accumulation step of m pipeline microbatches
-        parallelism["pipeline_parallel_microbatch_size"] = b
-        training.update(local_batch_size=ctx["global_batch"] // dp, global_batch_size=ctx["global_batch"])
+        parallelism["pipeline_parallel_microbatch_size"] = b.micro
+        training.update(local_batch_size=b.global_batch // dp, global_batch_size=b.global_batch)
     elif b is not None:  # no PP: torchtitan ignores the microbatch size; m gradient-accumulation steps of b samples
-        training.update(local_batch_size=b, global_batch_size=ctx["global_batch"])
-        if ctx["microbatches"] > 1:
-            notes.append(f"m = {ctx['microbatches']} as gradient accumulation (global_batch_size / (local_batch_size x "
-                         f"dp) = {ctx['global_batch']} / ({b} x {dp})): torchtitan's train step syncs gradients on every "
+        training.update(local_batch_size=b.micro, global_batch_size=b.global_batch)
+        if b.microbatches > 1:
+            notes.append(f"m = {b.microbatches} as gradient accumulation (global_batch_size / (local_batch_size x "
+                         f"dp) = {b.global_batch} / ({b.micro} x {dp})): torchtitan's train step syncs gradients on every "
                          "accumulation step, the plan counts one sync per iteration")
     else:
         notes.append("no global batch or microbatch count given: set training.local_batch_size, global_batch_size and "
                      "parallelism.pipeline_parallel_microbatch_size so that torchtitan runs m microbatches")
     cfg = {"parallelism": parallelism, "training": training} if training else {"parallelism": parallelism}
-    base = str(ctx.get("torchtitan_base") or "torchtitan.models.llama3.config_registry.llama3_8b")
+    base = ctx.torchtitan_base or "torchtitan.models.llama3.config_registry.llama3_8b"
     settings: dict[str, Any] = {"config": cfg, "activation_checkpoint": ac, "overrides": _overrides(cfg, ac), "module_fqns_per_model_part": parts,
-                "fqn_map": fqn_map, "microbatches": ctx.get("microbatches")}
+                "fqn_map": fqn_map, "microbatches": ctx.microbatches}
     world = pp * dp * tp * data_axes.get("context_parallel_degree", 1)
     snippet = (
         f"# {world} GPUs: torchrun with --nnodes x --nproc_per_node = {world}\n"
