@@ -96,11 +96,13 @@ __all__ = [
     "PublishedRun",
     "GemmMeasurement",
     "AttentionMeasurement",
+    "LayoutSpeedup",
     "SOURCES",
     "MODELS",
     "RUNS",
     "GROUPED_GEMM",
     "ATTENTION",
+    "LAYOUT_SPEEDUPS",
     "HOLDOUT_SOURCES",
     "runs_in",
     "families",
@@ -472,6 +474,29 @@ class AttentionMeasurement:
     holdout: bool = False
 
 
+@dataclass(frozen=True)
+class LayoutSpeedup:
+    """A layout's published speedup over a baseline layout of the same run (no absolute throughput printed).
+
+    ``speedup`` is the baseline's step time over this layout's; ``readout``
+    says how it was read (e.g. bar heights against gridlines, +-0.02).
+    """
+
+    source: str
+    model: str
+    precision: str
+    seq_len: int
+    tp: int
+    cp: int
+    recompute: str
+    speedup: float
+    baseline: str
+    family: str
+    readout: str
+    notes: str = ""
+    holdout: bool = False
+
+
 # --------------------------------------------------------------------------------------------
 # Sources
 # --------------------------------------------------------------------------------------------
@@ -619,6 +644,24 @@ SOURCES: dict[str, Source] = {
         framework="DeepGEMM",
         flop_counting="2 m n k per GEMM over kernel time",
     ),
+    "ml-engineering-mamf": Source(
+        title="Machine Learning Engineering (S. Bekman): Maximum Achievable Matmul FLOPS comparison table",
+        url="https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md",
+        where="'Maximum Achievable Matmul FLOPS comparison table' (BF16 and FP8 float8_e4m3fn, no sparsity)",
+        version="file at commit 7bc7c3054eb93c277a4755c597ae0864d77a63f1 (2026-08-10)",
+        read_on=READ_ON,
+        framework="torch.matmul / torch._scaled_mm via mamf-finder.py (versions per row)",
+        flop_counting="2 m n k per matmul; best mean over 100 iterations (50 warm-up) of a brute-force shape search",
+    ),
+    "megatron-cp-docs": Source(
+        title="Megatron Core user guide: Context Parallel overview, Figure 2",
+        url="https://github.com/NVIDIA/Megatron-LM/blob/main/docs/user-guide/features/context_parallel.md",
+        where="Figure 2 (docs/images/context_parallel/CP_results.png): speedup of GPT 175B TP+CP combinations over TP8CP1 with full recompute",
+        version="image at commit 4f700f71cb13f68ba5921dc2d6e6e93202e87287 (2025-12-12); doc at d98e8a64ddf3 (2026-08-22)",
+        read_on=READ_ON,
+        framework="megatron-core >= 0.5 with Transformer Engine >= 1.1",
+        flop_counting="relative step throughput only (no labels on the bars)",
+    ),
     "flashattention2-paper": Source(
         title="FlashAttention-2 (Dao), benchmark figures",
         url="https://arxiv.org/abs/2307.08691",
@@ -718,6 +761,13 @@ MODELS: dict[str, ModelArch] = {
         experts=128, top_k=4, moe_ffn=2880, moe_layer_rule="every layer MoE",
         attention="alternating sliding-window (128 tokens) and full causal layers; learned per-head attention sinks",
         notes="biases on attention projections and experts; clamped SwiGLU; 64 x 64 query width (4096) differs from hidden 2880",
+    ),
+    "gpt3-175b": ModelArch(
+        title="GPT-3 175B as configured in Megatron-LM",
+        source="Brown et al. 2020 (arXiv:2005.14165) Table 2.1; Megatron-LM's GPT-3 175B settings (vocabulary padded to 51200)",
+        layers=96, hidden=12288, ffn=49152, heads=96, kv_heads=96, head_dim=128, vocab=51200, tied_embeddings=True,
+        gated_mlp=False, preset="(benchmarks/calibration.py gpt3_model builds the same shape)",
+        notes="GeLU MLP (not gated), learned position embeddings, multi-head attention",
     ),
     "llama4-scout": ModelArch(
         title="Llama 4 Scout 17B-16E (109B total)",
@@ -1343,8 +1393,20 @@ GROUPED_GEMM: tuple[GemmMeasurement, ...] = tuple(
                              "routing/permutation/quantisation included; B200")
        for name, n, k, bf, mx in (("Llama4 16e", 8192, 5120, 275.270, 192.420), ("DeepSeek-V3", 2048, 7168, 92.032, 80.182))
        for dt, t in (("bf16", bf), ("mxfp8", mx))]
+    + [GemmMeasurement("ml-engineering-mamf", gpu, dt, "dense-max", 1, m, n, k, t, "TFLOP/s", f"{t:g}",
+                       notes=f"maximum achievable matmul FLOPS over a shape search; theory {theory}; best shape {m}x{n}x{k}; {note}")
+       for gpu, dt, t, theory, m, n, k, note in (
+           ("A100-80G", "bf16", 271.2, 312, 1024, 10240, 5120, "A100 SXM (memory size not printed), torch 2.6.0+cu126"),
+           ("H100-SXM", "bf16", 794.5, 989, 2048, 2048, 13312, "torch 2.7.0+cu126; the table says H200 is the same"),
+           ("B200", "bf16", 1745.0, 2250, 1792, 16128, 3072, "B200 SXM, torch 2.7.1+cu128"),
+           ("GB200", "bf16", 1822.0, 2500, 4096, 9728, 2048, "torch 2.10.0.dev20250916+cu130"),
+           ("H100-SXM", "fp8-tensorwise", 1402.6, 1979, 1024, 9216, 14336, "float8_e4m3fn, torch 2.7.0+cu126"),
+           ("H200", "fp8-tensorwise", 1453.4, 1979, 1280, 4096, 12032, "float8_e4m3fn, torch 2.7.1+cu128"),
+           ("B200", "fp8-tensorwise", 3432.5, 4500, 15360, 4096, 3072, "float8_e4m3fn, torch 2.7.1+cu128"),
+           ("GB200", "fp8-tensorwise", 3615.6, 5000, 19456, 5120, 1536, "float8_e4m3fn, torch 2.10.0.dev20250916+cu130"))]
 )
-"""Published dense and grouped GEMM measurements (FP8 on H800, BF16/MXFP8 grouped on B200).
+"""Published dense and grouped GEMM measurements: FP8 on H800 (DeepGEMM), BF16/MXFP8 grouped on B200
+(torchao), and the maximum achievable dense BF16/FP8 matmul rate per GPU generation (ml-engineering).
 
 The torchao rows give bf16 grouped-GEMM time at 1-8 local experts for two
 expert widths; :meth:`GemmMeasurement.tflops` turns the fwd+bwd times into
@@ -1382,6 +1444,21 @@ ATTENTION: tuple[AttentionMeasurement, ...] = tuple(
     + _fa("flashattention3-paper", "H100-SXM", "FlashAttention-2", "fwd", True, 128, (191, 260, 298, 319, 333, 335), _FA3_NOTE)
 )
 """Published flash-attention throughput (TFLOP/s) by GPU, kernel, pass, mask, head dim and sequence."""
+
+_CP_NOTE = ("GPU count, PP and DP not printed; TP8CP1 uses full recompute (the baseline), the other layouts are "
+            "described as removing most recomputation (their recompute setting is not printed); bar heights read "
+            "against 0.2 gridlines, about +-0.02")
+LAYOUT_SPEEDUPS: tuple[LayoutSpeedup, ...] = tuple(
+    LayoutSpeedup("megatron-cp-docs", "gpt3-175b", "bf16", seq, tp, cp, "full" if (tp, cp) == (8, 1) else "unknown",
+                  v, "TP8CP1 (full recompute)", f"layout:gpt3-175b-bf16-s{seq // 1024}k", "bar height, +-0.02", _CP_NOTE)
+    for seq, tp, cp, v in ((16384, 8, 1, 1.00), (16384, 16, 1, 1.13), (16384, 8, 2, 1.25),
+                           (32768, 8, 1, 1.00), (32768, 32, 1, 0.85), (32768, 16, 2, 1.15), (32768, 8, 4, 1.20))
+)
+"""Relative layout measurements without absolute throughput (a ranking family for TP vs CP at long context).
+
+The same figure has FP8 bars for a GQA variant (TP8CP2 about 1.28 at 16k,
+TP8CP4 about 1.30 at 32k, over TP8CP1); the variant's head counts are not
+given, so they are not rows."""
 
 
 def runs_in(regime: str) -> tuple[PublishedRun, ...]:
@@ -1458,6 +1535,11 @@ def to_markdown() -> str:
     for (src, gpu, kern, passes, causal, hd), vals in groups.items():
         cells = [f"{vals[s]:g}" if s in vals else "" for s in (512, 1024, 2048, 4096, 8192, 16384)]
         lines.append(f"| {src} | {gpu} | {kern} | {passes} | {'yes' if causal else 'no'} | {hd} | " + " | ".join(cells) + " |")
+    lines += ["", "## Layout speedups without absolute throughput", "",
+              "| source | model | precision | seq | TP | CP | recompute | speedup | over | family |", "|" + "---|" * 10]
+    for ls in LAYOUT_SPEEDUPS:
+        lines.append(f"| {ls.source} | {ls.model} | {ls.precision} | {ls.seq_len} | {ls.tp} | {ls.cp} | {ls.recompute} | "
+                     f"{ls.speedup:.2f} ({ls.readout}) | {ls.baseline} | {ls.family} |")
     lines += ["", "## Sources", "", "| key | title | where | version | read | held out |", "|" + "---|" * 6]
     for k, s in SOURCES.items():
         lines.append(f"| {k} | [{s.title}]({s.url}) | {s.where} | {s.version} | {s.read_on} | "

@@ -17,11 +17,11 @@ from benchmarks import published as P  # noqa: E402
 
 UNITS = {"TFLOP/s/GPU", "tokens/s/GPU", "MFU", "s/step", "GPU-hours/1e12 tokens"}
 DENSE_PEAK_TFLOPS = {  # vendor dense peaks (no sparsity), the ceiling no measurement can pass
-    ("A100-80G", "fp16"): 312.0,
-    ("H100-SXM", "fp16"): 989.0,
-    ("H800", "fp8-blockwise"): 1979.0,
-    ("B200", "bf16"): 2250.0,
-    ("B200", "mxfp8"): 4500.0,
+    ("A100-80G", "fp16"): 312.0, ("A100-80G", "bf16"): 312.0,
+    ("H100-SXM", "fp16"): 989.0, ("H100-SXM", "bf16"): 989.0, ("H100-SXM", "fp8-tensorwise"): 1979.0,
+    ("H200", "fp8-tensorwise"): 1979.0, ("H800", "fp8-blockwise"): 1979.0,
+    ("B200", "bf16"): 2250.0, ("B200", "mxfp8"): 4500.0, ("B200", "fp8-tensorwise"): 4500.0,
+    ("GB200", "bf16"): 2500.0, ("GB200", "fp8-tensorwise"): 5000.0,
 }
 
 
@@ -70,7 +70,8 @@ def test_row_cites_and_adds_up(run):
 def test_sources_are_complete():
     for key, s in P.SOURCES.items():
         assert s.title and s.url.startswith("https://") and s.where and s.version and s.read_on, key
-    used = {r.source for r in P.RUNS} | {g.source for g in P.GROUPED_GEMM} | {a.source for a in P.ATTENTION}
+    used = ({r.source for r in P.RUNS} | {g.source for g in P.GROUPED_GEMM} | {a.source for a in P.ATTENTION}
+            | {s.source for s in P.LAYOUT_SPEEDUPS})
     assert used == set(P.SOURCES), "every source is used and every used source is listed"
     assert P.HOLDOUT_SOURCES <= set(P.SOURCES)
 
@@ -191,6 +192,21 @@ def test_kernel_rows_stay_under_the_peak():
     pairs = [(v, lookup[k[:4] + (False,) + k[5:]]) for k, v in lookup.items() if k[4] and k[6] == 512
              and k[:4] + (False,) + k[5:] in lookup]
     assert len(pairs) >= 8 and all(c < nc for c, nc in pairs)
+
+
+def test_layout_speedups_form_families_with_a_baseline():
+    fams: dict[str, list] = {}
+    for ls in P.LAYOUT_SPEEDUPS:
+        assert ls.source in P.SOURCES and ls.model in P.MODELS and ls.precision in P.PRECISIONS
+        assert 0.3 < ls.speedup < 3.0
+        fams.setdefault(ls.family, []).append(ls)
+    for tag, rows in fams.items():
+        assert len(rows) >= 2 and len({r.seq_len for r in rows}) == 1, tag
+        assert len({(r.tp, r.cp) for r in rows}) == len(rows), tag
+        assert sum(1 for r in rows if r.speedup == 1.0) == 1, "one baseline per family"
+    # every GPU generation the cost model targets has a measured dense BF16 matmul ceiling
+    mamf = {g.gpu for g in P.GROUPED_GEMM if g.kind == "dense-max" and g.dtype == "bf16"}
+    assert {"A100-80G", "H100-SXM", "B200", "GB200"} <= mamf
 
 
 def test_results_markdown_is_current():
