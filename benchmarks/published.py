@@ -26,8 +26,8 @@ knob; the tag's prefix says which:
     layouts (the rows a planner must rank as measured).
 ``precision:``
     same layout, different precision / FP8 recipe.
-``dispatcher:`` / ``overlap:`` / ``routing:`` / ``schedule:``
-    same layout, one MoE or overlap knob changed.
+``dispatcher:`` / ``overlap:`` / ``routing:`` / ``schedule:`` / ``recompute:``
+    same layout, one MoE, overlap, schedule or recompute knob changed.
 ``scale:``
     same per-replica layout at a different GPU count.
 
@@ -152,7 +152,7 @@ REGIMES: tuple[str, ...] = ("dense", "moe", "long-context", "fp8")
 ``long-context`` if it uses context parallelism or a sequence of 32k tokens
 or more; ``fp8`` if any GEMM runs in an 8-bit format."""
 
-FAMILY_KINDS: tuple[str, ...] = ("layout", "precision", "dispatcher", "overlap", "routing", "schedule", "scale")
+FAMILY_KINDS: tuple[str, ...] = ("layout", "precision", "dispatcher", "overlap", "routing", "schedule", "recompute", "scale")
 """Prefixes of :attr:`PublishedRun.families` tags (see the module docstring)."""
 
 
@@ -357,8 +357,9 @@ class PublishedRun:
         MoE settings (None for dense models).
     families : tuple of str
         Tags shared with rows that differ in one knob (see module docs).
-    peak_memory_gib : float or None
-        Peak memory per GPU when the source prints it.
+    peak_memory : Measured or None
+        Peak memory per GPU when the source prints it (unit ``"GiB"`` or
+        ``"GB"`` as printed; allocated unless the notes say reserved).
     derived : tuple of str
         Fields filled in by us rather than printed.
     notes : str
@@ -393,7 +394,7 @@ class PublishedRun:
     offload: str = "unknown"
     moe: MoESettings | None = None
     families: tuple[str, ...] = ()
-    peak_memory_gib: float | None = None
+    peak_memory: Measured | None = None
     derived: tuple[str, ...] = ()
     notes: str = ""
     holdout: bool = False
@@ -543,6 +544,18 @@ SOURCES: dict[str, Source] = {
         version="commit 4ab94dfad36641cabdeb96452b21bf676aac4772 (2026-08-11); section from fa0315ae (2025-10-10)",
         read_on=READ_ON,
         framework="Megatron-Bridge / megatron-core (NeMo 25.09 container)",
+        flop_counting=_MB_FLOPS,
+    ),
+    "mbridge-skills": Source(
+        title="Megatron-Bridge perf skills: EP overlap, MoE hardware configs and activation recompute measurements",
+        url="https://github.com/NVIDIA-NeMo/Megatron-Bridge/tree/main/skills",
+        where=("nemo-mbridge-perf-expert-parallel-overlap/SKILL.md 'HybridEP Production-Shape Benchmark'; "
+               "nemo-mbridge-perf-moe-hardware-configs/SKILL.md 'Qwen3 30B-A3B on 16 H100'; "
+               "nemo-mbridge-perf-activation-recompute/SKILL.md 'Matched H100 Evidence: Moonlight 16B' and "
+               "'Historical Measurement' (Llama 3 70B SFT)"),
+        version="files at commits 415e90afd (2026-08-10) and 5789a7a34 (2026-08-16); repository HEAD 067f987dfa (2026-08-22)",
+        read_on=READ_ON,
+        framework="Megatron-Bridge / megatron-core (Bridge 600d069b, MCore 24bad8e6 for the Moonlight study)",
         flop_counting=_MB_FLOPS,
     ),
     "modelzoo-qwen3": Source(
@@ -754,6 +767,16 @@ MODELS: dict[str, ModelArch] = {
         q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, mtp_layers=0,
         attention="MLA as DeepSeek-V3 with 64 heads",
     ),
+    "moonlight-16b-a3b": ModelArch(
+        title="Moonlight-16B-A3B (Moonshot; DeepSeek-V3 architecture)",
+        source=("https://huggingface.co/moonshotai/Moonlight-16B-A3B/blob/main/config.json (vocab, experts, top-k, no "
+                "q-LoRA also in Megatron-Bridge tests/unit_tests/recipes/test_moonlight_recipes.py)"),
+        layers=27, hidden=2048, ffn=11264, heads=16, kv_heads=16, head_dim=192, vocab=163840, tied_embeddings=False,
+        experts=64, top_k=6, moe_ffn=1408, shared_experts=2, shared_ffn=2816, dense_layers=(0,),
+        moe_layer_rule="first_k_dense_replace=1; sigmoid scores with expert bias, routed_scaling_factor 2.446",
+        q_lora_rank=0, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+        attention="MLA without query compression (q_lora_rank null)",
+    ),
     "gpt-oss-120b": ModelArch(
         title="gpt-oss-120b",
         source="https://huggingface.co/openai/gpt-oss-120b/blob/main/config.json (= transformers GptOssConfig defaults)",
@@ -790,6 +813,14 @@ def _tf(v: float, printed: str | None = None) -> Measured:
 
 def _tok(v: float, printed: str | None = None) -> Measured:
     return Measured(v, "tokens/s/GPU", printed if printed is not None else f"{v:g}")
+
+
+def _gib(v: float) -> Measured:
+    return Measured(v, "GiB", f"{v:g}")
+
+
+def _gb(v: float) -> Measured:
+    return Measured(v, "GB", f"{v:g}")
 
 
 def _regime(model: str, precision: str, cp: int, seq_len: int) -> tuple[str, ...]:
@@ -1130,6 +1161,56 @@ _MODELZOO_ROWS += [
          notes="32 GB200 nodes of 4 GPUs; 128k context."),
 ]
 
+_SK = "mbridge-skills"
+_SK_Q30_NOTE = ("16 x H100, BF16, sequence 4096, TP1 PP1 CP1 EP16, MBS1 GBS1024, forced-balanced routing, flex + "
+                "HybridEP, TE CUDA graphs on moe_router and moe_preprocess, delayed wgrad off; tokens/s/GPU derived = "
+                "1024 x 4096 / step / 16")
+
+
+def _sk_q30(key: str, step: float, tf: float, overlap: bool, families: tuple[str, ...], note: str,
+            mem: Measured | None = None) -> PublishedRun:
+    return _run(key, _SK, "qwen3-30b-a3b", "H100-SXM", 16, "bf16", tp=1, pp=1, cp=1, vpp=1, ep=16, etp=1, mbs=1, gbs=1024,
+                seq_len=4096, ga=64, measured=(Measured(step, "s/step", f"{step}s"), _tf(tf, f"{tf}"),
+                                               Measured(round(1024 * 4096 / step / 16, 1), "tokens/s/GPU", "", derived=True)),
+                dp_sharding="distributed-optimizer", offload="none", peak_memory=mem, derived=("etp",),
+                moe=MoESettings(dispatcher="flex-hybridep", routing="force-balanced", dropless=True, grouped_gemm=True,
+                                a2a_overlap=overlap),
+                families=families, notes=note + ". " + _SK_Q30_NOTE)
+
+
+_SK_ROWS = [
+    _sk_q30("mbskill-qwen3-30b-h100-hybridep-no-overlap", 24.7138, 244.039, False, ("overlap:mbskill-qwen3-30b-h100",),
+            "EP overlap off (steady iterations 5-20), the controlled A/B of 2026-07-25"),
+    _sk_q30("mbskill-qwen3-30b-h100-hybridep-overlap", 20.9920, 287.305, True, ("overlap:mbskill-qwen3-30b-h100",),
+            "plain EP overlap on, independent validation (iterations 41-50); the search run printed 21.0725 s / 286.208",
+            _gib(62.166)),
+    _sk_q30("mbskill-qwen3-30b-h100-hybridep-canonical", 20.14729, 299.352, True, (),
+            "final canonical recipe: EP overlap plus HybridEP tuning (permute fusion, 32 SMs, 64-token combine chunks); "
+            "more than one knob differs from the A/B rows", _gib(62.166)),
+]
+_MOON_NOTE = ("8 x H100 80GB, BF16, sequence 4096, MBS1 GBS4, TP2 PP1 CP1 EP8, mock data, 20 steps; only the selective "
+              "recompute modules change between rows; time and TFLOP/s are means over iterations 11-20; peak is "
+              "max allocated after iteration 2 as printed (GB). Bridge 600d069b, MCore 24bad8e6")
+for _mods, _ms, _sk_tf, _mem in (((), 457.18, 77.50, 36.618), (("core_attn",), 474.80, 74.44, 36.614),
+                               (("mla_up_proj",), 480.89, 73.72, 35.902), (("mla_up_proj", "mlp"), 496.73, 71.50, 35.917),
+                               (("moe_act",), 466.26, 75.50, 35.941), (("layernorm", "moe_act"), 506.53, 70.27, 35.949)):
+    _SK_ROWS.append(_run(
+        f"mbskill-moonlight-16b-h100-recompute-{'-'.join(_mods) or 'none'}", _SK, "moonlight-16b-a3b", "H100-SXM", 8, "bf16",
+        tp=2, pp=1, cp=1, vpp=1, ep=8, etp=None, mbs=1, gbs=4, seq_len=4096, ga=1,
+        measured=(Measured(_ms / 1000.0, "s/step", f"{_ms} ms"), _tf(_sk_tf, f"{_sk_tf}")),
+        recompute="selective" if _mods else "none", recompute_modules=_mods, dp_sharding="unknown", offload="none",
+        peak_memory=_gb(_mem), moe=MoESettings(routing="unknown", dropless=True, grouped_gemm=True),
+        families=("recompute:mbskill-moonlight-16b-h100",), notes=_MOON_NOTE))
+for _mods, _sk_tf, _mem in ((("mlp",), 593.6, 55.6), (("mlp", "core_attn"), 586.8, 55.6)):
+    _SK_ROWS.append(_run(
+        f"mbskill-llama3-70b-h100-sft-recompute-{'-'.join(_mods)}", _SK, "llama3-70b", "H100-SXM", 32, "fp8-tensorwise",
+        tp=4, pp=4, cp=1, dp=2, vpp=5, mbs=1, gbs=32, seq_len=4096, ga=16, measured=(_tf(_sk_tf, f"{_sk_tf}"),),
+        recompute="selective", recompute_modules=_mods, dp_sharding="unknown", offload="none", peak_memory=_gb(_mem),
+        families=("recompute:mbskill-llama3-70b-h100-sft",),
+        notes=("historical measurement from Bridge PR #3107: Llama 3 70B SFT (fine-tuning data) on 32 H100 80GB, FP8 "
+               "current scaling; the same table's core_attn rows (~704 TFLOP/s) ran out of memory on rank 0 and are "
+               "not rows here; the source warns it has no matched no-recompute row")))
+
 _DSV3_GB200 = "mlm-dsv3-gb200"
 _DSV3_GB200_NOTE = ("256 GB200, TP1 PP8 VPP4 EP32, MBS1 GBS2048, sequence 4096, PP layout 'Et|(tt|)*30L' (no MTP layer), "
                     "forced load balance, MXFP8 with FP8 parameter gather, BF16 optimizer states; each row is one step "
@@ -1183,46 +1264,46 @@ _TT_NOTE = ("Grand Teton H100 96GB HBM2e at 500 W; TPS/GPU read at step 90; seq_
 _TT_ROWS = [
     _run("tt-llama31-8b-8gpu-bf16", _TT, "llama3-8b", "H100-96G-500W", 8, "bf16",
          dp=8, mbs=2, gbs=16, seq_len=8192, measured=(_tok(6667, "6,667"),), recompute="selective",
-         dp_sharding="fsdp2", offload="none", peak_memory_gib=77.0, derived=("seq_len",),
+         dp_sharding="fsdp2", offload="none", peak_memory=_gib(77.0), derived=("seq_len",),
          families=("precision:tt-llama31-8b-8gpu", "scale:tt-llama31-8b-bf16"),
          notes="Table 1 'FSDP + torch.compile' (eager FSDP printed 5,762 at 82.4 GiB). " + _TT_NOTE),
     _run("tt-llama31-8b-8gpu-fp8", _TT, "llama3-8b", "H100-96G-500W", 8, "fp8-tensorwise",
          dp=8, mbs=2, gbs=16, seq_len=8192, measured=(_tok(8532, "8,532"),), recompute="selective",
-         dp_sharding="fsdp2", offload="none", peak_memory_gib=76.8, derived=("seq_len",),
+         dp_sharding="fsdp2", offload="none", peak_memory=_gib(76.8), derived=("seq_len",),
          families=("precision:tt-llama31-8b-8gpu",), notes="Table 1 'FSDP + torch.compile + Float8'. " + _TT_NOTE),
     _run("tt-llama31-8b-128gpu-bf16", _TT, "llama3-8b", "H100-96G-500W", 128, "bf16",
          dp=128, mbs=2, gbs=256, seq_len=8192, measured=(_tok(6514, "6,514"),), recompute="selective",
-         dp_sharding="fsdp2", offload="none", peak_memory_gib=62.0, derived=("seq_len",),
+         dp_sharding="fsdp2", offload="none", peak_memory=_gib(62.0), derived=("seq_len",),
          families=("precision:tt-llama31-8b-128gpu", "scale:tt-llama31-8b-bf16"),
          notes="Table 3 'FSDP + torch.compile' (eager 5,605). " + _TT_NOTE),
     _run("tt-llama31-8b-128gpu-fp8", _TT, "llama3-8b", "H100-96G-500W", 128, "fp8-tensorwise",
          dp=128, mbs=2, gbs=256, seq_len=8192, measured=(_tok(8380, "8,380"),), recompute="selective",
-         dp_sharding="fsdp2", offload="none", peak_memory_gib=61.8, derived=("seq_len",),
+         dp_sharding="fsdp2", offload="none", peak_memory=_gib(61.8), derived=("seq_len",),
          families=("precision:tt-llama31-8b-128gpu",), notes="Table 3 '+ Float8'. " + _TT_NOTE),
 ]
 for _fs, _cp, _seq, _tps, _mem in ((8, 1, 32768, 3890, 83.9), (4, 2, 65536, 2540, 84.2), (2, 4, 131072, 1071, 84.0),
                                    (1, 8, 262144, 548, 84.5)):
     _TT_ROWS.append(_run(f"tt-llama31-8b-8gpu-fp8-cp{_cp}", _TT, "llama3-8b", "H100-96G-500W", 8, "fp8-tensorwise",
                          cp=_cp, dp=_fs, mbs=1, gbs=_fs, seq_len=_seq, measured=(_tok(_tps, f"{_tps:,}"),),
-                         recompute="full", dp_sharding="fsdp2", offload="none", peak_memory_gib=_mem,
+                         recompute="full", dp_sharding="fsdp2", offload="none", peak_memory=_gib(_mem),
                          notes="Table 2 (FSDP + CP + torch.compile + Float8, local batch 1, full AC). " + _TT_NOTE))
 _TT_ROWS += [
     _run("tt-llama31-70b-256gpu-fp8", _TT, "llama3-70b", "H100-96G-500W", 256, "fp8-tensorwise",
          tp=8, dp=32, mbs=16, gbs=512, seq_len=8192, measured=(_tok(829),), recompute="full", dp_sharding="fsdp2",
-         offload="none", peak_memory_gib=71.9, derived=("seq_len",), families=("overlap:tt-llama31-70b-256gpu",),
+         offload="none", peak_memory=_gib(71.9), derived=("seq_len",), families=("overlap:tt-llama31-70b-256gpu",),
          notes="Table 4 '2D' (FSDP 32 x TP 8, local batch 16 per DP rank). " + _TT_NOTE),
     _run("tt-llama31-70b-256gpu-fp8-asynctp", _TT, "llama3-70b", "H100-96G-500W", 256, "fp8-tensorwise",
          tp=8, dp=32, mbs=16, gbs=512, seq_len=8192, measured=(_tok(876),), recompute="full", dp_sharding="fsdp2",
-         offload="none", peak_memory_gib=67.6, derived=("seq_len",), families=("overlap:tt-llama31-70b-256gpu",),
+         offload="none", peak_memory=_gib(67.6), derived=("seq_len",), families=("overlap:tt-llama31-70b-256gpu",),
          notes="Table 4 '2D + AsyncTP' (TP communication overlapped with the GEMMs). " + _TT_NOTE),
     _run("tt-llama31-405b-512gpu-1f1b", _TT, "llama3.1-405b", "H100-96G-500W", 512, "fp8-tensorwise",
          tp=8, pp=8, dp=8, vpp=1, mbs=None, gbs=256, seq_len=8192, measured=(_tok(100),), recompute="full",
-         dp_sharding="fsdp2", offload="none", peak_memory_gib=82.5, derived=("seq_len",),
+         dp_sharding="fsdp2", offload="none", peak_memory=_gib(82.5), derived=("seq_len",),
          families=("schedule:tt-llama31-405b-512gpu",),
          notes="Table 5 '1F1B' (FSDP 8, TP 8, PP 8, local batch 32, async TP on); microbatch count not printed. " + _TT_NOTE),
     _run("tt-llama31-405b-512gpu-interleaved", _TT, "llama3.1-405b", "H100-96G-500W", 512, "fp8-tensorwise",
          tp=8, pp=8, dp=8, vpp=None, mbs=None, gbs=256, seq_len=8192, measured=(_tok(128),), recompute="full",
-         dp_sharding="fsdp2", offload="none", peak_memory_gib=72.7, derived=("seq_len",),
+         dp_sharding="fsdp2", offload="none", peak_memory=_gib(72.7), derived=("seq_len",),
          families=("schedule:tt-llama31-405b-512gpu",),
          notes="Table 5 'Interleaved 1F1B'; stages per rank not printed. " + _TT_NOTE),
 ]
@@ -1231,7 +1312,7 @@ for _fs, _cp, _seq, _tps, _mem in ((8, 1, 32768, 76, 75.3), (4, 2, 65536, 47, 75
     _TT_ROWS.append(_run(f"tt-llama31-405b-512gpu-cp{_cp}", _TT, "llama3.1-405b", "H100-96G-500W", 512, "fp8-tensorwise",
                          tp=8, pp=8, cp=_cp, dp=_fs, vpp=1, mbs=None, gbs=8 * _fs, seq_len=_seq,
                          measured=(_tok(_tps),), recompute="full", dp_sharding="fsdp2", offload="none",
-                         peak_memory_gib=_mem, derived=("gbs",),
+                         peak_memory=_gib(_mem), derived=("gbs",),
                          notes="Table 6 (TP 8, PP 8 with 1F1B, local batch 8, Float8, async TP). " + _TT_NOTE))
 
 _TTA = "torchtitan-asynctp-202506"
@@ -1348,7 +1429,7 @@ _TORCHAO_ROWS = [
 ]
 
 RUNS: tuple[PublishedRun, ...] = tuple(
-    _LLAMA3 + _MB2604_ROWS + _MB2511_ROWS + _MB2509_ROWS + _MODELZOO_ROWS + _DSV3_GB200_ROWS + _DSV3_REPORT + _TT_ROWS
+    _LLAMA3 + _MB2604_ROWS + _MB2511_ROWS + _MB2509_ROWS + _SK_ROWS + _MODELZOO_ROWS + _DSV3_GB200_ROWS + _DSV3_REPORT + _TT_ROWS
     + _TTA_ROWS + _NEMO2407_ROWS + _LS_H100_ROWS + _LS_B200_ROWS + _AM_ROWS + _TORCHAO_ROWS
 )
 """Every published run, in source order."""

@@ -63,8 +63,8 @@ def test_row_cites_and_adds_up(run):
         if m.unit == "MFU":
             assert 0 < m.value < 1
     assert run.holdout == (run.source in P.HOLDOUT_SOURCES)
-    if run.peak_memory_gib is not None:
-        assert 0 < run.peak_memory_gib < 200
+    if run.peak_memory is not None:
+        assert run.peak_memory.unit in ("GiB", "GB") and 0 < run.peak_memory.value < 200
 
 
 def test_sources_are_complete():
@@ -120,6 +120,9 @@ def test_families_differ_in_the_knob_their_tag_names():
             assert len({r.moe.dispatcher for r in rows if r.moe}) == len(rows), tag
         if kind in ("overlap", "routing", "schedule"):
             assert len({(r.precision, r.seq_len) for r in rows}) == 1, tag
+        if kind == "recompute":
+            assert len({(r.layout, r.precision, r.seq_len, r.gbs) for r in rows}) == 1, tag
+            assert len({(r.recompute, r.recompute_modules) for r in rows}) == len(rows), tag
         if kind == "scale":
             assert len({r.gpus for r in rows}) == len(rows), tag
 
