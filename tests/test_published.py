@@ -52,6 +52,8 @@ def test_row_cites_and_adds_up(run):
         assert run.pp > 1
     if run.ga is not None and run.mbs is not None and run.gbs is not None:
         assert run.gbs == run.mbs * run.dp * run.ga
+    if run.gbs is not None:
+        assert run.gbs % run.dp == 0, "every data-parallel replica gets whole sequences"
     if run.mbs is not None and run.gbs is not None:
         assert run.gbs % (run.mbs * run.dp) == 0
     assert run.seq_len >= 1024
