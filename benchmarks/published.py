@@ -406,6 +406,14 @@ class PublishedRun:
         return hits[0].value if hits else None
 
     @property
+    def fp8_recipe(self) -> str | None:
+        """The FP8 recipe as megatron-core / torchao name it (``tensorwise``, ``delayed``, ``blockwise``,
+        ``rowwise``, ``mxfp8``), or None for a BF16 run."""
+        if self.precision == "bf16":
+            return None
+        return self.precision.removeprefix("fp8-")
+
+    @property
     def layout(self) -> tuple[int, int, int, int, int | None, int, int | None]:
         """``(tp, pp, cp, dp, vpp, ep, etp)`` as published."""
         return (self.tp, self.pp, self.cp, self.dp, self.vpp, self.ep, self.etp)
