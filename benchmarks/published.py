@@ -406,6 +406,14 @@ class PublishedRun:
         return hits[0].value if hits else None
 
     @property
+    def fp8_recipe(self) -> str | None:
+        """The FP8 recipe as megatron-core / torchao name it (``tensorwise``, ``delayed``, ``blockwise``,
+        ``rowwise``, ``mxfp8``), or None for a BF16 run."""
+        if self.precision == "bf16":
+            return None
+        return self.precision.removeprefix("fp8-")
+
+    @property
     def layout(self) -> tuple[int, int, int, int, int | None, int, int | None]:
         """``(tp, pp, cp, dp, vpp, ep, etp)`` as published."""
         return (self.tp, self.pp, self.cp, self.dp, self.vpp, self.ep, self.etp)
@@ -1167,11 +1175,11 @@ _SK_Q30_NOTE = ("16 x H100, BF16, sequence 4096, TP1 PP1 CP1 EP16, MBS1 GBS1024,
                 "1024 x 4096 / step / 16")
 
 
-def _sk_q30(key: str, step: float, tf: float, overlap: bool, families: tuple[str, ...], note: str,
+def _sk_q30(key: str, step: str, tf: float, overlap: bool, families: tuple[str, ...], note: str,
             mem: Measured | None = None) -> PublishedRun:
     return _run(key, _SK, "qwen3-30b-a3b", "H100-SXM", 16, "bf16", tp=1, pp=1, cp=1, vpp=1, ep=16, etp=1, mbs=1, gbs=1024,
-                seq_len=4096, ga=64, measured=(Measured(step, "s/step", f"{step}s"), _tf(tf, f"{tf}"),
-                                               Measured(round(1024 * 4096 / step / 16, 1), "tokens/s/GPU", "", derived=True)),
+                seq_len=4096, ga=64, measured=(Measured(float(step), "s/step", step), _tf(tf, f"{tf}"),
+                                               Measured(round(1024 * 4096 / float(step) / 16, 1), "tokens/s/GPU", "", derived=True)),
                 dp_sharding="distributed-optimizer", offload="none", peak_memory=mem, derived=("etp",),
                 moe=MoESettings(dispatcher="flex-hybridep", routing="force-balanced", dropless=True, grouped_gemm=True,
                                 a2a_overlap=overlap),
@@ -1179,12 +1187,12 @@ def _sk_q30(key: str, step: float, tf: float, overlap: bool, families: tuple[str
 
 
 _SK_ROWS = [
-    _sk_q30("mbskill-qwen3-30b-h100-hybridep-no-overlap", 24.7138, 244.039, False, ("overlap:mbskill-qwen3-30b-h100",),
+    _sk_q30("mbskill-qwen3-30b-h100-hybridep-no-overlap", "24.7138", 244.039, False, ("overlap:mbskill-qwen3-30b-h100",),
             "EP overlap off (steady iterations 5-20), the controlled A/B of 2026-07-25"),
-    _sk_q30("mbskill-qwen3-30b-h100-hybridep-overlap", 20.9920, 287.305, True, ("overlap:mbskill-qwen3-30b-h100",),
+    _sk_q30("mbskill-qwen3-30b-h100-hybridep-overlap", "20.9920", 287.305, True, ("overlap:mbskill-qwen3-30b-h100",),
             "plain EP overlap on, independent validation (iterations 41-50); the search run printed 21.0725 s / 286.208",
             _gib(62.166)),
-    _sk_q30("mbskill-qwen3-30b-h100-hybridep-canonical", 20.14729, 299.352, True, (),
+    _sk_q30("mbskill-qwen3-30b-h100-hybridep-canonical", "20.14729", 299.352, True, (),
             "final canonical recipe: EP overlap plus HybridEP tuning (permute fusion, 32 SMs, 64-token combine chunks); "
             "more than one knob differs from the A/B rows", _gib(62.166)),
 ]
@@ -1374,13 +1382,14 @@ for _k, _gpus, _gbs, _nocp, _tp, _pp, _pdp, _cp, _tfv in (
     (512, 512, 8, "607", 4, 1, 4, 8, "1,619"), (1024, 1024, 4, "- (does not fit without CP)", 4, 1, 4, 16, "1,608"),
 ):
     _LS_B200_ROWS.append(_run(
-        f"nemo-longseq-llama3-8b-b200-{_k}k", "nemo-longseq-b200", "llama3-8b", "B200", _gpus, "fp8-tensorwise",
-        tp=_tp, pp=_pp, cp=_cp, vpp=None, mbs=None, gbs=_gbs, seq_len=_k * 1024,
-        measured=(_tf(float(_tfv.replace(",", "")), _tfv),), derived=("precision recipe",),
-        notes=(f"printed DP is {_pdp}, which with the printed TP/PP/CP covers a quarter of the printed GPU count "
-               f"({_gpus}); we keep the GPU count and derive dp. Best layout without CP printed at {_nocp} TFLOPS/GPU "
-               "(layout not printed). NeMo 25.04.rc2; FP8 recipe not printed (NeMo 25.04 used per-tensor current "
-               "scaling). MBS and recompute not printed."),
+        f"nemo-longseq-llama3-8b-b200-{_k}k", "nemo-longseq-b200", "llama3-8b", "B200", _tp * _pp * _pdp * _cp,
+        "fp8-tensorwise", tp=_tp, pp=_pp, cp=_cp, dp=_pdp, vpp=None, mbs=None, gbs=_gbs, seq_len=_k * 1024,
+        measured=(_tf(float(_tfv.replace(",", "")), _tfv),), derived=("gpus", "precision recipe"),
+        notes=(f"the table's '# of GPUs' column prints {_gpus}, four times TP x PP x DP x CP as printed; the printed DP "
+               "is the one consistent with the batch (at 512k and 1024k the batch of 8 and 4 sequences could not "
+               f"fill {_gpus} // (TP x CP) replicas), so gpus is derived from the printed degrees. Best layout without "
+               f"CP printed at {_nocp} TFLOPS/GPU (layout not printed). NeMo 25.04.rc2; FP8 recipe not printed (NeMo "
+               "25.04 used per-tensor current scaling). MBS and recompute not printed."),
     ))
 
 _AM = "automodel-perf"
@@ -1560,7 +1569,7 @@ def _fmt_measured(r: PublishedRun) -> str:
     parts = []
     for m in r.measured:
         shown = m.printed if m.printed else f"{m.value:g}"
-        parts.append(f"{shown} {m.unit}" + (" (derived)" if m.derived else ""))
+        parts.append(f"{shown} [{m.unit}]" + (" (derived)" if m.derived else ""))
     return "; ".join(parts)
 
 

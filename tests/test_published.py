@@ -37,6 +37,8 @@ def test_row_cites_and_adds_up(run):
     assert ("moe" in run.regime) == model.is_moe
     assert ("dense" in run.regime) == (not model.is_moe)
     assert ("fp8" in run.regime) == (run.precision != "bf16")
+    assert (run.fp8_recipe is None) == (run.precision == "bf16")
+    assert run.fp8_recipe in (None, "tensorwise", "delayed", "blockwise", "rowwise", "mxfp8")
     assert ("long-context" in run.regime) == (run.cp > 1 or run.seq_len >= 32768)
     # the layout covers the job exactly, as Megatron / torchtitan require
     assert min(run.tp, run.pp, run.cp, run.dp, run.ep) >= 1
@@ -52,6 +54,8 @@ def test_row_cites_and_adds_up(run):
         assert run.pp > 1
     if run.ga is not None and run.mbs is not None and run.gbs is not None:
         assert run.gbs == run.mbs * run.dp * run.ga
+    if run.gbs is not None:
+        assert run.gbs % run.dp == 0, "every data-parallel replica gets whole sequences"
     if run.mbs is not None and run.gbs is not None:
         assert run.gbs % (run.mbs * run.dp) == 0
     assert run.seq_len >= 1024
