@@ -23,7 +23,7 @@ from .knobs import _projections, refine_knobs, variant_at
 from .options import PlanOptions
 from .records import BaselineRun, KnobSolve, ScreenedCount
 from .results import iteration_of, simulate_plan
-from .targets.rules import rules_for
+from .run import PlanRun
 from .targets.solve import solve_for_target
 
 __all__ = ["solve_with_knobs"]
@@ -146,23 +146,22 @@ def _limit(entry: ScreenedCount, variant: str, opts: PlanOptions, tally: _Tally,
     return limit
 
 
-def solve_with_knobs(entry: ScreenedCount, opts: PlanOptions, warm: Mapping[str, Plan] | None = None,
-                     deadline: Deadline | None = None, cap: float | None = None, found: bool = True) -> KnobSolve:
+def solve_with_knobs(entry: ScreenedCount, run: PlanRun, warm: Mapping[str, Plan] | None = None,
+                     cap: float | None = None, found: bool = True) -> KnobSolve:
     """Solve every uniform knob setting of the entry's problem, refine each plan's knobs per segment, keep the best.
 
     ``warm``: per knob setting, a plan that starts the method (the plans of
-    another schedule's solve). The solves get what ``deadline`` leaves, at
-    most ``cap`` seconds together (the settings left when the cap is spent are
-    not solved); the settings left when the deadline has passed are not
+    another schedule's solve). The solves get what the run's deadline leaves,
+    at most ``cap`` seconds together (the settings left when the cap is spent
+    are not solved); the settings left when the deadline has passed are not
     solved (the deadline records it; ``found`` False: nothing was found
     before this call, so one short solve may still run). Never slower than
     the entry's fastest baseline: its plan is kept instead, and the message
     says so.
     """
-    deadline = deadline or Deadline(None)
-    rules = rules_for(opts.target)
-    if rules is not None:  # plan --target: the target's space, solved exactly (no per-segment knob choice after)
-        solved = solve_for_target(entry, opts, rules, deadline, cap)
+    opts, deadline = run.options, run.deadline
+    if run.rules is not None:  # plan --target: the target's space, solved exactly (no per-segment knob choice after)
+        solved = solve_for_target(entry, opts, run.rules, deadline, cap)
         kept = _fastest_baseline(entry)
         value = solved.result.value if solved.has_plan else None
         if kept is not None and (value is None or value > kept[1].ev.value * (1 + 1e-9)):

@@ -25,8 +25,9 @@ from .knobs import _projections
 from .options import PlanOptions
 from .records import BaselineRun, ScreenedCount
 from .results import iteration_of, simulate_plan
+from .run import PlanRun
 from .targets.memory import merge_stages, stage_knobs, stage_options
-from .targets.rules import FrameworkRules, restrict, rules_for
+from .targets.rules import FrameworkRules, restrict
 
 __all__ = ["Builders", "screen_counts", "counts_to_solve"]
 
@@ -37,8 +38,13 @@ class Builders:
 
     spec: ModelSpec
     cluster: ClusterSpec
-    opts: PlanOptions
+    run: PlanRun
     _built: dict[CostOptions, ProblemBuilder] = field(default_factory=dict)
+
+    @property
+    def opts(self) -> PlanOptions:
+        """The run's options."""
+        return self.run.options
 
     def build(self, m: int, options: CostOptions) -> Problem:
         """The problem at m microbatches with cost options ``options``."""
@@ -76,7 +82,7 @@ def _problems(m: int, builders: Builders, options: CostOptions) -> tuple[Problem
     With a target (``plan --target``), both lose the knobs the target cannot
     set (:func:`~.targets.restrict`): its baselines are plans it runs.
     """
-    rules = rules_for(builders.opts.target)
+    rules = builders.run.rules
     problem = builders.build(m, options)
     # the baselines always see every knob (a user restricting the plan's knobs does not restrict FSDP's)
     base = problem if options.variants == ("all",) else builders.build(m, replace(options, variants=("all",)))

@@ -18,7 +18,7 @@ import yaml
 
 from partitioner.planning import knob_solve, plan_model
 from partitioner.planning.deadline import GRACE_SECONDS, Deadline
-from partitioner.solvers import SolverError
+from partitioner.problem import ProblemError
 from tests.conftest import ROOT, run_cli
 
 SLACK = 15.0  # seconds a loaded machine may add on top of the limit (the issue asks S + 5 on an idle one)
@@ -54,8 +54,9 @@ def test_deadline_gives_each_solve_what_is_left_and_names_the_cuts():
 
 
 def test_a_bad_time_limit_fails_before_any_work():
-    with pytest.raises(SolverError):
+    with pytest.raises(ProblemError) as err:
         plan_model("no-such-model", "dgx-h100", nodes=1, global_batch=8, time_limit=-1)
+    assert err.value.path == "time_limit"
 
 
 def test_solves_that_use_their_whole_limit_stay_within_the_command_limit():

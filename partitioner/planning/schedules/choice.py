@@ -67,21 +67,9 @@ def schedule_keys(schedule: str = "auto", virtual_stages: int | None = None,
                   virtual: Sequence[int] = (2, 3, 4)) -> list[tuple[str, int]]:
     """The ``(schedule, v)`` pairs ``plan`` tries: all of them for ``auto``, else the pinned one's.
 
-    Raises
-    ------
-    ProblemError
-        An unknown schedule, or ``virtual_stages`` given without
-        ``interleaved`` or below 2.
+    ``schedule`` and ``virtual_stages`` are a :class:`~partitioner.planning.PlanOptions`'s,
+    checked there.
     """
-    if schedule not in SCHEDULE_CHOICES:
-        raise ProblemError(f"must be one of {', '.join(SCHEDULE_CHOICES)}, got {schedule!r}", path="schedule")
-    if virtual_stages is not None:
-        if schedule != "interleaved":
-            raise ProblemError(f"virtual stages are for schedule 'interleaved' only (schedule is {schedule!r})",
-                               path="virtual_stages")
-        if isinstance(virtual_stages, bool) or not isinstance(virtual_stages, int) or virtual_stages < 2:
-            raise ProblemError(f"the interleaved schedule needs virtual_stages >= 2, got {virtual_stages!r}",
-                               path="virtual_stages")
     keys = [(s, 1) for s in _PLAIN] + [("interleaved", v) for v in virtual]
     if schedule == "auto":
         return keys
