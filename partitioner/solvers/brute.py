@@ -308,7 +308,8 @@ def solve_brute(problem: Problem, request: SolveRequest) -> Candidate:
     if timed_out:
         if best_plan is None:
             return Candidate("error", message="brute: time limit reached before any valid plan was found", timed_out=True)
-        return Candidate("feasible", best_plan, message="brute: time limit reached; the search is incomplete")
+        return Candidate("feasible", best_plan, message="brute: time limit reached; the search is incomplete",
+                         timed_out=True)
     if best_plan is None:
         return Candidate("infeasible", message=explain_infeasible(problem))
     return Candidate("optimal", best_plan, bound=None)

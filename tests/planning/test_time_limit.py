@@ -123,3 +123,29 @@ def test_a_deep_model_plans_or_says_it_was_cut_short_within_the_limit(tmp_path):
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
     assert f"time limit of {limit} s reached; cut short:" in doc["message"]
     assert doc["status"] == ("feasible" if doc["plan"] is not None else "error")
+
+
+@pytest.mark.parametrize("timed_out", [False, True])
+def test_a_solve_cut_short_is_what_the_method_says_not_a_guess(timed_out):
+    """A solve that used its whole limit but finished (``timed_out`` False) is not recorded as cut short; one
+    whose method says its limit stopped it is, whatever its duration."""
+    from dataclasses import replace
+
+    from partitioner.planning import PlanOptions, PlanRun
+    from partitioner.planning.screening import Builders, screen_counts
+    from partitioner.presets import load_cluster, load_model
+
+    real = knob_solve.solve
+
+    def stopped(*args, time_limit=None, **kwargs):
+        result = real(*args, time_limit=time_limit, **kwargs)
+        return replace(result, status="feasible", solve_seconds=0.0 if timed_out else 10 * (time_limit or 1.0),
+                       timed_out=timed_out)
+
+    run = PlanRun.start(PlanOptions(nodes=1, global_batch=16, microbatches=8, time_limit=600, simulate=False))
+    builders = Builders(load_model("llava-1.5-7b"), load_cluster("dgx-h100"), run)
+    (entry,), _ = screen_counts(builders, run.counts, run.costs, run.deadline)
+    with patch.object(knob_solve, "solve", side_effect=stopped):
+        knob_solve.solve_with_knobs(entry, run)
+    cut = [c for c in run.deadline.cuts if "stopped at the time limit" in c]
+    assert bool(cut) == timed_out, run.deadline.cuts

@@ -315,7 +315,7 @@ def solve_arcflow(problem: Problem, data: SlotData, times: IntegerTimes, request
     if out.path is None:
         if hint_plan is not None:
             message = f"cpsat: time limit reached; returning the {hint_source} plan"
-            return Candidate("feasible", hint_plan, bound, message, extra)
+            return Candidate("feasible", hint_plan, bound, message, extra, timed_out=True)
         return Candidate("error", message="cpsat: time limit reached before any plan was found", extra=extra,
                          timed_out=True)
     plan = plan_of_path(data, graph, out.path)
@@ -332,4 +332,4 @@ def solve_arcflow(problem: Problem, data: SlotData, times: IntegerTimes, request
             f"cpsat: the integer time unit ({1 / times.scale:.3g} ms) cannot prove optimality to "
             f"{resolution:g}; the gap is the proven one (use dp for an exact answer)"
         )
-    return Candidate(status, plan, bound, message, extra)
+    return Candidate(status, plan, bound, message, extra, timed_out=not out.proven)

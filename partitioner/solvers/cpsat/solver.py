@@ -281,10 +281,10 @@ def _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, 
                 f"{analytic:.6g} ms up to {data.upper_stage_ms():.6g} ms per stage) cannot prove "
                 f"optimality to {resolution:g}; the gap is the proven one (use dp for an exact answer)"
             )
-        return Candidate(status, plan, bound, message, extra)
+        return Candidate(status, plan, bound, message, extra, timed_out=code != cp_model.OPTIMAL)
     if code == cp_model.UNKNOWN and hint_plan is not None:
         message = f"cpsat: time limit reached; returning the {hint_source} plan"
-        return Candidate("feasible", hint_plan, bound, message, extra)
+        return Candidate("feasible", hint_plan, bound, message, extra, timed_out=True)
     if code == cp_model.UNKNOWN:
         return Candidate("error", message="cpsat: time limit reached before any plan was found", extra=extra,
                          timed_out=True)

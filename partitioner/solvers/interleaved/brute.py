@@ -95,7 +95,8 @@ def solve_brute_interleaved(problem: Problem, request: SolveRequest, deadline: f
             if deadline is not None and time.perf_counter() > deadline:
                 if best_plan is None:
                     return Candidate("error", message="brute: time limit reached before any valid plan was found", timed_out=True)
-                return Candidate("feasible", best_plan, message="brute: time limit reached; the search is incomplete")
+                return Candidate("feasible", best_plan, message="brute: time limit reached; the search is incomplete",
+                                 timed_out=True)
             bounds = (0,) + cuts + (L,)
             choices = [_best_group(problem, P, g, bounds, cache) for g in range(P)]
             if not all(choices):

@@ -85,6 +85,7 @@ def solve_interleaved(problem: Problem, request: SolveRequest, method: str) -> C
     hints = _hints(problem, request, counts)
     best_value, best_plan = min(((v, p) for pairs in hints.values() for v, p in pairs[:1]), default=(math.inf, None), key=lambda vp: vp[0])
     bounds, proven, notes = [], True, {}
+    stopped = False  # the time limit cut a group count's solve short (or left it unsolved)
     # the group count of the best start first: its plan then caps the others' models
     for P in sorted(counts, key=lambda P: hints[P][0][0] if hints.get(P) else math.inf):
         data = GroupData.of(problem, objective, P)
@@ -96,7 +97,7 @@ def solve_interleaved(problem: Problem, request: SolveRequest, method: str) -> C
             continue
         left = None if deadline is None else deadline - time.perf_counter()
         if left is not None and left <= 0:
-            proven = False
+            proven, stopped = False, True
             bounds.append(data.time_lower_bound() * (1 - 1e-12))
             notes[P] = "not solved: time limit"
             continue
@@ -105,12 +106,13 @@ def solve_interleaved(problem: Problem, request: SolveRequest, method: str) -> C
         try:
             status, plan, bound = run(data, request, hint, best_value, deadline)
         except BuildTimeout:
-            proven = False
+            proven, stopped = False, True
             bounds.append(data.time_lower_bound() * (1 - 1e-12))
             notes[P] = "not solved: the time limit ran out while building its model"
             continue
         notes[P] = status if status != "infeasible" or not math.isfinite(best_value) else f"no plan better than {best_value:.9g}"
         proven = proven and status in ("optimal", "infeasible")
+        stopped = stopped or status in ("feasible", "unknown")  # each backend stops unproven only at its time limit
         bounds.append(bound)
         if plan is not None:
             try:
@@ -138,12 +140,14 @@ def solve_interleaved(problem: Problem, request: SolveRequest, method: str) -> C
             "error",
             message=f"{method}: the time limit ended the search before any interleaved plan was found",
             extra=extra,
+            timed_out=stopped,
         )
     tolerance = float(request.option("resolution", RESOLUTION)) if method == "cpsat" else MILP_OPTIMAL_GAP
     if proven and best_value - bound <= tolerance * best_value:
         return Candidate("optimal", best_plan, bound, "", extra)
     reason = "time limit reached or gap not closed" if not proven else "the integer time unit cannot prove optimality"
-    return Candidate("feasible", best_plan, bound, f"{method}: {reason} (interleaved search); the bound is proven", extra)
+    return Candidate("feasible", best_plan, bound, f"{method}: {reason} (interleaved search); the bound is proven", extra,
+                     timed_out=stopped)
 
 
 def _hints(problem: Problem, request: SolveRequest, counts: list[int]) -> dict[int, list[tuple[float, Plan]]]:

@@ -182,7 +182,7 @@ def _candidate(problem, data, backend, outcome, var, hint_plan, hint_source, ext
     if not outcome.has_solution:
         if hint_plan is not None:
             message = f"milp: {backend} found no plan in time; returning the {hint_source} plan"
-            return Candidate("feasible", hint_plan, bound, message, extra)
+            return Candidate("feasible", hint_plan, bound, message, extra, timed_out=outcome.timed_out)
         return Candidate("error", message=f"milp: {backend} found no plan ({outcome.status_text})", extra=extra,
                          timed_out=outcome.timed_out)
     plan = plan_of_decisions(data, read_decisions(var, data))
@@ -206,7 +206,7 @@ def _candidate(problem, data, backend, outcome, var, hint_plan, hint_source, ext
         )
         return Candidate("feasible", plan, bound, message, extra)
     message = f"milp: {backend} stopped ({outcome.status_text}) before optimality was proven"
-    return Candidate("feasible", plan, bound, message, extra)
+    return Candidate("feasible", plan, bound, message, extra, timed_out=outcome.timed_out)
 
 
 def _conservative(dual_bound: float | None, analytic: float) -> float:
