@@ -2,8 +2,8 @@
 
 A result is a :class:`~partitioner.plan.SolveResult` with its problem, or
 a result document (``plan --json``, ``solve --json``). The layer hints come
-from the problem (the cost model's ``meta.layers``, or guesses from the
-layer names) or from the document's ``export_hints`` (written by
+from the problem (the cost model's, :attr:`~partitioner.problem.Problem.workload`,
+or guesses from the layer names) or from the document's ``export_hints`` (written by
 ``partitioner plan``); the context from the problem (batch, m, schedule) or
 from the document's ``global_batch``, ``microbatches`` and ``schedule``,
 plus what a ``plan`` result adds (MoE hints, CP algorithm, its schedule
@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
-from ..frameworks import ExportContext, LayerHint, MoeHints, PlanArgs, ScheduleTime
+from ..frameworks import ExportContext, ExportHints, MoeHints, PlanArgs, ScheduleTime
 from ..plan import Plan, SolveResult
-from ..problem import Problem, ProblemError
+from ..problem import LayerHint, Problem, ProblemError
 
 __all__ = ["ExportRequest", "read_result", "hints_from_problem", "layer_hints", "moe_hints"]
 
@@ -47,27 +47,17 @@ def _guess_role(name: str, module: str) -> str:
 
 
 def hints_from_problem(problem: Problem) -> list[LayerHint]:
-    """One :class:`LayerHint` per layer: the cost model's hints, or guesses from the layer names."""
-    hints = problem.meta.get("layers") if problem.meta else None
+    """One :class:`LayerHint` per layer: the cost model's (:attr:`Problem.workload`), or guesses from the layer names."""
+    hints = problem.workload.layers
     if hints and len(hints) == problem.num_layers:
-        return layer_hints(hints, "meta.layers")
+        return list(hints)
     return [LayerHint(layer.name, layer.module, _guess_role(layer.name, layer.module), (layer.name,))
             for layer in problem.layers]
 
 
-def _hint(doc: Any, where: str) -> LayerHint:
-    if not isinstance(doc, Mapping):
-        raise ProblemError("must be an object with name, module, role and fqns", path=where)
-    fqns = doc.get("fqns") or ()
-    if isinstance(fqns, str) or not isinstance(fqns, Sequence):
-        raise ProblemError(f"must be a list of module names, got {fqns!r}", path=f"{where}.fqns")
-    return LayerHint(str(doc.get("name", "")), str(doc.get("module", "")), str(doc.get("role", "decoder")),
-                     tuple(str(f) for f in fqns))
-
-
 def layer_hints(docs: Sequence[Any], path: str = "export_hints.layers") -> list[LayerHint]:
     """The :class:`LayerHint` of each ``{"name", "module", "role", "fqns"}`` object (missing keys: the defaults)."""
-    return [_hint(doc, f"{path}[{i}]") for i, doc in enumerate(docs)]
+    return [LayerHint.of(doc, f"{path}[{i}]") for i, doc in enumerate(docs)]
 
 
 def moe_hints(doc: Any) -> MoeHints | None:
@@ -120,30 +110,34 @@ def _plan_args(doc: Mapping[str, Any]) -> PlanArgs | None:
     return None
 
 
-def _plan_context(doc: Mapping[str, Any]) -> ExportContext:
-    """What a ``plan`` result adds to the export context: MoE hints, CP algorithm, schedule table, plan arguments."""
+def _export_hints(doc: Mapping[str, Any]) -> ExportHints | None:
+    """The ``export_hints`` of a result document (None when it has none)."""
     hint_doc = doc.get("export_hints")
-    moe, algorithm = None, None
-    if isinstance(hint_doc, Mapping):
-        moe = moe_hints(hint_doc.get("moe"))
-        algorithm = hint_doc.get("cp_algorithm") if isinstance(hint_doc.get("cp_algorithm"), str) else None
-    return ExportContext(moe=moe, cp_algorithm=algorithm, by_schedule=_schedule_times(doc.get("schedules")),
-                         plan_args=_plan_args(doc))
+    if not isinstance(hint_doc, Mapping):
+        return None
+    layers, algorithm = hint_doc.get("layers"), hint_doc.get("cp_algorithm")
+    return ExportHints(str(hint_doc.get("model", "")), tuple(layer_hints(layers)) if isinstance(layers, list) else (),
+                       moe_hints(hint_doc.get("moe")), algorithm if isinstance(algorithm, str) else None)
 
 
-def _problem_context(doc: Mapping[str, Any], problem: Problem) -> ExportContext:
+def _plan_context(doc: Mapping[str, Any], hints: ExportHints | None) -> ExportContext:
+    """What a ``plan`` result adds to the export context: MoE hints, CP algorithm, schedule table, plan arguments."""
+    return ExportContext(moe=hints.moe if hints else None, cp_algorithm=hints.cp_algorithm if hints else None,
+                         by_schedule=_schedule_times(doc.get("schedules")), plan_args=_plan_args(doc))
+
+
+def _problem_context(doc: Mapping[str, Any], hints: ExportHints | None, problem: Problem) -> ExportContext:
     """The context of a result with its problem: batch and m from the problem, its schedule when it has one."""
-    context = replace(_plan_context(doc), global_batch=_int((problem.meta or {}).get("global_batch")),
-                      microbatches=problem.microbatches)
+    context = replace(_plan_context(doc, hints), global_batch=problem.workload.global_batch, microbatches=problem.microbatches)
     training = problem.training
     if training.schedule:
         context = replace(context, schedule=training.schedule, virtual_stages=training.virtual_stages)
     return context
 
 
-def _document_context(doc: Mapping[str, Any]) -> ExportContext:
+def _document_context(doc: Mapping[str, Any], hints: ExportHints | None) -> ExportContext:
     """The context of a result document alone: its batch, m and ``schedule`` (``{"schedule", "virtual_stages"}``)."""
-    context = replace(_plan_context(doc), global_batch=_int(doc.get("global_batch")),
+    context = replace(_plan_context(doc, hints), global_batch=_int(doc.get("global_batch")),
                       microbatches=_int(doc.get("microbatches")))
     sched = doc.get("schedule")  # written by `partitioner plan`
     if isinstance(sched, Mapping) and isinstance(name := sched.get("schedule"), str):
@@ -163,13 +157,14 @@ def read_result(result: SolveResult | Mapping[str, Any], problem: Problem | None
         raise ProblemError("has no plan to export (was it infeasible?)", path="plan")
     if problem is None and getattr(result, "problem", None) is not None:
         problem = result.problem  # type: ignore[union-attr]
+    typed = getattr(result, "export_hints", None)  # a ``plan`` result's own record
+    hints = typed if isinstance(typed, ExportHints) else _export_hints(doc)
     if problem is not None:
-        return ExportRequest(plan, tuple(hints_from_problem(problem)), _problem_context(doc, problem))
-    hint_doc = doc.get("export_hints")
-    layers = hint_doc.get("layers") if isinstance(hint_doc, Mapping) else None
-    if not isinstance(layers, list):
+        return ExportRequest(plan, tuple(hints_from_problem(problem)), _problem_context(doc, hints, problem))
+    if hints is None or not hints.layers:
         raise ProblemError(
             "has no export_hints (results of `partitioner plan` carry them); pass the problem with --problem",
             path="export_hints",
         )
-    return ExportRequest(plan, tuple(layer_hints(layers)), _document_context(doc))
+    return ExportRequest(plan, hints.layers, _document_context(doc, hints))
+

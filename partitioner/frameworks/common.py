@@ -8,8 +8,9 @@
 * :class:`ExportContext`: what an exporter knows besides the plan (batch,
   m, schedule, MoE hints, CP algorithm, the plan's schedule table).
 * :class:`Export`: one framework's settings for a plan, or why there are none.
-* :class:`LayerHint`, :class:`MoeHints`: the layers' roles and FQNs and the
-  language model's experts, as the cost model describes them.
+* :class:`ExportHints`, :class:`MoeHints`: what a ``plan`` result carries for
+  its exports, and the language model's experts; the layers' roles and
+  FQNs are :class:`~partitioner.problem.LayerHint` records (re-exported here).
 """
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..costs.variants import Knobs
 from ..presets import ModelSpec, is_moe_layer
+from ..problem import LayerHint
 
 __all__ = ["FrameworkRules", "Mesh", "CutGroups", "one_group_per_layer", "ExportContext", "ScheduleTime", "PlanArgs",
-           "Export", "LayerHint", "MoeHints", "LLM_ROLES", "VISION_ROLES"]
+           "Export", "ExportHints", "LayerHint", "MoeHints", "LLM_ROLES", "VISION_ROLES"]
 
 LLM_ROLES = ("embedding", "decoder", "loss")  # the language model's layer roles (the cost model's hints)
 VISION_ROLES = ("vision", "projector")  # the vision encoder's and projector's
@@ -186,29 +188,6 @@ class Export:
 
 
 @dataclass(frozen=True)
-class LayerHint:
-    """One layer as the exporters see it: its name, module, role and the module FQNs it stands for.
-
-    ``role`` is one of ``vision``, ``projector``, ``embedding``,
-    ``decoder``, ``loss``, ``action``; ``fqns`` are Hugging Face module
-    names (the layer's name when the cost model gave none).
-    """
-
-    name: str
-    module: str = ""
-    role: str = "decoder"
-    fqns: tuple[str, ...] = ()
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The FQNs, or the layer's name when there are none."""
-        return self.fqns or (self.name,)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "module": self.module, "role": self.role, "fqns": list(self.fqns)}
-
-
-@dataclass(frozen=True)
 class MoeHints:
     """The language model's mixture of experts, as the exports need it.
 
@@ -237,3 +216,26 @@ class MoeHints:
         if llm is None:
             return None
         return cls(llm.experts, llm.top_k, llm.moe_ffn, llm.shared_ffn, tuple(is_moe_layer(llm, i) for i in range(llm.layers)))
+
+
+@dataclass(frozen=True)
+class ExportHints:
+    """What a ``plan`` result carries for its exports (its ``export_hints``).
+
+    ``layers`` gives each layer's role and module FQNs, ``moe`` the language
+    model's experts (a MoE model), ``cp_algorithm`` the context-parallel
+    attention the plan was costed with (when the result names one).
+    """
+
+    model: str
+    layers: tuple[LayerHint, ...]
+    moe: MoeHints | None = None
+    cp_algorithm: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"model": self.model, "layers": [h.to_dict() for h in self.layers]}
+        if self.moe is not None:
+            doc["moe"] = self.moe.to_dict()
+        if self.cp_algorithm is not None:
+            doc["cp_algorithm"] = self.cp_algorithm
+        return doc

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from ..frameworks import MoeHints
+from ..frameworks import ExportHints, MoeHints
 from ..plan import SolveResult
 from ..plan.result import Status
 from ..presets import ClusterSpec, ModelSpec
@@ -88,10 +88,9 @@ def assemble(best: KnobSolve, bests: Mapping[str, BaselineRun], tried: Sequence[
         bound=result.bound, solve_seconds=result.solve_seconds, message="; ".join(filter(None, [result.message, *messages])),
         plan=result.plan, evaluation=result.evaluation, extra=result.extra, problem=problem, simulation=best.sim,
         throughput=tput, baselines=baselines, baseline=baseline, speedup=speedup, model=spec.name, cluster=cl.name,
-        nodes=problem.cluster.nodes, global_batch=problem.meta.get("global_batch"), microbatches=problem.microbatches,
+        nodes=problem.cluster.nodes, global_batch=problem.workload.global_batch, microbatches=problem.microbatches,
         microbatches_tried=tuple(tried), knobs=stage_knobs(result.evaluation),
-        export_hints={"model": spec.name, "layers": [dict(h) for h in problem.meta.get("layers", [])],
-                      **({"moe": moe.to_dict()} if (moe := MoeHints.of_model(spec)) else {})},
+        export_hints=ExportHints(spec.name, problem.workload.layers, MoeHints.of_model(spec)),
         schedules=schedules,
     )
 

@@ -9,7 +9,7 @@ Inside ``plan`` (:mod:`.plan_model` -> :mod:`.knob_solve` -> :mod:`.schedule_cho
 In the result (:class:`~partitioner.planning.ModelPlan`'s fields, each with a
 ``to_dict`` that writes its JSON section):
 
-* :class:`Throughput`, :class:`MicrobatchTrial`;
+* :class:`Throughput`, :class:`MicrobatchTrial`, :class:`StageKnobs` (with its :class:`KnobSegment`);
 * :class:`BaselineSummary` (a baseline that fits) and :class:`MissingBaseline` (why none does).
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any, Literal, Mapping
 
 from ..plan import Evaluation, Plan, SolveResult
 from ..problem import Problem
+from ..simulate.engine import ReplaySummary
 from .baselines import BaselineLayout, StageSums
 
 __all__ = [
@@ -28,6 +29,8 @@ __all__ = [
     "ScreenedCount",
     "KnobSolve",
     "Throughput",
+    "KnobSegment",
+    "StageKnobs",
     "MicrobatchTrial",
     "BaselineSummary",
     "MissingBaseline",
@@ -50,7 +53,7 @@ class BaselineRun:
     problem: Problem
     plan: Plan
     ev: Evaluation
-    sim: Mapping[str, Any] | None
+    sim: ReplaySummary | None
     iteration_ms: float
 
     @property
@@ -92,7 +95,7 @@ class KnobSolve:
 
     problem: Problem
     result: SolveResult
-    sim: Mapping[str, Any] | None
+    sim: ReplaySummary | None
     iteration_ms: float
     iteration_source: IterationSource
     last: SolveResult | None = None
@@ -135,6 +138,33 @@ class MicrobatchTrial:
 
 
 @dataclass(frozen=True)
+class KnobSegment:
+    """One stage segment's layers ``first..last``, its mesh (dp, tp) and its memory knobs (ZeRO stage, recompute)."""
+
+    first: int
+    last: int
+    dp: int
+    tp: int
+    zero: int
+    recompute: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"layers": [self.first, self.last], "dp": self.dp, "tp": self.tp, "zero": self.zero,
+                "recompute": self.recompute}
+
+
+@dataclass(frozen=True)
+class StageKnobs:
+    """The memory knobs of one stage, segment by segment (``knobs[i]`` in the result)."""
+
+    stage: int
+    segments: tuple[KnobSegment, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "segments": [g.to_dict() for g in self.segments]}
+
+
+@dataclass(frozen=True)
 class BaselineSummary:
     """A baseline that fits, as the result reports it (``baselines[name]``, ``baseline``).
 
@@ -149,8 +179,8 @@ class BaselineSummary:
     schedule: str
     virtual_stages: int
     throughput: Throughput
-    knobs: list[dict[str, Any]]
-    simulation: Mapping[str, Any] | None = None
+    knobs: tuple[StageKnobs, ...]
+    simulation: ReplaySummary | None = None
     layout: BaselineLayout | None = None  # pp x dp x tp x cp, ep x etp of the plan
 
     @property
@@ -161,12 +191,12 @@ class BaselineSummary:
         doc: dict[str, Any] = {
             "method": self.method, "value": self.value, "plan": self.plan, "microbatches": self.microbatches,
             "schedule": self.schedule, "virtual_stages": self.virtual_stages, "iteration_ms": self.iteration_ms,
-            "throughput": self.throughput.to_dict(), "knobs": self.knobs,
+            "throughput": self.throughput.to_dict(), "knobs": [k.to_dict() for k in self.knobs],
         }
         if self.layout is not None:
             doc["layout"] = self.layout.to_dict()
         if self.simulation is not None:
-            doc["simulation"] = self.simulation
+            doc["simulation"] = self.simulation.to_dict()
         return doc
 
 

@@ -16,6 +16,7 @@ from typing import Any, Callable, Literal, Mapping, get_args
 
 from ..core.documents import check_document
 from ..core.errors import ProblemError
+from .workload import ModelWorkload
 
 __all__ = [
     "FORMAT_VERSION",
@@ -337,6 +338,11 @@ class Problem:
         return tuple(sorted(found, key=lambda l: (l.devices, l.tp, l.cp, l.ep, l.etp, l.variant)))
 
     configs = layouts
+
+    @cached_property
+    def workload(self) -> ModelWorkload:
+        """The model's workload and the hardware's peak as ``meta`` holds them (:class:`~.workload.ModelWorkload`)."""
+        return ModelWorkload.of(self.meta)
 
     @cached_property
     def ties(self) -> tuple[tuple[int, int], ...]:

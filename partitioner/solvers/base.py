@@ -330,7 +330,7 @@ def finish(
                 f"{plan.num_stages} stages), more than the {SOLVE_REPLAY_OPS} a solve replays"
             )
         else:
-            extra["simulation"] = replay_check(problem, plan, ev)
+            extra["simulation"] = replay_check(problem, plan, ev).to_dict()
     return SolveResult(
         status=status,
         method=method,

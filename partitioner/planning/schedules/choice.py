@@ -39,6 +39,7 @@ from typing import Callable, Mapping, Sequence, Union
 
 from ...plan import Evaluation, Plan, PlanError, SolveResult, evaluate
 from ...problem import Problem, ProblemError
+from ...simulate.engine import ReplaySummary
 from ...solvers import SolverError
 from ...solvers.base import schedule_support
 from ..baselines import BASELINE_METHOD, FSDP_METHOD, megatron_baselines
@@ -58,7 +59,7 @@ _PLAIN = ("1f1b", "zb-h1", "gpipe")
 SCREENED_M = 4
 
 # (evaluation, replay, iteration ms) of a plan that runs, or why it cannot
-Run = Union[tuple[Evaluation, Union[Mapping, None], float], str]
+Run = Union[tuple[Evaluation, Union[ReplaySummary, None], float], str]
 # plan_model's solve with knobs: a screened count (the problem under a schedule) and the warm starts per knob setting
 Resolve = Callable[[ScreenedCount, Mapping[str, Plan]], KnobSolve]
 
@@ -93,7 +94,7 @@ def _run(problem: Problem, plan: Plan, objective: str, simulate: bool, beat: flo
     if simulate and beat is not None and busy_floor(ev) >= beat * (1 - 1e-9):
         return None
     sim = simulate_plan(problem, plan, ev) if simulate else None
-    it = sim["makespan_ms"] if sim and math.isfinite(sim.get("makespan_ms", math.inf)) else ev.iteration_ms
+    it = sim.makespan_ms if sim is not None and math.isfinite(sim.makespan_ms) else ev.iteration_ms
     return ev, sim, it
 
 

@@ -15,6 +15,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from ...plan import Evaluation, Plan, SolveResult
 from ...problem import Problem
+from ...simulate.engine import ReplaySummary
 from ..baselines import BaselineLayout
 
 __all__ = ["PlanSource", "ScheduleCandidate", "ScheduleRow", "ScheduleSummary", "ChosenSchedule", "ScheduleReport",
@@ -44,7 +45,7 @@ class ScheduleCandidate:
     plan: Plan | None = None
     reason: str = ""
     ev: Evaluation | None = None
-    sim: Mapping[str, Any] | None = None
+    sim: ReplaySummary | None = None
     iteration_ms: float = math.inf
     result: SolveResult | None = None
 
@@ -91,10 +92,10 @@ class ScheduleRow:
         head = (c.schedule, c.virtual_stages, c.source, c.method, m)
         if c.ev is None or c.plan is None:
             return cls(*head, ok=False, reason=c.reason)
-        sim = c.sim or {}
+        sim = c.sim
         layout = BaselineLayout.of(c.ev, c.virtual_stages) if c.source in _BASELINES else None
         return cls(*head, ok=True, iteration_ms=c.iteration_ms, estimate_ms=c.ev.iteration_ms,
-                   bubble_ratio=sim.get("bubble_ratio"), peak_memory_bytes=max(sim.get("peak_memory_bytes") or [0]) or None,
+                   bubble_ratio=sim.bubble_ratio if sim else None, peak_memory_bytes=(sim.peak_bytes or None) if sim else None,
                    stages=len(c.plan.stages), plan=c.plan.to_dict(c.ev) if with_plan else None, layout=layout)
 
     def to_dict(self) -> dict[str, Any]:

@@ -44,9 +44,9 @@ def rules_for(target: str) -> FrameworkRules | None:
 
 def _roles(problem: Problem) -> list[str]:
     """Each layer's role, from the cost model's hints (``decoder`` when the problem has none)."""
-    hints = (problem.meta or {}).get("layers") or ()
+    hints = problem.workload.layers
     if len(hints) == problem.num_layers:
-        return [str(h.get("role", "decoder")) for h in hints]
+        return [h.role for h in hints]
     return ["decoder"] * problem.num_layers
 
 
