@@ -42,12 +42,15 @@ from .spec import (
     is_moe_layer,
     layer_active_params,
     layer_block_params,
+    mla_down_params,
     module_active_params,
     module_layer_params,
     module_params,
+    mtp_block_index,
+    mtp_layer_params,
     with_module,
 )
-from .workload import Workload, apply_workload, check_workload, sequence_summary
+from .workload import Workload, apply_workload, check_workload, sequence_summary, with_mtp
 
 __all__ = [
     "ModuleSpec",
@@ -72,10 +75,14 @@ __all__ = [
     "is_moe_layer",
     "layer_active_params",
     "layer_block_params",
+    "mla_down_params",
     "module_active_params",
+    "mtp_block_index",
+    "mtp_layer_params",
     "with_module",
     "Workload",
     "apply_workload",
     "check_workload",
     "sequence_summary",
+    "with_mtp",
 ]
