@@ -38,7 +38,7 @@ from .traffic import block_traffic, embedding_traffic, head_traffic, projector_t
 from .variants import Knobs
 
 __all__ = ["EntryCost", "layer_cost", "layer_terms", "finish_cost", "block_time_terms", "piece_time_terms",
-           "optimizer_step_ms", "tied_sync_ms", "weight_bytes_per_param", "TIME_TERMS"]
+           "optimizer_step_ms", "tied_sync_ms", "replicated_grad_sync_ms", "weight_bytes_per_param", "TIME_TERMS"]
 
 
 @dataclass(frozen=True)
@@ -145,8 +145,13 @@ def piece_time_terms(p: Piece, tp: int, samples: float, recompute: str, cluster:
     # without flash attention the score matmuls compute every entry of the stored matrix, masked or not
     scale = 1.0 if opts.flash_attention or p.attn_pairs <= 0 else p.score_entries / p.attn_pairs
     f_gemm = b * p.gemm_flops / t / rate
+    if p.replicated_gemm_flops and t > 1 and not opts.sequence_parallel:
+        f_gemm += b * p.replicated_gemm_flops * (1.0 - 1.0 / t) / rate  # every rank runs them over all its tokens
     f_attn = b * p.attn_flops * scale / t / rate
     comm = p.allreduces * allreduce_ms(rows * p.width * BF16_BYTES, t, cluster.intra_node_GBps, opts)
+    if p.attn_comm_width:  # the attention's collectives carry another width (MLA: its latents, .attention_mla)
+        comm += (allreduce_ms(rows * p.attn_comm_width * BF16_BYTES, t, cluster.intra_node_GBps, opts)
+                 - allreduce_ms(rows * p.width * BF16_BYTES, t, cluster.intra_node_GBps, opts))
     traffic, scores = _piece_traffic(p, t, b, cluster, opts)
     out = {"fwd.gemm": f_gemm, "fwd.attention": f_attn, "fwd.memory": traffic[0], "fwd.tp_comm": comm}
     if not p.backward:
@@ -215,23 +220,44 @@ def finish_cost(layer: PipelineLayer, layout: Layout, terms: tuple[float, float,
     for p in layer.pieces:
         per = weight_bytes_per_param(p.frozen, dp, knobs, opts)
         weight += (p.params + p.tied_params) * per / t
+        if p.replicated_params and t > 1:  # held whole on every tp rank (MLA's down-projections)
+            weight += p.replicated_params * per * (1.0 - 1.0 / t)
         tied += tied_copy_bytes(p.tied_params, t, per)
     trainable = sum(p.params + p.tied_params for p in layer.pieces if not p.frozen)
+    replicated = sum(p.replicated_params for p in layer.pieces if not p.frozen) if t > 1 else 0
+    if replicated:  # the syncs and the step below divide by tp: count the whole copies each rank owns
+        trainable += replicated * (t - 1)
+        b_w += replicated_grad_sync_ms(replicated, t, cluster, opts) / microbatches
     b_w += optimizer_step_ms(trainable, layout, cluster, opts, knobs) / microbatches
     b_w += tied_sync_ms(layer, layout, cluster, opts, nodes=nodes) / microbatches
     if knobs.zero == 3:
         exposed = 1.0 - opts.zero3_overlap
-        gather = shard_gather_ms(layer.params, layout, cluster, opts)
+        copies = (t - 1) * sum(p.replicated_params for p in layer.pieces)  # tp-replicated weights, whole per rank
+        gather = shard_gather_ms(layer.params + copies, layout, cluster, opts)
         if opts.zero3_keep_gathered:
             fwd += exposed * gather / microbatches  # gathered once per iteration
         else:
             fwd += exposed * gather
-            regather = sum(p.params for p in layer.pieces if p.backward)
+            regather = sum(p.params + (t - 1) * p.replicated_params for p in layer.pieces if p.backward)
             b_in += exposed * shard_gather_ms(regather, layout, cluster, opts)
         b_w += exposed * shard_gather_ms(trainable, layout, cluster, opts, opts.grad_bytes_per_param)  # grad reduce-scatter
     else:
         b_w += (1.0 - opts.grad_sync_overlap) * grad_sync_ms(trainable, layout, cluster, opts) / microbatches
     return EntryCost(fwd, b_in + b_w, b_in, b_w, int(math.ceil(weight)), int(math.ceil(act)), int(math.floor(tied)))
+
+
+def replicated_grad_sync_ms(params: float, tp: int, cluster: ClusterSpec, opts: CostOptions) -> float:
+    """Once per iteration: the all-reduce of tp-replicated weights' gradients over the tensor-parallel group, in ms.
+
+    With sequence parallelism each rank's copy of a replicated weight (MLA's
+    down-projections, :mod:`.attention_mla`) saw only its share of the
+    tokens, so Megatron-Core all-reduces those gradients over the tp group
+    (``finalize_model_grads``, parameters marked ``sequence_parallel``);
+    without it every rank computed the whole gradient and nothing is sent.
+    """
+    if not opts.sequence_parallel or tp <= 1 or params <= 0:
+        return 0.0
+    return allreduce_ms(params * opts.grad_bytes_per_param, tp, cluster.intra_node_GBps, opts)
 
 
 def tied_sync_ms(layer: PipelineLayer, layout: Layout, cluster: ClusterSpec, opts: CostOptions, *,
