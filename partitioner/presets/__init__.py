@@ -6,7 +6,7 @@ head), each with the dimensions of its matmuls. A *cluster spec* describes
 one kind of GPU node. Both are read from YAML files (``models/*.yaml`` and
 ``models/clusters/*.yaml``, shipped inside the package as
 ``partitioner/_presets``), from a path, or -- for single transformers --
-from a Hugging Face ``config.json`` (:mod:`.hf`: 16 current VLM and LLM types).
+from a Hugging Face ``config.json`` (:mod:`.hf`: 19 current VLM and LLM types).
 
 Every preset names the source of its numbers (paper or model card) in its
 ``references`` and each module's ``source``. Parameter counts are computed
@@ -32,6 +32,7 @@ from .files import (
     preset_dirs,
 )
 from .hf import model_from_hf_config
+from .hints import MEGATRON_FLAGS, MlaHints
 from .spec import (
     MODULE_KINDS,
     ClusterSpec,
@@ -66,6 +67,8 @@ __all__ = [
     "model_from_dict",
     "cluster_from_dict",
     "model_from_hf_config",
+    "MlaHints",
+    "MEGATRON_FLAGS",
     "check_model",
     "check_cluster",
     "module_params",

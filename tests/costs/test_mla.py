@@ -28,12 +28,14 @@ from partitioner.costs.options import CostOptions
 from partitioner.costs.variants import Knobs
 from partitioner.planning import plan_model
 from partitioner.presets import (
+    MlaHints,
     Workload,
     layer_active_params,
     layer_block_params,
     load_cluster,
     load_model,
     mla_down_params,
+    model_from_hf_config,
     module_layer_params,
 )
 from partitioner.problem import Layout, ProblemError, dump_problem
@@ -189,6 +191,14 @@ def test_mtp_layers_from_the_workload():
 # --------------------------------------------------------------------------- the importer's doors
 
 
+@pytest.mark.parametrize("preset, fixture", [("deepseek-v3", "DeepSeek-V3"), ("kimi-k2", "Kimi-K2-Instruct")])
+def test_the_presets_are_the_imported_configs(preset, fixture):
+    yaml_llm = load_model(preset).llm
+    hf_llm = load_model(str(FIXTURES / fixture), Workload(text_tokens=yaml_llm.text_tokens)).llm
+    assert replace(yaml_llm, source="", fqn={}) == replace(hf_llm, source="", fqn={})
+    assert load_model(preset).params == load_model(str(FIXTURES / fixture)).params
+
+
 def test_kimi_k2_imports_through_the_deepseek_v3_path():
     kimi = load_model(str(FIXTURES / "Kimi-K2-Instruct"))
     llm = kimi.llm
@@ -251,6 +261,36 @@ def test_a_dense_deepseek_config_has_no_experts(tmp_path):
     spec = load_model(str(_edited(tmp_path, {"n_routed_experts": None})))
     assert spec.llm.experts == 0 and spec.llm.mla
     assert all(layer.pieces[-1].moe is None for layer in model_layers(spec))
+
+
+def test_deepseek_vl2_language_config_imports_as_deepseek_v2():
+    """DeepSeek-VL2's language_config (a deepseek_v2 config; values as the research note's Section 4.1 lists them):
+    27.0 B, which with its SigLIP-SO400M tower (~0.43 B) makes the README's 27.5 B total."""
+    doc = {"model_type": "deepseek_v2", "hidden_size": 2560, "intermediate_size": 12288, "num_hidden_layers": 30,
+           "num_attention_heads": 32, "num_key_value_heads": 32, "q_lora_rank": None, "kv_lora_rank": 512,
+           "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "n_routed_experts": 72,
+           "num_experts_per_tok": 6, "moe_intermediate_size": 1536, "n_shared_experts": 2, "first_k_dense_replace": 1,
+           "vocab_size": 129280, "scoring_func": "sigmoid", "topk_method": "noaux_tc", "n_group": 1, "topk_group": 1}
+    spec = model_from_hf_config(doc)
+    assert spec.llm.q_lora_rank == 0 and spec.llm.router_score == "sigmoid" and 26.9e9 < spec.params < 27.2e9
+    with pytest.raises(ProblemError, match="language_config alone is a deepseek_v2 config"):
+        model_from_hf_config({"model_type": "deepseek_vl_v2", "language_config": doc})
+
+
+def test_the_export_hints_name_megatrons_arguments():
+    hints = MlaHints.of_model(v3())
+    assert hints is not None and hints.megatron_args() == [
+        "--multi-latent-attention", "--qk-layernorm", "--q-lora-rank", "1536", "--kv-lora-rank", "512",
+        "--qk-head-dim", "128", "--qk-pos-emb-head-dim", "64", "--v-head-dim", "128", "--mtp-num-layers", "1",
+        "--moe-router-num-groups", "8", "--moe-router-group-topk", "4", "--moe-router-score-function", "sigmoid"]
+    assert MlaHints.from_doc(json.loads(json.dumps(hints.to_dict()))) == hints
+    lite = MlaHints.of_model(load_model(str(FIXTURES / "DeepSeek-V2-Lite")))
+    assert lite is not None and "--q-lora-rank" not in lite.megatron_args()  # the query has no down-projection
+    assert MlaHints.of_model(load_model("llava-1.5-7b")) is None
+    assert MlaHints.of_model(load_model("llava-1.5-7b", Workload(mtp_layers=1))).megatron_args() == ["--mtp-num-layers", "1"]
+    with pytest.raises(ProblemError) as info:
+        MlaHints.from_doc({"kv_lora_rank": -1})
+    assert info.value.path == "export_hints.mla.kv_lora_rank"
 
 
 # --------------------------------------------------------------------------- planning

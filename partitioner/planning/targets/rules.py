@@ -41,7 +41,7 @@ __all__ = ["Target", "TARGETS", "Mesh", "TargetRules", "RULES", "rules_for", "re
 
 Target = Literal["any", "megatron", "torchtitan", "deepspeed"]
 TARGETS: tuple[Target, ...] = get_args(Target)
-LLM_ROLES = ("embedding", "decoder", "mtp", "loss")  # the language model's layers (mtp: multi-token prediction)
+LLM_ROLES = ("embedding", "decoder", "loss")  # the language model's layers (the exporters' LLM roles)
 Cuts = Literal["any", "megatron", "torchtitan"]
 Mesh = tuple[int, int, int, int, int]  # (dp, tp, cp, ep, etp): the one mesh of a target's plan
 
@@ -150,8 +150,7 @@ def layer_groups(problem: Problem, rules: TargetRules) -> list[tuple[int, int]]:
     Megatron-LM: the layers before the first language-model layer join it
     (the vision encoder and projector run on the first language-model stage)
     and the layers after the last one join it (no stage of the action head
-    alone); its multi-token prediction layers stay together (Megatron-Core
-    puts all of them in one virtual pipeline stage). torchtitan: the vision and projector layers and the token
+    alone). torchtitan: the vision and projector layers and the token
     embedding form one group, when they are consecutive. A target whose rule
     the model cannot meet raises :class:`ProblemError` (torchtitan without
     an embedding after the vision encoder).
@@ -163,15 +162,7 @@ def layer_groups(problem: Problem, rules: TargetRules) -> list[tuple[int, int]]:
         llm = [i for i, r in enumerate(roles) if r in LLM_ROLES]
         if llm:
             lo, hi = llm[0], llm[-1]
-            groups = [(0, lo)] + [(i, i) for i in range(lo + 1, hi)] + ([(hi, L - 1)] if hi > lo else [])
-            mtp = [i for i, r in enumerate(roles) if r == "mtp"]
-            if len(mtp) > 1:  # one group from the first MTP layer to the last (merged with what shares them)
-                a, b = mtp[0], mtp[-1]
-                inside = [g for g in groups if g[1] >= a and g[0] <= b]
-                merged = (min(g[0] for g in inside), max(g[1] for g in inside))
-                groups = [g for g in groups if g not in inside]
-                groups = sorted(groups + [merged])
-            return groups
+            return [(0, lo)] + [(i, i) for i in range(lo + 1, hi)] + ([(hi, L - 1)] if hi > lo else [])
     if rules.cuts == "torchtitan":
         vis = [i for i, r in enumerate(roles) if r in ("vision", "projector")]
         if vis:

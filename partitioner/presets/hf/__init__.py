@@ -51,8 +51,11 @@ _FAMILIES: dict[str, Callable[[_Config, Workload], tuple[ModuleSpec, ...]]] = {
 HF_TYPES = tuple(sorted({*base.HF_TYPES, *_TEXT_ONLY, *_FAMILIES}))
 # model types people ask for that cannot be read from config.json alone, with the reason
 NOT_SUPPORTED = {
-    "deepseek_vl_v2": "DeepSeek-VL2 is remote code (not in transformers); its MLA attention is not modelled",
-    "kimi_vl": "Kimi-VL is remote code (not in transformers); its MLA attention is not modelled",
+    "deepseek_vl_v2": ("DeepSeek-VL2 is remote code (not in transformers): its tiled SigLIP tower and projector have "
+                       "no transformers model to check them against; its language_config alone is a deepseek_v2 "
+                       "config, which imports (as a language model)"),
+    "kimi_vl": ("Kimi-VL is remote code (not in transformers): its MoonViT tower has no transformers model to check "
+                "it against; its text_config alone is a deepseek_v3 config, which imports (as a language model)"),
 }
 
 
