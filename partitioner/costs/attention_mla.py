@@ -90,10 +90,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..presets import ModuleSpec, mla_down_params
+from ..presets import ClusterSpec, ModuleSpec, mla_down_params
+from .comm import allreduce_ms
+from .options import CostOptions
 
 __all__ = ["MlaShape", "MlaGemms", "mla_shape", "mla_gemms", "mla_attn_flops", "mla_activation_terms", "mla_traffic",
-           "mla_tp_comm_width", "mla_replicated", "cp_head_dim", "MLA_CP_ALGORITHMS"]
+           "mla_tp_comm_width", "mla_replicated", "replicated_grad_sync_ms", "cp_head_dim", "MLA_CP_ALGORITHMS"]
 
 BF16 = 2.0  # bytes per bf16 element
 MLA_CP_ALGORITHMS = ("p2p",)  # Transformer Engine's context-parallel algorithms that take d_qk != d_v [21]_
@@ -153,6 +155,20 @@ def mla_attn_flops(spec: ModuleSpec, pairs: float) -> float:
 def mla_replicated(spec: ModuleSpec, tokens: float) -> tuple[int, float]:
     """(parameters, forward FLOPs over ``tokens``) of the down-projections every tensor-parallel rank holds whole [42]_."""
     return mla_down_params(spec), 2.0 * tokens * mla_gemms(spec).down
+
+
+def replicated_grad_sync_ms(params: float, tp: int, cluster: ClusterSpec, opts: CostOptions) -> float:
+    """Once per iteration: the all-reduce of tp-replicated weights' gradients over the tensor-parallel group, in ms.
+
+    With sequence parallelism each rank's copy of a replicated weight (the
+    down-projections) saw only its share of the tokens, so Megatron-Core
+    all-reduces those gradients over the tp group (``finalize_model_grads``,
+    parameters marked ``sequence_parallel``) [42]_; without it every rank
+    computed the whole gradient and nothing is sent.
+    """
+    if not opts.sequence_parallel or tp <= 1 or params <= 0:
+        return 0.0
+    return allreduce_ms(params * opts.grad_bytes_per_param, tp, cluster.intra_node_GBps, opts)
 
 
 def mla_tp_comm_width(spec: ModuleSpec) -> float:

@@ -28,6 +28,7 @@ from typing import Sequence
 
 from ..presets import ClusterSpec
 from ..problem import Layout, ProblemError
+from .attention_mla import replicated_grad_sync_ms
 from .comm import allreduce_ms, grad_sync_ms, shard_gather_ms
 from .flops import efficiency
 from .layers import Piece, PipelineLayer
@@ -38,7 +39,7 @@ from .traffic import block_traffic, embedding_traffic, head_traffic, projector_t
 from .variants import Knobs
 
 __all__ = ["EntryCost", "layer_cost", "layer_terms", "finish_cost", "block_time_terms", "piece_time_terms",
-           "optimizer_step_ms", "tied_sync_ms", "replicated_grad_sync_ms", "weight_bytes_per_param", "TIME_TERMS"]
+           "optimizer_step_ms", "tied_sync_ms", "weight_bytes_per_param", "TIME_TERMS"]
 
 
 @dataclass(frozen=True)
@@ -232,32 +233,17 @@ def finish_cost(layer: PipelineLayer, layout: Layout, terms: tuple[float, float,
     b_w += tied_sync_ms(layer, layout, cluster, opts, nodes=nodes) / microbatches
     if knobs.zero == 3:
         exposed = 1.0 - opts.zero3_overlap
-        copies = (t - 1) * sum(p.replicated_params for p in layer.pieces)  # tp-replicated weights, whole per rank
-        gather = shard_gather_ms(layer.params + copies, layout, cluster, opts)
+        gather = shard_gather_ms(layer.params, layout, cluster, opts)
         if opts.zero3_keep_gathered:
             fwd += exposed * gather / microbatches  # gathered once per iteration
         else:
             fwd += exposed * gather
-            regather = sum(p.params + (t - 1) * p.replicated_params for p in layer.pieces if p.backward)
+            regather = sum(p.params for p in layer.pieces if p.backward)
             b_in += exposed * shard_gather_ms(regather, layout, cluster, opts)
         b_w += exposed * shard_gather_ms(trainable, layout, cluster, opts, opts.grad_bytes_per_param)  # grad reduce-scatter
     else:
         b_w += (1.0 - opts.grad_sync_overlap) * grad_sync_ms(trainable, layout, cluster, opts) / microbatches
     return EntryCost(fwd, b_in + b_w, b_in, b_w, int(math.ceil(weight)), int(math.ceil(act)), int(math.floor(tied)))
-
-
-def replicated_grad_sync_ms(params: float, tp: int, cluster: ClusterSpec, opts: CostOptions) -> float:
-    """Once per iteration: the all-reduce of tp-replicated weights' gradients over the tensor-parallel group, in ms.
-
-    With sequence parallelism each rank's copy of a replicated weight (MLA's
-    down-projections, :mod:`.attention_mla`) saw only its share of the
-    tokens, so Megatron-Core all-reduces those gradients over the tp group
-    (``finalize_model_grads``, parameters marked ``sequence_parallel``);
-    without it every rank computed the whole gradient and nothing is sent.
-    """
-    if not opts.sequence_parallel or tp <= 1 or params <= 0:
-        return 0.0
-    return allreduce_ms(params * opts.grad_bytes_per_param, tp, cluster.intra_node_GBps, opts)
 
 
 def tied_sync_ms(layer: PipelineLayer, layout: Layout, cluster: ClusterSpec, opts: CostOptions, *,
