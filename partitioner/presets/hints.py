@@ -24,7 +24,7 @@ Megatron-LM (``megatron/training/arguments.py``, core_r0.16; Megatron-Core
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
 from ..problem import ProblemError
@@ -67,11 +67,14 @@ class MlaHints:
         llm = spec.llm
         if llm is None or not (llm.mla or llm.mtp_layers or llm.expert_groups or llm.router_score != "softmax"):
             return None
-        mla = dict(kv_lora_rank=llm.kv_lora_rank, q_lora_rank=llm.q_lora_rank, qk_head_dim=llm.d_head,
-                   qk_pos_emb_head_dim=llm.rope_head_dim, v_head_dim=llm.v_dim) if llm.mla else {}
-        moe = dict(expert_groups=llm.expert_groups, group_top_k=llm.group_top_k,
-                   router_score=llm.router_score) if llm.experts else {}
-        return cls(mtp_layers=llm.mtp_layers, **mla, **moe)
+        hints = cls(mtp_layers=llm.mtp_layers)
+        if llm.mla:
+            hints = replace(hints, kv_lora_rank=llm.kv_lora_rank, q_lora_rank=llm.q_lora_rank, qk_head_dim=llm.d_head,
+                            qk_pos_emb_head_dim=llm.rope_head_dim, v_head_dim=llm.v_dim)
+        if llm.experts:
+            hints = replace(hints, expert_groups=llm.expert_groups, group_top_k=llm.group_top_k,
+                            router_score=llm.router_score)
+        return hints
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
