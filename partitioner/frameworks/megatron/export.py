@@ -49,9 +49,11 @@ References
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from ..common import Export, ExportContext, MoeHints
+from ..common import VISION_ROLES, Export, ExportContext, MoeHints
 from ..stages import (
     StageView,
     chunk_reasons,
@@ -169,6 +171,22 @@ def _layout_symbols(llm: Sequence[StageView]) -> tuple[list[str], list[str]]:
 
 # the cost model's CP algorithm -> Megatron-LM's --cp-comm-type
 CP_COMM = {"ring": "p2p", "p2p": "p2p", "ulysses": "a2a", "a2a": "a2a", "allgather": "allgather", "all-gather": "allgather"}
+# ZeRO stage -> (DistributedDataParallelConfig fields, flags): ZeRO-1 is the distributed optimizer (optimizer
+# states sharded over dp), ZeRO-3 Megatron-FSDP sharding optimizer states, gradients and parameters
+ZERO_SETTINGS: Mapping[int, tuple[Mapping[str, Any], tuple[str, ...]]] = MappingProxyType({
+    0: ({}, ()),
+    1: ({"use_distributed_optimizer": True}, ("--use-distributed-optimizer",)),
+    3: ({"use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim_grads_params"},
+        ("--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params")),
+})
+# recompute -> (TransformerConfig fields, flags): selective is the core attention (Megatron's default
+# recompute_modules); full keeps each layer's input and replays its forward, as the cost model counts it
+RECOMPUTE_SETTINGS: Mapping[str, tuple[Mapping[str, Any], tuple[str, ...]]] = MappingProxyType({
+    "none": ({}, ()),
+    "selective": ({"recompute_granularity": "selective"}, ("--recompute-granularity selective",)),
+    "full": ({"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1},
+             ("--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1")),
+})
 
 
 def _layer_freq(moe_layers: Sequence[bool]) -> str:
@@ -182,58 +200,54 @@ def _layer_freq(moe_layers: Sequence[bool]) -> str:
     return "(" + "+".join(f"[{v}]*{n}" for v, n in runs) + ")"
 
 
-def _knob_flags(stages: Sequence[StageView], shape: tuple[int, ...], ctx: ExportContext
-                ) -> tuple[dict[str, Any], dict[str, Any], list[str], list[str], list[str]]:
-    """(TransformerConfig fields, DistributedDataParallelConfig fields, flags, notes, reasons) of the knobs and 5D axes.
+@dataclass(frozen=True)
+class _Settings:
+    """TransformerConfig fields, DistributedDataParallelConfig fields and the flags that set them."""
 
-    Knobs: ZeRO-1 is the distributed optimizer (optimizer states sharded
-    over dp), ZeRO-3 Megatron-FSDP with ``optim_grads_params``; recompute
-    ``selective`` is ``--recompute-granularity selective`` (the core
-    attention, Megatron's default ``recompute_modules``), ``full`` is
-    ``--recompute-granularity full --recompute-method uniform
-    --recompute-num-layers 1`` (each layer keeps its input and replays its
-    forward, as the cost model counts it). Megatron-LM sets each knob once
-    for all ranks and layers. Axes: ``--context-parallel-size`` with
-    ``--cp-comm-type``; a MoE language model gets ``--num-experts``,
-    ``--moe-router-topk``, ``--moe-ffn-hidden-size``,
-    ``--moe-token-dispatcher-type alltoall``, ``--expert-model-parallel-size``
-    and ``--expert-tensor-parallel-size`` (always written: Megatron's default
-    ETP is the TP size, the plan's default 1).
-    """
-    core: dict[str, Any] = {}
-    ddp: dict[str, Any] = {}
-    flags: list[str] = []
-    notes: list[str] = []
-    knobs, reasons = segment_knobs(stages)
-    zero, znotes, zr = one_zero(knobs, "Megatron-LM sets one optimizer sharding (--use-distributed-optimizer, or "
-                                       "Megatron-FSDP's sharding strategy) for every rank")
-    recompute, rr = one_recompute(knobs, "Megatron-LM applies one --recompute-granularity to every layer of every stage "
-                                         "(its VLM path copies the language config, recompute included, into the vision "
-                                         "encoder's)")
-    reasons += zr + rr
-    notes += znotes
-    if zero == 1:
-        ddp["use_distributed_optimizer"] = True
-        flags.append("--use-distributed-optimizer")
-    elif zero == 3:
-        ddp.update(use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params")
-        flags += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params"]
-    if recompute == "selective":
-        core["recompute_granularity"] = "selective"
-        flags.append("--recompute-granularity selective")
-    elif recompute == "full":
-        core.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
-        flags += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    core: Mapping[str, Any] = field(default_factory=dict)
+    ddp: Mapping[str, Any] = field(default_factory=dict)
+    flags: tuple[str, ...] = ()
+
+    def __add__(self, other: "_Settings") -> "_Settings":
+        return _Settings({**self.core, **other.core}, {**self.ddp, **other.ddp}, self.flags + other.flags)
+
+
+def _knob_settings(zero: int, recompute: str) -> _Settings:
+    """The settings of one ZeRO stage and one recompute setting (:data:`ZERO_SETTINGS`, :data:`RECOMPUTE_SETTINGS`)."""
+    ddp, zero_flags = ZERO_SETTINGS[zero]
+    core, recompute_flags = RECOMPUTE_SETTINGS[recompute]
+    return _Settings(core, ddp, zero_flags + recompute_flags)
+
+
+def _moe_settings(moe: MoeHints, ep: int, etp: int) -> _Settings:
+    """``--num-experts`` and the MoE flags of a MoE language model (ep and etp always written: Megatron's default
+    ETP is the TP size, the plan's default 1)."""
+    core = {"num_moe_experts": moe.num_experts, "moe_router_topk": moe.top_k, "moe_ffn_hidden_size": moe.ffn_hidden,
+            "moe_token_dispatcher_type": "alltoall", "expert_model_parallel_size": ep, "expert_tensor_parallel_size": etp}
+    flags = [f"--num-experts {moe.num_experts}", f"--moe-router-topk {moe.top_k}", f"--moe-ffn-hidden-size {moe.ffn_hidden}",
+             "--moe-token-dispatcher-type alltoall", f"--expert-model-parallel-size {ep}", f"--expert-tensor-parallel-size {etp}"]
+    if moe.shared_ffn:
+        core.update(moe_shared_expert_intermediate_size=moe.shared_ffn)
+        flags.append(f"--moe-shared-expert-intermediate-size {moe.shared_ffn}")
+    if moe.moe_layers and not all(moe.moe_layers):
+        core.update(moe_layer_freq=[int(b) for b in moe.moe_layers])
+        flags.append(f'--moe-layer-freq "{_layer_freq(moe.moe_layers)}"')
+    return _Settings(core, {}, tuple(flags))
+
+
+def _axis_settings(shape: tuple[int, ...], ctx: ExportContext) -> tuple[_Settings, list[str]]:
+    """The 5D axes: ``--context-parallel-size`` with ``--cp-comm-type``, and the MoE flags; or why not."""
     dp, tp, cp, ep, etp = shape
+    out, reasons = _Settings(), []
     if cp > 1:
         algo = ctx.cp_algorithm or "ring"
         if algo not in CP_COMM:
             reasons.append(f"context parallelism with algorithm {algo!r}: Megatron-LM's --cp-comm-type offers p2p (ring), "
                            "a2a (Ulysses), allgather and a2a+p2p")
         else:
-            core.update(context_parallel_size=cp, cp_comm_type=CP_COMM[algo])
-            flags += [f"--context-parallel-size {cp}", f"--cp-comm-type {CP_COMM[algo]}"]
-    moe: MoeHints | None = ctx.moe
+            out += _Settings({"context_parallel_size": cp, "cp_comm_type": CP_COMM[algo]}, {},
+                             (f"--context-parallel-size {cp}", f"--cp-comm-type {CP_COMM[algo]}"))
+    moe = ctx.moe
     if ep > 1 and moe is None:
         reasons.append(f"the plan splits experts over ep {ep}, but its hints do not describe the model's experts "
                        "(export the result of `partitioner plan`, whose export_hints carry them)")
@@ -244,18 +258,21 @@ def _knob_flags(stages: Sequence[StageView], shape: tuple[int, ...], ctx: Export
         if (dp * tp * cp) % (ep * etp):
             reasons.append(f"ep {ep} x etp {etp} does not divide tp {tp} x cp {cp} x dp {dp} (Megatron's expert rank "
                            "generator folds ep x etp onto the same ranks)")
-        core.update(num_moe_experts=moe.num_experts, moe_router_topk=moe.top_k, moe_ffn_hidden_size=moe.ffn_hidden,
-                    moe_token_dispatcher_type="alltoall", expert_model_parallel_size=ep, expert_tensor_parallel_size=etp)
-        flags += [f"--num-experts {moe.num_experts}", f"--moe-router-topk {moe.top_k}", f"--moe-ffn-hidden-size {moe.ffn_hidden}",
-                  "--moe-token-dispatcher-type alltoall", f"--expert-model-parallel-size {ep}",
-                  f"--expert-tensor-parallel-size {etp}"]
-        if moe.shared_ffn:
-            core["moe_shared_expert_intermediate_size"] = moe.shared_ffn
-            flags.append(f"--moe-shared-expert-intermediate-size {moe.shared_ffn}")
-        if moe.moe_layers and not all(moe.moe_layers):
-            core["moe_layer_freq"] = [int(b) for b in moe.moe_layers]
-            flags.append(f'--moe-layer-freq "{_layer_freq(moe.moe_layers)}"')
-    return core, ddp, flags, notes, reasons
+        out += _moe_settings(moe, ep, etp)
+    return out, reasons
+
+
+def _knob_flags(stages: Sequence[StageView], shape: tuple[int, ...], ctx: ExportContext
+                ) -> tuple[_Settings, list[str], list[str]]:
+    """(settings, notes, reasons) of the knobs and 5D axes; Megatron-LM sets each knob once for all ranks and layers."""
+    knobs, reasons = segment_knobs(stages)
+    zero, notes, zr = one_zero(knobs, "Megatron-LM sets one optimizer sharding (--use-distributed-optimizer, or "
+                                      "Megatron-FSDP's sharding strategy) for every rank")
+    recompute, rr = one_recompute(knobs, "Megatron-LM applies one --recompute-granularity to every layer of every stage "
+                                         "(its VLM path copies the language config, recompute included, into the vision "
+                                         "encoder's)")
+    axes, ar = _axis_settings(shape, ctx)
+    return _knob_settings(zero, recompute) + axes, notes, reasons + zr + rr + ar
 
 
 # --------------------------------------------------------------------------- Megatron-LM flags
@@ -291,7 +308,7 @@ def _megatron_lm(stages: list[StageView], ctx: ExportContext) -> tuple[dict[str,
     b, why = per_replica_microbatch(ctx.global_batch, ctx.microbatches, dp)
     if why:
         return {}, [], [], [f"{why} (Megatron-LM: m = global batch / (micro-batch-size x dp))"]
-    knob_core, ddp, knob_flags, knob_notes, knob_reasons = _knob_flags(stages, layout, ctx)
+    knobs, knob_notes, knob_reasons = _knob_flags(stages, layout, ctx)
     if knob_reasons:
         return {}, [], [], knob_reasons
     symbols, notes = _layout_symbols(llm)
@@ -299,17 +316,18 @@ def _megatron_lm(stages: list[StageView], ctx: ExportContext) -> tuple[dict[str,
     text = megatron_layout(symbols)
     n_layers = sum(s.count("decoder") for s in llm)
     pp = len(llm) // v  # interleaved: the layout lists the P·v chunks, chunk c on pipeline rank c mod P
+    sequence_parallel = tp > 1 and ctx.sequence_parallel
     core = {
         "num_layers": n_layers,
         "tensor_model_parallel_size": tp,
         "pipeline_model_parallel_size": pp,
         "pipeline_model_parallel_layout": text,
-        "sequence_parallel": tp > 1 and ctx.sequence_parallel,
+        "sequence_parallel": sequence_parallel,
         "bf16": True,  # the cost model's bf16 activations; Megatron-LM derives pipeline_dtype from --bf16
-        **knob_core,
+        **knobs.core,
+        **({"virtual_pipeline_model_parallel_size": v} if v > 1 else {}),
     }
     if v > 1:
-        core["virtual_pipeline_model_parallel_size"] = v
         notes.append(
             f"interleaved 1F1B with {v} virtual stages per pipeline rank: the layout's {len(llm)} stages give it "
             f"(Megatron-LM sets virtual_pipeline_model_parallel_size = {len(llm)} / {pp}); do not also pass "
@@ -317,25 +335,25 @@ def _megatron_lm(stages: list[StageView], ctx: ExportContext) -> tuple[dict[str,
             "either together with --pipeline-model-parallel-layout"
         )
     settings: dict[str, Any] = {"path": "megatron-lm", "schedule": schedule, "transformer_config": core, "data_parallel_size": dp,
-                                "ddp_config": ddp, "microbatches": ctx.microbatches}
+                                "ddp_config": dict(knobs.ddp), "microbatches": ctx.microbatches}
     flags = [
         f"--num-layers {n_layers}",
         f"--tensor-model-parallel-size {tp}",
         f"--pipeline-model-parallel-size {pp}",
         f'--pipeline-model-parallel-layout "{text}"',
         "--bf16",
+        *(("--sequence-parallel",) if sequence_parallel else ()),
+        *knobs.flags,
     ]
-    if core["sequence_parallel"]:
-        flags.append("--sequence-parallel")
-    flags += knob_flags
     if b is not None:
-        settings["training"] = {"micro_batch_size": b.micro, "global_batch_size": b.global_batch, "microbatches": b.microbatches}
+        settings.update(training={"micro_batch_size": b.micro, "global_batch_size": b.global_batch,
+                                  "microbatches": b.microbatches})
         flags += [f"--micro-batch-size {b.micro}", f"--global-batch-size {b.global_batch}"]
     else:
         notes.append("no global batch or microbatch count given: set --micro-batch-size and --global-batch-size so that m holds")
     if tp > 1:
         notes.append("TP > 1: launch with CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron's TP/sequence-parallel communication overlap needs it)")
-        settings["env"] = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+        settings.update(env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
     if "vision" in llm[0].roles:
         notes.append(
             "the vision encoder runs on the first pipeline stage (Megatron's LLaVA path); that path deep-copies the "
@@ -359,7 +377,45 @@ def _megatron_lm(stages: list[StageView], ctx: ExportContext) -> tuple[dict[str,
 # --------------------------------------------------------------------------- MIMO grids
 
 
-def _module_entry(stages: Sequence[StageView], segs: str) -> tuple[dict[str, Any] | None, str | None]:
+@dataclass(frozen=True)
+class ModuleGrid:
+    """One Megatron Bridge ``ModuleParallelismConfig``: a module's (tp, pp, dp) and its first rank."""
+
+    tp: int
+    pp: int
+    dp: int
+    rank_offset: int
+
+    @property
+    def size(self) -> int:
+        """The ranks the module spans: tp x pp x dp."""
+        return self.tp * self.pp * self.dp
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``ModuleParallelismConfig`` keyword arguments."""
+        return {"tensor_model_parallel_size": self.tp, "pipeline_model_parallel_size": self.pp,
+                "data_parallel_size": self.dp, "rank_offset": self.rank_offset}
+
+
+@dataclass(frozen=True)
+class MimoGrid:
+    """A valid Megatron Bridge ``MimoParallelismConfig``: per module its grid, and how the modules share the world."""
+
+    deployment_mode: str
+    modules: Mapping[str, ModuleGrid]
+    llm_module_name: str = "llm"
+
+    @property
+    def llm(self) -> ModuleGrid:
+        return self.modules[self.llm_module_name]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``MimoParallelismConfig`` fields."""
+        return {"llm_module_name": self.llm_module_name, "deployment_mode": self.deployment_mode,
+                "module_parallelisms": {name: g.to_dict() for name, g in self.modules.items()}}
+
+
+def _module_entry(stages: Sequence[StageView], segs: str) -> tuple[ModuleGrid | None, str | None]:
     """One module's grid from all its stages, or why there is none.
 
     The segments that count: those with vision layers for ``"vision"``,
@@ -369,23 +425,48 @@ def _module_entry(stages: Sequence[StageView], segs: str) -> tuple[dict[str, Any
     layouts = set()
     for s in stages:
         for seg in s.segments:
-            roles = s.roles[seg.first - s.first : seg.last - s.first + 1]
-            if any(r == "vision" if segs == "vision" else r not in ("vision", "projector") for r in roles):
+            roles = s.segment_roles(seg)
+            if any(r == "vision" if segs == "vision" else r not in VISION_ROLES for r in roles):
                 layouts.add((seg.dp, seg.tp))  # cp/ep/etp: refused by export_megatron for MIMO
     if len(layouts) != 1:
         return None, "its stages use " + ", ".join(f"dp {d} x tp {t}" for d, t in sorted(layouts)) + " (a module has one layout)"
     dp, tp = next(iter(layouts))
     ids = sorted(d for s in stages for d in s.device_ids)
-    return {
-        "tensor_model_parallel_size": tp,
-        "pipeline_model_parallel_size": len(stages),
-        "data_parallel_size": dp,
-        "rank_offset": ids[0],
-    }, None
+    return ModuleGrid(tp, len(stages), dp, ids[0]), None
 
 
-def mimo_grid(stages: Sequence[StageView], world: int) -> tuple[dict[str, Any] | None, list[str]]:
-    """Megatron Bridge ``MimoParallelismConfig`` fields for the plan, or the reasons there is no valid one.
+def _heterogeneous(modules: Sequence[tuple[str, Sequence[StageView], ModuleGrid]], world: int) -> list[str]:
+    """Why disjoint modules do not each sit on consecutive ranks in stage order, tiling the world; [] when they do."""
+    reasons = []
+    for name, mod, g in modules:
+        if sum(s.devices for s in mod) != g.size:
+            reasons.append(f"MIMO module {name!r}: its stages have unequal sizes {[s.devices for s in mod]} (pp x dp x tp ranks)")
+        elif not _stage_order_ranks(mod, g.rank_offset):
+            reasons.append(
+                f"MIMO module {name!r}: its stages' GPUs {[list(s.device_ids) for s in mod]} are not consecutive ranks "
+                "in stage order from its rank_offset"
+            )
+    ends = sorted((g.rank_offset, g.rank_offset + g.size) for _, _, g in modules)
+    if not reasons and (ends[0][0] != 0 or ends[-1][1] != world or any(a[1] != b[0] for a, b in zip(ends, ends[1:]))):
+        reasons.append(f"MIMO modules' rank ranges {ends} do not tile the world 0..{world - 1}")
+    return reasons
+
+
+def _colocated(modules: Sequence[tuple[str, Sequence[StageView], ModuleGrid]], world: int, shared: set[int]) -> list[str]:
+    """Why modules sharing GPUs do not each span the whole world; [] when they do."""
+    reasons = []
+    for name, mod, g in modules:
+        covered = sorted(d for s in mod for d in s.device_ids)
+        if covered != list(range(world)) or g.size != world:
+            reasons.append(
+                f"MIMO module {name!r} shares GPUs with another module (stage(s) {sorted(shared)}), so a valid grid "
+                f"is colocated: every module on all {world} ranks; {name!r} runs on {len(covered)} GPUs"
+            )
+    return reasons
+
+
+def mimo_grid(stages: Sequence[StageView], world: int) -> tuple[MimoGrid | None, list[str]]:
+    """Megatron Bridge ``MimoParallelismConfig`` for the plan, or the reasons there is no valid one.
 
     Modules: ``vision`` (the stages holding vision/projector layers before
     the language model) and ``llm`` (the stages holding language-model
@@ -402,49 +483,30 @@ def mimo_grid(stages: Sequence[StageView], world: int) -> tuple[dict[str, Any] |
             f"stage(s) {[s.index for s in post]} run only the action head: MIMO's modules are modality encoders feeding "
             "the one language module, nothing runs after it"
         )
-    entries: dict[str, dict[str, Any]] = {}
+    modules: list[tuple[str, Sequence[StageView], ModuleGrid]] = []
     for name, mod in (("vision", vision), ("llm", llm)):
-        entry, why = _module_entry(mod, name)
-        if why:
+        grid, why = _module_entry(mod, name)
+        if grid is None:
             reasons.append(f"MIMO module {name!r}: {why}")
         else:
-            entries[name] = entry  # type: ignore[assignment]
+            modules.append((name, mod, grid))
     if reasons:
         return None, reasons
     shared = {s.index for s in vision} & {s.index for s in llm}
-    if not shared:
-        mode = "heterogeneous"
-        for name, mod in (("vision", vision), ("llm", llm)):
-            e = entries[name]
-            total = e["tensor_model_parallel_size"] * e["pipeline_model_parallel_size"] * e["data_parallel_size"]
-            if sum(s.devices for s in mod) != total:
-                reasons.append(f"MIMO module {name!r}: its stages have unequal sizes {[s.devices for s in mod]} (pp x dp x tp ranks)")
-            elif not _stage_order_ranks(mod, e["rank_offset"]):
-                reasons.append(
-                    f"MIMO module {name!r}: its stages' GPUs {[list(s.device_ids) for s in mod]} are not consecutive ranks "
-                    "in stage order from its rank_offset"
-                )
-        ends = sorted((e["rank_offset"], e["rank_offset"] + e["tensor_model_parallel_size"] * e["pipeline_model_parallel_size"]
-                       * e["data_parallel_size"]) for e in entries.values())
-        if not reasons and (ends[0][0] != 0 or ends[-1][1] != world or any(a[1] != b[0] for a, b in zip(ends, ends[1:]))):
-            reasons.append(f"MIMO modules' rank ranges {ends} do not tile the world 0..{world - 1}")
-    else:
-        mode = "colocated"
-        for name, mod in (("vision", vision), ("llm", llm)):
-            e = entries[name]
-            total = e["tensor_model_parallel_size"] * e["pipeline_model_parallel_size"] * e["data_parallel_size"]
-            covered = sorted(d for s in mod for d in s.device_ids)
-            if covered != list(range(world)) or total != world:
-                reasons.append(
-                    f"MIMO module {name!r} shares GPUs with another module (stage(s) {sorted(shared)}), so a valid grid "
-                    f"is colocated: every module on all {world} ranks; {name!r} runs on {len(covered)} GPUs"
-                )
+    mode = "colocated" if shared else "heterogeneous"
+    reasons = _colocated(modules, world, shared) if shared else _heterogeneous(modules, world)
     if reasons:
         return None, reasons
-    return {"llm_module_name": "llm", "deployment_mode": mode, "module_parallelisms": entries}, []
+    return MimoGrid(mode, {name: g for name, _, g in modules}), []
 
 
 # --------------------------------------------------------------------------- exporter
+
+
+def _not_expressible(stages: Sequence[StageView], reasons: Sequence[str], notes: Sequence[str] = ()) -> Export:
+    return Export("megatron", {"path": None, "stage_layouts": _stage_layouts(stages)},
+                  "# (no Megatron setting expresses this plan: see the reasons above)", tuple(notes), False, tuple(reasons),
+                  CHECKED_WITH)
 
 
 def export_megatron(stages: list[StageView], ctx: ExportContext) -> Export:
@@ -457,55 +519,54 @@ def export_megatron(stages: list[StageView], ctx: ExportContext) -> Export:
         env = "export CUDA_DEVICE_MAX_CONNECTIONS=1\n" if "env" in settings else ""
         snippet = env + "torchrun $DISTRIBUTED_ARGS pretrain_gpt.py $MODEL_ARGS \\\n    " + " \\\n    ".join(flags)
         return Export("megatron", settings, snippet, tuple(notes), True, (), CHECKED_WITH)
+    lm = tuple(f"Megatron-LM: {r}" for r in lm_reasons)
     if ctx.schedule != "1f1b":
-        return Export("megatron", {"path": None, "stage_layouts": _stage_layouts(stages)},
-                      "# (no Megatron setting expresses this plan: see the reasons above)", (), False,
-                      tuple(f"Megatron-LM: {r}" for r in lm_reasons)
-                      + (f"MIMO: the export writes MIMO grids for 1F1B plans only (this plan is for {ctx.schedule})",),
-                      CHECKED_WITH)
-    world = sum(s.devices for s in stages)
-    grid, mimo_reasons = mimo_grid(stages, world)
-    notes = []
+        return _not_expressible(stages, lm + (f"MIMO: the export writes MIMO grids for 1F1B plans only (this plan is for "
+                                              f"{ctx.schedule})",))
+    grid, mimo_reasons = mimo_grid(stages, sum(s.devices for s in stages))
+    if grid is None:
+        return _not_expressible(stages, lm + tuple(f"MIMO: {r}" for r in mimo_reasons))
+    exported, mimo_reasons = _mimo_export(stages, grid, ctx, lm_reasons)
+    return exported or _not_expressible(stages, lm + tuple(f"MIMO: {r}" for r in mimo_reasons))
+
+
+def _mimo_export(stages: Sequence[StageView], grid: MimoGrid, ctx: ExportContext,
+                 lm_reasons: Sequence[str]) -> tuple[Export | None, list[str]]:
+    """The export of a valid MIMO grid, or why its axes, knobs or batch cannot be set."""
+    reasons = []
     axes = sorted({f"{a} {v}" for s in stages for g in s.segments for a, v in zip(("cp", "ep", "etp"), g.shape[2:]) if v != 1})
-    if grid is not None and axes:
-        mimo_reasons.append("the plan uses " + ", ".join(axes) + ": the export writes MIMO grids of (tp, pp, dp) only")
-    module_knobs, knob_reasons = _mimo_knobs(stages) if grid is not None else ({}, [])
-    mimo_reasons += knob_reasons
-    if grid is not None:
-        pre, llm, _ = _split(stages)
-        settings = {"path": "mimo", "mimo": grid}
-        b_notes = []
-        for name, e in grid["module_parallelisms"].items():
-            b, why = per_replica_microbatch(ctx.global_batch, ctx.microbatches, e["data_parallel_size"])
-            if why:
-                mimo_reasons.append(f"MIMO module {name!r}: {why}")
-            elif b is not None:
-                b_notes.append(f"{name}: {b.micro}")
-        if not mimo_reasons:
-            symbols, lnotes = _layout_symbols(llm)
-            notes += lnotes
-            settings["llm_transformer_config"] = {
-                "num_layers": sum(s.count("decoder") for s in llm),
-                "pipeline_model_parallel_size": grid["module_parallelisms"]["llm"]["pipeline_model_parallel_size"],
-                "tensor_model_parallel_size": grid["module_parallelisms"]["llm"]["tensor_model_parallel_size"],
-                "pipeline_model_parallel_layout": megatron_layout(symbols),
-            }
-            if b_notes:
-                notes.append("per-replica microbatch of each module (m = " + str(ctx.microbatches) + "): " + ", ".join(b_notes))
-            if any("projector" in s.roles for s in llm):
-                notes.append(
-                    "the projector runs on the language-model GPUs (it sends the small vision features across, "
-                    "seed lesson 15); MIMO keeps it in the vision submodule: move it there or customize the submodule"
-                )
-            if any(e["tensor_model_parallel_size"] > 1 for e in grid["module_parallelisms"].values()):
-                notes.append("TP > 1: launch with CUDA_DEVICE_MAX_CONNECTIONS=1")
-            notes.append("Megatron-LM flags cannot run it: " + "; ".join(lm_reasons))
-            settings["module_knobs"] = module_knobs
-            snippet = _mimo_snippet(grid, module_knobs)
-            return Export("megatron", settings, snippet, tuple(notes), True, (), CHECKED_WITH)
-    reasons = tuple(f"Megatron-LM: {r}" for r in lm_reasons) + tuple(f"MIMO: {r}" for r in mimo_reasons)
-    return Export("megatron", {"path": None, "stage_layouts": _stage_layouts(stages)},
-                  "# (no Megatron setting expresses this plan: see the reasons above)", tuple(notes), False, reasons, CHECKED_WITH)
+    if axes:
+        reasons.append("the plan uses " + ", ".join(axes) + ": the export writes MIMO grids of (tp, pp, dp) only")
+    module_knobs, knob_reasons = _mimo_knobs(stages)
+    reasons += knob_reasons
+    micro = []
+    for name, g in grid.modules.items():
+        b, why = per_replica_microbatch(ctx.global_batch, ctx.microbatches, g.dp)
+        if why:
+            reasons.append(f"MIMO module {name!r}: {why}")
+        elif b is not None:
+            micro.append(f"{name}: {b.micro}")
+    if reasons:
+        return None, reasons
+    _, llm, _ = _split(stages)
+    symbols, notes = _layout_symbols(llm)
+    settings = {"path": "mimo", "mimo": grid.to_dict(), "llm_transformer_config": {
+        "num_layers": sum(s.count("decoder") for s in llm),
+        "pipeline_model_parallel_size": grid.llm.pp,
+        "tensor_model_parallel_size": grid.llm.tp,
+        "pipeline_model_parallel_layout": megatron_layout(symbols),
+    }, "module_knobs": module_knobs}
+    if micro:
+        notes.append(f"per-replica microbatch of each module (m = {ctx.microbatches}): " + ", ".join(micro))
+    if any("projector" in s.roles for s in llm):
+        notes.append(
+            "the projector runs on the language-model GPUs (it sends the small vision features across, "
+            "seed lesson 15); MIMO keeps it in the vision submodule: move it there or customize the submodule"
+        )
+    if any(g.tp > 1 for g in grid.modules.values()):
+        notes.append("TP > 1: launch with CUDA_DEVICE_MAX_CONNECTIONS=1")
+    notes.append("Megatron-LM flags cannot run it: " + "; ".join(lm_reasons))
+    return Export("megatron", settings, _mimo_snippet(grid, module_knobs), tuple(notes), True, (), CHECKED_WITH), []
 
 
 def _stage_layouts(stages: Sequence[StageView]) -> list[dict[str, Any]]:
@@ -523,37 +584,28 @@ def _mimo_knobs(stages: Sequence[StageView]) -> tuple[dict[str, dict[str, Any]],
     knobs, reasons = segment_knobs(stages)
     out: dict[str, dict[str, Any]] = {}
     for name in ("vision", "llm"):
-        mine = [k for k in knobs if (("vision" in k.roles) if name == "vision" else not all(r in ("vision", "projector") for r in k.roles))]
+        mine = [k for k in knobs if (("vision" in k.roles) if name == "vision" else not all(r in VISION_ROLES for r in k.roles))]
         zero, _, zr = one_zero(mine, f"MIMO module {name!r} has one optimizer setting")
         recompute, rr = one_recompute(mine, f"MIMO module {name!r} has one TransformerConfig")
         reasons += zr + rr
-        core: dict[str, Any] = {}
-        if recompute == "selective":
-            core["recompute_granularity"] = "selective"
-        elif recompute == "full":
-            core.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
-        ddp: dict[str, Any] = {}
-        if zero == 1:
-            ddp["use_distributed_optimizer"] = True
-        elif zero == 3:
-            ddp.update(use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params")
-        out[name] = {"transformer_config": core, "ddp_config": ddp}
+        settings = _knob_settings(zero, recompute)
+        out[name] = {"transformer_config": dict(settings.core), "ddp_config": dict(settings.ddp)}
     return out, reasons
 
 
-def _mimo_snippet(grid: Mapping[str, Any], module_knobs: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+def _mimo_snippet(grid: MimoGrid, module_knobs: Mapping[str, Mapping[str, Any]] | None = None) -> str:
     lines = [
         "from megatron.bridge.models.mimo.mimo_config import MimoParallelismConfig, ModuleParallelismConfig",
         "",
         "parallelism = MimoParallelismConfig(",
-        f"    llm_module_name={grid['llm_module_name']!r},",
-        f"    deployment_mode={grid['deployment_mode']!r},",
+        f"    llm_module_name={grid.llm_module_name!r},",
+        f"    deployment_mode={grid.deployment_mode!r},",
         "    module_parallelisms={",
     ]
-    for name, e in grid["module_parallelisms"].items():
-        args = ", ".join(f"{k}={v}" for k, v in e.items())
+    for name, g in grid.modules.items():
+        args = ", ".join(f"{k}={v}" for k, v in g.to_dict().items())
         lines.append(f"        {name!r}: ModuleParallelismConfig({args}),")
-    lines += ["    },", ")"]
+    lines += ("    },", ")")
     for name, k in (module_knobs or {}).items():
         for cfg, values in k.items():
             for key, value in values.items():
