@@ -208,7 +208,7 @@ class MoeHints:
 
     @classmethod
     def of_model(cls, spec: ModelSpec) -> "MoeHints | None":
-        """The experts of the language model of ``spec`` (``export_hints["moe"]``), None for a dense model.
+        """The experts of the language model of ``spec`` (``export_hints.moe``), None for a dense model.
 
         Layer i of the ``llm`` module is a MoE layer per :func:`partitioner.presets.is_moe_layer`.
         """
@@ -235,7 +235,7 @@ class ExportHints:
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"model": self.model, "layers": [h.to_dict() for h in self.layers]}
         if self.moe is not None:
-            doc["moe"] = self.moe.to_dict()
+            doc.update(moe=self.moe.to_dict())
         if self.cp_algorithm is not None:
-            doc["cp_algorithm"] = self.cp_algorithm
+            doc.update(cp_algorithm=self.cp_algorithm)
         return doc

@@ -90,7 +90,7 @@ def _unproven(best: KnobSolve, why: str, outcome: ExactOutcome | None = None) ->
     message = f"not proven optimal over its space at {space_of(best.problem)}: {why}"
     extra = dict(r.extra)
     if outcome is not None:
-        extra["exact"] = outcome.to_dict()
+        extra.update(exact=outcome.to_dict())
     bound = outcome.bound if outcome is not None else None
     if bound is not None and r.value is not None:
         bound = min(bound, r.value)  # a bound of the space holds for the kept plan, which is in it

@@ -118,7 +118,7 @@ class Throughput:
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"iteration_ms": self.iteration_ms, "tokens_per_s": self.tokens_per_s, "mfu": self.mfu}
         if self.iteration_source is not None:
-            doc["iteration_source"] = self.iteration_source
+            doc.update(iteration_source=self.iteration_source)
         return doc
 
 
@@ -194,9 +194,9 @@ class BaselineSummary:
             "throughput": self.throughput.to_dict(), "knobs": [k.to_dict() for k in self.knobs],
         }
         if self.layout is not None:
-            doc["layout"] = self.layout.to_dict()
+            doc.update(layout=self.layout.to_dict())
         if self.simulation is not None:
-            doc["simulation"] = self.simulation.to_dict()
+            doc.update(simulation=self.simulation.to_dict())
         return doc
 
 
@@ -220,7 +220,7 @@ class MissingBaseline:
         doc: dict[str, Any] = {"method": self.method} if self.named else {}
         doc.update(value=None, plan=None)
         if self.message is not None:
-            doc["message"] = self.message
+            doc.update(message=self.message)
         return doc
 
 

@@ -31,9 +31,8 @@ def plan_options(options: Mapping[str, Any] | CostOptions | None) -> CostOptions
     if isinstance(options, CostOptions):
         return options
     given = dict(options or {})
-    if not {"variants", "recompute", "zero1"} & set(given):
-        given["variants"] = ("all",)
-    return CostOptions.from_mapping(given)
+    every = {} if {"variants", "recompute", "zero1"} & set(given) else {"variants": ("all",)}
+    return CostOptions.from_mapping({**given, **every})
 
 
 def microbatch_candidates(global_batch: int, limit: int | None = None) -> list[int]:

@@ -66,15 +66,15 @@ def export_deepspeed(stages: list[StageView], ctx: ExportContext) -> Export:
             reasons.append(f"{why} (DeepSpeed: train_batch_size = micro batch x gradient_accumulation_steps x dp)")
     settings: dict[str, Any] = {"num_stages": len(stages), "parts": parts, "layers": names}
     if reasons:
-        settings["stage_layouts"] = [{"stage": s.index, "layouts": s.describe_layouts()} for s in stages]
+        settings.update(stage_layouts=[{"stage": s.index, "layouts": s.describe_layouts()} for s in stages])
         return Export("deepspeed", settings, "# (no DeepSpeed setting expresses this plan: see the reasons above)", (), False,
                       tuple(reasons), CHECKED_WITH)
     dp, tp, _, ep, etp = stages[0].segments[0].shape
     settings.update(model_parallel_size=tp, data_parallel_size=dp, activation_checkpoint_intervals=intervals,
                     microbatches=ctx.microbatches)
     if moe is not None:
-        settings["moe"] = {"num_experts": moe.num_experts, "ep_size": ep, "k": moe.top_k,
-                           "enable_expert_tensor_parallelism": etp > 1}
+        settings.update(moe={"num_experts": moe.num_experts, "ep_size": ep, "k": moe.top_k,
+                             "enable_expert_tensor_parallelism": etp > 1})
     notes = [*knob_notes,
         "PipelineModule(partition_method=...) accepts only 'parameters', 'uniform' or 'type:<regex>'; the override below "
         "sets the boundaries directly (a private method: checked with " + CHECKED_WITH + ")",
@@ -86,9 +86,10 @@ def export_deepspeed(stages: list[StageView], ctx: ExportContext) -> Export:
     if moe is not None:
         notes.append(f"each MoE layer: deepspeed.moe.layer.MoE(hidden_size, expert, num_experts={moe.num_experts}, "
                      f"ep_size={ep}, k={moe.top_k}" + (", enable_expert_tensor_parallelism=True" if etp > 1 else "") + ")")
-    if b is not None:
-        settings["ds_config"] = {"train_batch_size": b.global_batch, "train_micro_batch_size_per_gpu": b.micro,
-                                 "gradient_accumulation_steps": b.microbatches, "zero_optimization": {"stage": zero}}
+    ds_config = None if b is None else {"train_batch_size": b.global_batch, "train_micro_batch_size_per_gpu": b.micro,
+                                        "gradient_accumulation_steps": b.microbatches, "zero_optimization": {"stage": zero}}
+    if ds_config is not None:
+        settings.update(ds_config=ds_config)
     else:
         notes.append("no global batch or microbatch count given: set train_micro_batch_size_per_gpu and "
                      "gradient_accumulation_steps (= m) in the DeepSpeed config")
@@ -114,8 +115,8 @@ def export_deepspeed(stages: list[StageView], ctx: ExportContext) -> Export:
         f"topology = PipeModelDataParallelTopology(num_pp={len(stages)}, num_mp={tp}, num_dp={dp})",
         "model = PlannedPipelineModule(layers=layers, num_stages=None, topology=topology)",
     ]
-    if "ds_config" in settings:
-        lines.append(f"ds_config = {settings['ds_config']!r}  # merge into your DeepSpeed config")
+    if ds_config is not None:
+        lines.append(f"ds_config = {ds_config!r}  # merge into your DeepSpeed config")
     return Export("deepspeed", settings, "\n".join(lines), tuple(notes), True, (), CHECKED_WITH)
 
 

@@ -81,6 +81,7 @@ References
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ..common import VISION_ROLES, Export, ExportContext, MoeHints
@@ -164,6 +165,26 @@ def _reasons(stages: Sequence[StageView], ctx: ExportContext) -> list[str]:
     return reasons
 
 
+@dataclass(frozen=True)
+class _DataAxes:
+    """The data and 5D axes of ``parallelism``: replicate and shard degrees, FSDP's resharding, cp and ep."""
+
+    replicate: int
+    shard: int
+    reshard: str | None  # fsdp_reshard_after_forward (None: not written)
+    cp: int
+    ep: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``parallelism`` fields, the replicated degree first when the model is replicated."""
+        degrees = [("data_parallel_replicate_degree", self.replicate), ("data_parallel_shard_degree", self.shard)]
+        doc: dict[str, Any] = dict(degrees if self.replicate > 1 else degrees[::-1])
+        if self.reshard is not None:
+            doc.update(fsdp_reshard_after_forward=self.reshard)
+        doc.update(context_parallel_degree=self.cp, expert_parallel_degree=self.ep)
+        return doc
+
+
 def _knobs(stages: Sequence[StageView], ctx: ExportContext) -> tuple[dict[str, Any], str, list[str], list[str]]:
     """(parallelism fields for the data axes and 5D axes, activation-checkpoint mode, notes, reasons)."""
     knobs, reasons = segment_knobs(stages)
@@ -183,25 +204,21 @@ def _knobs(stages: Sequence[StageView], ctx: ExportContext) -> tuple[dict[str, A
                        "(a per-op policy that saves matmul and attention outputs and recomputes every second matmul); "
                        "torchtitan offers full, selective, memory-budget or none")
     dp, tp, cp, ep, etp = stages[0].segments[0].shape
-    par: dict[str, Any] = {}
     if zero == 0 and dp > 1:
         if cp > 1:
             reasons.append(f"ZeRO-0 with cp {cp}: torchtitan shards the weights over dp_shard x cp with FSDP whenever cp > 1")
-        par.update(data_parallel_replicate_degree=dp, data_parallel_shard_degree=1)
+        axes = _DataAxes(replicate=dp, shard=1, reshard=None, cp=cp, ep=ep)
     else:
-        par.update(data_parallel_shard_degree=dp, data_parallel_replicate_degree=1)
-        if dp * cp > 1:
-            par["fsdp_reshard_after_forward"] = "always" if zero == 3 else "never"
+        axes = _DataAxes(replicate=1, shard=dp, reshard=("always" if zero == 3 else "never") if dp * cp > 1 else None,
+                         cp=cp, ep=ep)
     if zero == 1 and dp > 1:
         notes.append("ZeRO-1 as FSDP2 with fsdp_reshard_after_forward never: the weights stay gathered from forward to "
                      "backward as under ZeRO-1, and gradients and optimizer states are sharded over dp (never more "
                      "memory than ZeRO-1)")
-    par["context_parallel_degree"] = cp
-    par["expert_parallel_degree"] = ep
     if etp != 1 and not RULES.etp:
         reasons.append(f"etp {etp}: torchtitan 0.3 has no expert tensor parallelism (expert_parallel_degree only; "
                        "experts are not split over TP ranks)")
-    shard = par["data_parallel_shard_degree"]
+    shard = axes.shard
     if ep > 1 and (shard * cp * tp) % ep:
         reasons.append(f"ep {ep} does not divide dp_shard {shard} x cp {cp} x tp {tp}: torchtitan takes the expert ranks "
                        "from those (dp_replicate and pp are outer dimensions)")
@@ -210,7 +227,7 @@ def _knobs(stages: Sequence[StageView], ctx: ExportContext) -> tuple[dict[str, A
         reasons.append(f"the plan splits experts over ep {ep}, but its hints do not describe the model's experts")
     elif moe is not None and moe.num_experts % ep:
         reasons.append(f"ep {ep} does not divide the model's {moe.num_experts} experts")
-    return par, ("full" if recompute == "full" else "none"), notes, reasons
+    return axes.to_dict(), ("full" if recompute == "full" else "none"), notes, reasons
 
 
 def _overrides(cfg: Mapping[str, Mapping[str, Any]], ac: str = "none") -> list[str]:
@@ -284,11 +301,9 @@ def export_torchtitan(stages: list[StageView], ctx: ExportContext) -> Export:
         "tensor_parallel_degree": tp,
         "module_fqns_per_model_part": parts,
     }
-    training: dict[str, Any] = {}
-    if pp > 1:
-        training["disable_cuda_graphs"] = True  # torchtitan 0.3 refuses CUDA graphs with PP
+    training: dict[str, Any] = {"disable_cuda_graphs": True} if pp > 1 else {}  # torchtitan 0.3: no CUDA graphs with PP
     if b is not None and pp > 1:  # one accumulation step of m pipeline microbatches
-        parallelism["pipeline_parallel_microbatch_size"] = b.micro
+        parallelism.update(pipeline_parallel_microbatch_size=b.micro)
         training.update(local_batch_size=b.global_batch // dp, global_batch_size=b.global_batch)
     elif b is not None:  # no PP: torchtitan ignores the microbatch size; m gradient-accumulation steps of b samples
         training.update(local_batch_size=b.micro, global_batch_size=b.global_batch)
@@ -301,13 +316,14 @@ def export_torchtitan(stages: list[StageView], ctx: ExportContext) -> Export:
                      "parallelism.pipeline_parallel_microbatch_size so that torchtitan runs m microbatches")
     cfg = {"parallelism": parallelism, "training": training} if training else {"parallelism": parallelism}
     base = ctx.torchtitan_base or "torchtitan.models.llama3.config_registry.llama3_8b"
-    settings: dict[str, Any] = {"config": cfg, "activation_checkpoint": ac, "overrides": _overrides(cfg, ac), "module_fqns_per_model_part": parts,
+    overrides = _overrides(cfg, ac)
+    settings: dict[str, Any] = {"config": cfg, "activation_checkpoint": ac, "overrides": overrides, "module_fqns_per_model_part": parts,
                 "fqn_map": fqn_map, "microbatches": ctx.microbatches}
-    world = pp * dp * tp * data_axes.get("context_parallel_degree", 1)
+    world = pp * dp * tp * stages[0].cp
     snippet = (
         f"# {world} GPUs: torchrun with --nnodes x --nproc_per_node = {world}\n"
         'torchrun $DISTRIBUTED_ARGS -m torchtitan.train --module "$MODEL_MODULE" --config "$MODEL_CONFIG" \\\n    '
-        + " \\\n    ".join(settings["overrides"])
+        + " \\\n    ".join(overrides)
         + "\n\n# or, as a config_registry function:\n"
         + _registry_function(cfg, base, ac)
     )

@@ -185,8 +185,7 @@ def merge_stages(base: Problem, problems: Mapping[int, Problem], knobs: Mapping[
                 table[lay] = cost
             merged[key] = MappingProxyType(table)
         layers.append(Layer(layer.name, layer.module, layer.out_bytes, merged[key]))
-    meta = dict(base.meta or {})
-    meta["memory_counts"] = {f"zero{z}": c for z, c in sorted(counts.items())}
+    meta = {**(base.meta or {}), "memory_counts": {f"zero{z}": c for z, c in sorted(counts.items())}}
     return replace(base, layers=tuple(layers), meta=MappingProxyType(meta), source=None)
 
 
