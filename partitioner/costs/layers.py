@@ -48,10 +48,12 @@ from dataclasses import dataclass, replace
 
 from ..presets import ModelSpec, ModuleSpec, is_cross_layer, is_moe_layer, layer_block_params, module_layer_params
 from ..problem import ProblemError
+from .axes.experts import router_flops
 from .flops import attn_flops as _attn_flops
 from .flops import block_gemm_flops as _block_gemm_flops
 from .memory import BlockShape
 from .options import BF16_BYTES, CostOptions
+from .precision import block_fp8_weights
 
 __all__ = ["MoeShape", "Piece", "PipelineLayer", "model_layers", "block_shape"]
 
@@ -116,6 +118,8 @@ class Piece:
     dropout: bool = False  # embedding: dropout after it
     mask: str = ""  # a block's attention: causal | bidirectional | window | cross (what context parallelism can split)
     moe: MoeShape | None = None  # a MoE block's routed experts (what expert parallelism splits)
+    bf16_gemm_flops: float = 0.0  # a block's weighted-matmul FLOPs that stay BF16 under FP8 (router, patch embedding...)
+    bf16_params: int = 0  # a block's parameters outside its FP8 linears (norms, biases, router, extras)
 
 
 @dataclass(frozen=True)
@@ -143,13 +147,17 @@ def _block_piece(
     # activations of a MoE layer: its k routed experts and the shared MLP act as one MLP of their summed width
     ffn = spec.top_k * spec.moe_ffn + spec.shared_ffn if moe else spec.ffn
     shape_spec = replace(spec, ffn=ffn) if moe else spec
+    params = layer_block_params(spec, i) + extra_params
+    # what stays BF16 under FP8 (.precision): the router and the extras (patch embedding, pooling head, action
+    # projections); the parameters outside the block's linear layers (norms, biases, router, extras)
+    router = router_flops(tokens, spec.hidden, spec.experts) if moe else 0.0
     return Piece(
         name=name,
         module=spec.name,
         kind="block",
         gemm_flops=passes * (_block_gemm_flops(spec, tokens, i) + extra_flops),
         attn_flops=passes * _attn_flops(spec, pairs),
-        params=layer_block_params(spec, i) + extra_params,
+        params=params,
         tokens=tokens,
         width=spec.hidden,
         heads=spec.heads,
@@ -165,6 +173,8 @@ def _block_piece(
         mask="cross" if cross else mask,
         moe=MoeShape(spec.experts, spec.top_k, spec.moe_ffn, spec.shared_ffn, spec.gated,
                      spec.experts * (3 if spec.gated else 2) * spec.hidden * spec.moe_ffn) if moe else None,
+        bf16_gemm_flops=passes * (router + extra_flops),
+        bf16_params=max(0, params - int(round(block_fp8_weights(spec, i)))),
     )
 
 
@@ -374,6 +384,9 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
                     pieces.append(_block_piece(expert, f"{expert.name}.{i}", s_e, e_pairs, e_extra, io, scores=float(s_e * s_all)))
                     fq += (_fqn(expert, "pre") if i == 0 else ()) + _fqn(expert, "block", i) + (_fqn(expert, "post") if last else ())
                     out += s_e * expert.hidden * BF16_BYTES
+                edge = opts.fp8_bf16_layers if opts.fp8 else 0
+                if i < edge or i >= spec.layers - edge:  # Megatron's first_last_layers_bf16: the whole block in BF16
+                    pieces = [replace(pc, bf16_gemm_flops=pc.gemm_flops, bf16_params=pc.params) for pc in pieces]
                 layers.append(PipelineLayer(f"{spec.name}.{i}", spec.name if expert is None else f"{spec.name}+{expert.name}", "decoder", tuple(pieces), out, fq))
             if spec.lm_head:
                 V = spec.vocab

@@ -1,0 +1,127 @@
+"""FP8 training in the cost model (issue 34): the option's door, what stays BF16, the FP8 rate, the casts,
+the amax reductions, the fp8 weight copies and the fp8-saved activations, each against its closed form."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from partitioner.costs import CostOptions, build_problem, load_cluster, model_layers
+from partitioner.costs.entry import layer_terms
+from partitioner.costs.fp8 import FP8_RECIPES, fp8_problem, gpu_capability
+from partitioner.costs.precision import (
+    fp8_weight_params,
+)
+from partitioner.presets import ModelSpec, ModuleSpec
+from partitioner.problem import ProblemError
+
+H100, B200, A100 = load_cluster("dgx-h100"), load_cluster("dgx-b200"), load_cluster("dgx-a100-80g")
+FP8 = CostOptions.from_mapping({"precision": "fp8"})
+BF16 = CostOptions()
+
+
+def llama(layers: int = 4, h: int = 4096, ffn: int = 14336, s: int = 4096) -> ModelSpec:
+    llm = ModuleSpec(name="llm", kind="llm", layers=layers, hidden=h, heads=32, kv_heads=8, ffn=ffn, gated=True,
+                     norm="rmsnorm", activation="silu", vocab=128256, text_tokens=s)
+    return ModelSpec("llama", (llm,))
+
+
+def moe(layers: int = 3) -> ModelSpec:
+    llm = ModuleSpec(name="llm", kind="llm", layers=layers, hidden=2048, heads=16, kv_heads=4, ffn=6144, gated=True,
+                     norm="rmsnorm", activation="silu", vocab=32000, text_tokens=4096, experts=64, top_k=4,
+                     moe_ffn=768, shared_ffn=768, first_dense=1)
+    return ModelSpec("moe", (llm,))
+
+
+def layer(role: str, opts: CostOptions, model: ModelSpec | None = None, index: int = 0):
+    return [la for la in model_layers(model or llama(), opts) if la.role == role][index]
+
+
+# --------------------------------------------------------------------------- the door
+
+
+@pytest.mark.parametrize("options, field", [
+    ({"precision": "fp16"}, "options.precision"),
+    ({"precision": "fp8", "fp8_recipe": "nvfp4"}, "options.fp8_recipe"),
+    ({"fp8_recipe": "mxfp8"}, "options.fp8_recipe"),  # an FP8 field without precision fp8
+    ({"precision": "bf16", "fp8_param_gather": True}, "options.fp8_param_gather"),
+    ({"precision": "fp8", "fp8_param_gather": "yes"}, "options.fp8_param_gather"),
+    ({"precision": "fp8", "fp8_bf16_layers": -1}, "options.fp8_bf16_layers"),
+    ({"precision": "fp8", "fp8_bf16_layers": 1, "fp8_recipe": "delayed"}, "options.fp8_bf16_layers"),
+    ({"precision": "fp8", "fp8_gemm_efficiency": 1.5}, "options.fp8_gemm_efficiency"),
+])
+def test_bad_precision_options_name_their_field(options, field):
+    with pytest.raises(ProblemError) as err:
+        CostOptions.from_mapping(options)
+    assert err.value.path == field
+
+
+def test_bf16_options_write_no_fp8_field_and_fp8_options_round_trip():
+    """A BF16 problem's meta.options is what it was before FP8 existed; an FP8 one reads back the same."""
+    assert CostOptions.from_mapping({"precision": "bf16"}).to_dict() == BF16.to_dict()
+    assert not {"precision", "fp8_recipe", "fp8_param_gather"} & set(BF16.to_dict())
+    opts = CostOptions.from_mapping({"precision": "fp8", "fp8_recipe": "blockwise", "fp8_bf16_layers": 2})
+    assert CostOptions.from_mapping(opts.to_dict()) == opts
+
+
+def test_recipes_run_where_transformer_engine_runs_them():
+    """TE's support checks: FP8 from compute capability 8.9, block scaling from 9.0, MXFP8 on 10.x (Blackwell)."""
+    assert gpu_capability(H100) == (9, 0) and gpu_capability(B200) == (10, 0) and gpu_capability(A100) == (8, 0)
+    assert gpu_capability(load_cluster("gb200-nvl72")) == (10, 0)
+    for recipe in FP8_RECIPES:
+        assert fp8_problem(recipe, B200) is None
+        assert (fp8_problem(recipe, H100) is None) == (recipe != "mxfp8")
+        assert "peak_tflops_fp8" in (fp8_problem(recipe, A100) or "")  # Ampere: no FP8 tensor cores
+    unknown = dataclasses.replace(H100, gpu="some accelerator")
+    assert fp8_problem("tensorwise", unknown) is None and "not one whose capability is known" in fp8_problem("mxfp8", unknown)
+
+
+@pytest.mark.parametrize("cluster, recipe, field", [("dgx-h100", "mxfp8", "options.fp8_recipe"),
+                                                    ("dgx-a100-80g", "tensorwise", "options.precision")])
+def test_build_refuses_a_recipe_the_gpus_cannot_run(cluster, recipe, field):
+    with pytest.raises(ProblemError) as err:
+        build_problem(llama(2), cluster, nodes=1, global_batch=8, microbatches=8,
+                      options={"precision": "fp8", "fp8_recipe": recipe})
+    assert err.value.path == field
+
+
+def test_bf16_problem_unchanged_by_an_explicit_bf16():
+    a = build_problem(llama(2), "dgx-h100", nodes=1, global_batch=16, microbatches=4)
+    b = build_problem(llama(2), "dgx-h100", nodes=1, global_batch=16, microbatches=4, options={"precision": "bf16"})
+    assert a.to_dict() == b.to_dict() and "precision" not in a.meta
+
+
+def test_fp8_problem_says_its_precision():
+    p = build_problem(llama(2), "dgx-h100", nodes=1, global_batch=16, microbatches=4,
+                      options={"precision": "fp8", "variants": ["all"]})
+    assert p.meta["precision"]["fp8_recipe"] == "tensorwise" and p.meta["options"]["precision"] == "fp8"
+    assert all("FP8" in text for text in p.variants.values())
+
+
+# --------------------------------------------------------------------------- what stays BF16
+
+
+def test_block_parameters_outside_the_linears_are_the_bf16_ones():
+    """A Llama block: only its two RMSNorm weights are outside its linear layers."""
+    p = layer("decoder", BF16).pieces[0]
+    assert p.bf16_params == 2 * 4096 and p.bf16_gemm_flops == 0.0
+    assert fp8_weight_params(p) == 4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336
+
+
+def test_moe_router_stays_bf16():
+    p = layer("decoder", BF16, moe(), index=1).pieces[0]
+    assert p.moe is not None
+    assert p.bf16_gemm_flops == 2.0 * 4096 * 2048 * 64  # the router's hidden x experts matmul
+    assert p.bf16_params == 2 * 2048 + 2048 * 64  # norms and the router; every expert's weights are FP8 linears
+
+
+def test_embedding_head_and_edge_layers_stay_bf16():
+    opts = CostOptions.from_mapping({"precision": "fp8", "fp8_bf16_layers": 1})
+    decoders = [la for la in model_layers(llama(4), opts) if la.role == "decoder"]
+    assert [la.pieces[0].bf16_gemm_flops == la.pieces[0].gemm_flops for la in decoders] == [True, False, False, True]
+    for role in ("embedding", "loss"):
+        la = layer(role, FP8)
+        bf = layer_terms(layer(role, BF16).pieces, 1, 2.0, "none", H100, BF16)
+        assert layer_terms(la.pieces, 1, 2.0, "none", H100, FP8) == bf  # the same entry, every term
+    edge = layer_terms(decoders[0].pieces, 2, 1.0, "none", H100, opts)
+    assert edge == layer_terms(layer("decoder", BF16).pieces, 2, 1.0, "none", H100, BF16)
