@@ -32,7 +32,8 @@ from .comm import allreduce_ms, grad_sync_ms, shard_gather_ms
 from .flops import efficiency
 from .layers import Piece, PipelineLayer
 from .memory import block_activation_bytes
-from .options import BF16_BYTES, CostOptions
+from .options import CostOptions
+from .precision import amax_reduce_ms, block_quant_bytes, fp8_piece, gemm_rate, tp_comm_element_bytes
 from .tied import embedding_sync_ms, tied_copy_bytes
 from .traffic import block_traffic, embedding_traffic, head_traffic, projector_traffic, traffic_ms
 from .variants import Knobs
@@ -142,25 +143,27 @@ def piece_time_terms(p: Piece, tp: int, samples: float, recompute: str, cluster:
     flop_per_ms = cluster.peak_tflops * 1e9
     rows = b * p.tokens * p.passes
     rate = flop_per_ms * efficiency(p.width / t, rows, opts)
+    grate = gemm_rate(p, rate, cluster, opts)  # the weighted matmuls' rate: rate, or FP8's (.precision)
     # without flash attention the score matmuls compute every entry of the stored matrix, masked or not
     scale = 1.0 if opts.flash_attention or p.attn_pairs <= 0 else p.score_entries / p.attn_pairs
-    f_gemm = b * p.gemm_flops / t / rate
+    f_gemm = b * p.gemm_flops / t / grate
     f_attn = b * p.attn_flops * scale / t / rate
-    comm = p.allreduces * allreduce_ms(rows * p.width * BF16_BYTES, t, cluster.intra_node_GBps, opts)
+    comm = p.allreduces * allreduce_ms(rows * p.width * tp_comm_element_bytes(p, opts), t, cluster.intra_node_GBps, opts)
+    amax = amax_reduce_ms(p, t, cluster, opts)  # current scaling's TP amax reductions, per direction (.precision)
     traffic, scores = _piece_traffic(p, t, b, cluster, opts)
-    out = {"fwd.gemm": f_gemm, "fwd.attention": f_attn, "fwd.memory": traffic[0], "fwd.tp_comm": comm}
+    out = {"fwd.gemm": f_gemm, "fwd.attention": f_attn, "fwd.memory": traffic[0], "fwd.tp_comm": comm + amax}
     if not p.backward:
         return out
     attn_factor = opts.flash_backward_factor if opts.flash_attention else 2.0
-    g = f_gemm if p.bwd_gemm_flops is None else b * p.bwd_gemm_flops / t / rate
+    g = f_gemm if p.bwd_gemm_flops is None else b * p.bwd_gemm_flops / t / grate
     a = f_attn if p.bwd_attn_flops is None else b * p.bwd_attn_flops * scale / t / rate
-    skip = 0.0 if p.needs_input_grad else b * p.input_gemm_flops / t / rate
+    skip = 0.0 if p.needs_input_grad else b * p.input_gemm_flops / t / grate
     wgrad = 0.0 if p.frozen else g
     hidden = min(opts.tp_comm_overlap * comm, wgrad)  # the input-gradient collectives run beside the wgrad GEMMs
     out.update({"bwd.gemm": g - skip, "bwd.attention": attn_factor * a, "bwd.memory": traffic[1],
-                "bwd.tp_comm": comm - hidden, "wgrad.gemm": wgrad})
+                "bwd.tp_comm": comm - hidden + amax, "wgrad.gemm": wgrad})
     if recompute == "full":
-        out["bwd.recompute"] = f_gemm + f_attn + traffic[0] + comm
+        out["bwd.recompute"] = f_gemm + f_attn + traffic[0] + comm + amax
     elif recompute == "selective" and not opts.flash_attention:
         out["bwd.recompute"] = f_attn + scores
     return out
@@ -180,6 +183,9 @@ def _piece_traffic(p: Piece, t: int, b: float, cluster: ClusterSpec, opts: CostO
         fwd = p.passes * sum(o.fwd for o in ops.values())
         bwd = p.passes * sum(o.bwd for o in ops.values())
         scores = p.passes * ops["scores"].fwd if "scores" in ops else 0.0
+        if fp8_piece(p, opts):  # the FP8 casts of the linears' operands (.precision)
+            q_fwd, q_bwd = block_quant_bytes(p, b, t, opts)
+            fwd, bwd = fwd + q_fwd, bwd + q_bwd
     elif p.op == "embedding":
         tr = embedding_traffic(p.tokens, p.width, p.vocab, b, t, positions=p.positions, dropout=p.dropout,
                                sequence_parallel=sp, backward=not p.frozen)

@@ -6,10 +6,11 @@ import dataclasses
 
 import pytest
 
-from partitioner.costs import CostOptions, build_problem, load_cluster, model_layers
+from partitioner.costs import CostOptions, block_time_terms, build_problem, load_cluster, model_layers
 from partitioner.costs.entry import layer_terms
-from partitioner.costs.fp8 import FP8_RECIPES, fp8_problem, gpu_capability
+from partitioner.costs.fp8 import FP8_RECIPES, fp8_gemm_efficiency, fp8_problem, gpu_capability
 from partitioner.costs.precision import (
+    block_quant_bytes,
     fp8_weight_params,
 )
 from partitioner.presets import ModelSpec, ModuleSpec
@@ -125,3 +126,85 @@ def test_embedding_head_and_edge_layers_stay_bf16():
         assert layer_terms(la.pieces, 1, 2.0, "none", H100, FP8) == bf  # the same entry, every term
     edge = layer_terms(decoders[0].pieces, 2, 1.0, "none", H100, opts)
     assert edge == layer_terms(layer("decoder", BF16).pieces, 2, 1.0, "none", H100, BF16)
+
+
+# --------------------------------------------------------------------------- time
+
+
+def test_fp8_gemm_runs_at_the_fp8_peak_times_the_measured_ratio():
+    """The weighted matmuls: BF16 time x peak_bf16 / (peak_fp8 x ratio); the attention core unchanged."""
+    pieces_b, pieces_f = layer("decoder", BF16).pieces, layer("decoder", FP8).pieces
+    for cluster in (H100, B200):
+        tb = block_time_terms(pieces_b, 2, 1.0, "none", cluster, BF16)
+        tf = block_time_terms(pieces_f, 2, 1.0, "none", cluster, FP8)
+        speed = cluster.peak_tflops_fp8 / cluster.peak_tflops * fp8_gemm_efficiency(cluster)
+        for term in ("fwd.gemm", "bwd.gemm", "wgrad.gemm"):
+            assert tf[term] == pytest.approx(tb[term] / speed, rel=1e-12)
+        for term in ("fwd.attention", "bwd.attention"):
+            assert tf[term] == tb[term]
+    opts = CostOptions.from_mapping({"precision": "fp8", "fp8_gemm_efficiency": 0.5})
+    tb = block_time_terms(pieces_b, 1, 1.0, "none", H100, BF16)
+    assert block_time_terms(pieces_f, 1, 1.0, "none", H100, opts)["fwd.gemm"] == pytest.approx(
+        tb["fwd.gemm"] / (H100.peak_tflops_fp8 / H100.peak_tflops * 0.5))
+
+
+def test_moe_block_blends_the_bf16_router_with_the_fp8_experts():
+    p_b, p_f = layer("decoder", BF16, moe(), 1).pieces, layer("decoder", FP8, moe(), 1).pieces
+    tb = block_time_terms(p_b, 1, 1.0, "none", H100, BF16)["fwd.gemm"]
+    tf = block_time_terms(p_f, 1, 1.0, "none", H100, FP8)["fwd.gemm"]
+    share = 1.0 - p_f[0].bf16_gemm_flops / p_f[0].gemm_flops
+    speed = H100.peak_tflops_fp8 / H100.peak_tflops * fp8_gemm_efficiency(H100)
+    assert tf == pytest.approx(tb * (share / speed + 1.0 - share), rel=1e-12)
+
+
+def test_casts_are_memory_bound_bytes_of_each_fp8_operand():
+    """Forward: QKV, projection, fc1, fc2 inputs; backward: their output gradients; each read in BF16, written as
+    two fp8 copies, once more read for the amax under current scaling (tensorwise)."""
+    p = layer("decoder", FP8).pieces[0]
+    s, h, t, b = 4096.0, 4096, 2, 1.0
+    inputs = 2 * s * h / t + s * 32 * 128 / t + s * 14336 / t
+    grads = s * (32 + 2 * 8) * 128 / t + 2 * s * h / t + 2 * s * 14336 / t
+    per = 2 + 2 * 1 + 2  # read bf16, write two fp8 copies, amax pass
+    assert block_quant_bytes(p, b, t, FP8) == pytest.approx((inputs * per, grads * per))
+    delayed = CostOptions.from_mapping({"precision": "fp8", "fp8_recipe": "delayed"})
+    assert block_quant_bytes(p, b, t, delayed) == pytest.approx((inputs * 4, grads * 4))
+    mx = CostOptions.from_mapping({"precision": "fp8", "fp8_recipe": "mxfp8"})
+    assert block_quant_bytes(p, b, t, mx)[0] == pytest.approx(inputs * (2 + 2 * (1 + 1 / 32)))
+    tb = block_time_terms(layer("decoder", BF16).pieces, t, b, "none", H100, BF16)
+    tf = block_time_terms([p], t, b, "none", H100, FP8)
+    hbm = H100.hbm_GBps * 1e6 * CostOptions().hbm_efficiency
+    assert tf["fwd.memory"] - tb["fwd.memory"] == pytest.approx(inputs * per / hbm)
+    assert tf["bwd.memory"] - tb["bwd.memory"] == pytest.approx(grads * per / hbm)
+
+
+def test_sequence_parallel_all_gathers_move_fp8_and_current_scaling_reduces_amaxes():
+    """Under SP half of each TP collective is an fp8 all-gather; tensorwise adds 2 + 2 one-float all-reduces."""
+    from partitioner.costs.comm import allreduce_ms
+
+    pb, pf = layer("decoder", BF16).pieces, layer("decoder", FP8).pieces
+    t, b = 4, 1.0
+    rows = b * 4096 * 4096
+    latency = allreduce_ms(4.0, t, H100.intra_node_GBps, BF16)
+    bf_comm = 2 * allreduce_ms(rows * 2, t, H100.intra_node_GBps, BF16)
+    f8_comm = 2 * allreduce_ms(rows * 1.5, t, H100.intra_node_GBps, BF16)
+    tb = block_time_terms(pb, t, b, "none", H100, BF16)
+    assert tb["fwd.tp_comm"] == pytest.approx(bf_comm)
+    assert block_time_terms(pf, t, b, "none", H100, FP8)["fwd.tp_comm"] == pytest.approx(f8_comm + 2 * latency)
+    delayed = CostOptions.from_mapping({"precision": "fp8", "fp8_recipe": "delayed"})
+    assert block_time_terms(pf, t, b, "none", H100, delayed)["fwd.tp_comm"] == pytest.approx(f8_comm)
+    no_sp = CostOptions.from_mapping({"precision": "fp8", "sequence_parallel": False})
+    no_sp_bf = CostOptions.from_mapping({"sequence_parallel": False})
+    assert block_time_terms(pf, t, b, "none", H100, no_sp)["fwd.tp_comm"] == pytest.approx(
+        block_time_terms(pb, t, b, "none", H100, no_sp_bf)["fwd.tp_comm"])
+
+
+def test_fp8_is_faster_on_a_large_block_and_the_embedding_is_not_touched():
+    p = build_problem(llama(2), "dgx-h100", nodes=1, global_batch=16, microbatches=8)
+    f = build_problem(llama(2), "dgx-h100", nodes=1, global_batch=16, microbatches=8, options={"precision": "fp8"})
+    for lb, lf in zip(p.layers, f.layers):
+        for key, eb in lb.costs.items():
+            ef = lf.costs[key]
+            if lb.name.startswith("llm.") and lb.name[4:].isdigit():
+                assert ef.fwd_ms < eb.fwd_ms and ef.bwd_ms < eb.bwd_ms
+            else:
+                assert ef == eb
