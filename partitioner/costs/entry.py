@@ -33,7 +33,17 @@ from .flops import efficiency
 from .layers import Piece, PipelineLayer
 from .memory import block_activation_bytes
 from .options import CostOptions
-from .precision import amax_reduce_ms, block_quant_bytes, fp8_piece, gemm_rate, tp_comm_element_bytes
+from .precision import (
+    amax_reduce_ms,
+    block_quant_bytes,
+    fp8_activation_delta,
+    fp8_piece,
+    fp8_weight_extra_bytes,
+    fp8_weight_params,
+    gemm_rate,
+    tp_comm_element_bytes,
+    weight_cast_ms,
+)
 from .tied import embedding_sync_ms, tied_copy_bytes
 from .traffic import block_traffic, embedding_traffic, head_traffic, projector_traffic, traffic_ms
 from .variants import Knobs
@@ -107,6 +117,8 @@ def layer_terms(pieces: Sequence[Piece], tp: int, samples: float, recompute: str
                 p.shape, b, t, flash_attention=opts.flash_attention, sequence_parallel=opts.sequence_parallel,
                 recompute=recompute, fused_norm=opts.fused_norm,
             )
+            if opts.fp8:  # the FP8 linears keep fp8 copies of their inputs (.precision)
+                act += fp8_activation_delta(p, b, t, opts, recompute)
         else:
             replicated, sharded = p.dense_act
             act += b * (replicated / (t if opts.sequence_parallel else 1) + sharded / t)
@@ -222,6 +234,10 @@ def finish_cost(layer: PipelineLayer, layout: Layout, terms: tuple[float, float,
         per = weight_bytes_per_param(p.frozen, dp, knobs, opts)
         weight += (p.params + p.tied_params) * per / t
         tied += tied_copy_bytes(p.tied_params, t, per)
+        if fp8_piece(p, opts):  # the cached fp8 weights and their cast, once per iteration (.precision)
+            fp8_params = fp8_weight_params(p) / t
+            weight += fp8_params * fp8_weight_extra_bytes(opts) / (dp if knobs.zero == 3 else 1)
+            fwd += weight_cast_ms(fp8_params, cluster, opts) / microbatches
     trainable = sum(p.params + p.tied_params for p in layer.pieces if not p.frozen)
     b_w += optimizer_step_ms(trainable, layout, cluster, opts, knobs) / microbatches
     b_w += tied_sync_ms(layer, layout, cluster, opts, nodes=nodes) / microbatches

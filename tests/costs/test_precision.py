@@ -3,18 +3,24 @@ the amax reductions, the fp8 weight copies and the fp8-saved activations, each a
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
-from partitioner.costs import CostOptions, block_time_terms, build_problem, load_cluster, model_layers
-from partitioner.costs.entry import layer_terms
-from partitioner.costs.fp8 import FP8_RECIPES, fp8_gemm_efficiency, fp8_problem, gpu_capability
+from partitioner.costs import CostOptions, Knobs, block_time_terms, build_problem, load_cluster, model_layers
+from partitioner.costs.entry import layer_cost, layer_terms
+from partitioner.costs.fp8 import FP8_RECIPES, RECIPES, fp8_gemm_efficiency, fp8_problem, gpu_capability
+from partitioner.costs.memory import block_activation_bytes
 from partitioner.costs.precision import (
     block_quant_bytes,
+    cast_bytes,
+    fp8_activation_delta,
+    fp8_weight_extra_bytes,
     fp8_weight_params,
+    param_gather,
 )
-from partitioner.presets import ModelSpec, ModuleSpec
-from partitioner.problem import ProblemError
+from partitioner.presets import ModelSpec, ModuleSpec, load_model
+from partitioner.problem import Layout, ProblemError
 
 H100, B200, A100 = load_cluster("dgx-h100"), load_cluster("dgx-b200"), load_cluster("dgx-a100-80g")
 FP8 = CostOptions.from_mapping({"precision": "fp8"})
@@ -198,6 +204,24 @@ def test_sequence_parallel_all_gathers_move_fp8_and_current_scaling_reduces_amax
         block_time_terms(pb, t, b, "none", H100, no_sp_bf)["fwd.tp_comm"])
 
 
+def test_weights_cast_once_per_iteration_unless_torchao():
+    """TE caches the fp8 weight across microbatches: its cast is spread over m; torchao's rowwise casts per pass."""
+    la_b, la_f = layer("decoder", BF16), layer("decoder", FP8)
+    lay = Layout(1, 1)
+    nograd = CostOptions.from_mapping({"precision": "fp8", "fp8_param_gather": False})
+    rowwise = CostOptions.from_mapping({"precision": "fp8", "fp8_recipe": "rowwise"})
+    w = fp8_weight_params(la_f.pieces[0])
+    hbm = H100.hbm_GBps * 1e6 * CostOptions().hbm_efficiency
+    for opts, per in ((FP8, 2.0), (nograd, cast_bytes(RECIPES["tensorwise"], 2, weight=True))):
+        one = layer_cost(la_f, lay, 1.0, H100, opts, microbatches=1)
+        eight = layer_cost(la_f, lay, 1.0, H100, opts, microbatches=8)
+        assert one.fwd_ms - eight.fwd_ms == pytest.approx(w * per / hbm * (1 - 1 / 8))
+    quant = block_quant_bytes(la_f.pieces[0], 1.0, 1, rowwise)
+    plain = block_quant_bytes(la_f.pieces[0], 1.0, 1, dataclasses.replace(rowwise, fp8_recipe="tensorwise"))
+    assert quant[0] - plain[0] == pytest.approx(w * cast_bytes(RECIPES["rowwise"], 1, weight=True))
+    assert la_b.pieces[0].params == la_f.pieces[0].params
+
+
 def test_fp8_is_faster_on_a_large_block_and_the_embedding_is_not_touched():
     p = build_problem(llama(2), "dgx-h100", nodes=1, global_batch=16, microbatches=8)
     f = build_problem(llama(2), "dgx-h100", nodes=1, global_batch=16, microbatches=8, options={"precision": "fp8"})
@@ -208,3 +232,60 @@ def test_fp8_is_faster_on_a_large_block_and_the_embedding_is_not_touched():
                 assert ef.fwd_ms < eb.fwd_ms and ef.bwd_ms < eb.bwd_ms
             else:
                 assert ef == eb
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def test_saved_activations_keep_fp8_copies_of_the_linear_inputs():
+    la = layer("decoder", FP8)
+    p = la.pieces[0]
+    s, h, a, d, f, t, b = 4096.0, 4096, 32, 128, 14336, 2, 1.0
+    want = -(2 - 1) * (2 * s * h / t + s * f / t) + 1 * s * a * d / t  # QKV, MLP, fc2 inputs halve; the
+    assert fp8_activation_delta(p, b, t, FP8, "none") == pytest.approx(want)  # projection's gains an fp8 copy
+    bf = block_activation_bytes(p.shape, b, t, flash_attention=True, sequence_parallel=True)
+    assert layer_terms(la.pieces, t, b, "none", H100, FP8)[3] == pytest.approx(bf + want)
+    assert fp8_activation_delta(p, b, t, FP8, "full") == 0.0  # full recompute keeps the BF16 block input only
+    mx = CostOptions.from_mapping({"precision": "fp8", "fp8_recipe": "mxfp8"})
+    q = 1 + 1 / 32
+    assert fp8_activation_delta(p, b, t, mx, "none") == pytest.approx(
+        -(2 - q) * (2 * s * h / t + s * f / t) + q * s * a * d / t)
+
+
+@pytest.mark.parametrize("recipe, gather, extra", [("tensorwise", None, 0.0), ("tensorwise", False, 2.0),
+                                                   ("blockwise", None, 2 * (1 + 4 / 128**2)),
+                                                   ("mxfp8", None, 2 * (1 + 1 / 32) - 2), ("rowwise", None, 0.0)])
+def test_fp8_weight_copies(recipe, gather, extra):
+    """TE keeps an fp8 weight and its transpose; --fp8-param-gather drops the BF16 weight; torchao keeps none."""
+    opts = CostOptions.from_mapping({"precision": "fp8", "fp8_recipe": recipe, "fp8_param_gather": gather})
+    assert fp8_weight_extra_bytes(opts) == pytest.approx(extra)
+    assert param_gather(opts) == (gather if gather is not None else recipe in ("tensorwise", "delayed", "mxfp8"))
+    la = layer("decoder", opts)
+    lay = Layout(2, 2, "zero1")
+    knobs = Knobs(1, "none")
+    eb = layer_cost(layer("decoder", BF16), lay, 1.0, B200, BF16, knobs=knobs)
+    ef = layer_cost(la, lay, 1.0, B200, opts, knobs=knobs)
+    assert ef.weight_bytes - eb.weight_bytes == pytest.approx(fp8_weight_params(la.pieces[0]) / 2 * extra, abs=2)
+
+
+# --------------------------------------------------------------------------- experts under ep > 1
+
+
+def test_routed_experts_run_fp8_and_keep_fp8_inputs():
+    """Wide experts (h 4096, f 2048) on 8 samples of 4096 tokens: the grouped GEMMs gain more than the casts cost."""
+    wide = ModelSpec("moe", (dataclasses.replace(moe().modules[0], hidden=4096, heads=32, kv_heads=8, moe_ffn=2048,
+                                                 shared_ffn=0),))
+    b = build_problem(wide, "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"ep_degrees": [4]})
+    f = build_problem(wide, "dgx-h100", nodes=1, global_batch=64, microbatches=8,
+                      options={"ep_degrees": [4], "precision": "fp8", "fp8_param_gather": False})
+    key = next(k for k in b.layers[2].costs if str(k) == "dp8tp1ep4")
+    eb, ef = b.layers[2].costs[key], f.layers[2].costs[key]
+    assert ef.fwd_ms < eb.fwd_ms and ef.act_bytes < eb.act_bytes and ef.weight_bytes > eb.weight_bytes
+    assert not math.isclose(ef.bwd_ms, eb.bwd_ms)
+
+
+def test_every_preset_builds_in_fp8_on_hopper():
+    for name in ("llava-1.5-7b", "qwen2-vl-7b", "pi0", "glm-4.5v"):
+        spec = load_model(name)
+        p = build_problem(spec, "dgx-h100", nodes=2, global_batch=64, microbatches=8, options={"precision": "fp8"})
+        assert p.meta["precision"]["precision"] == "fp8"
