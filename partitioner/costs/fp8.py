@@ -53,6 +53,13 @@ References
    (``MXFP8LinearConverter``: SM100 or later).
 .. [4] NVIDIA, "CUDA GPUs - Compute Capability", developer.nvidia.com/cuda-gpus
    (A100 8.0, L4/L40S 8.9, H100/H200 9.0, B200/GB200 10.0, B300/GB300 10.3).
+.. [5] S. Bekman, "Machine Learning Engineering", ``compute/accelerator/README.md``,
+   "Maximum Achievable Matmul FLOPS comparison table" (BF16 and FP8
+   float8_e4m3fn rows), https://github.com/stas00/ml-engineering, file at
+   commit 7bc7c3054eb9 (2026-08-10); collected in ``benchmarks/published.py``
+   (``GROUPED_GEMM``, source ``ml-engineering-mamf``).
+.. [6] DeepSeek-AI, DeepGEMM ``README.md`` (commit 2e7e58011b03, 2025-04-11):
+   FP8 GEMMs with 1x128 / 128x128 scaling on H800 SXM5.
 """
 from __future__ import annotations
 
@@ -188,17 +195,22 @@ def fp8_problem(recipe: str, cluster: ClusterSpec) -> str | None:
     return None
 
 
-# Fraction of the BF16 curve's efficiency (:func:`~.flops.efficiency`, a fraction of the BF16 peak) that an FP8
-# GEMM of the same shape reaches as a fraction of the FP8 peak, per compute-capability major version: the
-# ratio of the two large-GEMM fractions cuBLAS reaches, measured on the same GPU. See the Notes of
-# :func:`fp8_gemm_efficiency` for the measurements.
-FP8_GEMM_EFFICIENCY: dict[int, float] = {8: 0.90, 9: 0.90, 10: 0.90}
+# The ratio of the fraction of the FP8 peak to the fraction of the BF16 peak that the fastest dense matmul reaches
+# on one GPU (S. Bekman's "Maximum Achievable Matmul FLOPS" table [5]_, a brute-force shape search with
+# torch.matmul and torch._scaled_mm, float8_e4m3fn, no sparsity), per compute capability from which it holds:
+#   Hopper, H100 SXM: BF16 794.5 of 989 TFLOP/s (0.803), FP8 1402.6 of 1979 (0.709): 0.882
+#     (H200: FP8 1453.4 of 1979, 0.734, against H100's BF16 0.803: 0.914; the table gives H200's BF16 as H100's)
+#   Blackwell, B200: BF16 1745 of 2250 (0.776), FP8 3432.5 of 4500 (0.763): 0.984
+#     (GB200: BF16 1822 of 2500, FP8 3615.6 of 5000: 0.992)
+# Ada (8.9) has no row; it takes Hopper's. DeepGEMM's FP8 kernels reach 1520 TFLOP/s on H800 (4096 x 7168 x 16384,
+# 0.768 of the FP8 peak) [6]_, above the cuBLAS ratio: the ratio is the framework's GEMM library, not the best kernel.
+FP8_GEMM_EFFICIENCY: tuple[tuple[tuple[int, int], float], ...] = (((10, 0), 0.984), ((8, 9), 0.882))
 
 
 def fp8_gemm_efficiency(cluster: ClusterSpec) -> float:
-    """The ratio of FP8 to BF16 GEMM efficiency on the cluster's GPU (:data:`FP8_GEMM_EFFICIENCY`).
+    """Fraction of the BF16 efficiency curve an FP8 GEMM of the same shape reaches at the FP8 peak (:data:`FP8_GEMM_EFFICIENCY`).
 
-    A GPU the table does not know takes Hopper's.
+    A GPU whose capability is unknown takes Hopper's ratio.
     """
-    cc = gpu_capability(cluster)
-    return FP8_GEMM_EFFICIENCY.get(cc[0] if cc is not None else 9, FP8_GEMM_EFFICIENCY[9])
+    cc = gpu_capability(cluster) or (9, 0)
+    return next((ratio for since, ratio in FP8_GEMM_EFFICIENCY if cc >= since), FP8_GEMM_EFFICIENCY[-1][1])

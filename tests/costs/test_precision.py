@@ -83,6 +83,13 @@ def test_recipes_run_where_transformer_engine_runs_them():
     assert fp8_problem("tensorwise", unknown) is None and "not one whose capability is known" in fp8_problem("mxfp8", unknown)
 
 
+@pytest.mark.parametrize("cluster, bf16, fp8", [("dgx-h100", 794.5, 1402.6), ("dgx-b200", 1745.0, 3432.5)])
+def test_fp8_gemm_ratio_is_the_measured_matmul_ceilings(cluster, bf16, fp8):
+    """The ratio of the two fractions of peak the fastest dense matmul reaches (ml-engineering's MAMF table)."""
+    c = load_cluster(cluster)
+    assert fp8_gemm_efficiency(c) == pytest.approx((fp8 / c.peak_tflops_fp8) / (bf16 / c.peak_tflops), rel=1e-3)
+
+
 @pytest.mark.parametrize("cluster, recipe, field", [("dgx-h100", "mxfp8", "options.fp8_recipe"),
                                                     ("dgx-a100-80g", "tensorwise", "options.precision")])
 def test_build_refuses_a_recipe_the_gpus_cannot_run(cluster, recipe, field):
