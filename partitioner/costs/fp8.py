@@ -117,6 +117,13 @@ class Fp8Recipe:
         kept across the microbatches: Transformer Engine under Megatron,
         which passes ``is_first_microbatch``. torchao's ``Float8Linear``
         casts the weight in every forward and backward and keeps nothing.
+    fp8_all_gather : bool
+        With sequence parallelism the input of a column-parallel layer is
+        cast before its all-gather, so the gather moves fp8 (Transformer
+        Engine, every recipe). torchtitan's float8 tensor parallelism gathers
+        in fp8 for tensorwise scaling only: "For rowwise recipes, we use
+        regular TP and all-gather happens in high precision" (torchtitan's
+        ``models/llama3/infra/parallelize.py`` before 0.3, ``enable_float8_tensorwise_tp``).
     """
 
     name: str
@@ -131,6 +138,7 @@ class Fp8Recipe:
     megatron_format: str
     torchtitan: str | None
     weight_cache: bool = True
+    fp8_all_gather: bool = True
 
     def stored_bytes(self, weight: bool = False) -> float:
         """Bytes per element of one fp8 copy with its share of the scales."""
@@ -144,7 +152,8 @@ RECIPES: dict[str, Fp8Recipe] = {
     "tensorwise": Fp8Recipe("tensorwise", 0, 0, 4.0, True, True, (8, 9), _ANY, "tensorwise", "hybrid", None),
     "blockwise": Fp8Recipe("blockwise", 128, 128 * 128, 4.0, False, False, (9, 0), _ANY, "blockwise", "hybrid", None),
     "mxfp8": Fp8Recipe("mxfp8", 32, 32, 1.0, False, False, (10, 0), (12, 0), "mxfp8", "e4m3", "mxfp8"),
-    "rowwise": Fp8Recipe("rowwise", 0, 0, 4.0, True, False, (8, 9), _ANY, None, "hybrid", "float8", weight_cache=False),
+    "rowwise": Fp8Recipe("rowwise", 0, 0, 4.0, True, False, (8, 9), _ANY, None, "hybrid", "float8", weight_cache=False,
+                         fp8_all_gather=False),
 }
 
 # GPU name fragments (the cluster preset's ``gpu``, upper case) -> CUDA compute capability [4]_; the first

@@ -219,7 +219,7 @@ def gemm_rate(p: Piece, rate: float, cluster: ClusterSpec, opts: CostOptions) ->
 def tp_comm_element_bytes(p: Piece, opts: CostOptions) -> float:
     """Bytes per element of ``p``'s tensor-parallel collectives: BF16, or the average of an fp8 all-gather and a
     BF16 reduce-scatter under FP8 with sequence parallelism (TE casts before the all-gather) [2]_."""
-    if not (fp8_piece(p, opts) and opts.sequence_parallel):
+    if not (fp8_piece(p, opts) and opts.sequence_parallel and recipe_of(opts).fp8_all_gather):
         return BF16_BYTES
     return (recipe_of(opts).stored_bytes() + BF16_BYTES) / 2.0
 

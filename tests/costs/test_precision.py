@@ -205,6 +205,8 @@ def test_sequence_parallel_all_gathers_move_fp8_and_current_scaling_reduces_amax
     assert block_time_terms(pf, t, b, "none", H100, FP8)["fwd.tp_comm"] == pytest.approx(f8_comm + 2 * latency)
     delayed = CostOptions.from_mapping({"precision": "fp8", "fp8_recipe": "delayed"})
     assert block_time_terms(pf, t, b, "none", H100, delayed)["fwd.tp_comm"] == pytest.approx(f8_comm)
+    rowwise = CostOptions.from_mapping({"precision": "fp8", "fp8_recipe": "rowwise"})  # torchtitan: TP gathers in BF16
+    assert block_time_terms(pf, t, b, "none", H100, rowwise)["fwd.tp_comm"] == pytest.approx(bf_comm)
     no_sp = CostOptions.from_mapping({"precision": "fp8", "sequence_parallel": False})
     no_sp_bf = CostOptions.from_mapping({"sequence_parallel": False})
     assert block_time_terms(pf, t, b, "none", H100, no_sp)["fwd.tp_comm"] == pytest.approx(
