@@ -57,6 +57,11 @@ def test_fp8_plan_states_its_precision_and_bf16_plan_does_not():
     b = plan_model("llava-1.5-7b", "dgx-h100", **SMALL)
     assert b.precision is None and "precision" not in b.to_dict()
     assert f.throughput.iteration_ms < b.throughput.iteration_ms  # FP8 GEMMs on a 7B decoder on H100
+    # the per-target report: torchtitan 0.3 has no tensorwise recipe, DeepSpeed no FP8 at all
+    assert f.targets["megatron"].plan is not None
+    for name, words in (("torchtitan", "runs rowwise, mxfp8"), ("deepspeed", "has no FP8 training path")):
+        assert f.targets[name].plan is None and any(words in r for r in f.targets[name].reasons)
+    assert b.targets["deepspeed"].plan is not None
 
 
 @pytest.mark.parametrize("args, words", [
