@@ -196,7 +196,7 @@ def _piece_traffic(p: Piece, t: int, b: float, cluster: ClusterSpec, opts: CostO
         bwd = p.passes * sum(o.bwd for o in ops.values())
         scores = p.passes * ops["scores"].fwd if "scores" in ops else 0.0
         if fp8_piece(p, opts):  # the FP8 casts of the linears' operands (.precision)
-            q_fwd, q_bwd = block_quant_bytes(p, b, t, opts)
+            q_fwd, q_bwd = block_quant_bytes(p, b, t, opts, cluster)
             fwd, bwd = fwd + q_fwd, bwd + q_bwd
     elif p.op == "embedding":
         tr = embedding_traffic(p.tokens, p.width, p.vocab, b, t, positions=p.positions, dropout=p.dropout,
@@ -236,7 +236,7 @@ def finish_cost(layer: PipelineLayer, layout: Layout, terms: tuple[float, float,
         tied += tied_copy_bytes(p.tied_params, t, per)
         if fp8_piece(p, opts):  # the cached fp8 weights and their cast, once per iteration (.precision)
             fp8_params = fp8_weight_params(p) / t
-            weight += fp8_params * fp8_weight_extra_bytes(opts) / (dp if knobs.zero == 3 else 1)
+            weight += fp8_params * fp8_weight_extra_bytes(opts, cluster) / (dp if knobs.zero == 3 else 1)
             fwd += weight_cast_ms(fp8_params, cluster, opts) / microbatches
     trainable = sum(p.params + p.tied_params for p in layer.pieces if not p.frozen)
     b_w += optimizer_step_ms(trainable, layout, cluster, opts, knobs) / microbatches

@@ -46,7 +46,10 @@ References
    ``_compute_mxfp8_support``: 10.0 or higher and not 12.0+) and
    ``transformer_engine/common/recipe/__init__.py`` (MXFP8: E8M0 scale per
    32 values; Float8BlockScaling: fp32 scales, 1D blocks for inputs and
-   gradients, 2D 128x128 for weights).
+   gradients, 2D 128x128 for weights), ``transformer_engine/common/
+   transformer_engine.cpp`` (``nvte_is_non_tn_fp8_gemm_supported``) and
+   ``transformer_engine/pytorch/csrc/quantizer.cpp`` (the per-tensor
+   quantizers make no transpose where it returns true).
 .. [3] torchtitan 0.3.0, ``torchtitan/components/quantization/float8.py``
    (``Float8LinearConverter``: ``recipe_name`` rowwise | rowwise_with_gw_hp,
    SM89 or later; ``Float8GroupedExpertsConverter``) and ``mx.py``
@@ -68,7 +71,7 @@ from dataclasses import dataclass
 from ..presets import ClusterSpec
 
 __all__ = ["PRECISIONS", "FP8_RECIPES", "DEFAULT_FP8_RECIPE", "Fp8Recipe", "RECIPES", "GPU_CAPABILITY",
-           "gpu_capability", "fp8_problem", "FP8_GEMM_EFFICIENCY", "fp8_gemm_efficiency"]
+           "gpu_capability", "fp8_problem", "operand_copies", "FP8_GEMM_EFFICIENCY", "fp8_gemm_efficiency"]
 
 PRECISIONS = ("bf16", "fp8")
 FP8_RECIPES = ("tensorwise", "delayed", "blockwise", "mxfp8", "rowwise")
@@ -173,6 +176,29 @@ def gpu_capability(cluster: ClusterSpec) -> tuple[int, int] | None:
         if fragment in name:
             return cc
     return None
+
+
+def _any_layout_fp8_gemm(cc: tuple[int, int] | None) -> bool:
+    """Whether the GPU's FP8 GEMMs take every operand layout: Transformer Engine's
+    ``nvte_is_non_tn_fp8_gemm_supported`` (capability 10.x, 11.x, 13.0 and later; Hopper runs TN only)."""
+    return cc is not None and ((10, 0) <= cc < (12, 0) or cc >= (13, 0))
+
+
+def operand_copies(recipe: str, cluster: ClusterSpec) -> int:
+    """fp8 copies of one operand when both the forward GEMM and the weight gradient read it.
+
+    Two on Hopper (FP8 GEMMs are TN only: a rowwise copy and a transposed
+    one) and for the block-scaled recipes everywhere (their rowwise and
+    columnwise copies are quantized apart, the scales running along
+    different dimensions); one for the per-tensor recipes of Transformer
+    Engine (delayed, tensorwise) on a GPU whose FP8 GEMMs take any layout
+    (Blackwell): TE's ``Float8Quantizer`` and ``Float8CurrentScalingQuantizer``
+    then keep the data without a transpose [2]_. torchao's rowwise scales
+    run along rows: two copies.
+    """
+    rec = RECIPES[recipe]
+    per_tensor_te = rec.block == 0 and rec.megatron is not None
+    return 1 if per_tensor_te and _any_layout_fp8_gemm(gpu_capability(cluster)) else 2
 
 
 def fp8_problem(recipe: str, cluster: ClusterSpec) -> str | None:

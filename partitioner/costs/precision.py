@@ -31,16 +31,19 @@ FP8 and BF16 GEMMs takes the FLOP-weighted harmonic blend.
 
 **Casts** (:func:`block_quant_bytes`, memory-bound, at HBM bandwidth).
 Every FP8 GEMM operand is cast from BF16: forward the inputs of QKV, the
-projection, fc1 and fc2 (both the rowwise copy the forward GEMM reads and
-the columnwise copy the weight gradient reads, one fused kernel); backward
+projection, fc1 and fc2 (the rowwise copy the forward GEMM reads and the
+columnwise copy the weight gradient reads, one fused kernel); backward
 the output gradients of the four (rowwise for the input gradient,
 columnwise for the weight gradient). Per element: read 2 B, write 1 B per
 copy plus its share of the scales, plus one more 2 B read where the recipe
-finds the amax in a pass of its own (current scaling) [2]_. Weights are
-cast once per iteration and cached across the microbatches (Megatron
-passes ``is_first_microbatch`` to Transformer Engine, which keeps the fp8
-weight and its transpose); with ``fp8_param_gather`` the parameters are
-fp8 already and only the second copy is made (read 1 B, write 1 B).
+finds the amax in a pass of its own (current scaling) [2]_. Two copies on
+Hopper (TN-only FP8 GEMMs) and for the block-scaled recipes; one for the
+per-tensor recipes on Blackwell, whose FP8 GEMMs take any layout
+(:func:`~.fp8.operand_copies`). Weights are cast once per iteration and
+cached across the microbatches (Megatron passes ``is_first_microbatch`` to
+Transformer Engine, which keeps the fp8 weight and its transpose); with
+``fp8_param_gather`` the parameters are fp8 already and only the other
+copy is made (read 1 B, write 1 B).
 torchao's ``rowwise`` recipe caches nothing: the weight is cast in every
 forward and again (transposed) in every backward.
 
@@ -61,9 +64,11 @@ columnwise one the weight gradient reads) [2]_: the QKV input, the MLP
 input and the fc2 input drop from 2 B to 1 B per element (plus scales);
 the projection's fp8 input is kept besides the BF16 attention output that
 flash attention keeps for its own backward (:func:`fp8_activation_delta`).
-Each FP8 weight gains its cached fp8 copy and transpose (2 B per parameter
-plus scales); ``fp8_param_gather`` drops the BF16 weight instead (net 0)
-(:func:`fp8_weight_extra_bytes`) [1]_ [4]_. Scales and amax histories
+Each FP8 weight gains its cached fp8 copies (2 B per parameter plus
+scales; 1 B for the per-tensor recipes on Blackwell);
+``fp8_param_gather`` drops the BF16 weight instead (net 0 on Hopper, a
+saving of 1 B per parameter on Blackwell) (:func:`fp8_weight_extra_bytes`)
+[1]_ [4]_. Scales and amax histories
 (a few fp32 per tensor; Megatron's ``fp8_amax_history_len`` is 1) are
 not counted.
 
@@ -101,7 +106,7 @@ from typing import TYPE_CHECKING, Any
 from ..presets import ClusterSpec, ModuleSpec, is_cross_layer, is_moe_layer
 from .comm import allreduce_ms
 from .flops import block_gemm_flops
-from .fp8 import RECIPES, Fp8Recipe, fp8_gemm_efficiency, fp8_problem
+from .fp8 import RECIPES, Fp8Recipe, fp8_gemm_efficiency, fp8_problem, operand_copies
 from .options import BF16_BYTES, CostOptions
 from .traffic import traffic_ms
 
@@ -245,29 +250,31 @@ def _kv_per_gpu(k: int, t: int) -> float:
     return k / t if k >= t else 1.0  # as memory.block_activation_terms: fewer key/value heads than tp are replicated
 
 
-def block_quant_bytes(p: Piece, b: float, t: int, opts: CostOptions) -> tuple[float, float]:
+def block_quant_bytes(p: Piece, b: float, t: int, opts: CostOptions, cluster: ClusterSpec) -> tuple[float, float]:
     """``(forward, backward)`` bytes of the FP8 casts of ``p``'s operands per microbatch on one of ``t`` GPUs.
 
     Forward: the inputs of QKV (``s h``, / t with sequence parallelism),
-    the projection (``s a d / t``), fc1 (``s h``) and fc2 (``s f / t``),
-    two copies each (one when no weight gradient is computed); backward:
-    the output gradients of QKV (``s (a + 2k) d / t``), the projection and
-    fc2 (``s h``) and fc1 (``s f / t``, 2f gated), two copies each. With
-    torchao's ``rowwise`` (no weight cache) also the weights, forward and
-    backward, one copy each. ``(0, 0)`` unless ``p`` runs in FP8.
+    the projection (``s a d / t``), fc1 (``s h``) and fc2 (``s f / t``);
+    backward: the output gradients of QKV (``s (a + 2k) d / t``), the
+    projection and fc2 (``s h``) and fc1 (``s f / t``, 2f gated); each
+    written as :func:`~.fp8.operand_copies` fp8 copies (one when no weight
+    gradient is computed). With torchao's ``rowwise`` (no weight cache)
+    also the weights, forward and backward, one copy each. ``(0, 0)``
+    unless ``p`` runs in FP8.
     """
     shape = p.shape
     if not fp8_piece(p, opts) or shape is None:
         return 0.0, 0.0
     rec = recipe_of(opts)
+    both = operand_copies(rec.name, cluster)
     s, h, d = shape.tokens * b, shape.hidden, shape.head_dim
     sp = t if opts.sequence_parallel else 1
     a, kv, f = shape.heads / t, _kv_per_gpu(shape.kv_heads, t), shape.ffn / t
     inputs = 2.0 * s * h / sp + s * a * d + s * f
     grads = s * (a + 2.0 * kv) * d + 2.0 * s * h / sp + s * f * (2.0 if shape.gated else 1.0)
-    wgrad = p.backward and not p.frozen
-    fwd = inputs * cast_bytes(rec, 2 if wgrad else 1)
-    bwd = grads * cast_bytes(rec, 2 if wgrad else 1) if p.backward else 0.0
+    copies = both if p.backward and not p.frozen else 1
+    fwd = inputs * cast_bytes(rec, copies)
+    bwd = grads * cast_bytes(rec, copies) if p.backward else 0.0
     if not rec.weight_cache:
         w = fp8_weight_params(p) / t
         fwd += w * cast_bytes(rec, 1, weight=True)
@@ -306,30 +313,37 @@ def fp8_weight_params(p: Piece) -> float:
     return max(0.0, float(p.params - p.bf16_params))
 
 
-def fp8_weight_extra_bytes(opts: CostOptions) -> float:
-    """Bytes per FP8-linear parameter on top of the BF16 count: the cached fp8 weight and its transpose (with
-    their scales), less the BF16 weight when ``fp8_param_gather`` keeps the parameter in fp8 [1]_ [2]_.
+def fp8_weight_extra_bytes(opts: CostOptions, cluster: ClusterSpec) -> float:
+    """Bytes per FP8-linear parameter on top of the BF16 count: the cached fp8 weight and its transpose (one
+    copy where :func:`~.fp8.operand_copies` says so; with their scales), less the BF16 weight when
+    ``fp8_param_gather`` keeps the parameter in fp8 [1]_ [2]_.
 
     0 for a recipe without a weight cache (torchao's rowwise: cast anew in every pass).
     """
     rec = recipe_of(opts)
     if not rec.weight_cache:
         return 0.0
-    return 2.0 * rec.stored_bytes(weight=True) - (BF16_BYTES if param_gather(opts) else 0.0)
+    copies = operand_copies(rec.name, cluster)
+    return copies * rec.stored_bytes(weight=True) - (BF16_BYTES if param_gather(opts) else 0.0)
 
 
 def weight_cast_ms(params: float, cluster: ClusterSpec, opts: CostOptions) -> float:
     """Once per iteration: casting ``params`` FP8-linear parameters (one GPU's share) to their cached fp8 copies.
 
-    Both copies from BF16 (:func:`cast_bytes`); with ``fp8_param_gather``
-    only the second copy from the first (read 1 B, write 1 B). 0 without a
-    weight cache (the casts are per pass, :func:`block_quant_bytes`), or
-    without ``memory_bound_ops``.
+    Its copies (:func:`~.fp8.operand_copies`) from BF16 (:func:`cast_bytes`);
+    with ``fp8_param_gather`` only the copies beyond the fp8 parameter,
+    from it (read 1 B, write 1 B each; none where one copy serves both
+    GEMMs). 0 without a weight cache (the casts are per pass,
+    :func:`block_quant_bytes`), or without ``memory_bound_ops``.
     """
     rec = recipe_of(opts)
     if params <= 0 or not rec.weight_cache or not opts.memory_bound_ops or cluster.hbm_GBps is None:
         return 0.0
-    per = 2.0 * rec.stored_bytes(weight=True) if param_gather(opts) else cast_bytes(rec, 2, weight=True)
+    copies = operand_copies(rec.name, cluster)
+    if param_gather(opts):
+        per = (copies - 1) * 2.0 * rec.stored_bytes(weight=True)
+    else:
+        per = cast_bytes(rec, copies, weight=True)
     return traffic_ms(params * per, cluster.hbm_GBps, opts.hbm_efficiency)
 
 
@@ -351,7 +365,7 @@ def expert_quant_ms(rows: float, hidden: int, moe_ffn: int, etp: int, gated: boo
     if not opts.fp8 or not opts.memory_bound_ops or cluster.hbm_GBps is None:
         return 0.0, 0.0
     rec = recipe_of(opts)
-    copies = 2 if wgrad else 1
+    copies = operand_copies(rec.name, cluster) if wgrad else 1
     f = moe_ffn / etp
     fwd = rows * (hidden + f) * cast_bytes(rec, copies)
     bwd = rows * (hidden + f * (2.0 if gated else 1.0)) * cast_bytes(rec, copies) if backward else 0.0

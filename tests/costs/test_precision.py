@@ -178,11 +178,13 @@ def test_casts_are_memory_bound_bytes_of_each_fp8_operand():
     inputs = 2 * s * h / t + s * 32 * 128 / t + s * 14336 / t
     grads = s * (32 + 2 * 8) * 128 / t + 2 * s * h / t + 2 * s * 14336 / t
     per = 2 + 2 * 1 + 2  # read bf16, write two fp8 copies, amax pass
-    assert block_quant_bytes(p, b, t, FP8) == pytest.approx((inputs * per, grads * per))
+    assert block_quant_bytes(p, b, t, FP8, H100) == pytest.approx((inputs * per, grads * per))
     delayed = CostOptions.from_mapping({"precision": "fp8", "fp8_recipe": "delayed"})
-    assert block_quant_bytes(p, b, t, delayed) == pytest.approx((inputs * 4, grads * 4))
+    assert block_quant_bytes(p, b, t, delayed, H100) == pytest.approx((inputs * 4, grads * 4))
     mx = CostOptions.from_mapping({"precision": "fp8", "fp8_recipe": "mxfp8"})
-    assert block_quant_bytes(p, b, t, mx)[0] == pytest.approx(inputs * (2 + 2 * (1 + 1 / 32)))
+    assert block_quant_bytes(p, b, t, mx, B200)[0] == pytest.approx(inputs * (2 + 2 * (1 + 1 / 32)))
+    # Blackwell takes any FP8 GEMM layout: a per-tensor cast writes one copy (TE makes no transpose there)
+    assert block_quant_bytes(p, b, t, delayed, B200) == pytest.approx((inputs * 3, grads * 3))
     tb = block_time_terms(layer("decoder", BF16).pieces, t, b, "none", H100, BF16)
     tf = block_time_terms([p], t, b, "none", H100, FP8)
     hbm = H100.hbm_GBps * 1e6 * CostOptions().hbm_efficiency
@@ -225,8 +227,8 @@ def test_weights_cast_once_per_iteration_unless_torchao():
         one = layer_cost(la_f, lay, 1.0, H100, opts, microbatches=1)
         eight = layer_cost(la_f, lay, 1.0, H100, opts, microbatches=8)
         assert one.fwd_ms - eight.fwd_ms == pytest.approx(w * per / hbm * (1 - 1 / 8))
-    quant = block_quant_bytes(la_f.pieces[0], 1.0, 1, rowwise)
-    plain = block_quant_bytes(la_f.pieces[0], 1.0, 1, dataclasses.replace(rowwise, fp8_recipe="tensorwise"))
+    quant = block_quant_bytes(la_f.pieces[0], 1.0, 1, rowwise, H100)
+    plain = block_quant_bytes(la_f.pieces[0], 1.0, 1, dataclasses.replace(rowwise, fp8_recipe="tensorwise"), H100)
     assert quant[0] - plain[0] == pytest.approx(w * cast_bytes(RECIPES["rowwise"], 1, weight=True))
     assert la_b.pieces[0].params == la_f.pieces[0].params
 
@@ -261,19 +263,22 @@ def test_saved_activations_keep_fp8_copies_of_the_linear_inputs():
         -(2 - q) * (2 * s * h / t + s * f / t) + q * s * a * d / t)
 
 
-@pytest.mark.parametrize("recipe, gather, extra", [("tensorwise", None, 0.0), ("tensorwise", False, 2.0),
-                                                   ("blockwise", None, 2 * (1 + 4 / 128**2)),
-                                                   ("mxfp8", None, 2 * (1 + 1 / 32) - 2), ("rowwise", None, 0.0)])
-def test_fp8_weight_copies(recipe, gather, extra):
-    """TE keeps an fp8 weight and its transpose; --fp8-param-gather drops the BF16 weight; torchao keeps none."""
+@pytest.mark.parametrize("cluster, recipe, gather, extra", [
+    (H100, "tensorwise", None, 0.0), (H100, "tensorwise", False, 2.0), (H100, "blockwise", None, 2 * (1 + 4 / 128**2)),
+    (H100, "delayed", None, 0.0), (H100, "rowwise", None, 0.0),
+    (B200, "tensorwise", None, -1.0), (B200, "delayed", False, 1.0),  # Blackwell: no transpose for per-tensor scales
+    (B200, "mxfp8", None, 2 * (1 + 1 / 32) - 2), (B200, "blockwise", False, 2 * (1 + 4 / 128**2))])
+def test_fp8_weight_copies(cluster, recipe, gather, extra):
+    """TE keeps an fp8 weight and its transpose (the weight alone where the GPU's FP8 GEMMs take any layout and
+    the scale is per tensor); --fp8-param-gather drops the BF16 weight; torchao keeps none."""
     opts = CostOptions.from_mapping({"precision": "fp8", "fp8_recipe": recipe, "fp8_param_gather": gather})
-    assert fp8_weight_extra_bytes(opts) == pytest.approx(extra)
+    assert fp8_weight_extra_bytes(opts, cluster) == pytest.approx(extra)
     assert param_gather(opts) == (gather if gather is not None else recipe in ("tensorwise", "delayed", "mxfp8"))
     la = layer("decoder", opts)
     lay = Layout(2, 2, "zero1")
     knobs = Knobs(1, "none")
-    eb = layer_cost(layer("decoder", BF16), lay, 1.0, B200, BF16, knobs=knobs)
-    ef = layer_cost(la, lay, 1.0, B200, opts, knobs=knobs)
+    eb = layer_cost(layer("decoder", BF16), lay, 1.0, cluster, BF16, knobs=knobs)
+    ef = layer_cost(la, lay, 1.0, cluster, opts, knobs=knobs)
     assert ef.weight_bytes - eb.weight_bytes == pytest.approx(fp8_weight_params(la.pieces[0]) / 2 * extra, abs=2)
 
 

@@ -241,7 +241,7 @@ def moe_ep_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: C
                 b_in += p.passes * (q_b + (q_f if knobs.recompute == "full" else 0.0))
                 if knobs.recompute != "full":
                     act += p.passes * expert_activation_delta(gathered, p.width, moe.moe_ffn, f, opts)
-            weight += moe.params / (e * f) * fp8_weight_extra_bytes(opts) / (edp if knobs.zero == 3 else 1)
+            weight += moe.params / (e * f) * fp8_weight_extra_bytes(opts, cluster) / (edp if knobs.zero == 3 else 1)
         if p.backward:
             b_in += compute + comm_b + (compute + comm_f if knobs.recompute == "full" else 0.0)
             if not p.frozen:
