@@ -93,6 +93,12 @@ class PlanOptions:
     virtual_stages: int | None = None
     """With ``schedule="interleaved"``, pins v (default: 2, 3 and 4 are tried)."""
 
+    target: Target = "any"
+    """``megatron``, ``torchtitan`` or ``deepspeed``: search only the plans that
+    framework runs (:mod:`partitioner.planning.targets.rules`: its schedules, one mesh,
+    its knobs, where it may cut); ``any``: every plan, and the result says per
+    target the best candidate it runs (``targets``)."""
+
     precision: Precision | None = None
     """``bf16`` or ``fp8``: the GEMM precision of the transformer blocks
     (:mod:`partitioner.costs.precision`), merged into ``options`` as the cost
@@ -103,12 +109,6 @@ class PlanOptions:
     ``blockwise``, ``mxfp8``, ``rowwise``: :data:`partitioner.costs.fp8.RECIPES`),
     merged into ``options`` as ``fp8_recipe``. None: as ``options`` say
     (``tensorwise`` unless they set it)."""
-
-    target: Target = "any"
-    """``megatron``, ``torchtitan`` or ``deepspeed``: search only the plans that
-    framework runs (:mod:`partitioner.planning.targets.rules`: its schedules, one mesh,
-    its knobs, where it may cut); ``any``: every plan, and the result says per
-    target the best candidate it runs (``targets``)."""
 
     @property
     def tries_schedules(self) -> bool:
