@@ -299,7 +299,18 @@ def test_routed_experts_run_fp8_and_keep_fp8_inputs():
 
 
 def test_every_preset_builds_in_fp8_on_hopper():
-    for name in ("llava-1.5-7b", "qwen2-vl-7b", "pi0", "glm-4.5v"):
+    for name in ("llava-1.5-7b", "qwen2-vl-7b", "pi0", "glm-4.5v", "deepseek-v3"):
         spec = load_model(name)
         p = build_problem(spec, "dgx-h100", nodes=2, global_batch=64, microbatches=8, options={"precision": "fp8"})
         assert p.meta["precision"]["precision"] == "fp8"
+
+
+def test_mla_block_runs_its_projections_in_fp8_and_its_router_in_bf16():
+    """DeepSeek-V3: the MLA down/up projections and the experts are FP8 linears; norms and the router are not."""
+    spec = load_model("deepseek-v3")
+    llm = next(m for m in spec.modules if m.kind == "llm")
+    p = [la for la in model_layers(spec) if la.role == "decoder"][5].pieces[0]
+    h = llm.hidden
+    norms = 2 * h + llm.q_lora_rank + llm.kv_lora_rank  # input and post-attention norms, the two latent norms
+    assert p.bf16_params == norms + h * llm.experts
+    assert p.bf16_gemm_flops == 2.0 * p.tokens * h * llm.experts
