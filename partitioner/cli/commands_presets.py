@@ -73,6 +73,12 @@ def plan_cmd(
     target: str = typer.Option("any", "--target",
                                help="any | megatron | torchtitan | deepspeed: search only the plans that framework runs "
                                     "(any: every plan; the result says per framework the best candidate it runs)."),
+    precision: Optional[str] = typer.Option(None, "--precision",
+                                            help="bf16 | fp8: the GEMM precision of the transformer blocks (default: "
+                                                 "the cost options', bf16 unless -c precision=fp8)."),
+    fp8_recipe: Optional[str] = typer.Option(None, "--fp8-recipe",
+                                             help="With fp8: tensorwise (default) | delayed | blockwise | mxfp8 "
+                                                  "(Blackwell) | rowwise (torchtitan's torchao recipe)."),
     knob_solves: str = typer.Option("fast", "--knob-solves",
                                     help="Uniform knob settings the screening solves per microbatch count: fast "
                                          "(the first with a plan) | all (every one: slower). The kept candidate is "
@@ -104,6 +110,7 @@ def plan_cmd(
         nodes=nodes, global_batch=global_batch, microbatches=_microbatches(microbatches), method=method,
         objective=objective, time_limit=time_limit, options=parse_options(cost_option), profile=profile,
         max_stages=max_stages, schedule=schedule, virtual_stages=virtual_stages, target=target, knob_solves=knob_solves,
+        precision=precision, fp8_recipe=fp8_recipe,
     )
     workload = Workload(images=images, image_size=image_size, tiles=tiles, frames=frames, fps=fps, text_tokens=text_tokens,
                         mtp_layers=mtp_layers)

@@ -22,13 +22,21 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
-from ..frameworks import EXPORTERS, RULES, TARGETS, Export, ExportContext, LayerHint, MoeHints, stage_views
+from ..frameworks import EXPORTERS, RULES, TARGETS, Export, ExportContext, LayerHint, MoeHints, PrecisionHints, stage_views
 from ..frameworks.megatron import megatron_layout, mimo_grid, parse_megatron_layout
 from ..frameworks.stages import placement_note
 from ..frameworks.torchtitan import torchtitan_names
 from ..plan import Plan, SolveResult
 from ..problem import Problem, ProblemError
-from .read import ExportRequest, hints_from_problem, layer_hints, moe_hints, read_result
+from .read import (
+    ExportRequest,
+    hints_from_problem,
+    layer_hints,
+    moe_hints,
+    precision_hints,
+    problem_precision,
+    read_result,
+)
 
 __all__ = [
     "TARGETS",
@@ -37,6 +45,7 @@ __all__ = [
     "ExportRequest",
     "LayerHint",
     "MoeHints",
+    "PrecisionHints",
     "export_plan",
     "export_result",
     "read_result",
@@ -47,6 +56,8 @@ __all__ = [
     "hints_from_problem",
     "layer_hints",
     "moe_hints",
+    "precision_hints",
+    "problem_precision",
     "replan_hint",
 ]
 

@@ -6,8 +6,8 @@ from the problem (the cost model's, :attr:`~partitioner.problem.Problem.workload
 or guesses from the layer names) or from the document's ``export_hints`` (written by
 ``partitioner plan``); the context from the problem (batch, m, schedule) or
 from the document's ``global_batch``, ``microbatches`` and ``schedule``,
-plus what a ``plan`` result adds (MoE hints, CP algorithm, its schedule
-table, its arguments). Every field is checked here, at the door: a
+plus what a ``plan`` result adds (MoE and FP8 hints, CP algorithm, its
+schedule table, its arguments). Every field is checked here, at the door: a
 malformed one is a :class:`~partitioner.problem.ProblemError` naming it.
 """
 from __future__ import annotations
@@ -15,11 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
-from ..frameworks import ExportContext, ExportHints, MoeHints, PlanArgs, ScheduleTime
+from ..costs.fp8 import FP8_RECIPES
+from ..frameworks import ExportContext, ExportHints, MoeHints, PlanArgs, PrecisionHints, ScheduleTime
 from ..plan import Plan, SolveResult
 from ..problem import LayerHint, Problem, ProblemError
 
-__all__ = ["ExportRequest", "read_result", "hints_from_problem", "layer_hints", "moe_hints"]
+__all__ = ["ExportRequest", "read_result", "hints_from_problem", "layer_hints", "moe_hints", "precision_hints",
+           "problem_precision"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,32 @@ def moe_hints(doc: Any) -> MoeHints | None:
     return MoeHints(shared_ffn=shared, moe_layers=tuple(bool(v) for v in layers), **counts)
 
 
+def precision_hints(doc: Any) -> PrecisionHints | None:
+    """The :class:`PrecisionHints` of an ``export_hints.precision`` object; None when absent; ProblemError when malformed."""
+    if doc is None:
+        return None
+    where = "export_hints.precision"
+    if not isinstance(doc, Mapping):
+        raise ProblemError("must be an object", path=where)
+    recipe, gather, edge = doc.get("fp8_recipe"), doc.get("fp8_param_gather", False), doc.get("fp8_bf16_layers", 0)
+    if doc.get("precision", "fp8") != "fp8":
+        raise ProblemError(f"must be fp8 (a BF16 plan carries no precision hints), got {doc.get('precision')!r}",
+                           path=f"{where}.precision")
+    if recipe not in FP8_RECIPES:
+        raise ProblemError(f"must be one of {', '.join(FP8_RECIPES)}, got {recipe!r}", path=f"{where}.fp8_recipe")
+    if not isinstance(gather, bool):
+        raise ProblemError(f"must be true or false, got {gather!r}", path=f"{where}.fp8_param_gather")
+    if isinstance(edge, bool) or not isinstance(edge, int) or edge < 0:
+        raise ProblemError(f"must be a non-negative integer, got {edge!r}", path=f"{where}.fp8_bf16_layers")
+    return PrecisionHints(str(recipe), gather, edge)
+
+
+def problem_precision(problem: Problem) -> PrecisionHints | None:
+    """The hints of a cost-model problem's FP8 (:attr:`~partitioner.problem.ModelWorkload.precision`; None under BF16)."""
+    fp8 = problem.workload.precision
+    return precision_hints(fp8) if fp8 is not None else None
+
+
 def _int(value: Any) -> int | None:
     """``value`` when it is an integer (not a bool), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
@@ -117,18 +145,22 @@ def _export_hints(doc: Mapping[str, Any]) -> ExportHints | None:
         return None
     layers, algorithm = hint_doc.get("layers"), hint_doc.get("cp_algorithm")
     return ExportHints(str(hint_doc.get("model", "")), tuple(layer_hints(layers)) if isinstance(layers, list) else (),
-                       moe_hints(hint_doc.get("moe")), algorithm if isinstance(algorithm, str) else None)
+                       moe_hints(hint_doc.get("moe")), precision_hints(hint_doc.get("precision")),
+                       algorithm if isinstance(algorithm, str) else None)
 
 
 def _plan_context(doc: Mapping[str, Any], hints: ExportHints | None) -> ExportContext:
     """What a ``plan`` result adds to the export context: MoE hints, CP algorithm, schedule table, plan arguments."""
-    return ExportContext(moe=hints.moe if hints else None, cp_algorithm=hints.cp_algorithm if hints else None,
+    return ExportContext(moe=hints.moe if hints else None, precision=hints.precision if hints else None,
+                         cp_algorithm=hints.cp_algorithm if hints else None,
                          by_schedule=_schedule_times(doc.get("schedules")), plan_args=_plan_args(doc))
 
 
 def _problem_context(doc: Mapping[str, Any], hints: ExportHints | None, problem: Problem) -> ExportContext:
     """The context of a result with its problem: batch and m from the problem, its schedule when it has one."""
     context = replace(_plan_context(doc, hints), global_batch=problem.workload.global_batch, microbatches=problem.microbatches)
+    if context.precision is None:  # a solve result: the precision its problem was built with
+        context = replace(context, precision=problem_precision(problem))
     training = problem.training
     if training.schedule:
         context = replace(context, schedule=training.schedule, virtual_stages=training.virtual_stages)

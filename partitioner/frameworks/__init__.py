@@ -28,6 +28,7 @@ from .common import (
     Mesh,
     MoeHints,
     PlanArgs,
+    PrecisionHints,
     ScheduleTime,
 )
 from .registry import EXPORTERS, RULES, TARGETS, Exporter, FrameworkName, rules_of, target_memory, target_options
@@ -50,6 +51,7 @@ __all__ = [
     "LayerHint",
     "MoeHints",
     "PlanArgs",
+    "PrecisionHints",
     "ScheduleTime",
     "StageView",
     "stage_views",

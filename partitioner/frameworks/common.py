@@ -22,7 +22,7 @@ from ..presets import ModelSpec, is_moe_layer
 from ..problem import LayerHint
 
 __all__ = ["FrameworkRules", "Mesh", "CutGroups", "one_group_per_layer", "ExportContext", "ScheduleTime", "PlanArgs",
-           "Export", "ExportHints", "LayerHint", "MoeHints", "LLM_ROLES", "VISION_ROLES"]
+           "Export", "ExportHints", "LayerHint", "MoeHints", "PrecisionHints", "LLM_ROLES", "VISION_ROLES"]
 
 LLM_ROLES = ("embedding", "decoder", "loss")  # the language model's layer roles (the cost model's hints)
 VISION_ROLES = ("vision", "projector")  # the vision encoder's and projector's
@@ -65,6 +65,10 @@ class FrameworkRules:
         Whether it runs an expert tensor-parallel size of its own.
     recompute_per_stage : bool
         Whether each pipeline stage sets its own recompute (else one setting for the model).
+    fp8_recipes : tuple of str
+        The FP8 scaling recipes it trains with (:data:`partitioner.costs.fp8.RECIPES`; none: no FP8 training).
+    fp8_note : str
+        Where that comes from (said when a plan's recipe is refused).
     """
 
     name: str
@@ -77,6 +81,8 @@ class FrameworkRules:
     cp: bool = True
     etp: bool = True
     recompute_per_stage: bool = False
+    fp8_recipes: tuple[str, ...] = ()
+    fp8_note: str = ""
 
     def runs_mesh(self, mesh: Mesh) -> bool:
         """Whether the framework runs the one mesh ``(dp, tp, cp, ep, etp)``."""
@@ -122,6 +128,8 @@ class ExportContext:
         Megatron-LM's ``--sequence-parallel`` with tp > 1.
     torchtitan_base : str or None
         The ``config_registry`` function the torchtitan snippet starts from.
+    precision : PrecisionHints or None
+        The plan's FP8 training (None: BF16).
     moe : MoeHints or None
         The language model's experts (a MoE model).
     cp_algorithm : str or None
@@ -138,6 +146,7 @@ class ExportContext:
     virtual_stages: int = 1
     sequence_parallel: bool = True
     torchtitan_base: str | None = None
+    precision: "PrecisionHints | None" = None
     moe: "MoeHints | None" = None
     cp_algorithm: str | None = None
     by_schedule: tuple[ScheduleTime, ...] = ()
@@ -219,23 +228,45 @@ class MoeHints:
 
 
 @dataclass(frozen=True)
+class PrecisionHints:
+    """The plan's FP8 training, as the exports need it (``export_hints.precision``; absent under BF16).
+
+    ``fp8_recipe`` is the cost option's recipe (:data:`partitioner.costs.fp8.FP8_RECIPES`),
+    ``param_gather`` whether the parameters are kept in fp8, ``bf16_layers``
+    the decoder layers kept in BF16 at each end of the language model.
+    """
+
+    fp8_recipe: str
+    param_gather: bool
+    bf16_layers: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"precision": "fp8", "fp8_recipe": self.fp8_recipe, "fp8_param_gather": self.param_gather,
+                "fp8_bf16_layers": self.bf16_layers}
+
+
+@dataclass(frozen=True)
 class ExportHints:
     """What a ``plan`` result carries for its exports (its ``export_hints``).
 
     ``layers`` gives each layer's role and module FQNs, ``moe`` the language
-    model's experts (a MoE model), ``cp_algorithm`` the context-parallel
+    model's experts (a MoE model), ``precision`` its FP8 training (none
+    under BF16), ``cp_algorithm`` the context-parallel
     attention the plan was costed with (when the result names one).
     """
 
     model: str
     layers: tuple[LayerHint, ...]
     moe: MoeHints | None = None
+    precision: PrecisionHints | None = None
     cp_algorithm: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"model": self.model, "layers": [h.to_dict() for h in self.layers]}
         if self.moe is not None:
             doc.update(moe=self.moe.to_dict())
+        if self.precision is not None:
+            doc.update(precision=self.precision.to_dict())
         if self.cp_algorithm is not None:
             doc.update(cp_algorithm=self.cp_algorithm)
         return doc

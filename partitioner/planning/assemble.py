@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+from ..export import problem_precision
 from ..frameworks import ExportHints, MoeHints
 from ..plan import SolveResult
 from ..plan.result import Status
@@ -90,7 +91,7 @@ def assemble(best: KnobSolve, bests: Mapping[str, BaselineRun], tried: Sequence[
         throughput=tput, baselines=baselines, baseline=baseline, speedup=speedup, model=spec.name, cluster=cl.name,
         nodes=problem.cluster.nodes, global_batch=problem.workload.global_batch, microbatches=problem.microbatches,
         microbatches_tried=tuple(tried), knobs=stage_knobs(result.evaluation),
-        export_hints=ExportHints(spec.name, problem.workload.layers, MoeHints.of_model(spec)),
+        export_hints=ExportHints(spec.name, problem.workload.layers, MoeHints.of_model(spec), problem_precision(problem)),
         schedules=schedules,
     )
 

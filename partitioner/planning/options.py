@@ -18,13 +18,15 @@ from typing import Any, Literal, Mapping, get_args
 
 from ..core.limits import MAX_NODES
 from ..costs import CostOptions
+from ..costs.fp8 import FP8_RECIPES, PRECISIONS
 from ..problem import OBJECTIVES, Objective, ProblemError
 from ..solvers import methods
 from .targets.rules import TARGETS, Target, rules_for
 
-__all__ = ["PlanOptions", "KnobSolves", "ScheduleChoice", "SCHEDULE_CHOICES", "KNOB_SOLVES"]
+__all__ = ["PlanOptions", "KnobSolves", "ScheduleChoice", "Precision", "SCHEDULE_CHOICES", "KNOB_SOLVES"]
 
 KnobSolves = Literal["fast", "all"]
+Precision = Literal["bf16", "fp8"]
 ScheduleChoice = Literal["auto", "1f1b", "zb-h1", "gpipe", "interleaved"]
 KNOB_SOLVES: tuple[KnobSolves, ...] = get_args(KnobSolves)
 SCHEDULE_CHOICES: tuple[ScheduleChoice, ...] = get_args(ScheduleChoice)
@@ -106,6 +108,17 @@ class PlanOptions:
     its knobs, where it may cut); ``any``: every plan, and the result says per
     target the best candidate it runs (``targets``)."""
 
+    precision: Precision | None = None
+    """``bf16`` or ``fp8``: the GEMM precision of the transformer blocks
+    (:mod:`partitioner.costs.precision`), merged into ``options`` as the cost
+    option ``precision``. None: as ``options`` say (BF16 unless they set it)."""
+
+    fp8_recipe: str | None = None
+    """With ``fp8``: the scaling recipe (``tensorwise``, ``delayed``,
+    ``blockwise``, ``mxfp8``, ``rowwise``: :data:`partitioner.costs.fp8.RECIPES`),
+    merged into ``options`` as ``fp8_recipe``. None: as ``options`` say
+    (``tensorwise`` unless they set it)."""
+
     def __post_init__(self) -> None:
         _check(self)
 
@@ -170,6 +183,20 @@ def _schedule(o: PlanOptions) -> None:
                            path="schedule")
 
 
+def _precision(o: PlanOptions) -> None:
+    """``precision`` and ``fp8_recipe``: their words, a recipe only with FP8, and no contradiction of the cost options."""
+    if o.precision is not None:
+        _choice(o.precision, PRECISIONS, "precision")
+    if o.fp8_recipe is not None:
+        _choice(o.fp8_recipe, FP8_RECIPES, "fp8_recipe")
+    if o.precision == "bf16" and o.fp8_recipe is not None:
+        raise ProblemError("an FP8 recipe needs precision fp8", path="fp8_recipe")
+    doc = o.options.to_dict() if isinstance(o.options, CostOptions) else dict(o.options or {})
+    for key, value in (("precision", o.precision), ("fp8_recipe", o.fp8_recipe)):  # one setting, one meaning
+        if value is not None and key in doc and doc[key] != value:
+            raise ProblemError(f"{value!r} contradicts the cost option {key}={doc[key]!r}", path=key)
+
+
 def _check(o: PlanOptions) -> None:
     """Every field in its type and range (:class:`ProblemError` naming the first that is not)."""
     _counts(o)
@@ -183,3 +210,4 @@ def _check(o: PlanOptions) -> None:
         if not isinstance(getattr(o, name), bool):
             raise ProblemError(f"must be true or false, got {getattr(o, name)!r}", path=name)
     _schedule(o)
+    _precision(o)

@@ -66,6 +66,8 @@ def plan_model(
     schedule: str = "auto",
     virtual_stages: int | None = None,
     target: str = "any",
+    precision: str | None = None,
+    fp8_recipe: str | None = None,
 ) -> ModelPlan:
     """Plan the training of a model preset on a cluster preset.
 
@@ -74,7 +76,7 @@ def plan_model(
     model, cluster : str or spec
         Preset names, YAML paths or spec objects.
     nodes, global_batch, microbatches, method, objective, time_limit, options, profile, seed, simulate, \
-auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages, target
+auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages, target, precision, fp8_recipe
         The fields of :class:`~partitioner.planning.options.PlanOptions`, documented there.
 
     Returns
@@ -99,7 +101,8 @@ auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages, targe
                        method=method, objective=objective, time_limit=time_limit,  # type: ignore[arg-type]
                        options=options, profile=profile, seed=seed, simulate=simulate, auto_solves=auto_solves,
                        max_stages=max_stages, knob_solves=knob_solves, schedules=schedules,  # type: ignore[arg-type]
-                       schedule=schedule, virtual_stages=virtual_stages, target=target)  # type: ignore[arg-type]
+                       schedule=schedule, virtual_stages=virtual_stages, target=target,  # type: ignore[arg-type]
+                       precision=precision, fp8_recipe=fp8_recipe)  # type: ignore[arg-type]
     return run_plan(model, cluster, opts)
 
 
@@ -142,7 +145,7 @@ def _no_plan_reason(chosen: list[ScreenedCount], done: Mapping[int, KnobSolve], 
 def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptions) -> ModelPlan:
     """:func:`plan_model` with its options gathered in a :class:`~.options.PlanOptions`."""
     run = PlanRun.start(opts)  # resolved once, before any work: every step below reads it
-    deadline = run.deadline
+    opts, deadline = run.options, run.deadline
     spec, cl = load_model(model), load_cluster(cluster)
     screened, skipped = screen_counts(Builders(spec, cl, run), run.counts, run.costs, deadline)
     chosen = counts_to_solve(screened, len(run.counts) > 1, opts)
@@ -174,7 +177,8 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
                 f"({screened_best.iteration_ms:.6g} ms) with a faster one ({best.iteration_ms:.6g} ms simulated)")))
     result = assemble(best, bests, tried, spec, cl, report)
     # which bytes-per-parameter count the problems charged (plan --target T: T's, per ZeRO stage; screening.py)
-    result = replace(result, memory=run.memory)
+    result = replace(result, memory=run.memory, precision=result.problem.workload.precision
+                     if result.problem is not None else None)
     if run.rules is None and result.plan is not None:  # --target any: what each framework runs of it
         result = replace(result, targets=target_summaries(result, report, bests, run.memory))
     return _cut_short(result, deadline)

@@ -9,18 +9,19 @@ charges, and the run's one :class:`~.deadline.Deadline`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from ..costs import CostOptions
 from ..frameworks import FrameworkRules
+from ..problem import ProblemError
 from .deadline import Deadline
 from .options import PlanOptions
 from .schedules.choice import schedule_keys
 from .targets.memory import MemoryCounts, memory_counts
 from .targets.rules import rules_for
 
-__all__ = ["PlanRun", "plan_options", "microbatch_candidates", "ScheduleKey"]
+__all__ = ["PlanRun", "plan_options", "with_precision", "microbatch_candidates", "ScheduleKey"]
 
 ScheduleKey = tuple[str, int]  # (schedule, v)
 _ALL_ZERO = (0, 1, 3)  # the ZeRO stages of the cost model's knobs (--target any charges them all)
@@ -41,6 +42,35 @@ def microbatch_candidates(global_batch: int, limit: int | None = None) -> list[i
     return [m for m in divs if limit is None or m <= limit]
 
 
+def with_precision(opts: PlanOptions) -> PlanOptions:
+    """``opts`` with its ``precision`` and ``fp8_recipe`` merged into the cost options (validated there).
+
+    A recipe alone asks for FP8. The options' own checks (a recipe with
+    BF16, a value the cost options contradict) ran when they were made.
+    """
+    given = {k: v for k, v in (("precision", opts.precision), ("fp8_recipe", opts.fp8_recipe)) if v is not None}
+    if not given:
+        return opts
+    base = opts.options
+    doc = base.to_dict() if isinstance(base, CostOptions) else dict(base or {})
+    if "fp8_recipe" in given and "precision" not in given and doc.get("precision") != "fp8":
+        given = {**given, "precision": "fp8"}
+    merged = {**doc, **given}
+    costs = CostOptions.from_mapping(merged)  # a ProblemError naming options.<key> if bad
+    return replace(opts, options=costs if isinstance(base, CostOptions) else merged, precision=None, fp8_recipe=None)
+
+
+def _check_target_precision(rules: FrameworkRules | None, costs: CostOptions) -> None:
+    """A target whose framework has no training path for the options' FP8 recipe is bad input (exit 2)."""
+    if rules is None or not costs.fp8 or costs.fp8_recipe in rules.fp8_recipes:
+        return
+    if not rules.fp8_recipes:
+        raise ProblemError(f"{rules.name} has no FP8 training path ({rules.fp8_note}); plan it in BF16",
+                           path="precision")
+    raise ProblemError(f"{rules.name} does not run the FP8 recipe {costs.fp8_recipe} (it runs "
+                       f"{', '.join(rules.fp8_recipes)}: {rules.fp8_note})", path="fp8_recipe")
+
+
 @dataclass(frozen=True)
 class PlanRun:
     """A ``plan`` run: its options and what they resolve to, worked out once (:meth:`start`).
@@ -48,7 +78,8 @@ class PlanRun:
     Parameters
     ----------
     options : PlanOptions
-        The run's checked options.
+        The run's checked options, ``precision`` and ``fp8_recipe`` merged into
+        the cost options (:func:`with_precision`).
     rules : FrameworkRules or None
         The target's rules (:mod:`partitioner.frameworks`); None for ``--target any``.
     costs : CostOptions
@@ -75,6 +106,7 @@ class PlanRun:
     def start(cls, options: PlanOptions) -> "PlanRun":
         """The run of ``options``, its deadline started now (cost options are checked here: ProblemError at ``options``)."""
         deadline = Deadline(options.time_limit)  # one limit for the whole run, from its start
+        options = with_precision(options)
         rules = rules_for(options.target)
         keys = schedule_keys(options.schedule, options.virtual_stages)
         if rules is not None:
@@ -82,5 +114,6 @@ class PlanRun:
         m = options.microbatches
         counts = microbatch_candidates(options.global_batch) if m == "auto" else [m]
         costs = plan_options(options.options)
+        _check_target_precision(rules, costs)
         memory = memory_counts(options.target, rules.zero if rules else _ALL_ZERO, options.options, costs)
         return cls(options, rules, costs, tuple(keys), tuple(counts), memory, deadline)

@@ -72,6 +72,11 @@ class LayerHint:
                    tuple(str(f) for f in fqns), _count(doc.get("params")) or 0)
 
 
+def _mapping(value: Any) -> Mapping[str, Any] | None:
+    """``value`` when it is a mapping, else None."""
+    return value if isinstance(value, Mapping) else None
+
+
 def _layers(docs: Any) -> tuple[LayerHint, ...]:
     """The hints of ``meta.layers``, or none when it is not a list of well-formed objects."""
     if not isinstance(docs, (list, tuple)):
@@ -106,6 +111,9 @@ class ModelWorkload:
         The model's parameters.
     layers : tuple of LayerHint
         One per pipeline layer (none when ``meta`` has none).
+    precision : mapping or None
+        The FP8 training the problem was costed with (``meta.precision``, as
+        :func:`partitioner.costs.precision.precision_summary` writes it; None under BF16).
 
     References
     ----------
@@ -122,6 +130,7 @@ class ModelWorkload:
     peak_flops_per_gpu: float = 0.0
     params: float = 0.0
     layers: tuple[LayerHint, ...] = ()
+    precision: Mapping[str, Any] | None = None
 
     @classmethod
     def of(cls, meta: Mapping[str, Any] | None) -> "ModelWorkload":
@@ -141,7 +150,7 @@ class ModelWorkload:
                    model_flops_per_iteration=number("model_flops_per_iteration"),
                    forward_flops_per_sample=number("forward_flops_per_sample"),
                    peak_flops_per_gpu=number("peak_flops_per_gpu"), params=number("params"),
-                   layers=_layers(meta.get("layers")))
+                   layers=_layers(meta.get("layers")), precision=_mapping(meta.get("precision")))
 
     def tokens_per_iteration(self) -> float:
         """Language-model tokens of one iteration (0 when the batch is unknown)."""

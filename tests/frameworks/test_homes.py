@@ -6,6 +6,8 @@ The planner (``plan --target``) and the exporters read the same
 bytes-per-parameter counts per ZeRO stage -- fails
 :func:`test_no_rule_is_stated_outside_its_home`, found by reading the
 source (``ast``), so a restated table is caught even where no test runs it.
+Each home's FP8 recipes must also be those the cost model's recipe table
+says the framework runs (:data:`partitioner.costs.fp8.RECIPES`).
 """
 from __future__ import annotations
 
@@ -80,7 +82,7 @@ def rule_tables(source: str, home: str | None) -> list[str]:
     """What in ``source`` restates a framework's rules, for a module of framework ``home`` (None: of no home).
 
     * a literal mapping keyed by two or more framework names (a per-framework table);
-    * a literal set of strings equal to a framework's schedules (two or more), outside that framework's home;
+    * a literal set of strings equal to a framework's schedules or FP8 recipes (two or more), outside its home;
     * a literal mapping from ZeRO stages to bytes-per-parameter counts equal to a framework's, outside its home.
     """
     found = []
@@ -98,8 +100,9 @@ def rule_tables(source: str, home: str | None) -> list[str]:
         strings = _strings(node)
         if strings is not None:
             for name, rules in RULES.items():
-                if name != home and len(rules.schedules) >= 2 and set(strings) == set(rules.schedules):
-                    found.append(f"line {node.lineno}: {name}'s schedules {strings}")
+                for what, values in (("schedules", rules.schedules), ("FP8 recipes", rules.fp8_recipes)):
+                    if name != home and len(values) >= 2 and set(strings) == set(values):
+                        found.append(f"line {node.lineno}: {name}'s {what} {strings}")
     return found
 
 
@@ -117,6 +120,7 @@ def test_the_scan_finds_a_restated_rule():
     assert rule_tables('M = {0: "torchtitan-ddp", 1: "fsdp2-keep-gathered", 3: "fsdp2"}', "megatron")
     assert rule_tables('N = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}', "deepspeed")
     assert not rule_tables('X = ("1f1b", "zb-h1", "gpipe")', None)
+    assert rule_tables('R = ("rowwise", "mxfp8")', "megatron")  # torchtitan's FP8 recipes
 
 
 def test_no_rule_is_stated_outside_its_home():
@@ -126,3 +130,11 @@ def test_no_rule_is_stated_outside_its_home():
         if found:
             offenders[str(path.relative_to(PACKAGE))] = found
     assert not offenders, f"framework rules stated outside their home (partitioner/frameworks/<name>/): {offenders}"
+
+
+def test_the_fp8_recipes_are_those_the_recipe_table_names_per_framework():
+    from partitioner.costs.fp8 import RECIPES
+
+    assert set(RULES["megatron"].fp8_recipes) == {n for n, r in RECIPES.items() if r.megatron is not None}
+    assert set(RULES["torchtitan"].fp8_recipes) == {n for n, r in RECIPES.items() if r.torchtitan is not None}
+    assert RULES["deepspeed"].fp8_recipes == ()

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..common import Export, ExportContext, MoeHints
+from ..common import Export, ExportContext, MoeHints, PrecisionHints
 from ..stages import ReplicaBatch, StageView, layout_reasons, one_zero, per_replica_microbatch, segment_knobs
 from .rules import RULES
 
@@ -53,6 +53,7 @@ def export_deepspeed(stages: list[StageView], ctx: ExportContext) -> Export:
     if schedule not in RULES.schedules:
         reasons.insert(0, f"schedule {schedule} is not expressible: DeepSpeed's PipelineEngine runs TrainSchedule (1F1B) "
                           "only; plan with --schedule 1f1b")
+    reasons += _fp8_reasons(ctx.precision)
     b: ReplicaBatch | None = None
     zero, intervals = 0, [0] * len(stages)
     knob_notes: list[str] = []
@@ -118,6 +119,14 @@ def export_deepspeed(stages: list[StageView], ctx: ExportContext) -> Export:
     if ds_config is not None:
         lines.append(f"ds_config = {ds_config!r}  # merge into your DeepSpeed config")
     return Export("deepspeed", settings, "\n".join(lines), tuple(notes), True, (), CHECKED_WITH)
+
+
+def _fp8_reasons(hints: PrecisionHints | None) -> list[str]:
+    """Why DeepSpeed cannot train the plan's FP8 (empty under BF16): its engine has no FP8 training path."""
+    if hints is None or hints.fp8_recipe in RULES.fp8_recipes:
+        return []
+    return [f"the plan trains in FP8 ({hints.fp8_recipe} scaling): {RULES.fp8_note}. Plan without --precision fp8 "
+            "for DeepSpeed"]
 
 
 def _knobs(stages: list[StageView], moe: MoeHints | None) -> tuple[int, list[int], list[str], list[str]]:

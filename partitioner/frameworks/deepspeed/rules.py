@@ -10,6 +10,7 @@
   ``activation_checkpoint_interval`` (full recompute, per stage); selective
   recompute has no ``PipelineModule`` setting.
 * Cuts: anywhere (``PipelineModule`` takes the boundaries as given).
+* FP8: none (its engine trains in fp32, fp16 or bf16).
 * Weights: ``BF16_Optimizer`` 4 + 12/d at stage 0 (bf16 with a pipeline),
   ``DeepSpeedZeroOptimizer`` 4 + 16/d at stage 1, and the stage 2 and 3
   counts (:data:`partitioner.costs.PARAM_MEMORY`).
@@ -38,4 +39,6 @@ RULES = FrameworkRules(
     cp=False,
     etp=False,
     recompute_per_stage=True,
+    fp8_note="DeepSpeed 0.19.8's engine trains in fp32, fp16 or bf16 (config sections fp16, bf16, torch_autocast); its "
+             "fp8 code quantizes frozen weights for inference and LoRA (deepspeed.linear, ops.fp_quantizer)",
 )

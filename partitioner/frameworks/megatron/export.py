@@ -49,11 +49,11 @@ References
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from ..common import VISION_ROLES, Export, ExportContext, MoeHints
+from ..common import VISION_ROLES, Export, ExportContext, MoeHints, PrecisionHints
 from ..stages import (
     StageView,
     chunk_reasons,
@@ -63,6 +63,7 @@ from ..stages import (
     per_replica_microbatch,
     segment_knobs,
 )
+from .fp8 import megatron_fp8
 from .rules import RULES, SCHEDULE_REFUSALS
 
 __all__ = ["export_megatron", "megatron_layout", "parse_megatron_layout", "mimo_grid", "CHECKED_WITH"]
@@ -316,6 +317,11 @@ def _megatron_lm(stages: list[StageView], ctx: ExportContext) -> tuple[dict[str,
     text = megatron_layout(symbols)
     n_layers = sum(s.count("decoder") for s in llm)
     pp = len(llm) // v  # interleaved: the layout lists the P·v chunks, chunk c on pipeline rank c mod P
+    fp8_core, fp8_ddp, fp8_flags, fp8_notes, fp8_reasons = megatron_fp8(ctx.precision, n_layers, pp)
+    if fp8_reasons:
+        return {}, [], [], fp8_reasons
+    knobs += _Settings(fp8_core, fp8_ddp, tuple(fp8_flags))
+    notes += fp8_notes
     sequence_parallel = tp > 1 and ctx.sequence_parallel
     core = {
         "num_layers": n_layers,
@@ -526,19 +532,39 @@ def export_megatron(stages: list[StageView], ctx: ExportContext) -> Export:
     grid, mimo_reasons = mimo_grid(stages, sum(s.devices for s in stages))
     if grid is None:
         return _not_expressible(stages, lm + tuple(f"MIMO: {r}" for r in mimo_reasons))
-    exported, mimo_reasons = _mimo_export(stages, grid, ctx, lm_reasons)
-    return exported or _not_expressible(stages, lm + tuple(f"MIMO: {r}" for r in mimo_reasons))
+    exported, mimo_reasons, notes = _mimo_export(stages, grid, ctx, lm_reasons)
+    return exported or _not_expressible(stages, lm + tuple(f"MIMO: {r}" for r in mimo_reasons), notes)
+
+
+def _mimo_fp8(stages: Sequence[StageView], grid: MimoGrid, hints: PrecisionHints,
+              module_knobs: Mapping[str, Mapping[str, dict[str, Any]]]) -> tuple[list[str], list[str]]:
+    """Each MIMO module's FP8 (each is a Megatron model of its own) added to its knobs: (notes, reasons)."""
+    n_llm = sum(s.count("decoder") for s in stages)
+    notes: list[str] = []
+    reasons: list[str] = []
+    for name, knobs in module_knobs.items():
+        mine = replace(hints, bf16_layers=0) if name != "llm" and hints.bf16_layers else hints  # the LM's edge layers
+        core8, ddp8, _, notes8, why8 = megatron_fp8(mine, n_llm, grid.llm.pp)
+        knobs["transformer_config"].update(core8)
+        knobs["ddp_config"].update(ddp8)
+        reasons += [f"MIMO module {name!r}: {w}" for w in why8]
+        notes += [n for n in notes8 if n not in notes]
+    return notes, reasons
 
 
 def _mimo_export(stages: Sequence[StageView], grid: MimoGrid, ctx: ExportContext,
-                 lm_reasons: Sequence[str]) -> tuple[Export | None, list[str]]:
-    """The export of a valid MIMO grid, or why its axes, knobs or batch cannot be set."""
+                 lm_reasons: Sequence[str]) -> tuple[Export | None, list[str], list[str]]:
+    """The export of a valid MIMO grid, or why its axes, knobs, FP8 or batch cannot be set (and its notes so far)."""
     reasons = []
     axes = sorted({f"{a} {v}" for s in stages for g in s.segments for a, v in zip(("cp", "ep", "etp"), g.shape[2:]) if v != 1})
     if axes:
         reasons.append("the plan uses " + ", ".join(axes) + ": the export writes MIMO grids of (tp, pp, dp) only")
     module_knobs, knob_reasons = _mimo_knobs(stages)
     reasons += knob_reasons
+    notes: list[str] = []
+    if ctx.precision is not None:
+        notes, fp8_reasons = _mimo_fp8(stages, grid, ctx.precision, module_knobs)
+        reasons += fp8_reasons
     micro = []
     for name, g in grid.modules.items():
         b, why = per_replica_microbatch(ctx.global_batch, ctx.microbatches, g.dp)
@@ -547,9 +573,10 @@ def _mimo_export(stages: Sequence[StageView], grid: MimoGrid, ctx: ExportContext
         elif b is not None:
             micro.append(f"{name}: {b.micro}")
     if reasons:
-        return None, reasons
+        return None, reasons, notes
     _, llm, _ = _split(stages)
-    symbols, notes = _layout_symbols(llm)
+    symbols, layout_notes = _layout_symbols(llm)
+    notes += layout_notes
     settings = {"path": "mimo", "mimo": grid.to_dict(), "llm_transformer_config": {
         "num_layers": sum(s.count("decoder") for s in llm),
         "pipeline_model_parallel_size": grid.llm.pp,
@@ -566,7 +593,7 @@ def _mimo_export(stages: Sequence[StageView], grid: MimoGrid, ctx: ExportContext
     if any(g.tp > 1 for g in grid.modules.values()):
         notes.append("TP > 1: launch with CUDA_DEVICE_MAX_CONNECTIONS=1")
     notes.append("Megatron-LM flags cannot run it: " + "; ".join(lm_reasons))
-    return Export("megatron", settings, _mimo_snippet(grid, module_knobs), tuple(notes), True, (), CHECKED_WITH), []
+    return Export("megatron", settings, _mimo_snippet(grid, module_knobs), tuple(notes), True, (), CHECKED_WITH), [], notes
 
 
 def _stage_layouts(stages: Sequence[StageView]) -> list[dict[str, Any]]:

@@ -15,6 +15,8 @@
 * Weights: 18 bytes per parameter, 6 + 12/d with the distributed optimizer
   (:data:`partitioner.costs.PARAM_MEMORY`, ``megatron`` and
   ``megatron-distopt``); Megatron-FSDP has no count of its own yet.
+* FP8: Transformer Engine's tensorwise, delayed, blockwise and mxfp8
+  recipes (``--fp8-recipe``), not torchao's rowwise.
 
 References
 ----------
@@ -60,4 +62,7 @@ RULES = FrameworkRules(
     recompute_decoder_only=False,
     cut_groups=cut_groups,
     memory=MappingProxyType({0: "megatron", 1: "megatron-distopt"}),
+    fp8_recipes=("tensorwise", "delayed", "blockwise", "mxfp8"),
+    fp8_note="megatron-core 0.16.1 TransformerConfig.fp8_recipe: tensorwise, delayed, mxfp8, blockwise (and custom "
+             "quantizer factories)",
 )

@@ -13,6 +13,8 @@
   cost model counts.
 * Cuts (:func:`cut_groups`): its VLMs run the vision encoder, whole, inside
   the embedding step of the stage holding ``tok_embeddings``.
+* FP8: torchao's rowwise (``Float8LinearConverter``) and mxfp8
+  (``MXFP8LinearConverter``); no tensorwise, delayed or blockwise recipe.
 * Weights: DDP under autocast 18 bytes per parameter, FSDP2 with
   ``reshard_after_forward`` off 2 + 16/d, FSDP2 16/d
   (:data:`partitioner.costs.PARAM_MEMORY`).
@@ -72,4 +74,7 @@ RULES = FrameworkRules(
     cut_groups=cut_groups,
     memory=MappingProxyType({0: "torchtitan-ddp", 1: "fsdp2-keep-gathered", 3: "fsdp2"}),
     etp=False,
+    fp8_recipes=("rowwise", "mxfp8"),
+    fp8_note="torchtitan 0.3's Float8LinearConverter takes recipe_name rowwise or rowwise_with_gw_hp (torchao), "
+             "MXFP8LinearConverter mxfp8",
 )

@@ -237,6 +237,10 @@ def runs(rules: FrameworkRules, problem: Problem, plan: Plan) -> list[str]:
     schedule = problem.training.schedule
     if schedule not in rules.schedules:
         reasons.append(f"schedule {schedule}: {rules.name} runs {', '.join(rules.schedules)}")
+    fp8 = problem.workload.precision
+    if fp8 is not None and fp8.get("fp8_recipe") not in rules.fp8_recipes:
+        reasons.append(f"FP8 recipe {fp8.get('fp8_recipe')}: {rules.name} "
+                       + (f"runs {', '.join(rules.fp8_recipes)}" if rules.fp8_recipes else "has no FP8 training path"))
     configs = [(s, (a, b), c) for s in plan.stages for (a, b), c in s.segment_configs(problem)]
     meshes = {(c.dp, c.tp, c.cp) for _, _, c in configs}
     if len(meshes) > 1:
