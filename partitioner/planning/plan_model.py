@@ -41,7 +41,7 @@ __all__ = ["plan_model", "run_plan", "RESOLVE_MIN_SECONDS"]
 
 # Least time limit (seconds) of a re-solve under another schedule when the user set none (see plan_model):
 # the re-solves are candidates the plans are then simulated against, and on the nine presets of the solver
-# benchmark a 2 s floor keeps exactly the plans a 10 s one kept (DESIGN.md, "How plan picks the schedule").
+# benchmark a 2 s floor keeps exactly the plans a 10 s one kept (docs/decisions.md, "How plan picks the schedule").
 RESOLVE_MIN_SECONDS = 2.0
 
 

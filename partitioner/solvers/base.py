@@ -192,7 +192,7 @@ def solve(
 
 
 # What each method optimises exactly (or, for the heuristics, plans validly) beyond 1F1B: the
-# exact methods model zb-h1's and GPipe's objectives and stashes (DESIGN.md, "Decisions");
+# exact methods model zb-h1's and GPipe's objectives and stashes (docs/decisions.md);
 # interleaved plans have P*v chunks, which only cpsat and milp (below) and brute model.
 _SCHEDULES_BEYOND_1F1B = {
     "dp": {("zb-h1", "bottleneck"), ("zb-h1", "iteration"), ("gpipe", "bottleneck"), ("gpipe", "iteration")},

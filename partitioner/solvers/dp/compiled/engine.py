@@ -71,7 +71,7 @@ from .marks import KERNEL_OPTIONS
 __all__ = ["Kernels", "SIGNATURES", "PYTHON", "pick", "compiled_kernels", "load_cached", "warmup", "set_reporter",
            "take_note", "account", "python_seconds", "recursion_work", "stage_work", "mode", "reset"]
 
-# measured on the shared 2-core machine at a load of 6-8 (DESIGN.md, "The first run"): the Python path's
+# measured on the shared 2-core machine at a load of 6-8 (docs/decisions.md, "The first run"): the Python path's
 # seconds per unit of work (45-160 ns on solves of 1e7-2e9 units), the wall time of compiling every
 # signature (68 and 83 s; 26 s of CPU), and the Python cost below which loading numba and its cache
 # (about 1.2 s) takes longer than running Python
