@@ -31,13 +31,14 @@ from ..problem import Layout, ProblemError
 from .comm import allreduce_ms, grad_sync_ms, shard_gather_ms
 from .flops import efficiency
 from .layers import Piece, PipelineLayer
-from .memory import block_activation_bytes
+from .memory import block_activation_bytes, block_activation_terms
 from .options import BF16_BYTES, CostOptions
+from .recompute import OP, ReplayRates, kept_terms, modules_of, op_kept_bytes, op_replay_ms, replay_ms
 from .tied import embedding_sync_ms, tied_copy_bytes
 from .traffic import block_traffic, embedding_traffic, head_traffic, projector_traffic, traffic_ms
 from .variants import Knobs
 
-__all__ = ["EntryCost", "layer_cost", "layer_terms", "finish_cost", "block_time_terms", "piece_time_terms",
+__all__ = ["EntryCost", "layer_cost", "layer_terms", "finish_cost", "block_time_terms", "piece_time_terms", "block_kept_bytes",
            "optimizer_step_ms", "tied_sync_ms", "weight_bytes_per_param", "TIME_TERMS"]
 
 
@@ -102,14 +103,24 @@ def layer_terms(pieces: Sequence[Piece], tp: int, samples: float, recompute: str
         if not p.backward:
             continue  # runs under no_grad: nothing kept for a backward pass
         if p.shape is not None:
-            act += p.passes * block_activation_bytes(
-                p.shape, b, t, flash_attention=opts.flash_attention, sequence_parallel=opts.sequence_parallel,
-                recompute=recompute, fused_norm=opts.fused_norm,
-            )
+            act += block_kept_bytes(p, b, t, recompute, opts)
         else:
             replicated, sharded = p.dense_act
             act += b * (replicated / (t if opts.sequence_parallel else 1) + sharded / t)
     return fwd, b_in, b_w, act
+
+
+def block_kept_bytes(p: Piece, b: float, t: int, recompute: str, opts: CostOptions) -> float:
+    """Activation bytes a block piece keeps for its backward under the recompute setting (:mod:`.memory`,
+    module sets and torchtitan's per-op policy: :mod:`.recompute`)."""
+    assert p.shape is not None
+    kwargs = dict(flash_attention=opts.flash_attention, sequence_parallel=opts.sequence_parallel)
+    if recompute == OP:
+        return op_kept_bytes(p, b, t, **kwargs)
+    if modules_of(recompute):  # a module set, selective (core_attn) included
+        terms = block_activation_terms(p.shape, b, t, recompute="none", fused_norm=opts.fused_norm, **kwargs)
+        return p.passes * sum(kept_terms(terms, p, recompute).values())
+    return p.passes * block_activation_bytes(p.shape, b, t, recompute=recompute, fused_norm=opts.fused_norm, **kwargs)
 
 
 TIME_TERMS = ("fwd.gemm", "fwd.attention", "fwd.memory", "fwd.tp_comm", "bwd.gemm", "bwd.attention", "bwd.memory",
@@ -163,6 +174,12 @@ def piece_time_terms(p: Piece, tp: int, samples: float, recompute: str, cluster:
         out["bwd.recompute"] = f_gemm + f_attn + traffic[0] + comm
     elif recompute == "selective" and not opts.flash_attention:
         out["bwd.recompute"] = f_attn + scores
+    elif recompute == OP or modules_of(recompute):  # module sets; selective with flash attention
+        rates = ReplayRates(rate, f_attn, comm / p.allreduces if p.allreduces else 0.0, cluster.hbm_GBps,
+                            opts.hbm_efficiency, opts.memory_bound_ops)
+        kwargs = dict(flash_attention=opts.flash_attention, sequence_parallel=opts.sequence_parallel)
+        out["bwd.recompute"] = (op_replay_ms(p, t, b, rates, **kwargs) if recompute == OP
+                                else replay_ms(p, recompute, t, b, rates, **kwargs))
     return out
 
 

@@ -31,6 +31,7 @@ from typing import Any, Mapping
 from ..problem import ProblemError
 from .axes.options import AxisOptions
 from .param_memory import param_memory, target_memory
+from .recompute import canonical_setting
 
 __all__ = ["BF16_BYTES", "CostOptions"]
 
@@ -63,11 +64,19 @@ class CostOptions:
         (v1 problems, for every solver); :func:`~partitioner.planning.plan_model`
         asks for ``all``. Giving ``recompute`` or ``zero1`` without
         ``variants`` fixes the knobs: ``variants`` becomes ``none``.
-    recompute : {"none", "selective", "full"}
+    recompute : str
         With ``variants=none``: activation recomputation for every layer
-        [2]_: selective drops the score-matrix term (recomputing the
-        attention core in backward); full keeps only each block's input and
-        replays the forward in backward.
+        [2]_: ``none``, ``selective`` (drops the score-matrix term,
+        recomputing the attention core in backward), ``full`` (keeps only
+        each block's input and replays the forward in backward), a module
+        set such as ``layernorm+moe_act`` (Megatron-Core's
+        ``--recompute-modules``) or ``op`` (torchtitan's per-op policy):
+        :mod:`partitioner.costs.recompute`.
+    recompute_modules : tuple of str
+        The recompute settings below ``full`` that ``variants=all`` adds to
+        none, selective and full: ``auto`` (the module sets worth a variant
+        for this model, :func:`~partitioner.costs.recompute.module_chain`),
+        ``none``, or settings (``layernorm+moe_act``, ``moe``, ``op``).
     zero1 : bool
         With ``variants=none``: shard the 12 optimizer bytes per parameter
         over dp (ZeRO stage 1 [4]_).
@@ -244,6 +253,7 @@ class CostOptions:
     fused_norm: bool = True
     variants: tuple[str, ...] = ("none",)
     recompute: str = "none"
+    recompute_modules: tuple[str, ...] = ("auto",)
     zero1: bool = False
     zero3_overlap: float = 0.5
     zero3_keep_gathered: bool = False
@@ -301,15 +311,24 @@ class CostOptions:
             elif isinstance(default, tuple):
                 if isinstance(value, str):
                     value = tuple(v for v in value.split(",") if v)
-                what = "variant names (or all, none)" if key == "variants" else "module names"
+                what = {"variants": "variant names (or all, none)",
+                        "recompute_modules": "recompute settings (or auto, none)"}.get(key, "module names")
                 if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
                     raise ProblemError(f"must be a list of {what}", path=where)
                 value = tuple(value)
                 if key == "variants" and not value:
                     raise ProblemError("must name at least one variant (or all, none)", path=where)
+                if key == "recompute_modules":
+                    value = _recompute_settings(value, where)
             elif key == "recompute":
-                if value not in ("none", "selective", "full"):
-                    raise ProblemError(f"must be none, selective or full, got {value!r}", path=where)
+                if not isinstance(value, str):
+                    raise ProblemError(f"must be a recompute setting, got {value!r}", path=where)
+                try:
+                    canonical = canonical_setting(value)
+                except ValueError as err:
+                    raise ProblemError(str(err), path=where) from None
+                if canonical != value:
+                    raise ProblemError(f"write the setting as {canonical!r}, got {value!r}", path=where)
             elif key == "memory_count":
                 param_memory(value)  # a ProblemError naming options.memory_count if unknown
             elif key in ("text_tokens", "max_tp"):
@@ -347,3 +366,22 @@ class CostOptions:
         dense = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if k != "axes"}
         return {**dense, **self.axes.to_dict()}
 
+
+
+def _recompute_settings(values: tuple[str, ...], where: str) -> tuple[str, ...]:
+    """``recompute_modules``: ``("auto",)``, ``("none",)`` or canonical settings below full (ProblemError otherwise)."""
+    if values in (("auto",), ("none",)):
+        return values
+    out = []
+    for v in values:
+        try:
+            canonical = canonical_setting(v)
+        except ValueError as err:
+            raise ProblemError(str(err), path=where) from None
+        if canonical in ("none", "full", "auto") or v in ("auto", "none"):
+            raise ProblemError(f"auto and none stand alone, and full is always offered; got {v!r}", path=where)
+        if canonical != v:
+            raise ProblemError(f"write the setting as {canonical!r}, got {v!r}", path=where)
+        if v not in out:
+            out.append(v)
+    return tuple(out)

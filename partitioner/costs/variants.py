@@ -18,8 +18,20 @@ variant                           meaning
                                   core is recomputed (drops the score matrix) [2]_
 ``recompute-full``                full recompute: each block keeps its input and
                                   replays its forward in backward [2]_
+``recompute-<m1>+<m2>...``        module recompute: Megatron-Core's
+                                  ``--recompute-modules m1 m2 ...`` (modules of
+                                  :data:`~.recompute.MODULES` in that order;
+                                  ``core_attn`` alone is spelled ``selective``)
+                                  [30]_
+``recompute-op``                  torchtitan's per-op selective activation
+                                  checkpointing [31]_
 ``zero1+recompute-full`` ...      both (ZeRO part first, joined by ``+``)
 ================================  ==============================================
+
+What each recompute setting frees and replays: :mod:`.recompute`. Which
+module sets ``variants=all`` adds is the cost model's choice per model
+(:func:`~.recompute.module_chain`, option ``recompute_modules``), passed
+to :func:`variant_knobs` as ``modules``.
 
 :func:`variant_knobs` turns the ``variants`` cost option into the list of
 settings to emit (the plain setting first). Settings that cannot differ
@@ -38,6 +50,9 @@ References
 .. [10] Y. Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded
    Data Parallel", VLDB 2023 (full sharding, all-gather before forward and
    backward, reduce-scatter after backward, prefetch overlap).
+.. [30] NVIDIA Megatron-Core 0.16.1, ``transformer/transformer_config.py``
+   (``recompute_granularity``, ``recompute_modules``).
+.. [31] torchtitan 0.3.0, ``torchtitan/distributed/activation_checkpoint.py`` (``SelectiveAC``).
 """
 from __future__ import annotations
 
@@ -45,6 +60,7 @@ import itertools
 from dataclasses import dataclass
 
 from ..problem import ProblemError
+from .recompute import canonical_setting, describe_setting
 
 __all__ = ["Knobs", "RECOMPUTE", "ZERO", "ALL_VARIANTS", "parse_variant", "variant_knobs", "applies", "describe"]
 
@@ -54,7 +70,8 @@ ZERO = (0, 1, 3)
 
 @dataclass(frozen=True)
 class Knobs:
-    """One memory-knob setting: ZeRO stage ``zero`` (0, 1 or 3) and ``recompute`` (none, selective, full)."""
+    """One memory-knob setting: ZeRO stage ``zero`` (0, 1 or 3) and ``recompute`` (none, selective, full, a
+    module set such as ``layernorm+moe_act``, or op: :mod:`.recompute`)."""
 
     zero: int = 0
     recompute: str = "none"
@@ -87,7 +104,7 @@ def describe(knobs: Knobs) -> str:
     if knobs.zero:
         parts.append(_ZERO_TEXT[knobs.zero])
     if knobs.recompute != "none":
-        parts.append(_RECOMPUTE_TEXT[knobs.recompute])
+        parts.append(_RECOMPUTE_TEXT.get(knobs.recompute) or describe_setting(knobs.recompute))
     return "; ".join(parts) or "ZeRO-0, no recompute"
 
 
@@ -99,23 +116,33 @@ def parse_variant(name: str) -> Knobs:
     parts = name.split("+")
     if parts and parts[0] in ("zero1", "zero3"):
         zero = int(parts.pop(0)[4:])
-    if parts and parts[0].startswith("recompute-") and parts[0][10:] in RECOMPUTE[1:]:
-        recompute = parts.pop(0)[10:]
-    knobs = Knobs(zero, recompute)
+    if parts and parts[0].startswith("recompute-"):
+        setting = "+".join([parts[0][10:], *parts[1:]])
+        try:
+            recompute = canonical_setting(setting)
+        except ValueError:
+            recompute = ""
+        parts = [] if recompute and recompute != "none" else parts
+    knobs = Knobs(zero, recompute or "none")
     if parts or knobs.name != name:
-        raise ValueError(f"unknown variant {name!r} (variants: {', '.join(ALL_VARIANTS)})")
+        raise ValueError(f"unknown variant {name!r} (variants: {', '.join(ALL_VARIANTS)}, or "
+                         f"[zero1+|zero3+]recompute-<modules> with modules of core_attn, layernorm, mlp, moe_act, "
+                         f"shared_experts, moe in that order joined by '+', or recompute-op)")
     return knobs
 
 
-def variant_knobs(requested: tuple[str, ...], *, flash_attention: bool) -> list[Knobs] | None:
+def variant_knobs(requested: tuple[str, ...], *, flash_attention: bool, modules: tuple[str, ...] = ()) -> list[Knobs] | None:
     """The settings to emit for the ``variants`` option, the plain one first; None for ``none`` (format v1).
 
     ``requested``: ``("all",)``, ``("none",)`` or variant names (the plain
-    setting is always emitted).
+    setting is always emitted). ``modules``: the recompute settings beyond
+    none/selective/full that ``all`` adds, each under every ZeRO stage
+    (:func:`~.recompute.module_chain`), after the full-recompute ones.
     """
     if tuple(requested) == ("none",):
         return None
-    names = list(ALL_VARIANTS) if tuple(requested) == ("all",) else list(requested)
+    extra = [Knobs(z, r).name for r in modules for z in ZERO]
+    names = [*ALL_VARIANTS, *extra] if tuple(requested) == ("all",) else list(requested)
     out = [Knobs()]
     for name in names:
         if name in ("all", "none"):

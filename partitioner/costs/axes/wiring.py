@@ -46,6 +46,7 @@ from ..entry import EntryCost, finish_cost, layer_terms, piece_time_terms, weigh
 from ..flops import efficiency
 from ..layers import Piece, PipelineLayer
 from ..options import CostOptions
+from ..recompute import ReplayRates, dense_part_view, expert_recompute, replays_attention
 from ..traffic import traffic_ms
 from ..variants import Knobs
 from .context import causal_load_factor, cp_algorithms, cp_attention_ms, cp_problem, kv_bytes, shard_piece, ulysses_bytes
@@ -155,7 +156,7 @@ def cp_layer_terms(layer: PipelineLayer, layout: Layout, samples: float, recompu
             continue
         f, b = _attention_ms(p, s, layout, samples, cluster, opts, recompute)
         fwd += f
-        b_in += b + (f if recompute == "full" and p.backward else 0.0)
+        b_in += b + (f if replays_attention(recompute) and p.backward else 0.0)
     return fwd, b_in, b_w, act
 
 
@@ -197,7 +198,7 @@ def moe_ep_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: C
       the optimizer step over the routed parameters the rank owns.
     """
     ax = opts.axes
-    dense = tuple(_dense_part(p) for p in layer.pieces)
+    dense = tuple(dense_part_view(_dense_part(p), p) for p in layer.pieces)
     dense_layer = replace(layer, pieces=dense)
     terms = cp_layer_terms(layer, layout, samples, knobs.recompute, cluster, opts, pieces=dense)
     base = finish_cost(dense_layer, sync_layout(layout), terms, cluster, opts, microbatches, knobs, nodes=nodes)
@@ -229,13 +230,19 @@ def moe_ep_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: C
         comm_f, comm_b = p.passes * comm_f, p.passes * comm_b
         fwd += compute + comm_f
         if p.backward:
-            b_in += compute + comm_b + (compute + comm_f if knobs.recompute == "full" else 0.0)
+            stored = p.passes * expert_activation_bytes(copies, p.width, moe.moe_ffn, f, moe.gated, ax.moe_imbalance,
+                                                        padded=ax.capacity_factor is not None,
+                                                        router_tokens=tokens, experts=moe.experts)
+            rates = ReplayRates(rate, 0.0, 0.0, cluster.hbm_GBps, opts.hbm_efficiency, opts.memory_bound_ops)
+            kept, replay = expert_recompute(
+                knobs.recompute, stored=stored, copies=p.passes * copies, moe_ffn=moe.moe_ffn, gated=moe.gated,
+                activation=p.shape.activation if p.shape is not None else "silu", hidden=p.width, ep=e,
+                compute_ms=compute, dispatch_ms=comm_f, rates=rates, imbalance=ax.moe_imbalance,
+                padded=ax.capacity_factor is not None)
+            b_in += compute + comm_b + replay
             if not p.frozen:
                 b_w += compute
-            if knobs.recompute != "full":
-                act += p.passes * expert_activation_bytes(copies, p.width, moe.moe_ffn, f, moe.gated, ax.moe_imbalance,
-                                                          padded=ax.capacity_factor is not None,
-                                                          router_tokens=tokens, experts=moe.experts)
+            act += kept
         weight += _expert_weight(moe.params, e, f, edp, p.frozen, knobs, opts)
         b_w += _expert_sync_ms(moe.params, layout, edp_span, p, knobs, cluster, opts) / microbatches
         if knobs.zero == 3:
