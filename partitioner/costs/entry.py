@@ -28,6 +28,7 @@ from typing import Sequence
 
 from ..presets import ClusterSpec
 from ..problem import Layout, ProblemError
+from .attention import flash_attention_ms
 from .comm import allreduce_ms, grad_sync_ms, shard_gather_ms
 from .flops import efficiency
 from .layers import Piece, PipelineLayer
@@ -157,6 +158,10 @@ def piece_time_terms(p: Piece, tp: int, samples: float, recompute: str, cluster:
     scale = 1.0 if opts.flash_attention or p.attn_pairs <= 0 else p.score_entries / p.attn_pairs
     f_gemm = b * p.gemm_flops / t / rate
     f_attn = b * p.attn_flops * scale / t / rate
+    kernel = opts.flash_attention and opts.attention_kernels
+    flash_fwd = flash_attention_ms(p, b, t, cluster, opts, "fwd") if kernel else None
+    if flash_fwd is not None:  # the flash kernel's published rate for this GPU, head dim, key loop and mask
+        f_attn = flash_fwd
     comm = p.allreduces * allreduce_ms(rows * p.width * BF16_BYTES, t, cluster.intra_node_GBps, opts)
     traffic, scores = _piece_traffic(p, t, b, cluster, opts)
     out = {"fwd.gemm": f_gemm, "fwd.attention": f_attn, "fwd.memory": traffic[0], "fwd.tp_comm": comm}
@@ -168,7 +173,9 @@ def piece_time_terms(p: Piece, tp: int, samples: float, recompute: str, cluster:
     skip = 0.0 if p.needs_input_grad else b * p.input_gemm_flops / t / rate
     wgrad = 0.0 if p.frozen else g
     hidden = min(opts.tp_comm_overlap * comm, wgrad)  # the input-gradient collectives run beside the wgrad GEMMs
-    out.update({"bwd.gemm": g - skip, "bwd.attention": attn_factor * a, "bwd.memory": traffic[1],
+    flash_bwd = flash_attention_ms(p, b, t, cluster, opts, "bwd") if flash_fwd is not None else None
+    out.update({"bwd.gemm": g - skip, "bwd.attention": attn_factor * a if flash_bwd is None else flash_bwd,
+                "bwd.memory": traffic[1],
                 "bwd.tp_comm": comm - hidden, "wgrad.gemm": wgrad})
     if recompute == "full":
         out["bwd.recompute"] = f_gemm + f_attn + traffic[0] + comm

@@ -134,6 +134,13 @@ class CostOptions:
     flash_backward_factor : float
         Backward/forward FLOPs of the attention core with flash attention
         (2.5: five matmuls against two [5]_); 2 without.
+    attention_kernels : bool
+        With flash attention, time the attention core at the published
+        flash-attention kernel rates of the cluster's GPU generation, by
+        head dim, key-loop length (the chunk under context parallelism),
+        causal diagonal tiles and pass (:mod:`partitioner.costs.attention`);
+        False, or a GPU no curve was published for: at the dense GEMM
+        efficiency.
     grad_bytes_per_param : float
         Bytes per trainable parameter in the data-parallel gradient
         all-reduce or reduce-scatter: 4, Megatron-LM reduces the fp32
@@ -268,6 +275,7 @@ class CostOptions:
     collective_latency_us: float = 20.0
     nvlink_efficiency: float = 0.8
     flash_backward_factor: float = 2.5
+    attention_kernels: bool = True
     grad_bytes_per_param: float = 4.0
     grad_sync_overlap: float = 0.5
     memory_reserve_bytes: int = 2 * 2**30
