@@ -64,7 +64,8 @@ from .experts import (
 )
 from .groups import GroupSpan, group_span
 
-__all__ = ["LANGUAGE_ROLES", "cp_sharded", "cp_allows", "piece_algorithms", "cp_layer_terms", "sync_layout",
+__all__ = ["LANGUAGE_ROLES", "cp_sharded", "cp_allows", "piece_algorithms", "cp_layer_terms", "cp_attention_choice",
+           "sync_layout",
            "moe_ep_cost"]
 
 LANGUAGE_ROLES = ("embedding", "decoder", "loss")
@@ -111,6 +112,13 @@ def _attention_ms(piece: Piece, sharded: Piece, layout: Layout, samples: float, 
                   opts: CostOptions, recompute: str) -> tuple[float, float]:
     """Exposed ``(fwd, bwd)`` ms of one attention piece's context-parallel traffic, the configured algorithm
     when the piece can run it, else the fastest it can."""
+    _, fwd, bwd = cp_attention_choice(piece, sharded, layout, samples, cluster, opts, recompute)
+    return fwd, bwd
+
+
+def cp_attention_choice(piece: Piece, sharded: Piece, layout: Layout, samples: float, cluster: ClusterSpec,
+                        opts: CostOptions, recompute: str) -> tuple[str, float, float]:
+    """``(algorithm, fwd, bwd)``: :func:`_attention_ms` and the algorithm it costs."""
     t, c = layout.tp, layout.cp
     shape = piece.shape
     assert shape is not None
@@ -129,7 +137,7 @@ def _attention_ms(piece: Piece, sharded: Piece, layout: Layout, samples: float, 
     fwd, bwd = times[chosen]
     if not piece.backward:
         bwd = 0.0
-    return piece.passes * fwd, piece.passes * bwd
+    return chosen, piece.passes * fwd, piece.passes * bwd
 
 
 def cp_layer_terms(layer: PipelineLayer, layout: Layout, samples: float, recompute: str, cluster: ClusterSpec,
