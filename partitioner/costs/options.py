@@ -31,7 +31,7 @@ from typing import Any, Mapping
 from ..problem import ProblemError
 from .axes.options import AxisOptions
 from .param_memory import param_memory, target_memory
-from .recompute import canonical_setting
+from .recompute_names import canonical_setting
 
 __all__ = ["BF16_BYTES", "CostOptions"]
 

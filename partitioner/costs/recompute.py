@@ -25,10 +25,11 @@ module            frees (terms of :mod:`.memory`)             replays in backwar
                   (flash: the log-sum-exp); Q, K, V are the    score traffic or flash's Q/K/V/O traffic) and,
                   checkpoint's inputs, O the output            under cp, the ring's forward transfers
                   projection's input: both kept
-``layernorm``     standalone norms' outputs: a MoE layer's    one norm's forward (read x, write y)
-                  ``mlp_input`` (the pre-MLP norm); fused
-                  norms keep theirs inside TE's linear, so
-                  a dense layer frees nothing
+``layernorm``     standalone norms' outputs: a MoE layer's    one norm's forward (read x, write y) per norm
+                  ``mlp_input`` (the pre-MLP norm), an MLA
+                  layer's ``qkv_input`` (its input norm);
+                  fused norms keep theirs inside TE's
+                  linear, so a dense layer frees nothing
 ``mlp``           a dense layer's ``mlp_input`` and ``mlp``   the MLP's GEMMs, its activation, the fused pre-MLP
                   (the module's input is the residual,        norm and the MLP's tensor-parallel collective
                   kept by the norm anyway)
@@ -40,8 +41,10 @@ module            frees (terms of :mod:`.memory`)             replays in backwar
                   input, the pre-MLP norm output, kept)       Megatron checkpoints ``custom_forward``, which
                                                               runs route, dispatch, experts and combine),
                                                               the experts' and shared MLP's GEMMs
-``mla_up_proj``   multi-latent attention only (not in this    --
-                  cost model's blocks: never offered)
+``mla_up_proj``   multi-head latent attention: the up-        the query and key/value up-projections and the
+                  projections' and RoPE's outputs, the core   fused MLA RoPE (output-discarding checkpoint)
+                  attention's Q, K, V (the latents, their
+                  input, stay)
 ================  ==========================================  ==================================================
 
 ``moe`` contains ``moe_act`` and ``shared_experts`` (its checkpoint frees
@@ -90,9 +93,20 @@ References
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .memory import COMPOSITE_ACTIVATIONS, BlockShape
+from .recompute_names import (
+    ABSORBED,
+    MODULES,
+    OP,
+    SETTINGS,
+    canonical_setting,
+    is_module_setting,
+    modules_of,
+    replays_attention,
+    setting_of,
+)
 from .traffic import Traffic, block_traffic, traffic_ms
 
 if TYPE_CHECKING:
@@ -103,69 +117,9 @@ __all__ = ["MODULES", "OP", "SETTINGS", "MAX_MODULE_LEVELS", "modules_of", "sett
            "ReplayRates", "module_chain", "replays_attention", "describe_setting", "dense_part_view",
            "expert_recompute", "merge_settings", "acting_modules", "DENSE_MODULES"]
 
-MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "shared_experts", "moe")
-"""Megatron-Core's ``recompute_modules`` choices, in the order a setting's name lists them [30]_."""
-
-OP = "op"
-"""torchtitan's per-op selective activation checkpointing [31]_."""
-
-SETTINGS = ("none", "selective", "full", OP)
-"""The settings that are not module sets (``selective`` is the module set ``core_attn``)."""
-
 MAX_MODULE_LEVELS = 3
 """At most this many module sets are emitted by default (:func:`module_chain`): each one adds a variant per
 ZeRO stage to every layout, and the solvers' time grows with the keys."""
-
-_ABSORBED = {"moe": ("moe_act", "shared_experts")}  # checkpointing the MoE layer frees what these free
-
-
-def modules_of(setting: str) -> frozenset[str]:
-    """The Megatron modules a setting recomputes (``selective``: ``core_attn``); empty for none, full, op.
-
-    Raises ValueError for a name that is neither a setting nor ``+``-joined modules.
-    """
-    if setting == "selective":
-        return frozenset({"core_attn"})
-    if setting in SETTINGS:
-        return frozenset()
-    parts = setting.split("+")
-    unknown = [p for p in parts if p not in MODULES]
-    if unknown or not parts:
-        raise ValueError(f"unknown recompute setting {setting!r} (none, selective, full, op, or modules of "
-                         f"{', '.join(MODULES)} joined by '+')")
-    return frozenset(parts)
-
-
-def setting_of(modules: Iterable[str]) -> str:
-    """The canonical setting of a module set: ``none`` when empty, ``selective`` for ``core_attn`` alone, else the
-    modules in :data:`MODULES` order joined by ``+``, without those ``moe`` contains."""
-    mods = set(modules)
-    for outer, inner in _ABSORBED.items():
-        if outer in mods:
-            mods -= set(inner)
-    if not mods:
-        return "none"
-    if mods == {"core_attn"}:
-        return "selective"
-    return "+".join(m for m in MODULES if m in mods)
-
-
-def canonical_setting(setting: str) -> str:
-    """``setting`` in its canonical spelling (ValueError if unknown)."""
-    if setting in SETTINGS:
-        return setting
-    return setting_of(modules_of(setting))
-
-
-def is_module_setting(setting: str) -> bool:
-    """Whether ``setting`` is a Megatron module set other than ``selective`` (a name :data:`SETTINGS` lacks)."""
-    return setting not in SETTINGS
-
-
-def replays_attention(setting: str) -> bool:
-    """Whether the backward replays the attention core's forward (full, or a set with ``core_attn``)."""
-    return setting == "full" or "core_attn" in modules_of(setting)
-
 
 def describe_setting(setting: str) -> str:
     """A one-line description of a module set or ``op`` (for the problem's ``variants`` map)."""
@@ -206,9 +160,10 @@ def applicable_modules(piece: Piece) -> frozenset[str]:
     the MLP's."""
     if piece.shape is None or not piece.backward:
         return frozenset()
+    mla = {"mla_up_proj", "layernorm"} if piece.shape.mla is not None else set()  # MLA's input norm is standalone
     if piece.moe is None:
-        return frozenset({"core_attn", "mlp"})
-    mods = {"core_attn", "layernorm", "moe_act", "moe"}
+        return frozenset({"core_attn", "mlp", *mla})
+    mods = {"core_attn", "layernorm", "moe_act", "moe", *mla}
     if piece.moe.shared_ffn:
         mods.add("shared_experts")
     return frozenset(mods)
@@ -225,6 +180,12 @@ def kept_terms(terms: Mapping[str, float], piece: Piece, setting: str) -> dict[s
     if "core_attn" in mods:
         out.pop("scores", None)
         out.pop("softmax_stats", None)
+    mla = piece.shape is not None and piece.shape.mla is not None
+    if mla and "mla_up_proj" in mods:  # the up-projections' and RoPE's outputs: the core attention's Q, K, V
+        for term in ("q", "k", "v"):
+            out.pop(term, None)
+    if mla and "layernorm" in mods:  # MLA's input norm is a standalone module (its output feeds the down-projections)
+        out.pop("qkv_input", None)
     if moe:
         routed, shared = _moe_shares(piece)
         shape = piece.shape
@@ -292,6 +253,16 @@ def replay_ms(piece: Piece, setting: str, t: int, b: float, rates: ReplayRates, 
     if "core_attn" in mods:
         per_pass += _ms(ops["flash_io"].fwd if flash_attention else ops["scores"].fwd, rates)
         timed += rates.attn_fwd_ms
+    if shape.mla is not None:
+        if "mla_up_proj" in mods:  # the query and key/value up-projections (split by tp) and the fused MLA RoPE
+            m = shape.mla
+            d_n = shape.head_dim - m.rope_head_dim
+            up = (m.q_lora_rank or shape.hidden) * shape.heads * shape.head_dim + m.kv_lora_rank * shape.heads * (
+                d_n + m.v_head_dim)
+            rope = ops["mla_rope"].fwd if "mla_rope" in ops else 0.0
+            per_pass += b * 2.0 * shape.tokens * up / t / rates.flop_per_ms + _ms(rope, rates)
+        if "layernorm" in mods:
+            per_pass += _ms(one_norm, rates)
     gemm = b * _mlp_flops(shape, shape.ffn) / t / rates.flop_per_ms
     if piece.moe is None:
         if "mlp" in mods:
@@ -432,7 +403,7 @@ def _set_value(per_module: Mapping[str, float], modules: Sequence[str]) -> float
     """
     mods = set(modules)
     if "moe" in mods:
-        mods -= set(_ABSORBED["moe"])
+        mods -= set(ABSORBED["moe"])
     return sum(per_module.get(m, 0.0) for m in mods)
 
 

@@ -34,11 +34,11 @@ module sets ``variants=all`` adds is the cost model's choice per model
 to :func:`variant_knobs` as ``modules``.
 
 :func:`variant_knobs` turns the ``variants`` cost option into the list of
-settings to emit (the plain setting first). Settings that cannot differ
-from another one are left out: ``recompute-selective`` with flash attention
-(no score matrix is stored, so it equals no recompute), and every ZeRO
-variant at dp = 1 (the cost model drops them per layout,
-:func:`applies`). With ``variants=none`` the problem is format v1 and its
+settings to emit (the plain setting first). ``all`` leaves out
+``recompute-selective`` with flash attention (no score matrix is stored:
+it frees only the log-sum-exp, for a whole attention forward replayed),
+named variants are emitted as named; every ZeRO variant at dp = 1 is left
+out per layout (it equals its ZeRO-0 twin, :func:`applies`). With ``variants=none`` the problem is format v1 and its
 plain key takes the options ``zero1`` / ``recompute``.
 
 References
@@ -60,7 +60,8 @@ import itertools
 from dataclasses import dataclass
 
 from ..problem import ProblemError
-from .recompute import canonical_setting, describe_setting
+from .recompute import describe_setting
+from .recompute_names import canonical_setting
 
 __all__ = ["Knobs", "RECOMPUTE", "ZERO", "ALL_VARIANTS", "parse_variant", "variant_knobs", "applies", "describe"]
 
@@ -151,8 +152,8 @@ def variant_knobs(requested: tuple[str, ...], *, flash_attention: bool, modules:
             knobs = parse_variant(name)
         except ValueError as err:
             raise ProblemError(str(err), path="options.variants") from None
-        if flash_attention and knobs.recompute == "selective":
-            continue  # equals no recompute: flash attention keeps no score matrix
+        if flash_attention and knobs.recompute == "selective" and tuple(requested) == ("all",):
+            continue  # with flash attention it frees only the log-sum-exp for a whole attention forward
         if knobs not in out:
             out.append(knobs)
     return out

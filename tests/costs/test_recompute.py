@@ -12,6 +12,7 @@ from partitioner.costs.entry import block_time_terms, layer_terms
 from partitioner.costs.recompute import (
     DENSE_MODULES,
     acting_modules,
+    applicable_modules,
     canonical_setting,
     kept_terms,
     merge_settings,
@@ -165,3 +166,19 @@ def test_module_variants_reach_the_problem_and_ep_entries():
     assert llm.costs[mod].act_bytes < llm.costs[plain].act_bytes and llm.costs[mod].bwd_ms > llm.costs[plain].bwd_ms
     vision = p.layers[1]  # a dense vision block: the MoE modules change nothing there
     assert vision.costs[Layout(8, 2, "zero1+recompute-layernorm+moe_act")] == vision.costs[Layout(8, 2, "zero1")]
+
+
+def test_mla_modules_free_what_megatron_discards():
+    """MLA (TE spec): the input norm is standalone (layernorm frees its output), mla_up_proj discards Q, K, V."""
+    layer = _block("deepseek-v3", True)
+    piece = layer.pieces[0]
+    assert {"mla_up_proj", "layernorm"} <= applicable_modules(piece)
+    terms = block_activation_terms(piece.shape, 1.0, 8, flash_attention=True, sequence_parallel=True)
+    assert set(terms) - set(kept_terms(terms, piece, "mla_up_proj")) == {"q", "k", "v"}
+    assert set(terms) - set(kept_terms(terms, piece, "layernorm")) == {"qkv_input", "mlp_input"}
+    _, b0, _, a0 = layer_terms(layer.pieces, 8, 1.0, "none", H100, OPTS)
+    _, b1, _, a1 = layer_terms(layer.pieces, 8, 1.0, "mla_up_proj", H100, OPTS)
+    assert a1 < a0 and b1 > b0
+    opts = CostOptions.from_mapping({"variants": "all"})
+    chain = recompute_settings(model_layers(load_model("deepseek-v3"), opts), H100, opts)
+    assert chain == ("moe_act", "layernorm+moe_act", "layernorm+mla_up_proj+moe_act")  # the published recipes' sets
