@@ -31,7 +31,11 @@ variant                           meaning
 What each recompute setting frees and replays: :mod:`.recompute`. Which
 module sets ``variants=all`` adds is the cost model's choice per model
 (:func:`~.recompute.module_chain`, option ``recompute_modules``), passed
-to :func:`variant_knobs` as ``modules``.
+to :func:`variant_knobs` as ``modules``: each with ZeRO-1 and without
+ZeRO, the latter only at one replica (:func:`applies`: above, ZeRO-1 is as
+fast in less memory, and each variant costs build and solve time);
+``op`` with every ZeRO stage (FSDP with the per-op policy is torchtitan's
+common setting).
 
 :func:`variant_knobs` turns the ``variants`` cost option into the list of
 settings to emit (the plain setting first). ``all`` leaves out
@@ -61,7 +65,7 @@ from dataclasses import dataclass
 
 from ..problem import ProblemError
 from .recompute import describe_setting
-from .recompute_names import canonical_setting
+from .recompute_names import OP, canonical_setting
 
 __all__ = ["Knobs", "RECOMPUTE", "ZERO", "ALL_VARIANTS", "parse_variant", "variant_knobs", "applies", "describe"]
 
@@ -142,7 +146,8 @@ def variant_knobs(requested: tuple[str, ...], *, flash_attention: bool, modules:
     """
     if tuple(requested) == ("none",):
         return None
-    extra = [Knobs(z, r).name for r in modules for z in ZERO]
+    # module sets with ZeRO 0 and 1 (ZeRO-0 only where ZeRO-1 cannot shard, applies); op with every ZeRO stage
+    extra = [Knobs(z, r).name for r in modules for z in (ZERO if r == OP else (0, 1))]
     names = [*ALL_VARIANTS, *extra] if tuple(requested) == ("all",) else list(requested)
     out = [Knobs()]
     for name in names:
@@ -160,5 +165,8 @@ def variant_knobs(requested: tuple[str, ...], *, flash_attention: bool, modules:
 
 
 def applies(knobs: Knobs, dp: int) -> bool:
-    """Whether ``knobs`` differ from their ZeRO-0 twin at ``dp`` replicas (ZeRO needs dp > 1)."""
+    """Whether ``knobs`` are offered at ``dp`` replicas: ZeRO needs dp > 1 (it equals its ZeRO-0 twin at 1), and a
+    module set without ZeRO only at dp = 1 (above, its ZeRO-1 twin runs as fast in less memory)."""
+    if knobs.zero == 0 and knobs.recompute not in RECOMPUTE and knobs.recompute != OP:
+        return dp == 1
     return knobs.zero == 0 or dp > 1

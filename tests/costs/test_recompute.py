@@ -20,7 +20,7 @@ from partitioner.costs.recompute import (
     op_kept_bytes,
     setting_of,
 )
-from partitioner.costs.variants import Knobs, parse_variant, variant_knobs
+from partitioner.costs.variants import Knobs, applies, parse_variant, variant_knobs
 from partitioner.presets import load_model
 from partitioner.problem import Layout, ProblemError
 
@@ -53,8 +53,13 @@ def test_setting_names_are_canonical():
     for bad in ("recompute-moe_act+layernorm", "recompute-moe+moe_act", "recompute-core_attn", "recompute-none"):
         with pytest.raises(ValueError, match="unknown variant"):
             parse_variant(bad)
-    names = [k.name for k in variant_knobs(("all",), flash_attention=True, modules=("moe_act",))]
-    assert names[-3:] == ["recompute-moe_act", "zero1+recompute-moe_act", "zero3+recompute-moe_act"]
+    knobs = variant_knobs(("all",), flash_attention=True, modules=("moe_act", "op"))
+    names = [k.name for k in knobs]
+    assert names[-5:] == ["recompute-moe_act", "zero1+recompute-moe_act", "recompute-op", "zero1+recompute-op",
+                          "zero3+recompute-op"]
+    # a module set without ZeRO only at one replica (its ZeRO-1 twin is as fast in less memory above)
+    assert [applies(k, 1) for k in knobs[-5:]] == [True, False, True, False, False]
+    assert [applies(k, 4) for k in knobs[-5:]] == [False, True, True, True, True]
 
 
 def test_recompute_options_are_checked():
