@@ -115,7 +115,7 @@ if TYPE_CHECKING:
 __all__ = ["MODULES", "OP", "SETTINGS", "MAX_MODULE_LEVELS", "modules_of", "setting_of", "canonical_setting",
            "is_module_setting", "applicable_modules", "kept_terms", "replay_ms", "op_kept_bytes", "op_replay_ms",
            "ReplayRates", "module_chain", "replays_attention", "describe_setting", "dense_part_view",
-           "expert_recompute", "merge_settings", "acting_modules", "DENSE_MODULES"]
+           "expert_recompute", "merge_settings", "acting_modules", "DENSE_MODULES", "fp8_freed_delta"]
 
 MAX_MODULE_LEVELS = 3
 """At most this many module sets are emitted by default (:func:`module_chain`): each one adds a variant per
@@ -485,3 +485,33 @@ def merge_settings(segments: Sequence[tuple[str, frozenset[str]]]) -> str | None
         if union & acts != modules_of(setting) & acts:
             return None
     return setting_of(union)
+
+
+def fp8_freed_delta(piece: "Piece", b: float, t: int, setting: str, saved: float, sequence_parallel: bool) -> float:
+    """The part of FP8's activation change (:func:`~.precision.fp8_activation_delta`: the QKV and MLP inputs and
+    fc2's input kept as fp8 copies, ``-saved`` bytes per element each) that falls on tensors ``setting`` frees:
+    a freed tensor keeps no fp8 copy either, so this part is taken back (a negative number, like the delta)."""
+    shape = piece.shape
+    mods = modules_of(setting)
+    if shape is None or not mods:
+        return 0.0
+    s, h = shape.tokens * b, shape.hidden
+    sp = t if sequence_parallel else 1
+    norm_out = -saved * s * h / sp  # the QKV input or the MLP input
+    fc2 = -saved * s * shape.ffn / t
+    out = 0.0
+    mla = shape.mla is not None
+    if piece.moe is None:
+        if "mlp" in mods:
+            out += norm_out + fc2
+        if mla and "layernorm" in mods:
+            out += norm_out
+    else:
+        routed, shared = _moe_shares(piece)
+        if "layernorm" in mods:
+            out += norm_out * (2 if mla else 1)
+        if "moe" in mods:
+            out += fc2
+        else:
+            out += fc2 * ((routed if "moe_act" in mods else 0.0) + (shared if "shared_experts" in mods else 0.0))
+    return piece.passes * out

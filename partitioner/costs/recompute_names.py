@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Iterable
 
 __all__ = ["MODULES", "OP", "SETTINGS", "ABSORBED", "modules_of", "setting_of", "canonical_setting", "is_module_setting",
-           "replays_attention"]
+           "replays_attention", "replays_experts"]
 
 MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "shared_experts", "moe")
 """Megatron-Core's ``recompute_modules`` choices, in the order a setting's name lists them [30]_."""
@@ -82,3 +82,9 @@ def is_module_setting(setting: str) -> bool:
 def replays_attention(setting: str) -> bool:
     """Whether the backward replays the attention core's forward (full, or a set with ``core_attn``)."""
     return setting == "full" or "core_attn" in modules_of(setting)
+
+
+def replays_experts(setting: str) -> bool:
+    """Whether the backward replays the routed experts' GEMMs: full, ``moe`` (the MoE layer's checkpoint) or
+    ``op`` (torchtitan's per-op policy saves no grouped GEMM output)."""
+    return setting in ("full", OP) or "moe" in modules_of(setting)
