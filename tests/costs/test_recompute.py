@@ -187,3 +187,21 @@ def test_mla_modules_free_what_megatron_discards():
     opts = CostOptions.from_mapping({"variants": "all"})
     chain = recompute_settings(model_layers(load_model("deepseek-v3"), opts), H100, opts)
     assert chain == ("moe_act", "layernorm+moe_act", "layernorm+mla_up_proj+moe_act")  # the published recipes' sets
+
+
+def test_under_fp8_a_freed_tensor_takes_its_fp8_copy_with_it():
+    """FP8 keeps the MLP input and fc2's input as fp8 copies: what mlp recompute frees is then those copies."""
+    from partitioner.costs.precision import recipe_of
+
+    fp8 = CostOptions.from_mapping({"precision": "fp8"})
+    layer = _block("qwen2.5-vl-7b-video-64f", False)
+    piece = layer.pieces[0]
+    b, t = 1.0, 2
+    freed = {}
+    for name, opts in (("bf16", OPTS), ("fp8", fp8)):
+        none = layer_terms(layer.pieces, t, b, "none", H100, opts)[3]
+        mlp = layer_terms(layer.pieces, t, b, "mlp", H100, opts)[3]
+        freed[name] = none - mlp
+    saved = 2.0 - recipe_of(fp8).stored_bytes()
+    s, h, f = piece.shape.tokens, piece.shape.hidden, piece.shape.ffn
+    assert freed["fp8"] == pytest.approx(freed["bf16"] - saved * (s * h / t + s * f / t))
