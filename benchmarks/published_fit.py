@@ -16,13 +16,13 @@ builds. A row fits when the busiest GPU's memory is within what the cost
 model lets a GPU use (:func:`~partitioner.costs.usable_memory_bytes`).
 
 Rows left out, each with its reason: knobs not published (recompute or
-sharding ``unknown``), GPUs without a cluster preset, no published global
+sharding ``unknown``), knobs the cost model has not (activation or
+optimizer offload), GPUs without a cluster preset, no published global
 batch. Interleaving not published with pp > 1: checked without; a micro
 batch not published: one sequence (each the least memory, so a row that
-does not fit then does not fit at all). FP8 rows are checked with the
-BF16 activation count (Transformer Engine keeps FP8 copies of GEMM inputs
-for the weight gradients: the BF16 count is an upper bound of what the
-FP8 run stores besides those copies), and reported as such.
+does not fit then does not fit at all). FP8 rows run their recipe
+(:mod:`partitioner.costs.precision`: fp8 copies of the linears' inputs,
+the cached fp8 weights).
 
 Run from the repository root::
 
@@ -157,6 +157,8 @@ def _skip(run: PublishedRun, setting: str | None, zero: tuple[int, str] | None) 
         return f"no cluster preset for {run.gpu}"
     if not run.gbs:
         return "global batch not published"
+    if run.offload not in ("none", "unknown"):
+        return f"offload ({run.offload}): not in the cost model"
     return ""
 
 
@@ -183,6 +185,8 @@ def fit_run(run: PublishedRun, recompute: str | None = None) -> FitRow:
                                "cp_degrees": [1, run.cp], "cp_min_tokens": 1}
     if not variant:
         options.update(recompute="none", zero1=False)
+    if run.fp8_recipe is not None:  # FP8 linears keep fp8 copies of their inputs (partitioner.costs.precision)
+        options.update(precision="fp8", fp8_recipe=run.fp8_recipe)
     if run.ep > 1:
         options.update(ep_degrees=[run.ep], etp_degrees=sorted({1, etp}))
     spec = arch_spec(MODELS[run.model], run.seq_len, run.model)
@@ -208,7 +212,7 @@ def fit_run(run: PublishedRun, recompute: str | None = None) -> FitRow:
         ev = evaluate(unlimited, plan)
     except PlanError as err:
         return FitRow(run.key, setting, stage_zero, None, None, f"not a plan of the problem: {err}")
-    notes = ["FP8 run checked with BF16 activations"] if run.precision != "bf16" else []
+    notes = []
     if run.pp > 1 and run.vpp is None:
         notes.append("interleaving not published: none assumed (the least stash)")
     if not run.mbs:

@@ -8,10 +8,12 @@ from benchmarks.published_fit import fit_run, fit_runs, run_setting
 
 pytestmark = pytest.mark.slow  # builds some sixty published runs' problems
 
-#: BF16 runs the memory model does not fit yet, each with what it lacks (not a recompute knob).
+#: Runs the memory model does not fit yet, each with what it lacks (none of them a recompute knob).
 KNOWN = {
     "mb2604-gptoss-b200-bf16": "gpt-oss-120b at ep 8: 14 B expert parameters per GPU at Megatron's 6 + 12/edp bytes are "
                                "some 100 GiB; the recipe's optimizer settings that make it fit 180 GB are not published",
+    "mz-qwen3-235b-gb200-mxfp8-s128k-cp4": "128k tokens, cp 4, pp 4 with 12 virtual stages on GB200: 189 GiB against "
+                                           "163 usable; what else the run set (offload, CUDA graphs) is not published",
 }
 
 
@@ -20,10 +22,9 @@ def rows():
     return {r.key: r for r in fit_runs()}
 
 
-def test_every_bf16_run_with_published_knobs_fits(rows):
-    by_key = {r.key: r for r in RUNS}
-    checked = [r for r in rows.values() if r.fits is not None and by_key[r.key].precision == "bf16"]
-    assert len(checked) >= 20
+def test_every_run_with_published_knobs_fits(rows):
+    checked = [r for r in rows.values() if r.fits is not None]
+    assert len(checked) >= 50
     misses = {r.key for r in checked if not r.fits}
     assert misses == set(KNOWN), {k: (rows[k].peak_gib, rows[k].usable_gib) for k in misses}
 
