@@ -72,6 +72,9 @@ def export_plan(plan: Plan, hints: Sequence[LayerHint], target: str, context: Ex
     if target not in EXPORTERS:
         raise ProblemError(f"unknown export target {target!r} (targets: {', '.join(TARGETS)})", path="--to")
     ctx = context or ExportContext()
+    acts = tuple(h.recompute_modules for h in hints)  # where each recompute module acts (Megatron merges its lists)
+    if ctx.recompute_acts is None and any(a is not None for a in acts):
+        ctx = replace(ctx, recompute_acts=acts)
     stages = stage_views(plan, hints)
     exported = EXPORTERS[target](stages, ctx)
     schedule, v = ctx.schedule, ctx.chunks

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from ..costs.recompute import OP, is_module_setting
 from ..costs.variants import Knobs
 from ..presets import ModelSpec, is_moe_layer
 from ..problem import LayerHint
@@ -48,7 +49,7 @@ class FrameworkRules:
     zero : tuple of int
         The ZeRO stages it sets (one for the whole model).
     recompute : tuple of str
-        The recompute settings it has (``none``, ``selective``, ``full``).
+        The recompute settings it has (``none``, ``selective``, ``full``, torchtitan's per-op ``op``).
     recompute_decoder_only : bool
         Whether it recomputes only the blocks holding decoder layers.
     cut_groups : callable
@@ -69,6 +70,9 @@ class FrameworkRules:
         The FP8 scaling recipes it trains with (:data:`partitioner.costs.fp8.RECIPES`; none: no FP8 training).
     fp8_note : str
         Where that comes from (said when a plan's recipe is refused).
+    modules : bool
+        Whether it runs module recompute (Megatron's ``--recompute-modules``: any module set of
+        :mod:`partitioner.costs.recompute`).
     """
 
     name: str
@@ -83,14 +87,16 @@ class FrameworkRules:
     recompute_per_stage: bool = False
     fp8_recipes: tuple[str, ...] = ()
     fp8_note: str = ""
+    modules: bool = False
 
     def runs_mesh(self, mesh: Mesh) -> bool:
         """Whether the framework runs the one mesh ``(dp, tp, cp, ep, etp)``."""
         return (self.cp or mesh[2] == 1) and (self.etp or mesh[4] == 1)
 
     def allows(self, knobs: Knobs) -> bool:
-        """Whether it sets the ZeRO stage and recompute of ``knobs``."""
-        return knobs.zero in self.zero and knobs.recompute in self.recompute
+        """Whether it sets the ZeRO stage and recompute of ``knobs`` (a module set when it runs :attr:`modules`)."""
+        return knobs.zero in self.zero and (knobs.recompute in self.recompute or (
+            self.modules and is_module_setting(knobs.recompute) and knobs.recompute != OP))
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,10 @@ class ExportContext:
         The language model's experts (a MoE model).
     cp_algorithm : str or None
         The context-parallel attention the plan was costed with.
+    recompute_acts : tuple or None
+        Per layer of the plan, the recompute modules that act on it (the cost
+        model's hints; None for a layer without, or none at all): where
+        Megatron's one ``--recompute-modules`` list acts.
     by_schedule : tuple of ScheduleTime
         ``plan``'s schedule table (the re-plan hint of a refused schedule).
     plan_args : PlanArgs or None
@@ -149,6 +159,7 @@ class ExportContext:
     precision: "PrecisionHints | None" = None
     moe: "MoeHints | None" = None
     cp_algorithm: str | None = None
+    recompute_acts: tuple[tuple[str, ...] | None, ...] | None = None
     by_schedule: tuple[ScheduleTime, ...] = ()
     plan_args: PlanArgs | None = None
 

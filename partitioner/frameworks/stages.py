@@ -18,13 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
+from ..costs.recompute import acting_modules
 from ..costs.variants import parse_variant
 from ..plan import Plan
 from ..problem import ProblemError
 from .common import LLM_ROLES, VISION_ROLES, LayerHint
 
 __all__ = ["StageView", "Segment", "SegmentKnobs", "stage_views", "describe_shape", "ReplicaBatch", "per_replica_microbatch",
-           "placement_note", "layout_reasons", "chunk_reasons", "segment_knobs", "one_zero", "one_recompute",
+           "placement_note", "layout_reasons", "chunk_reasons", "segment_knobs", "segment_acts", "one_zero", "one_recompute",
            "not_expressible_text"]
 
 
@@ -327,6 +328,17 @@ def segment_knobs(stages: Sequence[StageView]) -> tuple[list[SegmentKnobs], list
                 continue
             out.append(SegmentKnobs(s.index, g.first, g.last, g.dp, k.zero, k.recompute, s.segment_roles(g)))
     return out, reasons
+
+
+def segment_acts(knobs: SegmentKnobs, acts: Sequence[Sequence[str] | None] | None) -> frozenset[str]:
+    """The recompute modules that act on a segment's layers: ``acts``, per layer of the plan (the cost model's
+    ``recompute_modules`` hints, :attr:`~.common.ExportContext.recompute_acts`), when given, else by role
+    (:func:`~partitioner.costs.recompute.acting_modules`)."""
+    out: frozenset[str] = frozenset()
+    for i, role in enumerate(knobs.roles):
+        hint = acts[knobs.first + i] if acts is not None and knobs.first + i < len(acts) else None
+        out |= acting_modules(role, hint)
+    return out
 
 
 def _mixed(knobs: Sequence[SegmentKnobs], value: Any, label: Any) -> str:

@@ -25,6 +25,7 @@ from ..costs import CostOptions
 from ..plan import Plan
 from ..presets import ClusterSpec, ModelSpec, load_cluster, load_model
 from .assemble import assemble, best_baselines, no_plan
+from .context_report import context_report
 from .deadline import Deadline
 from .exact import prove_kept, space_of
 from .knob_solve import solve_with_knobs
@@ -179,6 +180,8 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
     # which bytes-per-parameter count the problems charged (plan --target T: T's, per ZeRO stage; screening.py)
     result = replace(result, memory=run.memory, precision=result.problem.workload.precision
                      if result.problem is not None else None)
+    if result.plan is not None and best.problem is not None:  # per stage, what its context parallelism costs and holds
+        result = replace(result, context_parallel=context_report(spec, cl, best.problem, result.plan))
     if run.rules is None and result.plan is not None:  # --target any: what each framework runs of it
         result = replace(result, targets=target_summaries(result, report, bests, run.memory))
     return _cut_short(result, deadline)

@@ -37,7 +37,10 @@ class LayerHint:
 
     ``role`` is one of ``vision``, ``projector``, ``embedding``,
     ``decoder``, ``loss``, ``action``; ``fqns`` are Hugging Face module
-    names (the layer's name when the cost model gave none).
+    names (the layer's name when the cost model gave none);
+    ``recompute_modules`` the recompute modules that act on the layer
+    (:func:`partitioner.costs.recompute.acting_modules`; None when the cost
+    model gave none).
     """
 
     name: str
@@ -45,6 +48,7 @@ class LayerHint:
     role: str = "decoder"
     fqns: tuple[str, ...] = ()
     params: int = 0
+    recompute_modules: tuple[str, ...] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -53,8 +57,11 @@ class LayerHint:
 
     def to_dict(self) -> dict[str, Any]:
         """The layer as ``meta.layers`` and ``export_hints.layers`` write it."""
-        return {"name": self.name, "module": self.module, "role": self.role, "params": self.params,
-                "fqns": list(self.fqns)}
+        doc: dict[str, Any] = {"name": self.name, "module": self.module, "role": self.role, "params": self.params,
+                               "fqns": list(self.fqns)}
+        if self.recompute_modules is not None:
+            doc.update(recompute_modules=list(self.recompute_modules))
+        return doc
 
     @classmethod
     def of(cls, doc: Any, where: str) -> "LayerHint":
@@ -68,8 +75,12 @@ class LayerHint:
         fqns = doc.get("fqns") or ()
         if not isinstance(fqns, (list, tuple)):
             raise ProblemError(f"must be a list of module names, got {fqns!r}", path=f"{where}.fqns")
+        acts = doc.get("recompute_modules")
+        if acts is not None and not isinstance(acts, (list, tuple)):
+            raise ProblemError(f"must be a list of recompute modules, got {acts!r}", path=f"{where}.recompute_modules")
         return cls(str(doc.get("name", "")), str(doc.get("module", "")), str(doc.get("role", "decoder")),
-                   tuple(str(f) for f in fqns), _count(doc.get("params")) or 0)
+                   tuple(str(f) for f in fqns), _count(doc.get("params")) or 0,
+                   None if acts is None else tuple(str(m) for m in acts))
 
 
 def _mapping(value: Any) -> Mapping[str, Any] | None:

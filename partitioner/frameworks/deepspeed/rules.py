@@ -7,8 +7,9 @@
   no expert tensor parallelism; the exporter also writes etp = tp
   (``enable_expert_tensor_parallelism``) for plans made without the rules.
 * Knobs: ZeRO 0 or 1 (the pipeline engine refuses ZeRO-2 and ZeRO-3) and
-  ``activation_checkpoint_interval`` (full recompute, per stage); selective
-  recompute has no ``PipelineModule`` setting.
+  ``activation_checkpoint_interval`` (full recompute, per stage); anything
+  finer (selective, Megatron's modules, torchtitan's per-op policy) has no
+  ``PipelineModule`` setting.
 * Cuts: anywhere (``PipelineModule`` takes the boundaries as given).
 * FP8: none (its engine trains in fp32, fp16 or bf16).
 * Weights: ``BF16_Optimizer`` 4 + 12/d at stage 0 (bf16 with a pipeline),

@@ -53,20 +53,24 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
+from ...costs.recompute import MODULES as RECOMPUTE_MODULES
+from ...costs.recompute import OP, merge_settings, modules_of
 from ..common import VISION_ROLES, Export, ExportContext, MoeHints, PrecisionHints
 from ..stages import (
+    SegmentKnobs,
     StageView,
     chunk_reasons,
     layout_reasons,
     one_recompute,
     one_zero,
     per_replica_microbatch,
+    segment_acts,
     segment_knobs,
 )
 from .fp8 import megatron_fp8
 from .rules import RULES, SCHEDULE_REFUSALS
 
-__all__ = ["export_megatron", "megatron_layout", "parse_megatron_layout", "mimo_grid", "CHECKED_WITH"]
+__all__ = ["export_megatron", "megatron_layout", "parse_megatron_layout", "mimo_grid", "megatron_recompute", "CHECKED_WITH"]
 
 CHECKED_WITH = "megatron-core 0.16.1 (Megatron-LM core_r0.16 flags); MIMO grid per Megatron Bridge's MimoParallelismConfig"
 
@@ -213,11 +217,41 @@ class _Settings:
         return _Settings({**self.core, **other.core}, {**self.ddp, **other.ddp}, self.flags + other.flags)
 
 
-def _knob_settings(zero: int, recompute: str) -> _Settings:
-    """The settings of one ZeRO stage and one recompute setting (:data:`ZERO_SETTINGS`, :data:`RECOMPUTE_SETTINGS`)."""
-    ddp, zero_flags = ZERO_SETTINGS[zero]
-    core, recompute_flags = RECOMPUTE_SETTINGS[recompute]
-    return _Settings(core, ddp, zero_flags + recompute_flags)
+def _zero_settings(zero: int) -> _Settings:
+    """The settings of one ZeRO stage (:data:`ZERO_SETTINGS`)."""
+    ddp, flags = ZERO_SETTINGS[zero]
+    return _Settings({}, ddp, flags)
+
+
+def megatron_recompute(knobs: Sequence[SegmentKnobs], acts: Sequence[Sequence[str] | None] | None,
+                       rule: str) -> tuple[_Settings, list[str]]:
+    """(settings, reasons) of the plan's recompute settings in Megatron-Core.
+
+    ``none``, ``selective`` and ``full``: :data:`RECOMPUTE_SETTINGS`; a module
+    set (:mod:`partitioner.costs.recompute`): ``--recompute-granularity
+    selective --recompute-modules m1 m2 ...`` (with ``moe_act``,
+    ``--moe-grouped-gemm``, which Megatron-Core requires for it). Segments
+    merge into one list when each runs as planned under it
+    (:func:`~partitioner.costs.recompute.merge_settings`: a module acts only
+    on the layers that have it, ``acts`` per layer from the cost model's
+    hints, :func:`~.stages.segment_acts`); else ``rule`` says why not.
+    torchtitan's per-op policy (``op``) has no Megatron setting.
+    """
+    merged = merge_settings([(k.recompute, segment_acts(k, acts)) for k in knobs])
+    if merged is None:
+        _, mixed = one_recompute(knobs, rule)
+        return _Settings(), mixed
+    if merged == OP:
+        return _Settings(), ["per-op selective recompute (torchtitan's SelectiveAC policy) has no Megatron-LM setting: "
+                             "Megatron recomputes whole layers or the modules of --recompute-modules"]
+    if merged in RECOMPUTE_SETTINGS:
+        core, flags = RECOMPUTE_SETTINGS[merged]
+        return _Settings(core, {}, flags), []
+    mods = [m for m in RECOMPUTE_MODULES if m in modules_of(merged)]
+    grouped = {"moe_grouped_gemm": True} if "moe_act" in mods else {}
+    return _Settings({"recompute_granularity": "selective", "recompute_modules": mods, **grouped}, {},
+                     ("--recompute-granularity selective", "--recompute-modules " + " ".join(mods),
+                      *(("--moe-grouped-gemm",) if grouped else ()))), []
 
 
 def _moe_settings(moe: MoeHints, ep: int, etp: int) -> _Settings:
@@ -269,11 +303,11 @@ def _knob_flags(stages: Sequence[StageView], shape: tuple[int, ...], ctx: Export
     knobs, reasons = segment_knobs(stages)
     zero, notes, zr = one_zero(knobs, "Megatron-LM sets one optimizer sharding (--use-distributed-optimizer, or "
                                       "Megatron-FSDP's sharding strategy) for every rank")
-    recompute, rr = one_recompute(knobs, "Megatron-LM applies one --recompute-granularity to every layer of every stage "
-                                         "(its VLM path copies the language config, recompute included, into the vision "
-                                         "encoder's)")
+    recompute, rr = megatron_recompute(knobs, ctx.recompute_acts, "Megatron-LM applies one --recompute-granularity (and "
+                                       "one --recompute-modules list) to every layer of every stage (its VLM path copies "
+                                       "the language config, recompute included, into the vision encoder's)")
     axes, ar = _axis_settings(shape, ctx)
-    return _knob_settings(zero, recompute) + axes, notes, reasons + zr + rr + ar
+    return _zero_settings(zero) + recompute + axes, notes, reasons + zr + rr + ar
 
 
 # --------------------------------------------------------------------------- Megatron-LM flags
@@ -613,9 +647,9 @@ def _mimo_knobs(stages: Sequence[StageView]) -> tuple[dict[str, dict[str, Any]],
     for name in ("vision", "llm"):
         mine = [k for k in knobs if (("vision" in k.roles) if name == "vision" else not all(r in VISION_ROLES for r in k.roles))]
         zero, _, zr = one_zero(mine, f"MIMO module {name!r} has one optimizer setting")
-        recompute, rr = one_recompute(mine, f"MIMO module {name!r} has one TransformerConfig")
+        recompute, rr = megatron_recompute(mine, None, f"MIMO module {name!r} has one TransformerConfig")
         reasons += zr + rr
-        settings = _knob_settings(zero, recompute)
+        settings = _zero_settings(zero) + recompute
         out[name] = {"transformer_config": dict(settings.core), "ddp_config": dict(settings.ddp)}
     return out, reasons
 

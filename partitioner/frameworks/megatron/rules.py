@@ -9,7 +9,7 @@
   the exporter but not searched by the planner.
 * Knobs, once for all ranks and layers: ZeRO-0, ZeRO-1 (the distributed
   optimizer) or ZeRO-3 (Megatron-FSDP), and ``--recompute-granularity``
-  selective or full.
+  selective (with ``--recompute-modules``: any module set) or full.
 * Cuts (:func:`cut_groups`): the vision encoder and projector run on the
   first language-model stage, and no stage holds the action head alone.
 * Weights: 18 bytes per parameter, 6 + 12/d with the distributed optimizer
@@ -65,4 +65,5 @@ RULES = FrameworkRules(
     fp8_recipes=("tensorwise", "delayed", "blockwise", "mxfp8"),
     fp8_note="megatron-core 0.16.1 TransformerConfig.fp8_recipe: tensorwise, delayed, mxfp8, blockwise (and custom "
              "quantizer factories)",
+    modules=True,
 )

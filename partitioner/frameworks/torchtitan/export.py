@@ -58,10 +58,12 @@ backward); ZeRO-1 has no torchtitan setting of its own: the export uses
 which keeps the weights gathered from forward to backward (ZeRO-1's
 weights) and shards gradients and optimizer states, so it never needs
 more memory than ZeRO-1. Recompute: torchtitan's ``activation_checkpoint``
-wraps the blocks of ``layers`` only: ``full`` is ``FullAC``; its
-``selective`` is a per-op policy (save matmul and attention outputs,
-recompute every second matmul), not the attention-core recompute the
-plan costs, so a plan with selective recompute is not expressible; and
+wraps the blocks of ``layers`` only: ``full`` is ``FullAC``; the plan's
+``recompute-op`` is its ``selective`` (``SelectiveAC``, a per-op policy:
+save matmul and attention outputs, recompute every second matmul,
+:mod:`partitioner.costs.recompute`); the attention-core and module
+recompute the plan costs for Megatron (``selective``, module sets) are
+not torchtitan settings, so such plans are not expressible; and
 recompute outside the decoder layers (vision encoder, action head) is not
 expressible. The subcommand is always written, ``none`` included: a base
 config may enable AC (torchtitan's llama3 configs use ``selective``).
@@ -82,8 +84,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
+from ...costs.recompute import OP
 from ..common import VISION_ROLES, Export, ExportContext, MoeHints
 from ..stages import (
     ReplicaBatch,
@@ -98,10 +102,14 @@ from ..stages import (
 from .fp8 import torchtitan_fp8
 from .rules import RULES, SCHEDULE_NAMES, SCHEDULE_REFUSALS
 
-__all__ = ["export_torchtitan", "torchtitan_names", "CHECKED_WITH"]
+__all__ = ["export_torchtitan", "torchtitan_names", "CHECKED_WITH", "AC_MODES", "AC_CLASSES"]
 
 CHECKED_WITH = ("torchtitan 0.3.0 (config_registry + CLI overrides; 0.2.x TOML files are not targeted); schedule names per "
                 "torch 2.13 get_schedule_class")
+# the plan's recompute -> torchtitan's activation_checkpoint subcommand (full, or the per-op policy "op")
+AC_MODES = MappingProxyType({"full": "full", OP: "selective"})
+# activation_checkpoint subcommand -> its policy class (torchtitan/distributed/activation_checkpoint.py)
+AC_CLASSES = MappingProxyType({"full": "FullAC", "selective": "SelectiveAC"})
 
 
 def _flat(fqn: str) -> str:
@@ -207,10 +215,10 @@ def _knobs(stages: Sequence[StageView], ctx: ExportContext) -> tuple[dict[str, A
     if other:
         reasons.append(f"recompute planned on {', '.join(other)}, outside the decoder layers: torchtitan's "
                        "activation_checkpoint wraps only the blocks of `layers`")
-    if recompute not in RULES.recompute:  # selective: its one recompute setting it lacks
-        reasons.append("selective recompute (the attention core) is not torchtitan's selective activation checkpointing "
-                       "(a per-op policy that saves matmul and attention outputs and recomputes every second matmul); "
-                       "torchtitan offers full, selective, memory-budget or none")
+    if recompute not in RULES.recompute:  # selective and the module sets: Megatron's, not torchtitan's
+        reasons.append(f"recompute {recompute} (Megatron-style module recompute) is not torchtitan's selective activation "
+                       "checkpointing (a per-op policy that saves matmul and attention outputs and recomputes every "
+                       "second matmul: the plan's recompute-op); torchtitan offers full, selective, memory-budget or none")
     dp, tp, cp, ep, etp = stages[0].segments[0].shape
     if zero == 0 and dp > 1:
         if cp > 1:
@@ -235,7 +243,7 @@ def _knobs(stages: Sequence[StageView], ctx: ExportContext) -> tuple[dict[str, A
         reasons.append(f"the plan splits experts over ep {ep}, but its hints do not describe the model's experts")
     elif moe is not None and moe.num_experts % ep:
         reasons.append(f"ep {ep} does not divide the model's {moe.num_experts} experts")
-    return axes.to_dict(), ("full" if recompute == "full" else "none"), notes, reasons
+    return axes.to_dict(), AC_MODES.get(recompute, "none"), notes, reasons
 
 
 def _overrides(cfg: Mapping[str, Mapping[str, Any]], ac: str = "none") -> list[str]:
@@ -263,7 +271,7 @@ def _registry_function(cfg: Mapping[str, Mapping[str, Any]], base: str, ac: str 
     lines = [
         "# config_registry.py of your own package; run: -m torchtitan.train --module <package> --config planned",
         f"from {module} import {func} as _base",
-        *(["from torchtitan.distributed.activation_checkpoint import FullAC"] if ac == "full" else []),
+        *([f"from torchtitan.distributed.activation_checkpoint import {AC_CLASSES[ac]}"] if ac in AC_CLASSES else []),
         *imports,
         "",
         *(["# the plan's FP8: torchtitan's converters on the model config (LM head and router left in BF16)",
@@ -276,7 +284,7 @@ def _registry_function(cfg: Mapping[str, Mapping[str, Any]], base: str, ac: str 
     for section, values in cfg.items():
         for key, value in values.items():
             lines.append(f"    config.{section}.{key} = {value!r}")
-    lines.append("    config.activation_checkpoint = " + ("FullAC.Config()" if ac == "full" else "None"))
+    lines.append("    config.activation_checkpoint = " + (f"{AC_CLASSES[ac]}.Config()" if ac in AC_CLASSES else "None"))
     if converters:
         lines += ["    for converter in CONVERTERS:",
                   "        config.model_spec.model = converter.build().convert(config.model_spec.model)"]

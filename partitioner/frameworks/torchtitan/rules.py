@@ -8,9 +8,9 @@
   tensor parallelism of its own.
 * Knobs: one data-parallel setting for the whole model (replicate, or FSDP2
   shard with ``fsdp_reshard_after_forward``: ZeRO-0, 1, 3); recompute
-  ``full`` (``FullAC``) on the blocks of ``layers`` only -- its
-  ``selective`` is a per-op policy, not the attention-core recompute the
-  cost model counts.
+  ``full`` (``FullAC``) or the per-op ``op`` (its ``SelectiveAC``) on the
+  blocks of ``layers`` only -- not the attention-core or module recompute
+  the cost model costs for Megatron.
 * Cuts (:func:`cut_groups`): its VLMs run the vision encoder, whole, inside
   the embedding step of the stage holding ``tok_embeddings``.
 * FP8: torchao's rowwise (``Float8LinearConverter``) and mxfp8
@@ -30,6 +30,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Sequence
 
+from ...costs.recompute import OP
 from ...problem import ProblemError
 from ..common import VISION_ROLES, FrameworkRules
 
@@ -69,7 +70,7 @@ RULES = FrameworkRules(
     name="torchtitan",
     schedules=tuple(SCHEDULE_NAMES),
     zero=(0, 1, 3),
-    recompute=("none", "full"),
+    recompute=("none", "full", OP),
     recompute_decoder_only=True,
     cut_groups=cut_groups,
     memory=MappingProxyType({0: "torchtitan-ddp", 1: "fsdp2-keep-gathered", 3: "fsdp2"}),

@@ -23,6 +23,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Literal, Mapping, Sequence, get_args
 
+from ...costs.recompute import acting_modules, merge_settings
 from ...costs.variants import Knobs, parse_variant
 from ...frameworks import RULES, FrameworkName, FrameworkRules, Mesh
 from ...plan import Plan, Stage
@@ -48,6 +49,15 @@ def _roles(problem: Problem) -> list[str]:
     if len(hints) == problem.num_layers:
         return [h.role for h in hints]
     return ["decoder"] * problem.num_layers
+
+
+def _acts(problem: Problem) -> list[frozenset[str]]:
+    """Per layer, the recompute modules that act on it (the cost model's hints; by role without them)."""
+    hints = problem.workload.layers
+    roles = _roles(problem)
+    if len(hints) != problem.num_layers:
+        return [acting_modules(r) for r in roles]
+    return [acting_modules(r, h.recompute_modules) for r, h in zip(roles, hints)]
 
 
 def _decoder_modules(problem: Problem) -> frozenset[str]:
@@ -263,9 +273,13 @@ def runs(rules: FrameworkRules, problem: Problem, plan: Plan) -> list[str]:
     zeros = {k.zero for k, dp, _ in knobs if dp > 1}  # dp here counts the dp x cp replicas  # ZeRO-0 next to ZeRO-1 runs as ZeRO-1 (the exporters' one_zero)
     if 3 in zeros and len(zeros) > 1:
         reasons.append(f"mixed ZeRO stages {sorted(zeros)}: {rules.name} sets one")
-    covered = [k.recompute for k, _, dec in knobs if dec or not rules.recompute_decoder_only]
-    if len(set(covered)) > 1 and not rules.recompute_per_stage:
-        reasons.append(f"mixed recompute settings {sorted(set(covered))}: {rules.name} sets one")
+    acts = _acts(problem)
+    covered = [(k.recompute, frozenset().union(*(acts[i] for i in range(a, b + 1))))
+               for (k, _, dec), (_, (a, b), _) in zip(knobs, configs) if dec or not rules.recompute_decoder_only]
+    # Megatron's module lists merge where each module acts (merge_settings)
+    merged = merge_settings(covered) if rules.modules else (covered[0][0] if len({r for r, _ in covered}) == 1 else None)
+    if covered and merged is None and not rules.recompute_per_stage:
+        reasons.append(f"mixed recompute settings {sorted({r for r, _ in covered})}: {rules.name} sets one")
     try:
         starts = {a for a, _ in layer_groups(problem, rules)}
     except ProblemError as err:
