@@ -1,0 +1,217 @@
+"""``dp`` under ``training.schedule: interleaved``: the space searched group count by group count.
+
+The space is :mod:`.space`'s (equal groups on canonical ids, one mesh per
+group, P·v contiguous chunks, configs per segment). A DP along the layer
+order cannot hold it (a group's time and memory sum chunks g, g + P, ...
+that lie far apart), so this path works on cuts (:mod:`.cuts`), in three
+steps per group count P:
+
+1. a proven lower bound, the linear relaxation of :mod:`.bound` (it keeps
+   every group's memory), and at least the fastest entries' bound
+   (:meth:`.formulation.GroupData.time_lower_bound`);
+2. a good plan fast: local search over the cuts (:mod:`.local`) from
+   Megatron-LM's uniform cut, a cut into chunks of equal fastest compute
+   and the caller's warm start, each group taking a greedy choice of mesh
+   and options (:mod:`.groups`); the best cut found is then priced
+   exactly (each group's best mesh and options, by branch and bound);
+3. proof: branch and bound over the cuts (:mod:`.exact`) against the best
+   value over all group counts, until it ends (the plan is ``optimal``),
+   or the time limit or the node budget (:data:`NODE_BUDGET`) stops it;
+   only on a group count with at most :data:`PROOF_CUTS` cuts (on larger
+   ones its bound would not move: the relaxation's bound is reported).
+
+The group counts go best bound first; a count whose bound is no better
+than the best plan found is closed without a search. ``optimal`` when
+every count is closed; else ``feasible`` with the least bound still open
+(each count's: the larger of its relaxation's and its search's). Without
+a time limit the local search runs to its local optimum and
+:data:`RESTARTS` perturbed restarts per group count; with one, the bounds
+and local searches share :data:`SEARCH_SHARE` of it when a proof is to
+follow, all of it otherwise.
+"""
+from __future__ import annotations
+
+import math
+import time
+from math import comb
+
+from ...plan import PlanError, SolveResult, evaluate
+from ...problem import Problem
+from ..base import Candidate, SolveRequest, finish
+from .bound import relaxed_bound
+from .cuts import ROUNDS, CutCost, GroupSpace
+from .exact import branch_and_bound
+from .formulation import GroupData
+from .local import cost_key, improve
+from .space import group_counts, group_ids, no_group_count_message
+
+__all__ = ["solve_interleaved_search", "round_balanced", "NODE_BUDGET", "PROOF_CUTS", "RESTARTS", "SEARCH_SHARE"]
+
+NODE_BUDGET = 20_000  # prefixes the proof may visit per group count (it reports its bound past them)
+# The proof runs on a group count only when its cuts, C(L - 1, P·v - 1), are at most this many: beyond,
+# the relaxation's bound is the answer's (the branch and bound visited about 100 prefixes a second on
+# Qwen3-VL-30B-A3B's 78 layers x 24 chunks and closed none of its 2.6e19 cuts' gap).
+PROOF_CUTS = 10**6
+RESTARTS = 8  # perturbed restarts of the local search per group count
+SEARCH_SHARE = 0.5  # share of the time limit the bounds and local searches may use before the proof starts
+_REL = 1e-9  # relative tolerance of "the bound reaches the value"
+
+
+def _warm_bounds(problem: Problem, request: SolveRequest, P: int) -> tuple[int, ...] | None:
+    """The caller's warm start as a cut of P groups, when it is a plan of the space."""
+    plan = request.warm_start
+    v = problem.training.virtual_stages
+    if plan is None or len(plan.stages) != P * v:
+        return None
+    plan = plan.with_device_ids()
+    ids = group_ids(problem, P)
+    if any(tuple(s.device_ids or ()) != ids[c % P] for c, s in enumerate(plan.stages)):
+        return None
+    try:
+        evaluate(problem, plan, request.objective)
+    except PlanError:
+        return None
+    return tuple(s.first_layer for s in plan.stages) + (problem.num_layers,)
+
+
+def _reference_times(space: GroupSpace) -> list[float]:
+    """Per layer the fastest compute among its configs of the group size (what balanced cuts balance)."""
+    assert space.tables is not None
+    configs = set(space.tables.configs)
+    return [min((e.fwd_ms + e.bwd_ms for lay, e in layer.costs.items() if lay in configs), default=0.0)
+            for layer in space.problem.layers]
+
+
+def solve_interleaved_search(problem: Problem, request: SolveRequest) -> Candidate:
+    """Plan an interleaved problem (module docstring)."""
+    start = time.perf_counter()
+    deadline = request.deadline(start)
+    if problem.cluster.topology is not None:
+        return Candidate("error", message="dp: custom cluster topologies are not supported by the solvers yet")
+    counts = group_counts(problem)
+    if not counts:
+        return Candidate("infeasible", message=no_group_count_message(problem))
+    objective = request.objective
+    provable = {P for P in counts if comb(problem.num_layers - 1, P * problem.training.virtual_stages - 1) <= PROOF_CUTS}
+    share = SEARCH_SHARE if provable else 1.0
+    search_end = None if deadline is None else start + share * (deadline - start)
+    spaces = {P: GroupSpace(problem, P, objective) for P in counts}
+    seconds: dict[str, float] = {}
+    clock = time.perf_counter()
+    bounds: dict[int, float] = {}
+    notes: dict[str, str] = {}
+    for P in counts:
+        found = relaxed_bound(problem, objective, P, None if deadline is None else max(0.01, deadline - time.perf_counter()))
+        floor = GroupData.of(problem, objective, P).time_lower_bound() * (1 - 1e-12)  # the fastest entries'
+        bounds[P] = floor if found is None else max(found, floor)
+    seconds["bounds"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    best: CutCost | None = None
+    order = sorted(counts, key=lambda P: bounds[P])
+    for i, P in enumerate(order):
+        if bounds[P] == math.inf:
+            notes[str(P)] = "no plan fits (the relaxation is infeasible)"
+            continue
+        if best is not None and bounds[P] >= best.value * (1 - _REL):
+            continue
+        space = spaces[P]
+        starts = [b for b in (_warm_bounds(problem, request, P), space.uniform_bounds(),
+                              space.balanced_bounds(_reference_times(space))) if b is not None]
+        # the counts left share what is left of the search time
+        share = None if search_end is None else time.perf_counter() + (search_end - time.perf_counter()) / (len(order) - i)
+        found = improve(space, starts, share, seed=request.seed, rounds=RESTARTS)
+        if found is None or not found.fits:
+            continue
+        exact = space.price(found.bounds, exact=True, deadline=share)
+        if exact.fits and cost_key(exact) <= cost_key(found):
+            found = exact
+        if best is None or found.value < best.value:
+            best = found
+    seconds["local search"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    open_bounds: list[float] = []
+    for P in order:
+        if bounds[P] == math.inf:
+            continue
+        if best is not None and bounds[P] >= best.value * (1 - _REL):
+            notes.setdefault(str(P), "closed by its bound")
+            continue
+        if P not in provable:
+            open_bounds.append(bounds[P])
+            notes[str(P)] = f"not searched: more than {PROOF_CUTS:,} cuts; the relaxation's bound stands"
+            continue
+        left = None if deadline is None else deadline - time.perf_counter()
+        if left is not None and left <= 0:
+            open_bounds.append(bounds[P])
+            notes[str(P)] = "not searched: time limit"
+            continue
+        incumbent = math.inf if best is None else best.value
+        result = branch_and_bound(spaces[P], incumbent, deadline, NODE_BUDGET)
+        if result.best is not None and (best is None or result.best.value < best.value):
+            best = result.best
+        if result.finished:
+            notes[str(P)] = f"searched ({result.nodes} prefixes)"
+        else:
+            open_bounds.append(max(bounds[P], result.bound))
+            notes[str(P)] = f"search cut short after {result.nodes} prefixes"
+    seconds["proof"] = time.perf_counter() - clock
+    extra = {"interleaved": {"space": "equal device groups, one mesh per group, canonical placement",
+                             "seconds": {k: round(x, 3) for k, x in seconds.items()},
+                             "bounds": {str(P): (None if bounds[P] == math.inf else bounds[P]) for P in counts},
+                             "groups": notes}}
+    if best is None:
+        if not open_bounds:
+            return Candidate("infeasible", extra=extra, message=(
+                "no interleaved plan of the searched space (equal device groups, one mesh per group) fits for "
+                f"any of the group counts {', '.join(map(str, counts))}"))
+        return Candidate("error", extra=extra, timed_out=True,
+                         message="dp: the time limit ended the interleaved search before any plan was found")
+    plan = spaces[len(best.times)].plan(best)
+    value = best.value
+    bound = min([value] + open_bounds)
+    if not open_bounds:
+        return Candidate("optimal", plan, value, "", extra)
+    why = "; ".join(f"{P} groups: {notes[str(P)]}" for P in order if str(P) in notes and not notes[str(P)].startswith(
+        ("closed", "searched", "no plan")))
+    return Candidate("feasible", plan, bound, (
+        f"dp: interleaved search not proven optimal (gap {(value - bound) / value:.2%} to the proven bound; {why})"),
+        extra)
+
+
+def round_balanced(problem: Problem, objective: str, method: str, time_limit: float | None,
+                   seed: int = 0) -> list[SolveResult]:
+    """Plans of the space whose rounds are balanced, for ``plan`` to replay beside the method's own.
+
+    The ``iteration`` estimate assumes the P chunks of each round take
+    equal times (:mod:`partitioner.plan.schedules`), and the cuts that
+    minimise it often break that and simulate slower than Megatron-LM's
+    uniform cut (:func:`.cuts.rounds_value` has the measurements). Per
+    group count, local search (:mod:`.local`) on the lockstep value
+    :func:`.cuts.rounds_value` from the uniform and the balanced cut, each
+    group taking its best mesh and options (exactly, within the time);
+    the best plan per group count, as a ``feasible`` result of ``method``
+    valued by ``objective`` (no optimality is claimed: the schedule
+    choice simulates them).
+    """
+    start = time.perf_counter()
+    deadline = None if time_limit is None else start + time_limit
+    request = SolveRequest(objective, time_limit, seed)
+    out = []
+    counts = group_counts(problem) if problem.cluster.topology is None else []
+    for i, P in enumerate(counts):
+        space = GroupSpace(problem, P, ROUNDS)
+        starts = [b for b in (space.uniform_bounds(), space.balanced_bounds(_reference_times(space))) if b is not None]
+        share = None if deadline is None else time.perf_counter() + (deadline - time.perf_counter()) / (len(counts) - i)
+        found = improve(space, starts, share, seed=seed, rounds=0)
+        if found is None or not found.fits:
+            continue
+        exact = space.price(found.bounds, exact=True, deadline=share)
+        if exact.fits and exact.value <= found.value:
+            found = exact
+        result = finish(problem, method, request, Candidate(
+            "feasible", space.plan(found), None,
+            f"{method}: round-balanced interleaved cut ({P} groups; local search on the lockstep value, "
+            "not the estimate's optimum)"), time.perf_counter() - start)
+        if result.plan is not None:
+            out.append(result)
+    return out
