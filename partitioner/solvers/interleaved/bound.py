@@ -36,11 +36,11 @@ import math
 import os
 import sys
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import numpy as np
 
-from ...problem import Problem
+from ...problem import Layout, Problem
 from .space import group_configs, held_states, send_ms
 
 __all__ = ["relaxed_bound", "BOUND_MARGIN"]
@@ -84,13 +84,27 @@ def _least_sends(problem: Problem, groups: int) -> list[float]:
     return out
 
 
-def relaxed_bound(problem: Problem, objective: str, groups: int, time_limit: float | None = None) -> float | None:
+def _pareto_columns(entries: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The (time, bytes) columns of one layer and group that no other matches or beats in both: a
+    dominated column can be swapped for its dominator in any LP point without raising a time or a row."""
+    kept: list[tuple[float, float]] = []
+    for t, b in sorted(set(entries)):
+        if not kept or b < kept[-1][1]:
+            kept.append((t, b))
+    return kept
+
+
+def relaxed_bound(problem: Problem, objective: str, groups: int, time_limit: float | None = None,
+                  configs: Sequence[Layout] | None = None) -> float | None:
     """The LP bound of the module docstring for P = ``groups`` (ms); inf when the LP proves no plan fits,
-    None when HiGHS gives no optimum (time limit, numerical trouble)."""
+    None when HiGHS gives no optimum (time limit, numerical trouble). ``configs``: those of the group
+    size (:func:`.space.group_configs`), when the caller holds them."""
     import highspy
 
     P, v, m = groups, problem.training.virtual_stages, problem.microbatches
-    configs = set(group_configs(problem, problem.num_devices // P))
+    allowed = set(group_configs(problem, problem.num_devices // P) if configs is None else configs)
+    if P * v > problem.num_layers:
+        return math.inf
     capacity = problem.cluster.gpu_memory_bytes
     nu = [max(min(s) for s in held_states(P, m, v, g)) for g in range(P)]
     sends = _least_sends(problem, P)
@@ -101,15 +115,16 @@ def relaxed_bound(problem: Problem, objective: str, groups: int, time_limit: flo
     starts, index, value = [0], [], []
     slowest = 0.0
     for i, layer in enumerate(problem.layers):
-        entries = [e for lay, e in layer.costs.items() if lay in configs]
+        entries = [e for lay, e in layer.costs.items() if lay in allowed]
         if not entries:
             return math.inf  # a layer with no config of the group size: no plan has P groups
         slowest = max(slowest, min(e.fwd_ms + e.bwd_ms for e in entries))
         for g in range(P):
-            for e in entries:  # x[i, g, k]
+            columns = _pareto_columns([(e.fwd_ms + e.bwd_ms, float(e.weight_bytes - e.tied_weight_bytes + nu[g] * e.act_bytes))
+                                       for e in entries])
+            for t, b in columns:  # x[i, g, k]
                 index.extend((i, mem_row + g, time_row + g))
-                value.extend((1.0, float(e.weight_bytes - e.tied_weight_bytes + nu[g] * e.act_bytes),
-                              -(e.fwd_ms + e.bwd_ms)))
+                value.extend((1.0, b, -t))
                 starts.append(len(index))
     n_x = len(starts) - 1
     for g in range(P):  # T_g

@@ -1,6 +1,6 @@
 """A good cut fast: local search over the chunk bounds of one group count.
 
-Moves shift a run of consecutive bounds b_c .. b_{c+r} (r < P) by the same
+Moves shift a run of consecutive bounds b_c .. b_{c+r} (r < min(P, :data:`MAX_RUN`)) by the same
 delta: chunk c - 1 gains (or loses) delta layers, chunk c + r loses (or
 gains) them and the chunks between keep their sizes but slide, so load
 moves between two groups that need not be neighbours. A move is kept when
@@ -20,9 +20,10 @@ from typing import Iterator
 
 from .cuts import CutCost, GroupSpace
 
-__all__ = ["improve", "cost_key", "DELTAS"]
+__all__ = ["improve", "cost_key", "DELTAS", "MAX_RUN"]
 
 DELTAS = (1, -1, 2, -2, 4, -4)  # how far a move shifts its bounds (layers)
+MAX_RUN = 4  # bounds a move shifts together, at most (each run's groups are re-priced: P of them for a run of P)
 
 
 def cost_key(cost: CutCost) -> tuple:
@@ -50,7 +51,7 @@ def descend(space: GroupSpace, cost: CutCost, deadline: float | None) -> CutCost
     while improved:
         improved = False
         for i, (c, bounds) in enumerate(_moves(space, best.bounds, start)):
-            if deadline is not None and i % 16 == 0 and time.perf_counter() > deadline:
+            if deadline is not None and time.perf_counter() > deadline:
                 return best
             trial = space.price(bounds)
             k = cost_key(trial)

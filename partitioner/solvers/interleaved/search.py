@@ -6,28 +6,30 @@ order cannot hold it (a group's time and memory sum chunks g, g + P, ...
 that lie far apart), so this path works on cuts (:mod:`.cuts`), in three
 steps per group count P:
 
-1. a proven lower bound, the linear relaxation of :mod:`.bound` (it keeps
-   every group's memory), and at least the fastest entries' bound
-   (:meth:`.formulation.GroupData.time_lower_bound`);
-2. a good plan fast: local search over the cuts (:mod:`.local`) from
+1. a good plan fast: local search over the cuts (:mod:`.local`) from
    Megatron-LM's uniform cut, a cut into chunks of equal fastest compute
    and the caller's warm start, each group taking a greedy choice of mesh
    and options (:mod:`.groups`); the best cut found is then priced
-   exactly (each group's best mesh and options, by branch and bound);
+   exactly (each group's best mesh and options, by branch and bound). The
+   counts go best start first;
+2. a proven lower bound: the fastest entries' (:func:`_analytic_floor`),
+   and the linear relaxation of :mod:`.bound`, which keeps every group's
+   memory, where that floor does not close the count already;
 3. proof: branch and bound over the cuts (:mod:`.exact`) against the best
    value over all group counts, until it ends (the plan is ``optimal``),
    or the time limit or the node budget (:data:`NODE_BUDGET`) stops it;
    only on a group count with at most :data:`PROOF_CUTS` cuts (on larger
    ones its bound would not move: the relaxation's bound is reported).
 
-The group counts go best bound first; a count whose bound is no better
-than the best plan found is closed without a search. ``optimal`` when
+A count whose bound is no better than the best plan found is closed
+without a search. ``optimal`` when
 every count is closed; else ``feasible`` with the least bound still open
 (each count's: the larger of its relaxation's and its search's). Without
 a time limit the local search runs to its local optimum and
-:data:`RESTARTS` perturbed restarts per group count; with one, the bounds
-and local searches share :data:`SEARCH_SHARE` of it when a proof is to
-follow, all of it otherwise.
+:data:`RESTARTS` perturbed restarts per group count; with one, the local
+searches and bounds share :data:`SEARCH_SHARE` of it when a proof is to
+follow, all of it otherwise (the bounds get what the searches leave, or
+the proof's time when they leave none).
 """
 from __future__ import annotations
 
@@ -41,9 +43,9 @@ from ..base import Candidate, SolveRequest, finish
 from .bound import relaxed_bound
 from .cuts import ROUNDS, CutCost, GroupSpace
 from .exact import branch_and_bound
-from .formulation import GroupData
 from .local import cost_key, improve
-from .space import group_counts, group_ids, no_group_count_message
+from .space import group_configs, group_counts, group_ids, no_group_count_message
+from .tables import ChunkTables
 
 __all__ = ["solve_interleaved_search", "round_balanced", "NODE_BUDGET", "PROOF_CUTS", "RESTARTS", "SEARCH_SHARE"]
 
@@ -82,6 +84,36 @@ def _reference_times(space: GroupSpace) -> list[float]:
             for layer in space.problem.layers]
 
 
+def _analytic_floor(space: GroupSpace, objective: str) -> float:
+    """The objective's floor from every layer's fastest entry of the group size (no memory, no sends):
+    the busiest group does at least the average and at least the slowest layer."""
+    fastest = _reference_times(space)
+    busiest = max(sum(fastest) / space.groups, max(fastest, default=0.0))
+    value = busiest if objective == "bottleneck" else sum(fastest) / space.v + (space.m - 1 / space.v) * busiest
+    return value * (1 - 1e-12)
+
+
+def _spaces(problem: Problem, counts: list[int], objective: str) -> dict[int, GroupSpace]:
+    """A :class:`.cuts.GroupSpace` per group count; counts of one group size share their chunk tables."""
+    layouts = problem.layouts()
+    tables: dict[int, ChunkTables] = {}
+    out = {}
+    for P in counts:
+        d = problem.num_devices // P
+        if d not in tables:
+            tables[d] = ChunkTables(problem, tuple(group_configs(problem, d, layouts)))
+        out[P] = GroupSpace(problem, P, objective, tables[d])
+    return out
+
+
+def _share(deadline: float | None, parts: int) -> float | None:
+    """The end of the next of ``parts`` equal shares of what is left before ``deadline``."""
+    if deadline is None:
+        return None
+    now = time.perf_counter()
+    return now + max(0.0, deadline - now) / max(1, parts)
+
+
 def solve_interleaved_search(problem: Problem, request: SolveRequest) -> Candidate:
     """Plan an interleaved problem (module docstring)."""
     start = time.perf_counter()
@@ -92,34 +124,29 @@ def solve_interleaved_search(problem: Problem, request: SolveRequest) -> Candida
     if not counts:
         return Candidate("infeasible", message=no_group_count_message(problem))
     objective = request.objective
-    provable = {P for P in counts if comb(problem.num_layers - 1, P * problem.training.virtual_stages - 1) <= PROOF_CUTS}
-    share = SEARCH_SHARE if provable else 1.0
-    search_end = None if deadline is None else start + share * (deadline - start)
-    spaces = {P: GroupSpace(problem, P, objective) for P in counts}
+    L, v = problem.num_layers, problem.training.virtual_stages
+    provable = {P for P in counts if comb(L - 1, P * v - 1) <= PROOF_CUTS}
+    search_end = None if deadline is None else start + (SEARCH_SHARE if provable else 1.0) * (deadline - start)
+    spaces = _spaces(problem, counts, objective)
     seconds: dict[str, float] = {}
-    clock = time.perf_counter()
-    bounds: dict[int, float] = {}
     notes: dict[str, str] = {}
-    for P in counts:
-        found = relaxed_bound(problem, objective, P, None if deadline is None else max(0.01, deadline - time.perf_counter()))
-        floor = GroupData.of(problem, objective, P).time_lower_bound() * (1 - 1e-12)  # the fastest entries'
-        bounds[P] = floor if found is None else max(found, floor)
-    seconds["bounds"] = time.perf_counter() - clock
     clock = time.perf_counter()
-    best: CutCost | None = None
-    order = sorted(counts, key=lambda P: bounds[P])
-    for i, P in enumerate(order):
-        if bounds[P] == math.inf:
-            notes[str(P)] = "no plan fits (the relaxation is infeasible)"
-            continue
-        if best is not None and bounds[P] >= best.value * (1 - _REL):
-            continue
+    # 1. every count's starts, priced with greedy group choices; the searches go best start first
+    starts: dict[int, list[tuple[int, ...]]] = {}
+    start_value: dict[int, float] = {}
+    for P in counts:
         space = spaces[P]
-        starts = [b for b in (_warm_bounds(problem, request, P), space.uniform_bounds(),
-                              space.balanced_bounds(_reference_times(space))) if b is not None]
-        # the counts left share what is left of the search time
-        share = None if search_end is None else time.perf_counter() + (search_end - time.perf_counter()) / (len(order) - i)
-        found = improve(space, starts, share, seed=request.seed, rounds=RESTARTS)
+        starts[P] = [b for b in (_warm_bounds(problem, request, P), space.uniform_bounds(),
+                                 space.balanced_bounds(_reference_times(space))) if b is not None]
+        start_value[P] = min((space.price(b).value for b in starts[P]), default=math.inf)
+    order = sorted(counts, key=lambda P: (start_value[P], P))
+    floors = {P: _analytic_floor(spaces[P], objective) for P in counts}
+    best: CutCost | None = None
+    for i, P in enumerate(order):
+        if best is not None and floors[P] >= best.value * (1 - _REL):
+            continue
+        space, share = spaces[P], _share(search_end, len(order) - i)
+        found = improve(space, starts[P], share, seed=request.seed, rounds=RESTARTS)
         if found is None or not found.fits:
             continue
         exact = space.price(found.bounds, exact=True, deadline=share)
@@ -129,24 +156,39 @@ def solve_interleaved_search(problem: Problem, request: SolveRequest) -> Candida
             best = found
     seconds["local search"] = time.perf_counter() - clock
     clock = time.perf_counter()
+    # 2. bounds: the relaxation per count not closed by its floor, in what is left of the search time
+    bounds = dict(floors)
+    todo = [P for P in order if best is None or floors[P] < best.value * (1 - _REL)]
+    bound_end = search_end if search_end is None or time.perf_counter() < search_end else deadline
+    for i, P in enumerate(todo):
+        share = _share(bound_end, len(todo) - i)
+        if share is not None and share <= time.perf_counter():
+            notes[str(P)] = "relaxation not solved: time limit"
+            continue
+        found_bound = relaxed_bound(problem, objective, P, None if share is None else share - time.perf_counter(),
+                                    spaces[P].tables.configs if spaces[P].tables is not None else None)
+        if found_bound is not None:
+            bounds[P] = max(bounds[P], found_bound)
+    seconds["bounds"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    # 3. proof, on the counts the bounds leave open and whose cuts are few enough
     open_bounds: list[float] = []
     for P in order:
         if bounds[P] == math.inf:
+            notes[str(P)] = "no plan fits (the relaxation is infeasible)"
             continue
         if best is not None and bounds[P] >= best.value * (1 - _REL):
-            notes.setdefault(str(P), "closed by its bound")
+            notes[str(P)] = "closed by its bound"
             continue
         if P not in provable:
             open_bounds.append(bounds[P])
             notes[str(P)] = f"not searched: more than {PROOF_CUTS:,} cuts; the relaxation's bound stands"
             continue
-        left = None if deadline is None else deadline - time.perf_counter()
-        if left is not None and left <= 0:
+        if deadline is not None and deadline <= time.perf_counter():
             open_bounds.append(bounds[P])
             notes[str(P)] = "not searched: time limit"
             continue
-        incumbent = math.inf if best is None else best.value
-        result = branch_and_bound(spaces[P], incumbent, deadline, NODE_BUDGET)
+        result = branch_and_bound(spaces[P], math.inf if best is None else best.value, deadline, NODE_BUDGET)
         if result.best is not None and (best is None or result.best.value < best.value):
             best = result.best
         if result.finished:
