@@ -57,9 +57,9 @@ _PLAIN = ("1f1b", "zb-h1", "gpipe")
 # 1F1B screen and at every smaller m (fewer microbatches leave a larger bubble for a schedule to remove; the
 # larger m, rarely fastest, cost the most to evaluate and replay)
 SCREENED_M = 4
-# Seconds the round-balanced interleaved plans of one key may take (their local search stops earlier at its
-# local optimum: 1-6 s on the MoE presets at load 2-10).
-BALANCED_SECONDS = 10.0
+# Seconds the round-balanced interleaved plans of one key may take (their local search often stops earlier,
+# at its local optimum).
+BALANCED_SECONDS = 4.0
 
 # (evaluation, replay, iteration ms) of a plan that runs, or why it cannot
 Run = Union[tuple[Evaluation, Union[Mapping, None], float], str]

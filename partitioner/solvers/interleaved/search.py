@@ -54,7 +54,7 @@ NODE_BUDGET = 20_000  # prefixes the proof may visit per group count (it reports
 # the relaxation's bound is the answer's (the branch and bound visited about 100 prefixes a second on
 # Qwen3-VL-30B-A3B's 78 layers x 24 chunks and closed none of its 2.6e19 cuts' gap).
 PROOF_CUTS = 10**6
-RESTARTS = 8  # perturbed restarts of the local search per group count
+RESTARTS = 2  # perturbed restarts of the local search per group count
 SEARCH_SHARE = 0.5  # share of the time limit the bounds and local searches may use before the proof starts
 _REL = 1e-9  # relative tolerance of "the bound reaches the value"
 
@@ -228,32 +228,41 @@ def round_balanced(problem: Problem, objective: str, method: str, time_limit: fl
     equal times (:mod:`partitioner.plan.schedules`), and the cuts that
     minimise it often break that and simulate slower than Megatron-LM's
     uniform cut (:func:`.cuts.rounds_value` has the measurements). Per
-    group count, local search (:mod:`.local`) on the lockstep value
-    :func:`.cuts.rounds_value` from the uniform and the balanced cut, each
-    group taking its best mesh and options (exactly, within the time);
-    the best plan per group count, as a ``feasible`` result of ``method``
-    valued by ``objective`` (no optimality is claimed: the schedule
-    choice simulates them).
+    group count, the uniform and the balanced cut are priced by the
+    lockstep value :func:`.cuts.rounds_value`, each group taking its best
+    mesh and options; the group count with the best one is then improved
+    by local search (:mod:`.local`) on that value. The best plan per group
+    count comes back as a ``feasible`` result of ``method`` valued by
+    ``objective`` (no optimality is claimed: the schedule choice simulates
+    them).
     """
     start = time.perf_counter()
     deadline = None if time_limit is None else start + time_limit
     request = SolveRequest(objective, time_limit, seed)
-    out = []
     counts = group_counts(problem) if problem.cluster.topology is None else []
-    for i, P in enumerate(counts):
-        space = GroupSpace(problem, P, ROUNDS)
-        starts = [b for b in (space.uniform_bounds(), space.balanced_bounds(_reference_times(space))) if b is not None]
-        share = None if deadline is None else time.perf_counter() + (deadline - time.perf_counter()) / (len(counts) - i)
-        found = improve(space, starts, share, seed=seed, rounds=0)
-        if found is None or not found.fits:
-            continue
-        exact = space.price(found.bounds, exact=True, deadline=share)
-        if exact.fits and exact.value <= found.value:
-            found = exact
+    spaces = _spaces(problem, counts, ROUNDS)
+    found: dict[int, CutCost] = {}
+    for P in counts:
+        space = spaces[P]
+        costs = [space.price(b, exact=True, deadline=_share(deadline, 4 * len(counts))) for b in
+                 (space.uniform_bounds(), space.balanced_bounds(_reference_times(space))) if b is not None]
+        fits = [c for c in costs if c.fits]
+        if fits:
+            found[P] = min(fits, key=cost_key)
+    if found:
+        P = min(found, key=lambda P: cost_key(found[P]))
+        better = improve(spaces[P], [found[P].bounds], deadline, seed=seed, rounds=0)
+        if better is not None and better.fits:
+            exact = spaces[P].price(better.bounds, exact=True, deadline=deadline)
+            better = exact if exact.fits and exact.value <= better.value else better
+            if cost_key(better) < cost_key(found[P]):
+                found[P] = better
+    out = []
+    for P, cost in sorted(found.items()):
         result = finish(problem, method, request, Candidate(
-            "feasible", space.plan(found), None,
-            f"{method}: round-balanced interleaved cut ({P} groups; local search on the lockstep value, "
-            "not the estimate's optimum)"), time.perf_counter() - start)
+            "feasible", spaces[P].plan(cost), None,
+            f"{method}: round-balanced interleaved cut ({P} groups, by the lockstep value; not the estimate's optimum)"),
+            time.perf_counter() - start)
         if result.plan is not None:
             out.append(result)
     return out
