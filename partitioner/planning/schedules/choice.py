@@ -158,8 +158,8 @@ def _resolved(entry: ScreenedCount, warm: Mapping[str, Plan], keys: Sequence[tup
               objective: str, resolve: Resolve, deadline: Deadline,
               simulate: bool = True) -> tuple[list[ScheduleCandidate], list[str]]:
     """The method re-run under every schedule it models (never 1F1B: that is the kept plan), while time is left;
-    under ``interleaved`` also the round-balanced plans of :func:`~partitioner.solvers.interleaved.search.round_balanced`
-    (at most :data:`BALANCED_SECONDS` per key)."""
+    with ``dp`` under ``interleaved`` also the round-balanced plans of its cut search
+    (:func:`~partitioner.solvers.interleaved.search.round_balanced`, at most :data:`BALANCED_SECONDS` per key)."""
     out: list[ScheduleCandidate] = []
     notes: list[str] = []
     for key in keys:
@@ -187,9 +187,9 @@ def _resolved(entry: ScreenedCount, warm: Mapping[str, Plan], keys: Sequence[tup
             continue
         cand = _candidate("solved", method, key, done.problem, r.plan, (r.evaluation, done.sim, done.iteration_ms))
         out.append(replace(cand, result=r))
-    for key in keys:  # interleaved: plans whose rounds are balanced, which the estimate does not favour
+    for key in keys:  # dp under interleaved: also plans whose rounds are balanced, which the estimate does not favour
         limit = deadline.solve_limit(BALANCED_SECONDS)
-        if key[0] != "interleaved" or limit == 0:
+        if key[0] != "interleaved" or method != "dp" or limit == 0:
             continue
         prob = with_schedule(entry.problem, *key)
         for r in round_balanced(prob, objective, method, limit):

@@ -47,10 +47,12 @@ def rounds_value(chunk_times: Sequence[float], groups: int, m: int, v: int) -> f
     group) side by side, so a round whose chunks differ stalls the groups
     that finish first; for chunks equal within every round it is the
     ``iteration`` estimate. Measured against the simulator on Qwen3-VL-30B-A3B
-    (2 groups x 12 chunks, m = 64, ten cuts): the simulated iteration lay
-    between the ``iteration`` estimate (up to 17 % below it) and this value
-    (up to 10 % above it) every time; the cuts the estimate prefers put
-    unequal chunks in a round and simulate slower than the uniform cut.
+    (2 groups x 12 chunks, m = 64; the uniform cut, the estimate's best found
+    and eight random perturbations of the uniform cut): the simulated
+    iteration lay between the ``iteration`` estimate (up to 12 % below it)
+    and this value (up to 13 % above it) every time; the cut the estimate
+    preferred put unequal chunks in a round and simulated 9 % slower than
+    the uniform cut.
     """
     P = groups
     per_round = sum(max(chunk_times[r * P:(r + 1) * P]) for r in range(len(chunk_times) // P))
