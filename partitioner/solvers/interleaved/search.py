@@ -86,7 +86,12 @@ def _reference_times(space: GroupSpace) -> list[float]:
 
 def _analytic_floor(space: GroupSpace, objective: str) -> float:
     """The objective's floor from every layer's fastest entry of the group size (no memory, no sends):
-    the busiest group does at least the average and at least the slowest layer."""
+    the busiest group does at least the average and at least the slowest layer; inf when a layer has
+    no config of the group size (no plan has this many groups)."""
+    assert space.tables is not None
+    configs = set(space.tables.configs)
+    if any(not any(lay in configs for lay in layer.costs) for layer in space.problem.layers):
+        return math.inf
     fastest = _reference_times(space)
     busiest = max(sum(fastest) / space.groups, max(fastest, default=0.0))
     value = busiest if objective == "bottleneck" else sum(fastest) / space.v + (space.m - 1 / space.v) * busiest
@@ -143,7 +148,7 @@ def solve_interleaved_search(problem: Problem, request: SolveRequest) -> Candida
     floors = {P: _analytic_floor(spaces[P], objective) for P in counts}
     best: CutCost | None = None
     for i, P in enumerate(order):
-        if best is not None and floors[P] >= best.value * (1 - _REL):
+        if floors[P] == math.inf or (best is not None and floors[P] >= best.value * (1 - _REL)):
             continue
         space, share = spaces[P], _share(search_end, len(order) - i)
         found = improve(space, starts[P], share, seed=request.seed, rounds=RESTARTS)
@@ -158,7 +163,7 @@ def solve_interleaved_search(problem: Problem, request: SolveRequest) -> Candida
     clock = time.perf_counter()
     # 2. bounds: the relaxation per count not closed by its floor, in what is left of the search time
     bounds = dict(floors)
-    todo = [P for P in order if best is None or floors[P] < best.value * (1 - _REL)]
+    todo = [P for P in order if floors[P] < math.inf and (best is None or floors[P] < best.value * (1 - _REL))]
     bound_end = search_end if search_end is None or time.perf_counter() < search_end else deadline
     for i, P in enumerate(todo):
         share = _share(bound_end, len(todo) - i)
@@ -175,7 +180,7 @@ def solve_interleaved_search(problem: Problem, request: SolveRequest) -> Candida
     open_bounds: list[float] = []
     for P in order:
         if bounds[P] == math.inf:
-            notes[str(P)] = "no plan fits (the relaxation is infeasible)"
+            notes[str(P)] = "no plan fits (a layer has no config of the group size, or the relaxation is infeasible)"
             continue
         if best is not None and bounds[P] >= best.value * (1 - _REL):
             notes[str(P)] = "closed by its bound"
