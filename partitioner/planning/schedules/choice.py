@@ -193,7 +193,9 @@ def _resolved(entry: ScreenedCount, warm: Mapping[str, Plan], keys: Sequence[tup
             continue
         prob = with_schedule(entry.problem, *key)
         for r in round_balanced(prob, objective, method, limit):
-            run = _run(prob, r.plan, objective, simulate) if r.plan is not None else "no plan"
+            if r.plan is None:
+                continue
+            run = _run(prob, r.plan, objective, simulate)
             if run is not None and not isinstance(run, str):
                 out.append(replace(_candidate("solved", method, key, prob, r.plan, run), result=r))
     return out, notes

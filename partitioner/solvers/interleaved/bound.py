@@ -112,7 +112,9 @@ def relaxed_bound(problem: Problem, objective: str, groups: int, time_limit: flo
     # rows: [0, L) layer cover (== 1); then P memory rows (<= capacity); P time rows (T_g - sum = S_g);
     # P rows T_g - z <= 0
     mem_row, time_row, top_row = L, L + P, L + 2 * P
-    starts, index, value = [0], [], []
+    starts: list[int] = [0]
+    index: list[int] = []
+    value: list[float] = []
     slowest = 0.0
     for i, layer in enumerate(problem.layers):
         entries = [e for lay, e in layer.costs.items() if lay in allowed]

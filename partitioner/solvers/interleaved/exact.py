@@ -107,7 +107,7 @@ def branch_and_bound(space: GroupSpace, incumbent: float, deadline: float | None
     def add_chunk(groups: list, sends: list[float], c: int, a: int, b: int) -> tuple[list, list[float]] | None:
         """The state after chunk c = layers a..b, with the send after it (None: no mesh of its group fits)."""
         g, j = c % P, c // P
-        new_g = []
+        new_g: list[tuple[float, tuple[int, ...]] | None] = []
         for st, ch in zip(groups[g], pre.chunk(g, j, a, b)):
             if st is None or ch is None:
                 new_g.append(None)
@@ -137,36 +137,46 @@ def branch_and_bound(space: GroupSpace, incumbent: float, deadline: float | None
         return out
 
     start_groups = [[(0.0, tuple(0 for _ in space.rows[g])) for _ in range(M)] for g in range(P)]
-    # frames [chunk c, its first layer a, its children, next child]; the path's chunk starts are the a's
-    stack = [[0, 0, children(0, 0, start_groups, [0.0] * P), 0]]
+    # the path's chunk starts are its frames' a's
+    stack = [_Frame(0, 0, children(0, 0, start_groups, [0.0] * P))]
     nodes, finished = 0, True
     while stack:
         frame = stack[-1]
-        c, a, kids, k = frame
-        if k >= len(kids):
+        if frame.next >= len(frame.kids):
             stack.pop()
             continue
-        lb, b, state = kids[k]
+        lb, b, state = frame.kids[frame.next]
         if lb > best_value * (1 + MARGIN):
-            frame[3] = len(kids)  # by bound: the rest are no better
+            frame.next = len(frame.kids)  # by bound: the rest are no better
             continue
         if (max_nodes is not None and nodes >= max_nodes) or (
                 deadline is not None and nodes % 64 == 0 and time.perf_counter() > deadline):
             finished = False
             break
-        frame[3] = k + 1
+        frame.next += 1
         nodes += 1
-        if c == K - 1:
-            cost = space.price(tuple(f[1] for f in stack) + (L,), exact=True, deadline=deadline)
+        if frame.chunk == K - 1:
+            cost = space.price(tuple(f.first for f in stack) + (L,), exact=True, deadline=deadline)
             if not all(space.proven(g, cost.bounds) for g in range(P)):
                 finished = False  # the deadline stopped a group's search: this leaf is not settled
-                frame[3] = k
+                frame.next -= 1
                 break
             if cost.fits and cost.value < best_value:
                 best_value, best = cost.value, cost
             continue
-        stack.append([c + 1, b + 1, children(c + 1, b + 1, state[0], state[1]), 0])
+        stack.append(_Frame(frame.chunk + 1, b + 1, children(frame.chunk + 1, b + 1, state[0], state[1])))
     bound = best_value
     if not finished:  # the children not yet searched, and the subtrees of the path, are open
-        bound = min([best_value] + [lb for f in stack for lb, _, _ in f[2][f[3]:]])
+        bound = min([best_value] + [kid[0] for f in stack for kid in f.kids[f.next:]])
     return Search(best, finished, bound, nodes)
+
+
+@dataclass
+class _Frame:
+    """A prefix on the search path: chunk ``chunk`` starts at layer ``first``; its children (bound, last
+    layer, state), best bound first, and the next one to search."""
+
+    chunk: int
+    first: int
+    kids: list
+    next: int = 0

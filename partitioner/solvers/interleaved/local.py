@@ -79,16 +79,16 @@ def improve(space: GroupSpace, starts: list[tuple[int, ...]], deadline: float | 
     for _ in range(rounds):
         if deadline is not None and time.perf_counter() > deadline:
             break
-        bounds = list(best.bounds)
+        kicked = list(best.bounds)
         for _ in range(rng.randint(1, 3)):
             c = rng.randint(1, K - 1) if K > 1 else 0
             if not c:
                 break
             delta = rng.choice((-3, -2, -1, 1, 2, 3))
-            new = bounds[c] + delta
-            if bounds[c - 1] < new < bounds[c + 1]:
-                bounds[c] = new
-        found = descend(space, space.price(tuple(bounds)), deadline)
+            new = kicked[c] + delta
+            if kicked[c - 1] < new < kicked[c + 1]:
+                kicked[c] = new
+        found = descend(space, space.price(tuple(kicked)), deadline)
         if cost_key(found) < cost_key(best):
             best = found
     return best

@@ -170,8 +170,9 @@ def solve_interleaved_search(problem: Problem, request: SolveRequest) -> Candida
         if share is not None and share <= time.perf_counter():
             notes[str(P)] = "relaxation not solved: time limit"
             continue
+        tables = spaces[P].tables
         found_bound = relaxed_bound(problem, objective, P, None if share is None else share - time.perf_counter(),
-                                    spaces[P].tables.configs if spaces[P].tables is not None else None)
+                                    None if tables is None else tables.configs)
         if found_bound is not None:
             bounds[P] = max(bounds[P], found_bound)
     seconds["bounds"] = time.perf_counter() - clock
