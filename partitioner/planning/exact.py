@@ -26,12 +26,12 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..core.deadline import Deadline
 from ..plan import PlanError, SolveResult, evaluate
 from ..plan.result import Status
 from ..problem import Problem
 from ..solvers import solve
 from ..solvers.base import EXACT_METHODS, REL_TOL, schedule_support
-from .deadline import Deadline
 from .dominance import Reduction, reduce_dominated
 from .options import PlanOptions
 from .records import KnobSolve

@@ -14,11 +14,11 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
+from ..core.deadline import Deadline
 from ..plan import Plan, SolveResult, Stage
 from ..problem import Layout, Problem
 from ..solvers import solve
 from .baselines import BASELINE_METHOD
-from .deadline import Deadline
 from .knobs import _projections, refine_knobs, variant_at
 from .options import PlanOptions
 from .records import BaselineRun, KnobSolve, ScreenedCount

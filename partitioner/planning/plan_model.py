@@ -19,6 +19,7 @@ import time
 from dataclasses import replace
 from typing import Any, Mapping
 
+from ..core.deadline import Deadline
 from ..core.limits import MAX_NODES
 from ..costs import CostOptions
 from ..plan import Plan
@@ -27,7 +28,6 @@ from ..problem import OBJECTIVES, ProblemError
 from ..solvers import SolverError
 from ..solvers.base import check_time_limit
 from .assemble import assemble, best_baselines, no_plan
-from .deadline import Deadline
 from .exact import prove_kept, space_of
 from .knob_solve import solve_with_knobs
 from .options import KNOB_SOLVES, PlanOptions

@@ -15,12 +15,12 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
+from ..core.deadline import Deadline
 from ..costs import CostOptions, ProblemBuilder
 from ..presets import ClusterSpec, ModelSpec
 from ..problem import Problem, ProblemError
 from ..solvers import solve
 from .baselines import BASELINE_METHOD, FSDP_METHOD, StageSums, fsdp_baseline, megatron_baseline
-from .deadline import Deadline
 from .knobs import _projections
 from .options import PlanOptions
 from .records import BaselineRun, ScreenedCount

@@ -67,6 +67,7 @@ from .base import Candidate, SolveRequest, register
 from .dp.method import explain_infeasible
 from .feasibility import feasible_stage_counts
 from .interleaved.brute import solve_brute_interleaved
+from .options import BruteOptions, Capabilities
 from .tables import CostTables
 
 __all__ = [
@@ -81,7 +82,7 @@ __all__ = [
     "pareto_stage_configs",
 ]
 
-DEFAULT_MAX_COMBINATIONS = 2_000_000
+DEFAULT_MAX_COMBINATIONS = BruteOptions.max_combinations
 
 
 @dataclass(frozen=True)
@@ -223,13 +224,18 @@ def enumeration_size(problem: Problem, counts) -> int:
     return sum(comb(L - 1, P - 1) * seqs[P] for P in counts)
 
 
-@register("brute", options=("max_combinations",))
+_BOTH = frozenset({"bottleneck", "iteration"})
+CAPABILITIES = Capabilities(
+    schedules={"1f1b": _BOTH, "zb-h1": _BOTH, "gpipe": _BOTH, "interleaved": _BOTH}, exact=True
+)
+
+
+@register("brute", options=BruteOptions, capabilities=CAPABILITIES)
 def solve_brute(problem: Problem, request: SolveRequest) -> Candidate:
-    if problem.cluster.topology is not None:
-        return Candidate("error", message="brute: custom cluster topologies are not supported by the solvers yet")
-    start = time.perf_counter()
-    deadline = request.deadline(start)
-    limit = int(request.option("max_combinations", DEFAULT_MAX_COMBINATIONS))
+    settings = request.options
+    assert isinstance(settings, BruteOptions)
+    deadline = request.deadline()
+    limit = settings.max_combinations
     if problem.training.schedule == "interleaved":  # equal groups, one mesh each: its own space
         return solve_brute_interleaved(problem, request, deadline, limit)
     counts = feasible_stage_counts(problem)

@@ -44,19 +44,25 @@ from ..plan.schedules import stash
 from ..problem import Problem
 from .base import Candidate, SolveRequest, register
 from .feasibility import feasible_stage_counts, quick_infeasibility
+from .options import Capabilities
 from .tables import CostTables
 
 __all__ = ["solve_greedy", "balance_cuts", "Balancer", "layer_work", "grow_sizes"]
 
 
-@register("greedy")
+_BOTH = frozenset({"bottleneck", "iteration"})
+# plans valid under 1F1B and ZB-H1 (same stash); GPipe's and the interleaved stash it does not model
+CAPABILITIES = Capabilities(schedules={"1f1b": _BOTH, "zb-h1": _BOTH})
+
+
+@register("greedy", capabilities=CAPABILITIES)
 def solve_greedy(problem: Problem, request: SolveRequest) -> Candidate:
-    if problem.cluster.topology is not None:
-        return Candidate("error", message="greedy: custom cluster topologies are not supported by the solvers yet")
+    """The greedy plan (module docstring). Also called directly by the exact methods for a hint or a
+    fallback, so it keeps its own quick infeasibility check (cheap)."""
     reason = quick_infeasibility(problem)
     if reason:
         return Candidate("infeasible", message=reason)
-    deadline = request.deadline(time.perf_counter())
+    deadline = request.deadline()
     tables = CostTables(problem)
     work = layer_work(problem)
     best = None

@@ -16,8 +16,8 @@ from unittest.mock import patch
 import pytest
 import yaml
 
+from partitioner.core.deadline import GRACE_SECONDS, Deadline
 from partitioner.planning import knob_solve, plan_model
-from partitioner.planning.deadline import GRACE_SECONDS, Deadline
 from partitioner.solvers import SolverError
 from tests.conftest import ROOT, run_cli
 

@@ -1,7 +1,9 @@
 """The ``dp`` method: the registry's entry point to the exact DP of :mod:`.dp`.
 
-It checks what the DP cannot take (custom topologies) and what is infeasible
-without a search, solves with the placement mode the cluster needs (see the
+Its capabilities (what :func:`~partitioner.solvers.solve` checks before it
+dispatches: no custom topologies, no interleaved schedule) and its options
+record (:class:`~partitioner.solvers.options.DpOptions`) are registered with
+it. It solves with the placement mode the cluster needs (see the
 *Placement* section of :mod:`.dp`), falls back to the exact placement
 automaton when a relaxed optimum's runs do not pack, and turns the search's
 limits (:mod:`.errors`) and an infeasible result into a candidate with a
@@ -10,14 +12,14 @@ time limit or the memory budget returns the best plan it knows -- the DP's
 own best so far or the greedy plan, whichever is better -- as ``feasible``
 with the best lower bound it has proven (never nothing when a plan exists).
 
-Options: ``placement`` ("auto" | "bins") forces the exact placement
-automaton; ``memory_budget_gb`` caps the DP tables (default 3); ``threads``
-the threads of a level (:mod:`.dp_recursion`).
+Options (:class:`~partitioner.solvers.options.DpOptions`): ``placement``
+("auto" | "bins") forces the exact placement automaton; ``memory_budget_gb``
+caps the DP tables (default 3); ``threads`` the threads of a level
+(:mod:`.recursion`).
 """
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import replace
 
 from ...core.units import format_bytes
@@ -27,36 +29,35 @@ from ..base import Candidate, SolveRequest, register
 from ..errors import OutOfTime, TooLarge
 from ..feasibility import feasible_stage_counts, quick_infeasibility
 from ..greedy import solve_greedy
+from ..options import Capabilities, DpOptions
 from .compiled import engine
 from .solver import DPModel
 
-__all__ = ["solve_dp", "explain_infeasible"]
+__all__ = ["solve_dp", "explain_infeasible", "CAPABILITIES"]
 
-_MEMORY_BUDGET_BYTES = 3 * 2**30
+_BOTH = frozenset({"bottleneck", "iteration"})
+CAPABILITIES = Capabilities(
+    schedules={"1f1b": _BOTH, "zb-h1": _BOTH, "gpipe": _BOTH},
+    why_not={
+        "interleaved": (
+            "its recursion runs along the layer order, one stage after another, and an interleaved group's "
+            "time and memory sum chunks that lie far apart in that order (chunks g, g + P, ...), so they do not "
+            "separate into stage-by-stage terms"
+        ),
+    },
+    exact=True,
+)
 
 
-@register("dp", options=("placement", "memory_budget_gb", "threads"))
+@register("dp", options=DpOptions, capabilities=CAPABILITIES)
 def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
-    """Exact DP. Options: ``placement`` ("auto" | "bins") forces the exact
-    placement automaton; ``memory_budget_gb`` caps the DP tables (default 3);
-    ``threads`` the threads a level's first layers are shared among (default
-    ``PARTITIONER_DP_THREADS`` or one per core; a batch sweep gives each job
-    its share of the cores)."""
-    if problem.cluster.topology is not None:
-        return Candidate("error", message="dp: custom cluster topologies are not supported by the solvers yet")
-    reason = quick_infeasibility(problem)
-    if reason:
-        return Candidate("infeasible", message=reason)
-    start = time.perf_counter()
-    deadline = request.deadline(start)
-    budget = float(request.option("memory_budget_gb", _MEMORY_BUDGET_BYTES / 2**30)) * 2**30
-    forced = request.option("placement", "auto")
-    if forced not in ("auto", "bins"):
-        return Candidate("error", message=f"dp: option placement must be 'auto' or 'bins', got {forced!r}")
-
-    threads = request.option("threads", None)
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        return Candidate("error", message=f"dp: option threads must be a positive integer, got {threads!r}")
+    """Exact DP with the options of :class:`~partitioner.solvers.options.DpOptions`."""
+    options = request.options
+    assert isinstance(options, DpOptions)
+    deadline = request.deadline()
+    budget = options.memory_budget_bytes
+    forced = options.placement
+    threads = options.threads
 
     engine.take_note()  # forget a note of an earlier solve
     model = DPModel(problem)
@@ -102,8 +103,8 @@ def _set_incumbent(problem: Problem, request: SolveRequest, model: "DPModel", de
             note = f"ignored: {err}"
 
     def incumbent():
-        left = None if deadline is None else deadline - time.perf_counter()
-        greedy = solve_greedy(problem, SolveRequest(request.objective, time_limit=left)) if left is None or left > 0 else None
+        clock = request.clock
+        greedy = None if clock.expired() else solve_greedy(problem, SolveRequest(request.objective, time_limit=clock))
         if greedy is not None and greedy.plan is not None:
             try:
                 found.append((evaluate(problem, greedy.plan, request.objective).value, greedy.plan, "greedy"))
@@ -128,7 +129,7 @@ def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel", reason
     known = getattr(model, "best_known", None)
     if known is not None:
         found.append(("dp", known[1]))
-    greedy = solve_greedy(problem, SolveRequest(request.objective))
+    greedy = solve_greedy(problem, SolveRequest(request.objective, time_limit=request.clock))
     if greedy.plan is not None:
         found.append(("greedy", greedy.plan))
     best = None

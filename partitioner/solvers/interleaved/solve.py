@@ -47,9 +47,10 @@ import time
 
 from ...plan import Plan, PlanError, evaluate
 from ...problem import Problem
-from ..base import Candidate, SolveRequest, SolverError
+from ..base import Candidate, SolveRequest
 from ..cpsat.formulation import SAFE_PARAMETERS  # the presolve caveat of the slot model holds here too
-from ..slot.run import HANDOVER_SHARE, BuildTimeout, build_guard, int_option
+from ..options import CpsatOptions, MilpOptions
+from ..slot.run import HANDOVER_SHARE, BuildTimeout, build_guard
 from ..slot.times import RESOLUTION, UNIT_CAP
 from .formulation import (
     GroupData,
@@ -71,17 +72,11 @@ MILP_OPTIMAL_GAP = 1e-6
 
 def solve_interleaved(problem: Problem, request: SolveRequest, method: str) -> Candidate:
     """Plan an interleaved problem with ``method`` ("cpsat" or "milp") over the space; see the module docstring."""
-    start = time.perf_counter()
-    deadline = request.deadline(start)
-    if problem.cluster.topology is not None:
-        return Candidate("error", message=f"{method}: custom cluster topologies are not supported by the solvers yet")
+    deadline = request.deadline()
     counts = group_counts(problem)
     if not counts:
         return Candidate("infeasible", message=no_group_count_message(problem))
     objective = request.objective
-    resolution = request.option("resolution", RESOLUTION)
-    if isinstance(resolution, bool) or not isinstance(resolution, (int, float)) or not 0 < resolution < 1:
-        raise SolverError(f"cpsat: option resolution must be a number in (0, 1), got {resolution!r}")
     hints = _hints(problem, request, counts)
     best_value, best_plan = min(((v, p) for pairs in hints.values() for v, p in pairs[:1]), default=(math.inf, None), key=lambda vp: vp[0])
     bounds, proven, notes = [], True, {}
@@ -139,11 +134,27 @@ def solve_interleaved(problem: Problem, request: SolveRequest, method: str) -> C
             message=f"{method}: the time limit ended the search before any interleaved plan was found",
             extra=extra,
         )
-    tolerance = float(request.option("resolution", RESOLUTION)) if method == "cpsat" else MILP_OPTIMAL_GAP
+    tolerance = _resolution(request) if method == "cpsat" else MILP_OPTIMAL_GAP
     if proven and best_value - bound <= tolerance * best_value:
         return Candidate("optimal", best_plan, bound, "", extra)
     reason = "time limit reached or gap not closed" if not proven else "the integer time unit cannot prove optimality"
     return Candidate("feasible", best_plan, bound, f"{method}: {reason} (interleaved search); the bound is proven", extra)
+
+
+def _resolution(request: SolveRequest) -> float:
+    """cpsat's ``resolution`` option, or :data:`.slot.times.RESOLUTION` when it is not given."""
+    options = request.options
+    return (options.resolution if isinstance(options, CpsatOptions) else None) or RESOLUTION
+
+
+def _cpsat_options(request: SolveRequest) -> CpsatOptions:
+    assert isinstance(request.options, CpsatOptions), "cpsat's request carries its record"
+    return request.options
+
+
+def _milp_options(request: SolveRequest) -> MilpOptions:
+    assert isinstance(request.options, MilpOptions), "milp's request carries its record"
+    return request.options
 
 
 def _hints(problem: Problem, request: SolveRequest, counts: list[int]) -> dict[int, list[tuple[float, Plan]]]:
@@ -160,7 +171,7 @@ def _hints(problem: Problem, request: SolveRequest, counts: list[int]) -> dict[i
             value = None
         if value is not None and P in counts and _in_space(problem, plan, P):
             out[P] = [(value, plan)]
-    if request.option("hint", True):
+    if not isinstance(request.options, (CpsatOptions, MilpOptions)) or request.options.hint:
         for P in counts:
             if P not in out:
                 out[P] = uniform_hints(problem, objective, P)
@@ -183,7 +194,7 @@ def _run_cpsat(data: GroupData, request: SolveRequest, hint: Plan | None, best_v
 
     p = data.problem
     L, v, m, P = p.num_layers, p.training.virtual_stages, p.microbatches, data.groups
-    resolution = float(request.option("resolution", RESOLUTION))
+    resolution = _resolution(request)
     bottleneck = data.objective == "bottleneck"
     count, div = (1, 1) if bottleneck else (P + m * v - 1, v)
     lower = data.time_lower_bound()
@@ -219,13 +230,11 @@ def _run_cpsat(data: GroupData, request: SolveRequest, hint: Plan | None, best_v
     solver = cp_model.CpSolver()
     params = solver.parameters
     params.random_seed = int(request.seed)
-    params.num_workers = int_option(request, "cpsat", "num_workers", os.cpu_count() or 1)
+    options = _cpsat_options(request)
+    params.num_workers = options.num_workers or os.cpu_count() or 1
     params.absolute_gap_limit = float(error)
     params.relative_gap_limit = 0.0
-    extra_parameters = request.option("parameters", {})
-    if not isinstance(extra_parameters, dict):
-        raise SolverError(f"cpsat: option parameters must be a mapping of CP-SAT parameters, got {extra_parameters!r}")
-    for key, value in {**SAFE_PARAMETERS, **extra_parameters}.items():
+    for key, value in {**SAFE_PARAMETERS, **options.parameters}.items():
         setattr(params, key, value)
     if deadline is not None:
         params.max_time_in_seconds = max(0.001, deadline - time.perf_counter())
@@ -253,8 +262,8 @@ def _run_milp(data: GroupData, request: SolveRequest, hint: Plan | None, best_va
 
     p = data.problem
     m, v = p.microbatches, p.training.virtual_stages
-    backend = str(request.option("backend", "highs")).lower()
-    threads = int_option(request, "milp", "threads", 1)
+    options = _milp_options(request)
+    backend, threads = options.backend, options.threads
     lower = data.time_lower_bound()
     ceiling = best_value if data.objective == "bottleneck" else best_value / m
     cap = 2 * ceiling if math.isfinite(ceiling) else max(1e6 * lower, 1.0)
@@ -280,9 +289,9 @@ def _run_milp(data: GroupData, request: SolveRequest, hint: Plan | None, best_va
                     if name in var:
                         var[name].setInitialValue(value)
                 use_start = True
-        log = bool(request.option("log", False))
+        log = options.log
         if backend == "highs":
-            outcome = solve_highs(lp, deadline, threads, log, use_start, bool(request.option("presolve", False)))
+            outcome = solve_highs(lp, deadline, threads, log, use_start, options.presolve)
         else:
             outcome = solve_cbc(lp, deadline, threads, log, use_start)
     div = 1 if data.objective == "bottleneck" else v

@@ -1,4 +1,4 @@
-"""What ``cpsat`` and ``milp`` share around their models: options, the starting plan,
+"""What ``cpsat`` and ``milp`` share around their models: the starting plan,
 the time limit (early refusal, a guard inside long builds, the answer when the limit
 runs out) and the message for a proven infeasibility.
 
@@ -14,9 +14,10 @@ import time
 
 from ...plan import Plan, PlanError, evaluate
 from ...problem import Problem
-from ..base import Candidate, SolveRequest, SolverError
+from ..base import Candidate, SolveRequest
 from ..dp.method import explain_infeasible
 from ..greedy import solve_greedy
+from ..options import CpsatOptions, MilpOptions
 
 # Time to hand a built MILP to its backend, as a share of the time it took to build (measured 0.45 for
 # highspy and 0.5 for CBC's MPS file on the 40-layer benchmark); the milp method and its interleaved
@@ -25,7 +26,6 @@ HANDOVER_SHARE = 0.5
 
 __all__ = [
     "HANDOVER_SHARE",
-    "int_option",
     "starting_plan",
     "infeasible_message",
     "BuildTimeout",
@@ -37,14 +37,6 @@ __all__ = [
     "model_cells",
     "model_size_refusal",
 ]
-
-
-def int_option(request: SolveRequest, method: str, name: str, default: int, minimum: int = 1) -> int:
-    """An integer option, or :class:`~partitioner.solvers.SolverError` naming it."""
-    value = request.option(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise SolverError(f"{method}: option {name} must be an integer >= {minimum}, got {value!r}")
-    return value
 
 
 def starting_plan(problem: Problem, request: SolveRequest, notes: dict, check=None) -> tuple[Plan | None, str | None]:
@@ -62,7 +54,7 @@ def starting_plan(problem: Problem, request: SolveRequest, notes: dict, check=No
             notes["warm_start"] = f"ignored: {err}"
         else:
             return request.warm_start.with_device_ids(), "warm_start"
-    if request.option("hint", True):
+    if not isinstance(request.options, (CpsatOptions, MilpOptions)) or request.options.hint:
         if check is not None:
             check()
 
@@ -193,18 +185,18 @@ def model_cells(problem: Problem) -> tuple[int, int]:
     return J, (J * L - J * (J - 1) // 2) * configs
 
 
-def model_size_refusal(method: str, problem: Problem, request: SolveRequest, start: float) -> str | None:
+def model_size_refusal(method: str, problem: Problem, request: SolveRequest) -> str | None:
     """A message refusing a problem whose model cannot be built within the time limit, else None.
 
     The estimate is the cell count (:func:`model_cells`) times an optimistic
     build rate (:data:`BUILD_SECONDS_PER_CELL`): the model has at least
     that many terms. A build that still runs over is stopped by :func:`build_guard`.
     """
-    if request.time_limit is None:
+    if not request.limited:
         return None
     slots, cells = model_cells(problem)
     estimate = cells * BUILD_SECONDS_PER_CELL[method]
-    left = request.time_limit - (time.perf_counter() - start)
+    left = request.left()
     if estimate <= left:
         return None
     return (
