@@ -50,14 +50,16 @@ from ...problem import Problem
 from ..base import Candidate, SolveRequest
 from ..cpsat.formulation import SAFE_PARAMETERS  # the presolve caveat of the slot model holds here too
 from ..options import CpsatOptions, MilpOptions
-from ..slot.run import HANDOVER_SHARE, BuildTimeout, build_guard
+from ..slot.run import HANDOVER_SHARE, MAX_EXCLUSIONS, BuildTimeout, build_guard
 from ..slot.times import RESOLUTION, UNIT_CAP
 from .formulation import (
     GroupData,
+    MemoryUnits,
     build_cpsat,
     build_pulp,
     complete_values,
     formulation,
+    group_exclusion,
     plan_of_values,
     values_of_plan,
 )
@@ -68,6 +70,10 @@ __all__ = ["solve_interleaved"]
 _EPS = 2.0**-52
 MILP_BOUND_MARGIN = 1e-7  # relative, for the backend's feasibility tolerances
 MILP_OPTIMAL_GAP = 1e-6
+# The MILP states memory as shares of the GPU on a grid of 2^-24 (6e-8) of it (.formulation.MemoryUnits): far
+# above the backends' 1e-9 tolerances, so their sums are exact, and fine enough that few plans come within
+# the rounding of the limit (each is cut off and the model solved again).
+MILP_MEMORY_GRID_BITS = 24
 
 
 def solve_interleaved(problem: Problem, request: SolveRequest, method: str) -> Candidate:
@@ -258,12 +264,14 @@ def _run_cpsat(data: GroupData, request: SolveRequest, hint: Plan | None, best_v
 
 def _run_milp(data: GroupData, request: SolveRequest, hint: Plan | None, best_value: float, deadline):
     """(status, plan or None, proven bound in ms) of the MILP for one P."""
+    import pulp
+
     from ..milp.backends import READBACK_SECONDS, READBACK_SHARE, pulp_quiet, solve_cbc, solve_highs
 
     p = data.problem
     m, v = p.microbatches, p.training.virtual_stages
     options = _milp_options(request)
-    backend, threads = options.backend, options.threads
+    threads = options.threads
     lower = data.time_lower_bound()
     ceiling = best_value if data.objective == "bottleneck" else best_value / m
     cap = 2 * ceiling if math.isfinite(ceiling) else max(1e6 * lower, 1.0)
@@ -273,27 +281,43 @@ def _run_milp(data: GroupData, request: SolveRequest, hint: Plan | None, best_va
 
     check = build_guard(deadline)
     began = time.perf_counter()
-    spec = formulation(data, capped, None, check)
+    spec = formulation(data, capped, None, check, memory=MemoryUnits(p.cluster.gpu_memory_bytes, MILP_MEMORY_GRID_BITS))
     with pulp_quiet():
         lp, var = build_pulp(spec, check)
     # handing the model to the backend takes a share of the build time (milp.py): do not start what cannot finish
     built = time.perf_counter() - began
     if deadline is not None and deadline - time.perf_counter() < HANDOVER_SHARE * built * (1 + READBACK_SHARE) + READBACK_SECONDS:
         raise BuildTimeout
-    with pulp_quiet():
-        use_start = False
-        if hint is not None:
-            values = values_of_plan(data, hint)
-            if values is not None:
-                for name, value in complete_values(spec, values).items():
-                    if name in var:
-                        var[name].setInitialValue(value)
-                use_start = True
-        log = options.log
-        if backend == "highs":
-            outcome = solve_highs(lp, deadline, threads, log, use_start, options.presolve)
-        else:
-            outcome = solve_cbc(lp, deadline, threads, log, use_start)
+    starts = None
+    if hint is not None:
+        values = values_of_plan(data, hint)
+        if values is not None:
+            starts = {var[name]: value for name, value in complete_values(spec, values).items() if name in var}
+
+    def value(name) -> float:
+        return var[name].value() or 0.0
+
+    excluded = 0
+    while True:  # as the slot model's milp: a plan over the memory limit by the tolerance is cut off, then again
+        with pulp_quiet():
+            for v_, start in (starts or {}).items():
+                v_.setInitialValue(start)
+            if options.backend == "highs":
+                outcome = solve_highs(lp, deadline, threads, options.log, starts is not None, options.presolve)
+            else:
+                outcome = solve_cbc(lp, deadline, threads, options.log, starts is not None, preprocess=True)
+        if not outcome.has_solution or outcome.status == "infeasible" or excluded >= MAX_EXCLUSIONS:
+            break
+        plan = plan_of_values(data, value)
+        try:
+            evaluate(p, plan, data.objective)
+            break
+        except PlanError as err:
+            if err.rule != 6 or err.stage is None or (deadline is not None and time.perf_counter() >= deadline):
+                break
+            terms, rhs = group_exclusion(data, plan, err.stage, value)
+            lp += pulp.lpSum(coef * var[k] for k, coef in terms.items()) <= rhs, f"exclude_{excluded}"
+            excluded += 1
     div = 1 if data.objective == "bottleneck" else v
     analytic = lower * (1 - 1e-12)
     if outcome.status == "infeasible":
@@ -303,5 +327,4 @@ def _run_milp(data: GroupData, request: SolveRequest, hint: Plan | None, best_va
         bound = max(analytic, (outcome.bound - MILP_BOUND_MARGIN * max(abs(outcome.bound), 1.0)) / div)
     if not outcome.has_solution:
         return "unknown", None, bound
-    plan = plan_of_values(data, lambda name: var[name].value() or 0.0)
-    return outcome.status, plan, bound
+    return outcome.status, plan_of_values(data, value), bound

@@ -84,16 +84,17 @@ from ...problem import Problem
 from ..base import Candidate, SolveRequest, register
 from ..interleaved.solve import solve_interleaved
 from ..options import Capabilities, MilpOptions
-from ..slot.data import SlotStart, plan_of_decisions, slot_start
+from ..slot.data import SlotData, SlotStart, plan_of_decisions, slot_start
 from ..slot.run import (
     HANDOVER_SHARE,
+    MAX_EXCLUSIONS,
     BuildTimeout,
     build_guard,
     build_timeout_candidate,
     infeasible_message,
     model_size_refusal,
 )
-from .formulation import build_milp, read_decisions, start_values
+from .formulation import build_milp, exclude_stage, read_decisions, start_values
 
 __all__ = ["solve_milp", "build_milp", "start_values", "CAPABILITIES"]
 
@@ -133,9 +134,7 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
         with pulp_quiet():
             lp, var = build_milp(data, check, begun.ceiling_ms)
         built = time.perf_counter() - began
-        if decisions is not None:
-            for v, value in start_values(var, data, decisions, begun.ceiling_ms).items():
-                v.setInitialValue(value)
+        starts = start_values(var, data, decisions, begun.ceiling_ms) if decisions is not None else None
         # handing the model to the backend (highspy calls, or an MPS file for CBC) and reading
         # the answer back take a share of the build time: no point starting what cannot finish
         deadline = request.deadline()
@@ -144,15 +143,53 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
     except BuildTimeout:
         return build_timeout_candidate("milp", problem, request, begun.plan, begun.source, extra)
 
-    log = options.log
-    with pulp_quiet():
-        if backend == "highs":
-            outcome = solve_highs(lp, deadline, threads, log, hint_source is not None, options.presolve)
-        else:
-            outcome = solve_cbc(lp, deadline, threads, log, hint_source is not None)
+    def run():
+        if starts is not None:  # a re-solve starts from the hint again, not from the refused solution
+            for v, value in starts.items():
+                v.setInitialValue(value)
+        with pulp_quiet():
+            if backend == "highs":
+                return solve_highs(lp, deadline, threads, options.log, starts is not None, options.presolve)
+            return solve_cbc(lp, deadline, threads, options.log, starts is not None)
+
+    outcome, excluded = _solve_within_memory(problem, data, lp, var, run, deadline)
     extra["milp"] = {"backend": backend, "status": outcome.status_text, "hint": hint_source, "threads": threads}
+    if excluded:
+        extra["milp"]["stages_excluded"] = excluded
 
     return _candidate(problem, data, backend, outcome, var, hint_plan, hint_source, extra)
+
+
+def _solve_within_memory(problem: Problem, data: SlotData, lp, var, run, deadline: float | None):
+    """``run()`` the backend, and again while its plan breaks rule 6 by the backend's tolerance: each time the
+    refused stage is cut off the model (:func:`.formulation.exclude_stage`, a cut no valid plan crosses).
+
+    The memory rows of the linear-memory model (several groups, or tied weights) hold each stage to the GPU's
+    memory as a share of it, within the backends' feasibility tolerance (1e-9 relative, bytes on a GPU of
+    gigabytes): a plan a few bytes over passes the model and fails :func:`~partitioner.plan.evaluate`.
+    Re-solving without it gives the same status as the exact methods (``optimal`` or ``infeasible``), never
+    ``error``. Returns the last outcome and the number of stages excluded. At most :data:`MAX_EXCLUSIONS`
+    re-solves, and none past the deadline.
+    """
+    excluded = 0
+    while True:
+        outcome = run()
+        if not outcome.has_solution or outcome.status == "infeasible":
+            return outcome, excluded
+        decisions = read_decisions(var, data)
+        try:
+            evaluate(problem, plan_of_decisions(data, decisions), data.objective)
+            return outcome, excluded
+        except PlanError as err:
+            if err.rule != 6 or err.stage is None or excluded >= MAX_EXCLUSIONS:
+                return outcome, excluded
+            if deadline is not None and time.perf_counter() >= deadline:
+                return outcome, excluded
+            j = decisions.stages - 1 - err.stage
+            first, end = decisions.starts[j], decisions.ends(data)[j]
+            if not exclude_stage(lp, var, data, j, first, end - 1, decisions.configs[j]):
+                return outcome, excluded
+            excluded += 1
 
 
 def _candidate(problem, data, backend, outcome, var, hint_plan, hint_source, extra) -> Candidate:

@@ -23,9 +23,14 @@ from ..options import CpsatOptions, MilpOptions
 # highspy and 0.5 for CBC's MPS file on the 40-layer benchmark); the milp method and its interleaved
 # model use it.
 HANDOVER_SHARE = 0.5
+# The most re-solves of a MILP whose plan its backend's feasibility tolerance let over the memory limit
+# (milp.solver._solve_within_memory, interleaved.solve._run_milp): each cuts off one stage (device group)
+# no valid plan has, and only those within the tolerance (1e-9 of the GPU's memory) can come back.
+MAX_EXCLUSIONS = 64
 
 __all__ = [
     "HANDOVER_SHARE",
+    "MAX_EXCLUSIONS",
     "starting_plan",
     "infeasible_message",
     "BuildTimeout",
