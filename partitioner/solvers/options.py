@@ -41,6 +41,7 @@ __all__ = [
     "MAX_THREADS",
     "MAX_MEMORY_BUDGET_GB",
     "MAX_COMBINATIONS_CAP",
+    "MAX_SECONDS",
     "options_record",
     "options_from_text",
     "option_names",
@@ -53,6 +54,8 @@ MAX_THREADS = 1024
 MAX_MEMORY_BUDGET_GB = 2.0**20
 # The largest max_combinations accepted: the count is an int64 in the closed-form enumeration size.
 MAX_COMBINATIONS_CAP = 2**62
+# The longest enumeration brute's max_seconds may allow: a year.
+MAX_SECONDS = 365 * 24 * 3600.0
 
 
 # --------------------------------------------------------------------------- checks, each naming the option
@@ -228,11 +231,15 @@ class BruteOptions(MethodOptions):
 
     max_combinations: int = 2_000_000
     """The most cut x size combinations the enumeration accepts, 1..:data:`MAX_COMBINATIONS_CAP` (roughly 12
-    layers on 16 GPUs by default); the enumeration's whole work is bounded too, by its time limit
-    (:func:`partitioner.solvers.brute.enumeration_work`)."""
+    layers on 16 GPUs by default)."""
+    max_seconds: float = 3600.0
+    """Without a time limit, the longest enumeration brute starts, in seconds as estimated from its rate bounds
+    (:func:`partitioner.solvers.brute.enumeration_work`), a finite number in (0, :data:`MAX_SECONDS`]; under a
+    time limit the limit bounds it."""
 
     def __post_init__(self) -> None:
         _integer(self, "max_combinations", 1, MAX_COMBINATIONS_CAP)
+        _number(self, "max_seconds", 0.0, MAX_SECONDS)
 
 
 @dataclass(frozen=True)
