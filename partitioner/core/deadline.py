@@ -12,10 +12,11 @@ It sits in ``core`` so that the solvers (below ``planning``) can take it.
 from __future__ import annotations
 
 import math
+import os
 import time
 from typing import Callable
 
-__all__ = ["Deadline", "GRACE_SECONDS"]
+__all__ = ["Deadline", "GRACE_SECONDS", "load_slowdown"]
 
 # The one solve a run may still start after its deadline when it has found nothing at all yet (no baseline fits and
 # no plan was solved): without it a limit shorter than the problem building would always answer "no plan". One such
@@ -105,3 +106,17 @@ class Deadline:
         if not self._cuts:
             return ""
         return f"time limit of {self.seconds:g} s reached; cut short: " + "; ".join(self.cuts)
+
+
+def load_slowdown() -> float:
+    """How much longer than on an idle core a CPU-bound step takes now: the 1-minute load average per core,
+    at least 1 (1 where the platform has no load average).
+
+    A step that cannot be interrupted (loading compiled kernels, a fallback plan that must be built) is
+    started under a deadline only when its CPU seconds times this factor fit in the time left.
+    """
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return 1.0
+    return max(1.0, load / (os.cpu_count() or 1))

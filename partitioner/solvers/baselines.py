@@ -87,8 +87,15 @@ def solve_uniform(problem: Problem, request: SolveRequest) -> Candidate:
     layouts = uniform_layouts(problem)
     if not layouts:
         return _no_layout(problem, "uniform")
+    deadline = request.deadline()
     best, failures = None, []
-    for lay in layouts:
+    for tried, lay in enumerate(layouts):
+        if tried and deadline is not None and time.perf_counter() > deadline:  # the first layout always runs
+            if best is None:
+                return Candidate("error", message=f"uniform: time limit reached after {tried} of {len(layouts)} "
+                                 "layouts, none of which fits", timed_out=True)
+            return Candidate("feasible", best[1], message=f"uniform: time limit reached after {tried} of "
+                             f"{len(layouts)} layouts; the best plan of those", timed_out=True)
         plan = uniform_plan(problem, lay)
         try:
             value = evaluate(problem, plan, request.objective).value

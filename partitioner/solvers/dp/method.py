@@ -22,18 +22,28 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from ...core.deadline import load_slowdown
 from ...core.units import format_bytes
 from ...plan import PlanError, evaluate
 from ...problem import Problem
 from ..base import Candidate, SolveRequest, register
+from ..bounds import analytic_bound
 from ..errors import OutOfTime, TooLarge
 from ..feasibility import feasible_stage_counts, quick_infeasibility
-from ..greedy import solve_greedy
+from ..greedy import cost_entries, run_seconds, solve_greedy
 from ..options import Capabilities, DpOptions
 from .compiled import engine
 from .solver import DPModel
 
 __all__ = ["solve_dp", "explain_infeasible", "CAPABILITIES"]
+
+# CPU seconds per cost entry of building the DP's per-layer tables (DPModel): 0.8-1.2 microseconds on the 200-,
+# 1,000- and 5,000-layer format-v3 synthetic problems of 4 x 8 GPUs (benchmarks/limits.py); the lower, so that
+# a refusal (the tables cannot be built in the time left) is not premature.
+TABLE_SECONDS_PER_ENTRY = 0.8e-6
+# The most seconds past an expired deadline the fallback greedy may take beyond its first stage count (as the
+# time-out fallback of :func:`partitioner.solvers.solve` gives it).
+FALLBACK_GRACE = 1.0
 
 _BOTH = frozenset({"bottleneck", "iteration"})
 CAPABILITIES = Capabilities(
@@ -54,10 +64,21 @@ def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
     """Exact DP with the options of :class:`~partitioner.solvers.options.DpOptions`."""
     options = request.options
     assert isinstance(options, DpOptions)
-    deadline = request.deadline()
     budget = options.memory_budget_bytes
     forced = options.placement
     threads = options.threads
+    # cut short, dp still builds its answer -- at least greedy's plan: keep the time that takes at the
+    # machine's present load, and refuse at once what cannot even build its tables in the time left
+    reserve = run_seconds(problem) * load_slowdown()
+    deadline = request.deadline()
+    if deadline is not None:
+        build = TABLE_SECONDS_PER_ENTRY * cost_entries(problem) * load_slowdown()
+        if build + reserve > request.left():
+            reason = (f"dp: the time limit would run out while building the tables ({cost_entries(problem):,} cost "
+                      f"entries: about {build:.3g} s at this load, and {reserve:.3g} s for the fallback plan, "
+                      f"{request.left():.3g} s left); raise --time-limit")
+            return _cut_short(problem, request, None, reason, timed_out=True)
+        deadline -= reserve
 
     engine.take_note()  # forget a note of an earlier solve
     model = DPModel(problem)
@@ -116,7 +137,7 @@ def _set_incumbent(problem: Problem, request: SolveRequest, model: "DPModel", de
     return note
 
 
-def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel", reason: str, timed_out: bool = False,
+def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel | None", reason: str, timed_out: bool = False,
                kernels_note: str | None = None, warm_note: str | None = None) -> Candidate:
     """The best known plan when the search cannot finish: the DP's own best so far or the greedy
     plan, whichever is better, ``feasible`` with the best proven lower bound; ``error`` if neither exists.
@@ -129,7 +150,10 @@ def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel", reason
     known = getattr(model, "best_known", None)
     if known is not None:
         found.append(("dp", known[1]))
-    greedy = solve_greedy(problem, SolveRequest(request.objective, time_limit=request.clock))
+    # greedy gets what is left of the limit, or its estimated run at this load up to FALLBACK_GRACE seconds
+    # (its first stage count always runs: a plan, past the limit on a huge problem)
+    budget = max(request.left(), min(FALLBACK_GRACE, run_seconds(problem) * load_slowdown()))
+    greedy = solve_greedy(problem, SolveRequest(request.objective, time_limit=budget if request.limited else None))
     if greedy.plan is not None:
         found.append(("greedy", greedy.plan))
     best = None
@@ -143,7 +167,7 @@ def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel", reason
     if best is None:
         return Candidate("error", message=f"{reason}; no valid plan known", timed_out=timed_out)
     bounds = [b for b in (getattr(model, "proven_bound", None),) if b is not None]
-    bounds.append(model.analytic_bound(request.objective))
+    bounds.append(analytic_bound(problem, request.objective) if model is None else model.analytic_bound(request.objective))
     bound = max(bounds) * (1 - 1e-9) if bounds and all(math.isfinite(b) for b in bounds) else None
     if bound is not None:
         bound = min(bound, best[0])

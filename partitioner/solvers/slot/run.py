@@ -15,6 +15,7 @@ import time
 from ...plan import Plan, PlanError, evaluate
 from ...problem import Problem
 from ..base import Candidate, SolveRequest
+from ..bounds import analytic_bound
 from ..dp.method import explain_infeasible
 from ..greedy import solve_greedy
 from ..options import CpsatOptions, MilpOptions
@@ -119,60 +120,6 @@ def build_timeout_candidate(method: str, problem: Problem, request: SolveRequest
         return Candidate("error", message=message, extra=extra, timed_out=True)
     bound = analytic_bound(problem, request.objective)
     return Candidate("feasible", plan, bound, f"{message}; returning the {source} plan", extra)
-
-
-def analytic_bound(problem: Problem, objective: str, nudge: bool = True) -> float:
-    """:meth:`SlotData.lower_bound` without building the tables (nudged down unless ``nudge`` is false).
-
-    Under the problem's schedule: ZB-H1's and GPipe's iteration estimates
-    get their own bound (:func:`_zb_h1_bound`, :func:`_gpipe_bound`); 1F1B's
-    bound does not hold for ZB-H1 (its W's hide in the bubble).
-    """
-    fastest, work = [], 0.0
-    for layer in problem.layers:
-        fastest.append(min(c.fwd_ms + c.bwd_ms for c in layer.costs.values()))
-        work += min(lay.devices * (c.fwd_ms + c.bwd_ms) for lay, c in layer.costs.items())
-    bottleneck = max(max(fastest), work / problem.num_devices)
-    m = problem.microbatches
-    value = bottleneck if objective == "bottleneck" else max(m * bottleneck, sum(fastest) + (m - 1) * bottleneck)
-    schedule = problem.training.schedule
-    if objective == "iteration" and schedule == "zb-h1":
-        value = _zb_h1_bound(problem)
-    elif objective == "iteration" and schedule == "gpipe":
-        value = max(value, _gpipe_bound(problem))
-    return max(0.0, value * (1 - 1e-12)) if nudge else value
-
-
-def _zb_h1_bound(problem: Problem) -> float:
-    """A lower bound on ZB-H1's ``sum u + max_c [(m - 1) u_c + k W_c]`` from the layer costs.
-
-    ``sum u`` is at least the layers' least u; with k >= k_lo = max(m - P_max + 1, 1)
-    (P_max the most stages possible), stage c's ``X_c = (m - 1) u_c + k W_c`` is at
-    least each of its layers' least ``(m - 1) u + k_lo W``, and ``max X >= sum_c d_c
-    X_c / N`` (the sizes d_c sum to N) is at least the layers' least device-weighted
-    ``(m - 1) u + k_lo W`` over N. Sends and reshards only add to u.
-    """
-    m, N = problem.microbatches, problem.num_devices
-    k = max(m - min(problem.stages.max, problem.num_layers, N) + 1, 1)
-    least_u, peak, work = 0.0, 0.0, 0.0
-    for layer in problem.layers:
-        parts = [(lay.devices, c.fwd_ms + c.bwd_ms - c.split()[1], c.split()[1]) for lay, c in layer.costs.items()]
-        least_u += min(u for _, u, _ in parts)
-        peak = max(peak, min((m - 1) * u + k * w for _, u, w in parts))
-        work += min(d * ((m - 1) * u + k * w) for d, u, w in parts)
-    return least_u + max(peak, work / N)
-
-
-def _gpipe_bound(problem: Problem) -> float:
-    """A lower bound on GPipe's ``sum F + (m-1) max F + sum B + (m-1) max B``: each flow
-    shop on its own, with the bottleneck bound (slowest layer, work over N) for each max."""
-    m, N = problem.microbatches, problem.num_devices
-    value = 0.0
-    for pick in (lambda c: c.fwd_ms, lambda c: c.bwd_ms):
-        least = [min(pick(c) for c in layer.costs.values()) for layer in problem.layers]
-        work = sum(min(lay.devices * pick(c) for lay, c in layer.costs.items()) for layer in problem.layers)
-        value += sum(least) + (m - 1) * max(max(least), work / N)
-    return value
 
 
 # Seconds per (layer, slot, config) cell to build each model: the rate on an

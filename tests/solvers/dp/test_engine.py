@@ -217,10 +217,11 @@ def test_python_seconds_spent_count_toward_compiling(cold):
     assert calls[-1] is True
 
 
-def test_a_near_deadline_runs_python_when_it_fits_and_refuses_when_nothing_does(cold):
+def test_a_near_deadline_runs_python_when_it_fits_and_refuses_when_nothing_does(cold, monkeypatch):
     import time
 
     calls, _ = cold
+    monkeypatch.setattr(engine, "slowdown", lambda: 1.0)  # an idle machine (the load average is the test's)
     deadline = time.perf_counter() + engine.COMPILE_SECONDS  # too little to compile (needs twice as much)
     assert engine.pick(units(engine.COMPILE_SECONDS / 4), deadline) is engine.PYTHON
     assert "Python" in engine.take_note()
@@ -228,6 +229,18 @@ def test_a_near_deadline_runs_python_when_it_fits_and_refuses_when_nothing_does(
         engine.pick(units(4 * engine.COMPILE_SECONDS), deadline)
     assert "not compiled" in engine.take_note()
     assert True not in calls
+
+
+def test_under_load_a_python_call_must_fit_the_time_left_at_the_machines_slowdown(cold, monkeypatch):
+    """A Python kernel call cannot be interrupted: at a load of 8 on 2 cores (slowdown 4) a call whose idle
+    estimate is a third of the time left would run past the deadline, so it is refused (issue 35)."""
+    import time
+
+    monkeypatch.setattr(engine, "slowdown", lambda: 4.0)
+    deadline = time.perf_counter() + engine.COMPILE_SECONDS
+    with pytest.raises(OutOfTime):
+        engine.pick(units(engine.COMPILE_SECONDS / 3), deadline)
+    assert engine.pick(units(engine.COMPILE_SECONDS / 8), deadline) is engine.PYTHON
 
 
 # --------------------------------------------------------------------------- a cold cache, for real
