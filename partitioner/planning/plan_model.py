@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from ..core.deadline import Deadline
-from ..core.limits import MAX_NODES
+from ..core.limits import MAX_DEVICES, MAX_NODES
 from ..costs import CostOptions
 from ..plan import Plan
 from ..presets import ClusterSpec, ModelSpec, load_cluster, load_model
@@ -148,6 +148,15 @@ def _keys(opts: PlanOptions) -> list[tuple[str, int]]:
     return [k for k in keys if k[0] in rules.schedules]
 
 
+def _check_devices(nodes: int, cluster: ClusterSpec) -> None:
+    """The devices (``nodes`` x the cluster's GPUs per node) within the accepted range: a refusal of the input
+    at the door (exit 2, naming ``nodes``), never an infeasible plan (issue 35)."""
+    devices = nodes * cluster.gpus_per_node
+    if devices > MAX_DEVICES:
+        raise ProblemError(f"{nodes} nodes x {cluster.gpus_per_node} GPUs of {cluster.name} = {devices} devices, more "
+                           f"than the {MAX_DEVICES} accepted (see the accepted ranges in docs/limits.md)", path="nodes")
+
+
 def _microbatch_counts(opts: PlanOptions) -> list[int]:
     """The counts to screen: every divisor of the global batch for ``auto``, else the one given."""
     _check_count(opts.nodes, "nodes", MAX_NODES)
@@ -203,6 +212,7 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
     _check_choices(opts)  # bad input fails before any work
     spec, cl = load_model(model), load_cluster(cluster)
     counts = _microbatch_counts(opts)
+    _check_devices(opts.nodes, cl)
     screened, skipped = screen_counts(Builders(spec, cl, opts), counts, plan_options(opts.options), deadline)
     chosen = counts_to_solve(screened, len(counts) > 1, opts)
     began = time.perf_counter()

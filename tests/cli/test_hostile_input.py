@@ -456,6 +456,23 @@ def test_plan_model_with_zero_nodes_names_nodes():
     assert err.value.path == "nodes"
 
 
+def test_more_devices_than_accepted_is_a_refusal_not_an_infeasible_plan(tmp_path):
+    """114 x gb200-nvl72 is 8,208 GPUs: over the accepted devices, which is bad input (exit 2, naming nodes),
+    not a property of the problem (it answered ``infeasible: no plan found`` before, issue 35)."""
+    from partitioner.core.limits import MAX_DEVICES
+    from partitioner.presets import load_cluster
+
+    gpus = load_cluster("gb200-nvl72").gpus_per_node
+    nodes = MAX_DEVICES // gpus + 1
+    with pytest.raises(ProblemError) as err:
+        plan_model("llava-1.5-7b", "gb200-nvl72", nodes=nodes, global_batch=nodes * gpus)
+    assert err.value.path == "nodes" and f"more than the {MAX_DEVICES} accepted" in str(err.value)
+    code, out, err_text, _, _ = run_cli(tmp_path, "plan", "--model", "llava-1.5-7b", "--cluster", "gb200-nvl72",
+                                        "--nodes", str(nodes), "--global-batch", str(nodes * gpus))
+    assert_input_error(code, err_text, "nodes", "devices")
+    assert "infeasible" not in out + err_text
+
+
 # --------------------------------------------------------------------------- 6. quality under a limit
 
 
