@@ -194,7 +194,7 @@ def _cpu_model() -> str:
 
 def to_markdown(found: dict) -> str:
     lines = [
-        "## Targets (issue 35): time limits held at scale, and the constants that hold them",
+        "## Targets (issue 35): time limits at scale, and the constants that hold them",
         "",
         f"`python -m benchmarks.limits --busy {found['busy']} --time-limit {found['time_limit']:g}` on {found['date']}, "
         f"commit {found['commit']}, {found['cpus']} cores of {found['cpu']}, {found['busy']} Python busy loops beside "

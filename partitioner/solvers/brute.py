@@ -101,9 +101,9 @@ __all__ = [
 
 DEFAULT_MAX_COMBINATIONS = BruteOptions.max_combinations
 # Upper bounds of brute's enumeration speed: cut x size combinations of the main loop, and cost entries read by
-# the config tuples of its stages, per second. Measured on one idle core of the reference machine (an AMD EPYC
-# at 2.45 GHz, Python 3.11; the command in benchmarks/results/REPORT.md, "brute's enumeration rate") and
-# doubled, so that an estimate from them is a lower bound of the time it takes.
+# the config tuples of its stages, per CPU second. Measured (benchmarks/limits.py; REPORT.md, "time limits at
+# scale") about 2e4 combinations and 4.5e5 entries per CPU second on the 2-core reference machine, Python 3.11;
+# set 10 and 4 times higher, so that an estimate from them stays a lower bound of the time on a faster machine.
 COMBINATIONS_PER_SECOND = 2.0e5
 ENTRIES_PER_SECOND = 2.0e6
 # The search checks its deadline every this many config tuples of a stage (and every cut x size combination).
