@@ -70,6 +70,12 @@ def plan_cmd(
     target: str = typer.Option("any", "--target",
                                help="any | megatron | torchtitan | deepspeed: search only the plans that framework runs "
                                     "(any: every plan; the result says per framework the best candidate it runs)."),
+    precision: Optional[str] = typer.Option(None, "--precision",
+                                            help="bf16 | fp8: the GEMM precision of the transformer blocks (default: "
+                                                 "the cost options', bf16 unless -c precision=fp8)."),
+    fp8_recipe: Optional[str] = typer.Option(None, "--fp8-recipe",
+                                             help="With fp8: tensorwise (default) | delayed | blockwise | mxfp8 "
+                                                  "(Blackwell) | rowwise (torchtitan's torchao recipe)."),
     knob_solves: str = typer.Option("fast", "--knob-solves",
                                     help="Uniform knob settings the screening solves per microbatch count: fast "
                                          "(the first with a plan) | all (every one: slower). The kept candidate is "
@@ -83,13 +89,18 @@ def plan_cmd(
     frames: Optional[int] = typer.Option(None, "--frames", help="Frames per video clip."),
     fps: Optional[float] = typer.Option(None, "--fps", help="Frame rate of the sampled frames (shows the clip length)."),
     text_tokens: Optional[int] = typer.Option(None, "--text-tokens", help="Text tokens per sample."),
+    mtp_layers: Optional[int] = typer.Option(None, "--mtp-layers",
+                                             help="Multi-token prediction modules to train (default: the model's, "
+                                                  "DeepSeek-V3's num_nextn_predict_layers; 0: none)."),
 ) -> None:
     """Plan a model preset on a cluster preset: stages, meshes, speed-up over Megatron's default, export settings.
 
     --images, --image-size, --tiles, --frames, --fps and --text-tokens describe one sample; each model tokenises
     them its own way (Qwen/GLM dynamic resolution, InternVL/Idefics3 tiling and pixel shuffle, LLaVA-OneVision
-    anyres), and the plan shows the sequence lengths they imply.
+    anyres), and the plan shows the sequence lengths they imply. --mtp-layers sets the multi-token prediction
+    modules trained after the language model (DeepSeek-V3 trains one).
     """
+    from ..costs.fp8 import FP8_RECIPES, PRECISIONS
     from ..planning import plan_model
     from ..planning.options import KNOB_SOLVES
     from ..planning.schedules.choice import SCHEDULE_CHOICES
@@ -101,6 +112,8 @@ def plan_cmd(
     check_choice(schedule, SCHEDULE_CHOICES, "--schedule")
     check_choice(target, TARGETS, "--target")
     check_choice(knob_solves, KNOB_SOLVES, "--knob-solves")
+    check_choice(precision, PRECISIONS, "--precision")
+    check_choice(fp8_recipe, FP8_RECIPES, "--fp8-recipe")
     if virtual_stages is not None and (schedule != "interleaved" or virtual_stages < 2):
         raise SolverError("--virtual-stages: needs --schedule interleaved and an integer >= 2")
     mb: int | Literal["auto"] = "auto"
@@ -114,7 +127,8 @@ def plan_cmd(
         mb = count
     if nodes < 1 or global_batch < 1 or (max_stages is not None and max_stages < 1):
         raise SolverError("--nodes, --global-batch and --max-stages must be positive integers")
-    workload = Workload(images=images, image_size=image_size, tiles=tiles, frames=frames, fps=fps, text_tokens=text_tokens)
+    workload = Workload(images=images, image_size=image_size, tiles=tiles, frames=frames, fps=fps, text_tokens=text_tokens,
+                        mtp_layers=mtp_layers)
     spec = load_model(model, workload)
     sequences = sequence_summary(spec, workload)
     with working(f"planning {model} on {nodes} x {cluster} with {method}"):
@@ -122,6 +136,7 @@ def plan_cmd(
             spec, cluster, nodes=nodes, global_batch=global_batch, microbatches=mb, method=method, objective=objective,
             time_limit=time_limit, options=parse_options(cost_option), profile=profile, max_stages=max_stages,
             schedule=schedule, virtual_stages=virtual_stages, target=target, knob_solves=knob_solves,
+            precision=precision, fp8_recipe=fp8_recipe,
         )
     problem = result.problem
     if save_problem is not None and problem is not None:

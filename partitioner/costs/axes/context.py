@@ -23,8 +23,9 @@ Contract: pure functions of a layer's shapes and a config's degrees.
   time of one layer's context-parallel attention traffic: the ring
   overlaps each step's send with that step's blockwise attention (exposed
   only where a send outlasts its step; hidden when the local chunk ``c``
-  satisfies ``c >= 2 (G/H) F / B`` [derived in the research note]); the
-  all-gather and the all-to-alls are exposed.
+  satisfies ``c >= 2 (G/H) F / B`` [derived in the research note]; the
+  backward's last dKV send after the last step, :func:`ring_exposed_ms`);
+  the all-gather and the all-to-alls are exposed.
 
 Dense-gradient sync over ``D x C`` ranks (CP ranks ride on the data-parallel
 gradient group [20]_) is :func:`dense_sync_ranks`.
@@ -50,6 +51,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..attention_mla import MLA_CP_ALGORITHMS
 from ..layers import Piece
 from ..options import CostOptions
 from .groups import GroupSpan, alltoall_ms
@@ -64,23 +66,29 @@ __all__ = [
     "ulysses_bytes",
     "allgather_bytes",
     "cp_attention_ms",
+    "ring_exposed_ms",
     "shard_piece",
     "dense_sync_ranks",
 ]
 
 
-def cp_algorithms(*, windowed: bool = False, cross: bool = False) -> tuple[str, ...]:
+def cp_algorithms(*, windowed: bool = False, cross: bool = False, mla: bool = False) -> tuple[str, ...]:
     """The context-parallel attention algorithms a layer can run.
 
     A cross-attention layer (mllama) runs none: its keys and values are
     another sequence's, and neither Megatron-LM nor torchtitan has a
     context-parallel path for it. A sliding-window or chunked layer
-    (Gemma 2/3, Llama 4) cannot run the ring [21]_.
+    (Gemma 2/3, Llama 4) cannot run the ring [21]_. Multi-head latent
+    attention (key and value heads of different widths) runs only the ring
+    (Transformer Engine asserts ``cp_comm_type in ["p2p", "a2a+p2p"]`` for
+    it [21]_; :mod:`..attention_mla`).
     """
     if cross:
         return ()
     if windowed:
-        return ("a2a", "all_gather")
+        return () if mla else ("a2a", "all_gather")
+    if mla:
+        return tuple(a for a in CP_ALGORITHMS if a in MLA_CP_ALGORITHMS)
     return CP_ALGORITHMS
 
 
@@ -127,7 +135,7 @@ def causal_load_factor(cp: int, balanced: bool, chunk_tokens: float | None = Non
     return (c * (2 * cp - 1) + 1) / (cp * c + 1)
 
 
-def kv_bytes(chunk_tokens: float, samples: float, kv_heads: int, head_dim: int, tp: int, elem_bytes: float = 2.0) -> float:
+def kv_bytes(chunk_tokens: float, samples: float, kv_heads: int, head_dim: float, tp: int, elem_bytes: float = 2.0) -> float:
     """K and V of one rank's chunk: ``2 c b (G/t) d`` elements (one head when G < t)."""
     return 2.0 * chunk_tokens * samples * _kv_local(kv_heads, tp) * head_dim * elem_bytes
 
@@ -143,7 +151,7 @@ def ring_bytes(cp: int, kv: float) -> tuple[float, float]:
     return (cp - 1) * kv, 2.0 * (cp - 1) * kv
 
 
-def ulysses_bytes(cp: int, chunk_tokens: float, samples: float, heads: int, kv_heads: int, head_dim: int, tp: int,
+def ulysses_bytes(cp: int, chunk_tokens: float, samples: float, heads: int, kv_heads: int, head_dim: float, tp: int,
                   elem_bytes: float = 2.0) -> tuple[float, float]:
     """Bytes a rank sends in Ulysses' all-to-alls per layer, ``(forward, backward)`` [22]_.
 
@@ -181,7 +189,8 @@ def cp_attention_ms(algorithm: str, cp: int, span: GroupSpan, *, kv: float, ulys
     ``p2p``: ``cp`` steps, each computing ``1/cp`` of the rank's attention
     (``attn_fwd_ms``, ``attn_bwd_ms``, already with the load factor) while
     the next KV chunk (backward: KV and dKV) travels; a step whose send
-    takes longer exposes the difference [26]_. The ring's slowest hop is
+    takes longer exposes the difference, and the backward's last dKV send
+    is exposed (:func:`ring_exposed_ms`) [26]_. The ring's slowest hop is
     the network when the group spans nodes. ``all_gather``: one all-gather
     forward, an all-gather and a reduce-scatter backward, exposed.
     ``a2a``: Q, K, V and O all-to-alls (``ulysses``: the bytes each rank
@@ -192,11 +201,8 @@ def cp_attention_ms(algorithm: str, cp: int, span: GroupSpan, *, kv: float, ulys
     GBps, eff = (intra_GBps, opts.nvlink_efficiency) if span.inside_node else (inter_GBps, 1.0)
     alpha = opts.collective_latency_us * 1e-3
     if algorithm == "p2p":
-        send_f = alpha + kv / (eff * GBps * 1e6)
-        send_b = alpha + 2.0 * kv / (eff * GBps * 1e6)
-        fwd = (cp - 1) * max(0.0, send_f - attn_fwd_ms / cp)
-        bwd = (cp - 1) * max(0.0, send_b - attn_bwd_ms / cp)
-        return fwd, bwd
+        return ring_exposed_ms(cp, alpha + kv / (eff * GBps * 1e6), alpha + 2.0 * kv / (eff * GBps * 1e6),
+                               attn_fwd_ms / cp, attn_bwd_ms / cp)
     if algorithm == "all_gather":
         gather = alpha + (cp - 1) * kv / (eff * GBps * 1e6)
         return gather, 2.0 * gather
@@ -211,6 +217,26 @@ def cp_attention_ms(algorithm: str, cp: int, span: GroupSpan, *, kv: float, ulys
             out.append(once + 3 * alpha)
         return out[0], out[1]
     raise ValueError(f"unknown context-parallel algorithm {algorithm!r} (known: {', '.join(CP_ALGORITHMS)})")
+
+
+def ring_exposed_ms(cp: int, send_ms: float, send_pair_ms: float, step_fwd_ms: float,
+                    step_bwd_ms: float) -> tuple[float, float]:
+    """Exposed ``(forward, backward)`` ms of the ring's transfers, step by step [21]_ [26]_.
+
+    Each of the ``cp`` steps computes attention over one KV chunk
+    (``step_*_ms``, the load-balanced steps being equal) while the next
+    chunk travels. Forward: steps 0 .. cp-2 each overlap one KV send
+    (``send_ms``); a step exposes ``max(0, send - step)``; the last step
+    sends nothing. Backward: step 0 sends KV, steps 1 .. cp-2 send KV and
+    the dKV accumulated so far (``send_pair_ms``), each beside its step's
+    attention; the last dKV reaches its owner only after the last step's
+    attention, so that send is exposed whole.
+    """
+    if cp <= 1:
+        return 0.0, 0.0
+    fwd = (cp - 1) * max(0.0, send_ms - step_fwd_ms)
+    bwd = max(0.0, send_ms - step_bwd_ms) + (cp - 2) * max(0.0, send_pair_ms - step_bwd_ms) + send_ms
+    return fwd, bwd
 
 
 def shard_piece(piece: Piece, cp: int, load_factor: float = 1.0) -> Piece:
@@ -235,11 +261,13 @@ def shard_piece(piece: Piece, cp: int, load_factor: float = 1.0) -> Piece:
         piece,
         tokens=piece.tokens / cp,
         gemm_flops=piece.gemm_flops / cp,
+        bf16_gemm_flops=piece.bf16_gemm_flops / cp,
         attn_flops=piece.attn_flops * lf / cp,
         attn_pairs=piece.attn_pairs * lf / cp,
         score_entries=piece.score_entries / cp,
         dense_act=(piece.dense_act[0] / cp, piece.dense_act[1] / cp),
         input_gemm_flops=piece.input_gemm_flops / cp,
+        replicated_gemm_flops=piece.replicated_gemm_flops / cp,
         bwd_gemm_flops=div(piece.bwd_gemm_flops),
         bwd_attn_flops=div(piece.bwd_attn_flops, lf),
         shape=shape,

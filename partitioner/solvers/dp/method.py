@@ -1,7 +1,8 @@
 """The ``dp`` method: the registry's entry point to the exact DP of :mod:`.dp`.
 
 Its capabilities (what :func:`~partitioner.solvers.solve` checks before it
-dispatches: no custom topologies, no interleaved schedule) and its options
+dispatches: no custom topologies; the interleaved schedule by its own cut
+search, :mod:`partitioner.solvers.interleaved.search`) and its options
 record (:class:`~partitioner.solvers.options.DpOptions`) are registered with
 it. It solves with the placement mode the cluster needs (see the
 *Placement* section of :mod:`.dp`), falls back to the exact placement
@@ -31,6 +32,7 @@ from ..bounds import analytic_bound
 from ..errors import OutOfTime, TooLarge
 from ..feasibility import feasible_stage_counts, quick_infeasibility
 from ..greedy import cost_entries, run_seconds, solve_greedy
+from ..interleaved.search import solve_interleaved_search
 from ..options import Capabilities, DpOptions
 from .compiled import engine
 from .solver import DPModel
@@ -46,22 +48,17 @@ TABLE_SECONDS_PER_ENTRY = 0.8e-6
 FALLBACK_GRACE = 1.0
 
 _BOTH = frozenset({"bottleneck", "iteration"})
+# interleaved: the space of equal device groups with one mesh each, by its cut search (solvers/interleaved/search.py)
 CAPABILITIES = Capabilities(
-    schedules={"1f1b": _BOTH, "zb-h1": _BOTH, "gpipe": _BOTH},
-    why_not={
-        "interleaved": (
-            "its recursion runs along the layer order, one stage after another, and an interleaved group's "
-            "time and memory sum chunks that lie far apart in that order (chunks g, g + P, ...), so they do not "
-            "separate into stage-by-stage terms"
-        ),
-    },
-    exact=True,
+    schedules={"1f1b": _BOTH, "zb-h1": _BOTH, "gpipe": _BOTH, "interleaved": _BOTH}, exact=True
 )
 
 
 @register("dp", options=DpOptions, capabilities=CAPABILITIES)
 def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
     """Exact DP with the options of :class:`~partitioner.solvers.options.DpOptions`."""
+    if problem.training.schedule == "interleaved":  # its own space and search (interleaved/search.py)
+        return solve_interleaved_search(problem, request)
     options = request.options
     assert isinstance(options, DpOptions)
     budget = options.memory_budget_bytes
