@@ -52,7 +52,7 @@ def test_exact_methods_agree_on_the_memory_limit_and_on_ties(problem):
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
 @given(problem=boundary_problems(schedules=("interleaved",)))
 def test_exact_methods_agree_on_the_memory_limit_under_interleaving(problem):
-    same_answers(problem, ("cpsat", "milp"))
+    same_answers(problem, ("dp", "cpsat", "milp"))
 
 
 @pytest.mark.slow
