@@ -14,11 +14,11 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
+from ..core.deadline import Deadline
 from ..plan import Plan, SolveResult, Stage
 from ..problem import Layout, Problem
 from ..solvers import solve
 from .baselines import BASELINE_METHOD
-from .deadline import Deadline
 from .knobs import _projections, refine_knobs, variant_at
 from .options import PlanOptions
 from .records import BaselineRun, KnobSolve, ScreenedCount
@@ -135,7 +135,7 @@ def _limit(entry: ScreenedCount, variant: str, opts: PlanOptions, tally: _Tally,
     """The time limit of one setting's solve: what the deadline leaves, at most ``cap``; 0 to skip it.
 
     A run that has found nothing at all yet (``found`` False: no baseline
-    fits, no plan so far) may still solve once for :data:`~.deadline.GRACE_SECONDS`.
+    fits, no plan so far) may still solve once for :data:`~partitioner.core.deadline.GRACE_SECONDS`.
     """
     limit = deadline.solve_limit(cap)
     if limit is not None and limit <= 0 and not found and tally.best is None and not entry.bases:

@@ -54,7 +54,7 @@ class PlanOptions:
     """What the solves minimise: the schedule's iteration estimate or the bottleneck stage time."""
 
     time_limit: float | None = None
-    """Seconds for the whole run (:class:`~partitioner.planning.deadline.Deadline`):
+    """Seconds for the whole run (:class:`~partitioner.core.deadline.Deadline`):
     each solve gets what is left, and a re-solve under another schedule than 1F1B
     at most the time the 1F1B solves took (at least
     :data:`~partitioner.planning.plan_model.RESOLVE_MIN_SECONDS`). Once it has

@@ -21,12 +21,14 @@ import time
 from dataclasses import replace
 from typing import Any, Mapping
 
+from ..core.deadline import Deadline
+from ..core.limits import MAX_DEVICES
 from ..costs import CostOptions
 from ..plan import Plan
 from ..presets import ClusterSpec, ModelSpec, load_cluster, load_model
+from ..problem import ProblemError
 from .assemble import assemble, best_baselines, no_plan
 from .context_report import context_report
-from .deadline import Deadline
 from .exact import prove_kept, space_of
 from .knob_solve import solve_with_knobs
 from .options import PlanOptions
@@ -143,11 +145,21 @@ def _no_plan_reason(chosen: list[ScreenedCount], done: Mapping[int, KnobSolve], 
     return (solved[-1].result.message if solved else "") or "; ".join(skipped[:3]) or "no plan fits"
 
 
+def _check_devices(nodes: int, cluster: ClusterSpec) -> None:
+    """The devices (``nodes`` x the cluster's GPUs per node) within the accepted range: a refusal of the input
+    at the door (exit 2, naming ``nodes``), never an infeasible plan (issue 35)."""
+    devices = nodes * cluster.gpus_per_node
+    if devices > MAX_DEVICES:
+        raise ProblemError(f"{nodes} nodes x {cluster.gpus_per_node} GPUs of {cluster.name} = {devices} devices, more "
+                           f"than the {MAX_DEVICES} accepted (see the accepted ranges in docs/limits.md)", path="nodes")
+
+
 def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptions) -> ModelPlan:
     """:func:`plan_model` with its options gathered in a :class:`~.options.PlanOptions`."""
     run = PlanRun.start(opts)  # resolved once, before any work: every step below reads it
     opts, deadline = run.options, run.deadline
     spec, cl = load_model(model), load_cluster(cluster)
+    _check_devices(run.options.nodes, cl)
     screened, skipped = screen_counts(Builders(spec, cl, run), run.counts, run.costs, deadline)
     chosen = counts_to_solve(screened, len(run.counts) > 1, opts)
     began = time.perf_counter()

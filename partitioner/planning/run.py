@@ -5,17 +5,17 @@
 anything, and every step after reads it: the target's rules (None for
 ``any``), the cost options the problems are built with, the schedule keys
 to try, the microbatch counts to screen, the weight-memory count the run
-charges, and the run's one :class:`~.deadline.Deadline`.
+charges, and the run's one :class:`~partitioner.core.deadline.Deadline`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
+from ..core.deadline import Deadline
 from ..costs import CostOptions
 from ..frameworks import FrameworkRules
 from ..problem import ProblemError
-from .deadline import Deadline
 from .options import PlanOptions
 from .schedules.choice import schedule_keys
 from .targets.memory import MemoryCounts, memory_counts

@@ -15,12 +15,12 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
+from ..core.deadline import Deadline
 from ..costs import CostOptions, ProblemBuilder
 from ..presets import ClusterSpec, ModelSpec
 from ..problem import Problem, ProblemError
 from ..solvers import solve
 from .baselines import BASELINE_METHOD, FSDP_METHOD, StageSums, fsdp_baseline, megatron_baseline
-from .deadline import Deadline
 from .knobs import _projections
 from .options import PlanOptions
 from .records import BaselineRun, ScreenedCount
@@ -124,7 +124,8 @@ def _screen(m: int, problem: Problem, base_problem: Problem, opts: PlanOptions, 
 
 def screen_counts(builders: Builders, counts: Sequence[int], options: CostOptions,
                   deadline: Deadline | None = None) -> tuple[list[ScreenedCount], list[str]]:
-    """Every count screened, and why the counts that cannot be built were skipped (one count: its error is raised).
+    """Every count screened, and why the counts that cannot be built were skipped (none could: the first
+    error is raised -- an input over an accepted range is refused, exit 2, never reported as infeasible).
 
     Once ``deadline`` has passed, the counts not yet screened are left out
     (at least one is screened) and the deadline records the cut.
@@ -132,6 +133,7 @@ def screen_counts(builders: Builders, counts: Sequence[int], options: CostOption
     deadline = deadline or Deadline(None)
     screened: list[ScreenedCount] = []
     skipped: list[str] = []
+    refused: ProblemError | None = None
     for i, m in enumerate(counts):
         if screened and deadline.expired():
             deadline.cut(f"screening: {len(counts) - i} of {len(counts)} microbatch counts not screened",
@@ -140,11 +142,12 @@ def screen_counts(builders: Builders, counts: Sequence[int], options: CostOption
         try:
             problem, base_problem = _problems(m, builders, options)
         except ProblemError as err:
-            if len(counts) == 1:
-                raise
+            refused = refused or err
             skipped.append(f"m={m}: {err.reason}")
             continue
         screened.append(_screen(m, problem, base_problem, builders.opts, len(counts) > 1, deadline))
+    if not screened and refused is not None:  # no count could be built: the input is refused, not infeasible
+        raise refused
     return screened, skipped
 
 

@@ -107,16 +107,15 @@ class Layout:
 
     @property
     def axes(self) -> str:
-        """The canonical key without the variant: ``dp{D}tp{T}[cp{C}][ep{E}[etp{F}]]``."""
+        """The canonical key without the variant: ``dp{D}tp{T}[cp{C}][ep{E}[etp{F}]]``; ``ep`` is written when
+        ``etp`` is, so that every key it writes parses back to this config (etp without ep is bad input)."""
         base = f"dp{self.dp}tp{self.tp}"
         if self.cp != 1:
             base += f"cp{self.cp}"
-        if self.ep != 1:
+        if self.ep != 1 or self.etp != 1:  # etp is written after its ep, even ep1 (``dp2tp2ep1etp2``)
             base += f"ep{self.ep}"
             if self.etp != 1:
                 base += f"etp{self.etp}"
-        elif self.etp != 1:  # not parseable (etp without ep), but spelled faithfully
-            base += f"etp{self.etp}"
         return base
 
     @property

@@ -37,6 +37,7 @@ import math
 from dataclasses import replace
 from typing import Callable, Mapping, Sequence, Union
 
+from ...core.deadline import Deadline
 from ...plan import Evaluation, Plan, PlanError, SolveResult, evaluate
 from ...problem import Problem, ProblemError
 from ...simulate.engine import ReplaySummary
@@ -44,7 +45,6 @@ from ...solvers import SolverError
 from ...solvers.base import schedule_support
 from ...solvers.interleaved.search import round_balanced
 from ..baselines import BASELINE_METHOD, FSDP_METHOD, megatron_baselines
-from ..deadline import Deadline
 from ..options import SCHEDULE_CHOICES
 from ..records import BaselineRun, KnobSolve, ScreenedCount
 from ..results import simulate_plan

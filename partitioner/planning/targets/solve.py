@@ -19,11 +19,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ...core.deadline import Deadline
 from ...plan import PlanError, SolveResult, evaluate
 from ...plan.result import Status
 from ...problem import Problem
 from ...solvers import solve
-from ..deadline import Deadline
 from ..knobs import escalation
 from ..options import PlanOptions
 from ..records import KnobSolve, ScreenedCount

@@ -39,7 +39,6 @@ References
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -51,7 +50,7 @@ from ...plan import Status, evaluate
 from ...problem import Problem
 from ..base import Candidate, SolveRequest
 from ..slot.data import SlotData, SlotDecisions, plan_of_decisions
-from ..slot.run import analytic_bound, build_guard, infeasible_message, int_option
+from ..slot.run import analytic_bound, build_guard, infeasible_message
 from ..slot.times import IntegerTimes, conservative_bound
 from .arcflow import ArcGraph, GraphTooLarge, build_graph, path_of_plan
 from .formulation import apply_solver_options
@@ -138,8 +137,6 @@ def _solver(request: SolveRequest, deadline: float | None, seed: int) -> cp_mode
     params = solver.parameters
     params.random_seed = seed
     # one worker: every solve here is proven by the root LP, a portfolio only runs copies of it
-    # (the option is still checked, for the same errors as the slot model)
-    int_option(request, "cpsat", "num_workers", os.cpu_count() or 1)
     params.num_workers = 1
     apply_solver_options(solver, request, ARC_PARAMETERS)
     if deadline is not None:
