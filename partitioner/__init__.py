@@ -11,7 +11,9 @@ The Python API::
 from __future__ import annotations
 
 from .plan import Evaluation, Plan, PlanError, SolveResult, Stage, evaluate, load_plan
+from .frameworks.recipe import Recipe
 from .planning import plan_model
+from .planning.estimate import Estimate, estimate
 from .problem import Cluster, Layer, LayerCost, Layout, Problem, ProblemError, StageBounds, Training, dump_problem, load_problem
 from .simulate.engine import simulate
 from .solvers import SolverError, methods, solve
@@ -20,6 +22,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Cluster",
+    "Estimate",
     "Evaluation",
     "Layer",
     "LayerCost",
@@ -28,12 +31,14 @@ __all__ = [
     "PlanError",
     "Problem",
     "ProblemError",
+    "Recipe",
     "SolveResult",
     "SolverError",
     "Stage",
     "StageBounds",
     "Training",
     "dump_problem",
+    "estimate",
     "evaluate",
     "load_plan",
     "load_problem",

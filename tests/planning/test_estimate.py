@@ -1,0 +1,210 @@
+"""``estimate``: a stated layout as a plan of the planner's problem, and the recipe readers.
+
+The round trip is the contract: the plan ``plan --target megatron`` finds,
+exported as Megatron-LM flags and read back by the argument-list reader,
+gives the iteration time, cuts and stage figures ``plan`` reported.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from partitioner import Recipe, estimate
+from partitioner.export import export_result
+from partitioner.frameworks.megatron.recipe import read_megatron_args
+from partitioner.frameworks.torchtitan.recipe import read_torchtitan_toml
+from partitioner.planning import plan_model
+from partitioner.planning.estimate import layout_cuts
+from partitioner.problem import ProblemError
+
+MODEL, CLUSTER = "llava-1.5-13b", "dgx-a100-80g"  # 40 decoder layers, 40 heads; 13B does not fit on one A100 unsharded
+
+
+@pytest.fixture(scope="module")
+def megatron_plan():
+    """``plan --target megatron`` on one node, tp held to 1 so the plan pipelines (pp 2)."""
+    return plan_model(MODEL, CLUSTER, nodes=1, global_batch=64, microbatches=16, target="megatron", schedule="1f1b",
+                      options={"max_tp": 1})
+
+
+def test_round_trip_export_then_estimate(megatron_plan):
+    r = megatron_plan
+    exported = export_result(r, "megatron", r.problem)
+    assert exported.expressible, exported.reasons
+    recipe = read_megatron_args(exported.text(), "export")
+    assert recipe.pp == len(r.plan.stages) >= 2  # the case is a pipeline, not a single stage
+    est = estimate(MODEL, CLUSTER, recipe, nodes=1, options={"max_tp": 1})
+    assert est.fits
+    assert est.iteration_ms == pytest.approx(r.throughput.iteration_ms, rel=1e-9)
+    assert est.throughput.mfu == pytest.approx(r.throughput.mfu, rel=1e-9)
+    planned = [(s.first_layer, s.last_layer, s.fwd_ms, s.bwd_ms, s.memory_bytes) for s in r.evaluation.stages]
+    estimated = [(s.first_layer, s.last_layer, s.fwd_ms, s.bwd_ms, s.memory_bytes) for s in est.evaluation.stages]
+    assert [e[:2] for e in estimated] == [p[:2] for p in planned]
+    assert [x for e in estimated for x in e[2:]] == pytest.approx([x for p in planned for x in p[2:]], rel=1e-12)
+
+
+def test_round_trip_stated_as_flags(megatron_plan, cli):
+    """The same layout typed as flags on the command line: the same iteration time, exit 0."""
+    r = megatron_plan
+    layout = export_result(r, "megatron", r.problem).settings["transformer_config"]["pipeline_model_parallel_layout"]
+    run = cli("estimate", "--model", MODEL, "--cluster", CLUSTER, "--nodes", "1", "--gbs", "64", "--mbs", "1",
+              "--tp", "1", "--pp", "2", "--pipeline-model-parallel-layout", layout, "--distributed-optimizer",
+              "--no-sequence-parallel", "-c", "max_tp=1", "--json")
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(run.stdout)
+    assert doc["fits"] is True and doc["microbatches"] == 16
+    assert doc["iteration_ms"] == pytest.approx(r.throughput.iteration_ms, rel=1e-9)
+
+
+def test_default_split_is_megatrons_uniform():
+    """Without a layout: the vision encoder and embedding with the first decoder layers, 20 + 20 decoders."""
+    est = estimate(MODEL, CLUSTER, Recipe(pp=2, gbs=64, zero=1), nodes=1)
+    names = [est.problem.layers[s.last_layer].name for s in est.evaluation.stages]
+    assert names == ["llm.19", "llm.head"]
+    assert est.dp == 4 and est.microbatches == 16 and est.schedule == "1f1b"
+
+
+@pytest.mark.parametrize(("flags", "option", "words"), [
+    (["--tp", "8"], "--tp", "does not divide 28"),  # Qwen2-VL-7B's 28 heads
+    (["--pp", "3"], "--pp", "does not divide the world"),
+    (["--tp", "2", "--pp", "2", "--dp", "4"], "--dp", "disagrees"),
+    (["--gbs", "60"], "--gbs", "not a multiple"),
+    (["--ep", "2"], "--ep", "no routed experts"),
+    (["--zero", "2"], "--zero", "must be one of"),
+    (["--pp", "2", "--vpp", "2", "--gbs", "12", "--mbs", "1"], "--gbs", "not a multiple of 2"),
+])
+def test_bad_layout_exits_2_naming_the_option(cli, flags, option, words):
+    args = ["--gbs", "64", *flags] if "--gbs" not in flags else flags
+    run = cli("estimate", "--model", "qwen2-vl-7b", "--cluster", "dgx-h100", "--nodes", "1", *args)
+    assert run.returncode == 2, (run.stdout, run.stderr)
+    line = run.stderr.strip()
+    assert line.startswith(f"error: {option}:") and words in line, line
+    assert "Traceback" not in run.stderr
+
+
+def test_over_memory_is_reported_not_refused(cli):
+    """13B unsharded on one A100 per replica: reported as not fitting (exit 1), with the rank and the excess."""
+    est = estimate(MODEL, CLUSTER, Recipe(gbs=64), nodes=1)
+    assert not est.fits and est.over_memory and est.over_memory[0].startswith("pipeline rank 0:")
+    assert not est.stages[0].fits and est.stages[0].memory_bytes > est.gpu_memory_bytes
+    assert est.iteration_ms > 0 and est.throughput.mfu > 0  # timed with the memory check lifted
+    run = cli("estimate", "--model", MODEL, "--cluster", CLUSTER, "--nodes", "1", "--gbs", "64", "--json")
+    assert run.returncode == 1, run.stderr
+    doc = json.loads(run.stdout)
+    assert doc["fits"] is False and doc["stages"][0]["fits"] is False
+    text = cli("estimate", "--model", MODEL, "--cluster", CLUSTER, "--nodes", "1", "--gbs", "64")
+    assert text.returncode == 1 and "DOES NOT FIT: pipeline rank 0" in text.stdout
+
+
+LAUNCH = r"""#!/bin/bash
+# Qwen3-VL-30B-A3B on 2 nodes (a launch script as users keep them)
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+DISTRIBUTED_ARGS=(--nproc_per_node 8 --nnodes 2 --node_rank $NODE_RANK --master_addr $MASTER_ADDR)
+MODEL_PARALLEL_ARGS=(
+    --tensor-model-parallel-size 2
+    --pipeline-model-parallel-size 2   # two pipeline ranks
+    --expert-model-parallel-size=4
+    --expert-tensor-parallel-size 1
+    --sequence-parallel
+    --use-distributed-optimizer
+)
+torchrun ${DISTRIBUTED_ARGS[@]} pretrain_vlm.py ${MODEL_PARALLEL_ARGS[@]} \
+    --num-layers 48 --hidden-size 2048 --seq-length 4096 \
+    --micro-batch-size 1 --global-batch-size 64 \
+    --recompute-granularity selective --recompute-modules moe_act layernorm \
+    --moe-grouped-gemm --lr 1e-4 --bf16 \
+    --data-path $DATA --save $CKPT
+"""
+
+
+def test_megatron_reader_parses_a_launch_script():
+    r = read_megatron_args(LAUNCH, "launch.sh")
+    assert (r.tp, r.pp, r.ep, r.etp, r.mbs, r.gbs, r.num_layers) == (2, 2, 4, 1, 1, 64, 48)
+    assert r.zero == 1 and r.recompute == "layernorm+moe_act" and r.sequence_parallel is True
+    assert r.vpp == 1 and r.cp == 1 and r.pipeline_layout is None
+    assert r.where("ep") == "launch.sh: --expert-model-parallel-size"
+    est = estimate("qwen3-vl-30b-a3b", "dgx-h100", r, nodes=2)
+    assert est.dp == 4 and est.microbatches == 16
+    assert any("ep4" in c for s in est.stages for c in s.configs)  # the experts split as stated
+    assert all(c.endswith("/zero1+recompute-layernorm+moe_act") for s in est.stages for c in s.configs)
+
+
+@pytest.mark.parametrize(("text", "flag"), [
+    ("--tensor-model-parallel-size $TP", "--tensor-model-parallel-size"),
+    ("--recompute-granularity full --recompute-method block --recompute-num-layers 2", "--recompute-method"),
+    ("--decoder-first-pipeline-num-layers 3", "--decoder-first-pipeline-num-layers"),
+    ("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads", "--data-parallel-sharding-strategy"),
+    ("--recompute-modules mlp", "--recompute-modules"),
+])
+def test_megatron_reader_refuses_what_it_cannot_price(text, flag):
+    with pytest.raises(ProblemError) as info:
+        read_megatron_args(text, "run.sh")
+    assert str(info.value).startswith(f"run.sh: {flag}:")
+
+
+def test_megatron_reader_defaults():
+    r = read_megatron_args("--tensor-model-parallel-size 4 --recompute-activations --fp8-format hybrid "
+                           "--num-layers-per-virtual-pipeline-stage 2 --num-layers 16 --pipeline-model-parallel-size 2")
+    assert r.expert_tp == 4 and r.recompute == "selective" and r.sequence_parallel is False
+    assert (r.precision, r.fp8_recipe, r.vpp) == ("fp8", "delayed", 4)
+
+
+def test_torchtitan_reader():
+    r = read_torchtitan_toml("""
+[training]
+local_batch_size = 8
+global_batch_size = 128
+[parallelism]
+data_parallel_shard_degree = -1
+tensor_parallel_degree = 2
+pipeline_parallel_degree = 2
+pipeline_parallel_microbatch_size = 2
+[activation_checkpoint]
+mode = "full"
+""", "job.toml")
+    assert (r.tp, r.pp, r.mbs, r.gbs, r.zero, r.recompute, r.dp) == (2, 2, 2, 128, 3, "full", None)
+    assert r.expert_tp == 1 and r.where("mbs") == "job.toml: parallelism.pipeline_parallel_microbatch_size"
+    with pytest.raises(ProblemError, match="pipeline_parallel_schedule"):
+        read_torchtitan_toml('[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = "ZBVZeroBubble"')
+
+
+def test_layout_cuts_keep_the_vision_encoder_with_the_embedding():
+    est = estimate(MODEL, CLUSTER, Recipe(pp=2, gbs=64, zero=1, pipeline_layout="Et*12|t*28L"), nodes=1)
+    problem = est.problem
+    cuts = layout_cuts(problem, "Et*12|t*28L", 2, "--pipeline-model-parallel-layout")
+    assert cuts == [(s.first_layer, s.last_layer) for s in est.evaluation.stages]
+    assert problem.layers[cuts[0][0]].name == "vision.0" and problem.layers[cuts[0][1]].name == "llm.11"
+    with pytest.raises(ProblemError, match="holds no layer"):
+        layout_cuts(problem, "Et*40||L", 3, "layout")
+
+
+def test_interleaved_recipe():
+    est = estimate(MODEL, CLUSTER, Recipe(pp=2, vpp=2, gbs=64, zero=1), nodes=1)
+    assert est.schedule == "interleaved" and est.virtual_stages == 2 and len(est.stages) == 4
+    assert [s.rank for s in est.stages] == [0, 1, 0, 1]
+    assert est.stages[0].memory_bytes == est.stages[2].memory_bytes  # a rank's memory holds both its chunks
+
+
+def test_pp1_layout_runs_unpipelined():
+    """Megatron-Core runs no pipeline schedule at pp 1: a two-stage layout is one stage, and the estimate says so."""
+    one = estimate(MODEL, CLUSTER, Recipe(gbs=64, zero=1, tp=8), nodes=1)
+    two = estimate(MODEL, CLUSTER, Recipe(gbs=64, zero=1, tp=8, pipeline_layout="Et*20|t*20L"), nodes=1)
+    assert two.iteration_ms == one.iteration_ms and len(two.stages) == 1
+    assert any("no pipeline schedule" in n for n in two.notes)
+
+
+def test_recipe_file_with_flag_override(cli, tmp_path):
+    path = tmp_path / "run.sh"
+    path.write_text("--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --micro-batch-size 1 "
+                    "--global-batch-size 64 --use-distributed-optimizer --sequence-parallel\n")
+    run = cli("estimate", "--model", MODEL, "--cluster", CLUSTER, "--nodes", "1", "--recipe", path, "--pp", "2",
+              "--json")
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(run.stdout)
+    assert (doc["recipe"]["tp"], doc["recipe"]["pp"], doc["dp"]) == (2, 2, 2)
+    bad = cli("estimate", "--model", MODEL, "--cluster", CLUSTER, "--nodes", "1", "--recipe", path, "--tp", "3")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --tp:")
+    path.write_text("--tensor-model-parallel-size 3 --global-batch-size 64\n")
+    bad = cli("estimate", "--model", MODEL, "--cluster", CLUSTER, "--nodes", "1", "--recipe", path)
+    assert bad.returncode == 2 and f"{path}: --tensor-model-parallel-size" in bad.stderr
