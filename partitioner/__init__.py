@@ -10,8 +10,8 @@ The Python API::
 """
 from __future__ import annotations
 
-from .plan import Evaluation, Plan, PlanError, SolveResult, Stage, evaluate, load_plan
 from .frameworks.recipe import Recipe
+from .plan import Evaluation, Plan, PlanError, SolveResult, Stage, evaluate, load_plan
 from .planning import plan_model
 from .planning.estimate import Estimate, estimate
 from .problem import Cluster, Layer, LayerCost, Layout, Problem, ProblemError, StageBounds, Training, dump_problem, load_problem

@@ -176,7 +176,8 @@ def _zero(flags: Mapping[str, list[str]], put: Any, source: str) -> None:
 
 def _recompute(flags: Mapping[str, list[str]], put: Any, notes: list[str], source: str) -> None:
     """``--recompute-granularity`` with its method and modules (``--recompute-activations``: selective)."""
-    granularity = (flags.get("--recompute-granularity") or [None])[0]
+    stated = flags.get("--recompute-granularity")
+    granularity: str | None = stated[0] if stated else None
     if "--recompute-activations" in flags and granularity is None:
         granularity = "selective"
     if granularity is None:

@@ -24,11 +24,16 @@ References
 """
 from __future__ import annotations
 
-import tomllib
+import sys
 from typing import Any, Mapping
 
 from ...problem import ProblemError
 from ..recipe import Recipe
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10: the same parser as a package (pyproject's tomli)
+    import tomli as tomllib
 
 __all__ = ["read_torchtitan_toml"]
 
