@@ -9,8 +9,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import examples
 
-from partitioner import Recipe, estimate
+from partitioner import Recipe, SolveResult, estimate
 from partitioner.export import export_result
 from partitioner.frameworks.megatron.recipe import read_megatron_args
 from partitioner.frameworks.torchtitan.recipe import read_torchtitan_toml
@@ -208,3 +211,48 @@ def test_recipe_file_with_flag_override(cli, tmp_path):
     path.write_text("--tensor-model-parallel-size 3 --global-batch-size 64\n")
     bad = cli("estimate", "--model", MODEL, "--cluster", CLUSTER, "--nodes", "1", "--recipe", path)
     assert bad.returncode == 2 and f"{path}: --tensor-model-parallel-size" in bad.stderr
+
+
+def _export_of(est) -> str:
+    """The Megatron-LM flags ``export`` writes for an estimate's plan (its problem carries the layer hints)."""
+    result = SolveResult("feasible", "estimate", "iteration", est.evaluation.value, plan=est.plan,
+                         evaluation=est.evaluation)
+    exported = export_result(result, "megatron", est.problem)
+    assert exported.expressible, exported.reasons
+    return exported.text()
+
+
+@st.composite
+def _recipes(draw):
+    """Random Megatron layouts of llava-1.5-7b (32 decoder layers, 32 heads) on 2 nodes of 8 GPUs."""
+    tp = draw(st.sampled_from([1, 2, 4, 8]))
+    pp = draw(st.sampled_from([p for p in (1, 2, 4, 8, 16) if 16 % (tp * p) == 0 and 32 % p == 0]))
+    vpp = draw(st.sampled_from([v for v in (1, 2, 4) if v == 1 or (pp >= 2 and 32 % (pp * v) == 0)]))
+    dp = 16 // (tp * pp)
+    mbs = draw(st.sampled_from([1, 2]))
+    gbs = mbs * dp * pp * draw(st.integers(1, 4))
+    zero = draw(st.sampled_from([0, 1, 3]))
+    recompute = draw(st.sampled_from(["none", "selective", "full"]))
+    layout = None
+    if pp > 1 and vpp == 1 and draw(st.booleans()):  # an uneven split, stated as a layout
+        first = draw(st.integers(1, 32 - (pp - 1)))
+        rest = [32 - first - (pp - 2) * ((32 - first) // (pp - 1))] + [(32 - first) // (pp - 1)] * (pp - 2)
+        if all(n >= 1 for n in rest):
+            counts = [first, *rest]
+            layout = "|".join(("E" if i == 0 else "") + f"t*{n}" + ("L" if i == pp - 1 else "")
+                              for i, n in enumerate(counts))
+    return Recipe(tp=tp, pp=pp, vpp=vpp, mbs=mbs, gbs=gbs, zero=zero, recompute=recompute, pipeline_layout=layout)
+
+
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_recipes())
+def test_estimate_export_estimate_is_the_same_plan(recipe):
+    """estimate, export its plan as Megatron-LM flags, read them back, estimate: the same plan and times."""
+    first = estimate("llava-1.5-7b", "dgx-h100", recipe, nodes=2)
+    again = estimate("llava-1.5-7b", "dgx-h100", read_megatron_args(_export_of(first), "export"), nodes=2)
+    assert [(s.first_layer, s.last_layer, s.configs) for s in again.stages] == \
+        [(s.first_layer, s.last_layer, s.configs) for s in first.stages]
+    assert (again.schedule, again.virtual_stages, again.microbatches, again.fits) == \
+        (first.schedule, first.virtual_stages, first.microbatches, first.fits)
+    assert again.iteration_ms == pytest.approx(first.iteration_ms, rel=1e-9)
+    assert [s.memory_bytes for s in again.stages] == [s.memory_bytes for s in first.stages]
