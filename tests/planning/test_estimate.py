@@ -11,7 +11,6 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import examples
 
 from partitioner import Recipe, SolveResult, estimate
 from partitioner.export import export_result
@@ -20,6 +19,7 @@ from partitioner.frameworks.torchtitan.recipe import read_torchtitan_toml
 from partitioner.planning import plan_model
 from partitioner.planning.estimate import layout_cuts
 from partitioner.problem import ProblemError
+from strategies import examples
 
 MODEL, CLUSTER = "llava-1.5-13b", "dgx-a100-80g"  # 40 decoder layers, 40 heads; 13B does not fit on one A100 unsharded
 
