@@ -113,6 +113,10 @@ def estimate_cmd(
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
                                                      help="Megatron's sequence parallelism (default: the cost options', on)."),
     num_layers: Optional[int] = typer.Option(None, "--num-layers", help="Decoder layers, checked against the model's."),
+    first_stage_layers: Optional[int] = typer.Option(None, "--decoder-first-pipeline-num-layers",
+                                                     help="Decoder layers of the first stage (an uneven split)."),
+    last_stage_layers: Optional[int] = typer.Option(None, "--decoder-last-pipeline-num-layers",
+                                                    help="Decoder layers of the last stage (an uneven split)."),
     precision: Optional[str] = typer.Option(None, "--precision", help="bf16 | fp8: the GEMM precision of the blocks."),
     fp8_recipe: Optional[str] = typer.Option(None, "--fp8-recipe", help="With fp8: tensorwise | delayed | blockwise | mxfp8 | rowwise."),
     cost_option: Optional[List[str]] = typer.Option(None, "--cost-option", "-c", help="Cost-model option key=value (repeatable)."),
@@ -140,7 +144,8 @@ def estimate_cmd(
                           recompute=recompute, recompute_modules=recompute_modules,
                           distributed_optimizer=distributed_optimizer, pipeline_layout=pipeline_layout,
                           sequence_parallel=sequence_parallel, num_layers=num_layers, precision=precision,
-                          fp8_recipe=fp8_recipe)
+                          fp8_recipe=fp8_recipe, first_stage_layers=first_stage_layers,
+                          last_stage_layers=last_stage_layers)
     fields = {**(base.stated() if base is not None else {}), **flags}
     fields = {k: v for k, v in fields.items() if v is not None}
     origin = {**(dict(base.origin) if base is not None else {}), **{k: _flag(k) for k in flags}}

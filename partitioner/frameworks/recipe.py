@@ -46,11 +46,12 @@ RECIPE_FIELDS: Mapping[str, str] = MappingProxyType({
     "mbs": "--mbs", "gbs": "--gbs", "zero": "--zero", "recompute": "--recompute", "pipeline_layout":
     "--pipeline-model-parallel-layout", "num_layers": "--num-layers", "nodes": "--nodes", "precision": "--precision",
     "fp8_recipe": "--fp8-recipe", "sequence_parallel": "--sequence-parallel",
+    "first_stage_layers": "--decoder-first-pipeline-num-layers", "last_stage_layers": "--decoder-last-pipeline-num-layers",
 })
 """Each field of :class:`Recipe` and the ``estimate`` option that states it (the default of ``origin``)."""
 
 _POSITIVE = ("tp", "pp", "vpp", "cp", "ep", "mbs")
-_OPTIONAL_POSITIVE = ("etp", "dp", "gbs", "num_layers", "nodes")
+_OPTIONAL_POSITIVE = ("etp", "dp", "gbs", "num_layers", "nodes", "first_stage_layers", "last_stage_layers")
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,10 @@ class Recipe:
         ``fp8`` and its scaling recipe when the recipe trains in FP8 (``--fp8-format``, ``--fp8-recipe``).
     sequence_parallel : bool or None
         Megatron's ``--sequence-parallel`` as the recipe states it; None: the cost options' (on by default).
+    first_stage_layers, last_stage_layers : int or None
+        Decoder layers of the first and of the last pipeline stage (Megatron-LM's
+        ``--decoder-first-pipeline-num-layers`` and ``--decoder-last-pipeline-num-layers``: an uneven split,
+        the stages between them splitting the rest evenly).
     origin : mapping of str to str
         Per field, how it was stated (``--tp``, ``launch.sh: --tensor-model-parallel-size``): the path of an error.
     notes : tuple of str
@@ -106,6 +111,8 @@ class Recipe:
     precision: str | None = None
     fp8_recipe: str | None = None
     sequence_parallel: bool | None = None
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
     origin: Mapping[str, str] = field(default_factory=dict, compare=False)
     notes: tuple[str, ...] = field(default=(), compare=False)
 

@@ -55,7 +55,7 @@ from .results import iteration_of, plan_throughput, simulate_plan
 from .schedules.search import with_schedule
 
 __all__ = ["Estimate", "StageEstimate", "RecipeShape", "estimate", "check_recipe", "recipe_cost_options", "layout_vpp",
-           "recipe_plan", "layout_cuts", "UNLIMITED_MEMORY"]
+           "recipe_plan", "layout_cuts", "uneven_counts", "counted_cuts", "UNLIMITED_MEMORY"]
 
 UNLIMITED_MEMORY = 2**62
 """GPU memory (bytes) of the problem an over-memory layout is timed on: rule 6 lifted, every other rule kept."""
@@ -187,11 +187,54 @@ def _check_layers(recipe: Recipe, spec: ModelSpec, options: CostOptions) -> None
         raise ProblemError(f"{recipe.num_layers} layers, but {spec.name} has {decoders} decoder layers",
                            path=recipe.where("num_layers"))
     chunks = recipe.pp * recipe.vpp
+    if recipe.first_stage_layers is not None or recipe.last_stage_layers is not None:
+        uneven_counts(recipe, decoders)  # raises naming the option when Megatron-LM would refuse the split
+        return
     if recipe.pipeline_layout is None and chunks > 1 and decoders % chunks:
         name = "vpp" if decoders % recipe.pp == 0 else "pp"
         raise ProblemError(f"{decoders} decoder layers do not split evenly over pp {recipe.pp} x vpp {recipe.vpp} = "
                            f"{chunks} pipeline chunks (Megatron-LM's rule without a layout); give "
                            f"--pipeline-model-parallel-layout for an uneven split", path=recipe.where(name))
+
+
+def uneven_counts(recipe: Recipe, decoders: int) -> list[int]:
+    """Decoder layers per pipeline stage of ``--decoder-first/last-pipeline-num-layers`` (Megatron-Core's rules).
+
+    The first (last) stage takes its stated layers, the stages between split
+    the rest evenly; there must be middle layers exactly when there are
+    middle stages, and they must divide [2]_. Not with a layout (Megatron
+    takes one or the other) nor with virtual stages (not modelled here).
+    """
+    first, last = recipe.first_stage_layers, recipe.last_stage_layers
+    name = "first_stage_layers" if first is not None else "last_stage_layers"
+    if recipe.pipeline_layout is not None:
+        raise ProblemError("an uneven split and --pipeline-model-parallel-layout together: give one",
+                           path=recipe.where(name))
+    if recipe.vpp > 1:
+        raise ProblemError("an uneven split with virtual stages is not modelled: state it with "
+                           "--pipeline-model-parallel-layout", path=recipe.where(name))
+    middle_stages = recipe.pp - (first is not None) - (last is not None)
+    middle = decoders - (first or 0) - (last or 0)
+    if middle_stages < 0 or bool(middle) != bool(middle_stages) or middle < 0 or \
+            (middle_stages and middle % middle_stages):
+        raise ProblemError(f"{decoders} decoder layers less the first ({first}) and last ({last}) stages' leave "
+                           f"{middle} for {max(middle_stages, 0)} middle stage(s): they must split evenly "
+                           f"(Megatron-Core's rule)", path=recipe.where(name))
+    each = [middle // middle_stages] * middle_stages if middle_stages else []
+    return ([first] if first is not None else []) + each + ([last] if last is not None else [])
+
+
+def counted_cuts(roles: list[str], counts: list[int]) -> list[tuple[int, int]]:
+    """The stages of ``counts`` decoder layers each: what precedes the first decoder with the first stage, what
+    follows the last with the last (the cut of :func:`~partitioner.plan.cuts._uniform_cuts` with given counts)."""
+    decoders = [i for i, r in enumerate(roles) if r == "decoder"]
+    cuts, k = [], 0
+    for p, c in enumerate(counts):
+        first = 0 if p == 0 else decoders[k]
+        k += c
+        last = len(roles) - 1 if p == len(counts) - 1 else decoders[k - 1]
+        cuts.append((first, last))
+    return cuts
 
 
 def layout_vpp(recipe: Recipe) -> Recipe:
@@ -314,6 +357,9 @@ def recipe_plan(problem: Problem, recipe: Recipe, shape: RecipeShape) -> tuple[P
     scheduled = with_schedule(problem, "interleaved" if v > 1 else "1f1b", v)
     if recipe.pipeline_layout is not None:
         cuts = layout_cuts(scheduled, recipe.pipeline_layout, P * v, recipe.where("pipeline_layout"))
+    elif recipe.first_stage_layers is not None or recipe.last_stage_layers is not None:
+        roles = layer_roles(scheduled)
+        cuts = counted_cuts(roles, uneven_counts(recipe, roles.count("decoder")))
     else:
         found = _uniform_cuts(layer_roles(scheduled), P * v)
         if found is None:

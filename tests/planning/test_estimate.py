@@ -139,7 +139,7 @@ def test_megatron_reader_parses_a_launch_script():
 @pytest.mark.parametrize(("text", "flag"), [
     ("--tensor-model-parallel-size $TP", "--tensor-model-parallel-size"),
     ("--recompute-granularity full --recompute-method block --recompute-num-layers 2", "--recompute-method"),
-    ("--decoder-first-pipeline-num-layers 3", "--decoder-first-pipeline-num-layers"),
+    ("--account-for-embedding-in-pipeline-split", "--account-for-embedding-in-pipeline-split"),
     ("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads", "--data-parallel-sharding-strategy"),
     ("--recompute-modules mlp", "--recompute-modules"),
 ])
@@ -259,3 +259,19 @@ def test_estimate_export_estimate_is_the_same_plan(recipe):
         (first.schedule, first.virtual_stages, first.microbatches, first.fits)
     assert again.iteration_ms == pytest.approx(first.iteration_ms, rel=1e-9)
     assert [s.memory_bytes for s in again.stages] == [s.memory_bytes for s in first.stages]
+
+
+def test_uneven_split_flags_equal_their_layout(cli):
+    """``--decoder-first/last-pipeline-num-layers`` cut as the layout that lists the same stages."""
+    uneven = read_megatron_args("--pipeline-model-parallel-size 4 --num-layers 40 --global-batch-size 64 "
+                                "--decoder-first-pipeline-num-layers 7 --decoder-last-pipeline-num-layers 9 "
+                                "--use-distributed-optimizer")
+    by_flags = estimate(MODEL, CLUSTER, uneven, nodes=1)
+    by_layout = estimate(MODEL, CLUSTER, Recipe(pp=4, gbs=64, zero=1, sequence_parallel=False,
+                                                pipeline_layout="Et*7|t*12|t*12|t*9L"), nodes=1)
+    assert [(s.first_layer, s.last_layer) for s in by_flags.stages] == \
+        [(s.first_layer, s.last_layer) for s in by_layout.stages]
+    assert by_flags.iteration_ms == by_layout.iteration_ms
+    run = cli("estimate", "--model", MODEL, "--cluster", CLUSTER, "--nodes", "1", "--gbs", "64", "--pp", "4",
+              "--decoder-first-pipeline-num-layers", "7", "--decoder-last-pipeline-num-layers", "8")
+    assert run.returncode == 2 and run.stderr.startswith("error: --decoder-first-pipeline-num-layers:"), run.stderr

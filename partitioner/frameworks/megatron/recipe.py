@@ -9,8 +9,8 @@ paths, ...) are skipped. What the reader cannot price faithfully is
 refused with a :class:`~partitioner.problem.ProblemError` naming the file
 and the flag (exit 2), never read as something else: Megatron's partial
 recompute (``--recompute-method block``), an uneven split stated with
-``--decoder-first/last-pipeline-num-layers`` or the embedding / loss
-accounting flags (state it with ``--pipeline-model-parallel-layout``),
+the embedding / loss accounting flags (state the split with
+``--pipeline-model-parallel-layout``),
 ZeRO-2-like sharding (``optim_grads``), and a value that is not a number
 (an unexpanded shell variable). Flags the reader saw and set aside are
 listed in the recipe's ``notes``.
@@ -51,15 +51,13 @@ INT_FLAGS: Mapping[str, str] = {
     "--global-batch-size": "gbs",
     "--num-layers": "num_layers",
     "--nnodes": "nodes",
+    "--decoder-first-pipeline-num-layers": "first_stage_layers",
+    "--decoder-last-pipeline-num-layers": "last_stage_layers",
 }
 """Integer flags and the :class:`Recipe` field each states (``--nnodes`` is torchrun's)."""
 
 # flags refused: the cost model would price them as something else
 _REFUSED = {
-    "--decoder-first-pipeline-num-layers": "an uneven split: state it with --pipeline-model-parallel-layout "
-                                          "(the layout gives every stage's layers)",
-    "--decoder-last-pipeline-num-layers": "an uneven split: state it with --pipeline-model-parallel-layout "
-                                         "(the layout gives every stage's layers)",
     "--account-for-embedding-in-pipeline-split": "the embedding as a layer of the split: state the split with "
                                                  "--pipeline-model-parallel-layout",
     "--account-for-loss-in-pipeline-split": "the loss as a layer of the split: state the split with "
