@@ -38,6 +38,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
+from ..core.limits import MAX_DEVICES, MAX_MICROBATCHES, MAX_VIRTUAL_STAGES
 from ..costs import CostOptions, ProblemBuilder
 from ..costs.axes.experts import ep_problem
 from ..costs.axes.wiring import cp_allows
@@ -111,6 +112,12 @@ def check_recipe(recipe: Recipe, spec: ModelSpec, cluster: ClusterSpec, nodes: i
     a node, or whole nodes).
     """
     world = nodes * cluster.gpus_per_node
+    if world > MAX_DEVICES:
+        raise ProblemError(f"{nodes} nodes x {cluster.gpus_per_node} GPUs = {world} devices, more than the "
+                           f"{MAX_DEVICES} accepted (see the accepted ranges in docs/limits.md)", path="--nodes")
+    if recipe.vpp > MAX_VIRTUAL_STAGES:
+        raise ProblemError(f"more than the {MAX_VIRTUAL_STAGES} virtual stages accepted (docs/limits.md)",
+                           path=recipe.where("vpp"))
     tp, pp, cp, ep, etp = recipe.tp, recipe.pp, recipe.cp, recipe.ep, recipe.expert_tp
     if tp > cluster.gpus_per_node:
         raise ProblemError(f"tp {tp} spans nodes: the cost model runs tensor parallelism inside a node's "
@@ -136,6 +143,9 @@ def check_recipe(recipe: Recipe, spec: ModelSpec, cluster: ClusterSpec, nodes: i
         raise ProblemError(f"global batch {gbs} is not a multiple of mbs {recipe.mbs} x dp {dp} = {recipe.mbs * dp}",
                            path=recipe.where("gbs"))
     m = gbs // (recipe.mbs * dp)
+    if m > MAX_MICROBATCHES:
+        raise ProblemError(f"m = gbs {gbs} / (mbs {recipe.mbs} x dp {dp}) = {m} microbatches, more than the "
+                           f"{MAX_MICROBATCHES} accepted (docs/limits.md)", path=recipe.where("gbs"))
     if recipe.vpp > 1:
         if pp < 2:
             raise ProblemError(f"virtual stages (vpp {recipe.vpp}) need pipeline parallelism (pp >= 2)",
