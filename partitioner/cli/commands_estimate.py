@@ -1,7 +1,7 @@
 """``estimate``: a layout as the user states it (Megatron-style flags, or a recipe file) evaluated on a model.
 
-The layout comes from ``--recipe FILE`` (a Megatron-LM argument list, or a
-torchtitan TOML) and the flags ``--tp --pp --vpp --cp --ep --etp --dp --mbs
+The layout comes from ``--recipe FILE`` (a Megatron-LM argument list, a
+Megatron Bridge config, or a torchtitan TOML) and the flags ``--tp --pp --vpp --cp --ep --etp --dp --mbs
 --gbs --recompute --recompute-modules --distributed-optimizer --zero
 --pipeline-model-parallel-layout --sequence-parallel``, a flag overriding
 the file. Exit codes: 0 -- the layout fits; 1 -- it does not fit in memory
@@ -20,14 +20,35 @@ from ..problem import ProblemError
 from .common import EXIT_NO_PLAN, EXIT_OK, app, check_choice, guarded, parse_options, working
 from .render import print_estimate, print_json, print_sequences
 
-__all__ = ["estimate_cmd", "stated_fields", "read_recipe"]
+__all__ = ["estimate_cmd", "stated_fields", "read_recipe", "recipe_format", "RECIPE_FORMATS"]
 
-RECIPE_FORMATS = ("auto", "megatron", "torchtitan")
+RECIPE_FORMATS = ("auto", "megatron", "bridge", "torchtitan")
+
+
+def recipe_format(path: Path, text: str) -> str:
+    """``auto``'s choice: ``.toml`` torchtitan; ``.yaml``, ``.yml``, ``.json``, ``.py`` a Bridge config; else a
+    Megatron-LM argument list, unless the text has no Megatron-LM flag the reader knows and Bridge assignments
+    (Hydra overrides in a shell script)."""
+    from ..frameworks.megatron.recipe import BRIDGE_FLAGS, INT_FLAGS, bridge_entries, megatron_tokens
+
+    suffix = path.suffix.lower()
+    if suffix == ".toml":
+        return "torchtitan"
+    if suffix in (".yaml", ".yml", ".json", ".py"):
+        return "bridge"
+    try:
+        words = set(megatron_tokens(text))
+    except ProblemError:
+        words = set()
+    known = set(INT_FLAGS) | set(BRIDGE_FLAGS.values())
+    if not words & known and set(bridge_entries(text, str(path))) & set(BRIDGE_FLAGS):
+        return "bridge"
+    return "megatron"
 
 
 def read_recipe(path: Path, fmt: str = "auto") -> Any:
-    """The :class:`~partitioner.frameworks.recipe.Recipe` of a recipe file (``auto``: ``.toml`` is torchtitan's)."""
-    from ..frameworks.megatron.recipe import read_megatron_args
+    """The :class:`~partitioner.frameworks.recipe.Recipe` of a recipe file, read by its format's reader."""
+    from ..frameworks.megatron.recipe import read_bridge_config, read_megatron_args
     from ..frameworks.torchtitan.recipe import read_torchtitan_toml
 
     check_choice(fmt, RECIPE_FORMATS, "--recipe-format")
@@ -35,9 +56,9 @@ def read_recipe(path: Path, fmt: str = "auto") -> Any:
         text = path.read_text()
     except UnicodeDecodeError:
         raise ProblemError("not a text file", source=str(path)) from None
-    if fmt == "torchtitan" or (fmt == "auto" and path.suffix.lower() == ".toml"):
-        return read_torchtitan_toml(text, str(path))
-    return read_megatron_args(text, str(path))
+    fmt = recipe_format(path, text) if fmt == "auto" else fmt
+    reader = {"torchtitan": read_torchtitan_toml, "bridge": read_bridge_config}.get(fmt, read_megatron_args)
+    return reader(text, str(path))
 
 
 def stated_fields(**given: Any) -> dict[str, Any]:
@@ -88,8 +109,12 @@ def estimate_cmd(
     global_batch: Optional[int] = typer.Option(None, "--global-batch", "--gbs", "--global-batch-size",
                                                help="Samples per iteration (Megatron's --global-batch-size)."),
     recipe: Optional[Path] = typer.Option(None, "--recipe", help="A recipe file: a Megatron-LM argument list (a launch "
-                                                                 "line or script) or a torchtitan TOML; flags override it."),
-    recipe_format: str = typer.Option("auto", "--recipe-format", help="auto (.toml: torchtitan, else megatron) | megatron | torchtitan"),
+                                                                 "line or script), a Megatron Bridge config (YAML, "
+                                                                 "Hydra overrides, a Python recipe's assignments) or a "
+                                                                 "torchtitan TOML; flags override it."),
+    recipe_format: str = typer.Option("auto", "--recipe-format",
+                                      help="auto (.toml: torchtitan; .yaml/.yml/.json/.py: bridge; else megatron, or "
+                                           "bridge for Hydra overrides) | megatron | bridge | torchtitan"),
     tp: Optional[int] = typer.Option(None, "--tp", "--tensor-model-parallel-size", help="Tensor-parallel size (default 1)."),
     pp: Optional[int] = typer.Option(None, "--pp", "--pipeline-model-parallel-size", help="Pipeline-parallel size (default 1)."),
     vpp: Optional[int] = typer.Option(None, "--vpp", "--num-virtual-stages-per-pipeline-rank",

@@ -296,7 +296,7 @@ def recipe_cost_options(options: Mapping[str, Any] | None, recipe: Recipe, shape
     if recipe.cp > 1:
         out.update(cp_degrees=[1, recipe.cp], cp_min_tokens=1)
     if recipe.ep > 1:
-        out.update(ep_degrees=[recipe.ep], etp_degrees=[recipe.expert_tp])
+        out.update(ep_degrees=[recipe.ep], etp_degrees=sorted({1, recipe.expert_tp}))  # the option lists 1 always
     if recipe.precision is not None:
         out["precision"] = recipe.precision
     if recipe.fp8_recipe is not None:

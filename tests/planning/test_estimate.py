@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from partitioner import Recipe, SolveResult, estimate
 from partitioner.export import export_result
-from partitioner.frameworks.megatron.recipe import read_megatron_args
+from partitioner.frameworks.megatron.recipe import read_bridge_config, read_megatron_args
 from partitioner.frameworks.torchtitan.recipe import read_torchtitan_toml
 from partitioner.planning import plan_model
 from partitioner.planning.estimate import layout_cuts
@@ -275,3 +275,68 @@ def test_uneven_split_flags_equal_their_layout(cli):
     run = cli("estimate", "--model", MODEL, "--cluster", CLUSTER, "--nodes", "1", "--gbs", "64", "--pp", "4",
               "--decoder-first-pipeline-num-layers", "7", "--decoder-last-pipeline-num-layers", "8")
     assert run.returncode == 2 and run.stderr.startswith("error: --decoder-first-pipeline-num-layers:"), run.stderr
+
+
+BRIDGE_YAML = """
+model:
+  tensor_model_parallel_size: 2
+  pipeline_model_parallel_size: 2
+  expert_model_parallel_size: 4
+  expert_tensor_parallel_size: null
+  sequence_parallel: true
+  recompute_granularity: selective
+  recompute_modules: [moe_act, layernorm]
+train:
+  global_batch_size: 64
+  micro_batch_size: 1
+ddp:
+  use_distributed_optimizer: true
+mixed_precision: bf16_with_fp8_current_scaling_mixed
+"""
+
+BRIDGE_PY = """
+def qwen3_vl_pretrain_config():
+    cfg = base_config()
+    cfg.model.tensor_model_parallel_size = 2
+    cfg.model.pipeline_model_parallel_size = 2  # two pipeline ranks
+    cfg.model.expert_model_parallel_size = 4
+    cfg.model.sequence_parallel = True
+    cfg.model.recompute_granularity = "selective"
+    cfg.model.recompute_modules = ["moe_act", "layernorm"]
+    cfg.train.global_batch_size = 64
+    cfg.ddp.use_distributed_optimizer = True
+    cfg.mixed_precision = "bf16_with_fp8_current_scaling_mixed"
+    return cfg
+"""
+
+
+def test_bridge_reader_yaml_python_and_hydra_agree():
+    want = (2, 2, 4, None, 1, 64, 1, "layernorm+moe_act", True, "fp8", "tensorwise")
+    hydra = ("python pretrain.py model.tensor_model_parallel_size=2 model.pipeline_model_parallel_size=2 "
+             "model.expert_model_parallel_size=4 model.sequence_parallel=true model.recompute_granularity=selective "
+             "model.recompute_modules=[moe_act,layernorm] train.global_batch_size=64 "
+             "ddp.use_distributed_optimizer=true mixed_precision=bf16_with_fp8_current_scaling_mixed")
+    for text in (BRIDGE_YAML, BRIDGE_PY, hydra):
+        r = read_bridge_config(text, "cfg")
+        assert (r.tp, r.pp, r.ep, r.etp, r.mbs, r.gbs, r.zero, r.recompute, r.sequence_parallel, r.precision,
+                r.fp8_recipe) == want
+        assert r.where("ep") == "cfg: model.expert_model_parallel_size"
+    with pytest.raises(ProblemError) as info:
+        read_bridge_config("model.pipeline_model_parallel_size=$PP", "run.sh")
+    assert str(info.value).startswith("run.sh: model.pipeline_model_parallel_size:")
+
+
+def test_recipe_format_auto(cli, tmp_path):
+    for name, text in (("cfg.yaml", BRIDGE_YAML), ("recipe.py", BRIDGE_PY)):
+        path = tmp_path / name
+        path.write_text(text)
+        run = cli("estimate", "--model", "qwen3-vl-30b-a3b", "--cluster", "dgx-h100", "--nodes", "2", "--recipe", path,
+                  "--json")
+        assert run.returncode == 0, run.stderr
+        doc = json.loads(run.stdout)
+        assert (doc["recipe"]["tp"], doc["recipe"]["ep"], doc["recipe"]["precision"], doc["dp"]) == (2, 4, "fp8", 4)
+    hydra = tmp_path / "run.sh"
+    hydra.write_text("python pretrain.py \\\n  model.tensor_model_parallel_size=2 train.global_batch_size=64\n")
+    run = cli("estimate", "--model", MODEL, "--cluster", CLUSTER, "--nodes", "1", "--recipe", hydra, "--json")
+    assert run.returncode in (0, 1), run.stderr
+    assert json.loads(run.stdout)["recipe"]["tp"] == 2

@@ -1,4 +1,5 @@
-"""A Megatron-LM argument list (a launch script's flags) read as a :class:`~partitioner.frameworks.recipe.Recipe`.
+"""A Megatron-LM argument list (a launch script's flags), or a Megatron Bridge config, read as a
+:class:`~partitioner.frameworks.recipe.Recipe`.
 
 Contract: :func:`read_megatron_args` takes the text of a launch line or
 script (``torchrun ... pretrain_gpt.py --tensor-model-parallel-size 2 ...``,
@@ -15,6 +16,12 @@ ZeRO-2-like sharding (``optim_grads``), and a value that is not a number
 (an unexpanded shell variable). Flags the reader saw and set aside are
 listed in the recipe's ``notes``.
 
+:func:`read_bridge_config` reads a Megatron Bridge ``ConfigContainer`` as
+stated in a YAML file, Hydra overrides or a Python recipe's assignments
+(:func:`bridge_entries`): each field it knows is the Megatron-LM flag of
+the same meaning [3]_ (:data:`BRIDGE_FLAGS`), read by the same rules, and
+errors name the Bridge field.
+
 The flags and their defaults are Megatron-LM's ``arguments.py`` [1]_:
 ``--expert-tensor-parallel-size`` defaults to the tensor-parallel size,
 ``--recompute-granularity selective`` without ``--recompute-modules``
@@ -27,17 +34,24 @@ References
 .. [1] NVIDIA Megatron-LM, ``megatron/training/arguments.py`` (core_r0.16).
 .. [2] NVIDIA Megatron-Core 0.16.1, ``transformer/transformer_config.py``
    (``fp8_recipe = "delayed"``, ``recompute_modules = ["core_attn"]``).
+.. [3] NVIDIA NeMo Megatron Bridge, "Megatron-LM to Megatron Bridge Guide" (the mapping of Megatron-LM
+   flags to ``ConfigContainer`` fields: ``model.*``, ``train.*``, ``ddp.*``, ``optimizer.*``) and
+   ``megatron/bridge/training/mixed_precision.py`` (the ``bf16_with_fp8_*`` presets).
 """
 from __future__ import annotations
 
+import ast
+import re
 import shlex
+from dataclasses import replace
 from typing import Any, Mapping
 
+from ...core.documents import parse_text
 from ...costs.recompute_names import MODULES, setting_of
 from ...problem import ProblemError
 from ..recipe import Recipe
 
-__all__ = ["read_megatron_args", "megatron_tokens", "INT_FLAGS"]
+__all__ = ["read_megatron_args", "read_bridge_config", "bridge_entries", "megatron_tokens", "INT_FLAGS", "BRIDGE_FLAGS"]
 
 INT_FLAGS: Mapping[str, str] = {
     "--tensor-model-parallel-size": "tp",
@@ -108,7 +122,11 @@ def _int(flag: str, values: list[str], source: str) -> int:
 
 def read_megatron_args(text: str, source: str = "recipe") -> Recipe:
     """The :class:`Recipe` a Megatron-LM argument list states (module docstring); ``source`` names it in errors."""
-    flags = _flags(megatron_tokens(text))
+    return _recipe_of_flags(_flags(megatron_tokens(text)), source)
+
+
+def _recipe_of_flags(flags: Mapping[str, list[str]], source: str) -> Recipe:
+    """The recipe of parsed Megatron-LM flags (each flag and the words after it)."""
     fields: dict[str, Any] = {}
     origin: dict[str, str] = {}
     notes: list[str] = []
@@ -218,3 +236,120 @@ def _precision(flags: Mapping[str, list[str]], put: Any, notes: list[str]) -> No
     put("fp8_recipe", recipe, "--fp8-recipe" if "--fp8-recipe" in flags else "--fp8-format")
     if "--fp8-recipe" not in flags:
         notes.append("--fp8-format without --fp8-recipe: Megatron-Core's default recipe, delayed")
+
+
+# --------------------------------------------------------------------------- Megatron Bridge
+
+BRIDGE_FLAGS: Mapping[str, str] = {
+    "model.tensor_model_parallel_size": "--tensor-model-parallel-size",
+    "model.pipeline_model_parallel_size": "--pipeline-model-parallel-size",
+    "model.virtual_pipeline_model_parallel_size": "--virtual-pipeline-model-parallel-size",
+    "model.context_parallel_size": "--context-parallel-size",
+    "model.expert_model_parallel_size": "--expert-model-parallel-size",
+    "model.expert_tensor_parallel_size": "--expert-tensor-parallel-size",
+    "model.sequence_parallel": "--sequence-parallel",
+    "model.pipeline_model_parallel_layout": "--pipeline-model-parallel-layout",
+    "model.num_layers_in_first_pipeline_stage": "--decoder-first-pipeline-num-layers",
+    "model.num_layers_in_last_pipeline_stage": "--decoder-last-pipeline-num-layers",
+    "model.account_for_embedding_in_pipeline_split": "--account-for-embedding-in-pipeline-split",
+    "model.account_for_loss_in_pipeline_split": "--account-for-loss-in-pipeline-split",
+    "model.num_layers": "--num-layers",
+    "model.recompute_granularity": "--recompute-granularity",
+    "model.recompute_method": "--recompute-method",
+    "model.recompute_num_layers": "--recompute-num-layers",
+    "model.recompute_modules": "--recompute-modules",
+    "model.fp8": "--fp8-format",
+    "model.fp8_recipe": "--fp8-recipe",
+    "train.global_batch_size": "--global-batch-size",
+    "train.micro_batch_size": "--micro-batch-size",
+    "ddp.use_distributed_optimizer": "--use-distributed-optimizer",
+    "optimizer.use_distributed_optimizer": "--use-distributed-optimizer",
+    "ddp.use_megatron_fsdp": "--use-megatron-fsdp",
+    "ddp.data_parallel_sharding_strategy": "--data-parallel-sharding-strategy",
+}
+"""Megatron Bridge ``ConfigContainer`` fields [3]_ and the Megatron-LM flag each one is (the Bridge guide's mapping)."""
+
+# Bridge's mixed-precision presets that train in FP8 -> the FP8 recipe (megatron/bridge/training/mixed_precision.py)
+_BRIDGE_FP8 = {"bf16_with_fp8_delayed_scaling_mixed": "delayed", "bf16_with_fp8_current_scaling_mixed": "tensorwise",
+               "bf16_with_fp8_subchannel_scaling_mixed": "blockwise", "bf16_with_mxfp8_mixed": "mxfp8"}
+
+_ASSIGNMENT = re.compile(r"(?<![\w])(?:\w+\.)?((?:model|train|ddp|optimizer)\.\w+|mixed_precision)\s*=\s*"
+                         r"(\[[^\]]*\]|\"[^\"]*\"|'[^']*'|[^\s,#)]+)")
+
+
+def _literal(text: str) -> Any:
+    """A value as Python, YAML or Hydra write it: numbers, true/false/null, quoted or bare strings, lists."""
+    word = text.strip()
+    lowered = word.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("null", "none", "~"):
+        return None
+    try:
+        return ast.literal_eval(word)
+    except (ValueError, SyntaxError):
+        if word.startswith("[") and word.endswith("]"):  # Hydra's bare list: [moe_act,layernorm]
+            return [_literal(w) for w in word[1:-1].split(",") if w.strip()]
+        return word
+
+
+def _flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def bridge_entries(text: str, source: str = "recipe") -> dict[str, Any]:
+    """The ``ConfigContainer`` fields a Bridge config states, by dotted name: a YAML (or JSON) document, or the
+    assignments of Hydra overrides (``model.tensor_model_parallel_size=2``) and of a Python recipe
+    (``cfg.model.tensor_model_parallel_size = 2``); the last assignment of a field wins."""
+    try:
+        doc = parse_text(text, source, ".yaml")  # YAML reads JSON too
+    except ProblemError:
+        doc = None
+    if isinstance(doc, Mapping):
+        return _flatten(doc)
+    return {key: _literal(value) for key, value in _ASSIGNMENT.findall(text)}
+
+
+def read_bridge_config(text: str, source: str = "recipe") -> Recipe:
+    """The :class:`Recipe` a Megatron Bridge config states (:func:`bridge_entries`), read as the Megatron-LM flags
+    its fields are (:data:`BRIDGE_FLAGS`); errors and origins name the Bridge field."""
+    entries = bridge_entries(text, source)
+    flags: dict[str, list[str]] = {}
+    label: dict[str, str] = {}
+    for key, flag in BRIDGE_FLAGS.items():  # a flag's Bridge field (the first, unless the config states another)
+        label.setdefault(flag, key)
+    for key, value in entries.items():
+        stated = BRIDGE_FLAGS.get(key)
+        if stated is None or value is None or value is False:
+            continue
+        flag = stated
+        label[flag] = key
+        if value is True:
+            flags[flag] = []
+        elif isinstance(value, (list, tuple)):
+            flags[flag] = [str(v) for v in value]
+        else:
+            flags[flag] = [str(value)]
+    preset = entries.get("mixed_precision")
+    if isinstance(preset, str) and preset in _BRIDGE_FP8 and "--fp8-format" not in flags:
+        flags.update({"--fp8-format": ["hybrid"], "--fp8-recipe": [_BRIDGE_FP8[preset]]})
+        label.update({"--fp8-format": "mixed_precision", "--fp8-recipe": "mixed_precision"})
+
+    def named(text: str) -> str:
+        for flag, key in label.items():
+            text = re.sub(re.escape(flag) + r"(?![\w-])", key, text)
+        return text
+
+    try:
+        recipe = _recipe_of_flags(flags, source)
+    except ProblemError as err:
+        raise ProblemError(named(err.reason), path=named(err.path), source=err.source) from None
+    return replace(recipe, origin={k: named(v) for k, v in recipe.origin.items()},
+                   notes=tuple(named(n) for n in recipe.notes))
