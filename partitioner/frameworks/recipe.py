@@ -47,6 +47,7 @@ RECIPE_FIELDS: Mapping[str, str] = MappingProxyType({
     "--pipeline-model-parallel-layout", "num_layers": "--num-layers", "nodes": "--nodes", "precision": "--precision",
     "fp8_recipe": "--fp8-recipe", "sequence_parallel": "--sequence-parallel",
     "first_stage_layers": "--decoder-first-pipeline-num-layers", "last_stage_layers": "--decoder-last-pipeline-num-layers",
+    "memory_count": "-c memory_count",
 })
 """Each field of :class:`Recipe` and the ``estimate`` option that states it (the default of ``origin``)."""
 
@@ -88,6 +89,11 @@ class Recipe:
         Decoder layers of the first and of the last pipeline stage (Megatron-LM's
         ``--decoder-first-pipeline-num-layers`` and ``--decoder-last-pipeline-num-layers``: an uneven split,
         the stages between them splitting the rest evenly).
+    memory_count : str or None
+        The framework's count of weight, gradient and optimizer bytes
+        (:data:`~partitioner.costs.param_memory.PARAM_MEMORY`) at the recipe's
+        ZeRO stage, set by a reader whose framework keeps another count than
+        Megatron-LM's (torchtitan's FSDP2); None: the cost model's default (Megatron-LM's).
     origin : mapping of str to str
         Per field, how it was stated (``--tp``, ``launch.sh: --tensor-model-parallel-size``): the path of an error.
     notes : tuple of str
@@ -113,6 +119,7 @@ class Recipe:
     sequence_parallel: bool | None = None
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
+    memory_count: str | None = None
     origin: Mapping[str, str] = field(default_factory=dict, compare=False)
     notes: tuple[str, ...] = field(default=(), compare=False)
 

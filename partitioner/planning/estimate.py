@@ -43,6 +43,7 @@ from ..costs import CostOptions, ProblemBuilder
 from ..costs.axes.experts import ep_problem
 from ..costs.axes.wiring import cp_allows
 from ..costs.layers import model_layers
+from ..costs.param_memory import param_memory
 from ..costs.variants import Knobs, applies
 from ..frameworks.megatron import parse_megatron_layout
 from ..frameworks.recipe import Recipe
@@ -54,6 +55,7 @@ from .baselines import segment_config
 from .records import Throughput
 from .results import iteration_of, plan_throughput, simulate_plan
 from .schedules.search import with_schedule
+from .targets.memory import user_count
 
 __all__ = ["Estimate", "StageEstimate", "RecipeShape", "estimate", "check_recipe", "recipe_cost_options", "layout_vpp",
            "recipe_plan", "layout_cuts", "uneven_counts", "counted_cuts", "UNLIMITED_MEMORY"]
@@ -276,16 +278,21 @@ def layout_vpp(recipe: Recipe) -> Recipe:
     return replace(recipe, vpp=vpp)
 
 
-def recipe_cost_options(options: Mapping[str, Any] | None, recipe: Recipe, shape: RecipeShape) -> dict[str, Any]:
+def recipe_cost_options(options: Mapping[str, Any] | None, recipe: Recipe, shape: RecipeShape,
+                        user_set_count: bool = False) -> dict[str, Any]:
     """The cost options that offer the recipe's keys: the user's ``options`` with the recipe's knobs and axes.
 
     The knobs: the variant of :attr:`RecipeShape.knobs` (format v2), or, as the
     plain key of a format-v1 problem, where the builder offers that variant
     only at one replica (a module set without ZeRO). The axes: cp with
     ``cp_min_tokens`` 1 (the recipe states cp, whatever the sequence), ep and
-    etp. Precision and sequence parallelism as the recipe states them.
+    etp. Precision and sequence parallelism as the recipe states them. The
+    recipe's weight-memory count (a torchtitan recipe's) unless the user set one
+    (``user_set_count``: ``-c memory_count`` or a bytes-per-parameter option).
     """
     out = dict(options or {})
+    if recipe.memory_count is not None and not user_set_count:
+        out.update({"memory_count": recipe.memory_count, **param_memory(recipe.memory_count).option_overrides()})
     for key in ("variants", "recompute", "zero1"):
         out.pop(key, None)
     knobs = shape.knobs
@@ -504,7 +511,7 @@ def estimate(model: str | ModelSpec, cluster: str | ClusterSpec, recipe: Recipe,
     base = CostOptions.from_mapping(dict(options or {}))
     recipe = layout_vpp(recipe)
     shape = check_recipe(recipe, spec, cl, nodes, base)
-    cost_options = recipe_cost_options(base.to_dict(), recipe, shape)
+    cost_options = recipe_cost_options(base.to_dict(), recipe, shape, user_count(dict(options or {})) is not None)
     builder = ProblemBuilder(spec, cl, nodes=nodes, options=cost_options, objective=objective)
     problem = builder.build(shape.global_batch, shape.microbatches)
     scheduled, plan = recipe_plan(problem, recipe, shape)

@@ -169,7 +169,7 @@ pipeline_parallel_microbatch_size = 2
 [activation_checkpoint]
 mode = "full"
 """, "job.toml")
-    assert (r.tp, r.pp, r.mbs, r.gbs, r.zero, r.recompute, r.dp) == (2, 2, 2, 128, 3, "full", None)
+    assert (r.tp, r.pp, r.mbs, r.gbs, r.zero, r.recompute, r.dp, r.memory_count) == (2, 2, 2, 128, 3, "full", None, "fsdp2")
     assert r.expert_tp == 1 and r.where("mbs") == "job.toml: parallelism.pipeline_parallel_microbatch_size"
     with pytest.raises(ProblemError, match="pipeline_parallel_schedule"):
         read_torchtitan_toml('[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = "ZBVZeroBubble"')
@@ -340,3 +340,19 @@ def test_recipe_format_auto(cli, tmp_path):
     run = cli("estimate", "--model", MODEL, "--cluster", CLUSTER, "--nodes", "1", "--recipe", hydra, "--json")
     assert run.returncode in (0, 1), run.stderr
     assert json.loads(run.stdout)["recipe"]["tp"] == 2
+
+
+def test_torchtitan_recipe_charges_torchtitans_count():
+    """FSDP2 keeps 16 B per parameter sharded (Megatron's ZeRO-3 count 18): the weights charged fall by 16/18,
+    and ``-c memory_count`` still wins over the recipe's."""
+    toml = "[training]\nglobal_batch_size = 64\nlocal_batch_size = 8\n[parallelism]\ntensor_parallel_degree = 2\n"
+    r = read_torchtitan_toml(toml, "job.toml")
+    assert (r.zero, r.memory_count) == (3, "fsdp2")
+    titan = estimate(MODEL, "dgx-h100", r, nodes=1)
+    megatron = estimate(MODEL, "dgx-h100", r, nodes=1, options={"memory_count": "megatron"})
+    w_titan, w_megatron = titan.evaluation.stages[0].weight_bytes, megatron.evaluation.stages[0].weight_bytes
+    assert w_titan < w_megatron
+    assert titan.iteration_ms == megatron.iteration_ms  # the count is memory only
+    kept = read_torchtitan_toml(toml.replace("tensor_parallel_degree", 'fsdp_reshard_after_forward = "never"\n'
+                                                                        "tensor_parallel_degree"), "job.toml")
+    assert (kept.zero, kept.memory_count) == (1, "fsdp2-keep-gathered")

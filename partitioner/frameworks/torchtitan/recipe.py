@@ -1,26 +1,36 @@
 """A torchtitan job TOML read as a :class:`~partitioner.frameworks.recipe.Recipe`.
 
 Contract: :func:`read_torchtitan_toml` reads the ``[parallelism]``,
-``[training]`` and ``[activation_checkpoint]`` tables of a torchtitan 0.3
-job config [1]_ and returns the recipe they state: tp, pp, cp, ep and etp
+``[training]`` and ``[activation_checkpoint]`` tables of a torchtitan job
+TOML (the ``train_configs/*.toml`` of torchtitan up to 0.2; 0.3 builds its
+job config in Python with the same ``parallelism`` and ``training`` field
+names [1]_) and returns the recipe they state: tp, pp, cp, ep and etp
 from the degrees (torchtitan's etp defaults to 1, not tp), dp = replicate x
 shard (shard -1: what the world leaves, left to the estimate), ZeRO-3 when
 FSDP shards (shard degree > 1, or -1 on more than one rank: FSDP2), the
 microbatch from ``pipeline_parallel_microbatch_size`` under a pipeline and
 from ``local_batch_size`` without one, the global batch from
 ``global_batch_size`` (or local x dp when it is -1 and dp is stated), and
-recompute none, full or ``op`` (``selective_ac_option = "op"``). What it
+recompute none (also when the table is absent: a note says so), full or
+``op`` (``selective_ac_option = "op"``), and the
+weight memory as torchtitan keeps it at that ZeRO stage (``RULES.memory``:
+DDP, FSDP2, FSDP2 keeping the gathered weights when
+``fsdp_reshard_after_forward = "never"``, priced as the ZeRO-1 knob as
+``plan --target torchtitan`` prices it). What it
 cannot price faithfully is refused naming the file and the field: a
 pipeline schedule other than 1F1B (the estimate runs Megatron's 1F1B and
 interleaved cuts), layer-interval selective AC (``selective_ac_option`` a
-number), an unknown mode. The estimate charges weights as Megatron-LM
-counts them; the notes say so.
+number), an unknown mode.
 
 References
 ----------
-.. [1] pytorch/torchtitan 0.3, ``torchtitan/config/job_config.py``
-   (``Parallelism``, ``Training``, ``ActivationCheckpoint``) and
-   ``distributed/parallel_dims.py`` (``dp_shard = -1``: the ranks left).
+.. [1] pytorch/torchtitan 0.3, ``torchtitan/config/configs.py`` (``Training``:
+   ``local_batch_size`` 8, ``global_batch_size`` -1; ``Parallelism``:
+   ``data_parallel_shard_degree`` -1, ``fsdp_reshard_after_forward``,
+   ``pipeline_parallel_schedule`` "1F1B", ``pipeline_parallel_microbatch_size`` 1)
+   and ``distributed/parallel_dims.py`` (``dp_shard = -1``: the ranks left);
+   torchtitan 0.2's ``config/job_config.py`` (``ActivationCheckpoint``: ``mode``,
+   ``selective_ac_option``).
 """
 from __future__ import annotations
 
@@ -29,6 +39,7 @@ from typing import Any, Mapping
 
 from ...problem import ProblemError
 from ..recipe import Recipe
+from .rules import RULES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -77,7 +88,13 @@ def read_torchtitan_toml(text: str, source: str = "recipe") -> Recipe:
     shard = _int(par, "data_parallel_shard_degree", "parallelism", source, -1)
     if shard != -1:
         put("dp", replicate * shard, "parallelism.data_parallel_shard_degree")
-    put("zero", 3 if shard > 1 or shard == -1 else 0, "parallelism.data_parallel_shard_degree")
+    reshard = par.get("fsdp_reshard_after_forward", "default")
+    sharded = shard > 1 or shard == -1
+    # FSDP2 that keeps the gathered weights from forward to backward is the ZeRO-1 knob, as plan --target prices it
+    zero = (1 if reshard == "never" else 3) if sharded else 0
+    put("zero", zero, "parallelism.fsdp_reshard_after_forward" if sharded and reshard == "never"
+        else "parallelism.data_parallel_shard_degree")
+    put("memory_count", RULES.memory[zero], "parallelism.data_parallel_shard_degree")
     schedule = par.get("pipeline_parallel_schedule", "1F1B")
     if fields["pp"] > 1 and schedule != "1F1B":
         raise ProblemError(f"{schedule!r}: the estimate runs Megatron's 1F1B (and interleaved with a "
@@ -94,8 +111,11 @@ def read_torchtitan_toml(text: str, source: str = "recipe") -> Recipe:
         put("gbs", gbs, "training.global_batch_size")
     elif shard != -1:
         put("gbs", local * replicate * shard, "training.local_batch_size")
-    mode = ac.get("mode", "selective")
-    option = str(ac.get("selective_ac_option", "2"))
+    notes: list[str] = []
+    if not ac:
+        notes.append("no [activation_checkpoint] table: priced without recompute")
+    mode = ac.get("mode", "none") if ac else "none"
+    option = str(ac.get("selective_ac_option", "op"))
     if mode == "selective" and option != "op":
         raise ProblemError(f"selective_ac_option {option!r} checkpoints every {option}th layer; the cost model prices "
                            "per-op selective AC (\"op\") or full", path="activation_checkpoint.selective_ac_option",
@@ -105,8 +125,9 @@ def read_torchtitan_toml(text: str, source: str = "recipe") -> Recipe:
         raise ProblemError(f"must be none, selective or full, got {mode!r}", path="activation_checkpoint.mode",
                            source=source)
     put("recompute", settings[mode], "activation_checkpoint.mode")
-    notes = ("torchtitan recipe: weights charged as Megatron-LM counts them (the estimate's count), not FSDP2's 16/d",)
+    notes.append(f"torchtitan recipe: weights, gradients and optimizer states charged as torchtitan keeps them "
+                 f"({RULES.memory[zero]})")
     try:
-        return Recipe.from_fields(fields, origin, notes)
+        return Recipe.from_fields(fields, origin, tuple(notes))
     except ProblemError as err:
         raise ProblemError(err.reason, path=err.path) from None
