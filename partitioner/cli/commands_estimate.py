@@ -146,6 +146,7 @@ def estimate_cmd(
     fp8_recipe: Optional[str] = typer.Option(None, "--fp8-recipe", help="With fp8: tensorwise | delayed | blockwise | mxfp8 | rowwise."),
     cost_option: Optional[List[str]] = typer.Option(None, "--cost-option", "-c", help="Cost-model option key=value (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print the estimate as JSON."),
+    gantt: Optional[Path] = typer.Option(None, "--gantt", help="Write a Gantt chart of the layout's iteration (PNG/SVG)."),
     images: Optional[int] = typer.Option(None, "--images", help="Images (or video clips) per sample."),
     image_size: Optional[int] = typer.Option(None, "--image-size", help="Image side in px."),
     tiles: Optional[int] = typer.Option(None, "--tiles", help="Tiles per image."),
@@ -180,12 +181,24 @@ def estimate_cmd(
     spec = load_model(model, workload)
     with working(f"estimating {model} on {cluster}"):
         result = estimate(spec, cluster, stated, nodes=nodes, options=parse_options(cost_option))
+    if gantt is not None:
+        _write_gantt(result, gantt)
     if as_json:
         print_json({**result.to_dict(), "sequences": sequence_summary(spec, workload)})
     else:
         print_estimate(result)
         print_sequences(sequence_summary(spec, workload))
     raise typer.Exit(EXIT_OK if result.fits else EXIT_NO_PLAN)
+
+
+def _write_gantt(result: Any, path: Path) -> None:
+    """The replay of the estimate's plan as a Gantt chart (the evaluation's times: with the memory check lifted
+    when it does not fit)."""
+    from ..simulate.engine import simulate
+    from ..simulate.viz import save_gantt
+
+    sim = simulate(result.problem, result.plan, evaluation=result.evaluation)
+    save_gantt(sim, path, title=f"{result.model}: estimate ({'fits' if result.fits else 'does not fit'})")
 
 
 def _flag(name: str) -> str:

@@ -205,8 +205,9 @@ def test_recipe_file_with_flag_override(cli, tmp_path):
     path.write_text("--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --micro-batch-size 1 "
                     "--global-batch-size 64 --use-distributed-optimizer --sequence-parallel\n")
     run = cli("estimate", "--model", MODEL, "--cluster", CLUSTER, "--nodes", "1", "--recipe", path, "--pp", "2",
-              "--json")
+              "--json", "--gantt", tmp_path / "g.png")
     assert run.returncode == 0, run.stderr
+    assert (tmp_path / "g.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     doc = json.loads(run.stdout)
     assert (doc["recipe"]["tp"], doc["recipe"]["pp"], doc["dp"]) == (2, 2, 2)
     bad = cli("estimate", "--model", MODEL, "--cluster", CLUSTER, "--nodes", "1", "--recipe", path, "--tp", "3")
