@@ -188,6 +188,12 @@ def _check_layers(recipe: Recipe, spec: ModelSpec, options: CostOptions) -> None
             if bad:
                 raise ProblemError(f"tp {recipe.tp} does not divide {bad[0]}, a head count or width of layer "
                                    f"{layer.name} ({piece.name})", path=recipe.where("tp"))
+    for module in spec.modules:  # Megatron-Core: query groups G % tp == 0 or tp % G == 0 (KV heads replicated)
+        groups = module.n_kv_heads if module.heads > 1 else 0
+        if groups and groups % recipe.tp and recipe.tp % groups:
+            raise ProblemError(f"tp {recipe.tp} neither divides nor is a multiple of the {groups} key-value heads of "
+                               f"{module.name} (Megatron-Core's rule for grouped-query attention)",
+                               path=recipe.where("tp"))
     if recipe.cp > 1:
         for layer in layers:
             if layer.role == "decoder" and not cp_allows(layer, recipe.tp, recipe.cp, options):
