@@ -166,7 +166,7 @@ from ..greedy import solve_greedy
 from .placement import Automaton, build_automaton
 from .recursion import fill as fill_tables
 from .stage import StageCosts
-from .stagecache import StageTables
+from .stagecache import MATRIX_CACHE_BYTES, StageTables
 from .tables import Layout, Tables, table_bytes, working_bytes
 from .walkback import WalkBack
 from .walks import ThresholdWalks, _Outcome
@@ -350,6 +350,8 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
                 f"and {self.K} stage-count levels (limit {self._budget / 2**30:.1f} GiB); option memory_budget_gb="
                 f"{math.ceil(need / 2**30 * 10) / 10:g} lets dp finish where that much memory is free"
             )
+        # the stage matrices kept across recursions take what the budget leaves beside the tables
+        self.stage_cache_bytes = max(MATRIX_CACHE_BYTES, int(self._budget - need))
         return fill_tables(self, tables, auto, X, mode, limit, deadline, top)
 
     def recursion_bytes(self, auto: Automaton) -> int:
