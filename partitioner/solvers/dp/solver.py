@@ -123,11 +123,14 @@ Complexity
 ----------
 Stage tables: one ``L x L`` table per (size, stash) level, see :mod:`.dp_stage`.
 With L layers, N devices, S allowed sizes, K = max(m, P_min) stage levels
-(at most P_max), placement states and categories, the recursion's tables
-(:mod:`.dp_tables`) hold, per level, ``(L + 1) x sum_i Z_i x C_i x (N + 1 - d_i)``
-values: Z_i the placement states of size i and C_i the incoming categories
-a size-i stage can receive (at most i + 1 unlinked and, in a node, i + 1
-linked ones), not ``Z x C x (N + 1)``. One recursion
+(at most P_max), placement states and categories, a first layer's values
+number ``sum_i Z_i x C_i x (N + 1 - d_i)``: Z_i the placement states of
+size i and C_i the incoming categories a size-i stage can receive (at most
+i + 1 unlinked and, in a node, i + 1 linked ones). The recursion's tables
+(:mod:`.dp_tables`) keep, per level and first layer, only the least over
+each shared key (about 2 S keys of ``N + 1`` columns), plus the row of the
+first layer 0: 0.15 M values per first layer on 1,024 GPUs where the rows
+hold 3.1 M. One recursion
 (:mod:`.dp_recursion`, its compiled kernels in :mod:`.dp_kernels`) costs
 ``O(K * L^2 * sum_i pairs_i * (N + 1 - d_i))`` element operations, where
 ``pairs_i`` counts the distinct (new state, outgoing category)
@@ -165,6 +168,7 @@ from ..errors import TooLarge as _TooLarge
 from ..greedy import solve_greedy
 from .placement import Automaton, build_automaton
 from .recursion import fill as fill_tables
+from .recursion import threads as recursion_threads
 from .stage import StageCosts
 from .stagecache import MATRIX_CACHE_BYTES, StageTables
 from .tables import Layout, Tables, table_bytes, working_bytes
@@ -187,6 +191,8 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
     # 1F1B's iteration walk with placement states first runs the bound-and-prune pass of
     # :meth:`.ThresholdWalks._comm_free_pass` (the tests turn it off to compare the answers)
     prune_levels: bool = True
+    # keep every row of the tables, not only the keys' least values (the tests compare each entry)
+    keep_rows: bool = False
 
     def __init__(self, problem: Problem, layouts: tuple | None = None, stage_counts: tuple[int, int] | None = None):
         """``layouts`` restricts the layouts stages may use (and so their sizes);
@@ -325,14 +331,14 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         if spec is not None and spec.free_shared and mode == "minsum" and not math.isfinite(limit):
             kept = getattr(self, "_free_table", None)  # (automaton, levels, parts, tables): the object itself, not its id
             if kept is None or kept[0] is not auto or kept[1:3] != (self.K, spec.parts):
-                tables = Tables(self._layout(auto), self.L)
+                tables = Tables(self._layout(auto), self.L, self.keep_rows)
                 kept = self._free_table = (auto, self.K, spec.parts, self._fill(auto, X, mode, limit, deadline, self.K, tables))
             return kept[3]
         # levels above the largest stage count the answer may have are never read (zb-h1: one k)
         top = max((lvl for lvl in range(1, self.K + 1) if self._level_ok(lvl)), default=self.K)
         pool = getattr(self, "_pool", None)
         if pool is None or pool.layout.auto is not auto:
-            pool = self._pool = Tables(self._layout(auto), self.L)
+            pool = self._pool = Tables(self._layout(auto), self.L, self.keep_rows)
         return self._fill(auto, X, mode, limit, deadline, top, pool)
 
     def _layout(self, auto: Automaton) -> Layout:
@@ -356,10 +362,14 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
 
     def recursion_bytes(self, auto: Automaton) -> int:
         """Memory of the general recursion: the tables of every level (twice when zb-h1 keeps its free
-        table beside the working one), one level's reduced tables and the kernels' temporaries."""
+        table beside the working one), what a recursion holds beside them (:func:`.tables.working_bytes`)
+        and one stash's stack of stage matrices, which the kernels read."""
         layout = self._layout(auto)
         copies = 2 if self.parts == "uw" else 1
-        return copies * table_bytes(layout, self.L, self.K) + working_bytes(layout, self.L)
+        threads = getattr(self, "threads", None) or recursion_threads()
+        stack = 8 * len(self.sizes) * self.L * self.L
+        return (copies * table_bytes(layout, self.L, self.K, self.keep_rows) + working_bytes(layout, self.L, self.N, threads)
+                + stack)
 
     # ---------------------------------------------------------------- answers
     def _level_ok(self, level: int) -> bool:

@@ -64,7 +64,11 @@ def everything(problem: Problem, parts, kind: str, mode: str, quantile: float) -
     auto = model._automaton_for(model.natural_placement() if kind == "natural" else kind)
     X = model._transfer_table(auto) if kind != "none" else np.zeros((model.L, len(auto.categories)))
     tables = model.recursion(auto, X, mode, limit, None)
-    return [tables.flat[level].copy() for level in range(1, tables.top + 1)] + out
+    kept = [x[level].copy() for level in range(1, tables.top + 1) for x in (tables.R, tables.lo, tables.hi,
+                                                                              tables.first_rows)]
+    model.keep_rows, model._pool, model._free_table = True, None, None  # every row too, as the tests keep them
+    rows = model.recursion(auto, X, mode, limit, None)
+    return kept + [rows.rows[level].copy() for level in range(1, rows.top + 1)] + out
 
 
 def only_declared_signatures() -> None:

@@ -108,15 +108,16 @@ PYTHON = Kernels(_py_levels, _py_stages, False)
 _I1, _F1, _F2, _F3, _I2 = "int64[::1]", "float64[::1]", "float64[:, ::1]", "float64[:, :, ::1]", "int64[:, ::1]"
 _GRP = f"UniTuple({_I1}, 11)"
 _RUNS = f"UniTuple({_I1}, 6)"
+_ROWS = f"{_F1}, int64, {_F2}, {_I2}, {_I2}, {_F2}, {_I2}, {_I2}, {_F1}"  # out, a_stride, keys in, keys out, first
 SIGNATURES: dict[tuple[str, str], tuple[str, ...]] = {
-    ("levels", "shared_rows"): (f"({_F1}, {_RUNS}, int64, int64, {_F2}, {_I2}, {_I2})",),
+    ("levels", "last_level"): (f"({_F1}, int64, int64, int64, {_I1}, {_F2}, {_RUNS}, {_F2}, {_I2}, {_I2}, {_F1})",),
     ("levels", "plain_level"): (
-        f"({_F1}, {_F2}, {_I2}, {_I2}, int64, int64, int64, int64, float64, boolean, int64, boolean, {_GRP}, "
-        f"{_F2}, {_F2}, {_I2}, {_F3}, {_F2}, boolean, {_I1}, boolean, {_RUNS})",),
+        f"({_ROWS}, int64, int64, int64, int64, float64, boolean, int64, boolean, {_GRP}, "
+        f"{_F2}, {_F2}, {_I2}, {_F3}, {_F2}, boolean, {_I1}, boolean, {_RUNS}, {_I1}, {_F2})",),
     ("levels", "options_level"): (
-        f"({_F1}, {_F2}, {_I2}, {_I2}, int64, int64, int64, int64, int64, float64, boolean, boolean, {_GRP}, "
+        f"({_ROWS}, int64, int64, int64, int64, int64, float64, boolean, boolean, {_GRP}, "
         f"{_F2}, {_F2}, {_I2}, {_I1}, {_I1}, {_F1}, {_F1}, int64, float64, float64, float64, {_F2}, boolean, "
-        f"{_RUNS})",),
+        f"{_RUNS}, {_I1}, {_F2})",),
     ("levels", "prefix_devices"): (f"({_F3}, {_I1}, float64, int64)",),
     ("stages", "single_segment"): (f"({_F2}, {_F2}, {_I1}, {_I2}, {_I2})",),
     ("stages", "spanning_one"): (f"({_F2}, {_F1}, {_I1}, {_I1})",),
