@@ -283,7 +283,7 @@ class _Run:
         self._bucket = (R, lo, hi)
         R[:], lo[:], hi[:] = INF, 0, 0
         if level >= 2:
-            rows = slice(1, L - level + 2)
+            rows = slice(1, min(L - level + 2, tables.R[level - 1].shape[0]))
             R[rows], lo[rows], hi[rows] = tables.R[level - 1][rows], tables.lo[level - 1][rows], tables.hi[level - 1][rows]
         return R, lo, hi
 

@@ -348,8 +348,11 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         return found[1]
 
     def _fill(self, auto, X, mode, limit, deadline, top, tables: Tables) -> Tables:
-        """Check the memory the tables need (:meth:`recursion_bytes`), then fill them (:func:`.dp_recursion.fill`)."""
-        need = self.recursion_bytes(auto)
+        """Check the memory the tables need (:meth:`recursion_bytes`, with what the model's other tables hold),
+        then fill them (:func:`.dp_recursion.fill`)."""
+        kept = getattr(self, "_free_table", None)
+        others = [t for t in (getattr(self, "_pool", None), kept[3] if kept else None) if t is not None and t is not tables]
+        need = self.recursion_bytes(auto, sum(t.held_bytes() for t in others))
         if need > self._budget:
             raise _TooLarge(
                 f"the recursion tables would need {need / 2**30:.1f} GiB with {len(auto.states)} placement states "
@@ -360,16 +363,15 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         self.stage_cache_bytes = max(MATRIX_CACHE_BYTES, int(self._budget - need))
         return fill_tables(self, tables, auto, X, mode, limit, deadline, top)
 
-    def recursion_bytes(self, auto: Automaton) -> int:
-        """Memory of the general recursion: the tables of every level (twice when zb-h1 keeps its free
-        table beside the working one), what a recursion holds beside them (:func:`.tables.working_bytes`)
-        and one stash's stack of stage matrices, which the kernels read."""
+    def recursion_bytes(self, auto: Automaton, others: int = 0) -> int:
+        """Memory of the general recursion: the tables of every level, ``others`` bytes held by the model's
+        other tables (zb-h1 keeps its free table beside the working one), what a recursion holds beside them
+        (:func:`.tables.working_bytes`) and one stash's stack of stage matrices, which the kernels read."""
         layout = self._layout(auto)
-        copies = 2 if self.parts == "uw" else 1
         threads = getattr(self, "threads", None) or recursion_threads()
         stack = 8 * len(self.sizes) * self.L * self.L
-        return (copies * table_bytes(layout, self.L, self.K, self.keep_rows) + working_bytes(layout, self.L, self.N, threads)
-                + stack)
+        return (table_bytes(layout, self.L, self.K, self.keep_rows) + others
+                + working_bytes(layout, self.L, self.N, threads) + stack)
 
     # ---------------------------------------------------------------- answers
     def _level_ok(self, level: int) -> bool:

@@ -11,7 +11,8 @@ arrays (:meth:`StageTables.option_pack`; a stash whose options equal the
 previous stash's shares its pack); :meth:`StageTables.stage_options` are
 views into a pack. Stacks are kept while the matrices held stay under
 ``stage_cache_bytes`` -- what the memory budget leaves beside the
-recursion's tables, at least 256 MiB -- packs under 1 GiB (recomputing
+recursion's tables, at least 256 MiB -- packs under the larger of 1 GiB and
+that (recomputing
 them costs far more than their memory: with many configs per size, a
 recursion over 32 stashes rebuilt every stack of every level each time);
 what does not fit is rebuilt when asked for.
@@ -94,7 +95,7 @@ class StageTables:
         ``stash``, packed for the compiled kernels: each size's offset into and width of two flat
         arrays, and those arrays (the spec's key is formed in the kernel, so one pack serves every
         zb-h1 k). A stash whose options equal the previous stash's shares its pack; packs are kept
-        while they hold under 1 GiB."""
+        while they hold under 1 GiB or ``stage_cache_bytes``, whichever is more."""
         parts = self.parts
         assert parts is not None, "dp: stage options asked for without the estimate's parts"
         key = (stash, parts)
@@ -114,7 +115,8 @@ class StageTables:
                 second = np.concatenate([t[1].ravel() for t in tabs]) if tabs else np.zeros(0)
                 found = (offset, width, np.ascontiguousarray(first, dtype=float), np.ascontiguousarray(second, dtype=float))
             held = sum(x[2].nbytes + x[3].nbytes for x in {id(v): v for v in self._packed.values()}.values())
-            if found is before or held + found[2].nbytes + found[3].nbytes <= PACK_CACHE_BYTES:
+            if found is before or held + found[2].nbytes + found[3].nbytes <= max(PACK_CACHE_BYTES,
+                                                                                   self.stage_cache_bytes):
                 self._packed[key] = found
         return found
 

@@ -36,7 +36,7 @@ import math
 
 import numpy as np
 
-__all__ = ["Layout", "Tables", "table_bytes", "working_bytes"]
+__all__ = ["Layout", "Tables", "key_rows", "table_bytes", "working_bytes"]
 
 INF = math.inf
 
@@ -122,13 +122,19 @@ class Layout:
         return pair_zn, pair_co, starts, zn_starts
 
 
+def key_rows(L: int, level: int) -> int:
+    """The first layers a level's keys are kept for: 0..L - level + 1 (no suffix of that many stages
+    starts later; the last of them is read, infinite, by the level above's last stages)."""
+    return max(L - level + 2, 1)
+
+
 def table_bytes(layout: Layout, L: int, levels: int, keep_rows: bool = False) -> int:
     """Bytes of the tables of ``levels`` levels: per level the keys' rows and spans and the whole row of
     the first layer 0 (every row with ``keep_rows``)."""
-    rows = L + 1
-    keys = rows * (layout.row_length + 2 * len(layout.key_width))
-    kept = (rows if keep_rows else 1) * (layout.flat_size + 1)
-    return 8 * (keys + kept) * levels
+    per_row = layout.row_length + 2 * len(layout.key_width)
+    keys = sum(key_rows(L, level) for level in range(1, levels + 1)) * per_row
+    kept = levels * ((L + 1) if keep_rows else 1) * (layout.flat_size + 1)
+    return 8 * (keys + kept)
 
 
 def working_bytes(layout: Layout, L: int, N: int, threads: int) -> int:
@@ -143,8 +149,8 @@ def working_bytes(layout: Layout, L: int, N: int, threads: int) -> int:
 
 
 class Tables:
-    """The keys' rows of one recursion: ``R[level]`` of shape ``(L + 1, row_length)`` with the spans
-    ``lo[level]``, ``hi[level]`` of shape ``(L + 1, keys)``, and ``first_rows[level]``, the row of the first
+    """The keys' rows of one recursion: ``R[level]`` of shape ``(key_rows(L, level), row_length)`` with the
+    spans ``lo[level]``, ``hi[level]`` of shape ``(key_rows(L, level), keys)``, and ``first_rows[level]``, the row of the first
     layer 0; with ``keep_rows`` every row, ``rows[level]`` of shape ``(L + 1) x flat_size`` (plus a sentinel)."""
 
     def __init__(self, layout: Layout, L: int, keep_rows: bool = False):
@@ -164,9 +170,10 @@ class Tables:
         lay, rows = self.layout, self.L + 1
         nkeys = len(lay.key_width)
         while len(self.R) <= top:
-            self.R.append(np.full((rows, lay.row_length), INF))
-            self.lo.append(np.zeros((rows, nkeys), np.int64))
-            self.hi.append(np.zeros((rows, nkeys), np.int64))
+            n = key_rows(self.L, len(self.R))
+            self.R.append(np.full((n, lay.row_length), INF))
+            self.lo.append(np.zeros((n, nkeys), np.int64))
+            self.hi.append(np.zeros((n, nkeys), np.int64))
             self.first_rows.append(np.full(lay.flat_size, INF))
             if self.keep_rows:
                 flat = np.full(rows * lay.flat_size + 1, INF)
@@ -174,6 +181,11 @@ class Tables:
             else:
                 self.rows.append(None)
         self.top = top
+
+    def held_bytes(self) -> int:
+        """The bytes of the levels allocated so far."""
+        return sum(x.nbytes for group in (self.R, self.lo, self.hi, self.first_rows, self.rows) for x in group
+                   if x is not None)
 
     def key_runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """How a row of all shared keys is read from a row of values: per key (``starts``, one more than
@@ -235,7 +247,10 @@ class Tables:
             return np.full(pos.shape, INF)
         R = self.R[level]
         assert R is not None
-        return R[pos, lay.key_offset[key] + D]
+        inside = pos < R.shape[0]
+        out = np.full(pos.shape, INF)
+        out[inside] = R[pos[inside], lay.key_offset[key] + D]
+        return out
 
     def first(self, level: int, D: int) -> np.ndarray:
         """Over every state z: the value of the whole pipeline (a = 0, category 0, D devices) at ``level``."""

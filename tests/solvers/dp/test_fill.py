@@ -184,7 +184,8 @@ def check_keys(model: DPModel, tables) -> None:
     L = model.L
     for level in range(1, tables.top + 1):
         R, lo, hi = tables.R[level], tables.lo[level], tables.hi[level]
-        for a in range(L + 1):
+        assert R.shape[0] == max(L - level + 2, 1)
+        for a in range(R.shape[0]):
             for k, (zps, cos) in enumerate(lay.keys):
                 off, W = lay.key_offset[k], lay.key_width[k]
                 want = np.full(W, np.inf)
