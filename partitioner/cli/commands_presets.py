@@ -61,6 +61,8 @@ def plan_cmd(
     time_limit: Optional[float] = typer.Option(None, "--time-limit",
                                                help="Seconds for the whole command (each solve gets what is left)."),
     max_stages: Optional[int] = typer.Option(None, "--max-stages", help="Upper bound on the pipeline depth (faster solves)."),
+    memory_budget: Optional[float] = typer.Option(None, "--memory-budget",
+                                                  help="GiB the dp tables of each solve may take (default 3)."),
     cost_option: Optional[List[str]] = typer.Option(None, "--cost-option", "-c", help="Cost-model option key=value (repeatable)."),
     profile: Optional[Path] = typer.Option(None, "--profile", help="Profiled per-layer times (CSV or JSON)."),
     save_problem: Optional[Path] = typer.Option(None, "--save-problem", help="Write the problem of the plan (with its schedule) here."),
@@ -127,6 +129,7 @@ def plan_cmd(
             spec, cluster, nodes=nodes, global_batch=global_batch, microbatches=mb, method=method, objective=objective,
             time_limit=time_limit, options=parse_options(cost_option), profile=profile, max_stages=max_stages,
             schedule=schedule, virtual_stages=virtual_stages, target=target, knob_solves=knob_solves,
+            memory_budget_gb=memory_budget,
         )
     problem = result.problem
     if save_problem is not None and problem is not None:

@@ -12,9 +12,10 @@ from typing import Any, Literal, Mapping, get_args
 
 from ..costs import CostOptions
 from ..problem import Objective
+from ..solvers.base import method_options
 from .targets.rules import Target
 
-__all__ = ["PlanOptions", "KnobSolves", "ScheduleChoice", "SCHEDULE_CHOICES", "KNOB_SOLVES"]
+__all__ = ["PlanOptions", "KnobSolves", "ScheduleChoice", "SCHEDULE_CHOICES", "KNOB_SOLVES", "solver_options"]
 
 KnobSolves = Literal["fast", "all"]
 ScheduleChoice = Literal["auto", "1f1b", "zb-h1", "gpipe", "interleaved"]
@@ -98,7 +99,18 @@ class PlanOptions:
     its knobs, where it may cut); ``any``: every plan, and the result says per
     target the best candidate it runs (``targets``)."""
 
+    memory_budget_gb: float | None = None
+    """GiB the ``dp`` tables of each solve may take (dp's option ``memory_budget_gb``; default its own, 3);
+    a positive finite number. Methods without that option ignore it."""
+
     @property
     def tries_schedules(self) -> bool:
         """Whether ``plan`` compares schedules at all: every one (``schedules`` and ``simulate``) or a pinned one."""
         return (self.schedules and self.simulate) or self.schedule != "auto"
+
+
+def solver_options(opts: PlanOptions) -> dict[str, Any] | None:
+    """The method options every solve of the run passes: the memory budget, where the method has one."""
+    if opts.memory_budget_gb is None or "memory_budget_gb" not in method_options(opts.method):
+        return None
+    return {"memory_budget_gb": opts.memory_budget_gb}

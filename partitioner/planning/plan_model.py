@@ -15,6 +15,7 @@ assemble the result, never slower than the best baseline that fits
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from dataclasses import replace
 from typing import Any, Mapping
@@ -91,6 +92,7 @@ def plan_model(
     schedule: str = "auto",
     virtual_stages: int | None = None,
     target: str = "any",
+    memory_budget_gb: float | None = None,
 ) -> ModelPlan:
     """Plan the training of a model preset on a cluster preset.
 
@@ -99,7 +101,7 @@ def plan_model(
     model, cluster : str or spec
         Preset names, YAML paths or spec objects.
     nodes, global_batch, microbatches, method, objective, time_limit, options, profile, seed, simulate, \
-auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages, target
+auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages, target, memory_budget_gb
         The fields of :class:`~partitioner.planning.options.PlanOptions`, documented there.
 
     Returns
@@ -123,7 +125,8 @@ auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages, targe
                        method=method, objective=objective, time_limit=time_limit,  # type: ignore[arg-type]
                        options=options, profile=profile, seed=seed, simulate=simulate, auto_solves=auto_solves,
                        max_stages=max_stages, knob_solves=knob_solves, schedules=schedules,  # type: ignore[arg-type]
-                       schedule=schedule, virtual_stages=virtual_stages, target=target)  # type: ignore[arg-type]
+                       schedule=schedule, virtual_stages=virtual_stages, target=target,  # type: ignore[arg-type]
+                       memory_budget_gb=memory_budget_gb)
     return run_plan(model, cluster, opts)
 
 
@@ -133,6 +136,10 @@ def _check_choices(opts: PlanOptions) -> None:
         raise SolverError(f"unknown objective {opts.objective!r}; choose one of {', '.join(OBJECTIVES)}")
     if opts.knob_solves not in KNOB_SOLVES:
         raise SolverError(f"knob_solves must be fast or all, got {opts.knob_solves!r}")
+    budget = opts.memory_budget_gb
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, numbers.Real)
+                               or not math.isfinite(budget) or budget <= 0):
+        raise ProblemError(f"must be a positive finite number of GiB, got {budget!r}", path="memory_budget_gb")
     _keys(opts)
 
 

@@ -49,7 +49,12 @@ def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
         return Candidate("infeasible", message=reason)
     start = time.perf_counter()
     deadline = request.deadline(start)
-    budget = float(request.option("memory_budget_gb", _MEMORY_BUDGET_BYTES / 2**30)) * 2**30
+    budget_gb = request.option("memory_budget_gb", _MEMORY_BUDGET_BYTES / 2**30)
+    if isinstance(budget_gb, bool) or not isinstance(budget_gb, (int, float)) or not math.isfinite(budget_gb) \
+            or budget_gb <= 0:
+        return Candidate("error", message=f"dp: option memory_budget_gb must be a positive finite number of GiB, "
+                                          f"got {budget_gb!r}")
+    budget = float(budget_gb) * 2**30
     forced = request.option("placement", "auto")
     if forced not in ("auto", "bins"):
         return Candidate("error", message=f"dp: option placement must be 'auto' or 'bins', got {forced!r}")

@@ -160,6 +160,7 @@ import time
 import numpy as np
 
 from ...cluster.placement import contiguous_node_assignment, node_assignment_ids, pack_runs
+from ...core.units import format_bytes
 from ...plan import Plan, PlanError, Stage, evaluate
 from ...problem import Problem
 from ..base import SolveRequest
@@ -231,7 +232,7 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         """Refuse before allocating: ``need`` bytes against the memory budget."""
         if need > self._budget:
             raise _TooLarge(
-                f"{what} would need {need / 2**30:.1f} GiB (limit {self._budget / 2**30:.1f} GiB, "
+                f"{what} would need {format_bytes(need)} (limit {format_bytes(self._budget)}, "
                 "option memory_budget_gb); use cpsat for this problem"
             )
 
@@ -355,8 +356,8 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         need = self.recursion_bytes(auto, sum(t.held_bytes() for t in others))
         if need > self._budget:
             raise _TooLarge(
-                f"the recursion tables would need {need / 2**30:.1f} GiB with {len(auto.states)} placement states "
-                f"and {self.K} stage-count levels (limit {self._budget / 2**30:.1f} GiB); option memory_budget_gb="
+                f"the recursion tables would need {format_bytes(need)} with {len(auto.states)} placement states "
+                f"and {self.K} stage-count levels (limit {format_bytes(self._budget)}); option memory_budget_gb="
                 f"{math.ceil(need / 2**30 * 10) / 10:g} lets dp finish where that much memory is free"
             )
         # the stage matrices kept across recursions take what the budget leaves beside the tables
