@@ -167,7 +167,7 @@ from ..base import SolveRequest
 from ..errors import OutOfTime as _OutOfTime
 from ..errors import TooLarge as _TooLarge
 from ..greedy import solve_greedy
-from .placement import Automaton, build_automaton
+from .placement import Automaton, automaton_bytes, build_automaton
 from .recursion import fill as fill_tables
 from .recursion import threads as recursion_threads
 from .stage import StageCosts
@@ -180,6 +180,7 @@ __all__ = ["DPModel"]
 
 INF = math.inf
 _MEMORY_BUDGET_BYTES = 3 * 2**30  # the default budget of a model used outside the dp method
+_STATE_BYTES = 64  # what one (state, stage size) transition holds, at most, in the automaton and the layout
 
 
 # --------------------------------------------------------------------------- the model
@@ -194,6 +195,7 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
     prune_levels: bool = True
     # keep every row of the tables, not only the keys' least values (the tests compare each entry)
     keep_rows: bool = False
+    _automata: dict[str, Automaton]  # mode -> its automaton, built once (see _automaton_for)
 
     def __init__(self, problem: Problem, layouts: tuple | None = None, stage_counts: tuple[int, int] | None = None):
         """``layouts`` restricts the layouts stages may use (and so their sizes);
@@ -233,7 +235,7 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         if need > self._budget:
             raise _TooLarge(
                 f"{what} would need {format_bytes(need)} (limit {format_bytes(self._budget)}, "
-                "option memory_budget_gb); use cpsat for this problem"
+                "option memory_budget_gb, which raises it)"
             )
 
     def _levels(self, deadline: float | None = None) -> None:
@@ -304,7 +306,15 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         link = None
         if mode == "size":
             link = c.nodes == 1  # one node: every pair of stages shares it
-        return build_automaton(mode, self.sizes, self.G, c.nodes, link)
+        found = getattr(self, "_automata", None)
+        if found is None:
+            found = self._automata = {}
+        if mode not in found:
+            self.check_budget(automaton_bytes(mode, self.sizes, self.G),
+                              f"the placement automaton ({mode}) of {len(self.sizes)} stage sizes")
+            found[mode] = build_automaton(mode, self.sizes, self.G, c.nodes, link,
+                                          max_states=max(1, int(self._budget // (_STATE_BYTES * max(len(self.sizes), 1)))))
+        return found[mode]
 
     def _transfer_table(self, auto: Automaton) -> np.ndarray:
         """X[b, c]: transfer time of the boundary after layer b in category c (0 after the last)."""
@@ -416,7 +426,8 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
     # ---------------------------------------------------------------- objectives
     def prepare(self, deadline: float | None = None) -> None:
         """Check the budget for the stage tables, then fix the stage-count levels."""
-        self.check_budget(6.0 * 8 * self.L * self.L, f"the stage tables of {self.L} layers")
+        self.check_budget(8.0 * max(6, len(self.sizes)) * self.L * self.L,
+                          f"the stage tables of {self.L} layers on {len(self.sizes)} stage sizes")
         if not self.K:
             self._levels(deadline)
 

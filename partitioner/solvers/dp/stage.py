@@ -168,7 +168,10 @@ class StageCosts:
         self.next_missing = nxt
         self.out_bytes = np.array([layer.out_bytes for layer in problem.layers], dtype=np.float64)
         self.runs = problem.segments(0, L - 1) if L else ()
-        self.of_size = [[j for j, lay in enumerate(self.layouts) if lay.devices == d] for d in self.sizes]
+        by_devices: dict[int, list[int]] = {}
+        for j, lay in enumerate(self.layouts):
+            by_devices.setdefault(lay.devices, []).append(j)
+        self.of_size = [by_devices.get(d, []) for d in self.sizes]  # configs per size, in layout order
         self._fit: dict[tuple[int, int], np.ndarray] = {}
         self._sums: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self._reshard: dict[tuple, float] = {}
