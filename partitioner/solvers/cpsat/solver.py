@@ -145,9 +145,10 @@ from ...core.lazy import lazy_module
 from ...plan import Plan, Status, evaluate
 from ...problem import Problem
 from ..base import Candidate, SolveRequest, SolverError, register
+from ..dp.method import solve_dp
 from ..feasibility import quick_infeasibility
 from ..interleaved.solve import solve_interleaved
-from ..slot.data import SlotData, SlotStart, plan_of_decisions, slot_start
+from ..slot.data import SlotData, SlotStart, decisions_of_plan, plan_of_decisions, slot_start
 from ..slot.run import (
     BuildTimeout,
     build_guard,
@@ -156,7 +157,7 @@ from ..slot.run import (
     int_option,
     model_size_refusal,
 )
-from ..slot.times import RESOLUTION, RESOLUTION_ZB_H1, conservative_bound, integer_times
+from ..slot.times import RESOLUTION, RESOLUTION_ZB_H1, conservative_bound, integer_times, stage_ceiling_ms
 from .arcflow import arcflow_reason
 from .arcflow_run import solve_arcflow
 from .formulation import (
@@ -202,6 +203,8 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     begun = SlotStart()
     try:
         begun = slot_start(problem, request, extra, check, begun)
+        if begun.plan is None and request.warm_start is None and request.option("hint", True):
+            _dp_hint(problem, request, begun, extra, start)
         data, hint_plan, hint_source, decisions = begun.data, begun.plan, begun.source, begun.decisions
         assert data is not None, "slot_start sets the tables"
         times = integer_times(data, float(resolution), begun.ceiling_ms, check)
@@ -248,6 +251,35 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     extra["time_unit_ms"] = 1.0 / times.scale
     extra["model_error_ms"] = times.error / times.scale
     return _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, extra, float(resolution))
+
+
+DP_HINT_SHARE = 0.25  # of the time left: what the dp may take for a hint when the greedy heuristic found no plan
+
+
+def _dp_hint(problem: Problem, request: SolveRequest, begun: SlotStart, notes: dict, start: float) -> None:
+    """When the greedy heuristic found no plan (its rebalancing can miss every plan where memory binds), give
+    CP-SAT the plan of ``dp`` as its hint, solved within :data:`DP_HINT_SHARE` of the time left: without a
+    hint, CP-SAT found no plan at all on a 32-layer, 256-GPU problem with transfers in 600 s. The hint is
+    only a start and an upper bound (the model's bound stays CP-SAT's own); ``extra["cpsat"]["hint"]``
+    says ``dp``."""
+    data = begun.data
+    assert data is not None, "slot_start sets the tables"
+    left = None if request.time_limit is None else DP_HINT_SHARE * (request.time_limit - (time.perf_counter() - start))
+    if left is not None and left <= 0:
+        return
+    try:
+        found = solve_dp(problem, SolveRequest(request.objective, time_limit=left))
+    except Exception as err:  # noqa: BLE001 -- a failed hint must not take the exact solver down
+        notes["hint"] = f"dp failed: {type(err).__name__}: {err}"
+        return
+    if found.plan is None:
+        return
+    decisions = decisions_of_plan(data, found.plan)
+    if decisions is None:
+        return
+    value = evaluate(problem, found.plan, request.objective).value
+    begun.plan, begun.source, begun.decisions = found.plan, "dp", decisions
+    begun.ceiling_ms = stage_ceiling_ms(request.objective, value, problem.microbatches, problem.training.schedule)
 
 
 def _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, extra, resolution=RESOLUTION) -> Candidate:
