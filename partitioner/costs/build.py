@@ -25,6 +25,7 @@ from .entry import finish_cost
 from .flops import forward_flops, model_flops_per_sample
 from .layers import Piece, PipelineLayer, model_layers
 from .options import CostOptions
+from .precision import check_precision, describe_precision, precision_summary
 from .profile import _apply_profile_doc, load_profile
 from .variants import Knobs, applies, describe, variant_knobs
 
@@ -262,6 +263,7 @@ class ProblemBuilder:
         if objective not in OBJECTIVES:
             raise ProblemError(f"must be one of {', '.join(OBJECTIVES)}, got {objective!r}", path="objective")
         mb = global_batch // microbatches
+        check_precision(cl, opts)  # a recipe the cluster's GPUs cannot run is bad input
         layers, signatures, knob_list, all_layouts = self._layers()
         memory = usable_memory_bytes(cl, opts)
         if memory <= 0:
@@ -295,6 +297,7 @@ class ProblemBuilder:
             "peak_flops_per_gpu": cl.peak_tflops * 1e12,
             "params": spec.params,
             "options": opts.to_dict(),
+            **({"precision": fp8} if (fp8 := precision_summary(cl, opts)) else {}),
             "layers": [
                 {"name": layer.name, "module": layer.module, "role": layer.role, "params": layer.params, "fqns": list(layer.fqns)}
                 for layer in layers
@@ -316,7 +319,7 @@ class ProblemBuilder:
             "meta": meta,
         }
         if knob_list is not None:
-            doc["variants"] = {kn.name: describe(kn) for kn in knob_list if kn.name}
+            doc["variants"] = {kn.name: describe(kn) + describe_precision(opts) for kn in knob_list if kn.name}
         if max_stages is not None:
             if isinstance(max_stages, bool) or not isinstance(max_stages, int) or max_stages < 1:
                 raise ProblemError(f"must be a positive integer, got {max_stages!r}", path="max_stages")

@@ -30,11 +30,15 @@ from typing import Any, Mapping
 
 from ..problem import ProblemError
 from .axes.options import AxisOptions
+from .fp8 import DEFAULT_FP8_RECIPE, FP8_RECIPES, PRECISIONS
 from .param_memory import param_memory, target_memory
 
-__all__ = ["BF16_BYTES", "CostOptions"]
+__all__ = ["BF16_BYTES", "CostOptions", "FP8_FIELDS"]
 
 BF16_BYTES = 2
+# the options that describe FP8 training: written by :meth:`CostOptions.to_dict` only when precision is fp8,
+# so that every bf16 problem's ``meta.options`` stays what it was before they existed
+FP8_FIELDS = ("precision", "fp8_recipe", "fp8_param_gather", "fp8_bf16_layers", "fp8_gemm_efficiency")
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,33 @@ class CostOptions:
         Overrides the LLM's text tokens per sample.
     max_tp : int or None
         Largest tensor-parallel degree to offer.
+    precision : {"bf16", "fp8"}
+        The GEMM precision (:mod:`partitioner.costs.precision`): ``fp8``
+        runs the linear layers of every transformer block -- QKV, output
+        projection, MLP, the experts -- in FP8 at the cluster's
+        ``peak_tflops_fp8``, with the casts and the fp8 weight copies
+        charged; the router, the attention core, the embedding, the LM head
+        and the projector stay in BF16, as Megatron-LM with Transformer
+        Engine and torchtitan's float8 converters keep them.
+    fp8_recipe : {"tensorwise", "delayed", "blockwise", "mxfp8", "rowwise"}
+        The scaling recipe (:data:`~.fp8.RECIPES`); checked against the
+        cluster's GPU when the problem is built (``mxfp8`` needs Blackwell,
+        ``blockwise`` Hopper or later). Default ``tensorwise``, what
+        NVIDIA's published FP8 runs on Hopper use.
+    fp8_param_gather : bool or None
+        Keep the parameters in fp8 (Megatron's ``--fp8-param-gather``): no
+        bf16 weight copy besides the fp8 ones, no per-iteration weight
+        cast. None: as NVIDIA's published recipes (Megatron-Bridge's
+        ``mixed_precision``) set it -- on for tensorwise, delayed and
+        mxfp8, off for blockwise; torchtitan's rowwise keeps bf16 weights.
+    fp8_bf16_layers : int
+        Decoder layers of the language model kept in BF16 at each end
+        (Megatron's ``--first-last-layers-bf16`` with this many at the start
+        and at the end; refused with delayed scaling, as Megatron does).
+    fp8_gemm_efficiency : float or None
+        Fraction of the BF16 efficiency curve an FP8 GEMM of the same shape
+        reaches, as a fraction of the FP8 peak. None: the GPU
+        generation's measured ratio (:func:`~.fp8.fp8_gemm_efficiency`).
     axes : AxisOptions
         The context- and expert-parallel options (format v3's cp, ep and
         etp axes: :class:`~.axes.options.AxisOptions`, documented there).
@@ -273,6 +304,11 @@ class CostOptions:
     train: tuple[str, ...] = ()
     text_tokens: int | None = None
     max_tp: int | None = None
+    precision: str = "bf16"
+    fp8_recipe: str = DEFAULT_FP8_RECIPE
+    fp8_param_gather: bool | None = None
+    fp8_bf16_layers: int = 0
+    fp8_gemm_efficiency: float | None = None
     axes: AxisOptions = AxisOptions()
 
     @classmethod
@@ -312,6 +348,22 @@ class CostOptions:
                     raise ProblemError(f"must be none, selective or full, got {value!r}", path=where)
             elif key == "memory_count":
                 param_memory(value)  # a ProblemError naming options.memory_count if unknown
+            elif key == "precision":
+                if value not in PRECISIONS:
+                    raise ProblemError(f"must be one of {', '.join(PRECISIONS)}, got {value!r}", path=where)
+            elif key == "fp8_recipe":
+                if value not in FP8_RECIPES:
+                    raise ProblemError(f"must be one of {', '.join(FP8_RECIPES)}, got {value!r}", path=where)
+            elif key == "fp8_param_gather":
+                if value is not None and not isinstance(value, bool):
+                    raise ProblemError(f"must be true, false or null, got {value!r}", path=where)
+            elif key == "fp8_bf16_layers":
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise ProblemError(f"must be a non-negative integer, got {value!r}", path=where)
+            elif key == "fp8_gemm_efficiency":
+                if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                          or not 0 < value <= 1):
+                    raise ProblemError(f"must be in (0, 1] or null, got {value!r}", path=where)
             elif key in ("text_tokens", "max_tp"):
                 if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                     raise ProblemError(f"must be a positive integer, got {value!r}", path=where)
@@ -331,6 +383,7 @@ class CostOptions:
             values["variants"] = ("none",)  # a fixed knob: one setting for every layer (format v1)
         if axis_values:
             values["axes"] = AxisOptions.from_mapping(axis_values)  # a ProblemError naming options.<key>
+        _check_fp8(values)
         return cls(**values)
 
     @classmethod
@@ -342,8 +395,35 @@ class CostOptions:
         from_target = {"memory_count": target_memory(target, zero).name}
         return cls.from_mapping({**from_target, **more})
 
+    @property
+    def fp8(self) -> bool:
+        """Whether the GEMMs of the transformer blocks run in FP8 (``precision == "fp8"``)."""
+        return self.precision == "fp8"
+
     def to_dict(self) -> dict[str, Any]:
-        """The options as :meth:`from_mapping` takes them (the axis options flat at the top level)."""
-        dense = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if k != "axes"}
+        """The options as :meth:`from_mapping` takes them (the axis options flat at the top level).
+
+        The FP8 fields (:data:`FP8_FIELDS`) only when ``precision`` is fp8.
+        """
+        dense = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()
+                 if k != "axes" and (self.fp8 or k not in FP8_FIELDS)}
         return {**dense, **self.axes.to_dict()}
+
+
+def _check_fp8(values: Mapping[str, Any]) -> None:
+    """The FP8 options together: only with precision fp8, and first/last BF16 layers not with delayed scaling.
+
+    Megatron-core refuses ``first_last_layers_bf16`` with delayed scaling
+    ("Delayed scaling does not support first / last layer in BF16":
+    ``TransformerConfig.__post_init__``), so the option door does too.
+    """
+    given = [k for k in FP8_FIELDS[1:] if k in values]
+    if values.get("precision", "bf16") != "fp8":
+        if given:
+            raise ProblemError(f"needs precision fp8 (got precision {values.get('precision', 'bf16')})",
+                               path=f"options.{given[0]}")
+        return
+    if values.get("fp8_bf16_layers", 0) and values.get("fp8_recipe", DEFAULT_FP8_RECIPE) == "delayed":
+        raise ProblemError("BF16 first/last layers do not run with delayed scaling (megatron-core refuses "
+                           "first_last_layers_bf16 with fp8_recipe delayed)", path="options.fp8_bf16_layers")
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .common import Export, MoeHints, StageView, layout_reasons, one_zero, per_replica_microbatch, schedule_of, segment_knobs
+from .precision import deepspeed_fp8
 
 __all__ = ["export_deepspeed", "CHECKED_WITH"]
 
@@ -51,6 +52,7 @@ def export_deepspeed(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
     if schedule != "1f1b":
         reasons.insert(0, f"schedule {schedule} is not expressible: DeepSpeed's PipelineEngine runs TrainSchedule (1F1B) "
                           "only; plan with --schedule 1f1b")
+    reasons += deepspeed_fp8(ctx.get("precision"))  # DeepSpeed has no FP8 training path (.precision)
     b = None
     zero, intervals = 0, [0] * len(stages)
     knob_notes: list[str] = []

@@ -49,6 +49,7 @@ References
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 from .common import (
@@ -63,6 +64,7 @@ from .common import (
     schedule_of,
     segment_knobs,
 )
+from .precision import megatron_fp8
 
 __all__ = ["export_megatron", "megatron_layout", "parse_megatron_layout", "mimo_grid", "CHECKED_WITH", "MEGATRON_SCHEDULES"]
 
@@ -310,6 +312,13 @@ def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[
     text = megatron_layout(symbols)
     n_layers = sum(s.count("decoder") for s in llm)
     pp = len(llm) // v  # interleaved: the layout lists the P·v chunks, chunk c on pipeline rank c mod P
+    fp8_core, fp8_ddp, fp8_flags, fp8_notes, fp8_reasons = megatron_fp8(ctx.get("precision"), n_layers, pp)
+    if fp8_reasons:
+        return {}, [], [], fp8_reasons
+    knob_core.update(fp8_core)
+    ddp.update(fp8_ddp)
+    knob_flags += fp8_flags
+    notes += fp8_notes
     core = {
         "num_layers": n_layers,
         "tensor_model_parallel_size": tp,
@@ -482,6 +491,18 @@ def export_megatron(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
         mimo_reasons.append("the plan uses " + ", ".join(axes) + ": the export writes MIMO grids of (tp, pp, dp) only")
     module_knobs, knob_reasons = _mimo_knobs(stages) if grid is not None else ({}, [])
     mimo_reasons += knob_reasons
+    if grid is not None and ctx.get("precision") is not None:  # each MIMO module is a Megatron model of its own
+        llm_pp = grid["module_parallelisms"]["llm"]["pipeline_model_parallel_size"]
+        n_llm = sum(s.count("decoder") for s in stages)
+        for name, knobs in module_knobs.items():
+            hints = ctx["precision"]
+            if name != "llm" and hints.bf16_layers:  # Megatron's first/last BF16 layers count the language model's
+                hints = replace(hints, bf16_layers=0)
+            core8, ddp8, _, notes8, why8 = megatron_fp8(hints, n_llm, llm_pp)
+            knobs["transformer_config"].update(core8)
+            knobs["ddp_config"].update(ddp8)
+            mimo_reasons += [f"MIMO module {name!r}: {w}" for w in why8]
+            notes += [n for n in notes8 if n not in notes]
     if grid is not None:
         pre, llm, _ = _split(stages)
         settings = {"path": "mimo", "mimo": grid}

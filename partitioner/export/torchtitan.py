@@ -95,6 +95,7 @@ from .common import (
     schedule_of,
     segment_knobs,
 )
+from .precision import torchtitan_fp8
 
 __all__ = ["export_torchtitan", "torchtitan_names", "CHECKED_WITH", "SCHEDULES"]
 
@@ -150,6 +151,14 @@ def torchtitan_names(stages: Sequence[StageView]) -> tuple[list[list[str]], dict
                     add(_flat(f), [f])
         parts.append(names)
     return parts, fqn_map
+
+
+def _edge_names(stages: Sequence[StageView], ctx: Mapping[str, Any]) -> list[str]:
+    """torchtitan FQN prefixes of the decoder layers an FP8 plan keeps in BF16 (``layers.<k>.``, k from each end)."""
+    hints = ctx.get("precision")
+    n = sum(s.count("decoder") for s in stages)
+    edge = hints.bf16_layers if hints is not None else 0
+    return [f"layers.{k}." for k in range(n) if k < edge or k >= n - edge]
 
 
 def _reasons(stages: Sequence[StageView], ctx: Mapping[str, Any]) -> list[str]:
@@ -238,13 +247,20 @@ def _overrides(cfg: Mapping[str, Mapping[str, Any]], ac: str = "none") -> list[s
     return out
 
 
-def _registry_function(cfg: Mapping[str, Mapping[str, Any]], base: str, ac: str = "none") -> str:
+def _registry_function(cfg: Mapping[str, Mapping[str, Any]], base: str, ac: str = "none",
+                       fp8: tuple[Sequence[str], Sequence[str]] = ((), ())) -> str:
+    """The ``config_registry`` function; ``fp8`` = (import lines, converter expressions) of an FP8 plan
+    (:func:`.precision.torchtitan_fp8`), applied to the model config as torchtitan's ``model_registry`` does."""
     module, _, func = base.rpartition(".")
+    imports, converters = fp8
     lines = [
         "# config_registry.py of your own package; run: -m torchtitan.train --module <package> --config planned",
         f"from {module} import {func} as _base",
         *(["from torchtitan.distributed.activation_checkpoint import FullAC"] if ac == "full" else []),
+        *imports,
         "",
+        *(["# the plan's FP8: torchtitan's converters on the model config (LM head and router left in BF16)",
+           "CONVERTERS = [" + ", ".join(converters) + "]"] if converters else []),
         "",
         "def planned():",
         f'    """{base}() with the planned pipeline split, mesh and batch."""',
@@ -254,6 +270,9 @@ def _registry_function(cfg: Mapping[str, Mapping[str, Any]], base: str, ac: str 
         for key, value in values.items():
             lines.append(f"    config.{section}.{key} = {value!r}")
     lines.append("    config.activation_checkpoint = " + ("FullAC.Config()" if ac == "full" else "None"))
+    if converters:
+        lines += ["    for converter in CONVERTERS:",
+                  "        config.model_spec.model = converter.build().convert(config.model_spec.model)"]
     lines.append("    return config")
     return "\n".join(lines)
 
@@ -273,12 +292,15 @@ def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export
         if why:
             reasons.append(f"{why} (torchtitan: m = gradient-accumulation steps x local_batch_size / "
                            "pipeline_parallel_microbatch_size)")
+    fp8_imports, converters, fp8_notes, fp8_reasons = torchtitan_fp8(ctx.get("precision"), ctx.get("moe") is not None,
+                                                                     _edge_names(stages, ctx))
+    reasons += fp8_reasons
     if reasons:
         layouts = [{"stage": s.index, "layers": [s.first, s.last], "layouts": s.describe_layouts()} for s in stages]
         return Export("torchtitan", {"stage_layouts": layouts}, "# (no torchtitan setting expresses this plan: see the reasons above)",
                       (), False, tuple(reasons), CHECKED_WITH)
     parts, fqn_map = torchtitan_names(stages)
-    notes = list(knob_notes)
+    notes = list(knob_notes) + fp8_notes
     schedule, v = schedule_of(ctx)
     pp = len(stages) // v
     if v > 1:
@@ -312,13 +334,15 @@ def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export
     base = str(ctx.get("torchtitan_base") or "torchtitan.models.llama3.config_registry.llama3_8b")
     settings: dict[str, Any] = {"config": cfg, "activation_checkpoint": ac, "overrides": _overrides(cfg, ac), "module_fqns_per_model_part": parts,
                 "fqn_map": fqn_map, "microbatches": ctx.get("microbatches")}
+    if converters:
+        settings["converters"] = list(converters)
     world = pp * dp * tp * data_axes.get("context_parallel_degree", 1)
     snippet = (
         f"# {world} GPUs: torchrun with --nnodes x --nproc_per_node = {world}\n"
         'torchrun $DISTRIBUTED_ARGS -m torchtitan.train --module "$MODEL_MODULE" --config "$MODEL_CONFIG" \\\n    '
         + " \\\n    ".join(settings["overrides"])
         + "\n\n# or, as a config_registry function:\n"
-        + _registry_function(cfg, base, ac)
+        + _registry_function(cfg, base, ac, (fp8_imports, converters))
     )
     notes.append(
         "the config_registry function starts from " + base + "(): replace it with your model's config function; "

@@ -26,8 +26,9 @@ __all__ = ["ModelPlan", "simulate_plan", "throughput", "plan_throughput", "itera
 AnyBaseline = BaselineSummary | MissingBaseline
 # the result sections in the order the JSON writes them: a plan's, and an infeasible plan's
 _SECTIONS = ("simulation", "throughput", "baselines", "baseline", "speedup", "model", "cluster", "nodes", "global_batch",
-             "microbatches", "microbatches_tried", "knobs", "export_hints", "schedule", "schedules", "targets", "memory")
-_OPTIONAL = ("simulation", "schedules", "targets", "memory")
+             "microbatches", "microbatches_tried", "knobs", "export_hints", "schedule", "schedules", "targets", "memory",
+             "precision")
+_OPTIONAL = ("simulation", "schedules", "targets", "memory", "precision")
 _NO_PLAN_SECTIONS = ("microbatches_tried", "baseline", "baselines", "schedules")
 
 
@@ -60,6 +61,7 @@ class ModelPlan(SolveResult):
     schedules: ScheduleReport | None = None
     targets: Mapping[str, TargetSummary] | None = None
     memory: MemoryCounts | None = None
+    precision: Mapping[str, Any] | None = None  # FP8 runs only: the problem's meta.precision (recipe, rates, what stays BF16)
     method_extra: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -241,6 +241,7 @@ def shard_piece(piece: Piece, cp: int, load_factor: float = 1.0) -> Piece:
         piece,
         tokens=piece.tokens / cp,
         gemm_flops=piece.gemm_flops / cp,
+        bf16_gemm_flops=piece.bf16_gemm_flops / cp,
         attn_flops=piece.attn_flops * lf / cp,
         attn_pairs=piece.attn_pairs * lf / cp,
         score_entries=piece.score_entries / cp,

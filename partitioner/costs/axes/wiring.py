@@ -47,6 +47,7 @@ from ..entry import EntryCost, finish_cost, layer_terms, piece_time_terms, weigh
 from ..flops import efficiency
 from ..layers import Piece, PipelineLayer
 from ..options import CostOptions
+from ..precision import expert_activation_delta, expert_quant_ms, fp8_rate, fp8_weight_extra_bytes, weight_cast_ms
 from ..traffic import traffic_ms
 from ..variants import Knobs
 from .context import causal_load_factor, cp_algorithms, cp_attention_ms, cp_problem, kv_bytes, shard_piece, ulysses_bytes
@@ -225,12 +226,25 @@ def moe_ep_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: C
             flops = moe_layer_flops(copies / moe.top_k, p.width, moe.moe_ffn, moe.top_k, 0, moe.gated)
         rows, width = expert_gemm_shape(tokens, moe.top_k, moe.experts, e, f, moe.moe_ffn)
         rate = cluster.peak_tflops * 1e9 * efficiency(width, rows, opts)
+        if opts.fp8:  # the experts' grouped GEMMs in FP8 (.precision)
+            rate = fp8_rate(rate, cluster, opts)
         compute = p.passes * flops / rate
         comm_f, comm_b = moe_comm_ms(copies, p.width, e, f, ep_span, etp_span, intra_GBps=intra, inter_GBps=inter,
                                      opts=opts, links=ax.alltoall_links, dedup=ax.ep_dedup,
                                      probs_bytes=ax.probs_bytes, overlap=ax.ep_overlap)
         comm_f, comm_b = p.passes * comm_f, p.passes * comm_b
         fwd += compute + comm_f
+        if opts.fp8:  # the FP8 casts of the experts' operands; their fp8 weights, cached once per iteration
+            # the busiest rank's token copies after the expert-tensor all-gather (as expert_activation_bytes)
+            gathered = f * (copies if ax.capacity_factor is not None else ax.moe_imbalance * copies)
+            q_f, q_b = expert_quant_ms(gathered, p.width, moe.moe_ffn, f, moe.gated, p.backward, not p.frozen,
+                                       cluster, opts, weights=moe.params / (e * f))
+            fwd += p.passes * q_f + weight_cast_ms(moe.params / (e * f), cluster, opts) / microbatches
+            if p.backward:
+                b_in += p.passes * (q_b + (q_f if knobs.recompute == "full" else 0.0))
+                if knobs.recompute != "full":
+                    act += p.passes * expert_activation_delta(gathered, p.width, moe.moe_ffn, f, opts)
+            weight += moe.params / (e * f) * fp8_weight_extra_bytes(opts, cluster) / (edp if knobs.zero == 3 else 1)
         if p.backward:
             b_in += compute + comm_b + (compute + comm_f if knobs.recompute == "full" else 0.0)
             if not p.frozen:

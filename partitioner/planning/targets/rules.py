@@ -58,6 +58,8 @@ class TargetRules:
     cuts: Cuts
     cp: bool = True  # runs context parallelism
     etp: bool = True  # runs an expert tensor-parallel size of its own
+    fp8_recipes: tuple[str, ...] = ()  # the FP8 recipes (partitioner.costs.fp8.RECIPES) it trains with
+    fp8_note: str = ""  # where that comes from
 
     def runs_mesh(self, mesh: "Mesh") -> bool:
         """Whether the target runs the one mesh ``(dp, tp, cp, ep, etp)``."""
@@ -70,13 +72,20 @@ class TargetRules:
 RULES: Mapping[str, TargetRules] = MappingProxyType({
     # export/megatron.py: MEGATRON_SCHEDULES; _knob_flags (one ZeRO, one recompute); _megatron_lm (pre/post stages)
     "megatron": TargetRules("megatron", ("1f1b", "interleaved"), (0, 1, 3), ("none", "selective", "full"), False,
-                            "megatron"),
+                            "megatron", fp8_recipes=("tensorwise", "delayed", "blockwise", "mxfp8"),
+                            fp8_note="megatron-core 0.16.1 TransformerConfig.fp8_recipe: tensorwise, delayed, mxfp8, "
+                                     "blockwise (and custom quantizer factories)"),
     # export/torchtitan.py: SCHEDULES; _knobs (selective refused, recompute only on `layers`); _reasons (vision)
     # (torchtitan 0.3 has no expert tensor parallelism of its own)
     "torchtitan": TargetRules("torchtitan", ("1f1b", "gpipe", "interleaved"), (0, 1, 3), ("none", "full"), True,
-                              "torchtitan", etp=False),
+                              "torchtitan", etp=False, fp8_recipes=("rowwise", "mxfp8"),
+                              fp8_note="torchtitan 0.3's Float8LinearConverter takes recipe_name rowwise or "
+                                       "rowwise_with_gw_hp (torchao), MXFP8LinearConverter mxfp8"),
     # export/deepspeed.py: TrainSchedule only; _knobs (ZeRO 2/3 refused, selective refused); no CP in its pipeline engine
-    "deepspeed": TargetRules("deepspeed", ("1f1b",), (0, 1), ("none", "full"), False, "any", cp=False, etp=False),
+    "deepspeed": TargetRules("deepspeed", ("1f1b",), (0, 1), ("none", "full"), False, "any", cp=False, etp=False,
+                             fp8_note="DeepSpeed 0.19.8's engine trains in fp32, fp16 or bf16 (config sections fp16, "
+                                      "bf16, torch_autocast); its fp8 code quantizes frozen weights for inference "
+                                      "and LoRA (deepspeed.linear, ops.fp_quantizer)"),
 })
 
 
@@ -303,6 +312,10 @@ def runs(rules: TargetRules, problem: Problem, plan: Plan) -> list[str]:
     schedule = problem.training.schedule
     if schedule not in rules.schedules:
         reasons.append(f"schedule {schedule}: {rules.name} runs {', '.join(rules.schedules)}")
+    fp8 = (problem.meta or {}).get("precision")
+    if isinstance(fp8, Mapping) and fp8.get("fp8_recipe") not in rules.fp8_recipes:
+        reasons.append(f"FP8 recipe {fp8.get('fp8_recipe')}: {rules.name} "
+                       + (f"runs {', '.join(rules.fp8_recipes)}" if rules.fp8_recipes else "has no FP8 training path"))
     configs = [(s, (a, b), c) for s in plan.stages for (a, b), c in s.segment_configs(problem)]
     meshes = {(c.dp, c.tp, c.cp) for _, _, c in configs}
     if len(meshes) > 1:
