@@ -70,6 +70,10 @@ INF = math.inf
 _TIE = 1e-12  # relative slack when comparing a stage time with a threshold (as in dp)
 FIRSTS_PER_CALL = 16  # first layers per kernel call: the deadline is checked between calls
 DIRECT_RANKS = 4  # minmax: a candidate fitting at most this many incoming categories is taken rank by rank
+# a level is shared among threads when its work (:func:`fill_work`, at about COMPILED_SECONDS_PER_UNIT a unit on
+# the compiled path, an upper estimate: the kernels skip infinite spans) would take at least THREAD_MIN_SECONDS
+COMPILED_SECONDS_PER_UNIT = 1e-9
+THREAD_MIN_SECONDS = 0.01
 
 
 
@@ -219,7 +223,11 @@ class _Run:
             meta = tables._meta = (X, _Meta(tables, auto, X))
         self.meta = meta[1]
         self.groups = self.meta.groups
-        self.kern = engine.pick(fill_work(self.meta, top, self.L, self.N), deadline)
+        work = fill_work(self.meta, top, self.L, self.N)
+        self.kern = engine.pick(work, deadline)
+        # threads only for levels whose work outweighs handing chunks to them (a 64-layer solve of 0.05 s spent
+        # a third of it submitting and waiting)
+        self.shared = work / max(top, 1) * COMPILED_SECONDS_PER_UNIT >= THREAD_MIN_SECONDS
         self.banded = math.isfinite(lim) and not self.spec
         self.prefix = prefix_devices(model, lim, self.kern) if self.banded else np.zeros(self.L + 1, dtype=np.int64)
 
@@ -308,7 +316,7 @@ class _Run:
         R, Rlo, Rhi = self._input(level, bucket)
         Rout, out_lo, out_hi, first = tables.R[level], tables.lo[level], tables.hi[level], tables.first_rows[level]
         # the Python path holds the GIL: one thread, and one first layer per call (the deadline between)
-        pool = _pool(getattr(self.model, "threads", None) or THREADS) if self.kern.compiled else None
+        pool = _pool(getattr(self.model, "threads", None) or THREADS) if self.kern.compiled and self.shared else None
         firsts = FIRSTS_PER_CALL if self.kern.compiled else 1
         init_off, init_val = self.last_stages() if level == 1 else (np.zeros(0, np.int64), np.full((L + 1, 0), INF))
         if level == 1 and not bucket:
