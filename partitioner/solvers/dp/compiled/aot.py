@@ -12,7 +12,7 @@ The module is the kernels' own code, compiled by the same numba as the
 just-in-time path and with the same rules (no fast-math), the Python wrapper
 of each entry point releasing the GIL as ``nogil=True`` does, so the tables
 are equal bit for bit (``tests/solvers/dp/test_engine.py``). Its name carries
-a fingerprint of the kernel sources, the signatures, numba, Python and the
+a fingerprint of the kernel sources, the signatures, numpy, Python and the
 platform (:func:`fingerprint`): any change gives a new module and the old one
 is never loaded. A build writes into a scratch directory and moves the file
 into place whole, so a concurrent process sees the old state or the new
@@ -37,12 +37,12 @@ import os
 import platform
 import shutil
 import sys
-import sysconfig
 import tempfile
 import types
 import warnings
-from importlib import metadata
 from pathlib import Path
+
+import numpy as np
 
 from . import kernels as _py_levels
 from . import marks as _marks
@@ -54,18 +54,11 @@ ENTRY_SEPARATOR = "__"  # an entry point is exported as ``{part}__{name}`` (part
 _HERE = Path(__file__).resolve().parent
 
 
-def _numba_version() -> str:
-    try:
-        return metadata.version("numba")
-    except metadata.PackageNotFoundError:
-        return "none"
-
-
 _PRINTS: dict[str, str] = {}  # the fingerprint of each (signatures, returns), once per process
 
 
 def fingerprint(signatures: dict, returns: dict) -> str:
-    """16 hex digits of a hash over the kernels' sources, the signatures, numba, Python and the platform."""
+    """16 hex digits of a hash over the kernels' sources, the signatures, numpy, Python and the platform."""
     key = repr((sorted(signatures.items()), sorted(returns.items())))
     found = _PRINTS.get(key)
     if found is None:
@@ -79,7 +72,10 @@ def _hash(signatures: dict, returns: dict) -> str:
         h.update(Path(module.__file__ or "").read_bytes())
     h.update(repr(sorted(signatures.items())).encode())
     h.update(repr(sorted(returns.items())).encode())
-    h.update(f"{_numba_version()}|{sys.version}|{platform.machine()}|{sysconfig.get_platform()}".encode())
+    # the module is native code against numpy's C API, built for this interpreter and machine (numba only
+    # builds it): numpy's version, the interpreter's and the extension suffix (ABI, platform) name it
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    h.update(f"{np.__version__}|{sys.version}|{platform.machine()}|{suffix}".encode())
     return h.hexdigest()[:16]
 
 
