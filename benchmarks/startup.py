@@ -12,7 +12,7 @@ Alpa's cases -- 64 layers on 4 x 8 GPUs, every layout, the iteration objective, 
 The target: the fresh solve within 1.5 x the in-process one. Run from the repository root, after
 ``partitioner warmup``::
 
-    python -m benchmarks.startup --repeat 5
+    python -m benchmarks.startup --repeat 5 --out benchmarks/results/issue34
 """
 from __future__ import annotations
 
@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--out", type=Path, default=None, help="also write the rows to OUT/startup.json")
     args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -104,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
                          "fresh_cpu_s": statistics.median(r["cpu"] for r in runs),
                          "ratio": solve_s / inside if inside > 0 else float("inf"),
                          "status": sorted({r["status"] for r in runs}), "load": os.getloadavg()[0]})
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "startup.json").write_text(json.dumps(rows, indent=1) + "\n")
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
