@@ -264,6 +264,8 @@ def print_plan_summary(problem: Problem, result: "ModelPlan") -> None:
     if result.memory is not None:
         counts = ", ".join(f"ZeRO-{z} {c}" for z, c in sorted(result.memory.counts.items()))
         out.print(f"weight memory: {result.memory.note} ({counts})", markup=False)
+    for cp_stage in result.context_parallel or ():
+        out.print("context parallelism: " + cp_stage.text(), markup=False)
     from ..export import TARGETS, export_result
 
     exports = {target: export_result(result, target, problem) for target in TARGETS}

@@ -28,11 +28,12 @@ from typing import Sequence
 
 from ..presets import ClusterSpec
 from ..problem import Layout, ProblemError
+from .attention import flash_attention_ms
 from .attention_mla import replicated_grad_sync_ms
 from .comm import allreduce_ms, grad_sync_ms, shard_gather_ms
 from .flops import efficiency
 from .layers import Piece, PipelineLayer
-from .memory import block_activation_bytes
+from .memory import block_activation_bytes, block_activation_terms
 from .options import CostOptions
 from .precision import (
     amax_reduce_ms,
@@ -42,14 +43,16 @@ from .precision import (
     fp8_weight_extra_bytes,
     fp8_weight_params,
     gemm_rate,
+    recipe_of,
     tp_comm_element_bytes,
     weight_cast_ms,
 )
+from .recompute import OP, ReplayRates, fp8_freed_delta, kept_terms, modules_of, op_kept_bytes, op_replay_ms, replay_ms
 from .tied import embedding_sync_ms, tied_copy_bytes
 from .traffic import block_traffic, embedding_traffic, head_traffic, projector_traffic, traffic_ms
 from .variants import Knobs
 
-__all__ = ["EntryCost", "layer_cost", "layer_terms", "finish_cost", "block_time_terms", "piece_time_terms",
+__all__ = ["EntryCost", "layer_cost", "layer_terms", "finish_cost", "block_time_terms", "piece_time_terms", "block_kept_bytes",
            "optimizer_step_ms", "tied_sync_ms", "weight_bytes_per_param", "TIME_TERMS"]
 
 
@@ -114,16 +117,30 @@ def layer_terms(pieces: Sequence[Piece], tp: int, samples: float, recompute: str
         if not p.backward:
             continue  # runs under no_grad: nothing kept for a backward pass
         if p.shape is not None:
-            act += p.passes * block_activation_bytes(
-                p.shape, b, t, flash_attention=opts.flash_attention, sequence_parallel=opts.sequence_parallel,
-                recompute=recompute, fused_norm=opts.fused_norm,
-            )
-            if opts.fp8:  # the FP8 linears keep fp8 copies of their inputs (.precision)
-                act += fp8_activation_delta(p, b, t, opts, recompute)
+            act += block_kept_bytes(p, b, t, recompute, opts)
+            if opts.fp8:  # the FP8 linears keep fp8 copies of their inputs (.precision), of those a module set keeps
+                delta = fp8_activation_delta(p, b, t, opts, recompute)
+                if delta and modules_of(recompute) and fp8_piece(p, opts):
+                    saved = 2.0 - recipe_of(opts).stored_bytes()
+                    delta -= fp8_freed_delta(p, b, t, recompute, saved, opts.sequence_parallel)
+                act += delta
         else:
             replicated, sharded = p.dense_act
             act += b * (replicated / (t if opts.sequence_parallel else 1) + sharded / t)
     return fwd, b_in, b_w, act
+
+
+def block_kept_bytes(p: Piece, b: float, t: int, recompute: str, opts: CostOptions) -> float:
+    """Activation bytes a block piece keeps for its backward under the recompute setting (:mod:`.memory`,
+    module sets and torchtitan's per-op policy: :mod:`.recompute`)."""
+    assert p.shape is not None
+    kwargs = dict(flash_attention=opts.flash_attention, sequence_parallel=opts.sequence_parallel)
+    if recompute == OP:
+        return op_kept_bytes(p, b, t, **kwargs)
+    if modules_of(recompute):  # a module set, selective (core_attn) included
+        terms = block_activation_terms(p.shape, b, t, recompute="none", fused_norm=opts.fused_norm, **kwargs)
+        return p.passes * sum(kept_terms(terms, p, recompute).values())
+    return p.passes * block_activation_bytes(p.shape, b, t, recompute=recompute, fused_norm=opts.fused_norm, **kwargs)
 
 
 TIME_TERMS = ("fwd.gemm", "fwd.attention", "fwd.memory", "fwd.tp_comm", "bwd.gemm", "bwd.attention", "bwd.memory",
@@ -163,6 +180,10 @@ def piece_time_terms(p: Piece, tp: int, samples: float, recompute: str, cluster:
     if p.replicated_gemm_flops and t > 1 and not opts.sequence_parallel:
         f_gemm += b * p.replicated_gemm_flops * (1.0 - 1.0 / t) / grate  # every rank runs them over all its tokens
     f_attn = b * p.attn_flops * scale / t / rate
+    kernel = opts.flash_attention and opts.attention_kernels
+    flash_fwd = flash_attention_ms(p, b, t, cluster, opts, "fwd") if kernel else None
+    if flash_fwd is not None:  # the flash kernel's published rate for this GPU, head dim, key loop and mask
+        f_attn = flash_fwd
     elem = tp_comm_element_bytes(p, opts)  # BF16, or an fp8 all-gather beside a BF16 reduce-scatter (.precision)
     comm = p.allreduces * allreduce_ms(rows * p.width * elem, t, cluster.intra_node_GBps, opts)
     if p.attn_comm_width:  # the attention's collectives carry another width (MLA: its latents, .attention_mla)
@@ -179,12 +200,19 @@ def piece_time_terms(p: Piece, tp: int, samples: float, recompute: str, cluster:
     skip = 0.0 if p.needs_input_grad else b * p.input_gemm_flops / t / grate
     wgrad = 0.0 if p.frozen else g
     hidden = min(opts.tp_comm_overlap * comm, wgrad)  # the input-gradient collectives run beside the wgrad GEMMs
-    out.update({"bwd.gemm": g - skip, "bwd.attention": attn_factor * a, "bwd.memory": traffic[1],
-                "bwd.tp_comm": comm - hidden + amax, "wgrad.gemm": wgrad})
+    flash_bwd = flash_attention_ms(p, b, t, cluster, opts, "bwd") if flash_fwd is not None else None
+    out.update({"bwd.gemm": g - skip, "bwd.attention": attn_factor * a if flash_bwd is None else flash_bwd,
+                "bwd.memory": traffic[1], "bwd.tp_comm": comm - hidden + amax, "wgrad.gemm": wgrad})
     if recompute == "full":
         out["bwd.recompute"] = f_gemm + f_attn + traffic[0] + comm + amax
     elif recompute == "selective" and not opts.flash_attention:
         out["bwd.recompute"] = f_attn + scores
+    elif recompute == OP or modules_of(recompute):  # module sets; selective with flash attention
+        rates = ReplayRates(grate, f_attn, comm / p.allreduces if p.allreduces else 0.0, cluster.hbm_GBps,
+                            opts.hbm_efficiency, opts.memory_bound_ops)
+        kwargs = dict(flash_attention=opts.flash_attention, sequence_parallel=opts.sequence_parallel)
+        out["bwd.recompute"] = (op_replay_ms(p, t, b, rates, **kwargs) if recompute == OP
+                                else replay_ms(p, recompute, t, b, rates, **kwargs))
     return out
 
 

@@ -32,6 +32,7 @@ from ..problem import ProblemError
 from .axes.options import AxisOptions
 from .fp8 import DEFAULT_FP8_RECIPE, FP8_RECIPES, PRECISIONS
 from .param_memory import param_memory, target_memory
+from .recompute_names import canonical_setting
 
 __all__ = ["BF16_BYTES", "CostOptions", "FP8_FIELDS"]
 
@@ -67,11 +68,19 @@ class CostOptions:
         (v1 problems, for every solver); :func:`~partitioner.planning.plan_model`
         asks for ``all``. Giving ``recompute`` or ``zero1`` without
         ``variants`` fixes the knobs: ``variants`` becomes ``none``.
-    recompute : {"none", "selective", "full"}
+    recompute : str
         With ``variants=none``: activation recomputation for every layer
-        [2]_: selective drops the score-matrix term (recomputing the
-        attention core in backward); full keeps only each block's input and
-        replays the forward in backward.
+        [2]_: ``none``, ``selective`` (drops the score-matrix term,
+        recomputing the attention core in backward), ``full`` (keeps only
+        each block's input and replays the forward in backward), a module
+        set such as ``layernorm+moe_act`` (Megatron-Core's
+        ``--recompute-modules``) or ``op`` (torchtitan's per-op policy):
+        :mod:`partitioner.costs.recompute`.
+    recompute_modules : tuple of str
+        The recompute settings below ``full`` that ``variants=all`` adds to
+        none, selective and full: ``auto`` (the module sets worth a variant
+        for this model, :func:`~partitioner.costs.recompute.module_chain`),
+        ``none``, or settings (``layernorm+moe_act``, ``moe``, ``op``).
     zero1 : bool
         With ``variants=none``: shard the 12 optimizer bytes per parameter
         over dp (ZeRO stage 1 [4]_).
@@ -129,6 +138,13 @@ class CostOptions:
     flash_backward_factor : float
         Backward/forward FLOPs of the attention core with flash attention
         (2.5: five matmuls against two [5]_); 2 without.
+    attention_kernels : bool
+        With flash attention, time the attention core at the published
+        flash-attention kernel rates of the cluster's GPU generation, by
+        head dim, key-loop length (the chunk under context parallelism),
+        causal diagonal tiles and pass (:mod:`partitioner.costs.attention`);
+        False, or a GPU no curve was published for: at the dense GEMM
+        efficiency.
     grad_bytes_per_param : float
         Bytes per trainable parameter in the data-parallel gradient
         all-reduce or reduce-scatter: 4, Megatron-LM reduces the fp32
@@ -275,6 +291,7 @@ class CostOptions:
     fused_norm: bool = True
     variants: tuple[str, ...] = ("none",)
     recompute: str = "none"
+    recompute_modules: tuple[str, ...] = ("auto",)
     zero1: bool = False
     zero3_overlap: float = 0.5
     zero3_keep_gathered: bool = False
@@ -289,6 +306,7 @@ class CostOptions:
     collective_latency_us: float = 20.0
     nvlink_efficiency: float = 0.8
     flash_backward_factor: float = 2.5
+    attention_kernels: bool = True
     grad_bytes_per_param: float = 4.0
     grad_sync_overlap: float = 0.5
     memory_reserve_bytes: int = 2 * 2**30
@@ -337,15 +355,24 @@ class CostOptions:
             elif isinstance(default, tuple):
                 if isinstance(value, str):
                     value = tuple(v for v in value.split(",") if v)
-                what = "variant names (or all, none)" if key == "variants" else "module names"
+                what = {"variants": "variant names (or all, none)",
+                        "recompute_modules": "recompute settings (or auto, none)"}.get(key, "module names")
                 if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
                     raise ProblemError(f"must be a list of {what}", path=where)
                 value = tuple(value)
                 if key == "variants" and not value:
                     raise ProblemError("must name at least one variant (or all, none)", path=where)
+                if key == "recompute_modules":
+                    value = _recompute_settings(value, where)
             elif key == "recompute":
-                if value not in ("none", "selective", "full"):
-                    raise ProblemError(f"must be none, selective or full, got {value!r}", path=where)
+                if not isinstance(value, str):
+                    raise ProblemError(f"must be a recompute setting, got {value!r}", path=where)
+                try:
+                    canonical = canonical_setting(value)
+                except ValueError as err:
+                    raise ProblemError(str(err), path=where) from None
+                if canonical != value:
+                    raise ProblemError(f"write the setting as {canonical!r}, got {value!r}", path=where)
             elif key == "memory_count":
                 param_memory(value)  # a ProblemError naming options.memory_count if unknown
             elif key == "precision":
@@ -427,3 +454,21 @@ def _check_fp8(values: Mapping[str, Any]) -> None:
         raise ProblemError("BF16 first/last layers do not run with delayed scaling (megatron-core refuses "
                            "first_last_layers_bf16 with fp8_recipe delayed)", path="options.fp8_bf16_layers")
 
+
+def _recompute_settings(values: tuple[str, ...], where: str) -> tuple[str, ...]:
+    """``recompute_modules``: ``("auto",)``, ``("none",)`` or canonical settings below full (ProblemError otherwise)."""
+    if values in (("auto",), ("none",)):
+        return values
+    out = []
+    for v in values:
+        try:
+            canonical = canonical_setting(v)
+        except ValueError as err:
+            raise ProblemError(str(err), path=where) from None
+        if canonical in ("none", "full", "auto") or v in ("auto", "none"):
+            raise ProblemError(f"auto and none stand alone, and full is always offered; got {v!r}", path=where)
+        if canonical != v:
+            raise ProblemError(f"write the setting as {canonical!r}, got {v!r}", path=where)
+        if v not in out:
+            out.append(v)
+    return tuple(out)

@@ -76,7 +76,10 @@ def export_plan(plan: Plan, hints: Sequence[Mapping[str, Any]], target: str, **c
     if target not in _EXPORTERS:
         raise ProblemError(f"unknown export target {target!r} (targets: {', '.join(TARGETS)})", path="--to")
     stages = stage_views(plan, hints)
-    exported = _EXPORTERS[target](stages, dict(context))
+    # the recompute modules that act on each layer (the cost model's hints), for merging module lists
+    acts = [h.get("recompute_modules") for h in hints]
+    exported = _EXPORTERS[target](stages, {"recompute_acts": acts if any(a is not None for a in acts) else None,
+                                           **context})
     schedule, v = schedule_of(context)
     if not exported.expressible and schedule not in TARGET_SCHEDULES[target]:
         hint = replan_hint(target, schedule, context)

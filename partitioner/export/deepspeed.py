@@ -14,7 +14,9 @@ plan's ZeRO stage, 0 or 1 -- the pipeline engine refuses ZeRO-2 and ZeRO-3
 recompute is ``activation_checkpoint_interval`` = 1 (each layer keeps its
 input and replays its forward), set per stage after ``PipelineModule``'s
 own ``__init__`` (``forward`` reads it on every call), so stages may differ;
-selective recompute has no ``PipelineModule`` setting. 5D axes: a MoE
+anything finer -- selective (the attention core), Megatron's module
+recompute, torchtitan's per-op policy -- has no ``PipelineModule`` setting:
+DeepSpeed's pipeline engine runs full recompute only. 5D axes: a MoE
 language model's experts go to ``deepspeed.moe.layer.MoE`` with ``ep_size``
 = ep (etp must be 1, or the TP size with
 ``enable_expert_tensor_parallelism``); DeepSpeed's pipeline engine has no
@@ -130,9 +132,11 @@ def _knobs(stages: list[StageView], moe: MoeHints | None) -> tuple[int, list[int
     intervals = []
     for s in stages:
         mine = {k.recompute for k in knobs if k.stage == s.index}
-        if "selective" in mine:
-            reasons.append(f"stage {s.index}: selective recompute (the attention core) has no PipelineModule setting "
-                           "(activation_checkpoint_interval recomputes whole layers)")
+        partial = sorted(mine - {"none", "full"})
+        if partial:
+            reasons.append(f"stage {s.index}: recompute {', '.join(partial)} (the attention core, Megatron modules or "
+                           "torchtitan's per-op policy) has no PipelineModule setting (activation_checkpoint_interval "
+                           "recomputes whole layers)")
         if len(mine) > 1:
             reasons.append(f"stage {s.index} mixes recompute settings {sorted(mine)}: activation_checkpoint_interval is "
                            "one setting per stage's module")

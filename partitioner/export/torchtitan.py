@@ -58,10 +58,12 @@ backward); ZeRO-1 has no torchtitan setting of its own: the export uses
 which keeps the weights gathered from forward to backward (ZeRO-1's
 weights) and shards gradients and optimizer states, so it never needs
 more memory than ZeRO-1. Recompute: torchtitan's ``activation_checkpoint``
-wraps the blocks of ``layers`` only: ``full`` is ``FullAC``; its
-``selective`` is a per-op policy (save matmul and attention outputs,
-recompute every second matmul), not the attention-core recompute the
-plan costs, so a plan with selective recompute is not expressible; and
+wraps the blocks of ``layers`` only: ``full`` is ``FullAC``; the plan's
+``recompute-op`` is its ``selective`` (``SelectiveAC``, a per-op policy:
+save matmul and attention outputs, recompute every second matmul,
+:mod:`partitioner.costs.recompute`); the attention-core and module
+recompute the plan costs for Megatron (``selective``, module sets) are
+not torchtitan settings, so such plans are not expressible; and
 recompute outside the decoder layers (vision encoder, action head) is not
 expressible. The subcommand is always written, ``none`` included: a base
 config may enable AC (torchtitan's llama3 configs use ``selective``).
@@ -110,6 +112,9 @@ _NO_SCHEDULE = {
              "DualPipeV two stages per rank in a V. Plan with --schedule 1f1b, gpipe or interleaved",
 }
 _VISION = ("vision", "projector")
+# activation_checkpoint subcommand -> its policy class (torchtitan/distributed/activation_checkpoint.py): the plan's
+# recompute-full is FullAC, its recompute-op (per-op policy) SelectiveAC
+_AC_CLASS = {"full": "FullAC", "selective": "SelectiveAC"}
 
 
 def _flat(fqn: str) -> str:
@@ -196,10 +201,10 @@ def _knobs(stages: Sequence[StageView], ctx: Mapping[str, Any]) -> tuple[dict[st
     if other:
         reasons.append(f"recompute planned on {', '.join(other)}, outside the decoder layers: torchtitan's "
                        "activation_checkpoint wraps only the blocks of `layers`")
-    if recompute == "selective":
-        reasons.append("selective recompute (the attention core) is not torchtitan's selective activation checkpointing "
-                       "(a per-op policy that saves matmul and attention outputs and recomputes every second matmul); "
-                       "torchtitan offers full, selective, memory-budget or none")
+    if recompute not in ("none", "full", "op"):
+        reasons.append(f"recompute {recompute} (Megatron-style module recompute) is not torchtitan's selective activation "
+                       "checkpointing (a per-op policy that saves matmul and attention outputs and recomputes every "
+                       "second matmul: the plan's recompute-op); torchtitan offers full, selective, memory-budget or none")
     dp, tp, cp, ep, etp = stages[0].segments[0].shape
     par: dict[str, Any] = {}
     if zero == 0 and dp > 1:
@@ -228,7 +233,7 @@ def _knobs(stages: Sequence[StageView], ctx: Mapping[str, Any]) -> tuple[dict[st
         reasons.append(f"the plan splits experts over ep {ep}, but its hints do not describe the model's experts")
     elif moe is not None and moe.num_experts % ep:
         reasons.append(f"ep {ep} does not divide the model's {moe.num_experts} experts")
-    return par, ("full" if recompute == "full" else "none"), notes, reasons
+    return par, {"full": "full", "op": "selective"}.get(recompute, "none"), notes, reasons
 
 
 def _overrides(cfg: Mapping[str, Mapping[str, Any]], ac: str = "none") -> list[str]:
@@ -256,7 +261,7 @@ def _registry_function(cfg: Mapping[str, Mapping[str, Any]], base: str, ac: str 
     lines = [
         "# config_registry.py of your own package; run: -m torchtitan.train --module <package> --config planned",
         f"from {module} import {func} as _base",
-        *(["from torchtitan.distributed.activation_checkpoint import FullAC"] if ac == "full" else []),
+        *([f"from torchtitan.distributed.activation_checkpoint import {_AC_CLASS[ac]}"] if ac in _AC_CLASS else []),
         *imports,
         "",
         *(["# the plan's FP8: torchtitan's converters on the model config (LM head and router left in BF16)",
@@ -269,7 +274,7 @@ def _registry_function(cfg: Mapping[str, Mapping[str, Any]], base: str, ac: str 
     for section, values in cfg.items():
         for key, value in values.items():
             lines.append(f"    config.{section}.{key} = {value!r}")
-    lines.append("    config.activation_checkpoint = " + ("FullAC.Config()" if ac == "full" else "None"))
+    lines.append("    config.activation_checkpoint = " + (f"{_AC_CLASS[ac]}.Config()" if ac in _AC_CLASS else "None"))
     if converters:
         lines += ["    for converter in CONVERTERS:",
                   "        config.model_spec.model = converter.build().convert(config.model_spec.model)"]

@@ -29,6 +29,7 @@ from ..problem import OBJECTIVES, ProblemError
 from ..solvers import SolverError
 from ..solvers.base import check_time_limit
 from .assemble import assemble, best_baselines, no_plan
+from .context_report import context_report
 from .deadline import Deadline
 from .exact import prove_kept, space_of
 from .knob_solve import solve_with_knobs
@@ -289,6 +290,8 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
     memory = memory_counts(opts.target, rules.zero if rules else (0, 1, 3), opts.options, plan_options(opts.options))
     result = replace(result, memory=memory, precision=(result.problem.meta or {}).get("precision")
                      if result.problem is not None else None)
+    if result.plan is not None and best.problem is not None:  # per stage, what its context parallelism costs and holds
+        result = replace(result, context_parallel=context_report(spec, cl, best.problem, result.plan))
     if rules is None and result.plan is not None:  # --target any: what each framework runs of it
         result = replace(result, targets=target_summaries(result, report, bests, memory))
     return _cut_short(result, deadline)
