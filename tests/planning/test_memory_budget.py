@@ -26,7 +26,7 @@ def test_the_cli_refuses_a_negative_budget_with_exit_2():
     proc = subprocess.run([sys.executable, "-m", "partitioner", "plan", "--model", "pi0", "--cluster", "dgx-h100",
                            "--nodes", "2", "--global-batch", "1024", "--memory-budget", "-1"],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert proc.returncode == 2 and "memory_budget_gb" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and "--memory-budget" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_the_budget_goes_to_the_methods_that_have_it_only():
@@ -43,5 +43,6 @@ def test_a_budget_too_small_for_the_tables_reaches_the_exact_solve_which_says_so
 
 @pytest.mark.parametrize("budget", [0, -2.5, math.nan, math.inf, "lots"])
 def test_dp_refuses_a_budget_option_that_is_not_a_positive_finite_number(budget):
-    r = solve(str(ROOT / "examples" / "vla_toy_2x4.json"), "dp", options={"memory_budget_gb": budget})
-    assert r.status == "error" and "memory_budget_gb" in r.message
+    # the solver contract: a bad option is bad input (ProblemError naming it), before the method runs
+    with pytest.raises(ProblemError, match="options.memory_budget_gb"):
+        solve(str(ROOT / "examples" / "vla_toy_2x4.json"), "dp", options={"memory_budget_gb": budget})

@@ -80,7 +80,8 @@ times span too wide a range for the integer unit, the answer is
 ``feasible`` with the proven gap). Deterministic for a fixed seed with
 ``num_workers=1``.
 
-Time limit: it covers building the tables, the greedy hint and the model
+Time limit: it covers building the tables, the greedy hint (or, where greedy
+finds none, ``dp``'s plan within :data:`DP_HINT_SHARE` of the time left) and the model
 (a model too large to build in the time left is refused at once,
 :func:`.slotmodel.model_size_refusal`; a build cut short returns the hint as
 ``feasible``), and CP-SAT gets what is left.
@@ -112,23 +113,9 @@ inclusion detection, symmetry) did not remove every case; without presolve
 the answers agreed with ``brute`` on 7,000 random problems.
 ``options={"parameters": {"cp_model_presolve": True}}`` turns it back on.
 
-Options
--------
-num_workers : int
-    CP-SAT search workers (default: the machine's cores).
-hint : bool
-    Give the greedy plan as a hint when no ``warm_start`` is given (default True).
-resolution : float
-    Target relative accuracy of the integer time scale (default 1e-7; 1e-6 for
-    the zb-h1 iteration estimate, see :data:`.slottimes.RESOLUTION_ZB_H1`).
-log : bool
-    Print CP-SAT's search log (on stderr).
-parameters : dict
-    Further CP-SAT parameters by name (``SatParameters`` fields).
-formulation : str
-    ``"auto"`` (default): the arc-flow model (:mod:`.arcflow`) when the problem
-    fits it (comm-free, 1F1B's objective and stash), else the slot
-    model; ``"slot"``: always the slot model.
+Options: :class:`~partitioner.solvers.options.CpsatOptions` (``num_workers``,
+``hint``, ``resolution``, ``log``, ``parameters``, ``formulation``), checked
+by :func:`~partitioner.solvers.solve` before the method runs.
 
 References
 ----------
@@ -138,23 +125,21 @@ References
 from __future__ import annotations
 
 import os
-import time
 from typing import TYPE_CHECKING, Any
 
 from ...core.lazy import lazy_module
 from ...plan import Plan, Status, evaluate
 from ...problem import Problem
-from ..base import Candidate, SolveRequest, SolverError, register
+from ..base import Candidate, SolveRequest, register
 from ..dp.method import solve_dp
-from ..feasibility import quick_infeasibility
 from ..interleaved.solve import solve_interleaved
+from ..options import Capabilities, CpsatOptions, DpOptions
 from ..slot.data import SlotData, SlotStart, decisions_of_plan, plan_of_decisions, slot_start
 from ..slot.run import (
     BuildTimeout,
     build_guard,
     build_timeout_candidate,
     infeasible_message,
-    int_option,
     model_size_refusal,
 )
 from ..slot.times import RESOLUTION, RESOLUTION_ZB_H1, conservative_bound, integer_times, stage_ceiling_ms
@@ -175,43 +160,42 @@ if TYPE_CHECKING:
 else:
     cp_model = lazy_module("ortools.sat.python.cp_model")
 
-__all__ = ["solve_cpsat", "build_model", "hint_values", "read_decisions", "SAFE_PARAMETERS"]
+__all__ = ["solve_cpsat", "build_model", "hint_values", "read_decisions", "SAFE_PARAMETERS", "CAPABILITIES"]
 
 
 
 
-@register("cpsat", options=("num_workers", "hint", "resolution", "log", "parameters", "formulation"))
+_BOTH = frozenset({"bottleneck", "iteration"})
+# zb-h1 iteration with a coarser default time unit (slot.times.RESOLUTION_ZB_H1 says why); interleaved:
+# its own space of equal device groups (solvers/interleaved)
+CAPABILITIES = Capabilities(
+    schedules={"1f1b": _BOTH, "zb-h1": _BOTH, "gpipe": _BOTH, "interleaved": _BOTH}, exact=True
+)
+
+
+@register("cpsat", options=CpsatOptions, capabilities=CAPABILITIES)
 def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     if problem.training.schedule == "interleaved":  # its own space and model
-
         return solve_interleaved(problem, request, "cpsat")
-    start = time.perf_counter()
-    if problem.cluster.topology is not None:
-        return Candidate("error", message="cpsat: custom cluster topologies are not supported by the solvers yet")
-    reason = quick_infeasibility(problem)
-    if reason:
-        return Candidate("infeasible", message=reason)
+    options = request.options
+    assert isinstance(options, CpsatOptions)
     zb_h1_iteration = (problem.training.schedule, request.objective) == ("zb-h1", "iteration")
-    resolution = request.option("resolution", RESOLUTION_ZB_H1 if zb_h1_iteration else RESOLUTION)
-    if isinstance(resolution, bool) or not isinstance(resolution, (int, float)) or not 0 < resolution < 1:
-        raise SolverError(f"cpsat: option resolution must be a number in (0, 1), got {resolution!r}")
-    check = build_guard(request.deadline(start))
-    refusal = model_size_refusal("cpsat", problem, request, start)
+    resolution = options.resolution or (RESOLUTION_ZB_H1 if zb_h1_iteration else RESOLUTION)
+    check = build_guard(request.deadline())
+    refusal = model_size_refusal("cpsat", problem, request)
     if refusal:
         return Candidate("error", message=refusal, timed_out=True)
     extra: dict[str, Any] = {}
     begun = SlotStart()
     try:
         begun = slot_start(problem, request, extra, check, begun)
-        if begun.plan is None and request.warm_start is None and request.option("hint", True):
-            _dp_hint(problem, request, begun, extra, start)
+        if begun.plan is None and request.warm_start is None and options.hint:
+            _dp_hint(problem, request, begun, extra)
         data, hint_plan, hint_source, decisions = begun.data, begun.plan, begun.source, begun.decisions
         assert data is not None, "slot_start sets the tables"
         times = integer_times(data, float(resolution), begun.ceiling_ms, check)
-        if request.option("formulation", "auto") not in ("auto", "slot"):
-            raise SolverError(f"cpsat: option formulation must be 'auto' or 'slot', got {request.option('formulation', None)!r}")
-        if request.option("formulation", "auto") == "auto" and not arcflow_reason(problem, request.objective, data):
-            deadline = request.deadline(start)
+        if options.formulation == "auto" and not arcflow_reason(problem, request.objective, data):
+            deadline = request.deadline()
             answer = solve_arcflow(problem, data, times, request, deadline, hint_plan, hint_source, extra, float(resolution), check)
             if answer is not None:
                 return answer
@@ -230,14 +214,14 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     solver = cp_model.CpSolver()
     params = solver.parameters
     params.random_seed = int(request.seed)
-    params.num_workers = int_option(request, "cpsat", "num_workers", os.cpu_count() or 1)
+    params.num_workers = options.num_workers or os.cpu_count() or 1
     # the model's objective is only accurate to `error` units (integer_times):
     # closing the last units of gap would prove nothing about the contract
     params.absolute_gap_limit = float(times.error)
     params.relative_gap_limit = 0.0
     apply_solver_options(solver, request, SAFE_PARAMETERS)
-    if request.time_limit is not None:
-        params.max_time_in_seconds = max(0.0, request.time_limit - (time.perf_counter() - start))
+    if request.limited:
+        params.max_time_in_seconds = request.left()
     code = solver.solve(model)
 
     extra["cpsat"] = {
@@ -256,7 +240,7 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
 DP_HINT_SHARE = 0.25  # of the time left: what the dp may take for a hint when the greedy heuristic found no plan
 
 
-def _dp_hint(problem: Problem, request: SolveRequest, begun: SlotStart, notes: dict, start: float) -> None:
+def _dp_hint(problem: Problem, request: SolveRequest, begun: SlotStart, notes: dict) -> None:
     """When the greedy heuristic found no plan (its rebalancing can miss every plan where memory binds), give
     CP-SAT the plan of ``dp`` as its hint, solved within :data:`DP_HINT_SHARE` of the time left: without a
     hint, CP-SAT found no plan at all on a 32-layer, 256-GPU problem with transfers in 600 s. The hint is
@@ -264,11 +248,12 @@ def _dp_hint(problem: Problem, request: SolveRequest, begun: SlotStart, notes: d
     says ``dp``."""
     data = begun.data
     assert data is not None, "slot_start sets the tables"
-    left = None if request.time_limit is None else DP_HINT_SHARE * (request.time_limit - (time.perf_counter() - start))
+    left = DP_HINT_SHARE * request.left() if request.limited else None
     if left is not None and left <= 0:
         return
-    try:
-        found = solve_dp(problem, SolveRequest(request.objective, time_limit=left))
+    try:  # dp plans every problem cpsat is given (its capabilities cover cpsat's; interleaved went elsewhere)
+        found = solve_dp(problem, SolveRequest(request.objective, time_limit=left, seed=request.seed,
+                                               options=DpOptions()))
     except Exception as err:  # noqa: BLE001 -- a failed hint must not take the exact solver down
         notes["hint"] = f"dp failed: {type(err).__name__}: {err}"
         return
@@ -313,10 +298,10 @@ def _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, 
                 f"{analytic:.6g} ms up to {data.upper_stage_ms():.6g} ms per stage) cannot prove "
                 f"optimality to {resolution:g}; the gap is the proven one (use dp for an exact answer)"
             )
-        return Candidate(status, plan, bound, message, extra)
+        return Candidate(status, plan, bound, message, extra, timed_out=code != cp_model.OPTIMAL)
     if code == cp_model.UNKNOWN and hint_plan is not None:
         message = f"cpsat: time limit reached; returning the {hint_source} plan"
-        return Candidate("feasible", hint_plan, bound, message, extra)
+        return Candidate("feasible", hint_plan, bound, message, extra, timed_out=True)
     if code == cp_model.UNKNOWN:
         return Candidate("error", message="cpsat: time limit reached before any plan was found", extra=extra,
                          timed_out=True)
