@@ -44,14 +44,15 @@ from ...simulate.engine import ReplaySummary
 from ...solvers import SolverError
 from ...solvers.base import schedule_support
 from ...solvers.interleaved.search import round_balanced
-from ..baselines import BASELINE_METHOD, FSDP_METHOD, megatron_baselines
+from ..baselines import BASELINE_METHOD, FSDP_METHOD, MIN_INTERLEAVED_GROUPS, megatron_baselines
 from ..options import SCHEDULE_CHOICES
 from ..records import BaselineRun, KnobSolve, ScreenedCount
 from ..results import simulate_plan
 from .report import PlanSource, ScheduleCandidate, ScheduleReport, best_candidate, build_report
 from .search import with_schedule
 
-__all__ = ["SCHEDULE_CHOICES", "SCREENED_M", "schedule_keys", "choose_schedule", "busy_floor", "Resolve"]
+__all__ = ["SCHEDULE_CHOICES", "SCREENED_M", "schedule_keys", "choose_schedule", "busy_floor", "Resolve",
+           "resolve_problem"]
 
 _PLAIN = ("1f1b", "zb-h1", "gpipe")
 # the baselines under schedules other than 1F1B are built at the SCREENED_M microbatch counts with the best
@@ -81,6 +82,24 @@ def schedule_keys(schedule: str = "auto", virtual_stages: int | None = None,
     if schedule == "interleaved":
         return [("interleaved", v) for v in ((virtual_stages,) if virtual_stages else virtual)]
     return [(schedule, 1)]
+
+
+def resolve_problem(problem: Problem, key: tuple[str, int]) -> Problem | None:
+    """``problem`` under schedule key ``key`` as ``plan`` re-solves it, or None when that space is empty.
+
+    Under ``interleaved`` the device groups P are at least
+    :data:`~partitioner.planning.baselines.MIN_INTERLEAVED_GROUPS` (the
+    frameworks run virtual stages on two pipeline ranks or more); the
+    problem's own interleaved space (``stages.min`` may be 1) is what the
+    exact methods answer on a problem file, unchanged.
+    """
+    prob = with_schedule(problem, *key)
+    if key[0] != "interleaved":
+        return prob
+    if prob.stages.max < MIN_INTERLEAVED_GROUPS:
+        return None
+    low = max(prob.stages.min, MIN_INTERLEAVED_GROUPS)
+    return replace(prob, stages=replace(prob.stages, min=low))
 
 
 def _run(problem: Problem, plan: Plan, objective: str, simulate: bool, beat: float | None = None) -> Run | None:
@@ -163,7 +182,11 @@ def _resolved(entry: ScreenedCount, warm: Mapping[str, Plan], keys: Sequence[tup
             if note not in notes:
                 notes.append(note)
             continue
-        prob = with_schedule(entry.problem, *key)
+        resolved = resolve_problem(entry.problem, key)
+        if resolved is None:
+            notes.append(f"{_key_name(key)}: not re-solved: fewer than {MIN_INTERLEAVED_GROUPS} device groups allowed")
+            continue
+        prob = resolved
         try:
             # the kept schedule's plans per knob setting start the re-solve (dp's zb-h1 search uses one)
             done = resolve(ScreenedCount(prob.microbatches, prob, prob), dict(warm))
@@ -180,7 +203,10 @@ def _resolved(entry: ScreenedCount, warm: Mapping[str, Plan], keys: Sequence[tup
         limit = deadline.solve_limit(BALANCED_SECONDS)
         if key[0] != "interleaved" or method != "dp" or limit == 0:
             continue
-        prob = with_schedule(entry.problem, *key)
+        resolved = resolve_problem(entry.problem, key)
+        if resolved is None:
+            continue
+        prob = resolved
         for r in round_balanced(prob, objective, method, limit):
             if r.plan is None:
                 continue
