@@ -216,9 +216,9 @@ def _resolved(entry: ScreenedCount, warm: Mapping[str, Plan], keys: Sequence[tup
         for r in round_balanced(prob, objective, method, limit):
             if r.plan is None:
                 continue
-            why = admits(prob, r.plan) if admits is not None else ()
-            if why:
-                notes.append(f"{_key_name(key)}: a round-balanced {method} plan dropped: {why[0]}")
+            refused = admits(prob, r.plan) if admits is not None else ()
+            if refused:
+                notes.append(f"{_key_name(key)}: a round-balanced {method} plan dropped: {refused[0]}")
                 continue
             run = _run(prob, r.plan, objective, simulate)
             if run is not None and not isinstance(run, str):
