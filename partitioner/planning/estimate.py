@@ -557,6 +557,8 @@ def _report(spec: ModelSpec, cl: ClusterSpec, nodes: int, recipe: Recipe, shape:
     if recipe.zero and shape.knobs.zero == 0:
         notes.append(f"ZeRO-{recipe.zero} over dp x cp = 1 rank shards nothing: priced as ZeRO-0")
     bubble = sim.bubble_ratio if sim is not None and math.isfinite(sim.bubble_ratio) else None
+    if bubble is not None and abs(bubble) < 1e-12:  # a one-stage replay: 0 up to the rounding of its sums
+        bubble = 0.0
     return Estimate(spec.name, cl.name, nodes, recipe, shape.dp, shape.microbatches, problem.training.schedule,
                     problem.training.virtual_stages, tuple(rows), capacity, fits and not over, over, tput, bubble,
                     ev.bottleneck_ms, ev.iteration_ms, tuple(notes), problem, plan, ev)
