@@ -70,7 +70,7 @@ _SYMBOLS = {"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}
 
 @dataclass(frozen=True)
 class RecipeShape:
-    """What a recipe comes to on a job: the data-parallel size, the microbatch count, the cut's chunks.
+    """What a recipe comes to on a job: the world, the data-parallel size, the microbatch count, the knobs.
 
     ``devices`` is the GPUs of one pipeline rank (dp x tp x cp); ``microbatches``
     is m = gbs / (mbs x dp); ``knobs`` are the memory knobs the problem's keys
@@ -132,7 +132,7 @@ def check_recipe(recipe: Recipe, spec: ModelSpec, cluster: ClusterSpec, nodes: i
         raise ProblemError(f"dp {recipe.dp} disagrees with world / (tp x cp x pp) = {world} / {tp * cp * pp} = {dp}",
                            path=recipe.where("dp"))
     devices = world // pp
-    sizes = problem_sizes(cluster.gpus_per_node, nodes)
+    sizes = _problem_sizes(cluster.gpus_per_node, nodes)
     if devices not in sizes:
         raise ProblemError(f"a pipeline rank of {devices} GPUs (world {world} / pp {pp}) is not a submesh the cost "
                            f"model places (a power of two dividing a node's {cluster.gpus_per_node} GPUs, or whole "
@@ -162,7 +162,7 @@ def check_recipe(recipe: Recipe, spec: ModelSpec, cluster: ClusterSpec, nodes: i
     return RecipeShape(world, dp, devices, m, gbs, Knobs(zero, recipe.recompute))
 
 
-def problem_sizes(gpus_per_node: int, nodes: int) -> set[int]:
+def _problem_sizes(gpus_per_node: int, nodes: int) -> set[int]:
     """The stage sizes rule 3 allows on ``nodes`` nodes."""
     return set(Cluster(nodes, gpus_per_node, 1, 1.0, 1.0).allowed_sizes())
 
