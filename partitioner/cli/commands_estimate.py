@@ -120,6 +120,8 @@ def estimate_cmd(
     vpp: Optional[int] = typer.Option(None, "--vpp", "--num-virtual-stages-per-pipeline-rank",
                                       help="Virtual stages per pipeline rank: interleaved 1F1B (default 1)."),
     cp: Optional[int] = typer.Option(None, "--cp", "--context-parallel-size", help="Context-parallel size (default 1)."),
+    cp_comm_type: Optional[str] = typer.Option(None, "--cp-comm-type",
+                                               help="p2p (ring, default) | a2a (Ulysses) | allgather: the CP attention."),
     ep: Optional[int] = typer.Option(None, "--ep", "--expert-model-parallel-size", help="Expert-parallel size (default 1)."),
     etp: Optional[int] = typer.Option(None, "--etp", "--expert-tensor-parallel-size",
                                       help="Expert tensor-parallel size (default: tp, as Megatron-LM)."),
@@ -166,7 +168,12 @@ def estimate_cmd(
     from ..presets import Workload, load_model, sequence_summary
 
     base = read_recipe(recipe, recipe_format) if recipe is not None else None
-    flags = stated_fields(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, dp=dp, mbs=mbs, gbs=global_batch, zero=zero,
+    if cp_comm_type is not None:
+        from ..frameworks.megatron.recipe import CP_COMM_TYPES
+
+        check_choice(cp_comm_type, tuple(CP_COMM_TYPES), "--cp-comm-type")
+    flags = stated_fields(cp_algorithm=None if cp_comm_type is None else CP_COMM_TYPES[cp_comm_type],
+                          tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, dp=dp, mbs=mbs, gbs=global_batch, zero=zero,
                           recompute=recompute, recompute_modules=recompute_modules,
                           distributed_optimizer=distributed_optimizer, pipeline_layout=pipeline_layout,
                           sequence_parallel=sequence_parallel, num_layers=num_layers, precision=precision,

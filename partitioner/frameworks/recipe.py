@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from ..costs.axes.options import CP_ALGORITHMS
 from ..costs.recompute_names import canonical_setting
 from ..costs.variants import Knobs
 from ..problem import ProblemError
@@ -47,7 +48,7 @@ RECIPE_FIELDS: Mapping[str, str] = MappingProxyType({
     "--pipeline-model-parallel-layout", "num_layers": "--num-layers", "nodes": "--nodes", "precision": "--precision",
     "fp8_recipe": "--fp8-recipe", "sequence_parallel": "--sequence-parallel",
     "first_stage_layers": "--decoder-first-pipeline-num-layers", "last_stage_layers": "--decoder-last-pipeline-num-layers",
-    "memory_count": "-c memory_count",
+    "memory_count": "-c memory_count", "cp_algorithm": "--cp-comm-type",
 })
 """Each field of :class:`Recipe` and the ``estimate`` option that states it (the default of ``origin``)."""
 
@@ -94,6 +95,9 @@ class Recipe:
         (:data:`~partitioner.costs.param_memory.PARAM_MEMORY`) at the recipe's
         ZeRO stage, set by a reader whose framework keeps another count than
         Megatron-LM's (torchtitan's FSDP2); None: the cost model's default (Megatron-LM's).
+    cp_algorithm : str or None
+        The context-parallel attention algorithm as the cost options name it
+        (``p2p``, ``a2a``, ``all_gather``; Megatron's ``--cp-comm-type``); None: the cost options' (p2p).
     origin : mapping of str to str
         Per field, how it was stated (``--tp``, ``launch.sh: --tensor-model-parallel-size``): the path of an error.
     notes : tuple of str
@@ -120,6 +124,7 @@ class Recipe:
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
     memory_count: str | None = None
+    cp_algorithm: str | None = None
     origin: Mapping[str, str] = field(default_factory=dict, compare=False)
     notes: tuple[str, ...] = field(default=(), compare=False)
 
@@ -147,6 +152,9 @@ class Recipe:
         if self.sequence_parallel is not None and not isinstance(self.sequence_parallel, bool):
             raise ProblemError(f"must be true or false, got {self.sequence_parallel!r}",
                                path=self.where("sequence_parallel"))
+        if self.cp_algorithm is not None and self.cp_algorithm not in CP_ALGORITHMS:
+            raise ProblemError(f"must be one of {', '.join(CP_ALGORITHMS)}, got {self.cp_algorithm!r}",
+                               path=self.where("cp_algorithm"))
         if self.ep == 1 and self.etp not in (None, 1, self.tp):
             raise ProblemError(f"etp {self.etp} without expert parallelism (ep 1): set --ep, or leave etp at tp "
                                f"({self.tp})", path=self.where("etp"))

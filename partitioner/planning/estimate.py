@@ -308,6 +308,8 @@ def recipe_cost_options(options: Mapping[str, Any] | None, recipe: Recipe, shape
         out.update(variants="none", recompute=knobs.recompute, zero1=knobs.zero == 1)
     if recipe.cp > 1:
         out.update(cp_degrees=[1, recipe.cp], cp_min_tokens=1)
+    if recipe.cp_algorithm is not None:
+        out["cp_algorithm"] = recipe.cp_algorithm
     if recipe.ep > 1:
         out.update(ep_degrees=[recipe.ep], etp_degrees=sorted({1, recipe.expert_tp}))  # the option lists 1 always
     if recipe.precision is not None:

@@ -7,6 +7,7 @@ gives the iteration time, cuts and stage figures ``plan`` reported.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -357,3 +358,15 @@ def test_torchtitan_recipe_charges_torchtitans_count():
     kept = read_torchtitan_toml(toml.replace("tensor_parallel_degree", 'fsdp_reshard_after_forward = "never"\n'
                                                                         "tensor_parallel_degree"), "job.toml")
     assert (kept.zero, kept.memory_count) == (1, "fsdp2-keep-gathered")
+
+
+def test_cp_comm_type_is_the_cost_models_cp_algorithm():
+    r = read_megatron_args("--context-parallel-size 2 --tensor-model-parallel-size 2 --global-batch-size 64 "
+                           "--cp-comm-type a2a")
+    assert r.cp_algorithm == "a2a"
+    a2a = estimate("qwen2-vl-7b", "dgx-h100", r, nodes=1)
+    ring = estimate("qwen2-vl-7b", "dgx-h100", replace(r, cp_algorithm="p2p"), nodes=1)
+    assert a2a.iteration_ms != ring.iteration_ms  # the algorithm reaches the cost entries
+    assert read_bridge_config("model.cp_comm_type=allgather", "cfg").cp_algorithm == "all_gather"
+    with pytest.raises(ProblemError, match="--cp-comm-type"):
+        read_megatron_args("--cp-comm-type a2a+p2p", "run.sh")

@@ -51,7 +51,8 @@ from ...costs.recompute_names import MODULES, setting_of
 from ...problem import ProblemError
 from ..recipe import Recipe
 
-__all__ = ["read_megatron_args", "read_bridge_config", "bridge_entries", "megatron_tokens", "INT_FLAGS", "BRIDGE_FLAGS"]
+__all__ = ["read_megatron_args", "read_bridge_config", "bridge_entries", "megatron_tokens", "INT_FLAGS", "BRIDGE_FLAGS",
+           "CP_COMM_TYPES"]
 
 INT_FLAGS: Mapping[str, str] = {
     "--tensor-model-parallel-size": "tp",
@@ -77,6 +78,8 @@ _REFUSED = {
     "--account-for-loss-in-pipeline-split": "the loss as a layer of the split: state the split with "
                                             "--pipeline-model-parallel-layout",
 }
+# Megatron-LM's --cp-comm-type -> the cost options' cp_algorithm (a2a+p2p, hierarchical, is not priced)
+CP_COMM_TYPES = {"p2p": "p2p", "a2a": "a2a", "allgather": "all_gather"}
 # sharding strategies of Megatron-FSDP (--data-parallel-sharding-strategy) -> ZeRO stage, None: not priced
 _SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": None, "optim_grads_params": 3}
 
@@ -158,6 +161,13 @@ def _recipe_of_flags(flags: Mapping[str, list[str]], source: str) -> Recipe:
         if not values:
             raise ProblemError("needs a layout string", path="--pipeline-model-parallel-layout", source=source)
         put("pipeline_layout", values[0], "--pipeline-model-parallel-layout")
+    if "--cp-comm-type" in flags:
+        flag, values = "--cp-comm-type", flags["--cp-comm-type"]
+        kind = values[0] if values else ""
+        if kind not in CP_COMM_TYPES:
+            raise ProblemError(f"{kind!r} is not priced (p2p, a2a or allgather; one type for every layer)", path=flag,
+                               source=source)
+        put("cp_algorithm", CP_COMM_TYPES[kind], flag)
     _zero(flags, put, source)
     _recompute(flags, put, notes, source)
     _precision(flags, put, notes)
@@ -245,6 +255,7 @@ BRIDGE_FLAGS: Mapping[str, str] = {
     "model.pipeline_model_parallel_size": "--pipeline-model-parallel-size",
     "model.virtual_pipeline_model_parallel_size": "--virtual-pipeline-model-parallel-size",
     "model.context_parallel_size": "--context-parallel-size",
+    "model.cp_comm_type": "--cp-comm-type",
     "model.expert_model_parallel_size": "--expert-model-parallel-size",
     "model.expert_tensor_parallel_size": "--expert-tensor-parallel-size",
     "model.sequence_parallel": "--sequence-parallel",
