@@ -1,0 +1,156 @@
+"""The export invariant for MoE plans: megatron-core's own model, built from our export, holds what the plan charged.
+
+A small MoE language model (4 MoE decoder layers, 8 experts, top-2) is
+costed by our cost model on one 8-GPU node with ep {2, 4} and etp {1, 2}
+offered and no optimizer sharding (every trained parameter 18 bytes, so a
+stage's weight bytes / 18 is the parameters the plan charged each of its
+ranks). Each plan cuts it into two stages of 4 GPUs in one layout: ep 1
+on tp 2 and tp 4 (the cost model holds the experts sharded by tp there),
+ep 2 and 4 with etp 1, ep 2 with etp = tp, and ep 4 on tp 1. The Megatron
+export of each plan gives the parallel sizes and the pipeline layout;
+megatron-core builds its ``GPTModel`` (local layer spec, CPU, a fake
+process group of the plan's 8 ranks, its own ``initialize_model_parallel``)
+on the first rank of each pipeline stage, and:
+
+* every parameter of that rank's model (``GPTModel.parameters``) is within
+  1 % of what the plan charged the stage (the remainder: megatron-core
+  keeps norms and the router whole on every tensor-parallel rank, the cost
+  model divides every dense weight by tp);
+* the routed experts' parameters on that rank equal exactly the routed
+  parameters the cost model charged: routed / tp in an ep = 1 entry (the
+  whole layer / tp, :func:`partitioner.costs.entry.layer_terms`), routed /
+  (ep etp) in an ep > 1 entry (:func:`partitioner.costs.axes.wiring.moe_ep_cost`).
+
+The check can fail: the same export with ``--expert-tensor-parallel-size 1``
+on a plan whose experts are charged sharded by tp 2 builds a model with
+twice the expert weights, and the check refuses it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from partitioner.costs import build_problem
+from partitioner.costs.entry import weight_bytes_per_param
+from partitioner.costs.layers import model_layers
+from partitioner.costs.options import CostOptions
+from partitioner.costs.variants import Knobs
+from partitioner.export import ExportContext, MoeHints, export_plan, hints_from_problem
+from partitioner.plan import Plan, Stage, evaluate
+from partitioner.presets.spec import ModelSpec, ModuleSpec
+from tests.frameworks.plans import NOT_INSTALLED
+
+pytest.importorskip("megatron.core", reason=NOT_INSTALLED)
+
+pytestmark = pytest.mark.slow  # builds megatron-core GPT models: ~1 min on 2 cores
+
+LLM = ModuleSpec(name="llm", kind="llm", layers=4, hidden=256, heads=4, ffn=1024, gated=True, norm="rmsnorm",
+                 activation="silu", vocab=1024, text_tokens=256, experts=8, top_k=2, moe_ffn=512)
+SPEC = ModelSpec("tiny-moe", (LLM,))
+OPTIONS = {"ep_degrees": (2, 4), "etp_degrees": (1, 2), "zero1": False}
+WORLD, GLOBAL_BATCH, MICROBATCHES = 8, 64, 8
+CUTS = ((0, 2), (3, 5))  # embedding + 2 blocks | 2 blocks + head: the stages of 4 GPUs
+
+
+@dataclass(frozen=True)
+class Charged:
+    """What the plan charged one rank of a stage: all parameters, and those of the routed experts."""
+
+    params: float
+    experts: float
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return build_problem(SPEC, "dgx-h100", nodes=1, global_batch=GLOBAL_BATCH, microbatches=MICROBATCHES,
+                         options=OPTIONS)
+
+
+def _plan(dp: int, tp: int, ep: int, etp: int) -> Plan:
+    return Plan(tuple(Stage(a, b, WORLD // len(CUTS), dp, tp, ep=ep, etp=etp) for a, b in CUTS)).with_device_ids()
+
+
+def _charged(problem, plan: Plan) -> list[Charged]:
+    """Per stage, the plan's weight bytes / bytes per parameter and the routed experts' share the cost model charged."""
+    opts = CostOptions.from_mapping(OPTIONS)
+    layers = model_layers(SPEC, opts)
+    out = []
+    for stage, ev in zip(plan.stages, evaluate(problem, plan).stages):
+        per = weight_bytes_per_param(False, stage.dp, Knobs(0, "none"), opts)
+        routed = sum(p.moe.params for layer in layers[stage.first_layer: stage.last_layer + 1] for p in layer.pieces
+                     if p.moe is not None)
+        split = stage.tp if stage.ep == 1 else stage.ep * stage.etp  # layer_terms: / tp; moe_ep_cost: / (ep etp)
+        out.append(Charged(ev.weight_bytes / per, routed / split))
+    return out
+
+
+def _megatron_params(core: dict, world: int, rank: int) -> tuple[int, int]:
+    """(all parameters, routed-expert parameters) of megatron-core's ``GPTModel`` on ``rank`` under ``core``'s sizes."""
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer import TransformerConfig
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    sizes = {k: core[k] for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                  "expert_model_parallel_size", "expert_tensor_parallel_size")}
+    if dist.is_initialized():
+        parallel_state.destroy_model_parallel()
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+    try:
+        parallel_state.initialize_model_parallel(**sizes, create_gloo_process_groups=False, order="tp-cp-ep-dp-pp")
+        exported = {k: core[k] for k in ("num_layers", "num_moe_experts", "moe_ffn_hidden_size", "moe_router_topk",
+                                         "pipeline_model_parallel_layout") if k in core}
+        cfg = TransformerConfig(
+            **sizes, **exported, hidden_size=LLM.hidden, num_attention_heads=LLM.heads, ffn_hidden_size=LLM.ffn,
+            gated_linear_unit=True, activation_func=torch.nn.functional.silu, add_bias_linear=False,
+            normalization="RMSNorm", use_cpu_initialization=True, perform_initialization=False, moe_grouped_gemm=False,
+            # the dispatcher holds no weights; alltoall's constructor needs CUDA streams, absent on the CPU tier
+            moe_token_dispatcher_type="allgather", pipeline_dtype=torch.float32,
+            sequence_parallel=False)  # torch's norms (no Apex/TE on CPU) refuse SP; SP does not change weights
+        spec = get_gpt_layer_local_spec(num_experts=LLM.experts, moe_grouped_gemm=False, normalization="RMSNorm")
+        model = GPTModel(cfg, spec, vocab_size=LLM.vocab, max_sequence_length=LLM.text_tokens,
+                         pre_process=parallel_state.is_pipeline_first_stage(),
+                         post_process=parallel_state.is_pipeline_last_stage(), position_embedding_type="rope",
+                         share_embeddings_and_output_weights=False)
+        named = list(model.named_parameters())
+        return sum(p.numel() for _, p in named), sum(p.numel() for n, p in named if ".mlp.experts." in n)
+    finally:
+        parallel_state.destroy_model_parallel()
+        dist.destroy_process_group()
+
+
+def _check(core: dict, charged: list[Charged]) -> None:
+    """Each pipeline stage's first rank holds what the plan charged its stage (AssertionError naming the stage if not)."""
+    per_stage = WORLD // core["pipeline_model_parallel_size"]
+    for s, want in enumerate(charged):
+        total, experts = _megatron_params(core, WORLD, s * per_stage)
+        assert experts == want.experts, f"stage {s}: megatron-core holds {experts} expert parameters, the plan {want.experts}"
+        assert total == pytest.approx(want.params, rel=0.01), f"stage {s}: megatron-core {total}, the plan {want.params}"
+
+
+def _export(problem, plan: Plan) -> dict:
+    exp = export_plan(plan, hints_from_problem(problem), "megatron",
+                      ExportContext(global_batch=GLOBAL_BATCH, microbatches=MICROBATCHES, moe=MoeHints.of_model(SPEC)))
+    assert exp.expressible, exp.reasons
+    return exp.settings["transformer_config"]
+
+
+@pytest.mark.parametrize("dp,tp,ep,etp", [(2, 2, 1, 1), (1, 4, 1, 1), (2, 2, 2, 1), (2, 2, 4, 1), (2, 2, 2, 2),
+                                          (4, 1, 4, 1)])
+def test_megatron_model_from_the_export_holds_what_the_plan_charged(problem, dp, tp, ep, etp):
+    plan = _plan(dp, tp, ep, etp)
+    core = _export(problem, plan)
+    assert core["expert_tensor_parallel_size"] == (tp if ep == 1 else etp)
+    _check(core, _charged(problem, plan))
+
+
+def test_the_check_fails_when_the_export_writes_etp_1_for_experts_charged_sharded_by_tp(problem):
+    plan = _plan(2, 2, 1, 1)  # ep 1 on tp 2: the cost model holds each expert over the 2 TP ranks
+    core = dict(_export(problem, plan), expert_tensor_parallel_size=1)  # what the exporter wrote before
+    with pytest.raises(AssertionError, match="expert parameters"):
+        _check(core, _charged(problem, plan))
