@@ -44,7 +44,6 @@ from .records import (
     Layer,
     LayerCost,
     Layout,
-    expert_tensor_parallel,
     Objective,
     Problem,
     ProblemError,
@@ -53,6 +52,7 @@ from .records import (
     Topology,
     Training,
     _cost_doc,
+    expert_tensor_parallel,
 )
 from .workload import LayerHint, ModelWorkload
 

@@ -21,13 +21,27 @@ on the first rank of each pipeline stage, and:
   whole layer / tp, :func:`partitioner.costs.entry.layer_terms`), routed /
   (ep etp) in an ep > 1 entry (:func:`partitioner.costs.axes.wiring.moe_ep_cost`).
 
-The check can fail: the same export with ``--expert-tensor-parallel-size 1``
-on a plan whose experts are charged sharded by tp 2 builds a model with
-twice the expert weights, and the check refuses it.
+DeepSpeed (``ds_experts.py``, a subprocess: its groups are process
+globals): each expressible DeepSpeed export's ``MoE(ep_size,
+enable_expert_tensor_parallelism)`` builds its expert groups on a fake
+world of the plan's ranks with a model-parallel unit of its tp, dp and pp;
+DeepSpeed's local experts x one expert split over DeepSpeed's expert
+tensor-parallel size (a gated MLP of ``moe_ffn / that size``, as
+Megatron-DeepSpeed builds a tensor-parallel expert), per MoE layer of the
+stage, equal the routed parameters the plan charged the stage's ranks.
+
+The checks can fail: the same export with ``--expert-tensor-parallel-size 1``
+(DeepSpeed: without ``enable_expert_tensor_parallelism``) on a plan whose
+experts are charged sharded by tp 2 builds twice the expert weights, and
+the checks refuse it.
 """
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -51,14 +65,17 @@ SPEC = ModelSpec("tiny-moe", (LLM,))
 OPTIONS = {"ep_degrees": (2, 4), "etp_degrees": (1, 2), "zero1": False}
 WORLD, GLOBAL_BATCH, MICROBATCHES = 8, 64, 8
 CUTS = ((0, 2), (3, 5))  # embedding + 2 blocks | 2 blocks + head: the stages of 4 GPUs
+PLANS = [(2, 2, 1, 1), (1, 4, 1, 1), (2, 2, 2, 1), (2, 2, 4, 1), (2, 2, 2, 2), (4, 1, 4, 1)]  # (dp, tp, ep, etp)
+DS_HELPER = Path(__file__).with_name("ds_experts.py")
 
 
 @dataclass(frozen=True)
 class Charged:
-    """What the plan charged one rank of a stage: all parameters, and those of the routed experts."""
+    """What the plan charged one rank of a stage: all parameters, those of the routed experts, over how many layers."""
 
     params: float
     experts: float
+    moe_layers: int
 
 
 @pytest.fixture(scope="module")
@@ -78,10 +95,10 @@ def _charged(problem, plan: Plan) -> list[Charged]:
     out = []
     for stage, ev in zip(plan.stages, evaluate(problem, plan).stages):
         per = weight_bytes_per_param(False, stage.dp, Knobs(0, "none"), opts)
-        routed = sum(p.moe.params for layer in layers[stage.first_layer: stage.last_layer + 1] for p in layer.pieces
-                     if p.moe is not None)
+        moe = [p.moe for layer in layers[stage.first_layer: stage.last_layer + 1] for p in layer.pieces
+               if p.moe is not None]
         split = stage.tp if stage.ep == 1 else stage.ep * stage.etp  # layer_terms: / tp; moe_ep_cost: / (ep etp)
-        out.append(Charged(ev.weight_bytes / per, routed / split))
+        out.append(Charged(ev.weight_bytes / per, sum(m.params for m in moe) / split, len(moe)))
     return out
 
 
@@ -133,15 +150,18 @@ def _check(core: dict, charged: list[Charged]) -> None:
         assert total == pytest.approx(want.params, rel=0.01), f"stage {s}: megatron-core {total}, the plan {want.params}"
 
 
+def _exported(problem, plan: Plan, target: str):
+    return export_plan(plan, hints_from_problem(problem), target,
+                       ExportContext(global_batch=GLOBAL_BATCH, microbatches=MICROBATCHES, moe=MoeHints.of_model(SPEC)))
+
+
 def _export(problem, plan: Plan) -> dict:
-    exp = export_plan(plan, hints_from_problem(problem), "megatron",
-                      ExportContext(global_batch=GLOBAL_BATCH, microbatches=MICROBATCHES, moe=MoeHints.of_model(SPEC)))
+    exp = _exported(problem, plan, "megatron")
     assert exp.expressible, exp.reasons
     return exp.settings["transformer_config"]
 
 
-@pytest.mark.parametrize("dp,tp,ep,etp", [(2, 2, 1, 1), (1, 4, 1, 1), (2, 2, 2, 1), (2, 2, 4, 1), (2, 2, 2, 2),
-                                          (4, 1, 4, 1)])
+@pytest.mark.parametrize("dp,tp,ep,etp", PLANS)
 def test_megatron_model_from_the_export_holds_what_the_plan_charged(problem, dp, tp, ep, etp):
     plan = _plan(dp, tp, ep, etp)
     core = _export(problem, plan)
@@ -154,3 +174,51 @@ def test_the_check_fails_when_the_export_writes_etp_1_for_experts_charged_sharde
     core = dict(_export(problem, plan), expert_tensor_parallel_size=1)  # what the exporter wrote before
     with pytest.raises(AssertionError, match="expert parameters"):
         _check(core, _charged(problem, plan))
+
+
+def _ds_job(job_id: str, plan: Plan, moe: dict) -> dict:
+    s = plan.stages[0]
+    return {"id": job_id, "world": WORLD, "pp": len(plan.stages), "tp": s.tp, "dp": s.dp, "hidden": LLM.hidden,
+            "moe_ffn": LLM.moe_ffn, "moe": moe}
+
+
+@pytest.fixture(scope="module")
+def deepspeed_built(problem, tmp_path_factory):
+    """DeepSpeed's experts per MoE layer on rank 0, for every expressible export and for the old export of ep 1, tp 2."""
+    jobs, refused = [], {}
+    for dp, tp, ep, etp in PLANS:
+        exp = _exported(problem, _plan(dp, tp, ep, etp), "deepspeed")
+        if exp.expressible:
+            jobs.append(_ds_job(f"{dp}-{tp}-{ep}-{etp}", _plan(dp, tp, ep, etp), exp.settings["moe"]))
+        else:
+            refused[f"{dp}-{tp}-{ep}-{etp}"] = exp.reasons
+    assert jobs[0]["id"] == "2-2-1-1" and jobs[0]["moe"]["enable_expert_tensor_parallelism"]
+    old = dict(jobs[0]["moe"], enable_expert_tensor_parallelism=False)  # ep 1 on tp 2 as it was exported before
+    jobs.append(_ds_job("old", _plan(2, 2, 1, 1), old))
+    path = tmp_path_factory.mktemp("ds_experts") / "jobs.json"
+    path.write_text(json.dumps(jobs))
+    proc = subprocess.run([sys.executable, str(DS_HELPER), str(path)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return {r["id"]: r for r in json.loads(proc.stdout.strip().splitlines()[-1])}, refused
+
+
+@pytest.mark.parametrize("dp,tp,ep,etp", PLANS)
+def test_deepspeed_moe_from_the_export_holds_the_experts_the_plan_charged(problem, deepspeed_built, dp, tp, ep, etp):
+    built, refused = deepspeed_built
+    key = f"{dp}-{tp}-{ep}-{etp}"
+    if key in refused:  # DeepSpeed's expert groups split the data-parallel ranks: ep must divide dp
+        assert any("does not divide dp" in r for r in refused[key]), refused[key]
+        return
+    plan = _plan(dp, tp, ep, etp)
+    ds = built[key]
+    assert ds["local_experts"] == LLM.experts // ep
+    for s, want in enumerate(_charged(problem, plan)):
+        assert ds["expert_params"] * want.moe_layers == want.experts, (s, ds, want)
+
+
+def test_deepspeed_check_fails_without_expert_tensor_parallelism_for_experts_charged_sharded_by_tp(problem,
+                                                                                                  deepspeed_built):
+    built, _ = deepspeed_built
+    plan = _plan(2, 2, 1, 1)
+    assert built["old"]["expert_tp"] == 1
+    assert all(built["old"]["expert_params"] * want.moe_layers == 2 * want.experts for want in _charged(problem, plan))
