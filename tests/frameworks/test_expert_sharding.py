@@ -33,15 +33,18 @@ stage, equal the routed parameters the plan charged the stage's ranks.
 The checks can fail: the same export with ``--expert-tensor-parallel-size 1``
 (DeepSpeed: without ``enable_expert_tensor_parallelism``) on a plan whose
 experts are charged sharded by tp 2 builds twice the expert weights, and
-the checks refuse it.
+the checks refuse it. The Megatron check also holds for the same blocks
+without experts and for an LM head tied to the embedding (its copy on the
+last pipeline stage, which the plan charges there).
 """
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -62,6 +65,9 @@ pytestmark = pytest.mark.slow  # builds megatron-core GPT models: ~1 min on 2 co
 LLM = ModuleSpec(name="llm", kind="llm", layers=4, hidden=256, heads=4, ffn=1024, gated=True, norm="rmsnorm",
                  activation="silu", vocab=1024, text_tokens=256, experts=8, top_k=2, moe_ffn=512)
 SPEC = ModelSpec("tiny-moe", (LLM,))
+# the same blocks dense, and with the LM head tied to the input embedding (a copy on the last stage under pp)
+MODELS = {"moe": SPEC, "dense": ModelSpec("tiny-dense", (replace(LLM, experts=0, top_k=0, moe_ffn=0),)),
+          "tied": ModelSpec("tiny-moe-tied", (replace(LLM, tie_embeddings=True),))}
 OPTIONS = {"ep_degrees": (2, 4), "etp_degrees": (1, 2), "zero1": False}
 WORLD, GLOBAL_BATCH, MICROBATCHES = 8, 64, 8
 CUTS = ((0, 2), (3, 5))  # embedding + 2 blocks | 2 blocks + head: the stages of 4 GPUs
@@ -79,19 +85,32 @@ class Charged:
 
 
 @pytest.fixture(scope="module")
-def problem():
-    return build_problem(SPEC, "dgx-h100", nodes=1, global_batch=GLOBAL_BATCH, microbatches=MICROBATCHES,
-                         options=OPTIONS)
+def problems():
+    """The problem of each of :data:`MODELS`, built on first use."""
+    built: dict = {}
+
+    def get(name: str):
+        if name not in built:
+            built[name] = build_problem(MODELS[name], "dgx-h100", nodes=1, global_batch=GLOBAL_BATCH,
+                                        microbatches=MICROBATCHES, options=OPTIONS)
+        return built[name]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def problem(problems):
+    return problems("moe")
 
 
 def _plan(dp: int, tp: int, ep: int, etp: int) -> Plan:
     return Plan(tuple(Stage(a, b, WORLD // len(CUTS), dp, tp, ep=ep, etp=etp) for a, b in CUTS)).with_device_ids()
 
 
-def _charged(problem, plan: Plan) -> list[Charged]:
+def _charged(problem, plan: Plan, spec: ModelSpec = SPEC) -> list[Charged]:
     """Per stage, the plan's weight bytes / bytes per parameter and the routed experts' share the cost model charged."""
     opts = CostOptions.from_mapping(OPTIONS)
-    layers = model_layers(SPEC, opts)
+    layers = model_layers(spec, opts)
     out = []
     for stage, ev in zip(plan.stages, evaluate(problem, plan).stages):
         per = weight_bytes_per_param(False, stage.dp, Knobs(0, "none"), opts)
@@ -102,18 +121,21 @@ def _charged(problem, plan: Plan) -> list[Charged]:
     return out
 
 
-def _megatron_params(core: dict, world: int, rank: int) -> tuple[int, int]:
-    """(all parameters, routed-expert parameters) of megatron-core's ``GPTModel`` on ``rank`` under ``core``'s sizes."""
+def _megatron_params(core: dict, world: int, rank: int, llm: ModuleSpec = LLM) -> tuple[int, int]:
+    """(all parameters, routed-expert parameters) of megatron-core's ``GPTModel`` of ``llm`` on ``rank`` under
+    ``core``'s sizes (Megatron-LM ties the embeddings unless ``--untie-embeddings-and-output-weights``)."""
     import torch
     import torch.distributed as dist
     from megatron.core import parallel_state
+    from megatron.core.models.common.language_module.language_module import LanguageModule
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer import TransformerConfig
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    sizes = {k: core[k] for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
-                                  "expert_model_parallel_size", "expert_tensor_parallel_size")}
+    sizes = {k: core.get(k) for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                      "expert_model_parallel_size", "expert_tensor_parallel_size")}
+    sizes["expert_model_parallel_size"] = sizes["expert_model_parallel_size"] or 1  # a dense export writes neither
     if dist.is_initialized():
         parallel_state.destroy_model_parallel()
         dist.destroy_process_group()
@@ -123,17 +145,20 @@ def _megatron_params(core: dict, world: int, rank: int) -> tuple[int, int]:
         exported = {k: core[k] for k in ("num_layers", "num_moe_experts", "moe_ffn_hidden_size", "moe_router_topk",
                                          "pipeline_model_parallel_layout") if k in core}
         cfg = TransformerConfig(
-            **sizes, **exported, hidden_size=LLM.hidden, num_attention_heads=LLM.heads, ffn_hidden_size=LLM.ffn,
+            **sizes, **exported, hidden_size=llm.hidden, num_attention_heads=llm.heads, ffn_hidden_size=llm.ffn,
             gated_linear_unit=True, activation_func=torch.nn.functional.silu, add_bias_linear=False,
             normalization="RMSNorm", use_cpu_initialization=True, perform_initialization=False, moe_grouped_gemm=False,
             # the dispatcher holds no weights; alltoall's constructor needs CUDA streams, absent on the CPU tier
             moe_token_dispatcher_type="allgather", pipeline_dtype=torch.float32,
             sequence_parallel=False)  # torch's norms (no Apex/TE on CPU) refuse SP; SP does not change weights
-        spec = get_gpt_layer_local_spec(num_experts=LLM.experts, moe_grouped_gemm=False, normalization="RMSNorm")
-        model = GPTModel(cfg, spec, vocab_size=LLM.vocab, max_sequence_length=LLM.text_tokens,
-                         pre_process=parallel_state.is_pipeline_first_stage(),
-                         post_process=parallel_state.is_pipeline_last_stage(), position_embedding_type="rope",
-                         share_embeddings_and_output_weights=False)
+        spec = get_gpt_layer_local_spec(num_experts=llm.experts or None, moe_grouped_gemm=False, normalization="RMSNorm")
+        # a tied head's copy on the last stage is all-reduced with the embedding once, on CUDA, after it is
+        # allocated: that first sync (no parameter) is skipped on the CPU tier
+        with mock.patch.object(LanguageModule, "_is_in_embd_group", lambda self: False):
+            model = GPTModel(cfg, spec, vocab_size=llm.vocab, max_sequence_length=llm.text_tokens,
+                             pre_process=parallel_state.is_pipeline_first_stage(),
+                             post_process=parallel_state.is_pipeline_last_stage(), position_embedding_type="rope",
+                             share_embeddings_and_output_weights=llm.tie_embeddings)
         named = list(model.named_parameters())
         return sum(p.numel() for _, p in named), sum(p.numel() for n, p in named if ".mlp.experts." in n)
     finally:
@@ -141,22 +166,22 @@ def _megatron_params(core: dict, world: int, rank: int) -> tuple[int, int]:
         dist.destroy_process_group()
 
 
-def _check(core: dict, charged: list[Charged]) -> None:
+def _check(core: dict, charged: list[Charged], llm: ModuleSpec = LLM) -> None:
     """Each pipeline stage's first rank holds what the plan charged its stage (AssertionError naming the stage if not)."""
     per_stage = WORLD // core["pipeline_model_parallel_size"]
     for s, want in enumerate(charged):
-        total, experts = _megatron_params(core, WORLD, s * per_stage)
+        total, experts = _megatron_params(core, WORLD, s * per_stage, llm)
         assert experts == want.experts, f"stage {s}: megatron-core holds {experts} expert parameters, the plan {want.experts}"
         assert total == pytest.approx(want.params, rel=0.01), f"stage {s}: megatron-core {total}, the plan {want.params}"
 
 
-def _exported(problem, plan: Plan, target: str):
+def _exported(problem, plan: Plan, target: str, spec: ModelSpec = SPEC):
     return export_plan(plan, hints_from_problem(problem), target,
-                       ExportContext(global_batch=GLOBAL_BATCH, microbatches=MICROBATCHES, moe=MoeHints.of_model(SPEC)))
+                       ExportContext(global_batch=GLOBAL_BATCH, microbatches=MICROBATCHES, moe=MoeHints.of_model(spec)))
 
 
-def _export(problem, plan: Plan) -> dict:
-    exp = _exported(problem, plan, "megatron")
+def _export(problem, plan: Plan, spec: ModelSpec = SPEC) -> dict:
+    exp = _exported(problem, plan, "megatron", spec)
     assert exp.expressible, exp.reasons
     return exp.settings["transformer_config"]
 
@@ -167,6 +192,14 @@ def test_megatron_model_from_the_export_holds_what_the_plan_charged(problem, dp,
     core = _export(problem, plan)
     assert core["expert_tensor_parallel_size"] == (tp if ep == 1 else etp)
     _check(core, _charged(problem, plan))
+
+
+@pytest.mark.parametrize("model,dp,tp,ep,etp", [("dense", 2, 2, 1, 1), ("tied", 2, 2, 1, 1), ("tied", 2, 2, 2, 1)])
+def test_dense_and_tied_models_hold_what_the_plan_charged(problems, model, dp, tp, ep, etp):
+    """Dense blocks (no expert flags), and an LM head tied to the embedding: the last stage holds its copy."""
+    spec = MODELS[model]
+    plan = _plan(dp, tp, ep, etp)
+    _check(_export(problems(model), plan, spec), _charged(problems(model), plan, spec), spec.modules[0])
 
 
 def test_the_check_fails_when_the_export_writes_etp_1_for_experts_charged_sharded_by_tp(problem):
