@@ -141,16 +141,17 @@ def stdout_to_stderr():
         os.close(saved)
 
 
-# Piped (no terminal), a long call writes its current phase to stderr every this many seconds, the first time
-# after as long: quick commands (and their one-line errors) print nothing more.
+# Piped (no terminal), a call writes each phase it starts after QUIET_SECONDS, and its current phase every
+# HEARTBEAT_SECONDS: quick commands (and their one-line errors) print nothing more.
+QUIET_SECONDS = 2.0
 HEARTBEAT_SECONDS = 10.0
 
 
 @contextlib.contextmanager
 def working(what: str):
     """Progress on stderr while a long call runs: on a terminal a spinner with the phase the library announces
-    (:mod:`partitioner.core.progress`) and the seconds so far; piped, the line ``what: phase (20 s)`` every
-    :data:`HEARTBEAT_SECONDS`."""
+    (:mod:`partitioner.core.progress`) and the seconds so far; piped, the line ``what: phase (20 s)`` for each phase
+    begun after :data:`QUIET_SECONDS` and every :data:`HEARTBEAT_SECONDS`."""
     start = time.perf_counter()
     now = {"phase": ""}
 
@@ -175,6 +176,8 @@ def working(what: str):
 
     def note(text: str) -> None:
         now["phase"] = text
+        if time.perf_counter() - start >= QUIET_SECONDS:
+            print(line(), file=sys.stderr, flush=True)
 
     thread = threading.Thread(target=beat, name="partitioner-progress", daemon=True)
     thread.start()

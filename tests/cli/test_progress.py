@@ -29,6 +29,13 @@ def test_piped_a_long_call_writes_its_phase_to_stderr(monkeypatch, capsys):
     assert "planning toy: solving m = 8 with dp (1 of 2 counts) (" in captured.err
 
 
+def test_a_phase_after_the_quiet_seconds_is_written_at_once(monkeypatch, capsys):
+    monkeypatch.setattr(common, "QUIET_SECONDS", 0.0)
+    with common.working("planning toy"):
+        progress.phase("proving the kept plan optimal with dp")
+    assert capsys.readouterr().err.startswith("planning toy: proving the kept plan optimal with dp (")
+
+
 def test_a_quick_call_prints_nothing(capsys):
     with common.working("planning toy"):
         progress.phase("screening")
