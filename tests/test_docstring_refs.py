@@ -15,19 +15,22 @@ names ``target``. It resolves, in this order, as
   prefix that imports as a module, then attributes;
 * a builtin (``OSError``).
 
-An attribute is found on the object, or as a dataclass field or class
-annotation that has no class-level value. ``:mod:`` must name a module.
+An attribute is found on the object, or declared by its class without a
+class-level value: a dataclass field, an annotation, or ``self.name = ...``
+in a method. ``:mod:`` must name a module.
 """
 from __future__ import annotations
 
 import ast
 import builtins
 import dataclasses
+import functools
 import importlib
 import inspect
 import pkgutil
 import re
 import sys
+import textwrap
 from pathlib import Path
 from types import ModuleType
 
@@ -100,15 +103,35 @@ def references(name: str, module: ModuleType) -> list[Reference]:
     return found
 
 
+@functools.cache
+def _instance_attributes(cls: type) -> frozenset[str]:
+    """Names the class's own methods assign to ``self.<name>``."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return frozenset()
+    return frozenset(
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+        and isinstance(node.value, ast.Name) and node.value.id == "self"
+    )
+
+
 def _member(obj: object, name: str) -> object:
-    """``obj.name``, or None for a dataclass field / class annotation without a value, else ``_MISSING``."""
+    """``obj.name``; None for an attribute a class declares without a class-level value; else ``_MISSING``.
+
+    Declared: a dataclass field, a class annotation, or an assignment to
+    ``self.<name>`` in one of its methods (or its bases').
+    """
     value = getattr(obj, name, _MISSING)
     if value is not _MISSING:
         return value
     if inspect.isclass(obj):
         fields = obj.__dataclass_fields__ if dataclasses.is_dataclass(obj) else {}
-        annotated = any(name in vars(base).get("__annotations__", {}) for base in obj.__mro__)
-        if name in fields or annotated:
+        bases = obj.__mro__[:-1]
+        annotated = any(name in vars(base).get("__annotations__", {}) for base in bases)
+        if name in fields or annotated or any(name in _instance_attributes(base) for base in bases):
             return None
     return _MISSING
 
@@ -201,6 +224,7 @@ SAMPLE = '''"""Sample: :func:`.good`, :func:`~sample_refs.good`, :class:`Box.siz
 :func:`the title <json.dumps>`, :exc:`OSError`, and bad ones: :func:`.gone`, :mod:`.good`,
 :attr:`Box.weight`, :func:`json.nothing`."""
 import dataclasses
+import functools
 
 
 @dataclasses.dataclass

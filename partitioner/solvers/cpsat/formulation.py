@@ -1,7 +1,7 @@
 """The CP-SAT model of the slot model: variables, constraints, hints and solutions.
 
 The formulation is described in :mod:`.cpsat` (the method); the tables it is
-built from in :mod:`.slotmodel`, its integer times in :mod:`.slottimes`.
+built from in :mod:`.slot.data`, its integer times in :mod:`.slot.times`.
 """
 from __future__ import annotations
 
