@@ -7,7 +7,8 @@ it: a ``~`` or ``!`` prefix and trailing ``()`` are dropped, ``title <target>``
 names ``target``. It resolves, in this order, as
 
 * a relative name (``.name``): in the current module, then in its package,
-  then as the dotted tail of any object of the package (Sphinx's ``.`` search);
+  then as the dotted tail of exactly one object of the package (Sphinx's
+  ``.`` search, which warns when the tail names more than one);
 * a member of the class the reference sits in (``:meth:`matrix``` inside
   ``StageCosts``), then a name in the current module's namespace
   (``StageCosts.matrix``);
@@ -152,6 +153,11 @@ def _import(name: str) -> ModuleType | None:
         return None
 
 
+def _fits(obj: object, role: str) -> bool:
+    """Whether a found object can be what the role names (``:mod:`` names a module)."""
+    return obj is not _MISSING and (role != "mod" or isinstance(obj, ModuleType))
+
+
 class Resolver:
     """Resolves references against a set of imported modules (see the module docstring for the rules)."""
 
@@ -185,16 +191,17 @@ class Resolver:
                 return _walk(module, parts[cut:])
         return _MISSING
 
-    def candidates(self, module: str, scope: str, name: str) -> list[object]:
-        """Objects ``name`` may name from class ``scope`` of ``module``, in Sphinx's order of search."""
-        here = self.modules[module]
-        package = module if hasattr(here, "__path__") else module.rpartition(".")[0]
+    def candidates(self, reference: Reference) -> list[object]:
+        """Objects the reference may name, in Sphinx's order of search (``_MISSING`` where none)."""
+        name, here = target(reference.text), self.modules[reference.module]
+        module, scope = reference.module, reference.scope
         if name.startswith("."):
             bare = name.lstrip(".")
-            scopes = [module, package] if package else [module]
-            found = [self.absolute(f"{scope}.{bare}") for scope in scopes]
-            found += [self.absolute(full) for full in sorted(self.tails.get(bare, ()))]
-            return found
+            package = module if hasattr(here, "__path__") else module.rpartition(".")[0]
+            found = [self.absolute(f"{prefix}.{bare}") for prefix in (module, package) if prefix]
+            by_tail = [self.absolute(full) for full in sorted(self.tails.get(bare, ()))]
+            distinct = {id(obj): obj for obj in by_tail if _fits(obj, reference.role)}
+            return found + (list(distinct.values()) if len(distinct) == 1 else [])
         in_class = [_walk(here, f"{scope}.{name}".split("."))] if scope else []
         return in_class + [
             _walk(here, name.split(".")),
@@ -203,12 +210,8 @@ class Resolver:
         ]
 
     def resolves(self, reference: Reference) -> bool:
-        """Whether the reference names an object (a module, for ``:mod:``)."""
-        name = target(reference.text)
-        for obj in self.candidates(reference.module, reference.scope, name):
-            if obj is not _MISSING and (reference.role != "mod" or isinstance(obj, ModuleType)):
-                return True
-        return False
+        """Whether the reference names an object (a module, for ``:mod:``); one, for a dotted tail."""
+        return any(_fits(obj, reference.role) for obj in self.candidates(reference))
 
     def unresolved(self) -> list[Reference]:
         """Every reference in the modules that does not resolve."""
@@ -220,11 +223,12 @@ class Resolver:
         ]
 
 
-SAMPLE = '''"""Sample: :func:`.good`, :func:`~sample_refs.good`, :class:`Box.size`, :mod:`json`,
-:func:`the title <json.dumps>`, :exc:`OSError`, and bad ones: :func:`.gone`, :mod:`.good`,
-:attr:`Box.weight`, :func:`json.nothing`."""
+SAMPLE = {
+    "__init__.py": '''"""Sample package: :func:`.a.good`, :func:`.only_in_b`; bad: :class:`.Box` (in a and b)."""''',
+    "a.py": '''"""Sample: :func:`.good`, :func:`~sample_refs.a.good`, :class:`Box.size`, :mod:`json`,
+:func:`the title <json.dumps>`, :exc:`OSError`, :attr:`Crate.count` (set in ``__init__``);
+bad: :func:`.gone`, :mod:`.good`, :attr:`Box.weight`, :func:`json.nothing`."""
 import dataclasses
-import functools
 
 
 @dataclasses.dataclass
@@ -232,19 +236,35 @@ class Box:
     size: int
 
 
+class Crate:
+    def __init__(self) -> None:
+        self.count = 0
+
+
 def good() -> None:
     """A function; a comment may refer to :meth:`Box.__init__` too."""
-'''
+''',
+    "b.py": '''class Box:
+    pass
+
+
+def only_in_b() -> None:
+    pass
+''',
+}
 
 
 def test_resolver_flags_only_the_bad_references(tmp_path, monkeypatch):
-    (tmp_path / "sample_refs.py").write_text(SAMPLE)
+    package = tmp_path / "sample_refs"
+    package.mkdir()
+    for name, text in SAMPLE.items():
+        (package / name).write_text(text)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "sample_refs", raising=False)
-    module = importlib.import_module("sample_refs")
-    resolver = Resolver({"sample_refs": module})
-    bad = [reference.text for reference in resolver.unresolved()]
-    assert bad == [".gone", ".good", "Box.weight", "json.nothing"]
+    for name in ("sample_refs", "sample_refs.a", "sample_refs.b"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    bad = [(reference.module, reference.text) for reference in Resolver(package_modules("sample_refs")).unresolved()]
+    assert bad == [("sample_refs", ".Box"), ("sample_refs.a", ".gone"), ("sample_refs.a", ".good"),
+                   ("sample_refs.a", "Box.weight"), ("sample_refs.a", "json.nothing")]
 
 
 @pytest.mark.parametrize(
