@@ -86,7 +86,7 @@ class _Flow:
         arcs = graph.arcs
         self.model = model = cp_model.CpModel()
         n = len(arcs)
-        check = check or (lambda: None)  # raises BuildTimeout past the deadline (slotrun.build_guard)
+        check = check or (lambda: None)  # raises BuildTimeout past the deadline (slot.run.build_guard)
         x = []
         for start in range(0, n, _CHECK_EVERY):
             check()

@@ -237,7 +237,7 @@ def build_milp(data: SlotData, check=None, ceiling_ms: float | None = None) -> t
         lp += bottleneck >= t
         stage.append(t)
     parts = None
-    if data.parts != (T,):  # ZB-H1's and GPipe's iteration estimates (milp_parts)
+    if data.parts != (T,):  # ZB-H1's and GPipe's iteration estimates (milp.parts)
         objective, parts = part_objective(lp, data, z, cap, before, pair, reshard, send, check)
         lp += objective
     elif data.objective == "bottleneck":
