@@ -141,7 +141,7 @@ def piece_time_terms(p: Piece, tp: int, samples: float, recompute: str, cluster:
     t, b = tp, samples
     flop_per_ms = cluster.peak_tflops * 1e9
     rows = b * p.tokens * p.passes
-    rate = flop_per_ms * efficiency(p.width / t, rows, opts)
+    rate = flop_per_ms * efficiency(p.width / t, rows, opts, cluster)
     # without flash attention the score matmuls compute every entry of the stored matrix, masked or not
     scale = 1.0 if opts.flash_attention or p.attn_pairs <= 0 else p.score_entries / p.attn_pairs
     f_gemm = b * p.gemm_flops / t / rate

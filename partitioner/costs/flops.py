@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable
 
-from ..presets import ModuleSpec, is_cross_layer, is_moe_layer
+from ..presets import ClusterSpec, ModuleSpec, is_cross_layer, is_moe_layer
+from .hardware import efficiency_max
 from .options import CostOptions
 
 if TYPE_CHECKING:
@@ -57,14 +58,19 @@ def attn_flops(spec: ModuleSpec, pairs: float) -> float:
 
 
 
-def efficiency(width: float, tokens: float, opts: CostOptions) -> float:
-    """Fraction of peak a GEMM of per-GPU ``width`` over ``tokens`` rows reaches."""
+def efficiency(width: float, tokens: float, opts: CostOptions, cluster: ClusterSpec | None = None) -> float:
+    """Fraction of peak a GEMM of per-GPU ``width`` over ``tokens`` rows reaches on ``cluster``'s GPUs.
+
+    ``efficiency_max`` (the option, else the cluster's GPU generation's:
+    :func:`~.hardware.efficiency_max`) times two Hill factors that fall for
+    narrow and short GEMMs [6]_.
+    """
     k = opts.efficiency_exponent
 
     def hill(x: float, half: float) -> float:
         return 1.0 if half <= 0 else x**k / (x**k + half**k)
 
-    return opts.efficiency_max * hill(width, opts.gemm_half_width) * hill(tokens, opts.gemm_half_tokens)
+    return efficiency_max(opts, cluster) * hill(width, opts.gemm_half_width) * hill(tokens, opts.gemm_half_tokens)
 
 
 

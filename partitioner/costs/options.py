@@ -102,11 +102,14 @@ class CostOptions:
         count's (:meth:`~.param_memory.ParamBytes.option_overrides`) unless
         the mapping gives them too; :meth:`for_target` picks it by export
         target and ZeRO stage. The defaults are Megatron-LM's.
-    efficiency_max : float
-        Fraction of the dense bf16 peak a large, wide GEMM reaches. 0.70 is
-        in line with the 50-60 % model FLOPs utilization reported for large
-        Megatron runs on A100 (Narayanan et al., SC 2021) once pipeline
-        bubbles and communication are added; calibrate with profiled times.
+    efficiency_max : float or None
+        Fraction of the dense bf16 peak a large, wide GEMM reaches. None
+        (the default): the cluster's GPU generation's
+        (:mod:`partitioner.costs.hardware`): 0.70 on A100, in line with the
+        50-60 % model FLOPs utilization reported for large Megatron runs on
+        A100 (Narayanan et al., SC 2021) once pipeline bubbles and
+        communication are added; the newer generations' calibrated on their
+        own published runs.
     gemm_half_width : float
         Per-GPU GEMM width ``hidden / tp`` at which efficiency is half of
         ``efficiency_max`` (seed lesson 15 Q1: a 1024-wide ViT at TP=4 gives
@@ -251,7 +254,7 @@ class CostOptions:
     optimizer_bytes_per_param: float = 12.0
     frozen_bytes_per_param: float = 2.0
     memory_count: str = "megatron-distopt"
-    efficiency_max: float = 0.70
+    efficiency_max: float | None = None
     gemm_half_width: float = 256.0
     gemm_half_tokens: float = 128.0
     efficiency_exponent: float = 2.0
@@ -312,6 +315,8 @@ class CostOptions:
                     raise ProblemError(f"must be none, selective or full, got {value!r}", path=where)
             elif key == "memory_count":
                 param_memory(value)  # a ProblemError naming options.memory_count if unknown
+            elif key == "efficiency_max" and value is None:
+                pass  # the cluster's GPU generation's
             elif key in ("text_tokens", "max_tp"):
                 if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                     raise ProblemError(f"must be a positive integer, got {value!r}", path=where)

@@ -33,11 +33,13 @@ from .files import (
 )
 from .hf import model_from_hf_config
 from .spec import (
+    GPU_GENERATIONS,
     MODULE_KINDS,
     ClusterSpec,
     ModelSpec,
     ModuleSpec,
     block_params,
+    gpu_generation,
     is_cross_layer,
     is_moe_layer,
     layer_active_params,
@@ -53,6 +55,8 @@ __all__ = [
     "ModuleSpec",
     "ModelSpec",
     "ClusterSpec",
+    "GPU_GENERATIONS",
+    "gpu_generation",
     "MODULE_KINDS",
     "PRESET_ENV",
     "preset_dirs",

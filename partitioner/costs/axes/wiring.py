@@ -221,7 +221,7 @@ def moe_ep_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: C
         else:  # every expert's buffer padded to its capacity: the padded copies run, whatever the routing
             flops = moe_layer_flops(copies / moe.top_k, p.width, moe.moe_ffn, moe.top_k, 0, moe.gated)
         rows, width = expert_gemm_shape(tokens, moe.top_k, moe.experts, e, f, moe.moe_ffn)
-        rate = cluster.peak_tflops * 1e9 * efficiency(width, rows, opts)
+        rate = cluster.peak_tflops * 1e9 * efficiency(width, rows, opts, cluster)
         compute = p.passes * flops / rate
         comm_f, comm_b = moe_comm_ms(copies, p.width, e, f, ep_span, etp_span, intra_GBps=intra, inter_GBps=inter,
                                      opts=opts, links=ax.alltoall_links, dedup=ax.ep_dedup,

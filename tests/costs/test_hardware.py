@@ -1,0 +1,55 @@
+"""Per-generation constants: each cluster preset names its GPU generation, and the GEMM curve follows it."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from partitioner.costs import CostOptions, efficiency
+from partitioner.costs.hardware import GENERATIONS, comm_sm_fraction, generation
+from partitioner.presets import GPU_GENERATIONS, cluster_from_dict, gpu_generation, list_clusters, load_cluster
+from partitioner.problem import ProblemError
+
+PRESETS = {"dgx-a100-80g": "a100", "dgx-h100": "h100", "dgx-h200": "h200", "dgx-b200": "b200", "gb200-nvl72": "gb200"}
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_each_cluster_preset_names_its_generation(name):
+    cluster = load_cluster(name)
+    assert cluster.generation == PRESETS[name] == gpu_generation(cluster)
+    # the gpu name alone implies the same generation (a user cluster without the field)
+    assert gpu_generation(replace(cluster, generation="")) == PRESETS[name]
+    assert cluster.summary()["generation"] == PRESETS[name]
+
+
+def test_every_preset_is_covered_and_every_generation_has_constants():
+    assert set(PRESETS) <= set(list_clusters())
+    assert tuple(GENERATIONS) == GPU_GENERATIONS
+    assert [GENERATIONS[g].sms for g in ("a100", "h100", "b200")] == [108, 132, 148]
+
+
+def test_unknown_gpu_falls_back_to_a100_and_a_bad_generation_is_named():
+    cluster = replace(load_cluster("dgx-h100"), generation="", gpu="MI300X")
+    assert gpu_generation(cluster) == "a100"
+    doc = {"name": "x", "gpus_per_node": 8, "gpu_memory_bytes": 8e10, "peak_tflops": 100, "intra_node_GBps": 100,
+           "inter_node_GBps": 10, "generation": "h300"}
+    with pytest.raises(ProblemError, match="generation"):
+        cluster_from_dict(doc)
+
+
+def test_the_gemm_curve_takes_the_generations_maximum_unless_the_option_sets_it():
+    opts = CostOptions()
+    for name, gen in PRESETS.items():
+        cluster = load_cluster(name)
+        big = efficiency(1e6, 1e9, opts, cluster)
+        assert big == pytest.approx(GENERATIONS[gen].efficiency_max, rel=1e-6)
+        assert efficiency(1e6, 1e9, CostOptions.from_mapping({"efficiency_max": 0.5}), cluster) == pytest.approx(0.5)
+    assert efficiency(1e6, 1e9, opts) == pytest.approx(GENERATIONS["a100"].efficiency_max)  # no cluster: A100's
+    assert CostOptions.from_mapping({"efficiency_max": None}).efficiency_max is None
+    with pytest.raises(ProblemError, match="efficiency_max"):
+        CostOptions.from_mapping({"efficiency_max": 1.5})
+
+
+def test_an_overlapped_collective_takes_a_share_of_the_sms():
+    assert comm_sm_fraction(load_cluster("dgx-h100")) == pytest.approx(20 / 132)
+    assert comm_sm_fraction(None) == pytest.approx(20 / 108) == pytest.approx(20 / generation(None).sms)
