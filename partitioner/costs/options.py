@@ -71,10 +71,12 @@ class CostOptions:
     zero1 : bool
         With ``variants=none``: shard the 12 optimizer bytes per parameter
         over dp (ZeRO stage 1 [4]_).
-    zero3_overlap : float
-        Fraction of the ZeRO-3 parameter all-gathers and gradient
-        reduce-scatters hidden behind compute (FSDP prefetching [10]_); a
-        modelling choice like ``grad_sync_overlap``.
+    zero3_overlap : float or None
+        None (the default): the ZeRO-3 parameter all-gathers and gradient
+        reduce-scatters of a layer hide behind about one layer's compute,
+        as FSDP's prefetching runs them (derived per entry:
+        :func:`~.entry.zero3_exposed_ms`) [10]_. A number in [0, 1]: that
+        fixed fraction hidden instead.
     zero3_keep_gathered : bool
         ZeRO-3 keeps each layer's gathered bf16 parameters from the first
         microbatch's forward to the end of the iteration (FSDP
@@ -159,8 +161,10 @@ class CostOptions:
         iteration, spread over the microbatches like the gradient sync.
     tp_comm_overlap : float
         Fraction of the backward's tensor-parallel collectives hidden behind
-        the weight-gradient GEMMs, at most their time (see Notes). 0: in
-        series, as Megatron-LM before ``--async-tensor-model-parallel-allreduce``.
+        the weight-gradient GEMMs, at most their time (see Notes); the hidden
+        part still slows those GEMMs by the share of SMs the collective
+        occupies (:func:`~.hardware.comm_sm_fraction`). 0: in series, as
+        Megatron-LM before ``--async-tensor-model-parallel-allreduce``.
     param_gather_bytes_per_param : float
         Bytes per parameter of a ZeRO-3 parameter all-gather and of the copy
         ``zero3_keep_gathered`` keeps (bf16).
@@ -248,7 +252,7 @@ class CostOptions:
     variants: tuple[str, ...] = ("none",)
     recompute: str = "none"
     zero1: bool = False
-    zero3_overlap: float = 0.5
+    zero3_overlap: float | None = None
     zero3_keep_gathered: bool = False
     bytes_per_param: float = 18.0
     optimizer_bytes_per_param: float = 12.0
@@ -315,8 +319,8 @@ class CostOptions:
                     raise ProblemError(f"must be none, selective or full, got {value!r}", path=where)
             elif key == "memory_count":
                 param_memory(value)  # a ProblemError naming options.memory_count if unknown
-            elif key == "efficiency_max" and value is None:
-                pass  # the cluster's GPU generation's
+            elif key in ("efficiency_max", "zero3_overlap") and value is None:
+                pass  # derived: the cluster's GPU generation's, the schedule's
             elif key in ("text_tokens", "max_tp"):
                 if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                     raise ProblemError(f"must be a positive integer, got {value!r}", path=where)
