@@ -14,13 +14,16 @@ here are the constants a datasheet does not give, each with its source.
   :func:`~.flops.efficiency` tends to). A100: 0.70, the value the SC'21 and
   MLSys'23 Megatron tables were reproduced with (DESIGN.md "Honest costs").
   Newer generations reach a smaller fraction of their datasheet peak: the
-  peak is quoted at the boost clock, and an H100 SXM or H200 running dense
-  BF16 GEMMs at its 700 W limit sustains a lower clock (measured about
-  1.4 GHz against the 1.98 GHz the peak assumes on an H200 [40]_); the
-  per-generation values are calibrated on published measured runs of that
-  generation (:mod:`benchmarks.calibration`, one value per generation for
-  all its rows, never per row) and documented in DESIGN.md's decision
-  "2026-12-03: MoE physics".
+  peak is quoted at the boost clock, and a GPU running dense GEMMs at its
+  power limit sustains a lower one (about 1.4 GHz against the 1.98 GHz an
+  H200's peak assumes [40]_). The best matmul each GPU achieves over a
+  shape search (maximum achievable matmul FLOPS, BF16 [45]_) is 271.2 of
+  312 TFLOP/s on A100 (0.869), 794.5 of 989 on H100 (and H200: 0.803),
+  1745 of 2250 on B200 (0.776) and 1822 of 2500 on GB200 (0.729). Each
+  generation's value is A100's 0.70 scaled by its ratio to A100's:
+  H100/H200 0.647, B200 0.625, GB200 0.587 (derived, not fitted: the
+  per-generation calibration tables of :mod:`benchmarks.calibration` check
+  them).
 * ``sms`` -- streaming multiprocessors per GPU (A100 108, H100/H200 132,
   B200 148 [41]_): the share of them a collective kernel occupies while it
   overlaps compute (:data:`COMM_SMS`) slows that compute.
@@ -35,6 +38,10 @@ References
 .. [40] tile-ai/TileOPs pull request 1567 (grouped-GEMM benchmark on an
    H200, bf16): "sustained ~1.4 GHz under its ~700 W power wall vs 1.98 GHz
    peak" while running large grouped GEMMs at 600-670 TFLOP/s.
+.. [45] S. Bekman, "Machine Learning Engineering", ``compute/accelerator/
+   README.md``, "Maximum Achievable Matmul FLOPS comparison table" (BF16,
+   mamf-finder.py; commit 7bc7c30, 2026-08-10), as recorded in
+   ``benchmarks/published.py`` (source ``ml-engineering-mamf``).
 .. [41] NVIDIA A100 Tensor Core GPU Architecture whitepaper (108 SMs);
    NVIDIA H100 Tensor Core GPU Architecture whitepaper (H100 SXM5: 132
    SMs); DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv:2412.19437,
@@ -51,7 +58,7 @@ from dataclasses import dataclass
 from ..presets import GPU_GENERATIONS, ClusterSpec, gpu_generation
 from .options import CostOptions
 
-__all__ = ["COMM_SMS", "GpuGeneration", "GENERATIONS", "generation", "efficiency_max", "comm_sm_fraction"]
+__all__ = ["COMM_SMS", "A100_EFFICIENCY_MAX", "MAMF_FRACTION", "GpuGeneration", "GENERATIONS", "generation", "efficiency_max", "comm_sm_fraction"]
 
 #: SMs a communication kernel (an all-to-all, an all-gather) occupies while it overlaps compute:
 #: DeepSeek-V3 dedicates 20 of the H800's 132 SMs to its overlapped all-to-alls (Sec. 3.2.2 [41]_),
@@ -69,12 +76,24 @@ class GpuGeneration:
     gemm_tile_rows: int = 128
 
 
+#: The A100 GEMM ceiling the SC'21 / MLSys'23 tables were reproduced with.
+A100_EFFICIENCY_MAX = 0.70
+#: Best achieved BF16 matmul over the datasheet peak, per generation (maximum achievable matmul FLOPS [45]_).
+MAMF_FRACTION = {"a100": 271.2 / 312.0, "h100": 794.5 / 989.4, "h200": 794.5 / 989.4, "b200": 1745.0 / 2250.0,
+                 "gb200": 1822.0 / 2500.0}
+
+
+def _scaled(name: str) -> float:
+    """A100's ceiling scaled by the generation's achievable-matmul fraction over A100's (3 decimals)."""
+    return round(A100_EFFICIENCY_MAX * MAMF_FRACTION[name] / MAMF_FRACTION["a100"], 3)
+
+
 GENERATIONS: dict[str, GpuGeneration] = {
-    "a100": GpuGeneration("a100", efficiency_max=0.70, sms=108),
-    "h100": GpuGeneration("h100", efficiency_max=0.70, sms=132),
-    "h200": GpuGeneration("h200", efficiency_max=0.70, sms=132),
-    "b200": GpuGeneration("b200", efficiency_max=0.70, sms=148),
-    "gb200": GpuGeneration("gb200", efficiency_max=0.70, sms=148),
+    "a100": GpuGeneration("a100", efficiency_max=A100_EFFICIENCY_MAX, sms=108),
+    "h100": GpuGeneration("h100", efficiency_max=_scaled("h100"), sms=132),
+    "h200": GpuGeneration("h200", efficiency_max=_scaled("h200"), sms=132),
+    "b200": GpuGeneration("b200", efficiency_max=_scaled("b200"), sms=148),
+    "gb200": GpuGeneration("gb200", efficiency_max=_scaled("gb200"), sms=148),
 }
 assert tuple(GENERATIONS) == GPU_GENERATIONS
 

@@ -53,3 +53,19 @@ def test_the_gemm_curve_takes_the_generations_maximum_unless_the_option_sets_it(
 def test_an_overlapped_collective_takes_a_share_of_the_sms():
     assert comm_sm_fraction(load_cluster("dgx-h100")) == pytest.approx(20 / 132)
     assert comm_sm_fraction(None) == pytest.approx(20 / 108) == pytest.approx(20 / generation(None).sms)
+
+
+def test_newer_generations_scale_a100s_ceiling_by_their_achievable_matmul_fraction():
+    """Derived, not fitted: the published maximum achievable matmul FLOPS of each GPU over its peak."""
+    from benchmarks.published import GROUPED_GEMM
+
+    best = {g.gpu: g.value for g in GROUPED_GEMM if g.source == "ml-engineering-mamf" and g.dtype == "bf16"}
+    peaks = {"A100-80G": ("dgx-a100-80g", "a100"), "H100-SXM": ("dgx-h100", "h100"), "B200": ("dgx-b200", "b200"),
+             "GB200": ("gb200-nvl72", "gb200")}
+    a100 = best["A100-80G"] / load_cluster("dgx-a100-80g").peak_tflops
+    for gpu, (preset, gen) in peaks.items():
+        fraction = best[gpu] / load_cluster(preset).peak_tflops
+        assert GENERATIONS[gen].efficiency_max == pytest.approx(0.70 * fraction / a100, abs=6e-4)
+    assert GENERATIONS["h200"] == replace(GENERATIONS["h100"], name="h200")  # same silicon, same ceiling
+    ceilings = [GENERATIONS[g].efficiency_max for g in ("a100", "h100", "b200", "gb200")]
+    assert ceilings == sorted(ceilings, reverse=True)
