@@ -41,7 +41,7 @@ from typing import Sequence
 
 from ...presets import ClusterSpec
 from ...problem import Layout
-from ..comm import allgather_ms, overlapped_ms
+from ..comm import allgather_ms, overlapped_ms, shard_gather_ms
 from ..entry import EntryCost, finish_cost, layer_terms, piece_time_terms, weight_bytes_per_param, zero3_exposed_ms
 from ..hardware import comm_sm_fraction
 from ..layers import Piece, PipelineLayer
@@ -264,8 +264,13 @@ def moe_ep_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: C
     dense = tuple(_dense_part(p) for p in layer.pieces)
     dense_layer = replace(layer, pieces=dense)
     terms = cp_layer_terms(layer, layout, samples, knobs.recompute, cluster, opts, pieces=dense)
-    base = finish_cost(dense_layer, sync_layout(layout), terms, cluster, opts, microbatches, knobs, nodes=nodes)
+    zero3 = knobs.zero == 3
+    # under ZeRO-3 the dense part's gathers and scatters are charged below, together with the experts'
+    dense_opts = replace(opts, zero3_overlap=1.0) if zero3 else opts
+    base = finish_cost(dense_layer, sync_layout(layout), terms, cluster, dense_opts, microbatches, knobs, nodes=nodes)
     fwd, b_in, b_w = base.fwd_ms, base.bwd_input_ms, base.bwd_weight_ms
+    work_f, work_b = terms[0], terms[1] + terms[2]  # the compute ZeRO-3's collectives hide behind (+ the experts')
+    gathers = _zero3_dense(dense_layer, layout, cluster, opts) if zero3 else (0.0, 0.0, 0.0)
     weight, act = float(base.weight_bytes), float(base.act_bytes)
     d, t, c = layout.dp, layout.tp, layout.cp
     e, f = expert_split(layout)
@@ -310,16 +315,37 @@ def moe_ep_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: C
                 act += n * expert_activation_bytes(copies, p.width, moe.moe_ffn, f, moe.gated, gamma, padded=padded,
                                                    router_tokens=tokens, experts=moe.experts)
         weight += _expert_weight(moe.params, e, f, edp, p.frozen, knobs, opts)
-        b_w += _expert_sync_ms(moe.params, e, f, edp_span, p, knobs, cluster, opts, n * (g_d + g_w)) / microbatches
-        if knobs.zero == 3:
+        b_w += _expert_sync_ms(moe.params, e, f, edp_span, p, knobs, cluster, opts) / microbatches
+        work_f += n * (g_f + m_f)
+        work_b += n * (g_d + g_w + m_b)
+        if zero3:
             gather = _edp_gather_ms(moe.params / (e * f), edp_span, cluster, opts)
-            if opts.zero3_keep_gathered:
-                fwd += zero3_exposed_ms(gather, n * g_f, opts, cluster) / microbatches
-            else:
-                fwd += zero3_exposed_ms(gather, n * g_f, opts, cluster)
-                if p.backward:
-                    b_in += zero3_exposed_ms(gather, n * g_d, opts, cluster)
+            scatter = 0.0 if p.frozen else _edp_gather_ms(moe.params / (e * f), edp_span, cluster, opts,
+                                                          opts.grad_bytes_per_param)
+            gathers = (gathers[0] + gather, gathers[1] + (gather if p.backward else 0.0), gathers[2] + scatter)
+    if zero3:
+        gather, regather, scatter = gathers
+        if opts.zero3_keep_gathered:  # gathered once per iteration; gradients still reduce-scattered per microbatch
+            fwd += zero3_exposed_ms(gather, work_f, opts, cluster) / microbatches
+            b_w += zero3_exposed_ms(scatter, work_b, opts, cluster)
+        else:
+            fwd += zero3_exposed_ms(gather, work_f, opts, cluster)
+            exposed = zero3_exposed_ms(regather + scatter, work_b, opts, cluster)
+            share = regather / (regather + scatter) if regather + scatter > 0 else 0.0
+            b_in += share * exposed
+            b_w += (1.0 - share) * exposed
     return EntryCost(fwd, b_in + b_w, b_in, b_w, int(math.ceil(weight)), int(math.ceil(act)))
+
+
+def _zero3_dense(layer: PipelineLayer, layout: Layout, cluster: ClusterSpec, opts: CostOptions) -> tuple[float, float, float]:
+    """``(gather, regather, scatter)`` ms of a layer's dense part under ZeRO-3 over the ``dp x cp`` ranks,
+    per microbatch (:func:`~partitioner.costs.comm.shard_gather_ms`): the forward's parameter all-gather,
+    the backward's re-gather of the pieces that run a backward, the gradients' reduce-scatter."""
+    sl = sync_layout(layout)
+    trainable = sum(p.params + p.tied_params for p in layer.pieces if not p.frozen)
+    return (shard_gather_ms(layer.params, sl, cluster, opts),
+            shard_gather_ms(sum(p.params for p in layer.pieces if p.backward), sl, cluster, opts),
+            shard_gather_ms(trainable, sl, cluster, opts, opts.grad_bytes_per_param))
 
 
 def _expert_weight(routed: float, ep: int, etp: int, edp: int, frozen: bool, knobs: Knobs, opts: CostOptions) -> float:
@@ -342,17 +368,16 @@ def _edp_gather_ms(params: float, span: GroupSpan, cluster: ClusterSpec, opts: C
 
 
 def _expert_sync_ms(routed: float, e: int, f: int, edp_span: GroupSpan, piece: Piece, knobs: Knobs,
-                    cluster: ClusterSpec, opts: CostOptions, backward_ms: float) -> float:
+                    cluster: ClusterSpec, opts: CostOptions) -> float:
     """Once per iteration: the routed gradients' sync over edp (exposed part) and the optimizer step over them.
 
-    Under ZeRO-3 the gradients are reduce-scattered every microbatch, beside the experts' ``backward_ms``
-    (:func:`~partitioner.costs.entry.zero3_exposed_ms`); the caller spreads the result over the microbatches.
+    Under ZeRO-3 the gradients are reduce-scattered every microbatch instead (charged by the caller with
+    the layer's other ZeRO-3 collectives): only the optimizer step here.
     """
     if piece.frozen or routed <= 0:
         return 0.0
     if knobs.zero == 3:
-        scatter = _edp_gather_ms(routed / (e * f), edp_span, cluster, opts, opts.grad_bytes_per_param)
-        sync = zero3_exposed_ms(scatter, backward_ms, opts, cluster)
+        sync = 0.0
     else:
         sync = (1.0 - opts.grad_sync_overlap) * expert_grad_sync_ms(
             routed, e, f, edp_span, intra_GBps=cluster.intra_node_GBps, inter_GBps=cluster.inter_node_GBps, opts=opts)
