@@ -31,10 +31,10 @@ References
    token to each destination node once and forward it over NVLink).
 .. [24] D. Lepikhin et al., "GShard: Scaling Giant Models with Conditional
    Computation and Automatic Sharding", ICLR 2021 (expert capacity).
-.. [37] W. Fedus, B. Zoph, N. Shazeer, "Switch Transformers: Scaling to
-   Trillion Parameter Models with Simple and Efficient Sparsity", JMLR 23
-   (2022), Sec. 2.2 and Table 1 (capacity factors 1.0 and 1.25 with the
-   auxiliary load-balancing loss).
+.. [37] Z. Yan et al. (NVIDIA), Megatron-MoE-ModelZoo,
+   ``best_practice/qwen3/readme.md`` ("Long Context": 295 / 237, 335 / 277,
+   368 / 320, 389 / 357 TFLOP/s forced balance / dropless), commit e865051
+   (2026-05-16), as recorded in ``benchmarks/published.py``.
 .. [38] A. Gray, "Getting Started with CUDA Graphs", NVIDIA Technical Blog
    (2019): 9.6 us per short kernel with a stream synchronization after each,
    3.8 us launched back to back, 3.4 us in a graph.
@@ -105,11 +105,16 @@ class AxisOptions:
         (:func:`~.moe_kernels.default_imbalance`).
     moe_load_cv : float
         Coefficient of variation of one expert's routed tokens in a
-        microbatch under auxiliary-loss balancing, the input of the derived
-        imbalance. 0.125: Switch Transformer trained its aux-loss-balanced
-        experts with a capacity factor of 1.25 (buffers sized at 1.25 x
-        the mean load, few tokens dropped [37]_); with the load spread of
-        0.125 that buffer sits two spreads above the mean.
+        microbatch under auxiliary-loss routing, the input of the derived
+        imbalance (:func:`~.moe_kernels.default_imbalance`). 1.25, from the
+        one published A/B of a trained router against forced balance [37]_:
+        Qwen3-235B-A22B on 256 H100 (EP 8, 16 experts per rank, 4096 tokens
+        per rank, the model's aux-loss router, dropless) ran 1.245, 1.21,
+        1.15 and 1.09 times slower than with forced balance at 16k, 32k, 64k
+        and 128k tokens; with this cost model each ratio implies a busiest
+        rank at 1.61-1.68 times the mean (the attention's growing share
+        dilutes the same imbalance), i.e. ``1 + cv sqrt(2 ln 8 / 16)`` with
+        cv = 1.25.
     moe_sync_us : float
         GPU idle time, microseconds, of the device-to-host synchronization
         every dropless MoE layer forward makes (Megatron's dispatchers copy
@@ -179,7 +184,7 @@ class AxisOptions:
     cp_degrees: tuple[int, ...] = (1, 2, 4, 8)
     cp_min_tokens: int = 8192
     moe_imbalance: float | None = None
-    moe_load_cv: float = 0.125
+    moe_load_cv: float = 1.25
     moe_sync_us: float = 30.0
     kernel_launch_us: float = 4.0
     grouped_gemm: str = "multi_stream"
