@@ -14,16 +14,21 @@ here are the constants a datasheet does not give, each with its source.
   :func:`~.flops.efficiency` tends to). A100: 0.70, the value the SC'21 and
   MLSys'23 Megatron tables were reproduced with (DESIGN.md "Honest costs").
   Newer generations reach a smaller fraction of their datasheet peak: the
-  peak is quoted at the boost clock, and a GPU running dense GEMMs at its
-  power limit sustains a lower one (about 1.4 GHz against the 1.98 GHz an
-  H200's peak assumes [40]_). The best matmul each GPU achieves over a
-  shape search (maximum achievable matmul FLOPS, BF16 [45]_) is 271.2 of
-  312 TFLOP/s on A100 (0.869), 794.5 of 989 on H100 (and H200: 0.803),
-  1745 of 2250 on B200 (0.776) and 1822 of 2500 on GB200 (0.729). Each
-  generation's value is A100's 0.70 scaled by its ratio to A100's:
-  H100/H200 0.647, B200 0.625, GB200 0.587 (derived, not fitted: the
-  per-generation calibration tables of :mod:`benchmarks.calibration` check
-  them).
+  peak is quoted at the boost clock, and a GPU running GEMMs back to back
+  at its power limit sustains a lower one. The best matmul each GPU
+  achieves over a short shape search (maximum achievable matmul FLOPS,
+  BF16 [45]_) is 271.2 of 312 TFLOP/s on A100 (0.869), 794.5 of 989 on
+  H100 and H200 (0.803), 1745 of 2250 on B200 (0.776) and 1822 of 2500 on
+  GB200 (0.729); A100's 0.70 is 0.805 of its own. Each generation's value
+  is that 0.805 times what the generation sustains on large GEMMs in a
+  loop: the 700 W Hopper parts throttle to about 1.4 GHz against the 1.98
+  GHz their peak assumes, and an H200 sustains 597-624 TFLOP/s (0.617 of
+  its peak) on large bf16 grouped GEMMs with ``torch._grouped_mm`` [40]_:
+  H100/H200 0.497. For Blackwell no sustained measurement is at hand and
+  the short-search fraction stands in: B200 0.625, GB200 0.587. Derived,
+  not fitted; the calibration tables of :mod:`benchmarks.calibration`
+  check them (the H100 value that centres the 16 H100 calibration rows is
+  0.50, :func:`benchmarks.calibration_runs.fit_efficiency`).
 * ``sms`` -- streaming multiprocessors per GPU (A100 108, H100/H200 132,
   B200 148 [41]_): the share of them a collective kernel occupies while it
   overlaps compute (:data:`COMM_SMS`) slows that compute.
@@ -36,8 +41,10 @@ References
 .. [6] NVIDIA, "Matrix Multiplication Background User's Guide", Deep
    Learning Performance documentation (tile and wave quantization).
 .. [40] tile-ai/TileOPs pull request 1567 (grouped-GEMM benchmark on an
-   H200, bf16): "sustained ~1.4 GHz under its ~700 W power wall vs 1.98 GHz
-   peak" while running large grouped GEMMs at 600-670 TFLOP/s.
+   H200, bf16, https://github.com/tile-ai/TileOPs/pull/1567): "sustained
+   ~1.4 GHz under its ~700 W power wall vs 1.98 GHz peak"; the GLM-up
+   shapes (256 experts, 4096 x 6144, 262k-2.1M rows) at 603, 624, 617 and
+   597 TFLOP/s with ``torch._grouped_mm`` (mean 610, 0.617 of 989).
 .. [45] S. Bekman, "Machine Learning Engineering", ``compute/accelerator/
    README.md``, "Maximum Achievable Matmul FLOPS comparison table" (BF16,
    mamf-finder.py; commit 7bc7c30, 2026-08-10), as recorded in
@@ -58,7 +65,7 @@ from dataclasses import dataclass
 from ..presets import GPU_GENERATIONS, ClusterSpec, gpu_generation
 from .options import CostOptions
 
-__all__ = ["COMM_SMS", "A100_EFFICIENCY_MAX", "MAMF_FRACTION", "GpuGeneration", "GENERATIONS", "generation", "efficiency_max", "comm_sm_fraction"]
+__all__ = ["COMM_SMS", "A100_EFFICIENCY_MAX", "MAMF_FRACTION", "SUSTAINED_FRACTION", "GpuGeneration", "GENERATIONS", "generation", "efficiency_max", "comm_sm_fraction"]
 
 #: SMs a communication kernel (an all-to-all, an all-gather) occupies while it overlaps compute:
 #: DeepSeek-V3 dedicates 20 of the H800's 132 SMs to its overlapped all-to-alls (Sec. 3.2.2 [41]_),
@@ -81,11 +88,14 @@ A100_EFFICIENCY_MAX = 0.70
 #: Best achieved BF16 matmul over the datasheet peak, per generation (maximum achievable matmul FLOPS [45]_).
 MAMF_FRACTION = {"a100": 271.2 / 312.0, "h100": 794.5 / 989.4, "h200": 794.5 / 989.4, "b200": 1745.0 / 2250.0,
                  "gb200": 1822.0 / 2500.0}
+#: What a generation sustains on large GEMMs in a loop, over its peak: Hopper's power-limited 610 of 989 TFLOP/s
+#: [40]_; A100 (400 W) and Blackwell: the short-search fraction (no sustained measurement at hand).
+SUSTAINED_FRACTION = {**MAMF_FRACTION, "h100": 610.25 / 989.4, "h200": 610.25 / 989.4}
 
 
 def _scaled(name: str) -> float:
-    """A100's ceiling scaled by the generation's achievable-matmul fraction over A100's (3 decimals)."""
-    return round(A100_EFFICIENCY_MAX * MAMF_FRACTION[name] / MAMF_FRACTION["a100"], 3)
+    """A100's ceiling over its achievable fraction, times the generation's sustained fraction (3 decimals)."""
+    return round(A100_EFFICIENCY_MAX / MAMF_FRACTION["a100"] * SUSTAINED_FRACTION[name], 3)
 
 
 GENERATIONS: dict[str, GpuGeneration] = {
