@@ -36,6 +36,12 @@ the backward's tensor-parallel all-reduce overlapped with the weight
 gradients as the paper says, Sec. 6.2) and the same default constants;
 ratio = published time / predicted time (above 1: optimistic).
 
+A third part, :mod:`benchmarks.calibration_runs`: the published MoE,
+long-context and dense BF16 runs of :mod:`benchmarks.published`, each with
+its layout forced (:func:`partitioner.planning.forced.estimate_forced`),
+summarised per regime on the calibration and the held-out sources, with the
+measured and predicted order of every family of layouts.
+
 Run from the repository root::
 
     python -m benchmarks.calibration          # writes results/calibration.{json,md}
@@ -67,6 +73,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.calibration_runs import calibrate_runs  # noqa: E402
+from benchmarks.calibration_runs import to_markdown as runs_markdown  # noqa: E402
 from partitioner import evaluate  # noqa: E402
 from partitioner.costs import (  # noqa: E402
     TIME_TERMS,
@@ -391,10 +399,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                                      if k != "worst_row_terms_ms"},
                               "ratios": {r["params"]: r["ratio"] for r in modern["rows"]}}
     doc["mlsys23"] = calibrate_mlsys23()
+    doc["published_runs"] = calibrate_runs()
     doc["seconds"] = time.perf_counter() - start
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "calibration.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (args.out / "calibration.md").write_text(to_markdown(doc))
+    (args.out / "calibration.md").write_text(to_markdown(doc) + "\n" + runs_markdown(doc["published_runs"]))
     for r in doc["rows"]:
         print(f"{r['params']:>7}: predicted {r['predicted_tflops']:6.1f} TFLOP/s, published {r['published_tflops']:.0f}, "
               f"ratio {r['ratio']:.3f}, memory {_gib(r['peak_memory_bytes'])} GiB")
@@ -406,6 +415,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     s = doc["mlsys23"]["summary"]
     print(f"MLSys'23 Table 5: median |ln ratio| {s['median_abs_ln_ratio']:.3f}, worst {s['worst_abs_ln_ratio']:.3f} "
           f"({s['worst_row']})")
+    for split, per in doc["published_runs"]["summary"].items():
+        for regime, v in per.items():
+            print(f"published runs, {split} {regime}: {v['rows']} rows, median |ln ratio| {v['median_abs_ln_ratio']:.3f}, "
+                  f"worst {v['worst_abs_ln_ratio']:.3f} ({v['worst_row']})")
+    for f in doc["published_runs"]["families"]:
+        print(f"family {f['family']}: {len(f['flipped'])} of {f['pairs']} pairs flipped")
     return doc
 
 
