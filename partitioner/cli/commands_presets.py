@@ -83,12 +83,16 @@ def plan_cmd(
     frames: Optional[int] = typer.Option(None, "--frames", help="Frames per video clip."),
     fps: Optional[float] = typer.Option(None, "--fps", help="Frame rate of the sampled frames (shows the clip length)."),
     text_tokens: Optional[int] = typer.Option(None, "--text-tokens", help="Text tokens per sample."),
+    mtp_layers: Optional[int] = typer.Option(None, "--mtp-layers",
+                                             help="Multi-token prediction modules to train (default: the model's, "
+                                                  "DeepSeek-V3's num_nextn_predict_layers; 0: none)."),
 ) -> None:
     """Plan a model preset on a cluster preset: stages, meshes, speed-up over Megatron's default, export settings.
 
     --images, --image-size, --tiles, --frames, --fps and --text-tokens describe one sample; each model tokenises
     them its own way (Qwen/GLM dynamic resolution, InternVL/Idefics3 tiling and pixel shuffle, LLaVA-OneVision
-    anyres), and the plan shows the sequence lengths they imply.
+    anyres), and the plan shows the sequence lengths they imply. --mtp-layers sets the multi-token prediction
+    modules trained after the language model (DeepSeek-V3 trains one).
     """
     from ..planning import plan_model
     from ..planning.options import KNOB_SOLVES
@@ -114,7 +118,8 @@ def plan_cmd(
         mb = count
     if nodes < 1 or global_batch < 1 or (max_stages is not None and max_stages < 1):
         raise SolverError("--nodes, --global-batch and --max-stages must be positive integers")
-    workload = Workload(images=images, image_size=image_size, tiles=tiles, frames=frames, fps=fps, text_tokens=text_tokens)
+    workload = Workload(images=images, image_size=image_size, tiles=tiles, frames=frames, fps=fps, text_tokens=text_tokens,
+                        mtp_layers=mtp_layers)
     spec = load_model(model, workload)
     sequences = sequence_summary(spec, workload)
     with working(f"planning {model} on {nodes} x {cluster} with {method}"):

@@ -232,6 +232,8 @@ def print_sequences(doc: dict[str, Any]) -> None:
         parts.append(f"cross-attention tokens {doc['cross_attention_tokens']}")
     if "llm_tokens" in doc:
         parts.append(f"text tokens {doc['text_tokens']}, llm sequence {doc['llm_tokens']}")
+    if doc.get("mtp_layers"):
+        parts.append(f"{doc['mtp_layers']} multi-token prediction module(s) trained")
     out.print("per sample: " + "; ".join(parts), markup=False)
 
 

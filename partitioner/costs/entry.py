@@ -30,6 +30,7 @@ from typing import Sequence
 
 from ..presets import ClusterSpec
 from ..problem import Layout, ProblemError
+from .attention_mla import replicated_grad_sync_ms
 from .comm import allreduce_ms, grad_sync_ms, overlapped_ms, shard_gather_ms
 from .flops import efficiency
 from .hardware import comm_sm_fraction
@@ -148,8 +149,13 @@ def piece_time_terms(p: Piece, tp: int, samples: float, recompute: str, cluster:
     # without flash attention the score matmuls compute every entry of the stored matrix, masked or not
     scale = 1.0 if opts.flash_attention or p.attn_pairs <= 0 else p.score_entries / p.attn_pairs
     f_gemm = b * p.gemm_flops / t / rate
+    if p.replicated_gemm_flops and t > 1 and not opts.sequence_parallel:
+        f_gemm += b * p.replicated_gemm_flops * (1.0 - 1.0 / t) / rate  # every rank runs them over all its tokens
     f_attn = b * p.attn_flops * scale / t / rate
     comm = p.allreduces * allreduce_ms(rows * p.width * BF16_BYTES, t, cluster.intra_node_GBps, opts)
+    if p.attn_comm_width:  # the attention's collectives carry another width (MLA: its latents, .attention_mla)
+        comm += (allreduce_ms(rows * p.attn_comm_width * BF16_BYTES, t, cluster.intra_node_GBps, opts)
+                 - allreduce_ms(rows * p.width * BF16_BYTES, t, cluster.intra_node_GBps, opts))
     traffic, scores = _piece_traffic(p, t, b, cluster, opts)
     out = {"fwd.gemm": f_gemm, "fwd.attention": f_attn, "fwd.memory": traffic[0], "fwd.tp_comm": comm}
     if not p.backward:
@@ -219,8 +225,14 @@ def finish_cost(layer: PipelineLayer, layout: Layout, terms: tuple[float, float,
     for p in layer.pieces:
         per = weight_bytes_per_param(p.frozen, dp, knobs, opts)
         weight += (p.params + p.tied_params) * per / t
+        if p.replicated_params and t > 1:  # held whole on every tp rank (MLA's down-projections)
+            weight += p.replicated_params * per * (1.0 - 1.0 / t)
         tied += tied_copy_bytes(p.tied_params, t, per)
     trainable = sum(p.params + p.tied_params for p in layer.pieces if not p.frozen)
+    replicated = sum(p.replicated_params for p in layer.pieces if not p.frozen) if t > 1 else 0
+    if replicated:  # the syncs and the step below divide by tp: count the whole copies each rank owns
+        trainable += replicated * (t - 1)
+        b_w += replicated_grad_sync_ms(replicated, t, cluster, opts) / microbatches
     b_w += optimizer_step_ms(trainable, layout, cluster, opts, knobs) / microbatches
     b_w += tied_sync_ms(layer, layout, cluster, opts, nodes=nodes) / microbatches
     if knobs.zero == 3:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable
 
 from ..presets import ClusterSpec, ModuleSpec, is_cross_layer, is_moe_layer
+from .attention_mla import mla_attn_flops, mla_gemms
 from .hardware import efficiency_max
 from .options import CostOptions
 
@@ -36,7 +37,10 @@ def block_gemm_flops(spec: ModuleSpec, tokens: float, i: int | None = None) -> f
     A MoE layer (its active computation, whatever the expert-parallel
     split: :mod:`.axes.experts` divides it among ranks) runs the router (``hidden x experts``), ``top_k`` routed
     experts of width ``moe_ffn`` and the shared MLP per token, as Megatron's
-    ``moe_layer_flops`` counts them plus the router. A cross-attention layer
+    ``moe_layer_flops`` counts them plus the router (group-limited routing
+    adds only per-token selection work over the ``experts`` scores, no
+    matmul). A multi-head latent attention block runs its down-, up- and
+    output projections (:func:`~.attention_mla.mla_gemms`). A cross-attention layer
     (mllama) projects queries and outputs over the text tokens and keys and
     values over the ``cross_tokens`` vision states.
     """
@@ -48,11 +52,16 @@ def block_gemm_flops(spec: ModuleSpec, tokens: float, i: int | None = None) -> f
         mlp = n_mlp * h * spec.ffn
     if i is not None and is_cross_layer(spec, i):
         return 2.0 * tokens * (2 * h * spec.attn_dim + mlp) + 2.0 * spec.cross_tokens * h * 2 * spec.kv_dim
+    if spec.mla:  # multi-head latent attention: down-, up- and output projections (.attention_mla)
+        return 2.0 * tokens * (mla_gemms(spec).total + mlp)
     per_token = h * (spec.attn_dim + 2 * spec.kv_dim) + spec.attn_dim * h + mlp
     return 2.0 * tokens * per_token
 
 
 def attn_flops(spec: ModuleSpec, pairs: float) -> float:
+    """FLOPs of the attention core over ``pairs`` query-key pairs (MLA: :func:`~.attention_mla.mla_attn_flops`)."""
+    if spec.mla:
+        return mla_attn_flops(spec, pairs)
     # QK^T and AV: 2 matmuls, each 2 * head_dim FLOPs per query-key pair per head
     return 4.0 * spec.heads * spec.d_head * pairs
 

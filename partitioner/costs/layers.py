@@ -2,8 +2,10 @@
 
 Contract: :func:`model_layers` turns a :class:`~partitioner.presets.ModelSpec`
 into :class:`PipelineLayer` s in execution order -- one per transformer
-block, plus the projector, the token embedding and the LM head (pi0 fuses
-LLM block i with action-expert block i). Each layer holds
+block, plus the projector, the token embedding, a language model's
+multi-token prediction modules (role ``mtp``, between its last block and
+its head) and the LM head (pi0 fuses LLM block i with action-expert
+block i). Each layer holds
 :class:`Piece` s with the per-sample forward FLOPs, parameters, token and
 width of its matmuls, what its activations are counted from, and the bf16
 tensor (per sample) the next layer needs. Layouts, batch sizes and times
@@ -41,13 +43,29 @@ References
 ----------
 .. [11] X. Zhai et al., "Sigmoid Loss for Language Image Pre-Training",
    ICCV 2023 (the MAP attention-pooling head of SigLIP's vision tower).
+.. [41] DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv:2412.19437
+   (2024), Section 2.2 (multi-token prediction).
+.. [43] NVIDIA Megatron-Core 0.16.1, ``megatron/core/transformer/
+   multi_token_prediction.py`` (``MultiTokenPredictionLayer``; all MTP
+   layers on the last pipeline stage unless a custom layout places them)
+   and ``models/gpt/gpt_model.py`` (the output layer over the main and
+   the MTP hidden states).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..presets import ModelSpec, ModuleSpec, is_cross_layer, is_moe_layer, layer_block_params, module_layer_params
+from ..presets import (
+    ModelSpec,
+    ModuleSpec,
+    is_cross_layer,
+    is_moe_layer,
+    layer_block_params,
+    module_layer_params,
+    mtp_block_index,
+)
 from ..problem import ProblemError
+from .attention_mla import mla_gemms, mla_replicated, mla_shape, mla_tp_comm_width
 from .flops import attn_flops as _attn_flops
 from .flops import block_gemm_flops as _block_gemm_flops
 from .memory import BlockShape
@@ -116,6 +134,9 @@ class Piece:
     dropout: bool = False  # embedding: dropout after it
     mask: str = ""  # a block's attention: causal | bidirectional | window | cross (what context parallelism can split)
     moe: MoeShape | None = None  # a MoE block's routed experts (what expert parallelism splits)
+    replicated_params: int = 0  # of params, those every tp rank holds whole (MLA's down-projections)
+    replicated_gemm_flops: float = 0.0  # of gemm_flops, those every tp rank runs whole without sequence parallelism
+    attn_comm_width: float = 0.0  # the attention's tp collectives as a width per token (0: width; MLA: its latents)
 
 
 @dataclass(frozen=True)
@@ -143,6 +164,8 @@ def _block_piece(
     # activations of a MoE layer: its k routed experts and the shared MLP act as one MLP of their summed width
     ffn = spec.top_k * spec.moe_ffn + spec.shared_ffn if moe else spec.ffn
     shape_spec = replace(spec, ffn=ffn) if moe else spec
+    # multi-head latent attention: the down-projections are whole on every tp rank, the latents are gathered
+    repl_params, repl_flops = mla_replicated(spec, tokens) if spec.mla else (0, 0.0)
     return Piece(
         name=name,
         module=spec.name,
@@ -165,7 +188,45 @@ def _block_piece(
         mask="cross" if cross else mask,
         moe=MoeShape(spec.experts, spec.top_k, spec.moe_ffn, spec.shared_ffn, spec.gated,
                      spec.experts * (3 if spec.gated else 2) * spec.hidden * spec.moe_ffn) if moe else None,
+        replicated_params=repl_params,
+        replicated_gemm_flops=passes * repl_flops,
+        attn_comm_width=mla_tp_comm_width(spec) if spec.mla else 0.0,
     )
+
+
+def _mtp_layers(spec: ModuleSpec, s: int, pairs: float) -> list[PipelineLayer]:
+    """The multi-token prediction modules of ``spec`` as pipeline layers of their own, after the last block.
+
+    Module j (DeepSeek-V3 [41]_ Section 2.2; Megatron-Core's
+    ``MultiTokenPredictionLayer`` [43]_) looks up the embedding of the
+    tokens shifted by j + 1 (the model's embedding: a copy on its stage,
+    ``tied_params``, tied to the embedding layer like a tied head), norms
+    it and the previous depth's hidden state, projects their concatenation
+    ``2 h -> h``, runs one block like the last one and a norm. The shared
+    output head scores each module's sequence too (the head's tokens are
+    ``(1 + mtp_layers) s``), so module j hands on the main hidden state and
+    j + 1 MTP states. Kept for backward beyond the block: the two norms'
+    inputs, the projection's input (``2 h``) and the final norm's input,
+    ``5 s h`` bf16 elements per sample (replicated over tp unless sequence
+    parallelism shards them).
+    """
+    h, V = spec.hidden, spec.vocab
+    i = mtp_block_index(spec)
+    proj_params = module_layer_params(replace(spec, mtp_layers=1))["mtp"] - layer_block_params(spec, i)
+    proj_flops = 2.0 * s * 2 * h * h
+    out = []
+    for j in range(spec.mtp_layers):
+        name = f"{spec.name}.mtp.{j}"
+        embed = Piece(name=f"{name}.embed", module=spec.name, kind="dense", gemm_flops=0.0, attn_flops=0.0, params=0,
+                      tied_params=V * h, tokens=s, width=h, allreduces=1, frozen=spec.frozen, op="embedding", vocab=V,
+                      dropout=spec.dropout)
+        proj = Piece(name=f"{name}.proj", module=spec.name, kind="dense", gemm_flops=proj_flops, attn_flops=0.0,
+                     params=proj_params, tokens=s, width=h, allreduces=1, dense_act=(5 * BF16_BYTES * s * h, 0.0),
+                     tp_dims=(h,), frozen=spec.frozen, input_gemm_flops=proj_flops)
+        block = _block_piece(spec, f"{name}.block", s, pairs, i=i, mask="causal")
+        fq = _fqn(spec, "mtp", spec.layers + j)
+        out.append(PipelineLayer(name, spec.name, "mtp", (embed, proj, block), (2 + j) * s * h * BF16_BYTES, fq))
+    return out
 
 
 def _causal_pairs(s: float, window: int = 0) -> float:
@@ -190,18 +251,21 @@ def _pool_head_flops(spec: ModuleSpec) -> float:
 
 
 def _qkv_flops(spec: ModuleSpec, tokens: float) -> float:
-    """Forward FLOPs of a block's QKV projection (the matmul that reads the block input)."""
+    """Forward FLOPs of a block's QKV projection (the matmul that reads the block input; MLA: its down-projections)."""
+    if spec.mla:
+        return 2.0 * tokens * mla_gemms(spec).reads_input
     return 2.0 * tokens * spec.hidden * (spec.attn_dim + 2 * spec.kv_dim)
 
 
 def block_shape(spec: ModuleSpec, tokens: float, score_entries: float | None = None) -> BlockShape:
-    """The :class:`~.memory.BlockShape` of one block of ``spec`` over ``tokens`` tokens per sample."""
+    """The :class:`~.memory.BlockShape` of one block of ``spec`` over ``tokens`` tokens per sample
+    (multi-head latent attention: query/key heads of ``qk_head_dim``, :func:`~.attention_mla.mla_shape`)."""
     return BlockShape(
         tokens=tokens,
         hidden=spec.hidden,
         heads=spec.heads,
         kv_heads=spec.n_kv_heads,
-        head_dim=spec.d_head,
+        head_dim=spec.qk_head_dim if spec.mla else spec.d_head,
         ffn=spec.ffn,
         gated=spec.gated,
         norm=spec.norm,
@@ -212,6 +276,7 @@ def block_shape(spec: ModuleSpec, tokens: float, score_entries: float | None = N
         fused_qkv=spec.fused_qkv,
         rotary=spec.rotary if spec.rotary is not None else (spec.kind != "vit" or spec.pos_embed == "none"),
         score_entries=score_entries,
+        mla=mla_shape(spec),
     )
 
 
@@ -375,21 +440,24 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
                     fq += (_fqn(expert, "pre") if i == 0 else ()) + _fqn(expert, "block", i) + (_fqn(expert, "post") if last else ())
                     out += s_e * expert.hidden * BF16_BYTES
                 layers.append(PipelineLayer(f"{spec.name}.{i}", spec.name if expert is None else f"{spec.name}+{expert.name}", "decoder", tuple(pieces), out, fq))
+            if spec.mtp_layers:
+                layers.extend(_mtp_layers(spec, s_llm, pairs))
             if spec.lm_head:
                 V = spec.vocab
+                s_head = s_llm * (1 + spec.mtp_layers)  # the shared head also scores each MTP module's sequence
                 head = Piece(
                     name=f"{spec.name}.head",
                     module=spec.name,
                     kind="dense",
-                    gemm_flops=2.0 * s_llm * h * V,
+                    gemm_flops=2.0 * s_head * h * V,
                     attn_flops=0.0,
                     params=parts["post"],  # a tied head's weights are the embedding's: in the model's parameters once
                     tied_params=V * h if spec.tie_embeddings else 0,
-                    tokens=s_llm,
+                    tokens=s_head,
                     width=h,
                     allreduces=1,
                     # Korthikanti Sec. 4.3: the output norm and projection inputs, fp32 logits for the loss
-                    dense_act=(BF16_BYTES * s_llm * h, 4.0 * s_llm * V),
+                    dense_act=(BF16_BYTES * s_head * h, 4.0 * s_head * V),
                     frozen=spec.frozen,
                     op="head",
                     vocab=V,

@@ -15,7 +15,12 @@ term                    bytes                                  with tp
 ======================  =====================================  ==========
 ``norm_inputs``         2 norms x 2sbh (the input of each)     SP
 ``qkv_input``           2sbh (the first norm's output)         SP
-``q``, ``k``, ``v``     2sbad, 2sbkd, 2sbkd                    / t [*]_
+``q_latent``            MLA: the query latent's norm input     SP
+                        and output, 2 x 2sb q_lora_rank
+``kv_latent``           MLA: the same of the key/value         SP
+                        latent, kv_lora_rank wide
+``q``, ``k``, ``v``     2sbad, 2sbkd, 2sbkd (MLA: v of         / t [*]_
+                        v_head_dim)
 ``qkv_retained``        2sb(a+k)d: a fused QKV projection      / t
                         with rotary embeddings (rotated Q, K
                         are new tensors; V, a view, keeps the
@@ -24,7 +29,8 @@ term                    bytes                                  with tp
 ``scores``              no flash: softmax 2as'b, +dropout      / t
                         mask as'b and output 2as'b
 ``softmax_stats``       flash: 4asb (fp32 log-sum-exp) [5]_    / t
-``attn_output``         2sbad (the output projection's input)  / t
+``attn_output``         2sbad (the output projection's input;  / t
+                        MLA: v_head_dim wide)
 ``attn_dropout_mask``   sbh (residual dropout, if any)         SP
 ``layerscale_inputs``   2 x 2sbh (layer-scale models)          SP
 ``mlp_input``           2sbh (the second norm's output)        SP
@@ -70,6 +76,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .attention_mla import MlaShape, mla_activation_terms
+
 __all__ = ["BlockShape", "block_activation_terms", "block_activation_bytes", "COMPOSITE_ACTIVATIONS"]
 
 BF16 = 2.0
@@ -104,6 +112,12 @@ class BlockShape:
         Rotary position embeddings applied to Q and K.
     score_entries : float or None
         Score-matrix entries per head and sample (default ``tokens**2``).
+    mla : MlaShape or None
+        Multi-head latent attention (:mod:`.attention_mla`): ``head_dim`` is
+        then the query/key width ``d_qk``, ``kv_heads`` the heads, values
+        and the output projection's input ``mla.v_head_dim`` wide, and the
+        latents' norm inputs and outputs are kept (``q_latent``,
+        ``kv_latent``).
     """
 
     tokens: float
@@ -121,6 +135,7 @@ class BlockShape:
     fused_qkv: bool = False
     rotary: bool = False
     score_entries: float | None = None
+    mla: MlaShape | None = None
 
     @classmethod
     def gpt3(cls, tokens: float, hidden: int, heads: int) -> "BlockShape":
@@ -149,13 +164,18 @@ def block_activation_terms(
     if recompute == "full":
         return {"block_input": BF16 * sbh / sp}
     norm_keep = BF16 if (fused_norm or block.norm == "layernorm") else FP32 + BF16  # fp32 upcast, bf16 output
+    dv = block.mla.v_head_dim if block.mla is not None else d  # the value width (MLA: v_head_dim)
     terms: dict[str, float] = {
         "norm_inputs": 2 * norm_keep * sbh / sp,
         "qkv_input": BF16 * sbh / sp,
+    }
+    if block.mla is not None:
+        terms.update(mla_activation_terms(block.mla, s, b, sp, norm_keep))
+    terms.update({
         "q": BF16 * s * b * a * d / t,
         "k": BF16 * s * b * kv * d,
-        "v": BF16 * s * b * kv * d,
-    }
+        "v": BF16 * s * b * kv * dv,
+    })
     if block.fused_qkv and block.rotary:
         terms["qkv_retained"] = BF16 * s * b * (a / t + kv) * d
     if block.qk_norm:
@@ -166,7 +186,7 @@ def block_activation_terms(
     elif recompute != "selective":
         per_entry = BF16 + (MASK + BF16 if block.dropout else 0.0)
         terms["scores"] = per_entry * a * b * entries / t
-    terms["attn_output"] = BF16 * s * b * a * d / t
+    terms["attn_output"] = BF16 * s * b * a * dv / t
     if block.dropout:
         terms["attn_dropout_mask"] = MASK * sbh / sp
     if block.layerscale:

@@ -38,6 +38,11 @@ op              forward (reads + writes)                   backward             
                 2 (2a/t + 2k_t)                            dV: 2 (4a/t + 4k_t)
 ==============  =========================================  ====================================  ============
 
+Multi-head latent attention (:mod:`.attention_mla`) replaces ``rotary``
+by the fused MLA RoPE kernels (``mla_rope``) and adds its two latent norms
+(``latent_norms``); its ``flash_io`` counts Q and K of ``d_qk`` and V and
+O of ``v_head_dim`` per head.
+
 ``k_t`` is the key/value heads per GPU (``k/t``, at least 1). The score
 entries ``s'`` are the whole ``s x s`` matrix per head without flash
 attention (the masked half of a causal mask is written and read too);
@@ -65,6 +70,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .attention_mla import mla_traffic
 from .memory import COMPOSITE_ACTIVATIONS, BlockShape
 
 __all__ = ["Traffic", "block_traffic", "embedding_traffic", "head_traffic", "projector_traffic", "traffic_ms",
@@ -107,11 +113,17 @@ def block_traffic(block: BlockShape, b: float, t: int = 1, *, flash_attention: b
         out["activation"] = Traffic((6.0 + 4.0 * extra) * F, (10.0 + 6.0 * extra) * F)
     else:
         out["activation"] = Traffic((4.0 + 4.0 * extra) * F, (6.0 + 6.0 * extra) * F)
-    if block.rotary:
+    if block.mla is not None:  # the latent norms and the fused MLA RoPE kernels instead of the rotary op
+        for name, (fwd, bwd) in mla_traffic(block.mla, s, b, a / t, d, p).items():
+            out[name] = Traffic(fwd, bwd)
+    elif block.rotary:
         out["rotary"] = Traffic(4.0 * Q, 4.0 * Q)
     if block.qk_norm:
         out["qk_norm"] = Traffic(4.0 * Q, 6.0 * Q)
-    if flash_attention:
+    if flash_attention and block.mla is not None:  # Q, K of d_qk and V, O of v_head_dim per head
+        dqv = d + block.mla.v_head_dim
+        out["flash_io"] = Traffic(2.0 * s * b * dqv * (a / t + kv), 2.0 * s * b * dqv * (2 * a / t + 2 * kv))
+    elif flash_attention:
         out["flash_io"] = Traffic(2.0 * s * b * d * (2 * a / t + 2 * kv), 2.0 * s * b * d * (4 * a / t + 4 * kv))
     else:
         entries = s * s if block.score_entries is None else block.score_entries

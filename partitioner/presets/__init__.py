@@ -6,7 +6,7 @@ head), each with the dimensions of its matmuls. A *cluster spec* describes
 one kind of GPU node. Both are read from YAML files (``models/*.yaml`` and
 ``models/clusters/*.yaml``, shipped inside the package as
 ``partitioner/_presets``), from a path, or -- for single transformers --
-from a Hugging Face ``config.json`` (:mod:`.hf`: 16 current VLM and LLM types).
+from a Hugging Face ``config.json`` (:mod:`.hf`: 19 current VLM and LLM types).
 
 Every preset names the source of its numbers (paper or model card) in its
 ``references`` and each module's ``source``. Parameter counts are computed
@@ -32,6 +32,7 @@ from .files import (
     preset_dirs,
 )
 from .hf import model_from_hf_config
+from .hints import MEGATRON_FLAGS, MlaHints
 from .spec import (
     GPU_GENERATIONS,
     MODULE_KINDS,
@@ -44,12 +45,15 @@ from .spec import (
     is_moe_layer,
     layer_active_params,
     layer_block_params,
+    mla_down_params,
     module_active_params,
     module_layer_params,
     module_params,
+    mtp_block_index,
+    mtp_layer_params,
     with_module,
 )
-from .workload import Workload, apply_workload, check_workload, sequence_summary
+from .workload import Workload, apply_workload, check_workload, sequence_summary, with_mtp
 
 __all__ = [
     "ModuleSpec",
@@ -67,6 +71,8 @@ __all__ = [
     "model_from_dict",
     "cluster_from_dict",
     "model_from_hf_config",
+    "MlaHints",
+    "MEGATRON_FLAGS",
     "check_model",
     "check_cluster",
     "module_params",
@@ -76,10 +82,14 @@ __all__ = [
     "is_moe_layer",
     "layer_active_params",
     "layer_block_params",
+    "mla_down_params",
     "module_active_params",
+    "mtp_block_index",
+    "mtp_layer_params",
     "with_module",
     "Workload",
     "apply_workload",
     "check_workload",
     "sequence_summary",
+    "with_mtp",
 ]

@@ -24,6 +24,16 @@ documents):
   256 on a 3072-wide model [1]_); ``kv_heads`` is at most ``heads`` and
   divides them (grouped-query attention [2]_); ``heads x head_dim`` is at
   most :data:`~partitioner.core.limits.MAX_WIDTH`;
+* mixture of experts: with ``experts`` > 0, ``top_k`` in 1..``experts``,
+  a positive ``moe_ffn``, and with ``expert_groups`` the experts split
+  evenly into the groups, ``group_top_k`` in 1..groups and the ``top_k``
+  experts fit in ``group_top_k`` groups; without experts none of these;
+* multi-head latent attention (``kv_lora_rank`` >= 1, an ``llm`` only):
+  ``head_dim``, ``rope_head_dim``, ``v_head_dim`` >= 1, ``kv_heads`` 0 or
+  ``heads``, no QK-norm, fused QKV or cross-attention, ``heads x
+  (head_dim + rope_head_dim)`` and ``heads x v_head_dim`` at most
+  :data:`~partitioner.core.limits.MAX_WIDTH`; without it, no MLA field;
+  multi-token prediction (``mtp_layers``) on an ``llm`` with its head;
 * a ``vit``'s patch is no larger than its image, its feature layer names
   one of its blocks, a video clip holds whole temporal patches, and its
   tokens per sample are at most :data:`~partitioner.core.limits.MAX_TOKENS`;
@@ -118,6 +128,21 @@ FIELD_RANGES: dict[str, tuple[int, int]] = {
     "cond_tokens": (0, MAX_TOKENS),
     "cond_dim": (0, MAX_WIDTH),
     "passes": (1, MAX_PASSES),
+    # mixture of experts
+    "experts": (0, MAX_WIDTH),
+    "top_k": (0, MAX_WIDTH),
+    "moe_ffn": (0, MAX_WIDTH),
+    "shared_ffn": (0, MAX_WIDTH),
+    "first_dense": (0, MAX_MODULE_LAYERS),
+    "moe_every": (1, MAX_MODULE_LAYERS),
+    "expert_groups": (0, MAX_WIDTH),
+    "group_top_k": (0, MAX_WIDTH),
+    # multi-head latent attention, multi-token prediction
+    "q_lora_rank": (0, MAX_WIDTH),
+    "kv_lora_rank": (0, MAX_WIDTH),
+    "rope_head_dim": (0, MAX_WIDTH),
+    "v_head_dim": (0, MAX_WIDTH),
+    "mtp_layers": (0, MAX_MODULE_LAYERS),
 }
 BOOL_FIELDS = frozenset({"gated", "bias", "qkv_bias", "patch_bias", "pool_head", "layerscale", "qk_norm", "dropout",
                          "fused_qkv", "final_norm", "pre_norm", "tie_embeddings", "lm_head", "frozen"})
@@ -127,6 +152,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "norm": ("layernorm", "rmsnorm"),
     "pos_embed": ("learned", "none"),
     "attention": ("causal", "prefix", "bidirectional"),
+    "router_score": ("softmax", "sigmoid"),
 }
 TRANSFORMER_KINDS = ("vit", "llm", "action_expert", "action_head")
 # fields a kind needs positive (beyond FIELD_RANGES' least values)
@@ -190,6 +216,61 @@ def _attention_problem(spec: ModuleSpec) -> Problem | None:
     return None
 
 
+def _moe_problem(spec: ModuleSpec) -> Problem | None:
+    """Experts, their width, top-k and groups (fields already in range); nothing to check without experts."""
+    if not spec.experts:
+        for name in ("top_k", "moe_ffn", "expert_groups", "group_top_k"):
+            if getattr(spec, name):
+                return name, f"{name} {getattr(spec, name)} is given but the module has no experts"
+        return None
+    if spec.top_k < 1:
+        return "top_k", f"a MoE module routes each token to at least 1 expert, got {spec.top_k}"
+    if spec.top_k > spec.experts:
+        return "top_k", f"{spec.top_k} experts per token are more than the {spec.experts} experts"
+    if spec.moe_ffn < 1:
+        return "moe_ffn", f"a MoE module needs its experts' width, got {spec.moe_ffn}"
+    if spec.expert_groups:
+        if spec.experts % spec.expert_groups:
+            return "expert_groups", f"the {spec.experts} experts do not split into {spec.expert_groups} equal groups"
+        if not 1 <= spec.group_top_k <= spec.expert_groups:
+            return "group_top_k", f"must be in 1..{spec.expert_groups} (the expert groups), got {spec.group_top_k}"
+        if spec.top_k > spec.group_top_k * (spec.experts // spec.expert_groups):
+            return "top_k", (f"{spec.top_k} experts per token do not fit in {spec.group_top_k} group(s) of "
+                             f"{spec.experts // spec.expert_groups} experts")
+    elif spec.group_top_k:
+        return "group_top_k", "is given without expert_groups"
+    return None
+
+
+def _mla_problem(spec: ModuleSpec) -> Problem | None:
+    """Multi-head latent attention and multi-token prediction fields (already in range)."""
+    if not spec.mla:
+        for name in ("q_lora_rank", "rope_head_dim", "v_head_dim"):
+            if getattr(spec, name):
+                return name, f"{name} is for multi-head latent attention, which needs kv_lora_rank >= 1"
+    else:
+        if spec.kind != "llm":
+            return "kv_lora_rank", "multi-head latent attention is modelled in a language model (kind llm) only"
+        if spec.cross_layers:
+            return "kv_lora_rank", "multi-head latent attention has no cross-attention layers"
+        if spec.fused_qkv or spec.qk_norm:
+            return ("fused_qkv" if spec.fused_qkv else "qk_norm"), "does not apply to multi-head latent attention"
+        if spec.kv_heads not in (0, spec.heads):
+            return "kv_heads", (f"multi-head latent attention gives every one of the {spec.heads} heads its own key and "
+                                f"value: kv_heads must be {spec.heads} (or 0), got {spec.kv_heads}")
+        for name in ("head_dim", "rope_head_dim", "v_head_dim"):
+            if getattr(spec, name) < 1:
+                return name, f"multi-head latent attention needs {name} >= 1, got {getattr(spec, name)}"
+        for width, what in ((spec.heads * spec.qk_head_dim, "heads x (head_dim + rope_head_dim)"),
+                            (spec.heads * spec.v_dim, "heads x v_head_dim")):
+            if width > MAX_WIDTH:
+                return "heads", f"{what} = {width} is more than {MAX_WIDTH}"
+    if spec.mtp_layers:
+        if spec.kind != "llm" or not spec.lm_head:
+            return "mtp_layers", "multi-token prediction needs a language model with its output head (kind llm, lm_head)"
+    return None
+
+
 def _vit_problem(spec: ModuleSpec) -> Problem | None:
     """Image, patch, video and feature-layer relations of a vision encoder (fields already in range)."""
     if spec.patch > spec.image_size:
@@ -216,7 +297,8 @@ def module_problem(spec: ModuleSpec) -> Problem | None:
         if why is not None:
             return name, why
     if spec.kind != "projector":
-        found = _attention_problem(spec) or (_vit_problem(spec) if spec.kind == "vit" else None)
+        found = (_attention_problem(spec) or _mla_problem(spec) or _moe_problem(spec)
+                 or (_vit_problem(spec) if spec.kind == "vit" else None))
         if found is not None:
             return found
     params = module_params(spec)

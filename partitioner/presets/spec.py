@@ -5,6 +5,15 @@ Contract: :class:`ModuleSpec` (one module's matmul dimensions, per kind),
 kind of GPU node); :func:`module_params` and :func:`module_layer_params`
 count parameters from the shapes, so a preset's published total checks its
 dimensions. Pure data and arithmetic: no files.
+
+References
+----------
+.. [40] DeepSeek-AI, "DeepSeek-V2: A Strong, Economical, and Efficient
+   Mixture-of-Experts Language Model", arXiv:2405.04434 (2024), Section
+   2.1 (multi-head latent attention, Equations 9-19).
+.. [41] DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv:2412.19437
+   (2024), Section 2.1 (MLA, node-limited routing) and Section 2.2
+   (multi-token prediction).
 """
 from __future__ import annotations
 
@@ -21,6 +30,9 @@ __all__ = [
     "block_params",
     "is_moe_layer",
     "is_cross_layer",
+    "mla_down_params",
+    "mtp_block_index",
+    "mtp_layer_params",
     "layer_block_params",
     "layer_active_params",
     "module_active_params",
@@ -79,6 +91,31 @@ class ModuleSpec:
     Cross-attention (``llm``): the layers in ``cross_layers`` (mllama) hold
     a gated cross-attention over the vision states (``cross_tokens`` per
     sample, already projected to ``hidden``) instead of self-attention.
+
+    Multi-head latent attention (``kv_lora_rank`` > 0; DeepSeek-V2/V3,
+    Kimi-K2 [40]_ [41]_): queries come from ``hidden`` directly (``q_lora_rank``
+    0) or through a down-projection to ``q_lora_rank``, a norm and an
+    up-projection; keys and values from one down-projection to the latent
+    (``kv_lora_rank``) plus a shared rotary key of ``rope_head_dim``, a norm,
+    and an up-projection to every head's non-rotary key (``head_dim``, the
+    ``qk_nope_head_dim``) and value (``v_head_dim``). A head's query and key
+    are ``head_dim + rope_head_dim`` wide (:attr:`ModuleSpec.qk_head_dim`);
+    the output projection reads ``heads x v_head_dim``. ``qkv_bias`` puts
+    biases on the down-projections and the output projection
+    (``attention_bias``). ``kv_heads`` is 0 or ``heads`` (every head has its
+    own key and value after the up-projection).
+
+    Multi-token prediction (``llm``, ``mtp_layers`` > 0; DeepSeek-V3 [41]_
+    Section 2.2): that many modules after the last block, each a norm of the
+    shifted tokens' embedding and of the previous depth's hidden state, a
+    projection ``2 hidden -> hidden``, one block like the last one, and a
+    norm; the embedding and the output head are the model's own. They are
+    trained (their loss is added) and not run at inference.
+
+    Group-limited routing (MoE): the ``experts`` form ``expert_groups``
+    groups and a token's ``top_k`` experts come from at most
+    ``group_top_k`` of them (DeepSeek's ``n_group`` / ``topk_group``);
+    ``router_score`` is the gate's scoring function (softmax or sigmoid).
 
     ``block_norms`` counts the norms of a block (2; 4 for Gemma 2/3 and
     GLM-4 "sandwich" blocks); ``qk_norm_dim`` the width of each QK-norm
@@ -164,6 +201,15 @@ class ModuleSpec:
     tiles: int = 1
     window: int = 0  # windowed attention: keys per query in the layers not in full_layers (0: full everywhere)
     full_layers: tuple[int, ...] = ()
+    # multi-head latent attention (kv_lora_rank > 0) and multi-token prediction
+    q_lora_rank: int = 0  # query down-projection width (0: one projection hidden -> heads x qk_head_dim)
+    kv_lora_rank: int = 0  # key/value latent width (0: standard attention)
+    rope_head_dim: int = 0  # decoupled rotary width per head of the query and the shared key
+    v_head_dim: int = 0  # value width per head (0: head_dim)
+    mtp_layers: int = 0  # multi-token prediction modules after the last block (trained, not run at inference)
+    expert_groups: int = 0  # group-limited routing: the experts form this many groups (0: no groups)
+    group_top_k: int = 0  # ... and a token's experts come from at most this many of them
+    router_score: str = "softmax"  # the router's scoring function: softmax | sigmoid
     deepstack: int = 0  # projector: DeepStack mergers whose outputs are added to the first LLM layers (Qwen3-VL)
     # provenance and export hints
     source: str = ""
@@ -185,6 +231,21 @@ class ModuleSpec:
     @property
     def kv_dim(self) -> int:
         return self.n_kv_heads * self.d_head
+
+    @property
+    def mla(self) -> bool:
+        """Whether the attention is multi-head latent attention (``kv_lora_rank`` > 0)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Width of one head's query and key: ``head_dim``, plus ``rope_head_dim`` with MLA."""
+        return self.d_head + (self.rope_head_dim if self.mla else 0)
+
+    @property
+    def v_dim(self) -> int:
+        """Width of one head's value (and of its share of the output projection's input)."""
+        return self.v_head_dim or self.d_head
 
     @property
     def patches_per_image(self) -> int:
@@ -270,6 +331,10 @@ class ModelSpec:
                 {"name": m.name, "kind": m.kind, "layers": m.layers, "params": module_params(m)} for m in self.modules
             ],
         }
+        for entry, m in zip(doc["modules"], self.modules):
+            if m.mtp_layers:  # multi-token prediction modules: in the module's params, trained only
+                entry["mtp_layers"] = m.mtp_layers
+                entry["mtp_params"] = module_layer_params(m)["mtp"]
         if any(m.experts for m in self.modules):
             doc["active_params"] = self.active_params
             for entry, m in zip(doc["modules"], self.modules):
@@ -359,8 +424,31 @@ def _expert_params(spec: ModuleSpec) -> int:
     return (3 if spec.gated else 2) * spec.hidden * spec.moe_ffn
 
 
+def mla_down_params(spec: ModuleSpec) -> int:
+    """Parameters of an MLA block's down-projections: ``hidden -> q_lora_rank`` (when it has one) and
+    ``hidden -> kv_lora_rank + rope_head_dim`` [40]_ (Megatron-Core holds them whole on every tensor-parallel rank)."""
+    bias = bool(spec.qkv_bias)
+    q = _linear(spec.hidden, spec.q_lora_rank, bias) if spec.q_lora_rank else 0
+    return q + _linear(spec.hidden, spec.kv_lora_rank + spec.rope_head_dim, bias)
+
+
+def _mla_attention_params(spec: ModuleSpec) -> int:
+    """Multi-head latent attention [40]_: the down-projections, the latent norms, the up-projections
+    (queries ``heads x qk_head_dim``; non-rotary keys and values ``heads x (head_dim + v_head_dim)``) and the
+    output projection ``heads x v_head_dim -> hidden`` (transformers' ``DeepseekV3Attention``)."""
+    h, a, r_q, r_kv = spec.hidden, spec.heads, spec.q_lora_rank, spec.kv_lora_rank
+    p = mla_down_params(spec) + _norm_params(spec, r_kv) + _linear(r_kv, a * (spec.d_head + spec.v_dim), False)
+    if r_q:
+        p += _norm_params(spec, r_q) + _linear(r_q, a * spec.qk_head_dim, False)
+    else:
+        p += _linear(h, a * spec.qk_head_dim, False)
+    return p + _linear(a * spec.v_dim, h, bool(spec.qkv_bias))
+
+
 def _attention_params(spec: ModuleSpec, cross: bool) -> int:
     h = spec.hidden
+    if spec.mla:
+        return _mla_attention_params(spec)
     qkv_bias = spec.bias if spec.qkv_bias is None else spec.qkv_bias
     p = _linear(h, spec.attn_dim + 2 * spec.kv_dim, qkv_bias) + _linear(spec.attn_dim, h, spec.bias)
     if spec.qk_norm or cross:
@@ -402,6 +490,24 @@ def layer_active_params(spec: ModuleSpec, i: int) -> int:
     return p
 
 
+def mtp_block_index(spec: ModuleSpec) -> int:
+    """The block index whose kind (dense or MoE) a multi-token prediction module's block takes: the last one."""
+    return spec.layers - 1
+
+
+def mtp_layer_params(spec: ModuleSpec, active: bool = False) -> int:
+    """Parameters of one multi-token prediction module [41]_ (``active``: as one token runs through it).
+
+    The norms of the embedding and of the hidden state, the projection
+    ``2 hidden -> hidden`` (no bias), one block like the last one and the
+    norm before the shared output head; the embedding and the head are the
+    model's (transformers' ``MtpLayer``, Megatron-Core's
+    ``MultiTokenPredictionLayer``).
+    """
+    block = layer_active_params if active else layer_block_params
+    return 3 * _norm_params(spec, spec.hidden) + _linear(2 * spec.hidden, spec.hidden, False) + block(spec, mtp_block_index(spec))
+
+
 def block_params(spec: ModuleSpec) -> int:
     """Parameters of one dense self-attention transformer block of ``spec`` (vit, llm, action expert or head)."""
     return layer_block_params(spec, None)
@@ -411,7 +517,8 @@ def module_layer_params(spec: ModuleSpec) -> dict[str, int]:
     """Parameters by part: ``pre`` (before the first block), ``block`` (each), ``post`` (after the last).
 
     For an ``llm``, ``pre`` is the token embedding and ``post`` the final
-    norm plus an untied LM head; for a projector everything is ``pre``.
+    norm plus an untied LM head, and ``mtp`` its multi-token prediction
+    modules (0 without); for a projector everything is ``pre``.
     """
     k = spec.kind
     if k == "projector":
@@ -439,7 +546,8 @@ def module_layer_params(spec: ModuleSpec) -> dict[str, int]:
             pre += (spec.pos_tokens or spec.text_tokens) * h
         if spec.lm_head and not spec.tie_embeddings:
             post += spec.vocab * h
-        return {"pre": pre, "block": block, "post": post}
+        mtp = spec.mtp_layers * mtp_layer_params(spec) if spec.mtp_layers else 0
+        return {"pre": pre, "block": block, "post": post, "mtp": mtp}
     if k == "action_expert":
         # pi0: state and noisy-action projections, the time MLP (in), the action output projection (out)
         pre = _linear(spec.state_dim, h, True) + _linear(spec.action_dim, h, True)
@@ -465,11 +573,11 @@ def _projector_params(spec: ModuleSpec) -> int:
 
 
 def module_params(spec: ModuleSpec) -> int:
-    """Total parameters of a module, counted from its shapes."""
+    """Total parameters of a module, counted from its shapes (multi-token prediction modules included)."""
     parts = module_layer_params(spec)
     if spec.kind == "projector":
         return parts["pre"]
-    return parts["pre"] + sum(layer_block_params(spec, i) for i in range(spec.layers)) + parts["post"]
+    return parts["pre"] + sum(layer_block_params(spec, i) for i in range(spec.layers)) + parts["post"] + parts.get("mtp", 0)
 
 
 def module_active_params(spec: ModuleSpec) -> int:
@@ -477,7 +585,8 @@ def module_active_params(spec: ModuleSpec) -> int:
     parts = module_layer_params(spec)
     if spec.kind == "projector":
         return parts["pre"]
-    return parts["pre"] + sum(layer_active_params(spec, i) for i in range(spec.layers)) + parts["post"]
+    mtp = spec.mtp_layers * mtp_layer_params(spec, active=True) if spec.mtp_layers else 0
+    return parts["pre"] + sum(layer_active_params(spec, i) for i in range(spec.layers)) + parts["post"] + mtp
 
 
 

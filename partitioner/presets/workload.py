@@ -16,10 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..core.limits import MAX_MODULE_LAYERS
 from ..problem import ProblemError
 from .spec import ModelSpec, ModuleSpec
 
-__all__ = ["Workload", "check_workload", "apply_workload", "sequence_summary"]
+__all__ = ["Workload", "check_workload", "apply_workload", "with_mtp", "sequence_summary"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,11 @@ class Workload:
         ``frames`` only.
     text_tokens : int
         Text tokens per sample entering the language model.
+    mtp_layers : int
+        Multi-token prediction modules trained after the language model's
+        last block (DeepSeek-V3's ``num_nextn_predict_layers``, Megatron's
+        ``--mtp-num-layers``; 0: none). Training only: they are not run at
+        inference. ``None`` keeps the model's own count.
     """
 
     images: int | None = None
@@ -54,6 +60,7 @@ class Workload:
     frames: int | None = None
     fps: float | None = None
     text_tokens: int | None = None
+    mtp_layers: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -64,6 +71,10 @@ def check_workload(w: Workload | None) -> Workload:
     if w is None:
         return Workload()
     for key, value in w.to_dict().items():
+        if key == "mtp_layers":
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_MODULE_LAYERS:
+                raise ProblemError(f"must be an integer in 0..{MAX_MODULE_LAYERS}, got {value!r}", path=f"workload.{key}")
+            continue
         if key == "fps":
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
         else:
@@ -72,6 +83,23 @@ def check_workload(w: Workload | None) -> Workload:
             raise ProblemError(f"must be a positive {'number' if key == 'fps' else 'integer'}, got {value!r}",
                                path=f"workload.{key}")
     return w
+
+
+def with_mtp(model: ModelSpec, mtp_layers: int | None) -> ModelSpec:
+    """``model`` with ``mtp_layers`` multi-token prediction modules on its language model (None: unchanged).
+
+    A model without a language model that has an output head cannot take
+    them (:class:`~partitioner.problem.ProblemError` at ``workload.mtp_layers``).
+    """
+    if mtp_layers is None:
+        return model
+    llm = model.llm
+    if llm is None or not llm.lm_head:
+        if mtp_layers == 0:
+            return model
+        raise ProblemError("multi-token prediction needs a language model with its output head", path="workload.mtp_layers",
+                           source=model.source)
+    return replace(model, modules=tuple(replace(m, mtp_layers=mtp_layers) if m is llm else m for m in model.modules))
 
 
 def _scaled(m: ModuleSpec, vit: ModuleSpec, new_vit: ModuleSpec) -> ModuleSpec:
@@ -93,9 +121,11 @@ def apply_workload(model: ModelSpec, w: Workload | None) -> ModelSpec:
     embeddings (dynamic resolution: a learned table fixes the side of the
     others, which a preset cannot tile); the projectors' tokens follow their
     encoder's patches in the same ratio. ``text_tokens`` sets the language
-    model's; ``tiles`` is for imported tiling models only.
+    model's, ``mtp_layers`` its multi-token prediction modules
+    (:func:`with_mtp`); ``tiles`` is for imported tiling models only.
     """
     w = check_workload(w)
+    model = with_mtp(model, w.mtp_layers)
     if w.tiles is not None:
         raise ProblemError("tiles apply to imported tiling models (InternVL, Idefics3, SmolVLM, LLaVA-OneVision, mllama)",
                            path="workload.tiles", source=model.source)
@@ -156,4 +186,6 @@ def sequence_summary(model: ModelSpec, w: Workload | None = None) -> dict[str, A
     if llm is not None:
         doc["text_tokens"] = llm.text_tokens
         doc["llm_tokens"] = model.llm_tokens
+        if llm.mtp_layers:
+            doc["mtp_layers"] = llm.mtp_layers
     return doc

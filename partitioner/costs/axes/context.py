@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..attention_mla import MLA_CP_ALGORITHMS
 from ..layers import Piece
 from ..options import CostOptions
 from .groups import GroupSpan, alltoall_ms
@@ -69,18 +70,23 @@ __all__ = [
 ]
 
 
-def cp_algorithms(*, windowed: bool = False, cross: bool = False) -> tuple[str, ...]:
+def cp_algorithms(*, windowed: bool = False, cross: bool = False, mla: bool = False) -> tuple[str, ...]:
     """The context-parallel attention algorithms a layer can run.
 
     A cross-attention layer (mllama) runs none: its keys and values are
     another sequence's, and neither Megatron-LM nor torchtitan has a
     context-parallel path for it. A sliding-window or chunked layer
-    (Gemma 2/3, Llama 4) cannot run the ring [21]_.
+    (Gemma 2/3, Llama 4) cannot run the ring [21]_. Multi-head latent
+    attention (key and value heads of different widths) runs only the ring
+    (Transformer Engine asserts ``cp_comm_type in ["p2p", "a2a+p2p"]`` for
+    it [21]_; :mod:`..attention_mla`).
     """
     if cross:
         return ()
     if windowed:
-        return ("a2a", "all_gather")
+        return () if mla else ("a2a", "all_gather")
+    if mla:
+        return tuple(a for a in CP_ALGORITHMS if a in MLA_CP_ALGORITHMS)
     return CP_ALGORITHMS
 
 
@@ -127,7 +133,7 @@ def causal_load_factor(cp: int, balanced: bool, chunk_tokens: float | None = Non
     return (c * (2 * cp - 1) + 1) / (cp * c + 1)
 
 
-def kv_bytes(chunk_tokens: float, samples: float, kv_heads: int, head_dim: int, tp: int, elem_bytes: float = 2.0) -> float:
+def kv_bytes(chunk_tokens: float, samples: float, kv_heads: int, head_dim: float, tp: int, elem_bytes: float = 2.0) -> float:
     """K and V of one rank's chunk: ``2 c b (G/t) d`` elements (one head when G < t)."""
     return 2.0 * chunk_tokens * samples * _kv_local(kv_heads, tp) * head_dim * elem_bytes
 
@@ -143,7 +149,7 @@ def ring_bytes(cp: int, kv: float) -> tuple[float, float]:
     return (cp - 1) * kv, 2.0 * (cp - 1) * kv
 
 
-def ulysses_bytes(cp: int, chunk_tokens: float, samples: float, heads: int, kv_heads: int, head_dim: int, tp: int,
+def ulysses_bytes(cp: int, chunk_tokens: float, samples: float, heads: int, kv_heads: int, head_dim: float, tp: int,
                   elem_bytes: float = 2.0) -> tuple[float, float]:
     """Bytes a rank sends in Ulysses' all-to-alls per layer, ``(forward, backward)`` [22]_.
 
@@ -240,6 +246,7 @@ def shard_piece(piece: Piece, cp: int, load_factor: float = 1.0) -> Piece:
         score_entries=piece.score_entries / cp,
         dense_act=(piece.dense_act[0] / cp, piece.dense_act[1] / cp),
         input_gemm_flops=piece.input_gemm_flops / cp,
+        replicated_gemm_flops=piece.replicated_gemm_flops / cp,
         bwd_gemm_flops=div(piece.bwd_gemm_flops),
         bwd_attn_flops=div(piece.bwd_attn_flops, lf),
         shape=shape,

@@ -41,6 +41,7 @@ from typing import Sequence
 
 from ...presets import ClusterSpec
 from ...problem import Layout
+from ..attention_mla import cp_head_dim
 from ..comm import allgather_ms, overlapped_ms, shard_gather_ms
 from ..entry import EntryCost, finish_cost, layer_terms, piece_time_terms, weight_bytes_per_param, zero3_exposed_ms
 from ..hardware import comm_sm_fraction
@@ -68,7 +69,7 @@ from .moe_kernels import ExpertWork, default_imbalance, expert_gemm_ms, host_syn
 __all__ = ["LANGUAGE_ROLES", "cp_sharded", "cp_allows", "piece_algorithms", "cp_layer_terms", "sync_layout",
            "expert_split", "moe_imbalance", "dispatch_collectives", "overlapped_dispatch", "moe_ep_cost"]
 
-LANGUAGE_ROLES = ("embedding", "decoder", "loss")
+LANGUAGE_ROLES = ("embedding", "decoder", "mtp", "loss")  # mtp: multi-token prediction modules (Megatron splits them too)
 
 
 def cp_sharded(layer: PipelineLayer, opts: CostOptions) -> bool:
@@ -90,7 +91,8 @@ def piece_algorithms(piece: Piece, cp: int, tp: int, opts: CostOptions) -> tuple
     if piece.shape is None:
         return ("none",) if cp_problem(cp, tokens, 1, 1, 1, "p2p", balanced=balanced) is None else ()
     shape = piece.shape
-    return tuple(a for a in cp_algorithms(windowed=piece.mask == "window", cross=piece.mask == "cross")
+    return tuple(a for a in cp_algorithms(windowed=piece.mask == "window", cross=piece.mask == "cross",
+                                          mla=shape.mla is not None)
                  if cp_problem(cp, tokens, shape.heads, shape.kv_heads, tp, a, balanced=balanced) is None)
 
 
@@ -117,8 +119,9 @@ def _attention_ms(piece: Piece, sharded: Piece, layout: Layout, samples: float, 
     assert shape is not None
     chunk = piece.tokens / c
     terms = piece_time_terms(sharded, t, samples, recompute, cluster, opts)
-    kv = kv_bytes(chunk, samples, shape.kv_heads, shape.head_dim, t)
-    uly = ulysses_bytes(c, chunk, samples, shape.heads, shape.kv_heads, shape.head_dim, t)
+    d = cp_head_dim(shape.head_dim, shape.mla)  # MLA: keys of d_qk and values of v_head_dim per head
+    kv = kv_bytes(chunk, samples, shape.kv_heads, d, t)
+    uly = ulysses_bytes(c, chunk, samples, shape.heads, shape.kv_heads, d, t)
     span = group_span(c, t, layout.devices, cluster.gpus_per_node)
     times = {a: cp_attention_ms(a, c, span, kv=kv, ulysses=uly, attn_fwd_ms=terms["fwd.attention"],
                                 attn_bwd_ms=terms.get("bwd.attention", 0.0), intra_GBps=cluster.intra_node_GBps,

@@ -12,6 +12,8 @@ Families: :mod:`.base` (``llama``, ``mistral``, ``qwen2``, ``gemma``,
 CLIP/SigLIP towers, ``llava``, ``paligemma``, ``qwen2_vl``), :mod:`.text`
 (``qwen3``, ``qwen3_moe``, ``gemma2``, ``gemma3_text``), :mod:`.qwen`
 (``qwen2_5_vl``, ``qwen3_vl``, ``qwen3_vl_moe``, ``glm4v``, ``glm4v_moe``),
+:mod:`.deepseek` (``deepseek_v2``, ``deepseek_v3``, ``kimi_k2``: multi-head
+latent attention, DeepSeekMoE, multi-token prediction),
 :mod:`.tiling` (``internvl``, ``idefics3``, ``smolvlm``,
 ``llava_onevision``), :mod:`.gemma` (``gemma3``, PaliGemma 2 = ``paligemma``
 with a ``gemma2`` text model), :mod:`.mllama`, :mod:`.pi0`.
@@ -23,10 +25,11 @@ from typing import Any, Callable, Mapping
 
 from ...problem import ProblemError
 from ..spec import ModelSpec, ModuleSpec
-from ..workload import Workload, apply_workload, check_workload
+from ..workload import Workload, apply_workload, check_workload, with_mtp
 from . import base
 from .base import _Config
 from .common import DEFAULT_TEXT_TOKENS, refuse
+from .deepseek import DEEPSEEK_TYPES, deepseek_lm
 from .gemma import gemma3_vlm, paligemma2_vlm
 from .mllama import mllama_vlm
 from .pi0 import pi0_vla
@@ -40,6 +43,7 @@ _TEXT_ONLY = ("qwen3", "qwen3_moe", "gemma2", "gemma3_text")
 _FAMILIES: dict[str, Callable[[_Config, Workload], tuple[ModuleSpec, ...]]] = {
     **{t: qwen_vlm for t in QWEN_TYPES},
     **{t: tiling_vlm for t in TILING_TYPES},
+    **{t: deepseek_lm for t in DEEPSEEK_TYPES},
     "gemma3": gemma3_vlm,
     "mllama": mllama_vlm,
     "pi0": pi0_vla,
@@ -47,8 +51,11 @@ _FAMILIES: dict[str, Callable[[_Config, Workload], tuple[ModuleSpec, ...]]] = {
 HF_TYPES = tuple(sorted({*base.HF_TYPES, *_TEXT_ONLY, *_FAMILIES}))
 # model types people ask for that cannot be read from config.json alone, with the reason
 NOT_SUPPORTED = {
-    "deepseek_vl_v2": "DeepSeek-VL2 is remote code (not in transformers); its MLA attention is not modelled",
-    "kimi_vl": "Kimi-VL is remote code (not in transformers); its MLA attention is not modelled",
+    "deepseek_vl_v2": ("DeepSeek-VL2 is remote code (not in transformers): its tiled SigLIP tower and projector have "
+                       "no transformers model to check them against; its language_config alone is a deepseek_v2 "
+                       "config, which imports (as a language model)"),
+    "kimi_vl": ("Kimi-VL is remote code (not in transformers): its MoonViT tower has no transformers model to check "
+                "it against; its text_config alone is a deepseek_v3 config, which imports (as a language model)"),
 }
 
 
@@ -102,8 +109,11 @@ def model_from_hf_config(
         kwargs = {k: v for k, v in (("text_tokens", w.text_tokens), ("images", w.images), ("image_size", w.image_size))
                   if v is not None}
         spec = base.model_from_hf_config(config, source=source, **kwargs)
-        return base.checked_model(apply_workload(spec, Workload(frames=w.frames)), source) if w.frames else spec
+        if w.frames:
+            spec = apply_workload(spec, Workload(frames=w.frames))
+        return base.checked_model(with_mtp(spec, w.mtp_layers), source) if (w.frames or w.mtp_layers is not None) else spec
     else:
         raise ProblemError(f"unsupported model_type {mtype!r} (supported: {', '.join(HF_TYPES)})", path="model_type",
                            source=source)
-    return base.checked_model(ModelSpec(name=name, modules=modules, title=title, source=source), source)
+    spec = ModelSpec(name=name, modules=modules, title=title, source=source)
+    return base.checked_model(with_mtp(spec, w.mtp_layers), source)
