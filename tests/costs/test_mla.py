@@ -315,10 +315,11 @@ def test_a_small_deepseek_v3_plans_and_every_stage_fits():
 # sha256 of dump_problem(build_problem(preset, "dgx-h100", nodes=1, global_batch=16, microbatches=4)) without
 # multi-head latent attention and multi-token prediction: models without them must build byte-identical problems.
 # A deliberate cost change elsewhere updates these with the reason in its commit. Updated for issue 32's MoE physics
-# (the H100 GEMM ceiling 0.497, the SM share of hidden TP collectives, MoE experts as grouped GEMMs at every ep, the new MoE options in meta.options).
+# (the H100 GEMM ceiling 0.497, the SM share of hidden TP collectives, MoE experts as grouped GEMMs at every
+# ep, the new MoE options in meta.options).
 MAIN_PROBLEMS = {
-    "llava-1.5-7b": "7da0fbad22f58ea52bfb08300e9398aa3650a1f14c0ef462ddeed8c02e613dad",
-    "qwen3-vl-30b-a3b": "fc92836aaaa00642d43689258fa3ff71cb138e13f1660ff117d7eba7e944228d",
+    "llava-1.5-7b": "5b99d596e2bd681d4b871b7a099ef52422cc182d67475d129860edc700870852",
+    "qwen3-vl-30b-a3b": "82e4d07f01ac4b93e77aa70e75389ab32a8dcb5a43db2c7e5cda8c0b1f7272f8",
 }
 
 

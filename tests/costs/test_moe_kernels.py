@@ -137,3 +137,17 @@ def test_a_trained_routers_imbalance_weighs_on_wide_ep():
     assert 1.0 < cost[2] < cost[8] < cost[32]
     assert _total(p, Layout(32, 1)) == pytest.approx(_total(balanced, Layout(32, 1)))  # one rank: nothing to wait for
     assert min(_total(p, Layout(32, 1, ep=e)) for e in (2, 4)) < _total(p, Layout(32, 1))
+
+
+def test_an_optional_host_floor_bounds_a_small_moe_layer():
+    """moe_host_ms: a MoE layer runs no faster than its host launches it (a third forward, the rest backward)."""
+    base = build_problem("qwen3-vl-30b-a3b", "dgx-h100", nodes=1, global_batch=64, microbatches=8)
+    floored = build_problem("qwen3-vl-30b-a3b", "dgx-h100", nodes=1, global_batch=64, microbatches=8,
+                            options={"moe_host_ms": 60.0})
+    key = Layout(8, 1, ep=8)
+    a = next(layer for layer in base.layers if layer.name == "llm.3").costs[key]
+    b = next(layer for layer in floored.layers if layer.name == "llm.3").costs[key]
+    assert a.fwd_ms < 20.0 and b.fwd_ms == pytest.approx(20.0) and b.bwd_ms == pytest.approx(40.0)
+    head = Layout(8, 1)
+    assert next(layer for layer in floored.layers if layer.name == "llm.head").costs[head] == \
+        next(layer for layer in base.layers if layer.name == "llm.head").costs[head]  # dense layers: no floor

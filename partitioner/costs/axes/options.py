@@ -124,6 +124,17 @@ class AxisOptions:
         [38]_), plus the host's path to the next launch (the split sizes to
         lists, the all-to-all call, the chunk sort: about five PyTorch
         operators at a few microseconds each): 30.
+    moe_host_ms : float
+        Host time, ms, one MoE layer's forward and backward take to launch in
+        eager execution (a third forward, two thirds backward): the layer
+        runs no faster than its host launches it, so small per-GPU work
+        (high tp, small microbatches) is host-bound, as Megatron's MoE guide
+        says ("CPU Overhead Bottleneck ... Reduce kernel launches: Decrease
+        TP size or increase micro-batch size" [20]_). 0 (the default): not
+        charged, since no citable per-operator host cost was found; 8
+        reproduces ModelZoo's Qwen3-235B TP4 row and orders its four
+        layouts as measured, but overcharges runs that capture parts of the
+        layer in CUDA graphs (DESIGN.md, "2026-12-03: MoE physics").
     kernel_launch_us : float
         Host time of one kernel launch, microseconds (about 4: a back-to-back
         launch takes 3.8 us per kernel [38]_); the floor of a
@@ -186,6 +197,7 @@ class AxisOptions:
     moe_imbalance: float | None = None
     moe_load_cv: float = 1.25
     moe_sync_us: float = 30.0
+    moe_host_ms: float = 0.0
     kernel_launch_us: float = 4.0
     grouped_gemm: str = "multi_stream"
     ep_dispatcher: str = "alltoall"

@@ -326,6 +326,13 @@ def moe_ep_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: C
             scatter = 0.0 if p.frozen else _edp_gather_ms(moe.params / (e * f), edp_span, cluster, opts,
                                                           opts.grad_bytes_per_param)
             gathers = (gathers[0] + gather, gathers[1] + (gather if p.backward else 0.0), gathers[2] + scatter)
+    host = opts.axes.moe_host_ms
+    if host > 0:  # the host launches the layer's kernels no faster than this (the option moe_host_ms)
+        n_all = max((p.passes for p in layer.pieces if p.moe is not None), default=1)
+        fwd = max(fwd, n_all * host / 3.0)
+        short = n_all * 2.0 * host / 3.0 - (b_in + b_w)
+        if short > 0 and any(p.backward for p in layer.pieces):
+            b_in += short
     if zero3:
         gather, regather, scatter = gathers
         if opts.zero3_keep_gathered:  # gathered once per iteration; gradients still reduce-scattered per microbatch
