@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -59,17 +59,26 @@ _SINGLE_LAUNCH = ("torchtitan", "torchao")
 _REGIMES = ("moe", "long-context", "dense")
 
 
-def arch_model(arch: ModelArch, seq_len: int, name: str) -> ModelSpec:
+def arch_model(arch: ModelArch, seq_len: int, name: str, mtp_layers: int | None = None) -> ModelSpec:
     """The language model of a published architecture as a one-module preset, ``seq_len`` tokens per sample.
 
     RMSNorm, SiLU (gated) MLPs, rotary positions, no biases unless the
     architecture has them; Qwen3's per-head QK-norm; gpt-oss's alternating
     128-token sliding windows (full attention on odd layers) and attention
     biases; Llama 4 Scout's 8192-token chunks equal the published 8192-token
-    sequences, so its chunked layers attend as full causal ones.
+    sequences, so its chunked layers attend as full causal ones. Multi-head
+    latent attention (DeepSeek-V3, Kimi-K2, Moonlight) with its sigmoid router
+    and ``mtp_layers`` multi-token prediction modules (default: the model's).
     """
+    if mtp_layers is None:
+        mtp_layers = arch.mtp_layers
     qwen3 = name.startswith("qwen3")
     gptoss = name.startswith("gpt-oss")
+    mla: dict[str, Any] = {}
+    if arch.kv_lora_rank:  # multi-head latent attention: the preset's fields (partitioner.presets, DeepSeek-V3)
+        mla = dict(head_dim=arch.qk_nope_head_dim, rope_head_dim=arch.qk_rope_head_dim, v_head_dim=arch.v_head_dim,
+                   q_lora_rank=arch.q_lora_rank, kv_lora_rank=arch.kv_lora_rank, kv_heads=0, mtp_layers=mtp_layers,
+                   router_score="sigmoid")
     llm = ModuleSpec(
         name="llm", kind="llm", layers=arch.layers, hidden=arch.hidden, heads=arch.heads, kv_heads=arch.kv_heads,
         head_dim=arch.head_dim, ffn=arch.ffn, gated=arch.gated_mlp, norm="rmsnorm", activation="silu",
@@ -79,6 +88,8 @@ def arch_model(arch: ModelArch, seq_len: int, name: str) -> ModelSpec:
         norm_topk=arch.experts > 0, window=128 if gptoss else 0,
         full_layers=tuple(range(1, arch.layers, 2)) if gptoss else (), source="benchmarks.published",
     )
+    if mla:
+        llm = replace(llm, **mla)
     return ModelSpec(name=name, modules=(llm,), title=arch.title)
 
 
@@ -89,8 +100,6 @@ def unsupported(run: PublishedRun) -> str | None:
         return "FP8 precision (the FP8 cost terms are another helper's)"
     if run.gpu not in CLUSTERS:
         return f"no cluster preset for {run.gpu}"
-    if arch.kv_lora_rank:
-        return "multi-head latent attention (MLA) is not in the cost model yet"
     if "sinks" in arch.attention:
         return ("attention with learned sinks: which kernel ran it (Transformer Engine's flash and fused paths lack "
                 "learnable softmax before cuDNN 9.18, then fall back to unfused attention) is not published")
@@ -237,7 +246,8 @@ def evaluate_run(run: PublishedRun, options: dict[str, Any] | None = None) -> Ca
     """``run`` built and forced as published (:func:`run_layout`, :func:`run_options`), evaluated and replayed."""
     layout = run_layout(run)
     mbs = run.mbs or 1
-    model = arch_model(MODELS[run.model], run.seq_len, run.model)
+    mtp = 0 if "w/o MTP" in run.notes else None  # a run with the MTP module removed says so
+    model = arch_model(MODELS[run.model], run.seq_len, run.model, mtp)
     est: ForcedEstimate = estimate_forced(model, CLUSTERS[run.gpu], layout, global_batch=run.gbs or mbs * run.dp,
                                           microbatch=mbs, options={**run_options(run), **(options or {})})
     pub, how = published_ms(run)
@@ -325,6 +335,15 @@ def to_markdown(doc: dict[str, Any], command: str = "python -m benchmarks.calibr
     for f in doc["families"]:
         lines.append(f"| {f['family']}{' (H)' if f['holdout'] else ''} | {' < '.join(f['measured'])} | "
                      f"{' < '.join(f['predicted'])} | {len(f['flipped'])} of {f['pairs']} |")
+    sens = doc.get("host_floor")
+    if sens:
+        parts = [f"{split} {regime} {v['median_abs_ln_ratio']:.3f} / {v['worst_abs_ln_ratio']:.3f}"
+                 for split, per in sens["summary"].items() for regime, v in per.items() if regime == "all"]
+        flips = "; ".join(f"{f['family']}: {len(f['flipped'])} of {f['pairs']} flipped" for f in sens["families"]
+                          if f["family"].startswith("layout:"))
+        lines += ["", f"Sensitivity, not the default: with the optional host floor `moe_host_ms={sens['options']['moe_host_ms']:g}` "
+                  f"(a MoE layer's forward and backward take at least that long to launch): median / worst "
+                  f"{', '.join(parts)}; {flips}."]
     if doc["skipped"]:
         reasons: dict[str, int] = {}
         for sk in doc["skipped"]:
