@@ -314,12 +314,13 @@ def test_a_small_deepseek_v3_plans_and_every_stage_fits():
 
 # sha256 of dump_problem(build_problem(preset, "dgx-h100", nodes=1, global_batch=16, microbatches=4)) without
 # multi-head latent attention and multi-token prediction: models without them must build byte-identical problems.
-# A deliberate cost change elsewhere updates these with the reason in its commit. Updated for issue 32's MoE physics
-# (the H100 GEMM ceiling 0.497, the SM share of hidden TP collectives, MoE experts as grouped GEMMs at every
-# ep, the new MoE options in meta.options).
+# A deliberate cost change elsewhere updates these with the reason in its commit (issue 32: the recompute branch's
+# flash attention at its kernels' published rates, recompute_modules hints and options in meta; the moe branch's
+# H100 GEMM ceiling 0.497, SM share of hidden TP collectives, MoE experts as grouped GEMMs at every ep and MoE
+# options in meta).
 MAIN_PROBLEMS = {
-    "llava-1.5-7b": "5b99d596e2bd681d4b871b7a099ef52422cc182d67475d129860edc700870852",
-    "qwen3-vl-30b-a3b": "82e4d07f01ac4b93e77aa70e75389ab32a8dcb5a43db2c7e5cda8c0b1f7272f8",
+    "llava-1.5-7b": "9c296a87c3eeca4c7c1dd8b02a48f36f92a6c53bf5da05fe645de4bee9f1ef6d",
+    "qwen3-vl-30b-a3b": "2cec4117b4b5e424688f0a27dc11607bb4deece416ec4b06a8a153fe8755ce90",
 }
 
 

@@ -91,6 +91,7 @@ from ...presets import ClusterSpec
 from ..flops import efficiency
 from ..hardware import generation
 from ..options import BF16_BYTES, CostOptions
+from ..precision import fp8_rate
 from ..traffic import Traffic, traffic_ms
 
 __all__ = [
@@ -160,12 +161,17 @@ def expert_gemm_ms(work: ExpertWork, cluster: ClusterSpec, opts: CostOptions) ->
     HBM bytes (the local experts' weights: 2 B per parameter forward and
     dgrad, 8 B for wgrad's fp32 accumulation; the activations in and out);
     with ``grouped_gemm="multi_stream"`` no faster than its host launches.
+    Under FP8 (``opts.fp8``) the FLOPs run at the FP8 rate; the weight bytes
+    stay the BF16 count (an upper bound: the fp8 copies are cached per
+    iteration).
     """
     if work.rows <= 0 or work.local_experts <= 0:
         return 0.0, 0.0, 0.0
     gen = generation(cluster)
     flops = 2.0 * work.rows * work.hidden * work.width * work.matrices
     rate = cluster.peak_tflops * 1e9 * efficiency(work.width, work.rows, opts, cluster)
+    if opts.fp8:  # the experts' grouped GEMMs in FP8 (:mod:`partitioner.costs.precision`)
+        rate = fp8_rate(rate, cluster, opts)
     m = work.rows_per_expert
     compute_rows = flops / (rate * tile_fill(m, gen.gemm_tile_rows))  # fwd and dgrad: M = the expert's rows
     compute_k = flops / (rate * tile_fill(m, gen.gemm_tile_rows // 2))  # wgrad: the rows are its K (finer steps)

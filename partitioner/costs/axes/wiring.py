@@ -44,9 +44,13 @@ from ...problem import Layout
 from ..attention_mla import cp_head_dim
 from ..comm import allgather_ms, overlapped_ms, shard_gather_ms
 from ..entry import EntryCost, finish_cost, layer_terms, piece_time_terms, weight_bytes_per_param, zero3_exposed_ms
+from ..flops import efficiency
 from ..hardware import comm_sm_fraction
 from ..layers import Piece, PipelineLayer
 from ..options import CostOptions
+from ..precision import expert_activation_delta, expert_quant_ms, fp8_weight_extra_bytes, weight_cast_ms
+from ..recompute import ReplayRates, dense_part_view, expert_recompute, replays_attention
+from ..recompute_names import modules_of, replays_experts
 from ..traffic import traffic_ms
 from ..variants import Knobs
 from .context import causal_load_factor, cp_algorithms, cp_attention_ms, cp_problem, kv_bytes, shard_piece, ulysses_bytes
@@ -66,8 +70,8 @@ from .experts import (
 from .groups import GroupSpan, group_span
 from .moe_kernels import ExpertWork, default_imbalance, expert_gemm_ms, host_sync_ms, permutation_traffic, router_traffic
 
-__all__ = ["LANGUAGE_ROLES", "cp_sharded", "cp_allows", "piece_algorithms", "cp_layer_terms", "sync_layout",
-           "expert_split", "moe_imbalance", "dispatch_collectives", "overlapped_dispatch", "moe_ep_cost"]
+__all__ = ["LANGUAGE_ROLES", "cp_sharded", "cp_allows", "piece_algorithms", "cp_layer_terms", "cp_attention_choice",
+           "sync_layout", "expert_split", "moe_imbalance", "dispatch_collectives", "overlapped_dispatch", "moe_ep_cost"]
 
 LANGUAGE_ROLES = ("embedding", "decoder", "mtp", "loss")  # mtp: multi-token prediction modules (Megatron splits them too)
 
@@ -114,6 +118,13 @@ def _attention_ms(piece: Piece, sharded: Piece, layout: Layout, samples: float, 
                   opts: CostOptions, recompute: str) -> tuple[float, float]:
     """Exposed ``(fwd, bwd)`` ms of one attention piece's context-parallel traffic, the configured algorithm
     when the piece can run it, else the fastest it can."""
+    _, fwd, bwd = cp_attention_choice(piece, sharded, layout, samples, cluster, opts, recompute)
+    return fwd, bwd
+
+
+def cp_attention_choice(piece: Piece, sharded: Piece, layout: Layout, samples: float, cluster: ClusterSpec,
+                        opts: CostOptions, recompute: str) -> tuple[str, float, float]:
+    """``(algorithm, fwd, bwd)``: :func:`_attention_ms` and the algorithm it costs."""
     t, c = layout.tp, layout.cp
     shape = piece.shape
     assert shape is not None
@@ -133,7 +144,7 @@ def _attention_ms(piece: Piece, sharded: Piece, layout: Layout, samples: float, 
     fwd, bwd = times[chosen]
     if not piece.backward:
         bwd = 0.0
-    return piece.passes * fwd, piece.passes * bwd
+    return chosen, piece.passes * fwd, piece.passes * bwd
 
 
 def cp_layer_terms(layer: PipelineLayer, layout: Layout, samples: float, recompute: str, cluster: ClusterSpec,
@@ -160,7 +171,7 @@ def cp_layer_terms(layer: PipelineLayer, layout: Layout, samples: float, recompu
             continue
         f, b = _attention_ms(p, s, layout, samples, cluster, opts, recompute)
         fwd += f
-        b_in += b + (f if recompute == "full" and p.backward else 0.0)
+        b_in += b + (f if replays_attention(recompute) and p.backward else 0.0)
     return fwd, b_in, b_w, act
 
 
@@ -264,7 +275,7 @@ def moe_ep_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: C
       the optimizer step over the routed parameters the rank owns.
     """
     ax = opts.axes
-    dense = tuple(_dense_part(p) for p in layer.pieces)
+    dense = tuple(dense_part_view(_dense_part(p), p) for p in layer.pieces)
     dense_layer = replace(layer, pieces=dense)
     terms = cp_layer_terms(layer, layout, samples, knobs.recompute, cluster, opts, pieces=dense)
     zero3 = knobs.zero == 3
@@ -310,13 +321,31 @@ def moe_ep_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: C
         n = p.passes
         forward = g_f + m_f + sync
         fwd += n * (forward + comm_f)
+        if opts.fp8:  # the FP8 casts of the experts' operands; their fp8 weights, cached once per iteration
+            q_f, q_b = expert_quant_ms(work.rows, p.width, moe.moe_ffn, f, moe.gated, p.backward, not p.frozen,
+                                       cluster, opts, weights=moe.params / (e * f))
+            fwd += n * q_f + weight_cast_ms(moe.params / (e * f), cluster, opts) / microbatches
+            if p.backward:
+                b_in += n * (q_b + (q_f if replays_experts(knobs.recompute) else 0.0))
+                if knobs.recompute != "full" and "moe" not in modules_of(knobs.recompute):
+                    delta = expert_activation_delta(work.rows, p.width, moe.moe_ffn, f, opts)
+                    if "moe_act" in modules_of(knobs.recompute):  # fc2's input is discarded: no fp8 copy of it
+                        delta *= p.width / (p.width + moe.moe_ffn / f)
+                    act += n * delta
+            weight += moe.params / (e * f) * fp8_weight_extra_bytes(opts, cluster) / (edp if zero3 else 1)
         if p.backward:
-            b_in += n * (g_d + m_b + comm_b) + (n * (forward + times.fwd) if knobs.recompute == "full" else 0.0)
+            stored = n * expert_activation_bytes(copies, p.width, moe.moe_ffn, f, moe.gated, gamma, padded=padded,
+                                                 router_tokens=tokens, experts=moe.experts)
+            rate = cluster.peak_tflops * 1e9 * efficiency(width, work.rows, opts, cluster)
+            rates = ReplayRates(rate, 0.0, 0.0, cluster.hbm_GBps, opts.hbm_efficiency, opts.memory_bound_ops)
+            kept, replay = expert_recompute(
+                knobs.recompute, stored=stored, copies=n * copies, moe_ffn=moe.moe_ffn, gated=moe.gated,
+                activation=p.shape.activation if p.shape is not None else "silu", hidden=p.width, ep=e,
+                compute_ms=n * forward, dispatch_ms=n * times.fwd, rates=rates, imbalance=gamma, padded=padded)
+            b_in += n * (g_d + m_b + comm_b) + replay
             if not p.frozen:
                 b_w += n * g_w
-            if knobs.recompute != "full":
-                act += n * expert_activation_bytes(copies, p.width, moe.moe_ffn, f, moe.gated, gamma, padded=padded,
-                                                   router_tokens=tokens, experts=moe.experts)
+            act += kept
         weight += _expert_weight(moe.params, e, f, edp, p.frozen, knobs, opts)
         b_w += _expert_sync_ms(moe.params, e, f, edp_span, p, knobs, cluster, opts) / microbatches
         work_f += n * (g_f + m_f)
