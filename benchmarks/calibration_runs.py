@@ -20,7 +20,7 @@ FLOPs over the printed TFLOP/s (:func:`megatron_flops`, Megatron-LM's
 ``ratio = published time / predicted time`` (above 1: the model is
 optimistic); reported per regime (median and worst ``|ln ratio|``), on the
 calibration rows and on the held-out sources apart, and, for every family of
-rows that differ in one knob (``layout:``, ``overlap:``, ``routing:``), the
+rows that differ in one knob (``layout:``, ``overlap:``, ``routing:``, ``recompute:`` ...), the
 measured and predicted order and the pairs the prediction flips.
 
 Run from the repository root (also part of ``python -m benchmarks.calibration``)::
@@ -42,12 +42,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.published import MODELS, RUNS, ModelArch, PublishedRun  # noqa: E402
+from partitioner.costs.recompute_names import modules_of, setting_of  # noqa: E402
 from partitioner.plan import PlanError  # noqa: E402
 from partitioner.planning.forced import ForcedEstimate, ForcedLayout, estimate_forced  # noqa: E402
 from partitioner.presets import ModelSpec, ModuleSpec  # noqa: E402
 from partitioner.problem import ProblemError  # noqa: E402
 
-__all__ = ["CLUSTERS", "CalibrationRow", "arch_model", "run_options", "run_layout", "megatron_flops",
+__all__ = ["CLUSTERS", "CalibrationRow", "arch_model", "run_options", "run_recompute", "run_layout", "megatron_flops",
            "published_ms", "unsupported", "evaluate_run", "calibrate_runs", "family_orders", "to_markdown", "main"]
 
 #: The cluster preset of each published GPU (H800 and the 500 W Grand Teton H100 have none).
@@ -57,6 +58,8 @@ CLUSTERS = {"A100-80G": "dgx-a100-80g", "H100-SXM": "dgx-h100", "H200": "dgx-h20
 #: Engine's GroupedLinear; torchtitan: torch._grouped_mm, one launch).
 _SINGLE_LAUNCH = ("torchtitan", "torchao")
 _REGIMES = ("moe", "long-context", "dense")
+#: The family kinds whose order is reported: rows differing in one knob the cost model prices.
+_ORDERED_FAMILIES = ("layout", "overlap", "routing", "recompute", "dispatcher", "schedule")
 
 
 def arch_model(arch: ModelArch, seq_len: int, name: str, mtp_layers: int | None = None) -> ModelSpec:
@@ -113,7 +116,63 @@ def unsupported(run: PublishedRun) -> str | None:
 #: What a source's own configuration fixes where its table is silent. ModelZoo's Qwen3-235B model config
 #: (``model_configs/benchmarking/Qwen3-235B-A22B.yaml`` at e865051) sets ``--expert-tensor-parallel-size 1``,
 #: ``--account-for-embedding-in-pipeline-split`` and ``--account-for-loss-in-pipeline-split`` for every run.
-SOURCE_SETTINGS: dict[str, dict[str, Any]] = {"modelzoo-qwen3": {"etp": 1, "split_embedding_loss": True}}
+#: Megatron-Bridge's Moonlight-16B pretrain recipe (``recipes/moonlight/moonlight_16b.py`` at 08de997, the
+#: recipe the Moonlight recompute study ran): ``expert_tensor_parallel_size = 1``, the precision-aware
+#: optimizer with fp32 main parameters and bf16 main gradients and Adam moments, ``grad_reduce_in_fp32``
+#: False: 2 (bf16 weight) + 2 (bf16 gradient) + 4 + 2 + 2 (fp32 master, bf16 moments, sharded) bytes per
+#: parameter, gradients reduced in bf16; ``moe_router_force_load_balancing = False``: the router's own
+#: routing (``trained_router``). NeMo AutoModel's benchmark configurations
+#: (``examples/benchmark/configs/*_te_deepep.yaml``) set ``parallelizer.activation_checkpointing: true``, which
+#: wraps every decoder block in a checkpoint wrapper (``components/moe/parallelizer.py`` ``apply_ac``: full
+#: recompute), the DeepSeek-V3 one keeps FSDP2's gathered parameters (``reshard_after_forward: false``); their
+#: ``fake_balanced_gate: true`` routes each token to ``k`` consecutive experts (``moe_routing``), and with
+#: DeepEP the experts run as one grouped GEMM launch (``GroupedExpertsDeepEP``: ``grouped_gemm.ops.gmm``).
+#: Megatron-Bridge's DeepSeek-V3 GB200 BF16 workload configuration recomputes ``mla_up_proj``
+#: (``scripts/performance/configs/deepseek/deepseek_workload_base_configs.py``, every version read). Keys
+#: ``source`` or ``source:model``; ``recompute`` applies where the row does not say; ``options`` are cost options.
+SOURCE_SETTINGS: dict[str, dict[str, Any]] = {
+    "modelzoo-qwen3": {"etp": 1, "split_embedding_loss": True},
+    "automodel-perf": {"recompute": "full", "options": {"moe_routing": "consecutive", "grouped_gemm": "single_launch"}},
+    "automodel-perf:deepseek-v3": {"recompute": "full", "options": {"moe_routing": "consecutive",
+                                                                    "grouped_gemm": "single_launch",
+                                                                    "zero3_keep_gathered": True}},
+    "mbridge-25.11:deepseek-v3": {"recompute": "mla_up_proj"},
+    "mbridge-skills:moonlight-16b-a3b": {"etp": 1, "trained_router": True, "options": {"bytes_per_param": 12.0,
+                                                               "optimizer_bytes_per_param": 8.0,
+                                                               "grad_bytes_per_param": 2.0}},
+}
+
+
+def _source_settings(run: PublishedRun) -> dict[str, Any]:
+    """The source's settings (:data:`SOURCE_SETTINGS`), the model's within the source over them."""
+    return {**SOURCE_SETTINGS.get(run.source, {}), **SOURCE_SETTINGS.get(f"{run.source}:{run.model}", {})}
+
+
+#: Published spellings of Megatron-Core's recompute modules (DeepSeek-V3's report: RMSNorm).
+_MODULE_SPELLING = {"rmsnorm": "layernorm"}
+
+
+def run_recompute(run: PublishedRun) -> str:
+    """The recompute setting a run used (:mod:`partitioner.costs.recompute_names`).
+
+    ``full``; ``selective`` with Megatron-Core's ``--recompute-modules`` (the
+    module set, canonically spelled); ``selective`` without modules
+    (Megatron's default, the attention core); torchtitan's per-op selective
+    checkpointing (``op``); none when the run recomputed nothing; when it does
+    not say, its source's configuration (:data:`SOURCE_SETTINGS`), else none.
+    """
+    if run.recompute == "unknown":
+        return str(_source_settings(run).get("recompute", "none"))
+    if run.recompute == "full":
+        return "full"
+    if run.recompute != "selective":
+        return "none"
+    modules = [_MODULE_SPELLING.get(m, m) for m in run.recompute_modules]
+    if not modules:
+        return "selective"
+    if modules == ["per-op SAC"]:
+        return "op"
+    return setting_of(modules_of("+".join(modules)))
 
 
 def run_layout(run: PublishedRun) -> ForcedLayout:
@@ -122,10 +181,10 @@ def run_layout(run: PublishedRun) -> ForcedLayout:
     An expert-tensor degree the row leaves out is the source's own setting (:data:`SOURCE_SETTINGS`),
     else Megatron's default (etp = tp).
     """
-    source = SOURCE_SETTINGS.get(run.source, {})
+    source = _source_settings(run)
     sharding = run.dp_sharding
     zero = 3 if "fsdp" in sharding else 1
-    recompute = "full" if run.recompute == "full" else "none"
+    recompute = run_recompute(run)
     etp = run.etp if run.etp is not None else source.get("etp")
     return ForcedLayout(pp=run.pp, dp=run.dp, tp=run.tp, cp=run.cp, ep=run.ep,
                         etp=etp if run.ep > 1 else None, vpp=run.vpp or 1, zero=zero, recompute=recompute,
@@ -141,19 +200,20 @@ def run_options(run: PublishedRun) -> dict[str, Any]:
     benchmark setting), torchtitan's single-launch grouped GEMM, and
     Meta's FSDP keeping the gathered parameters between forward and backward.
     """
-    out: dict[str, Any] = {}
+    settings = _source_settings(run)
+    out: dict[str, Any] = dict(settings.get("options", {}))
     moe = run.moe
     if moe is not None:
         dispatcher = "flex" if ("deepep" in moe.dispatcher or "hybridep" in moe.dispatcher) else "alltoall"
         if moe.dispatcher == "allgather":
             dispatcher = "allgather"
         out["ep_dispatcher"] = dispatcher
-        if moe.a2a_overlap and run.ep > 1 and run.recompute != "full":
+        if moe.a2a_overlap and run.ep > 1 and run_recompute(run) != "full":
             out["ep_overlap"] = True
-        if moe.routing in ("force-balanced", "unknown"):
+        if moe.routing == "force-balanced" or (moe.routing == "unknown" and not settings.get("trained_router")):
             # a table that does not say how it routed is read as the benchmark setting of these sources
-            # (every Megatron-Bridge recipe forces balance); only rows that say they used the trained
-            # router pay the derived imbalance
+            # (the Megatron-Bridge performance recipes force balance); only rows that say they used the
+            # trained router, or whose recipe does (SOURCE_SETTINGS), pay the derived imbalance
             out["moe_imbalance"] = 1.0
         if moe.capacity_factor is not None and moe.dropless is False:
             out["capacity_factor"] = moe.capacity_factor
@@ -258,7 +318,7 @@ def evaluate_run(run: PublishedRun, options: dict[str, Any] | None = None) -> Ca
 def family_orders(rows: list[CalibrationRow]) -> list[dict[str, Any]]:
     """Per family of rows differing in one knob: the measured and predicted order (fastest first) and flips."""
     out = []
-    tags = sorted({t for row in rows for t in row.run.families if t.split(":")[0] in ("layout", "overlap", "routing")})
+    tags = sorted({t for row in rows for t in row.run.families if t.split(":")[0] in _ORDERED_FAMILIES})
     for tag in tags:
         members = [row for row in rows if tag in row.run.families]
         if len(members) < 2:

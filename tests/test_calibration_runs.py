@@ -17,6 +17,7 @@ from benchmarks.calibration_runs import (  # noqa: E402
     published_ms,
     run_layout,
     run_options,
+    run_recompute,
     to_markdown,
     unsupported,
 )
@@ -63,6 +64,28 @@ def test_rows_are_read_and_stated_as_published():
     assert unsupported(_run("am-dsv3-h100-256gpu")) is None  # MLA: the cost model states it (presets' MLA fields)
     assert "sinks" in (unsupported(_run("mb2604-gptoss-h100-bf16")) or "")
     assert unsupported(_run("mb2604-qwen3-30b-h100-fp8")) is not None  # FP8: not this table's
+
+
+def test_recompute_and_recipe_settings_are_the_runs_own():
+    # Megatron-Core --recompute-modules as the cost model's module settings, canonically ordered
+    assert run_recompute(_run("mz-qwen3-235b-h100-tp2pp8ep32")) == "layernorm+moe_act"
+    assert run_recompute(_run("mz-qwen3-235b-h100-s16k-cp1-balanced")) == "layernorm+moe"
+    assert run_recompute(_run("mbskill-moonlight-16b-h100-recompute-mla_up_proj-mlp")) == "mla_up_proj+mlp"
+    assert run_recompute(_run("mbskill-moonlight-16b-h100-recompute-none")) == "none"
+    assert run_recompute(_run("dsv3-report-h800-pretrain")) == "layernorm+mla_up_proj"  # the report's "RMSNorm"
+    assert run_recompute(_run("tta-llama3-8b-64gpu-bf16-vanilla")) == "op"  # torchtitan's per-op SAC
+    assert run_recompute(_run("tt-llama31-8b-8gpu-bf16")) == "selective"
+    assert run_layout(_run("mz-qwen3-235b-h100-tp2pp8ep32")).variant == "zero1+recompute-layernorm+moe_act"
+    # Megatron-Bridge's Moonlight recipe: etp 1 (ep 8 x etp 2 would not fit 8 GPUs), its own router, bf16 moments
+    moon = _run("mbskill-moonlight-16b-h100-recompute-none")
+    assert run_layout(moon).etp == 1
+    opts = run_options(moon)
+    assert "moe_imbalance" not in opts and opts["bytes_per_param"] == 12.0 and opts["grad_bytes_per_param"] == 2.0
+    # NeMo AutoModel's benchmark configs: full activation checkpointing, FakeBalancedGate, grouped GEMM
+    am = _run("am-qwen3-30b-h100-8gpu")
+    assert run_layout(am).recompute == "full" and run_layout(am).zero == 3
+    assert run_options(am)["moe_routing"] == "consecutive" and "zero3_keep_gathered" not in run_options(am)
+    assert run_options(_run("am-dsv3-h100-256gpu"))["zero3_keep_gathered"] is True
 
 
 def test_calibration_and_holdout_medians_within_the_target(doc):

@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from ..costs import ProblemBuilder, load_cluster
+from ..costs.recompute_names import canonical_setting
 from ..costs.variants import Knobs
 from ..plan import Plan, PlanError, Stage, evaluate
 from ..plan.cuts import layer_roles
@@ -56,7 +57,9 @@ class ForcedLayout:
     ``ep`` and ``etp`` split the routed experts (folded onto the same GPUs);
     ``etp`` None is Megatron's default, ``etp = tp``. ``zero`` (0, 1: the
     distributed optimizer, 3: FSDP) and ``recompute`` (none, selective,
-    full) are the memory knobs. ``split_embedding_loss``: the embedding and
+    full, op, or Megatron-Core ``--recompute-modules`` joined by ``+``, as
+    :func:`~partitioner.costs.recompute_names.canonical_setting` spells them:
+    ``layernorm+moe_act``) are the memory knobs. ``split_embedding_loss``: the embedding and
     the head count as layers of the pipeline split (Megatron-LM's
     ``--account-for-embedding-in-pipeline-split`` and
     ``--account-for-loss-in-pipeline-split``).
@@ -82,8 +85,18 @@ class ForcedLayout:
             raise ProblemError(f"must be a positive integer or null (etp = tp), got {self.etp!r}", path="layout.etp")
         if self.zero not in (0, 1, 3):
             raise ProblemError(f"must be 0, 1 or 3, got {self.zero!r}", path="layout.zero")
-        if self.recompute not in ("none", "selective", "full"):
-            raise ProblemError(f"must be none, selective or full, got {self.recompute!r}", path="layout.recompute")
+        try:
+            canonical = canonical_setting(self.recompute) if isinstance(self.recompute, str) else None
+        except ValueError:
+            canonical = None
+        if canonical is None or canonical != self.recompute:
+            raise ProblemError(f"must be none, selective, full, op or Megatron recompute modules joined by '+' "
+                               f"(canonically spelled), got {self.recompute!r}", path="layout.recompute")
+        ranks = self.dp * self.tp * self.cp
+        if ranks % (self.ep * self.expert_tp):
+            # Megatron-Core parallel_state: world size % (etp x ep x pp) != 0 raises, i.e. etp x ep divides tp x cp x dp
+            raise ProblemError(f"ep {self.ep} x etp {self.expert_tp} does not divide the {ranks} GPUs of a pipeline "
+                               f"rank (dp x tp x cp), as Megatron-Core requires", path="layout.ep")
         if self.ep == 1 and self.etp not in (None, self.tp):
             raise ProblemError(f"etp {self.etp} without expert parallelism: an ep = 1 layout splits each expert "
                                f"over tp ({self.tp})", path="layout.etp")
@@ -168,10 +181,14 @@ def forced_plan(problem: Problem, layout: ForcedLayout) -> tuple[Problem, Plan]:
     d = layout.dp * layout.tp * layout.cp
     ids = [tuple(range(g * d, (g + 1) * d)) for g in range(P)]
     config = layout.config
-    stages = []
+    stages, with_ep = [], False
     for c, (a, b) in enumerate(forced_cuts(scheduled, P * v, layout.split_embedding_loss)):
         configs = [segment_config(scheduled, first, last, config) for first, last in scheduled.segments(a, b)]
+        with_ep = with_ep or any(cfg.ep == config.ep for cfg in configs)
         stages.append(Stage.from_configs(a, b, d, configs, ids[c % P]))
+    if config.ep > 1 and not with_ep:  # not silently the ep = 1 plan: no layer offers the layout's experts split
+        raise ProblemError(f"no layer offers ep {config.ep} x etp {config.etp} (the cost options' ep_degrees, "
+                           f"etp_degrees, or the experts' count)", path="layout.ep")
     return scheduled, Plan(tuple(stages))
 
 

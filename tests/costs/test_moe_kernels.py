@@ -11,7 +11,7 @@ import math
 import pytest
 
 from partitioner.costs import CostOptions, build_problem, efficiency, load_cluster
-from partitioner.costs.axes.experts import flex_dedup
+from partitioner.costs.axes.experts import flex_dedup, rank_dedup
 from partitioner.costs.axes.groups import GroupSpan
 from partitioner.costs.axes.moe_kernels import (
     MAIN_GRAD_BYTES,
@@ -24,7 +24,7 @@ from partitioner.costs.axes.moe_kernels import (
     tile_fill,
 )
 from partitioner.costs.comm import overlapped_ms
-from partitioner.problem import Layout
+from partitioner.problem import Layout, ProblemError
 
 H100 = load_cluster("dgx-h100")
 SINGLE = CostOptions.from_mapping({"grouped_gemm": "single_launch"})
@@ -94,6 +94,34 @@ def test_flex_dedup_sends_a_token_once_per_other_node():
     miss = math.comb(64, 8) / math.comb(128, 8)
     assert flex_dedup(128, 8, GroupSpan(16, 8)) == pytest.approx((1 - miss) / (8 / 2))
     assert flex_dedup(128, 8, GroupSpan(16, 8)) < flex_dedup(128, 8, GroupSpan(32, 8)) < 1.0
+
+
+def test_deepep_sends_a_token_once_per_destination_rank_over_nvlink():
+    # 8 ranks of 16 experts: the expected distinct ranks of a token's 8 experts, over its 8 copies
+    miss = math.comb(112, 8) / math.comb(128, 8)
+    assert rank_dedup(128, 8, 8) == pytest.approx(8 * (1 - miss) / 8)
+    assert rank_dedup(128, 8, 1) == rank_dedup(8, 2, 8) == 1.0  # one rank; one expert per rank: every copy
+    assert rank_dedup(128, 8, 8) < rank_dedup(128, 8, 32) < 1.0
+
+
+def test_consecutive_experts_cross_the_network_and_nvlink_once():
+    # NeMo AutoModel's FakeBalancedGate: token t to experts t k .. t k + k - 1 (mod E), all on one rank here
+    assert rank_dedup(128, 8, 8, "consecutive") == pytest.approx(1 / 8)
+    assert flex_dedup(256, 8, GroupSpan(64, 8), "consecutive") == pytest.approx(1 / 8)
+    # 4 experts per rank: a token's 8 span two ranks of one node
+    assert rank_dedup(256, 8, 64, "consecutive") == pytest.approx(2 / 8)
+    assert flex_dedup(256, 8, GroupSpan(64, 8), "consecutive") < flex_dedup(256, 8, GroupSpan(64, 8))
+
+
+def test_consecutive_routing_makes_a_flex_dispatch_cheaper_and_is_validated():
+    opts = {"ep_degrees": [16], "moe_imbalance": 1.0, "ep_dispatcher": "flex"}
+    key = Layout(32, 1, ep=16)
+    random = build_problem("glm-4.5v", "dgx-h100", nodes=4, global_batch=256, microbatches=8, options=opts)
+    local = build_problem("glm-4.5v", "dgx-h100", nodes=4, global_batch=256, microbatches=8,
+                          options={**opts, "moe_routing": "consecutive"})
+    assert _total(local, key) < _total(random, key)
+    with pytest.raises(ProblemError, match="moe_routing"):
+        CostOptions.from_mapping({"moe_routing": "sorted"})
 
 
 def test_overlapped_collective_closed_form():

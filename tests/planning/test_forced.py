@@ -50,11 +50,23 @@ def test_the_forced_plan_runs_each_segment_in_the_layout(vlm):
 def test_bad_layouts_name_the_field():
     for kwargs, field in (({"pp": 0, "dp": 1}, "pp"), ({"pp": 1, "dp": 1, "zero": 2}, "zero"),
                           ({"pp": 1, "dp": 1, "recompute": "some"}, "recompute"),
-                          ({"pp": 1, "dp": 2, "tp": 2, "etp": 1}, "etp")):
+                          ({"pp": 1, "dp": 2, "tp": 2, "etp": 1}, "etp"),
+                          # Megatron-Core: etp x ep divides tp x cp x dp (ep 8 x the default etp 2 on 8 GPUs)
+                          ({"pp": 1, "dp": 4, "tp": 2, "ep": 8}, "ep"),
+                          ({"pp": 1, "dp": 1, "recompute": "moe_act+layernorm"}, "recompute")):
         with pytest.raises(ProblemError, match=f"layout.{field}"):
             ForcedLayout(**kwargs)
     assert ForcedLayout(pp=1, dp=2, tp=2).expert_tp == 2  # Megatron's default etp = tp
     assert ForcedLayout(pp=1, dp=2, tp=2, ep=4, etp=1).config == Layout(2, 2, "", 1, 4, 1)
+    # Megatron-Core's --recompute-modules, canonically spelled, are memory knobs too
+    assert ForcedLayout(pp=1, dp=4, tp=2, ep=8, etp=1, zero=1, recompute="layernorm+moe_act").variant == \
+        "zero1+recompute-layernorm+moe_act"
+
+
+def test_a_layout_whose_experts_split_no_layer_offers_is_refused_not_run_without_it():
+    with pytest.raises(ProblemError, match="layout.ep"):
+        estimate_forced("llava-1.5-7b", "dgx-h100", ForcedLayout(pp=1, dp=8, ep=2, etp=1), global_batch=8,
+                        microbatch=1)
 
 
 def test_a_gpu_count_the_nodes_do_not_divide_runs_on_a_part_of_them():

@@ -75,6 +75,7 @@ __all__ = [
     "dispatch_times",
     "allgather_dispatch_times",
     "flex_dedup",
+    "rank_dedup",
     "moe_comm_ms",
     "expert_rank_flops",
     "expert_gemm_shape",
@@ -180,19 +181,19 @@ class DispatchTimes:
 
 def dispatch_times(copies: float, hidden: int, ep: int, etp: int, ep_span: GroupSpan, etp_span: GroupSpan, *,
                    intra_GBps: float, inter_GBps: float, opts: CostOptions, links: str = "max", dedup: float = 1.0,
-                   probs_bytes: float = 4.0, elem_bytes: float = 2.0) -> DispatchTimes:
+                   probs_bytes: float = 4.0, elem_bytes: float = 2.0, intra_dedup: float = 1.0) -> DispatchTimes:
     """The all-to-all dispatcher's four transfers on one rank that sends ``copies`` routed token copies.
 
     Each all-to-all moves the rank's ``copies x h x beta`` buffer over the
     ``ep`` group (the dispatch also the fp32 probabilities) on the links
     the group spans (:func:`~.groups.alltoall_ms`, ``dedup`` on its network
-    part); with ``etp > 1`` an all-gather (or reduce-scatter) of ``etp x
+    part, ``intra_dedup`` on its NVLink part); with ``etp > 1`` an all-gather (or reduce-scatter) of ``etp x
     copies x h x beta`` over the expert-tensor group follows the dispatch
     (precedes the combine) [27]_. Latency and NVLink efficiency are the
     dense model's (``opts``).
     """
     common: dict[str, Any] = dict(latency_us=opts.collective_latency_us, nvlink_efficiency=opts.nvlink_efficiency,
-                                  links=links, dedup=dedup)
+                                  links=links, dedup=dedup, intra_dedup=intra_dedup)
     tokens_a2a = with_probs = etp_ms = 0.0
     if ep > 1:
         tokens_a2a = alltoall_ms(dispatch_buffer(copies, hidden, elem_bytes), ep_span, intra_GBps, inter_GBps, **common)
@@ -224,7 +225,7 @@ def allgather_dispatch_times(tokens: float, hidden: int, experts: int, group: Gr
     return DispatchTimes(with_routing, tokens_ms, tokens_ms, tokens_ms)
 
 
-def flex_dedup(experts: int, top_k: int, span: GroupSpan) -> float:
+def flex_dedup(experts: int, top_k: int, span: GroupSpan, routing: str = "random") -> float:
     """The network bytes of a DeepEP dispatch over NCCL's, for a group spanning ``span.nodes`` nodes.
 
     NCCL's all-to-all sends each of a token's ``k`` routed copies to its
@@ -232,13 +233,36 @@ def flex_dedup(experts: int, top_k: int, span: GroupSpan) -> float:
     sends a token once to each other node holding one of its experts and
     forwards it inside that node over NVLink [23]_: with the ``E / n``
     experts of each node and ``k`` distinct experts drawn uniformly, ``(n-1)
-    (1 - C(E - E/n, k) / C(E, k))`` copies leave. 1 inside one node.
+    (1 - C(E - E/n, k) / C(E, k))`` copies leave; with ``routing``
+    ``consecutive`` (``k`` experts in a row from a multiple of ``k``), the
+    ``ceil(k n / E)`` nodes they span, each remote with odds ``(n-1)/n``.
+    1 inside one node.
     """
     n = span.nodes
     if n <= 1 or top_k <= 0 or experts % n:
         return 1.0
+    if routing == "consecutive":
+        return min(top_k, math.ceil(top_k * n / experts)) / top_k
     miss = math.comb(experts - experts // n, top_k) / math.comb(experts, top_k)
     return (n - 1) * (1.0 - miss) / (top_k * (n - 1) / n)
+
+
+def rank_dedup(experts: int, top_k: int, ranks: int, routing: str = "random") -> float:
+    """The NVLink bytes of a DeepEP dispatch over NCCL's, for ``ranks`` ranks of ``E / ranks`` experts each.
+
+    DeepEP sends a token once to each rank holding one of its experts
+    (``is_token_in_rank``) and the rank permutes it to its local experts
+    [23]_; NCCL's all-to-all sends every routed copy. Per token: the
+    expected distinct ranks over ``k`` copies, ``r (1 - C(E - E/r, k) /
+    C(E, k))`` with ``k`` distinct experts drawn uniformly, ``ceil(k r / E)``
+    with ``routing`` ``consecutive``. 1 for one rank or one local expert.
+    """
+    if ranks <= 1 or top_k <= 0 or experts % ranks or experts // ranks <= 1:
+        return 1.0
+    if routing == "consecutive":
+        return min(top_k, math.ceil(top_k * ranks / experts)) / top_k
+    miss = math.comb(experts - experts // ranks, top_k) / math.comb(experts, top_k)
+    return ranks * (1.0 - miss) / top_k
 
 
 def moe_comm_ms(copies: float, hidden: int, ep: int, etp: int, ep_span: GroupSpan, etp_span: GroupSpan, *,

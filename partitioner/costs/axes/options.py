@@ -41,6 +41,9 @@ References
 .. [39] NVIDIA Transformer Engine pull request 853, "Grouped GEMM via
    multi-stream cuBLAS" (``GroupedLinear``, the grouped GEMM of Megatron-
    Core's ``TEGroupedMLP``).
+.. [40] NVIDIA NeMo AutoModel, ``nemo_automodel/components/moe/layers.py``
+   ``FakeBalancedGate.forward``: ``indices = arange(T k).view(-1, k) % E``
+   (the ``fake_balanced_gate: true`` of its benchmark configurations).
 """
 from __future__ import annotations
 
@@ -54,7 +57,7 @@ __all__ = ["CP_ALGORITHMS", "EP_DISPATCHERS", "AxisOptions"]
 CP_ALGORITHMS = ("p2p", "a2a", "all_gather")
 EP_DISPATCHERS = ("alltoall", "allgather", "flex")
 CHOICES: dict[str, tuple[str, ...]] = {"alltoall_links": ("max", "sum"), "grouped_gemm": ("multi_stream", "single_launch"),
-                                      "ep_dispatcher": EP_DISPATCHERS}
+                                      "ep_dispatcher": EP_DISPATCHERS, "moe_routing": ("random", "consecutive")}
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,14 @@ class AxisOptions:
         behind its partner pass's compute, at most all of it, and the SMs the
         collective occupies slow that compute. Not with full recompute
         (Megatron refuses it), nor with the allgather dispatcher.
+    moe_routing : {"random", "consecutive"}
+        Where a token's ``k`` experts lie: ``random`` (a trained router, or
+        Megatron's forced balance, which routes on random logits), or
+        ``consecutive`` (``k`` experts in a row, token ``t`` to experts ``t k``
+        ... ``t k + k - 1`` mod ``E``: NeMo AutoModel's ``FakeBalancedGate``
+        [40]_), so with ``E / n >= k`` experts per node they sit on one node and
+        the ``flex`` dispatcher sends the token over the network at most once
+        (:func:`~.experts.flex_dedup`).
     ep_dedup : float
         Multiplier (<= 1) on the inter-node part of an all-to-all dispatch or
         combine (a token sent once per destination node [23]_); the
@@ -204,6 +215,7 @@ class AxisOptions:
     capacity_factor: float | None = None
     ep_overlap: bool = False
     ep_dedup: float = 1.0
+    moe_routing: str = "random"
     alltoall_links: str = "max"
     etp_degrees: tuple[int, ...] = ()
     ep_degrees: tuple[int, ...] = ()

@@ -64,6 +64,7 @@ from .experts import (
     expert_weight_bytes,
     flex_dedup,
     moe_layer_flops,
+    rank_dedup,
     routed_copies,
     tokens_per_rank,
 )
@@ -208,7 +209,8 @@ def dispatch_collectives(piece: Piece, copies: float, tokens: float, ep: int, et
 
     ``alltoall``: :func:`~.experts.dispatch_times` over the ep group (stride etp in the expert grid) and the
     etp group; ``flex``: the same with the network part cut to one copy per destination node
-    (:func:`~.experts.flex_dedup`); ``allgather``: :func:`~.experts.allgather_dispatch_times` over the
+    (:func:`~.experts.flex_dedup`) and the NVLink part to one per destination rank
+    (:func:`~.experts.rank_dedup`); ``allgather``: :func:`~.experts.allgather_dispatch_times` over the
     ``etp x ep`` group. ``copies`` are the busiest rank's routed copies, ``tokens`` its input tokens.
     """
     moe = piece.moe
@@ -221,9 +223,12 @@ def dispatch_collectives(piece: Piece, copies: float, tokens: float, ep: int, et
         return allgather_dispatch_times(tokens, piece.width, moe.experts, group_span(ep * etp, 1, devices, gpn),
                                         intra_GBps=intra, inter_GBps=inter, opts=opts)
     ep_span = group_span(ep, etp, devices, gpn)
-    dedup = flex_dedup(moe.experts, moe.top_k, ep_span) if ax.ep_dispatcher == "flex" else ax.ep_dedup
+    flex = ax.ep_dispatcher == "flex"
+    dedup = flex_dedup(moe.experts, moe.top_k, ep_span, ax.moe_routing) if flex else ax.ep_dedup
+    intra_dedup = rank_dedup(moe.experts, moe.top_k, ep, ax.moe_routing) if flex else 1.0
     return dispatch_times(copies, piece.width, ep, etp, ep_span, group_span(etp, 1, devices, gpn), intra_GBps=intra,
-                          inter_GBps=inter, opts=opts, links=ax.alltoall_links, dedup=dedup, probs_bytes=ax.probs_bytes)
+                          inter_GBps=inter, opts=opts, links=ax.alltoall_links, dedup=dedup, probs_bytes=ax.probs_bytes,
+                          intra_dedup=intra_dedup)
 
 
 def overlapped_dispatch(times: DispatchTimes, dense: tuple[float, float], experts: tuple[float, float],
