@@ -260,8 +260,6 @@ def estimate_forced(model: str | ModelSpec, cluster: str | ClusterSpec, layout: 
         ev = evaluate(scheduled, plan)
         fits = False
     sim = simulate_plan(scheduled, plan, ev)
-    iteration_ms = float(sim["makespan_ms"]) if sim and sim.get("makespan_ms") else ev.iteration_ms
-    peaks = sim.get("peak_memory_bytes") if sim else None
-    peak = float(max(peaks)) if peaks else float(max(ev.peak_memory_bytes))
-    return ForcedEstimate(scheduled, plan, ev, iteration_ms, peak, memory, fits,
-                          sim.get("bubble_ratio") if sim else None)
+    iteration_ms = float(sim.makespan_ms) if sim.makespan_ms else ev.iteration_ms
+    peak = float(sim.peak_bytes if sim.peak_bytes is not None else max(ev.peak_memory_bytes))
+    return ForcedEstimate(scheduled, plan, ev, iteration_ms, peak, memory, fits, sim.bubble_ratio)

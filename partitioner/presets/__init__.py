@@ -32,7 +32,7 @@ from .files import (
     preset_dirs,
 )
 from .hf import model_from_hf_config
-from .hints import MEGATRON_FLAGS, MlaHints
+from .hints import MlaHints
 from .spec import (
     GPU_GENERATIONS,
     MODULE_KINDS,
@@ -72,7 +72,6 @@ __all__ = [
     "cluster_from_dict",
     "model_from_hf_config",
     "MlaHints",
-    "MEGATRON_FLAGS",
     "check_model",
     "check_cluster",
     "module_params",

@@ -37,12 +37,14 @@ import math
 from dataclasses import replace
 from typing import Callable, Mapping, Sequence, Union
 
+from ...core.deadline import Deadline
 from ...plan import Evaluation, Plan, PlanError, SolveResult, evaluate
 from ...problem import Problem, ProblemError
+from ...simulate.engine import ReplaySummary
 from ...solvers import SolverError
 from ...solvers.base import schedule_support
+from ...solvers.interleaved.search import round_balanced
 from ..baselines import BASELINE_METHOD, FSDP_METHOD, megatron_baselines
-from ..deadline import Deadline
 from ..options import SCHEDULE_CHOICES
 from ..records import BaselineRun, KnobSolve, ScreenedCount
 from ..results import simulate_plan
@@ -56,9 +58,12 @@ _PLAIN = ("1f1b", "zb-h1", "gpipe")
 # 1F1B screen and at every smaller m (fewer microbatches leave a larger bubble for a schedule to remove; the
 # larger m, rarely fastest, cost the most to evaluate and replay)
 SCREENED_M = 4
+# Seconds the round-balanced interleaved plans of one key may take (their local search often stops earlier,
+# at its local optimum).
+BALANCED_SECONDS = 4.0
 
 # (evaluation, replay, iteration ms) of a plan that runs, or why it cannot
-Run = Union[tuple[Evaluation, Union[Mapping, None], float], str]
+Run = Union[tuple[Evaluation, Union[ReplaySummary, None], float], str]
 # plan_model's solve with knobs: a screened count (the problem under a schedule) and the warm starts per knob setting
 Resolve = Callable[[ScreenedCount, Mapping[str, Plan]], KnobSolve]
 
@@ -67,21 +72,9 @@ def schedule_keys(schedule: str = "auto", virtual_stages: int | None = None,
                   virtual: Sequence[int] = (2, 3, 4)) -> list[tuple[str, int]]:
     """The ``(schedule, v)`` pairs ``plan`` tries: all of them for ``auto``, else the pinned one's.
 
-    Raises
-    ------
-    ProblemError
-        An unknown schedule, or ``virtual_stages`` given without
-        ``interleaved`` or below 2.
+    ``schedule`` and ``virtual_stages`` are a :class:`~partitioner.planning.PlanOptions`'s,
+    checked there.
     """
-    if schedule not in SCHEDULE_CHOICES:
-        raise ProblemError(f"must be one of {', '.join(SCHEDULE_CHOICES)}, got {schedule!r}", path="schedule")
-    if virtual_stages is not None:
-        if schedule != "interleaved":
-            raise ProblemError(f"virtual stages are for schedule 'interleaved' only (schedule is {schedule!r})",
-                               path="virtual_stages")
-        if isinstance(virtual_stages, bool) or not isinstance(virtual_stages, int) or virtual_stages < 2:
-            raise ProblemError(f"the interleaved schedule needs virtual_stages >= 2, got {virtual_stages!r}",
-                               path="virtual_stages")
     keys = [(s, 1) for s in _PLAIN] + [("interleaved", v) for v in virtual]
     if schedule == "auto":
         return keys
@@ -105,7 +98,7 @@ def _run(problem: Problem, plan: Plan, objective: str, simulate: bool, beat: flo
     if simulate and beat is not None and busy_floor(ev) >= beat * (1 - 1e-9):
         return None
     sim = simulate_plan(problem, plan, ev) if simulate else None
-    it = sim["makespan_ms"] if sim and math.isfinite(sim.get("makespan_ms", math.inf)) else ev.iteration_ms
+    it = sim.makespan_ms if sim is not None and math.isfinite(sim.makespan_ms) else ev.iteration_ms
     return ev, sim, it
 
 
@@ -151,8 +144,11 @@ def _plain_replays(best: KnobSolve, keys: Sequence[tuple[str, int]], objective: 
 
 
 def _resolved(entry: ScreenedCount, warm: Mapping[str, Plan], keys: Sequence[tuple[str, int]], method: str,
-              objective: str, resolve: Resolve, deadline: Deadline) -> tuple[list[ScheduleCandidate], list[str]]:
-    """The method re-run under every schedule it models (never 1F1B: that is the kept plan), while time is left."""
+              objective: str, resolve: Resolve, deadline: Deadline,
+              simulate: bool = True) -> tuple[list[ScheduleCandidate], list[str]]:
+    """The method re-run under every schedule it models (never 1F1B: that is the kept plan), while time is left;
+    with ``dp`` under ``interleaved`` also the round-balanced plans of its cut search
+    (:func:`~partitioner.solvers.interleaved.search.round_balanced`, at most :data:`BALANCED_SECONDS` per key)."""
     out: list[ScheduleCandidate] = []
     notes: list[str] = []
     for key in keys:
@@ -180,6 +176,17 @@ def _resolved(entry: ScreenedCount, warm: Mapping[str, Plan], keys: Sequence[tup
             continue
         cand = _candidate("solved", method, key, done.problem, r.plan, (r.evaluation, done.sim, done.iteration_ms))
         out.append(replace(cand, result=r))
+    for key in keys:  # dp under interleaved: also plans whose rounds are balanced, which the estimate does not favour
+        limit = deadline.solve_limit(BALANCED_SECONDS)
+        if key[0] != "interleaved" or method != "dp" or limit == 0:
+            continue
+        prob = with_schedule(entry.problem, *key)
+        for r in round_balanced(prob, objective, method, limit):
+            if r.plan is None:
+                continue
+            run = _run(prob, r.plan, objective, simulate)
+            if run is not None and not isinstance(run, str):
+                out.append(replace(_candidate("solved", method, key, prob, r.plan, run), result=r))
     return out, notes
 
 
@@ -311,7 +318,7 @@ def choose_schedule(
     m_star = best.problem.microbatches
     entry = next((e for e in screened if e.m == m_star), None)
     cands = _plain_replays(best, keys, objective, method, simulate)
-    solved, notes = (_resolved(entry, best.solved_plans, keys, method, objective, resolve, deadline)
+    solved, notes = (_resolved(entry, best.solved_plans, keys, method, objective, resolve, deadline, simulate)
                      if entry is not None else ([], []))
     cands += solved
     cands += _baselines(screened, keys, objective, simulate, deadline=deadline)
