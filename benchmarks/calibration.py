@@ -194,7 +194,7 @@ def _replay(row: Sc21Row, opts: dict[str, Any]):
         raise ValueError(f"{row.params}: fewer decoder layers than {row.pp} x {v} chunks")
     ev = evaluate(problem, plan)
     sim = simulate_plan(problem, plan, ev)
-    iteration_ms = float(sim["makespan_ms"]) if sim else ev.iteration_ms
+    iteration_ms = float(sim.makespan_ms)
     return iteration_ms, ev, sim, cluster
 
 
@@ -204,7 +204,7 @@ def evaluate_row(row: Sc21Row, options: dict[str, Any] | None = None) -> dict[st
     iteration_ms, ev, sim, cluster = _replay(row, opts)
     predicted = eq3_flops(row) / (iteration_ms / 1e3 * row.gpus) / 1e12
     ratio = predicted / row.tflops
-    peak_memory = max(sim["peak_memory_bytes"]) if sim and sim.get("peak_memory_bytes") else None
+    peak_memory = sim.peak_bytes
     return {
         "params": row.params, "hidden": row.hidden, "layers": row.layers, "tp": row.tp, "pp": row.pp, "dp": row.dp,
         "gpus": row.gpus, "global_batch": row.global_batch, "microbatch": row.microbatch,
@@ -212,7 +212,7 @@ def evaluate_row(row: Sc21Row, options: dict[str, Any] | None = None) -> dict[st
         "published_tflops": row.tflops, "predicted_tflops": predicted, "ratio": ratio, "abs_ln_ratio": abs(math.log(ratio)),
         "iteration_ms": iteration_ms, "published_iteration_ms": eq3_flops(row) / (row.tflops * 1e12 * row.gpus) * 1e3,
         "peak_memory_bytes": peak_memory, "gpu_memory_bytes": cluster.gpu_memory_bytes,
-        "bubble_ratio": sim.get("bubble_ratio") if sim else None,
+        "bubble_ratio": sim.bubble_ratio,
         "weight_bytes": max(s.weight_bytes for s in ev.stages),
     }
 
@@ -309,7 +309,7 @@ def evaluate_mlsys23(row: Mlsys23Row, setting: str, options: dict[str, Any] | No
         "published_s": published_s, "predicted_s": predicted_s, "ratio": ratio, "abs_ln_ratio": abs(math.log(ratio)),
         "predicted_mfu": mlsys23_model_flops(row) / (predicted_s * row.gpus * cluster.peak_tflops * 1e12),
         "published_mfu": row.published_mfu if setting == "present work" else None,
-        "peak_memory_bytes": max(sim["peak_memory_bytes"]) if sim and sim.get("peak_memory_bytes") else None,
+        "peak_memory_bytes": sim.peak_bytes,
         "gpu_memory_bytes": cluster.gpu_memory_bytes,
     }
 
