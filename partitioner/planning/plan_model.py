@@ -217,4 +217,4 @@ def _pick_schedule(best: KnobSolve, screened: list[ScreenedCount], run: PlanRun,
 
     return choose_schedule(best, screened, method=opts.method, objective=opts.objective, resolve=resolve,
                            keys=list(run.schedule_keys), simulate=opts.simulate,
-                           pinned=opts.schedule != "auto", deadline=run.deadline)
+                           pinned=opts.schedule != "auto", deadline=run.deadline, balanced=run.rules is None)

@@ -145,9 +145,9 @@ def _plain_replays(best: KnobSolve, keys: Sequence[tuple[str, int]], objective: 
 
 def _resolved(entry: ScreenedCount, warm: Mapping[str, Plan], keys: Sequence[tuple[str, int]], method: str,
               objective: str, resolve: Resolve, deadline: Deadline,
-              simulate: bool = True) -> tuple[list[ScheduleCandidate], list[str]]:
+              simulate: bool = True, balanced: bool = True) -> tuple[list[ScheduleCandidate], list[str]]:
     """The method re-run under every schedule it models (never 1F1B: that is the kept plan), while time is left;
-    with ``dp`` under ``interleaved`` also the round-balanced plans of its cut search
+    with ``dp`` under ``interleaved`` and ``balanced`` also the round-balanced plans of its cut search
     (:func:`~partitioner.solvers.interleaved.search.round_balanced`, at most :data:`BALANCED_SECONDS` per key)."""
     out: list[ScheduleCandidate] = []
     notes: list[str] = []
@@ -178,7 +178,7 @@ def _resolved(entry: ScreenedCount, warm: Mapping[str, Plan], keys: Sequence[tup
         out.append(replace(cand, result=r))
     for key in keys:  # dp under interleaved: also plans whose rounds are balanced, which the estimate does not favour
         limit = deadline.solve_limit(BALANCED_SECONDS)
-        if key[0] != "interleaved" or method != "dp" or limit == 0:
+        if key[0] != "interleaved" or method != "dp" or limit == 0 or not balanced:
             continue
         prob = with_schedule(entry.problem, *key)
         for r in round_balanced(prob, objective, method, limit):
@@ -282,6 +282,7 @@ def choose_schedule(
     simulate: bool = True,
     pinned: bool = False,
     deadline: Deadline | None = None,
+    balanced: bool = True,
 ) -> tuple[KnobSolve, dict[str, BaselineRun], ScheduleReport]:
     """Pick the schedule (and plan) with the least simulated iteration.
 
@@ -306,6 +307,11 @@ def choose_schedule(
     deadline : Deadline, optional
         The run's deadline: once it has passed, no re-solve starts and no
         baseline under another schedule than 1F1B is built (it records what was left out).
+    balanced : bool
+        Also replay dp's round-balanced interleaved plans. False under
+        ``plan --target``: their cut search gives each group its own best
+        mesh and knob setting, which no target runs (each runs one setting
+        for the whole model).
 
     Returns
     -------
@@ -318,7 +324,7 @@ def choose_schedule(
     m_star = best.problem.microbatches
     entry = next((e for e in screened if e.m == m_star), None)
     cands = _plain_replays(best, keys, objective, method, simulate)
-    solved, notes = (_resolved(entry, best.solved_plans, keys, method, objective, resolve, deadline, simulate)
+    solved, notes = (_resolved(entry, best.solved_plans, keys, method, objective, resolve, deadline, simulate, balanced)
                      if entry is not None else ([], []))
     cands += solved
     cands += _baselines(screened, keys, objective, simulate, deadline=deadline)
