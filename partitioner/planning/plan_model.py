@@ -39,6 +39,7 @@ from .schedules.choice import choose_schedule
 from .schedules.report import ScheduleReport
 from .screening import Builders, counts_to_solve, screen_counts
 from .targets.report import target_summaries
+from .targets.rules import runs
 
 __all__ = ["plan_model", "run_plan", "RESOLVE_MIN_SECONDS"]
 
@@ -71,6 +72,7 @@ def plan_model(
     target: str = "any",
     precision: str | None = None,
     fp8_recipe: str | None = None,
+    memory_budget_gb: float | None = None,
 ) -> ModelPlan:
     """Plan the training of a model preset on a cluster preset.
 
@@ -79,7 +81,8 @@ def plan_model(
     model, cluster : str or spec
         Preset names, YAML paths or spec objects.
     nodes, global_batch, microbatches, method, objective, time_limit, options, profile, seed, simulate, \
-auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages, target, precision, fp8_recipe
+auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages, target, precision, fp8_recipe, \
+memory_budget_gb
         The fields of :class:`~partitioner.planning.options.PlanOptions`, documented there.
 
     Returns
@@ -105,7 +108,8 @@ auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages, targe
                        options=options, profile=profile, seed=seed, simulate=simulate, auto_solves=auto_solves,
                        max_stages=max_stages, knob_solves=knob_solves, schedules=schedules,  # type: ignore[arg-type]
                        schedule=schedule, virtual_stages=virtual_stages, target=target,  # type: ignore[arg-type]
-                       precision=precision, fp8_recipe=fp8_recipe)  # type: ignore[arg-type]
+                       precision=precision, fp8_recipe=fp8_recipe,  # type: ignore[arg-type]
+                       memory_budget_gb=memory_budget_gb)
     return run_plan(model, cluster, opts)
 
 
@@ -215,6 +219,8 @@ def _pick_schedule(best: KnobSolve, screened: list[ScreenedCount], run: PlanRun,
     def resolve(entry: ScreenedCount, warm: Mapping[str, Plan]) -> KnobSolve:
         return solve_with_knobs(entry, run, warm, cap=cap)
 
+    rules = run.rules
+    admits = None if rules is None else (lambda problem, plan: runs(rules, problem, plan))
     return choose_schedule(best, screened, method=opts.method, objective=opts.objective, resolve=resolve,
                            keys=list(run.schedule_keys), simulate=opts.simulate,
-                           pinned=opts.schedule != "auto", deadline=run.deadline, balanced=run.rules is None)
+                           pinned=opts.schedule != "auto", deadline=run.deadline, admits=admits)
