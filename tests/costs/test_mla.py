@@ -301,7 +301,9 @@ def test_the_export_hints_name_megatrons_arguments():
 def test_a_small_deepseek_v3_plans_and_every_stage_fits():
     spec = load_model(str(FIXTURES / "deepseek-v3-small"), Workload(text_tokens=4096))
     cluster = replace(load_cluster("dgx-h100"), gpu_memory_bytes=6 * 2**30)  # tight: MoE sharding must be chosen
-    result = plan_model(spec, cluster, nodes=2, global_batch=64, method="dp")
+    # 1F1B pinned: under the auto choice a round-balanced interleaved plan can simulate faster than the dp optimum
+    # of the estimate, and the kept plan is then honestly "feasible" (what this test checks is the MLA/MTP model)
+    result = plan_model(spec, cluster, nodes=2, global_batch=64, method="dp", schedule="1f1b")
     assert result.plan is not None and result.status == "optimal", result.message
     problem = result.problem
     assert problem is not None and [layer.name for layer in problem.layers][-2:] == ["llm.mtp.0", "llm.head"]
