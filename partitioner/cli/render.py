@@ -266,6 +266,8 @@ def print_plan_summary(problem: Problem, result: "ModelPlan") -> None:
         out.print(f"weight memory: {result.memory.note} ({counts})", markup=False)
     for cp_stage in result.context_parallel or ():
         out.print("context parallelism: " + cp_stage.text(), markup=False)
+    for alternative in result.axes_not_chosen or ():
+        out.print(alternative.text(), markup=False)
     from ..export import TARGETS, export_result
 
     exports = {target: export_result(result, target, problem) for target in TARGETS}
