@@ -15,8 +15,10 @@ docs/api.md shows both, run as a doctest.
 """
 from __future__ import annotations
 
+from .frameworks.recipe import Recipe
 from .plan import Evaluation, Plan, PlanError, SolveResult, Stage, evaluate, load_plan
 from .planning import ModelPlan, PlanOptions, plan_model, run_plan
+from .planning.estimate import Estimate, estimate
 from .presets import ClusterSpec, ModelSpec, Workload, load_cluster, load_model
 from .problem import Cluster, Layer, LayerCost, Layout, Problem, ProblemError, StageBounds, Training, dump_problem, load_problem
 from .simulate.engine import simulate
@@ -26,6 +28,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Cluster",
+    "Estimate",
     "Evaluation",
     "Layer",
     "LayerCost",
@@ -39,12 +42,14 @@ __all__ = [
     "PlanError",
     "Problem",
     "ProblemError",
+    "Recipe",
     "SolveResult",
     "SolverError",
     "Stage",
     "StageBounds",
     "Training",
     "dump_problem",
+    "estimate",
     "evaluate",
     "load_plan",
     "load_problem",
