@@ -67,11 +67,13 @@ def attn_flops(spec: ModuleSpec, pairs: float) -> float:
 
 
 
-def efficiency(width: float, tokens: float, opts: CostOptions, cluster: ClusterSpec | None = None) -> float:
+def efficiency(width: float, tokens: float, opts: CostOptions, cluster: ClusterSpec | None = None,
+               grouped: bool = False) -> float:
     """Fraction of peak a GEMM of per-GPU ``width`` over ``tokens`` rows reaches on ``cluster``'s GPUs.
 
-    ``efficiency_max`` (the option, else the cluster's GPU generation's:
-    :func:`~.hardware.efficiency_max`) times two Hill factors that fall for
+    ``efficiency_max`` (the option, else the cluster's GPU generation's
+    dense ceiling, or with ``grouped`` its ceiling for the routed experts'
+    grouped GEMMs: :func:`~.hardware.efficiency_max`) times two Hill factors that fall for
     narrow and short GEMMs [6]_.
     """
     k = opts.efficiency_exponent
@@ -79,7 +81,7 @@ def efficiency(width: float, tokens: float, opts: CostOptions, cluster: ClusterS
     def hill(x: float, half: float) -> float:
         return 1.0 if half <= 0 else x**k / (x**k + half**k)
 
-    return efficiency_max(opts, cluster) * hill(width, opts.gemm_half_width) * hill(tokens, opts.gemm_half_tokens)
+    return efficiency_max(opts, cluster, grouped) * hill(width, opts.gemm_half_width) * hill(tokens, opts.gemm_half_tokens)
 
 
 

@@ -65,9 +65,22 @@ def test_newer_generations_scale_a100s_ceiling_by_their_achievable_matmul_fracti
     a100 = best["A100-80G"] / load_cluster("dgx-a100-80g").peak_tflops
     for gpu, (preset, gen) in peaks.items():
         fraction = best[gpu] / load_cluster(preset).peak_tflops
-        if gen == "h100":  # power-limited Hopper: what it sustains on large GEMMs in a loop (TileOPs, H200)
-            fraction = sum((603, 624, 617, 597)) / 4 / 989.4
         assert GENERATIONS[gen].efficiency_max == pytest.approx(0.70 * fraction / a100, abs=6e-4)
+        grouped = fraction
+        if gen == "h100":  # power-limited Hopper: what it sustains on large grouped GEMMs in a loop (TileOPs, H200)
+            grouped = sum((603, 624, 617, 597)) / 4 / 989.4
+        assert GENERATIONS[gen].grouped_efficiency_max == pytest.approx(0.70 * grouped / a100, abs=6e-4)
     assert GENERATIONS["h200"] == replace(GENERATIONS["h100"], name="h200")  # same silicon, same ceiling
     # every newer generation reaches a smaller share of its (boost-clock) peak than A100
     assert all(GENERATIONS[g].efficiency_max < GENERATIONS["a100"].efficiency_max for g in ("h100", "b200", "gb200"))
+    assert GENERATIONS["h100"].grouped_efficiency_max < GENERATIONS["h100"].efficiency_max
+
+
+def test_the_routed_experts_take_the_grouped_ceiling():
+    cluster = load_cluster("dgx-h100")
+    opts = CostOptions()
+    assert efficiency(1e6, 1e9, opts, cluster, grouped=True) == pytest.approx(GENERATIONS["h100"].grouped_efficiency_max)
+    assert efficiency(1e6, 1e9, opts, load_cluster("dgx-a100-80g"), grouped=True) == pytest.approx(0.70)
+    # the option sets both ceilings
+    assert efficiency(1e6, 1e9, CostOptions.from_mapping({"efficiency_max": 0.5}), cluster, grouped=True) == \
+        pytest.approx(0.5)

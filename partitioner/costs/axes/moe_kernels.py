@@ -169,7 +169,7 @@ def expert_gemm_ms(work: ExpertWork, cluster: ClusterSpec, opts: CostOptions) ->
         return 0.0, 0.0, 0.0
     gen = generation(cluster)
     flops = 2.0 * work.rows * work.hidden * work.width * work.matrices
-    rate = cluster.peak_tflops * 1e9 * efficiency(work.width, work.rows, opts, cluster)
+    rate = cluster.peak_tflops * 1e9 * efficiency(work.width, work.rows, opts, cluster, grouped=True)
     if opts.fp8:  # the experts' grouped GEMMs in FP8 (:mod:`partitioner.costs.precision`)
         rate = fp8_rate(rate, cluster, opts)
     m = work.rows_per_expert

@@ -341,7 +341,7 @@ def moe_ep_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: C
         if p.backward:
             stored = n * expert_activation_bytes(copies, p.width, moe.moe_ffn, f, moe.gated, gamma, padded=padded,
                                                  router_tokens=tokens, experts=moe.experts)
-            rate = cluster.peak_tflops * 1e9 * efficiency(width, work.rows, opts, cluster)
+            rate = cluster.peak_tflops * 1e9 * efficiency(width, work.rows, opts, cluster, grouped=True)
             rates = ReplayRates(rate, 0.0, 0.0, cluster.hbm_GBps, opts.hbm_efficiency, opts.memory_bound_ops)
             kept, replay = expert_recompute(
                 knobs.recompute, stored=stored, copies=n * copies, moe_ffn=moe.moe_ffn, gated=moe.gated,
