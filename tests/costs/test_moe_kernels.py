@@ -45,14 +45,15 @@ def test_few_rows_per_expert_are_memory_bound_on_the_experts_weights():
     acts = 2 * work.rows * (2 * 2048 + 3 * 768)
     assert wgrad == pytest.approx((MAIN_GRAD_BYTES * work.params + acts) / hbm)  # fp32 main_grad read and written
     flops = 2 * work.rows * 2048 * 768 * 3
-    compute = flops / (H100.peak_tflops * 1e9 * efficiency(768, work.rows, SINGLE, H100) * tile_fill(256, 128))
+    compute = flops / (H100.peak_tflops * 1e9 * efficiency(768, work.rows, SINGLE, H100, grouped=True) *
+                      tile_fill(256, 128))
     assert fwd == pytest.approx(max(compute, (2 * work.params + acts) / hbm)) and dgrad == fwd
     assert wgrad > 1.5 * compute  # the weight traffic, not the FLOPs, sets the backward
-    # the same FLOPs on 16 local experts (ep 8): 2048 rows each, compute-bound at the dense GEMM rate
+    # the same FLOPs on 16 local experts (ep 8): 2048 rows each, compute-bound at the grouped GEMM's full rate
     big = ExpertWork(rows=8 * 4096, local_experts=16, hidden=2048, width=768)
     f8, d8, w8 = expert_gemm_ms(big, H100, SINGLE)
-    dense = flops / (H100.peak_tflops * 1e9 * efficiency(768, big.rows, SINGLE, H100))
-    assert f8 == pytest.approx(dense / tile_fill(2048, 128)) and f8 + d8 + w8 < 0.6 * (fwd + dgrad + wgrad)
+    full = flops / (H100.peak_tflops * 1e9 * efficiency(768, big.rows, SINGLE, H100, grouped=True))
+    assert f8 == pytest.approx(full / tile_fill(2048, 128)) and f8 + d8 + w8 < 0.6 * (fwd + dgrad + wgrad)
 
 
 def test_multi_stream_grouped_gemm_has_a_host_floor_per_expert():
