@@ -70,7 +70,7 @@ def cost_entries(problem: Problem) -> int:
 
 _BOTH = frozenset({"bottleneck", "iteration"})
 # plans valid under 1F1B and ZB-H1 (same stash); GPipe's and the interleaved stash it does not model
-CAPABILITIES = Capabilities(schedules={"1f1b": _BOTH, "zb-h1": _BOTH})
+CAPABILITIES = Capabilities(schedules={"1f1b": _BOTH, "zb-h1": _BOTH}, partial_racks=True)
 
 
 @register("greedy", capabilities=CAPABILITIES)
@@ -369,9 +369,10 @@ def _split(work: np.ndarray, parts: int, starts: list[int]) -> list[tuple[int, i
 
 
 def grow_sizes(stage_work: list[float], allowed: tuple[int, ...], total: int) -> list[int] | None:
-    """Start every stage at 1 device; give the next allowed step to the slowest stage that fits."""
-    sizes = [1] * len(stage_work)
-    left = total - len(sizes)
+    """Start every stage at the smallest allowed size (1 device unless ``cluster.stage_sizes`` says
+    otherwise); give the next allowed step to the slowest stage that fits."""
+    sizes = [allowed[0]] * len(stage_work)
+    left = total - sum(sizes)
     if left < 0:
         return None
     following = {a: b for a, b in zip(allowed, allowed[1:])}

@@ -50,7 +50,7 @@ FALLBACK_GRACE = 1.0
 _BOTH = frozenset({"bottleneck", "iteration"})
 # interleaved: the space of equal device groups with one mesh each, by its cut search (solvers/interleaved/search.py)
 CAPABILITIES = Capabilities(
-    schedules={"1f1b": _BOTH, "zb-h1": _BOTH, "gpipe": _BOTH, "interleaved": _BOTH}, exact=True
+    schedules={"1f1b": _BOTH, "zb-h1": _BOTH, "gpipe": _BOTH, "interleaved": _BOTH}, exact=True, partial_racks=True
 )
 
 

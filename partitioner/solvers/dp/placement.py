@@ -31,8 +31,16 @@ class Automaton:
     incoming: dict  # size index -> category ranges [(lo, hi)] a stage of that size can receive
 
 
-def build_automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_fixed: bool | None) -> Automaton:
+def build_automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_fixed: bool | None,
+                    last: int | None = None) -> Automaton:
+    """The placement automaton of ``kind`` for stage ``sizes`` on ``nodes`` nodes of ``G`` GPUs.
+
+    ``last`` (``bins`` only) is the GPUs the job uses on the last node (DESIGN.md "2026-12-03: partial
+    racks"; None or ``G``: all): a whole pipeline must then end with every node full but one, whose free
+    space is ``G - last``, which is exactly the packings into the nodes' used GPUs.
+    """
     n = len(sizes)
+    idle = () if last is None or last == G else (G - last,)
     if kind == "none":  # the state is the stage size only (the tables are grouped by size); one category
         trans: dict[int, tuple[np.ndarray, ...]] = {i: (np.arange(n), np.full(n, i), np.zeros(n, dtype=np.int64)) for i in range(n)}
         incoming = {i: [(0, 1)] for i in range(n)}
@@ -86,7 +94,9 @@ def build_automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_
             return out
 
         def accept(z) -> bool:
-            return not z[1] and not z[2]
+            if z[1] == "dead":
+                return False
+            return tuple(sorted(((z[1],) if z[1] else ()) + z[2])) == idle
 
     # reachable states
     index: dict = {}
@@ -112,6 +122,14 @@ def build_automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_
                 if t >= 0:
                     edges[i].append((k, t, cat_index[cat]))
         k += 1
+    # On a partly used node a size may have no transition at all (nothing fits in front of it: 2 of a
+    # 3-GPU node's 2 used GPUs). The recursion's kernels want one per size: give it a dead state of its
+    # own, reached from nowhere, never accepted (its values stay infinite), that it loops on.
+    for i in range(n):
+        if not edges[i]:
+            dead = len(order)
+            order.append((i, "dead", ()))
+            edges[i].append((dead, dead, cat_index[(i, False)]))
     trans = {i: tuple(np.array(col, dtype=np.int64) for col in zip(*edges[i])) for i in range(n)}
     size_of = np.array([z[0] for z in order])
     return Automaton(

@@ -286,6 +286,10 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
 
     def natural_placement(self) -> str:
         c = self.problem.cluster
+        if c.partial:
+            # stated in-node sizes need not form a divisibility chain and a partly used last node is a
+            # bin of its own size, so sizes summing to N need not pack: only the exact automaton knows
+            return "bins"
         if not np.any(self.out_bytes > 0):
             return "none"
         if c.nodes == 1 or self.G == 1 or c.intra_node_GBps == c.inter_node_GBps:
@@ -297,7 +301,7 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         link = None
         if mode == "size":
             link = c.nodes == 1  # one node: every pair of stages shares it
-        return build_automaton(mode, self.sizes, self.G, c.nodes, link)
+        return build_automaton(mode, self.sizes, self.G, c.nodes, link, c.last_node_gpus)
 
     def _transfer_table(self, auto: Automaton) -> np.ndarray:
         """X[b, c]: transfer time of the boundary after layer b in category c (0 after the last)."""
