@@ -132,7 +132,8 @@ def axis_alternatives(problem: Problem, plan: Plan, method: str = "dp",
                                        message="the time limit left no time for it"))
             continue
         result = solve(forced, method, time_limit=seconds)
-        value, layouts = None, ()
+        value: float | None = None
+        layouts: tuple[str, ...] = ()
         if result.plan is not None:
             try:
                 value = evaluate(problem, result.plan).value
