@@ -246,3 +246,20 @@ def test_build_problem_on_64_of_72_gpus():
     assert {16, 32, 64} <= sizes and max(sizes) == 64
     plain = build_problem("llava-1.5-7b", "gb200-nvl72", nodes=1, global_batch=64, microbatches=4)
     assert not plain.cluster.partial  # without --gpus the preset's answers are unchanged
+
+
+@pytest.mark.parametrize("out_bytes", [0, 1000])
+def test_a_relaxed_optimum_that_does_not_pack_falls_back_to_the_exact_automaton(out_bytes):
+    # two nodes of 6 GPUs, 10 used (6 + 4): two 5-GPU stages are fastest but cannot be placed (5 + 5 fits
+    # neither a 6- nor a 4-GPU node), so dp's relaxed automata (no transfers; runs) find a bound, not a plan
+    keys = ("dp4tp1", "dp5tp1", "dp6tp1")
+    doc = _doc(nodes=2, gpus=6, sizes=[4, 5], devices=10, layers=2, keys=keys)
+    for layer in doc["layers"]:
+        layer["out_bytes"] = out_bytes
+        layer["costs"]["dp5tp1"] = {"fwd_ms": 0.1, "bwd_ms": 0.1, "weight_bytes": 1, "act_bytes": 1}
+    p = Problem.from_dict(doc)
+    r = solve(p, "dp")
+    assert r.status == "optimal" and r.extra["dp"]["placement"] == "bins"
+    assert sorted(s.devices for s in r.plan.stages) == [4, 6]
+    assert r.value == pytest.approx(solve(p, "brute").value, rel=REL)
+    check_plan(p, r)

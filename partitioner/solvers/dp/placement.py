@@ -5,9 +5,12 @@ See the *Placement* section of :mod:`.dp` for what the kinds (``none``,
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..errors import OutOfTime, TooLarge
 
 __all__ = ["Automaton", "build_automaton"]
 
@@ -32,12 +35,22 @@ class Automaton:
 
 
 def build_automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_fixed: bool | None,
-                    last: int | None = None) -> Automaton:
+                    last: int | None = None, max_states: float | None = None,
+                    deadline: float | None = None) -> Automaton:
     """The placement automaton of ``kind`` for stage ``sizes`` on ``nodes`` nodes of ``G`` GPUs.
 
     ``last`` (``bins`` only) is the GPUs the job uses on the last node (DESIGN.md "2026-12-03: partial
     racks"; None or ``G``: all): a whole pipeline must then end with every node full but one, whose free
     space is ``G - last``, which is exactly the packings into the nodes' used GPUs.
+
+    Raises
+    ------
+    TooLarge
+        More than ``max_states`` states (the caller's bound of what its tables can hold): in-node sizes
+        that are no divisibility chain (an NVL72 rack's 16, 18, 32, 36) on several nodes give the
+        ``bins`` automaton free spaces of many values, and its states grow with their multisets.
+    OutOfTime
+        ``deadline`` (on :func:`time.perf_counter`'s clock) passed while the states were listed.
     """
     n = len(sizes)
     idle = () if last is None or last == G else (G - last,)
@@ -115,6 +128,11 @@ def build_automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_
     edges: dict[int, list] = {i: [] for i in range(n)}
     k = 0
     while k < len(order):
+        if max_states is not None and len(order) > max_states:
+            raise TooLarge(f"the {kind} placement automaton has more than {len(order):,} states "
+                           f"({max_states:,.0f} would already fill the memory budget's tables)")
+        if deadline is not None and k % 512 == 0 and time.perf_counter() > deadline:
+            raise OutOfTime
         z = order[k]
         for i in range(n):
             for zn, cat in step(i, z):

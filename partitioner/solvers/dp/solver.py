@@ -208,6 +208,7 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         self.parts: str | None = None
         self.spec = None
         self._budget = _MEMORY_BUDGET_BYTES
+        self._deadline: float | None = None  # the deadline of the optimize() under way (the automaton's build)
         self.threads: int | None = None  # threads a level's first layers are shared among (None: the default)
         self._layer_tables()
         self.K = 0  # the stage-count levels; 0 until prepare() fixes them
@@ -286,10 +287,6 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
 
     def natural_placement(self) -> str:
         c = self.problem.cluster
-        if c.partial:
-            # stated in-node sizes need not form a divisibility chain and a partly used last node is a
-            # bin of its own size, so sizes summing to N need not pack: only the exact automaton knows
-            return "bins"
         if not np.any(self.out_bytes > 0):
             return "none"
         if c.nodes == 1 or self.G == 1 or c.intra_node_GBps == c.inter_node_GBps:
@@ -301,7 +298,15 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         link = None
         if mode == "size":
             link = c.nodes == 1  # one node: every pair of stages shares it
-        return build_automaton(mode, self.sizes, self.G, c.nodes, link, c.last_node_gpus)
+        if not c.partial:
+            return build_automaton(mode, self.sizes, self.G, c.nodes, link)
+        # partial racks (DESIGN.md "2026-12-03: partial racks"): sizes that are no divisibility chain make
+        # the bins automaton's states many on several nodes. Each state holds at least one value per first
+        # layer and device count a stage of its size leaves (tables.Layout): more states than the budget
+        # holds that way are refused while they are listed, and so is a build past the deadline
+        per_state = 8.0 * (self.L + 1) * max(1, self.N + 1 - max(self.sizes, default=0))
+        return build_automaton(mode, self.sizes, self.G, c.nodes, link, c.last_node_gpus,
+                               max_states=self._budget / per_state, deadline=self._deadline)
 
     def _transfer_table(self, auto: Automaton) -> np.ndarray:
         """X[b, c]: transfer time of the boundary after layer b in category c (0 after the last)."""
@@ -420,6 +425,7 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         self.spec = None
         self._free_table = None
         self.prepare(deadline)
+        self._deadline = deadline
         auto = self._automaton_for(kind)
         X = self._transfer_table(auto)
         stats = {"placement": kind, "states": len(auto.states), "categories": len(auto.categories), "levels": self.K}
