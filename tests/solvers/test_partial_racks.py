@@ -150,9 +150,9 @@ def test_the_partly_used_node_is_numbered_last():
 # --------------------------------------------------------------------------- the methods
 
 
-def _agree(problem, objective):
+def _agree(problem, objective, options=None):
     oracle = solve(problem, "brute", objective=objective)
-    result = solve(problem, "dp", objective=objective)
+    result = solve(problem, "dp", objective=objective, options=options)
     assert oracle.status in ("optimal", "infeasible"), oracle.message
     assert result.status in ("optimal", "infeasible"), result.message
     assert (oracle.status == "infeasible") == (result.status == "infeasible"), (oracle.message, result.message)
@@ -168,6 +168,12 @@ def _agree(problem, objective):
 @given(small_rack_problems())
 def test_dp_matches_brute_on_partial_racks(problem):
     _agree(problem, problem.objective)
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(small_rack_problems())
+def test_exact_placement_automaton_matches_brute_on_partial_racks(problem):
+    _agree(problem, problem.objective, {"placement": "bins"})
 
 
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
