@@ -74,6 +74,7 @@ def plan_model(
     target: str = "any",
     precision: str | None = None,
     fp8_recipe: str | None = None,
+    memory_budget_gb: float | None = None,
 ) -> ModelPlan:
     """Plan the training of a model preset on a cluster preset.
 
@@ -82,7 +83,8 @@ def plan_model(
     model, cluster : str or spec
         Preset names, YAML paths or spec objects.
     nodes, global_batch, microbatches, method, objective, time_limit, options, profile, seed, simulate, \
-auto_solves, max_stages, gpus, knob_solves, schedules, schedule, virtual_stages, target, precision, fp8_recipe
+auto_solves, max_stages, gpus, knob_solves, schedules, schedule, virtual_stages, target, precision, fp8_recipe, \
+memory_budget_gb
         The fields of :class:`~partitioner.planning.options.PlanOptions`, documented there.
 
     Returns
@@ -108,7 +110,8 @@ auto_solves, max_stages, gpus, knob_solves, schedules, schedule, virtual_stages,
                        options=options, profile=profile, seed=seed, simulate=simulate, auto_solves=auto_solves,
                        max_stages=max_stages, gpus=gpus, knob_solves=knob_solves, schedules=schedules,  # type: ignore[arg-type]
                        schedule=schedule, virtual_stages=virtual_stages, target=target,  # type: ignore[arg-type]
-                       precision=precision, fp8_recipe=fp8_recipe)  # type: ignore[arg-type]
+                       precision=precision, fp8_recipe=fp8_recipe,  # type: ignore[arg-type]
+                       memory_budget_gb=memory_budget_gb)
     return run_plan(model, cluster, opts)
 
 

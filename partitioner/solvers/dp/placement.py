@@ -12,7 +12,9 @@ import numpy as np
 
 from ..errors import OutOfTime, TooLarge
 
-__all__ = ["Automaton", "build_automaton"]
+__all__ = ["Automaton", "automaton_bytes", "build_automaton"]
+
+TRANSITION_BYTES = 64  # one transition in the automaton's arrays and the tables' layout (pairs, keys), at most
 
 
 @dataclass(frozen=True)
@@ -34,24 +36,28 @@ class Automaton:
     incoming: dict  # size index -> category ranges [(lo, hi)] a stage of that size can receive
 
 
+def automaton_bytes(kind: str, sizes: tuple[int, ...], G: int) -> int:
+    """About what the automaton of ``kind`` and the tables' layout built from it hold (:data:`TRANSITION_BYTES`
+    per transition): every state can follow every stage size, so about states x sizes transitions -- sizes^2
+    on many nodes, checked against the memory budget before it is built. ``bins`` (whose state count is
+    not known ahead) is bounded while it is built (``max_states`` of :func:`build_automaton`)."""
+    n = len(sizes)
+    states = n + (sum(G // d for d in sizes if d < G) if kind in ("run", "bins") else 0)
+    return TRANSITION_BYTES * states * max(n, 1) * (2 if kind in ("run", "bins") else 1)
+
+
 def build_automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_fixed: bool | None,
-                    last: int | None = None, max_states: float | None = None,
+                    max_states: int | None = None, last: int | None = None,
                     deadline: float | None = None) -> Automaton:
-    """The placement automaton of ``kind`` for stage ``sizes`` on ``nodes`` nodes of ``G`` GPUs.
+    """The automaton of ``kind`` (module docstring of :mod:`.solver`, "Placement"); ``max_states`` bounds the
+    reachable states of ``bins`` (:class:`~partitioner.solvers.errors.TooLarge` past it).
 
     ``last`` (``bins`` only) is the GPUs the job uses on the last node (DESIGN.md "2026-12-03: partial
     racks"; None or ``G``: all): a whole pipeline must then end with every node full but one, whose free
-    space is ``G - last``, which is exactly the packings into the nodes' used GPUs.
-
-    Raises
-    ------
-    TooLarge
-        More than ``max_states`` states (the caller's bound of what its tables can hold): in-node sizes
-        that are no divisibility chain (an NVL72 rack's 16, 18, 32, 36) on several nodes give the
-        ``bins`` automaton free spaces of many values, and its states grow with their multisets.
-    OutOfTime
-        ``deadline`` (on :func:`time.perf_counter`'s clock) passed while the states were listed.
-    """
+    space is ``G - last``, which is exactly the packings into the nodes' used GPUs. ``deadline`` (on
+    :func:`time.perf_counter`'s clock): :class:`~partitioner.solvers.errors.OutOfTime` once it has passed
+    while the states are listed (in-node sizes that are no divisibility chain, an NVL72 rack's 16, 18, 32,
+    36, give ``bins`` free spaces of many values on several nodes, and many states)."""
     n = len(sizes)
     idle = () if last is None or last == G else (G - last,)
     if kind == "none":  # the state is the stage size only (the tables are grouped by size); one category
@@ -119,6 +125,9 @@ def build_automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_
         if z not in index:
             if kind == "bins" and len(z[2]) + (1 if z[1] else 0) > nodes:
                 return -1
+            if max_states is not None and len(order) >= max_states:
+                raise TooLarge(f"the placement automaton ({kind}) would have more than {max_states:,} states "
+                               f"on {n} stage sizes")
             index[z] = len(order)
             order.append(z)
         return index[z]
@@ -128,9 +137,6 @@ def build_automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_
     edges: dict[int, list] = {i: [] for i in range(n)}
     k = 0
     while k < len(order):
-        if max_states is not None and len(order) > max_states:
-            raise TooLarge(f"the {kind} placement automaton has more than {len(order):,} states "
-                           f"({max_states:,.0f} would already fill the memory budget's tables)")
         if deadline is not None and k % 512 == 0 and time.perf_counter() > deadline:
             raise OutOfTime
         z = order[k]
