@@ -157,11 +157,11 @@ def job_cluster_fields(cluster: ClusterSpec, nodes: int, gpus: int | None) -> di
         return {}
     g = cluster.gpus_per_node
     if isinstance(gpus, bool) or not isinstance(gpus, int) or not (nodes - 1) * g < gpus <= nodes * g:
-        raise ProblemError(
-            f"must be an integer in {(nodes - 1) * g + 1}..{nodes * g}: the job uses every GPU of {nodes - 1} "
-            f"{cluster.name} nodes and part or all of one more (give fewer --nodes for a smaller job), got {gpus!r}",
-            path="gpus",
-        )
+        uses = (f"part or all of one {cluster.name} node" if nodes == 1 else
+                f"every GPU of {nodes - 1} {cluster.name} nodes and part or all of one more (give fewer nodes for a "
+                "smaller job)")
+        raise ProblemError(f"must be an integer in {(nodes - 1) * g + 1}..{nodes * g}: the job uses {uses}, got {gpus!r}",
+                           path="gpus")
     fields: dict[str, Any] = {}
     sizes = None if cluster.stage_sizes is None else set(cluster.stage_sizes)
     last = gpus - (nodes - 1) * g

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from checks import check_plan
+from conftest import run_cli
 from partitioner import Problem, ProblemError, evaluate, solve
 from partitioner.cluster.placement import contiguous_node_assignment, node_assignment_ids, pack_runs
 from partitioner.costs.build import build_problem, job_cluster_fields
@@ -269,3 +270,9 @@ def test_a_relaxed_optimum_that_does_not_pack_falls_back_to_the_exact_automaton(
     assert sorted(s.devices for s in r.plan.stages) == [4, 6]
     assert r.value == pytest.approx(solve(p, "brute").value, rel=REL)
     check_plan(p, r)
+
+
+def test_plan_refuses_gpus_outside_its_nodes_at_the_door():
+    r = run_cli("plan", "--model", "llava-1.5-7b", "--cluster", "gb200-nvl72", "--nodes", "2", "--gpus", "72",
+                "--global-batch", "64")
+    assert r.returncode == 2 and "gpus" in r.stderr and "73..144" in r.stderr and "Traceback" not in r.stderr
