@@ -9,7 +9,8 @@ from __future__ import annotations
 import copy
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from checks import check_plan
 from conftest import run_cli
@@ -19,6 +20,7 @@ from partitioner.costs.build import build_problem, job_cluster_fields
 from partitioner.plan import Plan, PlanError, Stage
 from partitioner.presets import load_cluster
 from partitioner.problem import Cluster
+from partitioner.solvers.greedy import packing_chain
 from strategies import examples, small_rack_problems
 
 REL = 1e-6
@@ -276,3 +278,22 @@ def test_plan_refuses_gpus_outside_its_nodes_at_the_door():
     r = run_cli("plan", "--model", "llava-1.5-7b", "--cluster", "gb200-nvl72", "--nodes", "2", "--gpus", "72",
                 "--global-batch", "64")
     assert r.returncode == 2 and "gpus" in r.stderr and "73..144" in r.stderr and "Traceback" not in r.stderr
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(st.sampled_from([(1, 72), (2, 72), (3, 72), (2, 6), (3, 12)]), st.data())
+def test_sizes_of_the_packing_chain_always_pack(shape, data):
+    nodes, g = shape
+    sizes = data.draw(st.lists(st.integers(1, g), min_size=1, max_size=8, unique=True))
+    devices = data.draw(st.integers((nodes - 1) * g + 1, nodes * g))
+    cluster = Cluster(nodes, g, 1, 1.0, 1.0, None, tuple(sorted(sizes)), devices)
+    chain = packing_chain(cluster)
+    picked, left = [], devices
+    while left > 0:
+        fits = [s for s in chain if s <= left]
+        assume(fits)
+        picked.append(data.draw(st.sampled_from(fits)))
+        left -= picked[-1]
+    assume(all(s in cluster.allowed_sizes() for s in picked))
+    order = data.draw(st.permutations(picked))
+    assert pack_runs(cluster, order, [False] * (len(order) - 1)) is not None
