@@ -358,6 +358,9 @@ class ClusterSpec:
     inter_node_GBps: float  # network, per GPU and direction
     hbm_GBps: float | None = None  # HBM bandwidth per GPU (memory-bound kernels); None: not given
     peak_tflops_fp8: float | None = None  # dense FP8 tensor-core peak per GPU, where the GPU has one
+    # the stage sizes allowed inside a node when a job uses part of the cluster (plan --gpus): the
+    # problem's cluster.stage_sizes (DESIGN.md "2026-12-03: partial racks"); None: rule 3's powers of two
+    stage_sizes: tuple[int, ...] | None = None
     gpu: str = ""
     title: str = ""
     references: Mapping[str, str] = field(default_factory=dict)
@@ -376,6 +379,7 @@ class ClusterSpec:
             "hbm_GBps": self.hbm_GBps,
             "peak_tflops_fp8": self.peak_tflops_fp8,
             "generation": gpu_generation(self),
+            **({"stage_sizes": list(self.stage_sizes)} if self.stage_sizes is not None else {}),
         }
 
 
