@@ -177,3 +177,17 @@ def test_published_without_a_shipped_recipe_lists_what_is_shipped():
     assert info.value.path == "--baseline" and "shipped:" in str(info.value)
     first = published_recipes()[0]
     assert first.label() in str(info.value)
+
+
+def test_cli_baseline_published(cli):
+    """The preset's shipped recipe on its own job: the line names it and its source; the JSON carries the URL."""
+    run = cli("plan", "--model", "qwen3-vl-30b-a3b", "--cluster", CLUSTER, "--nodes", "1", "--global-batch", "32",
+              "--baseline", "published", "--time-limit", "10", "--json")
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(run.stdout)["recipe_baseline"]
+    assert doc["name"].startswith("the published recipe Megatron-Bridge qwen3_vl_30b_a3b_sft_8gpu_h100_bf16_config")
+    assert doc["source"].startswith("https://github.com/NVIDIA-NeMo/Megatron-Bridge/")
+    assert (doc["recipe"]["ep"], doc["recipe"]["mbs"], doc["recipe"]["gbs"]) == (8, 2, 32)
+    run = cli("plan", "--model", "qwen3-vl-30b-a3b", "--cluster", CLUSTER, "--nodes", "2", "--global-batch", "32",
+              "--baseline", "published")
+    assert run.returncode == 2 and "--baseline" in run.stderr and "shipped:" in run.stderr
