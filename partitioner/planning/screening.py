@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
+from ..core import progress
 from ..core.deadline import Deadline
 from ..costs import CostOptions, ProblemBuilder
 from ..presets import ClusterSpec, ModelSpec
@@ -139,6 +140,7 @@ def screen_counts(builders: Builders, counts: Sequence[int], options: CostOption
             deadline.cut(f"screening: {len(counts) - i} of {len(counts)} microbatch counts not screened",
                          "m = " + ", ".join(map(str, counts[i:])))
             break
+        progress.phase(f"building and screening m = {m} ({i + 1} of {len(counts)} microbatch counts)")
         try:
             problem, base_problem = _problems(m, builders, options)
         except ProblemError as err:
