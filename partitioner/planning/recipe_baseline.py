@@ -118,7 +118,7 @@ def read_baseline(value: Any, spec: ModelSpec, cluster: ClusterSpec, opts: PlanO
         recipe = Recipe.from_fields(found.fields, origin={k: f"{found.path}: recipe.{k}" for k in found.fields})
         stated = StatedRecipe(recipe, f"the published recipe {found.title}", found.url)
     elif isinstance(value, (str, os.PathLike)):
-        stated = StatedRecipe(read_recipe_file(value), f"your recipe {os.fspath(value)}")
+        stated = StatedRecipe(read_recipe_file(os.fspath(value)), f"your recipe {os.fspath(value)}")
     else:
         raise ProblemError(f"must be a recipe file, 'published' or a Recipe, got {type(value).__name__}",
                            path="baseline")
