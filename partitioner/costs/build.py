@@ -60,15 +60,17 @@ def layouts_for(layer: PipelineLayer, cluster_layouts: Sequence[Layout], microba
 def ep_splits(experts: int, layout: Layout, gpus_per_node: int, opts: CostOptions) -> list[tuple[int, int]]:
     """The ``(ep, etp)`` with ep > 1 offered on a layer of a module with ``experts`` routed experts at ``layout``.
 
-    ep from ``ep_degrees`` (default: the powers of two from 2 to ``gpus_per_node``), etp from
-    ``etp_degrees``; ep must divide the experts and ep x etp the config's ``dp tp cp``
-    (:func:`~.axes.experts.ep_problem`).
+    ep from ``ep_degrees`` (default: the powers of two from 2 up to the experts, inside a node and across
+    nodes), etp from ``etp_degrees`` (default: 1 and the config's tp); ep must divide the experts and
+    ep x etp the config's ``dp tp cp`` (:func:`~.axes.experts.ep_problem`). ``gpus_per_node`` is kept for
+    callers; the default degrees no longer stop at a node.
     """
     axes = opts.axes
-    degrees = axes.ep_degrees or tuple(1 << i for i in range(1, gpus_per_node.bit_length()) if 1 << i <= gpus_per_node)
+    degrees = axes.ep_degrees or tuple(1 << i for i in range(1, experts.bit_length()) if 1 << i <= experts)
+    etps = axes.etp_degrees or tuple(dict.fromkeys((1, layout.tp)))
     out = []
     for ep in degrees:
-        for etp in axes.etp_degrees:
+        for etp in etps:
             if ep > 1 and (ep, etp) not in out and ep_problem(experts, layout.dp, layout.tp, layout.cp, ep, etp) is None:
                 out.append((ep, etp))
     return out
@@ -191,7 +193,7 @@ def build_problem(
         Cost-model options (:class:`CostOptions`).
     objective : {"iteration", "bottleneck"}
     profile : path or records, optional
-        Profiled per-layer times replacing the analytic ones (:func:`apply_profile`).
+        Profiled per-layer times replacing the analytic ones (:func:`~.profile.apply_profile`).
     max_stages : int, optional
         Upper bound on the number of stages (default: min(layers, GPUs)).
 
@@ -268,14 +270,17 @@ class ProblemBuilder:
                 if kn is not None and not applies(kn, lay.dp * lay.cp):
                     continue
                 knobs = kn if kn is not None else Knobs(1 if opts.zero1 else 0, opts.recompute)  # layer_cost's default
-                # the compute terms depend on tp, the samples and recompute; under cp on the cp group's span too
-                key = (signature, lay.tp, samples, knobs.recompute, lay.cp, lay.devices if lay.cp > 1 else 0)
-                terms = self._terms.get(key)
-                if terms is None:
-                    terms = self._terms[key] = cp_layer_terms(layer, lay, samples, knobs.recompute, cl, opts)
                 config = Layout(lay.dp, lay.tp, kn.name if kn is not None else "", cp=lay.cp)
-                entry = finish_cost(layer, sync_layout(config), terms, cl, opts, microbatches, knobs,
-                                    nodes=self.nodes).to_dict()
+                if moe:  # the routed experts as GPUs run them, E local experts at ep = 1 (DESIGN.md, MoE physics)
+                    entry = moe_ep_cost(layer, config, samples, cl, opts, microbatches, knobs, nodes=self.nodes).to_dict()
+                else:
+                    # the compute terms depend on tp, the samples and recompute; under cp on the cp group's span too
+                    key = (signature, lay.tp, samples, knobs.recompute, lay.cp, lay.devices if lay.cp > 1 else 0)
+                    terms = self._terms.get(key)
+                    if terms is None:
+                        terms = self._terms[key] = cp_layer_terms(layer, lay, samples, knobs.recompute, cl, opts)
+                    entry = finish_cost(layer, sync_layout(config), terms, cl, opts, microbatches, knobs,
+                                        nodes=self.nodes).to_dict()
                 costs[config.key] = entry
                 for ep, etp in (ep_splits(experts, config, cl.gpus_per_node, opts) if experts else ()):
                     split = replace(config, ep=ep, etp=etp)

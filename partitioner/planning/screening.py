@@ -81,7 +81,7 @@ def _problems(m: int, builders: Builders, options: CostOptions) -> tuple[Problem
     """The plan's problem at m and the baselines' (the same when ``options`` allow every knob).
 
     With a target (``plan --target``), both lose the knobs the target cannot
-    set (:func:`~.targets.restrict`): its baselines are plans it runs.
+    set (:func:`~.targets.rules.restrict`): its baselines are plans it runs.
     """
     rules = builders.run.rules
     problem = builders.build(m, options)

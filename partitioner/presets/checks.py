@@ -85,7 +85,7 @@ from ..core.limits import (
     MIN_TFLOPS,
 )
 from ..problem import ProblemError
-from .spec import MODULE_KINDS, ClusterSpec, ModelSpec, ModuleSpec, module_params
+from .spec import GPU_GENERATIONS, MODULE_KINDS, ClusterSpec, ModelSpec, ModuleSpec, module_params
 
 __all__ = [
     "FIELD_RANGES",
@@ -362,6 +362,8 @@ def cluster_problem(cluster: ClusterSpec) -> Problem | None:
     for name in ("name", "gpu", "title"):
         if not isinstance(getattr(cluster, name), str):
             return name, f"must be a string, got {getattr(cluster, name)!r}"
+    if cluster.generation != "" and cluster.generation not in GPU_GENERATIONS:
+        return "generation", f"must be one of {', '.join(GPU_GENERATIONS)}, got {cluster.generation!r}"
     return None
 
 

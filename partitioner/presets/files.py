@@ -220,7 +220,7 @@ def cluster_from_dict(data: Any, *, source: str | None = None) -> ClusterSpec:
     if not isinstance(data, Mapping):
         raise ProblemError("a cluster preset must be an object", source=source)
     required = ("name", "gpus_per_node", "gpu_memory_bytes", "peak_tflops", "intra_node_GBps", "inter_node_GBps")
-    optional = ("gpu", "title", "references", "hbm_GBps", "peak_tflops_fp8")
+    optional = ("gpu", "title", "references", "hbm_GBps", "peak_tflops_fp8", "generation")
     for key in data:
         if key not in required + optional:
             raise _fail(f"unknown field {key!r} (allowed: {', '.join(required + optional)})", key, source)
@@ -253,6 +253,7 @@ def cluster_from_dict(data: Any, *, source: str | None = None) -> ClusterSpec:
         title=str(data.get("title") or ""),
         references=dict(data.get("references") or {}),
         source=source,
+        generation=data.get("generation") or "",
     )
     return check_cluster(spec, source=source)
 
