@@ -86,6 +86,9 @@ __all__ = [
     "MAX_CHANNELS",
     "MAX_PASSES",
     "MAX_PROJECTOR_DEPTH",
+    "MAX_BLOCK_NORMS",
+    "MIN_FPS",
+    "MAX_FPS",
     "MAX_PARAMS",
     "MIN_TFLOPS",
     "MAX_TFLOPS",
@@ -125,6 +128,9 @@ MAX_IMAGES = 1024  # images (or clips) per sample, frames per clip, frames per t
 MAX_CHANNELS = 1024  # input channels of a patch embedding
 MAX_PASSES = 1024  # forward passes of an action head per sample (flow-matching or diffusion steps)
 MAX_PROJECTOR_DEPTH = 16  # linear layers of a projector
+MAX_BLOCK_NORMS = 8  # norms in one block (2; Gemma 2/3 and GLM-4 "sandwich" blocks have 4)
+MIN_FPS = 1e-3  # a workload's frame rate (it only sets the clip length shown): one frame per 1000 s (time-lapse) ...
+MAX_FPS = 1e6  # ... to a million frames per second (high-speed cameras); training video is sampled at 1-60
 MAX_PARAMS = 2**44  # parameters of one module (1.76e13): at 16 B each, 2^48 bytes < MAX_TOTAL_BYTES
 MIN_TFLOPS = 1e-3  # a cluster's peak_tflops per GPU: 1 GFLOP/s ...
 MAX_TFLOPS = 1e6  # ... to 1 EFLOP/s (an H100 peaks at about 1e3)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.campaign.doors import assert_refused, run_cli, strict_json
 from partitioner.batch import ResultsFile, SweepError, read_results
+from tests.campaign.doors import assert_refused, run_cli, strict_json
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
