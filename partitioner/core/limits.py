@@ -24,7 +24,8 @@ Why these numbers
   :data:`MAX_BYTES` takes a finite, representable time.
 * Cluster and training sizes (:data:`MAX_NODES`, :data:`MAX_DEVICES`,
   :data:`MAX_MICROBATCHES`) bound the tables the solvers and the simulator
-  build from them.
+  build from them; ``plan``'s global batch (:data:`MAX_GLOBAL_BATCH`) bounds
+  the microbatch counts it screens (the batch's divisors).
 * Model and cluster presets (:data:`MAX_MODULES` ... :data:`MAX_TFLOPS`; the
   YAML presets, Hugging Face ``config.json`` files and spec objects given to
   the API, :mod:`partitioner.presets.checks`) are bounded so that what is
@@ -55,6 +56,8 @@ References
    on GPU Clusters Using Megatron-LM", SC 2021, Table 1 (hidden 25 600).
 .. [4] Gemma Team, "Gemma: Open Models Based on Gemini Research and
    Technology", arXiv:2403.08295 (2024), Section 2 (a vocabulary of 256k entries).
+.. [5] X. Zhai et al., "Sigmoid Loss for Language Image Pre-Training",
+   ICCV 2023, arXiv:2303.15343, Section 4 (batch sizes up to one million).
 """
 from __future__ import annotations
 
@@ -76,6 +79,7 @@ __all__ = [
     "MAX_MICROBATCHES",
     "MAX_VIRTUAL_STAGES",
     "MAX_EDGES",
+    "MAX_GLOBAL_BATCH",
     "MAX_MODULES",
     "MAX_MODULE_LAYERS",
     "MAX_WIDTH",
@@ -116,6 +120,7 @@ MAX_LAYERS = 100_000
 MAX_MICROBATCHES = 100_000
 MAX_VIRTUAL_STAGES = 1024
 MAX_EDGES = 1_000_000  # topology edges
+MAX_GLOBAL_BATCH = 2**24  # samples per iteration of `plan` (16 777 216: 16x the largest batch trained, 2^20 [5]_)
 
 # -- model presets, config.json files and spec objects (partitioner.presets.checks)
 MAX_MODULES = 16  # modules in one model (the largest preset has 5)

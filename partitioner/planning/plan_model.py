@@ -19,7 +19,7 @@ import time
 from dataclasses import replace
 from typing import Any, Mapping
 
-from ..core.limits import MAX_NODES
+from ..core.limits import MAX_GLOBAL_BATCH, MAX_MICROBATCHES, MAX_NODES
 from ..costs import CostOptions
 from ..plan import Plan
 from ..presets import ClusterSpec, ModelSpec, load_cluster, load_model
@@ -48,10 +48,26 @@ __all__ = ["plan_model", "run_plan", "plan_options", "microbatch_candidates", "R
 RESOLVE_MIN_SECONDS = 2.0
 
 
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n`` >= 1 in increasing order, by trial division up to sqrt(n) (O(sqrt n) steps)."""
+    small, large = [], []
+    for d in range(1, math.isqrt(n) + 1):
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+    return small + large[::-1]
+
+
 def microbatch_candidates(global_batch: int, limit: int | None = None) -> list[int]:
-    """Microbatch counts tried by ``microbatches="auto"``: the divisors of the global batch."""
-    divs = [m for m in range(1, global_batch + 1) if global_batch % m == 0]
-    return [m for m in divs if limit is None or m <= limit]
+    """Microbatch counts tried by ``microbatches="auto"``: the divisors of the global batch, at most ``limit``
+    and at most :data:`~partitioner.core.limits.MAX_MICROBATCHES` (a problem's range).
+
+    A batch of at most :data:`~partitioner.core.limits.MAX_GLOBAL_BATCH` has at most a few hundred divisors
+    (2^24 has 25; the most below it, 504), found in at most 4096 steps.
+    """
+    cap = MAX_MICROBATCHES if limit is None else min(limit, MAX_MICROBATCHES)
+    return [m for m in divisors(global_batch) if m <= cap]
 
 
 def plan_options(options: Mapping[str, Any] | CostOptions | None) -> CostOptions:
@@ -151,9 +167,8 @@ def _keys(opts: PlanOptions) -> list[tuple[str, int]]:
 def _microbatch_counts(opts: PlanOptions) -> list[int]:
     """The counts to screen: every divisor of the global batch for ``auto``, else the one given."""
     _check_count(opts.nodes, "nodes", MAX_NODES)
+    _check_count(opts.global_batch, "global_batch", MAX_GLOBAL_BATCH)
     g = opts.global_batch
-    if isinstance(g, bool) or not isinstance(g, int) or g < 1:
-        raise ProblemError(f"must be a positive integer, got {g!r}", path="global_batch")
     if opts.microbatches == "auto":
         return microbatch_candidates(g)
     if isinstance(opts.microbatches, int) and not isinstance(opts.microbatches, bool):
