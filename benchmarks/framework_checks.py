@@ -46,18 +46,19 @@ from partitioner.plan import Plan
 from partitioner.presets import load_cluster
 
 __all__ = ["PlannedJob", "fake_world", "close_fake_world", "megatron_config", "megatron_ranks", "list_pattern", "check_megatron_layout",
-           "check_megatron", "torchtitan_parse", "check_torchtitan_config", "check_torchtitan_schedule", "module_tree",
+           "check_megatron", "check_megatron_fp8", "check_torchtitan_converters", "torchtitan_parse", "check_torchtitan_config", "check_torchtitan_schedule", "module_tree",
            "kept_names", "check_torchtitan_split", "check_torchtitan", "one_rank_pp_mesh", "deepspeed_config",
            "check_deepspeed_config", "check_export", "verdict", "free_port", "main"]
 
 BATCH_FLAGS = {"micro_batch_size", "global_batch_size"}
-FLAG_FIELDS = {"num_experts": "num_moe_experts"}  # Megatron-LM flags whose TransformerConfig field has another name
+# Megatron-LM flags whose TransformerConfig field has another name (``fp8``: argparse_meta arg_names ["--fp8-format"])
+FLAG_FIELDS = {"num_experts": "num_moe_experts", "fp8_format": "fp8"}
 TORCHTITAN_CLASSES = {"1f1b": "Schedule1F1B", "gpipe": "ScheduleGPipe", "interleaved": "ScheduleInterleaved1F1B"}
 
 
 @dataclass(frozen=True)
 class PlannedJob:
-    """What the checks read of a plan: its stages, schedule, m, world size, layer hints and knobs."""
+    """What the checks read of a plan: its stages, schedule, m, world size, layer hints, knobs and FP8 precision."""
 
     plan: Plan
     schedule: str
@@ -66,6 +67,7 @@ class PlannedJob:
     num_devices: int
     hints: Sequence[Mapping[str, Any]]
     knobs: Sequence[Mapping[str, Any]]
+    precision: Mapping[str, Any] | None = None  # export_hints["precision"] of an FP8 plan
 
     @property
     def v(self) -> int:
@@ -78,7 +80,8 @@ class PlannedJob:
         doc = result.to_dict()
         training = result.problem.training
         return cls(result.plan, training.schedule, training.virtual_stages, result.problem.microbatches,
-                   result.problem.cluster.num_devices, doc["export_hints"]["layers"], doc["knobs"])
+                   result.problem.cluster.num_devices, doc["export_hints"]["layers"], doc["knobs"],
+                   doc["export_hints"].get("precision"))
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> "PlannedJob":
@@ -86,7 +89,8 @@ class PlannedJob:
         sched = doc.get("schedule") or {}
         world = int(doc["nodes"]) * load_cluster(str(doc["cluster"])).gpus_per_node
         return cls(Plan.from_dict(dict(doc)), str(sched.get("schedule", "1f1b")), int(sched.get("virtual_stages") or 1),
-                   int(doc["microbatches"]), world, doc["export_hints"]["layers"], doc.get("knobs") or [])
+                   int(doc["microbatches"]), world, doc["export_hints"]["layers"], doc.get("knobs") or [],
+                   doc["export_hints"].get("precision"))
 
 
 def free_port() -> int:
@@ -139,13 +143,26 @@ def megatron_ranks(core: Mapping[str, Any], world: int, init: Callable[[int], No
 
 
 def megatron_config(core: Mapping[str, Any]) -> Any:
-    """``TransformerConfig`` as Megatron-LM builds it from the flags (``--bf16`` sets ``pipeline_dtype``)."""
+    """``TransformerConfig`` as Megatron-LM builds it from the flags (``--bf16`` sets ``pipeline_dtype``).
+
+    An FP8 MoE config asks megatron-core for Transformer Engine's version
+    (MoE FP8 needs TE >= 1.7, FP8 grouped GEMMs >= 1.11); TE is a CUDA
+    package absent from the CPU tier, so the check answers that probe as an
+    installed recent TE would, and every other validation runs as is.
+    """
     import torch
     from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer import transformer_config as tc
 
     tp = core["tensor_model_parallel_size"]
     dtype = torch.bfloat16 if core.get("bf16") else torch.float32
-    return TransformerConfig(hidden_size=64 * tp, num_attention_heads=4 * tp, pipeline_dtype=dtype, **core)
+    probe = tc.is_te_min_version
+    if core.get("fp8") and core.get("num_moe_experts"):
+        tc.is_te_min_version = lambda *a, **k: True  # type: ignore[attr-defined]
+    try:
+        return TransformerConfig(hidden_size=64 * tp, num_attention_heads=4 * tp, pipeline_dtype=dtype, **core)
+    finally:
+        tc.is_te_min_version = probe  # type: ignore[attr-defined]
 
 
 def _decoder_counts(job: PlannedJob, stages: Sequence[Any]) -> list[int]:
@@ -262,7 +279,24 @@ def check_megatron(job: PlannedJob, exp: Any, init: Callable[[int], None] = fake
     knobs = [g for st in job.knobs for g in st["segments"]]
     assert core.get("recompute_granularity", "none") in {g["recompute"] for g in knobs}
     assert settings["ddp_config"].get("use_distributed_optimizer", False) == any(g["zero"] == 1 and g["dp"] > 1 for g in knobs)
+    check_megatron_fp8(job, core, settings["ddp_config"])
     return settings["path"]
+
+
+def check_megatron_fp8(job: PlannedJob, core: Mapping[str, Any], ddp: Mapping[str, Any]) -> None:
+    """The plan's precision is the config's: FP8 fields exactly when the plan is FP8, its recipe, fp8 parameters
+    in both configs (TransformerConfig ``fp8_param``, the DDP config's ``fp8_param_gather``), its BF16 edge layers."""
+    fp8 = job.precision
+    if fp8 is None:
+        assert not core.get("fp8") and not ddp.get("fp8_param_gather")
+        return
+    cfg = megatron_config(core)  # megatron-core validates fp8 / fp8_recipe / fp8_param / first_last_layers_bf16
+    assert cfg.fp8 in ("hybrid", "e4m3") and cfg.fp8_recipe == fp8["fp8_recipe"]
+    assert cfg.fp8_param == ddp.get("fp8_param_gather", False) == fp8["fp8_param_gather"]
+    edge = fp8.get("fp8_bf16_layers", 0)
+    assert cfg.first_last_layers_bf16 == bool(edge)
+    if edge:
+        assert cfg.num_layers_at_start_in_bf16 == cfg.num_layers_at_end_in_bf16 == edge
 
 
 # --- torchtitan ---------------------------------------------------------------------------------------------------
@@ -370,8 +404,17 @@ def check_torchtitan_split(settings: Mapping[str, Any], pp_mesh: Any) -> None:
     assert sum(len(kept_names(c)) for c in chunks) == len({n for p in parts for n in p})
 
 
-def _registry_config(snippet: str) -> Any:
-    """The exported ``config_registry`` function written as a package and parsed by torchtitan's ``--module``."""
+def _registry_config(snippet: str, converters: Sequence[str] = ()) -> Any:
+    """The exported ``config_registry`` function written as a package and parsed by torchtitan's ``--module``.
+
+    An FP8 export's module carries ``CONVERTERS``, torchtitan's converter
+    configs, built when the module is imported: they are checked
+    (:func:`check_torchtitan_converters`), then emptied before torchtitan
+    calls ``planned()``, whose ``converter.build()`` needs torchao and an
+    SM89+ GPU (torchtitan raises without them).
+    """
+    import importlib
+
     with tempfile.TemporaryDirectory() as tmp:
         pkg = Path(tmp) / "planned_job"
         pkg.mkdir()
@@ -379,11 +422,51 @@ def _registry_config(snippet: str) -> Any:
         (pkg / "config_registry.py").write_text(snippet.split("# or, as a config_registry function:\n", 1)[1])
         sys.path.insert(0, tmp)
         try:
+            module = importlib.import_module("planned_job.config_registry")
+            built = list(getattr(module, "CONVERTERS", []))
+            check_torchtitan_converters(built, converters)
+            if built:
+                module.CONVERTERS = []  # type: ignore[attr-defined]
             return torchtitan_parse(["--module", "planned_job", "--config", "planned"])
         finally:
             sys.path.remove(tmp)
             sys.modules.pop("planned_job.config_registry", None)
             sys.modules.pop("planned_job", None)
+
+
+def check_torchtitan_converters(built: Sequence[Any], exported: Sequence[str]) -> None:
+    """The FP8 converters of an export are torchtitan's own configs, in an order it accepts, with a recipe it
+    knows; the LM head and the router are left in BF16 and the blocks' linears converted, by torchtitan's own
+    filter (``module_filter_fn``: Float8) or include list (MXFP8)."""
+    from typing import get_args, get_type_hints
+
+    from torchtitan.components.quantization import (
+        Float8GroupedExpertsConverter,
+        Float8LinearConverter,
+        MXFP8GroupedExpertsConverter,
+        MXFP8LinearConverter,
+    )
+    from torchtitan.components.quantization.utils import module_filter_fn
+    from torchtitan.models.common.linear import Linear
+    from torchtitan.models.utils import validate_converter_order
+
+    assert len(built) == len(exported)
+    if not built:
+        return
+    validate_converter_order(built)
+    linear = Linear.Config(in_features=4096, out_features=4096)
+    blocks = ("layers.3.attention.wq", "layers.3.feed_forward.w1", "layers.3.moe.shared_experts.w2")
+    bf16 = ("lm_head", "layers.3.moe.router.gate")
+    for c in built:
+        assert isinstance(c, (Float8LinearConverter.Config, MXFP8LinearConverter.Config, Float8GroupedExpertsConverter.Config,
+                              MXFP8GroupedExpertsConverter.Config)), type(c)
+        if isinstance(c, Float8LinearConverter.Config):
+            assert c.recipe_name in get_args(get_type_hints(Float8LinearConverter.Config)["recipe_name"])
+            assert all(module_filter_fn(linear, f, c.filter_fqns) for f in blocks)
+            assert not any(module_filter_fn(linear, f, c.filter_fqns) for f in bf16)
+        if isinstance(c, MXFP8LinearConverter.Config):  # an include list: a Linear converts when its FQN holds one
+            assert all(any(t in f for t in c.fqns) for f in blocks)
+            assert not any(any(t in f for t in c.fqns) for f in bf16)
 
 
 def check_torchtitan(job: PlannedJob, exp: Any, pp_mesh: Any = None) -> None:
@@ -392,7 +475,7 @@ def check_torchtitan(job: PlannedJob, exp: Any, pp_mesh: Any = None) -> None:
     overrides = [tok for line in settings["overrides"] for tok in line.split(" ")]
     check_torchtitan_config(torchtitan_parse(["--module", "llama3", "--config", "llama3_debugmodel", *overrides]), settings,
                             job.microbatches)
-    check_torchtitan_config(_registry_config(exp.snippet), settings, job.microbatches)
+    check_torchtitan_config(_registry_config(exp.snippet, settings.get("converters", ())), settings, job.microbatches)
     check_torchtitan_schedule(job, settings)
     if pp_mesh is not None:
         check_torchtitan_split(settings, pp_mesh)

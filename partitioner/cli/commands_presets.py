@@ -70,6 +70,12 @@ def plan_cmd(
     target: str = typer.Option("any", "--target",
                                help="any | megatron | torchtitan | deepspeed: search only the plans that framework runs "
                                     "(any: every plan; the result says per framework the best candidate it runs)."),
+    precision: Optional[str] = typer.Option(None, "--precision",
+                                            help="bf16 | fp8: the GEMM precision of the transformer blocks (default: "
+                                                 "the cost options', bf16 unless -c precision=fp8)."),
+    fp8_recipe: Optional[str] = typer.Option(None, "--fp8-recipe",
+                                             help="With fp8: tensorwise (default) | delayed | blockwise | mxfp8 "
+                                                  "(Blackwell) | rowwise (torchtitan's torchao recipe)."),
     knob_solves: str = typer.Option("fast", "--knob-solves",
                                     help="Uniform knob settings the screening solves per microbatch count: fast "
                                          "(the first with a plan) | all (every one: slower). The kept candidate is "
@@ -94,6 +100,7 @@ def plan_cmd(
     anyres), and the plan shows the sequence lengths they imply. --mtp-layers sets the multi-token prediction
     modules trained after the language model (DeepSeek-V3 trains one).
     """
+    from ..costs.fp8 import FP8_RECIPES, PRECISIONS
     from ..planning import plan_model
     from ..planning.options import KNOB_SOLVES
     from ..planning.schedules.choice import SCHEDULE_CHOICES
@@ -105,6 +112,8 @@ def plan_cmd(
     check_choice(schedule, SCHEDULE_CHOICES, "--schedule")
     check_choice(target, TARGETS, "--target")
     check_choice(knob_solves, KNOB_SOLVES, "--knob-solves")
+    check_choice(precision, PRECISIONS, "--precision")
+    check_choice(fp8_recipe, FP8_RECIPES, "--fp8-recipe")
     if virtual_stages is not None and (schedule != "interleaved" or virtual_stages < 2):
         raise SolverError("--virtual-stages: needs --schedule interleaved and an integer >= 2")
     mb: int | Literal["auto"] = "auto"
@@ -127,6 +136,7 @@ def plan_cmd(
             spec, cluster, nodes=nodes, global_batch=global_batch, microbatches=mb, method=method, objective=objective,
             time_limit=time_limit, options=parse_options(cost_option), profile=profile, max_stages=max_stages,
             schedule=schedule, virtual_stages=virtual_stages, target=target, knob_solves=knob_solves,
+            precision=precision, fp8_recipe=fp8_recipe,
         )
     problem = result.problem
     if save_problem is not None and problem is not None:

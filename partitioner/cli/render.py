@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from rich.table import Table
 
@@ -255,6 +255,8 @@ def print_plan_summary(problem: Problem, result: "ModelPlan") -> None:
         markup=False,
     )
     out.print(_baseline_line(result), markup=False)
+    if result.precision:
+        out.print(_precision_line(result.precision), markup=False)
     if result.schedules is not None and result.schedules.by_schedule:
         _print_schedules(result.schedules)
     if result.message:
@@ -262,6 +264,8 @@ def print_plan_summary(problem: Problem, result: "ModelPlan") -> None:
     if result.memory is not None:
         counts = ", ".join(f"ZeRO-{z} {c}" for z, c in sorted(result.memory.counts.items()))
         out.print(f"weight memory: {result.memory.note} ({counts})", markup=False)
+    for cp_stage in result.context_parallel or ():
+        out.print("context parallelism: " + cp_stage.text(), markup=False)
     from ..export import TARGETS, export_result
 
     exports = {target: export_result(result, target, problem) for target in TARGETS}
@@ -274,6 +278,15 @@ def print_plan_summary(problem: Problem, result: "ModelPlan") -> None:
         out.print("best plan each target runs (plan --target T searches its space exactly): " + "; ".join(
             f"{t} {s.speedup:.3f}x ({s.plan['source']} {s.plan['method']}, {s.plan['schedule']})" if s.plan and s.speedup
             else f"{t} none" for t, s in result.targets.items()), markup=False)
+
+
+def _precision_line(precision: Mapping[str, Any]) -> str:
+    """The FP8 line of a plan's summary: the recipe, the FP8 rate and what stays BF16 (the MFU is of the BF16 peak)."""
+    gather = ", fp8 parameters" if precision.get("fp8_param_gather") else ""
+    peak = float(precision.get("peak_flops_fp8_per_gpu", 0.0)) / 1e12
+    return (f"precision: FP8, {precision.get('fp8_recipe')} scaling{gather}: block GEMMs at {peak:.1f} TFLOP/s peak x "
+            f"{float(precision.get('fp8_gemm_efficiency', 0.0)):.2f} of the BF16 curve; BF16: {precision.get('bf16')} "
+            "(MFU above is against the BF16 peak)")
 
 
 def _baseline_line(result: "ModelPlan") -> str:

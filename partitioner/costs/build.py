@@ -21,15 +21,17 @@ from ..presets import ClusterSpec, ModelSpec, load_cluster, load_model
 from ..problem import OBJECTIVES, Cluster, Layout, Problem, ProblemError
 from .axes.experts import ep_problem
 from .axes.wiring import cp_allows, cp_layer_terms, moe_ep_cost, sync_layout
-from .entry import finish_cost
+from .entry import finish_cost, layer_terms
 from .flops import forward_flops, model_flops_per_sample
 from .layers import Piece, PipelineLayer, model_layers
 from .options import CostOptions
+from .precision import check_precision, describe_precision, precision_summary
 from .profile import _apply_profile_doc, load_profile
+from .recompute import applicable_modules, module_chain, setting_of
 from .variants import Knobs, applies, describe, variant_knobs
 
 __all__ = ["build_problem", "ProblemBuilder", "cluster_layouts", "layouts_for", "ep_splits", "cp_offered",
-           "cost_signature", "usable_memory_bytes", "tied_layers"]
+           "cost_signature", "usable_memory_bytes", "tied_layers", "recompute_settings"]
 
 
 def usable_memory_bytes(cluster: ClusterSpec, opts: CostOptions) -> float:
@@ -103,6 +105,39 @@ def cost_signature(layer: PipelineLayer) -> tuple[Piece, ...]:
     entries in every layout, so :func:`build_problem` computes them once.
     """
     return tuple(replace(p, name="", module="") for p in layer.pieces)
+
+
+def recompute_settings(layers: Sequence[PipelineLayer], cluster: ClusterSpec, opts: CostOptions) -> tuple[str, ...]:
+    """The recompute settings below full that ``variants=all`` adds (option ``recompute_modules``).
+
+    ``auto``: :func:`~.recompute.module_chain` over the model's block kinds,
+    each weighted by its number of layers, measured at one reference point
+    (tp 1, one sample, cp 1: the ratio of bytes freed to time replayed that
+    orders the modules barely depends on the layout) with this cluster and
+    these options: per module, the activation bytes it frees and the
+    backward time it adds (:func:`~.entry.layer_terms`), and the same for
+    full recompute.
+    """
+    requested = opts.recompute_modules
+    if requested == ("none",):
+        return ()
+    if requested != ("auto",):
+        return requested
+    kinds: dict[tuple[Piece, ...], list] = {}
+    for layer in layers:
+        pieces = tuple(p for p in layer.pieces if p.shape is not None and p.backward)
+        if pieces:
+            kinds.setdefault(cost_signature(replace(layer, pieces=pieces)), [pieces, 0])[1] += 1
+    candidates = []
+    for pieces, count in kinds.values():
+        _, b_none, _, act_none = layer_terms(pieces, 1, 1.0, "none", cluster, opts)
+        _, b_full, _, act_full = layer_terms(pieces, 1, 1.0, "full", cluster, opts)
+        freed, replay = {}, {}
+        for m in sorted(set().union(*(applicable_modules(p) for p in pieces))):
+            _, b_m, _, act_m = layer_terms(pieces, 1, 1.0, setting_of([m]), cluster, opts)
+            freed[m], replay[m] = count * (act_none - act_m), count * (b_m - b_none)
+        candidates.append((freed, replay, count * (act_none - act_full), count * (b_full - b_none)))
+    return tuple(module_chain(candidates))
 
 
 def cluster_layouts(gpus_per_node: int, nodes: int, cp_degrees: Sequence[int] = (1,)) -> list[Layout]:
@@ -199,7 +234,8 @@ class ProblemBuilder:
         """(layers, each layer's signature number, knob settings, cluster layouts), worked out once."""
         if self._static is None:
             layers = model_layers(self.spec, self.opts)
-            knob_list = variant_knobs(self.opts.variants, flash_attention=self.opts.flash_attention)
+            knob_list = variant_knobs(self.opts.variants, flash_attention=self.opts.flash_attention,
+                                      modules=recompute_settings(layers, self.cluster, self.opts))
             all_layouts = cluster_layouts(self.cluster.gpus_per_node, self.nodes, cp_offered(layers, self.opts))
             numbers: dict[tuple[Piece, ...], int] = {}
             ids = [numbers.setdefault(cost_signature(layer), len(numbers)) for layer in layers]
@@ -262,6 +298,7 @@ class ProblemBuilder:
         if objective not in OBJECTIVES:
             raise ProblemError(f"must be one of {', '.join(OBJECTIVES)}, got {objective!r}", path="objective")
         mb = global_batch // microbatches
+        check_precision(cl, opts)  # a recipe the cluster's GPUs cannot run is bad input
         layers, signatures, knob_list, all_layouts = self._layers()
         memory = usable_memory_bytes(cl, opts)
         if memory <= 0:
@@ -295,8 +332,10 @@ class ProblemBuilder:
             "peak_flops_per_gpu": cl.peak_tflops * 1e12,
             "params": spec.params,
             "options": opts.to_dict(),
+            **({"precision": fp8} if (fp8 := precision_summary(cl, opts)) else {}),
             "layers": [
-                {"name": layer.name, "module": layer.module, "role": layer.role, "params": layer.params, "fqns": list(layer.fqns)}
+                {"name": layer.name, "module": layer.module, "role": layer.role, "params": layer.params, "fqns": list(layer.fqns),
+                 "recompute_modules": sorted(set().union(*(applicable_modules(p) for p in layer.pieces)))}
                 for layer in layers
             ],
         }
@@ -316,7 +355,7 @@ class ProblemBuilder:
             "meta": meta,
         }
         if knob_list is not None:
-            doc["variants"] = {kn.name: describe(kn) for kn in knob_list if kn.name}
+            doc["variants"] = {kn.name: describe(kn) + describe_precision(opts) for kn in knob_list if kn.name}
         if max_stages is not None:
             if isinstance(max_stages, bool) or not isinstance(max_stages, int) or max_stages < 1:
                 raise ProblemError(f"must be a positive integer, got {max_stages!r}", path="max_stages")

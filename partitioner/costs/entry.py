@@ -28,17 +28,31 @@ from typing import Sequence
 
 from ..presets import ClusterSpec
 from ..problem import Layout, ProblemError
+from .attention import flash_attention_ms
 from .attention_mla import replicated_grad_sync_ms
 from .comm import allreduce_ms, grad_sync_ms, shard_gather_ms
 from .flops import efficiency
 from .layers import Piece, PipelineLayer
-from .memory import block_activation_bytes
-from .options import BF16_BYTES, CostOptions
+from .memory import block_activation_bytes, block_activation_terms
+from .options import CostOptions
+from .precision import (
+    amax_reduce_ms,
+    block_quant_bytes,
+    fp8_activation_delta,
+    fp8_piece,
+    fp8_weight_extra_bytes,
+    fp8_weight_params,
+    gemm_rate,
+    recipe_of,
+    tp_comm_element_bytes,
+    weight_cast_ms,
+)
+from .recompute import OP, ReplayRates, fp8_freed_delta, kept_terms, modules_of, op_kept_bytes, op_replay_ms, replay_ms
 from .tied import embedding_sync_ms, tied_copy_bytes
 from .traffic import block_traffic, embedding_traffic, head_traffic, projector_traffic, traffic_ms
 from .variants import Knobs
 
-__all__ = ["EntryCost", "layer_cost", "layer_terms", "finish_cost", "block_time_terms", "piece_time_terms",
+__all__ = ["EntryCost", "layer_cost", "layer_terms", "finish_cost", "block_time_terms", "piece_time_terms", "block_kept_bytes",
            "optimizer_step_ms", "tied_sync_ms", "weight_bytes_per_param", "TIME_TERMS"]
 
 
@@ -103,14 +117,30 @@ def layer_terms(pieces: Sequence[Piece], tp: int, samples: float, recompute: str
         if not p.backward:
             continue  # runs under no_grad: nothing kept for a backward pass
         if p.shape is not None:
-            act += p.passes * block_activation_bytes(
-                p.shape, b, t, flash_attention=opts.flash_attention, sequence_parallel=opts.sequence_parallel,
-                recompute=recompute, fused_norm=opts.fused_norm,
-            )
+            act += block_kept_bytes(p, b, t, recompute, opts)
+            if opts.fp8:  # the FP8 linears keep fp8 copies of their inputs (.precision), of those a module set keeps
+                delta = fp8_activation_delta(p, b, t, opts, recompute)
+                if delta and modules_of(recompute) and fp8_piece(p, opts):
+                    saved = 2.0 - recipe_of(opts).stored_bytes()
+                    delta -= fp8_freed_delta(p, b, t, recompute, saved, opts.sequence_parallel)
+                act += delta
         else:
             replicated, sharded = p.dense_act
             act += b * (replicated / (t if opts.sequence_parallel else 1) + sharded / t)
     return fwd, b_in, b_w, act
+
+
+def block_kept_bytes(p: Piece, b: float, t: int, recompute: str, opts: CostOptions) -> float:
+    """Activation bytes a block piece keeps for its backward under the recompute setting (:mod:`.memory`,
+    module sets and torchtitan's per-op policy: :mod:`.recompute`)."""
+    assert p.shape is not None
+    kwargs = dict(flash_attention=opts.flash_attention, sequence_parallel=opts.sequence_parallel)
+    if recompute == OP:
+        return op_kept_bytes(p, b, t, **kwargs)
+    if modules_of(recompute):  # a module set, selective (core_attn) included
+        terms = block_activation_terms(p.shape, b, t, recompute="none", fused_norm=opts.fused_norm, **kwargs)
+        return p.passes * sum(kept_terms(terms, p, recompute).values())
+    return p.passes * block_activation_bytes(p.shape, b, t, recompute=recompute, fused_norm=opts.fused_norm, **kwargs)
 
 
 TIME_TERMS = ("fwd.gemm", "fwd.attention", "fwd.memory", "fwd.tp_comm", "bwd.gemm", "bwd.attention", "bwd.memory",
@@ -143,32 +173,46 @@ def piece_time_terms(p: Piece, tp: int, samples: float, recompute: str, cluster:
     flop_per_ms = cluster.peak_tflops * 1e9
     rows = b * p.tokens * p.passes
     rate = flop_per_ms * efficiency(p.width / t, rows, opts)
+    grate = gemm_rate(p, rate, cluster, opts)  # the weighted matmuls' rate: rate, or FP8's (.precision)
     # without flash attention the score matmuls compute every entry of the stored matrix, masked or not
     scale = 1.0 if opts.flash_attention or p.attn_pairs <= 0 else p.score_entries / p.attn_pairs
-    f_gemm = b * p.gemm_flops / t / rate
+    f_gemm = b * p.gemm_flops / t / grate
     if p.replicated_gemm_flops and t > 1 and not opts.sequence_parallel:
-        f_gemm += b * p.replicated_gemm_flops * (1.0 - 1.0 / t) / rate  # every rank runs them over all its tokens
+        f_gemm += b * p.replicated_gemm_flops * (1.0 - 1.0 / t) / grate  # every rank runs them over all its tokens
     f_attn = b * p.attn_flops * scale / t / rate
-    comm = p.allreduces * allreduce_ms(rows * p.width * BF16_BYTES, t, cluster.intra_node_GBps, opts)
+    kernel = opts.flash_attention and opts.attention_kernels
+    flash_fwd = flash_attention_ms(p, b, t, cluster, opts, "fwd") if kernel else None
+    if flash_fwd is not None:  # the flash kernel's published rate for this GPU, head dim, key loop and mask
+        f_attn = flash_fwd
+    elem = tp_comm_element_bytes(p, opts)  # BF16, or an fp8 all-gather beside a BF16 reduce-scatter (.precision)
+    comm = p.allreduces * allreduce_ms(rows * p.width * elem, t, cluster.intra_node_GBps, opts)
     if p.attn_comm_width:  # the attention's collectives carry another width (MLA: its latents, .attention_mla)
-        comm += (allreduce_ms(rows * p.attn_comm_width * BF16_BYTES, t, cluster.intra_node_GBps, opts)
-                 - allreduce_ms(rows * p.width * BF16_BYTES, t, cluster.intra_node_GBps, opts))
+        comm += (allreduce_ms(rows * p.attn_comm_width * elem, t, cluster.intra_node_GBps, opts)
+                 - allreduce_ms(rows * p.width * elem, t, cluster.intra_node_GBps, opts))
+    amax = amax_reduce_ms(p, t, cluster, opts)  # current scaling's TP amax reductions, per direction (.precision)
     traffic, scores = _piece_traffic(p, t, b, cluster, opts)
-    out = {"fwd.gemm": f_gemm, "fwd.attention": f_attn, "fwd.memory": traffic[0], "fwd.tp_comm": comm}
+    out = {"fwd.gemm": f_gemm, "fwd.attention": f_attn, "fwd.memory": traffic[0], "fwd.tp_comm": comm + amax}
     if not p.backward:
         return out
     attn_factor = opts.flash_backward_factor if opts.flash_attention else 2.0
-    g = f_gemm if p.bwd_gemm_flops is None else b * p.bwd_gemm_flops / t / rate
+    g = f_gemm if p.bwd_gemm_flops is None else b * p.bwd_gemm_flops / t / grate
     a = f_attn if p.bwd_attn_flops is None else b * p.bwd_attn_flops * scale / t / rate
-    skip = 0.0 if p.needs_input_grad else b * p.input_gemm_flops / t / rate
+    skip = 0.0 if p.needs_input_grad else b * p.input_gemm_flops / t / grate
     wgrad = 0.0 if p.frozen else g
     hidden = min(opts.tp_comm_overlap * comm, wgrad)  # the input-gradient collectives run beside the wgrad GEMMs
-    out.update({"bwd.gemm": g - skip, "bwd.attention": attn_factor * a, "bwd.memory": traffic[1],
-                "bwd.tp_comm": comm - hidden, "wgrad.gemm": wgrad})
+    flash_bwd = flash_attention_ms(p, b, t, cluster, opts, "bwd") if flash_fwd is not None else None
+    out.update({"bwd.gemm": g - skip, "bwd.attention": attn_factor * a if flash_bwd is None else flash_bwd,
+                "bwd.memory": traffic[1], "bwd.tp_comm": comm - hidden + amax, "wgrad.gemm": wgrad})
     if recompute == "full":
-        out["bwd.recompute"] = f_gemm + f_attn + traffic[0] + comm
+        out["bwd.recompute"] = f_gemm + f_attn + traffic[0] + comm + amax
     elif recompute == "selective" and not opts.flash_attention:
         out["bwd.recompute"] = f_attn + scores
+    elif recompute == OP or modules_of(recompute):  # module sets; selective with flash attention
+        rates = ReplayRates(grate, f_attn, comm / p.allreduces if p.allreduces else 0.0, cluster.hbm_GBps,
+                            opts.hbm_efficiency, opts.memory_bound_ops)
+        kwargs = dict(flash_attention=opts.flash_attention, sequence_parallel=opts.sequence_parallel)
+        out["bwd.recompute"] = (op_replay_ms(p, t, b, rates, **kwargs) if recompute == OP
+                                else replay_ms(p, recompute, t, b, rates, **kwargs))
     return out
 
 
@@ -186,6 +230,9 @@ def _piece_traffic(p: Piece, t: int, b: float, cluster: ClusterSpec, opts: CostO
         fwd = p.passes * sum(o.fwd for o in ops.values())
         bwd = p.passes * sum(o.bwd for o in ops.values())
         scores = p.passes * ops["scores"].fwd if "scores" in ops else 0.0
+        if fp8_piece(p, opts):  # the FP8 casts of the linears' operands (.precision)
+            q_fwd, q_bwd = block_quant_bytes(p, b, t, opts, cluster)
+            fwd, bwd = fwd + q_fwd, bwd + q_bwd
     elif p.op == "embedding":
         tr = embedding_traffic(p.tokens, p.width, p.vocab, b, t, positions=p.positions, dropout=p.dropout,
                                sequence_parallel=sp, backward=not p.frozen)
@@ -224,6 +271,10 @@ def finish_cost(layer: PipelineLayer, layout: Layout, terms: tuple[float, float,
         if p.replicated_params and t > 1:  # held whole on every tp rank (MLA's down-projections)
             weight += p.replicated_params * per * (1.0 - 1.0 / t)
         tied += tied_copy_bytes(p.tied_params, t, per)
+        if fp8_piece(p, opts):  # the cached fp8 weights and their cast, once per iteration (.precision)
+            fp8_params = fp8_weight_params(p) / t + (p.replicated_params * (1.0 - 1.0 / t) if t > 1 else 0.0)
+            weight += fp8_params * fp8_weight_extra_bytes(opts, cluster) / (dp if knobs.zero == 3 else 1)
+            fwd += weight_cast_ms(fp8_params, cluster, opts) / microbatches
     trainable = sum(p.params + p.tied_params for p in layer.pieces if not p.frozen)
     replicated = sum(p.replicated_params for p in layer.pieces if not p.frozen) if t > 1 else 0
     if replicated:  # the syncs and the step below divide by tp: count the whole copies each rank owns

@@ -66,10 +66,12 @@ from ..presets import (
 )
 from ..problem import ProblemError
 from .attention_mla import mla_gemms, mla_replicated, mla_shape, mla_tp_comm_width
+from .axes.experts import router_flops
 from .flops import attn_flops as _attn_flops
 from .flops import block_gemm_flops as _block_gemm_flops
 from .memory import BlockShape
 from .options import BF16_BYTES, CostOptions
+from .precision import block_fp8_weights
 
 __all__ = ["MoeShape", "Piece", "PipelineLayer", "model_layers", "block_shape"]
 
@@ -137,6 +139,8 @@ class Piece:
     replicated_params: int = 0  # of params, those every tp rank holds whole (MLA's down-projections)
     replicated_gemm_flops: float = 0.0  # of gemm_flops, those every tp rank runs whole without sequence parallelism
     attn_comm_width: float = 0.0  # the attention's tp collectives as a width per token (0: width; MLA: its latents)
+    bf16_gemm_flops: float = 0.0  # a block's weighted-matmul FLOPs that stay BF16 under FP8 (router, patch embedding...)
+    bf16_params: int = 0  # a block's parameters outside its FP8 linears (norms, biases, router, extras)
 
 
 @dataclass(frozen=True)
@@ -166,13 +170,17 @@ def _block_piece(
     shape_spec = replace(spec, ffn=ffn) if moe else spec
     # multi-head latent attention: the down-projections are whole on every tp rank, the latents are gathered
     repl_params, repl_flops = mla_replicated(spec, tokens) if spec.mla else (0, 0.0)
+    params = layer_block_params(spec, i) + extra_params
+    # what stays BF16 under FP8 (.precision): the router and the extras (patch embedding, pooling head, action
+    # projections); the parameters outside the block's linear layers (norms, biases, router, extras)
+    router = router_flops(tokens, spec.hidden, spec.experts) if moe else 0.0
     return Piece(
         name=name,
         module=spec.name,
         kind="block",
         gemm_flops=passes * (_block_gemm_flops(spec, tokens, i) + extra_flops),
         attn_flops=passes * _attn_flops(spec, pairs),
-        params=layer_block_params(spec, i) + extra_params,
+        params=params,
         tokens=tokens,
         width=spec.hidden,
         heads=spec.heads,
@@ -191,6 +199,8 @@ def _block_piece(
         replicated_params=repl_params,
         replicated_gemm_flops=passes * repl_flops,
         attn_comm_width=mla_tp_comm_width(spec) if spec.mla else 0.0,
+        bf16_gemm_flops=passes * (router + extra_flops),
+        bf16_params=max(0, params - int(round(block_fp8_weights(spec, i)))),
     )
 
 
@@ -439,6 +449,9 @@ def model_layers(model: ModelSpec, options: CostOptions | None = None) -> list[P
                     pieces.append(_block_piece(expert, f"{expert.name}.{i}", s_e, e_pairs, e_extra, io, scores=float(s_e * s_all)))
                     fq += (_fqn(expert, "pre") if i == 0 else ()) + _fqn(expert, "block", i) + (_fqn(expert, "post") if last else ())
                     out += s_e * expert.hidden * BF16_BYTES
+                edge = opts.fp8_bf16_layers if opts.fp8 else 0
+                if i < edge or i >= spec.layers - edge:  # Megatron's first_last_layers_bf16: the whole block in BF16
+                    pieces = [replace(pc, bf16_gemm_flops=pc.gemm_flops, bf16_params=pc.params) for pc in pieces]
                 layers.append(PipelineLayer(f"{spec.name}.{i}", spec.name if expert is None else f"{spec.name}+{expert.name}", "decoder", tuple(pieces), out, fq))
             if spec.mtp_layers:
                 layers.extend(_mtp_layers(spec, s_llm, pairs))

@@ -30,11 +30,16 @@ from typing import Any, Mapping
 
 from ..problem import ProblemError
 from .axes.options import AxisOptions
+from .fp8 import DEFAULT_FP8_RECIPE, FP8_RECIPES, PRECISIONS
 from .param_memory import param_memory, target_memory
+from .recompute_names import canonical_setting
 
-__all__ = ["BF16_BYTES", "CostOptions"]
+__all__ = ["BF16_BYTES", "CostOptions", "FP8_FIELDS"]
 
 BF16_BYTES = 2
+# the options that describe FP8 training: written by :meth:`CostOptions.to_dict` only when precision is fp8,
+# so that every bf16 problem's ``meta.options`` stays what it was before they existed
+FP8_FIELDS = ("precision", "fp8_recipe", "fp8_param_gather", "fp8_bf16_layers", "fp8_gemm_efficiency")
 
 
 @dataclass(frozen=True)
@@ -63,11 +68,19 @@ class CostOptions:
         (v1 problems, for every solver); :func:`~partitioner.planning.plan_model`
         asks for ``all``. Giving ``recompute`` or ``zero1`` without
         ``variants`` fixes the knobs: ``variants`` becomes ``none``.
-    recompute : {"none", "selective", "full"}
+    recompute : str
         With ``variants=none``: activation recomputation for every layer
-        [2]_: selective drops the score-matrix term (recomputing the
-        attention core in backward); full keeps only each block's input and
-        replays the forward in backward.
+        [2]_: ``none``, ``selective`` (drops the score-matrix term,
+        recomputing the attention core in backward), ``full`` (keeps only
+        each block's input and replays the forward in backward), a module
+        set such as ``layernorm+moe_act`` (Megatron-Core's
+        ``--recompute-modules``) or ``op`` (torchtitan's per-op policy):
+        :mod:`partitioner.costs.recompute`.
+    recompute_modules : tuple of str
+        The recompute settings below ``full`` that ``variants=all`` adds to
+        none, selective and full: ``auto`` (the module sets worth a variant
+        for this model, :func:`~partitioner.costs.recompute.module_chain`),
+        ``none``, or settings (``layernorm+moe_act``, ``moe``, ``op``).
     zero1 : bool
         With ``variants=none``: shard the 12 optimizer bytes per parameter
         over dp (ZeRO stage 1 [4]_).
@@ -125,6 +138,13 @@ class CostOptions:
     flash_backward_factor : float
         Backward/forward FLOPs of the attention core with flash attention
         (2.5: five matmuls against two [5]_); 2 without.
+    attention_kernels : bool
+        With flash attention, time the attention core at the published
+        flash-attention kernel rates of the cluster's GPU generation, by
+        head dim, key-loop length (the chunk under context parallelism),
+        causal diagonal tiles and pass (:mod:`partitioner.costs.attention`);
+        False, or a GPU no curve was published for: at the dense GEMM
+        efficiency.
     grad_bytes_per_param : float
         Bytes per trainable parameter in the data-parallel gradient
         all-reduce or reduce-scatter: 4, Megatron-LM reduces the fp32
@@ -170,6 +190,33 @@ class CostOptions:
         Overrides the LLM's text tokens per sample.
     max_tp : int or None
         Largest tensor-parallel degree to offer.
+    precision : {"bf16", "fp8"}
+        The GEMM precision (:mod:`partitioner.costs.precision`): ``fp8``
+        runs the linear layers of every transformer block -- QKV, output
+        projection, MLP, the experts -- in FP8 at the cluster's
+        ``peak_tflops_fp8``, with the casts and the fp8 weight copies
+        charged; the router, the attention core, the embedding, the LM head
+        and the projector stay in BF16, as Megatron-LM with Transformer
+        Engine and torchtitan's float8 converters keep them.
+    fp8_recipe : {"tensorwise", "delayed", "blockwise", "mxfp8", "rowwise"}
+        The scaling recipe (:data:`~.fp8.RECIPES`); checked against the
+        cluster's GPU when the problem is built (``mxfp8`` needs Blackwell,
+        ``blockwise`` Hopper or later). Default ``tensorwise``, what
+        NVIDIA's published FP8 runs on Hopper use.
+    fp8_param_gather : bool or None
+        Keep the parameters in fp8 (Megatron's ``--fp8-param-gather``): no
+        bf16 weight copy besides the fp8 ones, no per-iteration weight
+        cast. None: as NVIDIA's published recipes (Megatron-Bridge's
+        ``mixed_precision``) set it -- on for tensorwise, delayed and
+        mxfp8, off for blockwise; torchtitan's rowwise keeps bf16 weights.
+    fp8_bf16_layers : int
+        Decoder layers of the language model kept in BF16 at each end
+        (Megatron's ``--first-last-layers-bf16`` with this many at the start
+        and at the end; refused with delayed scaling, as Megatron does).
+    fp8_gemm_efficiency : float or None
+        Fraction of the BF16 efficiency curve an FP8 GEMM of the same shape
+        reaches, as a fraction of the FP8 peak. None: the GPU
+        generation's measured ratio (:func:`~.fp8.fp8_gemm_efficiency`).
     axes : AxisOptions
         The context- and expert-parallel options (format v3's cp, ep and
         etp axes: :class:`~.axes.options.AxisOptions`, documented there).
@@ -244,6 +291,7 @@ class CostOptions:
     fused_norm: bool = True
     variants: tuple[str, ...] = ("none",)
     recompute: str = "none"
+    recompute_modules: tuple[str, ...] = ("auto",)
     zero1: bool = False
     zero3_overlap: float = 0.5
     zero3_keep_gathered: bool = False
@@ -258,6 +306,7 @@ class CostOptions:
     collective_latency_us: float = 20.0
     nvlink_efficiency: float = 0.8
     flash_backward_factor: float = 2.5
+    attention_kernels: bool = True
     grad_bytes_per_param: float = 4.0
     grad_sync_overlap: float = 0.5
     memory_reserve_bytes: int = 2 * 2**30
@@ -273,6 +322,11 @@ class CostOptions:
     train: tuple[str, ...] = ()
     text_tokens: int | None = None
     max_tp: int | None = None
+    precision: str = "bf16"
+    fp8_recipe: str = DEFAULT_FP8_RECIPE
+    fp8_param_gather: bool | None = None
+    fp8_bf16_layers: int = 0
+    fp8_gemm_efficiency: float | None = None
     axes: AxisOptions = AxisOptions()
 
     @classmethod
@@ -301,17 +355,42 @@ class CostOptions:
             elif isinstance(default, tuple):
                 if isinstance(value, str):
                     value = tuple(v for v in value.split(",") if v)
-                what = "variant names (or all, none)" if key == "variants" else "module names"
+                what = {"variants": "variant names (or all, none)",
+                        "recompute_modules": "recompute settings (or auto, none)"}.get(key, "module names")
                 if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
                     raise ProblemError(f"must be a list of {what}", path=where)
                 value = tuple(value)
                 if key == "variants" and not value:
                     raise ProblemError("must name at least one variant (or all, none)", path=where)
+                if key == "recompute_modules":
+                    value = _recompute_settings(value, where)
             elif key == "recompute":
-                if value not in ("none", "selective", "full"):
-                    raise ProblemError(f"must be none, selective or full, got {value!r}", path=where)
+                if not isinstance(value, str):
+                    raise ProblemError(f"must be a recompute setting, got {value!r}", path=where)
+                try:
+                    canonical = canonical_setting(value)
+                except ValueError as err:
+                    raise ProblemError(str(err), path=where) from None
+                if canonical != value:
+                    raise ProblemError(f"write the setting as {canonical!r}, got {value!r}", path=where)
             elif key == "memory_count":
                 param_memory(value)  # a ProblemError naming options.memory_count if unknown
+            elif key == "precision":
+                if value not in PRECISIONS:
+                    raise ProblemError(f"must be one of {', '.join(PRECISIONS)}, got {value!r}", path=where)
+            elif key == "fp8_recipe":
+                if value not in FP8_RECIPES:
+                    raise ProblemError(f"must be one of {', '.join(FP8_RECIPES)}, got {value!r}", path=where)
+            elif key == "fp8_param_gather":
+                if value is not None and not isinstance(value, bool):
+                    raise ProblemError(f"must be true, false or null, got {value!r}", path=where)
+            elif key == "fp8_bf16_layers":
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise ProblemError(f"must be a non-negative integer, got {value!r}", path=where)
+            elif key == "fp8_gemm_efficiency":
+                if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                          or not 0 < value <= 1):
+                    raise ProblemError(f"must be in (0, 1] or null, got {value!r}", path=where)
             elif key in ("text_tokens", "max_tp"):
                 if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                     raise ProblemError(f"must be a positive integer, got {value!r}", path=where)
@@ -331,6 +410,7 @@ class CostOptions:
             values["variants"] = ("none",)  # a fixed knob: one setting for every layer (format v1)
         if axis_values:
             values["axes"] = AxisOptions.from_mapping(axis_values)  # a ProblemError naming options.<key>
+        _check_fp8(values)
         return cls(**values)
 
     @classmethod
@@ -342,8 +422,53 @@ class CostOptions:
         from_target = {"memory_count": target_memory(target, zero).name}
         return cls.from_mapping({**from_target, **more})
 
+    @property
+    def fp8(self) -> bool:
+        """Whether the GEMMs of the transformer blocks run in FP8 (``precision == "fp8"``)."""
+        return self.precision == "fp8"
+
     def to_dict(self) -> dict[str, Any]:
-        """The options as :meth:`from_mapping` takes them (the axis options flat at the top level)."""
-        dense = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if k != "axes"}
+        """The options as :meth:`from_mapping` takes them (the axis options flat at the top level).
+
+        The FP8 fields (:data:`FP8_FIELDS`) only when ``precision`` is fp8.
+        """
+        dense = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()
+                 if k != "axes" and (self.fp8 or k not in FP8_FIELDS)}
         return {**dense, **self.axes.to_dict()}
 
+
+def _check_fp8(values: Mapping[str, Any]) -> None:
+    """The FP8 options together: only with precision fp8, and first/last BF16 layers not with delayed scaling.
+
+    Megatron-core refuses ``first_last_layers_bf16`` with delayed scaling
+    ("Delayed scaling does not support first / last layer in BF16":
+    ``TransformerConfig.__post_init__``), so the option door does too.
+    """
+    given = [k for k in FP8_FIELDS[1:] if k in values]
+    if values.get("precision", "bf16") != "fp8":
+        if given:
+            raise ProblemError(f"needs precision fp8 (got precision {values.get('precision', 'bf16')})",
+                               path=f"options.{given[0]}")
+        return
+    if values.get("fp8_bf16_layers", 0) and values.get("fp8_recipe", DEFAULT_FP8_RECIPE) == "delayed":
+        raise ProblemError("BF16 first/last layers do not run with delayed scaling (megatron-core refuses "
+                           "first_last_layers_bf16 with fp8_recipe delayed)", path="options.fp8_bf16_layers")
+
+
+def _recompute_settings(values: tuple[str, ...], where: str) -> tuple[str, ...]:
+    """``recompute_modules``: ``("auto",)``, ``("none",)`` or canonical settings below full (ProblemError otherwise)."""
+    if values in (("auto",), ("none",)):
+        return values
+    out = []
+    for v in values:
+        try:
+            canonical = canonical_setting(v)
+        except ValueError as err:
+            raise ProblemError(str(err), path=where) from None
+        if canonical in ("none", "full", "auto") or v in ("auto", "none"):
+            raise ProblemError(f"auto and none stand alone, and full is always offered; got {v!r}", path=where)
+        if canonical != v:
+            raise ProblemError(f"write the setting as {canonical!r}, got {v!r}", path=where)
+        if v not in out:
+            out.append(v)
+    return tuple(out)

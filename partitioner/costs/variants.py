@@ -18,15 +18,31 @@ variant                           meaning
                                   core is recomputed (drops the score matrix) [2]_
 ``recompute-full``                full recompute: each block keeps its input and
                                   replays its forward in backward [2]_
+``recompute-<m1>+<m2>...``        module recompute: Megatron-Core's
+                                  ``--recompute-modules m1 m2 ...`` (modules of
+                                  :data:`~.recompute.MODULES` in that order;
+                                  ``core_attn`` alone is spelled ``selective``)
+                                  [30]_
+``recompute-op``                  torchtitan's per-op selective activation
+                                  checkpointing [31]_
 ``zero1+recompute-full`` ...      both (ZeRO part first, joined by ``+``)
 ================================  ==============================================
 
+What each recompute setting frees and replays: :mod:`.recompute`. Which
+module sets ``variants=all`` adds is the cost model's choice per model
+(:func:`~.recompute.module_chain`, option ``recompute_modules``), passed
+to :func:`variant_knobs` as ``modules``: each with ZeRO-1 and without
+ZeRO, the latter only at one replica (:func:`applies`: above, ZeRO-1 is as
+fast in less memory, and each variant costs build and solve time);
+``op`` with every ZeRO stage (FSDP with the per-op policy is torchtitan's
+common setting).
+
 :func:`variant_knobs` turns the ``variants`` cost option into the list of
-settings to emit (the plain setting first). Settings that cannot differ
-from another one are left out: ``recompute-selective`` with flash attention
-(no score matrix is stored, so it equals no recompute), and every ZeRO
-variant at dp = 1 (the cost model drops them per layout,
-:func:`applies`). With ``variants=none`` the problem is format v1 and its
+settings to emit (the plain setting first). ``all`` leaves out
+``recompute-selective`` with flash attention (no score matrix is stored:
+it frees only the log-sum-exp, for a whole attention forward replayed),
+named variants are emitted as named; every ZeRO variant at dp = 1 is left
+out per layout (it equals its ZeRO-0 twin, :func:`applies`). With ``variants=none`` the problem is format v1 and its
 plain key takes the options ``zero1`` / ``recompute``.
 
 References
@@ -38,6 +54,9 @@ References
 .. [10] Y. Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded
    Data Parallel", VLDB 2023 (full sharding, all-gather before forward and
    backward, reduce-scatter after backward, prefetch overlap).
+.. [30] NVIDIA Megatron-Core 0.16.1, ``transformer/transformer_config.py``
+   (``recompute_granularity``, ``recompute_modules``).
+.. [31] torchtitan 0.3.0, ``torchtitan/distributed/activation_checkpoint.py`` (``SelectiveAC``).
 """
 from __future__ import annotations
 
@@ -45,6 +64,8 @@ import itertools
 from dataclasses import dataclass
 
 from ..problem import ProblemError
+from .recompute import describe_setting
+from .recompute_names import OP, canonical_setting
 
 __all__ = ["Knobs", "RECOMPUTE", "ZERO", "ALL_VARIANTS", "parse_variant", "variant_knobs", "applies", "describe"]
 
@@ -54,7 +75,8 @@ ZERO = (0, 1, 3)
 
 @dataclass(frozen=True)
 class Knobs:
-    """One memory-knob setting: ZeRO stage ``zero`` (0, 1 or 3) and ``recompute`` (none, selective, full)."""
+    """One memory-knob setting: ZeRO stage ``zero`` (0, 1 or 3) and ``recompute`` (none, selective, full, a
+    module set such as ``layernorm+moe_act``, or op: :mod:`.recompute`)."""
 
     zero: int = 0
     recompute: str = "none"
@@ -87,7 +109,7 @@ def describe(knobs: Knobs) -> str:
     if knobs.zero:
         parts.append(_ZERO_TEXT[knobs.zero])
     if knobs.recompute != "none":
-        parts.append(_RECOMPUTE_TEXT[knobs.recompute])
+        parts.append(_RECOMPUTE_TEXT.get(knobs.recompute) or describe_setting(knobs.recompute))
     return "; ".join(parts) or "ZeRO-0, no recompute"
 
 
@@ -99,23 +121,34 @@ def parse_variant(name: str) -> Knobs:
     parts = name.split("+")
     if parts and parts[0] in ("zero1", "zero3"):
         zero = int(parts.pop(0)[4:])
-    if parts and parts[0].startswith("recompute-") and parts[0][10:] in RECOMPUTE[1:]:
-        recompute = parts.pop(0)[10:]
-    knobs = Knobs(zero, recompute)
+    if parts and parts[0].startswith("recompute-"):
+        setting = "+".join([parts[0][10:], *parts[1:]])
+        try:
+            recompute = canonical_setting(setting)
+        except ValueError:
+            recompute = ""
+        parts = [] if recompute and recompute != "none" else parts
+    knobs = Knobs(zero, recompute or "none")
     if parts or knobs.name != name:
-        raise ValueError(f"unknown variant {name!r} (variants: {', '.join(ALL_VARIANTS)})")
+        raise ValueError(f"unknown variant {name!r} (variants: {', '.join(ALL_VARIANTS)}, or "
+                         f"[zero1+|zero3+]recompute-<modules> with modules of core_attn, layernorm, mlp, moe_act, "
+                         f"shared_experts, moe in that order joined by '+', or recompute-op)")
     return knobs
 
 
-def variant_knobs(requested: tuple[str, ...], *, flash_attention: bool) -> list[Knobs] | None:
+def variant_knobs(requested: tuple[str, ...], *, flash_attention: bool, modules: tuple[str, ...] = ()) -> list[Knobs] | None:
     """The settings to emit for the ``variants`` option, the plain one first; None for ``none`` (format v1).
 
     ``requested``: ``("all",)``, ``("none",)`` or variant names (the plain
-    setting is always emitted).
+    setting is always emitted). ``modules``: the recompute settings beyond
+    none/selective/full that ``all`` adds, each under every ZeRO stage
+    (:func:`~.recompute.module_chain`), after the full-recompute ones.
     """
     if tuple(requested) == ("none",):
         return None
-    names = list(ALL_VARIANTS) if tuple(requested) == ("all",) else list(requested)
+    # module sets with ZeRO 0 and 1 (ZeRO-0 only where ZeRO-1 cannot shard, applies); op with every ZeRO stage
+    extra = [Knobs(z, r).name for r in modules for z in (ZERO if r == OP else (0, 1))]
+    names = [*ALL_VARIANTS, *extra] if tuple(requested) == ("all",) else list(requested)
     out = [Knobs()]
     for name in names:
         if name in ("all", "none"):
@@ -124,13 +157,16 @@ def variant_knobs(requested: tuple[str, ...], *, flash_attention: bool) -> list[
             knobs = parse_variant(name)
         except ValueError as err:
             raise ProblemError(str(err), path="options.variants") from None
-        if flash_attention and knobs.recompute == "selective":
-            continue  # equals no recompute: flash attention keeps no score matrix
+        if flash_attention and knobs.recompute == "selective" and tuple(requested) == ("all",):
+            continue  # with flash attention it frees only the log-sum-exp for a whole attention forward
         if knobs not in out:
             out.append(knobs)
     return out
 
 
 def applies(knobs: Knobs, dp: int) -> bool:
-    """Whether ``knobs`` differ from their ZeRO-0 twin at ``dp`` replicas (ZeRO needs dp > 1)."""
+    """Whether ``knobs`` are offered at ``dp`` replicas: ZeRO needs dp > 1 (it equals its ZeRO-0 twin at 1), and a
+    module set without ZeRO only at dp = 1 (above, its ZeRO-1 twin runs as fast in less memory)."""
+    if knobs.zero == 0 and knobs.recompute not in RECOMPUTE and knobs.recompute != OP:
+        return dp == 1
     return knobs.zero == 0 or dp > 1

@@ -29,6 +29,7 @@ from ..problem import Problem, ProblemError
 from .common import Export, MoeHints, hints_from_problem, moe_hints, placement_note, schedule_of, stage_views
 from .deepspeed import export_deepspeed
 from .megatron import export_megatron, megatron_layout, mimo_grid, parse_megatron_layout
+from .precision import precision_hints, problem_precision
 from .torchtitan import export_torchtitan, torchtitan_names
 
 __all__ = [
@@ -62,7 +63,8 @@ def export_plan(plan: Plan, hints: Sequence[Mapping[str, Any]], target: str, **c
     True), ``schedule`` and ``virtual_stages`` (the plan's pipeline schedule;
     under ``interleaved`` the plan's stages are its P·v chunks) and
     ``torchtitan_base`` (the ``config_registry`` function the torchtitan
-    snippet starts from), ``moe`` (:class:`MoeHints` of a MoE language
+    snippet starts from), ``precision`` (the plan's FP8,
+    :class:`~partitioner.planning.records.PrecisionHints`; None: BF16), ``moe`` (:class:`MoeHints` of a MoE language
     model), ``cp_algorithm`` (the context-parallel attention the plan was
     costed with), ``by_schedule`` (``plan``'s schedule table) and ``plan_args``
     (the ``plan`` arguments, for the re-plan command a schedule refusal shows).
@@ -74,7 +76,10 @@ def export_plan(plan: Plan, hints: Sequence[Mapping[str, Any]], target: str, **c
     if target not in _EXPORTERS:
         raise ProblemError(f"unknown export target {target!r} (targets: {', '.join(TARGETS)})", path="--to")
     stages = stage_views(plan, hints)
-    exported = _EXPORTERS[target](stages, dict(context))
+    # the recompute modules that act on each layer (the cost model's hints), for merging module lists
+    acts = [h.get("recompute_modules") for h in hints]
+    exported = _EXPORTERS[target](stages, {"recompute_acts": acts if any(a is not None for a in acts) else None,
+                                           **context})
     schedule, v = schedule_of(context)
     if not exported.expressible and schedule not in TARGET_SCHEDULES[target]:
         hint = replan_hint(target, schedule, context)
@@ -95,6 +100,7 @@ def _plan_context(doc: Mapping[str, Any]) -> dict[str, Any]:
     hint_doc = doc.get("export_hints")
     if isinstance(hint_doc, Mapping):
         out["moe"] = moe_hints(hint_doc.get("moe"))
+        out["precision"] = precision_hints(hint_doc.get("precision"))
         if isinstance(hint_doc.get("cp_algorithm"), str):
             out["cp_algorithm"] = hint_doc["cp_algorithm"]
     table = doc.get("schedules")
@@ -150,6 +156,8 @@ def export_result(result: SolveResult | Mapping[str, Any], target: str, problem:
     if problem is not None:
         hints = hints_from_problem(problem)
         context = _plan_context(doc)
+        if context.get("precision") is None:  # a solve result: the precision its problem was built with
+            context["precision"] = problem_precision(problem)
         meta = problem.meta or {}
         context.update(global_batch=meta.get("global_batch"), microbatches=problem.microbatches)
         training = getattr(problem, "training", None)

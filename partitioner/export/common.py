@@ -18,12 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
+from ..costs.recompute import acting_modules
 from ..costs.variants import parse_variant
 from ..plan import Plan
 from ..planning.records import MoeHints
 from ..problem import Problem, ProblemError
 
-__all__ = ["Export", "StageView", "Segment", "SegmentKnobs", "MoeHints", "hints_from_problem", "moe_hints", "stage_views",
+__all__ = ["Export", "StageView", "Segment", "SegmentKnobs", "segment_acts", "MoeHints", "hints_from_problem", "moe_hints", "stage_views",
            "per_replica_microbatch", "placement_note", "layout_reasons", "LLM_ROLES", "schedule_of", "chunk_reasons",
            "segment_knobs", "one_zero", "one_recompute", "not_expressible_text"]
 
@@ -390,6 +391,17 @@ def segment_knobs(stages: Sequence[StageView]) -> tuple[list[SegmentKnobs], list
                 continue
             out.append(SegmentKnobs(s.index, g.first, g.last, g.dp, k.zero, k.recompute, s.segment_roles(g)))
     return out, reasons
+
+
+def segment_acts(knobs: SegmentKnobs, acts: Sequence[Any] | None) -> frozenset[str]:
+    """The recompute modules that act on a segment's layers: the hints' per-layer lists (``recompute_acts``, from
+    the cost model's ``recompute_modules`` hints) when given, else by role
+    (:func:`~partitioner.costs.recompute.acting_modules`)."""
+    out: frozenset[str] = frozenset()
+    for i, role in enumerate(knobs.roles):
+        hint = acts[knobs.first + i] if acts is not None and knobs.first + i < len(acts) else None
+        out |= acting_modules(role, hint if isinstance(hint, (list, tuple)) else None)
+    return out
 
 
 def _mixed(knobs: Sequence[SegmentKnobs], value: Any, label: Any) -> str:

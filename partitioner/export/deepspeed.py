@@ -14,7 +14,9 @@ plan's ZeRO stage, 0 or 1 -- the pipeline engine refuses ZeRO-2 and ZeRO-3
 recompute is ``activation_checkpoint_interval`` = 1 (each layer keeps its
 input and replays its forward), set per stage after ``PipelineModule``'s
 own ``__init__`` (``forward`` reads it on every call), so stages may differ;
-selective recompute has no ``PipelineModule`` setting. 5D axes: a MoE
+anything finer -- selective (the attention core), Megatron's module
+recompute, torchtitan's per-op policy -- has no ``PipelineModule`` setting:
+DeepSpeed's pipeline engine runs full recompute only. 5D axes: a MoE
 language model's experts go to ``deepspeed.moe.layer.MoE`` with ``ep_size``
 = ep (etp must be 1, or the TP size with
 ``enable_expert_tensor_parallelism``); DeepSpeed's pipeline engine has no
@@ -35,6 +37,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .common import Export, MoeHints, StageView, layout_reasons, one_zero, per_replica_microbatch, schedule_of, segment_knobs
+from .precision import deepspeed_fp8
 
 __all__ = ["export_deepspeed", "CHECKED_WITH"]
 
@@ -51,6 +54,7 @@ def export_deepspeed(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
     if schedule != "1f1b":
         reasons.insert(0, f"schedule {schedule} is not expressible: DeepSpeed's PipelineEngine runs TrainSchedule (1F1B) "
                           "only; plan with --schedule 1f1b")
+    reasons += deepspeed_fp8(ctx.get("precision"))  # DeepSpeed has no FP8 training path (.precision)
     b = None
     zero, intervals = 0, [0] * len(stages)
     knob_notes: list[str] = []
@@ -128,9 +132,11 @@ def _knobs(stages: list[StageView], moe: MoeHints | None) -> tuple[int, list[int
     intervals = []
     for s in stages:
         mine = {k.recompute for k in knobs if k.stage == s.index}
-        if "selective" in mine:
-            reasons.append(f"stage {s.index}: selective recompute (the attention core) has no PipelineModule setting "
-                           "(activation_checkpoint_interval recomputes whole layers)")
+        partial = sorted(mine - {"none", "full"})
+        if partial:
+            reasons.append(f"stage {s.index}: recompute {', '.join(partial)} (the attention core, Megatron modules or "
+                           "torchtitan's per-op policy) has no PipelineModule setting (activation_checkpoint_interval "
+                           "recomputes whole layers)")
         if len(mine) > 1:
             reasons.append(f"stage {s.index} mixes recompute settings {sorted(mine)}: activation_checkpoint_interval is "
                            "one setting per stage's module")

@@ -49,11 +49,15 @@ References
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
+from ..costs.recompute import MODULES as RECOMPUTE_MODULES
+from ..costs.recompute import OP, merge_settings, modules_of
 from .common import (
     Export,
     MoeHints,
+    SegmentKnobs,
     StageView,
     chunk_reasons,
     layout_reasons,
@@ -61,10 +65,13 @@ from .common import (
     one_zero,
     per_replica_microbatch,
     schedule_of,
+    segment_acts,
     segment_knobs,
 )
+from .precision import megatron_fp8
 
-__all__ = ["export_megatron", "megatron_layout", "parse_megatron_layout", "mimo_grid", "CHECKED_WITH", "MEGATRON_SCHEDULES"]
+__all__ = ["export_megatron", "megatron_layout", "parse_megatron_layout", "mimo_grid", "megatron_recompute", "CHECKED_WITH",
+           "MEGATRON_SCHEDULES"]
 
 CHECKED_WITH = "megatron-core 0.16.1 (Megatron-LM core_r0.16 flags); MIMO grid per Megatron Bridge's MimoParallelismConfig"
 # our schedules Megatron-LM runs: 1F1B (forward_backward_pipelining_without_interleaving) and interleaved 1F1B
@@ -198,13 +205,9 @@ def _knob_flags(stages: Sequence[StageView], shape: tuple[int, ...], ctx: Mappin
     """(TransformerConfig fields, DistributedDataParallelConfig fields, flags, notes, reasons) of the knobs and 5D axes.
 
     Knobs: ZeRO-1 is the distributed optimizer (optimizer states sharded
-    over dp), ZeRO-3 Megatron-FSDP with ``optim_grads_params``; recompute
-    ``selective`` is ``--recompute-granularity selective`` (the core
-    attention, Megatron's default ``recompute_modules``), ``full`` is
-    ``--recompute-granularity full --recompute-method uniform
-    --recompute-num-layers 1`` (each layer keeps its input and replays its
-    forward, as the cost model counts it). Megatron-LM sets each knob once
-    for all ranks and layers. Axes: ``--context-parallel-size`` with
+    over dp), ZeRO-3 Megatron-FSDP with ``optim_grads_params``; recompute:
+    :func:`megatron_recompute`. Megatron-LM sets each knob once for all
+    ranks and layers. Axes: ``--context-parallel-size`` with
     ``--cp-comm-type``; a MoE language model gets ``--num-experts``,
     ``--moe-router-topk``, ``--moe-ffn-hidden-size``,
     ``--moe-token-dispatcher-type alltoall``, ``--expert-model-parallel-size``
@@ -218,9 +221,10 @@ def _knob_flags(stages: Sequence[StageView], shape: tuple[int, ...], ctx: Mappin
     knobs, reasons = segment_knobs(stages)
     zero, znotes, zr = one_zero(knobs, "Megatron-LM sets one optimizer sharding (--use-distributed-optimizer, or "
                                        "Megatron-FSDP's sharding strategy) for every rank")
-    recompute, rr = one_recompute(knobs, "Megatron-LM applies one --recompute-granularity to every layer of every stage "
-                                         "(its VLM path copies the language config, recompute included, into the vision "
-                                         "encoder's)")
+    rc_core, rc_flags, rr = megatron_recompute(knobs, ctx, "Megatron-LM applies one --recompute-granularity (and one "
+                                                      "--recompute-modules list) to every layer of every stage (its VLM "
+                                                      "path copies the language config, recompute included, into the "
+                                                      "vision encoder's)")
     reasons += zr + rr
     notes += znotes
     if zero == 1:
@@ -229,12 +233,8 @@ def _knob_flags(stages: Sequence[StageView], shape: tuple[int, ...], ctx: Mappin
     elif zero == 3:
         ddp.update(use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params")
         flags += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params"]
-    if recompute == "selective":
-        core["recompute_granularity"] = "selective"
-        flags.append("--recompute-granularity selective")
-    elif recompute == "full":
-        core.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
-        flags += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    core.update(rc_core)
+    flags += rc_flags
     dp, tp, cp, ep, etp = shape
     if cp > 1:
         algo = str(ctx.get("cp_algorithm") or "ring")
@@ -267,6 +267,44 @@ def _knob_flags(stages: Sequence[StageView], shape: tuple[int, ...], ctx: Mappin
             core["moe_layer_freq"] = [int(b) for b in moe.moe_layers]
             flags.append(f'--moe-layer-freq "{_layer_freq(moe.moe_layers)}"')
     return core, ddp, flags, notes, reasons
+
+
+def megatron_recompute(knobs: Sequence[SegmentKnobs], ctx: Mapping[str, Any], rule: str
+                       ) -> tuple[dict[str, Any], list[str], list[str]]:
+    """(TransformerConfig fields, flags, reasons) of the plan's recompute settings in Megatron-Core.
+
+    ``full``: ``--recompute-granularity full --recompute-method uniform
+    --recompute-num-layers 1``; ``selective`` (the core attention, Megatron's
+    default module list): ``--recompute-granularity selective``; a module set
+    (:mod:`partitioner.costs.recompute`): ``--recompute-granularity selective
+    --recompute-modules m1 m2 ...`` (with ``moe_act``, ``--moe-grouped-gemm``,
+    which Megatron-Core requires for it). Segments merge into one list when
+    each runs as planned under it (:func:`~partitioner.costs.recompute.merge_settings`:
+    a module acts only on the layers that have it: ``ctx["recompute_acts"]``,
+    per layer, from the cost model's hints); torchtitan's per-op policy
+    (``op``) has no Megatron setting.
+    """
+    merged = merge_settings([(k.recompute, segment_acts(k, ctx.get("recompute_acts"))) for k in knobs])
+    if merged is None:
+        _, mixed = one_recompute(knobs, rule)
+        return {}, [], mixed
+    if merged == OP:
+        return {}, [], ["per-op selective recompute (torchtitan's SelectiveAC policy) has no Megatron-LM setting: "
+                        "Megatron recomputes whole layers or the modules of --recompute-modules"]
+    if merged == "full":
+        return ({"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1},
+                ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"], [])
+    if merged == "selective":
+        return {"recompute_granularity": "selective"}, ["--recompute-granularity selective"], []
+    if merged == "none":
+        return {}, [], []
+    mods = [m for m in RECOMPUTE_MODULES if m in modules_of(merged)]
+    core: dict[str, Any] = {"recompute_granularity": "selective", "recompute_modules": mods}
+    flags = ["--recompute-granularity selective", "--recompute-modules " + " ".join(mods)]
+    if "moe_act" in mods:
+        core["moe_grouped_gemm"] = True
+        flags.append("--moe-grouped-gemm")
+    return core, flags, []
 
 
 # --------------------------------------------------------------------------- Megatron-LM flags
@@ -310,6 +348,13 @@ def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[
     text = megatron_layout(symbols)
     n_layers = sum(s.count("decoder") for s in llm)
     pp = len(llm) // v  # interleaved: the layout lists the P·v chunks, chunk c on pipeline rank c mod P
+    fp8_core, fp8_ddp, fp8_flags, fp8_notes, fp8_reasons = megatron_fp8(ctx.get("precision"), n_layers, pp)
+    if fp8_reasons:
+        return {}, [], [], fp8_reasons
+    knob_core.update(fp8_core)
+    ddp.update(fp8_ddp)
+    knob_flags += fp8_flags
+    notes += fp8_notes
     core = {
         "num_layers": n_layers,
         "tensor_model_parallel_size": tp,
@@ -482,6 +527,18 @@ def export_megatron(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
         mimo_reasons.append("the plan uses " + ", ".join(axes) + ": the export writes MIMO grids of (tp, pp, dp) only")
     module_knobs, knob_reasons = _mimo_knobs(stages) if grid is not None else ({}, [])
     mimo_reasons += knob_reasons
+    if grid is not None and ctx.get("precision") is not None:  # each MIMO module is a Megatron model of its own
+        llm_pp = grid["module_parallelisms"]["llm"]["pipeline_model_parallel_size"]
+        n_llm = sum(s.count("decoder") for s in stages)
+        for name, knobs in module_knobs.items():
+            hints = ctx["precision"]
+            if name != "llm" and hints.bf16_layers:  # Megatron's first/last BF16 layers count the language model's
+                hints = replace(hints, bf16_layers=0)
+            core8, ddp8, _, notes8, why8 = megatron_fp8(hints, n_llm, llm_pp)
+            knobs["transformer_config"].update(core8)
+            knobs["ddp_config"].update(ddp8)
+            mimo_reasons += [f"MIMO module {name!r}: {w}" for w in why8]
+            notes += [n for n in notes8 if n not in notes]
     if grid is not None:
         pre, llm, _ = _split(stages)
         settings = {"path": "mimo", "mimo": grid}
@@ -536,13 +593,9 @@ def _mimo_knobs(stages: Sequence[StageView]) -> tuple[dict[str, dict[str, Any]],
     for name in ("vision", "llm"):
         mine = [k for k in knobs if (("vision" in k.roles) if name == "vision" else not all(r in ("vision", "projector") for r in k.roles))]
         zero, _, zr = one_zero(mine, f"MIMO module {name!r} has one optimizer setting")
-        recompute, rr = one_recompute(mine, f"MIMO module {name!r} has one TransformerConfig")
+        rc_core, _, rr = megatron_recompute(mine, {}, f"MIMO module {name!r} has one TransformerConfig")
         reasons += zr + rr
-        core: dict[str, Any] = {}
-        if recompute == "selective":
-            core["recompute_granularity"] = "selective"
-        elif recompute == "full":
-            core.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+        core: dict[str, Any] = dict(rc_core)
         ddp: dict[str, Any] = {}
         if zero == 1:
             ddp["use_distributed_optimizer"] = True

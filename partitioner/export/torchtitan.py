@@ -58,10 +58,12 @@ backward); ZeRO-1 has no torchtitan setting of its own: the export uses
 which keeps the weights gathered from forward to backward (ZeRO-1's
 weights) and shards gradients and optimizer states, so it never needs
 more memory than ZeRO-1. Recompute: torchtitan's ``activation_checkpoint``
-wraps the blocks of ``layers`` only: ``full`` is ``FullAC``; its
-``selective`` is a per-op policy (save matmul and attention outputs,
-recompute every second matmul), not the attention-core recompute the
-plan costs, so a plan with selective recompute is not expressible; and
+wraps the blocks of ``layers`` only: ``full`` is ``FullAC``; the plan's
+``recompute-op`` is its ``selective`` (``SelectiveAC``, a per-op policy:
+save matmul and attention outputs, recompute every second matmul,
+:mod:`partitioner.costs.recompute`); the attention-core and module
+recompute the plan costs for Megatron (``selective``, module sets) are
+not torchtitan settings, so such plans are not expressible; and
 recompute outside the decoder layers (vision encoder, action head) is not
 expressible. The subcommand is always written, ``none`` included: a base
 config may enable AC (torchtitan's llama3 configs use ``selective``).
@@ -95,6 +97,7 @@ from .common import (
     schedule_of,
     segment_knobs,
 )
+from .precision import torchtitan_fp8
 
 __all__ = ["export_torchtitan", "torchtitan_names", "CHECKED_WITH", "SCHEDULES"]
 
@@ -109,6 +112,9 @@ _NO_SCHEDULE = {
              "DualPipeV two stages per rank in a V. Plan with --schedule 1f1b, gpipe or interleaved",
 }
 _VISION = ("vision", "projector")
+# activation_checkpoint subcommand -> its policy class (torchtitan/distributed/activation_checkpoint.py): the plan's
+# recompute-full is FullAC, its recompute-op (per-op policy) SelectiveAC
+_AC_CLASS = {"full": "FullAC", "selective": "SelectiveAC"}
 
 
 def _flat(fqn: str) -> str:
@@ -152,6 +158,14 @@ def torchtitan_names(stages: Sequence[StageView]) -> tuple[list[list[str]], dict
     return parts, fqn_map
 
 
+def _edge_names(stages: Sequence[StageView], ctx: Mapping[str, Any]) -> list[str]:
+    """torchtitan FQN prefixes of the decoder layers an FP8 plan keeps in BF16 (``layers.<k>.``, k from each end)."""
+    hints = ctx.get("precision")
+    n = sum(s.count("decoder") for s in stages)
+    edge = hints.bf16_layers if hints is not None else 0
+    return [f"layers.{k}." for k in range(n) if k < edge or k >= n - edge]
+
+
 def _reasons(stages: Sequence[StageView], ctx: Mapping[str, Any]) -> list[str]:
     reasons = layout_reasons(stages, "torchtitan builds one pp x dp x tp mesh, so every stage and every module has the same layout")
     emb = [s.index for s in stages if "embedding" in s.roles]
@@ -187,10 +201,10 @@ def _knobs(stages: Sequence[StageView], ctx: Mapping[str, Any]) -> tuple[dict[st
     if other:
         reasons.append(f"recompute planned on {', '.join(other)}, outside the decoder layers: torchtitan's "
                        "activation_checkpoint wraps only the blocks of `layers`")
-    if recompute == "selective":
-        reasons.append("selective recompute (the attention core) is not torchtitan's selective activation checkpointing "
-                       "(a per-op policy that saves matmul and attention outputs and recomputes every second matmul); "
-                       "torchtitan offers full, selective, memory-budget or none")
+    if recompute not in ("none", "full", "op"):
+        reasons.append(f"recompute {recompute} (Megatron-style module recompute) is not torchtitan's selective activation "
+                       "checkpointing (a per-op policy that saves matmul and attention outputs and recomputes every "
+                       "second matmul: the plan's recompute-op); torchtitan offers full, selective, memory-budget or none")
     dp, tp, cp, ep, etp = stages[0].segments[0].shape
     par: dict[str, Any] = {}
     if zero == 0 and dp > 1:
@@ -219,7 +233,7 @@ def _knobs(stages: Sequence[StageView], ctx: Mapping[str, Any]) -> tuple[dict[st
         reasons.append(f"the plan splits experts over ep {ep}, but its hints do not describe the model's experts")
     elif moe is not None and moe.num_experts % ep:
         reasons.append(f"ep {ep} does not divide the model's {moe.num_experts} experts")
-    return par, ("full" if recompute == "full" else "none"), notes, reasons
+    return par, {"full": "full", "op": "selective"}.get(recompute, "none"), notes, reasons
 
 
 def _overrides(cfg: Mapping[str, Mapping[str, Any]], ac: str = "none") -> list[str]:
@@ -238,13 +252,20 @@ def _overrides(cfg: Mapping[str, Mapping[str, Any]], ac: str = "none") -> list[s
     return out
 
 
-def _registry_function(cfg: Mapping[str, Mapping[str, Any]], base: str, ac: str = "none") -> str:
+def _registry_function(cfg: Mapping[str, Mapping[str, Any]], base: str, ac: str = "none",
+                       fp8: tuple[Sequence[str], Sequence[str]] = ((), ())) -> str:
+    """The ``config_registry`` function; ``fp8`` = (import lines, converter expressions) of an FP8 plan
+    (:func:`.precision.torchtitan_fp8`), applied to the model config as torchtitan's ``model_registry`` does."""
     module, _, func = base.rpartition(".")
+    imports, converters = fp8
     lines = [
         "# config_registry.py of your own package; run: -m torchtitan.train --module <package> --config planned",
         f"from {module} import {func} as _base",
-        *(["from torchtitan.distributed.activation_checkpoint import FullAC"] if ac == "full" else []),
+        *([f"from torchtitan.distributed.activation_checkpoint import {_AC_CLASS[ac]}"] if ac in _AC_CLASS else []),
+        *imports,
         "",
+        *(["# the plan's FP8: torchtitan's converters on the model config (LM head and router left in BF16)",
+           "CONVERTERS = [" + ", ".join(converters) + "]"] if converters else []),
         "",
         "def planned():",
         f'    """{base}() with the planned pipeline split, mesh and batch."""',
@@ -253,7 +274,10 @@ def _registry_function(cfg: Mapping[str, Mapping[str, Any]], base: str, ac: str 
     for section, values in cfg.items():
         for key, value in values.items():
             lines.append(f"    config.{section}.{key} = {value!r}")
-    lines.append("    config.activation_checkpoint = " + ("FullAC.Config()" if ac == "full" else "None"))
+    lines.append("    config.activation_checkpoint = " + (f"{_AC_CLASS[ac]}.Config()" if ac in _AC_CLASS else "None"))
+    if converters:
+        lines += ["    for converter in CONVERTERS:",
+                  "        config.model_spec.model = converter.build().convert(config.model_spec.model)"]
     lines.append("    return config")
     return "\n".join(lines)
 
@@ -273,12 +297,15 @@ def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export
         if why:
             reasons.append(f"{why} (torchtitan: m = gradient-accumulation steps x local_batch_size / "
                            "pipeline_parallel_microbatch_size)")
+    fp8_imports, converters, fp8_notes, fp8_reasons = torchtitan_fp8(ctx.get("precision"), ctx.get("moe") is not None,
+                                                                     _edge_names(stages, ctx))
+    reasons += fp8_reasons
     if reasons:
         layouts = [{"stage": s.index, "layers": [s.first, s.last], "layouts": s.describe_layouts()} for s in stages]
         return Export("torchtitan", {"stage_layouts": layouts}, "# (no torchtitan setting expresses this plan: see the reasons above)",
                       (), False, tuple(reasons), CHECKED_WITH)
     parts, fqn_map = torchtitan_names(stages)
-    notes = list(knob_notes)
+    notes = list(knob_notes) + fp8_notes
     schedule, v = schedule_of(ctx)
     pp = len(stages) // v
     if v > 1:
@@ -312,13 +339,15 @@ def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export
     base = str(ctx.get("torchtitan_base") or "torchtitan.models.llama3.config_registry.llama3_8b")
     settings: dict[str, Any] = {"config": cfg, "activation_checkpoint": ac, "overrides": _overrides(cfg, ac), "module_fqns_per_model_part": parts,
                 "fqn_map": fqn_map, "microbatches": ctx.get("microbatches")}
+    if converters:
+        settings["converters"] = list(converters)
     world = pp * dp * tp * data_axes.get("context_parallel_degree", 1)
     snippet = (
         f"# {world} GPUs: torchrun with --nnodes x --nproc_per_node = {world}\n"
         'torchrun $DISTRIBUTED_ARGS -m torchtitan.train --module "$MODEL_MODULE" --config "$MODEL_CONFIG" \\\n    '
         + " \\\n    ".join(settings["overrides"])
         + "\n\n# or, as a config_registry function:\n"
-        + _registry_function(cfg, base, ac)
+        + _registry_function(cfg, base, ac, (fp8_imports, converters))
     )
     notes.append(
         "the config_registry function starts from " + base + "(): replace it with your model's config function; "

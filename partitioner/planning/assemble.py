@@ -14,7 +14,16 @@ from ..plan import SolveResult
 from ..plan.result import Status
 from ..presets import ClusterSpec, ModelSpec
 from .baselines import BASELINE_METHOD, BASELINES, FSDP_METHOD
-from .records import BaselineRun, BaselineSummary, KnobSolve, MicrobatchTrial, MissingBaseline, ScreenedCount, moe_export_hints
+from .records import (
+    BaselineRun,
+    BaselineSummary,
+    KnobSolve,
+    MicrobatchTrial,
+    MissingBaseline,
+    ScreenedCount,
+    moe_export_hints,
+    precision_export_hints,
+)
 from .results import ModelPlan, iteration_of, plan_throughput, stage_knobs
 from .schedules.report import ScheduleReport
 
@@ -90,7 +99,8 @@ def assemble(best: KnobSolve, bests: Mapping[str, BaselineRun], tried: Sequence[
         nodes=problem.cluster.nodes, global_batch=problem.meta.get("global_batch"), microbatches=problem.microbatches,
         microbatches_tried=tuple(tried), knobs=stage_knobs(result.evaluation),
         export_hints={"model": spec.name, "layers": [dict(h) for h in problem.meta.get("layers", [])],
-                      **({"moe": moe} if (moe := moe_export_hints(spec)) else {})},
+                      **({"moe": moe} if (moe := moe_export_hints(spec)) else {}),
+                      **({"precision": fp8} if (fp8 := precision_export_hints(problem)) else {})},
         schedules=schedules,
     )
 

@@ -12,14 +12,14 @@ import itertools
 import math
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Iterator, Mapping
+from typing import Iterable, Iterator, Mapping
 
 from ..plan import Evaluation, Plan, Stage
 from ..plan.schedules import stash as schedule_stash
 from ..problem import Layer, LayerCost, Layout, Problem
 from .baselines import _try
 
-__all__ = ["uniform_projection", "variant_at", "refine_knobs", "ESCALATION"]
+__all__ = ["uniform_projection", "variant_at", "refine_knobs", "ESCALATION", "escalation"]
 
 # --------------------------------------------------------------------------- memory knobs
 
@@ -140,6 +140,20 @@ ESCALATION = ("zero1", "zero1+recompute-selective", "zero1+recompute-full", "zer
               "zero3+recompute-full")
 
 
+def escalation(names: Iterable[str]) -> tuple[str, ...]:
+    """:data:`ESCALATION` with the module-recompute settings among ``names`` (variant names, in the order the cost
+    model emitted them: the module sets from the cheapest) slotted in after each ZeRO stage's selective recompute
+    and before its full recompute."""
+    names = list(names)
+    out: list[str] = []
+    for v in ESCALATION:
+        if v.endswith("+recompute-full"):
+            zero = v.split("+")[0]
+            out += [n for n in names if n.startswith(zero + "+recompute-") and n not in ESCALATION and n not in out]
+        out.append(v)
+    return tuple(out)
+
+
 def _projections(problem: Problem, which: str = "all") -> Iterator[tuple[str, Problem]]:
     """(variant, v1 problem) for the uniform knob settings of ``problem`` (just the problem for v1), each built when asked for.
 
@@ -151,7 +165,8 @@ def _projections(problem: Problem, which: str = "all") -> Iterator[tuple[str, Pr
         return
     settings = ["", *problem.variants]
     if which == "escalate":
-        settings = [v for v in ESCALATION if v in settings] + [v for v in settings if v not in ESCALATION]
+        order = escalation(settings)
+        settings = [v for v in order if v in settings] + [v for v in settings if v not in order]
     for v in settings:
         proj = uniform_projection(problem, v)
         if proj is not None:

@@ -14,9 +14,10 @@ from ..costs import CostOptions
 from ..problem import Objective
 from .targets.rules import Target
 
-__all__ = ["PlanOptions", "KnobSolves", "ScheduleChoice", "SCHEDULE_CHOICES", "KNOB_SOLVES"]
+__all__ = ["PlanOptions", "KnobSolves", "ScheduleChoice", "Precision", "SCHEDULE_CHOICES", "KNOB_SOLVES"]
 
 KnobSolves = Literal["fast", "all"]
+Precision = Literal["bf16", "fp8"]
 ScheduleChoice = Literal["auto", "1f1b", "zb-h1", "gpipe", "interleaved"]
 KNOB_SOLVES: tuple[KnobSolves, ...] = get_args(KnobSolves)
 SCHEDULE_CHOICES: tuple[ScheduleChoice, ...] = get_args(ScheduleChoice)
@@ -97,6 +98,17 @@ class PlanOptions:
     framework runs (:mod:`partitioner.planning.targets.rules`: its schedules, one mesh,
     its knobs, where it may cut); ``any``: every plan, and the result says per
     target the best candidate it runs (``targets``)."""
+
+    precision: Precision | None = None
+    """``bf16`` or ``fp8``: the GEMM precision of the transformer blocks
+    (:mod:`partitioner.costs.precision`), merged into ``options`` as the cost
+    option ``precision``. None: as ``options`` say (BF16 unless they set it)."""
+
+    fp8_recipe: str | None = None
+    """With ``fp8``: the scaling recipe (``tensorwise``, ``delayed``,
+    ``blockwise``, ``mxfp8``, ``rowwise``: :data:`partitioner.costs.fp8.RECIPES`),
+    merged into ``options`` as ``fp8_recipe``. None: as ``options`` say
+    (``tensorwise`` unless they set it)."""
 
     @property
     def tries_schedules(self) -> bool:

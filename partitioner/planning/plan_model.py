@@ -21,12 +21,14 @@ from typing import Any, Mapping
 
 from ..core.limits import MAX_GLOBAL_BATCH, MAX_MICROBATCHES, MAX_NODES
 from ..costs import CostOptions
+from ..costs.fp8 import PRECISIONS
 from ..plan import Plan
 from ..presets import ClusterSpec, ModelSpec, load_cluster, load_model
 from ..problem import OBJECTIVES, ProblemError
 from ..solvers import SolverError
 from ..solvers.base import check_time_limit
 from .assemble import assemble, best_baselines, no_plan
+from .context_report import context_report
 from .deadline import Deadline
 from .exact import prove_kept, space_of
 from .knob_solve import solve_with_knobs
@@ -40,7 +42,7 @@ from .targets.memory import memory_counts
 from .targets.report import target_summaries
 from .targets.rules import rules_for
 
-__all__ = ["plan_model", "run_plan", "plan_options", "microbatch_candidates", "RESOLVE_MIN_SECONDS"]
+__all__ = ["plan_model", "run_plan", "plan_options", "with_precision", "microbatch_candidates", "RESOLVE_MIN_SECONDS"]
 
 # Least time limit (seconds) of a re-solve under another schedule when the user set none (see plan_model):
 # the re-solves are candidates the plans are then simulated against, and on the nine presets of the solver
@@ -107,6 +109,8 @@ def plan_model(
     schedule: str = "auto",
     virtual_stages: int | None = None,
     target: str = "any",
+    precision: str | None = None,
+    fp8_recipe: str | None = None,
 ) -> ModelPlan:
     """Plan the training of a model preset on a cluster preset.
 
@@ -115,7 +119,7 @@ def plan_model(
     model, cluster : str or spec
         Preset names, YAML paths or spec objects.
     nodes, global_batch, microbatches, method, objective, time_limit, options, profile, seed, simulate, \
-auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages, target
+auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages, target, precision, fp8_recipe
         The fields of :class:`~partitioner.planning.options.PlanOptions`, documented there.
 
     Returns
@@ -139,7 +143,8 @@ auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages, targe
                        method=method, objective=objective, time_limit=time_limit,  # type: ignore[arg-type]
                        options=options, profile=profile, seed=seed, simulate=simulate, auto_solves=auto_solves,
                        max_stages=max_stages, knob_solves=knob_solves, schedules=schedules,  # type: ignore[arg-type]
-                       schedule=schedule, virtual_stages=virtual_stages, target=target)  # type: ignore[arg-type]
+                       schedule=schedule, virtual_stages=virtual_stages, target=target,  # type: ignore[arg-type]
+                       precision=precision, fp8_recipe=fp8_recipe)  # type: ignore[arg-type]
     return run_plan(model, cluster, opts)
 
 
@@ -150,6 +155,45 @@ def _check_choices(opts: PlanOptions) -> None:
     if opts.knob_solves not in KNOB_SOLVES:
         raise SolverError(f"knob_solves must be fast or all, got {opts.knob_solves!r}")
     _keys(opts)
+    _check_target_precision(opts)
+
+
+def with_precision(opts: PlanOptions) -> PlanOptions:
+    """``opts`` with its ``precision`` and ``fp8_recipe`` merged into the cost options (validated there).
+
+    A value the cost options already set differently is bad input: one
+    setting, one meaning.
+    """
+    given = {k: v for k, v in (("precision", opts.precision), ("fp8_recipe", opts.fp8_recipe)) if v is not None}
+    if not given:
+        return opts
+    if given.get("precision", "fp8") not in PRECISIONS:
+        raise ProblemError(f"must be one of {', '.join(PRECISIONS)}, got {given['precision']!r}", path="precision")
+    base = opts.options
+    doc = base.to_dict() if isinstance(base, CostOptions) else dict(base or {})
+    for key, value in given.items():
+        if key in doc and doc[key] != value:
+            raise ProblemError(f"{value!r} contradicts the cost option {key}={doc[key]!r}", path=key)
+    if given.get("precision") == "bf16" and "fp8_recipe" in given:
+        raise ProblemError("an FP8 recipe needs precision fp8", path="fp8_recipe")
+    if "fp8_recipe" in given and "precision" not in given and doc.get("precision") != "fp8":
+        given["precision"] = "fp8"  # a recipe alone asks for FP8
+    merged = CostOptions.from_mapping({**doc, **given})  # a ProblemError naming options.<key> if bad
+    return replace(opts, options=merged if isinstance(base, CostOptions) else {**doc, **given}, precision=None,
+                   fp8_recipe=None)
+
+
+def _check_target_precision(opts: PlanOptions) -> None:
+    """A target whose framework has no training path for the options' FP8 recipe is bad input (exit 2)."""
+    rules = rules_for(opts.target)
+    cost = opts.options if isinstance(opts.options, CostOptions) else CostOptions.from_mapping(opts.options)
+    if rules is None or not cost.fp8 or cost.fp8_recipe in rules.fp8_recipes:
+        return
+    if not rules.fp8_recipes:
+        raise ProblemError(f"{rules.name} has no FP8 training path ({rules.fp8_note}); plan it in BF16",
+                           path="precision")
+    raise ProblemError(f"{rules.name} does not run the FP8 recipe {cost.fp8_recipe} (it runs "
+                       f"{', '.join(rules.fp8_recipes)}: {rules.fp8_note})", path="fp8_recipe")
 
 
 def _keys(opts: PlanOptions) -> list[tuple[str, int]]:
@@ -215,6 +259,7 @@ def _no_plan_reason(chosen: list[ScreenedCount], done: Mapping[int, KnobSolve], 
 def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptions) -> ModelPlan:
     """:func:`plan_model` with its options gathered in a :class:`~.options.PlanOptions`."""
     deadline = Deadline(check_time_limit(opts.time_limit))  # one limit for the whole run, from its start
+    opts = with_precision(opts)
     _check_choices(opts)  # bad input fails before any work
     spec, cl = load_model(model), load_cluster(cluster)
     counts = _microbatch_counts(opts)
@@ -250,7 +295,10 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
     # which bytes-per-parameter count the problems charged (plan --target T: T's, per ZeRO stage; screening.py)
     rules = rules_for(opts.target)
     memory = memory_counts(opts.target, rules.zero if rules else (0, 1, 3), opts.options, plan_options(opts.options))
-    result = replace(result, memory=memory)
+    result = replace(result, memory=memory, precision=(result.problem.meta or {}).get("precision")
+                     if result.problem is not None else None)
+    if result.plan is not None and best.problem is not None:  # per stage, what its context parallelism costs and holds
+        result = replace(result, context_parallel=context_report(spec, cl, best.problem, result.plan))
     if rules is None and result.plan is not None:  # --target any: what each framework runs of it
         result = replace(result, targets=target_summaries(result, report, bests, memory))
     return _cut_short(result, deadline)

@@ -26,6 +26,8 @@ from .baselines import BaselineLayout, StageSums
 __all__ = [
     "MoeHints",
     "moe_export_hints",
+    "PrecisionHints",
+    "precision_export_hints",
     "IterationSource",
     "BaselineRun",
     "ScreenedCount",
@@ -239,6 +241,32 @@ class MoeHints:
     def to_dict(self) -> dict[str, Any]:
         return {"num_experts": self.num_experts, "top_k": self.top_k, "ffn_hidden": self.ffn_hidden,
                 "shared_ffn": self.shared_ffn, "moe_layers": [int(b) for b in self.moe_layers]}
+
+
+@dataclass(frozen=True)
+class PrecisionHints:
+    """The plan's FP8 training, as the exports need it (``export_hints["precision"]``; absent under BF16).
+
+    ``fp8_recipe`` is the cost option's recipe (:data:`partitioner.costs.fp8.FP8_RECIPES`),
+    ``param_gather`` whether the parameters are kept in fp8, ``bf16_layers``
+    the decoder layers kept in BF16 at each end of the language model.
+    """
+
+    fp8_recipe: str
+    param_gather: bool
+    bf16_layers: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"precision": "fp8", "fp8_recipe": self.fp8_recipe, "fp8_param_gather": self.param_gather,
+                "fp8_bf16_layers": self.bf16_layers}
+
+
+def precision_export_hints(problem: Problem) -> dict[str, Any] | None:
+    """``export_hints["precision"]`` of a cost-model problem: its ``meta.precision`` (None under BF16)."""
+    meta = (problem.meta or {}).get("precision")
+    if not isinstance(meta, Mapping):
+        return None
+    return PrecisionHints(str(meta["fp8_recipe"]), bool(meta["fp8_param_gather"]), int(meta["fp8_bf16_layers"])).to_dict()
 
 
 def moe_export_hints(spec: Any) -> dict[str, Any] | None:

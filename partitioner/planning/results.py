@@ -17,6 +17,7 @@ from ..costs.variants import parse_variant
 from ..plan import Evaluation, Plan, SolveResult, evaluate
 from ..problem import Problem
 from ..simulate.engine import replay_check
+from .context_report import CpStage
 from .records import BaselineSummary, IterationSource, MicrobatchTrial, MissingBaseline, TargetSummary, Throughput
 from .schedules.report import ScheduleReport
 from .targets.memory import MemoryCounts
@@ -26,8 +27,9 @@ __all__ = ["ModelPlan", "simulate_plan", "throughput", "plan_throughput", "itera
 AnyBaseline = BaselineSummary | MissingBaseline
 # the result sections in the order the JSON writes them: a plan's, and an infeasible plan's
 _SECTIONS = ("simulation", "throughput", "baselines", "baseline", "speedup", "model", "cluster", "nodes", "global_batch",
-             "microbatches", "microbatches_tried", "knobs", "export_hints", "schedule", "schedules", "targets", "memory")
-_OPTIONAL = ("simulation", "schedules", "targets", "memory")
+             "microbatches", "microbatches_tried", "knobs", "export_hints", "schedule", "schedules", "targets", "memory",
+             "precision", "context_parallel")
+_OPTIONAL = ("simulation", "schedules", "targets", "memory", "precision", "context_parallel")
 _NO_PLAN_SECTIONS = ("microbatches_tried", "baseline", "baselines", "schedules")
 
 
@@ -60,6 +62,8 @@ class ModelPlan(SolveResult):
     schedules: ScheduleReport | None = None
     targets: Mapping[str, TargetSummary] | None = None
     memory: MemoryCounts | None = None
+    precision: Mapping[str, Any] | None = None  # FP8 runs only: the problem's meta.precision (recipe, rates, what stays BF16)
+    context_parallel: tuple[CpStage, ...] | None = None
     method_extra: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:

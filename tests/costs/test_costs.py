@@ -233,9 +233,10 @@ def test_tensor_parallel_starves_a_narrow_vit(options, slower, against_llm):
 
 
 def test_time_is_flops_over_peak_times_efficiency():
-    # the matmul part alone (the memory-bound terms have their own tests)
+    # the matmul part alone (the memory-bound terms have their own tests; the attention core at the flash
+    # kernels' published rates too, tests/costs/test_attention.py: here it runs at the GEMM efficiency)
     opts = {"efficiency_max": 1.0, "gemm_half_width": 0.0, "gemm_half_tokens": 0.0, "grad_sync_overlap": 1.0,
-            "memory_bound_ops": False}
+            "memory_bound_ops": False, "attention_kernels": False}
     p = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=8, microbatches=8, options=opts)
     spec = load_model("llava-1.5-7b")
     layers = model_layers(spec)
@@ -378,8 +379,14 @@ def test_variants_make_a_v2_problem_with_documented_names():
     v2 = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8, options={"variants": "all"})
     assert v1.version == 1 and not v1.variants
     assert v2.version == 2
-    # flash attention keeps no score matrix: selective recompute would equal no recompute and is left out
-    assert set(v2.variants) == {"zero1", "zero3", "recompute-full", "zero1+recompute-full", "zero3+recompute-full"}
+    # flash attention keeps no score matrix: selective recompute would equal no recompute and is left out;
+    # recomputing the dense MLP (Megatron's --recompute-modules mlp) frees its intermediates at a better rate of
+    # bytes per replayed ms than full recompute, so `all` adds it (costs.recompute.module_chain)
+    base = {"zero1", "zero3", "recompute-full", "zero1+recompute-full", "zero3+recompute-full"}
+    assert set(v2.variants) == base | {"recompute-mlp", "zero1+recompute-mlp"}
+    plain = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8,
+                          options={"variants": "all", "recompute_modules": "none"})
+    assert set(plain.variants) == base
     assert "FSDP" in v2.variants["zero3"]
     for layer, plain in zip(v2.layers, v1.layers):
         assert {lay for lay in layer.costs if not lay.variant} == set(plain.costs)

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partitioner.costs import CostOptions, ProblemBuilder, build_problem, cluster_layouts, layer_cost, layouts_for, model_layers
+from partitioner.costs.build import recompute_settings
 from partitioner.costs.variants import applies, variant_knobs
 from partitioner.plan.schedules import held_counts, held_states, peak_activation_bytes, walked_stash
 from partitioner.planning import megatron_baselines, microbatch_candidates
@@ -34,8 +35,8 @@ def test_every_entry_is_its_own_layers_cost(model, cluster, nodes, batch, m, opt
     problem = build_problem(model, cluster, nodes=nodes, global_batch=batch, microbatches=m, options=options)
     spec, cl, opts = load_model(model), load_cluster(cluster), CostOptions.from_mapping(options)
     mb = batch // m
-    knobs = variant_knobs(opts.variants, flash_attention=opts.flash_attention)
     layers = model_layers(spec, opts)
+    knobs = variant_knobs(opts.variants, flash_attention=opts.flash_attention, modules=recompute_settings(layers, cl, opts))
     assert len(layers) == problem.num_layers
     shared = 0
     for i, (layer, built) in enumerate(zip(layers, problem.layers)):

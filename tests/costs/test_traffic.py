@@ -85,7 +85,8 @@ def test_memory_term_is_bytes_over_hbm_bandwidth_on_every_gpu():
 
 
 def test_non_flash_attention_computes_every_score_entry():
-    flash = CostOptions.from_mapping({"flash_attention": True})
+    # the FLOPs each computes, at one rate (flash's kernel rates: tests/costs/test_attention.py)
+    flash = CostOptions.from_mapping({"flash_attention": True, "attention_kernels": False})
     eager = CostOptions.from_mapping({"flash_attention": False})
     s = 2048
     f = block_time_terms(pieces("decoder", flash), 1, 4.0, "none", A100, flash)["fwd.attention"]
@@ -103,8 +104,15 @@ def test_recompute_replays_the_forward_or_the_attention_core():
     assert none["bwd.recompute"] == 0 and full["bwd.recompute"] == pytest.approx(fwd)
     scores = block_traffic(block[0].shape, 4.0, 8, flash_attention=False, sequence_parallel=False)["scores"].fwd
     assert sel["bwd.recompute"] == pytest.approx(none["fwd.attention"] + hbm_ms(scores))
+    # with flash attention, Megatron's core_attn checkpoint still replays the fused attention's forward (its
+    # matmuls and its Q, K, V, O traffic) to free the log-sum-exp; it is dearer than it frees, so the builder
+    # offers no selective variant with flash (test_costs), but the setting is costed as it runs
     flash = dataclasses.replace(opts, flash_attention=True)
-    assert block_time_terms(pieces("decoder", flash), 8, 4.0, "selective", A100, flash)["bwd.recompute"] == 0
+    fblock = pieces("decoder", flash)
+    fnone = block_time_terms(fblock, 8, 4.0, "none", A100, flash)
+    io = block_traffic(fblock[0].shape, 4.0, 8, flash_attention=True, sequence_parallel=False)["flash_io"].fwd
+    fsel = block_time_terms(fblock, 8, 4.0, "selective", A100, flash)
+    assert fsel["bwd.recompute"] == pytest.approx(fnone["fwd.attention"] + hbm_ms(io))
 
 
 def test_loss_and_embedding_traffic():

@@ -32,6 +32,8 @@ class PlanCase:
     schedule: str = "1f1b"  # pinned: the tier checks each schedule's export on purpose, not what auto picks
     virtual_stages: int | None = None
     target: str = "any"
+    precision: str | None = None
+    fp8_recipe: str | None = None
 
     def command(self) -> str:
         extra = f" --method {self.method}" if self.method != "dp" else ""
@@ -39,6 +41,8 @@ class PlanCase:
         extra += f" --schedule {self.schedule}"
         extra += f" --virtual-stages {self.virtual_stages}" if self.virtual_stages else ""
         extra += f" --target {self.target}" if self.target != "any" else ""
+        extra += f" --precision {self.precision}" if self.precision else ""
+        extra += f" --fp8-recipe {self.fp8_recipe}" if self.fp8_recipe else ""
         return (f"partitioner plan --model {self.model} --cluster {self.cluster} --nodes {self.nodes} "
                 f"--global-batch {self.global_batch} --microbatches {self.microbatches}{extra} --json")
 
@@ -58,6 +62,11 @@ PLANS = [
     PlanCase("seed-vla-gpipe", "seed-vla-8gpu", "dgx-h100", 1, 32, 8, method="greedy", schedule="gpipe"),
     # planned for torchtitan: its one mesh (pi0's best plan under `any` gives one layer another mesh)
     PlanCase("pi0-torchtitan", "pi0", "dgx-h100", 2, 1024, 32, target="torchtitan"),
+    # FP8 (issue 34): Megatron's tensorwise on Hopper, MXFP8 on Blackwell, torchtitan's rowwise
+    PlanCase("llava-fp8-megatron", "llava-1.5-7b", "dgx-h100", 2, 512, 64, target="megatron", precision="fp8"),
+    PlanCase("llava-mxfp8-b200", "llava-1.5-7b", "dgx-b200", 1, 256, 32, precision="fp8", fp8_recipe="mxfp8"),
+    PlanCase("llava-rowwise-torchtitan", "llava-1.5-7b", "dgx-h100", 2, 512, 64, target="torchtitan", precision="fp8",
+             fp8_recipe="rowwise"),
 ]
 PLAN_IDS = [c.id for c in PLANS]
 _CACHE: dict[str, Any] = {}
@@ -69,7 +78,8 @@ def planned(case_id: str):
         case = next(c for c in PLANS if c.id == case_id)
         result = plan_model(case.model, case.cluster, nodes=case.nodes, global_batch=case.global_batch,
                             microbatches=case.microbatches, method=case.method, max_stages=case.max_stages,
-                            schedule=case.schedule, virtual_stages=case.virtual_stages, target=case.target)
+                            schedule=case.schedule, virtual_stages=case.virtual_stages, target=case.target,
+                            precision=case.precision, fp8_recipe=case.fp8_recipe)
         assert result.plan is not None, f"{case.command()}: {result.status}: {result.message}"
         _CACHE[case_id] = result
     return _CACHE[case_id]

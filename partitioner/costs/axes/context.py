@@ -23,8 +23,9 @@ Contract: pure functions of a layer's shapes and a config's degrees.
   time of one layer's context-parallel attention traffic: the ring
   overlaps each step's send with that step's blockwise attention (exposed
   only where a send outlasts its step; hidden when the local chunk ``c``
-  satisfies ``c >= 2 (G/H) F / B`` [derived in the research note]); the
-  all-gather and the all-to-alls are exposed.
+  satisfies ``c >= 2 (G/H) F / B`` [derived in the research note]; the
+  backward's last dKV send after the last step, :func:`ring_exposed_ms`);
+  the all-gather and the all-to-alls are exposed.
 
 Dense-gradient sync over ``D x C`` ranks (CP ranks ride on the data-parallel
 gradient group [20]_) is :func:`dense_sync_ranks`.
@@ -65,6 +66,7 @@ __all__ = [
     "ulysses_bytes",
     "allgather_bytes",
     "cp_attention_ms",
+    "ring_exposed_ms",
     "shard_piece",
     "dense_sync_ranks",
 ]
@@ -187,7 +189,8 @@ def cp_attention_ms(algorithm: str, cp: int, span: GroupSpan, *, kv: float, ulys
     ``p2p``: ``cp`` steps, each computing ``1/cp`` of the rank's attention
     (``attn_fwd_ms``, ``attn_bwd_ms``, already with the load factor) while
     the next KV chunk (backward: KV and dKV) travels; a step whose send
-    takes longer exposes the difference [26]_. The ring's slowest hop is
+    takes longer exposes the difference, and the backward's last dKV send
+    is exposed (:func:`ring_exposed_ms`) [26]_. The ring's slowest hop is
     the network when the group spans nodes. ``all_gather``: one all-gather
     forward, an all-gather and a reduce-scatter backward, exposed.
     ``a2a``: Q, K, V and O all-to-alls (``ulysses``: the bytes each rank
@@ -198,11 +201,8 @@ def cp_attention_ms(algorithm: str, cp: int, span: GroupSpan, *, kv: float, ulys
     GBps, eff = (intra_GBps, opts.nvlink_efficiency) if span.inside_node else (inter_GBps, 1.0)
     alpha = opts.collective_latency_us * 1e-3
     if algorithm == "p2p":
-        send_f = alpha + kv / (eff * GBps * 1e6)
-        send_b = alpha + 2.0 * kv / (eff * GBps * 1e6)
-        fwd = (cp - 1) * max(0.0, send_f - attn_fwd_ms / cp)
-        bwd = (cp - 1) * max(0.0, send_b - attn_bwd_ms / cp)
-        return fwd, bwd
+        return ring_exposed_ms(cp, alpha + kv / (eff * GBps * 1e6), alpha + 2.0 * kv / (eff * GBps * 1e6),
+                               attn_fwd_ms / cp, attn_bwd_ms / cp)
     if algorithm == "all_gather":
         gather = alpha + (cp - 1) * kv / (eff * GBps * 1e6)
         return gather, 2.0 * gather
@@ -217,6 +217,26 @@ def cp_attention_ms(algorithm: str, cp: int, span: GroupSpan, *, kv: float, ulys
             out.append(once + 3 * alpha)
         return out[0], out[1]
     raise ValueError(f"unknown context-parallel algorithm {algorithm!r} (known: {', '.join(CP_ALGORITHMS)})")
+
+
+def ring_exposed_ms(cp: int, send_ms: float, send_pair_ms: float, step_fwd_ms: float,
+                    step_bwd_ms: float) -> tuple[float, float]:
+    """Exposed ``(forward, backward)`` ms of the ring's transfers, step by step [21]_ [26]_.
+
+    Each of the ``cp`` steps computes attention over one KV chunk
+    (``step_*_ms``, the load-balanced steps being equal) while the next
+    chunk travels. Forward: steps 0 .. cp-2 each overlap one KV send
+    (``send_ms``); a step exposes ``max(0, send - step)``; the last step
+    sends nothing. Backward: step 0 sends KV, steps 1 .. cp-2 send KV and
+    the dKV accumulated so far (``send_pair_ms``), each beside its step's
+    attention; the last dKV reaches its owner only after the last step's
+    attention, so that send is exposed whole.
+    """
+    if cp <= 1:
+        return 0.0, 0.0
+    fwd = (cp - 1) * max(0.0, send_ms - step_fwd_ms)
+    bwd = max(0.0, send_ms - step_bwd_ms) + (cp - 2) * max(0.0, send_pair_ms - step_bwd_ms) + send_ms
+    return fwd, bwd
 
 
 def shard_piece(piece: Piece, cp: int, load_factor: float = 1.0) -> Piece:
@@ -241,6 +261,7 @@ def shard_piece(piece: Piece, cp: int, load_factor: float = 1.0) -> Piece:
         piece,
         tokens=piece.tokens / cp,
         gemm_flops=piece.gemm_flops / cp,
+        bf16_gemm_flops=piece.bf16_gemm_flops / cp,
         attn_flops=piece.attn_flops * lf / cp,
         attn_pairs=piece.attn_pairs * lf / cp,
         score_entries=piece.score_entries / cp,

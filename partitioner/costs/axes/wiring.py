@@ -47,6 +47,9 @@ from ..entry import EntryCost, finish_cost, layer_terms, piece_time_terms, weigh
 from ..flops import efficiency
 from ..layers import Piece, PipelineLayer
 from ..options import CostOptions
+from ..precision import expert_activation_delta, expert_quant_ms, fp8_rate, fp8_weight_extra_bytes, weight_cast_ms
+from ..recompute import ReplayRates, dense_part_view, expert_recompute, replays_attention
+from ..recompute_names import modules_of, replays_experts
 from ..traffic import traffic_ms
 from ..variants import Knobs
 from .context import causal_load_factor, cp_algorithms, cp_attention_ms, cp_problem, kv_bytes, shard_piece, ulysses_bytes
@@ -64,7 +67,8 @@ from .experts import (
 )
 from .groups import GroupSpan, group_span
 
-__all__ = ["LANGUAGE_ROLES", "cp_sharded", "cp_allows", "piece_algorithms", "cp_layer_terms", "sync_layout",
+__all__ = ["LANGUAGE_ROLES", "cp_sharded", "cp_allows", "piece_algorithms", "cp_layer_terms", "cp_attention_choice",
+           "sync_layout",
            "moe_ep_cost"]
 
 LANGUAGE_ROLES = ("embedding", "decoder", "mtp", "loss")  # mtp: multi-token prediction modules (Megatron splits them too)
@@ -112,6 +116,13 @@ def _attention_ms(piece: Piece, sharded: Piece, layout: Layout, samples: float, 
                   opts: CostOptions, recompute: str) -> tuple[float, float]:
     """Exposed ``(fwd, bwd)`` ms of one attention piece's context-parallel traffic, the configured algorithm
     when the piece can run it, else the fastest it can."""
+    _, fwd, bwd = cp_attention_choice(piece, sharded, layout, samples, cluster, opts, recompute)
+    return fwd, bwd
+
+
+def cp_attention_choice(piece: Piece, sharded: Piece, layout: Layout, samples: float, cluster: ClusterSpec,
+                        opts: CostOptions, recompute: str) -> tuple[str, float, float]:
+    """``(algorithm, fwd, bwd)``: :func:`_attention_ms` and the algorithm it costs."""
     t, c = layout.tp, layout.cp
     shape = piece.shape
     assert shape is not None
@@ -131,7 +142,7 @@ def _attention_ms(piece: Piece, sharded: Piece, layout: Layout, samples: float, 
     fwd, bwd = times[chosen]
     if not piece.backward:
         bwd = 0.0
-    return piece.passes * fwd, piece.passes * bwd
+    return chosen, piece.passes * fwd, piece.passes * bwd
 
 
 def cp_layer_terms(layer: PipelineLayer, layout: Layout, samples: float, recompute: str, cluster: ClusterSpec,
@@ -158,7 +169,7 @@ def cp_layer_terms(layer: PipelineLayer, layout: Layout, samples: float, recompu
             continue
         f, b = _attention_ms(p, s, layout, samples, cluster, opts, recompute)
         fwd += f
-        b_in += b + (f if recompute == "full" and p.backward else 0.0)
+        b_in += b + (f if replays_attention(recompute) and p.backward else 0.0)
     return fwd, b_in, b_w, act
 
 
@@ -200,7 +211,7 @@ def moe_ep_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: C
       the optimizer step over the routed parameters the rank owns.
     """
     ax = opts.axes
-    dense = tuple(_dense_part(p) for p in layer.pieces)
+    dense = tuple(dense_part_view(_dense_part(p), p) for p in layer.pieces)
     dense_layer = replace(layer, pieces=dense)
     terms = cp_layer_terms(layer, layout, samples, knobs.recompute, cluster, opts, pieces=dense)
     base = finish_cost(dense_layer, sync_layout(layout), terms, cluster, opts, microbatches, knobs, nodes=nodes)
@@ -225,20 +236,42 @@ def moe_ep_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: C
             flops = moe_layer_flops(copies / moe.top_k, p.width, moe.moe_ffn, moe.top_k, 0, moe.gated)
         rows, width = expert_gemm_shape(tokens, moe.top_k, moe.experts, e, f, moe.moe_ffn)
         rate = cluster.peak_tflops * 1e9 * efficiency(width, rows, opts)
+        if opts.fp8:  # the experts' grouped GEMMs in FP8 (.precision)
+            rate = fp8_rate(rate, cluster, opts)
         compute = p.passes * flops / rate
         comm_f, comm_b = moe_comm_ms(copies, p.width, e, f, ep_span, etp_span, intra_GBps=intra, inter_GBps=inter,
                                      opts=opts, links=ax.alltoall_links, dedup=ax.ep_dedup,
                                      probs_bytes=ax.probs_bytes, overlap=ax.ep_overlap)
         comm_f, comm_b = p.passes * comm_f, p.passes * comm_b
         fwd += compute + comm_f
+        if opts.fp8:  # the FP8 casts of the experts' operands; their fp8 weights, cached once per iteration
+            # the busiest rank's token copies after the expert-tensor all-gather (as expert_activation_bytes)
+            gathered = f * (copies if ax.capacity_factor is not None else ax.moe_imbalance * copies)
+            q_f, q_b = expert_quant_ms(gathered, p.width, moe.moe_ffn, f, moe.gated, p.backward, not p.frozen,
+                                       cluster, opts, weights=moe.params / (e * f))
+            fwd += p.passes * q_f + weight_cast_ms(moe.params / (e * f), cluster, opts) / microbatches
+            if p.backward:
+                b_in += p.passes * (q_b + (q_f if replays_experts(knobs.recompute) else 0.0))
+                if knobs.recompute != "full" and "moe" not in modules_of(knobs.recompute):
+                    delta = expert_activation_delta(gathered, p.width, moe.moe_ffn, f, opts)
+                    if "moe_act" in modules_of(knobs.recompute):  # fc2's input is discarded: no fp8 copy of it
+                        delta *= p.width / (p.width + moe.moe_ffn / f)
+                    act += p.passes * delta
+            weight += moe.params / (e * f) * fp8_weight_extra_bytes(opts, cluster) / (edp if knobs.zero == 3 else 1)
         if p.backward:
-            b_in += compute + comm_b + (compute + comm_f if knobs.recompute == "full" else 0.0)
+            stored = p.passes * expert_activation_bytes(copies, p.width, moe.moe_ffn, f, moe.gated, ax.moe_imbalance,
+                                                        padded=ax.capacity_factor is not None,
+                                                        router_tokens=tokens, experts=moe.experts)
+            rates = ReplayRates(rate, 0.0, 0.0, cluster.hbm_GBps, opts.hbm_efficiency, opts.memory_bound_ops)
+            kept, replay = expert_recompute(
+                knobs.recompute, stored=stored, copies=p.passes * copies, moe_ffn=moe.moe_ffn, gated=moe.gated,
+                activation=p.shape.activation if p.shape is not None else "silu", hidden=p.width, ep=e,
+                compute_ms=compute, dispatch_ms=comm_f, rates=rates, imbalance=ax.moe_imbalance,
+                padded=ax.capacity_factor is not None)
+            b_in += compute + comm_b + replay
             if not p.frozen:
                 b_w += compute
-            if knobs.recompute != "full":
-                act += p.passes * expert_activation_bytes(copies, p.width, moe.moe_ffn, f, moe.gated, ax.moe_imbalance,
-                                                          padded=ax.capacity_factor is not None,
-                                                          router_tokens=tokens, experts=moe.experts)
+            act += kept
         weight += _expert_weight(moe.params, e, f, edp, p.frozen, knobs, opts)
         b_w += _expert_sync_ms(moe.params, layout, edp_span, p, knobs, cluster, opts) / microbatches
         if knobs.zero == 3:

@@ -11,10 +11,12 @@ because the exporters import :mod:`partitioner.planning`):
   ``PipeModelDataParallelTopology`` (Megatron Bridge's MIMO per-module grids
   are not searched: see ``docs/plan.md``);
 * one knob setting: Megatron-LM sets ZeRO (distributed optimizer or
-  Megatron-FSDP) and ``--recompute-granularity`` once for all layers;
-  torchtitan has one data-parallel setting and recomputes (``full`` only)
-  the decoder blocks alone; DeepSpeed's pipeline engine takes ZeRO 0 or 1
-  and ``activation_checkpoint_interval`` (full recompute);
+  Megatron-FSDP) and ``--recompute-granularity`` (with its
+  ``--recompute-modules``: any module set) once for all layers;
+  torchtitan has one data-parallel setting and recomputes (``full``, or
+  ``op``: its per-op ``SelectiveAC``) the decoder blocks alone; DeepSpeed's
+  pipeline engine takes ZeRO 0 or 1 and ``activation_checkpoint_interval``
+  (full recompute only);
 * cuts: Megatron-LM runs the vision encoder and projector on the first
   language-model stage and has no stage of the action head alone;
   torchtitan runs the vision encoder, whole, with the token embedding.
@@ -32,6 +34,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Literal, Mapping, Sequence, get_args
 
+from ...costs.recompute import OP, acting_modules, is_module_setting, merge_settings
 from ...costs.variants import Knobs, parse_variant
 from ...plan import Plan, Stage
 from ...problem import Layer, LayerCost, Layout, Problem, ProblemError
@@ -58,25 +61,39 @@ class TargetRules:
     cuts: Cuts
     cp: bool = True  # runs context parallelism
     etp: bool = True  # runs an expert tensor-parallel size of its own
+    fp8_recipes: tuple[str, ...] = ()  # the FP8 recipes (partitioner.costs.fp8.RECIPES) it trains with
+    fp8_note: str = ""  # where that comes from
+    modules: bool = False  # runs module recompute (Megatron's --recompute-modules: any module set)
 
     def runs_mesh(self, mesh: "Mesh") -> bool:
         """Whether the target runs the one mesh ``(dp, tp, cp, ep, etp)``."""
         return (self.cp or mesh[2] == 1) and (self.etp or mesh[4] == 1)
 
     def allows(self, knobs: Knobs) -> bool:
-        return knobs.zero in self.zero and knobs.recompute in self.recompute
+        return knobs.zero in self.zero and (knobs.recompute in self.recompute
+                                            or (self.modules and is_module_setting(knobs.recompute)
+                                                and knobs.recompute != OP))
 
 
 RULES: Mapping[str, TargetRules] = MappingProxyType({
     # export/megatron.py: MEGATRON_SCHEDULES; _knob_flags (one ZeRO, one recompute); _megatron_lm (pre/post stages)
+    # (megatron_recompute: module sets as --recompute-modules)
     "megatron": TargetRules("megatron", ("1f1b", "interleaved"), (0, 1, 3), ("none", "selective", "full"), False,
-                            "megatron"),
-    # export/torchtitan.py: SCHEDULES; _knobs (selective refused, recompute only on `layers`); _reasons (vision)
-    # (torchtitan 0.3 has no expert tensor parallelism of its own)
-    "torchtitan": TargetRules("torchtitan", ("1f1b", "gpipe", "interleaved"), (0, 1, 3), ("none", "full"), True,
-                              "torchtitan", etp=False),
-    # export/deepspeed.py: TrainSchedule only; _knobs (ZeRO 2/3 refused, selective refused); no CP in its pipeline engine
-    "deepspeed": TargetRules("deepspeed", ("1f1b",), (0, 1), ("none", "full"), False, "any", cp=False, etp=False),
+                            "megatron", fp8_recipes=("tensorwise", "delayed", "blockwise", "mxfp8"),
+                            fp8_note="megatron-core 0.16.1 TransformerConfig.fp8_recipe: tensorwise, delayed, mxfp8, "
+                                     "blockwise (and custom quantizer factories)", modules=True),
+    # export/torchtitan.py: SCHEDULES; _knobs (selective and module sets refused, op is SelectiveAC, recompute only on
+    # `layers`); _reasons (vision) (torchtitan 0.3 has no expert tensor parallelism of its own)
+    "torchtitan": TargetRules("torchtitan", ("1f1b", "gpipe", "interleaved"), (0, 1, 3), ("none", "full", OP), True,
+                              "torchtitan", etp=False, fp8_recipes=("rowwise", "mxfp8"),
+                              fp8_note="torchtitan 0.3's Float8LinearConverter takes recipe_name rowwise or "
+                                       "rowwise_with_gw_hp (torchao), MXFP8LinearConverter mxfp8"),
+    # export/deepspeed.py: TrainSchedule only; _knobs (ZeRO 2/3 refused, anything but full recompute refused);
+    # no CP in its pipeline engine
+    "deepspeed": TargetRules("deepspeed", ("1f1b",), (0, 1), ("none", "full"), False, "any", cp=False, etp=False,
+                             fp8_note="DeepSpeed 0.19.8's engine trains in fp32, fp16 or bf16 (config sections fp16, "
+                                      "bf16, torch_autocast); its fp8 code quantizes frozen weights for inference "
+                                      "and LoRA (deepspeed.linear, ops.fp_quantizer)"),
 })
 
 
@@ -93,6 +110,15 @@ def _roles(problem: Problem) -> list[str]:
     if len(hints) == problem.num_layers:
         return [str(h.get("role", "decoder")) for h in hints]
     return ["decoder"] * problem.num_layers
+
+
+def _acts(problem: Problem) -> list[frozenset[str]]:
+    """Per layer, the recompute modules that act on it (the cost model's hints; by role without them)."""
+    hints = (problem.meta or {}).get("layers") or ()
+    roles = _roles(problem)
+    if len(hints) != problem.num_layers:
+        return [acting_modules(r) for r in roles]
+    return [acting_modules(r, h.get("recompute_modules")) for r, h in zip(roles, hints)]
 
 
 def _decoder_modules(problem: Problem) -> frozenset[str]:
@@ -303,6 +329,10 @@ def runs(rules: TargetRules, problem: Problem, plan: Plan) -> list[str]:
     schedule = problem.training.schedule
     if schedule not in rules.schedules:
         reasons.append(f"schedule {schedule}: {rules.name} runs {', '.join(rules.schedules)}")
+    fp8 = (problem.meta or {}).get("precision")
+    if isinstance(fp8, Mapping) and fp8.get("fp8_recipe") not in rules.fp8_recipes:
+        reasons.append(f"FP8 recipe {fp8.get('fp8_recipe')}: {rules.name} "
+                       + (f"runs {', '.join(rules.fp8_recipes)}" if rules.fp8_recipes else "has no FP8 training path"))
     configs = [(s, (a, b), c) for s in plan.stages for (a, b), c in s.segment_configs(problem)]
     meshes = {(c.dp, c.tp, c.cp) for _, _, c in configs}
     if len(meshes) > 1:
@@ -325,9 +355,13 @@ def runs(rules: TargetRules, problem: Problem, plan: Plan) -> list[str]:
     zeros = {k.zero for k, dp, _ in knobs if dp > 1}  # dp here counts the dp x cp replicas  # ZeRO-0 next to ZeRO-1 runs as ZeRO-1 (the exporters' one_zero)
     if 3 in zeros and len(zeros) > 1:
         reasons.append(f"mixed ZeRO stages {sorted(zeros)}: {rules.name} sets one")
-    covered = [k.recompute for k, _, dec in knobs if dec or not rules.recompute_decoder_only]
-    if len(set(covered)) > 1 and rules.name != "deepspeed":  # DeepSpeed sets activation_checkpoint_interval per stage
-        reasons.append(f"mixed recompute settings {sorted(set(covered))}: {rules.name} sets one")
+    acts = _acts(problem)
+    covered = [(k.recompute, frozenset().union(*(acts[i] for i in range(a, b + 1))))
+               for (k, _, dec), (_, (a, b), _) in zip(knobs, configs) if dec or not rules.recompute_decoder_only]
+    # DeepSpeed sets activation_checkpoint_interval per stage; Megatron's module lists merge where each module acts
+    merged = merge_settings(covered) if rules.modules else (covered[0][0] if len({r for r, _ in covered}) == 1 else None)
+    if covered and merged is None and rules.name != "deepspeed":
+        reasons.append(f"mixed recompute settings {sorted({r for r, _ in covered})}: {rules.name} sets one")
     try:
         starts = {a for a, _ in layer_groups(problem, rules)}
     except ProblemError as err:

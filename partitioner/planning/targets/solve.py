@@ -2,7 +2,7 @@
 
 :func:`solve_for_target` is :func:`~.knob_solve.solve_with_knobs` for a
 target (:mod:`.targets`): for each uniform knob setting the target allows
-(:data:`~.knobs.ESCALATION` order; ``knob_solves="fast"`` stops at the first
+(:func:`~.knobs.escalation` order; ``knob_solves="fast"`` stops at the first
 with a plan) and each mesh (dp, tp) every layer runs in, the method solves
 :func:`~.targets.single_layout`'s problem -- one config per module, the
 layers a cut may not separate merged -- and the best plan, expanded to the
@@ -24,7 +24,7 @@ from ...plan.result import Status
 from ...problem import Problem
 from ...solvers import solve
 from ..deadline import Deadline
-from ..knobs import ESCALATION
+from ..knobs import escalation
 from ..options import PlanOptions
 from ..records import KnobSolve, ScreenedCount
 from ..results import iteration_of, simulate_plan
@@ -117,7 +117,7 @@ def solve_for_target(entry: ScreenedCount, opts: PlanOptions, rules: TargetRules
     deadline = deadline or Deadline(None)
     problem, found = entry.problem, _Found()
     meshes = [mesh for mesh in layouts(problem) if rules.runs_mesh(mesh)]
-    names = settings(problem, rules, ESCALATION)
+    names = settings(problem, rules, escalation(problem.variants))
     solved: list[str] = []
 
     def configs_of(setting: str, mesh: Mesh) -> dict:
