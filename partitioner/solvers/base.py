@@ -203,18 +203,12 @@ _SCHEDULES_BEYOND_1F1B = {
     "uniform": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},
     "balanced": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},
 }
-# cpsat and milp search the interleaved space of equal device groups with one mesh each
-# (solvers/interleaved_model.py), both objectives, exactly.
-for _method in ("cpsat", "milp"):
+# cpsat, milp and dp search the interleaved space of equal device groups with one mesh each
+# (solvers/interleaved/space.py), both objectives (dp by its cut search, solvers/interleaved/search.py).
+for _method in ("cpsat", "milp", "dp"):
     _SCHEDULES_BEYOND_1F1B[_method] |= {("interleaved", "bottleneck"), ("interleaved", "iteration")}
 # Why a method cannot model a schedule at all, when "not yet" would mislead.
-_WHY_NOT = {
-    ("dp", "interleaved"): (
-        "its recursion runs along the layer order, one stage after another, and an interleaved group's "
-        "time and memory sum chunks that lie far apart in that order (chunks g, g + P, ...), so they do not "
-        "separate into stage-by-stage terms"
-    ),
-}
+_WHY_NOT: dict[tuple[str, str], str] = {}
 
 
 def schedule_support(method: str, schedule: str, objective: str) -> str:

@@ -111,12 +111,12 @@ def test_a_better_plan_of_the_exact_solve_replaces_the_screened_one():
     assert out.iteration_ms < kept.iteration_ms
 
 
-def test_interleaved_and_heuristics_say_why_they_are_not_proven():
+def test_interleaved_is_proven_and_heuristics_say_why_they_are_not():
     problem = _with_schedule(_tiny(), "interleaved", virtual_stages=2)
     kept = _kept(_tiny())
     kept = replace(kept, problem=problem)
-    out = prove_kept(kept, OPTS, Deadline(None)).result
-    assert out.status == "feasible" and "dp cannot optimise schedule 'interleaved'" in out.message
+    out = prove_kept(kept, OPTS, Deadline(None)).result  # dp searches the interleaved space (its cut search)
+    assert out.status == "optimal" and out.value == pytest.approx(solve(problem, "brute").value, rel=1e-9)
     out = prove_kept(_kept(_tiny()), replace(OPTS, method="greedy"), Deadline(None)).result
     assert out.status == "feasible" and "greedy is a heuristic" in out.message
 

@@ -70,7 +70,7 @@ def interleaved(problem: Problem) -> Problem | None:
     return Problem.from_dict(doc)
 
 
-@pytest.mark.parametrize("method", ["cpsat", "milp"])
+@pytest.mark.parametrize("method", ["cpsat", "milp", "dp"])
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(problem=small_v3_problems(max_layers=6))
 def test_interleaved_methods_match_brute_on_v3(method, problem):

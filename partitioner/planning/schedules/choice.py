@@ -41,6 +41,7 @@ from ...plan import Evaluation, Plan, PlanError, SolveResult, evaluate
 from ...problem import Problem, ProblemError
 from ...solvers import SolverError
 from ...solvers.base import schedule_support
+from ...solvers.interleaved.search import round_balanced
 from ..baselines import BASELINE_METHOD, FSDP_METHOD, megatron_baselines
 from ..deadline import Deadline
 from ..options import SCHEDULE_CHOICES
@@ -56,6 +57,9 @@ _PLAIN = ("1f1b", "zb-h1", "gpipe")
 # 1F1B screen and at every smaller m (fewer microbatches leave a larger bubble for a schedule to remove; the
 # larger m, rarely fastest, cost the most to evaluate and replay)
 SCREENED_M = 4
+# Seconds the round-balanced interleaved plans of one key may take (their local search often stops earlier,
+# at its local optimum).
+BALANCED_SECONDS = 4.0
 
 # (evaluation, replay, iteration ms) of a plan that runs, or why it cannot
 Run = Union[tuple[Evaluation, Union[Mapping, None], float], str]
@@ -151,8 +155,11 @@ def _plain_replays(best: KnobSolve, keys: Sequence[tuple[str, int]], objective: 
 
 
 def _resolved(entry: ScreenedCount, warm: Mapping[str, Plan], keys: Sequence[tuple[str, int]], method: str,
-              objective: str, resolve: Resolve, deadline: Deadline) -> tuple[list[ScheduleCandidate], list[str]]:
-    """The method re-run under every schedule it models (never 1F1B: that is the kept plan), while time is left."""
+              objective: str, resolve: Resolve, deadline: Deadline,
+              simulate: bool = True) -> tuple[list[ScheduleCandidate], list[str]]:
+    """The method re-run under every schedule it models (never 1F1B: that is the kept plan), while time is left;
+    with ``dp`` under ``interleaved`` also the round-balanced plans of its cut search
+    (:func:`~partitioner.solvers.interleaved.search.round_balanced`, at most :data:`BALANCED_SECONDS` per key)."""
     out: list[ScheduleCandidate] = []
     notes: list[str] = []
     for key in keys:
@@ -180,6 +187,17 @@ def _resolved(entry: ScreenedCount, warm: Mapping[str, Plan], keys: Sequence[tup
             continue
         cand = _candidate("solved", method, key, done.problem, r.plan, (r.evaluation, done.sim, done.iteration_ms))
         out.append(replace(cand, result=r))
+    for key in keys:  # dp under interleaved: also plans whose rounds are balanced, which the estimate does not favour
+        limit = deadline.solve_limit(BALANCED_SECONDS)
+        if key[0] != "interleaved" or method != "dp" or limit == 0:
+            continue
+        prob = with_schedule(entry.problem, *key)
+        for r in round_balanced(prob, objective, method, limit):
+            if r.plan is None:
+                continue
+            run = _run(prob, r.plan, objective, simulate)
+            if run is not None and not isinstance(run, str):
+                out.append(replace(_candidate("solved", method, key, prob, r.plan, run), result=r))
     return out, notes
 
 
@@ -311,7 +329,7 @@ def choose_schedule(
     m_star = best.problem.microbatches
     entry = next((e for e in screened if e.m == m_star), None)
     cands = _plain_replays(best, keys, objective, method, simulate)
-    solved, notes = (_resolved(entry, best.solved_plans, keys, method, objective, resolve, deadline)
+    solved, notes = (_resolved(entry, best.solved_plans, keys, method, objective, resolve, deadline, simulate)
                      if entry is not None else ([], []))
     cands += solved
     cands += _baselines(screened, keys, objective, simulate, deadline=deadline)

@@ -27,6 +27,7 @@ from ..base import Candidate, SolveRequest, register
 from ..errors import OutOfTime, TooLarge
 from ..feasibility import feasible_stage_counts, quick_infeasibility
 from ..greedy import solve_greedy
+from ..interleaved.search import solve_interleaved_search
 from .compiled import engine
 from .solver import DPModel
 
@@ -42,6 +43,8 @@ def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
     ``threads`` the threads a level's first layers are shared among (default
     ``PARTITIONER_DP_THREADS`` or one per core; a batch sweep gives each job
     its share of the cores)."""
+    if problem.training.schedule == "interleaved":  # its own space and search (interleaved/search.py)
+        return solve_interleaved_search(problem, request)
     if problem.cluster.topology is not None:
         return Candidate("error", message="dp: custom cluster topologies are not supported by the solvers yet")
     reason = quick_infeasibility(problem)

@@ -41,6 +41,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Sequence
 
 from ...cluster.topology import default_bandwidth, transfer_ms
 from ...plan import Plan, PlanError, Stage, evaluate
@@ -97,10 +98,11 @@ def no_group_count_message(problem: Problem) -> str:
     )
 
 
-def group_configs(problem: Problem, size: int) -> list[Layout]:
-    """Every config a layer may run in on a ``size``-device group (rule 5), in config order."""
+def group_configs(problem: Problem, size: int, layouts: Sequence[Layout] | None = None) -> list[Layout]:
+    """Every config a layer may run in on a ``size``-device group (rule 5), in config order
+    (``layouts``: ``problem.layouts()`` when the caller holds it already)."""
     G = problem.cluster.gpus_per_node
-    return [lay for lay in problem.layouts() if lay.devices == size and lay.tp <= G]
+    return [lay for lay in (problem.layouts() if layouts is None else layouts) if lay.devices == size and lay.tp <= G]
 
 
 def group_meshes(problem: Problem, size: int) -> list[tuple[int, ...]]:

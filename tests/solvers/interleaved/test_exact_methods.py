@@ -4,7 +4,7 @@ The space (``partitioner/solvers/interleaved_model.py``): P equal device
 groups on canonical ids, one mesh per group, P·v contiguous chunks, per
 segment variants in format v2. cpsat and milp must agree with brute on
 random small problems (v1 and v2, with and without transfers, memory often
-binding), their bounds must be proven, and every plan must pass
+binding; dp by its cut search), their bounds must be proven, and every plan must pass
 ``evaluate`` and replay in the simulator under ``interleaved``.
 """
 from __future__ import annotations
@@ -31,8 +31,8 @@ from partitioner.solvers.interleaved.space import (
 )
 from strategies import examples, layouts_for
 
-EXACT = ("cpsat", "milp")
-OPTIONS = {"cpsat": {"num_workers": 1}, "milp": {}}
+EXACT = ("cpsat", "milp", "dp")
+OPTIONS = {"cpsat": {"num_workers": 1}, "milp": {}, "dp": {}}
 
 
 SHAPES = [(1, 2), (2, 1), (1, 4), (2, 2), (4, 1), (2, 4), (4, 2)]
@@ -254,10 +254,11 @@ def test_every_plan_of_brutes_space_is_accepted_by_evaluate_at_the_value_brute_c
         assert solve(problem, "brute").status == "optimal"
 
 
-def test_dp_refuses_and_says_why():
-    r = solve(_hand_problem(), "dp")
-    assert r.status == "error" and "cannot optimise schedule 'interleaved'" in r.message
-    assert "do not separate" in r.message and "cpsat or milp" in r.message
+def test_dp_plans_it_by_its_cut_search():
+    problem = _hand_problem()
+    r = solve(problem, "dp")
+    assert r.status == "optimal" and r.value == pytest.approx(solve(problem, "brute").value, rel=1e-9)
+    assert r.extra["interleaved"]["groups"]  # how each group count was settled
 
 
 def test_brute_refuses_too_many_cuts():
@@ -304,7 +305,7 @@ def test_brute_stops_at_its_time_limit_with_the_best_plan_so_far():
 def test_without_a_start_and_from_a_warm_start_the_answer_is_the_same(method):
     problem = _hand_problem(out_bytes=1000)
     oracle = solve(problem, "brute")
-    cold = solve(problem, method, seed=0, options={**OPTIONS[method], "hint": False})
+    cold = solve(problem, method, seed=0, options={**OPTIONS[method], **({} if method == "dp" else {"hint": False})})
     warm = solve(problem, method, seed=0, options=OPTIONS[method], warm_start=oracle.plan)
     for r in (cold, warm):
         assert r.status == "optimal" and r.value == pytest.approx(oracle.value, rel=1e-9)
