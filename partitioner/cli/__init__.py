@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .exits import EXIT_INTERNAL, EXIT_INTERRUPTED, report_interrupt
+from .exits import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_NO_PLAN, EXIT_OK, report_interrupt
 
 if TYPE_CHECKING:
     import typer
@@ -43,16 +43,39 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _say(text: str) -> None:
+    """One line on stderr (line breaks in ``text`` become spaces)."""
+    try:
+        sys.stderr.write(" ".join(text.replace("\r", " ").split("\n")) + "\n")
+    except (OSError, ValueError):  # stderr closed: the exit code says it
+        pass
+
+
 def main() -> None:
     """Console-script entry point: never a traceback for the user.
 
     Bad input and no-plan exits are the commands' own (:mod:`.common`); an
-    interrupt anywhere -- while the commands load, while Typer parses, during a
-    command -- is ``interrupted`` and exit 130; any other exception is a bug:
-    one line and exit 3.
+    option Typer cannot parse (``--nodes x``, a missing or unknown option) is
+    one line naming it and exit 2, like every other bad input; ``partitioner``
+    alone shows the help as Typer does (exit 2); an interrupt anywhere --
+    while the commands load, while Typer parses, during a command -- is
+    ``interrupted`` and exit 130; any other exception is a bug: one line and
+    exit 3.
     """
     try:
-        _load_app()()
+        app = _load_app()
+        if len(sys.argv) < 2:  # no command: Typer's own help screen (no_args_is_help)
+            app()
+        import typer
+
+        try:
+            code = app(standalone_mode=False)  # usage errors are raised here, not printed as a usage box
+        except typer.TyperException as e:  # Typer's usage errors (their public base since 0.29)
+            _say(f"error: {e.format_message()} (see --help)")
+            code = e.exit_code
+        except typer.Abort:  # end of input at a prompt: Typer's own answer, on one line
+            _say("aborted")
+            code = EXIT_NO_PLAN
     except SystemExit as e:
         if e.code == EXIT_INTERRUPTED:  # Typer's own answer to an interrupt outside a command says nothing
             report_interrupt()
@@ -61,9 +84,8 @@ def main() -> None:
         report_interrupt()
         sys.exit(EXIT_INTERRUPTED)
     except Exception as e:  # a bug: say so briefly, exit 3
-        text = " ".join(f"internal error: {type(e).__name__}: {e} (please report it with the input files)".split("\n"))
-        try:
-            sys.stderr.write(text.replace("\r", " ") + "\n")
-        except (OSError, ValueError):
-            pass
+        _say(f"internal error: {type(e).__name__}: {e} (please report it with the input files)")
         sys.exit(EXIT_INTERNAL)
+    if code == EXIT_INTERRUPTED:  # Typer turns an interrupt in a command into exit 130 without a word
+        report_interrupt()
+    sys.exit(code if isinstance(code, int) else EXIT_OK)

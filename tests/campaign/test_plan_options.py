@@ -55,3 +55,39 @@ def test_plan_with_an_absurd_batch_is_one_line_at_once(tmp_path, batch):
                                    "--global-batch", batch, "--time-limit", "5", timeout=120)
     assert_refused(code, err, "global_batch", str(MAX_GLOBAL_BATCH), codes=(2,))
     assert out == ""
+
+
+@pytest.mark.parametrize("args, names", [
+    (["--nodes", "x"], "--nodes"),
+    (["--nodes", "1e9"], "--nodes"),
+    (["--max-stages", "1.5"], "--max-stages"),
+    (["--global-batch", ""], "--global-batch"),
+    (["--fps", "abc"], "--fps"),
+    (["--images", "2.5"], "--images"),
+    (["--bogus", "1"], "--bogus"),
+    (["--nodes"], "--nodes"),
+])
+def test_an_option_typer_cannot_parse_is_one_line_naming_it(capsys, monkeypatch, args, names):
+    """Typer's usage box (usage, hint, a framed error: 5 lines or more) is one line like every other bad input."""
+    from partitioner.cli import main
+
+    base = {"--model": "llava-1.5-7b", "--cluster": "dgx-h100", "--nodes": "1", "--global-batch": "8"}
+    given = [a for a in args if a.startswith("--")]
+    argv = [x for k, v in base.items() if k not in given for x in (k, v)] + args
+    monkeypatch.setattr("sys.argv", ["partitioner", "plan", *argv])
+    with pytest.raises(SystemExit) as info:
+        main()
+    err = capsys.readouterr().err
+    assert_refused(info.value.code if isinstance(info.value.code, int) else 1, err, names, codes=(2,))
+
+
+def test_partitioner_alone_still_shows_the_help(capsys, monkeypatch):
+    """No command is not a usage error on one line: Typer's help screen, exit 2 (no_args_is_help)."""
+    from partitioner.cli import main
+
+    monkeypatch.setattr("sys.argv", ["partitioner"])
+    with pytest.raises(SystemExit) as info:
+        main()
+    captured = capsys.readouterr()
+    assert info.value.code == 2
+    assert "plan" in captured.out + captured.err and "Usage" in captured.out + captured.err
