@@ -322,3 +322,61 @@ def small_v3_problems(draw, max_layers: int = 6, objectives=("bottleneck", "iter
             entry["tied_weight_bytes"] = int(tied * share)
     extra = {"variants": {"zero3": VARIANTS["zero3"]}} if zero3 else {}
     return Problem.from_dict(_document(draw, 3, nodes, gpus, layers, (25, 200), objectives, **extra))
+
+
+# Byte scales for the boundary problems: big enough that one byte is below the MILP backends' relative
+# tolerances (1e-9 of a GPU of gigabytes), odd so that no common factor makes the bytes coarse.
+BYTE_SCALES = (1, 1_048_583, 1_000_000_007, 3 * 2**30 + 1)
+
+
+@st.composite
+def boundary_problems(draw, max_layers: int = 5, schedules: tuple[str, ...] = ("1f1b", "zb-h1", "gpipe")) -> Problem:
+    """A random v1, v2 or v3 problem whose optimum sits exactly on, a hair over or a hair under the memory limit,
+    now and then with stage times that tie.
+
+    The bytes of a random small problem (:func:`small_problems`, :func:`small_v2_problems`,
+    :func:`small_v3_problems`) are scaled by one of :data:`BYTE_SCALES` with a random remainder per entry, and
+    a schedule is drawn from ``schedules`` (``interleaved``: two virtual stages). The GPU memory is then set
+    from the plan found with unlimited memory (``dp``; ``brute`` under ``interleaved``, which dp does not
+    plan): one of its stages' (device groups') memory plus -1, 0 or +1 bytes (-1: that plan needs one byte
+    more than the GPU has). With ``ties`` every layer takes the first layer's times per config, in halves of
+    a millisecond (exact in binary), and the same ``out_bytes``, so many plans share the optimum's value.
+    """
+    from hypothesis import assume
+
+    from partitioner.plan import evaluate
+    from partitioner.solvers import solve
+
+    base = draw(st.one_of(small_problems(max_layers=max_layers), small_v2_problems(max_layers=max_layers),
+                          small_v3_problems(max_layers=max_layers)))
+    doc = base.to_dict()
+    schedule = draw(st.sampled_from(schedules))
+    if schedule != "1f1b":
+        doc["training"]["schedule"] = schedule
+    if schedule == "interleaved":  # m a multiple of every group count, as the format requires of a fixed one
+        doc["training"]["virtual_stages"] = 2
+        fixed = doc["stages"]["min"] if doc["stages"]["min"] == doc["stages"]["max"] else 1
+        doc["training"]["microbatches"] = fixed * draw(st.sampled_from([2, 4, 6, 12]))
+    scale = draw(st.sampled_from(BYTE_SCALES))
+    ties = draw(st.booleans())
+    first = doc["layers"][0]["costs"]
+    for layer in doc["layers"]:
+        if ties:
+            layer["out_bytes"] = doc["layers"][0]["out_bytes"]
+        for key, entry in layer["costs"].items():
+            if ties and key in first:
+                entry["fwd_ms"] = round(2 * first[key]["fwd_ms"]) / 2 + 0.5
+                entry["bwd_ms"] = round(2 * first[key]["bwd_ms"]) / 2
+            tied = entry.get("tied_weight_bytes", 0)
+            entry["weight_bytes"] = entry["weight_bytes"] * scale + draw(st.integers(0, scale - 1))
+            entry["act_bytes"] = entry["act_bytes"] * scale + draw(st.integers(0, scale - 1))
+            if "tied_weight_bytes" in entry:  # at most the copy, as the format requires
+                entry["tied_weight_bytes"] = min(tied * scale + draw(st.integers(0, scale - 1)), entry["weight_bytes"])
+    doc["cluster"]["gpu_memory_bytes"] = 2**50
+    relaxed = Problem.from_dict(doc)
+    found = solve(relaxed, "brute" if schedule == "interleaved" else "dp")
+    assume(found.plan is not None)
+    peaks = evaluate(relaxed, found.plan).peak_memory_bytes
+    on = draw(st.sampled_from([max(peaks), draw(st.sampled_from(peaks))]))
+    doc["cluster"]["gpu_memory_bytes"] = max(1, on + draw(st.sampled_from([-1, 0, 0, 1])))
+    return Problem.from_dict(doc)

@@ -189,8 +189,8 @@ def test_every_subpackage_is_installed():
 
 
 # The packages in dependency order (DESIGN.md, "Layout"): each imports only packages before it.
-LAYERS = ("core", "problem", "cluster", "plan", "simulate", "solvers", "presets", "costs", "planning", "export",
-          "batch", "cli")
+LAYERS = ("core", "problem", "cluster", "plan", "simulate", "solvers", "presets", "costs", "frameworks", "export",
+          "planning", "batch", "cli")
 
 
 def _package(module: str) -> str | None:

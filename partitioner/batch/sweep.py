@@ -39,8 +39,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..problem import OBJECTIVES, Problem, ProblemError, load_problem, read_document
+from ..solvers import SolverError, method_spec
 from ..solvers import methods as registered_methods
-from ..solvers.base import method_options
+from ..solvers.options import options_record
 from .errors import SweepError
 from .jobs import Job, canonical_json, job_key, make_jobs
 from .records import failure_record, local_info
@@ -219,11 +220,10 @@ def _parse_options(value: Any, method_list: Sequence[str]) -> dict[str, dict[str
             raise _fail(f"{method!r} is not one of the sweep's methods ({', '.join(method_list)})", where)
         if not isinstance(opts, Mapping):
             raise _fail("must be an object of option: value", where)
-        declared = method_options(method)
-        for key in opts:
-            if key not in declared:
-                allowed = ", ".join(sorted(declared)) or "none"
-                raise _fail(f"method {method} has no option {key!r} (options: {allowed})", f"{where}.{key}")
+        try:  # the method's own record checks names and values (solvers.options); the jobs get the mapping
+            options_record(method_spec(method).options, method, opts)
+        except SolverError as err:
+            raise _fail(err.reason, f"{where}.{err.path.removeprefix('options.')}") from None
         parsed[method] = dict(opts)
     return parsed
 

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List, Literal, Optional
+from typing import TYPE_CHECKING, Any, List, Literal, Optional
 
 import typer
 
 from ..plan import Plan, SolveResult
-from ..problem import OBJECTIVES, Problem, ProblemError, load_problem
-from ..solvers import SolverError, methods
+from ..problem import Problem, ProblemError, load_problem
+from ..solvers import SolverError
 from .common import EXIT_NO_PLAN, EXIT_OK, app, check_choice, err, guarded, parse_options, working
 from .render import print_clusters, print_json, print_models, print_plan_summary, print_sequences
+
+if TYPE_CHECKING:
+    from ..planning import PlanOptions
 
 __all__ = ["models_cmd", "clusters_cmd", "plan_cmd", "export_cmd"]
 
@@ -100,44 +103,21 @@ def plan_cmd(
     anyres), and the plan shows the sequence lengths they imply. --mtp-layers sets the multi-token prediction
     modules trained after the language model (DeepSeek-V3 trains one).
     """
-    from ..costs.fp8 import FP8_RECIPES, PRECISIONS
-    from ..planning import plan_model
-    from ..planning.options import KNOB_SOLVES
-    from ..planning.schedules.choice import SCHEDULE_CHOICES
-    from ..planning.targets.rules import TARGETS
+    from ..planning import run_plan
     from ..presets import Workload, load_model, sequence_summary
 
-    check_choice(method, methods(), "--method")
-    check_choice(objective, OBJECTIVES, "--objective")
-    check_choice(schedule, SCHEDULE_CHOICES, "--schedule")
-    check_choice(target, TARGETS, "--target")
-    check_choice(knob_solves, KNOB_SOLVES, "--knob-solves")
-    check_choice(precision, PRECISIONS, "--precision")
-    check_choice(fp8_recipe, FP8_RECIPES, "--fp8-recipe")
-    if virtual_stages is not None and (schedule != "interleaved" or virtual_stages < 2):
-        raise SolverError("--virtual-stages: needs --schedule interleaved and an integer >= 2")
-    mb: int | Literal["auto"] = "auto"
-    if microbatches != "auto":
-        try:
-            count = int(microbatches)
-        except ValueError:
-            raise SolverError(f"--microbatches: must be a positive integer or 'auto', got {microbatches!r}") from None
-        if count < 1:
-            raise SolverError(f"--microbatches: must be a positive integer or 'auto', got {microbatches!r}")
-        mb = count
-    if nodes < 1 or global_batch < 1 or (max_stages is not None and max_stages < 1):
-        raise SolverError("--nodes, --global-batch and --max-stages must be positive integers")
+    opts = _plan_options(
+        nodes=nodes, global_batch=global_batch, microbatches=_microbatches(microbatches), method=method,
+        objective=objective, time_limit=time_limit, options=parse_options(cost_option), profile=profile,
+        max_stages=max_stages, schedule=schedule, virtual_stages=virtual_stages, target=target, knob_solves=knob_solves,
+        precision=precision, fp8_recipe=fp8_recipe,
+    )
     workload = Workload(images=images, image_size=image_size, tiles=tiles, frames=frames, fps=fps, text_tokens=text_tokens,
                         mtp_layers=mtp_layers)
     spec = load_model(model, workload)
     sequences = sequence_summary(spec, workload)
     with working(f"planning {model} on {nodes} x {cluster} with {method}"):
-        result = plan_model(
-            spec, cluster, nodes=nodes, global_batch=global_batch, microbatches=mb, method=method, objective=objective,
-            time_limit=time_limit, options=parse_options(cost_option), profile=profile, max_stages=max_stages,
-            schedule=schedule, virtual_stages=virtual_stages, target=target, knob_solves=knob_solves,
-            precision=precision, fp8_recipe=fp8_recipe,
-        )
+        result = run_plan(spec, cluster, opts)
     problem = result.problem
     if save_problem is not None and problem is not None:
         from ..problem import dump_problem
@@ -158,11 +138,31 @@ def plan_cmd(
     raise typer.Exit(EXIT_OK if result.plan is not None else EXIT_NO_PLAN)
 
 
+def _microbatches(text: str) -> int | Literal["auto"]:
+    """``--microbatches``: ``auto`` or an integer (its range is :class:`~partitioner.planning.PlanOptions`'s to check)."""
+    if text == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise SolverError(f"--microbatches: must be a positive integer or 'auto', got {text!r}") from None
+
+
+def _plan_options(**fields: Any) -> "PlanOptions":
+    """The command's :class:`~partitioner.planning.PlanOptions`, checked there; an error names the flag (``--nodes``)."""
+    from ..planning import PlanOptions
+
+    try:
+        return PlanOptions(**fields)
+    except ProblemError as err:
+        raise ProblemError(err.reason, path="--" + err.path.replace("_", "-")) from None
+
+
 def _exportable(result: SolveResult, problem: Problem | None) -> dict[str, dict]:
     """Per export target: whether it runs the kept plan, and the reasons when it does not (``plan --json``'s ``exports``)."""
     from ..export import TARGETS, export_result
 
-    out = {}
+    out: dict[str, dict] = {}
     for target in TARGETS:
         exp = export_result(result, target, problem)
         out[target] = {"expressible": exp.expressible, "reasons": list(exp.reasons)}

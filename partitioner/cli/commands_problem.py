@@ -14,8 +14,9 @@ import typer
 
 from ..plan import PlanError, evaluate, load_plan
 from ..problem import OBJECTIVES, load_problem
-from ..solvers import methods, solve
-from .common import EXIT_BAD_INPUT, EXIT_NO_PLAN, EXIT_OK, app, check_choice, err, guarded, out, parse_options, working
+from ..solvers import DEFAULT_METHOD, methods, solve
+from ..solvers.base import method_options_from_text
+from .common import EXIT_BAD_INPUT, EXIT_NO_PLAN, EXIT_OK, app, check_choice, err, guarded, option_pairs, out, working
 from .render import print_evaluation, print_json, print_result, print_simulation, print_validation
 
 __all__ = ["solve_cmd", "validate_cmd", "evaluate_cmd", "simulate_cmd"]
@@ -26,23 +27,24 @@ __all__ = ["solve_cmd", "validate_cmd", "evaluate_cmd", "simulate_cmd"]
 def solve_cmd(
     problem_path: Path = typer.Argument(..., metavar="PROBLEM", help="Problem file (JSON or YAML, format v1 or v2)."),
     method: str = typer.Option(
-        "dp", "--method", "-m", help="dp (exact, the default) | cpsat | milp | brute | greedy | uniform | balanced"
+        DEFAULT_METHOD, "--method", "-m", help="dp (exact, the default) | cpsat | milp | brute | greedy | uniform | balanced"
     ),
     objective: Optional[str] = typer.Option(None, "--objective", help="bottleneck | iteration (default: the problem's)"),
     time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds for the search."),
     seed: int = typer.Option(0, "--seed", help="Random seed (CP-SAT)."),
-    option: Optional[List[str]] = typer.Option(None, "--option", "-o", help="Method option key=value (repeatable)."),
+    option: Optional[List[str]] = typer.Option(
+        None, "--option", "-o", help="Method option key=value (repeatable; docs/methods.md lists each method's)."
+    ),
     validate: bool = typer.Option(True, "--validate/--no-validate", help="Replay the plan in the 1F1B simulator."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (result format v1, or v2 for a v2 problem)."),
 ) -> None:
     """Find the best plan for PROBLEM."""
     check_choice(method, methods(), "--method")
     check_choice(objective, OBJECTIVES, "--objective")
+    options = method_options_from_text(method, option_pairs(option))
     problem = load_problem(problem_path)
     with working(f"solving {problem.name} with {method}"):
-        result = solve(
-            problem, method, objective=objective, time_limit=time_limit, seed=seed, options=parse_options(option), validate=validate
-        )
+        result = solve(problem, method, objective=objective, time_limit=time_limit, seed=seed, options=options, validate=validate)
     if as_json:
         print_json(result.to_dict())
         if result.plan is None and result.message:

@@ -28,7 +28,7 @@ from .exits import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_NO_PLAN
 
 __all__ = [
     "app", "out", "err", "EXIT_OK", "EXIT_NO_PLAN", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "EXIT_INTERRUPTED",
-    "guarded", "parse_options", "check_choice", "working", "say", "one_line", "stdout_to_stderr",
+    "guarded", "parse_options", "option_pairs", "check_choice", "working", "say", "one_line", "stdout_to_stderr",
 ]
 
 app = typer.Typer(
@@ -92,6 +92,20 @@ def parse_options(pairs: Optional[List[str]]) -> dict[str, Any]:
             options[key] = json.loads(raw)
         except json.JSONDecodeError:
             options[key] = raw
+    return options
+
+
+def option_pairs(pairs: Optional[List[str]]) -> dict[str, str]:
+    """``-o key=value`` pairs as text, for a method's options record to parse
+    (:func:`~partitioner.solvers.base.method_options_from_text`); a key given twice is bad input."""
+    options: dict[str, str] = {}
+    for pair in pairs or []:
+        if "=" not in pair:
+            raise SolverError(f"--option expects key=value, got {pair!r}")
+        key, raw = pair.split("=", 1)
+        if key in options:
+            raise SolverError(f"--option {key} given twice")
+        options[key] = raw
     return options
 
 

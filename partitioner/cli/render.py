@@ -354,9 +354,9 @@ def _row_cells(row: "ScheduleRow | None", why: str | None) -> list[str]:
 
 def export_hint(schedule: str, by_schedule: "Sequence[ScheduleSummary]") -> str:
     """Which export targets run ``schedule``; for the others, the fastest schedule they do run (from the table)."""
-    from ..export import TARGET_SCHEDULES
+    from ..frameworks import RULES
 
-    lacking = [t for t, runs in TARGET_SCHEDULES.items() if schedule not in runs]
+    lacking = [t for t, rules in RULES.items() if schedule not in rules.schedules]
     if not lacking:
         return f"exports: every target runs {schedule}"
 
@@ -368,7 +368,7 @@ def export_hint(schedule: str, by_schedule: "Sequence[ScheduleSummary]") -> str:
         return f"--schedule {best.schedule}: {best.iteration_ms:.1f} ms"
 
     return (f"exports: {schedule} is not a schedule of " + ", ".join(lacking) + " (they say so below); re-plan pinned for them: "
-            + "; ".join(f"{t} ({fastest(TARGET_SCHEDULES[t])})" for t in lacking))
+            + "; ".join(f"{t} ({fastest(RULES[t].schedules)})" for t in lacking))
 
 
 _BASELINE_LABEL = {"megatron-uniform": "uniform", "fsdp": "fsdp"}

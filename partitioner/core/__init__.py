@@ -10,6 +10,8 @@ units
     Human-readable quantities for messages and tables.
 lazy
     Heavy third-party modules imported on first use.
+deadline
+    One time limit shared by a command's steps and solves.
 """
 from __future__ import annotations
 

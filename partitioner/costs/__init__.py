@@ -119,7 +119,7 @@ from .flops import efficiency, forward_flops, model_flops_per_sample
 from .layers import Piece, PipelineLayer, model_layers
 from .memory import BlockShape, block_activation_bytes, block_activation_terms
 from .options import BF16_BYTES, CostOptions
-from .param_memory import PARAM_MEMORY, ParamBytes, param_memory, target_memory
+from .param_memory import PARAM_MEMORY, ParamBytes, param_memory
 from .profile import apply_profile, load_profile
 from .traffic import Traffic, block_traffic, traffic_ms
 from .variants import ALL_VARIANTS, Knobs, parse_variant
@@ -163,5 +163,4 @@ __all__ = [
     "PARAM_MEMORY",
     "ParamBytes",
     "param_memory",
-    "target_memory",
 ]

@@ -31,7 +31,7 @@ from typing import Any, Mapping
 from ..problem import ProblemError
 from .axes.options import AxisOptions
 from .fp8 import DEFAULT_FP8_RECIPE, FP8_RECIPES, PRECISIONS
-from .param_memory import param_memory, target_memory
+from .param_memory import param_memory
 from .recompute_names import canonical_setting
 
 __all__ = ["BF16_BYTES", "CostOptions", "FP8_FIELDS"]
@@ -113,8 +113,8 @@ class CostOptions:
         ``bytes_per_param``, ``optimizer_bytes_per_param``,
         ``grad_bytes_per_param`` and ``frozen_bytes_per_param`` to the
         count's (:meth:`~.param_memory.ParamBytes.option_overrides`) unless
-        the mapping gives them too; :meth:`for_target` picks it by export
-        target and ZeRO stage. The defaults are Megatron-LM's.
+        the mapping gives them too (:func:`partitioner.frameworks.target_options`
+        picks it by export target and ZeRO stage). The defaults are Megatron-LM's.
     efficiency_max : float
         Fraction of the dense bf16 peak a large, wide GEMM reaches. 0.70 is
         in line with the 50-60 % model FLOPs utilization reported for large
@@ -412,15 +412,6 @@ class CostOptions:
             values["axes"] = AxisOptions.from_mapping(axis_values)  # a ProblemError naming options.<key>
         _check_fp8(values)
         return cls(**values)
-
-    @classmethod
-    def for_target(cls, target: str, zero: int = 0, **more: Any) -> "CostOptions":
-        """Options whose weight memory is ``target``'s at ZeRO stage ``zero`` (:func:`~.param_memory.target_memory`).
-
-        ``more`` are further options (validated like :meth:`from_mapping`'s).
-        """
-        from_target = {"memory_count": target_memory(target, zero).name}
-        return cls.from_mapping({**from_target, **more})
 
     @property
     def fp8(self) -> bool:

@@ -5,9 +5,9 @@ Contract: pure data and arithmetic. :data:`PARAM_MEMORY` names one
 wrapper allocates per trainable parameter, each replicated over the
 data-parallel group or sharded over it -- and :func:`param_memory` looks
 one up (a :class:`~partitioner.problem.ProblemError` naming
-``options.memory_count`` for an unknown name). :func:`target_memory`
-picks the count for an export target (``megatron``, ``torchtitan``,
-``deepspeed``) and ZeRO stage, so that ``plan --target`` can cost memory
+``options.memory_count`` for an unknown name). Which count a framework
+keeps at each ZeRO stage is its own rule (``RULES.memory`` in its home,
+:mod:`partitioner.frameworks`), so that ``plan --target`` can cost memory
 the way the target counts it. :meth:`ParamBytes.option_overrides` gives
 the :class:`~.options.CostOptions` fields that make the cost model's
 weight memory equal the count (with the ZeRO knob :attr:`ParamBytes.knob`).
@@ -110,7 +110,7 @@ from dataclasses import dataclass
 
 from ..problem import ProblemError
 
-__all__ = ["ParamBytes", "PARAM_MEMORY", "TARGET_MEMORY", "param_memory", "target_memory"]
+__all__ = ["ParamBytes", "PARAM_MEMORY", "param_memory"]
 
 
 @dataclass(frozen=True)
@@ -202,14 +202,6 @@ PARAM_MEMORY: dict[str, ParamBytes] = {
     )
 }
 
-# export target -> the count for each ZeRO stage the cost model's knob can take there
-TARGET_MEMORY: dict[str, dict[int, str]] = {
-    "megatron": {0: "megatron", 1: "megatron-distopt"},
-    "torchtitan": {0: "torchtitan-ddp", 1: "fsdp2-keep-gathered", 3: "fsdp2"},
-    "deepspeed": {0: "deepspeed-bf16", 1: "deepspeed-zero1", 2: "deepspeed-zero2", 3: "deepspeed-zero3"},
-}
-
-
 def param_memory(name: str) -> ParamBytes:
     """The :class:`ParamBytes` named ``name``; :class:`ProblemError` at ``options.memory_count`` if unknown."""
     try:
@@ -217,19 +209,3 @@ def param_memory(name: str) -> ParamBytes:
     except (KeyError, TypeError):
         raise ProblemError(f"unknown memory count {name!r} (counts: {', '.join(PARAM_MEMORY)})",
                            path="options.memory_count") from None
-
-
-def target_memory(target: str, zero: int = 0) -> ParamBytes:
-    """The count ``target`` (an export target) keeps at ZeRO stage ``zero``.
-
-    torchtitan replicates with DDP at stage 0, and shards with FSDP2 at
-    stage 1 (``reshard_after_forward`` off, as the export writes it) and
-    3; DeepSpeed's stage 0 with bf16 and a pipeline is ``BF16_Optimizer``.
-    """
-    stages = TARGET_MEMORY.get(target)
-    if stages is None:
-        raise ProblemError(f"unknown target {target!r} (targets: {', '.join(TARGET_MEMORY)})", path="--target")
-    if zero not in stages:
-        raise ProblemError(f"{target} has no ZeRO stage {zero} (stages: {', '.join(map(str, stages))})",
-                           path="--target")
-    return PARAM_MEMORY[stages[zero]]

@@ -18,11 +18,11 @@ __all__ = ["layer_roles", "interleaved_uniform_plan"]
 
 
 def layer_roles(problem: Problem) -> list[str]:
-    """The role of each layer: from ``meta.layers`` when the cost model built the
-    problem, else guessed from the module label (vision / projector / action / decoder)."""
-    hints = problem.meta.get("layers") if problem.meta else None
+    """The role of each layer: the cost model's (:attr:`~partitioner.problem.Problem.workload`) when it built
+    the problem, else guessed from the module label (vision / projector / action / decoder)."""
+    hints = problem.workload.layers
     if hints and len(hints) == problem.num_layers:
-        return [str(h.get("role", "decoder")) for h in hints]
+        return [h.role for h in hints]
     roles = []
     for layer in problem.layers:
         label = f"{layer.module} {layer.name}".lower()

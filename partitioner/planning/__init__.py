@@ -8,11 +8,12 @@ plan slower than the best baseline that fits: it keeps that baseline's plan
 instead and says so. The modules, in the order a plan flows through them:
 
 * :mod:`.options`: :class:`PlanOptions`, every setting, documented field by field;
+* :mod:`.run`: :class:`PlanRun`, the options resolved once (target rules, cost options, schedule keys, counts, deadline);
 * :mod:`.plan_model`: :func:`plan_model` and :func:`run_plan`, the steps in order;
 * :mod:`.screening`: each microbatch count's problems, baselines and screen;
 * :mod:`.baselines`: the two baselines (:func:`megatron_baseline`, :func:`fsdp_baseline`);
 * :mod:`.knobs` and :mod:`.knob_solve`: the method per uniform knob setting, then each segment's own knobs;
-* :mod:`.schedule_choice`, :mod:`.schedule_report`, :mod:`.schedule_search`: the pipeline schedule
+* :mod:`.schedules` (choice, report, search): the pipeline schedule
   picked by simulation, its candidates and the ``schedules`` report;
 * :mod:`.exact` and :mod:`.dominance`: one exact solve of the kept candidate's whole problem (each
   segment choosing its knobs inside it), after an exact reduction of dominated configs;
@@ -33,8 +34,9 @@ from .baselines import (
 )
 from .knobs import refine_knobs, uniform_projection, variant_at
 from .options import PlanOptions
-from .plan_model import RESOLVE_MIN_SECONDS, microbatch_candidates, plan_model, plan_options, run_plan
+from .plan_model import RESOLVE_MIN_SECONDS, plan_model, run_plan
 from .results import ModelPlan, simulate_plan, stage_knobs, throughput
+from .run import PlanRun, microbatch_candidates, plan_options
 
 __all__ = [
     "BASELINE_METHOD",
@@ -48,6 +50,7 @@ __all__ = [
     "refine_knobs",
     "ModelPlan",
     "PlanOptions",
+    "PlanRun",
     "megatron_baseline",
     "megatron_baselines",
     "plan_model",

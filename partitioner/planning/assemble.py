@@ -10,20 +10,13 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+from ..export import problem_precision
+from ..frameworks import ExportHints, MoeHints
 from ..plan import SolveResult
 from ..plan.result import Status
 from ..presets import ClusterSpec, ModelSpec
 from .baselines import BASELINE_METHOD, BASELINES, FSDP_METHOD
-from .records import (
-    BaselineRun,
-    BaselineSummary,
-    KnobSolve,
-    MicrobatchTrial,
-    MissingBaseline,
-    ScreenedCount,
-    moe_export_hints,
-    precision_export_hints,
-)
+from .records import BaselineRun, BaselineSummary, KnobSolve, MicrobatchTrial, MissingBaseline, ScreenedCount
 from .results import ModelPlan, iteration_of, plan_throughput, stage_knobs
 from .schedules.report import ScheduleReport
 
@@ -96,11 +89,9 @@ def assemble(best: KnobSolve, bests: Mapping[str, BaselineRun], tried: Sequence[
         bound=result.bound, solve_seconds=result.solve_seconds, message="; ".join(filter(None, [result.message, *messages])),
         plan=result.plan, evaluation=result.evaluation, extra=result.extra, problem=problem, simulation=best.sim,
         throughput=tput, baselines=baselines, baseline=baseline, speedup=speedup, model=spec.name, cluster=cl.name,
-        nodes=problem.cluster.nodes, global_batch=problem.meta.get("global_batch"), microbatches=problem.microbatches,
+        nodes=problem.cluster.nodes, global_batch=problem.workload.global_batch, microbatches=problem.microbatches,
         microbatches_tried=tuple(tried), knobs=stage_knobs(result.evaluation),
-        export_hints={"model": spec.name, "layers": [dict(h) for h in problem.meta.get("layers", [])],
-                      **({"moe": moe} if (moe := moe_export_hints(spec)) else {}),
-                      **({"precision": fp8} if (fp8 := precision_export_hints(problem)) else {})},
+        export_hints=ExportHints(spec.name, problem.workload.layers, MoeHints.of_model(spec), problem_precision(problem)),
         schedules=schedules,
     )
 

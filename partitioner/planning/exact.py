@@ -7,7 +7,7 @@ for fixed cuts and meshes only. :func:`prove_kept` solves that candidate's
 problem once more, in full (every layer's configs with their memory-knob
 variants, so each segment picks its knobs inside the solve), after the exact
 reduction of :mod:`.dominance`, warm-started with the kept plan, within what
-the run's :class:`~.deadline.Deadline` leaves (at most
+the run's :class:`~partitioner.core.deadline.Deadline` leaves (at most
 :data:`EXACT_CAP_SECONDS` without a ``--time-limit``).
 
 The answer is about that candidate's *space*: the plans of its problem, at
@@ -26,12 +26,12 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..core.deadline import Deadline
 from ..plan import PlanError, SolveResult, evaluate
 from ..plan.result import Status
 from ..problem import Problem
 from ..solvers import solve
 from ..solvers.base import EXACT_METHODS, REL_TOL, schedule_support
-from .deadline import Deadline
 from .dominance import Reduction, reduce_dominated
 from .options import PlanOptions
 from .records import KnobSolve
@@ -90,7 +90,7 @@ def _unproven(best: KnobSolve, why: str, outcome: ExactOutcome | None = None) ->
     message = f"not proven optimal over its space at {space_of(best.problem)}: {why}"
     extra = dict(r.extra)
     if outcome is not None:
-        extra["exact"] = outcome.to_dict()
+        extra.update(exact=outcome.to_dict())
     bound = outcome.bound if outcome is not None else None
     if bound is not None and r.value is not None:
         bound = min(bound, r.value)  # a bound of the space holds for the kept plan, which is in it

@@ -14,16 +14,16 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
+from ..core.deadline import Deadline
 from ..plan import Plan, SolveResult, Stage
 from ..problem import Layout, Problem
 from ..solvers import solve
 from .baselines import BASELINE_METHOD
-from .deadline import Deadline
 from .knobs import _projections, refine_knobs, variant_at
 from .options import PlanOptions
 from .records import BaselineRun, KnobSolve, ScreenedCount
 from .results import iteration_of, simulate_plan
-from .targets.rules import rules_for
+from .run import PlanRun
 from .targets.solve import solve_for_target
 
 __all__ = ["solve_with_knobs"]
@@ -135,7 +135,7 @@ def _limit(entry: ScreenedCount, variant: str, opts: PlanOptions, tally: _Tally,
     """The time limit of one setting's solve: what the deadline leaves, at most ``cap``; 0 to skip it.
 
     A run that has found nothing at all yet (``found`` False: no baseline
-    fits, no plan so far) may still solve once for :data:`~.deadline.GRACE_SECONDS`.
+    fits, no plan so far) may still solve once for :data:`~partitioner.core.deadline.GRACE_SECONDS`.
     """
     limit = deadline.solve_limit(cap)
     if limit is not None and limit <= 0 and not found and tally.best is None and not entry.bases:
@@ -146,23 +146,22 @@ def _limit(entry: ScreenedCount, variant: str, opts: PlanOptions, tally: _Tally,
     return limit
 
 
-def solve_with_knobs(entry: ScreenedCount, opts: PlanOptions, warm: Mapping[str, Plan] | None = None,
-                     deadline: Deadline | None = None, cap: float | None = None, found: bool = True) -> KnobSolve:
+def solve_with_knobs(entry: ScreenedCount, run: PlanRun, warm: Mapping[str, Plan] | None = None,
+                     cap: float | None = None, found: bool = True) -> KnobSolve:
     """Solve every uniform knob setting of the entry's problem, refine each plan's knobs per segment, keep the best.
 
     ``warm``: per knob setting, a plan that starts the method (the plans of
-    another schedule's solve). The solves get what ``deadline`` leaves, at
-    most ``cap`` seconds together (the settings left when the cap is spent are
-    not solved); the settings left when the deadline has passed are not
+    another schedule's solve). The solves get what the run's deadline leaves,
+    at most ``cap`` seconds together (the settings left when the cap is spent
+    are not solved); the settings left when the deadline has passed are not
     solved (the deadline records it; ``found`` False: nothing was found
     before this call, so one short solve may still run). Never slower than
     the entry's fastest baseline: its plan is kept instead, and the message
     says so.
     """
-    deadline = deadline or Deadline(None)
-    rules = rules_for(opts.target)
-    if rules is not None:  # plan --target: the target's space, solved exactly (no per-segment knob choice after)
-        solved = solve_for_target(entry, opts, rules, deadline, cap)
+    opts, deadline = run.options, run.deadline
+    if run.rules is not None:  # plan --target: the target's space, solved exactly (no per-segment knob choice after)
+        solved = solve_for_target(entry, opts, run.rules, deadline, cap)
         kept = _fastest_baseline(entry)
         value = solved.result.value if solved.has_plan else None
         if kept is not None and (value is None or value > kept[1].ev.value * (1 + 1e-9)):
@@ -181,8 +180,7 @@ def solve_with_knobs(entry: ScreenedCount, opts: PlanOptions, warm: Mapping[str,
         if limit is not None and limit <= 0:
             break
         result = _solve_setting(entry, variant, proj, opts, warm or {}, tally, limit)
-        if limit is not None and deadline.limited and result.status not in ("optimal", "infeasible") \
-                and (result.timed_out or result.solve_seconds >= 0.9 * limit or deadline.expired()):
+        if limit is not None and deadline.limited and result.timed_out:  # the method says its limit stopped it
             deadline.cut(f"{opts.method} solves stopped at the time limit", f"{_where(entry, variant)} ({result.status})")
     kept = _fastest_baseline(entry)
     if tally.best is None and kept is None:

@@ -4,15 +4,24 @@
 arguments and gathers them here; :func:`~partitioner.planning.plan_model.run_plan`
 takes a :class:`PlanOptions` directly. Each field says what it sets, where it
 is declared. The Literal types name the closed sets of words the settings use.
+
+The options check themselves when made (:meth:`PlanOptions.__post_init__`):
+a value out of its type or range is a :class:`~partitioner.problem.ProblemError`
+naming the field, before any work; nothing after the door checks them again.
 """
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, get_args
 
+from ..core.limits import MAX_GLOBAL_BATCH, MAX_NODES
 from ..costs import CostOptions
-from ..problem import Objective
-from .targets.rules import Target
+from ..costs.fp8 import FP8_RECIPES, PRECISIONS
+from ..problem import OBJECTIVES, Objective, ProblemError
+from ..solvers import methods
+from .targets.rules import TARGETS, Target, rules_for
 
 __all__ = ["PlanOptions", "KnobSolves", "ScheduleChoice", "Precision", "SCHEDULE_CHOICES", "KNOB_SOLVES"]
 
@@ -31,7 +40,7 @@ class PlanOptions:
     """Nodes of the cluster preset to plan on (1..``partitioner.core.limits.MAX_NODES``)."""
 
     global_batch: int
-    """Samples per iteration over all data-parallel replicas."""
+    """Samples per iteration over all data-parallel replicas (1..``partitioner.core.limits.MAX_GLOBAL_BATCH``)."""
 
     microbatches: int | Literal["auto"] = "auto"
     """Microbatches per iteration, m. ``auto`` screens every divisor of the global
@@ -45,7 +54,7 @@ class PlanOptions:
     """What the solves minimise: the schedule's iteration estimate or the bottleneck stage time."""
 
     time_limit: float | None = None
-    """Seconds for the whole run (:class:`~partitioner.planning.deadline.Deadline`):
+    """Seconds for the whole run (:class:`~partitioner.core.deadline.Deadline`):
     each solve gets what is left, and a re-solve under another schedule than 1F1B
     at most the time the 1F1B solves took (at least
     :data:`~partitioner.planning.plan_model.RESOLVE_MIN_SECONDS`). Once it has
@@ -110,7 +119,95 @@ class PlanOptions:
     merged into ``options`` as ``fp8_recipe``. None: as ``options`` say
     (``tensorwise`` unless they set it)."""
 
+    def __post_init__(self) -> None:
+        _check(self)
+
     @property
     def tries_schedules(self) -> bool:
         """Whether ``plan`` compares schedules at all: every one (``schedules`` and ``simulate``) or a pinned one."""
         return (self.schedules and self.simulate) or self.schedule != "auto"
+
+
+# --------------------------------------------------------------------------- the checks (ProblemError at the field)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _choice(value: Any, choices: tuple[str, ...], field: str) -> None:
+    if value not in choices:
+        raise ProblemError(f"must be one of {', '.join(choices)}, got {value!r}", path=field)
+
+
+def _counts(o: PlanOptions) -> None:
+    """The sizes: nodes, batch, m, the stage bound, the solves of ``auto``, the seed."""
+    if not _is_int(o.nodes) or not 1 <= o.nodes <= MAX_NODES:
+        raise ProblemError(f"must be an integer in 1..{MAX_NODES}, got {o.nodes!r}", path="nodes")
+    if not _is_int(o.global_batch) or not 1 <= o.global_batch <= MAX_GLOBAL_BATCH:
+        raise ProblemError(f"must be an integer in 1..{MAX_GLOBAL_BATCH}, got {o.global_batch!r}", path="global_batch")
+    if o.microbatches != "auto" and (not _is_int(o.microbatches) or o.microbatches < 1):
+        raise ProblemError(f"must be a positive integer or 'auto', got {o.microbatches!r}", path="microbatches")
+    if o.max_stages is not None and (not _is_int(o.max_stages) or o.max_stages < 1):
+        raise ProblemError(f"must be a positive integer, got {o.max_stages!r}", path="max_stages")
+    if not _is_int(o.auto_solves) or o.auto_solves < 1:
+        raise ProblemError(f"must be a positive integer, got {o.auto_solves!r}", path="auto_solves")
+    if not _is_int(o.seed) or o.seed < 0:
+        raise ProblemError(f"must be a non-negative integer, got {o.seed!r}", path="seed")
+
+
+def _time_limit(value: Any) -> None:
+    """None, or a finite number of seconds > 0."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ProblemError(f"must be a number of seconds, got {value!r}", path="time_limit")
+    if not math.isfinite(float(value)) or float(value) <= 0:
+        raise ProblemError(f"must be > 0 seconds and finite, got {value!r}", path="time_limit")
+
+
+def _schedule(o: PlanOptions) -> None:
+    """The schedule, its v, and the target's: a pinned schedule the target does not run is refused."""
+    _choice(o.schedule, SCHEDULE_CHOICES, "schedule")
+    if o.virtual_stages is not None:
+        if o.schedule != "interleaved":
+            raise ProblemError(f"virtual stages are for schedule 'interleaved' only (schedule is {o.schedule!r})",
+                               path="virtual_stages")
+        if not _is_int(o.virtual_stages) or o.virtual_stages < 2:
+            raise ProblemError(f"the interleaved schedule needs virtual_stages >= 2, got {o.virtual_stages!r}",
+                               path="virtual_stages")
+    _choice(o.target, TARGETS, "target")
+    rules = rules_for(o.target)
+    if rules is not None and o.schedule != "auto" and o.schedule not in rules.schedules:
+        raise ProblemError(f"{rules.name} does not run schedule {o.schedule} (it runs {', '.join(rules.schedules)})",
+                           path="schedule")
+
+
+def _precision(o: PlanOptions) -> None:
+    """``precision`` and ``fp8_recipe``: their words, a recipe only with FP8, and no contradiction of the cost options."""
+    if o.precision is not None:
+        _choice(o.precision, PRECISIONS, "precision")
+    if o.fp8_recipe is not None:
+        _choice(o.fp8_recipe, FP8_RECIPES, "fp8_recipe")
+    if o.precision == "bf16" and o.fp8_recipe is not None:
+        raise ProblemError("an FP8 recipe needs precision fp8", path="fp8_recipe")
+    doc = o.options.to_dict() if isinstance(o.options, CostOptions) else dict(o.options or {})
+    for key, value in (("precision", o.precision), ("fp8_recipe", o.fp8_recipe)):  # one setting, one meaning
+        if value is not None and key in doc and doc[key] != value:
+            raise ProblemError(f"{value!r} contradicts the cost option {key}={doc[key]!r}", path=key)
+
+
+def _check(o: PlanOptions) -> None:
+    """Every field in its type and range (:class:`ProblemError` naming the first that is not)."""
+    _counts(o)
+    _choice(o.method, methods(), "method")
+    _choice(o.objective, OBJECTIVES, "objective")
+    _time_limit(o.time_limit)
+    if o.options is not None and not isinstance(o.options, (Mapping, CostOptions)):
+        raise ProblemError(f"must be a mapping of cost options, got {type(o.options).__name__}", path="options")
+    _choice(o.knob_solves, KNOB_SOLVES, "knob_solves")
+    for name in ("simulate", "schedules"):
+        if not isinstance(getattr(o, name), bool):
+            raise ProblemError(f"must be true or false, got {getattr(o, name)!r}", path=name)
+    _schedule(o)
+    _precision(o)

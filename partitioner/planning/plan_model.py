@@ -2,11 +2,13 @@
 
 :func:`plan_model` (keyword arguments) and :func:`run_plan` (a
 :class:`~.options.PlanOptions`) plan the training of a model preset on a
-cluster preset in five steps: screen the microbatch counts with the baselines
+cluster preset: it resolves the options once into a :class:`~.run.PlanRun`
+(:mod:`.run`: target rules, cost options, schedule keys, microbatch counts,
+deadline), then goes through five steps: screen the microbatch counts with the baselines
 and ``greedy`` (:mod:`.screening`); solve the most promising counts with the
 method, each uniform knob setting and then each segment's own knobs
 (:mod:`.knob_solve`); pick the pipeline schedule by simulation
-(:mod:`.schedule_choice`); solve the kept candidate's whole problem exactly
+(:mod:`.schedules.choice`); solve the kept candidate's whole problem exactly
 once, each segment choosing its knobs inside the solve, which makes the status
 ``optimal`` over its m and schedule or says why not (:mod:`.exact`); and
 assemble the result, never slower than the best baseline that fits
@@ -19,73 +21,31 @@ import time
 from dataclasses import replace
 from typing import Any, Mapping
 
-from ..core.limits import MAX_GLOBAL_BATCH, MAX_MICROBATCHES, MAX_NODES
+from ..core.deadline import Deadline
+from ..core.limits import MAX_DEVICES
 from ..costs import CostOptions
-from ..costs.fp8 import PRECISIONS
 from ..plan import Plan
 from ..presets import ClusterSpec, ModelSpec, load_cluster, load_model
-from ..problem import OBJECTIVES, ProblemError
-from ..solvers import SolverError
-from ..solvers.base import check_time_limit
+from ..problem import ProblemError
 from .assemble import assemble, best_baselines, no_plan
 from .context_report import context_report
-from .deadline import Deadline
 from .exact import prove_kept, space_of
 from .knob_solve import solve_with_knobs
-from .options import KNOB_SOLVES, PlanOptions
+from .options import PlanOptions
 from .records import BaselineRun, KnobSolve, MicrobatchTrial, ScreenedCount, finite
 from .results import ModelPlan
-from .schedules.choice import choose_schedule, schedule_keys
+from .run import PlanRun
+from .schedules.choice import choose_schedule
 from .schedules.report import ScheduleReport
 from .screening import Builders, counts_to_solve, screen_counts
-from .targets.memory import memory_counts
 from .targets.report import target_summaries
-from .targets.rules import rules_for
 
-__all__ = ["plan_model", "run_plan", "plan_options", "with_precision", "microbatch_candidates", "RESOLVE_MIN_SECONDS"]
+__all__ = ["plan_model", "run_plan", "RESOLVE_MIN_SECONDS"]
 
 # Least time limit (seconds) of a re-solve under another schedule when the user set none (see plan_model):
 # the re-solves are candidates the plans are then simulated against, and on the nine presets of the solver
-# benchmark a 2 s floor keeps exactly the plans a 10 s one kept (DESIGN.md, "How plan picks the schedule").
+# benchmark a 2 s floor keeps exactly the plans a 10 s one kept (docs/decisions.md, "How plan picks the schedule").
 RESOLVE_MIN_SECONDS = 2.0
-
-
-def divisors(n: int) -> list[int]:
-    """The divisors of ``n`` >= 1 in increasing order, by trial division up to sqrt(n) (O(sqrt n) steps)."""
-    small, large = [], []
-    for d in range(1, math.isqrt(n) + 1):
-        if n % d == 0:
-            small.append(d)
-            if d * d != n:
-                large.append(n // d)
-    return small + large[::-1]
-
-
-def microbatch_candidates(global_batch: int, limit: int | None = None) -> list[int]:
-    """Microbatch counts tried by ``microbatches="auto"``: the divisors of the global batch, at most ``limit``
-    and at most :data:`~partitioner.core.limits.MAX_MICROBATCHES` (a problem's range).
-
-    A batch of at most :data:`~partitioner.core.limits.MAX_GLOBAL_BATCH` has at most a few hundred divisors
-    (2^24 has 25; the most below it, 504), found in at most 4096 steps.
-    """
-    cap = MAX_MICROBATCHES if limit is None else min(limit, MAX_MICROBATCHES)
-    return [m for m in divisors(global_batch) if m <= cap]
-
-
-def plan_options(options: Mapping[str, Any] | CostOptions | None) -> CostOptions:
-    """The cost options ``plan_model`` uses: every memory-knob variant unless the options fix or restrict them."""
-    if isinstance(options, CostOptions):
-        return options
-    given = dict(options or {})
-    if not {"variants", "recompute", "zero1"} & set(given):
-        given["variants"] = ("all",)
-    return CostOptions.from_mapping(given)
-
-
-def _check_count(value: Any, name: str, maximum: int) -> None:
-    """An argument that must be an integer in 1..maximum (the API door; ranges in partitioner.core.limits)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
-        raise ProblemError(f"must be an integer in 1..{maximum}, got {value!r}", path=name)
 
 
 def plan_model(
@@ -136,8 +96,9 @@ auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages, targe
 
     Raises
     ------
-    SolverError, ProblemError
-        An unknown objective, method or ``knob_solves``; an argument out of range.
+    ProblemError
+        An argument out of its type or range, naming it (:class:`~.options.PlanOptions`);
+        a model, cluster or cost option that does not follow its format.
     """
     opts = PlanOptions(nodes=nodes, global_batch=global_batch, microbatches=microbatches,  # type: ignore[arg-type]
                        method=method, objective=objective, time_limit=time_limit,  # type: ignore[arg-type]
@@ -148,84 +109,12 @@ auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages, targe
     return run_plan(model, cluster, opts)
 
 
-def _check_choices(opts: PlanOptions) -> None:
-    """The words of the options, checked before any work."""
-    if opts.objective not in OBJECTIVES:
-        raise SolverError(f"unknown objective {opts.objective!r}; choose one of {', '.join(OBJECTIVES)}")
-    if opts.knob_solves not in KNOB_SOLVES:
-        raise SolverError(f"knob_solves must be fast or all, got {opts.knob_solves!r}")
-    _keys(opts)
-    _check_target_precision(opts)
-
-
-def with_precision(opts: PlanOptions) -> PlanOptions:
-    """``opts`` with its ``precision`` and ``fp8_recipe`` merged into the cost options (validated there).
-
-    A value the cost options already set differently is bad input: one
-    setting, one meaning.
-    """
-    given = {k: v for k, v in (("precision", opts.precision), ("fp8_recipe", opts.fp8_recipe)) if v is not None}
-    if not given:
-        return opts
-    if given.get("precision", "fp8") not in PRECISIONS:
-        raise ProblemError(f"must be one of {', '.join(PRECISIONS)}, got {given['precision']!r}", path="precision")
-    base = opts.options
-    doc = base.to_dict() if isinstance(base, CostOptions) else dict(base or {})
-    for key, value in given.items():
-        if key in doc and doc[key] != value:
-            raise ProblemError(f"{value!r} contradicts the cost option {key}={doc[key]!r}", path=key)
-    if given.get("precision") == "bf16" and "fp8_recipe" in given:
-        raise ProblemError("an FP8 recipe needs precision fp8", path="fp8_recipe")
-    if "fp8_recipe" in given and "precision" not in given and doc.get("precision") != "fp8":
-        given["precision"] = "fp8"  # a recipe alone asks for FP8
-    merged = CostOptions.from_mapping({**doc, **given})  # a ProblemError naming options.<key> if bad
-    return replace(opts, options=merged if isinstance(base, CostOptions) else {**doc, **given}, precision=None,
-                   fp8_recipe=None)
-
-
-def _check_target_precision(opts: PlanOptions) -> None:
-    """A target whose framework has no training path for the options' FP8 recipe is bad input (exit 2)."""
-    rules = rules_for(opts.target)
-    cost = opts.options if isinstance(opts.options, CostOptions) else CostOptions.from_mapping(opts.options)
-    if rules is None or not cost.fp8 or cost.fp8_recipe in rules.fp8_recipes:
-        return
-    if not rules.fp8_recipes:
-        raise ProblemError(f"{rules.name} has no FP8 training path ({rules.fp8_note}); plan it in BF16",
-                           path="precision")
-    raise ProblemError(f"{rules.name} does not run the FP8 recipe {cost.fp8_recipe} (it runs "
-                       f"{', '.join(rules.fp8_recipes)}: {rules.fp8_note})", path="fp8_recipe")
-
-
-def _keys(opts: PlanOptions) -> list[tuple[str, int]]:
-    """The ``(schedule, v)`` pairs to try: :func:`schedule_keys`, only the target's schedules with a target."""
-    keys = schedule_keys(opts.schedule, opts.virtual_stages)
-    rules = rules_for(opts.target)
-    if rules is None:
-        return keys
-    if opts.schedule != "auto" and opts.schedule not in rules.schedules:
-        raise ProblemError(f"{rules.name} does not run schedule {opts.schedule} (it runs {', '.join(rules.schedules)})",
-                           path="schedule")
-    return [k for k in keys if k[0] in rules.schedules]
-
-
-def _microbatch_counts(opts: PlanOptions) -> list[int]:
-    """The counts to screen: every divisor of the global batch for ``auto``, else the one given."""
-    _check_count(opts.nodes, "nodes", MAX_NODES)
-    _check_count(opts.global_batch, "global_batch", MAX_GLOBAL_BATCH)
-    g = opts.global_batch
-    if opts.microbatches == "auto":
-        return microbatch_candidates(g)
-    if isinstance(opts.microbatches, int) and not isinstance(opts.microbatches, bool):
-        return [opts.microbatches]
-    raise ProblemError(f"must be a positive integer or 'auto', got {opts.microbatches!r}", path="microbatches")
-
-
-def _solve_counts(chosen: list[ScreenedCount], opts: PlanOptions,
-                  deadline: Deadline) -> tuple[KnobSolve | None, dict[int, KnobSolve]]:
+def _solve_counts(chosen: list[ScreenedCount], run: PlanRun) -> tuple[KnobSolve | None, dict[int, KnobSolve]]:
     """Solve each chosen count with the method; the fastest plan (the first on ties) and every count's solve.
 
-    Once ``deadline`` has passed, the counts left are not solved (the deadline records it).
+    Once the run's deadline has passed, the counts left are not solved (the deadline records it).
     """
+    deadline = run.deadline
     best: KnobSolve | None = None
     done: dict[int, KnobSolve] = {}
     for i, entry in enumerate(chosen):
@@ -233,9 +122,9 @@ def _solve_counts(chosen: list[ScreenedCount], opts: PlanOptions,
         # once the deadline has passed, a count is still "solved" only to keep its baseline, or for the one
         # grace solve of a run that found nothing
         if deadline.expired() and (best is not None or (not entry.bases and (found or not deadline.has_grace))):
-            deadline.cut(f"{opts.method} solves not started", "m=" + ", m=".join(str(e.m) for e in chosen[i:]))
+            deadline.cut(f"{run.options.method} solves not started", "m=" + ", m=".join(str(e.m) for e in chosen[i:]))
             break
-        solved = done[entry.m] = solve_with_knobs(entry, opts, deadline=deadline, found=found)
+        solved = done[entry.m] = solve_with_knobs(entry, run, found=found)
         if solved.has_plan and (best is None or solved.iteration_ms < best.iteration_ms):
             best = solved
     return best, done
@@ -256,17 +145,25 @@ def _no_plan_reason(chosen: list[ScreenedCount], done: Mapping[int, KnobSolve], 
     return (solved[-1].result.message if solved else "") or "; ".join(skipped[:3]) or "no plan fits"
 
 
+def _check_devices(nodes: int, cluster: ClusterSpec) -> None:
+    """The devices (``nodes`` x the cluster's GPUs per node) within the accepted range: a refusal of the input
+    at the door (exit 2, naming ``nodes``), never an infeasible plan (issue 35)."""
+    devices = nodes * cluster.gpus_per_node
+    if devices > MAX_DEVICES:
+        raise ProblemError(f"{nodes} nodes x {cluster.gpus_per_node} GPUs of {cluster.name} = {devices} devices, more "
+                           f"than the {MAX_DEVICES} accepted (see the accepted ranges in docs/limits.md)", path="nodes")
+
+
 def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptions) -> ModelPlan:
     """:func:`plan_model` with its options gathered in a :class:`~.options.PlanOptions`."""
-    deadline = Deadline(check_time_limit(opts.time_limit))  # one limit for the whole run, from its start
-    opts = with_precision(opts)
-    _check_choices(opts)  # bad input fails before any work
+    run = PlanRun.start(opts)  # resolved once, before any work: every step below reads it
+    opts, deadline = run.options, run.deadline
     spec, cl = load_model(model), load_cluster(cluster)
-    counts = _microbatch_counts(opts)
-    screened, skipped = screen_counts(Builders(spec, cl, opts), counts, plan_options(opts.options), deadline)
-    chosen = counts_to_solve(screened, len(counts) > 1, opts)
+    _check_devices(run.options.nodes, cl)
+    screened, skipped = screen_counts(Builders(spec, cl, run), run.counts, run.costs, deadline)
+    chosen = counts_to_solve(screened, len(run.counts) > 1, opts)
     began = time.perf_counter()
-    best, done = _solve_counts(chosen, opts, deadline)
+    best, done = _solve_counts(chosen, run)
     tried = _trials(screened, done)
     if best is None:
         why = _no_plan_reason(chosen, done, skipped)
@@ -278,13 +175,13 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
         # RESOLVE_MIN_SECONDS), within what the deadline leaves: an exact method cut short answers its
         # best plan, and the schedules are compared by simulation anyway
         cap = max(RESOLVE_MIN_SECONDS, time.perf_counter() - began)
-        best, bests, report = _pick_schedule(best, screened, opts, deadline, cap)
+        best, bests, report = _pick_schedule(best, screened, run, cap)
         if report.chosen is None:  # a pinned schedule nothing runs under: say so, never fall back to another
             why = "; ".join(dict.fromkeys(f"{r.plan_source} under {r.schedule}: {r.reason}" for r in report.rows))
             return no_plan(opts.method, opts.objective, "; ".join(filter(None, [
                 f"no plan runs under the pinned schedule {opts.schedule}: {why or 'no candidate'}", deadline.message()])),
                 tried, report, status="error" if deadline.cuts else "infeasible")
-    if rules_for(opts.target) is None:  # --target proves over the target's space in its own solves
+    if run.rules is None:  # --target proves over the target's space in its own solves
         screened_best = best
         best = prove_kept(best, opts, deadline)
         if report is not None and best.result.plan is not screened_best.result.plan:
@@ -293,14 +190,12 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
                 f"({screened_best.iteration_ms:.6g} ms) with a faster one ({best.iteration_ms:.6g} ms simulated)")))
     result = assemble(best, bests, tried, spec, cl, report)
     # which bytes-per-parameter count the problems charged (plan --target T: T's, per ZeRO stage; screening.py)
-    rules = rules_for(opts.target)
-    memory = memory_counts(opts.target, rules.zero if rules else (0, 1, 3), opts.options, plan_options(opts.options))
-    result = replace(result, memory=memory, precision=(result.problem.meta or {}).get("precision")
+    result = replace(result, memory=run.memory, precision=result.problem.workload.precision
                      if result.problem is not None else None)
     if result.plan is not None and best.problem is not None:  # per stage, what its context parallelism costs and holds
         result = replace(result, context_parallel=context_report(spec, cl, best.problem, result.plan))
-    if rules is None and result.plan is not None:  # --target any: what each framework runs of it
-        result = replace(result, targets=target_summaries(result, report, bests, memory))
+    if run.rules is None and result.plan is not None:  # --target any: what each framework runs of it
+        result = replace(result, targets=target_summaries(result, report, bests, run.memory))
     return _cut_short(result, deadline)
 
 
@@ -312,13 +207,14 @@ def _cut_short(result: ModelPlan, deadline: Deadline) -> ModelPlan:
     return replace(result, status=status, message="; ".join(filter(None, [result.message, deadline.message()])))
 
 
-def _pick_schedule(best: KnobSolve, screened: list[ScreenedCount], opts: PlanOptions, deadline: Deadline,
+def _pick_schedule(best: KnobSolve, screened: list[ScreenedCount], run: PlanRun,
                    cap: float) -> tuple[KnobSolve, dict[str, BaselineRun], ScheduleReport]:
-    """:func:`choose_schedule` of ``best``; each re-solve gets at most ``cap`` seconds of what ``deadline`` leaves."""
+    """:func:`choose_schedule` of ``best``; each re-solve gets at most ``cap`` seconds of what the deadline leaves."""
+    opts = run.options
 
     def resolve(entry: ScreenedCount, warm: Mapping[str, Plan]) -> KnobSolve:
-        return solve_with_knobs(entry, opts, warm, deadline=deadline, cap=cap)
+        return solve_with_knobs(entry, run, warm, cap=cap)
 
     return choose_schedule(best, screened, method=opts.method, objective=opts.objective, resolve=resolve,
-                           keys=_keys(opts), simulate=opts.simulate,
-                           pinned=opts.schedule != "auto", deadline=deadline)
+                           keys=list(run.schedule_keys), simulate=opts.simulate,
+                           pinned=opts.schedule != "auto", deadline=run.deadline)

@@ -9,7 +9,7 @@ Inside ``plan`` (:mod:`.plan_model` -> :mod:`.knob_solve` -> :mod:`.schedule_cho
 In the result (:class:`~partitioner.planning.ModelPlan`'s fields, each with a
 ``to_dict`` that writes its JSON section):
 
-* :class:`Throughput`, :class:`MicrobatchTrial`;
+* :class:`Throughput`, :class:`MicrobatchTrial`, :class:`StageKnobs` (with its :class:`KnobSegment`);
 * :class:`BaselineSummary` (a baseline that fits) and :class:`MissingBaseline` (why none does).
 """
 from __future__ import annotations
@@ -19,20 +19,18 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
 from ..plan import Evaluation, Plan, SolveResult
-from ..presets import is_moe_layer
 from ..problem import Problem
+from ..simulate.engine import ReplaySummary
 from .baselines import BaselineLayout, StageSums
 
 __all__ = [
-    "MoeHints",
-    "moe_export_hints",
-    "PrecisionHints",
-    "precision_export_hints",
     "IterationSource",
     "BaselineRun",
     "ScreenedCount",
     "KnobSolve",
     "Throughput",
+    "KnobSegment",
+    "StageKnobs",
     "MicrobatchTrial",
     "BaselineSummary",
     "MissingBaseline",
@@ -55,7 +53,7 @@ class BaselineRun:
     problem: Problem
     plan: Plan
     ev: Evaluation
-    sim: Mapping[str, Any] | None
+    sim: ReplaySummary | None
     iteration_ms: float
 
     @property
@@ -97,7 +95,7 @@ class KnobSolve:
 
     problem: Problem
     result: SolveResult
-    sim: Mapping[str, Any] | None
+    sim: ReplaySummary | None
     iteration_ms: float
     iteration_source: IterationSource
     last: SolveResult | None = None
@@ -120,7 +118,7 @@ class Throughput:
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"iteration_ms": self.iteration_ms, "tokens_per_s": self.tokens_per_s, "mfu": self.mfu}
         if self.iteration_source is not None:
-            doc["iteration_source"] = self.iteration_source
+            doc.update(iteration_source=self.iteration_source)
         return doc
 
 
@@ -140,6 +138,33 @@ class MicrobatchTrial:
 
 
 @dataclass(frozen=True)
+class KnobSegment:
+    """One stage segment's layers ``first..last``, its mesh (dp, tp) and its memory knobs (ZeRO stage, recompute)."""
+
+    first: int
+    last: int
+    dp: int
+    tp: int
+    zero: int
+    recompute: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"layers": [self.first, self.last], "dp": self.dp, "tp": self.tp, "zero": self.zero,
+                "recompute": self.recompute}
+
+
+@dataclass(frozen=True)
+class StageKnobs:
+    """The memory knobs of one stage, segment by segment (``knobs[i]`` in the result)."""
+
+    stage: int
+    segments: tuple[KnobSegment, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "segments": [g.to_dict() for g in self.segments]}
+
+
+@dataclass(frozen=True)
 class BaselineSummary:
     """A baseline that fits, as the result reports it (``baselines[name]``, ``baseline``).
 
@@ -154,8 +179,8 @@ class BaselineSummary:
     schedule: str
     virtual_stages: int
     throughput: Throughput
-    knobs: list[dict[str, Any]]
-    simulation: Mapping[str, Any] | None = None
+    knobs: tuple[StageKnobs, ...]
+    simulation: ReplaySummary | None = None
     layout: BaselineLayout | None = None  # pp x dp x tp x cp, ep x etp of the plan
 
     @property
@@ -166,12 +191,12 @@ class BaselineSummary:
         doc: dict[str, Any] = {
             "method": self.method, "value": self.value, "plan": self.plan, "microbatches": self.microbatches,
             "schedule": self.schedule, "virtual_stages": self.virtual_stages, "iteration_ms": self.iteration_ms,
-            "throughput": self.throughput.to_dict(), "knobs": self.knobs,
+            "throughput": self.throughput.to_dict(), "knobs": [k.to_dict() for k in self.knobs],
         }
         if self.layout is not None:
-            doc["layout"] = self.layout.to_dict()
+            doc.update(layout=self.layout.to_dict())
         if self.simulation is not None:
-            doc["simulation"] = self.simulation
+            doc.update(simulation=self.simulation.to_dict())
         return doc
 
 
@@ -195,7 +220,7 @@ class MissingBaseline:
         doc: dict[str, Any] = {"method": self.method} if self.named else {}
         doc.update(value=None, plan=None)
         if self.message is not None:
-            doc["message"] = self.message
+            doc.update(message=self.message)
         return doc
 
 
@@ -221,62 +246,3 @@ class TargetSummary:
     def to_dict(self) -> dict[str, Any]:
         return {"iteration_ms": self.iteration_ms, "speedup": self.speedup, "plan": self.plan,
                 "reasons": list(self.reasons), "memory": self.memory}
-
-
-@dataclass(frozen=True)
-class MoeHints:
-    """The language model's mixture of experts, as the exports need it.
-
-    ``moe_layers`` says, per decoder layer of the language model, whether it
-    has routed experts (the others have the dense MLP); ``shared_ffn`` is
-    the width of the shared experts together (0: none).
-    """
-
-    num_experts: int
-    top_k: int
-    ffn_hidden: int
-    shared_ffn: int = 0
-    moe_layers: tuple[bool, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"num_experts": self.num_experts, "top_k": self.top_k, "ffn_hidden": self.ffn_hidden,
-                "shared_ffn": self.shared_ffn, "moe_layers": [int(b) for b in self.moe_layers]}
-
-
-@dataclass(frozen=True)
-class PrecisionHints:
-    """The plan's FP8 training, as the exports need it (``export_hints["precision"]``; absent under BF16).
-
-    ``fp8_recipe`` is the cost option's recipe (:data:`partitioner.costs.fp8.FP8_RECIPES`),
-    ``param_gather`` whether the parameters are kept in fp8, ``bf16_layers``
-    the decoder layers kept in BF16 at each end of the language model.
-    """
-
-    fp8_recipe: str
-    param_gather: bool
-    bf16_layers: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"precision": "fp8", "fp8_recipe": self.fp8_recipe, "fp8_param_gather": self.param_gather,
-                "fp8_bf16_layers": self.bf16_layers}
-
-
-def precision_export_hints(problem: Problem) -> dict[str, Any] | None:
-    """``export_hints["precision"]`` of a cost-model problem: its ``meta.precision`` (None under BF16)."""
-    meta = (problem.meta or {}).get("precision")
-    if not isinstance(meta, Mapping):
-        return None
-    return PrecisionHints(str(meta["fp8_recipe"]), bool(meta["fp8_param_gather"]), int(meta["fp8_bf16_layers"])).to_dict()
-
-
-def moe_export_hints(spec: Any) -> dict[str, Any] | None:
-    """``export_hints["moe"]`` of a model spec: its language model's experts (None for a dense model).
-
-    ``spec`` is a :class:`partitioner.presets.ModelSpec`; layer i of the
-    ``llm`` module is a MoE layer per :func:`partitioner.presets.is_moe_layer`.
-    """
-    llm = next((m for m in getattr(spec, "modules", ()) if m.kind == "llm" and m.experts), None)
-    if llm is None:
-        return None
-    return MoeHints(llm.experts, llm.top_k, llm.moe_ffn, llm.shared_ffn,
-                    tuple(is_moe_layer(llm, i) for i in range(llm.layers))).to_dict()

@@ -14,11 +14,21 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..costs.variants import parse_variant
+from ..frameworks import ExportHints
 from ..plan import Evaluation, Plan, SolveResult, evaluate
 from ..problem import Problem
-from ..simulate.engine import replay_check
+from ..simulate.engine import ReplaySummary, replay_check
 from .context_report import CpStage
-from .records import BaselineSummary, IterationSource, MicrobatchTrial, MissingBaseline, TargetSummary, Throughput
+from .records import (
+    BaselineSummary,
+    IterationSource,
+    KnobSegment,
+    MicrobatchTrial,
+    MissingBaseline,
+    StageKnobs,
+    TargetSummary,
+    Throughput,
+)
 from .schedules.report import ScheduleReport
 from .targets.memory import MemoryCounts
 
@@ -46,7 +56,7 @@ class ModelPlan(SolveResult):
     """
 
     problem: Problem | None = field(default=None, compare=False, repr=False)
-    simulation: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    simulation: ReplaySummary | None = field(default=None, compare=False, repr=False)
     throughput: Throughput | None = None
     baselines: Mapping[str, AnyBaseline] | None = None
     baseline: AnyBaseline | None = None
@@ -57,8 +67,8 @@ class ModelPlan(SolveResult):
     global_batch: int | None = None
     microbatches: int | None = None
     microbatches_tried: tuple[MicrobatchTrial, ...] | None = None
-    knobs: list[dict[str, Any]] | None = None
-    export_hints: Mapping[str, Any] | None = None
+    knobs: tuple[StageKnobs, ...] | None = None
+    export_hints: ExportHints | None = None
     schedules: ScheduleReport | None = None
     targets: Mapping[str, TargetSummary] | None = None
     memory: MemoryCounts | None = None
@@ -102,11 +112,9 @@ def _json(value: Any) -> Any:
 # --------------------------------------------------------------------------- simulation and throughput
 
 
-def simulate_plan(problem: Problem, plan: Plan, ev: Evaluation | None = None) -> dict[str, Any] | None:
+def simulate_plan(problem: Problem, plan: Plan, ev: Evaluation | None = None) -> ReplaySummary:
     """Replay of ``plan`` under the problem's schedule (:func:`partitioner.simulate.engine.replay_check`)."""
-    ev = ev or evaluate(problem, plan)
-    report = replay_check(problem, plan, ev)
-    return dict(report) if isinstance(report, Mapping) else {"report": report}
+    return replay_check(problem, plan, ev or evaluate(problem, plan))
 
 
 def plan_throughput(problem: Problem, ev: Evaluation, iteration_ms: float | None = None,
@@ -121,12 +129,11 @@ def plan_throughput(problem: Problem, ev: Evaluation, iteration_ms: float | None
     ----------
     .. [PaLM] Chowdhery et al., "PaLM: Scaling Language Modeling with Pathways", 2022, Appendix B.
     """
-    meta = problem.meta or {}
+    work = problem.workload
     it = ev.iteration_ms if iteration_ms is None else iteration_ms
     seconds = it / 1e3
-    tokens = float(meta.get("global_batch", 0)) * float(meta.get("llm_tokens_per_sample", 0))
-    flops = float(meta.get("model_flops_per_iteration", 0.0))
-    peak = float(meta.get("peak_flops_per_gpu", 0.0))
+    tokens = work.tokens_per_iteration()
+    flops, peak = work.model_flops_per_iteration, work.peak_flops_per_gpu
     mfu = flops / (seconds * problem.num_devices * peak) if seconds > 0 and peak > 0 else float("nan")
     return Throughput(it, tokens / seconds if seconds > 0 else float("nan"), mfu, source)
 
@@ -136,15 +143,15 @@ def throughput(problem: Problem, ev: Evaluation, iteration_ms: float | None = No
     return plan_throughput(problem, ev, iteration_ms).to_dict()
 
 
-def iteration_of(sim: Mapping[str, Any] | None, ev: Evaluation) -> tuple[float, IterationSource]:
+def iteration_of(sim: ReplaySummary | None, ev: Evaluation) -> tuple[float, IterationSource]:
     """The iteration of a plan (ms) and where it comes from: the replay's makespan, else the schedule's estimate."""
-    if sim and isinstance(sim.get("makespan_ms"), (int, float)) and math.isfinite(sim["makespan_ms"]):
-        return float(sim["makespan_ms"]), "simulator"
+    if sim is not None and math.isfinite(sim.makespan_ms):
+        return float(sim.makespan_ms), "simulator"
     return ev.iteration_ms, "estimate"
 
 
-def stage_knobs(ev: Evaluation) -> list[dict[str, Any]]:
-    """Per stage, the memory knobs of each segment: ``[{"layers": [a, b], "dp", "tp", "zero", "recompute"}, ...]``."""
+def stage_knobs(ev: Evaluation) -> tuple[StageKnobs, ...]:
+    """Per stage, the memory knobs of each segment (:class:`~.records.StageKnobs`)."""
     out = []
     for st in ev.stages:
         segs = st.segments or ((st.first_layer, st.last_layer),)
@@ -152,6 +159,6 @@ def stage_knobs(ev: Evaluation) -> list[dict[str, Any]]:
         rows = []
         for (a, b), c in zip(segs, configs):
             knobs = parse_variant(c.variant)
-            rows.append({"layers": [a, b], "dp": c.dp, "tp": c.tp, "zero": knobs.zero, "recompute": knobs.recompute})
-        out.append({"stage": st.index, "segments": rows})
-    return out
+            rows.append(KnobSegment(a, b, c.dp, c.tp, knobs.zero, knobs.recompute))
+        out.append(StageKnobs(st.index, tuple(rows)))
+    return tuple(out)

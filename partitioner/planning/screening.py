@@ -15,18 +15,19 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
+from ..core.deadline import Deadline
 from ..costs import CostOptions, ProblemBuilder
 from ..presets import ClusterSpec, ModelSpec
 from ..problem import Problem, ProblemError
 from ..solvers import solve
 from .baselines import BASELINE_METHOD, FSDP_METHOD, StageSums, fsdp_baseline, megatron_baseline
-from .deadline import Deadline
 from .knobs import _projections
 from .options import PlanOptions
 from .records import BaselineRun, ScreenedCount
 from .results import iteration_of, simulate_plan
+from .run import PlanRun
 from .targets.memory import merge_stages, stage_knobs, stage_options
-from .targets.rules import TargetRules, restrict, rules_for
+from .targets.rules import FrameworkRules, restrict
 
 __all__ = ["Builders", "screen_counts", "counts_to_solve"]
 
@@ -37,8 +38,13 @@ class Builders:
 
     spec: ModelSpec
     cluster: ClusterSpec
-    opts: PlanOptions
+    run: PlanRun
     _built: dict[CostOptions, ProblemBuilder] = field(default_factory=dict)
+
+    @property
+    def opts(self) -> PlanOptions:
+        """The run's options."""
+        return self.run.options
 
     def build(self, m: int, options: CostOptions) -> Problem:
         """The problem at m microbatches with cost options ``options``."""
@@ -76,7 +82,7 @@ def _problems(m: int, builders: Builders, options: CostOptions) -> tuple[Problem
     With a target (``plan --target``), both lose the knobs the target cannot
     set (:func:`~.targets.restrict`): its baselines are plans it runs.
     """
-    rules = rules_for(builders.opts.target)
+    rules = builders.run.rules
     problem = builders.build(m, options)
     # the baselines always see every knob (a user restricting the plan's knobs does not restrict FSDP's)
     base = problem if options.variants == ("all",) else builders.build(m, replace(options, variants=("all",)))
@@ -88,7 +94,7 @@ def _problems(m: int, builders: Builders, options: CostOptions) -> tuple[Problem
     return problem, base
 
 
-def _counted(m: int, builders: Builders, options: CostOptions, problem: Problem, rules: TargetRules) -> Problem:
+def _counted(m: int, builders: Builders, options: CostOptions, problem: Problem, rules: FrameworkRules) -> Problem:
     """``problem`` (built with ``options``) with each ZeRO stage's entries charged with the target's count there.
 
     :mod:`.targets.memory`: one more build per stage whose count changes the
@@ -118,7 +124,8 @@ def _screen(m: int, problem: Problem, base_problem: Problem, opts: PlanOptions, 
 
 def screen_counts(builders: Builders, counts: Sequence[int], options: CostOptions,
                   deadline: Deadline | None = None) -> tuple[list[ScreenedCount], list[str]]:
-    """Every count screened, and why the counts that cannot be built were skipped (one count: its error is raised).
+    """Every count screened, and why the counts that cannot be built were skipped (none could: the first
+    error is raised -- an input over an accepted range is refused, exit 2, never reported as infeasible).
 
     Once ``deadline`` has passed, the counts not yet screened are left out
     (at least one is screened) and the deadline records the cut.
@@ -126,6 +133,7 @@ def screen_counts(builders: Builders, counts: Sequence[int], options: CostOption
     deadline = deadline or Deadline(None)
     screened: list[ScreenedCount] = []
     skipped: list[str] = []
+    refused: ProblemError | None = None
     for i, m in enumerate(counts):
         if screened and deadline.expired():
             deadline.cut(f"screening: {len(counts) - i} of {len(counts)} microbatch counts not screened",
@@ -134,11 +142,12 @@ def screen_counts(builders: Builders, counts: Sequence[int], options: CostOption
         try:
             problem, base_problem = _problems(m, builders, options)
         except ProblemError as err:
-            if len(counts) == 1:
-                raise
+            refused = refused or err
             skipped.append(f"m={m}: {err.reason}")
             continue
         screened.append(_screen(m, problem, base_problem, builders.opts, len(counts) > 1, deadline))
+    if not screened and refused is not None:  # no count could be built: the input is refused, not infeasible
+        raise refused
     return screened, skipped
 
 

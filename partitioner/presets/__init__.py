@@ -32,7 +32,7 @@ from .files import (
     preset_dirs,
 )
 from .hf import model_from_hf_config
-from .hints import MEGATRON_FLAGS, MlaHints
+from .hints import MlaHints
 from .spec import (
     MODULE_KINDS,
     ClusterSpec,
@@ -68,7 +68,6 @@ __all__ = [
     "cluster_from_dict",
     "model_from_hf_config",
     "MlaHints",
-    "MEGATRON_FLAGS",
     "check_model",
     "check_cluster",
     "module_params",

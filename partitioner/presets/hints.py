@@ -4,23 +4,9 @@ Contract: :class:`MlaHints` is what an exporter needs to write these
 features (``export_hints["mla"]`` of a plan result): :meth:`MlaHints.of_model`
 reads it from a :class:`~.spec.ModelSpec`, :meth:`MlaHints.from_doc` from a
 result document (a :class:`~partitioner.problem.ProblemError` naming
-``export_hints.mla.<key>`` when malformed), :meth:`MlaHints.megatron_args`
-gives the Megatron-LM arguments (:data:`MEGATRON_FLAGS`). Pure data.
-
-Megatron-LM (``megatron/training/arguments.py``, core_r0.16; Megatron-Core
-0.16.1 ``MLATransformerConfig`` and ``gpt_layer_specs``):
-
-* ``--multi-latent-attention`` with ``--q-lora-rank`` (left out when the
-  query has no down-projection: ``q_lora_rank=None`` builds
-  ``linear_q_proj``), ``--kv-lora-rank``, ``--qk-head-dim`` (the
-  non-rotary width), ``--qk-pos-emb-head-dim`` (the rotary width),
-  ``--v-head-dim``, and ``--qk-layernorm`` (with MLA it puts the latents'
-  norms into the up-projections, ``TELayerNormColumnParallelLinear``);
-* ``--mtp-num-layers`` (the MTP modules; ``--mtp-loss-scaling-factor``
-  weighs their loss, 0.1 by default);
-* ``--moe-router-num-groups`` / ``--moe-router-group-topk`` (group-limited
-  routing) and ``--moe-router-score-function`` (``softmax`` or
-  ``sigmoid``).
+``export_hints.mla.<key>`` when malformed). Pure data, in Megatron-Core's
+names; the Megatron-LM arguments they become are Megatron's home's
+(:func:`partitioner.frameworks.megatron.mla_args`).
 """
 from __future__ import annotations
 
@@ -30,21 +16,7 @@ from typing import Any, Mapping
 from ..problem import ProblemError
 from .spec import ModelSpec
 
-__all__ = ["MlaHints", "MEGATRON_FLAGS"]
-
-# MlaHints field -> Megatron-LM argument (the value follows it; 0 leaves the argument out)
-MEGATRON_FLAGS = {
-    "q_lora_rank": "--q-lora-rank",
-    "kv_lora_rank": "--kv-lora-rank",
-    "qk_head_dim": "--qk-head-dim",
-    "qk_pos_emb_head_dim": "--qk-pos-emb-head-dim",
-    "v_head_dim": "--v-head-dim",
-    "mtp_layers": "--mtp-num-layers",
-    "expert_groups": "--moe-router-num-groups",
-    "group_top_k": "--moe-router-group-topk",
-    "router_score": "--moe-router-score-function",
-}
-
+__all__ = ["MlaHints"]
 
 @dataclass(frozen=True)
 class MlaHints:
@@ -96,15 +68,3 @@ class MlaHints:
                 raise ProblemError(f"must be a non-negative integer, got {value!r}", path=f"export_hints.mla.{f.name}")
             values[f.name] = value
         return cls(**values)
-
-    def megatron_args(self) -> list[str]:
-        """Megatron-LM's arguments for these features (module docstring), in :data:`MEGATRON_FLAGS` order."""
-        args = ["--multi-latent-attention", "--qk-layernorm"] if self.kv_lora_rank else []
-        for name, flag in MEGATRON_FLAGS.items():
-            value = getattr(self, name)
-            if name in ("qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "q_lora_rank", "kv_lora_rank") \
-                    and not self.kv_lora_rank:
-                continue
-            if value:
-                args += [flag, str(value)]
-        return args

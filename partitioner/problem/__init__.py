@@ -25,7 +25,8 @@ The package, one job a module (import everything from ``partitioner.problem``):
   and scalar checks, and the values spelled for messages;
 * :mod:`.parse`: the validating parser, document to :class:`Problem`
   (:meth:`Problem.from_dict` runs it);
-* :mod:`.files`: :func:`load_problem`, :func:`as_problem`, :func:`dump_problem`.
+* :mod:`.files`: :func:`load_problem`, :func:`as_problem`, :func:`dump_problem`;
+* :mod:`.workload`: :class:`ModelWorkload`, the typed reading of what the cost model wrote into ``meta``.
 """
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ from .records import (
     Training,
     _cost_doc,
 )
+from .workload import LayerHint, ModelWorkload
 
 __all__ = [
     "FORMAT_VERSION",
@@ -70,6 +72,8 @@ __all__ = [
     "Training",
     "StageBounds",
     "Problem",
+    "ModelWorkload",
+    "LayerHint",
     "load_problem",
     "as_problem",
     "dump_problem",

@@ -16,6 +16,7 @@ from typing import Any, Callable, Literal, Mapping, get_args
 
 from ..core.documents import check_document
 from ..core.errors import ProblemError
+from .workload import ModelWorkload
 
 __all__ = [
     "FORMAT_VERSION",
@@ -106,16 +107,15 @@ class Layout:
 
     @property
     def axes(self) -> str:
-        """The canonical key without the variant: ``dp{D}tp{T}[cp{C}][ep{E}[etp{F}]]``."""
+        """The canonical key without the variant: ``dp{D}tp{T}[cp{C}][ep{E}[etp{F}]]``; ``ep`` is written when
+        ``etp`` is, so that every key it writes parses back to this config (etp without ep is bad input)."""
         base = f"dp{self.dp}tp{self.tp}"
         if self.cp != 1:
             base += f"cp{self.cp}"
-        if self.ep != 1:
+        if self.ep != 1 or self.etp != 1:  # etp is written after its ep, even ep1 (``dp2tp2ep1etp2``)
             base += f"ep{self.ep}"
             if self.etp != 1:
                 base += f"etp{self.etp}"
-        elif self.etp != 1:  # not parseable (etp without ep), but spelled faithfully
-            base += f"etp{self.etp}"
         return base
 
     @property
@@ -337,6 +337,11 @@ class Problem:
         return tuple(sorted(found, key=lambda l: (l.devices, l.tp, l.cp, l.ep, l.etp, l.variant)))
 
     configs = layouts
+
+    @cached_property
+    def workload(self) -> ModelWorkload:
+        """The model's workload and the hardware's peak as ``meta`` holds them (:class:`~.workload.ModelWorkload`)."""
+        return ModelWorkload.of(self.meta)
 
     @cached_property
     def ties(self) -> tuple[tuple[int, int], ...]:

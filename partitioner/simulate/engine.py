@@ -77,6 +77,7 @@ __all__ = [
     "simulate_times",
     "simulate",
     "replay_check",
+    "ReplaySummary",
 ]
 
 KINDS = {"F": "forward", "B": "backward", "W": "weight gradient"}
@@ -518,30 +519,45 @@ def _plan_inputs(problem: Problem, plan: Plan, schedule: str | None,
     return problem, ev, inputs
 
 
-def replay_check(problem: Problem, plan: Plan, evaluation: Evaluation) -> dict[str, Any]:
-    """What ``solve(..., validate=True)`` attaches: the replay of a solver's plan under the problem's schedule.
+@dataclass(frozen=True)
+class ReplaySummary:
+    """The figures of one replay that a result reports (its ``simulation`` section, :meth:`to_dict`).
 
-    Returns
-    -------
-    dict
-        ``schedule``, ``makespan_ms``, ``bubble_ratio``, ``busy_ms``,
-        ``peak_inflight``, ``peak_memory_bytes``, ``fits_memory`` (every
-        stage's simulated peak within ``gpu_memory_bytes``) and
-        ``iteration_estimate_ms`` (the schedule's estimate the solvers
-        optimise, 1F1B's the Alpa-style one, to read beside the simulated
-        makespan).
+    ``busy_ms``, ``peak_inflight`` and ``peak_memory_bytes`` are per
+    pipeline rank; ``fits_memory`` says every rank's simulated peak is within
+    ``gpu_memory_bytes``; ``iteration_estimate_ms`` is the schedule's
+    estimate the solvers optimise (1F1B's the Alpa-style one), to read
+    beside the simulated ``makespan_ms``.
     """
+
+    schedule: str
+    makespan_ms: float
+    bubble_ratio: float
+    busy_ms: tuple[float, ...]
+    peak_inflight: tuple[int, ...]
+    peak_memory_bytes: tuple[int, ...]
+    fits_memory: bool
+    iteration_estimate_ms: float
+
+    @property
+    def peak_bytes(self) -> int | None:
+        """The largest rank's simulated peak (None without memory figures)."""
+        return max(self.peak_memory_bytes) if self.peak_memory_bytes else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schedule": self.schedule, "makespan_ms": self.makespan_ms, "bubble_ratio": self.bubble_ratio,
+                "busy_ms": list(self.busy_ms), "peak_inflight": list(self.peak_inflight),
+                "peak_memory_bytes": list(self.peak_memory_bytes), "fits_memory": self.fits_memory,
+                "iteration_estimate_ms": self.iteration_estimate_ms}
+
+
+def replay_check(problem: Problem, plan: Plan, evaluation: Evaluation) -> ReplaySummary:
+    """What ``solve(..., validate=True)`` attaches: the replay of a solver's plan under the problem's schedule."""
     problem, _, inputs = _plan_inputs(problem, plan, None, evaluation)
     figures = _figures(_prepare(**inputs, stage_labels=None))  # simulate()'s figures, without its timeline
-    peak = list(figures["peak_memory_bytes"] or ())
+    peak = tuple(figures["peak_memory_bytes"] or ())
     capacity = problem.cluster.gpu_memory_bytes
-    return {
-        "schedule": inputs["schedule"],
-        "makespan_ms": figures["makespan_ms"],
-        "bubble_ratio": figures["bubble_ratio"],
-        "busy_ms": figures["busy_ms"],
-        "peak_inflight": figures["peak_inflight"],
-        "peak_memory_bytes": peak,
-        "fits_memory": all(b <= capacity for b in peak),
-        "iteration_estimate_ms": evaluation.iteration_ms,
-    }
+    return ReplaySummary(schedule=inputs["schedule"], makespan_ms=figures["makespan_ms"],
+                         bubble_ratio=figures["bubble_ratio"], busy_ms=tuple(figures["busy_ms"]),
+                         peak_inflight=tuple(figures["peak_inflight"]), peak_memory_bytes=peak,
+                         fits_memory=all(b <= capacity for b in peak), iteration_estimate_ms=evaluation.iteration_ms)

@@ -1,12 +1,19 @@
-"""One entry point for every method: the registry, the request, and result assembly.
+"""One entry point for every method: the registry, the request, the door and result assembly.
 
-Each method module registers a function ``(problem, request) -> Candidate``.
-:func:`solve` checks the request at the door (the problem may be a
-:class:`~partitioner.problem.Problem`, a dict or a path; the time limit a
-finite number > 0), times the method, re-evaluates the returned plan with
-:func:`partitioner.plan.evaluate` (so every reported value follows the
-contract, whatever the method computed internally) and builds the
-:class:`~partitioner.plan.SolveResult`.
+Each method module registers (:func:`register`) a function ``(problem, request) -> Candidate``
+with its typed options record and its :class:`~.options.Capabilities`.
+:func:`solve` is the door: it checks the request once, before anything runs
+-- the problem (a :class:`~partitioner.problem.Problem`, a dict or a path),
+the method, the objective, the options (built into the method's record,
+:func:`~.options.options_record`), the time limit (seconds or a
+:class:`~partitioner.core.deadline.Deadline`), the seed and the warm start --
+then the problem against the method's capabilities (schedule and objective,
+topology, format, tied weights: ``error`` saying why) and against the quick
+infeasibility proofs (:func:`~.feasibility.quick_infeasibility`:
+``infeasible`` with the reason). Only then does it dispatch; it times the
+method, re-evaluates the returned plan with :func:`partitioner.plan.evaluate`
+(so every reported value follows the contract, whatever the method computed
+internally) and builds the :class:`~partitioner.plan.SolveResult`.
 
 Quality under a limit: when an *exact* method (:data:`EXACT_METHODS`) is
 stopped by its time limit before it has a plan, :func:`solve` returns the
@@ -17,52 +24,88 @@ covered; any other error of a method is reported as it is.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
+from ..core.deadline import Deadline
 from ..core.limits import SOLVE_REPLAY_OPS
 from ..plan import Plan, PlanError, SolveResult, Status, as_plan, evaluate
-from ..problem import OBJECTIVES, Problem, as_problem
+from ..problem import OBJECTIVES, SCHEDULES, Problem, as_problem
 from ..simulate.engine import replay_check
+from .errors import SolverError
+from .feasibility import quick_infeasibility
+from .options import Capabilities, MethodOptions, NoOptions, options_from_text, options_record
 
 __all__ = [
     "SolveRequest",
     "Candidate",
+    "MethodSpec",
     "register",
     "methods",
+    "method_spec",
     "method_options",
     "solve",
     "SolverError",
     "REL_TOL",
     "EXACT_METHODS",
+    "DEFAULT_METHOD",
+    "schedule_support",
+    "check_time_limit",
 ]
 
 # Relative tolerance under which two objective values are the same optimum.
 REL_TOL = 1e-9
 # Methods that prove optimality; cut short by the time limit without a plan they fall back to greedy.
 EXACT_METHODS = ("cpsat", "milp", "dp", "brute")
-
-
-class SolverError(ValueError):
-    """A request a method cannot serve (unknown method or option, problem too large)."""
+# The method of solve() and of `partitioner solve` when none is named: the exact method that scales
+# (docs/methods.md); plan uses it too.
+DEFAULT_METHOD = "dp"
 
 
 @dataclass(frozen=True)
 class SolveRequest:
+    """What a method is asked: the objective, the deadline, the seed, a warm start and its typed options.
+
+    ``time_limit`` may be seconds (a :class:`~partitioner.core.deadline.Deadline` starts now) or a
+    Deadline (shared with the caller: the solve ends when it does); it is kept as the Deadline.
+    """
+
     objective: str
-    time_limit: float | None = None
+    time_limit: Deadline | float | None = None
     seed: int = 0
     warm_start: Plan | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: MethodOptions = field(default_factory=NoOptions)
 
-    def option(self, name: str, default: Any) -> Any:
-        return self.options.get(name, default)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "time_limit", Deadline.of(self.time_limit))
 
-    def deadline(self, start: float) -> float | None:
-        return None if self.time_limit is None else start + self.time_limit
+    @property
+    def clock(self) -> Deadline:
+        """The request's :class:`~partitioner.core.deadline.Deadline` (never None; unlimited without a limit)."""
+        assert isinstance(self.time_limit, Deadline)
+        return self.time_limit
+
+    @property
+    def limited(self) -> bool:
+        """Whether the request has a time limit."""
+        return self.clock.limited
+
+    def left(self) -> float:
+        """Seconds left (infinite without a limit)."""
+        return self.clock.left()
+
+    def deadline(self, start: float | None = None) -> float | None:
+        """The deadline on :func:`time.perf_counter`'s clock, None without a limit (``start`` is ignored)."""
+        return self.clock.at()
+
+    def option(self, name: str, default: Any = None) -> Any:
+        """Option ``name`` of the record, ``default`` when it is None or not declared (for registered plug-ins)."""
+        value = getattr(self.options, name, None)
+        return default if value is None else value
 
 
 @dataclass(frozen=True)
@@ -80,43 +123,76 @@ class Candidate:
 
 
 Method = Callable[[Problem, SolveRequest], Candidate]
-_REGISTRY: dict[str, Method] = {}
-_OPTIONS: dict[str, frozenset[str]] = {}
+# A method registered without capabilities: every schedule and objective, any topology (it decides).
+_ANYTHING = Capabilities(schedules={s: frozenset(OBJECTIVES) for s in SCHEDULES}, topology=True)
 
 
-def register(name: str, options: tuple[str, ...] = ()) -> Callable[[Method], Method]:
-    """Register a method under ``name``; ``options`` lists the option keys it accepts."""
+@dataclass(frozen=True)
+class MethodSpec:
+    """A registered method: its function, its options record type and its capabilities."""
+
+    name: str
+    run: Method
+    options: type[MethodOptions]
+    capabilities: Capabilities
+
+
+_METHODS: dict[str, MethodSpec] = {}
+
+
+def register(
+    name: str,
+    options: type[MethodOptions] | tuple[str, ...] = NoOptions,
+    capabilities: Capabilities | None = None,
+) -> Callable[[Method], Method]:
+    """Register a method under ``name`` with its options record and capabilities.
+
+    ``options`` is a :class:`~.options.MethodOptions` subclass (the built-in methods'), or, for a plug-in,
+    a tuple of option names, which become a record of untyped fields (default None) read with
+    :meth:`SolveRequest.option`. ``capabilities`` defaults to every schedule and objective on any topology.
+    """
+    record = options if isinstance(options, type) else _loose_record(name, tuple(options))
 
     def wrap(fn: Method) -> Method:
-        _REGISTRY[name] = fn
-        _OPTIONS[name] = frozenset(options)
+        _METHODS[name] = MethodSpec(name, fn, record, capabilities or _ANYTHING)
         return fn
 
     return wrap
 
 
+def _loose_record(method: str, names: tuple[str, ...]) -> type[MethodOptions]:
+    fields = [(n, Any, dataclasses.field(default=None)) for n in names]
+    record = dataclasses.make_dataclass(f"{method.title()}Options", fields, bases=(MethodOptions,), frozen=True)
+    record.method = method  # type: ignore[attr-defined]
+    return record
+
+
 def methods() -> tuple[str, ...]:
     """The registered methods (:mod:`partitioner.solvers` imports every method module, so all are here)."""
-    return tuple(_REGISTRY)
+    return tuple(_METHODS)
+
+
+def method_spec(method: str) -> MethodSpec:
+    """The registered method ``method``; a :class:`SolverError` naming the choices if there is none."""
+    if not isinstance(method, str) or method not in _METHODS:
+        raise SolverError(f"unknown method {method!r}; choose one of {', '.join(_METHODS)}")
+    return _METHODS[method]
 
 
 def method_options(method: str) -> frozenset[str]:
     """The option names ``method`` declared when it registered (what ``options=`` may hold)."""
-    methods()
-    if method not in _OPTIONS:
-        raise SolverError(f"unknown method {method!r}; choose one of {', '.join(_REGISTRY)}")
-    return _OPTIONS[method]
+    return frozenset(f.name for f in dataclasses.fields(method_spec(method).options))
 
 
 def solve(
     problem: Problem | Mapping[str, Any] | str,
-    method: str = "cpsat",
+    method: str = DEFAULT_METHOD,
     *,
     objective: str | None = None,
-    time_limit: float | None = None,
+    time_limit: float | Deadline | None = None,
     seed: int = 0,
     warm_start: Plan | SolveResult | None = None,
-    options: Mapping[str, Any] | None = None,
+    options: MethodOptions | Mapping[str, Any] | None = None,
     validate: bool = False,
 ) -> SolveResult:
     """Plan ``problem`` with ``method``.
@@ -127,88 +203,99 @@ def solve(
         A problem, a problem document (as :meth:`Problem.from_dict` takes),
         or the path of a JSON/YAML problem file.
     method : str
-        One of :func:`methods`: ``cpsat``, ``milp``, ``dp``, ``brute``,
-        ``greedy``, ``uniform``, ``balanced``.
+        One of :func:`methods`: ``dp`` (the default, :data:`DEFAULT_METHOD`), ``cpsat``, ``milp``,
+        ``brute``, ``greedy``, ``uniform``, ``balanced``.
     objective : {"bottleneck", "iteration"}, optional
         Overrides the problem's objective.
-    time_limit : float, optional
-        Seconds, a finite number > 0; exact methods return ``feasible`` with a
-        bound when it stops them (the greedy plan if they had none yet).
+    time_limit : float or Deadline, optional
+        Seconds, a finite number > 0, or a :class:`~partitioner.core.deadline.Deadline` shared with the
+        caller (the solve ends when it does; an expired one still gets the method's quickest answer).
+        Exact methods return ``feasible`` with a bound when it stops them (the greedy plan if they had none yet).
     seed : int
         For randomized methods (CP-SAT).
     warm_start : Plan or SolveResult, optional
         A plan to start from (a hint for CP-SAT / MILP).
-    options : mapping, optional
-        Method-specific options (see each method's docstring).
+    options : mapping or the method's options record, optional
+        Method-specific options (:mod:`partitioner.solvers.options`: each method's record documents them).
     validate : bool
         Replay the plan in the 1F1B simulator and attach the result.
 
     Returns
     -------
     SolveResult
-        ``value`` recomputed by :func:`~partitioner.plan.evaluate`.
+        ``value`` recomputed by :func:`~partitioner.plan.evaluate`. ``error`` when the method cannot plan
+        this problem (its schedule, topology or format), with the reason; ``infeasible`` when no plan exists.
 
     Raises
     ------
     ProblemError
-        ``problem`` is not a valid problem (or not a Problem, dict or path).
-    SolverError
-        An unknown method, objective or option, or a time limit or seed that
-        is not a number in range.
+        ``problem`` is not a valid problem (or not a Problem, dict or path), or the request is bad: a
+        :class:`SolverError` (a ProblemError) names the unknown method, objective or option, or the
+        option value, time limit or seed that is out of range.
     """
     problem = as_problem(problem)
-    methods()
-    if not isinstance(method, str) or method not in _REGISTRY:
-        raise SolverError(f"unknown method {method!r}; choose one of {', '.join(_REGISTRY)}")
-    objective = objective or problem.objective
-    if objective not in OBJECTIVES:
-        raise SolverError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
-    if options is not None and not isinstance(options, Mapping):
-        raise SolverError(f"options must be a mapping of option name to value, got {type(options).__name__}")
-    options = dict(options or {})
-    unknown = set(options) - _OPTIONS[method]
-    if unknown:
-        allowed = ", ".join(sorted(_OPTIONS[method])) or "none"
-        raise SolverError(f"method {method} has no option {sorted(unknown)[0]!r} (options: {allowed})")
-    time_limit = check_time_limit(time_limit)
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**31:
-        raise SolverError(f"seed must be an integer in 0..2^31-1, got {seed!r}")
-    if warm_start is not None:
-        warm_start = as_plan(warm_start, what="warm_start")
-    request = SolveRequest(objective, time_limit, int(seed), warm_start, options)
-
+    spec = method_spec(method)
+    request = _request(problem, spec, objective, time_limit, seed, warm_start, options)
     start = time.perf_counter()
-    unsupported = schedule_support(method, problem.training.schedule, objective)
-    if unsupported:
-        return finish(problem, method, request, Candidate("error", message=unsupported), 0.0, validate)
+    refusal = refusal_of(spec, problem, request.objective)
+    if refusal is not None:
+        return finish(problem, method, request, refusal, time.perf_counter() - start, validate)
     try:
-        candidate = _REGISTRY[method](problem, request)
+        candidate = spec.run(problem, request)
     except MemoryError:
         candidate = Candidate("error", message=f"{method}: ran out of memory on this problem; try dp or greedy, or a smaller problem")
-    if method in EXACT_METHODS and _cut_short(candidate, request):
+    if spec.capabilities.exact and _cut_short(candidate, request):
         candidate = _fallback(problem, method, request, candidate, start)
     seconds = time.perf_counter() - start
     return finish(problem, method, request, candidate, seconds, validate)
 
 
-# What each method optimises exactly (or, for the heuristics, plans validly) beyond 1F1B: the
-# exact methods model zb-h1's and GPipe's objectives and stashes (DESIGN.md, "Decisions");
-# interleaved plans have P*v chunks, which only cpsat and milp (below) and brute model.
-_SCHEDULES_BEYOND_1F1B = {
-    "dp": {("zb-h1", "bottleneck"), ("zb-h1", "iteration"), ("gpipe", "bottleneck"), ("gpipe", "iteration")},
-    # zb-h1 iteration with a coarser default time unit (slottimes.RESOLUTION_ZB_H1 says why)
-    "cpsat": {("zb-h1", "bottleneck"), ("zb-h1", "iteration"), ("gpipe", "bottleneck"), ("gpipe", "iteration")},
-    "milp": {("zb-h1", "bottleneck"), ("zb-h1", "iteration"), ("gpipe", "bottleneck"), ("gpipe", "iteration")},
-    "greedy": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},
-    "uniform": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},
-    "balanced": {("zb-h1", "bottleneck"), ("zb-h1", "iteration")},
-}
-# cpsat, milp and dp search the interleaved space of equal device groups with one mesh each
-# (solvers/interleaved/space.py), both objectives (dp by its cut search, solvers/interleaved/search.py).
-for _method in ("cpsat", "milp", "dp"):
-    _SCHEDULES_BEYOND_1F1B[_method] |= {("interleaved", "bottleneck"), ("interleaved", "iteration")}
-# Why a method cannot model a schedule at all, when "not yet" would mislead.
-_WHY_NOT: dict[tuple[str, str], str] = {}
+def method_options_from_text(method: str, pairs: Mapping[str, str]) -> MethodOptions:
+    """``method``'s options record from the CLI's ``-o key=value`` text (:func:`~.options.options_from_text`)."""
+    return options_from_text(method_spec(method).options, method, pairs)
+
+
+def _request(problem: Problem, spec: MethodSpec, objective: Any, time_limit: Any, seed: Any, warm_start: Any,
+             options: Any) -> SolveRequest:
+    """The checked request (module docstring: the door)."""
+    objective = problem.objective if objective is None else objective
+    if objective not in OBJECTIVES:
+        raise SolverError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    record = options_record(spec.options, spec.name, options)
+    clock = time_limit if isinstance(time_limit, Deadline) else Deadline(check_time_limit(time_limit))
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= int(seed) < 2**31:
+        raise SolverError(f"seed must be an integer in 0..2^31-1, got {seed!r}")
+    if warm_start is not None:
+        warm_start = as_plan(warm_start, what="warm_start")
+    return SolveRequest(objective, clock, int(seed), warm_start, record)
+
+
+def refusal_of(spec: MethodSpec, problem: Problem, objective: str) -> Candidate | None:
+    """What :func:`solve` answers without running the method, if anything: ``error`` when the method cannot
+    plan this problem (its capabilities), ``infeasible`` when a quick proof rules every plan out."""
+    why = _capability_gap(spec, problem, objective)
+    if why:
+        return Candidate("error", message=why)
+    if problem.training.schedule != "interleaved":
+        reason = quick_infeasibility(problem)  # interleaved plans have their own space (group counts)
+        if reason:
+            return Candidate("infeasible", message=reason)
+    return None
+
+
+def _capability_gap(spec: MethodSpec, problem: Problem, objective: str) -> str:
+    """Why ``spec`` cannot plan ``problem`` with ``objective`` ("" when it can)."""
+    caps, method = spec.capabilities, spec.name
+    schedule = problem.training.schedule
+    if not caps.supports(schedule, objective):
+        return schedule_support(method, schedule, objective)
+    if problem.cluster.topology is not None and not caps.topology:
+        return f"{method}: custom cluster topologies are not supported by the solvers yet"
+    if problem.version not in caps.formats:
+        return f"{method}: problem format v{problem.version} is not supported (it reads v{', v'.join(map(str, sorted(caps.formats)))})"
+    if problem.ties and not caps.tied_weights:
+        return f"{method}: tied weights (tied_to, format v3) are not supported"
+    return ""
 
 
 def schedule_support(method: str, schedule: str, objective: str) -> str:
@@ -217,14 +304,13 @@ def schedule_support(method: str, schedule: str, objective: str) -> str:
     A method must never certify an optimum of another objective than the
     problem's: until it models a schedule, it says so instead of solving.
     """
-    if schedule == "1f1b" or method not in _SCHEDULES_BEYOND_1F1B:
+    caps = method_spec(method).capabilities
+    if caps.supports(schedule, objective):
         return ""
-    if (schedule, objective) in _SCHEDULES_BEYOND_1F1B[method]:
-        return ""
-    able = [m for m, pairs in _SCHEDULES_BEYOND_1F1B.items() if (schedule, objective) in pairs]
+    able = [m for m, s in _METHODS.items() if s.capabilities is not _ANYTHING and s.capabilities.supports(schedule, objective)]
     hint = f"use {' or '.join(able)}" if able else "use brute on a small problem"
-    if (method, schedule) in _WHY_NOT:
-        return f"{method} cannot optimise schedule {schedule!r}: {_WHY_NOT[method, schedule]}; {hint}"
+    if schedule in caps.why_not:
+        return f"{method} cannot optimise schedule {schedule!r}: {caps.why_not[schedule]}; {hint}"
     return (
         f"{method} does not optimise the {objective} objective under schedule {schedule!r} yet "
         f"(it models 1F1B's estimate and stash); {hint}, or plan with schedule 1f1b and compare "
@@ -248,20 +334,17 @@ def _cut_short(candidate: Candidate, request: SolveRequest) -> bool:
     """Did the time limit stop the method before it had a plan?"""
     if candidate.plan is not None or candidate.status in ("infeasible", "optimal", "feasible"):
         return False
-    if request.time_limit is None:
-        return False
-    return candidate.timed_out
+    return request.limited and candidate.timed_out
 
 
 def _fallback(problem: Problem, method: str, request: SolveRequest, cut: Candidate, start: float) -> Candidate:
     """The greedy plan, as ``feasible`` with the exact method's bound, or ``cut`` if greedy has none."""
-    greedy = _REGISTRY.get("greedy")
-    limit = request.time_limit
+    greedy = _METHODS.get("greedy")
+    limit = request.clock.seconds
     if greedy is None or limit is None:  # no limit: nothing was cut short (see _cut_short)
         return cut
-    remaining = limit - (time.perf_counter() - start)
-    budget = max(remaining, min(1.0, limit))
-    found = greedy(problem, replace(request, time_limit=budget, warm_start=None, options={}))
+    budget = max(request.left(), min(1.0, limit))
+    found = greedy.run(problem, replace(request, time_limit=budget, warm_start=None, options=NoOptions()))
     if found.plan is None or found.status not in ("feasible", "optimal"):
         return cut
     try:  # greedy plans plain stages: an interleaved problem needs P*v chunks, so its plan may not be valid
@@ -324,7 +407,7 @@ def finish(
                 f"{plan.num_stages} stages), more than the {SOLVE_REPLAY_OPS} a solve replays"
             )
         else:
-            extra["simulation"] = replay_check(problem, plan, ev)
+            extra["simulation"] = replay_check(problem, plan, ev).to_dict()
     return SolveResult(
         status=status,
         method=method,

@@ -31,6 +31,7 @@ from ..problem import Layout, Problem
 from .base import Candidate, SolveRequest, register
 from .dp.solver import DPModel
 from .errors import OutOfTime, TooLarge
+from .options import Capabilities
 
 __all__ = ["solve_uniform", "solve_balanced", "uniform_layouts", "uniform_plan"]
 
@@ -75,13 +76,26 @@ def _no_layout(problem: Problem, method: str) -> Candidate:
     )
 
 
-@register("uniform")
+_BOTH = frozenset({"bottleneck", "iteration"})
+# uniform only evaluates its plans, so any topology; balanced runs the DP, which needs the default graph
+UNIFORM_CAPABILITIES = Capabilities(schedules={"1f1b": _BOTH, "zb-h1": _BOTH}, topology=True)
+BALANCED_CAPABILITIES = Capabilities(schedules={"1f1b": _BOTH, "zb-h1": _BOTH})
+
+
+@register("uniform", capabilities=UNIFORM_CAPABILITIES)
 def solve_uniform(problem: Problem, request: SolveRequest) -> Candidate:
     layouts = uniform_layouts(problem)
     if not layouts:
         return _no_layout(problem, "uniform")
+    deadline = request.deadline()
     best, failures = None, []
-    for lay in layouts:
+    for tried, lay in enumerate(layouts):
+        if tried and deadline is not None and time.perf_counter() > deadline:  # the first layout always runs
+            if best is None:
+                return Candidate("error", message=f"uniform: time limit reached after {tried} of {len(layouts)} "
+                                 "layouts, none of which fits", timed_out=True)
+            return Candidate("feasible", best[1], message=f"uniform: time limit reached after {tried} of "
+                             f"{len(layouts)} layouts; the best plan of those", timed_out=True)
         plan = uniform_plan(problem, lay)
         try:
             value = evaluate(problem, plan, request.objective).value
@@ -105,14 +119,12 @@ def _with_config(plan: Plan, config: Layout) -> Plan:
     )
 
 
-@register("balanced")
+@register("balanced", capabilities=BALANCED_CAPABILITIES)
 def solve_balanced(problem: Problem, request: SolveRequest) -> Candidate:
-    if problem.cluster.topology is not None:
-        return Candidate("error", message="balanced: custom cluster topologies are not supported by the solvers yet")
     layouts = uniform_layouts(problem)
     if not layouts:
         return _no_layout(problem, "balanced")
-    deadline = request.deadline(time.perf_counter())
+    deadline = request.deadline()
     best, unfinished = None, []
     for lay in layouts:
         if deadline is not None and time.perf_counter() >= deadline:  # building a layout's tables takes time too

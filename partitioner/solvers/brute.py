@@ -43,11 +43,23 @@ and tries their product instead of the fastest tuple alone. ``interleaved``
 searches the space of equal device groups with one mesh each
 (:mod:`.interleaved_brute`; the space is :mod:`.interleaved_model`'s).
 
-The search refuses problems whose cut x size enumeration exceeds
-``max_combinations`` (option, default 2,000,000): roughly up to 12 layers
-on 16 GPUs. The count is computed in closed form (binomials times a count
-of size sequences by dynamic programming), never by listing the sequences.
-The best plan is re-checked by :func:`~partitioner.plan.evaluate`.
+The oracle's own bound: before it starts, the search counts what it would
+enumerate (:func:`enumeration_work`, in closed form: binomials times a count
+of size sequences by dynamic programming for the cuts and sizes, and per
+distinct stage -- layers, size, stash -- the product of its segments' config
+counts), never by listing. It refuses a problem whose cut x size
+combinations exceed ``max_combinations`` (option, default 2,000,000: roughly
+12 layers on 16 GPUs), and one whose enumeration would take longer than its
+time limit (or, without one, than ``max_seconds``) at the rates
+:data:`COMBINATIONS_PER_SECOND` and :data:`ENTRIES_PER_SECOND`, which are
+upper bounds of its speed, so a refusal is never premature; the message
+gives the counts. Too large for brute is ``error`` (the problem is valid and
+other methods solve it; DESIGN.md, "Decisions"); a refusal because of the
+time limit is the limit's, so :func:`~partitioner.solvers.solve` answers the
+greedy plan as ``feasible``, as for the other exact methods. Cut short by
+its time limit mid-search (checked every :data:`CHECK_EVERY` config tuples),
+it returns its best plan so far as ``feasible``. The best plan is re-checked
+by :func:`~partitioner.plan.evaluate`.
 """
 from __future__ import annotations
 
@@ -65,13 +77,19 @@ from ..plan.schedules import stash
 from ..problem import Cluster, Layout, Problem
 from .base import Candidate, SolveRequest, register
 from .dp.method import explain_infeasible
+from .errors import OutOfTime
 from .feasibility import feasible_stage_counts
 from .interleaved.brute import solve_brute_interleaved
+from .options import BruteOptions, Capabilities
 from .tables import CostTables
 
 __all__ = [
     "solve_brute",
     "DEFAULT_MAX_COMBINATIONS",
+    "EnumerationWork",
+    "enumeration_work",
+    "COMBINATIONS_PER_SECOND",
+    "ENTRIES_PER_SECOND",
     "placement_patterns",
     "count_size_sequences",
     "enumeration_size",
@@ -81,7 +99,15 @@ __all__ = [
     "pareto_stage_configs",
 ]
 
-DEFAULT_MAX_COMBINATIONS = 2_000_000
+DEFAULT_MAX_COMBINATIONS = BruteOptions.max_combinations
+# Upper bounds of brute's enumeration speed: cut x size combinations of the main loop, and cost entries read by
+# the config tuples of its stages, per CPU second. Measured (benchmarks/limits.py; REPORT.md, "time limits at
+# scale") about 2e4 combinations and 4.5e5 entries per CPU second on the 2-core reference machine, Python 3.11;
+# set 10 and 4 times higher, so that an estimate from them stays a lower bound of the time on a faster machine.
+COMBINATIONS_PER_SECOND = 2.0e5
+ENTRIES_PER_SECOND = 2.0e6
+# The search checks its deadline every this many config tuples of a stage (and every cut x size combination).
+CHECK_EVERY = 4096
 
 
 @dataclass(frozen=True)
@@ -110,22 +136,23 @@ def segment_candidates(problem: Problem, first: int, last: int, size: int) -> li
     ]
 
 
-def best_stage_configs(problem: Problem, first: int, last: int, size: int, stash: int) -> StageConfigs | None:
+def best_stage_configs(problem: Problem, first: int, last: int, size: int, stash: int, check=None) -> StageConfigs | None:
     """The fastest per-segment config tuple of stage ``first..last`` on ``size`` devices that fits.
 
     Every tuple of ``itertools.product`` over the segments' candidates is
     costed from the raw cost entries (no tables) and checked against the GPU
-    memory with ``stash`` microbatches of activations; None when none fits.
+    memory with ``stash`` microbatches of activations; None when none fits. ``check()``, if given, is called
+    every :data:`CHECK_EVERY` tuples (it may raise to stop the search at a deadline).
     """
     best: StageConfigs | None = None
-    for option in _fitting_stage_configs(problem, first, last, size, stash):
+    for option in _fitting_stage_configs(problem, first, last, size, stash, check):
         if best is None or option.compute_ms < best.compute_ms:
             best = option
     return best
 
 
 def pareto_stage_configs(
-    problem: Problem, first: int, last: int, size: int, stash: int, schedule: str = "zb-h1"
+    problem: Problem, first: int, last: int, size: int, stash: int, schedule: str = "zb-h1", check=None
 ) -> list[StageConfigs]:
     """The fitting tuples no other beats in both parts the ``schedule``'s estimate weighs (config order).
 
@@ -134,7 +161,7 @@ def pareto_stage_configs(
     not in t alone, so the fastest tuple may lose to one with a smaller W
     (a smaller F or B); some optimum uses only these tuples. Empty when none fits.
     """
-    options = list(_fitting_stage_configs(problem, first, last, size, stash))
+    options = list(_fitting_stage_configs(problem, first, last, size, stash, check))
     key = [estimate_parts(o, schedule) for o in options]
     return [
         o
@@ -152,12 +179,14 @@ def estimate_parts(option: StageConfigs, schedule: str) -> tuple[float, float]:
     return (option.compute_ms - option.wgrad_ms, option.wgrad_ms)
 
 
-def _fitting_stage_configs(problem: Problem, first: int, last: int, size: int, stash: int):
+def _fitting_stage_configs(problem: Problem, first: int, last: int, size: int, stash: int, check=None):
     """Every per-segment config tuple of the stage that fits in memory, costed, in config order."""
     segments = problem.segments(first, last)
     candidates = [segment_candidates(problem, a, b, size) for a, b in segments]
     capacity = problem.cluster.gpu_memory_bytes
-    for combo in itertools.product(*candidates):
+    for n, combo in enumerate(itertools.product(*candidates)):
+        if check is not None and n % CHECK_EVERY == 0:
+            check()
         compute = wgrad = fwd = 0.0
         weight = act = 0
         for (a, b), lay in zip(segments, combo):
@@ -211,6 +240,75 @@ def _sequence_counts(allowed: tuple[int, ...], total: int, max_count: int) -> li
     return out
 
 
+@dataclass(frozen=True)
+class EnumerationWork:
+    """What the search visits, counted before it starts (:func:`enumeration_work`).
+
+    Attributes
+    ----------
+    combinations : int
+        Cut x size combinations of the main loop (each visits its P stages and at least one placement).
+    stages : int
+        Distinct stages (first layer, last layer, size, stash) the main loop asks for.
+    tuples : int
+        Per-segment config tuples of those stages (the product of the segments' config counts, summed).
+    entries : int
+        The cost entries those tuples read (each tuple reads one per layer of its stage).
+    """
+
+    combinations: int
+    stages: int = 0
+    tuples: int = 0
+    entries: int = 0
+
+    def seconds(self) -> float:
+        """A lower bound of the time the enumeration takes, at the rate bounds (module constants)."""
+        return self.combinations / COMBINATIONS_PER_SECOND + self.entries / ENTRIES_PER_SECOND
+
+    def describe(self) -> str:
+        return (
+            f"{self.combinations:,} cut x size combinations and {self.tuples:,} config tuples of "
+            f"{self.stages:,} distinct stages ({self.entries:,} cost entries read)"
+        )
+
+
+def enumeration_work(problem: Problem, counts) -> EnumerationWork:
+    """What :func:`solve_brute` would enumerate for the stage counts ``counts``, in closed form.
+
+    Stage p of P holds layers a..b with a = 0 for p = 0, b = L - 1 for p = P - 1, and room for the
+    other stages on both sides (a >= p, b <= L - P + p); its size is an allowed size s such that P - 1
+    allowed sizes sum to N - s; its stash is the schedule's (:func:`partitioner.plan.schedules.stash`).
+    Each distinct (a, b, s, stash) is costed once, over the product of its segments' configs.
+    """
+    counts = list(counts)
+    combinations = enumeration_size(problem, counts)
+    if not counts:
+        return EnumerationWork(0)
+    L, N, m = problem.num_layers, problem.num_devices, problem.microbatches
+    allowed = tuple(sorted(problem.cluster.allowed_sizes()))
+    rest = {s: _sequence_counts(allowed, N - s, max(counts)) for s in allowed if s <= N}
+    keys: dict[tuple[int, int, int], set[int]] = {}
+    for P in counts:
+        stashes = stash(problem.training.schedule, P, m)
+        sizes = [s for s, seqs in rest.items() if seqs[P - 1]]
+        for p in range(P):
+            for a in (0,) if p == 0 else range(p, L - P + p + 1):
+                for b in (L - 1,) if p == P - 1 else range(a, L - P + p + 1):
+                    for s in sizes:
+                        keys.setdefault((a, b, s), set()).add(stashes[p])
+    tuples = entries = 0
+    candidates: dict[tuple[int, int, int], int] = {}
+    for (a, b, s), levels in keys.items():
+        count = 1
+        for first, last in problem.segments(a, b):
+            if (first, last, s) not in candidates:
+                candidates[first, last, s] = len(segment_candidates(problem, first, last, s))
+            count *= candidates[first, last, s]
+        tuples += count * len(levels)
+        entries += count * len(levels) * (b - a + 1)
+    return EnumerationWork(combinations, sum(len(v) for v in keys.values()), tuples, entries)
+
+
 def enumeration_size(problem: Problem, counts) -> int:
     """Cut x size combinations the search visits for the stage counts ``counts``:
     Σ_P C(L-1, P-1) · #(size sequences of length P summing to N), in closed form."""
@@ -223,27 +321,31 @@ def enumeration_size(problem: Problem, counts) -> int:
     return sum(comb(L - 1, P - 1) * seqs[P] for P in counts)
 
 
-@register("brute", options=("max_combinations",))
+_BOTH = frozenset({"bottleneck", "iteration"})
+CAPABILITIES = Capabilities(
+    schedules={"1f1b": _BOTH, "zb-h1": _BOTH, "gpipe": _BOTH, "interleaved": _BOTH}, exact=True
+)
+
+
+@register("brute", options=BruteOptions, capabilities=CAPABILITIES)
 def solve_brute(problem: Problem, request: SolveRequest) -> Candidate:
-    if problem.cluster.topology is not None:
-        return Candidate("error", message="brute: custom cluster topologies are not supported by the solvers yet")
-    start = time.perf_counter()
-    deadline = request.deadline(start)
-    limit = int(request.option("max_combinations", DEFAULT_MAX_COMBINATIONS))
+    settings = request.options
+    assert isinstance(settings, BruteOptions)
+    deadline = request.deadline()
+    limit = settings.max_combinations
     if problem.training.schedule == "interleaved":  # equal groups, one mesh each: its own space
         return solve_brute_interleaved(problem, request, deadline, limit)
     counts = feasible_stage_counts(problem)
     # every feasible P has at least one size sequence: the cuts alone bound the work from below
     lower = max((comb(problem.num_layers - 1, P - 1) for P in counts), default=0)
-    work = lower if lower > limit else enumeration_size(problem, counts)
-    if work > limit:
-        return Candidate(
-            "error",
-            message=(
-                f"brute: {'at least ' if work == lower else ''}{work:,} cut x size combinations exceed the "
-                f"limit of {limit:,} (option max_combinations); use dp or cpsat for a problem this size"
-            ),
-        )
+    if lower > limit:
+        return _too_many(lower, limit, at_least=True)
+    work = enumeration_work(problem, counts)
+    if work.combinations > limit:
+        return _too_many(work.combinations, limit)
+    refusal = _too_long(work, request, settings)
+    if refusal is not None:
+        return refusal
     schedule = problem.training.schedule
     allowed = problem.cluster.allowed_sizes()
     N, L = problem.num_devices, problem.num_layers
@@ -253,11 +355,18 @@ def solve_brute(problem: Problem, request: SolveRequest) -> Candidate:
     # zb-h1's estimate weighs t - W and W apart, gpipe's F and B: keep every Pareto tuple, not only the fastest
     pareto = schedule in ("zb-h1", "gpipe") and request.objective == "iteration"
 
+    def check() -> None:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise OutOfTime
+
     def choose(a: int, b: int, size: int, stash: int) -> list[StageConfigs]:
         key = (a, b, size, stash)
         if key not in stage_cache:
-            best = best_stage_configs(problem, a, b, size, stash)
-            stage_cache[key] = pareto_stage_configs(problem, a, b, size, stash, schedule) if pareto else [best] if best else []
+            if pareto:
+                stage_cache[key] = pareto_stage_configs(problem, a, b, size, stash, schedule, check)
+            else:
+                best = best_stage_configs(problem, a, b, size, stash, check)
+                stage_cache[key] = [best] if best else []
         return stage_cache[key]
 
     best_value, best_plan = float("inf"), None
@@ -271,7 +380,11 @@ def solve_brute(problem: Problem, request: SolveRequest) -> Candidate:
                     break
                 bounds = (0,) + cuts + (L,)
                 stashes = stash(schedule, P, m)
-                options = [choose(bounds[p], bounds[p + 1] - 1, sizes[p], stashes[p]) for p in range(P)]
+                try:
+                    options = [choose(bounds[p], bounds[p + 1] - 1, sizes[p], stashes[p]) for p in range(P)]
+                except OutOfTime:
+                    timed_out = True
+                    break
                 if not all(options):
                     continue
                 for choices, (links, assignment) in itertools.product(itertools.product(*options), patterns.items()):
@@ -308,10 +421,40 @@ def solve_brute(problem: Problem, request: SolveRequest) -> Candidate:
     if timed_out:
         if best_plan is None:
             return Candidate("error", message="brute: time limit reached before any valid plan was found", timed_out=True)
-        return Candidate("feasible", best_plan, message="brute: time limit reached; the search is incomplete")
+        return Candidate("feasible", best_plan, message="brute: time limit reached; the search is incomplete",
+                         timed_out=True)
     if best_plan is None:
         return Candidate("infeasible", message=explain_infeasible(problem))
     return Candidate("optimal", best_plan, bound=None)
+
+
+def _too_many(combinations: int, limit: int, at_least: bool = False) -> Candidate:
+    return Candidate(
+        "error",
+        message=(
+            f"brute: {'at least ' if at_least else ''}{combinations:,} cut x size combinations exceed the "
+            f"limit of {limit:,} (option max_combinations); use dp or cpsat for a problem this size"
+        ),
+    )
+
+
+def _too_long(work: EnumerationWork, request: SolveRequest, settings: BruteOptions) -> Candidate | None:
+    """The refusal of an enumeration longer than the time left (the limit's: ``timed_out``) or, without a
+    limit, than ``max_seconds`` (``error``); None when it fits."""
+    seconds = work.seconds()
+    left = request.left() if request.limited else settings.max_seconds
+    if seconds <= left:
+        return None
+    bound = "the time limit leaves" if request.limited else "option max_seconds allows"
+    return Candidate(
+        "error",
+        message=(
+            f"brute: too large to enumerate: {work.describe()} take at least {seconds:.3g} s at its rate bound "
+            f"({COMBINATIONS_PER_SECOND:.3g} combinations, {ENTRIES_PER_SECOND:.3g} entries per second), more than "
+            f"the {max(left, 0.0):.3g} s {bound}; use dp or cpsat for a problem this size"
+        ),
+        timed_out=request.limited,
+    )
 
 
 def placement_patterns(cluster: Cluster, sizes: tuple[int, ...]) -> dict[tuple[bool, ...], list]:

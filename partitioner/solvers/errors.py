@@ -1,12 +1,23 @@
-"""Why a search stopped short: the limits the exact recursions raise.
+"""The solvers' exceptions: a request refused at the door, and why a search stopped short.
 
-Both are internal to the solvers: a method catches them and returns a
-``Candidate("error", message=...)``, so they never reach a caller of
-:func:`partitioner.solvers.solve`.
+:class:`SolverError` is bad input to :func:`~partitioner.solvers.solve` (an
+unknown method, objective or option, an option value out of range, a time
+limit or seed that is not a number in range); it is a
+:class:`~partitioner.problem.ProblemError`, so every door raises one kind of
+error for bad input and the CLI answers it with exit code 2.
+:class:`OutOfTime` and :class:`TooLarge` are internal to the solvers: a method
+catches them and returns a ``Candidate("error", message=...)``, so they never
+reach a caller of :func:`partitioner.solvers.solve`.
 """
 from __future__ import annotations
 
-__all__ = ["OutOfTime", "TooLarge"]
+from ..core.errors import ProblemError
+
+__all__ = ["SolverError", "OutOfTime", "TooLarge"]
+
+
+class SolverError(ProblemError):
+    """A request no method may be given: unknown method or option, a value out of range (the message names it)."""
 
 
 class OutOfTime(Exception):

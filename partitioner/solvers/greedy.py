@@ -44,19 +44,43 @@ from ..plan.schedules import stash
 from ..problem import Problem
 from .base import Candidate, SolveRequest, register
 from .feasibility import feasible_stage_counts, quick_infeasibility
+from .options import Capabilities
 from .tables import CostTables
 
-__all__ = ["solve_greedy", "balance_cuts", "Balancer", "layer_work", "grow_sizes"]
+__all__ = ["solve_greedy", "balance_cuts", "Balancer", "layer_work", "grow_sizes", "run_seconds", "cost_entries"]
+
+# CPU seconds greedy takes over all its stage counts: a constant plus a share per cost entry. Measured (CPU
+# time, benchmarks/limits.py) 0.02 s on openvla-7b's 86 layers on 64 GPUs (1,892 entries), and 0.07-0.08, 0.30-0.38
+# and 1.15-1.34 s on the 200-, 1,000- and 5,000-layer format-v3 synthetic problems of 4 x 8 GPUs (26,622 to
+# 668,862 entries: 1.7-3.2 microseconds each); rounded up, so that the methods that fall back to it keep time
+# enough for it. Its first stage count, which always runs, took 50-100 % of that.
+RUN_SECONDS = 0.02
+RUN_SECONDS_PER_ENTRY = 3.5e-6
 
 
-@register("greedy")
+def run_seconds(problem: Problem) -> float:
+    """An estimate of the CPU seconds greedy takes over all its stage counts on ``problem`` (module constants)."""
+    return RUN_SECONDS + RUN_SECONDS_PER_ENTRY * cost_entries(problem)
+
+
+def cost_entries(problem: Problem) -> int:
+    """The cost entries of all layers: what the tables of greedy and dp grow with."""
+    return sum(len(layer.costs) for layer in problem.layers)
+
+
+_BOTH = frozenset({"bottleneck", "iteration"})
+# plans valid under 1F1B and ZB-H1 (same stash); GPipe's and the interleaved stash it does not model
+CAPABILITIES = Capabilities(schedules={"1f1b": _BOTH, "zb-h1": _BOTH})
+
+
+@register("greedy", capabilities=CAPABILITIES)
 def solve_greedy(problem: Problem, request: SolveRequest) -> Candidate:
-    if problem.cluster.topology is not None:
-        return Candidate("error", message="greedy: custom cluster topologies are not supported by the solvers yet")
+    """The greedy plan (module docstring). Also called directly by the exact methods for a hint or a
+    fallback, so it keeps its own quick infeasibility check (cheap)."""
     reason = quick_infeasibility(problem)
     if reason:
         return Candidate("infeasible", message=reason)
-    deadline = request.deadline(time.perf_counter())
+    deadline = request.deadline()
     tables = CostTables(problem)
     work = layer_work(problem)
     best = None

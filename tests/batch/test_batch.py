@@ -233,7 +233,7 @@ def test_sigkill_midway_then_resume_finishes_every_job_once(tmp_path):
     assert 6 <= len(before) < 32, "not killed midway"
     # the workers notice that the sweep is gone and exit
     pids = {r["worker"] for r in before}
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a liveness guard, generous for a loaded machine: an orphan never exits
     while time.monotonic() < deadline and any(_proc_state(p) not in (None, "Z") for p in pids):
         time.sleep(0.1)
     assert all(_proc_state(p) in (None, "Z") for p in pids), "orphaned workers kept running"
@@ -277,7 +277,7 @@ def crash(problem, request):
 
 @register("hang")
 def hang(problem, request):
-    time.sleep(120)  # ignores its time limit
+    time.sleep(3600)  # ignores its time limit: a sweep that does not kill it outlives the test's timeout
     return Candidate("error", message="should have been killed")
 
 
@@ -312,10 +312,10 @@ def test_exceptions_crashes_and_overruns_are_recorded_and_the_sweep_goes_on(plug
         imports=["batch_test_methods"],
     )
     out = tmp_path / "results.jsonl"
-    start = time.monotonic()
+    # the hanging job sleeps an hour: the sweep ends within run_cli's timeout only if it kills it (no wall-clock
+    # bound here: a loaded machine stretches a correct sweep's time, never to an hour)
     proc = run_cli("batch", sweep, "--out", out, "--workers", "2", "--grace", "0.5")
     assert proc.returncode == 0, proc.stderr
-    assert time.monotonic() - start < 60
     records = lines_of(out)
     assert Counter((r["problem"], r["method"]) for r in records) == Counter(
         (p, m) for p in problems for m in ("boom", "crash", "hang", "greedy")

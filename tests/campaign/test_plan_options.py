@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from partitioner.core.limits import MAX_GLOBAL_BATCH, MAX_MICROBATCHES
 from partitioner.planning import microbatch_candidates, plan_model
-from partitioner.planning.plan_model import divisors
+from partitioner.planning.run import divisors
 from partitioner.problem import ProblemError
 from strategies import examples
 from tests.campaign.doors import assert_refused, run_cli

@@ -27,6 +27,7 @@ from partitioner.costs.layers import block_shape
 from partitioner.costs.memory import block_activation_terms
 from partitioner.costs.options import CostOptions
 from partitioner.costs.variants import Knobs
+from partitioner.frameworks.megatron import mla_args
 from partitioner.planning import plan_model
 from partitioner.presets import (
     MlaHints,
@@ -280,15 +281,15 @@ def test_deepseek_vl2_language_config_imports_as_deepseek_v2():
 
 def test_the_export_hints_name_megatrons_arguments():
     hints = MlaHints.of_model(v3())
-    assert hints is not None and hints.megatron_args() == [
+    assert hints is not None and mla_args(hints) == [
         "--multi-latent-attention", "--qk-layernorm", "--q-lora-rank", "1536", "--kv-lora-rank", "512",
         "--qk-head-dim", "128", "--qk-pos-emb-head-dim", "64", "--v-head-dim", "128", "--mtp-num-layers", "1",
         "--moe-router-num-groups", "8", "--moe-router-group-topk", "4", "--moe-router-score-function", "sigmoid"]
     assert MlaHints.from_doc(json.loads(json.dumps(hints.to_dict()))) == hints
     lite = MlaHints.of_model(load_model(str(FIXTURES / "DeepSeek-V2-Lite")))
-    assert lite is not None and "--q-lora-rank" not in lite.megatron_args()  # the query has no down-projection
+    assert lite is not None and "--q-lora-rank" not in mla_args(lite)  # the query has no down-projection
     assert MlaHints.of_model(load_model("llava-1.5-7b")) is None
-    assert MlaHints.of_model(load_model("llava-1.5-7b", Workload(mtp_layers=1))).megatron_args() == ["--mtp-num-layers", "1"]
+    assert mla_args(MlaHints.of_model(load_model("llava-1.5-7b", Workload(mtp_layers=1)))) == ["--mtp-num-layers", "1"]
     with pytest.raises(ProblemError) as info:
         MlaHints.from_doc({"kv_lora_rank": -1})
     assert info.value.path == "export_hints.mla.kv_lora_rank"

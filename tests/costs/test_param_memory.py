@@ -17,7 +17,7 @@ import pytest
 
 from partitioner.costs import build_problem
 from partitioner.costs.options import CostOptions
-from partitioner.costs.param_memory import PARAM_MEMORY, TARGET_MEMORY, param_memory, target_memory
+from partitioner.costs.param_memory import PARAM_MEMORY, param_memory
 from partitioner.problem import ProblemError
 
 DPS = (1, 2, 3, 8, 64)
@@ -193,17 +193,6 @@ def test_unknown_count_is_a_problem_error_naming_the_field():
     assert "options.memory_count" in str(err.value)
     with pytest.raises(ProblemError):
         CostOptions.from_mapping({"memory_count": ["fsdp2"]})
-
-
-@pytest.mark.parametrize("target, stages", sorted(TARGET_MEMORY.items()))
-def test_targets_pick_a_count_per_stage(target, stages):
-    for zero, name in stages.items():
-        assert target_memory(target, zero).name == name
-        assert CostOptions.for_target(target, zero).memory_count == name
-    with pytest.raises(ProblemError):
-        target_memory(target, 7)
-    with pytest.raises(ProblemError):
-        target_memory("colossalai")
 
 
 @pytest.mark.parametrize("name", ["deepspeed-zero2", "deepspeed-zero1", "fsdp2-keep-gathered", "deepspeed-bf16"])

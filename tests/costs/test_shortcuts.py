@@ -150,7 +150,7 @@ def test_replay_check_reports_the_simulations_figures(model, cluster, nodes, bat
     for plan, ev in plans:
         sim = simulate(problem, plan, evaluation=ev)
         report = replay_check(problem, plan, ev)
-        assert report == {**_timeline_figures(sim), "schedule": sim.schedule, "iteration_estimate_ms": ev.iteration_ms,
+        assert report.to_dict() == {**_timeline_figures(sim), "schedule": sim.schedule, "iteration_estimate_ms": ev.iteration_ms,
                           "fits_memory": all(b <= problem.cluster.gpu_memory_bytes for b in sim.peak_memory_bytes)}
 
 

@@ -1,6 +1,6 @@
 """The problem builder wires format v3's axes in: tied weights, context and expert parallelism.
 
-DESIGN.md, "Cost model v3 wiring": a tied LM head names the embedding
+docs/decisions.md, "Cost model v3 wiring": a tied LM head names the embedding
 (``tied_to``) and carries its copy's bytes; cp keys only for long
 sequences (``cp_min_tokens``); ep keys on the layers of a MoE module.
 """

@@ -13,9 +13,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partitioner.costs import build_problem
-from partitioner.export import export_plan, export_result, hints_from_problem, megatron_layout, parse_megatron_layout
+from partitioner.export import (
+    ExportContext,
+    export_plan,
+    export_result,
+    hints_from_problem,
+    layer_hints,
+    megatron_layout,
+    parse_megatron_layout,
+)
+from partitioner.frameworks import RULES, TARGETS
 from partitioner.plan import Plan, SolveResult, Stage, evaluate
-from partitioner.problem import Layout, ProblemError
+from partitioner.problem import SCHEDULES, Layout, ProblemError
 from strategies import examples
 from tests.conftest import run_cli
 
@@ -38,7 +47,7 @@ def index(problem, name):
 
 
 def decoder_counts(hints, plan):
-    return [sum(hints[i]["role"] == "decoder" for i in s.layers) for s in plan.stages]
+    return [sum(hints[i].role == "decoder" for i in s.layers) for s in plan.stages]
 
 
 def uniform_llm_plan(problem):
@@ -63,7 +72,7 @@ def v2_stage(first, last, devices, configs):
 
 def test_uniform_llm_layout_string_parses_back_to_the_layer_counts(seed_problem, hints):
     plan = uniform_llm_plan(seed_problem)
-    exp = export_plan(plan, hints, "megatron", global_batch=G, microbatches=M)
+    exp = export_plan(plan, hints, "megatron", ExportContext(global_batch=G, microbatches=M))
     assert exp.expressible and not exp.reasons and exp.settings["path"] == "megatron-lm"
     core = exp.settings["transformer_config"]
     stages = parse_megatron_layout(core["pipeline_model_parallel_layout"])
@@ -86,7 +95,7 @@ def test_uneven_cuts_round_trip_and_tp_notes(seed_problem, hints):
     e = index(seed_problem, "llm.0")
     cuts = [(0, e + 2), (e + 3, e + 12), (e + 13, e + 25), (e + 26, seed_problem.num_layers - 1)]
     plan = Plan(tuple(Stage(a, b, 2, 1, 2) for a, b in cuts))
-    exp = export_plan(plan, hints, "megatron", global_batch=G, microbatches=M)
+    exp = export_plan(plan, hints, "megatron", ExportContext(global_batch=G, microbatches=M))
     stages = parse_megatron_layout(exp.settings["transformer_config"]["pipeline_model_parallel_layout"])
     assert [s.count("t") for s in stages] == decoder_counts(hints, plan) == [3, 10, 13, 6]
     assert "--sequence-parallel" in exp.snippet and "--tensor-model-parallel-size 2" in exp.snippet
@@ -113,14 +122,14 @@ def test_microbatch_that_does_not_split_over_dp_is_not_expressible(seed_problem,
     # 4 samples per microbatch over dp 8: no per-replica micro batch gives m = 16
     plan = Plan((Stage(0, seed_problem.num_layers - 1, 8, 8, 1),))
     for target in ("megatron", "torchtitan", "deepspeed"):
-        exp = export_plan(plan, hints, target, global_batch=G, microbatches=M)
+        exp = export_plan(plan, hints, target, ExportContext(global_batch=G, microbatches=M))
         assert not exp.expressible and any("does not split over dp 8" in r for r in exp.reasons), target
         assert "--micro-batch-size" not in exp.snippet and "local_batch_size" not in exp.snippet
 
 
 def test_vision_stage_gives_a_heterogeneous_mimo_grid_that_tiles_the_world(seed_problem, hints):
     plan = vision_stage_plan(seed_problem)
-    exp = export_plan(plan, hints, "megatron", global_batch=G, microbatches=M)
+    exp = export_plan(plan, hints, "megatron", ExportContext(global_batch=G, microbatches=M))
     assert exp.expressible and exp.settings["path"] == "mimo", exp.reasons
     grid = exp.settings["mimo"]
     assert grid["llm_module_name"] == "llm" and grid["deployment_mode"] == "heterogeneous"
@@ -138,20 +147,20 @@ def test_mimo_grid_needs_one_layout_per_module_and_consecutive_ranks(seed_proble
     p, e = index(seed_problem, "projector"), index(seed_problem, "llm.15")
     n = seed_problem.num_layers - 1
     mixed = Plan((Stage(0, p, 4, 4, 1), Stage(p + 1, e, 2, 1, 2), Stage(e + 1, n, 2, 2, 1)))
-    exp = export_plan(mixed, hints, "megatron", global_batch=G, microbatches=M)
+    exp = export_plan(mixed, hints, "megatron", ExportContext(global_batch=G, microbatches=M))
     assert not exp.expressible and exp.settings["path"] is None
     assert any(r.startswith("MIMO: MIMO module 'llm'") and "one layout" in r for r in exp.reasons)
     assert any(r.startswith("Megatron-LM:") for r in exp.reasons)
     # the language stages interleaved with the vision stage's GPUs: no rank_offset describes them
     scattered = Plan((Stage(0, p, 4, 4, 1, (0, 1, 4, 5)), Stage(p + 1, e, 2, 1, 2, (2, 3)), Stage(e + 1, n, 2, 1, 2, (6, 7))))
-    exp = export_plan(scattered, hints, "megatron", global_batch=G, microbatches=M)
+    exp = export_plan(scattered, hints, "megatron", ExportContext(global_batch=G, microbatches=M))
     assert not exp.expressible and any("consecutive ranks" in r for r in exp.reasons)
 
 
 def test_action_only_stage_is_not_expressible_in_megatron(seed_problem, hints):
     a = index(seed_problem, "action_head.0")
     plan = Plan((Stage(0, a - 1, 4, 2, 2), Stage(a, seed_problem.num_layers - 1, 4, 2, 2)))
-    exp = export_plan(plan, hints, "megatron", global_batch=G, microbatches=M)
+    exp = export_plan(plan, hints, "megatron", ExportContext(global_batch=G, microbatches=M))
     assert not exp.expressible and any("action head" in r for r in exp.reasons)
     assert any(r.startswith("MIMO:") and "action head" in r for r in exp.reasons)
 
@@ -165,7 +174,7 @@ def _top_level_or_entry(name):
 
 def test_torchtitan_names_are_top_level_children_its_split_keeps(seed_problem, hints):
     plan = uniform_llm_plan(seed_problem)
-    tt = export_plan(plan, hints, "torchtitan", global_batch=G, microbatches=M)
+    tt = export_plan(plan, hints, "torchtitan", ExportContext(global_batch=G, microbatches=M))
     assert tt.expressible and "torchtitan 0.3.0" in tt.checked_with
     parts = tt.settings["module_fqns_per_model_part"]
     names = [n for part in parts for n in part]
@@ -174,7 +183,7 @@ def test_torchtitan_names_are_top_level_children_its_split_keeps(seed_problem, h
     assert [sum(n.startswith("layers.") for n in part) for part in parts] == decoder_counts(hints, plan)
     # every Hugging Face module of the preset stands behind exactly one torchtitan name
     sources = [f for fs in tt.settings["fqn_map"].values() for f in fs]
-    assert sorted(sources) == sorted({f for h in hints for f in h["fqns"]})
+    assert sorted(sources) == sorted({f for h in hints for f in h.fqns})
     cfg = tt.settings["config"]
     # the plan's stages are plain (ZeRO-0): dp 2 replicated, no FSDP sharding (issue 27: exports carry the knobs)
     assert cfg["parallelism"]["pipeline_parallel_degree"] == 4
@@ -188,15 +197,15 @@ def test_torchtitan_names_are_top_level_children_its_split_keeps(seed_problem, h
 
 def test_torchtitan_rejects_vision_off_the_embedding_stage_and_mixed_layouts(seed_problem, hints):
     plan = vision_stage_plan(seed_problem, vision=(4, 2, 2), llm=(2, 1, 2))
-    tt = export_plan(plan, hints, "torchtitan", global_batch=G, microbatches=M)
+    tt = export_plan(plan, hints, "torchtitan", ExportContext(global_batch=G, microbatches=M))
     assert not tt.expressible and any("vision_encoder, whole" in r for r in tt.reasons)
     assert "module_fqns_per_model_part" not in tt.snippet
     inside = Plan((Stage(0, 11, 4, 4, 1), Stage(12, seed_problem.num_layers - 1, 4, 4, 1)))
-    tt = export_plan(inside, hints, "torchtitan", global_batch=G, microbatches=M)
+    tt = export_plan(inside, hints, "torchtitan", ExportContext(global_batch=G, microbatches=M))
     assert not tt.expressible and any("inside the vision encoder" in r for r in tt.reasons)
     mixed = Plan((Stage(0, 30, 4, 4, 1), Stage(31, seed_problem.num_layers - 1, 4, 1, 4)))
     for target in ("torchtitan", "deepspeed"):
-        exp = export_plan(mixed, hints, target, global_batch=G, microbatches=M)
+        exp = export_plan(mixed, hints, target, ExportContext(global_batch=G, microbatches=M))
         assert not exp.expressible and any("same" in r for r in exp.reasons), target
 
 
@@ -205,14 +214,14 @@ def test_torchtitan_rejects_vision_off_the_embedding_stage_and_mixed_layouts(see
 
 def test_deepspeed_snippets_are_valid_python(seed_problem, hints):
     plan = uniform_llm_plan(seed_problem)
-    ds = export_plan(plan, hints, "deepspeed", global_batch=G, microbatches=M)
+    ds = export_plan(plan, hints, "deepspeed", ExportContext(global_batch=G, microbatches=M))
     assert ds.expressible and ds.settings["parts"] == [s.first_layer for s in plan.stages] + [seed_problem.num_layers]
     assert "PipeModelDataParallelTopology(num_pp=4, num_mp=1, num_dp=2)" in ds.snippet
     assert ds.settings["ds_config"] == {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 16,
                                               "zero_optimization": {"stage": 0}}
     ast.parse(ds.snippet)
     mixed = Plan((Stage(0, 30, 4, 4, 1), Stage(31, seed_problem.num_layers - 1, 4, 1, 4)))
-    ds = export_plan(mixed, hints, "deepspeed", global_batch=G, microbatches=M)
+    ds = export_plan(mixed, hints, "deepspeed", ExportContext(global_batch=G, microbatches=M))
     assert not ds.expressible
     ast.parse(ds.snippet)
     compile(ds.text(), "<text>", "exec")  # the paste-ready text is Python too: reasons and notes are comments
@@ -225,21 +234,21 @@ def test_a_stage_with_two_layouts_is_colocated_mimo_and_nothing_else(seed_proble
     # seed lesson 15 on one 8-GPU stage: vision dp 8, projector + language + action dp 2 x tp 4
     lang = Layout(2, 4)
     plan = Plan((v2_stage(0, seed_problem.num_layers - 1, 8, [Layout(8, 1), lang, lang, lang]),))
-    meg = export_plan(plan, hints, "megatron", global_batch=G, microbatches=8)  # 8 samples: one per vision replica
+    meg = export_plan(plan, hints, "megatron", ExportContext(global_batch=G, microbatches=8))  # 8 samples: one per vision replica
     assert meg.expressible and meg.settings["mimo"]["deployment_mode"] == "colocated", meg.reasons
     mods = meg.settings["mimo"]["module_parallelisms"]
     assert mods["vision"]["data_parallel_size"] == 8 and mods["llm"]["tensor_model_parallel_size"] == 4
     assert all(m["rank_offset"] == 0 for m in mods.values())
     assert any("two layouts" in n for n in meg.notes)
     for target in ("torchtitan", "deepspeed"):
-        exp = export_plan(plan, hints, target, global_batch=G, microbatches=8)
+        exp = export_plan(plan, hints, target, ExportContext(global_batch=G, microbatches=8))
         assert not exp.expressible and any("two layouts on the same GPUs" in r for r in exp.reasons), target
 
 
 def test_two_layouts_on_part_of_the_world_are_not_expressible(seed_problem, hints):
     e = index(seed_problem, "llm.15")
     plan = Plan((v2_stage(0, e, 4, [Layout(4, 1), Layout(1, 4), Layout(1, 4)]), Stage(e + 1, seed_problem.num_layers - 1, 4, 1, 4)))
-    meg = export_plan(plan, hints, "megatron", global_batch=G, microbatches=M)
+    meg = export_plan(plan, hints, "megatron", ExportContext(global_batch=G, microbatches=M))
     assert not meg.expressible and any("colocated" in r for r in meg.reasons)
     with pytest.raises(ProblemError, match="module segments"):
         export_plan(Plan((v2_stage(0, e, 4, [Layout(4, 1), Layout(1, 4)]), Stage(e + 1, seed_problem.num_layers - 1, 4, 1, 4))), hints, "megatron")
@@ -256,7 +265,7 @@ def test_export_result_needs_hints():
     with pytest.raises(ProblemError, match="no plan"):
         export_result(dict(doc, plan=None), "megatron")
     with pytest.raises(ProblemError, match="unknown export target"):
-        export_plan(Plan.from_dict(doc), [{"name": "a", "role": "decoder"}, {"name": "b", "role": "decoder"}], "colossal")
+        export_plan(Plan.from_dict(doc), layer_hints([{"name": "a", "role": "decoder"}, {"name": "b", "role": "decoder"}]), "colossal")
 
 
 @pytest.mark.slow
@@ -291,7 +300,7 @@ def test_export_cli_exit_codes(tmp_path, seed_problem):
 def test_variants_go_into_the_settings_not_a_note(seed_problem, hints):
     """Issue 27: the plan's knobs are set by the export (no "set it yourself" note)."""
     plan = Plan(tuple(Stage(s.first_layer, s.last_layer, s.devices, s.dp, s.tp, variant="zero1") for s in uniform_llm_plan(seed_problem).stages))
-    exp = export_plan(plan, hints, "deepspeed", global_batch=G, microbatches=M)
+    exp = export_plan(plan, hints, "deepspeed", ExportContext(global_batch=G, microbatches=M))
     assert exp.expressible and exp.settings["ds_config"]["zero_optimization"] == {"stage": 1}
     assert not any("set the framework" in n for n in exp.notes)
 
@@ -300,8 +309,8 @@ def test_stages_out_of_rank_order_get_a_placement_note(seed_problem, hints):
     plan = uniform_llm_plan(seed_problem)
     swapped = Plan(tuple(Stage(s.first_layer, s.last_layer, 2, 2, 1, ids) for s, ids in
                          zip(plan.stages, [(2, 3), (0, 1), (4, 5), (6, 7)])))
-    assert not any("rank order" in n for n in export_plan(plan, hints, "torchtitan", global_batch=G, microbatches=M).notes)
-    exp = export_plan(swapped, hints, "torchtitan", global_batch=G, microbatches=M)
+    assert not any("rank order" in n for n in export_plan(plan, hints, "torchtitan", ExportContext(global_batch=G, microbatches=M)).notes)
+    exp = export_plan(swapped, hints, "torchtitan", ExportContext(global_batch=G, microbatches=M))
     assert exp.expressible and any("not in rank order" in n and "0: 2..3" in n for n in exp.notes)
 
 
@@ -326,7 +335,7 @@ def test_interleaved_plan_is_checked_by_evaluate(seed_problem):
 
 def test_megatron_interleaved_layout_lists_the_chunks(seed_problem, hints):
     plan = interleaved_plan(seed_problem)
-    exp = export_plan(plan, hints, "megatron", global_batch=G, microbatches=M, schedule="interleaved", virtual_stages=2)
+    exp = export_plan(plan, hints, "megatron", ExportContext(global_batch=G, microbatches=M, schedule="interleaved", virtual_stages=2))
     assert exp.expressible, exp.reasons
     core = exp.settings["transformer_config"]
     assert core["pipeline_model_parallel_size"] == 2 and core["virtual_pipeline_model_parallel_size"] == 2
@@ -343,7 +352,7 @@ def test_megatron_interleaved_layout_lists_the_chunks(seed_problem, hints):
 
 @pytest.mark.parametrize("schedule", ["zb-h1", "gpipe"])
 def test_megatron_says_plainly_it_lacks_zb_h1_and_gpipe(seed_problem, hints, schedule):
-    exp = export_plan(uniform_llm_plan(seed_problem), hints, "megatron", global_batch=G, microbatches=M, schedule=schedule)
+    exp = export_plan(uniform_llm_plan(seed_problem), hints, "megatron", ExportContext(global_batch=G, microbatches=M, schedule=schedule))
     assert not exp.expressible
     assert any(f"schedule {schedule} is not expressible" in r for r in exp.reasons)
     assert "--pipeline-model-parallel-layout" not in exp.snippet
@@ -353,7 +362,7 @@ def test_megatron_says_plainly_it_lacks_zb_h1_and_gpipe(seed_problem, hints, sch
 def test_torchtitan_names_the_schedule(seed_problem, hints, schedule, name):
     v = 2 if schedule == "interleaved" else 1
     plan = interleaved_plan(seed_problem) if v > 1 else uniform_llm_plan(seed_problem)
-    exp = export_plan(plan, hints, "torchtitan", global_batch=G, microbatches=M, schedule=schedule, virtual_stages=v)
+    exp = export_plan(plan, hints, "torchtitan", ExportContext(global_batch=G, microbatches=M, schedule=schedule, virtual_stages=v))
     assert exp.expressible, exp.reasons
     par = exp.settings["config"]["parallelism"]
     assert par["pipeline_parallel_schedule"] == name
@@ -362,7 +371,7 @@ def test_torchtitan_names_the_schedule(seed_problem, hints, schedule, name):
 
 
 def test_torchtitan_refuses_zb_h1_plainly(seed_problem, hints):
-    exp = export_plan(uniform_llm_plan(seed_problem), hints, "torchtitan", global_batch=G, microbatches=M, schedule="zb-h1")
+    exp = export_plan(uniform_llm_plan(seed_problem), hints, "torchtitan", ExportContext(global_batch=G, microbatches=M, schedule="zb-h1"))
     assert not exp.expressible and "module_fqns_per_model_part" not in exp.settings
     assert any("zb-h1 is not expressible" in r and "ZBVZeroBubble" in r for r in exp.reasons)
 
@@ -371,10 +380,10 @@ def test_torchtitan_refuses_zb_h1_plainly(seed_problem, hints):
 def test_deepspeed_runs_1f1b_only(seed_problem, hints, schedule):
     v = 2 if schedule == "interleaved" else 1
     plan = interleaved_plan(seed_problem) if v > 1 else uniform_llm_plan(seed_problem)
-    exp = export_plan(plan, hints, "deepspeed", global_batch=G, microbatches=M, schedule=schedule, virtual_stages=v)
+    exp = export_plan(plan, hints, "deepspeed", ExportContext(global_batch=G, microbatches=M, schedule=schedule, virtual_stages=v))
     assert not exp.expressible and f"schedule {schedule} is not expressible" in exp.reasons[0]
-    assert export_plan(uniform_llm_plan(seed_problem), hints, "deepspeed", global_batch=G, microbatches=M,
-                       schedule="1f1b").expressible
+    assert export_plan(uniform_llm_plan(seed_problem), hints, "deepspeed", ExportContext(global_batch=G, microbatches=M,
+                       schedule="1f1b")).expressible
 
 
 def test_interleaved_chunks_off_their_group_are_not_expressible(seed_problem, hints):
@@ -382,8 +391,8 @@ def test_interleaved_chunks_off_their_group_are_not_expressible(seed_problem, hi
     stages = list(plan.stages)
     stages[2] = Stage(stages[2].first_layer, stages[2].last_layer, 4, 4, 1, (4, 5, 6, 7))  # chunk 2 belongs to group 0
     for target in ("megatron", "torchtitan"):
-        exp = export_plan(Plan(tuple(stages)), hints, target, global_batch=G, microbatches=M, schedule="interleaved",
-                          virtual_stages=2)
+        exp = export_plan(Plan(tuple(stages)), hints, target, ExportContext(global_batch=G, microbatches=M, schedule="interleaved",
+                          virtual_stages=2))
         assert not exp.expressible and any("chunk(s) [2]" in r for r in exp.reasons), target
 
 
@@ -391,7 +400,7 @@ def test_interleaved_chunks_off_their_group_are_not_expressible(seed_problem, hi
 def test_a_result_document_carries_its_schedule_to_the_export(tmp_path, seed_problem, hints):
     plan = interleaved_plan(seed_problem)
     doc = {"status": "feasible", "method": "hand", "objective": "iteration", "plan": plan.to_dict(),
-           "export_hints": {"layers": hints}, "global_batch": G, "microbatches": M,
+           "export_hints": {"layers": [h.to_dict() for h in hints]}, "global_batch": G, "microbatches": M,
            "schedule": {"schedule": "interleaved", "virtual_stages": 2}}
     assert export_result(doc, "torchtitan").settings["config"]["parallelism"]["pipeline_parallel_schedule"] == "Interleaved1F1B"
     path = tmp_path / "r.json"
@@ -415,3 +424,15 @@ def test_plan_result_exports_under_its_kept_schedule():
     # the same through the JSON document (no problem at hand)
     doc = json.loads(json.dumps(r.to_dict()))
     assert export_result(doc, "megatron").settings == export_result(r, "megatron").settings
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_each_exporter_refuses_exactly_the_schedules_its_rules_lack(seed_problem, hints, target, schedule):
+    """The exporters read their home's ``RULES.schedules`` (the planner's ``--target`` reads the same record)."""
+    v = 2 if schedule == "interleaved" else 1
+    plan = interleaved_plan(seed_problem) if v > 1 else uniform_llm_plan(seed_problem)
+    exp = export_plan(plan, hints, target, ExportContext(global_batch=G, microbatches=M, schedule=schedule, virtual_stages=v))
+    refused = any(f"schedule {schedule}" in r for r in exp.reasons)
+    assert refused == (schedule not in RULES[target].schedules), exp.reasons
+    assert exp.expressible != refused, exp.reasons

@@ -10,11 +10,16 @@ from __future__ import annotations
 import pytest
 
 from partitioner.costs import build_problem
-from partitioner.export import export_plan, export_result, hints_from_problem
-from partitioner.export.common import MoeHints
-from partitioner.export.precision import precision_hints
+from partitioner.export import (
+    ExportContext,
+    MoeHints,
+    PrecisionHints,
+    export_plan,
+    export_result,
+    hints_from_problem,
+    precision_hints,
+)
 from partitioner.plan import Plan, Stage
-from partitioner.planning.records import PrecisionHints
 from partitioner.problem import ProblemError
 
 G, M = 64, 16
@@ -32,7 +37,7 @@ def seed():
 
 def _export(seed, target, hints, **ctx):
     plan, layer_hints = seed
-    return export_plan(plan, layer_hints, target, global_batch=G, microbatches=M, precision=hints, **ctx)
+    return export_plan(plan, layer_hints, target, ExportContext(global_batch=G, microbatches=M, precision=hints, **ctx))
 
 
 @pytest.mark.parametrize("recipe, fmt", [("tensorwise", "hybrid"), ("delayed", "hybrid"), ("blockwise", "hybrid"),

@@ -12,8 +12,16 @@ import json
 import pytest
 
 from partitioner.costs import build_problem
-from partitioner.export import export_plan, hints_from_problem, replan_hint
-from partitioner.export.common import MoeHints, moe_hints
+from partitioner.export import (
+    ExportContext,
+    MoeHints,
+    export_plan,
+    hints_from_problem,
+    moe_hints,
+    read_result,
+    replan_hint,
+)
+from partitioner.frameworks import PlanArgs, ScheduleTime
 from partitioner.plan import Plan, Stage
 from partitioner.problem import ProblemError
 
@@ -89,12 +97,12 @@ def _flags(snippet):
 ])
 def test_uniform_knobs_reach_every_target(seed_problem, hints, variant, megatron, deepspeed_stage, titan):
     plan = _plan(seed_problem, [variant] * 4)
-    mg = export_plan(plan, hints, "megatron", global_batch=G, microbatches=M)
+    mg = export_plan(plan, hints, "megatron", ExportContext(global_batch=G, microbatches=M))
     assert mg.expressible, mg.reasons
     assert set(megatron) <= _flags(mg.snippet)
     assert ("--use-distributed-optimizer" in mg.snippet) == ("zero1" in variant)
     assert ("--recompute-granularity" in mg.snippet) == ("recompute" in variant)
-    ds = export_plan(plan, hints, "deepspeed", global_batch=G, microbatches=M)
+    ds = export_plan(plan, hints, "deepspeed", ExportContext(global_batch=G, microbatches=M))
     if deepspeed_stage is None:
         assert not ds.expressible and any("ZeRO-3" in r and "PipelineEngine" in r for r in ds.reasons)
     else:
@@ -102,7 +110,7 @@ def test_uniform_knobs_reach_every_target(seed_problem, hints, variant, megatron
         want = 1 if "recompute-full" in variant else 0
         assert ds.settings["activation_checkpoint_intervals"] == [want] * 4
         assert f"CHECKPOINT_INTERVALS = {[want] * 4}" in ds.snippet
-    tt = export_plan(plan, hints, "torchtitan", global_batch=G, microbatches=M)
+    tt = export_plan(plan, hints, "torchtitan", ExportContext(global_batch=G, microbatches=M))
     assert tt.expressible, tt.reasons
     par = tt.settings["config"]["parallelism"]
     assert {k: par[k] for k in titan} == titan
@@ -113,41 +121,41 @@ def test_uniform_knobs_reach_every_target(seed_problem, hints, variant, megatron
 
 def test_mixed_knobs_are_not_expressible_saying_which(seed_problem, hints):
     plan = _plan(seed_problem, ["zero1+recompute-full", "zero1", "zero1", "zero1"])
-    mg = export_plan(plan, hints, "megatron", global_batch=G, microbatches=M)
+    mg = export_plan(plan, hints, "megatron", ExportContext(global_batch=G, microbatches=M))
     assert not mg.expressible and any("recompute full on stage 0" in r and "--recompute-granularity" in r for r in mg.reasons)
-    tt = export_plan(plan, hints, "torchtitan", global_batch=G, microbatches=M)
+    tt = export_plan(plan, hints, "torchtitan", ExportContext(global_batch=G, microbatches=M))
     assert not tt.expressible and any("recompute" in r for r in tt.reasons)
-    ds = export_plan(plan, hints, "deepspeed", global_batch=G, microbatches=M)  # DeepSpeed: one interval per stage
+    ds = export_plan(plan, hints, "deepspeed", ExportContext(global_batch=G, microbatches=M))  # DeepSpeed: one interval per stage
     assert ds.expressible and ds.settings["activation_checkpoint_intervals"] == [1, 0, 0, 0]
     zero = _plan(seed_problem, ["zero3", "zero1", "zero1", "zero1"])
     for target in ("megatron", "torchtitan", "deepspeed"):
-        exp = export_plan(zero, hints, target, global_batch=G, microbatches=M)
+        exp = export_plan(zero, hints, target, ExportContext(global_batch=G, microbatches=M))
         assert not exp.expressible and any("mixes ZeRO stages" in r for r in exp.reasons), target
 
 
 def test_zero0_next_to_zero1_exports_zero1_with_a_note(seed_problem, hints):
     """Frozen weights keep ZeRO-0 as the planner's tie: ZeRO-1 everywhere only lowers memory."""
     plan = _plan(seed_problem, ["", "zero1", "zero1", "zero1"])
-    mg = export_plan(plan, hints, "megatron", global_batch=G, microbatches=M)
+    mg = export_plan(plan, hints, "megatron", ExportContext(global_batch=G, microbatches=M))
     assert mg.expressible and "--use-distributed-optimizer" in mg.snippet and any("ZeRO-1 also on stage 0" in n for n in mg.notes)
 
 
 def test_selective_recompute_and_unknown_variants(seed_problem, hints):
     plan = _plan(seed_problem, ["recompute-selective"] * 4)
-    mg = export_plan(plan, hints, "megatron", global_batch=G, microbatches=M)
+    mg = export_plan(plan, hints, "megatron", ExportContext(global_batch=G, microbatches=M))
     assert mg.expressible and mg.settings["transformer_config"]["recompute_granularity"] == "selective"
     for target in ("torchtitan", "deepspeed"):
-        exp = export_plan(plan, hints, target, global_batch=G, microbatches=M)
+        exp = export_plan(plan, hints, target, ExportContext(global_batch=G, microbatches=M))
         assert not exp.expressible and any("selective" in r for r in exp.reasons), target
     odd = _plan(seed_problem, ["offload"] * 4)
-    exp = export_plan(odd, hints, "megatron", global_batch=G, microbatches=M)
+    exp = export_plan(odd, hints, "megatron", ExportContext(global_batch=G, microbatches=M))
     assert not exp.expressible and any("unknown variant 'offload'" in r for r in exp.reasons)
 
 
 def test_torchtitan_one_stage_runs_m_microbatches_by_gradient_accumulation(seed_problem, hints):
     """Issue 27: pp 1, dp 8, m 4 of 16 samples -- local_batch_size is the microbatch (2 per replica), not 8."""
     plan = Plan((Stage(0, seed_problem.num_layers - 1, 8, 8, 1, variant="zero1"),))
-    tt = export_plan(plan, hints, "torchtitan", global_batch=G, microbatches=4)
+    tt = export_plan(plan, hints, "torchtitan", ExportContext(global_batch=G, microbatches=4))
     assert tt.expressible, tt.reasons
     tr, par = tt.settings["config"]["training"], tt.settings["config"]["parallelism"]
     assert tr["local_batch_size"] == 2 and tr["global_batch_size"] == G
@@ -157,7 +165,7 @@ def test_torchtitan_one_stage_runs_m_microbatches_by_gradient_accumulation(seed_
 
 def test_megatron_5d_axes_and_moe_flags(seed_problem, hints):
     plan = _v3(seed_problem, dp=2, tp=2, cp=2, ep=4, etp=1, variant="zero1")
-    mg = export_plan(plan, hints, "megatron", global_batch=G, microbatches=M, moe=MOE)
+    mg = export_plan(plan, hints, "megatron", ExportContext(global_batch=G, microbatches=M, moe=MOE))
     assert mg.expressible, mg.reasons
     flags = _flags(mg.snippet)
     for want in ("--context-parallel-size 2", "--cp-comm-type p2p", "--expert-model-parallel-size 4",
@@ -167,24 +175,24 @@ def test_megatron_5d_axes_and_moe_flags(seed_problem, hints):
     core = mg.settings["transformer_config"]
     assert core["context_parallel_size"] == 2 and core["num_moe_experts"] == 8 and core["moe_layer_freq"][:2] == [0, 1]
     bad = _v3(seed_problem, dp=2, tp=2, cp=1, ep=3, etp=1)
-    exp = export_plan(bad, hints, "megatron", global_batch=G, microbatches=M, moe=MOE)
+    exp = export_plan(bad, hints, "megatron", ExportContext(global_batch=G, microbatches=M, moe=MOE))
     assert not exp.expressible and any("does not divide" in r for r in exp.reasons)
-    no_hints = export_plan(plan, hints, "megatron", global_batch=G, microbatches=M)
+    no_hints = export_plan(plan, hints, "megatron", ExportContext(global_batch=G, microbatches=M))
     assert not no_hints.expressible and any("do not describe the model's experts" in r for r in no_hints.reasons)
 
 
 def test_torchtitan_and_deepspeed_5d_axes(seed_problem, hints):
     plan = _v3(seed_problem, dp=2, tp=2, cp=2, ep=4, variant="zero1")
-    tt = export_plan(plan, hints, "torchtitan", global_batch=G, microbatches=M, moe=MOE)
+    tt = export_plan(plan, hints, "torchtitan", ExportContext(global_batch=G, microbatches=M, moe=MOE))
     assert tt.expressible, tt.reasons
     par = tt.settings["config"]["parallelism"]
     assert (par["context_parallel_degree"], par["expert_parallel_degree"]) == (2, 4)
     etp = export_plan(_v3(seed_problem, dp=2, tp=2, ep=2, etp=2, variant="zero1"), hints, "torchtitan",
-                      global_batch=G, microbatches=M, moe=MOE)
+                      ExportContext(global_batch=G, microbatches=M, moe=MOE))
     assert not etp.expressible and any("etp 2" in r and "torchtitan 0.3" in r for r in etp.reasons)
-    ds = export_plan(plan, hints, "deepspeed", global_batch=G, microbatches=M, moe=MOE)
+    ds = export_plan(plan, hints, "deepspeed", ExportContext(global_batch=G, microbatches=M, moe=MOE))
     assert not ds.expressible and any(r.startswith("cp 2") and "context parallelism" in r for r in ds.reasons)
-    ep = export_plan(_v3(seed_problem, dp=4, tp=1, ep=2, variant="zero1"), hints, "deepspeed", global_batch=G, microbatches=M, moe=MOE)
+    ep = export_plan(_v3(seed_problem, dp=4, tp=1, ep=2, variant="zero1"), hints, "deepspeed", ExportContext(global_batch=G, microbatches=M, moe=MOE))
     assert ep.expressible and ep.settings["moe"] == {"num_experts": 8, "ep_size": 2, "k": 2, "enable_expert_tensor_parallelism": False}
 
 
@@ -196,14 +204,30 @@ def test_moe_hints_are_checked():
 
 
 def test_replan_hint_names_the_command_and_the_fastest_schedule():
-    ctx = {"plan_args": {"model": "llava-1.5-7b", "cluster": "dgx-h100", "nodes": 2, "global_batch": 512},
-           "by_schedule": [{"schedule": "zb-h1", "virtual_stages": 1, "plan": {"iteration_ms": 90.0}, "baseline": None},
-                           {"schedule": "1f1b", "virtual_stages": 1, "plan": {"iteration_ms": 100.0}, "baseline": None},
-                           {"schedule": "interleaved", "virtual_stages": 2, "plan": None, "baseline": {"iteration_ms": 95.0}}]}
+    ctx = ExportContext(plan_args=PlanArgs("llava-1.5-7b", "dgx-h100", 2, 512),
+                        by_schedule=(ScheduleTime("zb-h1", 1, 90.0), ScheduleTime("1f1b", 1, 100.0),
+                                     ScheduleTime("interleaved", 2, 95.0)))
     mg = replan_hint("megatron", "zb-h1", ctx)
     assert "--schedule interleaved --virtual-stages 2" in mg and "95.0 ms" in mg and "--model llava-1.5-7b" in mg
     ds = replan_hint("deepspeed", "zb-h1", ctx)
     assert "--schedule 1f1b" in ds and "100.0 ms" in ds
+
+
+def test_a_plan_result_gives_the_replan_hint_its_table_and_arguments():
+    doc = {"model": "llava-1.5-7b", "cluster": "dgx-h100", "nodes": 2, "global_batch": 512,
+           "plan": {"stages": [{"first_layer": 0, "last_layer": 1, "devices": 1, "dp": 1, "tp": 1}]},
+           "export_hints": {"layers": [{"name": "a"}, {"name": "b", "role": "loss", "fqns": ["lm_head"]}]},
+           "schedules": {"by_schedule": [
+               {"schedule": "zb-h1", "virtual_stages": 1, "plan": {"iteration_ms": 90.0}, "baseline": None},
+               {"schedule": "interleaved", "virtual_stages": 2, "plan": None, "baseline": {"iteration_ms": 95}},
+               {"schedule": 3, "plan": {"iteration_ms": 1.0}}]}}
+    request = read_result(doc)
+    assert request.context.plan_args == PlanArgs("llava-1.5-7b", "dgx-h100", 2, 512)
+    assert request.context.by_schedule == (ScheduleTime("zb-h1", 1, 90.0), ScheduleTime("interleaved", 2, 95.0))
+    assert [h.role for h in request.hints] == ["decoder", "loss"] and request.hints[1].names == ("lm_head",)
+    assert read_result({**doc, "nodes": "two"}).context.plan_args is None
+    with pytest.raises(ProblemError, match=r"export_hints.layers\[1\]"):
+        read_result({**doc, "export_hints": {"layers": [{"name": "a"}, "b"]}})
 
 
 def test_zb_h1_plan_json_export_says_what_to_run(tmp_path, seed_problem):

@@ -1,10 +1,12 @@
 """Module recompute and torchtitan's per-op policy in the exports (issue 32): what each target writes or refuses."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from partitioner.costs import build_problem
-from partitioner.export import export_plan, hints_from_problem
+from partitioner.export import ExportContext, export_plan, hints_from_problem
 from partitioner.plan import Plan, Stage
 from partitioner.planning.targets.rules import RULES, restrict, runs
 from partitioner.problem import Layout
@@ -33,33 +35,34 @@ def _flags(snippet):
 
 def test_megatron_writes_the_module_list(seed_problem):
     hints = hints_from_problem(seed_problem)
-    assert all("recompute_modules" in h for h in hints)
+    assert all(h.recompute_modules is not None for h in hints)
     plan = _plan(seed_problem, ["zero1+recompute-mlp"] * 4)
-    mg = export_plan(plan, hints, "megatron", global_batch=G, microbatches=M)
+    mg = export_plan(plan, hints, "megatron", ExportContext(global_batch=G, microbatches=M))
     assert mg.expressible, mg.reasons
     assert {"--recompute-granularity selective", "--recompute-modules mlp"} <= _flags(mg.snippet)
     assert mg.settings["transformer_config"]["recompute_modules"] == ["mlp"]
     assert not runs(RULES["megatron"], seed_problem, plan)
     for target in ("torchtitan", "deepspeed"):
-        exp = export_plan(plan, hints, target, global_batch=G, microbatches=M)
+        exp = export_plan(plan, hints, target, ExportContext(global_batch=G, microbatches=M))
         assert not exp.expressible and any("recompute mlp" in r for r in exp.reasons), target
         assert runs(RULES[target], seed_problem, plan)
 
 
 def test_module_lists_merge_where_the_modules_act(seed_problem):
     """A MoE decoder planned with layernorm+moe_act next to a dense vision segment without recompute: one list."""
-    hints = [dict(h, recompute_modules=MOE_ACTS) if h["role"] == "decoder" else h for h in hints_from_problem(seed_problem)]
+    hints = [replace(h, recompute_modules=tuple(MOE_ACTS)) if h.role == "decoder" else h
+             for h in hints_from_problem(seed_problem)]
     plan = _plan(seed_problem, ["zero1", "zero1+recompute-layernorm+moe_act", "zero1+recompute-layernorm+moe_act",
                                 "zero1+recompute-layernorm+moe_act"])
-    mg = export_plan(plan, hints, "megatron", global_batch=G, microbatches=M)
+    mg = export_plan(plan, hints, "megatron", ExportContext(global_batch=G, microbatches=M))
     assert not mg.expressible  # stage 0 holds decoder layers without the modules: one list cannot run both
     assert any("mixes recompute settings" in r for r in mg.reasons)
     merged = export_plan(_per_module(seed_problem, "zero1+recompute-layernorm+moe_act"), hints, "megatron",
-                         global_batch=G, microbatches=M)
+                         ExportContext(global_batch=G, microbatches=M))
     assert merged.expressible, merged.reasons  # the vision and action segments: the modules do nothing there
     assert {"--recompute-modules layernorm moe_act", "--moe-grouped-gemm"} <= _flags(merged.snippet)
     dense_decoders = export_plan(_per_module(seed_problem, "zero1+recompute-layernorm+moe_act"),
-                                 hints_from_problem(seed_problem), "megatron", global_batch=G, microbatches=M)
+                                 hints_from_problem(seed_problem), "megatron", ExportContext(global_batch=G, microbatches=M))
     assert dense_decoders.expressible  # on the dense seed decoder neither module acts: the list is still one
 
 
@@ -77,7 +80,7 @@ def _per_module(problem, llm_variant):
 def test_torchtitan_runs_the_op_policy_as_selective_ac(seed_problem):
     hints = hints_from_problem(seed_problem)
     plan = _per_module(seed_problem, "zero1+recompute-op")
-    tt = export_plan(plan, hints, "torchtitan", global_batch=G, microbatches=M)
+    tt = export_plan(plan, hints, "torchtitan", ExportContext(global_batch=G, microbatches=M))
     assert tt.expressible, tt.reasons
     assert tt.settings["activation_checkpoint"] == "selective"
     assert tt.settings["overrides"][-1] == "activation_checkpoint:selective" and "SelectiveAC.Config()" in tt.snippet
@@ -86,12 +89,12 @@ def test_torchtitan_runs_the_op_policy_as_selective_ac(seed_problem):
     vision = Plan((Stage.from_configs(vision.stages[0].first_layer, vision.stages[0].last_layer, 2,
                                       [Layout(2, 1, v) for v in ("zero1+recompute-op", "zero1", "zero1+recompute-op")]),
                    *vision.stages[1:]))
-    tt = export_plan(vision, hints, "torchtitan", global_batch=G, microbatches=M)  # the vision encoder planned with it
+    tt = export_plan(vision, hints, "torchtitan", ExportContext(global_batch=G, microbatches=M))  # the vision encoder planned with it
     assert not tt.expressible and any("outside the decoder layers" in r for r in tt.reasons)
-    ds = export_plan(plan, hints, "deepspeed", global_batch=G, microbatches=M)
+    ds = export_plan(plan, hints, "deepspeed", ExportContext(global_batch=G, microbatches=M))
     assert not ds.expressible and any("recompute op" in r and "PipelineModule" in r for r in ds.reasons)
     uniform = _plan(seed_problem, ["zero1+recompute-op"] * 4)
-    mg = export_plan(uniform, hints, "megatron", global_batch=G, microbatches=M)
+    mg = export_plan(uniform, hints, "megatron", ExportContext(global_batch=G, microbatches=M))
     assert not mg.expressible and any("per-op" in r for r in mg.reasons)
     assert runs(RULES["megatron"], seed_problem, plan) and runs(RULES["deepspeed"], seed_problem, plan)
 

@@ -15,8 +15,8 @@ import pytest
 
 from benchmarks.framework_checks import PlannedJob, check_megatron_fp8, check_torchtitan_converters, megatron_config
 from partitioner.costs import CostOptions
-from partitioner.export import export_plan, export_result
-from partitioner.planning.records import PrecisionHints
+from partitioner.export import ExportContext, export_plan, export_result, layer_hints
+from partitioner.frameworks import PrecisionHints
 from partitioner.planning.targets.rules import RULES
 from partitioner.problem import ProblemError
 from tests.frameworks.plans import NOT_INSTALLED, planned
@@ -47,16 +47,16 @@ def test_megatron_check_fails_on_a_recipe_the_plan_did_not_cost():
 
 def test_bf16_edge_layers_pass_megatron_core_and_too_many_are_refused_by_both():
     result = planned("llava-1.5-7b")
-    hints = result.to_dict()["export_hints"]["layers"]
+    hints = layer_hints(result.to_dict()["export_hints"]["layers"])
     plan = result.plan
-    ok = export_plan(plan, hints, "megatron", global_batch=512, microbatches=64,
-                     precision=PrecisionHints("tensorwise", True, 1))
+    ok = export_plan(plan, hints, "megatron", ExportContext(global_batch=512, microbatches=64,
+                     precision=PrecisionHints("tensorwise", True, 1)))
     assert ok.expressible, ok.reasons
     cfg = megatron_config(ok.settings["transformer_config"])
     assert cfg.first_last_layers_bf16 and cfg.num_layers_at_start_in_bf16 == 1
     per_rank = cfg.num_layers // cfg.pipeline_model_parallel_size
-    too_many = export_plan(plan, hints, "megatron", global_batch=512, microbatches=64,
-                           precision=PrecisionHints("tensorwise", True, per_rank + 1))
+    too_many = export_plan(plan, hints, "megatron", ExportContext(global_batch=512, microbatches=64,
+                           precision=PrecisionHints("tensorwise", True, per_rank + 1)))
     assert not too_many.expressible and any("BF16 layers" in r for r in too_many.reasons)
     with pytest.raises(ValueError, match="num_layers_at_start_in_bf16"):
         megatron_config(_core(fp8="hybrid", fp8_recipe="tensorwise", first_last_layers_bf16=True,

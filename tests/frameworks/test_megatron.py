@@ -36,8 +36,7 @@ from benchmarks.framework_checks import PlannedJob, check_megatron, close_fake_w
 from benchmarks.framework_checks import fake_world as _fake_world
 from benchmarks.framework_checks import megatron_config as _config
 from benchmarks.framework_checks import megatron_ranks as _ranks
-from partitioner.export import export_plan, export_result
-from partitioner.export.common import MoeHints
+from partitioner.export import ExportContext, MoeHints, export_plan, export_result, layer_hints
 from tests.frameworks.plans import NOT_INSTALLED, PLANS, planned
 
 pytest.importorskip("megatron.core", reason=NOT_INSTALLED)
@@ -119,10 +118,10 @@ def _moe_plan(result, dp, tp, cp, ep, etp):
 def test_moe_5d_export_through_transformer_config_and_rank_generators(fake_world):
     """A MoE plan with tp 2, cp 2, ep 4 on llava's cuts: megatron-core takes its fields and builds its groups."""
     result = planned("llava-1.5-7b")
-    hints = result.to_dict()["export_hints"]["layers"]
+    hints = layer_hints(result.to_dict()["export_hints"]["layers"])
     world = result.problem.cluster.num_devices
     plan = _moe_plan(result, dp=2, tp=2, cp=2, ep=4, etp=1)
-    exp = export_plan(plan, hints, "megatron", global_batch=512, microbatches=64, moe=MOE)
+    exp = export_plan(plan, hints, "megatron", ExportContext(global_batch=512, microbatches=64, moe=MOE))
     assert exp.expressible, exp.reasons
     core = exp.settings["transformer_config"]
     cfg = _config(core)

@@ -8,12 +8,13 @@ GEMMs (so the check can fail). torchtitan: the export's
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from benchmarks.framework_checks import megatron_config as _config
 from partitioner.costs import build_problem
-from partitioner.export import export_plan, hints_from_problem
-from partitioner.export.common import MoeHints
+from partitioner.export import ExportContext, MoeHints, export_plan, hints_from_problem
 from partitioner.plan import Plan, Stage
 from partitioner.problem import Layout
 from tests.frameworks.plans import NOT_INSTALLED
@@ -41,10 +42,10 @@ def test_megatron_core_takes_the_module_list():
     pytest.importorskip("megatron.core", reason=NOT_INSTALLED)
     problem = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=16,
                             options={"variants": "all", "recompute_modules": "layernorm+moe_act,mlp"})
-    hints = [dict(h, recompute_modules=["core_attn", "layernorm", "moe", "moe_act"]) if h["role"] == "decoder" else h
+    hints = [replace(h, recompute_modules=("core_attn", "layernorm", "moe", "moe_act")) if h.role == "decoder" else h
              for h in hints_from_problem(problem)]  # a MoE language model's decoder layers
-    exp = export_plan(_plan(problem, "zero1+recompute-layernorm+moe_act"), hints, "megatron", global_batch=64,
-                      microbatches=16, moe=MOE)
+    exp = export_plan(_plan(problem, "zero1+recompute-layernorm+moe_act"), hints, "megatron", ExportContext(global_batch=64,
+                      microbatches=16, moe=MOE))
     assert exp.expressible, exp.reasons
     core = exp.settings["transformer_config"]
     cfg = _config(core)
@@ -61,8 +62,8 @@ def test_torchtitan_selective_ac_is_the_op_policy():
     ac = pytest.importorskip("torchtitan.distributed.activation_checkpoint", reason=NOT_INSTALLED)
     problem = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=16,
                             options={"variants": "all", "recompute_modules": "op"})
-    exp = export_plan(_plan(problem, "zero1+recompute-op"), hints_from_problem(problem), "torchtitan", global_batch=64,
-                      microbatches=16)
+    exp = export_plan(_plan(problem, "zero1+recompute-op"), hints_from_problem(problem), "torchtitan", ExportContext(global_batch=64,
+                      microbatches=16))
     assert exp.expressible, exp.reasons
     assert exp.settings["activation_checkpoint"] == "selective"
     # the snippet's import and constructor are torchtitan's own: its subcommand `selective` is this class

@@ -70,7 +70,7 @@ def test_torchtitan_refuses_zb_h1_and_has_no_zb_h1_class():
     assert issubclass(ScheduleInterleavedZeroBubble, PipelineScheduleMulti) and issubclass(ScheduleZBVZeroBubble, PipelineScheduleMulti)
     with pytest.raises(ValueError):
         get_schedule_class("ZBH1")
-    from partitioner.export.torchtitan import SCHEDULES
+    from partitioner.frameworks.torchtitan import SCHEDULE_NAMES as SCHEDULES
 
     assert "zb-h1" not in SCHEDULES
     for name in SCHEDULES.values():
@@ -105,14 +105,14 @@ def test_one_stage_plan_runs_m_microbatches_through_gradient_accumulation():
     """Issue 27's llava case shape: pp 1, dp 32, m 8 of 4 samples -- 8 accumulation steps of 4, not one of 32."""
     from types import SimpleNamespace
 
-    from partitioner.export import export_plan
+    from partitioner.export import ExportContext, export_plan, layer_hints
 
     result = planned("llava-1.5-7b")
-    hints = result.to_dict()["export_hints"]["layers"]
+    hints = layer_hints(result.to_dict()["export_hints"]["layers"])
     n = len(hints)
     plan = SimpleNamespace(stages=[SimpleNamespace(first_layer=0, last_layer=n - 1, devices=32, dp=32, tp=1, variant="zero1",
                                                    configs=())], device_ids=lambda: [tuple(range(32))])
-    exp = export_plan(plan, hints, "torchtitan", global_batch=1024, microbatches=8)
+    exp = export_plan(plan, hints, "torchtitan", ExportContext(global_batch=1024, microbatches=8))
     assert exp.expressible, exp.reasons
     overrides = [tok for line in exp.settings["overrides"] for tok in line.split(" ")]
     cfg = _parse(["--module", "llama3", "--config", "llama3_debugmodel", *overrides])
@@ -132,15 +132,14 @@ def test_5d_export_parses_with_cp_and_ep():
     """cp and ep reach torchtitan's config and ParallelDims (ep borrows dp_shard x cp x tp ranks)."""
     from types import SimpleNamespace
 
-    from partitioner.export import export_plan
-    from partitioner.export.common import MoeHints
+    from partitioner.export import ExportContext, MoeHints, export_plan, layer_hints
 
     result = planned("llava-1.5-7b")
-    hints = result.to_dict()["export_hints"]["layers"]
+    hints = layer_hints(result.to_dict()["export_hints"]["layers"])
     stages = [SimpleNamespace(first_layer=s.first_layer, last_layer=s.last_layer, devices=8, dp=2, tp=2, cp=2, ep=4, etp=1,
                               variant="zero1", configs=()) for s in result.plan.stages]
     plan = SimpleNamespace(stages=stages, device_ids=result.plan.device_ids)
-    exp = export_plan(plan, hints, "torchtitan", global_batch=512, microbatches=64, moe=MoeHints(16, 2, 256))
+    exp = export_plan(plan, hints, "torchtitan", ExportContext(global_batch=512, microbatches=64, moe=MoeHints(16, 2, 256)))
     assert exp.expressible, exp.reasons
     overrides = [tok for line in exp.settings["overrides"] for tok in line.split(" ")]
     cfg = _parse(["--module", "llama3", "--config", "llama3_debugmodel", *overrides])

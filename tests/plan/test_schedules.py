@@ -399,7 +399,7 @@ def test_zbh1_plan_replays_with_the_layers_weight_gradients(examples):
     assert ev.iteration_ms == pytest.approx(
         estimate("zb-h1", ev.times_ms, problem.microbatches, wgrad=[s.wgrad_ms for s in ev.stages])
     )
-    assert replay_check(problem, plan, ev)["schedule"] == "zb-h1"
+    assert replay_check(problem, plan, ev).schedule == "zb-h1"
     # no split given: an even one (LayerCost.split)
     even = evaluate(with_schedule(base, "zb-h1"), plan)
     assert [s.wgrad_ms for s in even.stages] == pytest.approx([s.compute_bwd_ms / 2 for s in even.stages])

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from partitioner import plan_model, solve
+from partitioner.core.deadline import Deadline
 from partitioner.plan import Plan, SolveResult, Stage, evaluate
 from partitioner.planning import exact
-from partitioner.planning.deadline import Deadline
 from partitioner.planning.exact import prove_kept
 from partitioner.planning.options import PlanOptions
 from partitioner.planning.records import KnobSolve

@@ -134,8 +134,7 @@ def test_never_worse_than_the_baseline_even_if_the_method_is():
         assert r.plan is not None and "gave up" in r.message and "kept" in r.message
     finally:
         for name in ("test-worse", "test-none"):
-            solver_base._REGISTRY.pop(name, None)
-            solver_base._OPTIONS.pop(name, None)
+            solver_base._METHODS.pop(name, None)
 
 
 @pytest.mark.slow

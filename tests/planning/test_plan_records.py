@@ -8,13 +8,14 @@ from typing import get_args
 import pytest
 
 from partitioner import plan_model
+from partitioner.frameworks import RULES
 from partitioner.plan import STATUSES, Status
-from partitioner.planning import ModelPlan, PlanOptions, run_plan
+from partitioner.planning import ModelPlan, PlanOptions, PlanRun, run_plan
 from partitioner.planning.assemble import NO_FIT, no_plan
 from partitioner.planning.options import SCHEDULE_CHOICES, ScheduleChoice
 from partitioner.planning.records import BaselineSummary, MicrobatchTrial, MissingBaseline, Throughput
 from partitioner.planning.schedules.report import ScheduleReport
-from partitioner.problem import OBJECTIVES, SCHEDULES, Objective, Schedule
+from partitioner.problem import OBJECTIVES, SCHEDULES, Objective, ProblemError, Schedule
 
 CASE = dict(nodes=1, global_batch=32, microbatches=8, method="greedy")
 
@@ -44,6 +45,60 @@ def test_plan_options_carry_every_keyword_of_plan_model():
 def test_run_plan_with_plan_options_equals_plan_model_with_keywords(planned):
     direct = run_plan("seed-vla-8gpu", "dgx-h100", PlanOptions(**CASE))
     assert _without_times(direct.to_dict()) == _without_times(planned.to_dict())
+
+
+BASE = dict(nodes=1, global_batch=32)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("nodes", 0), ("nodes", 10**9), ("nodes", True), ("global_batch", -1), ("global_batch", 2.5),
+    ("microbatches", 0), ("microbatches", "eight"), ("method", "nope"), ("objective", "latency"),
+    ("time_limit", -1), ("time_limit", 0), ("time_limit", float("nan")), ("time_limit", float("inf")),
+    ("time_limit", "5"), ("options", [1, 2]), ("seed", -1), ("seed", 1.5), ("simulate", "yes"),
+    ("schedules", 1), ("auto_solves", 0), ("max_stages", 0), ("knob_solves", "some"), ("schedule", "1F1B"),
+    ("virtual_stages", 1), ("target", "nemo"),
+])
+def test_plan_options_refuse_a_bad_value_naming_the_field(field, value):
+    extra = {"schedule": "interleaved"} if field == "virtual_stages" else {}
+    with pytest.raises(ProblemError) as err:
+        PlanOptions(**{**BASE, **extra, field: value})
+    assert err.value.path == field, str(err.value)
+
+
+def test_plan_options_refuse_a_pinned_schedule_the_target_lacks_and_v_without_interleaved():
+    with pytest.raises(ProblemError) as err:
+        PlanOptions(**BASE, target="deepspeed", schedule="interleaved")
+    assert err.value.path == "schedule" and "deepspeed does not run schedule interleaved" in err.value.reason
+    with pytest.raises(ProblemError) as err:
+        PlanOptions(**BASE, schedule="1f1b", virtual_stages=2)
+    assert err.value.path == "virtual_stages"
+    with pytest.raises(ProblemError) as err:
+        replace(PlanOptions(**BASE), nodes=0)  # a copy is checked again
+    assert err.value.path == "nodes"
+
+
+def test_the_run_resolves_its_options_once():
+    run = PlanRun.start(PlanOptions(**BASE, target="torchtitan", options={"zero1": True}))
+    assert run.rules is RULES["torchtitan"]
+    assert run.counts == (1, 2, 4, 8, 16, 32)
+    assert {s for s, _ in run.schedule_keys} == {"1f1b", "gpipe", "interleaved"}
+    assert run.costs.variants == ("none",) and run.memory.target == "torchtitan"
+    assert run.deadline.seconds is None
+    pinned = PlanRun.start(PlanOptions(**BASE, microbatches=8, schedule="interleaved", virtual_stages=3, time_limit=5))
+    assert pinned.rules is None and pinned.counts == (8,) and pinned.schedule_keys == (("interleaved", 3),)
+    assert pinned.deadline.seconds == 5
+    with pytest.raises(ProblemError, match="options.nosuch"):
+        PlanRun.start(PlanOptions(**BASE, options={"nosuch": 1}))
+
+
+def test_the_steps_read_the_run_not_the_target():
+    """The target is resolved in one place (:class:`PlanRun`); the steps after it never look it up again."""
+    import partitioner.planning.knob_solve as knob_solve
+    import partitioner.planning.plan_model as plan_model_module
+    import partitioner.planning.screening as screening
+
+    for module in (knob_solve, plan_model_module, screening):
+        assert not hasattr(module, "rules_for"), module.__name__
 
 
 def test_the_results_are_typed_fields_and_extra_is_their_json(planned):

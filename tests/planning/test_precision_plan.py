@@ -8,7 +8,7 @@ import pytest
 from partitioner import plan_model
 from partitioner.costs import CostOptions
 from partitioner.planning.options import PlanOptions
-from partitioner.planning.plan_model import with_precision
+from partitioner.planning.run import with_precision
 from partitioner.planning.targets.rules import RULES
 from partitioner.problem import ProblemError
 from tests.conftest import run_cli
@@ -31,7 +31,7 @@ def test_precision_merges_into_the_cost_options():
     (dict(precision="fp8", options={"precision": "bf16"}), "precision"),
     (dict(precision="fp16"), "precision"),
     (dict(precision="bf16", fp8_recipe="mxfp8"), "fp8_recipe"),
-    (dict(fp8_recipe="float8"), "options.fp8_recipe"),
+    (dict(fp8_recipe="float8"), "fp8_recipe"),  # PlanOptions names its own field (the CLI: --fp8-recipe)
 ])
 def test_contradictions_and_bad_words_are_bad_input(kwargs, field):
     with pytest.raises(ProblemError) as err:

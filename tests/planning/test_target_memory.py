@@ -74,10 +74,11 @@ def test_an_explicit_memory_count_wins_over_the_target():
 
 def test_user_count_reads_mappings_and_option_objects():
     from partitioner.costs import CostOptions
+    from partitioner.frameworks import target_options
 
     assert user_count(None) is None and user_count({"flash_attention": False}) is None
     assert user_count({"memory_count": "fsdp2"}) == "fsdp2" and user_count({"bytes_per_param": 16}) == "custom"
-    assert user_count(CostOptions()) is None and user_count(CostOptions.for_target("deepspeed", 1)) == "deepspeed-zero1"
+    assert user_count(CostOptions()) is None and user_count(target_options("deepspeed", 1)) == "deepspeed-zero1"
 
 
 def test_cli_says_which_count_it_kept():

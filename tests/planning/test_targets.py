@@ -7,7 +7,7 @@ import pytest
 
 from partitioner.costs import build_problem
 from partitioner.costs.variants import parse_variant
-from partitioner.export import TARGET_SCHEDULES, export_result
+from partitioner.export import export_result
 from partitioner.plan import evaluate
 from partitioner.planning import plan_model
 from partitioner.planning.targets.rules import (
@@ -25,10 +25,6 @@ from partitioner.solvers import solve
 from tests.conftest import run_cli
 
 CASES = [("llava-1.5-7b", "dgx-h100", 2, 64), ("pi0", "dgx-h100", 1, 256), ("qwen2-vl-7b", "dgx-h100", 2, 128)]
-
-
-def test_the_rules_are_the_exporters_schedules():
-    assert {t: r.schedules for t, r in RULES.items()} == dict(TARGET_SCHEDULES)
 
 
 @pytest.mark.parametrize("target", sorted(RULES))

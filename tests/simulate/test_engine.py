@@ -261,10 +261,10 @@ def test_replay_check_flags_memory_over_capacity():
     problem = equal_stage_problem()
     plan = Plan(tuple(Stage(p, p, 1, 1, 1) for p in range(4)))
     ev = evaluate(problem, plan)
-    assert replay_check(problem, plan, ev)["fits_memory"] is True
+    assert replay_check(problem, plan, ev).fits_memory is True
     tight = Problem.from_dict({**problem.to_dict(), "cluster": {**problem.to_dict()["cluster"], "gpu_memory_bytes": 100 + 3 * 10}})
     # stage 0 stashes 4 microbatches: 140 bytes > 130; replay against the tight cluster with the loose evaluation
-    assert replay_check(tight, plan, ev)["fits_memory"] is False
+    assert replay_check(tight, plan, ev).fits_memory is False
 
 
 # --------------------------------------------------------------------------- CLI

@@ -37,13 +37,14 @@ import math
 from dataclasses import replace
 from typing import Callable, Mapping, Sequence, Union
 
+from ...core.deadline import Deadline
 from ...plan import Evaluation, Plan, PlanError, SolveResult, evaluate
 from ...problem import Problem, ProblemError
+from ...simulate.engine import ReplaySummary
 from ...solvers import SolverError
 from ...solvers.base import schedule_support
 from ...solvers.interleaved.search import round_balanced
 from ..baselines import BASELINE_METHOD, FSDP_METHOD, megatron_baselines
-from ..deadline import Deadline
 from ..options import SCHEDULE_CHOICES
 from ..records import BaselineRun, KnobSolve, ScreenedCount
 from ..results import simulate_plan
@@ -62,7 +63,7 @@ SCREENED_M = 4
 BALANCED_SECONDS = 4.0
 
 # (evaluation, replay, iteration ms) of a plan that runs, or why it cannot
-Run = Union[tuple[Evaluation, Union[Mapping, None], float], str]
+Run = Union[tuple[Evaluation, Union[ReplaySummary, None], float], str]
 # plan_model's solve with knobs: a screened count (the problem under a schedule) and the warm starts per knob setting
 Resolve = Callable[[ScreenedCount, Mapping[str, Plan]], KnobSolve]
 
@@ -71,21 +72,9 @@ def schedule_keys(schedule: str = "auto", virtual_stages: int | None = None,
                   virtual: Sequence[int] = (2, 3, 4)) -> list[tuple[str, int]]:
     """The ``(schedule, v)`` pairs ``plan`` tries: all of them for ``auto``, else the pinned one's.
 
-    Raises
-    ------
-    ProblemError
-        An unknown schedule, or ``virtual_stages`` given without
-        ``interleaved`` or below 2.
+    ``schedule`` and ``virtual_stages`` are a :class:`~partitioner.planning.PlanOptions`'s,
+    checked there.
     """
-    if schedule not in SCHEDULE_CHOICES:
-        raise ProblemError(f"must be one of {', '.join(SCHEDULE_CHOICES)}, got {schedule!r}", path="schedule")
-    if virtual_stages is not None:
-        if schedule != "interleaved":
-            raise ProblemError(f"virtual stages are for schedule 'interleaved' only (schedule is {schedule!r})",
-                               path="virtual_stages")
-        if isinstance(virtual_stages, bool) or not isinstance(virtual_stages, int) or virtual_stages < 2:
-            raise ProblemError(f"the interleaved schedule needs virtual_stages >= 2, got {virtual_stages!r}",
-                               path="virtual_stages")
     keys = [(s, 1) for s in _PLAIN] + [("interleaved", v) for v in virtual]
     if schedule == "auto":
         return keys
@@ -109,7 +98,7 @@ def _run(problem: Problem, plan: Plan, objective: str, simulate: bool, beat: flo
     if simulate and beat is not None and busy_floor(ev) >= beat * (1 - 1e-9):
         return None
     sim = simulate_plan(problem, plan, ev) if simulate else None
-    it = sim["makespan_ms"] if sim and math.isfinite(sim.get("makespan_ms", math.inf)) else ev.iteration_ms
+    it = sim.makespan_ms if sim is not None and math.isfinite(sim.makespan_ms) else ev.iteration_ms
     return ev, sim, it
 
 

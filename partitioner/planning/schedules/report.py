@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Collection, Literal, Mapping, Sequence
 
 from ...plan import Evaluation, Plan, SolveResult
 from ...problem import Problem
+from ...simulate.engine import ReplaySummary
 from ..baselines import BaselineLayout
 
 __all__ = ["PlanSource", "ScheduleCandidate", "ScheduleRow", "ScheduleSummary", "ChosenSchedule", "ScheduleReport",
@@ -44,7 +45,7 @@ class ScheduleCandidate:
     plan: Plan | None = None
     reason: str = ""
     ev: Evaluation | None = None
-    sim: Mapping[str, Any] | None = None
+    sim: ReplaySummary | None = None
     iteration_ms: float = math.inf
     result: SolveResult | None = None
 
@@ -91,10 +92,10 @@ class ScheduleRow:
         head = (c.schedule, c.virtual_stages, c.source, c.method, m)
         if c.ev is None or c.plan is None:
             return cls(*head, ok=False, reason=c.reason)
-        sim = c.sim or {}
+        sim = c.sim
         layout = BaselineLayout.of(c.ev, c.virtual_stages) if c.source in _BASELINES else None
         return cls(*head, ok=True, iteration_ms=c.iteration_ms, estimate_ms=c.ev.iteration_ms,
-                   bubble_ratio=sim.get("bubble_ratio"), peak_memory_bytes=max(sim.get("peak_memory_bytes") or [0]) or None,
+                   bubble_ratio=sim.bubble_ratio if sim else None, peak_memory_bytes=(sim.peak_bytes or None) if sim else None,
                    stages=len(c.plan.stages), plan=c.plan.to_dict(c.ev) if with_plan else None, layout=layout)
 
     def to_dict(self) -> dict[str, Any]:
@@ -102,14 +103,14 @@ class ScheduleRow:
                                "plan_source": self.plan_source, "method": self.method,
                                "microbatches": self.microbatches, "ok": self.ok}
         if not self.ok:
-            doc["reason"] = self.reason
+            doc.update(reason=self.reason)
         else:
             doc.update(iteration_ms=self.iteration_ms, estimate_ms=self.estimate_ms, bubble_ratio=self.bubble_ratio,
                        peak_memory_bytes=self.peak_memory_bytes, stages=self.stages)
         if self.plan is not None:
-            doc["plan"] = self.plan
+            doc.update(plan=self.plan)
         if self.layout is not None:
-            doc["layout"] = self.layout.to_dict()
+            doc.update(layout=self.layout.to_dict())
         return doc
 
 
@@ -128,9 +129,9 @@ class ScheduleSummary:
         doc: dict[str, Any] = {"schedule": self.schedule, "virtual_stages": self.virtual_stages,
                                "plan": _doc(self.plan), "baseline": _doc(self.baseline)}
         if self.plan_reason is not None:
-            doc["plan_reason"] = self.plan_reason
+            doc.update(plan_reason=self.plan_reason)
         if self.baseline_reason is not None:
-            doc["baseline_reason"] = self.baseline_reason
+            doc.update(baseline_reason=self.baseline_reason)
         return doc
 
 
@@ -190,13 +191,18 @@ def _short(reason: str) -> str:
 
 def _summary(key: tuple[str, int], mine: Sequence[ScheduleCandidate]) -> ScheduleSummary:
     """The best plan and the best baseline of the candidates under ``key``; why not, when none runs."""
-    found, reasons = {}, {}
-    for side, sources in (("plan", _PLANS), ("baseline", _BASELINES)):
-        best = best_candidate([c for c in mine if c.source in sources])
-        found[side] = ScheduleRow.of(best) if best is not None else None
-        failed = [c for c in mine if c.source in sources and not c.ok]
-        reasons[side] = _short(failed[0].reason) if best is None and failed else None
-    return ScheduleSummary(key[0], key[1], found["plan"], found["baseline"], reasons["plan"], reasons["baseline"])
+    plan, plan_reason = _best_side(mine, _PLANS)
+    baseline, baseline_reason = _best_side(mine, _BASELINES)
+    return ScheduleSummary(key[0], key[1], plan, baseline, plan_reason, baseline_reason)
+
+
+def _best_side(mine: Sequence[ScheduleCandidate], sources: Collection[str]) -> tuple[ScheduleRow | None, str | None]:
+    """The row of the best candidate from ``sources``, or (short) why none of them runs."""
+    best = best_candidate([c for c in mine if c.source in sources])
+    if best is not None:
+        return ScheduleRow.of(best), None
+    failed = [c for c in mine if c.source in sources and not c.ok]
+    return None, _short(failed[0].reason) if failed else None
 
 
 def build_report(cands: Sequence[ScheduleCandidate], chosen: ScheduleCandidate | None, notes: Sequence[str],

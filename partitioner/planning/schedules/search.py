@@ -16,7 +16,7 @@ schedule by simulation).
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from ...plan import Plan, PlanError, evaluate
@@ -24,7 +24,7 @@ from ...plan.cuts import interleaved_uniform_plan
 from ...problem import Problem
 from ...simulate.engine import simulate
 
-__all__ = ["with_schedule", "compare_schedules", "PLAIN_SCHEDULES"]
+__all__ = ["with_schedule", "compare_schedules", "ScheduleReplay", "PLAIN_SCHEDULES"]
 
 PLAIN_SCHEDULES = ("1f1b", "zb-h1", "gpipe")
 
@@ -34,24 +34,43 @@ def with_schedule(problem: Problem, schedule: str, virtual_stages: int = 1) -> P
     return replace(problem, training=replace(problem.training, schedule=schedule, virtual_stages=virtual_stages))
 
 
-def _row(problem: Problem, plan: Plan, schedule: str, v: int, source: str) -> dict[str, Any]:
-    row: dict[str, Any] = {"schedule": schedule, "virtual_stages": v, "plan_source": source}
+@dataclass(frozen=True)
+class ScheduleReplay:
+    """One replay of :func:`compare_schedules`: a plan under one schedule key, its figures, or why it cannot run."""
+
+    schedule: str
+    virtual_stages: int
+    plan_source: str
+    ok: bool
+    reason: str = ""
+    iteration_ms: float = 0.0
+    estimate_ms: float = 0.0
+    bubble_ratio: float = 0.0
+    peak_memory_bytes: int = 0
+    plan: Plan | None = None
+
+    def to_dict(self, with_plan: bool = False) -> dict[str, Any]:
+        """The row (``with_plan``: and its plan as a plan document)."""
+        doc: dict[str, Any] = {"schedule": self.schedule, "virtual_stages": self.virtual_stages,
+                               "plan_source": self.plan_source, "ok": self.ok}
+        if not self.ok:
+            return {**doc, "reason": self.reason}
+        doc.update(iteration_ms=self.iteration_ms, estimate_ms=self.estimate_ms, bubble_ratio=self.bubble_ratio,
+                   peak_memory_bytes=self.peak_memory_bytes, stages=len(self.plan.stages) if self.plan else 0)
+        if with_plan and self.plan is not None:
+            doc.update(plan=self.plan.to_dict())
+        return doc
+
+
+def _row(problem: Problem, plan: Plan, schedule: str, v: int, source: str) -> ScheduleReplay:
     sched_problem = with_schedule(problem, schedule, v)
     try:
         ev = evaluate(sched_problem, plan)
     except PlanError as err:
-        return {**row, "ok": False, "reason": str(err)}
+        return ScheduleReplay(schedule, v, source, False, str(err))
     sim = simulate(sched_problem, plan, evaluation=ev)
-    return {
-        **row,
-        "ok": True,
-        "iteration_ms": sim.makespan_ms,
-        "estimate_ms": ev.iteration_ms,
-        "bubble_ratio": sim.bubble_ratio,
-        "peak_memory_bytes": max(sim.peak_memory_bytes or (0,)),
-        "stages": len(plan.stages),
-        "plan": plan,
-    }
+    return ScheduleReplay(schedule, v, source, True, iteration_ms=sim.makespan_ms, estimate_ms=ev.iteration_ms,
+                          bubble_ratio=sim.bubble_ratio, peak_memory_bytes=max(sim.peak_memory_bytes or (0,)), plan=plan)
 
 
 def _group_shape(plan: Plan) -> tuple[int, int, int, int] | None:
@@ -102,24 +121,19 @@ def compare_schedules(
     if shape is not None:
         P, devices, dp, tp = shape
         for v in (v for v in virtual if v >= 2):
-            head = {"schedule": "interleaved", "virtual_stages": v, "plan_source": source}
             chunks = interleaved_uniform_plan(problem, P, v, devices, dp, tp)
             if problem.microbatches % P:
-                rows.append({**head, "ok": False, "reason": f"microbatches ({problem.microbatches}) not a multiple of the {P} groups"})
+                rows.append(ScheduleReplay("interleaved", v, source, False,
+                                           f"microbatches ({problem.microbatches}) not a multiple of the {P} groups"))
             elif chunks is None:
-                rows.append({**head, "ok": False, "reason": f"fewer decoder layers than the {P * v} chunks"})
+                rows.append(ScheduleReplay("interleaved", v, source, False, f"fewer decoder layers than the {P * v} chunks"))
             else:
                 rows.append(_row(problem, chunks, "interleaved", v, source))
-    rows.sort(key=lambda r: (not r["ok"], r.get("iteration_ms", 0.0)))
-
-    def public(row: dict[str, Any] | None) -> dict[str, Any] | None:
-        if row is None:
-            return None
-        return {**{k: v for k, v in row.items() if k != "plan"}, "plan": row["plan"].to_dict()}
-
-    ok = [r for r in rows if r["ok"]]
+    rows.sort(key=lambda r: (not r.ok, r.iteration_ms))
+    ok = [r for r in rows if r.ok]
+    best_base = next((r for r in ok if r.plan_source == "baseline"), None)
     return {
-        "rows": [{k: v for k, v in r.items() if k != "plan"} for r in rows],
-        "best": public(ok[0] if ok else None),
-        "best_baseline": public(next((r for r in ok if r["plan_source"] == "baseline"), None)),
+        "rows": [r.to_dict() for r in rows],
+        "best": ok[0].to_dict(with_plan=True) if ok else None,
+        "best_baseline": best_base.to_dict(with_plan=True) if best_base else None,
     }

@@ -1,4 +1,4 @@
-"""``plan --target T``: weight memory as T keeps it, per ZeRO stage (:func:`~partitioner.costs.target_memory`).
+"""``plan --target T``: weight memory as T keeps it, per ZeRO stage (:attr:`~partitioner.frameworks.FrameworkRules.memory`).
 
 The cost model's default bytes per parameter are Megatron-LM's (18; 6 +
 12/d with the distributed optimizer). A plan for torchtitan or DeepSpeed
@@ -30,8 +30,9 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from ...costs import CostOptions
-from ...costs.param_memory import TARGET_MEMORY, param_memory
+from ...costs.param_memory import param_memory
 from ...costs.variants import Knobs, parse_variant
+from ...frameworks import RULES
 from ...problem import Layer, LayerCost, Layout, Problem
 
 __all__ = ["MemoryCounts", "DEFAULT_COUNT", "user_count", "stage_options", "stage_knobs", "memory_counts",
@@ -98,10 +99,15 @@ def stage_options(target: str, zero: tuple[int, ...], options: Mapping[str, Any]
     a stage gets them unchanged when the user set a count
     (:func:`user_count`) or the target has no count for it.
     """
-    stages = TARGET_MEMORY.get(target, {})
+    stages = _memory(target)
     if user_count(options) is not None:
         return {z: built for z in zero}
     return {z: _with_count(built, stages[z]) if z in stages else built for z in zero}
+
+
+def _memory(target: str) -> Mapping[int, str]:
+    """ZeRO stage -> the count ``target`` keeps there (none for ``any``)."""
+    return RULES[target].memory if target in RULES else {}
 
 
 def _with_count(built: CostOptions, name: str) -> CostOptions:
@@ -117,9 +123,9 @@ def memory_counts(target: str, zero: tuple[int, ...], options: Mapping[str, Any]
     if mine is not None:
         return MemoryCounts(target, {z: built.memory_count for z in zero}, "user",
                             f"the options' count ({mine}) is kept" + (f" instead of {target}'s own" if target != "any" else ""))
-    if target == "any" or target not in TARGET_MEMORY:
+    if target not in RULES:  # any
         return default_counts(target, zero)
-    stages = TARGET_MEMORY[target]
+    stages = _memory(target)
     counts = {z: stages.get(z, built.memory_count) for z in zero}
     missing = [z for z in zero if z not in stages]
     note = f"weights charged as {target} keeps them per ZeRO stage"
@@ -151,7 +157,7 @@ def _entry(costs: Mapping[Layout, LayerCost], lay: Layout, knob: int) -> LayerCo
 
 def stage_knobs(target: str, options: Mapping[int, CostOptions]) -> dict[int, int]:
     """Per stage, the cost-model ZeRO knob whose entries carry its count (the stage itself unless the count is ``target``'s)."""
-    stages = TARGET_MEMORY.get(target, {})
+    stages = _memory(target)
     return {z: param_memory(o.memory_count).knob if o.memory_count == stages.get(z) else z for z, o in options.items()}
 
 
@@ -179,8 +185,7 @@ def merge_stages(base: Problem, problems: Mapping[int, Problem], knobs: Mapping[
                 table[lay] = cost
             merged[key] = MappingProxyType(table)
         layers.append(Layer(layer.name, layer.module, layer.out_bytes, merged[key]))
-    meta = dict(base.meta or {})
-    meta["memory_counts"] = {f"zero{z}": c for z, c in sorted(counts.items())}
+    meta = {**(base.meta or {}), "memory_counts": {f"zero{z}": c for z, c in sorted(counts.items())}}
     return replace(base, layers=tuple(layers), meta=MappingProxyType(meta), source=None)
 
 

@@ -1,103 +1,42 @@
 """``plan --target``: the plans a training framework runs, as restrictions of the problem the solver sees.
 
-Each :class:`TargetRules` states what one framework's export runs
-(:mod:`partitioner.export`: the rules are the exporters' own, restated here
-because the exporters import :mod:`partitioner.planning`):
-
-* ``schedules``: Megatron-LM 1F1B and interleaved 1F1B; torchtitan 1F1B,
-  GPipe and interleaved 1F1B; DeepSpeed's ``PipelineEngine`` 1F1B only;
-* one mesh (dp, tp) for every stage and layer: Megatron-LM's TP/PP flags,
-  torchtitan's one ``pp x dp x tp`` mesh, DeepSpeed's
-  ``PipeModelDataParallelTopology`` (Megatron Bridge's MIMO per-module grids
-  are not searched: see ``docs/plan.md``);
-* one knob setting: Megatron-LM sets ZeRO (distributed optimizer or
-  Megatron-FSDP) and ``--recompute-granularity`` (with its
-  ``--recompute-modules``: any module set) once for all layers;
-  torchtitan has one data-parallel setting and recomputes (``full``, or
-  ``op``: its per-op ``SelectiveAC``) the decoder blocks alone; DeepSpeed's
-  pipeline engine takes ZeRO 0 or 1 and ``activation_checkpoint_interval``
-  (full recompute only);
-* cuts: Megatron-LM runs the vision encoder and projector on the first
-  language-model stage and has no stage of the action head alone;
-  torchtitan runs the vision encoder, whole, with the token embedding.
+What each framework runs is stated once, in its home
+(:class:`~partitioner.frameworks.FrameworkRules`, ``RULES`` of
+:mod:`partitioner.frameworks.megatron`, :mod:`~partitioner.frameworks.torchtitan`
+and :mod:`~partitioner.frameworks.deepspeed`; the exporters read the same
+record): its schedules, one mesh (dp, tp, cp) for every stage and one expert
+split (ep, etp) per model, its knobs (ZeRO stages, recompute, on decoder
+blocks only or not), the axes it lacks, and where it may cut. This module
+applies them to a problem.
 
 The solver is given exactly that space (:func:`restrict`, :func:`layer_groups`,
 :func:`single_layout`): entries of knobs the target lacks are dropped, the
 layers a cut may not separate are merged into one layer (their costs add up:
 a stage's times and memory are sums over its layers), and every layer keeps
 only the one layout and knob setting being solved. :func:`expand` turns the
-solver's plan back into a plan of the full problem.
+solver's plan back into a plan of the full problem; :func:`runs` says why a
+plan found without the rules breaks them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Literal, Mapping, Sequence, get_args
 
-from ...costs.recompute import OP, acting_modules, is_module_setting, merge_settings
+from ...costs.recompute import acting_modules, merge_settings
 from ...costs.variants import Knobs, parse_variant
+from ...frameworks import RULES, FrameworkName, FrameworkRules, Mesh
 from ...plan import Plan, Stage
 from ...problem import Layer, LayerCost, Layout, Problem, ProblemError
 
-__all__ = ["Target", "TARGETS", "Mesh", "TargetRules", "RULES", "rules_for", "restrict", "settings", "module_variant",
-           "layer_groups", "single_layout", "expand", "layouts", "runs", "config_of", "LLM_ROLES"]
+__all__ = ["Target", "TARGETS", "Mesh", "FrameworkRules", "RULES", "rules_for", "restrict", "settings", "module_variant",
+           "layer_groups", "single_layout", "expand", "layouts", "runs", "config_of"]
 
-Target = Literal["any", "megatron", "torchtitan", "deepspeed"]
+Target = Literal["any", FrameworkName]
 TARGETS: tuple[Target, ...] = get_args(Target)
-LLM_ROLES = ("embedding", "decoder", "loss")  # the language model's layers (the exporters' LLM roles)
-Cuts = Literal["any", "megatron", "torchtitan"]
-Mesh = tuple[int, int, int, int, int]  # (dp, tp, cp, ep, etp): the one mesh of a target's plan
 
 
-@dataclass(frozen=True)
-class TargetRules:
-    """What one framework runs: its schedules, ZeRO stages, recompute settings and where it may cut."""
-
-    name: str
-    schedules: tuple[str, ...]
-    zero: tuple[int, ...]
-    recompute: tuple[str, ...]
-    recompute_decoder_only: bool  # recompute only on the modules holding decoder layers
-    cuts: Cuts
-    cp: bool = True  # runs context parallelism
-    etp: bool = True  # runs an expert tensor-parallel size of its own
-    fp8_recipes: tuple[str, ...] = ()  # the FP8 recipes (partitioner.costs.fp8.RECIPES) it trains with
-    fp8_note: str = ""  # where that comes from
-    modules: bool = False  # runs module recompute (Megatron's --recompute-modules: any module set)
-
-    def runs_mesh(self, mesh: "Mesh") -> bool:
-        """Whether the target runs the one mesh ``(dp, tp, cp, ep, etp)``."""
-        return (self.cp or mesh[2] == 1) and (self.etp or mesh[4] == 1)
-
-    def allows(self, knobs: Knobs) -> bool:
-        return knobs.zero in self.zero and (knobs.recompute in self.recompute
-                                            or (self.modules and is_module_setting(knobs.recompute)
-                                                and knobs.recompute != OP))
-
-
-RULES: Mapping[str, TargetRules] = MappingProxyType({
-    # export/megatron.py: MEGATRON_SCHEDULES; _knob_flags (one ZeRO, one recompute); _megatron_lm (pre/post stages)
-    # (megatron_recompute: module sets as --recompute-modules)
-    "megatron": TargetRules("megatron", ("1f1b", "interleaved"), (0, 1, 3), ("none", "selective", "full"), False,
-                            "megatron", fp8_recipes=("tensorwise", "delayed", "blockwise", "mxfp8"),
-                            fp8_note="megatron-core 0.16.1 TransformerConfig.fp8_recipe: tensorwise, delayed, mxfp8, "
-                                     "blockwise (and custom quantizer factories)", modules=True),
-    # export/torchtitan.py: SCHEDULES; _knobs (selective and module sets refused, op is SelectiveAC, recompute only on
-    # `layers`); _reasons (vision) (torchtitan 0.3 has no expert tensor parallelism of its own)
-    "torchtitan": TargetRules("torchtitan", ("1f1b", "gpipe", "interleaved"), (0, 1, 3), ("none", "full", OP), True,
-                              "torchtitan", etp=False, fp8_recipes=("rowwise", "mxfp8"),
-                              fp8_note="torchtitan 0.3's Float8LinearConverter takes recipe_name rowwise or "
-                                       "rowwise_with_gw_hp (torchao), MXFP8LinearConverter mxfp8"),
-    # export/deepspeed.py: TrainSchedule only; _knobs (ZeRO 2/3 refused, anything but full recompute refused);
-    # no CP in its pipeline engine
-    "deepspeed": TargetRules("deepspeed", ("1f1b",), (0, 1), ("none", "full"), False, "any", cp=False, etp=False,
-                             fp8_note="DeepSpeed 0.19.8's engine trains in fp32, fp16 or bf16 (config sections fp16, "
-                                      "bf16, torch_autocast); its fp8 code quantizes frozen weights for inference "
-                                      "and LoRA (deepspeed.linear, ops.fp_quantizer)"),
-})
-
-
-def rules_for(target: str) -> TargetRules | None:
+def rules_for(target: str) -> FrameworkRules | None:
     """The rules of ``target`` (None for ``any``); ProblemError for an unknown target."""
     if target not in TARGETS:
         raise ProblemError(f"must be one of {', '.join(TARGETS)}, got {target!r}", path="target")
@@ -106,19 +45,19 @@ def rules_for(target: str) -> TargetRules | None:
 
 def _roles(problem: Problem) -> list[str]:
     """Each layer's role, from the cost model's hints (``decoder`` when the problem has none)."""
-    hints = (problem.meta or {}).get("layers") or ()
+    hints = problem.workload.layers
     if len(hints) == problem.num_layers:
-        return [str(h.get("role", "decoder")) for h in hints]
+        return [h.role for h in hints]
     return ["decoder"] * problem.num_layers
 
 
 def _acts(problem: Problem) -> list[frozenset[str]]:
     """Per layer, the recompute modules that act on it (the cost model's hints; by role without them)."""
-    hints = (problem.meta or {}).get("layers") or ()
+    hints = problem.workload.layers
     roles = _roles(problem)
     if len(hints) != problem.num_layers:
         return [acting_modules(r) for r in roles]
-    return [acting_modules(r, h.get("recompute_modules")) for r, h in zip(roles, hints)]
+    return [acting_modules(r, h.recompute_modules) for r, h in zip(roles, hints)]
 
 
 def _decoder_modules(problem: Problem) -> frozenset[str]:
@@ -126,7 +65,7 @@ def _decoder_modules(problem: Problem) -> frozenset[str]:
     return frozenset(layer.module for layer, role in zip(problem.layers, _roles(problem)) if role == "decoder")
 
 
-def module_variant(rules: TargetRules, setting: str, has_decoder: bool) -> str:
+def module_variant(rules: FrameworkRules, setting: str, has_decoder: bool) -> str:
     """The variant a module takes under the uniform ``setting``: without recompute where the target cannot recompute it."""
     knobs = parse_variant(setting)
     if rules.recompute_decoder_only and not has_decoder:
@@ -134,7 +73,7 @@ def module_variant(rules: TargetRules, setting: str, has_decoder: bool) -> str:
     return knobs.name
 
 
-def _allowed(rules: TargetRules, variant: str, has_decoder: bool) -> bool:
+def _allowed(rules: FrameworkRules, variant: str, has_decoder: bool) -> bool:
     try:
         knobs = parse_variant(variant)
     except ValueError:  # a variant the cost model did not write: no framework option stands for it
@@ -146,7 +85,7 @@ def _mesh(lay: Layout) -> Mesh:
     return (lay.dp, lay.tp, lay.cp, lay.ep, lay.etp)
 
 
-def restrict(problem: Problem, rules: TargetRules) -> Problem:
+def restrict(problem: Problem, rules: FrameworkRules) -> Problem:
     """``problem`` without the cost entries of knobs the target cannot set (per module: decoder-only recompute)
     and of the axes it does not run (DeepSpeed's cp, torchtitan's and DeepSpeed's etp): its solves and its
     baselines see only what it runs."""
@@ -164,42 +103,21 @@ def restrict(problem: Problem, rules: TargetRules) -> Problem:
     return replace(problem, layers=tuple(layers), variants=MappingProxyType(variants), source=None)
 
 
-def settings(problem: Problem, rules: TargetRules, escalation: Sequence[str]) -> list[str]:
+def settings(problem: Problem, rules: FrameworkRules, escalation: Sequence[str]) -> list[str]:
     """The uniform knob settings the target may run, in ``escalation`` order then the others (the plain one included)."""
     names = [v for v in ["", *problem.variants] if _allowed(rules, v, True)]
     return [v for v in escalation if v in names] + [v for v in names if v not in escalation]
 
 
-def layer_groups(problem: Problem, rules: TargetRules) -> list[tuple[int, int]]:
+def layer_groups(problem: Problem, rules: FrameworkRules) -> list[tuple[int, int]]:
     """The runs of layers no cut of the target may separate, ``(first, last)`` in order (singletons elsewhere).
 
-    Megatron-LM: the layers before the first language-model layer join it
-    (the vision encoder and projector run on the first language-model stage)
-    and the layers after the last one join it (no stage of the action head
-    alone). torchtitan: the vision and projector layers and the token
-    embedding form one group, when they are consecutive. A target whose rule
-    the model cannot meet raises :class:`ProblemError` (torchtitan without
-    an embedding after the vision encoder).
+    The target's :attr:`~partitioner.frameworks.FrameworkRules.cut_groups` of
+    the layers' roles; a target whose rule the model cannot meet raises
+    :class:`ProblemError` (torchtitan without an embedding after the vision
+    encoder).
     """
-    roles = _roles(problem)
-    L = len(roles)
-    lo, hi = 0, L - 1
-    if rules.cuts == "megatron":
-        llm = [i for i, r in enumerate(roles) if r in LLM_ROLES]
-        if llm:
-            lo, hi = llm[0], llm[-1]
-            return [(0, lo)] + [(i, i) for i in range(lo + 1, hi)] + ([(hi, L - 1)] if hi > lo else [])
-    if rules.cuts == "torchtitan":
-        vis = [i for i, r in enumerate(roles) if r in ("vision", "projector")]
-        if vis:
-            emb = [i for i, r in enumerate(roles) if r == "embedding"]
-            first, last = min(vis), max(vis)
-            if not emb or not (emb[0] == last + 1 or emb[0] == first - 1) or last - first + 1 != len(vis):
-                raise ProblemError("torchtitan runs the vision encoder inside the token embedding's step, but this model's "
-                                   "vision layers are not next to its embedding", path="target")
-            lo, hi = min(first, emb[0]), max(last, emb[0])
-            return [(i, i) for i in range(lo)] + [(lo, hi)] + [(i, i) for i in range(hi + 1, L)]
-    return [(i, i) for i in range(L)]
+    return rules.cut_groups(_roles(problem))
 
 
 def layouts(problem: Problem) -> list[Mesh]:
@@ -254,7 +172,7 @@ def _sum(costs: Sequence[LayerCost]) -> LayerCost:
                      sum(c.bwd_weight_ms for c in costs) if split else None)  # type: ignore[misc]
 
 
-def config_of(problem: Problem, rules: TargetRules, setting: str, mesh: Mesh) -> dict[str, Layout]:
+def config_of(problem: Problem, rules: FrameworkRules, setting: str, mesh: Mesh) -> dict[str, Layout]:
     """Per module, its config under the one ``mesh`` and uniform knob ``setting`` (ep and etp on the modules with
     experts only; ZeRO shards over the dp x cp replicas)."""
     dp, tp, cp, ep, etp = mesh
@@ -319,7 +237,7 @@ def expand(plan: Plan, groups: Sequence[tuple[int, int]], problem: Problem, conf
     return Plan(tuple(stages))
 
 
-def runs(rules: TargetRules, problem: Problem, plan: Plan) -> list[str]:
+def runs(rules: FrameworkRules, problem: Problem, plan: Plan) -> list[str]:
     """Why the target cannot run ``plan`` on ``problem`` (its schedule, meshes, knobs and cuts); [] when it can.
 
     The rules of :data:`RULES`, checked on a plan found without them (``plan
@@ -329,8 +247,8 @@ def runs(rules: TargetRules, problem: Problem, plan: Plan) -> list[str]:
     schedule = problem.training.schedule
     if schedule not in rules.schedules:
         reasons.append(f"schedule {schedule}: {rules.name} runs {', '.join(rules.schedules)}")
-    fp8 = (problem.meta or {}).get("precision")
-    if isinstance(fp8, Mapping) and fp8.get("fp8_recipe") not in rules.fp8_recipes:
+    fp8 = problem.workload.precision
+    if fp8 is not None and fp8.get("fp8_recipe") not in rules.fp8_recipes:
         reasons.append(f"FP8 recipe {fp8.get('fp8_recipe')}: {rules.name} "
                        + (f"runs {', '.join(rules.fp8_recipes)}" if rules.fp8_recipes else "has no FP8 training path"))
     configs = [(s, (a, b), c) for s in plan.stages for (a, b), c in s.segment_configs(problem)]
@@ -358,9 +276,9 @@ def runs(rules: TargetRules, problem: Problem, plan: Plan) -> list[str]:
     acts = _acts(problem)
     covered = [(k.recompute, frozenset().union(*(acts[i] for i in range(a, b + 1))))
                for (k, _, dec), (_, (a, b), _) in zip(knobs, configs) if dec or not rules.recompute_decoder_only]
-    # DeepSpeed sets activation_checkpoint_interval per stage; Megatron's module lists merge where each module acts
+    # Megatron's module lists merge where each module acts (merge_settings)
     merged = merge_settings(covered) if rules.modules else (covered[0][0] if len({r for r, _ in covered}) == 1 else None)
-    if covered and merged is None and rules.name != "deepspeed":
+    if covered and merged is None and not rules.recompute_per_stage:
         reasons.append(f"mixed recompute settings {sorted({r for r, _ in covered})}: {rules.name} sets one")
     try:
         starts = {a for a, _ in layer_groups(problem, rules)}

@@ -19,16 +19,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ...core.deadline import Deadline
 from ...plan import PlanError, SolveResult, evaluate
 from ...plan.result import Status
 from ...problem import Problem
 from ...solvers import solve
-from ..deadline import Deadline
 from ..knobs import escalation
 from ..options import PlanOptions
 from ..records import KnobSolve, ScreenedCount
 from ..results import iteration_of, simulate_plan
-from .rules import Mesh, TargetRules, config_of, expand, layer_groups, layouts, settings, single_layout
+from .rules import FrameworkRules, Mesh, config_of, expand, layer_groups, layouts, settings, single_layout
 
 __all__ = ["solve_for_target"]
 
@@ -50,7 +50,7 @@ class _Found:
             self.why.append(why)
 
 
-def _solve_mesh(entry: ScreenedCount, rules: TargetRules, setting: str, mesh: Mesh, opts: PlanOptions,
+def _solve_mesh(entry: ScreenedCount, rules: FrameworkRules, setting: str, mesh: Mesh, opts: PlanOptions,
                 limit: float | None, found: _Found) -> None:
     """Solve the target's problem of one knob setting and mesh; keep its plan if it is the best so far."""
     problem = entry.problem
@@ -105,7 +105,7 @@ def _dominates(problem: Problem, a: str, b: str, configs_of) -> bool:
     return True
 
 
-def solve_for_target(entry: ScreenedCount, opts: PlanOptions, rules: TargetRules, deadline: Deadline | None = None,
+def solve_for_target(entry: ScreenedCount, opts: PlanOptions, rules: FrameworkRules, deadline: Deadline | None = None,
                      cap: float | None = None) -> KnobSolve:
     """The method's best plan of ``entry.problem`` among the plans ``rules`` runs (see the module docstring).
 
@@ -146,7 +146,7 @@ def solve_for_target(entry: ScreenedCount, opts: PlanOptions, rules: TargetRules
     return _result(entry, opts, rules, found)
 
 
-def _result(entry: ScreenedCount, opts: PlanOptions, rules: TargetRules, found: _Found) -> KnobSolve:
+def _result(entry: ScreenedCount, opts: PlanOptions, rules: FrameworkRules, found: _Found) -> KnobSolve:
     """The kept plan as a :class:`KnobSolve` (optimal with its bound when every solve was proven), or why there is none."""
     problem = entry.problem
     if found.best is None:

@@ -39,7 +39,6 @@ References
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -51,7 +50,7 @@ from ...plan import Status, evaluate
 from ...problem import Problem
 from ..base import Candidate, SolveRequest
 from ..slot.data import SlotData, SlotDecisions, plan_of_decisions
-from ..slot.run import analytic_bound, build_guard, infeasible_message, int_option
+from ..slot.run import analytic_bound, build_guard, infeasible_message
 from ..slot.times import IntegerTimes, conservative_bound
 from .arcflow import ArcGraph, GraphTooLarge, build_graph, path_of_plan
 from .formulation import apply_solver_options
@@ -138,8 +137,6 @@ def _solver(request: SolveRequest, deadline: float | None, seed: int) -> cp_mode
     params = solver.parameters
     params.random_seed = seed
     # one worker: every solve here is proven by the root LP, a portfolio only runs copies of it
-    # (the option is still checked, for the same errors as the slot model)
-    int_option(request, "cpsat", "num_workers", os.cpu_count() or 1)
     params.num_workers = 1
     apply_solver_options(solver, request, ARC_PARAMETERS)
     if deadline is not None:
@@ -315,7 +312,7 @@ def solve_arcflow(problem: Problem, data: SlotData, times: IntegerTimes, request
     if out.path is None:
         if hint_plan is not None:
             message = f"cpsat: time limit reached; returning the {hint_source} plan"
-            return Candidate("feasible", hint_plan, bound, message, extra)
+            return Candidate("feasible", hint_plan, bound, message, extra, timed_out=True)
         return Candidate("error", message="cpsat: time limit reached before any plan was found", extra=extra,
                          timed_out=True)
     plan = plan_of_path(data, graph, out.path)
@@ -332,4 +329,4 @@ def solve_arcflow(problem: Problem, data: SlotData, times: IntegerTimes, request
             f"cpsat: the integer time unit ({1 / times.scale:.3g} ms) cannot prove optimality to "
             f"{resolution:g}; the gap is the proven one (use dp for an exact answer)"
         )
-    return Candidate(status, plan, bound, message, extra)
+    return Candidate(status, plan, bound, message, extra, timed_out=not out.proven)

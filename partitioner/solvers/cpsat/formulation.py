@@ -11,7 +11,6 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ...core.lazy import lazy_module
-from ..base import SolverError
 from ..slot.data import SlotData, SlotDecisions, decisions_from_values, reshard_sites, stage_terms
 from ..slot.schedule import T
 from ..slot.times import IntegerTimes
@@ -464,20 +463,14 @@ def read_decisions(solver: cp_model.CpSolver, var: CpVars, data: SlotData) -> Sl
 def apply_solver_options(solver: cp_model.CpSolver, request, defaults: dict) -> None:
     """The ``log`` and ``parameters`` options of a cpsat request on ``solver``, over ``defaults``.
 
-    Logging goes to stderr (stdout carries the CLI's ``--json`` result); a
-    parameter CP-SAT does not take is a :class:`~.base.SolverError` naming it.
+    Logging goes to stderr (stdout carries the CLI's ``--json`` result); the parameters were checked at
+    the door (:class:`~partitioner.solvers.options.CpsatOptions`).
     """
-
     params = solver.parameters
-    if request.option("log", False):
+    options = request.options
+    if options.log:
         params.log_search_progress = True
         params.log_to_stdout = False
         solver.log_callback = lambda line: print(line, file=sys.stderr)
-    extra = request.option("parameters", {})
-    if not isinstance(extra, dict):
-        raise SolverError(f"cpsat: option parameters must be a mapping of CP-SAT parameters, got {extra!r}")
-    for key, value in {**defaults, **extra}.items():
-        try:
-            setattr(params, key, value)
-        except (AttributeError, TypeError, ValueError) as err:
-            raise SolverError(f"cpsat: bad CP-SAT parameter {key}={value!r}: {err}") from None
+    for key, value in {**defaults, **options.parameters}.items():
+        setattr(params, key, value)

@@ -112,23 +112,9 @@ inclusion detection, symmetry) did not remove every case; without presolve
 the answers agreed with ``brute`` on 7,000 random problems.
 ``options={"parameters": {"cp_model_presolve": True}}`` turns it back on.
 
-Options
--------
-num_workers : int
-    CP-SAT search workers (default: the machine's cores).
-hint : bool
-    Give the greedy plan as a hint when no ``warm_start`` is given (default True).
-resolution : float
-    Target relative accuracy of the integer time scale (default 1e-7; 1e-6 for
-    the zb-h1 iteration estimate, see :data:`.slottimes.RESOLUTION_ZB_H1`).
-log : bool
-    Print CP-SAT's search log (on stderr).
-parameters : dict
-    Further CP-SAT parameters by name (``SatParameters`` fields).
-formulation : str
-    ``"auto"`` (default): the arc-flow model (:mod:`.arcflow`) when the problem
-    fits it (comm-free, 1F1B's objective and stash), else the slot
-    model; ``"slot"``: always the slot model.
+Options: :class:`~partitioner.solvers.options.CpsatOptions` (``num_workers``,
+``hint``, ``resolution``, ``log``, ``parameters``, ``formulation``), checked
+by :func:`~partitioner.solvers.solve` before the method runs.
 
 References
 ----------
@@ -138,22 +124,20 @@ References
 from __future__ import annotations
 
 import os
-import time
 from typing import TYPE_CHECKING, Any
 
 from ...core.lazy import lazy_module
 from ...plan import Plan, Status, evaluate
 from ...problem import Problem
-from ..base import Candidate, SolveRequest, SolverError, register
-from ..feasibility import quick_infeasibility
+from ..base import Candidate, SolveRequest, register
 from ..interleaved.solve import solve_interleaved
+from ..options import Capabilities, CpsatOptions
 from ..slot.data import SlotData, SlotStart, plan_of_decisions, slot_start
 from ..slot.run import (
     BuildTimeout,
     build_guard,
     build_timeout_candidate,
     infeasible_message,
-    int_option,
     model_size_refusal,
 )
 from ..slot.times import RESOLUTION, RESOLUTION_ZB_H1, conservative_bound, integer_times
@@ -174,28 +158,29 @@ if TYPE_CHECKING:
 else:
     cp_model = lazy_module("ortools.sat.python.cp_model")
 
-__all__ = ["solve_cpsat", "build_model", "hint_values", "read_decisions", "SAFE_PARAMETERS"]
+__all__ = ["solve_cpsat", "build_model", "hint_values", "read_decisions", "SAFE_PARAMETERS", "CAPABILITIES"]
 
 
 
 
-@register("cpsat", options=("num_workers", "hint", "resolution", "log", "parameters", "formulation"))
+_BOTH = frozenset({"bottleneck", "iteration"})
+# zb-h1 iteration with a coarser default time unit (slot.times.RESOLUTION_ZB_H1 says why); interleaved:
+# its own space of equal device groups (solvers/interleaved)
+CAPABILITIES = Capabilities(
+    schedules={"1f1b": _BOTH, "zb-h1": _BOTH, "gpipe": _BOTH, "interleaved": _BOTH}, exact=True
+)
+
+
+@register("cpsat", options=CpsatOptions, capabilities=CAPABILITIES)
 def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     if problem.training.schedule == "interleaved":  # its own space and model
-
         return solve_interleaved(problem, request, "cpsat")
-    start = time.perf_counter()
-    if problem.cluster.topology is not None:
-        return Candidate("error", message="cpsat: custom cluster topologies are not supported by the solvers yet")
-    reason = quick_infeasibility(problem)
-    if reason:
-        return Candidate("infeasible", message=reason)
+    options = request.options
+    assert isinstance(options, CpsatOptions)
     zb_h1_iteration = (problem.training.schedule, request.objective) == ("zb-h1", "iteration")
-    resolution = request.option("resolution", RESOLUTION_ZB_H1 if zb_h1_iteration else RESOLUTION)
-    if isinstance(resolution, bool) or not isinstance(resolution, (int, float)) or not 0 < resolution < 1:
-        raise SolverError(f"cpsat: option resolution must be a number in (0, 1), got {resolution!r}")
-    check = build_guard(request.deadline(start))
-    refusal = model_size_refusal("cpsat", problem, request, start)
+    resolution = options.resolution or (RESOLUTION_ZB_H1 if zb_h1_iteration else RESOLUTION)
+    check = build_guard(request.deadline())
+    refusal = model_size_refusal("cpsat", problem, request)
     if refusal:
         return Candidate("error", message=refusal, timed_out=True)
     extra: dict[str, Any] = {}
@@ -205,10 +190,8 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
         data, hint_plan, hint_source, decisions = begun.data, begun.plan, begun.source, begun.decisions
         assert data is not None, "slot_start sets the tables"
         times = integer_times(data, float(resolution), begun.ceiling_ms, check)
-        if request.option("formulation", "auto") not in ("auto", "slot"):
-            raise SolverError(f"cpsat: option formulation must be 'auto' or 'slot', got {request.option('formulation', None)!r}")
-        if request.option("formulation", "auto") == "auto" and not arcflow_reason(problem, request.objective, data):
-            deadline = request.deadline(start)
+        if options.formulation == "auto" and not arcflow_reason(problem, request.objective, data):
+            deadline = request.deadline()
             answer = solve_arcflow(problem, data, times, request, deadline, hint_plan, hint_source, extra, float(resolution), check)
             if answer is not None:
                 return answer
@@ -227,14 +210,14 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     solver = cp_model.CpSolver()
     params = solver.parameters
     params.random_seed = int(request.seed)
-    params.num_workers = int_option(request, "cpsat", "num_workers", os.cpu_count() or 1)
+    params.num_workers = options.num_workers or os.cpu_count() or 1
     # the model's objective is only accurate to `error` units (integer_times):
     # closing the last units of gap would prove nothing about the contract
     params.absolute_gap_limit = float(times.error)
     params.relative_gap_limit = 0.0
     apply_solver_options(solver, request, SAFE_PARAMETERS)
-    if request.time_limit is not None:
-        params.max_time_in_seconds = max(0.0, request.time_limit - (time.perf_counter() - start))
+    if request.limited:
+        params.max_time_in_seconds = request.left()
     code = solver.solve(model)
 
     extra["cpsat"] = {
@@ -281,10 +264,10 @@ def _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, 
                 f"{analytic:.6g} ms up to {data.upper_stage_ms():.6g} ms per stage) cannot prove "
                 f"optimality to {resolution:g}; the gap is the proven one (use dp for an exact answer)"
             )
-        return Candidate(status, plan, bound, message, extra)
+        return Candidate(status, plan, bound, message, extra, timed_out=code != cp_model.OPTIMAL)
     if code == cp_model.UNKNOWN and hint_plan is not None:
         message = f"cpsat: time limit reached; returning the {hint_source} plan"
-        return Candidate("feasible", hint_plan, bound, message, extra)
+        return Candidate("feasible", hint_plan, bound, message, extra, timed_out=True)
     if code == cp_model.UNKNOWN:
         return Candidate("error", message="cpsat: time limit reached before any plan was found", extra=extra,
                          timed_out=True)

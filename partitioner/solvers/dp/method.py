@@ -1,7 +1,10 @@
 """The ``dp`` method: the registry's entry point to the exact DP of :mod:`.dp`.
 
-It checks what the DP cannot take (custom topologies) and what is infeasible
-without a search, solves with the placement mode the cluster needs (see the
+Its capabilities (what :func:`~partitioner.solvers.solve` checks before it
+dispatches: no custom topologies; the interleaved schedule by its own cut
+search, :mod:`partitioner.solvers.interleaved.search`) and its options
+record (:class:`~partitioner.solvers.options.DpOptions`) are registered with
+it. It solves with the placement mode the cluster needs (see the
 *Placement* section of :mod:`.dp`), falls back to the exact placement
 automaton when a relaxed optimum's runs do not pack, and turns the search's
 limits (:mod:`.errors`) and an infeasible result into a candidate with a
@@ -10,56 +13,69 @@ time limit or the memory budget returns the best plan it knows -- the DP's
 own best so far or the greedy plan, whichever is better -- as ``feasible``
 with the best lower bound it has proven (never nothing when a plan exists).
 
-Options: ``placement`` ("auto" | "bins") forces the exact placement
-automaton; ``memory_budget_gb`` caps the DP tables (default 3); ``threads``
-the threads of a level (:mod:`.dp_recursion`).
+Options (:class:`~partitioner.solvers.options.DpOptions`): ``placement``
+("auto" | "bins") forces the exact placement automaton; ``memory_budget_gb``
+caps the DP tables (default 3); ``threads`` the threads of a level
+(:mod:`.recursion`).
 """
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import replace
 
+from ...core.deadline import load_slowdown
 from ...core.units import format_bytes
 from ...plan import PlanError, evaluate
 from ...problem import Problem
 from ..base import Candidate, SolveRequest, register
+from ..bounds import analytic_bound
 from ..errors import OutOfTime, TooLarge
 from ..feasibility import feasible_stage_counts, quick_infeasibility
-from ..greedy import solve_greedy
+from ..greedy import cost_entries, run_seconds, solve_greedy
 from ..interleaved.search import solve_interleaved_search
+from ..options import Capabilities, DpOptions
 from .compiled import engine
 from .solver import DPModel
 
-__all__ = ["solve_dp", "explain_infeasible"]
+__all__ = ["solve_dp", "explain_infeasible", "CAPABILITIES"]
 
-_MEMORY_BUDGET_BYTES = 3 * 2**30
+# CPU seconds per cost entry of building the DP's per-layer tables (DPModel): 0.8-1.2 microseconds on the 200-,
+# 1,000- and 5,000-layer format-v3 synthetic problems of 4 x 8 GPUs (benchmarks/limits.py); the lower, so that
+# a refusal (the tables cannot be built in the time left) is not premature.
+TABLE_SECONDS_PER_ENTRY = 0.8e-6
+# The most seconds past an expired deadline the fallback greedy may take beyond its first stage count (as the
+# time-out fallback of :func:`partitioner.solvers.solve` gives it).
+FALLBACK_GRACE = 1.0
+
+_BOTH = frozenset({"bottleneck", "iteration"})
+# interleaved: the space of equal device groups with one mesh each, by its cut search (solvers/interleaved/search.py)
+CAPABILITIES = Capabilities(
+    schedules={"1f1b": _BOTH, "zb-h1": _BOTH, "gpipe": _BOTH, "interleaved": _BOTH}, exact=True
+)
 
 
-@register("dp", options=("placement", "memory_budget_gb", "threads"))
+@register("dp", options=DpOptions, capabilities=CAPABILITIES)
 def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
-    """Exact DP. Options: ``placement`` ("auto" | "bins") forces the exact
-    placement automaton; ``memory_budget_gb`` caps the DP tables (default 3);
-    ``threads`` the threads a level's first layers are shared among (default
-    ``PARTITIONER_DP_THREADS`` or one per core; a batch sweep gives each job
-    its share of the cores)."""
+    """Exact DP with the options of :class:`~partitioner.solvers.options.DpOptions`."""
     if problem.training.schedule == "interleaved":  # its own space and search (interleaved/search.py)
         return solve_interleaved_search(problem, request)
-    if problem.cluster.topology is not None:
-        return Candidate("error", message="dp: custom cluster topologies are not supported by the solvers yet")
-    reason = quick_infeasibility(problem)
-    if reason:
-        return Candidate("infeasible", message=reason)
-    start = time.perf_counter()
-    deadline = request.deadline(start)
-    budget = float(request.option("memory_budget_gb", _MEMORY_BUDGET_BYTES / 2**30)) * 2**30
-    forced = request.option("placement", "auto")
-    if forced not in ("auto", "bins"):
-        return Candidate("error", message=f"dp: option placement must be 'auto' or 'bins', got {forced!r}")
-
-    threads = request.option("threads", None)
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        return Candidate("error", message=f"dp: option threads must be a positive integer, got {threads!r}")
+    options = request.options
+    assert isinstance(options, DpOptions)
+    budget = options.memory_budget_bytes
+    forced = options.placement
+    threads = options.threads
+    # cut short, dp still builds its answer -- at least greedy's plan: keep the time that takes at the
+    # machine's present load, and refuse at once what cannot even build its tables in the time left
+    reserve = run_seconds(problem) * load_slowdown()
+    deadline = request.deadline()
+    if deadline is not None:
+        build = TABLE_SECONDS_PER_ENTRY * cost_entries(problem) * load_slowdown()
+        if build + reserve > request.left():
+            reason = (f"dp: the time limit would run out while building the tables ({cost_entries(problem):,} cost "
+                      f"entries: about {build:.3g} s at this load, and {reserve:.3g} s for the fallback plan, "
+                      f"{request.left():.3g} s left); raise --time-limit")
+            return _cut_short(problem, request, None, reason, timed_out=True)
+        deadline -= reserve
 
     engine.take_note()  # forget a note of an earlier solve
     model = DPModel(problem)
@@ -105,8 +121,8 @@ def _set_incumbent(problem: Problem, request: SolveRequest, model: "DPModel", de
             note = f"ignored: {err}"
 
     def incumbent():
-        left = None if deadline is None else deadline - time.perf_counter()
-        greedy = solve_greedy(problem, SolveRequest(request.objective, time_limit=left)) if left is None or left > 0 else None
+        clock = request.clock
+        greedy = None if clock.expired() else solve_greedy(problem, SolveRequest(request.objective, time_limit=clock))
         if greedy is not None and greedy.plan is not None:
             try:
                 found.append((evaluate(problem, greedy.plan, request.objective).value, greedy.plan, "greedy"))
@@ -118,7 +134,7 @@ def _set_incumbent(problem: Problem, request: SolveRequest, model: "DPModel", de
     return note
 
 
-def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel", reason: str, timed_out: bool = False,
+def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel | None", reason: str, timed_out: bool = False,
                kernels_note: str | None = None, warm_note: str | None = None) -> Candidate:
     """The best known plan when the search cannot finish: the DP's own best so far or the greedy
     plan, whichever is better, ``feasible`` with the best proven lower bound; ``error`` if neither exists.
@@ -131,7 +147,10 @@ def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel", reason
     known = getattr(model, "best_known", None)
     if known is not None:
         found.append(("dp", known[1]))
-    greedy = solve_greedy(problem, SolveRequest(request.objective))
+    # greedy gets what is left of the limit, or its estimated run at this load up to FALLBACK_GRACE seconds
+    # (its first stage count always runs: a plan, past the limit on a huge problem)
+    budget = max(request.left(), min(FALLBACK_GRACE, run_seconds(problem) * load_slowdown()))
+    greedy = solve_greedy(problem, SolveRequest(request.objective, time_limit=budget if request.limited else None))
     if greedy.plan is not None:
         found.append(("greedy", greedy.plan))
     best = None
@@ -145,7 +164,7 @@ def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel", reason
     if best is None:
         return Candidate("error", message=f"{reason}; no valid plan known", timed_out=timed_out)
     bounds = [b for b in (getattr(model, "proven_bound", None),) if b is not None]
-    bounds.append(model.analytic_bound(request.objective))
+    bounds.append(analytic_bound(problem, request.objective) if model is None else model.analytic_bound(request.objective))
     bound = max(bounds) * (1 - 1e-9) if bounds and all(math.isfinite(b) for b in bounds) else None
     if bound is not None:
         bound = min(bound, best[0])

@@ -28,6 +28,7 @@ from math import comb
 from ...plan import objective_value
 from ...problem import Problem
 from ..base import Candidate, SolveRequest
+from ..errors import OutOfTime
 from .space import (
     chunk_options,
     group_counts,
@@ -47,8 +48,9 @@ def interleaved_enumeration_size(problem: Problem) -> int:
     return sum(comb(L - 1, P * v - 1) for P in group_counts(problem))
 
 
-def _best_group(problem: Problem, groups: int, g: int, bounds, cache: dict):
-    """Group g's fastest fitting choice for the chunk bounds: (compute per chunk, configs per chunk) or None."""
+def _best_group(problem: Problem, groups: int, g: int, bounds, cache: dict, deadline: float | None = None):
+    """Group g's fastest fitting choice for the chunk bounds: (compute per chunk, configs per chunk) or None.
+    Raises :class:`~partitioner.solvers.errors.OutOfTime` past ``deadline`` (checked every 4096 choices)."""
     P, v, m = groups, problem.training.virtual_stages, problem.microbatches
     d = problem.num_devices // P
     capacity = problem.cluster.gpu_memory_bytes
@@ -62,7 +64,9 @@ def _best_group(problem: Problem, groups: int, g: int, bounds, cache: dict):
             if key not in cache:
                 cache[key] = chunk_options(problem, key[0], key[1], mesh)
             per_chunk.append(cache[key])
-        for combo in itertools.product(*per_chunk):
+        for n, combo in enumerate(itertools.product(*per_chunk)):
+            if deadline is not None and n % 4096 == 0 and time.perf_counter() > deadline:
+                raise OutOfTime
             total = sum(o.compute_ms for o in combo)
             if best is not None and total >= best[0]:
                 continue
@@ -70,6 +74,13 @@ def _best_group(problem: Problem, groups: int, g: int, bounds, cache: dict):
             if sum(o.weight_bytes for o in combo) + peak <= capacity:
                 best = (total, combo)
     return best
+
+
+def _cut_short(best_plan) -> Candidate:
+    if best_plan is None:
+        return Candidate("error", message="brute: time limit reached before any valid plan was found", timed_out=True)
+    return Candidate("feasible", best_plan, message="brute: time limit reached; the search is incomplete",
+                     timed_out=True)
 
 
 def solve_brute_interleaved(problem: Problem, request: SolveRequest, deadline: float | None, limit: int) -> Candidate:
@@ -93,11 +104,12 @@ def solve_brute_interleaved(problem: Problem, request: SolveRequest, deadline: f
         K = P * v
         for cuts in itertools.combinations(range(1, L), K - 1):
             if deadline is not None and time.perf_counter() > deadline:
-                if best_plan is None:
-                    return Candidate("error", message="brute: time limit reached before any valid plan was found", timed_out=True)
-                return Candidate("feasible", best_plan, message="brute: time limit reached; the search is incomplete")
+                return _cut_short(best_plan)
             bounds = (0,) + cuts + (L,)
-            choices = [_best_group(problem, P, g, bounds, cache) for g in range(P)]
+            try:
+                choices = [_best_group(problem, P, g, bounds, cache, deadline) for g in range(P)]
+            except OutOfTime:
+                return _cut_short(best_plan)
             if not all(choices):
                 continue
             sends = [send_ms(problem, bounds[c + 1] - 1, P, c % P) for c in range(K - 1)]

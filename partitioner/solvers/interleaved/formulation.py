@@ -47,7 +47,18 @@ from ...plan import Plan
 from ...problem import LayerCost, Layout, Problem
 from .space import group_configs, group_meshes, held_states, interleaved_plan, send_ms
 
-__all__ = ["GroupData", "Spec", "formulation", "build_cpsat", "build_pulp", "plan_of_values", "values_of_plan", "complete_values"]
+__all__ = [
+    "GroupData",
+    "Spec",
+    "formulation",
+    "build_cpsat",
+    "build_pulp",
+    "plan_of_values",
+    "values_of_plan",
+    "complete_values",
+    "group_exclusion",
+    "MemoryUnits",
+]
 
 
 @dataclass(frozen=True)
@@ -120,22 +131,69 @@ def _add_terms(target: dict, terms: dict, factor=1) -> None:
         target[k] = target.get(k, 0) + factor * v
 
 
-def formulation(data: GroupData, time_coefficient: Callable[[float], float], time_ub, check=None) -> Spec:
+def _y(data: GroupData, i: int, k: int) -> tuple[dict, int]:
+    """``y[i, k]`` as terms (constants 0 / 1 at the ends of k's range, and where forced)."""
+    K, L = data.chunks, data.problem.num_layers
+    if k <= 0 or k <= K - L + i:
+        return {}, 1
+    if k >= K or k > i:
+        return {}, 0
+    return {("y", i, k): 1}, 0
+
+
+def _x(data: GroupData, i: int, c: int) -> tuple[dict, int]:
+    """``x[i, c] = y[i, c] - y[i, c + 1]`` (layer i in chunk c) as terms and a constant."""
+    (t1, c1), (t2, c2) = _y(data, i, c), _y(data, i, c + 1)
+    terms = dict(t1)
+    _add_terms(terms, t2, -1)
+    return terms, c1 - c2
+
+
+@dataclass(frozen=True)
+class MemoryUnits:
+    """How the model states bytes: exactly (``grid`` None: integers, CP-SAT) or as shares of the GPU's memory
+    on a dyadic grid (the MILP).
+
+    On the grid a load (weights, activations) is rounded down and a saving (tied bytes) up, so the model
+    never states more memory than a plan needs: it cuts no valid plan, and a plan it lets over the limit
+    by the rounding (at most one grid step per term) is cut off and the model solved again
+    (:func:`group_exclusion`). Grid values are exact in binary floating point, so the backends' sums and
+    tolerances do not blur them; raw bytes (up to 2^50) next to 0/1 decisions, or shares down to 1e-9,
+    left HiGHS without presolve certifying wrong optima and wrong infeasibility on these models.
+    """
+
+    capacity: int
+    grid_bits: int | None = None  # the grid step is 2^-grid_bits of the GPU's memory
+
+    def load(self, nbytes: int) -> float:
+        if self.grid_bits is None:
+            return nbytes
+        return ((nbytes << self.grid_bits) // self.capacity) / 2**self.grid_bits  # exact integer floor
+
+    def save(self, nbytes: int) -> float:
+        if self.grid_bits is None:
+            return nbytes
+        return -((-nbytes << self.grid_bits) // self.capacity) / 2**self.grid_bits  # exact integer ceiling
+
+    @property
+    def limit(self) -> float:
+        return self.capacity if self.grid_bits is None else 1.0
+
+
+def formulation(data: GroupData, time_coefficient: Callable[[float], float], time_ub, check=None,
+                memory: MemoryUnits | None = None) -> Spec:
     """The model of the module docstring; ``time_coefficient`` maps a time in ms to the model's number
     (CP-SAT: rounded integer units, capped; PuLP: ms, capped), ``time_ub`` bounds every T_g and T;
-    ``check()`` is called in the long loops (it may raise to stop the build at a deadline)."""
+    ``check()`` is called in the long loops (it may raise to stop the build at a deadline); ``memory``
+    states the bytes (default: exact integers, as CP-SAT needs)."""
     check = check or (lambda: None)
     p, P, K = data.problem, data.groups, data.chunks
     L, v, m = p.num_layers, p.training.virtual_stages, p.microbatches
+    memory = memory or MemoryUnits(p.cluster.gpu_memory_bytes)
     spec = Spec()
 
     def y(i: int, k: int):
-        """``y[i, k]`` as terms (constants 0 / 1 at the ends of k's range, and where forced)."""
-        if k <= 0 or k <= K - L + i:
-            return {}, 1
-        if k >= K or k > i:
-            return {}, 0
-        return {("y", i, k): 1}, 0
+        return _y(data, i, k)
 
     for i in range(L):
         for k in range(1, K):
@@ -157,10 +215,7 @@ def formulation(data: GroupData, time_coefficient: Callable[[float], float], tim
             leq(y(i, k + 1), y(i, k))
 
     def x(i: int, c: int):
-        (t1, c1), (t2, c2) = y(i, c), y(i, c + 1)
-        terms = dict(t1)
-        _add_terms(terms, t2, -1)
-        return terms, c1 - c2
+        return _x(data, i, c)
 
     for g in range(P):
         spec.add({spec.var(("u", g, mu)): 1 for mu in range(len(data.meshes))}, "==", 1)
@@ -229,7 +284,7 @@ def formulation(data: GroupData, time_coefficient: Callable[[float], float], tim
     # tied weights (format v3): tz[n, c, k] = 1 when chunk c holds both layers of tie n, the later in config k
     tied: dict = {}  # chunk c -> {("tz", n, c, k): its tied bytes}
     for n, (tj, tk) in enumerate(p.ties):
-        saves = {k: e.tied_weight_bytes for k, e in data.entries(tk) if e.tied_weight_bytes}
+        saves = {k: memory.save(e.tied_weight_bytes) for k, e in data.entries(tk) if e.tied_weight_bytes}
         for c in set(data.chunk_range(tj)) & set(data.chunk_range(tk)) if saves else ():
             xt, xc = x(tj, c)
             both = {spec.var(("tz", n, c, k)): 1 for k in saves}
@@ -241,16 +296,16 @@ def formulation(data: GroupData, time_coefficient: Callable[[float], float], tim
             tied.setdefault(c, {}).update({("tz", n, c, k): v for k, v in saves.items()})
 
     # memory per group and op-order state
-    capacity = p.cluster.gpu_memory_bytes
     for c in range(K):
-        acts = {("z", i, c, k): e.act_bytes for i in range(L) if c in data.chunk_range(i) for k, e in data.entries(i)}
-        top = sum(max((e.act_bytes for _, e in data.entries(i)), default=0) for i in range(L))
+        acts = {("z", i, c, k): memory.load(e.act_bytes)
+                for i in range(L) if c in data.chunk_range(i) for k, e in data.entries(i)}
+        top = memory.load(sum(max((e.act_bytes for _, e in data.entries(i)), default=0) for i in range(L)))
         A = spec.var(("A", c), "int", 0, top)
         acts[A] = -1
         spec.add(acts, "==", 0)
     for g in range(P):
         weights = {
-            ("z", i, c, k): e.weight_bytes
+            ("z", i, c, k): memory.load(e.weight_bytes)
             for c in range(g, K, P)
             for i in range(L)
             if c in data.chunk_range(i)
@@ -258,7 +313,7 @@ def formulation(data: GroupData, time_coefficient: Callable[[float], float], tim
         }
         for c in range(g, K, P):
             _add_terms(weights, tied.get(c, {}), -1)
-        top = sum(max((e.weight_bytes for _, e in data.entries(i)), default=0) for i in range(L))
+        top = memory.load(sum(max((e.weight_bytes for _, e in data.entries(i)), default=0) for i in range(L)))
         W = spec.var(("W", g), "int", 0, top)
         weights[W] = -1
         spec.add(weights, "==", 0)
@@ -266,7 +321,7 @@ def formulation(data: GroupData, time_coefficient: Callable[[float], float], tim
             terms = {W: 1}
             for j, n in enumerate(state):
                 _add_terms(terms, {("A", g + j * P): n})
-            spec.add(terms, "<=", capacity)
+            spec.add(terms, "<=", memory.limit)
 
     if data.objective == "bottleneck":
         spec.objective = {"T": 1}
@@ -309,7 +364,9 @@ def build_pulp(spec: Spec, check=None, name: str = "interleaved"):
     for n, (kind, lb, ub) in spec.variables.items():
         label = "_".join(map(str, n)) if isinstance(n, tuple) else str(n)
         cat = {"bin": pulp.LpBinary, "int": pulp.LpContinuous, "real": pulp.LpContinuous}[kind]
-        var[n] = pulp.LpVariable(label, lowBound=lb, upBound=ub, cat=cat)
+        # an "int" (a memory sum, defined by its equality row) is continuous here, without the upper bound
+        # CP-SAT's domain needs: a start's value may exceed a bound in shares by a rounding
+        var[n] = pulp.LpVariable(label, lowBound=lb, upBound=None if kind == "int" else ub, cat=cat)
     for j, (terms, sense, rhs) in enumerate(spec.constraints):
         if j % 1024 == 0:
             check()
@@ -321,6 +378,36 @@ def build_pulp(spec: Spec, check=None, name: str = "interleaved"):
         lp += (expr <= rhs if sense == "<=" else expr == rhs), f"c{j}"
     lp += pulp.lpSum(coef * var[k] for k, coef in spec.objective.items())
     return lp, var
+
+
+def group_exclusion(data: GroupData, plan: Plan, group: int, value: Callable[[object], float]) -> tuple[dict, float]:
+    """A cut ``(terms, rhs)``, read ``terms <= rhs``, that no plan of the model passes whose device group
+    ``group`` holds the same chunks (the same layers, each in the same config) as ``plan`` does.
+
+    Group g's memory (rule 6) depends only on its chunks' layers and configs (P, m and v fixed for the
+    model): when ``plan`` breaks rule 6 on g, every such plan does, and no valid plan is cut. The
+    literals: chunk c holds exactly its layers (``x`` of its first and last layer 1, of their neighbours 0)
+    and each layer its config (``z``, as ``value`` reads the solution); the cut says not all hold.
+    """
+    L, P = data.problem.num_layers, data.groups
+    terms: dict = {}
+    rhs = -1.0
+    for c in range(group, data.chunks, P):
+        stage = plan.stages[c]
+        a, b = stage.first_layer, stage.last_layer
+        literals = [(_x(data, a, c), 1), (_x(data, b, c), 1)]
+        if a > 0:
+            literals.append((_x(data, a - 1, c), -1))
+        if b < L - 1:
+            literals.append((_x(data, b + 1, c), -1))
+        for (lit_terms, const), sign in literals:  # sign -1: the literal is 1 - x
+            _add_terms(terms, lit_terms, sign)
+            rhs += 1 - (const if sign == 1 else 1 - const)
+        for i in range(a, b + 1):
+            k = max((k for k, _ in data.entries(i)), key=lambda k: value(("z", i, c, k)))
+            _add_terms(terms, {("z", i, c, k): 1})
+            rhs += 1
+    return {k: v for k, v in terms.items() if v}, rhs
 
 
 def plan_of_values(data: GroupData, value: Callable[[object], float]) -> Plan:

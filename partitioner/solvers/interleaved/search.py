@@ -123,8 +123,6 @@ def solve_interleaved_search(problem: Problem, request: SolveRequest) -> Candida
     """Plan an interleaved problem (module docstring)."""
     start = time.perf_counter()
     deadline = request.deadline(start)
-    if problem.cluster.topology is not None:
-        return Candidate("error", message="dp: custom cluster topologies are not supported by the solvers yet")
     counts = group_counts(problem)
     if not counts:
         return Candidate("infeasible", message=no_group_count_message(problem))

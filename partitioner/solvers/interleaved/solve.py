@@ -47,16 +47,19 @@ import time
 
 from ...plan import Plan, PlanError, evaluate
 from ...problem import Problem
-from ..base import Candidate, SolveRequest, SolverError
+from ..base import Candidate, SolveRequest
 from ..cpsat.formulation import SAFE_PARAMETERS  # the presolve caveat of the slot model holds here too
-from ..slot.run import HANDOVER_SHARE, BuildTimeout, build_guard, int_option
+from ..options import CpsatOptions, MilpOptions
+from ..slot.run import HANDOVER_SHARE, MAX_EXCLUSIONS, BuildTimeout, build_guard
 from ..slot.times import RESOLUTION, UNIT_CAP
 from .formulation import (
     GroupData,
+    MemoryUnits,
     build_cpsat,
     build_pulp,
     complete_values,
     formulation,
+    group_exclusion,
     plan_of_values,
     values_of_plan,
 )
@@ -67,24 +70,23 @@ __all__ = ["solve_interleaved"]
 _EPS = 2.0**-52
 MILP_BOUND_MARGIN = 1e-7  # relative, for the backend's feasibility tolerances
 MILP_OPTIMAL_GAP = 1e-6
+# The MILP states memory as shares of the GPU on a grid of 2^-24 (6e-8) of it (.formulation.MemoryUnits): far
+# above the backends' 1e-9 tolerances, so their sums are exact, and fine enough that few plans come within
+# the rounding of the limit (each is cut off and the model solved again).
+MILP_MEMORY_GRID_BITS = 24
 
 
 def solve_interleaved(problem: Problem, request: SolveRequest, method: str) -> Candidate:
     """Plan an interleaved problem with ``method`` ("cpsat" or "milp") over the space; see the module docstring."""
-    start = time.perf_counter()
-    deadline = request.deadline(start)
-    if problem.cluster.topology is not None:
-        return Candidate("error", message=f"{method}: custom cluster topologies are not supported by the solvers yet")
+    deadline = request.deadline()
     counts = group_counts(problem)
     if not counts:
         return Candidate("infeasible", message=no_group_count_message(problem))
     objective = request.objective
-    resolution = request.option("resolution", RESOLUTION)
-    if isinstance(resolution, bool) or not isinstance(resolution, (int, float)) or not 0 < resolution < 1:
-        raise SolverError(f"cpsat: option resolution must be a number in (0, 1), got {resolution!r}")
     hints = _hints(problem, request, counts)
     best_value, best_plan = min(((v, p) for pairs in hints.values() for v, p in pairs[:1]), default=(math.inf, None), key=lambda vp: vp[0])
     bounds, proven, notes = [], True, {}
+    stopped = False  # the time limit cut a group count's solve short (or left it unsolved)
     # the group count of the best start first: its plan then caps the others' models
     for P in sorted(counts, key=lambda P: hints[P][0][0] if hints.get(P) else math.inf):
         data = GroupData.of(problem, objective, P)
@@ -96,7 +98,7 @@ def solve_interleaved(problem: Problem, request: SolveRequest, method: str) -> C
             continue
         left = None if deadline is None else deadline - time.perf_counter()
         if left is not None and left <= 0:
-            proven = False
+            proven, stopped = False, True
             bounds.append(data.time_lower_bound() * (1 - 1e-12))
             notes[P] = "not solved: time limit"
             continue
@@ -105,12 +107,13 @@ def solve_interleaved(problem: Problem, request: SolveRequest, method: str) -> C
         try:
             status, plan, bound = run(data, request, hint, best_value, deadline)
         except BuildTimeout:
-            proven = False
+            proven, stopped = False, True
             bounds.append(data.time_lower_bound() * (1 - 1e-12))
             notes[P] = "not solved: the time limit ran out while building its model"
             continue
         notes[P] = status if status != "infeasible" or not math.isfinite(best_value) else f"no plan better than {best_value:.9g}"
         proven = proven and status in ("optimal", "infeasible")
+        stopped = stopped or status in ("feasible", "unknown")  # each backend stops unproven only at its time limit
         bounds.append(bound)
         if plan is not None:
             try:
@@ -138,12 +141,30 @@ def solve_interleaved(problem: Problem, request: SolveRequest, method: str) -> C
             "error",
             message=f"{method}: the time limit ended the search before any interleaved plan was found",
             extra=extra,
+            timed_out=stopped,
         )
-    tolerance = float(request.option("resolution", RESOLUTION)) if method == "cpsat" else MILP_OPTIMAL_GAP
+    tolerance = _resolution(request) if method == "cpsat" else MILP_OPTIMAL_GAP
     if proven and best_value - bound <= tolerance * best_value:
         return Candidate("optimal", best_plan, bound, "", extra)
     reason = "time limit reached or gap not closed" if not proven else "the integer time unit cannot prove optimality"
-    return Candidate("feasible", best_plan, bound, f"{method}: {reason} (interleaved search); the bound is proven", extra)
+    return Candidate("feasible", best_plan, bound, f"{method}: {reason} (interleaved search); the bound is proven", extra,
+                     timed_out=stopped)
+
+
+def _resolution(request: SolveRequest) -> float:
+    """cpsat's ``resolution`` option, or :data:`.slot.times.RESOLUTION` when it is not given."""
+    options = request.options
+    return (options.resolution if isinstance(options, CpsatOptions) else None) or RESOLUTION
+
+
+def _cpsat_options(request: SolveRequest) -> CpsatOptions:
+    assert isinstance(request.options, CpsatOptions), "cpsat's request carries its record"
+    return request.options
+
+
+def _milp_options(request: SolveRequest) -> MilpOptions:
+    assert isinstance(request.options, MilpOptions), "milp's request carries its record"
+    return request.options
 
 
 def _hints(problem: Problem, request: SolveRequest, counts: list[int]) -> dict[int, list[tuple[float, Plan]]]:
@@ -160,7 +181,7 @@ def _hints(problem: Problem, request: SolveRequest, counts: list[int]) -> dict[i
             value = None
         if value is not None and P in counts and _in_space(problem, plan, P):
             out[P] = [(value, plan)]
-    if request.option("hint", True):
+    if not isinstance(request.options, (CpsatOptions, MilpOptions)) or request.options.hint:
         for P in counts:
             if P not in out:
                 out[P] = uniform_hints(problem, objective, P)
@@ -183,7 +204,7 @@ def _run_cpsat(data: GroupData, request: SolveRequest, hint: Plan | None, best_v
 
     p = data.problem
     L, v, m, P = p.num_layers, p.training.virtual_stages, p.microbatches, data.groups
-    resolution = float(request.option("resolution", RESOLUTION))
+    resolution = _resolution(request)
     bottleneck = data.objective == "bottleneck"
     count, div = (1, 1) if bottleneck else (P + m * v - 1, v)
     lower = data.time_lower_bound()
@@ -219,13 +240,11 @@ def _run_cpsat(data: GroupData, request: SolveRequest, hint: Plan | None, best_v
     solver = cp_model.CpSolver()
     params = solver.parameters
     params.random_seed = int(request.seed)
-    params.num_workers = int_option(request, "cpsat", "num_workers", os.cpu_count() or 1)
+    options = _cpsat_options(request)
+    params.num_workers = options.num_workers or os.cpu_count() or 1
     params.absolute_gap_limit = float(error)
     params.relative_gap_limit = 0.0
-    extra_parameters = request.option("parameters", {})
-    if not isinstance(extra_parameters, dict):
-        raise SolverError(f"cpsat: option parameters must be a mapping of CP-SAT parameters, got {extra_parameters!r}")
-    for key, value in {**SAFE_PARAMETERS, **extra_parameters}.items():
+    for key, value in {**SAFE_PARAMETERS, **options.parameters}.items():
         setattr(params, key, value)
     if deadline is not None:
         params.max_time_in_seconds = max(0.001, deadline - time.perf_counter())
@@ -249,12 +268,14 @@ def _run_cpsat(data: GroupData, request: SolveRequest, hint: Plan | None, best_v
 
 def _run_milp(data: GroupData, request: SolveRequest, hint: Plan | None, best_value: float, deadline):
     """(status, plan or None, proven bound in ms) of the MILP for one P."""
+    import pulp
+
     from ..milp.backends import READBACK_SECONDS, READBACK_SHARE, pulp_quiet, solve_cbc, solve_highs
 
     p = data.problem
     m, v = p.microbatches, p.training.virtual_stages
-    backend = str(request.option("backend", "highs")).lower()
-    threads = int_option(request, "milp", "threads", 1)
+    options = _milp_options(request)
+    threads = options.threads
     lower = data.time_lower_bound()
     ceiling = best_value if data.objective == "bottleneck" else best_value / m
     cap = 2 * ceiling if math.isfinite(ceiling) else max(1e6 * lower, 1.0)
@@ -264,27 +285,43 @@ def _run_milp(data: GroupData, request: SolveRequest, hint: Plan | None, best_va
 
     check = build_guard(deadline)
     began = time.perf_counter()
-    spec = formulation(data, capped, None, check)
+    spec = formulation(data, capped, None, check, memory=MemoryUnits(p.cluster.gpu_memory_bytes, MILP_MEMORY_GRID_BITS))
     with pulp_quiet():
         lp, var = build_pulp(spec, check)
     # handing the model to the backend takes a share of the build time (milp.py): do not start what cannot finish
     built = time.perf_counter() - began
     if deadline is not None and deadline - time.perf_counter() < HANDOVER_SHARE * built * (1 + READBACK_SHARE) + READBACK_SECONDS:
         raise BuildTimeout
-    with pulp_quiet():
-        use_start = False
-        if hint is not None:
-            values = values_of_plan(data, hint)
-            if values is not None:
-                for name, value in complete_values(spec, values).items():
-                    if name in var:
-                        var[name].setInitialValue(value)
-                use_start = True
-        log = bool(request.option("log", False))
-        if backend == "highs":
-            outcome = solve_highs(lp, deadline, threads, log, use_start, bool(request.option("presolve", False)))
-        else:
-            outcome = solve_cbc(lp, deadline, threads, log, use_start)
+    starts = None
+    if hint is not None:
+        values = values_of_plan(data, hint)
+        if values is not None:
+            starts = {var[name]: value for name, value in complete_values(spec, values).items() if name in var}
+
+    def value(name) -> float:
+        return var[name].value() or 0.0
+
+    excluded = 0
+    while True:  # as the slot model's milp: a plan over the memory limit by the tolerance is cut off, then again
+        with pulp_quiet():
+            for v_, start in (starts or {}).items():
+                v_.setInitialValue(start)
+            if options.backend == "highs":
+                outcome = solve_highs(lp, deadline, threads, options.log, starts is not None, options.presolve)
+            else:
+                outcome = solve_cbc(lp, deadline, threads, options.log, starts is not None, preprocess=True)
+        if not outcome.has_solution or outcome.status == "infeasible" or excluded >= MAX_EXCLUSIONS:
+            break
+        plan = plan_of_values(data, value)
+        try:
+            evaluate(p, plan, data.objective)
+            break
+        except PlanError as err:
+            if err.rule != 6 or err.stage is None or (deadline is not None and time.perf_counter() >= deadline):
+                break
+            terms, rhs = group_exclusion(data, plan, err.stage, value)
+            lp += pulp.lpSum(coef * var[k] for k, coef in terms.items()) <= rhs, f"exclude_{excluded}"
+            excluded += 1
     div = 1 if data.objective == "bottleneck" else v
     analytic = lower * (1 - 1e-12)
     if outcome.status == "infeasible":
@@ -294,5 +331,4 @@ def _run_milp(data: GroupData, request: SolveRequest, hint: Plan | None, best_va
         bound = max(analytic, (outcome.bound - MILP_BOUND_MARGIN * max(abs(outcome.bound), 1.0)) / div)
     if not outcome.has_solution:
         return "unknown", None, bound
-    plan = plan_of_values(data, lambda name: var[name].value() or 0.0)
-    return outcome.status, plan, bound
+    return outcome.status, plan_of_values(data, value), bound

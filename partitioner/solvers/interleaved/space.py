@@ -1,6 +1,6 @@
 """The space the exact methods search under ``training.schedule: interleaved``.
 
-Contract (``DESIGN.md``, "Decisions ...", "Interleaved plans the exact
+Contract (``docs/decisions.md``, "Interleaved plans the exact
 methods search"). Megatron-LM's interleaved 1F1B gives every pipeline rank
 the same number of devices and one (dp, tp); the exact methods (``brute``,
 ``cpsat``, ``milp``) search exactly that restriction of what

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 
 import pulp
 
-__all__ = ["Outcome", "solve_highs", "solve_cbc", "pulp_quiet", "READBACK_SHARE", "READBACK_SECONDS", "CBC_GRACE"]
+__all__ = [
+    "Outcome", "solve_highs", "solve_cbc", "pulp_quiet", "READBACK_SHARE", "READBACK_SECONDS", "CBC_GRACE", "CBC_OPTIONS",
+]
 
 _TOLERANCE = 1e-9
 # Reserve for reading a solution back: a share of the time it took to hand the model to the
@@ -33,6 +35,13 @@ READBACK_SHARE = 0.6
 READBACK_SECONDS = 0.3
 # Seconds past the deadline after which a still-running CBC process is killed.
 CBC_GRACE = 0.5
+# CBC's command-line options (solve_cbc adds "preprocess off" unless asked for its preprocessing). CBC 2.10's
+# integer preprocessing returned a wrong "optimal" on small slot models (a bottleneck of 4.0 where 1.5 is
+# feasible: tests/solvers/slot/test_schedules.py, tests/fixtures/regress_cbc_preprocess_*.json; the same model
+# solves right with it off, and in HiGHS); on the interleaved model it is the other way round: without it CBC
+# certified wrong optima on 8 of 400 random boundary problems (tests/solvers/test_boundaries.py, against
+# brute), with it on none of 800.
+CBC_OPTIONS = (f"integerTolerance {_TOLERANCE}", f"primalTolerance {_TOLERANCE}", "randomCbcSeed 1")
 
 
 @dataclass(frozen=True)
@@ -291,7 +300,9 @@ class _CbcByDeadline(pulp.PULP_CBC_CMD):
             self.delete_tmp_files(mps, sol, mst)
 
 
-def solve_cbc(lp: pulp.LpProblem, deadline: float | None, threads: int, log: bool, use_start: bool) -> Outcome:
+def solve_cbc(lp: pulp.LpProblem, deadline: float | None, threads: int, log: bool, use_start: bool,
+              preprocess: bool = False) -> Outcome:
+    """CBC on ``lp`` within ``deadline``; ``preprocess``: run CBC's integer preprocessing (see :data:`CBC_OPTIONS`)."""
     fd, path = tempfile.mkstemp(prefix="partitioner-cbc-", suffix=".log")
     os.close(fd)
     failure, timed_out = None, False
@@ -306,10 +317,7 @@ def solve_cbc(lp: pulp.LpProblem, deadline: float | None, threads: int, log: boo
             threads=threads,
             warmStart=use_start,
             timeMode="elapsed",  # wall, not CPU, seconds: on a loaded machine CPU time lags the clock
-            # CBC's integer preprocessing returned a wrong "optimal" on small slot models (a bottleneck of 4.0
-            # where 1.5 is feasible: tests/test_slot_schedules.py, tests/fixtures/regress_cbc_preprocess_*.json;
-            # the same model solves right with it off, and in HiGHS), so it is off
-            options=[f"integerTolerance {_TOLERANCE}", f"primalTolerance {_TOLERANCE}", "randomCbcSeed 1", "preprocess off"],
+            options=[*CBC_OPTIONS, *([] if preprocess else ["preprocess off"])],
         )
         try:
             code = lp.solve(solver)

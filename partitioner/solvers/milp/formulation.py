@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 else:
     pulp = lazy_module("pulp")
 
-__all__ = ["MilpVars", "build_milp", "start_values", "read_decisions", "time_cap", "CAP_FACTOR"]
+__all__ = ["MilpVars", "build_milp", "start_values", "read_decisions", "time_cap", "CAP_FACTOR", "exclude_stage"]
 
 # Without a hint, times above this multiple of the analytic bound are capped (time_cap).
 CAP_FACTOR = 1e6
@@ -395,3 +395,33 @@ def start_values(var: MilpVars, data: SlotData, d: SlotDecisions, ceiling_ms: fl
 def read_decisions(var: MilpVars, data: SlotData) -> SlotDecisions:
     """The decisions of the MILP's solution (a binary is on above 0.5)."""
     return decisions_from_values(data, var, lambda v: v if isinstance(v, int) else (v.varValue or 0.0) > 0.5)
+
+
+def exclude_stage(lp: pulp.LpProblem, var: MilpVars, data: SlotData, slot: int, first: int, last: int,
+                  configs: tuple[int, ...]) -> int:
+    """Cut off one stage the contract refuses: layers ``first..last`` in the configs ``configs`` (a layout index
+    per group, -1 where the stage does not cover it) on slot ``slot`` or any later slot; the number of cuts added.
+
+    A stage's memory depends only on its layers, its configs and its stash (rule 6), and the stash does not
+    fall from one slot to the next (1F1B and ZB-H1 ``min(m, j + 1)``, GPipe ``m``): a stage over the GPU's
+    memory on slot j is over it on every slot after j, and no valid plan holds it there. Slot ``j`` holds
+    exactly ``first..last`` when ``x[first][j] = x[last][j] = 1`` and ``x[first-1][j] = x[last+1][j] = 0``
+    (``x[i][j] = before[i][j] - before[i][j+1]``); the cut says not all of those indicators and the
+    ``use`` literals of its configs are 1.
+    """
+    L, added = data.num_layers, 0
+    before = var.before
+    for j in range(slot, data.slots):
+        x = [before[i][j] - before[i][j + 1] for i in range(L)]
+        literals = [x[first], x[last]]
+        if first > 0:
+            literals.append(1 - x[first - 1])
+        if last < L - 1:
+            literals.append(1 - x[last + 1])
+        literals.extend(var.use[j][g][k] for g, k in enumerate(configs) if k >= 0)
+        expr = pulp.lpSum(literals)
+        if not isinstance(expr, pulp.LpAffineExpression) or not expr.keys():
+            continue  # constants only: the stage cannot sit on this slot
+        lp += expr <= len(literals) - 1, f"exclude_{j}_{first}_{last}_{'_'.join(map(str, configs))}"
+        added += 1
+    return added

@@ -62,20 +62,9 @@ tolerance; the reported bound is the backend's dual bound less a relative
 ``1e-7`` margin for those tolerances. The returned value is recomputed
 exactly by :func:`~partitioner.plan.evaluate`.
 
-Options
--------
-backend : {"highs", "cbc"}
-    The MILP solver (default ``"highs"``).
-threads : int
-    Solver threads (default 1, which keeps runs reproducible).
-hint : bool
-    Start from the greedy plan when no ``warm_start`` is given (default True).
-presolve : bool
-    Run HiGHS's presolve (default False: HiGHS 1.16's presolve certified wrong
-    optima -- and wrong infeasibility -- on format-v2 slot models that brute,
-    CBC and HiGHS without presolve solve correctly; CBC always presolves).
-log : bool
-    Print the solver's log (CBC's on stderr; HiGHS writes its own to stdout).
+Options: :class:`~partitioner.solvers.options.MilpOptions` (``backend``,
+``threads``, ``hint``, ``presolve``, ``log``), checked by
+:func:`~partitioner.solvers.solve` before the method runs.
 
 References
 ----------
@@ -92,47 +81,44 @@ import time
 
 from ...plan import PlanError, evaluate
 from ...problem import Problem
-from ..base import Candidate, SolveRequest, SolverError, register
-from ..feasibility import quick_infeasibility
+from ..base import Candidate, SolveRequest, register
 from ..interleaved.solve import solve_interleaved
-from ..slot.data import SlotStart, plan_of_decisions, slot_start
+from ..options import Capabilities, MilpOptions
+from ..slot.data import SlotData, SlotStart, plan_of_decisions, slot_start
 from ..slot.run import (
     HANDOVER_SHARE,
+    MAX_EXCLUSIONS,
     BuildTimeout,
     build_guard,
     build_timeout_candidate,
     infeasible_message,
-    int_option,
     model_size_refusal,
 )
-from .formulation import build_milp, read_decisions, start_values
+from .formulation import build_milp, exclude_stage, read_decisions, start_values
 
-__all__ = ["solve_milp", "build_milp", "start_values", "BACKENDS"]
+__all__ = ["solve_milp", "build_milp", "start_values", "CAPABILITIES"]
 
-BACKENDS = ("highs", "cbc")
 # Relative margin taken off a backend's dual bound for its feasibility tolerances.
 BOUND_MARGIN = 1e-7
 # "optimal" needs the plan's exact value within this of the proven bound.
 OPTIMAL_GAP = 1e-6
 
 
-@register("milp", options=("backend", "threads", "hint", "log", "presolve"))
-def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
-    start = time.perf_counter()
-    backend = str(request.option("backend", "highs")).lower()
-    if backend not in BACKENDS:
-        raise SolverError(f"milp: unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    threads = int_option(request, "milp", "threads", 1)
-    if problem.training.schedule == "interleaved":  # its own space and model
+_BOTH = frozenset({"bottleneck", "iteration"})
+CAPABILITIES = Capabilities(
+    schedules={"1f1b": _BOTH, "zb-h1": _BOTH, "gpipe": _BOTH, "interleaved": _BOTH}, exact=True
+)
 
+
+@register("milp", options=MilpOptions, capabilities=CAPABILITIES)
+def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
+    if problem.training.schedule == "interleaved":  # its own space and model
         return solve_interleaved(problem, request, "milp")
-    if problem.cluster.topology is not None:
-        return Candidate("error", message="milp: custom cluster topologies are not supported by the solvers yet")
-    reason = quick_infeasibility(problem)
-    if reason:
-        return Candidate("infeasible", message=reason)
-    check = build_guard(request.deadline(start))
-    refusal = model_size_refusal("milp", problem, request, start)
+    options = request.options
+    assert isinstance(options, MilpOptions)
+    backend, threads = options.backend, options.threads
+    check = build_guard(request.deadline())
+    refusal = model_size_refusal("milp", problem, request)
     if refusal:
         return Candidate("error", message=refusal, timed_out=True)
     # local: the backends subclass PuLP's solver classes, which imports PuLP (see partitioner.core.lazy)
@@ -148,26 +134,62 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
         with pulp_quiet():
             lp, var = build_milp(data, check, begun.ceiling_ms)
         built = time.perf_counter() - began
-        if decisions is not None:
-            for v, value in start_values(var, data, decisions, begun.ceiling_ms).items():
-                v.setInitialValue(value)
+        starts = start_values(var, data, decisions, begun.ceiling_ms) if decisions is not None else None
         # handing the model to the backend (highspy calls, or an MPS file for CBC) and reading
         # the answer back take a share of the build time: no point starting what cannot finish
-        deadline = request.deadline(start)
+        deadline = request.deadline()
         if deadline is not None and deadline - time.perf_counter() < HANDOVER_SHARE * built * (1 + READBACK_SHARE) + READBACK_SECONDS:
             raise BuildTimeout
     except BuildTimeout:
         return build_timeout_candidate("milp", problem, request, begun.plan, begun.source, extra)
 
-    log = bool(request.option("log", False))
-    with pulp_quiet():
-        if backend == "highs":
-            outcome = solve_highs(lp, deadline, threads, log, hint_source is not None, bool(request.option("presolve", False)))
-        else:
-            outcome = solve_cbc(lp, deadline, threads, log, hint_source is not None)
+    def run():
+        if starts is not None:  # a re-solve starts from the hint again, not from the refused solution
+            for v, value in starts.items():
+                v.setInitialValue(value)
+        with pulp_quiet():
+            if backend == "highs":
+                return solve_highs(lp, deadline, threads, options.log, starts is not None, options.presolve)
+            return solve_cbc(lp, deadline, threads, options.log, starts is not None)
+
+    outcome, excluded = _solve_within_memory(problem, data, lp, var, run, deadline)
     extra["milp"] = {"backend": backend, "status": outcome.status_text, "hint": hint_source, "threads": threads}
+    if excluded:
+        extra["milp"]["stages_excluded"] = excluded
 
     return _candidate(problem, data, backend, outcome, var, hint_plan, hint_source, extra)
+
+
+def _solve_within_memory(problem: Problem, data: SlotData, lp, var, run, deadline: float | None):
+    """``run()`` the backend, and again while its plan breaks rule 6 by the backend's tolerance: each time the
+    refused stage is cut off the model (:func:`.formulation.exclude_stage`, a cut no valid plan crosses).
+
+    The memory rows of the linear-memory model (several groups, or tied weights) hold each stage to the GPU's
+    memory as a share of it, within the backends' feasibility tolerance (1e-9 relative, bytes on a GPU of
+    gigabytes): a plan a few bytes over passes the model and fails :func:`~partitioner.plan.evaluate`.
+    Re-solving without it gives the same status as the exact methods (``optimal`` or ``infeasible``), never
+    ``error``. Returns the last outcome and the number of stages excluded. At most :data:`MAX_EXCLUSIONS`
+    re-solves, and none past the deadline.
+    """
+    excluded = 0
+    while True:
+        outcome = run()
+        if not outcome.has_solution or outcome.status == "infeasible":
+            return outcome, excluded
+        decisions = read_decisions(var, data)
+        try:
+            evaluate(problem, plan_of_decisions(data, decisions), data.objective)
+            return outcome, excluded
+        except PlanError as err:
+            if err.rule != 6 or err.stage is None or excluded >= MAX_EXCLUSIONS:
+                return outcome, excluded
+            if deadline is not None and time.perf_counter() >= deadline:
+                return outcome, excluded
+            j = decisions.stages - 1 - err.stage
+            first, end = decisions.starts[j], decisions.ends(data)[j]
+            if not exclude_stage(lp, var, data, j, first, end - 1, decisions.configs[j]):
+                return outcome, excluded
+            excluded += 1
 
 
 def _candidate(problem, data, backend, outcome, var, hint_plan, hint_source, extra) -> Candidate:
@@ -182,7 +204,7 @@ def _candidate(problem, data, backend, outcome, var, hint_plan, hint_source, ext
     if not outcome.has_solution:
         if hint_plan is not None:
             message = f"milp: {backend} found no plan in time; returning the {hint_source} plan"
-            return Candidate("feasible", hint_plan, bound, message, extra)
+            return Candidate("feasible", hint_plan, bound, message, extra, timed_out=outcome.timed_out)
         return Candidate("error", message=f"milp: {backend} found no plan ({outcome.status_text})", extra=extra,
                          timed_out=outcome.timed_out)
     plan = plan_of_decisions(data, read_decisions(var, data))
@@ -206,7 +228,7 @@ def _candidate(problem, data, backend, outcome, var, hint_plan, hint_source, ext
         )
         return Candidate("feasible", plan, bound, message, extra)
     message = f"milp: {backend} stopped ({outcome.status_text}) before optimality was proven"
-    return Candidate("feasible", plan, bound, message, extra)
+    return Candidate("feasible", plan, bound, message, extra, timed_out=outcome.timed_out)
 
 
 def _conservative(dual_bound: float | None, analytic: float) -> float:

@@ -1,4 +1,4 @@
-"""What ``cpsat`` and ``milp`` share around their models: options, the starting plan,
+"""What ``cpsat`` and ``milp`` share around their models: the starting plan,
 the time limit (early refusal, a guard inside long builds, the answer when the limit
 runs out) and the message for a proven infeasibility.
 
@@ -14,18 +14,24 @@ import time
 
 from ...plan import Plan, PlanError, evaluate
 from ...problem import Problem
-from ..base import Candidate, SolveRequest, SolverError
+from ..base import Candidate, SolveRequest
+from ..bounds import analytic_bound
 from ..dp.method import explain_infeasible
 from ..greedy import solve_greedy
+from ..options import CpsatOptions, MilpOptions
 
 # Time to hand a built MILP to its backend, as a share of the time it took to build (measured 0.45 for
 # highspy and 0.5 for CBC's MPS file on the 40-layer benchmark); the milp method and its interleaved
 # model use it.
 HANDOVER_SHARE = 0.5
+# The most re-solves of a MILP whose plan its backend's feasibility tolerance let over the memory limit
+# (milp.solver._solve_within_memory, interleaved.solve._run_milp): each cuts off one stage (device group)
+# no valid plan has, and only those within the tolerance (1e-9 of the GPU's memory) can come back.
+MAX_EXCLUSIONS = 64
 
 __all__ = [
     "HANDOVER_SHARE",
-    "int_option",
+    "MAX_EXCLUSIONS",
     "starting_plan",
     "infeasible_message",
     "BuildTimeout",
@@ -37,14 +43,6 @@ __all__ = [
     "model_cells",
     "model_size_refusal",
 ]
-
-
-def int_option(request: SolveRequest, method: str, name: str, default: int, minimum: int = 1) -> int:
-    """An integer option, or :class:`~partitioner.solvers.SolverError` naming it."""
-    value = request.option(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise SolverError(f"{method}: option {name} must be an integer >= {minimum}, got {value!r}")
-    return value
 
 
 def starting_plan(problem: Problem, request: SolveRequest, notes: dict, check=None) -> tuple[Plan | None, str | None]:
@@ -62,7 +60,7 @@ def starting_plan(problem: Problem, request: SolveRequest, notes: dict, check=No
             notes["warm_start"] = f"ignored: {err}"
         else:
             return request.warm_start.with_device_ids(), "warm_start"
-    if request.option("hint", True):
+    if not isinstance(request.options, (CpsatOptions, MilpOptions)) or request.options.hint:
         if check is not None:
             check()
 
@@ -124,60 +122,6 @@ def build_timeout_candidate(method: str, problem: Problem, request: SolveRequest
     return Candidate("feasible", plan, bound, f"{message}; returning the {source} plan", extra)
 
 
-def analytic_bound(problem: Problem, objective: str, nudge: bool = True) -> float:
-    """:meth:`SlotData.lower_bound` without building the tables (nudged down unless ``nudge`` is false).
-
-    Under the problem's schedule: ZB-H1's and GPipe's iteration estimates
-    get their own bound (:func:`_zb_h1_bound`, :func:`_gpipe_bound`); 1F1B's
-    bound does not hold for ZB-H1 (its W's hide in the bubble).
-    """
-    fastest, work = [], 0.0
-    for layer in problem.layers:
-        fastest.append(min(c.fwd_ms + c.bwd_ms for c in layer.costs.values()))
-        work += min(lay.devices * (c.fwd_ms + c.bwd_ms) for lay, c in layer.costs.items())
-    bottleneck = max(max(fastest), work / problem.num_devices)
-    m = problem.microbatches
-    value = bottleneck if objective == "bottleneck" else max(m * bottleneck, sum(fastest) + (m - 1) * bottleneck)
-    schedule = problem.training.schedule
-    if objective == "iteration" and schedule == "zb-h1":
-        value = _zb_h1_bound(problem)
-    elif objective == "iteration" and schedule == "gpipe":
-        value = max(value, _gpipe_bound(problem))
-    return max(0.0, value * (1 - 1e-12)) if nudge else value
-
-
-def _zb_h1_bound(problem: Problem) -> float:
-    """A lower bound on ZB-H1's ``sum u + max_c [(m - 1) u_c + k W_c]`` from the layer costs.
-
-    ``sum u`` is at least the layers' least u; with k >= k_lo = max(m - P_max + 1, 1)
-    (P_max the most stages possible), stage c's ``X_c = (m - 1) u_c + k W_c`` is at
-    least each of its layers' least ``(m - 1) u + k_lo W``, and ``max X >= sum_c d_c
-    X_c / N`` (the sizes d_c sum to N) is at least the layers' least device-weighted
-    ``(m - 1) u + k_lo W`` over N. Sends and reshards only add to u.
-    """
-    m, N = problem.microbatches, problem.num_devices
-    k = max(m - min(problem.stages.max, problem.num_layers, N) + 1, 1)
-    least_u, peak, work = 0.0, 0.0, 0.0
-    for layer in problem.layers:
-        parts = [(lay.devices, c.fwd_ms + c.bwd_ms - c.split()[1], c.split()[1]) for lay, c in layer.costs.items()]
-        least_u += min(u for _, u, _ in parts)
-        peak = max(peak, min((m - 1) * u + k * w for _, u, w in parts))
-        work += min(d * ((m - 1) * u + k * w) for d, u, w in parts)
-    return least_u + max(peak, work / N)
-
-
-def _gpipe_bound(problem: Problem) -> float:
-    """A lower bound on GPipe's ``sum F + (m-1) max F + sum B + (m-1) max B``: each flow
-    shop on its own, with the bottleneck bound (slowest layer, work over N) for each max."""
-    m, N = problem.microbatches, problem.num_devices
-    value = 0.0
-    for pick in (lambda c: c.fwd_ms, lambda c: c.bwd_ms):
-        least = [min(pick(c) for c in layer.costs.values()) for layer in problem.layers]
-        work = sum(min(lay.devices * pick(c) for lay, c in layer.costs.items()) for layer in problem.layers)
-        value += sum(least) + (m - 1) * max(max(least), work / N)
-    return value
-
-
 # Seconds per (layer, slot, config) cell to build each model: the rate on an
 # idle core of the reference machine, halved, so that a refusal is never
 # premature (under load the builds are 2-5x slower, and build_guard stops them).
@@ -193,18 +137,18 @@ def model_cells(problem: Problem) -> tuple[int, int]:
     return J, (J * L - J * (J - 1) // 2) * configs
 
 
-def model_size_refusal(method: str, problem: Problem, request: SolveRequest, start: float) -> str | None:
+def model_size_refusal(method: str, problem: Problem, request: SolveRequest) -> str | None:
     """A message refusing a problem whose model cannot be built within the time limit, else None.
 
     The estimate is the cell count (:func:`model_cells`) times an optimistic
     build rate (:data:`BUILD_SECONDS_PER_CELL`): the model has at least
     that many terms. A build that still runs over is stopped by :func:`build_guard`.
     """
-    if request.time_limit is None:
+    if not request.limited:
         return None
     slots, cells = model_cells(problem)
     estimate = cells * BUILD_SECONDS_PER_CELL[method]
-    left = request.time_limit - (time.perf_counter() - start)
+    left = request.left()
     if estimate <= left:
         return None
     return (

@@ -139,7 +139,7 @@ def _two_stages(schedule: str, m: int, out_bytes: int, first: dict, second: dict
 def test_zb_h1_iteration_takes_a_slower_config_with_a_smaller_u():
     """The fastest config of a stage is not the zb-h1 optimum; dp keeps the (u, W) options, not the fastest.
 
-    (A slower config wins only with a smaller u, i.e. a larger W: DESIGN.md, "dp under zb-h1 and GPipe".)
+    (A slower config wins only with a smaller u, i.e. a larger W: docs/decisions.md, "dp under zb-h1 and GPipe".)
     """
     problem = _zb_case()
     result = solve(problem, "dp")

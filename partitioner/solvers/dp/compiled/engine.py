@@ -29,7 +29,10 @@ solve's deadline):
    calls (a format-v2 solve's stage tables) add up to more than one load;
 3. every signature in the disk cache (:func:`load_cached`: numba's own
    cache lookup, a compile refused by a listener on numba's
-   ``numba:compile`` event, so nothing compiles while probing): compiled;
+   ``numba:compile`` event, so nothing compiles while probing): compiled,
+   when the deadline leaves twice ``LOAD_SECONDS`` times the machine's
+   slowdown (:func:`~partitioner.core.deadline.load_slowdown`: the load
+   cannot be interrupted; at a load of 12 on 2 cores it took 5-11 s);
 4. cold cache: compile (once per cache, progress through :func:`set_reporter`)
    when the Python path would cost more than compiling -- this call's
    estimate plus the Python seconds the process already spent, against
@@ -63,6 +66,7 @@ import types
 from dataclasses import dataclass
 from typing import Callable, Literal, overload
 
+from ....core.deadline import load_slowdown as slowdown
 from ...errors import OutOfTime
 from . import kernels as _py_levels
 from . import stage_kernels as _py_stages
@@ -71,7 +75,7 @@ from .marks import KERNEL_OPTIONS
 __all__ = ["Kernels", "SIGNATURES", "PYTHON", "pick", "compiled_kernels", "load_cached", "warmup", "set_reporter",
            "take_note", "account", "python_seconds", "recursion_work", "stage_work", "mode", "reset"]
 
-# measured on the shared 2-core machine at a load of 6-8 (DESIGN.md, "The first run"): the Python path's
+# measured on the shared 2-core machine at a load of 6-8 (docs/decisions.md, "The first run"): the Python path's
 # seconds per unit of work (45-160 ns on solves of 1e7-2e9 units), the wall time of compiling every
 # signature (68 and 83 s; 26 s of CPU), and the Python cost below which loading numba and its cache
 # (about 1.2 s) takes longer than running Python
@@ -321,21 +325,27 @@ def pick(work: float, deadline: float | None) -> Kernels:
     with state.lock:
         if state.compiled is not None:
             return state.compiled
-        if not state.cold:
+        left = math.inf if deadline is None else deadline - time.perf_counter()
+        # loading numba and the cache cannot be interrupted: start it only with time to finish it twice over,
+        # at the machine's present load (its wall time grows with the runnable tasks per core)
+        if not state.cold and left >= 2 * LOAD_SECONDS * slowdown():
             loaded = compiled_kernels(compile=False)  # the disk cache, now state.compiled
             if loaded is not None:
                 return loaded
-        left = math.inf if deadline is None else deadline - time.perf_counter()
         if state.python_seconds + estimate > COMPILE_SECONDS and left >= 2 * COMPILE_SECONDS:
             start = time.perf_counter()
             found = compiled_kernels(compile=True)
             state.note = (f"compiled the dp kernels (first run, {time.perf_counter() - start:.1f} s, once; "
                           "`partitioner warmup` compiles them ahead)")
             return found
-        if estimate <= left:
-            state.note = state.note or ("ran the dp kernels in Python (not compiled yet; `partitioner warmup` "
-                                        "compiles them once)")
+        if estimate * slowdown() <= left:  # a Python kernel call cannot be interrupted either
+            state.note = state.note or (
+                "ran the dp kernels in Python (not compiled yet; `partitioner warmup` compiles them once)" if state.cold
+                else "ran the dp kernels in Python (the time left was too short to load them at this load)")
             return PYTHON
         state.note = ("the dp kernels are not compiled yet and the time left allows neither compiling them nor "
-                      "running them in Python (`partitioner warmup` compiles them once)")
+                      "running them in Python (`partitioner warmup` compiles them once)" if state.cold else
+                      "the dp kernels are not compiled or loaded in this process, and the time left allows neither "
+                      "loading them (seconds, uninterruptible) nor running them in Python at this load (the "
+                      f"1-minute load average is {slowdown():.1f} per core; `partitioner warmup` compiles them once)")
     raise OutOfTime

@@ -1,21 +1,22 @@
-"""One time limit for a whole ``plan`` run: :class:`Deadline`.
+"""One time limit shared by everything a command does: :class:`Deadline`.
 
-``plan --time-limit S`` bounds the command, not each solve: :func:`~.plan_model.run_plan`
-starts one :class:`Deadline` before it loads anything and hands it to every
-step -- screening the microbatch counts, the method's solves per knob setting,
-the schedule choice's re-solves and baselines, the exact solve of the kept candidate. Each solve gets what is left
-(:meth:`Deadline.solve_limit`); a step that finds the time spent skips its
-remaining work and says so (:meth:`Deadline.cut`), and ``plan`` returns the
-best plan found so far, ``feasible``, its message naming what was cut short
-(:meth:`Deadline.message`).
+:func:`~partitioner.solvers.solve` takes a :class:`Deadline` (or seconds, from
+which it starts one) and every method checks it; ``plan --time-limit S`` bounds
+the whole command: :func:`~partitioner.planning.plan_model.run_plan` starts one
+:class:`Deadline` before it loads anything and hands it to every step, each
+solve included. A step that finds the time spent skips its remaining work and
+says so (:meth:`Deadline.cut`), and ``plan`` returns the best plan found so
+far, ``feasible``, its message naming what was cut short (:meth:`Deadline.message`).
+It sits in ``core`` so that the solvers (below ``planning``) can take it.
 """
 from __future__ import annotations
 
 import math
+import os
 import time
 from typing import Callable
 
-__all__ = ["Deadline", "GRACE_SECONDS"]
+__all__ = ["Deadline", "GRACE_SECONDS", "load_slowdown"]
 
 # The one solve a run may still start after its deadline when it has found nothing at all yet (no baseline fits and
 # no plan was solved): without it a limit shorter than the problem building would always answer "no plan". One such
@@ -43,6 +44,11 @@ class Deadline:
         self._cuts: dict[str, list[str]] = {}
         self._grace = seconds is not None
 
+    @classmethod
+    def of(cls, limit: "Deadline | float | None") -> "Deadline":
+        """``limit`` itself when it is a :class:`Deadline`, else a new one of ``limit`` seconds (None: no limit)."""
+        return limit if isinstance(limit, Deadline) else cls(limit)
+
     @property
     def limited(self) -> bool:
         """Whether the run has a limit at all."""
@@ -59,6 +65,13 @@ class Deadline:
     def expired(self) -> bool:
         """Whether the deadline has passed."""
         return self.left() <= 0.0
+
+    def at(self) -> float | None:
+        """The deadline on :func:`time.perf_counter`'s clock (what the solvers' loops compare with), None without one.
+
+        Computed from :meth:`left`, so a deadline on another clock (a test's) maps onto the same moment.
+        """
+        return None if self._end is None else time.perf_counter() + self.left()
 
     def solve_limit(self, cap: float | None = None) -> float | None:
         """The time limit of the next solve: what is left, at most ``cap``; None for no limit; 0 when none is left."""
@@ -93,3 +106,17 @@ class Deadline:
         if not self._cuts:
             return ""
         return f"time limit of {self.seconds:g} s reached; cut short: " + "; ".join(self.cuts)
+
+
+def load_slowdown() -> float:
+    """How much longer than on an idle core a CPU-bound step takes now: the 1-minute load average per core,
+    at least 1 (1 where the platform has no load average).
+
+    A step that cannot be interrupted (loading compiled kernels, a fallback plan that must be built) is
+    started under a deadline only when its CPU seconds times this factor fit in the time left.
+    """
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return 1.0
+    return max(1.0, load / (os.cpu_count() or 1))

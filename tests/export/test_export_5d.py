@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from partitioner import load_problem, solve
-from partitioner.export import export_result
+from partitioner.export import export_result, layer_hints
 from partitioner.plan import Stage
 from partitioner.problem import Problem
 
@@ -41,10 +41,10 @@ def test_cli_export_exits_1(cli, tmp_path):
     assert "dp 2 x tp 1 x cp 4" in proc.stdout + proc.stderr
 
 
-def _moe_hints() -> list[dict]:
+def _moe_hints() -> list:
     roles = ["vision", "vision", "projector", "embedding", "decoder", "decoder", "loss"]
     modules = ["vision", "vision", "projector", "llm", "llm", "llm", "llm"]
-    return [{"name": f"{m}.{i}", "module": m, "role": r, "fqns": [f"{m}.{i}"]} for i, (m, r) in enumerate(zip(modules, roles))]
+    return layer_hints([{"name": f"{m}.{i}", "module": m, "role": r, "fqns": [f"{m}.{i}"]} for i, (m, r) in enumerate(zip(modules, roles))])
 
 
 def _stage(first: int, last: int, configs) -> Stage:
@@ -55,17 +55,17 @@ def _stage(first: int, last: int, configs) -> Stage:
 def test_a_vision_segment_without_experts_runs_under_the_models_ep(target):
     """The cost model offers ep keys only to the MoE module: a stage of vision (ep 1) and MoE layers (ep 4) is
     one layout, exported with the language model's ep; two different ep on the language model are not."""
-    from partitioner.export import MoeHints, export_plan
+    from partitioner.export import ExportContext, MoeHints, export_plan
     from partitioner.plan import Plan
     from partitioner.problem import Layout
 
     moe = MoeHints(num_experts=16, top_k=2, ffn_hidden=256, moe_layers=(True, True))
     plain, experts = Layout(8, 1, "zero1"), Layout(8, 1, "zero1", ep=4)
     one = Plan((_stage(0, 6, [plain, plain, experts]),)).with_device_ids()
-    out = export_plan(one, _moe_hints(), target, global_batch=64, microbatches=8, moe=moe)
+    out = export_plan(one, _moe_hints(), target, ExportContext(global_batch=64, microbatches=8, moe=moe))
     assert out.expressible, out.reasons
     text = str(out.to_dict())
     assert ("--expert-model-parallel-size 4" in text) if target == "megatron" else ("expert_parallel_degree" in text)
     two = Plan((_stage(0, 4, [plain, plain, experts]), _stage(5, 6, [Layout(8, 1, "zero1", ep=2)]))).with_device_ids()
-    bad = export_plan(two, _moe_hints(), target, global_batch=64, microbatches=8, moe=moe)
+    bad = export_plan(two, _moe_hints(), target, ExportContext(global_batch=64, microbatches=8, moe=moe))
     assert not bad.expressible

@@ -1,4 +1,4 @@
-"""What every exporter shares: the :class:`Export` record, layer hints, the stage view, batch arithmetic.
+"""What every exporter shares: the stage view of a plan and the checks and batch arithmetic they all make.
 
 An exporter turns a plan into one framework's settings, or says why it
 cannot. Its contract: ``expressible`` is True only when the settings give
@@ -16,57 +16,17 @@ config. A v1 plan has one segment per stage; a v2 stage with per-segment
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from ..costs.recompute import acting_modules
 from ..costs.variants import parse_variant
 from ..plan import Plan
-from ..planning.records import MoeHints
-from ..problem import Problem, ProblemError
+from ..problem import ProblemError
+from .common import LLM_ROLES, VISION_ROLES, LayerHint
 
-__all__ = ["Export", "StageView", "Segment", "SegmentKnobs", "segment_acts", "MoeHints", "hints_from_problem", "moe_hints", "stage_views",
-           "per_replica_microbatch", "placement_note", "layout_reasons", "LLM_ROLES", "schedule_of", "chunk_reasons",
-           "segment_knobs", "one_zero", "one_recompute", "not_expressible_text"]
-
-LLM_ROLES = ("embedding", "decoder", "loss")
-
-
-@dataclass(frozen=True)
-class Export:
-    """One framework's settings for a plan.
-
-    ``settings`` is machine-readable, ``snippet`` paste-ready, ``notes``
-    advice that does not change what runs. ``expressible`` is False when
-    the framework cannot run the plan as planned; ``reasons`` then says
-    why. ``checked_with`` names the framework versions the settings were
-    checked against.
-    """
-
-    target: str
-    settings: Mapping[str, Any]
-    snippet: str
-    notes: tuple[str, ...] = ()
-    expressible: bool = True
-    reasons: tuple[str, ...] = ()
-    checked_with: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "target": self.target,
-            "expressible": self.expressible,
-            "reasons": list(self.reasons),
-            "checked_with": self.checked_with,
-            "settings": dict(self.settings),
-            "snippet": self.snippet,
-            "notes": list(self.notes),
-        }
-
-    def text(self) -> str:
-        lines = [f"# NOT EXPRESSIBLE in {self.target}: {r}" for r in self.reasons]
-        lines += [f"# checked with {self.checked_with}"] if self.checked_with else []
-        lines += [self.snippet.rstrip()]
-        lines += [f"# note: {n}" for n in self.notes]
-        return "\n".join(lines) + "\n"
+__all__ = ["StageView", "Segment", "SegmentKnobs", "stage_views", "describe_shape", "ReplicaBatch", "per_replica_microbatch",
+           "placement_note", "layout_reasons", "chunk_reasons", "segment_knobs", "segment_acts", "one_zero", "one_recompute",
+           "not_expressible_text"]
 
 
 @dataclass(frozen=True)
@@ -156,7 +116,7 @@ class StageView:
 
     @property
     def is_vision(self) -> bool:
-        return all(r in ("vision", "projector") for r in self.roles)
+        return all(r in VISION_ROLES for r in self.roles)
 
     @property
     def is_action(self) -> bool:
@@ -166,32 +126,6 @@ class StageView:
         if self.uniform:
             return describe_shape(self.segments[0].shape)
         return " then ".join(f"{describe_shape(s.shape)} (layers {s.first}-{s.last})" for s in self.segments)
-
-
-def _guess_role(name: str, module: str) -> str:
-    label = f"{module} {name}".lower()
-    if "vision" in label or "vit" in label:
-        return "vision"
-    if "projector" in label:
-        return "projector"
-    if "action" in label:
-        return "action"
-    if name.endswith(".embed"):
-        return "embedding"
-    if name.endswith(".head"):
-        return "loss"
-    return "decoder"
-
-
-def hints_from_problem(problem: Problem) -> list[dict[str, Any]]:
-    """Per layer ``{"name", "module", "role", "fqns"}``: the cost model's hints, or guesses from names."""
-    hints = problem.meta.get("layers") if problem.meta else None
-    if hints and len(hints) == problem.num_layers:
-        return [dict(h) for h in hints]
-    return [
-        {"name": layer.name, "module": layer.module, "role": _guess_role(layer.name, layer.module), "fqns": [layer.name]}
-        for layer in problem.layers
-    ]
 
 
 def _module_runs(modules: Sequence[str], first: int) -> list[tuple[int, int]]:
@@ -254,7 +188,7 @@ def _fold_expert_axes(views: list[StageView]) -> list[StageView]:
     return out
 
 
-def stage_views(plan: Plan, hints: Sequence[Mapping[str, Any]]) -> list[StageView]:
+def stage_views(plan: Plan, hints: Sequence[LayerHint]) -> list[StageView]:
     """One :class:`StageView` per plan stage (segments without language-model layers take its ep and etp:
     :func:`_fold_expert_axes`)."""
     out = []
@@ -263,7 +197,7 @@ def stage_views(plan: Plan, hints: Sequence[Mapping[str, Any]]) -> list[StageVie
         if s.last_layer >= len(hints):
             raise ProblemError(f"stage {p} ends at layer {s.last_layer}, but the hints describe {len(hints)} layers")
         sub = hints[s.first_layer : s.last_layer + 1]
-        modules = tuple(str(h.get("module", "")) for h in sub)
+        modules = tuple(h.module for h in sub)
         out.append(
             StageView(
                 index=p,
@@ -271,22 +205,32 @@ def stage_views(plan: Plan, hints: Sequence[Mapping[str, Any]]) -> list[StageVie
                 last=s.last_layer,
                 devices=s.devices,
                 device_ids=tuple(ids[p]),
-                roles=tuple(str(h.get("role", "decoder")) for h in sub),
-                names=tuple(str(h.get("name", "")) for h in sub),
+                roles=tuple(h.role for h in sub),
+                names=tuple(h.name for h in sub),
                 modules=modules,
-                fqns=tuple(tuple(str(f) for f in (h.get("fqns") or [h.get("name", "")])) for h in sub),
+                fqns=tuple(h.names for h in sub),
                 segments=_segments(p, s, modules),
             )
         )
     return _fold_expert_axes(out)
 
 
-def per_replica_microbatch(global_batch: int | None, microbatches: int | None, dp: int) -> tuple[int | None, str | None]:
-    """Samples per microbatch on one data-parallel replica, or why there is no such whole number.
+@dataclass(frozen=True)
+class ReplicaBatch:
+    """A plan's batch as the frameworks set it: ``global_batch`` = ``microbatches`` x ``micro`` x dp."""
+
+    global_batch: int
+    microbatches: int
+    micro: int  # samples per microbatch on one data-parallel replica
+
+
+def per_replica_microbatch(global_batch: int | None, microbatches: int | None, dp: int
+                           ) -> tuple[ReplicaBatch | None, str | None]:
+    """The batch with its samples per microbatch on one data-parallel replica, or why there is no such whole number.
 
     Frameworks take the per-replica microbatch b and derive
     m = global_batch / (b * dp); the plan's m holds only when
-    global_batch = m * b * dp exactly.
+    global_batch = m * b * dp exactly. ``(None, None)`` when the batch or m is not given.
     """
     if not global_batch or not microbatches:
         return None, None
@@ -298,7 +242,7 @@ def per_replica_microbatch(global_batch: int | None, microbatches: int | None, d
             f"the plan's microbatch ({global_batch} / m {microbatches} = {mb} samples) does not split over dp {dp}, "
             f"so no per-replica microbatch size gives m = {microbatches}"
         )
-    return mb // dp, None
+    return ReplicaBatch(global_batch, microbatches, mb // dp), None
 
 
 def placement_note(stages: Sequence[StageView]) -> str | None:
@@ -324,13 +268,6 @@ def layout_reasons(stages: Sequence[StageView], rule: str) -> list[str]:
     if len(set().union(*(s.layouts for s in stages))) > 1:
         return ["the stages use different layouts (" + ", ".join(f"stage {s.index}: {s.describe_layouts()}" for s in stages) + f"): {rule}"]
     return []
-
-
-def schedule_of(ctx: Mapping[str, Any]) -> tuple[str, int]:
-    """``(schedule, v)`` of an export context: ``1f1b`` and 1 unless the plan was made for another schedule."""
-    schedule = str(ctx.get("schedule") or "1f1b")
-    v = ctx.get("virtual_stages") if schedule == "interleaved" else 1
-    return schedule, v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else 1
 
 
 def chunk_reasons(stages: Sequence[StageView], v: int) -> list[str]:
@@ -393,14 +330,14 @@ def segment_knobs(stages: Sequence[StageView]) -> tuple[list[SegmentKnobs], list
     return out, reasons
 
 
-def segment_acts(knobs: SegmentKnobs, acts: Sequence[Any] | None) -> frozenset[str]:
-    """The recompute modules that act on a segment's layers: the hints' per-layer lists (``recompute_acts``, from
-    the cost model's ``recompute_modules`` hints) when given, else by role
+def segment_acts(knobs: SegmentKnobs, acts: Sequence[Sequence[str] | None] | None) -> frozenset[str]:
+    """The recompute modules that act on a segment's layers: ``acts``, per layer of the plan (the cost model's
+    ``recompute_modules`` hints, :attr:`~.common.ExportContext.recompute_acts`), when given, else by role
     (:func:`~partitioner.costs.recompute.acting_modules`)."""
     out: frozenset[str] = frozenset()
     for i, role in enumerate(knobs.roles):
         hint = acts[knobs.first + i] if acts is not None and knobs.first + i < len(acts) else None
-        out |= acting_modules(role, hint if isinstance(hint, (list, tuple)) else None)
+        out |= acting_modules(role, hint)
     return out
 
 
@@ -440,30 +377,6 @@ def one_recompute(knobs: Sequence[SegmentKnobs], rule: str) -> tuple[str, list[s
         return "none", ["the plan mixes recompute settings (" + _mixed(knobs, lambda k: k.recompute, lambda r: f"recompute {r}")
                         + "): " + rule]
     return (next(iter(settings)) if settings else "none"), []
-
-
-# --------------------------------------------------------------------------- mixture of experts
-
-
-def moe_hints(doc: Any) -> MoeHints | None:
-    """The :class:`MoeHints` of an ``export_hints["moe"]`` object, None when absent; ProblemError when malformed."""
-    if doc is None:
-        return None
-    if not isinstance(doc, Mapping):
-        raise ProblemError("must be an object", path="export_hints.moe")
-    fields = {}
-    for key in ("num_experts", "top_k", "ffn_hidden"):
-        value = doc.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ProblemError(f"must be a positive integer, got {value!r}", path=f"export_hints.moe.{key}")
-        fields[key] = value
-    shared = doc.get("shared_ffn", 0)
-    layers = doc.get("moe_layers", [])
-    if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
-        raise ProblemError(f"must be a non-negative integer, got {shared!r}", path="export_hints.moe.shared_ffn")
-    if not isinstance(layers, list) or any(v not in (0, 1) for v in layers):
-        raise ProblemError("must be a list of 0/1 per decoder layer", path="export_hints.moe.moe_layers")
-    return MoeHints(shared_ffn=shared, moe_layers=tuple(bool(v) for v in layers), **fields)
 
 
 def not_expressible_text(target: str) -> str:

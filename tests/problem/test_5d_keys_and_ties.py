@@ -9,6 +9,7 @@ v2 files loading as v3 with the same answers.
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 from pathlib import Path
 
@@ -76,6 +77,26 @@ def test_a_v3_config_has_dp_tp_cp_devices_and_its_own_mesh():
     assert lay.mesh == (2, 2, 2) and Layout.parse("dp2tp2ep2").mesh == (2, 2) == Layout(2, 2).mesh
     assert Layout(2, 2).config_doc() == {"dp": 2, "tp": 2}
     assert lay.config_doc() == {"dp": 2, "tp": 2, "cp": 2, "ep": 4, "etp": 2}
+
+
+def test_every_canonical_key_parses_back_to_its_config():
+    """``to_dict`` writes canonical keys, and the loader reads every one of them back (issue 35: ``dp2tp2ep1etp2``
+    was written ``dp2tp2etp2``, which the loader refuses: etp without ep)."""
+    for dp, tp, cp in itertools.product((1, 2, 4), repeat=3):
+        d = dp * tp * cp
+        for ep, etp in itertools.product((1, 2, 4, 8), (1, 2, 4)):
+            if d % (ep * etp):
+                continue
+            for variant in ("", "zero1"):
+                layout = Layout(dp, tp, variant, cp, ep, etp)
+                assert Layout.parse(layout.key) == layout, layout.key
+    assert Layout.parse("dp2tp2ep1etp2").key == "dp2tp2ep1etp2"
+    doc = {"version": 3, "cluster": {"nodes": 1, "gpus_per_node": 4, "gpu_memory_bytes": 100, "intra_node_GBps": 1.0,
+                                     "inter_node_GBps": 1.0},
+           "training": {"microbatches": 1}, "layers": [{"name": "moe", "costs": {
+               "dp2tp2ep1etp2": {"fwd_ms": 1.0, "bwd_ms": 1.0, "weight_bytes": 1, "act_bytes": 1}}}]}
+    problem = Problem.from_dict(doc)
+    assert Problem.from_dict(problem.to_dict()) == problem
 
 
 @pytest.mark.parametrize(

@@ -34,49 +34,50 @@ References
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
-from .common import Export, MoeHints, StageView, layout_reasons, one_zero, per_replica_microbatch, schedule_of, segment_knobs
-from .precision import deepspeed_fp8
+from ..common import Export, ExportContext, MoeHints, PrecisionHints
+from ..stages import ReplicaBatch, StageView, layout_reasons, one_zero, per_replica_microbatch, segment_knobs
+from .rules import RULES
 
 __all__ = ["export_deepspeed", "CHECKED_WITH"]
 
 CHECKED_WITH = "deepspeed 0.19.8 (PipelineModule, PipeModelDataParallelTopology)"
 
 
-def export_deepspeed(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
+def export_deepspeed(stages: list[StageView], ctx: ExportContext) -> Export:
     """``PipelineModule`` subclass with the planned boundaries, topology and batch config, or the reasons it cannot."""
     parts = [s.first for s in stages] + [stages[-1].last + 1]
     names = [n for s in stages for n in s.names]
     reasons = layout_reasons(stages, "DeepSpeed's PipeModelDataParallelTopology gives every stage, and every layer of a "
                                      "stage, the same model- and data-parallel degree")
-    schedule, _ = schedule_of(ctx)
-    if schedule != "1f1b":
+    schedule = ctx.schedule
+    if schedule not in RULES.schedules:
         reasons.insert(0, f"schedule {schedule} is not expressible: DeepSpeed's PipelineEngine runs TrainSchedule (1F1B) "
                           "only; plan with --schedule 1f1b")
-    reasons += deepspeed_fp8(ctx.get("precision"))  # DeepSpeed has no FP8 training path (.precision)
-    b = None
+    reasons += _fp8_reasons(ctx.precision)
+    b: ReplicaBatch | None = None
     zero, intervals = 0, [0] * len(stages)
     knob_notes: list[str] = []
-    moe: MoeHints | None = ctx.get("moe")
+    moe: MoeHints | None = ctx.moe
     if not reasons:
         zero, intervals, knob_notes, knob_reasons = _knobs(stages, moe)
         reasons += knob_reasons
     if not reasons:
-        b, why = per_replica_microbatch(ctx.get("global_batch"), ctx.get("microbatches"), stages[0].dp)
+        b, why = per_replica_microbatch(ctx.global_batch, ctx.microbatches, stages[0].dp)
         if why:
             reasons.append(f"{why} (DeepSpeed: train_batch_size = micro batch x gradient_accumulation_steps x dp)")
     settings: dict[str, Any] = {"num_stages": len(stages), "parts": parts, "layers": names}
     if reasons:
-        settings["stage_layouts"] = [{"stage": s.index, "layouts": s.describe_layouts()} for s in stages]
+        settings.update(stage_layouts=[{"stage": s.index, "layouts": s.describe_layouts()} for s in stages])
         return Export("deepspeed", settings, "# (no DeepSpeed setting expresses this plan: see the reasons above)", (), False,
                       tuple(reasons), CHECKED_WITH)
     dp, tp, _, ep, etp = stages[0].segments[0].shape
     settings.update(model_parallel_size=tp, data_parallel_size=dp, activation_checkpoint_intervals=intervals,
-                    microbatches=ctx.get("microbatches"))
+                    microbatches=ctx.microbatches)
     if moe is not None:
-        settings["moe"] = {"num_experts": moe.num_experts, "ep_size": ep, "k": moe.top_k,
-                           "enable_expert_tensor_parallelism": etp > 1}
+        settings.update(moe={"num_experts": moe.num_experts, "ep_size": ep, "k": moe.top_k,
+                             "enable_expert_tensor_parallelism": etp > 1})
     notes = [*knob_notes,
         "PipelineModule(partition_method=...) accepts only 'parameters', 'uniform' or 'type:<regex>'; the override below "
         "sets the boundaries directly (a private method: checked with " + CHECKED_WITH + ")",
@@ -88,9 +89,10 @@ def export_deepspeed(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
     if moe is not None:
         notes.append(f"each MoE layer: deepspeed.moe.layer.MoE(hidden_size, expert, num_experts={moe.num_experts}, "
                      f"ep_size={ep}, k={moe.top_k}" + (", enable_expert_tensor_parallelism=True" if etp > 1 else "") + ")")
-    if b is not None:
-        settings["ds_config"] = {"train_batch_size": ctx["global_batch"], "train_micro_batch_size_per_gpu": b,
-                                 "gradient_accumulation_steps": ctx["microbatches"], "zero_optimization": {"stage": zero}}
+    ds_config = None if b is None else {"train_batch_size": b.global_batch, "train_micro_batch_size_per_gpu": b.micro,
+                                        "gradient_accumulation_steps": b.microbatches, "zero_optimization": {"stage": zero}}
+    if ds_config is not None:
+        settings.update(ds_config=ds_config)
     else:
         notes.append("no global batch or microbatch count given: set train_micro_batch_size_per_gpu and "
                      "gradient_accumulation_steps (= m) in the DeepSpeed config")
@@ -116,9 +118,17 @@ def export_deepspeed(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
         f"topology = PipeModelDataParallelTopology(num_pp={len(stages)}, num_mp={tp}, num_dp={dp})",
         "model = PlannedPipelineModule(layers=layers, num_stages=None, topology=topology)",
     ]
-    if "ds_config" in settings:
-        lines.append(f"ds_config = {settings['ds_config']!r}  # merge into your DeepSpeed config")
+    if ds_config is not None:
+        lines.append(f"ds_config = {ds_config!r}  # merge into your DeepSpeed config")
     return Export("deepspeed", settings, "\n".join(lines), tuple(notes), True, (), CHECKED_WITH)
+
+
+def _fp8_reasons(hints: PrecisionHints | None) -> list[str]:
+    """Why DeepSpeed cannot train the plan's FP8 (empty under BF16): its engine has no FP8 training path."""
+    if hints is None or hints.fp8_recipe in RULES.fp8_recipes:
+        return []
+    return [f"the plan trains in FP8 ({hints.fp8_recipe} scaling): {RULES.fp8_note}. Plan without --precision fp8 "
+            "for DeepSpeed"]
 
 
 def _knobs(stages: list[StageView], moe: MoeHints | None) -> tuple[int, list[int], list[str], list[str]]:
@@ -126,13 +136,13 @@ def _knobs(stages: list[StageView], moe: MoeHints | None) -> tuple[int, list[int
     knobs, reasons = segment_knobs(stages)
     zero, notes, zr = one_zero(knobs, "DeepSpeed has one zero_optimization.stage for the engine")
     reasons += zr
-    if zero > 1:
+    if zero not in RULES.zero:
         reasons.append(f"ZeRO-{zero}: DeepSpeed's PipelineEngine refuses ZeRO-2 and ZeRO-3 (\"ZeRO-2 and ZeRO-3 are "
                        "incompatible with pipeline parallelism\"); stages 0 and 1 only")
     intervals = []
     for s in stages:
         mine = {k.recompute for k in knobs if k.stage == s.index}
-        partial = sorted(mine - {"none", "full"})
+        partial = sorted(mine - set(RULES.recompute))  # anything but none and full
         if partial:
             reasons.append(f"stage {s.index}: recompute {', '.join(partial)} (the attention core, Megatron modules or "
                            "torchtitan's per-op policy) has no PipelineModule setting (activation_checkpoint_interval "
@@ -142,7 +152,7 @@ def _knobs(stages: list[StageView], moe: MoeHints | None) -> tuple[int, list[int
                            "one setting per stage's module")
         intervals.append(1 if mine == {"full"} else 0)
     dp, tp, cp, ep, etp = stages[0].segments[0].shape
-    if cp > 1:
+    if cp > 1 and not RULES.cp:
         reasons.append(f"cp {cp}: DeepSpeed's pipeline engine has no context parallelism (DeepSpeed-Ulysses sequence "
                        "parallelism runs outside PipelineEngine)")
     if etp not in (1, tp):

@@ -49,14 +49,14 @@ References
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from ..costs.recompute import MODULES as RECOMPUTE_MODULES
-from ..costs.recompute import OP, merge_settings, modules_of
-from .common import (
-    Export,
-    MoeHints,
+from ...costs.recompute import MODULES as RECOMPUTE_MODULES
+from ...costs.recompute import OP, merge_settings, modules_of
+from ..common import VISION_ROLES, Export, ExportContext, MoeHints, PrecisionHints
+from ..stages import (
     SegmentKnobs,
     StageView,
     chunk_reasons,
@@ -64,26 +64,15 @@ from .common import (
     one_recompute,
     one_zero,
     per_replica_microbatch,
-    schedule_of,
     segment_acts,
     segment_knobs,
 )
-from .precision import megatron_fp8
+from .fp8 import megatron_fp8
+from .rules import RULES, SCHEDULE_REFUSALS
 
-__all__ = ["export_megatron", "megatron_layout", "parse_megatron_layout", "mimo_grid", "megatron_recompute", "CHECKED_WITH",
-           "MEGATRON_SCHEDULES"]
+__all__ = ["export_megatron", "megatron_layout", "parse_megatron_layout", "mimo_grid", "megatron_recompute", "CHECKED_WITH"]
 
 CHECKED_WITH = "megatron-core 0.16.1 (Megatron-LM core_r0.16 flags); MIMO grid per Megatron Bridge's MimoParallelismConfig"
-# our schedules Megatron-LM runs: 1F1B (forward_backward_pipelining_without_interleaving) and interleaved 1F1B
-# (forward_backward_pipelining_with_interleaving, virtual stages from the layout)
-MEGATRON_SCHEDULES = ("1f1b", "interleaved")
-_NO_SCHEDULE = {
-    "zb-h1": "schedule zb-h1 is not expressible: Megatron-LM's pipeline schedules are 1F1B and interleaved 1F1B "
-             "(megatron.core.pipeline_parallel.schedules); it has no zero-bubble (B/W split) schedule. Plan with "
-             "--schedule 1f1b or interleaved",
-    "gpipe": "schedule gpipe is not expressible: Megatron-LM has no all-forward-then-all-backward pipeline schedule "
-             "(only 1F1B and interleaved 1F1B). Plan with --schedule 1f1b or interleaved",
-}
 
 
 # --------------------------------------------------------------------------- layout strings
@@ -187,6 +176,22 @@ def _layout_symbols(llm: Sequence[StageView]) -> tuple[list[str], list[str]]:
 
 # the cost model's CP algorithm -> Megatron-LM's --cp-comm-type
 CP_COMM = {"ring": "p2p", "p2p": "p2p", "ulysses": "a2a", "a2a": "a2a", "allgather": "allgather", "all-gather": "allgather"}
+# ZeRO stage -> (DistributedDataParallelConfig fields, flags): ZeRO-1 is the distributed optimizer (optimizer
+# states sharded over dp), ZeRO-3 Megatron-FSDP sharding optimizer states, gradients and parameters
+ZERO_SETTINGS: Mapping[int, tuple[Mapping[str, Any], tuple[str, ...]]] = MappingProxyType({
+    0: ({}, ()),
+    1: ({"use_distributed_optimizer": True}, ("--use-distributed-optimizer",)),
+    3: ({"use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim_grads_params"},
+        ("--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params")),
+})
+# recompute -> (TransformerConfig fields, flags): selective is the core attention (Megatron's default
+# recompute_modules); full keeps each layer's input and replays its forward, as the cost model counts it
+RECOMPUTE_SETTINGS: Mapping[str, tuple[Mapping[str, Any], tuple[str, ...]]] = MappingProxyType({
+    "none": ({}, ()),
+    "selective": ({"recompute_granularity": "selective"}, ("--recompute-granularity selective",)),
+    "full": ({"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1},
+             ("--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1")),
+})
 
 
 def _layer_freq(moe_layers: Sequence[bool]) -> str:
@@ -200,51 +205,84 @@ def _layer_freq(moe_layers: Sequence[bool]) -> str:
     return "(" + "+".join(f"[{v}]*{n}" for v, n in runs) + ")"
 
 
-def _knob_flags(stages: Sequence[StageView], shape: tuple[int, ...], ctx: Mapping[str, Any]
-                ) -> tuple[dict[str, Any], dict[str, Any], list[str], list[str], list[str]]:
-    """(TransformerConfig fields, DistributedDataParallelConfig fields, flags, notes, reasons) of the knobs and 5D axes.
+@dataclass(frozen=True)
+class _Settings:
+    """TransformerConfig fields, DistributedDataParallelConfig fields and the flags that set them."""
 
-    Knobs: ZeRO-1 is the distributed optimizer (optimizer states sharded
-    over dp), ZeRO-3 Megatron-FSDP with ``optim_grads_params``; recompute:
-    :func:`megatron_recompute`. Megatron-LM sets each knob once for all
-    ranks and layers. Axes: ``--context-parallel-size`` with
-    ``--cp-comm-type``; a MoE language model gets ``--num-experts``,
-    ``--moe-router-topk``, ``--moe-ffn-hidden-size``,
-    ``--moe-token-dispatcher-type alltoall``, ``--expert-model-parallel-size``
-    and ``--expert-tensor-parallel-size`` (always written: Megatron's default
-    ETP is the TP size, the plan's default 1).
+    core: Mapping[str, Any] = field(default_factory=dict)
+    ddp: Mapping[str, Any] = field(default_factory=dict)
+    flags: tuple[str, ...] = ()
+
+    def __add__(self, other: "_Settings") -> "_Settings":
+        return _Settings({**self.core, **other.core}, {**self.ddp, **other.ddp}, self.flags + other.flags)
+
+
+def _zero_settings(zero: int) -> _Settings:
+    """The settings of one ZeRO stage (:data:`ZERO_SETTINGS`)."""
+    ddp, flags = ZERO_SETTINGS[zero]
+    return _Settings({}, ddp, flags)
+
+
+def megatron_recompute(knobs: Sequence[SegmentKnobs], acts: Sequence[Sequence[str] | None] | None,
+                       rule: str) -> tuple[_Settings, list[str]]:
+    """(settings, reasons) of the plan's recompute settings in Megatron-Core.
+
+    ``none``, ``selective`` and ``full``: :data:`RECOMPUTE_SETTINGS`; a module
+    set (:mod:`partitioner.costs.recompute`): ``--recompute-granularity
+    selective --recompute-modules m1 m2 ...`` (with ``moe_act``,
+    ``--moe-grouped-gemm``, which Megatron-Core requires for it). Segments
+    merge into one list when each runs as planned under it
+    (:func:`~partitioner.costs.recompute.merge_settings`: a module acts only
+    on the layers that have it, ``acts`` per layer from the cost model's
+    hints, :func:`~.stages.segment_acts`); else ``rule`` says why not.
+    torchtitan's per-op policy (``op``) has no Megatron setting.
     """
-    core: dict[str, Any] = {}
-    ddp: dict[str, Any] = {}
-    flags: list[str] = []
-    notes: list[str] = []
-    knobs, reasons = segment_knobs(stages)
-    zero, znotes, zr = one_zero(knobs, "Megatron-LM sets one optimizer sharding (--use-distributed-optimizer, or "
-                                       "Megatron-FSDP's sharding strategy) for every rank")
-    rc_core, rc_flags, rr = megatron_recompute(knobs, ctx, "Megatron-LM applies one --recompute-granularity (and one "
-                                                      "--recompute-modules list) to every layer of every stage (its VLM "
-                                                      "path copies the language config, recompute included, into the "
-                                                      "vision encoder's)")
-    reasons += zr + rr
-    notes += znotes
-    if zero == 1:
-        ddp["use_distributed_optimizer"] = True
-        flags.append("--use-distributed-optimizer")
-    elif zero == 3:
-        ddp.update(use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params")
-        flags += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params"]
-    core.update(rc_core)
-    flags += rc_flags
+    merged = merge_settings([(k.recompute, segment_acts(k, acts)) for k in knobs])
+    if merged is None:
+        _, mixed = one_recompute(knobs, rule)
+        return _Settings(), mixed
+    if merged == OP:
+        return _Settings(), ["per-op selective recompute (torchtitan's SelectiveAC policy) has no Megatron-LM setting: "
+                             "Megatron recomputes whole layers or the modules of --recompute-modules"]
+    if merged in RECOMPUTE_SETTINGS:
+        core, flags = RECOMPUTE_SETTINGS[merged]
+        return _Settings(core, {}, flags), []
+    mods = [m for m in RECOMPUTE_MODULES if m in modules_of(merged)]
+    grouped = {"moe_grouped_gemm": True} if "moe_act" in mods else {}
+    return _Settings({"recompute_granularity": "selective", "recompute_modules": mods, **grouped}, {},
+                     ("--recompute-granularity selective", "--recompute-modules " + " ".join(mods),
+                      *(("--moe-grouped-gemm",) if grouped else ()))), []
+
+
+def _moe_settings(moe: MoeHints, ep: int, etp: int) -> _Settings:
+    """``--num-experts`` and the MoE flags of a MoE language model (ep and etp always written: Megatron's default
+    ETP is the TP size, the plan's default 1)."""
+    core = {"num_moe_experts": moe.num_experts, "moe_router_topk": moe.top_k, "moe_ffn_hidden_size": moe.ffn_hidden,
+            "moe_token_dispatcher_type": "alltoall", "expert_model_parallel_size": ep, "expert_tensor_parallel_size": etp}
+    flags = [f"--num-experts {moe.num_experts}", f"--moe-router-topk {moe.top_k}", f"--moe-ffn-hidden-size {moe.ffn_hidden}",
+             "--moe-token-dispatcher-type alltoall", f"--expert-model-parallel-size {ep}", f"--expert-tensor-parallel-size {etp}"]
+    if moe.shared_ffn:
+        core.update(moe_shared_expert_intermediate_size=moe.shared_ffn)
+        flags.append(f"--moe-shared-expert-intermediate-size {moe.shared_ffn}")
+    if moe.moe_layers and not all(moe.moe_layers):
+        core.update(moe_layer_freq=[int(b) for b in moe.moe_layers])
+        flags.append(f'--moe-layer-freq "{_layer_freq(moe.moe_layers)}"')
+    return _Settings(core, {}, tuple(flags))
+
+
+def _axis_settings(shape: tuple[int, ...], ctx: ExportContext) -> tuple[_Settings, list[str]]:
+    """The 5D axes: ``--context-parallel-size`` with ``--cp-comm-type``, and the MoE flags; or why not."""
     dp, tp, cp, ep, etp = shape
+    out, reasons = _Settings(), []
     if cp > 1:
-        algo = str(ctx.get("cp_algorithm") or "ring")
+        algo = ctx.cp_algorithm or "ring"
         if algo not in CP_COMM:
             reasons.append(f"context parallelism with algorithm {algo!r}: Megatron-LM's --cp-comm-type offers p2p (ring), "
                            "a2a (Ulysses), allgather and a2a+p2p")
         else:
-            core.update(context_parallel_size=cp, cp_comm_type=CP_COMM[algo])
-            flags += [f"--context-parallel-size {cp}", f"--cp-comm-type {CP_COMM[algo]}"]
-    moe: MoeHints | None = ctx.get("moe")
+            out += _Settings({"context_parallel_size": cp, "cp_comm_type": CP_COMM[algo]}, {},
+                             (f"--context-parallel-size {cp}", f"--cp-comm-type {CP_COMM[algo]}"))
+    moe = ctx.moe
     if ep > 1 and moe is None:
         reasons.append(f"the plan splits experts over ep {ep}, but its hints do not describe the model's experts "
                        "(export the result of `partitioner plan`, whose export_hints carry them)")
@@ -255,66 +293,31 @@ def _knob_flags(stages: Sequence[StageView], shape: tuple[int, ...], ctx: Mappin
         if (dp * tp * cp) % (ep * etp):
             reasons.append(f"ep {ep} x etp {etp} does not divide tp {tp} x cp {cp} x dp {dp} (Megatron's expert rank "
                            "generator folds ep x etp onto the same ranks)")
-        core.update(num_moe_experts=moe.num_experts, moe_router_topk=moe.top_k, moe_ffn_hidden_size=moe.ffn_hidden,
-                    moe_token_dispatcher_type="alltoall", expert_model_parallel_size=ep, expert_tensor_parallel_size=etp)
-        flags += [f"--num-experts {moe.num_experts}", f"--moe-router-topk {moe.top_k}", f"--moe-ffn-hidden-size {moe.ffn_hidden}",
-                  "--moe-token-dispatcher-type alltoall", f"--expert-model-parallel-size {ep}",
-                  f"--expert-tensor-parallel-size {etp}"]
-        if moe.shared_ffn:
-            core["moe_shared_expert_intermediate_size"] = moe.shared_ffn
-            flags.append(f"--moe-shared-expert-intermediate-size {moe.shared_ffn}")
-        if moe.moe_layers and not all(moe.moe_layers):
-            core["moe_layer_freq"] = [int(b) for b in moe.moe_layers]
-            flags.append(f'--moe-layer-freq "{_layer_freq(moe.moe_layers)}"')
-    return core, ddp, flags, notes, reasons
+        out += _moe_settings(moe, ep, etp)
+    return out, reasons
 
 
-def megatron_recompute(knobs: Sequence[SegmentKnobs], ctx: Mapping[str, Any], rule: str
-                       ) -> tuple[dict[str, Any], list[str], list[str]]:
-    """(TransformerConfig fields, flags, reasons) of the plan's recompute settings in Megatron-Core.
-
-    ``full``: ``--recompute-granularity full --recompute-method uniform
-    --recompute-num-layers 1``; ``selective`` (the core attention, Megatron's
-    default module list): ``--recompute-granularity selective``; a module set
-    (:mod:`partitioner.costs.recompute`): ``--recompute-granularity selective
-    --recompute-modules m1 m2 ...`` (with ``moe_act``, ``--moe-grouped-gemm``,
-    which Megatron-Core requires for it). Segments merge into one list when
-    each runs as planned under it (:func:`~partitioner.costs.recompute.merge_settings`:
-    a module acts only on the layers that have it: ``ctx["recompute_acts"]``,
-    per layer, from the cost model's hints); torchtitan's per-op policy
-    (``op``) has no Megatron setting.
-    """
-    merged = merge_settings([(k.recompute, segment_acts(k, ctx.get("recompute_acts"))) for k in knobs])
-    if merged is None:
-        _, mixed = one_recompute(knobs, rule)
-        return {}, [], mixed
-    if merged == OP:
-        return {}, [], ["per-op selective recompute (torchtitan's SelectiveAC policy) has no Megatron-LM setting: "
-                        "Megatron recomputes whole layers or the modules of --recompute-modules"]
-    if merged == "full":
-        return ({"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1},
-                ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"], [])
-    if merged == "selective":
-        return {"recompute_granularity": "selective"}, ["--recompute-granularity selective"], []
-    if merged == "none":
-        return {}, [], []
-    mods = [m for m in RECOMPUTE_MODULES if m in modules_of(merged)]
-    core: dict[str, Any] = {"recompute_granularity": "selective", "recompute_modules": mods}
-    flags = ["--recompute-granularity selective", "--recompute-modules " + " ".join(mods)]
-    if "moe_act" in mods:
-        core["moe_grouped_gemm"] = True
-        flags.append("--moe-grouped-gemm")
-    return core, flags, []
+def _knob_flags(stages: Sequence[StageView], shape: tuple[int, ...], ctx: ExportContext
+                ) -> tuple[_Settings, list[str], list[str]]:
+    """(settings, notes, reasons) of the knobs and 5D axes; Megatron-LM sets each knob once for all ranks and layers."""
+    knobs, reasons = segment_knobs(stages)
+    zero, notes, zr = one_zero(knobs, "Megatron-LM sets one optimizer sharding (--use-distributed-optimizer, or "
+                                      "Megatron-FSDP's sharding strategy) for every rank")
+    recompute, rr = megatron_recompute(knobs, ctx.recompute_acts, "Megatron-LM applies one --recompute-granularity (and "
+                                       "one --recompute-modules list) to every layer of every stage (its VLM path copies "
+                                       "the language config, recompute included, into the vision encoder's)")
+    axes, ar = _axis_settings(shape, ctx)
+    return _zero_settings(zero) + recompute + axes, notes, reasons + zr + rr + ar
 
 
 # --------------------------------------------------------------------------- Megatron-LM flags
 
 
-def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[str, Any], list[str], list[str], list[str]]:
+def _megatron_lm(stages: list[StageView], ctx: ExportContext) -> tuple[dict[str, Any], list[str], list[str], list[str]]:
     """(settings, flag lines, notes, reasons it cannot run the plan)."""
-    schedule, v = schedule_of(ctx)
-    if schedule not in MEGATRON_SCHEDULES:
-        return {}, [], [], [_NO_SCHEDULE[schedule] if schedule in _NO_SCHEDULE else f"schedule {schedule!r} is not one Megatron-LM runs"]
+    schedule, v = ctx.schedule, ctx.chunks
+    if schedule not in RULES.schedules:
+        return {}, [], [], [SCHEDULE_REFUSALS.get(schedule, f"schedule {schedule!r} is not one Megatron-LM runs")]
     if schedule == "interleaved":
         chunk_why = chunk_reasons(stages, v)
         if chunk_why:
@@ -337,10 +340,10 @@ def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[
     if reasons or layout is None:
         return {}, [], [], reasons
     dp, tp = layout[0], layout[1]
-    b, why = per_replica_microbatch(ctx.get("global_batch"), ctx.get("microbatches"), dp)
+    b, why = per_replica_microbatch(ctx.global_batch, ctx.microbatches, dp)
     if why:
         return {}, [], [], [f"{why} (Megatron-LM: m = global batch / (micro-batch-size x dp))"]
-    knob_core, ddp, knob_flags, knob_notes, knob_reasons = _knob_flags(stages, layout, ctx)
+    knobs, knob_notes, knob_reasons = _knob_flags(stages, layout, ctx)
     if knob_reasons:
         return {}, [], [], knob_reasons
     symbols, notes = _layout_symbols(llm)
@@ -348,24 +351,23 @@ def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[
     text = megatron_layout(symbols)
     n_layers = sum(s.count("decoder") for s in llm)
     pp = len(llm) // v  # interleaved: the layout lists the P·v chunks, chunk c on pipeline rank c mod P
-    fp8_core, fp8_ddp, fp8_flags, fp8_notes, fp8_reasons = megatron_fp8(ctx.get("precision"), n_layers, pp)
+    fp8_core, fp8_ddp, fp8_flags, fp8_notes, fp8_reasons = megatron_fp8(ctx.precision, n_layers, pp)
     if fp8_reasons:
         return {}, [], [], fp8_reasons
-    knob_core.update(fp8_core)
-    ddp.update(fp8_ddp)
-    knob_flags += fp8_flags
+    knobs += _Settings(fp8_core, fp8_ddp, tuple(fp8_flags))
     notes += fp8_notes
+    sequence_parallel = tp > 1 and ctx.sequence_parallel
     core = {
         "num_layers": n_layers,
         "tensor_model_parallel_size": tp,
         "pipeline_model_parallel_size": pp,
         "pipeline_model_parallel_layout": text,
-        "sequence_parallel": tp > 1 and bool(ctx.get("sequence_parallel", True)),
+        "sequence_parallel": sequence_parallel,
         "bf16": True,  # the cost model's bf16 activations; Megatron-LM derives pipeline_dtype from --bf16
-        **knob_core,
+        **knobs.core,
+        **({"virtual_pipeline_model_parallel_size": v} if v > 1 else {}),
     }
     if v > 1:
-        core["virtual_pipeline_model_parallel_size"] = v
         notes.append(
             f"interleaved 1F1B with {v} virtual stages per pipeline rank: the layout's {len(llm)} stages give it "
             f"(Megatron-LM sets virtual_pipeline_model_parallel_size = {len(llm)} / {pp}); do not also pass "
@@ -373,25 +375,25 @@ def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[
             "either together with --pipeline-model-parallel-layout"
         )
     settings: dict[str, Any] = {"path": "megatron-lm", "schedule": schedule, "transformer_config": core, "data_parallel_size": dp,
-                                "ddp_config": ddp, "microbatches": ctx.get("microbatches")}
+                                "ddp_config": dict(knobs.ddp), "microbatches": ctx.microbatches}
     flags = [
         f"--num-layers {n_layers}",
         f"--tensor-model-parallel-size {tp}",
         f"--pipeline-model-parallel-size {pp}",
         f'--pipeline-model-parallel-layout "{text}"',
         "--bf16",
+        *(("--sequence-parallel",) if sequence_parallel else ()),
+        *knobs.flags,
     ]
-    if core["sequence_parallel"]:
-        flags.append("--sequence-parallel")
-    flags += knob_flags
     if b is not None:
-        settings["training"] = {"micro_batch_size": b, "global_batch_size": ctx["global_batch"], "microbatches": ctx["microbatches"]}
-        flags += [f"--micro-batch-size {b}", f"--global-batch-size {ctx['global_batch']}"]
+        settings.update(training={"micro_batch_size": b.micro, "global_batch_size": b.global_batch,
+                                  "microbatches": b.microbatches})
+        flags += [f"--micro-batch-size {b.micro}", f"--global-batch-size {b.global_batch}"]
     else:
         notes.append("no global batch or microbatch count given: set --micro-batch-size and --global-batch-size so that m holds")
     if tp > 1:
         notes.append("TP > 1: launch with CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron's TP/sequence-parallel communication overlap needs it)")
-        settings["env"] = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+        settings.update(env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
     if "vision" in llm[0].roles:
         notes.append(
             "the vision encoder runs on the first pipeline stage (Megatron's LLaVA path); that path deep-copies the "
@@ -415,7 +417,45 @@ def _megatron_lm(stages: list[StageView], ctx: Mapping[str, Any]) -> tuple[dict[
 # --------------------------------------------------------------------------- MIMO grids
 
 
-def _module_entry(stages: Sequence[StageView], segs: str) -> tuple[dict[str, Any] | None, str | None]:
+@dataclass(frozen=True)
+class ModuleGrid:
+    """One Megatron Bridge ``ModuleParallelismConfig``: a module's (tp, pp, dp) and its first rank."""
+
+    tp: int
+    pp: int
+    dp: int
+    rank_offset: int
+
+    @property
+    def size(self) -> int:
+        """The ranks the module spans: tp x pp x dp."""
+        return self.tp * self.pp * self.dp
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``ModuleParallelismConfig`` keyword arguments."""
+        return {"tensor_model_parallel_size": self.tp, "pipeline_model_parallel_size": self.pp,
+                "data_parallel_size": self.dp, "rank_offset": self.rank_offset}
+
+
+@dataclass(frozen=True)
+class MimoGrid:
+    """A valid Megatron Bridge ``MimoParallelismConfig``: per module its grid, and how the modules share the world."""
+
+    deployment_mode: str
+    modules: Mapping[str, ModuleGrid]
+    llm_module_name: str = "llm"
+
+    @property
+    def llm(self) -> ModuleGrid:
+        return self.modules[self.llm_module_name]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``MimoParallelismConfig`` fields."""
+        return {"llm_module_name": self.llm_module_name, "deployment_mode": self.deployment_mode,
+                "module_parallelisms": {name: g.to_dict() for name, g in self.modules.items()}}
+
+
+def _module_entry(stages: Sequence[StageView], segs: str) -> tuple[ModuleGrid | None, str | None]:
     """One module's grid from all its stages, or why there is none.
 
     The segments that count: those with vision layers for ``"vision"``,
@@ -425,23 +465,48 @@ def _module_entry(stages: Sequence[StageView], segs: str) -> tuple[dict[str, Any
     layouts = set()
     for s in stages:
         for seg in s.segments:
-            roles = s.roles[seg.first - s.first : seg.last - s.first + 1]
-            if any(r == "vision" if segs == "vision" else r not in ("vision", "projector") for r in roles):
+            roles = s.segment_roles(seg)
+            if any(r == "vision" if segs == "vision" else r not in VISION_ROLES for r in roles):
                 layouts.add((seg.dp, seg.tp))  # cp/ep/etp: refused by export_megatron for MIMO
     if len(layouts) != 1:
         return None, "its stages use " + ", ".join(f"dp {d} x tp {t}" for d, t in sorted(layouts)) + " (a module has one layout)"
     dp, tp = next(iter(layouts))
     ids = sorted(d for s in stages for d in s.device_ids)
-    return {
-        "tensor_model_parallel_size": tp,
-        "pipeline_model_parallel_size": len(stages),
-        "data_parallel_size": dp,
-        "rank_offset": ids[0],
-    }, None
+    return ModuleGrid(tp, len(stages), dp, ids[0]), None
 
 
-def mimo_grid(stages: Sequence[StageView], world: int) -> tuple[dict[str, Any] | None, list[str]]:
-    """Megatron Bridge ``MimoParallelismConfig`` fields for the plan, or the reasons there is no valid one.
+def _heterogeneous(modules: Sequence[tuple[str, Sequence[StageView], ModuleGrid]], world: int) -> list[str]:
+    """Why disjoint modules do not each sit on consecutive ranks in stage order, tiling the world; [] when they do."""
+    reasons = []
+    for name, mod, g in modules:
+        if sum(s.devices for s in mod) != g.size:
+            reasons.append(f"MIMO module {name!r}: its stages have unequal sizes {[s.devices for s in mod]} (pp x dp x tp ranks)")
+        elif not _stage_order_ranks(mod, g.rank_offset):
+            reasons.append(
+                f"MIMO module {name!r}: its stages' GPUs {[list(s.device_ids) for s in mod]} are not consecutive ranks "
+                "in stage order from its rank_offset"
+            )
+    ends = sorted((g.rank_offset, g.rank_offset + g.size) for _, _, g in modules)
+    if not reasons and (ends[0][0] != 0 or ends[-1][1] != world or any(a[1] != b[0] for a, b in zip(ends, ends[1:]))):
+        reasons.append(f"MIMO modules' rank ranges {ends} do not tile the world 0..{world - 1}")
+    return reasons
+
+
+def _colocated(modules: Sequence[tuple[str, Sequence[StageView], ModuleGrid]], world: int, shared: set[int]) -> list[str]:
+    """Why modules sharing GPUs do not each span the whole world; [] when they do."""
+    reasons = []
+    for name, mod, g in modules:
+        covered = sorted(d for s in mod for d in s.device_ids)
+        if covered != list(range(world)) or g.size != world:
+            reasons.append(
+                f"MIMO module {name!r} shares GPUs with another module (stage(s) {sorted(shared)}), so a valid grid "
+                f"is colocated: every module on all {world} ranks; {name!r} runs on {len(covered)} GPUs"
+            )
+    return reasons
+
+
+def mimo_grid(stages: Sequence[StageView], world: int) -> tuple[MimoGrid | None, list[str]]:
+    """Megatron Bridge ``MimoParallelismConfig`` for the plan, or the reasons there is no valid one.
 
     Modules: ``vision`` (the stages holding vision/projector layers before
     the language model) and ``llm`` (the stages holding language-model
@@ -458,52 +523,33 @@ def mimo_grid(stages: Sequence[StageView], world: int) -> tuple[dict[str, Any] |
             f"stage(s) {[s.index for s in post]} run only the action head: MIMO's modules are modality encoders feeding "
             "the one language module, nothing runs after it"
         )
-    entries: dict[str, dict[str, Any]] = {}
+    modules: list[tuple[str, Sequence[StageView], ModuleGrid]] = []
     for name, mod in (("vision", vision), ("llm", llm)):
-        entry, why = _module_entry(mod, name)
-        if why:
+        grid, why = _module_entry(mod, name)
+        if grid is None:
             reasons.append(f"MIMO module {name!r}: {why}")
         else:
-            entries[name] = entry  # type: ignore[assignment]
+            modules.append((name, mod, grid))
     if reasons:
         return None, reasons
     shared = {s.index for s in vision} & {s.index for s in llm}
-    if not shared:
-        mode = "heterogeneous"
-        for name, mod in (("vision", vision), ("llm", llm)):
-            e = entries[name]
-            total = e["tensor_model_parallel_size"] * e["pipeline_model_parallel_size"] * e["data_parallel_size"]
-            if sum(s.devices for s in mod) != total:
-                reasons.append(f"MIMO module {name!r}: its stages have unequal sizes {[s.devices for s in mod]} (pp x dp x tp ranks)")
-            elif not _stage_order_ranks(mod, e["rank_offset"]):
-                reasons.append(
-                    f"MIMO module {name!r}: its stages' GPUs {[list(s.device_ids) for s in mod]} are not consecutive ranks "
-                    "in stage order from its rank_offset"
-                )
-        ends = sorted((e["rank_offset"], e["rank_offset"] + e["tensor_model_parallel_size"] * e["pipeline_model_parallel_size"]
-                       * e["data_parallel_size"]) for e in entries.values())
-        if not reasons and (ends[0][0] != 0 or ends[-1][1] != world or any(a[1] != b[0] for a, b in zip(ends, ends[1:]))):
-            reasons.append(f"MIMO modules' rank ranges {ends} do not tile the world 0..{world - 1}")
-    else:
-        mode = "colocated"
-        for name, mod in (("vision", vision), ("llm", llm)):
-            e = entries[name]
-            total = e["tensor_model_parallel_size"] * e["pipeline_model_parallel_size"] * e["data_parallel_size"]
-            covered = sorted(d for s in mod for d in s.device_ids)
-            if covered != list(range(world)) or total != world:
-                reasons.append(
-                    f"MIMO module {name!r} shares GPUs with another module (stage(s) {sorted(shared)}), so a valid grid "
-                    f"is colocated: every module on all {world} ranks; {name!r} runs on {len(covered)} GPUs"
-                )
+    mode = "colocated" if shared else "heterogeneous"
+    reasons = _colocated(modules, world, shared) if shared else _heterogeneous(modules, world)
     if reasons:
         return None, reasons
-    return {"llm_module_name": "llm", "deployment_mode": mode, "module_parallelisms": entries}, []
+    return MimoGrid(mode, {name: g for name, _, g in modules}), []
 
 
 # --------------------------------------------------------------------------- exporter
 
 
-def export_megatron(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
+def _not_expressible(stages: Sequence[StageView], reasons: Sequence[str], notes: Sequence[str] = ()) -> Export:
+    return Export("megatron", {"path": None, "stage_layouts": _stage_layouts(stages)},
+                  "# (no Megatron setting expresses this plan: see the reasons above)", tuple(notes), False, tuple(reasons),
+                  CHECKED_WITH)
+
+
+def export_megatron(stages: list[StageView], ctx: ExportContext) -> Export:
     """Megatron-LM flags when they express the plan, else a valid MIMO grid, else the reasons."""
     if not any(s.is_llm for s in stages):
         return Export("megatron", {}, "# (no Megatron setting expresses this plan)", (), False,
@@ -513,67 +559,75 @@ def export_megatron(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
         env = "export CUDA_DEVICE_MAX_CONNECTIONS=1\n" if "env" in settings else ""
         snippet = env + "torchrun $DISTRIBUTED_ARGS pretrain_gpt.py $MODEL_ARGS \\\n    " + " \\\n    ".join(flags)
         return Export("megatron", settings, snippet, tuple(notes), True, (), CHECKED_WITH)
-    if schedule_of(ctx)[0] != "1f1b":
-        return Export("megatron", {"path": None, "stage_layouts": _stage_layouts(stages)},
-                      "# (no Megatron setting expresses this plan: see the reasons above)", (), False,
-                      tuple(f"Megatron-LM: {r}" for r in lm_reasons)
-                      + (f"MIMO: the export writes MIMO grids for 1F1B plans only (this plan is for {schedule_of(ctx)[0]})",),
-                      CHECKED_WITH)
-    world = sum(s.devices for s in stages)
-    grid, mimo_reasons = mimo_grid(stages, world)
-    notes = []
+    lm = tuple(f"Megatron-LM: {r}" for r in lm_reasons)
+    if ctx.schedule != "1f1b":
+        return _not_expressible(stages, lm + (f"MIMO: the export writes MIMO grids for 1F1B plans only (this plan is for "
+                                              f"{ctx.schedule})",))
+    grid, mimo_reasons = mimo_grid(stages, sum(s.devices for s in stages))
+    if grid is None:
+        return _not_expressible(stages, lm + tuple(f"MIMO: {r}" for r in mimo_reasons))
+    exported, mimo_reasons, notes = _mimo_export(stages, grid, ctx, lm_reasons)
+    return exported or _not_expressible(stages, lm + tuple(f"MIMO: {r}" for r in mimo_reasons), notes)
+
+
+def _mimo_fp8(stages: Sequence[StageView], grid: MimoGrid, hints: PrecisionHints,
+              module_knobs: Mapping[str, Mapping[str, dict[str, Any]]]) -> tuple[list[str], list[str]]:
+    """Each MIMO module's FP8 (each is a Megatron model of its own) added to its knobs: (notes, reasons)."""
+    n_llm = sum(s.count("decoder") for s in stages)
+    notes: list[str] = []
+    reasons: list[str] = []
+    for name, knobs in module_knobs.items():
+        mine = replace(hints, bf16_layers=0) if name != "llm" and hints.bf16_layers else hints  # the LM's edge layers
+        core8, ddp8, _, notes8, why8 = megatron_fp8(mine, n_llm, grid.llm.pp)
+        knobs["transformer_config"].update(core8)
+        knobs["ddp_config"].update(ddp8)
+        reasons += [f"MIMO module {name!r}: {w}" for w in why8]
+        notes += [n for n in notes8 if n not in notes]
+    return notes, reasons
+
+
+def _mimo_export(stages: Sequence[StageView], grid: MimoGrid, ctx: ExportContext,
+                 lm_reasons: Sequence[str]) -> tuple[Export | None, list[str], list[str]]:
+    """The export of a valid MIMO grid, or why its axes, knobs, FP8 or batch cannot be set (and its notes so far)."""
+    reasons = []
     axes = sorted({f"{a} {v}" for s in stages for g in s.segments for a, v in zip(("cp", "ep", "etp"), g.shape[2:]) if v != 1})
-    if grid is not None and axes:
-        mimo_reasons.append("the plan uses " + ", ".join(axes) + ": the export writes MIMO grids of (tp, pp, dp) only")
-    module_knobs, knob_reasons = _mimo_knobs(stages) if grid is not None else ({}, [])
-    mimo_reasons += knob_reasons
-    if grid is not None and ctx.get("precision") is not None:  # each MIMO module is a Megatron model of its own
-        llm_pp = grid["module_parallelisms"]["llm"]["pipeline_model_parallel_size"]
-        n_llm = sum(s.count("decoder") for s in stages)
-        for name, knobs in module_knobs.items():
-            hints = ctx["precision"]
-            if name != "llm" and hints.bf16_layers:  # Megatron's first/last BF16 layers count the language model's
-                hints = replace(hints, bf16_layers=0)
-            core8, ddp8, _, notes8, why8 = megatron_fp8(hints, n_llm, llm_pp)
-            knobs["transformer_config"].update(core8)
-            knobs["ddp_config"].update(ddp8)
-            mimo_reasons += [f"MIMO module {name!r}: {w}" for w in why8]
-            notes += [n for n in notes8 if n not in notes]
-    if grid is not None:
-        pre, llm, _ = _split(stages)
-        settings = {"path": "mimo", "mimo": grid}
-        b_notes = []
-        for name, e in grid["module_parallelisms"].items():
-            b, why = per_replica_microbatch(ctx.get("global_batch"), ctx.get("microbatches"), e["data_parallel_size"])
-            if why:
-                mimo_reasons.append(f"MIMO module {name!r}: {why}")
-            elif b is not None:
-                b_notes.append(f"{name}: {b}")
-        if not mimo_reasons:
-            symbols, lnotes = _layout_symbols(llm)
-            notes += lnotes
-            settings["llm_transformer_config"] = {
-                "num_layers": sum(s.count("decoder") for s in llm),
-                "pipeline_model_parallel_size": grid["module_parallelisms"]["llm"]["pipeline_model_parallel_size"],
-                "tensor_model_parallel_size": grid["module_parallelisms"]["llm"]["tensor_model_parallel_size"],
-                "pipeline_model_parallel_layout": megatron_layout(symbols),
-            }
-            if b_notes:
-                notes.append("per-replica microbatch of each module (m = " + str(ctx.get("microbatches")) + "): " + ", ".join(b_notes))
-            if any("projector" in s.roles for s in llm):
-                notes.append(
-                    "the projector runs on the language-model GPUs (it sends the small vision features across, "
-                    "seed lesson 15); MIMO keeps it in the vision submodule: move it there or customize the submodule"
-                )
-            if any(e["tensor_model_parallel_size"] > 1 for e in grid["module_parallelisms"].values()):
-                notes.append("TP > 1: launch with CUDA_DEVICE_MAX_CONNECTIONS=1")
-            notes.append("Megatron-LM flags cannot run it: " + "; ".join(lm_reasons))
-            settings["module_knobs"] = module_knobs
-            snippet = _mimo_snippet(grid, module_knobs)
-            return Export("megatron", settings, snippet, tuple(notes), True, (), CHECKED_WITH)
-    reasons = tuple(f"Megatron-LM: {r}" for r in lm_reasons) + tuple(f"MIMO: {r}" for r in mimo_reasons)
-    return Export("megatron", {"path": None, "stage_layouts": _stage_layouts(stages)},
-                  "# (no Megatron setting expresses this plan: see the reasons above)", tuple(notes), False, reasons, CHECKED_WITH)
+    if axes:
+        reasons.append("the plan uses " + ", ".join(axes) + ": the export writes MIMO grids of (tp, pp, dp) only")
+    module_knobs, knob_reasons = _mimo_knobs(stages)
+    reasons += knob_reasons
+    notes: list[str] = []
+    if ctx.precision is not None:
+        notes, fp8_reasons = _mimo_fp8(stages, grid, ctx.precision, module_knobs)
+        reasons += fp8_reasons
+    micro = []
+    for name, g in grid.modules.items():
+        b, why = per_replica_microbatch(ctx.global_batch, ctx.microbatches, g.dp)
+        if why:
+            reasons.append(f"MIMO module {name!r}: {why}")
+        elif b is not None:
+            micro.append(f"{name}: {b.micro}")
+    if reasons:
+        return None, reasons, notes
+    _, llm, _ = _split(stages)
+    symbols, layout_notes = _layout_symbols(llm)
+    notes += layout_notes
+    settings = {"path": "mimo", "mimo": grid.to_dict(), "llm_transformer_config": {
+        "num_layers": sum(s.count("decoder") for s in llm),
+        "pipeline_model_parallel_size": grid.llm.pp,
+        "tensor_model_parallel_size": grid.llm.tp,
+        "pipeline_model_parallel_layout": megatron_layout(symbols),
+    }, "module_knobs": module_knobs}
+    if micro:
+        notes.append(f"per-replica microbatch of each module (m = {ctx.microbatches}): " + ", ".join(micro))
+    if any("projector" in s.roles for s in llm):
+        notes.append(
+            "the projector runs on the language-model GPUs (it sends the small vision features across, "
+            "seed lesson 15); MIMO keeps it in the vision submodule: move it there or customize the submodule"
+        )
+    if any(g.tp > 1 for g in grid.modules.values()):
+        notes.append("TP > 1: launch with CUDA_DEVICE_MAX_CONNECTIONS=1")
+    notes.append("Megatron-LM flags cannot run it: " + "; ".join(lm_reasons))
+    return Export("megatron", settings, _mimo_snippet(grid, module_knobs), tuple(notes), True, (), CHECKED_WITH), [], notes
 
 
 def _stage_layouts(stages: Sequence[StageView]) -> list[dict[str, Any]]:
@@ -591,33 +645,28 @@ def _mimo_knobs(stages: Sequence[StageView]) -> tuple[dict[str, dict[str, Any]],
     knobs, reasons = segment_knobs(stages)
     out: dict[str, dict[str, Any]] = {}
     for name in ("vision", "llm"):
-        mine = [k for k in knobs if (("vision" in k.roles) if name == "vision" else not all(r in ("vision", "projector") for r in k.roles))]
+        mine = [k for k in knobs if (("vision" in k.roles) if name == "vision" else not all(r in VISION_ROLES for r in k.roles))]
         zero, _, zr = one_zero(mine, f"MIMO module {name!r} has one optimizer setting")
-        rc_core, _, rr = megatron_recompute(mine, {}, f"MIMO module {name!r} has one TransformerConfig")
+        recompute, rr = megatron_recompute(mine, None, f"MIMO module {name!r} has one TransformerConfig")
         reasons += zr + rr
-        core: dict[str, Any] = dict(rc_core)
-        ddp: dict[str, Any] = {}
-        if zero == 1:
-            ddp["use_distributed_optimizer"] = True
-        elif zero == 3:
-            ddp.update(use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params")
-        out[name] = {"transformer_config": core, "ddp_config": ddp}
+        settings = _zero_settings(zero) + recompute
+        out[name] = {"transformer_config": dict(settings.core), "ddp_config": dict(settings.ddp)}
     return out, reasons
 
 
-def _mimo_snippet(grid: Mapping[str, Any], module_knobs: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+def _mimo_snippet(grid: MimoGrid, module_knobs: Mapping[str, Mapping[str, Any]] | None = None) -> str:
     lines = [
         "from megatron.bridge.models.mimo.mimo_config import MimoParallelismConfig, ModuleParallelismConfig",
         "",
         "parallelism = MimoParallelismConfig(",
-        f"    llm_module_name={grid['llm_module_name']!r},",
-        f"    deployment_mode={grid['deployment_mode']!r},",
+        f"    llm_module_name={grid.llm_module_name!r},",
+        f"    deployment_mode={grid.deployment_mode!r},",
         "    module_parallelisms={",
     ]
-    for name, e in grid["module_parallelisms"].items():
-        args = ", ".join(f"{k}={v}" for k, v in e.items())
+    for name, g in grid.modules.items():
+        args = ", ".join(f"{k}={v}" for k, v in g.to_dict().items())
         lines.append(f"        {name!r}: ModuleParallelismConfig({args}),")
-    lines += ["    },", ")"]
+    lines += ("    },", ")")
     for name, k in (module_knobs or {}).items():
         for cfg, values in k.items():
             for key, value in values.items():

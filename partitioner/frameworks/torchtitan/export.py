@@ -83,38 +83,33 @@ References
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from .common import (
-    Export,
-    MoeHints,
+from ...costs.recompute import OP
+from ..common import VISION_ROLES, Export, ExportContext, MoeHints
+from ..stages import (
+    ReplicaBatch,
     StageView,
     chunk_reasons,
     layout_reasons,
     one_recompute,
     one_zero,
     per_replica_microbatch,
-    schedule_of,
     segment_knobs,
 )
-from .precision import torchtitan_fp8
+from .fp8 import torchtitan_fp8
+from .rules import RULES, SCHEDULE_NAMES, SCHEDULE_REFUSALS
 
-__all__ = ["export_torchtitan", "torchtitan_names", "CHECKED_WITH", "SCHEDULES"]
+__all__ = ["export_torchtitan", "torchtitan_names", "CHECKED_WITH", "AC_MODES", "AC_CLASSES"]
 
 CHECKED_WITH = ("torchtitan 0.3.0 (config_registry + CLI overrides; 0.2.x TOML files are not targeted); schedule names per "
                 "torch 2.13 get_schedule_class")
-# our schedule -> torchtitan's ``pipeline_parallel_schedule`` (torch.distributed.pipelining's get_schedule_class names)
-SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
-_NO_SCHEDULE = {
-    "zb-h1": "schedule zb-h1 is not expressible: no torch.distributed.pipelining schedule torchtitan offers is ZB-H1 "
-             "(one stage per rank, 1F1B's order with the weight gradients deferred into the bubble): "
-             "InterleavedZeroBubble runs ZB-1P over several stages per rank (loop placement), ZBVZeroBubble and "
-             "DualPipeV two stages per rank in a V. Plan with --schedule 1f1b, gpipe or interleaved",
-}
-_VISION = ("vision", "projector")
-# activation_checkpoint subcommand -> its policy class (torchtitan/distributed/activation_checkpoint.py): the plan's
-# recompute-full is FullAC, its recompute-op (per-op policy) SelectiveAC
-_AC_CLASS = {"full": "FullAC", "selective": "SelectiveAC"}
+# the plan's recompute -> torchtitan's activation_checkpoint subcommand (full, or the per-op policy "op")
+AC_MODES = MappingProxyType({"full": "full", OP: "selective"})
+# activation_checkpoint subcommand -> its policy class (torchtitan/distributed/activation_checkpoint.py)
+AC_CLASSES = MappingProxyType({"full": "FullAC", "selective": "SelectiveAC"})
 
 
 def _flat(fqn: str) -> str:
@@ -139,7 +134,7 @@ def torchtitan_names(stages: Sequence[StageView]) -> tuple[list[list[str]], dict
             fqn_map[name] += [f for f in sources if f not in fqn_map[name]]
 
         for role, fqns in zip(s.roles, s.fqns):
-            if role in _VISION:
+            if role in VISION_ROLES:
                 add("vision_encoder", fqns)
             elif role == "embedding":
                 add("tok_embeddings", fqns)
@@ -158,18 +153,17 @@ def torchtitan_names(stages: Sequence[StageView]) -> tuple[list[list[str]], dict
     return parts, fqn_map
 
 
-def _edge_names(stages: Sequence[StageView], ctx: Mapping[str, Any]) -> list[str]:
+def _edge_names(stages: Sequence[StageView], ctx: ExportContext) -> list[str]:
     """torchtitan FQN prefixes of the decoder layers an FP8 plan keeps in BF16 (``layers.<k>.``, k from each end)."""
-    hints = ctx.get("precision")
     n = sum(s.count("decoder") for s in stages)
-    edge = hints.bf16_layers if hints is not None else 0
+    edge = ctx.precision.bf16_layers if ctx.precision is not None else 0
     return [f"layers.{k}." for k in range(n) if k < edge or k >= n - edge]
 
 
-def _reasons(stages: Sequence[StageView], ctx: Mapping[str, Any]) -> list[str]:
+def _reasons(stages: Sequence[StageView], ctx: ExportContext) -> list[str]:
     reasons = layout_reasons(stages, "torchtitan builds one pp x dp x tp mesh, so every stage and every module has the same layout")
     emb = [s.index for s in stages if "embedding" in s.roles]
-    vis = [s.index for s in stages if any(r in _VISION for r in s.roles)]
+    vis = [s.index for s in stages if any(r in VISION_ROLES for r in s.roles)]
     if vis and (not emb or set(vis) != {emb[0]}):
         cut_inside = [s.index for s in stages if s.roles and s.roles[0] == "vision" and s.index > 0]
         where = f"; the cut before stage(s) {cut_inside} falls inside the vision encoder" if cut_inside else ""
@@ -179,15 +173,35 @@ def _reasons(stages: Sequence[StageView], ctx: Mapping[str, Any]) -> list[str]:
             + where
             + ": torchtitan's VLMs run vision_encoder, whole, inside the embedding step of the stage holding tok_embeddings"
         )
-    schedule, v = schedule_of(ctx)
-    if schedule not in SCHEDULES:
-        reasons.append(_NO_SCHEDULE.get(schedule, f"schedule {schedule!r} has no torchtitan schedule"))
+    schedule, v = ctx.schedule, ctx.chunks
+    if schedule not in RULES.schedules:
+        reasons.append(SCHEDULE_REFUSALS.get(schedule, f"schedule {schedule!r} has no torchtitan schedule"))
     elif schedule == "interleaved":
         reasons += chunk_reasons(stages, v)
     return reasons
 
 
-def _knobs(stages: Sequence[StageView], ctx: Mapping[str, Any]) -> tuple[dict[str, Any], str, list[str], list[str]]:
+@dataclass(frozen=True)
+class _DataAxes:
+    """The data and 5D axes of ``parallelism``: replicate and shard degrees, FSDP's resharding, cp and ep."""
+
+    replicate: int
+    shard: int
+    reshard: str | None  # fsdp_reshard_after_forward (None: not written)
+    cp: int
+    ep: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``parallelism`` fields, the replicated degree first when the model is replicated."""
+        degrees = [("data_parallel_replicate_degree", self.replicate), ("data_parallel_shard_degree", self.shard)]
+        doc: dict[str, Any] = dict(degrees if self.replicate > 1 else degrees[::-1])
+        if self.reshard is not None:
+            doc.update(fsdp_reshard_after_forward=self.reshard)
+        doc.update(context_parallel_degree=self.cp, expert_parallel_degree=self.ep)
+        return doc
+
+
+def _knobs(stages: Sequence[StageView], ctx: ExportContext) -> tuple[dict[str, Any], str, list[str], list[str]]:
     """(parallelism fields for the data axes and 5D axes, activation-checkpoint mode, notes, reasons)."""
     knobs, reasons = segment_knobs(stages)
     notes: list[str] = []
@@ -197,43 +211,39 @@ def _knobs(stages: Sequence[StageView], ctx: Mapping[str, Any]) -> tuple[dict[st
     decoder = [k for k in knobs if k.decoder]
     recompute, rr = one_recompute(decoder, "torchtitan's activation_checkpoint is one policy for every block of layers")
     reasons += zr + rr
-    other = [k.where() for k in knobs if not k.decoder and k.recompute != "none"]
+    other = [k.where() for k in knobs if RULES.recompute_decoder_only and not k.decoder and k.recompute != "none"]
     if other:
         reasons.append(f"recompute planned on {', '.join(other)}, outside the decoder layers: torchtitan's "
                        "activation_checkpoint wraps only the blocks of `layers`")
-    if recompute not in ("none", "full", "op"):
+    if recompute not in RULES.recompute:  # selective and the module sets: Megatron's, not torchtitan's
         reasons.append(f"recompute {recompute} (Megatron-style module recompute) is not torchtitan's selective activation "
                        "checkpointing (a per-op policy that saves matmul and attention outputs and recomputes every "
                        "second matmul: the plan's recompute-op); torchtitan offers full, selective, memory-budget or none")
     dp, tp, cp, ep, etp = stages[0].segments[0].shape
-    par: dict[str, Any] = {}
     if zero == 0 and dp > 1:
         if cp > 1:
             reasons.append(f"ZeRO-0 with cp {cp}: torchtitan shards the weights over dp_shard x cp with FSDP whenever cp > 1")
-        par.update(data_parallel_replicate_degree=dp, data_parallel_shard_degree=1)
+        axes = _DataAxes(replicate=dp, shard=1, reshard=None, cp=cp, ep=ep)
     else:
-        par.update(data_parallel_shard_degree=dp, data_parallel_replicate_degree=1)
-        if dp * cp > 1:
-            par["fsdp_reshard_after_forward"] = "always" if zero == 3 else "never"
+        axes = _DataAxes(replicate=1, shard=dp, reshard=("always" if zero == 3 else "never") if dp * cp > 1 else None,
+                         cp=cp, ep=ep)
     if zero == 1 and dp > 1:
         notes.append("ZeRO-1 as FSDP2 with fsdp_reshard_after_forward never: the weights stay gathered from forward to "
                      "backward as under ZeRO-1, and gradients and optimizer states are sharded over dp (never more "
                      "memory than ZeRO-1)")
-    par["context_parallel_degree"] = cp
-    par["expert_parallel_degree"] = ep
-    if etp != 1:
+    if etp != 1 and not RULES.etp:
         reasons.append(f"etp {etp}: torchtitan 0.3 has no expert tensor parallelism (expert_parallel_degree only; "
                        "experts are not split over TP ranks)")
-    shard = par["data_parallel_shard_degree"]
+    shard = axes.shard
     if ep > 1 and (shard * cp * tp) % ep:
         reasons.append(f"ep {ep} does not divide dp_shard {shard} x cp {cp} x tp {tp}: torchtitan takes the expert ranks "
                        "from those (dp_replicate and pp are outer dimensions)")
-    moe: MoeHints | None = ctx.get("moe")
+    moe: MoeHints | None = ctx.moe
     if ep > 1 and moe is None:
         reasons.append(f"the plan splits experts over ep {ep}, but its hints do not describe the model's experts")
     elif moe is not None and moe.num_experts % ep:
         reasons.append(f"ep {ep} does not divide the model's {moe.num_experts} experts")
-    return par, {"full": "full", "op": "selective"}.get(recompute, "none"), notes, reasons
+    return axes.to_dict(), AC_MODES.get(recompute, "none"), notes, reasons
 
 
 def _overrides(cfg: Mapping[str, Mapping[str, Any]], ac: str = "none") -> list[str]:
@@ -255,13 +265,13 @@ def _overrides(cfg: Mapping[str, Mapping[str, Any]], ac: str = "none") -> list[s
 def _registry_function(cfg: Mapping[str, Mapping[str, Any]], base: str, ac: str = "none",
                        fp8: tuple[Sequence[str], Sequence[str]] = ((), ())) -> str:
     """The ``config_registry`` function; ``fp8`` = (import lines, converter expressions) of an FP8 plan
-    (:func:`.precision.torchtitan_fp8`), applied to the model config as torchtitan's ``model_registry`` does."""
+    (:func:`.fp8.torchtitan_fp8`), applied to the model config as torchtitan's ``model_registry`` does."""
     module, _, func = base.rpartition(".")
     imports, converters = fp8
     lines = [
         "# config_registry.py of your own package; run: -m torchtitan.train --module <package> --config planned",
         f"from {module} import {func} as _base",
-        *([f"from torchtitan.distributed.activation_checkpoint import {_AC_CLASS[ac]}"] if ac in _AC_CLASS else []),
+        *([f"from torchtitan.distributed.activation_checkpoint import {AC_CLASSES[ac]}"] if ac in AC_CLASSES else []),
         *imports,
         "",
         *(["# the plan's FP8: torchtitan's converters on the model config (LM head and router left in BF16)",
@@ -274,7 +284,7 @@ def _registry_function(cfg: Mapping[str, Mapping[str, Any]], base: str, ac: str 
     for section, values in cfg.items():
         for key, value in values.items():
             lines.append(f"    config.{section}.{key} = {value!r}")
-    lines.append("    config.activation_checkpoint = " + (f"{_AC_CLASS[ac]}.Config()" if ac in _AC_CLASS else "None"))
+    lines.append("    config.activation_checkpoint = " + (f"{AC_CLASSES[ac]}.Config()" if ac in AC_CLASSES else "None"))
     if converters:
         lines += ["    for converter in CONVERTERS:",
                   "        config.model_spec.model = converter.build().convert(config.model_spec.model)"]
@@ -282,10 +292,10 @@ def _registry_function(cfg: Mapping[str, Mapping[str, Any]], base: str, ac: str 
     return "\n".join(lines)
 
 
-def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export:
+def export_torchtitan(stages: list[StageView], ctx: ExportContext) -> Export:
     """torchtitan overrides and ``config_registry`` function for the plan, or the reasons it cannot run it."""
     reasons = _reasons(stages, ctx)
-    b = None
+    b: ReplicaBatch | None = None
     data_axes: dict[str, Any] = {}
     ac = "none"
     knob_notes: list[str] = []
@@ -293,11 +303,11 @@ def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export
         dp, tp = stages[0].dp, stages[0].tp
         data_axes, ac, knob_notes, knob_reasons = _knobs(stages, ctx)
         reasons += knob_reasons
-        b, why = per_replica_microbatch(ctx.get("global_batch"), ctx.get("microbatches"), dp)
+        b, why = per_replica_microbatch(ctx.global_batch, ctx.microbatches, dp)
         if why:
             reasons.append(f"{why} (torchtitan: m = gradient-accumulation steps x local_batch_size / "
                            "pipeline_parallel_microbatch_size)")
-    fp8_imports, converters, fp8_notes, fp8_reasons = torchtitan_fp8(ctx.get("precision"), ctx.get("moe") is not None,
+    fp8_imports, converters, fp8_notes, fp8_reasons = torchtitan_fp8(ctx.precision, ctx.moe is not None,
                                                                      _edge_names(stages, ctx))
     reasons += fp8_reasons
     if reasons:
@@ -306,7 +316,7 @@ def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export
                       (), False, tuple(reasons), CHECKED_WITH)
     parts, fqn_map = torchtitan_names(stages)
     notes = list(knob_notes) + fp8_notes
-    schedule, v = schedule_of(ctx)
+    schedule, v = ctx.schedule, ctx.chunks
     pp = len(stages) // v
     if v > 1:
         notes.append(
@@ -315,37 +325,36 @@ def export_torchtitan(stages: list[StageView], ctx: Mapping[str, Any]) -> Export
         )
     parallelism: dict[str, Any] = {
         "pipeline_parallel_degree": pp,
-        "pipeline_parallel_schedule": SCHEDULES[schedule],
+        "pipeline_parallel_schedule": SCHEDULE_NAMES[schedule],
         **data_axes,
         "tensor_parallel_degree": tp,
         "module_fqns_per_model_part": parts,
     }
-    training: dict[str, Any] = {}
-    if pp > 1:
-        training["disable_cuda_graphs"] = True  # torchtitan 0.3 refuses CUDA graphs with PP
+    training: dict[str, Any] = {"disable_cuda_graphs": True} if pp > 1 else {}  # torchtitan 0.3: no CUDA graphs with PP
     if b is not None and pp > 1:  # one accumulation step of m pipeline microbatches
-        parallelism["pipeline_parallel_microbatch_size"] = b
-        training.update(local_batch_size=ctx["global_batch"] // dp, global_batch_size=ctx["global_batch"])
+        parallelism.update(pipeline_parallel_microbatch_size=b.micro)
+        training.update(local_batch_size=b.global_batch // dp, global_batch_size=b.global_batch)
     elif b is not None:  # no PP: torchtitan ignores the microbatch size; m gradient-accumulation steps of b samples
-        training.update(local_batch_size=b, global_batch_size=ctx["global_batch"])
-        if ctx["microbatches"] > 1:
-            notes.append(f"m = {ctx['microbatches']} as gradient accumulation (global_batch_size / (local_batch_size x "
-                         f"dp) = {ctx['global_batch']} / ({b} x {dp})): torchtitan's train step syncs gradients on every "
+        training.update(local_batch_size=b.micro, global_batch_size=b.global_batch)
+        if b.microbatches > 1:
+            notes.append(f"m = {b.microbatches} as gradient accumulation (global_batch_size / (local_batch_size x "
+                         f"dp) = {b.global_batch} / ({b.micro} x {dp})): torchtitan's train step syncs gradients on every "
                          "accumulation step, the plan counts one sync per iteration")
     else:
         notes.append("no global batch or microbatch count given: set training.local_batch_size, global_batch_size and "
                      "parallelism.pipeline_parallel_microbatch_size so that torchtitan runs m microbatches")
     cfg = {"parallelism": parallelism, "training": training} if training else {"parallelism": parallelism}
-    base = str(ctx.get("torchtitan_base") or "torchtitan.models.llama3.config_registry.llama3_8b")
-    settings: dict[str, Any] = {"config": cfg, "activation_checkpoint": ac, "overrides": _overrides(cfg, ac), "module_fqns_per_model_part": parts,
-                "fqn_map": fqn_map, "microbatches": ctx.get("microbatches")}
+    base = ctx.torchtitan_base or "torchtitan.models.llama3.config_registry.llama3_8b"
+    overrides = _overrides(cfg, ac)
+    settings: dict[str, Any] = {"config": cfg, "activation_checkpoint": ac, "overrides": overrides, "module_fqns_per_model_part": parts,
+                "fqn_map": fqn_map, "microbatches": ctx.microbatches}
     if converters:
-        settings["converters"] = list(converters)
-    world = pp * dp * tp * data_axes.get("context_parallel_degree", 1)
+        settings.update(converters=list(converters))
+    world = pp * dp * tp * stages[0].cp
     snippet = (
         f"# {world} GPUs: torchrun with --nnodes x --nproc_per_node = {world}\n"
         'torchrun $DISTRIBUTED_ARGS -m torchtitan.train --module "$MODEL_MODULE" --config "$MODEL_CONFIG" \\\n    '
-        + " \\\n    ".join(settings["overrides"])
+        + " \\\n    ".join(overrides)
         + "\n\n# or, as a config_registry function:\n"
         + _registry_function(cfg, base, ac, (fp8_imports, converters))
     )

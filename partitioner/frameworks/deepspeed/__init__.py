@@ -1,0 +1,21 @@
+"""DeepSpeed's pipeline engine: what it runs, and plans as its settings.
+
+Modules
+-------
+rules
+    :data:`RULES`: the schedule, knobs, mesh and CP/EP axes and
+    bytes-per-parameter counts DeepSpeed's ``PipelineEngine`` has (read by
+    ``plan --target deepspeed`` and by the exporter).
+export
+    :func:`export_deepspeed`: a plan as a ``PipelineModule`` with the planned
+    boundaries, its topology and the batch config.
+
+A reader of DeepSpeed configs (a ``ds_config`` JSON with its pipeline
+module) belongs here too, as ``recipe.py`` next to the exporter it mirrors.
+"""
+from __future__ import annotations
+
+from .export import CHECKED_WITH, export_deepspeed
+from .rules import RULES
+
+__all__ = ["RULES", "CHECKED_WITH", "export_deepspeed"]

@@ -1,0 +1,45 @@
+"""What DeepSpeed's pipeline engine runs: :data:`RULES`, read by ``plan --target deepspeed`` and by the exporter.
+
+* Schedule: ``TrainSchedule`` (1F1B) only (``PipelineEngine._train_schedule``).
+* One model- and data-parallel degree for every stage and layer
+  (``PipeModelDataParallelTopology``); no context parallelism in the
+  pipeline engine (DeepSpeed-Ulysses runs outside it). The planner searches
+  no expert tensor parallelism; the exporter also writes etp = tp
+  (``enable_expert_tensor_parallelism``) for plans made without the rules.
+* Knobs: ZeRO 0 or 1 (the pipeline engine refuses ZeRO-2 and ZeRO-3) and
+  ``activation_checkpoint_interval`` (full recompute, per stage); anything
+  finer (selective, Megatron's modules, torchtitan's per-op policy) has no
+  ``PipelineModule`` setting.
+* Cuts: anywhere (``PipelineModule`` takes the boundaries as given).
+* FP8: none (its engine trains in fp32, fp16 or bf16).
+* Weights: ``BF16_Optimizer`` 4 + 12/d at stage 0 (bf16 with a pipeline),
+  ``DeepSpeedZeroOptimizer`` 4 + 16/d at stage 1, and the stage 2 and 3
+  counts (:data:`partitioner.costs.PARAM_MEMORY`).
+
+References
+----------
+.. [1] DeepSpeed 0.19.8, ``deepspeed/runtime/pipe/engine.py`` (``PipelineEngine.__init__``,
+   ``_train_schedule``), ``deepspeed/runtime/engine.py`` (``_do_optimizer_sanity_check``).
+"""
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from ..common import FrameworkRules, one_group_per_layer
+
+__all__ = ["RULES"]
+
+RULES = FrameworkRules(
+    name="deepspeed",
+    schedules=("1f1b",),
+    zero=(0, 1),
+    recompute=("none", "full"),
+    recompute_decoder_only=False,
+    cut_groups=one_group_per_layer,
+    memory=MappingProxyType({0: "deepspeed-bf16", 1: "deepspeed-zero1", 2: "deepspeed-zero2", 3: "deepspeed-zero3"}),
+    cp=False,
+    etp=False,
+    recompute_per_stage=True,
+    fp8_note="DeepSpeed 0.19.8's engine trains in fp32, fp16 or bf16 (config sections fp16, bf16, torch_autocast); its "
+             "fp8 code quantizes frozen weights for inference and LoRA (deepspeed.linear, ops.fp_quantizer)",
+)

@@ -1,0 +1,56 @@
+"""Megatron-LM's arguments for latent attention, multi-token prediction and group routing (:func:`mla_args`).
+
+Megatron-LM (``megatron/training/arguments.py``, core_r0.16; Megatron-Core
+0.16.1 ``MLATransformerConfig`` and ``gpt_layer_specs``) [1]_:
+
+* ``--multi-latent-attention`` with ``--q-lora-rank`` (left out when the
+  query has no down-projection: ``q_lora_rank=None`` builds
+  ``linear_q_proj``), ``--kv-lora-rank``, ``--qk-head-dim`` (the
+  non-rotary width), ``--qk-pos-emb-head-dim`` (the rotary width),
+  ``--v-head-dim``, and ``--qk-layernorm`` (with MLA it puts the latents'
+  norms into the up-projections, ``TELayerNormColumnParallelLinear``);
+* ``--mtp-num-layers`` (the MTP modules; ``--mtp-loss-scaling-factor``
+  weighs their loss, 0.1 by default);
+* ``--moe-router-num-groups`` / ``--moe-router-group-topk`` (group-limited
+  routing) and ``--moe-router-score-function`` (``softmax`` or
+  ``sigmoid``).
+
+References
+----------
+.. [1] Megatron-LM core_r0.16, ``megatron/training/arguments.py`` (``_add_mla_args``, ``_add_moe_args``,
+   ``--mtp-num-layers``); Megatron-Core 0.16.1 ``megatron/core/transformer/transformer_config.py``
+   (``MLATransformerConfig``).
+"""
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from ...presets import MlaHints
+
+__all__ = ["MLA_FLAGS", "mla_args"]
+
+# MlaHints field -> Megatron-LM argument (the value follows it; 0 leaves the argument out)
+MLA_FLAGS = MappingProxyType({
+    "q_lora_rank": "--q-lora-rank",
+    "kv_lora_rank": "--kv-lora-rank",
+    "qk_head_dim": "--qk-head-dim",
+    "qk_pos_emb_head_dim": "--qk-pos-emb-head-dim",
+    "v_head_dim": "--v-head-dim",
+    "mtp_layers": "--mtp-num-layers",
+    "expert_groups": "--moe-router-num-groups",
+    "group_top_k": "--moe-router-group-topk",
+    "router_score": "--moe-router-score-function",
+})
+_LATENT = ("qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "q_lora_rank", "kv_lora_rank")  # MLA's own widths
+
+
+def mla_args(hints: MlaHints) -> list[str]:
+    """Megatron-LM's arguments for ``hints`` (module docstring), in :data:`MLA_FLAGS` order."""
+    args = ["--multi-latent-attention", "--qk-layernorm"] if hints.kv_lora_rank else []
+    for name, flag in MLA_FLAGS.items():
+        value = getattr(hints, name)
+        if name in _LATENT and not hints.kv_lora_rank:
+            continue
+        if value:
+            args += [flag, str(value)]
+    return args

@@ -1,0 +1,138 @@
+"""One ``plan`` run, resolved once: :class:`PlanRun`.
+
+:func:`~partitioner.planning.plan_model.run_plan` turns its checked
+:class:`~.options.PlanOptions` into one :class:`PlanRun` before it loads
+anything, and every step after reads it: the target's rules (None for
+``any``), the cost options the problems are built with, the schedule keys
+to try, the microbatch counts to screen, the weight-memory count the run
+charges, and the run's one :class:`~partitioner.core.deadline.Deadline`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from ..core.deadline import Deadline
+from ..core.limits import MAX_MICROBATCHES
+from ..costs import CostOptions
+from ..frameworks import FrameworkRules
+from ..problem import ProblemError
+from .options import PlanOptions
+from .schedules.choice import schedule_keys
+from .targets.memory import MemoryCounts, memory_counts
+from .targets.rules import rules_for
+
+__all__ = ["PlanRun", "plan_options", "with_precision", "microbatch_candidates", "divisors", "ScheduleKey"]
+
+ScheduleKey = tuple[str, int]  # (schedule, v)
+_ALL_ZERO = (0, 1, 3)  # the ZeRO stages of the cost model's knobs (--target any charges them all)
+
+
+def plan_options(options: Mapping[str, Any] | CostOptions | None) -> CostOptions:
+    """The cost options ``plan_model`` uses: every memory-knob variant unless the options fix or restrict them."""
+    if isinstance(options, CostOptions):
+        return options
+    given = dict(options or {})
+    every = {} if {"variants", "recompute", "zero1"} & set(given) else {"variants": ("all",)}
+    return CostOptions.from_mapping({**given, **every})
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n`` >= 1 in increasing order, by trial division up to sqrt(n) (O(sqrt n) steps)."""
+    small, large = [], []
+    for d in range(1, math.isqrt(n) + 1):
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+    return small + large[::-1]
+
+
+def microbatch_candidates(global_batch: int, limit: int | None = None) -> list[int]:
+    """Microbatch counts tried by ``microbatches="auto"``: the divisors of the global batch, at most ``limit``
+    and at most :data:`~partitioner.core.limits.MAX_MICROBATCHES` (a problem's range).
+
+    A batch of at most :data:`~partitioner.core.limits.MAX_GLOBAL_BATCH` (the range
+    :class:`~.options.PlanOptions` accepts) has at most a few hundred divisors
+    (2^24 has 25; the most below it, 504), found in at most 4096 steps.
+    """
+    cap = MAX_MICROBATCHES if limit is None else min(limit, MAX_MICROBATCHES)
+    return [m for m in divisors(global_batch) if m <= cap]
+
+
+def with_precision(opts: PlanOptions) -> PlanOptions:
+    """``opts`` with its ``precision`` and ``fp8_recipe`` merged into the cost options (validated there).
+
+    A recipe alone asks for FP8. The options' own checks (a recipe with
+    BF16, a value the cost options contradict) ran when they were made.
+    """
+    given = {k: v for k, v in (("precision", opts.precision), ("fp8_recipe", opts.fp8_recipe)) if v is not None}
+    if not given:
+        return opts
+    base = opts.options
+    doc = base.to_dict() if isinstance(base, CostOptions) else dict(base or {})
+    if "fp8_recipe" in given and "precision" not in given and doc.get("precision") != "fp8":
+        given = {**given, "precision": "fp8"}
+    merged = {**doc, **given}
+    costs = CostOptions.from_mapping(merged)  # a ProblemError naming options.<key> if bad
+    return replace(opts, options=costs if isinstance(base, CostOptions) else merged, precision=None, fp8_recipe=None)
+
+
+def _check_target_precision(rules: FrameworkRules | None, costs: CostOptions) -> None:
+    """A target whose framework has no training path for the options' FP8 recipe is bad input (exit 2)."""
+    if rules is None or not costs.fp8 or costs.fp8_recipe in rules.fp8_recipes:
+        return
+    if not rules.fp8_recipes:
+        raise ProblemError(f"{rules.name} has no FP8 training path ({rules.fp8_note}); plan it in BF16",
+                           path="precision")
+    raise ProblemError(f"{rules.name} does not run the FP8 recipe {costs.fp8_recipe} (it runs "
+                       f"{', '.join(rules.fp8_recipes)}: {rules.fp8_note})", path="fp8_recipe")
+
+
+@dataclass(frozen=True)
+class PlanRun:
+    """A ``plan`` run: its options and what they resolve to, worked out once (:meth:`start`).
+
+    Parameters
+    ----------
+    options : PlanOptions
+        The run's checked options, ``precision`` and ``fp8_recipe`` merged into
+        the cost options (:func:`with_precision`).
+    rules : FrameworkRules or None
+        The target's rules (:mod:`partitioner.frameworks`); None for ``--target any``.
+    costs : CostOptions
+        The cost options the problems are built with (:func:`plan_options`).
+    schedule_keys : tuple of (str, int)
+        The ``(schedule, v)`` pairs to try, only the target's schedules with a target.
+    counts : tuple of int
+        The microbatch counts to screen (every divisor of the batch for ``auto``).
+    memory : MemoryCounts
+        Which bytes-per-parameter count the run's problems charge, per ZeRO stage.
+    deadline : Deadline
+        The run's one time limit, started with the run.
+    """
+
+    options: PlanOptions
+    rules: FrameworkRules | None
+    costs: CostOptions
+    schedule_keys: tuple[ScheduleKey, ...]
+    counts: tuple[int, ...]
+    memory: MemoryCounts
+    deadline: Deadline
+
+    @classmethod
+    def start(cls, options: PlanOptions) -> "PlanRun":
+        """The run of ``options``, its deadline started now (cost options are checked here: ProblemError at ``options``)."""
+        deadline = Deadline(options.time_limit)  # one limit for the whole run, from its start
+        options = with_precision(options)
+        rules = rules_for(options.target)
+        keys = schedule_keys(options.schedule, options.virtual_stages)
+        if rules is not None:
+            keys = [k for k in keys if k[0] in rules.schedules]
+        m = options.microbatches
+        counts = microbatch_candidates(options.global_batch) if m == "auto" else [m]
+        costs = plan_options(options.options)
+        _check_target_precision(rules, costs)
+        memory = memory_counts(options.target, rules.zero if rules else _ALL_ZERO, options.options, costs)
+        return cls(options, rules, costs, tuple(keys), tuple(counts), memory, deadline)
