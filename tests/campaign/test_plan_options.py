@@ -53,7 +53,7 @@ def test_plan_model_refuses_a_batch_outside_its_range(batch):
 def test_plan_with_an_absurd_batch_is_one_line_at_once(tmp_path, batch):
     code, out, err, _, _ = run_cli(tmp_path, "plan", "--model", "llava-1.5-7b", "--cluster", "dgx-h100", "--nodes", "1",
                                    "--global-batch", batch, "--time-limit", "5", timeout=120)
-    assert_refused(code, err, "global_batch", str(MAX_GLOBAL_BATCH), codes=(2,))
+    assert_refused(code, err, "--global-batch", str(MAX_GLOBAL_BATCH), codes=(2,))
     assert out == ""
 
 
