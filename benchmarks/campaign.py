@@ -540,6 +540,7 @@ def door_sigint(rng: random.Random, ctx: Context) -> Outcome:
     args = [sys.executable, "-m", "partitioner", "plan", "--model", rng.choice(_MODELS[:3]), "--cluster", "dgx-h100",
             "--nodes", "1", "--global-batch", "64", "--time-limit", str(ctx.limit)]
     o = Outcome("sigint", f"SIGINT after {delay:.2f} s")
+    began = time.monotonic()
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=_env())
     time.sleep(delay)
     sent = proc.poll() is None
@@ -552,6 +553,7 @@ def door_sigint(rng: random.Random, ctx: Context) -> Outcome:
         out, err = proc.communicate()
         o.flag("hang", "no exit within 120 s of the interrupt")
         return o
+    o.seconds = time.monotonic() - began
     lines = [line for line in err.splitlines() if line.strip()]
     if "Traceback" in err:
         o.flag("traceback", err.strip().splitlines()[-1])
