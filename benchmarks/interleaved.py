@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import splice  # noqa: E402
 from benchmarks.solvers import machine, run_child  # noqa: E402
 from benchmarks.targets import machine_commit  # noqa: E402
 
@@ -134,36 +135,13 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
 
 
 def section_lines(out: Path) -> list[str]:
-    """The REPORT.md section of ``interleaved.md`` between markers; [] when not measured."""
-    path = out / "interleaved.md"
-    if not path.exists():
-        return []
-    body = path.read_text().splitlines()
-    title = body[0].lstrip("# ") if body else ""
-    rest = body[1:]
-    while rest and not rest[0].strip():
-        rest = rest[1:]
-    return ["", BEGIN, f"## Targets (issue 33): {title}", "", *rest, END]
+    """The REPORT.md section of ``interleaved.md`` (between markers, so it can be spliced again); [] when not measured."""
+    return splice.section_lines(out / "interleaved.md", "Targets (issue 33)", BEGIN, END)
 
 
 def splice_report(out: Path) -> Path | None:
-    """Put :func:`section_lines` into ``out/REPORT.md``: in place of the last one, else before section 1."""
-    report = out / "REPORT.md"
-    section = section_lines(out)
-    if not report.exists() or not section:
-        return None
-    text = report.read_text().splitlines()
-    if BEGIN in text and END in text:
-        a, b = text.index(BEGIN), text.index(END)
-        start = a - 1 if a > 0 and text[a - 1] == "" else a
-        text = text[:start] + section + text[b + 1:]
-    else:
-        at = next((i for i, line in enumerate(text) if line.startswith("## 1.")), len(text))
-        while at > 0 and text[at - 1] == "":
-            at -= 1
-        text = text[:at] + section + text[at:]
-    report.write_text("\n".join(text) + ("\n" if not text or text[-1] != "" else ""))
-    return report
+    """Put :func:`section_lines` into ``out/REPORT.md`` (:func:`benchmarks.splice.splice_report`)."""
+    return splice.splice_report(out, section_lines(out), BEGIN, END)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

@@ -29,6 +29,10 @@ References
 .. [Titan] pytorch/torchtitan 0.3, ``distributed/parallel_dims.py``
    (ep divides dp_shard x cp x tp: "EP borrows ranks from FSDP and TP") and
    PR #3167 (expert tensor parallelism removed, so etp = 1).
+.. [MCoreVPP] NVIDIA megatron-core 0.16.1, ``megatron/core/parallel_state.py``,
+   ``initialize_model_parallel``: a virtual pipeline size with
+   ``pipeline_model_parallel_size`` 1 raises "pipeline-model-parallel size
+   should be greater than 1 with interleaved schedule".
 """
 from __future__ import annotations
 
@@ -41,11 +45,15 @@ from ..plan.schedules import peak_activation_bytes, stash
 from ..problem import LayerCost, Layout, Problem
 
 __all__ = ["BASELINE_METHOD", "FSDP_METHOD", "BASELINES", "layer_roles", "megatron_baseline", "megatron_baselines",
-           "StageSums", "fsdp_baseline", "offered_axes", "segment_config", "BaselineLayout"]
+           "StageSums", "fsdp_baseline", "offered_axes", "segment_config", "BaselineLayout",
+           "MIN_INTERLEAVED_GROUPS"]
 
 BASELINE_METHOD = "megatron-uniform"
 FSDP_METHOD = "fsdp"
 BASELINES = (BASELINE_METHOD, FSDP_METHOD)
+# The fewest device groups P (pipeline ranks) an interleaved plan of ``plan`` has: Megatron-Core refuses virtual
+# stages on one pipeline rank [MCoreVPP]_, and on one group the chunks run one after the other, no pipeline at all.
+MIN_INTERLEAVED_GROUPS = 2
 
 
 def megatron_baseline(problem: Problem, objective: str | None = None,
@@ -210,7 +218,7 @@ def _megatron_candidates(problem: Problem, variants: Sequence[str] | None = None
     n_dec = sum(r == "decoder" for r in roles) or problem.num_layers
     v = problem.training.virtual_stages if problem.training.schedule == "interleaved" else 1
     for P in range(problem.stages.min, problem.stages.max + 1):
-        if N % P or N // P not in allowed or P * v > n_dec or (v > 1 and (P < 2 or problem.microbatches % P)):
+        if N % P or N // P not in allowed or P * v > n_dec or (v > 1 and (P < MIN_INTERLEAVED_GROUPS or problem.microbatches % P)):
             continue
         d = N // P
         cuts = _uniform_cuts(roles, P * v)

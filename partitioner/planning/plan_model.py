@@ -39,6 +39,7 @@ from .schedules.choice import choose_schedule
 from .schedules.report import ScheduleReport
 from .screening import Builders, counts_to_solve, screen_counts
 from .targets.report import target_summaries
+from .targets.rules import runs
 
 __all__ = ["plan_model", "run_plan", "RESOLVE_MIN_SECONDS"]
 
@@ -215,6 +216,8 @@ def _pick_schedule(best: KnobSolve, screened: list[ScreenedCount], run: PlanRun,
     def resolve(entry: ScreenedCount, warm: Mapping[str, Plan]) -> KnobSolve:
         return solve_with_knobs(entry, run, warm, cap=cap)
 
+    rules = run.rules
+    admits = None if rules is None else (lambda problem, plan: runs(rules, problem, plan))
     return choose_schedule(best, screened, method=opts.method, objective=opts.objective, resolve=resolve,
                            keys=list(run.schedule_keys), simulate=opts.simulate,
-                           pinned=opts.schedule != "auto", deadline=run.deadline)
+                           pinned=opts.schedule != "auto", deadline=run.deadline, admits=admits)

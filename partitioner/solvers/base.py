@@ -338,10 +338,13 @@ def _cut_short(candidate: Candidate, request: SolveRequest) -> bool:
 
 
 def _fallback(problem: Problem, method: str, request: SolveRequest, cut: Candidate, start: float) -> Candidate:
-    """The greedy plan, as ``feasible`` with the exact method's bound, or ``cut`` if greedy has none."""
+    """The greedy plan, as ``feasible`` with the exact method's bound, or ``cut`` if greedy has none
+    (or cannot plan this problem: its schedule, topology or format)."""
     greedy = _METHODS.get("greedy")
     limit = request.clock.seconds
     if greedy is None or limit is None:  # no limit: nothing was cut short (see _cut_short)
+        return cut
+    if _capability_gap(greedy, problem, request.objective):  # e.g. interleaved: greedy's stash is 1F1B's
         return cut
     budget = max(request.left(), min(1.0, limit))
     found = greedy.run(problem, replace(request, time_limit=budget, warm_start=None, options=NoOptions()))

@@ -9,6 +9,7 @@ simulator and the exports agree with the result. Small presets and the
 """
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 
@@ -191,3 +192,32 @@ def test_a_re_solve_starts_from_the_plan_its_knob_setting_got_under_1f1b(monkeyp
     for warm, r in zb:
         assert any(warm == plan for plan in firsts)  # the 1F1B plan of that setting, not the Megatron baseline
         assert r.extra["dp"]["warm_start"] == "used as an incumbent"
+
+
+def test_interleaved_re_solves_have_two_device_groups_or_more():
+    """plan re-solves interleaved on P >= 2 groups (Megatron-Core refuses virtual stages on one pipeline rank);
+    the problem's own bounds stay what the exact methods answer on a problem file."""
+    from dataclasses import replace
+
+    from partitioner.planning.baselines import MIN_INTERLEAVED_GROUPS
+    from partitioner.planning.schedules.choice import resolve_problem
+    from partitioner.problem import StageBounds
+
+    problem = planned("1f1b").problem
+    wide = replace(problem, stages=StageBounds(1, 8))
+    assert resolve_problem(wide, ("interleaved", 2)).stages == StageBounds(MIN_INTERLEAVED_GROUPS, 8)
+    assert resolve_problem(wide, ("zb-h1", 1)).stages == StageBounds(1, 8)
+    assert resolve_problem(replace(problem, stages=StageBounds(1, 1)), ("interleaved", 3)) is None
+    assert wide.stages == StageBounds(1, 8) and resolve_problem(wide, ("interleaved", 2)).training.virtual_stages == 2
+
+
+def test_under_a_target_round_balanced_plans_it_cannot_run_are_dropped(monkeypatch):
+    """dp's round-balanced interleaved cuts pick each segment's knobs freely; plan --target keeps only those the
+    target runs (here the target is made to refuse every plan: none is kept, a note says why)."""
+    model = importlib.import_module("partitioner.planning.plan_model")  # the module (the package exports the function)
+    monkeypatch.setattr(model, "runs", lambda rules, problem, plan: ["refused by the test"])
+    r = plan_model("seed-vla-8gpu", "dgx-h100", **{**CASE, "method": "dp"}, schedule="interleaved",
+                   virtual_stages=2, target="megatron")
+    notes = r.extra["schedules"]["notes"]
+    assert any("round-balanced dp plan dropped: refused by the test" in n for n in notes), notes
+    assert "round-balanced" not in (r.message or "")

@@ -44,3 +44,16 @@ def test_greedy_answers_its_first_stage_count_even_past_the_deadline():
     result = solve(problem, "greedy", time_limit=1e-9)
     assert result.plan is not None and result.status == "feasible", result.message
     evaluate(problem, result.plan)
+
+
+def test_no_greedy_fallback_where_greedy_cannot_plan_the_schedule(monkeypatch):
+    """An exact method cut short under interleaved answers its own result: greedy (1F1B stash) is not run there."""
+    from partitioner.planning.schedules.search import with_schedule
+    from partitioner.solvers import base
+
+    problem = with_schedule(load_problem(TOY), "interleaved", 2)
+    spec = base.method_spec("dp")
+    monkeypatch.setitem(base._METHODS, "dp", replace(spec, run=lambda p, r: Candidate(
+        "error", message="dp: time limit reached", timed_out=True)))
+    result = solve(problem, "dp", time_limit=1.0)
+    assert result.status == "error" and result.plan is None and "fallback" not in result.extra

@@ -44,14 +44,15 @@ from ...simulate.engine import ReplaySummary
 from ...solvers import SolverError
 from ...solvers.base import schedule_support
 from ...solvers.interleaved.search import round_balanced
-from ..baselines import BASELINE_METHOD, FSDP_METHOD, megatron_baselines
+from ..baselines import BASELINE_METHOD, FSDP_METHOD, MIN_INTERLEAVED_GROUPS, megatron_baselines
 from ..options import SCHEDULE_CHOICES
 from ..records import BaselineRun, KnobSolve, ScreenedCount
 from ..results import simulate_plan
 from .report import PlanSource, ScheduleCandidate, ScheduleReport, best_candidate, build_report
 from .search import with_schedule
 
-__all__ = ["SCHEDULE_CHOICES", "SCREENED_M", "schedule_keys", "choose_schedule", "busy_floor", "Resolve"]
+__all__ = ["SCHEDULE_CHOICES", "SCREENED_M", "schedule_keys", "choose_schedule", "busy_floor", "Resolve",
+           "resolve_problem", "Admits"]
 
 _PLAIN = ("1f1b", "zb-h1", "gpipe")
 # the baselines under schedules other than 1F1B are built at the SCREENED_M microbatch counts with the best
@@ -66,6 +67,8 @@ BALANCED_SECONDS = 4.0
 Run = Union[tuple[Evaluation, Union[ReplaySummary, None], float], str]
 # plan_model's solve with knobs: a screened count (the problem under a schedule) and the warm starts per knob setting
 Resolve = Callable[[ScreenedCount, Mapping[str, Plan]], KnobSolve]
+# plan --target: why the target cannot run a plan of a problem ([] when it can; planning.targets.rules.runs)
+Admits = Callable[[Problem, Plan], Sequence[str]]
 
 
 def schedule_keys(schedule: str = "auto", virtual_stages: int | None = None,
@@ -81,6 +84,24 @@ def schedule_keys(schedule: str = "auto", virtual_stages: int | None = None,
     if schedule == "interleaved":
         return [("interleaved", v) for v in ((virtual_stages,) if virtual_stages else virtual)]
     return [(schedule, 1)]
+
+
+def resolve_problem(problem: Problem, key: tuple[str, int]) -> Problem | None:
+    """``problem`` under schedule key ``key`` as ``plan`` re-solves it, or None when that space is empty.
+
+    Under ``interleaved`` the device groups P are at least
+    :data:`~partitioner.planning.baselines.MIN_INTERLEAVED_GROUPS` (the
+    frameworks run virtual stages on two pipeline ranks or more); the
+    problem's own interleaved space (``stages.min`` may be 1) is what the
+    exact methods answer on a problem file, unchanged.
+    """
+    prob = with_schedule(problem, *key)
+    if key[0] != "interleaved":
+        return prob
+    if prob.stages.max < MIN_INTERLEAVED_GROUPS:
+        return None
+    low = max(prob.stages.min, MIN_INTERLEAVED_GROUPS)
+    return replace(prob, stages=replace(prob.stages, min=low))
 
 
 def _run(problem: Problem, plan: Plan, objective: str, simulate: bool, beat: float | None = None) -> Run | None:
@@ -145,10 +166,14 @@ def _plain_replays(best: KnobSolve, keys: Sequence[tuple[str, int]], objective: 
 
 def _resolved(entry: ScreenedCount, warm: Mapping[str, Plan], keys: Sequence[tuple[str, int]], method: str,
               objective: str, resolve: Resolve, deadline: Deadline,
-              simulate: bool = True) -> tuple[list[ScheduleCandidate], list[str]]:
+              simulate: bool = True, admits: Admits | None = None) -> tuple[list[ScheduleCandidate], list[str]]:
     """The method re-run under every schedule it models (never 1F1B: that is the kept plan), while time is left;
     with ``dp`` under ``interleaved`` also the round-balanced plans of its cut search
-    (:func:`~partitioner.solvers.interleaved.search.round_balanced`, at most :data:`BALANCED_SECONDS` per key)."""
+    (:func:`~partitioner.solvers.interleaved.search.round_balanced`, at most :data:`BALANCED_SECONDS` per key).
+
+    The round-balanced cuts choose each segment's mesh and knobs freely, so
+    under ``plan --target`` (``admits``) those the target cannot run are dropped
+    (``resolve`` already solves in the target's space)."""
     out: list[ScheduleCandidate] = []
     notes: list[str] = []
     for key in keys:
@@ -163,7 +188,11 @@ def _resolved(entry: ScreenedCount, warm: Mapping[str, Plan], keys: Sequence[tup
             if note not in notes:
                 notes.append(note)
             continue
-        prob = with_schedule(entry.problem, *key)
+        resolved = resolve_problem(entry.problem, key)
+        if resolved is None:
+            notes.append(f"{_key_name(key)}: not re-solved: fewer than {MIN_INTERLEAVED_GROUPS} device groups allowed")
+            continue
+        prob = resolved
         try:
             # the kept schedule's plans per knob setting start the re-solve (dp's zb-h1 search uses one)
             done = resolve(ScreenedCount(prob.microbatches, prob, prob), dict(warm))
@@ -180,9 +209,16 @@ def _resolved(entry: ScreenedCount, warm: Mapping[str, Plan], keys: Sequence[tup
         limit = deadline.solve_limit(BALANCED_SECONDS)
         if key[0] != "interleaved" or method != "dp" or limit == 0:
             continue
-        prob = with_schedule(entry.problem, *key)
+        resolved = resolve_problem(entry.problem, key)
+        if resolved is None:
+            continue
+        prob = resolved
         for r in round_balanced(prob, objective, method, limit):
             if r.plan is None:
+                continue
+            refused = admits(prob, r.plan) if admits is not None else ()
+            if refused:
+                notes.append(f"{_key_name(key)}: a round-balanced {method} plan dropped: {refused[0]}")
                 continue
             run = _run(prob, r.plan, objective, simulate)
             if run is not None and not isinstance(run, str):
@@ -282,6 +318,7 @@ def choose_schedule(
     simulate: bool = True,
     pinned: bool = False,
     deadline: Deadline | None = None,
+    admits: Admits | None = None,
 ) -> tuple[KnobSolve, dict[str, BaselineRun], ScheduleReport]:
     """Pick the schedule (and plan) with the least simulated iteration.
 
@@ -306,6 +343,10 @@ def choose_schedule(
     deadline : Deadline, optional
         The run's deadline: once it has passed, no re-solve starts and no
         baseline under another schedule than 1F1B is built (it records what was left out).
+    admits : callable, optional
+        ``plan --target``: why the target cannot run a plan of a problem
+        (:func:`partitioner.planning.targets.rules.runs` with its rules); a
+        candidate found outside the target's space that it rejects is dropped.
 
     Returns
     -------
@@ -318,7 +359,7 @@ def choose_schedule(
     m_star = best.problem.microbatches
     entry = next((e for e in screened if e.m == m_star), None)
     cands = _plain_replays(best, keys, objective, method, simulate)
-    solved, notes = (_resolved(entry, best.solved_plans, keys, method, objective, resolve, deadline, simulate)
+    solved, notes = (_resolved(entry, best.solved_plans, keys, method, objective, resolve, deadline, simulate, admits)
                      if entry is not None else ([], []))
     cands += solved
     cands += _baselines(screened, keys, objective, simulate, deadline=deadline)
