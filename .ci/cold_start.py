@@ -11,7 +11,8 @@ directory:
 2. ``plan --model pi0 --cluster dgx-h100 --nodes 2 --global-batch 1024 --time-limit 20 --json``: a plan,
    and no compile started under a limit too short for it;
 3. ``warmup`` compiles every kernel (progress on stderr, nothing on stdout), a second ``warmup`` finds
-   them cached, and the toy solve is ``optimal`` again, now on the compiled kernels' cache.
+   them cached, and the toy solve is ``optimal`` again, now on the compiled kernels (the ahead-of-time
+   module where a C compiler is present, else numba's cache).
 
 Exit 0 when every check holds; else one line per failed check and exit 1. ``--source DIR`` runs a
 checkout (on ``PYTHONPATH``) instead of the installed package.
@@ -47,7 +48,8 @@ def run(args: list[str], cache: Path, cwd: Path) -> tuple[subprocess.CompletedPr
 
 
 def compiled(cache: Path) -> list[Path]:
-    return sorted(p for p in cache.rglob("*.nbc"))
+    """numba's cached kernels and the dp's ahead-of-time module (solvers/dp/compiled/aot.py)."""
+    return sorted(p for p in cache.rglob("*") if p.suffix in (".nbc", ".so", ".pyd"))
 
 
 def main() -> int:

@@ -57,6 +57,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import calibration as calibration_bench  # noqa: E402
 from benchmarks import solvers as solver_bench  # noqa: E402
+from benchmarks import startup as startup_bench  # noqa: E402
 from benchmarks import targets as targets_bench  # noqa: E402
 from benchmarks import throughput as throughput_bench  # noqa: E402
 from partitioner import __version__, plan_model  # noqa: E402
@@ -64,7 +65,8 @@ from partitioner.batch import expand, load_sweep, run_jobs  # noqa: E402
 from partitioner.batch.compare import compare_file, plot_profile, to_markdown  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-PARTS = ("solvers", "throughput", "presets", "plans", "issue13", "issue25", "issue28", "calibration", "targets")
+PARTS = ("solvers", "throughput", "presets", "plans", "issue13", "issue25", "issue28", "issue34", "calibration",
+         "targets")
 TARGETS_TIME_LIMIT = 60.0  # seconds per `plan --target T` command of part `targets`
 
 # Plan-quality cases: every VLA/VLM preset on a cluster that holds it, with a realistic batch.
@@ -476,6 +478,95 @@ def issue28_targets(out: Path) -> list[str]:
     return lines
 
 
+# what dp answered on the issue-34 rows before (issue 34's own measurements, and this machine's at commit daf5bd7)
+ISSUE34_BEFORE = {
+    "L=128 N=1024": "before: the tables needed 26.8 GiB (148 placement states), so dp stopped at its budget",
+    "no transfers iteration 5D": "before: 15.3 s at load 1.0 (every recursion rebuilt the stage matrices of 32 "
+                                 "stashes; issue 34 measured feasible after 152 s at load 6)",
+    "N=256 m=32 transfers iteration 5D": "before: 6.3 s at load 1.5 (issue 34 measured 49 s at load 6)",
+    "cpsat": "before: no plan in 600 s (the greedy heuristic finds none, so CP-SAT had no hint)",
+}
+ISSUE34_PLANS = (  # (label fragment, target words, seconds, proof asked)
+    ("llama-3-70b on 2048", "a Llama-3-70B config on 16,384 H100 planned in <= 120 s, a bound within 5 %", 120.0, False),
+    ("qwen3-vl-235b-a22b on 128", "Qwen3-VL-235B on 1,024 B200 proven optimal in <= 120 s", 120.0, True),
+)
+ISSUE34_PLAN_LIMITS = {
+    "qwen3-vl-235b-a22b on 128": "the screening takes the limit under load; the kept candidate's exact zb-h1 solve "
+                                 "(124 layers, m = 64, 64 levels) now fits 1.6 GiB (was 5.9) but walks k = 10..57, "
+                                 "3-7 recursions each: alone, feasible after 300 s with a 20 % gap",
+}
+ISSUE34_TARGETS = (  # (row label fragment, method, seconds, what the target asks)
+    ("L=128 N=1024", "dp", None, "dp, 128 layers x 1,024 GPUs with transfers, iteration: optimal within the default 3 GiB"),
+    ("N=256 m=32 no transfers iteration 5D", "dp", 10.0, "dp, VLA 256 layers x 256 GPUs, 5D keys, no transfers: optimal "
+                                                         "in <= 10 s (quiet machine)"),
+    ("N=256 m=32 no transfers iteration", "dp", None, "the same problem's 2D twin (layouts without cp and ep)"),
+    ("N=256 m=32 transfers iteration 5D", "dp", 20.0, "dp, VLA 64 layers x 256 GPUs, 5D keys, with transfers: optimal "
+                                                      "in <= 20 s (quiet machine)"),
+    ("N=256 m=32 transfers iteration", "dp", None, "the same problem's 2D twin"),
+    ("L=32 N=256", "cpsat", 60.0, "cpsat, 32 layers x 256 GPUs with transfers: a plan (60 s limit)"),
+)
+
+
+def issue34_targets(out: Path) -> list[str]:
+    """The issue-34 solver targets from ``issue34/solvers.json`` (``python -m benchmarks.solvers --sweeps issue34``)
+    and ``issue34/startup.json`` (``python -m benchmarks.startup --out benchmarks/results/issue34``)."""
+    path = out / "issue34" / "solvers.json"
+    rows = json.loads(path.read_text()) if path.exists() else []
+    if not rows:
+        return []
+    lines = ["", "## Targets (issue 34: solvers at scale)", "",
+             "Each row in its own process (wall time; CPU time of the solve or command; peak resident memory of the "
+             "process, imports included; the load average when it ended: 2 cores shared with other work, so wall "
+             "times are longer than on a quiet machine). dp's default budget of 3 GiB.", "",
+             "| target | measured | met | before / what limits it |", "|---|---|---|---|"]
+    used: set[int] = set()
+    for fragment, method, seconds, words in ISSUE34_TARGETS:
+        found = next((k for k, r in enumerate(rows) if k not in used and r["sweep"] == "issue34"
+                      and r["method"] == method and fragment.split(" 5D")[0] in r["label"]
+                      and (" 5D" in fragment) == ("5D" in r["label"])), None)
+        if found is None:
+            continue
+        used.add(found)
+        r = rows[found]
+        stats = r.get("stats") or {}
+        ok = r["value"] is not None if method == "cpsat" else (
+            r["status"] == "optimal" and (r.get("peak_rss_mb") or 0) <= BUDGET_MB
+            and (seconds is None or r["seconds"] <= seconds))
+        extra = (f"; {stats['states']} placement states, {stats.get('recursions', '?')} recursions"
+                 if "states" in stats else f"; hint: {stats['hint']}" if "hint" in stats else "")
+        bound = f", bound {r['bound']:,.1f}" if method == "cpsat" and r.get("bound") is not None else ""
+        before = next((v for k, v in ISSUE34_BEFORE.items()
+                       if (k == "cpsat" and method == k) or k.split(" 5D")[0] in r["label"]
+                       and (" 5D" in k) == ("5D" in r["label"])), "")
+        lines.append(f"| {words} | {r['status']} in {r['seconds']:.2f} s, cpu {r['cpu_seconds']:.2f} s, peak "
+                     f"{r['peak_rss_mb']:,.0f} MB, load {r['load_average']:.1f}{bound}{extra} | "
+                     f"{'yes' if ok else 'no'} | {before} |")
+    for fragment, words, seconds, proof in ISSUE34_PLANS:
+        r = next((x for x in rows if x["sweep"] == "issue34-plan" and fragment in x["label"]), None)
+        if r is None:
+            continue
+        gap = r["message"].split("(gap ")[1].split(" %")[0] if "(gap " in r["message"] else None
+        ok = r["seconds"] <= seconds and (r["status"] == "optimal" if proof else
+                                          r["status"] in ("optimal", "feasible") and gap is not None and float(gap) <= 5)
+        lines.append(f"| {words}: `{r['label']}` | {r['status']} in {r['seconds']:.1f} s, cpu {r['cpu_seconds']:.1f} s, "
+                     f"peak {r['peak_rss_mb']:,.0f} MB, load {r['load_average']:.1f}; {r['message']} | "
+                     f"{'yes' if ok else 'no'} | {'' if ok else ISSUE34_PLAN_LIMITS.get(fragment, '')} |")
+    startup = out / "issue34" / "startup.json"
+    if startup.exists():
+        lines += ["", "Start-up (`python -m benchmarks.startup --repeat 7 --out benchmarks/results/issue34`): Alpa's "
+                  "64-layer 4 x 8 GPU cases, the median `solve_seconds` of fresh `partitioner solve` processes "
+                  "against the same solve inside a running process (target: within 1.5 x).", "",
+                  "| case | in-process solve s | fresh process: solve s | its wall s | its CPU s | ratio | met | load |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in json.loads(startup.read_text()):
+            lines.append(f"| {r['case']} | {r['in_process_s']:.3f} | {r['fresh_solve_s']:.3f} | {r['fresh_wall_s']:.2f} "
+                         f"| {r['fresh_cpu_s']:.2f} | {r['ratio']:.2f} | {'yes' if r['ratio'] <= 1.5 else 'no'} | "
+                         f"{r['load']:.1f} |")
+    lines += ["", "Reproduce: `python -m benchmarks.solvers --sweeps issue34 --methods dp,cpsat --time-limit 60 --out "
+              "benchmarks/results/issue34` ([issue34/](issue34/solvers.md))."]
+    return lines
+
+
 def issue25_targets(out: Path) -> list[str]:
     """The issue-25 and issue-27 targets from ``issue25/solvers.json`` (``python -m benchmarks.solvers --sweeps
     plan,issue25``): ``partitioner plan`` at its default settings on every preset, in a process of its own --
@@ -654,6 +745,7 @@ def write_report(out: Path, quick: bool) -> Path:
     if first_run.exists():
         lines += ["", *first_run.read_text().splitlines()]
     lines += issue28_targets(out)
+    lines += issue34_targets(out)
     lines += issue25_targets(out)
     lines += targets_bench.section_lines(out)  # issue 27: plan --target T, export --to T, the framework's check
     lines += [
@@ -792,6 +884,10 @@ def main(argv: list[str] | None = None) -> None:
         if "issue28" in parts and not args.quick:
             solver_bench.main(["--sweeps", "issue28", "--methods", "dp", "--time-limit", "60",
                                "--out", str(out / "issue28")])
+        if "issue34" in parts and not args.quick:
+            solver_bench.main(["--sweeps", "issue34", "--methods", "dp,cpsat", "--time-limit", "60",
+                               "--out", str(out / "issue34")])
+            startup_bench.main(["--repeat", "7", "--out", str(out / "issue34")])
     print(f"wrote {write_report(out, args.quick)}")
 
 

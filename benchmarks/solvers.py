@@ -13,6 +13,7 @@ Run from the repository root::
     python -m benchmarks.solvers --quick    # a smaller sweep, for a smoke test
     python -m benchmarks.solvers --sweeps v2 --methods dp,greedy,balanced --out benchmarks/results/v2
     python -m benchmarks.solvers --sweeps issue28 --methods dp --out benchmarks/results/issue28
+    python -m benchmarks.solvers --sweeps issue34 --methods dp,cpsat --out benchmarks/results/issue34
 
 Times are wall-clock seconds of one ``solve`` call in this process (CP-SAT
 with as many workers as cores); the machine is stated in the report.
@@ -38,6 +39,7 @@ from benchmarks.synthetic import (  # noqa: E402
     synthetic_v2_problem,
     synthetic_v3_problem,
     vla_problem,
+    vla_v3_problem,
 )
 from partitioner import __version__, solve  # noqa: E402
 from partitioner.solvers import methods as registered_methods  # noqa: E402
@@ -67,7 +69,8 @@ class Point:
         if self.shape == "vla":
             v, llm, act = self.vla_layers
             return (f"VLA {v}/{llm}/{act} layers N={self.nodes * self.gpus_per_node} m={self.microbatches} "
-                    f"{'transfers' if self.transfers else 'no transfers'} {self.objective}")
+                    f"{'transfers' if self.transfers else 'no transfers'} {self.objective}"
+                    + (" 5D keys (cp 1/2/4, ep 1..8 on the language layers)" if self.version == 3 else ""))
         lay = "all" if self.layouts is None else str(self.layouts)
         return (
             f"L={self.layers} N={self.nodes * self.gpus_per_node} layouts={lay} "
@@ -82,8 +85,9 @@ class Point:
 
     def problem(self, seed: int = 0):
         if self.shape == "vla":
-            return vla_problem(*self.vla_layers, self.nodes, self.gpus_per_node, self.transfers, seed=seed,
-                               microbatches=self.microbatches, objective=self.objective)
+            generate_vla = vla_v3_problem if self.version == 3 else vla_problem
+            return generate_vla(*self.vla_layers, self.nodes, self.gpus_per_node, self.transfers, seed=seed,
+                                microbatches=self.microbatches, objective=self.objective)
         generate = {2: synthetic_v2_problem, 3: synthetic_v3_problem}.get(self.version, synthetic_problem)
         return generate(
             self.layers,
@@ -157,6 +161,28 @@ def issue28_points() -> list[Point]:
     return [Point("issue28", 256, 32, microbatches=32, only=("dp",), shape="vla")]
 
 
+def issue34_points() -> list[Point]:
+    """Issue 34's solver rows: dp on 128 layers x 1,024 GPUs with transfers within its default budget; the VLA
+    shape with 5D keys (every layout also at cp 2 and 4, ep 1..8 on the language layers: about 1,650 keys a
+    layer) on 256 GPUs, m = 32, and its 2D twin; cpsat on 32 layers x 256 GPUs with transfers."""
+    return [
+        Point("issue34", 128, 128, transfers=True, objective="iteration", only=("dp",)),
+        Point("issue34", 256, 32, transfers=False, microbatches=32, version=3, only=("dp",), shape="vla"),
+        Point("issue34", 256, 32, transfers=False, microbatches=32, version=1, only=("dp",), shape="vla"),
+        Point("issue34", 64, 32, transfers=True, microbatches=32, version=3, only=("dp",), shape="vla"),
+        Point("issue34", 64, 32, transfers=True, microbatches=32, version=1, only=("dp",), shape="vla"),
+        Point("issue34", 32, 32, transfers=True, objective="iteration", only=("cpsat",)),
+    ]
+
+
+# issue 34: ``partitioner plan`` at scale -- (model, cluster, nodes, global batch, extra arguments)
+LLAMA3_70B = str(Path(__file__).resolve().parent / "configs" / "llama-3-70b.json")
+SCALE_PLAN_CASES = (
+    (LLAMA3_70B, "dgx-h100", 2048, 2048, ("--time-limit", "120")),
+    ("qwen3-vl-235b-a22b", "dgx-b200", 128, 1024, ("--time-limit", "120")),
+)
+
+
 # issue 13: ``partitioner plan`` per preset (model, cluster, nodes, global batch), as in part 4 of the report
 PLAN_CASES = (
     ("openvla-7b", "dgx-a100-80g", 8, 2048),
@@ -223,10 +249,12 @@ def _usage(usage: resource.struct_rusage) -> dict:
 
 def run_plan_case(case: tuple, timeout: float, sweep: str = "plan") -> dict:
     """``partitioner plan ... --json`` in a child process, as a user runs it: wall, CPU and peak memory
-    (interpreter start-up and imports included); killed after ``timeout`` seconds, and the row says so."""
-    model, cluster, nodes, batch = case
+    (interpreter start-up and imports included); killed after ``timeout`` seconds, and the row says so.
+    ``case``: (model, cluster, nodes, global batch) and, optionally, further arguments."""
+    model, cluster, nodes, batch, *more = case
+    extra = list(more[0]) if more else []
     cmd = [sys.executable, "-m", "partitioner", "plan", "--model", model, "--cluster", cluster,
-           "--nodes", str(nodes), "--global-batch", str(batch), "--json"]
+           "--nodes", str(nodes), "--global-batch", str(batch), "--json", *extra]
     code, stdout, stderr, seconds, usage = run_child(cmd, timeout)
     status, value, message = "error", None, ""
     if code is None:
@@ -240,13 +268,17 @@ def run_plan_case(case: tuple, timeout: float, sweep: str = "plan") -> dict:
             fits = _stages_fit(doc)
             if fits is not None:
                 message += ", every stage fits" if fits else ", A STAGE DOES NOT FIT"
+            if doc.get("bound") is not None and doc.get("gap") is not None:
+                message += f", bound {doc['bound']:,.1f} ms (gap {100 * doc['gap']:.1f} %)"
             if status != "optimal":  # what the plan says was not proven, or cut short
                 message += "; " + str(doc.get("message") or "").split("; ")[0]
         except (ValueError, KeyError) as exc:
             message = f"unreadable output: {exc}"
     else:
         message = (stderr.strip().splitlines() or [f"exit {code}"])[-1]
-    return {"sweep": sweep, "label": f"plan {model} on {nodes} x {cluster}, batch {batch}", "method": "plan",
+    shown = Path(model).stem if model.endswith(".json") else model
+    label = f"plan {shown} on {nodes} x {cluster}, batch {batch}" + (f" ({' '.join(extra)})" if extra else "")
+    return {"sweep": sweep, "label": label, "method": "plan",
             "model": model, "cluster": cluster, "nodes": nodes, "global_batch": batch, "status": status,
             "value": value, "bound": None, "seconds": seconds, **_usage(usage),
             "load_average": os.getloadavg()[0], "message": message[:300]}
@@ -421,6 +453,8 @@ def write_report(records: list[dict], methods: list[str], time_limit: float, out
         ("issue13", "Issue-13 targets (each method in its own process: peak memory is the row's own)"),
         ("issue24", "Issue-24 targets: v3 twins (cp, ep), each method in its own process"),
         ("issue28", "Issue-28 target: dp at its memory budget (in its own process: peak memory is the row's own)"),
+        ("issue34", "Issue-34 targets: dp at 1,024 GPUs, 5D keys, cpsat with transfers (each in its own process)"),
+        ("issue34-plan", "Issue-34 targets: `partitioner plan` at 1,024 and 16,384 GPUs (a child process each)"),
         ("plan", "`partitioner plan` per preset (a child process each: wall, CPU and peak memory of the whole command)"),
         ("issue25", "Issue-25 target: `partitioner plan` on each new preset in <= 30 s, every stage fitting (a child "
                     "process each)"),
@@ -428,7 +462,7 @@ def write_report(records: list[dict], methods: list[str], time_limit: float, out
         rows = [r for r in records if r["sweep"] == sweep_name]
         if not rows:
             continue
-        cols = ["plan"] if sweep_name in ("plan", "issue25") else methods
+        cols = ["plan"] if sweep_name in ("plan", "issue25", "issue34-plan") else methods
         lines += [f"## {title}", "", "| problem | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
         for label in dict.fromkeys(r["label"] for r in rows):
             cells = []
@@ -483,7 +517,8 @@ def _num(value) -> str:
 
 
 def _cell(r: dict) -> str:
-    peak = f", peak {r['peak_rss_mb']:,.0f} MB" if r["sweep"] in ("issue13", "issue28", "plan", "issue25") and r.get("peak_rss_mb") else ""
+    peak = (f", peak {r['peak_rss_mb']:,.0f} MB" if r["sweep"] in ("issue13", "issue28", "plan", "issue25", "issue34",
+                                                                 "issue34-plan") and r.get("peak_rss_mb") else "")
     if r["value"] is None:
         return f"{r['status']} ({r['seconds']:.1f} s{peak})"
     cpu = f" (cpu {r['cpu_seconds']:.2f})" if r.get("cpu_seconds") is not None else ""
@@ -533,7 +568,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--sweeps", default=None,
         help="comma-separated sweeps to run (layers, gpus, layouts, target, commfree, v2, issue13, issue24, "
-             "issue25, issue28, plan); default all but issue13, issue24, issue25, issue28 and plan",
+             "issue25, issue28, issue34, plan); default all but issue13, issue24, issue25, issue28, issue34 and plan",
     )
     parser.add_argument("--plan-timeout", type=float, default=900.0, help="seconds before a plan case is killed")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)  # one point (JSON), records to stdout
@@ -549,7 +584,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     records = []
     chosen = None if args.sweeps is None else set(args.sweeps.split(","))
-    if "dp" in methods or (chosen is not None and chosen & {"plan", "issue25"}):
+    if "dp" in methods or (chosen is not None and chosen & {"plan", "issue25", "issue34"}):
         records += compile_kernels()  # every timed row below starts with the kernels compiled
     for point in sweep(args.quick):
         if chosen is not None and point.sweep not in chosen:
@@ -564,6 +599,13 @@ def main(argv: list[str] | None = None) -> None:
     if chosen is not None and "issue28" in chosen:
         for point in issue28_points():
             records += run_point_isolated(point, methods, args.time_limit, args.seed)
+    if chosen is not None and "issue34" in chosen:
+        for point in issue34_points():
+            records += run_point_isolated(point, methods, args.time_limit, args.seed)
+        for case in SCALE_PLAN_CASES:
+            records.append(run_plan_case(case, args.plan_timeout, sweep="issue34-plan"))
+            r = records[-1]
+            print(f"{r['label']:60s} {r['status']:10s} {r['seconds']:8.2f} s {r['message']}", flush=True)
     if chosen is not None and "plan" in chosen:
         for case in PLAN_CASES:
             records.append(run_plan_case(case, args.plan_timeout))

@@ -31,7 +31,7 @@ from partitioner.problem import Cluster, Layout, Problem
 
 __all__ = [
     "ModuleShape", "MODULES", "VARIANTS", "VLA_MODULES", "synthetic_problem", "synthetic_v2_problem",
-    "synthetic_v3_problem", "tied_v3_document", "vla_problem",
+    "synthetic_v3_problem", "tied_v3_document", "vla_problem", "vla_v3_problem",
     "layout_keys", "write_problems",
 ]
 
@@ -379,6 +379,69 @@ def tied_v3_document(layers: int = 64, nodes: int = 4, gpus_per_node: int = 8, *
         for entry in head["costs"].values():
             entry["tied_weight_bytes"] = int(entry["weight_bytes"] * share)
     return doc
+
+
+# issue 34's 5D VLA shape: every layout also at cp 2 and 4, the language layers with ep 1..8 (MoE-like keys)
+VLA_V3_EP = tuple(range(1, 9))
+MOE_EVERY = 2  # every other language layer is a MoE layer
+
+
+def vla_v3_problem(
+    vision: int = 32,
+    llm: int = 192,
+    action: int = 32,
+    nodes: int = 32,
+    gpus_per_node: int = 8,
+    transfers: bool = True,
+    **kwargs,
+) -> Problem:
+    """The 5D twin of :func:`vla_problem` with the same arguments (issue 34's slow case for the dp).
+
+    The same layers, modules and plain configs; every config (dp, tp) also
+    runs as (dp / C, tp, C) for C in :data:`V3_CP` where C divides dp (the
+    sequence split instead of the batch: the same bytes per GPU, a
+    ring-attention share of 4 % per extra cp rank in the time); and every
+    language layer carries every ep in :data:`VLA_V3_EP` that divides its
+    devices: every other one a MoE layer (experts hold 3/4 of its weights,
+    split over ep; the all-to-alls add 2 % per doubling of ep), the others
+    dense, with their ep = 1 entry under every ep (DESIGN.md: ep changes
+    nothing on a dense layer). On 32 x 8 GPUs a language layer has about
+    1,650 keys.
+    """
+    base = vla_problem(vision, llm, action, nodes, gpus_per_node, transfers, **kwargs)
+    doc = base.to_dict()
+    doc["version"] = 3
+    doc["name"] = base.name + "-v3"
+    llm_seen = 0
+    for layer in doc["layers"]:
+        moe = layer["module"] == "llm" and llm_seen % MOE_EVERY == MOE_EVERY - 1
+        llm_seen += layer["module"] == "llm"
+        extra = {}
+        for key, c in layer["costs"].items():
+            lay = Layout.parse(key)
+            for cp in V3_CP:
+                if lay.dp % cp == 0:
+                    slow = 1.0 + 0.04 * (cp - 1)
+                    extra[Layout(lay.dp // cp, lay.tp, "", cp).key] = {
+                        **c, "fwd_ms": round(c["fwd_ms"] * slow, 4), "bwd_ms": round(c["bwd_ms"] * slow, 4)
+                    }
+        layer["costs"].update(extra)
+        if layer["module"] != "llm":
+            continue
+        experts = {}
+        for key, c in layer["costs"].items():
+            lay = Layout.parse(key)
+            for ep in VLA_V3_EP:
+                if lay.devices % ep:
+                    continue
+                entry = c
+                if moe and ep > 1:
+                    slow = 1.0 + 0.02 * math.log2(ep)
+                    entry = {**c, "fwd_ms": round(c["fwd_ms"] * slow, 4), "bwd_ms": round(c["bwd_ms"] * slow, 4),
+                             "weight_bytes": int(c["weight_bytes"] * (0.25 + 0.75 / ep))}
+                experts[Layout(lay.dp, lay.tp, "", lay.cp, ep).key] = entry
+        layer["costs"] = experts
+    return Problem.from_dict(doc)
 
 
 def write_problems(directory, count: int, *, first_seed: int = 0, suffix: str = ".json", **kwargs) -> list:

@@ -8,6 +8,11 @@ The Python API::
     print(result.value, result.plan)
     evaluate(problem, result.plan).stages
 
+    from partitioner import Workload, plan_model
+    plan = plan_model("qwen2-vl-7b", "dgx-h100", nodes=2, global_batch=128, workload=Workload(images=2))
+
+docs/api.md shows both, run as a doctest.
+
 The names below are loaded on first use (PEP 562 ``__getattr__``), so that
 ``import partitioner`` -- which ``python -m partitioner`` and the console
 script run before any command code -- does no work: the command line loads
@@ -25,8 +30,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # what the names are, for type checkers; at run time __getattr__ loads them
     from typing import Any
 
+    from .frameworks.recipe import Recipe
     from .plan import Evaluation, Plan, PlanError, SolveResult, Stage, evaluate, load_plan
-    from .planning import plan_model
+    from .planning import ModelPlan, PlanOptions, plan_model, run_plan
+    from .planning.estimate import Estimate, estimate
+    from .presets import ClusterSpec, ModelSpec, Workload, load_cluster, load_model
     from .problem import (
         Cluster,
         Layer,
@@ -47,7 +55,10 @@ __version__ = "0.1.0"
 # every public name, with the module that defines it
 _HOMES = {
     **dict.fromkeys(("Evaluation", "Plan", "PlanError", "SolveResult", "Stage", "evaluate", "load_plan"), ".plan"),
-    "plan_model": ".planning",
+    "Recipe": ".frameworks.recipe",
+    **dict.fromkeys(("ModelPlan", "PlanOptions", "plan_model", "run_plan"), ".planning"),
+    **dict.fromkeys(("Estimate", "estimate"), ".planning.estimate"),
+    **dict.fromkeys(("ClusterSpec", "ModelSpec", "Workload", "load_cluster", "load_model"), ".presets"),
     **dict.fromkeys(("Cluster", "Layer", "LayerCost", "Layout", "Problem", "ProblemError", "StageBounds", "Training",
                      "dump_problem", "load_problem"), ".problem"),
     "simulate": ".simulate.engine",
@@ -56,25 +67,36 @@ _HOMES = {
 
 __all__ = [
     "Cluster",
+    "Estimate",
     "Evaluation",
     "Layer",
     "LayerCost",
     "Layout",
+    "ModelPlan",
+    "ModelSpec",
+    "ClusterSpec",
+    "PlanOptions",
+    "Workload",
     "Plan",
     "PlanError",
     "Problem",
     "ProblemError",
+    "Recipe",
     "SolveResult",
     "SolverError",
     "Stage",
     "StageBounds",
     "Training",
     "dump_problem",
+    "estimate",
     "evaluate",
     "load_plan",
     "load_problem",
+    "load_model",
+    "load_cluster",
     "methods",
     "plan_model",
+    "run_plan",
     "simulate",
     "solve",
 ]

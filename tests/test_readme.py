@@ -28,7 +28,7 @@ from tests.conftest import ROOT, run_cli
 README = ROOT / "README.md"
 USER_PAGES = [README, ROOT / "examples" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MAX_LINES = 150
-CONCEPTS = ("stage", "mesh", "layout", "segment", "variant", "schedule", "baseline")
+CONCEPTS = ("stage", "mesh", "layout", "segment", "variant", "schedule", "recipe", "baseline")
 
 
 def blocks(path: Path = README) -> list[tuple[str, str]]:

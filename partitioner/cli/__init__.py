@@ -30,7 +30,7 @@ def _load_app() -> "typer.Typer":
     """The Typer app with every command registered."""
     # the import order is the order of the commands in --help
     # isort: off
-    from . import commands_problem, commands_presets, commands_batch, commands_setup  # noqa: F401  (registers the commands, in this order)
+    from . import commands_problem, commands_presets, commands_estimate, commands_batch, commands_setup  # noqa: F401  (registers the commands, in this order)
     # isort: on
     from .common import app
 

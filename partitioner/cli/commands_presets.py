@@ -64,6 +64,8 @@ def plan_cmd(
     time_limit: Optional[float] = typer.Option(None, "--time-limit",
                                                help="Seconds for the whole command (each solve gets what is left)."),
     max_stages: Optional[int] = typer.Option(None, "--max-stages", help="Upper bound on the pipeline depth (faster solves)."),
+    memory_budget: Optional[float] = typer.Option(None, "--memory-budget",
+                                                  help="GiB the dp tables of each solve may take (default 3)."),
     cost_option: Optional[List[str]] = typer.Option(None, "--cost-option", "-c", help="Cost-model option key=value (repeatable)."),
     profile: Optional[Path] = typer.Option(None, "--profile", help="Profiled per-layer times (CSV or JSON)."),
     save_problem: Optional[Path] = typer.Option(None, "--save-problem", help="Write the problem of the plan (with its schedule) here."),
@@ -110,7 +112,7 @@ def plan_cmd(
         nodes=nodes, global_batch=global_batch, microbatches=_microbatches(microbatches), method=method,
         objective=objective, time_limit=time_limit, options=parse_options(cost_option), profile=profile,
         max_stages=max_stages, schedule=schedule, virtual_stages=virtual_stages, target=target, knob_solves=knob_solves,
-        precision=precision, fp8_recipe=fp8_recipe,
+        precision=precision, fp8_recipe=fp8_recipe, memory_budget_gb=memory_budget,
     )
     workload = Workload(images=images, image_size=image_size, tiles=tiles, frames=frames, fps=fps, text_tokens=text_tokens,
                         mtp_layers=mtp_layers)
@@ -148,6 +150,10 @@ def _microbatches(text: str) -> int | Literal["auto"]:
         raise SolverError(f"--microbatches: must be a positive integer or 'auto', got {text!r}") from None
 
 
+# The PlanOptions fields whose flag is not the field's name with dashes.
+_FLAGS = {"memory_budget_gb": "memory-budget"}
+
+
 def _plan_options(**fields: Any) -> "PlanOptions":
     """The command's :class:`~partitioner.planning.PlanOptions`, checked there; an error names the flag (``--nodes``)."""
     from ..planning import PlanOptions
@@ -155,7 +161,8 @@ def _plan_options(**fields: Any) -> "PlanOptions":
     try:
         return PlanOptions(**fields)
     except ProblemError as err:
-        raise ProblemError(err.reason, path="--" + err.path.replace("_", "-")) from None
+        flag = _FLAGS.get(err.path, err.path.replace("_", "-"))
+        raise ProblemError(err.reason, path="--" + flag) from None
 
 
 def _exportable(result: SolveResult, problem: Problem | None) -> dict[str, dict]:

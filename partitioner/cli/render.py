@@ -26,13 +26,14 @@ if TYPE_CHECKING:  # the plan records, for annotations only (the CLI imports pla
     from rich.console import JustifyMethod
     from rich.progress import TaskID
 
+    from ..planning.estimate import Estimate
     from ..planning.results import ModelPlan
     from ..planning.schedules.report import ScheduleReport, ScheduleRow, ScheduleSummary
 
 __all__ = [
     "print_json", "layout_header", "stage_table", "print_result", "print_validation", "print_evaluation", "simulation_table",
     "print_simulation", "print_models", "print_clusters", "print_plan_summary", "schedule_table", "schedule_name",
-    "print_batch_summary", "print_sequences",
+    "print_batch_summary", "print_sequences", "print_estimate",
     "SweepProgress", "print_comparison",
 ]
 
@@ -266,6 +267,8 @@ def print_plan_summary(problem: Problem, result: "ModelPlan") -> None:
         out.print(f"weight memory: {result.memory.note} ({counts})", markup=False)
     for cp_stage in result.context_parallel or ():
         out.print("context parallelism: " + cp_stage.text(), markup=False)
+    for alternative in result.axes_not_chosen or ():
+        out.print(alternative.text(), markup=False)
     from ..export import TARGETS, export_result
 
     exports = {target: export_result(result, target, problem) for target in TARGETS}
@@ -278,6 +281,37 @@ def print_plan_summary(problem: Problem, result: "ModelPlan") -> None:
         out.print("best plan each target runs (plan --target T searches its space exactly): " + "; ".join(
             f"{t} {s.speedup:.3f}x ({s.plan['source']} {s.plan['method']}, {s.plan['schedule']})" if s.plan and s.speedup
             else f"{t} none" for t, s in result.targets.items()), markup=False)
+
+
+def print_estimate(est: "Estimate") -> None:
+    """What ``partitioner estimate`` prints: the layout, the stage table, the throughput and what does not fit."""
+    problem, ev, r = est.problem, est.evaluation, est.recipe
+    assert problem is not None and ev is not None, "an estimate comes with its problem and evaluation"
+    axes = [f"{name} {getattr(r, name)}" for name in ("tp", "pp", "vpp", "cp", "ep") if getattr(r, name) != 1]
+    if r.ep > 1:
+        axes.append(f"etp {r.expert_tp}")
+    knobs = [f"ZeRO-{est.recipe.zero}"] + ([f"recompute {r.recompute}"] if r.recompute != "none" else [])
+    out.print(
+        f"{est.model} on {est.nodes} x {problem.cluster.gpus_per_node} GPUs ({est.cluster}): "
+        f"{' x '.join(axes + [f'dp {est.dp}'])}, mbs {r.mbs}, global batch {r.gbs}, m = {est.microbatches}, "
+        f"{', '.join(knobs)}, {schedule_name(est.schedule, est.virtual_stages)}",
+        markup=False,
+    )
+    out.print(stage_table(problem, ev))
+    if est.virtual_stages > 1:
+        ranks = sorted({(s.rank, s.memory_bytes) for s in est.stages})
+        out.print("memory per pipeline rank (its chunks' weights and stash): " + ", ".join(
+            f"rank {k} {b / 2**30:.2f} GiB" for k, b in ranks), markup=False)
+    tput = est.throughput
+    bubble = f", bubble {100 * est.bubble_ratio:.1f} %" if est.bubble_ratio is not None else ""
+    out.print(f"iteration {tput.iteration_ms:.1f} ms (simulated; estimate {est.estimate_ms:.1f} ms){bubble}, "
+              f"{tput.tokens_per_s:.4g} tokens/s, MFU {100 * tput.mfu:.1f} %", markup=False)
+    if est.fits:
+        out.print(f"fits: every pipeline rank within {est.gpu_memory_bytes / 2**30:.2f} GiB usable per GPU", markup=False)
+    else:
+        out.print("DOES NOT FIT: " + "; ".join(est.over_memory) + " (times with the memory check lifted)", markup=False)
+    for note in est.notes:
+        out.print(f"note: {note}", markup=False)
 
 
 def _precision_line(precision: Mapping[str, Any]) -> str:

@@ -24,8 +24,11 @@ Why these numbers
   :data:`MAX_BYTES` takes a finite, representable time.
 * Cluster and training sizes (:data:`MAX_NODES`, :data:`MAX_DEVICES`,
   :data:`MAX_MICROBATCHES`) bound the tables the solvers and the simulator
-  build from them; ``plan``'s global batch (:data:`MAX_GLOBAL_BATCH`) bounds
-  the microbatch counts it screens (the batch's divisors).
+  build from them. Up to 131,072 GPUs are accepted (the largest training
+  clusters announced are about 100,000 GPUs); nothing a solver allocates
+  grows with the square of the GPUs outside a memory budget. ``plan``'s
+  global batch (:data:`MAX_GLOBAL_BATCH`) bounds the microbatch counts it
+  screens (the batch's divisors).
 * Model and cluster presets (:data:`MAX_MODULES` ... :data:`MAX_TFLOPS`; the
   YAML presets, Hugging Face ``config.json`` files and spec objects given to
   the API, :mod:`partitioner.presets.checks`) are bounded so that what is
@@ -56,7 +59,9 @@ References
    on GPU Clusters Using Megatron-LM", SC 2021, Table 1 (hidden 25 600).
 .. [4] Gemma Team, "Gemma: Open Models Based on Gemini Research and
    Technology", arXiv:2403.08295 (2024), Section 2 (a vocabulary of 256k entries).
-.. [5] X. Zhai et al., "Sigmoid Loss for Language Image Pre-Training",
+.. [5] A. Grattafiori et al., "The Llama 3 Herd of Models", arXiv:2407.21783
+   (2024), Section 3.3.1 (pre-training on up to 16K H100 GPUs).
+.. [6] X. Zhai et al., "Sigmoid Loss for Language Image Pre-Training",
    ICCV 2023, arXiv:2303.15343, Section 4 (batch sizes up to one million).
 """
 from __future__ import annotations
@@ -113,14 +118,14 @@ MAX_BYTES = 2**50  # per entry: gpu_memory_bytes, weight_bytes, act_bytes, out_b
 MAX_TOTAL_BYTES = 2**53  # per config: the sum over layers of weight_bytes, and of act_bytes
 MIN_GBPS = 1e-6  # bandwidths (intra_node_GBps, inter_node_GBps, topology edges): 1 kB/s ...
 MAX_GBPS = 1e6  # ... to 1 PB/s
-MAX_NODES = 1024
+MAX_NODES = 131_072  # 2^17: a cluster of one-GPU nodes as large as the largest accepted cluster
 MAX_GPUS_PER_NODE = 1024
-MAX_DEVICES = 8192  # nodes * gpus_per_node
+MAX_DEVICES = 131_072  # nodes * gpus_per_node: 2^17 GPUs, 8x the 16,384 H100 of Llama 3 405B's pre-training [5]_
 MAX_LAYERS = 100_000
 MAX_MICROBATCHES = 100_000
 MAX_VIRTUAL_STAGES = 1024
 MAX_EDGES = 1_000_000  # topology edges
-MAX_GLOBAL_BATCH = 2**24  # samples per iteration of `plan` (16 777 216: 16x the largest batch trained, 2^20 [5]_)
+MAX_GLOBAL_BATCH = 2**24  # samples per iteration of `plan` (16 777 216: 16x the largest batch trained, 2^20 [6]_)
 
 # -- model presets, config.json files and spec objects (partitioner.presets.checks)
 MAX_MODULES = 16  # modules in one model (the largest preset has 5)

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from ..costs.recompute import acting_modules
 from ..costs.variants import parse_variant
 from ..plan import Plan
-from ..problem import ProblemError
+from ..problem import ProblemError, expert_tensor_parallel
 from .common import LLM_ROLES, VISION_ROLES, LayerHint
 
 __all__ = ["StageView", "Segment", "SegmentKnobs", "stage_views", "describe_shape", "ReplicaBatch", "per_replica_microbatch",
@@ -49,6 +49,12 @@ class Segment:
     def shape(self) -> tuple[int, int, int, int, int]:
         """``(dp, tp, cp, ep, etp)``: what a framework's mesh must match (not the knobs)."""
         return (self.dp, self.tp, self.cp, self.ep, self.etp)
+
+    @property
+    def expert_tp(self) -> int:
+        """The ranks each routed expert is split over, as the plan charged it (tp without an expert split:
+        :func:`~partitioner.problem.expert_tensor_parallel`)."""
+        return expert_tensor_parallel(self.tp, self.ep, self.etp)
 
 
 def describe_shape(shape: tuple[int, ...]) -> str:

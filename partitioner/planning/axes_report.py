@@ -14,7 +14,7 @@ result's optional ``axes_not_chosen`` section.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 from ..core.deadline import Deadline
 from ..plan import Plan, PlanError, evaluate
@@ -27,7 +27,7 @@ Axis = Literal["ep", "cp"]
 AXES: tuple[Axis, ...] = ("ep", "cp")
 # Longest a forced solve may take (seconds), and its share of what is left of a limited run: the answer is an
 # explanation beside the plan, so it never takes the time the plan needs (cut short, it says so).
-AXIS_SOLVE_SECONDS = 20.0
+AXIS_SOLVE_SECONDS = 10.0
 AXIS_SHARE = 0.25
 
 
@@ -113,12 +113,13 @@ def _seconds(deadline: Deadline | None) -> float:
     return AXIS_SOLVE_SECONDS if left is None else max(0.0, min(AXIS_SOLVE_SECONDS, AXIS_SHARE * left))
 
 
-def axis_alternatives(problem: Problem, plan: Plan, method: str = "dp",
-                      deadline: Deadline | None = None) -> tuple[AxisAlternative, ...]:
+def axis_alternatives(problem: Problem, plan: Plan, method: str = "dp", deadline: Deadline | None = None,
+                      options: Mapping[str, Any] | None = None) -> tuple[AxisAlternative, ...]:
     """For each axis of :data:`AXES` the problem offers and ``plan`` does not use, its :class:`AxisAlternative`.
 
     Each forced solve runs ``method`` for at most :data:`AXIS_SOLVE_SECONDS`
-    (a quarter of what is left of ``deadline``); none runs once it has passed.
+    (a quarter of what is left of ``deadline``) with the method's ``options``
+    (the run's, e.g. dp's memory budget); none runs once it has passed.
     """
     kept = evaluate(problem, plan)
     out: list[AxisAlternative] = []
@@ -131,7 +132,7 @@ def axis_alternatives(problem: Problem, plan: Plan, method: str = "dp",
             out.append(AxisAlternative(axis, "skipped", None, kept.value, kept.objective,
                                        message="the time limit left no time for it"))
             continue
-        result = solve(forced, method, time_limit=seconds)
+        result = solve(forced, method, time_limit=seconds, options=options)
         value: float | None = None
         layouts: tuple[str, ...] = ()
         if result.plan is not None:

@@ -33,7 +33,7 @@ from ..problem import Problem
 from ..solvers import solve
 from ..solvers.base import EXACT_METHODS, REL_TOL, schedule_support
 from .dominance import Reduction, reduce_dominated
-from .options import PlanOptions
+from .options import PlanOptions, solver_options
 from .records import KnobSolve
 from .results import iteration_of, simulate_plan
 
@@ -143,7 +143,7 @@ def prove_kept(best: KnobSolve, opts: PlanOptions, deadline: Deadline) -> KnobSo
     reduction: Reduction = reduce_dominated(problem)
     warm = reduction.map_plan(problem, r.plan)
     found = solve(reduction.problem, opts.method, objective=opts.objective, time_limit=limit, seed=opts.seed,
-                  warm_start=warm)
+                  warm_start=warm, options=solver_options(opts))
     better, its_iteration = _better(best, found, opts)
     kept = better or best
     outcome = ExactOutcome(_space_doc(problem), found.status, _finite(found.bound), found.solve_seconds,

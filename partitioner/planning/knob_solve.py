@@ -20,7 +20,7 @@ from ..problem import Layout, Problem
 from ..solvers import solve
 from .baselines import BASELINE_METHOD
 from .knobs import _projections, refine_knobs, variant_at
-from .options import PlanOptions
+from .options import PlanOptions, solver_options
 from .records import BaselineRun, KnobSolve, ScreenedCount
 from .results import iteration_of, simulate_plan
 from .run import PlanRun
@@ -66,7 +66,7 @@ def _solve_setting(entry: ScreenedCount, variant: str, proj: Problem, opts: Plan
                    tally: _Tally, limit: float | None) -> SolveResult:
     """Solve one uniform knob setting within ``limit`` seconds, refine its plan's knobs per segment, keep it if best."""
     result = solve(proj, opts.method, objective=opts.objective, time_limit=limit, seed=opts.seed,
-                   warm_start=_warm_start(entry, variant, warm))
+                   warm_start=_warm_start(entry, variant, warm), options=solver_options(opts))
     tally.last = result
     if result.plan is None:
         if result.message:

@@ -21,9 +21,12 @@ from ..costs import CostOptions
 from ..costs.fp8 import FP8_RECIPES, PRECISIONS
 from ..problem import OBJECTIVES, Objective, ProblemError
 from ..solvers import methods
+from ..solvers.base import method_options
+from ..solvers.options import MAX_MEMORY_BUDGET_GB
 from .targets.rules import TARGETS, Target, rules_for
 
-__all__ = ["PlanOptions", "KnobSolves", "ScheduleChoice", "Precision", "SCHEDULE_CHOICES", "KNOB_SOLVES"]
+__all__ = ["PlanOptions", "KnobSolves", "ScheduleChoice", "Precision", "SCHEDULE_CHOICES", "KNOB_SOLVES",
+           "solver_options"]
 
 KnobSolves = Literal["fast", "all"]
 Precision = Literal["bf16", "fp8"]
@@ -119,6 +122,11 @@ class PlanOptions:
     merged into ``options`` as ``fp8_recipe``. None: as ``options`` say
     (``tensorwise`` unless they set it)."""
 
+    memory_budget_gb: float | None = None
+    """GiB the ``dp`` tables of each solve may take (dp's option ``memory_budget_gb``; default its own, 3);
+    a finite number in (0, :data:`~partitioner.solvers.options.MAX_MEMORY_BUDGET_GB`]. Methods without that
+    option ignore it (:func:`solver_options`)."""
+
     def __post_init__(self) -> None:
         _check(self)
 
@@ -126,6 +134,13 @@ class PlanOptions:
     def tries_schedules(self) -> bool:
         """Whether ``plan`` compares schedules at all: every one (``schedules`` and ``simulate``) or a pinned one."""
         return (self.schedules and self.simulate) or self.schedule != "auto"
+
+
+def solver_options(opts: PlanOptions) -> dict[str, Any] | None:
+    """The method options every solve of the run passes: the memory budget, where the method has one."""
+    if opts.memory_budget_gb is None or "memory_budget_gb" not in method_options(opts.method):
+        return None
+    return {"memory_budget_gb": opts.memory_budget_gb}
 
 
 # --------------------------------------------------------------------------- the checks (ProblemError at the field)
@@ -183,6 +198,16 @@ def _schedule(o: PlanOptions) -> None:
                            path="schedule")
 
 
+def _memory_budget(value: Any) -> None:
+    """None, or a finite number of GiB in (0, MAX_MEMORY_BUDGET_GB]."""
+    if value is None:
+        return
+    ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(float(value))
+    if not ok or not 0 < float(value) <= MAX_MEMORY_BUDGET_GB:
+        raise ProblemError(f"must be a positive finite number of GiB (at most {MAX_MEMORY_BUDGET_GB:.10g}), "
+                           f"got {value!r}", path="memory_budget_gb")
+
+
 def _precision(o: PlanOptions) -> None:
     """``precision`` and ``fp8_recipe``: their words, a recipe only with FP8, and no contradiction of the cost options."""
     if o.precision is not None:
@@ -203,6 +228,7 @@ def _check(o: PlanOptions) -> None:
     _choice(o.method, methods(), "method")
     _choice(o.objective, OBJECTIVES, "objective")
     _time_limit(o.time_limit)
+    _memory_budget(o.memory_budget_gb)
     if o.options is not None and not isinstance(o.options, (Mapping, CostOptions)):
         raise ProblemError(f"must be a mapping of cost options, got {type(o.options).__name__}", path="options")
     _choice(o.knob_solves, KNOB_SOLVES, "knob_solves")

@@ -25,13 +25,14 @@ from ..core.deadline import Deadline
 from ..core.limits import MAX_DEVICES
 from ..costs import CostOptions
 from ..plan import Plan
-from ..presets import ClusterSpec, ModelSpec, load_cluster, load_model
+from ..presets import ClusterSpec, ModelSpec, Workload, load_cluster, load_model
 from ..problem import ProblemError
 from .assemble import assemble, best_baselines, no_plan
+from .axes_report import axis_alternatives
 from .context_report import context_report
 from .exact import prove_kept, space_of
 from .knob_solve import solve_with_knobs
-from .options import PlanOptions
+from .options import PlanOptions, solver_options
 from .records import BaselineRun, KnobSolve, MicrobatchTrial, ScreenedCount, finite
 from .results import ModelPlan
 from .run import PlanRun
@@ -53,6 +54,7 @@ def plan_model(
     model: str | ModelSpec,
     cluster: str | ClusterSpec,
     *,
+    workload: Workload | None = None,
     nodes: int,
     global_batch: int,
     microbatches: int | str = "auto",
@@ -72,15 +74,23 @@ def plan_model(
     target: str = "any",
     precision: str | None = None,
     fp8_recipe: str | None = None,
+    memory_budget_gb: float | None = None,
 ) -> ModelPlan:
     """Plan the training of a model preset on a cluster preset.
 
     Parameters
     ----------
     model, cluster : str or spec
-        Preset names, YAML paths or spec objects.
+        Preset names, YAML paths (a Hugging Face ``config.json`` for the
+        model) or spec objects.
+    workload : Workload, optional
+        One sample: images, image size or tiles, frames, text tokens
+        (:class:`~partitioner.presets.Workload`, what ``plan --images``,
+        ``--frames``, ``--tiles`` and ``--text-tokens`` state); None: the
+        model's own.
     nodes, global_batch, microbatches, method, objective, time_limit, options, profile, seed, simulate, \
-auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages, target, precision, fp8_recipe
+auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages, target, precision, fp8_recipe, \
+memory_budget_gb
         The fields of :class:`~partitioner.planning.options.PlanOptions`, documented there.
 
     Returns
@@ -106,8 +116,9 @@ auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages, targe
                        options=options, profile=profile, seed=seed, simulate=simulate, auto_solves=auto_solves,
                        max_stages=max_stages, knob_solves=knob_solves, schedules=schedules,  # type: ignore[arg-type]
                        schedule=schedule, virtual_stages=virtual_stages, target=target,  # type: ignore[arg-type]
-                       precision=precision, fp8_recipe=fp8_recipe)  # type: ignore[arg-type]
-    return run_plan(model, cluster, opts)
+                       precision=precision, fp8_recipe=fp8_recipe,  # type: ignore[arg-type]
+                       memory_budget_gb=memory_budget_gb)
+    return run_plan(model if workload is None else load_model(model, workload), cluster, opts)
 
 
 def _solve_counts(chosen: list[ScreenedCount], run: PlanRun) -> tuple[KnobSolve | None, dict[int, KnobSolve]]:
@@ -195,6 +206,9 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
                      if result.problem is not None else None)
     if result.plan is not None and best.problem is not None:  # per stage, what its context parallelism costs and holds
         result = replace(result, context_parallel=context_report(spec, cl, best.problem, result.plan))
+    if result.plan is not None and result.problem is not None:  # EP / CP offered and unused: the best plan with it
+        result = replace(result, axes_not_chosen=axis_alternatives(
+            result.problem, result.plan, opts.method, deadline, solver_options(opts)) or None)
     if run.rules is None and result.plan is not None:  # --target any: what each framework runs of it
         result = replace(result, targets=target_summaries(result, report, bests, run.memory))
     return _cut_short(result, deadline)

@@ -18,6 +18,7 @@ from ..frameworks import ExportHints
 from ..plan import Evaluation, Plan, SolveResult, evaluate
 from ..problem import Problem
 from ..simulate.engine import ReplaySummary, replay_check
+from .axes_report import AxisAlternative
 from .context_report import CpStage
 from .records import (
     BaselineSummary,
@@ -38,8 +39,8 @@ AnyBaseline = BaselineSummary | MissingBaseline
 # the result sections in the order the JSON writes them: a plan's, and an infeasible plan's
 _SECTIONS = ("simulation", "throughput", "baselines", "baseline", "speedup", "model", "cluster", "nodes", "global_batch",
              "microbatches", "microbatches_tried", "knobs", "export_hints", "schedule", "schedules", "targets", "memory",
-             "precision", "context_parallel")
-_OPTIONAL = ("simulation", "schedules", "targets", "memory", "precision", "context_parallel")
+             "precision", "context_parallel", "axes_not_chosen")
+_OPTIONAL = ("simulation", "schedules", "targets", "memory", "precision", "context_parallel", "axes_not_chosen")
 _NO_PLAN_SECTIONS = ("microbatches_tried", "baseline", "baselines", "schedules")
 
 
@@ -74,6 +75,7 @@ class ModelPlan(SolveResult):
     memory: MemoryCounts | None = None
     precision: Mapping[str, Any] | None = None  # FP8 runs only: the problem's meta.precision (recipe, rates, what stays BF16)
     context_parallel: tuple[CpStage, ...] | None = None
+    axes_not_chosen: tuple[AxisAlternative, ...] | None = None  # EP / CP offered but unused: the best plan with it
     method_extra: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:

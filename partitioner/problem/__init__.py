@@ -52,6 +52,7 @@ from .records import (
     Topology,
     Training,
     _cost_doc,
+    expert_tensor_parallel,
 )
 from .workload import LayerHint, ModelWorkload
 
@@ -64,6 +65,7 @@ __all__ = [
     "Schedule",
     "ProblemError",
     "Layout",
+    "expert_tensor_parallel",
     "Config",
     "LayerCost",
     "Layer",

@@ -27,6 +27,7 @@ __all__ = [
     "Schedule",
     "ProblemError",
     "Layout",
+    "expert_tensor_parallel",
     "Config",
     "LayerCost",
     "Layer",
@@ -64,6 +65,30 @@ def register_parser(parser: "Callable[[Any, str | None], Problem]") -> None:
 # --------------------------------------------------------------------------- data
 
 
+def expert_tensor_parallel(tp: int, ep: int, etp: int) -> int:
+    """The ranks each routed expert's matrices are split over under a config's ``(tp, ep, etp)``.
+
+    A config without an expert split (ep = etp = 1, the key ``dp{D}tp{T}``)
+    holds each expert sharded over its tp ranks, as the rest of the MLP:
+    the cost model's ep = 1 entries charge a MoE layer's routed weights /
+    tp (:func:`partitioner.costs.entry.layer_terms`), which is
+    Megatron-Core's default expert tensor-parallel size (ETP = TP when
+    ``--expert-tensor-parallel-size`` is not given [MCoreETP]_). With an
+    expert split (ep > 1, or an explicit etp) each of the ep ranks' experts
+    is split over etp ranks (:func:`partitioner.costs.axes.wiring.moe_ep_cost`
+    charges routed / (ep etp)). Exporters write this size, never the key's
+    bare etp.
+
+    References
+    ----------
+    .. [MCoreETP] Megatron-Core 0.16.1 ``megatron/core/model_parallel_config.py``
+       (``ModelParallelConfig.__post_init__``) and ``megatron/core/parallel_state.py``
+       (``initialize_model_parallel``): ``expert_tensor_parallel_size`` None
+       means the tensor-parallel size.
+    """
+    return tp if ep == 1 and etp == 1 else etp
+
+
 @dataclass(frozen=True, order=True)
 class Layout:
     """A config of one stage segment (formats v1-v3).
@@ -99,6 +124,11 @@ class Layout:
     def of_mesh(cls, mesh: tuple[int, ...]) -> "Layout":
         """The plain config of a :attr:`mesh` ``(dp, tp[, cp])``."""
         return cls(mesh[0], mesh[1], "", mesh[2] if len(mesh) > 2 else 1)
+
+    @property
+    def expert_tp(self) -> int:
+        """How many ranks split each routed expert's matrices: :func:`expert_tensor_parallel` of (tp, ep, etp)."""
+        return expert_tensor_parallel(self.tp, self.ep, self.etp)
 
     @property
     def is_v3(self) -> bool:

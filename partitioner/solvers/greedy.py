@@ -236,7 +236,9 @@ class Balancer:
         work, n = self.work, self.n
         rows = [np.cumsum(work[s:]) for s in range(n)]  # fill's running sums from each first layer
         low = float(work.max())
-        candidates = np.unique(np.concatenate(rows))
+        # the distinct sums in order (np.unique's first call imports numpy.ma: 0.2 s of every process's first solve)
+        merged = np.sort(np.concatenate(rows))
+        candidates = merged[np.r_[True, merged[1:] != merged[:-1]]] if merged.size else merged
         candidates = candidates[candidates >= low]
         counts = np.array(self.counts, dtype=np.int64)
         least = _least_fitting(rows, candidates, counts)

@@ -159,7 +159,8 @@ class CpsatOptions(MethodOptions):
     """CP-SAT search workers, 1..:data:`MAX_THREADS`; None: one per core. One worker and a fixed seed are
     deterministic."""
     hint: bool = True
-    """Give the greedy plan as a hint (and its value as an upper bound) when no ``warm_start`` is given."""
+    """Give the greedy plan as a hint (and its value as an upper bound) when no ``warm_start`` is given; where
+    greedy finds none, ``dp``'s plan (:func:`partitioner.solvers.cpsat.solver._dp_hint`)."""
     resolution: float | None = None
     """Target relative accuracy of the integer time scale, in (0, 1); None: 1e-7, or 1e-6 for the zb-h1
     iteration estimate (:data:`partitioner.solvers.slot.times.RESOLUTION_ZB_H1` says why)."""

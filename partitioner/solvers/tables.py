@@ -174,7 +174,10 @@ class CostTables:
         self.weight_prefix = np.hstack([zero.astype(np.int64), np.cumsum(weight, axis=1)])
         self.act_prefix = np.hstack([zero.astype(np.int64), np.cumsum(act, axis=1)])
         self.missing_prefix = np.hstack([zero.astype(np.int64), np.cumsum(missing, axis=1)])
-        self.layouts_of_size = {d: [j for j, lay in enumerate(self.layouts) if lay.devices == d] for d in self.sizes}
+        by_devices: dict[int, list[int]] = {}
+        for j, lay in enumerate(self.layouts):  # one pass: sizes x layouts is quadratic in the GPUs
+            by_devices.setdefault(lay.devices, []).append(j)
+        self.layouts_of_size = {d: by_devices.get(d, []) for d in self.sizes}
         self.out_bytes = np.array([layer.out_bytes for layer in problem.layers], dtype=np.float64)
         # format v3 tied weights: (j, k, bytes of k's entry per layout row) for every layer k tied to j
         self.ties = tuple((j, k, tied_row(problem, k, self.layouts)) for j, k in problem.ties)

@@ -253,3 +253,34 @@ def test_plan_json_says_per_target_whether_it_exports():
     assert set(doc["exports"]) == {"megatron", "torchtitan", "deepspeed"}
     assert doc["exports"]["megatron"]["expressible"] is False and any("gpipe" in r for r in doc["exports"]["megatron"]["reasons"])
     assert doc["exports"]["torchtitan"]["expressible"] is True
+
+
+@pytest.mark.parametrize("tp,ep,etp,split", [(2, 1, 1, 2), (4, 1, 1, 4), (2, 2, 1, 1), (2, 2, 2, 2), (1, 4, 1, 1)])
+def test_every_target_writes_the_expert_split_the_plan_charged(seed_problem, hints, tp, ep, etp, split):
+    """Issue 32: the cost model holds a MoE layer's experts / tp in an entry without ep (Megatron's default ETP = TP)
+    and / (ep etp) with it; each export makes every rank hold that split, or refuses with the reason."""
+    plan = _v3(seed_problem, dp=4 // tp, tp=tp, ep=ep, etp=etp, variant="zero1")
+    ctx = ExportContext(global_batch=G, microbatches=M, moe=MOE)
+    mg = export_plan(plan, hints, "megatron", ctx)
+    assert mg.expressible, mg.reasons
+    assert mg.settings["transformer_config"]["expert_tensor_parallel_size"] == split
+    assert f"--expert-tensor-parallel-size {split}" in _flags(mg.snippet)
+    ds = export_plan(plan, hints, "deepspeed", ctx)
+    assert ds.expressible, ds.reasons
+    assert ds.settings["moe"]["enable_expert_tensor_parallelism"] is (split > 1)
+    tt = export_plan(plan, hints, "torchtitan", ctx)
+    # torchtitan 0.3: experts sharded by tp without EP, whole on each EP rank with it
+    assert tt.expressible is (split == (tp if ep == 1 else 1)), tt.reasons
+    if not tt.expressible:
+        assert any(f"splits each expert over {split} rank(s)" in r and "torchtitan 0.3" in r for r in tt.reasons)
+
+
+def test_an_expert_split_a_target_cannot_make_is_refused_not_written(seed_problem, hints):
+    """etp 2 of tp 4: DeepSpeed splits experts over the whole TP group or not at all, torchtitan has no etp; Megatron
+    writes it as planned."""
+    plan = _v3(seed_problem, dp=2, tp=4, ep=2, etp=2, variant="zero1")
+    ctx = ExportContext(global_batch=G, microbatches=M, moe=MOE)
+    assert export_plan(plan, hints, "megatron", ctx).settings["transformer_config"]["expert_tensor_parallel_size"] == 2
+    for target in ("deepspeed", "torchtitan"):
+        exp = export_plan(plan, hints, target, ctx)
+        assert not exp.expressible and any("splits each expert over 2" in r for r in exp.reasons), (target, exp.reasons)

@@ -18,8 +18,11 @@ anything finer -- selective (the attention core), Megatron's module
 recompute, torchtitan's per-op policy -- has no ``PipelineModule`` setting:
 DeepSpeed's pipeline engine runs full recompute only. 5D axes: a MoE
 language model's experts go to ``deepspeed.moe.layer.MoE`` with ``ep_size``
-= ep (etp must be 1, or the TP size with
-``enable_expert_tensor_parallelism``); DeepSpeed's pipeline engine has no
+= ep and each expert split over the ranks the plan charged
+(:func:`~partitioner.problem.expert_tensor_parallel`): 1, or the TP size
+with ``enable_expert_tensor_parallelism`` (a plan without an expert split
+on tp > 1 holds its experts sharded by tp, so it gets the flag); any
+other split is not expressible. DeepSpeed's pipeline engine has no
 context parallelism (its sequence parallelism, Ulysses, is outside the
 pipeline engine), so a plan with cp > 1 is not expressible. The engine runs one training schedule,
 ``TrainSchedule`` (1F1B): a plan made for another schedule is declared not
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...problem import expert_tensor_parallel
 from ..common import Export, ExportContext, MoeHints, PrecisionHints
 from ..stages import ReplicaBatch, StageView, layout_reasons, one_zero, per_replica_microbatch, segment_knobs
 from .rules import RULES
@@ -72,12 +76,13 @@ def export_deepspeed(stages: list[StageView], ctx: ExportContext) -> Export:
         settings.update(stage_layouts=[{"stage": s.index, "layouts": s.describe_layouts()} for s in stages])
         return Export("deepspeed", settings, "# (no DeepSpeed setting expresses this plan: see the reasons above)", (), False,
                       tuple(reasons), CHECKED_WITH)
-    dp, tp, _, ep, etp = stages[0].segments[0].shape
+    dp, tp, _, ep, _ = stages[0].segments[0].shape
+    expert_tp = stages[0].segments[0].expert_tp  # 1 or tp (else refused in _knobs)
     settings.update(model_parallel_size=tp, data_parallel_size=dp, activation_checkpoint_intervals=intervals,
                     microbatches=ctx.microbatches)
     if moe is not None:
         settings.update(moe={"num_experts": moe.num_experts, "ep_size": ep, "k": moe.top_k,
-                             "enable_expert_tensor_parallelism": etp > 1})
+                             "enable_expert_tensor_parallelism": expert_tp > 1})
     notes = [*knob_notes,
         "PipelineModule(partition_method=...) accepts only 'parameters', 'uniform' or 'type:<regex>'; the override below "
         "sets the boundaries directly (a private method: checked with " + CHECKED_WITH + ")",
@@ -88,7 +93,11 @@ def export_deepspeed(stages: list[StageView], ctx: ExportContext) -> Export:
                      "(e.g. Megatron-DeepSpeed)")
     if moe is not None:
         notes.append(f"each MoE layer: deepspeed.moe.layer.MoE(hidden_size, expert, num_experts={moe.num_experts}, "
-                     f"ep_size={ep}, k={moe.top_k}" + (", enable_expert_tensor_parallelism=True" if etp > 1 else "") + ")")
+                     f"ep_size={ep}, k={moe.top_k}" + (", enable_expert_tensor_parallelism=True" if expert_tp > 1 else "") + ")")
+        if expert_tp > 1:
+            notes.append(f"the plan holds each expert split over the {tp} TP ranks: `expert` must be tensor-parallel over "
+                         "the mpu's TP group (e.g. Megatron-DeepSpeed's ParallelMLP with enable_expert_tensor_parallelism); "
+                         "DeepSpeed copies the module num_experts / ep_size times and builds the expert groups over TP")
     ds_config = None if b is None else {"train_batch_size": b.global_batch, "train_micro_batch_size_per_gpu": b.micro,
                                         "gradient_accumulation_steps": b.microbatches, "zero_optimization": {"stage": zero}}
     if ds_config is not None:
@@ -155,9 +164,11 @@ def _knobs(stages: list[StageView], moe: MoeHints | None) -> tuple[int, list[int
     if cp > 1 and not RULES.cp:
         reasons.append(f"cp {cp}: DeepSpeed's pipeline engine has no context parallelism (DeepSpeed-Ulysses sequence "
                        "parallelism runs outside PipelineEngine)")
-    if etp not in (1, tp):
-        reasons.append(f"etp {etp}: DeepSpeed's MoE splits experts over the whole TP group or not at all "
-                       f"(enable_expert_tensor_parallelism), not over {etp} of tp {tp}")
+    expert_tp = expert_tensor_parallel(tp, ep, etp)
+    if expert_tp not in (1, tp):
+        reasons.append(f"the plan splits each expert over {expert_tp} ranks (etp {etp}): DeepSpeed's MoE splits experts "
+                       f"over the whole TP group ({tp}, enable_expert_tensor_parallelism) or not at all, so its ranks "
+                       "would hold other expert weights than the plan charged")
     if ep > 1 and moe is None:
         reasons.append(f"the plan splits experts over ep {ep}, but its hints do not describe the model's experts")
     elif moe is not None and moe.num_experts % ep:

@@ -4,8 +4,10 @@
 * One model- and data-parallel degree for every stage and layer
   (``PipeModelDataParallelTopology``); no context parallelism in the
   pipeline engine (DeepSpeed-Ulysses runs outside it). The planner searches
-  no expert tensor parallelism; the exporter also writes etp = tp
-  (``enable_expert_tensor_parallelism``) for plans made without the rules.
+  no expert split of etp > 1; the exporter writes the split the plan
+  charged: experts whole, or over the TP group
+  (``enable_expert_tensor_parallelism``, as a plan without an expert
+  split on tp > 1 charges them).
 * Knobs: ZeRO 0 or 1 (the pipeline engine refuses ZeRO-2 and ZeRO-3) and
   ``activation_checkpoint_interval`` (full recompute, per stage); anything
   finer (selective, Megatron's modules, torchtitan's per-op policy) has no

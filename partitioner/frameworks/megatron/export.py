@@ -55,6 +55,7 @@ from typing import Any, Mapping, Sequence
 
 from ...costs.recompute import MODULES as RECOMPUTE_MODULES
 from ...costs.recompute import OP, merge_settings, modules_of
+from ...problem import expert_tensor_parallel
 from ..common import VISION_ROLES, Export, ExportContext, MoeHints, PrecisionHints
 from ..stages import (
     SegmentKnobs,
@@ -255,8 +256,8 @@ def megatron_recompute(knobs: Sequence[SegmentKnobs], acts: Sequence[Sequence[st
 
 
 def _moe_settings(moe: MoeHints, ep: int, etp: int) -> _Settings:
-    """``--num-experts`` and the MoE flags of a MoE language model (ep and etp always written: Megatron's default
-    ETP is the TP size, the plan's default 1)."""
+    """``--num-experts`` and the MoE flags of a MoE language model; ``etp`` the ranks the plan split each expert
+    over (:func:`~partitioner.problem.expert_tensor_parallel`), always written."""
     core = {"num_moe_experts": moe.num_experts, "moe_router_topk": moe.top_k, "moe_ffn_hidden_size": moe.ffn_hidden,
             "moe_token_dispatcher_type": "alltoall", "expert_model_parallel_size": ep, "expert_tensor_parallel_size": etp}
     flags = [f"--num-experts {moe.num_experts}", f"--moe-router-topk {moe.top_k}", f"--moe-ffn-hidden-size {moe.ffn_hidden}",
@@ -271,8 +272,12 @@ def _moe_settings(moe: MoeHints, ep: int, etp: int) -> _Settings:
 
 
 def _axis_settings(shape: tuple[int, ...], ctx: ExportContext) -> tuple[_Settings, list[str]]:
-    """The 5D axes: ``--context-parallel-size`` with ``--cp-comm-type``, and the MoE flags; or why not."""
+    """The 5D axes: ``--context-parallel-size`` with ``--cp-comm-type``, and the MoE flags; or why not.
+
+    ``--expert-tensor-parallel-size`` is what the plan charged (tp when the plan has no expert split), so that
+    each rank builds the experts the plan's weights hold."""
     dp, tp, cp, ep, etp = shape
+    etp = expert_tensor_parallel(tp, ep, etp)
     out, reasons = _Settings(), []
     if cp > 1:
         algo = ctx.cp_algorithm or "ring"

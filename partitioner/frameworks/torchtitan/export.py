@@ -71,7 +71,11 @@ config may enable AC (torchtitan's llama3 configs use ``selective``).
 **5D axes.** ``context_parallel_degree`` = cp; ``expert_parallel_degree``
 = ep, which torchtitan takes from the ranks of ``dp_shard x cp x tp``
 (``ParallelDims``: the sparse mesh is ``efsdp x ep`` over those ranks);
-torchtitan 0.3 has no expert tensor parallelism, so etp must be 1.
+torchtitan 0.3 has no expert tensor parallelism: with ep = 1 its routed
+experts are sharded by tp like the dense MLP, with ep > 1 each EP rank
+holds its experts whole (:func:`torchtitan_expert_tp`). A plan whose
+experts are split otherwise (:func:`~partitioner.problem.expert_tensor_parallel`)
+is not expressible: its ranks would hold other weights than it charged.
 
 References
 ----------
@@ -88,6 +92,7 @@ from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
 from ...costs.recompute import OP
+from ...problem import expert_tensor_parallel
 from ..common import VISION_ROLES, Export, ExportContext, MoeHints
 from ..stages import (
     ReplicaBatch,
@@ -100,7 +105,7 @@ from ..stages import (
     segment_knobs,
 )
 from .fp8 import torchtitan_fp8
-from .rules import RULES, SCHEDULE_NAMES, SCHEDULE_REFUSALS
+from .rules import RULES, SCHEDULE_NAMES, SCHEDULE_REFUSALS, torchtitan_expert_tp
 
 __all__ = ["export_torchtitan", "torchtitan_names", "CHECKED_WITH", "AC_MODES", "AC_CLASSES"]
 
@@ -231,9 +236,12 @@ def _knobs(stages: Sequence[StageView], ctx: ExportContext) -> tuple[dict[str, A
         notes.append("ZeRO-1 as FSDP2 with fsdp_reshard_after_forward never: the weights stay gathered from forward to "
                      "backward as under ZeRO-1, and gradients and optimizer states are sharded over dp (never more "
                      "memory than ZeRO-1)")
-    if etp != 1 and not RULES.etp:
-        reasons.append(f"etp {etp}: torchtitan 0.3 has no expert tensor parallelism (expert_parallel_degree only; "
-                       "experts are not split over TP ranks)")
+    planned, theirs = expert_tensor_parallel(tp, ep, etp), torchtitan_expert_tp(tp, ep)
+    if planned != theirs:
+        reasons.append(f"the plan splits each expert over {planned} rank(s) (ep {ep}, etp {etp}, tp {tp}); torchtitan "
+                       f"0.3 splits them over {theirs}: its experts are sharded by tp without expert parallelism and "
+                       "whole with it (no expert tensor parallelism), so its ranks would hold other expert weights "
+                       "than the plan charged")
     shard = axes.shard
     if ep > 1 and (shard * cp * tp) % ep:
         reasons.append(f"ep {ep} does not divide dp_shard {shard} x cp {cp} x tp {tp}: torchtitan takes the expert ranks "

@@ -5,7 +5,8 @@
   knows; ZB-H1 has no torch schedule class (:data:`SCHEDULE_REFUSALS`).
 * One ``pp x dp x tp`` device mesh for every stage and layer, with
   ``context_parallel_degree`` and ``expert_parallel_degree``; no expert
-  tensor parallelism of its own.
+  tensor parallelism of its own: experts sharded by tp without EP, whole
+  on each EP rank with it (:func:`torchtitan_expert_tp`).
 * Knobs: one data-parallel setting for the whole model (replicate, or FSDP2
   shard with ``fsdp_reshard_after_forward``: ZeRO-0, 1, 3); recompute
   ``full`` (``FullAC``) or the per-op ``op`` (its ``SelectiveAC``) on the
@@ -34,7 +35,7 @@ from ...costs.recompute import OP
 from ...problem import ProblemError
 from ..common import VISION_ROLES, FrameworkRules
 
-__all__ = ["RULES", "SCHEDULE_NAMES", "SCHEDULE_REFUSALS", "cut_groups"]
+__all__ = ["RULES", "SCHEDULE_NAMES", "SCHEDULE_REFUSALS", "cut_groups", "torchtitan_expert_tp"]
 
 # our schedule -> torchtitan's ``pipeline_parallel_schedule`` (torch.distributed.pipelining's get_schedule_class names)
 SCHEDULE_NAMES = MappingProxyType({"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"})
@@ -79,3 +80,20 @@ RULES = FrameworkRules(
     fp8_note="torchtitan 0.3's Float8LinearConverter takes recipe_name rowwise or rowwise_with_gw_hp (torchao), "
              "MXFP8LinearConverter mxfp8",
 )
+
+
+def torchtitan_expert_tp(tp: int, ep: int) -> int:
+    """The ranks torchtitan 0.3 splits each routed expert over on a ``tp`` x ``ep`` mesh.
+
+    Without expert parallelism the experts' weights are sharded on the TP
+    axis like the dense MLP (``expert_param_placement_dense``); with it
+    they are sharded on the EP axis only, each expert whole, and the TP
+    axis shards the tokens (``expert_param_placement_sparse``) [2]_.
+
+    References
+    ----------
+    .. [2] torchtitan 0.3.0, ``torchtitan/models/common/moe_sharding.py``
+       (``expert_param_placement_dense``, ``expert_param_placement_sparse``)
+       and ``torchtitan/config/configs.py`` (``ParallelismConfig.expert_parallel_degree``).
+    """
+    return tp if ep == 1 else 1

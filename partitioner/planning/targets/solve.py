@@ -25,7 +25,7 @@ from ...plan.result import Status
 from ...problem import Problem
 from ...solvers import solve
 from ..knobs import escalation
-from ..options import PlanOptions
+from ..options import PlanOptions, solver_options
 from ..records import KnobSolve, ScreenedCount
 from ..results import iteration_of, simulate_plan
 from .rules import FrameworkRules, Mesh, config_of, expand, layer_groups, layouts, settings, single_layout
@@ -59,7 +59,8 @@ def _solve_mesh(entry: ScreenedCount, rules: FrameworkRules, setting: str, mesh:
     proj = single_layout(problem, groups, configs)
     if proj is None:
         return
-    result = solve(proj, opts.method, objective=opts.objective, time_limit=limit, seed=opts.seed)
+    result = solve(proj, opts.method, objective=opts.objective, time_limit=limit, seed=opts.seed,
+                   options=solver_options(opts))
     found.last, found.solves = result, found.solves + 1
     if result.status == "infeasible":
         return

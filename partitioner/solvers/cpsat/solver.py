@@ -80,7 +80,8 @@ times span too wide a range for the integer unit, the answer is
 ``feasible`` with the proven gap). Deterministic for a fixed seed with
 ``num_workers=1``.
 
-Time limit: it covers building the tables, the greedy hint and the model
+Time limit: it covers building the tables, the greedy hint (or, where greedy
+finds none, ``dp``'s plan within :data:`DP_HINT_SHARE` of the time left) and the model
 (a model too large to build in the time left is refused at once,
 :func:`.slotmodel.model_size_refusal`; a build cut short returns the hint as
 ``feasible``), and CP-SAT gets what is left.
@@ -130,9 +131,10 @@ from ...core.lazy import lazy_module
 from ...plan import Plan, Status, evaluate
 from ...problem import Problem
 from ..base import Candidate, SolveRequest, register
+from ..dp.method import solve_dp
 from ..interleaved.solve import solve_interleaved
-from ..options import Capabilities, CpsatOptions
-from ..slot.data import SlotData, SlotStart, plan_of_decisions, slot_start
+from ..options import Capabilities, CpsatOptions, DpOptions
+from ..slot.data import SlotData, SlotStart, decisions_of_plan, plan_of_decisions, slot_start
 from ..slot.run import (
     BuildTimeout,
     build_guard,
@@ -140,7 +142,7 @@ from ..slot.run import (
     infeasible_message,
     model_size_refusal,
 )
-from ..slot.times import RESOLUTION, RESOLUTION_ZB_H1, conservative_bound, integer_times
+from ..slot.times import RESOLUTION, RESOLUTION_ZB_H1, conservative_bound, integer_times, stage_ceiling_ms
 from .arcflow import arcflow_reason
 from .arcflow_run import solve_arcflow
 from .formulation import (
@@ -187,6 +189,8 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     begun = SlotStart()
     try:
         begun = slot_start(problem, request, extra, check, begun)
+        if begun.plan is None and request.warm_start is None and options.hint:
+            _dp_hint(problem, request, begun, extra)
         data, hint_plan, hint_source, decisions = begun.data, begun.plan, begun.source, begun.decisions
         assert data is not None, "slot_start sets the tables"
         times = integer_times(data, float(resolution), begun.ceiling_ms, check)
@@ -231,6 +235,36 @@ def solve_cpsat(problem: Problem, request: SolveRequest) -> Candidate:
     extra["time_unit_ms"] = 1.0 / times.scale
     extra["model_error_ms"] = times.error / times.scale
     return _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, extra, float(resolution))
+
+
+DP_HINT_SHARE = 0.25  # of the time left: what the dp may take for a hint when the greedy heuristic found no plan
+
+
+def _dp_hint(problem: Problem, request: SolveRequest, begun: SlotStart, notes: dict) -> None:
+    """When the greedy heuristic found no plan (its rebalancing can miss every plan where memory binds), give
+    CP-SAT the plan of ``dp`` as its hint, solved within :data:`DP_HINT_SHARE` of the time left: without a
+    hint, CP-SAT found no plan at all on a 32-layer, 256-GPU problem with transfers in 600 s. The hint is
+    only a start and an upper bound (the model's bound stays CP-SAT's own); ``extra["cpsat"]["hint"]``
+    says ``dp``."""
+    data = begun.data
+    assert data is not None, "slot_start sets the tables"
+    left = DP_HINT_SHARE * request.left() if request.limited else None
+    if left is not None and left <= 0:
+        return
+    try:  # dp plans every problem cpsat is given (its capabilities cover cpsat's; interleaved went elsewhere)
+        found = solve_dp(problem, SolveRequest(request.objective, time_limit=left, seed=request.seed,
+                                               options=DpOptions()))
+    except Exception as err:  # noqa: BLE001 -- a failed hint must not take the exact solver down
+        notes["hint"] = f"dp failed: {type(err).__name__}: {err}"
+        return
+    if found.plan is None:
+        return
+    decisions = decisions_of_plan(data, found.plan)
+    if decisions is None:
+        return
+    value = evaluate(problem, found.plan, request.objective).value
+    begun.plan, begun.source, begun.decisions = found.plan, "dp", decisions
+    begun.ceiling_ms = stage_ceiling_ms(request.objective, value, problem.microbatches, problem.training.schedule)
 
 
 def _candidate(problem, data, times, solver, code, var, hint_plan, hint_source, extra, resolution=RESOLUTION) -> Candidate:

@@ -10,8 +10,10 @@ automaton when a relaxed optimum's runs do not pack, and turns the search's
 limits (:mod:`.errors`) and an infeasible result into a candidate with a
 message (:func:`explain_infeasible`, which the other exact methods use too). A search cut short by the
 time limit or the memory budget returns the best plan it knows -- the DP's
-own best so far or the greedy plan, whichever is better -- as ``feasible``
-with the best lower bound it has proven (never nothing when a plan exists).
+own best so far, the greedy plan or, past the memory budget, the optimum of
+the problem without transfers (:func:`_comm_free`), whichever is better -- as
+``feasible`` with the best lower bound it has proven (never nothing when a
+plan exists).
 
 Options (:class:`~partitioner.solvers.options.DpOptions`): ``placement``
 ("auto" | "bins") forces the exact placement automaton; ``memory_budget_gb``
@@ -25,7 +27,7 @@ from dataclasses import replace
 
 from ...core.deadline import load_slowdown
 from ...core.units import format_bytes
-from ...plan import PlanError, evaluate
+from ...plan import Plan, PlanError, evaluate
 from ...problem import Problem
 from ..base import Candidate, SolveRequest, register
 from ..bounds import analytic_bound
@@ -88,7 +90,9 @@ def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
             # the relaxed optimum's runs did not pack: solve with the exact placement automaton
             outcome = model.optimize(request.objective, "bins", deadline, budget)
     except TooLarge as err:
-        return _cut_short(problem, request, model, f"dp: {err}", kernels_note=engine.take_note(), warm_note=warm_note)
+        relaxed = _comm_free(problem, request, deadline, budget, threads)
+        return _cut_short(problem, request, model, f"dp: {err}", kernels_note=engine.take_note(), warm_note=warm_note,
+                          relaxed=relaxed)
     except OutOfTime:
         return _cut_short(problem, request, model, "dp: time limit reached before the recursion finished",
                           timed_out=True, kernels_note=engine.take_note(), warm_note=warm_note)
@@ -134,19 +138,54 @@ def _set_incumbent(problem: Problem, request: SolveRequest, model: "DPModel", de
     return note
 
 
+def _without_transfers(problem: Problem) -> Problem:
+    """``problem`` with every boundary free (``out_bytes`` 0): the same plans, each stage no slower."""
+    return replace(problem, layers=tuple(replace(layer, out_bytes=0) for layer in problem.layers))
+
+
+def _comm_free(problem: Problem, request: SolveRequest, deadline: float | None, budget: float,
+               threads: int | None) -> tuple[float, Plan | None] | None:
+    """The optimum of ``problem`` without transfers, and its plan, when its (much smaller) tables fit the
+    budget and it finishes in time; None otherwise or when nothing carries bytes.
+
+    A proven lower bound on ``problem``'s optimum: the plans are the same (sizes, layouts, placement
+    rules), and transfers only add to stage times -- to every part of them the estimates weigh (1F1B and
+    the bottleneck: t; zb-h1: u and so g; GPipe: F and B) -- and every objective is non-decreasing in
+    them. Its tables have one placement state per stage size and one category (one shared key per level),
+    where the tables with transfers have about sizes^2 rows of N columns per first layer."""
+    if not any(layer.out_bytes for layer in problem.layers[:-1]):
+        return None
+    relaxed = _without_transfers(problem)
+    model = DPModel(relaxed)
+    model.threads = threads
+    _set_incumbent(relaxed, replace(request, warm_start=None), model, deadline)
+    try:
+        outcome = model.optimize(request.objective, "none", deadline, budget)
+    except (TooLarge, OutOfTime):
+        return None
+    if outcome.status != "optimal" or outcome.bound is None:
+        return None
+    return outcome.bound, outcome.plan
+
+
 def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel | None", reason: str, timed_out: bool = False,
-               kernels_note: str | None = None, warm_note: str | None = None) -> Candidate:
-    """The best known plan when the search cannot finish: the DP's own best so far or the greedy
-    plan, whichever is better, ``feasible`` with the best proven lower bound; ``error`` if neither exists.
-    ``timed_out``: the time limit (not the memory budget) stopped the search. ``kernels_note``
+               kernels_note: str | None = None, warm_note: str | None = None,
+               relaxed: tuple[float, Plan | None] | None = None) -> Candidate:
+    """The best known plan when the search cannot finish: the DP's own best so far, the greedy plan or
+    (``relaxed``: the optimum without transfers and its plan, :func:`_comm_free`) that plan valued with
+    its transfers, whichever is better, ``feasible`` with the best proven lower bound; ``error`` if none
+    exists. ``timed_out``: the time limit (not the memory budget) stopped the search. ``kernels_note``
     (:func:`.engine.take_note`) says what the kernels' choice cost, e.g. that they were not compiled yet;
-    ``warm_note`` what became of the caller's warm start (kept in the stats as on a finished search)."""
+    ``warm_note`` what became of the caller's warm start (kept in the stats as on a finished search);
+    the greedy plan gets what is left of the limit, or its estimated run up to :data:`FALLBACK_GRACE`."""
     if kernels_note:
         reason = f"{reason} ({kernels_note})"
     found = []
     known = getattr(model, "best_known", None)
     if known is not None:
         found.append(("dp", known[1]))
+    if relaxed is not None and relaxed[1] is not None:
+        found.append(("the optimum without transfers", relaxed[1]))
     # greedy gets what is left of the limit, or its estimated run at this load up to FALLBACK_GRACE seconds
     # (its first stage count always runs: a plan, past the limit on a huge problem)
     budget = max(request.left(), min(FALLBACK_GRACE, run_seconds(problem) * load_slowdown()))
@@ -165,6 +204,10 @@ def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel | None",
         return Candidate("error", message=f"{reason}; no valid plan known", timed_out=timed_out)
     bounds = [b for b in (getattr(model, "proven_bound", None),) if b is not None]
     bounds.append(analytic_bound(problem, request.objective) if model is None else model.analytic_bound(request.objective))
+    if relaxed is not None:
+        bounds.append(relaxed[0])
+        reason += ("; the bound is the optimum of the problem without transfers (proven: transfers only add to "
+                   "every stage)")
     bound = max(bounds) * (1 - 1e-9) if bounds and all(math.isfinite(b) for b in bounds) else None
     if bound is not None:
         bound = min(bound, best[0])
@@ -174,7 +217,8 @@ def _cut_short(problem: Problem, request: SolveRequest, model: "DPModel | None",
         bound=bound,
         message=f"{reason}; returning the best known plan ({best[1]})",
         timed_out=timed_out,
-        extra={"dp": {"cut_short": reason, "plan_from": best[1], **({"warm_start": warm_note} if warm_note else {})}},
+        extra={"dp": {"cut_short": reason, "plan_from": best[1], **({"warm_start": warm_note} if warm_note else {}),
+                      **({"comm_free_bound": relaxed[0]} if relaxed is not None else {})}},
     )
 
 

@@ -9,7 +9,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Automaton", "build_automaton"]
+from ..errors import TooLarge
+
+__all__ = ["Automaton", "automaton_bytes", "build_automaton"]
+
+TRANSITION_BYTES = 64  # one transition in the automaton's arrays and the tables' layout (pairs, keys), at most
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,20 @@ class Automaton:
     incoming: dict  # size index -> category ranges [(lo, hi)] a stage of that size can receive
 
 
-def build_automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_fixed: bool | None) -> Automaton:
+def automaton_bytes(kind: str, sizes: tuple[int, ...], G: int) -> int:
+    """About what the automaton of ``kind`` and the tables' layout built from it hold (:data:`TRANSITION_BYTES`
+    per transition): every state can follow every stage size, so about states x sizes transitions -- sizes^2
+    on many nodes, checked against the memory budget before it is built. ``bins`` (whose state count is
+    not known ahead) is bounded while it is built (``max_states`` of :func:`build_automaton`)."""
+    n = len(sizes)
+    states = n + (sum(G // d for d in sizes if d < G) if kind in ("run", "bins") else 0)
+    return TRANSITION_BYTES * states * max(n, 1) * (2 if kind in ("run", "bins") else 1)
+
+
+def build_automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_fixed: bool | None,
+                    max_states: int | None = None) -> Automaton:
+    """The automaton of ``kind`` (module docstring of :mod:`.solver`, "Placement"); ``max_states`` bounds the
+    reachable states of ``bins`` (:class:`~partitioner.solvers.errors.TooLarge` past it)."""
     n = len(sizes)
     if kind == "none":  # the state is the stage size only (the tables are grouped by size); one category
         trans: dict[int, tuple[np.ndarray, ...]] = {i: (np.arange(n), np.full(n, i), np.zeros(n, dtype=np.int64)) for i in range(n)}
@@ -96,6 +113,9 @@ def build_automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_
         if z not in index:
             if kind == "bins" and len(z[2]) + (1 if z[1] else 0) > nodes:
                 return -1
+            if max_states is not None and len(order) >= max_states:
+                raise TooLarge(f"the placement automaton ({kind}) would have more than {max_states:,} states "
+                               f"on {n} stage sizes")
             index[z] = len(order)
             order.append(z)
         return index[z]

@@ -2,15 +2,17 @@
 
 Contract
 --------
-:func:`fill` sets ``V[a, level, z, c, D]`` (:class:`.dp_tables.Tables`) for
-levels 1..top of one recursion of :mod:`.dp` -- ``minsum`` (least sum of
-stage times, every stage at most the threshold) or ``minmax`` (least largest
-stage time) -- exactly as the recursion there defines them; a level reads the
-previous level only and, for the "K or more" bucket level, itself at later
-first layers. A deadline is checked between chunks of first layers; the
-chunks of a level (but the bucket level's, which read each other) and its
-shared rows are shared among the model's ``threads`` (the dp option), else
-``THREADS`` (``PARTITIONER_DP_THREADS``, default one per core).
+:func:`fill` computes ``V[a, level, z, c, D]`` for levels 1..top of one
+recursion of :mod:`.dp` -- ``minsum`` (least sum of stage times, every stage
+at most the threshold) or ``minmax`` (least largest stage time) -- exactly as
+the recursion there defines them, one first layer's row at a time, and keeps
+what :class:`.dp_tables.Tables` holds of it: each level's shared keys (and
+the row of first layer 0). A level reads the keys of the previous level only
+and, for the "K or more" bucket level, its own at later first layers. A
+deadline is checked between chunks of first layers; the chunks of a level
+(but the bucket level's, which read each other) are shared among the model's
+``threads`` (the dp option), else ``THREADS`` (``PARTITIONER_DP_THREADS``,
+default one per core), each with its own scratch row.
 
 How a level fills. A stage a..b of size i in front of a suffix whose first
 stage pairs with it as (new state, outgoing category) costs ``t = w + x``
@@ -46,12 +48,14 @@ pair) per incoming category over its options, in the spec's own
 arithmetic, and the least is taken with ``min`` only, so every entry is
 the one a loop over a, b and the options gives, bit for bit
 (``tests/test_dp_options_fill.py`` checks every entry for equality with
-the definition). The last stages (level 1) are numpy, every a at once.
+the definition). The last stages (level 1) are valued in numpy, every a at
+once, and written into the rows by the kernels.
 """
 from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -60,12 +64,16 @@ import numpy as np
 from ..errors import OutOfTime as _OutOfTime
 from .compiled import engine
 
-__all__ = ["fill", "prefix_devices"]
+__all__ = ["fill", "prefix_devices", "threads"]
 
 INF = math.inf
 _TIE = 1e-12  # relative slack when comparing a stage time with a threshold (as in dp)
 FIRSTS_PER_CALL = 16  # first layers per kernel call: the deadline is checked between calls
 DIRECT_RANKS = 4  # minmax: a candidate fitting at most this many incoming categories is taken rank by rank
+# a level is shared among threads when its work (:func:`fill_work`, at about COMPILED_SECONDS_PER_UNIT a unit on
+# the compiled path, an upper estimate: the kernels skip infinite spans) would take at least THREAD_MIN_SECONDS
+COMPILED_SECONDS_PER_UNIT = 1e-9
+THREAD_MIN_SECONDS = 0.01
 
 
 
@@ -80,6 +88,11 @@ def _threads() -> int:
 
 
 THREADS = _threads()  # threads that share a level's first layers
+
+
+def threads() -> int:
+    """The threads a level's first layers are shared among by default (``THREADS``)."""
+    return THREADS
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 
 
@@ -115,8 +128,8 @@ def _split(pool, work, lo: int, hi: int) -> None:
 def fill(model, tables, auto, X: np.ndarray, mode: str, limit: float, deadline: float | None, top: int):
     """Fill ``tables`` for levels 1..top (see the module docstring); ``model`` is the :class:`.dp.DPModel`."""
     K = model.K
-    # level 1 is cleared; the kernels write whole blocks of the first layers 0..L - level of the others,
-    # whose later first layers (no suffix of that many stages starts there) stay infinite from allocation
+    # the kernels write the keys of the first layers 0..L - level of every level they fill, whose later first
+    # layers (no suffix of that many stages starts there) stay infinite from allocation
     tables.reset(top)
     lim = limit * (1 + _TIE) if math.isfinite(limit) else INF
     run = _Run(model, tables, auto, X, mode, lim, deadline, top)
@@ -125,12 +138,7 @@ def fill(model, tables, auto, X: np.ndarray, mode: str, limit: float, deadline: 
         for level in range(1, top + 1):
             run.check_time()
             bucket = bool(model.bucket and level == K)
-            if level == 1:
-                tables.clear_rows(1, 0)
-                for g, i in enumerate(run.groups):
-                    run.last_stage(g, i)
-            if level >= 2 or bucket:
-                run.level(level, bucket)
+            run.level(level, bucket)
     finally:  # the stage tables built on the way counted their own seconds
         engine.account(run.kern, time.perf_counter() - start - (engine.python_seconds() - counted))
     return tables
@@ -153,8 +161,8 @@ class _Meta:
         self.groups = list(lay.groups)
         i64 = np.int64
         self.g_size = np.array([lay.sizes[i] for i in self.groups], i64)
-        self.g_base = np.array([rows * lay.base[i] for i in self.groups], i64)
-        self.g_stride = np.array([lay.stride[i] for i in self.groups], i64)
+        self.g_base = np.array([lay.base[i] for i in self.groups], i64)  # in a row of values
+        self.g_stride = np.full(len(self.groups), lay.flat_size, i64)  # the row length (unused by the kernels)
         p_off, p_key, p_zn, p_co, z_loc, s_zn, cats = [], [], [], [], [], [], []
         g_pstart, g_zstart, g_cstart, g_sstart = [0], [0], [0], [0]
         for i in self.groups:
@@ -215,7 +223,11 @@ class _Run:
             meta = tables._meta = (X, _Meta(tables, auto, X))
         self.meta = meta[1]
         self.groups = self.meta.groups
-        self.kern = engine.pick(fill_work(self.meta, top, self.L, self.N), deadline)
+        work = fill_work(self.meta, top, self.L, self.N)
+        self.kern = engine.pick(work, deadline)
+        # threads only for levels whose work outweighs handing chunks to them (a 64-layer solve of 0.05 s spent
+        # a third of it submitting and waiting)
+        self.shared = work / max(top, 1) * COMPILED_SECONDS_PER_UNIT >= THREAD_MIN_SECONDS
         self.banded = math.isfinite(lim) and not self.spec
         self.prefix = prefix_devices(model, lim, self.kern) if self.banded else np.zeros(self.L + 1, dtype=np.int64)
 
@@ -224,72 +236,122 @@ class _Run:
             raise _OutOfTime
 
     # ------------------------------------------------------------ last stages
-    def last_stage(self, g: int, i: int) -> None:
-        """Level 1: a stage a..L-1 alone (no outgoing transfer), for every a and incoming category."""
+    def last_stages(self) -> tuple[np.ndarray, np.ndarray]:
+        """Level 1's own values: a stage a..L-1 alone (no outgoing transfer) per size group and incoming
+        category, as (offsets in a row, values ``[a, offset]``; row L infinite)."""
         model, lay, L, meta = self.model, self.lay, self.L, self.meta
         stash = model.stash_of_level[1]
-        xin = meta.xs[:L, meta.g_cstart[g] : meta.g_cstart[g + 1]]
-        zl = lay.zloc[self.auto.init[i]]
-        V = self.tables.tab[1][i]
-        if self.spec:  # every a at once: stage a..L-1 per incoming category
-            low, U, G = self.spec.prepare(*(x[:L, L - 1] for x in model.stage_options(i, stash)))
-            t = self.spec.value(low[:, None], U[:, None], G[:, None], np.zeros_like(xin), xin, self.mode, self.lim)
-            if self.mode == "minmax":
-                t = np.where(t <= self.lim, t, INF)
-            V[:L, zl, :, 0] = np.minimum(V[:L, zl, :, 0], t)
-            return
-        cb = model.compute_matrix(i, stash)[:L, L - 1]  # (a,): compute of a..L-1
-        t = cb[:, None] + xin
-        t = np.where(np.isfinite(cb)[:, None] & (t <= self.lim), t, INF)
-        V[:L, zl, :, 0] = np.minimum(V[:L, zl, :, 0], t)
+        offs, vals = [], []
+        for g, i in enumerate(self.groups):
+            xin = meta.xs[:L, meta.g_cstart[g] : meta.g_cstart[g + 1]]
+            zl = int(lay.zloc[self.auto.init[i]])
+            Ci = len(lay.cats[i])
+            D1 = self.N + 1 - lay.sizes[i]
+            offs.append(lay.base[i] + (zl * Ci + np.arange(Ci)) * D1)
+            if self.spec:  # every a at once: stage a..L-1 per incoming category
+                low, U, G = self.spec.prepare(*(x[:L, L - 1] for x in model.stage_options(i, stash)))
+                t = self.spec.value(low[:, None], U[:, None], G[:, None], np.zeros_like(xin), xin, self.mode, self.lim)
+                if self.mode == "minmax":
+                    t = np.where(t <= self.lim, t, INF)
+            else:
+                cb = model.compute_matrix(i, stash)[:L, L - 1]  # (a,): compute of a..L-1
+                t = cb[:, None] + xin
+                t = np.where(np.isfinite(cb)[:, None] & (t <= self.lim), t, INF)
+            vals.append(np.vstack([np.broadcast_to(t, (L, Ci)), np.full((1, Ci), INF)]))
+        if not offs:
+            return np.zeros(0, np.int64), np.full((L + 1, 0), INF)
+        return (np.ascontiguousarray(np.concatenate(offs), dtype=np.int64),
+                np.ascontiguousarray(np.hstack(vals), dtype=np.float64))
 
     # ------------------------------------------------------------ one level
-    def _rows(self):
-        """The shared-key rows R and their finite spans, one buffer for every level of the recursion: a
-        level reads only the rows the level below has just filled (and a bucket level clears the rest)."""
-        found = getattr(self, "_R", None)
+    def _scratch(self):
+        """This thread's row to write a level into (``a_stride`` 0), or every row of the level when the
+        tables keep them: (buffer, a_stride)."""
+        n = self.lay.flat_size
+        if self.tables.keep_rows:
+            return None, n
+        rows = getattr(self, "_rows", None)
+        if rows is None:
+            rows = self._rows = {}
+        me = threading.get_ident()
+        found = rows.get(me)
+        if found is None:
+            found = rows[me] = np.full(n + 1, INF)
+        return found, 0
+
+    def _input(self, level: int, bucket: bool):
+        """The keys a level reads: the level below's (first layers 1 .. L - level + 1); the bucket level
+        also its own, combined as they become final, in a copy (infinite where nothing is read)."""
+        tables, L = self.tables, self.L
+        if not bucket:
+            if level == 1:
+                return self._empty()
+            return tables.R[level - 1], tables.lo[level - 1], tables.hi[level - 1]
+        R, lo, hi = getattr(self, "_bucket", None) or self._empty(fresh=True)
+        self._bucket = (R, lo, hi)
+        R[:], lo[:], hi[:] = INF, 0, 0
+        if level >= 2:
+            rows = slice(1, min(L - level + 2, tables.R[level - 1].shape[0]))
+            R[rows], lo[rows], hi[rows] = tables.R[level - 1][rows], tables.lo[level - 1][rows], tables.hi[level - 1][rows]
+        return R, lo, hi
+
+    def _empty(self, fresh: bool = False):
+        """Keys with nothing finite (level 1 reads no level below)."""
+        found = None if fresh else getattr(self, "_none", None)
         if found is None:
             shape = (self.L + 1, len(self.meta.key_width))
-            found = self._R = (np.full((self.L + 1, self.meta.row_length), INF), np.zeros(shape, np.int64),
-                               np.zeros(shape, np.int64))
+            found = (np.full((self.L + 1, self.meta.row_length), INF), np.zeros(shape, np.int64),
+                     np.zeros(shape, np.int64))
+            if not fresh:
+                self._none = found
         return found
 
     def level(self, level: int, bucket: bool) -> None:
-        """Levels >= 2 read the level below; the bucket level also reads itself (``self_feed``)."""
+        """Levels >= 2 read the level below; the bucket level also reads itself (``self_feed``); level 1
+        (unless it is the bucket level) holds the last stages only."""
         kern, meta, tables, L = self.kern.levels, self.meta, self.tables, self.L
-        R, Rlo, Rhi = self._rows()
-        first = 1 if level >= 2 else L + 1  # rows the level below fills: first layers 1 .. L - level + 1
-        if bucket:  # the level's own rows are combined into R: the others must hold nothing
-            R[:first], Rlo[:first], Rhi[:first] = INF, 0, 0
-            R[L - level + 2 :], Rlo[L - level + 2 :], Rhi[L - level + 2 :] = INF, 0, 0
-        # the Python path holds the GIL: one thread, and one first layer per call (the deadline between)
-        pool = _pool(getattr(self.model, "threads", None) or THREADS) if self.kern.compiled else None
-        firsts = FIRSTS_PER_CALL if self.kern.compiled else 1
-        if level >= 2:
-            _split(pool, lambda lo, hi: kern.shared_rows(tables.flat[level - 1], meta.runs, lo, hi, R, Rlo, Rhi),
-                   1, L - level + 2)
         bmax = L - level
         if bmax < 0:
             return
-        stash = self.model.stash_of_level[level]
-        out = tables.flat[level]
-        minmax = self.mode == "minmax"
-        if self.spec:
-            ooff, F, OA, OB = self.model.packed_options(self.groups, stash)
-            kind, s, k, f_cap = _spec_params(kern, self.spec)
+        R, Rlo, Rhi = self._input(level, bucket)
+        Rout, out_lo, out_hi, first = tables.R[level], tables.lo[level], tables.hi[level], tables.first_rows[level]
+        # the Python path holds the GIL: one thread, and one first layer per call (the deadline between)
+        pool = _pool(getattr(self.model, "threads", None) or THREADS) if self.kern.compiled and self.shared else None
+        firsts = FIRSTS_PER_CALL if self.kern.compiled else 1
+        init_off, init_val = self.last_stages() if level == 1 else (np.zeros(0, np.int64), np.full((L + 1, 0), INF))
+        if level == 1 and not bucket:
+
+            def chunk(a_hi: int) -> None:
+                self.check_time()
+                out, a_stride = self._scratch()
+                out = tables.rows[1] if out is None else out
+                kern.last_level(out, a_stride, max(a_hi - firsts + 1, 0), a_hi, init_off, init_val, meta.runs, Rout,
+                                out_lo, out_hi, first)
+
         else:
-            CB = self.model.compute_stack(stash, self.groups)
-        def chunk(a_hi: int) -> None:
-            self.check_time()
-            a_lo = max(a_hi - firsts + 1, 0)
+            stash = self.model.stash_of_level[level]
+            minmax = self.mode == "minmax"
             if self.spec:
-                kern.options_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, self.N, self.lim, minmax, level >= 2,
-                                   meta.grp, meta.xs, meta.xs_sorted, meta.rank, F, ooff, OA, OB, kind, s, k, f_cap,
-                                   meta.X, bucket, meta.runs)
+                ooff, F, OA, OB = self.model.packed_options(self.groups, stash)
+                kind, s, k, f_cap = _spec_params(kern, self.spec)
             else:
-                kern.plain_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, self.N, self.lim, minmax, DIRECT_RANKS, level >= 2,
-                                 meta.grp, meta.xs, meta.xs_sorted, meta.rank, CB, meta.X, self.banded, self.prefix,
-                                 bucket, meta.runs)
+                CB = self.model.compute_stack(stash, self.groups)
+
+            def chunk(a_hi: int) -> None:
+                self.check_time()
+                a_lo = max(a_hi - firsts + 1, 0)
+                out, a_stride = self._scratch()
+                out = tables.rows[level] if out is None else out
+                if self.spec:
+                    kern.options_level(out, a_stride, R, Rlo, Rhi, Rout, out_lo, out_hi, first, a_lo, a_hi, bmax, L,
+                                       self.N, self.lim, minmax, level >= 2, meta.grp, meta.xs, meta.xs_sorted,
+                                       meta.rank, F, ooff, OA, OB, kind, s, k, f_cap, meta.X, bucket, meta.runs,
+                                       init_off, init_val)
+                else:
+                    kern.plain_level(out, a_stride, R, Rlo, Rhi, Rout, out_lo, out_hi, first, a_lo, a_hi, bmax, self.N,
+                                     self.lim, minmax, DIRECT_RANKS, level >= 2, meta.grp, meta.xs, meta.xs_sorted,
+                                     meta.rank, CB, meta.X, self.banded, self.prefix, bucket, meta.runs, init_off,
+                                     init_val)
 
         chunks = list(range(bmax, -1, -firsts))
         if bucket or pool is None or len(chunks) < 2:

@@ -123,11 +123,14 @@ Complexity
 ----------
 Stage tables: one ``L x L`` table per (size, stash) level, see :mod:`.dp_stage`.
 With L layers, N devices, S allowed sizes, K = max(m, P_min) stage levels
-(at most P_max), placement states and categories, the recursion's tables
-(:mod:`.dp_tables`) hold, per level, ``(L + 1) x sum_i Z_i x C_i x (N + 1 - d_i)``
-values: Z_i the placement states of size i and C_i the incoming categories
-a size-i stage can receive (at most i + 1 unlinked and, in a node, i + 1
-linked ones), not ``Z x C x (N + 1)``. One recursion
+(at most P_max), placement states and categories, a first layer's values
+number ``sum_i Z_i x C_i x (N + 1 - d_i)``: Z_i the placement states of
+size i and C_i the incoming categories a size-i stage can receive (at most
+i + 1 unlinked and, in a node, i + 1 linked ones). The recursion's tables
+(:mod:`.dp_tables`) keep, per level and first layer, only the least over
+each shared key (about 2 S keys of ``N + 1`` columns), plus the row of the
+first layer 0: 0.15 M values per first layer on 1,024 GPUs where the rows
+hold 3.1 M. One recursion
 (:mod:`.dp_recursion`, its compiled kernels in :mod:`.dp_kernels`) costs
 ``O(K * L^2 * sum_i pairs_i * (N + 1 - d_i))`` element operations, where
 ``pairs_i`` counts the distinct (new state, outgoing category)
@@ -157,16 +160,18 @@ import time
 import numpy as np
 
 from ...cluster.placement import contiguous_node_assignment, node_assignment_ids, pack_runs
+from ...core.units import format_bytes
 from ...plan import Plan, PlanError, Stage, evaluate
 from ...problem import Problem
 from ..base import SolveRequest
 from ..errors import OutOfTime as _OutOfTime
 from ..errors import TooLarge as _TooLarge
 from ..greedy import solve_greedy
-from .placement import Automaton, build_automaton
+from .placement import Automaton, automaton_bytes, build_automaton
 from .recursion import fill as fill_tables
+from .recursion import threads as recursion_threads
 from .stage import StageCosts
-from .stagecache import StageTables
+from .stagecache import MATRIX_CACHE_BYTES, StageTables
 from .tables import Layout, Tables, table_bytes, working_bytes
 from .walkback import WalkBack
 from .walks import ThresholdWalks, _Outcome
@@ -175,6 +180,7 @@ __all__ = ["DPModel"]
 
 INF = math.inf
 _MEMORY_BUDGET_BYTES = 3 * 2**30  # the default budget of a model used outside the dp method
+_STATE_BYTES = 64  # what one (state, stage size) transition holds, at most, in the automaton and the layout
 
 
 # --------------------------------------------------------------------------- the model
@@ -187,6 +193,9 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
     # 1F1B's iteration walk with placement states first runs the bound-and-prune pass of
     # :meth:`.ThresholdWalks._comm_free_pass` (the tests turn it off to compare the answers)
     prune_levels: bool = True
+    # keep every row of the tables, not only the keys' least values (the tests compare each entry)
+    keep_rows: bool = False
+    _automata: dict[str, Automaton]  # mode -> its automaton, built once (see _automaton_for)
 
     def __init__(self, problem: Problem, layouts: tuple | None = None, stage_counts: tuple[int, int] | None = None):
         """``layouts`` restricts the layouts stages may use (and so their sizes);
@@ -225,8 +234,8 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         """Refuse before allocating: ``need`` bytes against the memory budget."""
         if need > self._budget:
             raise _TooLarge(
-                f"{what} would need {need / 2**30:.1f} GiB (limit {self._budget / 2**30:.1f} GiB, "
-                "option memory_budget_gb); use cpsat for this problem"
+                f"{what} would need {format_bytes(need)} (limit {format_bytes(self._budget)}, "
+                "option memory_budget_gb, which raises it)"
             )
 
     def _levels(self, deadline: float | None = None) -> None:
@@ -297,7 +306,15 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         link = None
         if mode == "size":
             link = c.nodes == 1  # one node: every pair of stages shares it
-        return build_automaton(mode, self.sizes, self.G, c.nodes, link)
+        found = getattr(self, "_automata", None)
+        if found is None:
+            found = self._automata = {}
+        if mode not in found:
+            self.check_budget(automaton_bytes(mode, self.sizes, self.G),
+                              f"the placement automaton ({mode}) of {len(self.sizes)} stage sizes")
+            found[mode] = build_automaton(mode, self.sizes, self.G, c.nodes, link,
+                                          max_states=max(1, int(self._budget // (_STATE_BYTES * max(len(self.sizes), 1)))))
+        return found[mode]
 
     def _transfer_table(self, auto: Automaton) -> np.ndarray:
         """X[b, c]: transfer time of the boundary after layer b in category c (0 after the last)."""
@@ -325,14 +342,14 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         if spec is not None and spec.free_shared and mode == "minsum" and not math.isfinite(limit):
             kept = getattr(self, "_free_table", None)  # (automaton, levels, parts, tables): the object itself, not its id
             if kept is None or kept[0] is not auto or kept[1:3] != (self.K, spec.parts):
-                tables = Tables(self._layout(auto), self.L)
+                tables = Tables(self._layout(auto), self.L, self.keep_rows)
                 kept = self._free_table = (auto, self.K, spec.parts, self._fill(auto, X, mode, limit, deadline, self.K, tables))
             return kept[3]
         # levels above the largest stage count the answer may have are never read (zb-h1: one k)
         top = max((lvl for lvl in range(1, self.K + 1) if self._level_ok(lvl)), default=self.K)
         pool = getattr(self, "_pool", None)
         if pool is None or pool.layout.auto is not auto:
-            pool = self._pool = Tables(self._layout(auto), self.L)
+            pool = self._pool = Tables(self._layout(auto), self.L, self.keep_rows)
         return self._fill(auto, X, mode, limit, deadline, top, pool)
 
     def _layout(self, auto: Automaton) -> Layout:
@@ -342,22 +359,30 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         return found[1]
 
     def _fill(self, auto, X, mode, limit, deadline, top, tables: Tables) -> Tables:
-        """Check the memory the tables need (:meth:`recursion_bytes`), then fill them (:func:`.dp_recursion.fill`)."""
-        need = self.recursion_bytes(auto)
+        """Check the memory the tables need (:meth:`recursion_bytes`, with what the model's other tables hold),
+        then fill them (:func:`.dp_recursion.fill`)."""
+        kept = getattr(self, "_free_table", None)
+        others = [t for t in (getattr(self, "_pool", None), kept[3] if kept else None) if t is not None and t is not tables]
+        need = self.recursion_bytes(auto, sum(t.held_bytes() for t in others))
         if need > self._budget:
             raise _TooLarge(
-                f"the recursion tables would need {need / 2**30:.1f} GiB with {len(auto.states)} placement states "
-                f"and {self.K} stage-count levels (limit {self._budget / 2**30:.1f} GiB); option memory_budget_gb="
+                f"the recursion tables would need {format_bytes(need)} with {len(auto.states)} placement states "
+                f"and {self.K} stage-count levels (limit {format_bytes(self._budget)}); option memory_budget_gb="
                 f"{math.ceil(need / 2**30 * 10) / 10:g} lets dp finish where that much memory is free"
             )
+        # the stage matrices kept across recursions take what the budget leaves beside the tables
+        self.stage_cache_bytes = max(MATRIX_CACHE_BYTES, int(self._budget - need))
         return fill_tables(self, tables, auto, X, mode, limit, deadline, top)
 
-    def recursion_bytes(self, auto: Automaton) -> int:
-        """Memory of the general recursion: the tables of every level (twice when zb-h1 keeps its free
-        table beside the working one), one level's reduced tables and the kernels' temporaries."""
+    def recursion_bytes(self, auto: Automaton, others: int = 0) -> int:
+        """Memory of the general recursion: the tables of every level, ``others`` bytes held by the model's
+        other tables (zb-h1 keeps its free table beside the working one), what a recursion holds beside them
+        (:func:`.tables.working_bytes`) and one stash's stack of stage matrices, which the kernels read."""
         layout = self._layout(auto)
-        copies = 2 if self.parts == "uw" else 1
-        return copies * table_bytes(layout, self.L, self.K) + working_bytes(layout, self.L)
+        threads = getattr(self, "threads", None) or recursion_threads()
+        stack = 8 * len(self.sizes) * self.L * self.L
+        return (table_bytes(layout, self.L, self.K, self.keep_rows) + others
+                + working_bytes(layout, self.L, self.N, threads) + stack)
 
     # ---------------------------------------------------------------- answers
     def _level_ok(self, level: int) -> bool:
@@ -401,7 +426,8 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
     # ---------------------------------------------------------------- objectives
     def prepare(self, deadline: float | None = None) -> None:
         """Check the budget for the stage tables, then fix the stage-count levels."""
-        self.check_budget(6.0 * 8 * self.L * self.L, f"the stage tables of {self.L} layers")
+        self.check_budget(8.0 * max(6, len(self.sizes)) * self.L * self.L,
+                          f"the stage tables of {self.L} layers on {len(self.sizes)} stage sizes")
         if not self.K:
             self._levels(deadline)
 

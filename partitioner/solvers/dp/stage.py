@@ -168,11 +168,16 @@ class StageCosts:
         self.next_missing = nxt
         self.out_bytes = np.array([layer.out_bytes for layer in problem.layers], dtype=np.float64)
         self.runs = problem.segments(0, L - 1) if L else ()
-        self.of_size = [[j for j, lay in enumerate(self.layouts) if lay.devices == d] for d in self.sizes]
+        by_devices: dict[int, list[int]] = {}
+        for j, lay in enumerate(self.layouts):
+            by_devices.setdefault(lay.devices, []).append(j)
+        self.of_size = [by_devices.get(d, []) for d in self.sizes]  # configs per size, in layout order
         self._fit: dict[tuple[int, int], np.ndarray] = {}
         self._sums: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self._reshard: dict[tuple, float] = {}
         self._meshes: dict[int, tuple[np.ndarray, int, np.ndarray]] = {}
+        self._option_width: dict[tuple[int, str], int] = {}  # (size index, parts) -> the pairs it last needed
+        self._option_scratch: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # width -> (U, W, C)
         # format v3 tied weights (module docstring, "Tied weights"): (j, k, k's tied bytes per config row)
         self.ties = tuple((j, k, tied_row(problem, k, self.layouts)) for j, k in problem.ties)
         # the stages a..b that hold both layers of some tie (a <= j, k <= b), in order; none without ties
@@ -319,19 +324,18 @@ class StageCosts:
         every candidate gave, now gathered one pair at a time by the compiled
         loops of :mod:`.compiled.stage_kernels` (the same floats).
         """
-        width = OPTION_PAIRS
+        width = self._option_width.get((i, parts), OPTION_PAIRS)  # what this size needed at the last stash
         while True:
             found = self._options_within(i, stash, parts, width)
             if found is not None:
+                self._option_width[(i, parts)] = width
                 return found
             width *= 4
 
     def _options_within(self, i: int, stash: int, parts: str, width: int):
         """:meth:`options` if no stage has more than ``width`` Pareto pairs, else None."""
         L = self.L
-        U = np.full((L, L, width), INF)
-        W = np.full((L, L, width), INF)
-        C = np.zeros((L, L), dtype=np.int64)
+        U, W, C = self._option_buffers(width)
         configs = self.of_size[i]
         one, two, r1, r2 = self._parts[parts]
         ok = True
@@ -365,7 +369,21 @@ class StageCosts:
         if not ok:
             return None
         used = max(1, int(C.max(initial=0)))
-        return np.ascontiguousarray(U[:, :, :used]), np.ascontiguousarray(W[:, :, :used])
+        return U[:, :, :used].copy(), W[:, :, :used].copy()  # copies: the buffers serve the next call
+
+    def _option_buffers(self, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(U, W, C) of shape ``(L, L, width)``, ``(L, L, width)``, ``(L, L)``: inf, inf, 0. One set per width
+        is kept and refilled (allocating them afresh for every size and stash cost more than the kernels:
+        page faults on hundreds of MB per solve)."""
+        found = self._option_scratch.get(width)
+        if found is None:
+            L = self.L
+            found = self._option_scratch[width] = (np.empty((L, L, width)), np.empty((L, L, width)),
+                                                   np.empty((L, L), dtype=np.int64))
+        found[0].fill(INF)
+        found[1].fill(INF)
+        found[2].fill(0)
+        return found
 
     def option_configs(self, a: int, b: int, i: int, stash: int, parts: str, u: float, w: float) -> tuple[Layout, ...] | None:
         """Configs (one per segment of a..b) whose parts are no worse than ``(u, w)`` (up to rounding); None if none."""

@@ -10,8 +10,12 @@ estimates, each stash's Pareto options of every size packed into two flat
 arrays (:meth:`StageTables.option_pack`; a stash whose options equal the
 previous stash's shares its pack); :meth:`StageTables.stage_options` are
 views into a pack. Stacks are kept while the matrices held stay under
-256 MiB, packs under 1 GiB (recomputing them costs far more than their
-memory); what does not fit is rebuilt when asked for.
+``stage_cache_bytes`` -- what the memory budget leaves beside the
+recursion's tables, at least 256 MiB -- packs under the larger of 1 GiB and
+that (recomputing
+them costs far more than their memory: with many configs per size, a
+recursion over 32 stashes rebuilt every stack of every level each time);
+what does not fit is rebuilt when asked for.
 """
 from __future__ import annotations
 
@@ -23,9 +27,9 @@ if TYPE_CHECKING:
     from .options import Spec
     from .stage import StageCosts
 
-__all__ = ["StageTables"]
+__all__ = ["StageTables", "MATRIX_CACHE_BYTES"]
 
-MATRIX_CACHE_BYTES = 2**28  # stage compute matrices kept across recursions (256 MiB)
+MATRIX_CACHE_BYTES = 2**28  # stage compute matrices kept across recursions: at least this much (256 MiB)
 PACK_CACHE_BYTES = 2**30  # stage options kept across recursions (1 GiB)
 
 
@@ -41,6 +45,8 @@ class StageTables:
     _matrices: dict[tuple[int, int], np.ndarray]
     _stacks: dict[int, np.ndarray]
     _packed: dict
+    # the bytes of stage matrices kept across recursions (the model sets what its budget leaves)
+    stage_cache_bytes: int = MATRIX_CACHE_BYTES
 
     def best_compute(self, a: int, i: int, stash: int) -> np.ndarray:
         """Over b = a..L-1: the fastest compute of layers a..b on size index i that fits with ``stash``."""
@@ -56,7 +62,7 @@ class StageTables:
         found = self._matrices.get(key)
         if found is None:
             found = self.costs.matrix(i, stash)
-            if self._held_matrices() < MATRIX_CACHE_BYTES:
+            if self._held_matrices() < self.stage_cache_bytes:
                 self._matrices[key] = found
         return found
 
@@ -76,7 +82,7 @@ class StageTables:
                 else:
                     stack[i] = found
             held = {key for key in self._matrices if key[1] == stash}
-            if self._held_matrices() - 8 * self.L * self.L * len(held) + stack.nbytes <= MATRIX_CACHE_BYTES:
+            if self._held_matrices() - 8 * self.L * self.L * len(held) + stack.nbytes <= self.stage_cache_bytes:
                 for key in held:
                     del self._matrices[key]
                 self._stacks[stash] = stack
@@ -89,7 +95,7 @@ class StageTables:
         ``stash``, packed for the compiled kernels: each size's offset into and width of two flat
         arrays, and those arrays (the spec's key is formed in the kernel, so one pack serves every
         zb-h1 k). A stash whose options equal the previous stash's shares its pack; packs are kept
-        while they hold under 1 GiB."""
+        while they hold under 1 GiB or ``stage_cache_bytes``, whichever is more."""
         parts = self.parts
         assert parts is not None, "dp: stage options asked for without the estimate's parts"
         key = (stash, parts)
@@ -109,7 +115,8 @@ class StageTables:
                 second = np.concatenate([t[1].ravel() for t in tabs]) if tabs else np.zeros(0)
                 found = (offset, width, np.ascontiguousarray(first, dtype=float), np.ascontiguousarray(second, dtype=float))
             held = sum(x[2].nbytes + x[3].nbytes for x in {id(v): v for v in self._packed.values()}.values())
-            if found is before or held + found[2].nbytes + found[3].nbytes <= PACK_CACHE_BYTES:
+            if found is before or held + found[2].nbytes + found[3].nbytes <= max(PACK_CACHE_BYTES,
+                                                                                   self.stage_cache_bytes):
                 self._packed[key] = found
         return found
 

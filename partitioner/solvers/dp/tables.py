@@ -1,27 +1,32 @@
-"""The general recursion's tables: only the (state, category, devices) combinations that can occur.
+"""The general recursion's tables: per level, the least value of each *shared key* of its states.
 
 Contract
 --------
-:class:`Tables` holds the values ``V[a, level, z, c, D]`` of :mod:`.dp`'s
-recursion (see its *The recursion* section). Per level, one flat float64
-buffer holds, stage size after stage size (:class:`Layout`), an array
-``(L + 1, states_i, cats_i, N + 1 - d_i)``: the placement states of size
-index i, the incoming categories a size-i stage can receive (the automaton's
-``incoming[i]``), and the suffix's devices from d_i up (a suffix whose first
-stage has d_i devices has at least d_i). Every other combination is
-infinite, and the buffer ends with one infinite sentinel that reads of
-impossible combinations point to. Level 0 is never stored.
+A value ``V[a, level, z, c, D]`` of :mod:`.dp`'s recursion (see its *The
+recursion* section) exists for the placement states z of size index i, the
+incoming categories a size-i stage can receive (the automaton's
+``incoming[i]``) and the suffix's devices from d_i up (a suffix whose first
+stage has d_i devices has at least d_i); every other combination is
+infinite. One first layer's values form a *row* (:class:`Layout`): stage
+size after stage size, an array ``(states_i, cats_i, N + 1 - d_i)``.
 
-``H[pos, pair, D']``, what a size-i stage in front of the suffix at ``pos``
-sees of a level (the least value over the transitions of each (new state,
-outgoing category) pair), is a row of *shared keys* (:meth:`Tables.key_runs`,
-read by :func:`.dp_kernels.shared_rows`): pairs of different sizes with the
-same transitions (for instance "the next stage has j devices" for every
-larger multi-node size) are reduced once per level, and ``Layout.hrow[i]``
-picks size i's H out of those rows.
+What a stage in front of the suffix at ``pos`` reads of a level is the least
+value over the transitions of each (new state, outgoing category) pair. Pairs
+of different sizes with the same transitions (for instance "the next stage
+has j devices" for every larger multi-node size) share a *key*
+(:meth:`Tables.key_runs`), and the tables keep, per level, only each key's
+least value per first layer and suffix devices, ``R[pos, key, D']``, with
+the finite span of each key's columns -- not the rows themselves, which the
+kernels form one first layer at a time in a scratch row and reduce at once
+(:func:`.compiled.kernels.plain_level`). With transfers a row holds about
+``S^2 N`` values and the keys about ``2 S N`` (S stage sizes): 3.1 M against
+0.15 M per first layer on 1,024 GPUs. The row of the first layer 0 of every
+level is kept whole (:meth:`Tables.first`: the whole pipeline's values per
+state); the walk back recomputes the value of any other state it needs from
+the keys of the level below (:mod:`.walkback`). ``keep_rows`` keeps every row
+(the tests compare each entry with the definition).
 
-Memory: :func:`table_bytes` for the tables (``levels x (L + 1) x sum_i
-states_i x cats_i x (N + 1 - d_i)`` doubles) and :func:`working_bytes` for
+Memory: :func:`table_bytes` for the tables and :func:`working_bytes` for
 what a recursion holds beside them; :meth:`.dp.DPModel.recursion_bytes`
 checks their sum against the budget before anything is allocated.
 """
@@ -31,11 +36,9 @@ import math
 
 import numpy as np
 
-__all__ = ["CHUNK", "Layout", "Tables", "table_bytes", "working_bytes"]
+__all__ = ["Layout", "Tables", "key_rows", "table_bytes", "working_bytes"]
 
 INF = math.inf
-CHUNK = 1 << 22  # elements of one temporary array of the vectorised kernels (32 MiB of float64)
-TEMPORARIES = 8  # such arrays alive at once, at most
 
 
 class Layout:
@@ -58,20 +61,19 @@ class Layout:
             self.cloc[i, cs] = np.arange(len(cs))
         self.trans_sorted: dict = {}
         self.pairs = {i: self._pairs(i) for i in self.groups}
-        # one flat buffer per level: size group after size group (then one infinite sentinel)
+        # one row per first layer: size group after size group
         self.base, total = {}, 0
         for i in self.groups:
             self.base[i] = total
             total += self._slots(i) * (N + 1 - sizes[i])
-        self.stride = {i: self._slots(i) * (N + 1 - sizes[i]) for i in self.groups}  # per first layer
-        self.flat_size = total  # per first layer
+        self.flat_size = total  # values per first layer
         self._share()
 
     def _share(self) -> None:
         """Pairs of different stage sizes with the same transitions (e.g. "the next stage has j < i devices"
         for every larger size i) are reduced once: ``keys`` lists each distinct set's (source states,
         outgoing categories) and the widest suffix-device range asked of it; ``pair_key[i]`` maps size
-        i's pairs to them; ``hrow[i]`` (pairs, D1_i) says where each H entry sits in a row of all keys."""
+        i's pairs to them; ``key_offset`` is where each key's columns start in a row of all keys."""
         index: dict = {}
         self.keys: list[tuple[np.ndarray, np.ndarray]] = []
         width: list[int] = []
@@ -93,10 +95,6 @@ class Layout:
         self.key_width = np.array(width, dtype=np.int64)
         self.key_offset = np.r_[0, np.cumsum(self.key_width)[:-1]].astype(np.int64)
         self.row_length = int(self.key_width.sum())
-        self.hrow = {}
-        for i in self.groups:
-            D1 = self.N + 1 - self.sizes[i]
-            self.hrow[i] = self.key_offset[self.pair_key[i]][:, None] + np.arange(D1)[None, :]
 
     def _slots(self, i: int) -> int:
         return len(self.states[i]) * len(self.cats[i])
@@ -124,69 +122,85 @@ class Layout:
         return pair_zn, pair_co, starts, zn_starts
 
 
-def table_bytes(layout: Layout, L: int, levels: int) -> int:
-    """Bytes of the tables of ``levels`` levels (one flat buffer each, with its sentinel)."""
-    return 8 * (layout.flat_size * (L + 1) + 1) * levels
+def key_rows(L: int, level: int) -> int:
+    """The first layers a level's keys are kept for: 0..L - level + 1 (no suffix of that many stages
+    starts later; the last of them is read, infinite, by the level above's last stages)."""
+    return max(L - level + 2, 1)
 
 
-def working_bytes(layout: Layout, L: int) -> int:
-    """Bytes :func:`.dp_recursion.fill` holds beside the tables at most: a level's rows of shared keys
-    and one size's H from them, or the bucket level's H rows of every size (and their flags), plus the
-    kernels' temporaries (each at most ``CHUNK`` elements)."""
+def table_bytes(layout: Layout, L: int, levels: int, keep_rows: bool = False) -> int:
+    """Bytes of the tables of ``levels`` levels: per level the keys' rows and spans and the whole row of
+    the first layer 0 (every row with ``keep_rows``)."""
+    per_row = layout.row_length + 2 * len(layout.key_width)
+    keys = sum(key_rows(L, level) for level in range(1, levels + 1)) * per_row
+    kept = levels * ((L + 1) if keep_rows else 1) * (layout.flat_size + 1)
+    return 8 * (keys + kept)
+
+
+def working_bytes(layout: Layout, L: int, N: int, threads: int) -> int:
+    """Bytes :func:`.dp_recursion.fill` holds beside the tables at most: the bucket level's own input
+    (a copy of the keys' rows and spans), and per thread a scratch row and the kernels' accumulators (two
+    of the largest size group's states x categories x devices)."""
     rows = L + 1
-    per_size = [layout.hrow[i].size for i in layout.groups]
-    level = rows * (layout.row_length + max(per_size, default=0))
-    bucket = rows * sum(per_size) + rows * sum(layout.hrow[i].shape[0] for i in layout.groups) // 8 + layout.row_length
-    return 8 * (max(level, bucket) + TEMPORARIES * CHUNK)
+    bucket = rows * (layout.row_length + 2 * len(layout.key_width))
+    cells = max((len(layout.states[i]) * len(layout.cats[i]) for i in layout.groups), default=1)
+    per_thread = layout.flat_size + 1 + 2 * cells * (N + 1)
+    return 8 * (bucket + max(threads, 1) * per_thread)
 
 
 class Tables:
-    """The values of one recursion: ``tab[level][i]`` of shape ``(L + 1, states_i, cats_i, N + 1 - d_i)``."""
+    """The keys' rows of one recursion: ``R[level]`` of shape ``(key_rows(L, level), row_length)`` with the
+    spans ``lo[level]``, ``hi[level]`` of shape ``(key_rows(L, level), keys)``, and ``first_rows[level]``, the row of the first
+    layer 0; with ``keep_rows`` every row, ``rows[level]`` of shape ``(L + 1) x flat_size`` (plus a sentinel)."""
 
-    def __init__(self, layout: Layout, L: int):
-        self.layout, self.L = layout, L
-        self.tab: list[dict[int, np.ndarray]] = [{}]  # level 0 holds nothing
-        self.flat: list[np.ndarray | None] = [None]
+    def __init__(self, layout: Layout, L: int, keep_rows: bool = False):
+        self.layout, self.L, self.keep_rows = layout, L, keep_rows
+        self.R: list[np.ndarray | None] = [None]  # level 0 holds nothing
+        self.lo: list[np.ndarray | None] = [None]
+        self.hi: list[np.ndarray | None] = [None]
+        self.first_rows: list[np.ndarray | None] = [None]
+        self.rows: list[np.ndarray | None] = [None]
         self._index: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self.top = 0
 
     def reset(self, top: int) -> None:
-        """Levels 1..top allocated the first time they are needed, each with its first layers from
-        ``L - level + 1`` on (where no suffix of that many stages starts) infinite; a recursion clears
-        level 1 and writes the other first layers of the levels it fills whole (:mod:`.dp_recursion`),
-        so a level keeps what the last recursion that reached it wrote."""
+        """Levels 1..top allocated the first time they are needed, infinite; a recursion writes the first
+        layers 0..L - level of each level it fills (no suffix of that many stages starts later), so a level
+        keeps what the last recursion that reached it wrote."""
         lay, rows = self.layout, self.L + 1
-        while len(self.tab) <= top:
-            level = len(self.tab)
-            flat = np.empty(rows * lay.flat_size + 1)
-            flat[-1] = INF
-            views = {}
-            for i in lay.groups:
-                lo = rows * lay.base[i]
-                views[i] = flat[lo : lo + rows * lay.stride[i]].reshape(self.layout.shape(self.L, i))
-                views[i][max(self.L - level + 1, 0) :] = INF
-            self.flat.append(flat)
-            self.tab.append(views)
+        nkeys = len(lay.key_width)
+        while len(self.R) <= top:
+            n = key_rows(self.L, len(self.R))
+            self.R.append(np.full((n, lay.row_length), INF))
+            self.lo.append(np.zeros((n, nkeys), np.int64))
+            self.hi.append(np.zeros((n, nkeys), np.int64))
+            self.first_rows.append(np.full(lay.flat_size, INF))
+            if self.keep_rows:
+                flat = np.full(rows * lay.flat_size + 1, INF)
+                self.rows.append(flat)
+            else:
+                self.rows.append(None)
         self.top = top
 
-    def clear_rows(self, level: int, first: int) -> None:
-        """Set the first layers ``first..L`` of every size group of ``level`` to infinity."""
-        for view in self.tab[level].values():
-            view[first:] = INF
+    def held_bytes(self) -> int:
+        """The bytes of the levels allocated so far."""
+        return sum(x.nbytes for group in (self.R, self.lo, self.hi, self.first_rows, self.rows) for x in group
+                   if x is not None)
 
     def key_runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """How a row of all shared keys is read from a level's flat buffer: per key (``starts``, one
-        more than keys) its transitions, each a *run* -- key column D' (D' >= ``d``) at first layer pos
-        is entry ``base + pos * stride + D' - d`` of the transition's source (state, category); the
-        row holds the least over a key's runs (infinite where none reaches)."""
+        """How a row of all shared keys is read from a row of values: per key (``starts``, one more than
+        keys) its transitions, each a *run* -- key column D' (D' >= ``d``) is entry ``base + D' - d`` of
+        the row (the transition's source state and category); the key holds the least over its runs
+        (infinite where none reaches). ``stride`` (unused by the kernels) is the row length."""
         if self._index is None:
-            lay, rows = self.layout, self.L + 1
+            lay = self.layout
             base, stride, d, starts = [], [], [], [0]
             for zp, co in lay.keys:
                 ip = lay.auto.size_of[zp]
                 size = np.array(lay.sizes)[ip]
                 slot = lay.zloc[zp] * np.array([len(lay.cats[j]) for j in ip]) + lay.cloc[ip, co]
-                base.append(rows * np.array([lay.base[j] for j in ip]) + slot * (lay.N + 1 - size))
-                stride.append(np.array([lay.stride[j] for j in ip]))
+                base.append(np.array([lay.base[j] for j in ip]) + slot * (lay.N + 1 - size))
+                stride.append(np.full(len(zp), lay.flat_size))
                 d.append(size)
                 starts.append(starts[-1] + len(zp))
 
@@ -196,10 +210,25 @@ class Tables:
             self._index = (cat(base), cat(stride), cat(d), np.array(starts, dtype=np.int64))
         return self._index
 
-    def value(self, a: int, level: int, z: int, c: int, D: int) -> float:
-        lay = self.layout
+    def _row(self, a: int, level: int) -> np.ndarray | None:
+        """The values of first layer a at ``level`` (kept for a = 0, or every a with ``keep_rows``)."""
         if level < 1 or level > self.top:
-            return INF
+            return None
+        if self.keep_rows:
+            flat = self.rows[level]
+            assert flat is not None
+            n = self.layout.flat_size
+            return flat[a * n : (a + 1) * n]
+        return self.first_rows[level] if a == 0 else None
+
+    def value(self, a: int, level: int, z: int, c: int, D: int) -> float:
+        """V[a, level, z, c, D] from a kept row (first layer 0, or every one with ``keep_rows``)."""
+        lay = self.layout
+        row = self._row(a, level)
+        if row is None:
+            if level < 1 or level > self.top:
+                return INF
+            raise LookupError(f"dp: the row of first layer {a} is not kept (only the keys' least values)")
         i = int(lay.auto.size_of[z])
         if i not in lay.states:
             return INF
@@ -207,17 +236,47 @@ class Tables:
         Di = D - lay.sizes[i]
         if cl < 0 or Di < 0:
             return INF
-        return float(self.tab[level][i][a, lay.zloc[z], cl, Di])
+        D1 = lay.N + 1 - lay.sizes[i]
+        return float(row[lay.base[i] + (lay.zloc[z] * len(lay.cats[i]) + cl) * D1 + Di])
+
+    def key_value(self, level: int, pos: np.ndarray, key: int, D: int) -> np.ndarray:
+        """``R[level][pos, key, D]`` over the positions ``pos`` (infinite outside the key's columns)."""
+        lay = self.layout
+        pos = np.asarray(pos)
+        if level < 1 or level > self.top or D < 0 or D >= lay.key_width[key]:
+            return np.full(pos.shape, INF)
+        R = self.R[level]
+        assert R is not None
+        inside = pos < R.shape[0]
+        out = np.full(pos.shape, INF)
+        out[inside] = R[pos[inside], lay.key_offset[key] + D]
+        return out
 
     def first(self, level: int, D: int) -> np.ndarray:
         """Over every state z: the value of the whole pipeline (a = 0, category 0, D devices) at ``level``."""
         lay = self.layout
         out = np.full(len(lay.auto.states), INF)
-        if level > self.top:
+        row = self._row(0, level)
+        if row is None:
             return out
         for i in lay.groups:
             Di = D - lay.sizes[i]
             cl = lay.cloc[i, 0]
             if Di >= 0 and cl >= 0:
-                out[lay.states[i]] = self.tab[level][i][0, :, cl, Di]
+                D1 = lay.N + 1 - lay.sizes[i]
+                block = row[lay.base[i] : lay.base[i] + len(lay.states[i]) * len(lay.cats[i]) * D1]
+                out[lay.states[i]] = block.reshape(len(lay.states[i]), len(lay.cats[i]), D1)[:, cl, Di]
+        return out
+
+    def entries(self, level: int) -> dict[int, np.ndarray]:
+        """With ``keep_rows``: per size index i, the level's values as ``(L + 1, states_i, cats_i, N + 1 - d_i)``."""
+        flat = self.rows[level]
+        assert flat is not None, "dp: entries() needs keep_rows"
+        lay, n = self.layout, self.layout.flat_size
+        table = flat[: (self.L + 1) * n].reshape(self.L + 1, n)
+        out = {}
+        for i in lay.groups:
+            D1 = lay.N + 1 - lay.sizes[i]
+            block = table[:, lay.base[i] : lay.base[i] + len(lay.states[i]) * len(lay.cats[i]) * D1]
+            out[i] = block.reshape(self.L + 1, len(lay.states[i]), len(lay.cats[i]), D1)
         return out

@@ -7,9 +7,13 @@ filled :class:`.dp_tables.Tables`, :meth:`WalkBack._final` reads the best
 whole pipeline over the allowed stage counts, and
 :meth:`WalkBack.reconstructions` follows, depth first, every way a state can
 start (:meth:`WalkBack._choices`, vectorised over the last layer and the
-transitions) whose stage plus the rest's value is the table's entry --
-within 1e-12 relative for a least sum, whose sums the recursion forms in
-another order (:mod:`.dp_recursion`) -- unlinked boundaries first.
+(new state, outgoing category) pairs) whose stage plus the rest's value is
+the state's value -- within 1e-12 relative for a least sum, whose sums the
+recursion forms in another order (:mod:`.dp_recursion`) -- unlinked
+boundaries first. The tables keep each pair's least over its source states
+(its key, :mod:`.dp_tables`), so the walk goes on from each source state of
+the chosen key in turn, with the key's value as the target its own choices
+must reach: a state whose value is above it has none.
 """
 from __future__ import annotations
 
@@ -84,6 +88,7 @@ class WalkBack:
         """
         lim = lim * (1 + _TIE) if math.isfinite(lim) else INF
         xin = np.vstack([np.zeros((1, len(auto.categories))), X[:-1]])
+        keys = V.layout.keys
 
         def linked(choice) -> bool:
             return choice[4] is not None and bool(auto.categories[choice[4]][1])
@@ -98,15 +103,16 @@ class WalkBack:
             return _same(value, target)
 
         def walk(a, level, z, c, D, target):
-            matches = [ch for ch in self._choices(V, auto, X, xin, mode, lim, a, level, z, c, D) if fits(ch[-2], target)]
-            for b, i, src, zpp, coo, t, _, opt in sorted(matches, key=linked):
+            matches = [ch for ch in self._choices(V, auto, X, xin, mode, lim, a, level, z, c, D) if fits(ch[6], target)]
+            for b, i, src, key, coo, t, _, opt, rest in sorted(matches, key=linked):
                 stage = (a, b, self.sizes[i], i) + ((opt,) if opt is not None else ())
                 if src is None:
                     yield [stage], [], [t]
                     continue
                 d = self.sizes[i]
-                for stages, links, times in walk(b + 1, src, zpp, coo, D - d, V.value(b + 1, src, zpp, coo, D - d)):
-                    yield [stage] + stages, [bool(auto.categories[coo][1])] + links, [t] + times
+                for zpp in dict.fromkeys(int(x) for x in keys[key][0]):  # the key's source states, in order
+                    for stages, links, times in walk(b + 1, src, zpp, coo, D - d, rest):
+                        yield [stage] + stages, [bool(auto.categories[coo][1])] + links, [t] + times
 
         yield from walk(0, level, z, 0, self.N, optimum)
 
@@ -122,12 +128,14 @@ class WalkBack:
         return None, None
 
     def _choices(self, V, auto, X, xin, mode, lim, a, level, z, c, D):
-        """Every way the state (a, level, z, c, D) can start: (b, size, source level, z', c', t, value, option),
-        in the order of b, then the source level, then the transitions; only those whose rest is finite.
+        """Every way the state (a, level, z, c, D) can start: (b, size, source level, key, c', t, value, option,
+        rest), in the order of b, then the source level, then the pairs; only those whose rest is finite.
 
         ``t`` is the stage's time (with options: its key), ``option`` None or
-        the option's parts without transfers and the spec's extra (GPipe: F + xo).
-        Vectorised over b and the transitions (:meth:`_stage_values`).
+        the option's parts without transfers and the spec's extra (GPipe: F + xo),
+        ``rest`` the least value of the pair's key (its source states, outgoing category c')
+        over the suffix from b + 1 with the devices left. Vectorised over b and the pairs
+        (:meth:`_stage_values`).
         """
         stash = self.stash_of_level[level]
         sources = [s for s in [level - 1] + ([level] if self.bucket and level == self.K else []) if s >= 1]
@@ -138,33 +146,29 @@ class WalkBack:
             if level == 1 and auto.init[i] == z and D == d:
                 t, cost, opt = self._stage_values(a, i, stash, mode, lim, np.array([self.L - 1]), np.zeros((1, 1)), xi)
                 if math.isfinite(t[0, 0]):
-                    yield self.L - 1, i, None, None, None, float(t[0, 0]), float(t[0, 0] if mode == "minmax" else cost[0, 0]), opt(0, 0)
-            zp, zn, co = auto.trans[i]
-            sel = zn == z
-            zpp, coo = zp[sel], co[sel]
+                    yield (self.L - 1, i, None, None, None, float(t[0, 0]),
+                           float(t[0, 0] if mode == "minmax" else cost[0, 0]), opt(0, 0), 0.0)
+            lay = V.layout
+            if i not in lay.pairs:
+                continue
+            pair_zn, pair_co, _, _ = lay.pairs[i]
+            sel = np.flatnonzero(pair_zn == z)
+            keys, coo = lay.pair_key[i][sel], pair_co[sel]
             bs = np.arange(a, self.L - level + 1)
-            if not bs.size or not zpp.size or not sources:
+            if not bs.size or not sel.size or not sources:
                 continue
             t, cost, opt = self._stage_values(a, i, stash, mode, lim, bs, X[bs][:, coo], xi)
-            rest = np.stack([self._rest(V, src, bs + 1, zpp, coo, D - d) for src in sources], axis=1)  # (b, src, tr)
+            rest = np.stack([self._rest(V, src, bs + 1, keys, D - d) for src in sources], axis=1)  # (b, src, pair)
             value = np.maximum(t[:, None, :], rest) if mode == "minmax" else cost[:, None, :] + rest
             for kb, ks, kt in zip(*np.nonzero(np.isfinite(t)[:, None, :] & np.isfinite(rest))):
-                yield (int(bs[kb]), i, sources[ks], int(zpp[kt]), int(coo[kt]), float(t[kb, kt]), float(value[kb, ks, kt]),
-                       opt(kb, kt))
+                yield (int(bs[kb]), i, sources[ks], int(keys[kt]), int(coo[kt]), float(t[kb, kt]),
+                       float(value[kb, ks, kt]), opt(kb, kt), float(rest[kb, ks, kt]))
 
-    def _rest(self, V, level: int, pos: np.ndarray, zs: np.ndarray, cs: np.ndarray, D: int) -> np.ndarray:
-        """``[b, transition]``: :meth:`.Tables.value` of (pos[b], level, zs[t], cs[t], D), vectorised over b."""
-        out = np.full((pos.size, zs.size), INF)
-        if level < 1 or level > V.top:
-            return out
-        lay = V.layout
-        for k, (zp, cp) in enumerate(zip(zs, cs)):
-            ip = int(lay.auto.size_of[zp])
-            if ip not in lay.states:
-                continue
-            cl, Di = lay.cloc[ip, cp], D - lay.sizes[ip]
-            if cl >= 0 and Di >= 0:
-                out[:, k] = V.tab[level][ip][pos, lay.zloc[zp], cl, Di]
+    def _rest(self, V, level: int, pos: np.ndarray, keys: np.ndarray, D: int) -> np.ndarray:
+        """``[b, pair]``: the least value of each pair's key (:meth:`.Tables.key_value`) at (pos[b], level, D)."""
+        out = np.full((pos.size, keys.size), INF)
+        for k, key in enumerate(keys):
+            out[:, k] = V.key_value(level, pos, int(key), D)
         return out
 
     def _stage_values(self, a: int, i: int, stash: int, mode: str, lim: float, bs: np.ndarray, xo: np.ndarray, xi: float):

@@ -1,6 +1,7 @@
-"""dp's two kernel paths (:mod:`partitioner.solvers.dp.compiled.engine`): the Python functions and their compiled
-twins fill the same tables bit for bit; the compiled set covers every signature the dp calls; the rule that
-picks a path; and a cold numba cache, where nothing compiles under a time limit it cannot keep."""
+"""dp's kernel paths (:mod:`partitioner.solvers.dp.compiled.engine`): the Python functions, their ahead-of-time
+module and their just-in-time twins fill the same tables bit for bit; the compiled set covers every signature
+the dp calls; the rule that picks a path; and a cold numba cache, where nothing compiles under a time limit it
+cannot keep."""
 from __future__ import annotations
 
 import json
@@ -63,22 +64,31 @@ def everything(problem: Problem, parts, kind: str, mode: str, quantile: float) -
     auto = model._automaton_for(model.natural_placement() if kind == "natural" else kind)
     X = model._transfer_table(auto) if kind != "none" else np.zeros((model.L, len(auto.categories)))
     tables = model.recursion(auto, X, mode, limit, None)
-    return [tables.flat[level].copy() for level in range(1, tables.top + 1)] + out
+    kept = [x[level].copy() for level in range(1, tables.top + 1) for x in (tables.R, tables.lo, tables.hi,
+                                                                              tables.first_rows)]
+    model.keep_rows, model._pool, model._free_table = True, None, None  # every row too, as the tests keep them
+    rows = model.recursion(auto, X, mode, limit, None)
+    return kept + [rows.rows[level].copy() for level in range(1, rows.top + 1)] + out
 
 
 def only_declared_signatures() -> None:
     """No kernel of the compiled set compiled a signature beyond :data:`.engine.SIGNATURES` (a call whose
-    types differ from the declared ones would compile on the spot, which warmup could not have done)."""
+    types differ from the declared ones would compile on the spot, which warmup could not have done). The
+    ahead-of-time module holds the declared signatures only: a call of other types raises there."""
     for label, disp, _ in engine._entries(engine.compiled_kernels(compile=True)):
+        if not hasattr(disp, "signatures"):
+            continue  # an entry point of the ahead-of-time module
         part, name = label.split(".")
         assert len(disp.signatures) == len(engine.SIGNATURES[(part, name)]), (label, disp.signatures)
 
 
-def both_paths(monkeypatch, *args) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def both_paths(monkeypatch, *args, paths=("python", "compiled")) -> list[list[np.ndarray]]:
     found = []
-    for path in ("python", "compiled"):
+    for path in paths:
+        engine.reset()
         monkeypatch.setenv("PARTITIONER_DP_KERNELS", path)
         found.append(everything(*args))
+    engine.reset()
     only_declared_signatures()
     return found[0], found[1]
 
@@ -106,14 +116,18 @@ def test_python_and_compiled_kernels_compute_the_same_bits_on_random_problems(mo
 @pytest.mark.parametrize("kind, mode, quantile", [("natural", "minsum", 0.9), ("bins", "minmax", math.inf),
                                                    ("natural", "minmax", 0.85)])
 def test_python_and_compiled_kernels_agree_on_a_bucketed_synthetic_problem(monkeypatch, parts, kind, mode, quantile):
-    # 12 layers x 8 GPUs, three microbatches: several size groups, placement states and the self-feeding level
+    # 12 layers x 8 GPUs, three microbatches: several size groups, placement states and the self-feeding level;
+    # the ahead-of-time module and the just-in-time twins against the Python functions
     from benchmarks.synthetic import synthetic_problem
 
     problem = synthetic_problem(12, 2, 4, layouts=None, transfers=True, seed=5, microbatches=3)
-    python, compiled = both_paths(monkeypatch, problem, parts, kind, mode, quantile)
+    python, *compiled = both_paths(monkeypatch, problem, parts, kind, mode, quantile,
+                                   paths=("python", "compiled", "jit"))
     assert np.isfinite(python[1]).any() and np.isfinite(python[2]).any()  # levels 2 and 3 (the bucket)
-    for x, y in zip(python, compiled):
-        assert np.array_equal(bits(x), bits(y))
+    for other in compiled:
+        assert len(other) == len(python)
+        for x, y in zip(python, other):
+            assert np.array_equal(bits(x), bits(y))
 
 
 def test_the_compiled_set_covers_every_signature_the_dp_calls(monkeypatch):
@@ -159,6 +173,7 @@ def cold(monkeypatch):
         return None
 
     monkeypatch.setattr(engine, "compiled_kernels", compiled_kernels)
+    monkeypatch.setattr(engine, "ahead_of_time", lambda: None)  # no module on disk
     yield calls, fake
     engine.reset()
 
@@ -186,6 +201,7 @@ def test_small_calls_load_a_warm_cache_once_python_has_cost_more_than_the_load(m
         return fake
 
     monkeypatch.setattr(engine, "compiled_kernels", compiled_kernels)
+    monkeypatch.setattr(engine, "ahead_of_time", lambda: None)  # numba's cache only, no module on disk
     small = units(engine.SMALL_SECONDS / 2)
     assert engine.pick(small, None) is engine.PYTHON and calls == []
     engine.account(engine.PYTHON, engine.LOAD_SECONDS)
@@ -253,7 +269,8 @@ def run(args: list[str], cache: Path, timeout: float = 300, **env) -> subprocess
 
 
 def compiled_files(cache: Path) -> list[Path]:
-    return [p for p in cache.rglob("*") if p.suffix in (".nbc", ".nbi")]
+    """numba's cache files and the ahead-of-time module, wherever under ``cache``."""
+    return [p for p in cache.rglob("*") if p.suffix in (".nbc", ".nbi", ".so", ".pyd")]
 
 
 def test_a_cold_cache_solves_the_toy_optimally_within_its_time_limit_compiling_nothing(tmp_path):
@@ -315,3 +332,23 @@ def test_warmup_says_what_it_did_on_stderr_only(cli):
     assert "dp kernels" in first.stderr
     again = cli("warmup")
     assert again.returncode == 0 and "compiled already" in again.stderr
+
+
+@pytest.mark.slow
+def test_warmup_builds_a_module_that_later_processes_load_without_numba(tmp_path):
+    # the start-up cost of a process (issue 34): the ahead-of-time module is one import, no numba
+    built = run(["-c", "from partitioner.solvers.dp.compiled import engine\n"
+                       "compiled, _ = engine.warmup()\n"
+                       "assert compiled and engine._STATE.aot_failed is None, engine._STATE.aot_failed\n"], tmp_path,
+                timeout=600)
+    assert built.returncode == 0, built.stderr
+    assert [p for p in compiled_files(tmp_path) if p.suffix in (".so", ".pyd")], "no module written"
+    script = ("import sys, json\n"
+              "from partitioner import load_problem, solve\n"
+              "from partitioner.solvers.dp.compiled import engine\n"
+              f"r = solve(load_problem({str(TOY)!r}), 'dp')\n"
+              "k = engine.compiled_kernels(compile=False)\n"
+              "print(json.dumps([r.status, k is not None, 'numba' in sys.modules]))\n")
+    proc = run(["-c", script], tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == ["optimal", True, False]

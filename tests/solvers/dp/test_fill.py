@@ -147,10 +147,14 @@ def test_every_table_entry_matches_the_definition(monkeypatch, problem, kind, mo
 
 
 def check_tables(model: DPModel, kind: str, mode: str, limit: float) -> None:
-    """Every entry of the recursion's tables equals the definition's, and no other entry is finite."""
+    """Every entry of the recursion's rows equals the definition's, no other entry is finite, and the keys the
+    tables keep are each key's least over its rows, bit for bit as a solve keeps them without the rows."""
     auto = model._automaton_for(kind)
     X = model._transfer_table(auto) if kind != "none" else np.zeros((model.L, len(auto.categories)))
+    model.keep_rows = True
     tables = model.recursion(auto, X, mode, limit, None)
+    check_keys(model, tables)
+    same_keys_without_rows(model, auto, X, mode, limit, tables)
     expected = reference(model, auto, X, mode, limit)
     band = prefix_band(model, limit)
     for key, value in expected.items():
@@ -164,12 +168,51 @@ def check_tables(model: DPModel, kind: str, mode: str, limit: float) -> None:
 
 
 def finite_entries(model: DPModel, tables):
-    """The keys (a, level, z, c, D) of the finite entries of the recursion's tables."""
+    """The keys (a, level, z, c, D) of the finite entries of the recursion's rows (kept: ``keep_rows``)."""
     lay = tables.layout
     for level in range(1, tables.top + 1):
-        for i, arr in tables.tab[level].items():
+        for i, arr in tables.entries(level).items():
             for a, zl, cl, Di in zip(*np.nonzero(np.isfinite(arr))):
                 yield (int(a), level, int(lay.states[i][zl]), int(lay.cats[i][cl]), int(Di) + model.sizes[i])
+
+
+def check_keys(model: DPModel, tables) -> None:
+    """Each key the tables keep is the least over its transitions' rows (first layers 0..L - level; the
+    later ones infinite), its spans its finite columns, the first layer's row the row itself; and a
+    recursion that keeps no rows keeps the same keys, bit for bit."""
+    lay = tables.layout
+    L = model.L
+    for level in range(1, tables.top + 1):
+        R, lo, hi = tables.R[level], tables.lo[level], tables.hi[level]
+        assert R.shape[0] == max(L - level + 2, 1)
+        for a in range(R.shape[0]):
+            for k, (zps, cos) in enumerate(lay.keys):
+                off, W = lay.key_offset[k], lay.key_width[k]
+                want = np.full(W, np.inf)
+                if a <= L - level:
+                    for zp, co in zip(zps, cos):
+                        d = lay.sizes[lay.auto.size_of[zp]]
+                        for D in range(d, W):
+                            want[D] = min(want[D], tables.value(a, level, int(zp), int(co), D))
+                assert np.array_equal(R[a, off : off + W], want), (a, level, k)
+                finite = np.flatnonzero(np.isfinite(want))
+                if finite.size:
+                    assert (lo[a, k], hi[a, k]) == (finite[0], finite[-1] + 1)
+                else:
+                    assert hi[a, k] == 0
+        assert np.array_equal(tables.first_rows[level], tables.rows[level][: lay.flat_size])
+
+
+def same_keys_without_rows(model: DPModel, auto, X, mode: str, limit: float, kept) -> None:
+    """A recursion that keeps only the keys fills them as one that keeps every row, bit for bit."""
+    model.keep_rows, model._pool, model._free_table = False, None, None
+    try:
+        lean = model.recursion(auto, X, mode, limit, None)
+    finally:
+        model.keep_rows = True
+    for level in range(1, kept.top + 1):
+        for x, y in ((lean.R, kept.R), (lean.lo, kept.lo), (lean.hi, kept.hi), (lean.first_rows, kept.first_rows)):
+            assert np.array_equal(np.asarray(x[level]).view(np.int64), np.asarray(y[level]).view(np.int64)), level
 
 
 @pytest.mark.parametrize("shape", [(6, 2, 4), (8, 2, 4), (6, 4, 2), (5, 1, 8)])
@@ -227,7 +270,8 @@ def test_the_tables_take_the_memory_the_budget_check_counts():
     model.prepare()
     auto = model._automaton_for(model.natural_placement())
     tables = model.recursion(auto, model._transfer_table(auto), "minmax", math.inf, None)
-    held = sum(f.nbytes for f in tables.flat[1:])
+    held = sum(x[level].nbytes for x in (tables.R, tables.lo, tables.hi, tables.first_rows)
+               for level in range(1, tables.top + 1))
     assert 0 < held <= table_bytes(tables.layout, model.L, model.K)
     assert model.recursion_bytes(auto) >= held
 
@@ -281,13 +325,15 @@ def test_the_tables_do_not_depend_on_the_number_of_threads(monkeypatch, kind, mo
     auto = model._automaton_for(model.natural_placement() if kind == "natural" else kind)
     X = model._transfer_table(auto) if kind != "none" else np.zeros((model.L, len(auto.categories)))
     monkeypatch.setattr(dp_recursion, "FIRSTS_PER_CALL", 1)
+    monkeypatch.setattr(dp_recursion, "THREAD_MIN_SECONDS", 0.0)  # small levels shared among the threads too
     monkeypatch.setenv("PARTITIONER_DP_KERNELS", "compiled")  # threads share only the compiled kernels' calls
     seen = []
     for threads in (1, 2, 3):
         monkeypatch.setattr(dp_recursion, "THREADS", threads)
         model._pool, model._free_table = None, None  # fresh tables per run
         tables = model.recursion(auto, X, mode, limit, None)
-        seen.append([tables.flat[level].copy() for level in range(1, tables.top + 1)])
+        seen.append([x[level].copy() for level in range(1, tables.top + 1)
+                     for x in (tables.R, tables.lo, tables.hi, tables.first_rows)])
     assert any(np.isfinite(f).any() for f in seen[0])
     for other in seen[1:]:
         assert all(np.array_equal(x, y) for x, y in zip(seen[0], other))

@@ -24,7 +24,7 @@ import partitioner.solvers.dp.recursion as dp_recursion
 from partitioner.solvers.dp.options import GPipeSpec, ZeroBubbleSpec
 from partitioner.solvers.dp.solver import DPModel
 from strategies import examples, small_problems, small_v2_problems
-from tests.solvers.dp.test_fill import finite_entries, with_transfers
+from tests.solvers.dp.test_fill import check_keys, finite_entries, with_transfers
 from tests.solvers.dp.test_fill import reference as fill_reference
 from tests.solvers.dp.test_schedules import under
 
@@ -94,7 +94,9 @@ def check_option_tables(model: DPModel, kind: str, mode: str, limit: float) -> N
     """Every entry the recursion fills equals the definition's exactly, and no other entry is finite."""
     auto = model._automaton_for(kind)
     X = model._transfer_table(auto) if kind != "none" else np.zeros((model.L, len(auto.categories)))
+    model.keep_rows = True
     tables = model.recursion(auto, X, mode, limit, None)
+    check_keys(model, tables)
     expected = reference(model, auto, X, mode, limit, tables.top)
     for key, value in expected.items():
         assert tables.value(*key) == value, (key, tables.value(*key), value)

@@ -7,12 +7,16 @@ They run either
 * as they are -- the *Python path*: no numba import, no compile, about
   ``PYTHON_SECONDS_PER_UNIT`` per unit of work (:func:`recursion_work`,
   :func:`stage_work`), fast enough for small problems; or
-* compiled -- :func:`compiled_kernels` builds a twin of each module whose
-  kernels are ``numba.njit(cache=True, nogil=True)`` dispatchers over the same
-  code objects (their globals point into the twin, so a kernel calls the
-  compiled versions of the kernels it calls) and compiles every signature of
-  :data:`SIGNATURES` in one go, or loads it from numba's on-disk cache [1]_
-  (the package's ``__pycache__``, or ``NUMBA_CACHE_DIR``).
+* compiled -- ahead of time (:mod:`.aot`): every signature of
+  :data:`SIGNATURES` in one extension module that a process imports in about a
+  millisecond, without numba; or, where that module cannot be built (no C
+  compiler), just in time: :func:`compiled_kernels` builds a twin of each
+  module whose kernels are ``numba.njit(cache=True, nogil=True)`` dispatchers
+  over the same code objects (their globals point into the twin, so a kernel
+  calls the compiled versions of the kernels it calls) and compiles every
+  signature in one go, or loads it from numba's on-disk cache [1]_ (the
+  package's ``__pycache__``, or ``NUMBA_CACHE_DIR``) -- which costs every
+  process the import of numba and the load, about 1.4 s.
 
 Both paths form every float with the same operations in the same order, so
 the tables are equal bit for bit (``tests/solvers/dp/test_engine.py`` checks
@@ -21,7 +25,8 @@ it on random problems); which one runs changes the time only.
 Choice (:func:`pick`, per kernel call site with its work estimate and the
 solve's deadline):
 
-1. compiled kernels already in the process: use them;
+1. compiled kernels already in the process, or the ahead-of-time module on disk
+   (imported in a millisecond): use them;
 2. a small call (Python estimate at most ``SMALL_SECONDS``): Python -- it
    costs less than importing numba and loading the cache -- as long as the
    Python seconds the process already spent plus this estimate stay within
@@ -33,7 +38,8 @@ solve's deadline):
    when the deadline leaves twice ``LOAD_SECONDS`` times the machine's
    slowdown (:func:`~partitioner.core.deadline.load_slowdown`: the load
    cannot be interrupted; at a load of 12 on 2 cores it took 5-11 s);
-4. cold cache: compile (once per cache, progress through :func:`set_reporter`)
+4. cold cache: compile (once per cache, progress through :func:`set_reporter`; the
+   ahead-of-time module, else every just-in-time signature)
    when the Python path would cost more than compiling -- this call's
    estimate plus the Python seconds the process already spent, against
    ``COMPILE_SECONDS`` (a ski-rental rule [2]_: never more than about twice the
@@ -47,7 +53,8 @@ So ``--time-limit`` holds from the first solve: a compile starts only with
 time to finish it, and a solve the Python path can finish in time runs there.
 ``partitioner warmup`` (:func:`warmup`) compiles everything ahead, as the
 README's install command does. ``PARTITIONER_DP_KERNELS`` = ``python`` or
-``compiled`` forces a path (``auto``, the default, chooses as above).
+``compiled`` forces a path, ``jit`` the just-in-time one (never the module;
+``auto``, the default, chooses as above).
 
 References
 ----------
@@ -68,11 +75,12 @@ from typing import Callable, Literal, overload
 
 from ....core.deadline import load_slowdown as slowdown
 from ...errors import OutOfTime
+from . import aot
 from . import kernels as _py_levels
 from . import stage_kernels as _py_stages
-from .marks import KERNEL_OPTIONS
+from .marks import twin
 
-__all__ = ["Kernels", "SIGNATURES", "PYTHON", "pick", "compiled_kernels", "load_cached", "warmup", "set_reporter",
+__all__ = ["Kernels", "SIGNATURES", "RETURNS", "PYTHON", "pick", "compiled_kernels", "load_cached", "warmup", "set_reporter",
            "take_note", "account", "python_seconds", "recursion_work", "stage_work", "mode", "reset"]
 
 # measured on the shared 2-core machine at a load of 6-8 (docs/decisions.md, "The first run"): the Python path's
@@ -89,10 +97,11 @@ LOAD_SECONDS = 1.2
 
 @dataclass(frozen=True)
 class Kernels:
-    """One set of kernels: ``levels`` (:mod:`.kernels`' functions), ``stages`` (:mod:`.stage_kernels`')."""
+    """One set of kernels: ``levels`` (:mod:`.kernels`' functions), ``stages`` (:mod:`.stage_kernels`'): the
+    modules themselves, their just-in-time twins, or namespaces of the ahead-of-time module's entry points."""
 
-    levels: types.ModuleType
-    stages: types.ModuleType
+    levels: types.ModuleType | types.SimpleNamespace
+    stages: types.ModuleType | types.SimpleNamespace
     compiled: bool
 
 
@@ -103,15 +112,16 @@ PYTHON = Kernels(_py_levels, _py_stages, False)
 _I1, _F1, _F2, _F3, _I2 = "int64[::1]", "float64[::1]", "float64[:, ::1]", "float64[:, :, ::1]", "int64[:, ::1]"
 _GRP = f"UniTuple({_I1}, 11)"
 _RUNS = f"UniTuple({_I1}, 6)"
+_ROWS = f"{_F1}, int64, {_F2}, {_I2}, {_I2}, {_F2}, {_I2}, {_I2}, {_F1}"  # out, a_stride, keys in, keys out, first
 SIGNATURES: dict[tuple[str, str], tuple[str, ...]] = {
-    ("levels", "shared_rows"): (f"({_F1}, {_RUNS}, int64, int64, {_F2}, {_I2}, {_I2})",),
+    ("levels", "last_level"): (f"({_F1}, int64, int64, int64, {_I1}, {_F2}, {_RUNS}, {_F2}, {_I2}, {_I2}, {_F1})",),
     ("levels", "plain_level"): (
-        f"({_F1}, {_F2}, {_I2}, {_I2}, int64, int64, int64, int64, float64, boolean, int64, boolean, {_GRP}, "
-        f"{_F2}, {_F2}, {_I2}, {_F3}, {_F2}, boolean, {_I1}, boolean, {_RUNS})",),
+        f"({_ROWS}, int64, int64, int64, int64, float64, boolean, int64, boolean, {_GRP}, "
+        f"{_F2}, {_F2}, {_I2}, {_F3}, {_F2}, boolean, {_I1}, boolean, {_RUNS}, {_I1}, {_F2})",),
     ("levels", "options_level"): (
-        f"({_F1}, {_F2}, {_I2}, {_I2}, int64, int64, int64, int64, int64, float64, boolean, boolean, {_GRP}, "
+        f"({_ROWS}, int64, int64, int64, int64, int64, float64, boolean, boolean, {_GRP}, "
         f"{_F2}, {_F2}, {_I2}, {_I1}, {_I1}, {_F1}, {_F1}, int64, float64, float64, float64, {_F2}, boolean, "
-        f"{_RUNS})",),
+        f"{_RUNS}, {_I1}, {_F2})",),
     ("levels", "prefix_devices"): (f"({_F3}, {_I1}, float64, int64)",),
     ("stages", "single_segment"): (f"({_F2}, {_F2}, {_I1}, {_I2}, {_I2})",),
     ("stages", "spanning_one"): (f"({_F2}, {_F1}, {_I1}, {_I1})",),
@@ -122,6 +132,13 @@ SIGNATURES: dict[tuple[str, str], tuple[str, ...]] = {
     ("stages", "options_spanning"): (
         f"({_F3}, {_F3}, {_I2}, {_F2}, {_F2}, {_I1}, {_I1}, int64, {_I2}, {_I2}, {_I2}, int64, int64, {_I2}, "
         f"{_F3}, {_F3}, int64, int64)",),
+}
+# what an entry point returns (the ahead-of-time module declares it; the others return nothing)
+RETURNS: dict[tuple[str, str], str] = {
+    ("levels", "prefix_devices"): _I1,
+    ("stages", "options_single"): "boolean",
+    ("stages", "options_spanning_one"): "boolean",
+    ("stages", "options_spanning"): "boolean",
 }
 
 
@@ -134,6 +151,7 @@ class _State:
         self.compiled: Kernels | None = None
         self.cold = False  # the disk cache was probed and lacks a signature
         self.compiled_here = False  # this process compiled the kernels (rather than loading them)
+        self.aot_failed: str | None = None  # why the ahead-of-time module could not be built here
         self.python_seconds = 0.0
         self.note: str | None = None
         self.reporter: Callable[[int, int, str], None] | None = None
@@ -152,9 +170,9 @@ def reset() -> None:
 
 
 def mode() -> str:
-    """``PARTITIONER_DP_KERNELS``: ``auto`` (default), ``python`` or ``compiled``."""
+    """``PARTITIONER_DP_KERNELS``: ``auto`` (default), ``python``, ``compiled`` or ``jit``."""
     wanted = os.environ.get("PARTITIONER_DP_KERNELS", "auto").strip().lower()
-    return wanted if wanted in ("python", "compiled") else "auto"
+    return wanted if wanted in ("python", "compiled", "jit") else "auto"
 
 
 def set_reporter(reporter: Callable[[int, int, str], None] | None) -> None:
@@ -198,21 +216,6 @@ def stage_work(layers: int, configs: int) -> float:
 # --------------------------------------------------------------------------- the compiled twins
 
 
-def _twin(module: types.ModuleType, njit) -> types.ModuleType:
-    """A module whose marked functions are numba dispatchers over the same code, calling each other."""
-    twin = types.ModuleType(module.__name__, module.__doc__)
-    ns = twin.__dict__
-    ns.update({k: v for k, v in vars(module).items() if k not in ("__name__", "__doc__")})
-    for name, func in vars(module).items():
-        options = getattr(func, KERNEL_OPTIONS, None)
-        if options is None or not isinstance(func, types.FunctionType):
-            continue
-        copy = types.FunctionType(func.__code__, ns, func.__name__, func.__defaults__, func.__closure__)
-        copy.__qualname__, copy.__doc__, copy.__module__ = func.__qualname__, func.__doc__, func.__module__
-        ns[name] = njit(cache=True, nogil=True, **options)(copy)
-    return twin
-
-
 def _entries(kernels: Kernels):
     """(label, dispatcher, signature) of every entry point of :data:`SIGNATURES`."""
     for (part, name), sigs in SIGNATURES.items():
@@ -225,10 +228,33 @@ class _Refused(Exception):
 
 
 def _build() -> Kernels:
-    """The compiled twins, nothing compiled or loaded yet."""
-    from numba import njit  # heavy: only the compiled path imports numba
+    """The just-in-time twins, nothing compiled or loaded yet."""
+    from numba import njit  # heavy: only the just-in-time path imports numba
 
-    return Kernels(_twin(_py_levels, njit), _twin(_py_stages, njit), True)
+    def jit(options: dict):
+        return njit(cache=True, nogil=True, **options)
+
+    return Kernels(twin(_py_levels, jit), twin(_py_stages, jit), True)
+
+
+def ahead_of_time() -> Kernels | None:
+    """The ahead-of-time module's kernels (:mod:`.aot`), imported now, or None when it is not built
+    (or ``PARTITIONER_DP_KERNELS=jit``)."""
+    if mode() == "jit":
+        return None
+    found = aot.load(SIGNATURES, RETURNS)
+    return None if found is None else Kernels(found[0], found[1], True)
+
+
+def _build_ahead_of_time() -> Kernels | None:
+    """Build the ahead-of-time module and import it; None (and the reason kept) when it cannot be built."""
+    if mode() == "jit":
+        return None
+    why = aot.build(SIGNATURES, RETURNS)
+    if why is not None:
+        _STATE.aot_failed = why
+        return None
+    return ahead_of_time()
 
 
 def load_cached(kernels: Kernels | None = None) -> Kernels | None:
@@ -267,11 +293,16 @@ def compiled_kernels(compile: bool) -> Kernels | None: ...
 
 
 def compiled_kernels(compile: bool = True) -> Kernels | None:
-    """The compiled kernels of this process, loaded from the disk cache or (``compile``) compiled now,
-    every signature at once; None when not compiled and the cache is cold."""
+    """The compiled kernels of this process: the ahead-of-time module, else numba's disk cache, or
+    (``compile``) compiled now, every signature at once (the module where it can be built); None when
+    not compiled and the cache is cold."""
     with _STATE.lock:
         if _STATE.compiled is not None:
             return _STATE.compiled
+        found = ahead_of_time()
+        if found is not None:
+            _STATE.compiled = found
+            return found
         kernels = _build()
         if load_cached(kernels) is not None:
             _STATE.compiled = kernels
@@ -279,8 +310,17 @@ def compiled_kernels(compile: bool = True) -> Kernels | None:
         _STATE.cold = True
         if not compile:
             return None
-        entries = list(_entries(kernels))
         report = _STATE.reporter
+        if mode() != "jit" and _STATE.aot_failed is None:
+            if report:
+                report(0, 1, "every kernel, ahead of time")
+            found = _build_ahead_of_time()
+            if found is not None:
+                if report:
+                    report(1, 1, "")
+                _STATE.compiled, _STATE.compiled_here = found, True
+                return found
+        entries = list(_entries(kernels))
         for done, (label, disp, sig) in enumerate(entries):
             if report:
                 report(done, len(entries), label)
@@ -292,13 +332,27 @@ def compiled_kernels(compile: bool = True) -> Kernels | None:
 
 
 def warmup(reporter: Callable[[int, int, str], None] | None = None) -> tuple[bool, float]:
-    """Compile (or load) every kernel signature: (whether it was compiled now, seconds taken)."""
+    """Compile (or load) every kernel signature: (whether it was compiled now, seconds taken). The
+    ahead-of-time module is built where it can be, even when numba's cache is warm already."""
     start = time.perf_counter()
     with _STATE.lock:
         saved = _STATE.reporter
         _STATE.reporter = reporter
         try:
-            before = _STATE.compiled
+            found = ahead_of_time()
+            if found is not None:
+                _STATE.compiled = found
+                return False, time.perf_counter() - start
+            if mode() != "jit" and _STATE.aot_failed is None:
+                if reporter:
+                    reporter(0, 1, "every kernel, ahead of time")
+                found = _build_ahead_of_time()
+                if found is not None:
+                    if reporter:
+                        reporter(1, 1, "")
+                    _STATE.compiled, _STATE.compiled_here = found, True
+                    return True, time.perf_counter() - start
+            before = _STATE.compiled  # the just-in-time kernels, if this process loaded them
             compiled_kernels(compile=True)
         finally:
             _STATE.reporter = saved
@@ -314,11 +368,16 @@ def pick(work: float, deadline: float | None) -> Kernels:
     forced = mode()
     if forced == "python":
         return PYTHON
-    if forced == "compiled":
+    if forced in ("compiled", "jit"):
         return compiled_kernels(compile=True)
     state = _STATE
     if state.compiled is not None:
         return state.compiled
+    found = ahead_of_time()  # a stat when not built; an import of a millisecond when built
+    if found is not None:
+        with state.lock:
+            state.compiled = state.compiled or found
+            return state.compiled
     estimate = work * PYTHON_SECONDS_PER_UNIT
     if estimate <= SMALL_SECONDS and (state.cold or state.python_seconds + estimate <= LOAD_SECONDS):
         return PYTHON

@@ -77,7 +77,7 @@ import numpy as np
 
 from .marks import kernel
 
-__all__ = ["shared_rows", "plain_level", "options_level", "prefix_devices", "ZB", "GPIPE_B", "GPIPE_F"]
+__all__ = ["last_level", "plain_level", "options_level", "prefix_devices", "ZB", "GPIPE_B", "GPIPE_F"]
 
 INF = np.inf
 ZB, GPIPE_B, GPIPE_F = 0, 1, 2  # the specs of options_level
@@ -87,8 +87,9 @@ ZB, GPIPE_B, GPIPE_F = 0, 1, 2  # the specs of options_level
 
 
 @kernel()
-def _shared_row(flat, runs, pos, R, Rlo, Rhi, combine):
-    """Row ``pos`` of R from a level's flat buffer; ``combine``: the least with what R holds."""
+def _shared_row(flat, runs, src_row, R, pos, Rlo, Rhi, combine):
+    """Row ``pos`` of R from the values of one first layer, which start at ``src_row`` of ``flat``;
+    ``combine``: the least with what R holds."""
     run_base, run_stride, run_d, key_starts, key_offset, key_width = runs
     for k in range(key_offset.size):
         off, W = key_offset[k], key_width[k]
@@ -97,7 +98,7 @@ def _shared_row(flat, runs, pos, R, Rlo, Rhi, combine):
             row[:] = INF
         for t in range(key_starts[k], key_starts[k + 1]):
             d = run_d[t]
-            src = run_base[t] + pos * run_stride[t] - d
+            src = run_base[t] + src_row - d
             seg = flat[src + d : src + W]
             part = row[d:]
             for c in range(W - d):
@@ -120,12 +121,38 @@ def _shared_row(flat, runs, pos, R, Rlo, Rhi, combine):
 
 
 @kernel()
-def shared_rows(flat, runs, pos_lo, pos_hi, R, Rlo, Rhi):
-    """R[pos, column] for pos in [pos_lo, pos_hi): per shared key and suffix devices the least over
-    the key's runs of ``flat`` (:meth:`.dp_tables.Tables.key_runs`), and the finite span
-    ``[Rlo, Rhi)`` of each key's columns."""
-    for pos in range(pos_lo, pos_hi):
-        _shared_row(flat, runs, pos, R, Rlo, Rhi, False)
+def _finish_row(out, a_stride, a, runs, Rout, Rout_lo, Rout_hi, first, self_feed, Rin, Rin_lo, Rin_hi):
+    """Row ``a`` of a level is final in ``out`` (at ``a * a_stride``): its shared-key row into ``Rout``,
+    into the level's own input ``Rin`` too when it reads itself, and the whole row into ``first`` at a = 0."""
+    src = a * a_stride
+    _shared_row(out, runs, src, Rout, a, Rout_lo, Rout_hi, False)
+    if self_feed:
+        _shared_row(out, runs, src, Rin, a, Rin_lo, Rin_hi, True)
+    if a == 0:
+        n = first.size
+        first[:] = out[src : src + n]
+
+
+@kernel()
+def _prefill(out, a_stride, a, n, init_off, init_val):
+    """Row ``a`` of ``out`` (``n`` entries) infinite but for the last stages' values ``init_val[a]`` at
+    ``init_off`` (the level a recursion of one or more stages starts from)."""
+    src = a * a_stride
+    out[src : src + n] = INF
+    for k in range(init_off.size):
+        v = init_val[a, k]
+        if v < out[src + init_off[k]]:
+            out[src + init_off[k]] = v
+
+
+@kernel()
+def last_level(out, a_stride, a_lo, a_hi, init_off, init_val, runs, Rout, Rout_lo, Rout_hi, first):
+    """Level 1 when only last stages have it (no bucket): per first layer a in [a_lo, a_hi] its row (the
+    last stages' values, infinite elsewhere) and that row's shared keys."""
+    n = first.size
+    for a in range(a_hi, a_lo - 1, -1):
+        _prefill(out, a_stride, a, n, init_off, init_val)
+        _finish_row(out, a_stride, a, runs, Rout, Rout_lo, Rout_hi, first, False, Rout, Rout_lo, Rout_hi)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -200,7 +227,7 @@ def _suffix_min(acc, used, zn, Ci, width):
 
 
 @kernel()
-def _plain_cell(out, R, Rlo, Rhi, a, g, bmax, N, lim, minmax, direct, overwrite, grp, xs, xs_sorted, rank,
+def _plain_cell(out, a_stride, R, Rlo, Rhi, a, g, bmax, N, lim, minmax, direct, overwrite, grp, xs, xs_sorted, rank,
                 CB, X, banded, prefix, accw, acch, usedw, usedh):
     """The (a, g) block of a plain level (see the module docstring)."""
     g_size, g_base, g_stride, g_pstart, p_off, p_key, p_zn, p_co, g_sstart, s_zn, g_cstart = grp
@@ -265,7 +292,7 @@ def _plain_cell(out, R, Rlo, Rhi, a, g, bmax, N, lim, minmax, direct, overwrite,
                         _take(acch, usedh, zn * Ci + r - 1, cols, c, h)
                         for rr in range(r, q):
                             _take(acch, usedh, zn * Ci + rr, cols, c, w + xs_sorted[a, c0 + rr])
-    blk = g_base[g] + a * g_stride[g]
+    blk = g_base[g] + a * a_stride
     for zl in range(ns):
         zn = s_zn[s0 + zl]
         if zn >= 0:
@@ -294,23 +321,25 @@ def _plain_cell(out, R, Rlo, Rhi, a, g, bmax, N, lim, minmax, direct, overwrite,
 
 
 @kernel()
-def plain_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, N, lim, minmax, direct, overwrite, grp, xs, xs_sorted, rank,
-                CB, X, banded, prefix, self_feed, runs):
+def plain_level(out, a_stride, R, Rlo, Rhi, Rout, Rout_lo, Rout_hi, first, a_lo, a_hi, bmax, N, lim, minmax, direct,
+                overwrite, grp, xs, xs_sorted, rank, CB, X, banded, prefix, self_feed, runs, init_off, init_val):
     """One level of the plain recursion for first layers a_hi..a_lo (see the module docstring).
 
     ``CB[g, a, b]``: the compute of stage a..b on group g at the level's stash (inf if it does not
     fit); ``prefix`` the device band of :func:`prefix_devices` when ``banded``; ``direct``: in
-    ``minmax``, a candidate fitting at most that many categories is taken rank by rank.
+    ``minmax``, a candidate fitting at most that many categories is taken rank by rank. Row a is
+    written at ``a * a_stride`` of ``out`` (0: one scratch row), its shared keys into ``Rout[a]``.
     """
     width, cells = _widths(grp, N)
     accw, acch = np.empty(cells * width), np.empty(cells * width if minmax else 1)
     usedw, usedh = np.zeros(cells, np.bool_), np.zeros(cells, np.bool_)
     for a in range(a_hi, a_lo - 1, -1):
+        if not overwrite:
+            _prefill(out, a_stride, a, first.size, init_off, init_val)
         for g in range(grp[0].size):
-            _plain_cell(out, R, Rlo, Rhi, a, g, bmax, N, lim, minmax, direct, overwrite, grp, xs, xs_sorted, rank,
-                        CB, X, banded, prefix, accw, acch, usedw, usedh)
-        if self_feed:
-            _shared_row(out, runs, a, R, Rlo, Rhi, True)
+            _plain_cell(out, a_stride, R, Rlo, Rhi, a, g, bmax, N, lim, minmax, direct, overwrite, grp, xs, xs_sorted,
+                        rank, CB, X, banded, prefix, accw, acch, usedw, usedh)
+        _finish_row(out, a_stride, a, runs, Rout, Rout_lo, Rout_hi, first, self_feed, R, Rlo, Rhi)
 
 
 # --------------------------------------------------------------------------- stages with options
@@ -409,7 +438,7 @@ def _ranked_costs(kind, s, k, f_cap, lim, OA, OB, o0, F, xo, xs_sorted, a, c0, C
 
 
 @kernel()
-def _options_cell(out, R, Rlo, Rhi, a, g, bmax, L, N, lim, minmax, overwrite, grp, xs, xs_sorted, rank,
+def _options_cell(out, a_stride, R, Rlo, Rhi, a, g, bmax, L, N, lim, minmax, overwrite, grp, xs, xs_sorted, rank,
                   g_F, g_ooff, OA, OB, kind, s, k, f_cap, X, acc, used, tcache, seen, qcache):
     """The (a, g) block of a level with options (see the module docstring)."""
     g_size, g_base, g_stride, g_pstart, p_off, p_key, p_zn, p_co, g_sstart, s_zn, g_cstart = grp
@@ -462,7 +491,7 @@ def _options_cell(out, R, Rlo, Rhi, a, g, bmax, L, N, lim, minmax, overwrite, gr
                     continue
                 base = _open_row(acc, used, zn * Ci + cl, D1)
                 _min_into(acc, base + lo, R, b + 1, p_off[p] + lo, hi - lo, t, 1)
-    blk = g_base[g] + a * g_stride[g]
+    blk = g_base[g] + a * a_stride
     for zl in range(ns):
         zn = s_zn[s0 + zl]
         if zn >= 0 and not minmax:
@@ -483,12 +512,13 @@ def _options_cell(out, R, Rlo, Rhi, a, g, bmax, L, N, lim, minmax, overwrite, gr
 
 
 @kernel()
-def options_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, N, lim, minmax, overwrite, grp, xs, xs_sorted, rank,
-                  g_F, g_ooff, OA, OB, kind, s, k, f_cap, X, self_feed, runs):
+def options_level(out, a_stride, R, Rlo, Rhi, Rout, Rout_lo, Rout_hi, first, a_lo, a_hi, bmax, L, N, lim, minmax,
+                  overwrite, grp, xs, xs_sorted, rank, g_F, g_ooff, OA, OB, kind, s, k, f_cap, X, self_feed, runs,
+                  init_off, init_val):
     """One level of the recursion with options for first layers a_hi..a_lo (see the module docstring).
 
     The options of stage a..b on group g are ``OA``/``OB`` from ``g_ooff[g] + (a * L + b) * g_F[g]``
-    (``kind``, ``s``, ``k``, ``f_cap``: the spec, :func:`_spec_value`).
+    (``kind``, ``s``, ``k``, ``f_cap``: the spec, :func:`_spec_value`); rows as :func:`plain_level`'s.
     """
     G = grp[0].size
     width, cells = _widths(grp, N)
@@ -500,11 +530,12 @@ def options_level(out, R, Rlo, Rhi, a_lo, a_hi, bmax, L, N, lim, minmax, overwri
     tcache, seen = np.empty(X.shape[1] * ci_max), np.empty(X.shape[1], np.int64)
     qcache = np.zeros(X.shape[1], np.int64)
     for a in range(a_hi, a_lo - 1, -1):
+        if not overwrite:
+            _prefill(out, a_stride, a, first.size, init_off, init_val)
         for g in range(G):
-            _options_cell(out, R, Rlo, Rhi, a, g, bmax, L, N, lim, minmax, overwrite, grp, xs, xs_sorted, rank,
-                          g_F, g_ooff, OA, OB, kind, s, k, f_cap, X, acc, used, tcache, seen, qcache)
-        if self_feed:
-            _shared_row(out, runs, a, R, Rlo, Rhi, True)
+            _options_cell(out, a_stride, R, Rlo, Rhi, a, g, bmax, L, N, lim, minmax, overwrite, grp, xs, xs_sorted,
+                          rank, g_F, g_ooff, OA, OB, kind, s, k, f_cap, X, acc, used, tcache, seen, qcache)
+        _finish_row(out, a_stride, a, runs, Rout, Rout_lo, Rout_hi, first, self_feed, R, Rlo, Rhi)
 
 
 # --------------------------------------------------------------------------- the device band

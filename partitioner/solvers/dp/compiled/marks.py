@@ -13,9 +13,10 @@ References
 """
 from __future__ import annotations
 
+import types
 from typing import Callable, TypeVar
 
-__all__ = ["kernel", "KERNEL_OPTIONS"]
+__all__ = ["kernel", "KERNEL_OPTIONS", "twin"]
 
 KERNEL_OPTIONS = "__dp_kernel__"  # the attribute a marked function carries: its numba.njit options
 
@@ -32,3 +33,19 @@ def kernel(*, inline: bool = False) -> Callable[[F], F]:
         return func
 
     return mark
+
+
+def twin(module: types.ModuleType, jit: Callable[[dict], Callable]) -> types.ModuleType:
+    """A module whose marked functions are ``jit(options)(copy)`` over the same code, calling each other
+    (each copy's globals are the twin's namespace, so a kernel calls the twins of the kernels it calls)."""
+    double = types.ModuleType(module.__name__, module.__doc__)
+    ns = double.__dict__
+    ns.update({k: v for k, v in vars(module).items() if k not in ("__name__", "__doc__")})
+    for name, func in vars(module).items():
+        options = getattr(func, KERNEL_OPTIONS, None)
+        if options is None or not isinstance(func, types.FunctionType):
+            continue
+        copy = types.FunctionType(func.__code__, ns, func.__name__, func.__defaults__, func.__closure__)
+        copy.__qualname__, copy.__doc__, copy.__module__ = func.__qualname__, func.__doc__, func.__module__
+        ns[name] = jit(options)(copy)
+    return double
