@@ -8,6 +8,7 @@ settings. Exit codes as in :mod:`.common`; output through :mod:`.render`.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, List, Literal, Optional
 
@@ -118,8 +119,10 @@ def plan_cmd(
                         mtp_layers=mtp_layers)
     spec = load_model(model, workload)
     sequences = sequence_summary(spec, workload)
+    began = time.perf_counter()
     with working(f"planning {model} on {nodes} x {cluster} with {method}"):
         result = run_plan(spec, cluster, opts)
+    seconds = time.perf_counter() - began
     problem = result.problem
     if save_problem is not None and problem is not None:
         from ..problem import dump_problem
@@ -135,7 +138,7 @@ def plan_cmd(
         err.print(f"{model}: {result.status}: {result.message}", markup=False)
     else:
         assert problem is not None, "a plan comes with its problem"
-        print_plan_summary(problem, result)
+        print_plan_summary(problem, result, seconds)
         print_sequences(sequences)
     raise typer.Exit(EXIT_OK if result.plan is not None else EXIT_NO_PLAN)
 

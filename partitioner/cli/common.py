@@ -17,11 +17,14 @@ import functools
 import json
 import os
 import sys
+import threading
+import time
 from typing import Any, Callable, List, Optional
 
 import typer
 from rich.console import Console
 
+from ..core import progress
 from ..problem import ProblemError
 from ..solvers import SolverError
 from .exits import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_NO_PLAN, EXIT_OK, report_interrupt
@@ -138,11 +141,49 @@ def stdout_to_stderr():
         os.close(saved)
 
 
+# Piped (no terminal), a call writes each phase it starts after QUIET_SECONDS, and its current phase every
+# HEARTBEAT_SECONDS: quick commands (and their one-line errors) print nothing more.
+QUIET_SECONDS = 2.0
+HEARTBEAT_SECONDS = 10.0
+
+
 @contextlib.contextmanager
 def working(what: str):
-    """A spinner on stderr while a long call runs (only on a terminal)."""
+    """Progress on stderr while a long call runs: on a terminal a spinner with the phase the library announces
+    (:mod:`partitioner.core.progress`) and the seconds so far; piped, the line ``what: phase (20 s)`` for each phase
+    begun after :data:`QUIET_SECONDS` and every :data:`HEARTBEAT_SECONDS`."""
+    start = time.perf_counter()
+    now = {"phase": ""}
+
+    def line() -> str:
+        doing = f": {now['phase']}" if now["phase"] else ""
+        return f"{what}{doing} ({time.perf_counter() - start:.0f} s)"
+
     if err.is_terminal:
-        with err.status(what + " ..."):
+        with err.status(what + " ...") as status:
+            def show(text: str) -> None:
+                now["phase"] = text
+                status.update(line())
+
+            with progress.listening(show):
+                yield
+        return
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(HEARTBEAT_SECONDS):
+            print(line(), file=sys.stderr, flush=True)
+
+    def note(text: str) -> None:
+        now["phase"] = text
+        if time.perf_counter() - start >= QUIET_SECONDS:
+            print(line(), file=sys.stderr, flush=True)
+
+    thread = threading.Thread(target=beat, name="partitioner-progress", daemon=True)
+    thread.start()
+    try:
+        with progress.listening(note):
             yield
-    else:
-        yield
+    finally:
+        stop.set()
+        thread.join()

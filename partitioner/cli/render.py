@@ -238,14 +238,17 @@ def print_sequences(doc: dict[str, Any]) -> None:
     out.print("per sample: " + "; ".join(parts), markup=False)
 
 
-def print_plan_summary(problem: Problem, result: "ModelPlan") -> None:
-    """What ``partitioner plan`` prints: the plan, its throughput, the baseline and the export settings."""
+def print_plan_summary(problem: Problem, result: "ModelPlan", seconds: float | None = None) -> None:
+    """What ``partitioner plan`` prints: the plan, its throughput, the baseline and the export settings.
+
+    ``seconds``: the wall time of the whole planning run, shown in the first line (the kept solve's own time
+    without it; the JSON has both sides: ``solve_seconds``)."""
     tput = result.throughput
     assert tput is not None and result.evaluation is not None and result.value is not None
     out.print(
         f"{result.model} on {problem.cluster.nodes} x {problem.cluster.gpus_per_node} GPUs ({result.cluster}), "
         f"global batch {result.global_batch}, m = {problem.microbatches}: {result.method} -> {result.status}, "
-        f"{result.objective} = {result.value:.6g} ms  [{result.solve_seconds:.2f} s]",
+        f"{result.objective} = {result.value:.6g} ms  [{result.solve_seconds if seconds is None else seconds:.2f} s]",
         markup=False,
     )
     out.print(stage_table(problem, result.evaluation))

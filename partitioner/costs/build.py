@@ -191,7 +191,7 @@ def build_problem(
         Cost-model options (:class:`CostOptions`).
     objective : {"iteration", "bottleneck"}
     profile : path or records, optional
-        Profiled per-layer times replacing the analytic ones (:func:`apply_profile`).
+        Profiled per-layer times replacing the analytic ones (:func:`~.profile.apply_profile`).
     max_stages : int, optional
         Upper bound on the number of stages (default: min(layers, GPUs)).
 

@@ -4,7 +4,8 @@ Contract: :func:`block_traffic` gives, for a transformer block described by
 a :class:`~.memory.BlockShape`, the bytes its memory-bound kernels read
 and write per microbatch of ``b`` samples on one of ``t`` GPUs, one
 :class:`Traffic` (forward bytes, backward bytes) per named op;
-:func:`dense_traffic` the same for the embedding, the output layer with
+:func:`embedding_traffic`, :func:`head_traffic` and
+:func:`projector_traffic` the same for the embedding, the output layer with
 its loss and a projector; :func:`traffic_ms` turns bytes into time at the
 GPU's HBM bandwidth times ``hbm_efficiency``. Pure arithmetic.
 
@@ -48,7 +49,8 @@ entries ``s'`` are the whole ``s x s`` matrix per head without flash
 attention (the masked half of a causal mask is written and read too);
 with flash attention the matrix never reaches HBM [5]_.
 
-Dense layers (:func:`dense_traffic`): the embedding lookup (read and write
+Dense layers (:func:`embedding_traffic`, :func:`head_traffic`,
+:func:`projector_traffic`): the embedding lookup (read and write
 4 B per element of ``E``), the learned position add (6) and the embedding
 dropout (5) forward; its backward writes a dense ``V x h / t`` gradient
 (4 B per element: zeroed, then accumulated) and reads ``E`` (2); the

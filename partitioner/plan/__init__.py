@@ -17,7 +17,7 @@ for every segment (the v1 shorthand).
 
 One job per module, every name imported from here:
 
-- :mod:`.model`: the plan data model and its loader (:class:`Stage`,
+- :mod:`.records`: the plan data model and its loader (:class:`Stage`,
   :class:`Plan`, :class:`PlanError`, :data:`RULES`, :func:`load_plan`);
 - :mod:`.result`: the solver result (:class:`SolveResult`, :data:`STATUSES`)
   and :func:`as_plan`, the plan out of whatever the API is given;

@@ -37,7 +37,7 @@ SCHEDULE_CHOICES: tuple[ScheduleChoice, ...] = get_args(ScheduleChoice)
 
 @dataclass(frozen=True)
 class PlanOptions:
-    """The settings of one ``plan`` run (the keyword arguments of :func:`plan_model`)."""
+    """The settings of one ``plan`` run (the keyword arguments of :func:`~.plan_model.plan_model`)."""
 
     nodes: int
     """Nodes of the cluster preset to plan on (1..``partitioner.core.limits.MAX_NODES``)."""

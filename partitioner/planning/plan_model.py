@@ -21,6 +21,7 @@ import time
 from dataclasses import replace
 from typing import Any, Mapping
 
+from ..core import progress
 from ..core.deadline import Deadline
 from ..core.limits import MAX_DEVICES
 from ..costs import CostOptions
@@ -136,6 +137,7 @@ def _solve_counts(chosen: list[ScreenedCount], run: PlanRun) -> tuple[KnobSolve 
         if deadline.expired() and (best is not None or (not entry.bases and (found or not deadline.has_grace))):
             deadline.cut(f"{run.options.method} solves not started", "m=" + ", m=".join(str(e.m) for e in chosen[i:]))
             break
+        progress.phase(f"solving m = {entry.m} with {run.options.method} ({i + 1} of {len(chosen)} counts)")
         solved = done[entry.m] = solve_with_knobs(entry, run, found=found)
         if solved.has_plan and (best is None or solved.iteration_ms < best.iteration_ms):
             best = solved
@@ -187,6 +189,7 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
         # RESOLVE_MIN_SECONDS), within what the deadline leaves: an exact method cut short answers its
         # best plan, and the schedules are compared by simulation anyway
         cap = max(RESOLVE_MIN_SECONDS, time.perf_counter() - began)
+        progress.phase("trying the other schedules")
         best, bests, report = _pick_schedule(best, screened, run, cap)
         if report.chosen is None:  # a pinned schedule nothing runs under: say so, never fall back to another
             why = "; ".join(dict.fromkeys(f"{r.plan_source} under {r.schedule}: {r.reason}" for r in report.rows))
@@ -195,6 +198,7 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
                 tried, report, status="error" if deadline.cuts else "infeasible")
     if run.rules is None:  # --target proves over the target's space in its own solves
         screened_best = best
+        progress.phase(f"proving the kept plan optimal with {opts.method}")
         best = prove_kept(best, opts, deadline)
         if report is not None and best.result.plan is not screened_best.result.plan:
             report = replace(report, notes=(*report.notes, (
@@ -207,9 +211,11 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
     if result.plan is not None and best.problem is not None:  # per stage, what its context parallelism costs and holds
         result = replace(result, context_parallel=context_report(spec, cl, best.problem, result.plan))
     if result.plan is not None and result.problem is not None:  # EP / CP offered and unused: the best plan with it
+        progress.phase("solving with EP / CP forced (why they were not chosen)")
         result = replace(result, axes_not_chosen=axis_alternatives(
             result.problem, result.plan, opts.method, deadline, solver_options(opts)) or None)
     if run.rules is None and result.plan is not None:  # --target any: what each framework runs of it
+        progress.phase("the best plan each framework runs")
         result = replace(result, targets=target_summaries(result, report, bests, run.memory))
     return _cut_short(result, deadline)
 

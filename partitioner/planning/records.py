@@ -1,6 +1,6 @@
 """The records ``plan`` passes between its steps, and the result sections they become.
 
-Inside ``plan`` (:mod:`.plan_model` -> :mod:`.knob_solve` -> :mod:`.schedule_choice`):
+Inside ``plan`` (:mod:`.plan_model` -> :mod:`.knob_solve` -> :mod:`.schedules.choice`):
 
 * :class:`BaselineRun`: one baseline plan evaluated (and replayed) on the problem it was built on;
 * :class:`ScreenedCount`: a screened microbatch count m with its problems and 1F1B baselines;

@@ -3,7 +3,7 @@
 :class:`ModelPlan` is a :class:`~partitioner.plan.SolveResult` whose ``plan``
 sections -- throughput, baselines, the microbatch counts tried, knobs, export
 hints, the schedule report -- are typed fields (:mod:`.records`,
-:mod:`.schedule_report`); its ``extra`` and ``to_dict`` are derived from them.
+:mod:`.schedules.report`); its ``extra`` and ``to_dict`` are derived from them.
 :func:`simulate_plan` replays a plan, :func:`throughput` measures it, and
 :func:`stage_knobs` lists each segment's memory knobs.
 """

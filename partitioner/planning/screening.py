@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
+from ..core import progress
 from ..core.deadline import Deadline
 from ..costs import CostOptions, ProblemBuilder
 from ..presets import ClusterSpec, ModelSpec
@@ -80,7 +81,7 @@ def _problems(m: int, builders: Builders, options: CostOptions) -> tuple[Problem
     """The plan's problem at m and the baselines' (the same when ``options`` allow every knob).
 
     With a target (``plan --target``), both lose the knobs the target cannot
-    set (:func:`~.targets.restrict`): its baselines are plans it runs.
+    set (:func:`~.targets.rules.restrict`): its baselines are plans it runs.
     """
     rules = builders.run.rules
     problem = builders.build(m, options)
@@ -139,6 +140,7 @@ def screen_counts(builders: Builders, counts: Sequence[int], options: CostOption
             deadline.cut(f"screening: {len(counts) - i} of {len(counts)} microbatch counts not screened",
                          "m = " + ", ".join(map(str, counts[i:])))
             break
+        progress.phase(f"building and screening m = {m} ({i + 1} of {len(counts)} microbatch counts)")
         try:
             problem, base_problem = _problems(m, builders, options)
         except ProblemError as err:

@@ -17,7 +17,7 @@ the CLI.
 
 The package, one job a module (import everything from ``partitioner.problem``):
 
-* :mod:`.model`: the data model -- the constants, :class:`ProblemError`,
+* :mod:`.records`: the data model -- the constants, :class:`ProblemError`,
   :class:`Layout`, :class:`LayerCost`, :class:`Layer`, :class:`Topology`,
   :class:`Cluster`, :class:`Training`, :class:`StageBounds`, :class:`Problem`
   (and its document, :meth:`Problem.to_dict`);

@@ -333,7 +333,7 @@ class StageBounds:
 
 @dataclass(frozen=True)
 class Problem:
-    """A validated v1 problem. Build it with :meth:`from_dict` or :func:`load_problem`."""
+    """A validated v1 problem. Build it with :meth:`from_dict` or :func:`~.files.load_problem`."""
 
     name: str
     cluster: Cluster

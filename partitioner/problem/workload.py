@@ -6,7 +6,7 @@ name, the cluster, the global batch, tokens per sample, model FLOPs per
 iteration, the GPUs' peak FLOPs, and per layer its role and module FQNs.
 :meth:`ModelWorkload.of` reads those keys once, leniently (a key that is
 absent or not of its type keeps its default, as a hand-written ``meta`` may
-hold anything); :attr:`Problem.workload` is that reading, so the planner,
+hold anything); :attr:`~.records.Problem.workload` is that reading, so the planner,
 the throughput and the exports read typed fields instead of ``meta`` keys.
 """
 from __future__ import annotations

@@ -154,7 +154,7 @@ def op_times(orders: list[list[tuple[str, int, int]]], durations: dict[str, tupl
 
 def bubble_ratio(schedule: str, microbatches: int, fwd: Sequence[float], bwd: Sequence[float], num_stages: int,
                   span: float) -> float:
-    """:attr:`Simulation.bubble_ratio` from the chunk times and the makespan."""
+    """:attr:`~.engine.Simulation.bubble_ratio` from the chunk times and the makespan."""
     if span <= 0:
         return 0.0
     per_mb = fwd if schedule == "forward" else [f + b for f, b in zip(fwd, bwd)]

@@ -41,7 +41,7 @@ and W separately, under ``gpipe`` with its F and B separately, so the
 search keeps every stage tuple that is Pareto-minimal in those two parts
 and tries their product instead of the fastest tuple alone. ``interleaved``
 searches the space of equal device groups with one mesh each
-(:mod:`.interleaved_brute`; the space is :mod:`.interleaved_model`'s).
+(:mod:`.interleaved.brute`; the space is :mod:`.interleaved.space`'s).
 
 The oracle's own bound: before it starts, the search counts what it would
 enumerate (:func:`enumeration_work`, in closed form: binomials times a count

@@ -7,7 +7,7 @@ each module's References.
 Modules
 -------
 options
-    :class:`AxisOptions`: the CP algorithm, load balancing, degrees, MoE imbalance and capacity.
+    :class:`~.options.AxisOptions`: the CP algorithm, load balancing, degrees, MoE imbalance and capacity.
 groups
     Which nodes a cp/ep group spans in the rank order, and all-to-all times over those links.
 context

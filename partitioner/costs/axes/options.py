@@ -2,7 +2,7 @@
 
 Contract: :class:`AxisOptions` is a frozen dataclass; each field is one
 constant (with its source) or one modelling choice of
-:mod:`partitioner.costs.context` and :mod:`partitioner.costs.experts`.
+:mod:`partitioner.costs.axes.context` and :mod:`partitioner.costs.axes.experts`.
 :meth:`AxisOptions.from_mapping` validates a mapping and raises
 :class:`~partitioner.problem.ProblemError` naming ``options.<key>`` for an
 unknown key or a bad value; :meth:`AxisOptions.to_dict` is its inverse.

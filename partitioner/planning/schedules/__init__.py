@@ -5,7 +5,7 @@ Modules
 choice
     The candidates (1F1B, ZB-H1, GPipe, interleaved) re-solved or replayed, and the choice.
 report
-    The typed report of the schedules weighed (:class:`ScheduleReport`).
+    The typed report of the schedules weighed (:class:`~.report.ScheduleReport`).
 search
     One plan replayed under every schedule (the benchmark and the interleaved baseline).
 """

@@ -1,7 +1,7 @@
 """The schedule candidates ``plan`` weighs and the ``schedules`` section that reports them.
 
 :class:`ScheduleCandidate` is one plan under one schedule key ``(schedule, v)``
-(:mod:`.schedule_choice` gathers them); :func:`build_report` turns the
+(:mod:`.choice` gathers them); :func:`build_report` turns the
 candidates into a :class:`ScheduleReport`: every candidate as a
 :class:`ScheduleRow` (fastest first, those that cannot run last), per key the
 best plan and the best baseline (:class:`ScheduleSummary`), the chosen one

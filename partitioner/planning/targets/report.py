@@ -2,7 +2,7 @@
 
 The run searched every plan; this section tells the user what running its
 best plan in each framework would take: the kept plan when the target runs
-it (:func:`~.targets.runs` says why not otherwise), else the fastest other
+it (:func:`~.rules.runs` says why not otherwise), else the fastest other
 candidate the run weighed (the plans and baselines under every schedule of
 the schedule choice) that it runs. It is a report over the run's candidates,
 not a search: ``plan --target T`` searches T's space exactly and may find a
@@ -58,7 +58,7 @@ def _fastest(pool: Iterable[_Candidate]) -> _Candidate | None:
 
 def target_summaries(result: ModelPlan, report: ScheduleReport | None, bests: Mapping[str, BaselineRun],
                      memory: MemoryCounts | None = None) -> dict[str, TargetSummary]:
-    """Per target of :data:`~.targets.RULES`, its :class:`TargetSummary` for the result of a ``--target any`` run.
+    """Per target of :data:`~.rules.RULES`, its :class:`TargetSummary` for the result of a ``--target any`` run.
 
     Every candidate was costed with the run's count ``memory`` (default:
     Megatron-LM's, :func:`~.memory.default_counts`), whatever the target;

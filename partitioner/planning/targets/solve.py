@@ -4,7 +4,7 @@
 target (:mod:`.targets`): for each uniform knob setting the target allows
 (:func:`~.knobs.escalation` order; ``knob_solves="fast"`` stops at the first
 with a plan) and each mesh (dp, tp) every layer runs in, the method solves
-:func:`~.targets.single_layout`'s problem -- one config per module, the
+:func:`~.rules.single_layout`'s problem -- one config per module, the
 layers a cut may not separate merged -- and the best plan, expanded to the
 full problem and checked by :func:`~partitioner.plan.evaluate`, is kept. No
 per-segment knob choice follows: the target sets one knob for all stages.
@@ -111,7 +111,7 @@ def solve_for_target(entry: ScreenedCount, opts: PlanOptions, rules: FrameworkRu
     """The method's best plan of ``entry.problem`` among the plans ``rules`` runs (see the module docstring).
 
     ``entry.problem`` is already restricted to the target's knobs
-    (:func:`~.targets.restrict`). Each solve gets what ``deadline`` leaves, at
+    (:func:`~.rules.restrict`). Each solve gets what ``deadline`` leaves, at
     most ``cap`` seconds; when it passes, the settings and meshes left are not
     solved and the deadline says so.
     """

@@ -3,10 +3,10 @@
 Contract
 --------
 :func:`arcflow_reason` says whether a problem fits the formulation ("" when
-it does); :func:`solve_arcflow` then answers it exactly like the slot model
+it does); :func:`~.arcflow_run.solve_arcflow` then answers it exactly like the slot model
 would (:mod:`.cpsat`): the plan re-evaluated by :func:`~partitioner.plan.evaluate`,
 a bound proven by CP-SAT on this model and converted to ms by
-:func:`~.slottimes.conservative_bound`, "optimal" only when that bound is within
+:func:`~.slot.times.conservative_bound`, "optimal" only when that bound is within
 the resolution of the plan's exact value. It fits when no stage boundary
 carries bytes (comm-free: a stage's time is its own compute plus its own
 reshards), the default cluster graph is used, and the schedule's objective
@@ -37,7 +37,7 @@ taking each stage's least-units tuple is as good as any other choice.
 
 Tables: one layout (:func:`stage_tables`), per layout a prefix difference
 of the reach-limited ranges; several segments (:func:`segment_tables`),
-:class:`~.dp_stage.StageCosts`' vectorised per-(size, stash) rule run over
+:class:`~.dp.stage.StageCosts`' vectorised per-(size, stash) rule run over
 the model's integer layer units and reshard units (:class:`UnitCosts`), so
 the least over all fitting tuples (an exact Pareto pass over the segments)
 comes out in units, as (L, L) tables; an arc's tuple is found only for the
@@ -48,7 +48,7 @@ reshard units all the same.
 
 Pruning (each removes only plans strictly worse than the starting plan,
 which stays in the model, or no plan at all): arcs slower than the starting
-plan's stage ceiling (:func:`~.slottimes.stage_ceiling_ms`, as integer
+plan's stage ceiling (:func:`~.slot.times.stage_ceiling_ms`, as integer
 ``top``), arcs that do not fit or lack cost entries, states from which no
 sink is reachable within those arcs (:func:`_completable`, before any arc
 is made: layers ``0 .. a-1`` must be coverable with exactly the devices
@@ -65,7 +65,7 @@ least the flow-weighted average stage time at every layer, where the
 implications alone give only ``t_a x_a``). ``bottleneck`` minimises ``T``;
 ``iteration`` minimises ``sum t_a x_a + (m - 1) T``.
 
-Times are the slot model's integer units (:func:`~.slottimes.integer_times`)
+Times are the slot model's integer units (:func:`~.slot.times.integer_times`)
 and a tuple's units are the slot model's for it: per segment ``s .. t`` in
 config ``l`` the exact-prefix units ``prefix[l][t + 1] - prefix[l][s]`` (off
 by at most 1 unit from ``scale`` x its compute), plus per segment boundary
@@ -76,7 +76,7 @@ conversion of the slot model holds: every plan ``Q`` (cuts, sizes, configs)
 is a path whose arcs have no more units than ``Q``'s own tuples, so the
 model's value of that path is at most ``scale * value(Q) + error``; a proven
 bound ``B`` on the model is thus at most ``scale * OPT + error``, and
-``OPT >= (B - error) / scale`` (:func:`~.slottimes.conservative_bound`).
+``OPT >= (B - error) / scale`` (:func:`~.slot.times.conservative_bound`).
 The plan returned is its path with the least-units tuples, re-evaluated
 exactly.
 
@@ -205,15 +205,15 @@ def stage_tables(data: SlotData, times: IntegerTimes):
 
 
 class UnitCosts(StageCosts):
-    """:class:`~.dp_stage.StageCosts` in the slot model's integer units instead of ms.
+    """:class:`~.dp.stage.StageCosts` in the slot model's integer units instead of ms.
 
-    A layer's time is its ``tau`` (:class:`~.slottimes.IntegerTimes`: per
+    A layer's time is its ``tau`` (:class:`~.slot.times.IntegerTimes`: per
     layout, the difference of two exactly rounded prefix sums, so the layer
     times of a segment add up to the segment's exact-prefix units) and a
     reshard is half of ``reshard``'s units of ``2 r`` (the stage rule adds it
     twice). Every such number is an integer or a half below ``2**52`` and a
     stage that is not pruned stays under ``top``, so the float sums of
-    :class:`~.dp_stage.StageCosts` are exact and :meth:`matrix` is, per
+    :class:`~.dp.stage.StageCosts` are exact and :meth:`matrix` is, per
     stage, the least units over the fitting config tuples (one config per
     segment, memory summed over the segments with the stash).
     """

@@ -15,7 +15,7 @@ from anywhere else.
   of sum ``S`` and slowest stage ``T1 <= Z``, settles every plan whose slowest
   stage lies in ``[T1, Z]`` -- each has sum ``>= S`` and value
   ``>= S + (m - 1) T1``, which the path attains. The walk starts at the
-  stage ceiling (:attr:`~.slottimes.IntegerTimes.top`) and continues with
+  stage ceiling (:attr:`~.slot.times.IntegerTimes.top`) and continues with
   ``Z = T1 - 1`` until no path is left, or until ``S + (m - 1) T_min`` reaches
   the incumbent, ``T_min`` being the analytic bound on the slowest stage
   (the largest fastest-layer time and total least work / N, in units less the
@@ -86,7 +86,7 @@ class _Flow:
         arcs = graph.arcs
         self.model = model = cp_model.CpModel()
         n = len(arcs)
-        check = check or (lambda: None)  # raises BuildTimeout past the deadline (slotrun.build_guard)
+        check = check or (lambda: None)  # raises BuildTimeout past the deadline (slot.run.build_guard)
         x = []
         for start in range(0, n, _CHECK_EVERY):
             check()

@@ -1,7 +1,7 @@
 """The CP-SAT model of the slot model: variables, constraints, hints and solutions.
 
 The formulation is described in :mod:`.cpsat` (the method); the tables it is
-built from in :mod:`.slotmodel`, its integer times in :mod:`.slottimes`.
+built from in :mod:`.slot.data`, its integer times in :mod:`.slot.times`.
 """
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ def build_model(data: SlotData, times: IntegerTimes, check=None) -> tuple[cp_mod
         send, at_most = _transfers(model, data, times, before, size, link, check)
 
     if parts != (T,):
-        # ZB-H1's and GPipe's iteration estimates (cpsat_parts)
+        # ZB-H1's and GPipe's iteration estimates (cpsat.parts)
         more = [before[0][P] if P < J else 0 for P in range(J + 1)]
         objective, part_vars = part_objective(
             model, data, times, parts, members, use, size, cover, more, pair, reshard, send, check

@@ -2,10 +2,10 @@
 
 :func:`stage_compute` states a slot's compute (of ``t``, or of one part) from
 per-layer integer times; :func:`part_objective` builds ZB-H1's and GPipe's
-iteration estimates from their parts (:mod:`.slotschedule`: u and W, F and
+iteration estimates from their parts (:mod:`.slot.schedule`: u and W, F and
 B) and :func:`part_hint_values` gives their variables' values under a plan.
 1F1B's objectives (and every ``bottleneck``) use ``t`` alone and stay in
-:mod:`.cpsat_model`.
+:mod:`.formulation`.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def stage_compute(model, data: SlotData, tau, top: int, members, use, size, cove
 
 
 def part_objective(model, data: SlotData, times: IntegerTimes, parts, members, use, size, cover, active, pair, reshard, send, check):
-    """The compute and stage variables of every part, and the objective (see :mod:`.slotschedule`).
+    """The compute and stage variables of every part, and the objective (see :mod:`.slot.schedule`).
 
     ``reshard`` is the per-slot ``2 r`` (units, or 0); ``pair`` the mesh-pair
     literals from which a part paying ``r`` once builds its own; ``active[P]``

@@ -1,6 +1,6 @@
-"""``cpsat``: the exact slot model (:mod:`.slotmodel`) solved by OR-Tools CP-SAT.
+"""``cpsat``: the exact slot model (:mod:`.slot`) solved by OR-Tools CP-SAT.
 
-Decisions, per slot ``j`` (stage ``P - 1 - j``, see :mod:`.slotmodel`):
+Decisions, per slot ``j`` (stage ``P - 1 - j``, see :mod:`.slot`):
 
 * ``before[i][j] = [s_i >= j]``: the order encoding of the layer -> slot
   map, non-increasing in ``i`` and in ``j``, with ``s`` stepping down by at
@@ -10,7 +10,7 @@ Decisions, per slot ``j`` (stage ``P - 1 - j``, see :mod:`.slotmodel`):
   ``x_ij = before[i][j] - before[i][j+1]`` is 1;
 * ``use[j][g][l]``: one layout per segment -- per slot ``j`` and group
   (module run) ``g`` it covers, ``sum_l use[j][g][l] = cover[j][g]`` (see
-  :mod:`.slotmodel`); ``size[j][s]``: one size per active slot, every
+  :mod:`.slot`); ``size[j][s]``: one size per active slot, every
   segment's layout of that size; the devices sum to N. With one group
   (every v1 problem) ``size`` is channelled from ``use[j][0]``;
 * when the placement matters, ``node[j][k]`` puts a small slot on node
@@ -19,7 +19,7 @@ Decisions, per slot ``j`` (stage ``P - 1 - j``, see :mod:`.slotmodel`):
   breaking), and ``link[j]`` is true exactly when slots ``j + 1`` and ``j``
   share a node.
 
-Times, in integer units (:func:`.slotmodel.integer_times`):
+Times, in integer units (:func:`.slot.times.integer_times`):
 
 * ``compute_j >= sum_i tau[l][i] x_ij`` when slot ``j`` uses layout ``l``
   (several groups: ``compute_j = sum_g compute_jg`` with ``compute_jg >=
@@ -35,20 +35,20 @@ Times, in integer units (:func:`.slotmodel.integer_times`):
   missing entry counts capacity + 1);
 * reshards (several groups): per slot and group boundary, a 0/1 ``w`` per
   same-size mesh pair, 1 exactly on the pair the slot's two segments use
-  (:mod:`.slotmodel`); ``reshard_j = sum 2 r w`` in units;
+  (:mod:`.slot`); ``reshard_j = sum 2 r w`` in units;
 * ``x_j >= send[c_j][s][h]`` for the transfer between slots ``j + 1`` and
   ``j`` whenever the smaller of the two has at most ``sizes[s]`` devices
   and the link is of kind ``h`` (sends only shrink with more devices);
 * ``t_j = compute_j + reshard_j + x_j + x_{j-1}``, ``T = max_j t_j``;
   ``bottleneck`` minimises T, ``iteration`` minimises ``sum t_j + (m - 1) T``.
 
-Schedules (``training.schedule``, :mod:`.slotschedule`): the stash of slot
+Schedules (``training.schedule``, :mod:`.slot.schedule`): the stash of slot
 ``j`` is the schedule's (1F1B and ZB-H1 ``min(m, j + 1)``, GPipe ``m``), in
 the memory rules above; ``bottleneck`` is max t under every schedule, and
 1F1B's ``iteration`` is the estimate above. ZB-H1's and GPipe's
 ``iteration`` estimates are optimised exactly from two parts per slot, each
 stated like ``compute_j`` from its own exactly rounded prefix sums
-(:mod:`.cpsat_parts`):
+(:mod:`.parts`):
 
 * ``zb-h1``: ``u_j = (fwd + bwd - W) compute + reshard_j + x_j + x_{j-1}``
   and ``W_j`` (weight gradients only); ``Z >= (m - 1) u_j + k_P W_j`` for
@@ -61,8 +61,8 @@ stated like ``compute_j`` from its own exactly rounded prefix sums
 
 The integer model's error counts every part of the objective (at most
 ``J + m - 1 + k_max`` stage errors for ZB-H1, ``2 (J + m - 1)`` for GPipe,
-:func:`.slottimes.integer_times`), and the stage ceiling of the hint is the
-schedule's (:func:`.slotschedule.ceiling_ms`), so the reported bound stays a
+:func:`.slot.times.integer_times`), and the stage ceiling of the hint is the
+schedule's (:func:`.slot.schedule.ceiling_ms`), so the reported bound stays a
 proven lower bound.
 
 Lower-bounding constraints (``>=``) suffice: both objectives are
@@ -71,10 +71,10 @@ value where it matters, and every returned plan is re-evaluated exactly.
 
 The greedy plan (or the caller's ``warm_start``) is given as a complete
 hint, and its objective as an upper bound; its stage ceiling
-(:func:`.slotmodel.stage_ceiling_ms`) caps every time coefficient, so a
+(:func:`.slot.times.stage_ceiling_ms`) caps every time coefficient, so a
 sentinel cost (``fwd_ms: 1e18``) costs neither range nor resolution. The
 bound is converted back to ms conservatively
-(:func:`.slotmodel.conservative_bound`), and "optimal" is claimed only when
+(:func:`.slot.times.conservative_bound`), and "optimal" is claimed only when
 that bound is within the resolution of the plan's exact value (when the
 times span too wide a range for the integer unit, the answer is
 ``feasible`` with the proven gap). Deterministic for a fixed seed with
@@ -83,7 +83,7 @@ times span too wide a range for the integer unit, the answer is
 Time limit: it covers building the tables, the greedy hint (or, where greedy
 finds none, ``dp``'s plan within :data:`DP_HINT_SHARE` of the time left) and the model
 (a model too large to build in the time left is refused at once,
-:func:`.slotmodel.model_size_refusal`; a build cut short returns the hint as
+:func:`.slot.run.model_size_refusal`; a build cut short returns the hint as
 ``feasible``), and CP-SAT gets what is left.
 
 Arc-flow: when the problem is comm-free (no stage boundary carries bytes)

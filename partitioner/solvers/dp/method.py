@@ -7,7 +7,7 @@ record (:class:`~partitioner.solvers.options.DpOptions`) are registered with
 it. It solves with the placement mode the cluster needs (see the
 *Placement* section of :mod:`.dp`), falls back to the exact placement
 automaton when a relaxed optimum's runs do not pack, and turns the search's
-limits (:mod:`.errors`) and an infeasible result into a candidate with a
+limits (:mod:`~.solvers.errors`) and an infeasible result into a candidate with a
 message (:func:`explain_infeasible`, which the other exact methods use too). A search cut short by the
 time limit or the memory budget returns the best plan it knows -- the DP's
 own best so far, the greedy plan or, past the memory budget, the optimum of

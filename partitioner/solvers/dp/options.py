@@ -22,7 +22,7 @@ Pareto options only. ``value`` is what the recursion stores for a last stage
 (``minmax``: its least key; ``minsum``: its least cost over the options whose
 key is at most the threshold, inf if none) and ``choices`` the options the walk
 back takes. A ``minsum`` cost is formed as the recursion forms it in front of a
-suffix of value H (:mod:`.dp_kernels`): its part without the incoming transfer
+suffix of value H (:mod:`.compiled.kernels`): its part without the incoming transfer
 first (zb-h1 ``u + xo``, GPipe ``(F + xo) + B``), then ``+ H``, then ``+ xi``
 (H = 0 for a last stage), as the plain recursion forms ``((compute + xo) + H)
 + xi``; the walk back sums ``cost + H`` and matches the tables to 1e-12.

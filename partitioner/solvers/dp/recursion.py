@@ -1,4 +1,4 @@
-"""The DP's general recursion: how one recursion fills the tables of :mod:`.dp_tables`.
+"""The DP's general recursion: how one recursion fills the tables of :mod:`.tables`.
 
 Contract
 --------
@@ -6,7 +6,7 @@ Contract
 recursion of :mod:`.dp` -- ``minsum`` (least sum of stage times, every stage
 at most the threshold) or ``minmax`` (least largest stage time) -- exactly as
 the recursion there defines them, one first layer's row at a time, and keeps
-what :class:`.dp_tables.Tables` holds of it: each level's shared keys (and
+what :class:`.tables.Tables` holds of it: each level's shared keys (and
 the row of first layer 0). A level reads the keys of the previous level only
 and, for the "K or more" bucket level, its own at later first layers. A
 deadline is checked between chunks of first layers; the chunks of a level
@@ -19,9 +19,9 @@ stage pairs with it as (new state, outgoing category) costs ``t = w + x``
 with ``w = compute(a..b) + x_out`` and ``x`` its incoming transfer, one per
 incoming category c. What a size-i stage sees of the level below, ``H[b +
 1, pair, D']`` (the least over the pair's transitions), is one row of
-shared keys per first layer (:meth:`.dp_tables.Tables.key_runs`), with
+shared keys per first layer (:meth:`.tables.Tables.key_runs`), with
 the span of its finite columns per key; the compiled kernels of
-:mod:`.dp_kernels` then take, per first layer a (downwards) and size, the
+:mod:`.compiled.kernels` then take, per first layer a (downwards) and size, the
 least over b and the pairs, only over the finite span of each row:
 
 * the incoming transfer is no axis of the inner loop. A candidate (a, b,
@@ -29,7 +29,7 @@ least over b and the pairs, only over the finite span of each row:
   order of x, of length q. ``minsum``: the least ``w + H`` per (new state,
   q), a running minimum over q from the top, then ``+ x`` per category.
   ``minmax``: ``max(w + x, H)`` splits at the first rank whose ``w + x``
-  passes H (:mod:`.dp_kernels`);
+  passes H (:mod:`.compiled.kernels`);
 * the bucket level reads itself: row a of its shared keys takes the level's
   own row a as soon as it is final, so lower first layers see both sources;
 * under a finite threshold, a suffix from a is computed only up to
@@ -42,7 +42,7 @@ formed as ``(w + H) + x`` rather than ``(w + x) + H``, a rounding
 difference far below the 1e-12 relative ties of the walk back
 (``tests/test_dp_fill.py`` checks every entry against the definition).
 
-With options (zb-h1's and GPipe's iteration estimates, :mod:`.dp_options`)
+With options (zb-h1's and GPipe's iteration estimates, :mod:`.options`)
 a stage's value is not ``w + x``: the spec values each candidate (a, b,
 pair) per incoming category over its options, in the spec's own
 arithmetic, and the least is taken with ``min`` only, so every entry is
@@ -126,7 +126,7 @@ def _split(pool, work, lo: int, hi: int) -> None:
 
 
 def fill(model, tables, auto, X: np.ndarray, mode: str, limit: float, deadline: float | None, top: int):
-    """Fill ``tables`` for levels 1..top (see the module docstring); ``model`` is the :class:`.dp.DPModel`."""
+    """Fill ``tables`` for levels 1..top (see the module docstring); ``model`` is the :class:`.solver.DPModel`."""
     K = model.K
     # the kernels write the keys of the first layers 0..L - level of every level they fill, whose later first
     # layers (no suffix of that many stages starts there) stay infinite from allocation
@@ -363,7 +363,7 @@ class _Run:
 
 
 def _spec_params(kern, spec) -> tuple[int, float, float, float]:
-    """(kind, s, k, f_cap) of :func:`.dp_kernels.options_level` for a spec of :mod:`.dp_options`."""
+    """(kind, s, k, f_cap) of :func:`.compiled.kernels.options_level` for a spec of :mod:`.options`."""
     if spec.parts == "uw":
         return kern.ZB, float(spec.s), float(spec.k), INF
     return (kern.GPIPE_B if spec.part == "B" else kern.GPIPE_F), 0.0, 0.0, float(spec.f_cap)

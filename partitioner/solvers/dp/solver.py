@@ -24,14 +24,14 @@ of ``minsum(T) + (m - 1) T``; ``minsum`` is a non-increasing step function of
 ``T``, so a branch and bound over intervals of ``T`` (lower bound
 ``minsum(hi) + (m - 1) lo`` on ``[lo, hi]``) finds it after a few recursions,
 like Alpa's enumeration of the largest stage latency [1]_ but with pruning
-(the walks live in :mod:`.dp_walks`).
+(the walks live in :mod:`.walks`).
 
 Choosing a stage's configs is no part of the state: for a fixed cut, size
 and neighbours, the fastest configs that fit (with the stage's stash) are
 best, because the transfers depend only on cuts, sizes and placement and
 both objectives are non-decreasing in every stage time. In format v2 a stage
 has one config per module segment, memory couples the segments and reshards
-couple adjacent ones: :mod:`.dp_stage` computes that per-(a, b, size, stash)
+couple adjacent ones: :mod:`.stage` computes that per-(a, b, size, stash)
 minimum exactly (Pareto frontiers of (time, memory) per mesh, combined
 left to right) and its configs for the walk back; in v1 (one segment) it is
 the fastest fitting layout as before. Plans get each stage's configs at its
@@ -46,7 +46,7 @@ stage counts share one level), which is all its ``bottleneck`` needs. The
 two ``iteration`` estimates weigh two parts of a stage apart, so a stage's
 fastest configs need not be best; stages choose instead among the pairs of
 parts no other fitting config tuple beats in both (:meth:`.StageCosts.options`),
-valued by a *spec* (:mod:`.dp_options`), and the recursions keep their form
+valued by a *spec* (:mod:`.options`), and the recursions keep their form
 -- a least sum under a threshold, a least max:
 
 * ``zb-h1``: ``sum u + max g`` with ``u = t - W``, ``g = (m - 1) u + k W``
@@ -73,7 +73,7 @@ grows, so the stashes whose tables equal those at m form an interval
 
 No transfers. When no boundary carries bytes the recursion runs with no
 placement states (one state per size, one category). Stage times are always
-forward sums over the stage's own layers (:mod:`.dp_stage`), never
+forward sums over the stage's own layers (:mod:`.stage`), never
 differences of prefix sums, so one huge layer time cannot round away the
 digits of the stages after it.
 
@@ -94,7 +94,7 @@ any table of size ``L^2`` or larger is built (the recursion's: its tables,
 twice when zb-h1 keeps its free table, plus what a recursion holds beside
 them, :meth:`DPModel.recursion_bytes`); a search stopped by the budget
 or the time limit hands its best valid plan so far and its best proven bound
-to :mod:`.dp_method`, which returns it (or the greedy plan, if better) as
+to :mod:`.method`, which returns it (or the greedy plan, if better) as
 ``feasible``.
 
 Placement
@@ -121,17 +121,17 @@ into the nodes the multi-node stages leave. The placement state ``z`` is:
 
 Complexity
 ----------
-Stage tables: one ``L x L`` table per (size, stash) level, see :mod:`.dp_stage`.
+Stage tables: one ``L x L`` table per (size, stash) level, see :mod:`.stage`.
 With L layers, N devices, S allowed sizes, K = max(m, P_min) stage levels
 (at most P_max), placement states and categories, a first layer's values
 number ``sum_i Z_i x C_i x (N + 1 - d_i)``: Z_i the placement states of
 size i and C_i the incoming categories a size-i stage can receive (at most
 i + 1 unlinked and, in a node, i + 1 linked ones). The recursion's tables
-(:mod:`.dp_tables`) keep, per level and first layer, only the least over
+(:mod:`.tables`) keep, per level and first layer, only the least over
 each shared key (about 2 S keys of ``N + 1`` columns), plus the row of the
 first layer 0: 0.15 M values per first layer on 1,024 GPUs where the rows
 hold 3.1 M. One recursion
-(:mod:`.dp_recursion`, its compiled kernels in :mod:`.dp_kernels`) costs
+(:mod:`.recursion`, its compiled kernels in :mod:`.compiled.kernels`) costs
 ``O(K * L^2 * sum_i pairs_i * (N + 1 - d_i))`` element operations, where
 ``pairs_i`` counts the distinct (new state, outgoing category)
 combinations of size i, over the finite span of each suffix's device
@@ -213,7 +213,7 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         self._packed: dict = {}  # (stash, parts) -> packed stage options (option_pack)
         self.schedule = problem.training.schedule
         # the two-part estimates (zb-h1's and GPipe's iteration): stages choose among the Pareto pairs
-        # of parts ``self.parts`` (:meth:`StageCosts.options`), valued by ``self.spec`` (:mod:`.dp_options`)
+        # of parts ``self.parts`` (:meth:`StageCosts.options`), valued by ``self.spec`` (:mod:`.options`)
         self.parts: str | None = None
         self.spec = None
         self._budget = _MEMORY_BUDGET_BYTES
@@ -329,7 +329,7 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
 
     # ---------------------------------------------------------------- recursion
     def recursion(self, auto: Automaton, X: np.ndarray, mode: str, limit: float, deadline: float | None) -> Tables:
-        """Fill the tables ``V[a, level, z, c, D]`` (:class:`.dp_recursion.Tables`).
+        """Fill the tables ``V[a, level, z, c, D]`` (:class:`.tables.Tables`).
 
         ``mode`` "minmax": value = least largest stage time, stages above
         ``limit`` pruned; "minsum": value = least sum of stage times with every
@@ -360,7 +360,7 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
 
     def _fill(self, auto, X, mode, limit, deadline, top, tables: Tables) -> Tables:
         """Check the memory the tables need (:meth:`recursion_bytes`, with what the model's other tables hold),
-        then fill them (:func:`.dp_recursion.fill`)."""
+        then fill them (:func:`.recursion.fill`)."""
         kept = getattr(self, "_free_table", None)
         others = [t for t in (getattr(self, "_pool", None), kept[3] if kept else None) if t is not None and t is not tables]
         need = self.recursion_bytes(auto, sum(t.held_bytes() for t in others))
@@ -464,7 +464,7 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         without transfers (the recursion with no placement states, pruned at the greedy plan's value:
         transfers only add) placed contiguously, both valued with the transfers. No optimal plan has a
         stage above it, so the ``minmax`` recursion may prune slower stages (and the devices the layers
-        before a suffix cannot leave it, see :mod:`.dp_recursion`); the plan is also the best known one
+        before a suffix cannot leave it, see :mod:`.recursion`); the plan is also the best known one
         if the search is cut short."""
         plans = [self._greedy_plan("bottleneck", deadline)]
         if np.any(self.out_bytes > 0):

@@ -75,7 +75,7 @@ sizes, 12 configs per size) takes about 0.5 ms per (size, stash). Memory
 
 Options
 -------
-The two-part estimates (zb-h1's and GPipe's iteration, :mod:`.dp_options`)
+The two-part estimates (zb-h1's and GPipe's iteration, :mod:`.options`)
 are non-decreasing in two parts of a stage rather than in its time, so
 :meth:`StageCosts.options` keeps, per stage a..b, every config tuple that no
 other fitting tuple beats in both parts: ``parts="uw"`` ``u = T + 2 sum r - W``

@@ -1,11 +1,11 @@
 """The DP's stage tables as the recursions read them: compute matrices and Pareto options per (size, stash).
 
 :class:`StageTables` is a mix-in of :class:`partitioner.solvers.dp.solver.DPModel`
-(it uses the model's ``costs`` -- a :class:`.dp_stage.StageCosts` --, ``L``,
+(it uses the model's ``costs`` -- a :class:`.stage.StageCosts` --, ``L``,
 ``sizes``, ``parts`` and ``spec``). It keeps, across the recursions of a
 solve, each stash's compute matrices of every size as one C-contiguous
 ``[size, a, b]`` stack (:meth:`StageTables.compute_stack`, what the
-compiled kernels of :mod:`.dp_kernels` read) and, under the two-part
+compiled kernels of :mod:`.compiled.kernels` read) and, under the two-part
 estimates, each stash's Pareto options of every size packed into two flat
 arrays (:meth:`StageTables.option_pack`; a stash whose options equal the
 previous stash's shares its pack); :meth:`StageTables.stage_options` are
@@ -54,7 +54,7 @@ class StageTables:
 
     def compute_matrix(self, i: int, stash: int) -> np.ndarray:
         """best[a, b]: the fastest fitting compute of layers a..b on size index i (inf if none);
-        see :mod:`.dp_stage` for the rule with segments and reshards."""
+        see :mod:`.stage` for the rule with segments and reshards."""
         stack = self._stacks.get(stash)
         if stack is not None:
             return stack[i]

@@ -27,7 +27,7 @@ the keys of the level below (:mod:`.walkback`). ``keep_rows`` keeps every row
 (the tests compare each entry with the definition).
 
 Memory: :func:`table_bytes` for the tables and :func:`working_bytes` for
-what a recursion holds beside them; :meth:`.dp.DPModel.recursion_bytes`
+what a recursion holds beside them; :meth:`.solver.DPModel.recursion_bytes`
 checks their sum against the budget before anything is allocated.
 """
 from __future__ import annotations
@@ -138,7 +138,7 @@ def table_bytes(layout: Layout, L: int, levels: int, keep_rows: bool = False) ->
 
 
 def working_bytes(layout: Layout, L: int, N: int, threads: int) -> int:
-    """Bytes :func:`.dp_recursion.fill` holds beside the tables at most: the bucket level's own input
+    """Bytes :func:`.recursion.fill` holds beside the tables at most: the bucket level's own input
     (a copy of the keys' rows and spans), and per thread a scratch row and the kernels' accumulators (two
     of the largest size group's states x categories x devices)."""
     rows = L + 1

@@ -3,15 +3,15 @@
 :class:`WalkBack` is a mix-in of :class:`partitioner.solvers.dp.solver.DPModel` (it
 uses the model's ``K``, ``L``, ``N``, ``sizes``, ``bucket``,
 ``stash_of_level``, ``spec``, ``_level_ok`` and its stage tables). From a
-filled :class:`.dp_tables.Tables`, :meth:`WalkBack._final` reads the best
+filled :class:`.tables.Tables`, :meth:`WalkBack._final` reads the best
 whole pipeline over the allowed stage counts, and
 :meth:`WalkBack.reconstructions` follows, depth first, every way a state can
 start (:meth:`WalkBack._choices`, vectorised over the last layer and the
 (new state, outgoing category) pairs) whose stage plus the rest's value is
 the state's value -- within 1e-12 relative for a least sum, whose sums the
-recursion forms in another order (:mod:`.dp_recursion`) -- unlinked
+recursion forms in another order (:mod:`.recursion`) -- unlinked
 boundaries first. The tables keep each pair's least over its source states
-(its key, :mod:`.dp_tables`), so the walk goes on from each source state of
+(its key, :mod:`.tables`), so the walk goes on from each source state of
 the chosen key in turn, with the key's value as the target its own choices
 must reach: a state whose value is above it has none.
 """

@@ -118,7 +118,7 @@ class ThresholdWalks:
         With an incumbent (a valid plan of value V: the warm start or the
         greedy plan, :meth:`incumbent`), no plan whose slowest stage exceeds
         ``T = (V - least sum) / (m - 1)`` can beat it (every plan's sum is at
-        least the layers' least times, :meth:`layer_floor`), so the walk
+        least the layers' least times, :meth:`~.solver.DPModel.layer_floor`), so the walk
         starts from the least sum under T, not from the unbounded one: the
         first two recursions, the widest, prune every slower stage. If the
         walk finds nothing better, the incumbent is the optimum.

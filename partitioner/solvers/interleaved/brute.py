@@ -1,13 +1,13 @@
 """``brute`` under ``training.schedule: interleaved``: the exhaustive search of the exact methods' space.
 
-The space is :mod:`.interleaved_model`'s (equal groups on canonical ids,
+The space is :mod:`.space`'s (equal groups on canonical ids,
 one mesh per group, P·v contiguous chunks, per-segment variants). For every
 group count P and every cut of the layers into K = P·v chunks the search
 takes, group by group, the fastest choice that fits in memory, enumerated
 explicitly: every mesh of the group size, and every product of its v
-chunks' config tuples (:func:`.interleaved_model.chunk_options`) whose
+chunks' config tuples (:func:`.space.chunk_options`) whose
 weights plus the peak of sum_c held_c x act_c over the op order
-(:func:`.interleaved_model.held_states`) fit.
+(:func:`.space.held_states`) fit.
 
 Why group by group: for a fixed P and cut the sends x_c depend on the cut
 and the group size only, a group's mesh and variants change only its own

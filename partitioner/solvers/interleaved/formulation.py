@@ -1,6 +1,6 @@
 """The exact integer model of the interleaved space, for one group count P, and its two builders.
 
-The space is :mod:`.interleaved_model`'s. For a fixed P (group size
+The space is :mod:`.space`'s. For a fixed P (group size
 d = N / P, K = P·v chunks) the formulation is one list of linear
 constraints (:func:`formulation`), handed to CP-SAT (:func:`build_cpsat`,
 times in integer units) or PuLP (:func:`build_pulp`, times in ms), so both
@@ -19,7 +19,7 @@ methods solve the same model:
   one chunk take the same config (``z[i+1, c, k] >= z[i, c, k] + x[i+1, c] - 1``),
   so each segment has one config;
 * sends ``X_c = sum_i b[i, c] send(i, c mod P)``, the transfer of
-  :func:`.interleaved_model.send_ms` (fixed per layer and group boundary,
+  :func:`.space.send_ms` (fixed per layer and group boundary,
   since d and the placement are fixed by P);
 * ``T_g = sum_{c = g mod P} (sum_{i,k} (fwd + bwd)[i, k] z[i, c, k] + X_c + X_{c-1})``;
 * memory: ``A_c = sum_{i,k} act[i, k] z[i, c, k]``, ``W_g = sum_{c = g mod P,
@@ -27,7 +27,7 @@ methods solve the same model:
   k tied to layer j) and chunk c of g, ``tied[k, k'] tz[n, c, k']`` with
   ``tz[n, c, k'] <= z[k, c, k']`` and ``sum_k' tz[n, c, k'] <= x[j, c]``
   (a chunk holding both counts the shared bytes once), and, for every state s of group g's op
-  order (:func:`.interleaved_model.held_states`),
+  order (:func:`.space.held_states`),
   ``W_g + sum_j held[s][j] A_{g + jP} <= capacity`` (exact: the held counts
   are constants);
 * ``T_g <= T``; ``bottleneck`` minimises T, ``iteration`` minimises

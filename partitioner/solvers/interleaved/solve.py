@@ -1,13 +1,13 @@
 """``cpsat`` and ``milp`` under ``training.schedule: interleaved``: the exact model, one group count at a time.
 
-The space is :mod:`.interleaved_model`'s, the model
-:mod:`.interleaved_formulation`'s. The group count P fixes the group size,
+The space is :mod:`.space`'s, the model
+:mod:`.formulation`'s. The group count P fixes the group size,
 the placement, the chunk count and every coefficient, so the search solves
 one model per feasible P (the P of the best start first; a P whose
 analytic bound is no better than the best value found is skipped) and
 keeps the best plan; the proven bound is the least of the models' bounds
 (a model proven infeasible contributes none). Each model starts from the best Megatron-LM
-uniform interleaved split of its P (:func:`.interleaved_model.uniform_hints`),
+uniform interleaved split of its P (:func:`.space.uniform_hints`),
 or the caller's ``warm_start`` when it lies in the space, and is told the
 best value found so far:
 
@@ -18,13 +18,13 @@ best value found so far:
   E = E_g (``bottleneck``) or (P + m v - 1) E_g (``iteration``, whose model
   objective is v times the estimate). The scale makes E at most
   ``resolution`` / 3 of the model's analytic lower bound, unless the
-  objective would pass :data:`.slottimes.UNIT_CAP` units (then it is
+  objective would pass :data:`.slot.times.UNIT_CAP` units (then it is
   capped; the bound stays valid but may not prove optimality). Group times
   above the ceiling (the slowest group a plan can have and still beat the
   best known value, or the largest possible one) are not modelled: every
   T_g <= top units, and a coefficient above top is capped at top + 1. The
   proven bound is (objective bound - E) / scale (/ v), nudged down like
-  :func:`.slottimes.conservative_bound`; a model proven infeasible under a
+  :func:`.slot.times.conservative_bound`; a model proven infeasible under a
   ceiling proves that no plan of its P beats the best known one.
 * The MILP keeps times in ms; coefficients above twice the ceiling (or
   1e6 x the analytic bound without one) are capped, which only lowers

@@ -1,7 +1,7 @@
 """The MILP of the slot model (PuLP): variables, constraints, start values and solutions.
 
 The formulation is described in :mod:`.milp` (the method); the tables it is
-built from in :mod:`.slotmodel`. Times stay in floating-point milliseconds.
+built from in :mod:`.slot.data`. Times stay in floating-point milliseconds.
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def time_cap(data: SlotData, ceiling_ms: float | None) -> float:
     Capping only lowers the model's times, so the model's value of a plan is
     never above its true value and the backend's dual bound stays a valid
     bound on the true optimum; a solution whose true value exceeds the
-    model's is not claimed optimal (:func:`.milp._candidate`). With the hint's
+    model's is not claimed optimal (:func:`.solver._candidate`). With the hint's
     stage ceiling the cap, twice the ceiling, changes no plan that could beat
     the hint; without one, :data:`CAP_FACTOR` times the analytic bound keeps
     sentinel costs (``fwd_ms: 1e15``) out of the backend's numerics.
@@ -69,7 +69,7 @@ def build_milp(data: SlotData, check=None, ceiling_ms: float | None = None) -> t
     """The MILP of ``data`` (times in ms); ``check()`` is called as it grows.
 
     ``ceiling_ms``: no stage of the plans of interest is slower (the hint's
-    :func:`~.slotmodel.stage_ceiling_ms`); times above twice it are capped
+    :func:`~.slot.times.stage_ceiling_ms`); times above twice it are capped
     there, which keeps sentinel costs (``fwd_ms: 1e15``) out of the
     coefficients without changing any plan that could beat the hint.
     """
@@ -237,7 +237,7 @@ def build_milp(data: SlotData, check=None, ceiling_ms: float | None = None) -> t
         lp += bottleneck >= t
         stage.append(t)
     parts = None
-    if data.parts != (T,):  # ZB-H1's and GPipe's iteration estimates (milp_parts)
+    if data.parts != (T,):  # ZB-H1's and GPipe's iteration estimates (milp.parts)
         objective, parts = part_objective(lp, data, z, cap, before, pair, reshard, send, check)
         lp += objective
     elif data.objective == "bottleneck":

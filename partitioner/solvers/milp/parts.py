@@ -1,7 +1,7 @@
 """MILP: the objectives made of several per-stage parts (ZB-H1's and GPipe's iteration estimates).
 
-The parts (:mod:`.slotschedule`: u and W, F and B) are linear in the layer
-shares ``z`` of :mod:`.milp_model`, so each is exact at integer decisions.
+The parts (:mod:`.slot.schedule`: u and W, F and B) are linear in the layer
+shares ``z`` of :mod:`.formulation`, so each is exact at integer decisions.
 ZB-H1's stage-count factor ``k_P`` is switched per feasible count with a
 big-M on ``active[P]`` (more than P stages): ``Z >= (m - 1) u_j + k_P W_j -
 (k_P - k_J) W_max active[P]``, where ``k_J`` is the factor of the most
@@ -41,7 +41,7 @@ def _coefficients(data: SlotData, part, cap: float) -> list[list]:
 
 def part_objective(lp: pulp.LpProblem, data: SlotData, z: dict, cap: float, before, pair: dict, reshard: list, send: list,
                    check=lambda: None):
-    """Add every part's compute and stage variables and return the objective (see :mod:`.slotschedule`);
+    """Add every part's compute and stage variables and return the objective (see :mod:`.slot.schedule`);
     ``check()`` (the build guard) is called as it grows."""
     J, m = data.slots, data.microbatches
     parts = data.parts

@@ -1,4 +1,4 @@
-"""``milp``: the exact slot model (:mod:`.slotmodel`) as a mixed-integer linear program.
+"""``milp``: the exact slot model (:mod:`.slot`) as a mixed-integer linear program.
 
 Built with PuLP and solved by HiGHS through highspy (default) or by CBC
 (``options={"backend": "cbc"}``). The model is the one ``cpsat`` solves,
@@ -10,7 +10,7 @@ linearised, with times kept in floating-point ms (no integer scaling):
   ``x_ij = before[i][j] - before[i][j+1]`` is 1;
 * ``use[j][g][l]`` (binary): one layout per segment, i.e. per slot ``j``
   and group (module run) ``g`` it covers (``sum_l use[j][g][l] =
-  cover[j][g]``, :mod:`.slotmodel`); several groups: ``size[j][s]``, one
+  cover[j][g]``, :mod:`.slot`); several groups: ``size[j][s]``, one
   size per active slot shared by its segments; the devices sum to N;
 * compute ``sum_{i,l} (fwd + bwd)_{il} z_ijl`` with continuous
   ``z_ijl`` (``sum_l z_ijl = x_ij``, ``z_ijl <= use[j][g(i)][l]``, no ``z``
@@ -29,10 +29,10 @@ linearised, with times kept in floating-point ms (no integer scaling):
   opened in order of first use, ``link_j`` = the two slots share a node;
 * ``t_j = compute_j + reshard_j + x_j + x_{j-1} <= T``; ``bottleneck``
   minimises T, ``iteration`` ``sum t_j + (m - 1) T``;
-* schedules (:mod:`.slotschedule`): the memory rules use the schedule's stash
+* schedules (:mod:`.slot.schedule`): the memory rules use the schedule's stash
   (1F1B and ZB-H1 ``min(m, j + 1)``, GPipe ``m``); ZB-H1's and GPipe's
   ``iteration`` estimates are stated exactly from two parts per slot, each
-  linear in the shares ``z`` (:mod:`.milp_parts`): ZB-H1 minimises ``sum u_j
+  linear in the shares ``z`` (:mod:`.parts`): ZB-H1 minimises ``sum u_j
   + Z`` with ``u_j = t_j - W_j`` and ``Z >= (m - 1) u_j + k_P W_j - (k_P -
   k_J) W_max active[P]`` per feasible count ``P > j`` (``k_P = max(m - P + 1,
   1)``, ``active[P]``: more than P stages, so only the chosen count's factor
@@ -40,7 +40,7 @@ linearised, with times kept in floating-point ms (no integer scaling):
   with ``F_j`` = forward compute + reshards + ``x_{j-1}``, ``B_j`` = backward
   compute + reshards + ``x_j``.
 
-Time coefficients above a cap (:func:`.milp_model.time_cap`: twice the hint's stage
+Time coefficients above a cap (:func:`.formulation.time_cap`: twice the hint's stage
 ceiling, else 1e6 x the analytic bound) are capped: sentinel costs stay out
 of the backends' numerics, the dual bound stays valid (capping only lowers
 times), and a plan whose exact value exceeds the proven bound by more than

@@ -10,7 +10,7 @@ Slots
 Stages are indexed from the *end* of the pipeline: slot ``j`` is stage
 ``p = P - 1 - j``. The 1F1B (and ZB-H1) stash of slot ``j`` is then the
 constant ``min(m, j + 1)``, whatever the number of stages P, and GPipe's is
-``m`` on every slot (:func:`.slotschedule.slot_stash`), so a slot's memory
+``m`` on every slot (:func:`.schedule.slot_stash`), so a slot's memory
 rule does not depend on P. Slots ``0 .. P-1`` are active; slot ``j`` covers the
 layers ``c_j .. c_{j-1} - 1`` with ``c_{-1} = L`` and ``c_{P-1} = 0`` (an
 inactive slot has ``c_j = 0``). Equivalently layer ``i`` sits in slot
@@ -177,7 +177,7 @@ class SlotData:
 
     @property
     def parts(self) -> tuple[Part, ...]:
-        """The per-stage times the objective weighs (:func:`.slotschedule.objective_parts`)."""
+        """The per-stage times the objective weighs (:func:`.schedule.objective_parts`)."""
         return objective_parts(self.schedule, self.objective)
 
     @property
@@ -265,7 +265,7 @@ class SlotData:
         least m times the bottleneck and at least the sum of fastest layer
         times plus (m - 1) bottlenecks. (Reshards and sends only add.) ZB-H1's
         and GPipe's iteration estimates have their own bounds
-        (:func:`~.slotrun.analytic_bound`).
+        (:func:`~.bounds.analytic_bound`).
         """
         return analytic_bound(self.problem, self.objective, nudge=False)
 
@@ -285,7 +285,7 @@ class SlotData:
 def slot_data(problem: Problem, objective: str, check=None) -> SlotData:
     """Precompute the slot model's tables for ``problem`` (default cluster graph only).
 
-    ``check()`` (see :func:`build_guard`) is called as the tables grow.
+    ``check()`` (see :func:`~.run.build_guard`) is called as the tables grow.
     """
     check = check or (lambda: None)
     if problem.cluster.topology is not None:
@@ -526,9 +526,9 @@ class SlotStart:
 
 
 def slot_start(problem: Problem, request: SolveRequest, notes: dict, check, start: SlotStart) -> SlotStart:
-    """Fill ``start`` (so that a :class:`~.slotrun.BuildTimeout` raised midway leaves what is known):
-    the tables, the starting plan (:func:`~.slotrun.starting_plan`) when it fits the slots, and
-    its stage ceiling (:func:`~.slottimes.stage_ceiling_ms`)."""
+    """Fill ``start`` (so that a :class:`~.run.BuildTimeout` raised midway leaves what is known):
+    the tables, the starting plan (:func:`~.run.starting_plan`) when it fits the slots, and
+    its stage ceiling (:func:`~.times.stage_ceiling_ms`)."""
     start.data = slot_data(problem, request.objective, check)
     plan, source = starting_plan(problem, request, notes, check)
     decisions = decisions_of_plan(start.data, plan) if plan is not None else None

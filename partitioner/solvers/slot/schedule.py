@@ -1,8 +1,8 @@
 """What the slot model (``cpsat``, ``milp``) needs to know about the pipeline schedule.
 
 The schedule enters the slot model in two places: the activation stash of
-each slot (memory), and the objective. Both models (:mod:`.cpsat_model`,
-:mod:`.milp_model`) read them from here, so they optimise the same thing.
+each slot (memory), and the objective. Both models (:mod:`.cpsat.formulation`,
+:mod:`.milp.formulation`) read them from here, so they optimise the same thing.
 
 Stash per slot
 --------------

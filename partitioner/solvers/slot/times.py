@@ -1,7 +1,7 @@
 """Integer times for CP-SAT: the one place the slot model's time unit is chosen.
 
 CP-SAT needs integer coefficients. :func:`integer_times` scales every time
-of the slot model (:mod:`.slotmodel`) to integer units so that the model's
+of the slot model (:mod:`.slot`) to integer units so that the model's
 objective of any plan is within a known error of the truth, and
 :func:`conservative_bound` turns a bound on the integer objective back into
 a proven bound in milliseconds. Stage compute is formed from exactly rounded
@@ -62,11 +62,11 @@ class IntegerTimes:
         ``send[c, s, h]``: the transfer into a slot starting at layer ``c``
         (so after layer ``c - 1``) when the smaller of the two stages has
         ``sizes[s - 1]`` devices and the link is kind ``h`` (see
-        :attr:`SlotData.bandwidths`); 0 when ``c == 0`` or ``s == 0`` (no
+        :attr:`~.data.SlotData.bandwidths`); 0 when ``c == 0`` or ``s == 0`` (no
         boundary), capped at ``top + 1``.
     reshard : tuple of dict
         Per group boundary, ``{(mu, nu): units}`` of the forward plus the
-        backward reshard ``2 r`` (:attr:`SlotData.reshard_ms`), capped at ``top + 1``.
+        backward reshard ``2 r`` (:attr:`~.data.SlotData.reshard_ms`), capped at ``top + 1``.
     top : int
         The largest stage time (units) the model allows: a plan with a
         slower stage is not modelled. Without a ceiling it is the largest
@@ -80,7 +80,7 @@ class IntegerTimes:
         one-segment stage.
     error : float
         The same for the objective: ``stage_error`` times the number of stage
-        terms the objective adds (:func:`.slotschedule.error_terms`): 1 for
+        terms the objective adds (:func:`.schedule.error_terms`): 1 for
         ``bottleneck``, ``J + m - 1`` for 1F1B's ``iteration``, ``J + m - 1 +
         k_max`` for ZB-H1's, ``2 (J + m - 1)`` for GPipe's. Every part's own
         error is at most ``stage_error`` (fewer segments' roundings, fewer sends).
@@ -89,7 +89,7 @@ class IntegerTimes:
         range forced a coarser unit; the bound stays valid, but it may not
         prove optimality to the resolution).
     parts : dict
-        For objectives made of several per-stage parts (:attr:`SlotData.parts`:
+        For objectives made of several per-stage parts (:attr:`~.data.SlotData.parts`:
         ZB-H1's u and W, GPipe's F and B), ``{name: (time_prefix, tau)}`` of that
         part, built like ``time_prefix`` and ``tau`` (each is at most the stage
         time t, so the same ``top`` caps it); empty for t alone.
@@ -120,7 +120,7 @@ def stage_ceiling_ms(objective: str, value: float, microbatches: int, schedule: 
     """The slowest stage a plan can have and still not be worse than a plan of objective ``value``.
 
     ``bottleneck`` is the slowest stage; 1F1B's ``iteration`` = sum + (m - 1) max >= m max;
-    other schedules: :func:`.slotschedule.ceiling_ms`.
+    other schedules: :func:`.schedule.ceiling_ms`.
     """
     return ceiling_ms(schedule, objective, value, microbatches)
 
@@ -134,7 +134,7 @@ def integer_times(data: "SlotData", resolution: float = RESOLUTION, ceiling_ms: 
     absolute gap limit of ``error`` units) is within ``3 * error`` units of
     the true optimum. The unit is chosen so that this is at most
     ``resolution`` times the analytic lower bound of the objective
-    (:meth:`SlotData.lower_bound`), hence at most ``resolution`` relative to
+    (:meth:`~.data.SlotData.lower_bound`), hence at most ``resolution`` relative to
     the true optimum -- unless the objective's upper bound would exceed
     :data:`UNIT_CAP` units, where the scale is capped and ``exact`` is
     False (the bound reported through :func:`conservative_bound` stays valid
@@ -208,7 +208,7 @@ def _units(scale: float, ms: float, top: int) -> int:
 
 def _exact_prefixes(data: "SlotData", scale: float, check, part=None) -> list[list[int]]:
     """Per layout, ``round(scale * sum of (fwd + bwd) over layers < i)`` for i = 0..L, exactly
-    (of ``part``'s layer cost instead, :func:`.slotschedule.exact_part`, when given).
+    (of ``part``'s layer cost instead, :func:`.schedule.exact_part`, when given).
 
     Every double is a rational with a power-of-two denominator; the sums are
     formed in integers over a common denominator, then scaled and rounded

@@ -3,7 +3,7 @@
 Modules
 -------
 marks
-    :func:`kernel`, the mark of a function the engine may compile.
+    :func:`~.marks.kernel`, the mark of a function the engine may compile.
 kernels
     The level kernels :mod:`..recursion` calls.
 stage_kernels

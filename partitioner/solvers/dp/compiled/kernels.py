@@ -1,16 +1,16 @@
-"""Kernels of the DP's general recursion (numba-compilable Python): one level of :mod:`.dp_recursion` per call.
+"""Kernels of the DP's general recursion (numba-compilable Python): one level of :mod:`.dp.recursion` per call.
 
 Contract
 --------
-The kernels write the tables of :mod:`.dp_tables` in place: a level's flat
+The kernels write the tables of :mod:`.dp.tables` in place: a level's flat
 buffer ``out`` holds, size group after size group, ``(L + 1, states_g,
 cats_g, N + 1 - d_g)`` blocks, and ``R[pos, column]`` the level below's
-least value per shared key and suffix devices (:func:`shared_rows`, the
-runs of :meth:`.dp_tables.Tables.key_runs`), with ``Rlo``/``Rhi`` the span
+least value per shared key and suffix devices (:func:`_shared_row`, the
+runs of :meth:`.dp.tables.Tables.key_runs`), with ``Rlo``/``Rhi`` the span
 of each key's finite columns. For first layers ``a`` from ``a_hi`` down to
 ``a_lo`` and every size group the kernels take the least over the stage's
 last layer ``b`` and the pairs (new state, outgoing category) of its value
-joined to ``R[b + 1]``, exactly as :mod:`.dp_recursion`'s contract defines
+joined to ``R[b + 1]``, exactly as :mod:`.dp.recursion`'s contract defines
 it, and write each (a, group) block whole (``overwrite``) or take the least
 with what it holds:
 
@@ -18,7 +18,7 @@ with what it holds:
   stash) and transfers: ``w = c + x_out``, fitting incoming category ``r``
   (sorted by ``x``) when ``w + x_r <= lim``; ``minsum`` stores ``(w + H) +
   x``, ``minmax`` ``max(w + x, H)``;
-* :func:`options_level` -- a stage valued by a spec of :mod:`.dp_options`
+* :func:`options_level` -- a stage valued by a spec of :mod:`.dp.options`
   over its Pareto options (zb-h1: ``u``, ``g = (m - 1) u + k W``; GPipe:
   ``F``, ``B``), joined by ``max`` or ``+``, in the spec's own arithmetic.
 
@@ -26,7 +26,7 @@ With ``self_feed`` (the "K or more stages" bucket level) row ``a`` of ``R``
 also takes the level's own row ``a`` once it is final, so lower first
 layers see suffixes of this level too. A call runs on one thread
 (numba's parallel loops measured 4x slower than one thread on the shared
-2-core machine, threads spinning at every level); :mod:`.dp_recursion`
+2-core machine, threads spinning at every level); :mod:`.dp.recursion`
 shares a level's calls among threads.
 
 Every float is formed in the order the numpy definition forms it, and
@@ -56,7 +56,7 @@ in the layout's order) = (size, block offset, block stride per first
 layer, pair starts, and per pair: its key's column offset in R, its key,
 its new state's accumulator index, its outgoing category; state starts and
 per local state its accumulator index or -1; category starts), ``runs`` =
-:meth:`.dp_tables.Tables.key_runs` plus the keys' column offsets and
+:meth:`.dp.tables.Tables.key_runs` plus the keys' column offsets and
 widths, ``xs[a, col]`` each group's incoming transfers at first layer a
 (columns from the category starts), sorted in ``xs_sorted`` with each
 category's ``rank``.
@@ -366,7 +366,7 @@ def _spec_low(kind, s, k, OA, OB, o0, F):
 
 @kernel(inline=True)
 def _spec_value(kind, s, k, f_cap, low, OA, OB, o0, F, xo, xi, minmax, lim):
-    """A stage's value under the spec (see :mod:`.dp_options`): options ``OA[o0 + f]``, ``OB[o0 + f]``
+    """A stage's value under the spec (see :mod:`.dp.options`): options ``OA[o0 + f]``, ``OB[o0 + f]``
     (zb-h1: U and W; GPipe: F and B), formed as the spec forms them."""
     if kind == ZB:
         x = xo + xi
@@ -544,7 +544,7 @@ def options_level(out, a_stride, R, Rlo, Rhi, Rout, Rout_lo, Rout_hi, first, a_l
 @kernel()
 def prefix_devices(CB1, sizes, lim, N):
     """prefix[a]: the fewest devices stages of compute at most ``lim`` (``CB1[i, a, b]``, stash 1)
-    need to cover layers 0..a-1; ``2 N + 1`` when none can (:func:`.dp_recursion.prefix_devices`).
+    need to cover layers 0..a-1; ``2 N + 1`` when none can (:func:`.dp.recursion.prefix_devices`).
     First layers in order: prefix[a] is final once every stage ending before a is in, and each stage
     a..b is read along its row."""
     S, L = CB1.shape[0], CB1.shape[1]

@@ -1,11 +1,11 @@
-"""Loops of :meth:`.dp_stage.StageCosts.matrix` and ``options`` (numba-compilable Python, run as they are or
+"""Loops of :meth:`.dp.stage.StageCosts.matrix` and ``options`` (numba-compilable Python, run as they are or
 compiled by :mod:`.engine`): one (size, stash).
 
 Contract
 --------
 Each kernel takes the least, entry by entry, of ``best[a, b]`` (``inf`` at
 first) and the value of every config choice the numpy rule of
-:mod:`.dp_stage` considers, formed by the same float operations in the same
+:mod:`.dp.stage` considers, formed by the same float operations in the same
 order:
 
 * :func:`single_segment` -- stages inside one run: per config (in config
@@ -16,7 +16,7 @@ order:
 * :func:`spanning_one` -- one config of the size: a spanning stage is the
   plain forward sum from ``a`` (``np.cumsum`` of ``t[a..b]``).
 * :func:`spanning` -- several configs, stages from run ``k0`` into a later
-  run: steps 1-4 of :mod:`.dp_stage`, one first layer at a time. Per mesh of
+  run: steps 1-4 of :mod:`.dp.stage`, one first layer at a time. Per mesh of
   the last segment a frontier of (time so far, memory so far), sorted by
   memory with strictly falling time, so the least time that fits a room is
   the last point that fits; the first segment's time is the backward
@@ -334,7 +334,7 @@ def _sort_by_memory(u, w, m, n):
 @kernel()
 def options_spanning(U, W, C, one, two, js, mesh, meshes, ends, wp, ap, stash, cap, runs, q1, q2, k0, size):
     """Stages from run ``k0`` into a later run with (part 1, part 2, memory) frontiers per mesh (steps 1-4 of
-    :mod:`.dp_stage`, "Options"); ``q1, q2[k, src, dst]`` the parts' reshard terms entering run k;
+    :mod:`.dp.stage`, "Options"); ``q1, q2[k, src, dst]`` the parts' reshard terms entering run k;
     ``size`` as in :func:`spanning`."""
     R, J, L = runs.shape[0], js.shape[0], one.shape[1]
     st0, en0 = runs[k0, 0], runs[k0, 1]
