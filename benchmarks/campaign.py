@@ -41,6 +41,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -63,6 +64,7 @@ CATEGORIES = ("traceback", "hang", "wrong_optimal", "error_where_others_answer",
 HF = ROOT / "tests" / "fixtures" / "hf"
 PRESETS = ROOT / "models"
 EXACT = ("dp", "cpsat", "milp", "brute")
+PROGRESS = re.compile(r"^\S.* \(\d+ s\)$")  # a piped command's progress line on stderr (cli.common.working)
 MEMORY_RULE = 6  # evaluate's memory rule: export still writes a plan over it (partitioner.export.read)
 REL_TOL = 1e-6  # values of two exact methods agree to this (the solvers' objective tolerance is 1e-9)
 HOSTILE = (0, -1, 1, 2, 3, 7, 2**31, 10**9, 2**63, 10**30, 0.5, -0.0, 1e308, "x", "", "8", None, True, False, [], [1],
@@ -565,7 +567,7 @@ def door_sigint(rng: random.Random, ctx: Context) -> Outcome:
         o.flag("hang", "no exit within 120 s of the interrupt")
         return o
     o.seconds = time.monotonic() - began
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = [line for line in err.splitlines() if line.strip() and not PROGRESS.match(line)]
     if "Traceback" in err:
         o.flag("traceback", err.strip().splitlines()[-1])
     elif sent and proc.returncode != 0 and (proc.returncode != 130 or lines != ["interrupted"]):

@@ -5,12 +5,14 @@ package root imported everything before any command code ran). The
 deterministic cases raise the interrupt exactly while a chosen module loads
 (an import hook), or while Typer parses, or inside the command; the slow
 one sends real signals to a running ``plan`` at several moments after the
-interpreter has started (an interrupt inside the interpreter's own start-up,
-before any code of the package runs, is Python's and not checked).
+interpreter has started and imported the package root (an interrupt inside
+the interpreter's own start-up, or while it runs the root's few statements
+before any entry point's guard, is Python's and not checked).
 """
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -54,11 +56,17 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}
 
 
+# a progress line of a piped command (partitioner.cli.common.working): "planning ...: <phase> (12 s)"
+PROGRESS = re.compile(r"^\S.* \(\d+ s\)$")
+
+
 def _assert_interrupted(proc: subprocess.CompletedProcess) -> None:
+    """Exit 130, no traceback, and ``interrupted`` the one line on stderr besides the progress lines before it."""
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.returncode == 130, (proc.returncode, proc.stderr[-3000:])
-    assert lines == ["interrupted"], proc.stderr[-3000:]
+    assert lines[-1:] == ["interrupted"], proc.stderr[-3000:]
+    assert all(PROGRESS.match(line) for line in lines[:-1]), proc.stderr[-3000:]
 
 
 @pytest.mark.parametrize("module", [
@@ -88,10 +96,13 @@ def test_the_package_root_loads_nothing_until_a_name_is_used():
     assert proc.stdout.splitlines()[1] == "True"
 
 
-# The CLI as `python -m partitioner` runs it, once the interpreter is up: a side file says so.
+# The CLI as `python -m partitioner` runs it, once the interpreter is up and runpy has imported the package
+# root (a few statements that no code of the package can guard: its entry points' guards run after it): a side
+# file says so.
 _READY = textwrap.dedent(
     """
     import runpy, sys
+    import partitioner
     open(sys.argv[1], "w").close()
     sys.argv = ["partitioner", *sys.argv[2:]]
     runpy.run_module("partitioner", run_name="__main__", alter_sys=True)
