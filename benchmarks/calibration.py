@@ -36,6 +36,12 @@ the backward's tensor-parallel all-reduce overlapped with the weight
 gradients as the paper says, Sec. 6.2) and the same default constants;
 ratio = published time / predicted time (above 1: optimistic).
 
+A third part, :mod:`benchmarks.calibration_runs`: the published MoE,
+long-context and dense BF16 runs of :mod:`benchmarks.published`, each with
+its layout forced (:func:`partitioner.planning.forced.estimate_forced`),
+summarised per regime on the calibration and the held-out sources, with the
+measured and predicted order of every family of layouts.
+
 Run from the repository root::
 
     python -m benchmarks.calibration          # writes results/calibration.{json,md}
@@ -67,6 +73,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.calibration_runs import calibrate_runs  # noqa: E402
+from benchmarks.calibration_runs import to_markdown as runs_markdown  # noqa: E402
 from partitioner import evaluate  # noqa: E402
 from partitioner.costs import (  # noqa: E402
     TIME_TERMS,
@@ -186,7 +194,7 @@ def _replay(row: Sc21Row, opts: dict[str, Any]):
         raise ValueError(f"{row.params}: fewer decoder layers than {row.pp} x {v} chunks")
     ev = evaluate(problem, plan)
     sim = simulate_plan(problem, plan, ev)
-    iteration_ms = float(sim["makespan_ms"]) if sim else ev.iteration_ms
+    iteration_ms = float(sim.makespan_ms)
     return iteration_ms, ev, sim, cluster
 
 
@@ -196,7 +204,7 @@ def evaluate_row(row: Sc21Row, options: dict[str, Any] | None = None) -> dict[st
     iteration_ms, ev, sim, cluster = _replay(row, opts)
     predicted = eq3_flops(row) / (iteration_ms / 1e3 * row.gpus) / 1e12
     ratio = predicted / row.tflops
-    peak_memory = max(sim["peak_memory_bytes"]) if sim and sim.get("peak_memory_bytes") else None
+    peak_memory = sim.peak_bytes
     return {
         "params": row.params, "hidden": row.hidden, "layers": row.layers, "tp": row.tp, "pp": row.pp, "dp": row.dp,
         "gpus": row.gpus, "global_batch": row.global_batch, "microbatch": row.microbatch,
@@ -204,7 +212,7 @@ def evaluate_row(row: Sc21Row, options: dict[str, Any] | None = None) -> dict[st
         "published_tflops": row.tflops, "predicted_tflops": predicted, "ratio": ratio, "abs_ln_ratio": abs(math.log(ratio)),
         "iteration_ms": iteration_ms, "published_iteration_ms": eq3_flops(row) / (row.tflops * 1e12 * row.gpus) * 1e3,
         "peak_memory_bytes": peak_memory, "gpu_memory_bytes": cluster.gpu_memory_bytes,
-        "bubble_ratio": sim.get("bubble_ratio") if sim else None,
+        "bubble_ratio": sim.bubble_ratio,
         "weight_bytes": max(s.weight_bytes for s in ev.stages),
     }
 
@@ -301,7 +309,7 @@ def evaluate_mlsys23(row: Mlsys23Row, setting: str, options: dict[str, Any] | No
         "published_s": published_s, "predicted_s": predicted_s, "ratio": ratio, "abs_ln_ratio": abs(math.log(ratio)),
         "predicted_mfu": mlsys23_model_flops(row) / (predicted_s * row.gpus * cluster.peak_tflops * 1e12),
         "published_mfu": row.published_mfu if setting == "present work" else None,
-        "peak_memory_bytes": max(sim["peak_memory_bytes"]) if sim and sim.get("peak_memory_bytes") else None,
+        "peak_memory_bytes": sim.peak_bytes,
         "gpu_memory_bytes": cluster.gpu_memory_bytes,
     }
 
@@ -391,10 +399,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                                      if k != "worst_row_terms_ms"},
                               "ratios": {r["params"]: r["ratio"] for r in modern["rows"]}}
     doc["mlsys23"] = calibrate_mlsys23()
+    doc["published_runs"] = calibrate_runs()
+    host = calibrate_runs({"moe_host_ms": 8.0})  # the optional host floor, as a sensitivity (DESIGN.md)
+    doc["published_runs"]["host_floor"] = {"options": host["options"], "summary": host["summary"],
+                                           "families": host["families"]}
     doc["seconds"] = time.perf_counter() - start
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "calibration.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (args.out / "calibration.md").write_text(to_markdown(doc))
+    (args.out / "calibration.md").write_text(to_markdown(doc) + "\n" + runs_markdown(doc["published_runs"]))
     for r in doc["rows"]:
         print(f"{r['params']:>7}: predicted {r['predicted_tflops']:6.1f} TFLOP/s, published {r['published_tflops']:.0f}, "
               f"ratio {r['ratio']:.3f}, memory {_gib(r['peak_memory_bytes'])} GiB")
@@ -406,6 +418,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     s = doc["mlsys23"]["summary"]
     print(f"MLSys'23 Table 5: median |ln ratio| {s['median_abs_ln_ratio']:.3f}, worst {s['worst_abs_ln_ratio']:.3f} "
           f"({s['worst_row']})")
+    for split, per in doc["published_runs"]["summary"].items():
+        for regime, v in per.items():
+            print(f"published runs, {split} {regime}: {v['rows']} rows, median |ln ratio| {v['median_abs_ln_ratio']:.3f}, "
+                  f"worst {v['worst_abs_ln_ratio']:.3f} ({v['worst_row']})")
+    for f in doc["published_runs"]["families"]:
+        print(f"family {f['family']}: {len(f['flipped'])} of {f['pairs']} pairs flipped")
     return doc
 
 

@@ -146,10 +146,10 @@ def evaluate_run(run: PublishedRun) -> dict[str, Any]:
         plan = dataclasses.replace(plan, stages=tuple(dataclasses.replace(s, variant=knobs.name) for s in plan.stages))
     ev = evaluate(problem, plan)
     sim = simulate_plan(problem, plan, ev)
-    iteration_ms = float(sim["makespan_ms"]) if sim else ev.iteration_ms
+    iteration_ms = float(sim.makespan_ms)
     predicted = gbs * run.seq_len / (iteration_ms / 1e3) / run.gpus
     published = run.value(TOKENS)
-    peak = max(sim["peak_memory_bytes"]) if sim and sim.get("peak_memory_bytes") else None
+    peak = sim.peak_bytes
     usable = usable_memory_bytes(cluster, CostOptions.from_mapping({k: v for k, v in opts.items()
                                                                     if k in ("memory_count",)}))
     return {

@@ -50,6 +50,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -678,6 +679,28 @@ def _plan_findings(plans: list[dict]) -> list[str]:
     return [text, ""]
 
 
+def issue32_targets(runs: dict[str, Any] | None) -> list[str]:
+    """Issue 32's targets on the published MoE / long-context runs (benchmarks.calibration_runs): per split and
+    regime, median <= 0.10 and worst <= 0.25 abs(ln predicted/published); at most one flipped pair per family."""
+    if not runs:
+        return []
+    lines = []
+    for split in ("calibration", "holdout"):
+        for regime, v in runs["summary"].get(split, {}).items():
+            if regime == "all":
+                continue
+            met = v["median_abs_ln_ratio"] <= 0.10 and v["worst_abs_ln_ratio"] <= 0.25
+            lines.append(
+                f"| issue 32: published {regime} runs ({split}, {v['rows']} rows), layout forced, median / worst "
+                f"abs(ln) <= 0.10 / 0.25 | {v['median_abs_ln_ratio']:.3f} / {v['worst_abs_ln_ratio']:.3f} "
+                f"({v['worst_row']}) | {'yes' if met else 'no'} | |")
+    for f in runs["families"]:
+        met = len(f["flipped"]) <= 1
+        lines.append(f"| issue 32: family {f['family']}, predicted order as measured (<= 1 flipped pair) | "
+                     f"{len(f['flipped'])} of {f['pairs']} flipped | {'yes' if met else 'no'} | |")
+    return lines
+
+
 def write_report(out: Path, quick: bool) -> Path:
     solvers = json.loads((out / "solvers.json").read_text()) if (out / "solvers.json").exists() else []
     throughput = json.loads((out / "throughput.json").read_text()) if (out / "throughput.json").exists() else {}
@@ -741,6 +764,7 @@ def write_report(out: Path, quick: bool) -> Path:
                 f"{ms['median_abs_ln_ratio']:.3f} / {ms['worst_abs_ln_ratio']:.3f} ({ms['worst_row']}) | "
                 f"{'yes' if met else 'no'} | |"
             )
+        lines += issue32_targets(calibration.get("published_runs"))
     first_run = out / "first_run.md"  # python -m benchmarks.first_run (a fresh clone, an empty cache, under load)
     if first_run.exists():
         lines += ["", *first_run.read_text().splitlines()]

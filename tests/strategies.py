@@ -14,7 +14,7 @@ memory tight enough that variants and tp decide what fits.
 """
 from __future__ import annotations
 
-from hypothesis import settings
+from hypothesis import assume, settings
 from hypothesis import strategies as st
 
 from partitioner.cluster.placement import node_assignment_ids, size_sequences
@@ -379,4 +379,63 @@ def boundary_problems(draw, max_layers: int = 5, schedules: tuple[str, ...] = ("
     peaks = evaluate(relaxed, found.plan).peak_memory_bytes
     on = draw(st.sampled_from([max(peaks), draw(st.sampled_from(peaks))]))
     doc["cluster"]["gpu_memory_bytes"] = max(1, on + draw(st.sampled_from([-1, 0, 0, 1])))
+    return Problem.from_dict(doc)
+
+
+# Rack shapes for :func:`small_rack_problems`: (nodes, gpus_per_node); nodes of 3, 5 and 6 GPUs have
+# in-node sizes that need not divide the node (an NVL72 rack's 16 and 32 in small).
+RACK_SHAPES = [(1, 3), (1, 5), (1, 6), (1, 8), (2, 3), (2, 4), (2, 5), (3, 3)]
+
+
+@st.composite
+def small_rack_problems(draw, max_layers: int = 6, objectives=("bottleneck", "iteration"),
+                        schedules: tuple[str, ...] = ("1f1b",)) -> Problem:
+    """A random small problem on partial racks (DESIGN.md "2026-12-03: partial racks").
+
+    The cluster states its in-node ``stage_sizes`` (a random subset of 1..G, so sizes that do not divide
+    the node and sets without 1) and/or that the job uses ``devices`` of its GPUs (the last node partly),
+    at most 10 used GPUs so that ``brute`` serves as the oracle. Layers take layouts of the sizes the
+    cluster allows; costs, memory, transfers and bandwidths are drawn as :func:`small_problems` does.
+    """
+    nodes, gpus = draw(st.sampled_from(RACK_SHAPES))
+    which = draw(st.sampled_from(["sizes", "devices", "both"]))
+    stage_sizes = None
+    if which in ("sizes", "both"):
+        stage_sizes = sorted(draw(st.lists(st.integers(1, gpus), min_size=1, max_size=gpus, unique=True)))
+    devices = None
+    if which in ("devices", "both"):
+        devices = draw(st.integers((nodes - 1) * gpus + 1, nodes * gpus))
+    cluster = Cluster(nodes, gpus, 1, 1.0, 1.0, None, None if stage_sizes is None else tuple(stage_sizes), devices)
+    sizes = cluster.allowed_sizes()
+    all_layouts = [(dp, d // dp) for d in sizes for dp in range(1, d + 1) if d % dp == 0 and d // dp <= gpus]
+    assume(all_layouts)  # every stated size is larger than the one partly used node
+    scale = draw(st.sampled_from([0.0, 1.0, 1.0, 1.0]))
+    shared = draw(st.one_of(st.just(all_layouts), st.lists(st.sampled_from(all_layouts), min_size=1,
+                                                             max_size=len(all_layouts), unique=True)))
+    layers = []
+    for i in range(draw(st.integers(1, max_layers))):
+        chosen = shared if draw(st.integers(0, 9)) < 7 else draw(
+            st.lists(st.sampled_from(all_layouts), min_size=1, max_size=len(all_layouts), unique=True))
+        base = draw(st.integers(1, 40))
+        costs = {}
+        for dp, tp in chosen:
+            fwd = round(base / (draw(st.floats(0.3, 1.2)) * dp * tp), 3)
+            costs[f"dp{dp}tp{tp}"] = {
+                "fwd_ms": fwd,
+                "bwd_ms": round(fwd * draw(st.floats(0.0, 2.5)), 3),
+                "weight_bytes": draw(st.integers(0, 40)) // tp,
+                "act_bytes": draw(st.integers(0, 12)) // (dp * tp),
+            }
+        layers.append({"name": f"l{i}", "module": "m", "out_bytes": int(draw(st.integers(0, 4000)) * scale), "costs": costs})
+    doc = _document(draw, 1, nodes, gpus, layers, (25, 300), objectives)
+    limit = min(len(layers), cluster.num_devices)
+    if isinstance(doc.get("stages"), int) and doc["stages"] > limit or isinstance(doc.get("stages"), dict) and doc["stages"]["min"] > limit:
+        doc["stages"] = limit
+    elif isinstance(doc.get("stages"), dict):
+        doc["stages"]["max"] = min(doc["stages"]["max"], limit)
+    if stage_sizes is not None:
+        doc["cluster"]["stage_sizes"] = stage_sizes
+    if devices is not None:
+        doc["cluster"]["devices"] = devices
+    doc["training"]["schedule"] = draw(st.sampled_from(schedules))
     return Problem.from_dict(doc)

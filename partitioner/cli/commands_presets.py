@@ -58,6 +58,10 @@ def plan_cmd(
     model: str = typer.Option(..., "--model", help="Model preset name or YAML / config.json path (see `partitioner models`)."),
     cluster: str = typer.Option(..., "--cluster", help="Cluster preset name or YAML path (see `partitioner clusters`)."),
     nodes: int = typer.Option(..., "--nodes", help="Number of nodes."),
+    gpus: Optional[int] = typer.Option(None, "--gpus",
+                                       help="GPUs the job uses (default: all of the nodes): every GPU of the first "
+                                            "nodes and part or all of the last, e.g. 64 of one 72-GPU NVL72 rack; "
+                                            "stage sizes inside a node then follow the preset's stage_sizes."),
     global_batch: int = typer.Option(..., "--global-batch", help="Samples per iteration."),
     microbatches: str = typer.Option("auto", "--microbatches", help="Microbatches per iteration, or 'auto' (divisors of the batch)."),
     method: str = typer.Option("dp", "--method", "-m", help="Solver (dp, cpsat, milp, brute, greedy, ...)."),
@@ -110,7 +114,7 @@ def plan_cmd(
     from ..presets import Workload, load_model, sequence_summary
 
     opts = _plan_options(
-        nodes=nodes, global_batch=global_batch, microbatches=_microbatches(microbatches), method=method,
+        nodes=nodes, gpus=gpus, global_batch=global_batch, microbatches=_microbatches(microbatches), method=method,
         objective=objective, time_limit=time_limit, options=parse_options(cost_option), profile=profile,
         max_stages=max_stages, schedule=schedule, virtual_stages=virtual_stages, target=target, knob_solves=knob_solves,
         precision=precision, fp8_recipe=fp8_recipe, memory_budget_gb=memory_budget,

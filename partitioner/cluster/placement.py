@@ -14,6 +14,13 @@ Two readings of a link pattern:
   link).
 * ``exact=True`` -- additionally, unlinked adjacent in-node pairs must sit on
   different nodes (needed when ``intra_node_GBps < inter_node_GBps``).
+
+A cluster whose job leaves the last GPUs of its last node idle (``devices``,
+DESIGN.md "2026-12-03: partial racks") packs its in-node runs into bins of
+the GPUs used per node: ``gpus_per_node`` for every node but the last, which
+holds ``last_node_gpus``; multi-node stages take whole nodes, never the
+partly used one. Which bin is that node matters only to the ids:
+:func:`node_assignment_ids` numbers it last, so the idle ids are the last.
 """
 from __future__ import annotations
 
@@ -85,7 +92,10 @@ def pack_runs(cluster: Cluster, sizes: Sequence[int], links: Sequence[bool], exa
         for i in range(len(runs) - 1):
             if sizes[runs[i][-1]] < G and sizes[runs[i + 1][0]] < G:
                 conflict.add((i, i + 1))
-    bin_of = _pack([run_size[i] for i in in_node], in_node, bins, G, conflict)
+    capacities = [G] * bins
+    if cluster.last_node_gpus != G and bins:
+        capacities[-1] = cluster.last_node_gpus  # the partly used last node (DESIGN "partial racks")
+    bin_of = _pack([run_size[i] for i in in_node], in_node, capacities, conflict)
     if bin_of is None:
         return None
     stage_bin: list[int | None] = [None] * len(sizes)
@@ -117,12 +127,13 @@ def label_nodes(sizes: Sequence[int], stage_bin: Sequence, gpus_per_node: int) -
     return assignment
 
 
-def _pack(items: list[int], ids: list[int], bins: int, capacity: int, conflict: set) -> dict[int, int] | None:
-    """Exact bin packing: every bin filled to ``capacity``; returns item id -> bin."""
-    if sum(items) != bins * capacity:
+def _pack(items: list[int], ids: list[int], capacities: list[int], conflict: set) -> dict[int, int] | None:
+    """Exact bin packing: every bin filled to its capacity; returns item id -> bin."""
+    bins = len(capacities)
+    if sum(items) != sum(capacities):
         return None
     order = sorted(range(len(items)), key=lambda j: -items[j])
-    residual = [capacity] * bins
+    residual = list(capacities)
     where: dict[int, int] = {}
     neighbours: dict[int, set[int]] = {}
     for a, b in conflict:
@@ -159,8 +170,14 @@ def _pack(items: list[int], ids: list[int], bins: int, capacity: int, conflict: 
 
 
 def node_assignment_ids(cluster: Cluster, sizes: Sequence[int], assignment: Assignment) -> list[tuple[int, ...]]:
-    """Device ids per stage from a node assignment; in-node stages fill their node in stage order."""
+    """Device ids per stage from a node assignment; in-node stages fill their node in stage order.
+
+    When the job leaves the last node partly idle, the one node of the assignment that is not filled
+    is renumbered the last (and the last one takes its number): the times depend only on which stages
+    share a node, and the idle ids are then ``num_devices..`` as the format says.
+    """
     G = cluster.gpus_per_node
+    assignment = _partial_node_last(cluster, sizes, assignment)
     used = [0] * cluster.nodes
     ids: list[tuple[int, ...]] = []
     for size, where in zip(sizes, assignment):
@@ -175,6 +192,29 @@ def node_assignment_ids(cluster: Cluster, sizes: Sequence[int], assignment: Assi
     return ids
 
 
+def _partial_node_last(cluster: Cluster, sizes: Sequence[int], assignment: Assignment) -> Assignment:
+    """``assignment`` with the partly used node (if the job has one) swapped with the last node."""
+    G, last = cluster.gpus_per_node, cluster.nodes - 1
+    if cluster.last_node_gpus == G:
+        return assignment
+    fill = [0] * cluster.nodes
+    for size, where in zip(sizes, assignment):
+        if not isinstance(where, tuple):
+            fill[where] += size
+    whole = {n for where in assignment if isinstance(where, tuple) for n in where}
+    partly = [n for n in range(cluster.nodes) if n not in whole and fill[n] != G]
+    if len(partly) != 1 or partly[0] == last:
+        return assignment
+    swap = {partly[0]: last, last: partly[0]}
+
+    def moved(where):
+        if isinstance(where, tuple):
+            return tuple(swap.get(n, n) for n in where)
+        return swap.get(where, where)
+
+    return [moved(where) for where in assignment]
+
+
 def contiguous_node_assignment(cluster: Cluster, sizes: Sequence[int]) -> Assignment | None:
     """First-fit in stage order: each in-node stage goes to the first node with room.
 
@@ -183,22 +223,26 @@ def contiguous_node_assignment(cluster: Cluster, sizes: Sequence[int]) -> Assign
     G = cluster.gpus_per_node
     used: list[int] = []  # fill of the bins opened so far
     bins_total = cluster.nodes - sum(s // G for s in sizes if s > G)
+    # the GPUs used per bin: the last bin opened is the partly used last node, if the job has one
+    capacity = [G] * bins_total
+    if bins_total and cluster.last_node_gpus != G:
+        capacity[-1] = cluster.last_node_gpus
     stage_bin: list = []
     for s in sizes:
         if s > G:
             stage_bin.append(None)
             continue
         for b in range(len(used)):
-            if used[b] + s <= G:
+            if used[b] + s <= capacity[b]:
                 used[b] += s
                 stage_bin.append(b)
                 break
         else:
-            if len(used) == bins_total:
+            if len(used) == bins_total or s > capacity[len(used)]:
                 return None
             used.append(s)
             stage_bin.append(len(used) - 1)
-    if any(u != G for u in used) or len(used) != bins_total:
+    if len(used) != bins_total or any(u != c for u, c in zip(used, capacity)):
         return None
     return label_nodes(sizes, stage_bin, G)
 

@@ -30,7 +30,7 @@ from .profile import _apply_profile_doc, load_profile
 from .recompute import applicable_modules, module_chain, setting_of
 from .variants import Knobs, applies, describe, variant_knobs
 
-__all__ = ["build_problem", "ProblemBuilder", "cluster_layouts", "layouts_for", "ep_splits", "cp_offered",
+__all__ = ["build_problem", "ProblemBuilder", "cluster_layouts", "job_cluster_fields", "layouts_for", "ep_splits", "cp_offered",
            "cost_signature", "usable_memory_bytes", "tied_layers", "recompute_settings"]
 
 
@@ -60,15 +60,17 @@ def layouts_for(layer: PipelineLayer, cluster_layouts: Sequence[Layout], microba
 def ep_splits(experts: int, layout: Layout, gpus_per_node: int, opts: CostOptions) -> list[tuple[int, int]]:
     """The ``(ep, etp)`` with ep > 1 offered on a layer of a module with ``experts`` routed experts at ``layout``.
 
-    ep from ``ep_degrees`` (default: the powers of two from 2 to ``gpus_per_node``), etp from
-    ``etp_degrees``; ep must divide the experts and ep x etp the config's ``dp tp cp``
-    (:func:`~.axes.experts.ep_problem`).
+    ep from ``ep_degrees`` (default: the powers of two from 2 up to the experts, inside a node and across
+    nodes), etp from ``etp_degrees`` (default: 1 and the config's tp); ep must divide the experts and
+    ep x etp the config's ``dp tp cp`` (:func:`~.axes.experts.ep_problem`). ``gpus_per_node`` is kept for
+    callers; the default degrees no longer stop at a node.
     """
     axes = opts.axes
-    degrees = axes.ep_degrees or tuple(1 << i for i in range(1, gpus_per_node.bit_length()) if 1 << i <= gpus_per_node)
+    degrees = axes.ep_degrees or tuple(1 << i for i in range(1, experts.bit_length()) if 1 << i <= experts)
+    etps = axes.etp_degrees or tuple(dict.fromkeys((1, layout.tp)))
     out = []
     for ep in degrees:
-        for etp in axes.etp_degrees:
+        for etp in etps:
             if ep > 1 and (ep, etp) not in out and ep_problem(experts, layout.dp, layout.tp, layout.cp, ep, etp) is None:
                 out.append((ep, etp))
     return out
@@ -140,10 +142,48 @@ def recompute_settings(layers: Sequence[PipelineLayer], cluster: ClusterSpec, op
     return tuple(module_chain(candidates))
 
 
-def cluster_layouts(gpus_per_node: int, nodes: int, cp_degrees: Sequence[int] = (1,)) -> list[Layout]:
+def job_cluster_fields(cluster: ClusterSpec, nodes: int, gpus: int | None) -> dict[str, Any]:
+    """The partial-rack fields of a problem's cluster for a job on ``gpus`` GPUs of ``nodes`` nodes (None: all).
+
+    With ``gpus``, stage sizes inside a node follow the preset's ``stage_sizes`` (rule 3's powers of two
+    when it states none); when the last node is used in part, ``devices`` is ``gpus`` and the GPUs used on
+    that node are a stage size too (a 64-GPU job on one NVL72 rack may be one 64-GPU stage). DESIGN.md,
+    "2026-12-03: partial racks".
+
+    Raises
+    ------
+    ProblemError
+        ``gpus`` is not an integer in ``(nodes - 1) * gpus_per_node + 1 .. nodes * gpus_per_node`` (path ``gpus``).
+    """
+    if gpus is None:
+        return {}
+    g = cluster.gpus_per_node
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not (nodes - 1) * g < gpus <= nodes * g:
+        uses = (f"part or all of one {cluster.name} node" if nodes == 1 else
+                f"every GPU of {nodes - 1} {cluster.name} nodes and part or all of one more (give fewer nodes for a "
+                "smaller job)")
+        raise ProblemError(f"must be an integer in {(nodes - 1) * g + 1}..{nodes * g}: the job uses {uses}, got {gpus!r}",
+                           path="gpus")
+    fields: dict[str, Any] = {}
+    sizes = None if cluster.stage_sizes is None else set(cluster.stage_sizes)
+    last = gpus - (nodes - 1) * g
+    if last < g:
+        fields["devices"] = gpus
+        if sizes is None:
+            sizes = {1 << i for i in range(g.bit_length()) if g % (1 << i) == 0}
+        sizes.add(last)
+    if sizes is not None:
+        fields["stage_sizes"] = sorted(sizes)
+    return fields
+
+
+def cluster_layouts(gpus_per_node: int, nodes: int, cp_degrees: Sequence[int] = (1,), *,
+                    stage_sizes: Sequence[int] | None = None, devices: int | None = None) -> list[Layout]:
     """Every (dp, tp, cp) whose size dp x tp x cp rule 3 allows, tp a power of two within a node, cp from
-    ``cp_degrees``: first the cp = 1 layouts (format v1's), then each cp > 1 in turn."""
-    cluster = Cluster(nodes, gpus_per_node, 1, 1.0, 1.0)
+    ``cp_degrees``: first the cp = 1 layouts (format v1's), then each cp > 1 in turn. ``stage_sizes`` and
+    ``devices``: the cluster's partial-rack fields (:func:`job_cluster_fields`)."""
+    cluster = Cluster(nodes, gpus_per_node, 1, 1.0, 1.0, None,
+                      None if stage_sizes is None else tuple(sorted(stage_sizes)), devices)
     out = []
     for cp in [1, *sorted(set(cp_degrees) - {1})]:
         for d in cluster.allowed_sizes():
@@ -171,6 +211,7 @@ def build_problem(
     objective: str = "iteration",
     profile: str | Path | Sequence[Mapping[str, Any]] | None = None,
     max_stages: int | None = None,
+    gpus: int | None = None,
 ) -> Problem:
     """A problem for training ``model`` on ``nodes`` nodes of ``cluster``.
 
@@ -194,6 +235,8 @@ def build_problem(
         Profiled per-layer times replacing the analytic ones (:func:`~.profile.apply_profile`).
     max_stages : int, optional
         Upper bound on the number of stages (default: min(layers, GPUs)).
+    gpus : int, optional
+        GPUs the job uses (default: all): the cluster's partial-rack fields (:func:`job_cluster_fields`).
 
     Returns
     -------
@@ -202,7 +245,7 @@ def build_problem(
         batch, FLOPs per iteration, peak FLOPs and per-layer export hints.
     """
     builder = ProblemBuilder(model, cluster, nodes=nodes, options=options, objective=objective, profile=profile,
-                             max_stages=max_stages)
+                             max_stages=max_stages, gpus=gpus)
     return builder.build(global_batch, microbatches)
 
 
@@ -221,11 +264,13 @@ class ProblemBuilder:
 
     def __init__(self, model: str | ModelSpec, cluster: str | ClusterSpec, *, nodes: int,
                  options: Mapping[str, Any] | CostOptions | None = None, objective: str = "iteration",
-                 profile: str | Path | Sequence[Mapping[str, Any]] | None = None, max_stages: int | None = None):
+                 profile: str | Path | Sequence[Mapping[str, Any]] | None = None, max_stages: int | None = None,
+                 gpus: int | None = None):
         self.spec = load_model(model)
         self.cluster = load_cluster(cluster)
         self.opts = CostOptions.from_mapping(options)
         self.nodes, self.objective, self.profile, self.max_stages = nodes, objective, profile, max_stages
+        self.gpus = gpus
         self._static: tuple[list[PipelineLayer], list[int], list[Knobs] | None, list[Layout]] | None = None
         self._terms: dict[tuple[int, int, float, str, int, int], tuple[float, float, float, float]] = {}
         self._experts = {m.name: m.experts for m in self.spec.modules if m.experts > 0}
@@ -236,7 +281,9 @@ class ProblemBuilder:
             layers = model_layers(self.spec, self.opts)
             knob_list = variant_knobs(self.opts.variants, flash_attention=self.opts.flash_attention,
                                       modules=recompute_settings(layers, self.cluster, self.opts))
-            all_layouts = cluster_layouts(self.cluster.gpus_per_node, self.nodes, cp_offered(layers, self.opts))
+            job = job_cluster_fields(self.cluster, self.nodes, self.gpus)
+            all_layouts = cluster_layouts(self.cluster.gpus_per_node, self.nodes, cp_offered(layers, self.opts),
+                                          stage_sizes=job.get("stage_sizes"), devices=job.get("devices"))
             numbers: dict[tuple[Piece, ...], int] = {}
             ids = [numbers.setdefault(cost_signature(layer), len(numbers)) for layer in layers]
             self._static = (layers, ids, knob_list, all_layouts)
@@ -268,14 +315,17 @@ class ProblemBuilder:
                 if kn is not None and not applies(kn, lay.dp * lay.cp):
                     continue
                 knobs = kn if kn is not None else Knobs(1 if opts.zero1 else 0, opts.recompute)  # layer_cost's default
-                # the compute terms depend on tp, the samples and recompute; under cp on the cp group's span too
-                key = (signature, lay.tp, samples, knobs.recompute, lay.cp, lay.devices if lay.cp > 1 else 0)
-                terms = self._terms.get(key)
-                if terms is None:
-                    terms = self._terms[key] = cp_layer_terms(layer, lay, samples, knobs.recompute, cl, opts)
                 config = Layout(lay.dp, lay.tp, kn.name if kn is not None else "", cp=lay.cp)
-                entry = finish_cost(layer, sync_layout(config), terms, cl, opts, microbatches, knobs,
-                                    nodes=self.nodes).to_dict()
+                if moe:  # the routed experts as GPUs run them, E local experts at ep = 1 (DESIGN.md, MoE physics)
+                    entry = moe_ep_cost(layer, config, samples, cl, opts, microbatches, knobs, nodes=self.nodes).to_dict()
+                else:
+                    # the compute terms depend on tp, the samples and recompute; under cp on the cp group's span too
+                    key = (signature, lay.tp, samples, knobs.recompute, lay.cp, lay.devices if lay.cp > 1 else 0)
+                    terms = self._terms.get(key)
+                    if terms is None:
+                        terms = self._terms[key] = cp_layer_terms(layer, lay, samples, knobs.recompute, cl, opts)
+                    entry = finish_cost(layer, sync_layout(config), terms, cl, opts, microbatches, knobs,
+                                        nodes=self.nodes).to_dict()
                 costs[config.key] = entry
                 for ep, etp in (ep_splits(experts, config, cl.gpus_per_node, opts) if experts else ()):
                     split = replace(config, ep=ep, etp=etp)
@@ -299,6 +349,7 @@ class ProblemBuilder:
             raise ProblemError(f"must be one of {', '.join(OBJECTIVES)}, got {objective!r}", path="objective")
         mb = global_batch // microbatches
         check_precision(cl, opts)  # a recipe the cluster's GPUs cannot run is bad input
+        job = job_cluster_fields(cl, nodes, self.gpus)  # the partial-rack fields (plan --gpus), checked first
         layers, signatures, knob_list, all_layouts = self._layers()
         memory = usable_memory_bytes(cl, opts)
         if memory <= 0:
@@ -349,6 +400,7 @@ class ProblemBuilder:
                 "gpu_memory_bytes": int(memory),
                 "intra_node_GBps": cl.intra_node_GBps,
                 "inter_node_GBps": cl.inter_node_GBps,
+                **job,
             },
             "training": {"microbatches": microbatches, "objective": objective},
             "layers": doc_layers,
@@ -359,7 +411,7 @@ class ProblemBuilder:
         if max_stages is not None:
             if isinstance(max_stages, bool) or not isinstance(max_stages, int) or max_stages < 1:
                 raise ProblemError(f"must be a positive integer, got {max_stages!r}", path="max_stages")
-            doc["stages"] = {"min": 1, "max": min(max_stages, len(doc_layers), nodes * cl.gpus_per_node)}
+            doc["stages"] = {"min": 1, "max": min(max_stages, len(doc_layers), job.get("devices", nodes * cl.gpus_per_node))}
         if profile is not None:
             records = load_profile(profile) if isinstance(profile, (str, Path)) else list(profile)
             doc = _apply_profile_doc(doc, records, source=str(profile) if isinstance(profile, (str, Path)) else "profile")

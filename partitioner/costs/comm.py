@@ -24,7 +24,7 @@ from ..presets import ClusterSpec
 from ..problem import Layout
 from .options import CostOptions
 
-__all__ = ["allreduce_ms", "allgather_ms", "grad_sync_ms", "shard_gather_ms", "dp_link"]
+__all__ = ["allreduce_ms", "allgather_ms", "grad_sync_ms", "shard_gather_ms", "dp_link", "overlapped_ms"]
 
 
 def allreduce_ms(nbytes: float, ranks: int, GBps: float, opts: CostOptions, link_efficiency: float | None = None) -> float:
@@ -92,3 +92,19 @@ def grad_sync_ms(trainable_params: float, layout: Layout, cluster: ClusterSpec, 
     nbytes = trainable_params / layout.tp * opts.grad_bytes_per_param
     return allreduce_ms(nbytes, layout.dp, bw, opts, link_efficiency=eff)
 
+
+
+def overlapped_ms(comm: float, partner: float, sm_fraction: float) -> float:
+    """What ``comm`` ms of a collective still cost when it runs beside ``partner`` ms of independent compute.
+
+    The part that outlasts the compute, ``max(0, comm - partner)``, plus the
+    compute's slowdown while they overlap: the collective's kernels occupy
+    ``sm_fraction`` of the SMs (:func:`~.hardware.comm_sm_fraction`), so
+    the overlapped ``min(comm, partner)`` ms of compute take that fraction
+    longer. With no partner the whole collective is exposed.
+    """
+    if comm <= 0:
+        return 0.0
+    if partner <= 0:
+        return comm
+    return max(0.0, comm - partner) + sm_fraction * min(comm, partner)

@@ -17,6 +17,8 @@ References
 .. [4] S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
    Trillion Parameter Models", SC 2020 (2 + 2 + 12 bytes per parameter).
 .. [5] T. Dao, "FlashAttention-2", arXiv:2307.08691 (2023).
+.. [10] Y. Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded
+   Data Parallel", VLDB 2023 (forward and backward prefetching).
 .. [28] NVIDIA Megatron-Core, ``megatron/core/distributed/
    finalize_model_grads.py`` (``_allreduce_word_embedding_grads``).
 """
@@ -30,8 +32,9 @@ from ..presets import ClusterSpec
 from ..problem import Layout, ProblemError
 from .attention import flash_attention_ms
 from .attention_mla import replicated_grad_sync_ms
-from .comm import allreduce_ms, grad_sync_ms, shard_gather_ms
+from .comm import allreduce_ms, grad_sync_ms, overlapped_ms, shard_gather_ms
 from .flops import efficiency
+from .hardware import comm_sm_fraction
 from .layers import Piece, PipelineLayer
 from .memory import block_activation_bytes, block_activation_terms
 from .options import CostOptions
@@ -53,7 +56,7 @@ from .traffic import block_traffic, embedding_traffic, head_traffic, projector_t
 from .variants import Knobs
 
 __all__ = ["EntryCost", "layer_cost", "layer_terms", "finish_cost", "block_time_terms", "piece_time_terms", "block_kept_bytes",
-           "optimizer_step_ms", "tied_sync_ms", "weight_bytes_per_param", "TIME_TERMS"]
+           "optimizer_step_ms", "tied_sync_ms", "weight_bytes_per_param", "zero3_exposed_ms", "TIME_TERMS"]
 
 
 @dataclass(frozen=True)
@@ -172,7 +175,7 @@ def piece_time_terms(p: Piece, tp: int, samples: float, recompute: str, cluster:
     t, b = tp, samples
     flop_per_ms = cluster.peak_tflops * 1e9
     rows = b * p.tokens * p.passes
-    rate = flop_per_ms * efficiency(p.width / t, rows, opts)
+    rate = flop_per_ms * efficiency(p.width / t, rows, opts, cluster)
     grate = gemm_rate(p, rate, cluster, opts)  # the weighted matmuls' rate: rate, or FP8's (.precision)
     # without flash attention the score matmuls compute every entry of the stored matrix, masked or not
     scale = 1.0 if opts.flash_attention or p.attn_pairs <= 0 else p.score_entries / p.attn_pairs
@@ -199,10 +202,12 @@ def piece_time_terms(p: Piece, tp: int, samples: float, recompute: str, cluster:
     a = f_attn if p.bwd_attn_flops is None else b * p.bwd_attn_flops * scale / t / rate
     skip = 0.0 if p.needs_input_grad else b * p.input_gemm_flops / t / grate
     wgrad = 0.0 if p.frozen else g
-    hidden = min(opts.tp_comm_overlap * comm, wgrad)  # the input-gradient collectives run beside the wgrad GEMMs
+    # the input-gradient collectives run beside the wgrad GEMMs, slowing them by the SMs they occupy
+    hidden = min(opts.tp_comm_overlap * comm, wgrad)
     flash_bwd = flash_attention_ms(p, b, t, cluster, opts, "bwd") if flash_fwd is not None else None
     out.update({"bwd.gemm": g - skip, "bwd.attention": attn_factor * a if flash_bwd is None else flash_bwd,
-                "bwd.memory": traffic[1], "bwd.tp_comm": comm - hidden + amax, "wgrad.gemm": wgrad})
+                "bwd.memory": traffic[1], "bwd.tp_comm": comm - hidden + comm_sm_fraction(cluster) * hidden + amax,
+                "wgrad.gemm": wgrad})
     if recompute == "full":
         out["bwd.recompute"] = f_gemm + f_attn + traffic[0] + comm + amax
     elif recompute == "selective" and not opts.flash_attention:
@@ -283,18 +288,37 @@ def finish_cost(layer: PipelineLayer, layout: Layout, terms: tuple[float, float,
     b_w += optimizer_step_ms(trainable, layout, cluster, opts, knobs) / microbatches
     b_w += tied_sync_ms(layer, layout, cluster, opts, nodes=nodes) / microbatches
     if knobs.zero == 3:
-        exposed = 1.0 - opts.zero3_overlap
         gather = shard_gather_ms(layer.params, layout, cluster, opts)
+        scatter = shard_gather_ms(trainable, layout, cluster, opts, opts.grad_bytes_per_param)  # grad reduce-scatter
         if opts.zero3_keep_gathered:
-            fwd += exposed * gather / microbatches  # gathered once per iteration
+            fwd += zero3_exposed_ms(gather, terms[0], opts, cluster) / microbatches  # gathered once per iteration
+            b_w += zero3_exposed_ms(scatter, terms[1] + terms[2], opts, cluster)
         else:
-            fwd += exposed * gather
-            regather = sum(p.params for p in layer.pieces if p.backward)
-            b_in += exposed * shard_gather_ms(regather, layout, cluster, opts)
-        b_w += exposed * shard_gather_ms(trainable, layout, cluster, opts, opts.grad_bytes_per_param)  # grad reduce-scatter
+            fwd += zero3_exposed_ms(gather, terms[0], opts, cluster)
+            regather = shard_gather_ms(sum(p.params for p in layer.pieces if p.backward), layout, cluster, opts)
+            exposed = zero3_exposed_ms(regather + scatter, terms[1] + terms[2], opts, cluster)
+            share = regather / (regather + scatter) if regather + scatter > 0 else 0.0
+            b_in += share * exposed
+            b_w += (1.0 - share) * exposed
     else:
         b_w += (1.0 - opts.grad_sync_overlap) * grad_sync_ms(trainable, layout, cluster, opts) / microbatches
     return EntryCost(fwd, b_in + b_w, b_in, b_w, int(math.ceil(weight)), int(math.ceil(act)), int(math.floor(tied)))
+
+
+def zero3_exposed_ms(comm: float, partner: float, opts: CostOptions, cluster: ClusterSpec) -> float:
+    """What a ZeRO-3 (FSDP) all-gather or reduce-scatter of ``comm`` ms still costs beside ``partner`` ms of compute.
+
+    FSDP and Megatron's distributed optimizer with parameter sharding
+    prefetch the next layer's parameters during this layer's forward and
+    backward and reduce-scatter its gradients during the next layer's
+    backward [10]_, so the collectives of a layer run beside about one
+    layer's compute: :func:`~.comm.overlapped_ms` with the SMs the
+    collective occupies (:func:`~.hardware.comm_sm_fraction`). A fixed
+    ``zero3_overlap`` fraction, when the option is set, instead.
+    """
+    if opts.zero3_overlap is not None:
+        return (1.0 - opts.zero3_overlap) * comm
+    return overlapped_ms(comm, partner, comm_sm_fraction(cluster))
 
 
 def tied_sync_ms(layer: PipelineLayer, layout: Layout, cluster: ClusterSpec, opts: CostOptions, *,

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable
 
-from ..presets import ModuleSpec, is_cross_layer, is_moe_layer
+from ..presets import ClusterSpec, ModuleSpec, is_cross_layer, is_moe_layer
 from .attention_mla import mla_attn_flops, mla_gemms
+from .hardware import efficiency_max
 from .options import CostOptions
 
 if TYPE_CHECKING:
@@ -66,14 +67,21 @@ def attn_flops(spec: ModuleSpec, pairs: float) -> float:
 
 
 
-def efficiency(width: float, tokens: float, opts: CostOptions) -> float:
-    """Fraction of peak a GEMM of per-GPU ``width`` over ``tokens`` rows reaches."""
+def efficiency(width: float, tokens: float, opts: CostOptions, cluster: ClusterSpec | None = None,
+               grouped: bool = False) -> float:
+    """Fraction of peak a GEMM of per-GPU ``width`` over ``tokens`` rows reaches on ``cluster``'s GPUs.
+
+    ``efficiency_max`` (the option, else the cluster's GPU generation's
+    dense ceiling, or with ``grouped`` its ceiling for the routed experts'
+    grouped GEMMs: :func:`~.hardware.efficiency_max`) times two Hill factors that fall for
+    narrow and short GEMMs [6]_.
+    """
     k = opts.efficiency_exponent
 
     def hill(x: float, half: float) -> float:
         return 1.0 if half <= 0 else x**k / (x**k + half**k)
 
-    return opts.efficiency_max * hill(width, opts.gemm_half_width) * hill(tokens, opts.gemm_half_tokens)
+    return efficiency_max(opts, cluster, grouped) * hill(width, opts.gemm_half_width) * hill(tokens, opts.gemm_half_tokens)
 
 
 

@@ -21,11 +21,11 @@ backpropagates through its key and value projections only.
 Block variants: a MoE layer runs its active computation -- router,
 ``top_k`` routed experts, shared MLP (:func:`~.flops.block_gemm_flops`)
 -- and its piece carries the routed experts' shape (:class:`MoeShape`).
-Its ep = 1 entries hold all experts' weights on every GPU of the layer,
-sharded by tp (no all-to-all), with the activations of one MLP of the
-active experts' summed width; its ep > 1 entries (format v3) split the
-experts over the expert-parallel group with the dispatch and combine
-all-to-alls (:func:`~.axes.wiring.moe_ep_cost`). A block piece names its
+Every entry of a MoE layer, ep = 1 included, runs its routed experts as
+GPUs do (:func:`~.axes.wiring.moe_ep_cost`): grouped GEMMs over the rank's
+local experts (all ``E`` of them at ep = 1, each sharded by tp: Megatron's
+default ETP = TP), token permutation, router and host synchronization, and
+the dispatch and combine transfers of the split (format v3's ep, etp). A block piece names its
 attention mask (``mask``: causal, bidirectional, window or cross), which
 decides how context parallelism may split it (:mod:`.axes.wiring`).
 Windowed layers (Gemma 2/3 sliding windows, Qwen2.5-VL's ViT windows)

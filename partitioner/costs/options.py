@@ -84,10 +84,12 @@ class CostOptions:
     zero1 : bool
         With ``variants=none``: shard the 12 optimizer bytes per parameter
         over dp (ZeRO stage 1 [4]_).
-    zero3_overlap : float
-        Fraction of the ZeRO-3 parameter all-gathers and gradient
-        reduce-scatters hidden behind compute (FSDP prefetching [10]_); a
-        modelling choice like ``grad_sync_overlap``.
+    zero3_overlap : float or None
+        None (the default): the ZeRO-3 parameter all-gathers and gradient
+        reduce-scatters of a layer hide behind about one layer's compute,
+        as FSDP's prefetching runs them (derived per entry:
+        :func:`~.entry.zero3_exposed_ms`) [10]_. A number in [0, 1]: that
+        fixed fraction hidden instead.
     zero3_keep_gathered : bool
         ZeRO-3 keeps each layer's gathered bf16 parameters from the first
         microbatch's forward to the end of the iteration (FSDP
@@ -115,11 +117,14 @@ class CostOptions:
         count's (:meth:`~.param_memory.ParamBytes.option_overrides`) unless
         the mapping gives them too (:func:`partitioner.frameworks.target_options`
         picks it by export target and ZeRO stage). The defaults are Megatron-LM's.
-    efficiency_max : float
-        Fraction of the dense bf16 peak a large, wide GEMM reaches. 0.70 is
-        in line with the 50-60 % model FLOPs utilization reported for large
-        Megatron runs on A100 (Narayanan et al., SC 2021) once pipeline
-        bubbles and communication are added; calibrate with profiled times.
+    efficiency_max : float or None
+        Fraction of the dense bf16 peak a large, wide GEMM reaches. None
+        (the default): the cluster's GPU generation's
+        (:mod:`partitioner.costs.hardware`): 0.70 on A100, in line with the
+        50-60 % model FLOPs utilization reported for large Megatron runs on
+        A100 (Narayanan et al., SC 2021) once pipeline bubbles and
+        communication are added; the newer generations' calibrated on their
+        own published runs.
     gemm_half_width : float
         Per-GPU GEMM width ``hidden / tp`` at which efficiency is half of
         ``efficiency_max`` (seed lesson 15 Q1: a 1024-wide ViT at TP=4 gives
@@ -176,8 +181,10 @@ class CostOptions:
         iteration, spread over the microbatches like the gradient sync.
     tp_comm_overlap : float
         Fraction of the backward's tensor-parallel collectives hidden behind
-        the weight-gradient GEMMs, at most their time (see Notes). 0: in
-        series, as Megatron-LM before ``--async-tensor-model-parallel-allreduce``.
+        the weight-gradient GEMMs, at most their time (see Notes); the hidden
+        part still slows those GEMMs by the share of SMs the collective
+        occupies (:func:`~.hardware.comm_sm_fraction`). 0: in series, as
+        Megatron-LM before ``--async-tensor-model-parallel-allreduce``.
     param_gather_bytes_per_param : float
         Bytes per parameter of a ZeRO-3 parameter all-gather and of the copy
         ``zero3_keep_gathered`` keeps (bf16).
@@ -293,13 +300,13 @@ class CostOptions:
     recompute: str = "none"
     recompute_modules: tuple[str, ...] = ("auto",)
     zero1: bool = False
-    zero3_overlap: float = 0.5
+    zero3_overlap: float | None = None
     zero3_keep_gathered: bool = False
     bytes_per_param: float = 18.0
     optimizer_bytes_per_param: float = 12.0
     frozen_bytes_per_param: float = 2.0
     memory_count: str = "megatron-distopt"
-    efficiency_max: float = 0.70
+    efficiency_max: float | None = None
     gemm_half_width: float = 256.0
     gemm_half_tokens: float = 128.0
     efficiency_exponent: float = 2.0
@@ -375,6 +382,8 @@ class CostOptions:
                     raise ProblemError(f"write the setting as {canonical!r}, got {value!r}", path=where)
             elif key == "memory_count":
                 param_memory(value)  # a ProblemError naming options.memory_count if unknown
+            elif key in ("efficiency_max", "zero3_overlap") and value is None:
+                pass  # derived: the cluster's GPU generation's, the schedule's
             elif key == "precision":
                 if value not in PRECISIONS:
                     raise ProblemError(f"must be one of {', '.join(PRECISIONS)}, got {value!r}", path=where)

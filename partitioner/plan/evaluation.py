@@ -241,10 +241,11 @@ def _check_devices(problem: Problem, plan: Plan) -> list[tuple[int, ...]]:
     stages = plan.stages
     N, G = cluster.num_devices, cluster.gpus_per_node
 
-    # rule 2: every device used
+    # rule 2: every device used (with cluster.devices: exactly that many, ids 0..devices-1)
     total = sum(s.devices for s in stages)
     if total != N:
-        raise PlanError(2, f"the stages use {total} devices, the cluster has {N}")
+        has = f"the job uses {N} of its {cluster.physical_devices}" if cluster.devices is not None else f"the cluster has {N}"
+        raise PlanError(2, f"the stages use {total} devices, {has}")
 
     # rule 3: mesh shape
     allowed = cluster.allowed_sizes()
@@ -262,7 +263,8 @@ def _check_devices(problem: Problem, plan: Plan) -> list[tuple[int, ...]]:
             raise PlanError(4, f"names {len(dev)} device ids for {s.devices} devices", p)
         for d in dev:
             if not 0 <= d < N:
-                raise PlanError(4, f"device id {d} is outside 0..{N - 1}", p)
+                idle = f" (devices {N}.. are idle)" if N < cluster.physical_devices else ""
+                raise PlanError(4, f"device id {d} is outside 0..{N - 1}{idle}", p)
             if d in seen:
                 raise PlanError(4, f"device {d} is also used by stage {seen[d]}" if seen[d] != p else f"device {d} is listed twice", p)
             seen[d] = p

@@ -83,6 +83,11 @@ class PlanOptions:
     max_stages: int | None = None
     """Upper bound on the pipeline depth (default: the format's min(layers, GPUs))."""
 
+    gpus: int | None = None
+    """GPUs the job uses (default: every GPU of the ``nodes``): all of the first nodes and part or all of the
+    last (64 of a GB200 NVL72 rack's 72). With it, stage sizes inside a node follow the cluster preset's
+    ``stage_sizes`` (:func:`~partitioner.costs.build.job_cluster_fields`; DESIGN.md "2026-12-03: partial racks")."""
+
     knob_solves: KnobSolves = "fast"
     """Which uniform knob settings ``method`` solves per screened microbatch count
     before each segment picks its own knobs (:func:`~partitioner.planning.refine_knobs`):
@@ -165,6 +170,8 @@ def _counts(o: PlanOptions) -> None:
         raise ProblemError(f"must be a positive integer or 'auto', got {o.microbatches!r}", path="microbatches")
     if o.max_stages is not None and (not _is_int(o.max_stages) or o.max_stages < 1):
         raise ProblemError(f"must be a positive integer, got {o.max_stages!r}", path="max_stages")
+    if o.gpus is not None and (not _is_int(o.gpus) or o.gpus < 1):  # its range needs the cluster: job_cluster_fields
+        raise ProblemError(f"must be a positive integer, got {o.gpus!r}", path="gpus")
     if not _is_int(o.auto_solves) or o.auto_solves < 1:
         raise ProblemError(f"must be a positive integer, got {o.auto_solves!r}", path="auto_solves")
     if not _is_int(o.seed) or o.seed < 0:

@@ -25,6 +25,7 @@ from ..core import progress
 from ..core.deadline import Deadline
 from ..core.limits import MAX_DEVICES
 from ..costs import CostOptions
+from ..costs.build import job_cluster_fields
 from ..plan import Plan
 from ..presets import ClusterSpec, ModelSpec, Workload, load_cluster, load_model
 from ..problem import ProblemError
@@ -68,6 +69,7 @@ def plan_model(
     simulate: bool = True,
     auto_solves: int = 2,
     max_stages: int | None = None,
+    gpus: int | None = None,
     knob_solves: str = "fast",
     schedules: bool = True,
     schedule: str = "auto",
@@ -90,7 +92,7 @@ def plan_model(
         ``--frames``, ``--tiles`` and ``--text-tokens`` state); None: the
         model's own.
     nodes, global_batch, microbatches, method, objective, time_limit, options, profile, seed, simulate, \
-auto_solves, max_stages, knob_solves, schedules, schedule, virtual_stages, target, precision, fp8_recipe, \
+auto_solves, max_stages, gpus, knob_solves, schedules, schedule, virtual_stages, target, precision, fp8_recipe, \
 memory_budget_gb
         The fields of :class:`~partitioner.planning.options.PlanOptions`, documented there.
 
@@ -115,7 +117,7 @@ memory_budget_gb
     opts = PlanOptions(nodes=nodes, global_batch=global_batch, microbatches=microbatches,  # type: ignore[arg-type]
                        method=method, objective=objective, time_limit=time_limit,  # type: ignore[arg-type]
                        options=options, profile=profile, seed=seed, simulate=simulate, auto_solves=auto_solves,
-                       max_stages=max_stages, knob_solves=knob_solves, schedules=schedules,  # type: ignore[arg-type]
+                       max_stages=max_stages, gpus=gpus, knob_solves=knob_solves, schedules=schedules,  # type: ignore[arg-type]
                        schedule=schedule, virtual_stages=virtual_stages, target=target,  # type: ignore[arg-type]
                        precision=precision, fp8_recipe=fp8_recipe,  # type: ignore[arg-type]
                        memory_budget_gb=memory_budget_gb)
@@ -174,6 +176,7 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
     opts, deadline = run.options, run.deadline
     spec, cl = load_model(model), load_cluster(cluster)
     _check_devices(run.options.nodes, cl)
+    job_cluster_fields(cl, run.options.nodes, run.options.gpus)  # --gpus within the nodes: refused at the door
     screened, skipped = screen_counts(Builders(spec, cl, run), run.counts, run.costs, deadline)
     chosen = counts_to_solve(screened, len(run.counts) > 1, opts)
     began = time.perf_counter()

@@ -52,7 +52,8 @@ class Builders:
         if options not in self._built:
             o = self.opts
             self._built[options] = ProblemBuilder(self.spec, self.cluster, nodes=o.nodes, options=options,
-                                                  objective=o.objective, profile=o.profile, max_stages=o.max_stages)
+                                                  objective=o.objective, profile=o.profile, max_stages=o.max_stages,
+                                                  gpus=o.gpus)
         return self._built[options].build(self.opts.global_batch, m)
 
 

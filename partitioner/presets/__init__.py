@@ -34,11 +34,13 @@ from .files import (
 from .hf import model_from_hf_config
 from .hints import MlaHints
 from .spec import (
+    GPU_GENERATIONS,
     MODULE_KINDS,
     ClusterSpec,
     ModelSpec,
     ModuleSpec,
     block_params,
+    gpu_generation,
     is_cross_layer,
     is_moe_layer,
     layer_active_params,
@@ -57,6 +59,8 @@ __all__ = [
     "ModuleSpec",
     "ModelSpec",
     "ClusterSpec",
+    "GPU_GENERATIONS",
+    "gpu_generation",
     "MODULE_KINDS",
     "PRESET_ENV",
     "preset_dirs",

@@ -94,7 +94,7 @@ from ..core.limits import (
     MIN_TFLOPS,
 )
 from ..problem import ProblemError
-from .spec import MODULE_KINDS, ClusterSpec, ModelSpec, ModuleSpec, module_params
+from .spec import GPU_GENERATIONS, MODULE_KINDS, ClusterSpec, ModelSpec, ModuleSpec, module_params
 
 __all__ = [
     "FIELD_RANGES",
@@ -446,6 +446,15 @@ def cluster_problem(cluster: ClusterSpec) -> Problem | None:
     for name in ("name", "gpu", "title"):
         if not isinstance(getattr(cluster, name), str):
             return name, f"must be a string, got {getattr(cluster, name)!r}"
+    if cluster.generation != "" and cluster.generation not in GPU_GENERATIONS:
+        return "generation", f"must be one of {', '.join(GPU_GENERATIONS)}, got {cluster.generation!r}"
+    sizes = cluster.stage_sizes
+    if sizes is not None:
+        g = cluster.gpus_per_node
+        if not isinstance(sizes, tuple) or not sizes or any(isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= g for s in sizes):
+            return "stage_sizes", f"must be a non-empty tuple of integers in 1..{g} (gpus_per_node), got {sizes!r}"
+        if len(set(sizes)) != len(sizes):
+            return "stage_sizes", f"lists a size twice: {sizes!r}"
     return None
 
 

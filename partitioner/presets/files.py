@@ -215,12 +215,21 @@ def model_from_dict(data: Any, *, source: str | None = None) -> ModelSpec:
     return check_model(spec, source=source)
 
 
+def _stage_sizes(value: Any, source: str | None) -> tuple[int, ...] | None:
+    """A preset's ``stage_sizes``: a list of integers (their range is :func:`.checks.cluster_problem`'s)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
+        raise _fail(f"must be a non-empty list of integers (GPUs per stage inside a node), got {value!r}", "stage_sizes", source)
+    return tuple(value)
+
+
 def cluster_from_dict(data: Any, *, source: str | None = None) -> ClusterSpec:
     """Validate a cluster preset document (see ``models/clusters/*.yaml``)."""
     if not isinstance(data, Mapping):
         raise ProblemError("a cluster preset must be an object", source=source)
     required = ("name", "gpus_per_node", "gpu_memory_bytes", "peak_tflops", "intra_node_GBps", "inter_node_GBps")
-    optional = ("gpu", "title", "references", "hbm_GBps", "peak_tflops_fp8")
+    optional = ("gpu", "title", "references", "hbm_GBps", "peak_tflops_fp8", "generation", "stage_sizes")
     for key in data:
         if key not in required + optional:
             raise _fail(f"unknown field {key!r} (allowed: {', '.join(required + optional)})", key, source)
@@ -249,10 +258,12 @@ def cluster_from_dict(data: Any, *, source: str | None = None) -> ClusterSpec:
         inter_node_GBps=float(data["inter_node_GBps"]),
         hbm_GBps=float(data["hbm_GBps"]) if data.get("hbm_GBps") is not None else None,
         peak_tflops_fp8=float(data["peak_tflops_fp8"]) if data.get("peak_tflops_fp8") is not None else None,
+        stage_sizes=_stage_sizes(data.get("stage_sizes"), source),
         gpu=str(data.get("gpu") or ""),
         title=str(data.get("title") or ""),
         references=dict(data.get("references") or {}),
         source=source,
+        generation=data.get("generation") or "",
     )
     return check_cluster(spec, source=source)
 

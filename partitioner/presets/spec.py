@@ -25,6 +25,8 @@ __all__ = [
     "ModuleSpec",
     "ModelSpec",
     "ClusterSpec",
+    "GPU_GENERATIONS",
+    "gpu_generation",
     "block_params",
     "is_moe_layer",
     "is_cross_layer",
@@ -40,6 +42,12 @@ __all__ = [
 ]
 
 MODULE_KINDS = ("vit", "projector", "llm", "action_expert", "action_head")
+
+# GPU generations whose cost-model constants (GEMM efficiency, SMs) the cost model knows
+# (:mod:`partitioner.costs.hardware`); a cluster names one (``generation``) or its ``gpu`` implies it.
+GPU_GENERATIONS = ("a100", "h100", "h200", "b200", "gb200")
+_GPU_MARKS = (("gb200", ("GB200",)), ("b200", ("B200", "B100")), ("h200", ("H200",)), ("h100", ("H100", "H800")),
+              ("a100", ("A100", "A800")))
 
 
 # --------------------------------------------------------------------------- data
@@ -350,10 +358,14 @@ class ClusterSpec:
     inter_node_GBps: float  # network, per GPU and direction
     hbm_GBps: float | None = None  # HBM bandwidth per GPU (memory-bound kernels); None: not given
     peak_tflops_fp8: float | None = None  # dense FP8 tensor-core peak per GPU, where the GPU has one
+    # the stage sizes allowed inside a node when a job uses part of the cluster (plan --gpus): the
+    # problem's cluster.stage_sizes (DESIGN.md "2026-12-03: partial racks"); None: rule 3's powers of two
+    stage_sizes: tuple[int, ...] | None = None
     gpu: str = ""
     title: str = ""
     references: Mapping[str, str] = field(default_factory=dict)
     source: str | None = field(default=None, compare=False)
+    generation: str = ""  # one of GPU_GENERATIONS; "": implied by ``gpu`` (:func:`gpu_generation`)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -366,7 +378,22 @@ class ClusterSpec:
             "inter_node_GBps": self.inter_node_GBps,
             "hbm_GBps": self.hbm_GBps,
             "peak_tflops_fp8": self.peak_tflops_fp8,
+            "generation": gpu_generation(self),
+            **({"stage_sizes": list(self.stage_sizes)} if self.stage_sizes is not None else {}),
         }
+
+
+def gpu_generation(cluster: ClusterSpec) -> str:
+    """The GPU generation of ``cluster``: its ``generation``, else the first of :data:`GPU_GENERATIONS` whose
+    name (A100/A800, H100/H800, H200, B200/B100, GB200) its ``gpu`` contains, else ``a100`` (the constants
+    the cost model was first calibrated with)."""
+    if cluster.generation:
+        return cluster.generation
+    gpu = cluster.gpu.upper()
+    for name, marks in _GPU_MARKS:
+        if any(mark in gpu for mark in marks):
+            return name
+    return "a100"
 
 
 # --------------------------------------------------------------------------- parameter counts

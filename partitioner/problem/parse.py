@@ -121,7 +121,8 @@ def _check_schedule(training: Training, stages: StageBounds, root: _Node) -> Non
 
 def _parse_cluster(node: _Node) -> Cluster:
     node.mapping(
-        ("nodes", "gpus_per_node", "gpu_memory_bytes", "intra_node_GBps", "inter_node_GBps"), ("topology",)
+        ("nodes", "gpus_per_node", "gpu_memory_bytes", "intra_node_GBps", "inter_node_GBps"),
+        ("topology", "stage_sizes", "devices"),
     )
     nodes = node.child("nodes").integer(minimum=1, maximum=MAX_NODES)
     gpus = node.child("gpus_per_node").integer(minimum=1, maximum=MAX_GPUS_PER_NODE)
@@ -134,7 +135,32 @@ def _parse_cluster(node: _Node) -> Cluster:
     intra = node.child("intra_node_GBps").number(positive=True, minimum=MIN_GBPS, maximum=MAX_GBPS)
     inter = node.child("inter_node_GBps").number(positive=True, minimum=MIN_GBPS, maximum=MAX_GBPS)
     topology = _parse_topology(node.child("topology"), nodes * gpus) if "topology" in node.value else None
-    return Cluster(nodes, gpus, memory, intra, inter, topology)
+    stage_sizes = _parse_stage_sizes(node.child("stage_sizes"), gpus) if "stage_sizes" in node.value else None
+    devices = None
+    if "devices" in node.value:
+        dnode = node.child("devices")
+        devices = dnode.integer(minimum=1)
+        if not (nodes - 1) * gpus < devices <= nodes * gpus:
+            raise dnode.fail(
+                f"must be in {(nodes - 1) * gpus + 1}..{nodes * gpus}: the job uses every GPU of the first "
+                f"{nodes - 1} nodes and 1..{gpus} of the last (give fewer nodes for a smaller job), got {devices}"
+            )
+        if topology is not None:
+            raise dnode.fail("a job on part of the cluster (devices) cannot be combined with a user topology yet")
+    return Cluster(nodes, gpus, memory, intra, inter, topology, stage_sizes, devices)
+
+
+def _parse_stage_sizes(node: _Node, gpus_per_node: int) -> tuple[int, ...]:
+    """``cluster.stage_sizes``: distinct in-node stage sizes in 1..gpus_per_node, any order (kept sorted)."""
+    if not isinstance(node.value, list) or not node.value:
+        raise node.fail(f"must be a non-empty list of stage sizes in 1..{gpus_per_node}, got {_describe(node.value)}")
+    sizes: list[int] = []
+    for child in node.elements():
+        size = child.integer(minimum=1, maximum=gpus_per_node)
+        if size in sizes:
+            raise child.fail(f"lists the stage size {size} twice")
+        sizes.append(size)
+    return tuple(sorted(sizes))
 
 
 def _parse_topology(node: _Node, num_devices: int) -> Topology:

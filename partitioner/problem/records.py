@@ -270,30 +270,77 @@ class Topology:
 
 @dataclass(frozen=True)
 class Cluster:
+    """The cluster a problem plans on (DESIGN.md, format v1, and "2026-12-03: partial racks").
+
+    ``stage_sizes`` (optional) lists the stage sizes allowed inside one node
+    (each 1..``gpus_per_node``; ``gpus_per_node`` itself is always allowed), in
+    place of rule 3's powers of two dividing the node: an NVL72 rack's 16, 18,
+    32, 36. ``devices`` (optional) is the number of GPUs the job uses,
+    ``(nodes - 1) * gpus_per_node < devices <= nodes * gpus_per_node``: the idle
+    ones are the last ids of the last node. Absent, both read as formats v1-v3.
+    """
+
     nodes: int
     gpus_per_node: int
     gpu_memory_bytes: int
     intra_node_GBps: float
     inter_node_GBps: float
     topology: Topology | None = None
+    stage_sizes: tuple[int, ...] | None = None
+    devices: int | None = None
 
     @property
     def num_devices(self) -> int:
+        """The devices a plan uses (rule 2): ``devices`` when given, else every GPU of the cluster."""
+        return self.nodes * self.gpus_per_node if self.devices is None else self.devices
+
+    @property
+    def physical_devices(self) -> int:
+        """``nodes * gpus_per_node``: every GPU, idle ones included."""
         return self.nodes * self.gpus_per_node
+
+    @property
+    def partial(self) -> bool:
+        """True when the cluster uses the partial-rack fields (``stage_sizes`` or ``devices``)."""
+        return self.stage_sizes is not None or self.devices is not None
+
+    @property
+    def last_node_gpus(self) -> int:
+        """The GPUs the job uses on the last node (``gpus_per_node`` unless ``devices`` leaves some idle)."""
+        return self.num_devices - (self.nodes - 1) * self.gpus_per_node
+
+    @property
+    def full_nodes(self) -> int:
+        """The nodes whose every GPU the job uses: all of them, or all but the partly used last one."""
+        return self.nodes if self.last_node_gpus == self.gpus_per_node else self.nodes - 1
+
+    def node_capacities(self) -> tuple[int, ...]:
+        """The GPUs the job uses on each node, in node order."""
+        return (self.gpus_per_node,) * (self.nodes - 1) + (self.last_node_gpus,)
 
     def node_of(self, device: int) -> int:
         return device // self.gpus_per_node
 
     def allowed_sizes(self) -> tuple[int, ...]:
-        """Stage sizes rule 3 allows: powers of two dividing ``gpus_per_node``,
-        ``gpus_per_node`` itself, and ``k * gpus_per_node`` for ``k = 2..nodes``."""
-        return _allowed_sizes(self.gpus_per_node, self.nodes)
+        """Stage sizes rule 3 allows: powers of two dividing ``gpus_per_node`` (or the ``stage_sizes``
+        given), ``gpus_per_node`` itself, and ``k * gpus_per_node`` for ``k = 2..nodes``; with ``devices``,
+        only sizes that fit the nodes used (in-node sizes up to the last node's GPUs when no node is whole,
+        ``k`` up to the whole nodes)."""
+        return _allowed_sizes(self.gpus_per_node, self.nodes, self.stage_sizes, self.num_devices)
 
     def allows_size(self, devices: int) -> bool:
         """``devices in allowed_sizes()``, without building the list."""
         g = self.gpus_per_node
         if devices < 1:
             return False
+        if self.partial:
+            if devices <= g:
+                in_node = self.stage_sizes if self.stage_sizes is not None else ()
+                ok = devices == g or devices in in_node or (
+                    self.stage_sizes is None and g % devices == 0 and devices & (devices - 1) == 0
+                )
+                return ok and (self.full_nodes >= 1 or devices <= self.last_node_gpus)
+            return devices % g == 0 and 2 <= devices // g <= self.full_nodes
         if devices <= g:
             return devices == g or (g % devices == 0 and devices & (devices - 1) == 0)
         return devices % g == 0 and devices // g <= self.nodes
@@ -310,10 +357,18 @@ class Cluster:
 
 
 @lru_cache(maxsize=64)
-def _allowed_sizes(g: int, nodes: int) -> tuple[int, ...]:
-    sizes = {1 << i for i in range(g.bit_length()) if g % (1 << i) == 0}
+def _allowed_sizes(g: int, nodes: int, stage_sizes: tuple[int, ...] | None = None, used: int | None = None) -> tuple[int, ...]:
+    if stage_sizes is None:
+        sizes = {1 << i for i in range(g.bit_length()) if g % (1 << i) == 0}
+    else:
+        sizes = set(stage_sizes)
     sizes.add(g)
-    sizes.update(k * g for k in range(2, nodes + 1))
+    used = nodes * g if used is None else used
+    last = used - (nodes - 1) * g
+    full = nodes if last == g else nodes - 1
+    if full == 0:  # one node, partly used: the in-node sizes that fit it
+        sizes = {s for s in sizes if s <= last}
+    sizes.update(k * g for k in range(2, full + 1))
     return tuple(sorted(sizes))
 
 
@@ -430,6 +485,10 @@ class Problem:
         }
         if c.topology is not None:
             cluster["topology"] = {"edges": [list(e) for e in c.topology.edges]}
+        if c.stage_sizes is not None:
+            cluster["stage_sizes"] = list(c.stage_sizes)
+        if c.devices is not None:
+            cluster["devices"] = c.devices
         training: dict[str, Any] = {"microbatches": self.training.microbatches, "objective": self.training.objective}
         if self.training.schedule != "1f1b":
             training["schedule"] = self.training.schedule

@@ -124,7 +124,7 @@ class Candidate:
 
 Method = Callable[[Problem, SolveRequest], Candidate]
 # A method registered without capabilities: every schedule and objective, any topology (it decides).
-_ANYTHING = Capabilities(schedules={s: frozenset(OBJECTIVES) for s in SCHEDULES}, topology=True)
+_ANYTHING = Capabilities(schedules={s: frozenset(OBJECTIVES) for s in SCHEDULES}, topology=True, partial_racks=True)
 
 
 @dataclass(frozen=True)
@@ -295,6 +295,21 @@ def _capability_gap(spec: MethodSpec, problem: Problem, objective: str) -> str:
         return f"{method}: problem format v{problem.version} is not supported (it reads v{', v'.join(map(str, sorted(caps.formats)))})"
     if problem.ties and not caps.tied_weights:
         return f"{method}: tied weights (tied_to, format v3) are not supported"
+    if problem.cluster.partial:
+        return _partial_rack_gap(method, caps, schedule)
+    return ""
+
+
+def _partial_rack_gap(method: str, caps: Capabilities, schedule: str) -> str:
+    """Why ``method`` cannot plan a cluster with ``stage_sizes`` or ``devices`` under ``schedule`` ("" if it can)."""
+    if schedule == "interleaved":
+        return (f"{method}: the interleaved schedule is not planned on clusters with stage_sizes or devices "
+                "(partial racks) yet; plan with schedule 1f1b, zb-h1 or gpipe")
+    if not caps.partial_racks:
+        able = [m for m, s in _METHODS.items() if s.capabilities is not _ANYTHING and s.capabilities.partial_racks
+                and s.capabilities.supports(schedule, "bottleneck")]
+        return (f"{method}: clusters with stage_sizes or devices (partial racks) are not supported by this method; "
+                f"use {' or '.join(able) or 'brute'}")
     return ""
 
 

@@ -45,7 +45,9 @@ def uniform_layouts(problem: Problem) -> list[Layout]:
     for lay in sorted(common, key=lambda l: (l.devices, l.tp, l.variant)):
         P = problem.num_devices // lay.devices
         if problem.num_devices % lay.devices == 0 and problem.stages.min <= P <= min(problem.stages.max, problem.num_layers):
-            out.append(lay)
+            # on partial racks equal sizes need not fill the nodes' used GPUs (first-fit finds a packing if any)
+            if not problem.cluster.partial or contiguous_node_assignment(problem.cluster, [lay.devices] * P) is not None:
+                out.append(lay)
     return out
 
 
@@ -78,8 +80,8 @@ def _no_layout(problem: Problem, method: str) -> Candidate:
 
 _BOTH = frozenset({"bottleneck", "iteration"})
 # uniform only evaluates its plans, so any topology; balanced runs the DP, which needs the default graph
-UNIFORM_CAPABILITIES = Capabilities(schedules={"1f1b": _BOTH, "zb-h1": _BOTH}, topology=True)
-BALANCED_CAPABILITIES = Capabilities(schedules={"1f1b": _BOTH, "zb-h1": _BOTH})
+UNIFORM_CAPABILITIES = Capabilities(schedules={"1f1b": _BOTH, "zb-h1": _BOTH}, topology=True, partial_racks=True)
+BALANCED_CAPABILITIES = Capabilities(schedules={"1f1b": _BOTH, "zb-h1": _BOTH}, partial_racks=True)
 
 
 @register("uniform", capabilities=UNIFORM_CAPABILITIES)

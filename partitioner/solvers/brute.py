@@ -323,7 +323,7 @@ def enumeration_size(problem: Problem, counts) -> int:
 
 _BOTH = frozenset({"bottleneck", "iteration"})
 CAPABILITIES = Capabilities(
-    schedules={"1f1b": _BOTH, "zb-h1": _BOTH, "gpipe": _BOTH, "interleaved": _BOTH}, exact=True
+    schedules={"1f1b": _BOTH, "zb-h1": _BOTH, "gpipe": _BOTH, "interleaved": _BOTH}, exact=True, partial_racks=True
 )
 
 
@@ -459,13 +459,16 @@ def _too_long(work: EnumerationWork, request: SolveRequest, settings: BruteOptio
 
 def placement_patterns(cluster: Cluster, sizes: tuple[int, ...]) -> dict[tuple[bool, ...], list]:
     """Every link pattern some placement of ``sizes`` produces, with one node assignment each."""
-    return dict(_patterns(cluster.nodes, cluster.gpus_per_node, tuple(sizes)))
+    return dict(_patterns(cluster.nodes, cluster.gpus_per_node, tuple(sizes), cluster.last_node_gpus))
 
 
 @lru_cache(maxsize=4096)
-def _patterns(nodes: int, G: int, sizes: tuple[int, ...]) -> tuple:
+def _patterns(nodes: int, G: int, sizes: tuple[int, ...], last: int | None = None) -> tuple:
+    """Every link pattern of ``sizes`` on ``nodes`` nodes whose last uses ``last`` GPUs (None: all G)."""
     whole = sum(s // G for s in sizes if s > G)
     bins = nodes - whole
+    # the GPUs used per open node, sorted: every node full, or one (the partly used last) at ``last``
+    target = sorted([G] * bins if last in (None, G) or bins == 0 else [G] * (bins - 1) + [last])
     found: dict[tuple[bool, ...], list] = {}
     P = len(sizes)
     label: list[int | None] = [None] * P
@@ -473,7 +476,7 @@ def _patterns(nodes: int, G: int, sizes: tuple[int, ...]) -> tuple:
 
     def rec(p: int) -> None:
         if p == P:
-            if len(fill) == bins and all(f == G for f in fill):
+            if len(fill) == bins and sorted(fill) == target:
                 assignment = label_nodes(sizes, label, G)
                 links = tuple(
                     sizes[q] <= G and sizes[q + 1] <= G and label[q] == label[q + 1] for q in range(P - 1)

@@ -22,7 +22,11 @@ __all__ = ["feasible_stage_counts", "count_spans", "counts_by_enumeration", "qui
 def feasible_stage_counts(problem: Problem) -> list[int]:
     """Stage counts P within the bounds (and <= layers) for which P allowed sizes sum to N."""
     hi = min(problem.stages.max, problem.num_layers)
-    spans = count_spans(problem.cluster.nodes, problem.cluster.gpus_per_node)
+    cluster = problem.cluster
+    if cluster.partial:  # stated in-node sizes or idle GPUs: no closed form; a subset-sum over the sizes
+        counts = counts_by_enumeration(cluster.allowed_sizes(), cluster.num_devices, hi)
+        return sorted(p for p in counts if p >= problem.stages.min)
+    spans = count_spans(cluster.nodes, cluster.gpus_per_node)
     return [p for lo, top in spans for p in range(max(lo, problem.stages.min), min(top, hi) + 1)]
 
 

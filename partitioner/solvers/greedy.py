@@ -41,13 +41,13 @@ import numpy as np
 from ..cluster.placement import contiguous_node_assignment, node_assignment_ids, pack_runs
 from ..plan import Plan, Stage, objective_value
 from ..plan.schedules import stash
-from ..problem import Problem
+from ..problem import Cluster, Problem
 from .base import Candidate, SolveRequest, register
 from .feasibility import feasible_stage_counts, quick_infeasibility
 from .options import Capabilities
 from .tables import CostTables
 
-__all__ = ["solve_greedy", "balance_cuts", "Balancer", "layer_work", "grow_sizes", "run_seconds", "cost_entries"]
+__all__ = ["solve_greedy", "balance_cuts", "Balancer", "layer_work", "grow_sizes", "packing_chain", "run_seconds", "cost_entries"]
 
 # CPU seconds greedy takes over all its stage counts: a constant plus a share per cost entry. Measured (CPU
 # time, benchmarks/limits.py) 0.02 s on openvla-7b's 86 layers on 64 GPUs (1,892 entries), and 0.07-0.08, 0.30-0.38
@@ -70,7 +70,7 @@ def cost_entries(problem: Problem) -> int:
 
 _BOTH = frozenset({"bottleneck", "iteration"})
 # plans valid under 1F1B and ZB-H1 (same stash); GPipe's and the interleaved stash it does not model
-CAPABILITIES = Capabilities(schedules={"1f1b": _BOTH, "zb-h1": _BOTH})
+CAPABILITIES = Capabilities(schedules={"1f1b": _BOTH, "zb-h1": _BOTH}, partial_racks=True)
 
 
 @register("greedy", capabilities=CAPABILITIES)
@@ -100,10 +100,17 @@ def solve_greedy(problem: Problem, request: SolveRequest) -> Candidate:
         cuts = balancer.cuts(P)
         stage_work = [float(work[a : b + 1].sum()) for a, b in cuts]
         sizes = grow_sizes(stage_work, problem.cluster.allowed_sizes(), problem.num_devices)
+        stages, why, ids = _build(problem, tables, cuts, sizes) if sizes is not None else (None, "", [])
+        if stages is None and problem.cluster.partial:
+            # partial racks: the grown sizes may not pack into the nodes; sizes from a divisibility chain
+            # that divides every node's used GPUs always do (first fit, largest first)
+            chained = grow_sizes(stage_work, packing_chain(problem.cluster), problem.num_devices)
+            if chained is not None:
+                sizes = chained
+                stages, why, ids = _build(problem, tables, cuts, sizes)
         if sizes is None:
             failures.append(f"P={P}: no allowed sizes sum to {problem.num_devices}")
             continue
-        stages, why, ids = _build(problem, tables, cuts, sizes)
         if stages is None:
             failures.append(f"P={P}: {why}")
             continue
@@ -371,9 +378,10 @@ def _split(work: np.ndarray, parts: int, starts: list[int]) -> list[tuple[int, i
 
 
 def grow_sizes(stage_work: list[float], allowed: tuple[int, ...], total: int) -> list[int] | None:
-    """Start every stage at 1 device; give the next allowed step to the slowest stage that fits."""
-    sizes = [1] * len(stage_work)
-    left = total - len(sizes)
+    """Start every stage at the smallest allowed size (1 device unless ``cluster.stage_sizes`` says
+    otherwise); give the next allowed step to the slowest stage that fits."""
+    sizes = [allowed[0]] * len(stage_work)
+    left = total - sum(sizes)
     if left < 0:
         return None
     following = {a: b for a, b in zip(allowed, allowed[1:])}
@@ -395,6 +403,23 @@ def grow_sizes(stage_work: list[float], allowed: tuple[int, ...], total: int) ->
         for item in skipped:
             heapq.heappush(heap, item)
     return sizes
+
+
+def packing_chain(cluster: Cluster) -> tuple[int, ...]:
+    """Allowed sizes that always pack on a partial rack (DESIGN.md "2026-12-03: partial racks"): whole-node
+    multiples, and in-node sizes forming a divisibility chain, each dividing the GPUs used on every node.
+
+    Any sizes of this set that sum to the devices fill the nodes (divisible items into bins whose
+    capacities the largest in-node item divides); :func:`grow_sizes` grows stages along it.
+    """
+    g, last = cluster.gpus_per_node, cluster.last_node_gpus
+    common = math.gcd(g, last)
+    allowed = cluster.allowed_sizes()
+    chain: list[int] = []
+    for size in sorted((s for s in allowed if s < g and common % s == 0), reverse=True):
+        if not chain or chain[-1] % size == 0:
+            chain.append(size)
+    return tuple(sorted(chain) + [s for s in allowed if s >= g])  # g and k * g: allowed only on whole nodes
 
 
 def _value(problem: Problem, tables: CostTables, stages: list, ids: list[tuple[int, ...]], objective: str) -> float:

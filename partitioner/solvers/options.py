@@ -262,6 +262,9 @@ class Capabilities:
         Whether it counts format v3's tied weights (``tied_to``) in rule 6.
     exact : bool
         Whether it proves optimality (cut short by its time limit without a plan, it falls back to greedy).
+    partial_racks : bool
+        Whether it plans clusters with ``stage_sizes`` or ``devices`` (DESIGN.md "2026-12-03: partial
+        racks"): in-node sizes that need not divide the node and a partly used last node.
     """
 
     schedules: Mapping[str, frozenset[str]]
@@ -270,6 +273,7 @@ class Capabilities:
     formats: frozenset[int] = frozenset({1, 2, 3})
     tied_weights: bool = True
     exact: bool = False
+    partial_racks: bool = False
 
     def supports(self, schedule: str, objective: str) -> bool:
         return objective in self.schedules.get(schedule, frozenset())

@@ -181,7 +181,8 @@ def test_axis_options_validate_with_field_paths():
     assert AxisOptions.from_mapping({"cp_degrees": "1,2,4"}).cp_degrees == (1, 2, 4)
     for bad, field in (({"cp_algorithm": "ring"}, "cp_algorithm"), ({"moe_imbalance": 0.5}, "moe_imbalance"),
                        ({"capacity_factor": 0}, "capacity_factor"), ({"cp_degrees": [2, 4]}, "cp_degrees"),
-                       ({"nope": 1}, "nope"), ({"ep_overlap": 2}, "ep_overlap")):
+                       ({"nope": 1}, "nope"), ({"ep_overlap": 2}, "ep_overlap"), ({"ep_overlap": 0.5}, "ep_overlap"),
+                       ({"ep_dispatcher": "deepep"}, "ep_dispatcher"), ({"grouped_gemm": "loop"}, "grouped_gemm")):
         with pytest.raises(ProblemError, match=f"options.{field}"):
             AxisOptions.from_mapping(bad)
     assert AxisOptions.from_mapping(AxisOptions().to_dict()) == AxisOptions()

@@ -210,8 +210,10 @@ def test_full_recompute_trades_memory_for_time():
 
 
 @pytest.mark.parametrize("options, slower, against_llm", [
-    # the lesson's setting: starved GEMMs and collectives in series, nothing else (the model before issue 26)
-    ({"memory_bound_ops": False, "tp_comm_overlap": 0.0}, 2.5, True),
+    # the lesson's setting: starved GEMMs and collectives in series, nothing else (the model before issue 26);
+    # 2.4 since the attention core runs at the flash kernels' published rates (the same time for both
+    # layouts, so the ratio narrows a little under Hopper's sustained GEMM ceiling: 2.45, was 2.62)
+    ({"memory_bound_ops": False, "tp_comm_overlap": 0.0}, 2.4, True),
     # the full model: memory-bound kernels cost every layout the same and Megatron hides the backward
     # collectives behind the weight gradients, so the gap narrows, but TP=4 stays far slower (the LLM's
     # dp=4 entry now also pays the all-reduce of its fp32 gradients, so the two are not compared here)
@@ -226,10 +228,11 @@ def test_tensor_parallel_starves_a_narrow_vit(options, slower, against_llm):
     assert vit_ratio > slower
     if not against_llm:
         return
-    # a 4096-wide LLM layer loses much less to TP (its per-GPU GEMMs stay 1024 wide)
+    # a 4096-wide LLM layer loses much less to TP (its per-GPU GEMMs stay 1024 wide): about half the ViT's
+    # ratio (1.9x: the flash kernels' time, the same under both layouts, narrows the ViT's ratio more)
     llm = p.layers[layer_index(p, "llm.3")]
     l4, ld = llm.costs[Layout(1, 4)], llm.costs[Layout(4, 1)]
-    assert vit_ratio > 2 * (l4.fwd_ms + l4.bwd_ms) / (ld.fwd_ms + ld.bwd_ms)
+    assert vit_ratio > 1.9 * (l4.fwd_ms + l4.bwd_ms) / (ld.fwd_ms + ld.bwd_ms)
 
 
 def test_time_is_flops_over_peak_times_efficiency():

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from partitioner.costs import build_problem
+from partitioner.costs.axes.experts import rank_dedup
 from partitioner.plan import Plan, Stage, evaluate
 from partitioner.problem import Layout, Problem
 
@@ -231,13 +232,29 @@ def test_moe_layer_memory_falls_with_ep(moe):
 
 
 def test_the_all_to_all_appears_and_grows_across_nodes():
-    def fwd(overlap: float) -> dict[int, float]:
-        p = build_problem(MOE, "dgx-h100", nodes=2, global_batch=256, microbatches=8,
-                          options={"ep_degrees": [8, 16], "ep_overlap": overlap, "variants": "none"})
+    from dataclasses import replace
+
+    from partitioner.costs import load_cluster
+
+    h100 = load_cluster("dgx-h100")
+    fast = replace(h100, intra_node_GBps=1e6, inter_node_GBps=1e6)
+
+    def fwd(cluster, **more) -> dict[int, float]:
+        p = build_problem(MOE, cluster, nodes=2, global_batch=256, microbatches=8,
+                          options={"ep_degrees": [8, 16], "variants": "none", "collective_latency_us": 0.0, **more})
         costs = _layer(p, "llm.3").costs
         return {e: costs[Layout(16, 1, ep=e)].fwd_ms for e in (8, 16)}
 
-    exposed, hidden = fwd(0.0), fwd(1.0)
-    a2a = {e: exposed[e] - hidden[e] for e in (8, 16)}
+    exposed, free = fwd(h100), fwd(fast)
+    a2a = {e: exposed[e] - free[e] for e in (8, 16)}
     assert a2a[8] > 0  # dispatch and combine over NVLink (the group sits in one node)
     assert a2a[16] > 3 * a2a[8]  # the 16-rank group spans both nodes: half its peers behind the NICs
+    # Megatron's EP overlap hides part of it behind the other microbatch's compute, never all of it
+    overlapped = fwd(h100, ep_overlap=True)
+    for e in (8, 16):
+        assert free[e] < overlapped[e] < exposed[e]
+    # DeepEP-style dispatch (flex) sends a token once per other node, and over NVLink once per destination rank
+    # (16 experts per rank at ep 8: a token's 8 experts sit on 1 - C(112, 8) / C(128, 8) of the 8 ranks)
+    flex = fwd(h100, ep_dispatcher="flex")
+    assert flex[8] - free[8] == pytest.approx(rank_dedup(128, 8, 8) * a2a[8], rel=1e-3)
+    assert flex[16] < exposed[16] - 0.5 * a2a[16]

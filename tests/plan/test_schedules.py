@@ -565,7 +565,8 @@ def test_plan_model_reports_every_schedule_of_the_kept_plan():
     for key in ("best", "best_baseline"):
         best = out[key]
         pool = [row for row in ok if key == "best" or row["plan_source"] in ("baseline", "fsdp")]
-        assert best["iteration_ms"] == min(row["iteration_ms"] for row in pool)
+        # the same plan's time, summed in another order by the report: equal to the last bits
+        assert best["iteration_ms"] == pytest.approx(min(row["iteration_ms"] for row in pool), rel=1e-12, abs=0)
         plan = Plan.from_dict(best["plan"])
         problem = with_schedule(r.problem, best["schedule"], virtual_stages=best["virtual_stages"])
         assert simulate(problem, plan).makespan_ms == pytest.approx(best["iteration_ms"])

@@ -37,6 +37,8 @@ References
 ----------
 .. [7] R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective
    Communication Operations in MPICH", IJHPCA 19(1), 2005.
+.. [23] DeepSeek-AI, DeepEP README (normal kernels: NVLink and RDMA
+   forwarding, a token sent once per destination node).
 .. [24] D. Lepikhin et al., "GShard", ICLR 2021 (expert capacity).
 .. [27] NVIDIA Megatron-LM: ``megatron/training/training.py``
    (``num_floating_point_operations``: ``moe_layer_flops``),
@@ -53,6 +55,7 @@ References
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from ..comm import allgather_ms, allreduce_ms
@@ -68,6 +71,11 @@ __all__ = [
     "tokens_per_rank",
     "routed_copies",
     "dispatch_buffer",
+    "DispatchTimes",
+    "dispatch_times",
+    "allgather_dispatch_times",
+    "flex_dedup",
+    "rank_dedup",
     "moe_comm_ms",
     "expert_rank_flops",
     "expert_gemm_shape",
@@ -146,36 +154,132 @@ def dispatch_buffer(copies: float, hidden: int, elem_bytes: float = 2.0, probs_b
     return copies * (hidden * elem_bytes + probs_bytes)
 
 
+@dataclass(frozen=True)
+class DispatchTimes:
+    """The four expert-parallel transfers of one MoE layer and microbatch on one rank, in ms.
+
+    Forward: ``dispatch`` (tokens and probabilities to the experts, then the
+    expert-tensor all-gather) and ``combine`` (the reduce-scatter, then the
+    outputs back); backward in reverse order: ``combine_grad`` and
+    ``dispatch_grad`` (an all-to-all's gradient is an all-to-all, an
+    all-gather's a reduce-scatter).
+    """
+
+    dispatch: float = 0.0
+    combine: float = 0.0
+    combine_grad: float = 0.0
+    dispatch_grad: float = 0.0
+
+    @property
+    def fwd(self) -> float:
+        return self.dispatch + self.combine
+
+    @property
+    def bwd(self) -> float:
+        return self.combine_grad + self.dispatch_grad
+
+
+def dispatch_times(copies: float, hidden: int, ep: int, etp: int, ep_span: GroupSpan, etp_span: GroupSpan, *,
+                   intra_GBps: float, inter_GBps: float, opts: CostOptions, links: str = "max", dedup: float = 1.0,
+                   probs_bytes: float = 4.0, elem_bytes: float = 2.0, intra_dedup: float = 1.0) -> DispatchTimes:
+    """The all-to-all dispatcher's four transfers on one rank that sends ``copies`` routed token copies.
+
+    Each all-to-all moves the rank's ``copies x h x beta`` buffer over the
+    ``ep`` group (the dispatch also the fp32 probabilities) on the links
+    the group spans (:func:`~.groups.alltoall_ms`, ``dedup`` on its network
+    part, ``intra_dedup`` on its NVLink part); with ``etp > 1`` an all-gather (or reduce-scatter) of ``etp x
+    copies x h x beta`` over the expert-tensor group follows the dispatch
+    (precedes the combine) [27]_. Latency and NVLink efficiency are the
+    dense model's (``opts``).
+    """
+    common: dict[str, Any] = dict(latency_us=opts.collective_latency_us, nvlink_efficiency=opts.nvlink_efficiency,
+                                  links=links, dedup=dedup, intra_dedup=intra_dedup)
+    tokens_a2a = with_probs = etp_ms = 0.0
+    if ep > 1:
+        tokens_a2a = alltoall_ms(dispatch_buffer(copies, hidden, elem_bytes), ep_span, intra_GBps, inter_GBps, **common)
+        with_probs = alltoall_ms(dispatch_buffer(copies, hidden, elem_bytes, probs_bytes), ep_span, intra_GBps,
+                                 inter_GBps, **common)
+    if etp > 1:
+        GBps, eff = (intra_GBps, opts.nvlink_efficiency) if etp_span.inside_node else (inter_GBps, 1.0)
+        etp_ms = allgather_ms(etp * copies * hidden * elem_bytes, etp, GBps, opts, link_efficiency=eff)
+    return DispatchTimes(with_probs + etp_ms, tokens_a2a + etp_ms, tokens_a2a + etp_ms, tokens_a2a + etp_ms)
+
+
+def allgather_dispatch_times(tokens: float, hidden: int, experts: int, group: GroupSpan, *, intra_GBps: float,
+                             inter_GBps: float, opts: CostOptions, elem_bytes: float = 2.0) -> DispatchTimes:
+    """The allgather dispatcher's transfers: every rank all-gathers the ``tokens`` of its ``tp x ep`` group.
+
+    Megatron's ``MoEAllGatherTokenDispatcher`` gathers the hidden states
+    ("[S/TP*B, H] -> [S*B*EP, H]") with the routing map and probabilities
+    (1 + 4 B per token and expert) over the group, each rank keeps its
+    experts' tokens, and the combine reduce-scatters the outputs back;
+    backward runs the reverse collectives on the same volumes [27]_.
+    """
+    if group.ranks <= 1:
+        return DispatchTimes()
+    GBps, eff = (intra_GBps, opts.nvlink_efficiency) if group.inside_node else (inter_GBps, 1.0)
+    gathered = group.ranks * tokens * hidden * elem_bytes
+    routing = group.ranks * tokens * experts * 5.0
+    tokens_ms = allgather_ms(gathered, group.ranks, GBps, opts, link_efficiency=eff)
+    with_routing = allgather_ms(gathered + routing, group.ranks, GBps, opts, link_efficiency=eff)
+    return DispatchTimes(with_routing, tokens_ms, tokens_ms, tokens_ms)
+
+
+def flex_dedup(experts: int, top_k: int, span: GroupSpan, routing: str = "random") -> float:
+    """The network bytes of a DeepEP dispatch over NCCL's, for a group spanning ``span.nodes`` nodes.
+
+    NCCL's all-to-all sends each of a token's ``k`` routed copies to its
+    expert's rank: ``k (n-1)/n`` copies leave the node on average. DeepEP
+    sends a token once to each other node holding one of its experts and
+    forwards it inside that node over NVLink [23]_: with the ``E / n``
+    experts of each node and ``k`` distinct experts drawn uniformly, ``(n-1)
+    (1 - C(E - E/n, k) / C(E, k))`` copies leave; with ``routing``
+    ``consecutive`` (``k`` experts in a row from a multiple of ``k``), the
+    ``ceil(k n / E)`` nodes they span, each remote with odds ``(n-1)/n``.
+    1 inside one node.
+    """
+    n = span.nodes
+    if n <= 1 or top_k <= 0 or experts % n:
+        return 1.0
+    if routing == "consecutive":
+        return min(top_k, math.ceil(top_k * n / experts)) / top_k
+    miss = math.comb(experts - experts // n, top_k) / math.comb(experts, top_k)
+    return (n - 1) * (1.0 - miss) / (top_k * (n - 1) / n)
+
+
+def rank_dedup(experts: int, top_k: int, ranks: int, routing: str = "random") -> float:
+    """The NVLink bytes of a DeepEP dispatch over NCCL's, for ``ranks`` ranks of ``E / ranks`` experts each.
+
+    DeepEP sends a token once to each rank holding one of its experts
+    (``is_token_in_rank``) and the rank permutes it to its local experts
+    [23]_; NCCL's all-to-all sends every routed copy. Per token: the
+    expected distinct ranks over ``k`` copies, ``r (1 - C(E - E/r, k) /
+    C(E, k))`` with ``k`` distinct experts drawn uniformly, ``ceil(k r / E)``
+    with ``routing`` ``consecutive``. 1 for one rank or one local expert.
+    """
+    if ranks <= 1 or top_k <= 0 or experts % ranks or experts // ranks <= 1:
+        return 1.0
+    if routing == "consecutive":
+        return min(top_k, math.ceil(top_k * ranks / experts)) / top_k
+    miss = math.comb(experts - experts // ranks, top_k) / math.comb(experts, top_k)
+    return ranks * (1.0 - miss) / top_k
+
+
 def moe_comm_ms(copies: float, hidden: int, ep: int, etp: int, ep_span: GroupSpan, etp_span: GroupSpan, *,
                 intra_GBps: float, inter_GBps: float, opts: CostOptions, links: str = "max", dedup: float = 1.0,
-                probs_bytes: float = 4.0, elem_bytes: float = 2.0, overlap: float = 0.0) -> tuple[float, float]:
-    """Exposed ``(forward, backward)`` ms of one MoE layer's expert-parallel traffic on one rank.
+                probs_bytes: float = 4.0, elem_bytes: float = 2.0) -> tuple[float, float]:
+    """``(forward, backward)`` ms of one MoE layer's all-to-all dispatcher traffic on one rank, none hidden.
 
     Forward: the dispatch (tokens and router probabilities) and the combine
     all-to-all over the ``ep`` group; backward: the combine's and the
     dispatch's gradients, two more all-to-alls of the tokens' size. With
     ``etp > 1`` each rank all-gathers the dispatched copies over the expert-
     tensor group (``etp R h beta`` gathered) and reduce-scatters the
-    experts' output, forward and backward. ``overlap`` of it is hidden.
-    Latency and NVLink efficiency are the dense model's (``opts``).
+    experts' output, forward and backward (:func:`dispatch_times`).
     """
-    common: dict[str, Any] = dict(latency_us=opts.collective_latency_us, nvlink_efficiency=opts.nvlink_efficiency, links=links,
-                  dedup=dedup)
-    fwd = bwd = 0.0
-    if ep > 1:
-        tokens_a2a = alltoall_ms(dispatch_buffer(copies, hidden, elem_bytes), ep_span, intra_GBps, inter_GBps, **common)
-        with_probs = alltoall_ms(dispatch_buffer(copies, hidden, elem_bytes, probs_bytes), ep_span, intra_GBps,
-                                 inter_GBps, **common)
-        fwd += with_probs + tokens_a2a
-        bwd += 2.0 * tokens_a2a
-    if etp > 1:
-        GBps, eff = (intra_GBps, opts.nvlink_efficiency) if etp_span.inside_node else (inter_GBps, 1.0)
-        gathered = etp * copies * hidden * elem_bytes
-        etp_ms = allgather_ms(gathered, etp, GBps, opts, link_efficiency=eff)
-        fwd += 2.0 * etp_ms
-        bwd += 2.0 * etp_ms
-    keep = 1.0 - overlap
-    return keep * fwd, keep * bwd
+    times = dispatch_times(copies, hidden, ep, etp, ep_span, etp_span, intra_GBps=intra_GBps, inter_GBps=inter_GBps,
+                           opts=opts, links=links, dedup=dedup, probs_bytes=probs_bytes, elem_bytes=elem_bytes)
+    return times.fwd, times.bwd
 
 
 def expert_rank_flops(tokens: float, hidden: int, moe_ffn: int, top_k: int, gated: bool = True,

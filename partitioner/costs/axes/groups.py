@@ -67,22 +67,24 @@ def group_span(size: int, stride: int, stage_devices: int, gpus_per_node: int) -
     return GroupSpan(size, per_node)
 
 
-def alltoall_volume(nbytes: float, span: GroupSpan, dedup: float = 1.0) -> tuple[float, float]:
+def alltoall_volume(nbytes: float, span: GroupSpan, dedup: float = 1.0,
+                    intra_dedup: float = 1.0) -> tuple[float, float]:
     """``(nvlink_bytes, network_bytes)`` one rank sends in an all-to-all of its ``nbytes`` buffer [7]_.
 
     Each rank keeps ``1/r`` of its buffer and sends ``1/r`` to each peer:
     ``(g-1)/r`` to the ``g-1`` peers in its node, ``(r-g)/r`` to the others
     (times ``dedup`` when a token bound for several ranks of one node
-    crosses the network once).
+    crosses the network once, the NVLink part times ``intra_dedup`` when a
+    token bound for several experts of one rank reaches it once).
     """
     r, g = span.ranks, span.per_node
     if r <= 1:
         return 0.0, 0.0
-    return (g - 1) / r * nbytes, (r - g) / r * nbytes * dedup
+    return (g - 1) / r * nbytes * intra_dedup, (r - g) / r * nbytes * dedup
 
 
 def alltoall_ms(nbytes: float, span: GroupSpan, intra_GBps: float, inter_GBps: float, *, latency_us: float,
-                nvlink_efficiency: float, links: str = "max", dedup: float = 1.0) -> float:
+                nvlink_efficiency: float, links: str = "max", dedup: float = 1.0, intra_dedup: float = 1.0) -> float:
     """One all-to-all of a ``nbytes`` buffer per rank over the group ``span``, in ms.
 
     One launch latency (NCCL groups the sends and receives into one kernel
@@ -93,7 +95,7 @@ def alltoall_ms(nbytes: float, span: GroupSpan, intra_GBps: float, inter_GBps: f
     """
     if span.ranks <= 1 or nbytes <= 0:
         return 0.0
-    intra, inter = alltoall_volume(nbytes, span, dedup)
+    intra, inter = alltoall_volume(nbytes, span, dedup, intra_dedup)
     t_intra = intra / (nvlink_efficiency * intra_GBps * 1e6)
     t_inter = inter / (inter_GBps * 1e6)
     wire = max(t_intra, t_inter) if links == "max" else t_intra + t_inter

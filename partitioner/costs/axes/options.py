@@ -31,6 +31,19 @@ References
    token to each destination node once and forward it over NVLink).
 .. [24] D. Lepikhin et al., "GShard: Scaling Giant Models with Conditional
    Computation and Automatic Sharding", ICLR 2021 (expert capacity).
+.. [37] Z. Yan et al. (NVIDIA), Megatron-MoE-ModelZoo,
+   ``best_practice/qwen3/readme.md`` ("Long Context": 295 / 237, 335 / 277,
+   368 / 320, 389 / 357 TFLOP/s forced balance / dropless), commit e865051
+   (2026-05-16), as recorded in ``benchmarks/published.py``.
+.. [38] A. Gray, "Getting Started with CUDA Graphs", NVIDIA Technical Blog
+   (2019): 9.6 us per short kernel with a stream synchronization after each,
+   3.8 us launched back to back, 3.4 us in a graph.
+.. [39] NVIDIA Transformer Engine pull request 853, "Grouped GEMM via
+   multi-stream cuBLAS" (``GroupedLinear``, the grouped GEMM of Megatron-
+   Core's ``TEGroupedMLP``).
+.. [40] NVIDIA NeMo AutoModel, ``nemo_automodel/components/moe/layers.py``
+   ``FakeBalancedGate.forward``: ``indices = arange(T k).view(-1, k) % E``
+   (the ``fake_balanced_gate: true`` of its benchmark configurations).
 """
 from __future__ import annotations
 
@@ -39,9 +52,12 @@ from typing import Any, Mapping
 
 from ...problem import ProblemError
 
-__all__ = ["CP_ALGORITHMS", "AxisOptions"]
+__all__ = ["CP_ALGORITHMS", "EP_DISPATCHERS", "AxisOptions"]
 
 CP_ALGORITHMS = ("p2p", "a2a", "all_gather")
+EP_DISPATCHERS = ("alltoall", "allgather", "flex")
+CHOICES: dict[str, tuple[str, ...]] = {"alltoall_links": ("max", "sum"), "grouped_gemm": ("multi_stream", "single_launch"),
+                                      "ep_dispatcher": EP_DISPATCHERS, "moe_routing": ("random", "consecutive")}
 
 
 @dataclass(frozen=True)
@@ -82,35 +98,103 @@ class AxisOptions:
         batch instead. 8192 (8k, the shortest long-context setting) is a
         modelling choice; it keeps every short-sequence problem (and its
         answer) unchanged.
-    moe_imbalance : float
+    moe_imbalance : float or None
         Load-imbalance factor of the routed experts, the busiest expert-
-        parallel rank's tokens over the mean (>= 1). No published default;
-        1 is what benchmarks with forced balance measure.
+        parallel rank's routed copies over the mean (>= 1); it scales the
+        busiest rank's expert work and the tokens it receives. 1 is what
+        benchmarks with forced balance measure (Megatron's
+        ``--moe-router-force-load-balancing``). None (the default): derived
+        per (ep, local experts) from ``moe_load_cv``
+        (:func:`~.moe_kernels.default_imbalance`).
+    moe_load_cv : float
+        Coefficient of variation of one expert's routed tokens in a
+        microbatch under auxiliary-loss routing, the input of the derived
+        imbalance (:func:`~.moe_kernels.default_imbalance`). 1.25, from the
+        one published A/B of a trained router against forced balance [37]_:
+        Qwen3-235B-A22B on 256 H100 (EP 8, 16 experts per rank, 4096 tokens
+        per rank, the model's aux-loss router, dropless) ran 1.245, 1.21,
+        1.15 and 1.09 times slower than with forced balance at 16k, 32k, 64k
+        and 128k tokens; with this cost model each ratio implies a busiest
+        rank at 1.61-1.68 times the mean (the attention's growing share
+        dilutes the same imbalance), i.e. ``1 + cv sqrt(2 ln 8 / 16)`` with
+        cv = 1.25.
+    moe_sync_us : float
+        GPU idle time, microseconds, of the device-to-host synchronization
+        every dropless MoE layer forward makes (Megatron's dispatchers copy
+        the tokens per expert to the host before the all-to-all, or before
+        the grouped GEMM at ep = 1 [20]_): a stream synchronization's round
+        trip, about 6 us (9.6 us against 3.8 us per back-to-back kernel
+        [38]_), plus the host's path to the next launch (the split sizes to
+        lists, the all-to-all call, the chunk sort: about five PyTorch
+        operators at a few microseconds each): 30.
+    moe_host_ms : float
+        Host time, ms, one MoE layer's forward and backward take to launch in
+        eager execution (a third forward, two thirds backward): the layer
+        runs no faster than its host launches it, so small per-GPU work
+        (high tp, small microbatches) is host-bound, as Megatron's MoE guide
+        says ("CPU Overhead Bottleneck ... Reduce kernel launches: Decrease
+        TP size or increase micro-batch size" [20]_). 0 (the default): not
+        charged, since no citable per-operator host cost was found; 8
+        reproduces ModelZoo's Qwen3-235B TP4 row and orders its four
+        layouts as measured, but overcharges runs that capture parts of the
+        layer in CUDA graphs (DESIGN.md, "2026-12-03: MoE physics").
+    kernel_launch_us : float
+        Host time of one kernel launch, microseconds (about 4: a back-to-back
+        launch takes 3.8 us per kernel [38]_); the floor of a
+        ``multi_stream`` grouped GEMM is two launches per local expert.
+    grouped_gemm : {"multi_stream", "single_launch"}
+        How the grouped expert GEMMs run: ``multi_stream`` (Transformer
+        Engine's default BF16 ``GroupedLinear``: one cuBLAS call per expert
+        over several CUDA streams [39]_), ``single_launch`` (a CUTLASS or
+        cuBLAS grouped kernel: no per-expert launches).
+    ep_dispatcher : {"alltoall", "allgather", "flex"}
+        Megatron's ``--moe-token-dispatcher-type`` [20]_: ``alltoall``
+        (NCCL all-to-all over the ep group, then an all-gather over etp),
+        ``allgather`` (every token all-gathered over the tp x ep group and
+        the outputs reduce-scattered back), ``flex`` (DeepEP: a token bound
+        for several experts on one node crosses the network once and is
+        forwarded over NVLink [23]_; the dedup factor is derived from the
+        routing, :func:`~.wiring.flex_dedup`).
     capacity_factor : float or None
         Expert capacity factor [24]_: each expert takes at most
         ``ceil(k T cf / E)`` of a rank's ``k T`` routed copies and every
         expert's buffer is padded to it. None: dropless (Megatron's default [20]_).
-    ep_overlap : float
-        Fraction of the expert-parallel all-to-alls hidden behind compute
-        (Megatron's ``--overlap-moe-expert-parallel-comm``); 0 exposes them.
+    ep_overlap : bool
+        Megatron's ``--overlap-moe-expert-parallel-comm`` with
+        ``--delay-wgrad-compute``: each layer's dispatch and combine of one
+        microbatch run beside the other microbatch's compute in the merged
+        forward-backward steady state. The hidden part is derived from the
+        schedule (:func:`~.wiring.overlapped_ms`): each all-to-all hides
+        behind its partner pass's compute, at most all of it, and the SMs the
+        collective occupies slow that compute. Not with full recompute
+        (Megatron refuses it), nor with the allgather dispatcher.
+    moe_routing : {"random", "consecutive"}
+        Where a token's ``k`` experts lie: ``random`` (a trained router, or
+        Megatron's forced balance, which routes on random logits), or
+        ``consecutive`` (``k`` experts in a row, token ``t`` to experts ``t k``
+        ... ``t k + k - 1`` mod ``E``: NeMo AutoModel's ``FakeBalancedGate``
+        [40]_), so with ``E / n >= k`` experts per node they sit on one node and
+        the ``flex`` dispatcher sends the token over the network at most once
+        (:func:`~.experts.flex_dedup`).
     ep_dedup : float
-        Multiplier (<= 1) on the inter-node part of a dispatch or combine:
-        DeepEP-style kernels send a token once per destination node [23]_.
-        1: NCCL's all-to-all, one copy per destination rank.
+        Multiplier (<= 1) on the inter-node part of an all-to-all dispatch or
+        combine (a token sent once per destination node [23]_); the
+        ``flex`` dispatcher derives its own. 1: NCCL's all-to-all.
     alltoall_links : {"max", "sum"}
         An all-to-all that spans nodes moves part of its bytes over NVLink
         and part over the NICs: ``max`` takes the slower of the two (they
         run concurrently), ``sum`` adds them (conservative).
     etp_degrees : tuple of int
-        Expert tensor-parallel degrees offered on MoE layers (torchtitan 0.3
-        has only 1; Megatron defaults to etp = tp).
+        Expert tensor-parallel degrees offered on MoE layers with ep > 1;
+        empty (the default): 1 and the config's tp (Megatron's default is
+        etp = tp; its MoE guide and NVIDIA's recipes run etp = 1;
+        torchtitan 0.3 has only 1). An ep = 1 key means etp = tp.
     ep_degrees : tuple of int
         Expert-parallel degrees offered on MoE layers besides 1; empty (the
-        default): every power of two from 2 to ``gpus_per_node`` that
-        divides the routed experts, so that an EP x ETP group of ETP 1
-        stays inside one node's NVLink, as Megatron-Core's MoE guide
-        advises for the all-to-all-heavy EP groups [20]_. Each
-        offered E must divide the experts and E x etp the config's D T C.
+        default): every power of two from 2 up to the routed experts, inside
+        a node and across nodes, as published recipes run them (EP 8 to 32,
+        across NVLink domains [20]_). Each offered E must divide the experts
+        and E x etp the config's D T C.
     probs_bytes : float
         Bytes per routed copy of the router probabilities sent with the
         dispatch (fp32 in Megatron's all-to-all dispatcher).
@@ -121,12 +205,19 @@ class AxisOptions:
     cp_vision: bool = False
     cp_degrees: tuple[int, ...] = (1, 2, 4, 8)
     cp_min_tokens: int = 8192
-    moe_imbalance: float = 1.0
+    moe_imbalance: float | None = None
+    moe_load_cv: float = 1.25
+    moe_sync_us: float = 30.0
+    moe_host_ms: float = 0.0
+    kernel_launch_us: float = 4.0
+    grouped_gemm: str = "multi_stream"
+    ep_dispatcher: str = "alltoall"
     capacity_factor: float | None = None
-    ep_overlap: float = 0.0
+    ep_overlap: bool = False
     ep_dedup: float = 1.0
+    moe_routing: str = "random"
     alltoall_links: str = "max"
-    etp_degrees: tuple[int, ...] = (1,)
+    etp_degrees: tuple[int, ...] = ()
     ep_degrees: tuple[int, ...] = ()
     probs_bytes: float = 4.0
 
@@ -146,10 +237,10 @@ class AxisOptions:
             if key == "cp_algorithm":
                 if value not in (*CP_ALGORITHMS, "fastest"):
                     raise ProblemError(f"must be one of {', '.join(CP_ALGORITHMS)}, fastest; got {value!r}", path=where)
-            elif key == "alltoall_links":
-                if value not in ("max", "sum"):
-                    raise ProblemError(f"must be max or sum, got {value!r}", path=where)
-            elif key in ("cp_load_balance", "cp_vision"):
+            elif key in CHOICES:
+                if value not in CHOICES[key]:
+                    raise ProblemError(f"must be one of {', '.join(CHOICES[key])}, got {value!r}", path=where)
+            elif key in ("cp_load_balance", "cp_vision", "ep_overlap"):
                 if not isinstance(value, bool):
                     raise ProblemError(f"must be true or false, got {value!r}", path=where)
             elif key in ("cp_degrees", "etp_degrees", "ep_degrees"):
@@ -163,11 +254,13 @@ class AxisOptions:
                     raise ProblemError(f"must be a list of positive integers, got {value!r}", path=where) from None
                 if any(v < 1 for v in value):
                     raise ProblemError(f"must be positive integers, got {list(value)!r}", path=where)
-                if key != "ep_degrees" and (not value or 1 not in value):
+                if key == "cp_degrees" and (not value or 1 not in value):
                     raise ProblemError(f"must be positive integers including 1, got {list(value)!r}", path=where)
             elif key == "cp_min_tokens":
                 if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                     raise ProblemError(f"must be a positive integer, got {value!r}", path=where)
+            elif key == "moe_imbalance" and value is None:
+                pass  # derived per (ep, local experts)
             elif key == "capacity_factor":
                 if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
                     raise ProblemError(f"must be a positive number or null (dropless), got {value!r}", path=where)
@@ -176,7 +269,7 @@ class AxisOptions:
                     raise ProblemError(f"must be a non-negative number, got {value!r}", path=where)
                 if key == "moe_imbalance" and value < 1:
                     raise ProblemError(f"must be >= 1 (the busiest rank over the mean), got {value!r}", path=where)
-                if key in ("ep_overlap", "ep_dedup") and not 0 <= value <= 1:
+                if key == "ep_dedup" and not 0 <= value <= 1:
                     raise ProblemError(f"must be in [0, 1], got {value!r}", path=where)
             values[key] = value
         return cls(**values)

@@ -42,34 +42,37 @@ from typing import Sequence
 from ...presets import ClusterSpec
 from ...problem import Layout
 from ..attention_mla import cp_head_dim
-from ..comm import allgather_ms
-from ..entry import EntryCost, finish_cost, layer_terms, piece_time_terms, weight_bytes_per_param
+from ..comm import allgather_ms, overlapped_ms, shard_gather_ms
+from ..entry import EntryCost, finish_cost, layer_terms, piece_time_terms, weight_bytes_per_param, zero3_exposed_ms
 from ..flops import efficiency
+from ..hardware import comm_sm_fraction
 from ..layers import Piece, PipelineLayer
 from ..options import CostOptions
-from ..precision import expert_activation_delta, expert_quant_ms, fp8_rate, fp8_weight_extra_bytes, weight_cast_ms
+from ..precision import expert_activation_delta, expert_quant_ms, fp8_weight_extra_bytes, weight_cast_ms
 from ..recompute import ReplayRates, dense_part_view, expert_recompute, replays_attention
 from ..recompute_names import modules_of, replays_experts
 from ..traffic import traffic_ms
 from ..variants import Knobs
 from .context import causal_load_factor, cp_algorithms, cp_attention_ms, cp_problem, kv_bytes, shard_piece, ulysses_bytes
 from .experts import (
+    DispatchTimes,
+    allgather_dispatch_times,
+    dispatch_times,
     expert_activation_bytes,
     expert_data_parallel,
-    expert_gemm_shape,
     expert_grad_sync_ms,
-    expert_rank_flops,
     expert_weight_bytes,
-    moe_comm_ms,
+    flex_dedup,
     moe_layer_flops,
+    rank_dedup,
     routed_copies,
     tokens_per_rank,
 )
 from .groups import GroupSpan, group_span
+from .moe_kernels import ExpertWork, default_imbalance, expert_gemm_ms, host_sync_ms, permutation_traffic, router_traffic
 
 __all__ = ["LANGUAGE_ROLES", "cp_sharded", "cp_allows", "piece_algorithms", "cp_layer_terms", "cp_attention_choice",
-           "sync_layout",
-           "moe_ep_cost"]
+           "sync_layout", "expert_split", "moe_imbalance", "dispatch_collectives", "overlapped_dispatch", "moe_ep_cost"]
 
 LANGUAGE_ROLES = ("embedding", "decoder", "mtp", "loss")  # mtp: multi-token prediction modules (Megatron splits them too)
 
@@ -188,98 +191,205 @@ def _dense_part(piece: Piece) -> Piece:
     )
 
 
+def expert_split(layout: Layout) -> tuple[int, int]:
+    """``(ep, etp)`` of a MoE layer's routed experts under ``layout``: the key's with ep > 1; an ep = 1 key
+    holds every expert on each rank, each expert's columns split over tp (Megatron's default ETP = TP [27]_)."""
+    return (layout.ep, layout.etp) if layout.ep > 1 else (1, layout.tp)
+
+
+def moe_imbalance(opts: CostOptions, ep: int, local_experts: int) -> float:
+    """The option ``moe_imbalance`` when set, else :func:`~.moe_kernels.default_imbalance`."""
+    ax = opts.axes
+    return ax.moe_imbalance if ax.moe_imbalance is not None else default_imbalance(ep, local_experts, ax.moe_load_cv)
+
+
+def dispatch_collectives(piece: Piece, copies: float, tokens: float, ep: int, etp: int, devices: int, cluster: ClusterSpec,
+                         opts: CostOptions) -> DispatchTimes:
+    """The dispatch and combine transfers of ``piece``'s routed experts on one rank, by the configured dispatcher.
+
+    ``alltoall``: :func:`~.experts.dispatch_times` over the ep group (stride etp in the expert grid) and the
+    etp group; ``flex``: the same with the network part cut to one copy per destination node
+    (:func:`~.experts.flex_dedup`) and the NVLink part to one per destination rank
+    (:func:`~.experts.rank_dedup`); ``allgather``: :func:`~.experts.allgather_dispatch_times` over the
+    ``etp x ep`` group. ``copies`` are the busiest rank's routed copies, ``tokens`` its input tokens.
+    """
+    moe = piece.moe
+    assert moe is not None
+    ax, gpn = opts.axes, cluster.gpus_per_node
+    if ep * etp == 1:
+        return DispatchTimes()
+    intra, inter = cluster.intra_node_GBps, cluster.inter_node_GBps
+    if ax.ep_dispatcher == "allgather":
+        return allgather_dispatch_times(tokens, piece.width, moe.experts, group_span(ep * etp, 1, devices, gpn),
+                                        intra_GBps=intra, inter_GBps=inter, opts=opts)
+    ep_span = group_span(ep, etp, devices, gpn)
+    flex = ax.ep_dispatcher == "flex"
+    dedup = flex_dedup(moe.experts, moe.top_k, ep_span, ax.moe_routing) if flex else ax.ep_dedup
+    intra_dedup = rank_dedup(moe.experts, moe.top_k, ep, ax.moe_routing) if flex else 1.0
+    return dispatch_times(copies, piece.width, ep, etp, ep_span, group_span(etp, 1, devices, gpn), intra_GBps=intra,
+                          inter_GBps=inter, opts=opts, links=ax.alltoall_links, dedup=dedup, probs_bytes=ax.probs_bytes,
+                          intra_dedup=intra_dedup)
+
+
+def overlapped_dispatch(times: DispatchTimes, dense: tuple[float, float], experts: tuple[float, float],
+                        microbatches: int, sm_fraction: float) -> tuple[float, float]:
+    """``(forward, backward)`` ms the dispatch and combine still cost under Megatron's EP all-to-all overlap.
+
+    ``--overlap-moe-expert-parallel-comm`` merges the forward of one microbatch with the backward of
+    another, layer by layer, pairing each transfer with the other pass's independent compute [27]_:
+    the backward's combine gradient runs beside the forward's attention, the forward's dispatch beside the
+    backward's experts, the backward's dispatch gradient beside the forward's experts, the forward's
+    combine beside the backward's attention (``dense`` and ``experts``: the ``(forward, backward)``
+    compute of the block's dense part and of its routed experts). Each costs
+    :func:`~partitioner.costs.comm.overlapped_ms`. Only steady-state pairs overlap: of ``m``
+    microbatches the first forward and the last backward have no partner, ``(m-1)/m`` of the transfers do.
+    """
+    over_f = overlapped_ms(times.dispatch, experts[1], sm_fraction) + overlapped_ms(times.combine, dense[1], sm_fraction)
+    over_b = (overlapped_ms(times.combine_grad, dense[0], sm_fraction)
+              + overlapped_ms(times.dispatch_grad, experts[0], sm_fraction))
+    paired = (microbatches - 1) / microbatches if microbatches > 0 else 0.0
+    return paired * over_f + (1 - paired) * times.fwd, paired * over_b + (1 - paired) * times.bwd
+
+
 def moe_ep_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: ClusterSpec, opts: CostOptions,
                 microbatches: int, knobs: Knobs, *, nodes: int = 1) -> EntryCost:
-    """The entry of a MoE layer under ``layout`` with ``ep > 1`` (``etp`` >= 1) [27]_.
+    """The entry of a MoE layer under ``layout``, every expert-parallel degree alike (ep = 1 too) [27]_.
 
-    The dense part (attention, router, shared MLP under tp, norms) is costed as any layer at ``(dp, tp, cp)``
-    (:func:`cp_layer_terms`, :func:`~partitioner.costs.entry.finish_cost` on :func:`sync_layout`). The
-    routed experts fold onto the ``dp tp cp`` ranks as ``etp x ep x edp``
-    (:func:`~.experts.expert_data_parallel`), per rank and microbatch:
+    The dense part (attention, router GEMM, shared MLP under tp, norms) is costed as any layer at
+    ``(dp, tp, cp)`` (:func:`cp_layer_terms`, :func:`~partitioner.costs.entry.finish_cost` on
+    :func:`sync_layout`). The routed experts fold onto the ``dp tp cp`` ranks as ``etp x ep x edp``
+    (:func:`expert_split`, :func:`~.experts.expert_data_parallel`); per rank and microbatch:
 
-    * compute: the busiest rank's routed FLOPs (:func:`~.experts.expert_rank_flops`, x ``moe_imbalance``;
-      with a ``capacity_factor`` the padded copies instead), at the efficiency of one local expert's GEMM
-      (:func:`~.experts.expert_gemm_shape`); backward 2x (input and weight gradients), full recompute once more;
-    * traffic: dispatch and combine all-to-alls over the ep group (stride etp in the expert grid), and
-      with etp > 1 the all-gather / reduce-scatter over the etp group (:func:`~.experts.moe_comm_ms`),
-      on the links the groups span (:func:`~.groups.group_span`); full recompute replays the forward's;
+    * compute: the busiest rank's rows, ``imbalance x k T_r x etp`` dropless (:func:`moe_imbalance`; the
+      padded copies with a ``capacity_factor``), over its ``E / ep`` local experts of ``f / etp``
+      columns, as grouped GEMMs (:func:`~.moe_kernels.expert_gemm_ms`: forward, input and weight
+      gradients, each a roofline of FLOPs and the local experts' weights); full recompute replays the
+      forward;
+    * memory-bound kernels: token permutation, routed activation function and router
+      (:func:`~.moe_kernels.permutation_traffic`, :func:`~.moe_kernels.router_traffic`); the host
+      synchronization of a dropless dispatcher (:func:`~.moe_kernels.host_sync_ms`);
+    * traffic: the dispatcher's transfers (:func:`dispatch_collectives`) on the links the groups span,
+      exposed, or under ``ep_overlap`` what :func:`overlapped_dispatch` leaves; full recompute replays the
+      forward's;
     * memory: routed weights / (ep etp), their optimizer states over edp with ZeRO-1 (the distributed
       optimizer), everything over edp with ZeRO-3 (:func:`~.experts.expert_weight_bytes`); the experts'
       stored activations (:func:`~.experts.expert_activation_bytes`, none under full recompute);
     * gradients: the routed gradients all-reduced over edp (:func:`~.experts.expert_grad_sync_ms`, exposed
-      as the dense sync, spread over the microbatches; ZeRO-3 gathers and reduce-scatters over edp instead);
+      as the dense sync, spread over the microbatches; ZeRO-3 gathers and reduce-scatters over edp instead,
+      hidden behind the experts' compute as :func:`~partitioner.costs.entry.zero3_exposed_ms` derives);
       the optimizer step over the routed parameters the rank owns.
     """
     ax = opts.axes
     dense = tuple(dense_part_view(_dense_part(p), p) for p in layer.pieces)
     dense_layer = replace(layer, pieces=dense)
     terms = cp_layer_terms(layer, layout, samples, knobs.recompute, cluster, opts, pieces=dense)
-    base = finish_cost(dense_layer, sync_layout(layout), terms, cluster, opts, microbatches, knobs, nodes=nodes)
+    zero3 = knobs.zero == 3
+    # under ZeRO-3 the dense part's gathers and scatters are charged below, together with the experts'
+    dense_opts = replace(opts, zero3_overlap=1.0) if zero3 else opts
+    base = finish_cost(dense_layer, sync_layout(layout), terms, cluster, dense_opts, microbatches, knobs, nodes=nodes)
     fwd, b_in, b_w = base.fwd_ms, base.bwd_input_ms, base.bwd_weight_ms
+    work_f, work_b = terms[0], terms[1] + terms[2]  # the compute ZeRO-3's collectives hide behind (+ the experts')
+    gathers = _zero3_dense(dense_layer, layout, cluster, opts) if zero3 else (0.0, 0.0, 0.0)
     weight, act = float(base.weight_bytes), float(base.act_bytes)
-    d, t, c, e, f = layout.dp, layout.tp, layout.cp, layout.ep, layout.etp
+    d, t, c = layout.dp, layout.tp, layout.cp
+    e, f = expert_split(layout)
     devices, gpn = layout.devices, cluster.gpus_per_node
     edp = expert_data_parallel(d, t, c, e, f)
-    ep_span = group_span(e, f, devices, gpn)
-    etp_span = group_span(f, 1, devices, gpn)
     edp_span = group_span(edp, e * f, devices, gpn)
-    intra, inter = cluster.intra_node_GBps, cluster.inter_node_GBps
+    phi = comm_sm_fraction(cluster)
+    hbm = cluster.hbm_GBps if opts.memory_bound_ops else None
     for p in layer.pieces:
         moe = p.moe
         if moe is None:
             continue
+        local = moe.experts // e
         tokens = tokens_per_rank(samples, p.tokens, t, c)
         copies = routed_copies(tokens, moe.top_k, moe.experts, ax.capacity_factor)
-        if ax.capacity_factor is None:
-            flops = expert_rank_flops(tokens, p.width, moe.moe_ffn, moe.top_k, moe.gated, ax.moe_imbalance)
-        else:  # every expert's buffer padded to its capacity: the padded copies run, whatever the routing
-            flops = moe_layer_flops(copies / moe.top_k, p.width, moe.moe_ffn, moe.top_k, 0, moe.gated)
-        rows, width = expert_gemm_shape(tokens, moe.top_k, moe.experts, e, f, moe.moe_ffn)
-        rate = cluster.peak_tflops * 1e9 * efficiency(width, rows, opts)
-        if opts.fp8:  # the experts' grouped GEMMs in FP8 (.precision)
-            rate = fp8_rate(rate, cluster, opts)
-        compute = p.passes * flops / rate
-        comm_f, comm_b = moe_comm_ms(copies, p.width, e, f, ep_span, etp_span, intra_GBps=intra, inter_GBps=inter,
-                                     opts=opts, links=ax.alltoall_links, dedup=ax.ep_dedup,
-                                     probs_bytes=ax.probs_bytes, overlap=ax.ep_overlap)
-        comm_f, comm_b = p.passes * comm_f, p.passes * comm_b
-        fwd += compute + comm_f
+        padded = ax.capacity_factor is not None
+        gamma = 1.0 if padded else moe_imbalance(opts, e, local)
+        width = moe.moe_ffn / f
+        work = ExpertWork(gamma * copies * f, local, p.width, width, moe.gated)
+        g_f, g_d, g_w = expert_gemm_ms(work, cluster, opts)
+        mem = permutation_traffic(tokens, copies, work.rows, p.width, width, local_experts=local,
+                                  exchanged=e * f > 1, gated=moe.gated)
+        route = router_traffic(tokens, moe.experts)
+        m_f = m_b = 0.0
+        if hbm is not None:
+            m_f = traffic_ms(mem.fwd + route.fwd, hbm, opts.hbm_efficiency)
+            m_b = traffic_ms(mem.bwd + route.bwd, hbm, opts.hbm_efficiency)
+        sync = host_sync_ms(opts)
+        times = dispatch_collectives(p, gamma * copies, tokens, e, f, devices, cluster, opts)
+        comm_f, comm_b = times.fwd, times.bwd
+        if ax.ep_overlap and e > 1 and ax.ep_dispatcher != "allgather" and knobs.recompute != "full":
+            comm_f, comm_b = overlapped_dispatch(times, (terms[0], terms[1] + terms[2]), (g_f + m_f, g_d + g_w + m_b),
+                                                 microbatches, phi)
+        n = p.passes
+        forward = g_f + m_f + sync
+        fwd += n * (forward + comm_f)
         if opts.fp8:  # the FP8 casts of the experts' operands; their fp8 weights, cached once per iteration
-            # the busiest rank's token copies after the expert-tensor all-gather (as expert_activation_bytes)
-            gathered = f * (copies if ax.capacity_factor is not None else ax.moe_imbalance * copies)
-            q_f, q_b = expert_quant_ms(gathered, p.width, moe.moe_ffn, f, moe.gated, p.backward, not p.frozen,
+            q_f, q_b = expert_quant_ms(work.rows, p.width, moe.moe_ffn, f, moe.gated, p.backward, not p.frozen,
                                        cluster, opts, weights=moe.params / (e * f))
-            fwd += p.passes * q_f + weight_cast_ms(moe.params / (e * f), cluster, opts) / microbatches
+            fwd += n * q_f + weight_cast_ms(moe.params / (e * f), cluster, opts) / microbatches
             if p.backward:
-                b_in += p.passes * (q_b + (q_f if replays_experts(knobs.recompute) else 0.0))
+                b_in += n * (q_b + (q_f if replays_experts(knobs.recompute) else 0.0))
                 if knobs.recompute != "full" and "moe" not in modules_of(knobs.recompute):
-                    delta = expert_activation_delta(gathered, p.width, moe.moe_ffn, f, opts)
+                    delta = expert_activation_delta(work.rows, p.width, moe.moe_ffn, f, opts)
                     if "moe_act" in modules_of(knobs.recompute):  # fc2's input is discarded: no fp8 copy of it
                         delta *= p.width / (p.width + moe.moe_ffn / f)
-                    act += p.passes * delta
-            weight += moe.params / (e * f) * fp8_weight_extra_bytes(opts, cluster) / (edp if knobs.zero == 3 else 1)
+                    act += n * delta
+            weight += moe.params / (e * f) * fp8_weight_extra_bytes(opts, cluster) / (edp if zero3 else 1)
         if p.backward:
-            stored = p.passes * expert_activation_bytes(copies, p.width, moe.moe_ffn, f, moe.gated, ax.moe_imbalance,
-                                                        padded=ax.capacity_factor is not None,
-                                                        router_tokens=tokens, experts=moe.experts)
+            stored = n * expert_activation_bytes(copies, p.width, moe.moe_ffn, f, moe.gated, gamma, padded=padded,
+                                                 router_tokens=tokens, experts=moe.experts)
+            rate = cluster.peak_tflops * 1e9 * efficiency(width, work.rows, opts, cluster, grouped=True)
             rates = ReplayRates(rate, 0.0, 0.0, cluster.hbm_GBps, opts.hbm_efficiency, opts.memory_bound_ops)
             kept, replay = expert_recompute(
-                knobs.recompute, stored=stored, copies=p.passes * copies, moe_ffn=moe.moe_ffn, gated=moe.gated,
+                knobs.recompute, stored=stored, copies=n * copies, moe_ffn=moe.moe_ffn, gated=moe.gated,
                 activation=p.shape.activation if p.shape is not None else "silu", hidden=p.width, ep=e,
-                compute_ms=compute, dispatch_ms=comm_f, rates=rates, imbalance=ax.moe_imbalance,
-                padded=ax.capacity_factor is not None)
-            b_in += compute + comm_b + replay
+                compute_ms=n * forward, dispatch_ms=n * times.fwd, rates=rates, imbalance=gamma, padded=padded)
+            b_in += n * (g_d + m_b + comm_b) + replay
             if not p.frozen:
-                b_w += compute
+                b_w += n * g_w
             act += kept
         weight += _expert_weight(moe.params, e, f, edp, p.frozen, knobs, opts)
-        b_w += _expert_sync_ms(moe.params, layout, edp_span, p, knobs, cluster, opts) / microbatches
-        if knobs.zero == 3:
-            gather = (1.0 - opts.zero3_overlap) * _edp_gather_ms(moe.params / (e * f), edp_span, cluster, opts)
-            fwd += gather / microbatches if opts.zero3_keep_gathered else gather
-            if not opts.zero3_keep_gathered and p.backward:
-                b_in += gather
+        b_w += _expert_sync_ms(moe.params, e, f, edp_span, p, knobs, cluster, opts) / microbatches
+        work_f += n * (g_f + m_f)
+        work_b += n * (g_d + g_w + m_b)
+        if zero3:
+            gather = _edp_gather_ms(moe.params / (e * f), edp_span, cluster, opts)
+            scatter = 0.0 if p.frozen else _edp_gather_ms(moe.params / (e * f), edp_span, cluster, opts,
+                                                          opts.grad_bytes_per_param)
+            gathers = (gathers[0] + gather, gathers[1] + (gather if p.backward else 0.0), gathers[2] + scatter)
+    host = opts.axes.moe_host_ms
+    if host > 0:  # the host launches the layer's kernels no faster than this (the option moe_host_ms)
+        n_all = max((p.passes for p in layer.pieces if p.moe is not None), default=1)
+        fwd = max(fwd, n_all * host / 3.0)
+        short = n_all * 2.0 * host / 3.0 - (b_in + b_w)
+        if short > 0 and any(p.backward for p in layer.pieces):
+            b_in += short
+    if zero3:
+        gather, regather, scatter = gathers
+        if opts.zero3_keep_gathered:  # gathered once per iteration; gradients still reduce-scattered per microbatch
+            fwd += zero3_exposed_ms(gather, work_f, opts, cluster) / microbatches
+            b_w += zero3_exposed_ms(scatter, work_b, opts, cluster)
+        else:
+            fwd += zero3_exposed_ms(gather, work_f, opts, cluster)
+            exposed = zero3_exposed_ms(regather + scatter, work_b, opts, cluster)
+            share = regather / (regather + scatter) if regather + scatter > 0 else 0.0
+            b_in += share * exposed
+            b_w += (1.0 - share) * exposed
     return EntryCost(fwd, b_in + b_w, b_in, b_w, int(math.ceil(weight)), int(math.ceil(act)))
+
+
+def _zero3_dense(layer: PipelineLayer, layout: Layout, cluster: ClusterSpec, opts: CostOptions) -> tuple[float, float, float]:
+    """``(gather, regather, scatter)`` ms of a layer's dense part under ZeRO-3 over the ``dp x cp`` ranks,
+    per microbatch (:func:`~partitioner.costs.comm.shard_gather_ms`): the forward's parameter all-gather,
+    the backward's re-gather of the pieces that run a backward, the gradients' reduce-scatter."""
+    sl = sync_layout(layout)
+    trainable = sum(p.params + p.tied_params for p in layer.pieces if not p.frozen)
+    return (shard_gather_ms(layer.params, sl, cluster, opts),
+            shard_gather_ms(sum(p.params for p in layer.pieces if p.backward), sl, cluster, opts),
+            shard_gather_ms(trainable, sl, cluster, opts, opts.grad_bytes_per_param))
 
 
 def _expert_weight(routed: float, ep: int, etp: int, edp: int, frozen: bool, knobs: Knobs, opts: CostOptions) -> float:
@@ -301,15 +411,17 @@ def _edp_gather_ms(params: float, span: GroupSpan, cluster: ClusterSpec, opts: C
     return allgather_ms(nbytes, span.ranks, GBps, opts, link_efficiency=eff)  # nbytes: the gathered shard
 
 
-def _expert_sync_ms(routed: float, layout: Layout, edp_span: GroupSpan, piece: Piece, knobs: Knobs, cluster: ClusterSpec,
-                    opts: CostOptions) -> float:
-    """Once per iteration: the routed gradients' sync over edp (exposed part) and the optimizer step over them."""
+def _expert_sync_ms(routed: float, e: int, f: int, edp_span: GroupSpan, piece: Piece, knobs: Knobs,
+                    cluster: ClusterSpec, opts: CostOptions) -> float:
+    """Once per iteration: the routed gradients' sync over edp (exposed part) and the optimizer step over them.
+
+    Under ZeRO-3 the gradients are reduce-scattered every microbatch instead (charged by the caller with
+    the layer's other ZeRO-3 collectives): only the optimizer step here.
+    """
     if piece.frozen or routed <= 0:
         return 0.0
-    e, f = layout.ep, layout.etp
     if knobs.zero == 3:
-        sync = (1.0 - opts.zero3_overlap) * _edp_gather_ms(routed / (e * f), edp_span, cluster, opts,
-                                                           opts.grad_bytes_per_param)
+        sync = 0.0
     else:
         sync = (1.0 - opts.grad_sync_overlap) * expert_grad_sync_ms(
             routed, e, f, edp_span, intra_GBps=cluster.intra_node_GBps, inter_GBps=cluster.inter_node_GBps, opts=opts)

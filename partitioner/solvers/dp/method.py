@@ -52,7 +52,7 @@ FALLBACK_GRACE = 1.0
 _BOTH = frozenset({"bottleneck", "iteration"})
 # interleaved: the space of equal device groups with one mesh each, by its cut search (solvers/interleaved/search.py)
 CAPABILITIES = Capabilities(
-    schedules={"1f1b": _BOTH, "zb-h1": _BOTH, "gpipe": _BOTH, "interleaved": _BOTH}, exact=True
+    schedules={"1f1b": _BOTH, "zb-h1": _BOTH, "gpipe": _BOTH, "interleaved": _BOTH}, exact=True, partial_racks=True
 )
 
 
@@ -86,8 +86,9 @@ def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
     warm_note = _set_incumbent(problem, request, model, deadline)
     try:
         outcome = model.optimize(request.objective, mode, deadline, budget)
-        if outcome.status == "optimal" and outcome.plan is None and mode == "run":
-            # the relaxed optimum's runs did not pack: solve with the exact placement automaton
+        if outcome.status == "optimal" and outcome.plan is None and (mode == "run" or problem.cluster.partial and mode != "bins"):
+            # the relaxed optimum's runs did not pack (on partial racks, DESIGN.md "2026-12-03: partial racks",
+            # neither need the sizes of the size-only automata): solve with the exact placement automaton
             outcome = model.optimize(request.objective, "bins", deadline, budget)
     except TooLarge as err:
         relaxed = _comm_free(problem, request, deadline, budget, threads)
@@ -237,6 +238,11 @@ def explain_infeasible(problem: Problem) -> str:
     relaxed = _without_memory_limit(problem)
     model = DPModel(relaxed)
     outcome = model.optimize("bottleneck", model.natural_placement(), None, 2**31)
+    if outcome.status == "optimal" and outcome.plan is None and problem.cluster.partial:
+        try:  # the relaxed optimum's sizes did not pack on the partial racks: the exact automaton decides
+            outcome = model.optimize("bottleneck", "bins", None, 2**31)
+        except TooLarge:
+            pass
     if outcome.status == "optimal" and outcome.plan is not None:
         ev = evaluate(relaxed, outcome.plan)
         worst = max(ev.stages, key=lambda s: s.memory_bytes)

@@ -5,11 +5,12 @@ See the *Placement* section of :mod:`.dp` for what the kinds (``none``,
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import TooLarge
+from ..errors import OutOfTime, TooLarge
 
 __all__ = ["Automaton", "automaton_bytes", "build_automaton"]
 
@@ -46,10 +47,19 @@ def automaton_bytes(kind: str, sizes: tuple[int, ...], G: int) -> int:
 
 
 def build_automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_fixed: bool | None,
-                    max_states: int | None = None) -> Automaton:
+                    max_states: int | None = None, last: int | None = None,
+                    deadline: float | None = None) -> Automaton:
     """The automaton of ``kind`` (module docstring of :mod:`.solver`, "Placement"); ``max_states`` bounds the
-    reachable states of ``bins`` (:class:`~partitioner.solvers.errors.TooLarge` past it)."""
+    reachable states of ``bins`` (:class:`~partitioner.solvers.errors.TooLarge` past it).
+
+    ``last`` (``bins`` only) is the GPUs the job uses on the last node (DESIGN.md "2026-12-03: partial
+    racks"; None or ``G``: all): a whole pipeline must then end with every node full but one, whose free
+    space is ``G - last``, which is exactly the packings into the nodes' used GPUs. ``deadline`` (on
+    :func:`time.perf_counter`'s clock): :class:`~partitioner.solvers.errors.OutOfTime` once it has passed
+    while the states are listed (in-node sizes that are no divisibility chain, an NVL72 rack's 16, 18, 32,
+    36, give ``bins`` free spaces of many values on several nodes, and many states)."""
     n = len(sizes)
+    idle = () if last is None or last == G else (G - last,)
     if kind == "none":  # the state is the stage size only (the tables are grouped by size); one category
         trans: dict[int, tuple[np.ndarray, ...]] = {i: (np.arange(n), np.full(n, i), np.zeros(n, dtype=np.int64)) for i in range(n)}
         incoming = {i: [(0, 1)] for i in range(n)}
@@ -103,7 +113,9 @@ def build_automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_
             return out
 
         def accept(z) -> bool:
-            return not z[1] and not z[2]
+            if z[1] == "dead":
+                return False
+            return tuple(sorted(((z[1],) if z[1] else ()) + z[2])) == idle
 
     # reachable states
     index: dict = {}
@@ -125,6 +137,8 @@ def build_automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_
     edges: dict[int, list] = {i: [] for i in range(n)}
     k = 0
     while k < len(order):
+        if deadline is not None and k % 512 == 0 and time.perf_counter() > deadline:
+            raise OutOfTime
         z = order[k]
         for i in range(n):
             for zn, cat in step(i, z):
@@ -132,6 +146,14 @@ def build_automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_
                 if t >= 0:
                     edges[i].append((k, t, cat_index[cat]))
         k += 1
+    # On a partly used node a size may have no transition at all (nothing fits in front of it: 2 of a
+    # 3-GPU node's 2 used GPUs). The recursion's kernels want one per size: give it a dead state of its
+    # own, reached from nowhere, never accepted (its values stay infinite), that it loops on.
+    for i in range(n):
+        if not edges[i]:
+            dead = len(order)
+            order.append((i, "dead", ()))
+            edges[i].append((dead, dead, cat_index[(i, False)]))
     trans = {i: tuple(np.array(col, dtype=np.int64) for col in zip(*edges[i])) for i in range(n)}
     size_of = np.array([z[0] for z in order])
     return Automaton(

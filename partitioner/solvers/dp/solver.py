@@ -217,6 +217,7 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         self.parts: str | None = None
         self.spec = None
         self._budget = _MEMORY_BUDGET_BYTES
+        self._deadline: float | None = None  # the deadline of the optimize() under way (the automaton's build)
         self.threads: int | None = None  # threads a level's first layers are shared among (None: the default)
         self._layer_tables()
         self.K = 0  # the stage-count levels; 0 until prepare() fixes them
@@ -312,8 +313,18 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         if mode not in found:
             self.check_budget(automaton_bytes(mode, self.sizes, self.G),
                               f"the placement automaton ({mode}) of {len(self.sizes)} stage sizes")
-            found[mode] = build_automaton(mode, self.sizes, self.G, c.nodes, link,
-                                          max_states=max(1, int(self._budget // (_STATE_BYTES * max(len(self.sizes), 1)))))
+            max_states = max(1, int(self._budget // (_STATE_BYTES * max(len(self.sizes), 1))))
+            deadline = None
+            if c.partial:
+                # partial racks (DESIGN.md "2026-12-03: partial racks"): sizes that are no divisibility chain
+                # give bins many states on several nodes. Each state also holds at least one table value per
+                # first layer and device count a stage of its size leaves (tables.Layout): no more states than
+                # the budget holds that way, and the listing stops at the deadline
+                per_state = 8.0 * (self.L + 1) * max(1, self.N + 1 - max(self.sizes, default=0))
+                max_states = max(1, min(max_states, int(self._budget // per_state)))
+                deadline = self._deadline
+            found[mode] = build_automaton(mode, self.sizes, self.G, c.nodes, link, max_states=max_states,
+                                          last=c.last_node_gpus, deadline=deadline)
         return found[mode]
 
     def _transfer_table(self, auto: Automaton) -> np.ndarray:
@@ -442,6 +453,7 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         self.spec = None
         self._free_table = None
         self.prepare(deadline)
+        self._deadline = deadline
         auto = self._automaton_for(kind)
         X = self._transfer_table(auto)
         stats = {"placement": kind, "states": len(auto.states), "categories": len(auto.categories), "levels": self.K}
