@@ -73,7 +73,7 @@ def _assert_interrupted(proc: subprocess.CompletedProcess) -> None:
     "partitioner.cli.common",  # the commands' shared module (Typer, rich, the problem and solver packages)
     "typer",
     "partitioner.solvers",
-    "numba",  # the dp kernels' compiler, loaded with the commands
+    "partitioner.solvers.dp.compiled.aot",  # the dp kernels (ahead-of-time; numba is no longer loaded), in the first solve
     "partitioner.presets",  # imported inside `plan` itself
     "partitioner.planning",
     "parse:",  # Typer parsing the arguments
