@@ -20,45 +20,15 @@ from ..problem import ProblemError
 from .common import EXIT_NO_PLAN, EXIT_OK, app, check_choice, guarded, parse_options, working
 from .render import print_estimate, print_json, print_sequences
 
-__all__ = ["estimate_cmd", "stated_fields", "read_recipe", "recipe_format", "RECIPE_FORMATS"]
-
-RECIPE_FORMATS = ("auto", "megatron", "bridge", "torchtitan")
-
-
-def recipe_format(path: Path, text: str) -> str:
-    """``auto``'s choice: ``.toml`` torchtitan; ``.yaml``, ``.yml``, ``.json``, ``.py`` a Bridge config; else a
-    Megatron-LM argument list, unless the text has no Megatron-LM flag the reader knows and Bridge assignments
-    (Hydra overrides in a shell script)."""
-    from ..frameworks.megatron.recipe import BRIDGE_FLAGS, INT_FLAGS, bridge_entries, megatron_tokens
-
-    suffix = path.suffix.lower()
-    if suffix == ".toml":
-        return "torchtitan"
-    if suffix in (".yaml", ".yml", ".json", ".py"):
-        return "bridge"
-    try:
-        words = set(megatron_tokens(text))
-    except ProblemError:
-        words = set()
-    known = set(INT_FLAGS) | set(BRIDGE_FLAGS.values())
-    if not words & known and set(bridge_entries(text, str(path))) & set(BRIDGE_FLAGS):
-        return "bridge"
-    return "megatron"
-
+__all__ = ["estimate_cmd", "stated_fields", "read_recipe"]
 
 def read_recipe(path: Path, fmt: str = "auto") -> Any:
-    """The :class:`~partitioner.frameworks.recipe.Recipe` of a recipe file, read by its format's reader."""
-    from ..frameworks.megatron.recipe import read_bridge_config, read_megatron_args
-    from ..frameworks.torchtitan.recipe import read_torchtitan_toml
+    """The :class:`~partitioner.frameworks.recipe.Recipe` of a recipe file, read by its format's reader
+    (:func:`~partitioner.frameworks.recipe_files.read_recipe_file`)."""
+    from ..frameworks.recipe_files import RECIPE_FORMATS, read_recipe_file
 
     check_choice(fmt, RECIPE_FORMATS, "--recipe-format")
-    try:
-        text = path.read_text()
-    except UnicodeDecodeError:
-        raise ProblemError("not a text file", source=str(path)) from None
-    fmt = recipe_format(path, text) if fmt == "auto" else fmt
-    reader = {"torchtitan": read_torchtitan_toml, "bridge": read_bridge_config}.get(fmt, read_megatron_args)
-    return reader(text, str(path))
+    return read_recipe_file(path, fmt)
 
 
 def stated_fields(**given: Any) -> dict[str, Any]:

@@ -99,6 +99,11 @@ def plan_cmd(
     frames: Optional[int] = typer.Option(None, "--frames", help="Frames per video clip."),
     fps: Optional[float] = typer.Option(None, "--fps", help="Frame rate of the sampled frames (shows the clip length)."),
     text_tokens: Optional[int] = typer.Option(None, "--text-tokens", help="Text tokens per sample."),
+    baseline: Optional[str] = typer.Option(None, "--baseline",
+                                           help="Your recipe to compare with: a Megatron-LM argument list, a "
+                                                "Megatron-Bridge config or a torchtitan TOML (as `estimate --recipe` "
+                                                "reads it), or 'published' (the recipe shipped with the preset). The "
+                                                "speed-up is then over it, and the plan is never slower than it."),
     mtp_layers: Optional[int] = typer.Option(None, "--mtp-layers",
                                              help="Multi-token prediction modules to train (default: the model's, "
                                                   "DeepSeek-V3's num_nextn_predict_layers; 0: none)."),
@@ -117,7 +122,7 @@ def plan_cmd(
         nodes=nodes, gpus=gpus, global_batch=global_batch, microbatches=_microbatches(microbatches), method=method,
         objective=objective, time_limit=time_limit, options=parse_options(cost_option), profile=profile,
         max_stages=max_stages, schedule=schedule, virtual_stages=virtual_stages, target=target, knob_solves=knob_solves,
-        precision=precision, fp8_recipe=fp8_recipe, memory_budget_gb=memory_budget,
+        precision=precision, fp8_recipe=fp8_recipe, memory_budget_gb=memory_budget, baseline=baseline,
     )
     workload = Workload(images=images, image_size=image_size, tiles=tiles, frames=frames, fps=fps, text_tokens=text_tokens,
                         mtp_layers=mtp_layers)

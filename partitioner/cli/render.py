@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # the plan records, for annotations only (the CLI imports pla
     from rich.progress import TaskID
 
     from ..planning.estimate import Estimate
+    from ..planning.records import RecipeComparison
     from ..planning.results import ModelPlan
     from ..planning.schedules.report import ScheduleReport, ScheduleRow, ScheduleSummary
 
@@ -259,6 +260,8 @@ def print_plan_summary(problem: Problem, result: "ModelPlan", seconds: float | N
         markup=False,
     )
     out.print(_baseline_line(result), markup=False)
+    if result.recipe_baseline is not None:
+        out.print(_recipe_line(result.recipe_baseline), markup=False)
     if result.precision:
         out.print(_precision_line(result.precision), markup=False)
     if result.schedules is not None and result.schedules.by_schedule:
@@ -326,8 +329,18 @@ def _precision_line(precision: Mapping[str, Any]) -> str:
             "(MFU above is against the BF16 peak)")
 
 
+def _recipe_line(rc: "RecipeComparison") -> str:
+    """``baseline: your recipe FILE (layout): iteration X ms -> speed-up Y``: the one stated reference of the speed-up."""
+    fit = "" if rc.fits else " (over memory: timed with the memory check lifted)"
+    kept = "; the plan is the recipe's own (nothing faster found)" if rc.kept else ""
+    speedup = f"{rc.speedup:.3f}x" if rc.speedup is not None else "n/a"
+    source = f" [{rc.source}]" if rc.source else ""
+    return (f"baseline: {rc.name} ({rc.layout}){source}: iteration {rc.iteration_ms:.1f} ms{fit}, MFU "
+            f"{100 * rc.throughput.mfu:.1f} % -> speed-up {speedup}{kept}")
+
+
 def _baseline_line(result: "ModelPlan") -> str:
-    """The best baseline's shape, iteration and MFU, and the speed-up over it."""
+    """The best baseline's shape, iteration and MFU, and the speed-up over it (over the recipe, with one)."""
     base = result.baseline
     if base is None or base.plan is None:
         return "baseline megatron-uniform: no uniform plan fits in memory"
@@ -336,7 +349,9 @@ def _baseline_line(result: "ModelPlan") -> str:
     shape = f"{len(stages) // v} stage(s){f' x {v} virtual' if v > 1 else ''} of {mesh}"
     under = f", {schedule_name(base.schedule, v)}" if base.schedule else ""
     return (f"baseline {base.method} ({shape}, m = {base.microbatches}{under}): iteration {base.iteration_ms:.1f} ms, "
-            f"MFU {100 * base.throughput.mfu:.1f} % -> speed-up {result.speedup:.3f}x")
+            f"MFU {100 * base.throughput.mfu:.1f} % -> " + (
+                "the speed-up is over the recipe (next line)" if result.recipe_baseline is not None
+                else f"speed-up {result.speedup:.3f}x"))
 
 
 def _print_schedules(report: "ScheduleReport") -> None:

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, get_args
 
 from ..core.limits import MAX_GLOBAL_BATCH, MAX_NODES
 from ..costs import CostOptions
 from ..costs.fp8 import FP8_RECIPES, PRECISIONS
+from ..frameworks.recipe import Recipe
 from ..problem import OBJECTIVES, Objective, ProblemError
 from ..solvers import methods
 from ..solvers.base import method_options
@@ -132,6 +134,14 @@ class PlanOptions:
     a finite number in (0, :data:`~partitioner.solvers.options.MAX_MEMORY_BUDGET_GB`]. Methods without that
     option ignore it (:func:`solver_options`)."""
 
+    baseline: Any = None
+    """The user's recipe to compare with (:mod:`~partitioner.planning.recipe_baseline`): a
+    :class:`~partitioner.frameworks.recipe.Recipe`, the path of a recipe file (a Megatron-LM argument
+    list, a Megatron-Bridge config, a torchtitan TOML), or ``"published"`` (the recipe shipped with the
+    model preset, :mod:`partitioner.presets.recipes`). It is estimated on the same model, cluster, nodes
+    and global batch; the speed-up is then over it, and a recipe faster than the solver's plan is kept.
+    None: the speed-up is over the best baseline."""
+
     def __post_init__(self) -> None:
         _check(self)
 
@@ -229,6 +239,15 @@ def _precision(o: PlanOptions) -> None:
             raise ProblemError(f"{value!r} contradicts the cost option {key}={doc[key]!r}", path=key)
 
 
+def _baseline(value: Any) -> None:
+    """None, a Recipe, a path (str or PathLike) or ``published``; what it says is checked when the run reads it."""
+    if value is None or isinstance(value, (Recipe, str, os.PathLike)):
+        if isinstance(value, str) and not value:
+            raise ProblemError("must be a recipe file, 'published' or a Recipe, got ''", path="baseline")
+        return
+    raise ProblemError(f"must be a recipe file, 'published' or a Recipe, got {type(value).__name__}", path="baseline")
+
+
 def _check(o: PlanOptions) -> None:
     """Every field in its type and range (:class:`ProblemError` naming the first that is not)."""
     _counts(o)
@@ -244,3 +263,4 @@ def _check(o: PlanOptions) -> None:
             raise ProblemError(f"must be true or false, got {getattr(o, name)!r}", path=name)
     _schedule(o)
     _precision(o)
+    _baseline(o.baseline)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..core import progress
 from ..core.deadline import Deadline
@@ -28,13 +28,14 @@ from ..costs import CostOptions
 from ..costs.build import job_cluster_fields
 from ..plan import Plan
 from ..presets import ClusterSpec, ModelSpec, Workload, load_cluster, load_model
-from ..problem import ProblemError
+from ..problem import Problem, ProblemError
 from .assemble import assemble, best_baselines, no_plan
 from .axes_report import axis_alternatives
 from .context_report import context_report
 from .exact import prove_kept, space_of
 from .knob_solve import solve_with_knobs
 from .options import PlanOptions, solver_options
+from .recipe_baseline import RecipeBaseline, estimate_baseline, keep_faster, read_baseline, with_recipe_axes
 from .records import BaselineRun, KnobSolve, MicrobatchTrial, ScreenedCount, finite
 from .results import ModelPlan
 from .run import PlanRun
@@ -78,6 +79,7 @@ def plan_model(
     precision: str | None = None,
     fp8_recipe: str | None = None,
     memory_budget_gb: float | None = None,
+    baseline: Any = None,
 ) -> ModelPlan:
     """Plan the training of a model preset on a cluster preset.
 
@@ -93,7 +95,7 @@ def plan_model(
         model's own.
     nodes, global_batch, microbatches, method, objective, time_limit, options, profile, seed, simulate, \
 auto_solves, max_stages, gpus, knob_solves, schedules, schedule, virtual_stages, target, precision, fp8_recipe, \
-memory_budget_gb
+memory_budget_gb, baseline
         The fields of :class:`~partitioner.planning.options.PlanOptions`, documented there.
 
     Returns
@@ -102,7 +104,8 @@ memory_budget_gb
         The result format plus its typed sections: ``baseline`` (the best
         baseline that fits), ``baselines`` (each baseline's best, or why none
         fits), ``knobs`` (per stage: its segments' variants), ``throughput``,
-        ``microbatches``, ``speedup`` (over the best baseline),
+        ``microbatches``, ``speedup`` (over the best baseline; with
+        ``baseline``, over the recipe: ``recipe_baseline``),
         ``export_hints``, ``schedule`` (of the kept plan) and ``schedules``
         (every schedule's candidates); ``problem`` is the problem of the kept
         plan and carries its schedule, so ``evaluate``, ``simulate`` and the
@@ -120,7 +123,7 @@ memory_budget_gb
                        max_stages=max_stages, gpus=gpus, knob_solves=knob_solves, schedules=schedules,  # type: ignore[arg-type]
                        schedule=schedule, virtual_stages=virtual_stages, target=target,  # type: ignore[arg-type]
                        precision=precision, fp8_recipe=fp8_recipe,  # type: ignore[arg-type]
-                       memory_budget_gb=memory_budget_gb)
+                       memory_budget_gb=memory_budget_gb, baseline=baseline)
     return run_plan(model if workload is None else load_model(model, workload), cluster, opts)
 
 
@@ -177,11 +180,21 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
     spec, cl = load_model(model), load_cluster(cluster)
     _check_devices(run.options.nodes, cl)
     job_cluster_fields(cl, run.options.nodes, run.options.gpus)  # --gpus within the nodes: refused at the door
+    recipe = None
+    if opts.baseline is not None:  # the user's recipe on this job (bad input: exit 2 before any solve)
+        stated = read_baseline(opts.baseline, spec, cl, opts, run.costs)
+        recipe = estimate_baseline(stated, spec, cl, opts)
+        run = replace(run, costs=with_recipe_axes(run.costs, stated.recipe, cl.gpus_per_node))  # its keys offered
     screened, skipped = screen_counts(Builders(spec, cl, run), run.counts, run.costs, deadline)
     chosen = counts_to_solve(screened, len(run.counts) > 1, opts)
     began = time.perf_counter()
     best, done = _solve_counts(chosen, run)
     tried = _trials(screened, done)
+    if best is None and recipe is not None:  # nothing solved in time: the recipe's plan, when it fits
+        kept, note = keep_faster(None, recipe, opts.method, opts.objective, _admits(run))
+        if kept is not None:
+            result = assemble(kept, best_baselines(screened), tried, spec, cl)
+            return _cut_short(_with_recipe(result, recipe, note), deadline)
     if best is None:
         why = _no_plan_reason(chosen, done, skipped)
         return no_plan(opts.method, opts.objective, "; ".join(filter(None, [f"no plan found: {why}", deadline.message()])),
@@ -207,6 +220,10 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
             report = replace(report, notes=(*report.notes, (
                 f"the exact {opts.method} solve at {space_of(best.problem)} replaced the chosen plan "
                 f"({screened_best.iteration_ms:.6g} ms) with a faster one ({best.iteration_ms:.6g} ms simulated)")))
+    note = None
+    if recipe is not None:  # never slower than the user's recipe: its plan when the solver kept nothing faster
+        best, note = keep_faster(best, recipe, opts.method, opts.objective, _admits(run))
+        assert best is not None
     result = assemble(best, bests, tried, spec, cl, report)
     # which bytes-per-parameter count the problems charged (plan --target T: T's, per ZeRO stage; screening.py)
     result = replace(result, memory=run.memory, precision=result.problem.workload.precision
@@ -220,7 +237,21 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
     if run.rules is None and result.plan is not None:  # --target any: what each framework runs of it
         progress.phase("the best plan each framework runs")
         result = replace(result, targets=target_summaries(result, report, bests, run.memory))
-    return _cut_short(result, deadline)
+    return _cut_short(_with_recipe(result, recipe, note) if recipe is not None else result, deadline)
+
+
+def _admits(run: PlanRun) -> Callable[[Problem, Plan], list[str]] | None:
+    """The target's reasons not to run a plan (None for ``--target any``)."""
+    rules = run.rules
+    return None if rules is None else (lambda problem, plan: runs(rules, problem, plan))
+
+
+def _with_recipe(result: ModelPlan, recipe: RecipeBaseline, note: str | None) -> ModelPlan:
+    """``result`` with the recipe as its one reference: ``speedup`` over the recipe, ``recipe_baseline``, the note."""
+    tput = result.throughput
+    comparison = recipe.comparison(tput.iteration_ms if tput is not None else None, result.problem, result.plan)
+    return replace(result, speedup=comparison.speedup, recipe_baseline=comparison,
+                   message="; ".join(filter(None, [result.message, note])))
 
 
 def _cut_short(result: ModelPlan, deadline: Deadline) -> ModelPlan:

@@ -25,6 +25,7 @@ from .baselines import BaselineLayout, StageSums
 
 __all__ = [
     "IterationSource",
+    "RecipeComparison",
     "BaselineRun",
     "ScreenedCount",
     "KnobSolve",
@@ -246,3 +247,39 @@ class TargetSummary:
     def to_dict(self) -> dict[str, Any]:
         return {"iteration_ms": self.iteration_ms, "speedup": self.speedup, "plan": self.plan,
                 "reasons": list(self.reasons), "memory": self.memory}
+
+
+@dataclass(frozen=True)
+class RecipeComparison:
+    """The user's recipe as ``plan --baseline`` reports it (``recipe_baseline`` in the JSON).
+
+    ``name`` says which recipe (``your recipe launch.sh``, or a published
+    recipe with its ``source`` URL); ``layout`` its layout in one phrase;
+    ``iteration_ms`` its simulated iteration on the plan's job; ``speedup``
+    that over the returned plan's iteration (the result's ``speedup``);
+    ``kept`` True when the returned plan is the recipe's own (the solver kept
+    nothing faster). ``fits`` False: over memory (``over_memory`` says where),
+    its times those of the same plan with the memory check lifted.
+    """
+
+    name: str
+    layout: str
+    iteration_ms: float
+    fits: bool
+    speedup: float | None
+    kept: bool
+    microbatches: int
+    schedule: str
+    virtual_stages: int
+    throughput: Throughput
+    recipe: Mapping[str, Any]
+    plan: Mapping[str, Any] | None
+    over_memory: tuple[str, ...] = ()
+    source: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "source": self.source, "layout": self.layout, "iteration_ms": self.iteration_ms,
+                "fits": self.fits, "over_memory": list(self.over_memory), "speedup": self.speedup, "kept": self.kept,
+                "microbatches": self.microbatches, "schedule": self.schedule, "virtual_stages": self.virtual_stages,
+                "throughput": self.throughput.to_dict(), "recipe": dict(self.recipe), "plan": self.plan}
+

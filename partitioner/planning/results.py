@@ -26,6 +26,7 @@ from .records import (
     KnobSegment,
     MicrobatchTrial,
     MissingBaseline,
+    RecipeComparison,
     StageKnobs,
     TargetSummary,
     Throughput,
@@ -39,8 +40,9 @@ AnyBaseline = BaselineSummary | MissingBaseline
 # the result sections in the order the JSON writes them: a plan's, and an infeasible plan's
 _SECTIONS = ("simulation", "throughput", "baselines", "baseline", "speedup", "model", "cluster", "nodes", "global_batch",
              "microbatches", "microbatches_tried", "knobs", "export_hints", "schedule", "schedules", "targets", "memory",
-             "precision", "context_parallel", "axes_not_chosen")
-_OPTIONAL = ("simulation", "schedules", "targets", "memory", "precision", "context_parallel", "axes_not_chosen")
+             "precision", "context_parallel", "axes_not_chosen", "recipe_baseline")
+_OPTIONAL = ("simulation", "schedules", "targets", "memory", "precision", "context_parallel", "axes_not_chosen",
+             "recipe_baseline")
 _NO_PLAN_SECTIONS = ("microbatches_tried", "baseline", "baselines", "schedules")
 
 
@@ -76,6 +78,7 @@ class ModelPlan(SolveResult):
     precision: Mapping[str, Any] | None = None  # FP8 runs only: the problem's meta.precision (recipe, rates, what stays BF16)
     context_parallel: tuple[CpStage, ...] | None = None
     axes_not_chosen: tuple[AxisAlternative, ...] | None = None  # EP / CP offered but unused: the best plan with it
+    recipe_baseline: RecipeComparison | None = None  # plan --baseline: the recipe, and the speed-up over it
     method_extra: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -270,7 +270,7 @@ def _run_milp(data: GroupData, request: SolveRequest, hint: Plan | None, best_va
     """(status, plan or None, proven bound in ms) of the MILP for one P."""
     import pulp
 
-    from ..milp.backends import READBACK_SECONDS, READBACK_SHARE, pulp_quiet, solve_cbc, solve_highs
+    from ..milp.backends import READBACK_SECONDS, READBACK_SHARE, pulp_quiet, set_starts, solve_cbc, solve_highs
 
     p = data.problem
     m, v = p.microbatches, p.training.virtual_stages
@@ -304,8 +304,7 @@ def _run_milp(data: GroupData, request: SolveRequest, hint: Plan | None, best_va
     excluded = 0
     while True:  # as the slot model's milp: a plan over the memory limit by the tolerance is cut off, then again
         with pulp_quiet():
-            for v_, start in (starts or {}).items():
-                v_.setInitialValue(start)
+            set_starts(starts)
             if options.backend == "highs":
                 outcome = solve_highs(lp, deadline, threads, options.log, starts is not None, options.presolve)
             else:

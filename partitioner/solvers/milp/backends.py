@@ -20,11 +20,12 @@ import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 import pulp
 
 __all__ = [
-    "Outcome", "solve_highs", "solve_cbc", "pulp_quiet", "READBACK_SHARE", "READBACK_SECONDS", "CBC_GRACE", "CBC_OPTIONS",
+    "Outcome", "solve_highs", "solve_cbc", "pulp_quiet", "set_starts", "READBACK_SHARE", "READBACK_SECONDS", "CBC_GRACE", "CBC_OPTIONS",
 ]
 
 _TOLERANCE = 1e-9
@@ -148,6 +149,22 @@ def pulp_quiet():
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"pulp(\.|$)")
         yield
+
+
+def set_starts(starts: Mapping[Any, float] | None) -> None:
+    """Give each variable its start value, put back inside its bounds.
+
+    A start computed from a plan in floating point may fall a rounding error
+    outside a bound (-6e-08 under a lower bound of 0), which PuLP refuses with a
+    ``ValueError``; the start is a hint, so it is clamped to the bounds.
+    """
+    for var, value in (starts or {}).items():
+        low, high = var.lowBound, var.upBound
+        if low is not None and value < low:
+            value = low
+        if high is not None and value > high:
+            value = high
+        var.setInitialValue(value)
 
 
 @contextmanager

@@ -122,7 +122,7 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
     if refusal:
         return Candidate("error", message=refusal, timed_out=True)
     # local: the backends subclass PuLP's solver classes, which imports PuLP (see partitioner.core.lazy)
-    from .backends import READBACK_SECONDS, READBACK_SHARE, pulp_quiet, solve_cbc, solve_highs
+    from .backends import READBACK_SECONDS, READBACK_SHARE, pulp_quiet, set_starts, solve_cbc, solve_highs
 
     extra: dict = {}
     begun = SlotStart()
@@ -145,8 +145,7 @@ def solve_milp(problem: Problem, request: SolveRequest) -> Candidate:
 
     def run():
         if starts is not None:  # a re-solve starts from the hint again, not from the refused solution
-            for v, value in starts.items():
-                v.setInitialValue(value)
+            set_starts(starts)
         with pulp_quiet():
             if backend == "highs":
                 return solve_highs(lp, deadline, threads, options.log, starts is not None, options.presolve)

@@ -196,3 +196,15 @@ def test_polling_stop_interrupts_at_the_last_poll_before_the_deadline():
     # a gap that shrinks lets the search go on: the estimate is the last gap, not the widest
     assert _polls(12.0, [7.0, 8.0, 9.0]) == [True, False, False]
     assert _polls(20.0, [7.0, 8.0, 9.0]) == [False, False, False]
+
+
+def test_a_start_a_rounding_error_outside_its_bounds_is_clamped():
+    """A start computed in floating point (-6e-08 under a lower bound of 0) is a hint: PuLP refused it with a
+    ValueError and the interleaved milp failed on it (found by hypothesis on a format-v3 problem)."""
+    import pulp
+
+    from partitioner.solvers.milp.backends import set_starts
+
+    low, both = pulp.LpVariable("low", lowBound=0), pulp.LpVariable("both", lowBound=0, upBound=1)
+    set_starts({low: -5.960464477539063e-08, both: 1 + 1e-9})
+    assert low.varValue == 0 and both.varValue == 1

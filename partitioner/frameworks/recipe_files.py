@@ -1,0 +1,67 @@
+"""A recipe file -- a Megatron-LM argument list, a Megatron-Bridge config, a torchtitan TOML -- read as a Recipe.
+
+Contract: :func:`read_recipe_file` reads a file with the reader of its
+format (:mod:`.megatron.recipe`, :mod:`.torchtitan.recipe`) and returns the
+:class:`~.recipe.Recipe`; :func:`recipe_format` is the choice of ``auto``.
+Both ``estimate --recipe`` and ``plan --baseline`` read files here; a file
+that is not text, or a format word not in :data:`RECIPE_FORMATS`, is a
+:class:`~partitioner.problem.ProblemError` naming the file or the option.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..problem import ProblemError
+from .megatron.recipe import (
+    BRIDGE_FLAGS,
+    INT_FLAGS,
+    bridge_entries,
+    megatron_tokens,
+    read_bridge_config,
+    read_megatron_args,
+)
+from .recipe import Recipe
+from .torchtitan.recipe import read_torchtitan_toml
+
+__all__ = ["RECIPE_FORMATS", "recipe_format", "read_recipe_file"]
+
+RECIPE_FORMATS = ("auto", "megatron", "bridge", "torchtitan")
+"""The recipe formats a file may be read as (``auto``: :func:`recipe_format` chooses)."""
+
+
+def recipe_format(path: Path, text: str) -> str:
+    """``auto``'s choice: ``.toml`` torchtitan; ``.yaml``, ``.yml``, ``.json``, ``.py`` a Bridge config; else a
+    Megatron-LM argument list, unless the text has no Megatron-LM flag the reader knows and Bridge assignments
+    (Hydra overrides in a shell script)."""
+    suffix = path.suffix.lower()
+    if suffix == ".toml":
+        return "torchtitan"
+    if suffix in (".yaml", ".yml", ".json", ".py"):
+        return "bridge"
+    try:
+        words = set(megatron_tokens(text))
+    except ProblemError:
+        words = set()
+    known = set(INT_FLAGS) | set(BRIDGE_FLAGS.values())
+    if not words & known and set(bridge_entries(text, str(path))) & set(BRIDGE_FLAGS):
+        return "bridge"
+    return "megatron"
+
+
+def read_recipe_file(path: str | Path, fmt: str = "auto", option: str = "--recipe-format") -> Recipe:
+    """The :class:`~.recipe.Recipe` of the recipe file ``path``, read by its format's reader.
+
+    ``option`` names the format option in the error of a format word not in :data:`RECIPE_FORMATS`.
+    """
+    if fmt not in RECIPE_FORMATS:
+        raise ProblemError(f"must be one of {', '.join(RECIPE_FORMATS)}, got {fmt!r}", path=option)
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise ProblemError("not a text file", source=str(path)) from None
+    except OSError as err:
+        raise ProblemError(f"cannot read the recipe file: {err.strerror or err}", source=str(path)) from None
+    fmt = recipe_format(path, text) if fmt == "auto" else fmt
+    reader = {"torchtitan": read_torchtitan_toml, "bridge": read_bridge_config}.get(fmt, read_megatron_args)
+    return reader(text, str(path))
