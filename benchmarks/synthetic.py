@@ -31,7 +31,7 @@ from partitioner.problem import Cluster, Layout, Problem
 
 __all__ = [
     "ModuleShape", "MODULES", "VARIANTS", "VLA_MODULES", "synthetic_problem", "synthetic_v2_problem",
-    "synthetic_v3_problem", "vla_problem", "vla_v3_problem",
+    "synthetic_v3_problem", "tied_v3_document", "vla_problem", "vla_v3_problem",
     "layout_keys", "write_problems",
 ]
 
@@ -366,6 +366,19 @@ def synthetic_v3_problem(
                 experts[Layout(lay.dp, lay.tp, "", lay.cp, ep).key] = entry
         layer["costs"].update(experts)
     return Problem.from_dict(doc)
+
+
+def tied_v3_document(layers: int = 64, nodes: int = 4, gpus_per_node: int = 8, *, share: float = 0.5, **kwargs) -> dict:
+    """The document of :func:`synthetic_v3_problem` with its last layer tied to the first (format v3's
+    ``tied_to``: an LM head sharing the embedding's weights), ``share`` of each of its entries' weight bytes
+    being the shared copy (``tied_weight_bytes``). A dict, for tests and campaigns that edit it."""
+    doc = synthetic_v3_problem(layers, nodes, gpus_per_node, **kwargs).to_dict()
+    if layers >= 2:
+        head = doc["layers"][-1]
+        head["tied_to"] = 0
+        for entry in head["costs"].values():
+            entry["tied_weight_bytes"] = int(entry["weight_bytes"] * share)
+    return doc
 
 
 # issue 34's 5D VLA shape: every layout also at cp 2 and 4, the language layers with ep 1..8 (MoE-like keys)

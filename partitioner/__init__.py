@@ -12,19 +12,58 @@ The Python API::
     plan = plan_model("qwen2-vl-7b", "dgx-h100", nodes=2, global_batch=128, workload=Workload(images=2))
 
 docs/api.md shows both, run as a doctest.
+
+The names below are loaded on first use (PEP 562 ``__getattr__``), so that
+``import partitioner`` -- which ``python -m partitioner`` and the console
+script run before any command code -- does no work: the command line loads
+what it needs inside :func:`partitioner.cli.main`, where an interrupt
+(Ctrl-C) at any point is one line and exit 130, never a traceback.
 """
 from __future__ import annotations
 
-from .frameworks.recipe import Recipe
-from .plan import Evaluation, Plan, PlanError, SolveResult, Stage, evaluate, load_plan
-from .planning import ModelPlan, PlanOptions, plan_model, run_plan
-from .planning.estimate import Estimate, estimate
-from .presets import ClusterSpec, ModelSpec, Workload, load_cluster, load_model
-from .problem import Cluster, Layer, LayerCost, Layout, Problem, ProblemError, StageBounds, Training, dump_problem, load_problem
-from .simulate.engine import simulate
-from .solvers import SolverError, methods, solve
+import importlib
+import sys
+import types
+
+# Not typing.TYPE_CHECKING: importing typing is itself work an interrupt can land in (type checkers take this one too).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # what the names are, for type checkers; at run time __getattr__ loads them
+    from typing import Any
+
+    from .frameworks.recipe import Recipe
+    from .plan import Evaluation, Plan, PlanError, SolveResult, Stage, evaluate, load_plan
+    from .planning import ModelPlan, PlanOptions, plan_model, run_plan
+    from .planning.estimate import Estimate, estimate
+    from .presets import ClusterSpec, ModelSpec, Workload, load_cluster, load_model
+    from .problem import (
+        Cluster,
+        Layer,
+        LayerCost,
+        Layout,
+        Problem,
+        ProblemError,
+        StageBounds,
+        Training,
+        dump_problem,
+        load_problem,
+    )
+    from .simulate.engine import simulate
+    from .solvers import SolverError, methods, solve
 
 __version__ = "0.1.0"
+
+# every public name, with the module that defines it
+_HOMES = {
+    **dict.fromkeys(("Evaluation", "Plan", "PlanError", "SolveResult", "Stage", "evaluate", "load_plan"), ".plan"),
+    "Recipe": ".frameworks.recipe",
+    **dict.fromkeys(("ModelPlan", "PlanOptions", "plan_model", "run_plan"), ".planning"),
+    **dict.fromkeys(("Estimate", "estimate"), ".planning.estimate"),
+    **dict.fromkeys(("ClusterSpec", "ModelSpec", "Workload", "load_cluster", "load_model"), ".presets"),
+    **dict.fromkeys(("Cluster", "Layer", "LayerCost", "Layout", "Problem", "ProblemError", "StageBounds", "Training",
+                     "dump_problem", "load_problem"), ".problem"),
+    "simulate": ".simulate.engine",
+    **dict.fromkeys(("SolverError", "methods", "solve"), ".solvers"),
+}
 
 __all__ = [
     "Cluster",
@@ -61,3 +100,34 @@ __all__ = [
     "simulate",
     "solve",
 ]
+
+
+class _Package(types.ModuleType):
+    """This package, whose public names stay theirs when a subpackage of the same name loads.
+
+    The import system sets every loaded subpackage as an attribute of its parent; ``simulate`` is both a
+    subpackage and the function exported here, and the name means the function (as it did when this module
+    imported it eagerly). The subpackage stays ``sys.modules["partitioner.simulate"]``.
+    """
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _HOMES and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str) -> Any:
+    """Load public name ``name`` from its module on first use (then it is an ordinary attribute)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})

@@ -1,3 +1,10 @@
-from .cli import main
+"""``python -m partitioner``: the command line (:func:`partitioner.cli.main`)."""
+import sys
+
+try:
+    from .cli import main
+except KeyboardInterrupt:  # Ctrl-C while the (light) entry point itself loads: as main would answer it
+    sys.stderr.write("interrupted\n")
+    sys.exit(130)
 
 main()

@@ -2,9 +2,10 @@
 
 One line per finished job: a JSON object with at least a string ``key``
 (:mod:`.records` has the fields). :class:`ResultsFile` opens the file for
-appending under an exclusive advisory lock (``flock``; another sweep writing
-the same file fails at once with :class:`~.errors.SweepError`; on a file
-system without locks it goes on unlocked), reads the finished records, and
+appending -- a regular file: a device or a pipe is refused before it is read
+-- under an exclusive advisory lock (``flock``; another sweep writing the
+same file fails at once with :class:`~.errors.SweepError`; on a file system
+without locks it goes on unlocked), reads the finished records, and
 cuts away a damaged tail -- lines that do not parse with nothing valid after
 them, which is what a writer killed mid-line leaves; a damaged line followed
 by valid ones is an error instead. :meth:`ResultsFile.append` writes one line,
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -67,15 +69,25 @@ def _parse_lines(data: bytes, source: str) -> tuple[list[dict[str, Any]], int, b
     return records, valid_end, missing_newline
 
 
+def _check_regular(handle: Any, path: Path) -> None:
+    """Refuse what is not a regular file: a device or a pipe has no end to read to (``/dev/zero``, ``/dev/full``
+    read zeros forever) and cannot be cut back to its last whole record."""
+    if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        raise SweepError("is not a regular file (a results file is read to its end, appended to and resumed: give a "
+                         "file path)", source=str(path))
+
+
 def read_results(path: str | Path) -> list[dict[str, Any]]:
     """Every record of a results file in order; a half-written last line is ignored."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as handle:
+            _check_regular(handle, path)
+            data = handle.read()
     except FileNotFoundError:
         raise ProblemError("file not found", source=str(path)) from None
     except OSError as err:
-        raise ProblemError(f"cannot read file: {err}", source=str(path)) from None
+        raise ProblemError(f"cannot read file: {err.strerror or err}", source=str(path)) from None
     return _parse_lines(data, str(path))[0]
 
 
@@ -105,6 +117,7 @@ class ResultsFile:
         except OSError as err:
             raise SweepError(f"cannot open the results file: {err.strerror or err}", source=str(self.path)) from None
         try:
+            _check_regular(self._file, self.path)
             _lock(self._file, self.path)
             self._file.seek(0)
             data = self._file.read()

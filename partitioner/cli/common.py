@@ -2,7 +2,7 @@
 
 Exit codes (DESIGN.md): 0 -- a plan; 1 -- no plan (infeasible, or the method
 found none); 2 -- bad input (the message on stderr names the file and field);
-3 -- an internal error (a bug). :func:`guarded` turns the library's input
+3 -- an internal error (a bug); 130 -- interrupted (:mod:`.exits`). :func:`guarded` turns the library's input
 errors (:class:`~partitioner.problem.ProblemError`,
 :class:`~partitioner.solvers.SolverError`) into exit code 2 with one line on
 stderr, so bad input never yields a traceback; an :class:`OSError` (a file
@@ -27,9 +27,10 @@ from rich.console import Console
 from ..core import progress
 from ..problem import ProblemError
 from ..solvers import SolverError
+from .exits import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_NO_PLAN, EXIT_OK, report_interrupt
 
 __all__ = [
-    "app", "out", "err", "EXIT_OK", "EXIT_NO_PLAN", "EXIT_BAD_INPUT", "EXIT_INTERNAL",
+    "app", "out", "err", "EXIT_OK", "EXIT_NO_PLAN", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "EXIT_INTERRUPTED",
     "guarded", "parse_options", "option_pairs", "check_choice", "working", "say", "one_line", "stdout_to_stderr",
 ]
 
@@ -45,7 +46,6 @@ out = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
 # Messages on stderr are never wrapped (one error, one line), whatever the console width.
 err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True, width=None if sys.stderr.isatty() else 150)
 
-EXIT_OK, EXIT_NO_PLAN, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
 
 def one_line(message: Any) -> str:
@@ -78,8 +78,8 @@ def guarded(fn: Callable) -> Callable:
             say("error: out of memory (see the resource limits in docs/limits.md)")
             raise typer.Exit(EXIT_BAD_INPUT)
         except KeyboardInterrupt:
-            say("interrupted")
-            raise typer.Exit(130)
+            report_interrupt()
+            raise typer.Exit(EXIT_INTERRUPTED)
 
     return wrapper
 

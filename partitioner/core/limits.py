@@ -26,7 +26,9 @@ Why these numbers
   :data:`MAX_MICROBATCHES`) bound the tables the solvers and the simulator
   build from them. Up to 131,072 GPUs are accepted (the largest training
   clusters announced are about 100,000 GPUs); nothing a solver allocates
-  grows with the square of the GPUs outside a memory budget.
+  grows with the square of the GPUs outside a memory budget. ``plan``'s
+  global batch (:data:`MAX_GLOBAL_BATCH`) bounds the microbatch counts it
+  screens (the batch's divisors).
 * Model and cluster presets (:data:`MAX_MODULES` ... :data:`MAX_TFLOPS`; the
   YAML presets, Hugging Face ``config.json`` files and spec objects given to
   the API, :mod:`partitioner.presets.checks`) are bounded so that what is
@@ -59,6 +61,8 @@ References
    Technology", arXiv:2403.08295 (2024), Section 2 (a vocabulary of 256k entries).
 .. [5] A. Grattafiori et al., "The Llama 3 Herd of Models", arXiv:2407.21783
    (2024), Section 3.3.1 (pre-training on up to 16K H100 GPUs).
+.. [6] X. Zhai et al., "Sigmoid Loss for Language Image Pre-Training",
+   ICCV 2023, arXiv:2303.15343, Section 4 (batch sizes up to one million).
 """
 from __future__ import annotations
 
@@ -80,6 +84,7 @@ __all__ = [
     "MAX_MICROBATCHES",
     "MAX_VIRTUAL_STAGES",
     "MAX_EDGES",
+    "MAX_GLOBAL_BATCH",
     "MAX_MODULES",
     "MAX_MODULE_LAYERS",
     "MAX_WIDTH",
@@ -90,6 +95,9 @@ __all__ = [
     "MAX_CHANNELS",
     "MAX_PASSES",
     "MAX_PROJECTOR_DEPTH",
+    "MAX_BLOCK_NORMS",
+    "MIN_FPS",
+    "MAX_FPS",
     "MAX_PARAMS",
     "MIN_TFLOPS",
     "MAX_TFLOPS",
@@ -117,6 +125,7 @@ MAX_LAYERS = 100_000
 MAX_MICROBATCHES = 100_000
 MAX_VIRTUAL_STAGES = 1024
 MAX_EDGES = 1_000_000  # topology edges
+MAX_GLOBAL_BATCH = 2**24  # samples per iteration of `plan` (16 777 216: 16x the largest batch trained, 2^20 [6]_)
 
 # -- model presets, config.json files and spec objects (partitioner.presets.checks)
 MAX_MODULES = 16  # modules in one model (the largest preset has 5)
@@ -129,6 +138,9 @@ MAX_IMAGES = 1024  # images (or clips) per sample, frames per clip, frames per t
 MAX_CHANNELS = 1024  # input channels of a patch embedding
 MAX_PASSES = 1024  # forward passes of an action head per sample (flow-matching or diffusion steps)
 MAX_PROJECTOR_DEPTH = 16  # linear layers of a projector
+MAX_BLOCK_NORMS = 8  # norms in one block (2; Gemma 2/3 and GLM-4 "sandwich" blocks have 4)
+MIN_FPS = 1e-3  # a workload's frame rate (it only sets the clip length shown): one frame per 1000 s (time-lapse) ...
+MAX_FPS = 1e6  # ... to a million frames per second (high-speed cameras); training video is sampled at 1-60
 MAX_PARAMS = 2**44  # parameters of one module (1.76e13): at 16 B each, 2^48 bytes < MAX_TOTAL_BYTES
 MIN_TFLOPS = 1e-3  # a cluster's peak_tflops per GPU: 1 GFLOP/s ...
 MAX_TFLOPS = 1e6  # ... to 1 EFLOP/s (an H100 peaks at about 1e3)

@@ -17,8 +17,10 @@ from typing import Any, Mapping, Sequence
 
 from ..costs.fp8 import FP8_RECIPES
 from ..frameworks import ExportContext, ExportHints, MoeHints, PlanArgs, PrecisionHints, ScheduleTime
-from ..plan import Plan, SolveResult
+from ..plan import Plan, PlanError, SolveResult, evaluate
 from ..problem import LayerHint, Problem, ProblemError
+
+MEMORY_RULE = 6  # evaluate's rule 6 (memory), the only one not about the plan's shape (DESIGN.md, validity rules)
 
 __all__ = ["ExportRequest", "read_result", "hints_from_problem", "layer_hints", "moe_hints", "precision_hints",
            "problem_precision"]
@@ -177,6 +179,22 @@ def _document_context(doc: Mapping[str, Any], hints: ExportHints | None) -> Expo
     return context
 
 
+def _check_against(plan: Plan, problem: Problem) -> None:
+    """A plan that breaks a structural rule of its problem (rules 1-5 of ``evaluate``) is bad input, never exported.
+
+    Catches what the reader alone cannot see: an axis of 0 in a segment's
+    config, stages over the wrong layers or devices, a plan given with
+    another model's problem. Memory (rule 6, checked last) is the cost
+    model's estimate, not the plan's shape: a plan over it is still exported
+    as given, as before.
+    """
+    try:
+        evaluate(problem, plan)
+    except PlanError as e:
+        if e.rule != MEMORY_RULE:
+            raise ProblemError(f"is not a valid plan of the problem given: {e}", path="plan") from None
+
+
 def read_result(result: SolveResult | Mapping[str, Any], problem: Problem | None = None) -> ExportRequest:
     """The :class:`ExportRequest` of a result (layer hints from ``problem`` when given, else from ``export_hints``)."""
     if isinstance(result, SolveResult):
@@ -192,6 +210,7 @@ def read_result(result: SolveResult | Mapping[str, Any], problem: Problem | None
     typed = getattr(result, "export_hints", None)  # a ``plan`` result's own record
     hints = typed if isinstance(typed, ExportHints) else _export_hints(doc)
     if problem is not None:
+        _check_against(plan, problem)
         return ExportRequest(plan, tuple(hints_from_problem(problem)), _problem_context(doc, hints, problem))
     if hints is None or not hints.layers:
         raise ProblemError(

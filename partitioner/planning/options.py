@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, get_args
 
-from ..core.limits import MAX_NODES
+from ..core.limits import MAX_GLOBAL_BATCH, MAX_NODES
 from ..costs import CostOptions
 from ..costs.fp8 import FP8_RECIPES, PRECISIONS
 from ..frameworks.recipe import Recipe
@@ -45,7 +45,7 @@ class PlanOptions:
     """Nodes of the cluster preset to plan on (1..``partitioner.core.limits.MAX_NODES``)."""
 
     global_batch: int
-    """Samples per iteration over all data-parallel replicas."""
+    """Samples per iteration over all data-parallel replicas (1..``partitioner.core.limits.MAX_GLOBAL_BATCH``)."""
 
     microbatches: int | Literal["auto"] = "auto"
     """Microbatches per iteration, m. ``auto`` screens every divisor of the global
@@ -174,8 +174,8 @@ def _counts(o: PlanOptions) -> None:
     """The sizes: nodes, batch, m, the stage bound, the solves of ``auto``, the seed."""
     if not _is_int(o.nodes) or not 1 <= o.nodes <= MAX_NODES:
         raise ProblemError(f"must be an integer in 1..{MAX_NODES}, got {o.nodes!r}", path="nodes")
-    if not _is_int(o.global_batch) or o.global_batch < 1:
-        raise ProblemError(f"must be a positive integer, got {o.global_batch!r}", path="global_batch")
+    if not _is_int(o.global_batch) or not 1 <= o.global_batch <= MAX_GLOBAL_BATCH:
+        raise ProblemError(f"must be an integer in 1..{MAX_GLOBAL_BATCH}, got {o.global_batch!r}", path="global_batch")
     if o.microbatches != "auto" and (not _is_int(o.microbatches) or o.microbatches < 1):
         raise ProblemError(f"must be a positive integer or 'auto', got {o.microbatches!r}", path="microbatches")
     if o.max_stages is not None and (not _is_int(o.max_stages) or o.max_stages < 1):

@@ -9,10 +9,12 @@ charges, and the run's one :class:`~partitioner.core.deadline.Deadline`.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from ..core.deadline import Deadline
+from ..core.limits import MAX_MICROBATCHES
 from ..costs import CostOptions
 from ..frameworks import FrameworkRules
 from ..problem import ProblemError
@@ -21,7 +23,7 @@ from .schedules.choice import schedule_keys
 from .targets.memory import MemoryCounts, memory_counts
 from .targets.rules import rules_for
 
-__all__ = ["PlanRun", "plan_options", "with_precision", "microbatch_candidates", "ScheduleKey"]
+__all__ = ["PlanRun", "plan_options", "with_precision", "microbatch_candidates", "divisors", "ScheduleKey"]
 
 ScheduleKey = tuple[str, int]  # (schedule, v)
 _ALL_ZERO = (0, 1, 3)  # the ZeRO stages of the cost model's knobs (--target any charges them all)
@@ -36,10 +38,27 @@ def plan_options(options: Mapping[str, Any] | CostOptions | None) -> CostOptions
     return CostOptions.from_mapping({**given, **every})
 
 
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n`` >= 1 in increasing order, by trial division up to sqrt(n) (O(sqrt n) steps)."""
+    small, large = [], []
+    for d in range(1, math.isqrt(n) + 1):
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+    return small + large[::-1]
+
+
 def microbatch_candidates(global_batch: int, limit: int | None = None) -> list[int]:
-    """Microbatch counts tried by ``microbatches="auto"``: the divisors of the global batch."""
-    divs = [m for m in range(1, global_batch + 1) if global_batch % m == 0]
-    return [m for m in divs if limit is None or m <= limit]
+    """Microbatch counts tried by ``microbatches="auto"``: the divisors of the global batch, at most ``limit``
+    and at most :data:`~partitioner.core.limits.MAX_MICROBATCHES` (a problem's range).
+
+    A batch of at most :data:`~partitioner.core.limits.MAX_GLOBAL_BATCH` (the range
+    :class:`~.options.PlanOptions` accepts) has at most a few hundred divisors
+    (2^24 has 25; the most below it, 504), found in at most 4096 steps.
+    """
+    cap = MAX_MICROBATCHES if limit is None else min(limit, MAX_MICROBATCHES)
+    return [m for m in divisors(global_batch) if m <= cap]
 
 
 def with_precision(opts: PlanOptions) -> PlanOptions:

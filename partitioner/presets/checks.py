@@ -18,6 +18,11 @@ documents):
 
 * every integer field is an integer (not a bool) within its range
   (:data:`FIELD_RANGES`), the flags are bools, the choices among theirs;
+  the lists of block indices (:data:`LAYER_LIST_FIELDS`) name distinct
+  blocks of the module; the export hints ``fqn`` hold lists of module names
+  (``pre``, ``post``) and name templates whose only field is ``{i}``
+  (``block``, ``mtp``) -- every field of :class:`~.spec.ModuleSpec` has a
+  check, so nothing unchecked reaches the arithmetic;
 * a transformer (``vit``, ``llm``, ``action_expert``, ``action_head``) has
   positive ``layers``, ``hidden``, ``heads`` and ``ffn``; ``hidden`` is a
   multiple of ``heads`` unless ``head_dim`` is given (Gemma's 16 heads of
@@ -44,8 +49,10 @@ documents):
 * a module has at most :data:`~partitioner.core.limits.MAX_PARAMS` parameters;
 * a model has 1 to :data:`~partitioner.core.limits.MAX_MODULES` modules with
   unique names, at most one ``llm``, an action expert only beside an
-  ``llm`` of as many layers, and at most
-  :data:`~partitioner.core.limits.MAX_TOKENS` tokens per sample in its ``llm``;
+  ``llm`` of as many layers, 1 to
+  :data:`~partitioner.core.limits.MAX_TOKENS` tokens per sample in its
+  ``llm``, cross-attention layers in it only with the tokens they attend
+  to (``cross_tokens``), and DeepStack mergers only for as many ``llm`` layers;
 * a cluster has 1 to :data:`~partitioner.core.limits.MAX_GPUS_PER_NODE` GPUs per
   node, 1 to :data:`~partitioner.core.limits.MAX_BYTES` bytes per GPU, a peak in
   [:data:`~partitioner.core.limits.MIN_TFLOPS`,
@@ -62,10 +69,12 @@ References
 from __future__ import annotations
 
 import math
+import string
 from dataclasses import fields
-from typing import Any
+from typing import Any, Mapping
 
 from ..core.limits import (
+    MAX_BLOCK_NORMS,
     MAX_BYTES,
     MAX_CHANNELS,
     MAX_GBPS,
@@ -92,6 +101,7 @@ __all__ = [
     "BOOL_FIELDS",
     "CHOICES",
     "TRANSFORMER_KINDS",
+    "LAYER_LIST_FIELDS",
     "field_problem",
     "module_problem",
     "model_problem",
@@ -143,10 +153,23 @@ FIELD_RANGES: dict[str, tuple[int, int]] = {
     "rope_head_dim": (0, MAX_WIDTH),
     "v_head_dim": (0, MAX_WIDTH),
     "mtp_layers": (0, MAX_MODULE_LAYERS),
+    # other block variants
+    "cross_tokens": (0, MAX_TOKENS),
+    "block_norms": (0, MAX_BLOCK_NORMS),
+    "qk_norm_dim": (0, MAX_WIDTH),
+    "extra_params": (0, MAX_PARAMS),
+    "tiles": (1, MAX_IMAGES),
+    "window": (0, MAX_TOKENS),
+    "deepstack": (0, MAX_MODULE_LAYERS),
 }
 BOOL_FIELDS = frozenset({"gated", "bias", "qkv_bias", "patch_bias", "pool_head", "layerscale", "qk_norm", "dropout",
-                         "fused_qkv", "final_norm", "pre_norm", "tie_embeddings", "lm_head", "frozen"})
-_MAYBE_NONE = frozenset({"qkv_bias", "patch_bias"})  # None: as ``bias``
+                         "fused_qkv", "final_norm", "pre_norm", "tie_embeddings", "lm_head", "frozen", "rotary",
+                         "proj_bias", "norm_topk"})
+_MAYBE_NONE = frozenset({"qkv_bias", "patch_bias", "rotary"})  # None: as ``bias`` (rotary: by kind)
+# fields holding block indices of the module (each in 0..layers - 1, checked against layers in module_problem)
+LAYER_LIST_FIELDS = ("dense_layers", "cross_layers", "full_layers")
+# the parts of ``fqn`` (export hints): module names before the blocks, after them, and templates with {i}
+_FQN_LISTS, _FQN_TEMPLATES = ("pre", "post"), ("block", "mtp")
 CHOICES: dict[str, tuple[str, ...]] = {
     "activation": ("gelu", "gelu_tanh", "silu", "quick_gelu"),
     "norm": ("layernorm", "rmsnorm"),
@@ -173,11 +196,60 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _layer_list_problem(value: Any) -> str | None:
+    """Why ``value`` is not a list of distinct block indices (in 0..MAX_MODULE_LAYERS - 1), or None."""
+    if not isinstance(value, (tuple, list)) or len(value) > MAX_MODULE_LAYERS:
+        return f"must be a list of at most {MAX_MODULE_LAYERS} block indices, got {value!r}"
+    for i in value:
+        if not _is_int(i) or not 0 <= i < MAX_MODULE_LAYERS:
+            return f"every block index must be an integer in 0..{MAX_MODULE_LAYERS - 1}, got {i!r}"
+    if len(set(value)) != len(value):
+        return "names a block twice"
+    return None
+
+
+def _template_problem(value: str) -> str | None:
+    """Why ``value`` is not a module-name template whose only field is ``{i}`` (the block index), or None."""
+    try:
+        parts = list(string.Formatter().parse(value))
+    except ValueError as e:
+        return f"is not a module-name template ({e}), got {value!r}"
+    for _, field_name, spec, conversion in parts:
+        if field_name is not None and (field_name != "i" or spec or conversion):
+            return f"may hold only {{i}} (the block index) as a field, got {value!r}"
+    return None
+
+
+def _fqn_problem(value: Any) -> str | None:
+    """Why ``value`` is not the export hints of a module (``pre``/``post``: lists of names, ``block``/``mtp``:
+    a name template with ``{i}``), or None."""
+    if not isinstance(value, Mapping):
+        return f"must be an object (pre, block, post, mtp: module names), got {value!r}"
+    for part, names in value.items():
+        if part in _FQN_LISTS:
+            if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+                return f"{part}: must be a list of module names, got {names!r}"
+        elif part in _FQN_TEMPLATES:
+            if not isinstance(names, str):
+                return f"{part}: must be a module name with {{i}} for the block index, got {names!r}"
+            why = _template_problem(names)
+            if why is not None:
+                return f"{part}: {why}"
+        else:
+            return f"unknown part {part!r} (parts: {', '.join(_FQN_LISTS + _FQN_TEMPLATES)})"
+    return None
+
+
 def field_problem(name: str, value: Any, kind: str) -> str | None:
     """Why ``value`` cannot be field ``name`` of a module of ``kind`` (its type and range), or None.
 
-    A field the kind needs (``_NEEDED``) must be at least 1.
+    A field the kind needs (``_NEEDED``) must be at least 1. Every field of
+    :class:`~.spec.ModuleSpec` has its check here.
     """
+    if name in LAYER_LIST_FIELDS:
+        return _layer_list_problem(value)
+    if name == "fqn":
+        return _fqn_problem(value)
     if name == "dims":
         if not isinstance(value, tuple) or not 1 <= len(value) <= MAX_PROJECTOR_DEPTH:
             return f"must be a list of 1..{MAX_PROJECTOR_DEPTH} widths, got {value!r}"
@@ -296,6 +368,10 @@ def module_problem(spec: ModuleSpec) -> Problem | None:
         why = field_problem(name, getattr(spec, name), spec.kind)
         if why is not None:
             return name, why
+    for name in LAYER_LIST_FIELDS:
+        beyond = [i for i in getattr(spec, name) if i >= spec.layers]
+        if beyond:
+            return name, f"block {beyond[0]} is beyond the module's {spec.layers} blocks"
     if spec.kind != "projector":
         found = (_attention_problem(spec) or _mla_problem(spec) or _moe_problem(spec)
                  or (_vit_problem(spec) if spec.kind == "vit" else None))
@@ -335,6 +411,14 @@ def model_problem(model: ModelSpec) -> tuple[int | None, str, str] | None:
     if llms and model.llm_tokens > MAX_TOKENS:
         return llms[0], "text_tokens", (f"{model.image_tokens} image tokens + {modules[llms[0]].text_tokens} text tokens "
                                         f"make {model.llm_tokens} tokens per sample, more than {MAX_TOKENS}")
+    if llms and modules[llms[0]].cross_layers and modules[llms[0]].cross_tokens < 1:
+        return llms[0], "cross_tokens", "cross-attention layers need the tokens they attend to (cross_tokens >= 1)"
+    if llms and model.llm_tokens < 1:
+        return llms[0], "text_tokens", "the language model needs at least one token per sample (text or image tokens)"
+    for i, m in enumerate(modules):
+        if m.deepstack and (not llms or m.deepstack > modules[llms[0]].layers):
+            return i, "deepstack", (f"{m.deepstack} DeepStack mergers feed the first {m.deepstack} language-model layers: "
+                                    f"it needs an llm of at least that many layers")
     return None
 
 

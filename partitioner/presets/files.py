@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from ..core.limits import MAX_MODULES
 from ..problem import ProblemError, read_document
-from .checks import check_cluster, check_model, field_problem, module_problem
+from .checks import LAYER_LIST_FIELDS, check_cluster, check_model, field_problem, module_problem
 from .hf import model_from_hf_config
 from .spec import MODULE_KINDS, ClusterSpec, ModelSpec, ModuleSpec
 from .workload import Workload, apply_workload
@@ -158,7 +158,7 @@ def _module_from_dict(data: Any, path: str, source: str | None) -> ModuleSpec:
     for key, value in data.items():
         if key not in _MODULE_FIELDS:
             raise _fail(f"unknown field {key!r}", f"{path}.{key}", source)
-        if key == "dims" and isinstance(value, list):
+        if key in ("dims", *LAYER_LIST_FIELDS) and isinstance(value, list):
             value = tuple(value)
         if key == "fqn":
             if not isinstance(value, Mapping):

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..core.limits import MAX_MODULE_LAYERS
+from ..core.limits import MAX_FPS, MAX_MODULE_LAYERS, MIN_FPS
 from ..problem import ProblemError
 from .spec import ModelSpec, ModuleSpec
 
@@ -67,7 +67,8 @@ class Workload:
 
 
 def check_workload(w: Workload | None) -> Workload:
-    """``w`` (or an empty workload) after checking each given field is a positive number."""
+    """``w`` (or an empty workload) after checking each given field: a positive integer, ``mtp_layers`` in
+    0..MAX_MODULE_LAYERS, ``fps`` a number in MIN_FPS..MAX_FPS (so the clip length is a finite number)."""
     if w is None:
         return Workload()
     for key, value in w.to_dict().items():
@@ -76,12 +77,12 @@ def check_workload(w: Workload | None) -> Workload:
                 raise ProblemError(f"must be an integer in 0..{MAX_MODULE_LAYERS}, got {value!r}", path=f"workload.{key}")
             continue
         if key == "fps":
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-        else:
-            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
-        if not ok:
-            raise ProblemError(f"must be a positive {'number' if key == 'fps' else 'integer'}, got {value!r}",
-                               path=f"workload.{key}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not MIN_FPS <= value <= MAX_FPS:
+                raise ProblemError(f"must be a number of frames per second in {MIN_FPS:g}..{MAX_FPS:g}, got {value!r}",
+                                   path=f"workload.{key}")
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ProblemError(f"must be a positive integer, got {value!r}", path=f"workload.{key}")
     return w
 
 

@@ -673,6 +673,9 @@ def test_the_limits_page_states_the_limits_the_code_enforces():
         "MAX_MICROBATCHES": "..= 100 000",
         "MAX_VIRTUAL_STAGES": "..= 1024",
         "MAX_EDGES": "..= 1 000 000",
+        "MAX_GLOBAL_BATCH": "1 ..= 16 777 216 (2^24)",
+        "MIN_FPS": "0.001 ..= 1e6",
+        "MAX_BLOCK_NORMS": "`block_norms`",
         "MAX_FILE_BYTES": "256 MiB",
         "MAX_DEPTH": "..= 64 levels",
         "MAX_VALUES": "2^24 values",
@@ -683,7 +686,8 @@ def test_the_limits_page_states_the_limits_the_code_enforces():
     values = {
         "MAX_TIME_MS": 1e9, "MAX_BYTES": 2**50, "MAX_TOTAL_BYTES": 2**53, "MIN_GBPS": 1e-6, "MAX_GBPS": 1e6,
         "MAX_NODES": 131_072, "MAX_GPUS_PER_NODE": 1024, "MAX_DEVICES": 131_072, "MAX_LAYERS": 100_000,
-        "MAX_MICROBATCHES": 100_000, "MAX_VIRTUAL_STAGES": 1024, "MAX_EDGES": 1_000_000, "MAX_FILE_BYTES": 256 * 2**20,
+        "MAX_MICROBATCHES": 100_000, "MAX_VIRTUAL_STAGES": 1024, "MAX_EDGES": 1_000_000, "MAX_GLOBAL_BATCH": 2**24,
+        "MIN_FPS": 1e-3, "MAX_BLOCK_NORMS": 8, "MAX_FILE_BYTES": 256 * 2**20,
         "MAX_DEPTH": 64, "MAX_VALUES": 2**24, "MAX_STRING": 4096, "SOLVE_REPLAY_OPS": 200_000, "MAX_REPLAY_OPS": 1_000_000,
     }
     for name, words in stated.items():

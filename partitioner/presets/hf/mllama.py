@@ -50,7 +50,8 @@ def mllama_vlm(root: _Config, w: Workload) -> tuple[ModuleSpec, ...]:
     refuse(w, ("frames",), "Llama 3.2 Vision takes images, not video", root.source)
     images, _, text_tokens = sample(w)
     vc = root.sub("vision_config", "mllama_vision_model")
-    tile, patch, max_tiles = vc.int("image_size"), vc.int("patch_size"), vc.int("max_num_tiles")
+    tile, patch = vc.int("image_size", minimum=1), vc.int("patch_size", minimum=1)
+    max_tiles = vc.int("max_num_tiles", minimum=1)
     if w.tiles is not None:
         if w.tiles > max_tiles:
             raise ProblemError(f"at most max_num_tiles = {max_tiles}, got {w.tiles}", path="workload.tiles", source=root.source)
@@ -60,7 +61,11 @@ def mllama_vlm(root: _Config, w: Workload) -> tuple[ModuleSpec, ...]:
     h, ffn = vc.int("hidden_size"), vc.int("intermediate_size")
     local, glob = vc.int("num_hidden_layers"), vc.int("num_global_layers")
     positions = (tile // patch) ** 2 + 1
-    ratios = len(vc.get("supported_aspect_ratios", [])) + 1  # aspect-ratio ids, 0 for padding
+    aspects = vc.get("supported_aspect_ratios", [])
+    if not isinstance(aspects, list):
+        raise ProblemError(f"must be a list of [width, height] tile grids, got {aspects!r}",
+                           path=vc.where("supported_aspect_ratios"), source=vc.source)
+    ratios = len(aspects) + 1  # aspect-ratio ids, 0 for padding
     extra = (1 + ratios * max_tiles * positions * h  # gate, tile position table
              + 2 * (ratios * max_tiles * h + 1)  # pre- and post-tile embeddings with their gates
              + 2 * glob  # attention and MLP gates of the global layers

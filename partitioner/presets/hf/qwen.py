@@ -47,8 +47,19 @@ _TEXT = {"qwen2_5_vl": "qwen2_5_vl_text", "qwen3_vl": "qwen3_vl_text", "qwen3_vl
          "glm4v": "glm4v_text", "glm4v_moe": "glm4v_moe_text"}
 
 
+# ModuleSpec field -> vision_config key (the projector's widths come from the encoder's)
+_VIT_KEYS = {"layers": "depth", "hidden": "hidden_size", "heads": "num_heads", "ffn": "intermediate_size",
+             "patch": "patch_size", "channels": "in_channels", "temporal_patch": "temporal_patch_size",
+             "pos_tokens": "num_position_embeddings", "window": "window_size", "full_layers": "fullatt_block_indexes"}
+_MERGER_KEYS = {"in_dim": "hidden_size", "pre_norm_dim": "hidden_size", "dims": "out_hidden_size",
+                "deepstack": "deepstack_visual_indexes"}
+_ARGUMENTS = ("images", "image_size", "frames")  # the workload's, not the document's
+
+
 def _vision(mtype: str, c: _Config, side: int, images: int, frames: int) -> tuple[ModuleSpec, ModuleSpec]:
-    patch, merge, tp = c.int("patch_size"), c.int("spatial_merge_size"), c.int("temporal_patch_size")
+    # the divisors first, each at least 1 (the module checks name the rest by their keys)
+    patch, merge = c.int("patch_size", minimum=1), c.int("spatial_merge_size", minimum=1)
+    tp = c.int("temporal_patch_size", minimum=1)
     if side % (patch * merge):
         raise ProblemError(f"image size {side} is not a multiple of patch x merge = {patch * merge}",
                            path="workload.image_size", source=c.source)
@@ -69,21 +80,31 @@ def _vision(mtype: str, c: _Config, side: int, images: int, frames: int) -> tupl
     if mtype == "qwen2_5_vl":
         window = (c.int("window_size") // patch) ** 2
         vit = ModuleSpec(**common, ffn=c.int("intermediate_size"), gated=True, bias=True, norm="rmsnorm", pos_embed="none",
-                         patch_bias=False, window=window, full_layers=tuple(c.get("fullatt_block_indexes", [])))
+                         patch_bias=False, window=window, full_layers=_indices(c, "fullatt_block_indexes"))
         merger = ModuleSpec(**proj, norm="rmsnorm", pre_norm_dim=h, dims=(merged, out))
     elif mtype in ("qwen3_vl", "qwen3_vl_moe"):
         vit = ModuleSpec(**common, ffn=c.int("intermediate_size"), bias=True, norm="layernorm", pos_embed="learned",
                          pos_tokens=c.int("num_position_embeddings"), patch_bias=True)
         merger = ModuleSpec(**proj, norm="layernorm", pre_norm_dim=h, dims=(merged, out),
-                            deepstack=len(c.get("deepstack_visual_indexes", [])))
+                            deepstack=len(_indices(c, "deepstack_visual_indexes")))
     else:  # glm4v, glm4v_moe
-        pos = (c.int("image_size") // patch) ** 2
+        pos = (c.int("image_size", minimum=1) // patch) ** 2
         vit = ModuleSpec(**{**common, "final_norm": True}, ffn=out, gated=True, bias=False,
                          qkv_bias=bool(c.get("attention_bias", False)), norm="rmsnorm", pos_embed="learned",
                          pos_tokens=pos, patch_bias=True, extra_params=h)  # the RMSNorm after the patch embedding
         merger = ModuleSpec(**proj, dims=(out, out, c.int("intermediate_size"), out), gated=True, proj_bias=False,
                             extra_params=out + 2 * out)  # the downsampling convolution's bias, the LayerNorm
-    return vit, merger
+    return c.checked(vit, _VIT_KEYS, _ARGUMENTS), c.checked(merger, _MERGER_KEYS, _ARGUMENTS)
+
+
+def _indices(c: _Config, key: str) -> tuple[int, ...]:
+    """Field ``key``: a list of block indices (absent: none); the module check bounds them by the blocks."""
+    value = c.data.get(key)
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value):
+        raise ProblemError(f"must be a list of block indices, got {value!r}", path=c.where(key), source=c.source)
+    return tuple(value)
 
 
 def qwen_vlm(root: _Config, w: Workload) -> tuple[ModuleSpec, ...]:

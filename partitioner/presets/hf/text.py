@@ -40,11 +40,21 @@ TEXT_TYPES = (*_QWEN3, "gemma2", "gemma3_text", "glm4v_text", "glm4v_moe_text", 
               "llama", "mistral", "qwen2", "gemma")
 
 
-def _first(c: _Config, keys: tuple[str, ...], default: Any) -> Any:
+_EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")  # the routed experts, by transformers version
+# ModuleSpec field -> text configuration key (the experts' key is whichever of _EXPERT_KEYS the document gives)
+_KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
+         "kv_heads": "num_key_value_heads", "head_dim": "head_dim", "ffn": "intermediate_size", "vocab": "vocab_size",
+         "top_k": "num_experts_per_tok", "moe_ffn": "moe_intermediate_size", "shared_ffn": "n_shared_experts",
+         "first_dense": "first_k_dense_replace", "moe_every": "decoder_sparse_step", "dense_layers": "mlp_only_layers",
+         "cross_layers": "cross_attention_layers", "window": "sliding_window", "full_layers": "layer_types"}
+
+
+def _first(c: _Config, keys: tuple[str, ...], default: Any) -> tuple[str, Any]:
+    """The first of ``keys`` the document gives and its value (an integer), else ``(keys[0], default)``."""
     for key in keys:
         if c.data.get(key) is not None:
-            return c.int(key)
-    return default
+            return key, c.int(key)
+    return keys[0], default
 
 
 def _int_list(c: _Config, key: str) -> tuple[int, ...]:
@@ -73,28 +83,29 @@ def decoder(c: _Config, text_tokens: int, *, prefix: str = "", attention: str = 
     if mtype not in TEXT_TYPES:
         raise ProblemError(f"unsupported text model_type {mtype!r} (supported: {', '.join(TEXT_TYPES)})",
                            path=f"{c.path}.model_type" if c.path else "model_type", source=c.source)
-    hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
-    layers = c.int("num_hidden_layers")
+    # the divisors first, each at least 1 (the module check names the rest by their keys, below)
+    hidden, heads = c.int("hidden_size", minimum=1), c.int("num_attention_heads", minimum=1)
+    layers = c.int("num_hidden_layers", minimum=1)
     gemma = mtype in ("gemma2", "gemma3_text", "gemma")
-    experts = _first(c, ("num_experts", "num_local_experts", "n_routed_experts"), 0)
+    experts_key, experts = _first(c, _EXPERT_KEYS, 0)
     moe: dict[str, Any] = {}
     if experts and mtype in ("qwen3_moe", "qwen3_vl_moe_text", "glm4v_moe_text"):
-        moe_ffn = c.int("moe_intermediate_size")
-        moe = dict(experts=experts, top_k=c.int("num_experts_per_tok"), moe_ffn=moe_ffn,
+        moe_ffn = c.int("moe_intermediate_size", minimum=1)
+        moe = dict(experts=experts, top_k=c.int("num_experts_per_tok", minimum=1), moe_ffn=moe_ffn,
                    shared_ffn=c.int("n_shared_experts", 0) * moe_ffn, first_dense=c.int("first_k_dense_replace", 0),
-                   moe_every=max(1, c.int("decoder_sparse_step", 1)), dense_layers=_int_list(c, "mlp_only_layers"),
-                   norm_topk=bool(c.get("norm_topk_prob", True)))
-    head_dim = c.int("head_dim", hidden // heads)
+                   moe_every=c.int("decoder_sparse_step", 1, minimum=1), dense_layers=_int_list(c, "mlp_only_layers"),
+                   norm_topk=c.flag("norm_topk_prob", True))
+    head_dim = c.int("head_dim", hidden // heads, minimum=1)  # a given head_dim is a width (0 is no head)
     qk_norm = mtype in (*_QWEN3, "gemma3_text")
     if mtype in ("qwen2", "qwen2_5_vl_text", "glm4v_text"):
         qkv_bias = True
     else:
-        qkv_bias = bool(c.get("attention_bias", False))
+        qkv_bias = c.flag("attention_bias", False)
     cross = _int_list(c, "cross_attention_layers") if mtype == "mllama_text_model" else ()
     vocab = c.int("vocab_size")
     window, full = _windows(c, layers)
     act = c.get("hidden_activation", c.get("hidden_act", "silu")) if gemma else c.get("hidden_act", "silu")
-    return ModuleSpec(
+    spec = ModuleSpec(
         name="llm",
         kind="llm",
         layers=layers,
@@ -112,7 +123,7 @@ def decoder(c: _Config, text_tokens: int, *, prefix: str = "", attention: str = 
         block_norms=4 if mtype in ("gemma2", "gemma3_text", "glm4v_text") else 2,
         vocab=vocab,
         extra_params=8 * hidden if cross else 0,  # mllama: vocab + 8 embedding rows
-        tie_embeddings=bool(c.get("tie_word_embeddings", gemma)),
+        tie_embeddings=c.flag("tie_word_embeddings", gemma),
         text_tokens=text_tokens,
         attention=attention,
         lm_head=lm_head,
@@ -124,3 +135,4 @@ def decoder(c: _Config, text_tokens: int, *, prefix: str = "", attention: str = 
              "post": [f"{prefix}norm", "lm_head"]},
         **moe,
     )
+    return c.checked(spec, {**_KEYS, "experts": experts_key})

@@ -100,6 +100,19 @@ def _feature_layer(root: _Config, layers: int) -> int:
     return layer
 
 
+def _pixel_shuffle(root: _Config) -> int:
+    """InternVL's pixel-shuffle factor, ``1 / downsample_ratio``: the ratio must be 1 / n for a whole n >= 1
+    (0.5 in every released InternVL: 2 x 2 patches per token)."""
+    ratio = root.get("downsample_ratio", 0.5)
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
+        raise ProblemError(f"must be a number in (0, 1], got {ratio!r}", path="downsample_ratio", source=root.source)
+    shuffle = round(1 / ratio)
+    if abs(shuffle * ratio - 1) > 1e-9:
+        raise ProblemError(f"must be 1 / n for a whole n (0.5: 2 x 2 patches per token), got {ratio!r}",
+                           path="downsample_ratio", source=root.source)
+    return shuffle
+
+
 def tiling_vlm(root: _Config, w: Workload) -> tuple[ModuleSpec, ...]:
     """The modules of a tiling VLM (see the module docstring)."""
     mtype, source = root.mtype, root.source
@@ -121,8 +134,7 @@ def tiling_vlm(root: _Config, w: Workload) -> tuple[ModuleSpec, ...]:
             feature_layer=_feature_layer(root, vc.int("num_hidden_layers")),
             source=src, fqn={"pre": ["model.vision_tower.embeddings"], "block": "model.vision_tower.encoder.layer.{i}"})
         llm = decoder(root.sub("text_config", "qwen2"), text_tokens, prefix="model.language_model.")
-        ratio = root.get("downsample_ratio", 0.5)
-        shuffle = int(round(1 / ratio))
+        shuffle = _pixel_shuffle(root)
         per_tile = (tile // patch) ** 2 // (shuffle * shuffle)
         proj = ModuleSpec(name="projector", kind="projector", pre_norm_dim=h * shuffle * shuffle, in_dim=h * shuffle * shuffle,
                           dims=(llm.hidden, llm.hidden), tokens=images * tiles * per_tile, source=src,
@@ -131,18 +143,18 @@ def tiling_vlm(root: _Config, w: Workload) -> tuple[ModuleSpec, ...]:
     if mtype in ("idefics3", "smolvlm"):
         refuse(w, ("frames",), f"{mtype} samples video frames as separate images (give --images)", source)
         vc = root.sub("vision_config", f"{mtype}_vision")
-        tile, patch = vc.int("image_size"), vc.int("patch_size")
+        tile, patch = vc.int("image_size", minimum=1), vc.int("patch_size", minimum=1)
         tiles = w.tiles or idefics3_tiles(w.image_size, tile)
         vit = siglip_tower(vc, images, prefix="model.vision_model.", tiles=tiles)
         llm = decoder(root.sub("text_config", "llama"), text_tokens, prefix="model.text_model.")
-        s = root.int("scale_factor", 2)
+        s = root.int("scale_factor", 2, minimum=1)
         per_tile = (tile // patch) ** 2 // (s * s)
         proj = ModuleSpec(name="projector", kind="projector", in_dim=vit.hidden * s * s, dims=(llm.hidden,), proj_bias=False,
                           tokens=images * tiles * per_tile, source=src, fqn={"pre": ["model.connector"]})
         return vit, proj, llm
     # llava_onevision
     vc = root.sub("vision_config", "siglip_vision_model")
-    tile, patch = vc.int("image_size"), vc.int("patch_size")
+    tile, patch = vc.int("image_size", minimum=1), vc.int("patch_size", minimum=1)
     per_side = tile // patch
     layer = _feature_layer(root, vc.int("num_hidden_layers"))
     llm = decoder(root.sub("text_config", "qwen2"), text_tokens, prefix="model.language_model.")

@@ -1,0 +1,42 @@
+"""The exit codes of every command, and what an interrupt (Ctrl-C, SIGINT) does: one line and exit 130.
+
+Exit codes (DESIGN.md): 0 -- a plan; 1 -- no plan (infeasible, or the method
+found none); 2 -- bad input; 3 -- an internal error (a bug); 130 -- interrupted.
+
+:func:`report_interrupt` says ``interrupted`` on stderr once per
+process, however many places see the same interrupt (a command's
+:func:`~.common.guarded`, Typer's own handler, :func:`partitioner.cli.main`),
+and ignores further interrupts while the process winds down (its worker
+pools close, its files are flushed), so a second Ctrl-C cannot turn the exit
+into a traceback. It imports nothing heavy: the entry points use it before
+anything else is loaded. 130 is the shells' code for a process ended by
+SIGINT (128 + 2).
+"""
+from __future__ import annotations
+
+import signal
+import sys
+
+__all__ = ["EXIT_OK", "EXIT_NO_PLAN", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "report_interrupt"]
+
+EXIT_OK, EXIT_NO_PLAN, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
+
+_said = False
+
+
+def report_interrupt() -> None:
+    """Say ``interrupted`` on stderr (once per process) and ignore later interrupts."""
+    global _said
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # pragma: no cover - not the main thread: nothing to install
+        pass
+    if _said:
+        return
+    _said = True
+    try:
+        sys.stderr.write("interrupted\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # stderr closed: the exit code says it
+        pass
