@@ -219,11 +219,11 @@ def test_baseline_replays_skipped_only_when_they_cannot_win(model, cluster, node
         replays.clear()
         pruned = schedule_choice._baselines(screened, keys, "iteration", True, prune=True)
     for ev, sim in every:  # the floor is a lower bound on every replay
-        assert schedule_choice.busy_floor(ev) <= sim["makespan_ms"]
+        assert schedule_choice.busy_floor(ev) <= sim.makespan_ms
     assert len(replays) < len(every)  # some replays skipped
     def strip(rows):
         return [{k: v for k, v in vars(r).items() if k not in ("problem", "plan", "ev", "sim")} | {"ok": r.ok} | (
-            {"plan": r.plan, "makespan": r.sim["makespan_ms"]} if r.ok else {}) for r in rows]
+            {"plan": r.plan, "makespan": r.sim.makespan_ms} if r.ok else {}) for r in rows]
     assert strip(pruned) == strip(full)
 
 
