@@ -53,6 +53,7 @@ from partitioner.costs.variants import Knobs  # noqa: E402
 from partitioner.plan import Plan, PlanError, Stage, evaluate  # noqa: E402
 from partitioner.plan.cuts import interleaved_uniform_plan  # noqa: E402
 from partitioner.planning.baselines import segment_config  # noqa: E402
+from partitioner.planning.forced import job_cluster  # noqa: E402
 from partitioner.planning.schedules.search import with_schedule  # noqa: E402
 from partitioner.presets import ClusterSpec, ModelSpec, ModuleSpec, load_cluster  # noqa: E402
 from partitioner.problem import Layout, ProblemError  # noqa: E402
@@ -142,10 +143,7 @@ def _cluster(run: PublishedRun) -> ClusterSpec:
     base = load_cluster(CLUSTERS[run.gpu])
     if run.gpu in GPU_MEMORY:
         base = replace(base, gpu_memory_bytes=GPU_MEMORY[run.gpu])
-    if run.gpus % base.gpus_per_node:  # a job on part of a node (or of an NVL72 rack)
-        per_node = max(d for d in range(1, min(run.gpus, base.gpus_per_node) + 1) if run.gpus % d == 0)
-        base = replace(base, gpus_per_node=per_node)
-    return base
+    return job_cluster(base, run.gpus)  # a job on part of a node (or of an NVL72 rack)
 
 
 def _skip(run: PublishedRun, setting: str | None, zero: tuple[int, str] | None) -> str:

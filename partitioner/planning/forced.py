@@ -47,7 +47,7 @@ from .baselines import segment_config
 from .results import simulate_plan
 from .schedules.search import with_schedule
 
-__all__ = ["ForcedLayout", "ForcedEstimate", "forced_cuts", "forced_plan", "job_cluster", "estimate_forced"]
+__all__ = ["ForcedLayout", "ForcedEstimate", "forced_cuts", "forced_plan", "job_cluster", "sizes_within", "estimate_forced"]
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,13 @@ def job_cluster(cluster: ClusterSpec, gpus: int) -> ClusterSpec:
     if gpus % cluster.gpus_per_node == 0:
         return cluster
     per_node = max(d for d in range(1, min(gpus, cluster.gpus_per_node) + 1) if gpus % d == 0)
-    return replace(cluster, gpus_per_node=per_node)
+    return replace(cluster, gpus_per_node=per_node, stage_sizes=sizes_within(cluster.stage_sizes, per_node))
+
+
+def sizes_within(sizes: tuple[int, ...] | None, per_node: int) -> tuple[int, ...] | None:
+    """A preset's in-node ``stage_sizes`` on a node cut to ``per_node`` GPUs: those that still fit (None if none)."""
+    kept = tuple(s for s in sizes or () if s <= per_node)
+    return kept or None
 
 
 def estimate_forced(model: str | ModelSpec, cluster: str | ClusterSpec, layout: ForcedLayout, *, global_batch: int,
