@@ -428,6 +428,8 @@ def expert_recompute(setting: str, *, stored: float, copies: float, moe_ffn: flo
     output of each copy) and replays the activation kernel; ``op`` keeps
     the all-to-all outputs (dispatched and combined tokens, saved ops) and
     replays the grouped GEMMs [31]_; other settings change nothing here.
+    ``stored`` counts the mean load (the stash sums many routings), the
+    replay's time the busiest rank's (``imbalance``).
     """
     if setting == "full":
         return 0.0, compute_ms + dispatch_ms
@@ -438,12 +440,12 @@ def expert_recompute(setting: str, *, stored: float, copies: float, moe_ffn: flo
         return 0.0, compute_ms + dispatch_ms
     if "moe_act" not in mods:
         return stored, 0.0
-    r = copies if padded else imbalance * copies
+    r = copies if padded else imbalance * copies  # the busiest rank's rows: what the replay takes
     block = BlockShape(tokens=1.0, hidden=hidden, heads=1, kv_heads=1, head_dim=1, ffn=int(moe_ffn), gated=gated,
                        activation=activation)
     keeps = COMPOSITE_ACTIVATIONS.get(activation, 1)
     tensors = keeps + 3 if gated else keeps + 1
-    freed = r * moe_ffn * 2.0 * tensors * _act_output_fraction(block)
+    freed = copies * moe_ffn * 2.0 * tensors * _act_output_fraction(block)  # of the stash, which counts the mean
     extra = keeps - 1
     act_bytes = ((6.0 + 4.0 * extra) if gated else (4.0 + 4.0 * extra)) * r * moe_ffn  # :mod:`.traffic`'s activation
     return max(0.0, stored - freed), _ms(act_bytes, rates)

@@ -339,7 +339,10 @@ def moe_ep_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: C
                     act += n * delta
             weight += moe.params / (e * f) * fp8_weight_extra_bytes(opts, cluster) / (edp if zero3 else 1)
         if p.backward:
-            stored = n * expert_activation_bytes(copies, p.width, moe.moe_ffn, f, moe.gated, gamma, padded=padded,
+            # the stash holds a rank's routed rows of every MoE layer of the stage and every microbatch in flight,
+            # each routed afresh: their sum concentrates at the mean load (the busiest rank's excess falls as
+            # 1/sqrt of their number), so the stash counts the mean, and the time the busiest rank (gamma)
+            stored = n * expert_activation_bytes(copies, p.width, moe.moe_ffn, f, moe.gated, 1.0, padded=padded,
                                                  router_tokens=tokens, experts=moe.experts)
             rate = cluster.peak_tflops * 1e9 * efficiency(width, work.rows, opts, cluster, grouped=True)
             rates = ReplayRates(rate, 0.0, 0.0, cluster.hbm_GBps, opts.hbm_efficiency, opts.memory_bound_ops)
