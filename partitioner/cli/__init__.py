@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .exits import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_NO_PLAN, EXIT_OK, report_interrupt
+from .exits import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_NO_PLAN, EXIT_OK, interrupts_are_never_ignored, report_interrupt
 
 if TYPE_CHECKING:
     import typer
@@ -62,6 +62,7 @@ def main() -> None:
     ``interrupted`` and exit 130; any other exception is a bug: one line and
     exit 3.
     """
+    interrupts_are_never_ignored()
     try:
         app = _load_app()
         if len(sys.argv) < 2:  # no command: Typer's own help screen (no_args_is_help)

@@ -14,10 +14,12 @@ SIGINT (128 + 2).
 """
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
-__all__ = ["EXIT_OK", "EXIT_NO_PLAN", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "report_interrupt"]
+__all__ = ["EXIT_OK", "EXIT_NO_PLAN", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "report_interrupt",
+           "interrupts_are_never_ignored"]
 
 EXIT_OK, EXIT_NO_PLAN, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
@@ -40,3 +42,17 @@ def report_interrupt() -> None:
         sys.stderr.flush()
     except (OSError, ValueError):  # stderr closed: the exit code says it
         pass
+
+
+def _unraisable(event: "sys.UnraisableHookArgs") -> None:
+    """An interrupt Python would only print (it landed in a weakref callback or a finalizer, e.g. inside the
+    import machinery) ends the command as any interrupt does; other unraisable errors are Python's to print."""
+    if isinstance(event.exc_value, KeyboardInterrupt):
+        report_interrupt()
+        os._exit(EXIT_INTERRUPTED)  # no cleanup: the interrupted work is abandoned, as Ctrl-C asks
+    sys.__unraisablehook__(event)
+
+
+def interrupts_are_never_ignored() -> None:
+    """Install :func:`_unraisable` as ``sys.unraisablehook`` (the command line's entry points call it first)."""
+    sys.unraisablehook = _unraisable

@@ -127,3 +127,24 @@ def test_sigint_at_any_moment_of_plan_is_one_line_and_exit_130(tmp_path, delay):
         assert "Traceback" not in err
         return
     _assert_interrupted(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+
+
+def test_an_interrupt_python_would_only_print_ends_the_command():
+    """A KeyboardInterrupt raised in a weakref callback (as one landing in the import machinery's module-lock
+    callback) is "unraisable": Python prints it and carries on, so a Ctrl-C was lost and a traceback printed
+    beside a finished plan. The entry points' hook makes it an interrupt: one line, exit 130."""
+    code = textwrap.dedent("""
+        import weakref
+        from partitioner.cli.exits import interrupts_are_never_ignored
+        interrupts_are_never_ignored()
+        class Box: pass
+        box = Box()
+        def callback(ref): raise KeyboardInterrupt
+        ref = weakref.ref(box, callback)
+        del box
+        print("carried on")
+        """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env=_env())
+    assert "carried on" not in proc.stdout
+    _assert_interrupted(proc)
