@@ -18,7 +18,16 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .exits import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_NO_PLAN, EXIT_OK, interrupts_are_never_ignored, report_interrupt
+from .exits import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_NO_PLAN,
+    EXIT_OK,
+    caused_by_interrupt,
+    ignore_interrupts,
+    interrupts_are_never_ignored,
+    report_interrupt,
+)
 
 if TYPE_CHECKING:
     import typer
@@ -77,15 +86,20 @@ def main() -> None:
         except typer.Abort:  # end of input at a prompt: Typer's own answer, on one line
             _say("aborted")
             code = EXIT_NO_PLAN
+        ignore_interrupts()  # the outcome is decided: a late Ctrl-C must not end the shutdown by the signal
     except SystemExit as e:
         if e.code == EXIT_INTERRUPTED:  # Typer's own answer to an interrupt outside a command says nothing
             report_interrupt()
+        ignore_interrupts()
         raise
     except KeyboardInterrupt:
         report_interrupt()
         sys.exit(EXIT_INTERRUPTED)
-    except Exception as e:  # a bug: say so briefly, exit 3
-        _say(f"internal error: {type(e).__name__}: {e} (please report it with the input files)")
+    except Exception as e:
+        if caused_by_interrupt(e):  # an interrupt Python wrapped (e.g. while a class was built)
+            report_interrupt()
+            sys.exit(EXIT_INTERRUPTED)
+        _say(f"internal error: {type(e).__name__}: {e} (please report it with the input files)")  # a bug: exit 3
         sys.exit(EXIT_INTERNAL)
     if code == EXIT_INTERRUPTED:  # Typer turns an interrupt in a command into exit 130 without a word
         report_interrupt()

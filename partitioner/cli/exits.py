@@ -19,7 +19,7 @@ import signal
 import sys
 
 __all__ = ["EXIT_OK", "EXIT_NO_PLAN", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "report_interrupt",
-           "interrupts_are_never_ignored"]
+           "interrupts_are_never_ignored", "caused_by_interrupt", "ignore_interrupts"]
 
 EXIT_OK, EXIT_NO_PLAN, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
@@ -27,13 +27,39 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ct
 _said = False
 
 
-def report_interrupt() -> None:
-    """Say ``interrupted`` on stderr (once per process) and ignore later interrupts."""
-    global _said
+def ignore_interrupts() -> None:
+    """Ignore SIGINT from now on: the command's outcome is decided and the process only winds down.
+
+    A Ctrl-C that lands while the interpreter shuts down would otherwise end
+    the process by the signal itself, with no word and no exit code of ours.
+    """
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     except ValueError:  # pragma: no cover - not the main thread: nothing to install
         pass
+
+
+def caused_by_interrupt(error: BaseException) -> bool:
+    """Whether ``error`` is, or was raised while handling or because of, a ``KeyboardInterrupt``.
+
+    Python wraps some exceptions it sees in a hook (``__set_name__`` while a
+    class is built, for one) in a ``RuntimeError``; an interrupt landing there
+    is still an interrupt, not a bug.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def report_interrupt() -> None:
+    """Say ``interrupted`` on stderr (once per process) and ignore later interrupts."""
+    global _said
+    ignore_interrupts()
     if _said:
         return
     _said = True

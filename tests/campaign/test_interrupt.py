@@ -148,3 +148,41 @@ def test_an_interrupt_python_would_only_print_ends_the_command():
                           env=_env())
     assert "carried on" not in proc.stdout
     _assert_interrupted(proc)
+
+
+def test_an_interrupt_python_wrapped_in_another_error_is_an_interrupt():
+    """Python wraps an exception raised in ``__set_name__`` (a class being built as a module loads) in a
+    ``RuntimeError``; a Ctrl-C landing there was reported as an internal error, exit 3."""
+    code = textwrap.dedent("""
+        import runpy, sys, typer.core
+        def make_context(self, *args, **kwargs):
+            class Field:
+                def __set_name__(self, owner, name):
+                    raise KeyboardInterrupt
+            class Builders:
+                built = Field()
+        typer.core.TyperGroup.make_context = make_context
+        sys.argv = ["partitioner", "clusters"]
+        runpy.run_module("partitioner", run_name="__main__", alter_sys=True)
+        """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env=_env())
+    _assert_interrupted(proc)
+
+
+def test_a_ctrl_c_after_the_outcome_is_decided_does_not_end_the_shutdown():
+    """A SIGINT while the interpreter shuts down (here: from an exit handler, after the command printed its
+    answer) ended the process by the signal itself: no word, and a return code of -2 instead of the command's."""
+    code = textwrap.dedent("""
+        import atexit, os, runpy, signal, sys, time
+        def late_ctrl_c():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)
+        atexit.register(late_ctrl_c)
+        sys.argv = ["partitioner", "clusters"]
+        runpy.run_module("partitioner", run_name="__main__", alter_sys=True)
+        """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env=_env())
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
+    assert "Traceback" not in proc.stderr and "interrupted" not in proc.stderr, proc.stderr[-3000:]
