@@ -333,39 +333,7 @@ def synthetic_v3_problem(
     nothing on a dense layer).
     """
     base = synthetic_problem(layers, nodes, gpus_per_node, layouts, transfers, **kwargs)
-    doc = base.to_dict()
-    doc["version"] = 3
-    doc["name"] = base.name + "-v3"
-    llm = 0
-    for layer in doc["layers"]:
-        moe = layer["module"] == "llm" and llm % 2 == 1
-        llm += layer["module"] == "llm"
-        extra = {}
-        for key, c in layer["costs"].items():
-            lay = Layout.parse(key)
-            for cp in V3_CP:
-                if lay.dp % cp == 0:
-                    slow = 1.0 + 0.04 * (cp - 1)
-                    extra[Layout(lay.dp // cp, lay.tp, "", cp).key] = {
-                        **c, "fwd_ms": round(c["fwd_ms"] * slow, 4), "bwd_ms": round(c["bwd_ms"] * slow, 4)
-                    }
-        layer["costs"].update(extra)
-        if layer["module"] != "llm":
-            continue
-        experts = {}
-        for key, c in layer["costs"].items():
-            lay = Layout.parse(key)
-            for ep in V3_EP:
-                if lay.devices % ep:
-                    continue
-                entry = c
-                if moe:
-                    slow = 1.0 + 0.02 * math.log2(ep)
-                    entry = {**c, "fwd_ms": round(c["fwd_ms"] * slow, 4), "bwd_ms": round(c["bwd_ms"] * slow, 4),
-                             "weight_bytes": int(c["weight_bytes"] * (0.25 + 0.75 / ep))}
-                experts[Layout(lay.dp, lay.tp, "", lay.cp, ep).key] = entry
-        layer["costs"].update(experts)
-    return Problem.from_dict(doc)
+    return _with_5d_keys(base, V3_EP)
 
 
 def tied_v3_document(layers: int = 64, nodes: int = 4, gpus_per_node: int = 8, *, share: float = 0.5, **kwargs) -> dict:
@@ -409,6 +377,14 @@ def vla_v3_problem(
     1,650 keys.
     """
     base = vla_problem(vision, llm, action, nodes, gpus_per_node, transfers, **kwargs)
+    return _with_5d_keys(base, VLA_V3_EP)
+
+
+def _with_5d_keys(base: Problem, ep_degrees: Sequence[int]) -> Problem:
+    """``base`` as format v3: every config (dp, tp) also at cp = C for C in :data:`V3_CP` dividing dp (4 % slower
+    per extra cp rank, the same bytes), and every language layer at every ep in ``ep_degrees`` dividing its
+    devices -- each :data:`MOE_EVERY`-th one a MoE layer (experts hold 3/4 of its weights, split over ep; 2 %
+    slower per doubling of ep), the others with their ep = 1 entry under every ep."""
     doc = base.to_dict()
     doc["version"] = 3
     doc["name"] = base.name + "-v3"
@@ -431,7 +407,7 @@ def vla_v3_problem(
         experts = {}
         for key, c in layer["costs"].items():
             lay = Layout.parse(key)
-            for ep in VLA_V3_EP:
+            for ep in ep_degrees:
                 if lay.devices % ep:
                     continue
                 entry = c
@@ -440,7 +416,7 @@ def vla_v3_problem(
                     entry = {**c, "fwd_ms": round(c["fwd_ms"] * slow, 4), "bwd_ms": round(c["bwd_ms"] * slow, 4),
                              "weight_bytes": int(c["weight_bytes"] * (0.25 + 0.75 / ep))}
                 experts[Layout(lay.dp, lay.tp, "", lay.cp, ep).key] = entry
-        layer["costs"] = experts
+        layer["costs"].update(experts)
     return Problem.from_dict(doc)
 
 
