@@ -69,11 +69,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Mapping
 
-from ..presets import ClusterSpec
+from ...presets import ClusterSpec
 
 if TYPE_CHECKING:
-    from .layers import Piece
-    from .options import CostOptions
+    from ..layers import Piece
+    from ..options import CostOptions
 
 __all__ = ["FLASH_TILE", "FLASH_KEYS", "HOPPER_FWD", "HOPPER_FWD_CAUSAL", "HOPPER_BWD_128", "AMPERE_FWD_BWD",
            "AMPERE_FWD_BWD_CAUSAL", "H100_PEAK", "A100_PEAK", "family", "attention_rate", "key_loop", "computed_pairs",
