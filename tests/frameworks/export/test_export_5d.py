@@ -12,7 +12,7 @@ from partitioner.frameworks.export import export_result, layer_hints
 from partitioner.plan import Stage
 from partitioner.problem import Problem
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("target", ["megatron", "torchtitan", "deepspeed"])
