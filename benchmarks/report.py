@@ -854,6 +854,11 @@ def write_report(out: Path, quick: bool) -> Path:
         body = cal.read_text().splitlines()
         lines += ["## 6. " + body[0].lstrip("# "), ""] + [("#" + line) if line.startswith("## ") else line for line in body[1:]]
         lines.append("")
+    limits = out / "limits.md"
+    if limits.exists():  # python -m benchmarks.limits (issue 35): time limits held, measured under load
+        body = limits.read_text().splitlines()
+        lines += ["## 7. " + body[0].lstrip("# "), ""] + body[1:]
+        lines.append("")
     path = out / "REPORT.md"
     path.write_text("\n".join(lines))
     return path
