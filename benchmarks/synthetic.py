@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -91,6 +91,26 @@ def _module_of_layers(layers: int) -> list[ModuleShape]:
     return [vision] * n_vision + [projector] + [llm] * n_llm + [action] * n_action
 
 
+def _drawn_layer(shape: ModuleShape, lays: Sequence[Layout], draw: Callable[[float], float],
+                 rng: np.random.Generator) -> tuple[dict[str, dict], float, float, float]:
+    """One layer of ``shape`` drawn at random: its costs on every layout of ``lays``, its weight, activation
+    and output bytes. Data parallelism splits the microbatch; tensor parallelism splits the GEMMs but loses
+    efficiency per extra rank; a fixed per-layer overhead (0.02 ms) bounds the speed-up."""
+    fwd1, weight, act, out = draw(shape.fwd_ms), draw(shape.weight_bytes), draw(shape.act_bytes), draw(shape.out_bytes)
+    bwd_ratio = 2.0 * float(rng.uniform(0.9, 1.1))
+    costs = {}
+    for lay in lays:
+        efficiency = 1.0 / (1.0 + shape.tp_overhead * (lay.tp - 1))
+        fwd = fwd1 / (lay.dp * lay.tp * efficiency) + 0.02
+        costs[lay.key] = {
+            "fwd_ms": round(fwd, 4),
+            "bwd_ms": round(fwd * bwd_ratio, 4),
+            "weight_bytes": int(weight / lay.tp),
+            "act_bytes": int(act / lay.devices),
+        }
+    return costs, weight, act, out
+
+
 def synthetic_problem(
     layers: int = 64,
     nodes: int = 4,
@@ -135,22 +155,9 @@ def synthetic_problem(
     total_weight = total_act = 0.0
     counters: dict[str, int] = {}
     for shape in shapes:
-        fwd1, weight, act, out = draw(shape.fwd_ms), draw(shape.weight_bytes), draw(shape.act_bytes), draw(shape.out_bytes)
-        bwd_ratio = 2.0 * float(rng.uniform(0.9, 1.1))
+        costs, weight, act, out = _drawn_layer(shape, lays, draw, rng)
         total_weight += weight
         total_act += act
-        costs = {}
-        for lay in lays:
-            # data parallelism splits the microbatch; tensor parallelism splits the GEMMs but
-            # loses efficiency per extra rank; a fixed per-layer overhead bounds the speed-up
-            efficiency = 1.0 / (1.0 + shape.tp_overhead * (lay.tp - 1))
-            fwd = fwd1 / (lay.dp * lay.tp * efficiency) + 0.02
-            costs[lay.key] = {
-                "fwd_ms": round(fwd, 4),
-                "bwd_ms": round(fwd * bwd_ratio, 4),
-                "weight_bytes": int(weight / lay.tp),
-                "act_bytes": int(act / lay.devices),
-            }
         k = counters.get(shape.name, 0)
         counters[shape.name] = k + 1
         docs.append(
@@ -226,20 +233,9 @@ def vla_problem(
     for (shape, tp_max), count in zip(VLA_MODULES, (vision, llm, action)):
         lays = [lay for lay in every if lay.tp <= tp_max]
         for k in range(count):
-            fwd1, weight, act, out = (draw(x) for x in (shape.fwd_ms, shape.weight_bytes, shape.act_bytes, shape.out_bytes))
-            bwd_ratio = 2.0 * float(rng.uniform(0.9, 1.1))
+            costs, weight, act, out = _drawn_layer(shape, lays, draw, rng)
             total_weight += weight
             total_act += act
-            costs = {}
-            for lay in lays:
-                efficiency = 1.0 / (1.0 + shape.tp_overhead * (lay.tp - 1))
-                fwd = fwd1 / (lay.dp * lay.tp * efficiency) + 0.02
-                costs[lay.key] = {
-                    "fwd_ms": round(fwd, 4),
-                    "bwd_ms": round(fwd * bwd_ratio, 4),
-                    "weight_bytes": int(weight / lay.tp),
-                    "act_bytes": int(act / lay.devices),
-                }
             docs.append({"name": f"{shape.name}.{k}", "module": shape.name, "out_bytes": int(out) if transfers else 0,
                          "costs": costs})
     n = nodes * gpus_per_node
