@@ -58,7 +58,7 @@ class CostOptions:
         Norms run as fused kernels that keep only their input (Apex,
         Transformer Engine, Megatron-LM). False: transformers' eager
         RMSNorm, which also keeps its fp32 upcast and bf16 output
-        (:mod:`partitioner.costs.memory.activations`).
+        (:mod:`partitioner.costs.memory`).
     variants : tuple of str
         The memory-knob variants emitted per layout (format v2,
         :mod:`partitioner.costs.variants`): ``all``, ``none`` (a format-v1
