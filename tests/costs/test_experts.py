@@ -10,7 +10,6 @@ from partitioner.costs.axes.experts import (
     dispatch_buffer,
     ep_problem,
     expert_activation_bytes,
-    routed_mlp_tensors,
     expert_configs,
     expert_data_parallel,
     expert_gemm_shape,
@@ -20,6 +19,7 @@ from partitioner.costs.axes.experts import (
     moe_comm_ms,
     moe_layer_flops,
     routed_copies,
+    routed_mlp_tensors,
     router_flops,
     tokens_per_rank,
 )
