@@ -1,0 +1,265 @@
+"""The export invariant for every model preset: the framework's own model, built from our export, holds what the plan charged.
+
+Every preset (``partitioner models``), scaled down with its structure kept
+(:mod:`tests.frameworks.scaled`), is costed on one 8-GPU node with ep
+{2, 4} and etp {1, 2} offered and no optimizer sharding (a trained
+parameter is 18 bytes, a frozen one 2: a layer's weight bytes / that is
+the parameters the plan charged each of its ranks). Each case forces a
+two-stage plan of 4 GPUs per stage, cut after the language model's second
+layer (the vision tower and projector on stage 0, as Megatron-LM's and
+torchtitan's VLMs run them): dp 2 x tp 2 for every preset; a MoE preset
+also ep 2 with etp 1 and with etp 2 (the vision layers keep ep 1: the
+cost model has no expert split for layers without experts), and ep 4 on
+tp 1. Each case is exported to each target:
+
+* **Megatron** (megatron-core's ``GPTModel`` on a fake process group of
+  the 8 ranks, CPU, its ``initialize_model_parallel`` with the export's
+  sizes, the local layer spec with the preset's attention -- standard or
+  multi-head latent --, QK norms, biases, shared experts and MoE layer
+  pattern): on the first rank of each stage, the language model's
+  parameters are within 1 % of what the plan charged the stage's
+  language-model layers, and its routed experts' parameters are exactly
+  the routed parameters the plan charged.
+
+The checks can fail: the dp 2 x tp 2 export of every MoE preset with its
+expert tensor-parallel size set to 1 builds twice the expert weights the
+plan charged, and the check refuses it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from unittest import mock
+
+import pytest
+
+from partitioner.costs import build_problem
+from partitioner.costs.entry import weight_bytes_per_param
+from partitioner.costs.layers import model_layers
+from partitioner.costs.options import CostOptions
+from partitioner.costs.variants import Knobs
+from partitioner.export import ExportContext, MoeHints, export_plan, hints_from_problem
+from partitioner.plan import Plan, Stage, evaluate
+from partitioner.presets import list_models
+from partitioner.presets.spec import ModelSpec, ModuleSpec
+from partitioner.problem.records import Layout
+from tests.frameworks.plans import NOT_INSTALLED
+from tests.frameworks.scaled import scaled
+
+pytest.importorskip("megatron.core", reason=NOT_INSTALLED)
+import torch  # noqa: E402  (installed with megatron-core)
+
+OPTIONS = {"ep_degrees": (2, 4), "etp_degrees": (1, 2), "zero1": False}
+WORLD, PER_STAGE, GLOBAL_BATCH, MICROBATCHES = 8, 4, 64, 8
+DENSE = ((2, 2, 1, 1),)
+MOE = ((2, 2, 1, 1), (2, 2, 2, 1), (2, 2, 2, 2), (4, 1, 4, 1))  # (dp, tp, ep, etp)
+PRESETS = list_models()
+# presets whose framework model is not Megatron's GPT: pi0 fuses the action expert's layer into each decoder layer
+# (the export says so: Megatron's layout has no such layer type), so GPTModel alone is not what the plan charges
+NOT_GPT = {"pi0": "the action expert is fused into every decoder layer: no Megatron GPT layer type holds it"}
+
+
+def _cases() -> list[tuple[str, tuple[int, int, int, int]]]:
+    out = []
+    for name in PRESETS:
+        moe = scaled(name).llm is not None and scaled(name).llm.experts > 0
+        out += [(name, lay) for lay in (MOE if moe else DENSE)]
+    return out
+
+
+CASES = _cases()
+CASE_IDS = [f"{n}-dp{d}tp{t}ep{e}etp{x}" for n, (d, t, e, x) in CASES]
+MEGATRON = [c for c in CASES if c[0] not in NOT_GPT]
+MEGATRON_IDS = [i for c, i in zip(CASES, CASE_IDS) if c[0] not in NOT_GPT]
+MOE_PRESETS = [n for n in PRESETS if (scaled(n).llm is not None and scaled(n).llm.experts > 0)]
+
+
+@dataclass(frozen=True)
+class Charged:
+    """What the plan charged one rank of a stage: the language model's parameters, its routed experts' share."""
+
+    llm: float
+    experts: float
+
+
+@lru_cache(maxsize=None)
+def _problem(name: str):
+    return build_problem(scaled(name), "dgx-h100", nodes=1, global_batch=GLOBAL_BATCH, microbatches=MICROBATCHES,
+                         options=OPTIONS)
+
+
+def _plan(name: str, lay: tuple[int, int, int, int]) -> Plan:
+    """Two stages of 4 GPUs cut after the language model's second layer; layers without experts keep ep 1."""
+    dp, tp, ep, etp = lay
+    layers = _problem(name).layers
+    names = [layer.name for layer in layers]
+    cut, emb = names.index("llm.1"), names.index("llm.embed")
+    runs = len({layer.module for layer in layers[:emb]})  # the segments before the language model (one per module)
+    plain, split = Layout(dp, tp, "", 1, 1, 1), Layout(dp, tp, "", 1, ep, etp)
+    first = Stage.from_configs(0, cut, PER_STAGE, [plain] * runs + [split])
+    return Plan((first, Stage.from_configs(cut + 1, len(names) - 1, PER_STAGE, [split]))).with_device_ids()
+
+
+def _segments(problem, stage: Stage) -> dict[int, Layout]:
+    return {k: lay for (a, b), lay in stage.segment_configs(problem) for k in range(a, b + 1)}
+
+
+def _charged(name: str, plan: Plan) -> list[Charged]:
+    """Per stage, the language model's charged parameters per rank (weight bytes / bytes per parameter, its tied
+    copy counted once) and the routed experts' share the cost model charged."""
+    problem, spec = _problem(name), scaled(name)
+    opts = CostOptions.from_mapping(OPTIONS)
+    pipeline = model_layers(spec, opts)
+    evaluate(problem, plan)  # the plan is valid
+    out = []
+    for stage in plan.stages:
+        lays = _segments(problem, stage)
+        llm = experts = 0.0
+        for k in stage.layers:
+            layer, lay = problem.layers[k], lays[k]
+            if not layer.module.startswith("llm"):
+                continue
+            per = weight_bytes_per_param(any(p.frozen for p in pipeline[k].pieces), lay.dp, Knobs(0, "none"), opts)
+            tied = lay and layer.tied_to is not None and stage.first_layer <= layer.tied_to
+            cost = layer.costs[lay]
+            llm += (cost.weight_bytes - (cost.tied_weight_bytes if tied else 0)) / per
+            split = lay.tp if lay.ep == 1 else lay.ep * lay.etp
+            experts += sum(p.moe.params for p in pipeline[k].pieces if p.moe is not None) / split
+        out.append(Charged(llm, experts))
+    return out
+
+
+def _exported(name: str, plan: Plan, target: str):
+    spec = scaled(name)
+    return export_plan(plan, hints_from_problem(_problem(name)), target,
+                       ExportContext(global_batch=GLOBAL_BATCH, microbatches=MICROBATCHES, moe=MoeHints.of_model(spec)))
+
+
+# --------------------------------------------------------------------------- Megatron
+
+
+def _activation(llm: ModuleSpec):
+    import torch.nn.functional as F
+
+    return {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}[llm.activation]
+
+
+def _megatron_config(core: dict, sizes: dict, llm: ModuleSpec):
+    """megatron-core's ``TransformerConfig`` (``MLATransformerConfig`` for latent attention) of the scaled LM."""
+    import torch
+    from megatron.core.transformer import MLATransformerConfig, TransformerConfig
+
+    exported = {k: core[k] for k in ("num_layers", "num_moe_experts", "moe_ffn_hidden_size", "moe_router_topk",
+                                     "moe_shared_expert_intermediate_size", "moe_layer_freq",
+                                     "pipeline_model_parallel_layout") if k in core}
+    common = dict(
+        **sizes, **exported, hidden_size=llm.hidden, num_attention_heads=llm.heads, ffn_hidden_size=llm.ffn,
+        num_query_groups=llm.n_kv_heads, kv_channels=llm.d_head, gated_linear_unit=llm.gated,
+        activation_func=_activation(llm), add_bias_linear=llm.bias,
+        add_qkv_bias=bool(llm.bias if llm.qkv_bias is None else llm.qkv_bias),
+        qk_layernorm=llm.qk_norm or llm.mla,  # MLA: the norms of the query and key-value latents (DeepSeek-V3 has both)
+        normalization="RMSNorm" if llm.norm == "rmsnorm" else "LayerNorm", use_cpu_initialization=True,
+        perform_initialization=False, moe_grouped_gemm=False, moe_token_dispatcher_type="allgather",
+        pipeline_dtype=torch.float32, sequence_parallel=False,
+        **({"moe_router_score_function": llm.router_score} if llm.experts else {}))
+    if llm.mla:
+        return MLATransformerConfig(**common, q_lora_rank=llm.q_lora_rank or None, kv_lora_rank=llm.kv_lora_rank,
+                                    qk_head_dim=llm.d_head, qk_pos_emb_head_dim=llm.rope_head_dim,
+                                    v_head_dim=llm.v_dim, rope_type="rope")
+    return TransformerConfig(**common)
+
+
+class _AttentionCore(torch.nn.Module):
+    """Stands in for the attention core (softmax(QK^T)V: no parameters) of MLA layers on the CPU tier."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__()
+
+
+class _DuplicatedLinear(torch.nn.Module):
+    """Transformer Engine's ``TELinear(parallel_mode="duplicated")`` as it holds weights: the whole ``out x in``
+    matrix on every tensor-parallel rank. Megatron-Core's TE layer spec builds MLA's query and key-value
+    down-projections so (``get_gpt_layer_with_transformer_engine_spec``: ``backend.linear()``); its local
+    spec would split them over tp instead (``ColumnParallelLinear``), which Megatron-LM does not run by default."""
+
+    def __init__(self, input_size: int, output_size: int, *, bias: bool = False, **kwargs) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.empty(output_size, input_size))
+        self.bias = torch.nn.Parameter(torch.empty(output_size)) if bias else None
+
+
+def megatron_params(core: dict, rank: int, llm: ModuleSpec) -> tuple[int, int]:
+    """(all parameters, routed-expert parameters) of megatron-core's ``GPTModel`` of ``llm`` on ``rank`` of the
+    export's sizes (no output layer when the model has no LM head: the export attaches its action head there)."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+    from megatron.core.models.common.language_module.language_module import LanguageModule
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    sizes = {k: core.get(k) or 1 for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                           "expert_model_parallel_size", "expert_tensor_parallel_size")}
+    if dist.is_initialized():
+        parallel_state.destroy_model_parallel()
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=WORLD)
+    try:
+        parallel_state.initialize_model_parallel(**sizes, create_gloo_process_groups=False, order="tp-cp-ep-dp-pp")
+        cfg = _megatron_config(core, sizes, llm)
+        # Megatron-LM's block spec: a dense or MoE layer each as moe_layer_freq says, MLA or standard attention
+        spec = get_gpt_decoder_block_spec(cfg, use_transformer_engine=False, normalization=cfg.normalization,
+                                          pp_rank=parallel_state.get_pipeline_model_parallel_rank())
+        if llm.mla:  # the Transformer Engine spec's MLA (Megatron-LM's default --transformer-impl), on the CPU tier
+            for layer in spec.layer_specs:
+                attention = layer.submodules.self_attention.submodules
+                attention.core_attention = _AttentionCore
+                attention.linear_q_down_proj = attention.linear_kv_down_proj = _DuplicatedLinear
+        # a tied head's first sync with the embedding (no parameter) runs on CUDA; MLA's rotary table (a buffer)
+        # is placed on the current CUDA device: both are skipped or kept on the CPU tier; no Transformer Engine
+        # (its FP8 hook in MLA's constructor checks for a TE linear layer)
+        with mock.patch.object(LanguageModule, "_is_in_embd_group", lambda self: False), \
+                mock.patch("torch.cuda.current_device", lambda: "cpu"), \
+                mock.patch("megatron.core.transformer.multi_latent_attention.HAVE_TE", False), \
+                mock.patch("megatron.core.transformer.multi_latent_attention.TELinear", _DuplicatedLinear):
+            model = GPTModel(cfg, spec, vocab_size=llm.vocab, max_sequence_length=llm.text_tokens,
+                             pre_process=parallel_state.is_pipeline_first_stage(),
+                             post_process=parallel_state.is_pipeline_last_stage(), position_embedding_type="rope",
+                             share_embeddings_and_output_weights=llm.tie_embeddings)
+        named = [(n, p) for n, p in model.named_parameters() if llm.lm_head or not n.startswith("output_layer.")]
+        return sum(p.numel() for _, p in named), sum(p.numel() for n, p in named if ".mlp.experts." in n)
+    finally:
+        parallel_state.destroy_model_parallel()
+        dist.destroy_process_group()
+
+
+def check_megatron(core: dict, charged: list[Charged], llm: ModuleSpec) -> None:
+    """Each stage's first rank holds the language-model parameters the plan charged (AssertionError naming the stage)."""
+    for s, want in enumerate(charged):
+        total, experts = megatron_params(core, s * PER_STAGE, llm)
+        assert experts == pytest.approx(want.experts, abs=0.5), \
+            f"stage {s}: megatron-core holds {experts} expert parameters, the plan {want.experts}"
+        assert total == pytest.approx(want.llm, rel=0.01), f"stage {s}: megatron-core {total}, the plan {want.llm}"
+
+
+def _megatron_core(name: str, plan: Plan) -> dict:
+    exp = _exported(name, plan, "megatron")
+    assert exp.expressible, exp.reasons
+    return exp.settings["transformer_config"]
+
+
+@pytest.mark.parametrize("name,lay", MEGATRON, ids=MEGATRON_IDS)
+def test_megatron_model_holds_what_the_plan_charged(name, lay):
+    plan = _plan(name, lay)
+    core = _megatron_core(name, plan)
+    dp, tp, ep, etp = lay
+    assert core.get("expert_tensor_parallel_size", 1) == (tp if ep == 1 else etp) or not scaled(name).llm.experts
+    check_megatron(core, _charged(name, plan), scaled(name).llm)
+
+
+@pytest.mark.parametrize("name", MOE_PRESETS)
+def test_megatron_check_fails_when_the_export_writes_etp_1_for_experts_charged_sharded_by_tp(name):
+    plan = _plan(name, (2, 2, 1, 1))  # ep 1 on tp 2: the plan holds each expert over the 2 TP ranks
+    core = dict(_megatron_core(name, plan), expert_tensor_parallel_size=1)
+    with pytest.raises(AssertionError, match="expert parameters"):
+        check_megatron(core, _charged(name, plan), scaled(name).llm)
