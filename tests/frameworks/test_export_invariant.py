@@ -27,8 +27,12 @@ plan charged, and the check refuses it.
 """
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -41,7 +45,7 @@ from partitioner.costs.variants import Knobs
 from partitioner.export import ExportContext, MoeHints, export_plan, hints_from_problem
 from partitioner.plan import Plan, Stage, evaluate
 from partitioner.presets import list_models
-from partitioner.presets.spec import ModelSpec, ModuleSpec
+from partitioner.presets.spec import ModuleSpec
 from partitioner.problem.records import Layout
 from tests.frameworks.plans import NOT_INSTALLED
 from tests.frameworks.scaled import scaled
@@ -80,6 +84,7 @@ class Charged:
 
     llm: float
     experts: float
+    moe_layers: int
 
 
 @lru_cache(maxsize=None)
@@ -115,6 +120,7 @@ def _charged(name: str, plan: Plan) -> list[Charged]:
     for stage in plan.stages:
         lays = _segments(problem, stage)
         llm = experts = 0.0
+        moe_layers = 0
         for k in stage.layers:
             layer, lay = problem.layers[k], lays[k]
             if not layer.module.startswith("llm"):
@@ -125,7 +131,8 @@ def _charged(name: str, plan: Plan) -> list[Charged]:
             llm += (cost.weight_bytes - (cost.tied_weight_bytes if tied else 0)) / per
             split = lay.tp if lay.ep == 1 else lay.ep * lay.etp
             experts += sum(p.moe.params for p in pipeline[k].pieces if p.moe is not None) / split
-        out.append(Charged(llm, experts))
+            moe_layers += sum(p.moe is not None for p in pipeline[k].pieces)
+        out.append(Charged(llm, experts, moe_layers))
     return out
 
 
@@ -263,3 +270,67 @@ def test_megatron_check_fails_when_the_export_writes_etp_1_for_experts_charged_s
     core = dict(_megatron_core(name, plan), expert_tensor_parallel_size=1)
     with pytest.raises(AssertionError, match="expert parameters"):
         check_megatron(core, _charged(name, plan), scaled(name).llm)
+
+
+# --------------------------------------------------------------------------- DeepSpeed
+
+DS_HELPER = Path(__file__).with_name("ds_experts.py")
+MOE_CASES = [c for c in CASES if c[0] in MOE_PRESETS]
+MOE_IDS = [i for c, i in zip(CASES, CASE_IDS) if c[0] in MOE_PRESETS]
+
+
+def _ds_job(job_id: str, name: str, lay: tuple[int, int, int, int], moe: dict) -> dict:
+    dp, tp, _, _ = lay
+    llm = scaled(name).llm
+    return {"id": job_id, "world": WORLD, "pp": 2, "tp": tp, "dp": dp, "hidden": llm.hidden, "moe_ffn": llm.moe_ffn,
+            "moe": moe}
+
+
+@pytest.fixture(scope="module")
+def deepspeed_built(tmp_path_factory):
+    """DeepSpeed's experts per MoE layer on rank 0 for every expressible MoE export (one subprocess), the reasons
+    of the refused ones, and each preset's ep 1 tp 2 export without expert tensor parallelism (``old-<preset>``)."""
+    jobs, refused = [], {}
+    for (name, lay), case_id in zip(MOE_CASES, MOE_IDS):
+        exp = _exported(name, _plan(name, lay), "deepspeed")
+        if not exp.expressible:
+            refused[case_id] = exp.reasons
+            continue
+        jobs.append(_ds_job(case_id, name, lay, exp.settings["moe"]))
+        if lay == (2, 2, 1, 1):
+            assert exp.settings["moe"]["enable_expert_tensor_parallelism"], exp.settings["moe"]
+            jobs.append(_ds_job(f"old-{name}", name, lay, dict(exp.settings["moe"], enable_expert_tensor_parallelism=False)))
+    path = tmp_path_factory.mktemp("ds_experts") / "jobs.json"
+    path.write_text(json.dumps(jobs))
+    proc = subprocess.run([sys.executable, str(DS_HELPER), str(path)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return {r["id"]: r for r in json.loads(proc.stdout.strip().splitlines()[-1])}, refused
+
+
+def check_deepspeed(ds: dict, charged: list[Charged], experts: int, ep: int) -> None:
+    """DeepSpeed's local experts x one expert's shard, per MoE layer of each stage, are the routed parameters the plan
+    charged the stage's ranks (AssertionError naming the stage if not)."""
+    assert ds["local_experts"] == experts // ep, ds
+    for s, want in enumerate(charged):
+        assert ds["expert_params"] * want.moe_layers == pytest.approx(want.experts, abs=0.5), \
+            f"stage {s}: DeepSpeed holds {ds['expert_params'] * want.moe_layers} expert parameters, the plan {want.experts}"
+
+
+@pytest.mark.parametrize("name,lay", MOE_CASES, ids=MOE_IDS)
+def test_deepspeed_moe_holds_the_experts_the_plan_charged(deepspeed_built, name, lay):
+    built, refused = deepspeed_built
+    case_id = MOE_IDS[MOE_CASES.index((name, lay))]
+    dp, tp, ep, etp = lay
+    if case_id in refused:  # DeepSpeed's expert groups split the data-parallel ranks: ep must divide dp
+        assert any("does not divide dp" in r for r in refused[case_id]), refused[case_id]
+        return
+    check_deepspeed(built[case_id], _charged(name, _plan(name, lay)), scaled(name).llm.experts, ep)
+
+
+@pytest.mark.parametrize("name", MOE_PRESETS)
+def test_deepspeed_check_fails_without_expert_tensor_parallelism_for_experts_charged_sharded_by_tp(deepspeed_built,
+                                                                                                  name):
+    built, _ = deepspeed_built
+    assert built[f"old-{name}"]["expert_tp"] == 1
+    with pytest.raises(AssertionError, match="expert parameters"):
+        check_deepspeed(built[f"old-{name}"], _charged(name, _plan(name, (2, 2, 1, 1))), scaled(name).llm.experts, 1)
