@@ -14,16 +14,37 @@ tp 1. Each case is exported to each target:
 
 * **Megatron** (megatron-core's ``GPTModel`` on a fake process group of
   the 8 ranks, CPU, its ``initialize_model_parallel`` with the export's
-  sizes, the local layer spec with the preset's attention -- standard or
-  multi-head latent --, QK norms, biases, shared experts and MoE layer
-  pattern): on the first rank of each stage, the language model's
-  parameters are within 1 % of what the plan charged the stage's
-  language-model layers, and its routed experts' parameters are exactly
-  the routed parameters the plan charged.
+  sizes, Megatron-LM's decoder block spec with the preset's attention --
+  standard, or multi-head latent as the Transformer Engine spec holds it
+  --, QK norms, biases, shared experts and MoE layer pattern): on the
+  first rank of each stage, the language model's parameters are within
+  1 % of what the plan charged the stage's language-model layers, and its
+  routed experts' parameters are exactly the routed parameters the plan
+  charged. pi0 is left out (:data:`NOT_GPT`).
+* **DeepSpeed** (``ds_experts.py``): DeepSpeed's ``MoE(ep_size,
+  enable_expert_tensor_parallelism)`` of each expressible export builds
+  its expert groups on a fake world; its local experts x one expert's
+  shard, per MoE layer of a stage, are the routed parameters the plan
+  charged. A refused export names why (ep must divide dp).
+* **torchtitan** (``titan_ranks.py``): torchtitan's own model of the
+  preset's family (``llama3``, ``qwen3`` MoE, ``deepseek_v3``;
+  :func:`titan_family`) with the export's mesh degrees, built on the meta
+  device and parallelized by torchtitan (its sharding configs): each
+  stage's rank 0, over the modules the export's
+  ``module_fqns_per_model_part`` names, holds the language-model
+  parameters the plan charged (1 %) and its routed experts exactly. The
+  layouts torchtitan cannot run are refused with the reason: ep x etp with
+  etp > 1 (torchtitan's experts are whole under EP) and ep on tp 1 with
+  ZeRO-0 (its EP ranks come from dp_shard x cp x tp). Presets no
+  torchtitan family builds are listed (:data:`NO_TITAN_MODEL`).
 
 The checks can fail: the dp 2 x tp 2 export of every MoE preset with its
-expert tensor-parallel size set to 1 builds twice the expert weights the
-plan charged, and the check refuses it.
+expert tensor-parallel size set to 1 (DeepSpeed: without expert tensor
+parallelism) builds twice the expert weights the plan charged, and the
+check refuses it; torchtitan's mesh for ep 2 on tp 2, against a plan
+that charged ep 2 x etp 2, is refused likewise. Vision towers and
+projectors are charged on stage 0 but not built (each framework's VLM
+encoder is checked elsewhere, or not at all: see the report).
 """
 from __future__ import annotations
 
@@ -316,6 +337,7 @@ def check_deepspeed(ds: dict, charged: list[Charged], experts: int, ep: int) -> 
             f"stage {s}: DeepSpeed holds {ds['expert_params'] * want.moe_layers} expert parameters, the plan {want.experts}"
 
 
+@pytest.mark.slow  # one subprocess builds every case's model: ~10-20 s on 2 cores
 @pytest.mark.parametrize("name,lay", MOE_CASES, ids=MOE_IDS)
 def test_deepspeed_moe_holds_the_experts_the_plan_charged(deepspeed_built, name, lay):
     built, refused = deepspeed_built
@@ -327,6 +349,7 @@ def test_deepspeed_moe_holds_the_experts_the_plan_charged(deepspeed_built, name,
     check_deepspeed(built[case_id], _charged(name, _plan(name, lay)), scaled(name).llm.experts, ep)
 
 
+@pytest.mark.slow  # one subprocess builds every case's model: ~10-20 s on 2 cores
 @pytest.mark.parametrize("name", MOE_PRESETS)
 def test_deepspeed_check_fails_without_expert_tensor_parallelism_for_experts_charged_sharded_by_tp(deepspeed_built,
                                                                                                   name):
@@ -334,3 +357,100 @@ def test_deepspeed_check_fails_without_expert_tensor_parallelism_for_experts_cha
     assert built[f"old-{name}"]["expert_tp"] == 1
     with pytest.raises(AssertionError, match="expert parameters"):
         check_deepspeed(built[f"old-{name}"], _charged(name, _plan(name, (2, 2, 1, 1))), scaled(name).llm.experts, 1)
+
+
+# --------------------------------------------------------------------------- torchtitan
+
+TITAN_HELPER = Path(__file__).with_name("titan_ranks.py")
+
+
+def titan_family(llm: ModuleSpec) -> str | None:
+    """torchtitan 0.3's model family whose layers are the preset's decoder layers, or None when none has them:
+    ``deepseek_v3`` (MLA, shared experts, dense first layers), ``qwen3`` MoE (every layer MoE, QK norms, no
+    shared experts), ``llama3`` (dense, gated SiLU, no biases, no QK norms, untied)."""
+    plain = not llm.bias and not llm.qkv_bias and llm.norm == "rmsnorm" and llm.gated and llm.activation == "silu"
+    if llm.mla and plain:
+        return "deepseek_v3"
+    if llm.experts and plain and llm.qk_norm and not llm.shared_ffn and not llm.first_dense and llm.moe_every == 1:
+        return "qwen3"
+    if not llm.experts and plain and not llm.qk_norm and not llm.tie_embeddings:
+        return "llama3"
+    return None
+
+
+TITAN = [c for c in CASES if titan_family(scaled(c[0]).llm) is not None and c[0] not in NOT_GPT]
+TITAN_IDS = [i for c, i in zip(CASES, CASE_IDS) if c in TITAN]
+NO_TITAN_MODEL = sorted({n for n, _ in CASES} - {n for n, _ in TITAN})
+
+
+def _titan_job(job_id: str, name: str, settings: dict) -> dict:
+    llm = scaled(name).llm
+    fields = {k: getattr(llm, k) for k in ("hidden", "heads", "ffn", "layers", "vocab", "experts", "top_k", "moe_ffn",
+                                           "shared_ffn", "first_dense", "q_lora_rank", "kv_lora_rank", "rope_head_dim",
+                                           "router_score")}
+    fields.update(kv_heads=llm.n_kv_heads, head_dim=llm.d_head, v_head_dim=llm.v_dim)
+    return {"id": job_id, "family": titan_family(llm), "llm": fields, "parallelism": settings["config"]["parallelism"],
+            "parts": settings["module_fqns_per_model_part"]}
+
+
+@pytest.fixture(scope="module")
+def titan_built(tmp_path_factory):
+    """What rank 0 of each stage of torchtitan's model holds, per expressible export (one subprocess); the reasons of
+    the refused ones; and (``wrong-<preset>``) the ep 2 etp 1 export's mesh for a MoE preset's ep 2 etp 2 plan."""
+    jobs, refused = [], {}
+    for (name, lay), case_id in zip(TITAN, TITAN_IDS):
+        exp = _exported(name, _plan(name, lay), "torchtitan")
+        if not exp.expressible:
+            refused[case_id] = exp.reasons
+            continue
+        jobs.append(_titan_job(case_id, name, exp.settings))
+        if lay == (2, 2, 2, 1):
+            jobs.append(_titan_job(f"wrong-{name}", name, exp.settings))
+    path = tmp_path_factory.mktemp("titan") / "jobs.json"
+    path.write_text(json.dumps(jobs))
+    proc = subprocess.run([sys.executable, str(TITAN_HELPER), str(path)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return {r["id"]: r["stages"] for r in json.loads(proc.stdout.strip().splitlines()[-1])}, refused
+
+
+def check_titan(stages: list[dict], charged: list[Charged]) -> None:
+    """Each stage's rank 0 holds the language-model parameters the plan charged (of the modules the export names
+    for it: no ``lm_head`` when the model has none), its routed experts exactly (AssertionError naming the stage)."""
+    assert len(stages) == len(charged), (stages, charged)
+    for s, (got, want) in enumerate(zip(stages, charged)):
+        assert got["experts"] == pytest.approx(want.experts, abs=0.5), \
+            f"stage {s}: torchtitan holds {got['experts']} expert parameters, the plan {want.experts}"
+        assert got["params"] == pytest.approx(want.llm, rel=0.01), f"stage {s}: torchtitan {got['params']}, the plan {want.llm}"
+
+
+@pytest.mark.slow  # one subprocess builds every case's model: ~10-20 s on 2 cores
+@pytest.mark.parametrize("name,lay", TITAN, ids=TITAN_IDS)
+def test_torchtitan_model_holds_what_the_plan_charged_or_the_export_refuses(titan_built, name, lay):
+    built, refused = titan_built
+    case_id = TITAN_IDS[TITAN.index((name, lay))]
+    dp, tp, ep, etp = lay
+    if ep > 1 and etp > 1:  # torchtitan 0.3 holds experts whole under EP (its sparse placement has no TP axis)
+        assert any("torchtitan 0.3 splits them over 1" in r for r in refused[case_id]), refused.get(case_id)
+        return
+    if ep > 1 and tp == 1:  # torchtitan takes the EP ranks from dp_shard x cp x tp; ZeRO-0 replicates over dp
+        assert any("does not divide dp_shard" in r for r in refused[case_id]), refused.get(case_id)
+        return
+    assert case_id not in refused, refused[case_id]
+    check_titan(built[case_id], _charged(name, _plan(name, lay)))
+
+
+@pytest.mark.slow  # one subprocess builds every case's model: ~10-20 s on 2 cores
+@pytest.mark.parametrize("name", [n for n in MOE_PRESETS if any(c[0] == n for c in TITAN)])
+def test_torchtitan_check_fails_for_experts_charged_split_over_etp(titan_built, name):
+    """Why ep 2 etp 2 is refused: torchtitan's mesh for ep 2 on tp 2 holds each expert whole, the plan charged
+    it split over etp 2, and the check catches the difference."""
+    built, _ = titan_built
+    with pytest.raises(AssertionError, match="expert parameters"):
+        check_titan(built[f"wrong-{name}"], _charged(name, _plan(name, (2, 2, 2, 2))))
+
+
+def test_presets_without_a_torchtitan_model_family_are_named():
+    """The presets whose decoder no torchtitan 0.3 family builds (QKV biases, GLM's shared experts, pi0's fused
+    action expert): their torchtitan export is not checked here, and the list says which."""
+    assert NO_TITAN_MODEL == ["glm-4.5v", "pi0", "qwen2-vl-72b", "qwen2-vl-7b", "qwen2-vl-7b-video", "qwen2.5-vl-72b",
+                              "qwen2.5-vl-7b-video-64f"]
