@@ -43,8 +43,14 @@ expert tensor-parallel size set to 1 (DeepSpeed: without expert tensor
 parallelism) builds twice the expert weights the plan charged, and the
 check refuses it; torchtitan's mesh for ep 2 on tp 2, against a plan
 that charged ep 2 x etp 2, is refused likewise. Vision towers and
-projectors are charged on stage 0 but not built (each framework's VLM
-encoder is checked elsewhere, or not at all: see the report).
+projectors are charged on stage 0 but not built here.
+
+A real plan per preset (``plan --target megatron`` on the node, its ZeRO
+stage, EP and ETP as chosen) is checked in bytes: each stage's first rank
+of the exported model, dense parameters with their optimizer states over
+megatron-core's data-parallel group and routed experts' over its
+expert-data-parallel group, holds the language-model weight bytes the
+plan charged (1 %); reading the experts' over the dense group fails.
 """
 from __future__ import annotations
 
@@ -62,9 +68,10 @@ from partitioner.costs import build_problem
 from partitioner.costs.entry import weight_bytes_per_param
 from partitioner.costs.layers import model_layers
 from partitioner.costs.options import CostOptions
-from partitioner.costs.variants import Knobs
-from partitioner.export import ExportContext, MoeHints, export_plan, hints_from_problem
+from partitioner.costs.variants import Knobs, parse_variant
+from partitioner.export import ExportContext, MoeHints, export_plan, export_result, hints_from_problem
 from partitioner.plan import Plan, Stage, evaluate
+from partitioner.planning.plan_model import plan_model
 from partitioner.presets import list_models
 from partitioner.presets.spec import ModuleSpec
 from partitioner.problem.records import Layout
@@ -147,7 +154,7 @@ def _charged(name: str, plan: Plan) -> list[Charged]:
             if not layer.module.startswith("llm"):
                 continue
             per = weight_bytes_per_param(any(p.frozen for p in pipeline[k].pieces), lay.dp, Knobs(0, "none"), opts)
-            tied = lay and layer.tied_to is not None and stage.first_layer <= layer.tied_to
+            tied = layer.tied_to is not None and stage.first_layer <= layer.tied_to
             cost = layer.costs[lay]
             llm += (cost.weight_bytes - (cost.tied_weight_bytes if tied else 0)) / per
             split = lay.tp if lay.ep == 1 else lay.ep * lay.etp
@@ -216,9 +223,20 @@ class _DuplicatedLinear(torch.nn.Module):
         self.bias = torch.nn.Parameter(torch.empty(output_size)) if bias else None
 
 
-def megatron_params(core: dict, rank: int, llm: ModuleSpec) -> tuple[int, int]:
-    """(all parameters, routed-expert parameters) of megatron-core's ``GPTModel`` of ``llm`` on ``rank`` of the
-    export's sizes (no output layer when the model has no LM head: the export attaches its action head there)."""
+@dataclass(frozen=True)
+class Built:
+    """What megatron-core built on one rank: all parameters, the routed experts', and the data-parallel and
+    expert-data-parallel group sizes its distributed optimizer shards the optimizer states over."""
+
+    params: int
+    experts: int
+    dp: int
+    edp: int
+
+
+def megatron_params(core: dict, rank: int, llm: ModuleSpec, world: int = WORLD) -> Built:
+    """What megatron-core's ``GPTModel`` of ``llm`` holds on ``rank`` of ``world`` under the export's sizes (no
+    output layer when the model has no LM head: the export attaches its action head there)."""
     import torch.distributed as dist
     from megatron.core import parallel_state
     from megatron.core.models.common.language_module.language_module import LanguageModule
@@ -231,7 +249,7 @@ def megatron_params(core: dict, rank: int, llm: ModuleSpec) -> tuple[int, int]:
     if dist.is_initialized():
         parallel_state.destroy_model_parallel()
         dist.destroy_process_group()
-    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=WORLD)
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
     try:
         parallel_state.initialize_model_parallel(**sizes, create_gloo_process_groups=False, order="tp-cp-ep-dp-pp")
         cfg = _megatron_config(core, sizes, llm)
@@ -255,7 +273,9 @@ def megatron_params(core: dict, rank: int, llm: ModuleSpec) -> tuple[int, int]:
                              post_process=parallel_state.is_pipeline_last_stage(), position_embedding_type="rope",
                              share_embeddings_and_output_weights=llm.tie_embeddings)
         named = [(n, p) for n, p in model.named_parameters() if llm.lm_head or not n.startswith("output_layer.")]
-        return sum(p.numel() for _, p in named), sum(p.numel() for n, p in named if ".mlp.experts." in n)
+        return Built(sum(p.numel() for _, p in named), sum(p.numel() for n, p in named if ".mlp.experts." in n),
+                     parallel_state.get_data_parallel_world_size(),
+                     parallel_state.get_expert_data_parallel_world_size())
     finally:
         parallel_state.destroy_model_parallel()
         dist.destroy_process_group()
@@ -264,7 +284,8 @@ def megatron_params(core: dict, rank: int, llm: ModuleSpec) -> tuple[int, int]:
 def check_megatron(core: dict, charged: list[Charged], llm: ModuleSpec) -> None:
     """Each stage's first rank holds the language-model parameters the plan charged (AssertionError naming the stage)."""
     for s, want in enumerate(charged):
-        total, experts = megatron_params(core, s * PER_STAGE, llm)
+        built = megatron_params(core, s * PER_STAGE, llm)
+        total, experts = built.params, built.experts
         assert experts == pytest.approx(want.experts, abs=0.5), \
             f"stage {s}: megatron-core holds {experts} expert parameters, the plan {want.experts}"
         assert total == pytest.approx(want.llm, rel=0.01), f"stage {s}: megatron-core {total}, the plan {want.llm}"
@@ -292,6 +313,71 @@ def test_megatron_check_fails_when_the_export_writes_etp_1_for_experts_charged_s
     with pytest.raises(AssertionError, match="expert parameters"):
         check_megatron(core, _charged(name, plan), scaled(name).llm)
 
+
+
+REAL_OPTIONS = {"ep_degrees": (2, 4), "etp_degrees": (1, 2)}  # the default knobs (ZeRO-1 offered), EP up to 4
+
+
+@lru_cache(maxsize=None)
+def _real(name: str):
+    """``partitioner plan --target megatron`` of the scaled preset on one 8-GPU node (1F1B, at most 2 stages)."""
+    result = plan_model(scaled(name), "dgx-h100", nodes=1, global_batch=GLOBAL_BATCH, microbatches=MICROBATCHES,
+                        target="megatron", schedule="1f1b", max_stages=2, options=REAL_OPTIONS)
+    assert result.plan is not None, result.message
+    return result
+
+
+def _real_charged_bytes(result) -> list[float]:
+    """Per stage of a planned result, the language model's weight bytes the plan charged one rank (tied copy once)."""
+    problem, out = result.problem, []
+    for stage in result.plan.stages:
+        lays = _segments(problem, stage)
+        total = 0.0
+        for k in stage.layers:
+            layer, cost = problem.layers[k], problem.layers[k].costs[lays[k]]
+            if layer.module.startswith("llm"):
+                tied = layer.tied_to is not None and stage.first_layer <= layer.tied_to
+                total += cost.weight_bytes - (cost.tied_weight_bytes if tied else 0)
+        out.append(total)
+    return out
+
+
+@pytest.mark.slow  # plans each preset (~1 s) and builds its stages' models
+@pytest.mark.parametrize("name", [n for n in PRESETS if n not in NOT_GPT])
+def test_megatron_model_of_a_real_plan_holds_the_weight_bytes_it_charged(name):
+    """A real ``plan --target megatron`` (its ZeRO stage, EP and ETP as chosen): each stage's first rank of the
+    exported Megatron-LM model holds the weight bytes the plan charged its language-model layers, within 1 %:
+    dense parameters with their optimizer states over Megatron's data-parallel group, routed experts' over its
+    expert-data-parallel group (the distributed optimizer's groups), at the plan's bytes per parameter."""
+    check_real_megatron(name, _real(name))
+
+
+def check_real_megatron(name: str, result, expert_group: str = "edp") -> None:
+    """Each stage's first rank holds the language-model weight bytes ``result`` (a plan of preset ``name``,
+    scaled) charged (AssertionError naming the stage); ``expert_group`` names the Megatron group whose size
+    shards the experts' optimizer states."""
+    exp = export_result(result, "megatron")
+    assert exp.expressible and exp.settings["path"] == "megatron-lm", exp.reasons
+    core, opts = exp.settings["transformer_config"], CostOptions.from_mapping(REAL_OPTIONS)
+    llm = scaled(name).llm
+    world = sum(s.devices for s in result.plan.stages)
+    for s, (stage, want) in enumerate(zip(result.plan.stages, _real_charged_bytes(result))):
+        built = megatron_params(core, min(stage.device_ids), llm, world)
+        knobs = parse_variant(stage.variant)
+        got = ((built.params - built.experts) * weight_bytes_per_param(False, built.dp, knobs, opts)
+               + built.experts * weight_bytes_per_param(False, getattr(built, expert_group), knobs, opts))
+        assert got == pytest.approx(want, rel=0.01), \
+            f"stage {s} ({stage.dp}x{stage.tp} ep {stage.ep} etp {stage.etp} {stage.variant}): megatron-core {got} B, the plan {want} B"
+
+
+@pytest.mark.slow
+def test_real_plan_check_fails_when_expert_optimizer_states_are_sharded_over_the_dense_dp():
+    """deepseek-v3's real plan puts ep 4 on dp 4 with ZeRO-1: its experts' optimizer states are sharded over the
+    expert-data-parallel group (size 1), not dp 4; reading them over dp 4 misses bytes the plan charged."""
+    result = _real("deepseek-v3")
+    assert any(s.ep > 1 and s.ep * s.etp == s.dp * s.tp and "zero1" in s.variant for s in result.plan.stages)
+    with pytest.raises(AssertionError, match="megatron-core"):
+        check_real_megatron("deepseek-v3", result, expert_group="dp")
 
 # --------------------------------------------------------------------------- DeepSpeed
 
