@@ -46,8 +46,10 @@ that charged ep 2 x etp 2, is refused likewise.
 
 Vision towers: one block of every preset's ViT, built by megatron-core's
 ViT layer spec at the stage's tp 2, holds the block's charge within 1 %
-(a block built at tp 1 does not). Patch embeddings, projectors and torchtitan's
-vision encoder are charged on stage 0 but not built here.
+(a block built at tp 1 does not); so does torchtitan's common vision block
+(``VisionTransformerBlock`` with its TP sharding config) for the towers it
+describes (:func:`titan_vit`). Patch embeddings and projectors are charged
+on stage 0 but not built here.
 
 A real plan per preset (``plan --target megatron`` on the node, its ZeRO
 stage, EP and ETP as chosen) is checked in bytes: each stage's first rank
@@ -529,6 +531,15 @@ TITAN_IDS = [i for c, i in zip(CASES, CASE_IDS) if c in TITAN]
 NO_TITAN_MODEL = sorted({n for n, _ in CASES} - {n for n, _ in TITAN})
 
 
+def titan_vit(vit: ModuleSpec) -> bool:
+    """Whether torchtitan's common vision block (LayerNorms with biases, a GELU MLP, no layer scale) is the tower's."""
+    return vit.norm == "layernorm" and not vit.gated and not vit.layerscale and not vit.qk_norm and \
+        vit.activation in ("gelu", "gelu_tanh", "quick_gelu")
+
+
+TITAN_VIT = [(n, v) for n, v in VIT_CASES if titan_vit(next(m for m in scaled(n).modules if m.name == v))]
+
+
 def _titan_job(job_id: str, name: str, settings: dict) -> dict:
     llm = scaled(name).llm
     fields = {k: getattr(llm, k) for k in ("hidden", "heads", "ffn", "layers", "vocab", "experts", "top_k", "moe_ffn",
@@ -552,6 +563,12 @@ def titan_built(tmp_path_factory):
         jobs.append(_titan_job(case_id, name, exp.settings))
         if lay == (2, 2, 2, 1):
             jobs.append(_titan_job(f"wrong-{name}", name, exp.settings))
+    for name, vit in TITAN_VIT:  # one block at dp 2 x tp 2, as the first stage runs it
+        m = next(m for m in scaled(name).modules if m.name == vit)
+        jobs.append({"id": f"vit-{name}-{vit}", "family": "vit", "parts": [],
+                     "llm": {"hidden": m.hidden, "heads": m.heads, "ffn": m.ffn, "bias": m.bias,
+                             "qkv_bias": bool(m.bias if m.qkv_bias is None else m.qkv_bias)},
+                     "parallelism": {"data_parallel_replicate_degree": 2, "tensor_parallel_degree": 2}})
     path = tmp_path_factory.mktemp("titan") / "jobs.json"
     path.write_text(json.dumps(jobs))
     proc = subprocess.run([sys.executable, str(TITAN_HELPER), str(path)], capture_output=True, text=True, timeout=900)
@@ -600,3 +617,12 @@ def test_presets_without_a_torchtitan_model_family_are_named():
     action expert): their torchtitan export is not checked here, and the list says which."""
     assert NO_TITAN_MODEL == ["glm-4.5v", "pi0", "qwen2-vl-72b", "qwen2-vl-7b", "qwen2-vl-7b-video", "qwen2.5-vl-72b",
                               "qwen2.5-vl-7b-video-64f"]
+
+
+@pytest.mark.slow  # in the torchtitan subprocess
+@pytest.mark.parametrize("name,vit", TITAN_VIT, ids=[f"{n}-{v}" for n, v in TITAN_VIT])
+def test_torchtitan_vit_block_holds_what_the_plan_charged(titan_built, name, vit):
+    """torchtitan's common vision block at tp 2 holds the block's charge within 1 % (norms and the row-parallel
+    biases stay whole on every TP rank, ``vision_scaled_bias_rowwise_config``; the cost model divides them)."""
+    built, _ = titan_built
+    assert built[f"vit-{name}-{vit}"][0]["params"] == pytest.approx(_vit_block_charged(name, vit, 2, 2), rel=0.01)

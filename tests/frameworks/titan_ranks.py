@@ -16,7 +16,9 @@ on the meta device and parallelized (``Module.parallelize``: torchtitan's
 own tensor and expert sharding). Prints one JSON line: per job, per stage
 of ``parts``, the parameters rank 0 holds of the modules the stage names
 (``tok_embeddings``, ``layers.<k>``, ``norm``, ``lm_head``; the vision
-encoder is not built) and of those the routed experts'.
+encoder is not built) and of those the routed experts'. Family ``vit``:
+one block of torchtitan's common vision encoder (``VisionTransformerBlock``)
+of the tower's widths, its parameters on rank 0.
 
 A separate process: the process group and torchtitan's meshes are process globals.
 """
@@ -65,6 +67,28 @@ def _config(family: str, m: dict):
     raise ValueError(family)
 
 
+def _vit_block(m: dict):
+    """torchtitan's common vision transformer block (``VisionTransformerBlock``: LayerNorms, q/k/v/proj and a
+    GELU MLP) of the scaled tower's widths, with its TP sharding config."""
+    import spmd_types as spmd
+    from torchtitan.models.common import Linear
+    from torchtitan.models.common.nn_modules import LayerNorm
+    from torchtitan.models.common.vision_encoder import VisionAttention, VisionMLP, VisionTransformerBlock
+    from torchtitan.models.common.vision_encoder_sharding import set_vision_transformer_block_sharding_config
+
+    d, f, bias, qkv = m["hidden"], m["ffn"], m["bias"], m["qkv_bias"]
+    block = VisionTransformerBlock.Config(
+        norm1=LayerNorm.Config(normalized_shape=d), norm2=LayerNorm.Config(normalized_shape=d),
+        attn=VisionAttention.Config(dim=d, num_heads=m["heads"], wq=Linear.Config(in_features=d, out_features=d, bias=qkv),
+                                    wk=Linear.Config(in_features=d, out_features=d, bias=qkv),
+                                    wv=Linear.Config(in_features=d, out_features=d, bias=qkv),
+                                    proj=Linear.Config(in_features=d, out_features=d, bias=bias)),
+        mlp=VisionMLP.Config(fc1=Linear.Config(in_features=d, out_features=f, bias=bias),
+                             fc2=Linear.Config(in_features=f, out_features=d, bias=bias)))
+    set_vision_transformer_block_sharding_config(block, rope_cache_dp=spmd.R)
+    return block
+
+
 def _shard(family: str, cfg, ep: int) -> None:
     """The family's sharding config, as its ``update_from_config`` sets it (no sequence parallelism: weights alike)."""
     if family == "llama3":
@@ -97,6 +121,12 @@ def _run(job: dict) -> dict:
     try:
         dims = ParallelDims(dp_replicate=rep, dp_shard=shard, cp=1, tp=tp, pp=1, ep=ep, world_size=world)
         dims.build_mesh()
+        if job["family"] == "vit":
+            with torch.device("meta"):
+                block = _vit_block(job["llm"]).build()
+            block.parallelize(dims)
+            held = sum((p.to_local() if hasattr(p, "to_local") else p).numel() for p in block.parameters())
+            return {"id": job["id"], "stages": [{"params": held, "experts": 0}]}
         cfg = _config(job["family"], job["llm"])
         _shard(job["family"], cfg, ep)
         with torch.device("meta"):
