@@ -173,9 +173,12 @@ def _check_devices(nodes: int, cluster: ClusterSpec) -> None:
                            f"than the {MAX_DEVICES} accepted (see the accepted ranges in docs/limits.md)", path="nodes")
 
 
-def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptions) -> ModelPlan:
-    """:func:`plan_model` with its options gathered in a :class:`~.options.PlanOptions`."""
-    run = PlanRun.start(opts)  # resolved once, before any work: every step below reads it
+def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptions,
+             deadline: Deadline | None = None) -> ModelPlan:
+    """:func:`plan_model` with its options gathered in a :class:`~.options.PlanOptions`; ``deadline``, when
+    given, is the run's time limit instead of ``opts.time_limit`` started now (the command line's counts the
+    process's start-up)."""
+    run = PlanRun.start(opts, deadline)  # resolved once, before any work: every step below reads it
     opts, deadline = run.options, run.deadline
     spec, cl = load_model(model), load_cluster(cluster)
     _check_devices(run.options.nodes, cl)

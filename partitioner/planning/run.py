@@ -122,9 +122,13 @@ class PlanRun:
     deadline: Deadline
 
     @classmethod
-    def start(cls, options: PlanOptions) -> "PlanRun":
-        """The run of ``options``, its deadline started now (cost options are checked here: ProblemError at ``options``)."""
-        deadline = Deadline(options.time_limit)  # one limit for the whole run, from its start
+    def start(cls, options: PlanOptions, deadline: Deadline | None = None) -> "PlanRun":
+        """The run of ``options`` (cost options are checked here: ProblemError at ``options``).
+
+        Its deadline is ``deadline`` (the command line's, counted from the process's start) or, by default,
+        ``options.time_limit`` started now: one limit for the whole run.
+        """
+        deadline = deadline if deadline is not None else Deadline(options.time_limit)
         options = with_precision(options)
         rules = rules_for(options.target)
         keys = schedule_keys(options.schedule, options.virtual_stages)
