@@ -75,7 +75,7 @@ from partitioner.costs.entry import weight_bytes_per_param
 from partitioner.costs.layers import model_layers
 from partitioner.costs.options import CostOptions
 from partitioner.costs.variants import Knobs, parse_variant
-from partitioner.export import ExportContext, MoeHints, export_plan, export_result, hints_from_problem
+from partitioner.frameworks.export import ExportContext, MoeHints, export_plan, export_result, hints_from_problem
 from partitioner.plan import Plan, Stage, evaluate
 from partitioner.planning.plan_model import plan_model
 from partitioner.presets import list_models
