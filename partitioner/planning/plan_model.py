@@ -38,7 +38,7 @@ from .options import PlanOptions, solver_options
 from .recipe_baseline import RecipeBaseline, estimate_baseline, keep_faster, read_baseline, with_recipe_axes
 from .records import BaselineRun, KnobSolve, MicrobatchTrial, ScreenedCount, TargetSummary, finite
 from .results import ModelPlan
-from .run import PlanRun
+from .run import CostTables, PlanRun
 from .schedules.choice import choose_schedule
 from .schedules.report import ScheduleReport
 from .screening import Builders, counts_to_solve, screen_counts
@@ -195,11 +195,12 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
         return _run_one(model, cluster, opts)
     clock = Deadline(opts.time_limit)  # the command's one limit: the search gets its share, the targets the rest
     spec, cl = load_model(model), load_cluster(cluster)
-    main = replace(opts, time_limit=None if opts.time_limit is None else opts.time_limit * MAIN_SHARE)
-    result = _run_one(spec, cl, main)
+    share = None if opts.time_limit is None else opts.time_limit * MAIN_SHARE
+    tables = CostTables()  # the problems every run of this command builds, built once
+    result = _run_one(spec, cl, opts, tables=tables, share=share)
     if result.plan is None:
         return result
-    return replace(result, targets=_per_target(spec, cl, opts, result, clock))
+    return replace(result, targets=_per_target(spec, cl, opts, result, clock, tables))
 
 
 def _target_seconds(clock: Deadline, left_targets: int) -> float:
@@ -211,8 +212,8 @@ def _target_seconds(clock: Deadline, left_targets: int) -> float:
     return max(TARGET_MIN_SECONDS, (DEFAULT_RUN_SECONDS - clock.elapsed()) / left_targets)
 
 
-def _per_target(spec: ModelSpec, cl: ClusterSpec, opts: PlanOptions, result: ModelPlan,
-                clock: Deadline) -> dict[str, TargetSummary]:
+def _per_target(spec: ModelSpec, cl: ClusterSpec, opts: PlanOptions, result: ModelPlan, clock: Deadline,
+                tables: CostTables) -> dict[str, TargetSummary]:
     """Per framework, ``plan`` with ``target=T`` and ``opts`` (its share of the time): the run's ``targets``."""
     out: dict[str, TargetSummary] = {}
     names = list(RULES)
@@ -221,7 +222,7 @@ def _per_target(spec: ModelSpec, cl: ClusterSpec, opts: PlanOptions, result: Mod
         progress.phase(f"the best plan {name} runs (plan --target {name}, {seconds:.3g} s)")
         try:  # the options T refuses (an FP8 recipe it has no path for) are T's answer: it has no plan
             sub_opts = replace(opts, target=name, time_limit=seconds)  # type: ignore[arg-type]
-            sub, cut = _run_one(spec, cl, sub_opts, with_cut=True)
+            sub, cut = _run_one(spec, cl, sub_opts, with_cut=True, tables=tables)
         except ProblemError as refused:
             out[name] = refused_summary(name, RULES[name], result, str(refused))
             continue
@@ -229,9 +230,14 @@ def _per_target(spec: ModelSpec, cl: ClusterSpec, opts: PlanOptions, result: Mod
     return out
 
 
-def _run_one(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptions, with_cut: bool = False) -> Any:
-    """One search (``opts.target``'s space); with ``with_cut``, also whether its deadline cut anything short."""
-    run = PlanRun.start(opts)  # resolved once, before any work: every step below reads it
+def _run_one(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptions, with_cut: bool = False,
+             tables: CostTables | None = None, share: float | None = None) -> Any:
+    """One search (``opts.target``'s space); with ``with_cut``, also whether its deadline cut anything short.
+
+    ``tables``: the problems the command's other runs built (shared; :class:`~.run.CostTables`);
+    ``share``: the seconds of ``opts.time_limit`` it gets (None: all).
+    """
+    run = PlanRun.start(opts, tables, share)  # resolved once, before any work: every step below reads it
     result = _search(model, cluster, run)
     return (result, bool(run.deadline.cuts)) if with_cut else result
 
