@@ -86,3 +86,13 @@ def test_the_cli_prints_one_line_per_target_and_writes_their_plans(tmp_path):
         assert doc["exports"][name]["expressible"], doc["exports"][name]
         e = run_cli("export", str(folder / f"{name}.json"), "--to", name)
         assert e.returncode == 0, e.stderr
+
+
+def test_a_share_of_the_limit_names_the_commands_limit_and_the_share():
+    from partitioner.core.deadline import Deadline
+
+    d = Deadline(2.0, clock=lambda: 0.0, whole=4.0)
+    assert d.message() == ""
+    d.cut("dp solves not started", "m=8")
+    assert d.message() == ("time limit of 4 s reached; cut short: dp solves not started: m=8 (the search over every "
+                           "plan had 2 s of it, the frameworks' runs the rest)")
