@@ -96,3 +96,30 @@ def test_a_share_of_the_limit_names_the_commands_limit_and_the_share():
     d.cut("dp solves not started", "m=8")
     assert d.message() == ("time limit of 4 s reached; cut short: dp solves not started: m=8 (the search over every "
                            "plan had 2 s of it, the frameworks' runs the rest)")
+
+
+def test_a_target_run_that_found_nothing_by_its_deadline_still_gets_the_grace_solve():
+    """As plan's own solves: one short solve after the deadline when nothing (not even a baseline) was found."""
+    from partitioner.core.deadline import GRACE_SECONDS, Deadline
+    from partitioner.costs import build_problem
+    from partitioner.planning.options import PlanOptions
+    from partitioner.planning.records import ScreenedCount
+    from partitioner.planning.targets.rules import restrict
+    from partitioner.planning.targets.solve import solve_for_target
+
+    rules = RULES["megatron"]
+    problem = restrict(build_problem("pi0", "dgx-h100", nodes=1, global_batch=64, microbatches=8,
+                                     options={"variants": ["zero1"]}), rules)
+    entry = ScreenedCount(8, problem, problem)  # no baseline
+    now = [0.0]
+    spent = Deadline(1.0, clock=lambda: now[0])
+    now[0] = 2.0  # passed
+    solved = solve_for_target(entry, PlanOptions(nodes=1, global_batch=64), rules, spent)
+    assert solved.has_plan, solved.result.message
+    assert not spent.has_grace and any("grace" in c for c in spent.cuts)
+    now[0] = 0.0
+    again = Deadline(1.0, clock=lambda: now[0])
+    now[0] = 2.0  # passed, and the run's grace already spent: nothing is solved
+    again.grace()
+    assert not solve_for_target(entry, PlanOptions(nodes=1, global_batch=64), rules, again).has_plan
+    assert GRACE_SECONDS > 0
