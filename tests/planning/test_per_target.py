@@ -123,3 +123,10 @@ def test_a_target_run_that_found_nothing_by_its_deadline_still_gets_the_grace_so
     again.grace()
     assert not solve_for_target(entry, PlanOptions(nodes=1, global_batch=64), rules, again).has_plan
     assert GRACE_SECONDS > 0
+
+
+def test_the_cli_skips_the_per_target_runs_when_asked():
+    r = run_cli("plan", "--model", "pi0", "--cluster", "dgx-h100", "--nodes", "1", "--global-batch", "64",
+                "--microbatches", "8", "--schedule", "1f1b", "--no-per-target", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "targets" not in json.loads(r.stdout)
