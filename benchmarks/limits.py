@@ -5,7 +5,7 @@
     python -m benchmarks.limits                          # writes benchmarks/results/limits.{json,md}
     python -m benchmarks.limits --busy 4 --layers 200,1000,5000 --time-limit 5
 
-Three parts, each row in a fresh child process:
+Four parts, each row in a fresh child process:
 
 1. **Overshoot**: ``partitioner solve FILE --method M --time-limit S --json --no-validate`` on the format-v3
    synthetic problems of ``--layers`` layers on 4 x 8 GPUs (``benchmarks/synthetic.py``,
@@ -20,6 +20,11 @@ Three parts, each row in a fresh child process:
    tuples (one stage, four layers of many 5D configs) and on one whose work is its cut x size combinations
    (one config per size, 8 layers on 2 x 8 GPUs), against :func:`partitioner.solvers.brute.enumeration_work`:
    the sources of ``ENTRIES_PER_SECOND`` and ``COMBINATIONS_PER_SECOND``.
+4. **plan**: ``partitioner plan --model M --cluster C --nodes N --time-limit S`` on every model preset (on the
+   cluster of :data:`PLAN_LIMIT_CASES`) and on 1,024 GPUs; the row gives the process's wall time against S
+   (``--time-limit`` bounds the whole command, docs/limits.md), the exit code and the plan's status line.
+
+``--parts`` runs a subset, e.g. ``--parts plan --busy 8`` for part 4 at a load of about 8.
 """
 from __future__ import annotations
 
@@ -37,7 +42,29 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 METHODS = ("dp", "greedy", "brute", "cpsat", "milp", "uniform", "balanced")
 
-__all__ = ["overshoot_rows", "cost_rows", "rate_rows", "to_markdown", "main"]
+__all__ = ["overshoot_rows", "cost_rows", "rate_rows", "plan_rows", "PLAN_LIMIT_CASES", "to_markdown", "main"]
+
+# part 4: (model preset, cluster preset, nodes, global batch) -- every model preset, then two 1,024-GPU jobs
+PLAN_LIMIT_CASES = (
+    ("openvla-7b", "dgx-a100-80g", 8, 2048),
+    ("pi0", "dgx-h100", 2, 1024),
+    ("seed-vla-8gpu", "dgx-a100-80g", 1, 256),
+    ("llava-1.5-7b", "dgx-h100", 4, 1024),
+    ("llava-1.5-13b", "dgx-a100-80g", 4, 1024),
+    ("qwen2-vl-7b", "dgx-h100", 4, 1024),
+    ("qwen2-vl-7b-video", "dgx-h100", 4, 256),
+    ("qwen2.5-vl-7b-video-64f", "dgx-h100", 4, 256),
+    ("internvl-1.5-26b", "dgx-h200", 8, 1024),
+    ("qwen3-vl-30b-a3b", "dgx-h100", 4, 1024),
+    ("qwen2-vl-72b", "dgx-h200", 16, 1024),
+    ("qwen2.5-vl-72b", "dgx-h200", 16, 1024),
+    ("glm-4.5v", "dgx-h200", 16, 1024),
+    ("qwen3-vl-235b-a22b", "dgx-b200", 16, 1024),
+    ("deepseek-v3", "dgx-h100", 32, 1024),
+    ("kimi-k2", "dgx-b200", 32, 1024),
+    ("qwen3-vl-235b-a22b", "dgx-b200", 128, 1024),
+    ("glm-4.5v", "dgx-h100", 128, 2048),
+)
 
 
 def _busy(seconds: float) -> None:
@@ -184,6 +211,56 @@ def rate_rows() -> list[dict]:
     return rows
 
 
+def plan_rows(time_limit: float, cases=PLAN_LIMIT_CASES) -> list[dict]:
+    """Part 4: ``plan --time-limit S`` per case, each in its own process: wall time against S."""
+    from benchmarks.solvers import run_child
+
+    rows = []
+    for model, cluster, nodes, batch in cases:
+        before = _load()
+        cmd = [sys.executable, "-m", "partitioner", "plan", "--model", model, "--cluster", cluster, "--nodes",
+               str(nodes), "--global-batch", str(batch), "--time-limit", f"{time_limit:g}"]
+        code, out, err, wall, usage = run_child(cmd, timeout=10 * time_limit + 600)
+        status = next((line.strip() for line in out.splitlines() if line.strip()), "")
+        last_err = next((line.strip() for line in reversed(err.splitlines()) if line.strip()), "")
+        rows.append({
+            "model": model, "cluster": cluster, "gpus": nodes * _gpus_per_node(cluster), "nodes": nodes,
+            "exit": code, "wall_seconds": round(wall, 2), "over_seconds": round(max(0.0, wall - time_limit), 2),
+            "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2), "peak_mb": round(usage.ru_maxrss / 1024),
+            "load": [round(before, 1), round(_load(), 1)], "first_line": status[:160],
+            "infeasible": "infeasible" in out.lower() and code != 0, "error": last_err[:160] if code not in (0, 1) else "",
+        })
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def _gpus_per_node(cluster: str) -> int:
+    from partitioner.costs import load_cluster
+
+    return load_cluster(cluster).gpus_per_node
+
+
+def _plan_markdown(found: dict) -> list[str]:
+    rows = found.get("plans") or []
+    if not rows:
+        return []
+    S = found["plan_time_limit"]
+    lines = ["", f"`plan --time-limit {S:g}` per preset and at 1,024 GPUs (issue 35: each within S + 5 s at a load of 8; "
+             "*wall s* is the whole process, imports included):", "",
+             "| model | cluster | GPUs | exit | wall s | over S s | cpu s | peak MB | load | first line of the answer |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        first = (r["first_line"] or r["error"]).replace("|", "/")[:100]
+        lines.append(f"| {r['model']} | {r['cluster']} | {r['gpus']:,} | {r['exit']} | {r['wall_seconds']:.1f} | "
+                     f"{r['over_seconds']:.1f} | {r['cpu_seconds']:.1f} | {r['peak_mb']:,} | {r['load'][0]} -> {r['load'][1]} | "
+                     f"{first} |")
+    worst = max(r["over_seconds"] for r in rows)
+    lines += ["", f"Largest overrun past S: {worst:.1f} s over {len(rows)} plans (target: at most 5 s); "
+              f"reported infeasible: {sum(r['infeasible'] for r in rows)}; exits other than 0 or 1: "
+              f"{sum(r['exit'] not in (0, 1) for r in rows)}."]
+    return lines
+
+
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -193,7 +270,7 @@ def _cpu_model() -> str:
 
 
 def to_markdown(found: dict) -> str:
-    lines = [
+    head = [
         "## Targets (issue 35): time limits at scale, and the constants that hold them",
         "",
         f"`python -m benchmarks.limits --busy {found['busy']} --time-limit {found['time_limit']:g}` on {found['date']}, "
@@ -202,9 +279,12 @@ def to_markdown(found: dict) -> str:
         "is a fresh process; *solve s* is the result's `solve_seconds` (after the problem is loaded: what "
         "`--time-limit` bounds), *wall s* the whole process (imports and loading the file included).",
         "",
-        "| layers | method | status | solve s | overshoot s | wall s | cpu s | load | note |",
-        "|---|---|---|---|---|---|---|---|---|",
     ]
+    lines = head + _plan_markdown(found)
+    if not found.get("overshoot"):
+        return "\n".join(lines) + "\n"
+    lines += ["", "| layers | method | status | solve s | overshoot s | wall s | cpu s | load | note |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in found["overshoot"]:
         solve_s = "" if r["solve_seconds"] is None else f"{r['solve_seconds']:.2f}"
         over = "" if r["overshoot"] is None else f"{r['overshoot']:.2f}"
@@ -237,9 +317,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--layers", default="200,1000,5000")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--time-limit", type=float, default=5.0)
+    parser.add_argument("--plan-time-limit", type=float, default=10.0, help="S of part 4's plan rows")
+    parser.add_argument("--parts", default="overshoot,costs,rates,plan")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     import subprocess
+
+    parts = set(args.parts.split(","))
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     busy = [mp.Process(target=_busy, args=(args.busy_seconds,), daemon=True) for _ in range(args.busy)]
@@ -251,9 +335,11 @@ def main(argv: list[str] | None = None) -> None:
             found = {
                 "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit,
                 "cpus": os.cpu_count(), "cpu": _cpu_model(), "busy": args.busy, "time_limit": args.time_limit,
-                "overshoot": overshoot_rows(files, args.methods.split(","), args.time_limit),
-                "costs": cost_rows(files),
-                "rates": rate_rows(),
+                "plan_time_limit": args.plan_time_limit,
+                "plans": plan_rows(args.plan_time_limit) if "plan" in parts else [],
+                "overshoot": overshoot_rows(files, args.methods.split(","), args.time_limit) if "overshoot" in parts else [],
+                "costs": cost_rows(files) if "costs" in parts else [],
+                "rates": rate_rows() if "rates" in parts else [],
             }
     finally:
         for p in busy:

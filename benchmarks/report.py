@@ -56,11 +56,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import calibration as calibration_bench  # noqa: E402
 from benchmarks import solvers as solver_bench  # noqa: E402
 from benchmarks import startup as startup_bench  # noqa: E402
 from benchmarks import targets as targets_bench  # noqa: E402
 from benchmarks import throughput as throughput_bench  # noqa: E402
+from benchmarks.calibration import dense as calibration_bench  # noqa: E402
 from partitioner import __version__, plan_model  # noqa: E402
 from partitioner.batch import expand, load_sweep, run_jobs  # noqa: E402
 from partitioner.batch.compare import compare_file, plot_profile, to_markdown  # noqa: E402
@@ -680,7 +680,7 @@ def _plan_findings(plans: list[dict]) -> list[str]:
 
 
 def issue32_targets(runs: dict[str, Any] | None) -> list[str]:
-    """Issue 32's targets on the published MoE / long-context runs (benchmarks.calibration_runs): per split and
+    """Issue 32's targets on the published MoE / long-context runs (benchmarks.calibration.runs): per split and
     regime, median <= 0.10 and worst <= 0.25 abs(ln predicted/published); at most one flipped pair per family."""
     if not runs:
         return []
@@ -853,6 +853,11 @@ def write_report(out: Path, quick: bool) -> Path:
     if cal.exists():
         body = cal.read_text().splitlines()
         lines += ["## 6. " + body[0].lstrip("# "), ""] + [("#" + line) if line.startswith("## ") else line for line in body[1:]]
+        lines.append("")
+    limits = out / "limits.md"
+    if limits.exists():  # python -m benchmarks.limits (issue 35): time limits held, measured under load
+        body = limits.read_text().splitlines()
+        lines += ["## 7. " + body[0].lstrip("# "), ""] + body[1:]
         lines.append("")
     path = out / "REPORT.md"
     path.write_text("\n".join(lines))

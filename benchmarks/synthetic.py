@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -91,6 +91,26 @@ def _module_of_layers(layers: int) -> list[ModuleShape]:
     return [vision] * n_vision + [projector] + [llm] * n_llm + [action] * n_action
 
 
+def _drawn_layer(shape: ModuleShape, lays: Sequence[Layout], draw: Callable[[float], float],
+                 rng: np.random.Generator) -> tuple[dict[str, dict], float, float, float]:
+    """One layer of ``shape`` drawn at random: its costs on every layout of ``lays``, its weight, activation
+    and output bytes. Data parallelism splits the microbatch; tensor parallelism splits the GEMMs but loses
+    efficiency per extra rank; a fixed per-layer overhead (0.02 ms) bounds the speed-up."""
+    fwd1, weight, act, out = draw(shape.fwd_ms), draw(shape.weight_bytes), draw(shape.act_bytes), draw(shape.out_bytes)
+    bwd_ratio = 2.0 * float(rng.uniform(0.9, 1.1))
+    costs = {}
+    for lay in lays:
+        efficiency = 1.0 / (1.0 + shape.tp_overhead * (lay.tp - 1))
+        fwd = fwd1 / (lay.dp * lay.tp * efficiency) + 0.02
+        costs[lay.key] = {
+            "fwd_ms": round(fwd, 4),
+            "bwd_ms": round(fwd * bwd_ratio, 4),
+            "weight_bytes": int(weight / lay.tp),
+            "act_bytes": int(act / lay.devices),
+        }
+    return costs, weight, act, out
+
+
 def synthetic_problem(
     layers: int = 64,
     nodes: int = 4,
@@ -135,22 +155,9 @@ def synthetic_problem(
     total_weight = total_act = 0.0
     counters: dict[str, int] = {}
     for shape in shapes:
-        fwd1, weight, act, out = draw(shape.fwd_ms), draw(shape.weight_bytes), draw(shape.act_bytes), draw(shape.out_bytes)
-        bwd_ratio = 2.0 * float(rng.uniform(0.9, 1.1))
+        costs, weight, act, out = _drawn_layer(shape, lays, draw, rng)
         total_weight += weight
         total_act += act
-        costs = {}
-        for lay in lays:
-            # data parallelism splits the microbatch; tensor parallelism splits the GEMMs but
-            # loses efficiency per extra rank; a fixed per-layer overhead bounds the speed-up
-            efficiency = 1.0 / (1.0 + shape.tp_overhead * (lay.tp - 1))
-            fwd = fwd1 / (lay.dp * lay.tp * efficiency) + 0.02
-            costs[lay.key] = {
-                "fwd_ms": round(fwd, 4),
-                "bwd_ms": round(fwd * bwd_ratio, 4),
-                "weight_bytes": int(weight / lay.tp),
-                "act_bytes": int(act / lay.devices),
-            }
         k = counters.get(shape.name, 0)
         counters[shape.name] = k + 1
         docs.append(
@@ -226,20 +233,9 @@ def vla_problem(
     for (shape, tp_max), count in zip(VLA_MODULES, (vision, llm, action)):
         lays = [lay for lay in every if lay.tp <= tp_max]
         for k in range(count):
-            fwd1, weight, act, out = (draw(x) for x in (shape.fwd_ms, shape.weight_bytes, shape.act_bytes, shape.out_bytes))
-            bwd_ratio = 2.0 * float(rng.uniform(0.9, 1.1))
+            costs, weight, act, out = _drawn_layer(shape, lays, draw, rng)
             total_weight += weight
             total_act += act
-            costs = {}
-            for lay in lays:
-                efficiency = 1.0 / (1.0 + shape.tp_overhead * (lay.tp - 1))
-                fwd = fwd1 / (lay.dp * lay.tp * efficiency) + 0.02
-                costs[lay.key] = {
-                    "fwd_ms": round(fwd, 4),
-                    "bwd_ms": round(fwd * bwd_ratio, 4),
-                    "weight_bytes": int(weight / lay.tp),
-                    "act_bytes": int(act / lay.devices),
-                }
             docs.append({"name": f"{shape.name}.{k}", "module": shape.name, "out_bytes": int(out) if transfers else 0,
                          "costs": costs})
     n = nodes * gpus_per_node
@@ -333,39 +329,7 @@ def synthetic_v3_problem(
     nothing on a dense layer).
     """
     base = synthetic_problem(layers, nodes, gpus_per_node, layouts, transfers, **kwargs)
-    doc = base.to_dict()
-    doc["version"] = 3
-    doc["name"] = base.name + "-v3"
-    llm = 0
-    for layer in doc["layers"]:
-        moe = layer["module"] == "llm" and llm % 2 == 1
-        llm += layer["module"] == "llm"
-        extra = {}
-        for key, c in layer["costs"].items():
-            lay = Layout.parse(key)
-            for cp in V3_CP:
-                if lay.dp % cp == 0:
-                    slow = 1.0 + 0.04 * (cp - 1)
-                    extra[Layout(lay.dp // cp, lay.tp, "", cp).key] = {
-                        **c, "fwd_ms": round(c["fwd_ms"] * slow, 4), "bwd_ms": round(c["bwd_ms"] * slow, 4)
-                    }
-        layer["costs"].update(extra)
-        if layer["module"] != "llm":
-            continue
-        experts = {}
-        for key, c in layer["costs"].items():
-            lay = Layout.parse(key)
-            for ep in V3_EP:
-                if lay.devices % ep:
-                    continue
-                entry = c
-                if moe:
-                    slow = 1.0 + 0.02 * math.log2(ep)
-                    entry = {**c, "fwd_ms": round(c["fwd_ms"] * slow, 4), "bwd_ms": round(c["bwd_ms"] * slow, 4),
-                             "weight_bytes": int(c["weight_bytes"] * (0.25 + 0.75 / ep))}
-                experts[Layout(lay.dp, lay.tp, "", lay.cp, ep).key] = entry
-        layer["costs"].update(experts)
-    return Problem.from_dict(doc)
+    return _with_5d_keys(base, V3_EP)
 
 
 def tied_v3_document(layers: int = 64, nodes: int = 4, gpus_per_node: int = 8, *, share: float = 0.5, **kwargs) -> dict:
@@ -409,6 +373,14 @@ def vla_v3_problem(
     1,650 keys.
     """
     base = vla_problem(vision, llm, action, nodes, gpus_per_node, transfers, **kwargs)
+    return _with_5d_keys(base, VLA_V3_EP)
+
+
+def _with_5d_keys(base: Problem, ep_degrees: Sequence[int]) -> Problem:
+    """``base`` as format v3: every config (dp, tp) also at cp = C for C in :data:`V3_CP` dividing dp (4 % slower
+    per extra cp rank, the same bytes), and every language layer at every ep in ``ep_degrees`` dividing its
+    devices -- each :data:`MOE_EVERY`-th one a MoE layer (experts hold 3/4 of its weights, split over ep; 2 %
+    slower per doubling of ep), the others with their ep = 1 entry under every ep."""
     doc = base.to_dict()
     doc["version"] = 3
     doc["name"] = base.name + "-v3"
@@ -431,7 +403,7 @@ def vla_v3_problem(
         experts = {}
         for key, c in layer["costs"].items():
             lay = Layout.parse(key)
-            for ep in VLA_V3_EP:
+            for ep in ep_degrees:
                 if lay.devices % ep:
                     continue
                 entry = c
@@ -440,7 +412,7 @@ def vla_v3_problem(
                     entry = {**c, "fwd_ms": round(c["fwd_ms"] * slow, 4), "bwd_ms": round(c["bwd_ms"] * slow, 4),
                              "weight_bytes": int(c["weight_bytes"] * (0.25 + 0.75 / ep))}
                 experts[Layout(lay.dp, lay.tp, "", lay.cp, ep).key] = entry
-        layer["costs"] = experts
+        layer["costs"].update(experts)
     return Problem.from_dict(doc)
 
 

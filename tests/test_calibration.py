@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.calibration import SC21_TABLE1, calibrate, eq3_flops, evaluate_row, gpt3_model, to_markdown  # noqa: E402
+from benchmarks.calibration.dense import SC21_TABLE1, calibrate, eq3_flops, evaluate_row, gpt3_model, to_markdown  # noqa: E402
 from partitioner.costs import CostOptions, block_time_terms, load_cluster, model_layers  # noqa: E402
 from partitioner.presets import ModelSpec, ModuleSpec  # noqa: E402
 
@@ -71,7 +71,7 @@ def test_one_22b_layer_against_korthikanti_table_4():
 def test_mlsys23_table5_rows_are_table3_plans():
     """Korthikanti et al.'s Table 3: TP 8, no data parallelism; their Appendix-A model FLOPs over the measured time
     give Table 5's MFU (a check of the transcription: A100 dense bf16 peak 312 TFLOP/s)."""
-    from benchmarks.calibration import MLSYS23_TABLE5, mlsys23_model_flops
+    from benchmarks.calibration.dense import MLSYS23_TABLE5, mlsys23_model_flops
 
     assert [r.params for r in MLSYS23_TABLE5] == ["22B", "175B", "530B", "1T"]
     for r in MLSYS23_TABLE5:
@@ -84,7 +84,7 @@ def test_mlsys23_table5_rows_are_table3_plans():
 
 
 def test_mlsys23_table5_evaluated_as_published():
-    from benchmarks.calibration import MLSYS23_SETTINGS, calibrate_mlsys23
+    from benchmarks.calibration.dense import MLSYS23_SETTINGS, calibrate_mlsys23
 
     doc = calibrate_mlsys23()
     assert len(doc["rows"]) == 8 and {r["setting"] for r in doc["rows"]} == set(MLSYS23_SETTINGS)

@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.calibration_fp8 import absolute_rows, evaluate_run, pair_rows, run_options, to_markdown  # noqa: E402
-from benchmarks.published import RUNS  # noqa: E402
+from benchmarks.calibration.fp8 import absolute_rows, evaluate_run, pair_rows, run_options, to_markdown  # noqa: E402
+from benchmarks.calibration.published import RUNS  # noqa: E402
 
 
 def _run(key: str):

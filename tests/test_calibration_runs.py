@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.calibration_runs import (  # noqa: E402
+from benchmarks.calibration.published import MODELS, RUNS  # noqa: E402
+from benchmarks.calibration.runs import (  # noqa: E402
     arch_model,
     calibrate_runs,
     megatron_flops,
@@ -21,7 +22,6 @@ from benchmarks.calibration_runs import (  # noqa: E402
     to_markdown,
     unsupported,
 )
-from benchmarks.published import MODELS, RUNS  # noqa: E402
 from partitioner.costs import model_flops_per_sample, model_layers  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""Integrity of the published-run data (benchmarks/published.py): every row cites, adds up and is as tagged."""
+"""Integrity of the published-run data (benchmarks/calibration/published.py): every row cites, adds up and is as tagged."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import published as P  # noqa: E402
+from benchmarks.calibration import published as P  # noqa: E402
 
 UNITS = {"TFLOP/s/GPU", "tokens/s/GPU", "MFU", "s/step", "GPU-hours/1e12 tokens"}
 DENSE_PEAK_TFLOPS = {  # vendor dense peaks (no sparsity), the ceiling no measurement can pass
@@ -218,4 +218,4 @@ def test_layout_speedups_form_families_with_a_baseline():
 
 def test_results_markdown_is_current():
     text = (ROOT / "benchmarks/results/published.md").read_text()
-    assert text == P.to_markdown(), "run `python -m benchmarks.published` to regenerate"
+    assert text == P.to_markdown(), "run `python -m benchmarks.calibration.published` to regenerate"

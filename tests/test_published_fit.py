@@ -1,10 +1,10 @@
-"""Every published run that trained fits in memory under the knobs it used (issue 32): benchmarks/published_fit.py."""
+"""Every published run that trained fits in memory under the knobs it used (issue 32): benchmarks/calibration/fit.py."""
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.published import RUNS
-from benchmarks.published_fit import fit_run, fit_runs, run_setting
+from benchmarks.calibration.fit import fit_run, fit_runs, run_setting
+from benchmarks.calibration.published import RUNS
 
 pytestmark = pytest.mark.slow  # builds some sixty published runs' problems
 

@@ -9,7 +9,7 @@ ms, forward or backward, at those rates, with the work a causal mask
 really costs (:func:`computed_pairs`). Pure functions.
 
 The measurements (FlashAttention-2 and -3 papers [11]_ [12]_; the same
-rows are in :mod:`benchmarks.published`, ``ATTENTION``, and a test keeps
+rows are in :mod:`benchmarks.calibration.published`, ``ATTENTION``, and a test keeps
 them equal) were taken at batch x sequence = 16k tokens and hidden 2048:
 the number of thread blocks (batch x heads x query tiles) is the same at
 every sequence length and fills the GPU, so what the sequence length

@@ -59,7 +59,7 @@ References
 .. [5] S. Bekman, "Machine Learning Engineering", ``compute/accelerator/README.md``,
    "Maximum Achievable Matmul FLOPS comparison table" (BF16 and FP8
    float8_e4m3fn rows), https://github.com/stas00/ml-engineering, file at
-   commit 7bc7c3054eb9 (2026-08-10); collected in ``benchmarks/published.py``
+   commit 7bc7c3054eb9 (2026-08-10); collected in ``benchmarks/calibration/published.py``
    (``GROUPED_GEMM``, source ``ml-engineering-mamf``).
 .. [6] DeepSeek-AI, DeepGEMM ``README.md`` (commit 2e7e58011b03, 2025-04-11):
    FP8 GEMMs with 1x128 / 128x128 scaling on H800 SXM5.

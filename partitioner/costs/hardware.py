@@ -28,10 +28,10 @@ here are the constants a datasheet does not give, each with its source.
   with ``torch._grouped_mm`` [40]_, and 0.805 of that is H100/H200 0.497.
   A100 and Blackwell have no grouped measurement at hand: their grouped
   ceiling is the dense one. Derived, not fitted; the calibration tables of
-  :mod:`benchmarks.calibration` and :mod:`benchmarks.calibration_runs`
+  :mod:`benchmarks.calibration` and :mod:`benchmarks.calibration.runs`
   check them (the H100 value that centres the 16 H100 calibration rows,
   all of them MoE runs, is 0.50,
-  :func:`benchmarks.calibration_runs.fit_efficiency`).
+  :func:`benchmarks.calibration.runs.fit_efficiency`).
 * ``sms`` -- streaming multiprocessors per GPU (A100 108, H100/H200 132,
   B200 148 [41]_): the share of them a collective kernel occupies while it
   overlaps compute (:data:`COMM_SMS`) slows that compute.
@@ -51,7 +51,7 @@ References
 .. [45] S. Bekman, "Machine Learning Engineering", ``compute/accelerator/
    README.md``, "Maximum Achievable Matmul FLOPS comparison table" (BF16,
    mamf-finder.py; commit 7bc7c30, 2026-08-10), as recorded in
-   ``benchmarks/published.py`` (source ``ml-engineering-mamf``).
+   ``benchmarks/calibration/published.py`` (source ``ml-engineering-mamf``).
 .. [41] NVIDIA A100 Tensor Core GPU Architecture whitepaper (108 SMs);
    NVIDIA H100 Tensor Core GPU Architecture whitepaper (H100 SXM5: 132
    SMs); DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv:2412.19437,

@@ -34,53 +34,12 @@ from ..core.documents import read_document
 from .files import as_problem, dump_problem, load_problem
 from .nodes import _Node
 from .parse import _parse_cost, _parse_cost_checked
-from .records import (
-    FORMAT_VERSION,
-    FORMAT_VERSIONS,
-    OBJECTIVES,
-    SCHEDULES,
-    Cluster,
-    Config,
-    Layer,
-    LayerCost,
-    Layout,
-    Objective,
-    Problem,
-    ProblemError,
-    Schedule,
-    StageBounds,
-    Topology,
-    Training,
-    _cost_doc,
-    expert_tensor_parallel,
-)
+from .records import *  # noqa: F403  (the data model; its names are listed once, in its own __all__)
+from .records import __all__ as _records_all
+from .records import _cost_doc
 from .workload import LayerHint, ModelWorkload
 
-__all__ = [
-    "FORMAT_VERSION",
-    "FORMAT_VERSIONS",
-    "OBJECTIVES",
-    "SCHEDULES",
-    "Objective",
-    "Schedule",
-    "ProblemError",
-    "Layout",
-    "expert_tensor_parallel",
-    "Config",
-    "LayerCost",
-    "Layer",
-    "Topology",
-    "Cluster",
-    "Training",
-    "StageBounds",
-    "Problem",
-    "ModelWorkload",
-    "LayerHint",
-    "load_problem",
-    "as_problem",
-    "dump_problem",
-    "read_document",
-]
+__all__ = [*_records_all, "ModelWorkload", "LayerHint", "load_problem", "as_problem", "dump_problem", "read_document"]
 
 # Private names code outside the package imports from here (the tests of the parser's fast path):
 # kept importable as ``partitioner.problem._Node`` and so on; the tuple marks them used for pyflakes.

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from benchmarks.published import ATTENTION
+from benchmarks.calibration.published import ATTENTION
 from partitioner.costs import CostOptions, load_cluster, model_layers
 from partitioner.costs.attention import (
     AMPERE_FWD_BWD,
@@ -41,7 +41,7 @@ def _table(gpu, kernel, passes, causal):
     (AMPERE_FWD_BWD_CAUSAL, "A100-80G", "FlashAttention-2", "fwd+bwd", True),
 ])
 def test_curves_are_the_published_rows(ours, gpu, kernel, passes, causal):
-    """The cost model's constants equal benchmarks.published's ATTENTION rows (one reading of each figure)."""
+    """The cost model's constants equal benchmarks.calibration.published's ATTENTION rows (one reading of each figure)."""
     want = _table(gpu, kernel, passes, causal)
     got = {hd: {k: v for k, v in zip(FLASH_KEYS, curve) if v is not None} for hd, curve in ours.items()}
     assert got == want

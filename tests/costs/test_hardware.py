@@ -57,7 +57,7 @@ def test_an_overlapped_collective_takes_a_share_of_the_sms():
 
 def test_newer_generations_scale_a100s_ceiling_by_their_achievable_matmul_fraction():
     """Derived, not fitted: the published maximum achievable matmul FLOPS of each GPU over its peak."""
-    from benchmarks.published import GROUPED_GEMM
+    from benchmarks.calibration.published import GROUPED_GEMM
 
     best = {g.gpu: g.value for g in GROUPED_GEMM if g.source == "ml-engineering-mamf" and g.dtype == "bf16"}
     peaks = {"A100-80G": ("dgx-a100-80g", "a100"), "H100-SXM": ("dgx-h100", "h100"), "B200": ("dgx-b200", "b200"),

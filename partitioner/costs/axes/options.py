@@ -34,7 +34,7 @@ References
 .. [37] Z. Yan et al. (NVIDIA), Megatron-MoE-ModelZoo,
    ``best_practice/qwen3/readme.md`` ("Long Context": 295 / 237, 335 / 277,
    368 / 320, 389 / 357 TFLOP/s forced balance / dropless), commit e865051
-   (2026-05-16), as recorded in ``benchmarks/published.py``.
+   (2026-05-16), as recorded in ``benchmarks/calibration/published.py``.
 .. [38] A. Gray, "Getting Started with CUDA Graphs", NVIDIA Technical Blog
    (2019): 9.6 us per short kernel with a stream synchronization after each,
    3.8 us launched back to back, 3.4 us in a graph.

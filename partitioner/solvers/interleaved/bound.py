@@ -33,34 +33,17 @@ P groups fits.
 from __future__ import annotations
 
 import math
-import os
-import sys
-from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from ...problem import Layout, Problem
+from ..milp.backends import quiet_stdout
 from .space import group_configs, held_states, send_ms
 
 __all__ = ["relaxed_bound", "BOUND_MARGIN"]
 
 BOUND_MARGIN = 1e-7  # relative, for HiGHS's primal and dual feasibility tolerances (1e-7 by default)
-
-
-@contextmanager
-def _quiet() -> Iterator[None]:
-    """Silence file descriptor 1 while HiGHS prints its banner (stdout carries ``--json`` output)."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 1)
-        yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(devnull)
 
 
 def _least_sends(problem: Problem, groups: int) -> list[float]:
@@ -152,7 +135,7 @@ def relaxed_bound(problem: Problem, objective: str, groups: int, time_limit: flo
     lp.a_matrix_.start_ = np.asarray(starts, dtype=np.int32)
     lp.a_matrix_.index_ = np.asarray(index, dtype=np.int32)
     lp.a_matrix_.value_ = np.asarray(value, dtype=float)
-    with _quiet():
+    with quiet_stdout():
         h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("threads", 1)

@@ -20,12 +20,12 @@ import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import pulp
 
 __all__ = [
-    "Outcome", "solve_highs", "solve_cbc", "pulp_quiet", "set_starts", "READBACK_SHARE", "READBACK_SECONDS", "CBC_GRACE", "CBC_OPTIONS",
+    "Outcome", "quiet_stdout", "solve_highs", "solve_cbc", "pulp_quiet", "set_starts", "READBACK_SHARE", "READBACK_SECONDS", "CBC_GRACE", "CBC_OPTIONS",
 ]
 
 _TOLERANCE = 1e-9
@@ -68,7 +68,7 @@ class _HighsWithStart(pulp.HiGHS):
         if self.msg:
             super().createAndConfigureSolver(lp)
             return
-        with _quiet_stdout():
+        with quiet_stdout():
             super().createAndConfigureSolver(lp)
 
     def callSolver(self, lp):  # noqa: N802 (PuLP's name)
@@ -168,7 +168,7 @@ def set_starts(starts: Mapping[Any, float] | None) -> None:
 
 
 @contextmanager
-def _quiet_stdout():
+def quiet_stdout() -> Iterator[None]:
     """Silence the process's file descriptor 1 (C++ output included)."""
     sys.stdout.flush()
     saved = os.dup(1)

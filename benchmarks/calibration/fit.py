@@ -1,6 +1,6 @@
 """Published runs that trained, with their layout and memory knobs forced: do they fit under our memory model?
 
-Every row of :data:`benchmarks.published.RUNS` ran (and was measured), so
+Every row of :data:`benchmarks.calibration.published.RUNS` ran (and was measured), so
 its layout, with the memory knobs it used, fitted its GPUs. This check
 builds each row whose knobs are published -- the activation recompute
 (none, full, selective with its ``--recompute-modules``, torchtitan's
@@ -26,7 +26,7 @@ the cached fp8 weights).
 
 Run from the repository root::
 
-    python -m benchmarks.published_fit          # prints the table; exit 0
+    python -m benchmarks.calibration.fit          # prints the table; exit 0
 
 References
 ----------
@@ -41,11 +41,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.published import MODELS, RUNS, ModelArch, PublishedRun  # noqa: E402
+from benchmarks.calibration.published import MODELS, RUNS, ModelArch, PublishedRun  # noqa: E402
 from partitioner.costs import build_problem, usable_memory_bytes  # noqa: E402
 from partitioner.costs.options import CostOptions  # noqa: E402
 from partitioner.costs.recompute_names import canonical_setting, setting_of  # noqa: E402
@@ -111,7 +111,7 @@ def arch_spec(arch: ModelArch, seq_len: int, name: str) -> ModelSpec:
         experts=arch.experts, top_k=arch.top_k, moe_ffn=arch.moe_ffn, shared_ffn=arch.shared_ffn,
         dense_layers=tuple(arch.dense_layers), q_lora_rank=arch.q_lora_rank, kv_lora_rank=arch.kv_lora_rank,
         rope_head_dim=arch.qk_rope_head_dim, v_head_dim=arch.v_head_dim if mla else 0, mtp_layers=arch.mtp_layers,
-        source="benchmarks.published",
+        source="benchmarks.calibration.published",
     )
     return ModelSpec(name=name, modules=(llm,), title=arch.title)
 

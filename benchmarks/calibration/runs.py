@@ -1,6 +1,6 @@
 """Calibration on published measured runs: MoE, long-context and dense BF16 runs, each with its layout forced.
 
-Every BF16 row of :data:`benchmarks.published.RUNS` the cost model can
+Every BF16 row of :data:`benchmarks.calibration.published.RUNS` the cost model can
 state -- an architecture without multi-head latent attention, on a GPU with
 a cluster preset -- is built as its authors ran it: the model from the
 source's architecture (:func:`arch_model`), the cluster preset of its GPU,
@@ -25,7 +25,7 @@ measured and predicted order and the pairs the prediction flips.
 
 Run from the repository root (also part of ``python -m benchmarks.calibration``)::
 
-    python -m benchmarks.calibration_runs
+    python -m benchmarks.calibration.runs
 """
 from __future__ import annotations
 
@@ -37,11 +37,11 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.published import MODELS, RUNS, ModelArch, PublishedRun  # noqa: E402
+from benchmarks.calibration.published import MODELS, RUNS, ModelArch, PublishedRun  # noqa: E402
 from partitioner.costs.recompute_names import modules_of, setting_of  # noqa: E402
 from partitioner.plan import PlanError  # noqa: E402
 from partitioner.planning.forced import ForcedEstimate, ForcedLayout, estimate_forced  # noqa: E402
@@ -89,7 +89,7 @@ def arch_model(arch: ModelArch, seq_len: int, name: str, mtp_layers: int | None 
         tie_embeddings=arch.tied_embeddings, text_tokens=seq_len, experts=arch.experts, top_k=arch.top_k,
         moe_ffn=arch.moe_ffn, shared_ffn=arch.shared_ffn, dense_layers=tuple(arch.dense_layers),
         norm_topk=arch.experts > 0, window=128 if gptoss else 0,
-        full_layers=tuple(range(1, arch.layers, 2)) if gptoss else (), source="benchmarks.published",
+        full_layers=tuple(range(1, arch.layers, 2)) if gptoss else (), source="benchmarks.calibration.published",
     )
     if mla:
         llm = replace(llm, **mla)
@@ -368,7 +368,7 @@ def calibrate_runs(options: dict[str, Any] | None = None) -> dict[str, Any]:
 def to_markdown(doc: dict[str, Any], command: str = "python -m benchmarks.calibration") -> str:
     """The MoE / long-context / dense BF16 section of ``benchmarks/results/calibration.md``."""
     lines = ["## Published MoE, long-context and dense BF16 runs, layouts forced", "",
-             f"Made by `{command}` (`benchmarks/calibration_runs.py`) from `benchmarks/published.py`. Each row: the "
+             f"Made by `{command}` (`benchmarks/calibration/runs.py`) from `benchmarks/calibration/published.py`. Each row: the "
              "published layout forced on the source's architecture (Megatron-LM's uniform pipeline split with the "
              "published virtual stages), the run's published knobs, default constants; evaluated and replayed. "
              "ratio = published step time / predicted (above 1: optimistic). `H`: held-out source. Memory: the "

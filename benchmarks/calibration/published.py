@@ -797,7 +797,7 @@ MODELS: dict[str, ModelArch] = {
         title="GPT-3 175B as configured in Megatron-LM",
         source="Brown et al. 2020 (arXiv:2005.14165) Table 2.1; Megatron-LM's GPT-3 175B settings (vocabulary padded to 51200)",
         layers=96, hidden=12288, ffn=49152, heads=96, kv_heads=96, head_dim=128, vocab=51200, tied_embeddings=True,
-        gated_mlp=False, preset="(benchmarks/calibration.py gpt3_model builds the same shape)",
+        gated_mlp=False, preset="(benchmarks/calibration/dense.py gpt3_model builds the same shape)",
         notes="GeLU MLP (not gated), learned position embeddings, multi-head attention",
     ),
     "llama4-scout": ModelArch(
@@ -1578,7 +1578,7 @@ def to_markdown() -> str:
     lines = [
         "# Published measured training runs",
         "",
-        "Made by `python -m benchmarks.published` from `benchmarks/published.py` (the data, with each source's "
+        "Made by `python -m benchmarks.calibration.published` from `benchmarks/calibration/published.py` (the data, with each source's "
         "commit or version and what is derived). Layout as published; `dp` and other derived fields are marked in "
         "the module. `H` = held out of fitting.",
         "",
@@ -1641,7 +1641,7 @@ def main() -> None:
     """Write ``benchmarks/results/published.md``."""
     from pathlib import Path
 
-    out = Path(__file__).resolve().parent / "results" / "published.md"
+    out = Path(__file__).resolve().parents[1] / "results" / "published.md"
     out.write_text(to_markdown())
     print(f"wrote {out} ({len(RUNS)} runs)")
 

@@ -36,8 +36,8 @@ the backward's tensor-parallel all-reduce overlapped with the weight
 gradients as the paper says, Sec. 6.2) and the same default constants;
 ratio = published time / predicted time (above 1: optimistic).
 
-A third part, :mod:`benchmarks.calibration_runs`: the published MoE,
-long-context and dense BF16 runs of :mod:`benchmarks.published`, each with
+A third part, :mod:`benchmarks.calibration.runs`: the published MoE,
+long-context and dense BF16 runs of :mod:`benchmarks.calibration.published`, each with
 its layout forced (:func:`partitioner.planning.forced.estimate_forced`),
 summarised per regime on the calibration and the held-out sources, with the
 measured and predicted order of every family of layouts.
@@ -59,8 +59,6 @@ References
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import statistics
 import sys
@@ -69,12 +67,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.calibration_runs import calibrate_runs  # noqa: E402
-from benchmarks.calibration_runs import to_markdown as runs_markdown  # noqa: E402
+from benchmarks.calibration import results_cli  # noqa: E402
+from benchmarks.calibration.runs import calibrate_runs  # noqa: E402
+from benchmarks.calibration.runs import to_markdown as runs_markdown  # noqa: E402
 from partitioner import evaluate  # noqa: E402
 from partitioner.costs import (  # noqa: E402
     TIME_TERMS,
@@ -98,7 +97,6 @@ __all__ = ["Sc21Row", "SC21_TABLE1", "RUN_OPTIONS", "CLUSTER", "gpt3_model", "eq
            "calibrate", "to_markdown", "main", "Mlsys23Row", "MLSYS23_TABLE5", "MLSYS23_SETTINGS",
            "evaluate_mlsys23", "calibrate_mlsys23"]
 
-RESULTS = ROOT / "benchmarks" / "results"
 CLUSTER = "dgx-a100-80g"
 SEQ, VOCAB = 2048, 51200
 
@@ -388,10 +386,8 @@ def to_markdown(doc: dict[str, Any], command: str = "python -m benchmarks.calibr
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
+def _everything() -> dict[str, Any]:
+    """The dense tables, with the modern defaults and the published runs (with the host floor as a sensitivity)."""
     start = time.perf_counter()
     doc = calibrate()
     modern = calibrate(options=MODERN_OPTIONS)
@@ -404,9 +400,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     doc["published_runs"]["host_floor"] = {"options": host["options"], "summary": host["summary"],
                                            "families": host["families"]}
     doc["seconds"] = time.perf_counter() - start
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "calibration.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (args.out / "calibration.md").write_text(to_markdown(doc) + "\n" + runs_markdown(doc["published_runs"]))
+    return doc
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    doc = results_cli(argv, __doc__.splitlines()[0], "calibration", _everything,
+                      lambda d: to_markdown(d) + "\n" + runs_markdown(d["published_runs"]))
     for r in doc["rows"]:
         print(f"{r['params']:>7}: predicted {r['predicted_tflops']:6.1f} TFLOP/s, published {r['published_tflops']:.0f}, "
               f"ratio {r['ratio']:.3f}, memory {_gib(r['peak_memory_bytes'])} GiB")

@@ -1,6 +1,6 @@
 """Calibration, FP8: published FP8 runs evaluated as published, and FP8 against BF16 of the same run.
 
-Two tables, from the measured runs of :mod:`benchmarks.published` (helper
+Two tables, from the measured runs of :mod:`benchmarks.calibration.published` (helper
 ``research``'s collection, each row cited there), through the project's own
 cost model with nothing tuned per row -- the default
 :class:`~partitioner.costs.CostOptions` plus each run's published settings:
@@ -13,7 +13,7 @@ cost model with nothing tuned per row -- the default
 * **absolute** -- the dense FP8 runs on the presets' GPUs (DGX-H100,
   DGX-B200): predicted tokens/s/GPU against the published number.
 
-A run is built as published: the model from :data:`~benchmarks.published.MODELS`
+A run is built as published: the model from :data:`~benchmarks.calibration.published.MODELS`
 (dense architectures; MoE and MLA models are left to the MoE and MLA tables),
 the cluster preset of its GPU, the published layout forced -- tp, pp, cp,
 dp, virtual stages, microbatch, global batch -- as Megatron-LM's uniform
@@ -35,13 +35,11 @@ skipped: a job on part of a 72-GPU NVL72 rack cannot be stated yet (issue
 
 Run from the repository root::
 
-    python -m benchmarks.calibration_fp8      # writes results/calibration_fp8.{json,md}
+    python -m benchmarks.calibration.fp8      # writes results/calibration_fp8.{json,md}
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import math
 import statistics
 import sys
@@ -49,11 +47,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.published import MODELS, RUNS, ModelArch, PublishedRun, families  # noqa: E402
+from benchmarks.calibration import results_cli  # noqa: E402
+from benchmarks.calibration.published import MODELS, RUNS, ModelArch, PublishedRun, families  # noqa: E402
 from partitioner import evaluate  # noqa: E402
 from partitioner.costs import CostOptions, Knobs, build_problem, load_cluster, usable_memory_bytes  # noqa: E402
 from partitioner.plan.cuts import interleaved_uniform_plan  # noqa: E402
@@ -64,14 +63,13 @@ from partitioner.presets import ClusterSpec, ModelSpec, ModuleSpec  # noqa: E402
 __all__ = ["CLUSTERS", "cluster_for", "model_for", "run_options", "evaluate_run", "pair_rows", "absolute_rows",
            "calibrate", "to_markdown", "main"]
 
-RESULTS = ROOT / "benchmarks" / "results"
 TOKENS = "tokens/s/GPU"
 
 
 def _grand_teton() -> ClusterSpec:
     """Meta's Grand Teton H100 (torchtitan's benchmarks): the DGX-H100 preset with 96 GB HBM2e at 2.4 TB/s.
 
-    benchmarks.published notes the part (96 GB HBM2e, 2.4 TB/s, 500 W);
+    benchmarks.calibration.published notes the part (96 GB HBM2e, 2.4 TB/s, 500 W);
     its tensor-core peak, NVLink and NIC are taken as the SXM part's and
     the 500 W cap is not modelled.
     """
@@ -208,7 +206,7 @@ def calibrate() -> dict[str, Any]:
     """Both tables and their median and worst ``|ln(predicted/published)|``."""
     pairs, absolute = pair_rows(), absolute_rows()
     return {
-        "source": "benchmarks/published.py (helper research's cited runs)",
+        "source": "benchmarks/calibration/published.py (helper research's cited runs)",
         "pairs": pairs, "pairs_summary": _summary([p["ratio"] for p in pairs if p.get("ratio")]),
         "absolute": absolute, "absolute_summary": _summary([r["ratio"] for r in absolute if r.get("ratio")]),
     }
@@ -223,7 +221,7 @@ def _layout(r: dict[str, Any]) -> str:
             + f" dp{r['dp']}, b {r['mbs']}, m {r['m']}, {r['knobs']}")
 
 
-def to_markdown(doc: dict[str, Any], command: str = "python -m benchmarks.calibration_fp8") -> str:
+def to_markdown(doc: dict[str, Any], command: str = "python -m benchmarks.calibration.fp8") -> str:
     ps, ab = doc["pairs_summary"], doc["absolute_summary"]
 
     def fmt(s: dict[str, Any]) -> str:
@@ -233,7 +231,7 @@ def to_markdown(doc: dict[str, Any], command: str = "python -m benchmarks.calibr
 
     lines = [
         "# Calibration: FP8 runs evaluated as published", "",
-        f"Made by `{command}` (see its docstring for how a run is built). Runs from `benchmarks/published.py`; "
+        f"Made by `{command}` (see its docstring for how a run is built). Runs from `benchmarks/calibration/published.py`; "
         "nothing tuned per row.", "",
         "## The same run in two precisions (FP8 speed-up predicted against published)", "",
         f"**{fmt(ps)}** of the speed-ups.", "",
@@ -267,16 +265,15 @@ def to_markdown(doc: dict[str, Any], command: str = "python -m benchmarks.calibr
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
+def _timed() -> dict[str, Any]:
     start = time.perf_counter()
     doc = calibrate()
     doc["seconds"] = time.perf_counter() - start
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "calibration_fp8.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
-    (args.out / "calibration_fp8.md").write_text(to_markdown(doc))
+    return doc
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    doc = results_cli(argv, __doc__.splitlines()[0], "calibration_fp8", _timed, to_markdown)
     for p in doc["pairs"]:
         if "skipped" not in p:
             pub = "" if p["published_speedup"] is None else f"{p['published_speedup']:.3f}"
