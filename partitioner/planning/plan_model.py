@@ -192,12 +192,12 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
     (:func:`_per_target`): each ``targets`` entry is that run's answer.
     """
     if opts.target != "any" or not opts.per_target:
-        return _run_one(model, cluster, opts)
+        return _run_one(model, cluster, opts)[0]
     clock = Deadline(opts.time_limit)  # the command's one limit: the search gets its share, the targets the rest
     spec, cl = load_model(model), load_cluster(cluster)
     share = None if opts.time_limit is None else opts.time_limit * MAIN_SHARE
     tables = CostTables()  # the problems every run of this command builds, built once
-    result = _run_one(spec, cl, opts, tables=tables, share=share)
+    result = _run_one(spec, cl, opts, tables, share)[0]
     if result.plan is None:
         return result
     return replace(result, targets=_per_target(spec, cl, opts, result, clock, tables))
@@ -222,7 +222,7 @@ def _per_target(spec: ModelSpec, cl: ClusterSpec, opts: PlanOptions, result: Mod
         progress.phase(f"the best plan {name} runs (plan --target {name}, {seconds:.3g} s)")
         try:  # the options T refuses (an FP8 recipe it has no path for) are T's answer: it has no plan
             sub_opts = replace(opts, target=name, time_limit=seconds)  # type: ignore[arg-type]
-            sub, cut = _run_one(spec, cl, sub_opts, with_cut=True, tables=tables)
+            sub, cut = _run_one(spec, cl, sub_opts, tables)
         except ProblemError as refused:
             out[name] = refused_summary(name, RULES[name], result, str(refused))
             continue
@@ -230,16 +230,16 @@ def _per_target(spec: ModelSpec, cl: ClusterSpec, opts: PlanOptions, result: Mod
     return out
 
 
-def _run_one(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptions, with_cut: bool = False,
-             tables: CostTables | None = None, share: float | None = None) -> Any:
-    """One search (``opts.target``'s space); with ``with_cut``, also whether its deadline cut anything short.
+def _run_one(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptions, tables: CostTables | None = None,
+             share: float | None = None) -> tuple[ModelPlan, bool]:
+    """One search (``opts.target``'s space), and whether its deadline cut anything short.
 
     ``tables``: the problems the command's other runs built (shared; :class:`~.run.CostTables`);
     ``share``: the seconds of ``opts.time_limit`` it gets (None: all).
     """
     run = PlanRun.start(opts, tables, share)  # resolved once, before any work: every step below reads it
     result = _search(model, cluster, run)
-    return (result, bool(run.deadline.cuts)) if with_cut else result
+    return result, bool(run.deadline.cuts)
 
 
 def _search(model: str | ModelSpec, cluster: str | ClusterSpec, run: PlanRun) -> ModelPlan:
