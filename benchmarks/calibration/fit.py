@@ -187,6 +187,8 @@ def fit_run(run: PublishedRun, recompute: str | None = None) -> FitRow:
         options.update(precision="fp8", fp8_recipe=run.fp8_recipe)
     if run.ep > 1:
         options.update(ep_degrees=[run.ep], etp_degrees=sorted({1, etp}))
+    if "torchtitan" in run.framework.lower():  # its GroupedExperts run silu(x w1) * (x w3) as separate autograd ops
+        options.update(expert_fused_glu=False)
     spec = arch_spec(MODELS[run.model], run.seq_len, run.model)
     try:
         problem = build_problem(spec, cluster, nodes=nodes, global_batch=run.gbs, microbatches=m, options=options)

@@ -126,6 +126,7 @@ def plan_cmd(
     anyres), and the plan shows the sequence lengths they imply. --mtp-layers sets the multi-token prediction
     modules trained after the language model (DeepSeek-V3 trains one).
     """
+    from ..core.deadline import Deadline, process_seconds
     from ..planning import run_plan
     from ..presets import Workload, load_model, sequence_summary
 
@@ -142,7 +143,8 @@ def plan_cmd(
     sequences = sequence_summary(spec, workload)
     began = time.perf_counter()
     with working(f"planning {model} on {nodes} x {cluster} with {method}"):
-        result = run_plan(spec, cluster, opts)
+        # --time-limit bounds the whole command: the interpreter's start-up and the imports count against it
+        result = run_plan(spec, cluster, opts, Deadline(opts.time_limit, spent=process_seconds()))
     seconds = time.perf_counter() - began
     problem = result.problem
     if save_problem is not None and problem is not None:

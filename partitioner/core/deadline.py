@@ -16,7 +16,7 @@ import os
 import time
 from typing import Callable
 
-__all__ = ["Deadline", "GRACE_SECONDS", "load_slowdown"]
+__all__ = ["Deadline", "GRACE_SECONDS", "load_slowdown", "process_seconds"]
 
 # The one solve a run may still start after its deadline when it has found nothing at all yet (no baseline fits and
 # no plan was solved): without it a limit shorter than the problem building would always answer "no plan". One such
@@ -34,17 +34,21 @@ class Deadline:
         caps its caller gives, nothing is ever cut).
     clock : callable
         Seconds since some fixed point (default :func:`time.perf_counter`).
+    spent : float
+        Seconds of the limit already used before this deadline was made: the
+        command line passes :func:`process_seconds`, so that ``--time-limit``
+        bounds the whole process, its start-up and imports included.
     whole : float or None
         The command's limit when ``seconds`` is a share of it (``plan --target any``: the search over
         every plan gets a share, each framework's run the rest); the message names both.
     """
 
     def __init__(self, seconds: float | None, clock: Callable[[], float] = time.perf_counter, *,
-                 whole: float | None = None) -> None:
+                 spent: float = 0.0, whole: float | None = None) -> None:
         self.seconds = seconds
         self.whole = whole
         self._clock = clock
-        self._start = clock()
+        self._start = clock() - max(0.0, spent)
         self._end = None if seconds is None else self._start + seconds
         self._cuts: dict[str, list[str]] = {}
         self._grace = seconds is not None
@@ -131,3 +135,25 @@ def load_slowdown() -> float:
     except OSError:
         return 1.0
     return max(1.0, load / (os.cpu_count() or 1))
+
+
+def process_seconds() -> float:
+    """Wall seconds since this process started (0 where the platform does not say).
+
+    Read from ``/proc/self/stat`` (field 22, the start time in clock ticks
+    after boot) against ``/proc/uptime`` [1]_: the interpreter's start-up and
+    every import before a command's deadline is made count against its limit.
+
+    References
+    ----------
+    .. [1] proc_pid_stat(5), Linux man-pages: https://man7.org/linux/man-pages/man5/proc_pid_stat.5.html
+    """
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22 of the whole line
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return max(0.0, uptime - started)

@@ -59,6 +59,15 @@ class CostOptions:
         Transformer Engine, Megatron-LM). False: transformers' eager
         RMSNorm, which also keeps its fp32 upcast and bf16 output
         (:mod:`partitioner.costs.memory`).
+    expert_fused_glu : bool
+        The routed experts' gated activation runs as Megatron-Core's fused
+        weighted SwiGLU (``bias_activation_fusion``, the default of
+        Megatron-LM's ``--bias-swiglu-fusion`` and of Megatron-Bridge's
+        Qwen3-VL and GLM-4.5V providers), which saves only its input: an
+        expert keeps its fc1 output (gate and up, ``2f``) and fc2 input
+        (``f``) per routed copy. False: an unfused ``act(gate) * up``
+        (torchtitan's ``GroupedExperts``) also keeps ``act(gate)``
+        (:func:`~partitioner.costs.axes.experts.expert_activation_bytes`).
     variants : tuple of str
         The memory-knob variants emitted per layout (format v2,
         :mod:`partitioner.costs.variants`): ``all``, ``none`` (a format-v1
@@ -296,6 +305,7 @@ class CostOptions:
     flash_attention: bool = True
     sequence_parallel: bool = True
     fused_norm: bool = True
+    expert_fused_glu: bool = True
     variants: tuple[str, ...] = ("none",)
     recompute: str = "none"
     recompute_modules: tuple[str, ...] = ("auto",)

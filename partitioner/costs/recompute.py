@@ -417,7 +417,7 @@ def dense_part_view(dense: Piece, routed: Piece) -> Piece:
 
 def expert_recompute(setting: str, *, stored: float, copies: float, moe_ffn: float, gated: bool, activation: str,
                      hidden: int, ep: int, compute_ms: float, dispatch_ms: float, rates: ReplayRates,
-                     imbalance: float = 1.0, padded: bool = False) -> tuple[float, float]:
+                     imbalance: float = 1.0, padded: bool = False, fused_glu: bool = True) -> tuple[float, float]:
     """``(bytes kept, ms replayed)`` of the routed experts of one MoE layer on one rank (ep > 1) under ``setting``.
 
     ``stored``: what they keep without recompute; ``copies``: the token
@@ -428,6 +428,10 @@ def expert_recompute(setting: str, *, stored: float, copies: float, moe_ffn: flo
     output of each copy) and replays the activation kernel; ``op`` keeps
     the all-to-all outputs (dispatched and combined tokens, saved ops) and
     replays the grouped GEMMs [31]_; other settings change nothing here.
+    ``fused_glu``: a gated expert's activation is Megatron-Core's fused
+    weighted SwiGLU, which keeps gate and up (its input) and the fc2 input
+    only, so ``moe_act`` frees the fc2 input alone (the options'
+    ``expert_fused_glu``).
     ``stored`` counts the mean load (the stash sums many routings), the
     replay's time the busiest rank's (``imbalance``).
     """
@@ -444,8 +448,11 @@ def expert_recompute(setting: str, *, stored: float, copies: float, moe_ffn: flo
     block = BlockShape(tokens=1.0, hidden=hidden, heads=1, kv_heads=1, head_dim=1, ffn=int(moe_ffn), gated=gated,
                        activation=activation)
     keeps = COMPOSITE_ACTIVATIONS.get(activation, 1)
-    tensors = keeps + 3 if gated else keeps + 1
-    freed = copies * moe_ffn * 2.0 * tensors * _act_output_fraction(block)  # of the stash, which counts the mean
+    if gated and fused_glu:  # the fused kernel's output, fc2's input, is the one tensor of width f it frees
+        freed = copies * moe_ffn * 2.0
+    else:
+        tensors = keeps + 3 if gated else keeps + 1
+        freed = copies * moe_ffn * 2.0 * tensors * _act_output_fraction(block)  # of the stash, which counts the mean
     extra = keeps - 1
     act_bytes = ((6.0 + 4.0 * extra) if gated else (4.0 + 4.0 * extra)) * r * moe_ffn  # :mod:`.traffic`'s activation
     return max(0.0, stored - freed), _ms(act_bytes, rates)

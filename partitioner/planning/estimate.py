@@ -284,9 +284,9 @@ def layout_vpp(recipe: Recipe) -> Recipe:
     return replace(recipe, vpp=vpp)
 
 
-def recipe_cost_options(options: Mapping[str, Any] | None, recipe: Recipe, shape: RecipeShape,
-                        user_set_count: bool = False) -> dict[str, Any]:
-    """The cost options that offer the recipe's keys: the user's ``options`` with the recipe's knobs and axes.
+def recipe_cost_options(base: CostOptions, recipe: Recipe, shape: RecipeShape,
+                        user_set_count: bool = False) -> CostOptions:
+    """The cost options that offer the recipe's keys: the user's ``base`` with the recipe's knobs and axes.
 
     The knobs: the variant of :attr:`RecipeShape.knobs` (format v2), or, as the
     plain key of a format-v1 problem, where the builder offers that variant
@@ -296,29 +296,28 @@ def recipe_cost_options(options: Mapping[str, Any] | None, recipe: Recipe, shape
     recipe's weight-memory count (a torchtitan recipe's) unless the user set one
     (``user_set_count``: ``-c memory_count`` or a bytes-per-parameter option).
     """
-    out = dict(options or {})
+    out, axes, default = base, base.axes, CostOptions()
     if recipe.memory_count is not None and not user_set_count:
-        out.update({"memory_count": recipe.memory_count, **param_memory(recipe.memory_count).option_overrides()})
-    for key in ("variants", "recompute", "zero1"):
-        out.pop(key, None)
+        count: dict[str, Any] = dict(param_memory(recipe.memory_count).option_overrides())  # bytes per parameter
+        out = replace(out, memory_count=recipe.memory_count, **count)
     knobs = shape.knobs
     if knobs.name and applies(knobs, shape.dp * recipe.cp):
-        out["variants"] = [knobs.name]
+        out = replace(out, variants=(knobs.name,), recompute=default.recompute, zero1=default.zero1)
     else:
-        out.update(variants="none", recompute=knobs.recompute, zero1=knobs.zero == 1)
+        out = replace(out, variants=("none",), recompute=knobs.recompute, zero1=knobs.zero == 1)
     if recipe.cp > 1:
-        out.update(cp_degrees=[1, recipe.cp], cp_min_tokens=1)
+        axes = replace(axes, cp_degrees=(1, recipe.cp), cp_min_tokens=1)
     if recipe.cp_algorithm is not None:
-        out["cp_algorithm"] = recipe.cp_algorithm
-    if recipe.ep > 1:
-        out.update(ep_degrees=[recipe.ep], etp_degrees=sorted({1, recipe.expert_tp}))  # the option lists 1 always
-    if recipe.precision is not None:
-        out["precision"] = recipe.precision
+        axes = replace(axes, cp_algorithm=recipe.cp_algorithm)
+    if recipe.ep > 1:  # the option lists etp 1 always
+        axes = replace(axes, ep_degrees=(recipe.ep,), etp_degrees=tuple(sorted({1, recipe.expert_tp})))
     if recipe.fp8_recipe is not None:
-        out.update(fp8_recipe=recipe.fp8_recipe, precision=recipe.precision or "fp8")
+        out = replace(out, fp8_recipe=recipe.fp8_recipe, precision=recipe.precision or "fp8")
+    elif recipe.precision is not None:
+        out = replace(out, precision=recipe.precision)
     if recipe.sequence_parallel is not None:
-        out["sequence_parallel"] = recipe.sequence_parallel
-    return out
+        out = replace(out, sequence_parallel=recipe.sequence_parallel)
+    return replace(out, axes=axes)
 
 
 def layout_cuts(problem: Problem, text: str, chunks: int, where: str) -> list[tuple[int, int]]:
@@ -519,7 +518,7 @@ def estimate(model: str | ModelSpec, cluster: str | ClusterSpec, recipe: Recipe,
     base = CostOptions.from_mapping(dict(options or {}))
     recipe = layout_vpp(recipe)
     shape = check_recipe(recipe, spec, cl, nodes, base)
-    cost_options = recipe_cost_options(base.to_dict(), recipe, shape, user_count(dict(options or {})) is not None)
+    cost_options = recipe_cost_options(base, recipe, shape, user_count(dict(options or {})) is not None)
     builder = ProblemBuilder(spec, cl, nodes=nodes, options=cost_options, objective=objective)
     problem = builder.build(shape.global_batch, shape.microbatches)
     scheduled, plan = recipe_plan(problem, recipe, shape)

@@ -17,7 +17,7 @@ optimal there; else ``feasible``, with the solve's bound if it has one and
 the reason (cut short by the time limit or the cap, a schedule the method
 cannot optimise, a heuristic method). A better plan the solve finds replaces
 the kept one when its simulated iteration is shorter (the candidates are
-ranked by simulation), replayed like the others. ``extra["exact"]`` records
+ranked by simulation), replayed like the others. The result's ``exact`` extra records
 the space, the solve and the reduction.
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ EXACT_MIN_SECONDS = 3.0
 
 @dataclass(frozen=True)
 class ExactOutcome:
-    """What the exact solve said about the kept candidate (``extra["exact"]`` of the result)."""
+    """What the exact solve said about the kept candidate (the result's ``exact`` extra)."""
 
     space: dict[str, Any]
     status: str

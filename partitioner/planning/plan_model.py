@@ -184,20 +184,25 @@ def _check_devices(nodes: int, cluster: ClusterSpec) -> None:
                            f"than the {MAX_DEVICES} accepted (see the accepted ranges in docs/limits.md)", path="nodes")
 
 
-def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptions) -> ModelPlan:
-    """:func:`plan_model` with its options gathered in a :class:`~.options.PlanOptions`.
+def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptions,
+             deadline: Deadline | None = None) -> ModelPlan:
+    """:func:`plan_model` with its options gathered in a :class:`~.options.PlanOptions`; ``deadline``, when
+    given, is the run's time limit instead of ``opts.time_limit`` started now (the command line's counts the
+    process's start-up).
 
-    With ``target="any"`` and ``per_target``, the search over every plan is
-    followed by one run per framework with ``target=T`` and the same options
-    (:func:`_per_target`): each ``targets`` entry is that run's answer.
+    With ``target="any"`` and ``per_target``, the search over every plan (in
+    :data:`MAIN_SHARE` of the limit) is followed by one run per framework with
+    ``target=T`` and the same options (:func:`_per_target`): each ``targets``
+    entry is that run's answer.
     """
     if opts.target != "any" or not opts.per_target:
-        return _run_one(model, cluster, opts)[0]
-    clock = Deadline(opts.time_limit)  # the command's one limit: the search gets its share, the targets the rest
+        return _run_one(model, cluster, opts, deadline)[0]
+    clock = deadline if deadline is not None else Deadline(opts.time_limit)  # the command's one limit
     spec, cl = load_model(model), load_cluster(cluster)
-    share = None if opts.time_limit is None else opts.time_limit * MAIN_SHARE
+    main = clock if clock.seconds is None else Deadline(clock.seconds * MAIN_SHARE, spent=clock.elapsed(),
+                                                         whole=clock.seconds)
     tables = CostTables()  # the problems every run of this command builds, built once
-    result = _run_one(spec, cl, opts, tables, share)[0]
+    result = _run_one(spec, cl, opts, main, tables)[0]
     if result.plan is None:
         return result
     return replace(result, targets=_per_target(spec, cl, opts, result, clock, tables))
@@ -222,22 +227,22 @@ def _per_target(spec: ModelSpec, cl: ClusterSpec, opts: PlanOptions, result: Mod
         progress.phase(f"the best plan {name} runs (plan --target {name}, {seconds:.3g} s)")
         try:  # the options T refuses (an FP8 recipe it has no path for) are T's answer: it has no plan
             sub_opts = replace(opts, target=name, time_limit=seconds)  # type: ignore[arg-type]
-            sub, cut = _run_one(spec, cl, sub_opts, tables)
+            sub, cut = _run_one(spec, cl, sub_opts, None, tables)
         except ProblemError as refused:
             out[name] = refused_summary(name, RULES[name], result, str(refused))
             continue
-        out[name] = target_summary(name, sub, RULES[name], result, seconds, cut, opts.time_limit is not None)
+        out[name] = target_summary(name, sub, RULES[name], result, seconds, cut, clock.limited)
     return out
 
 
-def _run_one(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptions, tables: CostTables | None = None,
-             share: float | None = None) -> tuple[ModelPlan, bool]:
+def _run_one(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptions, deadline: Deadline | None = None,
+             tables: CostTables | None = None) -> tuple[ModelPlan, bool]:
     """One search (``opts.target``'s space), and whether its deadline cut anything short.
 
-    ``tables``: the problems the command's other runs built (shared; :class:`~.run.CostTables`);
-    ``share``: the seconds of ``opts.time_limit`` it gets (None: all).
+    ``deadline``: the run's limit (default ``opts.time_limit`` started now); ``tables``: the problems the
+    command's other runs built (shared; :class:`~.run.CostTables`).
     """
-    run = PlanRun.start(opts, tables, share)  # resolved once, before any work: every step below reads it
+    run = PlanRun.start(opts, deadline, tables)  # resolved once, before any work: every step below reads it
     result = _search(model, cluster, run)
     return result, bool(run.deadline.cuts)
 

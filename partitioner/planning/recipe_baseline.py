@@ -159,19 +159,17 @@ def with_recipe_axes(costs: CostOptions, recipe: Recipe, gpus_per_node: int) -> 
     recipe's knob variant joins ``variants`` when they are a list (``all``
     offers every ZeRO stage and recompute setting the cost model prices).
     """
-    doc = costs.to_dict()
+    axes = costs.axes
     if recipe.ep > 1:
-        default = [1 << i for i in range(1, gpus_per_node.bit_length()) if 1 << i <= gpus_per_node]
-        doc["ep_degrees"] = sorted(set(doc.get("ep_degrees") or default) | {recipe.ep})
-        doc["etp_degrees"] = sorted(set(doc.get("etp_degrees") or [1]) | {1, recipe.expert_tp})
+        default = tuple(1 << i for i in range(1, gpus_per_node.bit_length()) if 1 << i <= gpus_per_node)
+        axes = replace(axes, ep_degrees=tuple(sorted(set(axes.ep_degrees or default) | {recipe.ep})),
+                       etp_degrees=tuple(sorted(set(axes.etp_degrees or (1,)) | {1, recipe.expert_tp})))
     if recipe.cp > 1:
-        doc["cp_degrees"] = sorted(set(doc.get("cp_degrees") or [1]) | {1, recipe.cp})
-        doc["cp_min_tokens"] = 1
-    name = recipe.knobs.name
-    variants = list(doc.get("variants") or [])
-    if name and variants not in (["all"], ["none"]) and name not in variants:
-        doc["variants"] = [*variants, name]
-    return CostOptions.from_mapping(doc)
+        axes = replace(axes, cp_degrees=tuple(sorted(set(axes.cp_degrees or (1,)) | {1, recipe.cp})), cp_min_tokens=1)
+    name, variants = recipe.knobs.name, costs.variants
+    if name and variants not in (("all",), ("none",)) and name not in variants:
+        variants = (*variants, name)
+    return replace(costs, axes=axes, variants=variants)
 
 
 def recipe_solve(base: RecipeBaseline, method: str, objective: str, solve_seconds: float) -> KnobSolve | None:

@@ -141,15 +141,16 @@ class PlanRun:
     tables: CostTables = field(default_factory=CostTables, compare=False, repr=False)
 
     @classmethod
-    def start(cls, options: PlanOptions, tables: CostTables | None = None, share: float | None = None) -> "PlanRun":
-        """The run of ``options``, its deadline started now (cost options are checked here: ProblemError at ``options``).
+    def start(cls, options: PlanOptions, deadline: Deadline | None = None,
+              tables: CostTables | None = None) -> "PlanRun":
+        """The run of ``options`` (cost options are checked here: ProblemError at ``options``).
 
-        ``tables``: the problems another run of the same command built (a new,
-        empty store when None). ``share``: the seconds of ``options.time_limit``
-        this run gets (``plan --target any``'s search over every plan); None: all of it.
+        Its deadline is ``deadline`` (the command line's, counted from the process's start; or a share of it,
+        ``plan --target any``'s search over every plan) or, by default, ``options.time_limit`` started now: one
+        limit for the whole run. ``tables``: the problems another run of the same command built (a new, empty
+        store when None).
         """
-        # one limit for the whole run, from its start
-        deadline = Deadline(options.time_limit) if share is None else Deadline(share, whole=options.time_limit)
+        deadline = deadline if deadline is not None else Deadline(options.time_limit)
         options = with_precision(options)
         rules = rules_for(options.target)
         keys = schedule_keys(options.schedule, options.virtual_stages)

@@ -19,6 +19,7 @@ from partitioner.costs.axes.experts import (
     moe_comm_ms,
     moe_layer_flops,
     routed_copies,
+    routed_mlp_tensors,
     router_flops,
     tokens_per_rank,
 )
@@ -120,7 +121,10 @@ def test_capacity_factor_pads_every_expert():
     act_padded = expert_activation_bytes(64 * 40, 2048, 768, 1, padded=True, imbalance=1.5)
     act_dropless = expert_activation_bytes(64 * 40, 2048, 768, 1, imbalance=1.5)
     assert act_dropless == pytest.approx(1.5 * act_padded)
-    assert act_padded == 64 * 40 * (2048 + 4 * 768) * 2
+    # Megatron's fused SwiGLU (the default): input h, fc1 output 2f, fc2 input f per copy; unfused: gate, up, act, product
+    assert act_padded == 64 * 40 * (2048 + 3 * 768) * 2
+    unfused = expert_activation_bytes(64 * 40, 2048, 768, 1, padded=True, fused_glu=False)
+    assert unfused == 64 * 40 * (2048 + 4 * 768) * 2
 
 
 def test_weights_and_optimizer_bytes_megatron_formula():
@@ -199,3 +203,16 @@ def test_moe_layer_pattern_follows_the_config():
                       first_dense=1, moe_every=2)
     assert [is_moe_layer(spec, i) for i in range(6)] == [False, True, False, True, False, True]
     assert load_cluster("dgx-h100").gpus_per_node == 8
+
+
+def test_routed_copy_keeps_what_megatron_grouped_mlp_saves():
+    """Closed form per routed copy (Megatron-Core 0.16.1 TEGroupedMLP): fc1's saved input h, then the MLP's f-wide
+    tensors: fused weighted SwiGLU saves its input (gate and up, 2f) and fc2 saves its input (f): 3; unfused
+    glu(x) * probs keeps gate, up, act(gate), product: 4; a plain MLP its activation input and fc2 input: 2."""
+    assert (routed_mlp_tensors(True), routed_mlp_tensors(True, fused_glu=False), routed_mlp_tensors(False)) == (3, 4, 2)
+    # GLM-4.5V on one rank: 8 x 8192 copies of h 4096, f 1408, etp 1, plus the router's fp32 logits and probabilities
+    copies, h, f, tokens, experts = 8 * 8192, 4096, 1408, 8192, 128
+    got = expert_activation_bytes(copies, h, f, 1, router_tokens=tokens, experts=experts)
+    assert got == copies * (h + 3 * f) * 2 + 2 * 4 * tokens * experts
+    # etp 2: the gathered input whole on each rank, the MLP's tensors over f / 2 columns
+    assert expert_activation_bytes(copies, h, f, 2) == 2 * copies * (h + 3 * f / 2) * 2

@@ -51,6 +51,12 @@ References
    theoretical_memory_usage.py`` (bytes per parameter 18, or 6 + 12/dp
    with the distributed optimizer); torchtitan ``ParallelDims``
    ("expert_parallel_degree (ep) must divide dp_shard * cp * tp").
+.. [36] NVIDIA Megatron-Core 0.16.1, ``transformer/moe/experts.py``
+   (``TEGroupedMLP.forward``: fc1, ``bias_act_func`` with
+   ``weighted_bias_swiglu_impl`` when ``bias_activation_fusion``, else
+   ``glu`` and a multiply by the probabilities; fc2) and
+   ``fusions/fused_bias_swiglu.py`` (``WeightedSwiGLUFunction.forward``:
+   ``ctx.save_for_backward(input, weights)``).
 """
 from __future__ import annotations
 
@@ -81,6 +87,7 @@ __all__ = [
     "expert_gemm_shape",
     "expert_weight_bytes",
     "expert_activation_bytes",
+    "routed_mlp_tensors",
     "expert_grad_sync_ms",
 ]
 
@@ -322,19 +329,34 @@ def expert_weight_bytes(routed_params: float, ep: int, etp: int, edp: int, *, by
     return params * per
 
 
+def routed_mlp_tensors(gated: bool, fused_glu: bool = True) -> int:
+    """Tensors ``f`` wide (per ``etp`` shard) a routed copy keeps in the expert MLP for backward.
+
+    Gated, fused (Megatron-Core's ``TEGroupedMLP`` with
+    ``bias_activation_fusion``: ``WeightedSwiGLUFunction`` saves only its
+    input) [36]_: the fc1 output (gate and up, 2) and the fc2 input (1), 3.
+    Gated, unfused (``act(gate) * up`` as autograd ops, torchtitan's
+    ``GroupedExperts``): gate, up, ``act(gate)`` and the product, 4. Plain:
+    the activation's input and the fc2 input, 2.
+    """
+    if not gated:
+        return 2
+    return 3 if fused_glu else 4
+
+
 def expert_activation_bytes(copies: float, hidden: int, moe_ffn: int, etp: int, gated: bool = True,
                             imbalance: float = 1.0, padded: bool = False, router_tokens: float = 0.0, experts: int = 0,
-                            elem_bytes: float = 2.0) -> float:
+                            elem_bytes: float = 2.0, fused_glu: bool = True) -> float:
     """Bytes the routed experts of one MoE layer keep for backward on one rank.
 
-    The experts' input (``etp R h``, gathered) and, per copy, the MLP's
-    intermediates over its ``f / F`` columns (gated: gate, up, act(gate)
-    and product, 4; plain: activation input and fc2 input, 2); ``R`` x the
-    imbalance factor when dropless (the padded buffer is fixed), plus the
-    router's fp32 logits and probabilities (``2 x 4 T E`` bytes).
+    The experts' input (``etp R h``, gathered: the grouped fc1's saved
+    input) and, per copy, the MLP's :func:`routed_mlp_tensors` over its
+    ``f / F`` columns; ``R`` x the imbalance factor when dropless (the
+    padded buffer is fixed), plus the router's fp32 logits and
+    probabilities (``2 x 4 T E`` bytes).
     """
     r = copies if padded else imbalance * copies
-    width = 4 if gated else 2
+    width = routed_mlp_tensors(gated, fused_glu)
     stored = etp * r * (hidden + width * moe_ffn / etp) * elem_bytes
     return stored + 8.0 * router_tokens * experts
 

@@ -343,13 +343,15 @@ def moe_ep_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: C
             # each routed afresh: their sum concentrates at the mean load (the busiest rank's excess falls as
             # 1/sqrt of their number), so the stash counts the mean, and the time the busiest rank (gamma)
             stored = n * expert_activation_bytes(copies, p.width, moe.moe_ffn, f, moe.gated, 1.0, padded=padded,
-                                                 router_tokens=tokens, experts=moe.experts)
+                                                 router_tokens=tokens, experts=moe.experts,
+                                                 fused_glu=opts.expert_fused_glu)
             rate = cluster.peak_tflops * 1e9 * efficiency(width, work.rows, opts, cluster, grouped=True)
             rates = ReplayRates(rate, 0.0, 0.0, cluster.hbm_GBps, opts.hbm_efficiency, opts.memory_bound_ops)
             kept, replay = expert_recompute(
                 knobs.recompute, stored=stored, copies=n * copies, moe_ffn=moe.moe_ffn, gated=moe.gated,
                 activation=p.shape.activation if p.shape is not None else "silu", hidden=p.width, ep=e,
-                compute_ms=n * forward, dispatch_ms=n * times.fwd, rates=rates, imbalance=gamma, padded=padded)
+                compute_ms=n * forward, dispatch_ms=n * times.fwd, rates=rates, imbalance=gamma, padded=padded,
+                fused_glu=opts.expert_fused_glu)
             b_in += n * (g_d + m_b + comm_b) + replay
             if not p.frozen:
                 b_w += n * g_w

@@ -86,8 +86,9 @@ def user_count(options: Mapping[str, Any] | CostOptions | None) -> str | None:
         if not changed:
             return None
         return options.memory_count if "memory_count" in changed else "custom"
-    if "memory_count" in options:
-        return str(options["memory_count"])
+    named = options.get("memory_count")
+    if named is not None:
+        return str(named)
     return "custom" if any(k in options for k in _COUNT_FIELDS) else None
 
 
