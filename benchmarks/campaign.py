@@ -65,7 +65,7 @@ HF = ROOT / "tests" / "fixtures" / "hf"
 PRESETS = ROOT / "models"
 EXACT = ("dp", "cpsat", "milp", "brute")
 PROGRESS = re.compile(r"^\S.* \(\d+ s\)$")  # a piped command's progress line on stderr (cli.common.working)
-MEMORY_RULE = 6  # evaluate's memory rule: export still writes a plan over it (partitioner.export.read)
+MEMORY_RULE = 6  # evaluate's memory rule: export still writes a plan over it (partitioner.frameworks.export.read)
 REL_TOL = 1e-6  # values of two exact methods agree to this (the solvers' objective tolerance is 1e-9)
 HOSTILE = (0, -1, 1, 2, 3, 7, 2**31, 10**9, 2**63, 10**30, 0.5, -0.0, 1e308, "x", "", "8", None, True, False, [], [1],
            {}, {"a": 1})

@@ -189,7 +189,7 @@ def test_every_subpackage_is_installed():
 
 
 # The packages in dependency order (DESIGN.md, "Layout"): each imports only packages before it.
-LAYERS = ("core", "problem", "cluster", "plan", "simulate", "solvers", "presets", "costs", "frameworks", "export",
+LAYERS = ("core", "problem", "cluster", "plan", "simulate", "solvers", "presets", "costs", "frameworks",
           "planning", "batch", "cli")
 
 
@@ -212,3 +212,30 @@ def test_packages_import_only_the_packages_before_them():
 def test_every_package_is_placed_in_the_order():
     found = {info.name for info in pkgutil.iter_modules(partitioner.__path__) if info.ispkg}
     assert found == set(LAYERS), f"packages not in LAYERS: {sorted(found - set(LAYERS))}"
+
+
+# The cost model's subpackages in dependency order (DESIGN.md, "Layout"); the modules at the top of costs
+# (options and comm below them all, layers, entry and build above) are not ranked.
+COST_LAYERS = ("attention", "memory", "compute", "axes")
+
+
+def _cost_package(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "costs" and parts[2] in COST_LAYERS else None
+
+
+def test_cost_subpackages_import_only_the_ones_before_them():
+    rank = {name: i for i, name in enumerate(COST_LAYERS)}
+    upward = sorted(
+        f"{name} -> {dep}"
+        for name, deps in _graph(module_level=False).items()
+        for dep in deps
+        if _cost_package(name) and _cost_package(dep) and rank[_cost_package(dep)] > rank[_cost_package(name)]
+    )
+    assert not upward, f"imports against the cost model's order {' <- '.join(COST_LAYERS)}: {upward}"
+
+
+def test_every_cost_subpackage_is_placed_in_the_order():
+    costs = importlib.import_module(f"{ROOT}.costs")
+    found = {info.name for info in pkgutil.iter_modules(costs.__path__) if info.ispkg}
+    assert found == set(COST_LAYERS), f"cost subpackages not in COST_LAYERS: {sorted(found ^ set(COST_LAYERS))}"

@@ -21,7 +21,7 @@ optimizer offload), GPUs without a cluster preset, no published global
 batch. Interleaving not published with pp > 1: checked without; a micro
 batch not published: one sequence (each the least memory, so a row that
 does not fit then does not fit at all). FP8 rows run their recipe
-(:mod:`partitioner.costs.precision`: fp8 copies of the linears' inputs,
+(:mod:`partitioner.costs.compute.precision`: fp8 copies of the linears' inputs,
 the cached fp8 weights).
 
 Run from the repository root::
@@ -47,8 +47,8 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.calibration.published import MODELS, RUNS, ModelArch, PublishedRun  # noqa: E402
 from partitioner.costs import build_problem, usable_memory_bytes  # noqa: E402
+from partitioner.costs.memory.recompute_names import canonical_setting, setting_of  # noqa: E402
 from partitioner.costs.options import CostOptions  # noqa: E402
-from partitioner.costs.recompute_names import canonical_setting, setting_of  # noqa: E402
 from partitioner.costs.variants import Knobs  # noqa: E402
 from partitioner.plan import Plan, PlanError, Stage, evaluate  # noqa: E402
 from partitioner.plan.cuts import interleaved_uniform_plan  # noqa: E402
@@ -183,7 +183,7 @@ def fit_run(run: PublishedRun, recompute: str | None = None) -> FitRow:
                                "cp_degrees": [1, run.cp], "cp_min_tokens": 1}
     if not variant:
         options.update(recompute="none", zero1=False)
-    if run.fp8_recipe is not None:  # FP8 linears keep fp8 copies of their inputs (partitioner.costs.precision)
+    if run.fp8_recipe is not None:  # FP8 linears keep fp8 copies of their inputs (partitioner.costs.compute.precision)
         options.update(precision="fp8", fp8_recipe=run.fp8_recipe)
     if run.ep > 1:
         options.update(ep_degrees=[run.ep], etp_degrees=sorted({1, etp}))

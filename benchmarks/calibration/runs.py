@@ -42,7 +42,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.calibration.published import MODELS, RUNS, ModelArch, PublishedRun  # noqa: E402
-from partitioner.costs.recompute_names import modules_of, setting_of  # noqa: E402
+from partitioner.costs.memory.recompute_names import modules_of, setting_of  # noqa: E402
 from partitioner.plan import PlanError  # noqa: E402
 from partitioner.planning.forced import ForcedEstimate, ForcedLayout, estimate_forced  # noqa: E402
 from partitioner.presets import ModelSpec, ModuleSpec  # noqa: E402
@@ -153,7 +153,7 @@ _MODULE_SPELLING = {"rmsnorm": "layernorm"}
 
 
 def run_recompute(run: PublishedRun) -> str:
-    """The recompute setting a run used (:mod:`partitioner.costs.recompute_names`).
+    """The recompute setting a run used (:mod:`partitioner.costs.memory.recompute_names`).
 
     ``full``; ``selective`` with Megatron-Core's ``--recompute-modules`` (the
     module set, canonically spelled); ``selective`` without modules
@@ -436,7 +436,7 @@ def fit_efficiency(generation: str, low: float = 0.3, high: float = 0.9, steps: 
     """The ``efficiency_max`` at which the median ``ln ratio`` of ``generation``'s calibration rows is 0.
 
     One constant for every calibration row of the generation (never per row; held-out rows excluded), by
-    bisection; the procedure behind the per-generation values of :mod:`partitioner.costs.hardware` that
+    bisection; the procedure behind the per-generation values of :mod:`partitioner.costs.compute.hardware` that
     are calibrated rather than derived. Returns the value and the rows it used.
     """
     from partitioner.costs import load_cluster

@@ -38,7 +38,7 @@ def stated_fields(**given: Any) -> dict[str, Any]:
     selective granularity or none stated); ``distributed_optimizer`` is ZeRO-1,
     which a different ``--zero`` contradicts.
     """
-    from ..costs.recompute_names import setting_of
+    from ..costs.memory.recompute_names import setting_of
 
     fields = {k: v for k, v in given.items() if v is not None and k not in ("recompute_modules", "distributed_optimizer")}
     recompute, modules = given.get("recompute"), given.get("recompute_modules")
@@ -65,7 +65,7 @@ def stated_fields(**given: Any) -> dict[str, Any]:
 
 
 def _modules() -> tuple[str, ...]:
-    from ..costs.recompute_names import MODULES
+    from ..costs.memory.recompute_names import MODULES
 
     return MODULES
 

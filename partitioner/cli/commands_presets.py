@@ -218,7 +218,7 @@ def _write_target_plans(result: "ModelPlan", folder: Path, sequences: Any) -> No
 
 def _exportable(result: SolveResult, problem: Problem | None) -> dict[str, dict]:
     """Per export target: whether it runs the kept plan, and the reasons when it does not (``plan --json``'s ``exports``)."""
-    from ..export import TARGETS, export_result
+    from ..frameworks.export import TARGETS, export_result
 
     out: dict[str, dict] = {}
     for target in TARGETS:
@@ -244,7 +244,7 @@ def export_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print settings, snippet and notes as JSON."),
 ) -> None:
     """Turn a plan into Megatron, torchtitan or DeepSpeed settings; exit 1 when the framework cannot express it."""
-    from ..export import TARGETS, export_result
+    from ..frameworks.export import TARGETS, export_result
     from ..problem import read_document
 
     check_choice(to, TARGETS, "--to")

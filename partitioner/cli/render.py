@@ -275,7 +275,7 @@ def print_plan_summary(problem: Problem, result: "ModelPlan", seconds: float | N
         out.print("context parallelism: " + cp_stage.text(), markup=False)
     for alternative in result.axes_not_chosen or ():
         out.print(alternative.text(), markup=False)
-    from ..export import TARGETS, export_result
+    from ..frameworks.export import TARGETS, export_result
 
     exports = {target: export_result(result, target, problem) for target in TARGETS}
     for target, exp in exports.items():

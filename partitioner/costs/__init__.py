@@ -1,12 +1,15 @@
 """Analytical cost model: a model spec + a cluster + a training setup -> a problem.
 
 The package, one job per module: :mod:`.options` (every constant),
-:mod:`.layers` (model -> pipeline layers), :mod:`.flops` (FLOPs and GEMM
-efficiency), :mod:`.memory` (activation bytes), :mod:`.comm` (collectives),
+:mod:`.comm` (collectives), :mod:`.layers` (model -> pipeline layers),
 :mod:`.entry` (one layer in one layout), :mod:`.variants` (the memory
 knobs as format-v2 variants), :mod:`.build` (the problem),
-:mod:`.profile` (profiled times), :mod:`.param_memory` (bytes per
-parameter as each framework counts them). Every public name is re-exported here.
+:mod:`.profile` (profiled times); the terms below the entries in
+subpackages, each importing only the ones before it: :mod:`.attention`
+(flash attention, MLA), :mod:`.memory` (activation and parameter bytes,
+recompute, tied copies, HBM traffic), :mod:`.compute` (FLOPs and GEMM
+efficiency, GPU generations, FP8), :mod:`.axes` (cp and ep).
+Every public name is re-exported here.
 
 :func:`build_problem` cuts a model (:mod:`partitioner.presets`) into
 pipeline layers -- one per transformer block, plus the projector, the token
@@ -36,7 +39,7 @@ per replica and microbatch:
   same volume as all-gather + reduce-scatter with sequence parallelism)
   [3]_, each costing ``collective_latency_us + 2 (tp-1)/tp * bytes /
   (nvlink_efficiency * intra_node_GBps)`` (ring all-reduce [7]_).
-* **memory-bound work** (:mod:`.traffic`): norms, residual adds, dropouts,
+* **memory-bound work** (:mod:`.memory.traffic`): norms, residual adds, dropouts,
   activations, rotary, the softmax over the score matrix without flash
   attention (whose matmuls then compute every entry), the embedding and
   the loss, by the bytes they move at the GPU's HBM bandwidth x
@@ -47,7 +50,7 @@ per replica and microbatch:
   Megatron-LM counts them (bf16 weight, fp32 gradient, fp32 master,
   momentum, variance), divided by tp; with ``zero1`` the 12 optimizer
   bytes are also divided by dp (6 + 12/d); frozen weights keep 2 B/param. Activations per block and microbatch are counted from
-  the block's own shapes (:mod:`.memory`): norm inputs, the QKV input,
+  the block's own shapes (:mod:`.memory.activations`): norm inputs, the QKV input,
   Q/K/V with grouped-query heads and head_dim, the attention output (plus
   the score matrix without flash attention), the MLP input and its
   intermediates (4 tensors of width ffn for a gated MLP), layer scale,
@@ -114,14 +117,14 @@ from __future__ import annotations
 from ..presets import list_clusters, list_models, load_cluster, load_model
 from .build import ProblemBuilder, build_problem, cluster_layouts, layouts_for, usable_memory_bytes
 from .comm import allreduce_ms, grad_sync_ms
+from .compute.flops import efficiency, forward_flops, model_flops_per_sample
 from .entry import TIME_TERMS, block_time_terms, layer_cost, optimizer_step_ms, tied_sync_ms
-from .flops import efficiency, forward_flops, model_flops_per_sample
 from .layers import Piece, PipelineLayer, model_layers
-from .memory import BlockShape, block_activation_bytes, block_activation_terms
+from .memory.activations import BlockShape, block_activation_bytes, block_activation_terms
+from .memory.param_memory import PARAM_MEMORY, ParamBytes, param_memory
+from .memory.traffic import Traffic, block_traffic, traffic_ms
 from .options import BF16_BYTES, CostOptions
-from .param_memory import PARAM_MEMORY, ParamBytes, param_memory
 from .profile import apply_profile, load_profile
-from .traffic import Traffic, block_traffic, traffic_ms
 from .variants import ALL_VARIANTS, Knobs, parse_variant
 
 __all__ = [

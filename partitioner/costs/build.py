@@ -21,13 +21,13 @@ from ..presets import ClusterSpec, ModelSpec, load_cluster, load_model
 from ..problem import OBJECTIVES, Cluster, Layout, Problem, ProblemError
 from .axes.experts import ep_problem
 from .axes.wiring import cp_allows, cp_layer_terms, moe_ep_cost, sync_layout
+from .compute.flops import forward_flops, model_flops_per_sample
+from .compute.precision import check_precision, describe_precision, precision_summary
 from .entry import finish_cost, layer_terms
-from .flops import forward_flops, model_flops_per_sample
 from .layers import Piece, PipelineLayer, model_layers
+from .memory.recompute import applicable_modules, module_chain, setting_of
 from .options import CostOptions
-from .precision import check_precision, describe_precision, precision_summary
 from .profile import _apply_profile_doc, load_profile
-from .recompute import applicable_modules, module_chain, setting_of
 from .variants import Knobs, applies, describe, variant_knobs
 
 __all__ = ["build_problem", "ProblemBuilder", "cluster_layouts", "job_cluster_fields", "layouts_for", "ep_splits", "cp_offered",
@@ -112,7 +112,7 @@ def cost_signature(layer: PipelineLayer) -> tuple[Piece, ...]:
 def recompute_settings(layers: Sequence[PipelineLayer], cluster: ClusterSpec, opts: CostOptions) -> tuple[str, ...]:
     """The recompute settings below full that ``variants=all`` adds (option ``recompute_modules``).
 
-    ``auto``: :func:`~.recompute.module_chain` over the model's block kinds,
+    ``auto``: :func:`~.memory.recompute.module_chain` over the model's block kinds,
     each weighted by its number of layers, measured at one reference point
     (tp 1, one sample, cp 1: the ratio of bytes freed to time replayed that
     orders the modules barely depends on the layout) with this cluster and

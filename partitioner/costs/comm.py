@@ -99,7 +99,7 @@ def overlapped_ms(comm: float, partner: float, sm_fraction: float) -> float:
 
     The part that outlasts the compute, ``max(0, comm - partner)``, plus the
     compute's slowdown while they overlap: the collective's kernels occupy
-    ``sm_fraction`` of the SMs (:func:`~.hardware.comm_sm_fraction`), so
+    ``sm_fraction`` of the SMs (:func:`~.compute.hardware.comm_sm_fraction`), so
     the overlapped ``min(comm, partner)`` ms of compute take that fraction
     longer. With no partner the whole collective is exposed.
     """

@@ -30,15 +30,12 @@ from typing import Sequence
 
 from ..presets import ClusterSpec
 from ..problem import Layout, ProblemError
-from .attention import flash_attention_ms
-from .attention_mla import replicated_grad_sync_ms
+from .attention.flash import flash_attention_ms
+from .attention.mla import replicated_grad_sync_ms
 from .comm import allreduce_ms, grad_sync_ms, overlapped_ms, shard_gather_ms
-from .flops import efficiency
-from .hardware import comm_sm_fraction
-from .layers import Piece, PipelineLayer
-from .memory import block_activation_bytes, block_activation_terms
-from .options import CostOptions
-from .precision import (
+from .compute.flops import efficiency
+from .compute.hardware import comm_sm_fraction
+from .compute.precision import (
     amax_reduce_ms,
     block_quant_bytes,
     fp8_activation_delta,
@@ -50,9 +47,12 @@ from .precision import (
     tp_comm_element_bytes,
     weight_cast_ms,
 )
-from .recompute import OP, ReplayRates, fp8_freed_delta, kept_terms, modules_of, op_kept_bytes, op_replay_ms, replay_ms
-from .tied import embedding_sync_ms, tied_copy_bytes
-from .traffic import block_traffic, embedding_traffic, head_traffic, projector_traffic, traffic_ms
+from .layers import Piece, PipelineLayer
+from .memory.activations import block_activation_bytes, block_activation_terms
+from .memory.recompute import OP, ReplayRates, fp8_freed_delta, kept_terms, modules_of, op_kept_bytes, op_replay_ms, replay_ms
+from .memory.tied import embedding_sync_ms, tied_copy_bytes
+from .memory.traffic import block_traffic, embedding_traffic, head_traffic, projector_traffic, traffic_ms
+from .options import CostOptions
 from .variants import Knobs
 
 __all__ = ["EntryCost", "layer_cost", "layer_terms", "finish_cost", "block_time_terms", "piece_time_terms", "block_kept_bytes",
@@ -134,8 +134,8 @@ def layer_terms(pieces: Sequence[Piece], tp: int, samples: float, recompute: str
 
 
 def block_kept_bytes(p: Piece, b: float, t: int, recompute: str, opts: CostOptions) -> float:
-    """Activation bytes a block piece keeps for its backward under the recompute setting (:mod:`.memory`,
-    module sets and torchtitan's per-op policy: :mod:`.recompute`)."""
+    """Activation bytes a block piece keeps for its backward under the recompute setting (:mod:`.memory.activations`,
+    module sets and torchtitan's per-op policy: :mod:`.memory.recompute`)."""
     assert p.shape is not None
     kwargs = dict(flash_attention=opts.flash_attention, sequence_parallel=opts.sequence_parallel)
     if recompute == OP:
@@ -156,7 +156,7 @@ def block_time_terms(pieces: Sequence[Piece], tp: int, samples: float, recompute
 
     Terms (:data:`TIME_TERMS`): ``fwd.gemm`` the weighted matmuls, ``fwd.attention`` the attention core's
     matmuls (every score entry without flash attention: the masked ones are computed too; the causal pairs
-    with it), ``fwd.memory`` the memory-bound kernels (:mod:`.traffic`, when ``memory_bound_ops``),
+    with it), ``fwd.memory`` the memory-bound kernels (:mod:`.memory.traffic`, when ``memory_bound_ops``),
     ``fwd.tp_comm`` the tensor-parallel collectives; ``bwd.*`` the same for the input-gradient pass
     (``bwd.tp_comm`` only the part not hidden behind the weight-gradient GEMMs, ``tp_comm_overlap``),
     ``bwd.recompute`` the replayed forward (full: all of it; selective without flash attention: the
@@ -262,7 +262,7 @@ def finish_cost(layer: PipelineLayer, layout: Layout, terms: tuple[float, float,
     A tied LM head's entry also carries the all-reduce of the embedding's
     gradient between the two pipeline ends (:func:`tied_sync_ms`), once per
     iteration, spread over the microbatches, and the bytes of its copy of
-    the embedding (``tied_weight_bytes``, :func:`~.tied.tied_copy_bytes`:
+    the embedding (``tied_weight_bytes``, :func:`~.memory.tied.tied_copy_bytes`:
     the copy's parameters / tp at the entry's bytes per parameter, rounded
     down so that it stays within ``weight_bytes``), which a stage that also
     holds the embedding does not count twice (format v3's ``tied_to``).
@@ -313,7 +313,7 @@ def zero3_exposed_ms(comm: float, partner: float, opts: CostOptions, cluster: Cl
     backward and reduce-scatter its gradients during the next layer's
     backward [10]_, so the collectives of a layer run beside about one
     layer's compute: :func:`~.comm.overlapped_ms` with the SMs the
-    collective occupies (:func:`~.hardware.comm_sm_fraction`). A fixed
+    collective occupies (:func:`~.compute.hardware.comm_sm_fraction`). A fixed
     ``zero3_overlap`` fraction, when the option is set, instead.
     """
     if opts.zero3_overlap is not None:
@@ -323,7 +323,7 @@ def zero3_exposed_ms(comm: float, partner: float, opts: CostOptions, cluster: Cl
 
 def tied_sync_ms(layer: PipelineLayer, layout: Layout, cluster: ClusterSpec, opts: CostOptions, *,
                  nodes: int = 1) -> float:
-    """The tied-embedding gradient all-reduce a layer's head pays, once per iteration, in ms (:mod:`.tied`).
+    """The tied-embedding gradient all-reduce a layer's head pays, once per iteration, in ms (:mod:`.memory.tied`).
 
     Megatron-LM all-reduces the trainable tied embedding's gradient (``V h
     / tp`` per rank, ``grad_bytes_per_param`` each) between the first and

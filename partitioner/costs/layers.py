@@ -19,7 +19,7 @@ second-to-last block's output) run forward only; pi0's last prefix layer
 backpropagates through its key and value projections only.
 
 Block variants: a MoE layer runs its active computation -- router,
-``top_k`` routed experts, shared MLP (:func:`~.flops.block_gemm_flops`)
+``top_k`` routed experts, shared MLP (:func:`~.compute.flops.block_gemm_flops`)
 -- and its piece carries the routed experts' shape (:class:`MoeShape`).
 Every entry of a MoE layer, ep = 1 included, runs its routed experts as
 GPUs do (:func:`~.axes.wiring.moe_ep_cost`): grouped GEMMs over the rank's
@@ -65,13 +65,13 @@ from ..presets import (
     mtp_block_index,
 )
 from ..problem import ProblemError
-from .attention_mla import mla_gemms, mla_replicated, mla_shape, mla_tp_comm_width
+from .attention.mla import mla_gemms, mla_replicated, mla_shape, mla_tp_comm_width
 from .axes.experts import router_flops
-from .flops import attn_flops as _attn_flops
-from .flops import block_gemm_flops as _block_gemm_flops
-from .memory import BlockShape
+from .compute.flops import attn_flops as _attn_flops
+from .compute.flops import block_gemm_flops as _block_gemm_flops
+from .compute.precision import block_fp8_weights
+from .memory.activations import BlockShape
 from .options import BF16_BYTES, CostOptions
-from .precision import block_fp8_weights
 
 __all__ = ["MoeShape", "Piece", "PipelineLayer", "model_layers", "block_shape"]
 
@@ -268,8 +268,8 @@ def _qkv_flops(spec: ModuleSpec, tokens: float) -> float:
 
 
 def block_shape(spec: ModuleSpec, tokens: float, score_entries: float | None = None) -> BlockShape:
-    """The :class:`~.memory.BlockShape` of one block of ``spec`` over ``tokens`` tokens per sample
-    (multi-head latent attention: query/key heads of ``qk_head_dim``, :func:`~.attention_mla.mla_shape`)."""
+    """The :class:`~.memory.activations.BlockShape` of one block of ``spec`` over ``tokens`` tokens per sample
+    (multi-head latent attention: query/key heads of ``qk_head_dim``, :func:`~.attention.mla.mla_shape`)."""
     return BlockShape(
         tokens=tokens,
         hidden=spec.hidden,

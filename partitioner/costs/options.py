@@ -30,9 +30,9 @@ from typing import Any, Mapping
 
 from ..problem import ProblemError
 from .axes.options import AxisOptions
-from .fp8 import DEFAULT_FP8_RECIPE, FP8_RECIPES, PRECISIONS
-from .param_memory import param_memory
-from .recompute_names import canonical_setting
+from .compute.fp8 import DEFAULT_FP8_RECIPE, FP8_RECIPES, PRECISIONS
+from .memory.param_memory import param_memory
+from .memory.recompute_names import canonical_setting
 
 __all__ = ["BF16_BYTES", "CostOptions", "FP8_FIELDS"]
 
@@ -84,11 +84,11 @@ class CostOptions:
         each block's input and replays the forward in backward), a module
         set such as ``layernorm+moe_act`` (Megatron-Core's
         ``--recompute-modules``) or ``op`` (torchtitan's per-op policy):
-        :mod:`partitioner.costs.recompute`.
+        :mod:`partitioner.costs.memory.recompute`.
     recompute_modules : tuple of str
         The recompute settings below ``full`` that ``variants=all`` adds to
         none, selective and full: ``auto`` (the module sets worth a variant
-        for this model, :func:`~partitioner.costs.recompute.module_chain`),
+        for this model, :func:`~partitioner.costs.memory.recompute.module_chain`),
         ``none``, or settings (``layernorm+moe_act``, ``moe``, ``op``).
     zero1 : bool
         With ``variants=none``: shard the 12 optimizer bytes per parameter
@@ -117,19 +117,19 @@ class CostOptions:
         A frozen weight: bf16 only.
     memory_count : str
         The framework whose bytes per parameter the four fields above
-        follow (:data:`~.param_memory.PARAM_MEMORY`: ``megatron``,
+        follow (:data:`~.memory.param_memory.PARAM_MEMORY`: ``megatron``,
         ``megatron-distopt``, ``fsdp2``, ``fsdp2-keep-gathered``,
         ``torchtitan-ddp``, ``deepspeed-zero0`` ... ``deepspeed-zero3``,
         ``deepspeed-bf16``). Given to :meth:`from_mapping`, it sets
         ``bytes_per_param``, ``optimizer_bytes_per_param``,
         ``grad_bytes_per_param`` and ``frozen_bytes_per_param`` to the
-        count's (:meth:`~.param_memory.ParamBytes.option_overrides`) unless
+        count's (:meth:`~.memory.param_memory.ParamBytes.option_overrides`) unless
         the mapping gives them too (:func:`partitioner.frameworks.target_options`
         picks it by export target and ZeRO stage). The defaults are Megatron-LM's.
     efficiency_max : float or None
         Fraction of the dense bf16 peak a large, wide GEMM reaches. None
         (the default): the cluster's GPU generation's
-        (:mod:`partitioner.costs.hardware`): 0.70 on A100, in line with the
+        (:mod:`partitioner.costs.compute.hardware`): 0.70 on A100, in line with the
         50-60 % model FLOPs utilization reported for large Megatron runs on
         A100 (Narayanan et al., SC 2021) once pipeline bubbles and
         communication are added; the newer generations' calibrated on their
@@ -156,7 +156,7 @@ class CostOptions:
         With flash attention, time the attention core at the published
         flash-attention kernel rates of the cluster's GPU generation, by
         head dim, key-loop length (the chunk under context parallelism),
-        causal diagonal tiles and pass (:mod:`partitioner.costs.attention`);
+        causal diagonal tiles and pass (:mod:`partitioner.costs.attention.flash`);
         False, or a GPU no curve was published for: at the dense GEMM
         efficiency.
     grad_bytes_per_param : float
@@ -174,7 +174,7 @@ class CostOptions:
         Charge the memory-bound kernels -- norms, residual adds, dropouts,
         activations, rotary, softmax over the score matrix without flash
         attention, the embedding and the loss -- by the bytes they move
-        (:mod:`partitioner.costs.traffic`) at the cluster's ``hbm_GBps`` x
+        (:mod:`partitioner.costs.memory.traffic`) at the cluster's ``hbm_GBps`` x
         ``hbm_efficiency``. False: matmuls and collectives only (the model
         without the memory-bound terms).
     hbm_efficiency : float
@@ -192,7 +192,7 @@ class CostOptions:
         Fraction of the backward's tensor-parallel collectives hidden behind
         the weight-gradient GEMMs, at most their time (see Notes); the hidden
         part still slows those GEMMs by the share of SMs the collective
-        occupies (:func:`~.hardware.comm_sm_fraction`). 0: in series, as
+        occupies (:func:`~.compute.hardware.comm_sm_fraction`). 0: in series, as
         Megatron-LM before ``--async-tensor-model-parallel-allreduce``.
     param_gather_bytes_per_param : float
         Bytes per parameter of a ZeRO-3 parameter all-gather and of the copy
@@ -207,7 +207,7 @@ class CostOptions:
     max_tp : int or None
         Largest tensor-parallel degree to offer.
     precision : {"bf16", "fp8"}
-        The GEMM precision (:mod:`partitioner.costs.precision`): ``fp8``
+        The GEMM precision (:mod:`partitioner.costs.compute.precision`): ``fp8``
         runs the linear layers of every transformer block -- QKV, output
         projection, MLP, the experts -- in FP8 at the cluster's
         ``peak_tflops_fp8``, with the casts and the fp8 weight copies
@@ -215,7 +215,7 @@ class CostOptions:
         and the projector stay in BF16, as Megatron-LM with Transformer
         Engine and torchtitan's float8 converters keep them.
     fp8_recipe : {"tensorwise", "delayed", "blockwise", "mxfp8", "rowwise"}
-        The scaling recipe (:data:`~.fp8.RECIPES`); checked against the
+        The scaling recipe (:data:`~.compute.fp8.RECIPES`); checked against the
         cluster's GPU when the problem is built (``mxfp8`` needs Blackwell,
         ``blockwise`` Hopper or later). Default ``tensorwise``, what
         NVIDIA's published FP8 runs on Hopper use.
@@ -232,7 +232,7 @@ class CostOptions:
     fp8_gemm_efficiency : float or None
         Fraction of the BF16 efficiency curve an FP8 GEMM of the same shape
         reaches, as a fraction of the FP8 peak. None: the GPU
-        generation's measured ratio (:func:`~.fp8.fp8_gemm_efficiency`).
+        generation's measured ratio (:func:`~.compute.fp8.fp8_gemm_efficiency`).
     axes : AxisOptions
         The context- and expert-parallel options (format v3's cp, ep and
         etp axes: :class:`~.axes.options.AxisOptions`, documented there).

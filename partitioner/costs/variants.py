@@ -20,7 +20,7 @@ variant                           meaning
                                   replays its forward in backward [2]_
 ``recompute-<m1>+<m2>...``        module recompute: Megatron-Core's
                                   ``--recompute-modules m1 m2 ...`` (modules of
-                                  :data:`~.recompute.MODULES` in that order;
+                                  :data:`~.memory.recompute.MODULES` in that order;
                                   ``core_attn`` alone is spelled ``selective``)
                                   [30]_
 ``recompute-op``                  torchtitan's per-op selective activation
@@ -28,9 +28,9 @@ variant                           meaning
 ``zero1+recompute-full`` ...      both (ZeRO part first, joined by ``+``)
 ================================  ==============================================
 
-What each recompute setting frees and replays: :mod:`.recompute`. Which
+What each recompute setting frees and replays: :mod:`.memory.recompute`. Which
 module sets ``variants=all`` adds is the cost model's choice per model
-(:func:`~.recompute.module_chain`, option ``recompute_modules``), passed
+(:func:`~.memory.recompute.module_chain`, option ``recompute_modules``), passed
 to :func:`variant_knobs` as ``modules``: each with ZeRO-1 and without
 ZeRO, the latter only at one replica (:func:`applies`: above, ZeRO-1 is as
 fast in less memory, and each variant costs build and solve time);
@@ -64,8 +64,8 @@ import itertools
 from dataclasses import dataclass
 
 from ..problem import ProblemError
-from .recompute import describe_setting
-from .recompute_names import OP, canonical_setting
+from .memory.recompute import describe_setting
+from .memory.recompute_names import OP, canonical_setting
 
 __all__ = ["Knobs", "RECOMPUTE", "ZERO", "ALL_VARIANTS", "parse_variant", "variant_knobs", "applies", "describe"]
 
@@ -76,7 +76,7 @@ ZERO = (0, 1, 3)
 @dataclass(frozen=True)
 class Knobs:
     """One memory-knob setting: ZeRO stage ``zero`` (0, 1 or 3) and ``recompute`` (none, selective, full, a
-    module set such as ``layernorm+moe_act``, or op: :mod:`.recompute`)."""
+    module set such as ``layernorm+moe_act``, or op: :mod:`.memory.recompute`)."""
 
     zero: int = 0
     recompute: str = "none"
@@ -142,7 +142,7 @@ def variant_knobs(requested: tuple[str, ...], *, flash_attention: bool, modules:
     ``requested``: ``("all",)``, ``("none",)`` or variant names (the plain
     setting is always emitted). ``modules``: the recompute settings beyond
     none/selective/full that ``all`` adds, each under every ZeRO stage
-    (:func:`~.recompute.module_chain`), after the full-recompute ones.
+    (:func:`~.memory.recompute.module_chain`), after the full-recompute ones.
     """
     if tuple(requested) == ("none",):
         return None

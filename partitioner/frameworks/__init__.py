@@ -7,13 +7,14 @@ cuts it runs, and the bytes-per-parameter count it keeps per ZeRO stage) and
 its ``export`` (a plan as its settings, or why it cannot run it); a recipe
 reader goes next to them. The planner's ``plan --target``
 (:mod:`partitioner.planning.targets`) and the exporters read the same
-``RULES``; :mod:`partitioner.export` reads a result and hands it to the
+``RULES``; the door :mod:`.export` reads a result and hands it to the
 exporter.
 
 * :mod:`.common`: the records the homes share (:class:`FrameworkRules`,
   :class:`ExportContext`, :class:`Export`, :class:`LayerHint`, :class:`MoeHints`);
 * :mod:`.stages`: the stage view of a plan and the checks every exporter makes;
-* :mod:`.registry`: the homes by name (:data:`RULES`, :data:`EXPORTERS`, :func:`target_memory`).
+* :mod:`.registry`: the homes by name (:data:`RULES`, :data:`EXPORTERS`, :func:`target_memory`);
+* :mod:`.export`: the door: a result read (:mod:`.export.read`) and handed to its home's exporter.
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from ..costs.recompute import OP, is_module_setting
+from ..costs.memory.recompute import OP, is_module_setting
 from ..costs.variants import Knobs
 from ..presets import ModelSpec, is_moe_layer
 from ..problem import LayerHint
@@ -67,12 +67,12 @@ class FrameworkRules:
     recompute_per_stage : bool
         Whether each pipeline stage sets its own recompute (else one setting for the model).
     fp8_recipes : tuple of str
-        The FP8 scaling recipes it trains with (:data:`partitioner.costs.fp8.RECIPES`; none: no FP8 training).
+        The FP8 scaling recipes it trains with (:data:`partitioner.costs.compute.fp8.RECIPES`; none: no FP8 training).
     fp8_note : str
         Where that comes from (said when a plan's recipe is refused).
     modules : bool
         Whether it runs module recompute (Megatron's ``--recompute-modules``: any module set of
-        :mod:`partitioner.costs.recompute`).
+        :mod:`partitioner.costs.memory.recompute`).
     """
 
     name: str
@@ -242,7 +242,7 @@ class MoeHints:
 class PrecisionHints:
     """The plan's FP8 training, as the exports need it (``export_hints.precision``; absent under BF16).
 
-    ``fp8_recipe`` is the cost option's recipe (:data:`partitioner.costs.fp8.FP8_RECIPES`),
+    ``fp8_recipe`` is the cost option's recipe (:data:`partitioner.costs.compute.fp8.FP8_RECIPES`),
     ``param_gather`` whether the parameters are kept in fp8, ``bf16_layers``
     the decoder layers kept in BF16 at each end of the language model.
     """

@@ -33,7 +33,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from ..costs.axes.options import CP_ALGORITHMS
-from ..costs.recompute_names import canonical_setting
+from ..costs.memory.recompute_names import canonical_setting
 from ..costs.variants import Knobs
 from ..problem import ProblemError
 
@@ -92,7 +92,7 @@ class Recipe:
         the stages between them splitting the rest evenly).
     memory_count : str or None
         The framework's count of weight, gradient and optimizer bytes
-        (:data:`~partitioner.costs.param_memory.PARAM_MEMORY`) at the recipe's
+        (:data:`~partitioner.costs.memory.param_memory.PARAM_MEMORY`) at the recipe's
         ZeRO stage, set by a reader whose framework keeps another count than
         Megatron-LM's (torchtitan's FSDP2); None: the cost model's default (Megatron-LM's).
     cp_algorithm : str or None

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
-from ..costs.recompute import acting_modules
+from ..costs.memory.recompute import acting_modules
 from ..costs.variants import parse_variant
 from ..plan import Plan
 from ..problem import ProblemError, expert_tensor_parallel
@@ -339,7 +339,7 @@ def segment_knobs(stages: Sequence[StageView]) -> tuple[list[SegmentKnobs], list
 def segment_acts(knobs: SegmentKnobs, acts: Sequence[Sequence[str] | None] | None) -> frozenset[str]:
     """The recompute modules that act on a segment's layers: ``acts``, per layer of the plan (the cost model's
     ``recompute_modules`` hints, :attr:`~.common.ExportContext.recompute_acts`), when given, else by role
-    (:func:`~partitioner.costs.recompute.acting_modules`)."""
+    (:func:`~partitioner.costs.memory.recompute.acting_modules`)."""
     out: frozenset[str] = frozenset()
     for i, role in enumerate(knobs.roles):
         hint = acts[knobs.first + i] if acts is not None and knobs.first + i < len(acts) else None

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from ..export import problem_precision
 from ..frameworks import ExportHints, MoeHints
+from ..frameworks.export import problem_precision
 from ..plan import SolveResult
 from ..plan.result import Status
 from ..presets import ClusterSpec, ModelSpec

@@ -43,7 +43,7 @@ from ..costs import CostOptions, ProblemBuilder
 from ..costs.axes.experts import ep_problem
 from ..costs.axes.wiring import cp_allows
 from ..costs.layers import model_layers
-from ..costs.param_memory import param_memory
+from ..costs.memory.param_memory import param_memory
 from ..costs.variants import Knobs, applies
 from ..frameworks.megatron import parse_megatron_layout
 from ..frameworks.recipe import Recipe

@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from ..costs import ProblemBuilder, load_cluster
-from ..costs.recompute_names import canonical_setting
+from ..costs.memory.recompute_names import canonical_setting
 from ..costs.variants import Knobs
 from ..plan import Plan, PlanError, Stage, evaluate
 from ..plan.cuts import layer_roles
@@ -58,7 +58,7 @@ class ForcedLayout:
     ``etp`` None is Megatron's default, ``etp = tp``. ``zero`` (0, 1: the
     distributed optimizer, 3: FSDP) and ``recompute`` (none, selective,
     full, op, or Megatron-Core ``--recompute-modules`` joined by ``+``, as
-    :func:`~partitioner.costs.recompute_names.canonical_setting` spells them:
+    :func:`~partitioner.costs.memory.recompute_names.canonical_setting` spells them:
     ``layernorm+moe_act``) are the memory knobs. ``split_embedding_loss``: the embedding and
     the head count as layers of the pipeline split (Megatron-LM's
     ``--account-for-embedding-in-pipeline-split`` and

@@ -19,7 +19,7 @@ from typing import Any, Literal, Mapping, get_args
 
 from ..core.limits import MAX_GLOBAL_BATCH, MAX_NODES
 from ..costs import CostOptions
-from ..costs.fp8 import FP8_RECIPES, PRECISIONS
+from ..costs.compute.fp8 import FP8_RECIPES, PRECISIONS
 from ..frameworks.recipe import Recipe
 from ..problem import OBJECTIVES, Objective, ProblemError
 from ..solvers import methods
@@ -127,12 +127,12 @@ class PlanOptions:
 
     precision: Precision | None = None
     """``bf16`` or ``fp8``: the GEMM precision of the transformer blocks
-    (:mod:`partitioner.costs.precision`), merged into ``options`` as the cost
+    (:mod:`partitioner.costs.compute.precision`), merged into ``options`` as the cost
     option ``precision``. None: as ``options`` say (BF16 unless they set it)."""
 
     fp8_recipe: str | None = None
     """With ``fp8``: the scaling recipe (``tensorwise``, ``delayed``,
-    ``blockwise``, ``mxfp8``, ``rowwise``: :data:`partitioner.costs.fp8.RECIPES`),
+    ``blockwise``, ``mxfp8``, ``rowwise``: :data:`partitioner.costs.compute.fp8.RECIPES`),
     merged into ``options`` as ``fp8_recipe``. None: as ``options`` say
     (``tensorwise`` unless they set it)."""
 

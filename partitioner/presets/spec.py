@@ -44,7 +44,7 @@ __all__ = [
 MODULE_KINDS = ("vit", "projector", "llm", "action_expert", "action_head")
 
 # GPU generations whose cost-model constants (GEMM efficiency, SMs) the cost model knows
-# (:mod:`partitioner.costs.hardware`); a cluster names one (``generation``) or its ``gpu`` implies it.
+# (:mod:`partitioner.costs.compute.hardware`); a cluster names one (``generation``) or its ``gpu`` implies it.
 GPU_GENERATIONS = ("a100", "h100", "h200", "b200", "gb200")
 _GPU_MARKS = (("gb200", ("GB200",)), ("b200", ("B200", "B100")), ("h200", ("H200",)), ("h100", ("H100", "H800")),
               ("a100", ("A100", "A800")))

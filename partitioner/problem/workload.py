@@ -39,7 +39,7 @@ class LayerHint:
     ``decoder``, ``loss``, ``action``; ``fqns`` are Hugging Face module
     names (the layer's name when the cost model gave none);
     ``recompute_modules`` the recompute modules that act on the layer
-    (:func:`partitioner.costs.recompute.acting_modules`; None when the cost
+    (:func:`partitioner.costs.memory.recompute.acting_modules`; None when the cost
     model gave none).
     """
 
@@ -124,7 +124,7 @@ class ModelWorkload:
         One per pipeline layer (none when ``meta`` has none).
     precision : mapping or None
         The FP8 training the problem was costed with (``meta.precision``, as
-        :func:`partitioner.costs.precision.precision_summary` writes it; None under BF16).
+        :func:`partitioner.costs.compute.precision.precision_summary` writes it; None under BF16).
 
     References
     ----------

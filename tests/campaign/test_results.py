@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from partitioner import load_problem, solve
-from partitioner.export import TARGETS, export_result
+from partitioner.frameworks.export import TARGETS, export_result
 from partitioner.plan import PlanError, evaluate
 from partitioner.problem import ProblemError
 

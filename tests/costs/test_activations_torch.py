@@ -39,7 +39,7 @@ pytest.importorskip("transformers")
 
 from partitioner.costs import block_activation_bytes  # noqa: E402
 from partitioner.costs.layers import block_shape  # noqa: E402
-from partitioner.costs.memory import block_activation_terms  # noqa: E402
+from partitioner.costs.memory.activations import block_activation_terms  # noqa: E402
 from partitioner.presets import ModuleSpec, load_model  # noqa: E402
 
 TOKENS = 256  # per sample (the count is linear in tokens with a flash-style core)

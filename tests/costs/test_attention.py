@@ -7,7 +7,7 @@ import pytest
 
 from benchmarks.calibration.published import ATTENTION
 from partitioner.costs import CostOptions, load_cluster, model_layers
-from partitioner.costs.attention import (
+from partitioner.costs.attention.flash import (
     AMPERE_FWD_BWD,
     AMPERE_FWD_BWD_CAUSAL,
     FLASH_KEYS,

@@ -384,7 +384,7 @@ def test_variants_make_a_v2_problem_with_documented_names():
     assert v2.version == 2
     # flash attention keeps no score matrix: selective recompute would equal no recompute and is left out;
     # recomputing the dense MLP (Megatron's --recompute-modules mlp) frees its intermediates at a better rate of
-    # bytes per replayed ms than full recompute, so `all` adds it (costs.recompute.module_chain)
+    # bytes per replayed ms than full recompute, so `all` adds it (costs.memory.recompute.module_chain)
     base = {"zero1", "zero3", "recompute-full", "zero1+recompute-full", "zero3+recompute-full"}
     assert set(v2.variants) == base | {"recompute-mlp", "zero1+recompute-mlp"}
     plain = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=64, microbatches=8,

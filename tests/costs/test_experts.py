@@ -24,7 +24,7 @@ from partitioner.costs.axes.experts import (
     tokens_per_rank,
 )
 from partitioner.costs.axes.groups import GroupSpan, group_span
-from partitioner.costs.tied import embedding_sync_ms, tied_copy_bytes
+from partitioner.costs.memory.tied import embedding_sync_ms, tied_copy_bytes
 from partitioner.presets import ModelSpec, ModuleSpec, is_moe_layer, load_cluster
 
 # Qwen3-VL-30B-A3B's text model (research note 4.1): 48 layers, h 2048, 128 experts, top-8, f 768

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from partitioner.costs import CostOptions, efficiency
-from partitioner.costs.hardware import GENERATIONS, comm_sm_fraction, generation
+from partitioner.costs.compute.hardware import GENERATIONS, comm_sm_fraction, generation
 from partitioner.presets import GPU_GENERATIONS, cluster_from_dict, gpu_generation, list_clusters, load_cluster
 from partitioner.problem import ProblemError
 

@@ -19,12 +19,12 @@ import pytest
 
 from partitioner.cli import main
 from partitioner.costs import build_problem, model_layers
-from partitioner.costs.attention_mla import replicated_grad_sync_ms
+from partitioner.costs.attention.mla import replicated_grad_sync_ms
 from partitioner.costs.axes.wiring import piece_algorithms
+from partitioner.costs.compute.flops import attn_flops, block_gemm_flops, model_flops_per_sample
 from partitioner.costs.entry import layer_cost, piece_time_terms
-from partitioner.costs.flops import attn_flops, block_gemm_flops, model_flops_per_sample
 from partitioner.costs.layers import block_shape
-from partitioner.costs.memory import block_activation_terms
+from partitioner.costs.memory.activations import block_activation_terms
 from partitioner.costs.options import CostOptions
 from partitioner.costs.variants import Knobs
 from partitioner.frameworks.megatron import mla_args

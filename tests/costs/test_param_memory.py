@@ -1,4 +1,4 @@
-"""Bytes per parameter as each framework counts them (partitioner.costs.param_memory).
+"""Bytes per parameter as each framework counts them (partitioner.costs.memory.param_memory).
 
 One closed form per named count, written from the buffers the framework
 allocates; DeepSpeed's own estimators as the oracle for ZeRO-2 and ZeRO-3
@@ -16,8 +16,8 @@ import re
 import pytest
 
 from partitioner.costs import build_problem
+from partitioner.costs.memory.param_memory import PARAM_MEMORY, param_memory
 from partitioner.costs.options import CostOptions
-from partitioner.costs.param_memory import PARAM_MEMORY, param_memory
 from partitioner.problem import ProblemError
 
 DPS = (1, 2, 3, 8, 64)

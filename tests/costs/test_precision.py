@@ -8,10 +8,8 @@ import math
 import pytest
 
 from partitioner.costs import CostOptions, Knobs, block_time_terms, build_problem, load_cluster, model_layers
-from partitioner.costs.entry import layer_cost, layer_terms
-from partitioner.costs.fp8 import FP8_RECIPES, RECIPES, fp8_gemm_efficiency, fp8_problem, gpu_capability
-from partitioner.costs.memory import block_activation_bytes
-from partitioner.costs.precision import (
+from partitioner.costs.compute.fp8 import FP8_RECIPES, RECIPES, fp8_gemm_efficiency, fp8_problem, gpu_capability
+from partitioner.costs.compute.precision import (
     block_quant_bytes,
     cast_bytes,
     fp8_activation_delta,
@@ -19,6 +17,8 @@ from partitioner.costs.precision import (
     fp8_weight_params,
     param_gather,
 )
+from partitioner.costs.entry import layer_cost, layer_terms
+from partitioner.costs.memory.activations import block_activation_bytes
 from partitioner.presets import ModelSpec, ModuleSpec, load_model
 from partitioner.problem import Layout, ProblemError
 

@@ -9,7 +9,7 @@ from partitioner.costs import CostOptions, block_activation_terms, build_problem
 from partitioner.costs.axes.wiring import moe_ep_cost
 from partitioner.costs.build import recompute_settings
 from partitioner.costs.entry import block_time_terms, layer_terms
-from partitioner.costs.recompute import (
+from partitioner.costs.memory.recompute import (
     DENSE_MODULES,
     acting_modules,
     applicable_modules,
@@ -191,7 +191,7 @@ def test_mla_modules_free_what_megatron_discards():
 
 def test_under_fp8_a_freed_tensor_takes_its_fp8_copy_with_it():
     """FP8 keeps the MLP input and fc2's input as fp8 copies: what mlp recompute frees is then those copies."""
-    from partitioner.costs.precision import recipe_of
+    from partitioner.costs.compute.precision import recipe_of
 
     fp8 = CostOptions.from_mapping({"precision": "fp8"})
     layer = _block("qwen2.5-vl-7b-video-64f", False)

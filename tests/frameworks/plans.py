@@ -106,7 +106,7 @@ def _short(reasons) -> str:
 
 
 if __name__ == "__main__":  # python -m tests.frameworks.plans: the plan x framework table of docs/export.md
-    from partitioner.export import TARGETS, export_result
+    from partitioner.frameworks.export import TARGETS, export_result
 
     print("| plan (`" + "partitioner plan ...`) | stages (dp x tp) | " + " | ".join(TARGETS) + " |")
     print("|---|---|" + "---|" * len(TARGETS))

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.framework_checks import PlannedJob, check_deepspeed_config, deepspeed_config
-from partitioner.export import export_result
+from partitioner.frameworks.export import export_result
 from tests.frameworks.plans import NOT_INSTALLED, PLANS, free_port, planned
 
 pytest.importorskip("deepspeed", reason=NOT_INSTALLED)

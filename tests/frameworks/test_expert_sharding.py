@@ -53,7 +53,7 @@ from partitioner.costs.entry import weight_bytes_per_param
 from partitioner.costs.layers import model_layers
 from partitioner.costs.options import CostOptions
 from partitioner.costs.variants import Knobs
-from partitioner.export import ExportContext, MoeHints, export_plan, hints_from_problem
+from partitioner.frameworks.export import ExportContext, MoeHints, export_plan, hints_from_problem
 from partitioner.plan import Plan, Stage, evaluate
 from partitioner.presets.spec import ModelSpec, ModuleSpec
 from tests.frameworks.plans import NOT_INSTALLED

@@ -15,8 +15,8 @@ import pytest
 
 from benchmarks.framework_checks import PlannedJob, check_megatron_fp8, check_torchtitan_converters, megatron_config
 from partitioner.costs import CostOptions
-from partitioner.export import ExportContext, export_plan, export_result, layer_hints
 from partitioner.frameworks import PrecisionHints
+from partitioner.frameworks.export import ExportContext, export_plan, export_result, layer_hints
 from partitioner.planning.targets.rules import RULES
 from partitioner.problem import ProblemError
 from tests.frameworks.plans import NOT_INSTALLED, planned

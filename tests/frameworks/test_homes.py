@@ -7,7 +7,7 @@ bytes-per-parameter counts per ZeRO stage -- fails
 :func:`test_no_rule_is_stated_outside_its_home`, found by reading the
 source (``ast``), so a restated table is caught even where no test runs it.
 Each home's FP8 recipes must also be those the cost model's recipe table
-says the framework runs (:data:`partitioner.costs.fp8.RECIPES`).
+says the framework runs (:data:`partitioner.costs.compute.fp8.RECIPES`).
 """
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ def test_no_rule_is_stated_outside_its_home():
 
 
 def test_the_fp8_recipes_are_those_the_recipe_table_names_per_framework():
-    from partitioner.costs.fp8 import RECIPES
+    from partitioner.costs.compute.fp8 import RECIPES
 
     assert set(RULES["megatron"].fp8_recipes) == {n for n, r in RECIPES.items() if r.megatron is not None}
     assert set(RULES["torchtitan"].fp8_recipes) == {n for n, r in RECIPES.items() if r.torchtitan is not None}

@@ -36,7 +36,7 @@ from benchmarks.framework_checks import PlannedJob, check_megatron, close_fake_w
 from benchmarks.framework_checks import fake_world as _fake_world
 from benchmarks.framework_checks import megatron_config as _config
 from benchmarks.framework_checks import megatron_ranks as _ranks
-from partitioner.export import ExportContext, MoeHints, export_plan, export_result, layer_hints
+from partitioner.frameworks.export import ExportContext, MoeHints, export_plan, export_result, layer_hints
 from tests.frameworks.plans import NOT_INSTALLED, PLANS, planned
 
 pytest.importorskip("megatron.core", reason=NOT_INSTALLED)

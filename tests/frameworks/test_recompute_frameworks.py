@@ -14,7 +14,7 @@ import pytest
 
 from benchmarks.framework_checks import megatron_config as _config
 from partitioner.costs import build_problem
-from partitioner.export import ExportContext, MoeHints, export_plan, hints_from_problem
+from partitioner.frameworks.export import ExportContext, MoeHints, export_plan, hints_from_problem
 from partitioner.plan import Plan, Stage
 from partitioner.problem import Layout
 from tests.frameworks.plans import NOT_INSTALLED

@@ -25,7 +25,7 @@ import pytest
 from benchmarks.framework_checks import PlannedJob, check_torchtitan, one_rank_pp_mesh
 from benchmarks.framework_checks import check_torchtitan_config as _check_config
 from benchmarks.framework_checks import torchtitan_parse as _parse
-from partitioner.export import export_result
+from partitioner.frameworks.export import export_result
 from tests.frameworks.plans import NOT_INSTALLED, PLANS, planned
 
 pytest.importorskip("torchtitan", reason=NOT_INSTALLED)
@@ -105,7 +105,7 @@ def test_one_stage_plan_runs_m_microbatches_through_gradient_accumulation():
     """Issue 27's llava case shape: pp 1, dp 32, m 8 of 4 samples -- 8 accumulation steps of 4, not one of 32."""
     from types import SimpleNamespace
 
-    from partitioner.export import ExportContext, export_plan, layer_hints
+    from partitioner.frameworks.export import ExportContext, export_plan, layer_hints
 
     result = planned("llava-1.5-7b")
     hints = layer_hints(result.to_dict()["export_hints"]["layers"])
@@ -132,7 +132,7 @@ def test_5d_export_parses_with_cp_and_ep():
     """cp and ep reach torchtitan's config and ParallelDims (ep borrows dp_shard x cp x tp ranks)."""
     from types import SimpleNamespace
 
-    from partitioner.export import ExportContext, MoeHints, export_plan, layer_hints
+    from partitioner.frameworks.export import ExportContext, MoeHints, export_plan, layer_hints
 
     result = planned("llava-1.5-7b")
     hints = layer_hints(result.to_dict()["export_hints"]["layers"])

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from partitioner import Recipe, SolveResult, estimate
-from partitioner.export import export_result
+from partitioner.frameworks.export import export_result
 from partitioner.frameworks.megatron.recipe import read_bridge_config, read_megatron_args
 from partitioner.frameworks.torchtitan.recipe import read_torchtitan_toml
 from partitioner.planning import plan_model

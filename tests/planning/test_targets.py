@@ -7,7 +7,7 @@ import pytest
 
 from partitioner.costs import build_problem
 from partitioner.costs.variants import parse_variant
-from partitioner.export import export_result
+from partitioner.frameworks.export import export_result
 from partitioner.plan import evaluate
 from partitioner.planning import plan_model
 from partitioner.planning.targets.rules import (

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from partitioner.costs import build_problem, model_layers
-from partitioner.costs.flops import block_gemm_flops
+from partitioner.costs.compute.flops import block_gemm_flops
 from partitioner.presets import (
     Workload,
     apply_workload,

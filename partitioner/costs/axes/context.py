@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..attention_mla import MLA_CP_ALGORITHMS
+from ..attention.mla import MLA_CP_ALGORITHMS
 from ..layers import Piece
 from ..options import CostOptions
 from .groups import GroupSpan, alltoall_ms
@@ -81,7 +81,7 @@ def cp_algorithms(*, windowed: bool = False, cross: bool = False, mla: bool = Fa
     (Gemma 2/3, Llama 4) cannot run the ring [21]_. Multi-head latent
     attention (key and value heads of different widths) runs only the ring
     (Transformer Engine asserts ``cp_comm_type in ["p2p", "a2a+p2p"]`` for
-    it [21]_; :mod:`..attention_mla`).
+    it [21]_; :mod:`..attention.mla`).
     """
     if cross:
         return ()

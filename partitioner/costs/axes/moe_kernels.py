@@ -14,7 +14,7 @@ holds all ``E`` experts): :mod:`.wiring` adds the dispatch traffic.
 
   - compute: ``2 rows h f n`` FLOPs (``n`` = 3 matrices gated, 2 plain) at
     the GEMM curve's efficiency for ``f / etp`` columns over the rank's
-    rows (:func:`~partitioner.costs.flops.efficiency`) times the tile
+    rows (:func:`~partitioner.costs.compute.flops.efficiency`) times the tile
     quantization of one expert's rows: an expert's ``m`` rows run in
     ``ceil(m / 128)`` row tiles, on average half a tile more than ``m``
     when routing makes ``m`` vary [6]_ [42]_ (:func:`tile_fill`);
@@ -42,7 +42,7 @@ holds all ``E`` experts): :mod:`.wiring` adds the dispatch traffic.
   num_experts, local token permutation is eliminated" [44]_); backward
   moves the same bytes. Plus the routed experts' activation function
   (SwiGLU: read gate and up, write; 6 B per element forward, 10 backward,
-  as the dense blocks' [:mod:`~partitioner.costs.traffic`]).
+  as the dense blocks' [:mod:`~partitioner.costs.memory.traffic`]).
 * **router** (:func:`router_traffic`) -- the memory-bound part of routing
   over the ``T x E`` scores in fp32: logits written (4 B per element),
   softmax or sigmoid (read and write, 8), top-k (read, 4), the dense
@@ -50,7 +50,7 @@ holds all ``E`` experts): :mod:`.wiring` adds the dispatch traffic.
   the auxiliary load-balancing loss and z-loss (read probabilities, map and
   logits, 9): 30 B per element forward; backward through the score
   function and the losses (read and write, 20) [27]_. The router's GEMM is
-  a matmul of the block (:func:`~partitioner.costs.flops.block_gemm_flops`).
+  a matmul of the block (:func:`~partitioner.costs.compute.flops.block_gemm_flops`).
 * **host synchronization** (:func:`host_sync_ms`) -- Megatron's dropless
   dispatchers copy the tokens per expert to the host before the
   all-to-all (``cuda_sync_point = "before_ep_alltoall"``, or
@@ -88,11 +88,11 @@ import math
 from dataclasses import dataclass
 
 from ...presets import ClusterSpec
-from ..flops import efficiency
-from ..hardware import generation
+from ..compute.flops import efficiency
+from ..compute.hardware import generation
+from ..compute.precision import fp8_rate
+from ..memory.traffic import Traffic, traffic_ms
 from ..options import BF16_BYTES, CostOptions
-from ..precision import fp8_rate
-from ..traffic import Traffic, traffic_ms
 
 __all__ = [
     "ROUTER_FWD_BYTES",
@@ -170,7 +170,7 @@ def expert_gemm_ms(work: ExpertWork, cluster: ClusterSpec, opts: CostOptions) ->
     gen = generation(cluster)
     flops = 2.0 * work.rows * work.hidden * work.width * work.matrices
     rate = cluster.peak_tflops * 1e9 * efficiency(work.width, work.rows, opts, cluster, grouped=True)
-    if opts.fp8:  # the experts' grouped GEMMs in FP8 (:mod:`partitioner.costs.precision`)
+    if opts.fp8:  # the experts' grouped GEMMs in FP8 (:mod:`partitioner.costs.compute.precision`)
         rate = fp8_rate(rate, cluster, opts)
     m = work.rows_per_expert
     compute_rows = flops / (rate * tile_fill(m, gen.gemm_tile_rows))  # fwd and dgrad: M = the expert's rows

@@ -3,7 +3,7 @@
 Contract: :func:`cp_breakdown` gives, for a pipeline layer on one rank of a
 ``(dp, tp, cp)`` config with ``samples`` per replica, a
 :class:`CpBreakdown`: the attention core's forward and backward ms on the
-rank's share (:func:`~..attention.flash_attention_ms` at the chunk's
+rank's share (:func:`~..attention.flash.flash_attention_ms` at the chunk's
 kernel lengths, or the dense rate), the exposed context-parallel traffic
 (the ring step by step, or the all-to-alls / all-gather:
 :func:`~.wiring.cp_attention_choice`), the activation bytes the layer keeps

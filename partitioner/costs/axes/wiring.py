@@ -41,17 +41,17 @@ from typing import Sequence
 
 from ...presets import ClusterSpec
 from ...problem import Layout
-from ..attention_mla import cp_head_dim
+from ..attention.mla import cp_head_dim
 from ..comm import allgather_ms, overlapped_ms, shard_gather_ms
+from ..compute.flops import efficiency
+from ..compute.hardware import comm_sm_fraction
+from ..compute.precision import expert_activation_delta, expert_quant_ms, fp8_weight_extra_bytes, weight_cast_ms
 from ..entry import EntryCost, finish_cost, layer_terms, piece_time_terms, weight_bytes_per_param, zero3_exposed_ms
-from ..flops import efficiency
-from ..hardware import comm_sm_fraction
 from ..layers import Piece, PipelineLayer
+from ..memory.recompute import ReplayRates, dense_part_view, expert_recompute, replays_attention
+from ..memory.recompute_names import modules_of, replays_experts
+from ..memory.traffic import traffic_ms
 from ..options import CostOptions
-from ..precision import expert_activation_delta, expert_quant_ms, fp8_weight_extra_bytes, weight_cast_ms
-from ..recompute import ReplayRates, dense_part_view, expert_recompute, replays_attention
-from ..recompute_names import modules_of, replays_experts
-from ..traffic import traffic_ms
 from ..variants import Knobs
 from .context import causal_load_factor, cp_algorithms, cp_attention_ms, cp_problem, kv_bytes, shard_piece, ulysses_bytes
 from .experts import (

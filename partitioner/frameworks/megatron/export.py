@@ -53,8 +53,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from ...costs.recompute import MODULES as RECOMPUTE_MODULES
-from ...costs.recompute import OP, merge_settings, modules_of
+from ...costs.memory.recompute import MODULES as RECOMPUTE_MODULES
+from ...costs.memory.recompute import OP, merge_settings, modules_of
 from ...problem import expert_tensor_parallel
 from ..common import VISION_ROLES, Export, ExportContext, MoeHints, PrecisionHints
 from ..stages import (
@@ -229,11 +229,11 @@ def megatron_recompute(knobs: Sequence[SegmentKnobs], acts: Sequence[Sequence[st
     """(settings, reasons) of the plan's recompute settings in Megatron-Core.
 
     ``none``, ``selective`` and ``full``: :data:`RECOMPUTE_SETTINGS`; a module
-    set (:mod:`partitioner.costs.recompute`): ``--recompute-granularity
+    set (:mod:`partitioner.costs.memory.recompute`): ``--recompute-granularity
     selective --recompute-modules m1 m2 ...`` (with ``moe_act``,
     ``--moe-grouped-gemm``, which Megatron-Core requires for it). Segments
     merge into one list when each runs as planned under it
-    (:func:`~partitioner.costs.recompute.merge_settings`: a module acts only
+    (:func:`~partitioner.costs.memory.recompute.merge_settings`: a module acts only
     on the layers that have it, ``acts`` per layer from the cost model's
     hints, :func:`~.stages.segment_acts`); else ``rule`` says why not.
     torchtitan's per-op policy (``op``) has no Megatron setting.

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...costs.fp8 import RECIPES
+from ...costs.compute.fp8 import RECIPES
 from ..common import PrecisionHints
 from .rules import RULES
 

@@ -47,7 +47,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from ...core.documents import parse_text
-from ...costs.recompute_names import MODULES, setting_of
+from ...costs.memory.recompute_names import MODULES, setting_of
 from ...problem import ProblemError
 from ..recipe import Recipe
 

@@ -61,7 +61,7 @@ more memory than ZeRO-1. Recompute: torchtitan's ``activation_checkpoint``
 wraps the blocks of ``layers`` only: ``full`` is ``FullAC``; the plan's
 ``recompute-op`` is its ``selective`` (``SelectiveAC``, a per-op policy:
 save matmul and attention outputs, recompute every second matmul,
-:mod:`partitioner.costs.recompute`); the attention-core and module
+:mod:`partitioner.costs.memory.recompute`); the attention-core and module
 recompute the plan costs for Megatron (``selective``, module sets) are
 not torchtitan settings, so such plans are not expressible; and
 recompute outside the decoder layers (vision encoder, action head) is not
@@ -91,7 +91,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from ...costs.recompute import OP
+from ...costs.memory.recompute import OP
 from ...problem import expert_tensor_parallel
 from ..common import VISION_ROLES, Export, ExportContext, MoeHints
 from ..stages import (

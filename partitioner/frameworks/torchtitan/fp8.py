@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ...costs.fp8 import RECIPES
+from ...costs.compute.fp8 import RECIPES
 from ..common import PrecisionHints
 from .rules import RULES
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Sequence
 
-from ...costs.recompute import OP
+from ...costs.memory.recompute import OP
 from ...problem import ProblemError
 from ..common import VISION_ROLES, FrameworkRules
 

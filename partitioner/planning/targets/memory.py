@@ -30,7 +30,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from ...costs import CostOptions
-from ...costs.param_memory import param_memory
+from ...costs.memory.param_memory import param_memory
 from ...costs.variants import Knobs, parse_variant
 from ...frameworks import RULES
 from ...problem import Layer, LayerCost, Layout, Problem

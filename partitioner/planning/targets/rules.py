@@ -23,7 +23,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Literal, Mapping, Sequence, get_args
 
-from ...costs.recompute import acting_modules, merge_settings
+from ...costs.memory.recompute import acting_modules, merge_settings
 from ...costs.variants import Knobs, parse_variant
 from ...frameworks import RULES, FrameworkName, FrameworkRules, Mesh
 from ...plan import Plan, Stage

@@ -66,14 +66,15 @@ References
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING, Mapping
 
-from ..presets import ClusterSpec
+from ...presets import ClusterSpec
 
 if TYPE_CHECKING:
-    from .layers import Piece
-    from .options import CostOptions
+    from ..layers import Piece
+    from ..options import CostOptions
 
 __all__ = ["FLASH_TILE", "FLASH_KEYS", "HOPPER_FWD", "HOPPER_FWD_CAUSAL", "HOPPER_BWD_128", "AMPERE_FWD_BWD",
            "AMPERE_FWD_BWD_CAUSAL", "H100_PEAK", "A100_PEAK", "family", "attention_rate", "key_loop", "computed_pairs",
@@ -185,15 +186,22 @@ def attention_rate(cluster: ClusterSpec, head_dim: float, length: float, directi
     fam = family(cluster)
     if fam is None:
         return None
+    return _rate(fam, cluster.peak_tflops, head_dim, length, direction, causal)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _rate(fam: str, peak_tflops: float, head_dim: float, length: float, direction: str, causal: bool) -> float:
+    """:func:`attention_rate` of a GPU family with ``peak_tflops`` (cached: a model's layers ask the same few
+    lengths again for every layout)."""
     if fam == "ampere":
         table = AMPERE_FWD_BWD_CAUSAL if causal else AMPERE_FWD_BWD
-        return _by_head_dim(table, head_dim, length) / A100_PEAK * cluster.peak_tflops
+        return _by_head_dim(table, head_dim, length) / A100_PEAK * peak_tflops
     rate = _by_head_dim(HOPPER_FWD_CAUSAL if causal else HOPPER_FWD, head_dim, length)
     if direction == "bwd":
         bwd = _on_curve(HOPPER_BWD_128, length) * _by_head_dim(HOPPER_FWD, head_dim, length) / _by_head_dim(
             HOPPER_FWD, 128, length)
         rate = bwd * (rate / _by_head_dim(HOPPER_FWD, head_dim, length) if causal else 1.0)
-    return rate / H100_PEAK * cluster.peak_tflops
+    return rate / H100_PEAK * peak_tflops
 
 
 def key_loop(piece: "Piece") -> float:

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable
 
-from ..presets import ClusterSpec, ModuleSpec, is_cross_layer, is_moe_layer
-from .attention_mla import mla_attn_flops, mla_gemms
+from ...presets import ClusterSpec, ModuleSpec, is_cross_layer, is_moe_layer
+from ..attention.mla import mla_attn_flops, mla_gemms
+from ..options import CostOptions
 from .hardware import efficiency_max
-from .options import CostOptions
 
 if TYPE_CHECKING:
-    from .layers import PipelineLayer
+    from ..layers import PipelineLayer
 
 __all__ = ["block_gemm_flops", "attn_flops", "efficiency", "forward_flops", "model_flops_per_sample"]
 
@@ -35,12 +35,12 @@ def block_gemm_flops(spec: ModuleSpec, tokens: float, i: int | None = None) -> f
     """Forward FLOPs of block ``i``'s weighted matmuls over ``tokens`` tokens per sample (``None``: a dense block).
 
     A MoE layer (its active computation, whatever the expert-parallel
-    split: :mod:`.axes.experts` divides it among ranks) runs the router (``hidden x experts``), ``top_k`` routed
+    split: :mod:`~partitioner.costs.axes.experts` divides it among ranks) runs the router (``hidden x experts``), ``top_k`` routed
     experts of width ``moe_ffn`` and the shared MLP per token, as Megatron's
     ``moe_layer_flops`` counts them plus the router (group-limited routing
     adds only per-token selection work over the ``experts`` scores, no
     matmul). A multi-head latent attention block runs its down-, up- and
-    output projections (:func:`~.attention_mla.mla_gemms`). A cross-attention layer
+    output projections (:func:`~partitioner.costs.attention.mla.mla_gemms`). A cross-attention layer
     (mllama) projects queries and outputs over the text tokens and keys and
     values over the ``cross_tokens`` vision states.
     """
@@ -59,7 +59,7 @@ def block_gemm_flops(spec: ModuleSpec, tokens: float, i: int | None = None) -> f
 
 
 def attn_flops(spec: ModuleSpec, pairs: float) -> float:
-    """FLOPs of the attention core over ``pairs`` query-key pairs (MLA: :func:`~.attention_mla.mla_attn_flops`)."""
+    """FLOPs of the attention core over ``pairs`` query-key pairs (MLA: :func:`~partitioner.costs.attention.mla.mla_attn_flops`)."""
     if spec.mla:
         return mla_attn_flops(spec, pairs)
     # QK^T and AV: 2 matmuls, each 2 * head_dim FLOPs per query-key pair per head

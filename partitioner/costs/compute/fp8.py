@@ -68,7 +68,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..presets import ClusterSpec
+from ...presets import ClusterSpec
 
 __all__ = ["PRECISIONS", "FP8_RECIPES", "DEFAULT_FP8_RECIPE", "Fp8Recipe", "RECIPES", "GPU_CAPABILITY",
            "gpu_capability", "fp8_problem", "operand_copies", "FP8_GEMM_EFFICIENCY", "fp8_gemm_efficiency"]

@@ -1,7 +1,7 @@
 """Memory-bound work: the bytes a layer's non-matmul kernels move through HBM.
 
 Contract: :func:`block_traffic` gives, for a transformer block described by
-a :class:`~.memory.BlockShape`, the bytes its memory-bound kernels read
+a :class:`~.activations.BlockShape`, the bytes its memory-bound kernels read
 and write per microbatch of ``b`` samples on one of ``t`` GPUs, one
 :class:`Traffic` (forward bytes, backward bytes) per named op;
 :func:`embedding_traffic`, :func:`head_traffic` and
@@ -39,7 +39,7 @@ op              forward (reads + writes)                   backward             
                 2 (2a/t + 2k_t)                            dV: 2 (4a/t + 4k_t)
 ==============  =========================================  ====================================  ============
 
-Multi-head latent attention (:mod:`.attention_mla`) replaces ``rotary``
+Multi-head latent attention (:mod:`~partitioner.costs.attention.mla`) replaces ``rotary``
 by the fused MLA RoPE kernels (``mla_rope``) and adds its two latent norms
 (``latent_norms``); its ``flash_io`` counts Q and K of ``d_qk`` and V and
 O of ``v_head_dim`` per head.
@@ -55,7 +55,7 @@ Dense layers (:func:`embedding_traffic`, :func:`head_traffic`,
 dropout (5) forward; its backward writes a dense ``V x h / t`` gradient
 (4 B per element: zeroed, then accumulated) and reads ``E`` (2); the
 output layer's final norm as above, and the cross-entropy over ``s b V / t``
-fp32 logits at ``loss_bytes_per_logit`` (:class:`~.options.CostOptions`).
+fp32 logits at ``loss_bytes_per_logit`` (:class:`~partitioner.costs.options.CostOptions`).
 
 References
 ----------
@@ -72,8 +72,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .attention_mla import mla_traffic
-from .memory import COMPOSITE_ACTIVATIONS, BlockShape
+from ..attention.mla import mla_traffic
+from .activations import COMPOSITE_ACTIVATIONS, BlockShape
 
 __all__ = ["Traffic", "block_traffic", "embedding_traffic", "head_traffic", "projector_traffic", "traffic_ms",
            "SCORE_BYTES_FWD", "SCORE_BYTES_BWD"]

@@ -1,6 +1,6 @@
 """Export of plans to Megatron, torchtitan and DeepSpeed settings (no framework installed needed).
 
-The framework tier (``tests/frameworks/``) runs the same exports through the frameworks' own code.
+The framework tier (the rest of ``tests/frameworks/``) runs the same exports through the frameworks' own code.
 """
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partitioner.costs import build_problem
-from partitioner.export import (
+from partitioner.frameworks import RULES, TARGETS
+from partitioner.frameworks.export import (
     ExportContext,
     export_plan,
     export_result,
@@ -22,7 +23,6 @@ from partitioner.export import (
     megatron_layout,
     parse_megatron_layout,
 )
-from partitioner.frameworks import RULES, TARGETS
 from partitioner.plan import Plan, SolveResult, Stage, evaluate
 from partitioner.problem import SCHEDULES, Layout, ProblemError
 from strategies import examples

@@ -22,12 +22,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
-from ..frameworks import EXPORTERS, RULES, TARGETS, Export, ExportContext, LayerHint, MoeHints, PrecisionHints, stage_views
-from ..frameworks.megatron import megatron_layout, mimo_grid, parse_megatron_layout
-from ..frameworks.stages import placement_note
-from ..frameworks.torchtitan import torchtitan_names
-from ..plan import Plan, SolveResult
-from ..problem import Problem, ProblemError
+from ...plan import Plan, SolveResult
+from ...problem import Problem, ProblemError
+from .. import EXPORTERS, RULES, TARGETS, Export, ExportContext, LayerHint, MoeHints, PrecisionHints, stage_views
+from ..megatron import megatron_layout, mimo_grid, parse_megatron_layout
+from ..stages import placement_note
+from ..torchtitan import torchtitan_names
 from .read import (
     ExportRequest,
     hints_from_problem,

@@ -21,7 +21,7 @@ here are the constants a datasheet does not give, each with its source.
   own, and each generation's dense ceiling is that 0.805 times its own
   best-matmul fraction: H100/H200 0.646, B200 0.625, GB200 0.587.
 * ``grouped_efficiency_max`` -- the same ceiling for the grouped GEMMs of
-  the routed experts (:mod:`~.axes.moe_kernels`), which run many expert
+  the routed experts (:mod:`~partitioner.costs.axes.moe_kernels`), which run many expert
   matmuls back to back in one kernel. The 700 W Hopper parts throttle
   there to about 1.4 GHz against the 1.98 GHz their peak assumes: an H200
   sustains 597-624 TFLOP/s (0.617 of its peak) on large bf16 grouped GEMMs
@@ -65,8 +65,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..presets import GPU_GENERATIONS, ClusterSpec, gpu_generation
-from .options import CostOptions
+from ...presets import GPU_GENERATIONS, ClusterSpec, gpu_generation
+from ..options import CostOptions
 
 __all__ = ["COMM_SMS", "A100_EFFICIENCY_MAX", "MAMF_FRACTION", "GROUPED_SUSTAINED_FRACTION", "GpuGeneration", "GENERATIONS", "generation", "efficiency_max", "comm_sm_fraction"]
 

@@ -2,7 +2,7 @@
 
 Contract: pure arithmetic for an LM head whose weight is the input
 embedding's (``tie_word_embeddings``). The parameters count once in the
-model (:attr:`~.layers.Piece.tied_params` keeps the head's copy out of
+model (:attr:`~partitioner.costs.layers.Piece.tied_params` keeps the head's copy out of
 ``params``). In memory, a stage holding both the embedding and the head
 holds the matrix once; a pipeline that puts them on different stages keeps
 a copy on each (Megatron-LM's ``shared_embedding_or_output_weight`` on the
@@ -11,7 +11,7 @@ group, the first and last stage's ranks of each tensor-parallel slice,
 once per iteration [28]_. :func:`tied_copy_bytes` is the head copy's bytes
 on one rank (format v3's ``tied_weight_bytes``); :func:`embedding_sync_ms`
 that all-reduce, which the cost model charges to the head's entry
-(:func:`~.entry.tied_sync_ms`; an overestimate by one all-reduce for a
+(:func:`~partitioner.costs.entry.tied_sync_ms`; an overestimate by one all-reduce for a
 stage holding both).
 
 References
@@ -24,8 +24,8 @@ References
 """
 from __future__ import annotations
 
-from .comm import allreduce_ms
-from .options import CostOptions
+from ..comm import allreduce_ms
+from ..options import CostOptions
 
 __all__ = ["tied_copy_bytes", "embedding_sync_ms"]
 

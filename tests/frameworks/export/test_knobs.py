@@ -12,7 +12,8 @@ import json
 import pytest
 
 from partitioner.costs import build_problem
-from partitioner.export import (
+from partitioner.frameworks import PlanArgs, ScheduleTime
+from partitioner.frameworks.export import (
     ExportContext,
     MoeHints,
     export_plan,
@@ -21,7 +22,6 @@ from partitioner.export import (
     read_result,
     replan_hint,
 )
-from partitioner.frameworks import PlanArgs, ScheduleTime
 from partitioner.plan import Plan, Stage
 from partitioner.problem import ProblemError
 

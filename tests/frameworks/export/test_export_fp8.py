@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from partitioner.costs import build_problem
-from partitioner.export import (
+from partitioner.frameworks.export import (
     ExportContext,
     MoeHints,
     PrecisionHints,

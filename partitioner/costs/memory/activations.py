@@ -76,7 +76,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .attention_mla import MlaShape, mla_activation_terms
+from ..attention.mla import MlaShape, mla_activation_terms
 
 __all__ = ["BlockShape", "block_activation_terms", "block_activation_bytes", "COMPOSITE_ACTIVATIONS"]
 
@@ -113,7 +113,7 @@ class BlockShape:
     score_entries : float or None
         Score-matrix entries per head and sample (default ``tokens**2``).
     mla : MlaShape or None
-        Multi-head latent attention (:mod:`.attention_mla`): ``head_dim`` is
+        Multi-head latent attention (:mod:`~partitioner.costs.attention.mla`): ``head_dim`` is
         then the query/key width ``d_qk``, ``kv_heads`` the heads, values
         and the output projection's input ``mla.v_head_dim`` wide, and the
         latents' norm inputs and outputs are kept (``q_latent``,

@@ -5,7 +5,7 @@ Contract: a recompute *setting* is ``none``, ``selective``, ``full``,
 :data:`MODULES` order (``layernorm+moe_act``); :func:`canonical_setting`
 spells a setting canonically, :func:`modules_of` and :func:`setting_of`
 convert between a setting and its modules. Names only, no costs (those
-are :mod:`.recompute`'s), so that :mod:`.options` can check a setting
+are :mod:`.recompute`'s), so that :mod:`~partitioner.costs.options` can check a setting
 without importing the cost terms.
 
 References

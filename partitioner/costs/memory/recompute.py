@@ -1,13 +1,13 @@
 """Activation recompute settings below "full": Megatron-Core's modules and torchtitan's per-op policy.
 
-Contract: a recompute *setting* is the string a :class:`~.variants.Knobs`
+Contract: a recompute *setting* is the string a :class:`~partitioner.costs.variants.Knobs`
 carries (``none``, ``full``, ``selective``, a module set such as
 ``layernorm+moe_act``, or ``op``). This module says, for one transformer
-block, which of the activation terms :mod:`.memory` counts each setting
+block, which of the activation terms :mod:`.activations` counts each setting
 frees (:func:`kept_terms`, :func:`op_kept_bytes`) and how much forward work
 the backward replays (:func:`replay_ms`, :func:`op_replay_ms`); pure
-arithmetic over a :class:`~.layers.Piece`, its :class:`~.memory.BlockShape`
-and the rates the caller (:mod:`.entry`) already computed.
+arithmetic over a :class:`~partitioner.costs.layers.Piece`, its :class:`~.activations.BlockShape`
+and the rates the caller (:mod:`~partitioner.costs.entry`) already computed.
 :func:`module_chain` picks the module sets worth emitting as variants.
 
 Megatron-Core's modules [30]_ (``--recompute-granularity selective
@@ -19,7 +19,7 @@ the pre-MLP norm into the dense MLP's first projection; a MoE layer keeps a
 standalone pre-MLP norm because the router and the experts both read it):
 
 ================  ==========================================  ==================================================
-module            frees (terms of :mod:`.memory`)             replays in backward
+module            frees (terms of :mod:`.activations`)             replays in backward
 ================  ==========================================  ==================================================
 ``core_attn``     ``scores`` (no flash) or ``softmax_stats``  the attention core's forward (its matmuls, the
                   (flash: the log-sum-exp); Q, K, V are the    score traffic or flash's Q/K/V/O traffic) and,
@@ -95,7 +95,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from .memory import COMPOSITE_ACTIVATIONS, BlockShape
+from .activations import COMPOSITE_ACTIVATIONS, BlockShape
 from .recompute_names import (
     ABSORBED,
     MODULES,
@@ -110,7 +110,7 @@ from .recompute_names import (
 from .traffic import Traffic, block_traffic, traffic_ms
 
 if TYPE_CHECKING:
-    from .layers import Piece
+    from ..layers import Piece
 
 __all__ = ["MODULES", "OP", "SETTINGS", "MAX_MODULE_LEVELS", "modules_of", "setting_of", "canonical_setting",
            "is_module_setting", "applicable_modules", "kept_terms", "replay_ms", "op_kept_bytes", "op_replay_ms",
@@ -147,7 +147,7 @@ def _act_output_fraction(block: BlockShape) -> float:
 
     Gated: gate and up (the fc1 output) stay, act(gate) (two tensors for a
     composite activation) and the product go; plain: the fc1 output stays,
-    the activation's output(s) go (:mod:`.memory`'s ``mlp`` count).
+    the activation's output(s) go (:mod:`.activations`'s ``mlp`` count).
     """
     keeps = COMPOSITE_ACTIVATIONS.get(block.activation, 1)
     total = keeps + 3 if block.gated else keeps + 1
@@ -170,7 +170,7 @@ def applicable_modules(piece: Piece) -> frozenset[str]:
 
 
 def kept_terms(terms: Mapping[str, float], piece: Piece, setting: str) -> dict[str, float]:
-    """The activation terms of ``piece`` (a block, :func:`~.memory.block_activation_terms` without recompute)
+    """The activation terms of ``piece`` (a block, :func:`~.activations.block_activation_terms` without recompute)
     that a module setting keeps; see the module table. ``none`` keeps all, unknown modules raise ValueError."""
     mods = modules_of(setting)
     out = dict(terms)
@@ -209,7 +209,7 @@ def kept_terms(terms: Mapping[str, float], piece: Piece, setting: str) -> dict[s
 
 @dataclass(frozen=True)
 class ReplayRates:
-    """What :mod:`.entry` computed for a piece, reused for its replay: the GEMM rate (FLOP per ms), the attention
+    """What :mod:`~partitioner.costs.entry` computed for a piece, reused for its replay: the GEMM rate (FLOP per ms), the attention
     core's forward ms, one tensor-parallel collective's ms, the HBM bandwidth (GB/s) and its efficiency."""
 
     flop_per_ms: float
@@ -290,7 +290,7 @@ def op_kept_bytes(piece: Piece, b: float, t: int, *, flash_attention: bool, sequ
 
     A MoE block keeps its attention's and shared MLP's saved outputs only:
     the routed experts' grouped GEMMs are not saved ops (with ep > 1 the
-    all-to-all outputs are, :mod:`.axes.wiring` adds them).
+    all-to-all outputs are, :mod:`~partitioner.costs.axes.wiring` adds them).
     """
     shape = piece.shape
     if shape is None:
@@ -408,7 +408,7 @@ def _set_value(per_module: Mapping[str, float], modules: Sequence[str]) -> float
 
 
 def dense_part_view(dense: Piece, routed: Piece) -> Piece:
-    """The dense part of a MoE block (attention, router, shared MLP; :mod:`.axes.wiring`) as the module settings
+    """The dense part of a MoE block (attention, router, shared MLP; :mod:`~partitioner.costs.axes.wiring`) as the module settings
     see it: still a MoE layer's block, with no routed experts of its own (``top_k = 0``)."""
     if routed.moe is None:
         return dense
@@ -497,7 +497,7 @@ def merge_settings(segments: Sequence[tuple[str, frozenset[str]]]) -> str | None
 
 
 def fp8_freed_delta(piece: "Piece", b: float, t: int, setting: str, saved: float, sequence_parallel: bool) -> float:
-    """The part of FP8's activation change (:func:`~.precision.fp8_activation_delta`: the QKV and MLP inputs and
+    """The part of FP8's activation change (:func:`~partitioner.costs.compute.precision.fp8_activation_delta`: the QKV and MLP inputs and
     fc2's input kept as fp8 copies, ``-saved`` bytes per element each) that falls on tensors ``setting`` frees:
     a freed tensor keeps no fp8 copy either, so this part is taken back (a negative number, like the delta)."""
     shape = piece.shape

@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
-from ..costs.fp8 import FP8_RECIPES
-from ..frameworks import ExportContext, ExportHints, MoeHints, PlanArgs, PrecisionHints, ScheduleTime
-from ..plan import Plan, PlanError, SolveResult, evaluate
-from ..problem import LayerHint, Problem, ProblemError
+from ...costs.compute.fp8 import FP8_RECIPES
+from ...plan import Plan, PlanError, SolveResult, evaluate
+from ...problem import LayerHint, Problem, ProblemError
+from .. import ExportContext, ExportHints, MoeHints, PlanArgs, PrecisionHints, ScheduleTime
 
 MEMORY_RULE = 6  # evaluate's rule 6 (memory), the only one not about the plan's shape (DESIGN.md, validity rules)
 

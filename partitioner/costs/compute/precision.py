@@ -1,6 +1,6 @@
 """FP8 training in the cost model: which GEMMs run in FP8, at what rate, what the casts move, what is kept.
 
-Contract: pure functions the entry terms (:mod:`.entry`, :mod:`.axes.wiring`)
+Contract: pure functions the entry terms (:mod:`~partitioner.costs.entry`, :mod:`~partitioner.costs.axes.wiring`)
 call where a GEMM's rate, a collective's bytes, a piece's memory-bound bytes,
 its saved activations and its weight bytes are computed. Each returns the
 BF16 value unchanged (or 0 for an addition) when ``precision`` is ``bf16``,
@@ -103,15 +103,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..presets import ClusterSpec, ModuleSpec, is_cross_layer, is_moe_layer
-from .comm import allreduce_ms
+from ...presets import ClusterSpec, ModuleSpec, is_cross_layer, is_moe_layer
+from ..comm import allreduce_ms
+from ..memory.traffic import traffic_ms
+from ..options import BF16_BYTES, CostOptions
 from .flops import block_gemm_flops
 from .fp8 import RECIPES, Fp8Recipe, fp8_gemm_efficiency, fp8_problem, operand_copies
-from .options import BF16_BYTES, CostOptions
-from .traffic import traffic_ms
 
 if TYPE_CHECKING:
-    from .layers import Piece
+    from ..layers import Piece
 
 __all__ = ["recipe_of", "param_gather", "fp8_piece", "check_precision", "precision_summary", "block_fp8_weights",
            "fp8_rate", "gemm_rate", "tp_comm_element_bytes", "amax_reduce_ms", "cast_bytes", "block_quant_bytes",
@@ -146,7 +146,7 @@ def check_precision(cluster: ClusterSpec, opts: CostOptions) -> None:
         return
     why = fp8_problem(opts.fp8_recipe, cluster)
     if why is not None:
-        from ..problem import ProblemError
+        from ...problem import ProblemError
 
         raise ProblemError(why, path="options.fp8_recipe" if cluster.peak_tflops_fp8 else "options.precision",
                            source=cluster.source)
@@ -378,7 +378,7 @@ def expert_quant_ms(rows: float, hidden: int, moe_ffn: int, etp: int, gated: boo
 def expert_activation_delta(rows: float, hidden: int, moe_ffn: int, etp: int, opts: CostOptions) -> float:
     """The change of the routed experts' saved activations under FP8: fc1's and fc2's inputs as fp8 copies.
 
-    ``rows`` as :func:`~.axes.experts.expert_activation_bytes` keeps them
+    ``rows`` as :func:`~partitioner.costs.axes.experts.expert_activation_bytes` keeps them
     (after the expert-tensor all-gather, the imbalance factor applied).
     """
     if not opts.fp8:

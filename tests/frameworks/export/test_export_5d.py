@@ -1,4 +1,4 @@
-"""Exports of format-v3 plans read cp, ep and etp from the plan's configs (tests/export/test_knobs.py checks
+"""Exports of format-v3 plans read cp, ep and etp from the plan's configs (tests/frameworks/export/test_knobs.py checks
 the flags they become); the colocated cp example runs two layouts on one stage, which no framework
 expresses, and the reason names the cp layout (exit 1) instead of exporting a plan without it."""
 from __future__ import annotations
@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from partitioner import load_problem, solve
-from partitioner.export import export_result, layer_hints
+from partitioner.frameworks.export import export_result, layer_hints
 from partitioner.plan import Stage
 from partitioner.problem import Problem
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("target", ["megatron", "torchtitan", "deepspeed"])
@@ -55,7 +55,7 @@ def _stage(first: int, last: int, configs) -> Stage:
 def test_a_vision_segment_without_experts_runs_under_the_models_ep(target):
     """The cost model offers ep keys only to the MoE module: a stage of vision (ep 1) and MoE layers (ep 4) is
     one layout, exported with the language model's ep; two different ep on the language model are not."""
-    from partitioner.export import ExportContext, MoeHints, export_plan
+    from partitioner.frameworks.export import ExportContext, MoeHints, export_plan
     from partitioner.plan import Plan
     from partitioner.problem import Layout
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from partitioner.costs import build_problem
-from partitioner.export import ExportContext, export_plan, hints_from_problem
+from partitioner.frameworks.export import ExportContext, export_plan, hints_from_problem
 from partitioner.plan import Plan, Stage
 from partitioner.planning.targets.rules import RULES, restrict, runs
 from partitioner.problem import Layout

@@ -9,7 +9,7 @@ one up (a :class:`~partitioner.problem.ProblemError` naming
 keeps at each ZeRO stage is its own rule (``RULES.memory`` in its home,
 :mod:`partitioner.frameworks`), so that ``plan --target`` can cost memory
 the way the target counts it. :meth:`ParamBytes.option_overrides` gives
-the :class:`~.options.CostOptions` fields that make the cost model's
+the :class:`~partitioner.costs.options.CostOptions` fields that make the cost model's
 weight memory equal the count (with the ZeRO knob :attr:`ParamBytes.knob`).
 
 Per parameter, the steady state between iterations plus the gradients of
@@ -108,7 +108,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..problem import ProblemError
+from ...problem import ProblemError
 
 __all__ = ["ParamBytes", "PARAM_MEMORY", "param_memory"]
 
@@ -158,7 +158,7 @@ class ParamBytes:
         return 3 if not self.replicated else 1
 
     def option_overrides(self) -> dict[str, float]:
-        """The :class:`~.options.CostOptions` fields that make the cost model's weight bytes equal the count.
+        """The :class:`~partitioner.costs.options.CostOptions` fields that make the cost model's weight bytes equal the count.
 
         With :attr:`knob` the builder keeps ``bytes_per_param -
         optimizer_bytes_per_param (1 - 1/d)`` per parameter (ZeRO-1) or

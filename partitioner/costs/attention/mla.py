@@ -7,8 +7,8 @@ or of its :class:`MlaShape`: the attention's matmuls per token
 backward keeps beyond the standard ones (:func:`mla_activation_terms`), the
 bytes its memory-bound kernels move (:func:`mla_traffic`), and what tensor
 parallelism does to it (:func:`mla_tp_comm_width`, the down-projections
-held and run whole on every rank). :mod:`.layers`, :mod:`.flops`,
-:mod:`.memory` and :mod:`.traffic` call these for MLA blocks only; every
+held and run whole on every rank). :mod:`~partitioner.costs.layers`, :mod:`~partitioner.costs.compute.flops`,
+:mod:`~partitioner.costs.memory.activations` and :mod:`~partitioner.costs.memory.traffic` call these for MLA blocks only; every
 other block is costed as before.
 
 Shapes (``h`` hidden, ``a`` heads, ``d_n`` = ``head_dim`` the non-rotary
@@ -56,7 +56,7 @@ shards): the latents each enter a norm and an up-projection, so the norm's
 input and output are kept -- ``2 x 2 s b r_q / p`` and ``2 x 2 s b r_kv / p``
 (``q_latent``, ``kv_latent``; 3x per kept input with an unfused RMSNorm).
 Q and K are ``a d_qk`` wide per token, V and the output projection's input
-``a d_v`` (:mod:`.memory` takes these widths from the shape). The
+``a d_v`` (:mod:`~partitioner.costs.memory.activations` takes these widths from the shape). The
 rotary parts need nothing kept (cos and sin are recomputed), and Megatron's
 fused MLA RoPE kernels write the query, key and value as new tensors, so
 the up-projections' outputs are freed.
@@ -90,9 +90,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..presets import ClusterSpec, ModuleSpec, mla_down_params
-from .comm import allreduce_ms
-from .options import CostOptions
+from ...presets import ClusterSpec, ModuleSpec, mla_down_params
+from ..comm import allreduce_ms
+from ..options import CostOptions
 
 __all__ = ["MlaShape", "MlaGemms", "mla_shape", "mla_gemms", "mla_attn_flops", "mla_activation_terms", "mla_traffic",
            "mla_tp_comm_width", "mla_replicated", "replicated_grad_sync_ms", "cp_head_dim", "MLA_CP_ALGORITHMS"]
@@ -103,7 +103,7 @@ MLA_CP_ALGORITHMS = ("p2p",)  # Transformer Engine's context-parallel algorithms
 
 @dataclass(frozen=True)
 class MlaShape:
-    """The latent-attention widths of a block (its heads and ``d_qk`` are the :class:`~.memory.BlockShape`'s).
+    """The latent-attention widths of a block (its heads and ``d_qk`` are the :class:`~partitioner.costs.memory.activations.BlockShape`'s).
 
     ``q_lora_rank`` 0: the query is projected from the hidden state directly.
     """
@@ -200,7 +200,7 @@ def mla_activation_terms(mla: MlaShape, s: float, b: float, sp: int, norm_keep: 
 def mla_traffic(mla: MlaShape, s: float, b: float, heads_local: float, qk_head_dim: int,
                 sp: int) -> dict[str, tuple[float, float]]:
     """(forward, backward) bytes the MLA-only memory-bound kernels move per microbatch on one GPU
-    (``heads_local`` = ``a / t``; :mod:`.traffic` adds them to the block's).
+    (``heads_local`` = ``a / t``; :mod:`~partitioner.costs.memory.traffic` adds them to the block's).
 
     * ``latent_norms`` -- the two latent RMSNorms (read and write 4 B per
       element forward; read input and gradient, write 6 backward) over
