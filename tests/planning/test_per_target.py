@@ -13,7 +13,7 @@ import json
 import pytest
 
 from partitioner import plan_model
-from partitioner.export import export_result
+from partitioner.frameworks.export import export_result
 from partitioner.planning.targets.rules import RULES
 from tests.conftest import run_cli
 
