@@ -7,6 +7,7 @@ settings. Exit codes as in :mod:`.common`; output through :mod:`.render`.
 """
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, List, Literal, Optional
 
 import typer
 
+from ..core.documents import strict_json_value
 from ..plan import Plan, SolveResult
 from ..problem import Problem, ProblemError, load_problem
 from ..solvers import SolverError
@@ -22,6 +24,7 @@ from .render import print_clusters, print_json, print_models, print_plan_summary
 
 if TYPE_CHECKING:
     from ..planning import PlanOptions
+    from ..planning.results import ModelPlan
 
 __all__ = ["models_cmd", "clusters_cmd", "plan_cmd", "export_cmd"]
 
@@ -79,7 +82,15 @@ def plan_cmd(
     virtual_stages: Optional[int] = typer.Option(None, "--virtual-stages", help="With --schedule interleaved: v (default: 2, 3, 4 tried)."),
     target: str = typer.Option("any", "--target",
                                help="any | megatron | torchtitan | deepspeed: search only the plans that framework runs "
-                                    "(any: every plan; the result says per framework the best candidate it runs)."),
+                                    "(any: every plan, then per framework what --target T answers)."),
+    per_target: bool = typer.Option(True, "--per-target/--no-per-target",
+                                    help="With --target any: also plan each framework (as --target T does; with "
+                                         "--time-limit, the search over every plan gets half and the frameworks "
+                                         "share the rest)."),
+    target_plans: Optional[Path] = typer.Option(None, "--target-plans", metavar="DIR",
+                                                help="With --target any: write each framework's plan to DIR/T.json "
+                                                     "(what plan --target T --json prints; `partitioner export "
+                                                     "DIR/T.json --to T` gives its launch settings)."),
     precision: Optional[str] = typer.Option(None, "--precision",
                                             help="bf16 | fp8: the GEMM precision of the transformer blocks (default: "
                                                  "the cost options', bf16 unless -c precision=fp8)."),
@@ -123,6 +134,7 @@ def plan_cmd(
         nodes=nodes, gpus=gpus, global_batch=global_batch, microbatches=_microbatches(microbatches), method=method,
         objective=objective, time_limit=time_limit, options=parse_options(cost_option), profile=profile,
         max_stages=max_stages, schedule=schedule, virtual_stages=virtual_stages, target=target, knob_solves=knob_solves,
+        per_target=per_target,
         precision=precision, fp8_recipe=fp8_recipe, memory_budget_gb=memory_budget, baseline=baseline,
     )
     workload = Workload(images=images, image_size=image_size, tiles=tiles, frames=frames, fps=fps, text_tokens=text_tokens,
@@ -141,6 +153,8 @@ def plan_cmd(
         dump_problem(problem, save_problem)
     if gantt is not None and result.plan is not None and problem is not None:
         _write_gantt(problem, result.plan, result, gantt)
+    if target_plans is not None:
+        _write_target_plans(result, target_plans, sequences)
     if as_json:
         print_json({**result.to_dict(), "sequences": sequences, **({"exports": _exportable(result, problem)} if result.plan else {})})
         if result.plan is None and result.message:
@@ -177,6 +191,29 @@ def _plan_options(**fields: Any) -> "PlanOptions":
     except ProblemError as err:
         flag = _FLAGS.get(err.path, err.path.replace("_", "-"))
         raise ProblemError(err.reason, path="--" + flag) from None
+
+
+def _write_target_plans(result: "ModelPlan", folder: Path, sequences: Any) -> None:
+    """``--target-plans DIR``: each framework's result as ``plan --target T --json`` prints it, in ``DIR/T.json``."""
+    if not result.targets:
+        err.print("--target-plans: no per-target plans (they come with --target any and --per-target)", markup=False)
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ProblemError(f"cannot create the folder: {e.strerror or e}", path="--target-plans",
+                           source=str(folder)) from None
+    for name, summary in result.targets.items():
+        sub = summary.result
+        if sub is None:
+            continue
+        doc = {**sub.to_dict(), "sequences": sequences,
+               **({"exports": _exportable(sub, sub.problem)} if sub.plan is not None else {})}
+        path = folder / f"{name}.json"
+        try:
+            path.write_text(json.dumps(strict_json_value(doc), indent=2, allow_nan=False, default=str) + "\n")
+        except OSError as e:
+            raise ProblemError(f"cannot write: {e.strerror or e}", path="--target-plans", source=str(path)) from None
 
 
 def _exportable(result: SolveResult, problem: Problem | None) -> dict[str, dict]:

@@ -27,14 +27,14 @@ if TYPE_CHECKING:  # the plan records, for annotations only (the CLI imports pla
     from rich.progress import TaskID
 
     from ..planning.estimate import Estimate
-    from ..planning.records import RecipeComparison
+    from ..planning.records import RecipeComparison, TargetSummary
     from ..planning.results import ModelPlan
     from ..planning.schedules.report import ScheduleReport, ScheduleRow, ScheduleSummary
 
 __all__ = [
     "print_json", "layout_header", "stage_table", "print_result", "print_validation", "print_evaluation", "simulation_table",
     "print_simulation", "print_models", "print_clusters", "print_plan_summary", "schedule_table", "schedule_name",
-    "print_batch_summary", "print_sequences", "print_estimate",
+    "print_batch_summary", "print_sequences", "print_estimate", "target_line",
     "SweepProgress", "print_comparison",
 ]
 
@@ -284,9 +284,26 @@ def print_plan_summary(problem: Problem, result: "ModelPlan", seconds: float | N
         sys.stdout.write(exp.text())  # unwrapped: meant to be pasted
     out.print("\nexportable: " + "; ".join(f"{t} {'yes' if e.expressible else 'no'}" for t, e in exports.items()), markup=False)
     if result.targets:
-        out.print("best plan each target runs (plan --target T searches its space exactly): " + "; ".join(
-            f"{t} {s.speedup:.3f}x ({s.plan['source']} {s.plan['method']}, {s.plan['schedule']})" if s.plan and s.speedup
-            else f"{t} none" for t, s in result.targets.items()), markup=False)
+        out.print("\nbest plan each framework runs (each line is what plan --target T answers with these options):",
+                  markup=False)
+        for t, s in result.targets.items():
+            out.print("  " + target_line(t, s), markup=False)
+        out.print("  launch settings per framework: --target-plans DIR writes DIR/T.json, then "
+                  "`partitioner export DIR/T.json --to T`", markup=False)
+
+
+def target_line(name: str, s: "TargetSummary") -> str:
+    """One framework's line of the default output: the ``--target`` run's time, speed-up, status and plan, or why none."""
+    if s.plan is None or s.iteration_ms is None:
+        return f"{name}: no plan ({s.status}: {s.message})" + (f"; {s.note}" if s.cut and s.note else "")
+    p = s.plan
+    v = f" v{p['virtual_stages']}" if p.get("virtual_stages", 1) > 1 else ""
+    speed = f" ({s.speedup:.3f}x its best baseline)" if s.speedup else ""
+    runs_kept = "runs the kept plan" if not s.reasons else "does not run the kept plan: " + "; ".join(s.reasons[:2])
+    cut = f"; cut short: {s.note}" if s.cut and s.note else ""
+    return (f"{name}: {s.iteration_ms:.6g} ms{speed}, {s.status}; {p['schedule']}{v} m={p['microbatches']}, "
+            f"{p['stages']} stage{'s' if p['stages'] != 1 else ''}, {', '.join(p['meshes'])}, "
+            f"{', '.join(p['knobs'])}{cut}; {runs_kept}")
 
 
 def print_estimate(est: "Estimate") -> None:

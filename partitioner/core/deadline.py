@@ -38,11 +38,15 @@ class Deadline:
         Seconds of the limit already used before this deadline was made: the
         command line passes :func:`process_seconds`, so that ``--time-limit``
         bounds the whole process, its start-up and imports included.
+    whole : float or None
+        The command's limit when ``seconds`` is a share of it (``plan --target any``: the search over
+        every plan gets a share, each framework's run the rest); the message names both.
     """
 
     def __init__(self, seconds: float | None, clock: Callable[[], float] = time.perf_counter, *,
-                 spent: float = 0.0) -> None:
+                 spent: float = 0.0, whole: float | None = None) -> None:
         self.seconds = seconds
+        self.whole = whole
         self._clock = clock
         self._start = clock() - max(0.0, spent)
         self._end = None if seconds is None else self._start + seconds
@@ -107,10 +111,16 @@ class Deadline:
         return tuple(f"{part}: {', '.join(items)}" if items else part for part, items in self._cuts.items())
 
     def message(self) -> str:
-        """``time limit of S s reached: cut short: ...``, or "" when nothing was cut."""
+        """``time limit of S s reached: cut short: ...``, or "" when nothing was cut.
+
+        With ``whole``: ``time limit of S s reached; cut short: ... (this run had s s of it)``, S the command's.
+        """
         if not self._cuts:
             return ""
-        return f"time limit of {self.seconds:g} s reached; cut short: " + "; ".join(self.cuts)
+        if self.whole is None or self.seconds is None:
+            return f"time limit of {self.seconds:g} s reached; cut short: " + "; ".join(self.cuts)
+        return (f"time limit of {self.whole:g} s reached; cut short: " + "; ".join(self.cuts)
+                + f" (the search over every plan had {self.seconds:.3g} s of it, the frameworks' runs the rest)")
 
 
 def load_slowdown() -> float:

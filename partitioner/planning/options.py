@@ -115,8 +115,15 @@ class PlanOptions:
     target: Target = "any"
     """``megatron``, ``torchtitan`` or ``deepspeed``: search only the plans that
     framework runs (:mod:`partitioner.planning.targets.rules`: its schedules, one mesh,
-    its knobs, where it may cut); ``any``: every plan, and the result says per
-    target the best candidate it runs (``targets``)."""
+    its knobs, where it may cut); ``any``: every plan, and (with ``per_target``)
+    per target the plan ``target=T`` returns (``targets``)."""
+
+    per_target: bool = True
+    """With ``target="any"``: after the search over every plan, run ``plan`` once per
+    framework with ``target=T`` and the same options (:mod:`~partitioner.planning.targets.report`),
+    so each ``targets`` entry is what ``plan --target T`` answers; with a ``time_limit``
+    the search over every plan gets :data:`~partitioner.planning.plan_model.MAIN_SHARE`
+    of it and the targets share the rest. False: no ``targets`` section."""
 
     precision: Precision | None = None
     """``bf16`` or ``fp8``: the GEMM precision of the transformer blocks
@@ -258,7 +265,7 @@ def _check(o: PlanOptions) -> None:
     if o.options is not None and not isinstance(o.options, (Mapping, CostOptions)):
         raise ProblemError(f"must be a mapping of cost options, got {type(o.options).__name__}", path="options")
     _choice(o.knob_solves, KNOB_SOLVES, "knob_solves")
-    for name in ("simulate", "schedules"):
+    for name in ("simulate", "schedules", "per_target"):
         if not isinstance(getattr(o, name), bool):
             raise ProblemError(f"must be true or false, got {getattr(o, name)!r}", path=name)
     _schedule(o)

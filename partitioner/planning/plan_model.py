@@ -32,25 +32,34 @@ from ..problem import Problem, ProblemError
 from .assemble import assemble, best_baselines, no_plan
 from .axes_report import axis_alternatives
 from .context_report import context_report
-from .exact import prove_kept, space_of
+from .exact import DEFAULT_RUN_SECONDS, prove_kept, space_of
 from .knob_solve import solve_with_knobs
 from .options import PlanOptions, solver_options
 from .recipe_baseline import RecipeBaseline, estimate_baseline, keep_faster, read_baseline, with_recipe_axes
-from .records import BaselineRun, KnobSolve, MicrobatchTrial, ScreenedCount, finite
+from .records import BaselineRun, KnobSolve, MicrobatchTrial, ScreenedCount, TargetSummary, finite
 from .results import ModelPlan
-from .run import PlanRun
+from .run import CostTables, PlanRun
 from .schedules.choice import choose_schedule
 from .schedules.report import ScheduleReport
 from .screening import Builders, counts_to_solve, screen_counts
-from .targets.report import target_summaries
-from .targets.rules import runs
+from .targets.report import refused_summary, target_summary
+from .targets.rules import RULES, runs
 
-__all__ = ["plan_model", "run_plan", "RESOLVE_MIN_SECONDS"]
+__all__ = ["plan_model", "run_plan", "RESOLVE_MIN_SECONDS", "MAIN_SHARE", "TARGET_MIN_SECONDS"]
 
 # Least time limit (seconds) of a re-solve under another schedule when the user set none (see plan_model):
 # the re-solves are candidates the plans are then simulated against, and on the nine presets of the solver
 # benchmark a 2 s floor keeps exactly the plans a 10 s one kept (docs/decisions.md, "How plan picks the schedule").
 RESOLVE_MIN_SECONDS = 2.0
+
+# With --time-limit S, the share of S the search over every plan gets when the run also plans each target
+# (PlanOptions.per_target); the targets share what it leaves, each what is left over the targets left, so the
+# command still answers within S plus the grace solves (docs/decisions.md, "Per-target lines are --target runs").
+MAIN_SHARE = 0.5
+# Without --time-limit, each target's run gets what is left of the default run's first
+# exact.DEFAULT_RUN_SECONDS over the targets left, and at least this many seconds (the documented default
+# bound then grows by at most three times it); a target run cut short says so on its line.
+TARGET_MIN_SECONDS = 10.0
 
 
 def plan_model(
@@ -76,6 +85,7 @@ def plan_model(
     schedule: str = "auto",
     virtual_stages: int | None = None,
     target: str = "any",
+    per_target: bool = True,
     precision: str | None = None,
     fp8_recipe: str | None = None,
     memory_budget_gb: float | None = None,
@@ -94,8 +104,8 @@ def plan_model(
         ``--frames``, ``--tiles`` and ``--text-tokens`` state); None: the
         model's own.
     nodes, global_batch, microbatches, method, objective, time_limit, options, profile, seed, simulate, \
-auto_solves, max_stages, gpus, knob_solves, schedules, schedule, virtual_stages, target, precision, fp8_recipe, \
-memory_budget_gb, baseline
+auto_solves, max_stages, gpus, knob_solves, schedules, schedule, virtual_stages, target, per_target, precision, \
+fp8_recipe, memory_budget_gb, baseline
         The fields of :class:`~partitioner.planning.options.PlanOptions`, documented there.
 
     Returns
@@ -122,6 +132,7 @@ memory_budget_gb, baseline
                        options=options, profile=profile, seed=seed, simulate=simulate, auto_solves=auto_solves,
                        max_stages=max_stages, gpus=gpus, knob_solves=knob_solves, schedules=schedules,  # type: ignore[arg-type]
                        schedule=schedule, virtual_stages=virtual_stages, target=target,  # type: ignore[arg-type]
+                       per_target=per_target,
                        precision=precision, fp8_recipe=fp8_recipe,  # type: ignore[arg-type]
                        memory_budget_gb=memory_budget_gb, baseline=baseline)
     return run_plan(model if workload is None else load_model(model, workload), cluster, opts)
@@ -177,8 +188,67 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
              deadline: Deadline | None = None) -> ModelPlan:
     """:func:`plan_model` with its options gathered in a :class:`~.options.PlanOptions`; ``deadline``, when
     given, is the run's time limit instead of ``opts.time_limit`` started now (the command line's counts the
-    process's start-up)."""
-    run = PlanRun.start(opts, deadline)  # resolved once, before any work: every step below reads it
+    process's start-up).
+
+    With ``target="any"`` and ``per_target``, the search over every plan (in
+    :data:`MAIN_SHARE` of the limit) is followed by one run per framework with
+    ``target=T`` and the same options (:func:`_per_target`): each ``targets``
+    entry is that run's answer.
+    """
+    if opts.target != "any" or not opts.per_target:
+        return _run_one(model, cluster, opts, deadline)[0]
+    clock = deadline if deadline is not None else Deadline(opts.time_limit)  # the command's one limit
+    spec, cl = load_model(model), load_cluster(cluster)
+    main = clock if clock.seconds is None else Deadline(clock.seconds * MAIN_SHARE, spent=clock.elapsed(),
+                                                         whole=clock.seconds)
+    tables = CostTables()  # the problems every run of this command builds, built once
+    result = _run_one(spec, cl, opts, main, tables)[0]
+    if result.plan is None:
+        return result
+    return replace(result, targets=_per_target(spec, cl, opts, result, clock, tables))
+
+
+def _target_seconds(clock: Deadline, left_targets: int) -> float:
+    """The time limit of the next target's run: what the command's limit leaves over the targets left; without
+    one, what is left of the default run's first :data:`~.exact.DEFAULT_RUN_SECONDS` over them, at least
+    :data:`TARGET_MIN_SECONDS`."""
+    if clock.limited:
+        return max(clock.left() / left_targets, 1e-3)  # a spent limit still runs the target's one grace solve
+    return max(TARGET_MIN_SECONDS, (DEFAULT_RUN_SECONDS - clock.elapsed()) / left_targets)
+
+
+def _per_target(spec: ModelSpec, cl: ClusterSpec, opts: PlanOptions, result: ModelPlan, clock: Deadline,
+                tables: CostTables) -> dict[str, TargetSummary]:
+    """Per framework, ``plan`` with ``target=T`` and ``opts`` (its share of the time): the run's ``targets``."""
+    out: dict[str, TargetSummary] = {}
+    names = list(RULES)
+    for i, name in enumerate(names):
+        seconds = _target_seconds(clock, len(names) - i)
+        progress.phase(f"the best plan {name} runs (plan --target {name}, {seconds:.3g} s)")
+        try:  # the options T refuses (an FP8 recipe it has no path for) are T's answer: it has no plan
+            sub_opts = replace(opts, target=name, time_limit=seconds)  # type: ignore[arg-type]
+            sub, cut = _run_one(spec, cl, sub_opts, None, tables)
+        except ProblemError as refused:
+            out[name] = refused_summary(name, RULES[name], result, str(refused))
+            continue
+        out[name] = target_summary(name, sub, RULES[name], result, seconds, cut, clock.limited)
+    return out
+
+
+def _run_one(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptions, deadline: Deadline | None = None,
+             tables: CostTables | None = None) -> tuple[ModelPlan, bool]:
+    """One search (``opts.target``'s space), and whether its deadline cut anything short.
+
+    ``deadline``: the run's limit (default ``opts.time_limit`` started now); ``tables``: the problems the
+    command's other runs built (shared; :class:`~.run.CostTables`).
+    """
+    run = PlanRun.start(opts, deadline, tables)  # resolved once, before any work: every step below reads it
+    result = _search(model, cluster, run)
+    return result, bool(run.deadline.cuts)
+
+
+def _search(model: str | ModelSpec, cluster: str | ClusterSpec, run: PlanRun) -> ModelPlan:
+    """The steps of one run (the module docstring), under ``run``'s options and deadline."""
     opts, deadline = run.options, run.deadline
     spec, cl = load_model(model), load_cluster(cluster)
     _check_devices(run.options.nodes, cl)
@@ -237,9 +307,6 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
         progress.phase("solving with EP / CP forced (why they were not chosen)")
         result = replace(result, axes_not_chosen=axis_alternatives(
             result.problem, result.plan, opts.method, deadline, solver_options(opts)) or None)
-    if run.rules is None and result.plan is not None:  # --target any: what each framework runs of it
-        progress.phase("the best plan each framework runs")
-        result = replace(result, targets=target_summaries(result, report, bests, run.memory))
     return _cut_short(_with_recipe(result, recipe, note) if recipe is not None else result, deadline)
 
 

@@ -227,14 +227,19 @@ class MissingBaseline:
 
 @dataclass(frozen=True)
 class TargetSummary:
-    """Per export target (``targets`` of ``plan --target any``): the fastest candidate it runs, or why none.
+    """Per export target (``targets`` of ``plan --target any``): what ``plan --target T`` answers, or why no plan.
 
-    ``speedup`` is over the result's best baseline; ``plan`` the candidate's
-    shape (source, method, schedule, m, stages, meshes); ``reasons`` why the
-    kept plan does not run on the target ([] when it does); ``memory`` the
-    bytes-per-parameter count its iteration and fit were costed with
-    (:class:`~.targets.memory.MemoryCounts` as JSON: the run's, not the
-    target's own -- ``plan --target T`` charges T's).
+    The default run ran ``plan`` with ``target=T`` and its own options
+    (:func:`~partitioner.planning.plan_model.run_plan`); ``iteration_ms``,
+    ``speedup`` (over that run's best baseline), ``status`` and ``message``
+    are that run's; ``plan`` its plan's shape (schedule, m, stages, meshes,
+    knobs); ``reasons`` why the default run's kept plan does not run on the
+    target ([] when it does); ``memory`` the bytes-per-parameter count the
+    target's run charged (the target's own); ``seconds`` the time limit it
+    had and ``cut`` whether that limit cut it short (then ``note`` says that
+    ``--target T`` with more time may find a faster plan); ``result`` the
+    whole result (its JSON is what ``plan --target T --json`` prints, which
+    ``partitioner export`` reads).
     """
 
     target: str
@@ -243,10 +248,18 @@ class TargetSummary:
     plan: Mapping[str, Any] | None
     reasons: tuple[str, ...] = ()
     memory: Mapping[str, Any] | None = None
+    status: str | None = None
+    message: str | None = None
+    seconds: float | None = None
+    cut: bool = False
+    note: str | None = None
+    result: Any = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"iteration_ms": self.iteration_ms, "speedup": self.speedup, "plan": self.plan,
-                "reasons": list(self.reasons), "memory": self.memory}
+        return {"iteration_ms": self.iteration_ms, "speedup": self.speedup, "status": self.status,
+                "message": self.message, "seconds": self.seconds, "cut": self.cut, "note": self.note,
+                "plan": self.plan, "reasons": list(self.reasons), "memory": self.memory,
+                "result": self.result.to_dict() if self.result is not None else None}
 
 
 @dataclass(frozen=True)

@@ -10,20 +10,20 @@ charges, and the run's one :class:`~partitioner.core.deadline.Deadline`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from ..core.deadline import Deadline
 from ..core.limits import MAX_MICROBATCHES
-from ..costs import CostOptions
+from ..costs import CostOptions, ProblemBuilder
 from ..frameworks import FrameworkRules
-from ..problem import ProblemError
+from ..problem import Problem, ProblemError
 from .options import PlanOptions
 from .schedules.choice import schedule_keys
 from .targets.memory import MemoryCounts, memory_counts
 from .targets.rules import rules_for
 
-__all__ = ["PlanRun", "plan_options", "with_precision", "microbatch_candidates", "divisors", "ScheduleKey"]
+__all__ = ["PlanRun", "CostTables", "plan_options", "with_precision", "microbatch_candidates", "divisors", "ScheduleKey"]
 
 ScheduleKey = tuple[str, int]  # (schedule, v)
 _ALL_ZERO = (0, 1, 3)  # the ZeRO stages of the cost model's knobs (--target any charges them all)
@@ -90,6 +90,22 @@ def _check_target_precision(rules: FrameworkRules | None, costs: CostOptions) ->
                        f"{', '.join(rules.fp8_recipes)}: {rules.fp8_note})", path="fp8_recipe")
 
 
+@dataclass
+class CostTables:
+    """The problems one ``plan`` command builds, shared by its runs: the search over every plan and each target's.
+
+    Every run of one command has the same model, cluster, nodes, objective,
+    profile, stage bound and GPUs (only the target and the time limit
+    differ), so a :class:`~partitioner.costs.ProblemBuilder` is keyed by its
+    cost options alone and a problem by its options and microbatch count.
+    Problems are immutable (their cost tables are read-only mappings), so a
+    run that finds one here gets exactly what it would have built.
+    """
+
+    builders: dict[CostOptions, ProblemBuilder] = field(default_factory=dict)
+    problems: dict[tuple[CostOptions, int], Problem] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class PlanRun:
     """A ``plan`` run: its options and what they resolve to, worked out once (:meth:`start`).
@@ -111,6 +127,8 @@ class PlanRun:
         Which bytes-per-parameter count the run's problems charge, per ZeRO stage.
     deadline : Deadline
         The run's one time limit, started with the run.
+    tables : CostTables
+        The problems built so far, shared with the command's other runs (:class:`CostTables`).
     """
 
     options: PlanOptions
@@ -120,13 +138,17 @@ class PlanRun:
     counts: tuple[int, ...]
     memory: MemoryCounts
     deadline: Deadline
+    tables: CostTables = field(default_factory=CostTables, compare=False, repr=False)
 
     @classmethod
-    def start(cls, options: PlanOptions, deadline: Deadline | None = None) -> "PlanRun":
+    def start(cls, options: PlanOptions, deadline: Deadline | None = None,
+              tables: CostTables | None = None) -> "PlanRun":
         """The run of ``options`` (cost options are checked here: ProblemError at ``options``).
 
-        Its deadline is ``deadline`` (the command line's, counted from the process's start) or, by default,
-        ``options.time_limit`` started now: one limit for the whole run.
+        Its deadline is ``deadline`` (the command line's, counted from the process's start; or a share of it,
+        ``plan --target any``'s search over every plan) or, by default, ``options.time_limit`` started now: one
+        limit for the whole run. ``tables``: the problems another run of the same command built (a new, empty
+        store when None).
         """
         deadline = deadline if deadline is not None else Deadline(options.time_limit)
         options = with_precision(options)
@@ -139,4 +161,4 @@ class PlanRun:
         costs = plan_options(options.options)
         _check_target_precision(rules, costs)
         memory = memory_counts(options.target, rules.zero if rules else _ALL_ZERO, options.options, costs)
-        return cls(options, rules, costs, tuple(keys), tuple(counts), memory, deadline)
+        return cls(options, rules, costs, tuple(keys), tuple(counts), memory, deadline, tables or CostTables())

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from ..core import progress
@@ -35,12 +35,16 @@ __all__ = ["Builders", "screen_counts", "counts_to_solve"]
 
 @dataclass
 class Builders:
-    """The problems of one model on one cluster, one :class:`ProblemBuilder` per cost-option set."""
+    """The problems of one model on one cluster, one :class:`ProblemBuilder` per cost-option set.
+
+    Builders and problems are kept in the run's :class:`~.run.CostTables`,
+    which the command's other runs (each target's, after the search over
+    every plan) share: a problem the command built once is not built again.
+    """
 
     spec: ModelSpec
     cluster: ClusterSpec
     run: PlanRun
-    _built: dict[CostOptions, ProblemBuilder] = field(default_factory=dict)
 
     @property
     def opts(self) -> PlanOptions:
@@ -49,12 +53,17 @@ class Builders:
 
     def build(self, m: int, options: CostOptions) -> Problem:
         """The problem at m microbatches with cost options ``options``."""
-        if options not in self._built:
+        tables = self.run.tables
+        found = tables.problems.get((options, m))
+        if found is not None:
+            return found
+        if options not in tables.builders:
             o = self.opts
-            self._built[options] = ProblemBuilder(self.spec, self.cluster, nodes=o.nodes, options=options,
-                                                  objective=o.objective, profile=o.profile, max_stages=o.max_stages,
-                                                  gpus=o.gpus)
-        return self._built[options].build(self.opts.global_batch, m)
+            tables.builders[options] = ProblemBuilder(self.spec, self.cluster, nodes=o.nodes, options=options,
+                                                      objective=o.objective, profile=o.profile,
+                                                      max_stages=o.max_stages, gpus=o.gpus)
+        built = tables.problems[(options, m)] = tables.builders[options].build(self.opts.global_batch, m)
+        return built
 
 
 def _baseline_runs(base_problem: Problem, opts: PlanOptions, sums: StageSums) -> dict[str, BaselineRun]:

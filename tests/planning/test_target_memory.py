@@ -90,11 +90,12 @@ def test_cli_says_which_count_it_kept():
     assert memory["source"] == "user" and set(memory["counts"].values()) == {"deepspeed-zero1"}
 
 
-def test_target_any_says_each_target_line_used_megatrons_count():
+def test_target_any_says_each_target_line_used_its_targets_count():
+    # issue 33: each line is the plan --target T run, which charges T's own count (it was Megatron-LM's for all)
     result = plan_model("llava-1.5-7b", "dgx-h100", **RUN)
     doc = result.to_dict()
     assert doc["memory"]["source"] == "default"
     for name, line in doc["targets"].items():
-        assert line["memory"]["source"] == "default", name
-        assert "Megatron" in line["memory"]["note"]
+        assert line["memory"]["source"] == "target" and line["memory"]["target"] == name, name
+        assert line["memory"] == line["result"]["memory"], name
     assert set(doc["targets"]["deepspeed"]["memory"]["counts"]) == {"zero0", "zero1"}

@@ -17,6 +17,7 @@ from partitioner.planning.targets.rules import (
     layer_groups,
     restrict,
     rules_for,
+    runs,
     settings,
     single_layout,
 )
@@ -123,18 +124,20 @@ def test_knob_solves_all_proves_the_target_plan_optimal():
     assert fast.status == "feasible" and "knob_solves=fast" in fast.message  # settings left unsolved: not proven
 
 
-def test_target_any_reports_per_target_the_fastest_candidate_it_runs():
+def test_target_any_reports_per_target_the_plan_that_target_runs():
+    # issue 33: a line is the target's own run (tests/planning/test_per_target.py compares it with --target T),
+    # under the target's memory count, so it may be faster than the kept plan (was: never faster, Megatron's count)
     result = plan_model("llava-1.5-7b", "dgx-h100", nodes=2, global_batch=64)
     doc = result.to_dict()
     assert set(doc["targets"]) == set(RULES)
-    for target, summary in doc["targets"].items():
-        if summary["plan"] is None:
+    for target, summary in result.targets.items():
+        if summary.plan is None:
             continue
-        assert summary["plan"]["schedule"] in RULES[target].schedules
-        assert summary["iteration_ms"] >= result.throughput.iteration_ms * (1 - 1e-9)  # never faster than the kept plan
-        if not summary["reasons"]:  # the kept plan runs there: it is the one reported
-            assert summary["iteration_ms"] == pytest.approx(result.throughput.iteration_ms)
-            assert export_result(result, target).expressible
+        assert summary.plan["schedule"] in RULES[target].schedules
+        sub = summary.result
+        assert runs(RULES[target], sub.problem, sub.plan) == [], target
+        assert export_result(sub, target, sub.problem).expressible
+        assert bool(summary.reasons) == bool(runs(RULES[target], result.problem, result.plan))
     targeted = plan_model("llava-1.5-7b", "dgx-h100", nodes=2, global_batch=64, target="megatron")
     assert "targets" not in targeted.to_dict()
 

@@ -1,80 +1,74 @@
-"""``targets`` of ``plan --target any``: per framework, the fastest candidate of the run it runs, and its speed-up.
+"""``targets`` of ``plan --target any``: per framework, what ``plan --target T`` answers, and why the kept plan does not run there.
 
-The run searched every plan; this section tells the user what running its
-best plan in each framework would take: the kept plan when the target runs
-it (:func:`~.rules.runs` says why not otherwise), else the fastest other
-candidate the run weighed (the plans and baselines under every schedule of
-the schedule choice) that it runs. It is a report over the run's candidates,
-not a search: ``plan --target T`` searches T's space exactly and may find a
-faster plan.
+The default run plans every framework's space with the same function and
+options ``plan --target T`` uses (:func:`~partitioner.planning.plan_model.run_plan`
+with ``target=T``), within its share of the time
+(:data:`~partitioner.planning.plan_model.MAIN_SHARE`); this module turns each
+of those results into the :class:`~..records.TargetSummary` the default
+output prints: the target run's iteration time, speed-up (over that run's
+own best baseline, as ``--target T`` reports it), status and message, the
+plan's shape, whether the time limit cut the run short, and why the search
+over every plan kept a plan that target does not run (:func:`~.rules.runs`).
 """
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Iterable, Mapping
+from typing import Any
 
 from ...plan import Plan
 from ...problem import Problem
-from ..records import BaselineRun, BaselineSummary, TargetSummary
+from ..records import TargetSummary
 from ..results import ModelPlan
-from ..schedules.report import ScheduleReport
-from .memory import MemoryCounts, default_counts
-from .rules import RULES, runs
+from .rules import FrameworkRules, runs
 
-__all__ = ["target_summaries"]
-
-# (iteration ms, problem carrying the schedule, plan, where it comes from, method)
-_Candidate = tuple[float, Problem, Plan, str, str]
+__all__ = ["target_summary", "refused_summary", "plan_shape"]
 
 
-def _pool(result: ModelPlan, report: ScheduleReport | None, bests: Mapping[str, BaselineRun]) -> list[_Candidate]:
-    """The kept plan first, then every candidate that runs, then the best baselines."""
-    assert result.problem is not None and result.plan is not None and result.throughput is not None
-    out: list[_Candidate] = [(result.throughput.iteration_ms, result.problem, result.plan, "kept", result.method)]
-    for c in (report.candidates if report is not None else ()):
-        if c.problem is not None and c.plan is not None:
-            out.append((c.iteration_ms, c.problem, c.plan, c.source, c.method))
-    out += [(b.iteration_ms, b.problem, b.plan, "baseline", name) for name, b in bests.items()]
-    return out
-
-
-def _shape(c: _Candidate) -> dict:
-    it, problem, plan, source, method = c
+def plan_shape(problem: Problem, plan: Plan) -> dict[str, Any]:
+    """A plan's shape in a few fields: schedule, v, m, stages, the meshes and knobs of its segments."""
     configs = [cfg for s in plan.stages for _, cfg in s.segment_configs(problem)]
     t = problem.training
-    return {"source": source, "method": method, "schedule": t.schedule, "virtual_stages": t.virtual_stages,
-            "microbatches": problem.microbatches, "stages": len(plan.stages),
-            "meshes": sorted({f"dp {c.dp} x tp {c.tp}" for c in configs}),
+    return {"schedule": t.schedule, "virtual_stages": t.virtual_stages, "microbatches": problem.microbatches,
+            "stages": len(plan.stages), "meshes": sorted({f"dp {c.dp} x tp {c.tp}" for c in configs}),
             "knobs": sorted({c.variant or "plain" for c in configs})}
 
 
-def _fastest(pool: Iterable[_Candidate]) -> _Candidate | None:
-    best = None
-    for c in pool:
-        if best is None or c[0] < best[0] * (1 - 1e-9):
-            best = c
-    return best
+def _kept_reasons(rules: FrameworkRules, kept: ModelPlan) -> tuple[str, ...]:
+    """Why the target does not run the default run's kept plan (() when it does)."""
+    return tuple(runs(rules, kept.problem, kept.plan)) if kept.problem is not None and kept.plan is not None else ()
 
 
-def target_summaries(result: ModelPlan, report: ScheduleReport | None, bests: Mapping[str, BaselineRun],
-                     memory: MemoryCounts | None = None) -> dict[str, TargetSummary]:
-    """Per target of :data:`~.rules.RULES`, its :class:`TargetSummary` for the result of a ``--target any`` run.
+def refused_summary(name: str, rules: FrameworkRules, kept: ModelPlan, why: str) -> TargetSummary:
+    """The ``targets`` entry of a framework whose ``--target`` run refuses the options (exit 2 there): no plan, and why."""
+    return TargetSummary(name, None, None, None, _kept_reasons(rules, kept), None, status="refused", message=why)
 
-    Every candidate was costed with the run's count ``memory`` (default:
-    Megatron-LM's, :func:`~.memory.default_counts`), whatever the target;
-    each summary says so (``memory``), restricted to the target's ZeRO stages.
+
+def target_summary(name: str, sub: ModelPlan, rules: FrameworkRules, kept: ModelPlan, seconds: float, cut: bool,
+                   limited: bool) -> TargetSummary:
+    """The ``targets`` entry of framework ``name``: the ``target=name`` run ``sub`` as the default output states it.
+
+    Parameters
+    ----------
+    name : str
+        The framework (a key of :data:`~.rules.RULES`).
+    sub : ModelPlan
+        The result of the run with ``target=name`` and the default run's options.
+    rules : FrameworkRules
+        The framework's rules, to say why the kept plan does not run there.
+    kept : ModelPlan
+        The default run's result (its kept plan and problem).
+    seconds : float
+        The time limit the target's run had (its share of ``--time-limit``, or the default budget's).
+    cut : bool
+        Whether that limit cut the target's run short: then ``--target name`` with more time may find a faster plan.
+    limited : bool
+        Whether the user set ``--time-limit`` (else ``seconds`` is the default budget's).
     """
-    pool = _pool(result, report, bests)
-    memory = memory or default_counts("any")
-    base = result.baseline.iteration_ms if isinstance(result.baseline, BaselineSummary) else None
-    out = {}
-    for name, rules in RULES.items():
-        counted = replace(memory, counts={z: c for z, c in memory.counts.items() if z in rules.zero}).to_dict()
-        kept_reasons = runs(rules, pool[0][1], pool[0][2])
-        best = _fastest(c for c in pool if not runs(rules, c[1], c[2]))
-        if best is None:
-            out[name] = TargetSummary(name, None, None, None, tuple(kept_reasons), counted)
-            continue
-        speedup = base / best[0] if base is not None and best[0] > 0 else None
-        out[name] = TargetSummary(name, best[0], speedup, _shape(best), tuple(kept_reasons), counted)
-    return out
+    reasons = _kept_reasons(rules, kept)
+    tput = sub.throughput
+    shape = plan_shape(sub.problem, sub.plan) if sub.problem is not None and sub.plan is not None else None
+    budget = f"its {seconds:.3g} s share of --time-limit" if limited else f"its default budget of {seconds:.3g} s"
+    note = (f"best found in {budget}; plan --target {name} with more time may find a faster plan" if cut else
+            f"plan --target {name} answers the same")
+    return TargetSummary(name, tput.iteration_ms if tput is not None else None, sub.speedup, shape, reasons,
+                         sub.memory.to_dict() if sub.memory is not None else None, status=sub.status,
+                         message=sub.message, seconds=seconds, cut=cut, note=note, result=sub)

@@ -136,6 +136,11 @@ def solve_for_target(entry: ScreenedCount, opts: PlanOptions, rules: FrameworkRu
         solved.append(setting)
         for mesh in meshes:
             limit = deadline.solve_limit(cap)
+            if limit is not None and limit <= 0 and found.best is None and not entry.bases and deadline.has_grace:
+                # nothing found and no baseline to keep: the run's one grace solve, as plan_model's own solves have
+                limit = deadline.grace()
+                deadline.cut(f"{opts.method} solves for {rules.name} given only the {limit:g} s grace after the "
+                             "deadline", f"m={problem.microbatches}")
             if limit is not None and limit <= 0:
                 deadline.cut(f"{opts.method} solves for {rules.name} not started", f"m={problem.microbatches}")
                 found.unproven("the time limit left settings or meshes unsolved")
