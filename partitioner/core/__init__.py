@@ -12,6 +12,8 @@ lazy
     Heavy third-party modules imported on first use.
 deadline
     One time limit shared by a command's steps and solves.
+stdio
+    Silencing standard output while a native library prints.
 """
 from __future__ import annotations
 

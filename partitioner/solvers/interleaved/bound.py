@@ -37,8 +37,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ...core.stdio import quiet_stdout
 from ...problem import Layout, Problem
-from ..milp.backends import quiet_stdout
 from .space import group_configs, held_states, send_ms
 
 __all__ = ["relaxed_bound", "BOUND_MARGIN"]

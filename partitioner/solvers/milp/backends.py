@@ -20,12 +20,14 @@ import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import pulp
 
+from ...core.stdio import quiet_stdout
+
 __all__ = [
-    "Outcome", "quiet_stdout", "solve_highs", "solve_cbc", "pulp_quiet", "set_starts", "READBACK_SHARE", "READBACK_SECONDS", "CBC_GRACE", "CBC_OPTIONS",
+    "Outcome", "solve_highs", "solve_cbc", "pulp_quiet", "set_starts", "READBACK_SHARE", "READBACK_SECONDS", "CBC_GRACE", "CBC_OPTIONS",
 ]
 
 _TOLERANCE = 1e-9
@@ -165,21 +167,6 @@ def set_starts(starts: Mapping[Any, float] | None) -> None:
         if high is not None and value > high:
             value = high
         var.setInitialValue(value)
-
-
-@contextmanager
-def quiet_stdout() -> Iterator[None]:
-    """Silence the process's file descriptor 1 (C++ output included)."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 1)
-        yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(devnull)
 
 
 def solve_highs(
