@@ -21,7 +21,7 @@ Four parts, each row in a fresh child process:
    (one config per size, 8 layers on 2 x 8 GPUs), against :func:`partitioner.solvers.brute.enumeration_work`:
    the sources of ``ENTRIES_PER_SECOND`` and ``COMBINATIONS_PER_SECOND``.
 4. **plan**: ``partitioner plan --model M --cluster C --nodes N --time-limit S`` on every model preset (on the
-   cluster of :data:`PLAN_LIMIT_CASES`) and on 1,024 GPUs; the row gives the process's wall time against S
+   cluster of :func:`plan_limit_cases`) and on 1,024 GPUs; the row gives the process's wall time against S
    (``--time-limit`` bounds the whole command, docs/limits.md), the exit code and the plan's status line.
 
 ``--parts`` runs a subset, e.g. ``--parts plan --busy 8`` for part 4 at a load of about 8.
@@ -42,29 +42,23 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 METHODS = ("dp", "greedy", "brute", "cpsat", "milp", "uniform", "balanced")
 
-__all__ = ["overshoot_rows", "cost_rows", "rate_rows", "plan_rows", "PLAN_LIMIT_CASES", "to_markdown", "main"]
+__all__ = ["overshoot_rows", "cost_rows", "rate_rows", "plan_rows", "EXTRA_PLAN_CASES", "plan_limit_cases", "to_markdown", "main"]
 
-# part 4: (model preset, cluster preset, nodes, global batch) -- every model preset, then two 1,024-GPU jobs
-PLAN_LIMIT_CASES = (
-    ("openvla-7b", "dgx-a100-80g", 8, 2048),
-    ("pi0", "dgx-h100", 2, 1024),
-    ("seed-vla-8gpu", "dgx-a100-80g", 1, 256),
-    ("llava-1.5-7b", "dgx-h100", 4, 1024),
-    ("llava-1.5-13b", "dgx-a100-80g", 4, 1024),
-    ("qwen2-vl-7b", "dgx-h100", 4, 1024),
-    ("qwen2-vl-7b-video", "dgx-h100", 4, 256),
-    ("qwen2.5-vl-7b-video-64f", "dgx-h100", 4, 256),
-    ("internvl-1.5-26b", "dgx-h200", 8, 1024),
-    ("qwen3-vl-30b-a3b", "dgx-h100", 4, 1024),
-    ("qwen2-vl-72b", "dgx-h200", 16, 1024),
-    ("qwen2.5-vl-72b", "dgx-h200", 16, 1024),
-    ("glm-4.5v", "dgx-h200", 16, 1024),
-    ("qwen3-vl-235b-a22b", "dgx-b200", 16, 1024),
+# part 4: (model preset, cluster preset, nodes, global batch) -- every model preset (issue 13's and 25's plan cases,
+# the two MLA presets), then two 1,024-GPU jobs
+EXTRA_PLAN_CASES = (
     ("deepseek-v3", "dgx-h100", 32, 1024),
     ("kimi-k2", "dgx-b200", 32, 1024),
     ("qwen3-vl-235b-a22b", "dgx-b200", 128, 1024),
     ("glm-4.5v", "dgx-h100", 128, 2048),
 )
+
+
+def plan_limit_cases() -> tuple[tuple[str, str, int, int], ...]:
+    """Part 4's cases: :data:`benchmarks.solvers.PLAN_CASES` and ``V3_PLAN_CASES``, then :data:`EXTRA_PLAN_CASES`."""
+    from benchmarks.solvers import PLAN_CASES, V3_PLAN_CASES
+
+    return (*PLAN_CASES, *V3_PLAN_CASES, *EXTRA_PLAN_CASES)
 
 
 def _busy(seconds: float) -> None:
@@ -211,12 +205,12 @@ def rate_rows() -> list[dict]:
     return rows
 
 
-def plan_rows(time_limit: float, cases=PLAN_LIMIT_CASES) -> list[dict]:
+def plan_rows(time_limit: float, cases=None) -> list[dict]:
     """Part 4: ``plan --time-limit S`` per case, each in its own process: wall time against S."""
     from benchmarks.solvers import run_child
 
     rows = []
-    for model, cluster, nodes, batch in cases:
+    for model, cluster, nodes, batch in cases or plan_limit_cases():
         before = _load()
         cmd = [sys.executable, "-m", "partitioner", "plan", "--model", model, "--cluster", cluster, "--nodes",
                str(nodes), "--global-batch", str(batch), "--time-limit", f"{time_limit:g}"]
