@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,11 +31,14 @@ RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 def results_cli(argv: list[str] | None, description: str, stem: str, build: Callable[[], dict[str, Any]],
                 markdown: Callable[[dict[str, Any]], str]) -> dict[str, Any]:
-    """Parse ``--out`` (default :data:`RESULTS`), build the document and write ``<stem>.json`` and ``<stem>.md``."""
+    """Parse ``--out`` (default :data:`RESULTS`), build the document (its ``seconds`` recorded) and write
+    ``<stem>.json`` and ``<stem>.md``."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    start = time.perf_counter()
     doc = build()
+    doc["seconds"] = time.perf_counter() - start
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stem}.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
     (args.out / f"{stem}.md").write_text(markdown(doc))

@@ -62,7 +62,6 @@ from __future__ import annotations
 import math
 import statistics
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -388,7 +387,6 @@ def to_markdown(doc: dict[str, Any], command: str = "python -m benchmarks.calibr
 
 def _everything() -> dict[str, Any]:
     """The dense tables, with the modern defaults and the published runs (with the host floor as a sensitivity)."""
-    start = time.perf_counter()
     doc = calibrate()
     modern = calibrate(options=MODERN_OPTIONS)
     doc["modern_defaults"] = {"options": MODERN_OPTIONS, "summary": {k: v for k, v in modern["summary"].items()
@@ -399,7 +397,6 @@ def _everything() -> dict[str, Any]:
     host = calibrate_runs({"moe_host_ms": 8.0})  # the optional host floor, as a sensitivity (DESIGN.md)
     doc["published_runs"]["host_floor"] = {"options": host["options"], "summary": host["summary"],
                                            "families": host["families"]}
-    doc["seconds"] = time.perf_counter() - start
     return doc
 
 

@@ -43,7 +43,6 @@ import dataclasses
 import math
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -265,15 +264,8 @@ def to_markdown(doc: dict[str, Any], command: str = "python -m benchmarks.calibr
     return "\n".join(lines)
 
 
-def _timed() -> dict[str, Any]:
-    start = time.perf_counter()
-    doc = calibrate()
-    doc["seconds"] = time.perf_counter() - start
-    return doc
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    doc = results_cli(argv, __doc__.splitlines()[0], "calibration_fp8", _timed, to_markdown)
+    doc = results_cli(argv, __doc__.splitlines()[0], "calibration_fp8", calibrate, to_markdown)
     for p in doc["pairs"]:
         if "skipped" not in p:
             pub = "" if p["published_speedup"] is None else f"{p['published_speedup']:.3f}"
