@@ -16,12 +16,26 @@ import os
 import time
 from typing import Callable
 
-__all__ = ["Deadline", "GRACE_SECONDS", "load_slowdown", "process_seconds"]
+__all__ = ["Deadline", "GRACE_SECONDS", "TimeLimitReached", "load_slowdown", "process_seconds"]
 
 # The one solve a run may still start after its deadline when it has found nothing at all yet (no baseline fits and
 # no plan was solved): without it a limit shorter than the problem building would always answer "no plan". One such
 # solve per run, so the command stays within the limit plus this grace (the issue asks for S + 5 s at most).
 GRACE_SECONDS = 1.0
+
+
+class TimeLimitReached(Exception):
+    """A step with no partial answer (building a problem) stopped because its :class:`Deadline` passed.
+
+    Raised between units of work (a layer's table, a layout), never inside
+    one, so nothing is left half-built; the caller records the cut
+    (:meth:`Deadline.cut`) and answers with what it has. ``what`` names the
+    step and where it stopped.
+    """
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
 
 
 class Deadline:
@@ -74,6 +88,11 @@ class Deadline:
     def expired(self) -> bool:
         """Whether the deadline has passed."""
         return self.left() <= 0.0
+
+    def check(self, what: str) -> None:
+        """Raise :class:`TimeLimitReached` naming ``what`` when the deadline has passed (a no-op without a limit)."""
+        if self._end is not None and self._clock() >= self._end:
+            raise TimeLimitReached(what)
 
     def at(self) -> float | None:
         """The deadline on :func:`time.perf_counter`'s clock (what the solvers' loops compare with), None without one.
