@@ -366,10 +366,11 @@ class ProblemBuilder:
         return found
 
     def _table(self, layer: PipelineLayer, signature: int, all_layouts: Sequence[Layout], mb: int, microbatches: int,
-               knob_list: list[Knobs] | None, deadline: Deadline) -> dict[str, Any]:
+               knob_list: list[Knobs] | None, deadline: Deadline, zero: int | None = None) -> dict[str, Any]:
         """The ``costs`` document of ``layer``: one entry per usable layout and knob setting, in order of emission.
 
-        ``deadline`` is checked before each layout (:class:`~partitioner.core.deadline.TimeLimitReached`).
+        ``deadline`` is checked before each layout (:class:`~partitioner.core.deadline.TimeLimitReached`);
+        ``zero``: only the knob settings of that ZeRO stage, and every setting at dp = 1 (:meth:`build`).
         """
         cl, opts = self.cluster, self.opts
         allowed = layouts_for(layer, all_layouts, mb, opts)
@@ -388,6 +389,8 @@ class ProblemBuilder:
             samples = mb / lay.dp
             for kn in variants:
                 if kn is not None and not applies(kn, lay.dp * lay.cp):
+                    continue
+                if zero is not None and kn is not None and kn.zero != zero and lay.dp > 1:
                     continue
                 knobs = kn if kn is not None else Knobs(1 if opts.zero1 else 0, opts.recompute)  # layer_cost's default
                 config = Layout(lay.dp, lay.tp, kn.name if kn is not None else "", cp=lay.cp)
@@ -408,12 +411,18 @@ class ProblemBuilder:
                                                    nodes=self.nodes, dense=dense, terms=terms).to_dict() if moe else entry
         return costs
 
-    def build(self, global_batch: int, microbatches: int, deadline: Deadline | None = None) -> Problem:
+    def build(self, global_batch: int, microbatches: int, deadline: Deadline | None = None, *,
+              zero: int | None = None) -> Problem:
         """The problem at ``global_batch`` samples per iteration in ``microbatches`` microbatches.
 
         With ``deadline``, checked between layouts of each layer's table: once it has passed, the build stops
         with :class:`~partitioner.core.deadline.TimeLimitReached` (nothing half-built is kept; the compute terms
         found so far stay in the builder's :class:`TermsStore`).
+
+        ``zero``: a partial problem holding only the entries of knob settings of that ZeRO stage, and every
+        entry at dp = 1 (where no setting shards anything): what a target's count at that stage is read from
+        (:func:`~partitioner.planning.targets.memory.merge_stages`). A layer left with no entry keeps all of
+        its entries.
         """
         clock = deadline if deadline is not None else Deadline(None)
         spec, cl, opts = self.spec, self.cluster, self.opts
@@ -441,8 +450,10 @@ class ProblemBuilder:
         for k, (layer, signature) in enumerate(zip(layers, signatures)):
             costs = tables.get(signature)
             if costs is None:
-                costs = tables[signature] = self._table(layer, signature, all_layouts, mb, microbatches, knob_list,
-                                                        clock)
+                costs = self._table(layer, signature, all_layouts, mb, microbatches, knob_list, clock, zero)
+                if not costs and zero is not None:  # no entry of that stage and no dp = 1 layout: all of them
+                    costs = self._table(layer, signature, all_layouts, mb, microbatches, knob_list, clock)
+                tables[signature] = costs
             if profile is not None:
                 costs = dict(costs)  # the profile replaces entries of single layers' tables
             doc_layer: dict[str, Any] = {"name": layer.name, "module": layer.module,
