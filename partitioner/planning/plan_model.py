@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Any, Callable, Mapping
 
 from ..core import progress
-from ..core.deadline import Deadline
+from ..core.deadline import FIRST_PLAN_GRACE_SECONDS, Deadline
 from ..core.limits import MAX_DEVICES
 from ..costs import CostOptions
 from ..costs.build import job_cluster_fields
@@ -197,16 +197,20 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
     With ``target="any"`` and ``per_target``, the search over every plan (in
     :data:`MAIN_SHARE` of the limit) is followed by one run per framework with
     ``target=T`` and the same options (:func:`_per_target`): each ``targets``
-    entry is that run's answer.
+    entry is that run's answer. The command's own run (not the targets')
+    may build and screen counts up to
+    :data:`~partitioner.core.deadline.FIRST_PLAN_GRACE_SECONDS` past the
+    limit while it knows no plan at all (:func:`~.screening.screen_counts`).
     """
-    if opts.target != "any" or not opts.per_target:
-        return _run_one(model, cluster, opts, deadline)[0]
     clock = deadline if deadline is not None else Deadline(opts.time_limit)  # the command's one limit
+    first = clock.extended(FIRST_PLAN_GRACE_SECONDS)  # the builds and screens of a run that knows no plan yet
+    if opts.target != "any" or not opts.per_target:
+        return _run_one(model, cluster, opts, clock, first=first)[0]
     spec, cl = load_model(model), load_cluster(cluster)
     main = clock if clock.seconds is None else Deadline(clock.seconds * MAIN_SHARE, spent=clock.elapsed(),
                                                          whole=clock.seconds)
     tables = CostTables()  # the problems every run of this command builds, built once
-    result = _run_one(spec, cl, opts, main, tables, first=clock)[0]
+    result = _run_one(spec, cl, opts, main, tables, first=first)[0]
     if result.plan is None:
         return result
     return replace(result, targets=_per_target(spec, cl, opts, result, clock, tables))
