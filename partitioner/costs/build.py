@@ -13,7 +13,7 @@ when given (:mod:`.profile`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -42,7 +42,7 @@ __all__ = ["build_problem", "ProblemBuilder", "TermsStore", "COUNT_FIELDS", "ter
 # only here share those terms (:class:`TermsStore`; tests/costs/test_build_cut.py checks it term by term).
 COUNT_FIELDS = ("memory_count", "bytes_per_param", "optimizer_bytes_per_param", "grad_bytes_per_param",
                 "frozen_bytes_per_param")
-_COUNT_DEFAULTS = {f.name: f.default for f in fields(CostOptions) if f.name in COUNT_FIELDS}
+_COUNT_DEFAULTS: dict[str, Any] = {name: getattr(CostOptions(), name) for name in COUNT_FIELDS}
 
 TermsKey = tuple[int, int, float, str, int, int]  # (signature, tp, samples, recompute, cp, devices under cp)
 Terms = tuple[float, float, float, float]  # (fwd, B, W, act) of layer_terms / cp_layer_terms
