@@ -87,10 +87,13 @@ def _baseline_runs(base_problem: Problem, opts: PlanOptions, sums: StageSums) ->
     return runs
 
 
-def _greedy_screen(problem: Problem, opts: PlanOptions) -> float:
-    """The iteration of ``greedy``'s plan at the first knob setting (ms; infinite without one)."""
+def _greedy_screen(problem: Problem, opts: PlanOptions, deadline: Deadline | None = None) -> float:
+    """The iteration of ``greedy``'s plan at the first knob setting (ms; infinite without one), within what
+    ``deadline`` leaves (greedy checks it between stage counts: on 1,024 GPUs its stage counts take seconds)."""
     for _variant, proj in itertools.islice(_projections(problem, "escalate"), 1):
-        quick = solve(proj, "greedy", objective=opts.objective)
+        left = deadline.solve_limit() if deadline is not None else None
+        limit = None if left is None else max(left, 1e-3)  # a limit, never 0 (the solve's check refuses it)
+        quick = solve(proj, "greedy", objective=opts.objective, time_limit=limit)
         if quick.plan is not None and quick.evaluation is not None:
             return quick.evaluation.iteration_ms
     return math.inf
@@ -144,7 +147,7 @@ def _screen(m: int, problem: Problem, base_problem: Problem, opts: PlanOptions, 
         if (limit or deadline).expired():
             deadline.cut("screening: greedy not run at", f"m={m}")
         else:
-            screen = min(screen, _greedy_screen(problem, opts))
+            screen = min(screen, _greedy_screen(problem, opts, limit or deadline))
     return ScreenedCount(m, problem, base_problem, bases, screen, sums)
 
 
