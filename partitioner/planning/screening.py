@@ -59,6 +59,8 @@ class Builders:
         (:class:`~partitioner.core.deadline.TimeLimitReached`); the builders
         share one :class:`~partitioner.costs.TermsStore`.
         """
+        if not any(module.experts for module in self.spec.modules):  # the option prices routed experts only
+            options = replace(options, expert_fused_glu=CostOptions().expert_fused_glu)
         tables = self.run.tables
         found = tables.problems.get((options, m, zero))
         if found is not None:
