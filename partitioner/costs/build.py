@@ -39,7 +39,8 @@ __all__ = ["build_problem", "ProblemBuilder", "TermsStore", "COUNT_FIELDS", "ter
 # name): bytes per parameter of the weights and optimizer states, of the gradients' reduction, of frozen weights.
 # :func:`~.entry.finish_cost` and the routed experts' weight and gradient terms read them; the compute terms
 # (:func:`~.entry.layer_terms`, :func:`~.axes.wiring.cp_layer_terms`) never do, so builders whose options differ
-# only here share those terms (:class:`TermsStore`; tests/costs/test_build_cut.py checks it term by term).
+# only here share those terms (:class:`TermsStore`; tests/costs/test_build_cut.py builds every count with and
+# without the shared terms and compares the problems).
 COUNT_FIELDS = ("memory_count", "bytes_per_param", "optimizer_bytes_per_param", "grad_bytes_per_param",
                 "frozen_bytes_per_param")
 _COUNT_DEFAULTS: dict[str, Any] = {name: getattr(CostOptions(), name) for name in COUNT_FIELDS}
