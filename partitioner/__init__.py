@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers; at run time __getatt
     from .frameworks.recipe import Recipe
     from .plan import Evaluation, Plan, PlanError, SolveResult, Stage, evaluate, load_plan
     from .planning import ModelPlan, PlanOptions, plan_model, run_plan
-    from .planning.estimate import Estimate, estimate
+    from .planning.recipes.estimate import Estimate, estimate
     from .presets import ClusterSpec, ModelSpec, Workload, load_cluster, load_model
     from .problem import (
         Cluster,
@@ -57,7 +57,7 @@ _HOMES = {
     **dict.fromkeys(("Evaluation", "Plan", "PlanError", "SolveResult", "Stage", "evaluate", "load_plan"), ".plan"),
     "Recipe": ".frameworks.recipe",
     **dict.fromkeys(("ModelPlan", "PlanOptions", "plan_model", "run_plan"), ".planning"),
-    **dict.fromkeys(("Estimate", "estimate"), ".planning.estimate"),
+    **dict.fromkeys(("Estimate", "estimate"), ".planning.recipes.estimate"),
     **dict.fromkeys(("ClusterSpec", "ModelSpec", "Workload", "load_cluster", "load_model"), ".presets"),
     **dict.fromkeys(("Cluster", "Layer", "LayerCost", "Layout", "Problem", "ProblemError", "StageBounds", "Training",
                      "dump_problem", "load_problem"), ".problem"),

@@ -9,12 +9,12 @@ FSDP), the recompute setting (none, selective, full, or Megatron-Core
 ``--recompute-modules`` joined by ``+``) and an optional
 ``--pipeline-model-parallel-layout`` string. The recipe readers of the
 framework homes (:mod:`.megatron.recipe`, :mod:`.torchtitan.recipe`) and the
-``estimate`` command build one; :mod:`partitioner.planning.estimate` turns
+``estimate`` command build one; :mod:`partitioner.planning.recipes.estimate` turns
 it into a plan. :meth:`Recipe.from_fields` checks each value's type and
 range and raises a :class:`~partitioner.problem.ProblemError` whose path is
 the option that stated it (``--tp``, or ``FILE: --tensor-model-parallel-size``
 for a value read from a recipe file). Checks against a model and a cluster
-(divisibility, world size) are :mod:`partitioner.planning.estimate`'s.
+(divisibility, world size) are :mod:`partitioner.planning.recipes.estimate`'s.
 
 References
 ----------

@@ -1,4 +1,4 @@
-"""planning.axes_report: the best plan with EP (CP) forced, beside a kept plan that does not use it."""
+"""planning.reports.axes: the best plan with EP (CP) forced, beside a kept plan that does not use it."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,7 @@ import math
 from hypothesis import HealthCheck, given, settings
 
 from partitioner.plan import Plan, evaluate
-from partitioner.planning.axes_report import axis_alternatives, forced_problem
+from partitioner.planning.reports.axes import axis_alternatives, forced_problem
 from partitioner.problem import Cluster, Layer, LayerCost, Layout, Problem, StageBounds, Training
 from partitioner.solvers import solve
 from strategies import examples, small_v3_problems

@@ -9,7 +9,7 @@ import pytest
 from partitioner import Recipe
 from partitioner.costs import CostOptions, ProblemBuilder
 from partitioner.planning import PlanOptions, plan_model
-from partitioner.planning.recipe_baseline import (
+from partitioner.planning.recipes.baseline import (
     estimate_baseline,
     keep_faster,
     read_baseline,

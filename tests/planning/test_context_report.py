@@ -6,7 +6,7 @@ import pytest
 from partitioner.costs import CostOptions, build_problem, load_cluster, model_layers
 from partitioner.costs.axes.report import cp_breakdown
 from partitioner.plan import Plan, Stage
-from partitioner.planning.context_report import context_report
+from partitioner.planning.reports.context import context_report
 from partitioner.presets import load_model
 from partitioner.problem import Layout
 

@@ -1,4 +1,4 @@
-"""The dominance reduction of plan's exact solve keeps every problem's optimum (planning/dominance.py).
+"""The dominance reduction of plan's exact solve keeps every problem's optimum (planning/search/dominance.py).
 
 Random small v2 and v3 problems get an extra memory-knob variant ``zero1``
 next to some of their entries, its numbers drawn at, below or above the
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from partitioner import evaluate, solve
 from partitioner.plan import Plan, Stage
-from partitioner.planning.dominance import entry_at_most, reduce_dominated
+from partitioner.planning.search.dominance import entry_at_most, reduce_dominated
 from partitioner.problem import LayerCost, Layout, Problem
 from strategies import examples, small_v2_problems, small_v3_problems
 

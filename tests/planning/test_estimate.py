@@ -18,7 +18,7 @@ from partitioner.frameworks.export import export_result
 from partitioner.frameworks.megatron.recipe import read_bridge_config, read_megatron_args
 from partitioner.frameworks.torchtitan.recipe import read_torchtitan_toml
 from partitioner.planning import plan_model
-from partitioner.planning.estimate import layout_cuts
+from partitioner.planning.recipes.estimate import layout_cuts
 from partitioner.problem import ProblemError
 from strategies import examples
 

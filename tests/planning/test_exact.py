@@ -1,4 +1,4 @@
-"""plan's exact solve of the kept candidate (planning/exact.py): optimal with its bound, or why not."""
+"""plan's exact solve of the kept candidate (planning/search/exact.py): optimal with its bound, or why not."""
 from __future__ import annotations
 
 import math
@@ -11,9 +11,9 @@ from partitioner import plan_model, solve
 from partitioner.core.deadline import Deadline
 from partitioner.plan import Plan, SolveResult, Stage, evaluate
 from partitioner.planning import exact
-from partitioner.planning.exact import prove_kept
 from partitioner.planning.options import PlanOptions
 from partitioner.planning.records import KnobSolve
+from partitioner.planning.search.exact import prove_kept
 from partitioner.problem import Problem
 from strategies import examples, small_v2_problems
 

@@ -5,7 +5,7 @@ import pytest
 
 from partitioner.costs import build_problem, load_cluster
 from partitioner.plan.cuts import layer_roles
-from partitioner.planning.forced import ForcedLayout, estimate_forced, forced_cuts, forced_plan, job_cluster
+from partitioner.planning.recipes.forced import ForcedLayout, estimate_forced, forced_cuts, forced_plan, job_cluster
 from partitioner.problem import Layout, ProblemError
 
 

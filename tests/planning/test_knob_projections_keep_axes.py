@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from partitioner.plan import Plan, Stage, evaluate
-from partitioner.planning.knobs import refine_knobs, uniform_projection, variant_at
+from partitioner.planning.search.knobs import refine_knobs, uniform_projection, variant_at
 from partitioner.problem import Layout, Problem
 
 

@@ -104,8 +104,8 @@ def test_a_target_run_that_found_nothing_by_its_deadline_still_gets_the_grace_so
     from partitioner.costs import build_problem
     from partitioner.planning.options import PlanOptions
     from partitioner.planning.records import ScreenedCount
+    from partitioner.planning.search.target_solve import solve_for_target
     from partitioner.planning.targets.rules import restrict
-    from partitioner.planning.targets.solve import solve_for_target
 
     rules = RULES["megatron"]
     problem = restrict(build_problem("pi0", "dgx-h100", nodes=1, global_batch=64, microbatches=8,

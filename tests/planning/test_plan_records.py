@@ -103,9 +103,9 @@ def test_the_run_resolves_its_options_once():
 
 def test_the_steps_read_the_run_not_the_target():
     """The target is resolved in one place (:class:`PlanRun`); the steps after it never look it up again."""
-    import partitioner.planning.knob_solve as knob_solve
     import partitioner.planning.plan_model as plan_model_module
-    import partitioner.planning.screening as screening
+    import partitioner.planning.search.knob_solve as knob_solve
+    import partitioner.planning.search.screening as screening
 
     for module in (knob_solve, plan_model_module, screening):
         assert not hasattr(module, "rules_for"), module.__name__

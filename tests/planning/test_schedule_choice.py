@@ -174,7 +174,7 @@ def test_a_pinned_schedule_nothing_runs_under_is_infeasible_not_replaced():
 
 def test_a_re_solve_starts_from_the_plan_its_knob_setting_got_under_1f1b(monkeypatch):
     """dp re-solved under zb-h1 gets, as warm start, the plan the same knob setting got under 1F1B, and uses it."""
-    import partitioner.planning.knob_solve as model  # where plan solves each knob setting
+    import partitioner.planning.search.knob_solve as model  # where plan solves each knob setting
 
     calls = []
     real = model.solve

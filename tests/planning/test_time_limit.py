@@ -137,7 +137,7 @@ def test_a_solve_cut_short_is_what_the_method_says_not_a_guess(timed_out):
     from dataclasses import replace
 
     from partitioner.planning import PlanOptions, PlanRun
-    from partitioner.planning.screening import Builders, screen_counts
+    from partitioner.planning.search.screening import Builders, screen_counts
     from partitioner.presets import load_cluster, load_model
 
     real = knob_solve.solve

@@ -29,18 +29,18 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..costs import CostOptions
-from ..frameworks.recipe import Recipe
-from ..frameworks.recipe_files import read_recipe_file
-from ..plan import Plan, SolveResult
-from ..presets import ClusterSpec, ModelSpec
-from ..presets.recipes import published_recipe
-from ..problem import Problem, ProblemError
-from ..simulate.engine import ReplaySummary
+from ...costs import CostOptions
+from ...frameworks.recipe import Recipe
+from ...frameworks.recipe_files import read_recipe_file
+from ...plan import Plan, SolveResult
+from ...presets import ClusterSpec, ModelSpec
+from ...presets.recipes import published_recipe
+from ...problem import Problem, ProblemError
+from ...simulate.engine import ReplaySummary
+from ..options import PlanOptions
+from ..records import KnobSolve, RecipeComparison
+from ..results import iteration_of, simulate_plan
 from .estimate import Estimate, estimate
-from .options import PlanOptions
-from .records import KnobSolve, RecipeComparison
-from .results import iteration_of, simulate_plan
 
 __all__ = ["RecipeBaseline", "StatedRecipe", "read_baseline", "estimate_baseline", "with_recipe_axes",
            "recipe_solve", "keep_faster", "recipe_layout_text"]

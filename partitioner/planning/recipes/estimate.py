@@ -38,24 +38,24 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from ..core.limits import MAX_DEVICES, MAX_MICROBATCHES, MAX_VIRTUAL_STAGES
-from ..costs import CostOptions, ProblemBuilder
-from ..costs.axes.experts import ep_problem
-from ..costs.axes.wiring import cp_allows
-from ..costs.layers import model_layers
-from ..costs.memory.param_memory import param_memory
-from ..costs.variants import Knobs, applies
-from ..frameworks.megatron import parse_megatron_layout
-from ..frameworks.recipe import Recipe
-from ..plan import Evaluation, Plan, PlanError, Stage, evaluate
-from ..plan.cuts import _uniform_cuts, layer_roles
-from ..presets import ClusterSpec, ModelSpec, load_cluster, load_model
-from ..problem import Cluster, Layout, Problem, ProblemError
-from .baselines import segment_config
-from .records import Throughput
-from .results import iteration_of, plan_throughput, simulate_plan
-from .schedules.search import with_schedule
-from .targets.memory import user_count
+from ...core.limits import MAX_DEVICES, MAX_MICROBATCHES, MAX_VIRTUAL_STAGES
+from ...costs import CostOptions, ProblemBuilder
+from ...costs.axes.experts import ep_problem
+from ...costs.axes.wiring import cp_allows
+from ...costs.layers import model_layers
+from ...costs.memory.param_memory import param_memory
+from ...costs.variants import Knobs, applies
+from ...frameworks.megatron import parse_megatron_layout
+from ...frameworks.recipe import Recipe
+from ...plan import Evaluation, Plan, PlanError, Stage, evaluate
+from ...plan.cuts import _uniform_cuts, layer_roles
+from ...presets import ClusterSpec, ModelSpec, load_cluster, load_model
+from ...problem import Cluster, Layout, Problem, ProblemError
+from ..baselines import segment_config
+from ..records import Throughput
+from ..results import iteration_of, plan_throughput, simulate_plan
+from ..schedules.search import with_schedule
+from ..targets.memory import user_count
 
 __all__ = ["Estimate", "StageEstimate", "RecipeShape", "estimate", "check_recipe", "recipe_cost_options", "layout_vpp",
            "recipe_plan", "layout_cuts", "uneven_counts", "counted_cuts", "UNLIMITED_MEMORY"]

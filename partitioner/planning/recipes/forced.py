@@ -35,17 +35,17 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from ..costs import ProblemBuilder, load_cluster
-from ..costs.memory.recompute_names import canonical_setting
-from ..costs.variants import Knobs
-from ..plan import Plan, PlanError, Stage, evaluate
-from ..plan.cuts import layer_roles
-from ..plan.evaluation import Evaluation
-from ..presets import ClusterSpec, ModelSpec
-from ..problem import Layout, Problem, ProblemError
-from .baselines import segment_config
-from .results import simulate_plan
-from .schedules.search import with_schedule
+from ...costs import ProblemBuilder, load_cluster
+from ...costs.memory.recompute_names import canonical_setting
+from ...costs.variants import Knobs
+from ...plan import Plan, PlanError, Stage, evaluate
+from ...plan.cuts import layer_roles
+from ...plan.evaluation import Evaluation
+from ...presets import ClusterSpec, ModelSpec
+from ...problem import Layout, Problem, ProblemError
+from ..baselines import segment_config
+from ..results import simulate_plan
+from ..schedules.search import with_schedule
 
 __all__ = ["ForcedLayout", "ForcedEstimate", "forced_cuts", "forced_plan", "job_cluster", "sizes_within", "estimate_forced"]
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Mapping
 
-from ..core.deadline import Deadline
-from ..plan import Plan, PlanError, evaluate
-from ..problem import Layer, Layout, Problem
-from ..solvers import solve
+from ...core.deadline import Deadline
+from ...plan import Plan, PlanError, evaluate
+from ...problem import Layer, Layout, Problem
+from ...solvers import solve
 
 __all__ = ["AxisAlternative", "AXES", "forced_problem", "axis_alternatives", "AXIS_SOLVE_SECONDS"]
 

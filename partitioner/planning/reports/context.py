@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..costs import CostOptions, model_layers
-from ..costs.axes.report import CpBreakdown, cp_breakdown
-from ..costs.variants import parse_variant
-from ..plan import Plan
-from ..presets import ClusterSpec, ModelSpec
-from ..problem import Problem
+from ...costs import CostOptions, model_layers
+from ...costs.axes.report import CpBreakdown, cp_breakdown
+from ...costs.variants import parse_variant
+from ...plan import Plan
+from ...presets import ClusterSpec, ModelSpec
+from ...problem import Problem
 
 __all__ = ["CpStage", "context_report"]
 

@@ -48,8 +48,8 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Mapping
 
-from ..plan import Plan, Stage
-from ..problem import Layer, LayerCost, Layout, Problem
+from ...plan import Plan, Stage
+from ...problem import Layer, LayerCost, Layout, Problem
 
 __all__ = ["Reduction", "reduce_dominated", "entry_at_most", "module_runs"]
 

@@ -1,6 +1,6 @@
 """``plan``'s last step: one exact solve of the kept candidate's whole problem, each segment choosing its knobs.
 
-The screening (:mod:`.screening`, :mod:`.knob_solve`, :mod:`.schedules.choice`)
+The screening (:mod:`.screening`, :mod:`.knob_solve`, :mod:`~partitioner.planning.schedules.choice`)
 solves uniform knob settings and picks the kept candidate -- its microbatch
 count m and schedule -- by simulation; each segment's knobs are then chosen
 for fixed cuts and meshes only. :func:`prove_kept` solves that candidate's
@@ -26,16 +26,16 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..core.deadline import Deadline
-from ..plan import PlanError, SolveResult, evaluate
-from ..plan.result import Status
-from ..problem import Problem
-from ..solvers import solve
-from ..solvers.base import EXACT_METHODS, REL_TOL, schedule_support
+from ...core.deadline import Deadline
+from ...plan import PlanError, SolveResult, evaluate
+from ...plan.result import Status
+from ...problem import Problem
+from ...solvers import solve
+from ...solvers.base import EXACT_METHODS, REL_TOL, schedule_support
+from ..options import PlanOptions, solver_options
+from ..records import KnobSolve
+from ..results import iteration_of, simulate_plan
 from .dominance import Reduction, reduce_dominated
-from .options import PlanOptions, solver_options
-from .records import KnobSolve
-from .results import iteration_of, simulate_plan
 
 __all__ = ["EXACT_CAP_SECONDS", "ExactOutcome", "prove_kept", "space_of"]
 

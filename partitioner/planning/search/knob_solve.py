@@ -14,17 +14,17 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
-from ..core.deadline import Deadline
-from ..plan import Plan, SolveResult, Stage
-from ..problem import Layout, Problem
-from ..solvers import solve
-from .baselines import BASELINE_METHOD
+from ...core.deadline import Deadline
+from ...plan import Plan, SolveResult, Stage
+from ...problem import Layout, Problem
+from ...solvers import solve
+from ..baselines import BASELINE_METHOD
+from ..options import PlanOptions, solver_options
+from ..records import BaselineRun, KnobSolve, ScreenedCount
+from ..results import iteration_of, simulate_plan
+from ..run import PlanRun
 from .knobs import _projections, refine_knobs, variant_at
-from .options import PlanOptions, solver_options
-from .records import BaselineRun, KnobSolve, ScreenedCount
-from .results import iteration_of, simulate_plan
-from .run import PlanRun
-from .targets.solve import solve_for_target
+from .target_solve import solve_for_target
 
 __all__ = ["solve_with_knobs"]
 

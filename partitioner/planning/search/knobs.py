@@ -14,10 +14,10 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Iterable, Iterator, Mapping
 
-from ..plan import Evaluation, Plan, Stage
-from ..plan.schedules import stash as schedule_stash
-from ..problem import Layer, LayerCost, Layout, Problem
-from .baselines import _try
+from ...plan import Evaluation, Plan, Stage
+from ...plan.schedules import stash as schedule_stash
+from ...problem import Layer, LayerCost, Layout, Problem
+from ..baselines import _try
 
 __all__ = ["uniform_projection", "variant_at", "refine_knobs", "ESCALATION", "escalation"]
 

@@ -3,7 +3,7 @@
 :func:`screen_counts` builds, for every microbatch count m, the plan's problem
 and the baselines' (:class:`Builders`: one :class:`~partitioner.costs.ProblemBuilder`
 per option set, so what every m shares is worked out once), runs both
-baselines of :mod:`.baselines` and, when several counts compete, the
+baselines of :mod:`~partitioner.planning.baselines` and, when several counts compete, the
 ``greedy`` heuristic, and records the least iteration seen as the count's
 screen (:class:`~.records.ScreenedCount`). :func:`counts_to_solve` picks the
 counts the method then solves.
@@ -15,20 +15,20 @@ import math
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from ..core import progress
-from ..core.deadline import Deadline
-from ..costs import CostOptions, ProblemBuilder
-from ..presets import ClusterSpec, ModelSpec
-from ..problem import Problem, ProblemError
-from ..solvers import solve
-from .baselines import BASELINE_METHOD, FSDP_METHOD, StageSums, fsdp_baseline, megatron_baseline
+from ...core import progress
+from ...core.deadline import Deadline
+from ...costs import CostOptions, ProblemBuilder
+from ...presets import ClusterSpec, ModelSpec
+from ...problem import Problem, ProblemError
+from ...solvers import solve
+from ..baselines import BASELINE_METHOD, FSDP_METHOD, StageSums, fsdp_baseline, megatron_baseline
+from ..options import PlanOptions
+from ..records import BaselineRun, ScreenedCount
+from ..results import iteration_of, simulate_plan
+from ..run import PlanRun
+from ..targets.memory import merge_stages, stage_knobs, stage_options
+from ..targets.rules import FrameworkRules, restrict
 from .knobs import _projections
-from .options import PlanOptions
-from .records import BaselineRun, ScreenedCount
-from .results import iteration_of, simulate_plan
-from .run import PlanRun
-from .targets.memory import merge_stages, stage_knobs, stage_options
-from .targets.rules import FrameworkRules, restrict
 
 __all__ = ["Builders", "screen_counts", "counts_to_solve"]
 

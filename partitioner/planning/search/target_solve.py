@@ -1,10 +1,10 @@
 """The method's solves under ``plan --target``: every mesh and knob setting the target runs, cuts where it may.
 
 :func:`solve_for_target` is :func:`~.knob_solve.solve_with_knobs` for a
-target (:mod:`.targets`): for each uniform knob setting the target allows
+target (:mod:`~partitioner.planning.targets`): for each uniform knob setting the target allows
 (:func:`~.knobs.escalation` order; ``knob_solves="fast"`` stops at the first
 with a plan) and each mesh (dp, tp) every layer runs in, the method solves
-:func:`~.rules.single_layout`'s problem -- one config per module, the
+:func:`~partitioner.planning.targets.rules.single_layout`'s problem -- one config per module, the
 layers a cut may not separate merged -- and the best plan, expanded to the
 full problem and checked by :func:`~partitioner.plan.evaluate`, is kept. No
 per-segment knob choice follows: the target sets one knob for all stages.
@@ -24,11 +24,11 @@ from ...plan import PlanError, SolveResult, evaluate
 from ...plan.result import Status
 from ...problem import Problem
 from ...solvers import solve
-from ..knobs import escalation
 from ..options import PlanOptions, solver_options
 from ..records import KnobSolve, ScreenedCount
 from ..results import iteration_of, simulate_plan
-from .rules import FrameworkRules, Mesh, config_of, expand, layer_groups, layouts, settings, single_layout
+from ..targets.rules import FrameworkRules, Mesh, config_of, expand, layer_groups, layouts, settings, single_layout
+from .knobs import escalation
 
 __all__ = ["solve_for_target"]
 
@@ -111,7 +111,7 @@ def solve_for_target(entry: ScreenedCount, opts: PlanOptions, rules: FrameworkRu
     """The method's best plan of ``entry.problem`` among the plans ``rules`` runs (see the module docstring).
 
     ``entry.problem`` is already restricted to the target's knobs
-    (:func:`~.rules.restrict`). Each solve gets what ``deadline`` leaves, at
+    (:func:`~partitioner.planning.targets.rules.restrict`). Each solve gets what ``deadline`` leaves, at
     most ``cap`` seconds; when it passes, the settings and meshes left are not
     solved and the deadline says so.
     """
