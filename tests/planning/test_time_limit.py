@@ -21,7 +21,8 @@ import yaml
 
 from checks import cpu_seconds
 from partitioner.core.deadline import GRACE_SECONDS, Deadline
-from partitioner.planning import knob_solve, plan_model
+from partitioner.planning import plan_model
+from partitioner.planning.search import knob_solve
 from partitioner.problem import ProblemError
 from tests.conftest import ROOT, run_cli
 

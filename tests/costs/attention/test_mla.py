@@ -42,7 +42,7 @@ from partitioner.presets import (
 )
 from partitioner.problem import Layout, ProblemError, dump_problem
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "hf"
 H, A, V = 7168, 128, 129280
 
 

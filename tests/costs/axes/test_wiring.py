@@ -15,7 +15,7 @@ from partitioner.costs.axes.experts import rank_dedup
 from partitioner.plan import Plan, Stage, evaluate
 from partitioner.problem import Layout, Problem
 
-HF = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
+HF = Path(__file__).resolve().parents[2] / "fixtures" / "hf"
 PALIGEMMA = str(HF / "paligemma-3b-pt-224" / "config.json")
 
 

@@ -21,8 +21,8 @@ Needs torch and transformers (optional: skipped without them)::
 
     python -m venv --system-site-packages .venv-torch
     .venv-torch/bin/pip install torch transformers
-    .venv-torch/bin/python -m pytest tests/costs/test_activations_torch.py -q
-    .venv-torch/bin/python tests/costs/test_activations_torch.py   # the table of ratios
+    .venv-torch/bin/python -m pytest tests/costs/memory/test_activations_torch.py -q
+    .venv-torch/bin/python tests/costs/memory/test_activations_torch.py   # the table of ratios
 
 InternLM2 (InternVL's language model) is not in transformers; it is the
 Llama architecture with a fused QKV projection and is measured as a Llama block.

@@ -85,7 +85,7 @@ def test_memory_term_is_bytes_over_hbm_bandwidth_on_every_gpu():
 
 
 def test_non_flash_attention_computes_every_score_entry():
-    # the FLOPs each computes, at one rate (flash's kernel rates: tests/costs/test_attention.py)
+    # the FLOPs each computes, at one rate (flash's kernel rates: tests/costs/attention/test_flash.py)
     flash = CostOptions.from_mapping({"flash_attention": True, "attention_kernels": False})
     eager = CostOptions.from_mapping({"flash_attention": False})
     s = 2048

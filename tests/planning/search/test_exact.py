@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from partitioner import plan_model, solve
 from partitioner.core.deadline import Deadline
 from partitioner.plan import Plan, SolveResult, Stage, evaluate
-from partitioner.planning import exact
 from partitioner.planning.options import PlanOptions
 from partitioner.planning.records import KnobSolve
+from partitioner.planning.search import exact
 from partitioner.planning.search.exact import prove_kept
 from partitioner.problem import Problem
 from strategies import examples, small_v2_problems

@@ -125,7 +125,7 @@ def test_knob_solves_all_proves_the_target_plan_optimal():
 
 
 def test_target_any_reports_per_target_the_plan_that_target_runs():
-    # issue 33: a line is the target's own run (tests/planning/test_per_target.py compares it with --target T),
+    # issue 33: a line is the target's own run (tests/planning/targets/test_per_target.py compares it with --target T),
     # under the target's memory count, so it may be faster than the kept plan (was: never faster, Megatron's count)
     result = plan_model("llava-1.5-7b", "dgx-h100", nodes=2, global_batch=64)
     doc = result.to_dict()
