@@ -73,6 +73,10 @@ class FrameworkRules:
     modules : bool
         Whether it runs module recompute (Megatron's ``--recompute-modules``: any module set of
         :mod:`partitioner.costs.memory.recompute`).
+    expert_fused_glu : bool
+        Whether its routed experts run the gated activation fused, keeping 3f per routed token copy instead of
+        4f (:attr:`partitioner.costs.CostOptions.expert_fused_glu`; ``plan --target`` and a recipe read from
+        its files charge it unless the user sets the option).
     """
 
     name: str
@@ -88,6 +92,7 @@ class FrameworkRules:
     fp8_recipes: tuple[str, ...] = ()
     fp8_note: str = ""
     modules: bool = False
+    expert_fused_glu: bool = True
 
     def runs_mesh(self, mesh: Mesh) -> bool:
         """Whether the framework runs the one mesh ``(dp, tp, cp, ep, etp)``."""

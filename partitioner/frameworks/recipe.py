@@ -49,6 +49,7 @@ RECIPE_FIELDS: Mapping[str, str] = MappingProxyType({
     "fp8_recipe": "--fp8-recipe", "sequence_parallel": "--sequence-parallel",
     "first_stage_layers": "--decoder-first-pipeline-num-layers", "last_stage_layers": "--decoder-last-pipeline-num-layers",
     "memory_count": "-c memory_count", "cp_algorithm": "--cp-comm-type",
+    "expert_fused_glu": "-c expert_fused_glu",
 })
 """Each field of :class:`Recipe` and the ``estimate`` option that states it (the default of ``origin``)."""
 
@@ -98,6 +99,10 @@ class Recipe:
     cp_algorithm : str or None
         The context-parallel attention algorithm as the cost options name it
         (``p2p``, ``a2a``, ``all_gather``; Megatron's ``--cp-comm-type``); None: the cost options' (p2p).
+    expert_fused_glu : bool or None
+        Whether the framework runs the routed experts' gated activation fused
+        (:attr:`~partitioner.frameworks.FrameworkRules.expert_fused_glu`), set by a reader whose
+        framework does not (torchtitan's); None: the cost options' (Megatron-Core's fused SwiGLU).
     origin : mapping of str to str
         Per field, how it was stated (``--tp``, ``launch.sh: --tensor-model-parallel-size``): the path of an error.
     notes : tuple of str
@@ -125,6 +130,7 @@ class Recipe:
     last_stage_layers: int | None = None
     memory_count: str | None = None
     cp_algorithm: str | None = None
+    expert_fused_glu: bool | None = None
     origin: Mapping[str, str] = field(default_factory=dict, compare=False)
     notes: tuple[str, ...] = field(default=(), compare=False)
 

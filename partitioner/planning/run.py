@@ -20,7 +20,7 @@ from ..frameworks import FrameworkRules
 from ..problem import Problem, ProblemError
 from .options import PlanOptions
 from .schedules.choice import schedule_keys
-from .targets.memory import MemoryCounts, memory_counts
+from .targets.memory import MemoryCounts, memory_counts, target_costs
 from .targets.rules import rules_for
 
 __all__ = ["PlanRun", "CostTables", "plan_options", "with_precision", "microbatch_candidates", "divisors", "ScheduleKey"]
@@ -158,7 +158,7 @@ class PlanRun:
             keys = [k for k in keys if k[0] in rules.schedules]
         m = options.microbatches
         counts = microbatch_candidates(options.global_batch) if m == "auto" else [m]
-        costs = plan_options(options.options)
+        costs = target_costs(rules, options.options, plan_options(options.options))
         _check_target_precision(rules, costs)
         memory = memory_counts(options.target, rules.zero if rules else _ALL_ZERO, options.options, costs)
         return cls(options, rules, costs, tuple(keys), tuple(counts), memory, deadline, tables or CostTables())

@@ -42,6 +42,8 @@ RULES = FrameworkRules(
     cp=False,
     etp=False,
     recompute_per_stage=True,
+    # deepspeed.moe.layer.MoE wraps the user's expert MLP; Megatron-DeepSpeed's swiglu is F.silu(a) * b, unfused
+    expert_fused_glu=False,
     fp8_note="DeepSpeed 0.19.8's engine trains in fp32, fp16 or bf16 (config sections fp16, bf16, torch_autocast); its "
              "fp8 code quantizes frozen weights for inference and LoRA (deepspeed.linear, ops.fp_quantizer)",
 )

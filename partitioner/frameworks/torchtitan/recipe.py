@@ -95,6 +95,7 @@ def read_torchtitan_toml(text: str, source: str = "recipe") -> Recipe:
     put("zero", zero, "parallelism.fsdp_reshard_after_forward" if sharded and reshard == "never"
         else "parallelism.data_parallel_shard_degree")
     put("memory_count", RULES.memory[zero], "parallelism.data_parallel_shard_degree")
+    put("expert_fused_glu", RULES.expert_fused_glu, "the framework (torchtitan's GroupedExperts)")
     schedule = par.get("pipeline_parallel_schedule", "1F1B")
     if fields["pp"] > 1 and schedule != "1F1B":
         raise ProblemError(f"{schedule!r}: the estimate runs Megatron's 1F1B (and interleaved with a "

@@ -77,6 +77,8 @@ RULES = FrameworkRules(
     memory=MappingProxyType({0: "torchtitan-ddp", 1: "fsdp2-keep-gathered", 3: "fsdp2"}),
     etp=False,
     fp8_recipes=("rowwise", "mxfp8"),
+    # torchtitan 0.3 GroupedExperts: silu(x w1) * (x w3) as separate autograd ops (models/moe/moe.py)
+    expert_fused_glu=False,
     fp8_note="torchtitan 0.3's Float8LinearConverter takes recipe_name rowwise or rowwise_with_gw_hp (torchao), "
              "MXFP8LinearConverter mxfp8",
 )

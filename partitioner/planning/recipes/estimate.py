@@ -285,7 +285,7 @@ def layout_vpp(recipe: Recipe) -> Recipe:
 
 
 def recipe_cost_options(base: CostOptions, recipe: Recipe, shape: RecipeShape,
-                        user_set_count: bool = False) -> CostOptions:
+                        user_set_count: bool = False, user_set_glu: bool = False) -> CostOptions:
     """The cost options that offer the recipe's keys: the user's ``base`` with the recipe's knobs and axes.
 
     The knobs: the variant of :attr:`RecipeShape.knobs` (format v2), or, as the
@@ -294,9 +294,13 @@ def recipe_cost_options(base: CostOptions, recipe: Recipe, shape: RecipeShape,
     ``cp_min_tokens`` 1 (the recipe states cp, whatever the sequence), ep and
     etp. Precision and sequence parallelism as the recipe states them. The
     recipe's weight-memory count (a torchtitan recipe's) unless the user set one
-    (``user_set_count``: ``-c memory_count`` or a bytes-per-parameter option).
+    (``user_set_count``: ``-c memory_count`` or a bytes-per-parameter option),
+    and how its framework runs the experts' gated activation unless the user
+    set ``expert_fused_glu`` (``user_set_glu``).
     """
     out, axes, default = base, base.axes, CostOptions()
+    if recipe.expert_fused_glu is not None and not user_set_glu:
+        out = replace(out, expert_fused_glu=recipe.expert_fused_glu)
     if recipe.memory_count is not None and not user_set_count:
         count: dict[str, Any] = dict(param_memory(recipe.memory_count).option_overrides())  # bytes per parameter
         out = replace(out, memory_count=recipe.memory_count, **count)
@@ -518,7 +522,8 @@ def estimate(model: str | ModelSpec, cluster: str | ClusterSpec, recipe: Recipe,
     base = CostOptions.from_mapping(dict(options or {}))
     recipe = layout_vpp(recipe)
     shape = check_recipe(recipe, spec, cl, nodes, base)
-    cost_options = recipe_cost_options(base, recipe, shape, user_count(dict(options or {})) is not None)
+    given = dict(options or {})
+    cost_options = recipe_cost_options(base, recipe, shape, user_count(given) is not None, "expert_fused_glu" in given)
     builder = ProblemBuilder(spec, cl, nodes=nodes, options=cost_options, objective=objective)
     problem = builder.build(shape.global_batch, shape.microbatches)
     scheduled, plan = recipe_plan(problem, recipe, shape)

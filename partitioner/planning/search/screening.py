@@ -53,6 +53,8 @@ class Builders:
 
     def build(self, m: int, options: CostOptions) -> Problem:
         """The problem at m microbatches with cost options ``options``."""
+        if not any(module.experts for module in self.spec.modules):  # the option prices routed experts only
+            options = replace(options, expert_fused_glu=CostOptions().expert_fused_glu)
         tables = self.run.tables
         found = tables.problems.get((options, m))
         if found is not None:

@@ -32,10 +32,10 @@ from typing import Any, Mapping
 from ...costs import CostOptions
 from ...costs.memory.param_memory import param_memory
 from ...costs.variants import Knobs, parse_variant
-from ...frameworks import RULES
+from ...frameworks import RULES, FrameworkRules
 from ...problem import Layer, LayerCost, Layout, Problem
 
-__all__ = ["MemoryCounts", "DEFAULT_COUNT", "user_count", "stage_options", "stage_knobs", "memory_counts",
+__all__ = ["MemoryCounts", "DEFAULT_COUNT", "user_count", "stage_options", "target_costs", "stage_knobs", "memory_counts",
            "merge_stages", "default_counts"]
 
 DEFAULT_COUNT = CostOptions().memory_count  # the cost model's default (Megatron-LM's, distributed optimizer)
@@ -90,6 +90,23 @@ def user_count(options: Mapping[str, Any] | CostOptions | None) -> str | None:
     if named is not None:
         return str(named)
     return "custom" if any(k in options for k in _COUNT_FIELDS) else None
+
+
+def target_costs(rules: FrameworkRules | None, options: Mapping[str, Any] | CostOptions | None,
+                 built: CostOptions) -> CostOptions:
+    """``built`` with how ``rules``' framework runs its routed experts' gated activation (``expert_fused_glu``).
+
+    Unchanged without a target, or when the user set ``expert_fused_glu``
+    (a key of the options mapping, or a :class:`CostOptions` whose value
+    differs from the default).
+    """
+    if rules is None:
+        return built
+    if isinstance(options, CostOptions):
+        stated = options.expert_fused_glu != CostOptions().expert_fused_glu
+    else:
+        stated = "expert_fused_glu" in (options or {})
+    return built if stated else replace(built, expert_fused_glu=rules.expert_fused_glu)
 
 
 def stage_options(target: str, zero: tuple[int, ...], options: Mapping[str, Any] | CostOptions | None,

@@ -370,3 +370,17 @@ def test_cp_comm_type_is_the_cost_models_cp_algorithm():
     assert read_bridge_config("model.cp_comm_type=allgather", "cfg").cp_algorithm == "all_gather"
     with pytest.raises(ProblemError, match="--cp-comm-type"):
         read_megatron_args("--cp-comm-type a2a+p2p", "run.sh")
+
+
+def test_torchtitan_recipe_charges_unfused_expert_activations():
+    """torchtitan's GroupedExperts keep 4f per routed token copy (Megatron's fused SwiGLU 3f): a torchtitan
+    recipe charges more activation memory than the same layout with ``-c expert_fused_glu=true``, and the
+    user's option wins over the recipe's."""
+    toml = "[training]\nglobal_batch_size = 16\nlocal_batch_size = 2\n[parallelism]\nexpert_parallel_degree = 8\n"
+    r = read_torchtitan_toml(toml, "job.toml")
+    assert r.expert_fused_glu is False and "torchtitan" in r.where("expert_fused_glu")
+    titan = estimate("qwen3-vl-30b-a3b", "dgx-h100", r, nodes=1)
+    fused = estimate("qwen3-vl-30b-a3b", "dgx-h100", r, nodes=1, options={"expert_fused_glu": True})
+    assert titan.evaluation.stages[0].act_bytes > fused.evaluation.stages[0].act_bytes
+    assert estimate("qwen3-vl-30b-a3b", "dgx-h100", replace(r, expert_fused_glu=None),
+                    nodes=1).evaluation.stages[0].act_bytes == fused.evaluation.stages[0].act_bytes

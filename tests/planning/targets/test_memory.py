@@ -99,3 +99,19 @@ def test_target_any_says_each_target_line_used_its_targets_count():
         assert line["memory"]["source"] == "target" and line["memory"]["target"] == name, name
         assert line["memory"] == line["result"]["memory"], name
     assert set(doc["targets"]["deepspeed"]["memory"]["counts"]) == {"zero0", "zero1"}
+
+
+@pytest.mark.parametrize("target, fused", [("any", True), ("megatron", True), ("torchtitan", False),
+                                           ("deepspeed", False)])
+def test_a_targeted_run_prices_its_frameworks_expert_activation(target, fused):
+    """Megatron-Core fuses the experts' SwiGLU (3f kept); torchtitan's GroupedExperts and DeepSpeed's expert MLPs
+    do not (4f) -- unless the user sets ``expert_fused_glu``."""
+    from partitioner.planning.options import PlanOptions
+    from partitioner.planning.run import PlanRun
+
+    def costs(**options):
+        opts = PlanOptions(nodes=1, global_batch=32, target=target, options=options)
+        return PlanRun.start(opts).costs
+
+    assert costs().expert_fused_glu is fused
+    assert costs(expert_fused_glu=not fused).expert_fused_glu is (not fused)
