@@ -11,13 +11,7 @@ The Python API::
     from partitioner import Workload, plan_model
     plan = plan_model("qwen2-vl-7b", "dgx-h100", nodes=2, global_batch=128, workload=Workload(images=2))
 
-docs/api.md shows both, run as a doctest.
-
-The names below are loaded on first use (PEP 562 ``__getattr__``), so that
-``import partitioner`` -- which ``python -m partitioner`` and the console
-script run before any command code -- does no work: the command line loads
-what it needs inside :func:`partitioner.cli.main`, where an interrupt
-(Ctrl-C) at any point is one line and exit 130, never a traceback.
+More (the detail of this module): ``docs/internals/partitioner.md``, section ``partitioner``.
 """
 from __future__ import annotations
 

@@ -7,14 +7,7 @@ pipeline) and ``fsdp`` (one stage of all GPUs, ZeRO-3). It never reports a
 plan slower than the best baseline that fits: it keeps that baseline's plan
 instead and says so. The modules and packages, in the order a plan flows through them:
 
-* :mod:`.options` and :mod:`.run`: :class:`PlanOptions`, then :class:`PlanRun`, the options resolved once;
-* :mod:`.plan_model`: :func:`plan_model` and :func:`run_plan`, the steps in order;
-* :mod:`.baselines`: the two baselines (:func:`megatron_baseline`, :func:`fsdp_baseline`);
-* :mod:`.search`: the counts screened, the method per knob setting (and per target), the exact proof;
-* :mod:`.schedules` and :mod:`.targets`: the schedule picked by simulation, each framework's space;
-* :mod:`.recipes`: a stated layout (the user's recipe, a published run's) estimated as a plan;
-* :mod:`.reports`, :mod:`.assemble` and :mod:`.results`: the :class:`ModelPlan` returned and its sections;
-* :mod:`.records`: the records the steps pass (screened counts, baseline runs, knob solves).
+More (the detail of this module): ``docs/internals/planning.md``, section ``partitioner.planning``.
 """
 from __future__ import annotations
 

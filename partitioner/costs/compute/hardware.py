@@ -9,57 +9,7 @@ the same name (``None``: the cluster's generation). The datasheet numbers
 (peak FLOP/s, HBM, NVLink and NIC bandwidth) stay in the cluster presets;
 here are the constants a datasheet does not give, each with its source.
 
-* ``efficiency_max`` -- the fraction of the dense BF16 peak a large dense
-  GEMM reaches inside a training step (what the GEMM-efficiency curve of
-  :func:`~.flops.efficiency` tends to). A100: 0.70, the value the SC'21 and
-  MLSys'23 Megatron tables were reproduced with (DESIGN.md "Honest costs").
-  Newer generations reach a smaller fraction of their datasheet peak. The
-  best matmul each GPU achieves over a short shape search (maximum
-  achievable matmul FLOPS, BF16 [45]_) is 271.2 of 312 TFLOP/s on A100
-  (0.869), 794.5 of 989 on H100 and H200 (0.803), 1745 of 2250 on B200
-  (0.776) and 1822 of 2500 on GB200 (0.729); A100's 0.70 is 0.805 of its
-  own, and each generation's dense ceiling is that 0.805 times its own
-  best-matmul fraction: H100/H200 0.646, B200 0.625, GB200 0.587.
-* ``grouped_efficiency_max`` -- the same ceiling for the grouped GEMMs of
-  the routed experts (:mod:`~partitioner.costs.axes.moe_kernels`), which run many expert
-  matmuls back to back in one kernel. The 700 W Hopper parts throttle
-  there to about 1.4 GHz against the 1.98 GHz their peak assumes: an H200
-  sustains 597-624 TFLOP/s (0.617 of its peak) on large bf16 grouped GEMMs
-  with ``torch._grouped_mm`` [40]_, and 0.805 of that is H100/H200 0.497.
-  A100 and Blackwell have no grouped measurement at hand: their grouped
-  ceiling is the dense one. Derived, not fitted; the calibration tables of
-  :mod:`benchmarks.calibration` and :mod:`benchmarks.calibration.runs`
-  check them (the H100 value that centres the 16 H100 calibration rows,
-  all of them MoE runs, is 0.50,
-  :func:`benchmarks.calibration.runs.fit_efficiency`).
-* ``sms`` -- streaming multiprocessors per GPU (A100 108, H100/H200 132,
-  B200 148 [41]_): the share of them a collective kernel occupies while it
-  overlaps compute (:data:`COMM_SMS`) slows that compute.
-* ``gemm_tile_rows`` -- the M extent of a grouped GEMM's output tile (128
-  on Ampere, Hopper and Blackwell CUTLASS grouped kernels [42]_): an
-  expert's rows are padded to a multiple of it (tile quantization [6]_).
-
-References
-----------
-.. [6] NVIDIA, "Matrix Multiplication Background User's Guide", Deep
-   Learning Performance documentation (tile and wave quantization).
-.. [40] tile-ai/TileOPs pull request 1567 (grouped-GEMM benchmark on an
-   H200, bf16, https://github.com/tile-ai/TileOPs/pull/1567): "sustained
-   ~1.4 GHz under its ~700 W power wall vs 1.98 GHz peak"; the GLM-up
-   shapes (256 experts, 4096 x 6144, 262k-2.1M rows) at 603, 624, 617 and
-   597 TFLOP/s with ``torch._grouped_mm`` (mean 610, 0.617 of 989).
-.. [45] S. Bekman, "Machine Learning Engineering", ``compute/accelerator/
-   README.md``, "Maximum Achievable Matmul FLOPS comparison table" (BF16,
-   mamf-finder.py; commit 7bc7c30, 2026-08-10), as recorded in
-   ``benchmarks/calibration/published.py`` (source ``ml-engineering-mamf``).
-.. [41] NVIDIA A100 Tensor Core GPU Architecture whitepaper (108 SMs);
-   NVIDIA H100 Tensor Core GPU Architecture whitepaper (H100 SXM5: 132
-   SMs); DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv:2412.19437,
-   Sec. 3.2.2 (H800: 132 SMs, 20 of them for communication); NVIDIA
-   Blackwell architecture technical brief (B200: 148 SMs).
-.. [42] NVIDIA CUTLASS, grouped GEMM examples (``examples/24_gemm_grouped``,
-   Hopper ``57_hopper_grouped_gemm``: 128-row output tiles); Transformer
-   Engine ``GroupedLinear`` (Megatron-Core's ``TEGroupedMLP``).
+More (the detail of this module): ``docs/internals/costs.md``, section ``partitioner.costs.compute.hardware``.
 """
 from __future__ import annotations
 

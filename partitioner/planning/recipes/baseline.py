@@ -4,24 +4,14 @@ Contract: :func:`read_baseline` turns ``PlanOptions.baseline`` (a
 :class:`~partitioner.frameworks.recipe.Recipe`, a recipe file, or
 ``published``: the recipe shipped with the model preset,
 :mod:`partitioner.presets.recipes`) into a Recipe on the plan's job: a
-recipe whose nodes or global batch contradict the plan's, or whose
-precision is not the plan's, is a :class:`~partitioner.problem.ProblemError`
-naming the field (exit 2), and a recipe without a global batch takes the
-plan's. :func:`estimate_baseline` estimates it with
-:func:`~.estimate.estimate` on the same model, cluster, nodes, global batch
-and cost options (:class:`RecipeBaseline`). :func:`with_recipe_axes` widens
-the plan's cost options so the plan's problem offers the recipe's keys (its
-cp, ep and etp degrees, and its knob variant when the options list
-variants), and :func:`keep_faster` keeps the recipe's plan when it is
-faster after simulation than the plan the solver kept (a time-limited
-solve, or a knob setting the plan's problem does not offer), so the plan
-``plan`` returns is never slower than the recipe under the cost model.
+recipe whose nodes or global batch contradict the plan's, or whose precision
+is not the plan's, is a :class:`~partitioner.problem.ProblemError` naming
+the field (exit 2), and a recipe without a global batch takes the plan's.
+:func:`estimate_baseline` estimates it with :func:`~.estimate.estimate` on
+the same model, cluster, nodes, global batch and cost options
+(:class:`RecipeBaseline`).
 
-References
-----------
-.. [1] NVIDIA Megatron-LM, ``megatron/training/arguments.py``: the world is
-   ``--nnodes`` x GPUs per node and ``--global-batch-size`` the samples of
-   one iteration; a recipe for another world or batch is another job.
+More (the detail of this module): ``docs/internals/planning.md``, section ``partitioner.planning.recipes.baseline``.
 """
 from __future__ import annotations
 
@@ -110,6 +100,12 @@ def read_baseline(value: Any, spec: ModelSpec, cluster: ClusterSpec, opts: PlanO
     Its nodes (when stated) must be the plan's, its global batch (when
     stated) the plan's, its precision (when stated) the cost options'; a
     recipe without a global batch takes the plan's [1]_.
+
+    References
+    ----------
+    .. [1] NVIDIA Megatron-LM, ``megatron/training/arguments.py``: the world is
+       ``--nnodes`` x GPUs per node and ``--global-batch-size`` the samples of
+       one iteration; a recipe for another world or batch is another job.
     """
     if isinstance(value, Recipe):
         stated = StatedRecipe(value, "your recipe")

@@ -1,36 +1,6 @@
 """A stated layout -- a user's recipe -- as a plan of the planner's problem: its memory, times and throughput.
 
-Contract: :func:`estimate` takes a model, a cluster, the nodes and a
-:class:`~partitioner.frameworks.recipe.Recipe` (Megatron-LM's sizes, batch
-and memory knobs), checks the recipe against the model and the cluster as
-Megatron-LM would (:func:`check_recipe`: one
-:class:`~partitioner.problem.ProblemError` naming the option, exit 2 at the
-CLI), builds the model's problem with the cost model ``plan`` uses
-(:class:`~partitioner.costs.ProblemBuilder`, with the cost options that
-offer the recipe's keys: :func:`recipe_cost_options`), forces the recipe's
-plan on it (:func:`recipe_plan`: Megatron's even split of the decoder
-layers, the vision encoder and embedding on the first stage, the head on
-the last, as ``plan``'s ``megatron-uniform`` baseline cuts them, or the
-stages of ``--pipeline-model-parallel-layout``), evaluates it with
-:func:`~partitioner.plan.evaluate` and replays it in the simulator. The
-:class:`Estimate` reports per stage the forward and backward times and the
-peak memory of its pipeline rank against the GPU's, the bubble, the
-iteration time, MFU and tokens per second, and what does not fit. A layout
-over memory is reported (``fits`` False, with the ranks over and by how
-much), not refused: its times come from the same problem with the memory
-check lifted, so a recipe that the cost model says cannot fit can still be
-compared.
-
-References
-----------
-.. [1] NVIDIA Megatron-LM, ``megatron/training/arguments.py`` (``validate_args``:
-   world size divisible by tp x pp x cp, dp = world / (tp x pp x cp), the
-   global batch a multiple of micro-batch-size x dp, ``num_layers`` divisible
-   by the pipeline size without a layout) and ``megatron/core/parallel_state.py``
-   (the expert ranks fold ep x etp onto tp x cp x dp).
-.. [2] NVIDIA Megatron-Core 0.16.1, ``transformer/pipeline_parallel_layer_layout.py``
-   (the layout's stages, ``vpp = stages / pp``) and ``pipeline_parallel/schedules.py``
-   (interleaved 1F1B).
+More (the detail of this module): ``docs/internals/planning.md``, section ``partitioner.planning.recipes.estimate``.
 """
 from __future__ import annotations
 
@@ -112,6 +82,14 @@ def check_recipe(recipe: Recipe, spec: ModelSpec, cluster: ClusterSpec, nodes: i
     over NVLink), tp divides every layer's heads and widths, cp splits the
     sequence, a pipeline rank is a submesh it places (a power of two within
     a node, or whole nodes).
+
+    References
+    ----------
+    .. [1] NVIDIA Megatron-LM, ``megatron/training/arguments.py`` (``validate_args``:
+       world size divisible by tp x pp x cp, dp = world / (tp x pp x cp), the
+       global batch a multiple of micro-batch-size x dp, ``num_layers`` divisible
+       by the pipeline size without a layout) and ``megatron/core/parallel_state.py``
+       (the expert ranks fold ep x etp onto tp x cp x dp).
     """
     world = nodes * cluster.gpus_per_node
     if world > MAX_DEVICES:
@@ -168,7 +146,16 @@ def _problem_sizes(gpus_per_node: int, nodes: int) -> set[int]:
 
 
 def _check_experts(recipe: Recipe, spec: ModelSpec, dp: int, etp: int, ep: int) -> None:
-    """ep and etp against the model's routed experts (Megatron's expert rank folding [1]_)."""
+    """ep and etp against the model's routed experts (Megatron's expert rank folding [1]_).
+
+    References
+    ----------
+    .. [1] NVIDIA Megatron-LM, ``megatron/training/arguments.py`` (``validate_args``:
+       world size divisible by tp x pp x cp, dp = world / (tp x pp x cp), the
+       global batch a multiple of micro-batch-size x dp, ``num_layers`` divisible
+       by the pipeline size without a layout) and ``megatron/core/parallel_state.py``
+       (the expert ranks fold ep x etp onto tp x cp x dp).
+    """
     experts = max((m.experts for m in spec.modules), default=0)
     if ep > 1 and experts == 0:
         raise ProblemError(f"ep {ep}: {spec.name} has no routed experts", path=recipe.where("ep"))
@@ -222,6 +209,12 @@ def uneven_counts(recipe: Recipe, decoders: int) -> list[int]:
     the rest evenly; there must be middle layers exactly when there are
     middle stages, and they must divide [2]_. Not with a layout (Megatron
     takes one or the other) nor with virtual stages (not modelled here).
+
+    References
+    ----------
+    .. [2] NVIDIA Megatron-Core 0.16.1, ``transformer/pipeline_parallel_layer_layout.py``
+       (the layout's stages, ``vpp = stages / pp``) and ``pipeline_parallel/schedules.py``
+       (interleaved 1F1B).
     """
     first, last = recipe.first_stage_layers, recipe.last_stage_layers
     name = "first_stage_layers" if first is not None else "last_stage_layers"
@@ -260,6 +253,12 @@ def layout_vpp(recipe: Recipe) -> Recipe:
 
     A layout whose stages pp does not divide, or a stated vpp that disagrees
     with it, is bad input naming the option.
+
+    References
+    ----------
+    .. [2] NVIDIA Megatron-Core 0.16.1, ``transformer/pipeline_parallel_layer_layout.py``
+       (the layout's stages, ``vpp = stages / pp``) and ``pipeline_parallel/schedules.py``
+       (interleaved 1F1B).
     """
     if recipe.pipeline_layout is None:
         return recipe
@@ -333,6 +332,12 @@ def layout_cuts(problem: Problem, text: str, chunks: int, where: str) -> list[tu
     the last). The layout's symbols, stage after stage, must be the model's
     in order (``E`` and ``L`` may be left out where the model has none);
     each stage must hold at least one layer, and there must be ``chunks``.
+
+    References
+    ----------
+    .. [2] NVIDIA Megatron-Core 0.16.1, ``transformer/pipeline_parallel_layer_layout.py``
+       (the layout's stages, ``vpp = stages / pp``) and ``pipeline_parallel/schedules.py``
+       (interleaved 1F1B).
     """
     try:
         stages = parse_megatron_layout(text)

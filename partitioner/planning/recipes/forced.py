@@ -1,34 +1,11 @@
 """A layout given from outside -- a published run's, or a user's -- forced on a model: its plan and its estimate.
 
 Contract: :class:`ForcedLayout` is one model-wide layout as Megatron-LM runs
-it (pp pipeline ranks with ``vpp`` model chunks each, and every rank's
-``dp x tp x cp`` mesh with the experts folded as ``ep x etp``), plus the
-memory knobs (ZeRO stage, recompute). :meth:`ForcedLayout.cost_options` are
-the cost options under which a problem offers the layout's keys;
-:func:`forced_plan` cuts a problem's layers as Megatron-LM does by default
-and gives every chunk the layout (:func:`~.baselines.segment_config`: a
-segment without experts runs ep = etp = 1); :func:`estimate_forced` builds
-the problem, forces the plan, evaluates and replays it, and reports the
-iteration time and memory per GPU (:class:`ForcedEstimate`), also when the
-plan does not fit (``fits`` False: evaluated on the same problem with
-unlimited memory, so a published run can be compared whatever the memory
-model says).
+it (pp pipeline ranks with ``vpp`` model chunks each, and every rank's ``dp
+x tp x cp`` mesh with the experts folded as ``ep x etp``), plus the memory
+knobs (ZeRO stage, recompute).
 
-The cut (:func:`forced_cuts`): the decoder layers split evenly over the
-``pp x vpp`` chunks (the last chunks take one more when they do not divide),
-the embedding and anything before it with the first chunk, the head with the
-last (Megatron-LM's default); when there are fewer decoder layers than chunks,
-every layer -- embedding and head included -- is split evenly, as
-Megatron-LM's ``--account-for-embedding-in-pipeline-split`` and
-``--account-for-loss-in-pipeline-split`` do.
-
-References
-----------
-.. [20] NVIDIA Megatron-LM, ``megatron/core/transformer/transformer_block.py``
-   (``get_num_layers_to_build``) and ``megatron/training/arguments.py``
-   (``--account-for-embedding-in-pipeline-split``,
-   ``--account-for-loss-in-pipeline-split``, ``--expert-tensor-parallel-size``
-   defaulting to the tensor-parallel size).
+More (the detail of this module): ``docs/internals/planning.md``, section ``partitioner.planning.recipes.forced``.
 """
 from __future__ import annotations
 
@@ -137,6 +114,14 @@ def forced_cuts(problem: Problem, chunks: int, split_embedding_loss: bool = Fals
     """The layers of each of ``chunks`` model chunks, as Megatron-LM cuts them (module docstring) [20]_.
 
     ``split_embedding_loss``: every layer counts in the even split, the embedding and the head too.
+
+    References
+    ----------
+    .. [20] NVIDIA Megatron-LM, ``megatron/core/transformer/transformer_block.py``
+       (``get_num_layers_to_build``) and ``megatron/training/arguments.py``
+       (``--account-for-embedding-in-pipeline-split``,
+       ``--account-for-loss-in-pipeline-split``, ``--expert-tensor-parallel-size``
+       defaulting to the tensor-parallel size).
     """
     roles = layer_roles(problem)
     decoders = [i for i, r in enumerate(roles) if r == "decoder"]

@@ -9,38 +9,7 @@ is at most ``b``'s in every number a plan's value or memory reads
 the problem, with the same value: it is what ``plan`` solves exactly
 (:mod:`.exact`), each segment choosing its knobs inside the solve.
 
-Why the reduction is exact
---------------------------
-Every plan of the reduced problem is a plan of the problem (it only lost
-entries). Conversely, take a plan of the problem whose segment S (a maximal
-run of same-module layers inside one stage, :meth:`Problem.segments`) uses a
-dropped config ``b``. S lies inside one maximal module run R of the whole
-problem, every layer of S has ``b`` (rule 5), so every layer of S has the
-config ``a`` that dominates ``b`` on R. Give S the config ``a`` instead:
-
-* rule 5 still holds (``a`` has ``b``'s devices -- same dp, tp and cp -- and
-  its ep * etp divides them);
-* the transfers between stages and the reshards between segments depend only
-  on the meshes (dp, tp, cp), the device ids and the layers' ``out_bytes``
-  (:func:`partitioner.plan.evaluate`; the variant, ep and etp are opaque:
-  only the entries' numbers say what they cost): unchanged;
-* the stage's forward, backward, B and W sums (:meth:`LayerCost.split`) do
-  not grow, so no stage time and no part of one grows, and every objective
-  -- the bottleneck and the iteration estimates of 1F1B, ZB-H1, GPipe and the
-  interleaved schedule (:mod:`partitioner.plan.schedules`) -- is
-  non-decreasing in each of them: the value does not grow;
-* the stage's memory (weights, minus a tied layer's shared bytes when its
-  partner is on the stage, plus the stash times the activations) does not
-  grow: the weights, the activations and, for a tied layer, the weights less
-  the tied bytes are all at most ``b``'s -- the plan still fits.
-
-Dominance is transitive (``a`` present and no worse wherever ``b`` is, ``c``
-wherever ``a`` is, so ``c`` wherever ``b`` is), and of two configs that
-dominate each other only the later in key order is dropped, so every dropped
-config has a kept one dominating it: repeating the swap maps any plan to a
-plan of the reduced problem that fits and is at least as good. Hence both
-problems have the same optimal value, and an optimum (or a bound) of the
-reduced problem is one of the problem.
+More (the detail of this module): ``docs/internals/planning.md``, section ``partitioner.planning.search.dominance``.
 """
 from __future__ import annotations
 

@@ -10,15 +10,7 @@ reduction of :mod:`.dominance`, warm-started with the kept plan, within what
 the run's :class:`~partitioner.core.deadline.Deadline` leaves (at most
 :data:`EXACT_CAP_SECONDS` without a ``--time-limit``).
 
-The answer is about that candidate's *space*: the plans of its problem, at
-its m and schedule (other counts and schedules were screened, not proven).
-``optimal`` with its bound when the solve proves the kept plan's value
-optimal there; else ``feasible``, with the solve's bound if it has one and
-the reason (cut short by the time limit or the cap, a schedule the method
-cannot optimise, a heuristic method). A better plan the solve finds replaces
-the kept one when its simulated iteration is shorter (the candidates are
-ranked by simulation), replayed like the others. The result's ``exact`` extra records
-the space, the solve and the reduction.
+More (the detail of this module): ``docs/internals/planning.md``, section ``partitioner.planning.search.exact``.
 """
 from __future__ import annotations
 
