@@ -198,8 +198,7 @@ class ForcedEstimate:
 
     @property
     def tokens_per_iteration(self) -> float:
-        meta = self.problem.meta or {}
-        return float(meta.get("global_batch", 0)) * float(meta.get("llm_tokens_per_sample", 0))
+        return self.problem.workload.tokens_per_iteration()
 
 
 def job_cluster(cluster: ClusterSpec, gpus: int) -> ClusterSpec:

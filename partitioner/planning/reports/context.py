@@ -52,14 +52,14 @@ class CpStage:
 def context_report(spec: ModelSpec, cluster: ClusterSpec, problem: Problem, plan: Plan) -> tuple[CpStage, ...] | None:
     """Per stage with a cp > 1 segment, its :class:`CpStage` (summed over those segments); None when no stage
     runs cp > 1, or the problem's layers are not the model's (a profile or a foreign problem)."""
-    meta = problem.meta or {}
+    work = problem.workload
     if not any(c.cp > 1 for s in plan.stages for _, c in s.segment_configs(problem)):
         return None
-    opts = CostOptions.from_mapping(meta.get("options") or {})
+    opts = CostOptions.from_mapping(work.cost_options or {})
     layers = model_layers(spec, opts)
     if [layer.name for layer in layers] != [layer.name for layer in problem.layers]:
         return None
-    mb = float(meta.get("microbatch_size", 0) or 0)
+    mb = work.microbatch_size
     out: list[CpStage] = []
     for index, stage in enumerate(plan.stages):
         segs = [(ab, c) for ab, c in stage.segment_configs(problem) if c.cp > 1]
