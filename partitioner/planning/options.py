@@ -88,7 +88,7 @@ class PlanOptions:
     gpus: int | None = None
     """GPUs the job uses (default: every GPU of the ``nodes``): all of the first nodes and part or all of the
     last (64 of a GB200 NVL72 rack's 72). With it, stage sizes inside a node follow the cluster preset's
-    ``stage_sizes`` (:func:`~partitioner.costs.build.job_cluster_fields`; DESIGN.md "2026-12-03: partial racks")."""
+    ``stage_sizes`` (:func:`~partitioner.costs.build.job_cluster_fields`; DESIGN.md "Partial racks")."""
 
     knob_solves: KnobSolves = "fast"
     """Which uniform knob settings ``method`` solves per screened microbatch count

@@ -361,7 +361,7 @@ class ClusterSpec:
     hbm_GBps: float | None = None  # HBM bandwidth per GPU (memory-bound kernels); None: not given
     peak_tflops_fp8: float | None = None  # dense FP8 tensor-core peak per GPU, where the GPU has one
     # the stage sizes allowed inside a node when a job uses part of the cluster (plan --gpus): the
-    # problem's cluster.stage_sizes (DESIGN.md "2026-12-03: partial racks"); None: rule 3's powers of two
+    # problem's cluster.stage_sizes (DESIGN.md "Partial racks"); None: rule 3's powers of two
     stage_sizes: tuple[int, ...] | None = None
     gpu: str = ""
     title: str = ""

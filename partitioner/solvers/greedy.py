@@ -391,7 +391,7 @@ def grow_sizes(stage_work: list[float], allowed: tuple[int, ...], total: int) ->
 
 
 def packing_chain(cluster: Cluster) -> tuple[int, ...]:
-    """Allowed sizes that always pack on a partial rack (DESIGN.md "2026-12-03: partial racks"): whole-node
+    """Allowed sizes that always pack on a partial rack (DESIGN.md "Partial racks"): whole-node
     multiples, and in-node sizes forming a divisibility chain, each dividing the GPUs used on every node.
 
     Any sizes of this set that sum to the devices fill the nodes (divisible items into bins whose

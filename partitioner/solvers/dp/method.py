@@ -78,7 +78,7 @@ def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
     try:
         outcome = model.optimize(request.objective, mode, deadline, budget)
         if outcome.status == "optimal" and outcome.plan is None and (mode == "run" or problem.cluster.partial and mode != "bins"):
-            # the relaxed optimum's runs did not pack (on partial racks, DESIGN.md "2026-12-03: partial racks",
+            # the relaxed optimum's runs did not pack (on partial racks, DESIGN.md "Partial racks",
             # neither need the sizes of the size-only automata): solve with the exact placement automaton
             outcome = model.optimize(request.objective, "bins", deadline, budget)
     except TooLarge as err:

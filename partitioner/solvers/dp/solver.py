@@ -166,7 +166,7 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
             max_states = max(1, int(self._budget // (_STATE_BYTES * max(len(self.sizes), 1))))
             deadline = None
             if c.partial:
-                # partial racks (DESIGN.md "2026-12-03: partial racks"): sizes that are no divisibility chain
+                # partial racks (DESIGN.md "Partial racks"): sizes that are no divisibility chain
                 # give bins many states on several nodes. Each state also holds at least one table value per
                 # first layer and device count a stage of its size leaves (tables.Layout): no more states than
                 # the budget holds that way, and the listing stops at the deadline
