@@ -1,5 +1,12 @@
 """A torchtitan job TOML read as a :class:`~partitioner.frameworks.recipe.Recipe`.
 
+Contract: :func:`read_torchtitan_toml` reads the ``[parallelism]``,
+``[training]`` and ``[activation_checkpoint]`` tables of a torchtitan job
+TOML and returns the recipe they state (degrees, ZeRO stage, microbatch,
+global batch, recompute, weight memory as torchtitan keeps it); what it
+cannot price faithfully is one :class:`~partitioner.problem.ProblemError`
+naming the file and the field.
+
 More (the detail of this module): ``docs/internals/frameworks.md``, section ``partitioner.frameworks.torchtitan.recipe``.
 """
 from __future__ import annotations

@@ -1,5 +1,13 @@
 """A stated layout -- a user's recipe -- as a plan of the planner's problem: its memory, times and throughput.
 
+Contract: :func:`estimate` takes a model, a cluster, the nodes and a
+:class:`~partitioner.frameworks.recipe.Recipe`, checks the recipe against the
+model and the cluster as Megatron-LM would (:func:`check_recipe`: one
+:class:`~partitioner.problem.ProblemError` naming the option), builds the
+model's problem with ``plan``'s cost model, cuts it as the recipe states
+(:func:`recipe_plan`) and returns the :class:`Estimate`: per stage memory and
+times, the replayed iteration, bubble, MFU and tokens/s.
+
 More (the detail of this module): ``docs/internals/planning.md``, section ``partitioner.planning.recipes.estimate``.
 """
 from __future__ import annotations

@@ -1,5 +1,11 @@
 """``cpsat``'s arc-flow formulation: one unit of flow through stage states, for comm-free 1F1B problems.
 
+Contract: :func:`arcflow_reason` says whether a problem fits the
+formulation ("" when it does): no stage boundary carries bytes, the default
+cluster graph, and 1F1B's objective and stash. :class:`ArcGraph` is the
+graph of stage states; :func:`~.arcflow_run.solve_arcflow` answers it
+exactly as the slot model would.
+
 More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.cpsat.arcflow``.
 """
 from __future__ import annotations

@@ -1,5 +1,10 @@
 """How the DP values a stage when an estimate weighs two parts of its time apart (zb-h1, GPipe iteration).
 
+Under those estimates a stage's configs are no longer "the fastest that
+fits": a *spec* (:class:`ZeroBubbleSpec`, :class:`GPipeSpec`) says what a
+stage with one of its Pareto options and its transfers adds to the sum and
+what the threshold bounds, so that the recursion of :mod:`.solver` stays exact.
+
 More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.dp.options``.
 """
 from __future__ import annotations

@@ -1,5 +1,11 @@
 """The DP's general recursion: how one recursion fills the tables of :mod:`.tables`.
 
+Contract: :func:`fill` computes the values of levels 1..top of one
+recursion of :mod:`.solver` -- ``minsum`` or ``minmax`` -- one first
+layer's row at a time, and keeps what :class:`.tables.Tables` holds of it;
+a deadline is checked between chunks of first layers, which are shared
+among :func:`threads` threads.
+
 More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.dp.recursion``.
 """
 from __future__ import annotations

@@ -1,5 +1,13 @@
 """``dp``: an exact dynamic program over layers, stages (counted from the end) and devices.
 
+:class:`DPModel` holds one problem's stage tables and runs the recursion
+over suffixes (first layer, stages counted from the end, devices, placement
+state, incoming boundary category): a min-max recursion for the
+``bottleneck`` objective, a least sum under a threshold for ``iteration``
+(a branch and bound over the threshold), and the estimates of zb-h1 and
+GPipe through the specs of :mod:`.options`. Its tables are :mod:`.tables`'s,
+filled by :mod:`.recursion`, read back by :mod:`.walkback` and :mod:`.walks`.
+
 More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.dp.solver``.
 """
 from __future__ import annotations

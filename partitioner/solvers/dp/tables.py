@@ -1,5 +1,12 @@
 """The general recursion's tables: per level, the least value of each *shared key* of its states.
 
+:class:`Tables` keeps, per level of one recursion, only each *shared key*'s
+least value per first layer and suffix devices (states whose transitions
+coincide share a key, :meth:`Tables.key_runs`), with the finite span of each
+key's columns; :class:`Layout` says where each (state, category, devices)
+value lives in a first layer's row, which the kernels form in a scratch row.
+:func:`table_bytes` and :func:`working_bytes` size them.
+
 More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.dp.tables``.
 """
 from __future__ import annotations

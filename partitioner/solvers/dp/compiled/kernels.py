@@ -1,5 +1,11 @@
 """Kernels of the DP's general recursion (numba-compilable Python): one level of :mod:`.dp.recursion` per call.
 
+Contract: the kernels write the tables of :mod:`.dp.tables` in place, one
+level per call: :func:`plain_level` (a stage valued by its compute and
+transfers), :func:`options_level` (a stage valued by a spec of
+:mod:`.dp.options`) and :func:`last_level` (level 1 when only last stages
+have it); :func:`prefix_devices` gives the fewest devices a prefix's stages need.
+
 More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.dp.compiled.kernels``.
 """
 from __future__ import annotations
