@@ -67,6 +67,12 @@ MIN_GBPS = 1e-6  # bandwidths (intra_node_GBps, inter_node_GBps, topology edges)
 MAX_GBPS = 1e6  # ... to 1 PB/s
 MAX_NODES = 131_072  # 2^17: a cluster of one-GPU nodes as large as the largest accepted cluster
 MAX_GPUS_PER_NODE = 1024
+# References of the comments below (the module docstring's detail is in docs/internals/core.md):
+# .. [5] A. Grattafiori et al., "The Llama 3 Herd of Models", arXiv:2407.21783
+#    (2024), Section 3.3.1 (pre-training on up to 16K H100 GPUs).
+# .. [6] X. Zhai et al., "Sigmoid Loss for Language Image Pre-Training",
+#    ICCV 2023, arXiv:2303.15343, Section 4 (batch sizes up to one million).
+
 MAX_DEVICES = 131_072  # nodes * gpus_per_node: 2^17 GPUs, 8x the 16,384 H100 of Llama 3 405B's pre-training [5]_
 MAX_LAYERS = 100_000
 MAX_MICROBATCHES = 100_000

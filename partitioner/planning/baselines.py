@@ -30,6 +30,12 @@ __all__ = ["BASELINE_METHOD", "FSDP_METHOD", "BASELINES", "layer_roles", "megatr
 BASELINE_METHOD = "megatron-uniform"
 FSDP_METHOD = "fsdp"
 BASELINES = (BASELINE_METHOD, FSDP_METHOD)
+# References of the comments below (the module docstring's detail is in docs/internals/planning.md):
+# .. [MCoreVPP] NVIDIA megatron-core 0.16.1, ``megatron/core/parallel_state.py``,
+#    ``initialize_model_parallel``: a virtual pipeline size with
+#    ``pipeline_model_parallel_size`` 1 raises "pipeline-model-parallel size
+#    should be greater than 1 with interleaved schedule".
+
 # The fewest device groups P (pipeline ranks) an interleaved plan of ``plan`` has: Megatron-Core refuses virtual
 # stages on one pipeline rank [MCoreVPP]_, and on one group the chunks run one after the other, no pipeline at all.
 MIN_INTERLEAVED_GROUPS = 2

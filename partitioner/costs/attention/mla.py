@@ -25,6 +25,10 @@ __all__ = ["MlaShape", "MlaGemms", "mla_shape", "mla_gemms", "mla_attn_flops", "
            "mla_tp_comm_width", "mla_replicated", "replicated_grad_sync_ms", "cp_head_dim", "MLA_CP_ALGORITHMS"]
 
 BF16 = 2.0  # bytes per bf16 element
+# References of the comments below (the module docstring's detail is in docs/internals/costs.md):
+# .. [21] NVIDIA Transformer Engine, ``pytorch/attention/dot_product_attention/
+#    context_parallel.py`` (``attn_forward_func_with_cp``).
+
 MLA_CP_ALGORITHMS = ("p2p",)  # Transformer Engine's context-parallel algorithms that take d_qk != d_v [21]_
 
 

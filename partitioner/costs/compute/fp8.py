@@ -108,6 +108,17 @@ RECIPES: dict[str, Fp8Recipe] = {
                          fp8_all_gather=False),
 }
 
+# References of the comments below (the module docstring's detail is in docs/internals/costs.md):
+# .. [4] NVIDIA, "CUDA GPUs - Compute Capability", developer.nvidia.com/cuda-gpus
+#    (A100 8.0, L4/L40S 8.9, H100/H200 9.0, B200/GB200 10.0, B300/GB300 10.3).
+# .. [5] S. Bekman, "Machine Learning Engineering", ``compute/accelerator/README.md``,
+#    "Maximum Achievable Matmul FLOPS comparison table" (BF16 and FP8
+#    float8_e4m3fn rows), https://github.com/stas00/ml-engineering, file at
+#    commit 7bc7c3054eb9 (2026-08-10); collected in ``benchmarks/calibration/published.py``
+#    (``GROUPED_GEMM``, source ``ml-engineering-mamf``).
+# .. [6] DeepSeek-AI, DeepGEMM ``README.md`` (commit 2e7e58011b03, 2025-04-11):
+#    FP8 GEMMs with 1x128 / 128x128 scaling on H800 SXM5.
+
 # GPU name fragments (the cluster preset's ``gpu``, upper case) -> CUDA compute capability [4]_; the first
 # fragment found in the name decides, so a longer name precedes its substrings
 GPU_CAPABILITY: tuple[tuple[str, tuple[int, int]], ...] = (

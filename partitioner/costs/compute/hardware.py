@@ -18,7 +18,23 @@ from dataclasses import dataclass
 from ...presets import GPU_GENERATIONS, ClusterSpec, gpu_generation
 from ..options import CostOptions
 
-__all__ = ["COMM_SMS", "A100_EFFICIENCY_MAX", "MAMF_FRACTION", "GROUPED_SUSTAINED_FRACTION", "GpuGeneration", "GENERATIONS", "generation", "efficiency_max", "comm_sm_fraction"]
+__all__ = ["COMM_SMS", "A100_EFFICIENCY_MAX", "A100_OPS_PER_BYTE", "balance_scale", "MAMF_FRACTION", "GROUPED_SUSTAINED_FRACTION", "GpuGeneration", "GENERATIONS", "generation", "efficiency_max", "comm_sm_fraction"]
+
+# References of the comments below (the module docstring's detail is in docs/internals/costs.md):
+# .. [40] tile-ai/TileOPs pull request 1567 (grouped-GEMM benchmark on an
+#    H200, bf16, https://github.com/tile-ai/TileOPs/pull/1567): "sustained
+#    ~1.4 GHz under its ~700 W power wall vs 1.98 GHz peak"; the GLM-up
+#    shapes (256 experts, 4096 x 6144, 262k-2.1M rows) at 603, 624, 617 and
+#    597 TFLOP/s with ``torch._grouped_mm`` (mean 610, 0.617 of 989).
+# .. [41] NVIDIA A100 Tensor Core GPU Architecture whitepaper (108 SMs);
+#    NVIDIA H100 Tensor Core GPU Architecture whitepaper (H100 SXM5: 132
+#    SMs); DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv:2412.19437,
+#    Sec. 3.2.2 (H800: 132 SMs, 20 of them for communication); NVIDIA
+#    Blackwell architecture technical brief (B200: 148 SMs).
+# .. [45] S. Bekman, "Machine Learning Engineering", ``compute/accelerator/
+#    README.md``, "Maximum Achievable Matmul FLOPS comparison table" (BF16,
+#    mamf-finder.py; commit 7bc7c30, 2026-08-10), as recorded in
+#    ``benchmarks/calibration/published.py`` (source ``ml-engineering-mamf``).
 
 #: SMs a communication kernel (an all-to-all, an all-gather) occupies while it overlaps compute:
 #: DeepSeek-V3 dedicates 20 of the H800's 132 SMs to its overlapped all-to-alls (Sec. 3.2.2 [41]_),
@@ -39,6 +55,9 @@ class GpuGeneration:
 
 #: The A100 GEMM ceiling the SC'21 / MLSys'23 tables were reproduced with.
 A100_EFFICIENCY_MAX = 0.70
+#: The A100 80GB's ops:byte ratio (312 TFLOP/s dense BF16 over 2,039 GB/s HBM2e, the ``dgx-a100-80g`` preset),
+#: on which the GEMM curve's half-efficiency width and rows were set (the SC'21 and MLSys'23 tables).
+A100_OPS_PER_BYTE = 312.0e12 / 2039.0e9
 #: Best achieved BF16 matmul over the datasheet peak, per generation (maximum achievable matmul FLOPS [45]_).
 MAMF_FRACTION = {"a100": 271.2 / 312.0, "h100": 794.5 / 989.4, "h200": 794.5 / 989.4, "b200": 1745.0 / 2250.0,
                  "gb200": 1822.0 / 2500.0}
@@ -80,6 +99,17 @@ def efficiency_max(opts: CostOptions, cluster: ClusterSpec | None, grouped: bool
         return opts.efficiency_max
     gen = generation(cluster)
     return gen.grouped_efficiency_max if grouped else gen.efficiency_max
+
+
+def balance_scale(cluster: ClusterSpec | None) -> float:
+    """``cluster``'s ops:byte ratio (peak BF16 FLOP/s over HBM bytes/s) over the A100 80GB's (module doc).
+
+    The factor on the GEMM curve's half-efficiency width and rows: 1 without
+    a cluster or without an HBM bandwidth in its preset.
+    """
+    if cluster is None or not cluster.hbm_GBps:
+        return 1.0
+    return cluster.peak_tflops * 1e12 / (cluster.hbm_GBps * 1e9) / A100_OPS_PER_BYTE
 
 
 def comm_sm_fraction(cluster: ClusterSpec | None) -> float:
