@@ -258,7 +258,7 @@ class Capabilities:
     exact : bool
         Whether it proves optimality (cut short by its time limit without a plan, it falls back to greedy).
     partial_racks : bool
-        Whether it plans clusters with ``stage_sizes`` or ``devices`` (DESIGN.md "2026-12-03: partial
+        Whether it plans clusters with ``stage_sizes`` or ``devices`` (DESIGN.md "Partial
         racks"): in-node sizes that need not divide the node and a partly used last node.
     """
 
