@@ -1,13 +1,17 @@
 """From a model preset to a plan: the baselines, the solve, the memory knobs, the schedule, throughput.
 
-:func:`plan_model` (keyword arguments) or :func:`run_plan` (a :class:`PlanOptions`)
-plans a model preset on a cluster preset against two baselines an engineer
-would otherwise run: ``megatron-uniform`` (Megatron-LM / torchtitan's default
-pipeline) and ``fsdp`` (one stage of all GPUs, ZeRO-3). It never reports a
-plan slower than the best baseline that fits: it keeps that baseline's plan
-instead and says so. The modules and packages, in the order a plan flows through them:
+:func:`plan_model` (keyword arguments) or :func:`run_plan` (a :class:`PlanOptions`) plans a model preset on a
+cluster preset against the baselines an engineer would otherwise run, and never reports a plan slower than
+the best baseline that fits. The modules and packages, in the order a plan flows through them:
 
-More (the detail of this module): ``docs/internals/planning.md``, section ``partitioner.planning``.
+* :mod:`.options` and :mod:`.run`: :class:`PlanOptions`, then :class:`PlanRun`, the options resolved once;
+* :mod:`.plan_model`: :func:`plan_model` and :func:`run_plan`, the steps in order;
+* :mod:`.baselines`: the two baselines (:func:`megatron_baseline`, :func:`fsdp_baseline`);
+* :mod:`.search`: the counts screened, the method per knob setting (and per target), the exact proof;
+* :mod:`.schedules` and :mod:`.targets`: the schedule picked by simulation, each framework's space;
+* :mod:`.recipes`: a stated layout (the user's recipe, a published run's) estimated as a plan;
+* :mod:`.reports`, :mod:`.assemble` and :mod:`.results`: the :class:`ModelPlan` returned and its sections;
+* :mod:`.records`: the records the steps pass (screened counts, baseline runs, knob solves).
 """
 from __future__ import annotations
 
