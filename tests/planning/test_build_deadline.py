@@ -16,7 +16,7 @@ import pytest
 from partitioner.core.deadline import FIRST_PLAN_GRACE_SECONDS, Deadline
 from partitioner.planning import PlanOptions, PlanRun
 from partitioner.planning.plan_model import run_plan
-from partitioner.planning.screening import Builders, screen_counts
+from partitioner.planning.search.screening import Builders, screen_counts
 from partitioner.presets import load_cluster, load_model
 
 BEFORE_ANY_PLAN = "time limit reached before any plan was found"
