@@ -82,7 +82,24 @@ def moe_hints(doc: Any) -> MoeHints | None:
         raise ProblemError(f"must be a non-negative integer, got {shared!r}", path="export_hints.moe.shared_ffn")
     if not isinstance(layers, list) or any(v not in (0, 1) for v in layers):
         raise ProblemError("must be a list of 0/1 per decoder layer", path="export_hints.moe.moe_layers")
-    return MoeHints(shared_ffn=shared, moe_layers=tuple(bool(v) for v in layers), **counts)
+    router = _router_hints(doc)
+    return MoeHints(shared_ffn=shared, moe_layers=tuple(bool(v) for v in layers), **counts, **router)
+
+
+def _router_hints(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The router fields of ``export_hints.moe`` (absent in results written before they were: not stated)."""
+    score, norm = doc.get("router_score", ""), doc.get("norm_topk", False)
+    if score not in ("", "softmax", "sigmoid"):
+        raise ProblemError(f"must be softmax or sigmoid (or absent), got {score!r}", path="export_hints.moe.router_score")
+    if not isinstance(norm, bool):
+        raise ProblemError(f"must be true or false, got {norm!r}", path="export_hints.moe.norm_topk")
+    out: dict[str, Any] = {"router_score": score, "norm_topk": norm}
+    for key in ("expert_groups", "group_top_k"):
+        value = doc.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ProblemError(f"must be a non-negative integer, got {value!r}", path=f"export_hints.moe.{key}")
+        out[key] = value
+    return out
 
 
 def precision_hints(doc: Any) -> PrecisionHints | None:
@@ -155,7 +172,8 @@ def _plan_context(doc: Mapping[str, Any], hints: ExportHints | None) -> ExportCo
     """What a ``plan`` result adds to the export context: MoE hints, CP algorithm, schedule table, plan arguments."""
     return ExportContext(moe=hints.moe if hints else None, precision=hints.precision if hints else None,
                          cp_algorithm=hints.cp_algorithm if hints else None,
-                         by_schedule=_schedule_times(doc.get("schedules")), plan_args=_plan_args(doc))
+                         by_schedule=_schedule_times(doc.get("schedules")), plan_args=_plan_args(doc),
+                         model=(hints.model or None) if hints else None)
 
 
 def _problem_context(doc: Mapping[str, Any], hints: ExportHints | None, problem: Problem) -> ExportContext:

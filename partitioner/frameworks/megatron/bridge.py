@@ -1,0 +1,161 @@
+"""Plans of the VLMs NVIDIA ships Megatron Bridge recipes for, as that recipe's launch with Hydra overrides.
+
+Megatron-LM has no launch script for these models (``pretrain_gpt.py``
+builds a language model only); NVIDIA trains them with Megatron Bridge:
+``scripts/training/run_recipe.py --recipe <function>`` builds the recipe's
+``ConfigContainer`` -- the model's own provider, built by ``AutoBridge``
+from the Hugging Face config (vision encoder on the first pipeline stage,
+the router as the config states it) -- and applies trailing
+``KEY=VALUE`` overrides with Hydra's override parser [1]_ [2]_.
+
+:data:`BRIDGE_RECIPES` maps a preset to its full-SFT recipe (every module
+trained: ``freeze_* = False``). :func:`bridge_overrides` writes the plan as
+overrides of that config: ``model.<field>`` for the TransformerConfig
+fields the Megatron-LM export sets (the provider is a TransformerConfig),
+``ddp.<field>`` / ``optimizer.use_distributed_optimizer`` for the optimizer
+sharding, ``train.global_batch_size`` / ``train.micro_batch_size`` for the
+batch, ``mixed_precision=<preset>`` for FP8. Fields the recipe sets and the
+plan leaves off are written too (``null`` / ``false``), so that the
+recipe's own defaults never change what runs. The model's shape and
+router (experts, top-k, score function, expert bias, scaling factor,
+auxiliary loss) are the provider's, read from the Hugging Face config:
+:data:`PROVIDER_FIELDS` are never overridden. The layout override names
+``model.pipeline_model_parallel_layout`` so that the runner's
+``sync_model_pipeline_layout`` keeps it (a recipe's layout builder runs
+only when the pipeline size is overridden without a layout).
+
+Hydra's override grammar treats ``|``, ``(``, ``)``, ``*`` and ``,`` in a
+bare value as syntax, so the layout is written as a quoted string,
+``'model.pipeline_model_parallel_layout="Et*3|t*4L"'`` (shell quotes outside,
+Hydra's inside); lists are Hydra lists, ``[core_attn,mlp]``.
+
+References
+----------
+.. [1] NVIDIA Megatron Bridge, commit 067f987df03b8355b03192d88d70f1709fedf51a:
+   ``scripts/training/run_recipe.py`` (``--recipe``, ``--step_func``, trailing overrides),
+   ``scripts/training/recipe_runner.py`` (``apply_cli_overrides``, ``sync_model_pipeline_layout``),
+   ``scripts/training/recipe_metadata.py`` (``RECIPE_FORWARD_STEP_PREFIXES``),
+   ``src/megatron/bridge/training/utils/omegaconf_utils.py`` (``parse_hydra_overrides``:
+   ``hydra.core.override_parser.OverridesParser``).
+.. [2] The same commit, ``src/megatron/bridge/recipes/qwen_vl/h100/qwen3_vl.py``,
+   ``qwen_vl/h100/qwen25_vl.py``, ``glm_vl/h100/glm_45v.py`` (the SFT recipes of :data:`BRIDGE_RECIPES`),
+   ``src/megatron/bridge/training/mixed_precision.py`` (``bf16_with_fp8_*`` presets; the preset's
+   fields are written onto the model at setup, so FP8 is set through it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence
+
+__all__ = ["BRIDGE_COMMIT", "BridgeRecipe", "BRIDGE_RECIPES", "PROVIDER_FIELDS", "BRIDGE_FP8_PRESETS",
+           "bridge_overrides", "bridge_snippet", "hydra_value"]
+
+BRIDGE_COMMIT = "067f987df03b8355b03192d88d70f1709fedf51a"
+"""The Megatron Bridge commit whose recipe names, runner arguments and config fields the export uses."""
+
+_BLOB = f"https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/{BRIDGE_COMMIT}/src/megatron/bridge/recipes/"
+
+
+@dataclass(frozen=True)
+class BridgeRecipe:
+    """One Megatron Bridge full-SFT recipe: its function, the forward step the runner pairs with it, its source."""
+
+    function: str
+    step_func: str
+    hf_path: str
+    source: str
+
+
+BRIDGE_RECIPES: Mapping[str, BridgeRecipe] = MappingProxyType({
+    "qwen3-vl-30b-a3b": BridgeRecipe("qwen3_vl_30b_a3b_sft_8gpu_h100_bf16_config", "qwen3_vl_step",
+                                     "Qwen/Qwen3-VL-30B-A3B-Instruct", _BLOB + "qwen_vl/h100/qwen3_vl.py"),
+    "qwen3-vl-235b-a22b": BridgeRecipe("qwen3_vl_235b_a22b_sft_32gpu_h100_bf16_config", "qwen3_vl_step",
+                                       "Qwen/Qwen3-VL-235B-A22B-Instruct", _BLOB + "qwen_vl/h100/qwen3_vl.py"),
+    "glm-4.5v": BridgeRecipe("glm_45v_sft_128gpu_h100_bf16_config", "vlm_step", "zai-org/GLM-4.5V",
+                             _BLOB + "glm_vl/h100/glm_45v.py"),
+    "qwen2.5-vl-72b": BridgeRecipe("qwen25_vl_72b_sft_32gpu_h100_bf16_config", "vlm_step",
+                                   "Qwen/Qwen2.5-VL-72B-Instruct", _BLOB + "qwen_vl/h100/qwen25_vl.py"),
+    "qwen2.5-vl-7b-video-64f": BridgeRecipe("qwen25_vl_7b_sft_2gpu_h100_bf16_config", "vlm_step",
+                                            "Qwen/Qwen2.5-VL-7B-Instruct", _BLOB + "qwen_vl/h100/qwen25_vl.py"),
+})
+"""Preset -> the Bridge SFT recipe of the same checkpoint (the step is the runner's registry entry for its prefix)."""
+
+PROVIDER_FIELDS = frozenset({
+    "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
+    "moe_layer_freq", "moe_router_score_function", "moe_router_pre_softmax", "moe_router_enable_expert_bias",
+    "moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_router_num_groups", "moe_router_group_topk",
+    "moe_router_topk_scaling_factor", "bf16", "fp8", "fp8_recipe", "fp8_param",
+})
+"""TransformerConfig fields the export leaves to the provider (the checkpoint's shape and router, from its
+Hugging Face config) or to the mixed-precision preset (``bf16``, ``fp8*``)."""
+
+BRIDGE_FP8_PRESETS: Mapping[str, str] = MappingProxyType({
+    "delayed": "bf16_with_fp8_delayed_scaling_mixed", "tensorwise": "bf16_with_fp8_current_scaling_mixed",
+    "blockwise": "bf16_with_fp8_subchannel_scaling_mixed", "mxfp8": "bf16_with_mxfp8_mixed",
+})
+"""megatron-core's ``fp8_recipe`` -> Bridge's mixed-precision preset that trains with it [2]_."""
+
+# recipe fields the plan may leave unset: written as their off value so the recipe's own choice never runs
+_RESET = {"virtual_pipeline_model_parallel_size": None, "recompute_granularity": None, "recompute_method": None,
+          "recompute_num_layers": None, "recompute_modules": None, "sequence_parallel": False,
+          "context_parallel_size": 1, "expert_model_parallel_size": 1}
+
+
+def hydra_value(value: Any) -> str:
+    """``value`` in Hydra's override grammar: null, true/false, numbers, bare or quoted strings, lists."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    text = str(value)
+    if text.replace("_", "").replace("-", "").replace(".", "").isalnum():
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def bridge_overrides(core: Mapping[str, Any], ddp: Mapping[str, Any], te_core: Mapping[str, Any],
+                     batch: tuple[int, int] | None, fp8_recipe: str | None) -> list[str]:
+    """The ``KEY=VALUE`` overrides (unquoted for the shell) of the plan's settings (module docstring).
+
+    ``core`` / ``te_core`` / ``ddp`` are the Megatron-LM export's
+    TransformerConfig and DDP-config fields, ``batch`` (micro, global).
+    """
+    out: list[str] = []
+    model = {k: v for k, v in {**core, **te_core}.items() if k not in PROVIDER_FIELDS}
+    for key, off in _RESET.items():
+        model.setdefault(key, off)
+    for key, value in model.items():
+        out.append(f"model.{key}={hydra_value(value)}")
+    zero1 = bool(ddp.get("use_distributed_optimizer"))
+    fsdp = bool(ddp.get("use_megatron_fsdp"))
+    out += [f"ddp.use_distributed_optimizer={hydra_value(zero1)}", f"optimizer.use_distributed_optimizer={hydra_value(zero1)}",
+            f"ddp.use_megatron_fsdp={hydra_value(fsdp)}"]
+    for key, value in ddp.items():
+        if key not in ("use_distributed_optimizer", "use_megatron_fsdp"):
+            out.append(f"ddp.{key}={hydra_value(value)}")
+    if batch is not None:
+        out += [f"train.micro_batch_size={batch[0]}", f"train.global_batch_size={batch[1]}"]
+    if fp8_recipe is not None:
+        out.append(f"mixed_precision={BRIDGE_FP8_PRESETS[fp8_recipe]}")
+    return out
+
+
+def _shell(override: str) -> str:
+    """One override as a shell word: single-quoted when it holds a character the shell would read."""
+    return f"'{override}'" if any(c in override for c in " \"|()*[],;&<>$`\\") else override
+
+
+def bridge_snippet(recipe: BridgeRecipe, overrides: Sequence[str], world: int, env: Mapping[str, str]) -> str:
+    """The launch: torchrun of Bridge's ``run_recipe.py`` with the recipe, its forward step and the overrides."""
+    lines = [f"# {world} GPUs; run from a Megatron-Bridge checkout at {BRIDGE_COMMIT[:12]}",
+             f"# recipe: {recipe.source} ({recipe.hf_path})"]
+    lines += [f"export {k}={v}" for k, v in env.items()]
+    lines.append("torchrun $DISTRIBUTED_ARGS scripts/training/run_recipe.py \\")
+    words = [f"--recipe {recipe.function}", f"--step_func {recipe.step_func}", *(_shell(o) for o in overrides)]
+    lines += ["    " + w + " \\" for w in words[:-1]] + ["    " + words[-1]]
+    return "\n".join(lines)
