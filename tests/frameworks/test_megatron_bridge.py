@@ -31,8 +31,14 @@ from tests.frameworks.plans import NOT_INSTALLED, planned
 
 pytest.importorskip("megatron.core", reason=NOT_INSTALLED)
 
-from benchmarks.framework_checks import PlannedJob, check_megatron_layout, close_fake_world, fake_world  # noqa: E402
-from benchmarks.framework_checks import llm_stages, megatron_ranks  # noqa: E402
+from benchmarks.framework_checks import (  # noqa: E402  # noqa: E402
+    PlannedJob,
+    check_megatron_layout,
+    close_fake_world,
+    fake_world,
+    llm_stages,
+    megatron_ranks,
+)
 from benchmarks.framework_checks import megatron_config as _config  # noqa: E402
 
 # (preset, nodes of 8 H100, global batch, m): small enough to plan in seconds with the greedy method
