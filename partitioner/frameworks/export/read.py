@@ -82,24 +82,26 @@ def moe_hints(doc: Any) -> MoeHints | None:
         raise ProblemError(f"must be a non-negative integer, got {shared!r}", path="export_hints.moe.shared_ffn")
     if not isinstance(layers, list) or any(v not in (0, 1) for v in layers):
         raise ProblemError("must be a list of 0/1 per decoder layer", path="export_hints.moe.moe_layers")
-    router = _router_hints(doc)
-    return MoeHints(shared_ffn=shared, moe_layers=tuple(bool(v) for v in layers), **counts, **router)
+    score, norm, groups, group_top_k = _router_hints(doc)
+    return MoeHints(counts["num_experts"], counts["top_k"], counts["ffn_hidden"], shared_ffn=shared,
+                    moe_layers=tuple(bool(v) for v in layers), router_score=score, norm_topk=norm,
+                    expert_groups=groups, group_top_k=group_top_k)
 
 
-def _router_hints(doc: Mapping[str, Any]) -> dict[str, Any]:
+def _router_hints(doc: Mapping[str, Any]) -> tuple[str, bool, int, int]:
     """The router fields of ``export_hints.moe`` (absent in results written before they were: not stated)."""
     score, norm = doc.get("router_score", ""), doc.get("norm_topk", False)
     if score not in ("", "softmax", "sigmoid"):
         raise ProblemError(f"must be softmax or sigmoid (or absent), got {score!r}", path="export_hints.moe.router_score")
     if not isinstance(norm, bool):
         raise ProblemError(f"must be true or false, got {norm!r}", path="export_hints.moe.norm_topk")
-    out: dict[str, Any] = {"router_score": score, "norm_topk": norm}
+    counts = []
     for key in ("expert_groups", "group_top_k"):
         value = doc.get(key, 0)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ProblemError(f"must be a non-negative integer, got {value!r}", path=f"export_hints.moe.{key}")
-        out[key] = value
-    return out
+        counts.append(value)
+    return str(score), norm, counts[0], counts[1]
 
 
 def precision_hints(doc: Any) -> PrecisionHints | None:

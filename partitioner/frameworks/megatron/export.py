@@ -197,6 +197,10 @@ RECOMPUTE_SETTINGS: Mapping[str, tuple[Mapping[str, Any], tuple[str, ...]]] = Ma
 })
 
 
+DISPATCHER = "alltoall"
+"""Megatron's token dispatcher for the plan's experts: all-to-all over the ep ranks, as the cost model charges it."""
+
+
 def _layer_freq(moe_layers: Sequence[bool]) -> str:
     """``--moe-layer-freq`` as Megatron-LM's Python-list expression, run-length coded: ``([0]*1+[1]*26)``."""
     runs: list[list[int]] = []
@@ -263,17 +267,18 @@ def _moe_settings(moe: MoeHints, ep: int, etp: int) -> tuple[_Settings, list[str
     """``--num-experts`` and the MoE flags of a MoE language model, with its router and performance settings
     (:func:`.moe.moe_router_settings`), and their notes; ``etp`` the ranks the plan split each expert over
     (:func:`~partitioner.problem.expert_tensor_parallel`), always written."""
-    core = {"num_moe_experts": moe.num_experts, "moe_router_topk": moe.top_k, "moe_ffn_hidden_size": moe.ffn_hidden,
-            "moe_token_dispatcher_type": "alltoall", "expert_model_parallel_size": ep, "expert_tensor_parallel_size": etp}
+    core: dict[str, Any] = {
+        "num_moe_experts": moe.num_experts, "moe_router_topk": moe.top_k, "moe_ffn_hidden_size": moe.ffn_hidden,
+        "moe_token_dispatcher_type": DISPATCHER, "expert_model_parallel_size": ep, "expert_tensor_parallel_size": etp}
     flags = [f"--num-experts {moe.num_experts}", f"--moe-router-topk {moe.top_k}", f"--moe-ffn-hidden-size {moe.ffn_hidden}",
-             "--moe-token-dispatcher-type alltoall", f"--expert-model-parallel-size {ep}", f"--expert-tensor-parallel-size {etp}"]
+             f"--moe-token-dispatcher-type {DISPATCHER}", f"--expert-model-parallel-size {ep}", f"--expert-tensor-parallel-size {etp}"]
     if moe.shared_ffn:
         core.update(moe_shared_expert_intermediate_size=moe.shared_ffn)
         flags.append(f"--moe-shared-expert-intermediate-size {moe.shared_ffn}")
     if moe.moe_layers and not all(moe.moe_layers):
         core.update(moe_layer_freq=[int(b) for b in moe.moe_layers])
         flags.append(f'--moe-layer-freq "{_layer_freq(moe.moe_layers)}"')
-    router = moe_router_settings(moe, core["moe_token_dispatcher_type"])
+    router = moe_router_settings(moe, DISPATCHER)
     return _Settings({**core, **router.core}, {}, (*flags, *router.flags), router.te_core), list(router.notes)
 
 
@@ -601,8 +606,8 @@ def _bridge_export(stages: Sequence[StageView], settings: Mapping[str, Any], not
     te_core = settings.get("transformer_config_te", {})
     training = settings.get("training")
     batch = (training["micro_batch_size"], training["global_batch_size"]) if training else None
-    fp8 = core.get("fp8_recipe") if core.get("fp8") else None
-    if core.get("fp8_param"):
+    fp8 = str(core["fp8_recipe"]) if core.get("fp8") else None
+    if fp8 is not None and core.get("fp8_param"):
         return _not_expressible(list(stages), (
             "Megatron Bridge: the plan keeps parameters in fp8 (fp8_param_gather); Bridge sets FP8 through its "
             f"mixed-precision preset ({BRIDGE_FP8_PRESETS[fp8]}), whose fp8_param_gather is false and which an "
