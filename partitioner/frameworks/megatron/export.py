@@ -33,6 +33,13 @@ plan's chunk c does (``PipelineParallelLayerLayout.__init__``) [1]_.
 ``validate_args`` refuses it together with a layout [3]_. ZB-H1 and GPipe
 are not Megatron-LM schedules: such plans are declared not expressible.
 
+**Launch.** A plan the Megatron-LM flags express is written as
+``pretrain_gpt.py`` flags for a language-only model; for a VLM with a
+Megatron Bridge recipe (:mod:`.bridge`) as that recipe's launch with the
+same settings as Hydra overrides (``settings["path"] == "megatron-bridge"``);
+for any other VLM as the flags marked a template (``settings["launch"]``),
+since neither Megatron-LM nor Bridge ships its model.
+
 Everything else is declared not expressible, with the reason.
 
 References

@@ -9,6 +9,9 @@ rules
 export
     :func:`export_torchtitan`: a plan as ``--section.key`` overrides and a
     ``config_registry`` function.
+models
+    :data:`TITAN_MODELS`: the torchtitan family and flavor of a preset's
+    language model (what a job starts from; a VLM's vision tower is not in it).
 
 A reader of torchtitan jobs (a ``config_registry`` function's settings, a
 0.2.x TOML file) belongs here too, as ``recipe.py`` next to the exporter it
@@ -17,6 +20,7 @@ mirrors.
 from __future__ import annotations
 
 from .export import CHECKED_WITH, export_torchtitan, torchtitan_names
+from .models import TITAN_MODELS
 from .rules import RULES, SCHEDULE_NAMES
 
-__all__ = ["RULES", "SCHEDULE_NAMES", "CHECKED_WITH", "export_torchtitan", "torchtitan_names"]
+__all__ = ["RULES", "SCHEDULE_NAMES", "CHECKED_WITH", "export_torchtitan", "torchtitan_names", "TITAN_MODELS"]
