@@ -88,9 +88,8 @@ def test_recompute_and_recipe_settings_are_the_runs_own():
     assert run_options(_run("am-dsv3-h100-256gpu"))["zero3_keep_gathered"] is True
 
 
-@pytest.mark.xfail(strict=True, reason="issue 32's calibration median <= 0.10 not met: measured 0.151 "
-                   "(docs/decisions.md, 2026-12-03)")
 def test_calibration_median_within_the_target(doc):
+    """Issue 32's median (<= 0.10) on the calibration rows; its worst (<= 0.25) is not met (Moonlight-16B)."""
     s = doc["summary"]
     assert s["calibration"]["all"]["median_abs_ln_ratio"] <= 0.10
 

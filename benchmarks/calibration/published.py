@@ -74,6 +74,11 @@ References
 .. [12] J. Shah et al., "FlashAttention-3: Fast and Accurate Attention with
    Asynchrony and Low-precision", arXiv:2407.08608, Sec. 4.1 and Fig. 5;
    the same figure as ``assets/flash3_fp16_fwd.png`` (commit 7ef24848cf2f).
+.. [14] Alibaba Pai-Megatron-Patch GitHub issues #658 ("Qwen3 MoE 235B
+   速度测试交流", 2025-09-02) and #643 ("训练Qwen3-30B-A3B MoE模型速度偏慢",
+   2025-08-08), https://github.com/alibaba/Pai-Megatron-Patch/issues/658
+   and /643: a user's measured step times of the repository's Qwen3
+   examples on H800 (commit 2b201af, image pai-megatron-patch:25.04).
 .. [13] Model configurations: the Hugging Face ``config.json`` of each model
    (URLs in :data:`MODELS`), cross-checked against the defaults of the
    installed ``transformers`` configuration classes where those encode the
@@ -701,10 +706,20 @@ SOURCES: dict[str, Source] = {
         framework="flash-attn 3 beta (CUDA, Hopper)",
         flop_counting="forward 4 s^2 d h (halved when causal); batch x seqlen = 16k, hidden 2048",
     ),
+    "pai-megatron-patch-issues": Source(
+        title="Pai-Megatron-Patch issues: Qwen3-235B-A22B and Qwen3-30B-A3B step times on H800",
+        url="https://github.com/alibaba/Pai-Megatron-Patch/issues/658",
+        where=("issue #658 (Qwen3-235B-A22B, 256 H800, four layouts; table '测速结果') and issue #643 "
+               "(Qwen3-30B-A3B, 16 H800, two layouts)"),
+        version="issue texts of 2025-09-02 (#658) and 2025-08-08 (#643); runs on Pai-Megatron-Patch 2b201af",
+        read_on=READ_ON,
+        framework="Pai-Megatron-Patch (megatron-core, the repository's Qwen3 example scripts)",
+        flop_counting="none printed; step time and tokens/s/GPU",
+    ),
 }
 
 HOLDOUT_SOURCES: frozenset[str] = frozenset(
-    {"mbridge-25.11", "torchtitan-202412", "automodel-perf"}
+    {"mbridge-25.11", "torchtitan-202412", "automodel-perf", "pai-megatron-patch-issues"}
 )
 """Sources whose rows are held out of fitting (set constants on the rest)."""
 
@@ -1437,9 +1452,41 @@ _TORCHAO_ROWS = [
     for _p, _v in (("bf16", 6169), ("mxfp8", 7401))
 ]
 
+_PAI = "pai-megatron-patch-issues"
+_PAI_NOTE = ("a user's measurement in a GitHub issue (DLC H800 cluster; NIC bandwidth not printed): the repository's "
+             "Qwen3 example script with --moe-router-force-load-balancing, --overlap-grad-reduce "
+             "--overlap-param-gather, --manual-gc, --cross-entropy-fusion-impl te, CUDA graphs removed; dispatcher, "
+             "expert TP and the uneven pipeline split of 94 layers over PP x VPP chunks not printed")
+_PAI_ROWS = [
+    _run(f"pai-qwen3-235b-h800-tp{_tp}pp32ep8-mbs{_mbs}-{_name}", _PAI, "qwen3-235b-a22b", "H800", 256, "bf16",
+         tp=_tp, pp=32, cp=1, vpp=3, ep=8, etp=1, mbs=_mbs, gbs=_gbs, seq_len=4096,
+         measured=(Measured(_step, "s/step", f"{_step}"), _tok(_tgs, f"{_tgs}")),
+         recompute=_rec, recompute_modules=_mods, dp_sharding="distributed-optimizer", offload="none",
+         moe=MoESettings(routing="force-balanced", dropless=True, grouped_gemm=True),
+         families=(f"layout:qwen3-235b-h800-pai-gbs{_gbs}",), derived=("etp",),
+         notes=(f"'recompute={_name}' as printed. etp 1: at tp 2 a pipeline rank's 8 GPUs hold ep 8 only with "
+                "etp 1 (Megatron-Core: etp x ep divides tp x dp), and issue #643's example prints expert TP 1. "
+                + _PAI_NOTE))
+    for _tp, _mbs, _gbs, _name, _rec, _mods, _step, _tgs in (
+        (1, 4, 4096, "full", "full", (), 42.537, 1540.68),
+        (2, 4, 4096, "full", "full", (), 43.495, 1506.76),
+        (2, 1, 2048, "select", "selective", ("moe_act", "layernorm"), 22.42, 1461.56),
+        (1, 1, 2048, "moe", "selective", ("moe", "layernorm"), 22.946, 1428.04))
+] + [
+    _run(f"pai-qwen3-30b-h800-tp1pp{_pp}ep{_ep}", _PAI, "qwen3-30b-a3b", "H800", 16, "bf16",
+         tp=1, pp=_pp, cp=1, vpp=None, ep=_ep, etp=1, mbs=1, gbs=_gbs, seq_len=8192,
+         measured=(Measured(_step, "s/step", f"{_step}"), _tok(_tgs, f"{_tgs}")),
+         recompute="none", dp_sharding="distributed-optimizer", offload="none",
+         moe=MoESettings(routing="aux-loss", dropless=False, capacity_factor=1.0, grouped_gemm=True),
+         notes=("issue #643: expert TP 1, MBS 1, no recompute, --moe-expert-capacity-factor 1.0 (tokens dropped), "
+                "CUDA graphs removed; GBS differs between the rows (128 and 256); interleaving not printed. "
+                + _PAI_NOTE))
+    for _pp, _ep, _gbs, _step, _tgs in ((2, 8, 128, 10.361, 6325), (4, 4, 256, 20.992, 6244))
+]
+
 RUNS: tuple[PublishedRun, ...] = tuple(
     _LLAMA3 + _MB2604_ROWS + _MB2511_ROWS + _MB2509_ROWS + _SK_ROWS + _MODELZOO_ROWS + _DSV3_GB200_ROWS + _DSV3_REPORT + _TT_ROWS
-    + _TTA_ROWS + _NEMO2407_ROWS + _LS_H100_ROWS + _LS_B200_ROWS + _AM_ROWS + _TORCHAO_ROWS
+    + _TTA_ROWS + _NEMO2407_ROWS + _LS_H100_ROWS + _LS_B200_ROWS + _AM_ROWS + _TORCHAO_ROWS + _PAI_ROWS
 )
 """Every published run, in source order."""
 

@@ -84,3 +84,31 @@ def test_the_routed_experts_take_the_grouped_ceiling():
     # the option sets both ceilings
     assert efficiency(1e6, 1e9, CostOptions.from_mapping({"efficiency_max": 0.5}), cluster, grouped=True) == \
         pytest.approx(0.5)
+
+
+def test_the_ops_per_byte_ratio_of_each_preset_over_the_a100s():
+    """Peak BF16 FLOP/s over HBM bytes/s, from the presets' datasheet numbers, relative to the A100 80GB's 153."""
+    from partitioner.costs.compute.hardware import A100_OPS_PER_BYTE, balance_scale
+
+    assert A100_OPS_PER_BYTE == pytest.approx(153.0, abs=0.1)
+    assert balance_scale(load_cluster("dgx-a100-80g")) == pytest.approx(1.0)
+    for name in PRESETS:
+        c = load_cluster(name)
+        assert balance_scale(c) == pytest.approx(c.peak_tflops * 1e3 / c.hbm_GBps / A100_OPS_PER_BYTE)
+    assert balance_scale(load_cluster("dgx-h100")) == pytest.approx(1.93, abs=0.005)  # 989.4 TFLOP/s over 3.35 TB/s
+    assert balance_scale(None) == 1.0 and balance_scale(replace(load_cluster("dgx-h100"), hbm_GBps=None)) == 1.0
+
+
+def test_only_grouped_expert_gemms_shift_their_half_points_by_that_ratio():
+    """An expert's GEMM (short rows and columns) leaves the memory-bound regime later on a GPU with more FLOP/s per
+    byte; a dense GEMM keeps the A100 curve (its rows and inner dimension hold it far above the ratio)."""
+    h100, a100 = load_cluster("dgx-h100"), load_cluster("dgx-a100-80g")
+    opts = CostOptions()
+    top = GENERATIONS["h100"].grouped_efficiency_max
+    scaled = efficiency(768, 1e9, opts, h100, grouped=True) / top
+    assert scaled == pytest.approx(768**2 / (768**2 + (1.93 * 256) ** 2), rel=5e-3)  # ~0.71 of the ceiling
+    assert efficiency(768, 1e9, opts, a100, grouped=True) / 0.70 == pytest.approx(768**2 / (768**2 + 256**2))  # 0.90
+    dense = efficiency(768, 1e9, opts, h100) / GENERATIONS["h100"].efficiency_max
+    assert dense == pytest.approx(768**2 / (768**2 + 256**2))
+    # rows too: 256 rows of a grouped GEMM fall further below the ceiling on the H100 than on the A100
+    assert efficiency(1e6, 256, opts, h100, grouped=True) / top < efficiency(1e6, 256, opts, a100, grouped=True) / 0.70

@@ -321,10 +321,11 @@ def test_a_small_deepseek_v3_plans_and_every_stage_fits():
 # flash attention at its kernels' published rates, recompute_modules hints and options in meta; the moe branch's
 # H100 GEMM ceilings, dense 0.647 and grouped experts 0.497, SM share of hidden TP collectives, MoE experts as grouped GEMMs at every ep and MoE
 # options in meta, moe_routing among them; the routed experts' stash at the mean load; the routed experts' fused
-# SwiGLU keeps 3 f-wide tensors per copy, not 4, and expert_fused_glu joins the options in meta).
+# SwiGLU keeps 3 f-wide tensors per copy, not 4, and expert_fused_glu joins the options in meta; the grouped expert
+# GEMMs' half-efficiency width and rows scaled by the GPU's ops:byte ratio over the A100's, 1.93 on an H100).
 MAIN_PROBLEMS = {
     "llava-1.5-7b": "9fa77cf0eb26656a5ea59562fa6ddfd3690404632ceb4a39c8d2119c136a7925",
-    "qwen3-vl-30b-a3b": "0006b07d653b43451a6a1a56b7170047660d078bf48d79474b1f41c1125f1c9e",
+    "qwen3-vl-30b-a3b": "2460e5b37a9127e5e8abb25bbe33e2b625f6c37803118ba0787fd8d6c88f9b76",
 }
 
 

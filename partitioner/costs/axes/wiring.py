@@ -276,7 +276,8 @@ def moe_ep_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: C
       stored activations (:func:`~.experts.expert_activation_bytes`, none under full recompute);
     * gradients: the routed gradients all-reduced over edp (:func:`~.experts.expert_grad_sync_ms`, exposed
       as the dense sync, spread over the microbatches; ZeRO-3 gathers and reduce-scatters over edp instead,
-      hidden behind the experts' compute as :func:`~partitioner.costs.entry.zero3_exposed_ms` derives);
+      hidden behind the experts' compute as :func:`~partitioner.costs.entry.zero3_exposed_ms` derives, the
+      backward's behind the experts' replayed forward too when recompute replays it);
       the optimizer step over the routed parameters the rank owns.
     """
     ax = opts.axes
@@ -356,6 +357,12 @@ def moe_ep_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: C
             if not p.frozen:
                 b_w += n * g_w
             act += kept
+            if zero3:  # the replayed expert compute is backward work ZeRO-3's re-gather and reduce-scatter hide behind
+                work_b += expert_recompute(
+                    knobs.recompute, stored=stored, copies=n * copies, moe_ffn=moe.moe_ffn, gated=moe.gated,
+                    activation=p.shape.activation if p.shape is not None else "silu", hidden=p.width, ep=e,
+                    compute_ms=n * forward, dispatch_ms=0.0, rates=rates, imbalance=gamma, padded=padded,
+                    fused_glu=opts.expert_fused_glu)[1]
         weight += _expert_weight(moe.params, e, f, edp, p.frozen, knobs, opts)
         b_w += _expert_sync_ms(moe.params, e, f, edp_span, p, knobs, cluster, opts) / microbatches
         work_f += n * (g_f + m_f)

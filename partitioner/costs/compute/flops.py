@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Iterable
 from ...presets import ClusterSpec, ModuleSpec, is_cross_layer, is_moe_layer
 from ..attention.mla import mla_attn_flops, mla_gemms
 from ..options import CostOptions
-from .hardware import efficiency_max
+from .hardware import balance_scale, efficiency_max
 
 if TYPE_CHECKING:
     from ..layers import PipelineLayer
@@ -74,14 +74,20 @@ def efficiency(width: float, tokens: float, opts: CostOptions, cluster: ClusterS
     ``efficiency_max`` (the option, else the cluster's GPU generation's
     dense ceiling, or with ``grouped`` its ceiling for the routed experts'
     grouped GEMMs: :func:`~.hardware.efficiency_max`) times two Hill factors that fall for
-    narrow and short GEMMs [6]_.
+    narrow and short GEMMs [6]_ at ``gemm_half_width`` and
+    ``gemm_half_tokens`` (set on the A100 80GB); for the routed experts'
+    grouped GEMMs (``grouped``) those half points scale by the GPU's ops:byte
+    ratio over the A100's (:func:`~.hardware.balance_scale`): an expert's
+    GEMM is short in rows and columns at once, and a GPU with more FLOP/s per
+    byte of HBM needs longer sides to leave the memory-bound regime.
     """
     k = opts.efficiency_exponent
+    scale = balance_scale(cluster) if grouped else 1.0
 
     def hill(x: float, half: float) -> float:
         return 1.0 if half <= 0 else x**k / (x**k + half**k)
 
-    return efficiency_max(opts, cluster, grouped) * hill(width, opts.gemm_half_width) * hill(tokens, opts.gemm_half_tokens)
+    return efficiency_max(opts, cluster, grouped) * hill(width, scale * opts.gemm_half_width) * hill(tokens, scale * opts.gemm_half_tokens)
 
 
 

@@ -35,6 +35,26 @@ here are the constants a datasheet does not give, each with its source.
 * ``sms`` -- streaming multiprocessors per GPU (A100 108, H100/H200 132,
   B200 148 [41]_): the share of them a collective kernel occupies while it
   overlaps compute (:data:`COMM_SMS`) slows that compute.
+* ``balance_scale`` (:func:`balance_scale`, from the cluster preset's
+  datasheet numbers, not a table) -- how much longer the short sides of
+  a routed expert's GEMM must be on this GPU than on the A100 80GB before
+  it stops being memory-bound. An expert's GEMM is short in two of its
+  three dimensions: ``m`` rows (the tokens routed to it) and ``n`` columns
+  (``f / etp``, 768-2048 for fine-grained experts) against ``k = h``; it
+  does ``m n k / (m k + k n + m n)`` FLOPs per bf16 byte moved (e.g. 350
+  for 512 rows, 1536 columns, h 4096) and is math-bound only above the
+  GPU's ops:byte ratio, peak FLOP/s over HBM bytes/s [6]_ [46]_: 153 on
+  the A100 80GB (312 TFLOP/s, 2.04 TB/s), 295 on the H100 SXM (989,
+  3.35), 206 on the H200, 281 on the B200 and 312 on the GB200 (8 TB/s).
+  The half-efficiency width and rows of the GEMM curve
+  (``gemm_half_width``, ``gemm_half_tokens``: set on the A100 tables)
+  scale by that ratio over the A100's for grouped expert GEMMs: 1.93 on an
+  H100, where a 768-wide expert then runs at 71 % of the grouped ceiling
+  (90 % on the A100 curve). A dense layer's GEMMs keep the A100 curve:
+  their rows (the microbatch's tokens, thousands) and inner dimension (the
+  hidden size) hold their intensity above every generation's ratio
+  however narrow tensor parallelism makes their columns (8192 x 4096 x
+  512: 431 FLOPs per byte).
 * ``gemm_tile_rows`` -- the M extent of a grouped GEMM's output tile (128
   on Ampere, Hopper and Blackwell CUTLASS grouped kernels [42]_): an
   expert's rows are padded to a multiple of it (tile quantization [6]_).
@@ -48,6 +68,12 @@ References
    ~1.4 GHz under its ~700 W power wall vs 1.98 GHz peak"; the GLM-up
    shapes (256 experts, 4096 x 6144, 262k-2.1M rows) at 603, 624, 617 and
    597 TFLOP/s with ``torch._grouped_mm`` (mean 610, 0.617 of 989).
+.. [46] S. Williams, A. Waterman, D. Patterson, "Roofline: An Insightful
+   Visual Performance Model for Multicore Architectures", CACM 52(4), 2009
+   (attainable FLOP/s = min(peak, intensity x bandwidth)); NVIDIA's
+   "Matrix Multiplication Background User's Guide" [6]_, "Math and Memory
+   Bounds" (a GEMM is math-limited when its arithmetic intensity exceeds
+   the GPU's ops:byte ratio).
 .. [45] S. Bekman, "Machine Learning Engineering", ``compute/accelerator/
    README.md``, "Maximum Achievable Matmul FLOPS comparison table" (BF16,
    mamf-finder.py; commit 7bc7c30, 2026-08-10), as recorded in
@@ -68,7 +94,7 @@ from dataclasses import dataclass
 from ...presets import GPU_GENERATIONS, ClusterSpec, gpu_generation
 from ..options import CostOptions
 
-__all__ = ["COMM_SMS", "A100_EFFICIENCY_MAX", "MAMF_FRACTION", "GROUPED_SUSTAINED_FRACTION", "GpuGeneration", "GENERATIONS", "generation", "efficiency_max", "comm_sm_fraction"]
+__all__ = ["COMM_SMS", "A100_EFFICIENCY_MAX", "A100_OPS_PER_BYTE", "balance_scale", "MAMF_FRACTION", "GROUPED_SUSTAINED_FRACTION", "GpuGeneration", "GENERATIONS", "generation", "efficiency_max", "comm_sm_fraction"]
 
 #: SMs a communication kernel (an all-to-all, an all-gather) occupies while it overlaps compute:
 #: DeepSeek-V3 dedicates 20 of the H800's 132 SMs to its overlapped all-to-alls (Sec. 3.2.2 [41]_),
@@ -89,6 +115,9 @@ class GpuGeneration:
 
 #: The A100 GEMM ceiling the SC'21 / MLSys'23 tables were reproduced with.
 A100_EFFICIENCY_MAX = 0.70
+#: The A100 80GB's ops:byte ratio (312 TFLOP/s dense BF16 over 2,039 GB/s HBM2e, the ``dgx-a100-80g`` preset),
+#: on which the GEMM curve's half-efficiency width and rows were set (the SC'21 and MLSys'23 tables).
+A100_OPS_PER_BYTE = 312.0e12 / 2039.0e9
 #: Best achieved BF16 matmul over the datasheet peak, per generation (maximum achievable matmul FLOPS [45]_).
 MAMF_FRACTION = {"a100": 271.2 / 312.0, "h100": 794.5 / 989.4, "h200": 794.5 / 989.4, "b200": 1745.0 / 2250.0,
                  "gb200": 1822.0 / 2500.0}
@@ -130,6 +159,17 @@ def efficiency_max(opts: CostOptions, cluster: ClusterSpec | None, grouped: bool
         return opts.efficiency_max
     gen = generation(cluster)
     return gen.grouped_efficiency_max if grouped else gen.efficiency_max
+
+
+def balance_scale(cluster: ClusterSpec | None) -> float:
+    """``cluster``'s ops:byte ratio (peak BF16 FLOP/s over HBM bytes/s) over the A100 80GB's (module doc).
+
+    The factor on the GEMM curve's half-efficiency width and rows: 1 without
+    a cluster or without an HBM bandwidth in its preset.
+    """
+    if cluster is None or not cluster.hbm_GBps:
+        return 1.0
+    return cluster.peak_tflops * 1e12 / (cluster.hbm_GBps * 1e9) / A100_OPS_PER_BYTE
 
 
 def comm_sm_fraction(cluster: ClusterSpec | None) -> float:
