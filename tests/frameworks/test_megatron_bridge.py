@@ -184,3 +184,21 @@ def test_vlm_without_a_bridge_recipe_is_marked_a_template():
     assert exp.expressible and exp.settings["launch"] == "template"
     assert exp.snippet.startswith("# TEMPLATE, not a launch")
     assert any(n.startswith("template:") for n in exp.notes)
+
+
+@pytest.mark.parametrize("name", ["qwen3-vl-30b-a3b", "glm-4.5v"])
+def test_bridge_launch_estimates_as_the_plan(name, tmp_path):
+    """export -> estimate: the launch file, read as a Bridge config, states the plan: its cuts, time and memory."""
+    from partitioner import estimate
+    from partitioner.frameworks.recipe_files import read_recipe_file
+
+    result = _planned(name)
+    path = tmp_path / "launch.sh"
+    path.write_text(export_result(result, "megatron").text())
+    nodes = next(c[1] for c in CASES if c[0] == name)
+    est = estimate(name, "dgx-h100", read_recipe_file(path), nodes=nodes)
+    planned_stages = [(s.first_layer, s.last_layer, s.memory_bytes) for s in result.evaluation.stages]
+    estimated = [(s.first_layer, s.last_layer, s.memory_bytes) for s in est.evaluation.stages]
+    assert [e[:2] for e in estimated] == [p[:2] for p in planned_stages]
+    assert [e[2] for e in estimated] == pytest.approx([p[2] for p in planned_stages], rel=1e-9)
+    assert est.iteration_ms == pytest.approx(result.throughput.iteration_ms, rel=1e-9)

@@ -635,7 +635,8 @@ def _bridge_export(stages: Sequence[StageView], settings: Mapping[str, Any], not
         kept.append("no global batch or microbatch count given: add train.micro_batch_size and train.global_batch_size "
                     "so that m holds")
     return Export("megatron", out, bridge_snippet(recipe, overrides, world, env), tuple(kept), True, (),
-                  CHECKED_WITH + f"; Megatron Bridge recipe names and fields at {BRIDGE_COMMIT[:12]} (not run here)")
+                  f"megatron-core 0.16.1 (the overrides' TransformerConfig and DDP-config fields); Megatron Bridge recipe, "
+                  f"runner and field names at {BRIDGE_COMMIT[:12]} (Bridge itself not run: it needs Transformer Engine)")
 
 
 def _template_export(settings: Mapping[str, Any], flags: Sequence[str], notes: Sequence[str],
