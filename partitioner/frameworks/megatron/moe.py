@@ -63,7 +63,8 @@ SOFTMAX_AUX_LOSS_COEFF = 1e-3
 
 SIGMOID_SEQ_AUX_LOSS_COEFF = 1e-4
 """Weight of the sequence-wise balance loss beside the expert bias of a sigmoid router: DeepSeek-V3's
-alpha = 0.0001 (arXiv:2412.19437, Section 4.2), Megatron Bridge's DeepSeek-V3 default [1]_ [3]_."""
+alpha = 0.0001 (arXiv:2412.19437, Section 4.2), Megatron Bridge's DeepSeek-V3 default [1]_ [3]_. A training
+choice more than a model fact: Bridge's Kimi-K2 and GLM-4.5 providers use 1e-3."""
 
 ROUTER_DTYPE = "fp32"
 """The router's logits and probabilities in fp32, as every Bridge MoE provider sets it [1]_."""
