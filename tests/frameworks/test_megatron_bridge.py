@@ -64,7 +64,8 @@ def world():
 def _overrides(snippet: str) -> dict[str, str]:
     """The trailing ``KEY=VALUE`` words of the launch, as the shell hands them to run_recipe.py."""
     words = shlex.split(snippet.replace("\\\n", " "), comments=True)
-    return dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-") and "." in w.split("=", 1)[0])
+    keys = ("model.", "ddp.", "optimizer.", "train.", "mixed_precision=")
+    return dict(w.split("=", 1) for w in words if w.startswith(keys))
 
 
 def _value(text: str):
@@ -202,3 +203,27 @@ def test_bridge_launch_estimates_as_the_plan(name, tmp_path):
     assert [e[:2] for e in estimated] == [p[:2] for p in planned_stages]
     assert [e[2] for e in estimated] == pytest.approx([p[2] for p in planned_stages], rel=1e-9)
     assert est.iteration_ms == pytest.approx(result.throughput.iteration_ms, rel=1e-9)
+
+
+def _fp8_plan(**options):
+    return plan_model("qwen2.5-vl-7b-video-64f", "dgx-h100", nodes=1, global_batch=64, microbatches=16, method="greedy",
+                      schedule="1f1b", target="megatron", precision="fp8", options=options or None)
+
+
+def test_fp8_plan_runs_as_bridges_preset_exactly():
+    """FP8 goes through Bridge's mixed-precision preset (it overwrites the model's fp8 fields at setup): a plan
+    whose FP8 is the tensorwise preset's (fp8 parameters, one BF16 layer at each end) exports with it, and reads
+    back as that FP8 recipe."""
+    exp = export_result(_fp8_plan(fp8_param_gather=True, fp8_bf16_layers=1), "megatron")
+    assert exp.expressible, exp.reasons
+    over = _overrides(exp.snippet)
+    assert over["mixed_precision"] == "bf16_with_fp8_current_scaling_mixed"
+    assert not [k for k in over if "fp8" in k or "bf16" in k]  # the preset's fields, never overridden one by one
+    recipe = read_bridge_config(exp.snippet)
+    assert (recipe.precision, recipe.fp8_recipe) == ("fp8", "tensorwise")
+
+
+def test_fp8_plan_other_than_the_preset_says_how_to_replan():
+    exp = export_result(_fp8_plan(fp8_param_gather=True, fp8_bf16_layers=0), "megatron")
+    assert not exp.expressible
+    assert any("bf16_with_fp8_current_scaling_mixed" in r and "--cost-option fp8_bf16_layers=1" in r for r in exp.reasons)

@@ -14,7 +14,8 @@ overrides of that config: ``model.<field>`` for the TransformerConfig
 fields the Megatron-LM export sets (the provider is a TransformerConfig),
 ``ddp.<field>`` / ``optimizer.use_distributed_optimizer`` for the optimizer
 sharding, ``train.global_batch_size`` / ``train.micro_batch_size`` for the
-batch, ``mixed_precision=<preset>`` for FP8. Fields the recipe sets and the
+batch, ``mixed_precision=<preset>`` for FP8 (:func:`bridge_fp8`: only a plan
+whose FP8 is exactly a preset's). Fields the recipe sets and the
 plan leaves off are written too (``null`` / ``false``), so that the
 recipe's own defaults never change what runs. The model's shape and
 router (experts, top-k, score function, expert bias, scaling factor,
@@ -48,8 +49,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-__all__ = ["BRIDGE_COMMIT", "BridgeRecipe", "BRIDGE_RECIPES", "PROVIDER_FIELDS", "BRIDGE_FP8_PRESETS",
-           "bridge_overrides", "bridge_snippet", "hydra_value"]
+__all__ = ["BRIDGE_COMMIT", "BridgeRecipe", "BRIDGE_RECIPES", "PROVIDER_FIELDS", "Fp8Preset", "BRIDGE_FP8_PRESETS",
+           "bridge_fp8", "bridge_overrides", "bridge_snippet", "hydra_value"]
 
 BRIDGE_COMMIT = "067f987df03b8355b03192d88d70f1709fedf51a"
 """The Megatron Bridge commit whose recipe names, runner arguments and config fields the export uses."""
@@ -85,16 +86,50 @@ PROVIDER_FIELDS = frozenset({
     "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
     "moe_layer_freq", "moe_router_score_function", "moe_router_pre_softmax", "moe_router_enable_expert_bias",
     "moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_router_num_groups", "moe_router_group_topk",
-    "moe_router_topk_scaling_factor", "bf16", "fp8", "fp8_recipe", "fp8_param",
+    "moe_router_topk_scaling_factor", "bf16", "fp8", "fp8_recipe", "fp8_param", "first_last_layers_bf16",
+    "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16", "fp8_param_gather",
+    "reuse_grad_buf_for_mxfp8_param_ag",
 })
-"""TransformerConfig fields the export leaves to the provider (the checkpoint's shape and router, from its
-Hugging Face config) or to the mixed-precision preset (``bf16``, ``fp8*``)."""
+"""TransformerConfig / DDP-config fields the export leaves to the provider (the checkpoint's shape and router,
+from its Hugging Face config) or to the mixed-precision preset (``bf16``, ``fp8*``, the BF16 edge layers: the
+preset writes its own values over the model's and the DDP config's at setup)."""
 
-BRIDGE_FP8_PRESETS: Mapping[str, str] = MappingProxyType({
-    "delayed": "bf16_with_fp8_delayed_scaling_mixed", "tensorwise": "bf16_with_fp8_current_scaling_mixed",
-    "blockwise": "bf16_with_fp8_subchannel_scaling_mixed", "mxfp8": "bf16_with_mxfp8_mixed",
+
+@dataclass(frozen=True)
+class Fp8Preset:
+    """One of Bridge's FP8 mixed-precision presets: its name, whether it keeps fp8 parameters, its BF16 edge layers."""
+
+    name: str
+    param_gather: bool
+    bf16_layers: int
+
+
+BRIDGE_FP8_PRESETS: Mapping[str, Fp8Preset] = MappingProxyType({
+    "delayed": Fp8Preset("bf16_with_fp8_delayed_scaling_mixed", True, 0),
+    "tensorwise": Fp8Preset("bf16_with_fp8_current_scaling_mixed", True, 1),
+    "blockwise": Fp8Preset("bf16_with_fp8_subchannel_scaling_mixed", False, 0),
+    "mxfp8": Fp8Preset("bf16_with_mxfp8_mixed", True, 0),
 })
-"""megatron-core's ``fp8_recipe`` -> Bridge's mixed-precision preset that trains with it [2]_."""
+"""megatron-core's ``fp8_recipe`` -> Bridge's mixed-precision preset that trains with it, with the preset's
+``fp8_param_gather`` and ``num_layers_at_start/end_in_bf16`` (``first_last_layers_bf16``) [2]_. The recipe
+names its mixed precision by a string, which Hydra overrides replace whole: FP8 runs as one of these presets,
+exactly."""
+
+
+def bridge_fp8(recipe: str, param_gather: bool, bf16_layers: int) -> tuple[Fp8Preset | None, str | None]:
+    """The preset that trains the plan's FP8 as planned, or why none does."""
+    preset = BRIDGE_FP8_PRESETS.get(recipe)
+    if preset is None:
+        return None, f"Bridge has no mixed-precision preset for the FP8 recipe {recipe}"
+    if (preset.param_gather, preset.bf16_layers) != (param_gather, bf16_layers):
+        return None, (f"Bridge trains {recipe} FP8 with its preset {preset.name}: fp8 parameters "
+                      f"{'on' if preset.param_gather else 'off'}, {preset.bf16_layers} BF16 layer(s) at each end; the "
+                      f"plan has fp8 parameters {'on' if param_gather else 'off'} and {bf16_layers} (the preset is "
+                      "named by a string, which an override replaces whole, so its fields cannot be set one by one); "
+                      f"plan again with --cost-option fp8_param_gather={'true' if preset.param_gather else 'false'} "
+                      f"--cost-option fp8_bf16_layers={preset.bf16_layers}")
+    return preset, None
+
 
 # recipe fields the plan may leave unset: written as their off value so the recipe's own choice never runs
 _RESET = {"virtual_pipeline_model_parallel_size": None, "recompute_granularity": None, "recompute_method": None,
@@ -119,11 +154,11 @@ def hydra_value(value: Any) -> str:
 
 
 def bridge_overrides(core: Mapping[str, Any], ddp: Mapping[str, Any], te_core: Mapping[str, Any],
-                     batch: tuple[int, int] | None, fp8_recipe: str | None) -> list[str]:
+                     batch: tuple[int, int] | None, fp8: Fp8Preset | None) -> list[str]:
     """The ``KEY=VALUE`` overrides (unquoted for the shell) of the plan's settings (module docstring).
 
     ``core`` / ``te_core`` / ``ddp`` are the Megatron-LM export's
-    TransformerConfig and DDP-config fields, ``batch`` (micro, global).
+    TransformerConfig and DDP-config fields, ``batch`` (micro, global), ``fp8`` the preset (:func:`bridge_fp8`).
     """
     out: list[str] = []
     model = {k: v for k, v in {**core, **te_core}.items() if k not in PROVIDER_FIELDS}
@@ -136,12 +171,12 @@ def bridge_overrides(core: Mapping[str, Any], ddp: Mapping[str, Any], te_core: M
     out += [f"ddp.use_distributed_optimizer={hydra_value(zero1)}", f"optimizer.use_distributed_optimizer={hydra_value(zero1)}",
             f"ddp.use_megatron_fsdp={hydra_value(fsdp)}"]
     for key, value in ddp.items():
-        if key not in ("use_distributed_optimizer", "use_megatron_fsdp"):
+        if key not in ("use_distributed_optimizer", "use_megatron_fsdp") and key not in PROVIDER_FIELDS:
             out.append(f"ddp.{key}={hydra_value(value)}")
     if batch is not None:
         out += [f"train.micro_batch_size={batch[0]}", f"train.global_batch_size={batch[1]}"]
-    if fp8_recipe is not None:
-        out.append(f"mixed_precision={BRIDGE_FP8_PRESETS[fp8_recipe]}")
+    if fp8 is not None:
+        out.append(f"mixed_precision={fp8.name}")
     return out
 
 

@@ -75,7 +75,7 @@ from ..stages import (
     segment_acts,
     segment_knobs,
 )
-from .bridge import BRIDGE_COMMIT, BRIDGE_FP8_PRESETS, BRIDGE_RECIPES, BridgeRecipe, bridge_overrides, bridge_snippet
+from .bridge import BRIDGE_COMMIT, BRIDGE_RECIPES, BridgeRecipe, bridge_fp8, bridge_overrides, bridge_snippet
 from .fp8 import megatron_fp8
 from .moe import moe_router_settings
 from .rules import RULES, SCHEDULE_REFUSALS
@@ -613,12 +613,12 @@ def _bridge_export(stages: Sequence[StageView], settings: Mapping[str, Any], not
     te_core = settings.get("transformer_config_te", {})
     training = settings.get("training")
     batch = (training["micro_batch_size"], training["global_batch_size"]) if training else None
-    fp8 = str(core["fp8_recipe"]) if core.get("fp8") else None
-    if fp8 is not None and core.get("fp8_param"):
-        return _not_expressible(list(stages), (
-            "Megatron Bridge: the plan keeps parameters in fp8 (fp8_param_gather); Bridge sets FP8 through its "
-            f"mixed-precision preset ({BRIDGE_FP8_PRESETS[fp8]}), whose fp8_param_gather is false and which an "
-            "override of mixed_precision by name cannot change",))
+    fp8 = None
+    if core.get("fp8"):
+        fp8, why = bridge_fp8(str(core["fp8_recipe"]), bool(core.get("fp8_param")),
+                              int(core.get("num_layers_at_start_in_bf16", 0)) if core.get("first_last_layers_bf16") else 0)
+        if why:
+            return _not_expressible(list(stages), (f"Megatron Bridge: {why}",))
     overrides = bridge_overrides(core, ddp, te_core, batch, fp8)
     env = dict(settings.get("env", {}))
     world = settings["data_parallel_size"] * core["tensor_model_parallel_size"] * core["pipeline_model_parallel_size"] \
