@@ -41,18 +41,20 @@ from benchmarks.framework_checks import (  # noqa: E402  # noqa: E402
 )
 from benchmarks.framework_checks import megatron_config as _config  # noqa: E402
 
-# (preset, nodes of 8 H100, global batch, m): small enough to plan in seconds with the greedy method
+# (preset, nodes of 8 H100, global batch, m): small enough to plan in seconds with the greedy method (1F1B);
+# "qwen2.5-vl-72b/interleaved": the same plan kept under interleaved 1F1B with v = 2
 CASES = [("qwen3-vl-30b-a3b", 2, 256, 32), ("qwen3-vl-235b-a22b", 16, 512, 32), ("glm-4.5v", 8, 256, 32),
-         ("qwen2.5-vl-72b", 4, 256, 32), ("qwen2.5-vl-7b-video-64f", 1, 64, 16)]
+         ("qwen2.5-vl-72b", 4, 256, 32), ("qwen2.5-vl-7b-video-64f", 1, 64, 16), ("qwen2.5-vl-72b/interleaved", 4, 256, 32)]
 _CACHE: dict[str, object] = {}
 
 
-def _planned(name: str):
-    if name not in _CACHE:
-        _, nodes, gbs, m = next(c for c in CASES if c[0] == name)
-        _CACHE[name] = plan_model(name, "dgx-h100", nodes=nodes, global_batch=gbs, microbatches=m, method="greedy",
-                                  schedule="1f1b", target="megatron")
-    return _CACHE[name]
+def _planned(case: str):
+    if case not in _CACHE:
+        _, nodes, gbs, m = next(c for c in CASES if c[0] == case)
+        name, _, schedule = case.partition("/")
+        _CACHE[case] = plan_model(name, "dgx-h100", nodes=nodes, global_batch=gbs, microbatches=m, method="greedy",
+                                  schedule=schedule or "1f1b", virtual_stages=2 if schedule else None, target="megatron")
+    return _CACHE[case]
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +87,7 @@ def test_vlm_plan_exports_as_its_bridge_recipe(name, world):
     assert exp.expressible, exp.reasons
     s = exp.settings
     assert s["path"] == "megatron-bridge" and s["launch"] == "command"
-    recipe = BRIDGE_RECIPES[name]
+    recipe = BRIDGE_RECIPES[name.partition("/")[0]]
     assert f"--recipe {recipe.function}" in exp.snippet and f"--step_func {recipe.step_func}" in exp.snippet
     assert "pretrain_gpt.py" not in exp.snippet and "LLaVA" not in " ".join(exp.notes)
     over = _overrides(exp.snippet)
@@ -137,6 +139,7 @@ def test_bridge_export_round_trips_through_the_bridge_reader(name, tmp_path):
     assert (recipe.ep, recipe.etp or recipe.tp) == (core.get("expert_model_parallel_size", 1),
                                                      core.get("expert_tensor_parallel_size", seg.tp))
     assert recipe.pipeline_layout == core["pipeline_model_parallel_layout"]
+    assert recipe.vpp == core.get("virtual_pipeline_model_parallel_size", 1) == result.problem.training.virtual_stages
     assert recipe.num_layers == core["num_layers"]
     assert recipe.gbs == result.problem.workload.global_batch
     assert recipe.mbs * exp.settings["data_parallel_size"] * result.problem.microbatches == recipe.gbs
