@@ -693,7 +693,7 @@ def _mimo_export(stages: Sequence[StageView], grid: MimoGrid, ctx: ExportContext
     _, llm, _ = _split(stages)
     symbols, layout_notes = _layout_symbols(llm)
     notes += layout_notes
-    settings = {"path": "mimo", "mimo": grid.to_dict(), "llm_transformer_config": {
+    settings = {"path": "mimo", "launch": "template", "mimo": grid.to_dict(), "llm_transformer_config": {
         "num_layers": sum(s.count("decoder") for s in llm),
         "pipeline_model_parallel_size": grid.llm.pp,
         "tensor_model_parallel_size": grid.llm.tp,
@@ -709,7 +709,10 @@ def _mimo_export(stages: Sequence[StageView], grid: MimoGrid, ctx: ExportContext
     if any(g.tp > 1 for g in grid.modules.values()):
         notes.append("TP > 1: launch with CUDA_DEVICE_MAX_CONNECTIONS=1")
     notes.append("Megatron-LM flags cannot run it: " + "; ".join(lm_reasons))
-    return Export("megatron", settings, _mimo_snippet(grid, module_knobs), tuple(notes), True, (), CHECKED_WITH), [], notes
+    notes.append("template: a MimoParallelismConfig for your MIMO model, not a launch (Megatron Bridge ships no MIMO "
+                 "recipe for this model); its finalize (rank ranges, world) is Bridge's and is not run here")
+    snippet = "# TEMPLATE, not a launch: the plan's MIMO grid (Megatron Bridge)\n" + _mimo_snippet(grid, module_knobs)
+    return Export("megatron", settings, snippet, tuple(notes), True, (), CHECKED_WITH), [], notes
 
 
 def _stage_layouts(stages: Sequence[StageView]) -> list[dict[str, Any]]:
