@@ -189,3 +189,39 @@ def test_router_hints_round_trip_and_bad_input_names_the_field():
     for key, value in (("router_score", "relu"), ("norm_topk", 1), ("expert_groups", -1)):
         with pytest.raises(ProblemError, match=f"export_hints.moe.{key}"):
             moe_hints({**moe.to_dict(), key: value})
+
+
+@pytest.fixture(scope="module")
+def _deepseek():
+    from partitioner import plan_model
+
+    return plan_model("deepseek-v3", "dgx-h100", nodes=64, global_batch=1024, microbatches=64, method="greedy",
+                      schedule="1f1b", target="megatron")
+
+
+def test_deepseek_v3_language_model_launch_with_mtp_and_group_routing(_deepseek):
+    """A language-only DeepSeek-V3 plan: pretrain_gpt.py flags, its MTP module in the layout (``m``) with
+    ``--mtp-num-layers``, group-limited sigmoid routing with expert bias; megatron-core takes the config and
+    places the plan's decoder layers."""
+    from benchmarks.framework_checks import PlannedJob, check_megatron_layout, llm_stages
+    from partitioner.frameworks.export import export_result, parse_megatron_layout
+
+    exp = export_result(_deepseek, "megatron")
+    assert exp.expressible, exp.reasons
+    assert exp.settings["launch"] == "command" and "pretrain_gpt.py" in exp.snippet
+    core = exp.settings["transformer_config"]
+    cfg = _config(core)
+    assert cfg.mtp_num_layers == 1 and _flags(exp.snippet)["mtp-num-layers"] == "1"
+    layout = parse_megatron_layout(core["pipeline_model_parallel_layout"])
+    assert sum(st.count("m") for st in layout) == 1 and "m" in layout[-1]
+    assert (cfg.moe_router_num_groups, cfg.moe_router_group_topk, cfg.moe_router_score_function) == (8, 4, "sigmoid")
+    assert cfg.moe_router_enable_expert_bias and cfg.moe_router_load_balancing_type == "seq_aux_loss"
+    job = PlannedJob.from_result(_deepseek)
+    check_megatron_layout(job, core, llm_stages(job))
+
+
+def test_layout_without_the_mtp_module_is_refused():
+    """The check can fail: megatron-core refuses mtp_num_layers without the ``m`` in the layout."""
+    with pytest.raises(AssertionError, match="mtp"):
+        _config({"num_layers": 8, "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 2,
+                 "pipeline_model_parallel_layout": "Et*4|t*4L", "mtp_num_layers": 1, "bf16": True})

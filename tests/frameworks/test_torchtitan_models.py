@@ -108,3 +108,15 @@ def test_matched_family_overrides_parse_with_torchtitans_own_config():
     cfg = torchtitan_parse(["--module", "qwen3", "--config", "qwen3_30b_a3b", *overrides])
     assert cfg.model_spec.flavor == "30B-A3B"
     assert cfg.parallelism.expert_parallel_degree == exp.settings["config"]["parallelism"]["expert_parallel_degree"]
+
+
+def test_deepseek_v3_names_its_family_and_its_mtp_module():
+    """DeepSeek-V3 (language only): torchtitan's deepseek_v3 671B; the plan's MTP module is said, not dropped."""
+    result = plan_model("deepseek-v3", "dgx-h100", nodes=64, global_batch=1024, microbatches=64, method="greedy",
+                        schedule="1f1b", target="torchtitan")
+    exp = export_result(result, "torchtitan")
+    assert exp.expressible, exp.reasons
+    assert "--module deepseek_v3 --config deepseek_v3_671b" in exp.snippet
+    assert exp.settings["model"] == {"family": "deepseek_v3", "flavor": "671B", "trains": "whole model",
+                                     "base": TITAN_MODELS["deepseek-v3"].base}
+    assert exp.settings["launch"] == "template" and any("num_mtp_layers=1" in n for n in exp.notes)

@@ -7,7 +7,8 @@ Two ways to run a plan, tried in this order:
   TP/PP flags, when every stage holds language-model layers (the vision
   encoder, if any, runs on the first stage, as Megatron's LLaVA does) and
   all stages share one (dp, tp). The layout string lists the stages
-  separated by ``|``: ``E`` embedding, ``t`` decoder layer, ``L`` loss,
+  separated by ``|``: ``E`` embedding, ``t`` decoder layer, ``m`` multi-token
+  prediction module (with ``--mtp-num-layers``), ``L`` loss,
   ``x*N`` repeats a symbol and ``(...)*N`` a group, commas are cosmetic
   [1]_. ``TransformerConfig`` validates it against ``num_layers`` and the
   pipeline size. The separate encoder pipeline
@@ -92,6 +93,8 @@ def _stage_symbols(stage: StageView) -> str:
     sym = "E" if stage.count("embedding") else ""
     n = stage.count("decoder")
     sym += ("t" if n == 1 else f"t*{n}") if n else ""
+    k = stage.count("mtp")  # multi-token prediction modules: after the decoder layers, before the loss
+    sym += ("m" if k == 1 else f"m*{k}") if k else ""
     sym += "L" if stage.count("loss") else ""
     return sym
 
@@ -381,8 +384,10 @@ def _megatron_lm(stages: list[StageView], ctx: ExportContext) -> tuple[dict[str,
     knobs += _Settings(fp8_core, fp8_ddp, tuple(fp8_flags))
     notes += fp8_notes
     sequence_parallel = tp > 1 and ctx.sequence_parallel
+    n_mtp = sum(s.count("mtp") for s in llm)
     core = {
         "num_layers": n_layers,
+        **({"mtp_num_layers": n_mtp} if n_mtp else {}),
         "tensor_model_parallel_size": tp,
         "pipeline_model_parallel_size": pp,
         "pipeline_model_parallel_layout": text,
@@ -404,6 +409,7 @@ def _megatron_lm(stages: list[StageView], ctx: ExportContext) -> tuple[dict[str,
         settings["transformer_config_te"] = dict(knobs.te_core)
     flags = [
         f"--num-layers {n_layers}",
+        *((f"--mtp-num-layers {n_mtp}",) if n_mtp else ()),
         f"--tensor-model-parallel-size {tp}",
         f"--pipeline-model-parallel-size {pp}",
         f'--pipeline-model-parallel-layout "{text}"',

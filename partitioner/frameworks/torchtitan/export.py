@@ -404,10 +404,15 @@ def export_torchtitan(stages: list[StageView], ctx: ExportContext) -> Export:
         + _registry_function(cfg, base, ac, (fp8_imports, converters), model)
     )
     vision = [s.index for s in stages if any(r in VISION_ROLES for r in s.roles)]
+    mtp = sum(s.count("mtp") for s in stages)
     notes += _model_notes(model, base, no_family, ctx.model, vision)
+    if mtp and model is not None:
+        notes.append(f"TEMPLATE: the plan trains {mtp} multi-token prediction module(s); {model.config}() builds none: "
+                     f"build the model with model_registry({model.flavor!r}, num_mtp_layers={mtp}) and MTPLoss, as "
+                     "torchtitan's deepseek_v3_debugmodel_mtp does, with the module names of its MTP block")
     settings["model"] = {"family": model.family if model else None, "flavor": model.flavor if model else None,
                          "base": base, "trains": "language model only" if vision else "whole model"}
-    settings["launch"] = "command" if model is not None and not vision else "template"
+    settings["launch"] = "command" if model is not None and not vision and not mtp else "template"
     if any(s.count("action") for s in stages) or any("+" in m for s in stages for m in s.modules):
         notes.append("torchtitan has no VLA model: the action modules need a model class of your own with these top-level names")
     if tp > 1:
