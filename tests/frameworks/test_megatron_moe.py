@@ -225,3 +225,16 @@ def test_layout_without_the_mtp_module_is_refused():
     with pytest.raises(AssertionError, match="mtp"):
         _config({"num_layers": 8, "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 2,
                  "pipeline_model_parallel_layout": "Et*4|t*4L", "mtp_num_layers": 1, "bf16": True})
+
+
+def test_deepseek_v3_flags_estimate_as_the_plan(_deepseek):
+    """export -> estimate with the MTP module in the layout: the same cuts and iteration time."""
+    from partitioner import estimate
+    from partitioner.frameworks.export import export_result
+    from partitioner.frameworks.megatron.recipe import read_megatron_args
+
+    recipe = read_megatron_args(export_result(_deepseek, "megatron").text(), "export")
+    est = estimate("deepseek-v3", "dgx-h100", recipe, nodes=64)
+    assert [(s.first_layer, s.last_layer) for s in est.evaluation.stages] == \
+        [(s.first_layer, s.last_layer) for s in _deepseek.evaluation.stages]
+    assert est.iteration_ms == pytest.approx(_deepseek.throughput.iteration_ms, rel=1e-9)
