@@ -31,6 +31,8 @@ from tests.frameworks.plans import NOT_INSTALLED, planned
 
 pytest.importorskip("megatron.core", reason=NOT_INSTALLED)
 
+pytestmark = pytest.mark.slow  # the framework tier: plans and framework code, minutes on 2 cores
+
 from benchmarks.framework_checks import (  # noqa: E402  # noqa: E402
     PlannedJob,
     check_megatron_layout,

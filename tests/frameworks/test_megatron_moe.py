@@ -35,6 +35,8 @@ from tests.frameworks.plans import NOT_INSTALLED, planned
 
 pytest.importorskip("megatron.core", reason=NOT_INSTALLED)
 
+pytestmark = pytest.mark.slow  # the framework tier: plans and framework code, minutes on 2 cores
+
 from benchmarks.framework_checks import BATCH_FLAGS, FLAG_FIELDS  # noqa: E402
 from benchmarks.framework_checks import megatron_config as _config  # noqa: E402
 

@@ -24,6 +24,8 @@ from tests.frameworks.plans import NOT_INSTALLED
 
 pytest.importorskip("torchtitan", reason=NOT_INSTALLED)
 
+pytestmark = pytest.mark.slow  # the framework tier: plans and framework code, minutes on 2 cores
+
 from benchmarks.framework_checks import _registry_config, torchtitan_parse  # noqa: E402
 
 # (preset, nodes of 8 H100, global batch): planned for torchtitan with the greedy method in seconds
