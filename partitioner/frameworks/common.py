@@ -156,6 +156,9 @@ class ExportContext:
     model : str or None
         The model preset's name (``export_hints.model``): picks a framework's own recipe for it
         (Megatron Bridge's for the VLMs NVIDIA ships recipes for).
+    seq_length : int or None
+        The language model's tokens per sample the plan was costed with (a recipe's own sequence
+        length is set to it).
     """
 
     global_batch: int | None = None
@@ -171,6 +174,7 @@ class ExportContext:
     by_schedule: tuple[ScheduleTime, ...] = ()
     plan_args: PlanArgs | None = None
     model: str | None = None
+    seq_length: int | None = None
 
     @property
     def chunks(self) -> int:

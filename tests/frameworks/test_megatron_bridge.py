@@ -68,7 +68,7 @@ def world():
 def _overrides(snippet: str) -> dict[str, str]:
     """The trailing ``KEY=VALUE`` words of the launch, as the shell hands them to run_recipe.py."""
     words = shlex.split(snippet.replace("\\\n", " "), comments=True)
-    keys = ("model.", "ddp.", "optimizer.", "train.", "mixed_precision=")
+    keys = ("model.", "ddp.", "optimizer.", "train.", "dataset.", "mixed_precision=")
     return dict(w.split("=", 1) for w in words if w.startswith(keys))
 
 
@@ -94,6 +94,7 @@ def test_vlm_plan_exports_as_its_bridge_recipe(name, world):
     assert "pretrain_gpt.py" not in exp.snippet and "LLaVA" not in " ".join(exp.notes)
     over = _overrides(exp.snippet)
     assert list(over) == [o.split("=", 1)[0] for o in s["bridge"]["overrides"]]
+    assert float(over["dataset.seq_length"]) == result.problem.workload.llm_tokens_per_sample  # not the recipe's
     tc_fields = {f.name for f in dc.fields(TransformerConfig)}
     ddp_fields = {f.name for f in dc.fields(DistributedDataParallelConfig)}
     core, te = s["transformer_config"], s.get("transformer_config_te", {})
@@ -109,6 +110,8 @@ def test_vlm_plan_exports_as_its_bridge_recipe(name, world):
         elif section == "ddp":
             assert field in ddp_fields, key
             assert value == s["ddp_config"].get(field, False), key
+        elif section == "dataset":  # the recipe's sequence length: the plan's tokens per sample
+            assert field == "seq_length" and value == result.problem.workload.llm_tokens_per_sample, key
         elif section == "optimizer":
             assert field == "use_distributed_optimizer" and value == s["ddp_config"].get(field, False)
         else:

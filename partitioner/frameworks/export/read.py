@@ -175,12 +175,22 @@ def _plan_context(doc: Mapping[str, Any], hints: ExportHints | None) -> ExportCo
     return ExportContext(moe=hints.moe if hints else None, precision=hints.precision if hints else None,
                          cp_algorithm=hints.cp_algorithm if hints else None,
                          by_schedule=_schedule_times(doc.get("schedules")), plan_args=_plan_args(doc),
-                         model=(hints.model or None) if hints else None)
+                         model=(hints.model or None) if hints else None, seq_length=_llm_tokens(doc))
+
+
+def _llm_tokens(doc: Mapping[str, Any]) -> int | None:
+    """The language model's tokens per sample of a ``plan --json`` result (``sequences.llm_tokens``), when given."""
+    seqs = doc.get("sequences")
+    tokens = _int(seqs.get("llm_tokens")) if isinstance(seqs, Mapping) else None
+    return tokens if tokens is not None and tokens > 0 else None
 
 
 def _problem_context(doc: Mapping[str, Any], hints: ExportHints | None, problem: Problem) -> ExportContext:
     """The context of a result with its problem: batch and m from the problem, its schedule when it has one."""
     context = replace(_plan_context(doc, hints), global_batch=problem.workload.global_batch, microbatches=problem.microbatches)
+    tokens = getattr(problem.workload, "llm_tokens_per_sample", None)  # model workloads carry it (a float)
+    if isinstance(tokens, (int, float)) and not isinstance(tokens, bool) and tokens > 0 and float(tokens).is_integer():
+        context = replace(context, seq_length=int(tokens))
     if context.precision is None:  # a solve result: the precision its problem was built with
         context = replace(context, precision=problem_precision(problem))
     training = problem.training

@@ -154,11 +154,13 @@ def hydra_value(value: Any) -> str:
 
 
 def bridge_overrides(core: Mapping[str, Any], ddp: Mapping[str, Any], te_core: Mapping[str, Any],
-                     batch: tuple[int, int] | None, fp8: Fp8Preset | None) -> list[str]:
+                     batch: tuple[int, int] | None, fp8: Fp8Preset | None, seq_length: int | None = None) -> list[str]:
     """The ``KEY=VALUE`` overrides (unquoted for the shell) of the plan's settings (module docstring).
 
     ``core`` / ``te_core`` / ``ddp`` are the Megatron-LM export's
-    TransformerConfig and DDP-config fields, ``batch`` (micro, global), ``fp8`` the preset (:func:`bridge_fp8`).
+    TransformerConfig and DDP-config fields, ``batch`` (micro, global), ``fp8`` the preset (:func:`bridge_fp8`),
+    ``seq_length`` the plan's tokens per sample: ``dataset.seq_length`` (the runner sets the model's from the
+    dataset's after the overrides) [1]_.
     """
     out: list[str] = []
     model = {k: v for k, v in {**core, **te_core}.items() if k not in PROVIDER_FIELDS}
@@ -175,6 +177,8 @@ def bridge_overrides(core: Mapping[str, Any], ddp: Mapping[str, Any], te_core: M
             out.append(f"ddp.{key}={hydra_value(value)}")
     if batch is not None:
         out += [f"train.micro_batch_size={batch[0]}", f"train.global_batch_size={batch[1]}"]
+    if seq_length is not None:
+        out.append(f"dataset.seq_length={seq_length}")
     if fp8 is not None:
         out.append(f"mixed_precision={fp8.name}")
     return out

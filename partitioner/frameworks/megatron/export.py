@@ -625,7 +625,7 @@ def _bridge_export(stages: Sequence[StageView], settings: Mapping[str, Any], not
                               int(core.get("num_layers_at_start_in_bf16", 0)) if core.get("first_last_layers_bf16") else 0)
         if why:
             return _not_expressible(list(stages), (f"Megatron Bridge: {why}",))
-    overrides = bridge_overrides(core, ddp, te_core, batch, fp8)
+    overrides = bridge_overrides(core, ddp, te_core, batch, fp8, ctx.seq_length)
     env = dict(settings.get("env", {}))
     world = settings["data_parallel_size"] * core["tensor_model_parallel_size"] * core["pipeline_model_parallel_size"] \
         * core.get("context_parallel_size", 1)
@@ -640,6 +640,9 @@ def _bridge_export(stages: Sequence[StageView], settings: Mapping[str, Any], not
     if batch is None:
         kept.append("no global batch or microbatch count given: add train.micro_batch_size and train.global_batch_size "
                     "so that m holds")
+    if ctx.seq_length is None:
+        kept.append("the plan's sequence length is not in the result: add dataset.seq_length=<tokens per sample the "
+                    "plan was costed with> (the recipe's own is its default)")
     return Export("megatron", out, bridge_snippet(recipe, overrides, world, env), tuple(kept), True, (),
                   f"megatron-core 0.16.1 (the overrides' TransformerConfig and DDP-config fields); Megatron Bridge recipe, "
                   f"runner and field names at {BRIDGE_COMMIT[:12]} (Bridge itself not run: it needs Transformer Engine)")
