@@ -122,3 +122,14 @@ def test_deepseek_v3_names_its_family_and_its_mtp_module():
     assert exp.settings["model"] == {"family": "deepseek_v3", "flavor": "671B", "trains": "whole model",
                                      "base": TITAN_MODELS["deepseek-v3"].base}
     assert exp.settings["launch"] == "template" and any("num_mtp_layers=1" in n for n in exp.notes)
+
+
+def test_sequence_length_is_the_plans():
+    """training.seq_len is the plan's tokens per sample (8704 for 64-frame video), not the base config's."""
+    result = plan_model("qwen2.5-vl-7b-video-64f", "dgx-h100", nodes=1, global_batch=64, microbatches=16,
+                        method="greedy", schedule="1f1b", target="torchtitan")
+    exp = export_result(result, "torchtitan")
+    assert exp.expressible, exp.reasons
+    overrides = [tok for line in exp.settings["overrides"] for tok in line.split(" ")]
+    cfg = torchtitan_parse(["--module", "llama3", "--config", "llama3_debugmodel", *overrides])
+    assert cfg.training.seq_len == result.problem.workload.llm_tokens_per_sample == 8704

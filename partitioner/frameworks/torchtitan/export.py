@@ -371,6 +371,8 @@ def export_torchtitan(stages: list[StageView], ctx: ExportContext) -> Export:
         "module_fqns_per_model_part": parts,
     }
     training: dict[str, Any] = {"disable_cuda_graphs": True} if pp > 1 else {}  # torchtitan 0.3: no CUDA graphs with PP
+    if ctx.seq_length is not None:  # the plan's tokens per sample, not the base config's
+        training.update(seq_len=ctx.seq_length)
     if b is not None and pp > 1:  # one accumulation step of m pipeline microbatches
         parallelism.update(pipeline_parallel_microbatch_size=b.micro)
         training.update(local_batch_size=b.global_batch // dp, global_batch_size=b.global_batch)
