@@ -10,40 +10,7 @@ They are kept apart from :class:`~partitioner.costs.CostOptions` (the dense
 model's constants) so that the two sets can be read and changed
 independently; nothing here computes a cost.
 
-References
-----------
-.. [20] NVIDIA Megatron-LM, ``docs/user-guide/features/context_parallel.md``
-   ``megatron/core/transformer/moe/README.md`` (EP groups inside NVLink),
-   ``megatron/training/arguments.py``
-   (``--cp-comm-type`` default ``p2p``; ``--moe-expert-capacity-factor``
-   default None, dropless) and ``megatron/core/utils.py``
-   (``get_batch_on_this_cp_rank``: the sequence in 2 x cp chunks, rank i
-   holding chunks i and 2cp-1-i).
-.. [36] NVIDIA NeMo Framework User Guide, "Context Parallelism"
-   (docs.nvidia.com/nemo-framework/user-guide/latest/longcontext/contextparallel.html).
-.. [21] NVIDIA Transformer Engine, ``pytorch/attention/dot_product_attention/
-   context_parallel.py`` (``p2p``, ``all_gather``, ``a2a`` attention with
-   context parallelism; sliding windows only with ``a2a`` or ``all_gather``).
-.. [22] S. A. Jacobs et al., "DeepSpeed Ulysses: System Optimizations for
-   Enabling Training of Extreme Long Sequence Transformer Models",
-   arXiv:2309.14509 (2023).
-.. [23] DeepSeek-AI, DeepEP (expert-parallel all-to-all kernels that send a
-   token to each destination node once and forward it over NVLink).
-.. [24] D. Lepikhin et al., "GShard: Scaling Giant Models with Conditional
-   Computation and Automatic Sharding", ICLR 2021 (expert capacity).
-.. [37] Z. Yan et al. (NVIDIA), Megatron-MoE-ModelZoo,
-   ``best_practice/qwen3/readme.md`` ("Long Context": 295 / 237, 335 / 277,
-   368 / 320, 389 / 357 TFLOP/s forced balance / dropless), commit e865051
-   (2026-05-16), as recorded in ``benchmarks/calibration/published.py``.
-.. [38] A. Gray, "Getting Started with CUDA Graphs", NVIDIA Technical Blog
-   (2019): 9.6 us per short kernel with a stream synchronization after each,
-   3.8 us launched back to back, 3.4 us in a graph.
-.. [39] NVIDIA Transformer Engine pull request 853, "Grouped GEMM via
-   multi-stream cuBLAS" (``GroupedLinear``, the grouped GEMM of Megatron-
-   Core's ``TEGroupedMLP``).
-.. [40] NVIDIA NeMo AutoModel, ``nemo_automodel/components/moe/layers.py``
-   ``FakeBalancedGate.forward``: ``indices = arange(T k).view(-1, k) % E``
-   (the ``fake_balanced_gate: true`` of its benchmark configurations).
+More (the detail of this module): ``docs/internals/costs.md``, section ``partitioner.costs.axes.options``.
 """
 from __future__ import annotations
 
@@ -198,6 +165,41 @@ class AxisOptions:
     probs_bytes : float
         Bytes per routed copy of the router probabilities sent with the
         dispatch (fp32 in Megatron's all-to-all dispatcher).
+
+    References
+    ----------
+    .. [21] NVIDIA Transformer Engine, ``pytorch/attention/dot_product_attention/
+       context_parallel.py`` (``p2p``, ``all_gather``, ``a2a`` attention with
+       context parallelism; sliding windows only with ``a2a`` or ``all_gather``).
+    .. [20] NVIDIA Megatron-LM, ``docs/user-guide/features/context_parallel.md``
+       ``megatron/core/transformer/moe/README.md`` (EP groups inside NVLink),
+       ``megatron/training/arguments.py``
+       (``--cp-comm-type`` default ``p2p``; ``--moe-expert-capacity-factor``
+       default None, dropless) and ``megatron/core/utils.py``
+       (``get_batch_on_this_cp_rank``: the sequence in 2 x cp chunks, rank i
+       holding chunks i and 2cp-1-i).
+    .. [22] S. A. Jacobs et al., "DeepSpeed Ulysses: System Optimizations for
+       Enabling Training of Extreme Long Sequence Transformer Models",
+       arXiv:2309.14509 (2023).
+    .. [36] NVIDIA NeMo Framework User Guide, "Context Parallelism"
+       (docs.nvidia.com/nemo-framework/user-guide/latest/longcontext/contextparallel.html).
+    .. [37] Z. Yan et al. (NVIDIA), Megatron-MoE-ModelZoo,
+       ``best_practice/qwen3/readme.md`` ("Long Context": 295 / 237, 335 / 277,
+       368 / 320, 389 / 357 TFLOP/s forced balance / dropless), commit e865051
+       (2026-05-16), as recorded in ``benchmarks/calibration/published.py``.
+    .. [38] A. Gray, "Getting Started with CUDA Graphs", NVIDIA Technical Blog
+       (2019): 9.6 us per short kernel with a stream synchronization after each,
+       3.8 us launched back to back, 3.4 us in a graph.
+    .. [39] NVIDIA Transformer Engine pull request 853, "Grouped GEMM via
+       multi-stream cuBLAS" (``GroupedLinear``, the grouped GEMM of Megatron-
+       Core's ``TEGroupedMLP``).
+    .. [23] DeepSeek-AI, DeepEP (expert-parallel all-to-all kernels that send a
+       token to each destination node once and forward it over NVLink).
+    .. [24] D. Lepikhin et al., "GShard: Scaling Giant Models with Conditional
+       Computation and Automatic Sharding", ICLR 2021 (expert capacity).
+    .. [40] NVIDIA NeMo AutoModel, ``nemo_automodel/components/moe/layers.py``
+       ``FakeBalancedGate.forward``: ``indices = arange(T k).view(-1, k) % E``
+       (the ``fake_balanced_gate: true`` of its benchmark configurations).
     """
 
     cp_algorithm: str = "p2p"

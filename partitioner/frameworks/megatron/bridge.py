@@ -1,47 +1,13 @@
 """Plans of the VLMs NVIDIA ships Megatron Bridge recipes for, as that recipe's launch with Hydra overrides.
 
-Megatron-LM has no launch script for these models (``pretrain_gpt.py``
-builds a language model only); NVIDIA trains them with Megatron Bridge:
-``scripts/training/run_recipe.py --recipe <function>`` builds the recipe's
-``ConfigContainer`` -- the model's own provider, built by ``AutoBridge``
-from the Hugging Face config (vision encoder on the first pipeline stage,
-the router as the config states it) -- and applies trailing
-``KEY=VALUE`` overrides with Hydra's override parser [1]_ [2]_.
+:data:`BRIDGE_RECIPES` maps a preset to its full-SFT recipe; :func:`bridge_overrides` writes the plan as
+``KEY=VALUE`` overrides of the recipe's ``ConfigContainer`` (``model.*`` TransformerConfig fields, ``ddp.*``,
+``train.*`` batch, ``dataset.seq_length``, ``mixed_precision=<preset>`` for FP8 via :func:`bridge_fp8`),
+resetting what the recipe sets and the plan leaves off; the model's shape and router stay the provider's
+(:data:`PROVIDER_FIELDS`). :func:`bridge_snippet` is the ``run_recipe.py`` launch, the layout quoted for
+Hydra's grammar (:func:`hydra_value`). Names and fields are Bridge's at :data:`BRIDGE_COMMIT`.
 
-:data:`BRIDGE_RECIPES` maps a preset to its full-SFT recipe (every module
-trained: ``freeze_* = False``). :func:`bridge_overrides` writes the plan as
-overrides of that config: ``model.<field>`` for the TransformerConfig
-fields the Megatron-LM export sets (the provider is a TransformerConfig),
-``ddp.<field>`` / ``optimizer.use_distributed_optimizer`` for the optimizer
-sharding, ``train.global_batch_size`` / ``train.micro_batch_size`` for the
-batch, ``mixed_precision=<preset>`` for FP8 (:func:`bridge_fp8`: only a plan
-whose FP8 is exactly a preset's). Fields the recipe sets and the
-plan leaves off are written too (``null`` / ``false``), so that the
-recipe's own defaults never change what runs. The model's shape and
-router (experts, top-k, score function, expert bias, scaling factor,
-auxiliary loss) are the provider's, read from the Hugging Face config:
-:data:`PROVIDER_FIELDS` are never overridden. The layout override names
-``model.pipeline_model_parallel_layout`` so that the runner's
-``sync_model_pipeline_layout`` keeps it (a recipe's layout builder runs
-only when the pipeline size is overridden without a layout).
-
-Hydra's override grammar treats ``|``, ``(``, ``)``, ``*`` and ``,`` in a
-bare value as syntax, so the layout is written as a quoted string,
-``'model.pipeline_model_parallel_layout="Et*3|t*4L"'`` (shell quotes outside,
-Hydra's inside); lists are Hydra lists, ``[core_attn,mlp]``.
-
-References
-----------
-.. [1] NVIDIA Megatron Bridge, commit 067f987df03b8355b03192d88d70f1709fedf51a:
-   ``scripts/training/run_recipe.py`` (``--recipe``, ``--step_func``, trailing overrides),
-   ``scripts/training/recipe_runner.py`` (``apply_cli_overrides``, ``sync_model_pipeline_layout``),
-   ``scripts/training/recipe_metadata.py`` (``RECIPE_FORWARD_STEP_PREFIXES``),
-   ``src/megatron/bridge/training/utils/omegaconf_utils.py`` (``parse_hydra_overrides``:
-   ``hydra.core.override_parser.OverridesParser``).
-.. [2] The same commit, ``src/megatron/bridge/recipes/qwen_vl/h100/qwen3_vl.py``,
-   ``qwen_vl/h100/qwen25_vl.py``, ``glm_vl/h100/glm_45v.py`` (the SFT recipes of :data:`BRIDGE_RECIPES`),
-   ``src/megatron/bridge/training/mixed_precision.py`` (``bf16_with_fp8_*`` presets; the preset's
-   fields are written onto the model at setup, so FP8 is set through it).
+The detail, and the references cited above: ``docs/internals/frameworks.md``, section ``partitioner.frameworks.megatron.bridge``.
 """
 from __future__ import annotations
 
@@ -111,7 +77,7 @@ BRIDGE_FP8_PRESETS: Mapping[str, Fp8Preset] = MappingProxyType({
     "mxfp8": Fp8Preset("bf16_with_mxfp8_mixed", True, 0),
 })
 """megatron-core's ``fp8_recipe`` -> Bridge's mixed-precision preset that trains with it, with the preset's
-``fp8_param_gather`` and ``num_layers_at_start/end_in_bf16`` (``first_last_layers_bf16``) [2]_. The recipe
+``fp8_param_gather`` and ``num_layers_at_start/end_in_bf16`` (``first_last_layers_bf16``), as ``src/megatron/bridge/training/mixed_precision.py`` of Megatron Bridge commit 067f987d defines them. The recipe
 names its mixed precision by a string, which Hydra overrides replace whole: FP8 runs as one of these presets,
 exactly."""
 
@@ -160,7 +126,7 @@ def bridge_overrides(core: Mapping[str, Any], ddp: Mapping[str, Any], te_core: M
     ``core`` / ``te_core`` / ``ddp`` are the Megatron-LM export's
     TransformerConfig and DDP-config fields, ``batch`` (micro, global), ``fp8`` the preset (:func:`bridge_fp8`),
     ``seq_length`` the plan's tokens per sample: ``dataset.seq_length`` (the runner sets the model's from the
-    dataset's after the overrides) [1]_.
+    dataset's after the overrides: ``scripts/training/run_recipe.py`` of Megatron Bridge commit 067f987d).
     """
     out: list[str] = []
     model = {k: v for k, v in {**core, **te_core}.items() if k not in PROVIDER_FIELDS}

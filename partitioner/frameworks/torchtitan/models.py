@@ -1,34 +1,11 @@
 """Which torchtitan 0.3 model a plan's job starts from (:func:`titan_model`), and what of the model it trains.
 
-torchtitan trains the models of its own families (``torchtitan.models.<family>``:
-a ``model_registry(flavor)`` of model configs and ``config_registry``
-functions returning a ``Trainer.Config``) [1]_. The export names the family
-and flavor whose language model is the preset's (:data:`TITAN_MODELS`,
-each flavor's shape checked against the preset by the framework tier):
+:data:`TITAN_MODELS`: the family and flavor of a preset's language model (``qwen3`` 30B-A3B / 235B-A22B for
+Qwen3-VL, ``deepseek_v3`` 671B). A MoE preset without one (GLM-4.5V, Kimi-K2) starts from a placeholder
+(:data:`NO_FAMILY`), never a dense stand-in; a dense one from :data:`DENSE_BASE`, a template. These families
+build the language model only: a VLM's vision tower is not trained by them, and the export says so.
 
-* Qwen3-VL-30B-A3B / -235B-A22B: ``qwen3`` with flavor ``30B-A3B`` /
-  ``235B-A22B`` (Qwen3-MoE: the text models of these VLMs), starting from
-  ``qwen3_30b_a3b`` (0.3 has no 235B config function: the flavor is set on
-  its ``model_spec``);
-* DeepSeek-V3: ``deepseek_v3`` flavor ``671B`` (``deepseek_v3_671b``).
-
-A MoE preset without such a family (GLM-4.5V: torchtitan 0.3 has no GLM;
-Kimi-K2: its text tower is in ``kimi_k2_7`` only inside the Kimi-K2.5 VLM,
-with a MoonViT tower) gets no stand-in: the job starts from a config
-function of the user's own (a placeholder, and a note). A dense model keeps
-the ``llama3_8b`` base it had, named a template.
-
-These families build the language model only: for a VLM preset torchtitan
-does not train its vision tower (the plan's ``vision_encoder``); the export
-says so and marks the job a template (``settings["launch"]``).
-
-References
-----------
-.. [1] torchtitan 0.3.0, ``torchtitan/models/qwen3/__init__.py`` (``qwen3_configs``: ``30B-A3B``,
-   ``235B-A22B``), ``models/qwen3/config_registry.py`` (``qwen3_30b_a3b``),
-   ``models/deepseek_v3/__init__.py`` (``deepseekv3_configs``: ``671B``),
-   ``models/deepseek_v3/config_registry.py`` (``deepseek_v3_671b``), ``models/kimi_k2_7/__init__.py``
-   (``kimi_k2_5_configs``).
+The detail, and the references cited above: ``docs/internals/frameworks.md``, section ``partitioner.frameworks.torchtitan.models``.
 """
 from __future__ import annotations
 
@@ -59,7 +36,9 @@ TITAN_MODELS: Mapping[str, TitanModel] = MappingProxyType({
     "qwen3-vl-235b-a22b": TitanModel("qwen3", "qwen3_30b_a3b", "235B-A22B", "30B-A3B"),
     "deepseek-v3": TitanModel("deepseek_v3", "deepseek_v3_671b", "671B", "671B"),
 })
-"""Preset -> the torchtitan 0.3 family and flavor of its language model [1]_."""
+"""Preset -> the torchtitan 0.3 family and flavor of its language model (torchtitan 0.3.0
+``torchtitan/models/qwen3/__init__.py`` ``qwen3_configs``, ``models/deepseek_v3/__init__.py``
+``deepseekv3_configs``, and their ``config_registry.py``)."""
 
 DENSE_BASE = "torchtitan.models.llama3.config_registry.llama3_8b"
 """The base of a dense model without a matched family (a template: the user's model replaces it)."""
