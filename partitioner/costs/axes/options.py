@@ -109,15 +109,21 @@ class AxisOptions:
     moe_load_cv : float
         Coefficient of variation of one expert's routed tokens in a
         microbatch under auxiliary-loss routing, the input of the derived
-        imbalance (:func:`~.moe_kernels.default_imbalance`). 1.25, from the
+        imbalance (:func:`~.moe_kernels.default_imbalance`). 1.0, from the
         one published A/B of a trained router against forced balance [37]_:
         Qwen3-235B-A22B on 256 H100 (EP 8, 16 experts per rank, 4096 tokens
         per rank, the model's aux-loss router, dropless) ran 1.245, 1.21,
         1.15 and 1.09 times slower than with forced balance at 16k, 32k, 64k
-        and 128k tokens; with this cost model each ratio implies a busiest
-        rank at 1.61-1.68 times the mean (the attention's growing share
-        dilutes the same imbalance), i.e. ``1 + cv sqrt(2 ln 8 / 16)`` with
-        cv = 1.25.
+        and 128k tokens. Under this cost model (the grouped GEMMs at the
+        GPU's ops:byte ratio) the 16k and 32k pairs imply cv 1.01 and 0.99,
+        a busiest rank at 1.51 times the mean (``1 + cv sqrt(2 ln 8 / 16)``);
+        the 64k and 128k pairs, where attention and the CP ring are most of
+        the step and dilute the same imbalance, 0.93 and 0.86. The value
+        must be re-derived whenever the expert or dispatch costs change: it
+        was 1.25 (busiest 1.61-1.68) under the A100 GEMM curve, and that
+        stale value charged every ep > 1 entry a third more imbalance than
+        the A/B shows (``tests/test_calibration_routing.py`` checks the
+        four pairs).
     moe_sync_us : float
         GPU idle time, microseconds, of the device-to-host synchronization
         every dropless MoE layer forward makes (Megatron's dispatchers copy
@@ -206,7 +212,7 @@ class AxisOptions:
     cp_degrees: tuple[int, ...] = (1, 2, 4, 8)
     cp_min_tokens: int = 8192
     moe_imbalance: float | None = None
-    moe_load_cv: float = 1.25
+    moe_load_cv: float = 1.0
     moe_sync_us: float = 30.0
     moe_host_ms: float = 0.0
     kernel_launch_us: float = 4.0
