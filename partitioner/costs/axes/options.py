@@ -41,6 +41,11 @@ References
 .. [39] NVIDIA Transformer Engine pull request 853, "Grouped GEMM via
    multi-stream cuBLAS" (``GroupedLinear``, the grouped GEMM of Megatron-
    Core's ``TEGroupedMLP``).
+.. [41] DeepSeek-AI, DeepEP ``README.md`` (V1, commit of 2025-02-25; now
+   ``docs/legacy.md``), "Normal kernels with NVLink and RDMA forwarding":
+   H800 (~160 GB/s NVLink), CX7 InfiniBand 400 Gb/s (~50 GB/s), 4096
+   tokens, hidden 7168, top-8; inter-node EP 16 / 32 / 64 dispatch 43 / 44
+   / 46 GB/s and combine 43 / 47 / 45 GB/s (RDMA).
 .. [40] NVIDIA NeMo AutoModel, ``nemo_automodel/components/moe/layers.py``
    ``FakeBalancedGate.forward``: ``indices = arange(T k).view(-1, k) % E``
    (the ``fake_balanced_gate: true`` of its benchmark configurations).
@@ -186,6 +191,15 @@ class AxisOptions:
         Multiplier (<= 1) on the inter-node part of an all-to-all dispatch or
         combine (a token sent once per destination node [23]_); the
         ``flex`` dispatcher derives its own. 1: NCCL's all-to-all.
+    alltoall_network_efficiency : float
+        Fraction of ``inter_node_GBps`` the network part of an expert-
+        parallel (or Ulysses) all-to-all achieves, in (0, 1]: 0.89, the
+        median of DeepEP's six measured inter-node dispatch and combine
+        bottleneck bandwidths on H800 with one ConnectX-7 400 Gb/s NIC per
+        GPU (~50 GB/s): 43 / 43 GB/s at EP 16 (two nodes), 44 / 47 at EP 32,
+        46 / 45 at EP 64 [41]_. Many-to-many RDMA traffic (incast at every
+        receiver) does not reach the line rate a ring's point-to-point
+        sends do.
     alltoall_links : {"max", "sum"}
         An all-to-all that spans nodes moves part of its bytes over NVLink
         and part over the NICs: ``max`` takes the slower of the two (they
@@ -223,6 +237,7 @@ class AxisOptions:
     ep_dedup: float = 1.0
     moe_routing: str = "random"
     alltoall_links: str = "max"
+    alltoall_network_efficiency: float = 0.89
     etp_degrees: tuple[int, ...] = ()
     ep_degrees: tuple[int, ...] = ()
     probs_bytes: float = 4.0
@@ -275,6 +290,8 @@ class AxisOptions:
                     raise ProblemError(f"must be a non-negative number, got {value!r}", path=where)
                 if key == "moe_imbalance" and value < 1:
                     raise ProblemError(f"must be >= 1 (the busiest rank over the mean), got {value!r}", path=where)
+                if key == "alltoall_network_efficiency" and not 0 < value <= 1:
+                    raise ProblemError(f"must be in (0, 1], got {value!r}", path=where)
                 if key == "ep_dedup" and not 0 <= value <= 1:
                     raise ProblemError(f"must be in [0, 1], got {value!r}", path=where)
             values[key] = value
