@@ -11,13 +11,7 @@ The Python API::
     from partitioner import Workload, plan_model
     plan = plan_model("qwen2-vl-7b", "dgx-h100", nodes=2, global_batch=128, workload=Workload(images=2))
 
-docs/api.md shows both, run as a doctest.
-
-The names below are loaded on first use (PEP 562 ``__getattr__``), so that
-``import partitioner`` -- which ``python -m partitioner`` and the console
-script run before any command code -- does no work: the command line loads
-what it needs inside :func:`partitioner.cli.main`, where an interrupt
-(Ctrl-C) at any point is one line and exit 130, never a traceback.
+More (the detail of this module): ``docs/internals/partitioner.md``, section ``partitioner``.
 """
 from __future__ import annotations
 
@@ -33,7 +27,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers; at run time __getatt
     from .frameworks.recipe import Recipe
     from .plan import Evaluation, Plan, PlanError, SolveResult, Stage, evaluate, load_plan
     from .planning import ModelPlan, PlanOptions, plan_model, run_plan
-    from .planning.estimate import Estimate, estimate
+    from .planning.recipes.estimate import Estimate, estimate
     from .presets import ClusterSpec, ModelSpec, Workload, load_cluster, load_model
     from .problem import (
         Cluster,
@@ -57,7 +51,7 @@ _HOMES = {
     **dict.fromkeys(("Evaluation", "Plan", "PlanError", "SolveResult", "Stage", "evaluate", "load_plan"), ".plan"),
     "Recipe": ".frameworks.recipe",
     **dict.fromkeys(("ModelPlan", "PlanOptions", "plan_model", "run_plan"), ".planning"),
-    **dict.fromkeys(("Estimate", "estimate"), ".planning.estimate"),
+    **dict.fromkeys(("Estimate", "estimate"), ".planning.recipes.estimate"),
     **dict.fromkeys(("ClusterSpec", "ModelSpec", "Workload", "load_cluster", "load_model"), ".presets"),
     **dict.fromkeys(("Cluster", "Layer", "LayerCost", "Layout", "Problem", "ProblemError", "StageBounds", "Training",
                      "dump_problem", "load_problem"), ".problem"),

@@ -1,22 +1,14 @@
 """The seed lessons' classes, as thin facades over the package.
 
-* :class:`AsymmetricPipelineScheduler` (lesson 16): ``simulate_1f1b_execution``
-  is the forward-only flow shop of :mod:`partitioner.simulate.engine` (schedule
-  ``forward``: the lesson's simulator, despite its name, replays forwards
-  only); ``solve_optimal_layer_partition`` builds a v1 problem and solves it
-  *exactly* with :func:`partitioner.solve`, where the lesson used a greedy
-  heuristic.
-* :class:`CrossMeshTensorResharder` (lesson 15): ``forward_reshard`` and
-  ``backward_reshard`` run the transfer plan of :mod:`partitioner.cluster.reshard`.
-  Its colocated case is one format-v2 stage with two segments
-  (``DESIGN.md``, "Problem format v2"): :meth:`~CrossMeshTensorResharder.stage`
-  builds that stage (vision config, then language config) for
-  :func:`partitioner.evaluate` and the solvers' results, and
-  :meth:`~CrossMeshTensorResharder.reshard_ms` is the reshard time r the
-  stage pays (the same busiest-port model, one implementation).
+* :class:`AsymmetricPipelineScheduler` (lesson 16): ``simulate_1f1b_execution`` is
+the forward-only flow shop of :mod:`partitioner.simulate.engine` (schedule
+``forward``: the lesson's simulator, despite its name, replays forwards only);
+``solve_optimal_layer_partition`` builds a v1 problem and solves it *exactly* with
+:func:`partitioner.solve`, where the lesson used a greedy heuristic. *
+:class:`CrossMeshTensorResharder` (lesson 15): ``forward_reshard`` and
+``backward_reshard`` run the transfer plan of :mod:`partitioner.cluster.reshard`.
 
-The lessons' check scripts run unchanged against these classes
-(``tests/seed_checks/``).
+More (the detail of this module): ``docs/internals/partitioner.md``, section ``partitioner.compat``.
 """
 from __future__ import annotations
 

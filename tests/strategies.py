@@ -390,7 +390,7 @@ RACK_SHAPES = [(1, 3), (1, 5), (1, 6), (1, 8), (2, 3), (2, 4), (2, 5), (3, 3)]
 @st.composite
 def small_rack_problems(draw, max_layers: int = 6, objectives=("bottleneck", "iteration"),
                         schedules: tuple[str, ...] = ("1f1b",)) -> Problem:
-    """A random small problem on partial racks (DESIGN.md "2026-12-03: partial racks").
+    """A random small problem on partial racks (DESIGN.md "Partial racks").
 
     The cluster states its in-node ``stage_sizes`` (a random subset of 1..G, so sizes that do not divide
     the node and sets without 1) and/or that the job uses ``devices`` of its GPUs (the last node partly),

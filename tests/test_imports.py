@@ -214,28 +214,46 @@ def test_every_package_is_placed_in_the_order():
     assert found == set(LAYERS), f"packages not in LAYERS: {sorted(found - set(LAYERS))}"
 
 
-# The cost model's subpackages in dependency order (DESIGN.md, "Layout"); the modules at the top of costs
-# (options and comm below them all, layers, entry and build above) are not ranked.
-COST_LAYERS = ("attention", "memory", "compute", "axes")
+# Subpackages in dependency order (DESIGN.md, "Layout"): within each package, a subpackage imports only
+# the ones before it. The modules at the top of a package are not ranked (in costs, options and comm
+# below them all, layers, entry and build above; in planning, options, run, records and results between
+# the subpackages, plan_model above them all).
+SUBPACKAGE_LAYERS = {
+    "costs": ("attention", "memory", "compute", "axes"),
+    "planning": ("reports", "schedules", "targets", "search", "recipes"),
+}
 
 
-def _cost_package(module: str) -> str | None:
+def _subpackage(module: str, package: str) -> str | None:
     parts = module.split(".")
-    return parts[2] if len(parts) > 2 and parts[1] == "costs" and parts[2] in COST_LAYERS else None
+    layers = SUBPACKAGE_LAYERS[package]
+    return parts[2] if len(parts) > 2 and parts[1] == package and parts[2] in layers else None
 
 
-def test_cost_subpackages_import_only_the_ones_before_them():
-    rank = {name: i for i, name in enumerate(COST_LAYERS)}
+@pytest.mark.parametrize("package", sorted(SUBPACKAGE_LAYERS))
+def test_subpackages_import_only_the_ones_before_them(package):
+    rank = {name: i for i, name in enumerate(SUBPACKAGE_LAYERS[package])}
     upward = sorted(
         f"{name} -> {dep}"
         for name, deps in _graph(module_level=False).items()
         for dep in deps
-        if _cost_package(name) and _cost_package(dep) and rank[_cost_package(dep)] > rank[_cost_package(name)]
+        if (low := _subpackage(name, package)) and (high := _subpackage(dep, package)) and rank[high] > rank[low]
     )
-    assert not upward, f"imports against the cost model's order {' <- '.join(COST_LAYERS)}: {upward}"
+    order = " <- ".join(SUBPACKAGE_LAYERS[package])
+    assert not upward, f"imports against the order of {package}'s subpackages {order}: {upward}"
 
 
-def test_every_cost_subpackage_is_placed_in_the_order():
-    costs = importlib.import_module(f"{ROOT}.costs")
-    found = {info.name for info in pkgutil.iter_modules(costs.__path__) if info.ispkg}
-    assert found == set(COST_LAYERS), f"cost subpackages not in COST_LAYERS: {sorted(found ^ set(COST_LAYERS))}"
+@pytest.mark.parametrize("package", sorted(SUBPACKAGE_LAYERS))
+def test_every_subpackage_is_placed_in_the_order(package):
+    found = {info.name for info in pkgutil.iter_modules(importlib.import_module(f"{ROOT}.{package}").__path__)
+             if info.ispkg}
+    layers = set(SUBPACKAGE_LAYERS[package])
+    assert found == layers, f"{package}'s subpackages not in SUBPACKAGE_LAYERS: {sorted(found ^ layers)}"
+
+
+def test_the_subpackage_order_check_sees_an_upward_import():
+    """The planning order is not vacuous: search imports targets, never the reverse."""
+    graph = _graph(module_level=False)
+    assert "partitioner.planning.targets.rules" in graph["partitioner.planning.search.target_solve"]
+    assert _subpackage("partitioner.planning.search.target_solve", "planning") == "search"
+    assert _subpackage("partitioner.planning.run", "planning") is None

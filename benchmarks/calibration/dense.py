@@ -38,7 +38,7 @@ ratio = published time / predicted time (above 1: optimistic).
 
 A third part, :mod:`benchmarks.calibration.runs`: the published MoE,
 long-context and dense BF16 runs of :mod:`benchmarks.calibration.published`, each with
-its layout forced (:func:`partitioner.planning.forced.estimate_forced`),
+its layout forced (:func:`partitioner.planning.recipes.forced.estimate_forced`),
 summarised per regime on the calibration and the held-out sources, with the
 measured and predicted order of every family of layouts.
 

@@ -53,7 +53,7 @@ from partitioner.costs.variants import Knobs  # noqa: E402
 from partitioner.plan import Plan, PlanError, Stage, evaluate  # noqa: E402
 from partitioner.plan.cuts import interleaved_uniform_plan  # noqa: E402
 from partitioner.planning.baselines import segment_config  # noqa: E402
-from partitioner.planning.forced import job_cluster  # noqa: E402
+from partitioner.planning.recipes.forced import job_cluster  # noqa: E402
 from partitioner.planning.schedules.search import with_schedule  # noqa: E402
 from partitioner.presets import ClusterSpec, ModelSpec, ModuleSpec, load_cluster  # noqa: E402
 from partitioner.problem import Layout, ProblemError  # noqa: E402

@@ -4,11 +4,11 @@ Every BF16 row of :data:`benchmarks.calibration.published.RUNS` the cost model c
 state -- an architecture without multi-head latent attention, on a GPU with
 a cluster preset -- is built as its authors ran it: the model from the
 source's architecture (:func:`arch_model`), the cluster preset of its GPU,
-the published layout forced on it (:class:`partitioner.planning.forced.ForcedLayout`:
+the published layout forced on it (:class:`partitioner.planning.recipes.forced.ForcedLayout`:
 Megatron-LM's uniform pipeline split with the published virtual stages,
 tp, cp, ep, etp, dp, micro and global batch) and the run's published knobs
 (:func:`run_options`: recompute, optimizer sharding, dispatcher, EP overlap,
-forced load balance); then :func:`partitioner.planning.forced.estimate_forced`
+forced load balance); then :func:`partitioner.planning.recipes.forced.estimate_forced`
 evaluates and replays it. Nothing is tuned per row: every row uses the
 default :class:`~partitioner.costs.CostOptions` plus its own published
 settings.
@@ -44,7 +44,7 @@ if str(ROOT) not in sys.path:
 from benchmarks.calibration.published import MODELS, RUNS, ModelArch, PublishedRun  # noqa: E402
 from partitioner.costs.memory.recompute_names import modules_of, setting_of  # noqa: E402
 from partitioner.plan import PlanError  # noqa: E402
-from partitioner.planning.forced import ForcedEstimate, ForcedLayout, estimate_forced  # noqa: E402
+from partitioner.planning.recipes.forced import ForcedEstimate, ForcedLayout, estimate_forced  # noqa: E402
 from partitioner.presets import ModelSpec, ModuleSpec  # noqa: E402
 from partitioner.problem import ProblemError  # noqa: E402
 

@@ -10,19 +10,7 @@ same sweep again resumes: keys already in the file are skipped, and a
 half-written last line (the previous run was killed while writing it) is cut
 away first.
 
-Jobs run in worker processes that can be killed one by one (``local``
-backend, :mod:`.local_pool`: a pool of spawned processes; ``ray`` backend,
-:mod:`.ray_pool`: one Ray actor per worker; the code a worker runs is
-:mod:`.worker`). A job that raises is recorded as ``error`` with the message;
-a worker that dies is recorded as ``error`` and replaced; a job still running
-``time_limit + grace`` seconds after it started is killed, recorded as
-``timeout``, and its worker replaced (:mod:`.scheduler`, which also gives
-each job its share of the cores as solver threads). The sweep always goes on.
-:func:`run_sweep` / :func:`run_jobs` tie it together (:mod:`.runner`).
-
-Modules, bottom-up: ``errors`` -> ``jobs`` -> ``records`` -> ``sweep``,
-``store``, ``worker`` -> ``local_pool``, ``ray_pool``, ``scheduler`` ->
-``runner``; each names its contract in its docstring.
+More (the detail of this module): ``docs/internals/batch.md``, section ``partitioner.batch``.
 """
 from __future__ import annotations
 

@@ -11,29 +11,7 @@ when within ``tol`` relative, absolute when ``best`` is 0). The instance is
 *feasible* when some method found a plan, *infeasible* when none did and
 some method said ``infeasible``, and *unknown* otherwise.
 
-Per method the summary counts jobs, plans found (``solved``), proven
-optima, infeasibility claims that agree with the other methods (no plan
-found by anyone) and those that do not, errors and timeouts; the mean and
-max gap over its solved jobs; the geometric-mean time over all its jobs (the
-solver's own ``solve_seconds``; a job that ended in ``error`` or ``timeout``
-is charged the time limit when there was one, the usual penalty; each time
-floored at 1 us);
-and *wins*: instances where it reached the best known value fastest (ties
-share the win). *Conflicts* flag results no correct method can produce: a
-proven optimum worse than another method's plan, or a lower bound above a
-known plan's value.
-
-The performance profile is Dolan and More's [1]_: on the instances with a
-best known value, method ``s`` "solves" instance ``p`` when it reaches the
-best known value, taking ``t(p, s)`` seconds; with ``r(p, s) = t(p, s) /
-min_s t(p, s)`` (infinite when it did not), the profile is ``rho_s(tau) =
-|{p : r(p, s) <= tau}| / |P|``. ``rho_s(1)`` is the share of wins,
-``rho_s(inf)`` the share reached at all.
-
-References
-----------
-.. [1] E. D. Dolan and J. J. More, "Benchmarking optimization software with
-   performance profiles", Mathematical Programming 91(2):201-213 (2002).
+More (the detail of this module): ``docs/internals/batch.md``, section ``partitioner.batch.compare``.
 """
 from __future__ import annotations
 

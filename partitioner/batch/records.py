@@ -10,10 +10,7 @@ the result format's ``version``, 2 for a format-v2 problem, is kept as
 and where and how long it ran (``version``, ``host``, ``worker``,
 ``wall_seconds``, ``cpu_seconds``, ``finished_at``, ``problem_hash``).
 
-A job that produced no answer of its own ends with a status in
-:data:`FAILED`: ``error`` (it raised -- with the last frames of the
-``traceback`` --, its worker died, or the cost model could not build its grid
-point) or ``timeout`` (it overran its time limit plus grace and was killed).
+More (the detail of this module): ``docs/internals/batch.md``, section ``partitioner.batch.records``.
 """
 from __future__ import annotations
 

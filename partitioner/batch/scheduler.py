@@ -9,12 +9,7 @@ killed and replaced). The default grace is ``5 s + 10 %`` of the limit,
 since solvers stop between steps. No worker ready within 300 s stops the
 sweep.
 
-Solver threads: with W workers on C cores each job may use ``max(1, C // W)``
-threads; methods that declare a thread option (``num_workers`` for CP-SAT,
-``threads`` for the MILP; :data:`THREAD_OPTIONS`) receive it unless the
-sweep sets it, so the machine is not oversubscribed. That runtime option is
-recorded in the result but is not part of the key, so a sweep may be
-resumed with a different ``--workers``.
+More (the detail of this module): ``docs/internals/batch.md``, section ``partitioner.batch.scheduler``.
 """
 from __future__ import annotations
 

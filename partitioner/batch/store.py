@@ -12,9 +12,7 @@ by valid ones is an error instead. :meth:`ResultsFile.append` writes one line,
 flushes and fsyncs it (and a new file's directory is fsynced once), so a
 record on disk survives a crash of the sweep. Only the parent process writes.
 
-:func:`read_results` and :func:`latest_records` read a file without the lock:
-the records in order, and the last record of every key (a retried job's new
-record replaces the old one).
+More (the detail of this module): ``docs/internals/batch.md``, section ``partitioner.batch.store``.
 """
 from __future__ import annotations
 

@@ -3,28 +3,7 @@
 A *sweep* (YAML or JSON) names the problems -- problem files and/or a grid
 over the cost model's presets -- and the methods to run on each::
 
-    problems: [examples/vla_toy_2x4.json, "generated/*.json"]   # relative to the sweep file
-    grid:                                   # optional; needs partitioner.costs
-      model: [openvla-7b, llava-1.5-7b]
-      cluster: [dgx-h100]
-      nodes: [1, 2]
-      global_batch: [256]
-      microbatches: [8, 16]
-    methods: [cpsat, dp, greedy]
-    objective: iteration                    # optional; default: each problem's own
-    time_limit: 60                          # seconds per job, optional
-    seed: 0                                 # optional
-    options: {cpsat: {some_option: 1}}      # optional, per method
-    imports: [my_methods]                   # optional: modules that register extra methods
-
-:func:`load_sweep` validates it into a :class:`Sweep` (every error names the
-file and the field path: :class:`~.errors.SweepError`); a grid is the product
-of its axes, one :class:`GridPoint` per combination (a list of grid blocks is
-the union of their products). :func:`expand` loads the problem files and
-builds the grid points with the cost model into one :class:`~.jobs.Job` per
-(problem, method), dropping repeats (same key); a grid point the cost model
-rejects becomes ``error`` records, one per method, so that a resumed run skips
-it too. A misspelt preset name is an error of the sweep, not of its jobs.
+More (the detail of this module): ``docs/internals/batch.md``, section ``partitioner.batch.sweep``.
 """
 from __future__ import annotations
 

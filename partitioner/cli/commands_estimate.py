@@ -7,7 +7,7 @@ Megatron Bridge config, or a torchtitan TOML) and the flags ``--tp --pp --vpp --
 the file. Exit codes: 0 -- the layout fits; 1 -- it does not fit in memory
 (reported in full, the times of the same plan with the memory check
 lifted); 2 -- bad input, one line naming the option (a layout that breaks a
-rule of Megatron-LM or of the cost model, :mod:`partitioner.planning.estimate`).
+rule of Megatron-LM or of the cost model, :mod:`partitioner.planning.recipes.estimate`).
 """
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def estimate_cmd(
     `plan` uses, evaluated and replayed in the simulator.
     """
     from ..frameworks.recipe import Recipe
-    from ..planning.estimate import estimate
+    from ..planning.recipes.estimate import estimate
     from ..presets import Workload, load_model, sequence_summary
 
     base = read_recipe(recipe, recipe_format) if recipe is not None else None

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # the plan records, for annotations only (the CLI imports pla
     from rich.console import JustifyMethod
     from rich.progress import TaskID
 
-    from ..planning.estimate import Estimate
+    from ..planning.recipes.estimate import Estimate
     from ..planning.records import RecipeComparison, TargetSummary
     from ..planning.results import ModelPlan
     from ..planning.schedules.report import ScheduleReport, ScheduleRow, ScheduleSummary

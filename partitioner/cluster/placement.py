@@ -9,18 +9,10 @@ pattern can be realised and builds the ``device_ids``.
 
 Two readings of a link pattern:
 
-* ``exact=False`` -- the linked pairs must share a node; other adjacent
-  pairs may share one too (they only get faster when NVLink is the faster
-  link).
-* ``exact=True`` -- additionally, unlinked adjacent in-node pairs must sit on
-  different nodes (needed when ``intra_node_GBps < inter_node_GBps``).
+* ``exact=False`` -- the linked pairs must share a node; other adjacent pairs
+may share one too (they only get faster when NVLink is the faster link).
 
-A cluster whose job leaves the last GPUs of its last node idle (``devices``,
-DESIGN.md "2026-12-03: partial racks") packs its in-node runs into bins of
-the GPUs used per node: ``gpus_per_node`` for every node but the last, which
-holds ``last_node_gpus``; multi-node stages take whole nodes, never the
-partly used one. Which bin is that node matters only to the ids:
-:func:`node_assignment_ids` numbers it last, so the idle ids are the last.
+More (the detail of this module): ``docs/internals/cluster.md``, section ``partitioner.cluster.placement``.
 """
 from __future__ import annotations
 

@@ -9,76 +9,7 @@ really cross between distinct devices, how long that takes on the cluster
 graph, and executes the exchange on numpy arrays (forward) and its
 transpose (backward).
 
-Layout convention (both sides)
-------------------------------
-A :class:`Sharding` is a layout (dp, tp, cp) on an ordered device list
-(format v3; cp = 1 is the (dp, tp) layout of format v2). Rank
-``r = (i_dp * cp + i_cp) * tp + i_tp`` (tp fastest, then cp, then dp:
-Megatron-Core's tp-cp-dp rank order; with cp = 1 ``r = i_dp * tp + i_tp``, as
-in the lesson: GPUs 0-3 are data group 0, tensor ranks 0-3) sits on
-``devices[r]`` and holds the block
-
-    batch rows    [i_dp * B // dp, (i_dp + 1) * B // dp)
-    positions     [i_cp * S // cp, (i_cp + 1) * S // cp)
-    feature cols  [i_tp * D // tp, (i_tp + 1) * D // tp)
-
-of the global tensor (context parallelism splits the sequence, DESIGN.md
-"Problem format v3"; a zig-zag load-balanced CP order permutes the sequence
-chunks the same way on both sides of a same-cp reshard, and is not modelled
-here). The destination is lesson 15's layout: batch split
-over dp_d, feature dimension split over tp_d, ready for the projector's
-first GEMM on each tensor rank (the lesson calls it column-parallel). Note
-that a GEMM ``X W`` whose input X is split along its inner dimension D is,
-in Megatron-LM's terms, *row*-parallel: rank t multiplies its slice by the
-rows ``W[t*D/tp:(t+1)*D/tp, :]`` and the partial products are summed by an
-all-reduce (or reduce-scatter). A column-parallel projector instead needs
-the full D features on every tensor rank, tp times the bytes received here.
-
-The *source* holds the same kind of blocks: batch split over dp_s and, when
-tp_s > 1, the feature dimension split over tp_s -- every element lives on
-exactly one source device, so the transfer plan is unique and the backward
-exchange is its exact transpose. A source whose tensor ranks hold
-*replicated* full-width activations (Megatron's hand-off between layers
-without sequence parallelism) can use this plan as is: let tensor rank
-``i_tp`` send only the slice ``i_tp`` it would own under the split
-convention, which spreads the sends evenly over the replicas.
-
-Bytes that cross
-----------------
-Blocks whose source and destination device coincide stay put; only the
-others cross. In lesson 15's colocated case (8 GPUs, dp 8 -> dp 2 x tp 4)
-sample i sits on GPU i and its four feature slices go to GPUs
-4 * (i // 4) + t, t = 0..3, one of which is GPU i itself: each sample keeps
-one slice and sends three, so exactly ``B * S * D * 2 * 3/4`` bytes cross
-in bf16. The lesson's ``B * S * D * (DP_V - 1) / DP_V * 2`` (7/8 of the
-tensor) assumes a uniform all-to-all in which every device sends an equal
-share to every other one; here it overstates the exact volume by a factor
-(7/8) / (3/4) = 7/6, i.e. by 16.7 %. On disjoint meshes all
-``B * S * D * 2`` bytes cross. :func:`lesson15_volume` gives the lesson's
-figure for comparison.
-
-Time
-----
-On the default cluster graph (:mod:`partitioner.cluster.topology`) each GPU has one
-NVLink port of ``intra_node_GBps`` (used for traffic inside its node) and
-one NIC of ``inter_node_GBps`` (traffic to other nodes), each direction
-separately, behind non-blocking switches. In the fluid model the exchange
-then takes exactly as long as its busiest port,
-
-    max over GPUs g and ports (NVLink in/out, NIC in/out) of bytes(g, port) / port bandwidth
-
-(sending and receiving ports form a preemptive open shop, whose shortest
-schedule equals its largest row or column sum [4]_; NVLink and NIC traffic
-use disjoint ports and run side by side). For a user-supplied topology the time returned is a lower
-bound from cut conditions: for every sender, receiver and pair, its bytes
-over the max-flow between the two device sets [5]_.
-
-References
-----------
-.. [4] T. Gonzalez and S. Sahni, "Open shop scheduling to minimize finish
-   time", Journal of the ACM 23(4) (1976).
-.. [5] L. R. Ford and D. R. Fulkerson, "Maximal flow through a network",
-   Canadian Journal of Mathematics 8 (1956).
+More (the detail of this module): ``docs/internals/cluster.md``, section ``partitioner.cluster.reshard``.
 """
 from __future__ import annotations
 

@@ -6,21 +6,11 @@ each GPU by a link of ``intra_node_GBps``; each GPU also has its own NIC of
 NVLink only, so the network side is split per node: a node's NICs feed an
 ``out`` vertex that reaches only the *other* nodes' ``in`` vertices.
 
-The bandwidth between two disjoint device sets is the max-flow between them
-on the subgraph of those devices (other GPUs do not relay: "each GPU reaching
-other nodes through its own NIC"). On the default graph this equals
-``min(|A|, |B|) * bw`` with ``bw`` the intra-node bandwidth when both sets lie
-inside one same node and the inter-node bandwidth otherwise — the closed form
-:func:`default_bandwidth` that plan evaluation uses (a test checks the two
-agree on every pair of allowed sizes and placements).
+The bandwidth between two disjoint device sets is the max-flow between them on
+the subgraph of those devices (other GPUs do not relay: "each GPU reaching
+other nodes through its own NIC").
 
-A user topology (``cluster.topology.edges``) replaces the default graph; the
-bandwidth is then its max-flow, where every vertex may relay.
-
-References
-----------
-.. [1] L. R. Ford and D. R. Fulkerson, "Maximal flow through a network",
-   Canadian Journal of Mathematics 8 (1956).
+More (the detail of this module): ``docs/internals/cluster.md``, section ``partitioner.cluster.topology``.
 """
 from __future__ import annotations
 

@@ -4,23 +4,7 @@ Every file the package reads (problems, plans, results, sweeps, presets,
 profiles) goes through :func:`read_document`, and every document handed to
 the API as a dict through :func:`check_document`. The contract:
 
-* the file is at most :data:`~partitioner.core.limits.MAX_FILE_BYTES` and UTF-8;
-* it parses as strict JSON (``.json``), YAML (``.yaml``/``.yml``), or either;
-  an object (mapping) may not name a key twice (JSON and YAML alike: silently
-  keeping the last would hide a typo);
-* the parsed document holds only JSON values (objects with string keys,
-  lists, strings, finite numbers, booleans, null), nested at most
-  :data:`~partitioner.core.limits.MAX_DEPTH` deep, at most
-  :data:`~partitioner.core.limits.MAX_VALUES` values counted after expanding YAML
-  aliases (so an alias bomb is refused without being expanded), no cycles,
-  strings of at most :data:`~partitioner.core.limits.MAX_STRING` characters and
-  integers of magnitude at most :data:`~partitioner.core.limits.MAX_INT`.
-
-Anything else raises :class:`~partitioner.problem.ProblemError` naming the
-file and, where it applies, the field path (``meta.notes[3]``). The field
-semantics (what a problem's ``fwd_ms`` may be) are the loaders' business;
-this module only guarantees that what they receive is a small, finite,
-acyclic JSON value.
+More (the detail of this module): ``docs/internals/core.md``, section ``partitioner.core.documents``.
 """
 from __future__ import annotations
 

@@ -9,60 +9,7 @@ outside them is an input error (:class:`partitioner.problem.ProblemError`,
 naming the file and the field), never a wrong answer, a hang or a crash.
 docs/limits.md states them for users.
 
-Why these numbers
------------------
-* A stage's compute time is a sum of at most :data:`MAX_LAYERS` entries of at
-  most :data:`MAX_TIME_MS` (forward plus backward), so every total stays
-  below 2e14 ms, where doubles still resolve 1/32 ms and the solvers'
-  compensated range sums (:mod:`partitioner.solvers.tables`) are exact to
-  far below the objective's relative tolerance.
-* Byte counts are at most :data:`MAX_BYTES` (1 PiB) per entry and, per
-  config, the sum over all layers of ``weight_bytes`` (and of ``act_bytes``)
-  is at most :data:`MAX_TOTAL_BYTES` (2^53): int64 prefix sums and their
-  float copies are then exact.
-* Bandwidths lie in [:data:`MIN_GBPS`, :data:`MAX_GBPS`], so a transfer of
-  :data:`MAX_BYTES` takes a finite, representable time.
-* Cluster and training sizes (:data:`MAX_NODES`, :data:`MAX_DEVICES`,
-  :data:`MAX_MICROBATCHES`) bound the tables the solvers and the simulator
-  build from them. Up to 131,072 GPUs are accepted (the largest training
-  clusters announced are about 100,000 GPUs); nothing a solver allocates
-  grows with the square of the GPUs outside a memory budget. ``plan``'s
-  global batch (:data:`MAX_GLOBAL_BATCH`) bounds the microbatch counts it
-  screens (the batch's divisors).
-* Model and cluster presets (:data:`MAX_MODULES` ... :data:`MAX_TFLOPS`; the
-  YAML presets, Hugging Face ``config.json`` files and spec objects given to
-  the API, :mod:`partitioner.presets.checks`) are bounded so that what is
-  built from them stays inside the problem bounds above and is built fast:
-  at most :data:`MAX_MODULES` modules of at most :data:`MAX_MODULE_LAYERS`
-  blocks make at most about 16 400 pipeline layers (under :data:`MAX_LAYERS`;
-  the problem of the largest accepted model is built in seconds, where 10^7
-  layers took minutes); widths up to :data:`MAX_WIDTH` and vocabularies up to
-  :data:`MAX_VOCAB` keep one layer's weights (16 bytes per parameter) far
-  below :data:`MAX_BYTES`, and a module of at most :data:`MAX_PARAMS`
-  parameters keeps a config's summed weight bytes below
-  :data:`MAX_TOTAL_BYTES`; every count and product stays a 64-bit integer.
-  The bounds sit well above every published model: the deepest trained
-  transformer has 1000 layers (DeepNet [1]_), the widest dense ones 18 432
-  (PaLM [2]_) to 25 600 (Megatron's 1T configuration [3]_), the largest
-  tokenizers about 256k entries (Gemma [4]_).
-* Document shape (:data:`MAX_FILE_BYTES`, :data:`MAX_DEPTH`,
-  :data:`MAX_VALUES`, :data:`MAX_STRING`, :data:`MAX_INT`) bounds what any
-  reader accepts before looking at the fields, YAML aliases included.
-
-References
-----------
-.. [1] H. Wang et al., "DeepNet: Scaling Transformers to 1,000 Layers",
-   arXiv:2203.00555 (2022).
-.. [2] A. Chowdhery et al., "PaLM: Scaling Language Modeling with Pathways",
-   arXiv:2204.02311 (2022), Table 1 (d_model 18 432, d_ff 73 728).
-.. [3] D. Narayanan et al., "Efficient Large-Scale Language Model Training
-   on GPU Clusters Using Megatron-LM", SC 2021, Table 1 (hidden 25 600).
-.. [4] Gemma Team, "Gemma: Open Models Based on Gemini Research and
-   Technology", arXiv:2403.08295 (2024), Section 2 (a vocabulary of 256k entries).
-.. [5] A. Grattafiori et al., "The Llama 3 Herd of Models", arXiv:2407.21783
-   (2024), Section 3.3.1 (pre-training on up to 16K H100 GPUs).
-.. [6] X. Zhai et al., "Sigmoid Loss for Language Image Pre-Training",
-   ICCV 2023, arXiv:2303.15343, Section 4 (batch sizes up to one million).
+More (the detail of this module): ``docs/internals/core.md``, section ``partitioner.core.limits``.
 """
 from __future__ import annotations
 
@@ -120,6 +67,12 @@ MIN_GBPS = 1e-6  # bandwidths (intra_node_GBps, inter_node_GBps, topology edges)
 MAX_GBPS = 1e6  # ... to 1 PB/s
 MAX_NODES = 131_072  # 2^17: a cluster of one-GPU nodes as large as the largest accepted cluster
 MAX_GPUS_PER_NODE = 1024
+# References of the comments below (the module docstring's detail is in docs/internals/core.md):
+# .. [5] A. Grattafiori et al., "The Llama 3 Herd of Models", arXiv:2407.21783
+#    (2024), Section 3.3.1 (pre-training on up to 16K H100 GPUs).
+# .. [6] X. Zhai et al., "Sigmoid Loss for Language Image Pre-Training",
+#    ICCV 2023, arXiv:2303.15343, Section 4 (batch sizes up to one million).
+
 MAX_DEVICES = 131_072  # nodes * gpus_per_node: 2^17 GPUs, 8x the 16,384 H100 of Llama 3 405B's pre-training [5]_
 MAX_LAYERS = 100_000
 MAX_MICROBATCHES = 100_000

@@ -148,7 +148,7 @@ def job_cluster_fields(cluster: ClusterSpec, nodes: int, gpus: int | None) -> di
     With ``gpus``, stage sizes inside a node follow the preset's ``stage_sizes`` (rule 3's powers of two
     when it states none); when the last node is used in part, ``devices`` is ``gpus`` and the GPUs used on
     that node are a stage size too (a 64-GPU job on one NVL72 rack may be one 64-GPU stage). DESIGN.md,
-    "2026-12-03: partial racks".
+    "Partial racks".
 
     Raises
     ------

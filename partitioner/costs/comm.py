@@ -1,22 +1,15 @@
 """Collective communication times: tensor-parallel all-reduces, the data-parallel gradient sync.
 
-Contract: :func:`allreduce_ms` is one ring all-reduce [7]_ of ``nbytes``
+Contract: :func:`allreduce_ms` is one ring all-reduce [7] of ``nbytes``
 over ``ranks`` GPUs (a latency plus ``2 (r-1)/r * bytes`` over the link's
 effective bandwidth), :func:`allgather_ms` an all-gather or reduce-scatter
 (``(r-1)/r * bytes``); :func:`grad_sync_ms` is the per-iteration gradient
 all-reduce of a stage's trainable weights over its dp replicas and
 :func:`shard_gather_ms` one ZeRO-3 parameter all-gather (or gradient
-reduce-scatter) of a layer's weights [10]_ (NVLink inside a node, the
+reduce-scatter) of a layer's weights [10] (NVLink inside a node, the
 network across nodes). Times in ms.
 
-References
-----------
-.. [7] R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective
-   Communication Operations in MPICH", IJHPCA 19(1), 2005.
-.. [10] Y. Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded
-   Data Parallel", VLDB 2023.
-.. [14] NVIDIA, NCCL documentation and nccl-tests ``PERFORMANCE.md``: bus
-   bandwidth, and one ring (channel) per NIC across nodes.
+The detail, and the references cited above: ``docs/internals/costs.md``, section ``partitioner.costs.comm``.
 """
 from __future__ import annotations
 
@@ -28,7 +21,13 @@ __all__ = ["allreduce_ms", "allgather_ms", "grad_sync_ms", "shard_gather_ms", "d
 
 
 def allreduce_ms(nbytes: float, ranks: int, GBps: float, opts: CostOptions, link_efficiency: float | None = None) -> float:
-    """One ring all-reduce of ``nbytes`` over ``ranks`` GPUs, each on a ``GBps`` link, in ms [7]_."""
+    """One ring all-reduce of ``nbytes`` over ``ranks`` GPUs, each on a ``GBps`` link, in ms [7]_.
+
+    References
+    ----------
+    .. [7] R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective
+       Communication Operations in MPICH", IJHPCA 19(1), 2005.
+    """
     if ranks <= 1:
         return 0.0
     eff = opts.nvlink_efficiency if link_efficiency is None else link_efficiency
@@ -40,6 +39,11 @@ def allgather_ms(nbytes: float, ranks: int, GBps: float, opts: CostOptions, link
     """One ring all-gather (or reduce-scatter) whose full result is ``nbytes``, in ms [7]_.
 
     Each rank sends and receives ``(r-1)/r * nbytes``: half an all-reduce.
+
+    References
+    ----------
+    .. [7] R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective
+       Communication Operations in MPICH", IJHPCA 19(1), 2005.
     """
     if ranks <= 1:
         return 0.0
@@ -56,6 +60,11 @@ def dp_link(layout: Layout, cluster: ClusterSpec, opts: CostOptions) -> tuple[fl
     own NIC; NCCL runs one ring per member, so a node's share of the ring
     traffic leaves through k NICs [14]_: the ring's bandwidth is
     ``min(k x inter_node_GBps, nvlink_efficiency x intra_node_GBps)``.
+
+    References
+    ----------
+    .. [14] NVIDIA, NCCL documentation and nccl-tests ``PERFORMANCE.md``: bus
+       bandwidth, and one ring (channel) per NIC across nodes.
     """
     inside = layout.devices <= cluster.gpus_per_node
     if inside:
@@ -73,6 +82,11 @@ def shard_gather_ms(params: float, layout: Layout, cluster: ClusterSpec, opts: C
     ``bytes_per_param`` defaults to ``param_gather_bytes_per_param`` (bf16);
     a gradient reduce-scatter of the same parameters (``grad_bytes_per_param``)
     moves the same volume per byte [7]_.
+
+    References
+    ----------
+    .. [7] R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective
+       Communication Operations in MPICH", IJHPCA 19(1), 2005.
     """
     if layout.dp <= 1 or params <= 0:
         return 0.0

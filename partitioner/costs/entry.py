@@ -10,17 +10,7 @@ activation bytes (format v1's ``fwd_ms, bwd_ms, weight_bytes, act_bytes``,
 and v2's ``bwd_input_ms, bwd_weight_ms``) under one memory-knob setting
 (:class:`~.variants.Knobs`: ZeRO 0/1/3, recompute none/selective/full).
 
-References
-----------
-.. [2] V. Korthikanti et al., "Reducing Activation Recomputation in Large
-   Transformer Models", MLSys 2023, arXiv:2205.05198, Sections 4-5.
-.. [4] S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
-   Trillion Parameter Models", SC 2020 (2 + 2 + 12 bytes per parameter).
-.. [5] T. Dao, "FlashAttention-2", arXiv:2307.08691 (2023).
-.. [10] Y. Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded
-   Data Parallel", VLDB 2023 (forward and backward prefetching).
-.. [28] NVIDIA Megatron-Core, ``megatron/core/distributed/
-   finalize_model_grads.py`` (``_allreduce_word_embedding_grads``).
+More (the detail of this module): ``docs/internals/costs.md``, section ``partitioner.costs.entry``.
 """
 from __future__ import annotations
 
@@ -315,6 +305,11 @@ def zero3_exposed_ms(comm: float, partner: float, opts: CostOptions, cluster: Cl
     layer's compute: :func:`~.comm.overlapped_ms` with the SMs the
     collective occupies (:func:`~.compute.hardware.comm_sm_fraction`). A fixed
     ``zero3_overlap`` fraction, when the option is set, instead.
+
+    References
+    ----------
+    .. [10] Y. Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded
+       Data Parallel", VLDB 2023 (forward and backward prefetching).
     """
     if opts.zero3_overlap is not None:
         return (1.0 - opts.zero3_overlap) * comm
@@ -335,6 +330,11 @@ def tied_sync_ms(layer: PipelineLayer, layout: Layout, cluster: ClusterSpec, opt
     Megatron skips the all-reduce): the charge is then an overestimate by
     this one all-reduce, as the problem contract has it (format v3,
     ``tied_to``). Frozen heads and untied ones cost nothing.
+
+    References
+    ----------
+    .. [28] NVIDIA Megatron-Core, ``megatron/core/distributed/
+       finalize_model_grads.py`` (``_allreduce_word_embedding_grads``).
     """
     tied = sum(p.tied_params for p in layer.pieces if not p.frozen)
     return embedding_sync_ms(tied, layout.tp, inside_node=nodes <= 1, intra_GBps=cluster.intra_node_GBps,
@@ -366,6 +366,11 @@ def weight_bytes_per_param(frozen: bool, dp: int, knobs: Knobs, opts: CostOption
     all of it / dp with ZeRO-3; frozen: ``frozen_bytes_per_param`` (/ dp
     with ZeRO-3). ZeRO-3 with ``zero3_keep_gathered`` adds the gathered
     bf16 copy.
+
+    References
+    ----------
+    .. [4] S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
+       Trillion Parameter Models", SC 2020 (2 + 2 + 12 bytes per parameter).
     """
     if knobs.zero == 3:
         per = (opts.frozen_bytes_per_param if frozen else opts.bytes_per_param) / dp

@@ -11,45 +11,7 @@ width of its matmuls, what its activations are counted from, and the bf16
 tensor (per sample) the next layer needs. Layouts, batch sizes and times
 are not known here (:mod:`.entry` and :mod:`.build` add them).
 
-Work a real run skips is not charged: a frozen module with nothing
-trainable before it runs forward only; the first trainable piece computes
-no gradient for its input (LLaVA's projector, a ViT's patch embedding);
-vision blocks after the ``feature_layer`` (OpenVLA and LLaVA take the
-second-to-last block's output) run forward only; pi0's last prefix layer
-backpropagates through its key and value projections only.
-
-Block variants: a MoE layer runs its active computation -- router,
-``top_k`` routed experts, shared MLP (:func:`~.compute.flops.block_gemm_flops`)
--- and its piece carries the routed experts' shape (:class:`MoeShape`).
-Every entry of a MoE layer, ep = 1 included, runs its routed experts as
-GPUs do (:func:`~.axes.wiring.moe_ep_cost`): grouped GEMMs over the rank's
-local experts (all ``E`` of them at ep = 1, each sharded by tp: Megatron's
-default ETP = TP), token permutation, router and host synchronization, and
-the dispatch and combine transfers of the split (format v3's ep, etp). A block piece names its
-attention mask (``mask``: causal, bidirectional, window or cross), which
-decides how context parallelism may split it (:mod:`.axes.wiring`).
-Windowed layers (Gemma 2/3 sliding windows, Qwen2.5-VL's ViT windows)
-compute only the pairs inside their window. Cross-attention layers
-(mllama) attend text queries to the vision states, which travel with the
-activations (``out_bytes``) from the projector to the last such layer;
-Qwen3-VL's DeepStack features travel from the projector to the decoder
-layer that adds them. A tied LM head counts its weights once in the
-model's parameters (``params``); its copy (``tied_params``) stays in its
-weight memory, as a pipeline that separates it from the embedding keeps
-it; format v3's ``tied_to`` (:func:`~.build.tied_layers`) lets a stage
-holding both count it once.
-
-References
-----------
-.. [11] X. Zhai et al., "Sigmoid Loss for Language Image Pre-Training",
-   ICCV 2023 (the MAP attention-pooling head of SigLIP's vision tower).
-.. [41] DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv:2412.19437
-   (2024), Section 2.2 (multi-token prediction).
-.. [43] NVIDIA Megatron-Core 0.16.1, ``megatron/core/transformer/
-   multi_token_prediction.py`` (``MultiTokenPredictionLayer``; all MTP
-   layers on the last pipeline stage unless a custom layout places them)
-   and ``models/gpt/gpt_model.py`` (the output layer over the main and
-   the MTP hidden states).
+More (the detail of this module): ``docs/internals/costs.md``, section ``partitioner.costs.layers``.
 """
 from __future__ import annotations
 
@@ -219,6 +181,16 @@ def _mtp_layers(spec: ModuleSpec, s: int, pairs: float) -> list[PipelineLayer]:
     inputs, the projection's input (``2 h``) and the final norm's input,
     ``5 s h`` bf16 elements per sample (replicated over tp unless sequence
     parallelism shards them).
+
+    References
+    ----------
+    .. [41] DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv:2412.19437
+       (2024), Section 2.2 (multi-token prediction).
+    .. [43] NVIDIA Megatron-Core 0.16.1, ``megatron/core/transformer/
+       multi_token_prediction.py`` (``MultiTokenPredictionLayer``; all MTP
+       layers on the last pipeline stage unless a custom layout places them)
+       and ``models/gpt/gpt_model.py`` (the output layer over the main and
+       the MTP hidden states).
     """
     h, V = spec.hidden, spec.vocab
     i = mtp_block_index(spec)
@@ -255,6 +227,11 @@ def _pool_head_flops(spec: ModuleSpec) -> float:
 
     Keys and values of every patch (2 h^2 each), the probe's query, scores
     and values (4 h per patch), output projection and MLP on one token.
+
+    References
+    ----------
+    .. [11] X. Zhai et al., "Sigmoid Loss for Language Image Pre-Training",
+       ICCV 2023 (the MAP attention-pooling head of SigLIP's vision tower).
     """
     h, t = spec.hidden, spec.patches_per_image
     return 2.0 * t * 2 * h * h + 4.0 * h * t + 2.0 * (2 * h * h + 2 * h * spec.ffn)

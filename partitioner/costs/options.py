@@ -8,20 +8,7 @@ constant (with its source) or one modelling choice.
 unknown key or a bad value; :meth:`CostOptions.to_dict` is its inverse (the
 problem's ``meta.options``). Nothing here computes a cost.
 
-References
-----------
-.. [2] V. Korthikanti et al., "Reducing Activation Recomputation in Large
-   Transformer Models", MLSys 2023, arXiv:2205.05198, Sections 4-5.
-.. [4] S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
-   Trillion Parameter Models", SC 2020 (2 + 2 + 12 bytes per parameter).
-.. [5] T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism
-   and Work Partitioning", arXiv:2307.08691 (2023).
-.. [6] NVIDIA, "Matrix Multiplication Background User's Guide", Deep
-   Learning Performance documentation (tile and wave quantization).
-.. [10] Y. Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded
-   Data Parallel", VLDB 2023.
-.. [9] S. Li et al., "PyTorch Distributed: Experiences on Accelerating Data
-   Parallel Training", VLDB 2020 (bucketed all-reduce overlapping backward).
+More (the detail of this module): ``docs/internals/costs.md``, section ``partitioner.costs.options``.
 """
 from __future__ import annotations
 
@@ -300,6 +287,18 @@ class CostOptions:
     .. [16] C. Guo et al., "GMLake: Efficient and Transparent GPU Memory
        Defragmentation for Large-scale DNN Training with Virtual Memory
        Stitching", ASPLOS 2024.
+    .. [2] V. Korthikanti et al., "Reducing Activation Recomputation in Large
+       Transformer Models", MLSys 2023, arXiv:2205.05198, Sections 4-5.
+    .. [4] S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
+       Trillion Parameter Models", SC 2020 (2 + 2 + 12 bytes per parameter).
+    .. [10] Y. Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded
+       Data Parallel", VLDB 2023.
+    .. [6] NVIDIA, "Matrix Multiplication Background User's Guide", Deep
+       Learning Performance documentation (tile and wave quantization).
+    .. [5] T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism
+       and Work Partitioning", arXiv:2307.08691 (2023).
+    .. [9] S. Li et al., "PyTorch Distributed: Experiences on Accelerating Data
+       Parallel Training", VLDB 2020 (bucketed all-reduce overlapping backward).
     """
 
     flash_attention: bool = True

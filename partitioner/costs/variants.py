@@ -4,59 +4,7 @@ Contract: a :class:`Knobs` is one setting of the two knobs; its
 :attr:`~Knobs.name` is the format-v2 variant of its cost keys
 (``dp{dp}tp{tp}/{name}``), fixed as follows:
 
-================================  ==============================================
-variant                           meaning
-================================  ==============================================
-(plain key ``dp{dp}tp{tp}``)      ZeRO-0 (weights, grads, optimizer replicated
-                                  over dp), no activation recompute
-``zero1``                         ZeRO-1: optimizer states / dp [4]_
-``zero3``                         ZeRO-3 = FSDP full shard: weights, grads and
-                                  optimizer states / dp; parameter all-gathers
-                                  in forward and backward and a gradient
-                                  reduce-scatter per microbatch [4]_ [10]_
-``recompute-selective``           Megatron selective recompute: the attention
-                                  core is recomputed (drops the score matrix) [2]_
-``recompute-full``                full recompute: each block keeps its input and
-                                  replays its forward in backward [2]_
-``recompute-<m1>+<m2>...``        module recompute: Megatron-Core's
-                                  ``--recompute-modules m1 m2 ...`` (modules of
-                                  :data:`~.memory.recompute.MODULES` in that order;
-                                  ``core_attn`` alone is spelled ``selective``)
-                                  [30]_
-``recompute-op``                  torchtitan's per-op selective activation
-                                  checkpointing [31]_
-``zero1+recompute-full`` ...      both (ZeRO part first, joined by ``+``)
-================================  ==============================================
-
-What each recompute setting frees and replays: :mod:`.memory.recompute`. Which
-module sets ``variants=all`` adds is the cost model's choice per model
-(:func:`~.memory.recompute.module_chain`, option ``recompute_modules``), passed
-to :func:`variant_knobs` as ``modules``: each with ZeRO-1 and without
-ZeRO, the latter only at one replica (:func:`applies`: above, ZeRO-1 is as
-fast in less memory, and each variant costs build and solve time);
-``op`` with every ZeRO stage (FSDP with the per-op policy is torchtitan's
-common setting).
-
-:func:`variant_knobs` turns the ``variants`` cost option into the list of
-settings to emit (the plain setting first). ``all`` leaves out
-``recompute-selective`` with flash attention (no score matrix is stored:
-it frees only the log-sum-exp, for a whole attention forward replayed),
-named variants are emitted as named; every ZeRO variant at dp = 1 is left
-out per layout (it equals its ZeRO-0 twin, :func:`applies`). With ``variants=none`` the problem is format v1 and its
-plain key takes the options ``zero1`` / ``recompute``.
-
-References
-----------
-.. [2] V. Korthikanti et al., "Reducing Activation Recomputation in Large
-   Transformer Models", MLSys 2023, arXiv:2205.05198.
-.. [4] S. Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
-   Trillion Parameter Models", SC 2020.
-.. [10] Y. Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded
-   Data Parallel", VLDB 2023 (full sharding, all-gather before forward and
-   backward, reduce-scatter after backward, prefetch overlap).
-.. [30] NVIDIA Megatron-Core 0.16.1, ``transformer/transformer_config.py``
-   (``recompute_granularity``, ``recompute_modules``).
-.. [31] torchtitan 0.3.0, ``torchtitan/distributed/activation_checkpoint.py`` (``SelectiveAC``).
+More (the detail of this module): ``docs/internals/costs.md``, section ``partitioner.costs.variants``.
 """
 from __future__ import annotations
 

@@ -10,11 +10,7 @@ reader goes next to them. The planner's ``plan --target``
 ``RULES``; the door :mod:`.export` reads a result and hands it to the
 exporter.
 
-* :mod:`.common`: the records the homes share (:class:`FrameworkRules`,
-  :class:`ExportContext`, :class:`Export`, :class:`LayerHint`, :class:`MoeHints`);
-* :mod:`.stages`: the stage view of a plan and the checks every exporter makes;
-* :mod:`.registry`: the homes by name (:data:`RULES`, :data:`EXPORTERS`, :func:`target_memory`);
-* :mod:`.export`: the door: a result read (:mod:`.export.read`) and handed to its home's exporter.
+More (the detail of this module): ``docs/internals/frameworks.md``, section ``partitioner.frameworks``.
 """
 from __future__ import annotations
 

@@ -1,30 +1,17 @@
 """A layout as a user states it -- Megatron-style sizes, batch and memory knobs -- and where each value came from.
 
 Contract: :class:`Recipe` is one model-wide training layout in the terms
-Megatron-LM's launch flags use: ``tp``, ``pp``, ``vpp``, ``cp``, ``ep``,
-``etp`` (None: Megatron's default, the tensor-parallel size), the
-microbatch size ``mbs`` per data-parallel replica and the global batch
-``gbs``, the ZeRO stage (1 is the distributed optimizer, 3 Megatron-FSDP /
-FSDP), the recompute setting (none, selective, full, or Megatron-Core
-``--recompute-modules`` joined by ``+``) and an optional
-``--pipeline-model-parallel-layout`` string. The recipe readers of the
+Megatron-LM's launch flags use: ``tp``, ``pp``, ``vpp``, ``cp``, ``ep``, ``etp``
+(None: Megatron's default, the tensor-parallel size), the microbatch size ``mbs``
+per data-parallel replica and the global batch ``gbs``, the ZeRO stage (1 is the
+distributed optimizer, 3 Megatron-FSDP / FSDP), the recompute setting (none,
+selective, full, or Megatron-Core ``--recompute-modules`` joined by ``+``) and an
+optional ``--pipeline-model-parallel-layout`` string. The recipe readers of the
 framework homes (:mod:`.megatron.recipe`, :mod:`.torchtitan.recipe`) and the
-``estimate`` command build one; :mod:`partitioner.planning.estimate` turns
-it into a plan. :meth:`Recipe.from_fields` checks each value's type and
-range and raises a :class:`~partitioner.problem.ProblemError` whose path is
-the option that stated it (``--tp``, or ``FILE: --tensor-model-parallel-size``
-for a value read from a recipe file). Checks against a model and a cluster
-(divisibility, world size) are :mod:`partitioner.planning.estimate`'s.
+``estimate`` command build one; :mod:`partitioner.planning.recipes.estimate` turns
+it into a plan.
 
-References
-----------
-.. [1] NVIDIA Megatron-LM, ``megatron/training/arguments.py``
-   (``--tensor-model-parallel-size``, ``--pipeline-model-parallel-size``,
-   ``--context-parallel-size``, ``--expert-model-parallel-size``,
-   ``--expert-tensor-parallel-size`` defaulting to the tensor-parallel size,
-   ``--micro-batch-size``, ``--global-batch-size``,
-   ``--use-distributed-optimizer``, ``--recompute-granularity``,
-   ``--recompute-modules``, ``--pipeline-model-parallel-layout``).
+More (the detail of this module): ``docs/internals/frameworks.md``, section ``partitioner.frameworks.recipe``.
 """
 from __future__ import annotations
 
@@ -107,6 +94,16 @@ class Recipe:
         Per field, how it was stated (``--tp``, ``launch.sh: --tensor-model-parallel-size``): the path of an error.
     notes : tuple of str
         What the reader saw and did not use (flags the cost model does not price), for the report.
+
+    References
+    ----------
+    .. [1] NVIDIA Megatron-LM, ``megatron/training/arguments.py``
+       (``--tensor-model-parallel-size``, ``--pipeline-model-parallel-size``,
+       ``--context-parallel-size``, ``--expert-model-parallel-size``,
+       ``--expert-tensor-parallel-size`` defaulting to the tensor-parallel size,
+       ``--micro-batch-size``, ``--global-batch-size``,
+       ``--use-distributed-optimizer``, ``--recompute-granularity``,
+       ``--recompute-modules``, ``--pipeline-model-parallel-layout``).
     """
 
     tp: int = 1
@@ -181,7 +178,18 @@ class Recipe:
 
     @property
     def expert_tp(self) -> int:
-        """``etp``; Megatron-LM's default (the tensor-parallel size) when not stated [1]_."""
+        """``etp``; Megatron-LM's default (the tensor-parallel size) when not stated [1]_.
+
+        References
+        ----------
+        .. [1] NVIDIA Megatron-LM, ``megatron/training/arguments.py``
+           (``--tensor-model-parallel-size``, ``--pipeline-model-parallel-size``,
+           ``--context-parallel-size``, ``--expert-model-parallel-size``,
+           ``--expert-tensor-parallel-size`` defaulting to the tensor-parallel size,
+           ``--micro-batch-size``, ``--global-batch-size``,
+           ``--use-distributed-optimizer``, ``--recompute-granularity``,
+           ``--recompute-modules``, ``--pipeline-model-parallel-layout``).
+        """
         return self.tp if self.etp is None else self.etp
 
     @property

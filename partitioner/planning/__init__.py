@@ -1,23 +1,16 @@
 """From a model preset to a plan: the baselines, the solve, the memory knobs, the schedule, throughput.
 
-:func:`plan_model` (keyword arguments) or :func:`run_plan` (a :class:`PlanOptions`)
-plans a model preset on a cluster preset against two baselines an engineer
-would otherwise run: ``megatron-uniform`` (Megatron-LM / torchtitan's default
-pipeline) and ``fsdp`` (one stage of all GPUs, ZeRO-3). It never reports a
-plan slower than the best baseline that fits: it keeps that baseline's plan
-instead and says so. The modules, in the order a plan flows through them:
+:func:`plan_model` (keyword arguments) or :func:`run_plan` (a :class:`PlanOptions`) plans a model preset on a
+cluster preset against the baselines an engineer would otherwise run, and never reports a plan slower than
+the best baseline that fits. The modules and packages, in the order a plan flows through them:
 
-* :mod:`.options`: :class:`PlanOptions`, every setting, documented field by field;
-* :mod:`.run`: :class:`PlanRun`, the options resolved once (target rules, cost options, schedule keys, counts, deadline);
+* :mod:`.options` and :mod:`.run`: :class:`PlanOptions`, then :class:`PlanRun`, the options resolved once;
 * :mod:`.plan_model`: :func:`plan_model` and :func:`run_plan`, the steps in order;
-* :mod:`.screening`: each microbatch count's problems, baselines and screen;
 * :mod:`.baselines`: the two baselines (:func:`megatron_baseline`, :func:`fsdp_baseline`);
-* :mod:`.knobs` and :mod:`.knob_solve`: the method per uniform knob setting, then each segment's own knobs;
-* :mod:`.schedules` (choice, report, search): the pipeline schedule
-  picked by simulation, its candidates and the ``schedules`` report;
-* :mod:`.exact` and :mod:`.dominance`: one exact solve of the kept candidate's whole problem (each
-  segment choosing its knobs inside it), after an exact reduction of dominated configs;
-* :mod:`.assemble` and :mod:`.results`: the :class:`ModelPlan` returned, its typed sections, throughput;
+* :mod:`.search`: the counts screened, the method per knob setting (and per target), the exact proof;
+* :mod:`.schedules` and :mod:`.targets`: the schedule picked by simulation, each framework's space;
+* :mod:`.recipes`: a stated layout (the user's recipe, a published run's) estimated as a plan;
+* :mod:`.reports`, :mod:`.assemble` and :mod:`.results`: the :class:`ModelPlan` returned and its sections;
 * :mod:`.records`: the records the steps pass (screened counts, baseline runs, knob solves).
 """
 from __future__ import annotations
@@ -32,11 +25,11 @@ from .baselines import (
     megatron_baseline,
     megatron_baselines,
 )
-from .knobs import refine_knobs, uniform_projection, variant_at
 from .options import PlanOptions
 from .plan_model import RESOLVE_MIN_SECONDS, plan_model, run_plan
 from .results import ModelPlan, simulate_plan, stage_knobs, throughput
 from .run import PlanRun, microbatch_candidates, plan_options
+from .search.knobs import refine_knobs, uniform_projection, variant_at
 
 __all__ = [
     "BASELINE_METHOD",

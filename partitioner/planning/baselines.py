@@ -4,35 +4,14 @@
   default pipeline -- vision and projector on stage 0, decoder layers split
   evenly, one layout (dp, tp, cp, ep, etp) and one knob setting (recompute,
   ZeRO-0/1) for every stage, chosen the way Megatron-Core's MoE guide
-  advises [MCoreMoE]_: EP x TP inside a node (NVLink), CP only where the
+  advises [MCoreMoE]: EP x TP inside a node (NVLink), CP only where the
   problem offers it (long sequences), ETP 1 or TP;
 * ``fsdp`` (:func:`fsdp_baseline`): no pipeline -- one stage of all N GPUs,
   dp x cp = N, tp = 1, ZeRO-3 (FSDP full shard) with the better recompute
   choice, what OpenVLA and pi0 were trained with; on a MoE model with
-  torchtitan's expert parallelism (FSDP2 + EP, ETP 1 [Titan]_).
+  torchtitan's expert parallelism (FSDP2 + EP, ETP 1 [Titan]).
 
-The model-wide layout applies where the layers have it: a segment whose
-layers have no key with that ep (a vision encoder, a dense module) runs
-ep = etp = 1, and one whose layers have no key with that cp runs cp = 1 on
-dp x cp data-parallel ranks (:func:`segment_config`; Megatron's LLaVA
-applies CP to the language model only). Every baseline plan is checked by
-:func:`partitioner.plan.evaluate` (rules 1-6); its value is that evaluation's.
-On a problem without cp or ep keys (formats v1 and v2) both baselines are
-the (dp, tp) ones they always were.
-
-References
-----------
-.. [MCoreMoE] NVIDIA Megatron-LM, ``megatron/core/transformer/moe/README.md``,
-   "MoE Parallel Folding" and the parallel-mapping guidance (EP x TP within
-   the NVLink domain, CP for long sequences); Liu et al., "MoE Parallel
-   Folding", arXiv:2504.14960, 2025.
-.. [Titan] pytorch/torchtitan 0.3, ``distributed/parallel_dims.py``
-   (ep divides dp_shard x cp x tp: "EP borrows ranks from FSDP and TP") and
-   PR #3167 (expert tensor parallelism removed, so etp = 1).
-.. [MCoreVPP] NVIDIA megatron-core 0.16.1, ``megatron/core/parallel_state.py``,
-   ``initialize_model_parallel``: a virtual pipeline size with
-   ``pipeline_model_parallel_size`` 1 raises "pipeline-model-parallel size
-   should be greater than 1 with interleaved schedule".
+The detail, and the references cited above: ``docs/internals/planning.md``, section ``partitioner.planning.baselines``.
 """
 from __future__ import annotations
 
@@ -51,6 +30,12 @@ __all__ = ["BASELINE_METHOD", "FSDP_METHOD", "BASELINES", "layer_roles", "megatr
 BASELINE_METHOD = "megatron-uniform"
 FSDP_METHOD = "fsdp"
 BASELINES = (BASELINE_METHOD, FSDP_METHOD)
+# References of the comments below (the module docstring's detail is in docs/internals/planning.md):
+# .. [MCoreVPP] NVIDIA megatron-core 0.16.1, ``megatron/core/parallel_state.py``,
+#    ``initialize_model_parallel``: a virtual pipeline size with
+#    ``pipeline_model_parallel_size`` 1 raises "pipeline-model-parallel size
+#    should be greater than 1 with interleaved schedule".
+
 # The fewest device groups P (pipeline ranks) an interleaved plan of ``plan`` has: Megatron-Core refuses virtual
 # stages on one pipeline rank [MCoreVPP]_, and on one group the chunks run one after the other, no pipeline at all.
 MIN_INTERLEAVED_GROUPS = 2
@@ -82,6 +67,13 @@ def megatron_baseline(problem: Problem, objective: str | None = None,
     Megatron-LM's with virtual stages: P groups (P >= 2, m a multiple of P),
     the same rule cutting the layers into P·v chunks, chunk c on group c mod P.
     ``sums`` (:class:`StageSums`) keeps the stage sums of :func:`value_floor`.
+
+    References
+    ----------
+    .. [MCoreMoE] NVIDIA Megatron-LM, ``megatron/core/transformer/moe/README.md``,
+       "MoE Parallel Folding" and the parallel-mapping guidance (EP x TP within
+       the NVLink domain, CP for long sequences); Liu et al., "MoE Parallel
+       Folding", arXiv:2504.14960, 2025.
     """
     found = megatron_baselines(problem, objective, variants, keep=1, sums=sums)
     return found[0] if found else None
@@ -202,6 +194,13 @@ def _megatron_axes(axes: Sequence[tuple[int, int, int]], d: int, tp: int, gpus_p
     cp divides d / tp; etp is 1 or tp; ep x etp divides d (the experts fold
     onto the stage's dp x tp x cp ranks); ep x tp is at most a node (the
     guide keeps EP x TP inside the NVLink domain).
+
+    References
+    ----------
+    .. [MCoreMoE] NVIDIA Megatron-LM, ``megatron/core/transformer/moe/README.md``,
+       "MoE Parallel Folding" and the parallel-mapping guidance (EP x TP within
+       the NVLink domain, CP for long sequences); Liu et al., "MoE Parallel
+       Folding", arXiv:2504.14960, 2025.
     """
     return [(cp, ep, etp) for cp, ep, etp in axes
             if (d // tp) % cp == 0 and etp in (1, tp) and d % (ep * etp) == 0 and (ep == 1 or ep * tp <= gpus_per_node)]
@@ -409,6 +408,12 @@ def fsdp_baseline(problem: Problem, objective: str | None = None) -> tuple[Plan,
     earlier in the order (cp, ep), variant. None when the problem has no
     ZeRO-3 variant (``variants`` restricted), dp does not divide the
     microbatch, or nothing fits.
+
+    References
+    ----------
+    .. [Titan] pytorch/torchtitan 0.3, ``distributed/parallel_dims.py``
+       (ep divides dp_shard x cp x tp: "EP borrows ranks from FSDP and TP") and
+       PR #3167 (expert tensor parallelism removed, so etp = 1).
     """
     objective = objective or problem.objective
     N, L = problem.num_devices, problem.num_layers

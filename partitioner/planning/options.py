@@ -88,18 +88,18 @@ class PlanOptions:
     gpus: int | None = None
     """GPUs the job uses (default: every GPU of the ``nodes``): all of the first nodes and part or all of the
     last (64 of a GB200 NVL72 rack's 72). With it, stage sizes inside a node follow the cluster preset's
-    ``stage_sizes`` (:func:`~partitioner.costs.build.job_cluster_fields`; DESIGN.md "2026-12-03: partial racks")."""
+    ``stage_sizes`` (:func:`~partitioner.costs.build.job_cluster_fields`; DESIGN.md "Partial racks")."""
 
     knob_solves: KnobSolves = "fast"
     """Which uniform knob settings ``method`` solves per screened microbatch count
     before each segment picks its own knobs (:func:`~partitioner.planning.refine_knobs`):
-    ``fast`` the first with a plan in :data:`~partitioner.planning.knobs.ESCALATION`
+    ``fast`` the first with a plan in :data:`~partitioner.planning.search.knobs.ESCALATION`
     order (ZeRO-1, then recompute, then ZeRO-3); ``all`` every setting, keeping the
     best (slower; better when a setting that adds time allows better cuts). It
     steers the screening only: the kept candidate is then solved exactly once with
-    every segment choosing its knobs inside the solve (:mod:`~partitioner.planning.exact`),
+    every segment choosing its knobs inside the solve (:mod:`~partitioner.planning.search.exact`),
     whichever is set. With a ``target``, ``all`` is what proves the target's space
-    (:mod:`~partitioner.planning.targets.solve`)."""
+    (:mod:`~partitioner.planning.search.target_solve`)."""
 
     schedules: bool = True
     """With ``simulate``, try every pipeline schedule and keep the plan with the
@@ -142,7 +142,7 @@ class PlanOptions:
     option ignore it (:func:`solver_options`)."""
 
     baseline: Any = None
-    """The user's recipe to compare with (:mod:`~partitioner.planning.recipe_baseline`): a
+    """The user's recipe to compare with (:mod:`~partitioner.planning.recipes.baseline`): a
     :class:`~partitioner.frameworks.recipe.Recipe`, the path of a recipe file (a Megatron-LM argument
     list, a Megatron-Bridge config, a torchtitan TOML), or ``"published"`` (the recipe shipped with the
     model preset, :mod:`partitioner.presets.recipes`). It is estimated on the same model, cluster, nodes

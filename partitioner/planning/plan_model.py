@@ -5,12 +5,12 @@
 cluster preset: it resolves the options once into a :class:`~.run.PlanRun`
 (:mod:`.run`: target rules, cost options, schedule keys, microbatch counts,
 deadline), then goes through five steps: screen the microbatch counts with the baselines
-and ``greedy`` (:mod:`.screening`); solve the most promising counts with the
+and ``greedy`` (:mod:`.search.screening`); solve the most promising counts with the
 method, each uniform knob setting and then each segment's own knobs
-(:mod:`.knob_solve`); pick the pipeline schedule by simulation
+(:mod:`.search.knob_solve`); pick the pipeline schedule by simulation
 (:mod:`.schedules.choice`); solve the kept candidate's whole problem exactly
 once, each segment choosing its knobs inside the solve, which makes the status
-``optimal`` over its m and schedule or says why not (:mod:`.exact`); and
+``optimal`` over its m and schedule or says why not (:mod:`.search.exact`); and
 assemble the result, never slower than the best baseline that fits
 (:mod:`.assemble`).
 """
@@ -30,18 +30,18 @@ from ..plan import Plan
 from ..presets import ClusterSpec, ModelSpec, Workload, load_cluster, load_model
 from ..problem import Problem, ProblemError
 from .assemble import assemble, best_baselines, no_plan
-from .axes_report import axis_alternatives
-from .context_report import context_report
-from .exact import DEFAULT_RUN_SECONDS, prove_kept, space_of
-from .knob_solve import solve_with_knobs
 from .options import PlanOptions, solver_options
-from .recipe_baseline import RecipeBaseline, estimate_baseline, keep_faster, read_baseline, with_recipe_axes
+from .recipes.baseline import RecipeBaseline, estimate_baseline, keep_faster, read_baseline, with_recipe_axes
 from .records import BaselineRun, KnobSolve, MicrobatchTrial, ScreenedCount, TargetSummary, finite
+from .reports.axes import axis_alternatives
+from .reports.context import context_report
 from .results import ModelPlan
 from .run import CostTables, PlanRun
 from .schedules.choice import choose_schedule
 from .schedules.report import ScheduleReport
-from .screening import Builders, counts_to_solve, screen_counts
+from .search.exact import DEFAULT_RUN_SECONDS, prove_kept, space_of
+from .search.knob_solve import solve_with_knobs
+from .search.screening import Builders, counts_to_solve, screen_counts
 from .targets.report import refused_summary, target_summary
 from .targets.rules import RULES, runs
 
@@ -210,7 +210,7 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
 
 def _target_seconds(clock: Deadline, left_targets: int) -> float:
     """The time limit of the next target's run: what the command's limit leaves over the targets left; without
-    one, what is left of the default run's first :data:`~.exact.DEFAULT_RUN_SECONDS` over them, at least
+    one, what is left of the default run's first :data:`~.search.exact.DEFAULT_RUN_SECONDS` over them, at least
     :data:`TARGET_MIN_SECONDS`."""
     if clock.limited:
         return max(clock.left() / left_targets, 1e-3)  # a spent limit still runs the target's one grace solve

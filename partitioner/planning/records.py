@@ -1,6 +1,6 @@
 """The records ``plan`` passes between its steps, and the result sections they become.
 
-Inside ``plan`` (:mod:`.plan_model` -> :mod:`.knob_solve` -> :mod:`.schedules.choice`):
+Inside ``plan`` (:mod:`.plan_model` -> :mod:`.search.knob_solve` -> :mod:`.schedules.choice`):
 
 * :class:`BaselineRun`: one baseline plan evaluated (and replayed) on the problem it was built on;
 * :class:`ScreenedCount`: a screened microbatch count m with its problems and 1F1B baselines;
@@ -85,7 +85,7 @@ class ScreenedCount:
 
 @dataclass(frozen=True)
 class KnobSolve:
-    """What :func:`~partitioner.planning.knob_solve.solve_with_knobs` kept for a problem.
+    """What :func:`~partitioner.planning.search.knob_solve.solve_with_knobs` kept for a problem.
 
     ``result`` carries the plan (or why there is none), ``sim`` its replay,
     ``iteration_ms`` the simulated iteration (or the estimate: ``iteration_source``);

@@ -18,8 +18,6 @@ from ..frameworks import ExportHints
 from ..plan import Evaluation, Plan, SolveResult, evaluate
 from ..problem import Problem
 from ..simulate.engine import ReplaySummary, replay_check
-from .axes_report import AxisAlternative
-from .context_report import CpStage
 from .records import (
     BaselineSummary,
     IterationSource,
@@ -31,6 +29,8 @@ from .records import (
     TargetSummary,
     Throughput,
 )
+from .reports.axes import AxisAlternative
+from .reports.context import CpStage
 from .schedules.report import ScheduleReport
 from .targets.memory import MemoryCounts
 

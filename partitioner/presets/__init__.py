@@ -9,14 +9,9 @@ one kind of GPU node. Both are read from YAML files (``models/*.yaml`` and
 from a Hugging Face ``config.json`` (:mod:`.hf`: 19 current VLM and LLM types).
 
 Every preset names the source of its numbers (paper or model card) in its
-``references`` and each module's ``source``. Parameter counts are computed
-from the shapes (:func:`module_params`), so a preset's published total
-checks its dimensions.
+``references`` and each module's ``source``.
 
-Errors in a file raise :class:`~partitioner.problem.ProblemError` naming
-the file and the field, like the problem loader; every door (YAML, Hugging
-Face ``config.json``, spec objects) runs the same checks (:mod:`.checks`,
-ranges in :mod:`partitioner.core.limits`).
+More (the detail of this module): ``docs/internals/presets.md``, section ``partitioner.presets``.
 """
 from __future__ import annotations
 

@@ -10,61 +10,9 @@ presets as ``modules[i].heads`` (:mod:`.files`), Hugging Face
 ``config.json`` files by their own keys, e.g.
 ``text_config.num_attention_heads`` (:mod:`.hf`), and spec objects given
 to the API as ``modules[i].heads`` (:func:`check_model`,
-:func:`check_cluster`). The ranges are the named constants of
-:mod:`partitioner.core.limits`, which says why each is what it is.
+:func:`check_cluster`).
 
-What is checked, per module kind (the fields :class:`~.spec.ModuleSpec`
-documents):
-
-* every integer field is an integer (not a bool) within its range
-  (:data:`FIELD_RANGES`), the flags are bools, the choices among theirs;
-  the lists of block indices (:data:`LAYER_LIST_FIELDS`) name distinct
-  blocks of the module; the export hints ``fqn`` hold lists of module names
-  (``pre``, ``post``) and name templates whose only field is ``{i}``
-  (``block``, ``mtp``) -- every field of :class:`~.spec.ModuleSpec` has a
-  check, so nothing unchecked reaches the arithmetic;
-* a transformer (``vit``, ``llm``, ``action_expert``, ``action_head``) has
-  positive ``layers``, ``hidden``, ``heads`` and ``ffn``; ``hidden`` is a
-  multiple of ``heads`` unless ``head_dim`` is given (Gemma's 16 heads of
-  256 on a 3072-wide model [1]_); ``kv_heads`` is at most ``heads`` and
-  divides them (grouped-query attention [2]_); ``heads x head_dim`` is at
-  most :data:`~partitioner.core.limits.MAX_WIDTH`;
-* mixture of experts: with ``experts`` > 0, ``top_k`` in 1..``experts``,
-  a positive ``moe_ffn``, and with ``expert_groups`` the experts split
-  evenly into the groups, ``group_top_k`` in 1..groups and the ``top_k``
-  experts fit in ``group_top_k`` groups; without experts none of these;
-* multi-head latent attention (``kv_lora_rank`` >= 1, an ``llm`` only):
-  ``head_dim``, ``rope_head_dim``, ``v_head_dim`` >= 1, ``kv_heads`` 0 or
-  ``heads``, no QK-norm, fused QKV or cross-attention, ``heads x
-  (head_dim + rope_head_dim)`` and ``heads x v_head_dim`` at most
-  :data:`~partitioner.core.limits.MAX_WIDTH`; without it, no MLA field;
-  multi-token prediction (``mtp_layers``) on an ``llm`` with its head;
-* a ``vit``'s patch is no larger than its image, its feature layer names
-  one of its blocks, a video clip holds whole temporal patches, and its
-  tokens per sample are at most :data:`~partitioner.core.limits.MAX_TOKENS`;
-* a ``projector`` has a positive input width, 1 to
-  :data:`~partitioner.core.limits.MAX_PROJECTOR_DEPTH` positive widths and
-  positive tokens; an ``llm`` a positive vocabulary; an action expert or
-  head positive tokens and action width (a head also a conditioning width);
-* a module has at most :data:`~partitioner.core.limits.MAX_PARAMS` parameters;
-* a model has 1 to :data:`~partitioner.core.limits.MAX_MODULES` modules with
-  unique names, at most one ``llm``, an action expert only beside an
-  ``llm`` of as many layers, 1 to
-  :data:`~partitioner.core.limits.MAX_TOKENS` tokens per sample in its
-  ``llm``, cross-attention layers in it only with the tokens they attend
-  to (``cross_tokens``), and DeepStack mergers only for as many ``llm`` layers;
-* a cluster has 1 to :data:`~partitioner.core.limits.MAX_GPUS_PER_NODE` GPUs per
-  node, 1 to :data:`~partitioner.core.limits.MAX_BYTES` bytes per GPU, a peak in
-  [:data:`~partitioner.core.limits.MIN_TFLOPS`,
-  :data:`~partitioner.core.limits.MAX_TFLOPS`] and bandwidths in
-  [:data:`~partitioner.core.limits.MIN_GBPS`, :data:`~partitioner.core.limits.MAX_GBPS`].
-
-References
-----------
-.. [1] Gemma Team, "Gemma: Open Models Based on Gemini Research and
-   Technology", arXiv:2403.08295 (2024), Table 1.
-.. [2] J. Ainslie et al., "GQA: Training Generalized Multi-Query Transformer
-   Models from Multi-Head Checkpoints", EMNLP 2023, arXiv:2305.13245.
+More (the detail of this module): ``docs/internals/presets.md``, section ``partitioner.presets.checks``.
 """
 from __future__ import annotations
 

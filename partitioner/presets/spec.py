@@ -6,14 +6,7 @@ kind of GPU node); :func:`module_params` and :func:`module_layer_params`
 count parameters from the shapes, so a preset's published total checks its
 dimensions. Pure data and arithmetic: no files.
 
-References
-----------
-.. [40] DeepSeek-AI, "DeepSeek-V2: A Strong, Economical, and Efficient
-   Mixture-of-Experts Language Model", arXiv:2405.04434 (2024), Section
-   2.1 (multi-head latent attention, Equations 9-19).
-.. [41] DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv:2412.19437
-   (2024), Section 2.1 (MLA, node-limited routing) and Section 2.2
-   (multi-token prediction).
+More (the detail of this module): ``docs/internals/presets.md``, section ``partitioner.presets.spec``.
 """
 from __future__ import annotations
 
@@ -127,6 +120,15 @@ class ModuleSpec:
     ``full_layers`` attend to ``window`` keys per query (a sliding window in
     a causal decoder, Gemma 2/3; non-overlapping windows of that many
     patches in a vision encoder, Qwen2.5-VL).
+
+    References
+    ----------
+    .. [40] DeepSeek-AI, "DeepSeek-V2: A Strong, Economical, and Efficient
+       Mixture-of-Experts Language Model", arXiv:2405.04434 (2024), Section
+       2.1 (multi-head latent attention, Equations 9-19).
+    .. [41] DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv:2412.19437
+       (2024), Section 2.1 (MLA, node-limited routing) and Section 2.2
+       (multi-token prediction).
     """
 
     name: str
@@ -359,7 +361,7 @@ class ClusterSpec:
     hbm_GBps: float | None = None  # HBM bandwidth per GPU (memory-bound kernels); None: not given
     peak_tflops_fp8: float | None = None  # dense FP8 tensor-core peak per GPU, where the GPU has one
     # the stage sizes allowed inside a node when a job uses part of the cluster (plan --gpus): the
-    # problem's cluster.stage_sizes (DESIGN.md "2026-12-03: partial racks"); None: rule 3's powers of two
+    # problem's cluster.stage_sizes (DESIGN.md "Partial racks"); None: rule 3's powers of two
     stage_sizes: tuple[int, ...] | None = None
     gpu: str = ""
     title: str = ""
@@ -430,7 +432,14 @@ def _expert_params(spec: ModuleSpec) -> int:
 
 def mla_down_params(spec: ModuleSpec) -> int:
     """Parameters of an MLA block's down-projections: ``hidden -> q_lora_rank`` (when it has one) and
-    ``hidden -> kv_lora_rank + rope_head_dim`` [40]_ (Megatron-Core holds them whole on every tensor-parallel rank)."""
+    ``hidden -> kv_lora_rank + rope_head_dim`` [40]_ (Megatron-Core holds them whole on every tensor-parallel rank).
+
+    References
+    ----------
+    .. [40] DeepSeek-AI, "DeepSeek-V2: A Strong, Economical, and Efficient
+       Mixture-of-Experts Language Model", arXiv:2405.04434 (2024), Section
+       2.1 (multi-head latent attention, Equations 9-19).
+    """
     bias = bool(spec.qkv_bias)
     q = _linear(spec.hidden, spec.q_lora_rank, bias) if spec.q_lora_rank else 0
     return q + _linear(spec.hidden, spec.kv_lora_rank + spec.rope_head_dim, bias)
@@ -439,7 +448,14 @@ def mla_down_params(spec: ModuleSpec) -> int:
 def _mla_attention_params(spec: ModuleSpec) -> int:
     """Multi-head latent attention [40]_: the down-projections, the latent norms, the up-projections
     (queries ``heads x qk_head_dim``; non-rotary keys and values ``heads x (head_dim + v_head_dim)``) and the
-    output projection ``heads x v_head_dim -> hidden`` (transformers' ``DeepseekV3Attention``)."""
+    output projection ``heads x v_head_dim -> hidden`` (transformers' ``DeepseekV3Attention``).
+
+    References
+    ----------
+    .. [40] DeepSeek-AI, "DeepSeek-V2: A Strong, Economical, and Efficient
+       Mixture-of-Experts Language Model", arXiv:2405.04434 (2024), Section
+       2.1 (multi-head latent attention, Equations 9-19).
+    """
     h, a, r_q, r_kv = spec.hidden, spec.heads, spec.q_lora_rank, spec.kv_lora_rank
     p = mla_down_params(spec) + _norm_params(spec, r_kv) + _linear(r_kv, a * (spec.d_head + spec.v_dim), False)
     if r_q:
@@ -507,6 +523,12 @@ def mtp_layer_params(spec: ModuleSpec, active: bool = False) -> int:
     norm before the shared output head; the embedding and the head are the
     model's (transformers' ``MtpLayer``, Megatron-Core's
     ``MultiTokenPredictionLayer``).
+
+    References
+    ----------
+    .. [41] DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv:2412.19437
+       (2024), Section 2.1 (MLA, node-limited routing) and Section 2.2
+       (multi-token prediction).
     """
     block = layer_active_params if active else layer_block_params
     return 3 * _norm_params(spec, spec.hidden) + _linear(2 * spec.hidden, spec.hidden, False) + block(spec, mtp_block_index(spec))

@@ -10,23 +10,9 @@ The formats are specified in ``DESIGN.md`` ("Problem format v1", "Problem
 format v2", "Schedules"). Version 2 adds *variants* to the cost keys
 (``dp2tp4/zero3``: a config is (dp, tp, variant)) and *segments*: in a
 version-2 problem each maximal run of same-``module`` layers inside a stage
-has its own config (:meth:`Problem.segments`). A version-1 problem keeps one
-config per stage, so no v1 answer changes. Everything a solver needs is a
-frozen dataclass here; nothing in this package knows about solvers, plans or
-the CLI.
+has its own config (:meth:`Problem.segments`).
 
-The package, one job a module (import everything from ``partitioner.problem``):
-
-* :mod:`.records`: the data model -- the constants, :class:`ProblemError`,
-  :class:`Layout`, :class:`LayerCost`, :class:`Layer`, :class:`Topology`,
-  :class:`Cluster`, :class:`Training`, :class:`StageBounds`, :class:`Problem`
-  (and its document, :meth:`Problem.to_dict`);
-* :mod:`.nodes`: a document value with its field path (``_Node``), its shape
-  and scalar checks, and the values spelled for messages;
-* :mod:`.parse`: the validating parser, document to :class:`Problem`
-  (:meth:`Problem.from_dict` runs it);
-* :mod:`.files`: :func:`load_problem`, :func:`as_problem`, :func:`dump_problem`;
-* :mod:`.workload`: :class:`ModelWorkload`, the typed reading of what the cost model wrote into ``meta``.
+More (the detail of this module): ``docs/internals/problem.md``, section ``partitioner.problem``.
 """
 from __future__ import annotations
 

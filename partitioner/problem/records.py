@@ -270,7 +270,7 @@ class Topology:
 
 @dataclass(frozen=True)
 class Cluster:
-    """The cluster a problem plans on (DESIGN.md, format v1, and "2026-12-03: partial racks").
+    """The cluster a problem plans on (DESIGN.md, format v1, and "Partial racks").
 
     ``stage_sizes`` (optional) lists the stage sizes allowed inside one node
     (each 1..``gpus_per_node``; ``gpus_per_node`` itself is always allowed), in

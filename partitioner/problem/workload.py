@@ -125,6 +125,11 @@ class ModelWorkload:
     precision : mapping or None
         The FP8 training the problem was costed with (``meta.precision``, as
         :func:`partitioner.costs.compute.precision.precision_summary` writes it; None under BF16).
+    microbatch_size : float
+        Samples per microbatch, the global batch over m (0 when unknown).
+    cost_options : mapping or None
+        The cost options the problem was built with (``meta.options``, as
+        :meth:`partitioner.costs.CostOptions.to_dict` writes them; None when absent).
 
     References
     ----------
@@ -142,6 +147,8 @@ class ModelWorkload:
     params: float = 0.0
     layers: tuple[LayerHint, ...] = ()
     precision: Mapping[str, Any] | None = None
+    microbatch_size: float = 0.0
+    cost_options: Mapping[str, Any] | None = None
 
     @classmethod
     def of(cls, meta: Mapping[str, Any] | None) -> "ModelWorkload":
@@ -161,7 +168,8 @@ class ModelWorkload:
                    model_flops_per_iteration=number("model_flops_per_iteration"),
                    forward_flops_per_sample=number("forward_flops_per_sample"),
                    peak_flops_per_gpu=number("peak_flops_per_gpu"), params=number("params"),
-                   layers=_layers(meta.get("layers")), precision=_mapping(meta.get("precision")))
+                   layers=_layers(meta.get("layers")), precision=_mapping(meta.get("precision")),
+                   microbatch_size=number("microbatch_size"), cost_options=_mapping(meta.get("options")))
 
     def tokens_per_iteration(self) -> float:
         """Language-model tokens of one iteration (0 when the batch is unknown)."""

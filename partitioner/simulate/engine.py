@@ -10,50 +10,9 @@ c mod P. The dependencies are those of pipeline parallelism:
 
 * F(c, j) after F(c-1, j)  (the activations arrive from the previous chunk);
 * B(c, j) after B(c+1, j)  (the gradients arrive from the next chunk); on the
-  last chunk B(c, j) after its own F(c, j);
-* W(c, j) after B(c, j).
+last chunk B(c, j) after its own F(c, j); * W(c, j) after B(c, j).
 
-Every device runs its ops one at a time in the fixed order of
-:func:`partitioner.plan.schedules.device_order` (1F1B, GPipe, forward, ZB-H1,
-Megatron-LM's interleaved 1F1B; the module documents each and its source),
-and an op starts as soon as its device is free and its dependency has ended
-(DESIGN.md, "1F1B simulator semantics"). The ``forward`` schedule is the flow
-shop of seed lesson 16 (``simulate_1f1b_execution``); B_c is ignored.
-
-Reported figures (per device, the timeline's rows):
-
-* makespan: the end of the last op;
-* bubble ratio: ``1 - sum busy / (P * makespan)``, the idle share of the P
-  devices (busy = m·sum(F + B) of the device's chunks; ``forward``: m·sum F);
-* peak in-flight microbatches: the most microbatches whose activations the
-  device holds at once, summed over its chunks. A microbatch is held on a
-  chunk from the start of its forward to the end of its backward (the B op;
-  under ``zb-h1`` the W's still pending are counted apart, as
-  ``peak_pending_weight_grads``). 1F1B and ZB-H1 give min(m, P-p), GPipe
-  m; ``forward`` frees nothing and also gives m (the flow shop models time,
-  not memory);
-* peak memory: the device's weights plus the largest held activations over
-  time, ``max_t sum_c held_c(t) * act_c``.
-
-For P equal stages the 1F1B and GPipe makespans are ``(m + P - 1)(F + B)``;
-ZB-H1's is ``m(F + B + W) + (P - 1)(F + B - W)`` when m >= P and W <= min(F, B)
-(here B is the input-gradient part); interleaved with equal chunks F/v, B/v gives
-``m(F + B) + (P - 1)(F + B)/v``. The tests check these closed forms and, on
-random times, the bounds that hold for every schedule.
-
-The event loop lives in :mod:`partitioner.simulate.timeline`; :func:`replay_check`
-(what ``plan`` and ``solve(validate=True)`` attach) takes the same figures
-from its op times without building the timeline.
-
-References
-----------
-.. [1] D. Narayanan et al., "PipeDream: generalized pipeline parallelism for
-   DNN training", SOSP 2019.
-.. [2] D. Narayanan et al., "Efficient large-scale language model training on
-   GPU clusters using Megatron-LM", SC 2021.
-.. [3] Y. Huang et al., "GPipe: efficient training of giant neural networks
-   using pipeline parallelism", NeurIPS 2019.
-.. [4] P. Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024.
+More (the detail of this module): ``docs/internals/simulate.md``, section ``partitioner.simulate.engine``.
 """
 from __future__ import annotations
 

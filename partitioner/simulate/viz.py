@@ -1,36 +1,17 @@
 """Pictures of a simulated iteration: a Gantt chart and a Chrome-trace JSON.
 
-* :func:`gantt` draws one row per stage (device group; stage 0 on top),
-  forwards, backwards and (``zb-h1``) weight-gradient ops in three colours
-  with the microbatch number in each box, idle time as the grey band behind
-  them, and the makespan and bubble in the title. Under ``interleaved`` a
-  device's v chunks are told apart by shade (its first chunk darkest) and
-  the legend names them. :func:`save_gantt` writes it as PNG, SVG or PDF
-  (by suffix).
-  A stage with several segments in different configs (format v2) has its
-  boxes split into sub-bars (:mod:`partitioner.simulate.breakdown`): the segments in
-  alternating shades of the op's colour, the reshards between them hatched,
-  in the order the op runs them (the backward reversed); its row label names
-  each segment's module and config.
-* :func:`chrome_trace` builds the Trace Event Format document [1]_ that
-  ``chrome://tracing`` and Perfetto (ui.perfetto.dev) open: one process
-  ``pipeline``, one thread (track) per stage named by ``thread_name``
-  metadata, every op a complete event (``ph: "X"``, ``ts``/``dur`` in
-  microseconds; category ``forward``, ``backward`` or ``weight-gradient``,
-  named ``F3``, ``B3``, ``W3``, with `` c5`` for chunk 5 under
-  ``interleaved``) and, per stage, a counter track (``ph: "C"``) of the memory
-  held (bytes; the held microbatch count when the simulation has no memory
-  figures). A stage with several segments (format v2) also has its segments
-  and reshards as complete events nested inside each op (category
-  ``segment`` / ``reshard``).
+* :func:`gantt` draws one row per stage (device group; stage 0 on top), forwards,
+backwards and (``zb-h1``) weight-gradient ops in three colours with the microbatch
+number in each box, idle time as the grey band behind them, and the makespan and
+bubble in the title. Under ``interleaved`` a device's v chunks are told apart by
+shade (its first chunk darkest) and the legend names them. :func:`save_gantt` writes
+it as PNG, SVG or PDF (by suffix). A stage with several segments in different
+configs (format v2) has its boxes split into sub-bars
+(:mod:`partitioner.simulate.breakdown`): the segments in alternating shades of the
+op's colour, the reshards between them hatched, in the order the op runs them (the
+backward reversed); its row label names each segment's module and config.
 
-matplotlib is used through :class:`matplotlib.figure.Figure` directly, so no
-pyplot state or interactive backend is touched.
-
-References
-----------
-.. [1] "Trace Event Format", Google (the JSON format read by chrome://tracing
-   and Perfetto), https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU
+More (the detail of this module): ``docs/internals/simulate.md``, section ``partitioner.simulate.viz``.
 """
 from __future__ import annotations
 

@@ -1,26 +1,16 @@
 """One entry point for every method: the registry, the request, the door and result assembly.
 
 Each method module registers (:func:`register`) a function ``(problem, request) -> Candidate``
-with its typed options record and its :class:`~.options.Capabilities`.
-:func:`solve` is the door: it checks the request once, before anything runs
--- the problem (a :class:`~partitioner.problem.Problem`, a dict or a path),
-the method, the objective, the options (built into the method's record,
-:func:`~.options.options_record`), the time limit (seconds or a
-:class:`~partitioner.core.deadline.Deadline`), the seed and the warm start --
-then the problem against the method's capabilities (schedule and objective,
-topology, format, tied weights: ``error`` saying why) and against the quick
-infeasibility proofs (:func:`~.feasibility.quick_infeasibility`:
-``infeasible`` with the reason). Only then does it dispatch; it times the
-method, re-evaluates the returned plan with :func:`partitioner.plan.evaluate`
-(so every reported value follows the contract, whatever the method computed
-internally) and builds the :class:`~partitioner.plan.SolveResult`.
+with its typed options record and its :class:`~.options.Capabilities`. :func:`solve` is the
+door: it checks the request once, before anything runs -- the problem (a
+:class:`~partitioner.problem.Problem`, a dict or a path), the method, the objective, the
+options (built into the method's record, :func:`~.options.options_record`), the time limit
+(seconds or a :class:`~partitioner.core.deadline.Deadline`), the seed and the warm start --
+then the problem against the method's capabilities (schedule and objective, topology, format,
+tied weights: ``error`` saying why) and against the quick infeasibility proofs
+(:func:`~.feasibility.quick_infeasibility`: ``infeasible`` with the reason).
 
-Quality under a limit: when an *exact* method (:data:`EXACT_METHODS`) is
-stopped by its time limit before it has a plan, :func:`solve` returns the
-``greedy`` plan as ``feasible``, with the method's bound if it proved one,
-and says so in the message and in ``extra["fallback"]``: an exact method cut
-short returns its best known plan, never nothing. Only time-outs are
-covered; any other error of a method is reported as it is.
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.base``.
 """
 from __future__ import annotations
 

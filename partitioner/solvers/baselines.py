@@ -10,15 +10,9 @@ heterogeneous meshes do: a layout of d devices gives P = N / d stages.
   layout: the best a tool without heterogeneous meshes can do.
 
 Each tries every layout that all layers support and whose stage count the
-problem allows, and returns the best. Neither claims ``optimal``: it is
-optimal only within its restricted family.
+problem allows, and returns the best.
 
-Format v2: both stay what Megatron-LM does -- one config for the whole model,
-so no stage has segments in different configs and no reshard is paid. A
-config is a layout with its variant (Megatron-LM's recompute and
-distributed-optimizer flags are global), so each tries every config all
-layers share, variants included, and keeps the best; ``balanced`` thereby
-picks the variant as well as the cuts.
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.baselines``.
 """
 from __future__ import annotations
 

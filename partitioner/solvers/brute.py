@@ -8,58 +8,7 @@ assignments are canonical "first use" labelings) and grouped by the link
 pattern they produce, since on the default cluster graph a plan's times
 depend on the placement only through which adjacent stages share a node.
 
-Configs (format v2, ``DESIGN.md`` "Problem format v2"): for every stage the
-search enumerates explicitly every tuple of per-segment configs
-(``itertools.product`` over each segment's configs: dp * tp = the stage
-size, tp <= gpus_per_node, the cost key present on every layer of the
-segment). A tuple costs
-
-    Σ (fwd_ms + bwd_ms) + 2 Σ r        memory Σ weight_bytes − tied + stash · Σ act_bytes
-
-with r the reshard between adjacent segments whose (dp, tp) differ
-(:func:`~partitioner.cluster.reshard.stage_reshard_ms`, paid in the forward and in
-the backward). r is computed for the canonical placement -- the stage's
-device ids grouped by node, ranks in id order -- which is exactly the form
-of the ``device_ids`` this solver emits, so :func:`~partitioner.plan.evaluate`
-sees the same r. A version-1 problem has one segment per stage, so this is
-v1's "one layout per stage". ``tied`` (format v3) is the ``tied_weight_bytes``
-of every layer whose ``tied_to`` layer is in the stage too
-(:func:`~partitioner.plan.evaluation.tied_bytes`).
-
-Why stage by stage: for a fixed cut, size sequence and placement, a stage's
-config tuple changes only its own compute-plus-reshard time and its own
-memory (the transfers x_p depend on out_bytes, sizes and links, not on
-configs), the stages' choices do not interact, and both objectives are
-non-decreasing in every stage time. So taking, for each stage, the fastest
-tuple that fits is optimal over the full product of all stages' tuples;
-ties go to the first tuple in config order (devices, tp, variant).
-
-Schedules: the stash in the memory check is the problem's schedule's
-(:func:`partitioner.plan.schedules.stash`; 1F1B and ZB-H1 min(m, P - p), GPipe
-m). Under ``zb-h1`` the iteration estimate grows with each stage's t - W
-and W separately, under ``gpipe`` with its F and B separately, so the
-search keeps every stage tuple that is Pareto-minimal in those two parts
-and tries their product instead of the fastest tuple alone. ``interleaved``
-searches the space of equal device groups with one mesh each
-(:mod:`.interleaved.brute`; the space is :mod:`.interleaved.space`'s).
-
-The oracle's own bound: before it starts, the search counts what it would
-enumerate (:func:`enumeration_work`, in closed form: binomials times a count
-of size sequences by dynamic programming for the cuts and sizes, and per
-distinct stage -- layers, size, stash -- the product of its segments' config
-counts), never by listing. It refuses a problem whose cut x size
-combinations exceed ``max_combinations`` (option, default 2,000,000: roughly
-12 layers on 16 GPUs), and one whose enumeration would take longer than its
-time limit (or, without one, than ``max_seconds``) at the rates
-:data:`COMBINATIONS_PER_SECOND` and :data:`ENTRIES_PER_SECOND`, which are
-upper bounds of its speed, so a refusal is never premature; the message
-gives the counts. Too large for brute is ``error`` (the problem is valid and
-other methods solve it; DESIGN.md, "Decisions"); a refusal because of the
-time limit is the limit's, so :func:`~partitioner.solvers.solve` answers the
-greedy plan as ``feasible``, as for the other exact methods. Cut short by
-its time limit mid-search (checked every :data:`CHECK_EVERY` config tuples),
-it returns its best plan so far as ``feasible``. The best plan is re-checked
-by :func:`~partitioner.plan.evaluate`.
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.brute``.
 """
 from __future__ import annotations
 

@@ -4,29 +4,14 @@ Lesson 16 gives the heavy first (vision) and last (action) stages fewer
 layers so every stage takes about as long. The rule here, for each stage
 count P the problem allows:
 
-1. **Work per layer** ``w_i``: the least device-milliseconds of layer i over
-   its layouts (``min_l devices(l) * (fwd + bwd)``), an estimate of its cost
-   independent of the mesh it ends up on.
-2. **Cuts**: contiguous balancing of the work into P stages -- the smallest
-   threshold T such that filling stages left to right, each up to T, needs
-   at most P stages (bisection over T), then the last stages are split until
-   there are exactly P.
-3. **Sizes**: every stage starts with 1 device; devices are then added one
-   allowed step at a time (1 -> 2 -> 4 -> ... -> G -> 2G -> ...) to the stage
-   whose estimated time ``work / devices`` is largest, as long as the step fits
-   in the devices left; the sizes must end up summing to N, otherwise this P
-   is skipped.
-4. **Configs**: each stage takes its fastest configs of that size that fit in
-   memory with its stash (1F1B and ZB-H1: ``min(m, P - p)``; GPipe: ``m``) -- one layout per stage in
-   format v1, one config per segment with the reshards between them in v2
-   (:meth:`~partitioner.solvers.tables.CostTables.best_stage`).
-5. **Placement**: first fit in stage order (adjacent small stages share nodes).
+1. **Work per layer** ``w_i``: the least device-milliseconds of layer i over its layouts (``min_l
+devices(l) * (fwd + bwd)``), an estimate of its cost independent of the mesh it ends up on. 2.
+**Cuts**: contiguous balancing of the work into P stages -- the smallest threshold T such that
+filling stages left to right, each up to T, needs at most P stages (bisection over T), then the last
+stages are split until there are exactly P. 3. **Sizes**: every stage starts with 1 device; devices
+are then added one allowed step at a time (1 -> 2 -> 4 -> ...
 
-Every P that yields a valid plan is evaluated and the best is returned, with
-status ``feasible`` (never ``optimal``: nothing is proven); under a time
-limit, the best of the stage counts tried before it ran out. When no P works,
-the result is ``infeasible`` with the reason the greedy plan failed --
-which does not prove the problem infeasible.
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.greedy``.
 """
 from __future__ import annotations
 
@@ -406,7 +391,7 @@ def grow_sizes(stage_work: list[float], allowed: tuple[int, ...], total: int) ->
 
 
 def packing_chain(cluster: Cluster) -> tuple[int, ...]:
-    """Allowed sizes that always pack on a partial rack (DESIGN.md "2026-12-03: partial racks"): whole-node
+    """Allowed sizes that always pack on a partial rack (DESIGN.md "Partial racks"): whole-node
     multiples, and in-node sizes forming a divisibility chain, each dividing the GPUs used on every node.
 
     Any sizes of this set that sum to the devices fill the nodes (divisible items into bins whose

@@ -10,12 +10,7 @@ value is one :class:`~partitioner.solvers.errors.SolverError` (a
 :class:`~partitioner.problem.ProblemError`) naming the option, before
 anything runs; a method's code reads typed, valid values and checks none.
 
-References
-----------
-.. [1] SciPy, ``scipy/optimize/_milp.py``: ``_milp_iv`` validates every
-   argument of ``milp`` before the solver is called.
-.. [2] NetworkX, ``networkx/algorithms/flow/maxflow.py``: ``maximum_flow``
-   checks its arguments and dispatches to the chosen ``flow_func``.
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.options``.
 """
 from __future__ import annotations
 
@@ -263,7 +258,7 @@ class Capabilities:
     exact : bool
         Whether it proves optimality (cut short by its time limit without a plan, it falls back to greedy).
     partial_racks : bool
-        Whether it plans clusters with ``stage_sizes`` or ``devices`` (DESIGN.md "2026-12-03: partial
+        Whether it plans clusters with ``stage_sizes`` or ``devices`` (DESIGN.md "Partial
         racks"): in-node sizes that need not divide the node and a partly used last node.
     """
 

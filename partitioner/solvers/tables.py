@@ -5,34 +5,14 @@ layers and needs ``sum(weight) + stash * sum(act)`` bytes; both come from
 prefix sums here. Memory is kept in exact integers so that every solver and
 :func:`partitioner.plan.evaluate` agree on what fits.
 
-Format v2 (:meth:`CostTables.best_stage`): a stage has one config per
-segment; its time is Σ (fwd + bwd) + 2 Σ r with r the reshard between
-adjacent segments whose (dp, tp) differ, at the canonical placement
+Format v2 (:meth:`CostTables.best_stage`): a stage has one config per segment;
+its time is Σ (fwd + bwd) + 2 Σ r with r the reshard between adjacent segments
+whose (dp, tp) differ, at the canonical placement
 (:func:`partitioner.cluster.reshard.stage_reshard_ms`), and its memory sums every
 segment's own entries, less the tied bytes of format v3 (a layer whose
 ``tied_to`` is in the stage too counts ``weight_bytes - tied_weight_bytes``).
-Memory couples the segments and reshards couple
-neighbours, so the fastest tuple that fits is found exactly by a pass over
-the segments keeping, per config of the last segment, the Pareto frontier
-of (time, memory) over the choices so far.
 
-Times are kept as *double-double* prefix sums: ``time_prefix`` (the plain
-float running sums) plus ``time_prefix_lo``, the exact rounding error of each
-running sum (Knuth's TwoSum [1]_), accumulated. A range sum is then the
-difference of two double-doubles, taken with TwoSum again
-(:func:`range_sum`), so it is accurate to about one rounding of the *range's*
-own sum, not of the prefix: a single huge layer no longer wipes out the
-small layers after it (the cancellation a plain prefix difference suffers).
-The input ranges of :mod:`partitioner.core.limits` keep every prefix
-below 2e14 ms, so the accumulated ``lo`` terms are themselves exact to far
-below the objective's relative tolerance.
-
-References
-----------
-.. [1] D. E. Knuth, *The Art of Computer Programming*, vol. 2, 3rd ed.,
-   section 4.2.2 (the exact sum ``a + b = s + e`` of two doubles).
-.. [2] T. Ogita, S. M. Rump and S. Oishi, "Accurate sum and dot product",
-   SIAM J. Sci. Comput. 26(6), 2005 (cascaded compensated summation).
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.tables``.
 """
 from __future__ import annotations
 

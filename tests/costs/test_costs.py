@@ -237,7 +237,7 @@ def test_tensor_parallel_starves_a_narrow_vit(options, slower, against_llm):
 
 def test_time_is_flops_over_peak_times_efficiency():
     # the matmul part alone (the memory-bound terms have their own tests; the attention core at the flash
-    # kernels' published rates too, tests/costs/test_attention.py: here it runs at the GEMM efficiency)
+    # kernels' published rates too, tests/costs/attention/test_flash.py: here it runs at the GEMM efficiency)
     opts = {"efficiency_max": 1.0, "gemm_half_width": 0.0, "gemm_half_tokens": 0.0, "grad_sync_overlap": 1.0,
             "memory_bound_ops": False, "attention_kernels": False}
     p = build_problem("llava-1.5-7b", "dgx-h100", nodes=1, global_batch=8, microbatches=8, options=opts)

@@ -13,9 +13,10 @@ from partitioner.plan import STATUSES, Status
 from partitioner.planning import ModelPlan, PlanOptions, PlanRun, run_plan
 from partitioner.planning.assemble import NO_FIT, no_plan
 from partitioner.planning.options import SCHEDULE_CHOICES, ScheduleChoice
-from partitioner.planning.records import BaselineSummary, MicrobatchTrial, MissingBaseline, Throughput
+from partitioner.planning.records import BaselineSummary, MicrobatchTrial, MissingBaseline, StageKnobs, Throughput
 from partitioner.planning.schedules.report import ScheduleReport
 from partitioner.problem import OBJECTIVES, SCHEDULES, Objective, ProblemError, Schedule
+from partitioner.simulate.engine import ReplaySummary
 
 CASE = dict(nodes=1, global_batch=32, microbatches=8, method="greedy")
 
@@ -103,9 +104,9 @@ def test_the_run_resolves_its_options_once():
 
 def test_the_steps_read_the_run_not_the_target():
     """The target is resolved in one place (:class:`PlanRun`); the steps after it never look it up again."""
-    import partitioner.planning.knob_solve as knob_solve
     import partitioner.planning.plan_model as plan_model_module
-    import partitioner.planning.screening as screening
+    import partitioner.planning.search.knob_solve as knob_solve
+    import partitioner.planning.search.screening as screening
 
     for module in (knob_solve, plan_model_module, screening):
         assert not hasattr(module, "rules_for"), module.__name__
@@ -124,6 +125,14 @@ def test_the_results_are_typed_fields_and_extra_is_their_json(planned):
                                "virtual_stages": planned.problem.training.virtual_stages}
     if isinstance(planned.baseline, BaselineSummary):
         assert planned.speedup == pytest.approx(planned.baseline.iteration_ms / planned.throughput.iteration_ms)
+
+
+def test_the_replay_and_the_knobs_are_typed_and_write_the_same_json(planned):
+    assert isinstance(planned.simulation, ReplaySummary)
+    assert planned.extra["simulation"] == planned.simulation.to_dict()
+    assert planned.knobs and all(isinstance(k, StageKnobs) for k in planned.knobs)
+    assert planned.to_dict()["knobs"] == [k.to_dict() for k in planned.knobs]
+    assert [k.stage for k in planned.knobs] == list(range(len(planned.plan.stages)))
 
 
 def test_the_json_keeps_the_result_format_order(planned):

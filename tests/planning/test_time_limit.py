@@ -21,7 +21,8 @@ import yaml
 
 from checks import cpu_seconds
 from partitioner.core.deadline import GRACE_SECONDS, Deadline
-from partitioner.planning import knob_solve, plan_model
+from partitioner.planning import plan_model
+from partitioner.planning.search import knob_solve
 from partitioner.problem import ProblemError
 from tests.conftest import ROOT, run_cli
 
@@ -137,7 +138,7 @@ def test_a_solve_cut_short_is_what_the_method_says_not_a_guess(timed_out):
     from dataclasses import replace
 
     from partitioner.planning import PlanOptions, PlanRun
-    from partitioner.planning.screening import Builders, screen_counts
+    from partitioner.planning.search.screening import Builders, screen_counts
     from partitioner.presets import load_cluster, load_model
 
     real = knob_solve.solve

@@ -13,9 +13,11 @@ import inspect
 import json
 import math
 import textwrap
+from pathlib import Path
 
 import pytest
 
+import partitioner.solvers
 from partitioner import ProblemError, load_problem, solve
 from partitioner.core.deadline import Deadline
 from partitioner.problem import Problem
@@ -188,3 +190,10 @@ def test_solve_takes_a_deadline_and_holds_it():
     assert late.status in ("feasible", "optimal", "error")
     with pytest.raises(ProblemError, match="time limit"):
         solve(toy, "dp", time_limit=-1.0)
+
+
+def test_no_method_repeats_the_door_s_topology_refusal():
+    """The refusal of a custom topology is stated once, in solve()'s capability check (solvers/base.py)."""
+    root = Path(inspect.getfile(partitioner.solvers)).parent
+    stating = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if "custom cluster topolog" in p.read_text())
+    assert stating == ["base.py"], f"the topology refusal is stated outside solve()'s door: {stating}"

@@ -1,4 +1,4 @@
-"""Partial racks (DESIGN.md "2026-12-03: partial racks"): ``cluster.stage_sizes`` and ``cluster.devices``.
+"""Partial racks (DESIGN.md "Partial racks"): ``cluster.stage_sizes`` and ``cluster.devices``.
 
 The fields' parsing and refusals, rules 2-4 as extended, the exact methods against ``brute`` on random
 small racks, the heuristics' plans re-checked by ``evaluate``, the refusals of the methods that do not

@@ -8,61 +8,7 @@ generation none was published for: the caller keeps its dense-GEMM rate);
 ms, forward or backward, at those rates, with the work a causal mask
 really costs (:func:`computed_pairs`). Pure functions.
 
-The measurements (FlashAttention-2 and -3 papers [11]_ [12]_; the same
-rows are in :mod:`benchmarks.calibration.published`, ``ATTENTION``, and a test keeps
-them equal) were taken at batch x sequence = 16k tokens and hidden 2048:
-the number of thread blocks (batch x heads x query tiles) is the same at
-every sequence length and fills the GPU, so what the sequence length
-changes is the length of each block's loop over key tiles, whose fixed
-prologue and epilogue (load Q, rescale and write O) it amortises.
-
-* **Non-causal attention** (vision encoders, a ring's off-diagonal
-  steps, windows) reads the non-causal curve at its *key-loop length*,
-  the keys each query attends to (``pairs / tokens``: the image for
-  per-image attention, the window), and computes each query's keys in
-  whole key tiles of :data:`FLASH_TILE` (:func:`computed_pairs`: a
-  64-patch window runs one 128-key tile, half of it masked).
-* **Causal attention** reads the measured causal curve at the length of
-  the causal block it runs: the kernel skips the key tiles above the
-  diagonal and computes the diagonal tiles whole [11]_ (Sec. 3.1.1), which
-  the causal curves include (they count the causal FLOPs, half of the
-  square). Under context parallelism with the load-balanced split each
-  rank runs one causal block over its local chunk ``c`` (the ring's
-  diagonal step) and its other pairs in ``cp - 1`` non-causal steps of
-  ``c x c/2`` (keys ``c/2`` or ``c``: read at ``3c/4``), so the chunk size
-  sets the kernels' lengths and the causal penalty falls to the diagonal
-  step (:func:`flash_attention_ms`). The causal curves are what the tile
-  count predicts: the non-causal rate at the mean key loop ``s/2`` over
-  ``1 + B/s`` computed pairs per counted pair gives the measured causal
-  rates within 7 % at head dims 64 and 128 from 2k on (15 % optimistic at
-  256, hence the measured curves).
-* **Curves.** Hopper (H100/H200/H800): FlashAttention-3's forward, head
-  dims 64, 128 and 256, causal and not [12]_ (Fig. 5); its backward at
-  head dim 128 [12]_ (Fig. 6, non-causal), other head dims scaled by
-  their forward's ratio to head dim 128's, a causal backward by the
-  forward's causal-to-non-causal ratio at the same length. Ampere (A100):
-  FlashAttention-2's forward + backward, head dims 64 and 128, causal and
-  not [11]_ (Fig. 4; no separate passes are printed), used for both
-  passes, so that a layer's forward plus backward is the measured time.
-  Blackwell (B200, GB200): no measurement in the table: Hopper's curves
-  as fractions of H100's peak, times the GPU's peak (an assumption).
-  Between measured points: linear in log2 of the length and of the head
-  dim; beyond 16k: the 16k value; below 512: ``r(k) = r_512 (k / (k +
-  k0)) / (512 / (512 + k0))`` with ``k0`` from the 512 and 1k points (a
-  fixed cost per query tile of ``k0`` keys' work, :func:`_short_keys`).
-* **Backward** runs ``flash_backward_factor`` (2.5) times the forward's
-  matmul FLOPs [11]_ at the backward curve's rate.
-
-References
-----------
-.. [11] T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism
-   and Work Partitioning", arXiv:2307.08691 (2023), Sec. 3.1.1 (causal
-   masking: blocks above the diagonal skipped, the diagonal block masked)
-   and Fig. 4 (A100 80GB SXM4, forward + backward, TFLOP/s).
-.. [12] J. Shah et al., "FlashAttention-3: Fast and Accurate Attention with
-   Asynchrony and Low-precision", arXiv:2407.08608 (2024), Fig. 5 (H100
-   80GB SXM5 forward, FP16, head dims 64/128/256, with and without the
-   causal mask) and Fig. 6 (backward, head dim 128): value labels as printed.
+More (the detail of this module): ``docs/internals/costs.md``, section ``partitioner.costs.attention.flash``.
 """
 from __future__ import annotations
 
@@ -82,7 +28,19 @@ __all__ = ["FLASH_TILE", "FLASH_KEYS", "HOPPER_FWD", "HOPPER_FWD_CAUSAL", "HOPPE
 
 FLASH_TILE = 128
 """Query and key rows per tile of the FlashAttention-2/3 kernels (``kBlockM``; ``kBlockN`` is 64-176 by head
-dim), the granularity of a mask's edge [11]_ [12]_."""
+dim), the granularity of a mask's edge [11]_ [12]_.
+
+References
+----------
+.. [11] T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism
+   and Work Partitioning", arXiv:2307.08691 (2023), Sec. 3.1.1 (causal
+   masking: blocks above the diagonal skipped, the diagonal block masked)
+   and Fig. 4 (A100 80GB SXM4, forward + backward, TFLOP/s).
+.. [12] J. Shah et al., "FlashAttention-3: Fast and Accurate Attention with
+   Asynchrony and Low-precision", arXiv:2407.08608 (2024), Fig. 5 (H100
+   80GB SXM5 forward, FP16, head dims 64/128/256, with and without the
+   causal mask) and Fig. 6 (backward, head dim 128): value labels as printed.
+"""
 
 FLASH_KEYS = (512, 1024, 2048, 4096, 8192, 16384)
 """The sequence lengths of the published curves (batch x sequence = 16k tokens)."""
@@ -94,29 +52,69 @@ HOPPER_FWD: Curves = {
     128: (467, 565, 625, 638, 646, 648),
     256: (482, None, 707, 736, 746, 756),  # the 1k label is hidden in the figure
 }
-"""FlashAttention-3 forward, non-causal, TFLOP/s on H100 SXM5 by head dim [12]_ (Fig. 5)."""
+"""FlashAttention-3 forward, non-causal, TFLOP/s on H100 SXM5 by head dim [12]_ (Fig. 5).
+
+References
+----------
+.. [12] J. Shah et al., "FlashAttention-3: Fast and Accurate Attention with
+   Asynchrony and Low-precision", arXiv:2407.08608 (2024), Fig. 5 (H100
+   80GB SXM5 forward, FP16, head dims 64/128/256, with and without the
+   causal mask) and Fig. 6 (backward, head dim 128): value labels as printed.
+"""
 
 HOPPER_FWD_CAUSAL: Curves = {
     64: (197, 265, 371, 420, 460, 473),
     128: (292, 423, 521, 579, 602, 616),
     256: (286, 427, 537, 612, 628, 642),
 }
-"""FlashAttention-3 forward, causal (causal FLOPs counted), TFLOP/s on H100 SXM5 by head dim [12]_ (Fig. 5)."""
+"""FlashAttention-3 forward, causal (causal FLOPs counted), TFLOP/s on H100 SXM5 by head dim [12]_ (Fig. 5).
+
+References
+----------
+.. [12] J. Shah et al., "FlashAttention-3: Fast and Accurate Attention with
+   Asynchrony and Low-precision", arXiv:2407.08608 (2024), Fig. 5 (H100
+   80GB SXM5 forward, FP16, head dims 64/128/256, with and without the
+   causal mask) and Fig. 6 (backward, head dim 128): value labels as printed.
+"""
 
 HOPPER_BWD_128: tuple[float, ...] = (316, 424, 501, 542, 559, 561)
-"""FlashAttention-3 backward, non-causal, head dim 128, TFLOP/s on H100 SXM5 [12]_ (Fig. 6)."""
+"""FlashAttention-3 backward, non-causal, head dim 128, TFLOP/s on H100 SXM5 [12]_ (Fig. 6).
+
+References
+----------
+.. [12] J. Shah et al., "FlashAttention-3: Fast and Accurate Attention with
+   Asynchrony and Low-precision", arXiv:2407.08608 (2024), Fig. 5 (H100
+   80GB SXM5 forward, FP16, head dims 64/128/256, with and without the
+   causal mask) and Fig. 6 (backward, head dim 128): value labels as printed.
+"""
 
 AMPERE_FWD_BWD: Curves = {
     64: (132, 153, 162, 171, 175, 176),
     128: (None, 173, 187, 196, 201, 203),  # the 512 label is hidden in the figure
 }
-"""FlashAttention-2 forward + backward, non-causal, TFLOP/s on A100 80GB SXM4 by head dim [11]_ (Fig. 4)."""
+"""FlashAttention-2 forward + backward, non-causal, TFLOP/s on A100 80GB SXM4 by head dim [11]_ (Fig. 4).
+
+References
+----------
+.. [11] T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism
+   and Work Partitioning", arXiv:2307.08691 (2023), Sec. 3.1.1 (causal
+   masking: blocks above the diagonal skipped, the diagonal block masked)
+   and Fig. 4 (A100 80GB SXM4, forward + backward, TFLOP/s).
+"""
 
 AMPERE_FWD_BWD_CAUSAL: Curves = {
     64: (88, 119, 140, 156, 165, 171),
     128: (99, 133, 155, 173, 182, 189),
 }
-"""FlashAttention-2 forward + backward, causal, TFLOP/s on A100 80GB SXM4 by head dim [11]_ (Fig. 4)."""
+"""FlashAttention-2 forward + backward, causal, TFLOP/s on A100 80GB SXM4 by head dim [11]_ (Fig. 4).
+
+References
+----------
+.. [11] T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism
+   and Work Partitioning", arXiv:2307.08691 (2023), Sec. 3.1.1 (causal
+   masking: blocks above the diagonal skipped, the diagonal block masked)
+   and Fig. 4 (A100 80GB SXM4, forward + backward, TFLOP/s).
+"""
 
 H100_PEAK = 989.4
 """H100 SXM5 dense BF16 peak (TFLOP/s), the denominator of Hopper's curves as fractions of peak."""
@@ -213,7 +211,15 @@ def key_loop(piece: "Piece") -> float:
 
 def computed_pairs(piece: "Piece") -> float:
     """Query-key pairs a non-causal flash kernel computes per head and sample: each query's keys rounded up to
-    whole key tiles of :data:`FLASH_TILE` [11]_ (a 64-patch window runs one 128-key tile, half of it masked)."""
+    whole key tiles of :data:`FLASH_TILE` [11]_ (a 64-patch window runs one 128-key tile, half of it masked).
+
+    References
+    ----------
+    .. [11] T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism
+       and Work Partitioning", arXiv:2307.08691 (2023), Sec. 3.1.1 (causal
+       masking: blocks above the diagonal skipped, the diagonal block masked)
+       and Fig. 4 (A100 80GB SXM4, forward + backward, TFLOP/s).
+    """
     keys = key_loop(piece)
     if keys <= 0:
         return 0.0

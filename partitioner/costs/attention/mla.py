@@ -11,80 +11,7 @@ held and run whole on every rank). :mod:`~partitioner.costs.layers`, :mod:`~part
 :mod:`~partitioner.costs.memory.activations` and :mod:`~partitioner.costs.memory.traffic` call these for MLA blocks only; every
 other block is costed as before.
 
-Shapes (``h`` hidden, ``a`` heads, ``d_n`` = ``head_dim`` the non-rotary
-query/key width, ``d_r`` = ``rope_head_dim``, ``d_qk = d_n + d_r``,
-``d_v`` = ``v_head_dim``, ``r_q`` = ``q_lora_rank`` (0: none), ``r_kv`` =
-``kv_lora_rank``) [40]_ Equations 9-19, [41]_ Section 2.1.1:
-
-==========================  ==================================  ====================
-matmul                      multiply-adds per token             tensor parallelism
-==========================  ==================================  ====================
-query down (``r_q`` > 0)    ``h r_q``                           replicated [42]_
-key/value down + rope key   ``h (r_kv + d_r)``                  replicated [42]_
-query up (or the plain      ``r_q a d_qk`` (``h a d_qk``)       column-split
-query projection)
-key/value up                ``r_kv a (d_n + d_v)``              column-split
-output                      ``a d_v h``                         row-split
-==========================  ==================================  ====================
-
-Training runs the up-projections explicitly: every head's key and value
-are materialised and the attention core is an ordinary one with query/key
-heads of ``d_qk`` and value heads of ``d_v`` (``2 a (d_qk + d_v)`` FLOPs
-per query-key pair). Absorbing the key up-projection into the query and
-the value up-projection into the output (attention over the cached
-latent) is an inference trick for decoding [40]_ Section 2.1.2; Megatron-
-Core uses it only with ``cache_mla_latents`` at inference, which it
-refuses in training [42]_.
-
-Tensor parallelism (Megatron-Core 0.16 ``MLASelfAttention`` with
-Transformer Engine [42]_): the down-projections are ``TELinear`` in
-``duplicated`` mode -- whole on every rank. With sequence parallelism they
-read the rank's ``s / t`` tokens (their FLOPs split like the rest) and
-their weight gradients are all-reduced over the tensor-parallel group
-once per iteration (``finalize_model_grads``: the parameters are marked
-``sequence_parallel``); without it every rank runs them over all tokens.
-The query/key-value up-projections are column-split (heads / t), the
-output projection row-split. The collectives: the latents (``r_q`` or
-``h``, ``r_kv`` and the shared rotary key ``d_r``) are all-gathered into
-the up-projections instead of the ``h``-wide hidden state, and the output
-is reduced as in any block -- per direction on average ``(L + h) / 2``
-elements per token with ``L = (r_q or h) + r_kv + d_r``
-(:func:`mla_tp_comm_width`).
-
-Activations kept for backward (bf16; ``/ p`` where sequence parallelism
-shards): the latents each enter a norm and an up-projection, so the norm's
-input and output are kept -- ``2 x 2 s b r_q / p`` and ``2 x 2 s b r_kv / p``
-(``q_latent``, ``kv_latent``; 3x per kept input with an unfused RMSNorm).
-Q and K are ``a d_qk`` wide per token, V and the output projection's input
-``a d_v`` (:mod:`~partitioner.costs.memory.activations` takes these widths from the shape). The
-rotary parts need nothing kept (cos and sin are recomputed), and Megatron's
-fused MLA RoPE kernels write the query, key and value as new tensors, so
-the up-projections' outputs are freed.
-
-Context parallelism: Transformer Engine runs attention with ``d_qk != d_v``
-only with the ring (``p2p``, or the hierarchical ``a2a+p2p``): its
-dispatcher asserts ``not enable_mla or cp_comm_type in ["p2p",
-"a2a+p2p"]`` [21]_. The ring sends every head's key and value
-(``a (d_qk + d_v)`` per token, :func:`cp_head_dim`), not the latent.
-
-References
-----------
-.. [40] DeepSeek-AI, "DeepSeek-V2: A Strong, Economical, and Efficient
-   Mixture-of-Experts Language Model", arXiv:2405.04434 (2024), Section
-   2.1 (Equations 9-19; Section 2.1.2: the absorbed form at inference).
-.. [41] DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv:2412.19437
-   (2024), Section 2.1.1 and Table 1 (the dimensions).
-.. [42] NVIDIA Megatron-Core 0.16.1, ``megatron/core/transformer/
-   multi_latent_attention.py`` (``MLASelfAttention``: ``linear_q_down_proj``
-   and ``linear_kv_down_proj`` built with ``parallel_mode='duplicated'``,
-   the latents gathered before the up-projections, ``fused_apply_mla_rope_
-   for_q`` / ``_for_kv``), ``extensions/transformer_engine.py``
-   (``TELinear``: duplicated weights marked ``sequence_parallel``) and
-   ``distributed/finalize_model_grads.py`` (their gradients all-reduced over
-   the tensor-parallel group); ``transformer/transformer_config.py``
-   (``cache_mla_latents`` conflicts with training).
-.. [21] NVIDIA Transformer Engine, ``pytorch/attention/dot_product_attention/
-   context_parallel.py`` (``attn_forward_func_with_cp``).
+More (the detail of this module): ``docs/internals/costs.md``, section ``partitioner.costs.attention.mla``.
 """
 from __future__ import annotations
 
@@ -98,6 +25,10 @@ __all__ = ["MlaShape", "MlaGemms", "mla_shape", "mla_gemms", "mla_attn_flops", "
            "mla_tp_comm_width", "mla_replicated", "replicated_grad_sync_ms", "cp_head_dim", "MLA_CP_ALGORITHMS"]
 
 BF16 = 2.0  # bytes per bf16 element
+# References of the comments below (the module docstring's detail is in docs/internals/costs.md):
+# .. [21] NVIDIA Transformer Engine, ``pytorch/attention/dot_product_attention/
+#    context_parallel.py`` (``attn_forward_func_with_cp``).
+
 MLA_CP_ALGORITHMS = ("p2p",)  # Transformer Engine's context-parallel algorithms that take d_qk != d_v [21]_
 
 
@@ -136,7 +67,14 @@ def mla_shape(spec: ModuleSpec) -> MlaShape | None:
 
 
 def mla_gemms(spec: ModuleSpec) -> MlaGemms:
-    """The per-token multiply-adds of ``spec``'s MLA attention (module docstring table) [40]_."""
+    """The per-token multiply-adds of ``spec``'s MLA attention (module docstring table) [40]_.
+
+    References
+    ----------
+    .. [40] DeepSeek-AI, "DeepSeek-V2: A Strong, Economical, and Efficient
+       Mixture-of-Experts Language Model", arXiv:2405.04434 (2024), Section
+       2.1 (Equations 9-19; Section 2.1.2: the absorbed form at inference).
+    """
     h, a, r_q, r_kv = spec.hidden, spec.heads, spec.q_lora_rank, spec.kv_lora_rank
     d_qk, d_v = spec.qk_head_dim, spec.v_dim
     kv_down = float(h * (r_kv + spec.rope_head_dim))
@@ -153,7 +91,20 @@ def mla_attn_flops(spec: ModuleSpec, pairs: float) -> float:
 
 
 def mla_replicated(spec: ModuleSpec, tokens: float) -> tuple[int, float]:
-    """(parameters, forward FLOPs over ``tokens``) of the down-projections every tensor-parallel rank holds whole [42]_."""
+    """(parameters, forward FLOPs over ``tokens``) of the down-projections every tensor-parallel rank holds whole [42]_.
+
+    References
+    ----------
+    .. [42] NVIDIA Megatron-Core 0.16.1, ``megatron/core/transformer/
+       multi_latent_attention.py`` (``MLASelfAttention``: ``linear_q_down_proj``
+       and ``linear_kv_down_proj`` built with ``parallel_mode='duplicated'``,
+       the latents gathered before the up-projections, ``fused_apply_mla_rope_
+       for_q`` / ``_for_kv``), ``extensions/transformer_engine.py``
+       (``TELinear``: duplicated weights marked ``sequence_parallel``) and
+       ``distributed/finalize_model_grads.py`` (their gradients all-reduced over
+       the tensor-parallel group); ``transformer/transformer_config.py``
+       (``cache_mla_latents`` conflicts with training).
+    """
     return mla_down_params(spec), 2.0 * tokens * mla_gemms(spec).down
 
 
@@ -165,6 +116,18 @@ def replicated_grad_sync_ms(params: float, tp: int, cluster: ClusterSpec, opts: 
     all-reduces those gradients over the tp group (``finalize_model_grads``,
     parameters marked ``sequence_parallel``) [42]_; without it every rank
     computed the whole gradient and nothing is sent.
+
+    References
+    ----------
+    .. [42] NVIDIA Megatron-Core 0.16.1, ``megatron/core/transformer/
+       multi_latent_attention.py`` (``MLASelfAttention``: ``linear_q_down_proj``
+       and ``linear_kv_down_proj`` built with ``parallel_mode='duplicated'``,
+       the latents gathered before the up-projections, ``fused_apply_mla_rope_
+       for_q`` / ``_for_kv``), ``extensions/transformer_engine.py``
+       (``TELinear``: duplicated weights marked ``sequence_parallel``) and
+       ``distributed/finalize_model_grads.py`` (their gradients all-reduced over
+       the tensor-parallel group); ``transformer/transformer_config.py``
+       (``cache_mla_latents`` conflicts with training).
     """
     if not opts.sequence_parallel or tp <= 1 or params <= 0:
         return 0.0
@@ -177,6 +140,18 @@ def mla_tp_comm_width(spec: ModuleSpec) -> float:
     Forward: the latents ``L = (r_q or h) + r_kv + d_r`` all-gathered into
     the up-projections, the output's ``h`` reduced; backward the reverse.
     As a width comparable to a block's ``h`` per all-reduce: ``(L + h) / 2``.
+
+    References
+    ----------
+    .. [42] NVIDIA Megatron-Core 0.16.1, ``megatron/core/transformer/
+       multi_latent_attention.py`` (``MLASelfAttention``: ``linear_q_down_proj``
+       and ``linear_kv_down_proj`` built with ``parallel_mode='duplicated'``,
+       the latents gathered before the up-projections, ``fused_apply_mla_rope_
+       for_q`` / ``_for_kv``), ``extensions/transformer_engine.py``
+       (``TELinear``: duplicated weights marked ``sequence_parallel``) and
+       ``distributed/finalize_model_grads.py`` (their gradients all-reduced over
+       the tensor-parallel group); ``transformer/transformer_config.py``
+       (``cache_mla_latents`` conflicts with training).
     """
     latent = (spec.q_lora_rank or spec.hidden) + spec.kv_lora_rank + spec.rope_head_dim
     return (latent + spec.hidden) / 2.0

@@ -3,49 +3,13 @@
 Contract: pure functions of a layer's shapes and a config's degrees.
 
 * **what a layer allows** -- :func:`cp_algorithms` (a sliding-window or
-  chunked layer cannot run the ring [21]_; a cross-attention layer none:
-  its keys come from another sequence), :func:`cp_problem` (why a cp
-  degree does not fit a layer: the sequence must split into 2 cp chunks
-  with load balancing [20]_; Ulysses needs the heads per tensor-parallel
-  rank divisible by cp [21]_).
-* **work** -- :func:`causal_load_factor` (the busiest rank's query-key
-  pairs over the mean: ``2 - 1/C`` for contiguous chunks, 1 with the 2C-
-  chunk head-tail split), :func:`shard_piece` (a pipeline layer's piece on
-  one of C ranks: tokens, matmuls and activations / C, the attention core
-  x load factor / C).
-* **traffic per rank and layer** -- :func:`kv_bytes` (the local K and V),
-  :func:`ring_bytes` (KV sent C-1 times forward, 2(C-1) backward [21]_),
-  :func:`ulysses_bytes` (four all-to-alls of Q, K, V and O: ``(C-1)/C *
-  4 N h / C`` bytes with ``N`` tokens, MHA; DeepSpeed's "4Nh/P" [22]_),
-  :func:`allgather_bytes` (KV all-gathered forward; backward gathers it
-  again and reduce-scatters its gradient).
-* **time** -- :func:`cp_attention_ms`, the exposed forward and backward
-  time of one layer's context-parallel attention traffic: the ring
-  overlaps each step's send with that step's blockwise attention (exposed
-  only where a send outlasts its step; hidden when the local chunk ``c``
-  satisfies ``c >= 2 (G/H) F / B`` [derived in the research note]; the
-  backward's last dKV send after the last step, :func:`ring_exposed_ms`);
-  the all-gather and the all-to-alls are exposed.
+chunked layer cannot run the ring [21]; a cross-attention layer none: its
+keys come from another sequence), :func:`cp_problem` (why a cp degree does
+not fit a layer: the sequence must split into 2 cp chunks with load
+balancing [20]; Ulysses needs the heads per tensor-parallel rank
+divisible by cp [21]).
 
-Dense-gradient sync over ``D x C`` ranks (CP ranks ride on the data-parallel
-gradient group [20]_) is :func:`dense_sync_ranks`.
-
-References
-----------
-.. [20] NVIDIA Megatron-LM: ``megatron/core/utils.py``
-   (``get_batch_on_this_cp_rank``), ``megatron/training/arguments.py``
-   (``seq_length % (2 * context_parallel_size) == 0``),
-   ``megatron/core/parallel_state.py`` (the ``dp_cp`` gradient group), and
-   ``docs/user-guide/features/context_parallel.md``.
-.. [21] NVIDIA Transformer Engine, ``context_parallel.py``:
-   ``AttnFuncWithCPAndKVP2P`` (cp-1 KV sends forward; KV, KV+dKV and dKV
-   backward), ``AttnFuncWithCPAndKVAllGather``, ``AttnFuncWithCPAndQKVOA2A``
-   (asserts heads divisible by cp), and ``assert not sliding_window_attn or
-   cp_comm_type in ["a2a", "all_gather"]``.
-.. [22] S. A. Jacobs et al., "DeepSpeed Ulysses", arXiv:2309.14509 (2023),
-   Section 3: communication volume per link 4Nh/P.
-.. [26] H. Liu, M. Zaharia, P. Abbeel, "Ring Attention with Blockwise
-   Transformers for Near-Infinite Context", arXiv:2310.01889 (2023).
+The detail, and the references cited above: ``docs/internals/costs.md``, section ``partitioner.costs.axes.context``.
 """
 from __future__ import annotations
 
@@ -82,6 +46,14 @@ def cp_algorithms(*, windowed: bool = False, cross: bool = False, mla: bool = Fa
     attention (key and value heads of different widths) runs only the ring
     (Transformer Engine asserts ``cp_comm_type in ["p2p", "a2a+p2p"]`` for
     it [21]_; :mod:`..attention.mla`).
+
+    References
+    ----------
+    .. [21] NVIDIA Transformer Engine, ``context_parallel.py``:
+       ``AttnFuncWithCPAndKVP2P`` (cp-1 KV sends forward; KV, KV+dKV and dKV
+       backward), ``AttnFuncWithCPAndKVAllGather``, ``AttnFuncWithCPAndQKVOA2A``
+       (asserts heads divisible by cp), and ``assert not sliding_window_attn or
+       cp_comm_type in ["a2a", "all_gather"]``.
     """
     if cross:
         return ()
@@ -104,6 +76,19 @@ def cp_problem(cp: int, tokens: int, heads: int, kv_heads: int, tp: int, algorit
     (``cp`` without) [20]_; Ulysses (``a2a``) moves whole heads, so the
     query and key/value heads on a tensor-parallel rank must divide by
     ``cp`` [21]_.
+
+    References
+    ----------
+    .. [20] NVIDIA Megatron-LM: ``megatron/core/utils.py``
+       (``get_batch_on_this_cp_rank``), ``megatron/training/arguments.py``
+       (``seq_length % (2 * context_parallel_size) == 0``),
+       ``megatron/core/parallel_state.py`` (the ``dp_cp`` gradient group), and
+       ``docs/user-guide/features/context_parallel.md``.
+    .. [21] NVIDIA Transformer Engine, ``context_parallel.py``:
+       ``AttnFuncWithCPAndKVP2P`` (cp-1 KV sends forward; KV, KV+dKV and dKV
+       backward), ``AttnFuncWithCPAndKVAllGather``, ``AttnFuncWithCPAndQKVOA2A``
+       (asserts heads divisible by cp), and ``assert not sliding_window_attn or
+       cp_comm_type in ["a2a", "all_gather"]``.
     """
     if cp == 1:
         return None
@@ -126,6 +111,14 @@ def causal_load_factor(cp: int, balanced: bool, chunk_tokens: float | None = Non
     ``2 - 1/cp`` for long chunks (``chunk_tokens=None``). With 2 cp chunks
     of ``u = c/2``, rank i holding chunks i and 2cp-1-i computes ``u^2
     (2cp-1) + u(u+1)`` pairs whatever i: factor 1 [20]_.
+
+    References
+    ----------
+    .. [20] NVIDIA Megatron-LM: ``megatron/core/utils.py``
+       (``get_batch_on_this_cp_rank``), ``megatron/training/arguments.py``
+       (``seq_length % (2 * context_parallel_size) == 0``),
+       ``megatron/core/parallel_state.py`` (the ``dp_cp`` gradient group), and
+       ``docs/user-guide/features/context_parallel.md``.
     """
     if cp <= 1 or balanced:
         return 1.0
@@ -145,6 +138,14 @@ def ring_bytes(cp: int, kv: float) -> tuple[float, float]:
 
     Backward sends KV at the first step, KV and dKV at the middle steps and
     dKV at the last: ``1 + 2 (cp-2) + 1 = 2 (cp-1)`` KV-sized messages.
+
+    References
+    ----------
+    .. [21] NVIDIA Transformer Engine, ``context_parallel.py``:
+       ``AttnFuncWithCPAndKVP2P`` (cp-1 KV sends forward; KV, KV+dKV and dKV
+       backward), ``AttnFuncWithCPAndKVAllGather``, ``AttnFuncWithCPAndQKVOA2A``
+       (asserts heads divisible by cp), and ``assert not sliding_window_attn or
+       cp_comm_type in ["a2a", "all_gather"]``.
     """
     if cp <= 1:
         return 0.0, 0.0
@@ -160,6 +161,11 @@ def ulysses_bytes(cp: int, chunk_tokens: float, samples: float, heads: int, kv_h
     dO, then dQ, dK, dV: the same volume. With ``kv_heads = heads`` and
     ``heads x head_dim = h`` this is ``(cp-1)/cp x 4 c b h / t`` elements,
     DeepSpeed's ``4 N h / P`` for ``N = c b cp`` tokens and ``P = cp``.
+
+    References
+    ----------
+    .. [22] S. A. Jacobs et al., "DeepSpeed Ulysses", arXiv:2309.14509 (2023),
+       Section 3: communication volume per link 4Nh/P.
     """
     if cp <= 1:
         return 0.0, 0.0
@@ -175,6 +181,14 @@ def allgather_bytes(cp: int, kv: float) -> tuple[float, float]:
     Forward all-gathers KV. The backward keeps only the local chunk (the
     memory the all-gather saves [20]_), so it gathers KV again and
     reduce-scatters dKV.
+
+    References
+    ----------
+    .. [20] NVIDIA Megatron-LM: ``megatron/core/utils.py``
+       (``get_batch_on_this_cp_rank``), ``megatron/training/arguments.py``
+       (``seq_length % (2 * context_parallel_size) == 0``),
+       ``megatron/core/parallel_state.py`` (the ``dp_cp`` gradient group), and
+       ``docs/user-guide/features/context_parallel.md``.
     """
     if cp <= 1:
         return 0.0, 0.0
@@ -195,6 +209,11 @@ def cp_attention_ms(algorithm: str, cp: int, span: GroupSpan, *, kv: float, ulys
     forward, an all-gather and a reduce-scatter backward, exposed.
     ``a2a``: Q, K, V and O all-to-alls (``ulysses``: the bytes each rank
     sends, forward and backward) over the group, exposed.
+
+    References
+    ----------
+    .. [26] H. Liu, M. Zaharia, P. Abbeel, "Ring Attention with Blockwise
+       Transformers for Near-Infinite Context", arXiv:2310.01889 (2023).
     """
     if cp <= 1:
         return 0.0, 0.0
@@ -232,6 +251,16 @@ def ring_exposed_ms(cp: int, send_ms: float, send_pair_ms: float, step_fwd_ms: f
     the dKV accumulated so far (``send_pair_ms``), each beside its step's
     attention; the last dKV reaches its owner only after the last step's
     attention, so that send is exposed whole.
+
+    References
+    ----------
+    .. [21] NVIDIA Transformer Engine, ``context_parallel.py``:
+       ``AttnFuncWithCPAndKVP2P`` (cp-1 KV sends forward; KV, KV+dKV and dKV
+       backward), ``AttnFuncWithCPAndKVAllGather``, ``AttnFuncWithCPAndQKVOA2A``
+       (asserts heads divisible by cp), and ``assert not sliding_window_attn or
+       cp_comm_type in ["a2a", "all_gather"]``.
+    .. [26] H. Liu, M. Zaharia, P. Abbeel, "Ring Attention with Blockwise
+       Transformers for Near-Infinite Context", arXiv:2310.01889 (2023).
     """
     if cp <= 1:
         return 0.0, 0.0
@@ -276,5 +305,14 @@ def shard_piece(piece: Piece, cp: int, load_factor: float = 1.0) -> Piece:
 
 
 def dense_sync_ranks(dp: int, cp: int) -> int:
-    """Ranks of the dense-gradient all-reduce: ``dp x cp`` (CP ranks ride on the data-parallel group [20]_)."""
+    """Ranks of the dense-gradient all-reduce: ``dp x cp`` (CP ranks ride on the data-parallel group [20]_).
+
+    References
+    ----------
+    .. [20] NVIDIA Megatron-LM: ``megatron/core/utils.py``
+       (``get_batch_on_this_cp_rank``), ``megatron/training/arguments.py``
+       (``seq_length % (2 * context_parallel_size) == 0``),
+       ``megatron/core/parallel_state.py`` (the ``dp_cp`` gradient group), and
+       ``docs/user-guide/features/context_parallel.md``.
+    """
     return dp * cp

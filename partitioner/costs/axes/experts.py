@@ -3,60 +3,15 @@
 Contract: pure functions of a MoE layer's shapes and a config's degrees
 ``(D, T, C, E, F)`` = (dp, tp, cp, ep, etp). The experts fold onto the
 config's ``D T C`` ranks (Megatron's "MoE parallel folding", torchtitan's
-"EP borrows ranks from FSDP and TP" [27]_): the expert grid re-partitions
+"EP borrows ranks from FSDP and TP" [27]): the expert grid re-partitions
 them into ``F x E x EDP`` with ``EDP = D T C / (E F)``
 (:func:`expert_data_parallel`), which must be whole (:func:`ep_problem`).
 
 * **FLOPs** -- :func:`moe_layer_flops` is Megatron-LM's ``moe_layer_flops``
-  (forward: ``4 T h f k g + 4 T h f_s g``, ``g = 3/2`` for a gated MLP) [27]_;
-  :func:`router_flops` the router (``2 T h E``, which Megatron leaves out).
-* **tokens** -- a rank of the attention grid holds ``T_r = b s / (t c)``
-  tokens (sequence parallelism shards over t, context parallelism over c);
-  :func:`routed_copies` is the ``k T_r`` copies it routes (dropless), or
-  ``E ceil(k T_r cf / E)`` with a capacity factor (every expert's buffer
-  padded to its capacity [24]_ [27]_).
-* **traffic** -- per MoE layer and microbatch: a dispatch and a combine
-  all-to-all forward and both again backward, each rank sending ``(E-1)/E``
-  of its ``R (h beta + probs)`` buffer over the expert-parallel group
-  (:func:`dispatch_buffer`, :func:`moe_comm_ms`), the group spanning the
-  links its ranks sit on (:mod:`.groups`); with ``F > 1`` an all-gather
-  after the dispatch and a reduce-scatter before the combine over the
-  expert-tensor group, forward and backward.
-* **compute** -- :func:`expert_rank_flops`: the busiest rank's share of the
-  routed experts' work, ``gamma x 6 h f k T_r`` forward (``gamma`` the
-  load-imbalance factor); :func:`expert_gemm_shape` the (rows, width) of
-  its grouped GEMMs for the efficiency curve.
-* **memory** -- :func:`expert_weight_bytes`: routed weights ``/ (E F)``
-  with the optimizer states sharded over EDP by a distributed optimizer
-  (Megatron's ``6 + 12 / edp`` bytes per expert parameter against ``6 + 12
-  / dp`` for dense ones [27]_); :func:`expert_activation_bytes` what the
-  experts keep for backward; :func:`expert_grad_sync_ms` the expert
-  gradients' all-reduce over EDP.
+(forward: ``4 T h f k g + 4 T h f_s g``, ``g = 3/2`` for a gated MLP) [27];
+:func:`router_flops` the router (``2 T h E``, which Megatron leaves out).
 
-References
-----------
-.. [7] R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective
-   Communication Operations in MPICH", IJHPCA 19(1), 2005.
-.. [23] DeepSeek-AI, DeepEP README (normal kernels: NVLink and RDMA
-   forwarding, a token sent once per destination node).
-.. [24] D. Lepikhin et al., "GShard", ICLR 2021 (expert capacity).
-.. [27] NVIDIA Megatron-LM: ``megatron/training/training.py``
-   (``num_floating_point_operations``: ``moe_layer_flops``),
-   ``megatron/core/transformer/moe/`` (``token_dispatcher.py``:
-   ``MoEAlltoAllTokenDispatcher``, A2A(EP) -> AG(ETP) -> experts ->
-   RS(ETP) -> A2A(EP), probabilities sent along; ``moe_utils.py``:
-   ``get_capacity``; ``README.md``: MoE parallel folding),
-   ``megatron/core/parallel_state.py`` (``expert_tensor_model_pipeline``
-   size must divide the world), ``megatron/training/
-   theoretical_memory_usage.py`` (bytes per parameter 18, or 6 + 12/dp
-   with the distributed optimizer); torchtitan ``ParallelDims``
-   ("expert_parallel_degree (ep) must divide dp_shard * cp * tp").
-.. [36] NVIDIA Megatron-Core 0.16.1, ``transformer/moe/experts.py``
-   (``TEGroupedMLP.forward``: fc1, ``bias_act_func`` with
-   ``weighted_bias_swiglu_impl`` when ``bias_activation_fusion``, else
-   ``glu`` and a multiply by the probabilities; fc2) and
-   ``fusions/fused_bias_swiglu.py`` (``WeightedSwiGLUFunction.forward``:
-   ``ctx.save_for_backward(input, weights)``).
+The detail, and the references cited above: ``docs/internals/costs.md``, section ``partitioner.costs.axes.experts``.
 """
 from __future__ import annotations
 
@@ -98,6 +53,20 @@ def moe_layer_flops(tokens: float, hidden: int, moe_ffn: int, top_k: int, shared
     ``4 T h f k g`` for the ``k`` routed experts a token visits and ``4 T h
     f_s g`` for the shared experts, ``g = 3/2`` for a gated (SwiGLU) MLP:
     two matrices (three gated) of ``h x f``, 2 FLOPs per multiply-add.
+
+    References
+    ----------
+    .. [27] NVIDIA Megatron-LM: ``megatron/training/training.py``
+       (``num_floating_point_operations``: ``moe_layer_flops``),
+       ``megatron/core/transformer/moe/`` (``token_dispatcher.py``:
+       ``MoEAlltoAllTokenDispatcher``, A2A(EP) -> AG(ETP) -> experts ->
+       RS(ETP) -> A2A(EP), probabilities sent along; ``moe_utils.py``:
+       ``get_capacity``; ``README.md``: MoE parallel folding),
+       ``megatron/core/parallel_state.py`` (``expert_tensor_model_pipeline``
+       size must divide the world), ``megatron/training/
+       theoretical_memory_usage.py`` (bytes per parameter 18, or 6 + 12/dp
+       with the distributed optimizer); torchtitan ``ParallelDims``
+       ("expert_parallel_degree (ep) must divide dp_shard * cp * tp").
     """
     g = 1.5 if gated else 1.0
     return 4.0 * tokens * hidden * moe_ffn * top_k * g + 4.0 * tokens * hidden * shared_ffn * g
@@ -123,6 +92,20 @@ def ep_problem(experts: int, dp: int, tp: int, cp: int, ep: int, etp: int = 1) -
     etp`` divides ``dp x tp x cp`` (Megatron: "world_size ... is not
     divisible by expert_tensor_model_pipeline_parallel size"; torchtitan:
     "ep must divide dp_shard * cp * tp") [27]_.
+
+    References
+    ----------
+    .. [27] NVIDIA Megatron-LM: ``megatron/training/training.py``
+       (``num_floating_point_operations``: ``moe_layer_flops``),
+       ``megatron/core/transformer/moe/`` (``token_dispatcher.py``:
+       ``MoEAlltoAllTokenDispatcher``, A2A(EP) -> AG(ETP) -> experts ->
+       RS(ETP) -> A2A(EP), probabilities sent along; ``moe_utils.py``:
+       ``get_capacity``; ``README.md``: MoE parallel folding),
+       ``megatron/core/parallel_state.py`` (``expert_tensor_model_pipeline``
+       size must divide the world), ``megatron/training/
+       theoretical_memory_usage.py`` (bytes per parameter 18, or 6 + 12/dp
+       with the distributed optimizer); torchtitan ``ParallelDims``
+       ("expert_parallel_degree (ep) must divide dp_shard * cp * tp").
     """
     if ep < 1 or etp < 1:
         return f"ep and etp must be >= 1, got ep={ep}, etp={etp}"
@@ -150,7 +133,23 @@ def tokens_per_rank(samples: float, tokens: float, tp: int, cp: int) -> float:
 
 
 def routed_copies(tokens: float, top_k: int, experts: int, capacity_factor: float | None = None) -> float:
-    """Token copies a rank dispatches: ``k T`` dropless; ``E ceil(k T cf / E)`` padded to capacity [24]_ [27]_."""
+    """Token copies a rank dispatches: ``k T`` dropless; ``E ceil(k T cf / E)`` padded to capacity [24]_ [27]_.
+
+    References
+    ----------
+    .. [24] D. Lepikhin et al., "GShard", ICLR 2021 (expert capacity).
+    .. [27] NVIDIA Megatron-LM: ``megatron/training/training.py``
+       (``num_floating_point_operations``: ``moe_layer_flops``),
+       ``megatron/core/transformer/moe/`` (``token_dispatcher.py``:
+       ``MoEAlltoAllTokenDispatcher``, A2A(EP) -> AG(ETP) -> experts ->
+       RS(ETP) -> A2A(EP), probabilities sent along; ``moe_utils.py``:
+       ``get_capacity``; ``README.md``: MoE parallel folding),
+       ``megatron/core/parallel_state.py`` (``expert_tensor_model_pipeline``
+       size must divide the world), ``megatron/training/
+       theoretical_memory_usage.py`` (bytes per parameter 18, or 6 + 12/dp
+       with the distributed optimizer); torchtitan ``ParallelDims``
+       ("expert_parallel_degree (ep) must divide dp_shard * cp * tp").
+    """
     if capacity_factor is None:
         return top_k * tokens
     return experts * math.ceil(top_k * tokens * capacity_factor / experts)
@@ -199,6 +198,20 @@ def dispatch_times(copies: float, hidden: int, ep: int, etp: int, ep_span: Group
     (precedes the combine) [27]_. Latency and NVLink efficiency are the
     dense model's (``opts``); the network part runs at
     ``opts.axes.alltoall_network_efficiency`` of the NIC's rate.
+
+    References
+    ----------
+    .. [27] NVIDIA Megatron-LM: ``megatron/training/training.py``
+       (``num_floating_point_operations``: ``moe_layer_flops``),
+       ``megatron/core/transformer/moe/`` (``token_dispatcher.py``:
+       ``MoEAlltoAllTokenDispatcher``, A2A(EP) -> AG(ETP) -> experts ->
+       RS(ETP) -> A2A(EP), probabilities sent along; ``moe_utils.py``:
+       ``get_capacity``; ``README.md``: MoE parallel folding),
+       ``megatron/core/parallel_state.py`` (``expert_tensor_model_pipeline``
+       size must divide the world), ``megatron/training/
+       theoretical_memory_usage.py`` (bytes per parameter 18, or 6 + 12/dp
+       with the distributed optimizer); torchtitan ``ParallelDims``
+       ("expert_parallel_degree (ep) must divide dp_shard * cp * tp").
     """
     common: dict[str, Any] = dict(latency_us=opts.collective_latency_us, nvlink_efficiency=opts.nvlink_efficiency,
                                   links=links, dedup=dedup, intra_dedup=intra_dedup,
@@ -223,6 +236,20 @@ def allgather_dispatch_times(tokens: float, hidden: int, experts: int, group: Gr
     (1 + 4 B per token and expert) over the group, each rank keeps its
     experts' tokens, and the combine reduce-scatters the outputs back;
     backward runs the reverse collectives on the same volumes [27]_.
+
+    References
+    ----------
+    .. [27] NVIDIA Megatron-LM: ``megatron/training/training.py``
+       (``num_floating_point_operations``: ``moe_layer_flops``),
+       ``megatron/core/transformer/moe/`` (``token_dispatcher.py``:
+       ``MoEAlltoAllTokenDispatcher``, A2A(EP) -> AG(ETP) -> experts ->
+       RS(ETP) -> A2A(EP), probabilities sent along; ``moe_utils.py``:
+       ``get_capacity``; ``README.md``: MoE parallel folding),
+       ``megatron/core/parallel_state.py`` (``expert_tensor_model_pipeline``
+       size must divide the world), ``megatron/training/
+       theoretical_memory_usage.py`` (bytes per parameter 18, or 6 + 12/dp
+       with the distributed optimizer); torchtitan ``ParallelDims``
+       ("expert_parallel_degree (ep) must divide dp_shard * cp * tp").
     """
     if group.ranks <= 1:
         return DispatchTimes()
@@ -246,6 +273,11 @@ def flex_dedup(experts: int, top_k: int, span: GroupSpan, routing: str = "random
     ``consecutive`` (``k`` experts in a row from a multiple of ``k``), the
     ``ceil(k n / E)`` nodes they span, each remote with odds ``(n-1)/n``.
     1 inside one node.
+
+    References
+    ----------
+    .. [23] DeepSeek-AI, DeepEP README (normal kernels: NVLink and RDMA
+       forwarding, a token sent once per destination node).
     """
     n = span.nodes
     if n <= 1 or top_k <= 0 or experts % n:
@@ -265,6 +297,11 @@ def rank_dedup(experts: int, top_k: int, ranks: int, routing: str = "random") ->
     expected distinct ranks over ``k`` copies, ``r (1 - C(E - E/r, k) /
     C(E, k))`` with ``k`` distinct experts drawn uniformly, ``ceil(k r / E)``
     with ``routing`` ``consecutive``. 1 for one rank or one local expert.
+
+    References
+    ----------
+    .. [23] DeepSeek-AI, DeepEP README (normal kernels: NVLink and RDMA
+       forwarding, a token sent once per destination node).
     """
     if ranks <= 1 or top_k <= 0 or experts % ranks or experts // ranks <= 1:
         return 1.0
@@ -321,6 +358,20 @@ def expert_weight_bytes(routed_params: float, ep: int, etp: int, edp: int, *, by
     Each parameter costs ``bytes_per_param`` (18 in Megatron's estimator),
     its optimizer part sharded over EDP with the distributed optimizer
     (``6 + 12 / edp``); a frozen expert its bf16 weight.
+
+    References
+    ----------
+    .. [27] NVIDIA Megatron-LM: ``megatron/training/training.py``
+       (``num_floating_point_operations``: ``moe_layer_flops``),
+       ``megatron/core/transformer/moe/`` (``token_dispatcher.py``:
+       ``MoEAlltoAllTokenDispatcher``, A2A(EP) -> AG(ETP) -> experts ->
+       RS(ETP) -> A2A(EP), probabilities sent along; ``moe_utils.py``:
+       ``get_capacity``; ``README.md``: MoE parallel folding),
+       ``megatron/core/parallel_state.py`` (``expert_tensor_model_pipeline``
+       size must divide the world), ``megatron/training/
+       theoretical_memory_usage.py`` (bytes per parameter 18, or 6 + 12/dp
+       with the distributed optimizer); torchtitan ``ParallelDims``
+       ("expert_parallel_degree (ep) must divide dp_shard * cp * tp").
     """
     params = routed_params / (ep * etp)
     if frozen:
@@ -340,6 +391,15 @@ def routed_mlp_tensors(gated: bool, fused_glu: bool = True) -> int:
     Gated, unfused (``act(gate) * up`` as autograd ops, torchtitan's
     ``GroupedExperts``): gate, up, ``act(gate)`` and the product, 4. Plain:
     the activation's input and the fc2 input, 2.
+
+    References
+    ----------
+    .. [36] NVIDIA Megatron-Core 0.16.1, ``transformer/moe/experts.py``
+       (``TEGroupedMLP.forward``: fc1, ``bias_act_func`` with
+       ``weighted_bias_swiglu_impl`` when ``bias_activation_fusion``, else
+       ``glu`` and a multiply by the probabilities; fc2) and
+       ``fusions/fused_bias_swiglu.py`` (``WeightedSwiGLUFunction.forward``:
+       ``ctx.save_for_backward(input, weights)``).
     """
     if not gated:
         return 2
@@ -365,7 +425,24 @@ def expert_activation_bytes(copies: float, hidden: int, moe_ffn: int, etp: int, 
 
 def expert_grad_sync_ms(routed_params: float, ep: int, etp: int, edp_span: GroupSpan, *, intra_GBps: float,
                         inter_GBps: float, opts: CostOptions) -> float:
-    """One all-reduce of a layer's expert gradients (``routed / (E F)`` per rank) over the EDP group [7]_ [27]_."""
+    """One all-reduce of a layer's expert gradients (``routed / (E F)`` per rank) over the EDP group [7]_ [27]_.
+
+    References
+    ----------
+    .. [7] R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective
+       Communication Operations in MPICH", IJHPCA 19(1), 2005.
+    .. [27] NVIDIA Megatron-LM: ``megatron/training/training.py``
+       (``num_floating_point_operations``: ``moe_layer_flops``),
+       ``megatron/core/transformer/moe/`` (``token_dispatcher.py``:
+       ``MoEAlltoAllTokenDispatcher``, A2A(EP) -> AG(ETP) -> experts ->
+       RS(ETP) -> A2A(EP), probabilities sent along; ``moe_utils.py``:
+       ``get_capacity``; ``README.md``: MoE parallel folding),
+       ``megatron/core/parallel_state.py`` (``expert_tensor_model_pipeline``
+       size must divide the world), ``megatron/training/
+       theoretical_memory_usage.py`` (bytes per parameter 18, or 6 + 12/dp
+       with the distributed optimizer); torchtitan ``ParallelDims``
+       ("expert_parallel_degree (ep) must divide dp_shard * cp * tp").
+    """
     if edp_span.ranks <= 1 or routed_params <= 0:
         return 0.0
     GBps, eff = (intra_GBps, opts.nvlink_efficiency) if edp_span.inside_node else (inter_GBps, 1.0)

@@ -4,27 +4,14 @@ Contract: :func:`group_span` tells how the members of a process group
 spread over nodes, from the group's stride in the stage's rank order and
 the node size; :func:`alltoall_ms` is one all-to-all over such a group,
 its bytes split between NVLink (peers in the same node) and the NICs
-(peers elsewhere) [7]_. Pure arithmetic; times in ms, bandwidth in GB/s.
+(peers elsewhere) [7]. Pure arithmetic; times in ms, bandwidth in GB/s.
 
-Rank order (format v3, Megatron's default ``tp-cp-ep-dp-pp`` [20]_): on the
+Rank order (format v3, Megatron's default ``tp-cp-ep-dp-pp`` [20]): on the
 attention grid rank ``r = (i_dp * C + i_cp) * T + i_tp``, so a tensor-
 parallel group has stride 1, a context-parallel group stride ``T``, the
-data-parallel group stride ``T * C``. On the expert grid (``etp-ep-edp``)
-an expert-tensor group has stride 1, an expert-parallel group stride
-``F`` (etp), the expert-data-parallel group stride ``F * E``. Stage ranks
-sit on the stage's devices in order, ``gpus_per_node`` to a node (a
-stage larger than a node takes whole nodes).
+data-parallel group stride ``T * C``.
 
-References
-----------
-.. [7] R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective
-   Communication Operations in MPICH", IJHPCA 19(1), 2005 (pairwise
-   exchange: each rank sends and receives ``(r-1)/r`` of its buffer).
-.. [20] NVIDIA Megatron-LM, ``megatron/core/parallel_state.py``
-   (``RankGenerator``, ``order="tp-cp-ep-dp-pp"``; the expert grid
-   ``etp-ep-edp``).
-.. [25] NVIDIA NCCL documentation, "Point-to-point communication":
-   all-to-all as grouped ``ncclSend``/``ncclRecv`` calls in one launch.
+The detail, and the references cited above: ``docs/internals/costs.md``, section ``partitioner.costs.axes.groups``.
 """
 from __future__ import annotations
 
@@ -76,6 +63,12 @@ def alltoall_volume(nbytes: float, span: GroupSpan, dedup: float = 1.0,
     (times ``dedup`` when a token bound for several ranks of one node
     crosses the network once, the NVLink part times ``intra_dedup`` when a
     token bound for several experts of one rank reaches it once).
+
+    References
+    ----------
+    .. [7] R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective
+       Communication Operations in MPICH", IJHPCA 19(1), 2005 (pairwise
+       exchange: each rank sends and receives ``(r-1)/r`` of its buffer).
     """
     r, g = span.ranks, span.per_node
     if r <= 1:
@@ -93,6 +86,11 @@ def alltoall_ms(nbytes: float, span: GroupSpan, intra_GBps: float, inter_GBps: f
     network part at ``network_efficiency * inter_GBps``, taken together as their maximum
     (``links="max"``: the copy engines and the NICs run at once) or their
     sum (``"sum"``).
+
+    References
+    ----------
+    .. [25] NVIDIA NCCL documentation, "Point-to-point communication":
+       all-to-all as grouped ``ncclSend``/``ncclRecv`` calls in one launch.
     """
     if span.ranks <= 1 or nbytes <= 0:
         return 0.0

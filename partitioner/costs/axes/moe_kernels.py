@@ -7,80 +7,12 @@ holds all ``E`` experts): :mod:`.wiring` adds the dispatch traffic.
 
 * **grouped GEMMs** (:func:`expert_gemm_ms`) -- Megatron-Core runs a rank's
   ``E / ep`` local experts as grouped GEMMs (``--moe-grouped-gemm``,
-  Transformer Engine's ``GroupedLinear`` [43]_): fc1 (gate and up fused,
+  Transformer Engine's ``GroupedLinear`` [43]): fc1 (gate and up fused,
   ``h x 2f`` for a gated MLP) and fc2 (``f x h``) per expert, forward,
   input gradient (dgrad) and weight gradient (wgrad). Each pass is a
   roofline, the slower of
 
-  - compute: ``2 rows h f n`` FLOPs (``n`` = 3 matrices gated, 2 plain) at
-    the GEMM curve's efficiency for ``f / etp`` columns over the rank's
-    rows (:func:`~partitioner.costs.compute.flops.efficiency`) times the tile
-    quantization of one expert's rows: an expert's ``m`` rows run in
-    ``ceil(m / 128)`` row tiles, on average half a tile more than ``m``
-    when routing makes ``m`` vary [6]_ [42]_ (:func:`tile_fill`);
-  - memory: every local expert's weights are read once per pass (bf16, 2 B
-    per parameter, forward and dgrad), and the wgrad accumulates into the
-    fp32 ``main_grad`` (read and write, 8 B per parameter: Megatron's
-    gradient-accumulation fusion [27]_), plus the pass's activations in and
-    out, at the GPU's HBM bandwidth x ``hbm_efficiency``.
-
-  With few rows per expert the weights dominate: on an H100 (989 TFLOP/s,
-  3.35 TB/s) the three passes are memory-bound below about 450 rows per
-  expert, which is why ``E`` local experts of a fine-grained MoE (128
-  experts of width 768) run far below the dense GEMM rate at ep = 1 and
-  why expert parallelism "yields larger local GEMMs" [44]_.
-  ``grouped_gemm="multi_stream"`` (Transformer Engine's default BF16 path:
-  one cuBLAS call per expert, spread over CUDA streams [43]_) also puts a
-  host floor under each pass: two launches per local expert at
-  ``kernel_launch_us`` each.
-* **permutation** (:func:`permutation_traffic`) -- the alltoall
-  dispatcher's permute (tokens to expert order: read ``T h``, write ``R h``)
-  and unpermute (read the ``R`` outputs with their probabilities, write ``T
-  h``), and, when a rank holds several local experts and receives tokens
-  from other ranks, the sort of the received chunks by local expert and
-  its inverse (read and write ``R h`` each) [27]_ ("when EP =
-  num_experts, local token permutation is eliminated" [44]_); backward
-  moves the same bytes. Plus the routed experts' activation function
-  (SwiGLU: read gate and up, write; 6 B per element forward, 10 backward,
-  as the dense blocks' [:mod:`~partitioner.costs.memory.traffic`]).
-* **router** (:func:`router_traffic`) -- the memory-bound part of routing
-  over the ``T x E`` scores in fp32: logits written (4 B per element),
-  softmax or sigmoid (read and write, 8), top-k (read, 4), the dense
-  routing map and probabilities Megatron's router returns (write 1 + 4),
-  the auxiliary load-balancing loss and z-loss (read probabilities, map and
-  logits, 9): 30 B per element forward; backward through the score
-  function and the losses (read and write, 20) [27]_. The router's GEMM is
-  a matmul of the block (:func:`~partitioner.costs.compute.flops.block_gemm_flops`).
-* **host synchronization** (:func:`host_sync_ms`) -- Megatron's dropless
-  dispatchers copy the tokens per expert to the host before the
-  all-to-all (``cuda_sync_point = "before_ep_alltoall"``, or
-  ``"before_finish"`` at ep = 1): the GPU drains its queue and idles while
-  the host launches what follows [27]_. Not with a capacity factor and
-  padding (``no_sync``).
-* **load imbalance** (:func:`default_imbalance`) -- the busiest rank's
-  routed copies over the mean, when the option ``moe_imbalance`` is not
-  set: 1 at ep = 1 (one rank does all the work); otherwise the maximum of
-  ``ep`` rank loads, each the sum of ``E / ep`` expert loads whose
-  coefficient of variation is ``moe_load_cv``: ``1 + cv sqrt(2 ln(ep) /
-  (E / ep))`` (the expected maximum of ``ep`` near-normal loads).
-
-References
-----------
-.. [6] NVIDIA, "Matrix Multiplication Background User's Guide", Deep
-   Learning Performance documentation (tile and wave quantization).
-.. [27] NVIDIA Megatron-LM ``megatron/core/transformer/moe/``
-   (``token_dispatcher.py``: permutation, ``sort_chunks_by_idxs``,
-   ``cuda_sync_point``; ``router.py``: dense ``probs`` and ``routing_map``,
-   aux and z losses), ``megatron/core/distributed`` (gradient-accumulation
-   fusion into the fp32 ``main_grad``).
-.. [42] NVIDIA CUTLASS grouped GEMM (128-row output tiles on Ampere, Hopper
-   and Blackwell).
-.. [43] NVIDIA Transformer Engine, ``GroupedLinear`` and
-   ``general_grouped_gemm`` (pull request 853, "Grouped GEMM via
-   multi-stream cuBLAS"; the single-launch CUTLASS path behind
-   ``NVTE_USE_CUTLASS_GROUPED_GEMM``, pull requests 2045 and 3069).
-.. [44] NVIDIA Megatron-LM ``megatron/core/transformer/moe/README.md``,
-   "Guideline 4: Prefer EP over TP for Expert Layers".
+The detail, and the references cited above: ``docs/internals/costs.md``, section ``partitioner.costs.axes.moe_kernels``.
 """
 from __future__ import annotations
 
@@ -148,6 +80,11 @@ def tile_fill(rows: float, tile: int) -> float:
     Routing makes each expert's ``m`` vary, so its last tile is on average
     half full; an expert with fewer rows than half a tile still runs a
     whole one [6]_.
+
+    References
+    ----------
+    .. [6] NVIDIA, "Matrix Multiplication Background User's Guide", Deep
+       Learning Performance documentation (tile and wave quantization).
     """
     if rows <= 0:
         return 1.0

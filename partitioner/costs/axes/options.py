@@ -10,45 +10,7 @@ They are kept apart from :class:`~partitioner.costs.CostOptions` (the dense
 model's constants) so that the two sets can be read and changed
 independently; nothing here computes a cost.
 
-References
-----------
-.. [20] NVIDIA Megatron-LM, ``docs/user-guide/features/context_parallel.md``
-   ``megatron/core/transformer/moe/README.md`` (EP groups inside NVLink),
-   ``megatron/training/arguments.py``
-   (``--cp-comm-type`` default ``p2p``; ``--moe-expert-capacity-factor``
-   default None, dropless) and ``megatron/core/utils.py``
-   (``get_batch_on_this_cp_rank``: the sequence in 2 x cp chunks, rank i
-   holding chunks i and 2cp-1-i).
-.. [36] NVIDIA NeMo Framework User Guide, "Context Parallelism"
-   (docs.nvidia.com/nemo-framework/user-guide/latest/longcontext/contextparallel.html).
-.. [21] NVIDIA Transformer Engine, ``pytorch/attention/dot_product_attention/
-   context_parallel.py`` (``p2p``, ``all_gather``, ``a2a`` attention with
-   context parallelism; sliding windows only with ``a2a`` or ``all_gather``).
-.. [22] S. A. Jacobs et al., "DeepSpeed Ulysses: System Optimizations for
-   Enabling Training of Extreme Long Sequence Transformer Models",
-   arXiv:2309.14509 (2023).
-.. [23] DeepSeek-AI, DeepEP (expert-parallel all-to-all kernels that send a
-   token to each destination node once and forward it over NVLink).
-.. [24] D. Lepikhin et al., "GShard: Scaling Giant Models with Conditional
-   Computation and Automatic Sharding", ICLR 2021 (expert capacity).
-.. [37] Z. Yan et al. (NVIDIA), Megatron-MoE-ModelZoo,
-   ``best_practice/qwen3/readme.md`` ("Long Context": 295 / 237, 335 / 277,
-   368 / 320, 389 / 357 TFLOP/s forced balance / dropless), commit e865051
-   (2026-05-16), as recorded in ``benchmarks/calibration/published.py``.
-.. [38] A. Gray, "Getting Started with CUDA Graphs", NVIDIA Technical Blog
-   (2019): 9.6 us per short kernel with a stream synchronization after each,
-   3.8 us launched back to back, 3.4 us in a graph.
-.. [39] NVIDIA Transformer Engine pull request 853, "Grouped GEMM via
-   multi-stream cuBLAS" (``GroupedLinear``, the grouped GEMM of Megatron-
-   Core's ``TEGroupedMLP``).
-.. [41] DeepSeek-AI, DeepEP ``README.md`` (V1, commit of 2025-02-25; now
-   ``docs/legacy.md``), "Normal kernels with NVLink and RDMA forwarding":
-   H800 (~160 GB/s NVLink), CX7 InfiniBand 400 Gb/s (~50 GB/s), 4096
-   tokens, hidden 7168, top-8; inter-node EP 16 / 32 / 64 dispatch 43 / 44
-   / 46 GB/s and combine 43 / 47 / 45 GB/s (RDMA).
-.. [40] NVIDIA NeMo AutoModel, ``nemo_automodel/components/moe/layers.py``
-   ``FakeBalancedGate.forward``: ``indices = arange(T k).view(-1, k) % E``
-   (the ``fake_balanced_gate: true`` of its benchmark configurations).
+More (the detail of this module): ``docs/internals/costs.md``, section ``partitioner.costs.axes.options``.
 """
 from __future__ import annotations
 
@@ -124,11 +86,8 @@ class AxisOptions:
         a busiest rank at 1.51 times the mean (``1 + cv sqrt(2 ln 8 / 16)``);
         the 64k and 128k pairs, where attention and the CP ring are most of
         the step and dilute the same imbalance, 0.93 and 0.86. The value
-        must be re-derived whenever the expert or dispatch costs change: it
-        was 1.25 (busiest 1.61-1.68) under the A100 GEMM curve, and that
-        stale value charged every ep > 1 entry a third more imbalance than
-        the A/B shows (``tests/test_calibration_routing.py`` checks the
-        four pairs).
+        must be re-derived whenever the expert or dispatch costs change
+        (``tests/test_calibration_routing.py`` checks the four pairs).
     moe_sync_us : float
         GPU idle time, microseconds, of the device-to-host synchronization
         every dropless MoE layer forward makes (Megatron's dispatchers copy
@@ -218,6 +177,46 @@ class AxisOptions:
     probs_bytes : float
         Bytes per routed copy of the router probabilities sent with the
         dispatch (fp32 in Megatron's all-to-all dispatcher).
+
+    References
+    ----------
+    .. [21] NVIDIA Transformer Engine, ``pytorch/attention/dot_product_attention/
+       context_parallel.py`` (``p2p``, ``all_gather``, ``a2a`` attention with
+       context parallelism; sliding windows only with ``a2a`` or ``all_gather``).
+    .. [20] NVIDIA Megatron-LM, ``docs/user-guide/features/context_parallel.md``
+       ``megatron/core/transformer/moe/README.md`` (EP groups inside NVLink),
+       ``megatron/training/arguments.py``
+       (``--cp-comm-type`` default ``p2p``; ``--moe-expert-capacity-factor``
+       default None, dropless) and ``megatron/core/utils.py``
+       (``get_batch_on_this_cp_rank``: the sequence in 2 x cp chunks, rank i
+       holding chunks i and 2cp-1-i).
+    .. [22] S. A. Jacobs et al., "DeepSpeed Ulysses: System Optimizations for
+       Enabling Training of Extreme Long Sequence Transformer Models",
+       arXiv:2309.14509 (2023).
+    .. [36] NVIDIA NeMo Framework User Guide, "Context Parallelism"
+       (docs.nvidia.com/nemo-framework/user-guide/latest/longcontext/contextparallel.html).
+    .. [37] Z. Yan et al. (NVIDIA), Megatron-MoE-ModelZoo,
+       ``best_practice/qwen3/readme.md`` ("Long Context": 295 / 237, 335 / 277,
+       368 / 320, 389 / 357 TFLOP/s forced balance / dropless), commit e865051
+       (2026-05-16), as recorded in ``benchmarks/calibration/published.py``.
+    .. [38] A. Gray, "Getting Started with CUDA Graphs", NVIDIA Technical Blog
+       (2019): 9.6 us per short kernel with a stream synchronization after each,
+       3.8 us launched back to back, 3.4 us in a graph.
+    .. [39] NVIDIA Transformer Engine pull request 853, "Grouped GEMM via
+       multi-stream cuBLAS" (``GroupedLinear``, the grouped GEMM of Megatron-
+       Core's ``TEGroupedMLP``).
+    .. [23] DeepSeek-AI, DeepEP (expert-parallel all-to-all kernels that send a
+       token to each destination node once and forward it over NVLink).
+    .. [24] D. Lepikhin et al., "GShard: Scaling Giant Models with Conditional
+       Computation and Automatic Sharding", ICLR 2021 (expert capacity).
+    .. [40] NVIDIA NeMo AutoModel, ``nemo_automodel/components/moe/layers.py``
+       ``FakeBalancedGate.forward``: ``indices = arange(T k).view(-1, k) % E``
+       (the ``fake_balanced_gate: true`` of its benchmark configurations).
+    .. [41] DeepSeek-AI, DeepEP ``README.md`` (V1, commit of 2025-02-25; now
+       ``docs/legacy.md``), "Normal kernels with NVLink and RDMA forwarding":
+       H800 (~160 GB/s NVLink), CX7 InfiniBand 400 Gb/s (~50 GB/s), 4096
+       tokens, hidden 7168, top-8; inter-node EP 16 / 32 / 64 dispatch 43 / 44
+       / 46 GB/s and combine 43 / 47 / 45 GB/s (RDMA).
     """
 
     cp_algorithm: str = "p2p"

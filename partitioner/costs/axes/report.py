@@ -8,16 +8,10 @@ kernel lengths, or the dense rate), the exposed context-parallel traffic
 (the ring step by step, or the all-to-alls / all-gather:
 :func:`~.wiring.cp_attention_choice`), the activation bytes the layer keeps
 per microbatch at this cp, and the transient KV buffers of the algorithm
-(the ring keeps two KV chunks in flight [21]_, the all-gather one layer's
-whole-sequence KV, Ulysses its head-sharded Q, K, V). The buffers live only
-while one layer runs, so the problem's memory (weights + stash x
-activations) does not count them; the report shows them.
+(the ring keeps two KV chunks in flight [21], the all-gather one layer's
+whole-sequence KV, Ulysses its head-sharded Q, K, V).
 
-References
-----------
-.. [21] NVIDIA Transformer Engine, ``context_parallel.py``
-   (``AttnFuncWithCPAndKVP2P``: ``p2p_comm_buffers`` of two KV chunks;
-   ``AttnFuncWithCPAndKVAllGather``; ``AttnFuncWithCPAndQKVOA2A``).
+The detail, and the references cited above: ``docs/internals/costs.md``, section ``partitioner.costs.axes.report``.
 """
 from __future__ import annotations
 

@@ -7,31 +7,10 @@ ranks (the ``(fwd, B, W, act)`` of :func:`~partitioner.costs.entry.layer_terms`,
 with the context-parallel attention traffic added); it finishes the entry
 with :func:`~partitioner.costs.entry.finish_cost` on :func:`sync_layout`
 (the dense gradients and the distributed optimizer run over ``dp x cp``
-ranks [20]_). :func:`moe_ep_cost` is a MoE layer's whole entry under an
+ranks [20]). :func:`moe_ep_cost` is a MoE layer's whole entry under an
 expert-parallel split ``(ep, etp)``.
 
-Which layers cp splits (:func:`cp_sharded`): the language model's layers
-(embedding, decoder blocks, LM head): their tokens, matmuls, activations
-and logits / cp, the attention core x the causal load factor / cp
-(:func:`~.context.shard_piece`), plus the chosen algorithm's exposed
-traffic (:func:`~.context.cp_attention_ms`). Vision-encoder, projector and
-action-head layers are not split unless ``cp_vision`` (Megatron-LM shards
-only the language model's sequence [20]_): under a cp > 1 config each of
-the cp ranks of a data-parallel replica runs the replica's whole vision
-work -- the time and activations of the ``(dp, tp)`` entry with the same
-samples per replica, the same weights -- and their gradients are synced
-over ``dp x cp`` like every dense gradient. Such entries exist so that a
-stage holding vision and language layers can run cp > 1.
-
-References
-----------
-.. [20] NVIDIA Megatron-LM: ``megatron/core/parallel_state.py`` (the
-   ``dp_cp`` gradient and distributed-optimizer group), ``megatron/core/
-   utils.py`` (``get_batch_on_this_cp_rank``), LLaVA's and MIMO's context
-   parallelism on the language model only.
-.. [27] NVIDIA Megatron-LM ``megatron/core/transformer/moe/``
-   (``token_dispatcher.py``, shared experts under the dense tensor-
-   parallel group, expert gradients over the expert-data-parallel group).
+The detail, and the references cited above: ``docs/internals/costs.md``, section ``partitioner.costs.axes.wiring``.
 """
 from __future__ import annotations
 
@@ -111,7 +90,15 @@ def cp_allows(layer: PipelineLayer, tp: int, cp: int, opts: CostOptions) -> bool
 
 def sync_layout(layout: Layout) -> Layout:
     """The ``(dp x cp, tp)`` layout whose data-parallel terms a cp config pays: the dense gradient all-reduce,
-    ZeRO's sharding and the optimizer step run over the ``dp x cp`` ranks (stride tp in the rank order) [20]_."""
+    ZeRO's sharding and the optimizer step run over the ``dp x cp`` ranks (stride tp in the rank order) [20]_.
+
+    References
+    ----------
+    .. [20] NVIDIA Megatron-LM: ``megatron/core/parallel_state.py`` (the
+       ``dp_cp`` gradient and distributed-optimizer group), ``megatron/core/
+       utils.py`` (``get_batch_on_this_cp_rank``), LLaVA's and MIMO's context
+       parallelism on the language model only.
+    """
     return Layout(layout.dp * layout.cp, layout.tp, layout.variant)
 
 
@@ -177,7 +164,14 @@ def cp_layer_terms(layer: PipelineLayer, layout: Layout, samples: float, recompu
 
 
 def _dense_part(piece: Piece) -> Piece:
-    """A MoE block piece without its routed experts: attention, router, shared MLP (under tp) [27]_."""
+    """A MoE block piece without its routed experts: attention, router, shared MLP (under tp) [27]_.
+
+    References
+    ----------
+    .. [27] NVIDIA Megatron-LM ``megatron/core/transformer/moe/``
+       (``token_dispatcher.py``, shared experts under the dense tensor-
+       parallel group, expert gradients over the expert-data-parallel group).
+    """
     moe = piece.moe
     if moe is None:
         return piece
@@ -193,7 +187,14 @@ def _dense_part(piece: Piece) -> Piece:
 
 def expert_split(layout: Layout) -> tuple[int, int]:
     """``(ep, etp)`` of a MoE layer's routed experts under ``layout``: the key's with ep > 1; an ep = 1 key
-    holds every expert on each rank, each expert's columns split over tp (Megatron's default ETP = TP [27]_)."""
+    holds every expert on each rank, each expert's columns split over tp (Megatron's default ETP = TP [27]_).
+
+    References
+    ----------
+    .. [27] NVIDIA Megatron-LM ``megatron/core/transformer/moe/``
+       (``token_dispatcher.py``, shared experts under the dense tensor-
+       parallel group, expert gradients over the expert-data-parallel group).
+    """
     return (layout.ep, layout.etp) if layout.ep > 1 else (1, layout.tp)
 
 
@@ -243,6 +244,12 @@ def overlapped_dispatch(times: DispatchTimes, dense: tuple[float, float], expert
     compute of the block's dense part and of its routed experts). Each costs
     :func:`~partitioner.costs.comm.overlapped_ms`. Only steady-state pairs overlap: of ``m``
     microbatches the first forward and the last backward have no partner, ``(m-1)/m`` of the transfers do.
+
+    References
+    ----------
+    .. [27] NVIDIA Megatron-LM ``megatron/core/transformer/moe/``
+       (``token_dispatcher.py``, shared experts under the dense tensor-
+       parallel group, expert gradients over the expert-data-parallel group).
     """
     over_f = overlapped_ms(times.dispatch, experts[1], sm_fraction) + overlapped_ms(times.combine, dense[1], sm_fraction)
     over_b = (overlapped_ms(times.combine_grad, dense[0], sm_fraction)
@@ -279,6 +286,12 @@ def moe_ep_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: C
       hidden behind the experts' compute as :func:`~partitioner.costs.entry.zero3_exposed_ms` derives, the
       backward's behind the experts' replayed forward too when recompute replays it);
       the optimizer step over the routed parameters the rank owns.
+
+    References
+    ----------
+    .. [27] NVIDIA Megatron-LM ``megatron/core/transformer/moe/``
+       (``token_dispatcher.py``, shared experts under the dense tensor-
+       parallel group, expert gradients over the expert-data-parallel group).
     """
     ax = opts.axes
     dense = tuple(dense_part_view(_dense_part(p), p) for p in layer.pieces)

@@ -2,19 +2,12 @@
 
 Contract: per-sample forward FLOPs of a transformer block's weighted
 matmuls (:func:`block_gemm_flops`) and of its attention core
-(:func:`attn_flops`), 2 FLOPs per multiply-add [1]_; the summaries
+(:func:`attn_flops`), 2 FLOPs per multiply-add [1]; the summaries
 :func:`forward_flops` and :func:`model_flops_per_sample` (model FLOPs
-[8]_) over pipeline layers; :func:`efficiency`, the fraction of the dense
-peak a GEMM of a given per-GPU width and row count reaches [6]_.
+[8]) over pipeline layers; :func:`efficiency`, the fraction of the dense
+peak a GEMM of a given per-GPU width and row count reaches [6].
 
-References
-----------
-.. [1] J. Kaplan et al., "Scaling Laws for Neural Language Models",
-   arXiv:2001.08361 (2020), Table 1: C_forward = 2N + 2 n_layer n_ctx d_attn.
-.. [6] NVIDIA, "Matrix Multiplication Background User's Guide", Deep
-   Learning Performance documentation (tile and wave quantization).
-.. [8] A. Chowdhery et al., "PaLM", arXiv:2204.02311 (2022), Appendix B:
-   model FLOPs utilization.
+The detail, and the references cited above: ``docs/internals/costs.md``, section ``partitioner.costs.compute.flops``.
 """
 from __future__ import annotations
 
@@ -80,6 +73,11 @@ def efficiency(width: float, tokens: float, opts: CostOptions, cluster: ClusterS
     ratio over the A100's (:func:`~.hardware.balance_scale`): an expert's
     GEMM is short in rows and columns at once, and a GPU with more FLOP/s per
     byte of HBM needs longer sides to leave the memory-bound regime.
+
+    References
+    ----------
+    .. [6] NVIDIA, "Matrix Multiplication Background User's Guide", Deep
+       Learning Performance documentation (tile and wave quantization).
     """
     k = opts.efficiency_exponent
     scale = balance_scale(cluster) if grouped else 1.0
@@ -105,6 +103,11 @@ def model_flops_per_sample(layers: Iterable[PipelineLayer]) -> float:
     gradients when trainable, and twice the attention core. A trainable
     piece is 3 x its forward, a frozen one passing gradients through 2 x
     (+ its attention core), a frozen prefix 1 x.
+
+    References
+    ----------
+    .. [8] A. Chowdhery et al., "PaLM", arXiv:2204.02311 (2022), Appendix B:
+       model FLOPs utilization.
     """
     total = 0.0
     for layer in layers:

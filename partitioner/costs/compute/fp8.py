@@ -11,58 +11,7 @@ the tensor-parallel group -- and what the exports write (Megatron-LM's
 GPU name; :func:`fp8_problem` says why a recipe cannot run on a cluster
 (None when it can). Nothing here computes a cost.
 
-The recipes [1]_ [2]_ [3]_ [4]_:
-
-=============  ===========================================  =================  ===========
-recipe         scales                                       needs              frameworks
-=============  ===========================================  =================  ===========
-``delayed``    one fp32 scale per tensor from the amax      CC >= 8.9          Megatron
-               history of earlier steps; the cast records
-               the amax in the same pass
-``tensorwise`` one fp32 scale per tensor from this step's   CC >= 8.9          Megatron
-               amax ("current scaling"): an amax pass,
-               then the cast; with sequence parallelism the
-               input amax is max-reduced over the TP group
-``blockwise``  fp32 scales per 1x128 block (activations,    CC >= 9.0          Megatron
-               gradients) and 128x128 (weights)
-``mxfp8``      E8M0 (1 B) scales per 32 elements, rowwise   10.0 <= CC < 12.0  Megatron,
-               and columnwise copies quantized apart                           torchtitan
-``rowwise``    one fp32 scale per row (torchao): an amax    CC >= 8.9          torchtitan
-               pass per row, then the cast
-=============  ===========================================  =================  ===========
-
-References
-----------
-.. [1] megatron-core 0.16.1, ``megatron/core/transformer/transformer_config.py``
-   (``fp8``: e4m3 | hybrid; ``fp8_recipe``: tensorwise | delayed | mxfp8 |
-   blockwise | custom, "mxfp8 for Blackwell architecture only";
-   ``first_last_layers_bf16`` refused with delayed scaling) and
-   ``megatron/core/fp8_utils.py`` (``get_fp8_recipe``: the recipes map to
-   Transformer Engine's ``DelayedScaling``, ``Float8CurrentScaling``,
-   ``Float8BlockScaling`` and ``MXFP8BlockScaling``).
-.. [2] NVIDIA Transformer Engine, ``transformer_engine/pytorch/quantization.py``
-   (``_compute_fp8_support``: compute capability 8.9 or higher;
-   ``_compute_fp8_block_scaling_support``: 9.0 or higher;
-   ``_compute_mxfp8_support``: 10.0 or higher and not 12.0+) and
-   ``transformer_engine/common/recipe/__init__.py`` (MXFP8: E8M0 scale per
-   32 values; Float8BlockScaling: fp32 scales, 1D blocks for inputs and
-   gradients, 2D 128x128 for weights), ``transformer_engine/common/
-   transformer_engine.cpp`` (``nvte_is_non_tn_fp8_gemm_supported``) and
-   ``transformer_engine/pytorch/csrc/quantizer.cpp`` (the per-tensor
-   quantizers make no transpose where it returns true).
-.. [3] torchtitan 0.3.0, ``torchtitan/components/quantization/float8.py``
-   (``Float8LinearConverter``: ``recipe_name`` rowwise | rowwise_with_gw_hp,
-   SM89 or later; ``Float8GroupedExpertsConverter``) and ``mx.py``
-   (``MXFP8LinearConverter``: SM100 or later).
-.. [4] NVIDIA, "CUDA GPUs - Compute Capability", developer.nvidia.com/cuda-gpus
-   (A100 8.0, L4/L40S 8.9, H100/H200 9.0, B200/GB200 10.0, B300/GB300 10.3).
-.. [5] S. Bekman, "Machine Learning Engineering", ``compute/accelerator/README.md``,
-   "Maximum Achievable Matmul FLOPS comparison table" (BF16 and FP8
-   float8_e4m3fn rows), https://github.com/stas00/ml-engineering, file at
-   commit 7bc7c3054eb9 (2026-08-10); collected in ``benchmarks/calibration/published.py``
-   (``GROUPED_GEMM``, source ``ml-engineering-mamf``).
-.. [6] DeepSeek-AI, DeepGEMM ``README.md`` (commit 2e7e58011b03, 2025-04-11):
-   FP8 GEMMs with 1x128 / 128x128 scaling on H800 SXM5.
+More (the detail of this module): ``docs/internals/costs.md``, section ``partitioner.costs.compute.fp8``.
 """
 from __future__ import annotations
 
@@ -159,6 +108,17 @@ RECIPES: dict[str, Fp8Recipe] = {
                          fp8_all_gather=False),
 }
 
+# References of the comments below (the module docstring's detail is in docs/internals/costs.md):
+# .. [4] NVIDIA, "CUDA GPUs - Compute Capability", developer.nvidia.com/cuda-gpus
+#    (A100 8.0, L4/L40S 8.9, H100/H200 9.0, B200/GB200 10.0, B300/GB300 10.3).
+# .. [5] S. Bekman, "Machine Learning Engineering", ``compute/accelerator/README.md``,
+#    "Maximum Achievable Matmul FLOPS comparison table" (BF16 and FP8
+#    float8_e4m3fn rows), https://github.com/stas00/ml-engineering, file at
+#    commit 7bc7c3054eb9 (2026-08-10); collected in ``benchmarks/calibration/published.py``
+#    (``GROUPED_GEMM``, source ``ml-engineering-mamf``).
+# .. [6] DeepSeek-AI, DeepGEMM ``README.md`` (commit 2e7e58011b03, 2025-04-11):
+#    FP8 GEMMs with 1x128 / 128x128 scaling on H800 SXM5.
+
 # GPU name fragments (the cluster preset's ``gpu``, upper case) -> CUDA compute capability [4]_; the first
 # fragment found in the name decides, so a longer name precedes its substrings
 GPU_CAPABILITY: tuple[tuple[str, tuple[int, int]], ...] = (
@@ -195,6 +155,19 @@ def operand_copies(recipe: str, cluster: ClusterSpec) -> int:
     (Blackwell): TE's ``Float8Quantizer`` and ``Float8CurrentScalingQuantizer``
     then keep the data without a transpose [2]_. torchao's rowwise scales
     run along rows: two copies.
+
+    References
+    ----------
+    .. [2] NVIDIA Transformer Engine, ``transformer_engine/pytorch/quantization.py``
+       (``_compute_fp8_support``: compute capability 8.9 or higher;
+       ``_compute_fp8_block_scaling_support``: 9.0 or higher;
+       ``_compute_mxfp8_support``: 10.0 or higher and not 12.0+) and
+       ``transformer_engine/common/recipe/__init__.py`` (MXFP8: E8M0 scale per
+       32 values; Float8BlockScaling: fp32 scales, 1D blocks for inputs and
+       gradients, 2D 128x128 for weights), ``transformer_engine/common/
+       transformer_engine.cpp`` (``nvte_is_non_tn_fp8_gemm_supported``) and
+       ``transformer_engine/pytorch/csrc/quantizer.cpp`` (the per-tensor
+       quantizers make no transpose where it returns true).
     """
     rec = RECIPES[recipe]
     per_tensor_te = rec.block == 0 and rec.megatron is not None
@@ -208,6 +181,19 @@ def fp8_problem(recipe: str, cluster: ClusterSpec) -> str | None:
     recipe's compute capabilities [2]_ where the GPU is known; a GPU the
     table does not know runs the per-tensor and per-row recipes when the
     preset gives an FP8 peak, the block-scaled ones need a known GPU.
+
+    References
+    ----------
+    .. [2] NVIDIA Transformer Engine, ``transformer_engine/pytorch/quantization.py``
+       (``_compute_fp8_support``: compute capability 8.9 or higher;
+       ``_compute_fp8_block_scaling_support``: 9.0 or higher;
+       ``_compute_mxfp8_support``: 10.0 or higher and not 12.0+) and
+       ``transformer_engine/common/recipe/__init__.py`` (MXFP8: E8M0 scale per
+       32 values; Float8BlockScaling: fp32 scales, 1D blocks for inputs and
+       gradients, 2D 128x128 for weights), ``transformer_engine/common/
+       transformer_engine.cpp`` (``nvte_is_non_tn_fp8_gemm_supported``) and
+       ``transformer_engine/pytorch/csrc/quantizer.cpp`` (the per-tensor
+       quantizers make no transpose where it returns true).
     """
     rec = RECIPES[recipe]
     if cluster.peak_tflops_fp8 is None:

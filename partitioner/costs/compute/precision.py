@@ -9,95 +9,9 @@ module.
 
 **What runs in FP8** (:func:`fp8_piece`). The linear layers inside the
 transformer blocks: QKV, the output projection, the MLP (fc1, fc2) and the
-routed and shared experts. Megatron-LM enters Transformer Engine's
-``fp8_autocast`` per transformer layer (``get_fp8_context``), so the
-embedding, the LM head (``output_layer``), the projector and the attention
-core (``TEDotProductAttention`` without ``fp8_dot_product_attention``) run
-in BF16, and the router's gating matmul is a plain ``torch`` matmul [1]_;
-torchtitan's own FP8 configurations leave ``lm_head`` and ``router.gate`` in
-BF16 (``filter_fqns``) [3]_; DeepSeek-V3 kept the embedding, the output
-head, the MoE gating, the normalisations and the attention operators in
-higher precision [5]_. A block's BF16 GEMM FLOPs (the router, a vision
-encoder's patch embedding, SigLIP's pooling head, an action head's input
-and output projections) are ``Piece.bf16_gemm_flops``; the first and last
-``fp8_bf16_layers`` decoder layers are BF16 whole (Megatron's
-``first_last_layers_bf16``).
+routed and shared experts.
 
-**Rate** (:func:`gemm_rate`). An FP8 GEMM runs at the cluster's
-``peak_tflops_fp8`` x the BF16 efficiency curve of the same shape x
-``fp8_gemm_efficiency`` (:func:`~.fp8.fp8_gemm_efficiency`: the measured
-ratio of the two large-GEMM fractions of peak on one GPU); a piece with
-FP8 and BF16 GEMMs takes the FLOP-weighted harmonic blend.
-
-**Casts** (:func:`block_quant_bytes`, memory-bound, at HBM bandwidth).
-Every FP8 GEMM operand is cast from BF16: forward the inputs of QKV, the
-projection, fc1 and fc2 (the rowwise copy the forward GEMM reads and the
-columnwise copy the weight gradient reads, one fused kernel); backward
-the output gradients of the four (rowwise for the input gradient,
-columnwise for the weight gradient). Per element: read 2 B, write 1 B per
-copy plus its share of the scales, plus one more 2 B read where the recipe
-finds the amax in a pass of its own (current scaling) [2]_. Two copies on
-Hopper (TN-only FP8 GEMMs) and for the block-scaled recipes; one for the
-per-tensor recipes on Blackwell, whose FP8 GEMMs take any layout
-(:func:`~.fp8.operand_copies`). Weights are cast once per iteration and
-cached across the microbatches (Megatron passes ``is_first_microbatch`` to
-Transformer Engine, which keeps the fp8 weight and its transpose); with
-``fp8_param_gather`` the parameters are fp8 already and only the other
-copy is made (read 1 B, write 1 B).
-torchao's ``rowwise`` recipe caches nothing: the weight is cast in every
-forward and again (transposed) in every backward.
-
-**Collectives.** With sequence parallelism Transformer Engine casts a
-column-parallel layer's input before its all-gather, and a row-parallel
-layer's output gradient before its backward all-gather: the all-gather
-half of each tensor-parallel collective moves fp8 (:func:`tp_comm_element_bytes`),
-the reduce-scatter half stays BF16. Current scaling (``tensorwise``) then
-max-reduces that amax over the TP group first: two latency-bound
-all-reduces forward and two backward per block (:func:`amax_reduce_ms`).
-Not charged: delayed scaling's one fused amax all-reduce per stage and
-microbatch (Megatron wraps the block stack in one ``fp8_autocast``), which
-a per-layer entry cannot place (tens of microseconds per microbatch), and
-the per-step amax reduction of ``fp8_param_gather``'s parameter cast.
-
-**Memory.** The saved input of an FP8 linear is its fp8 copy (the
-columnwise one the weight gradient reads) [2]_: the QKV input, the MLP
-input and the fc2 input drop from 2 B to 1 B per element (plus scales);
-the projection's fp8 input is kept besides the BF16 attention output that
-flash attention keeps for its own backward (:func:`fp8_activation_delta`).
-Each FP8 weight gains its cached fp8 copies (2 B per parameter plus
-scales; 1 B for the per-tensor recipes on Blackwell);
-``fp8_param_gather`` drops the BF16 weight instead (net 0 on Hopper, a
-saving of 1 B per parameter on Blackwell) (:func:`fp8_weight_extra_bytes`)
-[1]_ [4]_. Scales and amax histories
-(a few fp32 per tensor; Megatron's ``fp8_amax_history_len`` is 1) are
-not counted.
-
-References
-----------
-.. [1] megatron-core 0.16.1: ``megatron/core/fp8_utils.py`` (``get_fp8_context``
-   per layer; ``get_amax_reduction_group``), ``megatron/core/transformer/
-   transformer_block.py`` (the fp8 context per layer, one outer context for
-   delayed scaling), ``megatron/core/transformer/moe/router.py`` (the
-   gating matmul), ``megatron/core/extensions/transformer_engine.py``
-   (``is_first_microbatch`` passed to TE's linear layers);
-   ``distributed_data_parallel_config.py`` (``fp8_param_gather``: "keep
-   the compute param in fp8").
-.. [2] NVIDIA Transformer Engine, ``transformer_engine/pytorch/module/linear.py``
-   (``_Linear.forward``: the input cast before the sequence-parallel
-   all-gather, the amax reduction group for column-parallel inputs and
-   row-parallel output gradients; the saved input keeps only its
-   columnwise copy; the fp8 weight cached when ``is_first_microbatch`` is
-   given).
-.. [3] torchtitan 0.3.0, ``torchtitan/models/llama3/config_registry.py``
-   (``llama3_405b``: ``filter_fqns=["lm_head"]``) and
-   ``models/deepseek_v3/config_registry.py`` (``deepseek_v3_671b_float8``:
-   ``filter_fqns=["lm_head", "router.gate"]``).
-.. [4] NeMo Megatron-Bridge, ``src/megatron/bridge/training/mixed_precision.py``
-   (``bf16_with_fp8_current_scaling_mixed``, ``bf16_with_mxfp8_mixed``,
-   ``bf16_with_fp8_delayed_scaling_mixed``: ``fp8_param_gather=True``;
-   ``bf16_with_fp8_subchannel_scaling_mixed`` (blockwise): False).
-.. [5] DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv:2412.19437 (2024),
-   Sec. 3.3.1.
+More (the detail of this module): ``docs/internals/costs.md``, section ``partitioner.costs.compute.precision``.
 """
 from __future__ import annotations
 
@@ -129,7 +43,15 @@ def recipe_of(opts: CostOptions) -> Fp8Recipe:
 
 
 def param_gather(opts: CostOptions) -> bool:
-    """Whether the parameters are kept in fp8: the option, else the recipe's published default [4]_."""
+    """Whether the parameters are kept in fp8: the option, else the recipe's published default [4]_.
+
+    References
+    ----------
+    .. [4] NeMo Megatron-Bridge, ``src/megatron/bridge/training/mixed_precision.py``
+       (``bf16_with_fp8_current_scaling_mixed``, ``bf16_with_mxfp8_mixed``,
+       ``bf16_with_fp8_delayed_scaling_mixed``: ``fp8_param_gather=True``;
+       ``bf16_with_fp8_subchannel_scaling_mixed`` (blockwise): False).
+    """
     if opts.fp8_param_gather is not None:
         return opts.fp8_param_gather
     return opts.fp8_recipe in _PARAM_GATHER_BY_DEFAULT
@@ -223,7 +145,17 @@ def gemm_rate(p: Piece, rate: float, cluster: ClusterSpec, opts: CostOptions) ->
 
 def tp_comm_element_bytes(p: Piece, opts: CostOptions) -> float:
     """Bytes per element of ``p``'s tensor-parallel collectives: BF16, or the average of an fp8 all-gather and a
-    BF16 reduce-scatter under FP8 with sequence parallelism (TE casts before the all-gather) [2]_."""
+    BF16 reduce-scatter under FP8 with sequence parallelism (TE casts before the all-gather) [2]_.
+
+    References
+    ----------
+    .. [2] NVIDIA Transformer Engine, ``transformer_engine/pytorch/module/linear.py``
+       (``_Linear.forward``: the input cast before the sequence-parallel
+       all-gather, the amax reduction group for column-parallel inputs and
+       row-parallel output gradients; the saved input keeps only its
+       columnwise copy; the fp8 weight cached when ``is_first_microbatch`` is
+       given).
+    """
     if not (fp8_piece(p, opts) and opts.sequence_parallel and recipe_of(opts).fp8_all_gather):
         return BF16_BYTES
     return (recipe_of(opts).stored_bytes() + BF16_BYTES) / 2.0
@@ -235,6 +167,15 @@ def amax_reduce_ms(p: Piece, t: int, cluster: ClusterSpec, opts: CostOptions) ->
     Two per pass and direction (forward: the QKV and fc1 inputs; backward:
     the projection's and fc2's output gradients), each one fp32 over the
     tensor-parallel group, latency-bound [2]_. 0 otherwise.
+
+    References
+    ----------
+    .. [2] NVIDIA Transformer Engine, ``transformer_engine/pytorch/module/linear.py``
+       (``_Linear.forward``: the input cast before the sequence-parallel
+       all-gather, the amax reduction group for column-parallel inputs and
+       row-parallel output gradients; the saved input keeps only its
+       columnwise copy; the fp8 weight cached when ``is_first_microbatch`` is
+       given).
     """
     if not (fp8_piece(p, opts) and opts.sequence_parallel and t > 1 and recipe_of(opts).tp_amax_reduce):
         return 0.0
@@ -319,6 +260,23 @@ def fp8_weight_extra_bytes(opts: CostOptions, cluster: ClusterSpec) -> float:
     ``fp8_param_gather`` keeps the parameter in fp8 [1]_ [2]_.
 
     0 for a recipe without a weight cache (torchao's rowwise: cast anew in every pass).
+
+    References
+    ----------
+    .. [1] megatron-core 0.16.1: ``megatron/core/fp8_utils.py`` (``get_fp8_context``
+       per layer; ``get_amax_reduction_group``), ``megatron/core/transformer/
+       transformer_block.py`` (the fp8 context per layer, one outer context for
+       delayed scaling), ``megatron/core/transformer/moe/router.py`` (the
+       gating matmul), ``megatron/core/extensions/transformer_engine.py``
+       (``is_first_microbatch`` passed to TE's linear layers);
+       ``distributed_data_parallel_config.py`` (``fp8_param_gather``: "keep
+       the compute param in fp8").
+    .. [2] NVIDIA Transformer Engine, ``transformer_engine/pytorch/module/linear.py``
+       (``_Linear.forward``: the input cast before the sequence-parallel
+       all-gather, the amax reduction group for column-parallel inputs and
+       row-parallel output gradients; the saved input keeps only its
+       columnwise copy; the fp8 weight cached when ``is_first_microbatch`` is
+       given).
     """
     rec = recipe_of(opts)
     if not rec.weight_cache:

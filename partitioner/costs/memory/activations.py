@@ -8,69 +8,9 @@ one GPU, one named term per tensor (a :class:`dict` in execution order);
 What a block keeps (bf16 tensors, 2 B per element; dropout masks 1 B;
 ``s`` tokens and ``b`` samples, width ``h``, ``a`` query heads and ``k``
 key/value heads of ``d`` channels, MLP width ``f``). The names and the
-GPT-3 count are those of Korthikanti et al. [2]_, Section 4.1:
+GPT-3 count are those of Korthikanti et al. [2], Section 4.1:
 
-======================  =====================================  ==========
-term                    bytes                                  with tp
-======================  =====================================  ==========
-``norm_inputs``         2 norms x 2sbh (the input of each)     SP
-``qkv_input``           2sbh (the first norm's output)         SP
-``q_latent``            MLA: the query latent's norm input     SP
-                        and output, 2 x 2sb q_lora_rank
-``kv_latent``           MLA: the same of the key/value         SP
-                        latent, kv_lora_rank wide
-``q``, ``k``, ``v``     2sbad, 2sbkd, 2sbkd (MLA: v of         / t [*]_
-                        v_head_dim)
-``qkv_retained``        2sb(a+k)d: a fused QKV projection      / t
-                        with rotary embeddings (rotated Q, K
-                        are new tensors; V, a view, keeps the
-                        whole projection output alive)
-``qk_norm_inputs``      2sbad + 2sbkd (QK-norm models)         / t
-``scores``              no flash: softmax 2as'b, +dropout      / t
-                        mask as'b and output 2as'b
-``softmax_stats``       flash: 4asb (fp32 log-sum-exp) [5]_    / t
-``attn_output``         2sbad (the output projection's input;  / t
-                        MLA: v_head_dim wide)
-``attn_dropout_mask``   sbh (residual dropout, if any)         SP
-``layerscale_inputs``   2 x 2sbh (layer-scale models)          SP
-``mlp_input``           2sbh (the second norm's output)        SP
-``mlp``                 plain: act input 2sbf (+2sbf for a     / t
-                        composite act such as quick_gelu),
-                        fc2 input 2sbf; gated: gate, up,
-                        act(gate), product 4 x 2sbf
-``mlp_dropout_mask``    sbh (if dropout)                       SP
-======================  =====================================  ==========
-
-.. [*] Key/value heads: ``k / t`` per GPU, at least one (with fewer
-   key/value heads than GPUs each GPU keeps a replica of one).
-
-``s'`` (``score_entries``) is the score-matrix entries per head and
-sample, ``s**2`` for self-attention, causal or not (the masked half is
-stored too). "SP" terms are replicated over the tensor-parallel group
-unless sequence parallelism shards them (``/ t``) [2]_. For the GPT-3
-block (``k = a``, ``a d = h``, plain 4h MLP, dropout, no flash) the sum is
-Korthikanti's ``s b h (34 + 5 a s / h)``, and ``s b h (10 + 24/t + 5 a s
-/ (h t))`` with tensor parallelism.
-
-Norms: a fused kernel keeps only its input (and per-row statistics,
-neglected) -- Apex / Transformer Engine, Megatron-LM. An unfused RMSNorm
-(transformers' eager ``LlamaRMSNorm``: ``x.float()``, then
-``weight * normalized.to(bf16)``) also keeps the fp32 upcast and the bf16
-normalized output: 3 x the input's bytes (``fused_norm=False``).
-PyTorch's LayerNorm is always fused.
-
-Recompute [2]_: ``selective`` drops the ``scores`` term (the attention
-core is recomputed in backward); ``full`` keeps only the block input
-``2sbh`` (``/ t`` with sequence parallelism).
-
-References
-----------
-.. [2] V. Korthikanti et al., "Reducing Activation Recomputation in Large
-   Transformer Models", MLSys 2023, arXiv:2205.05198, Section 4.1
-   (activations per layer) and Section 5 (selective recomputation).
-.. [5] T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism
-   and Work Partitioning", arXiv:2307.08691 (2023): the backward pass
-   needs Q, K, V, the output O and the log-sum-exp L (Algorithm 2).
+The detail, and the references cited above: ``docs/internals/costs.md``, section ``partitioner.costs.memory.activations``.
 """
 from __future__ import annotations
 

@@ -10,85 +10,7 @@ arithmetic over a :class:`~partitioner.costs.layers.Piece`, its :class:`~.activa
 and the rates the caller (:mod:`~partitioner.costs.entry`) already computed.
 :func:`module_chain` picks the module sets worth emitting as variants.
 
-Megatron-Core's modules [30]_ (``--recompute-granularity selective
---recompute-modules ...``; ``selective`` alone is ``core_attn``, its
-default), as Megatron-Core 0.16.1 runs them with the Transformer Engine
-layer spec (``get_gpt_layer_with_transformer_engine_spec``: the input norm
-is fused into the QKV projection, ``TELayerNormColumnParallelLinear``, and
-the pre-MLP norm into the dense MLP's first projection; a MoE layer keeps a
-standalone pre-MLP norm because the router and the experts both read it):
-
-================  ==========================================  ==================================================
-module            frees (terms of :mod:`.activations`)             replays in backward
-================  ==========================================  ==================================================
-``core_attn``     ``scores`` (no flash) or ``softmax_stats``  the attention core's forward (its matmuls, the
-                  (flash: the log-sum-exp); Q, K, V are the    score traffic or flash's Q/K/V/O traffic) and,
-                  checkpoint's inputs, O the output            under cp, the ring's forward transfers
-                  projection's input: both kept
-``layernorm``     standalone norms' outputs: a MoE layer's    one norm's forward (read x, write y) per norm
-                  ``mlp_input`` (the pre-MLP norm), an MLA
-                  layer's ``qkv_input`` (its input norm);
-                  fused norms keep theirs inside TE's
-                  linear, so a dense layer frees nothing
-``mlp``           a dense layer's ``mlp_input`` and ``mlp``   the MLP's GEMMs, its activation, the fused pre-MLP
-                  (the module's input is the residual,        norm and the MLP's tensor-parallel collective
-                  kept by the norm anyway)
-``moe_act``       the routed experts' activation outputs      the activation kernel (output-discarding
-                  (``act(gate)`` and the product; the fc1      checkpoint: only the activation runs again)
-                  output is its input, kept)
-``shared_experts``  the shared MLP's intermediates            the shared MLP's GEMMs and activation
-``moe``           the whole MoE layer's intermediates (its    router, dispatch and combine (the all-to-alls:
-                  input, the pre-MLP norm output, kept)       Megatron checkpoints ``custom_forward``, which
-                                                              runs route, dispatch, experts and combine),
-                                                              the experts' and shared MLP's GEMMs
-``mla_up_proj``   multi-head latent attention: the up-        the query and key/value up-projections and the
-                  projections' and RoPE's outputs, the core   fused MLA RoPE (output-discarding checkpoint)
-                  attention's Q, K, V (the latents, their
-                  input, stay)
-================  ==========================================  ==================================================
-
-``moe`` contains ``moe_act`` and ``shared_experts`` (its checkpoint frees
-what they free), so a set naming it drops them (:func:`setting_of`).
-
-torchtitan's ``SelectiveAC`` (``activation_checkpoint: selective``,
-torchtitan 0.3 [31]_) is the setting ``op``: a per-op policy over the
-block's forward that saves the outputs of compute-intensive ops --
-``aten.mm`` / ``linear`` (except every second one, counted in op order,
-and the router gate, forced to recompute), the flash / SDPA attention --
-and of the reduce-scatter and all-to-all collectives, and recomputes the
-rest: norms, activations, rotary, residual adds, all-gathers, the even
-matmuls and the grouped GEMMs of the routed experts (``_grouped_mm`` is
-not in PyTorch's compute-intensive list [32]_). With torchtitan's block
-(``wq, wk, wv, wo``, then ``w1, w3, w2`` gated or ``w1, w2`` plain) it
-keeps the block input, the outputs of ``wq``, ``wv``, ``w1`` (and ``w2``
-gated: the row-parallel output *before* its reduce-scatter, ``2 s b h``
-bytes on every tensor-parallel rank), the attention output and its
-log-sum-exp, and the reduce-scatter outputs; it replays ``wk``, ``wo``,
-``w3`` (``w2`` plain), every memory-bound op, and with sequence
-parallelism the two all-gathers.
-
-References
-----------
-.. [2] V. Korthikanti et al., "Reducing Activation Recomputation in Large
-   Transformer Models", MLSys 2023, arXiv:2205.05198, Section 5.
-.. [30] NVIDIA Megatron-Core 0.16.1, ``transformer/transformer_config.py``
-   (``recompute_modules``: core_attn, moe_act, layernorm, mla_up_proj,
-   mlp, moe, shared_experts; "moe_act, layernorm and mla_up_proj use
-   output-discarding checkpointing"), ``transformer/transformer_layer.py``
-   (``recompute_input_layernorm`` only when the input norm is not an
-   ``IdentityOp``; ``recompute_mlp`` only on non-MoE layers),
-   ``transformer/moe/moe_layer.py`` (``moe_layer_recompute`` checkpoints
-   route, dispatch, experts and combine; ``shared_experts_recompute``),
-   ``transformer/moe/experts.py`` (``activation_recompute`` discards the
-   activation's output), ``models/gpt/gpt_layer_specs.py`` (the TE spec).
-.. [31] torchtitan 0.3.0, ``torchtitan/distributed/activation_checkpoint.py``
-   (``SelectiveAC``: save compute and communication ops, "recomputes every
-   second matmul", ``force_recompute_mm_shapes_by_fqns = ["moe.router.gate"]``;
-   ``FullAC``), ``torchtitan/models/llama3`` (``wq``, ``wk``, ``wv``,
-   ``wo``; ``w2(silu(w1(x)) * w3(x))``).
-.. [32] PyTorch 2.13, ``torch._functorch.partitioners.get_default_op_list``
-   (``compute_intensive_ops``: mm, addmm, bmm, convolution, the flash and
-   efficient attention kernels, ``_scaled_mm``).
+More (the detail of this module): ``docs/internals/costs.md``, section ``partitioner.costs.memory.recompute``.
 """
 from __future__ import annotations
 
@@ -434,6 +356,24 @@ def expert_recompute(setting: str, *, stored: float, copies: float, moe_ffn: flo
     ``expert_fused_glu``).
     ``stored`` counts the mean load (the stash sums many routings), the
     replay's time the busiest rank's (``imbalance``).
+
+    References
+    ----------
+    .. [30] NVIDIA Megatron-Core 0.16.1, ``transformer/transformer_config.py``
+       (``recompute_modules``: core_attn, moe_act, layernorm, mla_up_proj,
+       mlp, moe, shared_experts; "moe_act, layernorm and mla_up_proj use
+       output-discarding checkpointing"), ``transformer/transformer_layer.py``
+       (``recompute_input_layernorm`` only when the input norm is not an
+       ``IdentityOp``; ``recompute_mlp`` only on non-MoE layers),
+       ``transformer/moe/moe_layer.py`` (``moe_layer_recompute`` checkpoints
+       route, dispatch, experts and combine; ``shared_experts_recompute``),
+       ``transformer/moe/experts.py`` (``activation_recompute`` discards the
+       activation's output), ``models/gpt/gpt_layer_specs.py`` (the TE spec).
+    .. [31] torchtitan 0.3.0, ``torchtitan/distributed/activation_checkpoint.py``
+       (``SelectiveAC``: save compute and communication ops, "recomputes every
+       second matmul", ``force_recompute_mm_shapes_by_fqns = ["moe.router.gate"]``;
+       ``FullAC``), ``torchtitan/models/llama3`` (``wq``, ``wk``, ``wv``,
+       ``wo``; ``w2(silu(w1(x)) * w3(x))``).
     """
     if setting == "full":
         return 0.0, compute_ms + dispatch_ms
@@ -460,7 +400,21 @@ def expert_recompute(setting: str, *, stored: float, copies: float, moe_ffn: flo
 
 DENSE_MODULES = frozenset({"core_attn", "mlp"})
 """The modules that act on a dense (not MoE) layer of Megatron-Core's TE spec (its norms are fused: ``layernorm``
-frees nothing there) [30]_."""
+frees nothing there) [30]_.
+
+References
+----------
+.. [30] NVIDIA Megatron-Core 0.16.1, ``transformer/transformer_config.py``
+   (``recompute_modules``: core_attn, moe_act, layernorm, mla_up_proj,
+   mlp, moe, shared_experts; "moe_act, layernorm and mla_up_proj use
+   output-discarding checkpointing"), ``transformer/transformer_layer.py``
+   (``recompute_input_layernorm`` only when the input norm is not an
+   ``IdentityOp``; ``recompute_mlp`` only on non-MoE layers),
+   ``transformer/moe/moe_layer.py`` (``moe_layer_recompute`` checkpoints
+   route, dispatch, experts and combine; ``shared_experts_recompute``),
+   ``transformer/moe/experts.py`` (``activation_recompute`` discards the
+   activation's output), ``models/gpt/gpt_layer_specs.py`` (the TE spec).
+"""
 
 
 def acting_modules(role: str, hint: Sequence[str] | None = None) -> frozenset[str]:
@@ -483,6 +437,19 @@ def merge_settings(segments: Sequence[tuple[str, frozenset[str]]]) -> str | None
     union ``U`` of their modules when each segment's own modules equal ``U``
     restricted to what acts on it. ``full`` and ``op`` merge only with
     themselves.
+
+    References
+    ----------
+    .. [30] NVIDIA Megatron-Core 0.16.1, ``transformer/transformer_config.py``
+       (``recompute_modules``: core_attn, moe_act, layernorm, mla_up_proj,
+       mlp, moe, shared_experts; "moe_act, layernorm and mla_up_proj use
+       output-discarding checkpointing"), ``transformer/transformer_layer.py``
+       (``recompute_input_layernorm`` only when the input norm is not an
+       ``IdentityOp``; ``recompute_mlp`` only on non-MoE layers),
+       ``transformer/moe/moe_layer.py`` (``moe_layer_recompute`` checkpoints
+       route, dispatch, experts and combine; ``shared_experts_recompute``),
+       ``transformer/moe/experts.py`` (``activation_recompute`` discards the
+       activation's output), ``models/gpt/gpt_layer_specs.py`` (the TE spec).
     """
     settings = {s for s, _ in segments}
     if not settings:

@@ -8,13 +8,7 @@ convert between a setting and its modules. Names only, no costs (those
 are :mod:`.recompute`'s), so that :mod:`~partitioner.costs.options` can check a setting
 without importing the cost terms.
 
-References
-----------
-.. [30] NVIDIA Megatron-Core 0.16.1, ``transformer/transformer_config.py``
-   (``recompute_modules``: core_attn, moe_act, layernorm, mla_up_proj, mlp,
-   moe, shared_experts; default core_attn).
-.. [31] torchtitan 0.3.0, ``torchtitan/distributed/activation_checkpoint.py``
-   (``SelectiveAC``, the per-op policy).
+More (the detail of this module): ``docs/internals/costs.md``, section ``partitioner.costs.memory.recompute_names``.
 """
 from __future__ import annotations
 
@@ -24,10 +18,23 @@ __all__ = ["MODULES", "OP", "SETTINGS", "ABSORBED", "modules_of", "setting_of", 
            "replays_attention", "replays_experts"]
 
 MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "shared_experts", "moe")
-"""Megatron-Core's ``recompute_modules`` choices, in the order a setting's name lists them [30]_."""
+"""Megatron-Core's ``recompute_modules`` choices, in the order a setting's name lists them [30]_.
+
+References
+----------
+.. [30] NVIDIA Megatron-Core 0.16.1, ``transformer/transformer_config.py``
+   (``recompute_modules``: core_attn, moe_act, layernorm, mla_up_proj, mlp,
+   moe, shared_experts; default core_attn).
+"""
 
 OP = "op"
-"""torchtitan's per-op selective activation checkpointing [31]_."""
+"""torchtitan's per-op selective activation checkpointing [31]_.
+
+References
+----------
+.. [31] torchtitan 0.3.0, ``torchtitan/distributed/activation_checkpoint.py``
+   (``SelectiveAC``, the per-op policy).
+"""
 
 SETTINGS = ("none", "selective", "full", OP)
 """The settings that are not module sets (``selective`` is the module set ``core_attn``)."""

@@ -1,26 +1,15 @@
 """Tied embeddings as the frameworks hold them: one set of parameters, a copy per pipeline end.
 
-Contract: pure arithmetic for an LM head whose weight is the input
-embedding's (``tie_word_embeddings``). The parameters count once in the
-model (:attr:`~partitioner.costs.layers.Piece.tied_params` keeps the head's copy out of
-``params``). In memory, a stage holding both the embedding and the head
-holds the matrix once; a pipeline that puts them on different stages keeps
-a copy on each (Megatron-LM's ``shared_embedding_or_output_weight`` on the
-last stage) and all-reduces the two copies' gradients over the embedding
-group, the first and last stage's ranks of each tensor-parallel slice,
-once per iteration [28]_. :func:`tied_copy_bytes` is the head copy's bytes
-on one rank (format v3's ``tied_weight_bytes``); :func:`embedding_sync_ms`
-that all-reduce, which the cost model charges to the head's entry
-(:func:`~partitioner.costs.entry.tied_sync_ms`; an overestimate by one all-reduce for a
-stage holding both).
+Contract: pure arithmetic for an LM head whose weight is the input embedding's
+(``tie_word_embeddings``). The parameters count once in the model
+(:attr:`~partitioner.costs.layers.Piece.tied_params` keeps the head's copy out of
+``params``). In memory, a stage holding both the embedding and the head holds the
+matrix once; a pipeline that puts them on different stages keeps a copy on each
+(Megatron-LM's ``shared_embedding_or_output_weight`` on the last stage) and all-reduces
+the two copies' gradients over the embedding group, the first and last stage's ranks of
+each tensor-parallel slice, once per iteration [28].
 
-References
-----------
-.. [28] NVIDIA Megatron-Core, ``megatron/core/distributed/
-   finalize_model_grads.py`` (``_allreduce_word_embedding_grads``:
-   "All-reduce word-embedding gradients across the first and last PP
-   stages") and ``models/common/language_module/language_module.py``
-   (``setup_embeddings_and_output_layer``).
+The detail, and the references cited above: ``docs/internals/costs.md``, section ``partitioner.costs.memory.tied``.
 """
 from __future__ import annotations
 
@@ -41,6 +30,14 @@ def embedding_sync_ms(tied_params: float, tp: int, *, inside_node: bool, intra_G
 
     Two ranks per group; over NVLink when both stages sit in one node,
     else the network. Frozen embeddings (``tied_params = 0``) cost nothing.
+
+    References
+    ----------
+    .. [28] NVIDIA Megatron-Core, ``megatron/core/distributed/
+       finalize_model_grads.py`` (``_allreduce_word_embedding_grads``:
+       "All-reduce word-embedding gradients across the first and last PP
+       stages") and ``models/common/language_module/language_module.py``
+       (``setup_embeddings_and_output_layer``).
     """
     if tied_params <= 0:
         return 0.0

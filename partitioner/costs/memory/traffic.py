@@ -9,64 +9,7 @@ and write per microbatch of ``b`` samples on one of ``t`` GPUs, one
 its loss and a projector; :func:`traffic_ms` turns bytes into time at the
 GPU's HBM bandwidth times ``hbm_efficiency``. Pure arithmetic.
 
-Time of such a kernel = bytes / (HBM bandwidth x efficiency): softmax,
-dropout, norms, activations, residual adds do a few FLOPs per byte, far
-below the ridge point of an A100 (312 TFLOP/s / 2.0 TB/s = 153 FLOP/B)
-or an H100 (989 / 3.35 = 295 FLOP/B), so their FLOPs never bind [12]_.
-
-Bytes per element (2-byte bf16/fp16 activations, 1-byte dropout masks;
-``E = s b h`` elements of the block's width, ``F = s b f / t`` of the MLP's,
-``Q = s b (a/t + k_t) d`` of the rotated queries and keys, ``S = (a/t) b s'``
-score entries; ``/ p`` where sequence parallelism shards, ``p = t`` with
-it and 1 without -- norms, dropouts and residuals are then *replicated* on
-every tensor-parallel rank [2]_):
-
-==============  =========================================  ====================================  ============
-op              forward (reads + writes)                   backward                              elements
-==============  =========================================  ====================================  ============
-``norms``       2 norms x (read x 2 + write y 2) = 8       2 x (x, dy, write dx) = 12            E / p
-``residuals``   2 x bias-dropout-add: read x, residual,    2 x (sum of grads 6, dropout: read    E / p
-                write 6 (+ mask 1 with dropout)            dy 2, mask 1, write 2)
-``activation``  plain: read, write 4; gated: read gate     plain: x, dy, write dx 6; gated:      F
-                and up, write 6; +4 per extra op           10; +6 per extra op
-                (quick_gelu)
-``rotary``      read, write 4                              4                                     Q
-``qk_norm``     4                                          6                                     Q
-``scores``      no flash: QK^T write 2, scale-mask-        dP write 2, dropout 5, softmax        S
-                softmax read+write 4, dropout 5, AV        read y, dy, write 6, dQ/dK/dV
-                read 2 = 13 (8 without dropout)            reads 6 = 19 (14 without)
-``flash_io``    flash: read Q, K, V, write O:              read Q, K, V, O, dO, write dQ, dK,    s b d
-                2 (2a/t + 2k_t)                            dV: 2 (4a/t + 4k_t)
-==============  =========================================  ====================================  ============
-
-Multi-head latent attention (:mod:`~partitioner.costs.attention.mla`) replaces ``rotary``
-by the fused MLA RoPE kernels (``mla_rope``) and adds its two latent norms
-(``latent_norms``); its ``flash_io`` counts Q and K of ``d_qk`` and V and
-O of ``v_head_dim`` per head.
-
-``k_t`` is the key/value heads per GPU (``k/t``, at least 1). The score
-entries ``s'`` are the whole ``s x s`` matrix per head without flash
-attention (the masked half of a causal mask is written and read too);
-with flash attention the matrix never reaches HBM [5]_.
-
-Dense layers (:func:`embedding_traffic`, :func:`head_traffic`,
-:func:`projector_traffic`): the embedding lookup (read and write
-4 B per element of ``E``), the learned position add (6) and the embedding
-dropout (5) forward; its backward writes a dense ``V x h / t`` gradient
-(4 B per element: zeroed, then accumulated) and reads ``E`` (2); the
-output layer's final norm as above, and the cross-entropy over ``s b V / t``
-fp32 logits at ``loss_bytes_per_logit`` (:class:`~partitioner.costs.options.CostOptions`).
-
-References
-----------
-.. [2] V. Korthikanti et al., "Reducing Activation Recomputation in Large
-   Transformer Models", MLSys 2023, arXiv:2205.05198, Section 4.2.2 (which
-   tensors sequence parallelism shards) and Table 4 (per-layer times of
-   a 22B GPT layer on A100: 7.7 ms forward, selective recompute 1.3 ms).
-.. [5] T. Dao, "FlashAttention-2", arXiv:2307.08691 (2023): O(N d) HBM
-   accesses instead of O(N^2).
-.. [12] S. Williams, A. Waterman, D. Patterson, "Roofline: An Insightful
-   Visual Performance Model for Multicore Architectures", CACM 52(4), 2009.
+More (the detail of this module): ``docs/internals/costs.md``, section ``partitioner.costs.memory.traffic``.
 """
 from __future__ import annotations
 

@@ -1,39 +1,14 @@
 """Plans as DeepSpeed pipeline settings (``PipelineModule`` boundaries, topology, batch config).
 
-DeepSpeed's ``PipelineModule(partition_method=...)`` takes only
-``"parameters"``, ``"uniform"`` or ``"type:<regex>"`` [1]_, so the planned
-boundaries ``parts`` (stage s runs ``layers[parts[s]:parts[s+1]]``) are set
-by overriding ``_partition_layers``. ``PipeModelDataParallelTopology`` gives
-every stage the same model- and data-parallel degree, so a plan whose
-stages (or segments) differ in layout is not expressible. The batch:
-``train_micro_batch_size_per_gpu`` = global batch / (m dp) and
-``gradient_accumulation_steps`` = m (DeepSpeed's pipeline engine runs
-that many microbatches per step). Knobs: ``zero_optimization.stage`` is the
-plan's ZeRO stage, 0 or 1 -- the pipeline engine refuses ZeRO-2 and ZeRO-3
-(``PipelineEngine.__init__``), so a ZeRO-3 plan is not expressible; full
-recompute is ``activation_checkpoint_interval`` = 1 (each layer keeps its
-input and replays its forward), set per stage after ``PipelineModule``'s
-own ``__init__`` (``forward`` reads it on every call), so stages may differ;
-anything finer -- selective (the attention core), Megatron's module
-recompute, torchtitan's per-op policy -- has no ``PipelineModule`` setting:
-DeepSpeed's pipeline engine runs full recompute only. 5D axes: a MoE
-language model's experts go to ``deepspeed.moe.layer.MoE`` with ``ep_size``
-= ep and each expert split over the ranks the plan charged
-(:func:`~partitioner.problem.expert_tensor_parallel`): 1, or the TP size
-with ``enable_expert_tensor_parallelism`` (a plan without an expert split
-on tp > 1 holds its experts sharded by tp, so it gets the flag); any
-other split is not expressible. DeepSpeed's pipeline engine has no
-context parallelism (its sequence parallelism, Ulysses, is outside the
-pipeline engine), so a plan with cp > 1 is not expressible. The engine runs one training schedule,
-``TrainSchedule`` (1F1B): a plan made for another schedule is declared not
-expressible rather than run under 1F1B.
+DeepSpeed's ``PipelineModule(partition_method=...)`` takes only ``"parameters"``, ``"uniform"`` or
+``"type:<regex>"`` [1], so the planned boundaries ``parts`` (stage s runs
+``layers[parts[s]:parts[s+1]]``) are set by overriding ``_partition_layers``.
+``PipeModelDataParallelTopology`` gives every stage the same model- and data-parallel degree, so a
+plan whose stages (or segments) differ in layout is not expressible. The batch:
+``train_micro_batch_size_per_gpu`` = global batch / (m dp) and ``gradient_accumulation_steps`` = m
+(DeepSpeed's pipeline engine runs that many microbatches per step).
 
-References
-----------
-.. [1] DeepSpeed 0.19.8, ``deepspeed/runtime/pipe/module.py``
-   (``PipelineModule._partition_layers``, ``_set_bounds``) and
-   ``deepspeed/runtime/pipe/topology.py`` (``PipeModelDataParallelTopology``) and
-   ``deepspeed/runtime/pipe/engine.py`` (``PipelineEngine._train_schedule``: ``TrainSchedule``).
+The detail, and the references cited above: ``docs/internals/frameworks.md``, section ``partitioner.frameworks.deepspeed.export``.
 """
 from __future__ import annotations
 

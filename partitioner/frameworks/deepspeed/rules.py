@@ -2,26 +2,17 @@
 
 * Schedule: ``TrainSchedule`` (1F1B) only (``PipelineEngine._train_schedule``).
 * One model- and data-parallel degree for every stage and layer
-  (``PipeModelDataParallelTopology``); no context parallelism in the
-  pipeline engine (DeepSpeed-Ulysses runs outside it). The planner searches
-  no expert split of etp > 1; the exporter writes the split the plan
-  charged: experts whole, or over the TP group
-  (``enable_expert_tensor_parallelism``, as a plan without an expert
-  split on tp > 1 charges them).
-* Knobs: ZeRO 0 or 1 (the pipeline engine refuses ZeRO-2 and ZeRO-3) and
-  ``activation_checkpoint_interval`` (full recompute, per stage); anything
-  finer (selective, Megatron's modules, torchtitan's per-op policy) has no
-  ``PipelineModule`` setting.
-* Cuts: anywhere (``PipelineModule`` takes the boundaries as given).
-* FP8: none (its engine trains in fp32, fp16 or bf16).
-* Weights: ``BF16_Optimizer`` 4 + 12/d at stage 0 (bf16 with a pipeline),
-  ``DeepSpeedZeroOptimizer`` 4 + 16/d at stage 1, and the stage 2 and 3
-  counts (:data:`partitioner.costs.PARAM_MEMORY`).
+(``PipeModelDataParallelTopology``); no context parallelism in the pipeline
+engine (DeepSpeed-Ulysses runs outside it). The planner searches no expert
+split of etp > 1; the exporter writes the split the plan charged: experts
+whole, or over the TP group (``enable_expert_tensor_parallelism``, as a plan
+without an expert split on tp > 1 charges them). * Knobs: ZeRO 0 or 1 (the
+pipeline engine refuses ZeRO-2 and ZeRO-3) and
+``activation_checkpoint_interval`` (full recompute, per stage); anything finer
+(selective, Megatron's modules, torchtitan's per-op policy) has no
+``PipelineModule`` setting.
 
-References
-----------
-.. [1] DeepSpeed 0.19.8, ``deepspeed/runtime/pipe/engine.py`` (``PipelineEngine.__init__``,
-   ``_train_schedule``), ``deepspeed/runtime/engine.py`` (``_do_optimizer_sanity_check``).
+More (the detail of this module): ``docs/internals/frameworks.md``, section ``partitioner.frameworks.deepspeed.rules``.
 """
 from __future__ import annotations
 

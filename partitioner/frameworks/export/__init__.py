@@ -10,12 +10,7 @@ never falls back to another. ``Export.checked_with`` names the framework
 versions the settings were checked against (the framework tier
 ``tests/frameworks/`` runs them through those frameworks' own code).
 
-:func:`export_result` reads a result (:mod:`.read`: plan, layer hints,
-:class:`~partitioner.frameworks.ExportContext`) and :func:`export_plan`
-hands it to the target's exporter in its home
-(:mod:`partitioner.frameworks.megatron`, :mod:`~partitioner.frameworks.torchtitan`,
-:mod:`~partitioner.frameworks.deepspeed`), adding what every target shares:
-the re-plan command of a refused schedule and the note on GPUs not in rank order.
+More (the detail of this module): ``docs/internals/frameworks.md``, section ``partitioner.frameworks.export``.
 """
 from __future__ import annotations
 

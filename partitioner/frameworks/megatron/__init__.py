@@ -2,19 +2,11 @@
 
 Modules
 -------
-rules
-    :data:`RULES`: the schedules, knobs, mesh and CP/EP axes, cuts and
-    bytes-per-parameter counts Megatron-LM has (read by ``plan --target
-    megatron`` and by the exporter).
-export
-    :func:`export_megatron`: a plan as Megatron-LM flags
-    (``--pipeline-model-parallel-layout``) or a Megatron Bridge MIMO grid.
-mla
-    :func:`mla_args`: the arguments of latent attention, multi-token
-    prediction and group-limited routing (:class:`~partitioner.presets.MlaHints`).
-
-A reader of Megatron recipes (a Megatron-LM argument list, a Bridge recipe)
-belongs here too, as ``recipe.py`` next to the exporter it mirrors.
+rules: :data:`RULES`: the schedules, knobs, mesh and CP/EP axes, cuts and bytes-per-parameter counts Megatron-LM has.
+export: :func:`export_megatron`: a plan as Megatron-LM flags or a Megatron Bridge MIMO grid.
+recipe: a Megatron-LM argument list or a Megatron Bridge config read as a recipe (the importer).
+fp8: :func:`~.fp8.megatron_fp8`: an FP8 plan as Megatron-LM settings.
+mla: :func:`mla_args`: the arguments of latent attention, multi-token prediction and group-limited routing.
 """
 from __future__ import annotations
 

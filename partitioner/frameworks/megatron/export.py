@@ -3,48 +3,16 @@
 Two ways to run a plan, tried in this order:
 
 * **Megatron-LM** (``pretrain_gpt.py`` / ``pretrain_vlm.py`` flags, checked
-  with megatron-core 0.16.1): ``--pipeline-model-parallel-layout`` with the
-  TP/PP flags, when every stage holds language-model layers (the vision
-  encoder, if any, runs on the first stage, as Megatron's LLaVA does) and
-  all stages share one (dp, tp). The layout string lists the stages
-  separated by ``|``: ``E`` embedding, ``t`` decoder layer, ``L`` loss,
-  ``x*N`` repeats a symbol and ``(...)*N`` a group, commas are cosmetic
-  [1]_. ``TransformerConfig`` validates it against ``num_layers`` and the
-  pipeline size. The separate encoder pipeline
-  (``--encoder-pipeline-model-parallel-size`` /
-  ``--encoder-tensor-model-parallel-size``) was removed after core 0.13 and
-  is never emitted.
-* **Megatron Bridge MIMO** (``MimoParallelismConfig``): one
-  ``ModuleParallelismConfig`` (tp, pp, dp, rank_offset) per module — a
-  vision module and the language module ``"llm"`` [2]_. Offered only when
-  valid: every stage of a module has the module's one (dp, tp), the
-  module's stages sit on consecutive ranks in stage order, and the modules
-  either tile the world on disjoint rank ranges (``heterogeneous``) or each
-  span the whole world (``colocated``: a v2 stage that runs the vision
-  segment and the language segment on the same GPUs in two layouts).
+with megatron-core 0.16.1): ``--pipeline-model-parallel-layout`` with the
+TP/PP flags, when every stage holds language-model layers (the vision
+encoder, if any, runs on the first stage, as Megatron's LLaVA does) and all
+stages share one (dp, tp). The layout string lists the stages separated by
+``|``: ``E`` embedding, ``t`` decoder layer, ``L`` loss, ``x*N`` repeats a
+symbol and ``(...)*N`` a group, commas are cosmetic [1].
+``TransformerConfig`` validates it against ``num_layers`` and the pipeline
+size.
 
-**Schedules.** Megatron-LM runs 1F1B and interleaved 1F1B. An interleaved
-plan's P·v chunks go out as a layout string of P·v stages with
-``--pipeline-model-parallel-size P``: Megatron-LM derives
-``virtual_pipeline_model_parallel_size`` = stages / P from it, and stage c
-of the layout runs on pipeline rank c mod P, virtual stage c div P, as the
-plan's chunk c does (``PipelineParallelLayerLayout.__init__``) [1]_.
-``--num-virtual-stages-per-pipeline-rank`` is not emitted: Megatron-LM's
-``validate_args`` refuses it together with a layout [3]_. ZB-H1 and GPipe
-are not Megatron-LM schedules: such plans are declared not expressible.
-
-Everything else is declared not expressible, with the reason.
-
-References
-----------
-.. [1] Megatron Core, ``megatron/core/transformer/pipeline_parallel_layer_layout.py``
-   (``PipelineParallelLayerLayout.parse_str_to_list``, ``validate_layer_layout``).
-.. [2] NeMo Megatron Bridge, ``megatron/bridge/models/mimo/mimo_config.py``
-   (``MimoParallelismConfig.finalize``: ``llm`` module present, rank ranges,
-   world size; deployment modes heterogeneous / colocated / homogeneous).
-.. [3] Megatron-LM, ``megatron/training/arguments.py`` (``validate_args``: at most one of
-   ``--num-layers-per-virtual-pipeline-stage``, ``--num-virtual-stages-per-pipeline-rank``,
-   ``--pipeline-model-parallel-layout``; with a layout, vpp = its stages / pp).
+The detail, and the references cited above: ``docs/internals/frameworks.md``, section ``partitioner.frameworks.megatron.export``.
 """
 from __future__ import annotations
 

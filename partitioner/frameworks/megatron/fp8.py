@@ -7,21 +7,11 @@ tensorwise, delayed, blockwise, mxfp8); ``--fp8-param-gather`` when the
 plan keeps the parameters in fp8 (the DDP config's ``fp8_param_gather``;
 Megatron-LM also sets TransformerConfig ``fp8_param`` from it); and
 ``--first-last-layers-bf16 --num-layers-at-start-in-bf16 N
---num-layers-at-end-in-bf16 N`` for the BF16 edge layers [1]_ [2]_. A
+--num-layers-at-end-in-bf16 N`` for the BF16 edge layers [1] [2]. A
 recipe outside :data:`~.rules.RULES` ``.fp8_recipes`` (torchao's rowwise)
 is not expressible.
 
-References
-----------
-.. [1] megatron-core 0.16.1, ``megatron/core/transformer/transformer_config.py``
-   (``fp8`` with ``arg_names ["--fp8-format"]``, ``fp8_recipe``,
-   ``fp8_param``, ``first_last_layers_bf16``, ``num_layers_at_start_in_bf16``,
-   ``num_layers_at_end_in_bf16``) and ``megatron/core/distributed/
-   distributed_data_parallel_config.py`` (``fp8_param_gather``).
-.. [2] NeMo Megatron-Bridge, ``src/megatron/bridge/training/mixed_precision.py``
-   (``bf16_with_mxfp8_mixed``: ``fp8="e4m3"``; the other FP8 recipes ``"hybrid"``)
-   and ``scripts/translate_mlm_to_bridge.py`` (``--fp8-param-gather`` ->
-   ``mixed_precision.fp8_param_gather``).
+The detail, and the references cited above: ``docs/internals/frameworks.md``, section ``partitioner.frameworks.megatron.fp8``.
 """
 from __future__ import annotations
 

@@ -1,25 +1,9 @@
 """Megatron-LM's arguments for latent attention, multi-token prediction and group routing (:func:`mla_args`).
 
 Megatron-LM (``megatron/training/arguments.py``, core_r0.16; Megatron-Core
-0.16.1 ``MLATransformerConfig`` and ``gpt_layer_specs``) [1]_:
+0.16.1 ``MLATransformerConfig`` and ``gpt_layer_specs``) [1]:
 
-* ``--multi-latent-attention`` with ``--q-lora-rank`` (left out when the
-  query has no down-projection: ``q_lora_rank=None`` builds
-  ``linear_q_proj``), ``--kv-lora-rank``, ``--qk-head-dim`` (the
-  non-rotary width), ``--qk-pos-emb-head-dim`` (the rotary width),
-  ``--v-head-dim``, and ``--qk-layernorm`` (with MLA it puts the latents'
-  norms into the up-projections, ``TELayerNormColumnParallelLinear``);
-* ``--mtp-num-layers`` (the MTP modules; ``--mtp-loss-scaling-factor``
-  weighs their loss, 0.1 by default);
-* ``--moe-router-num-groups`` / ``--moe-router-group-topk`` (group-limited
-  routing) and ``--moe-router-score-function`` (``softmax`` or
-  ``sigmoid``).
-
-References
-----------
-.. [1] Megatron-LM core_r0.16, ``megatron/training/arguments.py`` (``_add_mla_args``, ``_add_moe_args``,
-   ``--mtp-num-layers``); Megatron-Core 0.16.1 ``megatron/core/transformer/transformer_config.py``
-   (``MLATransformerConfig``).
+The detail, and the references cited above: ``docs/internals/frameworks.md``, section ``partitioner.frameworks.megatron.mla``.
 """
 from __future__ import annotations
 

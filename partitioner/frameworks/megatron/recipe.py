@@ -1,42 +1,15 @@
 """A Megatron-LM argument list (a launch script's flags), or a Megatron Bridge config, read as a
+
 :class:`~partitioner.frameworks.recipe.Recipe`.
 
 Contract: :func:`read_megatron_args` takes the text of a launch line or
 script (``torchrun ... pretrain_gpt.py --tensor-model-parallel-size 2 ...``,
 backslash continuations, ``#`` comments, bash arrays and ``--flag=value``
-all accepted) and returns the recipe its parallelism, batch and memory
-flags state; flags the cost model does not price (learning rate, data
-paths, ...) are skipped. What the reader cannot price faithfully is
-refused with a :class:`~partitioner.problem.ProblemError` naming the file
-and the flag (exit 2), never read as something else: Megatron's partial
-recompute (``--recompute-method block``), an uneven split stated with
-the embedding / loss accounting flags (state the split with
-``--pipeline-model-parallel-layout``),
-ZeRO-2-like sharding (``optim_grads``), and a value that is not a number
-(an unexpanded shell variable). Flags the reader saw and set aside are
-listed in the recipe's ``notes``.
+all accepted) and returns the recipe its parallelism, batch and memory flags
+state; flags the cost model does not price (learning rate, data paths, ...)
+are skipped.
 
-:func:`read_bridge_config` reads a Megatron Bridge ``ConfigContainer`` as
-stated in a YAML file, Hydra overrides or a Python recipe's assignments
-(:func:`bridge_entries`): each field it knows is the Megatron-LM flag of
-the same meaning [3]_ (:data:`BRIDGE_FLAGS`), read by the same rules, and
-errors name the Bridge field.
-
-The flags and their defaults are Megatron-LM's ``arguments.py`` [1]_:
-``--expert-tensor-parallel-size`` defaults to the tensor-parallel size,
-``--recompute-granularity selective`` without ``--recompute-modules``
-recomputes ``core_attn``, ``--fp8-format`` without ``--fp8-recipe`` runs
-the ``delayed`` recipe (TransformerConfig's default [2]_), and
-``--sequence-parallel`` is off unless given.
-
-References
-----------
-.. [1] NVIDIA Megatron-LM, ``megatron/training/arguments.py`` (core_r0.16).
-.. [2] NVIDIA Megatron-Core 0.16.1, ``transformer/transformer_config.py``
-   (``fp8_recipe = "delayed"``, ``recompute_modules = ["core_attn"]``).
-.. [3] NVIDIA NeMo Megatron Bridge, "Megatron-LM to Megatron Bridge Guide" (the mapping of Megatron-LM
-   flags to ``ConfigContainer`` fields: ``model.*``, ``train.*``, ``ddp.*``, ``optimizer.*``) and
-   ``megatron/bridge/training/mixed_precision.py`` (the ``bf16_with_fp8_*`` presets).
+More (the detail of this module): ``docs/internals/frameworks.md``, section ``partitioner.frameworks.megatron.recipe``.
 """
 from __future__ import annotations
 
@@ -278,7 +251,14 @@ BRIDGE_FLAGS: Mapping[str, str] = {
     "ddp.use_megatron_fsdp": "--use-megatron-fsdp",
     "ddp.data_parallel_sharding_strategy": "--data-parallel-sharding-strategy",
 }
-"""Megatron Bridge ``ConfigContainer`` fields [3]_ and the Megatron-LM flag each one is (the Bridge guide's mapping)."""
+"""Megatron Bridge ``ConfigContainer`` fields [3]_ and the Megatron-LM flag each one is (the Bridge guide's mapping).
+
+References
+----------
+.. [3] NVIDIA NeMo Megatron Bridge, "Megatron-LM to Megatron Bridge Guide" (the mapping of Megatron-LM
+   flags to ``ConfigContainer`` fields: ``model.*``, ``train.*``, ``ddp.*``, ``optimizer.*``) and
+   ``megatron/bridge/training/mixed_precision.py`` (the ``bf16_with_fp8_*`` presets).
+"""
 
 # Bridge's mixed-precision presets that train in FP8 -> the FP8 recipe (megatron/bridge/training/mixed_precision.py)
 _BRIDGE_FP8 = {"bf16_with_fp8_delayed_scaling_mixed": "delayed", "bf16_with_fp8_current_scaling_mixed": "tensorwise",

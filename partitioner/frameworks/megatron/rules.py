@@ -1,27 +1,17 @@
 """What Megatron-LM runs: :data:`RULES`, read by ``plan --target megatron`` and by the exporter.
 
 * Schedules: 1F1B (``forward_backward_pipelining_without_interleaving``) and
-  interleaved 1F1B (``forward_backward_pipelining_with_interleaving``, the
-  virtual stages given by the layout) [1]_; it has no zero-bubble and no
-  all-forward-then-all-backward schedule.
-* One mesh (dp, tp, cp) for every stage and layer (its TP/PP flags); ep and
-  etp once per model. Megatron Bridge's MIMO per-module grids are written by
-  the exporter but not searched by the planner.
-* Knobs, once for all ranks and layers: ZeRO-0, ZeRO-1 (the distributed
-  optimizer) or ZeRO-3 (Megatron-FSDP), and ``--recompute-granularity``
-  selective (with ``--recompute-modules``: any module set) or full.
-* Cuts (:func:`cut_groups`): the vision encoder and projector run on the
-  first language-model stage, and no stage holds the action head alone.
-* Weights: 18 bytes per parameter, 6 + 12/d with the distributed optimizer
-  (:data:`partitioner.costs.PARAM_MEMORY`, ``megatron`` and
-  ``megatron-distopt``); Megatron-FSDP has no count of its own yet.
-* FP8: Transformer Engine's tensorwise, delayed, blockwise and mxfp8
-  recipes (``--fp8-recipe``), not torchao's rowwise.
+interleaved 1F1B (``forward_backward_pipelining_with_interleaving``, the
+virtual stages given by the layout) [1]; it has no zero-bubble and no
+all-forward-then-all-backward schedule. * One mesh (dp, tp, cp) for every
+stage and layer (its TP/PP flags); ep and etp once per model. Megatron
+Bridge's MIMO per-module grids are written by the exporter but not searched
+by the planner. * Knobs, once for all ranks and layers: ZeRO-0, ZeRO-1 (the
+distributed optimizer) or ZeRO-3 (Megatron-FSDP), and
+``--recompute-granularity`` selective (with ``--recompute-modules``: any
+module set) or full.
 
-References
-----------
-.. [1] Megatron Core, ``megatron/core/pipeline_parallel/schedules.py``
-   (``get_forward_backward_func``).
+The detail, and the references cited above: ``docs/internals/frameworks.md``, section ``partitioner.frameworks.megatron.rules``.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 torchtitan 0.3 has no TOML loader: a job is ``--module M --config F`` (a
 ``config_registry`` function returning ``Trainer.Config``) plus CLI
-overrides ``--section.key value`` [1]_. The export gives those overrides,
+overrides ``--section.key value`` [1]. The export gives those overrides,
 and the same values as a ``config_registry`` function.
 
 **Stage split.** ``parallelism.module_fqns_per_model_part`` lists, per
@@ -10,79 +10,9 @@ stage, module FQNs. torchtitan's split (``_split_module`` in
 ``distributed/pipeline_parallel.py``) walks only the model's *top-level*
 children: it keeps a child named in the list, and of a top-level
 ``ModuleList``/``ModuleDict`` the entries named ``<child>.<i>``; every
-other child is set to None. A nested Hugging Face name
-(``language_model.model.layers.7``) is therefore never kept. The export
-names modules the way torchtitan's own models do: ``vision_encoder`` (its
-VLMs have one, projector included), ``tok_embeddings``, ``layers.<k>``
-(k-th decoder layer), ``norm``, ``lm_head``; a module the preset names
-outside those (pi0's action-expert projections, an action head) is named
-by its Hugging Face FQN with dots turned into underscores, a trailing
-index kept as a ``ModuleList`` entry (``action_head.layers.3`` ->
-``action_head_layers.3``). ``fqn_map`` says which Hugging Face modules
-each name stands for.
+other child is set to None.
 
-**What it cannot express.** torchtitan builds one ``pp x dp x tp`` device
-mesh, so every stage (and every segment of a stage) has the same layout;
-its VLMs run the vision encoder inside the embedding step of the stage
-that holds ``tok_embeddings`` (``pipeline_vlm``; the forward skips it on
-stages without the embedding), so the vision encoder and projector must
-sit whole on that stage.
-
-**Schedule.** ``parallelism.pipeline_parallel_schedule`` is the name
-``torch.distributed.pipelining.schedules.get_schedule_class`` knows: 1F1B
--> ``1F1B``, GPipe -> ``GPipe``, interleaved 1F1B with v chunks per rank ->
-``Interleaved1F1B`` (the plan's P·v chunks are the model parts; torchtitan's
-``_get_pp_rank_to_stage_indices_mapping`` puts part c on rank c mod P, and
-torch's warm-up, ``_get_warmup_ops``, is Megatron-LM's when m is a multiple
-of P). ZB-H1 has no torch schedule class (``InterleavedZeroBubble`` is ZB-1P
-over several stages per rank, ``ZBVZeroBubble``/``DualPipeV`` use a V
-placement): a ZB-H1 plan is declared not expressible.
-
-**Batch.** torchtitan's trainer runs ``global_batch_size / (local_batch_size
-x dp)`` gradient-accumulation steps, each of ``local_batch_size /
-pipeline_parallel_microbatch_size`` pipeline microbatches -- but only with
-PP: without it the microbatch size is ignored and a step is one
-microbatch of ``local_batch_size`` (``Trainer.__init__``). So with PP,
-``local_batch_size`` = global batch / dp and the microbatch size is global
-batch / (m dp) (one accumulation step of m microbatches); without PP,
-``local_batch_size`` is the microbatch, global batch / (m dp), and
-``global_batch_size`` the global batch (m accumulation steps).
-
-**Knobs.** torchtitan applies FSDP2 to every model (``fully_shard``, on a
-size-1 mesh when ``data_parallel_shard_degree`` is 1). ZeRO-0 is
-``data_parallel_replicate_degree`` = dp (weights, gradients and optimizer
-states replicated); ZeRO-3 is ``data_parallel_shard_degree`` = dp with
-``fsdp_reshard_after_forward always`` (all-gathers in forward and
-backward); ZeRO-1 has no torchtitan setting of its own: the export uses
-``data_parallel_shard_degree`` = dp with ``fsdp_reshard_after_forward never``,
-which keeps the weights gathered from forward to backward (ZeRO-1's
-weights) and shards gradients and optimizer states, so it never needs
-more memory than ZeRO-1. Recompute: torchtitan's ``activation_checkpoint``
-wraps the blocks of ``layers`` only: ``full`` is ``FullAC``; the plan's
-``recompute-op`` is its ``selective`` (``SelectiveAC``, a per-op policy:
-save matmul and attention outputs, recompute every second matmul,
-:mod:`partitioner.costs.memory.recompute`); the attention-core and module
-recompute the plan costs for Megatron (``selective``, module sets) are
-not torchtitan settings, so such plans are not expressible; and
-recompute outside the decoder layers (vision encoder, action head) is not
-expressible. The subcommand is always written, ``none`` included: a base
-config may enable AC (torchtitan's llama3 configs use ``selective``).
-
-**5D axes.** ``context_parallel_degree`` = cp; ``expert_parallel_degree``
-= ep, which torchtitan takes from the ranks of ``dp_shard x cp x tp``
-(``ParallelDims``: the sparse mesh is ``efsdp x ep`` over those ranks);
-torchtitan 0.3 has no expert tensor parallelism: with ep = 1 its routed
-experts are sharded by tp like the dense MLP, with ep > 1 each EP rank
-holds its experts whole (:func:`torchtitan_expert_tp`). A plan whose
-experts are split otherwise (:func:`~partitioner.problem.expert_tensor_parallel`)
-is not expressible: its ranks would hold other weights than it charged.
-
-References
-----------
-.. [1] torchtitan 0.3.0, ``torchtitan/config/manager.py`` (``ConfigManager``),
-   ``torchtitan/config/configs.py`` (``ParallelismConfig``, ``TrainingConfig``),
-   ``torchtitan/distributed/pipeline_parallel.py`` (``_split_module``,
-   ``pipeline_vlm``, ``_build_pipeline_schedule``).
+The detail, and the references cited above: ``docs/internals/frameworks.md``, section ``partitioner.frameworks.torchtitan.export``.
 """
 from __future__ import annotations
 

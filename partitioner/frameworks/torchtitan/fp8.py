@@ -8,15 +8,11 @@ the same kind for a MoE model; the LM head and the router stay BF16 as in
 the plan (``filter_fqns=["lm_head", "router.gate"]``, as torchtitan's own
 DeepSeek-V3 FP8 config; MXFP8 takes an include list,
 ``fqns=["attention", "feed_forward", "shared_experts"]``), and the BF16
-edge layers are filtered by name [1]_. A recipe outside
+edge layers are filtered by name [1]. A recipe outside
 :data:`~.rules.RULES` ``.fp8_recipes`` (tensorwise, delayed, blockwise) is
 not expressible.
 
-References
-----------
-.. [1] torchtitan 0.3.0, ``torchtitan/components/quantization/float8.py`` and
-   ``mx.py``; ``torchtitan/models/deepseek_v3/config_registry.py``
-   (``deepseek_v3_671b_float8``).
+The detail, and the references cited above: ``docs/internals/frameworks.md``, section ``partitioner.frameworks.torchtitan.fp8``.
 """
 from __future__ import annotations
 

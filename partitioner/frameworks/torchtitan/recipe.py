@@ -2,35 +2,12 @@
 
 Contract: :func:`read_torchtitan_toml` reads the ``[parallelism]``,
 ``[training]`` and ``[activation_checkpoint]`` tables of a torchtitan job
-TOML (the ``train_configs/*.toml`` of torchtitan up to 0.2; 0.3 builds its
-job config in Python with the same ``parallelism`` and ``training`` field
-names [1]_) and returns the recipe they state: tp, pp, cp, ep and etp
-from the degrees (torchtitan's etp defaults to 1, not tp), dp = replicate x
-shard (shard -1: what the world leaves, left to the estimate), ZeRO-3 when
-FSDP shards (shard degree > 1, or -1 on more than one rank: FSDP2), the
-microbatch from ``pipeline_parallel_microbatch_size`` under a pipeline and
-from ``local_batch_size`` without one, the global batch from
-``global_batch_size`` (or local x dp when it is -1 and dp is stated), and
-recompute none (also when the table is absent: a note says so), full or
-``op`` (``selective_ac_option = "op"``), and the
-weight memory as torchtitan keeps it at that ZeRO stage (``RULES.memory``:
-DDP, FSDP2, FSDP2 keeping the gathered weights when
-``fsdp_reshard_after_forward = "never"``, priced as the ZeRO-1 knob as
-``plan --target torchtitan`` prices it). What it
-cannot price faithfully is refused naming the file and the field: a
-pipeline schedule other than 1F1B (the estimate runs Megatron's 1F1B and
-interleaved cuts), layer-interval selective AC (``selective_ac_option`` a
-number), an unknown mode.
+TOML and returns the recipe they state (degrees, ZeRO stage, microbatch,
+global batch, recompute, weight memory as torchtitan keeps it); what it
+cannot price faithfully is one :class:`~partitioner.problem.ProblemError`
+naming the file and the field.
 
-References
-----------
-.. [1] pytorch/torchtitan 0.3, ``torchtitan/config/configs.py`` (``Training``:
-   ``local_batch_size`` 8, ``global_batch_size`` -1; ``Parallelism``:
-   ``data_parallel_shard_degree`` -1, ``fsdp_reshard_after_forward``,
-   ``pipeline_parallel_schedule`` "1F1B", ``pipeline_parallel_microbatch_size`` 1)
-   and ``distributed/parallel_dims.py`` (``dp_shard = -1``: the ranks left);
-   torchtitan 0.2's ``config/job_config.py`` (``ActivationCheckpoint``: ``mode``,
-   ``selective_ac_option``).
+More (the detail of this module): ``docs/internals/frameworks.md``, section ``partitioner.frameworks.torchtitan.recipe``.
 """
 from __future__ import annotations
 

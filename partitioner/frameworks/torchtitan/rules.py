@@ -1,30 +1,14 @@
 """What torchtitan 0.3 runs: :data:`RULES`, read by ``plan --target torchtitan`` and by the exporter.
 
 * Schedules (:data:`SCHEDULE_NAMES`): 1F1B, GPipe and interleaved 1F1B, by
-  the names ``torch.distributed.pipelining.schedules.get_schedule_class``
-  knows; ZB-H1 has no torch schedule class (:data:`SCHEDULE_REFUSALS`).
-* One ``pp x dp x tp`` device mesh for every stage and layer, with
-  ``context_parallel_degree`` and ``expert_parallel_degree``; no expert
-  tensor parallelism of its own: experts sharded by tp without EP, whole
-  on each EP rank with it (:func:`torchtitan_expert_tp`).
-* Knobs: one data-parallel setting for the whole model (replicate, or FSDP2
-  shard with ``fsdp_reshard_after_forward``: ZeRO-0, 1, 3); recompute
-  ``full`` (``FullAC``) or the per-op ``op`` (its ``SelectiveAC``) on the
-  blocks of ``layers`` only -- not the attention-core or module recompute
-  the cost model costs for Megatron.
-* Cuts (:func:`cut_groups`): its VLMs run the vision encoder, whole, inside
-  the embedding step of the stage holding ``tok_embeddings``.
-* FP8: torchao's rowwise (``Float8LinearConverter``) and mxfp8
-  (``MXFP8LinearConverter``); no tensorwise, delayed or blockwise recipe.
-* Weights: DDP under autocast 18 bytes per parameter, FSDP2 with
-  ``reshard_after_forward`` off 2 + 16/d, FSDP2 16/d
-  (:data:`partitioner.costs.PARAM_MEMORY`).
+the names ``torch.distributed.pipelining.schedules.get_schedule_class``
+knows; ZB-H1 has no torch schedule class (:data:`SCHEDULE_REFUSALS`). * One
+``pp x dp x tp`` device mesh for every stage and layer, with
+``context_parallel_degree`` and ``expert_parallel_degree``; no expert
+tensor parallelism of its own: experts sharded by tp without EP, whole on
+each EP rank with it (:func:`torchtitan_expert_tp`).
 
-References
-----------
-.. [1] torchtitan 0.3.0, ``torchtitan/distributed/pipeline_parallel.py``
-   (``pipeline_vlm``, ``_build_pipeline_schedule``),
-   ``torchtitan/config/configs.py`` (``ParallelismConfig``).
+More (the detail of this module): ``docs/internals/frameworks.md``, section ``partitioner.frameworks.torchtitan.rules``.
 """
 from __future__ import annotations
 

@@ -6,30 +6,7 @@ screened m the problems the baselines were built on -- and gathers, for each
 allowed schedule key ``(schedule, v)`` (``1f1b``, ``zb-h1``, ``gpipe`` with
 v = 1, ``interleaved`` with v = 2, 3, 4 by default):
 
-* ``plan``: the kept plan replayed under the schedule (same stages, the
-  schedule's own memory rule; plain schedules only -- a plan of P unequal
-  stages has no unique cut into P·v chunks);
-* ``solved``: the method re-run under the schedule at m*, when
-  :func:`partitioner.solvers.base.schedule_support` says it optimises that
-  schedule's objective (checked at run time, so a solver that learns a
-  schedule is used without a change here);
-* ``baseline``: the Megatron-style uniform split under the schedule
-  (:func:`partitioner.planning.megatron_baselines`; for ``interleaved``
-  Megatron-LM's split with virtual stages), the best over every screened m,
-  P, layout and knob setting -- what a Megatron-LM user would run with that
-  schedule (1F1B: every screened m; the other schedules: the :data:`SCREENED_M`
-  m's with the best 1F1B screen and every smaller m);
-* ``fsdp``: the FSDP baseline (one stage) replayed under each plain schedule.
-
-Every candidate is checked by :func:`partitioner.plan.evaluate` on the
-problem carrying its schedule and replayed by the simulator; the one with the
-least simulated iteration (the makespan) is kept, ties to the earlier
-candidate (the kept plan under 1F1B first), so the result is never slower
-than any candidate it reports, and never slower than ``plan`` under 1F1B
-alone. The baselines are ranked by their estimate first (for ``interleaved``
-the three best by estimate are simulated: its estimate is off by up to 25 %
-on unequal chunks, ``DESIGN.md``). Replay is cheap (milliseconds); only the
-methods that model a schedule are re-run, once per schedule key at m*.
+More (the detail of this module): ``docs/internals/planning.md``, section ``partitioner.planning.schedules.choice``.
 """
 from __future__ import annotations
 

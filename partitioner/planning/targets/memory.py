@@ -10,18 +10,7 @@ per ZeRO stage the target runs, the cost options of its count;
 :func:`merge_stages` takes each variant's entries from the problem built
 with its stage's options, so one problem carries every stage's own count.
 
-A count whose cost-model knob is another stage's (DeepSpeed's stage 0,
-``BF16_Optimizer``, shards the fp32 master and Adam states over dp like
-ZeRO-1: knob 1) takes its entries from that knob's variant: the ZeRO-0
-entry of ``dp4tp2/recompute-full`` is the stage-0 build's
-``dp4tp2/zero1+recompute-full`` (weight bytes 4 + 12/d and the optimizer
-step over the shard). With dp = 1 there is no ZeRO variant and every
-count's knob gives the plain entry's bytes.
-
-The user's count wins: when the options set ``memory_count`` (``-c
-memory_count=...``), every stage keeps it and :class:`MemoryCounts` says so.
-A stage the target runs but no count names (Megatron-FSDP, Megatron's ZeRO-3)
-keeps the cost model's default.
+More (the detail of this module): ``docs/internals/planning.md``, section ``partitioner.planning.targets.memory``.
 """
 from __future__ import annotations
 

@@ -9,13 +9,7 @@ split (ep, etp) per model, its knobs (ZeRO stages, recompute, on decoder
 blocks only or not), the axes it lacks, and where it may cut. This module
 applies them to a problem.
 
-The solver is given exactly that space (:func:`restrict`, :func:`layer_groups`,
-:func:`single_layout`): entries of knobs the target lacks are dropped, the
-layers a cut may not separate are merged into one layer (their costs add up:
-a stage's times and memory are sums over its layers), and every layer keeps
-only the one layout and knob setting being solved. :func:`expand` turns the
-solver's plan back into a plan of the full problem; :func:`runs` says why a
-plan found without the rules breaks them.
+More (the detail of this module): ``docs/internals/planning.md``, section ``partitioner.planning.targets.rules``.
 """
 from __future__ import annotations
 

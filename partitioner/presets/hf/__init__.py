@@ -8,15 +8,7 @@ an unsupported ``model_type`` or a missing field raises
 :class:`~partitioner.problem.ProblemError` naming the field path. No
 transformers installation is needed: the shapes are read from the document.
 
-Families: :mod:`.base` (``llama``, ``mistral``, ``qwen2``, ``gemma``,
-CLIP/SigLIP towers, ``llava``, ``paligemma``, ``qwen2_vl``), :mod:`.text`
-(``qwen3``, ``qwen3_moe``, ``gemma2``, ``gemma3_text``), :mod:`.qwen`
-(``qwen2_5_vl``, ``qwen3_vl``, ``qwen3_vl_moe``, ``glm4v``, ``glm4v_moe``),
-:mod:`.deepseek` (``deepseek_v2``, ``deepseek_v3``, ``kimi_k2``: multi-head
-latent attention, DeepSeekMoE, multi-token prediction),
-:mod:`.tiling` (``internvl``, ``idefics3``, ``smolvlm``,
-``llava_onevision``), :mod:`.gemma` (``gemma3``, PaliGemma 2 = ``paligemma``
-with a ``gemma2`` text model), :mod:`.mllama`, :mod:`.pi0`.
+More (the detail of this module): ``docs/internals/presets.md``, section ``partitioner.presets.hf``.
 """
 from __future__ import annotations
 

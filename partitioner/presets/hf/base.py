@@ -5,29 +5,7 @@ transformers writes it into a :class:`~.spec.ModelSpec`; an unsupported
 ``model_type`` or a missing field raises
 :class:`~partitioner.problem.ProblemError` naming the field path.
 
-Supported: decoders ``llama``, ``mistral``, ``qwen2``, ``gemma``; vision
-towers ``clip_vision_model``, ``siglip_vision_model`` (or the ``clip`` /
-``siglip`` pairs' ``vision_config``); the multimodal ``llava`` (vision
-tower, 2-layer GELU projector, decoder; ``vision_feature_layer``, the
-``default`` strategy drops the class token), ``paligemma`` (SigLIP, one
-linear projection, Gemma with a bidirectional prefix) and ``qwen2_vl``
-(ViT with 2D rotary embeddings, the 2 x 2 patch merger, Qwen2; its text
-fields either under ``text_config`` or, as older versions write them, at
-the top level). Fields a document leaves out take transformers' defaults
-for that type (older versions save only the differences). Field names
-follow the transformers configuration classes.
-
-LLaVA's recipe trains with the vision tower frozen: the ``llava`` import
-freezes it (``--cost-option train=vision`` trains it).
-
-Every field is read with its type checked (:meth:`_Config.int`,
-:meth:`_Config.flag`, :meth:`_Config.text`), and every module is checked by
-:func:`.checks.module_problem` before anything is computed from it, the
-error naming the document's key (``text_config.num_attention_heads``). On
-top of those shared checks, transformers' own rule for Llama and CLIP
-(their configurations' ``validate_architecture`` in transformers 5:
-``hidden_size`` a multiple of ``num_attention_heads`` even with a
-``head_dim``) is applied to those types.
+More (the detail of this module): ``docs/internals/presets.md``, section ``partitioner.presets.hf.base``.
 """
 from __future__ import annotations
 

@@ -8,43 +8,7 @@ Every field is read with its type and range checked and the module is
 checked by :func:`~partitioner.presets.checks.module_problem`, the error
 naming the document's key (``n_routed_experts``, ``q_lora_rank``, ...).
 
-Types: ``deepseek_v3`` (DeepSeek-V3, R1), ``kimi_k2`` (Moonshot's Kimi-K2:
-``DeepseekV3ForCausalLM`` under its own ``model_type``, read the same way),
-``deepseek_v2`` (DeepSeek-V2, V2-Lite, and DeepSeek-VL2's
-``language_config``). Fields a document leaves out take transformers'
-defaults for the type (``DeepseekV2Config`` / ``DeepseekV3Config``,
-transformers 5.24; ``kimi_k2`` as ``deepseek_v3``).
-
-The blocks (transformers' ``modeling_deepseek_v2`` / ``_v3``, DeepSeek's
-remote code):
-
-* attention -- multi-head latent attention [40]_ [41]_: ``q_lora_rank``
-  (``null``: one query projection, V2-Lite and DeepSeek-VL2),
-  ``kv_lora_rank``, ``qk_nope_head_dim`` (the module's ``head_dim``),
-  ``qk_rope_head_dim``, ``v_head_dim``; ``attention_bias`` on the
-  down-projections and the output projection. ``head_dim`` in these
-  documents is the rotary width (transformers writes it for the rotary
-  embedding) and is not read. ``num_key_value_heads`` must equal the heads.
-* MLP -- layers below ``first_k_dense_replace`` (and, in DeepSeek's remote
-  code, those with ``i % moe_layer_freq != 0``) are dense of
-  ``intermediate_size``; the others hold ``n_routed_experts`` experts of
-  ``moe_intermediate_size``, ``num_experts_per_tok`` per token, a router
-  ``hidden x experts`` and ``n_shared_experts x moe_intermediate_size``
-  shared MLP; ``mlp_bias`` (V2) puts biases on the dense and shared MLPs.
-  ``n_routed_experts`` null: a dense model.
-* routing -- ``scoring_func`` (V3, Kimi-K2: sigmoid; V2: softmax),
-  ``n_group`` / ``topk_group`` group-limited routing when ``topk_method``
-  selects it (V3 and Kimi-K2 always: ``noaux_tc``; V2 with
-  ``group_limited_greedy``), ``norm_topk_prob``; ``routed_scaling_factor``
-  scales the routed output (no cost).
-* multi-token prediction -- ``num_nextn_predict_layers`` modules
-  (DeepSeek-V3: 1, Kimi-K2: 0; a workload's ``mtp_layers`` overrides it).
-
-References
-----------
-.. [40] DeepSeek-AI, "DeepSeek-V2", arXiv:2405.04434 (2024), Section 2.
-.. [41] DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv:2412.19437
-   (2024), Sections 2.1-2.2 and Table 1 (the V3 dimensions).
+More (the detail of this module): ``docs/internals/presets.md``, section ``partitioner.presets.hf.deepseek``.
 """
 from __future__ import annotations
 

@@ -6,17 +6,13 @@ Contract: :func:`gemma3_vlm` and :func:`paligemma2_vlm` return the
 
 Both use a SigLIP tower at a fixed resolution (its learned position table
 fixes the side: the image size and tiles are not workload options). Gemma 3
-[1]_: 896 px images, 4096 patches average-pooled to
-``mm_tokens_per_image`` (256) tokens, a projector of one RMS norm over the
-tower width and one matrix to the text width without bias; the decoder has
-four norms per block, per-head QK-norms and five sliding-window layers
-for each global one. PaliGemma 2 [2]_: every patch is a token, one linear
-projection with bias, a Gemma 2 decoder with a bidirectional prefix.
+[1]: 896 px images, 4096 patches average-pooled to ``mm_tokens_per_image``
+(256) tokens, a projector of one RMS norm over the tower width and one
+matrix to the text width without bias; the decoder has four norms per
+block, per-head QK-norms and five sliding-window layers for each global
+one.
 
-References
-----------
-.. [1] Gemma Team, "Gemma 3 Technical Report", arXiv:2503.19786 (2025), Sec. 2.
-.. [2] A. Steiner et al., "PaliGemma 2: A Family of Versatile VLMs for Transfer", arXiv:2412.03555 (2024).
+The detail, and the references cited above: ``docs/internals/presets.md``, section ``partitioner.presets.hf.gemma``.
 """
 from __future__ import annotations
 

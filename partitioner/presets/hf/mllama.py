@@ -3,32 +3,14 @@
 Contract: :func:`mllama_vlm` returns the (vision, projector, llm) modules
 for a :class:`~partitioner.presets.workload.Workload`.
 
-The vision model [1]_ (transformers ``MllamaVisionModel``): each image is
-up to ``max_num_tiles`` tiles of ``image_size`` px (1 tile up to that
-size, else the 2 x 2 grid of a square image); all tiles of an image
-attend jointly through ``num_hidden_layers`` local and
-``num_global_layers`` gated global layers (one class token per tile; the
-7 padding tokens per tile are not counted). Attention projections carry
-no bias, the MLPs do. Parameters beyond the blocks: the gated position
-embedding with its per-aspect-ratio tile table, the pre- and post-tile
-embeddings, the global layers' gates (all in ``extra_params``). The
-features (the last block concatenated with ``intermediate_layers_indices``:
-``vision_output_dim``) are projected to the text width.
+The vision model [1] (transformers ``MllamaVisionModel``): each image is
+up to ``max_num_tiles`` tiles of ``image_size`` px (1 tile up to that size,
+else the 2 x 2 grid of a square image); all tiles of an image attend
+jointly through ``num_hidden_layers`` local and ``num_global_layers`` gated
+global layers (one class token per tile; the 7 padding tokens per tile are
+not counted). Attention projections carry no bias, the MLPs do.
 
-How it is costed: the projected vision states (``cross_tokens`` =
-images x tiles x (patches + 1) per sample) are the keys and values of
-every layer in ``cross_attention_layers``. They travel with the text
-activations from the projector to the last cross-attention layer: every
-pipeline layer in between adds them to the bytes it hands on
-(``out_bytes``), so every stage boundary up to that layer carries them.
-A cross-attention layer's K/V projections run over them (and its
-attention over text x vision pairs); its backward returns their gradient
-along the same path.
-
-References
-----------
-.. [1] Meta, "Llama 3.2 Vision model card" (meta-llama/Llama-3.2-11B-Vision) and A. Grattafiori et al.,
-   "The Llama 3 Herd of Models", arXiv:2407.21783, Sec. 7 (vision adapter with cross-attention layers).
+The detail, and the references cited above: ``docs/internals/presets.md``, section ``partitioner.presets.hf.mllama``.
 """
 from __future__ import annotations
 

@@ -3,21 +3,14 @@
 Contract: :func:`pi0_vla` returns the (vision, projector, llm,
 action_expert) modules for a :class:`~partitioner.presets.workload.Workload`.
 
-transformers ``PI0ForConditionalGeneration`` [1]_: ``vlm_config`` is a
-PaliGemma (SigLIP without head, one linear projection, Gemma without an
-LM head: pi0 has no text loss); ``dit_config`` is the action expert, a
-Gemma of the same depth whose layers attend jointly with the VLM's. The
-expert keeps a token embedding of the VLM's vocabulary that the model
-never runs (counted in its parameters, ``extra_params``). The action
-projections (state, noisy actions, the action-time MLP, the output) use
-``max_state_dim`` and ``max_action_dim``; ``chunk_size`` actions per sample
-are the expert's tokens. Defaults per sample: 3 camera images (base and
-two wrist views) and 48 text tokens, as in openpi's pi0 recipe.
+transformers ``PI0ForConditionalGeneration`` [1]: ``vlm_config`` is a
+PaliGemma (SigLIP without head, one linear projection, Gemma without an LM
+head: pi0 has no text loss); ``dit_config`` is the action expert, a Gemma
+of the same depth whose layers attend jointly with the VLM's. The expert
+keeps a token embedding of the VLM's vocabulary that the model never runs
+(counted in its parameters, ``extra_params``).
 
-References
-----------
-.. [1] K. Black et al., "pi0: A Vision-Language-Action Flow Model for General Robot Control", arXiv:2410.24164;
-   transformers ``models/pi0`` (checkpoint lerobot/pi0_base).
+The detail, and the references cited above: ``docs/internals/presets.md``, section ``partitioner.presets.hf.pi0``.
 """
 from __future__ import annotations
 

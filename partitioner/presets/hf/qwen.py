@@ -12,22 +12,7 @@ joins ``merge x merge`` neighbours: ``(S / patch / merge)^2`` tokens per
 image or frame group enter the decoder. ``fps`` does not change the count
 (it spaces Qwen2.5-VL's temporal positions).
 
-Shapes (transformers' modeling files):
-
-* Qwen2.5-VL ViT -- SwiGLU MLP of ``intermediate_size`` with biases,
-  RMSNorm, fused QKV with bias, no position table (2D rotary), no final
-  norm; windowed attention over ``window_size`` px windows except in
-  ``fullatt_block_indexes``; merger: RMSNorm, MLP ``4h -> 4h -> out``.
-* Qwen3-VL ViT -- GELU-tanh MLP, LayerNorm, learned position table of
-  ``num_position_embeddings`` (interpolated), patch embedding with bias;
-  merger: LayerNorm, ``4h -> 4h -> out``; one DeepStack merger per
-  ``deepstack_visual_indexes`` entry (norm after the merge), whose outputs
-  are added to the first decoder layers.
-* GLM-4V ViT -- SwiGLU MLP of ``out_hidden_size`` without biases, RMSNorm,
-  a learned table of ``(image_size / patch)^2`` positions, an RMSNorm
-  after the patch embedding and after the blocks; the projector is the
-  ``2 x 2`` downsampling convolution (``4h -> out``, bias), a linear
-  ``out -> out``, LayerNorm and a SwiGLU MLP of ``intermediate_size``.
+More (the detail of this module): ``docs/internals/presets.md``, section ``partitioner.presets.hf.qwen``.
 """
 from __future__ import annotations
 

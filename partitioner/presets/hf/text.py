@@ -7,23 +7,7 @@ read whatever transformers version named them.
 
 What each family adds to the Llama block (transformers' modeling files):
 
-* ``qwen3``, ``qwen3_moe``, ``qwen3_vl_text``, ``qwen3_vl_moe_text`` --
-  per-head RMS QK-norms (``q_norm``, ``k_norm`` of ``head_dim``), no QKV
-  bias; MoE: ``num_experts`` (``num_local_experts`` in transformers 5),
-  ``num_experts_per_tok``, ``moe_intermediate_size``, ``decoder_sparse_step``,
-  ``mlp_only_layers``, ``norm_topk_prob``; experts carry no bias.
-* ``gemma2``, ``gemma3_text`` -- four norms per block (pre/post attention,
-  pre/post feed-forward), tied embeddings by default; Gemma 3 adds per-head
-  QK-norms. Sliding-window layers are those ``layer_types`` names
-  ``sliding_attention`` (Gemma 2: every other layer; Gemma 3: five of six).
-* ``glm4v_text`` -- QKV biases, four norms per block (GLM-4).
-* ``glm4v_moe_text`` -- QKV biases as ``attention_bias``; MoE with
-  ``n_routed_experts``, ``n_shared_experts`` x ``moe_intermediate_size``
-  shared MLP, ``first_k_dense_replace`` dense layers first.
-* ``qwen2_5_vl_text`` -- Qwen2's QKV biases.
-* ``mllama_text_model`` -- ``cross_attention_layers`` hold gated
-  cross-attention (with per-head QK-norms) instead of self-attention; the
-  token embedding has 8 more rows than the LM head (the image tokens).
+More (the detail of this module): ``docs/internals/presets.md``, section ``partitioner.presets.hf.text``.
 """
 from __future__ import annotations
 

@@ -6,33 +6,13 @@ Each image is cut into tiles of the encoder's own size; every tile runs
 through the encoder on its own (an image of the batch); the projector's
 tokens follow each family's tokenisation:
 
-* InternVL [1]_ -- ``dynamic_preprocess``: a square image of side ``S``
-  becomes the largest ``n x n`` grid of 448 px tiles with ``n^2 <= 12``
-  (``max_patches``) and ``n^2 * 448^2 < 2 S^2``, plus a thumbnail when
-  ``n > 1``; pixel shuffle by ``downsample_ratio`` (0.5: 1024 patches ->
-  256 tokens per tile); the class token is dropped. Projector: LayerNorm
-  over ``h / ratio^2``, ``-> text hidden -> text hidden`` with GELU.
-* Idefics3 / SmolVLM [2]_ -- the image is resized to a longest edge of at
-  most 4 tiles (``size.longest_edge`` = 4 x 364 or 4 x 384 in the
-  processors) and cut into ``ceil(S / tile)^2`` tiles, plus the whole
-  image downscaled to one tile when there are several; pixel shuffle by
-  ``scale_factor`` s: ``patches / s^2`` tokens per tile through one linear
-  ``h s^2 -> text hidden`` without bias.
-* LLaVA-OneVision [3]_ -- ``anyres_max_9``: the base image (384 px) plus
-  an ``n x n`` grid with ``n = min(ceil(S / 384), 6)`` (the largest
-  ``image_grid_pinpoints`` entry is 2304 px); the grid's ``27n x 27n``
-  features are interpolated down to ``81 x 81`` when ``n / 3 > 1.1``, and
-  each row gets an ``image_newline`` token. Video: every frame is one
-  image, pooled 2 x 2 to ``14 x 14`` tokens, and one newline per clip.
+* InternVL [1] -- ``dynamic_preprocess``: a square image of side ``S``
+becomes the largest ``n x n`` grid of 448 px tiles with ``n^2 <= 12``
+(``max_patches``) and ``n^2 * 448^2 < 2 S^2``, plus a thumbnail when ``n >
+1``; pixel shuffle by ``downsample_ratio`` (0.5: 1024 patches -> 256
+tokens per tile); the class token is dropped.
 
-References
-----------
-.. [1] Z. Chen et al., "How Far Are We to GPT-4V? (InternVL 1.5)", arXiv:2404.16821, Sec. 3.3 (dynamic
-   high resolution, pixel shuffle); transformers ``GotOcr2ImageProcessor`` / ``InternVLProcessor``.
-.. [2] H. Laurençon et al., "Building and better understanding vision-language models (Idefics3)",
-   arXiv:2408.12637; A. Marafioti et al., "SmolVLM", arXiv:2504.05299; transformers ``Idefics3ImageProcessor``.
-.. [3] B. Li et al., "LLaVA-OneVision: Easy Visual Task Transfer", arXiv:2408.03326, Sec. 3 (AnyRes-Max);
-   transformers ``LlavaOnevisionModel.pack_image_features`` and ``apply_pooling``.
+The detail, and the references cited above: ``docs/internals/presets.md``, section ``partitioner.presets.hf.tiling``.
 """
 from __future__ import annotations
 

@@ -1,106 +1,12 @@
 """``cpsat``'s arc-flow formulation: one unit of flow through stage states, for comm-free 1F1B problems.
 
-Contract
---------
-:func:`arcflow_reason` says whether a problem fits the formulation ("" when
-it does); :func:`~.arcflow_run.solve_arcflow` then answers it exactly like the slot model
-would (:mod:`.cpsat`): the plan re-evaluated by :func:`~partitioner.plan.evaluate`,
-a bound proven by CP-SAT on this model and converted to ms by
-:func:`~.slot.times.conservative_bound`, "optimal" only when that bound is within
-the resolution of the plan's exact value. It fits when no stage boundary
-carries bytes (comm-free: a stage's time is its own compute plus its own
-reshards), the default cluster graph is used, and the schedule's objective
-and stash are 1F1B's (``1f1b``; ``zb-h1`` with the bottleneck objective).
-Format v1 and v2 alike: a v2 stage runs one config per module segment.
+Contract: :func:`arcflow_reason` says whether a problem fits the
+formulation ("" when it does): no stage boundary carries bytes, the default
+cluster graph, and 1F1B's objective and stash. :class:`ArcGraph` is the
+graph of stage states; :func:`~.arcflow_run.solve_arcflow` answers it
+exactly as the slot model would.
 
-States and arcs
----------------
-The pipeline is built from its end. A state ``(c, u, k)`` says: layers
-``c .. L-1`` are covered by stages using ``u`` devices, and ``k`` of those
-stages exist, capped at ``K - 1`` where ``K`` is the largest stash that still
-changes some stage's best time (at most ``m``: a stage with ``k`` stages after
-it stashes ``min(m, k + 1)`` microbatches under 1F1B). The flow leaves
-``(L, 0, 0)`` and ends in some ``(0, N, k)``. An arc from ``(c, u, k)`` is a
-stage of layers ``a .. c-1`` on ``d`` devices (an allowed size) with stash
-``min(K, k + 1)``, to ``(a, u + d, min(k + 1, K - 1))``; every path is a plan
-and every plan one path, so the stage order is fixed by construction (no
-slot symmetry).
-
-An arc's units are the least units (see "Model") of a *config tuple* of
-``d`` devices for its layers that fits in memory with its stash: one config
-per module segment of the stage (v1, and a stage inside one module run: one
-layout), memory summed over the segments (``sum W + stash * sum A``). This is
-exact for both objectives, thresholds included: they are non-decreasing in
-every stage time, and a comm-free stage's configs change only its own time
-and memory, so for any path, and any threshold ``Z`` on its slowest stage,
-taking each stage's least-units tuple is as good as any other choice.
-
-Tables: one layout (:func:`stage_tables`), per layout a prefix difference
-of the reach-limited ranges; several segments (:func:`segment_tables`),
-:class:`~.dp.stage.StageCosts`' vectorised per-(size, stash) rule run over
-the model's integer layer units and reshard units (:class:`UnitCosts`), so
-the least over all fitting tuples (an exact Pareto pass over the segments)
-comes out in units, as (L, L) tables; an arc's tuple is found only for the
-arcs of the answer (:meth:`ArcGraph.stage_configs`). Comm-free means every
-``out_bytes`` before the last layer is 0, so every reshard (proportional to
-the ``out_bytes`` of a segment's last layer) is 0 here; the tables count
-reshard units all the same.
-
-Pruning (each removes only plans strictly worse than the starting plan,
-which stays in the model, or no plan at all): arcs slower than the starting
-plan's stage ceiling (:func:`~.slot.times.stage_ceiling_ms`, as integer
-``top``), arcs that do not fit or lack cost entries, states from which no
-sink is reachable within those arcs (:func:`_completable`, before any arc
-is made: layers ``0 .. a-1`` must be coverable with exactly the devices
-left and the stashes that follow), and states the source does not reach.
-
-Model
------
-``x_a`` in {0, 1} per arc; flow conservation at every state, one unit out
-of the source and into the sinks; the stage count ``sum x_a`` in the
-feasible counts; ``T >= t_a`` when ``x_a``, and per layer ``i`` the cut
-``T >= sum_{a covers i} t_a x_a`` (exactly one arc covers each layer in
-every path, so the cut is valid, and in the LP relaxation it makes ``T`` at
-least the flow-weighted average stage time at every layer, where the
-implications alone give only ``t_a x_a``). ``bottleneck`` minimises ``T``;
-``iteration`` minimises ``sum t_a x_a + (m - 1) T``.
-
-Times are the slot model's integer units (:func:`~.slot.times.integer_times`)
-and a tuple's units are the slot model's for it: per segment ``s .. t`` in
-config ``l`` the exact-prefix units ``prefix[l][t + 1] - prefix[l][s]`` (off
-by at most 1 unit from ``scale`` x its compute), plus per segment boundary
-the units of ``2 r`` (off by at most ``1/2 + delta``). A stage has at most
-as many segments as the problem has groups and one reshard fewer, so its
-units are within ``stage_error`` of ``scale`` x its true time, and the bound
-conversion of the slot model holds: every plan ``Q`` (cuts, sizes, configs)
-is a path whose arcs have no more units than ``Q``'s own tuples, so the
-model's value of that path is at most ``scale * value(Q) + error``; a proven
-bound ``B`` on the model is thus at most ``scale * OPT + error``, and
-``OPT >= (B - error) / scale`` (:func:`~.slot.times.conservative_bound`).
-The plan returned is its path with the least-units tuples, re-evaluated
-exactly.
-
-Not (yet) modelled, so the slot model answers
---------------------------------------------
-* Transfers: a stage's time would depend on its neighbours' sizes and on
-  whether they share a node, so a state would need the previous stage's
-  size and node use.
-* Graphs past :data:`MAX_ARCS` arcs (128 layers on 64 GPUs: 517,000 arcs
-  in format v1).
-
-Size: the 64-layer, 4 x 8 GPU benchmark (all 22 layouts, m = 8, memory
-binding at every stash: ``K = 8``) has 2,319 live states and 48,583 arcs
-under the greedy plan's ceiling; 72 layers on 64 GPUs 5,013 and 128,754.
-Its v2 twin (66 configs, 4 modules, 3 variants) has 752 states and 6,741
-arcs; the 56 (size, stash) tables of :func:`segment_tables` take about
-0.3 s there.
-
-References
-----------
-.. [1] J. M. Valerio de Carvalho, "Exact solution of bin-packing problems
-   using column generation and branch-and-bound", Annals of Operations
-   Research 86, 1999 (the arc-flow formulation).
-.. [2] L. Perron and F. Didier, "CP-SAT", Google OR-Tools v9, 2024.
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.cpsat.arcflow``.
 """
 from __future__ import annotations
 

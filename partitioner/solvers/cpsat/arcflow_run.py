@@ -3,38 +3,16 @@
 Every solve here is a CP-SAT solve of the arc-flow model; no bound comes
 from anywhere else.
 
-* ``bottleneck``: bisection over the distinct arc times ``v``: is there a
-  path through arcs of at most ``v`` units? (The same min-sum model as below;
-  a proven "no" raises the bound to the next arc time, a path lowers the
-  answer to its slowest arc.)
-* ``iteration`` (``sum t + (m - 1) max t``): a parametric walk over the
-  threshold ``Z`` on the slowest stage. With every arc slower than ``Z``
-  fixed to 0, the model ``minimise sum t_a x_a`` is a shortest path in a DAG
-  (plus, when the stage bounds cut the counts, one side constraint): its LP
-  relaxation is integral, so CP-SAT proves it at the root. Its answer, a path
-  of sum ``S`` and slowest stage ``T1 <= Z``, settles every plan whose slowest
-  stage lies in ``[T1, Z]`` -- each has sum ``>= S`` and value
-  ``>= S + (m - 1) T1``, which the path attains. The walk starts at the
-  stage ceiling (:attr:`~.slot.times.IntegerTimes.top`) and continues with
-  ``Z = T1 - 1`` until no path is left, or until ``S + (m - 1) T_min`` reaches
-  the incumbent, ``T_min`` being the analytic bound on the slowest stage
-  (the largest fastest-layer time and total least work / N, in units less the
-  stage error): sums only grow as ``Z`` falls. The proven bound is the least over the settled intervals and that
-  remainder; it is CP-SAT's own throughout (each ``S`` is the solve's proven
-  objective bound). This is the Pareto walk of the exact DP over (sum, max)
-  [1]_, with each min-sum step proven by CP-SAT on the arc-flow model instead
-  of computed by recursion.
+* ``bottleneck``: bisection over the distinct arc times ``v``: is there a path through arcs of at most ``v``
+units? (The same min-sum model as below; a proven "no" raises the bound to the next arc time, a path lowers the
+answer to its slowest arc.) * ``iteration`` (``sum t + (m - 1) max t``): a parametric walk over the threshold
+``Z`` on the slowest stage. With every arc slower than ``Z`` fixed to 0, the model ``minimise sum t_a x_a`` is a
+shortest path in a DAG (plus, when the stage bounds cut the counts, one side constraint): its LP relaxation is
+integral, so CP-SAT proves it at the root. Its answer, a path of sum ``S`` and slowest stage ``T1 <= Z``,
+settles every plan whose slowest stage lies in ``[T1, Z]`` -- each has sum ``>= S`` and value ``>= S + (m - 1)
+T1``, which the path attains.
 
-CP-SAT parameters: presolve off (see :mod:`.cpsat`) and the LP built with
-every flow constraint from the start (``add_lp_constraints_lazily`` off;
-lazily, CP-SAT's root LP held 49 of 2,313 rows of the 64-layer target and
-took 20-50 s to prove a shortest path it proves in under a second this way).
-
-References
-----------
-.. [1] L. Zheng et al., "Alpa: Automating inter- and intra-operator
-   parallelism for distributed deep learning", OSDI 2022 (the enumeration of
-   the bottleneck threshold in stage construction).
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.cpsat.arcflow_run``.
 """
 from __future__ import annotations
 

@@ -2,125 +2,17 @@
 
 Decisions, per slot ``j`` (stage ``P - 1 - j``, see :mod:`.slot`):
 
-* ``before[i][j] = [s_i >= j]``: the order encoding of the layer -> slot
-  map, non-increasing in ``i`` and in ``j``, with ``s`` stepping down by at
-  most 1 from layer to layer and ``s_i <= L - 1 - i``; slot ``j`` is active
-  when ``before[0][j]``, the stage count ``P = 1 + sum_j before[0][j]`` is one
-  of the feasible counts, and layer ``i`` is in slot ``j`` when
-  ``x_ij = before[i][j] - before[i][j+1]`` is 1;
-* ``use[j][g][l]``: one layout per segment -- per slot ``j`` and group
-  (module run) ``g`` it covers, ``sum_l use[j][g][l] = cover[j][g]`` (see
-  :mod:`.slot`); ``size[j][s]``: one size per active slot, every
-  segment's layout of that size; the devices sum to N. With one group
-  (every v1 problem) ``size`` is channelled from ``use[j][0]``;
-* when the placement matters, ``node[j][k]`` puts a small slot on node
-  ``k``: a node holds small slots of exactly ``gpus_per_node`` devices or
-  none, nodes are numbered in order of first use by slot index (symmetry
-  breaking), and ``link[j]`` is true exactly when slots ``j + 1`` and ``j``
-  share a node.
+* ``before[i][j] = [s_i >= j]``: the order encoding of the layer -> slot map,
+non-increasing in ``i`` and in ``j``, with ``s`` stepping down by at most 1
+from layer to layer and ``s_i <= L - 1 - i``; slot ``j`` is active when
+``before[0][j]``, the stage count ``P = 1 + sum_j before[0][j]`` is one of the
+feasible counts, and layer ``i`` is in slot ``j`` when ``x_ij = before[i][j] -
+before[i][j+1]`` is 1; * ``use[j][g][l]``: one layout per segment -- per slot
+``j`` and group (module run) ``g`` it covers, ``sum_l use[j][g][l] =
+cover[j][g]`` (see :mod:`.slot`); ``size[j][s]``: one size per active slot,
+every segment's layout of that size; the devices sum to N.
 
-Times, in integer units (:func:`.slot.times.integer_times`):
-
-* ``compute_j >= sum_i tau[l][i] x_ij`` when slot ``j`` uses layout ``l``
-  (several groups: ``compute_j = sum_g compute_jg`` with ``compute_jg >=
-  sum_{i in g} tau[l][i] x_ij`` when ``use[j][g][l]``; ``tau`` are
-  differences of exactly rounded prefix sums, so a segment's compute is off
-  by at most one unit), and the redundant ``d compute_j >= sum_i work_i
-  x_ij`` for a slot of ``d`` devices (``work_i`` = the least device-units of
-  layer ``i``), which lets the LP see the device budget;
-* memory and cost entries: one group, the clauses ``use[j][0][l] and c_j <= a
-  =>  c_{j-1} <= reach[l, stash_j][a]``; several groups, ``memory_jg >=
-  sum_{i in g} (weight + stash_j act)[i, l] x_ij`` when ``use[j][g][l]`` and
-  ``sum_g memory_jg <= capacity``, in bytes divided by their gcd (exact; a
-  missing entry counts capacity + 1);
-* reshards (several groups): per slot and group boundary, a 0/1 ``w`` per
-  same-size mesh pair, 1 exactly on the pair the slot's two segments use
-  (:mod:`.slot`); ``reshard_j = sum 2 r w`` in units;
-* ``x_j >= send[c_j][s][h]`` for the transfer between slots ``j + 1`` and
-  ``j`` whenever the smaller of the two has at most ``sizes[s]`` devices
-  and the link is of kind ``h`` (sends only shrink with more devices);
-* ``t_j = compute_j + reshard_j + x_j + x_{j-1}``, ``T = max_j t_j``;
-  ``bottleneck`` minimises T, ``iteration`` minimises ``sum t_j + (m - 1) T``.
-
-Schedules (``training.schedule``, :mod:`.slot.schedule`): the stash of slot
-``j`` is the schedule's (1F1B and ZB-H1 ``min(m, j + 1)``, GPipe ``m``), in
-the memory rules above; ``bottleneck`` is max t under every schedule, and
-1F1B's ``iteration`` is the estimate above. ZB-H1's and GPipe's
-``iteration`` estimates are optimised exactly from two parts per slot, each
-stated like ``compute_j`` from its own exactly rounded prefix sums
-(:mod:`.parts`):
-
-* ``zb-h1``: ``u_j = (fwd + bwd - W) compute + reshard_j + x_j + x_{j-1}``
-  and ``W_j`` (weight gradients only); ``Z >= (m - 1) u_j + k_P W_j`` for
-  each feasible stage count ``P > j``, enforced unless slot ``P`` is active
-  (more than P stages), with ``k_P = max(m - P + 1, 1)``; minimises
-  ``sum u_j + Z``, so Z is the max for the chosen P exactly;
-* ``gpipe``: ``F_j = fwd compute + r_j + x_{j-1}`` and ``B_j = bwd compute
-  + r_j + x_j`` (``r_j`` the reshards once); minimises ``sum F + (m - 1)
-  max F + sum B + (m - 1) max B``.
-
-The integer model's error counts every part of the objective (at most
-``J + m - 1 + k_max`` stage errors for ZB-H1, ``2 (J + m - 1)`` for GPipe,
-:func:`.slot.times.integer_times`), and the stage ceiling of the hint is the
-schedule's (:func:`.slot.schedule.ceiling_ms`), so the reported bound stays a
-proven lower bound.
-
-Lower-bounding constraints (``>=``) suffice: both objectives are
-non-decreasing in every stage time, so a minimiser sets each time to its
-value where it matters, and every returned plan is re-evaluated exactly.
-
-The greedy plan (or the caller's ``warm_start``) is given as a complete
-hint, and its objective as an upper bound; its stage ceiling
-(:func:`.slot.times.stage_ceiling_ms`) caps every time coefficient, so a
-sentinel cost (``fwd_ms: 1e18``) costs neither range nor resolution. The
-bound is converted back to ms conservatively
-(:func:`.slot.times.conservative_bound`), and "optimal" is claimed only when
-that bound is within the resolution of the plan's exact value (when the
-times span too wide a range for the integer unit, the answer is
-``feasible`` with the proven gap). Deterministic for a fixed seed with
-``num_workers=1``.
-
-Time limit: it covers building the tables, the greedy hint (or, where greedy
-finds none, ``dp``'s plan within :data:`DP_HINT_SHARE` of the time left) and the model
-(a model too large to build in the time left is refused at once,
-:func:`.slot.run.model_size_refusal`; a build cut short returns the hint as
-``feasible``), and CP-SAT gets what is left.
-
-Arc-flow: when the problem is comm-free (no stage boundary carries bytes)
-and has 1F1B's objective and stash (``1f1b``; ``zb-h1`` with the bottleneck
-objective), format v1 or v2 (one config per module segment), ``cpsat``
-solves the arc-flow model of :mod:`.arcflow` instead
-(:mod:`.arcflow_run`): a path through (layer boundary, devices used, stages
-from the end) states, whose relaxation at a fixed threshold on the slowest
-stage is integral; it proves optima of the 64-layer, 4 x 8 GPU benchmark in
-seconds. Option ``formulation: slot`` forces the slot model.
-
-Reach of the slot model: on the 4 x 8 GPU benchmark family (``tests/test_cpsat.py``) CP-SAT
-proves optimality within seconds up to about 24 layers; from 32 layers on
-it often finds the optimum quickly but does not close the gap within
-minutes, because the LP relaxation of the slot model sees little more than
-the analytic bound (total work / N): what makes extra stages or wide tensor
-parallelism costly shows only once the stage sizes are fixed. Use ``dp``
-for large problems with transfers and ``cpsat`` to cross-check it.
-
-CP-SAT's presolve is switched off by default. With it, OR-Tools 9.15
-certified wrong optima and wrong infeasibility on this model -- about one
-random small problem in a thousand (cross-checked against ``brute``), and
-some 8-16 layer benchmark problems ("optimal" plans beaten by the same
-model solved without presolve); compare or-tools
-issues #5274 and #5293. Switching off single presolve steps (probing,
-inclusion detection, symmetry) did not remove every case; without presolve
-the answers agreed with ``brute`` on 7,000 random problems.
-``options={"parameters": {"cp_model_presolve": True}}`` turns it back on.
-
-Options: :class:`~partitioner.solvers.options.CpsatOptions` (``num_workers``,
-``hint``, ``resolution``, ``log``, ``parameters``, ``formulation``), checked
-by :func:`~partitioner.solvers.solve` before the method runs.
-
-References
-----------
-.. [1] L. Perron and F. Didier, "CP-SAT", Google OR-Tools v9
-   (https://developers.google.com/optimization), 2024.
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.cpsat.solver``.
 """
 from __future__ import annotations
 

@@ -1,24 +1,15 @@
 """The ``dp`` method: the registry's entry point to the exact DP of :mod:`.dp`.
 
-Its capabilities (what :func:`~partitioner.solvers.solve` checks before it
-dispatches: no custom topologies; the interleaved schedule by its own cut
-search, :mod:`partitioner.solvers.interleaved.search`) and its options
-record (:class:`~partitioner.solvers.options.DpOptions`) are registered with
-it. It solves with the placement mode the cluster needs (see the
-*Placement* section of :mod:`.dp`), falls back to the exact placement
-automaton when a relaxed optimum's runs do not pack, and turns the search's
-limits (:mod:`~.solvers.errors`) and an infeasible result into a candidate with a
-message (:func:`explain_infeasible`, which the other exact methods use too). A search cut short by the
-time limit or the memory budget returns the best plan it knows -- the DP's
-own best so far, the greedy plan or, past the memory budget, the optimum of
-the problem without transfers (:func:`_comm_free`), whichever is better -- as
-``feasible`` with the best lower bound it has proven (never nothing when a
-plan exists).
+Its capabilities (what :func:`~partitioner.solvers.solve` checks before it dispatches: no custom
+topologies; the interleaved schedule by its own cut search,
+:mod:`partitioner.solvers.interleaved.search`) and its options record
+(:class:`~partitioner.solvers.options.DpOptions`) are registered with it. It solves with the placement
+mode the cluster needs (see the *Placement* section of :mod:`.dp`), falls back to the exact placement
+automaton when a relaxed optimum's runs do not pack, and turns the search's limits
+(:mod:`~.solvers.errors`) and an infeasible result into a candidate with a message
+(:func:`explain_infeasible`, which the other exact methods use too).
 
-Options (:class:`~partitioner.solvers.options.DpOptions`): ``placement``
-("auto" | "bins") forces the exact placement automaton; ``memory_budget_gb``
-caps the DP tables (default 3); ``threads`` the threads of a level
-(:mod:`.recursion`).
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.dp.method``.
 """
 from __future__ import annotations
 
@@ -87,7 +78,7 @@ def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
     try:
         outcome = model.optimize(request.objective, mode, deadline, budget)
         if outcome.status == "optimal" and outcome.plan is None and (mode == "run" or problem.cluster.partial and mode != "bins"):
-            # the relaxed optimum's runs did not pack (on partial racks, DESIGN.md "2026-12-03: partial racks",
+            # the relaxed optimum's runs did not pack (on partial racks, DESIGN.md "Partial racks",
             # neither need the sizes of the size-only automata): solve with the exact placement automaton
             outcome = model.optimize(request.objective, "bins", deadline, budget)
     except TooLarge as err:

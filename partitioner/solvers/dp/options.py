@@ -1,31 +1,11 @@
 """How the DP values a stage when an estimate weighs two parts of its time apart (zb-h1, GPipe iteration).
 
-Contract
---------
-Under these estimates a stage's configs are no longer "the fastest that
-fits": :meth:`.StageCosts.options` gives, per stage a..b, the Pareto-minimal
-pairs ``(A_f, B_f)`` of its fitting config tuples, without transfers. A
-*spec* says, for one recursion, what a stage with option f, outgoing transfer
-``xo`` and incoming transfer ``xi`` adds to the sum (``cost``) and what is
-bounded by the threshold or maximised (``key``):
+Under those estimates a stage's configs are no longer "the fastest that
+fits": a *spec* (:class:`ZeroBubbleSpec`, :class:`GPipeSpec`) says what a
+stage with one of its Pareto options and its transfers adds to the sum and
+what the threshold bounds, so that the recursion of :mod:`.solver` stays exact.
 
-* :class:`ZeroBubbleSpec` (options (u, W), k fixed): cost ``u + x`` and key
-  ``g = (m - 1)(u + x) + k W`` with ``x = xo + xi``. The estimate is
-  ``sum u + max g`` (:func:`partitioner.plan.schedules.estimate`).
-* :class:`GPipeSpec` (options (F, B) without sends): ``F + xo``, ``B + xi``;
-  cost ``t = (F + xo) + (B + xi)``; key ``B + xi`` with every stage's
-  ``F + xo`` at most a cap (or key ``F + xo``, uncapped). The estimate is
-  ``sum t + (m - 1)(max F + max B)``.
-
-Both are non-decreasing in each part of every stage, so some optimum uses
-Pareto options only. ``value`` is what the recursion stores for a last stage
-(``minmax``: its least key; ``minsum``: its least cost over the options whose
-key is at most the threshold, inf if none) and ``choices`` the options the walk
-back takes. A ``minsum`` cost is formed as the recursion forms it in front of a
-suffix of value H (:mod:`.compiled.kernels`): its part without the incoming transfer
-first (zb-h1 ``u + xo``, GPipe ``(F + xo) + B``), then ``+ H``, then ``+ xi``
-(H = 0 for a last stage), as the plain recursion forms ``((compute + xo) + H)
-+ xi``; the walk back sums ``cost + H`` and matches the tables to 1e-12.
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.dp.options``.
 """
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ def build_automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_
     """The automaton of ``kind`` (module docstring of :mod:`.solver`, "Placement"); ``max_states`` bounds the
     reachable states of ``bins`` (:class:`~partitioner.solvers.errors.TooLarge` past it).
 
-    ``last`` (``bins`` only) is the GPUs the job uses on the last node (DESIGN.md "2026-12-03: partial
+    ``last`` (``bins`` only) is the GPUs the job uses on the last node (DESIGN.md "Partial
     racks"; None or ``G``: all): a whole pipeline must then end with every node full but one, whose free
     space is ``G - last``, which is exactly the packings into the nodes' used GPUs. ``deadline`` (on
     :func:`time.perf_counter`'s clock): :class:`~partitioner.solvers.errors.OutOfTime` once it has passed

@@ -1,55 +1,12 @@
 """The DP's general recursion: how one recursion fills the tables of :mod:`.tables`.
 
-Contract
---------
-:func:`fill` computes ``V[a, level, z, c, D]`` for levels 1..top of one
-recursion of :mod:`.dp` -- ``minsum`` (least sum of stage times, every stage
-at most the threshold) or ``minmax`` (least largest stage time) -- exactly as
-the recursion there defines them, one first layer's row at a time, and keeps
-what :class:`.tables.Tables` holds of it: each level's shared keys (and
-the row of first layer 0). A level reads the keys of the previous level only
-and, for the "K or more" bucket level, its own at later first layers. A
-deadline is checked between chunks of first layers; the chunks of a level
-(but the bucket level's, which read each other) are shared among the model's
-``threads`` (the dp option), else ``THREADS`` (``PARTITIONER_DP_THREADS``,
-default one per core), each with its own scratch row.
+Contract: :func:`fill` computes the values of levels 1..top of one
+recursion of :mod:`.solver` -- ``minsum`` or ``minmax`` -- one first
+layer's row at a time, and keeps what :class:`.tables.Tables` holds of it;
+a deadline is checked between chunks of first layers, which are shared
+among :func:`threads` threads.
 
-How a level fills. A stage a..b of size i in front of a suffix whose first
-stage pairs with it as (new state, outgoing category) costs ``t = w + x``
-with ``w = compute(a..b) + x_out`` and ``x`` its incoming transfer, one per
-incoming category c. What a size-i stage sees of the level below, ``H[b +
-1, pair, D']`` (the least over the pair's transitions), is one row of
-shared keys per first layer (:meth:`.tables.Tables.key_runs`), with
-the span of its finite columns per key; the compiled kernels of
-:mod:`.compiled.kernels` then take, per first layer a (downwards) and size, the
-least over b and the pairs, only over the finite span of each row:
-
-* the incoming transfer is no axis of the inner loop. A candidate (a, b,
-  pair) fits the categories with ``w + x <= limit``: a prefix of them in
-  order of x, of length q. ``minsum``: the least ``w + H`` per (new state,
-  q), a running minimum over q from the top, then ``+ x`` per category.
-  ``minmax``: ``max(w + x, H)`` splits at the first rank whose ``w + x``
-  passes H (:mod:`.compiled.kernels`);
-* the bucket level reads itself: row a of its shared keys takes the level's
-  own row a as soon as it is final, so lower first layers see both sources;
-* under a finite threshold, a suffix from a is computed only up to
-  ``N - prefix[a]`` devices (:func:`prefix_devices`: the fewest devices the
-  layers before a need under the threshold), the only ones an answer reads.
-
-The comparisons with the threshold are the recursion's own ``w + x <=
-limit``, so every finite entry is the definition's; a ``minsum`` value is
-formed as ``(w + H) + x`` rather than ``(w + x) + H``, a rounding
-difference far below the 1e-12 relative ties of the walk back
-(``tests/test_dp_fill.py`` checks every entry against the definition).
-
-With options (zb-h1's and GPipe's iteration estimates, :mod:`.options`)
-a stage's value is not ``w + x``: the spec values each candidate (a, b,
-pair) per incoming category over its options, in the spec's own
-arithmetic, and the least is taken with ``min`` only, so every entry is
-the one a loop over a, b and the options gives, bit for bit
-(``tests/test_dp_options_fill.py`` checks every entry for equality with
-the definition). The last stages (level 1) are valued in numpy, every a at
-once, and written into the rows by the kernels.
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.dp.recursion``.
 """
 from __future__ import annotations
 

@@ -1,156 +1,14 @@
 """``dp``: an exact dynamic program over layers, stages (counted from the end) and devices.
 
-The recursion
--------------
-A *suffix* is the pipeline from some layer ``a`` to the last layer. Its state is
+:class:`DPModel` holds one problem's stage tables and runs the recursion
+over suffixes (first layer, stages counted from the end, devices, placement
+state, incoming boundary category): a min-max recursion for the
+``bottleneck`` objective, a least sum under a threshold for ``iteration``
+(a branch and bound over the threshold), and the estimates of zb-h1 and
+GPipe through the specs of :mod:`.options`. Its tables are :mod:`.tables`'s,
+filled by :mod:`.recursion`, read back by :mod:`.walkback` and :mod:`.walks`.
 
-* ``a`` -- its first layer;
-* ``k`` -- its number of stages. Counting stages from the end fixes the 1F1B
-  stash of the suffix's first stage, ``min(m, k)``; beyond ``max(m, P_min)``
-  all counts behave alike and share one level when the stage bound is not
-  binding (GPipe: beyond ``P_min``; see "Schedules beyond 1F1B");
-* ``D`` -- its devices (a numpy axis; the whole pipeline must use exactly N);
-* ``z`` -- a *placement state* of its first stage (below);
-* ``c`` -- the *incoming category*: the smaller of the sizes on both sides of
-  the boundary before ``a`` and whether those two stages share a node. It
-  fixes that boundary's transfer time ``x = out_bytes / (min size * bw)``,
-  which stage p's time ``t_p = compute + x_out + x_in`` includes.
-
-The value of a state is, for the ``bottleneck`` objective, the least possible
-largest stage time of the suffix (a min-max recursion), and for a threshold
-``T``, the least possible *sum* of stage times with every stage at most ``T``.
-The ``iteration`` objective ``sum t + (m - 1) max t`` is the minimum over ``T``
-of ``minsum(T) + (m - 1) T``; ``minsum`` is a non-increasing step function of
-``T``, so a branch and bound over intervals of ``T`` (lower bound
-``minsum(hi) + (m - 1) lo`` on ``[lo, hi]``) finds it after a few recursions,
-like Alpa's enumeration of the largest stage latency [1]_ but with pruning
-(the walks live in :mod:`.walks`).
-
-Choosing a stage's configs is no part of the state: for a fixed cut, size
-and neighbours, the fastest configs that fit (with the stage's stash) are
-best, because the transfers depend only on cuts, sizes and placement and
-both objectives are non-decreasing in every stage time. In format v2 a stage
-has one config per module segment, memory couples the segments and reshards
-couple adjacent ones: :mod:`.stage` computes that per-(a, b, size, stash)
-minimum exactly (Pareto frontiers of (time, memory) per mesh, combined
-left to right) and its configs for the walk back; in v1 (one segment) it is
-the fastest fitting layout as before. Plans get each stage's configs at its
-true stash (the schedule's: ``min(m, P - p)``, GPipe ``m``) and device ids
-in the canonical form (ids grouped by node, ascending; the reshard times
-assume it).
-
-Schedules beyond 1F1B (:mod:`partitioner.plan.schedules`, "Iteration estimates").
-``zb-h1`` keeps 1F1B's stash, so its ``bottleneck`` is 1F1B's. ``gpipe``
-holds m microbatches on every stage: every level has the stash m (and all
-stage counts share one level), which is all its ``bottleneck`` needs. The
-two ``iteration`` estimates weigh two parts of a stage apart, so a stage's
-fastest configs need not be best; stages choose instead among the pairs of
-parts no other fitting config tuple beats in both (:meth:`.StageCosts.options`),
-valued by a *spec* (:mod:`.options`), and the recursions keep their form
--- a least sum under a threshold, a least max:
-
-* ``zb-h1``: ``sum u + max g`` with ``u = t - W``, ``g = (m - 1) u + k W``
-  and ``k = max(m - P + 1, 1)``. For a fixed k it is the walk above with
-  the sum taken over u, the threshold on g and coefficient 1. k depends on
-  the whole pipeline's stage count, so levels below m are exact counts and
-  each distinct k is a walk over the levels that have it: a branch and
-  bound over k, the k in order of a floor from two recursions that serve
-  every k (least sum of u per level; least max g per level under the
-  smallest k, since g grows with k), each k's exact least max g pruned at
-  what could still win, its walk stopped by the best value so far (first
-  the incumbent's: a warm start or the greedy plan), until a floor cannot
-  beat the best.
-* ``gpipe``: ``sum t + (m - 1)(max F + max B)`` (sends in F of the sender
-  and in B of the receiver, as :func:`partitioner.plan.evaluate` counts
-  them): for a cap C on every F, a walk on B gives ``phi(C)``, the least
-  ``sum t + (m - 1) max B``; the optimum is the least ``phi(C) + (m - 1) C``,
-  found by lowering C just below the max F of each step's plan until
-  ``phi(C) + (m - 1) (lowest max F)`` cannot win.
-
-Stage-count levels. The stage tables at stash s only lose options as s
-grows, so the stashes whose tables equal those at m form an interval
-``[m_eff, m]``; levels from ``m_eff`` on share one table (:meth:`DPModel._levels`).
-
-No transfers. When no boundary carries bytes the recursion runs with no
-placement states (one state per size, one category). Stage times are always
-forward sums over the stage's own layers (:mod:`.stage`), never
-differences of prefix sums, so one huge layer time cannot round away the
-digits of the stages after it.
-
-Bound and prune. Under 1F1B's ``iteration`` objective with placement
-states, the walk first runs on the problem without transfers (one state per
-size, one category: a small fraction of the tables), which bounds the real
-one because transfers only add (:meth:`.ThresholdWalks._comm_free_pass`):
-its optimal plan, valued with the transfers, is an incumbent; its least
-sums and bottlenecks per stage count give every count a floor, and the
-levels above the largest count whose floor can still beat the incumbent
-are never built (1F1B's estimate grows with the stage count, roughly
-``(P + m - 1) t`` for P balanced stages of time t). On issue 28's VLA shape
-(256 layers, 256 GPUs, m = 32, 52 placement states) 8 of 32 levels remain,
-and the tables fit the default budget.
-
-Limits. The memory budget (option ``memory_budget_gb``) is checked before
-any table of size ``L^2`` or larger is built (the recursion's: its tables,
-twice when zb-h1 keeps its free table, plus what a recursion holds beside
-them, :meth:`DPModel.recursion_bytes`); a search stopped by the budget
-or the time limit hands its best valid plan so far and its best proven bound
-to :mod:`.method`, which returns it (or the greedy plan, if better) as
-``feasible``.
-
-Placement
----------
-On the default cluster graph a plan's times depend on its placement only
-through which adjacent stages share a node ("links"). In-node sizes are
-powers of two dividing the node size (a divisibility chain), so any sizes
-summing to N pack into the nodes; links are what is constrained: a chain of
-linked stages (a *run*) lives in one node, and all runs must pack exactly
-into the nodes the multi-node stages leave. The placement state ``z`` is:
-
-* ``none`` -- no transfer anywhere: ``z`` and ``c`` carry nothing;
-* ``size`` -- links cannot change a time (one node, one GPU per node, or
-  equal intra/inter bandwidth): ``z`` is the stage size;
-* ``run`` -- NVLink faster than the network: ``z`` is (size, fill of the run
-  the stage heads); runs may not overflow a node. This relaxes the packing of
-  runs into nodes; the optimum found is checked by an exact packing search
-  and, in the rare case that its runs do not pack, the problem is solved
-  again with
-* ``bins`` -- the exact placement automaton: (size, free space of the stage's
-  node, free space of every other partly filled node). Also used when NVLink
-  is *slower* than the network, where a link is a cost that the placement may
-  force. Its state count grows quickly with the node count.
-
-Complexity
-----------
-Stage tables: one ``L x L`` table per (size, stash) level, see :mod:`.stage`.
-With L layers, N devices, S allowed sizes, K = max(m, P_min) stage levels
-(at most P_max), placement states and categories, a first layer's values
-number ``sum_i Z_i x C_i x (N + 1 - d_i)``: Z_i the placement states of
-size i and C_i the incoming categories a size-i stage can receive (at most
-i + 1 unlinked and, in a node, i + 1 linked ones). The recursion's tables
-(:mod:`.tables`) keep, per level and first layer, only the least over
-each shared key (about 2 S keys of ``N + 1`` columns), plus the row of the
-first layer 0: 0.15 M values per first layer on 1,024 GPUs where the rows
-hold 3.1 M. One recursion
-(:mod:`.recursion`, its compiled kernels in :mod:`.compiled.kernels`) costs
-``O(K * L^2 * sum_i pairs_i * (N + 1 - d_i))`` element operations, where
-``pairs_i`` counts the distinct (new state, outgoing category)
-combinations of size i, over the finite span of each suffix's device
-counts only; the incoming transfer is no axis of that work, except in
-``minmax`` for the elements where the stage's own time and the suffix's
-value change order between two incoming transfers. Without transfers
-there is one category and one state per size. The bottleneck objective
-needs one recursion (after one without placement states for its
-ceiling), the iteration objective a few (branch and bound over the
-threshold); with options (zb-h1, GPipe iteration) each stage also takes
-the least over its F options (the Pareto pairs, at most the config tuples
-of its size), zb-h1 runs at most one walk per distinct k (at most
-``min(m, P_max) - P_min + 1``) and GPipe one walk on B per step of the cap
-on F.
-
-References
-----------
-.. [1] L. Zheng et al., "Alpa: Automating Inter- and Intra-Operator
-   Parallelism for Distributed Deep Learning", OSDI 2022, section 5.2.
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.dp.solver``.
 """
 from __future__ import annotations
 
@@ -316,7 +174,7 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
             max_states = max(1, int(self._budget // (_STATE_BYTES * max(len(self.sizes), 1))))
             deadline = None
             if c.partial:
-                # partial racks (DESIGN.md "2026-12-03: partial racks"): sizes that are no divisibility chain
+                # partial racks (DESIGN.md "Partial racks"): sizes that are no divisibility chain
                 # give bins many states on several nodes. Each state also holds at least one table value per
                 # first layer and device count a stage of its size leaves (tables.Layout): no more states than
                 # the budget holds that way, and the listing stops at the deadline

@@ -2,20 +2,15 @@
 
 :class:`StageTables` is a mix-in of :class:`partitioner.solvers.dp.solver.DPModel`
 (it uses the model's ``costs`` -- a :class:`.stage.StageCosts` --, ``L``,
-``sizes``, ``parts`` and ``spec``). It keeps, across the recursions of a
-solve, each stash's compute matrices of every size as one C-contiguous
-``[size, a, b]`` stack (:meth:`StageTables.compute_stack`, what the
-compiled kernels of :mod:`.compiled.kernels` read) and, under the two-part
-estimates, each stash's Pareto options of every size packed into two flat
-arrays (:meth:`StageTables.option_pack`; a stash whose options equal the
-previous stash's shares its pack); :meth:`StageTables.stage_options` are
-views into a pack. Stacks are kept while the matrices held stay under
-``stage_cache_bytes`` -- what the memory budget leaves beside the
-recursion's tables, at least 256 MiB -- packs under the larger of 1 GiB and
-that (recomputing
-them costs far more than their memory: with many configs per size, a
-recursion over 32 stashes rebuilt every stack of every level each time);
-what does not fit is rebuilt when asked for.
+``sizes``, ``parts`` and ``spec``). It keeps, across the recursions of a solve,
+each stash's compute matrices of every size as one C-contiguous ``[size, a, b]``
+stack (:meth:`StageTables.compute_stack`, what the compiled kernels of
+:mod:`.compiled.kernels` read) and, under the two-part estimates, each stash's
+Pareto options of every size packed into two flat arrays
+(:meth:`StageTables.option_pack`; a stash whose options equal the previous stash's
+shares its pack); :meth:`StageTables.stage_options` are views into a pack.
+
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.dp.stagecache``.
 """
 from __future__ import annotations
 

@@ -1,34 +1,13 @@
 """The general recursion's tables: per level, the least value of each *shared key* of its states.
 
-Contract
---------
-A value ``V[a, level, z, c, D]`` of :mod:`.dp`'s recursion (see its *The
-recursion* section) exists for the placement states z of size index i, the
-incoming categories a size-i stage can receive (the automaton's
-``incoming[i]``) and the suffix's devices from d_i up (a suffix whose first
-stage has d_i devices has at least d_i); every other combination is
-infinite. One first layer's values form a *row* (:class:`Layout`): stage
-size after stage size, an array ``(states_i, cats_i, N + 1 - d_i)``.
+:class:`Tables` keeps, per level of one recursion, only each *shared key*'s
+least value per first layer and suffix devices (states whose transitions
+coincide share a key, :meth:`Tables.key_runs`), with the finite span of each
+key's columns; :class:`Layout` says where each (state, category, devices)
+value lives in a first layer's row, which the kernels form in a scratch row.
+:func:`table_bytes` and :func:`working_bytes` size them.
 
-What a stage in front of the suffix at ``pos`` reads of a level is the least
-value over the transitions of each (new state, outgoing category) pair. Pairs
-of different sizes with the same transitions (for instance "the next stage
-has j devices" for every larger multi-node size) share a *key*
-(:meth:`Tables.key_runs`), and the tables keep, per level, only each key's
-least value per first layer and suffix devices, ``R[pos, key, D']``, with
-the finite span of each key's columns -- not the rows themselves, which the
-kernels form one first layer at a time in a scratch row and reduce at once
-(:func:`.compiled.kernels.plain_level`). With transfers a row holds about
-``S^2 N`` values and the keys about ``2 S N`` (S stage sizes): 3.1 M against
-0.15 M per first layer on 1,024 GPUs. The row of the first layer 0 of every
-level is kept whole (:meth:`Tables.first`: the whole pipeline's values per
-state); the walk back recomputes the value of any other state it needs from
-the keys of the level below (:mod:`.walkback`). ``keep_rows`` keeps every row
-(the tests compare each entry with the definition).
-
-Memory: :func:`table_bytes` for the tables and :func:`working_bytes` for
-what a recursion holds beside them; :meth:`.solver.DPModel.recursion_bytes`
-checks their sum against the budget before anything is allocated.
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.dp.tables``.
 """
 from __future__ import annotations
 

@@ -1,19 +1,17 @@
 """The DP's walk back: which optimal plans the tables of one recursion hold.
 
 :class:`WalkBack` is a mix-in of :class:`partitioner.solvers.dp.solver.DPModel` (it
-uses the model's ``K``, ``L``, ``N``, ``sizes``, ``bucket``,
-``stash_of_level``, ``spec``, ``_level_ok`` and its stage tables). From a
-filled :class:`.tables.Tables`, :meth:`WalkBack._final` reads the best
-whole pipeline over the allowed stage counts, and
-:meth:`WalkBack.reconstructions` follows, depth first, every way a state can
-start (:meth:`WalkBack._choices`, vectorised over the last layer and the
-(new state, outgoing category) pairs) whose stage plus the rest's value is
-the state's value -- within 1e-12 relative for a least sum, whose sums the
-recursion forms in another order (:mod:`.recursion`) -- unlinked
-boundaries first. The tables keep each pair's least over its source states
-(its key, :mod:`.tables`), so the walk goes on from each source state of
-the chosen key in turn, with the key's value as the target its own choices
-must reach: a state whose value is above it has none.
+uses the model's ``K``, ``L``, ``N``, ``sizes``, ``bucket``, ``stash_of_level``,
+``spec``, ``_level_ok`` and its stage tables). From a filled
+:class:`.tables.Tables`, :meth:`WalkBack._final` reads the best whole pipeline over
+the allowed stage counts, and :meth:`WalkBack.reconstructions` follows, depth
+first, every way a state can start (:meth:`WalkBack._choices`, vectorised over the
+last layer and the (new state, outgoing category) pairs) whose stage plus the
+rest's value is the state's value -- within 1e-12 relative for a least sum, whose
+sums the recursion forms in another order (:mod:`.recursion`) -- unlinked
+boundaries first.
+
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.dp.walkback``.
 """
 from __future__ import annotations
 

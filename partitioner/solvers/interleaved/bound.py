@@ -6,29 +6,7 @@ experts unsharded). :func:`relaxed_bound` solves, with HiGHS, a linear
 program whose optimum is at most the value of every plan of the space
 with P groups:
 
-* every layer is split in fractions x[l, g, k] >= 0 over the groups g and
-  the configs k of the group size it has, summing to 1 (a plan puts it
-  wholly on its chunk's group in one config: fractions 0/1);
-* group g's time is T_g = sum x * (fwd + bwd) + S_g, where S_g sums, over
-  the chunks of g, the least send the chunk's boundaries can cost on their
-  links (:func:`_least_sends`; a plan's sends are such sends);
-* group g's memory: sum x * (weight - tied + nu_g * act) <= capacity, where
-  nu_g = max over the held states s of min over local chunks j of n_sj.
-  For a plan, every state's row W_g + sum_j n_sj A_j <= capacity holds and
-  sum_j n_sj A_j >= (min_j n_sj) sum_j A_j, so the relaxed row holds too
-  (tied bytes subtracted whether or not the partner shares the chunk:
-  smaller weights only relax it);
-* T_g <= z and z >= the slowest layer's fastest entry (a layer is never
-  split in a plan); the objective is z (``bottleneck``) or
-  sum_g T_g / v + (m - 1/v) z (``iteration``).
-
-A plan of the space gives a feasible point with the plan's value, so the
-LP optimum is a lower bound; HiGHS's optimum is taken less a relative
-1e-7 (its feasibility tolerances; the value is compared with ``evaluate``'s
-floats). Meshes are not tied to groups here, and the sends are not tied
-to where the layers go (both relaxations: the bound is weak when sends
-are a large part of the time). An infeasible LP proves that no plan with
-P groups fits.
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.interleaved.bound``.
 """
 from __future__ import annotations
 

@@ -9,15 +9,7 @@ chunks' config tuples (:func:`.space.chunk_options`) whose
 weights plus the peak of sum_c held_c x act_c over the op order
 (:func:`.space.held_states`) fit.
 
-Why group by group: for a fixed P and cut the sends x_c depend on the cut
-and the group size only, a group's mesh and variants change only its own
-compute T_g and its own memory, and both objectives are non-decreasing in
-every T_g. So the per-group fastest fitting choice is optimal over the
-product of all groups' choices (ties: the first mesh, then config order).
-
-The work is counted as sum_P C(L - 1, P·v - 1) cuts; above the
-``max_combinations`` option the search refuses, and the time limit stops
-it with the best plan so far (``feasible``).
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.interleaved.brute``.
 """
 from __future__ import annotations
 

@@ -6,23 +6,7 @@ leaf (all K chunks) is priced exactly (:meth:`.cuts.GroupSpace.price` with
 ``exact``: each group's best mesh and options). A node is cut when its
 lower bound reaches the best value known. The bound of a prefix:
 
-* each group g's time so far, F_g: over its fixed chunks, the least
-  compute of one mesh (every chunk's fastest option on it) plus the sends
-  of the boundaries already fixed (x_c after chunk c <= last fixed, and
-  x_{c-1} before it); a group whose fixed chunks cannot meet one memory
-  row even with each chunk's least bytes for that row, on every mesh, has
-  no completion that fits (its later chunks only add bytes);
-* the layers left need at least R = sum of their fastest entries of the
-  group size, wherever they go, so max_g T_g >= the water level w with
-  sum_g max(0, w - F_g) = R (and >= max F_g), and sum_g T_g >= sum F_g + R;
-* ``bottleneck`` >= that max, ``iteration`` >= (sum F_g + R) / v + (m - 1/v) max.
-
-Every quantity only grows as chunks are added (times and bytes are
-non-negative), so the bound is valid for every completion, and a search
-that ends proves its best leaf optimal for this P. A search cut short (time
-limit or node budget) proves the least bound of the prefixes left open.
-Bounds are compared with a relative margin (:data:`MARGIN`) against the
-floating-point sums.
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.interleaved.exact``.
 """
 from __future__ import annotations
 

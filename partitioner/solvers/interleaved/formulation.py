@@ -6,37 +6,7 @@ constraints (:func:`formulation`), handed to CP-SAT (:func:`build_cpsat`,
 times in integer units) or PuLP (:func:`build_pulp`, times in ms), so both
 methods solve the same model:
 
-* ``y[i, k] = [chunk of layer i >= k]`` (k = 1..K-1, binary, the order
-  encoding): non-decreasing in i, non-increasing in k, stepping by at most
-  one chunk from a layer to the next, layer 0 in chunk 0 and layer L-1 in
-  chunk K-1 (so every chunk is a non-empty run of layers, in order);
-  ``x[i, c] = y[i, c] - y[i, c+1]`` is 1 when layer i is in chunk c, and
-  ``b[i, c] = y[i+1, c+1] - y[i, c+1]`` when chunk c ends after layer i;
-* ``u[g, mu]`` (binary): group g's one mesh, ``sum_mu u[g, mu] = 1``;
-* ``z[i, c, k]`` (binary, only where layer i has config k and may lie in
-  chunk c): ``sum_k z[i, c, k] = x[i, c]``; ``sum_{k of mesh mu} z[i, c, k]
-  <= u[c mod P, mu]``; in format v2, two consecutive layers of one module in
-  one chunk take the same config (``z[i+1, c, k] >= z[i, c, k] + x[i+1, c] - 1``),
-  so each segment has one config;
-* sends ``X_c = sum_i b[i, c] send(i, c mod P)``, the transfer of
-  :func:`.space.send_ms` (fixed per layer and group boundary,
-  since d and the placement are fixed by P);
-* ``T_g = sum_{c = g mod P} (sum_{i,k} (fwd + bwd)[i, k] z[i, c, k] + X_c + X_{c-1})``;
-* memory: ``A_c = sum_{i,k} act[i, k] z[i, c, k]``, ``W_g = sum_{c = g mod P,
-  i, k} weight[i, k] z[i, c, k]`` less, for every tie (format v3: layer
-  k tied to layer j) and chunk c of g, ``tied[k, k'] tz[n, c, k']`` with
-  ``tz[n, c, k'] <= z[k, c, k']`` and ``sum_k' tz[n, c, k'] <= x[j, c]``
-  (a chunk holding both counts the shared bytes once), and, for every state s of group g's op
-  order (:func:`.space.held_states`),
-  ``W_g + sum_j held[s][j] A_{g + jP} <= capacity`` (exact: the held counts
-  are constants);
-* ``T_g <= T``; ``bottleneck`` minimises T, ``iteration`` minimises
-  ``sum_g T_g + (m v - 1) T`` (v times the estimate, which keeps integer
-  coefficients for CP-SAT).
-
-At integer values every quantity equals what :func:`~partitioner.plan.evaluate`
-computes for the plan read back (:func:`plan_of_values`), up to the time
-coefficients' rounding (CP-SAT) or capping (both; see ``time_coefficient``).
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.interleaved.formulation``.
 """
 from __future__ import annotations
 

@@ -9,13 +9,9 @@ knapsack with one row per held state s of its op order
 
     sum_j weight(o_j) + n_sj * act(o_j) <= capacity     for every state s.
 
-:func:`best_group` answers it per mesh, the first mesh on ties. The quick
-answer (``exact=False``) is a greedy choice (:func:`_heuristic`): valid,
-not proven best. The exact answer is a depth-first branch and bound
-started from it: a branch is cut when its compute plus the least compute
-of the chunks left reaches the best found, when its Lagrangian bound
-(:func:`_row_multiplier`) does, or when some row cannot be met even by the
-chunks left each taking its least bytes for that row.
+:func:`best_group` answers it per mesh, the first mesh on ties.
+
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.interleaved.groups``.
 """
 from __future__ import annotations
 

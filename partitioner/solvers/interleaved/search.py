@@ -7,29 +7,12 @@ that lie far apart), so this path works on cuts (:mod:`.cuts`), in three
 steps per group count P:
 
 1. a good plan fast: local search over the cuts (:mod:`.local`) from
-   Megatron-LM's uniform cut, a cut into chunks of equal fastest compute
-   and the caller's warm start, each group taking a greedy choice of mesh
-   and options (:mod:`.groups`); the best cut found is then priced
-   exactly (each group's best mesh and options, by branch and bound). The
-   counts go best start first;
-2. a proven lower bound: the fastest entries' (:func:`_analytic_floor`),
-   and the linear relaxation of :mod:`.bound`, which keeps every group's
-   memory, where that floor does not close the count already;
-3. proof: branch and bound over the cuts (:mod:`.exact`) against the best
-   value over all group counts, until it ends (the plan is ``optimal``),
-   or the time limit or the node budget (:data:`NODE_BUDGET`) stops it;
-   only on a group count with at most :data:`PROOF_CUTS` cuts (on larger
-   ones its bound would not move: the relaxation's bound is reported).
+Megatron-LM's uniform cut, a cut into chunks of equal fastest compute and
+the caller's warm start, each group taking a greedy choice of mesh and
+options (:mod:`.groups`); the best cut found is then priced exactly (each
+group's best mesh and options, by branch and bound).
 
-A count whose bound is no better than the best plan found is closed
-without a search. ``optimal`` when
-every count is closed; else ``feasible`` with the least bound still open
-(each count's: the larger of its relaxation's and its search's). Without
-a time limit the local search runs to its local optimum and
-:data:`RESTARTS` perturbed restarts per group count; with one, the local
-searches and bounds share :data:`SEARCH_SHARE` of it when a proof is to
-follow, all of it otherwise (the bounds get what the searches leave, or
-the proof's time when they leave none).
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.interleaved.search``.
 """
 from __future__ import annotations
 

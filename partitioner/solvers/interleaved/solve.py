@@ -11,33 +11,7 @@ uniform interleaved split of its P (:func:`.space.uniform_hints`),
 or the caller's ``warm_start`` when it lies in the space, and is told the
 best value found so far:
 
-* CP-SAT needs integer times. Every layer time and send is rounded to
-  units of 1 / scale ms, so a group time of the model is off by at most
-  E_g = (L + 2v)(1/2 + delta) units (L layer terms, at most 2v send
-  terms, delta for the double precision of scale x ms), the objective by
-  E = E_g (``bottleneck``) or (P + m v - 1) E_g (``iteration``, whose model
-  objective is v times the estimate). The scale makes E at most
-  ``resolution`` / 3 of the model's analytic lower bound, unless the
-  objective would pass :data:`.slot.times.UNIT_CAP` units (then it is
-  capped; the bound stays valid but may not prove optimality). Group times
-  above the ceiling (the slowest group a plan can have and still beat the
-  best known value, or the largest possible one) are not modelled: every
-  T_g <= top units, and a coefficient above top is capped at top + 1. The
-  proven bound is (objective bound - E) / scale (/ v), nudged down like
-  :func:`.slot.times.conservative_bound`; a model proven infeasible under a
-  ceiling proves that no plan of its P beats the best known one.
-* The MILP keeps times in ms; coefficients above twice the ceiling (or
-  1e6 x the analytic bound without one) are capped, which only lowers
-  times, so the backend's dual bound (less a relative 1e-7 for its
-  tolerances) stays a bound.
-
-``optimal`` is claimed when every model ended optimal or infeasible and
-the best plan's exact value (:func:`~partitioner.plan.evaluate`) is within
-``resolution`` (CP-SAT) or 1e-6 (MILP) of the bound. The time limit
-covers the builds (checked in their loops) and the solves: it yields the
-best plan so far (at least the uniform start, when one is valid) as
-``feasible`` with the bound proven so far (the analytic bound of a group
-count not solved).
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.interleaved.solve``.
 """
 from __future__ import annotations
 

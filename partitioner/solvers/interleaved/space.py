@@ -7,34 +7,11 @@ the same number of devices and one (dp, tp); the exact methods (``brute``,
 :func:`partitioner.plan.evaluate_interleaved` accepts:
 
 * P device groups of equal size d, P·d = N (every device used, rule 2), d an
-  allowed size (rule 3); P within the problem's ``stages`` bounds (they
-  count device groups, as ``evaluate`` reads them), m a multiple of P
-  (Megatron-LM's requirement) and P·v <= L;
-* group g on the canonical device ids g·d .. (g + 1)·d - 1 (contiguous and
-  node-aligned, ranks in id order, as the other solvers emit);
-* K = P·v contiguous non-empty chunks of layers in order; chunk c on group
-  c mod P;
-* one mesh (dp, tp) per group, dp·tp = d, tp <= gpus_per_node, used by every
-  segment of every chunk of the group (so no reshard); in format v2 the
-  variant is chosen per segment of every chunk (``evaluate`` allows variants
-  to differ; a change of variant costs nothing);
-* chunk c sends the output of its last layer to chunk c + 1 over the link
-  between groups c mod P and (c + 1) mod P (group P - 1 back to group 0);
-  with P = 1 nothing is sent.
+allowed size (rule 3); P within the problem's ``stages`` bounds (they count
+device groups, as ``evaluate`` reads them), m a multiple of P (Megatron-LM's
+requirement) and P·v <= L; * group g on the canonical device ids g·d ..
 
-Within the space, the chunk times, the group memory and both objectives
-are exactly those of :func:`~partitioner.plan.evaluate`: t_c = compute +
-x_c + x_{c-1}; group g's memory is its chunks' weights plus the peak over
-the fixed op order of sum_c held_c x act_c (:func:`held_states`: the held
-counts depend on P, m and v only, so it is linear in the chunks'
-activation bytes at every time point); ``bottleneck`` = max_g T_g,
-``iteration`` = (1/v) sum_g T_g + (m - 1/v) max_g T_g with T_g the sum of
-its chunks' t_c.
-
-What this space leaves out: unequal groups, groups placed in another order
-on the nodes (the wrap-around link P - 1 -> 0 is inter-node whenever the
-cluster has more than one node), and meshes that differ between the
-chunks of a group (``evaluate`` forbids those anyway).
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.interleaved.space``.
 """
 from __future__ import annotations
 

@@ -8,15 +8,9 @@ bytes of a tie held inside the chunk, format v3) and its activation bytes
 per microbatch. Every objective of the space is non-decreasing in the
 compute and the memory rule in the bytes, so only the tuples no other
 tuple matches or beats in all three are kept (:func:`pareto`): some
-optimum uses only those. This is :func:`.space.chunk_options` computed
-from per-config prefix sums, segment by segment, so a chunk costs one
-pass over its segments' configs instead of a pass over its layers per
-config tuple.
+optimum uses only those.
 
-The sums of times are prefix differences of float sums; they may differ
-from :func:`~partitioner.plan.evaluate`'s layer-order sums in the last
-bits, which is why the methods re-evaluate every plan they return and
-compare values with a relative tolerance. Bytes are integers and exact.
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.interleaved.tables``.
 """
 from __future__ import annotations
 

@@ -4,75 +4,7 @@ Built with PuLP and solved by HiGHS through highspy (default) or by CBC
 (``options={"backend": "cbc"}``). The model is the one ``cpsat`` solves,
 linearised, with times kept in floating-point ms (no integer scaling):
 
-* ``before[i][j] = [s_i >= j]`` (binary, order encoding of the layer -> slot
-  map), non-increasing in ``i`` and ``j`` with ``s`` stepping by at most 1;
-  ``active_j = before[0][j]``; slot ``j`` holds layer ``i`` when
-  ``x_ij = before[i][j] - before[i][j+1]`` is 1;
-* ``use[j][g][l]`` (binary): one layout per segment, i.e. per slot ``j``
-  and group (module run) ``g`` it covers (``sum_l use[j][g][l] =
-  cover[j][g]``, :mod:`.slot`); several groups: ``size[j][s]``, one
-  size per active slot shared by its segments; the devices sum to N;
-* compute ``sum_{i,l} (fwd + bwd)_{il} z_ijl`` with continuous
-  ``z_ijl`` (``sum_l z_ijl = x_ij``, ``z_ijl <= use[j][g(i)][l]``, no ``z``
-  for a missing cost entry), which is exact at integer ``x``, ``use``;
-* memory and cost entries: one group, the clauses ``use_j0l and c_j <= a  =>
-  c_{j-1} <= reach[a]``; several groups, ``sum_{i,l} (weight + stash_j
-  act)_{il} z_ijl <= capacity`` (``z`` fixed at 0 where one layer alone
-  does not fit);
-* reshards (several groups): per slot and group boundary a transport
-  ``w[mu, nu] >= 0`` between the two segments' meshes, row sums
-  ``<= mesh use``, total ``inside[j][g]``: exactly the pair used at integer
-  ``use``; ``reshard_j = sum 2 r w``;
-* transfers ``x_j >= send[c_j][s][h] - M (...)`` whenever the smaller of
-  the two stages has at most ``sizes[s]`` devices and the link is of kind ``h``;
-* placement (when it matters): small slots on nodes filled exactly, nodes
-  opened in order of first use, ``link_j`` = the two slots share a node;
-* ``t_j = compute_j + reshard_j + x_j + x_{j-1} <= T``; ``bottleneck``
-  minimises T, ``iteration`` ``sum t_j + (m - 1) T``;
-* schedules (:mod:`.slot.schedule`): the memory rules use the schedule's stash
-  (1F1B and ZB-H1 ``min(m, j + 1)``, GPipe ``m``); ZB-H1's and GPipe's
-  ``iteration`` estimates are stated exactly from two parts per slot, each
-  linear in the shares ``z`` (:mod:`.parts`): ZB-H1 minimises ``sum u_j
-  + Z`` with ``u_j = t_j - W_j`` and ``Z >= (m - 1) u_j + k_P W_j - (k_P -
-  k_J) W_max active[P]`` per feasible count ``P > j`` (``k_P = max(m - P + 1,
-  1)``, ``active[P]``: more than P stages, so only the chosen count's factor
-  binds); GPipe minimises ``sum F + (m - 1) max F + sum B + (m - 1) max B``
-  with ``F_j`` = forward compute + reshards + ``x_{j-1}``, ``B_j`` = backward
-  compute + reshards + ``x_j``.
-
-Time coefficients above a cap (:func:`.formulation.time_cap`: twice the hint's stage
-ceiling, else 1e6 x the analytic bound) are capped: sentinel costs stay out
-of the backends' numerics, the dual bound stays valid (capping only lowers
-times), and a plan whose exact value exceeds the proven bound by more than
-1e-6 is reported ``feasible``, not ``optimal``.
-
-Time limit: it covers building (refused at once when the model cannot be
-built in the time left; a build cut short returns the hint), handing the
-model to the backend (skipped when it cannot finish), the backend's run
-(HiGHS: the time left after the hand-over, plus an interrupt callback; CBC:
-the time left when its command is made, in wall-clock seconds, and a kill
-half a second past the deadline) and reading the answer back.
-
-HiGHS runs without presolve by default (option ``presolve``): HiGHS 1.16's
-presolve certified wrong optima and wrong infeasibility on format-v2 slot
-models (found against ``brute``; CBC and HiGHS without presolve were right).
-Both backends run with a zero relative and absolute MIP gap and tightened
-feasibility tolerances, so that "optimal" is optimal up to floating-point
-tolerance; the reported bound is the backend's dual bound less a relative
-``1e-7`` margin for those tolerances. The returned value is recomputed
-exactly by :func:`~partitioner.plan.evaluate`.
-
-Options: :class:`~partitioner.solvers.options.MilpOptions` (``backend``,
-``threads``, ``hint``, ``presolve``, ``log``), checked by
-:func:`~partitioner.solvers.solve` before the method runs.
-
-References
-----------
-.. [1] Q. Huangfu and J. A. J. Hall, "Parallelizing the dual revised simplex
-   method", Mathematical Programming Computation 10 (2018) (HiGHS).
-.. [2] J. Forrest et al., "coin-or/Cbc", https://github.com/coin-or/Cbc.
-.. [3] S. Mitchell, M. O'Sullivan and I. Dunning, "PuLP: a linear
-   programming toolkit for Python", 2011.
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.milp.solver``.
 """
 from __future__ import annotations
 

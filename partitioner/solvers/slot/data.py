@@ -5,64 +5,7 @@ This module holds what they share: the precomputed tables, the conversion
 between a plan and the model's decisions, and the one place where times are
 scaled to integers (CP-SAT only; the MILP keeps floats).
 
-Slots
------
-Stages are indexed from the *end* of the pipeline: slot ``j`` is stage
-``p = P - 1 - j``. The 1F1B (and ZB-H1) stash of slot ``j`` is then the
-constant ``min(m, j + 1)``, whatever the number of stages P, and GPipe's is
-``m`` on every slot (:func:`.schedule.slot_stash`), so a slot's memory
-rule does not depend on P. Slots ``0 .. P-1`` are active; slot ``j`` covers the
-layers ``c_j .. c_{j-1} - 1`` with ``c_{-1} = L`` and ``c_{P-1} = 0`` (an
-inactive slot has ``c_j = 0``). Equivalently layer ``i`` sits in slot
-``s_i`` with ``s_0 >= s_1 >= ... >= s_{L-1} = 0``, steps of 0 or 1, and
-``P = s_0 + 1``; then ``c_j = #{i : s_i > j}``.
-
-Memory as a reach table
------------------------
-For a stage starting at layer ``a`` in layout ``l`` with stash ``s``, the
-layers it may hold form a prefix ``a .. reach - 1``: memory grows with
-every added layer (all sizes are >= 0) and a layer without a cost entry for
-``l`` ends the prefix. So rules 5 and 6 for a slot reduce to
-``c_{j-1} <= reach[l, s][c_j]`` -- an integer comparison of layer indices,
-computed here in exact integer arithmetic (no byte counts reach the
-solvers, no rounding can admit an over-capacity plan or exclude a fitting one).
-
-Segments and reshards (format v2)
----------------------------------
-The *groups* are the problem's module runs (:meth:`Problem.segments` of the
-whole model; a version-1 problem has one group, the whole model). A stage's
-segments are its intersections with the groups, so a slot chooses one config
-per (slot, group) it covers: ``use[j][g][k]``, all of the slot's size. Slot
-``j`` covers group ``g = [A, B]`` exactly when ``s_A >= j >= s_B``, i.e.
-``cover[j][g] = before[A][j] - before[B][j+1]`` (linear, since
-``before[B][j+1] <= before[A][j]``), and it holds the boundary between
-groups ``g`` and ``g + 1`` when it covers both:
-``inside[j][g] = before[B+1][j] - before[B][j+1]`` with ``B`` the last layer
-of ``g``. The reshard there depends only on the two configs' meshes
-``(dp, tp)``: with ``mesh[j][g][mu] = sum of use[j][g][k]`` over the configs
-of mesh ``mu``, a 0/1 (MILP: continuous) ``w[j][g][mu, nu]`` per same-size
-mesh pair with row sums ``<= mesh[j][g][mu]``, column sums
-``<= mesh[j][g+1][nu]`` and total ``inside[j][g]`` is 1 exactly on the pair the
-slot uses, and the slot's forward and backward each pay
-``sum r[g][mu, nu] w[j][g][mu, nu]`` (``r`` from
-:func:`~partitioner.cluster.reshard.stage_reshard_ms`, the canonical placement the
-solvers emit). With one group (every v1 problem) memory is the reach table
-below; with several, a slot's memory couples its segments and is the linear
-``sum_i (weight + stash_j act)[i, k(i)] <= capacity`` in exact integers (a
-missing cost entry counts as ``capacity + 1``).
-
-Placement
----------
-Times depend on the placement only through which adjacent stages share a
-node (DESIGN.md, "Times"), and only when some boundary carries bytes, the
-two bandwidths differ and some layout is smaller than a node. Otherwise the placement is not modelled: any
-allowed sizes summing to N can be packed (in-node sizes are powers of two
-dividing ``gpus_per_node``, or ``gpus_per_node`` itself, so first-fit
-decreasing fills the nodes exactly) and :func:`~partitioner.cluster.placement.pack_runs`
-builds one after the solve. When it matters, a stage of fewer than
-``gpus_per_node`` devices ("small") is given a node; a node holds small
-stages summing exactly to ``gpus_per_node`` or none; stages of
-``gpus_per_node`` devices or more take whole nodes and never share.
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.slot.data``.
 """
 from __future__ import annotations
 

@@ -4,46 +4,7 @@ The schedule enters the slot model in two places: the activation stash of
 each slot (memory), and the objective. Both models (:mod:`.cpsat.formulation`,
 :mod:`.milp.formulation`) read them from here, so they optimise the same thing.
 
-Stash per slot
---------------
-Slot ``j`` is stage ``P - 1 - j``. Under ``1f1b`` and ``zb-h1`` it stashes
-``min(m, j + 1)`` microbatches, whatever P; under ``gpipe`` every stage
-stashes all ``m`` (:func:`partitioner.plan.schedules.stash`).
-
-Objective parts
----------------
-Every objective the slot model optimises is a sum over stages plus a
-(weighted) max over stages of per-stage *parts*, each non-decreasing in the
-stage's layer costs, sends and reshards (:mod:`partitioner.plan.schedules`,
-"Iteration estimates"; F, B and t as :func:`partitioner.plan.evaluate`
-defines them, sends and reshards included):
-
-============================  =====================================================
-objective (schedule)          parts of slot j, and the objective
-============================  =====================================================
-bottleneck (any), 1f1b        ``t = fwd + bwd + 2r + x_j + x_{j-1}``;
-iteration                     ``max t`` or ``sum t + (m - 1) max t``
-zb-h1 iteration               ``u = fwd + bwd - W + 2r + x_j + x_{j-1}`` and
-                              ``W`` (weight gradient: no send, no reshard);
-                              ``sum u + max_j [(m - 1) u_j + k_P W_j]``
-gpipe iteration               ``F = fwd + r + x_{j-1}`` (to the next stage),
-                              ``B = bwd + r + x_j`` (back to the previous one);
-                              ``sum F + (m-1) max F + sum B + (m-1) max B``
-============================  =====================================================
-
-Here ``r`` is the stage's reshards (paid once in the forward, once in the
-backward), ``x_j`` the transfer between slots ``j + 1`` and ``j``, and
-``k_P = max(m - P + 1, 1)`` (:func:`wgrad_factor`). Because every part only
-grows with each layer's cost, sends and reshards, the models may state each
-part with lower-bounding constraints, as they do for ``t``.
-
-The ZB-H1 factor depends on the stage count P, a decision. With the order
-encoding, ``active[P] = [P' > P]`` for the chosen count P', so the term
-``k_P W_j`` is stated once per feasible count P > j: ``Z >= (m - 1) u_j +
-k_P W_j`` *unless* ``active[P]`` (more than P stages). For the chosen P' the
-constraints of every count P >= P' hold, the strongest (largest k) being P'
-itself, since k is non-increasing in P; the constraints of the smaller
-counts are switched off. So ``Z = max_j [(m - 1) u_j + k_{P'} W_j]`` exactly.
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.slot.schedule``.
 """
 from __future__ import annotations
 

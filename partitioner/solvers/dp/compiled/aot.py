@@ -4,29 +4,11 @@ Loading numba's on-disk cache costs every process the import of numba and
 the load of each cached signature (about 1.4 s on the shared 2-core machine,
 where a 64-layer solve then takes 0.05 s). So :func:`build` compiles every
 signature of :data:`.engine.SIGNATURES` once, with numba's ahead-of-time
-compiler (``numba.pycc`` [1]_; it needs a C compiler to link), into one
+compiler (``numba.pycc`` [1]; it needs a C compiler to link), into one
 extension module in the cache directory, and :func:`load` imports it: a
 shared library and numpy, about a millisecond, no numba.
 
-The module is the kernels' own code, compiled by the same numba as the
-just-in-time path and with the same rules (no fast-math), the Python wrapper
-of each entry point releasing the GIL as ``nogil=True`` does, so the tables
-are equal bit for bit (``tests/solvers/dp/test_engine.py``). Its name carries
-a fingerprint of the kernel sources, the signatures, numpy, Python and the
-platform (:func:`fingerprint`): any change gives a new module and the old one
-is never loaded. A build writes into a scratch directory and moves the file
-into place whole, so a concurrent process sees the old state or the new
-module, never a part. Where the build fails (no C compiler, a numba without
-``pycc``), :func:`build` says why and the engine keeps numba's own cache.
-
-Where: ``NUMBA_CACHE_DIR`` when set (as numba's cache), else the
-``__pycache__`` beside these modules when writable, else
-``$XDG_CACHE_HOME/partitioner`` (``~/.cache/partitioner``).
-
-References
-----------
-.. [1] Numba documentation, "Compiling code ahead of time" (``numba.pycc``),
-   https://numba.readthedocs.io/en/stable/user/pycc.html
+The detail, and the references cited above: ``docs/internals/solvers.md``, section ``partitioner.solvers.dp.compiled.aot``.
 """
 from __future__ import annotations
 

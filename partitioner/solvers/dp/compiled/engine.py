@@ -4,64 +4,7 @@ The kernels of :mod:`.kernels` (the recursion's levels) and :mod:`.stage_kernels
 (the stage tables) are plain Python functions marked with :func:`.marks.kernel`.
 They run either
 
-* as they are -- the *Python path*: no numba import, no compile, about
-  ``PYTHON_SECONDS_PER_UNIT`` per unit of work (:func:`recursion_work`,
-  :func:`stage_work`), fast enough for small problems; or
-* compiled -- ahead of time (:mod:`.aot`): every signature of
-  :data:`SIGNATURES` in one extension module that a process imports in about a
-  millisecond, without numba; or, where that module cannot be built (no C
-  compiler), just in time: :func:`compiled_kernels` builds a twin of each
-  module whose kernels are ``numba.njit(cache=True, nogil=True)`` dispatchers
-  over the same code objects (their globals point into the twin, so a kernel
-  calls the compiled versions of the kernels it calls) and compiles every
-  signature in one go, or loads it from numba's on-disk cache [1]_ (the
-  package's ``__pycache__``, or ``NUMBA_CACHE_DIR``) -- which costs every
-  process the import of numba and the load, about 1.4 s.
-
-Both paths form every float with the same operations in the same order, so
-the tables are equal bit for bit (``tests/solvers/dp/test_engine.py`` checks
-it on random problems); which one runs changes the time only.
-
-Choice (:func:`pick`, per kernel call site with its work estimate and the
-solve's deadline):
-
-1. compiled kernels already in the process, or the ahead-of-time module on disk
-   (imported in a millisecond): use them;
-2. a small call (Python estimate at most ``SMALL_SECONDS``): Python -- it
-   costs less than importing numba and loading the cache -- as long as the
-   Python seconds the process already spent plus this estimate stay within
-   ``LOAD_SECONDS`` (the load's cost), or the cache is known cold: many small
-   calls (a format-v2 solve's stage tables) add up to more than one load;
-3. every signature in the disk cache (:func:`load_cached`: numba's own
-   cache lookup, a compile refused by a listener on numba's
-   ``numba:compile`` event, so nothing compiles while probing): compiled,
-   when the deadline leaves twice ``LOAD_SECONDS`` times the machine's
-   slowdown (:func:`~partitioner.core.deadline.load_slowdown`: the load
-   cannot be interrupted; at a load of 12 on 2 cores it took 5-11 s);
-4. cold cache: compile (once per cache, progress through :func:`set_reporter`; the
-   ahead-of-time module, else every just-in-time signature)
-   when the Python path would cost more than compiling -- this call's
-   estimate plus the Python seconds the process already spent, against
-   ``COMPILE_SECONDS`` (a ski-rental rule [2]_: never more than about twice the
-   better of the two choices) -- and the deadline leaves at least twice
-   ``COMPILE_SECONDS``; else Python when its estimate fits the time left;
-   else :class:`~partitioner.solvers.errors.OutOfTime` at once (the method
-   returns its best known plan and says the kernels were not compiled:
-   :func:`take_note`).
-
-So ``--time-limit`` holds from the first solve: a compile starts only with
-time to finish it, and a solve the Python path can finish in time runs there.
-``partitioner warmup`` (:func:`warmup`) compiles everything ahead, as the
-README's install command does. ``PARTITIONER_DP_KERNELS`` = ``python`` or
-``compiled`` forces a path, ``jit`` the just-in-time one (never the module;
-``auto``, the default, chooses as above).
-
-References
-----------
-.. [1] S. K. Lam, A. Pitrou and S. Seibert, "Numba: a LLVM-based Python
-   JIT compiler", LLVM-HPC 2015.
-.. [2] A. R. Karlin, M. S. Manasse, L. Rudolph and D. D. Sleator,
-   "Competitive snoopy caching", Algorithmica 3, 1988 (the rent-or-buy rule).
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.dp.compiled.engine``.
 """
 from __future__ import annotations
 

@@ -1,75 +1,12 @@
 """Kernels of the DP's general recursion (numba-compilable Python): one level of :mod:`.dp.recursion` per call.
 
-Contract
---------
-The kernels write the tables of :mod:`.dp.tables` in place: a level's flat
-buffer ``out`` holds, size group after size group, ``(L + 1, states_g,
-cats_g, N + 1 - d_g)`` blocks, and ``R[pos, column]`` the level below's
-least value per shared key and suffix devices (:func:`_shared_row`, the
-runs of :meth:`.dp.tables.Tables.key_runs`), with ``Rlo``/``Rhi`` the span
-of each key's finite columns. For first layers ``a`` from ``a_hi`` down to
-``a_lo`` and every size group the kernels take the least over the stage's
-last layer ``b`` and the pairs (new state, outgoing category) of its value
-joined to ``R[b + 1]``, exactly as :mod:`.dp.recursion`'s contract defines
-it, and write each (a, group) block whole (``overwrite``) or take the least
-with what it holds:
+Contract: the kernels write the tables of :mod:`.dp.tables` in place, one
+level per call: :func:`plain_level` (a stage valued by its compute and
+transfers), :func:`options_level` (a stage valued by a spec of
+:mod:`.dp.options`) and :func:`last_level` (level 1 when only last stages
+have it); :func:`prefix_devices` gives the fewest devices a prefix's stages need.
 
-* :func:`plain_level` -- a stage valued by its compute ``c`` (the level's
-  stash) and transfers: ``w = c + x_out``, fitting incoming category ``r``
-  (sorted by ``x``) when ``w + x_r <= lim``; ``minsum`` stores ``(w + H) +
-  x``, ``minmax`` ``max(w + x, H)``;
-* :func:`options_level` -- a stage valued by a spec of :mod:`.dp.options`
-  over its Pareto options (zb-h1: ``u``, ``g = (m - 1) u + k W``; GPipe:
-  ``F``, ``B``), joined by ``max`` or ``+``, in the spec's own arithmetic.
-
-With ``self_feed`` (the "K or more stages" bucket level) row ``a`` of ``R``
-also takes the level's own row ``a`` once it is final, so lower first
-layers see suffixes of this level too. A call runs on one thread
-(numba's parallel loops measured 4x slower than one thread on the shared
-2-core machine, threads spinning at every level); :mod:`.dp.recursion`
-shares a level's calls among threads.
-
-Every float is formed in the order the numpy definition forms it, and
-float addition and ``max`` are monotone, so taking a least before adding a
-common term (``minsum``'s ``+ x``, ``minmax``'s ``w + x_r``) gives the same
-bits as adding first: the tables equal the definition's entry by entry
-(``tests/test_dp_fill.py``, ``tests/test_dp_options_fill.py``).
-
-How the categories stay off the inner loop. A candidate (a, b, pair) fits a
-prefix of the incoming categories in order of ``x``, of length ``q``.
-``minsum``: its ``w + H`` goes to row ``q - 1`` of an accumulator; a running
-minimum from the top then serves every rank below, and ``x`` is added at
-the end. ``minmax``: per suffix-devices column, ``max(w + x_r, H)`` is
-``H`` for the ranks ``r < r*`` and ``w + x_r`` from ``r*`` on (``r*`` the
-first rank with ``w + x_r > H``); ``H`` goes to row ``r* - 1`` of the
-running-minimum accumulator, and ``w`` (when ``r* = 0``) to row ``q - 1``
-of the one that adds ``x`` at the end; in between (``0 < r* < q``) each
-``w + x_r`` goes to its own row -- a value that also serves the ranks below
-it there is no less than the candidate's own value at those ranks, so it
-changes no minimum. A candidate that fits few categories (``q <=
-direct``) puts ``max(w + x_r, H)`` at each rank's own row instead,
-one branch-free loop per rank. An accumulator row is set to infinity when
-first used.
-
-Arguments shared by the kernels: ``grp`` (int64 arrays, per size group g
-in the layout's order) = (size, block offset, block stride per first
-layer, pair starts, and per pair: its key's column offset in R, its key,
-its new state's accumulator index, its outgoing category; state starts and
-per local state its accumulator index or -1; category starts), ``runs`` =
-:meth:`.dp.tables.Tables.key_runs` plus the keys' column offsets and
-widths, ``xs[a, col]`` each group's incoming transfers at first layer a
-(columns from the category starts), sorted in ``xs_sorted`` with each
-category's ``rank``.
-
-The kernels are plain Python here (:func:`.marks.kernel`); :mod:`.engine`
-runs them as they are for small problems and on a cold cache, or their
-numba-compiled twins, cached on disk (in the package's ``__pycache__`` or
-``NUMBA_CACHE_DIR``; ``partitioner warmup`` compiles them ahead).
-
-References
-----------
-.. [1] S. K. Lam, A. Pitrou and S. Seibert, "Numba: a LLVM-based Python
-   JIT compiler", LLVM-HPC 2015.
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.dp.compiled.kernels``.
 """
 from __future__ import annotations
 

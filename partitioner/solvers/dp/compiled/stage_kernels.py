@@ -1,52 +1,8 @@
 """Loops of :meth:`.dp.stage.StageCosts.matrix` and ``options`` (numba-compilable Python, run as they are or
+
 compiled by :mod:`.engine`): one (size, stash).
 
-Contract
---------
-Each kernel takes the least, entry by entry, of ``best[a, b]`` (``inf`` at
-first) and the value of every config choice the numpy rule of
-:mod:`.dp.stage` considers, formed by the same float operations in the same
-order:
-
-* :func:`single_segment` -- stages inside one run: per config (in config
-  order) the forward sum of its layer times from ``a`` to ``b``, where the
-  config fits from ``a`` to ``b`` (``ends``). The numpy rule summed a
-  triangular row whose leading entries are zeros, so every row but the
-  run's first starts with ``0.0 + t[a]``; that is kept.
-* :func:`spanning_one` -- one config of the size: a spanning stage is the
-  plain forward sum from ``a`` (``np.cumsum`` of ``t[a..b]``).
-* :func:`spanning` -- several configs, stages from run ``k0`` into a later
-  run: steps 1-4 of :mod:`.dp.stage`, one first layer at a time. Per mesh of
-  the last segment a frontier of (time so far, memory so far), sorted by
-  memory with strictly falling time, so the least time that fits a room is
-  the last point that fits; the first segment's time is the backward
-  running sum from the run's end (``np.cumsum(t[::-1])[::-1]``), entering
-  run ``k`` adds ``2 r`` (given, per boundary and mesh pair), a stage ending
-  at ``b`` adds the forward sum from the run's start, a complete run its
-  whole forward sum.
-
-The ``options_*`` kernels run the same loops with two parts (``u, w``)
-and, instead of a least, add each candidate pair to its stage's list of
-Pareto-minimal pairs (:func:`_add_pair`: increasing ``u``, strictly falling
-``w``, an equal or dominated pair not added) -- the distinct Pareto pairs
-the numpy rule's lexsort-and-prune kept, in its order. Spanning stages keep
-(u, w, memory) frontiers per mesh (a point another one is no better than in
-all three is dropped, of equal ones the first); in step 3 only the (u, w)
-Pareto pairs of the frontier points that fit are shifted by the last
-segment (a shift keeps dominance, float addition being monotone).
-
-The least of a set of floats is one value whatever the order it is taken
-in, and float addition is monotone, so taking the least fitting time of a
-frontier before adding the last segment gives the bits of adding first;
-frontiers drop only points another point of the same mesh dominates (no
-more time, no more memory), which cannot lead to a smaller value. A tie
-between ``+0.0`` and ``-0.0`` is the only case where order could matter
-(``_least(cur, v)`` keeps ``v`` on ties as ``np.minimum(cur, v)`` does); no
-sum of non-negative times makes ``-0.0`` unless a layer's time itself is
-``-0.0``.
-
-Memory is exact int64 (``W + stash * A`` of a segment, only for segments
-that fit alone, so sums stay below ``2 * cap``).
+More (the detail of this module): ``docs/internals/solvers.md``, section ``partitioner.solvers.dp.compiled.stage_kernels``.
 """
 from __future__ import annotations
 

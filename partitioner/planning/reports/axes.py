@@ -1,0 +1,146 @@
+"""``plan``'s answer to "why not EP?" and "why not CP?": the best plan that uses the axis, and its time.
+
+When the kept plan runs every stage at ep 1 (or cp 1) although the problem
+offers layouts with ep > 1 (cp > 1), :func:`axis_alternatives` solves the
+problem again with the axis forced: every layer that has a layout with the
+axis above 1 keeps only those layouts (:func:`forced_problem`), the other
+layers keep theirs. Those plans are plans of the original problem (their
+layouts are a subset of its layouts), so the forced optimum is the best plan
+in which every layer that can use the axis does, valued by the one
+``evaluate``; the kept plan is at least as good, and the difference is what
+the axis would cost. :class:`AxisAlternative` is one axis's record, the
+result's optional ``axes_not_chosen`` section.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Mapping
+
+from ...core.deadline import Deadline
+from ...plan import Plan, PlanError, evaluate
+from ...problem import Layer, Layout, Problem
+from ...solvers import solve
+
+__all__ = ["AxisAlternative", "AXES", "forced_problem", "axis_alternatives", "AXIS_SOLVE_SECONDS"]
+
+Axis = Literal["ep", "cp"]
+AXES: tuple[Axis, ...] = ("ep", "cp")
+# Longest a forced solve may take (seconds), and its share of what is left of a limited run: the answer is an
+# explanation beside the plan, so it never takes the time the plan needs (cut short, it says so).
+AXIS_SOLVE_SECONDS = 10.0
+AXIS_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class AxisAlternative:
+    """The best plan with ``axis`` > 1 on every layer that offers it, next to the kept plan.
+
+    Parameters
+    ----------
+    axis : {"ep", "cp"}
+        The mesh axis the kept plan does not use.
+    status : str
+        The forced solve's status (``optimal``, ``feasible`` when cut short,
+        ``infeasible`` when no such plan fits, ``error``).
+    value : float or None
+        The forced plan's objective value (ms), None without a plan.
+    kept_value : float
+        The kept plan's objective value on the same problem (ms).
+    objective : str
+        ``iteration`` or ``bottleneck``.
+    layouts : tuple of str
+        Per stage of the forced plan, its layout keys (segments joined by ``+``).
+    message : str
+        The solver's message (why there is no plan, or what cut it short).
+    """
+
+    axis: Axis
+    status: str
+    value: float | None
+    kept_value: float
+    objective: str
+    layouts: tuple[str, ...] = ()
+    message: str = ""
+
+    @property
+    def slowdown(self) -> float | None:
+        """``value / kept_value`` (>= 1 when the kept plan is optimal), None without a plan."""
+        if self.value is None or self.kept_value <= 0:
+            return None
+        return self.value / self.kept_value
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"axis": self.axis, "status": self.status, "value": self.value, "kept_value": self.kept_value,
+                "objective": self.objective, "layouts": list(self.layouts), "message": self.message}
+
+    def text(self) -> str:
+        """One line: the best plan with the axis and its time against the kept plan's, or why there is none."""
+        what = f"{self.axis} > 1 on every layer that offers it"
+        if self.value is None:
+            return f"{self.axis} not chosen: no plan with {what} ({self.status}: {self.message or 'no reason given'})"
+        cut = "" if self.status == "optimal" else f" ({self.status}: the forced solve was cut short)"
+        return (f"{self.axis} not chosen: the best plan with {what} takes {self.value:.1f} ms ({self.objective}), "
+                f"{(self.slowdown or 1.0) - 1:+.1%} against the kept {self.kept_value:.1f} ms; "
+                f"stages {' | '.join(self.layouts)}{cut}")
+
+
+def _offers(layout: Layout, axis: Axis) -> bool:
+    return getattr(layout, axis) > 1
+
+
+def _forced_layer(layer: Layer, axis: Axis) -> Layer:
+    kept = {k: v for k, v in layer.costs.items() if _offers(k, axis)}
+    return replace(layer, costs=kept) if kept else layer
+
+
+def forced_problem(problem: Problem, axis: Axis) -> Problem | None:
+    """``problem`` where every layer with a layout using ``axis`` > 1 keeps only those; None if no layer has one."""
+    if not any(_offers(k, axis) for layer in problem.layers for k in layer.costs):
+        return None
+    return replace(problem, layers=tuple(_forced_layer(layer, axis) for layer in problem.layers))
+
+
+def _uses(problem: Problem, plan: Plan, axis: Axis) -> bool:
+    return any(_offers(c, axis) for s in plan.stages for _, c in s.segment_configs(problem))
+
+
+def _layouts(problem: Problem, plan: Plan) -> tuple[str, ...]:
+    return tuple("+".join(c.key for _, c in s.segment_configs(problem)) for s in plan.stages)
+
+
+def _seconds(deadline: Deadline | None) -> float:
+    left = None if deadline is None else deadline.solve_limit()
+    return AXIS_SOLVE_SECONDS if left is None else max(0.0, min(AXIS_SOLVE_SECONDS, AXIS_SHARE * left))
+
+
+def axis_alternatives(problem: Problem, plan: Plan, method: str = "dp", deadline: Deadline | None = None,
+                      options: Mapping[str, Any] | None = None) -> tuple[AxisAlternative, ...]:
+    """For each axis of :data:`AXES` the problem offers and ``plan`` does not use, its :class:`AxisAlternative`.
+
+    Each forced solve runs ``method`` for at most :data:`AXIS_SOLVE_SECONDS`
+    (a quarter of what is left of ``deadline``) with the method's ``options``
+    (the run's, e.g. dp's memory budget); none runs once it has passed.
+    """
+    kept = evaluate(problem, plan)
+    out: list[AxisAlternative] = []
+    for axis in AXES:
+        forced = forced_problem(problem, axis)
+        if forced is None or _uses(problem, plan, axis):
+            continue
+        seconds = _seconds(deadline)
+        if seconds <= 0:
+            out.append(AxisAlternative(axis, "skipped", None, kept.value, kept.objective,
+                                       message="the time limit left no time for it"))
+            continue
+        result = solve(forced, method, time_limit=seconds, options=options)
+        value: float | None = None
+        layouts: tuple[str, ...] = ()
+        if result.plan is not None:
+            try:
+                value = evaluate(problem, result.plan).value
+            except PlanError as err:  # a forced plan is a plan of the problem: say so if it ever is not
+                out.append(AxisAlternative(axis, "error", None, kept.value, kept.objective, message=str(err)))
+                continue
+            layouts = _layouts(problem, result.plan)
+        out.append(AxisAlternative(axis, result.status, value, kept.value, kept.objective, layouts, result.message))
+    return tuple(out)

@@ -1,0 +1,175 @@
+"""Screening the microbatch counts: each count's problems, its 1F1B baselines and a quick greedy plan.
+
+:func:`screen_counts` builds, for every microbatch count m, the plan's problem
+and the baselines' (:class:`Builders`: one :class:`~partitioner.costs.ProblemBuilder`
+per option set, so what every m shares is worked out once), runs both
+baselines of :mod:`~partitioner.planning.baselines` and, when several counts compete, the
+``greedy`` heuristic, and records the least iteration seen as the count's
+screen (:class:`~.records.ScreenedCount`). :func:`counts_to_solve` picks the
+counts the method then solves.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from ...core import progress
+from ...core.deadline import Deadline
+from ...costs import CostOptions, ProblemBuilder
+from ...presets import ClusterSpec, ModelSpec
+from ...problem import Problem, ProblemError
+from ...solvers import solve
+from ..baselines import BASELINE_METHOD, FSDP_METHOD, StageSums, fsdp_baseline, megatron_baseline
+from ..options import PlanOptions
+from ..records import BaselineRun, ScreenedCount
+from ..results import iteration_of, simulate_plan
+from ..run import PlanRun
+from ..targets.memory import merge_stages, stage_knobs, stage_options
+from ..targets.rules import FrameworkRules, restrict
+from .knobs import _projections
+
+__all__ = ["Builders", "screen_counts", "counts_to_solve"]
+
+
+@dataclass
+class Builders:
+    """The problems of one model on one cluster, one :class:`ProblemBuilder` per cost-option set.
+
+    Builders and problems are kept in the run's :class:`~.run.CostTables`,
+    which the command's other runs (each target's, after the search over
+    every plan) share: a problem the command built once is not built again.
+    """
+
+    spec: ModelSpec
+    cluster: ClusterSpec
+    run: PlanRun
+
+    @property
+    def opts(self) -> PlanOptions:
+        """The run's options."""
+        return self.run.options
+
+    def build(self, m: int, options: CostOptions) -> Problem:
+        """The problem at m microbatches with cost options ``options``."""
+        if not any(module.experts for module in self.spec.modules):  # the option prices routed experts only
+            options = replace(options, expert_fused_glu=CostOptions().expert_fused_glu)
+        tables = self.run.tables
+        found = tables.problems.get((options, m))
+        if found is not None:
+            return found
+        if options not in tables.builders:
+            o = self.opts
+            tables.builders[options] = ProblemBuilder(self.spec, self.cluster, nodes=o.nodes, options=options,
+                                                      objective=o.objective, profile=o.profile,
+                                                      max_stages=o.max_stages, gpus=o.gpus)
+        built = tables.problems[(options, m)] = tables.builders[options].build(self.opts.global_batch, m)
+        return built
+
+
+def _baseline_runs(base_problem: Problem, opts: PlanOptions, sums: StageSums) -> dict[str, BaselineRun]:
+    """The 1F1B baselines that fit on ``base_problem``, replayed when ``opts.simulate``."""
+    runs = {}
+    for name, found in ((BASELINE_METHOD, megatron_baseline(base_problem, opts.objective, sums=sums)),
+                        (FSDP_METHOD, fsdp_baseline(base_problem, opts.objective))):
+        if found is None:
+            continue
+        sim = simulate_plan(base_problem, found[0], found[1]) if opts.simulate else None
+        runs[name] = BaselineRun(base_problem, found[0], found[1], sim, iteration_of(sim, found[1])[0])
+    return runs
+
+
+def _greedy_screen(problem: Problem, opts: PlanOptions) -> float:
+    """The iteration of ``greedy``'s plan at the first knob setting (ms; infinite without one)."""
+    for _variant, proj in itertools.islice(_projections(problem, "escalate"), 1):
+        quick = solve(proj, "greedy", objective=opts.objective)
+        if quick.plan is not None and quick.evaluation is not None:
+            return quick.evaluation.iteration_ms
+    return math.inf
+
+
+def _problems(m: int, builders: Builders, options: CostOptions) -> tuple[Problem, Problem]:
+    """The plan's problem at m and the baselines' (the same when ``options`` allow every knob).
+
+    With a target (``plan --target``), both lose the knobs the target cannot
+    set (:func:`~.targets.rules.restrict`): its baselines are plans it runs.
+    """
+    rules = builders.run.rules
+    problem = builders.build(m, options)
+    # the baselines always see every knob (a user restricting the plan's knobs does not restrict FSDP's)
+    base = problem if options.variants == ("all",) else builders.build(m, replace(options, variants=("all",)))
+    if rules is not None:
+        restricted = restrict(_counted(m, builders, options, problem, rules), rules)
+        if base is problem:
+            return restricted, restricted
+        return restricted, restrict(_counted(m, builders, replace(options, variants=("all",)), base, rules), rules)
+    return problem, base
+
+
+def _counted(m: int, builders: Builders, options: CostOptions, problem: Problem, rules: FrameworkRules) -> Problem:
+    """``problem`` (built with ``options``) with each ZeRO stage's entries charged with the target's count there.
+
+    :mod:`.targets.memory`: one more build per stage whose count changes the
+    options; none when the user set the count (``-c memory_count=...``).
+    """
+    per = stage_options(rules.name, rules.zero, builders.opts.options, options)
+    others = {z: o for z, o in per.items() if o != options}
+    if not others:
+        return problem
+    built = {z: builders.build(m, o) for z, o in others.items()}
+    return merge_stages(problem, built, stage_knobs(rules.name, others), {z: o.memory_count for z, o in per.items()})
+
+
+def _screen(m: int, problem: Problem, base_problem: Problem, opts: PlanOptions, several: bool,
+            deadline: Deadline) -> ScreenedCount:
+    """Count m screened: its baselines and the least iteration seen (greedy's too when ``several`` and time is left)."""
+    sums = StageSums()  # the baselines' floors on base_problem, kept for its other schedules (choose_schedule)
+    bases = _baseline_runs(base_problem, opts, sums)
+    screen = min((b.iteration_ms for b in bases.values()), default=math.inf)
+    if several and opts.method != "greedy":
+        if deadline.expired():
+            deadline.cut("screening: greedy not run at", f"m={m}")
+        else:
+            screen = min(screen, _greedy_screen(problem, opts))
+    return ScreenedCount(m, problem, base_problem, bases, screen, sums)
+
+
+def screen_counts(builders: Builders, counts: Sequence[int], options: CostOptions,
+                  deadline: Deadline | None = None) -> tuple[list[ScreenedCount], list[str]]:
+    """Every count screened, and why the counts that cannot be built were skipped (none could: the first
+    error is raised -- an input over an accepted range is refused, exit 2, never reported as infeasible).
+
+    Once ``deadline`` has passed, the counts not yet screened are left out
+    (at least one is screened) and the deadline records the cut.
+    """
+    deadline = deadline or Deadline(None)
+    screened: list[ScreenedCount] = []
+    skipped: list[str] = []
+    refused: ProblemError | None = None
+    for i, m in enumerate(counts):
+        if screened and deadline.expired():
+            deadline.cut(f"screening: {len(counts) - i} of {len(counts)} microbatch counts not screened",
+                         "m = " + ", ".join(map(str, counts[i:])))
+            break
+        progress.phase(f"building and screening m = {m} ({i + 1} of {len(counts)} microbatch counts)")
+        try:
+            problem, base_problem = _problems(m, builders, options)
+        except ProblemError as err:
+            refused = refused or err
+            skipped.append(f"m={m}: {err.reason}")
+            continue
+        screened.append(_screen(m, problem, base_problem, builders.opts, len(counts) > 1, deadline))
+    if not screened and refused is not None:  # no count could be built: the input is refused, not infeasible
+        raise refused
+    return screened, skipped
+
+
+def counts_to_solve(screened: Sequence[ScreenedCount], several: bool, opts: PlanOptions) -> list[ScreenedCount]:
+    """The counts the method solves: the ``auto_solves`` best screened (every one for ``greedy``)."""
+    if not several:
+        return list(screened)
+    order = sorted((e for e in screened if math.isfinite(e.screen)), key=lambda e: e.screen)
+    if not order:  # nothing fits anywhere: let the method try the smallest microbatches
+        order = sorted(screened, key=lambda e: -e.m)
+    return order[: max(1, opts.auto_solves)] if opts.method != "greedy" else order
