@@ -42,8 +42,7 @@ def allgather_ms(nbytes: float, ranks: int, GBps: float, opts: CostOptions, link
 
     References
     ----------
-    .. [7] R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective
-       Communication Operations in MPICH", IJHPCA 19(1), 2005.
+    .. [7] As cited in :func:`allreduce_ms`.
     """
     if ranks <= 1:
         return 0.0
@@ -85,8 +84,7 @@ def shard_gather_ms(params: float, layout: Layout, cluster: ClusterSpec, opts: C
 
     References
     ----------
-    .. [7] R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective
-       Communication Operations in MPICH", IJHPCA 19(1), 2005.
+    .. [7] As cited in :func:`allreduce_ms`.
     """
     if layout.dp <= 1 or params <= 0:
         return 0.0

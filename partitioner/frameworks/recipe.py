@@ -182,13 +182,7 @@ class Recipe:
 
         References
         ----------
-        .. [1] NVIDIA Megatron-LM, ``megatron/training/arguments.py``
-           (``--tensor-model-parallel-size``, ``--pipeline-model-parallel-size``,
-           ``--context-parallel-size``, ``--expert-model-parallel-size``,
-           ``--expert-tensor-parallel-size`` defaulting to the tensor-parallel size,
-           ``--micro-batch-size``, ``--global-batch-size``,
-           ``--use-distributed-optimizer``, ``--recompute-granularity``,
-           ``--recompute-modules``, ``--pipeline-model-parallel-layout``).
+        .. [1] As cited in :class:`Recipe`.
         """
         return self.tp if self.etp is None else self.etp
 

@@ -197,10 +197,7 @@ def _megatron_axes(axes: Sequence[tuple[int, int, int]], d: int, tp: int, gpus_p
 
     References
     ----------
-    .. [MCoreMoE] NVIDIA Megatron-LM, ``megatron/core/transformer/moe/README.md``,
-       "MoE Parallel Folding" and the parallel-mapping guidance (EP x TP within
-       the NVLink domain, CP for long sequences); Liu et al., "MoE Parallel
-       Folding", arXiv:2504.14960, 2025.
+    .. [MCoreMoE] As cited in :func:`megatron_baseline`.
     """
     return [(cp, ep, etp) for cp, ep, etp in axes
             if (d // tp) % cp == 0 and etp in (1, tp) and d % (ep * etp) == 0 and (ep == 1 or ep * tp <= gpus_per_node)]

@@ -436,9 +436,7 @@ def mla_down_params(spec: ModuleSpec) -> int:
 
     References
     ----------
-    .. [40] DeepSeek-AI, "DeepSeek-V2: A Strong, Economical, and Efficient
-       Mixture-of-Experts Language Model", arXiv:2405.04434 (2024), Section
-       2.1 (multi-head latent attention, Equations 9-19).
+    .. [40] As cited in :class:`ModuleSpec`.
     """
     bias = bool(spec.qkv_bias)
     q = _linear(spec.hidden, spec.q_lora_rank, bias) if spec.q_lora_rank else 0
@@ -452,9 +450,7 @@ def _mla_attention_params(spec: ModuleSpec) -> int:
 
     References
     ----------
-    .. [40] DeepSeek-AI, "DeepSeek-V2: A Strong, Economical, and Efficient
-       Mixture-of-Experts Language Model", arXiv:2405.04434 (2024), Section
-       2.1 (multi-head latent attention, Equations 9-19).
+    .. [40] As cited in :class:`ModuleSpec`.
     """
     h, a, r_q, r_kv = spec.hidden, spec.heads, spec.q_lora_rank, spec.kv_lora_rank
     p = mla_down_params(spec) + _norm_params(spec, r_kv) + _linear(r_kv, a * (spec.d_head + spec.v_dim), False)
@@ -526,9 +522,7 @@ def mtp_layer_params(spec: ModuleSpec, active: bool = False) -> int:
 
     References
     ----------
-    .. [41] DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv:2412.19437
-       (2024), Section 2.1 (MLA, node-limited routing) and Section 2.2
-       (multi-token prediction).
+    .. [41] As cited in :class:`ModuleSpec`.
     """
     block = layer_active_params if active else layer_block_params
     return 3 * _norm_params(spec, spec.hidden) + _linear(2 * spec.hidden, spec.hidden, False) + block(spec, mtp_block_index(spec))

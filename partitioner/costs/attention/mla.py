@@ -119,15 +119,7 @@ def replicated_grad_sync_ms(params: float, tp: int, cluster: ClusterSpec, opts: 
 
     References
     ----------
-    .. [42] NVIDIA Megatron-Core 0.16.1, ``megatron/core/transformer/
-       multi_latent_attention.py`` (``MLASelfAttention``: ``linear_q_down_proj``
-       and ``linear_kv_down_proj`` built with ``parallel_mode='duplicated'``,
-       the latents gathered before the up-projections, ``fused_apply_mla_rope_
-       for_q`` / ``_for_kv``), ``extensions/transformer_engine.py``
-       (``TELinear``: duplicated weights marked ``sequence_parallel``) and
-       ``distributed/finalize_model_grads.py`` (their gradients all-reduced over
-       the tensor-parallel group); ``transformer/transformer_config.py``
-       (``cache_mla_latents`` conflicts with training).
+    .. [42] As cited in :func:`mla_replicated`.
     """
     if not opts.sequence_parallel or tp <= 1 or params <= 0:
         return 0.0
@@ -143,15 +135,7 @@ def mla_tp_comm_width(spec: ModuleSpec) -> float:
 
     References
     ----------
-    .. [42] NVIDIA Megatron-Core 0.16.1, ``megatron/core/transformer/
-       multi_latent_attention.py`` (``MLASelfAttention``: ``linear_q_down_proj``
-       and ``linear_kv_down_proj`` built with ``parallel_mode='duplicated'``,
-       the latents gathered before the up-projections, ``fused_apply_mla_rope_
-       for_q`` / ``_for_kv``), ``extensions/transformer_engine.py``
-       (``TELinear``: duplicated weights marked ``sequence_parallel``) and
-       ``distributed/finalize_model_grads.py`` (their gradients all-reduced over
-       the tensor-parallel group); ``transformer/transformer_config.py``
-       (``cache_mla_latents`` conflicts with training).
+    .. [42] As cited in :func:`mla_replicated`.
     """
     latent = (spec.q_lora_rank or spec.hidden) + spec.kv_lora_rank + spec.rope_head_dim
     return (latent + spec.hidden) / 2.0

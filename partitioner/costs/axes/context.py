@@ -84,11 +84,7 @@ def cp_problem(cp: int, tokens: int, heads: int, kv_heads: int, tp: int, algorit
        (``seq_length % (2 * context_parallel_size) == 0``),
        ``megatron/core/parallel_state.py`` (the ``dp_cp`` gradient group), and
        ``docs/user-guide/features/context_parallel.md``.
-    .. [21] NVIDIA Transformer Engine, ``context_parallel.py``:
-       ``AttnFuncWithCPAndKVP2P`` (cp-1 KV sends forward; KV, KV+dKV and dKV
-       backward), ``AttnFuncWithCPAndKVAllGather``, ``AttnFuncWithCPAndQKVOA2A``
-       (asserts heads divisible by cp), and ``assert not sliding_window_attn or
-       cp_comm_type in ["a2a", "all_gather"]``.
+    .. [21] As cited in :func:`cp_algorithms`.
     """
     if cp == 1:
         return None
@@ -114,11 +110,7 @@ def causal_load_factor(cp: int, balanced: bool, chunk_tokens: float | None = Non
 
     References
     ----------
-    .. [20] NVIDIA Megatron-LM: ``megatron/core/utils.py``
-       (``get_batch_on_this_cp_rank``), ``megatron/training/arguments.py``
-       (``seq_length % (2 * context_parallel_size) == 0``),
-       ``megatron/core/parallel_state.py`` (the ``dp_cp`` gradient group), and
-       ``docs/user-guide/features/context_parallel.md``.
+    .. [20] As cited in :func:`cp_problem`.
     """
     if cp <= 1 or balanced:
         return 1.0
@@ -141,11 +133,7 @@ def ring_bytes(cp: int, kv: float) -> tuple[float, float]:
 
     References
     ----------
-    .. [21] NVIDIA Transformer Engine, ``context_parallel.py``:
-       ``AttnFuncWithCPAndKVP2P`` (cp-1 KV sends forward; KV, KV+dKV and dKV
-       backward), ``AttnFuncWithCPAndKVAllGather``, ``AttnFuncWithCPAndQKVOA2A``
-       (asserts heads divisible by cp), and ``assert not sliding_window_attn or
-       cp_comm_type in ["a2a", "all_gather"]``.
+    .. [21] As cited in :func:`cp_algorithms`.
     """
     if cp <= 1:
         return 0.0, 0.0
@@ -184,11 +172,7 @@ def allgather_bytes(cp: int, kv: float) -> tuple[float, float]:
 
     References
     ----------
-    .. [20] NVIDIA Megatron-LM: ``megatron/core/utils.py``
-       (``get_batch_on_this_cp_rank``), ``megatron/training/arguments.py``
-       (``seq_length % (2 * context_parallel_size) == 0``),
-       ``megatron/core/parallel_state.py`` (the ``dp_cp`` gradient group), and
-       ``docs/user-guide/features/context_parallel.md``.
+    .. [20] As cited in :func:`cp_problem`.
     """
     if cp <= 1:
         return 0.0, 0.0
@@ -254,13 +238,8 @@ def ring_exposed_ms(cp: int, send_ms: float, send_pair_ms: float, step_fwd_ms: f
 
     References
     ----------
-    .. [21] NVIDIA Transformer Engine, ``context_parallel.py``:
-       ``AttnFuncWithCPAndKVP2P`` (cp-1 KV sends forward; KV, KV+dKV and dKV
-       backward), ``AttnFuncWithCPAndKVAllGather``, ``AttnFuncWithCPAndQKVOA2A``
-       (asserts heads divisible by cp), and ``assert not sliding_window_attn or
-       cp_comm_type in ["a2a", "all_gather"]``.
-    .. [26] H. Liu, M. Zaharia, P. Abbeel, "Ring Attention with Blockwise
-       Transformers for Near-Infinite Context", arXiv:2310.01889 (2023).
+    .. [21] As cited in :func:`cp_algorithms`.
+    .. [26] As cited in :func:`cp_attention_ms`.
     """
     if cp <= 1:
         return 0.0, 0.0
@@ -309,10 +288,6 @@ def dense_sync_ranks(dp: int, cp: int) -> int:
 
     References
     ----------
-    .. [20] NVIDIA Megatron-LM: ``megatron/core/utils.py``
-       (``get_batch_on_this_cp_rank``), ``megatron/training/arguments.py``
-       (``seq_length % (2 * context_parallel_size) == 0``),
-       ``megatron/core/parallel_state.py`` (the ``dp_cp`` gradient group), and
-       ``docs/user-guide/features/context_parallel.md``.
+    .. [20] As cited in :func:`cp_problem`.
     """
     return dp * cp

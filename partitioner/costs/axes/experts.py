@@ -95,17 +95,7 @@ def ep_problem(experts: int, dp: int, tp: int, cp: int, ep: int, etp: int = 1) -
 
     References
     ----------
-    .. [27] NVIDIA Megatron-LM: ``megatron/training/training.py``
-       (``num_floating_point_operations``: ``moe_layer_flops``),
-       ``megatron/core/transformer/moe/`` (``token_dispatcher.py``:
-       ``MoEAlltoAllTokenDispatcher``, A2A(EP) -> AG(ETP) -> experts ->
-       RS(ETP) -> A2A(EP), probabilities sent along; ``moe_utils.py``:
-       ``get_capacity``; ``README.md``: MoE parallel folding),
-       ``megatron/core/parallel_state.py`` (``expert_tensor_model_pipeline``
-       size must divide the world), ``megatron/training/
-       theoretical_memory_usage.py`` (bytes per parameter 18, or 6 + 12/dp
-       with the distributed optimizer); torchtitan ``ParallelDims``
-       ("expert_parallel_degree (ep) must divide dp_shard * cp * tp").
+    .. [27] As cited in :func:`moe_layer_flops`.
     """
     if ep < 1 or etp < 1:
         return f"ep and etp must be >= 1, got ep={ep}, etp={etp}"
@@ -138,17 +128,7 @@ def routed_copies(tokens: float, top_k: int, experts: int, capacity_factor: floa
     References
     ----------
     .. [24] D. Lepikhin et al., "GShard", ICLR 2021 (expert capacity).
-    .. [27] NVIDIA Megatron-LM: ``megatron/training/training.py``
-       (``num_floating_point_operations``: ``moe_layer_flops``),
-       ``megatron/core/transformer/moe/`` (``token_dispatcher.py``:
-       ``MoEAlltoAllTokenDispatcher``, A2A(EP) -> AG(ETP) -> experts ->
-       RS(ETP) -> A2A(EP), probabilities sent along; ``moe_utils.py``:
-       ``get_capacity``; ``README.md``: MoE parallel folding),
-       ``megatron/core/parallel_state.py`` (``expert_tensor_model_pipeline``
-       size must divide the world), ``megatron/training/
-       theoretical_memory_usage.py`` (bytes per parameter 18, or 6 + 12/dp
-       with the distributed optimizer); torchtitan ``ParallelDims``
-       ("expert_parallel_degree (ep) must divide dp_shard * cp * tp").
+    .. [27] As cited in :func:`moe_layer_flops`.
     """
     if capacity_factor is None:
         return top_k * tokens
@@ -201,17 +181,7 @@ def dispatch_times(copies: float, hidden: int, ep: int, etp: int, ep_span: Group
 
     References
     ----------
-    .. [27] NVIDIA Megatron-LM: ``megatron/training/training.py``
-       (``num_floating_point_operations``: ``moe_layer_flops``),
-       ``megatron/core/transformer/moe/`` (``token_dispatcher.py``:
-       ``MoEAlltoAllTokenDispatcher``, A2A(EP) -> AG(ETP) -> experts ->
-       RS(ETP) -> A2A(EP), probabilities sent along; ``moe_utils.py``:
-       ``get_capacity``; ``README.md``: MoE parallel folding),
-       ``megatron/core/parallel_state.py`` (``expert_tensor_model_pipeline``
-       size must divide the world), ``megatron/training/
-       theoretical_memory_usage.py`` (bytes per parameter 18, or 6 + 12/dp
-       with the distributed optimizer); torchtitan ``ParallelDims``
-       ("expert_parallel_degree (ep) must divide dp_shard * cp * tp").
+    .. [27] As cited in :func:`moe_layer_flops`.
     """
     common: dict[str, Any] = dict(latency_us=opts.collective_latency_us, nvlink_efficiency=opts.nvlink_efficiency,
                                   links=links, dedup=dedup, intra_dedup=intra_dedup,
@@ -239,17 +209,7 @@ def allgather_dispatch_times(tokens: float, hidden: int, experts: int, group: Gr
 
     References
     ----------
-    .. [27] NVIDIA Megatron-LM: ``megatron/training/training.py``
-       (``num_floating_point_operations``: ``moe_layer_flops``),
-       ``megatron/core/transformer/moe/`` (``token_dispatcher.py``:
-       ``MoEAlltoAllTokenDispatcher``, A2A(EP) -> AG(ETP) -> experts ->
-       RS(ETP) -> A2A(EP), probabilities sent along; ``moe_utils.py``:
-       ``get_capacity``; ``README.md``: MoE parallel folding),
-       ``megatron/core/parallel_state.py`` (``expert_tensor_model_pipeline``
-       size must divide the world), ``megatron/training/
-       theoretical_memory_usage.py`` (bytes per parameter 18, or 6 + 12/dp
-       with the distributed optimizer); torchtitan ``ParallelDims``
-       ("expert_parallel_degree (ep) must divide dp_shard * cp * tp").
+    .. [27] As cited in :func:`moe_layer_flops`.
     """
     if group.ranks <= 1:
         return DispatchTimes()
@@ -300,8 +260,7 @@ def rank_dedup(experts: int, top_k: int, ranks: int, routing: str = "random") ->
 
     References
     ----------
-    .. [23] DeepSeek-AI, DeepEP README (normal kernels: NVLink and RDMA
-       forwarding, a token sent once per destination node).
+    .. [23] As cited in :func:`flex_dedup`.
     """
     if ranks <= 1 or top_k <= 0 or experts % ranks or experts // ranks <= 1:
         return 1.0
@@ -361,17 +320,7 @@ def expert_weight_bytes(routed_params: float, ep: int, etp: int, edp: int, *, by
 
     References
     ----------
-    .. [27] NVIDIA Megatron-LM: ``megatron/training/training.py``
-       (``num_floating_point_operations``: ``moe_layer_flops``),
-       ``megatron/core/transformer/moe/`` (``token_dispatcher.py``:
-       ``MoEAlltoAllTokenDispatcher``, A2A(EP) -> AG(ETP) -> experts ->
-       RS(ETP) -> A2A(EP), probabilities sent along; ``moe_utils.py``:
-       ``get_capacity``; ``README.md``: MoE parallel folding),
-       ``megatron/core/parallel_state.py`` (``expert_tensor_model_pipeline``
-       size must divide the world), ``megatron/training/
-       theoretical_memory_usage.py`` (bytes per parameter 18, or 6 + 12/dp
-       with the distributed optimizer); torchtitan ``ParallelDims``
-       ("expert_parallel_degree (ep) must divide dp_shard * cp * tp").
+    .. [27] As cited in :func:`moe_layer_flops`.
     """
     params = routed_params / (ep * etp)
     if frozen:
@@ -431,17 +380,7 @@ def expert_grad_sync_ms(routed_params: float, ep: int, etp: int, edp_span: Group
     ----------
     .. [7] R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective
        Communication Operations in MPICH", IJHPCA 19(1), 2005.
-    .. [27] NVIDIA Megatron-LM: ``megatron/training/training.py``
-       (``num_floating_point_operations``: ``moe_layer_flops``),
-       ``megatron/core/transformer/moe/`` (``token_dispatcher.py``:
-       ``MoEAlltoAllTokenDispatcher``, A2A(EP) -> AG(ETP) -> experts ->
-       RS(ETP) -> A2A(EP), probabilities sent along; ``moe_utils.py``:
-       ``get_capacity``; ``README.md``: MoE parallel folding),
-       ``megatron/core/parallel_state.py`` (``expert_tensor_model_pipeline``
-       size must divide the world), ``megatron/training/
-       theoretical_memory_usage.py`` (bytes per parameter 18, or 6 + 12/dp
-       with the distributed optimizer); torchtitan ``ParallelDims``
-       ("expert_parallel_degree (ep) must divide dp_shard * cp * tp").
+    .. [27] As cited in :func:`moe_layer_flops`.
     """
     if edp_span.ranks <= 1 or routed_params <= 0:
         return 0.0

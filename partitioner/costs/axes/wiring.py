@@ -192,9 +192,7 @@ def expert_split(layout: Layout) -> tuple[int, int]:
 
     References
     ----------
-    .. [27] NVIDIA Megatron-LM ``megatron/core/transformer/moe/``
-       (``token_dispatcher.py``, shared experts under the dense tensor-
-       parallel group, expert gradients over the expert-data-parallel group).
+    .. [27] As cited in :func:`_dense_part`.
     """
     return (layout.ep, layout.etp) if layout.ep > 1 else (1, layout.tp)
 
@@ -248,9 +246,7 @@ def overlapped_dispatch(times: DispatchTimes, dense: tuple[float, float], expert
 
     References
     ----------
-    .. [27] NVIDIA Megatron-LM ``megatron/core/transformer/moe/``
-       (``token_dispatcher.py``, shared experts under the dense tensor-
-       parallel group, expert gradients over the expert-data-parallel group).
+    .. [27] As cited in :func:`_dense_part`.
     """
     over_f = overlapped_ms(times.dispatch, experts[1], sm_fraction) + overlapped_ms(times.combine, dense[1], sm_fraction)
     over_b = (overlapped_ms(times.combine_grad, dense[0], sm_fraction)
@@ -300,9 +296,7 @@ def moe_ep_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: C
 
     References
     ----------
-    .. [27] NVIDIA Megatron-LM ``megatron/core/transformer/moe/``
-       (``token_dispatcher.py``, shared experts under the dense tensor-
-       parallel group, expert gradients over the expert-data-parallel group).
+    .. [27] As cited in :func:`_dense_part`.
     """
     ax = opts.axes
     dense = tuple(dense) if dense is not None else moe_dense_pieces(layer)

@@ -184,16 +184,7 @@ def fp8_problem(recipe: str, cluster: ClusterSpec) -> str | None:
 
     References
     ----------
-    .. [2] NVIDIA Transformer Engine, ``transformer_engine/pytorch/quantization.py``
-       (``_compute_fp8_support``: compute capability 8.9 or higher;
-       ``_compute_fp8_block_scaling_support``: 9.0 or higher;
-       ``_compute_mxfp8_support``: 10.0 or higher and not 12.0+) and
-       ``transformer_engine/common/recipe/__init__.py`` (MXFP8: E8M0 scale per
-       32 values; Float8BlockScaling: fp32 scales, 1D blocks for inputs and
-       gradients, 2D 128x128 for weights), ``transformer_engine/common/
-       transformer_engine.cpp`` (``nvte_is_non_tn_fp8_gemm_supported``) and
-       ``transformer_engine/pytorch/csrc/quantizer.cpp`` (the per-tensor
-       quantizers make no transpose where it returns true).
+    .. [2] As cited in :func:`operand_copies`.
     """
     rec = RECIPES[recipe]
     if cluster.peak_tflops_fp8 is None:

@@ -170,12 +170,7 @@ def amax_reduce_ms(p: Piece, t: int, cluster: ClusterSpec, opts: CostOptions) ->
 
     References
     ----------
-    .. [2] NVIDIA Transformer Engine, ``transformer_engine/pytorch/module/linear.py``
-       (``_Linear.forward``: the input cast before the sequence-parallel
-       all-gather, the amax reduction group for column-parallel inputs and
-       row-parallel output gradients; the saved input keeps only its
-       columnwise copy; the fp8 weight cached when ``is_first_microbatch`` is
-       given).
+    .. [2] As cited in :func:`tp_comm_element_bytes`.
     """
     if not (fp8_piece(p, opts) and opts.sequence_parallel and t > 1 and recipe_of(opts).tp_amax_reduce):
         return 0.0
@@ -271,12 +266,7 @@ def fp8_weight_extra_bytes(opts: CostOptions, cluster: ClusterSpec) -> float:
        (``is_first_microbatch`` passed to TE's linear layers);
        ``distributed_data_parallel_config.py`` (``fp8_param_gather``: "keep
        the compute param in fp8").
-    .. [2] NVIDIA Transformer Engine, ``transformer_engine/pytorch/module/linear.py``
-       (``_Linear.forward``: the input cast before the sequence-parallel
-       all-gather, the amax reduction group for column-parallel inputs and
-       row-parallel output gradients; the saved input keeps only its
-       columnwise copy; the fp8 weight cached when ``is_first_microbatch`` is
-       given).
+    .. [2] As cited in :func:`tp_comm_element_bytes`.
     """
     rec = recipe_of(opts)
     if not rec.weight_cache:

@@ -158,11 +158,7 @@ def _check_experts(recipe: Recipe, spec: ModelSpec, dp: int, etp: int, ep: int) 
 
     References
     ----------
-    .. [1] NVIDIA Megatron-LM, ``megatron/training/arguments.py`` (``validate_args``:
-       world size divisible by tp x pp x cp, dp = world / (tp x pp x cp), the
-       global batch a multiple of micro-batch-size x dp, ``num_layers`` divisible
-       by the pipeline size without a layout) and ``megatron/core/parallel_state.py``
-       (the expert ranks fold ep x etp onto tp x cp x dp).
+    .. [1] As cited in :func:`check_recipe`.
     """
     experts = max((m.experts for m in spec.modules), default=0)
     if ep > 1 and experts == 0:
@@ -264,9 +260,7 @@ def layout_vpp(recipe: Recipe) -> Recipe:
 
     References
     ----------
-    .. [2] NVIDIA Megatron-Core 0.16.1, ``transformer/pipeline_parallel_layer_layout.py``
-       (the layout's stages, ``vpp = stages / pp``) and ``pipeline_parallel/schedules.py``
-       (interleaved 1F1B).
+    .. [2] As cited in :func:`uneven_counts`.
     """
     if recipe.pipeline_layout is None:
         return recipe
@@ -343,9 +337,7 @@ def layout_cuts(problem: Problem, text: str, chunks: int, where: str) -> list[tu
 
     References
     ----------
-    .. [2] NVIDIA Megatron-Core 0.16.1, ``transformer/pipeline_parallel_layer_layout.py``
-       (the layout's stages, ``vpp = stages / pp``) and ``pipeline_parallel/schedules.py``
-       (interleaved 1F1B).
+    .. [2] As cited in :func:`uneven_counts`.
     """
     try:
         stages = parse_megatron_layout(text)
