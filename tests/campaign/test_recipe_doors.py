@@ -1,0 +1,45 @@
+"""The campaign at the doors it does not draw: ``estimate``'s report given to ``export`` and ``evaluate``.
+
+Issue 35, tried by hand: ``export`` of an ``estimate --json`` report refused
+it as ``stages[0].configs[0]: must be an object`` -- the reader took the
+report's own per-stage table for the plan, though the report carries its plan
+under ``plan``. A result's ``plan`` is now read first, and ``export`` says
+what the file is and what it reads instead.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from partitioner.plan import Plan
+from tests.campaign.doors import assert_input_error, run_cli
+
+ESTIMATE = ("estimate", "--model", "llava-1.5-7b", "--cluster", "dgx-h100", "--nodes", "1", "--gbs", "64",
+            "--tp", "2", "--pp", "2", "--json")
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> tuple[dict, str]:
+    tmp = tmp_path_factory.mktemp("estimate")
+    code, out, err, _, _ = run_cli(tmp, *ESTIMATE)
+    assert code == 0, err
+    path = tmp / "estimate.json"
+    path.write_text(out)
+    return json.loads(out), str(path)
+
+
+def test_the_plan_of_an_estimate_report_is_its_plan_not_its_stage_table(report):
+    doc, _ = report
+    assert isinstance(doc["stages"], list) and isinstance(doc["plan"], dict)  # both keys, as estimate writes them
+    plan = Plan.from_dict(doc)
+    expected = [(s["first_layer"], s["last_layer"], s["devices"]) for s in doc["plan"]["stages"]]
+    assert [(s.first_layer, s.last_layer, s.devices) for s in plan.stages] == expected
+
+
+@pytest.mark.parametrize("target", ["megatron", "torchtitan", "deepspeed"])
+def test_export_of_an_estimate_report_says_what_it_is_in_one_line_exit_2(report, tmp_path, target):
+    _, path = report
+    code, out, err, _, _ = run_cli(tmp_path, "export", path, "--to", target)
+    assert out == ""
+    assert_input_error(code, err, path, "estimate --json", "partitioner plan")
