@@ -43,3 +43,27 @@ def test_export_of_an_estimate_report_says_what_it_is_in_one_line_exit_2(report,
     code, out, err, _, _ = run_cli(tmp_path, "export", path, "--to", target)
     assert out == ""
     assert_input_error(code, err, path, "estimate --json", "partitioner plan")
+
+
+def test_an_unwritable_target_plans_folder_is_refused_before_the_plan(tmp_path, capsys, monkeypatch):
+    """``plan --target-plans DIR`` under a file: one line, exit 2, and no planning spent first (was: after it)."""
+    import sys
+
+    import partitioner.planning
+    from partitioner.cli import main
+
+    def no_planning(*args, **kwargs):
+        raise AssertionError("planned before the folder was checked")
+
+    monkeypatch.setattr(partitioner.planning, "run_plan", no_planning)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    folder = blocker / "plans"
+    monkeypatch.setattr(sys, "argv", ["partitioner", "plan", "--model", "llava-1.5-7b", "--cluster", "dgx-h100",
+                                      "--nodes", "1", "--global-batch", "64", "--time-limit", "10", "--target", "any",
+                                      "--target-plans", str(folder)])
+    with pytest.raises(SystemExit) as info:
+        main()
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert_input_error(info.value.code, captured.err, str(folder), "--target-plans", "cannot write in the folder")
