@@ -143,6 +143,10 @@ def plan_cmd(
     sequences = sequence_summary(spec, workload)
     if target_plans is not None:
         _check_folder(target_plans)
+    if gantt is not None:  # a wrong suffix was an internal error after the whole plan
+        from ..simulate.viz import IMAGE_FORMATS
+
+        check_choice(gantt.suffix.lower().lstrip("."), IMAGE_FORMATS, f"--gantt {gantt}: suffix")
     began = time.perf_counter()
     with working(f"planning {model} on {nodes} x {cluster} with {method}"):
         # --time-limit bounds the whole command: the interpreter's start-up and the imports count against it

@@ -67,3 +67,29 @@ def test_an_unwritable_target_plans_folder_is_refused_before_the_plan(tmp_path, 
     captured = capsys.readouterr()
     assert captured.out == ""
     assert_input_error(info.value.code, captured.err, str(folder), "--target-plans", "cannot write in the folder")
+
+
+@pytest.mark.parametrize("command", [["plan", "--global-batch", "64", "--time-limit", "10"], ["estimate", "--gbs", "64"]])
+def test_a_gantt_of_an_unknown_picture_format_is_refused_at_the_door(tmp_path, capsys, monkeypatch, command):
+    """``--gantt g.html`` was an internal error (exit 3) after the whole plan or estimate; now exit 2 first."""
+    import sys
+
+    import partitioner.planning
+    import partitioner.planning.recipes.estimate
+
+    def not_reached(*args, **kwargs):
+        raise AssertionError("planned or estimated before --gantt was checked")
+
+    monkeypatch.setattr(partitioner.planning, "run_plan", not_reached)
+    monkeypatch.setattr(partitioner.planning.recipes.estimate, "estimate", not_reached)
+    from partitioner.cli import main
+
+    picture = tmp_path / "g.html"
+    monkeypatch.setattr(sys, "argv", ["partitioner", *command, "--model", "llava-1.5-7b", "--cluster", "dgx-h100",
+                                      "--nodes", "1", "--gantt", str(picture)])
+    with pytest.raises(SystemExit) as info:
+        main()
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert_input_error(info.value.code, captured.err, str(picture), "--gantt", "suffix", "html")
+    assert not picture.exists()
