@@ -153,6 +153,12 @@ class ExportContext:
         ``plan``'s schedule table (the re-plan hint of a refused schedule).
     plan_args : PlanArgs or None
         The ``plan`` arguments (the re-plan command).
+    model : str or None
+        The model preset's name (``export_hints.model``): picks a framework's own recipe for it
+        (Megatron Bridge's for the VLMs NVIDIA ships recipes for).
+    seq_length : int or None
+        The language model's tokens per sample the plan was costed with (a recipe's own sequence
+        length is set to it).
     """
 
     global_batch: int | None = None
@@ -167,6 +173,8 @@ class ExportContext:
     recompute_acts: tuple[tuple[str, ...] | None, ...] | None = None
     by_schedule: tuple[ScheduleTime, ...] = ()
     plan_args: PlanArgs | None = None
+    model: str | None = None
+    seq_length: int | None = None
 
     @property
     def chunks(self) -> int:
@@ -218,7 +226,13 @@ class MoeHints:
 
     ``moe_layers`` says, per decoder layer of the language model, whether it
     has routed experts (the others have the dense MLP); ``shared_ffn`` is
-    the width of the shared experts together (0: none).
+    the width of the shared experts together (0: none). The router:
+    ``router_score`` its scoring function (``softmax`` or ``sigmoid``),
+    ``norm_topk`` whether the k chosen weights are renormalised to sum to 1,
+    ``expert_groups`` / ``group_top_k`` group-limited routing (0: none), as
+    the model's :class:`~partitioner.presets.ModuleSpec` states them;
+    ``router_score`` empty: the router is not stated (hints written before
+    these fields were), and the exports write no routing settings.
     """
 
     num_experts: int
@@ -226,10 +240,16 @@ class MoeHints:
     ffn_hidden: int
     shared_ffn: int = 0
     moe_layers: tuple[bool, ...] = ()
+    router_score: str = ""
+    norm_topk: bool = False
+    expert_groups: int = 0
+    group_top_k: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"num_experts": self.num_experts, "top_k": self.top_k, "ffn_hidden": self.ffn_hidden,
-                "shared_ffn": self.shared_ffn, "moe_layers": [int(b) for b in self.moe_layers]}
+                "shared_ffn": self.shared_ffn, "moe_layers": [int(b) for b in self.moe_layers],
+                "router_score": self.router_score, "norm_topk": self.norm_topk, "expert_groups": self.expert_groups,
+                "group_top_k": self.group_top_k}
 
     @classmethod
     def of_model(cls, spec: ModelSpec) -> "MoeHints | None":
@@ -240,7 +260,9 @@ class MoeHints:
         llm = next((m for m in spec.modules if m.kind == "llm" and m.experts), None)
         if llm is None:
             return None
-        return cls(llm.experts, llm.top_k, llm.moe_ffn, llm.shared_ffn, tuple(is_moe_layer(llm, i) for i in range(llm.layers)))
+        return cls(llm.experts, llm.top_k, llm.moe_ffn, llm.shared_ffn, tuple(is_moe_layer(llm, i) for i in range(llm.layers)),
+                   router_score=llm.router_score, norm_topk=llm.norm_topk, expert_groups=llm.expert_groups,
+                   group_top_k=llm.group_top_k)
 
 
 @dataclass(frozen=True)

@@ -232,7 +232,8 @@ def cp_attention_ms(algorithm: str, cp: int, span: GroupSpan, *, kv: float, ulys
         for sent in (fwd_bytes, bwd_bytes):
             buffer = sent * cp / (cp - 1)  # alltoall_ms takes the local buffer, sends (r-1)/r of it
             once = alltoall_ms(buffer, span, intra_GBps, inter_GBps, latency_us=opts.collective_latency_us,
-                               nvlink_efficiency=opts.nvlink_efficiency, links=links)
+                               nvlink_efficiency=opts.nvlink_efficiency, links=links,
+                               network_efficiency=opts.axes.alltoall_network_efficiency)
             out.append(once + 3 * alpha)
         return out[0], out[1]
     raise ValueError(f"unknown context-parallel algorithm {algorithm!r} (known: {', '.join(CP_ALGORITHMS)})")

@@ -196,7 +196,8 @@ def dispatch_times(copies: float, hidden: int, ep: int, etp: int, ep_span: Group
     part, ``intra_dedup`` on its NVLink part); with ``etp > 1`` an all-gather (or reduce-scatter) of ``etp x
     copies x h x beta`` over the expert-tensor group follows the dispatch
     (precedes the combine) [27]_. Latency and NVLink efficiency are the
-    dense model's (``opts``).
+    dense model's (``opts``); the network part runs at
+    ``opts.axes.alltoall_network_efficiency`` of the NIC's rate.
 
     References
     ----------
@@ -213,7 +214,8 @@ def dispatch_times(copies: float, hidden: int, ep: int, etp: int, ep_span: Group
        ("expert_parallel_degree (ep) must divide dp_shard * cp * tp").
     """
     common: dict[str, Any] = dict(latency_us=opts.collective_latency_us, nvlink_efficiency=opts.nvlink_efficiency,
-                                  links=links, dedup=dedup, intra_dedup=intra_dedup)
+                                  links=links, dedup=dedup, intra_dedup=intra_dedup,
+                                  network_efficiency=opts.axes.alltoall_network_efficiency)
     tokens_a2a = with_probs = etp_ms = 0.0
     if ep > 1:
         tokens_a2a = alltoall_ms(dispatch_buffer(copies, hidden, elem_bytes), ep_span, intra_GBps, inter_GBps, **common)

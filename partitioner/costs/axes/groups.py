@@ -77,12 +77,13 @@ def alltoall_volume(nbytes: float, span: GroupSpan, dedup: float = 1.0,
 
 
 def alltoall_ms(nbytes: float, span: GroupSpan, intra_GBps: float, inter_GBps: float, *, latency_us: float,
-                nvlink_efficiency: float, links: str = "max", dedup: float = 1.0, intra_dedup: float = 1.0) -> float:
+                nvlink_efficiency: float, links: str = "max", dedup: float = 1.0, intra_dedup: float = 1.0,
+                network_efficiency: float = 1.0) -> float:
     """One all-to-all of a ``nbytes`` buffer per rank over the group ``span``, in ms.
 
     One launch latency (NCCL groups the sends and receives into one kernel
     [25]_) plus the NVLink part at ``nvlink_efficiency * intra_GBps`` and the
-    network part at ``inter_GBps``, taken together as their maximum
+    network part at ``network_efficiency * inter_GBps``, taken together as their maximum
     (``links="max"``: the copy engines and the NICs run at once) or their
     sum (``"sum"``).
 
@@ -95,6 +96,6 @@ def alltoall_ms(nbytes: float, span: GroupSpan, intra_GBps: float, inter_GBps: f
         return 0.0
     intra, inter = alltoall_volume(nbytes, span, dedup, intra_dedup)
     t_intra = intra / (nvlink_efficiency * intra_GBps * 1e6)
-    t_inter = inter / (inter_GBps * 1e6)
+    t_inter = inter / (network_efficiency * inter_GBps * 1e6)
     wire = max(t_intra, t_inter) if links == "max" else t_intra + t_inter
     return latency_us * 1e-3 + wire

@@ -76,15 +76,18 @@ class AxisOptions:
     moe_load_cv : float
         Coefficient of variation of one expert's routed tokens in a
         microbatch under auxiliary-loss routing, the input of the derived
-        imbalance (:func:`~.moe_kernels.default_imbalance`). 1.25, from the
+        imbalance (:func:`~.moe_kernels.default_imbalance`). 1.0, from the
         one published A/B of a trained router against forced balance [37]_:
         Qwen3-235B-A22B on 256 H100 (EP 8, 16 experts per rank, 4096 tokens
         per rank, the model's aux-loss router, dropless) ran 1.245, 1.21,
         1.15 and 1.09 times slower than with forced balance at 16k, 32k, 64k
-        and 128k tokens; with this cost model each ratio implies a busiest
-        rank at 1.61-1.68 times the mean (the attention's growing share
-        dilutes the same imbalance), i.e. ``1 + cv sqrt(2 ln 8 / 16)`` with
-        cv = 1.25.
+        and 128k tokens. Under this cost model (the grouped GEMMs at the
+        GPU's ops:byte ratio) the 16k and 32k pairs imply cv 1.01 and 0.99,
+        a busiest rank at 1.51 times the mean (``1 + cv sqrt(2 ln 8 / 16)``);
+        the 64k and 128k pairs, where attention and the CP ring are most of
+        the step and dilute the same imbalance, 0.93 and 0.86. The value
+        must be re-derived whenever the expert or dispatch costs change
+        (``tests/test_calibration_routing.py`` checks the four pairs).
     moe_sync_us : float
         GPU idle time, microseconds, of the device-to-host synchronization
         every dropless MoE layer forward makes (Megatron's dispatchers copy
@@ -147,6 +150,15 @@ class AxisOptions:
         Multiplier (<= 1) on the inter-node part of an all-to-all dispatch or
         combine (a token sent once per destination node [23]_); the
         ``flex`` dispatcher derives its own. 1: NCCL's all-to-all.
+    alltoall_network_efficiency : float
+        Fraction of ``inter_node_GBps`` the network part of an expert-
+        parallel (or Ulysses) all-to-all achieves, in (0, 1]: 0.89, the
+        median of DeepEP's six measured inter-node dispatch and combine
+        bottleneck bandwidths on H800 with one ConnectX-7 400 Gb/s NIC per
+        GPU (~50 GB/s): 43 / 43 GB/s at EP 16 (two nodes), 44 / 47 at EP 32,
+        46 / 45 at EP 64 [41]_. Many-to-many RDMA traffic (incast at every
+        receiver) does not reach the line rate a ring's point-to-point
+        sends do.
     alltoall_links : {"max", "sum"}
         An all-to-all that spans nodes moves part of its bytes over NVLink
         and part over the NICs: ``max`` takes the slower of the two (they
@@ -200,6 +212,11 @@ class AxisOptions:
     .. [40] NVIDIA NeMo AutoModel, ``nemo_automodel/components/moe/layers.py``
        ``FakeBalancedGate.forward``: ``indices = arange(T k).view(-1, k) % E``
        (the ``fake_balanced_gate: true`` of its benchmark configurations).
+    .. [41] DeepSeek-AI, DeepEP ``README.md`` (V1, commit of 2025-02-25; now
+       ``docs/legacy.md``), "Normal kernels with NVLink and RDMA forwarding":
+       H800 (~160 GB/s NVLink), CX7 InfiniBand 400 Gb/s (~50 GB/s), 4096
+       tokens, hidden 7168, top-8; inter-node EP 16 / 32 / 64 dispatch 43 / 44
+       / 46 GB/s and combine 43 / 47 / 45 GB/s (RDMA).
     """
 
     cp_algorithm: str = "p2p"
@@ -208,7 +225,7 @@ class AxisOptions:
     cp_degrees: tuple[int, ...] = (1, 2, 4, 8)
     cp_min_tokens: int = 8192
     moe_imbalance: float | None = None
-    moe_load_cv: float = 1.25
+    moe_load_cv: float = 1.0
     moe_sync_us: float = 30.0
     moe_host_ms: float = 0.0
     kernel_launch_us: float = 4.0
@@ -219,6 +236,7 @@ class AxisOptions:
     ep_dedup: float = 1.0
     moe_routing: str = "random"
     alltoall_links: str = "max"
+    alltoall_network_efficiency: float = 0.89
     etp_degrees: tuple[int, ...] = ()
     ep_degrees: tuple[int, ...] = ()
     probs_bytes: float = 4.0
@@ -271,6 +289,8 @@ class AxisOptions:
                     raise ProblemError(f"must be a non-negative number, got {value!r}", path=where)
                 if key == "moe_imbalance" and value < 1:
                     raise ProblemError(f"must be >= 1 (the busiest rank over the mean), got {value!r}", path=where)
+                if key == "alltoall_network_efficiency" and not 0 < value <= 1:
+                    raise ProblemError(f"must be in (0, 1], got {value!r}", path=where)
                 if key == "ep_dedup" and not 0 <= value <= 1:
                     raise ProblemError(f"must be in [0, 1], got {value!r}", path=where)
             values[key] = value

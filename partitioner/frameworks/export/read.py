@@ -82,7 +82,26 @@ def moe_hints(doc: Any) -> MoeHints | None:
         raise ProblemError(f"must be a non-negative integer, got {shared!r}", path="export_hints.moe.shared_ffn")
     if not isinstance(layers, list) or any(v not in (0, 1) for v in layers):
         raise ProblemError("must be a list of 0/1 per decoder layer", path="export_hints.moe.moe_layers")
-    return MoeHints(shared_ffn=shared, moe_layers=tuple(bool(v) for v in layers), **counts)
+    score, norm, groups, group_top_k = _router_hints(doc)
+    return MoeHints(counts["num_experts"], counts["top_k"], counts["ffn_hidden"], shared_ffn=shared,
+                    moe_layers=tuple(bool(v) for v in layers), router_score=score, norm_topk=norm,
+                    expert_groups=groups, group_top_k=group_top_k)
+
+
+def _router_hints(doc: Mapping[str, Any]) -> tuple[str, bool, int, int]:
+    """The router fields of ``export_hints.moe`` (absent in results written before they were: not stated)."""
+    score, norm = doc.get("router_score", ""), doc.get("norm_topk", False)
+    if score not in ("", "softmax", "sigmoid"):
+        raise ProblemError(f"must be softmax or sigmoid (or absent), got {score!r}", path="export_hints.moe.router_score")
+    if not isinstance(norm, bool):
+        raise ProblemError(f"must be true or false, got {norm!r}", path="export_hints.moe.norm_topk")
+    counts = []
+    for key in ("expert_groups", "group_top_k"):
+        value = doc.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ProblemError(f"must be a non-negative integer, got {value!r}", path=f"export_hints.moe.{key}")
+        counts.append(value)
+    return str(score), norm, counts[0], counts[1]
 
 
 def precision_hints(doc: Any) -> PrecisionHints | None:
@@ -155,12 +174,23 @@ def _plan_context(doc: Mapping[str, Any], hints: ExportHints | None) -> ExportCo
     """What a ``plan`` result adds to the export context: MoE hints, CP algorithm, schedule table, plan arguments."""
     return ExportContext(moe=hints.moe if hints else None, precision=hints.precision if hints else None,
                          cp_algorithm=hints.cp_algorithm if hints else None,
-                         by_schedule=_schedule_times(doc.get("schedules")), plan_args=_plan_args(doc))
+                         by_schedule=_schedule_times(doc.get("schedules")), plan_args=_plan_args(doc),
+                         model=(hints.model or None) if hints else None, seq_length=_llm_tokens(doc))
+
+
+def _llm_tokens(doc: Mapping[str, Any]) -> int | None:
+    """The language model's tokens per sample of a ``plan --json`` result (``sequences.llm_tokens``), when given."""
+    seqs = doc.get("sequences")
+    tokens = _int(seqs.get("llm_tokens")) if isinstance(seqs, Mapping) else None
+    return tokens if tokens is not None and tokens > 0 else None
 
 
 def _problem_context(doc: Mapping[str, Any], hints: ExportHints | None, problem: Problem) -> ExportContext:
     """The context of a result with its problem: batch and m from the problem, its schedule when it has one."""
     context = replace(_plan_context(doc, hints), global_batch=problem.workload.global_batch, microbatches=problem.microbatches)
+    tokens = getattr(problem.workload, "llm_tokens_per_sample", None)  # model workloads carry it (a float)
+    if isinstance(tokens, (int, float)) and not isinstance(tokens, bool) and tokens > 0 and float(tokens).is_integer():
+        context = replace(context, seq_length=int(tokens))
     if context.precision is None:  # a solve result: the precision its problem was built with
         context = replace(context, precision=problem_precision(problem))
     training = problem.training

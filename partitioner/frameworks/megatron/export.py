@@ -7,10 +7,10 @@ with megatron-core 0.16.1): ``--pipeline-model-parallel-layout`` with the
 TP/PP flags, when every stage holds language-model layers (the vision
 encoder, if any, runs on the first stage, as Megatron's LLaVA does) and all
 stages share one (dp, tp). The layout string lists the stages separated by
-``|``: ``E`` embedding, ``t`` decoder layer, ``L`` loss, ``x*N`` repeats a
-symbol and ``(...)*N`` a group, commas are cosmetic [1].
-``TransformerConfig`` validates it against ``num_layers`` and the pipeline
-size.
+``|``: ``E`` embedding, ``t`` decoder layer, ``m`` MTP module, ``L`` loss,
+``x*N`` repeats a symbol and ``(...)*N`` a group [1]. A VLM with a Megatron
+Bridge recipe gets that recipe's launch (:mod:`.bridge`); another VLM the
+flags marked a template (``settings["launch"]``).
 
 The detail, and the references cited above: ``docs/internals/frameworks.md``, section ``partitioner.frameworks.megatron.export``.
 """
@@ -36,7 +36,9 @@ from ..stages import (
     segment_acts,
     segment_knobs,
 )
+from .bridge import BRIDGE_COMMIT, BRIDGE_RECIPES, BridgeRecipe, bridge_fp8, bridge_overrides, bridge_snippet
 from .fp8 import megatron_fp8
+from .moe import moe_router_settings
 from .rules import RULES, SCHEDULE_REFUSALS
 
 __all__ = ["export_megatron", "megatron_layout", "parse_megatron_layout", "mimo_grid", "megatron_recompute", "CHECKED_WITH"]
@@ -51,6 +53,8 @@ def _stage_symbols(stage: StageView) -> str:
     sym = "E" if stage.count("embedding") else ""
     n = stage.count("decoder")
     sym += ("t" if n == 1 else f"t*{n}") if n else ""
+    k = stage.count("mtp")  # multi-token prediction modules: after the decoder layers, before the loss
+    sym += ("m" if k == 1 else f"m*{k}") if k else ""
     sym += "L" if stage.count("loss") else ""
     return sym
 
@@ -163,6 +167,10 @@ RECOMPUTE_SETTINGS: Mapping[str, tuple[Mapping[str, Any], tuple[str, ...]]] = Ma
 })
 
 
+DISPATCHER = "alltoall"
+"""Megatron's token dispatcher for the plan's experts: all-to-all over the ep ranks, as the cost model charges it."""
+
+
 def _layer_freq(moe_layers: Sequence[bool]) -> str:
     """``--moe-layer-freq`` as Megatron-LM's Python-list expression, run-length coded: ``([0]*1+[1]*26)``."""
     runs: list[list[int]] = []
@@ -181,9 +189,11 @@ class _Settings:
     core: Mapping[str, Any] = field(default_factory=dict)
     ddp: Mapping[str, Any] = field(default_factory=dict)
     flags: tuple[str, ...] = ()
+    te_core: Mapping[str, Any] = field(default_factory=dict)  # TransformerConfig fields megatron-core checks against TE
 
     def __add__(self, other: "_Settings") -> "_Settings":
-        return _Settings({**self.core, **other.core}, {**self.ddp, **other.ddp}, self.flags + other.flags)
+        return _Settings({**self.core, **other.core}, {**self.ddp, **other.ddp},
+                         tuple(dict.fromkeys(self.flags + other.flags)), {**self.te_core, **other.te_core})
 
 
 def _zero_settings(zero: int) -> _Settings:
@@ -223,24 +233,27 @@ def megatron_recompute(knobs: Sequence[SegmentKnobs], acts: Sequence[Sequence[st
                       *(("--moe-grouped-gemm",) if grouped else ()))), []
 
 
-def _moe_settings(moe: MoeHints, ep: int, etp: int) -> _Settings:
-    """``--num-experts`` and the MoE flags of a MoE language model; ``etp`` the ranks the plan split each expert
-    over (:func:`~partitioner.problem.expert_tensor_parallel`), always written."""
-    core = {"num_moe_experts": moe.num_experts, "moe_router_topk": moe.top_k, "moe_ffn_hidden_size": moe.ffn_hidden,
-            "moe_token_dispatcher_type": "alltoall", "expert_model_parallel_size": ep, "expert_tensor_parallel_size": etp}
+def _moe_settings(moe: MoeHints, ep: int, etp: int) -> tuple[_Settings, list[str]]:
+    """``--num-experts`` and the MoE flags of a MoE language model, with its router and performance settings
+    (:func:`.moe.moe_router_settings`), and their notes; ``etp`` the ranks the plan split each expert over
+    (:func:`~partitioner.problem.expert_tensor_parallel`), always written."""
+    core: dict[str, Any] = {
+        "num_moe_experts": moe.num_experts, "moe_router_topk": moe.top_k, "moe_ffn_hidden_size": moe.ffn_hidden,
+        "moe_token_dispatcher_type": DISPATCHER, "expert_model_parallel_size": ep, "expert_tensor_parallel_size": etp}
     flags = [f"--num-experts {moe.num_experts}", f"--moe-router-topk {moe.top_k}", f"--moe-ffn-hidden-size {moe.ffn_hidden}",
-             "--moe-token-dispatcher-type alltoall", f"--expert-model-parallel-size {ep}", f"--expert-tensor-parallel-size {etp}"]
+             f"--moe-token-dispatcher-type {DISPATCHER}", f"--expert-model-parallel-size {ep}", f"--expert-tensor-parallel-size {etp}"]
     if moe.shared_ffn:
         core.update(moe_shared_expert_intermediate_size=moe.shared_ffn)
         flags.append(f"--moe-shared-expert-intermediate-size {moe.shared_ffn}")
     if moe.moe_layers and not all(moe.moe_layers):
         core.update(moe_layer_freq=[int(b) for b in moe.moe_layers])
         flags.append(f'--moe-layer-freq "{_layer_freq(moe.moe_layers)}"')
-    return _Settings(core, {}, tuple(flags))
+    router = moe_router_settings(moe, DISPATCHER)
+    return _Settings({**core, **router.core}, {}, (*flags, *router.flags), router.te_core), list(router.notes)
 
 
-def _axis_settings(shape: tuple[int, ...], ctx: ExportContext) -> tuple[_Settings, list[str]]:
-    """The 5D axes: ``--context-parallel-size`` with ``--cp-comm-type``, and the MoE flags; or why not.
+def _axis_settings(shape: tuple[int, ...], ctx: ExportContext) -> tuple[_Settings, list[str], list[str]]:
+    """The 5D axes: ``--context-parallel-size`` with ``--cp-comm-type``, and the MoE flags; (settings, reasons, notes).
 
     ``--expert-tensor-parallel-size`` is what the plan charged (tp when the plan has no expert split), so that
     each rank builds the experts the plan's weights hold."""
@@ -266,8 +279,9 @@ def _axis_settings(shape: tuple[int, ...], ctx: ExportContext) -> tuple[_Setting
         if (dp * tp * cp) % (ep * etp):
             reasons.append(f"ep {ep} x etp {etp} does not divide tp {tp} x cp {cp} x dp {dp} (Megatron's expert rank "
                            "generator folds ep x etp onto the same ranks)")
-        out += _moe_settings(moe, ep, etp)
-    return out, reasons
+        experts, notes = _moe_settings(moe, ep, etp)
+        return out + experts, reasons, notes
+    return out, reasons, []
 
 
 def _knob_flags(stages: Sequence[StageView], shape: tuple[int, ...], ctx: ExportContext
@@ -279,8 +293,8 @@ def _knob_flags(stages: Sequence[StageView], shape: tuple[int, ...], ctx: Export
     recompute, rr = megatron_recompute(knobs, ctx.recompute_acts, "Megatron-LM applies one --recompute-granularity (and "
                                        "one --recompute-modules list) to every layer of every stage (its VLM path copies "
                                        "the language config, recompute included, into the vision encoder's)")
-    axes, ar = _axis_settings(shape, ctx)
-    return _zero_settings(zero) + recompute + axes, notes, reasons + zr + rr + ar
+    axes, ar, axis_notes = _axis_settings(shape, ctx)
+    return _zero_settings(zero) + recompute + axes, notes + axis_notes, reasons + zr + rr + ar
 
 
 # --------------------------------------------------------------------------- Megatron-LM flags
@@ -330,8 +344,10 @@ def _megatron_lm(stages: list[StageView], ctx: ExportContext) -> tuple[dict[str,
     knobs += _Settings(fp8_core, fp8_ddp, tuple(fp8_flags))
     notes += fp8_notes
     sequence_parallel = tp > 1 and ctx.sequence_parallel
+    n_mtp = sum(s.count("mtp") for s in llm)
     core = {
         "num_layers": n_layers,
+        **({"mtp_num_layers": n_mtp} if n_mtp else {}),
         "tensor_model_parallel_size": tp,
         "pipeline_model_parallel_size": pp,
         "pipeline_model_parallel_layout": text,
@@ -349,8 +365,11 @@ def _megatron_lm(stages: list[StageView], ctx: ExportContext) -> tuple[dict[str,
         )
     settings: dict[str, Any] = {"path": "megatron-lm", "schedule": schedule, "transformer_config": core, "data_parallel_size": dp,
                                 "ddp_config": dict(knobs.ddp), "microbatches": ctx.microbatches}
+    if knobs.te_core:  # set by the flags too; megatron-core validates them only where Transformer Engine is installed
+        settings["transformer_config_te"] = dict(knobs.te_core)
     flags = [
         f"--num-layers {n_layers}",
+        *((f"--mtp-num-layers {n_mtp}",) if n_mtp else ()),
         f"--tensor-model-parallel-size {tp}",
         f"--pipeline-model-parallel-size {pp}",
         f'--pipeline-model-parallel-layout "{text}"',
@@ -529,9 +548,14 @@ def export_megatron(stages: list[StageView], ctx: ExportContext) -> Export:
                       ("this plan has no language-model stage; Megatron's pipeline layout describes decoder stages",), CHECKED_WITH)
     settings, flags, notes, lm_reasons = _megatron_lm(stages, ctx)
     if not lm_reasons:
+        if any(r in VISION_ROLES for s in stages for r in s.roles):
+            recipe = BRIDGE_RECIPES.get(ctx.model or "")
+            if recipe is not None:
+                return _bridge_export(stages, settings, notes, recipe, ctx)
+            return _template_export(settings, flags, notes, ctx)
         env = "export CUDA_DEVICE_MAX_CONNECTIONS=1\n" if "env" in settings else ""
         snippet = env + "torchrun $DISTRIBUTED_ARGS pretrain_gpt.py $MODEL_ARGS \\\n    " + " \\\n    ".join(flags)
-        return Export("megatron", settings, snippet, tuple(notes), True, (), CHECKED_WITH)
+        return Export("megatron", {**settings, "launch": "command"}, snippet, tuple(notes), True, (), CHECKED_WITH)
     lm = tuple(f"Megatron-LM: {r}" for r in lm_reasons)
     if ctx.schedule != "1f1b":
         return _not_expressible(stages, lm + (f"MIMO: the export writes MIMO grids for 1F1B plans only (this plan is for "
@@ -541,6 +565,60 @@ def export_megatron(stages: list[StageView], ctx: ExportContext) -> Export:
         return _not_expressible(stages, lm + tuple(f"MIMO: {r}" for r in mimo_reasons))
     exported, mimo_reasons, notes = _mimo_export(stages, grid, ctx, lm_reasons)
     return exported or _not_expressible(stages, lm + tuple(f"MIMO: {r}" for r in mimo_reasons), notes)
+
+
+# notes of the Megatron-LM flags that the Bridge recipe's provider makes moot (it reads the router from the
+# checkpoint's config and builds the vision encoder with its own config)
+_LM_ONLY_NOTES = ("--moe-router-topk-scaling-factor", "do not state the router", "Megatron's LLaVA path")
+
+
+def _bridge_export(stages: Sequence[StageView], settings: Mapping[str, Any], notes: Sequence[str], recipe: BridgeRecipe,
+                   ctx: ExportContext) -> Export:
+    """The plan as its Megatron Bridge recipe's launch (:mod:`.bridge`), or why the overrides cannot set it."""
+    core, ddp = settings["transformer_config"], settings["ddp_config"]
+    te_core = settings.get("transformer_config_te", {})
+    training = settings.get("training")
+    batch = (training["micro_batch_size"], training["global_batch_size"]) if training else None
+    fp8 = None
+    if core.get("fp8"):
+        fp8, why = bridge_fp8(str(core["fp8_recipe"]), bool(core.get("fp8_param")),
+                              int(core.get("num_layers_at_start_in_bf16", 0)) if core.get("first_last_layers_bf16") else 0)
+        if why:
+            return _not_expressible(list(stages), (f"Megatron Bridge: {why}",))
+    overrides = bridge_overrides(core, ddp, te_core, batch, fp8, ctx.seq_length)
+    env = dict(settings.get("env", {}))
+    world = settings["data_parallel_size"] * core["tensor_model_parallel_size"] * core["pipeline_model_parallel_size"] \
+        * core.get("context_parallel_size", 1)
+    out = {**settings, "path": "megatron-bridge", "launch": "command",
+           "bridge": {"commit": BRIDGE_COMMIT, "recipe": recipe.function, "step_func": recipe.step_func,
+                      "hf_path": recipe.hf_path, "source": recipe.source, "overrides": overrides}}
+    kept = [n for n in notes if not any(m in n for m in _LM_ONLY_NOTES)]
+    kept.append(f"Megatron Bridge's {recipe.function} (full SFT: vision encoder, projector and language model "
+                "trained) with the plan's overrides; the model's shape and router (experts, top-k, score function, "
+                "expert bias, scaling factor, load-balancing loss) are its provider's, read from "
+                f"{recipe.hf_path}'s config; the vision encoder runs on the first pipeline stage, as the plan has it")
+    if batch is None:
+        kept.append("no global batch or microbatch count given: add train.micro_batch_size and train.global_batch_size "
+                    "so that m holds")
+    if ctx.seq_length is None:
+        kept.append("the plan's sequence length is not in the result: add dataset.seq_length=<tokens per sample the "
+                    "plan was costed with> (the recipe's own is its default)")
+    return Export("megatron", out, bridge_snippet(recipe, overrides, world, env), tuple(kept), True, (),
+                  f"megatron-core 0.16.1 (the overrides' TransformerConfig and DDP-config fields); Megatron Bridge recipe, "
+                  f"runner and field names at {BRIDGE_COMMIT[:12]} (Bridge itself not run: it needs Transformer Engine)")
+
+
+def _template_export(settings: Mapping[str, Any], flags: Sequence[str], notes: Sequence[str],
+                     ctx: ExportContext) -> Export:
+    """A VLM without a Megatron Bridge recipe: the layout as Megatron-LM flags, marked as a template, not a launch."""
+    env = "export CUDA_DEVICE_MAX_CONNECTIONS=1\n" if "env" in settings else ""
+    head = ("# TEMPLATE, not a launch: neither Megatron-LM nor Megatron Bridge ships an entry point for "
+            f"{ctx.model or 'this VLM'}; these flags set the language model's layout and knobs in the model code you "
+            "bring (pretrain_gpt.py trains the language model alone)\n")
+    snippet = head + env + "torchrun $DISTRIBUTED_ARGS pretrain_gpt.py $MODEL_ARGS \\\n    " + " \\\n    ".join(flags)
+    kept = [*notes, "template: the vision encoder and projector need model code of their own (Megatron Bridge has "
+                    "recipes for Qwen2.5-VL, Qwen3-VL and GLM-4.5V: " + ", ".join(sorted(BRIDGE_RECIPES)) + ")"]
+    return Export("megatron", {**settings, "launch": "template"}, snippet, tuple(kept), True, (), CHECKED_WITH)
 
 
 def _mimo_fp8(stages: Sequence[StageView], grid: MimoGrid, hints: PrecisionHints,
@@ -584,7 +662,7 @@ def _mimo_export(stages: Sequence[StageView], grid: MimoGrid, ctx: ExportContext
     _, llm, _ = _split(stages)
     symbols, layout_notes = _layout_symbols(llm)
     notes += layout_notes
-    settings = {"path": "mimo", "mimo": grid.to_dict(), "llm_transformer_config": {
+    settings = {"path": "mimo", "launch": "template", "mimo": grid.to_dict(), "llm_transformer_config": {
         "num_layers": sum(s.count("decoder") for s in llm),
         "pipeline_model_parallel_size": grid.llm.pp,
         "tensor_model_parallel_size": grid.llm.tp,
@@ -600,7 +678,10 @@ def _mimo_export(stages: Sequence[StageView], grid: MimoGrid, ctx: ExportContext
     if any(g.tp > 1 for g in grid.modules.values()):
         notes.append("TP > 1: launch with CUDA_DEVICE_MAX_CONNECTIONS=1")
     notes.append("Megatron-LM flags cannot run it: " + "; ".join(lm_reasons))
-    return Export("megatron", settings, _mimo_snippet(grid, module_knobs), tuple(notes), True, (), CHECKED_WITH), [], notes
+    notes.append("template: a MimoParallelismConfig for your MIMO model, not a launch (Megatron Bridge ships no MIMO "
+                 "recipe for this model); its finalize (rank ranges, world) is Bridge's and is not run here")
+    snippet = "# TEMPLATE, not a launch: the plan's MIMO grid (Megatron Bridge)\n" + _mimo_snippet(grid, module_knobs)
+    return Export("megatron", settings, snippet, tuple(notes), True, (), CHECKED_WITH), [], notes
 
 
 def _stage_layouts(stages: Sequence[StageView]) -> list[dict[str, Any]]:

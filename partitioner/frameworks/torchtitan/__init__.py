@@ -2,21 +2,15 @@
 
 Modules
 -------
-rules
-    :data:`RULES`: the schedules (:data:`SCHEDULE_NAMES`, torch's names),
-    knobs, mesh and CP/EP axes, cuts and bytes-per-parameter counts
-    torchtitan has (read by ``plan --target torchtitan`` and by the exporter).
-export
-    :func:`export_torchtitan`: a plan as ``--section.key`` overrides and a
-    ``config_registry`` function.
-
-A reader of torchtitan jobs (a ``config_registry`` function's settings, a
-0.2.x TOML file) belongs here too, as ``recipe.py`` next to the exporter it
-mirrors.
+rules: :data:`RULES`: the schedules (:data:`SCHEDULE_NAMES`), knobs, mesh, CP/EP axes and byte counts torchtitan has.
+export: :func:`export_torchtitan`: a plan as ``--section.key`` overrides and a ``config_registry`` function.
+models: :data:`TITAN_MODELS`: the torchtitan family and flavor of a preset's language model.
+recipe: a torchtitan job (``config_registry`` settings, a 0.2.x TOML file) read as a recipe (the importer).
 """
 from __future__ import annotations
 
 from .export import CHECKED_WITH, export_torchtitan, torchtitan_names
+from .models import TITAN_MODELS
 from .rules import RULES, SCHEDULE_NAMES
 
-__all__ = ["RULES", "SCHEDULE_NAMES", "CHECKED_WITH", "export_torchtitan", "torchtitan_names"]
+__all__ = ["RULES", "SCHEDULE_NAMES", "CHECKED_WITH", "export_torchtitan", "torchtitan_names", "TITAN_MODELS"]

@@ -35,6 +35,7 @@ from ..stages import (
     segment_knobs,
 )
 from .fp8 import torchtitan_fp8
+from .models import TitanModel, titan_model
 from .rules import RULES, SCHEDULE_NAMES, SCHEDULE_REFUSALS, torchtitan_expert_tp
 
 __all__ = ["export_torchtitan", "torchtitan_names", "CHECKED_WITH", "AC_MODES", "AC_CLASSES"]
@@ -201,14 +202,17 @@ def _overrides(cfg: Mapping[str, Mapping[str, Any]], ac: str = "none") -> list[s
 
 
 def _registry_function(cfg: Mapping[str, Mapping[str, Any]], base: str, ac: str = "none",
-                       fp8: tuple[Sequence[str], Sequence[str]] = ((), ())) -> str:
+                       fp8: tuple[Sequence[str], Sequence[str]] = ((), ()), model: TitanModel | None = None) -> str:
     """The ``config_registry`` function; ``fp8`` = (import lines, converter expressions) of an FP8 plan
-    (:func:`.fp8.torchtitan_fp8`), applied to the model config as torchtitan's ``model_registry`` does."""
+    (:func:`.fp8.torchtitan_fp8`), applied to the model config as torchtitan's ``model_registry`` does;
+    ``model``: the family whose flavor replaces the base function's own (:mod:`.models`)."""
     module, _, func = base.rpartition(".")
     imports, converters = fp8
+    flavor = model is not None and model.flavor != model.config_flavor
     lines = [
         "# config_registry.py of your own package; run: -m torchtitan.train --module <package> --config planned",
         f"from {module} import {func} as _base",
+        *([f"from torchtitan.models.{model.family} import model_registry"] if flavor and model else []),
         *([f"from torchtitan.distributed.activation_checkpoint import {AC_CLASSES[ac]}"] if ac in AC_CLASSES else []),
         *imports,
         "",
@@ -218,6 +222,7 @@ def _registry_function(cfg: Mapping[str, Mapping[str, Any]], base: str, ac: str 
         "def planned():",
         f'    """{base}() with the planned pipeline split, mesh and batch."""',
         "    config = _base()",
+        *([f"    config.model_spec = model_registry({model.flavor!r})"] if flavor and model else []),
     ]
     for section, values in cfg.items():
         for key, value in values.items():
@@ -228,6 +233,33 @@ def _registry_function(cfg: Mapping[str, Mapping[str, Any]], base: str, ac: str 
                   "        config.model_spec.model = converter.build().convert(config.model_spec.model)"]
     lines.append("    return config")
     return "\n".join(lines)
+
+
+def _model_notes(model: TitanModel | None, base: str, no_family: str | None, name: str | None,
+                 vision: Sequence[int]) -> list[str]:
+    """What the job's model is: the matched family and flavor, or why none; and what of a VLM it does not train."""
+    notes: list[str] = []
+    if model is not None:
+        notes.append(f"torchtitan's {model.family} family, flavor {model.flavor} ({base}()"
+                     + (f" with model_spec = model_registry({model.flavor!r})" if model.flavor != model.config_flavor else "")
+                     + f"): {name}'s language model")
+    elif no_family is not None:
+        notes.append(f"no torchtitan model for {name or 'this MoE model'}: {no_family}; the config_registry function "
+                     f"starts from {base}(), a placeholder for your model's config function")
+    else:
+        notes.append("the config_registry function starts from " + base + "(): replace it with your model's config "
+                     "function")
+    if vision:
+        notes.append(
+            f"TEMPLATE for this VLM: torchtitan 0.3 does not train {name or 'this model'}'s vision tower ("
+            + (f"its {model.family} family builds the language model only" if model else "no torchtitan model has it")
+            + f"): the vision encoder and projector the plan puts on stage(s) {list(vision)} (vision_encoder in the "
+            "parts) need a model class of your own with a top-level vision_encoder run in the embedding step")
+    notes.append("module names follow torchtitan's own models (vision_encoder, tok_embeddings, layers.<k>, norm, "
+                 "lm_head); other modules are top-level children named by their Hugging Face FQN with '.' -> '_' "
+                 "(fqn_map lists them): the model's forward must skip the children a stage does not hold (torchtitan "
+                 "sets them to None)")
+    return notes
 
 
 def export_torchtitan(stages: list[StageView], ctx: ExportContext) -> Export:
@@ -269,6 +301,8 @@ def export_torchtitan(stages: list[StageView], ctx: ExportContext) -> Export:
         "module_fqns_per_model_part": parts,
     }
     training: dict[str, Any] = {"disable_cuda_graphs": True} if pp > 1 else {}  # torchtitan 0.3: no CUDA graphs with PP
+    if ctx.seq_length is not None:  # the plan's tokens per sample, not the base config's
+        training.update(seq_len=ctx.seq_length)
     if b is not None and pp > 1:  # one accumulation step of m pipeline microbatches
         parallelism.update(pipeline_parallel_microbatch_size=b.micro)
         training.update(local_batch_size=b.global_batch // dp, global_batch_size=b.global_batch)
@@ -282,26 +316,35 @@ def export_torchtitan(stages: list[StageView], ctx: ExportContext) -> Export:
         notes.append("no global batch or microbatch count given: set training.local_batch_size, global_batch_size and "
                      "parallelism.pipeline_parallel_microbatch_size so that torchtitan runs m microbatches")
     cfg = {"parallelism": parallelism, "training": training} if training else {"parallelism": parallelism}
-    base = ctx.torchtitan_base or "torchtitan.models.llama3.config_registry.llama3_8b"
+    model, base, no_family = titan_model(ctx.model, ctx.moe is not None)
+    if ctx.torchtitan_base:
+        model, base, no_family = None, ctx.torchtitan_base, None
     overrides = _overrides(cfg, ac)
     settings: dict[str, Any] = {"config": cfg, "activation_checkpoint": ac, "overrides": overrides, "module_fqns_per_model_part": parts,
                 "fqn_map": fqn_map, "microbatches": ctx.microbatches}
     if converters:
         settings.update(converters=list(converters))
     world = pp * dp * tp * stages[0].cp
+    own_cli = model is not None and model.flavor == model.config_flavor  # torchtitan's own --module/--config run it
+    job = f"--module {model.family} --config {model.config}" if own_cli and model else \
+        '--module "$MODEL_MODULE" --config "$MODEL_CONFIG"'
     snippet = (
         f"# {world} GPUs: torchrun with --nnodes x --nproc_per_node = {world}\n"
-        'torchrun $DISTRIBUTED_ARGS -m torchtitan.train --module "$MODEL_MODULE" --config "$MODEL_CONFIG" \\\n    '
+        f"torchrun $DISTRIBUTED_ARGS -m torchtitan.train {job} \\\n    "
         + " \\\n    ".join(overrides)
         + "\n\n# or, as a config_registry function:\n"
-        + _registry_function(cfg, base, ac, (fp8_imports, converters))
+        + _registry_function(cfg, base, ac, (fp8_imports, converters), model)
     )
-    notes.append(
-        "the config_registry function starts from " + base + "(): replace it with your model's config function; "
-        "module names follow torchtitan's own models (vision_encoder, tok_embeddings, layers.<k>, norm, lm_head); other "
-        "modules are top-level children named by their Hugging Face FQN with '.' -> '_' (fqn_map lists them): the "
-        "model's forward must skip the children a stage does not hold (torchtitan sets them to None)"
-    )
+    vision = [s.index for s in stages if any(r in VISION_ROLES for r in s.roles)]
+    mtp = sum(s.count("mtp") for s in stages)
+    notes += _model_notes(model, base, no_family, ctx.model, vision)
+    if mtp and model is not None:
+        notes.append(f"TEMPLATE: the plan trains {mtp} multi-token prediction module(s); {model.config}() builds none: "
+                     f"build the model with model_registry({model.flavor!r}, num_mtp_layers={mtp}) and MTPLoss, as "
+                     "torchtitan's deepseek_v3_debugmodel_mtp does, with the module names of its MTP block")
+    settings["model"] = {"family": model.family if model else None, "flavor": model.flavor if model else None,
+                         "base": base, "trains": "language model only" if vision else "whole model"}
+    settings["launch"] = "command" if model is not None and not vision and not mtp else "template"
     if any(s.count("action") for s in stages) or any("+" in m for s in stages for m in s.modules):
         notes.append("torchtitan has no VLA model: the action modules need a model class of your own with these top-level names")
     if tp > 1:

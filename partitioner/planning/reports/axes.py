@@ -8,8 +8,11 @@ layers keep theirs. Those plans are plans of the original problem (their
 layouts are a subset of its layouts), so the forced optimum is the best plan
 in which every layer that can use the axis does, valued by the one
 ``evaluate``; the kept plan is at least as good, and the difference is what
-the axis would cost. :class:`AxisAlternative` is one axis's record, the
-result's optional ``axes_not_chosen`` section.
+the axis would cost. When no time is left for the forced solve, or it finds
+nothing better, :func:`switched_plan` states the kept plan with the axis
+switched on where its layouts offer it, valued by the same ``evaluate``.
+:class:`AxisAlternative` is one axis's record, the result's optional
+``axes_not_chosen`` section.
 """
 from __future__ import annotations
 
@@ -17,11 +20,11 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, Mapping
 
 from ...core.deadline import Deadline
-from ...plan import Plan, PlanError, evaluate
+from ...plan import Plan, PlanError, SolveResult, Stage, evaluate
 from ...problem import Layer, Layout, Problem
 from ...solvers import solve
 
-__all__ = ["AxisAlternative", "AXES", "forced_problem", "axis_alternatives", "AXIS_SOLVE_SECONDS"]
+__all__ = ["AxisAlternative", "AXES", "forced_problem", "switched_plan", "axis_alternatives", "AXIS_SOLVE_SECONDS"]
 
 Axis = Literal["ep", "cp"]
 AXES: tuple[Axis, ...] = ("ep", "cp")
@@ -78,7 +81,7 @@ class AxisAlternative:
         what = f"{self.axis} > 1 on every layer that offers it"
         if self.value is None:
             return f"{self.axis} not chosen: no plan with {what} ({self.status}: {self.message or 'no reason given'})"
-        cut = "" if self.status == "optimal" else f" ({self.status}: the forced solve was cut short)"
+        cut = "" if self.status == "optimal" else f" ({self.status}: {self.message or 'the forced solve was cut short'})"
         return (f"{self.axis} not chosen: the best plan with {what} takes {self.value:.1f} ms ({self.objective}), "
                 f"{(self.slowdown or 1.0) - 1:+.1%} against the kept {self.kept_value:.1f} ms; "
                 f"stages {' | '.join(self.layouts)}{cut}")
@@ -98,6 +101,54 @@ def forced_problem(problem: Problem, axis: Axis) -> Problem | None:
     if not any(_offers(k, axis) for layer in problem.layers for k in layer.costs):
         return None
     return replace(problem, layers=tuple(_forced_layer(layer, axis) for layer in problem.layers))
+
+
+def _switched(layout: Layout, axis: Axis, degree: int) -> Layout:
+    """``layout`` with ``axis`` at ``degree`` on the same GPUs (cp takes its GPUs from dp; ep folds onto them)."""
+    if axis == "ep":
+        return replace(layout, ep=degree, etp=1)
+    return replace(layout, dp=layout.dp * layout.cp // degree, cp=degree)
+
+
+def _stage_switched(problem: Problem, stage: Stage, axis: Axis, degree: int) -> tuple[Stage, bool]:
+    """``stage`` with every segment that offers ``axis`` at ``degree`` switched to it, and whether one was."""
+    configs, changed = [], False
+    for (first, last), layout in stage.segment_configs(problem):
+        new = _switched(layout, axis, degree)
+        if new.devices == layout.devices and all(new in problem.layers[i].costs for i in range(first, last + 1)):
+            configs.append(new)
+            changed = True
+        else:
+            configs.append(layout)
+    return Stage.from_configs(stage.first_layer, stage.last_layer, stage.devices, configs, stage.device_ids), changed
+
+
+def switched_plan(forced: Problem, plan: Plan, axis: Axis) -> Plan | None:
+    """The kept ``plan`` with ``axis`` switched on, at the degree (one for every stage) that evaluates best.
+
+    ``forced`` is :func:`forced_problem` of the kept plan's problem. Each
+    segment whose layers all hold the same layout with ``axis`` at that
+    degree on the same GPUs takes it (ep folds onto the segment's GPUs with
+    etp 1; cp takes its GPUs from dp); the stage cuts, sizes and placement
+    stay. The result is a plan of ``forced`` (``evaluate`` refuses any other,
+    e.g. one leaving a layer that offers the axis without it), so never
+    better than the forced optimum; None when no degree gives one.
+    """
+    problem = forced
+    degrees = sorted({getattr(k, axis) for layer in problem.layers for k in layer.costs} - {1})
+    best: tuple[float, Plan] | None = None
+    for degree in degrees:
+        stages = [_stage_switched(problem, stage, axis, degree) for stage in plan.stages]
+        if not any(changed for _, changed in stages):
+            continue
+        candidate = Plan(tuple(stage for stage, _ in stages))
+        try:
+            value = evaluate(problem, candidate).value
+        except PlanError:
+            continue
+        if best is None or value < best[0]:
+            best = (value, candidate)
+    return None if best is None else best[1]
 
 
 def _uses(problem: Problem, plan: Plan, axis: Axis) -> bool:
@@ -128,19 +179,30 @@ def axis_alternatives(problem: Problem, plan: Plan, method: str = "dp", deadline
         if forced is None or _uses(problem, plan, axis):
             continue
         seconds = _seconds(deadline)
-        if seconds <= 0:
-            out.append(AxisAlternative(axis, "skipped", None, kept.value, kept.objective,
-                                       message="the time limit left no time for it"))
-            continue
-        result = solve(forced, method, time_limit=seconds, options=options)
+        switched = switched_plan(forced, plan, axis)
+        result = solve(forced, method, time_limit=seconds, options=options) if seconds > 0 else None
         value: float | None = None
-        layouts: tuple[str, ...] = ()
-        if result.plan is not None:
+        if result is not None and result.plan is not None:
             try:
                 value = evaluate(problem, result.plan).value
             except PlanError as err:  # a forced plan is a plan of the problem: say so if it ever is not
                 out.append(AxisAlternative(axis, "error", None, kept.value, kept.objective, message=str(err)))
                 continue
-            layouts = _layouts(problem, result.plan)
-        out.append(AxisAlternative(axis, result.status, value, kept.value, kept.objective, layouts, result.message))
+        out.append(_alternative(problem, axis, kept.value, kept.objective, result, value, switched))
     return tuple(out)
+
+
+def _alternative(problem: Problem, axis: Axis, kept_value: float, objective: str, result: SolveResult | None,
+                 value: float | None, switched: Plan | None) -> AxisAlternative:
+    """The record of one axis: the forced solve's plan, or the switched kept plan when that is all or better."""
+    own = None if switched is None else evaluate(problem, switched).value
+    if own is not None and (value is None or own < value):
+        why = ("the time limit left no time for a forced solve" if result is None else
+               f"the forced solve ({result.status}) found nothing faster")
+        return AxisAlternative(axis, "feasible", own, kept_value, objective, _layouts(problem, switched),
+                               f"{why}: the kept plan with {axis} switched on where its layouts offer it")
+    if result is None:
+        return AxisAlternative(axis, "skipped", None, kept_value, objective,
+                               message="the time limit left no time for it")
+    layouts = _layouts(problem, result.plan) if result.plan is not None else ()
+    return AxisAlternative(axis, result.status, value, kept_value, objective, layouts, result.message)

@@ -92,7 +92,9 @@ def test_dispatch_volume_worked_example():
     copies = routed_copies(4096, 8, 128)
     assert copies == 8 * 4096
     span = group_span(8, 1, 8, 8)
-    opts = CostOptions(collective_latency_us=0.0, nvlink_efficiency=1.0)
+    # ideal links: no latency, NVLink and the NICs at their line rates
+    opts = CostOptions.from_mapping({"collective_latency_us": 0.0, "nvlink_efficiency": 1.0,
+                                     "alltoall_network_efficiency": 1.0})
     fwd, bwd = moe_comm_ms(copies, 2048, 8, 1, span, GroupSpan(1, 1), intra_GBps=450.0, inter_GBps=50.0, opts=opts,
                            probs_bytes=0.0)
     one = 7 / 8 * 4096 * 8 * 2048 * 2

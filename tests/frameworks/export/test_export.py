@@ -138,6 +138,9 @@ def test_vision_stage_gives_a_heterogeneous_mimo_grid_that_tiles_the_world(seed_
     assert mods["llm"] == {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2, "data_parallel_size": 1, "rank_offset": 4}
     assert "--encoder-" not in exp.snippet and "encoder_" not in json.dumps(exp.settings)
     compile(exp.snippet, "<mimo>", "exec")
+    # a grid for the user's MIMO model, not a launch: said in the settings, the snippet and a note
+    assert exp.settings["launch"] == "template" and exp.snippet.startswith("# TEMPLATE, not a launch")
+    assert any(n.startswith("template:") for n in exp.notes)
     layout = parse_megatron_layout(exp.settings["llm_transformer_config"]["pipeline_model_parallel_layout"])
     assert [s.count("t") for s in layout] == [16, 16]
     assert any("Megatron-LM flags cannot run it" in n and "removed" in n for n in exp.notes)

@@ -85,3 +85,36 @@ def test_the_forced_optimum_is_a_plan_of_the_problem_and_never_beats_its_optimum
         assert alt.status == "optimal" and math.isclose(alt.value, oracle.value, rel_tol=1e-6, abs_tol=1e-9)
         assert alt.value >= best.value * (1 - 1e-9)
         assert math.isclose(evaluate(problem, oracle.plan).value, oracle.value, rel_tol=1e-9)
+
+
+def test_with_no_time_left_the_line_gives_the_kept_plan_with_the_axis_switched_on():
+    """No time for a forced solve: the kept plan's stages with ep at the degree that evaluates best (ep 2: 2 ms
+    against ep 4's 2.2 ms), a plan of the forced problem valued by the one evaluate -- never "skipped"."""
+    from partitioner.core.deadline import Deadline
+
+    problem = _moe_problem(ep_ms=2.0)
+    kept = solve(problem, "brute")
+    spent = Deadline(1.0, spent=5.0)
+    (alt,) = axis_alternatives(problem, kept.plan, method="dp", deadline=spent)
+    assert alt.status == "feasible" and alt.layouts == ("dp4tp1+dp4tp1ep2",)
+    assert math.isclose(alt.value, 4 * 18.0, rel_tol=1e-9)  # here the switched plan is the forced optimum
+    assert "no time for a forced solve" in alt.text() and f"{alt.value:.1f} ms" in alt.text()
+
+
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=list(HealthCheck))
+@given(small_v3_problems(max_layers=5, ties=False))
+def test_the_switched_plan_is_a_plan_of_the_forced_problem_never_better_than_its_optimum(problem):
+    from partitioner.planning.reports.axes import switched_plan
+
+    best = solve(problem, "brute")
+    if best.plan is None:
+        return
+    for axis in ("ep", "cp"):
+        forced = forced_problem(problem, axis)
+        switched = None if forced is None else switched_plan(forced, best.plan, axis)
+        if switched is None:
+            continue
+        oracle = solve(forced, "brute")
+        assert oracle.plan is not None  # the switched plan is one
+        assert evaluate(forced, switched).value >= oracle.value * (1 - 1e-9)
+        assert any(getattr(c, axis) > 1 for s in switched.stages for _, c in s.segment_configs(forced))
