@@ -93,3 +93,19 @@ def test_a_gantt_of_an_unknown_picture_format_is_refused_at_the_door(tmp_path, c
     assert captured.out == ""
     assert_input_error(info.value.code, captured.err, str(picture), "--gantt", "suffix", "html")
     assert not picture.exists()
+
+
+@pytest.mark.parametrize("flags, flag, got", [
+    ("--num-layers 32 --num-layers-per-virtual-pipeline-stage 0", "--num-layers-per-virtual-pipeline-stage", "got 0"),
+    ("--num-layers 32 --num-layers-per-virtual-pipeline-stage -4", "--num-layers-per-virtual-pipeline-stage", "got -4"),
+    ("--pipeline-model-parallel-size 0 --num-layers 32 --num-layers-per-virtual-pipeline-stage 2",
+     "--pipeline-model-parallel-size", "got 0"),
+])
+def test_a_layers_per_virtual_stage_divisor_below_1_is_refused_naming_its_flag(flags, flag, got):
+    """Tried by hand: 0 was a ZeroDivisionError (exit 3), -4 was refused as "got -8" (the vpp it implied)."""
+    from partitioner.frameworks.megatron.recipe import read_megatron_args
+    from partitioner.problem import ProblemError
+
+    with pytest.raises(ProblemError) as info:
+        read_megatron_args(flags + " --global-batch-size 64", source="launch.sh")
+    assert info.value.path == flag and got in info.value.reason and "positive integer" in info.value.reason

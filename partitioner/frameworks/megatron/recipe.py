@@ -125,6 +125,9 @@ def _recipe_of_flags(flags: Mapping[str, list[str]], source: str) -> Recipe:
     if layers_per_virtual is not None:  # vpp = layers per pipeline rank / layers per virtual stage
         flag = "--num-layers-per-virtual-pipeline-stage"
         n, pp = fields.get("num_layers"), fields.get("pp", 1)
+        for value, named in ((layers_per_virtual, flag), (pp, "--pipeline-model-parallel-size")):
+            if value < 1:  # a divisor below: refused before the arithmetic, naming its own flag
+                raise ProblemError(f"must be a positive integer, got {value}", path=named, source=source)
         if n is None or n % pp or (n // pp) % layers_per_virtual:
             raise ProblemError(f"{layers_per_virtual} layers per virtual stage need --num-layers divisible by "
                                f"pp {pp} x {layers_per_virtual} (got --num-layers {n})", path=flag, source=source)
