@@ -109,3 +109,14 @@ def test_a_layers_per_virtual_stage_divisor_below_1_is_refused_naming_its_flag(f
     with pytest.raises(ProblemError) as info:
         read_megatron_args(flags + " --global-batch-size 64", source="launch.sh")
     assert info.value.path == flag and got in info.value.reason and "positive integer" in info.value.reason
+
+
+@pytest.mark.parametrize("mode", ['["full"]', "{a = 1}"])
+def test_a_torchtitan_ac_mode_that_is_not_a_string_is_refused_naming_it(mode):
+    """Tried by hand: ``mode = ["full"]`` was hashed against the modes (internal TypeError, exit 3)."""
+    from partitioner.frameworks.torchtitan.recipe import read_torchtitan_toml
+    from partitioner.problem import ProblemError
+
+    with pytest.raises(ProblemError) as info:
+        read_torchtitan_toml(f"[activation_checkpoint]\nmode = {mode}\n", source="job.toml")
+    assert info.value.path == "activation_checkpoint.mode" and "none, selective or full" in info.value.reason
