@@ -120,3 +120,26 @@ def test_a_torchtitan_ac_mode_that_is_not_a_string_is_refused_naming_it(mode):
     with pytest.raises(ProblemError) as info:
         read_torchtitan_toml(f"[activation_checkpoint]\nmode = {mode}\n", source="job.toml")
     assert info.value.path == "activation_checkpoint.mode" and "none, selective or full" in info.value.reason
+
+
+@pytest.mark.parametrize("field, value", [("optimizer.use_distributed_optimizer", '"maybe"'),
+                                          ("model.sequence_parallel", "[1]"), ("ddp.use_megatron_fsdp", "2")])
+def test_a_bridge_switch_that_is_not_a_boolean_is_refused_naming_it(field, value):
+    """Tried by hand: a Bridge switch of any value was read as on (``"maybe"``, ``[1]``; ``0`` too)."""
+    from partitioner.frameworks.megatron.recipe import read_bridge_config
+    from partitioner.problem import ProblemError
+
+    table, key = field.split(".")
+    with pytest.raises(ProblemError) as info:
+        read_bridge_config(f"{table}:\n  {key}: {value}\n", source="bridge.yaml")
+    assert info.value.path == field and "true or false" in info.value.reason
+
+
+def test_a_bridge_switch_of_0_is_off_and_1_is_on():
+    from partitioner.frameworks.megatron.recipe import read_bridge_config
+
+    def sequence_parallel(value: str) -> object:
+        return read_bridge_config(f"model:\n  tensor_model_parallel_size: 2\n  sequence_parallel: {value}\n").sequence_parallel
+
+    assert sequence_parallel("0") is False and sequence_parallel("false") is False
+    assert sequence_parallel("1") is True and sequence_parallel("true") is True
