@@ -9,6 +9,7 @@ what the file is and what it reads instead.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -143,3 +144,20 @@ def test_a_bridge_switch_of_0_is_off_and_1_is_on():
 
     assert sequence_parallel("0") is False and sequence_parallel("false") is False
     assert sequence_parallel("1") is True and sequence_parallel("true") is True
+
+
+@pytest.mark.parametrize("name", ["/dev/zero", "long-word.sh"])
+def test_a_recipe_file_past_its_size_is_refused_unread(tmp_path, name):
+    """Tried by hand: ``--recipe /dev/zero`` read without end (12 GB in 30 s), and a 60 MB one-word script spent
+    minutes in shell splitting. A recipe is read up to :data:`MAX_RECIPE_BYTES`, refused past it."""
+    from partitioner.frameworks.recipe_files import MAX_RECIPE_BYTES, read_recipe_file
+    from partitioner.problem import ProblemError
+
+    path = tmp_path / name
+    if name.startswith("/"):
+        path = Path(name)
+    else:
+        path.write_text("a" * (MAX_RECIPE_BYTES + 1))
+    with pytest.raises(ProblemError) as info:
+        read_recipe_file(path)
+    assert "KiB a recipe file may have" in info.value.reason and str(path) in str(info.value)
