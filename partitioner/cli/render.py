@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # the plan records, for annotations only (the CLI imports pla
     from rich.console import JustifyMethod
     from rich.progress import TaskID
 
+    from ..frameworks.common import Export
     from ..planning.recipes.estimate import Estimate
     from ..planning.records import RecipeComparison, TargetSummary
     from ..planning.results import ModelPlan
@@ -282,7 +283,7 @@ def print_plan_summary(problem: Problem, result: "ModelPlan", seconds: float | N
         out.print(f"\n[bold]{target}[/bold]")
         sys.stdout.flush()
         sys.stdout.write(exp.text())  # unwrapped: meant to be pasted
-    out.print("\nexportable: " + "; ".join(f"{t} {'yes' if e.expressible else 'no'}" for t, e in exports.items()), markup=False)
+    out.print("\nexportable: " + "; ".join(f"{t} {_exportable(e)}" for t, e in exports.items()), markup=False)
     if result.targets:
         out.print("\nbest plan each framework runs (each line is what plan --target T answers with these options):",
                   markup=False)
@@ -531,3 +532,10 @@ def print_comparison(comparison: Any, results_path: Path, per_problem: bool) -> 
         for row in rows:
             ptable.add_row(*row)
         out.print(ptable)
+
+
+def _exportable(export: Export) -> str:
+    """``yes``, ``yes (a template, not a launch)`` or ``no``: what the ``exportable:`` line says of one framework."""
+    if not export.expressible:
+        return "no"
+    return "yes (a template, not a launch)" if export.settings.get("launch") == "template" else "yes"

@@ -16,12 +16,33 @@ import os
 import time
 from typing import Callable
 
-__all__ = ["Deadline", "GRACE_SECONDS", "load_slowdown", "process_seconds"]
+__all__ = ["Deadline", "GRACE_SECONDS", "FIRST_PLAN_GRACE_SECONDS", "TimeLimitReached", "load_slowdown",
+           "process_seconds"]
 
 # The one solve a run may still start after its deadline when it has found nothing at all yet (no baseline fits and
 # no plan was solved): without it a limit shorter than the problem building would always answer "no plan". One such
 # solve per run, so the command stays within the limit plus this grace (the issue asks for S + 5 s at most).
 GRACE_SECONDS = 1.0
+# How long past the command's limit ``plan`` may still build and screen microbatch counts while it knows no plan
+# at all (no count screened, or none with a baseline or greedy plan): the first problem of a 1,024-GPU job is about
+# a CPU second to build, several wall seconds at a load of 8 on 2 cores, and a limit that passes during it would
+# otherwise answer "no plan" where one exists. With GRACE_SECONDS and the answer's rendering the command stays
+# within the S + 5 s of issue 35; the builds stop at it between layouts.
+FIRST_PLAN_GRACE_SECONDS = 3.0
+
+
+class TimeLimitReached(Exception):
+    """A step with no partial answer (building a problem) stopped because its :class:`Deadline` passed.
+
+    Raised between units of work (a layer's table, a layout), never inside
+    one, so nothing is left half-built; the caller records the cut
+    (:meth:`Deadline.cut`) and answers with what it has. ``what`` names the
+    step and where it stopped.
+    """
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
 
 
 class Deadline:
@@ -74,6 +95,17 @@ class Deadline:
     def expired(self) -> bool:
         """Whether the deadline has passed."""
         return self.left() <= 0.0
+
+    def extended(self, seconds: float) -> "Deadline":
+        """A deadline ``seconds`` after this one, on the same clock, with cuts of its own (no limit stays none)."""
+        if self.seconds is None:
+            return Deadline(None, self._clock)
+        return Deadline(self.seconds + seconds, self._clock, spent=self.elapsed(), whole=self.whole)
+
+    def check(self, what: str) -> None:
+        """Raise :class:`TimeLimitReached` naming ``what`` when the deadline has passed (a no-op without a limit)."""
+        if self._end is not None and self._clock() >= self._end:
+            raise TimeLimitReached(what)
 
     def at(self) -> float | None:
         """The deadline on :func:`time.perf_counter`'s clock (what the solvers' loops compare with), None without one.

@@ -16,7 +16,7 @@ More (the detail of this module): ``docs/internals/costs.md``, section ``partiti
 from __future__ import annotations
 
 from ..presets import list_clusters, list_models, load_cluster, load_model
-from .build import ProblemBuilder, build_problem, cluster_layouts, layouts_for, usable_memory_bytes
+from .build import ProblemBuilder, TermsStore, build_problem, cluster_layouts, layouts_for, usable_memory_bytes
 from .comm import allreduce_ms, grad_sync_ms
 from .compute.flops import efficiency, forward_flops, model_flops_per_sample
 from .entry import TIME_TERMS, block_time_terms, layer_cost, optimizer_step_ms, tied_sync_ms
@@ -34,6 +34,7 @@ __all__ = [
     "PipelineLayer",
     "build_problem",
     "ProblemBuilder",
+    "TermsStore",
     "model_layers",
     "layer_cost",
     "block_time_terms",

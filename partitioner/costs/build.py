@@ -13,14 +13,15 @@ when given (:mod:`.profile`).
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ..core.deadline import Deadline
 from ..presets import ClusterSpec, ModelSpec, load_cluster, load_model
 from ..problem import OBJECTIVES, Cluster, Layout, Problem, ProblemError
 from .axes.experts import ep_problem
-from .axes.wiring import cp_allows, cp_layer_terms, moe_ep_cost, sync_layout
+from .axes.wiring import cp_allows, cp_layer_terms, moe_dense_pieces, moe_ep_cost, sync_layout
 from .compute.flops import forward_flops, model_flops_per_sample
 from .compute.precision import check_precision, describe_precision, precision_summary
 from .entry import finish_cost, layer_terms
@@ -30,8 +31,55 @@ from .options import CostOptions
 from .profile import _apply_profile_doc, load_profile
 from .variants import Knobs, applies, describe, variant_knobs
 
-__all__ = ["build_problem", "ProblemBuilder", "cluster_layouts", "job_cluster_fields", "layouts_for", "ep_splits", "cp_offered",
+__all__ = ["build_problem", "ProblemBuilder", "TermsStore", "COUNT_FIELDS", "terms_options", "cluster_layouts", "job_cluster_fields", "layouts_for", "ep_splits", "cp_offered",
            "cost_signature", "usable_memory_bytes", "tied_layers", "recompute_settings"]
+
+
+# The cost options a weight-memory count sets (:meth:`~.memory.param_memory.ParamBytes.option_overrides` and its
+# name): bytes per parameter of the weights and optimizer states, of the gradients' reduction, of frozen weights.
+# :func:`~.entry.finish_cost` and the routed experts' weight and gradient terms read them; the compute terms
+# (:func:`~.entry.layer_terms`, :func:`~.axes.wiring.cp_layer_terms`) never do, so builders whose options differ
+# only here share those terms (:class:`TermsStore`; tests/costs/test_build_cut.py builds every count with and
+# without the shared terms and compares the problems).
+COUNT_FIELDS = ("memory_count", "bytes_per_param", "optimizer_bytes_per_param", "grad_bytes_per_param",
+                "frozen_bytes_per_param")
+_COUNT_DEFAULTS: dict[str, Any] = {name: getattr(CostOptions(), name) for name in COUNT_FIELDS}
+
+TermsKey = tuple[int, int, float, str, int, int]  # (signature, tp, samples, recompute, cp, devices under cp)
+Terms = tuple[float, float, float, float]  # (fwd, B, W, act) of layer_terms / cp_layer_terms
+
+
+def terms_options(opts: CostOptions) -> CostOptions:
+    """``opts`` with :data:`COUNT_FIELDS` at their defaults: the part of the options the compute terms read."""
+    return replace(opts, **_COUNT_DEFAULTS)
+
+
+@dataclass
+class TermsStore:
+    """The compute terms of one model on one job (cluster, nodes, GPUs), shared by its :class:`ProblemBuilder` s.
+
+    Per :func:`terms_options` of a builder's options, the terms of each
+    layer signature at ``(tp, samples per replica, recompute, cp, the cp
+    group's devices)`` (a MoE layer's: those of its dense part). A plan
+    command's builders differ in the weight-memory count of each target and
+    ZeRO stage (:mod:`partitioner.planning.targets.memory`) and share every
+    term. ``computed`` counts the terms computed (not found) so far.
+    """
+
+    spec: ModelSpec
+    cluster: ClusterSpec
+    nodes: int
+    gpus: int | None = None
+    by_options: dict[CostOptions, dict[TermsKey, Terms]] = field(default_factory=dict)
+    computed: int = 0
+
+    def table(self, spec: ModelSpec, cluster: ClusterSpec, nodes: int, gpus: int | None,
+              opts: CostOptions) -> dict[TermsKey, Terms]:
+        """The terms of builders with these inputs and options (ValueError for another model or job)."""
+        if (spec, cluster, nodes, gpus) != (self.spec, self.cluster, self.nodes, self.gpus):
+            raise ValueError(f"a TermsStore of {self.spec.name} on {self.nodes} x {self.cluster.name} "
+                             f"holds no terms of {spec.name} on {nodes} x {cluster.name}")
+        return self.by_options.setdefault(terms_options(opts), {})
 
 
 def usable_memory_bytes(cluster: ClusterSpec, opts: CostOptions) -> float:
@@ -260,19 +308,25 @@ class ProblemBuilder:
     are kept across builds: every dp and ZeRO stage shares them, and so do
     the microbatch counts m whose m x dp give the same samples.
     ``build(global_batch, m)`` equals ``build_problem`` with the same arguments.
+
+    ``terms``: a :class:`TermsStore` of the same model and job shared with
+    other builders (whose options may differ in the weight-memory count);
+    default: the builder's own.
     """
 
     def __init__(self, model: str | ModelSpec, cluster: str | ClusterSpec, *, nodes: int,
                  options: Mapping[str, Any] | CostOptions | None = None, objective: str = "iteration",
                  profile: str | Path | Sequence[Mapping[str, Any]] | None = None, max_stages: int | None = None,
-                 gpus: int | None = None):
+                 gpus: int | None = None, terms: TermsStore | None = None):
         self.spec = load_model(model)
         self.cluster = load_cluster(cluster)
         self.opts = CostOptions.from_mapping(options)
         self.nodes, self.objective, self.profile, self.max_stages = nodes, objective, profile, max_stages
         self.gpus = gpus
         self._static: tuple[list[PipelineLayer], list[int], list[Knobs] | None, list[Layout]] | None = None
-        self._terms: dict[tuple[int, int, float, str, int, int], tuple[float, float, float, float]] = {}
+        self.store = terms if terms is not None else TermsStore(self.spec, self.cluster, nodes, gpus)
+        self._terms = self.store.table(self.spec, self.cluster, nodes, gpus, self.opts)
+        self._dense: dict[int, tuple[Piece, ...]] = {}  # a MoE layer signature's dense pieces
         self._experts = {m.name: m.experts for m in self.spec.modules if m.experts > 0}
 
     def _layers(self) -> tuple[list[PipelineLayer], list[int], list[Knobs] | None, list[Layout]]:
@@ -294,9 +348,31 @@ class ProblemBuilder:
         return any(ep_splits(n, lay, self.cluster.gpus_per_node, self.opts) for n in self._experts.values()
                    for lay in all_layouts)
 
+    def _layer_terms(self, layer: PipelineLayer, signature: int, lay: Layout, samples: float, recompute: str,
+                     moe: bool) -> Terms:
+        """:func:`~.axes.wiring.cp_layer_terms` of ``layer`` (a MoE layer: of its dense part), computed once per key."""
+        key = (signature, lay.tp, samples, recompute, lay.cp, lay.devices if lay.cp > 1 else 0)
+        terms = self._terms.get(key)
+        if terms is None:
+            pieces = self._dense_pieces(layer, signature) if moe else None
+            terms = self._terms[key] = cp_layer_terms(layer, lay, samples, recompute, self.cluster, self.opts, pieces)
+            self.store.computed += 1
+        return terms
+
+    def _dense_pieces(self, layer: PipelineLayer, signature: int) -> tuple[Piece, ...]:
+        """:func:`~.axes.wiring.moe_dense_pieces` of a MoE layer, once per signature."""
+        found = self._dense.get(signature)
+        if found is None:
+            found = self._dense[signature] = moe_dense_pieces(layer)
+        return found
+
     def _table(self, layer: PipelineLayer, signature: int, all_layouts: Sequence[Layout], mb: int, microbatches: int,
-               knob_list: list[Knobs] | None) -> dict[str, Any]:
-        """The ``costs`` document of ``layer``: one entry per usable layout and knob setting, in order of emission."""
+               knob_list: list[Knobs] | None, deadline: Deadline, zero: int | None = None) -> dict[str, Any]:
+        """The ``costs`` document of ``layer``: one entry per usable layout and knob setting, in order of emission.
+
+        ``deadline`` is checked before each layout (:class:`~partitioner.core.deadline.TimeLimitReached`);
+        ``zero``: only the knob settings of that ZeRO stage, and every setting at dp = 1 (:meth:`build`).
+        """
         cl, opts = self.cluster, self.opts
         allowed = layouts_for(layer, all_layouts, mb, opts)
         if not allowed:
@@ -310,20 +386,22 @@ class ProblemBuilder:
         experts = self._experts.get(layer.module, 0)
         moe = any(p.moe is not None for p in layer.pieces)
         for lay in allowed:
+            deadline.check(f"building m={microbatches}: layer {layer.name}, layout {lay.key}")
             samples = mb / lay.dp
             for kn in variants:
                 if kn is not None and not applies(kn, lay.dp * lay.cp):
                     continue
+                if zero is not None and kn is not None and kn.zero != zero and lay.dp > 1:
+                    continue
                 knobs = kn if kn is not None else Knobs(1 if opts.zero1 else 0, opts.recompute)  # layer_cost's default
                 config = Layout(lay.dp, lay.tp, kn.name if kn is not None else "", cp=lay.cp)
+                # the compute terms depend on tp, the samples and recompute; under cp on the cp group's span too
+                terms = self._layer_terms(layer, signature, lay, samples, knobs.recompute, moe)
+                dense = self._dense_pieces(layer, signature) if moe else None
                 if moe:  # the routed experts as GPUs run them, E local experts at ep = 1 (DESIGN.md, MoE physics)
-                    entry = moe_ep_cost(layer, config, samples, cl, opts, microbatches, knobs, nodes=self.nodes).to_dict()
+                    entry = moe_ep_cost(layer, config, samples, cl, opts, microbatches, knobs, nodes=self.nodes,
+                                        dense=dense, terms=terms).to_dict()
                 else:
-                    # the compute terms depend on tp, the samples and recompute; under cp on the cp group's span too
-                    key = (signature, lay.tp, samples, knobs.recompute, lay.cp, lay.devices if lay.cp > 1 else 0)
-                    terms = self._terms.get(key)
-                    if terms is None:
-                        terms = self._terms[key] = cp_layer_terms(layer, lay, samples, knobs.recompute, cl, opts)
                     entry = finish_cost(layer, sync_layout(config), terms, cl, opts, microbatches, knobs,
                                         nodes=self.nodes).to_dict()
                 costs[config.key] = entry
@@ -331,11 +409,23 @@ class ProblemBuilder:
                     split = replace(config, ep=ep, etp=etp)
                     # a dense layer of a MoE module: ep and etp change nothing (DESIGN.md, format v3)
                     costs[split.key] = moe_ep_cost(layer, split, samples, cl, opts, microbatches, knobs,
-                                                   nodes=self.nodes).to_dict() if moe else entry
+                                                   nodes=self.nodes, dense=dense, terms=terms).to_dict() if moe else entry
         return costs
 
-    def build(self, global_batch: int, microbatches: int) -> Problem:
-        """The problem at ``global_batch`` samples per iteration in ``microbatches`` microbatches."""
+    def build(self, global_batch: int, microbatches: int, deadline: Deadline | None = None, *,
+              zero: int | None = None) -> Problem:
+        """The problem at ``global_batch`` samples per iteration in ``microbatches`` microbatches.
+
+        With ``deadline``, checked between layouts of each layer's table: once it has passed, the build stops
+        with :class:`~partitioner.core.deadline.TimeLimitReached` (nothing half-built is kept; the compute terms
+        found so far stay in the builder's :class:`TermsStore`).
+
+        ``zero``: a partial problem holding only the entries of knob settings of that ZeRO stage, and every
+        entry at dp = 1 (where no setting shards anything): what a target's count at that stage is read from
+        (:func:`~partitioner.planning.targets.memory.merge_stages`). A layer left with no entry keeps all of
+        its entries.
+        """
+        clock = deadline if deadline is not None else Deadline(None)
         spec, cl, opts = self.spec, self.cluster, self.opts
         nodes, objective, profile, max_stages = self.nodes, self.objective, self.profile, self.max_stages
         for name, value in (("nodes", nodes), ("global_batch", global_batch), ("microbatches", microbatches)):
@@ -361,7 +451,10 @@ class ProblemBuilder:
         for k, (layer, signature) in enumerate(zip(layers, signatures)):
             costs = tables.get(signature)
             if costs is None:
-                costs = tables[signature] = self._table(layer, signature, all_layouts, mb, microbatches, knob_list)
+                costs = self._table(layer, signature, all_layouts, mb, microbatches, knob_list, clock, zero)
+                if not costs and zero is not None:  # no entry of that stage and no dp = 1 layout: all of them
+                    costs = self._table(layer, signature, all_layouts, mb, microbatches, knob_list, clock)
+                tables[signature] = costs
             if profile is not None:
                 costs = dict(costs)  # the profile replaces entries of single layers' tables
             doc_layer: dict[str, Any] = {"name": layer.name, "module": layer.module,

@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Any, Callable, Mapping
 
 from ..core import progress
-from ..core.deadline import Deadline
+from ..core.deadline import FIRST_PLAN_GRACE_SECONDS, Deadline
 from ..core.limits import MAX_DEVICES
 from ..costs import CostOptions
 from ..costs.build import job_cluster_fields
@@ -169,9 +169,13 @@ def _trials(screened: list[ScreenedCount], done: Mapping[int, KnobSolve]) -> lis
     return [trial(e) for e in screened]
 
 
-def _no_plan_reason(chosen: list[ScreenedCount], done: Mapping[int, KnobSolve], skipped: list[str]) -> str:
-    """Why no count has a plan: the last solved count's messages, else why counts were skipped."""
+def _no_plan_reason(chosen: list[ScreenedCount], done: Mapping[int, KnobSolve], skipped: list[str],
+                    deadline: Deadline) -> str:
+    """Why no count has a plan: the last solved count's messages, else why counts were skipped, else (no count
+    built in time) that the time limit came first."""
     solved = [done[e.m] for e in chosen if e.m in done and done[e.m].last is not None]
+    if not solved and not chosen and deadline.cuts:
+        return "time limit reached before any plan was found (no microbatch count's problem was built in time)"
     return (solved[-1].result.message if solved else "") or "; ".join(skipped[:3]) or "no plan fits"
 
 
@@ -193,16 +197,20 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
     With ``target="any"`` and ``per_target``, the search over every plan (in
     :data:`MAIN_SHARE` of the limit) is followed by one run per framework with
     ``target=T`` and the same options (:func:`_per_target`): each ``targets``
-    entry is that run's answer.
+    entry is that run's answer. The command's own run (not the targets')
+    may build and screen counts up to
+    :data:`~partitioner.core.deadline.FIRST_PLAN_GRACE_SECONDS` past the
+    limit while it knows no plan at all (:func:`~.screening.screen_counts`).
     """
-    if opts.target != "any" or not opts.per_target:
-        return _run_one(model, cluster, opts, deadline)[0]
     clock = deadline if deadline is not None else Deadline(opts.time_limit)  # the command's one limit
+    first = clock.extended(FIRST_PLAN_GRACE_SECONDS)  # the builds and screens of a run that knows no plan yet
+    if opts.target != "any" or not opts.per_target:
+        return _run_one(model, cluster, opts, clock, first=first)[0]
     spec, cl = load_model(model), load_cluster(cluster)
     main = clock if clock.seconds is None else Deadline(clock.seconds * MAIN_SHARE, spent=clock.elapsed(),
                                                          whole=clock.seconds)
     tables = CostTables()  # the problems every run of this command builds, built once
-    result = _run_one(spec, cl, opts, main, tables)[0]
+    result = _run_one(spec, cl, opts, main, tables, first=first)[0]
     if result.plan is None:
         return result
     return replace(result, targets=_per_target(spec, cl, opts, result, clock, tables))
@@ -236,19 +244,20 @@ def _per_target(spec: ModelSpec, cl: ClusterSpec, opts: PlanOptions, result: Mod
 
 
 def _run_one(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptions, deadline: Deadline | None = None,
-             tables: CostTables | None = None) -> tuple[ModelPlan, bool]:
+             tables: CostTables | None = None, first: Deadline | None = None) -> tuple[ModelPlan, bool]:
     """One search (``opts.target``'s space), and whether its deadline cut anything short.
 
     ``deadline``: the run's limit (default ``opts.time_limit`` started now); ``tables``: the problems the
-    command's other runs built (shared; :class:`~.run.CostTables`).
+    command's other runs built (shared; :class:`~.run.CostTables`); ``first``: the limit of the builds until
+    one microbatch count is screened (the command's, when ``deadline`` is a share of it; default ``deadline``).
     """
     run = PlanRun.start(opts, deadline, tables)  # resolved once, before any work: every step below reads it
-    result = _search(model, cluster, run)
+    result = _search(model, cluster, run, first)
     return result, bool(run.deadline.cuts)
 
 
-def _search(model: str | ModelSpec, cluster: str | ClusterSpec, run: PlanRun) -> ModelPlan:
-    """The steps of one run (the module docstring), under ``run``'s options and deadline."""
+def _search(model: str | ModelSpec, cluster: str | ClusterSpec, run: PlanRun, first: Deadline | None = None) -> ModelPlan:
+    """The steps of one run (the module docstring), under ``run``'s options and deadline (``first``: :func:`_run_one`)."""
     opts, deadline = run.options, run.deadline
     spec, cl = load_model(model), load_cluster(cluster)
     _check_devices(run.options.nodes, cl)
@@ -258,7 +267,7 @@ def _search(model: str | ModelSpec, cluster: str | ClusterSpec, run: PlanRun) ->
         stated = read_baseline(opts.baseline, spec, cl, opts, run.costs)
         recipe = estimate_baseline(stated, spec, cl, opts)
         run = replace(run, costs=with_recipe_axes(run.costs, stated.recipe, cl.gpus_per_node))  # its keys offered
-    screened, skipped = screen_counts(Builders(spec, cl, run), run.counts, run.costs, deadline)
+    screened, skipped = screen_counts(Builders(spec, cl, run), run.counts, run.costs, deadline, first)
     chosen = counts_to_solve(screened, len(run.counts) > 1, opts)
     began = time.perf_counter()
     best, done = _solve_counts(chosen, run)
@@ -269,7 +278,7 @@ def _search(model: str | ModelSpec, cluster: str | ClusterSpec, run: PlanRun) ->
             result = assemble(kept, best_baselines(screened), tried, spec, cl)
             return _cut_short(_with_recipe(result, recipe, note), deadline)
     if best is None:
-        why = _no_plan_reason(chosen, done, skipped)
+        why = _no_plan_reason(chosen, done, skipped, deadline)
         return no_plan(opts.method, opts.objective, "; ".join(filter(None, [f"no plan found: {why}", deadline.message()])),
                        tried, status="error" if deadline.cuts else "infeasible")
     bests, report = best_baselines(screened), None

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from ..core.deadline import Deadline
 from ..core.limits import MAX_MICROBATCHES
-from ..costs import CostOptions, ProblemBuilder
+from ..costs import CostOptions, ProblemBuilder, TermsStore
 from ..frameworks import FrameworkRules
 from ..problem import Problem, ProblemError
 from .options import PlanOptions
@@ -99,11 +99,15 @@ class CostTables:
     differ), so a :class:`~partitioner.costs.ProblemBuilder` is keyed by its
     cost options alone and a problem by its options and microbatch count.
     Problems are immutable (their cost tables are read-only mappings), so a
-    run that finds one here gets exactly what it would have built.
+    run that finds one here gets exactly what it would have built. A
+    problem's key is its options, m and the ZeRO stage of a partial problem
+    (None: the whole problem; :meth:`~partitioner.costs.ProblemBuilder.build`);
+    ``terms``: the compute terms every builder shares (made by the first).
     """
 
     builders: dict[CostOptions, ProblemBuilder] = field(default_factory=dict)
-    problems: dict[tuple[CostOptions, int], Problem] = field(default_factory=dict)
+    problems: dict[tuple[CostOptions, int, int | None], Problem] = field(default_factory=dict)
+    terms: TermsStore | None = None
 
 
 @dataclass(frozen=True)

@@ -210,3 +210,16 @@ def test_sliding_window_layers_compute_the_window_only():
     s, w = 8192, 4096
     assert layers["llm.1"].pieces[0].attn_pairs == s * (s + 1) / 2  # global
     assert layers["llm.0"].pieces[0].attn_pairs == w * (w + 1) / 2 + (s - w) * w  # sliding
+
+
+def test_glm45v_routes_by_sigmoid_as_transformers_does():
+    """Glm4vMoeTextTopkRouter scores experts by sigmoid (plus a correction-bias buffer): the import and the
+    shipped preset say so, so exports pass Megatron the router the model trains with."""
+    import inspect
+
+    pytest.importorskip("transformers")
+    from transformers.models.glm4v_moe import modeling_glm4v_moe
+
+    assert "router_logits.sigmoid()" in inspect.getsource(modeling_glm4v_moe)
+    assert hf("GLM-4.5V").module("llm").router_score == "sigmoid"
+    assert load_model("glm-4.5v").llm.router_score == "sigmoid"

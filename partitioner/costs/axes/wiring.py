@@ -51,7 +51,8 @@ from .groups import GroupSpan, group_span
 from .moe_kernels import ExpertWork, default_imbalance, expert_gemm_ms, host_sync_ms, permutation_traffic, router_traffic
 
 __all__ = ["LANGUAGE_ROLES", "cp_sharded", "cp_allows", "piece_algorithms", "cp_layer_terms", "cp_attention_choice",
-           "sync_layout", "expert_split", "moe_imbalance", "dispatch_collectives", "overlapped_dispatch", "moe_ep_cost"]
+           "sync_layout", "expert_split", "moe_imbalance", "dispatch_collectives", "overlapped_dispatch", "moe_ep_cost",
+           "moe_dense_pieces"]
 
 LANGUAGE_ROLES = ("embedding", "decoder", "mtp", "loss")  # mtp: multi-token prediction modules (Megatron splits them too)
 
@@ -258,8 +259,14 @@ def overlapped_dispatch(times: DispatchTimes, dense: tuple[float, float], expert
     return paired * over_f + (1 - paired) * times.fwd, paired * over_b + (1 - paired) * times.bwd
 
 
+def moe_dense_pieces(layer: PipelineLayer) -> tuple[Piece, ...]:
+    """The pieces of a MoE layer without their routed experts, as :func:`moe_ep_cost` costs its dense part."""
+    return tuple(dense_part_view(_dense_part(p), p) for p in layer.pieces)
+
+
 def moe_ep_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: ClusterSpec, opts: CostOptions,
-                microbatches: int, knobs: Knobs, *, nodes: int = 1) -> EntryCost:
+                microbatches: int, knobs: Knobs, *, nodes: int = 1, dense: Sequence[Piece] | None = None,
+                terms: tuple[float, float, float, float] | None = None) -> EntryCost:
     """The entry of a MoE layer under ``layout``, every expert-parallel degree alike (ep = 1 too) [27]_.
 
     The dense part (attention, router GEMM, shared MLP under tp, norms) is costed as any layer at
@@ -287,6 +294,10 @@ def moe_ep_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: C
       backward's behind the experts' replayed forward too when recompute replays it);
       the optimizer step over the routed parameters the rank owns.
 
+    ``dense`` and ``terms``, when the caller kept them (:class:`~partitioner.costs.ProblemBuilder`: every
+    ZeRO knob, ep and etp of one ``(tp, cp, samples, recompute)`` shares them), are
+    :func:`moe_dense_pieces` of ``layer`` and their :func:`cp_layer_terms` at this layout.
+
     References
     ----------
     .. [27] NVIDIA Megatron-LM ``megatron/core/transformer/moe/``
@@ -294,9 +305,10 @@ def moe_ep_cost(layer: PipelineLayer, layout: Layout, samples: float, cluster: C
        parallel group, expert gradients over the expert-data-parallel group).
     """
     ax = opts.axes
-    dense = tuple(dense_part_view(_dense_part(p), p) for p in layer.pieces)
+    dense = tuple(dense) if dense is not None else moe_dense_pieces(layer)
     dense_layer = replace(layer, pieces=dense)
-    terms = cp_layer_terms(layer, layout, samples, knobs.recompute, cluster, opts, pieces=dense)
+    if terms is None:
+        terms = cp_layer_terms(layer, layout, samples, knobs.recompute, cluster, opts, pieces=dense)
     zero3 = knobs.zero == 3
     # under ZeRO-3 the dense part's gathers and scatters are charged below, together with the experts'
     dense_opts = replace(opts, zero3_overlap=1.0) if zero3 else opts

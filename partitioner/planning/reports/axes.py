@@ -196,7 +196,7 @@ def _alternative(problem: Problem, axis: Axis, kept_value: float, objective: str
                  value: float | None, switched: Plan | None) -> AxisAlternative:
     """The record of one axis: the forced solve's plan, or the switched kept plan when that is all or better."""
     own = None if switched is None else evaluate(problem, switched).value
-    if own is not None and (value is None or own < value):
+    if switched is not None and own is not None and (value is None or own < value):
         why = ("the time limit left no time for a forced solve" if result is None else
                f"the forced solve ({result.status}) found nothing faster")
         return AxisAlternative(axis, "feasible", own, kept_value, objective, _layouts(problem, switched),

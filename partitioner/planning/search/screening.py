@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from ...core import progress
-from ...core.deadline import Deadline
-from ...costs import CostOptions, ProblemBuilder
+from ...core.deadline import Deadline, TimeLimitReached
+from ...costs import CostOptions, ProblemBuilder, TermsStore
 from ...presets import ClusterSpec, ModelSpec
 from ...problem import Problem, ProblemError
 from ...solvers import solve
@@ -51,20 +51,29 @@ class Builders:
         """The run's options."""
         return self.run.options
 
-    def build(self, m: int, options: CostOptions) -> Problem:
-        """The problem at m microbatches with cost options ``options``."""
+    def build(self, m: int, options: CostOptions, zero: int | None = None, deadline: Deadline | None = None) -> Problem:
+        """The problem at m microbatches with cost options ``options`` (``zero``: only that ZeRO stage's
+        entries, :meth:`~partitioner.costs.ProblemBuilder.build`).
+
+        ``deadline`` (default: the run's) stops a build between layouts
+        (:class:`~partitioner.core.deadline.TimeLimitReached`); the builders
+        share one :class:`~partitioner.costs.TermsStore`.
+        """
         if not any(module.experts for module in self.spec.modules):  # the option prices routed experts only
             options = replace(options, expert_fused_glu=CostOptions().expert_fused_glu)
         tables = self.run.tables
-        found = tables.problems.get((options, m))
+        found = tables.problems.get((options, m, zero))
         if found is not None:
             return found
         if options not in tables.builders:
             o = self.opts
+            if tables.terms is None:
+                tables.terms = TermsStore(self.spec, self.cluster, o.nodes, o.gpus)
             tables.builders[options] = ProblemBuilder(self.spec, self.cluster, nodes=o.nodes, options=options,
                                                       objective=o.objective, profile=o.profile,
-                                                      max_stages=o.max_stages, gpus=o.gpus)
-        built = tables.problems[(options, m)] = tables.builders[options].build(self.opts.global_batch, m)
+                                                      max_stages=o.max_stages, gpus=o.gpus, terms=tables.terms)
+        built = tables.builders[options].build(self.opts.global_batch, m, deadline or self.run.deadline, zero=zero)
+        tables.problems[(options, m, zero)] = built
         return built
 
 
@@ -80,34 +89,41 @@ def _baseline_runs(base_problem: Problem, opts: PlanOptions, sums: StageSums) ->
     return runs
 
 
-def _greedy_screen(problem: Problem, opts: PlanOptions) -> float:
-    """The iteration of ``greedy``'s plan at the first knob setting (ms; infinite without one)."""
+def _greedy_screen(problem: Problem, opts: PlanOptions, deadline: Deadline | None = None) -> float:
+    """The iteration of ``greedy``'s plan at the first knob setting (ms; infinite without one), within what
+    ``deadline`` leaves (greedy checks it between stage counts: on 1,024 GPUs its stage counts take seconds)."""
     for _variant, proj in itertools.islice(_projections(problem, "escalate"), 1):
-        quick = solve(proj, "greedy", objective=opts.objective)
+        left = deadline.solve_limit() if deadline is not None else None
+        limit = None if left is None else max(left, 1e-3)  # a limit, never 0 (the solve's check refuses it)
+        quick = solve(proj, "greedy", objective=opts.objective, time_limit=limit)
         if quick.plan is not None and quick.evaluation is not None:
             return quick.evaluation.iteration_ms
     return math.inf
 
 
-def _problems(m: int, builders: Builders, options: CostOptions) -> tuple[Problem, Problem]:
+def _problems(m: int, builders: Builders, options: CostOptions, deadline: Deadline | None = None) -> tuple[Problem, Problem]:
     """The plan's problem at m and the baselines' (the same when ``options`` allow every knob).
 
     With a target (``plan --target``), both lose the knobs the target cannot
     set (:func:`~.targets.rules.restrict`): its baselines are plans it runs.
+    ``deadline`` (default: the run's) stops the builds
+    (:class:`~partitioner.core.deadline.TimeLimitReached`).
     """
     rules = builders.run.rules
-    problem = builders.build(m, options)
+    problem = builders.build(m, options, deadline=deadline)
     # the baselines always see every knob (a user restricting the plan's knobs does not restrict FSDP's)
-    base = problem if options.variants == ("all",) else builders.build(m, replace(options, variants=("all",)))
+    every = replace(options, variants=("all",))
+    base = problem if options.variants == ("all",) else builders.build(m, every, deadline=deadline)
     if rules is not None:
-        restricted = restrict(_counted(m, builders, options, problem, rules), rules)
+        restricted = restrict(_counted(m, builders, options, problem, rules, deadline), rules)
         if base is problem:
             return restricted, restricted
-        return restricted, restrict(_counted(m, builders, replace(options, variants=("all",)), base, rules), rules)
+        return restricted, restrict(_counted(m, builders, every, base, rules, deadline), rules)
     return problem, base
 
 
-def _counted(m: int, builders: Builders, options: CostOptions, problem: Problem, rules: FrameworkRules) -> Problem:
+def _counted(m: int, builders: Builders, options: CostOptions, problem: Problem, rules: FrameworkRules,
+             deadline: Deadline | None = None) -> Problem:
     """``problem`` (built with ``options``) with each ZeRO stage's entries charged with the target's count there.
 
     :mod:`.targets.memory`: one more build per stage whose count changes the
@@ -117,49 +133,65 @@ def _counted(m: int, builders: Builders, options: CostOptions, problem: Problem,
     others = {z: o for z, o in per.items() if o != options}
     if not others:
         return problem
-    built = {z: builders.build(m, o) for z, o in others.items()}
-    return merge_stages(problem, built, stage_knobs(rules.name, others), {z: o.memory_count for z, o in per.items()})
+    knobs = stage_knobs(rules.name, others)
+    built = {z: builders.build(m, o, knobs[z], deadline) for z, o in others.items()}  # only what merge_stages reads
+    return merge_stages(problem, built, knobs, {z: o.memory_count for z, o in per.items()})
 
 
 def _screen(m: int, problem: Problem, base_problem: Problem, opts: PlanOptions, several: bool,
-            deadline: Deadline) -> ScreenedCount:
-    """Count m screened: its baselines and the least iteration seen (greedy's too when ``several`` and time is left)."""
+            deadline: Deadline, limit: Deadline | None = None) -> ScreenedCount:
+    """Count m screened: its baselines and the least iteration seen (greedy's too when ``several`` and time is
+    left before ``limit``, default ``deadline``; a cut is recorded on ``deadline``)."""
     sums = StageSums()  # the baselines' floors on base_problem, kept for its other schedules (choose_schedule)
     bases = _baseline_runs(base_problem, opts, sums)
     screen = min((b.iteration_ms for b in bases.values()), default=math.inf)
     if several and opts.method != "greedy":
-        if deadline.expired():
+        if (limit or deadline).expired():
             deadline.cut("screening: greedy not run at", f"m={m}")
         else:
-            screen = min(screen, _greedy_screen(problem, opts))
+            screen = min(screen, _greedy_screen(problem, opts, limit or deadline))
     return ScreenedCount(m, problem, base_problem, bases, screen, sums)
 
 
 def screen_counts(builders: Builders, counts: Sequence[int], options: CostOptions,
-                  deadline: Deadline | None = None) -> tuple[list[ScreenedCount], list[str]]:
+                  deadline: Deadline | None = None, first: Deadline | None = None) -> tuple[list[ScreenedCount], list[str]]:
     """Every count screened, and why the counts that cannot be built were skipped (none could: the first
     error is raised -- an input over an accepted range is refused, exit 2, never reported as infeasible).
 
     Once ``deadline`` has passed, the counts not yet screened are left out
-    (at least one is screened) and the deadline records the cut.
+    and the deadline records the cut; until some screened count has a plan
+    (a baseline or greedy's: a finite screen), the counts go on to
+    ``first`` instead (default ``deadline``; the command's, when the run
+    has a share of it): a count where nothing fits (too little memory at
+    few microbatches) does not end the search with no plan. Builds stop at
+    the deadline that applies, between layouts
+    (:class:`~partitioner.core.deadline.TimeLimitReached`); a count whose
+    build was stopped is not screened, and none may be.
     """
     deadline = deadline or Deadline(None)
+    first = first or deadline
     screened: list[ScreenedCount] = []
     skipped: list[str] = []
     refused: ProblemError | None = None
     for i, m in enumerate(counts):
-        if screened and deadline.expired():
+        limit = deadline if any(math.isfinite(e.screen) for e in screened) else first
+        if screened and limit.expired():
             deadline.cut(f"screening: {len(counts) - i} of {len(counts)} microbatch counts not screened",
                          "m = " + ", ".join(map(str, counts[i:])))
             break
         progress.phase(f"building and screening m = {m} ({i + 1} of {len(counts)} microbatch counts)")
         try:
-            problem, base_problem = _problems(m, builders, options)
+            problem, base_problem = _problems(m, builders, options, limit)
+        except TimeLimitReached as stopped:
+            deadline.cut("problem building stopped at the time limit", stopped.what)
+            deadline.cut(f"screening: {len(counts) - i} of {len(counts)} microbatch counts not screened",
+                         "m = " + ", ".join(map(str, counts[i:])))
+            break
         except ProblemError as err:
             refused = refused or err
             skipped.append(f"m={m}: {err.reason}")
             continue
-        screened.append(_screen(m, problem, base_problem, builders.opts, len(counts) > 1, deadline))
+        screened.append(_screen(m, problem, base_problem, builders.opts, len(counts) > 1, deadline, limit))
     if not screened and refused is not None:  # no count could be built: the input is refused, not infeasible
         raise refused
     return screened, skipped
