@@ -522,6 +522,17 @@ def _api_calls(rng: random.Random) -> tuple[str, Callable[[], Any]]:
     return f"plan_model({name}={value!r:.40})", lambda: plan_model("llava-1.5-7b", "dgx-h100", **kwargs)
 
 
+def judge_api_status(o: Outcome, status: str | None, message: str) -> None:
+    """Flag ``contract`` when an API call answered an option's value with a solver ``error`` (not exit 2).
+
+    A problem over a method's own bound (brute's ``max_combinations``: issue 35's "oracle's own bound") is that
+    method's answer for the problem, as CP-SAT's UNKNOWN at a limit: the option's value itself was accepted.
+    """
+    over_bound = re.search(r"exceed the limit of [\d,]+ \(option \w+\)", message) is not None
+    if status == "error" and ("option" in message or "must be" in message) and not over_bound:
+        o.flag("contract", f"an option refused as a solver error, not ProblemError/SolverError: {message[:200]}")
+
+
 def door_api(rng: random.Random, ctx: Context) -> Outcome:
     from partitioner import ProblemError, SolverError
 
@@ -536,10 +547,7 @@ def door_api(rng: random.Random, ctx: Context) -> Outcome:
         o.flag("traceback", f"{type(e).__name__}: {e}")
         result = None
     o.seconds = time.monotonic() - began
-    status = getattr(result, "status", None)
-    message = getattr(result, "message", "") or ""
-    if status == "error" and ("option" in message or "must be" in message):
-        o.flag("contract", f"an option refused as a solver error, not ProblemError/SolverError: {message[:200]}")
+    judge_api_status(o, getattr(result, "status", None), getattr(result, "message", "") or "")
     if o.seconds > ctx.limit + ctx.slack + 10:
         o.flag("hang", f"{o.seconds:.1f} s")
     return o

@@ -155,6 +155,10 @@ def estimate_cmd(
     stated = Recipe.from_fields(fields, origin, base.notes if base is not None else ())
     workload = Workload(images=images, image_size=image_size, tiles=tiles, frames=frames, fps=fps,
                         text_tokens=text_tokens, mtp_layers=mtp_layers)
+    if gantt is not None:  # a wrong suffix was an internal error after the estimate
+        from ..simulate.viz import IMAGE_FORMATS
+
+        check_choice(gantt.suffix.lower().lstrip("."), IMAGE_FORMATS, f"--gantt {gantt}: suffix")
     spec = load_model(model, workload)
     with working(f"estimating {model} on {cluster}"):
         result = estimate(spec, cluster, stated, nodes=nodes, options=parse_options(cost_option))

@@ -141,6 +141,12 @@ def plan_cmd(
                         mtp_layers=mtp_layers)
     spec = load_model(model, workload)
     sequences = sequence_summary(spec, workload)
+    if target_plans is not None:
+        _check_folder(target_plans)
+    if gantt is not None:  # a wrong suffix was an internal error after the whole plan
+        from ..simulate.viz import IMAGE_FORMATS
+
+        check_choice(gantt.suffix.lower().lstrip("."), IMAGE_FORMATS, f"--gantt {gantt}: suffix")
     began = time.perf_counter()
     with working(f"planning {model} on {nodes} x {cluster} with {method}"):
         # --time-limit bounds the whole command: the interpreter's start-up and the imports count against it
@@ -191,6 +197,19 @@ def _plan_options(**fields: Any) -> "PlanOptions":
     except ProblemError as err:
         flag = _FLAGS.get(err.path, err.path.replace("_", "-"))
         raise ProblemError(err.reason, path="--" + flag) from None
+
+
+def _check_folder(folder: Path) -> None:
+    """``--target-plans DIR`` refused before the plan when DIR cannot be made or written in (the plan is not lost)."""
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise ProblemError(f"cannot write in the folder: {e.strerror or e}", path="--target-plans",
+                           source=str(folder)) from None
 
 
 def _write_target_plans(result: "ModelPlan", folder: Path, sequences: Any) -> None:

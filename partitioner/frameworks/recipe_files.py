@@ -23,10 +23,15 @@ from .megatron.recipe import (
 from .recipe import Recipe
 from .torchtitan.recipe import read_torchtitan_toml
 
-__all__ = ["RECIPE_FORMATS", "recipe_format", "read_recipe_file"]
+__all__ = ["RECIPE_FORMATS", "MAX_RECIPE_BYTES", "recipe_format", "read_recipe_file"]
 
 RECIPE_FORMATS = ("auto", "megatron", "bridge", "torchtitan")
 """The recipe formats a file may be read as (``auto``: :func:`recipe_format` chooses)."""
+
+
+MAX_RECIPE_BYTES = 2**18
+"""The largest recipe file read (256 KiB): a launch script, Bridge config or torchtitan TOML is a few KiB; a
+larger file (``/dev/zero``, a log given by mistake) is refused before its words are split."""
 
 
 def recipe_format(path: Path, text: str) -> str:
@@ -57,11 +62,16 @@ def read_recipe_file(path: str | Path, fmt: str = "auto", option: str = "--recip
         raise ProblemError(f"must be one of {', '.join(RECIPE_FORMATS)}, got {fmt!r}", path=option)
     path = Path(path)
     try:
-        text = path.read_text()
+        with open(path, "rb") as f:
+            raw = f.read(MAX_RECIPE_BYTES + 1)  # bounded: /dev/zero or a pipe is never read to its end
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ProblemError("not a text file", source=str(path)) from None
     except OSError as err:
         raise ProblemError(f"cannot read the recipe file: {err.strerror or err}", source=str(path)) from None
+    if len(raw) > MAX_RECIPE_BYTES:
+        raise ProblemError(f"larger than the {MAX_RECIPE_BYTES // 2**10} KiB a recipe file may have (docs/limits.md)",
+                           source=str(path))
     fmt = recipe_format(path, text) if fmt == "auto" else fmt
     reader = {"torchtitan": read_torchtitan_toml, "bridge": read_bridge_config}.get(fmt, read_megatron_args)
     return reader(text, str(path))

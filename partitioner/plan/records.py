@@ -171,12 +171,13 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: Any, *, source: str | None = None) -> "Plan":
-        """Read a plan: ``{"stages": [...]}``, a result ``{"plan": {...}}``, or a bare stage list.
+        """Read a plan: ``{"stages": [...]}``, a result ``{"plan": {...}}`` (its ``plan`` first), or a bare stage list.
 
         Malformed documents raise :class:`~partitioner.problem.ProblemError` with the field path.
         """
         path = ""
-        if isinstance(data, Mapping) and "plan" in data and "stages" not in data:
+        if isinstance(data, Mapping) and "plan" in data and ("stages" not in data or isinstance(data["plan"], Mapping)):
+            # a result's plan; an ``estimate --json`` report also lists its own per-stage "stages" beside it
             data, path = data["plan"], "plan"
             if data is None:
                 raise ProblemError("is null: this result has no plan (was it infeasible?)", path=path, source=source)

@@ -70,6 +70,10 @@ HF_CASES = [
     ("Qwen2.5-VL-7B-Instruct", {"vision_config.fullatt_block_indexes": 7}, "vision_config.fullatt_block_indexes"),
     ("Qwen2.5-VL-7B-Instruct", {"vision_config.fullatt_block_indexes": [99]}, "vision_config.fullatt_block_indexes"),
     ("Qwen3-VL-30B-A3B-Instruct", {"vision_config.deepstack_visual_indexes": 3}, "vision_config.deepstack_visual_indexes"),
+    # a model_type that is not a string was hashed against the supported types (campaign seed 202: exit 3)
+    ("Qwen3-8B", {"model_type": [1]}, "model_type"),
+    ("DeepSeek-V3", {"model_type": {"a": 1}}, "model_type"),
+    ("Qwen2-VL-7B-Instruct", {"vision_config.model_type": [1]}, "vision_config.model_type"),
 ]
 
 

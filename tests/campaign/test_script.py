@@ -4,7 +4,7 @@ from __future__ import annotations
 import random
 
 from benchmarks import campaign
-from benchmarks.campaign import Context, Outcome, judge_cli, run_campaign, summary
+from benchmarks.campaign import Context, Outcome, judge_api_status, judge_cli, run_campaign, summary
 
 
 def _ctx(tmp_path) -> Context:
@@ -46,3 +46,18 @@ def test_the_cases_are_the_seeds(tmp_path):
     first = [campaign._edit_problem(random.Random(f"7:{i}"), campaign.tied_v3_document(4, 1, 8, seed=i))[1] for i in range(5)]
     again = [campaign._edit_problem(random.Random(f"7:{i}"), campaign.tied_v3_document(4, 1, 8, seed=i))[1] for i in range(5)]
     assert first == again
+
+
+def test_an_api_option_refused_as_error_counts_but_a_problem_over_brute_bound_does_not():
+    from partitioner import load_problem, solve
+    from tests.conftest import ROOT
+
+    refused = Outcome("api", "threads")
+    judge_api_status(refused, "error", "milp: option threads must be >= 1")
+    assert "contract" in refused.broke
+    # seed 101: a valid max_combinations below the problem's count is brute's bound, answered with the count
+    result = solve(load_problem(ROOT / "examples" / "vla_toy_2x4.json"), "brute", options={"max_combinations": 2})
+    assert result.status == "error" and "exceed the limit of 2" in result.message
+    bound = Outcome("api", "max_combinations")
+    judge_api_status(bound, result.status, result.message)
+    assert bound.broke == {}

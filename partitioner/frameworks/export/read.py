@@ -242,6 +242,10 @@ def read_result(result: SolveResult | Mapping[str, Any], problem: Problem | None
     if problem is not None:
         _check_against(plan, problem)
         return ExportRequest(plan, tuple(hints_from_problem(problem)), _problem_context(doc, hints, problem))
+    if (hints is None or not hints.layers) and "estimate_ms" in doc:
+        raise ProblemError(
+            "is an `estimate --json` report: its recipe already is the framework's settings; export reads the "
+            "results of `partitioner plan` (or pass the problem with --problem)", path="export_hints")
     if hints is None or not hints.layers:
         raise ProblemError(
             "has no export_hints (results of `partitioner plan` carry them); pass the problem with --problem",

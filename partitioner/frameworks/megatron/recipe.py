@@ -125,6 +125,9 @@ def _recipe_of_flags(flags: Mapping[str, list[str]], source: str) -> Recipe:
     if layers_per_virtual is not None:  # vpp = layers per pipeline rank / layers per virtual stage
         flag = "--num-layers-per-virtual-pipeline-stage"
         n, pp = fields.get("num_layers"), fields.get("pp", 1)
+        for value, named in ((layers_per_virtual, flag), (pp, "--pipeline-model-parallel-size")):
+            if value < 1:  # a divisor below: refused before the arithmetic, naming its own flag
+                raise ProblemError(f"must be a positive integer, got {value}", path=named, source=source)
         if n is None or n % pp or (n // pp) % layers_per_virtual:
             raise ProblemError(f"{layers_per_virtual} layers per virtual stage need --num-layers divisible by "
                                f"pp {pp} x {layers_per_virtual} (got --num-layers {n})", path=flag, source=source)
@@ -260,6 +263,10 @@ References
    ``megatron/bridge/training/mixed_precision.py`` (the ``bf16_with_fp8_*`` presets).
 """
 
+# Megatron-LM's switches (store_true flags): their Bridge fields are booleans, never a value after the flag
+_SWITCHES = frozenset({"--sequence-parallel", "--account-for-embedding-in-pipeline-split",
+                       "--account-for-loss-in-pipeline-split", "--use-distributed-optimizer", "--use-megatron-fsdp"})
+
 # Bridge's mixed-precision presets that train in FP8 -> the FP8 recipe (megatron/bridge/training/mixed_precision.py)
 _BRIDGE_FP8 = {"bf16_with_fp8_delayed_scaling_mixed": "delayed", "bf16_with_fp8_current_scaling_mixed": "tensorwise",
                "bf16_with_fp8_subchannel_scaling_mixed": "blockwise", "bf16_with_mxfp8_mixed": "mxfp8"}
@@ -318,6 +325,10 @@ def read_bridge_config(text: str, source: str = "recipe") -> Recipe:
         label.setdefault(flag, key)
     for key, value in entries.items():
         stated = BRIDGE_FLAGS.get(key)
+        if stated in _SWITCHES and value is not None:
+            if not isinstance(value, int) or value not in (0, 1):  # "maybe" or [1] was read as on
+                raise ProblemError(f"must be true or false, got {value!r}", path=key, source=source)
+            value = bool(value)  # 0 was read as on too
         if stated is None or value is None or value is False:
             continue
         flag = stated

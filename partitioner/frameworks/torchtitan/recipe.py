@@ -99,7 +99,7 @@ def read_torchtitan_toml(text: str, source: str = "recipe") -> Recipe:
                            "per-op selective AC (\"op\") or full", path="activation_checkpoint.selective_ac_option",
                            source=source)
     settings = {"none": "none", "full": "full", "selective": "op"}
-    if mode not in settings:
+    if not isinstance(mode, str) or mode not in settings:  # a list or table is refused, never hashed
         raise ProblemError(f"must be none, selective or full, got {mode!r}", path="activation_checkpoint.mode",
                            source=source)
     put("recompute", settings[mode], "activation_checkpoint.mode")

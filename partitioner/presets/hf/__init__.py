@@ -77,7 +77,7 @@ def model_from_hf_config(
     if not isinstance(config, Mapping) or "model_type" not in config:
         raise ProblemError("is missing (not a Hugging Face config.json?)", path="model_type", source=source)
     w = _workload(workload, text_tokens, images, image_size)
-    mtype = config["model_type"]
+    mtype = base.checked_type(config["model_type"], "model_type", source)
     if mtype in NOT_SUPPORTED:
         raise ProblemError(f"unsupported model_type {mtype!r}: {NOT_SUPPORTED[mtype]}", path="model_type", source=source)
     root = _Config(config, str(mtype), "", source)

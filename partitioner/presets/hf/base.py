@@ -17,7 +17,7 @@ from ...problem import ProblemError
 from ..checks import model_problem, module_problem
 from ..spec import ModelSpec, ModuleSpec
 
-__all__ = ["model_from_hf_config", "checked_model", "HF_TYPES"]
+__all__ = ["model_from_hf_config", "checked_model", "checked_type", "HF_TYPES"]
 
 # transformers' configuration defaults, for documents saved without them
 _DEFAULTS: dict[str, dict[str, Any]] = {
@@ -53,12 +53,20 @@ _ACTIVATION = {"quick_gelu": "quick_gelu", "gelu": "gelu", "gelu_pytorch_tanh": 
                "silu": "silu"}
 
 
+def checked_type(mtype: Any, path: str, source: str | None) -> str:
+    """A ``model_type`` field: a string (anything else is refused naming ``path``, never hashed)."""
+    if not isinstance(mtype, str):
+        raise ProblemError(f"must be a string (a Hugging Face model type), got {mtype!r}", path=path, source=source)
+    return mtype
+
+
 class _Config:
     """One (sub-)configuration: its fields, the type's defaults, the path for errors."""
 
     def __init__(self, data: Any, mtype: str, path: str, source: str | None):
         if not isinstance(data, Mapping):
             raise ProblemError("must be an object", path=path or "config", source=source)
+        checked_type(mtype, ".".join(filter(None, (path, "model_type"))), source)
         self.data, self.mtype, self.path, self.source = data, mtype, path, source
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -228,7 +236,7 @@ def model_from_hf_config(
     """
     if not isinstance(config, Mapping) or "model_type" not in config:
         raise ProblemError("is missing (not a Hugging Face config.json?)", path="model_type", source=source)
-    mtype = config["model_type"]
+    mtype = checked_type(config["model_type"], "model_type", source)
     root = _Config(config, mtype, "", source)
     name = Path(source).parent.name if source else str(mtype)
     title = f"{mtype} from config.json"
