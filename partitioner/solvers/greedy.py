@@ -364,7 +364,10 @@ def _split(work: np.ndarray, parts: int, starts: list[int]) -> list[tuple[int, i
 
 def grow_sizes(stage_work: list[float], allowed: tuple[int, ...], total: int) -> list[int] | None:
     """Start every stage at the smallest allowed size (1 device unless ``cluster.stage_sizes`` says
-    otherwise); give the next allowed step to the slowest stage that fits."""
+    otherwise); give the next allowed step to the slowest stage that fits. None when no sizes are allowed
+    (a partial rack whose :func:`packing_chain` is empty) or none sum to ``total``."""
+    if not allowed:
+        return None
     sizes = [allowed[0]] * len(stage_work)
     left = total - sum(sizes)
     if left < 0:

@@ -167,6 +167,26 @@ def _agree(problem, objective, options=None):
         assert used == list(range(problem.num_devices))
 
 
+def test_a_rack_whose_packing_chain_is_empty_is_planned_not_crashed():
+    """2 of a node's 3 GPUs with stage size 2: no size divides both 3 and 2, so greedy's packing chain is
+    empty; greedy (and dp's bottleneck ceiling, which runs it) must answer, not index an empty tuple."""
+    def cost(weight):
+        return {"fwd_ms": 0.5, "bwd_ms": 0.0, "weight_bytes": weight, "act_bytes": 0}
+
+    doc = _doc(nodes=1, gpus=3, sizes=[2], devices=2)  # hypothesis's shrunk example: P = 1 over memory (26 > 25)
+    doc["cluster"]["gpu_memory_bytes"] = 25
+    doc["training"] = {"microbatches": 1, "objective": "bottleneck"}
+    doc["stages"] = {"min": 1, "max": 2}
+    doc["layers"] = [{"name": "l0", "module": "m", "out_bytes": 0, "costs": {"dp1tp2": cost(18)}},
+                     {"name": "l1", "module": "m", "out_bytes": 0, "costs": {"dp1tp2": cost(0), "dp2tp1": cost(0)}},
+                     {"name": "l2", "module": "m", "out_bytes": 0, "costs": {"dp1tp2": cost(8), "dp2tp1": cost(0)}}]
+    problem = Problem.from_dict(doc)
+    assert packing_chain(problem.cluster) == ()
+    assert solve(problem, "greedy").status in ("feasible", "infeasible")
+    for objective in ("bottleneck", "iteration"):
+        _agree(problem, objective)
+
+
 @settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(small_rack_problems())
 def test_dp_matches_brute_on_partial_racks(problem):
