@@ -56,10 +56,7 @@ HOPPER_FWD: Curves = {
 
 References
 ----------
-.. [12] J. Shah et al., "FlashAttention-3: Fast and Accurate Attention with
-   Asynchrony and Low-precision", arXiv:2407.08608 (2024), Fig. 5 (H100
-   80GB SXM5 forward, FP16, head dims 64/128/256, with and without the
-   causal mask) and Fig. 6 (backward, head dim 128): value labels as printed.
+.. [12] As cited in :data:`FLASH_TILE`.
 """
 
 HOPPER_FWD_CAUSAL: Curves = {
@@ -71,10 +68,7 @@ HOPPER_FWD_CAUSAL: Curves = {
 
 References
 ----------
-.. [12] J. Shah et al., "FlashAttention-3: Fast and Accurate Attention with
-   Asynchrony and Low-precision", arXiv:2407.08608 (2024), Fig. 5 (H100
-   80GB SXM5 forward, FP16, head dims 64/128/256, with and without the
-   causal mask) and Fig. 6 (backward, head dim 128): value labels as printed.
+.. [12] As cited in :data:`FLASH_TILE`.
 """
 
 HOPPER_BWD_128: tuple[float, ...] = (316, 424, 501, 542, 559, 561)
@@ -82,10 +76,7 @@ HOPPER_BWD_128: tuple[float, ...] = (316, 424, 501, 542, 559, 561)
 
 References
 ----------
-.. [12] J. Shah et al., "FlashAttention-3: Fast and Accurate Attention with
-   Asynchrony and Low-precision", arXiv:2407.08608 (2024), Fig. 5 (H100
-   80GB SXM5 forward, FP16, head dims 64/128/256, with and without the
-   causal mask) and Fig. 6 (backward, head dim 128): value labels as printed.
+.. [12] As cited in :data:`FLASH_TILE`.
 """
 
 AMPERE_FWD_BWD: Curves = {
@@ -96,10 +87,7 @@ AMPERE_FWD_BWD: Curves = {
 
 References
 ----------
-.. [11] T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism
-   and Work Partitioning", arXiv:2307.08691 (2023), Sec. 3.1.1 (causal
-   masking: blocks above the diagonal skipped, the diagonal block masked)
-   and Fig. 4 (A100 80GB SXM4, forward + backward, TFLOP/s).
+.. [11] As cited in :data:`FLASH_TILE`.
 """
 
 AMPERE_FWD_BWD_CAUSAL: Curves = {
@@ -110,10 +98,7 @@ AMPERE_FWD_BWD_CAUSAL: Curves = {
 
 References
 ----------
-.. [11] T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism
-   and Work Partitioning", arXiv:2307.08691 (2023), Sec. 3.1.1 (causal
-   masking: blocks above the diagonal skipped, the diagonal block masked)
-   and Fig. 4 (A100 80GB SXM4, forward + backward, TFLOP/s).
+.. [11] As cited in :data:`FLASH_TILE`.
 """
 
 H100_PEAK = 989.4
@@ -215,10 +200,7 @@ def computed_pairs(piece: "Piece") -> float:
 
     References
     ----------
-    .. [11] T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism
-       and Work Partitioning", arXiv:2307.08691 (2023), Sec. 3.1.1 (causal
-       masking: blocks above the diagonal skipped, the diagonal block masked)
-       and Fig. 4 (A100 80GB SXM4, forward + backward, TFLOP/s).
+    .. [11] As cited in :data:`FLASH_TILE`.
     """
     keys = key_loop(piece)
     if keys <= 0:

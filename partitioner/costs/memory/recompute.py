@@ -404,16 +404,7 @@ frees nothing there) [30]_.
 
 References
 ----------
-.. [30] NVIDIA Megatron-Core 0.16.1, ``transformer/transformer_config.py``
-   (``recompute_modules``: core_attn, moe_act, layernorm, mla_up_proj,
-   mlp, moe, shared_experts; "moe_act, layernorm and mla_up_proj use
-   output-discarding checkpointing"), ``transformer/transformer_layer.py``
-   (``recompute_input_layernorm`` only when the input norm is not an
-   ``IdentityOp``; ``recompute_mlp`` only on non-MoE layers),
-   ``transformer/moe/moe_layer.py`` (``moe_layer_recompute`` checkpoints
-   route, dispatch, experts and combine; ``shared_experts_recompute``),
-   ``transformer/moe/experts.py`` (``activation_recompute`` discards the
-   activation's output), ``models/gpt/gpt_layer_specs.py`` (the TE spec).
+.. [30] As cited in :func:`expert_recompute`.
 """
 
 
