@@ -14,7 +14,7 @@ from typing import Sequence
 from ..problem import Problem
 from .records import Plan, Stage
 
-__all__ = ["layer_roles", "interleaved_uniform_plan"]
+__all__ = ["layer_roles", "uniform_cuts", "interleaved_uniform_plan"]
 
 
 def layer_roles(problem: Problem) -> list[str]:
@@ -47,7 +47,9 @@ def _even_counts(n: int, parts: int) -> list[int] | None:
     return [base + (1 if p >= parts - extra else 0) for p in range(parts)]
 
 
-def _uniform_cuts(roles: Sequence[str], parts: int) -> list[tuple[int, int]] | None:
+def uniform_cuts(roles: Sequence[str], parts: int) -> list[tuple[int, int]] | None:
+    """Megatron-LM's even split into ``parts``: the decoders evenly (the extra ones to the last parts), the other
+    layers with their neighbours; every layer evenly without decoders; None when there are too few."""
     decoders = [i for i, r in enumerate(roles) if r == "decoder"]
     L = len(roles)
     if not decoders:  # no language model: split every layer evenly
@@ -80,7 +82,7 @@ def interleaved_uniform_plan(
     chunk runs ``dp x tp x cp``. None when there are fewer decoder layers than chunks.
     """
 
-    cuts = _uniform_cuts(layer_roles(problem), groups * virtual_stages)
+    cuts = uniform_cuts(layer_roles(problem), groups * virtual_stages)
     if cuts is None:
         return None
     ids = [tuple(range(g * devices, (g + 1) * devices)) for g in range(groups)]

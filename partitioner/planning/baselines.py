@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 from ..plan import Evaluation, Plan, PlanError, Stage, evaluate, objective_value
-from ..plan.cuts import _uniform_cuts, layer_roles
+from ..plan.cuts import layer_roles, uniform_cuts
 from ..plan.schedules import peak_activation_bytes, stash
 from ..problem import LayerCost, Layout, Problem
 
@@ -217,7 +217,7 @@ def _megatron_candidates(problem: Problem, variants: Sequence[str] | None = None
         if N % P or N // P not in allowed or P * v > n_dec or (v > 1 and (P < MIN_INTERLEAVED_GROUPS or problem.microbatches % P)):
             continue
         d = N // P
-        cuts = _uniform_cuts(roles, P * v)
+        cuts = uniform_cuts(roles, P * v)
         if cuts is None:
             continue
         tp = 1

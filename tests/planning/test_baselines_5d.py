@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from partitioner.costs import build_problem
 from partitioner.plan import Plan, Stage
-from partitioner.plan.cuts import _uniform_cuts, layer_roles
+from partitioner.plan.cuts import layer_roles, uniform_cuts
 from partitioner.planning import BaselineLayout, fsdp_baseline, megatron_baseline, megatron_baselines
 from partitioner.planning.assemble import _summary
 from partitioner.planning.baselines import StageSums, _megatron_plans, _try, offered_axes
@@ -144,7 +144,7 @@ def _todays_megatron(problem: Problem, objective: str, keep: int) -> list:
         d = N // P
         if N % P or d not in problem.cluster.allowed_sizes() or P * v > n_dec or (v > 1 and (P < 2 or problem.microbatches % P)):
             continue
-        cuts = _uniform_cuts(roles, P * v)
+        cuts = uniform_cuts(roles, P * v)
         for tp in (t for t in (1, 2, 4, 8, 16) if t <= min(d, problem.cluster.gpus_per_node) and d % t == 0):
             for var in variants if cuts else ():
                 plan = Plan(tuple(Stage(a, b, d, d // tp, tp, tuple(range(c % P * d, (c % P + 1) * d)), variant=var)

@@ -26,7 +26,7 @@ from ...costs.variants import Knobs, applies
 from ...frameworks.megatron import parse_megatron_layout
 from ...frameworks.recipe import Recipe
 from ...plan import Evaluation, Plan, PlanError, Stage, evaluate
-from ...plan.cuts import _uniform_cuts, layer_roles
+from ...plan.cuts import layer_roles, uniform_cuts
 from ...presets import ClusterSpec, ModelSpec, load_cluster, load_model
 from ...problem import Cluster, Layout, Problem, ProblemError
 from ..baselines import segment_config
@@ -241,7 +241,7 @@ def uneven_counts(recipe: Recipe, decoders: int) -> list[int]:
 
 def counted_cuts(roles: list[str], counts: list[int]) -> list[tuple[int, int]]:
     """The stages of ``counts`` decoder layers each: what precedes the first decoder with the first stage, what
-    follows the last with the last (the cut of :func:`~partitioner.plan.cuts._uniform_cuts` with given counts)."""
+    follows the last with the last (the cut of :func:`~partitioner.plan.cuts.uniform_cuts` with given counts)."""
     decoders = [i for i, r in enumerate(roles) if r == "decoder"]
     cuts, k = [], 0
     for p, c in enumerate(counts):
@@ -379,7 +379,7 @@ def recipe_plan(problem: Problem, recipe: Recipe, shape: RecipeShape) -> tuple[P
     """``problem`` under the recipe's schedule (1F1B, or interleaved with vpp chunks) and the recipe's plan.
 
     Chunk c holds the layers of the layout's stage c, or of Megatron's even
-    split (:func:`~partitioner.plan.cuts._uniform_cuts`, the cut of ``plan``'s
+    split (:func:`~partitioner.plan.cuts.uniform_cuts`, the cut of ``plan``'s
     ``megatron-uniform`` baseline), on pipeline rank c mod pp (contiguous
     device ids, Megatron's pp-outermost rank order). Every segment runs the
     recipe's config where its layers have it
@@ -394,7 +394,7 @@ def recipe_plan(problem: Problem, recipe: Recipe, shape: RecipeShape) -> tuple[P
         roles = layer_roles(scheduled)
         cuts = counted_cuts(roles, uneven_counts(recipe, roles.count("decoder")))
     else:
-        found = _uniform_cuts(layer_roles(scheduled), P * v)
+        found = uniform_cuts(layer_roles(scheduled), P * v)
         if found is None:
             raise ProblemError(f"{P * v} pipeline chunks for fewer decoder layers", path=recipe.where("pp"))
         cuts = found

@@ -16,7 +16,7 @@ from ...costs import ProblemBuilder, load_cluster
 from ...costs.memory.recompute_names import canonical_setting
 from ...costs.variants import Knobs
 from ...plan import Plan, PlanError, Stage, evaluate
-from ...plan.cuts import layer_roles
+from ...plan.cuts import layer_roles, uniform_cuts
 from ...plan.evaluation import Evaluation
 from ...presets import ClusterSpec, ModelSpec
 from ...problem import Layout, Problem, ProblemError
@@ -127,13 +127,8 @@ def forced_cuts(problem: Problem, chunks: int, split_embedding_loss: bool = Fals
     decoders = [i for i, r in enumerate(roles) if r == "decoder"]
     L = len(roles)
     if decoders and len(decoders) >= chunks and not split_embedding_loss:
-        counts = _even(len(decoders), chunks)
-        cuts, k = [], 0
-        for c, n in enumerate(counts):
-            first = 0 if c == 0 else decoders[k]
-            k += n
-            last = L - 1 if c == chunks - 1 else decoders[k - 1]
-            cuts.append((first, last))
+        cuts = uniform_cuts(roles, chunks)
+        assert cuts is not None  # at least one decoder per chunk
         return cuts
     if L < chunks:
         raise ProblemError(f"{L} layers cannot fill {chunks} pipeline chunks", path="layout.pp")

@@ -21,7 +21,7 @@ from time import perf_counter
 from typing import Sequence
 
 from ...plan import Plan
-from ...plan.cuts import _uniform_cuts, layer_roles
+from ...plan.cuts import layer_roles, uniform_cuts
 from ...problem import Problem
 from .groups import GroupChoice, best_group, group_rows
 from .space import group_configs, held_states, interleaved_plan, send_ms
@@ -203,7 +203,7 @@ class GroupSpace:
 
     def uniform_bounds(self) -> tuple[int, ...] | None:
         """Megatron-LM's uniform cut into K chunks (:func:`partitioner.plan.cuts.interleaved_uniform_plan`)."""
-        cuts = _uniform_cuts(layer_roles(self.problem), self.K)
+        cuts = uniform_cuts(layer_roles(self.problem), self.K)
         if cuts is None:
             return None
         return tuple(a for a, _ in cuts) + (self.L,)
