@@ -102,6 +102,11 @@ class Deadline:
             return Deadline(None, self._clock)
         return Deadline(self.seconds + seconds, self._clock, spent=self.elapsed(), whole=self.whole)
 
+    def share(self, seconds: float, *, spent: float = 0.0, whole: float | None = None) -> "Deadline":
+        """A deadline of ``seconds`` on this one's clock, ``spent`` of them already used, with cuts of its own:
+        a part of the run's time (``plan --target any``'s search over every plan, each framework's run)."""
+        return Deadline(seconds, self._clock, spent=spent, whole=whole)
+
     def check(self, what: str) -> None:
         """Raise :class:`TimeLimitReached` naming ``what`` when the deadline has passed (a no-op without a limit)."""
         if self._end is not None and self._clock() >= self._end:

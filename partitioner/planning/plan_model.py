@@ -45,7 +45,7 @@ from .search.screening import Builders, counts_to_solve, screen_counts
 from .targets.report import refused_summary, target_summary
 from .targets.rules import RULES, runs
 
-__all__ = ["plan_model", "run_plan", "RESOLVE_MIN_SECONDS", "MAIN_SHARE", "TARGET_MIN_SECONDS"]
+__all__ = ["plan_model", "run_plan", "RESOLVE_MIN_SECONDS", "MAIN_SHARE", "TARGET_MIN_SECONDS", "TARGET_SCREEN_SHARE"]
 
 # Least time limit (seconds) of a re-solve under another schedule when the user set none (see plan_model):
 # the re-solves are candidates the plans are then simulated against, and on the nine presets of the solver
@@ -60,6 +60,11 @@ MAIN_SHARE = 0.5
 # exact.DEFAULT_RUN_SECONDS over the targets left, and at least this many seconds (the documented default
 # bound then grows by at most three times it); a target run cut short says so on its line.
 TARGET_MIN_SECONDS = 10.0
+# The part of a target's share (in the default run) its screens may take once one microbatch count has a plan:
+# the target's run screens the counts the search over every plan found fastest first, so the counts it leaves
+# are the least likely; the rest of its share goes to its solves (without them a share spent on screening
+# answers only a baseline). A policy split of the share, not a measured constant: half each.
+TARGET_SCREEN_SHARE = 0.5
 
 
 def plan_model(
@@ -197,18 +202,22 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
     With ``target="any"`` and ``per_target``, the search over every plan (in
     :data:`MAIN_SHARE` of the limit) is followed by one run per framework with
     ``target=T`` and the same options (:func:`_per_target`): each ``targets``
-    entry is that run's answer. The command's own run (not the targets')
-    may build and screen counts up to
-    :data:`~partitioner.core.deadline.FIRST_PLAN_GRACE_SECONDS` past the
-    limit while it knows no plan at all (:func:`~.screening.screen_counts`).
+    entry is that run's answer. Every run may build and screen counts up to
+    :data:`~partitioner.core.deadline.FIRST_PLAN_GRACE_SECONDS` past its
+    limit (the command's, or a target's share) while it knows no plan at all
+    (:func:`~.screening.screen_counts`); a target's run screens the counts
+    the search over every plan found fastest first (:func:`_first_counts`)
+    and stops screening at :data:`TARGET_SCREEN_SHARE` of its share once one
+    has a plan, so that its share ends with a plan it runs, solved where
+    time allows.
     """
     clock = deadline if deadline is not None else Deadline(opts.time_limit)  # the command's one limit
     first = clock.extended(FIRST_PLAN_GRACE_SECONDS)  # the builds and screens of a run that knows no plan yet
     if opts.target != "any" or not opts.per_target:
         return _run_one(model, cluster, opts, clock, first=first)[0]
     spec, cl = load_model(model), load_cluster(cluster)
-    main = clock if clock.seconds is None else Deadline(clock.seconds * MAIN_SHARE, spent=clock.elapsed(),
-                                                         whole=clock.seconds)
+    main = clock if clock.seconds is None else clock.share(clock.seconds * MAIN_SHARE, spent=clock.elapsed(),
+                                                            whole=clock.seconds)
     tables = CostTables()  # the problems every run of this command builds, built once
     result = _run_one(spec, cl, opts, main, tables, first=first)[0]
     if result.plan is None:
@@ -225,17 +234,32 @@ def _target_seconds(clock: Deadline, left_targets: int) -> float:
     return max(TARGET_MIN_SECONDS, (DEFAULT_RUN_SECONDS - clock.elapsed()) / left_targets)
 
 
+def _first_counts(result: ModelPlan) -> tuple[int, ...]:
+    """The counts a target's run screens first: the kept plan's, then every count with a plan in the search over
+    every plan, fastest screen first (a target's plan most likely fits there; the rest follow in their order)."""
+    tried = sorted((t for t in result.microbatches_tried or () if t.screen_ms is not None),
+                   key=lambda t: (t.screen_ms, t.microbatches))
+    kept = () if result.microbatches is None else (result.microbatches,)
+    return tuple(dict.fromkeys((*kept, *(t.microbatches for t in tried))))
+
+
 def _per_target(spec: ModelSpec, cl: ClusterSpec, opts: PlanOptions, result: ModelPlan, clock: Deadline,
                 tables: CostTables) -> dict[str, TargetSummary]:
     """Per framework, ``plan`` with ``target=T`` and ``opts`` (its share of the time): the run's ``targets``."""
     out: dict[str, TargetSummary] = {}
     names = list(RULES)
+    order = _first_counts(result)
     for i, name in enumerate(names):
         seconds = _target_seconds(clock, len(names) - i)
         progress.phase(f"the best plan {name} runs (plan --target {name}, {seconds:.3g} s)")
+        within = min(seconds, clock.left())  # a spent command limit gives a spent share (its grace solve still runs)
+        share = clock.share(within)
         try:  # the options T refuses (an FP8 recipe it has no path for) are T's answer: it has no plan
             sub_opts = replace(opts, target=name, time_limit=seconds)  # type: ignore[arg-type]
-            sub, cut = _run_one(spec, cl, sub_opts, None, tables)
+            # its builds go on past its share, as the command's own do, while it knows no plan at all
+            # and its screens stop at TARGET_SCREEN_SHARE of it once one count has a plan: the rest is the solves'
+            sub, cut = _run_one(spec, cl, sub_opts, share, tables, share.extended(FIRST_PLAN_GRACE_SECONDS), order,
+                                clock.share(within * TARGET_SCREEN_SHARE))
         except ProblemError as refused:
             out[name] = refused_summary(name, RULES[name], result, str(refused))
             continue
@@ -244,14 +268,17 @@ def _per_target(spec: ModelSpec, cl: ClusterSpec, opts: PlanOptions, result: Mod
 
 
 def _run_one(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptions, deadline: Deadline | None = None,
-             tables: CostTables | None = None, first: Deadline | None = None) -> tuple[ModelPlan, bool]:
+             tables: CostTables | None = None, first: Deadline | None = None,
+             order: tuple[int, ...] = (), screening: Deadline | None = None) -> tuple[ModelPlan, bool]:
     """One search (``opts.target``'s space), and whether its deadline cut anything short.
 
     ``deadline``: the run's limit (default ``opts.time_limit`` started now); ``tables``: the problems the
     command's other runs built (shared; :class:`~.run.CostTables`); ``first``: the limit of the builds until
-    one microbatch count is screened (the command's, when ``deadline`` is a share of it; default ``deadline``).
+    one microbatch count is screened (the command's, when ``deadline`` is a share of it; default ``deadline``);
+    ``order``: the counts to screen first (:attr:`~.run.PlanRun.screen_order`); ``screening``: when the screens
+    stop once a count has a plan (:attr:`~.run.PlanRun.screening`).
     """
-    run = PlanRun.start(opts, deadline, tables)  # resolved once, before any work: every step below reads it
+    run = PlanRun.start(opts, deadline, tables, order, screening)  # resolved once, before any work: every step below reads it
     result = _search(model, cluster, run, first)
     return result, bool(run.deadline.cuts)
 
@@ -267,7 +294,9 @@ def _search(model: str | ModelSpec, cluster: str | ClusterSpec, run: PlanRun, fi
         stated = read_baseline(opts.baseline, spec, cl, opts, run.costs)
         recipe = estimate_baseline(stated, spec, cl, opts)
         run = replace(run, costs=with_recipe_axes(run.costs, stated.recipe, cl.gpus_per_node))  # its keys offered
-    screened, skipped = screen_counts(Builders(spec, cl, run), run.counts, run.costs, deadline, first)
+    screened, skipped = screen_counts(Builders(spec, cl, run), run.screen_order, run.costs, deadline, first,
+                                      run.screening)
+    screened.sort(key=lambda e: run.counts.index(e.m))  # read in count order, whatever order they were screened in
     chosen = counts_to_solve(screened, len(run.counts) > 1, opts)
     began = time.perf_counter()
     best, done = _solve_counts(chosen, run)

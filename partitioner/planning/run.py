@@ -133,6 +133,14 @@ class PlanRun:
         The run's one time limit, started with the run.
     tables : CostTables
         The problems built so far, shared with the command's other runs (:class:`CostTables`).
+    first_counts : tuple of int
+        Counts of ``counts`` to screen before the others (:attr:`screen_order`): a target's run in the default
+        ``plan`` screens the counts the search over every plan found fastest first, so that its share of the
+        time reaches a launchable plan before the counts where nothing fits. The order changes what is
+        screened before a deadline, never an answer: the screened counts are read in ``counts`` order.
+    screening : Deadline or None
+        When it has passed and a screened count has a plan, no further count is screened
+        (:func:`~.search.screening.screen_counts`): the part of a target's share the screens may take.
     """
 
     options: PlanOptions
@@ -143,16 +151,26 @@ class PlanRun:
     memory: MemoryCounts
     deadline: Deadline
     tables: CostTables = field(default_factory=CostTables, compare=False, repr=False)
+    first_counts: tuple[int, ...] = ()
+    screening: Deadline | None = field(default=None, compare=False)
+
+    @property
+    def screen_order(self) -> tuple[int, ...]:
+        """``counts`` in the order they are screened: those of ``first_counts`` first (in its order), then the rest."""
+        first = tuple(dict.fromkeys(m for m in self.first_counts if m in self.counts))
+        return first + tuple(m for m in self.counts if m not in first)
 
     @classmethod
     def start(cls, options: PlanOptions, deadline: Deadline | None = None,
-              tables: CostTables | None = None) -> "PlanRun":
+              tables: CostTables | None = None, first_counts: tuple[int, ...] = (),
+              screening: Deadline | None = None) -> "PlanRun":
         """The run of ``options`` (cost options are checked here: ProblemError at ``options``).
 
         Its deadline is ``deadline`` (the command line's, counted from the process's start; or a share of it,
         ``plan --target any``'s search over every plan) or, by default, ``options.time_limit`` started now: one
         limit for the whole run. ``tables``: the problems another run of the same command built (a new, empty
-        store when None).
+        store when None); ``first_counts``: the counts screened first (:attr:`screen_order`); ``screening``:
+        when the screens stop once one count has a plan.
         """
         deadline = deadline if deadline is not None else Deadline(options.time_limit)
         options = with_precision(options)
@@ -165,4 +183,5 @@ class PlanRun:
         costs = target_costs(rules, options.options, plan_options(options.options))
         _check_target_precision(rules, costs)
         memory = memory_counts(options.target, rules.zero if rules else _ALL_ZERO, options.options, costs)
-        return cls(options, rules, costs, tuple(keys), tuple(counts), memory, deadline, tables or CostTables())
+        return cls(options, rules, costs, tuple(keys), tuple(counts), memory, deadline, tables or CostTables(),
+                   tuple(first_counts), screening)

@@ -154,7 +154,8 @@ def _screen(m: int, problem: Problem, base_problem: Problem, opts: PlanOptions, 
 
 
 def screen_counts(builders: Builders, counts: Sequence[int], options: CostOptions,
-                  deadline: Deadline | None = None, first: Deadline | None = None) -> tuple[list[ScreenedCount], list[str]]:
+                  deadline: Deadline | None = None, first: Deadline | None = None,
+                  stop: Deadline | None = None) -> tuple[list[ScreenedCount], list[str]]:
     """Every count screened, and why the counts that cannot be built were skipped (none could: the first
     error is raised -- an input over an accepted range is refused, exit 2, never reported as infeasible).
 
@@ -166,7 +167,10 @@ def screen_counts(builders: Builders, counts: Sequence[int], options: CostOption
     few microbatches) does not end the search with no plan. Builds stop at
     the deadline that applies, between layouts
     (:class:`~partitioner.core.deadline.TimeLimitReached`); a count whose
-    build was stopped is not screened, and none may be.
+    build was stopped is not screened, and none may be. ``stop``: once some
+    screened count has a plan and it has passed, no further count is
+    screened, so that the time left goes to the solves (a target's run in
+    the default ``plan``, which screens its likeliest counts first).
     """
     deadline = deadline or Deadline(None)
     first = first or deadline
@@ -174,10 +178,15 @@ def screen_counts(builders: Builders, counts: Sequence[int], options: CostOption
     skipped: list[str] = []
     refused: ProblemError | None = None
     for i, m in enumerate(counts):
-        limit = deadline if any(math.isfinite(e.screen) for e in screened) else first
+        planned = any(math.isfinite(e.screen) for e in screened)
+        limit = deadline if planned else first
         if screened and limit.expired():
             deadline.cut(f"screening: {len(counts) - i} of {len(counts)} microbatch counts not screened",
                          "m = " + ", ".join(map(str, counts[i:])))
+            break
+        if planned and stop is not None and stop.expired():
+            deadline.cut(f"screening: {len(counts) - i} of {len(counts)} microbatch counts not screened (the time "
+                         "left kept for the solves)", "m = " + ", ".join(map(str, counts[i:])))
             break
         progress.phase(f"building and screening m = {m} ({i + 1} of {len(counts)} microbatch counts)")
         try:

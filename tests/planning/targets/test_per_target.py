@@ -9,11 +9,17 @@ framework (the framework's own rules accept it).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from partitioner import plan_model
+from partitioner.core.deadline import Deadline
 from partitioner.frameworks.export import export_result
+from partitioner.planning.options import PlanOptions
+from partitioner.planning.plan_model import _first_counts, _run_one, run_plan
+from partitioner.planning.run import CostTables
 from partitioner.planning.targets.rules import RULES
 from tests.conftest import run_cli
 
@@ -22,6 +28,17 @@ DENSE = ("llava-1.5-7b", "dgx-h100", dict(nodes=1, global_batch=64, microbatches
 VLA = ("pi0", "dgx-h100", dict(nodes=1, global_batch=64, microbatches=8, schedule="1f1b", simulate=False))
 MOE = ("qwen3-vl-30b-a3b", "dgx-h100", dict(nodes=2, global_batch=256, microbatches=16, schedule="1f1b",
                                             simulate=False))
+# a small MoE (DeepSeek-V3's architecture at small dimensions) over every microbatch count: nothing fits at m = 1
+# and the fastest counts are not the smallest, so the target runs screen in another order than --target T's
+SMALL_MOE = (str(Path(__file__).resolve().parents[2] / "fixtures" / "hf" / "deepseek-v3-small"), "dgx-h100",
+             dict(nodes=1, global_batch=2048, microbatches="auto", schedule="1f1b", simulate=False))
+
+
+def _launchable(name: str, line) -> None:
+    """The line has a plan, and the framework's own rules accept it."""
+    assert line.result is not None and line.result.plan is not None, (name, line.message)
+    exported = export_result(line.result, name, line.result.problem)
+    assert exported.expressible, (name, exported.reasons)
 
 
 def _check_lines_are_target_runs(model: str, cluster: str, kwargs: dict) -> None:
@@ -38,9 +55,8 @@ def _check_lines_are_target_runs(model: str, cluster: str, kwargs: dict) -> None
         assert line.iteration_ms == pytest.approx(alone.throughput.iteration_ms, rel=1e-9), name
         assert line.plan["stages"] == len(alone.plan.stages) and line.plan["microbatches"] == alone.microbatches
         assert line.result.plan.to_dict() == alone.plan.to_dict(), name
-        # launchable: the framework's own rules accept the line's plan
-        exported = export_result(line.result, name, line.result.problem)
-        assert exported.expressible, (name, exported.reasons)
+        assert line.result.microbatches_tried == alone.microbatches_tried, name  # every count screened alike
+        _launchable(name, line)  # launchable: the framework's own rules accept the line's plan
 
 
 def test_dense_vlm_lines_are_the_target_runs():
@@ -54,6 +70,36 @@ def test_vla_lines_are_the_target_runs():
 @pytest.mark.slow
 def test_moe_lines_are_the_target_runs():
     _check_lines_are_target_runs(*MOE)
+
+
+def test_small_moe_lines_are_the_target_runs():
+    """The target runs screen the counts the search over every plan found fastest first: same answers."""
+    model, cluster, kwargs = SMALL_MOE
+    default = plan_model(model, cluster, per_target=False, **kwargs)
+    order = _first_counts(default)
+    assert order[0] == default.microbatches and list(order) != sorted(order)  # the premise: another order
+    _check_lines_are_target_runs(model, cluster, kwargs)
+
+
+def test_a_spent_limit_still_gives_every_target_a_launchable_plan():
+    """Deterministic (a frozen clock past the command's limit): the search over every plan and each target's
+    run build until their first count with a plan (FIRST_PLAN_GRACE_SECONDS, which never passes here), the
+    target runs starting from the count the search kept; every line has a plan its framework runs."""
+    model, cluster, kwargs = SMALL_MOE
+    now = [0.0]
+    clock = Deadline(1.0, clock=lambda: now[0])
+    now[0] = 2.0  # passed before anything ran
+    opts = PlanOptions(**kwargs)
+    result = run_plan(model, cluster, opts, deadline=clock)
+    assert result.plan is not None and result.targets is not None, result.message
+    assert list(result.targets) == list(RULES)
+    for name, line in result.targets.items():
+        assert line.cut and "share of --time-limit" in (line.note or ""), name
+        _launchable(name, line)
+    # the premise: a target run with neither the grace nor the order has nothing to show at this limit
+    spent = Deadline(0.0, clock=lambda: now[0])
+    alone, cut = _run_one(model, cluster, replace(opts, target="torchtitan"), spent, CostTables())
+    assert alone.plan is None and cut
 
 
 def test_no_per_target_has_no_targets_section():
