@@ -11,7 +11,13 @@ records its wall and CPU seconds, the machine's load average before it, and
 from the result: the kept plan's group count P, v, microbatches, the expert
 parallelism it uses, its simulated iteration, the best interleaved
 baseline's (``megatron-uniform``: Megatron-LM's uniform split, one layout)
-and the interleaved search's proven bound. It writes ``interleaved.json``
+and the interleaved search's proven bound. When the kept plan runs ep 1,
+``plan`` also states the best interleaved plan with ep > 1 on every layer
+that offers it (its ``axes_not_chosen``: the interleaved search re-run on
+the problem with EP forced); the row keeps its ep degrees and estimate next
+to the kept plan's. A case with a published recipe also runs ``partitioner
+estimate`` on the recipe's layout and records its simulated iteration
+(:data:`RECIPES`). It writes ``interleaved.json``
 and ``interleaved.md`` in ``--out`` and splices the table into
 ``REPORT.md`` there (between markers, like :mod:`benchmarks.targets`).
 
@@ -26,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,7 +46,7 @@ from benchmarks import splice  # noqa: E402
 from benchmarks.solvers import machine, run_child  # noqa: E402
 from benchmarks.targets import machine_commit  # noqa: E402
 
-__all__ = ["CASES", "run_case", "to_markdown", "splice_report", "main"]
+__all__ = ["CASES", "RECIPES", "run_case", "run_recipe", "to_markdown", "splice_report", "main"]
 
 # (model, cluster, nodes, global batch, v or None for plan's choice)
 CASES: list[tuple[str, str, int, int, int | None]] = [
@@ -48,6 +55,13 @@ CASES: list[tuple[str, str, int, int, int | None]] = [
     ("qwen3-vl-235b-a22b", "dgx-b200", 16, 1024, None),
     ("glm-4.5v", "dgx-h200", 16, 1024, None),
 ]
+# Published recipes of a case, as ``partitioner estimate`` options: (label, options, source)
+RECIPES: dict[tuple[str, str, int, int, int | None], tuple[str, tuple[str, ...], str]] = {
+    ("qwen3-vl-30b-a3b", "dgx-h100", 2, 512, 12): (
+        "PP2 VP12 EP8", ("--tp", "1", "--pp", "2", "--vpp", "12", "--ep", "8", "--etp", "1", "--mbs", "1",
+                         "--distributed-optimizer"),
+        "Megatron-Bridge perf_recipes/qwen_vl/h100/qwen3_vl.py (/work/shared/research/5d-moe.md section 4.5)"),
+}
 BEGIN, END = "<!-- interleaved: begin (python -m benchmarks.interleaved) -->", "<!-- interleaved: end -->"
 _KILL_S = 900.0  # a case still running after this is killed (its row says so)
 
@@ -78,8 +92,41 @@ def _fields(doc: dict) -> dict:
         "speedup": doc.get("speedup"),
         "exact_bound": exact.get("bound"),
         "exact_status": exact.get("status"),
+        "ep_forced": _ep_forced(doc),
         "message": (doc.get("message") or "")[:400],
     }
+
+
+def _ep_forced(doc: dict) -> dict | None:
+    """The result's best plan with EP forced (``axes_not_chosen``, axis ep): status, estimate, ep degrees, the
+    kept plan's estimate; None when the kept plan uses EP or the problem offers none."""
+    for alt in doc.get("axes_not_chosen") or []:
+        if alt.get("axis") != "ep":
+            continue
+        degrees = sorted({int(m) for lay in alt.get("layouts") or [] for m in re.findall(r"ep(\d+)", lay)})
+        return {"status": alt.get("status"), "value": alt.get("value"), "kept_value": alt.get("kept_value"),
+                "ep": degrees, "message": (alt.get("message") or "")[:300]}
+    return None
+
+
+def run_recipe(case: Sequence[Any]) -> dict | None:
+    """``partitioner estimate`` of the case's published recipe (:data:`RECIPES`), in a child process; None without one."""
+    recipe = RECIPES.get(tuple(case))
+    if recipe is None:
+        return None
+    label, options, source = recipe
+    model, cluster, nodes, batch, _v = case
+    cmd = [sys.executable, "-m", "partitioner", "estimate", "--model", model, "--cluster", cluster, "--nodes",
+           str(nodes), "--global-batch", str(batch), *options, "--json"]
+    code, out, err, wall, _usage = run_child(cmd, _KILL_S)
+    row: dict[str, Any] = {"label": label, "source": source, "wall_s": round(wall, 2)}
+    try:
+        doc = json.loads(out)
+    except ValueError:
+        row.update(error=f"estimate exited {code} without a result: {err[-300:]}")
+        return row
+    row.update(iteration_ms=doc.get("iteration_ms"), estimate_ms=doc.get("estimate_ms"), fits=doc.get("fits"))
+    return row
 
 
 def run_case(case: Sequence[Any]) -> dict:
@@ -101,6 +148,7 @@ def run_case(case: Sequence[Any]) -> dict:
         row.update(_fields(json.loads(out)))
     except ValueError:
         row.update(status="error", message=f"plan exited {code} without a result: {err[-300:]}")
+    row["recipe"] = run_recipe(case)
     return row
 
 
@@ -121,8 +169,14 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
         "(the relaxation's, `optimal` only where the search proves it). `python -m benchmarks.interleaved` "
         "re-measures it.",
         "",
-        "| case | wall s | CPU s | load | status | P x v, m | ep used | iteration ms | baseline ms | speed-up | bound ms |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "*best with ep > 1*: the plan's own answer to \"why not EP?\" (`axes_not_chosen`): the interleaved search "
+        "re-run with ep > 1 forced on every layer that offers it (every ep degree and group count of the space), "
+        "its ep degrees and estimate against the kept plan's estimate (estimates, not simulations; `feasible`: "
+        "not proven, as the kept plan). *recipe*: `partitioner estimate` of the case's published layout, simulated.",
+        "",
+        "| case | wall s | CPU s | load | status | P x v, m | ep used | iteration ms | baseline ms | speed-up | bound ms "
+        "| best with ep > 1: ep, estimate ms (kept's) | recipe: iteration ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         shape = "" if r.get("groups") is None else f"{r['groups']} x {r['virtual_stages']}, {r.get('microbatches')}"
@@ -130,8 +184,31 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
         speed = "" if r.get("speedup") is None else f"{r['speedup']:.3f}x"
         lines.append(f"| {r['case']} | {_num(r.get('wall_s'))} | {_num(r.get('cpu_s'))} | {_num(r.get('load_before'))} "
                      f"| {r.get('status')} | {shape} | {ep} | {_num(r.get('iteration_ms'))} | {_num(r.get('baseline_ms'))} "
-                     f"| {speed} | {_num(r.get('exact_bound'))} |")
+                     f"| {speed} | {_num(r.get('exact_bound'))} | {_forced_cell(r.get('ep_forced'))} "
+                     f"| {_recipe_cell(r.get('recipe'))} |")
     return "\n".join(lines) + "\n"
+
+
+def _forced_cell(forced: dict | None) -> str:
+    """``ep 2: 13,158.4 (12,287.1), +7.1%, feasible``; the status alone without a plan; "" when not stated."""
+    if not forced:
+        return ""
+    if forced.get("value") is None:
+        return f"none ({forced.get('status')}: {forced.get('message', '')[:80]})"
+    kept, value = forced.get("kept_value"), forced["value"]
+    rel = f", {value / kept - 1:+.1%}" if kept else ""
+    eps = "/".join(map(str, forced.get("ep") or [])) or "?"
+    return f"ep {eps}: {_num(value)} ({_num(kept)}){rel}, {forced.get('status')}"
+
+
+def _recipe_cell(recipe: dict | None) -> str:
+    """``PP2 VP12 EP8: 16,367.6`` (``does not fit`` when it does not), the error, or ""."""
+    if not recipe:
+        return ""
+    if recipe.get("error"):
+        return f"{recipe['label']}: {recipe['error'][:80]}"
+    fits = "" if recipe.get("fits") else " (does not fit)"
+    return f"{recipe['label']}: {_num(recipe.get('iteration_ms'))}{fits}"
 
 
 def section_lines(out: Path) -> list[str]:

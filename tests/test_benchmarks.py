@@ -221,3 +221,19 @@ def test_targets_subset_keeps_the_other_targets_rows(tmp_path, monkeypatch):
     assert by[(case[0], case[1], "deepspeed")] == "run deepspeed"
     assert by[(case[0], case[1], "megatron")] == "old" and by[(other[0], other[1], "torchtitan")] == "old"
     assert len(rows) == 6
+
+
+def test_interleaved_rows_state_the_best_plan_with_ep_forced():
+    """A row keeps the plan's "why not EP?" answer (its axes_not_chosen entry) and the table prints it."""
+    from benchmarks import interleaved
+
+    doc = {"status": "feasible", "schedule": {"schedule": "interleaved", "virtual_stages": 2}, "microbatches": 256,
+           "plan": {"stages": [{"dp": 2, "tp": 1}] * 4}, "simulation": {"makespan_ms": 1200.0},
+           "axes_not_chosen": [{"axis": "ep", "status": "feasible", "value": 1315.8, "kept_value": 1228.7,
+                                "layouts": ["dp2tp1/zero1", "dp2tp1ep2/zero1+dp2tp1ep2/zero3"], "message": "cut"}]}
+    row = {"case": "c", **interleaved._fields(doc)}
+    assert row["ep"] == [1] and row["ep_forced"]["ep"] == [2] and row["ep_forced"]["value"] == 1315.8
+    row["recipe"] = {"label": "PP2 VP12 EP8", "iteration_ms": 1636.7, "fits": True}
+    line = interleaved.to_markdown([row], {"machine": "m", "date": "d", "commit": "c"}).splitlines()[-1]
+    assert "ep 2: 1,315.8 (1,228.7), +7.1%, feasible" in line and "PP2 VP12 EP8: 1,636.7 |" in line
+    assert interleaved._fields({"status": "infeasible"})["ep_forced"] is None
