@@ -252,14 +252,18 @@ def _key_name(key: tuple[str, int]) -> str:
 
 
 def _baselines(screened: Sequence[ScreenedCount], keys: Sequence[tuple[str, int]], objective: str,
-               simulate: bool, prune: bool = True, deadline: Deadline | None = None) -> list[ScheduleCandidate]:
+               simulate: bool, prune: bool = True, deadline: Deadline | None = None,
+               fallback_m: int | None = None) -> list[ScheduleCandidate]:
     """Per schedule key, the best Megatron-style uniform plan and the FSDP plan over every screened m.
 
     A pool keeps only its best candidate (:func:`best_candidate`, in enumeration
     order); with ``prune`` a candidate whose :func:`busy_floor` shows it cannot
     replace the best so far is not replayed (the result is the same). Once
     ``deadline`` has passed, only 1F1B's baselines (replayed by the screening)
-    are still gathered; the deadline records the schedules left out.
+    are still gathered, and at ``fallback_m`` those of every key: the run
+    has no plan under its (pinned) schedules yet, and a uniform split at the
+    kept count is the cheapest plan that runs there; the deadline records the
+    rest left out.
     """
     deadline = deadline or Deadline(None)
     out = []
@@ -269,7 +273,7 @@ def _baselines(screened: Sequence[ScreenedCount], keys: Sequence[tuple[str, int]
         megatron: list[ScheduleCandidate] = []
         fsdp: list[ScheduleCandidate] = []
         for e in (e for e in screened if _in_scope(key, e.m, top)):
-            if key != ("1f1b", 1) and deadline.expired():
+            if key != ("1f1b", 1) and deadline.expired() and e.m != fallback_m:
                 deadline.cut("schedule choice: baselines not built under", _key_name(key))
                 continue
             prob = with_schedule(e.base_problem, *key)
@@ -319,7 +323,8 @@ def choose_schedule(
         The user fixed the schedule (only its keys are tried).
     deadline : Deadline, optional
         The run's deadline: once it has passed, no re-solve starts and no
-        baseline under another schedule than 1F1B is built (it records what was left out).
+        baseline under another schedule than 1F1B is built (it records what was left out),
+        except, when no candidate runs yet, the uniform splits at the kept plan's m.
     admits : callable, optional
         ``plan --target``: why the target cannot run a plan of a problem
         (:func:`partitioner.planning.targets.rules.runs` with its rules); a
@@ -339,7 +344,9 @@ def choose_schedule(
     solved, notes = (_resolved(entry, best.solved_plans, keys, method, objective, resolve, deadline, simulate, admits)
                      if entry is not None else ([], []))
     cands += solved
-    cands += _baselines(screened, keys, objective, simulate, deadline=deadline)
+    # nothing runs yet (a pinned schedule the re-solves had no time for): the uniform splits at m* still count
+    fallback_m = m_star if best_candidate(cands) is None else None
+    cands += _baselines(screened, keys, objective, simulate, deadline=deadline, fallback_m=fallback_m)
     chosen = best_candidate(cands)
     if chosen is None:  # nothing runs under the pinned schedule
         return best, {}, build_report(cands, None, notes, pinned)

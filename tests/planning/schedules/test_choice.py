@@ -172,6 +172,27 @@ def test_a_pinned_schedule_nothing_runs_under_is_infeasible_not_replaced():
     assert r.extra["schedules"]["chosen"] is None
 
 
+def test_a_pinned_schedule_the_time_left_no_re_solve_for_still_gets_its_uniform_split():
+    """Deterministic (a frozen clock past the limit): no re-solve under the pinned interleaved schedule starts,
+    and the Megatron-style uniform split at the kept m still runs there, so the answer has a plan under it
+    (a target's share in the default run used to end with no plan under a pinned schedule)."""
+    from partitioner.core.deadline import Deadline
+    from partitioner.planning.options import PlanOptions
+    from partitioner.planning.plan_model import run_plan
+
+    now = [0.0]
+    clock = Deadline(1.0, clock=lambda: now[0])
+    now[0] = 2.0  # passed before anything ran; the first count is still built (its first-plan grace never ends)
+    opts = PlanOptions(**CASE, schedule="interleaved", virtual_stages=2, per_target=False)
+    r = run_plan("seed-vla-8gpu", "dgx-h100", opts, deadline=clock)
+    assert r.plan is not None, r.message
+    t = r.problem.training
+    assert (t.schedule, t.virtual_stages) == ("interleaved", 2)
+    assert r.extra["schedules"]["chosen"]["plan_source"] == "baseline"
+    assert "re-solved under: interleaved (v = 2)" in r.message  # the re-solve was cut, and the answer says so
+    _consistent(r)
+
+
 def test_a_re_solve_starts_from_the_plan_its_knob_setting_got_under_1f1b(monkeypatch):
     """dp re-solved under zb-h1 gets, as warm start, the plan the same knob setting got under 1F1B, and uses it."""
     import partitioner.planning.search.knob_solve as model  # where plan solves each knob setting
