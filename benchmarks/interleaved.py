@@ -5,8 +5,9 @@ From the repository root::
     python -m benchmarks.interleaved                 # every case below (a few minutes on 2 cores)
     python -m benchmarks.interleaved --cases glm-4.5v
 
-Each case runs ``partitioner plan --schedule interleaved --json`` (without
-``--time-limit``: the default budget) in a child process of its own and
+Each case runs ``partitioner plan --schedule interleaved --time-limit 60
+--json`` (:data:`TIME_LIMIT_S`, issue 33's target for the whole command, the
+per-framework lines included) in a child process of its own and
 records its wall and CPU seconds, the machine's load average before it, and
 from the result: the kept plan's group count P, v, microbatches, the expert
 parallelism it uses, its simulated iteration, the best interleaved
@@ -17,7 +18,8 @@ that offers it (its ``axes_not_chosen``: the interleaved search re-run on
 the problem with EP forced); the row keeps its ep degrees and estimate next
 to the kept plan's. A case with a published recipe also runs ``partitioner
 estimate`` on the recipe's layout and records its simulated iteration
-(:data:`RECIPES`). It writes ``interleaved.json``
+(:data:`RECIPES`), and per framework whether its line (``plan --target T``
+in the same command, interleaved pinned) has a plan. It writes ``interleaved.json``
 and ``interleaved.md`` in ``--out`` and splices the table into
 ``REPORT.md`` there (between markers, like :mod:`benchmarks.targets`).
 
@@ -64,6 +66,7 @@ RECIPES: dict[tuple[str, str, int, int, int | None], tuple[str, tuple[str, ...],
 }
 BEGIN, END = "<!-- interleaved: begin (python -m benchmarks.interleaved) -->", "<!-- interleaved: end -->"
 _KILL_S = 900.0  # a case still running after this is killed (its row says so)
+TIME_LIMIT_S = 60.0  # plan's --time-limit per case: issue 33's "interleaved with EP plans ... in <= 60 s"
 
 
 def _label(case: Sequence[Any]) -> str:
@@ -93,8 +96,17 @@ def _fields(doc: dict) -> dict:
         "exact_bound": exact.get("bound"),
         "exact_status": exact.get("status"),
         "ep_forced": _ep_forced(doc),
+        "targets": {name: _target(line) for name, line in (doc.get("targets") or {}).items()},
         "message": (doc.get("message") or "")[:400],
     }
+
+
+def _target(line: dict) -> str:
+    """A framework's line in a few words: ``v2 19,039.4`` (its plan's v and iteration), else its status."""
+    plan = line.get("plan") or {}
+    if line.get("iteration_ms") is None:
+        return str(line.get("status"))
+    return f"v{plan.get('virtual_stages')} {_num(line['iteration_ms'])}" + (" (cut)" if line.get("cut") else "")
 
 
 def _ep_forced(doc: dict) -> dict | None:
@@ -133,7 +145,7 @@ def run_case(case: Sequence[Any]) -> dict:
     """One case in a child process (a row, never a raise)."""
     model, cluster, nodes, batch, v = case
     cmd = [sys.executable, "-m", "partitioner", "plan", "--model", model, "--cluster", cluster, "--nodes", str(nodes),
-           "--global-batch", str(batch), "--schedule", "interleaved", "--json"]
+           "--global-batch", str(batch), "--schedule", "interleaved", "--time-limit", f"{TIME_LIMIT_S:g}", "--json"]
     if v is not None:
         cmd += ["--virtual-stages", str(v)]
     load = os.getloadavg()[0]
@@ -162,7 +174,8 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
         "# Interleaved (VPP) plans on the MoE presets: plan --schedule interleaved",
         "",
         f"Measured on {meta['machine']} on {meta['date']} (commit {meta['commit']}), each case in a process of its own "
-        "with `plan`'s default budget (no `--time-limit`); *load* is the 1-minute load average before the case "
+        f"with `--time-limit {TIME_LIMIT_S:g}` (the whole command: the search over every plan gets half, each "
+        "framework's line a share of the rest); *load* is the 1-minute load average before the case "
         "(other jobs shared the 2 cores). *iteration* is the kept plan's simulated iteration, *baseline* the best "
         "interleaved `megatron-uniform` plan (Megatron-LM's uniform split, one layout; v = 2, 3, 4, or the pinned v); "
         "*bound* the proven lower bound of the interleaved search's estimate at the kept m and v "
@@ -172,11 +185,13 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
         "*best with ep > 1*: the plan's own answer to \"why not EP?\" (`axes_not_chosen`): the interleaved search "
         "re-run with ep > 1 forced on every layer that offers it (every ep degree and group count of the space), "
         "its ep degrees and estimate against the kept plan's estimate (estimates, not simulations; `feasible`: "
-        "not proven, as the kept plan). *recipe*: `partitioner estimate` of the case's published layout, simulated.",
+        "not proven, as the kept plan). *recipe*: `partitioner estimate` of the case's published layout, simulated. "
+        "*per framework*: each line of the same command (`plan --target T`, interleaved pinned): its plan's v and "
+        "simulated iteration (`cut`: its share ended the search), or why it has none (DeepSpeed runs 1F1B only).",
         "",
         "| case | wall s | CPU s | load | status | P x v, m | ep used | iteration ms | baseline ms | speed-up | bound ms "
-        "| best with ep > 1: ep, estimate ms (kept's) | recipe: iteration ms |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| best with ep > 1: ep, estimate ms (kept's) | recipe: iteration ms | per framework |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         shape = "" if r.get("groups") is None else f"{r['groups']} x {r['virtual_stages']}, {r.get('microbatches')}"
@@ -185,7 +200,8 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
         lines.append(f"| {r['case']} | {_num(r.get('wall_s'))} | {_num(r.get('cpu_s'))} | {_num(r.get('load_before'))} "
                      f"| {r.get('status')} | {shape} | {ep} | {_num(r.get('iteration_ms'))} | {_num(r.get('baseline_ms'))} "
                      f"| {speed} | {_num(r.get('exact_bound'))} | {_forced_cell(r.get('ep_forced'))} "
-                     f"| {_recipe_cell(r.get('recipe'))} |")
+                     f"| {_recipe_cell(r.get('recipe'))} "
+                     f"| {'; '.join(f'{n}: {t}' for n, t in (r.get('targets') or {}).items())} |")
     return "\n".join(lines) + "\n"
 
 

@@ -230,10 +230,14 @@ def test_interleaved_rows_state_the_best_plan_with_ep_forced():
     doc = {"status": "feasible", "schedule": {"schedule": "interleaved", "virtual_stages": 2}, "microbatches": 256,
            "plan": {"stages": [{"dp": 2, "tp": 1}] * 4}, "simulation": {"makespan_ms": 1200.0},
            "axes_not_chosen": [{"axis": "ep", "status": "feasible", "value": 1315.8, "kept_value": 1228.7,
-                                "layouts": ["dp2tp1/zero1", "dp2tp1ep2/zero1+dp2tp1ep2/zero3"], "message": "cut"}]}
+                                "layouts": ["dp2tp1/zero1", "dp2tp1ep2/zero1+dp2tp1ep2/zero3"], "message": "cut"}],
+           "targets": {"megatron": {"status": "feasible", "iteration_ms": 1300.0, "cut": True,
+                                    "plan": {"virtual_stages": 2}},
+                       "deepspeed": {"status": "refused", "iteration_ms": None}}}
     row = {"case": "c", **interleaved._fields(doc)}
     assert row["ep"] == [1] and row["ep_forced"]["ep"] == [2] and row["ep_forced"]["value"] == 1315.8
     row["recipe"] = {"label": "PP2 VP12 EP8", "iteration_ms": 1636.7, "fits": True}
     line = interleaved.to_markdown([row], {"machine": "m", "date": "d", "commit": "c"}).splitlines()[-1]
     assert "ep 2: 1,315.8 (1,228.7), +7.1%, feasible" in line and "PP2 VP12 EP8: 1,636.7 |" in line
+    assert line.endswith("| megatron: v2 1,300.0 (cut); deepspeed: refused |")
     assert interleaved._fields({"status": "infeasible"})["ep_forced"] is None
