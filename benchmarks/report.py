@@ -483,7 +483,9 @@ def issue28_targets(out: Path) -> list[str]:
 ISSUE34_BEFORE = {
     "L=128 N=1024": "before: the tables needed 26.8 GiB (148 placement states), so dp stopped at its budget",
     "no transfers iteration 5D": "before: 15.3 s at load 1.0 (every recursion rebuilt the stage matrices of 32 "
-                                 "stashes; issue 34 measured feasible after 152 s at load 6)",
+                                 "stashes; issue 34 measured feasible after 152 s at load 6); cpu 6.95 / 6.43 s "
+                                 "before the batched stage fits and the level's early stop, 6.37 / 5.93 s after "
+                                 "(alternating runs at load 5-7)",
     "N=256 m=32 transfers iteration 5D": "before: 6.3 s at load 1.5 (issue 34 measured 49 s at load 6)",
     "cpsat": "before: no plan in 600 s (the greedy heuristic finds none, so CP-SAT had no hint)",
 }
@@ -570,7 +572,9 @@ def issue34_targets(out: Path) -> list[str]:
                          f"| {r['fresh_cpu_s']:.2f} | {r['ratio']:.2f} | {'yes' if r['ratio'] <= 1.5 else 'no'} | "
                          f"{cpu} | {r['load']:.1f} |")
     lines += ["", "Reproduce: `python -m benchmarks.solvers --sweeps issue34 --methods dp,cpsat --time-limit 60 --out "
-              "benchmarks/results/issue34` ([issue34/](issue34/solvers.md))."]
+              "benchmarks/results/issue34` ([issue34/](issue34/solvers.md)); the four VLA rows alone, the others "
+              "kept: `python -m benchmarks.solvers --sweeps issue34 --labels VLA --methods dp --time-limit 60 --out "
+              "benchmarks/results/issue34 --merge`."]
     return lines
 
 
