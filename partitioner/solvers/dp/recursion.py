@@ -188,7 +188,8 @@ class _Run:
         self.banded = math.isfinite(lim) and not self.spec
         self.prefix = prefix_devices(model, lim, self.kern) if self.banded else np.zeros(self.L + 1, dtype=np.int64)
         # a stage's compute does not fall as it grows (non-negative times and reshards; a longer stage's
-        # configs, cut short, fit too), but with tied weights, where the longer stage may need less memory
+        # configs, cut short, fit too); not relied on with tied weights, whose stages holding a tie are
+        # valued apart (StageCosts._tuples, another summation)
         self.rising = not model.costs.ties
 
     def check_time(self) -> None:
