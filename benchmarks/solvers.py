@@ -637,6 +637,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{r['label']:60s} {r['status']:10s} {r['seconds']:8.2f} s {r['message']}", flush=True)
     if args.merge:
         records = merged(args.out / "solvers.json", records)
+        methods += [m for m in dict.fromkeys(r.get("method") for r in records) if m in known and m not in methods]
     write_report(records, methods, args.time_limit, args.out)
     print(f"wrote {args.out / 'solvers.md'}")
 
