@@ -247,6 +247,14 @@ def _usage(usage: resource.struct_rusage) -> dict:
     return {"cpu_seconds": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024}
 
 
+def plan_case_label(case: tuple) -> str:
+    """The row label of a plan case: ``plan MODEL on NODES x CLUSTER, batch B`` and its further arguments."""
+    model, cluster, nodes, batch, *more = case
+    extra = list(more[0]) if more else []
+    shown = Path(model).stem if model.endswith(".json") else model
+    return f"plan {shown} on {nodes} x {cluster}, batch {batch}" + (f" ({' '.join(extra)})" if extra else "")
+
+
 def run_plan_case(case: tuple, timeout: float, sweep: str = "plan") -> dict:
     """``partitioner plan ... --json`` in a child process, as a user runs it: wall, CPU and peak memory
     (interpreter start-up and imports included); killed after ``timeout`` seconds, and the row says so.
@@ -276,9 +284,7 @@ def run_plan_case(case: tuple, timeout: float, sweep: str = "plan") -> dict:
             message = f"unreadable output: {exc}"
     else:
         message = (stderr.strip().splitlines() or [f"exit {code}"])[-1]
-    shown = Path(model).stem if model.endswith(".json") else model
-    label = f"plan {shown} on {nodes} x {cluster}, batch {batch}" + (f" ({' '.join(extra)})" if extra else "")
-    return {"sweep": sweep, "label": label, "method": "plan",
+    return {"sweep": sweep, "label": plan_case_label(case), "method": "plan",
             "model": model, "cluster": cluster, "nodes": nodes, "global_batch": batch, "status": status,
             "value": value, "bound": None, "seconds": seconds, **_usage(usage),
             "load_average": os.getloadavg()[0], "message": message[:300]}
@@ -571,6 +577,11 @@ def main(argv: list[str] | None = None) -> None:
              "issue25, issue28, issue34, plan); default all but issue13, issue24, issue25, issue28, issue34 and plan",
     )
     parser.add_argument("--plan-timeout", type=float, default=900.0, help="seconds before a plan case is killed")
+    parser.add_argument("--labels", default=None,
+                        help="comma-separated label fragments: only the points (and plan cases) whose label holds one")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep OUT/solvers.json's other rows: a row measured now replaces the row of the same "
+                             "sweep, label and method")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)  # one point (JSON), records to stdout
     args = parser.parse_args(argv)
     known = set(registered_methods())
@@ -584,6 +595,11 @@ def main(argv: list[str] | None = None) -> None:
         return
     records = []
     chosen = None if args.sweeps is None else set(args.sweeps.split(","))
+    wanted = None if args.labels is None else [f for f in args.labels.split(",") if f]
+
+    def picked(label: str) -> bool:
+        return wanted is None or any(f in label for f in wanted)
+
     if "dp" in methods or (chosen is not None and chosen & {"plan", "issue25", "issue34"}):
         records += compile_kernels()  # every timed row below starts with the kernels compiled
     for point in sweep(args.quick):
@@ -601,8 +617,11 @@ def main(argv: list[str] | None = None) -> None:
             records += run_point_isolated(point, methods, args.time_limit, args.seed)
     if chosen is not None and "issue34" in chosen:
         for point in issue34_points():
-            records += run_point_isolated(point, methods, args.time_limit, args.seed)
+            if picked(point.label):
+                records += run_point_isolated(point, methods, args.time_limit, args.seed)
         for case in SCALE_PLAN_CASES:
+            if not picked(plan_case_label(case)):
+                continue
             records.append(run_plan_case(case, args.plan_timeout, sweep="issue34-plan"))
             r = records[-1]
             print(f"{r['label']:60s} {r['status']:10s} {r['seconds']:8.2f} s {r['message']}", flush=True)
@@ -616,8 +635,24 @@ def main(argv: list[str] | None = None) -> None:
             records.append(run_plan_case(case, args.plan_timeout, sweep="issue25"))
             r = records[-1]
             print(f"{r['label']:60s} {r['status']:10s} {r['seconds']:8.2f} s {r['message']}", flush=True)
+    if args.merge:
+        records = merged(args.out / "solvers.json", records)
+        methods += [m for m in dict.fromkeys(r.get("method") for r in records) if m in known and m not in methods]
     write_report(records, methods, args.time_limit, args.out)
     print(f"wrote {args.out / 'solvers.md'}")
+
+
+def merged(path: Path, records: list[dict]) -> list[dict]:
+    """The rows of ``path`` (a solvers.json) with each row of ``records`` in the place of the row of the same
+    sweep, label and method (appended when there is none); the compile rows are the new ones."""
+    old = json.loads(path.read_text()) if path.exists() else []
+    new = {(r["sweep"], r["label"], r.get("method")): r for r in records if r["sweep"] != "compile"}
+    out = [r for r in records if r["sweep"] == "compile"]
+    for r in old:
+        if r["sweep"] == "compile":
+            continue
+        out.append(new.pop((r["sweep"], r["label"], r.get("method")), r))
+    return out + list(new.values())
 
 
 if __name__ == "__main__":

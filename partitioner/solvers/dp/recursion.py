@@ -187,6 +187,10 @@ class _Run:
         self.shared = work / max(top, 1) * COMPILED_SECONDS_PER_UNIT >= THREAD_MIN_SECONDS
         self.banded = math.isfinite(lim) and not self.spec
         self.prefix = prefix_devices(model, lim, self.kern) if self.banded else np.zeros(self.L + 1, dtype=np.int64)
+        # a stage's compute does not fall as it grows (non-negative times and reshards; a longer stage's
+        # configs, cut short, fit too); not relied on with tied weights, whose stages holding a tie are
+        # valued apart (StageCosts._tuples, another summation)
+        self.rising = not model.costs.ties
 
     def check_time(self) -> None:
         if self.deadline is not None and time.perf_counter() > self.deadline:
@@ -307,8 +311,8 @@ class _Run:
                 else:
                     kern.plain_level(out, a_stride, R, Rlo, Rhi, Rout, out_lo, out_hi, first, a_lo, a_hi, bmax, self.N,
                                      self.lim, minmax, DIRECT_RANKS, level >= 2, meta.grp, meta.xs, meta.xs_sorted,
-                                     meta.rank, CB, meta.X, self.banded, self.prefix, bucket, meta.runs, init_off,
-                                     init_val)
+                                     meta.rank, CB, meta.X, self.banded, self.prefix, self.rising, bucket, meta.runs,
+                                     init_off, init_val)
 
         chunks = list(range(bmax, -1, -firsts))
         if bucket or pool is None or len(chunks) < 2:

@@ -111,8 +111,10 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         m = self.m
         if self.costs.single_segment and not self.costs.ties:
 
+            every = list(range(len(self.layouts)))
+
             def same(s: int) -> bool:
-                return all(np.array_equal(self.costs.fit_end(j, s), self.costs.fit_end(j, m)) for j in range(len(self.layouts)))
+                return np.array_equal(self.costs.fit_ends(every, s), self.costs.fit_ends(every, m))
 
         elif self.parts:
 

@@ -105,6 +105,31 @@ class StageCosts:
             self._fit[key] = found
         return found
 
+    def fit_ends(self, configs: list[int], stash: int) -> np.ndarray:
+        """``[q, a]``: :meth:`fit_end` of ``configs[q]`` at ``stash``, one C-contiguous int64 array.
+
+        The configs not met yet at this stash are found in one sorted search over their rows laid
+        end to end (row q shifted by q times a bound above every row's largest query; the same
+        integers, so the same ends as :meth:`fit_end`), and kept for :meth:`fit_end`."""
+        missing = [j for j in dict.fromkeys(configs) if (j, stash) not in self._fit]
+        if len(missing) > 1:
+            L = self.L
+            js = np.array(missing, dtype=np.int64)
+            wp, ap = self.weight_prefix[js], self.act_prefix[js]
+            top = int(np.max(wp[:, -1])) + stash * int(np.max(ap[:, -1])) + self.cap + 1  # above every query
+            if top * len(missing) < 2**62:  # every shifted query is an exact int64
+                q = wp + np.int64(stash) * ap
+                shift = np.int64(top) * np.arange(len(missing), dtype=np.int64)[:, None]
+                flat = (q + shift).ravel()
+                where = np.searchsorted(flat, (q[:, :L] + np.int64(self.cap) + shift).ravel(), side="right")
+                end = where.reshape(len(missing), L) - (L + 1) * np.arange(len(missing), dtype=np.int64)[:, None] - 2
+                found = np.minimum(end, self.next_missing[js, :L] - 1).astype(np.int64)
+                for n, j in enumerate(missing):
+                    self._fit[(j, stash)] = found[n]
+        if not configs:
+            return np.zeros((0, self.L), dtype=np.int64)
+        return np.ascontiguousarray(np.stack([self.fit_end(j, stash) for j in configs]), dtype=np.int64)
+
     def memory(self, j: int, a: int | np.ndarray, b: int | np.ndarray, stash: int):
         """``W + stash * A`` of layers a..b in config j (exact where it fits; check with :meth:`fit_end` first)."""
         w = self.weight_prefix[j, np.asarray(b) + 1] - self.weight_prefix[j, a]
@@ -157,7 +182,7 @@ class StageCosts:
         start = _clock()
         time = np.ascontiguousarray(self.time, dtype=np.float64)
         js = np.array(configs, dtype=np.int64)
-        ends = np.ascontiguousarray(np.stack([self.fit_end(j, stash) for j in configs]), dtype=np.int64)
+        ends = self.fit_ends(configs, stash)
         runs = np.array(self.runs, dtype=np.int64).reshape(-1, 2)
         kernels = kern.stages
         kernels.single_segment(best, time, js, ends, runs)
@@ -239,7 +264,7 @@ class StageCosts:
             kern = engine.pick(engine.stage_work(L, len(configs)), self.deadline)
             kernels, start = kern.stages, _clock()
             js = np.array(configs, dtype=np.int64)
-            ends = np.ascontiguousarray(np.stack([self.fit_end(j, stash) for j in configs]), dtype=np.int64)
+            ends = self.fit_ends(configs, stash)
             runs = np.array(self.runs, dtype=np.int64).reshape(-1, 2)
             ok = kernels.options_single(U, W, C, one, two, js, ends, runs)
             if len(self.runs) > 1 and len(configs) == 1:

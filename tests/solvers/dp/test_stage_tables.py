@@ -167,7 +167,7 @@ def test_stage_tables_match_the_enumeration_of_segment_configs(problem, stashes)
 
 # ----------------------------------------------------------------------------- bit for bit: the summation order
 
-from strategies import small_v2_problems  # noqa: E402
+from strategies import small_v2_problems, small_v3_problems  # noqa: E402
 
 
 def _chain_values(costs: StageCosts, a: int, b: int, i: int, stash: int, one, two, r1: float, r2: float):
@@ -300,3 +300,35 @@ def test_stage_tables_with_long_frontiers_bit_for_bit():
         with patch.object(dp_stage, "FRONTIER_POINTS", points):
             _assert_summation_order(StageCosts(problem, problem.layouts(), (1, 2)), (1, 3))
     assert costs.matrix(1, 1)[0, 8] < math.inf
+
+
+def _fit_end_by_definition(costs: StageCosts, j: int, stash: int) -> list[int]:
+    """Per first layer a: the last b with layers a..b all in config j and ``W + stash * A <= cap`` (a - 1 if none)."""
+    out = []
+    for a in range(costs.L):
+        b = a - 1
+        while b + 1 < costs.L and costs.next_missing[j, a] > b + 1 and int(costs.memory(j, a, b + 1, stash)) <= costs.cap:
+            b += 1
+        out.append(b)
+    return out
+
+
+@settings(deadline=None, max_examples=examples(60))
+@given(st.one_of(_wide_v2(), small_v2_problems(max_layers=6), small_v3_problems(max_layers=6)),
+       st.lists(st.integers(1, 6), min_size=1, max_size=3), st.data())
+def test_fit_ends_of_many_configs_are_each_configs_fit_end(problem, stashes, data):
+    """``fit_ends`` (one sorted search over every config's rows at once) gives each config's ``fit_end`` by the
+    definition, whichever configs were met before at that stash, in the order asked (repeats too)."""
+    layouts = problem.layouts()
+    sizes = tuple(sorted({lay.devices for lay in layouts}))
+    costs = StageCosts(problem, layouts, sizes)
+    J = len(layouts)
+    for stash in stashes:
+        before = data.draw(st.lists(st.integers(0, J - 1), max_size=2))
+        for j in before:  # met alone first: the batch skips it
+            costs.fit_end(j, stash)
+        asked = data.draw(st.lists(st.integers(0, J - 1), min_size=0, max_size=2 * J))
+        got = costs.fit_ends(asked, stash)
+        assert got.shape == (len(asked), costs.L) and got.dtype == np.int64 and got.flags.c_contiguous
+        for q, j in enumerate(asked):
+            assert got[q].tolist() == _fit_end_by_definition(costs, j, stash)

@@ -60,7 +60,7 @@ SIGNATURES: dict[tuple[str, str], tuple[str, ...]] = {
     ("levels", "last_level"): (f"({_F1}, int64, int64, int64, {_I1}, {_F2}, {_RUNS}, {_F2}, {_I2}, {_I2}, {_F1})",),
     ("levels", "plain_level"): (
         f"({_ROWS}, int64, int64, int64, int64, float64, boolean, int64, boolean, {_GRP}, "
-        f"{_F2}, {_F2}, {_I2}, {_F3}, {_F2}, boolean, {_I1}, boolean, {_RUNS}, {_I1}, {_F2})",),
+        f"{_F2}, {_F2}, {_I2}, {_F3}, {_F2}, boolean, {_I1}, boolean, boolean, {_RUNS}, {_I1}, {_F2})",),
     ("levels", "options_level"): (
         f"({_ROWS}, int64, int64, int64, int64, int64, float64, boolean, boolean, {_GRP}, "
         f"{_F2}, {_F2}, {_I2}, {_I1}, {_I1}, {_F1}, {_F1}, int64, float64, float64, float64, {_F2}, boolean, "

@@ -18,6 +18,9 @@ __all__ = ["last_level", "plain_level", "options_level", "prefix_devices", "ZB",
 
 INF = np.inf
 ZB, GPIPE_B, GPIPE_F = 0, 1, 2  # the specs of options_level
+# how far a longer stage's compute may fall below a shorter one's by rounding alone: stage times are sums of
+# non-negative floats in one order or another (a few ulps apart, ~1e-13 relative for a thousand layers)
+RISING_SLACK = 1e-9
 
 
 # --------------------------------------------------------------------------- shared rows
@@ -165,8 +168,9 @@ def _suffix_min(acc, used, zn, Ci, width):
 
 @kernel()
 def _plain_cell(out, a_stride, R, Rlo, Rhi, a, g, bmax, N, lim, minmax, direct, overwrite, grp, xs, xs_sorted, rank,
-                CB, X, banded, prefix, accw, acch, usedw, usedh):
-    """The (a, g) block of a plain level (see the module docstring)."""
+                CB, X, banded, prefix, rising, accw, acch, usedw, usedh):
+    """The (a, g) block of a plain level (see the module docstring); ``rising``: ``CB[g, a, b]`` does not fall
+    as b grows (but for roundings, :data:`RISING_SLACK`), so the first stage well above ``lim`` ends the b loop."""
     g_size, g_base, g_stride, g_pstart, p_off, p_key, p_zn, p_co, g_sstart, s_zn, g_cstart = grp
     d = g_size[g]
     D1 = N + 1 - d
@@ -182,9 +186,12 @@ def _plain_cell(out, a_stride, R, Rlo, Rhi, a, g, bmax, N, lim, minmax, direct, 
     if Ci > 0 and cols > 0:
         x0 = xs_sorted[a, c0]
         xtop = xs_sorted[a, c0 + Ci - 1]
+        stop = lim * (1.0 + RISING_SLACK) if lim > 0 else 0.0
         for b in range(a, bmax + 1):
             cb = CB[g, a, b]
             if not (cb < INF) or not (cb + x0 <= lim):
+                if rising and not (cb < INF and cb <= stop):
+                    break  # every longer stage is slower still (or fits nowhere)
                 continue
             for p in range(g_pstart[g], g_pstart[g + 1]):
                 key = p_key[p]
@@ -259,11 +266,12 @@ def _plain_cell(out, a_stride, R, Rlo, Rhi, a, g, bmax, N, lim, minmax, direct, 
 
 @kernel()
 def plain_level(out, a_stride, R, Rlo, Rhi, Rout, Rout_lo, Rout_hi, first, a_lo, a_hi, bmax, N, lim, minmax, direct,
-                overwrite, grp, xs, xs_sorted, rank, CB, X, banded, prefix, self_feed, runs, init_off, init_val):
+                overwrite, grp, xs, xs_sorted, rank, CB, X, banded, prefix, rising, self_feed, runs, init_off, init_val):
     """One level of the plain recursion for first layers a_hi..a_lo (see the module docstring).
 
     ``CB[g, a, b]``: the compute of stage a..b on group g at the level's stash (inf if it does not
-    fit); ``prefix`` the device band of :func:`prefix_devices` when ``banded``; ``direct``: in
+    fit); ``prefix`` the device band of :func:`prefix_devices` when ``banded``; ``rising``: see
+    :func:`_plain_cell`; ``direct``: in
     ``minmax``, a candidate fitting at most that many categories is taken rank by rank. Row a is
     written at ``a * a_stride`` of ``out`` (0: one scratch row), its shared keys into ``Rout[a]``.
     """
@@ -275,7 +283,7 @@ def plain_level(out, a_stride, R, Rlo, Rhi, Rout, Rout_lo, Rout_hi, first, a_lo,
             _prefill(out, a_stride, a, first.size, init_off, init_val)
         for g in range(grp[0].size):
             _plain_cell(out, a_stride, R, Rlo, Rhi, a, g, bmax, N, lim, minmax, direct, overwrite, grp, xs, xs_sorted,
-                        rank, CB, X, banded, prefix, accw, acch, usedw, usedh)
+                        rank, CB, X, banded, prefix, rising, accw, acch, usedw, usedh)
         _finish_row(out, a_stride, a, runs, Rout, Rout_lo, Rout_hi, first, self_feed, R, Rlo, Rhi)
 
 
