@@ -143,7 +143,8 @@ def megatron_ranks(core: Mapping[str, Any], world: int, init: Callable[[int], No
 
 
 def megatron_config(core: Mapping[str, Any]) -> Any:
-    """``TransformerConfig`` as Megatron-LM builds it from the flags (``--bf16`` sets ``pipeline_dtype``).
+    """``TransformerConfig`` as Megatron-LM builds it from the flags (``--bf16`` sets ``pipeline_dtype``;
+    ``--multi-latent-attention``: ``MLATransformerConfig``).
 
     An FP8 MoE config asks megatron-core for Transformer Engine's version
     (MoE FP8 needs TE >= 1.7, FP8 grouped GEMMs >= 1.11); TE is a CUDA
@@ -151,16 +152,17 @@ def megatron_config(core: Mapping[str, Any]) -> Any:
     installed recent TE would, and every other validation runs as is.
     """
     import torch
-    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer import MLATransformerConfig, TransformerConfig
     from megatron.core.transformer import transformer_config as tc
 
+    config = MLATransformerConfig if core.get("multi_latent_attention") else TransformerConfig  # as Megatron-LM picks
     tp = core["tensor_model_parallel_size"]
     dtype = torch.bfloat16 if core.get("bf16") else torch.float32
     probe = tc.is_te_min_version
     if core.get("fp8") and core.get("num_moe_experts"):
         tc.is_te_min_version = lambda *a, **k: True  # type: ignore[attr-defined]
     try:
-        return TransformerConfig(hidden_size=64 * tp, num_attention_heads=4 * tp, pipeline_dtype=dtype, **core)
+        return config(hidden_size=64 * tp, num_attention_heads=4 * tp, pipeline_dtype=dtype, **core)
     finally:
         tc.is_te_min_version = probe  # type: ignore[attr-defined]
 

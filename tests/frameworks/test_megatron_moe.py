@@ -126,6 +126,7 @@ def _reference_routing(logits, moe: MoeHints, bias):
         weights = scores.gather(1, idx)
     if moe.norm_topk:
         weights = weights / weights.sum(dim=-1, keepdim=True)
+    weights = weights * (moe.topk_scale or 1.0)  # routed_scaling_factor (DeepseekV3TopkRouter: after renormalising)
     out = torch.zeros_like(logits.float()).scatter(1, idx, weights)
     return out > 0, out
 
