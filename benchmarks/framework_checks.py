@@ -167,13 +167,14 @@ def megatron_config(core: Mapping[str, Any]) -> Any:
         tc.is_te_min_version = probe  # type: ignore[attr-defined]
 
 
-def _decoder_counts(job: PlannedJob, stages: Sequence[Any]) -> list[int]:
-    return [sum(job.hints[i]["role"] == "decoder" for i in range(s.first_layer, s.last_layer + 1)) for s in stages]
+def _decoder_counts(job: PlannedJob, stages: Sequence[Any], role: str = "decoder") -> list[int]:
+    return [sum(job.hints[i]["role"] == role for i in range(s.first_layer, s.last_layer + 1)) for s in stages]
 
 
 def llm_stages(job: PlannedJob) -> list[Any]:
-    """The plan's stages that hold a language-model layer (embedding, decoder or loss)."""
-    return [s for s in job.plan.stages if any(job.hints[i]["role"] in ("embedding", "decoder", "loss") for i in s.layers)]
+    """The plan's stages that hold a language-model layer (embedding, decoder, MTP module or loss)."""
+    return [s for s in job.plan.stages
+            if any(job.hints[i]["role"] in ("embedding", "decoder", "mtp", "loss") for i in s.layers)]
 
 
 def check_megatron_layout(job: PlannedJob, core: Mapping[str, Any], llm: Sequence[Any]) -> None:
@@ -193,7 +194,7 @@ def check_megatron_layout(job: PlannedJob, core: Mapping[str, Any], llm: Sequenc
     assert layout.virtual_pipeline_model_parallel_size == v
     assert cfg.virtual_pipeline_model_parallel_size == (v if v > 1 else None)
     assert len(layout.layout) == P and all(len(chunks) == v for chunks in layout.layout)  # v model chunks per rank
-    counts = _decoder_counts(job, llm)
+    counts, mtp = _decoder_counts(job, llm), _decoder_counts(job, llm, "mtp")
     assert len(counts) == P * v
     parallel_state.set_virtual_pipeline_model_parallel_world_size(v if v > 1 else None)
     try:
@@ -201,6 +202,7 @@ def check_megatron_layout(job: PlannedJob, core: Mapping[str, Any], llm: Sequenc
             rank, vp = c % P, c // P
             assert layout.get_num_layers_to_build(LayerType.decoder, vp_stage=vp, pp_rank=rank) == want, f"chunk {c}"
             assert layout.get_layer_offset(LayerType.decoder, vp_stage=vp, pp_rank=rank) == sum(counts[:c]), f"chunk {c}"
+            assert layout.get_num_layers_to_build(LayerType.mtp, vp_stage=vp, pp_rank=rank) == mtp[c], f"chunk {c} MTP"
     finally:
         parallel_state.set_virtual_pipeline_model_parallel_world_size(None)
     assert LayerType.embedding in layout.layout[0][0] and LayerType.loss in layout.layout[-1][-1]
