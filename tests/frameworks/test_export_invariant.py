@@ -446,7 +446,7 @@ REAL_OPTIONS = {"ep_degrees": (2, 4), "etp_degrees": (1, 2)}  # the default knob
 @lru_cache(maxsize=None)
 def _real(name: str):
     """``partitioner plan --target megatron`` of the scaled preset on one 8-GPU node (1F1B, at most 2 stages)."""
-    result = plan_model(scaled(name), "dgx-h100", nodes=1, global_batch=GLOBAL_BATCH, microbatches=MICROBATCHES,
+    result = plan_model(_spec(name), "dgx-h100", nodes=1, global_batch=GLOBAL_BATCH, microbatches=MICROBATCHES,
                         target="megatron", schedule="1f1b", max_stages=2, options=REAL_OPTIONS)
     assert result.plan is not None, result.message
     return result
@@ -468,7 +468,7 @@ def _real_charged_bytes(result) -> list[float]:
 
 
 @pytest.mark.slow  # plans each preset (~1 s) and builds its stages' models
-@pytest.mark.parametrize("name", [n for n in PRESETS if n not in NOT_GPT])
+@pytest.mark.parametrize("name", [n for n in PRESETS if n not in NOT_GPT] + [f"deepseek-v3{MTP}"])
 def test_megatron_model_of_a_real_plan_holds_the_weight_bytes_it_charged(name):
     """A real ``plan --target megatron`` (its ZeRO stage, EP and ETP as chosen): each stage's first rank of the
     exported Megatron-LM model holds the weight bytes the plan charged its language-model layers, within 1 %:
@@ -484,7 +484,7 @@ def check_real_megatron(name: str, result, expert_group: str = "edp") -> None:
     exp = export_result(result, "megatron")
     assert exp.expressible and exp.settings["path"] == "megatron-lm", exp.reasons
     core, opts = exp.settings["transformer_config"], CostOptions.from_mapping(REAL_OPTIONS)
-    llm = scaled(name).llm
+    llm = _spec(name).llm
     world = sum(s.devices for s in result.plan.stages)
     for s, (stage, want) in enumerate(zip(result.plan.stages, _real_charged_bytes(result))):
         built = megatron_params(core, min(stage.device_ids), llm, world)
