@@ -164,6 +164,12 @@ def test_deepspeed_refuses_a_plan_with_mtp_modules():
     assert not any("multi-token" in r for r in _export(0, _chunks(0, ["llm.1"], 2), target="deepspeed").reasons)
 
 
-def test_torchtitan_marks_a_plan_with_mtp_modules_a_template():
+def test_torchtitan_refuses_mtp_over_pipeline_stages_and_keeps_one_stage_a_template():
+    """torchtitan 0.3's MTPDecoder raises under pipeline parallelism: two stages are refused with the reason; one
+    stage is a template (the scaled model has no torchtitan flavor; DeepSeek-V3's own needs num_mtp_layers and
+    MTPLoss)."""
     exp = _export(1, _chunks(1, ["llm.1"], 2), target="torchtitan")
-    assert exp.settings.get("launch") == "template"
+    assert not exp.expressible and any("refuses pipeline parallelism" in r for r in exp.reasons), exp.reasons
+    exp = _export(1, _chunks(1, [], 1), target="torchtitan")
+    assert exp.expressible, exp.reasons
+    assert exp.settings["launch"] == "template"
