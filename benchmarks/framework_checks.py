@@ -143,7 +143,8 @@ def megatron_ranks(core: Mapping[str, Any], world: int, init: Callable[[int], No
 
 
 def megatron_config(core: Mapping[str, Any]) -> Any:
-    """``TransformerConfig`` as Megatron-LM builds it from the flags (``--bf16`` sets ``pipeline_dtype``).
+    """``TransformerConfig`` as Megatron-LM builds it from the flags (``--bf16`` sets ``pipeline_dtype``;
+    ``--multi-latent-attention``: ``MLATransformerConfig``).
 
     An FP8 MoE config asks megatron-core for Transformer Engine's version
     (MoE FP8 needs TE >= 1.7, FP8 grouped GEMMs >= 1.11); TE is a CUDA
@@ -151,27 +152,29 @@ def megatron_config(core: Mapping[str, Any]) -> Any:
     installed recent TE would, and every other validation runs as is.
     """
     import torch
-    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer import MLATransformerConfig, TransformerConfig
     from megatron.core.transformer import transformer_config as tc
 
+    config = MLATransformerConfig if core.get("multi_latent_attention") else TransformerConfig  # as Megatron-LM picks
     tp = core["tensor_model_parallel_size"]
     dtype = torch.bfloat16 if core.get("bf16") else torch.float32
     probe = tc.is_te_min_version
     if core.get("fp8") and core.get("num_moe_experts"):
         tc.is_te_min_version = lambda *a, **k: True  # type: ignore[attr-defined]
     try:
-        return TransformerConfig(hidden_size=64 * tp, num_attention_heads=4 * tp, pipeline_dtype=dtype, **core)
+        return config(hidden_size=64 * tp, num_attention_heads=4 * tp, pipeline_dtype=dtype, **core)
     finally:
         tc.is_te_min_version = probe  # type: ignore[attr-defined]
 
 
-def _decoder_counts(job: PlannedJob, stages: Sequence[Any]) -> list[int]:
-    return [sum(job.hints[i]["role"] == "decoder" for i in range(s.first_layer, s.last_layer + 1)) for s in stages]
+def _decoder_counts(job: PlannedJob, stages: Sequence[Any], role: str = "decoder") -> list[int]:
+    return [sum(job.hints[i]["role"] == role for i in range(s.first_layer, s.last_layer + 1)) for s in stages]
 
 
 def llm_stages(job: PlannedJob) -> list[Any]:
-    """The plan's stages that hold a language-model layer (embedding, decoder or loss)."""
-    return [s for s in job.plan.stages if any(job.hints[i]["role"] in ("embedding", "decoder", "loss") for i in s.layers)]
+    """The plan's stages that hold a language-model layer (embedding, decoder, MTP module or loss)."""
+    return [s for s in job.plan.stages
+            if any(job.hints[i]["role"] in ("embedding", "decoder", "mtp", "loss") for i in s.layers)]
 
 
 def check_megatron_layout(job: PlannedJob, core: Mapping[str, Any], llm: Sequence[Any]) -> None:
@@ -191,7 +194,7 @@ def check_megatron_layout(job: PlannedJob, core: Mapping[str, Any], llm: Sequenc
     assert layout.virtual_pipeline_model_parallel_size == v
     assert cfg.virtual_pipeline_model_parallel_size == (v if v > 1 else None)
     assert len(layout.layout) == P and all(len(chunks) == v for chunks in layout.layout)  # v model chunks per rank
-    counts = _decoder_counts(job, llm)
+    counts, mtp = _decoder_counts(job, llm), _decoder_counts(job, llm, "mtp")
     assert len(counts) == P * v
     parallel_state.set_virtual_pipeline_model_parallel_world_size(v if v > 1 else None)
     try:
@@ -199,6 +202,7 @@ def check_megatron_layout(job: PlannedJob, core: Mapping[str, Any], llm: Sequenc
             rank, vp = c % P, c // P
             assert layout.get_num_layers_to_build(LayerType.decoder, vp_stage=vp, pp_rank=rank) == want, f"chunk {c}"
             assert layout.get_layer_offset(LayerType.decoder, vp_stage=vp, pp_rank=rank) == sum(counts[:c]), f"chunk {c}"
+            assert layout.get_num_layers_to_build(LayerType.mtp, vp_stage=vp, pp_rank=rank) == mtp[c], f"chunk {c} MTP"
     finally:
         parallel_state.set_virtual_pipeline_model_parallel_world_size(None)
     assert LayerType.embedding in layout.layout[0][0] and LayerType.loss in layout.layout[-1][-1]

@@ -19,13 +19,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..costs.memory.recompute import OP, is_module_setting
 from ..costs.variants import Knobs
-from ..presets import ModelSpec, is_moe_layer
+from ..presets import MlaHints, ModelSpec, is_moe_layer
 from ..problem import LayerHint
 
 __all__ = ["FrameworkRules", "Mesh", "CutGroups", "one_group_per_layer", "ExportContext", "ScheduleTime", "PlanArgs",
-           "Export", "ExportHints", "LayerHint", "MoeHints", "PrecisionHints", "LLM_ROLES", "VISION_ROLES"]
+           "Export", "ExportHints", "LayerHint", "MoeHints", "MlaHints", "PrecisionHints", "LLM_ROLES", "VISION_ROLES"]
 
-LLM_ROLES = ("embedding", "decoder", "loss")  # the language model's layer roles (the cost model's hints)
+# the language model's layer roles (the cost model's hints; mtp: its multi-token prediction modules)
+LLM_ROLES = ("embedding", "decoder", "mtp", "loss")
 VISION_ROLES = ("vision", "projector")  # the vision encoder's and projector's
 Mesh = tuple[int, int, int, int, int]  # (dp, tp, cp, ep, etp): the one mesh of a framework's plan
 CutGroups = Callable[[Sequence[str]], list[tuple[int, int]]]
@@ -159,6 +160,9 @@ class ExportContext:
     seq_length : int or None
         The language model's tokens per sample the plan was costed with (a recipe's own sequence
         length is set to it).
+    mla : MlaHints or None
+        The language model's multi-head latent attention, multi-token prediction and group routing
+        (``export_hints.mla``; None: none of them, or a result written before they were hinted).
     """
 
     global_batch: int | None = None
@@ -175,6 +179,7 @@ class ExportContext:
     plan_args: PlanArgs | None = None
     model: str | None = None
     seq_length: int | None = None
+    mla: MlaHints | None = None
 
     @property
     def chunks(self) -> int:
@@ -233,6 +238,8 @@ class MoeHints:
     the model's :class:`~partitioner.presets.ModuleSpec` states them;
     ``router_score`` empty: the router is not stated (hints written before
     these fields were), and the exports write no routing settings.
+    ``topk_scale`` multiplies the routed experts' combined output
+    (``routed_scaling_factor``; 0: not stated, hints written before it was).
     """
 
     num_experts: int
@@ -244,12 +251,13 @@ class MoeHints:
     norm_topk: bool = False
     expert_groups: int = 0
     group_top_k: int = 0
+    topk_scale: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"num_experts": self.num_experts, "top_k": self.top_k, "ffn_hidden": self.ffn_hidden,
                 "shared_ffn": self.shared_ffn, "moe_layers": [int(b) for b in self.moe_layers],
                 "router_score": self.router_score, "norm_topk": self.norm_topk, "expert_groups": self.expert_groups,
-                "group_top_k": self.group_top_k}
+                "group_top_k": self.group_top_k, "topk_scale": self.topk_scale}
 
     @classmethod
     def of_model(cls, spec: ModelSpec) -> "MoeHints | None":
@@ -262,7 +270,7 @@ class MoeHints:
             return None
         return cls(llm.experts, llm.top_k, llm.moe_ffn, llm.shared_ffn, tuple(is_moe_layer(llm, i) for i in range(llm.layers)),
                    router_score=llm.router_score, norm_topk=llm.norm_topk, expert_groups=llm.expert_groups,
-                   group_top_k=llm.group_top_k)
+                   group_top_k=llm.group_top_k, topk_scale=llm.routed_scale)
 
 
 @dataclass(frozen=True)
@@ -290,7 +298,9 @@ class ExportHints:
     ``layers`` gives each layer's role and module FQNs, ``moe`` the language
     model's experts (a MoE model), ``precision`` its FP8 training (none
     under BF16), ``cp_algorithm`` the context-parallel
-    attention the plan was costed with (when the result names one).
+    attention the plan was costed with (when the result names one), ``mla``
+    the language model's latent attention, multi-token prediction and group
+    routing (:class:`~partitioner.presets.MlaHints`; none without them).
     """
 
     model: str
@@ -298,6 +308,7 @@ class ExportHints:
     moe: MoeHints | None = None
     precision: PrecisionHints | None = None
     cp_algorithm: str | None = None
+    mla: MlaHints | None = None
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"model": self.model, "layers": [h.to_dict() for h in self.layers]}
@@ -307,4 +318,6 @@ class ExportHints:
             doc.update(precision=self.precision.to_dict())
         if self.cp_algorithm is not None:
             doc.update(cp_algorithm=self.cp_algorithm)
+        if self.mla is not None:
+            doc.update(mla=self.mla.to_dict())
         return doc

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from ..frameworks import ExportHints, MoeHints
+from ..frameworks import ExportHints, MlaHints, MoeHints
 from ..frameworks.export import problem_precision
 from ..plan import SolveResult
 from ..plan.result import Status
@@ -91,7 +91,8 @@ def assemble(best: KnobSolve, bests: Mapping[str, BaselineRun], tried: Sequence[
         throughput=tput, baselines=baselines, baseline=baseline, speedup=speedup, model=spec.name, cluster=cl.name,
         nodes=problem.cluster.nodes, global_batch=problem.workload.global_batch, microbatches=problem.microbatches,
         microbatches_tried=tuple(tried), knobs=stage_knobs(result.evaluation),
-        export_hints=ExportHints(spec.name, problem.workload.layers, MoeHints.of_model(spec), problem_precision(problem)),
+        export_hints=ExportHints(spec.name, problem.workload.layers, MoeHints.of_model(spec), problem_precision(problem),
+                                 mla=MlaHints.of_model(spec)),
         schedules=schedules,
     )
 

@@ -46,6 +46,7 @@ from .spec import GPU_GENERATIONS, MODULE_KINDS, ClusterSpec, ModelSpec, ModuleS
 
 __all__ = [
     "FIELD_RANGES",
+    "FLOAT_RANGES",
     "BOOL_FIELDS",
     "CHOICES",
     "TRANSFORMER_KINDS",
@@ -109,6 +110,11 @@ FIELD_RANGES: dict[str, tuple[int, int]] = {
     "tiles": (1, MAX_IMAGES),
     "window": (0, MAX_TOKENS),
     "deepstack": (0, MAX_MODULE_LAYERS),
+}
+# (least, greatest) of every real-valued field of ModuleSpec
+FLOAT_RANGES: dict[str, tuple[float, float]] = {
+    # routed_scaling_factor: positive; 1e-3..1e3 holds every published value (DeepSeek-V2 16, V3 2.5, Kimi-K2 2.827)
+    "routed_scale": (1e-3, 1e3),
 }
 BOOL_FIELDS = frozenset({"gated", "bias", "qkv_bias", "patch_bias", "pool_head", "layerscale", "qk_norm", "dropout",
                          "fused_qkv", "final_norm", "pre_norm", "tie_embeddings", "lm_head", "frozen", "rotary",
@@ -211,6 +217,8 @@ def field_problem(name: str, value: Any, kind: str) -> str | None:
             return f"must be an integer, got {value!r}"
         if not lo <= value <= hi:
             return f"must be in {lo}..{hi}, got {value}"
+    elif name in FLOAT_RANGES:
+        return _number_problem(value, *FLOAT_RANGES[name], integer=False)
     elif name in BOOL_FIELDS:
         if not isinstance(value, bool) and not (value is None and name in _MAYBE_NONE):
             return f"must be true or false, got {value!r}"

@@ -108,7 +108,10 @@ class ModuleSpec:
     Group-limited routing (MoE): the ``experts`` form ``expert_groups``
     groups and a token's ``top_k`` experts come from at most
     ``group_top_k`` of them (DeepSeek's ``n_group`` / ``topk_group``);
-    ``router_score`` is the gate's scoring function (softmax or sigmoid).
+    ``router_score`` is the gate's scoring function (softmax or sigmoid),
+    ``routed_scale`` the factor the routed experts' combined output is
+    multiplied by (``routed_scaling_factor``: DeepSeek-V3 2.5, Kimi-K2 2.827;
+    no parameters, no cost).
 
     ``block_norms`` counts the norms of a block (2; 4 for Gemma 2/3 and
     GLM-4 "sandwich" blocks); ``qk_norm_dim`` the width of each QK-norm
@@ -212,6 +215,7 @@ class ModuleSpec:
     expert_groups: int = 0  # group-limited routing: the experts form this many groups (0: no groups)
     group_top_k: int = 0  # ... and a token's experts come from at most this many of them
     router_score: str = "softmax"  # the router's scoring function: softmax | sigmoid
+    routed_scale: float = 1.0  # the routed experts' weights times this (routed_scaling_factor; no parameters)
     deepstack: int = 0  # projector: DeepStack mergers whose outputs are added to the first LLM layers (Qwen3-VL)
     # provenance and export hints
     source: str = ""

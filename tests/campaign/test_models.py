@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from partitioner.presets import with_module
-from partitioner.presets.checks import BOOL_FIELDS, CHOICES, FIELD_RANGES, LAYER_LIST_FIELDS, field_problem
+from partitioner.presets.checks import BOOL_FIELDS, CHOICES, FIELD_RANGES, FLOAT_RANGES, LAYER_LIST_FIELDS, field_problem
 from partitioner.presets.spec import ModuleSpec
 from partitioner.presets.workload import Workload, check_workload
 from partitioner.problem import ProblemError
@@ -161,7 +161,7 @@ def test_the_api_refuses_the_same_fps(fps):
 def test_every_module_field_has_a_check():
     """A field of ModuleSpec without a check would carry any YAML value into the arithmetic (issue 35: ``rotary``,
     ``block_norms``, ``extra_params``, ``tiles``, ``window``, ``cross_layers`` crashed with TypeError)."""
-    checked = {*FIELD_RANGES, *BOOL_FIELDS, *CHOICES, *LAYER_LIST_FIELDS, "dims", "fqn", "name", "kind", "source"}
+    checked = {*FIELD_RANGES, *FLOAT_RANGES, *BOOL_FIELDS, *CHOICES, *LAYER_LIST_FIELDS, "dims", "fqn", "name", "kind", "source"}
     assert {f.name for f in fields(ModuleSpec)} == checked
     for name in checked - {"name", "kind", "source"}:
         assert field_problem(name, object(), "llm") is not None, name

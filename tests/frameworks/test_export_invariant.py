@@ -20,7 +20,13 @@ tp 1. Each case is exported to each target:
   first rank of each stage, the language model's parameters are within
   1 % of what the plan charged the stage's language-model layers, and its
   routed experts' parameters are exactly the routed parameters the plan
-  charged. pi0 is left out (:data:`NOT_GPT`).
+  charged. pi0 is left out (:data:`NOT_GPT`). Everything the export
+  writes is read from it: layers, experts, router, and the latent
+  attention (``MLATransformerConfig`` only when the export says
+  ``multi_latent_attention``, with its widths); DeepSeek-V3 is also built
+  with its multi-token prediction module (``deepseek-v3+mtp``: the MTP block
+  where the export's layout puts it, with the embedding copy megatron-core
+  keeps there).
 * **DeepSpeed** (``ds_experts.py``): DeepSpeed's ``MoE(ep_size,
   enable_expert_tensor_parallelism)`` of each expressible export builds
   its expert groups on a fake world; its local experts x one expert's
@@ -75,11 +81,12 @@ from partitioner.costs.entry import weight_bytes_per_param
 from partitioner.costs.layers import model_layers
 from partitioner.costs.options import CostOptions
 from partitioner.costs.variants import Knobs, parse_variant
-from partitioner.frameworks.export import ExportContext, MoeHints, export_plan, export_result, hints_from_problem
+from partitioner.frameworks.export import ExportContext, MlaHints, MoeHints, export_plan, export_result, hints_from_problem
 from partitioner.plan import Plan, Stage, evaluate
 from partitioner.planning.plan_model import plan_model
 from partitioner.presets import list_models
-from partitioner.presets.spec import ModuleSpec
+from partitioner.presets.spec import ModelSpec, ModuleSpec
+from partitioner.presets.workload import with_mtp
 from partitioner.problem.records import Layout
 from tests.frameworks.plans import NOT_INSTALLED
 from tests.frameworks.scaled import scaled
@@ -110,6 +117,14 @@ CASE_IDS = [f"{n}-dp{d}tp{t}ep{e}etp{x}" for n, (d, t, e, x) in CASES]
 MEGATRON = [c for c in CASES if c[0] not in NOT_GPT]
 MEGATRON_IDS = [i for c, i in zip(CASES, CASE_IDS) if c[0] not in NOT_GPT]
 MOE_PRESETS = [n for n in PRESETS if (scaled(n).llm is not None and scaled(n).llm.experts > 0)]
+MTP = "+mtp"  # a case name ending so: the scaled preset trains one multi-token prediction module (DeepSeek-V3's)
+MTP_CASES = [(f"deepseek-v3{MTP}", lay) for lay in MOE]
+MTP_IDS = [f"{n}-dp{d}tp{t}ep{e}etp{x}" for n, (d, t, e, x) in MTP_CASES]
+
+
+def _spec(name: str) -> ModelSpec:
+    """The scaled preset of case ``name`` (:data:`MTP`: with one multi-token prediction module)."""
+    return with_mtp(scaled(name[: -len(MTP)]), 1) if name.endswith(MTP) else scaled(name)
 
 
 @dataclass(frozen=True)
@@ -123,7 +138,7 @@ class Charged:
 
 @lru_cache(maxsize=None)
 def _problem(name: str):
-    return build_problem(scaled(name), "dgx-h100", nodes=1, global_batch=GLOBAL_BATCH, microbatches=MICROBATCHES,
+    return build_problem(_spec(name), "dgx-h100", nodes=1, global_batch=GLOBAL_BATCH, microbatches=MICROBATCHES,
                          options=OPTIONS)
 
 
@@ -146,7 +161,7 @@ def _segments(problem, stage: Stage) -> dict[int, Layout]:
 def _charged(name: str, plan: Plan) -> list[Charged]:
     """Per stage, the language model's charged parameters per rank (weight bytes / bytes per parameter, its tied
     copy counted once) and the routed experts' share the cost model charged."""
-    problem, spec = _problem(name), scaled(name)
+    problem, spec = _problem(name), _spec(name)
     opts = CostOptions.from_mapping(OPTIONS)
     pipeline = model_layers(spec, opts)
     evaluate(problem, plan)  # the plan is valid
@@ -171,9 +186,10 @@ def _charged(name: str, plan: Plan) -> list[Charged]:
 
 
 def _exported(name: str, plan: Plan, target: str):
-    spec = scaled(name)
+    spec = _spec(name)
     return export_plan(plan, hints_from_problem(_problem(name)), target,
-                       ExportContext(global_batch=GLOBAL_BATCH, microbatches=MICROBATCHES, moe=MoeHints.of_model(spec)))
+                       ExportContext(global_batch=GLOBAL_BATCH, microbatches=MICROBATCHES, moe=MoeHints.of_model(spec),
+                                     mla=MlaHints.of_model(spec)))
 
 
 # --------------------------------------------------------------------------- Megatron
@@ -186,27 +202,30 @@ def _activation(llm: ModuleSpec):
 
 
 def _megatron_config(core: dict, sizes: dict, llm: ModuleSpec):
-    """megatron-core's ``TransformerConfig`` (``MLATransformerConfig`` for latent attention) of the scaled LM."""
+    """megatron-core's ``TransformerConfig`` of the scaled LM: its widths from the preset, everything the export
+    writes (layers, experts, router, MTP, latent attention: ``MLATransformerConfig`` when it says
+    ``multi_latent_attention``) from the export."""
     import torch
     from megatron.core.transformer import MLATransformerConfig, TransformerConfig
 
     exported = {k: core[k] for k in ("num_layers", "num_moe_experts", "moe_ffn_hidden_size", "moe_router_topk",
                                      "moe_shared_expert_intermediate_size", "moe_layer_freq",
-                                     "pipeline_model_parallel_layout") if k in core}
+                                     "pipeline_model_parallel_layout", "mtp_num_layers", "moe_router_score_function",
+                                     "moe_router_num_groups", "moe_router_group_topk", "moe_router_topk_scaling_factor",
+                                     "moe_router_enable_expert_bias") if k in core}
+    latent = {k: core[k] for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+              if k in core}
     common = dict(
         **sizes, **exported, hidden_size=llm.hidden, num_attention_heads=llm.heads, ffn_hidden_size=llm.ffn,
         num_query_groups=llm.n_kv_heads, kv_channels=llm.d_head, gated_linear_unit=llm.gated,
         activation_func=_activation(llm), add_bias_linear=llm.bias,
         add_qkv_bias=bool(llm.bias if llm.qkv_bias is None else llm.qkv_bias),
-        qk_layernorm=llm.qk_norm or llm.mla,  # MLA: the norms of the query and key-value latents (DeepSeek-V3 has both)
+        qk_layernorm=core.get("qk_layernorm", llm.qk_norm),  # MLA: the norms of the query and key-value latents
         normalization="RMSNorm" if llm.norm == "rmsnorm" else "LayerNorm", use_cpu_initialization=True,
         perform_initialization=False, moe_grouped_gemm=False, moe_token_dispatcher_type="allgather",
-        pipeline_dtype=torch.float32, sequence_parallel=False,
-        **({"moe_router_score_function": llm.router_score} if llm.experts else {}))
-    if llm.mla:
-        return MLATransformerConfig(**common, q_lora_rank=llm.q_lora_rank or None, kv_lora_rank=llm.kv_lora_rank,
-                                    qk_head_dim=llm.d_head, qk_pos_emb_head_dim=llm.rope_head_dim,
-                                    v_head_dim=llm.v_dim, rope_type="rope")
+        pipeline_dtype=torch.float32, sequence_parallel=False)
+    if core.get("multi_latent_attention"):  # the latent widths as the export states them (Megatron-LM's choice too)
+        return MLATransformerConfig(**common, **latent, rope_type="rope")
     return TransformerConfig(**common)
 
 
@@ -247,7 +266,7 @@ def megatron_params(core: dict, rank: int, llm: ModuleSpec, world: int = WORLD) 
     from megatron.core import parallel_state
     from megatron.core.models.common.language_module.language_module import LanguageModule
     from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec, get_gpt_mtp_block_spec
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     sizes = {k: core.get(k) or 1 for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
@@ -262,11 +281,13 @@ def megatron_params(core: dict, rank: int, llm: ModuleSpec, world: int = WORLD) 
         # Megatron-LM's block spec: a dense or MoE layer each as moe_layer_freq says, MLA or standard attention
         spec = get_gpt_decoder_block_spec(cfg, use_transformer_engine=False, normalization=cfg.normalization,
                                           pp_rank=parallel_state.get_pipeline_model_parallel_rank())
-        if llm.mla:  # the Transformer Engine spec's MLA (Megatron-LM's default --transformer-impl), on the CPU tier
+        if cfg.multi_latent_attention:  # the Transformer Engine spec's MLA (Megatron-LM's default --transformer-impl), on the CPU tier
             for layer in spec.layer_specs:
                 attention = layer.submodules.self_attention.submodules
                 attention.core_attention = _AttentionCore
                 attention.linear_q_down_proj = attention.linear_kv_down_proj = _DuplicatedLinear
+        # Megatron-LM's MTP block (pretrain_gpt.py): the decoder's last layer spec, on the rank the layout puts it
+        mtp = get_gpt_mtp_block_spec(cfg, spec, use_transformer_engine=False) if cfg.mtp_num_layers else None
         # a tied head's first sync with the embedding (no parameter) runs on CUDA; MLA's rotary table (a buffer)
         # is placed on the current CUDA device: both are skipped or kept on the CPU tier; no Transformer Engine
         # (its FP8 hook in MLA's constructor checks for a TE linear layer)
@@ -277,7 +298,7 @@ def megatron_params(core: dict, rank: int, llm: ModuleSpec, world: int = WORLD) 
             model = GPTModel(cfg, spec, vocab_size=llm.vocab, max_sequence_length=llm.text_tokens,
                              pre_process=parallel_state.is_pipeline_first_stage(),
                              post_process=parallel_state.is_pipeline_last_stage(), position_embedding_type="rope",
-                             share_embeddings_and_output_weights=llm.tie_embeddings)
+                             share_embeddings_and_output_weights=llm.tie_embeddings, mtp_block_spec=mtp)
         named = [(n, p) for n, p in model.named_parameters() if llm.lm_head or not n.startswith("output_layer.")]
         return Built(sum(p.numel() for _, p in named), sum(p.numel() for n, p in named if ".mlp.experts." in n),
                      parallel_state.get_data_parallel_world_size(),
@@ -310,6 +331,48 @@ def test_megatron_model_holds_what_the_plan_charged(name, lay):
     dp, tp, ep, etp = lay
     assert core.get("expert_tensor_parallel_size", 1) == (tp if ep == 1 else etp) or not scaled(name).llm.experts
     check_megatron(core, _charged(name, plan), scaled(name).llm)
+
+
+@pytest.mark.parametrize("name,lay", MTP_CASES, ids=MTP_IDS)
+def test_megatron_model_with_latent_attention_and_mtp_holds_what_the_plan_charged(name, lay):
+    """DeepSeek-V3 (scaled) with its multi-token prediction module on the last stage: megatron-core's
+    ``MLATransformerConfig`` from the export's latent widths, and its MTP block (built by
+    ``get_gpt_mtp_block_spec`` where the export's layout puts the ``m``: the projection, norms, one MoE block
+    and the embedding copy megatron-core keeps on an MTP stage) hold what the plan charged each stage."""
+    plan = _plan(name, lay)
+    core = _megatron_core(name, plan)
+    llm = _spec(name).llm
+    assert core["multi_latent_attention"] and core["mtp_num_layers"] == 1
+    assert (core["q_lora_rank"], core["kv_lora_rank"], core["qk_head_dim"], core["qk_pos_emb_head_dim"],
+            core["v_head_dim"]) == (llm.q_lora_rank, llm.kv_lora_rank, llm.d_head, llm.rope_head_dim, llm.v_dim)
+    check_megatron(core, _charged(name, plan), llm)
+
+
+LATENT_FIELDS = ("multi_latent_attention", "qk_layernorm", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
+                 "qk_pos_emb_head_dim", "v_head_dim")
+
+
+def test_megatron_check_fails_without_the_latent_attention_flags():
+    """The check can fail: the export's settings without the latent-attention fields build standard attention
+    (megatron-core's ``TransformerConfig``), 2.8-4 % off what the plan charged each stage at tp 2 (at tp 1 the two
+    attentions happen to be within 1 % of each other at the scaled widths, so tp 2 is the case that tells)."""
+    name = f"deepseek-v3{MTP}"
+    plan = _plan(name, (2, 2, 2, 1))
+    core = {k: v for k, v in _megatron_core(name, plan).items() if k not in LATENT_FIELDS}
+    with pytest.raises(AssertionError, match="megatron-core"):
+        check_megatron(core, _charged(name, plan), _spec(name).llm)
+
+
+def test_megatron_check_fails_without_the_mtp_module():
+    """The check can fail: the export's settings without ``mtp_num_layers`` (and without the ``m`` of the layout)
+    build no MTP block, and the last stage holds less than the plan charged it."""
+    name = f"deepseek-v3{MTP}"
+    plan = _plan(name, (2, 2, 2, 1))
+    core = dict(_megatron_core(name, plan))
+    core.pop("mtp_num_layers")
+    core["pipeline_model_parallel_layout"] = core["pipeline_model_parallel_layout"].replace("m", "")
+    with pytest.raises(AssertionError, match="stage 1"):
+        check_megatron(core, _charged(name, plan), _spec(name).llm)
 
 
 @pytest.mark.parametrize("name", MOE_PRESETS)
@@ -383,7 +446,7 @@ REAL_OPTIONS = {"ep_degrees": (2, 4), "etp_degrees": (1, 2)}  # the default knob
 @lru_cache(maxsize=None)
 def _real(name: str):
     """``partitioner plan --target megatron`` of the scaled preset on one 8-GPU node (1F1B, at most 2 stages)."""
-    result = plan_model(scaled(name), "dgx-h100", nodes=1, global_batch=GLOBAL_BATCH, microbatches=MICROBATCHES,
+    result = plan_model(_spec(name), "dgx-h100", nodes=1, global_batch=GLOBAL_BATCH, microbatches=MICROBATCHES,
                         target="megatron", schedule="1f1b", max_stages=2, options=REAL_OPTIONS)
     assert result.plan is not None, result.message
     return result
@@ -405,7 +468,7 @@ def _real_charged_bytes(result) -> list[float]:
 
 
 @pytest.mark.slow  # plans each preset (~1 s) and builds its stages' models
-@pytest.mark.parametrize("name", [n for n in PRESETS if n not in NOT_GPT])
+@pytest.mark.parametrize("name", [n for n in PRESETS if n not in NOT_GPT] + [f"deepseek-v3{MTP}"])
 def test_megatron_model_of_a_real_plan_holds_the_weight_bytes_it_charged(name):
     """A real ``plan --target megatron`` (its ZeRO stage, EP and ETP as chosen): each stage's first rank of the
     exported Megatron-LM model holds the weight bytes the plan charged its language-model layers, within 1 %:
@@ -421,7 +484,7 @@ def check_real_megatron(name: str, result, expert_group: str = "edp") -> None:
     exp = export_result(result, "megatron")
     assert exp.expressible and exp.settings["path"] == "megatron-lm", exp.reasons
     core, opts = exp.settings["transformer_config"], CostOptions.from_mapping(REAL_OPTIONS)
-    llm = scaled(name).llm
+    llm = _spec(name).llm
     world = sum(s.devices for s in result.plan.stages)
     for s, (stage, want) in enumerate(zip(result.plan.stages, _real_charged_bytes(result))):
         built = megatron_params(core, min(stage.device_ids), llm, world)

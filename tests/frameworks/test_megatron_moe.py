@@ -126,6 +126,7 @@ def _reference_routing(logits, moe: MoeHints, bias):
         weights = scores.gather(1, idx)
     if moe.norm_topk:
         weights = weights / weights.sum(dim=-1, keepdim=True)
+    weights = weights * (moe.topk_scale or 1.0)  # routed_scaling_factor (DeepseekV3TopkRouter: after renormalising)
     out = torch.zeros_like(logits.float()).scatter(1, idx, weights)
     return out > 0, out
 
@@ -203,8 +204,9 @@ def _deepseek():
 
 def test_deepseek_v3_language_model_launch_with_mtp_and_group_routing(_deepseek):
     """A language-only DeepSeek-V3 plan: pretrain_gpt.py flags, its MTP module in the layout (``m``) with
-    ``--mtp-num-layers``, group-limited sigmoid routing with expert bias; megatron-core takes the config and
-    places the plan's decoder layers."""
+    ``--mtp-num-layers``, latent attention (``MLATransformerConfig`` with the config.json widths), group-limited
+    sigmoid routing with expert bias and the routed scaling factor; megatron-core takes the config and places
+    the plan's decoder layers and MTP module."""
     from benchmarks.framework_checks import PlannedJob, check_megatron_layout, llm_stages
     from partitioner.frameworks.export import export_result, parse_megatron_layout
 
@@ -218,6 +220,12 @@ def test_deepseek_v3_language_model_launch_with_mtp_and_group_routing(_deepseek)
     assert sum(st.count("m") for st in layout) == 1 and "m" in layout[-1]
     assert (cfg.moe_router_num_groups, cfg.moe_router_group_topk, cfg.moe_router_score_function) == (8, 4, "sigmoid")
     assert cfg.moe_router_enable_expert_bias and cfg.moe_router_load_balancing_type == "seq_aux_loss"
+    assert cfg.moe_router_topk_scaling_factor == 2.5 and _flags(exp.snippet)["moe-router-topk-scaling-factor"] == "2.5"
+    from megatron.core.transformer import MLATransformerConfig  # --multi-latent-attention: Megatron-LM's MLA config
+
+    assert isinstance(cfg, MLATransformerConfig) and cfg.multi_latent_attention and cfg.qk_layernorm
+    assert (cfg.q_lora_rank, cfg.kv_lora_rank, cfg.qk_head_dim, cfg.qk_pos_emb_head_dim, cfg.v_head_dim) == \
+        (1536, 512, 128, 64, 128)
     job = PlannedJob.from_result(_deepseek)
     check_megatron_layout(job, core, llm_stages(job))
 

@@ -112,16 +112,33 @@ def test_matched_family_overrides_parse_with_torchtitans_own_config():
     assert cfg.parallelism.expert_parallel_degree == exp.settings["config"]["parallelism"]["expert_parallel_degree"]
 
 
-def test_deepseek_v3_names_its_family_and_its_mtp_module():
-    """DeepSeek-V3 (language only): torchtitan's deepseek_v3 671B; the plan's MTP module is said, not dropped."""
+def test_deepseek_v3_names_its_family_and_refuses_its_mtp_module_under_pipeline_parallelism():
+    """DeepSeek-V3 (language only): torchtitan's deepseek_v3 671B. Its MTP module over several pipeline stages is
+    refused with the reason -- torchtitan's own MTP model config raises under pipeline parallelism (checked
+    here on its debugmodel_mtp) --; trained without MTP (workload mtp_layers 0) the plan is the 671B command."""
+    from partitioner.presets import Workload
+
     result = plan_model("deepseek-v3", "dgx-h100", nodes=64, global_batch=1024, microbatches=64, method="greedy",
                         schedule="1f1b", target="torchtitan")
+    exp = export_result(result, "torchtitan")
+    assert len(result.plan.stages) > 1 and not exp.expressible
+    assert any("MTPDecoder refuses pipeline parallelism" in r for r in exp.reasons), exp.reasons
+    for pp, refused in ((1, False), (2, True)):
+        cfg = torchtitan_parse(["--module", "deepseek_v3", "--config", "deepseek_v3_debugmodel_mtp",
+                                "--parallelism.pipeline_parallel_degree", str(pp), "--training.disable_cuda_graphs"])
+        if refused:
+            with pytest.raises(NotImplementedError, match="pipeline parallelism"):
+                cfg.model_spec.model.update_from_config(config=cfg)
+        else:
+            cfg.model_spec.model.update_from_config(config=cfg)
+    result = plan_model("deepseek-v3", "dgx-h100", workload=Workload(mtp_layers=0), nodes=64, global_batch=1024,
+                        microbatches=64, method="greedy", schedule="1f1b", target="torchtitan")
     exp = export_result(result, "torchtitan")
     assert exp.expressible, exp.reasons
     assert "--module deepseek_v3 --config deepseek_v3_671b" in exp.snippet
     assert exp.settings["model"] == {"family": "deepseek_v3", "flavor": "671B", "trains": "whole model",
                                      "base": TITAN_MODELS["deepseek-v3"].base}
-    assert exp.settings["launch"] == "template" and any("num_mtp_layers=1" in n for n in exp.notes)
+    assert exp.settings["launch"] == "command" and not any("num_mtp_layers" in n for n in exp.notes)
 
 
 def test_sequence_length_is_the_plans():

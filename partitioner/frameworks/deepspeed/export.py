@@ -35,6 +35,7 @@ def export_deepspeed(stages: list[StageView], ctx: ExportContext) -> Export:
         reasons.insert(0, f"schedule {schedule} is not expressible: DeepSpeed's PipelineEngine runs TrainSchedule (1F1B) "
                           "only; plan with --schedule 1f1b")
     reasons += _fp8_reasons(ctx.precision)
+    reasons += _mtp_reasons(stages)
     b: ReplicaBatch | None = None
     zero, intervals = 0, [0] * len(stages)
     knob_notes: list[str] = []
@@ -105,6 +106,20 @@ def export_deepspeed(stages: list[StageView], ctx: ExportContext) -> Export:
     if ds_config is not None:
         lines.append(f"ds_config = {ds_config!r}  # merge into your DeepSpeed config")
     return Export("deepspeed", settings, "\n".join(lines), tuple(notes), True, (), CHECKED_WITH)
+
+
+def _mtp_reasons(stages: list[StageView]) -> list[str]:
+    """Why DeepSpeed's pipeline cannot run the plan's multi-token prediction modules (empty: the plan has none).
+
+    ``PipelineModule`` passes one activation tuple from stage to stage and computes one loss, ``loss_fn``
+    on the last stage's output; an MTP module needs the embedding of the shifted tokens and adds a loss of
+    its own through the shared output head, which that contract does not carry.
+    """
+    held = [s.index for s in stages if s.count("mtp")]
+    if not held:
+        return []
+    return [f"stage(s) {held} hold multi-token prediction modules: DeepSpeed's PipelineModule has no MTP (one "
+            "activation tuple between stages, one loss_fn on the last stage); plan without them (--mtp-layers 0)"]
 
 
 def _fp8_reasons(hints: PrecisionHints | None) -> list[str]:

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 from ...plan import Plan, SolveResult
 from ...problem import Problem, ProblemError
-from .. import EXPORTERS, RULES, TARGETS, Export, ExportContext, LayerHint, MoeHints, PrecisionHints, stage_views
+from .. import EXPORTERS, RULES, TARGETS, Export, ExportContext, LayerHint, MlaHints, MoeHints, PrecisionHints, stage_views
 from ..megatron import megatron_layout, mimo_grid, parse_megatron_layout
 from ..stages import placement_note
 from ..torchtitan import torchtitan_names
@@ -40,6 +40,7 @@ __all__ = [
     "ExportRequest",
     "LayerHint",
     "MoeHints",
+    "MlaHints",
     "PrecisionHints",
     "export_plan",
     "export_result",

@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 from ...costs.compute.fp8 import FP8_RECIPES
 from ...plan import Plan, PlanError, SolveResult, evaluate
 from ...problem import LayerHint, Problem, ProblemError
-from .. import ExportContext, ExportHints, MoeHints, PlanArgs, PrecisionHints, ScheduleTime
+from .. import ExportContext, ExportHints, MlaHints, MoeHints, PlanArgs, PrecisionHints, ScheduleTime
 
 MEMORY_RULE = 6  # evaluate's rule 6 (memory), the only one not about the plan's shape (DESIGN.md, validity rules)
 
@@ -83,9 +83,12 @@ def moe_hints(doc: Any) -> MoeHints | None:
     if not isinstance(layers, list) or any(v not in (0, 1) for v in layers):
         raise ProblemError("must be a list of 0/1 per decoder layer", path="export_hints.moe.moe_layers")
     score, norm, groups, group_top_k = _router_hints(doc)
+    scale = doc.get("topk_scale", 0.0)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 <= scale < float("inf"):
+        raise ProblemError(f"must be a non-negative number, got {scale!r}", path="export_hints.moe.topk_scale")
     return MoeHints(counts["num_experts"], counts["top_k"], counts["ffn_hidden"], shared_ffn=shared,
                     moe_layers=tuple(bool(v) for v in layers), router_score=score, norm_topk=norm,
-                    expert_groups=groups, group_top_k=group_top_k)
+                    expert_groups=groups, group_top_k=group_top_k, topk_scale=float(scale))
 
 
 def _router_hints(doc: Mapping[str, Any]) -> tuple[str, bool, int, int]:
@@ -167,7 +170,7 @@ def _export_hints(doc: Mapping[str, Any]) -> ExportHints | None:
     layers, algorithm = hint_doc.get("layers"), hint_doc.get("cp_algorithm")
     return ExportHints(str(hint_doc.get("model", "")), tuple(layer_hints(layers)) if isinstance(layers, list) else (),
                        moe_hints(hint_doc.get("moe")), precision_hints(hint_doc.get("precision")),
-                       algorithm if isinstance(algorithm, str) else None)
+                       algorithm if isinstance(algorithm, str) else None, MlaHints.from_doc(hint_doc.get("mla")))
 
 
 def _plan_context(doc: Mapping[str, Any], hints: ExportHints | None) -> ExportContext:
@@ -175,7 +178,8 @@ def _plan_context(doc: Mapping[str, Any], hints: ExportHints | None) -> ExportCo
     return ExportContext(moe=hints.moe if hints else None, precision=hints.precision if hints else None,
                          cp_algorithm=hints.cp_algorithm if hints else None,
                          by_schedule=_schedule_times(doc.get("schedules")), plan_args=_plan_args(doc),
-                         model=(hints.model or None) if hints else None, seq_length=_llm_tokens(doc))
+                         model=(hints.model or None) if hints else None, seq_length=_llm_tokens(doc),
+                         mla=hints.mla if hints else None)
 
 
 def _llm_tokens(doc: Mapping[str, Any]) -> int | None:

@@ -38,10 +38,12 @@ from ..stages import (
 )
 from .bridge import BRIDGE_COMMIT, BRIDGE_RECIPES, BridgeRecipe, bridge_fp8, bridge_overrides, bridge_snippet
 from .fp8 import megatron_fp8
+from .mla import latent_attention
 from .moe import moe_router_settings
 from .rules import RULES, SCHEDULE_REFUSALS
 
-__all__ = ["export_megatron", "megatron_layout", "parse_megatron_layout", "mimo_grid", "megatron_recompute", "CHECKED_WITH"]
+__all__ = ["export_megatron", "megatron_layout", "parse_megatron_layout", "mimo_grid", "megatron_recompute", "mtp_reasons",
+           "CHECKED_WITH"]
 
 CHECKED_WITH = "megatron-core 0.16.1 (Megatron-LM core_r0.16 flags); MIMO grid per Megatron Bridge's MimoParallelismConfig"
 
@@ -117,6 +119,30 @@ def _split(stages: Sequence[StageView]) -> tuple[list[StageView], list[StageView
     llm_idx = [s.index for s in stages if s.is_llm]
     first, last = llm_idx[0], llm_idx[-1]
     return list(stages[:first]), list(stages[first : last + 1]), list(stages[last + 1 :])
+
+
+def mtp_reasons(llm: Sequence[StageView], v: int) -> list[str]:
+    """Why Megatron-Core cannot place the plan's multi-token prediction modules (empty: it can).
+
+    ``llm`` are the language-model chunks in layout order (chunk c on pipeline
+    rank c mod P, virtual stage c // P, P = len(llm) / v). Megatron-Core's
+    ``PipelineParallelLayerLayout.validate_layer_layout`` (0.16.1) asserts
+    that all MTP layers are in one virtual stage and that it is the last
+    virtual stage of its rank (so never a non-last one of the first rank).
+    """
+    chunks = [c for c, s in enumerate(llm) if s.count("mtp")]
+    if not chunks:
+        return []
+    pp = len(llm) // v
+    if len(chunks) > 1:
+        return [f"the multi-token prediction modules fall in {len(chunks)} stages ({', '.join(str(llm[c].index) for c in chunks)}): "
+                "Megatron-Core requires all MTP layers in one (virtual) pipeline stage"]
+    c = chunks[0]
+    if c // pp != v - 1:
+        return [f"the multi-token prediction modules are in virtual stage {c // pp} of pipeline rank {c % pp} (stage "
+                f"{llm[c].index}), not its last ({v - 1}): Megatron-Core places MTP layers only in the last virtual "
+                "stage of a rank"]
+    return []
 
 
 def _one_layout(stages: Sequence[StageView]) -> tuple[int, ...] | None:
@@ -323,6 +349,7 @@ def _megatron_lm(stages: list[StageView], ctx: ExportContext) -> tuple[dict[str,
             "type for it (fold it into the last decoder stage)"
         )
     reasons += layout_reasons(llm, "Megatron-LM gives every pipeline stage, and every layer of a stage, the same TP and DP")
+    reasons += mtp_reasons(llm, v)
     layout = _one_layout(llm)
     if reasons or layout is None:
         return {}, [], [], reasons
@@ -333,6 +360,12 @@ def _megatron_lm(stages: list[StageView], ctx: ExportContext) -> tuple[dict[str,
     knobs, knob_notes, knob_reasons = _knob_flags(stages, layout, ctx)
     if knob_reasons:
         return {}, [], [], knob_reasons
+    if ctx.mla is None and any(a and "mla_up_proj" in a for a in ctx.recompute_acts or ()):
+        return {}, [], [], ["the plan's layers have multi-head latent attention (the mla_up_proj recompute module acts "
+                            "on them), but its hints do not describe it: export the result of `partitioner plan`, whose "
+                            "export_hints.mla carry the latent widths"]
+    mla_core, mla_flags = latent_attention(ctx.mla)
+    knobs = _Settings(mla_core, {}, tuple(mla_flags)) + knobs
     symbols, notes = _layout_symbols(llm)
     notes += knob_notes
     text = megatron_layout(symbols)

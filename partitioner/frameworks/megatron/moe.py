@@ -4,8 +4,9 @@ Performance, every MoE model: grouped GEMM, fused permutation (Transformer Engin
 router, shared-expert overlap with shared experts, as Megatron Bridge's providers set them. Routing as the
 preset states it: the score function, ``--moe-router-pre-softmax`` when a softmax router's top-k weights are
 not renormalised, load balancing (aux loss for softmax; expert bias with a sequence-wise loss for sigmoid,
-the auxiliary-loss-free scheme of DeepSeek-V3), group-limited routing. The routed scaling factor is not in
-the presets and is left to a note.
+the auxiliary-loss-free scheme of DeepSeek-V3), group-limited routing, the routed scaling factor
+(``--moe-router-topk-scaling-factor``, the config's ``routed_scaling_factor``; a note when the hints
+predate it).
 
 The detail, and the references cited above: ``docs/internals/frameworks.md``, section ``partitioner.frameworks.megatron.moe``.
 """
@@ -68,11 +69,15 @@ def moe_router_settings(moe: MoeHints, dispatcher: str = "alltoall") -> MoeRoute
                     moe_aux_loss_coeff=SIGMOID_SEQ_AUX_LOSS_COEFF)
         flags += ["--moe-router-enable-expert-bias", "--moe-router-load-balancing-type seq_aux_loss",
                   f"--moe-aux-loss-coeff {SIGMOID_SEQ_AUX_LOSS_COEFF}"]
-        notes.append("the sigmoid router's routed_scaling_factor is not recorded in the preset: pass the model "
-                     "config's value as --moe-router-topk-scaling-factor (DeepSeek-V3: 2.5)")
+        if not moe.topk_scale:
+            notes.append("the result's hints do not state the routed scaling factor (written before they did): pass "
+                         "the model config's routed_scaling_factor as --moe-router-topk-scaling-factor (DeepSeek-V3: 2.5)")
         if not moe.norm_topk and moe.top_k > 1:
             notes.append("the model does not renormalise its top-k sigmoid weights; Megatron-Core's sigmoid router "
                          "always does (k > 1)")
+    if moe.topk_scale and moe.topk_scale != 1.0:  # Megatron-Core's default (None) scales by 1
+        core["moe_router_topk_scaling_factor"] = moe.topk_scale
+        flags.append(f"--moe-router-topk-scaling-factor {moe.topk_scale:g}")
     if moe.expert_groups > 1:
         core.update(moe_router_num_groups=moe.expert_groups, moe_router_group_topk=moe.group_top_k)
         flags += [f"--moe-router-num-groups {moe.expert_groups}", f"--moe-router-group-topk {moe.group_top_k}"]

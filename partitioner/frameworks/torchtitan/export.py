@@ -114,7 +114,26 @@ def _reasons(stages: Sequence[StageView], ctx: ExportContext) -> list[str]:
         reasons.append(SCHEDULE_REFUSALS.get(schedule, f"schedule {schedule!r} has no torchtitan schedule"))
     elif schedule == "interleaved":
         reasons += chunk_reasons(stages, v)
-    return reasons
+    return reasons + _mtp_reasons(stages)
+
+
+def _mtp_reasons(stages: Sequence[StageView]) -> list[str]:
+    """Why torchtitan 0.3 cannot train the plan's multi-token prediction modules (empty: it can, or there are none).
+
+    Its ``MTPDecoder.Config.update_from_config`` (``models/deepseek_v3/mtp.py``) raises NotImplementedError
+    under pipeline parallelism and under context parallelism: MTP runs only in a one-stage plan without cp.
+    """
+    if not any(s.count("mtp") for s in stages):
+        return []
+    out = []
+    if len(stages) > 1:
+        out.append(f"the plan trains multi-token prediction modules over {len(stages)} pipeline stages: torchtitan 0.3's "
+                   "MTPDecoder refuses pipeline parallelism (\"MTP does not support pipeline parallelism yet\"); plan "
+                   "without them (--mtp-layers 0) or on one stage")
+    if any(s.cp > 1 for s in stages):
+        out.append("the plan trains multi-token prediction modules with context parallelism: torchtitan 0.3's "
+                   "MTPDecoder refuses it (\"MTP does not support context parallelism yet\")")
+    return out
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,13 @@ class _Config:
             raise ProblemError(f"must be a {what} integer, got {value!r}", path=self.where(key), source=self.source)
         return value
 
+    def number(self, key: str, default: Any = None) -> float:
+        """Field ``key``, a positive finite number."""
+        value = self.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ProblemError(f"must be a positive number, got {value!r}", path=self.where(key), source=self.source)
+        return float(value)
+
     def flag(self, key: str, default: bool) -> bool:
         value = self.get(key, default)
         if not isinstance(value, bool):

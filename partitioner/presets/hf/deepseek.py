@@ -27,14 +27,16 @@ _V3 = dict(vocab_size=129280, hidden_size=7168, intermediate_size=18432, moe_int
            num_hidden_layers=61, num_attention_heads=128, n_shared_experts=1, n_routed_experts=256, kv_lora_rank=512,
            q_lora_rank=1536, qk_rope_head_dim=64, v_head_dim=128, qk_nope_head_dim=128, n_group=8, topk_group=4,
            num_experts_per_tok=8, first_k_dense_replace=3, norm_topk_prob=True, num_nextn_predict_layers=1,
-           hidden_act="silu", topk_method="noaux_tc", scoring_func="sigmoid")
+           hidden_act="silu", topk_method="noaux_tc", scoring_func="sigmoid",
+           routed_scaling_factor=2.5)
 # transformers' configuration defaults (5.24), for documents saved without a field
 _DEFAULTS: dict[str, dict[str, Any]] = {
     "deepseek_v2": dict(vocab_size=102400, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                         num_attention_heads=32, kv_lora_rank=512, q_lora_rank=1536, n_routed_experts=64,
                         n_shared_experts=2, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
                         moe_intermediate_size=1407, first_k_dense_replace=0, norm_topk_prob=False,
-                        num_nextn_predict_layers=0, hidden_act="silu", topk_method="greedy", scoring_func="softmax"),
+                        num_nextn_predict_layers=0, hidden_act="silu", topk_method="greedy", scoring_func="softmax",
+                        routed_scaling_factor=1.0),
     "deepseek_v3": _V3,
     "kimi_k2": _V3,
 }
@@ -45,7 +47,8 @@ _KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_a
          "moe_ffn": "moe_intermediate_size", "shared_ffn": "n_shared_experts", "first_dense": "first_k_dense_replace",
          "dense_layers": "moe_layer_freq", "expert_groups": "n_group", "group_top_k": "topk_group",
          "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank", "rope_head_dim": "qk_rope_head_dim",
-         "v_head_dim": "v_head_dim", "mtp_layers": "num_nextn_predict_layers", "router_score": "scoring_func"}
+         "v_head_dim": "v_head_dim", "mtp_layers": "num_nextn_predict_layers", "router_score": "scoring_func",
+         "routed_scale": "routed_scaling_factor"}
 _GROUPED = ("group_limited_greedy", "noaux_tc")  # topk_method values that limit a token's experts to topk_group groups
 
 
@@ -102,7 +105,8 @@ def deepseek_decoder(c: _Config, text_tokens: int, *, mtp_layers: int | None = N
                    shared_ffn=(d.int("n_shared_experts", 0) if not d.stated_null("n_shared_experts") else 0) * moe_ffn,
                    first_dense=first, dense_layers=tuple(i for i in range(first, layers) if i % freq),
                    norm_topk=d.flag("norm_topk_prob", False),
-                   router_score=_choice(d, "scoring_func", ("softmax", "sigmoid")))
+                   router_score=_choice(d, "scoring_func", ("softmax", "sigmoid")),
+                   routed_scale=d.number("routed_scaling_factor"))
         if (d.mtype != "deepseek_v2" or d.text("topk_method") in _GROUPED) and not d.stated_null("n_group"):
             moe.update(expert_groups=d.int("n_group", minimum=1), group_top_k=d.int("topk_group", minimum=1))
     mtp = d.int("num_nextn_predict_layers", 0) if mtp_layers is None else mtp_layers

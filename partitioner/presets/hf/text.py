@@ -80,7 +80,7 @@ def decoder(c: _Config, text_tokens: int, *, prefix: str = "", attention: str = 
                    moe_every=c.int("decoder_sparse_step", 1, minimum=1), dense_layers=_int_list(c, "mlp_only_layers"),
                    norm_topk=c.flag("norm_topk_prob", True))
         if mtype == "glm4v_moe_text":  # transformers' Glm4vMoeTextTopkRouter scores by sigmoid (+ a correction bias buffer)
-            moe.update(router_score="sigmoid")
+            moe.update(router_score="sigmoid", routed_scale=c.number("routed_scaling_factor", 1.0))
     head_dim = c.int("head_dim", hidden // heads, minimum=1)  # a given head_dim is a width (0 is no head)
     qk_norm = mtype in (*_QWEN3, "gemma3_text")
     if mtype in ("qwen2", "qwen2_5_vl_text", "glm4v_text"):

@@ -209,6 +209,18 @@ def test_kimi_k2_imports_through_the_deepseek_v3_path():
     assert 1.02e12 < kimi.params < 1.04e12 and 3.2e10 < kimi.active_params < 3.4e10  # "1T total, 32B activated"
 
 
+def test_the_routed_scaling_factor_is_read_with_transformers_defaults(tmp_path):
+    """Kimi-K2's config.json states 2.827, DeepSeek-V3's 2.5; a deepseek_v3 document without the key gets
+    transformers' DeepseekV3Config default (2.5), a deepseek_v2 one DeepseekV2Config's (1.0)."""
+    assert load_model(str(FIXTURES / "Kimi-K2-Instruct")).llm.routed_scale == 2.827
+    assert load_model(str(FIXTURES / "DeepSeek-V3")).llm.routed_scale == 2.5
+    assert load_model("kimi-k2").llm.routed_scale == 2.827 and load_model("deepseek-v3").llm.routed_scale == 2.5
+    doc = json.loads((FIXTURES / "deepseek-v3-small" / "config.json").read_text())
+    del doc["routed_scaling_factor"]
+    assert model_from_hf_config(doc).llm.routed_scale == 2.5
+    assert load_model(str(FIXTURES / "DeepSeek-V2-Lite")).llm.routed_scale == 1.0
+
+
 BAD_KEYS = [
     ({"n_routed_experts": 0}, "n_routed_experts"),
     ({"n_routed_experts": -8}, "n_routed_experts"),
@@ -229,6 +241,10 @@ BAD_KEYS = [
     ({"scoring_func": "relu"}, "scoring_func"),
     ({"hidden_size": "1024"}, "hidden_size"),
     ({"kv_lora_rank": 2**17 + 1}, "kv_lora_rank"),
+    ({"routed_scaling_factor": 0}, "routed_scaling_factor"),
+    ({"routed_scaling_factor": "2.5"}, "routed_scaling_factor"),
+    ({"routed_scaling_factor": True}, "routed_scaling_factor"),
+    ({"routed_scaling_factor": 1e4}, "routed_scaling_factor"),  # beyond the checked range
 ]
 
 
