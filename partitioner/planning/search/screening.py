@@ -77,11 +77,18 @@ class Builders:
         return built
 
 
-def _baseline_runs(base_problem: Problem, opts: PlanOptions, sums: StageSums) -> dict[str, BaselineRun]:
-    """The 1F1B baselines that fit on ``base_problem``, replayed when ``opts.simulate``."""
+def _baseline_runs(base_problem: Problem, opts: PlanOptions, sums: StageSums, deadline: Deadline | None = None,
+                   record: Deadline | None = None) -> dict[str, BaselineRun]:
+    """The 1F1B baselines that fit on ``base_problem``, replayed when ``opts.simulate``.
+
+    Each baseline's search stops at ``deadline`` (its cut named on ``record``, default ``deadline``) with the
+    best plan it evaluated so far (:func:`~partitioner.planning.baselines.megatron_baselines`); the FSDP one,
+    a few evaluations, runs first: it is the cheapest plan a run that knows none yet can have.
+    """
     runs = {}
-    for name, found in ((BASELINE_METHOD, megatron_baseline(base_problem, opts.objective, sums=sums)),
-                        (FSDP_METHOD, fsdp_baseline(base_problem, opts.objective))):
+    fsdp = fsdp_baseline(base_problem, opts.objective, deadline, record)
+    megatron = megatron_baseline(base_problem, opts.objective, sums=sums, deadline=deadline, record=record)
+    for name, found in ((BASELINE_METHOD, megatron), (FSDP_METHOD, fsdp)):
         if found is None:
             continue
         sim = simulate_plan(base_problem, found[0], found[1]) if opts.simulate else None
@@ -143,7 +150,7 @@ def _screen(m: int, problem: Problem, base_problem: Problem, opts: PlanOptions, 
     """Count m screened: its baselines and the least iteration seen (greedy's too when ``several`` and time is
     left before ``limit``, default ``deadline``; a cut is recorded on ``deadline``)."""
     sums = StageSums()  # the baselines' floors on base_problem, kept for its other schedules (choose_schedule)
-    bases = _baseline_runs(base_problem, opts, sums)
+    bases = _baseline_runs(base_problem, opts, sums, limit or deadline, deadline)
     screen = min((b.iteration_ms for b in bases.values()), default=math.inf)
     if several and opts.method != "greedy":
         if (limit or deadline).expired():
