@@ -1,0 +1,110 @@
+"""Every long phase of ``plan`` draws from the one deadline and names what it cut (issue 35).
+
+The Megatron-style baseline search (its floors, then its evaluations), the
+FSDP baseline and a problem build's last check
+stop once the deadline has passed and record the cut. No timed assertion:
+the deadlines are spent before the call, or flip on a fake clock at a step
+the test chooses.
+"""
+from __future__ import annotations
+
+import pytest
+
+import partitioner.costs.build as build_module
+import partitioner.planning.baselines as baselines_module
+from partitioner.core.deadline import Deadline, TimeLimitReached
+from partitioner.costs import ProblemBuilder
+from partitioner.planning import fsdp_baseline, megatron_baselines
+from partitioner.planning.baselines import StageSums
+from partitioner.planning.reports.axes import forced_problem
+from partitioner.presets import load_cluster, load_model
+from tests.planning.test_baselines_5d import moe_problem
+
+SPENT = 1000.0
+
+
+def _spent() -> Deadline:
+    return Deadline(0.001, spent=SPENT)
+
+
+class _Switch:
+    """A clock at 0 until :meth:`flip`, then far past any limit."""
+
+    def __init__(self) -> None:
+        self.on = False
+
+    def __call__(self) -> float:
+        return 1e9 if self.on else 0.0
+
+    def flip(self) -> None:
+        self.on = True
+
+
+def test_a_spent_deadline_stops_the_megatron_search_before_any_floor_and_names_the_cut():
+    problem = moe_problem(nodes=2, stages={"min": 1, "max": 4})
+    assert megatron_baselines(problem, "iteration")  # with time, the search has plans
+    record = Deadline(None)
+    found = megatron_baselines(problem, "iteration", sums=StageSums(), deadline=_spent(), record=record)
+    assert found == []
+    assert len(record.cuts) == 1
+    cut = record.cuts[0]
+    assert cut.startswith("baselines: megatron-uniform search stopped: m=") and " 0 of " in cut and "floored" in cut
+
+
+def test_a_deadline_passing_among_the_evaluations_keeps_the_plans_evaluated_so_far(monkeypatch):
+    problem = moe_problem(nodes=2, memory=64 * 2**30, stages={"min": 1, "max": 4})  # many layouts fit
+    clock = _Switch()
+    tried: list = []
+    original = baselines_module._try
+
+    def counted(problem, plan, objective):
+        found = original(problem, plan, objective)
+        tried.append(found)
+        if found is not None:
+            clock.flip()  # the deadline passes right after the first plan that fits
+        return found
+
+    monkeypatch.setattr(baselines_module, "_try", counted)
+    deadline = Deadline(5.0, clock)
+    found = megatron_baselines(problem, "iteration", keep=3, deadline=deadline)
+    assert len(found) == 1 and found[0][0] == next(f for f in tried if f is not None)[0]
+    assert any("layouts evaluated" in c for c in deadline.cuts)
+    full = megatron_baselines(problem, "iteration", keep=3)
+    assert len(full) > 1  # the cut did lose candidates: the test stops a search that had more to do
+
+
+def test_a_spent_deadline_stops_the_fsdp_baseline_and_names_it():
+    problem = moe_problem(zero3=True)
+    assert fsdp_baseline(problem, "iteration") is not None
+    deadline = _spent()
+    assert fsdp_baseline(problem, "iteration", deadline) is None
+    assert deadline.cuts == ("baselines: fsdp search stopped: m=" + str(problem.microbatches),)
+
+
+def test_layers_sharing_a_costs_table_share_their_forced_table():
+    """The forced problem of a built problem (layers of one signature share a table) filters each table once:
+    on 1,024 GPUs the copy per layer took a CPU second, run even when the time limit has passed."""
+    problem = moe_problem()
+    assert problem.layers[2].costs is problem.layers[3].costs
+    forced = forced_problem(problem, "ep")
+    assert forced is not None
+    assert forced.layers[2].costs is forced.layers[3].costs
+    assert all(c.ep > 1 for c in forced.layers[2].costs) and len(forced.layers[2].costs) < len(problem.layers[2].costs)
+    assert forced.layers[0].costs is problem.layers[0].costs  # no ep entry: the layer keeps all of its entries
+
+
+def test_a_deadline_passing_after_the_tables_stops_the_build_before_it_checks_the_problem(monkeypatch):
+    clock = _Switch()
+    original = build_module.model_flops_per_sample
+
+    def then_expire(layers):
+        clock.flip()  # every table is built: the deadline passes before the document is read back
+        return original(layers)
+
+    monkeypatch.setattr(build_module, "model_flops_per_sample", then_expire)
+    monkeypatch.setattr(build_module.Problem, "from_dict",
+                        classmethod(lambda cls, doc: pytest.fail("the document was read back after the deadline")))
+    builder = ProblemBuilder(load_model("llava-1.5-7b"), load_cluster("dgx-h100"), nodes=1)
+    with pytest.raises(TimeLimitReached) as stopped:
+        builder.build(16, 1, Deadline(5.0, clock))
+    assert stopped.value.what == "building m=1: checking the problem"
