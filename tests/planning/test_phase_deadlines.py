@@ -108,3 +108,39 @@ def test_a_deadline_passing_after_the_tables_stops_the_build_before_it_checks_th
     with pytest.raises(TimeLimitReached) as stopped:
         builder.build(16, 1, Deadline(5.0, clock))
     assert stopped.value.what == "building m=1: checking the problem"
+
+
+def test_a_default_plan_run_is_bounded_and_keeps_its_default_budgets(monkeypatch):
+    """run_plan without --time-limit: a deadline bounded at DEFAULT_PLAN_SECONDS, not limited (so the exact
+    solve keeps its default budget); one already past the bound answers what it found, naming the default."""
+    import sys
+
+    from partitioner.planning import PlanOptions
+    from partitioner.planning.plan_model import DEFAULT_PLAN_SECONDS, run_plan
+
+    pm = sys.modules["partitioner.planning.plan_model"]
+    seen = []
+    original = pm._run_one
+
+    def spy(model, cluster, opts, deadline=None, tables=None, first=None):
+        seen.append(deadline)
+        return original(model, cluster, opts, deadline, tables, first)
+
+    monkeypatch.setattr(pm, "_run_one", spy)
+    opts = PlanOptions(nodes=1, global_batch=16, simulate=False, per_target=False)
+    past = Deadline(None, spent=DEFAULT_PLAN_SECONDS + 100.0)
+    result = run_plan("llava-1.5-7b", "dgx-h100", opts, past)
+    run = seen[0]
+    assert run.backstop == DEFAULT_PLAN_SECONDS and not run.limited
+    assert result.status in ("feasible", "error") and result.status != "infeasible"
+    assert f"default time limit of {DEFAULT_PLAN_SECONDS:g} s reached" in result.message
+
+
+def test_docs_state_the_default_bound():
+    from pathlib import Path
+
+    from partitioner.planning.plan_model import DEFAULT_PLAN_SECONDS
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    assert f"default bound of {DEFAULT_PLAN_SECONDS:g} s" in (docs / "limits.md").read_text()
+    assert f"bounded at {DEFAULT_PLAN_SECONDS:g} s" in (docs / "plan.md").read_text()
