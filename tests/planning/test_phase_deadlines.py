@@ -14,6 +14,7 @@ import partitioner.costs.build as build_module
 import partitioner.planning.baselines as baselines_module
 from partitioner.core.deadline import Deadline, TimeLimitReached
 from partitioner.costs import ProblemBuilder
+from partitioner.plan import evaluate
 from partitioner.planning import fsdp_baseline, megatron_baselines
 from partitioner.planning.baselines import StageSums
 from partitioner.planning.reports.axes import forced_problem
@@ -144,3 +145,48 @@ def test_docs_state_the_default_bound():
     docs = Path(__file__).resolve().parents[2] / "docs"
     assert f"default bound of {DEFAULT_PLAN_SECONDS:g} s" in (docs / "limits.md").read_text()
     assert f"bounded at {DEFAULT_PLAN_SECONDS:g} s" in (docs / "plan.md").read_text()
+
+
+def test_the_fsdp_count_is_the_most_microbatches_every_gpu_shares():
+    from partitioner.planning.search.screening import fsdp_count
+
+    assert fsdp_count([1, 2, 4, 8, 16], 1024, 256) == 4  # 256 samples per microbatch: dp 256
+    assert fsdp_count([1, 2, 4], 100, 64) == 1  # no microbatch of a multiple of 64 samples: the fewest
+    assert fsdp_count([4, 8], 64, 8) == 8
+
+
+def test_when_no_whole_problem_is_built_in_time_the_first_fsdp_plan_is_the_answer(monkeypatch):
+    """The deadline passes right after the FSDP-only build and its screen: the answer is that plan, feasible,
+    naming the cuts (the whole builds, the FSDP-only problem), never infeasible nor an error."""
+    import partitioner.planning.search.screening as screening
+    from partitioner.planning import PlanOptions
+    from partitioner.planning.plan_model import run_plan
+
+    clock = _Switch()
+    original = screening._first_plan
+
+    def then_expire(*args):
+        found = original(*args)
+        clock.flip()
+        return found
+
+    monkeypatch.setattr(screening, "_first_plan", then_expire)
+    opts = PlanOptions(nodes=1, global_batch=16, simulate=False, per_target=False, time_limit=5.0)
+    result = run_plan("llava-1.5-7b", "dgx-h100", opts, Deadline(5.0, clock))
+    assert result.plan is not None and result.status == "feasible"
+    assert "screening: the answer's problem holds FSDP's layouts only: m=2" in result.message
+    assert "problem building stopped at the time limit" in result.message
+    assert result.baseline is not None and result.baseline.method == "fsdp"
+    problem = result.problem
+    assert problem is not None and all(c.tp == 1 and c.dp * c.cp == 8 for layer in problem.layers for c in layer.costs)
+    assert evaluate(problem, result.plan).value > 0
+
+
+def test_without_a_user_limit_no_fsdp_only_problem_is_built(monkeypatch):
+    import partitioner.planning.search.screening as screening
+    from partitioner.planning import PlanOptions
+    from partitioner.planning.plan_model import run_plan
+
+    monkeypatch.setattr(screening.Builders, "build_fsdp", lambda *a: pytest.fail("an FSDP-only problem was built"))
+    opts = PlanOptions(nodes=1, global_batch=16, microbatches=4, simulate=False, per_target=False, schedules=False)
+    assert run_plan("llava-1.5-7b", "dgx-h100", opts).plan is not None
