@@ -190,3 +190,20 @@ def test_without_a_user_limit_no_fsdp_only_problem_is_built(monkeypatch):
     monkeypatch.setattr(screening.Builders, "build_fsdp", lambda *a: pytest.fail("an FSDP-only problem was built"))
     opts = PlanOptions(nodes=1, global_batch=16, microbatches=4, simulate=False, per_target=False, schedules=False)
     assert run_plan("llava-1.5-7b", "dgx-h100", opts).plan is not None
+
+
+def test_in_the_first_plans_grace_greedy_runs_only_where_no_baseline_fits(monkeypatch):
+    """The run's deadline has passed, its grace has not: a count with a baseline is not screened by greedy
+    (the cut is named); the screen is the baseline's."""
+    import partitioner.planning.search.screening as screening
+    from partitioner.planning import PlanOptions, PlanRun
+    from partitioner.planning.search.screening import Builders, _problems, _screen
+
+    run = PlanRun.start(PlanOptions(nodes=1, global_batch=16, simulate=False, per_target=False), Deadline(None))
+    builders = Builders(load_model("llava-1.5-7b"), load_cluster("dgx-h100"), run)
+    problem, base = _problems(8, builders, run.costs)
+    monkeypatch.setattr(screening, "_greedy_screen", lambda *a: pytest.fail("greedy ran past the run's deadline"))
+    spent, grace = _spent(), Deadline(None)
+    found = _screen(8, problem, base, builders.opts, True, spent, grace)
+    assert found.bases and found.screen == min(b.iteration_ms for b in found.bases.values())
+    assert spent.cuts == ("screening: greedy not run at: m=8",)

@@ -167,12 +167,15 @@ def _counted(m: int, builders: Builders, options: CostOptions, problem: Problem,
 def _screen(m: int, problem: Problem, base_problem: Problem, opts: PlanOptions, several: bool,
             deadline: Deadline, limit: Deadline | None = None) -> ScreenedCount:
     """Count m screened: its baselines and the least iteration seen (greedy's too when ``several`` and time is
-    left before ``limit``, default ``deadline``; a cut is recorded on ``deadline``)."""
+    left before ``limit``, default ``deadline``, and before ``deadline`` when a baseline fits; a cut is recorded
+    on ``deadline``)."""
     sums = StageSums()  # the baselines' floors on base_problem, kept for its other schedules (choose_schedule)
     bases = _baseline_runs(base_problem, opts, sums, limit or deadline, deadline)
     screen = min((b.iteration_ms for b in bases.values()), default=math.inf)
     if several and opts.method != "greedy":
-        if (limit or deadline).expired():
+        # past the run's own deadline (in the first plan's grace), greedy runs only for a count with no baseline:
+        # its projection and first stage count take seconds at 1,024 GPUs, and a baseline is the plan it looks for
+        if (limit or deadline).expired() or (bases and deadline.expired()):
             deadline.cut("screening: greedy not run at", f"m={m}")
         else:
             screen = min(screen, _greedy_screen(problem, opts, limit or deadline))
