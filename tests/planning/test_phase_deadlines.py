@@ -207,3 +207,16 @@ def test_in_the_first_plans_grace_greedy_runs_only_where_no_baseline_fits(monkey
     found = _screen(8, problem, base, builders.opts, True, spent, grace)
     assert found.bases and found.screen == min(b.iteration_ms for b in found.bases.values())
     assert spent.cuts == ("screening: greedy not run at: m=8",)
+
+
+def test_without_a_limit_each_target_gets_its_default_budget_within_the_bound():
+    import sys
+
+    pm = sys.modules["partitioner.planning.plan_model"]
+    clock = _Switch()
+    fresh = Deadline(None, clock).with_backstop(pm.DEFAULT_PLAN_SECONDS)
+    assert pm._target_seconds(fresh, 3) == max(pm.TARGET_MIN_SECONDS, pm.DEFAULT_RUN_SECONDS / 3)  # unchanged
+    late = Deadline(None, clock, spent=pm.DEFAULT_PLAN_SECONDS - 6.0).with_backstop(pm.DEFAULT_PLAN_SECONDS)
+    assert pm._target_seconds(late, 3) == 2.0  # what the bound leaves, shared
+    clock.flip()
+    assert pm._target_seconds(late, 3) == 1e-3  # spent: the target's one grace solve only
