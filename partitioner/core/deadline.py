@@ -62,17 +62,24 @@ class Deadline:
     whole : float or None
         The command's limit when ``seconds`` is a share of it (``plan --target any``: the search over
         every plan gets a share, each framework's run the rest); the message names both.
+    backstop : float or None
+        Without ``seconds``: the default bound of a command the user set no limit on (``plan``'s
+        ``DEFAULT_PLAN_SECONDS``). Every check, :meth:`left` and :meth:`solve_limit` stop at it as at a
+        limit, but :attr:`limited` stays False: the steps whose budget differs when the user set a limit
+        (the exact solve's default budget, the per-target shares) keep their defaults.
     """
 
     def __init__(self, seconds: float | None, clock: Callable[[], float] = time.perf_counter, *,
-                 spent: float = 0.0, whole: float | None = None) -> None:
+                 spent: float = 0.0, whole: float | None = None, backstop: float | None = None) -> None:
         self.seconds = seconds
         self.whole = whole
+        self.backstop = backstop if seconds is None else None
         self._clock = clock
         self._start = clock() - max(0.0, spent)
-        self._end = None if seconds is None else self._start + seconds
+        end = seconds if seconds is not None else self.backstop
+        self._end = None if end is None else self._start + end
         self._cuts: dict[str, list[str]] = {}
-        self._grace = seconds is not None
+        self._grace = end is not None
 
     @classmethod
     def of(cls, limit: "Deadline | float | None") -> "Deadline":
@@ -81,8 +88,19 @@ class Deadline:
 
     @property
     def limited(self) -> bool:
-        """Whether the run has a limit at all."""
+        """Whether the user set the run a limit (a :attr:`backstop` alone is not one)."""
+        return self.seconds is not None
+
+    @property
+    def bounded(self) -> bool:
+        """Whether the run ends at some time: a limit, or a :attr:`backstop`."""
         return self._end is not None
+
+    def with_backstop(self, seconds: float) -> "Deadline":
+        """This deadline when it is bounded, else one on the same clock and start, bounded at ``seconds``."""
+        if self.bounded:
+            return self
+        return Deadline(None, self._clock, spent=self.elapsed(), backstop=seconds)
 
     def elapsed(self) -> float:
         """Seconds since the run started (since this deadline was made)."""
@@ -99,7 +117,8 @@ class Deadline:
     def extended(self, seconds: float) -> "Deadline":
         """A deadline ``seconds`` after this one, on the same clock, with cuts of its own (no limit stays none)."""
         if self.seconds is None:
-            return Deadline(None, self._clock)
+            return Deadline(None, self._clock, spent=self.elapsed(),
+                            backstop=None if self.backstop is None else self.backstop + seconds)
         return Deadline(self.seconds + seconds, self._clock, spent=self.elapsed(), whole=self.whole)
 
     def share(self, seconds: float, *, spent: float = 0.0, whole: float | None = None) -> "Deadline":
@@ -150,11 +169,16 @@ class Deadline:
     def message(self) -> str:
         """``time limit of S s reached: cut short: ...``, or "" when nothing was cut.
 
-        With ``whole``: ``time limit of S s reached; cut short: ... (this run had s s of it)``, S the command's.
+        With ``whole``: ``time limit of S s reached; cut short: ... (this run had s s of it)``, S the command's;
+        with a :attr:`backstop`: ``default time limit of B s reached (no --time-limit was set); cut short: ...``.
         """
         if not self._cuts:
             return ""
-        if self.whole is None or self.seconds is None:
+        if self.seconds is None:
+            head = "" if self.backstop is None else \
+                f"default time limit of {self.backstop:g} s reached (no --time-limit was set); "
+            return head + "cut short: " + "; ".join(self.cuts)
+        if self.whole is None:
             return f"time limit of {self.seconds:g} s reached; cut short: " + "; ".join(self.cuts)
         return (f"time limit of {self.whole:g} s reached; cut short: " + "; ".join(self.cuts)
                 + f" (the search over every plan had {self.seconds:.3g} s of it, the frameworks' runs the rest)")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..core.deadline import Deadline
 from ..presets import ClusterSpec, ModelSpec, load_cluster, load_model
@@ -367,14 +367,16 @@ class ProblemBuilder:
         return found
 
     def _table(self, layer: PipelineLayer, signature: int, all_layouts: Sequence[Layout], mb: int, microbatches: int,
-               knob_list: list[Knobs] | None, deadline: Deadline, zero: int | None = None) -> dict[str, Any]:
+               knob_list: list[Knobs] | None, deadline: Deadline, zero: int | None = None,
+               keep: Callable[[Layout], bool] | None = None) -> dict[str, Any]:
         """The ``costs`` document of ``layer``: one entry per usable layout and knob setting, in order of emission.
 
         ``deadline`` is checked before each layout (:class:`~partitioner.core.deadline.TimeLimitReached`);
-        ``zero``: only the knob settings of that ZeRO stage, and every setting at dp = 1 (:meth:`build`).
+        ``zero``: only the knob settings of that ZeRO stage, and every setting at dp = 1 (:meth:`build`);
+        ``keep``: only the layouts it accepts (:meth:`build`).
         """
         cl, opts = self.cluster, self.opts
-        allowed = layouts_for(layer, all_layouts, mb, opts)
+        allowed = [lay for lay in layouts_for(layer, all_layouts, mb, opts) if keep is None or keep(lay)]
         if not allowed:
             raise ProblemError(
                 f"layer {layer.name} has no usable layout: dp must divide the microbatch of {mb} samples "
@@ -413,7 +415,7 @@ class ProblemBuilder:
         return costs
 
     def build(self, global_batch: int, microbatches: int, deadline: Deadline | None = None, *,
-              zero: int | None = None) -> Problem:
+              zero: int | None = None, keep: Callable[[Layout], bool] | None = None) -> Problem:
         """The problem at ``global_batch`` samples per iteration in ``microbatches`` microbatches.
 
         With ``deadline``, checked between layouts of each layer's table: once it has passed, the build stops
@@ -424,6 +426,11 @@ class ProblemBuilder:
         entry at dp = 1 (where no setting shards anything): what a target's count at that stage is read from
         (:func:`~partitioner.planning.targets.memory.merge_stages`). A layer left with no entry keeps all of
         its entries.
+
+        ``keep``: a partial problem holding only the layouts (dp, tp, cp) ``keep`` accepts, their ep splits
+        included: a baseline's own layouts, built in a fraction of the time (``plan``'s first plan under a
+        short limit, :func:`~partitioner.planning.search.screening.screen_counts`). A layer with none of them
+        is refused (:class:`~partitioner.problem.ProblemError`, as a layer with no usable layout).
         """
         clock = deadline if deadline is not None else Deadline(None)
         spec, cl, opts = self.spec, self.cluster, self.opts
@@ -451,9 +458,9 @@ class ProblemBuilder:
         for k, (layer, signature) in enumerate(zip(layers, signatures)):
             costs = tables.get(signature)
             if costs is None:
-                costs = self._table(layer, signature, all_layouts, mb, microbatches, knob_list, clock, zero)
+                costs = self._table(layer, signature, all_layouts, mb, microbatches, knob_list, clock, zero, keep)
                 if not costs and zero is not None:  # no entry of that stage and no dp = 1 layout: all of them
-                    costs = self._table(layer, signature, all_layouts, mb, microbatches, knob_list, clock)
+                    costs = self._table(layer, signature, all_layouts, mb, microbatches, knob_list, clock, keep=keep)
                 tables[signature] = costs
             if profile is not None:
                 costs = dict(costs)  # the profile replaces entries of single layers' tables
@@ -508,5 +515,7 @@ class ProblemBuilder:
         if profile is not None:
             records = load_profile(profile) if isinstance(profile, (str, Path)) else list(profile)
             doc = _apply_profile_doc(doc, records, source=str(profile) if isinstance(profile, (str, Path)) else "profile")
+        # reading the document back checks every entry: about a CPU second on 1,024 GPUs, not started past the deadline
+        clock.check(f"building m={microbatches}: checking the problem")
         return Problem.from_dict(doc)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
+from ..core.deadline import Deadline
 from ..plan import Evaluation, Plan, PlanError, Stage, evaluate, objective_value
 from ..plan.cuts import layer_roles, uniform_cuts
 from ..plan.schedules import peak_activation_bytes, stash
@@ -42,7 +43,8 @@ MIN_INTERLEAVED_GROUPS = 2
 
 
 def megatron_baseline(problem: Problem, objective: str | None = None,
-                      variants: Sequence[str] | None = None, sums: "StageSums | None" = None) -> tuple[Plan, Evaluation] | None:
+                      variants: Sequence[str] | None = None, sums: "StageSums | None" = None,
+                      deadline: Deadline | None = None, record: Deadline | None = None) -> tuple[Plan, Evaluation] | None:
     """The best plan of the shape Megatron-LM / torchtitan give by default.
 
     The vision encoder and projector (and the embedding) sit on stage 0, the
@@ -66,7 +68,8 @@ def megatron_baseline(problem: Problem, objective: str | None = None,
     Under ``training.schedule: interleaved`` (v virtual stages) the split is
     Megatron-LM's with virtual stages: P groups (P >= 2, m a multiple of P),
     the same rule cutting the layers into P·v chunks, chunk c on group c mod P.
-    ``sums`` (:class:`StageSums`) keeps the stage sums of :func:`value_floor`.
+    ``sums`` (:class:`StageSums`) keeps the stage sums of :func:`value_floor`;
+    ``deadline`` and ``record``: :func:`megatron_baselines`.
 
     References
     ----------
@@ -75,12 +78,13 @@ def megatron_baseline(problem: Problem, objective: str | None = None,
        the NVLink domain, CP for long sequences); Liu et al., "MoE Parallel
        Folding", arXiv:2504.14960, 2025.
     """
-    found = megatron_baselines(problem, objective, variants, keep=1, sums=sums)
+    found = megatron_baselines(problem, objective, variants, keep=1, sums=sums, deadline=deadline, record=record)
     return found[0] if found else None
 
 
 def megatron_baselines(problem: Problem, objective: str | None = None, variants: Sequence[str] | None = None,
-                       keep: int = 1, sums: StageSums | None = None) -> list[tuple[Plan, Evaluation]]:
+                       keep: int = 1, sums: StageSums | None = None, deadline: Deadline | None = None,
+                       record: Deadline | None = None) -> list[tuple[Plan, Evaluation]]:
     """The ``keep`` best plans of :func:`megatron_baseline`'s shape (best objective first).
 
     The candidates are evaluated in the order of a lower bound on their value
@@ -90,15 +94,31 @@ def megatron_baselines(problem: Problem, objective: str | None = None, variants:
     and is not evaluated. The result is that of evaluating every candidate
     (ties to the earlier candidate in the enumeration order). ``sums`` keeps
     the floors' stage sums for calls on the problem under other schedules.
+
+    ``deadline`` is checked before each candidate's floor and each
+    evaluation: once it has passed, the search stops and returns the best
+    plans evaluated so far (none, if it stopped among the floors), and
+    ``record`` (default ``deadline``) names the cut (:meth:`Deadline.cut`:
+    the candidates left, at this m and schedule).
     """
     objective = objective or problem.objective
     candidates = list(_megatron_candidates(problem, variants))
-    floors = sorted((f, i) for i, f in enumerate(_candidate_floor(problem, c, objective, sums) for c in candidates)
-                    if f is not None)
+    floors: list[tuple[float, int]] = []
+    for i, c in enumerate(candidates):
+        if deadline is not None and deadline.expired():
+            _record_cut(record or deadline, problem, len(candidates), "floored", i)
+            return []
+        f = _candidate_floor(problem, c, objective, sums)
+        if f is not None:
+            floors.append((f, i))
+    floors.sort()
     found: list[tuple[float, int, Plan, Evaluation]] = []
-    for floor, i in floors:
+    for n, (floor, i) in enumerate(floors):
         if len(found) >= keep and floor * (1 - _FLOOR_MARGIN) > found[keep - 1][0]:
             break  # this candidate and every later one is slower than the keep best found
+        if deadline is not None and deadline.expired():
+            _record_cut(record or deadline, problem, len(floors), "evaluated", n)
+            break
         # tied weights (v3) count once on a stage holding both layers: left to evaluate
         fits = sums is None or bool(problem.ties) or _fits_memory(problem, candidates[i], sums)
         ev = _try(problem, candidates[i].plan(problem), objective) if fits else None  # evaluate would refuse it (rule 6)
@@ -110,6 +130,13 @@ def megatron_baselines(problem: Problem, objective: str | None = None, variants:
 
 # relative margin on value_floor against rounding: its sums and evaluate's may add in other orders
 _FLOOR_MARGIN = 1e-9
+
+
+def _record_cut(record: Deadline, problem: Problem, total: int, step: str, done: int) -> None:
+    """Name on ``record`` the baseline search a deadline stopped: ``done`` of ``total`` candidates ``step``."""
+    t = problem.training
+    record.cut(f"baselines: {BASELINE_METHOD} search stopped",
+               f"m={t.microbatches} {t.schedule}: {done} of {total} layouts {step}")
 
 
 class _Candidate(NamedTuple):
@@ -394,7 +421,8 @@ class StageSums:
         return self._columns[config]
 
 
-def fsdp_baseline(problem: Problem, objective: str | None = None) -> tuple[Plan, Evaluation] | None:
+def fsdp_baseline(problem: Problem, objective: str | None = None, deadline: Deadline | None = None,
+                  record: Deadline | None = None) -> tuple[Plan, Evaluation] | None:
     """One stage of all N GPUs, tp = 1, ZeRO-3 (FSDP full shard), the best fitting (cp, ep) and recompute choice.
 
     The layouts are torchtitan's FSDP2 with its context and expert
@@ -404,7 +432,9 @@ def fsdp_baseline(problem: Problem, objective: str | None = None) -> tuple[Plan,
     a problem without cp or ep keys this is dp = N alone. Ties go to the
     earlier in the order (cp, ep), variant. None when the problem has no
     ZeRO-3 variant (``variants`` restricted), dp does not divide the
-    microbatch, or nothing fits.
+    microbatch, or nothing fits. ``deadline`` is checked before each
+    evaluation: once it has passed, the best found so far (``record``,
+    default ``deadline``, names the cut).
 
     References
     ----------
@@ -418,6 +448,9 @@ def fsdp_baseline(problem: Problem, objective: str | None = None) -> tuple[Plan,
     zero3 = [v for v in problem.variants if v.startswith("zero3")]
     for cp, ep, _ in (a for a in offered_axes(problem) if a[2] == 1 and N % a[0] == 0 and N % a[1] == 0):
         for v in zero3:
+            if deadline is not None and deadline.expired():
+                (record or deadline).cut(f"baselines: {FSDP_METHOD} search stopped", f"m={problem.microbatches}")
+                return best
             config = Layout(N // cp, 1, v, cp, ep)
             stage = Stage.from_configs(0, L - 1, N, [segment_config(problem, a, b, config) for a, b in problem.segments(0, L - 1)])
             found = _try(problem, Plan((stage,)), objective)

@@ -45,7 +45,8 @@ from .search.screening import Builders, counts_to_solve, screen_counts
 from .targets.report import refused_summary, target_summary
 from .targets.rules import RULES, runs
 
-__all__ = ["plan_model", "run_plan", "RESOLVE_MIN_SECONDS", "MAIN_SHARE", "TARGET_MIN_SECONDS", "TARGET_SCREEN_SHARE"]
+__all__ = ["plan_model", "run_plan", "RESOLVE_MIN_SECONDS", "MAIN_SHARE", "TARGET_MIN_SECONDS", "TARGET_SCREEN_SHARE",
+           "DEFAULT_PLAN_SECONDS"]
 
 # Least time limit (seconds) of a re-solve under another schedule when the user set none (see plan_model):
 # the re-solves are candidates the plans are then simulated against, and on the nine presets of the solver
@@ -65,6 +66,12 @@ TARGET_MIN_SECONDS = 10.0
 # are the least likely; the rest of its share goes to its solves (without them a share spent on screening
 # answers only a baseline). A policy split of the share, not a measured constant: half each.
 TARGET_SCREEN_SHARE = 0.5
+# Without --time-limit, the bound of the whole run (counted as --time-limit is, from the process's start): every
+# step stops at it as at a limit and the answer, the best plan found, says "default time limit of ... reached"
+# (core.deadline.Deadline's backstop), so that no plan command is unbounded (issue 35; docs/limits.md, "Time").
+# The steps keep their default budgets (the exact solve's DEFAULT_RUN_SECONDS, the targets' TARGET_MIN_SECONDS);
+# only a run that outgrows them -- a default plan of glm-4.5v on 1,024 GPUs screens 12 counts -- meets it.
+DEFAULT_PLAN_SECONDS = 300.0
 
 
 def plan_model(
@@ -212,6 +219,7 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
     time allows.
     """
     clock = deadline if deadline is not None else Deadline(opts.time_limit)  # the command's one limit
+    clock = clock.with_backstop(DEFAULT_PLAN_SECONDS)  # no --time-limit: the default bound
     first = clock.extended(FIRST_PLAN_GRACE_SECONDS)  # the builds and screens of a run that knows no plan yet
     if opts.target != "any" or not opts.per_target:
         return _run_one(model, cluster, opts, clock, first=first)[0]
@@ -228,10 +236,12 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
 def _target_seconds(clock: Deadline, left_targets: int) -> float:
     """The time limit of the next target's run: what the command's limit leaves over the targets left; without
     one, what is left of the default run's first :data:`~.search.exact.DEFAULT_RUN_SECONDS` over them, at least
-    :data:`TARGET_MIN_SECONDS`."""
+    :data:`TARGET_MIN_SECONDS`, at most what :data:`DEFAULT_PLAN_SECONDS` leaves over them."""
+    share = max(clock.left() / left_targets, 1e-3)  # a spent limit still runs the target's one grace solve
     if clock.limited:
-        return max(clock.left() / left_targets, 1e-3)  # a spent limit still runs the target's one grace solve
-    return max(TARGET_MIN_SECONDS, (DEFAULT_RUN_SECONDS - clock.elapsed()) / left_targets)
+        return share
+    # the default budget, within the default bound (DEFAULT_PLAN_SECONDS) when the run has grown to it
+    return min(share, max(TARGET_MIN_SECONDS, (DEFAULT_RUN_SECONDS - clock.elapsed()) / left_targets))
 
 
 def _first_counts(result: ModelPlan) -> tuple[int, ...]:

@@ -56,3 +56,27 @@ def test_plan_counts_the_time_before_the_command_against_its_limit():
     assert out.returncode in (0, 1), out.stderr[-2000:]
     doc = json.loads(out.stdout)
     assert "time limit of 20 s reached" in doc["message"], doc["message"]
+
+
+def test_a_backstop_bounds_a_run_without_a_limit_and_says_it_was_the_default():
+    clock = Clock()
+    d = Deadline(None, clock, spent=2.0).with_backstop(300.0)
+    assert not d.limited and d.bounded and d.backstop == 300.0
+    assert d.left() == 298.0 and d.solve_limit(20.0) == 20.0 and d.solve_limit() == 298.0
+    first = d.extended(3.0)
+    clock.now += 298.0
+    assert d.expired() and not first.expired() and first.left() == 3.0
+    d.cut("screening: 2 of 12 microbatch counts not screened", "m = 1024, 2048")
+    assert d.message() == ("default time limit of 300 s reached (no --time-limit was set); cut short: "
+                           "screening: 2 of 12 microbatch counts not screened: m = 1024, 2048")
+    assert d.grace() > 0  # a bounded run that found nothing may still try once
+
+
+def test_a_user_limit_is_kept_and_no_limit_stays_unbounded():
+    clock = Clock()
+    limited = Deadline(10.0, clock)
+    assert limited.with_backstop(300.0) is limited and limited.backstop is None
+    free = Deadline(None, clock)
+    assert not free.bounded and free.left() == float("inf") and free.solve_limit() is None
+    assert Deadline(10.0, clock, backstop=300.0).backstop is None  # a limit is the bound
+

@@ -91,8 +91,13 @@ def _offers(layout: Layout, axis: Axis) -> bool:
     return getattr(layout, axis) > 1
 
 
-def _forced_layer(layer: Layer, axis: Axis) -> Layer:
-    kept = {k: v for k, v in layer.costs.items() if _offers(k, axis)}
+def _forced_layer(layer: Layer, axis: Axis, tables: dict[int, Any]) -> Layer:
+    """``layer`` keeping only its entries using ``axis`` (all of them if it has none); layers sharing a costs table
+    share the kept one (``tables``, by the table's id: a built problem's layers of one signature share theirs)."""
+    key = id(layer.costs)
+    if key not in tables:
+        tables[key] = {k: v for k, v in layer.costs.items() if _offers(k, axis)}
+    kept = tables[key]
     return replace(layer, costs=kept) if kept else layer
 
 
@@ -100,7 +105,8 @@ def forced_problem(problem: Problem, axis: Axis) -> Problem | None:
     """``problem`` where every layer with a layout using ``axis`` > 1 keeps only those; None if no layer has one."""
     if not any(_offers(k, axis) for layer in problem.layers for k in layer.costs):
         return None
-    return replace(problem, layers=tuple(_forced_layer(layer, axis) for layer in problem.layers))
+    tables: dict[int, Any] = {}
+    return replace(problem, layers=tuple(_forced_layer(layer, axis, tables) for layer in problem.layers))
 
 
 def _switched(layout: Layout, axis: Axis, degree: int) -> Layout:

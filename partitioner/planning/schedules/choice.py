@@ -215,14 +215,16 @@ def _in_scope(key: tuple[str, int], m: int, top: int) -> bool:
 
 
 def _megatron_pool(e: ScreenedCount, key: tuple[str, int], prob: Problem, objective: str, simulate: bool,
-                   pool: list[ScheduleCandidate], prune: bool) -> None:
-    """Add the Megatron-style candidates of screened count ``e`` under ``key`` to ``pool``."""
+                   pool: list[ScheduleCandidate], prune: bool, deadline: Deadline | None = None) -> None:
+    """Add the Megatron-style candidates of screened count ``e`` under ``key`` to ``pool`` (the search stops at
+    ``deadline``, which names the cut: :func:`~partitioner.planning.baselines.megatron_baselines`)."""
     if key == ("1f1b", 1):
         b = e.bases.get(BASELINE_METHOD)
         if b is not None:
             pool.append(_candidate("baseline", BASELINE_METHOD, key, prob, b.plan, _baseline_run(b)))
         return
-    for plan, _ in megatron_baselines(prob, objective, keep=3 if key[0] == "interleaved" else 1, sums=e.stage_sums):
+    for plan, _ in megatron_baselines(prob, objective, keep=3 if key[0] == "interleaved" else 1, sums=e.stage_sums,
+                                      deadline=deadline):
         run = _run(prob, plan, objective, simulate, _leader(pool, prune))
         if run is not None:  # None: slower than the pool's best so far, which it would not replace
             pool.append(_candidate("baseline", BASELINE_METHOD, key, prob, plan, run))
@@ -277,7 +279,7 @@ def _baselines(screened: Sequence[ScreenedCount], keys: Sequence[tuple[str, int]
                 deadline.cut("schedule choice: baselines not built under", _key_name(key))
                 continue
             prob = with_schedule(e.base_problem, *key)
-            _megatron_pool(e, key, prob, objective, simulate, megatron, prune)
+            _megatron_pool(e, key, prob, objective, simulate, megatron, prune, deadline)
             _fsdp_pool(e, key, prob, objective, simulate, fsdp, prune)
         for name, pool in ((BASELINE_METHOD, megatron), (FSDP_METHOD, fsdp)):
             found = best_candidate(pool)

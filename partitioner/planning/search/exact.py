@@ -91,10 +91,11 @@ def _unproven(best: KnobSolve, why: str, outcome: ExactOutcome | None = None) ->
 
 
 def _limit(deadline: Deadline) -> float | None:
-    """The exact solve's time limit: what the deadline leaves; without one, the default budget (see above)."""
+    """The exact solve's time limit: what the deadline leaves; without one, the default budget (see above), within
+    what the run's default bound leaves (:attr:`~partitioner.core.deadline.Deadline.backstop`)."""
     if deadline.limited:
         return deadline.solve_limit()
-    return min(EXACT_CAP_SECONDS, max(EXACT_MIN_SECONDS, DEFAULT_RUN_SECONDS - deadline.elapsed()))
+    return deadline.solve_limit(min(EXACT_CAP_SECONDS, max(EXACT_MIN_SECONDS, DEFAULT_RUN_SECONDS - deadline.elapsed())))
 
 
 def _better(best: KnobSolve, found: SolveResult, opts: PlanOptions) -> tuple[KnobSolve | None, float | None]:

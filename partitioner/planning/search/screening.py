@@ -30,7 +30,7 @@ from ..targets.memory import merge_stages, stage_knobs, stage_options
 from ..targets.rules import FrameworkRules, restrict
 from .knobs import _projections
 
-__all__ = ["Builders", "screen_counts", "counts_to_solve"]
+__all__ = ["Builders", "screen_counts", "counts_to_solve", "fsdp_count"]
 
 
 @dataclass
@@ -59,12 +59,31 @@ class Builders:
         (:class:`~partitioner.core.deadline.TimeLimitReached`); the builders
         share one :class:`~partitioner.costs.TermsStore`.
         """
-        if not any(module.experts for module in self.spec.modules):  # the option prices routed experts only
-            options = replace(options, expert_fused_glu=CostOptions().expert_fused_glu)
+        options = self._options(options)
         tables = self.run.tables
         found = tables.problems.get((options, m, zero))
         if found is not None:
             return found
+        built = self._builder(options).build(self.opts.global_batch, m, deadline or self.run.deadline, zero=zero)
+        tables.problems[(options, m, zero)] = built
+        return built
+
+    def build_fsdp(self, m: int, options: CostOptions, deadline: Deadline) -> Problem:
+        """The problem at m with FSDP's layouts only (tp 1, dp x cp every GPU, ZeRO-3, their ep splits): what
+        :func:`~partitioner.planning.baselines.fsdp_baseline` reads, built in a fraction of the whole problem's
+        time (not kept with the run's problems: it is not the problem at m)."""
+        devices = self.opts.gpus or self.opts.nodes * self.cluster.gpus_per_node
+        return self._builder(self._options(options)).build(
+            self.opts.global_batch, m, deadline, zero=3, keep=lambda lay: lay.tp == 1 and lay.dp * lay.cp == devices)
+
+    def _options(self, options: CostOptions) -> CostOptions:
+        if not any(module.experts for module in self.spec.modules):  # the option prices routed experts only
+            options = replace(options, expert_fused_glu=CostOptions().expert_fused_glu)
+        return options
+
+    def _builder(self, options: CostOptions) -> ProblemBuilder:
+        """The run's builder of ``options`` (shared by the command's runs, one :class:`TermsStore` for all)."""
+        tables = self.run.tables
         if options not in tables.builders:
             o = self.opts
             if tables.terms is None:
@@ -72,16 +91,23 @@ class Builders:
             tables.builders[options] = ProblemBuilder(self.spec, self.cluster, nodes=o.nodes, options=options,
                                                       objective=o.objective, profile=o.profile,
                                                       max_stages=o.max_stages, gpus=o.gpus, terms=tables.terms)
-        built = tables.builders[options].build(self.opts.global_batch, m, deadline or self.run.deadline, zero=zero)
-        tables.problems[(options, m, zero)] = built
-        return built
+        return tables.builders[options]
 
 
-def _baseline_runs(base_problem: Problem, opts: PlanOptions, sums: StageSums) -> dict[str, BaselineRun]:
-    """The 1F1B baselines that fit on ``base_problem``, replayed when ``opts.simulate``."""
+def _baseline_runs(base_problem: Problem, opts: PlanOptions, sums: StageSums, deadline: Deadline | None = None,
+                   record: Deadline | None = None, megatron: bool = True) -> dict[str, BaselineRun]:
+    """The 1F1B baselines that fit on ``base_problem``, replayed when ``opts.simulate``.
+
+    Each baseline's search stops at ``deadline`` (its cut named on ``record``, default ``deadline``) with the
+    best plan it evaluated so far (:func:`~partitioner.planning.baselines.megatron_baselines`); the FSDP one,
+    a few evaluations, runs first: it is the cheapest plan a run that knows none yet can have (``megatron``
+    False: the only one).
+    """
     runs = {}
-    for name, found in ((BASELINE_METHOD, megatron_baseline(base_problem, opts.objective, sums=sums)),
-                        (FSDP_METHOD, fsdp_baseline(base_problem, opts.objective))):
+    fsdp = fsdp_baseline(base_problem, opts.objective, deadline, record)
+    uniform = megatron_baseline(base_problem, opts.objective, sums=sums, deadline=deadline, record=record) \
+        if megatron else None
+    for name, found in ((BASELINE_METHOD, uniform), (FSDP_METHOD, fsdp)):
         if found is None:
             continue
         sim = simulate_plan(base_problem, found[0], found[1]) if opts.simulate else None
@@ -141,16 +167,43 @@ def _counted(m: int, builders: Builders, options: CostOptions, problem: Problem,
 def _screen(m: int, problem: Problem, base_problem: Problem, opts: PlanOptions, several: bool,
             deadline: Deadline, limit: Deadline | None = None) -> ScreenedCount:
     """Count m screened: its baselines and the least iteration seen (greedy's too when ``several`` and time is
-    left before ``limit``, default ``deadline``; a cut is recorded on ``deadline``)."""
+    left before ``limit``, default ``deadline``, and before ``deadline`` when a baseline fits; a cut is recorded
+    on ``deadline``)."""
     sums = StageSums()  # the baselines' floors on base_problem, kept for its other schedules (choose_schedule)
-    bases = _baseline_runs(base_problem, opts, sums)
+    bases = _baseline_runs(base_problem, opts, sums, limit or deadline, deadline)
     screen = min((b.iteration_ms for b in bases.values()), default=math.inf)
     if several and opts.method != "greedy":
-        if (limit or deadline).expired():
+        # past the run's own deadline (in the first plan's grace), greedy runs only for a count with no baseline:
+        # its projection and first stage count take seconds at 1,024 GPUs, and a baseline is the plan it looks for
+        if (limit or deadline).expired() or (bases and deadline.expired()):
             deadline.cut("screening: greedy not run at", f"m={m}")
         else:
             screen = min(screen, _greedy_screen(problem, opts, limit or deadline))
     return ScreenedCount(m, problem, base_problem, bases, screen, sums)
+
+
+def fsdp_count(counts: Sequence[int], global_batch: int, devices: int) -> int:
+    """The count whose FSDP plan is likeliest to fit: the most microbatches (the least activation memory) whose
+    microbatch every GPU can share as data parallel ranks (a multiple of ``devices`` samples); else the fewest."""
+    whole = [m for m in counts if (global_batch // m) % devices == 0]
+    return max(whole) if whole else min(counts)
+
+
+def _first_plan(builders: Builders, counts: Sequence[int], options: CostOptions, limit: Deadline,
+                deadline: Deadline) -> ScreenedCount | None:
+    """An FSDP plan from :meth:`Builders.build_fsdp` at :func:`fsdp_count`'s count, screened; None when it was not
+    built in time or nothing fits. ``plan``'s answer when no whole problem is built in time (:func:`screen_counts`)."""
+    o = builders.opts
+    m = fsdp_count(counts, o.global_batch, o.gpus or o.nodes * builders.cluster.gpus_per_node)
+    progress.phase(f"building FSDP's layouts at m = {m} (a first plan)")
+    try:
+        cheap = builders.build_fsdp(m, replace(options, variants=("all",)), limit)
+    except (TimeLimitReached, ProblemError):
+        return None
+    sums = StageSums()
+    bases = _baseline_runs(cheap, o, sums, limit, deadline, megatron=False)
+    found = ScreenedCount(m, cheap, cheap, bases, min((b.iteration_ms for b in bases.values()), default=math.inf), sums)
+    return found if bases else None
 
 
 def screen_counts(builders: Builders, counts: Sequence[int], options: CostOptions,
@@ -171,12 +224,18 @@ def screen_counts(builders: Builders, counts: Sequence[int], options: CostOption
     screened count has a plan and it has passed, no further count is
     screened, so that the time left goes to the solves (a target's run in
     the default ``plan``, which screens its likeliest counts first).
+
+    Under a limit the user set, a run of every target (``plan --target any``) first builds FSDP's layouts
+    alone at one count (:func:`_first_plan`): when no whole problem with a plan is built in time, that count,
+    its problem holding FSDP's layouts only, is screened instead, and the deadline says so.
     """
     deadline = deadline or Deadline(None)
     first = first or deadline
     screened: list[ScreenedCount] = []
     skipped: list[str] = []
     refused: ProblemError | None = None
+    cheap = _first_plan(builders, counts, options, first, deadline) \
+        if deadline.limited and builders.run.rules is None else None
     for i, m in enumerate(counts):
         planned = any(math.isfinite(e.screen) for e in screened)
         limit = deadline if planned else first
@@ -201,6 +260,11 @@ def screen_counts(builders: Builders, counts: Sequence[int], options: CostOption
             skipped.append(f"m={m}: {err.reason}")
             continue
         screened.append(_screen(m, problem, base_problem, builders.opts, len(counts) > 1, deadline, limit))
+    if cheap is not None and not any(math.isfinite(e.screen) for e in screened) \
+            and all(e.m != cheap.m for e in screened):
+        deadline.cut("screening: the answer's problem holds FSDP's layouts only", f"m={cheap.m}, its whole problem "
+                     "was not built in time")
+        screened.append(cheap)
     if not screened and refused is not None:  # no count could be built: the input is refused, not infeasible
         raise refused
     return screened, skipped
