@@ -14,7 +14,7 @@ import math
 from dataclasses import replace
 from typing import Callable, Mapping, Sequence, Union
 
-from ...core.deadline import Deadline
+from ...core.deadline import FIRST_PLAN_GRACE_SECONDS, Deadline
 from ...plan import Evaluation, Plan, PlanError, SolveResult, evaluate
 from ...problem import Problem, ProblemError
 from ...simulate.engine import ReplaySummary
@@ -215,16 +215,18 @@ def _in_scope(key: tuple[str, int], m: int, top: int) -> bool:
 
 
 def _megatron_pool(e: ScreenedCount, key: tuple[str, int], prob: Problem, objective: str, simulate: bool,
-                   pool: list[ScheduleCandidate], prune: bool, deadline: Deadline | None = None) -> None:
+                   pool: list[ScheduleCandidate], prune: bool, deadline: Deadline | None = None,
+                   record: Deadline | None = None) -> None:
     """Add the Megatron-style candidates of screened count ``e`` under ``key`` to ``pool`` (the search stops at
-    ``deadline``, which names the cut: :func:`~partitioner.planning.baselines.megatron_baselines`)."""
+    ``deadline``; ``record``, default ``deadline``, names the cut:
+    :func:`~partitioner.planning.baselines.megatron_baselines`)."""
     if key == ("1f1b", 1):
         b = e.bases.get(BASELINE_METHOD)
         if b is not None:
             pool.append(_candidate("baseline", BASELINE_METHOD, key, prob, b.plan, _baseline_run(b)))
         return
     for plan, _ in megatron_baselines(prob, objective, keep=3 if key[0] == "interleaved" else 1, sums=e.stage_sums,
-                                      deadline=deadline):
+                                      deadline=deadline, record=record):
         run = _run(prob, plan, objective, simulate, _leader(pool, prune))
         if run is not None:  # None: slower than the pool's best so far, which it would not replace
             pool.append(_candidate("baseline", BASELINE_METHOD, key, prob, plan, run))
@@ -264,8 +266,9 @@ def _baselines(screened: Sequence[ScreenedCount], keys: Sequence[tuple[str, int]
     ``deadline`` has passed, only 1F1B's baselines (replayed by the screening)
     are still gathered, and at ``fallback_m`` those of every key: the run
     has no plan under its (pinned) schedules yet, and a uniform split at the
-    kept count is the cheapest plan that runs there; the deadline records the
-    rest left out.
+    kept count is the cheapest plan that runs there (its search stops at the
+    first-plan grace past ``deadline``); the deadline records the rest left
+    out.
     """
     deadline = deadline or Deadline(None)
     out = []
@@ -279,7 +282,9 @@ def _baselines(screened: Sequence[ScreenedCount], keys: Sequence[tuple[str, int]
                 deadline.cut("schedule choice: baselines not built under", _key_name(key))
                 continue
             prob = with_schedule(e.base_problem, *key)
-            _megatron_pool(e, key, prob, objective, simulate, megatron, prune, deadline)
+            # the fallback count searches within the first-plan grace, as a run with no plan builds its counts
+            limit = deadline.extended(FIRST_PLAN_GRACE_SECONDS) if e.m == fallback_m else deadline
+            _megatron_pool(e, key, prob, objective, simulate, megatron, prune, limit, record=deadline)
             _fsdp_pool(e, key, prob, objective, simulate, fsdp, prune)
         for name, pool in ((BASELINE_METHOD, megatron), (FSDP_METHOD, fsdp)):
             found = best_candidate(pool)
