@@ -78,6 +78,10 @@ class FrameworkRules:
         Whether its routed experts run the gated activation fused, keeping 3f per routed token copy instead of
         4f (:attr:`partitioner.costs.CostOptions.expert_fused_glu`; ``plan --target`` and a recipe read from
         its files charge it unless the user sets the option).
+    mtp_stages : int or None
+        The most pipeline stages a plan may have when its model trains multi-token prediction modules
+        (None: any number; 0: it trains none). Its exporter states the reason where the framework's own code
+        refuses (``_mtp_reasons`` in its home).
     """
 
     name: str
@@ -94,6 +98,7 @@ class FrameworkRules:
     fp8_note: str = ""
     modules: bool = False
     expert_fused_glu: bool = True
+    mtp_stages: int | None = None
 
     def runs_mesh(self, mesh: Mesh) -> bool:
         """Whether the framework runs the one mesh ``(dp, tp, cp, ep, etp)``."""

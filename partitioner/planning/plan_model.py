@@ -293,10 +293,25 @@ def _run_one(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
     return result, bool(run.deadline.cuts)
 
 
+def _with_mtp_rule(run: PlanRun, spec: ModelSpec) -> PlanRun:
+    """``run`` within its target's :attr:`~partitioner.frameworks.FrameworkRules.mtp_stages` when ``spec`` trains
+    multi-token prediction modules: at most that many stages, or refused (``target``) where it trains none."""
+    rules = run.rules
+    if rules is None or rules.mtp_stages is None or not any(m.mtp_layers for m in spec.modules):
+        return run
+    if rules.mtp_stages == 0:
+        raise ProblemError(f"{rules.name} trains no multi-token prediction modules; plan {spec.name} without them "
+                           "(--mtp-layers 0)", path="target")
+    cap = rules.mtp_stages if run.options.max_stages is None else min(run.options.max_stages, rules.mtp_stages)
+    return replace(run, options=replace(run.options, max_stages=cap))
+
+
 def _search(model: str | ModelSpec, cluster: str | ClusterSpec, run: PlanRun, first: Deadline | None = None) -> ModelPlan:
     """The steps of one run (the module docstring), under ``run``'s options and deadline (``first``: :func:`_run_one`)."""
     opts, deadline = run.options, run.deadline
     spec, cl = load_model(model), load_cluster(cluster)
+    run = _with_mtp_rule(run, spec)
+    opts = run.options
     _check_devices(run.options.nodes, cl)
     job_cluster_fields(cl, run.options.nodes, run.options.gpus)  # --gpus within the nodes: refused at the door
     recipe = None

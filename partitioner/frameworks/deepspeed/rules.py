@@ -35,6 +35,7 @@ RULES = FrameworkRules(
     recompute_per_stage=True,
     # deepspeed.moe.layer.MoE wraps the user's expert MLP; Megatron-DeepSpeed's swiglu is F.silu(a) * b, unfused
     expert_fused_glu=False,
+    mtp_stages=0,  # PipelineModule passes one activation tuple between stages and one loss_fn (export._mtp_reasons)
     fp8_note="DeepSpeed 0.19.8's engine trains in fp32, fp16 or bf16 (config sections fp16, bf16, torch_autocast); its "
              "fp8 code quantizes frozen weights for inference and LoRA (deepspeed.linear, ops.fp_quantizer)",
 )

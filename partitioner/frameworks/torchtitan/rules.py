@@ -63,6 +63,7 @@ RULES = FrameworkRules(
     fp8_recipes=("rowwise", "mxfp8"),
     # torchtitan 0.3 GroupedExperts: silu(x w1) * (x w3) as separate autograd ops (models/moe/moe.py)
     expert_fused_glu=False,
+    mtp_stages=1,  # its MTP block raises NotImplementedError under pipeline parallelism (export._mtp_reasons)
     fp8_note="torchtitan 0.3's Float8LinearConverter takes recipe_name rowwise or rowwise_with_gw_hp (torchao), "
              "MXFP8LinearConverter mxfp8",
 )

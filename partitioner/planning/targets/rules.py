@@ -274,6 +274,7 @@ def runs(rules: FrameworkRules, problem: Problem, plan: Plan) -> list[str]:
     merged = merge_settings(covered) if rules.modules else (covered[0][0] if len({r for r, _ in covered}) == 1 else None)
     if covered and merged is None and not rules.recompute_per_stage:
         reasons.append(f"mixed recompute settings {sorted({r for r, _ in covered})}: {rules.name} sets one")
+    reasons += _mtp_reasons(rules, problem, plan)
     try:
         starts = {a for a, _ in layer_groups(problem, rules)}
     except ProblemError as err:
@@ -282,6 +283,18 @@ def runs(rules: FrameworkRules, problem: Problem, plan: Plan) -> list[str]:
     if inside:
         reasons.append(f"cut before layer(s) {inside}: {rules.name} does not cut there (vision encoder placement)")
     return reasons
+
+
+def _mtp_reasons(rules: FrameworkRules, problem: Problem, plan: Plan) -> list[str]:
+    """Why the target cannot train ``plan``'s multi-token prediction modules (:attr:`FrameworkRules.mtp_stages`)."""
+    if rules.mtp_stages is None or "mtp" not in _roles(problem):
+        return []
+    if rules.mtp_stages == 0:
+        return [f"multi-token prediction modules: {rules.name} trains none; plan without them (--mtp-layers 0)"]
+    if len(plan.stages) > rules.mtp_stages:
+        return [f"multi-token prediction modules over {len(plan.stages)} pipeline stages: {rules.name} trains them "
+                f"on at most {rules.mtp_stages}; plan without them (--mtp-layers 0)"]
+    return []
 
 
 def _known(variant: str) -> bool:
