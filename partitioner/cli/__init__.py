@@ -24,9 +24,9 @@ from .exits import (
     EXIT_NO_PLAN,
     EXIT_OK,
     caused_by_interrupt,
+    exit_interrupted,
     ignore_interrupts,
     interrupts_are_never_ignored,
-    report_interrupt,
 )
 
 if TYPE_CHECKING:
@@ -89,18 +89,16 @@ def main() -> None:
         ignore_interrupts()  # the outcome is decided: a late Ctrl-C must not end the shutdown by the signal
     except SystemExit as e:
         if e.code == EXIT_INTERRUPTED:  # Typer's own answer to an interrupt outside a command says nothing
-            report_interrupt()
+            exit_interrupted()
         ignore_interrupts()
         raise
     except KeyboardInterrupt:
-        report_interrupt()
-        sys.exit(EXIT_INTERRUPTED)
+        exit_interrupted()
     except Exception as e:
         if caused_by_interrupt(e):  # an interrupt Python wrapped (e.g. while a class was built)
-            report_interrupt()
-            sys.exit(EXIT_INTERRUPTED)
+            exit_interrupted()
         _say(f"internal error: {type(e).__name__}: {e} (please report it with the input files)")  # a bug: exit 3
         sys.exit(EXIT_INTERNAL)
     if code == EXIT_INTERRUPTED:  # Typer turns an interrupt in a command into exit 130 without a word
-        report_interrupt()
+        exit_interrupted()
     sys.exit(code if isinstance(code, int) else EXIT_OK)

@@ -19,7 +19,7 @@ import signal
 import sys
 
 __all__ = ["EXIT_OK", "EXIT_NO_PLAN", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "report_interrupt",
-           "interrupts_are_never_ignored", "caused_by_interrupt", "ignore_interrupts"]
+           "interrupts_are_never_ignored", "caused_by_interrupt", "ignore_interrupts", "exit_interrupted"]
 
 EXIT_OK, EXIT_NO_PLAN, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
@@ -70,12 +70,28 @@ def report_interrupt() -> None:
         pass
 
 
+def exit_interrupted() -> None:
+    """Say ``interrupted`` (:func:`report_interrupt`) and end the process with :data:`EXIT_INTERRUPTED` at once.
+
+    Not ``sys.exit``: CPython 3.11 remembers an interrupt that passed through code it ran with ``PyRun_*``
+    (some extension modules run Python code so while they import) even when ours caught it, and at a normal
+    exit it then ends the process by SIGINT itself (exit -2 to the parent, not 130). Standard streams are
+    flushed first; nothing else is cleaned up, as Ctrl-C asks.
+    """
+    report_interrupt()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):  # closed or absent: the exit code says it
+            pass
+    os._exit(EXIT_INTERRUPTED)
+
+
 def _unraisable(event: "sys.UnraisableHookArgs") -> None:
     """An interrupt Python would only print (it landed in a weakref callback or a finalizer, e.g. inside the
     import machinery) ends the command as any interrupt does; other unraisable errors are Python's to print."""
     if isinstance(event.exc_value, KeyboardInterrupt):
-        report_interrupt()
-        os._exit(EXIT_INTERRUPTED)  # no cleanup: the interrupted work is abandoned, as Ctrl-C asks
+        exit_interrupted()
     sys.__unraisablehook__(event)
 
 
