@@ -101,9 +101,10 @@ def test_the_package_root_loads_nothing_until_a_name_is_used():
 # file says so.
 _READY = textwrap.dedent(
     """
-    import runpy, sys
+    import os, runpy, sys
     import partitioner
-    open(sys.argv[1], "w").close()
+    open(sys.argv[1] + ".tmp", "w").close()
+    os.replace(sys.argv[1] + ".tmp", sys.argv[1])  # seen at once, whole: no signal lands in writing it
     sys.argv = ["partitioner", *sys.argv[2:]]
     runpy.run_module("partitioner", run_name="__main__", alter_sys=True)
     """
