@@ -118,8 +118,9 @@ def test_deepseek_v3_names_its_family_and_refuses_its_mtp_module_under_pipeline_
     here on its debugmodel_mtp) --; trained without MTP (workload mtp_layers 0) the plan is the 671B command."""
     from partitioner.presets import Workload
 
+    # a pipeline plan found for Megatron (plan --target torchtitan keeps MTP models on one stage: mtp_stages)
     result = plan_model("deepseek-v3", "dgx-h100", nodes=64, global_batch=1024, microbatches=64, method="greedy",
-                        schedule="1f1b", target="torchtitan")
+                        schedule="1f1b", target="megatron")
     exp = export_result(result, "torchtitan")
     assert len(result.plan.stages) > 1 and not exp.expressible
     assert any("MTPDecoder refuses pipeline parallelism" in r for r in exp.reasons), exp.reasons
