@@ -207,31 +207,62 @@ V3_PLAN_CASES = (
 )
 
 
-def run_child(cmd: list[str], timeout: float) -> tuple[int | None, str, str, float, resource.struct_rusage]:
+@dataclass(frozen=True)
+class ChildUsage:
+    """A child process's own resource usage, named as ``resource.struct_rusage`` names it."""
+
+    ru_utime: float
+    ru_stime: float
+    ru_maxrss: int  # KiB, the child's own peak resident memory
+
+
+# The launcher between a benchmark and its row: a fresh interpreter (small) forks the row's command and reports
+# what ``os.wait4`` says of it. Linux counts the memory a child inherits at fork into its ``ru_maxrss`` even
+# after exec, so a row forked straight from a large benchmark process (2 GB after building problems) would
+# report the benchmark's peak as its own.
+_LAUNCHER = """
+import json, os, subprocess, sys, time
+cmd, report = json.loads(sys.argv[1]), sys.argv[2]
+start = time.perf_counter()
+proc = subprocess.Popen(cmd)
+_, status, usage = os.wait4(proc.pid, 0)
+with open(report, "w") as f:
+    json.dump({"code": os.waitstatus_to_exitcode(status), "seconds": time.perf_counter() - start,
+               "utime": usage.ru_utime, "stime": usage.ru_stime, "maxrss": usage.ru_maxrss}, f)
+"""
+
+
+def run_child(cmd: list[str], timeout: float) -> tuple[int | None, str, str, float, ChildUsage]:
     """Run ``cmd`` in a child process: (exit code or None when killed after ``timeout`` s, stdout, stderr,
-    wall seconds, the child's own resource usage from ``os.wait4``: its CPU time and peak memory)."""
+    wall seconds, the child's own resource usage from ``os.wait4``: its CPU time and peak memory).
+
+    The child is started by a small launcher process (``_LAUNCHER``), so its peak memory is its own; on a
+    timeout the launcher's whole session is killed."""
+    import signal
     import subprocess
     import tempfile
-    import threading
 
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err, \
+            tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "usage.json"
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, cwd=ROOT)
-        fired = threading.Event()
-
-        def kill() -> None:
-            fired.set()
-            proc.kill()
-
-        timer = threading.Timer(timeout, kill)
-        timer.start()
-        _, wait_status, usage = os.wait4(proc.pid, 0)
-        timer.cancel()
+        proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, json.dumps(cmd), str(report)], stdout=out,
+                                stderr=err, text=True, cwd=ROOT, start_new_session=True)
+        killed = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            killed = True
         seconds = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(wait_status)  # reaped here: Popen must not wait again
         out.seek(0)
         err.seek(0)
-        return (None if fired.is_set() else proc.returncode), out.read(), err.read(), seconds, usage
+        if killed or not report.exists():  # no usage of the child to report (killed, or it never started)
+            return None if killed else proc.returncode, out.read(), err.read(), seconds, ChildUsage(0.0, 0.0, 0)
+        found = json.loads(report.read_text())
+        usage = ChildUsage(found["utime"], found["stime"], found["maxrss"])
+        return found["code"], out.read(), err.read(), found["seconds"], usage
 
 
 def _own_peak_mb() -> float | None:
@@ -243,7 +274,7 @@ def _own_peak_mb() -> float | None:
         return None
 
 
-def _usage(usage: resource.struct_rusage) -> dict:
+def _usage(usage: ChildUsage) -> dict:
     return {"cpu_seconds": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024}
 
 
