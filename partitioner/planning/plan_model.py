@@ -230,7 +230,7 @@ def run_plan(model: str | ModelSpec, cluster: str | ClusterSpec, opts: PlanOptio
     result = _run_one(spec, cl, opts, main, tables, first=first)[0]
     if result.plan is None:
         return result
-    return replace(result, targets=_per_target(spec, cl, opts, result, clock, tables))
+    return replace(result, targets=_per_target(spec, cl, opts, result, clock, tables, first))
 
 
 def _target_seconds(clock: Deadline, left_targets: int) -> float:
@@ -254,8 +254,12 @@ def _first_counts(result: ModelPlan) -> tuple[int, ...]:
 
 
 def _per_target(spec: ModelSpec, cl: ClusterSpec, opts: PlanOptions, result: ModelPlan, clock: Deadline,
-                tables: CostTables) -> dict[str, TargetSummary]:
-    """Per framework, ``plan`` with ``target=T`` and ``opts`` (its share of the time): the run's ``targets``."""
+                tables: CostTables, first: Deadline) -> dict[str, TargetSummary]:
+    """Per framework, ``plan`` with ``target=T`` and ``opts`` (its share of the time): the run's ``targets``.
+
+    A framework's builds may go on :data:`~partitioner.core.deadline.FIRST_PLAN_GRACE_SECONDS` past its share
+    while it knows no plan, but never past ``first``, the command's own first-plan limit: the runs that start
+    after the command's limit share what is left of that grace instead of taking it each."""
     out: dict[str, TargetSummary] = {}
     names = list(RULES)
     order = _first_counts(result)
@@ -268,7 +272,8 @@ def _per_target(spec: ModelSpec, cl: ClusterSpec, opts: PlanOptions, result: Mod
             sub_opts = replace(opts, target=name, time_limit=seconds)  # type: ignore[arg-type]
             # its builds go on past its share, as the command's own do, while it knows no plan at all
             # and its screens stop at TARGET_SCREEN_SHARE of it once one count has a plan: the rest is the solves'
-            sub, cut = _run_one(spec, cl, sub_opts, share, tables, share.extended(FIRST_PLAN_GRACE_SECONDS), order,
+            grace = min(FIRST_PLAN_GRACE_SECONDS, max(0.0, first.left() - within))
+            sub, cut = _run_one(spec, cl, sub_opts, share, tables, share.extended(grace), order,
                                 clock.share(within * TARGET_SCREEN_SHARE))
         except ProblemError as refused:
             out[name] = refused_summary(name, RULES[name], result, str(refused))

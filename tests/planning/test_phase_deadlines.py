@@ -8,6 +8,8 @@ the test chooses.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 import partitioner.costs.build as build_module
@@ -220,3 +222,56 @@ def test_without_a_limit_each_target_gets_its_default_budget_within_the_bound():
     assert pm._target_seconds(late, 3) == 2.0  # what the bound leaves, shared
     clock.flip()
     assert pm._target_seconds(late, 3) == 1e-3  # spent: the target's one grace solve only
+
+
+class _Manual:
+    """A clock that stays where the test sets it."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _first_plan_windows(monkeypatch, clock: _Manual, limit: float, now: float) -> list[float]:
+    """The seconds each framework's run may build while it knows no plan (its ``first`` limit), when the
+    per-target runs start at ``now`` on a command limited to ``limit`` seconds (no run does any work)."""
+    import sys
+
+    from partitioner.core.deadline import FIRST_PLAN_GRACE_SECONDS
+    from partitioner.planning import PlanOptions
+
+    pm = sys.modules["partitioner.planning.plan_model"]
+    seen: list[float] = []
+
+    def spy(model, cluster, opts, deadline=None, tables=None, first=None, order=(), screening=None):
+        seen.append(first.left())
+        raise pm.ProblemError("refused here: the test reads the limits only")
+
+    monkeypatch.setattr(pm, "_run_one", spy)
+    monkeypatch.setattr(pm, "refused_summary", lambda *a: None)
+    command = Deadline(limit, clock)
+    clock.now = now
+    opts = PlanOptions(nodes=1, global_batch=16, simulate=False)
+    searched = SimpleNamespace(microbatches_tried=(), microbatches=None)  # the search over every plan kept nothing
+    pm._per_target(None, None, opts, searched, command, None, command.extended(FIRST_PLAN_GRACE_SECONDS))
+    return seen
+
+
+def test_framework_runs_after_the_command_limit_share_its_first_plan_grace(monkeypatch):
+    """Runs that start past the command's limit may build until that limit plus FIRST_PLAN_GRACE_SECONDS,
+    together: each had a grace of its own before, so three late runs could end 9 s past ``--time-limit``."""
+    from partitioner.core.deadline import FIRST_PLAN_GRACE_SECONDS
+
+    late = _first_plan_windows(monkeypatch, _Manual(), 10.0, 12.0)  # 2 s past the limit, 1 s of grace left
+    assert late == [pytest.approx(FIRST_PLAN_GRACE_SECONDS - 2.0)] * 3
+    spent = _first_plan_windows(monkeypatch, _Manual(), 10.0, 20.0)
+    assert spent == [0.0] * 3
+
+
+def test_framework_runs_in_time_keep_the_whole_grace_past_their_share(monkeypatch):
+    from partitioner.core.deadline import FIRST_PLAN_GRACE_SECONDS
+
+    windows = _first_plan_windows(monkeypatch, _Manual(), 30.0, 0.0)  # a still clock: each gets what is left / runs left
+    assert windows == [pytest.approx(share + FIRST_PLAN_GRACE_SECONDS) for share in (10.0, 15.0, 30.0)]
