@@ -81,6 +81,8 @@ def test_recompute_and_recipe_settings_are_the_runs_own():
     assert run_layout(moon).etp == 1
     opts = run_options(moon)
     assert "moe_imbalance" not in opts and opts["bytes_per_param"] == 12.0 and opts["grad_bytes_per_param"] == 2.0
+    # its step reads and writes those dtypes: norm 2 + clip 4 + Adam (2 + 4 + 2 + 2 read, 4 + 2 + 2 written) + cast 6
+    assert opts["optimizer_step_bytes_per_param"] == 2 + 4 + (2 + 4 + 2 + 2) + (4 + 2 + 2) + (4 + 2)
     # NeMo AutoModel's benchmark configs: full activation checkpointing, FakeBalancedGate, grouped GEMM
     am = _run("am-qwen3-30b-h100-8gpu")
     assert run_layout(am).recompute == "full" and run_layout(am).zero == 3

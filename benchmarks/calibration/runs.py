@@ -120,8 +120,11 @@ def unsupported(run: PublishedRun) -> str | None:
 #: recipe the Moonlight recompute study ran): ``expert_tensor_parallel_size = 1``, the precision-aware
 #: optimizer with fp32 main parameters and bf16 main gradients and Adam moments, ``grad_reduce_in_fp32``
 #: False: 2 (bf16 weight) + 2 (bf16 gradient) + 4 + 2 + 2 (fp32 master, bf16 moments, sharded) bytes per
-#: parameter, gradients reduced in bf16; ``moe_router_force_load_balancing = False``: the router's own
-#: routing (``trained_router``). NeMo AutoModel's benchmark configurations
+#: parameter, gradients reduced in bf16; its step moves the same dtypes, counted as the default
+#: ``optimizer_step_bytes_per_param`` (46) counts fp32 ones: gradient norm (read 2), clipping (read and write 4),
+#: Adam (read gradient 2, master 4, m 2, v 2; write master 4, m 2, v 2), master to bf16 weight (read 4,
+#: write 2) = 30; ``moe_router_force_load_balancing = False``: the router's own routing (``trained_router``).
+#: NeMo AutoModel's benchmark configurations
 #: (``examples/benchmark/configs/*_te_deepep.yaml``) set ``parallelizer.activation_checkpointing: true``, which
 #: wraps every decoder block in a checkpoint wrapper (``components/moe/parallelizer.py`` ``apply_ac``: full
 #: recompute), the DeepSeek-V3 one keeps FSDP2's gathered parameters (``reshard_after_forward: false``); their
@@ -139,7 +142,8 @@ SOURCE_SETTINGS: dict[str, dict[str, Any]] = {
     "mbridge-25.11:deepseek-v3": {"recompute": "mla_up_proj"},
     "mbridge-skills:moonlight-16b-a3b": {"etp": 1, "trained_router": True, "options": {"bytes_per_param": 12.0,
                                                                "optimizer_bytes_per_param": 8.0,
-                                                               "grad_bytes_per_param": 2.0}},
+                                                               "grad_bytes_per_param": 2.0,
+                                                               "optimizer_step_bytes_per_param": 30.0}},
 }
 
 
