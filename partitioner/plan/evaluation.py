@@ -275,7 +275,23 @@ def _check_devices(problem: Problem, plan: Plan) -> list[tuple[int, ...]]:
         elif set(dev) != {d for n in nodes for d in range(n * G, (n + 1) * G)}:
             raise PlanError(4, f"a {s.devices}-device stage must take whole nodes, got devices {sorted(dev)}", p)
     # (ids are disjoint, in range and sum to N, so they cover 0..N-1)
+    if cluster.levels is not None:  # DESIGN.md "Network levels": Megatron's rank order, pp outermost
+        offset = 0
+        for p, dev in enumerate(ids):
+            if tuple(dev) != tuple(range(offset, offset + len(dev))):
+                raise PlanError(4, f"on a cluster with network levels stage {p} must sit on devices "
+                                   f"{offset}..{offset + len(dev) - 1} (consecutive devices in pipeline order), "
+                                   f"got {_id_text(dev)}", p)
+            offset += len(dev)
     return ids
+
+
+def _id_text(dev: Sequence[int]) -> str:
+    """Device ids as a short text: a range when consecutive."""
+    ds = list(dev)
+    if ds == list(range(ds[0], ds[0] + len(ds))):
+        return f"{ds[0]}..{ds[-1]}"
+    return ", ".join(map(str, ds[:8])) + (", ..." if len(ds) > 8 else "")
 
 
 def _check_configs(problem: Problem, stages: Sequence[Stage]) -> list[list[tuple[tuple[int, int], Layout]]]:
@@ -461,7 +477,7 @@ def evaluate_interleaved(problem: Problem, plan: Plan, objective: str | None = N
 
 def _boundary_bandwidth(problem: Problem, a: Sequence[int], b: Sequence[int]) -> float:
     cluster = problem.cluster
-    if cluster.topology is not None:
+    if cluster.topology is not None or cluster.levels is not None:
         return bandwidth(cluster, a, b)
     na = {cluster.node_of(d) for d in a}
     nb = {cluster.node_of(d) for d in b}
