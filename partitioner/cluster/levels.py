@@ -5,7 +5,8 @@ each GPU's NIC (``inter_node_GBps``), then per level the per-GPU rate of :meth:`
 times the GPUs of the set in the group that climbs. :func:`levels_bandwidth` is the max-flow of that
 tree (:func:`partitioner.cluster.topology.cluster_graph` builds it as a graph) in closed form: supply
 and demand are matched as low in the tree as they can be. Stages sit on consecutive devices in
-pipeline order (:func:`consecutive_fits`), so a boundary's bandwidth is a function of its offset.
+pipeline order, a stage no larger than a level's group inside one group (:func:`consecutive_fits`):
+a boundary's bandwidth is a function of its offset, a stage's span (:func:`size_level`) of its size.
 
 More (the detail of this module): ``docs/internals/cluster.md``, section ``partitioner.cluster.levels``.
 """
@@ -16,7 +17,8 @@ from typing import Iterable
 
 from ..problem import Cluster
 
-__all__ = ["levels_bandwidth", "boundary_bandwidth", "consecutive_fits", "consecutive_ids", "span_level"]
+__all__ = ["levels_bandwidth", "boundary_bandwidth", "consecutive_fits", "consecutive_ids", "span_level", "size_level",
+           "network_GBps"]
 
 
 def levels_bandwidth(cluster: Cluster, src_ids: Iterable[int], dst_ids: Iterable[int]) -> float:
@@ -85,13 +87,21 @@ def _boundary(cluster: Cluster, offset: int, size: int, next_size: int) -> float
 
 def consecutive_fits(cluster: Cluster, offset: int, size: int) -> bool:
     """May a stage of ``size`` devices start at device ``offset`` (rule 4: an in-node stage inside one
-    node, a larger one on whole nodes)?"""
+    node, a larger one on whole nodes; on a levels cluster also a stage no larger than a level's group
+    inside one group of that level)?"""
     G = cluster.gpus_per_node
     if offset < 0 or offset + size > cluster.num_devices:
         return False
     if size <= G:
         return offset % G + size <= G
-    return offset % G == 0 and size % G == 0
+    if offset % G or size % G:
+        return False
+    for level in cluster.levels or ():
+        if level.nodes is not None and size <= level.nodes * G:
+            width = level.nodes * G
+            if offset // width != (offset + size - 1) // width:
+                return False
+    return True
 
 
 def consecutive_ids(sizes: Iterable[int]) -> list[tuple[int, ...]]:
@@ -113,3 +123,26 @@ def span_level(cluster: Cluster, device_ids: Iterable[int]) -> int:
         if len({cluster.group_of(n, level) for n in nodes}) == 1:
             return level
     return len(cluster.levels) - 1
+
+
+def size_level(levels, gpus_per_node: int, devices: int) -> int:
+    """The level a stage of ``devices`` GPUs spans when placed by rule 4 on a levels cluster: -1 inside one
+    node, else the innermost level whose groups hold that many GPUs (the outermost when none does)."""
+    if devices <= gpus_per_node:
+        return -1
+    for k, level in enumerate(levels):
+        if level.nodes is None or devices <= level.nodes * gpus_per_node:
+            return k
+    return len(levels) - 1
+
+
+def network_GBps(levels, inter_node_GBps: float, gpus_per_node: int, devices: int) -> float:
+    """The per-GPU network GB/s of a group of ``devices`` GPUs across nodes: the NIC, and the rate of every
+    level up to the one the group spans (``inter_node_GBps`` without levels, or inside one node)."""
+    rate = inter_node_GBps
+    top = size_level(levels or (), gpus_per_node, devices)
+    taper = 1.0
+    for level in (levels or ())[: top + 1]:
+        taper *= level.oversubscription
+        rate = min(rate, level.GBps / taper)
+    return rate

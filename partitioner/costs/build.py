@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..core.deadline import Deadline
 from ..presets import ClusterSpec, ModelSpec, load_cluster, load_model
-from ..problem import OBJECTIVES, Cluster, Layout, Problem, ProblemError
+from ..problem import OBJECTIVES, Cluster, Layout, Problem, ProblemError, level_doc
 from .axes.experts import ep_problem
 from .axes.wiring import cp_allows, cp_layer_terms, moe_dense_pieces, moe_ep_cost, sync_layout
 from .compute.flops import forward_flops, model_flops_per_sample
@@ -206,6 +206,9 @@ def job_cluster_fields(cluster: ClusterSpec, nodes: int, gpus: int | None) -> di
     if gpus is None:
         return {}
     g = cluster.gpus_per_node
+    if cluster.levels is not None and gpus != nodes * g:
+        raise ProblemError(f"a job on part of a cluster with network levels ({cluster.name}) is not planned yet: "
+                           f"give all {nodes * g} GPUs of the {nodes} nodes, got {gpus!r}", path="gpus")
     if isinstance(gpus, bool) or not isinstance(gpus, int) or not (nodes - 1) * g < gpus <= nodes * g:
         uses = (f"part or all of one {cluster.name} node" if nodes == 1 else
                 f"every GPU of {nodes - 1} {cluster.name} nodes and part or all of one more (give fewer nodes for a "
@@ -501,6 +504,7 @@ class ProblemBuilder:
                 "intra_node_GBps": cl.intra_node_GBps,
                 "inter_node_GBps": cl.inter_node_GBps,
                 **job,
+                **({"levels": [level_doc(v) for v in cl.levels]} if cl.levels is not None else {}),
             },
             "training": {"microbatches": microbatches, "objective": objective},
             "layers": doc_layers,

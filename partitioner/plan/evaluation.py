@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..cluster.levels import consecutive_fits
 from ..cluster.reshard import segment_reshard_ms
 from ..cluster.topology import bandwidth, default_bandwidth, transfer_ms
 from ..core.units import format_bytes
@@ -282,6 +283,9 @@ def _check_devices(problem: Problem, plan: Plan) -> list[tuple[int, ...]]:
                 raise PlanError(4, f"on a cluster with network levels stage {p} must sit on devices "
                                    f"{offset}..{offset + len(dev) - 1} (consecutive devices in pipeline order), "
                                    f"got {_id_text(dev)}", p)
+            if not consecutive_fits(cluster, offset, len(dev)):
+                raise PlanError(4, f"on a cluster with network levels a stage no larger than a level's group "
+                                   f"lies inside one group of it; devices {_id_text(dev)} cross one", p)
             offset += len(dev)
     return ids
 

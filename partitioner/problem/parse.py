@@ -160,6 +160,12 @@ def _parse_cluster(node: _Node) -> Cluster:
     return Cluster(nodes, gpus, memory, intra, inter, topology, stage_sizes, devices, levels)
 
 
+def parse_levels(value: Any, path: str = "levels", cluster_nodes: int = 1) -> tuple[Level, ...]:
+    """``levels`` as in a problem's cluster (DESIGN.md "Network levels"), for a cluster preset: a
+    :class:`ProblemError` names ``path``'s field; ``cluster_nodes`` is checked against the outermost level."""
+    return _parse_levels(_Node(value, path), cluster_nodes)
+
+
 def _parse_levels(node: _Node, cluster_nodes: int) -> tuple[Level, ...]:
     """``cluster.levels``: tiers of nested groups of consecutive nodes, innermost first (DESIGN.md
     "Network levels"); every level but the last states ``nodes``, each a multiple of the one before."""

@@ -32,6 +32,7 @@ __all__ = [
     "LayerCost",
     "Layer",
     "Level",
+    "level_doc",
     "Topology",
     "Cluster",
     "Training",
@@ -522,7 +523,7 @@ class Problem:
         if c.devices is not None:
             cluster["devices"] = c.devices
         if c.levels is not None:
-            cluster["levels"] = [_level_dict(level) for level in c.levels]
+            cluster["levels"] = [level_doc(level) for level in c.levels]
         training: dict[str, Any] = {"microbatches": self.training.microbatches, "objective": self.training.objective}
         if self.training.schedule != "1f1b":
             training["schedule"] = self.training.schedule
@@ -579,7 +580,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _level_dict(level: Level) -> dict[str, Any]:
+def level_doc(level: Level) -> dict[str, Any]:
     """A level as its document: ``nodes`` only when given, ``oversubscription`` only when not 1."""
     out: dict[str, Any] = {"name": level.name}
     if level.nodes is not None:

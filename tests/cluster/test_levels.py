@@ -13,7 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partitioner import Problem, ProblemError, evaluate
-from partitioner.cluster.levels import boundary_bandwidth, consecutive_fits, levels_bandwidth, span_level
+from partitioner.cluster.levels import (
+    boundary_bandwidth,
+    consecutive_fits,
+    levels_bandwidth,
+    network_GBps,
+    size_level,
+    span_level,
+)
 from partitioner.cluster.topology import bandwidth, cluster_graph
 from partitioner.plan import Plan, PlanError, Stage
 from partitioner.problem import Cluster, Level
@@ -86,7 +93,12 @@ def test_the_closed_form_on_a_leaf_spine():
     assert boundary_bandwidth(c, 0, 4, 4) == 100.0
     assert span_level(c, [0, 1]) == -1 and span_level(c, range(4)) == 0 and span_level(c, range(8)) == 1
     assert consecutive_fits(c, 1, 1) and not consecutive_fits(c, 1, 2) and not consecutive_fits(c, 2, 3)
-    assert consecutive_fits(c, 2, 4) and not consecutive_fits(c, 6, 4)
+    assert consecutive_fits(c, 4, 4) and not consecutive_fits(c, 6, 4)
+    assert not consecutive_fits(c, 2, 4)  # two nodes, one leaf's worth, across leaves 0 and 1
+    assert consecutive_fits(c, 2, 6)  # larger than a leaf: crosses the spine anyway
+    assert size_level(c.levels, 2, 2) == -1 and size_level(c.levels, 2, 4) == 0 and size_level(c.levels, 2, 6) == 1
+    assert network_GBps(c.levels, 50.0, 2, 4) == 50.0 and network_GBps(c.levels, 50.0, 2, 8) == 25.0
+    assert network_GBps(None, 50.0, 2, 8) == 50.0
     with pytest.raises(ValueError, match="both sets"):
         levels_bandwidth(c, [0, 2], [1, 4])
 
@@ -142,6 +154,16 @@ def test_rule_4_on_a_levels_cluster_wants_consecutive_stages():
     assert err.value.rule == 4
     # the same plan on the cluster without levels is valid, as before
     evaluate(Problem.from_dict(_doc()), swapped)
+
+
+def test_rule_4_keeps_a_leaf_sized_stage_inside_one_leaf():
+    p = Problem.from_dict(_doc(levels=LEAF_SPINE))
+    across = Plan((Stage(0, 0, 2, 2, 1, device_ids=(0, 1)), Stage(1, 1, 4, 4, 1, device_ids=(2, 3, 4, 5)),
+                   Stage(2, 2, 2, 2, 1, device_ids=(6, 7))))
+    with pytest.raises(PlanError, match="inside one group") as err:
+        evaluate(p, across)
+    assert err.value.rule == 4 and err.value.stage == 1
+    evaluate(Problem.from_dict(_doc()), across)  # valid without levels
 
 
 def test_a_stage_across_the_spine_pays_the_oversubscription():
