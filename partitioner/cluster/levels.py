@@ -18,7 +18,7 @@ from typing import Iterable
 from ..problem import Cluster
 
 __all__ = ["levels_bandwidth", "boundary_bandwidth", "consecutive_fits", "consecutive_ids", "span_level", "size_level",
-           "network_GBps"]
+           "network_GBps", "levels_period"]
 
 
 def levels_bandwidth(cluster: Cluster, src_ids: Iterable[int], dst_ids: Iterable[int]) -> float:
@@ -146,3 +146,14 @@ def network_GBps(levels, inter_node_GBps: float, gpus_per_node: int, devices: in
         taper *= level.oversubscription
         rate = min(rate, level.GBps / taper)
     return rate
+
+
+def levels_period(cluster: Cluster) -> int:
+    """A width (GPUs) the levels repeat with: the largest group of a level that does not hold the whole
+    cluster, times the node (the node alone when none). Moving stages by it inside the cluster changes
+    neither rule 4 nor any boundary's max-flow: every level's groups move onto groups of the same level."""
+    widest = 1
+    for level in cluster.levels or ():
+        if level.nodes is not None and level.nodes < cluster.nodes:
+            widest = max(widest, level.nodes)
+    return widest * cluster.gpus_per_node

@@ -172,7 +172,7 @@ def build_automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_
 
 
 def build_offsets_automaton(sizes: tuple[int, ...], N: int, fits, link_gbps, max_states: int | None = None,
-                            deadline: float | None = None) -> Automaton:
+                            deadline: float | None = None, period: int | None = None) -> Automaton:
     """The ``offsets`` automaton of a cluster with network levels (DESIGN.md "Network levels").
 
     Stages sit on consecutive devices in pipeline order, so a suffix whose first stage has size index
@@ -180,6 +180,11 @@ def build_offsets_automaton(sizes: tuple[int, ...], N: int, fits, link_gbps, max
     size ``d`` put in front starts at ``N - u - d`` when ``fits(offset, d)`` (rule 4); the boundary's
     category is its bandwidth ``link_gbps(offset, d, next_size)`` (GB/s), one category per distinct
     value. A whole pipeline uses ``N`` devices.
+
+    ``period`` (a width the cluster repeats with: ``fits`` and ``link_gbps`` are unchanged when the
+    stages move by it inside ``0..N-1``) keeps ``u`` modulo it: the tables' device count holds ``u``
+    itself (and keeps every stage inside ``N``), so the state needs only where the offset falls in its
+    period, and ``fits`` and ``link_gbps`` are asked at the smallest offset with that residue.
     """
     n = len(sizes)
     index: dict = {}
@@ -198,7 +203,15 @@ def build_offsets_automaton(sizes: tuple[int, ...], N: int, fits, link_gbps, max
     def category(bw: float) -> int:
         return bws.setdefault(bw, len(bws))
 
-    initial = {i: add((i, sizes[i])) for i in range(n) if sizes[i] <= N and fits(N - sizes[i], sizes[i])}
+    W = period if period is not None and period < N else None
+
+    def key(used: int) -> int:
+        return used if W is None else used % W
+
+    def where(used_key: int, d: int) -> int:  # the stage's offset, or its smallest representative
+        return N - used_key - d if W is None else (N - used_key - d) % W
+
+    initial = {i: add((i, key(sizes[i]))) for i in range(n) if sizes[i] <= N and fits(N - sizes[i], sizes[i])}
     edges: dict[int, list] = {i: [] for i in range(n)}
     k = 0
     while k < len(order):
@@ -206,9 +219,10 @@ def build_offsets_automaton(sizes: tuple[int, ...], N: int, fits, link_gbps, max
             raise OutOfTime
         ip, used = order[k]
         for i, d in enumerate(sizes):
-            offset = N - used - d
-            if offset >= 0 and fits(offset, d):
-                t = add((i, used + d))
+            offset = where(used, d)
+            # (with a period: no real offset with this residue keeps the next stage inside the cluster)
+            if offset >= 0 and offset + d + sizes[ip] <= N and fits(offset, d):
+                t = add((i, key(used + d)))
                 edges[i].append((k, t, category(link_gbps(offset, d, sizes[ip]))))
         k += 1
     if not bws:
@@ -235,7 +249,7 @@ def build_offsets_automaton(sizes: tuple[int, ...], N: int, fits, link_gbps, max
         tuple(order),
         np.array([z[0] for z in order]),
         initial,
-        np.array([z[1] == N for z in order]),
+        np.array([z[1] == key(N) for z in order]),
         cats,
         trans,
         incoming,

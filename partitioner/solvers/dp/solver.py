@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from ...cluster.levels import boundary_bandwidth, consecutive_fits, consecutive_ids
+from ...cluster.levels import boundary_bandwidth, consecutive_fits, consecutive_ids, levels_period
 from ...cluster.placement import contiguous_node_assignment, node_assignment_ids, pack_runs
 from ...core.units import format_bytes
 from ...plan import Plan, PlanError, Stage, evaluate
@@ -179,7 +179,8 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
             max_states = max(1, int(self._budget // (_STATE_BYTES * max(len(self.sizes), 1) * max(self.L, 1))))
             found[mode] = build_offsets_automaton(
                 self.sizes, self.N, lambda o, d: consecutive_fits(c, o, d),
-                lambda o, d, nxt: boundary_bandwidth(c, o, d, nxt), max_states=max_states, deadline=self._deadline)
+                lambda o, d, nxt: boundary_bandwidth(c, o, d, nxt), max_states=max_states, deadline=self._deadline,
+                period=levels_period(c))
         if mode not in found:
             self.check_budget(automaton_bytes(mode, self.sizes, self.G),
                               f"the placement automaton ({mode}) of {len(self.sizes)} stage sizes")
