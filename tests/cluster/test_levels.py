@@ -17,6 +17,7 @@ from partitioner.cluster.levels import (
     boundary_bandwidth,
     consecutive_fits,
     levels_bandwidth,
+    levels_period,
     network_GBps,
     size_level,
     span_level,
@@ -178,3 +179,35 @@ def test_a_cluster_record_without_levels_reads_as_before():
     c = Cluster(2, 8, 1, 1.0, 1.0)
     assert c.levels is None and c.level_rates() == ()
     assert copy.deepcopy(c) == c
+
+
+@st.composite
+def _shifted_boundaries(draw):
+    nodes = draw(st.integers(2, 12))
+    gpus = draw(st.sampled_from([1, 2, 4]))
+    doc = _doc(nodes, gpus, draw(network_levels(nodes)))
+    for layer in doc["layers"]:
+        layer["costs"] = {"dp1tp1": layer["costs"]["dp1tp1"]}
+    cluster = Problem.from_dict(doc).cluster
+    N = cluster.num_devices
+    size = draw(st.sampled_from(cluster.allowed_sizes()))
+    nxt = draw(st.sampled_from(cluster.allowed_sizes()))
+    offset = draw(st.integers(0, N - 1))
+    return cluster, offset, size, nxt
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(_shifted_boundaries())
+def test_rule_4_and_the_max_flow_repeat_with_the_levels_period(case):
+    """What dp's offsets states rely on (DESIGN.md "Network levels"): moving consecutive stages by
+    :func:`levels_period` inside the cluster changes neither rule 4 nor the boundary's bandwidth."""
+    cluster, offset, size, nxt = case
+    W, N = levels_period(cluster), cluster.num_devices
+    assert W % cluster.gpus_per_node == 0
+    shifted = offset + W
+    if shifted + size + nxt > N:
+        return
+    assert consecutive_fits(cluster, offset, size) == consecutive_fits(cluster, shifted, size)
+    if consecutive_fits(cluster, offset, size) and consecutive_fits(cluster, offset + size, nxt):
+        assert boundary_bandwidth(cluster, offset, size, nxt) == pytest.approx(
+            boundary_bandwidth(cluster, shifted, size, nxt), rel=1e-12)
