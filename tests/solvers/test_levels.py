@@ -3,8 +3,8 @@
 ``brute`` prices every boundary by the max-flow of the levels graph (networkx), ``dp`` by the closed
 form of :mod:`partitioner.cluster.levels` through its ``offsets`` placement automaton; on random small
 hierarchical clusters (2-8 nodes x 1-4 GPUs, 1-3 levels, random bandwidths and oversubscriptions)
-they agree, and every plan passes ``evaluate`` and the simulator. The methods that do not plan levels
-say so.
+they agree, and every plan passes ``evaluate`` and the simulator; ``greedy``'s plans are valid and no
+better than the optimum. The methods that do not plan levels say so.
 """
 from __future__ import annotations
 
@@ -68,7 +68,18 @@ def test_the_boundary_moves_inside_a_leaf_when_the_spine_is_slow():
     assert [s.devices for s in solve(fast, "dp").plan.stages] == [2, 2]
 
 
-@pytest.mark.parametrize("method", ["cpsat", "milp", "greedy", "uniform", "balanced"])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=_SLOW)
+@given(small_levels_problems(schedules=("1f1b", "zb-h1")))
+def test_greedy_plans_levels_validly(problem):
+    best = solve(problem, "brute")
+    r = solve(problem, "greedy")
+    assert r.status in ("feasible", "infeasible"), r.message
+    if r.plan is not None:
+        check_plan(problem, r)
+        assert best.status == "optimal" and r.value >= best.value * (1 - REL)
+
+
+@pytest.mark.parametrize("method", ["cpsat", "milp", "uniform", "balanced"])
 def test_methods_without_levels_say_so(method):
     p = Problem.from_dict(_doc([{"name": "leaf", "nodes": 2, "GBps": 50.0}, {"name": "spine", "GBps": 50.0}]))
     r = solve(p, method)
