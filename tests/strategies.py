@@ -467,11 +467,19 @@ def network_levels(draw, nodes: int) -> list[dict]:
 
 @st.composite
 def small_levels_problems(draw, max_layers: int = 5, objectives=("bottleneck", "iteration"),
-                          schedules: tuple[str, ...] = ("1f1b",)) -> Problem:
+                          schedules: tuple[str, ...] = ("1f1b",), racks: bool = False) -> Problem:
     """A random small problem on a cluster with network levels (2-8 nodes of 1-4 GPUs, at most 12 GPUs so
-    that ``brute`` serves as the oracle); layers, costs and memory drawn as :func:`small_rack_problems`."""
+    that ``brute`` serves as the oracle); layers, costs and memory drawn as :func:`small_rack_problems`.
+    ``racks``: the cluster also states ``stage_sizes`` and/or ``devices`` (DESIGN.md "Partial racks")."""
     nodes, gpus = draw(st.sampled_from(LEVEL_SHAPES))
-    cluster = Cluster(nodes, gpus, 1, 1.0, 1.0)
+    stage_sizes = devices = None
+    if racks:
+        which = draw(st.sampled_from(["sizes", "devices", "both"]))
+        if which in ("sizes", "both"):
+            stage_sizes = sorted(draw(st.lists(st.integers(1, gpus), min_size=1, max_size=gpus, unique=True)))
+        if which in ("devices", "both"):
+            devices = draw(st.integers((nodes - 1) * gpus + 1, nodes * gpus))
+    cluster = Cluster(nodes, gpus, 1, 1.0, 1.0, None, None if stage_sizes is None else tuple(stage_sizes), devices)
     sizes = cluster.allowed_sizes()
     all_layouts = [(dp, d // dp) for d in sizes for dp in range(1, d + 1) if d % dp == 0 and d // dp <= gpus]
     shared = draw(st.one_of(st.just(all_layouts), st.lists(st.sampled_from(all_layouts), min_size=1,
@@ -491,7 +499,17 @@ def small_levels_problems(draw, max_layers: int = 5, objectives=("bottleneck", "
                 "act_bytes": draw(st.integers(0, 12)) // (dp * tp),
             }
         layers.append({"name": f"l{i}", "module": "m", "out_bytes": draw(st.integers(0, 4000)), "costs": costs})
+    assume(all_layouts)
     doc = _document(draw, 1, nodes, gpus, layers, (25, 300), objectives)
+    limit = min(len(layers), cluster.num_devices)
+    if isinstance(doc.get("stages"), int) and doc["stages"] > limit or isinstance(doc.get("stages"), dict) and doc["stages"]["min"] > limit:
+        doc["stages"] = limit
+    elif isinstance(doc.get("stages"), dict):
+        doc["stages"]["max"] = min(doc["stages"]["max"], limit)
+    if stage_sizes is not None:
+        doc["cluster"]["stage_sizes"] = stage_sizes
+    if devices is not None:
+        doc["cluster"]["devices"] = devices
     doc["cluster"]["levels"] = draw(network_levels(nodes))
     doc["training"]["schedule"] = draw(st.sampled_from(schedules))
     return Problem.from_dict(doc)

@@ -206,9 +206,6 @@ def job_cluster_fields(cluster: ClusterSpec, nodes: int, gpus: int | None) -> di
     if gpus is None:
         return {}
     g = cluster.gpus_per_node
-    if cluster.levels is not None and gpus != nodes * g:
-        raise ProblemError(f"a job on part of a cluster with network levels ({cluster.name}) is not planned yet: "
-                           f"give all {nodes * g} GPUs of the {nodes} nodes, got {gpus!r}", path="gpus")
     if isinstance(gpus, bool) or not isinstance(gpus, int) or not (nodes - 1) * g < gpus <= nodes * g:
         uses = (f"part or all of one {cluster.name} node" if nodes == 1 else
                 f"every GPU of {nodes - 1} {cluster.name} nodes and part or all of one more (give fewer nodes for a "

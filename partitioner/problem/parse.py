@@ -153,9 +153,8 @@ def _parse_cluster(node: _Node) -> Cluster:
     levels = None
     if "levels" in node.value:
         lnode = node.child("levels")
-        for other in ("topology", "stage_sizes", "devices"):
-            if other in node.value:
-                raise lnode.fail(f"network levels cannot be combined with cluster.{other} yet")
+        if "topology" in node.value:
+            raise lnode.fail("network levels cannot be combined with cluster.topology (a graph of its own)")
         levels = _parse_levels(lnode, nodes)
     return Cluster(nodes, gpus, memory, intra, inter, topology, stage_sizes, devices, levels)
 

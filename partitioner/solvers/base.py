@@ -286,11 +286,10 @@ def _capability_gap(spec: MethodSpec, problem: Problem, objective: str) -> str:
         return f"{method}: problem format v{problem.version} is not supported (it reads v{', v'.join(map(str, sorted(caps.formats)))})"
     if problem.ties and not caps.tied_weights:
         return f"{method}: tied weights (tied_to, format v3) are not supported"
-    if problem.cluster.partial:
-        return _partial_rack_gap(method, caps, schedule)
-    if problem.cluster.levels is not None:
-        return _levels_gap(method, caps, schedule)
-    return ""
+    gap = _partial_rack_gap(method, caps, schedule) if problem.cluster.partial else ""
+    if not gap and problem.cluster.levels is not None:
+        gap = _levels_gap(method, caps, schedule)
+    return gap
 
 
 def _levels_gap(method: str, caps: Capabilities, schedule: str) -> str:

@@ -75,13 +75,17 @@ def test_bad_levels_name_the_field(levels, where, says):
     assert where in str(err.value) and says in str(err.value)
 
 
-@pytest.mark.parametrize("other, value", [("stage_sizes", [1, 2]), ("devices", 7),
-                                          ("topology", {"edges": [[i, i + 1, 1.0] for i in range(7)]})])
-def test_levels_refuse_the_other_cluster_extensions(other, value):
+def test_levels_refuse_a_user_topology_and_take_partial_racks():
     doc = _doc(levels=LEAF_SPINE)
-    doc["cluster"][other] = value
-    with pytest.raises(ProblemError, match=r"cluster\.levels.*cannot be combined with cluster\." + other):
+    doc["cluster"]["topology"] = {"edges": [[i, i + 1, 1.0] for i in range(7)]}
+    with pytest.raises(ProblemError, match=r"cluster\.levels.*cannot be combined with cluster\.topology"):
         Problem.from_dict(doc)
+    doc = _doc(levels=LEAF_SPINE)
+    doc["cluster"]["stage_sizes"] = [1, 2]
+    doc["cluster"]["devices"] = 7
+    c = Problem.from_dict(doc).cluster
+    assert c.num_devices == 7 and c.levels is not None
+    assert consecutive_fits(c, 6, 1) and not consecutive_fits(c, 6, 2)  # the last node uses one GPU
 
 
 def test_the_closed_form_on_a_leaf_spine():

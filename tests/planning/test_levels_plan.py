@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from partitioner import ProblemError, plan_model
+from partitioner import plan_model
 from partitioner.cluster.levels import consecutive_fits
 from partitioner.costs.build import build_problem
 from partitioner.plan import Plan
@@ -32,15 +32,15 @@ def test_superpod_presets_state_their_levels():
     assert h100.gpus_per_node == 8 and h100.levels[0].nodes == 32 and h100.levels[-1].nodes is None
     assert h100.summary()["levels"][0] == {"name": "su", "nodes": 32, "GBps": 50.0}
     gb200 = load_cluster("gb200-nvl72-superpod")
-    assert gb200.gpus_per_node == 72 and gb200.levels[0].nodes == 8 and gb200.stage_sizes is None
+    assert gb200.gpus_per_node == 72 and gb200.levels[0].nodes == 8 and 36 in gb200.stage_sizes
     p = build_problem("openvla-7b", "dgx-superpod-h100", nodes=2, global_batch=16, microbatches=1)
     assert p.cluster.levels == h100.levels
 
 
-def test_a_job_on_part_of_a_levels_cluster_is_refused_by_field():
-    with pytest.raises(ProblemError, match="network levels") as err:
-        build_problem("openvla-7b", "dgx-superpod-h100", nodes=2, global_batch=16, microbatches=1, gpus=12)
-    assert err.value.path == "gpus"
+def test_a_job_on_part_of_the_gb200_superpod_keeps_its_levels():
+    p = build_problem("llava-1.5-7b", "gb200-nvl72-superpod", nodes=2, global_batch=64, microbatches=1, gpus=136)
+    assert p.cluster.devices == 136 and p.cluster.levels == load_cluster("gb200-nvl72-superpod").levels
+    assert 64 in p.cluster.stage_sizes
 
 
 def _entry_ms(cluster, key: str) -> float:

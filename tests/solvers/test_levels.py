@@ -12,6 +12,7 @@ import json
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from checks import check_plan
 from conftest import ROOT, run_cli
@@ -72,7 +73,15 @@ def test_the_boundary_moves_inside_a_leaf_when_the_spine_is_slow():
 
 
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=_SLOW)
-@given(small_levels_problems(schedules=("1f1b", "zb-h1")))
+@given(small_levels_problems(schedules=("1f1b", "zb-h1", "gpipe"), racks=True))
+def test_dp_equals_brute_on_levels_with_partial_racks(problem):
+    """Levels with ``stage_sizes`` (sizes that need not divide the node) and ``devices`` (a partly used
+    last node): consecutive stages need no packing, so the same automaton is exact."""
+    _agree(problem)
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=_SLOW)
+@given(st.booleans().flatmap(lambda racks: small_levels_problems(schedules=("1f1b", "zb-h1"), racks=racks)))
 def test_greedy_plans_levels_validly(problem):
     best = solve(problem, "brute")
     r = solve(problem, "greedy")
