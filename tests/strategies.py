@@ -439,3 +439,77 @@ def small_rack_problems(draw, max_layers: int = 6, objectives=("bottleneck", "it
         doc["cluster"]["devices"] = devices
     doc["training"]["schedule"] = draw(st.sampled_from(schedules))
     return Problem.from_dict(doc)
+
+
+LEVEL_SHAPES = [(2, 1), (3, 1), (4, 1), (6, 1), (8, 1), (2, 2), (3, 2), (4, 2), (5, 2), (6, 2), (2, 4), (3, 4)]
+
+
+@st.composite
+def network_levels(draw, nodes: int) -> list[dict]:
+    """1-3 random network levels over ``nodes`` nodes (DESIGN.md "Network levels"): nested groups of
+    consecutive nodes (sizes that need not divide the cluster), random per-GPU bandwidths (GB/s, as
+    :func:`_document`'s bandwidths) and oversubscriptions; the outermost level holds every node."""
+    count = draw(st.integers(1, 3))
+    out, size = [], 1
+    for k in range(count):
+        level: dict = {"name": f"tier{k}", "GBps": draw(st.sampled_from([0.25, 0.5, 1.0, 4.0])) * 1e-3}
+        if draw(st.booleans()):
+            level["oversubscription"] = draw(st.sampled_from([1.5, 2.0, 3.0]))
+        if k < count - 1:
+            size *= draw(st.integers(1 if k == 0 else 2, 3))
+            level["nodes"] = size
+        elif draw(st.booleans()):  # stated: a multiple of the inner size, larger, holding every node
+            outer = size * max(2, -(-nodes // size))
+            level["nodes"] = outer if count > 1 else max(nodes, 1)
+        out.append(level)
+    return out
+
+
+@st.composite
+def small_levels_problems(draw, max_layers: int = 5, objectives=("bottleneck", "iteration"),
+                          schedules: tuple[str, ...] = ("1f1b",), racks: bool = False) -> Problem:
+    """A random small problem on a cluster with network levels (2-8 nodes of 1-4 GPUs, at most 12 GPUs so
+    that ``brute`` serves as the oracle); layers, costs and memory drawn as :func:`small_rack_problems`.
+    ``racks``: the cluster also states ``stage_sizes`` and/or ``devices`` (DESIGN.md "Partial racks")."""
+    nodes, gpus = draw(st.sampled_from(LEVEL_SHAPES))
+    stage_sizes = devices = None
+    if racks:
+        which = draw(st.sampled_from(["sizes", "devices", "both"]))
+        if which in ("sizes", "both"):
+            stage_sizes = sorted(draw(st.lists(st.integers(1, gpus), min_size=1, max_size=gpus, unique=True)))
+        if which in ("devices", "both"):
+            devices = draw(st.integers((nodes - 1) * gpus + 1, nodes * gpus))
+    cluster = Cluster(nodes, gpus, 1, 1.0, 1.0, None, None if stage_sizes is None else tuple(stage_sizes), devices)
+    sizes = cluster.allowed_sizes()
+    all_layouts = [(dp, d // dp) for d in sizes for dp in range(1, d + 1) if d % dp == 0 and d // dp <= gpus]
+    shared = draw(st.one_of(st.just(all_layouts), st.lists(st.sampled_from(all_layouts), min_size=1,
+                                                             max_size=len(all_layouts), unique=True)))
+    layers = []
+    for i in range(draw(st.integers(1, max_layers))):
+        chosen = shared if draw(st.integers(0, 9)) < 7 else draw(
+            st.lists(st.sampled_from(all_layouts), min_size=1, max_size=len(all_layouts), unique=True))
+        base = draw(st.integers(1, 40))
+        costs = {}
+        for dp, tp in chosen:
+            fwd = round(base / (draw(st.floats(0.3, 1.2)) * dp * tp), 3)
+            costs[f"dp{dp}tp{tp}"] = {
+                "fwd_ms": fwd,
+                "bwd_ms": round(fwd * draw(st.floats(0.0, 2.5)), 3),
+                "weight_bytes": draw(st.integers(0, 40)) // tp,
+                "act_bytes": draw(st.integers(0, 12)) // (dp * tp),
+            }
+        layers.append({"name": f"l{i}", "module": "m", "out_bytes": draw(st.integers(0, 4000)), "costs": costs})
+    assume(all_layouts)
+    doc = _document(draw, 1, nodes, gpus, layers, (25, 300), objectives)
+    limit = min(len(layers), cluster.num_devices)
+    if isinstance(doc.get("stages"), int) and doc["stages"] > limit or isinstance(doc.get("stages"), dict) and doc["stages"]["min"] > limit:
+        doc["stages"] = limit
+    elif isinstance(doc.get("stages"), dict):
+        doc["stages"]["max"] = min(doc["stages"]["max"], limit)
+    if stage_sizes is not None:
+        doc["cluster"]["stage_sizes"] = stage_sizes
+    if devices is not None:
+        doc["cluster"]["devices"] = devices
+    doc["cluster"]["levels"] = draw(network_levels(nodes))
+    doc["training"]["schedule"] = draw(st.sampled_from(schedules))
+    return Problem.from_dict(doc)

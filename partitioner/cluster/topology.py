@@ -39,7 +39,8 @@ def cluster_graph(cluster: Cluster, devices: Iterable[int] | None = None) -> nx.
     """The cluster graph with ``capacity`` in GB/s on every arc.
 
     ``devices`` restricts the default graph to those GPUs (and the switches);
-    a user topology is always returned whole.
+    a user topology is always returned whole. On a cluster with ``levels`` the
+    network is their tree over the nodes of ``devices`` (none inside one node).
     """
     graph = nx.DiGraph()
     if cluster.topology is not None:
@@ -56,11 +57,44 @@ def cluster_graph(cluster: Cluster, devices: Iterable[int] | None = None) -> nx.
         graph.add_edge(("nvswitch", n), d, capacity=cluster.intra_node_GBps)
         graph.add_edge(d, ("nic-out", n), capacity=cluster.inter_node_GBps)
         graph.add_edge(("nic-in", n), d, capacity=cluster.inter_node_GBps)
+    if cluster.levels is not None:
+        if len(nodes) > 1:
+            _add_levels(graph, cluster, ids)
+        return graph
     for a in nodes:
         for b in nodes:
             if a != b:
                 graph.add_edge(("nic-out", a), ("nic-in", b))  # no capacity: unbounded
     return graph
+
+
+def _add_levels(graph: nx.DiGraph, cluster: Cluster, ids: Iterable[int]) -> None:
+    """The network of a levels cluster (DESIGN.md "Network levels") over the devices ``ids``: per level and
+    group a switch (``up`` -> ``down``, unbounded); a node reaches its level-0 switch, and a group its
+    parent's, by arcs of (the GPUs of ``ids`` in it) x (the rate of the level climbed to), both ways."""
+    assert cluster.levels is not None
+    rates = cluster.level_rates()
+    count: dict[tuple, int] = {}
+    for d in ids:
+        n = cluster.node_of(d)
+        count[("node", n)] = count.get(("node", n), 0) + 1
+        for level in range(len(cluster.levels)):
+            key = (level, cluster.group_of(n, level))
+            count[key] = count.get(key, 0) + 1
+    for key, gpus in count.items():
+        if key[0] == "node":
+            n = key[1]
+            up, down = ("up", 0, cluster.group_of(n, 0)), ("down", 0, cluster.group_of(n, 0))
+            graph.add_edge(("nic-out", n), up, capacity=gpus * rates[0])
+            graph.add_edge(down, ("nic-in", n), capacity=gpus * rates[0])
+            continue
+        level, g = key
+        graph.add_edge(("up", level, g), ("down", level, g))  # the switch: no capacity, unbounded
+        if level + 1 < len(cluster.levels):
+            parent = cluster.group_of(g * (cluster.levels[level].nodes or 1), level + 1)
+            cap = gpus * rates[level + 1]
+            graph.add_edge(("up", level, g), ("up", level + 1, parent), capacity=cap)
+            graph.add_edge(("down", level + 1, parent), ("down", level, g), capacity=cap)
 
 
 def bandwidth(cluster: Cluster, src_ids: Iterable[int], dst_ids: Iterable[int]) -> float:

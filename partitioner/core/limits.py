@@ -31,6 +31,8 @@ __all__ = [
     "MAX_MICROBATCHES",
     "MAX_VIRTUAL_STAGES",
     "MAX_EDGES",
+    "MAX_LEVELS",
+    "MAX_OVERSUBSCRIPTION",
     "MAX_GLOBAL_BATCH",
     "MAX_MODULES",
     "MAX_MODULE_LAYERS",
@@ -78,6 +80,8 @@ MAX_LAYERS = 100_000
 MAX_MICROBATCHES = 100_000
 MAX_VIRTUAL_STAGES = 1024
 MAX_EDGES = 1_000_000  # topology edges
+MAX_LEVELS = 8  # cluster.levels: NVLink domain, leaf/rail, spine, pod, ... with room to spare
+MAX_OVERSUBSCRIPTION = 1024.0  # a level's oversubscription (1 = non-blocking)
 MAX_GLOBAL_BATCH = 2**24  # samples per iteration of `plan` (16 777 216: 16x the largest batch trained, 2^20 [6]_)
 
 # -- model presets, config.json files and spec objects (partitioner.presets.checks)

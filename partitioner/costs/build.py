@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..core.deadline import Deadline
 from ..presets import ClusterSpec, ModelSpec, load_cluster, load_model
-from ..problem import OBJECTIVES, Cluster, Layout, Problem, ProblemError
+from ..problem import OBJECTIVES, Cluster, Layout, Problem, ProblemError, level_doc
 from .axes.experts import ep_problem
 from .axes.wiring import cp_allows, cp_layer_terms, moe_dense_pieces, moe_ep_cost, sync_layout
 from .compute.flops import forward_flops, model_flops_per_sample
@@ -501,6 +501,7 @@ class ProblemBuilder:
                 "intra_node_GBps": cl.intra_node_GBps,
                 "inter_node_GBps": cl.inter_node_GBps,
                 **job,
+                **({"levels": [level_doc(v) for v in cl.levels]} if cl.levels is not None else {}),
             },
             "training": {"microbatches": microbatches, "objective": objective},
             "layers": doc_layers,

@@ -13,6 +13,7 @@ The detail, and the references cited above: ``docs/internals/costs.md``, section
 """
 from __future__ import annotations
 
+from ..cluster.levels import network_GBps
 from ..presets import ClusterSpec
 from ..problem import Layout
 from .options import CostOptions
@@ -58,7 +59,9 @@ def dp_link(layout: Layout, cluster: ClusterSpec, opts: CostOptions) -> tuple[fl
     each node (Megatron's rank order: tp innermost, then dp), each with its
     own NIC; NCCL runs one ring per member, so a node's share of the ring
     traffic leaves through k NICs [14]_: the ring's bandwidth is
-    ``min(k x inter_node_GBps, nvlink_efficiency x intra_node_GBps)``.
+    ``min(k x inter_node_GBps, nvlink_efficiency x intra_node_GBps)``. On a cluster with network levels
+    ``inter_node_GBps`` is the NIC capped by every level the stage spans
+    (:func:`~partitioner.cluster.levels.network_GBps`).
 
     References
     ----------
@@ -69,7 +72,9 @@ def dp_link(layout: Layout, cluster: ClusterSpec, opts: CostOptions) -> tuple[fl
     if inside:
         return cluster.intra_node_GBps, opts.nvlink_efficiency
     k = max(1, min(layout.dp, cluster.gpus_per_node // layout.tp))
-    network = k * cluster.inter_node_GBps
+    # with network levels each NIC's share is the least rate of the levels the stage spans (rule 4 keeps a
+    # stage no larger than a level's group inside one group; DESIGN.md "Network levels")
+    network = k * network_GBps(cluster.levels, cluster.inter_node_GBps, cluster.gpus_per_node, layout.devices)
     nvlink = opts.nvlink_efficiency * cluster.intra_node_GBps
     return (network, 1.0) if network < nvlink else (cluster.intra_node_GBps, opts.nvlink_efficiency)
 

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..cluster.levels import network_GBps
 from ..presets import ClusterSpec
 from ..problem import Layout, ProblemError
 from .attention.flash import flash_attention_ms
@@ -337,8 +338,10 @@ def tied_sync_ms(layer: PipelineLayer, layout: Layout, cluster: ClusterSpec, opt
        finalize_model_grads.py`` (``_allreduce_word_embedding_grads``).
     """
     tied = sum(p.tied_params for p in layer.pieces if not p.frozen)
+    # first and last stage: across the whole job, so on a levels cluster at the outermost level's rate
+    inter = network_GBps(cluster.levels, cluster.inter_node_GBps, cluster.gpus_per_node, nodes * cluster.gpus_per_node)
     return embedding_sync_ms(tied, layout.tp, inside_node=nodes <= 1, intra_GBps=cluster.intra_node_GBps,
-                             inter_GBps=cluster.inter_node_GBps, opts=opts)
+                             inter_GBps=inter, opts=opts)
 
 
 def optimizer_step_ms(trainable_params: float, layout: Layout, cluster: ClusterSpec, opts: CostOptions,

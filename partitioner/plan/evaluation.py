@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..cluster.levels import consecutive_fits
 from ..cluster.reshard import segment_reshard_ms
 from ..cluster.topology import bandwidth, default_bandwidth, transfer_ms
 from ..core.units import format_bytes
@@ -275,7 +276,26 @@ def _check_devices(problem: Problem, plan: Plan) -> list[tuple[int, ...]]:
         elif set(dev) != {d for n in nodes for d in range(n * G, (n + 1) * G)}:
             raise PlanError(4, f"a {s.devices}-device stage must take whole nodes, got devices {sorted(dev)}", p)
     # (ids are disjoint, in range and sum to N, so they cover 0..N-1)
+    if cluster.levels is not None:  # DESIGN.md "Network levels": Megatron's rank order, pp outermost
+        offset = 0
+        for p, dev in enumerate(ids):
+            if tuple(dev) != tuple(range(offset, offset + len(dev))):
+                raise PlanError(4, f"on a cluster with network levels stage {p} must sit on devices "
+                                   f"{offset}..{offset + len(dev) - 1} (consecutive devices in pipeline order), "
+                                   f"got {_id_text(dev)}", p)
+            if not consecutive_fits(cluster, offset, len(dev)):
+                raise PlanError(4, f"on a cluster with network levels a stage no larger than a level's group "
+                                   f"lies inside one group of it; devices {_id_text(dev)} cross one", p)
+            offset += len(dev)
     return ids
+
+
+def _id_text(dev: Sequence[int]) -> str:
+    """Device ids as a short text: a range when consecutive."""
+    ds = list(dev)
+    if ds == list(range(ds[0], ds[0] + len(ds))):
+        return f"{ds[0]}..{ds[-1]}"
+    return ", ".join(map(str, ds[:8])) + (", ..." if len(ds) > 8 else "")
 
 
 def _check_configs(problem: Problem, stages: Sequence[Stage]) -> list[list[tuple[tuple[int, int], Layout]]]:
@@ -461,7 +481,7 @@ def evaluate_interleaved(problem: Problem, plan: Plan, objective: str | None = N
 
 def _boundary_bandwidth(problem: Problem, a: Sequence[int], b: Sequence[int]) -> float:
     cluster = problem.cluster
-    if cluster.topology is not None:
+    if cluster.topology is not None or cluster.levels is not None:
         return bandwidth(cluster, a, b)
     na = {cluster.node_of(d) for d in a}
     nb = {cluster.node_of(d) for d in b}

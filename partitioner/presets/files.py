@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..core.limits import MAX_MODULES
-from ..problem import ProblemError, read_document
+from ..problem import Level, ProblemError, read_document
+from ..problem.parse import parse_levels
 from .checks import LAYER_LIST_FIELDS, check_cluster, check_model, field_problem, module_problem
 from .hf import model_from_hf_config
 from .spec import MODULE_KINDS, ClusterSpec, ModelSpec, ModuleSpec
@@ -229,7 +230,7 @@ def cluster_from_dict(data: Any, *, source: str | None = None) -> ClusterSpec:
     if not isinstance(data, Mapping):
         raise ProblemError("a cluster preset must be an object", source=source)
     required = ("name", "gpus_per_node", "gpu_memory_bytes", "peak_tflops", "intra_node_GBps", "inter_node_GBps")
-    optional = ("gpu", "title", "references", "hbm_GBps", "peak_tflops_fp8", "generation", "stage_sizes")
+    optional = ("gpu", "title", "references", "hbm_GBps", "peak_tflops_fp8", "generation", "stage_sizes", "levels")
     for key in data:
         if key not in required + optional:
             raise _fail(f"unknown field {key!r} (allowed: {', '.join(required + optional)})", key, source)
@@ -264,7 +265,18 @@ def cluster_from_dict(data: Any, *, source: str | None = None) -> ClusterSpec:
         references=dict(data.get("references") or {}),
         source=source,
         generation=data.get("generation") or "",
+        levels=_levels(data.get("levels"), source),
     )
     return check_cluster(spec, source=source)
+
+
+def _levels(value: Any, source: str | None) -> tuple[Level, ...] | None:
+    """A preset's ``levels`` (DESIGN.md "Network levels"), checked as a problem's are; None when absent."""
+    if value is None:
+        return None
+    try:
+        return parse_levels(value, "levels")
+    except ProblemError as err:
+        raise err.with_source(source) if source else err
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
+from ..problem import Level, level_doc
+
 __all__ = [
     "MODULE_KINDS",
     "ModuleSpec",
@@ -372,6 +374,8 @@ class ClusterSpec:
     references: Mapping[str, str] = field(default_factory=dict)
     source: str | None = field(default=None, compare=False)
     generation: str = ""  # one of GPU_GENERATIONS; "": implied by ``gpu`` (:func:`gpu_generation`)
+    # the network above the nodes (DESIGN.md "Network levels"): the problem's cluster.levels; None: one flat network
+    levels: tuple[Level, ...] | None = None
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -386,6 +390,7 @@ class ClusterSpec:
             "peak_tflops_fp8": self.peak_tflops_fp8,
             "generation": gpu_generation(self),
             **({"stage_sizes": list(self.stage_sizes)} if self.stage_sizes is not None else {}),
+            **({"levels": [level_doc(v) for v in self.levels]} if self.levels is not None else {}),
         }
 
 

@@ -23,8 +23,10 @@ from ..core.limits import (
     MAX_GBPS,
     MAX_GPUS_PER_NODE,
     MAX_LAYERS,
+    MAX_LEVELS,
     MAX_MICROBATCHES,
     MAX_NODES,
+    MAX_OVERSUBSCRIPTION,
     MAX_TIME_MS,
     MAX_TOTAL_BYTES,
     MAX_VIRTUAL_STAGES,
@@ -41,6 +43,7 @@ from .records import (
     Layer,
     LayerCost,
     Layout,
+    Level,
     Problem,
     ProblemError,
     StageBounds,
@@ -122,7 +125,7 @@ def _check_schedule(training: Training, stages: StageBounds, root: _Node) -> Non
 def _parse_cluster(node: _Node) -> Cluster:
     node.mapping(
         ("nodes", "gpus_per_node", "gpu_memory_bytes", "intra_node_GBps", "inter_node_GBps"),
-        ("topology", "stage_sizes", "devices"),
+        ("topology", "stage_sizes", "devices", "levels"),
     )
     nodes = node.child("nodes").integer(minimum=1, maximum=MAX_NODES)
     gpus = node.child("gpus_per_node").integer(minimum=1, maximum=MAX_GPUS_PER_NODE)
@@ -147,7 +150,55 @@ def _parse_cluster(node: _Node) -> Cluster:
             )
         if topology is not None:
             raise dnode.fail("a job on part of the cluster (devices) cannot be combined with a user topology yet")
-    return Cluster(nodes, gpus, memory, intra, inter, topology, stage_sizes, devices)
+    levels = None
+    if "levels" in node.value:
+        lnode = node.child("levels")
+        if "topology" in node.value:
+            raise lnode.fail("network levels cannot be combined with cluster.topology (a graph of its own)")
+        levels = _parse_levels(lnode, nodes)
+    return Cluster(nodes, gpus, memory, intra, inter, topology, stage_sizes, devices, levels)
+
+
+def parse_levels(value: Any, path: str = "levels", cluster_nodes: int = 1) -> tuple[Level, ...]:
+    """``levels`` as in a problem's cluster (DESIGN.md "Network levels"), for a cluster preset: a
+    :class:`ProblemError` names ``path``'s field; ``cluster_nodes`` is checked against the outermost level."""
+    return _parse_levels(_Node(value, path), cluster_nodes)
+
+
+def _parse_levels(node: _Node, cluster_nodes: int) -> tuple[Level, ...]:
+    """``cluster.levels``: tiers of nested groups of consecutive nodes, innermost first (DESIGN.md
+    "Network levels"); every level but the last states ``nodes``, each a multiple of the one before."""
+    if not isinstance(node.value, list) or not node.value:
+        raise node.fail(f"must be a non-empty list of levels (innermost first), got {_describe(node.value)}")
+    if len(node.value) > MAX_LEVELS:
+        raise node.fail(f"has {len(node.value)} levels, more than the {MAX_LEVELS} accepted")
+    levels: list[Level] = []
+    count = len(node.value)
+    for k, child in enumerate(node.elements()):
+        child.mapping(("name", "GBps"), ("nodes", "oversubscription"))
+        name = child.child("name").string()
+        if not name or any(level.name == name for level in levels):
+            raise child.child("name").fail(f"must be a non-empty name no other level has, got {name!r}")
+        size = None
+        if "nodes" in child.value:
+            snode = child.child("nodes")
+            size = snode.integer(minimum=1, maximum=MAX_NODES)
+            inner = levels[-1].nodes if levels else None
+            if inner is not None and (size <= inner or size % inner):
+                raise snode.fail(f"must be a multiple of the inner level's {inner} nodes, larger than it (groups nest), "
+                                 f"got {size}")
+            if k == count - 1 and size < cluster_nodes:
+                raise snode.fail(f"the outermost level must hold every node: give at least the cluster's "
+                                 f"{cluster_nodes} nodes, or omit nodes, got {size}")
+        elif k < count - 1:
+            raise ProblemError("is missing (only the outermost level may omit it: one group then holds the "
+                               "whole cluster)", path=f"{child.path}.nodes")
+        gbps = child.child("GBps").number(positive=True, minimum=MIN_GBPS, maximum=MAX_GBPS)
+        over = 1.0
+        if "oversubscription" in child.value:
+            over = child.child("oversubscription").number(minimum=1.0, maximum=MAX_OVERSUBSCRIPTION)
+        levels.append(Level(name, size, gbps, over))
+    return tuple(levels)
 
 
 def _parse_stage_sizes(node: _Node, gpus_per_node: int) -> tuple[int, ...]:

@@ -31,6 +31,8 @@ __all__ = [
     "Config",
     "LayerCost",
     "Layer",
+    "Level",
+    "level_doc",
     "Topology",
     "Cluster",
     "Training",
@@ -269,6 +271,21 @@ class Topology:
 
 
 @dataclass(frozen=True)
+class Level:
+    """One tier of the network above the nodes (DESIGN.md "Network levels"), innermost first.
+
+    ``nodes`` is the size of its groups of consecutive nodes (None on the outermost level: the whole
+    cluster); ``GBps`` the per-GPU bandwidth of a transfer whose two sides first meet at this level,
+    before the ``oversubscription`` of this and the inner levels divides it (:meth:`Cluster.level_rates`).
+    """
+
+    name: str
+    nodes: int | None
+    GBps: float
+    oversubscription: float = 1.0
+
+
+@dataclass(frozen=True)
 class Cluster:
     """The cluster a problem plans on (DESIGN.md, format v1, and "Partial racks").
 
@@ -288,6 +305,22 @@ class Cluster:
     topology: Topology | None = None
     stage_sizes: tuple[int, ...] | None = None
     devices: int | None = None
+    levels: tuple[Level, ...] | None = None
+
+    def level_rates(self) -> tuple[float, ...]:
+        """Per level, the per-GPU GB/s a transfer climbing to it gets there: ``GBps / Π oversubscription``
+        over that level and the inner ones (empty without levels)."""
+        rates, taper = [], 1.0
+        for level in self.levels or ():
+            taper *= level.oversubscription
+            rates.append(level.GBps / taper)
+        return tuple(rates)
+
+    def group_of(self, node: int, level: int) -> int:
+        """The group of ``levels[level]`` that ``node`` sits in (0 on an outermost level without ``nodes``)."""
+        assert self.levels is not None
+        size = self.levels[level].nodes
+        return 0 if size is None else node // size
 
     @property
     def num_devices(self) -> int:
@@ -489,6 +522,8 @@ class Problem:
             cluster["stage_sizes"] = list(c.stage_sizes)
         if c.devices is not None:
             cluster["devices"] = c.devices
+        if c.levels is not None:
+            cluster["levels"] = [level_doc(level) for level in c.levels]
         training: dict[str, Any] = {"microbatches": self.training.microbatches, "objective": self.training.objective}
         if self.training.schedule != "1f1b":
             training["schedule"] = self.training.schedule
@@ -543,3 +578,14 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
+
+
+def level_doc(level: Level) -> dict[str, Any]:
+    """A level as its document: ``nodes`` only when given, ``oversubscription`` only when not 1."""
+    out: dict[str, Any] = {"name": level.name}
+    if level.nodes is not None:
+        out["nodes"] = level.nodes
+    out["GBps"] = level.GBps
+    if level.oversubscription != 1:
+        out["oversubscription"] = level.oversubscription
+    return out

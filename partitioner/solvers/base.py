@@ -114,7 +114,8 @@ class Candidate:
 
 Method = Callable[[Problem, SolveRequest], Candidate]
 # A method registered without capabilities: every schedule and objective, any topology (it decides).
-_ANYTHING = Capabilities(schedules={s: frozenset(OBJECTIVES) for s in SCHEDULES}, topology=True, partial_racks=True)
+_ANYTHING = Capabilities(schedules={s: frozenset(OBJECTIVES) for s in SCHEDULES}, topology=True, partial_racks=True,
+                         levels=True)
 
 
 @dataclass(frozen=True)
@@ -285,8 +286,22 @@ def _capability_gap(spec: MethodSpec, problem: Problem, objective: str) -> str:
         return f"{method}: problem format v{problem.version} is not supported (it reads v{', v'.join(map(str, sorted(caps.formats)))})"
     if problem.ties and not caps.tied_weights:
         return f"{method}: tied weights (tied_to, format v3) are not supported"
-    if problem.cluster.partial:
-        return _partial_rack_gap(method, caps, schedule)
+    gap = _partial_rack_gap(method, caps, schedule) if problem.cluster.partial else ""
+    if not gap and problem.cluster.levels is not None:
+        gap = _levels_gap(method, caps, schedule)
+    return gap
+
+
+def _levels_gap(method: str, caps: Capabilities, schedule: str) -> str:
+    """Why ``method`` cannot plan a cluster with network ``levels`` under ``schedule`` ("" if it can)."""
+    if schedule == "interleaved":
+        return (f"{method}: the interleaved schedule is not planned on clusters with network levels yet; "
+                "plan with schedule 1f1b, zb-h1 or gpipe")
+    if not caps.levels:
+        able = [m for m, s in _METHODS.items() if s.capabilities is not _ANYTHING and s.capabilities.levels
+                and s.capabilities.supports(schedule, "bottleneck")]
+        return (f"{method}: clusters with network levels (cluster.levels) are not supported by this method yet"
+                + (f"; use {' or '.join(able)}" if able else ""))
     return ""
 
 

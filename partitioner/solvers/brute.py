@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from math import comb
 
+from ..cluster.levels import consecutive_fits, consecutive_ids
 from ..cluster.placement import label_nodes, node_assignment_ids, size_sequences
 from ..cluster.reshard import stage_reshard_ms
+from ..cluster.topology import bandwidth, transfer_ms
 from ..plan import Plan, Stage, objective_value
 from ..plan.evaluation import tied_bytes
 from ..plan.schedules import stash
@@ -40,6 +42,7 @@ __all__ = [
     "COMBINATIONS_PER_SECOND",
     "ENTRIES_PER_SECOND",
     "placement_patterns",
+    "levels_patterns",
     "count_size_sequences",
     "enumeration_size",
     "StageConfigs",
@@ -272,7 +275,8 @@ def enumeration_size(problem: Problem, counts) -> int:
 
 _BOTH = frozenset({"bottleneck", "iteration"})
 CAPABILITIES = Capabilities(
-    schedules={"1f1b": _BOTH, "zb-h1": _BOTH, "gpipe": _BOTH, "interleaved": _BOTH}, exact=True, partial_racks=True
+    schedules={"1f1b": _BOTH, "zb-h1": _BOTH, "gpipe": _BOTH, "interleaved": _BOTH}, exact=True, partial_racks=True,
+    levels=True,
 )
 
 
@@ -318,11 +322,18 @@ def solve_brute(problem: Problem, request: SolveRequest) -> Candidate:
                 stage_cache[key] = [best] if best else []
         return stage_cache[key]
 
+    levels = problem.cluster.levels is not None
+
+    def transfer(last_layer: int, size_a: int, size_b: int, link) -> float:
+        if levels:  # link: the max-flow GB/s of the boundary on the levels graph
+            return transfer_ms(problem.layers[last_layer].out_bytes, link)
+        return tables.transfer(last_layer, size_a, size_b, link)
+
     best_value, best_plan = float("inf"), None
     timed_out = False
     for P in counts:
         for sizes in size_sequences(allowed, N, P):
-            patterns = placement_patterns(problem.cluster, sizes)
+            patterns = levels_patterns(problem.cluster, sizes) if levels else placement_patterns(problem.cluster, sizes)
             for cuts in itertools.combinations(range(1, L), P - 1):
                 if deadline is not None and time.perf_counter() > deadline:
                     timed_out = True
@@ -342,11 +353,11 @@ def solve_brute(problem: Problem, request: SolveRequest) -> Candidate:
                         t = choices[p].compute_ms
                         f = choices[p].fwd_ms
                         if p < P - 1:  # the send to p + 1 is in F_p
-                            x = tables.transfer(bounds[p + 1] - 1, sizes[p], sizes[p + 1], links[p])
+                            x = transfer(bounds[p + 1] - 1, sizes[p], sizes[p + 1], links[p])
                             t += x
                             f += x
                         if p > 0:  # the gradient's send back to p - 1 is in B_p
-                            t += tables.transfer(bounds[p] - 1, sizes[p - 1], sizes[p], links[p - 1])
+                            t += transfer(bounds[p] - 1, sizes[p - 1], sizes[p], links[p - 1])
                         times.append(t)
                         fwd.append(f)
                     value = objective_value(
@@ -356,7 +367,7 @@ def solve_brute(problem: Problem, request: SolveRequest) -> Candidate:
                         best_value = value
                         # in-node stages get consecutive ids in one node, larger ones whole
                         # nodes in order: the canonical placement the reshard times assume
-                        ids = node_assignment_ids(problem.cluster, sizes, assignment)
+                        ids = assignment if levels else node_assignment_ids(problem.cluster, sizes, assignment)
                         best_plan = Plan(
                             tuple(
                                 Stage.from_configs(bounds[p], bounds[p + 1] - 1, sizes[p], choices[p].configs, ids[p])
@@ -404,6 +415,19 @@ def _too_long(work: EnumerationWork, request: SolveRequest, settings: BruteOptio
         ),
         timed_out=request.limited,
     )
+
+
+def levels_patterns(cluster: Cluster, sizes: tuple[int, ...]) -> dict[tuple[float, ...], list]:
+    """On a cluster with network levels, the one placement of ``sizes`` (consecutive devices in pipeline
+    order; none when a stage would break rule 4): its boundaries' max-flow GB/s on the levels graph, with
+    the stages' device ids."""
+    offset = 0
+    for s in sizes:
+        if not consecutive_fits(cluster, offset, s):
+            return {}
+        offset += s
+    ids = consecutive_ids(sizes)
+    return {tuple(bandwidth(cluster, ids[p], ids[p + 1]) for p in range(len(sizes) - 1)): ids}
 
 
 def placement_patterns(cluster: Cluster, sizes: tuple[int, ...]) -> dict[tuple[bool, ...], list]:

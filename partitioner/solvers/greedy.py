@@ -23,7 +23,9 @@ from typing import Callable
 
 import numpy as np
 
+from ..cluster.levels import boundary_bandwidth, consecutive_fits, consecutive_ids
 from ..cluster.placement import contiguous_node_assignment, node_assignment_ids, pack_runs
+from ..cluster.topology import transfer_ms
 from ..plan import Plan, Stage, objective_value
 from ..plan.schedules import stash
 from ..problem import Cluster, Problem
@@ -55,7 +57,7 @@ def cost_entries(problem: Problem) -> int:
 
 _BOTH = frozenset({"bottleneck", "iteration"})
 # plans valid under 1F1B and ZB-H1 (same stash); GPipe's and the interleaved stash it does not model
-CAPABILITIES = Capabilities(schedules={"1f1b": _BOTH, "zb-h1": _BOTH}, partial_racks=True)
+CAPABILITIES = Capabilities(schedules={"1f1b": _BOTH, "zb-h1": _BOTH}, partial_racks=True, levels=True)
 
 
 @register("greedy", capabilities=CAPABILITIES)
@@ -86,6 +88,13 @@ def solve_greedy(problem: Problem, request: SolveRequest) -> Candidate:
         stage_work = [float(work[a : b + 1].sum()) for a, b in cuts]
         sizes = grow_sizes(stage_work, problem.cluster.allowed_sizes(), problem.num_devices)
         stages, why, ids = _build(problem, tables, cuts, sizes) if sizes is not None else (None, "", [])
+        if stages is None and problem.cluster.levels is not None and sizes is not None:
+            # levels: the grown sizes may break rule 4 in stage order; equal shares of a size that every
+            # level's group and the node divide always sit consecutively (when P of them fill the cluster)
+            even = _even_sizes(problem.cluster, P)
+            if even is not None:
+                sizes = even
+                stages, why, ids = _build(problem, tables, cuts, sizes)
         if stages is None and problem.cluster.partial:
             # partial racks: the grown sizes may not pack into the nodes; sizes from a divisibility chain
             # that divides every node's used GPUs always do (first fit, largest first)
@@ -419,10 +428,17 @@ def _value(problem: Problem, tables: CostTables, stages: list, ids: list[tuple[i
     cluster = problem.cluster
     nodes = [{cluster.node_of(d) for d in devices} for devices in ids]
     last = len(stages) - 1
-    transfers = [
-        tables.transfer(stages[q][1], stages[q][2], stages[q + 1][2], len(nodes[q]) == 1 and nodes[q] == nodes[q + 1])
-        for q in range(last)
-    ]
+    if cluster.levels is not None:  # consecutive stages: the levels' bandwidth at each boundary's offset
+        transfers = [
+            transfer_ms(problem.layers[stages[q][1]].out_bytes,
+                        boundary_bandwidth(cluster, ids[q][0], stages[q][2], stages[q + 1][2]))
+            for q in range(last)
+        ]
+    else:
+        transfers = [
+            tables.transfer(stages[q][1], stages[q][2], stages[q + 1][2], len(nodes[q]) == 1 and nodes[q] == nodes[q + 1])
+            for q in range(last)
+        ]
     times = []
     for p, (_, _, _, choice) in enumerate(stages):
         t = choice.compute_ms
@@ -445,6 +461,11 @@ def _build(problem: Problem, tables: CostTables, cuts, sizes) -> tuple[list | No
         if choice is None:
             return None, f"stage {p} (layers {a}..{b}) fits in no {d}-device layout", []
         stages.append((a, b, d, choice))
+    if problem.cluster.levels is not None:  # rule 4 on a levels cluster: consecutive devices in stage order
+        offsets = [sum(sizes[:p]) for p in range(P)]
+        if not all(consecutive_fits(problem.cluster, o, d) for o, d in zip(offsets, sizes)):
+            return None, "the sizes cannot sit on consecutive devices (network levels, rule 4)", []
+        return stages, "", consecutive_ids(sizes)
     assignment = contiguous_node_assignment(problem.cluster, sizes) or pack_runs(
         problem.cluster, sizes, [False] * (P - 1)
     )
@@ -453,6 +474,18 @@ def _build(problem: Problem, tables: CostTables, cuts, sizes) -> tuple[list | No
     # node_assignment_ids gives the canonical placement (ids grouped by node, ranks in id order)
     # that best_stage's reshard times assume
     return stages, "", node_assignment_ids(problem.cluster, sizes, assignment)
+
+
+def _even_sizes(cluster, P: int) -> list[int] | None:
+    """``P`` equal allowed sizes filling the cluster, each at a consecutive offset allowed by rule 4 on a
+    levels cluster, or None."""
+    N = cluster.num_devices
+    if N % P or not cluster.allows_size(N // P):
+        return None
+    d = N // P
+    if not all(consecutive_fits(cluster, p * d, d) for p in range(P)):
+        return None
+    return [d] * P
 
 
 def _plan(stages: list, ids: list[tuple[int, ...]]) -> Plan:

@@ -260,6 +260,9 @@ class Capabilities:
     partial_racks : bool
         Whether it plans clusters with ``stage_sizes`` or ``devices`` (DESIGN.md "Partial
         racks"): in-node sizes that need not divide the node and a partly used last node.
+    levels : bool
+        Whether it plans clusters with network ``levels`` (DESIGN.md "Network levels"): stages on
+        consecutive devices, each boundary priced on the levels it crosses.
     """
 
     schedules: Mapping[str, frozenset[str]]
@@ -269,6 +272,7 @@ class Capabilities:
     tied_weights: bool = True
     exact: bool = False
     partial_racks: bool = False
+    levels: bool = False
 
     def supports(self, schedule: str, objective: str) -> bool:
         return objective in self.schedules.get(schedule, frozenset())

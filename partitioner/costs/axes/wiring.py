@@ -18,6 +18,7 @@ import math
 from dataclasses import replace
 from typing import Sequence
 
+from ...cluster.levels import network_GBps
 from ...presets import ClusterSpec
 from ...problem import Layout
 from ..attention.mla import cp_head_dim
@@ -52,7 +53,7 @@ from .moe_kernels import ExpertWork, default_imbalance, expert_gemm_ms, host_syn
 
 __all__ = ["LANGUAGE_ROLES", "cp_sharded", "cp_allows", "piece_algorithms", "cp_layer_terms", "cp_attention_choice",
            "sync_layout", "expert_split", "moe_imbalance", "dispatch_collectives", "overlapped_dispatch", "moe_ep_cost",
-           "moe_dense_pieces"]
+           "moe_dense_pieces", "network_rate"]
 
 LANGUAGE_ROLES = ("embedding", "decoder", "mtp", "loss")  # mtp: multi-token prediction modules (Megatron splits them too)
 
@@ -125,7 +126,7 @@ def cp_attention_choice(piece: Piece, sharded: Piece, layout: Layout, samples: f
     span = group_span(c, t, layout.devices, cluster.gpus_per_node)
     times = {a: cp_attention_ms(a, c, span, kv=kv, ulysses=uly, attn_fwd_ms=terms["fwd.attention"],
                                 attn_bwd_ms=terms.get("bwd.attention", 0.0), intra_GBps=cluster.intra_node_GBps,
-                                inter_GBps=cluster.inter_node_GBps, opts=opts, links=opts.axes.alltoall_links)
+                                inter_GBps=network_rate(cluster, span), opts=opts, links=opts.axes.alltoall_links)
              for a in piece_algorithms(piece, c, t, opts)}
     chosen = opts.axes.cp_algorithm
     if chosen not in times:
@@ -218,11 +219,13 @@ def dispatch_collectives(piece: Piece, copies: float, tokens: float, ep: int, et
     ax, gpn = opts.axes, cluster.gpus_per_node
     if ep * etp == 1:
         return DispatchTimes()
-    intra, inter = cluster.intra_node_GBps, cluster.inter_node_GBps
+    intra = cluster.intra_node_GBps
     if ax.ep_dispatcher == "allgather":
-        return allgather_dispatch_times(tokens, piece.width, moe.experts, group_span(ep * etp, 1, devices, gpn),
-                                        intra_GBps=intra, inter_GBps=inter, opts=opts)
+        gather_span = group_span(ep * etp, 1, devices, gpn)
+        return allgather_dispatch_times(tokens, piece.width, moe.experts, gather_span,
+                                        intra_GBps=intra, inter_GBps=network_rate(cluster, gather_span), opts=opts)
     ep_span = group_span(ep, etp, devices, gpn)
+    inter = network_rate(cluster, ep_span)
     flex = ax.ep_dispatcher == "flex"
     dedup = flex_dedup(moe.experts, moe.top_k, ep_span, ax.moe_routing) if flex else ax.ep_dedup
     intra_dedup = rank_dedup(moe.experts, moe.top_k, ep, ax.moe_routing) if flex else 1.0
@@ -437,7 +440,7 @@ def _edp_gather_ms(params: float, span: GroupSpan, cluster: ClusterSpec, opts: C
     """One all-gather of ``params`` (a rank's expert shard) over the edp group (ZeRO-3), in ms."""
     if span.ranks <= 1 or params <= 0:
         return 0.0
-    GBps, eff = (cluster.intra_node_GBps, opts.nvlink_efficiency) if span.inside_node else (cluster.inter_node_GBps, 1.0)
+    GBps, eff = (cluster.intra_node_GBps, opts.nvlink_efficiency) if span.inside_node else (network_rate(cluster, span), 1.0)
     nbytes = params * (opts.param_gather_bytes_per_param if per is None else per)
     return allgather_ms(nbytes, span.ranks, GBps, opts, link_efficiency=eff)  # nbytes: the gathered shard
 
@@ -455,9 +458,17 @@ def _expert_sync_ms(routed: float, e: int, f: int, edp_span: GroupSpan, piece: P
         sync = 0.0
     else:
         sync = (1.0 - opts.grad_sync_overlap) * expert_grad_sync_ms(
-            routed, e, f, edp_span, intra_GBps=cluster.intra_node_GBps, inter_GBps=cluster.inter_node_GBps, opts=opts)
+            routed, e, f, edp_span, intra_GBps=cluster.intra_node_GBps, inter_GBps=network_rate(cluster, edp_span),
+            opts=opts)
     step = 0.0
     if opts.memory_bound_ops and cluster.hbm_GBps is not None:
         owned = routed / (e * f) / (edp_span.ranks if knobs.zero else 1)
         step = traffic_ms(owned * opts.optimizer_step_bytes_per_param, cluster.hbm_GBps, opts.hbm_efficiency)
     return sync + step
+
+
+def network_rate(cluster: ClusterSpec, span: GroupSpan) -> float:
+    """The per-GPU network GB/s of a group across the nodes ``span`` holds members in: the NIC, capped on a
+    cluster with network levels by every level a run of that many nodes spans (DESIGN.md "Network levels")."""
+    return network_GBps(cluster.levels, cluster.inter_node_GBps, cluster.gpus_per_node,
+                        span.nodes * cluster.gpus_per_node)

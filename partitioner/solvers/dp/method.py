@@ -43,7 +43,8 @@ FALLBACK_GRACE = 1.0
 _BOTH = frozenset({"bottleneck", "iteration"})
 # interleaved: the space of equal device groups with one mesh each, by its cut search (solvers/interleaved/search.py)
 CAPABILITIES = Capabilities(
-    schedules={"1f1b": _BOTH, "zb-h1": _BOTH, "gpipe": _BOTH, "interleaved": _BOTH}, exact=True, partial_racks=True
+    schedules={"1f1b": _BOTH, "zb-h1": _BOTH, "gpipe": _BOTH, "interleaved": _BOTH}, exact=True, partial_racks=True,
+    levels=True,
 )
 
 
@@ -73,7 +74,8 @@ def solve_dp(problem: Problem, request: SolveRequest) -> Candidate:
     engine.take_note()  # forget a note of an earlier solve
     model = DPModel(problem)
     model.threads = threads
-    mode = "bins" if forced == "bins" else model.natural_placement()
+    # a levels cluster has one exact placement mode (offsets); elsewhere bins may be forced
+    mode = "bins" if forced == "bins" and problem.cluster.levels is None else model.natural_placement()
     warm_note = _set_incumbent(problem, request, model, deadline)
     try:
         outcome = model.optimize(request.objective, mode, deadline, budget)

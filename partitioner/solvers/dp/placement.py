@@ -5,6 +5,7 @@ See the *Placement* section of :mod:`.dp` for what the kinds (``none``,
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -12,7 +13,7 @@ import numpy as np
 
 from ..errors import OutOfTime, TooLarge
 
-__all__ = ["Automaton", "automaton_bytes", "build_automaton"]
+__all__ = ["Automaton", "automaton_bytes", "build_automaton", "build_offsets_automaton"]
 
 TRANSITION_BYTES = 64  # one transition in the automaton's arrays and the tables' layout (pairs, keys), at most
 
@@ -36,12 +37,14 @@ class Automaton:
     incoming: dict  # size index -> category ranges [(lo, hi)] a stage of that size can receive
 
 
-def automaton_bytes(kind: str, sizes: tuple[int, ...], G: int) -> int:
+def automaton_bytes(kind: str, sizes: tuple[int, ...], G: int, N: int = 0) -> int:
     """About what the automaton of ``kind`` and the tables' layout built from it hold (:data:`TRANSITION_BYTES`
     per transition): every state can follow every stage size, so about states x sizes transitions -- sizes^2
     on many nodes, checked against the memory budget before it is built. ``bins`` (whose state count is
     not known ahead) is bounded while it is built (``max_states`` of :func:`build_automaton`)."""
     n = len(sizes)
+    if kind == "offsets":  # (size, devices used by the suffix): up to N offsets per size
+        return TRANSITION_BYTES * n * max(N, 1) * max(n, 1)
     states = n + (sum(G // d for d in sizes if d < G) if kind in ("run", "bins") else 0)
     return TRANSITION_BYTES * states * max(n, 1) * (2 if kind in ("run", "bins") else 1)
 
@@ -162,6 +165,91 @@ def build_automaton(kind: str, sizes: tuple[int, ...], G: int, nodes: int, link_
         size_of,
         {i: index[initial(i)] for i in range(n)},
         np.array([accept(z) for z in order]),
+        cats,
+        trans,
+        incoming,
+    )
+
+
+def build_offsets_automaton(sizes: tuple[int, ...], N: int, fits, link_gbps, max_states: int | None = None,
+                            deadline: float | None = None, period: int | None = None) -> Automaton:
+    """The ``offsets`` automaton of a cluster with network levels (DESIGN.md "Network levels").
+
+    Stages sit on consecutive devices in pipeline order, so a suffix whose first stage has size index
+    ``i`` and that uses ``u`` devices starts at device ``N - u``: the state is ``(i, u)``. A stage of
+    size ``d`` put in front starts at ``N - u - d`` when ``fits(offset, d)`` (rule 4); the boundary's
+    category is its bandwidth ``link_gbps(offset, d, next_size)`` (GB/s), one category per distinct
+    value. A whole pipeline uses ``N`` devices.
+
+    ``period`` (a width the cluster repeats with: ``fits`` and ``link_gbps`` are unchanged when the
+    stages move by it inside ``0..N-1``) keeps ``u`` modulo it: the tables' device count holds ``u``
+    itself (and keeps every stage inside ``N``), so the state needs only where the offset falls in its
+    period, and ``fits`` and ``link_gbps`` are asked at the smallest offset with that residue.
+    """
+    n = len(sizes)
+    index: dict = {}
+    order: list = []
+    bws: dict[float, int] = {}
+
+    def add(z) -> int:
+        if z not in index:
+            if max_states is not None and len(order) >= max_states:
+                raise TooLarge(f"the placement automaton (offsets) would have more than {max_states:,} states "
+                               f"on {n} stage sizes and {N} devices")
+            index[z] = len(order)
+            order.append(z)
+        return index[z]
+
+    def category(bw: float) -> int:
+        return bws.setdefault(bw, len(bws))
+
+    W = period if period is not None and period < N else None
+
+    def key(used: int) -> int:
+        return used if W is None else used % W
+
+    def where(used_key: int, d: int) -> int:  # the stage's offset, or its smallest representative
+        return N - used_key - d if W is None else (N - used_key - d) % W
+
+    initial = {i: add((i, key(sizes[i]))) for i in range(n) if sizes[i] <= N and fits(N - sizes[i], sizes[i])}
+    edges: dict[int, list] = {i: [] for i in range(n)}
+    k = 0
+    while k < len(order):
+        if deadline is not None and k % 512 == 0 and time.perf_counter() > deadline:
+            raise OutOfTime
+        ip, used = order[k]
+        for i, d in enumerate(sizes):
+            offset = where(used, d)
+            # (with a period: no real offset with this residue keeps the next stage inside the cluster)
+            if offset >= 0 and offset + d + sizes[ip] <= N and fits(offset, d):
+                t = add((i, key(used + d)))
+                edges[i].append((k, t, category(link_gbps(offset, d, sizes[ip]))))
+        k += 1
+    if not bws:
+        category(math.inf)  # one stage only: a category nothing sends on (its transfer time is 0)
+    for i in range(n):  # a size with no transition loops on a dead state of its own (see build_automaton)
+        if i not in initial:
+            dead = len(order)
+            order.append((i, -1))
+            initial[i] = dead
+        if not edges[i]:
+            dead = len(order)
+            order.append((i, -1))
+            edges[i].append((dead, dead, 0))
+    cats = tuple((bw, "GBps") for bw in bws)
+    received: dict[int, set[int]] = {i: set() for i in range(n)}
+    for i in range(n):
+        for zp, _, co in edges[i]:
+            received[order[zp][0]].add(co)
+    # category 0 for every size: a whole pipeline's first stage is read there (it receives nothing)
+    incoming = {i: [(c, c + 1) for c in sorted(received[i] | {0})] for i in range(n)}
+    trans = {i: tuple(np.array(col, dtype=np.int64) for col in zip(*edges[i])) for i in range(n)}
+    return Automaton(
+        "offsets",
+        tuple(order),
+        np.array([z[0] for z in order]),
+        initial,
+        np.array([z[1] == key(N) for z in order]),
         cats,
         trans,
         incoming,

@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from ...cluster.levels import boundary_bandwidth, consecutive_fits, consecutive_ids, levels_period
 from ...cluster.placement import contiguous_node_assignment, node_assignment_ids, pack_runs
 from ...core.units import format_bytes
 from ...plan import Plan, PlanError, Stage, evaluate
@@ -25,7 +26,7 @@ from ..base import SolveRequest
 from ..errors import OutOfTime as _OutOfTime
 from ..errors import TooLarge as _TooLarge
 from ..greedy import solve_greedy
-from .placement import Automaton, automaton_bytes, build_automaton
+from .placement import Automaton, automaton_bytes, build_automaton, build_offsets_automaton
 from .recursion import fill as fill_tables
 from .recursion import threads as recursion_threads
 from .stage import StageCosts
@@ -156,6 +157,8 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
 
     def natural_placement(self) -> str:
         c = self.problem.cluster
+        if c.levels is not None:  # consecutive stages: a boundary's bandwidth depends on its offset
+            return "offsets"
         if not np.any(self.out_bytes > 0):
             return "none"
         if c.nodes == 1 or self.G == 1 or c.intra_node_GBps == c.inter_node_GBps:
@@ -170,6 +173,14 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         found = getattr(self, "_automata", None)
         if found is None:
             found = self._automata = {}
+        if mode == "offsets" and mode not in found:
+            self.check_budget(automaton_bytes(mode, self.sizes, self.G, self.N),
+                              f"the placement automaton (offsets) of {len(self.sizes)} stage sizes on {self.N} devices")
+            max_states = max(1, int(self._budget // (_STATE_BYTES * max(len(self.sizes), 1) * max(self.L, 1))))
+            found[mode] = build_offsets_automaton(
+                self.sizes, self.N, lambda o, d: consecutive_fits(c, o, d),
+                lambda o, d, nxt: boundary_bandwidth(c, o, d, nxt), max_states=max_states, deadline=self._deadline,
+                period=levels_period(c))
         if mode not in found:
             self.check_budget(automaton_bytes(mode, self.sizes, self.G),
                               f"the placement automaton ({mode}) of {len(self.sizes)} stage sizes")
@@ -191,6 +202,11 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
         """X[b, c]: transfer time of the boundary after layer b in category c (0 after the last)."""
         c = self.problem.cluster
         X = np.zeros((self.L, len(auto.categories)))
+        if auto.kind == "offsets":  # categories are bandwidths (GB/s) of the levels cluster
+            for k, (gbps, _) in enumerate(auto.categories):
+                if math.isfinite(gbps):
+                    X[:, k] = self.out_bytes / (gbps * 1e6)
+            return X
         for k, (j, link) in enumerate(auto.categories):
             if link is None:
                 continue
@@ -264,6 +280,11 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
     def place(self, stages, links, kind: str) -> Plan | None:
         cluster = self.problem.cluster
         sizes = [s[2] for s in stages]
+        if cluster.levels is not None:  # consecutive devices in pipeline order, or no plan
+            offsets = np.cumsum([0] + sizes[:-1])
+            if not all(consecutive_fits(cluster, int(o), d) for o, d in zip(offsets, sizes)):
+                return None
+            return self._plan_of(stages, consecutive_ids(sizes))
         if kind in ("none", "size"):
             assignment = contiguous_node_assignment(cluster, sizes) or pack_runs(cluster, sizes, [False] * (len(sizes) - 1))
         else:
@@ -271,7 +292,10 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
             assignment = pack_runs(cluster, sizes, links, exact=exact)
         if assignment is None:
             return None
-        ids = node_assignment_ids(cluster, sizes, assignment)
+        return self._plan_of(stages, node_assignment_ids(cluster, sizes, assignment))
+
+    def _plan_of(self, stages, ids) -> Plan:
+        """The plan of reconstructed ``stages`` on the device ids ``ids``."""
         # configs at each stage's true stash (1F1B, zb-h1: min(m, P - p); GPipe: m): the same stage
         # time, or the same (u, W) options, as the level's (see _levels)
         P = len(stages)
