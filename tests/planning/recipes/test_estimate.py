@@ -2,7 +2,9 @@
 
 The round trip is the contract: the plan ``plan --target megatron`` finds,
 exported as Megatron-LM flags and read back by the argument-list reader,
-gives the iteration time, cuts and stage figures ``plan`` reported.
+gives the iteration time, cuts and stage figures ``plan`` reported; and any
+stated layout, exported to Megatron-LM or DeepSpeed and read back by that
+target's reader, estimates as the same plan (or the exporter refuses it).
 """
 from __future__ import annotations
 
@@ -14,11 +16,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from partitioner import Recipe, SolveResult, estimate
+from partitioner.frameworks import ExportHints, MoeHints
+from partitioner.frameworks.deepspeed import RULES as DS_RULES
 from partitioner.frameworks.export import export_result
 from partitioner.frameworks.megatron.recipe import read_bridge_config, read_megatron_args
+from partitioner.frameworks.recipe_files import read_recipe_file
 from partitioner.frameworks.torchtitan.recipe import read_torchtitan_toml
 from partitioner.planning import plan_model
 from partitioner.planning.recipes.estimate import layout_cuts
+from partitioner.presets import load_model
 from partitioner.problem import ProblemError
 from strategies import examples
 
@@ -218,13 +224,71 @@ def test_recipe_file_with_flag_override(cli, tmp_path):
     assert bad.returncode == 2 and f"{path}: --tensor-model-parallel-size" in bad.stderr
 
 
-def _export_of(est) -> str:
-    """The Megatron-LM flags ``export`` writes for an estimate's plan (its problem carries the layer hints)."""
-    result = SolveResult("feasible", "estimate", "iteration", est.evaluation.value, plan=est.plan,
-                         evaluation=est.evaluation)
-    exported = export_result(result, "megatron", est.problem)
+def _export_of(est, target: str = "megatron"):
+    """What ``export --to target`` writes for an estimate's plan (the result carries the layer and MoE hints)."""
+    spec = load_model(est.model)
+    doc = SolveResult("feasible", "estimate", "iteration", est.evaluation.value, plan=est.plan,
+                      evaluation=est.evaluation).to_dict()
+    doc["export_hints"] = ExportHints(spec.name, est.problem.workload.layers, MoeHints.of_model(spec)).to_dict()
+    return export_result(doc, target, est.problem)
+
+
+def _read_back(exported, target: str, tmp_path) -> Recipe:
+    """The export as a file of what the user keeps (Megatron-LM / Bridge launch text, DeepSpeed's export JSON),
+    read by ``--recipe-format auto`` as ``estimate --recipe`` reads it."""
+    path = tmp_path / ("export.json" if target == "deepspeed" else "launch.sh")
+    path.write_text(json.dumps(exported.to_dict()) if target == "deepspeed" else exported.text())
+    return read_recipe_file(path)
+
+
+def _in_terms_of(recipe: Recipe, target: str, dp_cp: int) -> Recipe:
+    """``recipe`` counted as ``target``'s reader counts it: its weight-memory count at the ZeRO stage that runs
+    (none over one rank) and its experts' activation (what the reader of that target's files sets)."""
+    if target != "deepspeed":
+        return recipe
+    zero = recipe.zero if dp_cp > 1 else 0
+    return replace(recipe, memory_count=DS_RULES.memory[zero], expert_fused_glu=DS_RULES.expert_fused_glu)
+
+
+def _deepspeed_refusal(recipe: Recipe, est) -> str | None:
+    """Why DeepSpeed's exporter must refuse the layout (None: it must express it), by DeepSpeed's rules."""
+    if recipe.vpp > 1:
+        return "schedule interleaved"
+    zero = recipe.zero if est.dp * recipe.cp > 1 else 0
+    if zero not in DS_RULES.zero:
+        return "ZeRO"
+    if recipe.recompute not in DS_RULES.recompute:
+        return "recompute"
+    if recipe.ep > 1 and est.dp % recipe.ep:
+        return "does not divide dp"
+    return None
+
+
+ROUND_TRIP_TARGETS = ("megatron", "deepspeed")  # torchtitan: its exporter writes config-registry overrides no reader reads
+
+
+def _same_plan(first, again) -> None:
+    assert [(s.first_layer, s.last_layer, s.configs) for s in again.stages] == \
+        [(s.first_layer, s.last_layer, s.configs) for s in first.stages]
+    assert (again.schedule, again.virtual_stages, again.microbatches, again.fits) == \
+        (first.schedule, first.virtual_stages, first.microbatches, first.fits)
+    assert again.iteration_ms == pytest.approx(first.iteration_ms, rel=1e-9)
+    assert [t for s in again.stages for t in (s.fwd_ms, s.bwd_ms)] == \
+        pytest.approx([t for s in first.stages for t in (s.fwd_ms, s.bwd_ms)], rel=1e-12)
+    assert [s.memory_bytes for s in again.stages] == [s.memory_bytes for s in first.stages]
+
+
+def _round_trip(model: str, recipe: Recipe, target: str, tmp_path) -> None:
+    """estimate -> export to ``target`` -> read back -> estimate: the same plan, or the exporter's refusal."""
+    plain = estimate(model, "dgx-h100", recipe, nodes=2)
+    first = estimate(model, "dgx-h100", _in_terms_of(recipe, target, plain.dp * recipe.cp), nodes=2)
+    exported = _export_of(first, target)
+    why = _deepspeed_refusal(recipe, first) if target == "deepspeed" else None
+    if why is not None:
+        assert not exported.expressible and any(why in r for r in exported.reasons), exported.reasons
+        return
     assert exported.expressible, exported.reasons
-    return exported.text()
+    _same_plan(first, estimate(model, "dgx-h100", _read_back(exported, target, tmp_path), nodes=2))
 
 
 @st.composite
@@ -249,18 +313,36 @@ def _recipes(draw):
     return Recipe(tp=tp, pp=pp, vpp=vpp, mbs=mbs, gbs=gbs, zero=zero, recompute=recompute, pipeline_layout=layout)
 
 
-@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_recipes())
-def test_estimate_export_estimate_is_the_same_plan(recipe):
-    """estimate, export its plan as Megatron-LM flags, read them back, estimate: the same plan and times."""
-    first = estimate("llava-1.5-7b", "dgx-h100", recipe, nodes=2)
-    again = estimate("llava-1.5-7b", "dgx-h100", read_megatron_args(_export_of(first), "export"), nodes=2)
-    assert [(s.first_layer, s.last_layer, s.configs) for s in again.stages] == \
-        [(s.first_layer, s.last_layer, s.configs) for s in first.stages]
-    assert (again.schedule, again.virtual_stages, again.microbatches, again.fits) == \
-        (first.schedule, first.virtual_stages, first.microbatches, first.fits)
-    assert again.iteration_ms == pytest.approx(first.iteration_ms, rel=1e-9)
-    assert [s.memory_bytes for s in again.stages] == [s.memory_bytes for s in first.stages]
+@st.composite
+def _moe_recipes(draw):
+    """Random 1F1B layouts of qwen3-vl-30b-a3b (48 layers, 128 experts, 4 KV heads) on 2 nodes of 8 H100, with
+    ep and etp (ep x etp divides dp x tp, Megatron's expert folding)."""
+    tp = draw(st.sampled_from([1, 2, 4]))
+    pp = draw(st.sampled_from([p for p in (1, 2, 4) if 16 % (tp * p) == 0]))
+    dp = 16 // (tp * pp)
+    etp = draw(st.sampled_from(sorted({1, tp})))
+    ep = draw(st.sampled_from([e for e in (1, 2, 4, 8) if (dp * tp) % (e * etp) == 0]))
+    gbs = dp * pp * draw(st.integers(1, 2))
+    zero = draw(st.sampled_from([0, 1, 3]))
+    recompute = draw(st.sampled_from(["none", "selective", "full"]))
+    return Recipe(tp=tp, pp=pp, ep=ep, etp=etp if ep > 1 else None, mbs=1, gbs=gbs, zero=zero, recompute=recompute)
+
+
+@settings(max_examples=examples(12), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(recipe=_recipes(), target=st.sampled_from(ROUND_TRIP_TARGETS))
+def test_estimate_export_estimate_is_the_same_plan(recipe, target, tmp_path):
+    """estimate, export its plan to a target, read the file back with that target's reader, estimate: the same
+    stages, configs, schedule, microbatches, times and memory -- or the exporter refuses what the target cannot run."""
+    _round_trip("llava-1.5-7b", recipe, target, tmp_path)
+
+
+@settings(max_examples=examples(8), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(recipe=_moe_recipes(), target=st.sampled_from(ROUND_TRIP_TARGETS))
+def test_moe_round_trip_every_target(recipe, target, tmp_path):
+    """The round trip on a MoE VLM with ep and etp (Megatron's export is a Bridge launch for this preset)."""
+    _round_trip("qwen3-vl-30b-a3b", recipe, target, tmp_path)
 
 
 def test_uneven_split_flags_equal_their_layout(cli):
