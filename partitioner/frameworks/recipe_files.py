@@ -22,7 +22,7 @@ from .megatron.recipe import (
     read_megatron_args,
 )
 from .recipe import Recipe
-from .torchtitan.recipe import read_torchtitan_toml
+from .torchtitan.recipe import is_torchtitan_launch, read_torchtitan
 
 __all__ = ["RECIPE_FORMATS", "MAX_RECIPE_BYTES", "recipe_format", "read_recipe_file"]
 
@@ -38,8 +38,9 @@ larger file (``/dev/zero``, a log given by mistake) is refused before its words 
 def recipe_format(path: Path, text: str) -> str:
     """``auto``'s choice: ``.toml`` torchtitan; ``.json`` a DeepSpeed config when its top level has a key only
     DeepSpeed's has (:data:`~.deepspeed.recipe.DEEPSPEED_KEYS`) or is the DeepSpeed export document, else a
-    Bridge config, as ``.yaml``, ``.yml``, ``.py``; else a Megatron-LM argument list, unless the text has no
-    Megatron-LM flag the reader knows and Bridge assignments (Hydra overrides in a shell script)."""
+    Bridge config, as ``.yaml``, ``.yml``, ``.py``; a torchtitan launch (``torchtitan.train`` or a
+    ``--parallelism.`` override); else a Megatron-LM argument list, unless the text has no Megatron-LM flag
+    the reader knows and Bridge assignments (Hydra overrides in a shell script)."""
     suffix = path.suffix.lower()
     if suffix == ".toml":
         return "torchtitan"
@@ -47,6 +48,8 @@ def recipe_format(path: Path, text: str) -> str:
         return "deepspeed"
     if suffix in (".yaml", ".yml", ".json", ".py"):
         return "bridge"
+    if is_torchtitan_launch(text):
+        return "torchtitan"
     try:
         words = set(megatron_tokens(text))
     except ProblemError:
@@ -77,6 +80,6 @@ def read_recipe_file(path: str | Path, fmt: str = "auto", option: str = "--recip
         raise ProblemError(f"larger than the {MAX_RECIPE_BYTES // 2**10} KiB a recipe file may have (docs/limits.md)",
                            source=str(path))
     fmt = recipe_format(path, text) if fmt == "auto" else fmt
-    reader = {"torchtitan": read_torchtitan_toml, "bridge": read_bridge_config,
+    reader = {"torchtitan": read_torchtitan, "bridge": read_bridge_config,
               "deepspeed": read_deepspeed_config}.get(fmt, read_megatron_args)
     return reader(text, str(path))

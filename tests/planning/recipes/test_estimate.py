@@ -21,7 +21,9 @@ from partitioner.frameworks.deepspeed import RULES as DS_RULES
 from partitioner.frameworks.export import export_result
 from partitioner.frameworks.megatron.recipe import read_bridge_config, read_megatron_args
 from partitioner.frameworks.recipe_files import read_recipe_file
+from partitioner.frameworks.torchtitan import RULES as TITAN_RULES
 from partitioner.frameworks.torchtitan.recipe import read_torchtitan_toml
+from partitioner.plan.cuts import layer_roles
 from partitioner.planning import plan_model
 from partitioner.planning.recipes.estimate import layout_cuts
 from partitioner.presets import load_model
@@ -234,9 +236,10 @@ def _export_of(est, target: str = "megatron"):
 
 
 def _read_back(exported, target: str, tmp_path) -> Recipe:
-    """The export as a file of what the user keeps (Megatron-LM / Bridge launch text, DeepSpeed's export JSON),
+    """The export as a file of what the user keeps (Megatron-LM / Bridge / torchtitan launch text, DeepSpeed's
+    export JSON),
     read by ``--recipe-format auto`` as ``estimate --recipe`` reads it."""
-    path = tmp_path / ("export.json" if target == "deepspeed" else "launch.sh")
+    path = tmp_path / ("export.json" if target == "deepspeed" else f"{target}.sh")
     path.write_text(json.dumps(exported.to_dict()) if target == "deepspeed" else exported.text())
     return read_recipe_file(path)
 
@@ -244,27 +247,44 @@ def _read_back(exported, target: str, tmp_path) -> Recipe:
 def _in_terms_of(recipe: Recipe, target: str, dp_cp: int) -> Recipe:
     """``recipe`` counted as ``target``'s reader counts it: its weight-memory count at the ZeRO stage that runs
     (none over one rank) and its experts' activation (what the reader of that target's files sets)."""
-    if target != "deepspeed":
+    if target == "megatron":
         return recipe
+    rules = DS_RULES if target == "deepspeed" else TITAN_RULES
     zero = recipe.zero if dp_cp > 1 else 0
-    return replace(recipe, memory_count=DS_RULES.memory[zero], expert_fused_glu=DS_RULES.expert_fused_glu)
+    return replace(recipe, memory_count=rules.memory[zero], expert_fused_glu=rules.expert_fused_glu)
 
 
-def _deepspeed_refusal(recipe: Recipe, est) -> str | None:
-    """Why DeepSpeed's exporter must refuse the layout (None: it must express it), by DeepSpeed's rules."""
-    if recipe.vpp > 1:
-        return "schedule interleaved"
+def _refusal(target: str, recipe: Recipe, est) -> str | None:
+    """Why ``target``'s exporter must refuse the layout (None: it must express it), by that framework's rules."""
     zero = recipe.zero if est.dp * recipe.cp > 1 else 0
-    if zero not in DS_RULES.zero:
-        return "ZeRO"
-    if recipe.recompute not in DS_RULES.recompute:
+    if target == "megatron":
+        return "per-op selective recompute" if recipe.recompute == "op" else None
+    if target == "deepspeed":
+        if recipe.vpp > 1:
+            return "schedule interleaved"
+        if zero not in DS_RULES.zero:
+            return "ZeRO"
+        if recipe.recompute not in DS_RULES.recompute:
+            return "recompute"
+        if recipe.ep > 1 and est.dp % recipe.ep:
+            return "does not divide dp"
+        return None
+    if recipe.recompute not in TITAN_RULES.recompute:
         return "recompute"
-    if recipe.ep > 1 and est.dp % recipe.ep:
-        return "does not divide dp"
+    roles = layer_roles(est.problem)
+    if recipe.recompute != "none" and any(  # a segment of its own (another config) without decoder layers
+            st.configs is not None and "decoder" not in roles[a:b + 1]
+            for st in est.plan.stages for (a, b), _ in st.segment_configs(est.problem)):
+        return "outside the decoder layers"
+    if recipe.ep > 1 and recipe.expert_tp != 1:
+        return "splits each expert"
+    shard = est.dp if zero or est.dp == 1 else 1
+    if recipe.ep > 1 and (shard * recipe.tp) % recipe.ep:
+        return "does not divide dp_shard"
     return None
 
 
-ROUND_TRIP_TARGETS = ("megatron", "deepspeed")  # torchtitan: its exporter writes config-registry overrides no reader reads
+ROUND_TRIP_TARGETS = ("megatron", "torchtitan", "deepspeed")
 
 
 def _same_plan(first, again) -> None:
@@ -283,7 +303,7 @@ def _round_trip(model: str, recipe: Recipe, target: str, tmp_path) -> None:
     plain = estimate(model, "dgx-h100", recipe, nodes=2)
     first = estimate(model, "dgx-h100", _in_terms_of(recipe, target, plain.dp * recipe.cp), nodes=2)
     exported = _export_of(first, target)
-    why = _deepspeed_refusal(recipe, first) if target == "deepspeed" else None
+    why = _refusal(target, recipe, first)
     if why is not None:
         assert not exported.expressible and any(why in r for r in exported.reasons), exported.reasons
         return
@@ -301,7 +321,7 @@ def _recipes(draw):
     mbs = draw(st.sampled_from([1, 2]))
     gbs = mbs * dp * pp * draw(st.integers(1, 4))
     zero = draw(st.sampled_from([0, 1, 3]))
-    recompute = draw(st.sampled_from(["none", "selective", "full"]))
+    recompute = draw(st.sampled_from(["none", "selective", "full", "op"]))
     layout = None
     if pp > 1 and vpp == 1 and draw(st.booleans()):  # an uneven split, stated as a layout
         first = draw(st.integers(1, 32 - (pp - 1)))
@@ -324,7 +344,7 @@ def _moe_recipes(draw):
     ep = draw(st.sampled_from([e for e in (1, 2, 4, 8) if (dp * tp) % (e * etp) == 0]))
     gbs = dp * pp * draw(st.integers(1, 2))
     zero = draw(st.sampled_from([0, 1, 3]))
-    recompute = draw(st.sampled_from(["none", "selective", "full"]))
+    recompute = draw(st.sampled_from(["none", "selective", "full", "op"]))
     return Recipe(tp=tp, pp=pp, ep=ep, etp=etp if ep > 1 else None, mbs=1, gbs=gbs, zero=zero, recompute=recompute)
 
 
@@ -466,3 +486,18 @@ def test_torchtitan_recipe_charges_unfused_expert_activations():
     assert titan.evaluation.stages[0].act_bytes > fused.evaluation.stages[0].act_bytes
     assert estimate("qwen3-vl-30b-a3b", "dgx-h100", replace(r, expert_fused_glu=None),
                     nodes=1).evaluation.stages[0].act_bytes == fused.evaluation.stages[0].act_bytes
+
+
+@pytest.mark.parametrize("target", ROUND_TRIP_TARGETS)
+@pytest.mark.parametrize(("model", "recipe"), [
+    ("llava-1.5-7b", Recipe(tp=2, pp=2, gbs=64, zero=3, recompute="full")),
+    ("llava-1.5-7b", Recipe(tp=1, pp=4, vpp=2, gbs=64, zero=1, recompute="op")),
+    ("llava-1.5-7b", Recipe(tp=2, pp=2, gbs=64, zero=0, pipeline_layout="Et*10|t*22L")),
+    ("qwen3-vl-30b-a3b", Recipe(tp=2, pp=2, ep=4, etp=1, gbs=64, zero=1)),
+    ("qwen3-vl-30b-a3b", Recipe(tp=1, pp=1, ep=8, gbs=32, zero=3, recompute="full")),
+])
+def test_round_trip_cases(model, recipe, target, tmp_path):
+    """Fixed cases of the property, each target expressing some (an uneven split, interleaving on torchtitan, a
+    MoE layout with ep on all three) and refusing others (ZeRO-3 and interleaving on DeepSpeed, torchtitan's
+    per-op recompute on Megatron, recompute outside the decoder layers on torchtitan)."""
+    _round_trip(model, recipe, target, tmp_path)
