@@ -22,7 +22,7 @@ from partitioner.frameworks.export import export_result
 from partitioner.frameworks.megatron.recipe import read_bridge_config, read_megatron_args
 from partitioner.frameworks.recipe_files import read_recipe_file
 from partitioner.frameworks.torchtitan import RULES as TITAN_RULES
-from partitioner.frameworks.torchtitan.recipe import read_torchtitan_toml
+from partitioner.frameworks.torchtitan.recipe import read_torchtitan_overrides, read_torchtitan_toml
 from partitioner.plan.cuts import layer_roles
 from partitioner.planning import plan_model
 from partitioner.planning.recipes.estimate import layout_cuts
@@ -501,3 +501,34 @@ def test_round_trip_cases(model, recipe, target, tmp_path):
     MoE layout with ep on all three) and refusing others (ZeRO-3 and interleaving on DeepSpeed, torchtitan's
     per-op recompute on Megatron, recompute outside the decoder layers on torchtitan)."""
     _round_trip(model, recipe, target, tmp_path)
+
+
+TITAN_LAUNCH = r"""# a torchtitan 0.3 launch as export --to torchtitan writes it
+torchrun $DISTRIBUTED_ARGS -m torchtitan.train --module qwen3 --config qwen3_30b_a3b \
+    --parallelism.pipeline_parallel_degree 2 \
+    --parallelism.pipeline_parallel_schedule Interleaved1F1B \
+    --parallelism.data_parallel_shard_degree=4 \
+    --parallelism.tensor_parallel_degree 2 \
+    --parallelism.module_fqns_per_model_part vision_encoder,tok_embeddings,layers.0 layers.1,layers.2 layers.3 layers.4,norm,lm_head \
+    --parallelism.pipeline_parallel_microbatch_size 2 \
+    --training.disable_cuda_graphs \
+    --training.local_batch_size 16 --training.global_batch_size 64 \
+    activation_checkpoint:selective
+"""
+
+
+def test_torchtitan_launch_reader():
+    r = read_torchtitan_overrides(TITAN_LAUNCH, "run.sh")
+    assert (r.tp, r.pp, r.dp, r.mbs, r.gbs, r.zero, r.recompute) == (2, 2, 4, 2, 64, 3, "op")
+    assert r.pipeline_layout == "Et*1|t*2|t*1|t*1L" and r.where("pipeline_layout") == \
+        "run.sh: parallelism.module_fqns_per_model_part"
+    for bad, words in ((TITAN_LAUNCH.replace("layers.1,layers.2", "layers.2,layers.1"), "out of order"),
+                       (TITAN_LAUNCH.replace("vision_encoder,tok_embeddings,layers.0 ", "vision_encoder layers.0 "),
+                        "without tok_embeddings"),
+                       (TITAN_LAUNCH.replace("norm,lm_head", "lm_head"), "one of norm and lm_head"),
+                       (TITAN_LAUNCH.replace("layers.4,", "mtp.0,layers.4,"), "not a module"),
+                       (TITAN_LAUNCH.replace(" \\\n    --parallelism.module_fqns_per_model_part", " #"),
+                        "pipeline_parallel_schedule")):
+        with pytest.raises(ProblemError) as info:
+            read_torchtitan_overrides(bad, "run.sh")
+        assert str(info.value).startswith("run.sh: parallelism.") and words in str(info.value), str(info.value)
