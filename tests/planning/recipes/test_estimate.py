@@ -15,20 +15,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from partitioner import Recipe, SolveResult, estimate
-from partitioner.frameworks import ExportHints, MoeHints
-from partitioner.frameworks.deepspeed import RULES as DS_RULES
+from partitioner import Recipe, estimate
 from partitioner.frameworks.export import export_result
 from partitioner.frameworks.megatron.recipe import read_bridge_config, read_megatron_args
-from partitioner.frameworks.recipe_files import read_recipe_file
-from partitioner.frameworks.torchtitan import RULES as TITAN_RULES
 from partitioner.frameworks.torchtitan.recipe import read_torchtitan_overrides, read_torchtitan_toml
-from partitioner.plan.cuts import layer_roles
 from partitioner.planning import plan_model
 from partitioner.planning.recipes.estimate import layout_cuts
-from partitioner.presets import load_model
 from partitioner.problem import ProblemError
 from strategies import examples
+from tests.planning.recipes.round_trip import ROUND_TRIP_TARGETS, round_trip
 
 MODEL, CLUSTER = "llava-1.5-13b", "dgx-a100-80g"  # 40 decoder layers, 40 heads; 13B does not fit on one A100 unsharded
 
@@ -226,91 +221,6 @@ def test_recipe_file_with_flag_override(cli, tmp_path):
     assert bad.returncode == 2 and f"{path}: --tensor-model-parallel-size" in bad.stderr
 
 
-def _export_of(est, target: str = "megatron"):
-    """What ``export --to target`` writes for an estimate's plan (the result carries the layer and MoE hints)."""
-    spec = load_model(est.model)
-    doc = SolveResult("feasible", "estimate", "iteration", est.evaluation.value, plan=est.plan,
-                      evaluation=est.evaluation).to_dict()
-    doc["export_hints"] = ExportHints(spec.name, est.problem.workload.layers, MoeHints.of_model(spec)).to_dict()
-    return export_result(doc, target, est.problem)
-
-
-def _read_back(exported, target: str, tmp_path) -> Recipe:
-    """The export as a file of what the user keeps (Megatron-LM / Bridge / torchtitan launch text, DeepSpeed's
-    export JSON),
-    read by ``--recipe-format auto`` as ``estimate --recipe`` reads it."""
-    path = tmp_path / ("export.json" if target == "deepspeed" else f"{target}.sh")
-    path.write_text(json.dumps(exported.to_dict()) if target == "deepspeed" else exported.text())
-    return read_recipe_file(path)
-
-
-def _in_terms_of(recipe: Recipe, target: str, dp_cp: int) -> Recipe:
-    """``recipe`` counted as ``target``'s reader counts it: its weight-memory count at the ZeRO stage that runs
-    (none over one rank) and its experts' activation (what the reader of that target's files sets)."""
-    if target == "megatron":
-        return recipe
-    rules = DS_RULES if target == "deepspeed" else TITAN_RULES
-    zero = recipe.zero if dp_cp > 1 else 0
-    return replace(recipe, memory_count=rules.memory[zero], expert_fused_glu=rules.expert_fused_glu)
-
-
-def _refusal(target: str, recipe: Recipe, est) -> str | None:
-    """Why ``target``'s exporter must refuse the layout (None: it must express it), by that framework's rules."""
-    zero = recipe.zero if est.dp * recipe.cp > 1 else 0
-    if target == "megatron":
-        return "per-op selective recompute" if recipe.recompute == "op" else None
-    if target == "deepspeed":
-        if recipe.vpp > 1:
-            return "schedule interleaved"
-        if zero not in DS_RULES.zero:
-            return "ZeRO"
-        if recipe.recompute not in DS_RULES.recompute:
-            return "recompute"
-        if recipe.ep > 1 and est.dp % recipe.ep:
-            return "does not divide dp"
-        return None
-    if recipe.recompute not in TITAN_RULES.recompute:
-        return "recompute"
-    roles = layer_roles(est.problem)
-    if recipe.recompute != "none" and any(  # a segment of its own (another config) without decoder layers
-            st.configs is not None and "decoder" not in roles[a:b + 1]
-            for st in est.plan.stages for (a, b), _ in st.segment_configs(est.problem)):
-        return "outside the decoder layers"
-    if recipe.ep > 1 and recipe.expert_tp != 1:
-        return "splits each expert"
-    shard = est.dp if zero or est.dp == 1 else 1
-    if recipe.ep > 1 and (shard * recipe.tp) % recipe.ep:
-        return "does not divide dp_shard"
-    return None
-
-
-ROUND_TRIP_TARGETS = ("megatron", "torchtitan", "deepspeed")
-
-
-def _same_plan(first, again) -> None:
-    assert [(s.first_layer, s.last_layer, s.configs) for s in again.stages] == \
-        [(s.first_layer, s.last_layer, s.configs) for s in first.stages]
-    assert (again.schedule, again.virtual_stages, again.microbatches, again.fits) == \
-        (first.schedule, first.virtual_stages, first.microbatches, first.fits)
-    assert again.iteration_ms == pytest.approx(first.iteration_ms, rel=1e-9)
-    assert [t for s in again.stages for t in (s.fwd_ms, s.bwd_ms)] == \
-        pytest.approx([t for s in first.stages for t in (s.fwd_ms, s.bwd_ms)], rel=1e-12)
-    assert [s.memory_bytes for s in again.stages] == [s.memory_bytes for s in first.stages]
-
-
-def _round_trip(model: str, recipe: Recipe, target: str, tmp_path) -> None:
-    """estimate -> export to ``target`` -> read back -> estimate: the same plan, or the exporter's refusal."""
-    plain = estimate(model, "dgx-h100", recipe, nodes=2)
-    first = estimate(model, "dgx-h100", _in_terms_of(recipe, target, plain.dp * recipe.cp), nodes=2)
-    exported = _export_of(first, target)
-    why = _refusal(target, recipe, first)
-    if why is not None:
-        assert not exported.expressible and any(why in r for r in exported.reasons), exported.reasons
-        return
-    assert exported.expressible, exported.reasons
-    _same_plan(first, estimate(model, "dgx-h100", _read_back(exported, target, tmp_path), nodes=2))
-
-
 @st.composite
 def _recipes(draw):
     """Random Megatron layouts of llava-1.5-7b (32 decoder layers, 32 heads) on 2 nodes of 8 GPUs."""
@@ -354,7 +264,7 @@ def _moe_recipes(draw):
 def test_estimate_export_estimate_is_the_same_plan(recipe, target, tmp_path):
     """estimate, export its plan to a target, read the file back with that target's reader, estimate: the same
     stages, configs, schedule, microbatches, times and memory -- or the exporter refuses what the target cannot run."""
-    _round_trip("llava-1.5-7b", recipe, target, tmp_path)
+    round_trip("llava-1.5-7b", recipe, target, tmp_path)
 
 
 @settings(max_examples=examples(8), deadline=None,
@@ -362,7 +272,7 @@ def test_estimate_export_estimate_is_the_same_plan(recipe, target, tmp_path):
 @given(recipe=_moe_recipes(), target=st.sampled_from(ROUND_TRIP_TARGETS))
 def test_moe_round_trip_every_target(recipe, target, tmp_path):
     """The round trip on a MoE VLM with ep and etp (Megatron's export is a Bridge launch for this preset)."""
-    _round_trip("qwen3-vl-30b-a3b", recipe, target, tmp_path)
+    round_trip("qwen3-vl-30b-a3b", recipe, target, tmp_path)
 
 
 def test_uneven_split_flags_equal_their_layout(cli):
@@ -500,7 +410,7 @@ def test_round_trip_cases(model, recipe, target, tmp_path):
     """Fixed cases of the property, each target expressing some (an uneven split, interleaving on torchtitan, a
     MoE layout with ep on all three) and refusing others (ZeRO-3 and interleaving on DeepSpeed, torchtitan's
     per-op recompute on Megatron, recompute outside the decoder layers on torchtitan)."""
-    _round_trip(model, recipe, target, tmp_path)
+    round_trip(model, recipe, target, tmp_path)
 
 
 TITAN_LAUNCH = r"""# a torchtitan 0.3 launch as export --to torchtitan writes it
