@@ -106,3 +106,22 @@ def test_batch_rule_is_deepspeeds():
         deepspeed_config(bad, 4)
     with pytest.raises(ProblemError):
         _read(bad)
+
+
+def test_export_document_on_the_command_line(cli, tmp_path):
+    """``export --to deepspeed --json`` saved and given to ``estimate --recipe``: the same iteration and stages."""
+    from tests.planning.recipes.round_trip import export_of, in_terms_of
+
+    recipe = in_terms_of(Recipe(tp=2, pp=2, gbs=32, zero=1, recompute="full"), "deepspeed", 2)
+    first = estimate("llava-1.5-7b", "dgx-h100", recipe, nodes=1)
+    path = tmp_path / "ds_export.json"
+    path.write_text(json.dumps(export_of(first, "deepspeed").to_dict()))
+    run = cli("estimate", "--model", "llava-1.5-7b", "--cluster", "dgx-h100", "--nodes", "1", "--recipe", path,
+              "--json")
+    assert run.returncode in (0, 1), run.stderr
+    doc = json.loads(run.stdout)
+    assert doc["iteration_ms"] == pytest.approx(first.iteration_ms, rel=1e-9)
+    assert [(s["first_layer"], s["last_layer"]) for s in doc["stages"]] == \
+        [(s.first_layer, s.last_layer) for s in first.stages]
+    cuts = [s.first_layer for s in first.stages] + [first.stages[-1].last_layer + 1]
+    assert doc["recipe"]["layer_parts"] == cuts and doc["recipe"]["tp"] == 2  # read from the document, not defaulted
