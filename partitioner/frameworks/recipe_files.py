@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..problem import ProblemError
 from .deepspeed.recipe import is_deepspeed_config, read_deepspeed_config
+from .deepspeed.rules import RULES as DS_RULES
 from .megatron.recipe import (
     BRIDGE_FLAGS,
     INT_FLAGS,
@@ -23,11 +24,16 @@ from .megatron.recipe import (
 )
 from .recipe import Recipe
 from .torchtitan.recipe import is_torchtitan_launch, read_torchtitan
+from .torchtitan.rules import RULES as TITAN_RULES
 
 __all__ = ["RECIPE_FORMATS", "MAX_RECIPE_BYTES", "recipe_format", "read_recipe_file"]
 
 RECIPE_FORMATS = ("auto", "megatron", "bridge", "torchtitan", "deepspeed")
 """The recipe formats a file may be read as (``auto``: :func:`recipe_format` chooses)."""
+
+
+# each format's reader, keyed by its home's name as the registry keys the exporters (megatron's is the default)
+_READERS = {"bridge": read_bridge_config, TITAN_RULES.name: read_torchtitan, DS_RULES.name: read_deepspeed_config}
 
 
 MAX_RECIPE_BYTES = 2**18
@@ -80,6 +86,5 @@ def read_recipe_file(path: str | Path, fmt: str = "auto", option: str = "--recip
         raise ProblemError(f"larger than the {MAX_RECIPE_BYTES // 2**10} KiB a recipe file may have (docs/limits.md)",
                            source=str(path))
     fmt = recipe_format(path, text) if fmt == "auto" else fmt
-    reader = {"torchtitan": read_torchtitan, "bridge": read_bridge_config,
-              "deepspeed": read_deepspeed_config}.get(fmt, read_megatron_args)
+    reader = _READERS.get(fmt, read_megatron_args)
     return reader(text, str(path))
