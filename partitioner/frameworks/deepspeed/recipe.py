@@ -45,7 +45,9 @@ class _Fields:
     """The recipe fields read so far, with where each came from (``source: path``)."""
 
     def __init__(self, source: str) -> None:
-        self.source, self.fields, self.origin = source, {}, {}  # type: ignore[var-annotated]
+        self.source = source
+        self.fields: dict[str, Any] = {}
+        self.origin: dict[str, str] = {}
 
     def put(self, name: str, value: Any, where: str) -> None:
         self.fields[name] = value
