@@ -48,7 +48,7 @@ from partitioner.presets import load_cluster
 __all__ = ["PlannedJob", "fake_world", "close_fake_world", "megatron_config", "megatron_ranks", "list_pattern", "check_megatron_layout",
            "check_megatron", "check_megatron_fp8", "check_torchtitan_converters", "torchtitan_parse", "check_torchtitan_config", "check_torchtitan_schedule", "module_tree",
            "kept_names", "check_torchtitan_split", "check_torchtitan", "one_rank_pp_mesh", "deepspeed_config",
-           "check_deepspeed_config", "check_export", "verdict", "free_port", "main"]
+           "check_deepspeed_config", "check_export", "check_job", "verdict", "free_port", "main"]
 
 BATCH_FLAGS = {"micro_batch_size", "global_batch_size"}
 # Megatron-LM flags whose TransformerConfig field has another name (``fp8``: argparse_meta arg_names ["--fp8-format"])
@@ -248,6 +248,8 @@ def check_megatron(job: PlannedJob, exp: Any, init: Callable[[int], None] = fake
 
     settings = exp.settings
     llm = llm_stages(job)
+    if settings["path"] == "megatron-bridge":
+        return _check_bridge(job, settings, llm, init)
     if settings["path"] != "megatron-lm":
         check_megatron_layout(job, settings["llm_transformer_config"], llm)
         return settings["path"]
@@ -282,6 +284,26 @@ def check_megatron(job: PlannedJob, exp: Any, init: Callable[[int], None] = fake
     # the plan's knobs are set, never left to a note
     knobs = [g for st in job.knobs for g in st["segments"]]
     assert core.get("recompute_granularity", "none") in {g["recompute"] for g in knobs}
+    assert settings["ddp_config"].get("use_distributed_optimizer", False) == any(g["zero"] == 1 and g["dp"] > 1 for g in knobs)
+    check_megatron_fp8(job, core, settings["ddp_config"])
+    return settings["path"]
+
+
+def _check_bridge(job: PlannedJob, settings: Mapping[str, Any], llm: Any, init: Callable[[int], None]) -> str:
+    """A Megatron Bridge launch: its TransformerConfig fields place the plan's chunks (megatron-core's layout),
+    the DDP config builds, the ranks give its dp and the overrides' batch gives m (Bridge's own validation needs
+    Transformer Engine: ``tests/frameworks/test_megatron_bridge.py`` checks the overrides field by field)."""
+    from megatron.core.distributed import DistributedDataParallelConfig
+
+    core = settings["transformer_config"]
+    check_megatron_layout(job, core, llm)
+    DistributedDataParallelConfig(**settings["ddp_config"])
+    over = dict(o.split("=", 1) for o in settings["bridge"]["overrides"])
+    dp = settings["data_parallel_size"]
+    mbs, gbs = int(over["train.micro_batch_size"]), int(over["train.global_batch_size"])
+    assert gbs == mbs * dp * job.microbatches  # Megatron's m
+    assert megatron_ranks(core, job.num_devices, init) == dp
+    knobs = [g for st in job.knobs for g in st["segments"]]
     assert settings["ddp_config"].get("use_distributed_optimizer", False) == any(g["zero"] == 1 and g["dp"] > 1 for g in knobs)
     check_megatron_fp8(job, core, settings["ddp_config"])
     return settings["path"]
@@ -552,7 +574,12 @@ def check_export(doc: Mapping[str, Any], exported: Mapping[str, Any], target: st
     ``doc`` is the ``plan --json`` document, ``exported`` the ``export --json``
     one. Raises what the failing check raises.
     """
-    job = PlannedJob.from_doc(doc)
+    return check_job(PlannedJob.from_doc(doc), exported, target)
+
+
+def check_job(job: PlannedJob, exported: Mapping[str, Any], target: str) -> list[str]:
+    """:func:`check_export` of a :class:`PlannedJob` (a plan not read from a ``plan --json`` document: an
+    ``estimate``'s); ``exported`` is the ``export --json`` document."""
     exp = _Exported(exported["settings"], exported.get("snippet", ""))
     if target == "megatron":
         try:

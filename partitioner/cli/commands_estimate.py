@@ -1,7 +1,7 @@
 """``estimate``: a layout as the user states it (Megatron-style flags, or a recipe file) evaluated on a model.
 
 The layout comes from ``--recipe FILE`` (a Megatron-LM argument list, a
-Megatron Bridge config, or a torchtitan TOML) and the flags ``--tp --pp --vpp --cp --ep --etp --dp --mbs
+Megatron Bridge config, a torchtitan TOML or a DeepSpeed config) and the flags ``--tp --pp --vpp --cp --ep --etp --dp --mbs
 --gbs --recompute --recompute-modules --distributed-optimizer --zero
 --pipeline-model-parallel-layout --sequence-parallel``, a flag overriding
 the file. Exit codes: 0 -- the layout fits; 1 -- it does not fit in memory
@@ -80,11 +80,14 @@ def estimate_cmd(
                                                help="Samples per iteration (Megatron's --global-batch-size)."),
     recipe: Optional[Path] = typer.Option(None, "--recipe", help="A recipe file: a Megatron-LM argument list (a launch "
                                                                  "line or script), a Megatron Bridge config (YAML, "
-                                                                 "Hydra overrides, a Python recipe's assignments) or a "
-                                                                 "torchtitan TOML; flags override it."),
+                                                                 "Hydra overrides, a Python recipe's assignments), a "
+                                                                 "torchtitan TOML or a DeepSpeed config JSON (or "
+                                                                 "`export --to deepspeed --json`); flags override it."),
     recipe_format: str = typer.Option("auto", "--recipe-format",
-                                      help="auto (.toml: torchtitan; .yaml/.yml/.json/.py: bridge; else megatron, or "
-                                           "bridge for Hydra overrides) | megatron | bridge | torchtitan"),
+                                      help="auto (.toml: torchtitan; .json with train_batch_size, "
+                                           "train_micro_batch_size_per_gpu, gradient_accumulation_steps or "
+                                           "zero_optimization: deepspeed; .yaml/.yml/.json/.py: bridge; else megatron, "
+                                           "or bridge for Hydra overrides) | megatron | bridge | torchtitan | deepspeed"),
     tp: Optional[int] = typer.Option(None, "--tp", "--tensor-model-parallel-size", help="Tensor-parallel size (default 1)."),
     pp: Optional[int] = typer.Option(None, "--pp", "--pipeline-model-parallel-size", help="Pipeline-parallel size (default 1)."),
     vpp: Optional[int] = typer.Option(None, "--vpp", "--num-virtual-stages-per-pipeline-rank",

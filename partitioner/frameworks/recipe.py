@@ -36,7 +36,7 @@ RECIPE_FIELDS: Mapping[str, str] = MappingProxyType({
     "fp8_recipe": "--fp8-recipe", "sequence_parallel": "--sequence-parallel",
     "first_stage_layers": "--decoder-first-pipeline-num-layers", "last_stage_layers": "--decoder-last-pipeline-num-layers",
     "memory_count": "-c memory_count", "cp_algorithm": "--cp-comm-type",
-    "expert_fused_glu": "-c expert_fused_glu",
+    "expert_fused_glu": "-c expert_fused_glu", "layer_parts": "PipelineModule parts",
 })
 """Each field of :class:`Recipe` and the ``estimate`` option that states it (the default of ``origin``)."""
 
@@ -90,6 +90,10 @@ class Recipe:
         Whether the framework runs the routed experts' gated activation fused
         (:attr:`~partitioner.frameworks.FrameworkRules.expert_fused_glu`), set by a reader whose
         framework does not (torchtitan's); None: the cost options' (Megatron-Core's fused SwiGLU).
+    layer_parts : tuple of int or None
+        Stage boundaries over the problem's layers, as DeepSpeed's ``PipelineModule`` states them
+        (``parts``: stage s runs layers ``parts[s]`` to ``parts[s + 1] - 1``, the vision encoder's
+        included); None: the split of the layout or of Megatron's rule.
     origin : mapping of str to str
         Per field, how it was stated (``--tp``, ``launch.sh: --tensor-model-parallel-size``): the path of an error.
     notes : tuple of str
@@ -128,6 +132,7 @@ class Recipe:
     memory_count: str | None = None
     cp_algorithm: str | None = None
     expert_fused_glu: bool | None = None
+    layer_parts: tuple[int, ...] | None = None
     origin: Mapping[str, str] = field(default_factory=dict, compare=False)
     notes: tuple[str, ...] = field(default=(), compare=False)
 
@@ -158,6 +163,12 @@ class Recipe:
         if self.cp_algorithm is not None and self.cp_algorithm not in CP_ALGORITHMS:
             raise ProblemError(f"must be one of {', '.join(CP_ALGORITHMS)}, got {self.cp_algorithm!r}",
                                path=self.where("cp_algorithm"))
+        if self.layer_parts is not None:
+            parts = tuple(self.layer_parts) if isinstance(self.layer_parts, (list, tuple)) else None
+            if parts is None or len(parts) < 2 or any(isinstance(p, bool) or not isinstance(p, int) for p in parts):
+                raise ProblemError(f"must be a list of two or more layer indices, got {self.layer_parts!r}",
+                                   path=self.where("layer_parts"))
+            object.__setattr__(self, "layer_parts", parts)
         if self.ep == 1 and self.etp not in (None, 1, self.tp):
             raise ProblemError(f"etp {self.etp} without expert parallelism (ep 1): set --ep, or leave etp at tp "
                                f"({self.tp})", path=self.where("etp"))

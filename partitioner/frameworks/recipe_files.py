@@ -1,7 +1,7 @@
-"""A recipe file -- a Megatron-LM argument list, a Megatron-Bridge config, a torchtitan TOML -- read as a Recipe.
+"""A recipe file -- Megatron-LM arguments, a Megatron-Bridge config, a torchtitan TOML, a DeepSpeed config -- read.
 
 Contract: :func:`read_recipe_file` reads a file with the reader of its
-format (:mod:`.megatron.recipe`, :mod:`.torchtitan.recipe`) and returns the
+format (:mod:`.megatron.recipe`, :mod:`.torchtitan.recipe`, :mod:`.deepspeed.recipe`) and returns the
 :class:`~.recipe.Recipe`; :func:`recipe_format` is the choice of ``auto``.
 Both ``estimate --recipe`` and ``plan --baseline`` read files here; a file
 that is not text, or a format word not in :data:`RECIPE_FORMATS`, is a
@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..problem import ProblemError
+from .deepspeed.recipe import is_deepspeed_config, read_deepspeed_config
+from .deepspeed.rules import RULES as DS_RULES
 from .megatron.recipe import (
     BRIDGE_FLAGS,
     INT_FLAGS,
@@ -21,12 +23,17 @@ from .megatron.recipe import (
     read_megatron_args,
 )
 from .recipe import Recipe
-from .torchtitan.recipe import read_torchtitan_toml
+from .torchtitan.recipe import is_torchtitan_launch, read_torchtitan
+from .torchtitan.rules import RULES as TITAN_RULES
 
 __all__ = ["RECIPE_FORMATS", "MAX_RECIPE_BYTES", "recipe_format", "read_recipe_file"]
 
-RECIPE_FORMATS = ("auto", "megatron", "bridge", "torchtitan")
+RECIPE_FORMATS = ("auto", "megatron", "bridge", "torchtitan", "deepspeed")
 """The recipe formats a file may be read as (``auto``: :func:`recipe_format` chooses)."""
+
+
+# each format's reader, keyed by its home's name as the registry keys the exporters (megatron's is the default)
+_READERS = {"bridge": read_bridge_config, TITAN_RULES.name: read_torchtitan, DS_RULES.name: read_deepspeed_config}
 
 
 MAX_RECIPE_BYTES = 2**18
@@ -35,14 +42,20 @@ larger file (``/dev/zero``, a log given by mistake) is refused before its words 
 
 
 def recipe_format(path: Path, text: str) -> str:
-    """``auto``'s choice: ``.toml`` torchtitan; ``.yaml``, ``.yml``, ``.json``, ``.py`` a Bridge config; else a
-    Megatron-LM argument list, unless the text has no Megatron-LM flag the reader knows and Bridge assignments
-    (Hydra overrides in a shell script)."""
+    """``auto``'s choice: ``.toml`` torchtitan; ``.json`` a DeepSpeed config when its top level has a key only
+    DeepSpeed's has (:data:`~.deepspeed.recipe.DEEPSPEED_KEYS`) or is the DeepSpeed export document, else a
+    Bridge config, as ``.yaml``, ``.yml``, ``.py``; a torchtitan launch (``torchtitan.train`` or a
+    ``--parallelism.`` override); else a Megatron-LM argument list, unless the text has no Megatron-LM flag
+    the reader knows and Bridge assignments (Hydra overrides in a shell script)."""
     suffix = path.suffix.lower()
     if suffix == ".toml":
         return "torchtitan"
+    if suffix == ".json" and is_deepspeed_config(text):
+        return "deepspeed"
     if suffix in (".yaml", ".yml", ".json", ".py"):
         return "bridge"
+    if is_torchtitan_launch(text):
+        return "torchtitan"
     try:
         words = set(megatron_tokens(text))
     except ProblemError:
@@ -73,5 +86,5 @@ def read_recipe_file(path: str | Path, fmt: str = "auto", option: str = "--recip
         raise ProblemError(f"larger than the {MAX_RECIPE_BYTES // 2**10} KiB a recipe file may have (docs/limits.md)",
                            source=str(path))
     fmt = recipe_format(path, text) if fmt == "auto" else fmt
-    reader = {"torchtitan": read_torchtitan_toml, "bridge": read_bridge_config}.get(fmt, read_megatron_args)
+    reader = _READERS.get(fmt, read_megatron_args)
     return reader(text, str(path))

@@ -9,13 +9,14 @@ rules
 export
     :func:`export_deepspeed`: a plan as a ``PipelineModule`` with the planned
     boundaries, its topology and the batch config.
-
-A reader of DeepSpeed configs (a ``ds_config`` JSON with its pipeline
-module) belongs here too, as ``recipe.py`` next to the exporter it mirrors.
+recipe
+    :func:`read_deepspeed_config`: a DeepSpeed config JSON (or the
+    export's document) as the recipe ``estimate`` prices.
 """
 from __future__ import annotations
 
 from .export import CHECKED_WITH, export_deepspeed
+from .recipe import read_deepspeed_config
 from .rules import RULES
 
-__all__ = ["RULES", "CHECKED_WITH", "export_deepspeed"]
+__all__ = ["RULES", "CHECKED_WITH", "export_deepspeed", "read_deepspeed_config"]

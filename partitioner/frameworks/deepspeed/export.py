@@ -75,7 +75,8 @@ def export_deepspeed(stages: list[StageView], ctx: ExportContext) -> Export:
                          "the mpu's TP group (e.g. Megatron-DeepSpeed's ParallelMLP with enable_expert_tensor_parallelism); "
                          "DeepSpeed copies the module num_experts / ep_size times and builds the expert groups over TP")
     ds_config = None if b is None else {"train_batch_size": b.global_batch, "train_micro_batch_size_per_gpu": b.micro,
-                                        "gradient_accumulation_steps": b.microbatches, "zero_optimization": {"stage": zero}}
+                                        "gradient_accumulation_steps": b.microbatches, "zero_optimization": {"stage": zero},
+                                        "bf16": {"enabled": True}}  # the plan is priced in BF16 (FP8 is refused)
     if ds_config is not None:
         settings.update(ds_config=ds_config)
     else:

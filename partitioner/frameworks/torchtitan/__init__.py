@@ -5,7 +5,7 @@ Modules
 rules: :data:`RULES`: the schedules (:data:`SCHEDULE_NAMES`), knobs, mesh, CP/EP axes and byte counts torchtitan has.
 export: :func:`export_torchtitan`: a plan as ``--section.key`` overrides and a ``config_registry`` function.
 models: :data:`TITAN_MODELS`: the torchtitan family and flavor of a preset's language model.
-recipe: a torchtitan job (``config_registry`` settings, a 0.2.x TOML file) read as a recipe (the importer).
+recipe: a torchtitan job (a 0.2.x TOML file, or a launch's ``--section.key`` overrides) read as a recipe.
 """
 from __future__ import annotations
 

@@ -319,7 +319,11 @@ def export_torchtitan(stages: list[StageView], ctx: ExportContext) -> Export:
         "tensor_parallel_degree": tp,
         "module_fqns_per_model_part": parts,
     }
-    training: dict[str, Any] = {"disable_cuda_graphs": True} if pp > 1 else {}  # torchtitan 0.3: no CUDA graphs with PP
+    # torchtitan 0.3 (Trainer.Config._validate_cuda_graphs) refuses CUDA graphs under pipeline parallelism, and
+    # under expert parallelism with a token dispatcher that synchronizes with the CPU (the all-to-all one its MoE
+    # models build by default)
+    ep = max(g.ep for s in stages for g in s.segments)
+    training: dict[str, Any] = {"disable_cuda_graphs": True} if pp > 1 or ep > 1 else {}
     if ctx.seq_length is not None:  # the plan's tokens per sample, not the base config's
         training.update(seq_len=ctx.seq_length)
     if b is not None and pp > 1:  # one accumulation step of m pipeline microbatches

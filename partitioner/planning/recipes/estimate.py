@@ -36,7 +36,7 @@ from ..schedules.search import with_schedule
 from ..targets.memory import user_count
 
 __all__ = ["Estimate", "StageEstimate", "RecipeShape", "estimate", "check_recipe", "recipe_cost_options", "layout_vpp",
-           "recipe_plan", "layout_cuts", "uneven_counts", "counted_cuts", "UNLIMITED_MEMORY"]
+           "recipe_plan", "layout_cuts", "parts_cuts", "uneven_counts", "counted_cuts", "UNLIMITED_MEMORY"]
 
 UNLIMITED_MEMORY = 2**62
 """GPU memory (bytes) of the problem an over-memory layout is timed on: rule 6 lifted, every other rule kept."""
@@ -196,6 +196,9 @@ def _check_layers(recipe: Recipe, spec: ModelSpec, options: CostOptions) -> None
         raise ProblemError(f"{recipe.num_layers} layers, but {spec.name} has {decoders} decoder layers",
                            path=recipe.where("num_layers"))
     chunks = recipe.pp * recipe.vpp
+    if recipe.layer_parts is not None:
+        _check_parts(recipe)
+        return
     if recipe.first_stage_layers is not None or recipe.last_stage_layers is not None:
         uneven_counts(recipe, decoders)  # raises naming the option when Megatron-LM would refuse the split
         return
@@ -204,6 +207,31 @@ def _check_layers(recipe: Recipe, spec: ModelSpec, options: CostOptions) -> None
         raise ProblemError(f"{decoders} decoder layers do not split evenly over pp {recipe.pp} x vpp {recipe.vpp} = "
                            f"{chunks} pipeline chunks (Megatron-LM's rule without a layout); give "
                            f"--pipeline-model-parallel-layout for an uneven split", path=recipe.where(name))
+
+
+def _check_parts(recipe: Recipe) -> None:
+    """Stage boundaries (DeepSpeed's ``parts``) alone, one per pipeline stage boundary, without virtual stages."""
+    where = recipe.where("layer_parts")
+    others = [recipe.where(n) for n in ("pipeline_layout", "first_stage_layers", "last_stage_layers")
+              if getattr(recipe, n) is not None]
+    if others:
+        raise ProblemError(f"stage boundaries and {others[0]} together: give one", path=where)
+    if recipe.vpp > 1:
+        raise ProblemError(f"stage boundaries with virtual stages (vpp {recipe.vpp}): DeepSpeed's pipeline runs "
+                           "1F1B, one chunk per stage", path=where)
+    parts = recipe.layer_parts or ()
+    if len(parts) != recipe.pp + 1:
+        raise ProblemError(f"{len(parts)} boundaries, but pp {recipe.pp} stages need {recipe.pp + 1}", path=where)
+
+
+def parts_cuts(problem: Problem, parts: tuple[int, ...], where: str) -> list[tuple[int, int]]:
+    """The stages of DeepSpeed's ``parts`` on ``problem``: stage s runs layers ``parts[s]`` .. ``parts[s+1] - 1``."""
+    if parts[0] != 0 or parts[-1] != problem.num_layers:
+        raise ProblemError(f"{list(parts)} must run from layer 0 to the model's {problem.num_layers} layers",
+                           path=where)
+    if any(b <= a for a, b in zip(parts, parts[1:])):
+        raise ProblemError(f"{list(parts)} must increase: every stage holds at least one layer", path=where)
+    return [(a, b - 1) for a, b in zip(parts, parts[1:])]
 
 
 def uneven_counts(recipe: Recipe, decoders: int) -> list[int]:
@@ -388,7 +416,9 @@ def recipe_plan(problem: Problem, recipe: Recipe, shape: RecipeShape) -> tuple[P
     """
     P, v = recipe.pp, recipe.vpp
     scheduled = with_schedule(problem, "interleaved" if v > 1 else "1f1b", v)
-    if recipe.pipeline_layout is not None:
+    if recipe.layer_parts is not None:
+        cuts = parts_cuts(scheduled, recipe.layer_parts, recipe.where("layer_parts"))
+    elif recipe.pipeline_layout is not None:
         cuts = layout_cuts(scheduled, recipe.pipeline_layout, P * v, recipe.where("pipeline_layout"))
     elif recipe.first_stage_layers is not None or recipe.last_stage_layers is not None:
         roles = layer_roles(scheduled)

@@ -221,7 +221,7 @@ def test_deepspeed_snippets_are_valid_python(seed_problem, hints):
     assert ds.expressible and ds.settings["parts"] == [s.first_layer for s in plan.stages] + [seed_problem.num_layers]
     assert "PipeModelDataParallelTopology(num_pp=4, num_mp=1, num_dp=2)" in ds.snippet
     assert ds.settings["ds_config"] == {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 16,
-                                              "zero_optimization": {"stage": 0}}
+                                              "zero_optimization": {"stage": 0}, "bf16": {"enabled": True}}
     ast.parse(ds.snippet)
     mixed = Plan((Stage(0, 30, 4, 4, 1), Stage(31, seed_problem.num_layers - 1, 4, 1, 4)))
     ds = export_plan(mixed, hints, "deepspeed", ExportContext(global_batch=G, microbatches=M))

@@ -2,7 +2,9 @@
 
 The round trip is the contract: the plan ``plan --target megatron`` finds,
 exported as Megatron-LM flags and read back by the argument-list reader,
-gives the iteration time, cuts and stage figures ``plan`` reported.
+gives the iteration time, cuts and stage figures ``plan`` reported; and any
+stated layout, exported to Megatron-LM or DeepSpeed and read back by that
+target's reader, estimates as the same plan (or the exporter refuses it).
 """
 from __future__ import annotations
 
@@ -13,14 +15,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from partitioner import Recipe, SolveResult, estimate
+from partitioner import Recipe, estimate
 from partitioner.frameworks.export import export_result
 from partitioner.frameworks.megatron.recipe import read_bridge_config, read_megatron_args
-from partitioner.frameworks.torchtitan.recipe import read_torchtitan_toml
+from partitioner.frameworks.torchtitan.recipe import read_torchtitan_overrides, read_torchtitan_toml
 from partitioner.planning import plan_model
 from partitioner.planning.recipes.estimate import layout_cuts
 from partitioner.problem import ProblemError
 from strategies import examples
+from tests.planning.recipes.round_trip import ROUND_TRIP_TARGETS, round_trip
 
 MODEL, CLUSTER = "llava-1.5-13b", "dgx-a100-80g"  # 40 decoder layers, 40 heads; 13B does not fit on one A100 unsharded
 
@@ -218,15 +221,6 @@ def test_recipe_file_with_flag_override(cli, tmp_path):
     assert bad.returncode == 2 and f"{path}: --tensor-model-parallel-size" in bad.stderr
 
 
-def _export_of(est) -> str:
-    """The Megatron-LM flags ``export`` writes for an estimate's plan (its problem carries the layer hints)."""
-    result = SolveResult("feasible", "estimate", "iteration", est.evaluation.value, plan=est.plan,
-                         evaluation=est.evaluation)
-    exported = export_result(result, "megatron", est.problem)
-    assert exported.expressible, exported.reasons
-    return exported.text()
-
-
 @st.composite
 def _recipes(draw):
     """Random Megatron layouts of llava-1.5-7b (32 decoder layers, 32 heads) on 2 nodes of 8 GPUs."""
@@ -237,7 +231,7 @@ def _recipes(draw):
     mbs = draw(st.sampled_from([1, 2]))
     gbs = mbs * dp * pp * draw(st.integers(1, 4))
     zero = draw(st.sampled_from([0, 1, 3]))
-    recompute = draw(st.sampled_from(["none", "selective", "full"]))
+    recompute = draw(st.sampled_from(["none", "selective", "full", "op"]))
     layout = None
     if pp > 1 and vpp == 1 and draw(st.booleans()):  # an uneven split, stated as a layout
         first = draw(st.integers(1, 32 - (pp - 1)))
@@ -249,18 +243,36 @@ def _recipes(draw):
     return Recipe(tp=tp, pp=pp, vpp=vpp, mbs=mbs, gbs=gbs, zero=zero, recompute=recompute, pipeline_layout=layout)
 
 
-@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_recipes())
-def test_estimate_export_estimate_is_the_same_plan(recipe):
-    """estimate, export its plan as Megatron-LM flags, read them back, estimate: the same plan and times."""
-    first = estimate("llava-1.5-7b", "dgx-h100", recipe, nodes=2)
-    again = estimate("llava-1.5-7b", "dgx-h100", read_megatron_args(_export_of(first), "export"), nodes=2)
-    assert [(s.first_layer, s.last_layer, s.configs) for s in again.stages] == \
-        [(s.first_layer, s.last_layer, s.configs) for s in first.stages]
-    assert (again.schedule, again.virtual_stages, again.microbatches, again.fits) == \
-        (first.schedule, first.virtual_stages, first.microbatches, first.fits)
-    assert again.iteration_ms == pytest.approx(first.iteration_ms, rel=1e-9)
-    assert [s.memory_bytes for s in again.stages] == [s.memory_bytes for s in first.stages]
+@st.composite
+def _moe_recipes(draw):
+    """Random 1F1B layouts of qwen3-vl-30b-a3b (48 layers, 128 experts, 4 KV heads) on 2 nodes of 8 H100, with
+    ep and etp (ep x etp divides dp x tp, Megatron's expert folding)."""
+    tp = draw(st.sampled_from([1, 2, 4]))
+    pp = draw(st.sampled_from([p for p in (1, 2, 4) if 16 % (tp * p) == 0]))
+    dp = 16 // (tp * pp)
+    etp = draw(st.sampled_from(sorted({1, tp})))
+    ep = draw(st.sampled_from([e for e in (1, 2, 4, 8) if (dp * tp) % (e * etp) == 0]))
+    gbs = dp * pp * draw(st.integers(1, 2))
+    zero = draw(st.sampled_from([0, 1, 3]))
+    recompute = draw(st.sampled_from(["none", "selective", "full", "op"]))
+    return Recipe(tp=tp, pp=pp, ep=ep, etp=etp if ep > 1 else None, mbs=1, gbs=gbs, zero=zero, recompute=recompute)
+
+
+@settings(max_examples=examples(12), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(recipe=_recipes(), target=st.sampled_from(ROUND_TRIP_TARGETS))
+def test_estimate_export_estimate_is_the_same_plan(recipe, target, tmp_path):
+    """estimate, export its plan to a target, read the file back with that target's reader, estimate: the same
+    stages, configs, schedule, microbatches, times and memory -- or the exporter refuses what the target cannot run."""
+    round_trip("llava-1.5-7b", recipe, target, tmp_path)
+
+
+@settings(max_examples=examples(8), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(recipe=_moe_recipes(), target=st.sampled_from(ROUND_TRIP_TARGETS))
+def test_moe_round_trip_every_target(recipe, target, tmp_path):
+    """The round trip on a MoE VLM with ep and etp (Megatron's export is a Bridge launch for this preset)."""
+    round_trip("qwen3-vl-30b-a3b", recipe, target, tmp_path)
 
 
 def test_uneven_split_flags_equal_their_layout(cli):
@@ -384,3 +396,49 @@ def test_torchtitan_recipe_charges_unfused_expert_activations():
     assert titan.evaluation.stages[0].act_bytes > fused.evaluation.stages[0].act_bytes
     assert estimate("qwen3-vl-30b-a3b", "dgx-h100", replace(r, expert_fused_glu=None),
                     nodes=1).evaluation.stages[0].act_bytes == fused.evaluation.stages[0].act_bytes
+
+
+@pytest.mark.parametrize("target", ROUND_TRIP_TARGETS)
+@pytest.mark.parametrize(("model", "recipe"), [
+    ("llava-1.5-7b", Recipe(tp=2, pp=2, gbs=64, zero=3, recompute="full")),
+    ("llava-1.5-7b", Recipe(tp=1, pp=4, vpp=2, gbs=64, zero=1, recompute="op")),
+    ("llava-1.5-7b", Recipe(tp=2, pp=2, gbs=64, zero=0, pipeline_layout="Et*10|t*22L")),
+    ("qwen3-vl-30b-a3b", Recipe(tp=2, pp=2, ep=4, etp=1, gbs=64, zero=1)),
+    ("qwen3-vl-30b-a3b", Recipe(tp=1, pp=1, ep=8, gbs=32, zero=3, recompute="full")),
+])
+def test_round_trip_cases(model, recipe, target, tmp_path):
+    """Fixed cases of the property, each target expressing some (an uneven split, interleaving on torchtitan, a
+    MoE layout with ep on all three) and refusing others (ZeRO-3 and interleaving on DeepSpeed, torchtitan's
+    per-op recompute on Megatron, recompute outside the decoder layers on torchtitan)."""
+    round_trip(model, recipe, target, tmp_path)
+
+
+TITAN_LAUNCH = r"""# a torchtitan 0.3 launch as export --to torchtitan writes it
+torchrun $DISTRIBUTED_ARGS -m torchtitan.train --module qwen3 --config qwen3_30b_a3b \
+    --parallelism.pipeline_parallel_degree 2 \
+    --parallelism.pipeline_parallel_schedule Interleaved1F1B \
+    --parallelism.data_parallel_shard_degree=4 \
+    --parallelism.tensor_parallel_degree 2 \
+    --parallelism.module_fqns_per_model_part vision_encoder,tok_embeddings,layers.0 layers.1,layers.2 layers.3 layers.4,norm,lm_head \
+    --parallelism.pipeline_parallel_microbatch_size 2 \
+    --training.disable_cuda_graphs \
+    --training.local_batch_size 16 --training.global_batch_size 64 \
+    activation_checkpoint:selective
+"""
+
+
+def test_torchtitan_launch_reader():
+    r = read_torchtitan_overrides(TITAN_LAUNCH, "run.sh")
+    assert (r.tp, r.pp, r.dp, r.mbs, r.gbs, r.zero, r.recompute) == (2, 2, 4, 2, 64, 3, "op")
+    assert r.pipeline_layout == "Et*1|t*2|t*1|t*1L" and r.where("pipeline_layout") == \
+        "run.sh: parallelism.module_fqns_per_model_part"
+    for bad, words in ((TITAN_LAUNCH.replace("layers.1,layers.2", "layers.2,layers.1"), "out of order"),
+                       (TITAN_LAUNCH.replace("vision_encoder,tok_embeddings,layers.0 ", "vision_encoder layers.0 "),
+                        "without tok_embeddings"),
+                       (TITAN_LAUNCH.replace("norm,lm_head", "lm_head"), "one of norm and lm_head"),
+                       (TITAN_LAUNCH.replace("layers.4,", "mtp.0,layers.4,"), "not a module"),
+                       (TITAN_LAUNCH.replace(" \\\n    --parallelism.module_fqns_per_model_part", " #"),
+                        "pipeline_parallel_schedule")):
+        with pytest.raises(ProblemError) as info:
+            read_torchtitan_overrides(bad, "run.sh")
+        assert str(info.value).startswith("run.sh: parallelism.") and words in str(info.value), str(info.value)
