@@ -361,6 +361,7 @@ class StageSums:
         self._columns: dict[Layout, list[LayerCost | None]] = {}  # per config, every layer's entry
         self._segments: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
         self._bytes: dict[tuple, tuple[int, int]] = {}
+        self._segment_configs: dict[tuple[int, int, Layout], Layout] = {}
 
     def stage(self, problem: Problem, stage: Stage) -> tuple[float, float, float] | None:
         """:func:`_stage_sums` of ``stage`` in ``problem``, computed once."""
@@ -404,13 +405,23 @@ class StageSums:
         """``((a, b), config)`` of every segment of layers ``first..last`` (``Stage.segment_configs`` of the plan)."""
         if (first, last) not in self._segments:
             self._segments[first, last] = problem.segments(first, last)
-        return [((a, b), segment_config(problem, a, b, config, self._column)) for a, b in self._segments[first, last]]
+        return [((a, b), self._segment_config(problem, a, b, config)) for a, b in self._segments[first, last]]
+
+    def _segment_config(self, problem: Problem, first: int, last: int, config: Layout) -> Layout:
+        """:func:`segment_config` of the segment ``first..last`` under ``config``, computed once (the baselines
+        ask it of the same segments and configs for every stage count and cut)."""
+        key = (first, last, config)
+        found = self._segment_configs.get(key)
+        if found is None:
+            found = self._segment_configs[key] = segment_config(problem, first, last, config, self._column)
+        return found
 
     def _keep_for(self, problem: Problem) -> None:
         """Start afresh unless ``problem`` has the layers and version kept for."""
         if problem.layers is not self._layers or problem.version != self._version:
             self._layers, self._version = problem.layers, problem.version
             self._sums, self._columns, self._segments, self._bytes = {}, {}, {}, {}
+            self._segment_configs = {}
 
     def _column(self, config: Layout) -> list[LayerCost | None]:
         if config not in self._columns:
