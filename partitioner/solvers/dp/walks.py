@@ -364,7 +364,9 @@ class ThresholdWalks:
         floors: dict[int, float] = {}
         calls = 0
         try:
-            for k in sorted(ks, reverse=True):  # the most stages (least k) last: its levels are the widest
+            # the least k (the most stages) first: with transfers cheap next to the stages' work, zb-h1's estimate
+            # falls with k, so the first walks find a V that the later ones (each bounded by V) barely probe
+            for k in sorted(ks):
                 V = warm[0]
                 self.spec = ZeroBubbleSpec(self.m, k)
                 top = (V - least_any) * (1 + _TIE)
