@@ -364,13 +364,25 @@ class ThresholdWalks:
         floors: dict[int, float] = {}
         calls = 0
         try:
+            # per k the least max g of a relaxed plan that may beat the first V (one recursion under the least k,
+            # as _zb_iteration's floor: g grows with k), each k's walk its lowest max: no minmax walk of its own
+            self.spec = ZeroBubbleSpec(self.m, ks[0], every_level=True)
+            ceiling = (warm[0] - least_any) * (1 + _TIE)
+            lows: dict[int, float] = {}
+            for level, low in self._level_values(self.recursion(auto0, X0, "minmax", ceiling, deadline), auto0).items():
+                k = max(self.m - level + 1, 1)
+                lows[k] = min(lows.get(k, INF), low)
+            calls += 1
             # the least k (the most stages) first: with transfers cheap next to the stages' work, zb-h1's estimate
             # falls with k, so the first walks find a V that the later ones (each bounded by V) barely probe
             for k in sorted(ks):
                 V = warm[0]
+                if not math.isfinite(lows.get(k, INF)):
+                    floors[k] = V  # no relaxed plan of this k has every g under the first V's ceiling
+                    continue
                 self.spec = ZeroBubbleSpec(self.m, k)
                 top = (V - least_any) * (1 + _TIE)
-                found, _, n, _ = self._walk(auto0, X0, "size", deadline, 1, V, top=top, known=V)
+                found, _, n, _ = self._walk(auto0, X0, "size", deadline, 1, V, lowest=lows[k], top=top, known=V)
                 calls += n
                 if found is None or not found[0] < V:
                     floors[k] = V  # no plan of this k, with or without transfers, is below V
