@@ -497,8 +497,8 @@ ISSUE34_PLANS = (  # (label fragment, target words, seconds, what is asked: "pro
 )
 ISSUE34_PLAN_LIMITS = {
     "qwen3-vl-235b-a22b on 128": "the proof itself: the kept candidate's exact zb-h1 solve (124 layers, m = 64, "
-                                 "64 levels, warm start 1,380.8 ms) alone is optimal at 1,096.1 ms in 111 CPU s (147 s "
-                                 "wall at load 7.6; 177 recursions with every transfer at its least, one k walked "
+                                 "64 levels, warm start 1,380.8 ms) alone is optimal at 1,096.1 ms in 102 CPU s (206 s "
+                                 "wall at load 8.5; 168 recursions with every transfer at its least, one k walked "
                                  "with placement states); in the plan it gets what the search over every plan "
                                  "leaves of its half of the limit (13 s at load 8). Before: the solve walked k = "
                                  "10..57 and was cut after 300 s with a 20 % gap",
