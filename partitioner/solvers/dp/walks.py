@@ -363,6 +363,7 @@ class ThresholdWalks:
         kept = (self.best_known, self.proven_bound)
         floors: dict[int, float] = {}
         calls = 0
+        bound = -INF  # a lower bound on the optimum, kept when the time limit cuts the pass short
         try:
             # per k the least max g of a relaxed plan that may beat the first V (one recursion under the least k,
             # as _zb_iteration's floor: g grows with k), each k's walk its lowest max: no minmax walk of its own
@@ -373,6 +374,8 @@ class ThresholdWalks:
                 k = max(self.m - level + 1, 1)
                 lows[k] = min(lows.get(k, INF), low)
             calls += 1
+            # every plan has sum u >= least_any and max g >= its k's least (or beats no V: value > V)
+            bound = min(warm[0], least_any + min(lows.values(), default=INF))
             # the least k (the most stages) first: with transfers cheap next to the stages' work, zb-h1's estimate
             # falls with k, so the first walks find a V that the later ones (each bounded by V) barely probe
             for k in sorted(ks):
@@ -397,8 +400,11 @@ class ThresholdWalks:
                     continue
                 if value < warm[0]:
                     warm = (value, plan, "comm-free optimum")
-        finally:  # the incumbent found so far is kept even when the time limit cuts the pass short
+            bound = max(bound, min(warm[0], min(floors.values(), default=INF)))  # every k has its floor
+        finally:  # the incumbent and the bound found so far are kept even when the time limit cuts the pass short
             self.best_known, self.proven_bound = kept
+            if bound > -INF:
+                self.proven_bound = max(bound, self.proven_bound if self.proven_bound is not None else -INF)
             self.spec = None
             if warm is not getattr(self, "_incumbent", None):
                 self._incumbent = warm

@@ -196,6 +196,9 @@ def zb_floors_hold(problem: Problem) -> int:
     model.best_known = model.proven_bound = None
     ks = sorted({max(model.m - level + 1, 1) for level in range(1, model.K + 1) if model._level_ok(level)})
     floors, _, _ = model._zb_comm_free(ks, None, model.least_u_sum(), (INF, None, "none"))
+    whole = solve(problem, "dp")
+    if whole.value is not None:  # the pass's bound (kept for a solve the time limit cuts) is at most the optimum
+        assert model.proven_bound is not None and model.proven_bound <= whole.value * (1 + 1e-9)
     doc, checked = problem.to_dict(), 0
     doc.pop("stages", None)
     for k, floor in floors.items():
