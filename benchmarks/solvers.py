@@ -180,6 +180,7 @@ LLAMA3_70B = str(Path(__file__).resolve().parent / "configs" / "llama-3-70b.json
 SCALE_PLAN_CASES = (
     (LLAMA3_70B, "dgx-h100", 2048, 2048, ("--time-limit", "120")),
     ("qwen3-vl-235b-a22b", "dgx-b200", 128, 1024, ("--time-limit", "120")),
+    ("glm-4.5v", "dgx-h100", 128, 2048),  # the default plan (no --time-limit), batch as in benchmarks.limits
 )
 
 

@@ -15,6 +15,7 @@ The detail, and the references cited above: ``docs/internals/planning.md``, sect
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
@@ -361,6 +362,8 @@ class StageSums:
         self._columns: dict[Layout, list[LayerCost | None]] = {}  # per config, every layer's entry
         self._segments: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
         self._bytes: dict[tuple, tuple[int, int]] = {}
+        self._options: dict[Layout, list[Layout]] = {}  # per config, _config_options
+        self._missing: dict[Layout, list[int]] = {}  # per config, the layers before each without an entry in it
 
     def stage(self, problem: Problem, stage: Stage) -> tuple[float, float, float] | None:
         """:func:`_stage_sums` of ``stage`` in ``problem``, computed once."""
@@ -404,13 +407,31 @@ class StageSums:
         """``((a, b), config)`` of every segment of layers ``first..last`` (``Stage.segment_configs`` of the plan)."""
         if (first, last) not in self._segments:
             self._segments[first, last] = problem.segments(first, last)
-        return [((a, b), segment_config(problem, a, b, config, self._column)) for a, b in self._segments[first, last]]
+        return [((a, b), self._segment_config(problem, a, b, config)) for a, b in self._segments[first, last]]
+
+    def _segment_config(self, problem: Problem, first: int, last: int, config: Layout) -> Layout:
+        """:func:`segment_config` of the segment ``first..last`` under ``config``: the same answer, from each
+        config's options and each option's count of layers without an entry (prefix sums), kept per problem
+        (the baselines ask it of every stage's segments, for every stage count, cut and config)."""
+        options = self._options.get(config)
+        if options is None:
+            options = self._options[config] = _config_options(config)
+        if len(options) == 1:
+            return config
+        for c in options:
+            missing = self._missing.get(c)
+            if missing is None:
+                missing = self._missing[c] = [0, *itertools.accumulate(e is None for e in self._column(c))]
+            if missing[last + 1] == missing[first]:
+                return c
+        return config
 
     def _keep_for(self, problem: Problem) -> None:
         """Start afresh unless ``problem`` has the layers and version kept for."""
         if problem.layers is not self._layers or problem.version != self._version:
             self._layers, self._version = problem.layers, problem.version
             self._sums, self._columns, self._segments, self._bytes = {}, {}, {}, {}
+            self._options, self._missing = {}, {}
 
     def _column(self, config: Layout) -> list[LayerCost | None]:
         if config not in self._columns:

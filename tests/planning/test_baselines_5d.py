@@ -17,7 +17,7 @@ from partitioner.plan import Plan, Stage
 from partitioner.plan.cuts import layer_roles, uniform_cuts
 from partitioner.planning import BaselineLayout, fsdp_baseline, megatron_baseline, megatron_baselines
 from partitioner.planning.assemble import _summary
-from partitioner.planning.baselines import StageSums, _megatron_plans, _try, offered_axes
+from partitioner.planning.baselines import StageSums, _megatron_plans, _try, offered_axes, segment_config
 from partitioner.planning.records import BaselineRun
 from partitioner.planning.schedules.search import with_schedule
 from partitioner.problem import Layout, Problem, load_problem
@@ -220,3 +220,20 @@ def test_schedule_table_shows_a_baselines_expert_parallelism():
     assert _row_cells(row, None)[0] == "uniform m 4 P 1 ep 8"
     plain = ScheduleRow.of(ScheduleCandidate("plan", "dp", "1f1b", 1, problem, plan, ev=ev, iteration_ms=ev.iteration_ms))
     assert plain.layout is None and "layout" not in plain.to_dict()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_kept_segment_configs_are_segment_config_s(data):
+    # StageSums answers segment_config from prefix counts of the layers without an entry: the same config
+    problem = data.draw(small_v3_problems())
+    sums = StageSums()
+    sums._keep_for(problem)
+    configs = {c for layer in problem.layers for c in layer.costs}
+    configs |= {Layout(c.dp, c.tp, c.variant, cp=cp, ep=ep, etp=etp) for c in list(configs)
+                for cp, ep, etp in offered_axes(problem)}
+    n = problem.num_layers
+    for config in sorted(configs, key=lambda c: c.key):
+        for first in range(n):
+            for last in range(first, n):
+                assert sums._segment_config(problem, first, last, config) == segment_config(problem, first, last, config)

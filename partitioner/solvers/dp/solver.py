@@ -49,8 +49,8 @@ class DPModel(ThresholdWalks, WalkBack, StageTables):
     """Tables and recursions for one problem (see the module docstring)."""
 
     _free_table: tuple[Automaton, int, str, Tables] | None  # zb-h1's free table (see recursion)
-    # 1F1B's iteration walk with placement states first runs the bound-and-prune pass of
-    # :meth:`.ThresholdWalks._comm_free_pass` (the tests turn it off to compare the answers)
+    # the iteration walks with placement states (1F1B, zb-h1) first run the bound-and-prune passes without
+    # transfers, :meth:`.ThresholdWalks._comm_free_pass` and ``_zb_comm_free`` (the tests turn them off to compare)
     prune_levels: bool = True
     # keep every row of the tables, not only the keys' least values (the tests compare each entry)
     keep_rows: bool = False

@@ -149,11 +149,18 @@ class Tables:
         lay, rows = self.layout, self.L + 1
         nkeys = len(lay.key_width)
         while len(self.R) <= top:
-            n = key_rows(self.L, len(self.R))
-            self.R.append(np.full((n, lay.row_length), INF))
+            level = len(self.R)
+            n = key_rows(self.L, level)
+            # every fill that reaches a level writes whole rows 0..L - level (each key's columns, kernels'
+            # ``_shared_row``) and, when there is such a row, the whole first row: only the rows no fill
+            # writes are set infinite here (a fill over a fresh table was the largest cost of dp at 1,024 GPUs)
+            written = max(self.L - level + 1, 0)
+            R = np.empty((n, lay.row_length))
+            R[written:] = INF
+            self.R.append(R)
             self.lo.append(np.zeros((n, nkeys), np.int64))
             self.hi.append(np.zeros((n, nkeys), np.int64))
-            self.first_rows.append(np.full(lay.flat_size, INF))
+            self.first_rows.append(np.empty(lay.flat_size) if written else np.full(lay.flat_size, INF))
             if self.keep_rows:
                 flat = np.full(rows * lay.flat_size + 1, INF)
                 self.rows.append(flat)

@@ -83,7 +83,10 @@ class ThresholdWalks:
     N: int
     m: int
     problem: Problem
-    prune_levels: bool  # run the bound-and-prune pass of :meth:`_comm_free_pass` (a class attribute of the model)
+    G: int  # GPUs per node
+    sizes: tuple[int, ...]  # the stage sizes
+    out_bytes: np.ndarray  # per layer, the bytes its boundary carries (0 after the last)
+    prune_levels: bool  # run the passes of :meth:`_comm_free_pass` and :meth:`_zb_comm_free` (a class attribute of the model)
     spec: Spec | None
     best_known: tuple[float, Plan] | None  # the best valid plan met so far, for a run cut short
     proven_bound: float | None
@@ -262,7 +265,11 @@ class ThresholdWalks:
         has ``g_0 = (m - 1)(u + x) <= V`` (every plan below V is among them,
         whatever its k): a tighter least sum for the remaining bounds and
         walks. The search ends when a floor cannot beat the best, which is
-        then the optimum.
+        then the optimum. With placement states, the walks with every transfer
+        at its least (:meth:`_zb_comm_free`, cheap: one state per stage size)
+        come first: a floor per k (the walks with placement skip every k whose
+        floor cannot beat the best), and their optima, valued with their
+        transfers, as incumbents.
         """
         m = self.m
         ks = sorted({max(m - level + 1, 1) for level in range(1, self.K + 1) if self._level_ok(level)})
@@ -278,6 +285,19 @@ class ThresholdWalks:
             return INF if best is None else best[0]
 
         least_any = self.least_u_sum()
+        relaxed: dict[int, float] = {}  # per k: no plan of that k beats it (the relaxed walks)
+        if kind in ("run", "bins") and self.prune_levels and math.isfinite(value()) and np.any(self.out_bytes > 0):
+            assert warm is not None  # a finite best value is the incumbent's
+            relaxed, n, warm = self._zb_comm_free(ks, deadline, least_any, warm)
+            calls += n
+            stats["comm_free_recursions"] = n
+            if warm is not None and (best is None or warm[0] < best[0]):
+                best = (warm[0], None, None)
+            if relaxed:
+                stats["comm_free_bound"] = min(min(relaxed.values()), value())
+            if all(relaxed.get(k, -INF) >= value() * (1 - 1e-12) for k in ks):
+                stats["recursions"] = calls
+                return self._warm_outcome(stats, calls)  # no k can beat the incumbent: it is the optimum
         self.spec = ZeroBubbleSpec(m, ks[0], every_level=True)
         ceiling = value() - least_any  # a stage above it is in no plan that could win
         floor = self._level_values(self.recursion(auto, X, "minmax", ceiling * (1 + _TIE), deadline), auto)
@@ -289,12 +309,15 @@ class ThresholdWalks:
         for level in floor:
             levels_of.setdefault(max(m - level + 1, 1), []).append(level)
         floors = {k: min(floor[level] for level in levels) for k, levels in levels_of.items()}
-        order = sorted((least_any + b, k) for k, b in floors.items() if math.isfinite(b))
+        # the k whose plans may beat the incumbent, the most promising first (the comm-free optimum where known)
+        order = sorted((max(least_any + b, relaxed.get(k, -INF)), k) for k, b in floors.items() if math.isfinite(b))
         self.proven_bound = min(order[0][0], value()) if order else value()
         free = None  # the least sum of u per level over the plans that could beat the best
+        walked = 0
         for cheap, k in order:
             if cheap >= value() * (1 - 1e-12):
                 break  # neither this k nor any later one can beat the best
+            walked += 1
             if free is None and max(levels_of[k]) * 2 >= self.K and math.isfinite(value()):
                 self.spec = ZeroBubbleSpec(m, 0, every_level=True)  # k = 0: no k changes the table
                 free = self._level_values(self.recursion(auto, X, "minsum", value() * (1 + _TIE), deadline), auto)
@@ -309,6 +332,7 @@ class ThresholdWalks:
             if found is not None and found[0] < value():
                 best = (found[0], found[1], self.spec)
         stats["recursions"] = calls
+        stats["k_walked"] = walked
         if best is None:
             self.spec = None
             return _Outcome("infeasible")
@@ -318,6 +342,89 @@ class ThresholdWalks:
         plan = self._place_walked(auto, X, kind, deadline, best[:2], 1)
         self.spec = None
         return _Outcome("optimal", plan, best[0], stats)
+
+    def _zb_comm_free(self, ks: list[int], deadline, least_any: float, warm: tuple) -> tuple[dict, int, tuple]:
+        """zb-h1's walks with every transfer at its least (placement states of stage sizes only), one per
+        k, and what they prove of the walks with placement: ``({k: floor}, recursions, incumbent)``.
+
+        The ``size`` automaton accepts every sequence of stage sizes, so its plans include every plan with
+        placement states, and a boundary's category there is the same smaller stage size j
+        (:mod:`.placement`); :meth:`_least_transfers` prices it at the fastest link a stage of that size
+        may have, at most its transfer under any placement. Transfers only add to a stage's u and so to its
+        g (:class:`.options.ZeroBubbleSpec`), so no plan of coefficient k is below the least value of
+        the plans of that k in the relaxed walk (as 1F1B's :meth:`_comm_free_pass`, there without any
+        transfer). Each walk is bounded by the best value V so far (a walk that finds nothing below V
+        proves that k's floor is at least V); each optimum found, placed contiguously and valued with its
+        transfers (:func:`partitioner.plan.evaluate`), is an incumbent when it beats V. The walks' notes
+        (relaxed values) are not kept.
+        """
+        auto0 = self._automaton_for("size")
+        X0 = self._least_transfers(auto0)
+        kept = (self.best_known, self.proven_bound)
+        floors: dict[int, float] = {}
+        calls = 0
+        bound = -INF  # a lower bound on the optimum, kept when the time limit cuts the pass short
+        try:
+            # per k the least max g of a relaxed plan that may beat the first V (one recursion under the least k,
+            # as _zb_iteration's floor: g grows with k), each k's walk its lowest max: no minmax walk of its own
+            self.spec = ZeroBubbleSpec(self.m, ks[0], every_level=True)
+            ceiling = (warm[0] - least_any) * (1 + _TIE)
+            lows: dict[int, float] = {}
+            for level, low in self._level_values(self.recursion(auto0, X0, "minmax", ceiling, deadline), auto0).items():
+                k = max(self.m - level + 1, 1)
+                lows[k] = min(lows.get(k, INF), low)
+            calls += 1
+            # every plan has sum u >= least_any and max g >= its k's least (or beats no V: value > V)
+            bound = min(warm[0], least_any + min(lows.values(), default=INF))
+            # the least k (the most stages) first: with transfers cheap next to the stages' work, zb-h1's estimate
+            # falls with k, so the first walks find a V that the later ones (each bounded by V) barely probe
+            for k in sorted(ks):
+                V = warm[0]
+                if not math.isfinite(lows.get(k, INF)):
+                    floors[k] = V  # no relaxed plan of this k has every g under the first V's ceiling
+                    continue
+                self.spec = ZeroBubbleSpec(self.m, k)
+                top = (V - least_any) * (1 + _TIE)
+                found, _, n, _ = self._walk(auto0, X0, "size", deadline, 1, V, lowest=lows[k], top=top, known=V)
+                calls += n
+                if found is None or not found[0] < V:
+                    floors[k] = V  # no plan of this k, with or without transfers, is below V
+                    continue
+                floors[k] = found[0]
+                plan = self.place(found[1][0], found[1][1], "size")
+                if plan is None:
+                    continue
+                try:
+                    value = evaluate(self.problem, plan, "iteration").value
+                except PlanError:
+                    continue
+                if value < warm[0]:
+                    warm = (value, plan, "comm-free optimum")
+            bound = max(bound, min(warm[0], min(floors.values(), default=INF)))  # every k has its floor
+        finally:  # the incumbent and the bound found so far are kept even when the time limit cuts the pass short
+            self.best_known, self.proven_bound = kept
+            if bound > -INF:
+                self.proven_bound = max(bound, self.proven_bound if self.proven_bound is not None else -INF)
+            self.spec = None
+            if warm is not getattr(self, "_incumbent", None):
+                self._incumbent = warm
+                if self.best_known is None or warm[0] < self.best_known[0]:
+                    self.best_known = warm[:2]
+        return floors, calls, warm
+
+    def _least_transfers(self, auto) -> np.ndarray:
+        """``X[b, c]`` of the ``size`` automaton ``auto``: the transfer of the boundary after layer b in
+        category c = (j, link) at the fastest link a boundary whose smaller stage has ``sizes[j]`` devices
+        may use under any placement (inside a node only when that stage is smaller than a node)."""
+        c = self.problem.cluster
+        fast = max(c.intra_node_GBps, c.inter_node_GBps)
+        X = np.zeros((self.L, len(auto.categories)))
+        for k, (j, link) in enumerate(auto.categories):
+            if link is None:
+                continue
+            bw = fast if self.sizes[j] < self.G else c.inter_node_GBps
+            X[:, k] = self.out_bytes / (self.sizes[j] * bw * 1e6)
+        return X
 
     def incumbent(self) -> tuple | None:
         """(value, plan, source) of the plan the search starts from, or None: asked of

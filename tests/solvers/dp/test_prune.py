@@ -1,4 +1,5 @@
-"""The bound-and-prune pass of 1F1B's iteration walk (:meth:`.ThresholdWalks._comm_free_pass`).
+"""The bound-and-prune passes of the iteration walks: 1F1B's (:meth:`.ThresholdWalks._comm_free_pass`) and
+zb-h1's (:meth:`.ThresholdWalks._zb_comm_free`).
 
 The pass walks the problem without transfers first and drops the stage counts
 (levels) whose floor cannot beat the incumbent. It must never change an
@@ -26,13 +27,13 @@ REL = 1e-9
 INF = math.inf
 
 
-def with_transfers(problem: Problem, floor: int, m: int) -> Problem:
-    """``problem`` under 1F1B with ``m`` microbatches and every boundary carrying at least ``floor`` x
+def with_transfers(problem: Problem, floor: int, m: int, schedule: str = "1f1b") -> Problem:
+    """``problem`` under ``schedule`` with ``m`` microbatches and every boundary carrying at least ``floor`` x
     (its index + 1) bytes, so that the walk has placement states and the pass runs."""
     doc = problem.to_dict()
     for n, layer in enumerate(doc["layers"]):
         layer["out_bytes"] = max(layer["out_bytes"], floor * (n + 1))
-    doc["training"]["schedule"] = "1f1b"
+    doc["training"]["schedule"] = schedule
     doc["training"]["microbatches"] = m
     doc["training"]["objective"] = "iteration"
     return Problem.from_dict(doc)
@@ -145,4 +146,94 @@ def test_the_vla_shape_drops_the_levels_no_winner_uses():
     assert pruned.value == pytest.approx(plain.value, rel=REL)
     assert pruned.extra["dp"]["levels"] < plain.extra["dp"]["levels"]
     assert pruned.extra["dp"]["comm_free_bound"] <= pruned.value * (1 + 1e-12)
+    check_plan(problem, pruned)
+
+
+# zb-h1: the walks without transfers, one per k, bound the walks with them (:meth:`.ThresholdWalks._zb_comm_free`)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), v2=st.booleans(), floor=st.integers(1, 30000), m=st.integers(2, 9), bins=st.booleans())
+def test_the_zb_pass_never_changes_dp_s_answer(data, v2, floor, m, bins):
+    # the pass runs with placement states (run, bins): bins forced on half the cases, whatever the cluster
+    base = data.draw(small_v2_problems(max_layers=5) if v2 else small_problems(max_layers=7))
+    same_answer(with_transfers(base, floor, m, "zb-h1"), options={"placement": "bins"} if bins else None)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), floor=st.integers(1, 30000), m=st.integers(2, 9))
+def test_the_zb_pass_keeps_the_optimum_from_a_warm_start(data, floor, m):
+    # an optimal warm start: the pass may prove it optimal without any walk with transfers
+    problem = with_transfers(data.draw(small_problems(max_layers=6)), floor, m, "zb-h1")
+    plain = unpruned(problem)
+    if plain.plan is None:
+        return
+    warm = solve(problem, "dp", warm_start=plain.plan)
+    assert warm.status == plain.status == "optimal"
+    assert warm.value == pytest.approx(plain.value, rel=REL)
+    check_plan(problem, warm)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), floor=st.integers(1, 30000), m=st.integers(2, 9), bins=st.booleans())
+def test_the_zb_pruned_answer_is_brute_s(data, floor, m, bins):
+    problem = with_transfers(data.draw(small_problems(max_layers=5)), floor, m, "zb-h1")
+    oracle = solve(problem, "brute")
+    if oracle.status == "error":  # an enumeration too large for the oracle
+        return
+    result = solve(problem, "dp", options={"placement": "bins"} if bins else None)
+    assert result.status == oracle.status, (oracle.message, result.message)
+    if oracle.status == "optimal":
+        assert result.value == pytest.approx(oracle.value, rel=1e-6)
+
+
+def zb_floors_hold(problem: Problem) -> int:
+    """The zb-h1 pass's floor per k against the optimum with every stage count of that k forced (k = m - P + 1
+    for P < m, every P >= m for k = 1): no plan of that k beats the floor. Returns the ks checked."""
+    model = DPModel(problem)
+    model.parts = "uw"  # zb-h1's iteration estimate (as optimize sets it)
+    model.prepare()
+    model.best_known = model.proven_bound = None
+    ks = sorted({max(model.m - level + 1, 1) for level in range(1, model.K + 1) if model._level_ok(level)})
+    floors, _, _ = model._zb_comm_free(ks, None, model.least_u_sum(), (INF, None, "none"))
+    whole = solve(problem, "dp")
+    if whole.value is not None:  # the pass's bound (kept for a solve the time limit cuts) is at most the optimum
+        assert model.proven_bound is not None and model.proven_bound <= whole.value * (1 + 1e-9)
+    doc, checked = problem.to_dict(), 0
+    doc.pop("stages", None)
+    for k, floor in floors.items():
+        doc["stages"] = {"min": model.m} if k == 1 else {"min": model.m - k + 1, "max": model.m - k + 1}
+        if doc["stages"].get("max", INF) > problem.num_layers:
+            continue
+        exact = solve(Problem.from_dict(doc), "dp")
+        if exact.plan is not None:
+            assert exact.value >= floor * (1 - 1e-9), (k, exact.value, floor)
+            checked += 1
+    return checked
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), floor=st.integers(1, 30000), m=st.integers(2, 6))
+def test_the_zb_floors_bound_every_plan_of_their_k(data, floor, m):
+    base = data.draw(small_problems(max_layers=6))
+    doc = base.to_dict()
+    doc.pop("stages", None)
+    zb_floors_hold(with_transfers(Problem.from_dict(doc), floor, m, "zb-h1"))
+
+
+def test_the_zb_floors_bound_every_plan_of_the_vla_shape():
+    doc = vla_problem(4, 12, 4, nodes=2, gpus_per_node=4, microbatches=8).to_dict()
+    doc["training"]["schedule"] = "zb-h1"
+    assert zb_floors_hold(Problem.from_dict(doc)) >= 2
+
+
+def test_the_zb_pass_keeps_the_vla_answer():
+    doc = vla_problem(6, 20, 6, nodes=4, gpus_per_node=8, microbatches=16).to_dict()
+    doc["training"]["schedule"] = "zb-h1"
+    problem = Problem.from_dict(doc)
+    pruned, plain = solve(problem, "dp"), unpruned(problem)
+    assert pruned.status == plain.status == "optimal"
+    assert pruned.value == pytest.approx(plain.value, rel=REL)
+    assert pruned.extra["dp"]["comm_free_bound"] <= pruned.value * (1 + 1e-12)
+    assert pruned.extra["dp"]["recursions"] <= plain.extra["dp"]["recursions"] + pruned.extra["dp"]["comm_free_recursions"]
     check_plan(problem, pruned)

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from partitioner.cluster.reshard import Sharding, _port_elements, plan_reshard, segment_reshard_ms, stage_reshard_ms
 from partitioner.problem import Cluster, Layout
+from partitioner.solvers.dp.stage import _prune_list3
 from strategies import examples
 
 
@@ -332,3 +333,18 @@ def test_fit_ends_of_many_configs_are_each_configs_fit_end(problem, stashes, dat
         assert got.shape == (len(asked), costs.L) and got.dtype == np.int64 and got.flags.c_contiguous
         for q, j in enumerate(asked):
             assert got[q].tolist() == _fit_end_by_definition(costs, j, stash)
+
+
+def _pairwise_prune3(points: list) -> list:
+    """The definition :func:`partitioner.solvers.dp.stage._prune_list3` keeps (every pair compared)."""
+    return [p for n, p in enumerate(points)
+            if not any(q[:3] != p[:3] and all(x <= y for x, y in zip(q[:3], p[:3])) or (q[:3] == p[:3] and m < n)
+                       for m, q in enumerate(points))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, 0.5, 1.0, 2.5, math.inf]), st.sampled_from([0.0, 1.0, 3.0, math.inf]),
+                          st.integers(0, 4)), max_size=40))
+def test_the_pareto_sweep_keeps_the_pairwise_frontier(triples):
+    points = [(u, w, mem, n) for n, (u, w, mem) in enumerate(triples)]  # the payload tells equal points apart
+    assert _prune_list3(points) == _pairwise_prune3(points)
