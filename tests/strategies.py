@@ -387,29 +387,27 @@ def boundary_problems(draw, max_layers: int = 5, schedules: tuple[str, ...] = ("
 RACK_SHAPES = [(1, 3), (1, 5), (1, 6), (1, 8), (2, 3), (2, 4), (2, 5), (3, 3)]
 
 
-@st.composite
-def small_rack_problems(draw, max_layers: int = 6, objectives=("bottleneck", "iteration"),
-                        schedules: tuple[str, ...] = ("1f1b",)) -> Problem:
-    """A random small problem on partial racks (DESIGN.md "Partial racks").
-
-    The cluster states its in-node ``stage_sizes`` (a random subset of 1..G, so sizes that do not divide
-    the node and sets without 1) and/or that the job uses ``devices`` of its GPUs (the last node partly),
-    at most 10 used GPUs so that ``brute`` serves as the oracle. Layers take layouts of the sizes the
-    cluster allows; costs, memory, transfers and bandwidths are drawn as :func:`small_problems` does.
-    """
-    nodes, gpus = draw(st.sampled_from(RACK_SHAPES))
-    which = draw(st.sampled_from(["sizes", "devices", "both"]))
-    stage_sizes = None
+def _rack_fields(draw, gpus: int, nodes: int, which: str) -> tuple[list[int] | None, int | None]:
+    """The partial-rack fields of a random cluster: in-node ``stage_sizes`` (a random subset of 1..G) when
+    ``which`` is ``sizes`` or ``both``, the ``devices`` the job uses when ``devices`` or ``both``."""
+    stage_sizes = devices = None
     if which in ("sizes", "both"):
         stage_sizes = sorted(draw(st.lists(st.integers(1, gpus), min_size=1, max_size=gpus, unique=True)))
-    devices = None
     if which in ("devices", "both"):
         devices = draw(st.integers((nodes - 1) * gpus + 1, nodes * gpus))
+    return stage_sizes, devices
+
+
+def _cluster_problem(draw, nodes: int, gpus: int, stage_sizes: list[int] | None, devices: int | None,
+                     max_layers: int, objectives, schedules: tuple[str, ...], scale: float = 1.0,
+                     levels: list[dict] | None = None) -> Problem:
+    """A random problem on ``nodes`` x ``gpus`` with the given partial-rack fields and network ``levels``:
+    layers take layouts of the sizes the cluster allows (mostly one shared set), their transfers scaled by
+    ``scale``; costs, memory and bandwidths drawn as :func:`small_problems` does."""
     cluster = Cluster(nodes, gpus, 1, 1.0, 1.0, None, None if stage_sizes is None else tuple(stage_sizes), devices)
     sizes = cluster.allowed_sizes()
     all_layouts = [(dp, d // dp) for d in sizes for dp in range(1, d + 1) if d % dp == 0 and d // dp <= gpus]
     assume(all_layouts)  # every stated size is larger than the one partly used node
-    scale = draw(st.sampled_from([0.0, 1.0, 1.0, 1.0]))
     shared = draw(st.one_of(st.just(all_layouts), st.lists(st.sampled_from(all_layouts), min_size=1,
                                                              max_size=len(all_layouts), unique=True)))
     layers = []
@@ -437,9 +435,26 @@ def small_rack_problems(draw, max_layers: int = 6, objectives=("bottleneck", "it
         doc["cluster"]["stage_sizes"] = stage_sizes
     if devices is not None:
         doc["cluster"]["devices"] = devices
+    if levels is not None:
+        doc["cluster"]["levels"] = levels
     doc["training"]["schedule"] = draw(st.sampled_from(schedules))
     return Problem.from_dict(doc)
 
+
+@st.composite
+def small_rack_problems(draw, max_layers: int = 6, objectives=("bottleneck", "iteration"),
+                        schedules: tuple[str, ...] = ("1f1b",)) -> Problem:
+    """A random small problem on partial racks (DESIGN.md "Partial racks").
+
+    The cluster states its in-node ``stage_sizes`` (a random subset of 1..G, so sizes that do not divide
+    the node and sets without 1) and/or that the job uses ``devices`` of its GPUs (the last node partly),
+    at most 10 used GPUs so that ``brute`` serves as the oracle. Layers take layouts of the sizes the
+    cluster allows; costs, memory, transfers and bandwidths are drawn as :func:`small_problems` does.
+    """
+    nodes, gpus = draw(st.sampled_from(RACK_SHAPES))
+    stage_sizes, devices = _rack_fields(draw, gpus, nodes, draw(st.sampled_from(["sizes", "devices", "both"])))
+    scale = draw(st.sampled_from([0.0, 1.0, 1.0, 1.0]))
+    return _cluster_problem(draw, nodes, gpus, stage_sizes, devices, max_layers, objectives, schedules, scale)
 
 LEVEL_SHAPES = [(2, 1), (3, 1), (4, 1), (6, 1), (8, 1), (2, 2), (3, 2), (4, 2), (5, 2), (6, 2), (2, 4), (3, 4)]
 
@@ -474,42 +489,7 @@ def small_levels_problems(draw, max_layers: int = 5, objectives=("bottleneck", "
     nodes, gpus = draw(st.sampled_from(LEVEL_SHAPES))
     stage_sizes = devices = None
     if racks:
-        which = draw(st.sampled_from(["sizes", "devices", "both"]))
-        if which in ("sizes", "both"):
-            stage_sizes = sorted(draw(st.lists(st.integers(1, gpus), min_size=1, max_size=gpus, unique=True)))
-        if which in ("devices", "both"):
-            devices = draw(st.integers((nodes - 1) * gpus + 1, nodes * gpus))
-    cluster = Cluster(nodes, gpus, 1, 1.0, 1.0, None, None if stage_sizes is None else tuple(stage_sizes), devices)
-    sizes = cluster.allowed_sizes()
-    all_layouts = [(dp, d // dp) for d in sizes for dp in range(1, d + 1) if d % dp == 0 and d // dp <= gpus]
-    shared = draw(st.one_of(st.just(all_layouts), st.lists(st.sampled_from(all_layouts), min_size=1,
-                                                             max_size=len(all_layouts), unique=True)))
-    layers = []
-    for i in range(draw(st.integers(1, max_layers))):
-        chosen = shared if draw(st.integers(0, 9)) < 7 else draw(
-            st.lists(st.sampled_from(all_layouts), min_size=1, max_size=len(all_layouts), unique=True))
-        base = draw(st.integers(1, 40))
-        costs = {}
-        for dp, tp in chosen:
-            fwd = round(base / (draw(st.floats(0.3, 1.2)) * dp * tp), 3)
-            costs[f"dp{dp}tp{tp}"] = {
-                "fwd_ms": fwd,
-                "bwd_ms": round(fwd * draw(st.floats(0.0, 2.5)), 3),
-                "weight_bytes": draw(st.integers(0, 40)) // tp,
-                "act_bytes": draw(st.integers(0, 12)) // (dp * tp),
-            }
-        layers.append({"name": f"l{i}", "module": "m", "out_bytes": draw(st.integers(0, 4000)), "costs": costs})
-    assume(all_layouts)
-    doc = _document(draw, 1, nodes, gpus, layers, (25, 300), objectives)
-    limit = min(len(layers), cluster.num_devices)
-    if isinstance(doc.get("stages"), int) and doc["stages"] > limit or isinstance(doc.get("stages"), dict) and doc["stages"]["min"] > limit:
-        doc["stages"] = limit
-    elif isinstance(doc.get("stages"), dict):
-        doc["stages"]["max"] = min(doc["stages"]["max"], limit)
-    if stage_sizes is not None:
-        doc["cluster"]["stage_sizes"] = stage_sizes
-    if devices is not None:
-        doc["cluster"]["devices"] = devices
-    doc["cluster"]["levels"] = draw(network_levels(nodes))
-    doc["training"]["schedule"] = draw(st.sampled_from(schedules))
-    return Problem.from_dict(doc)
+        stage_sizes, devices = _rack_fields(draw, gpus, nodes, draw(st.sampled_from(["sizes", "devices", "both"])))
+    levels = draw(network_levels(nodes))
+    return _cluster_problem(draw, nodes, gpus, stage_sizes, devices, max_layers, objectives, schedules,
+                            levels=levels)

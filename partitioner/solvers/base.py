@@ -294,28 +294,31 @@ def _capability_gap(spec: MethodSpec, problem: Problem, objective: str) -> str:
 
 def _levels_gap(method: str, caps: Capabilities, schedule: str) -> str:
     """Why ``method`` cannot plan a cluster with network ``levels`` under ``schedule`` ("" if it can)."""
-    if schedule == "interleaved":
-        return (f"{method}: the interleaved schedule is not planned on clusters with network levels yet; "
-                "plan with schedule 1f1b, zb-h1 or gpipe")
-    if not caps.levels:
-        able = [m for m, s in _METHODS.items() if s.capabilities is not _ANYTHING and s.capabilities.levels
-                and s.capabilities.supports(schedule, "bottleneck")]
-        return (f"{method}: clusters with network levels (cluster.levels) are not supported by this method yet"
-                + (f"; use {' or '.join(able)}" if able else ""))
-    return ""
+    return _cluster_gap(method, schedule, caps.levels, "levels", "network levels",
+                        "network levels (cluster.levels) are not supported by this method yet", "")
 
 
 def _partial_rack_gap(method: str, caps: Capabilities, schedule: str) -> str:
     """Why ``method`` cannot plan a cluster with ``stage_sizes`` or ``devices`` under ``schedule`` ("" if it can)."""
+    return _cluster_gap(method, schedule, caps.partial_racks, "partial_racks",
+                        "stage_sizes or devices (partial racks)",
+                        "stage_sizes or devices (partial racks) are not supported by this method", "brute")
+
+
+def _cluster_gap(method: str, schedule: str, able: bool, capability: str, what: str, refusal: str,
+                 fallback: str) -> str:
+    """Why ``method`` cannot plan a cluster with ``what`` under ``schedule`` ("" if it can): no method plans
+    the interleaved schedule there yet; a method without the ``capability`` says ``refusal`` and names the
+    methods that have it (else ``fallback``, when given)."""
     if schedule == "interleaved":
-        return (f"{method}: the interleaved schedule is not planned on clusters with stage_sizes or devices "
-                "(partial racks) yet; plan with schedule 1f1b, zb-h1 or gpipe")
-    if not caps.partial_racks:
-        able = [m for m, s in _METHODS.items() if s.capabilities is not _ANYTHING and s.capabilities.partial_racks
-                and s.capabilities.supports(schedule, "bottleneck")]
-        return (f"{method}: clusters with stage_sizes or devices (partial racks) are not supported by this method; "
-                f"use {' or '.join(able) or 'brute'}")
-    return ""
+        return (f"{method}: the interleaved schedule is not planned on clusters with {what} yet; "
+                "plan with schedule 1f1b, zb-h1 or gpipe")
+    if able:
+        return ""
+    others = [m for m, s in _METHODS.items() if s.capabilities is not _ANYTHING
+              and getattr(s.capabilities, capability) and s.capabilities.supports(schedule, "bottleneck")]
+    named = " or ".join(others) or fallback
+    return f"{method}: clusters with {refusal}" + (f"; use {named}" if named else "")
 
 
 def schedule_support(method: str, schedule: str, objective: str) -> str:
